@@ -1,0 +1,249 @@
+/*
+ * xpu_ir.h: the binary graph IR that crosses the ABI, and the one reader every plugin uses.
+ *
+ * Header-only: define XPU_IR_IMPLEMENTATION in exactly one .c file of a plugin before including
+ * it, or include it everywhere as static functions (the default; the reader is small).
+ *
+ * Layout (IR version 1, little-endian, every record naturally aligned):
+ *   xpu_ir_header                      32 bytes
+ *   xpu_ir_tensor[n_tensors]           64 bytes each
+ *   xpu_ir_node[n_nodes]              128 bytes each, in topological order
+ *   uint32_t inputs[n_inputs]          tensor indices of the graph inputs
+ *   uint32_t outputs[n_outputs]        tensor indices of the graph outputs
+ *
+ * Tensors are dense row-major: the IR carries no strides; a layout change is an explicit
+ * PERMUTE. A constant tensor's bytes live in a buffer of the same context
+ * (const_buffer, const_offset), never in the IR. Op semantics: OPS.md.
+ */
+#ifndef XPU_IR_H
+#define XPU_IR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "xpu_backend.h"
+
+#define XPU_IR_MAGIC 0x47555058u /* "XPUG" */
+#define XPU_IR_VERSION 1u
+#define XPU_MAX_RANK 4
+#define XPU_MAX_INPUTS 8
+#define XPU_MAX_IATTR 8
+#define XPU_MAX_FATTR 4
+#define XPU_NO_TENSOR 0xFFFFFFFFu
+
+/* op set v1 */
+enum {
+  XPU_OP_INVALID = 0,
+  XPU_OP_ADD = 1,
+  XPU_OP_SUB = 2,
+  XPU_OP_MUL = 3,
+  XPU_OP_DIV = 4,
+  XPU_OP_SILU = 5,
+  XPU_OP_GELU = 6,
+  XPU_OP_RELU = 7,
+  XPU_OP_EXP = 8,
+  XPU_OP_NEG = 9,
+  XPU_OP_SCALE = 10,
+  XPU_OP_RMS_NORM = 11,
+  XPU_OP_LAYER_NORM = 12,
+  XPU_OP_SOFTMAX = 13,
+  XPU_OP_MATMUL = 14,
+  XPU_OP_ROPE = 15,
+  XPU_OP_ATTENTION = 16,
+  XPU_OP_GET_ROWS = 17,
+  XPU_OP_CAST = 18,
+  XPU_OP_QUANTIZE = 19,
+  XPU_OP_DEQUANTIZE = 20,
+  XPU_OP_RESHAPE = 21,
+  XPU_OP_PERMUTE = 22,
+  XPU_OP_SLICE = 23,
+  XPU_OP_CONCAT = 24,
+  XPU_OP_COUNT = 25,
+};
+
+enum {
+  XPU_TENSOR_VALUE = 0, /* produced by a node */
+  XPU_TENSOR_INPUT = 1, /* bound at execution */
+  XPU_TENSOR_CONST = 2, /* bytes in (const_buffer, const_offset) */
+};
+
+typedef struct xpu_ir_header {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t opset;
+  uint32_t n_tensors;
+  uint32_t n_nodes;
+  uint32_t n_inputs;
+  uint32_t n_outputs;
+  uint32_t reserved;
+} xpu_ir_header;
+
+typedef struct xpu_ir_tensor {
+  uint32_t dtype; /* XPU_DT_* */
+  uint32_t rank;  /* 0..XPU_MAX_RANK; rank 0 is a scalar of one element */
+  int64_t shape[XPU_MAX_RANK]; /* shape[rank..] are 1 */
+  uint32_t kind;  /* XPU_TENSOR_* */
+  uint32_t flags; /* reserved, 0 */
+  uint64_t const_buffer;
+  uint64_t const_offset;
+} xpu_ir_tensor;
+
+typedef struct xpu_ir_node {
+  uint32_t op;
+  uint32_t n_inputs;
+  uint32_t inputs[XPU_MAX_INPUTS]; /* XPU_NO_TENSOR past n_inputs */
+  uint32_t output;
+  uint32_t reserved;
+  int64_t iattr[XPU_MAX_IATTR];
+  float fattr[XPU_MAX_FATTR];
+} xpu_ir_node;
+
+_Static_assert(sizeof(xpu_ir_header) == 32, "IR header is 32 bytes");
+_Static_assert(sizeof(xpu_ir_tensor) == 64, "IR tensor record is 64 bytes");
+_Static_assert(sizeof(xpu_ir_node) == 128, "IR node record is 128 bytes");
+
+/* A parsed view into the caller's blob: no copies, valid while the blob lives. */
+typedef struct xpu_ir_graph {
+  const xpu_ir_header *header;
+  const xpu_ir_tensor *tensors;
+  const xpu_ir_node *nodes;
+  const uint32_t *inputs;
+  const uint32_t *outputs;
+} xpu_ir_graph;
+
+/* bytes per block and values per block of a dtype (block = 1 value for plain types) */
+static inline uint32_t xpu_dtype_block_bytes(uint32_t dt) {
+  switch (dt) {
+  case XPU_DT_F32: case XPU_DT_I32: return 4;
+  case XPU_DT_F16: case XPU_DT_BF16: return 2;
+  case XPU_DT_I8: return 1;
+  case XPU_DT_Q8_0: return 34;
+  case XPU_DT_Q4_0: return 18;
+  default: return 0;
+  }
+}
+
+static inline uint32_t xpu_dtype_block_len(uint32_t dt) {
+  return (dt == XPU_DT_Q8_0 || dt == XPU_DT_Q4_0) ? 32u : 1u;
+}
+
+static inline int64_t xpu_ir_numel(const xpu_ir_tensor *t) {
+  int64_t n = 1;
+  for (uint32_t i = 0; i < t->rank && i < XPU_MAX_RANK; i++) n *= t->shape[i];
+  return n;
+}
+
+/* bytes of a dense tensor; quantized types need numel divisible by the block length */
+static inline uint64_t xpu_ir_nbytes(const xpu_ir_tensor *t) {
+  uint32_t bl = xpu_dtype_block_len(t->dtype);
+  return (uint64_t)(xpu_ir_numel(t) / bl) * xpu_dtype_block_bytes(t->dtype);
+}
+
+/*
+ * Parses and validates blob. Returns XPU_OK and fills g, or an error with a message in err
+ * (errcap bytes, may be NULL). Checks: sizes, magic, version, every index in range, nodes in
+ * topological order, single producer per value, ranks and dtypes valid, quantized shapes whole
+ * blocks. It does not check op-specific shape rules: the Go builder did, and each plugin checks
+ * what its kernels assume.
+ */
+static inline xpu_status xpu_ir_parse(const void *blob, uint64_t size, xpu_ir_graph *g, char *err,
+                                      size_t errcap) {
+#define XPU_IR_FAIL(code, msg)                                                                   \
+  do {                                                                                           \
+    if (err && errcap) {                                                                         \
+      strncpy(err, (msg), errcap - 1);                                                           \
+      err[errcap - 1] = 0;                                                                       \
+    }                                                                                            \
+    return (code);                                                                               \
+  } while (0)
+  if (!blob || !g) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: null blob or graph");
+  if (((uintptr_t)blob & 7u) != 0) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: blob not 8-byte aligned");
+  if (size < sizeof(xpu_ir_header)) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: blob shorter than header");
+  const xpu_ir_header *h = (const xpu_ir_header *)blob;
+  if (h->magic != XPU_IR_MAGIC) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: bad magic");
+  if (h->version != XPU_IR_VERSION) XPU_IR_FAIL(XPU_E_INCOMPATIBLE, "ir: unsupported IR version");
+  if (h->opset < 1 || h->opset > XPU_OPSET_VERSION)
+    XPU_IR_FAIL(XPU_E_INCOMPATIBLE, "ir: unsupported op-set version");
+  if (h->n_tensors > (1u << 24) || h->n_nodes > (1u << 24) || h->n_inputs > h->n_tensors ||
+      h->n_outputs > h->n_tensors)
+    XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: counts out of range");
+  uint64_t need = sizeof(xpu_ir_header) + (uint64_t)h->n_tensors * sizeof(xpu_ir_tensor) +
+                  (uint64_t)h->n_nodes * sizeof(xpu_ir_node) +
+                  ((uint64_t)h->n_inputs + h->n_outputs) * sizeof(uint32_t);
+  if (size < need) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: blob shorter than its counts say");
+  const uint8_t *p = (const uint8_t *)blob + sizeof(xpu_ir_header);
+  g->header = h;
+  g->tensors = (const xpu_ir_tensor *)p;
+  p += (uint64_t)h->n_tensors * sizeof(xpu_ir_tensor);
+  g->nodes = (const xpu_ir_node *)p;
+  p += (uint64_t)h->n_nodes * sizeof(xpu_ir_node);
+  g->inputs = (const uint32_t *)p;
+  g->outputs = g->inputs + h->n_inputs;
+
+  for (uint32_t i = 0; i < h->n_tensors; i++) {
+    const xpu_ir_tensor *t = &g->tensors[i];
+    if (t->dtype == XPU_DT_INVALID || t->dtype >= XPU_DT_COUNT)
+      XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: tensor with invalid dtype");
+    if (t->rank > XPU_MAX_RANK) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: tensor rank > 4");
+    for (uint32_t d = 0; d < XPU_MAX_RANK; d++) {
+      if (t->shape[d] < 0 || t->shape[d] > ((int64_t)1 << 40))
+        XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: tensor dimension out of range");
+      if (d >= t->rank && t->shape[d] != 1)
+        XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: tensor dimension past rank is not 1");
+    }
+    if (t->kind > XPU_TENSOR_CONST) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: tensor with invalid kind");
+    if (xpu_dtype_block_len(t->dtype) > 1 &&
+        (t->rank == 0 || t->shape[t->rank - 1] % xpu_dtype_block_len(t->dtype) != 0))
+      XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: quantized tensor rows are not whole blocks");
+  }
+  /* every VALUE tensor is produced exactly once, before it is used */
+  for (uint32_t n = 0; n < h->n_nodes; n++) {
+    const xpu_ir_node *nd = &g->nodes[n];
+    if (nd->op == XPU_OP_INVALID || nd->op >= XPU_OP_COUNT)
+      XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: node with unknown op");
+    if (nd->n_inputs > XPU_MAX_INPUTS) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: node with > 8 inputs");
+    if (nd->output >= h->n_tensors) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: node output out of range");
+    if (g->tensors[nd->output].kind != XPU_TENSOR_VALUE)
+      XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: node writes an input or a constant");
+    for (uint32_t i = 0; i < nd->n_inputs; i++) {
+      uint32_t ti = nd->inputs[i];
+      if (ti >= h->n_tensors) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: node input out of range");
+      if (g->tensors[ti].kind == XPU_TENSOR_VALUE) {
+        /* its producer must come earlier */
+        uint32_t m;
+        for (m = 0; m < n; m++)
+          if (g->nodes[m].output == ti) break;
+        if (m == n) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: node input not produced before use");
+      }
+    }
+    for (uint32_t m = 0; m < n; m++)
+      if (g->nodes[m].output == nd->output)
+        XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: tensor produced twice");
+  }
+  for (uint32_t i = 0; i < h->n_inputs; i++)
+    if (g->inputs[i] >= h->n_tensors || g->tensors[g->inputs[i]].kind != XPU_TENSOR_INPUT)
+      XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: graph input is not an INPUT tensor");
+  for (uint32_t i = 0; i < h->n_outputs; i++)
+    if (g->outputs[i] >= h->n_tensors || g->tensors[g->outputs[i]].kind != XPU_TENSOR_VALUE)
+      XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: graph output is not a node's value");
+  return XPU_OK;
+#undef XPU_IR_FAIL
+}
+
+/* a node's input tensor (NULL past n_inputs) */
+static inline const xpu_ir_tensor *xpu_ir_input(const xpu_ir_graph *g, const xpu_ir_node *n,
+                                                uint32_t i) {
+  return i < n->n_inputs ? &g->tensors[n->inputs[i]] : NULL;
+}
+
+static inline const char *xpu_op_name(uint32_t op) {
+  static const char *const names[XPU_OP_COUNT] = {
+      "INVALID", "ADD",      "SUB",        "MUL",        "DIV",     "SILU",    "GELU",
+      "RELU",    "EXP",      "NEG",        "SCALE",      "RMS_NORM", "LAYER_NORM", "SOFTMAX",
+      "MATMUL",  "ROPE",     "ATTENTION",  "GET_ROWS",   "CAST",    "QUANTIZE", "DEQUANTIZE",
+      "RESHAPE", "PERMUTE",  "SLICE",      "CONCAT"};
+  return op < XPU_OP_COUNT ? names[op] : "UNKNOWN";
+}
+
+#endif /* XPU_IR_H */

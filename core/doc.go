@@ -1,0 +1,15 @@
+// Package core holds what every part of xpu shares: data types, the graph builder with shape
+// inference, the Backend/Device/Context interfaces that every backend presents (the purego
+// adapter, the isolated client and the reference alike), placement and sessions.
+//
+// A graph is built once, checked at build time (an error names the node), and then prepared on
+// one or more devices:
+//
+//	g := core.NewGraph()
+//	x := g.Input("x", core.F32, 4, 64)
+//	w := g.Const("w", core.F32, []int64{32, 64}, weights)
+//	g.Output(g.MatMul(x, w))
+//	if err := g.Err(); err != nil { ... }
+//
+// Op semantics are defined in abi/OPS.md and implemented first in core/ref.
+package core

@@ -1,0 +1,83 @@
+package core
+
+import (
+	"fmt"
+	"strings"
+)
+
+// DType is an element type. The values equal the ABI's XPU_DT_* constants.
+type DType uint32
+
+// The data types of op set v1. Q8_0 and Q4_0 are GGUF's block layouts, bit for bit.
+const (
+	InvalidDType DType = 0
+	F32          DType = 1
+	F16          DType = 2
+	BF16         DType = 3
+	I32          DType = 4
+	I8           DType = 5
+	Q8_0         DType = 6
+	Q4_0         DType = 7
+)
+
+// QK is the number of values in one Q8_0 or Q4_0 block.
+const QK = 32
+
+var dtypeNames = [...]string{"invalid", "f32", "f16", "bf16", "i32", "i8", "q8_0", "q4_0"}
+
+// AllDTypes lists every valid dtype in id order.
+var AllDTypes = []DType{F32, F16, BF16, I32, I8, Q8_0, Q4_0}
+
+func (d DType) String() string {
+	if int(d) < len(dtypeNames) {
+		return dtypeNames[d]
+	}
+	return fmt.Sprintf("dtype(%d)", uint32(d))
+}
+
+// ParseDType reads a name as String writes it (case-insensitive).
+func ParseDType(s string) (DType, error) {
+	for i, n := range dtypeNames[1:] {
+		if strings.EqualFold(n, s) {
+			return DType(i + 1), nil
+		}
+	}
+	return InvalidDType, fmt.Errorf("dtype %q: %w", s, ErrNotFound)
+}
+
+// Valid reports whether d is one of the v1 dtypes.
+func (d DType) Valid() bool { return d >= F32 && d <= Q4_0 }
+
+// BlockLen is the number of values in one block: 32 for Q8_0/Q4_0, 1 otherwise.
+func (d DType) BlockLen() int64 {
+	if d == Q8_0 || d == Q4_0 {
+		return QK
+	}
+	return 1
+}
+
+// BlockBytes is the size of one block in bytes.
+func (d DType) BlockBytes() int64 {
+	switch d {
+	case F32, I32:
+		return 4
+	case F16, BF16:
+		return 2
+	case I8:
+		return 1
+	case Q8_0:
+		return 34
+	case Q4_0:
+		return 18
+	}
+	return 0
+}
+
+// Quantized reports whether d is a block-quantized type (Q8_0, Q4_0).
+func (d DType) Quantized() bool { return d == Q8_0 || d == Q4_0 }
+
+// Float reports whether d is an activation dtype (F32 or F16).
+func (d DType) Float() bool { return d == F32 || d == F16 }
+
+// Bytes is the storage size of n values of d; n must be a multiple of BlockLen.
+func (d DType) Bytes(n int64) int64 { return n / d.BlockLen() * d.BlockBytes() }

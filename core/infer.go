@@ -1,0 +1,334 @@
+package core
+
+import "fmt"
+
+// InferOutput checks a node's inputs and attributes against abi/OPS.md and returns the output
+// dtype and shape. forceDType/forceShape carry the output type for ops whose output is not
+// determined by the inputs (RESHAPE, CAST, QUANTIZE, SLICE); pass the node's output when
+// re-validating.
+func InferOutput(n *Node, forceDType DType, forceShape Shape) (DType, Shape, error) {
+	in := n.Inputs
+	need := func(lo, hi int) error {
+		if len(in) < lo || len(in) > hi {
+			if lo == hi {
+				return fmt.Errorf("takes %d inputs, got %d", lo, len(in))
+			}
+			return fmt.Errorf("takes %d to %d inputs, got %d", lo, hi, len(in))
+		}
+		return nil
+	}
+	float := func(i int) error {
+		if !in[i].DType.Float() {
+			return fmt.Errorf("input %d (%s) must be f32 or f16, got %s", i, in[i].Name, in[i].DType)
+		}
+		return nil
+	}
+	switch op := n.Op; {
+	case op.Binary():
+		if err := need(2, 2); err != nil {
+			return 0, nil, err
+		}
+		if err := float(0); err != nil {
+			return 0, nil, err
+		}
+		if in[0].DType != in[1].DType {
+			return 0, nil, fmt.Errorf("dtypes differ: %s and %s", in[0].DType, in[1].DType)
+		}
+		s, err := BroadcastShapes(in[0].Shape, in[1].Shape)
+		return in[0].DType, s, err
+
+	case op.Elementwise(), op == OpRMSNorm, op == OpLayerNorm, op == OpSoftmax:
+		if err := need(1, 1); err != nil {
+			return 0, nil, err
+		}
+		if err := float(0); err != nil {
+			return 0, nil, err
+		}
+		if (op == OpRMSNorm || op == OpLayerNorm || op == OpSoftmax) && len(in[0].Shape) == 0 {
+			return 0, nil, fmt.Errorf("needs rank >= 1")
+		}
+		if op == OpSoftmax && n.IAttr[0] != 0 && len(in[0].Shape) < 2 {
+			return 0, nil, fmt.Errorf("causal softmax needs rank >= 2")
+		}
+		return in[0].DType, in[0].Shape.Clone(), nil
+
+	case op == OpMatMul:
+		return inferMatMul(n)
+
+	case op == OpRoPE:
+		if err := need(2, 2); err != nil {
+			return 0, nil, err
+		}
+		if err := float(0); err != nil {
+			return 0, nil, err
+		}
+		x, pos := in[0].Shape, in[1].Shape
+		if len(x) != 3 && len(x) != 4 {
+			return 0, nil, fmt.Errorf("x must be [T,H,D] or [B,T,H,D], got %s", x)
+		}
+		T, D := x[len(x)-3], x[len(x)-1]
+		if in[1].DType != I32 || len(pos) != 1 || pos[0] != T {
+			return 0, nil, fmt.Errorf("positions must be i32 [%d], got %s%s", T, in[1].DType, pos)
+		}
+		nrot := n.IAttr[1]
+		if nrot == 0 {
+			nrot = D
+		}
+		if nrot < 0 || nrot > D || nrot%2 != 0 {
+			return 0, nil, fmt.Errorf("rotary dims %d must be even and <= head dim %d", nrot, D)
+		}
+		if m := n.IAttr[0]; m != RoPENormal && m != RoPENeoX {
+			return 0, nil, fmt.Errorf("unknown rope mode %d", m)
+		}
+		return in[0].DType, x.Clone(), nil
+
+	case op == OpAttention:
+		if err := need(3, 4); err != nil {
+			return 0, nil, err
+		}
+		if err := float(0); err != nil {
+			return 0, nil, err
+		}
+		q, k, v := in[0].Shape, in[1].Shape, in[2].Shape
+		if len(q) != 3 || len(k) != 3 || len(v) != 3 {
+			return 0, nil, fmt.Errorf("q, k, v must be rank 3 [T,H,D], got %s %s %s", q, k, v)
+		}
+		if !in[1].DType.Float() || !in[2].DType.Float() {
+			return 0, nil, fmt.Errorf("k and v must be f32 or f16")
+		}
+		if k[0] != v[0] || k[1] != v[1] {
+			return 0, nil, fmt.Errorf("k %s and v %s differ in length or heads", k, v)
+		}
+		if q[2] != k[2] {
+			return 0, nil, fmt.Errorf("q head dim %d != k head dim %d", q[2], k[2])
+		}
+		if k[1] == 0 || q[1]%k[1] != 0 {
+			return 0, nil, fmt.Errorf("query heads %d not a multiple of kv heads %d", q[1], k[1])
+		}
+		if len(in) == 4 && (in[3].DType != I32 || in[3].Shape.NumElements() != 1) {
+			return 0, nil, fmt.Errorf("q_offset must be i32 [1], got %s", in[3])
+		}
+		return in[0].DType, Shape{q[0], q[1], v[2]}, nil
+
+	case op == OpGetRows:
+		if err := need(2, 2); err != nil {
+			return 0, nil, err
+		}
+		t, ids := in[0], in[1]
+		if len(t.Shape) != 2 {
+			return 0, nil, fmt.Errorf("table must be rank 2, got %s", t.Shape)
+		}
+		switch t.DType {
+		case F32, F16, BF16, Q8_0, Q4_0, I8:
+		default:
+			return 0, nil, fmt.Errorf("table dtype %s not allowed", t.DType)
+		}
+		if ids.DType != I32 || len(ids.Shape) > MaxRank-1 {
+			return 0, nil, fmt.Errorf("ids must be i32 of rank <= 3, got %s", ids)
+		}
+		return F32, append(ids.Shape.Clone(), t.Shape[1]), nil
+
+	case op == OpCast:
+		if err := need(1, 1); err != nil {
+			return 0, nil, err
+		}
+		from, to := in[0].DType, forceDType
+		okFrom := from == F32 || from == F16 || from == BF16 || from == I32
+		okTo := to == F32 || to == F16 || to == BF16
+		if !okFrom || !okTo {
+			return 0, nil, fmt.Errorf("cast %s -> %s not allowed", from, to)
+		}
+		return to, in[0].Shape.Clone(), nil
+
+	case op == OpQuantize:
+		if err := need(1, 1); err != nil {
+			return 0, nil, err
+		}
+		if in[0].DType != F32 {
+			return 0, nil, fmt.Errorf("quantize needs f32 input, got %s", in[0].DType)
+		}
+		to := forceDType
+		if to != Q8_0 && to != Q4_0 && to != I8 {
+			return 0, nil, fmt.Errorf("quantize to %s not allowed", to)
+		}
+		if to == I8 && n.FAttr[0] <= 0 {
+			return 0, nil, fmt.Errorf("i8 quantize needs a positive scale")
+		}
+		if err := checkShape(to, in[0].Shape); err != nil {
+			return 0, nil, err
+		}
+		return to, in[0].Shape.Clone(), nil
+
+	case op == OpDequantize:
+		if err := need(1, 1); err != nil {
+			return 0, nil, err
+		}
+		if d := in[0].DType; d != Q8_0 && d != Q4_0 && d != I8 {
+			return 0, nil, fmt.Errorf("dequantize needs q8_0, q4_0 or i8, got %s", d)
+		}
+		return F32, in[0].Shape.Clone(), nil
+
+	case op == OpReshape:
+		if err := need(1, 1); err != nil {
+			return 0, nil, err
+		}
+		if err := checkShape(in[0].DType, forceShape); err != nil {
+			return 0, nil, err
+		}
+		if forceShape.NumElements() != in[0].Shape.NumElements() {
+			return 0, nil, fmt.Errorf("reshape %s -> %s changes the element count", in[0].Shape, forceShape)
+		}
+		return in[0].DType, forceShape.Clone(), nil
+
+	case op == OpPermute:
+		if err := need(1, 1); err != nil {
+			return 0, nil, err
+		}
+		if err := movable(in[0]); err != nil {
+			return 0, nil, err
+		}
+		x := in[0].Shape
+		out := make(Shape, len(x))
+		seen := make([]bool, len(x))
+		for d := range x {
+			p := n.IAttr[d]
+			if p < 0 || int(p) >= len(x) || seen[p] {
+				return 0, nil, fmt.Errorf("perm %v is not a permutation of %d axes", n.IAttr[:len(x)], len(x))
+			}
+			seen[p] = true
+			out[d] = x[p]
+		}
+		return in[0].DType, out, nil
+
+	case op == OpSlice:
+		if err := need(1, 1); err != nil {
+			return 0, nil, err
+		}
+		if err := movable(in[0]); err != nil {
+			return 0, nil, err
+		}
+		x := in[0].Shape
+		axis, start := n.IAttr[0], n.IAttr[1]
+		if axis < 0 || int(axis) >= len(x) {
+			return 0, nil, fmt.Errorf("axis %d out of range for %s", axis, x)
+		}
+		if len(forceShape) != len(x) {
+			return 0, nil, fmt.Errorf("slice output rank %d != input rank %d", len(forceShape), len(x))
+		}
+		for d := range x {
+			if d != int(axis) && forceShape[d] != x[d] {
+				return 0, nil, fmt.Errorf("slice changes axis %d (only axis %d may change)", d, axis)
+			}
+		}
+		if start < 0 || start+forceShape[axis] > x[axis] || forceShape[axis] < 0 {
+			return 0, nil, fmt.Errorf("slice [%d, %d) out of range 0..%d", start, start+forceShape[axis], x[axis])
+		}
+		return in[0].DType, forceShape.Clone(), nil
+
+	case op == OpConcat:
+		if err := need(1, MaxInputs); err != nil {
+			return 0, nil, err
+		}
+		x := in[0].Shape
+		axis := n.IAttr[0]
+		if axis < 0 || int(axis) >= len(x) {
+			return 0, nil, fmt.Errorf("axis %d out of range for %s", axis, x)
+		}
+		out := x.Clone()
+		for i, t := range in {
+			if err := movable(t); err != nil {
+				return 0, nil, err
+			}
+			if t.DType != in[0].DType || len(t.Shape) != len(x) {
+				return 0, nil, fmt.Errorf("input %d (%s) differs in dtype or rank from input 0", i, t)
+			}
+			for d := range x {
+				if d != int(axis) && t.Shape[d] != x[d] {
+					return 0, nil, fmt.Errorf("input %d shape %s differs from %s off axis %d", i, t.Shape, x, axis)
+				}
+			}
+			if i > 0 {
+				out[axis] += t.Shape[axis]
+			}
+		}
+		return in[0].DType, out, nil
+	}
+	return 0, nil, fmt.Errorf("unknown op %s", n.Op)
+}
+
+// movable: dtypes the data-movement ops handle.
+func movable(t *Tensor) error {
+	switch t.DType {
+	case F32, F16, BF16, I32, I8:
+		return nil
+	}
+	return fmt.Errorf("%s: dtype %s cannot be moved element-wise", t.Name, t.DType)
+}
+
+func inferMatMul(n *Node) (DType, Shape, error) {
+	if len(n.Inputs) != 2 {
+		return 0, nil, fmt.Errorf("takes 2 inputs, got %d", len(n.Inputs))
+	}
+	a, b := n.Inputs[0], n.Inputs[1]
+	if !a.DType.Float() {
+		return 0, nil, fmt.Errorf("a must be f32 or f16, got %s", a.DType)
+	}
+	if len(a.Shape) < 1 || len(b.Shape) < 2 {
+		return 0, nil, fmt.Errorf("a needs rank >= 1 and b rank >= 2, got %s and %s", a.Shape, b.Shape)
+	}
+	switch b.DType {
+	case F32, F16, BF16:
+	case Q8_0, Q4_0, I8:
+		if len(b.Shape) != 2 {
+			return 0, nil, fmt.Errorf("a %s b must be rank 2, got %s", b.DType, b.Shape)
+		}
+		if b.DType == I8 && n.FAttr[0] <= 0 {
+			return 0, nil, fmt.Errorf("i8 b needs a positive scale in fattr[0]")
+		}
+	default:
+		return 0, nil, fmt.Errorf("b dtype %s not allowed", b.DType)
+	}
+	K := a.Shape[len(a.Shape)-1]
+	N, Kb := b.Shape[len(b.Shape)-2], b.Shape[len(b.Shape)-1]
+	if K != Kb {
+		return 0, nil, fmt.Errorf("inner dims differ: a %s, b %s (b is [N,K])", a.Shape, b.Shape)
+	}
+	if len(a.Shape) == 1 {
+		if len(b.Shape) != 2 {
+			return 0, nil, fmt.Errorf("rank-1 a needs a rank-2 b")
+		}
+		return a.DType, Shape{N}, nil
+	}
+	M := a.Shape[len(a.Shape)-2]
+	batch, err := BroadcastShapes(a.Shape[:len(a.Shape)-2], b.Shape[:len(b.Shape)-2])
+	if err != nil {
+		return 0, nil, fmt.Errorf("batch dims: %w", err)
+	}
+	return a.DType, append(batch, M, N), nil
+}
+
+// BroadcastShapes applies numpy broadcasting to two shapes.
+func BroadcastShapes(a, b Shape) (Shape, error) {
+	r := max(len(a), len(b))
+	out := make(Shape, r)
+	for i := 0; i < r; i++ {
+		da, db := int64(1), int64(1)
+		if j := len(a) - r + i; j >= 0 {
+			da = a[j]
+		}
+		if j := len(b) - r + i; j >= 0 {
+			db = b[j]
+		}
+		switch {
+		case da == db:
+			out[i] = da
+		case da == 1:
+			out[i] = db
+		case db == 1:
+			out[i] = da
+		default:
+			return nil, fmt.Errorf("shapes %s and %s do not broadcast", a, b)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,203 @@
+package core
+
+// Builder methods, one per op of abi/OPS.md. Each returns the node's output tensor, or nil once
+// the graph has an error (see Graph.Err). Names are optional: Named sets the next node's name.
+
+// Named sets the name of the next node added (then resets). It returns g for chaining:
+// g.Named("attn_q").MatMul(x, wq).
+func (g *Graph) Named(name string) *Graph {
+	g.nextName = name
+	return g
+}
+
+func (g *Graph) spec(op Op, inputs ...*Tensor) nodeSpec {
+	s := nodeSpec{op: op, name: g.nextName, inputs: inputs}
+	g.nextName = ""
+	return s
+}
+
+// Add returns a + b (broadcasting).
+func (g *Graph) Add(a, b *Tensor) *Tensor { return g.add(g.spec(OpAdd, a, b)) }
+
+// Sub returns a - b (broadcasting).
+func (g *Graph) Sub(a, b *Tensor) *Tensor { return g.add(g.spec(OpSub, a, b)) }
+
+// Mul returns a * b (broadcasting).
+func (g *Graph) Mul(a, b *Tensor) *Tensor { return g.add(g.spec(OpMul, a, b)) }
+
+// Div returns a / b (broadcasting).
+func (g *Graph) Div(a, b *Tensor) *Tensor { return g.add(g.spec(OpDiv, a, b)) }
+
+// SiLU returns x * sigmoid(x).
+func (g *Graph) SiLU(x *Tensor) *Tensor { return g.add(g.spec(OpSiLU, x)) }
+
+// GELU returns the tanh approximation of GELU.
+func (g *Graph) GELU(x *Tensor) *Tensor { return g.add(g.spec(OpGELU, x)) }
+
+// ReLU returns max(x, 0).
+func (g *Graph) ReLU(x *Tensor) *Tensor { return g.add(g.spec(OpReLU, x)) }
+
+// Exp returns e^x.
+func (g *Graph) Exp(x *Tensor) *Tensor { return g.add(g.spec(OpExp, x)) }
+
+// Neg returns -x.
+func (g *Graph) Neg(x *Tensor) *Tensor { return g.add(g.spec(OpNeg, x)) }
+
+// Scale returns x*scale + bias.
+func (g *Graph) Scale(x *Tensor, scale, bias float32) *Tensor {
+	s := g.spec(OpScale, x)
+	s.fattr[0], s.fattr[1] = scale, bias
+	return g.add(s)
+}
+
+// RMSNorm normalizes the last axis by its root mean square.
+func (g *Graph) RMSNorm(x *Tensor, eps float32) *Tensor {
+	s := g.spec(OpRMSNorm, x)
+	s.fattr[0] = eps
+	return g.add(s)
+}
+
+// LayerNorm normalizes the last axis to zero mean and unit variance.
+func (g *Graph) LayerNorm(x *Tensor, eps float32) *Tensor {
+	s := g.spec(OpLayerNorm, x)
+	s.fattr[0] = eps
+	return g.add(s)
+}
+
+// Softmax is softmax(x*scale) over the last axis (scale 0 means 1).
+func (g *Graph) Softmax(x *Tensor, scale float32) *Tensor {
+	s := g.spec(OpSoftmax, x)
+	s.fattr[0] = scale
+	return g.add(s)
+}
+
+// CausalSoftmax is Softmax with element (i, j) of the last two axes masked when j > i+offset.
+func (g *Graph) CausalSoftmax(x *Tensor, scale float32, offset int64) *Tensor {
+	s := g.spec(OpSoftmax, x)
+	s.fattr[0] = scale
+	s.iattr[0], s.iattr[1] = 1, offset
+	return g.add(s)
+}
+
+// MatMul returns a × bᵀ: a [..., M, K], b [..., N, K] (F32/F16/BF16/Q8_0/Q4_0) → [..., M, N].
+func (g *Graph) MatMul(a, b *Tensor) *Tensor { return g.add(g.spec(OpMatMul, a, b)) }
+
+// MatMulI8 is MatMul with an I8 b whose values are scale*q.
+func (g *Graph) MatMulI8(a, b *Tensor, scale float32) *Tensor {
+	s := g.spec(OpMatMul, a, b)
+	s.fattr[0] = scale
+	return g.add(s)
+}
+
+// RoPEOptions are the rotary embedding parameters; zero values mean the OPS.md defaults.
+type RoPEOptions struct {
+	Mode      int64   // RoPENormal or RoPENeoX
+	Dims      int64   // rotary dims; 0 = the whole head
+	Base      float32 // 0 = 10000
+	FreqScale float32 // 0 = 1
+}
+
+// RoPE rotates x [T, H, D] by the positions pos (i32 [T]).
+func (g *Graph) RoPE(x, pos *Tensor, o RoPEOptions) *Tensor {
+	s := g.spec(OpRoPE, x, pos)
+	s.iattr[0], s.iattr[1] = o.Mode, o.Dims
+	s.fattr[0], s.fattr[1] = o.Base, o.FreqScale
+	return g.add(s)
+}
+
+// AttentionOptions configure Attention; zero values mean the OPS.md defaults.
+type AttentionOptions struct {
+	Scale  float32 // 0 = 1/sqrt(D)
+	Causal bool
+	// QOffset is the absolute position of the first query, used when QOffsetInput is nil.
+	QOffset int64
+	// QOffsetInput, an i32 [1] tensor, gives the offset at execution time: the graph's shape
+	// then does not depend on the position (static-shape backends reuse it for every chunk).
+	QOffsetInput *Tensor
+}
+
+// Attention is fused scaled dot-product attention with grouped-query heads:
+// q [Tq, Hq, D], k [Tk, Hkv, D], v [Tk, Hkv, Dv] → [Tq, Hq, Dv].
+func (g *Graph) Attention(q, k, v *Tensor, o AttentionOptions) *Tensor {
+	in := []*Tensor{q, k, v}
+	if o.QOffsetInput != nil {
+		in = append(in, o.QOffsetInput)
+	}
+	s := g.spec(OpAttention, in...)
+	s.fattr[0] = o.Scale
+	if o.Causal {
+		s.iattr[0] = 1
+	}
+	s.iattr[1] = o.QOffset
+	return g.add(s)
+}
+
+// GetRows gathers rows of table [R, K] by ids (i32) → f32 [..., K].
+func (g *Graph) GetRows(table, ids *Tensor) *Tensor { return g.add(g.spec(OpGetRows, table, ids)) }
+
+// GetRowsI8 is GetRows of an I8 table whose values are scale*q.
+func (g *Graph) GetRowsI8(table, ids *Tensor, scale float32) *Tensor {
+	s := g.spec(OpGetRows, table, ids)
+	s.fattr[0] = scale
+	return g.add(s)
+}
+
+// Cast converts x to dt (F32, F16, BF16).
+func (g *Graph) Cast(x *Tensor, dt DType) *Tensor {
+	s := g.spec(OpCast, x)
+	s.outDType = dt
+	return g.add(s)
+}
+
+// Quantize converts f32 x to Q8_0, Q4_0 or I8 (scale used for I8 only).
+func (g *Graph) Quantize(x *Tensor, dt DType, scale float32) *Tensor {
+	s := g.spec(OpQuantize, x)
+	s.outDType = dt
+	s.fattr[0] = scale
+	return g.add(s)
+}
+
+// Dequantize converts Q8_0, Q4_0 or I8 (with scale) to f32.
+func (g *Graph) Dequantize(x *Tensor, scale float32) *Tensor {
+	s := g.spec(OpDequantize, x)
+	s.fattr[0] = scale
+	return g.add(s)
+}
+
+// Reshape gives x a new shape with the same element count.
+func (g *Graph) Reshape(x *Tensor, shape ...int64) *Tensor {
+	s := g.spec(OpReshape, x)
+	s.outShape = shape
+	return g.add(s)
+}
+
+// Permute moves axes: out.shape[d] = x.shape[perm[d]].
+func (g *Graph) Permute(x *Tensor, perm ...int64) *Tensor {
+	s := g.spec(OpPermute, x)
+	if len(perm) > MaxRank {
+		return g.fail(s.name, OpPermute, "perm has %d axes, max %d", len(perm), MaxRank)
+	}
+	if x != nil && len(perm) != len(x.Shape) {
+		return g.fail(s.name, OpPermute, "perm %v does not match rank %d", perm, len(x.Shape))
+	}
+	copy(s.iattr[:], perm)
+	return g.add(s)
+}
+
+// Slice keeps [start, start+length) of axis.
+func (g *Graph) Slice(x *Tensor, axis int, start, length int64) *Tensor {
+	s := g.spec(OpSlice, x)
+	s.iattr[0], s.iattr[1] = int64(axis), start
+	if x != nil && axis >= 0 && axis < len(x.Shape) {
+		s.outShape = x.Shape.Clone()
+		s.outShape[axis] = length
+	}
+	return g.add(s)
+}
+
+// Concat joins tensors along axis (1 to 8 inputs).
+func (g *Graph) Concat(axis int, xs ...*Tensor) *Tensor {
+	s := g.spec(OpConcat, xs...)
+	s.iattr[0] = int64(axis)
+	return g.add(s)
+}
