@@ -1,0 +1,74 @@
+// Command xpu lists devices, runs the conformance suite, generates text and benchmarks
+// backends. Each subcommand lives in its own file and registers itself in init.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+)
+
+// command is one subcommand. run returns the process exit status.
+type command struct {
+	name    string
+	summary string
+	hidden  bool
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+}
+
+var commands = map[string]*command{}
+
+func register(c *command) {
+	if _, dup := commands[c.name]; dup {
+		panic("xpu: duplicate subcommand " + c.name)
+	}
+	commands[c.name] = c
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: xpu <command> [flags]")
+	fmt.Fprintln(w, "\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n, c := range commands {
+		if !c.hidden {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'xpu <command> -h' for a command's flags. XPU_LOG=debug shows the loader's work.")
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	level := slog.LevelWarn
+	switch strings.ToLower(os.Getenv("XPU_LOG")) {
+	case "debug":
+		level = slog.LevelDebug
+	case "info":
+		level = slog.LevelInfo
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
+
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "xpu: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	return c.run(ctx, args[1:], stdout, stderr)
+}
