@@ -4,10 +4,24 @@ package core
 // the graph has an error (see Graph.Err). Names are optional: Named sets the next node's name.
 
 // Named sets the name of the next node added (then resets). It returns g for chaining:
-// g.Named("attn_q").MatMul(x, wq).
+// g.Named("attn_q").MatMul(x, wq). The arguments are evaluated after Named, so they must not
+// add nodes themselves (g.Named("a").MatMul(g.SiLU(x), w) names the SILU); use Rename then.
 func (g *Graph) Named(name string) *Graph {
 	g.nextName = name
 	return g
+}
+
+// Rename gives the node that produced t (and t) a new unique name, and returns t.
+func (g *Graph) Rename(t *Tensor, name string) *Tensor {
+	if g.err != nil || t == nil || t.Producer < 0 {
+		return t
+	}
+	delete(g.names, t.Name)
+	n := g.Nodes[t.Producer]
+	n.Name = g.uniqueName(g.prefix + name)
+	t.Name = n.Name
+	g.names[t.Name] = t.ID
+	return t
 }
 
 func (g *Graph) spec(op Op, inputs ...*Tensor) nodeSpec {

@@ -1,0 +1,161 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestInferShapes(t *testing.T) {
+	tests := []struct {
+		name  string
+		build func(g *Graph) *Tensor
+		dtype DType
+		shape Shape
+	}{
+		{"broadcast add", func(g *Graph) *Tensor {
+			return g.Add(g.Input("a", F32, 2, 3, 4), g.Input("b", F32, 3, 1))
+		}, F32, Shape{2, 3, 4}},
+		{"matmul weight", func(g *Graph) *Tensor {
+			w := g.Const("w", Q8_0, Shape{8, 64}, make([]byte, Q8_0.Bytes(8*64)))
+			return g.MatMul(g.Input("x", F32, 5, 64), w)
+		}, F32, Shape{5, 8}},
+		{"matmul batched broadcast", func(g *Graph) *Tensor {
+			return g.MatMul(g.Input("a", F16, 3, 1, 4, 6), g.Input("b", F16, 2, 5, 6))
+		}, F16, Shape{3, 2, 4, 5}},
+		{"matmul rank-1 a", func(g *Graph) *Tensor {
+			return g.MatMul(g.Input("a", F32, 6), g.Input("b", F32, 5, 6))
+		}, F32, Shape{5}},
+		{"attention gqa", func(g *Graph) *Tensor {
+			return g.Attention(g.Input("q", F32, 7, 8, 16), g.Input("k", F16, 20, 2, 16),
+				g.Input("v", F16, 20, 2, 12), AttentionOptions{Causal: true, QOffset: 13})
+		}, F32, Shape{7, 8, 12}},
+		{"get rows", func(g *Graph) *Tensor {
+			tab := g.Const("emb", Q4_0, Shape{10, 32}, make([]byte, Q4_0.Bytes(320)))
+			return g.GetRows(tab, g.Input("ids", I32, 2, 3))
+		}, F32, Shape{2, 3, 32}},
+		{"rope", func(g *Graph) *Tensor {
+			return g.RoPE(g.Input("x", F32, 4, 2, 8), g.Input("pos", I32, 4), RoPEOptions{Mode: RoPENeoX, Dims: 4})
+		}, F32, Shape{4, 2, 8}},
+		{"permute", func(g *Graph) *Tensor {
+			return g.Permute(g.Input("x", F32, 2, 3, 4), 2, 0, 1)
+		}, F32, Shape{4, 2, 3}},
+		{"slice", func(g *Graph) *Tensor { return g.Slice(g.Input("x", I32, 5, 6), 1, 2, 3) }, I32, Shape{5, 3}},
+		{"concat", func(g *Graph) *Tensor {
+			return g.Concat(0, g.Input("a", F32, 2, 3), g.Input("b", F32, 4, 3), g.Input("c", F32, 1, 3))
+		}, F32, Shape{7, 3}},
+		{"cast", func(g *Graph) *Tensor { return g.Cast(g.Input("x", F32, 3), BF16) }, BF16, Shape{3}},
+		{"quantize", func(g *Graph) *Tensor { return g.Quantize(g.Input("x", F32, 2, 64), Q4_0, 0) }, Q4_0, Shape{2, 64}},
+		{"reshape", func(g *Graph) *Tensor { return g.Reshape(g.Input("x", F32, 2, 6), 3, 4) }, F32, Shape{3, 4}},
+		{"zero-size unary", func(g *Graph) *Tensor { return g.SiLU(g.Input("x", F32, 0, 4)) }, F32, Shape{0, 4}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewGraph()
+			out := tc.build(g)
+			require.NoError(t, g.Err())
+			assert.Equal(t, tc.dtype, out.DType)
+			assert.Equal(t, tc.shape, out.Shape)
+			g.Output(out)
+			require.NoError(t, g.Validate())
+		})
+	}
+}
+
+func TestBuildErrorsNameTheNode(t *testing.T) {
+	tests := []struct {
+		name    string
+		build   func(g *Graph)
+		wantMsg string
+	}{
+		{"inner dims", func(g *Graph) {
+			g.Named("attn_q").MatMul(g.Input("x", F32, 2, 64), g.Input("w", F32, 8, 32))
+		}, `"attn_q" (MATMUL): inner dims differ`},
+		{"broadcast", func(g *Graph) {
+			g.Add(g.Input("a", F32, 2, 3), g.Input("b", F32, 4))
+		}, "do not broadcast"},
+		{"dtype mix", func(g *Graph) {
+			g.Mul(g.Input("a", F32, 2), g.Input("b", F16, 2))
+		}, "dtypes differ"},
+		{"gqa heads", func(g *Graph) {
+			g.Attention(g.Input("q", F32, 1, 6, 4), g.Input("k", F32, 3, 4, 4), g.Input("v", F32, 3, 4, 4), AttentionOptions{})
+		}, "not a multiple of kv heads"},
+		{"q4 rows", func(g *Graph) { g.Input("w", Q4_0, 4, 33) }, "multiple of 32"},
+		{"const size", func(g *Graph) { g.Const("w", F32, Shape{2, 2}, make([]byte, 15)) }, "want 16"},
+		{"rope pos", func(g *Graph) {
+			g.RoPE(g.Input("x", F32, 4, 2, 8), g.Input("pos", I32, 3), RoPEOptions{})
+		}, "positions must be i32 [4]"},
+		{"rope odd dims", func(g *Graph) {
+			g.RoPE(g.Input("x", F32, 4, 2, 8), g.Input("pos", I32, 4), RoPEOptions{Dims: 3})
+		}, "must be even"},
+		{"slice range", func(g *Graph) { g.Slice(g.Input("x", F32, 5), 0, 3, 3) }, "out of range"},
+		{"permute", func(g *Graph) { g.Permute(g.Input("x", F32, 2, 3), 0, 0) }, "not a permutation"},
+		{"reshape count", func(g *Graph) { g.Reshape(g.Input("x", F32, 2, 6), 5) }, "element count"},
+		{"quantize i8 scale", func(g *Graph) { g.Quantize(g.Input("x", F32, 4), I8, 0) }, "positive scale"},
+		{"quantized matmul rank", func(g *Graph) {
+			g.MatMul(g.Input("x", F32, 2, 32), g.Input("w", Q8_0, 2, 4, 32))
+		}, "must be rank 2"},
+		{"cast from q8", func(g *Graph) { g.Cast(g.Input("x", Q8_0, 32), F32) }, "not allowed"},
+		{"rank 5", func(g *Graph) { g.Input("x", F32, 1, 1, 1, 1, 1) }, "rank 5"},
+		{"prefix names the layer", func(g *Graph) {
+			g.SetNamePrefix("blk.3.")
+			g.Named("ffn_up").MatMul(g.Input("x", F32, 2, 8), g.Input("w", F32, 4, 7))
+		}, `"blk.3.ffn_up"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewGraph()
+			tc.build(g)
+			err := g.Err()
+			require.Error(t, err)
+			assert.True(t, errors.Is(err, ErrGraph))
+			assert.Contains(t, err.Error(), tc.wantMsg)
+		})
+	}
+}
+
+func TestFirstErrorSticks(t *testing.T) {
+	g := NewGraph()
+	x := g.Input("x", F32, 2, 3)
+	bad := g.Add(x, g.Input("y", F32, 4))
+	assert.Nil(t, bad)
+	assert.Nil(t, g.SiLU(bad)) // later calls are no-ops, no panic on nil
+	assert.Contains(t, g.Err().Error(), "broadcast")
+}
+
+func TestValidateCatchesEdits(t *testing.T) {
+	g := NewGraph()
+	y := g.SiLU(g.Input("x", F32, 3))
+	g.Output(y)
+	require.NoError(t, g.Validate())
+	y.Shape = Shape{4}
+	assert.ErrorContains(t, g.Validate(), "inputs give f32[3]")
+	assert.ErrorContains(t, NewGraph().Validate(), "no outputs")
+}
+
+func TestUniqueNames(t *testing.T) {
+	g := NewGraph()
+	x := g.Input("x", F32, 2)
+	a, b := g.SiLU(x), g.SiLU(x)
+	assert.Equal(t, "silu", a.Name)
+	assert.Equal(t, "silu.1", b.Name)
+	got, ok := g.Tensor("silu.1")
+	assert.True(t, ok)
+	assert.Same(t, b, got)
+}
+
+func ExampleGraph() {
+	g := NewGraph()
+	x := g.Input("x", F32, 4, 64)
+	w := g.Const("w", F32, Shape{32, 64}, make([]byte, 4*32*64))
+	y := g.Rename(g.MatMul(g.RMSNorm(x, 1e-5), w), "proj")
+	g.Output(g.SiLU(y))
+	if err := g.Err(); err != nil {
+		panic(err)
+	}
+	fmt.Println(y)
+	// Output: proj f32[4,32]
+}
