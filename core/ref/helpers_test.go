@@ -23,6 +23,7 @@ type opCase struct {
 	want      []float32
 	wantBytes []byte
 	tol       float64 // absolute; 0 means 1e-6
+	inputs    [][]byte // bytes for the graph's inputs, if it has any
 }
 
 // c32 adds an F32 constant.
@@ -55,7 +56,7 @@ func runCases(t *testing.T, cases []opCase) {
 			if tc.shape != nil {
 				assert.Truef(t, tc.shape.Equal(out.Shape), "output shape %s, want %s", out.Shape, tc.shape)
 			}
-			res, err := Run(context.Background(), g, nil)
+			res, err := Run(context.Background(), g, tc.inputs)
 			require.NoError(t, err)
 			require.Len(t, res, 1)
 			if tc.wantBytes != nil || !out.DType.Float() {
