@@ -1,0 +1,246 @@
+package core
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+)
+
+// Executor owns one Context per device and a cache of prepared executables, so that several
+// sessions over the same weights share them: constants are uploaded once per context, and a
+// graph prepared once (same backend build, device, structure, shapes and constant slices) is
+// not prepared again. The LLM runtime uses one Executor for all its per-chunk and per-step
+// sessions. An Executor is safe for concurrent use.
+type Executor struct {
+	cfg sessionConfig
+	log *slog.Logger
+
+	mu     sync.Mutex
+	ctxs   map[string]*execContext // by device ID
+	cache  map[string]*cacheEntry  // by prepareKey
+	clock  uint64                  // for least-recently-used eviction
+	closed bool
+}
+
+// execContext is one opened device context. Devices without CapConcurrent get their
+// executions serialized through run, across every session of the executor.
+type execContext struct {
+	dev        Device
+	ctx        Context
+	concurrent bool // CapConcurrent: executions may overlap
+	run        sync.Mutex
+}
+
+type cacheEntry struct {
+	exe  Executable
+	refs int
+	used uint64
+	// exeCtx is the context the executable was prepared in.
+	exeCtx *execContext
+	// consts keeps the constant slices alive: the key names them by address, and a freed
+	// slice's address could be reused by different bytes.
+	consts [][]byte
+}
+
+// DefaultCacheSize is how many unused prepared executables an Executor keeps.
+const DefaultCacheSize = 64
+
+// NewExecutor makes an executor. Of the session options, WithContextOptions, WithLogger and
+// WithCacheSize apply; the others are per session.
+func NewExecutor(opts ...SessionOption) *Executor {
+	cfg := newSessionConfig(opts)
+	return &Executor{cfg: cfg, log: cfg.logger, ctxs: map[string]*execContext{}, cache: map[string]*cacheEntry{}}
+}
+
+// errClosed is returned by calls on a closed Executor or Session.
+var errClosed = fmt.Errorf("closed: %w", ErrBadState)
+
+// context returns the device's context, opening it on first use.
+func (e *Executor) context(ctx context.Context, dev Device) (*execContext, error) {
+	id := dev.Info().ID()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, errClosed
+	}
+	if ec, ok := e.ctxs[id]; ok {
+		return ec, nil
+	}
+	c, err := dev.NewContext(ctx, e.cfg.contextOptions)
+	if err != nil {
+		return nil, fmt.Errorf("device %s: new context: %w", id, err)
+	}
+	ec := &execContext{dev: dev, ctx: c, concurrent: dev.Info().Caps.Has(CapConcurrent)}
+	e.ctxs[id] = ec
+	e.log.Debug("xpu: context opened", "device", id)
+	return ec, nil
+}
+
+// dropContext closes a device's context if nothing was prepared in it; a private executor
+// uses it for devices that were analyzed but got no node.
+func (e *Executor) dropContext(dev Device) error {
+	id := dev.Info().ID()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ec, ok := e.ctxs[id]
+	if !ok {
+		return nil
+	}
+	for _, ce := range e.cache {
+		if ce.exe != nil && ce.exeCtx == ec {
+			return nil
+		}
+	}
+	delete(e.ctxs, id)
+	return ec.ctx.Close()
+}
+
+// prepare returns the executable of g on ec, from the cache when the same graph was prepared
+// there before. The caller must release it.
+func (e *Executor) prepare(ctx context.Context, ec *execContext, g *Graph) (Executable, string, error) {
+	key := prepareKey(ec.dev, g)
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, "", errClosed
+	}
+	if ce, ok := e.cache[key]; ok {
+		ce.refs++
+		e.clock++
+		ce.used = e.clock
+		e.mu.Unlock()
+		return ce.exe, key, nil
+	}
+	e.mu.Unlock()
+
+	// Prepare outside the lock: it compiles, which may take seconds on an NPU.
+	exe, err := ec.ctx.Prepare(ctx, g)
+	if err != nil {
+		return nil, "", err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, "", errors.Join(errClosed, exe.Close())
+	}
+	if ce, ok := e.cache[key]; ok { // another session prepared it meanwhile
+		ce.refs++
+		return ce.exe, key, exe.Close()
+	}
+	var consts [][]byte
+	for _, t := range g.Tensors {
+		if t.Kind == KindConst {
+			consts = append(consts, t.Data)
+		}
+	}
+	e.clock++
+	e.cache[key] = &cacheEntry{exe: exe, refs: 1, used: e.clock, consts: consts, exeCtx: ec}
+	return exe, key, e.evictLocked()
+}
+
+// release gives back an executable obtained from prepare.
+func (e *Executor) release(key string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ce, ok := e.cache[key]; ok && ce.refs > 0 {
+		ce.refs--
+	}
+	return e.evictLocked()
+}
+
+// evictLocked closes the least recently used unreferenced executables beyond the cache size.
+func (e *Executor) evictLocked() error {
+	var errs []error
+	for {
+		idle, oldest := 0, ""
+		for k, ce := range e.cache {
+			if ce.refs == 0 {
+				idle++
+				if oldest == "" || ce.used < e.cache[oldest].used {
+					oldest = k
+				}
+			}
+		}
+		if idle <= e.cfg.cacheSize {
+			return errors.Join(errs...)
+		}
+		errs = append(errs, e.cache[oldest].exe.Close())
+		delete(e.cache, oldest)
+	}
+}
+
+// Close releases every executable and context. Sessions using the executor must be closed
+// first.
+func (e *Executor) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	var errs []error
+	for k, ce := range e.cache {
+		if ce.refs > 0 {
+			errs = append(errs, fmt.Errorf("executor: executable still used by %d session(s): %w", ce.refs, ErrBadState))
+		}
+		errs = append(errs, ce.exe.Close())
+		delete(e.cache, k)
+	}
+	for id, ec := range e.ctxs {
+		if err := ec.ctx.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("device %s: close context: %w", id, err))
+		}
+		delete(e.ctxs, id)
+	}
+	return errors.Join(errs...)
+}
+
+// prepareKey identifies a prepared graph: the device (an executable lives in that device's
+// context, so the backend build cannot change under it) and the graph's structure, shapes,
+// attributes and constants (by address and length: the backend uploaded those bytes).
+func prepareKey(dev Device, g *Graph) string {
+	h := sha256.New()
+	var b [8]byte
+	put := func(v uint64) {
+		binary.LittleEndian.PutUint64(b[:], v)
+		h.Write(b[:])
+	}
+	for _, t := range g.Tensors {
+		put(uint64(t.DType))
+		put(uint64(t.Kind))
+		put(uint64(len(t.Shape)))
+		for _, d := range t.Shape {
+			put(uint64(d))
+		}
+		if t.Kind == KindConst {
+			fmt.Fprintf(h, "%p/%d", t.Data, len(t.Data))
+		}
+	}
+	for _, n := range g.Nodes {
+		put(uint64(n.Op))
+		put(uint64(len(n.Inputs)))
+		for _, in := range n.Inputs {
+			put(uint64(in.ID))
+		}
+		put(uint64(n.Output.ID))
+		for _, v := range n.IAttr {
+			put(uint64(v))
+		}
+		for _, v := range n.FAttr {
+			put(uint64(math.Float32bits(v)))
+		}
+	}
+	for _, ts := range [][]*Tensor{g.Inputs, g.Outputs} {
+		put(uint64(len(ts)))
+		for _, t := range ts {
+			put(uint64(t.ID))
+		}
+	}
+	return dev.Info().ID() + "|" + hex.EncodeToString(h.Sum(nil))
+}

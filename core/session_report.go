@@ -1,0 +1,96 @@
+package core
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+)
+
+// Report is a session's placement: where every node runs, at what precision, what fell back
+// and why, and the host copies each Run makes between devices.
+type Report struct {
+	Policy     string
+	Strict     bool
+	Devices    []string // IDs of the devices that got at least one node
+	Partitions int
+	Nodes      []NodeReport
+	// CopiesPerRun counts the tensors each Run copies between devices through host memory,
+	// CopyBytesPerRun their size.
+	CopiesPerRun    int
+	CopyBytesPerRun int64
+	// Runs, Copies and CopyBytes are totals over the Runs completed so far.
+	Runs      int64
+	Copies    int64
+	CopyBytes int64
+}
+
+// NodeReport is one node's placement.
+type NodeReport struct {
+	Node      string
+	Op        Op
+	Device    string // "backend:index"
+	Partition int    // -1 when the node's result is never used (it does not run)
+	Precision Precision
+	CopiesIn  int // inputs copied in from another device before it runs
+	Fallback  bool
+	Reason    string // the refusals that moved it off its first choice
+}
+
+// Report describes the session's placement. It is safe to call while Runs are in flight.
+func (s *Session) Report() Report {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	r := Report{Policy: s.policy.Name(), Strict: s.strict, Partitions: len(s.parts),
+		CopiesPerRun: s.plan.copies, CopyBytesPerRun: s.plan.copyBytes,
+		Runs: s.runs.Load(), Copies: s.copiesDone.Load(), CopyBytes: s.copyBytesDone.Load()}
+	partOf := make([]int, len(s.assign))
+	for i := range partOf {
+		partOf[i] = -1
+	}
+	usedDev := make([]bool, len(s.devices))
+	for _, p := range s.parts {
+		usedDev[p.Device] = true
+		for _, id := range p.Nodes {
+			partOf[id] = p.Index
+		}
+	}
+	for i, d := range s.devices {
+		if usedDev[i] {
+			r.Devices = append(r.Devices, d.Info().ID())
+		}
+	}
+	for i, a := range s.assign {
+		nr := NodeReport{Node: a.Node.Name, Op: a.Node.Op, Device: s.devices[a.Device].Info().ID(),
+			Partition: partOf[i], Precision: a.Precision, Fallback: a.Fallback, Reason: a.Reason}
+		if i < len(s.plan.copiesIn) {
+			nr.CopiesIn = s.plan.copiesIn[i]
+		}
+		r.Nodes = append(r.Nodes, nr)
+	}
+	return r
+}
+
+// String prints a summary line and an aligned table, one row per node.
+func (r Report) String() string {
+	var b strings.Builder
+	mode := ""
+	if r.Strict {
+		mode = ", strict"
+	}
+	fmt.Fprintf(&b, "policy %s%s; devices %s; %d partition(s); %d copies per run (%d bytes)\n",
+		r.Policy, mode, strings.Join(r.Devices, ","), r.Partitions, r.CopiesPerRun, r.CopyBytesPerRun)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tOP\tDEVICE\tPART\tPRECISION\tCOPIES\tFALLBACK")
+	for _, n := range r.Nodes {
+		part, fb := "-", ""
+		if n.Partition >= 0 {
+			part = fmt.Sprint(n.Partition)
+		}
+		if n.Fallback {
+			fb = n.Reason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", n.Node, n.Op, n.Device, part, n.Precision, n.CopiesIn, fb)
+	}
+	tw.Flush()
+	return b.String()
+}
