@@ -22,7 +22,7 @@ type opCase struct {
 	shape     core.Shape // expected output shape; nil skips the check
 	want      []float32
 	wantBytes []byte
-	tol       float64 // absolute; 0 means 1e-6
+	tol       float64  // absolute below 1, relative above; 0 means 1e-6
 	inputs    [][]byte // bytes for the graph's inputs, if it has any
 }
 
