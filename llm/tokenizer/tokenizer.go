@@ -1,0 +1,364 @@
+// Package tokenizer turns text into token ids and back, driven by the vocabulary embedded in a
+// GGUF file: SentencePiece-style ("llama": scores, byte fallback) and GPT-2 byte-level BPE
+// ("gpt2": merges and a pre-tokenizer regex, Llama 3 and Qwen2 variants).
+package tokenizer
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/gguf"
+)
+
+// Kind is the tokenizer family.
+type Kind int
+
+// Tokenizer kinds, as tokenizer.ggml.model names them.
+const (
+	SentencePiece Kind = iota // "llama"
+	BPE                       // "gpt2"
+)
+
+// Token types, as tokenizer.ggml.token_type.
+const (
+	TypeNormal      = 1
+	TypeUnknown     = 2
+	TypeControl     = 3
+	TypeUserDefined = 4
+	TypeUnused      = 5
+	TypeByte        = 6
+)
+
+// Vocab is what a tokenizer is built from; FromGGUF fills it from tokenizer.ggml.* keys.
+type Vocab struct {
+	Kind   Kind
+	Tokens []string
+	Scores []float32 // SentencePiece merge priority (higher first)
+	Types  []int32   // per token; nil means all normal
+	Merges []string  // BPE merges "a b", best first
+	// Pre names the BPE pre-tokenizer (tokenizer.ggml.pre): "llama-bpe", "qwen2", "default".
+	Pre            string
+	BOS, EOS, UNK  int32 // -1 when absent
+	AddBOS         bool
+	AddSpacePrefix bool  // SentencePiece dummy prefix
+	StopTokens     []int32 // extra end-of-generation ids (EOT, im_end ...)
+}
+
+// Tokenizer encodes and decodes. It is immutable and safe for concurrent use.
+type Tokenizer struct {
+	v       Vocab
+	index   map[string]int32
+	bytes   [256]int32 // byte-fallback (SentencePiece) or byte-level (BPE) token of each byte
+	ranks   map[[2]string]int
+	special []string // control and user-defined tokens matched literally in text, longest first
+	pre     preTokenizer
+}
+
+// New validates a vocabulary and builds the lookup tables.
+func New(v Vocab) (*Tokenizer, error) {
+	n := len(v.Tokens)
+	if n == 0 {
+		return nil, fmt.Errorf("tokenizer: empty vocabulary: %w", core.ErrInvalidArgument)
+	}
+	if v.Scores != nil && len(v.Scores) != n {
+		return nil, fmt.Errorf("tokenizer: %d scores for %d tokens: %w", len(v.Scores), n, core.ErrInvalidArgument)
+	}
+	if v.Types != nil && len(v.Types) != n {
+		return nil, fmt.Errorf("tokenizer: %d token types for %d tokens: %w", len(v.Types), n, core.ErrInvalidArgument)
+	}
+	for _, id := range append([]int32{v.BOS, v.EOS, v.UNK}, v.StopTokens...) {
+		if id < -1 || int(id) >= n {
+			return nil, fmt.Errorf("tokenizer: special token id %d outside the vocabulary of %d: %w", id, n, core.ErrInvalidArgument)
+		}
+	}
+	t := &Tokenizer{v: v, index: make(map[string]int32, n)}
+	for i, s := range v.Tokens {
+		if _, dup := t.index[s]; !dup {
+			t.index[s] = int32(i)
+		}
+		if tt := t.typ(int32(i)); (tt == TypeControl || tt == TypeUserDefined) && s != "" {
+			t.special = append(t.special, s)
+		}
+	}
+	sort.Slice(t.special, func(a, b int) bool { return len(t.special[a]) > len(t.special[b]) })
+	for b := range t.bytes {
+		t.bytes[b] = -1
+	}
+	switch v.Kind {
+	case SentencePiece:
+		for b := range t.bytes {
+			if id, ok := t.index[fmt.Sprintf("<0x%02X>", b)]; ok {
+				t.bytes[b] = id
+			}
+		}
+	case BPE:
+		for b := range t.bytes {
+			if id, ok := t.index[string(byteToRune[b])]; ok {
+				t.bytes[b] = id
+			}
+		}
+		t.ranks = make(map[[2]string]int, len(v.Merges))
+		for r, m := range v.Merges {
+			a, b, ok := strings.Cut(m, " ")
+			if !ok {
+				return nil, fmt.Errorf("tokenizer: merge %d %q is not two symbols: %w", r, m, core.ErrInvalidArgument)
+			}
+			if _, dup := t.ranks[[2]string{a, b}]; !dup {
+				t.ranks[[2]string{a, b}] = r
+			}
+		}
+		pre, err := newPreTokenizer(v.Pre)
+		if err != nil {
+			return nil, err
+		}
+		t.pre = pre
+	default:
+		return nil, fmt.Errorf("tokenizer: kind %d: %w", v.Kind, core.ErrUnsupported)
+	}
+	return t, nil
+}
+
+// FromGGUF builds the tokenizer described by a file's tokenizer.ggml.* metadata.
+func FromGGUF(f *gguf.File) (*Tokenizer, error) {
+	v := Vocab{BOS: -1, EOS: -1, UNK: -1}
+	model := str(f, "tokenizer.ggml.model")
+	switch model {
+	case "llama":
+		v.Kind, v.AddBOS, v.AddSpacePrefix = SentencePiece, true, true
+	case "gpt2":
+		v.Kind, v.Pre = BPE, str(f, "tokenizer.ggml.pre")
+	case "":
+		return nil, fmt.Errorf("tokenizer: the file has no tokenizer.ggml.model: %w", core.ErrNotFound)
+	default:
+		return nil, fmt.Errorf("tokenizer: model %q (known: llama, gpt2): %w", model, core.ErrUnsupported)
+	}
+	val, _ := f.Get("tokenizer.ggml.tokens")
+	toks, ok := val.Strings()
+	if !ok {
+		return nil, fmt.Errorf("tokenizer: tokenizer.ggml.tokens is missing or not a string array: %w", core.ErrInvalidArgument)
+	}
+	v.Tokens = toks
+	if val, ok := f.Get("tokenizer.ggml.scores"); ok {
+		if v.Scores, ok = val.Float32s(); !ok {
+			return nil, fmt.Errorf("tokenizer: tokenizer.ggml.scores is not an f32 array: %w", core.ErrInvalidArgument)
+		}
+	}
+	if val, ok := f.Get("tokenizer.ggml.token_type"); ok {
+		ints, ok := val.Ints()
+		if !ok {
+			return nil, fmt.Errorf("tokenizer: tokenizer.ggml.token_type is not an integer array: %w", core.ErrInvalidArgument)
+		}
+		v.Types = make([]int32, len(ints))
+		for i, x := range ints {
+			v.Types[i] = int32(x)
+		}
+	}
+	if val, ok := f.Get("tokenizer.ggml.merges"); ok {
+		v.Merges, _ = val.Strings()
+	}
+	id := func(key string, dst *int32) {
+		if val, ok := f.Get(key); ok {
+			if x, ok := val.Int(); ok && x >= 0 && x < int64(len(toks)) {
+				*dst = int32(x)
+			}
+		}
+	}
+	id("tokenizer.ggml.bos_token_id", &v.BOS)
+	id("tokenizer.ggml.eos_token_id", &v.EOS)
+	id("tokenizer.ggml.unknown_token_id", &v.UNK)
+	for _, key := range []string{"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"} {
+		x := int32(-1)
+		id(key, &x)
+		if x >= 0 {
+			v.StopTokens = append(v.StopTokens, x)
+		}
+	}
+	flag := func(key string, dst *bool) {
+		if val, ok := f.Get(key); ok {
+			if b, ok := val.Bool(); ok {
+				*dst = b
+			}
+		}
+	}
+	flag("tokenizer.ggml.add_bos_token", &v.AddBOS)
+	flag("tokenizer.ggml.add_space_prefix", &v.AddSpacePrefix)
+	return New(v)
+}
+
+func str(f *gguf.File, key string) string {
+	v, _ := f.Get(key)
+	s, _ := v.Str()
+	return s
+}
+
+// Vocab returns the vocabulary the tokenizer was built from.
+func (t *Tokenizer) Vocab() *Vocab { return &t.v }
+
+// Size is the number of tokens.
+func (t *Tokenizer) Size() int { return len(t.v.Tokens) }
+
+// BOS is the beginning-of-sequence id, -1 if none.
+func (t *Tokenizer) BOS() int32 { return t.v.BOS }
+
+// EOS is the end-of-sequence id, -1 if none.
+func (t *Tokenizer) EOS() int32 { return t.v.EOS }
+
+// IsStop reports whether id ends generation (EOS or one of the model's stop tokens).
+func (t *Tokenizer) IsStop(id int32) bool {
+	if id == t.v.EOS && id >= 0 {
+		return true
+	}
+	for _, s := range t.v.StopTokens {
+		if s == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *Tokenizer) typ(id int32) int32 {
+	if t.v.Types == nil || id < 0 || int(id) >= len(t.v.Types) {
+		return TypeNormal
+	}
+	return t.v.Types[id]
+}
+
+// Encode tokenizes text. With addSpecial, BOS is prepended when the vocabulary asks for it.
+// Control and user-defined tokens written literally in text ("<|im_start|>") become their ids.
+func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
+	var out []int32
+	if addSpecial && t.v.AddBOS && t.v.BOS >= 0 {
+		out = append(out, t.v.BOS)
+	}
+	first := true
+	for len(text) > 0 {
+		pos, sp := t.nextSpecial(text)
+		if pos > 0 {
+			out = t.encodeText(out, text[:pos], first)
+			first = false
+		}
+		if sp == "" {
+			break
+		}
+		out = append(out, t.index[sp])
+		text = text[pos+len(sp):]
+		first = false
+	}
+	return out
+}
+
+// nextSpecial finds the earliest special token in s (longest at that position); pos is len(s)
+// when none occurs.
+func (t *Tokenizer) nextSpecial(s string) (int, string) {
+	best, bestTok := len(s), ""
+	for _, sp := range t.special {
+		if i := strings.Index(s, sp); i >= 0 && (i < best || (i == best && len(sp) > len(bestTok))) {
+			best, bestTok = i, sp
+		}
+	}
+	return best, bestTok
+}
+
+func (t *Tokenizer) encodeText(out []int32, text string, first bool) []int32 {
+	if t.v.Kind == SentencePiece {
+		return t.encodeSPM(out, text, first)
+	}
+	for _, word := range t.pre.split(text) {
+		out = t.encodeBPEWord(out, word)
+	}
+	return out
+}
+
+// Piece is the text of one token as Decode writes it (byte tokens give their raw byte).
+func (t *Tokenizer) Piece(id int32) string {
+	if id < 0 || int(id) >= len(t.v.Tokens) {
+		return ""
+	}
+	switch t.typ(id) {
+	case TypeControl, TypeUnknown, TypeUnused:
+		return ""
+	}
+	s := t.v.Tokens[id]
+	if t.v.Kind == SentencePiece {
+		if t.typ(id) == TypeByte || isByteToken(s) {
+			if b, ok := parseByteToken(s); ok {
+				return string([]byte{b})
+			}
+		}
+		return strings.ReplaceAll(s, spmSpace, " ")
+	}
+	if t.typ(id) == TypeUserDefined {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if by, ok := runeToByte[r]; ok {
+			b.WriteByte(by)
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// Decode turns ids into text. For SentencePiece the dummy-prefix space of the first token is
+// dropped, as the text did not have it.
+func (t *Tokenizer) Decode(ids []int32) string {
+	d := t.NewDecoder()
+	var b strings.Builder
+	for _, id := range ids {
+		b.WriteString(d.Next(id))
+	}
+	b.WriteString(d.Flush())
+	return b.String()
+}
+
+// Decoder turns a stream of ids into text, holding back bytes of an incomplete UTF-8
+// character until the rest arrives.
+type Decoder struct {
+	t       *Tokenizer
+	pending []byte
+	started bool
+}
+
+// NewDecoder starts a stream.
+func (t *Tokenizer) NewDecoder() *Decoder { return &Decoder{t: t} }
+
+// Next returns the text that id completes (possibly "").
+func (d *Decoder) Next(id int32) string {
+	p := d.t.Piece(id)
+	if p == "" {
+		return ""
+	}
+	if !d.started {
+		d.started = true
+		if d.t.v.Kind == SentencePiece && d.t.v.AddSpacePrefix {
+			p = strings.TrimPrefix(p, " ")
+		}
+	}
+	d.pending = append(d.pending, p...)
+	// Emit everything up to the last complete character.
+	n := len(d.pending)
+	cut := n
+	for i := n - 1; i >= 0 && i >= n-utf8.UTFMax; i-- {
+		if utf8.RuneStart(d.pending[i]) {
+			if !utf8.FullRune(d.pending[i:]) {
+				cut = i
+			}
+			break
+		}
+	}
+	out := string(d.pending[:cut])
+	d.pending = append(d.pending[:0], d.pending[cut:]...)
+	return out
+}
+
+// Flush returns what is held back (an incomplete character at the end of the stream).
+func (d *Decoder) Flush() string {
+	out := string(d.pending)
+	d.pending = d.pending[:0]
+	return out
+}
