@@ -1,0 +1,250 @@
+package conformance
+
+import (
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// WriteFiles writes <backend>.json, <backend>.md and <backend>.xml into dir (created if
+// missing). The file name is the backend's name, with the device index when it is not 0.
+func (r *Report) WriteFiles(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("conformance: report folder: %w", err)
+	}
+	base := filepath.Join(dir, r.FileBase())
+	for _, f := range []struct {
+		ext   string
+		write func(io.Writer) error
+	}{{".json", r.WriteJSON}, {".md", r.WriteMarkdown}, {".xml", r.WriteJUnit}} {
+		if err := writeFile(base+f.ext, f.write); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// FileBase is the report files' name without extension.
+func (r *Report) FileBase() string {
+	name := unsafeName.ReplaceAllString(r.Backend.Name, "_")
+	if name == "" {
+		name = "backend"
+	}
+	if r.Device.Index != 0 {
+		name += fmt.Sprintf("-%d", r.Device.Index)
+	}
+	return name
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("conformance: %w", err)
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("conformance: writing %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("conformance: %w", err)
+	}
+	return nil
+}
+
+// WriteJSON writes the whole report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+type cell struct{ pass, fail, unsup, skip int }
+
+func (c cell) String() string {
+	switch {
+	case c.fail > 0:
+		return fmt.Sprintf("✗ %d/%d failed", c.fail, c.pass+c.fail)
+	case c.pass > 0 && c.unsup > 0:
+		return fmt.Sprintf("✓ %d (%d unsupported)", c.pass, c.unsup)
+	case c.pass > 0:
+		return fmt.Sprintf("✓ %d", c.pass)
+	case c.unsup > 0:
+		return "– unsupported"
+	case c.skip > 0:
+		return "skipped"
+	}
+	return ""
+}
+
+// WriteMarkdown writes a summary a vendor can paste into a README: the op × dtype table, the
+// other levels, and every failure with its rerun command.
+func (r *Report) WriteMarkdown(w io.Writer) error {
+	b := &strings.Builder{}
+	fmt.Fprintf(b, "# xpu conformance: %s\n\n", r.Backend.Name)
+	fmt.Fprintf(b, "- plugin: %s %s (%s), build %s\n", r.Backend.Name, r.Backend.Version, r.Backend.Vendor, r.Backend.BuildID)
+	if r.Backend.SDKVersion != "" {
+		fmt.Fprintf(b, "- SDK: %s\n", r.Backend.SDKVersion)
+	}
+	fmt.Fprintf(b, "- device %d: %s (%s, %s)", r.Device.Index, r.Device.Name, r.Device.Kind, r.Device.Vendor)
+	if caps := r.Device.Caps.String(); caps != "" {
+		fmt.Fprintf(b, ", caps: %s", caps)
+	}
+	fmt.Fprintf(b, "\n- seed %d, %s, %.1f s\n\n**%s**", r.Seed, r.Started.Format("2006-01-02 15:04 UTC"), r.Seconds, r.Summary())
+	if r.Skipped > 0 {
+		fmt.Fprintf(b, ", %d skipped", r.Skipped)
+	}
+	b.WriteString("\n\n## Ops (level 2)\n\n")
+	cells := map[string]map[string]*cell{}
+	var dtypes []string
+	seen := map[string]bool{}
+	other := map[int][]CaseResult{}
+	for _, c := range r.Cases {
+		if c.Level != 2 {
+			other[c.Level] = append(other[c.Level], c)
+			continue
+		}
+		if cells[c.Op] == nil {
+			cells[c.Op] = map[string]*cell{}
+		}
+		if cells[c.Op][c.DType] == nil {
+			cells[c.Op][c.DType] = &cell{}
+		}
+		if !seen[c.DType] {
+			seen[c.DType] = true
+			dtypes = append(dtypes, c.DType)
+		}
+		count(cells[c.Op][c.DType], c.Status)
+	}
+	sort.Strings(dtypes)
+	ops := make([]string, 0, len(cells))
+	for op := range cells {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	if len(ops) > 0 {
+		// one table per op keeps the width readable: only the dtypes the op has
+		b.WriteString("| op | dtype | result |\n|---|---|---|\n")
+		for _, op := range ops {
+			for _, dt := range dtypes {
+				if c := cells[op][dt]; c != nil {
+					fmt.Fprintf(b, "| %s | %s | %s |\n", op, dt, c)
+				}
+			}
+		}
+	}
+	levelNames := map[int]string{1: "ABI and lifecycle (level 1)", 3: "Buffers (level 3)", 4: "Graphs (level 4)", 5: "Models (level 5)"}
+	for _, l := range []int{1, 3, 4, 5} {
+		if len(other[l]) == 0 {
+			continue
+		}
+		fmt.Fprintf(b, "\n## %s\n\n| case | result |\n|---|---|\n", levelNames[l])
+		for _, c := range other[l] {
+			res := string(c.Status)
+			if c.Status == StatusFail {
+				res = "✗ " + string(c.Category)
+			} else if c.Status == StatusPass {
+				res = "✓"
+			}
+			fmt.Fprintf(b, "| `%s` | %s |\n", c.Name, res)
+		}
+	}
+	if fails := r.Failures(); len(fails) > 0 {
+		b.WriteString("\n## Failures\n")
+		for _, c := range fails {
+			fmt.Fprintf(b, "\n### `%s`: %s\n\n", c.Name, c.Category)
+			for _, e := range c.Errors {
+				fmt.Fprintf(b, "- %s\n", e)
+			}
+			fmt.Fprintf(b, "\nRerun: `%s`\n", c.Repro)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func count(c *cell, s Status) {
+	switch s {
+	case StatusPass:
+		c.pass++
+	case StatusFail:
+		c.fail++
+	case StatusUnsupported:
+		c.unsup++
+	case StatusSkipped:
+		c.skip++
+	}
+}
+
+type junitSuites struct {
+	XMLName xml.Name     `xml:"testsuites"`
+	Suites  []junitSuite `xml:"testsuite"`
+}
+
+type junitSuite struct {
+	Name     string      `xml:"name,attr"`
+	Tests    int         `xml:"tests,attr"`
+	Failures int         `xml:"failures,attr"`
+	Skipped  int         `xml:"skipped,attr"`
+	Time     float64     `xml:"time,attr"`
+	Cases    []junitCase `xml:"testcase"`
+}
+
+type junitCase struct {
+	Class   string        `xml:"classname,attr"`
+	Name    string        `xml:"name,attr"`
+	Time    float64       `xml:"time,attr"`
+	Failure *junitFailure `xml:"failure,omitempty"`
+	Skipped *junitSkipped `xml:"skipped,omitempty"`
+}
+
+type junitFailure struct {
+	Message string `xml:"message,attr"`
+	Type    string `xml:"type,attr"`
+	Text    string `xml:",chardata"`
+}
+
+type junitSkipped struct {
+	Message string `xml:"message,attr"`
+}
+
+// WriteJUnit writes the cases as JUnit XML (unsupported and skipped cases as skipped).
+func (r *Report) WriteJUnit(w io.Writer) error {
+	s := junitSuite{Name: "xpu-conformance." + r.FileBase(), Tests: len(r.Cases), Failures: r.Failed,
+		Skipped: r.Unsupported + r.Skipped, Time: r.Seconds}
+	for _, c := range r.Cases {
+		jc := junitCase{Class: fmt.Sprintf("conformance.level%d.%s", c.Level, c.Op), Name: c.Name, Time: c.Seconds}
+		switch c.Status {
+		case StatusFail:
+			jc.Failure = &junitFailure{Message: firstOr(c.Errors, string(c.Category)), Type: string(c.Category),
+				Text: strings.Join(c.Errors, "\n") + "\nrerun: " + c.Repro}
+		case StatusUnsupported, StatusSkipped:
+			jc.Skipped = &junitSkipped{Message: string(c.Status) + ": " + c.Reason}
+		}
+		s.Cases = append(s.Cases, jc)
+	}
+	if _, err := io.WriteString(w, xml.Header); err != nil {
+		return err
+	}
+	enc := xml.NewEncoder(w)
+	enc.Indent("", "  ")
+	if err := enc.Encode(junitSuites{Suites: []junitSuite{s}}); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "\n")
+	return err
+}
+
+func firstOr(xs []string, def string) string {
+	if len(xs) > 0 {
+		return xs[0]
+	}
+	return def
+}

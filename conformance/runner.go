@@ -1,0 +1,177 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"time"
+
+	"github.com/xpuhub/xpu/abi"
+	"github.com/xpuhub/xpu/core"
+)
+
+// caseTimeout bounds one case, so a backend that hangs fails the case instead of the run.
+const caseTimeout = 2 * time.Minute
+
+// testCase is one named check. run fills res (status pass unless it records a failure).
+type testCase struct {
+	name  string
+	level int
+	op    string // tolerance key: op name or GRAPH:<name>
+	dtype string // tolerance key: dtype label
+	run   func(r *runner, ctx context.Context, res *CaseResult)
+}
+
+// runner holds what every case of one Run shares.
+type runner struct {
+	cfg    config
+	b      core.Backend
+	dev    core.Device
+	plugin *abi.Plugin
+	cctx   core.Context
+	ctxErr error
+}
+
+// Run puts backend b through the conformance suite and returns its report (and writes the
+// report files when WithReportDir is given). An error means the suite could not run at all
+// (no such device, reports not writable); failing cases are in the report.
+func Run(ctx context.Context, b core.Backend, opts ...Option) (*Report, error) {
+	cfg := newConfig(opts)
+	if b == nil {
+		return nil, fmt.Errorf("conformance: nil backend: %w", core.ErrInvalidArgument)
+	}
+	if cfg.tolerances == nil {
+		t, err := DefaultTolerances()
+		if err != nil {
+			return nil, fmt.Errorf("conformance: %w", err)
+		}
+		cfg.tolerances = t
+	}
+	devs := b.Devices()
+	if cfg.device < 0 || cfg.device >= len(devs) {
+		return nil, fmt.Errorf("conformance: %s has %d device(s), no device %d: %w", b.Info().Name,
+			len(devs), cfg.device, core.ErrNotFound)
+	}
+	r := &runner{cfg: cfg, b: b, dev: devs[cfg.device], plugin: cfg.plugin}
+	if r.plugin == nil {
+		if pp, ok := b.(interface{ Plugin() *abi.Plugin }); ok {
+			r.plugin = pp.Plugin()
+		}
+	}
+	if r.cfg.repro == "" {
+		target := b.Info().Path
+		if target == "" {
+			target = b.Info().Name
+		}
+		r.cfg.repro = "xpu conform --plugin " + target
+		if cfg.device != 0 {
+			r.cfg.repro += fmt.Sprintf(" --device %d", cfg.device)
+		}
+	}
+	rep := &Report{Backend: b.Info(), Device: r.dev.Info(), Seed: cfg.seed, Started: time.Now().UTC()}
+	for _, tc := range allCases() {
+		if cfg.levels != nil && !cfg.levels[tc.level] {
+			continue
+		}
+		if cfg.filter != nil && !cfg.filter.MatchString(tc.name) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return rep, fmt.Errorf("conformance: %w", err)
+		}
+		res := r.runCase(ctx, tc)
+		rep.add(res)
+		progress(cfg.progress, res)
+	}
+	if r.cctx != nil {
+		if err := r.cctx.Close(); err != nil {
+			rep.add(CaseResult{Name: "ABI(context-close-at-end)", Level: 1, Op: "ABI", Status: StatusFail,
+				Category: CatError, Errors: []string{fmt.Sprintf("closing the suite's context: %v", err)}})
+		}
+	}
+	rep.Seconds = time.Since(rep.Started).Seconds()
+	if cfg.reportDir != "" {
+		if err := rep.WriteFiles(cfg.reportDir); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+func (r *runner) runCase(ctx context.Context, tc testCase) (res CaseResult) {
+	res = CaseResult{Name: tc.name, Level: tc.level, Op: tc.op, DType: tc.dtype, Status: StatusPass}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, caseTimeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			res.fail(CatError, "the suite panicked: %v", p)
+		}
+		res.Seconds = time.Since(start).Seconds()
+		if res.Status == StatusFail {
+			res.Repro = fmt.Sprintf("%s --filter '^%s$' --seed %d", r.cfg.repro, regexp.QuoteMeta(tc.name),
+				r.cfg.seed)
+		}
+	}()
+	tc.run(r, ctx, &res)
+	return res
+}
+
+func progress(w io.Writer, res CaseResult) {
+	if w == nil {
+		return
+	}
+	switch res.Status {
+	case StatusPass:
+		if res.NMSE != nil && res.Threshold != nil {
+			fmt.Fprintf(w, "  %s: OK  nmse=%.2g <= %.2g\n", res.Name, *res.NMSE, res.Threshold.NMSE)
+		} else {
+			fmt.Fprintf(w, "  %s: OK\n", res.Name)
+		}
+	case StatusUnsupported, StatusSkipped:
+		fmt.Fprintf(w, "  %s: %s [%s]\n", res.Name, res.Status, res.Reason)
+	default:
+		fmt.Fprintf(w, "  %s: FAIL [%s]\n", res.Name, res.Category)
+		for _, e := range res.Errors {
+			fmt.Fprintf(w, "      %s\n", e)
+		}
+		fmt.Fprintf(w, "      rerun: %s\n", res.Repro)
+	}
+}
+
+// context is the suite's one context on the device, made on first use.
+func (r *runner) context(ctx context.Context) (core.Context, error) {
+	if r.cctx == nil && r.ctxErr == nil {
+		r.cctx, r.ctxErr = r.dev.NewContext(ctx, nil)
+	}
+	return r.cctx, r.ctxErr
+}
+
+// errCategory classifies a backend error. claimed: the backend had said it supports the case,
+// so an "unsupported" answer now is a capability lie.
+func errCategory(err error, claimed bool) Category {
+	switch {
+	case errors.Is(err, core.ErrBackendCrashed):
+		return CatCrash
+	case claimed && (errors.Is(err, core.ErrUnsupported) || errors.Is(err, core.ErrIncompatible)):
+		return CatCapabilityLie
+	}
+	return CatError
+}
+
+// precisionRank orders precisions from widest (0) to narrowest.
+func precisionRank(p core.Precision) int {
+	switch p {
+	case core.PrecF16:
+		return 1
+	case core.PrecBF16:
+		return 2
+	case core.PrecInt8:
+		return 3
+	case core.PrecInt4:
+		return 4
+	}
+	return 0
+}
