@@ -43,7 +43,7 @@ type Vocab struct {
 	Pre            string
 	BOS, EOS, UNK  int32 // -1 when absent
 	AddBOS         bool
-	AddSpacePrefix bool  // SentencePiece dummy prefix
+	AddSpacePrefix bool    // SentencePiece dummy prefix
 	StopTokens     []int32 // extra end-of-generation ids (EOT, im_end ...)
 }
 
