@@ -1,0 +1,418 @@
+/*
+ * kernels.cl: the op set v1 in OpenCL C 1.2, embedded in libxpu-opencl.so at build time.
+ *
+ * Every tensor arrives as (base pointer, byte offset, dtype): bindings may sit at any offset of
+ * a buffer, and passing the offset avoids sub-buffers and their CL_DEVICE_MEM_BASE_ADDR_ALIGN
+ * rule. ld()/st() read and write one element of any dtype by flat index, quantized blocks
+ * included, so one kernel serves every dtype; only the f32 GEMM is specialised for speed.
+ * Half values go through vload_half/vstore_half, which OpenCL 1.2 has without cl_khr_fp16.
+ */
+#ifdef cl_khr_fp64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#define ACC double
+#else
+#define ACC float
+#endif
+
+/* dtype codes: XPU_DT_* */
+#define DT_F32 1
+#define DT_F16 2
+#define DT_BF16 3
+#define DT_I32 4
+#define DT_I8 5
+#define DT_Q8_0 6
+#define DT_Q4_0 7
+
+/* elementwise op codes: XPU_OP_*, plus COPY (convert dtype) */
+#define OP_COPY 0
+#define OP_ADD 1
+#define OP_SUB 2
+#define OP_MUL 3
+#define OP_DIV 4
+#define OP_SILU 5
+#define OP_GELU 6
+#define OP_RELU 7
+#define OP_EXP 8
+#define OP_NEG 9
+#define OP_SCALE 10
+
+typedef __global const uchar gcbytes;
+typedef __global uchar gbytes;
+
+inline float h2f(ushort h) { return vload_half(0, (const __private half *)&h); }
+
+inline ushort f2h(float f) {
+  ushort h;
+  vstore_half_rte(f, 0, (__private half *)&h);
+  return h;
+}
+
+inline ushort f2bf(float f) {
+  uint u = as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u); /* NaN stays NaN */
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (ushort)(u >> 16);
+}
+
+/* f16 at an arbitrary byte address (quantized blocks are 34 or 18 bytes long) */
+inline float h2f_at(gcbytes *p) { return h2f((ushort)(p[0] | (p[1] << 8))); }
+
+inline float ld(gcbytes *p, ulong i, int dt, float scale) {
+  switch (dt) {
+  case DT_F32: return ((__global const float *)p)[i];
+  case DT_F16: return vload_half(i, (__global const half *)p);
+  case DT_BF16: return as_float((uint)((__global const ushort *)p)[i] << 16);
+  case DT_I32: return (float)((__global const int *)p)[i];
+  case DT_I8: return scale * (float)((__global const char *)p)[i];
+  case DT_Q8_0: {
+    gcbytes *b = p + (i >> 5) * 34;
+    return h2f_at(b) * (float)(char)b[2 + (i & 31)];
+  }
+  case DT_Q4_0: {
+    gcbytes *b = p + (i >> 5) * 18;
+    uint j = (uint)(i & 31);
+    uchar q = b[2 + (j & 15)];
+    int n = j < 16 ? (q & 15) : (q >> 4);
+    return h2f_at(b) * (float)(n - 8);
+  }
+  }
+  return 0.0f;
+}
+
+inline void st(gbytes *p, ulong i, int dt, float v, float scale) {
+  switch (dt) {
+  case DT_F32: ((__global float *)p)[i] = v; break;
+  case DT_F16: vstore_half_rte(v, i, (__global half *)p); break;
+  case DT_BF16: ((__global ushort *)p)[i] = f2bf(v); break;
+  case DT_I32: ((__global int *)p)[i] = convert_int_sat_rte(v); break;
+  case DT_I8: ((__global char *)p)[i] = (char)clamp(round(v / scale), -127.0f, 127.0f); break;
+  }
+}
+
+/* 4-d index of flat element gid of a [s.x, s.y, s.z, s.w] tensor, dotted with strides */
+inline long at4(ulong gid, long4 s, long4 str) {
+  long i3 = (long)(gid % (ulong)s.w);
+  ulong r = gid / (ulong)s.w;
+  long i2 = (long)(r % (ulong)s.z);
+  r /= (ulong)s.z;
+  long i1 = (long)(r % (ulong)s.y);
+  long i0 = (long)(r / (ulong)s.y);
+  return i0 * str.x + i1 * str.y + i2 * str.z + i3 * str.w;
+}
+
+__kernel void eltwise(int op, gcbytes *a, ulong aoff, int adt, gcbytes *b, ulong boff, int bdt,
+                      gbytes *o, ulong ooff, int odt, long4 shape, long4 sa, long4 sb,
+                      float p0, float p1, ulong n) {
+  ulong gid = get_global_id(0);
+  if (gid >= n) return;
+  float x = ld(a + aoff, (ulong)at4(gid, shape, sa), adt, p0);
+  float y = 0.0f, r;
+  if (op >= OP_ADD && op <= OP_DIV) y = ld(b + boff, (ulong)at4(gid, shape, sb), bdt, 1.0f);
+  switch (op) {
+  case OP_ADD: r = x + y; break;
+  case OP_SUB: r = x - y; break;
+  case OP_MUL: r = x * y; break;
+  case OP_DIV: r = x / y; break;
+  case OP_SILU: r = x / (1.0f + exp(-x)); break;
+  case OP_GELU: r = 0.5f * x * (1.0f + tanh(0.7978845608028654f * (x + 0.044715f * x * x * x))); break;
+  case OP_RELU: r = x > 0.0f ? x : 0.0f; break;
+  case OP_EXP: r = exp(x); break;
+  case OP_NEG: r = -x; break;
+  case OP_SCALE: r = x * p0 + p1; break;
+  default: r = x; /* OP_COPY: p0 is the input's I8 scale, p1 the output's */
+  }
+  st(o + ooff, gid, odt, r, p1);
+}
+
+/* bit-exact strided copy (PERMUTE, SLICE, CONCAT): elements of esize bytes */
+__kernel void copy_strided(gcbytes *s, ulong soff, gbytes *d, ulong doff, int esize, long4 shape,
+                           long4 ss, long4 ds, ulong n) {
+  ulong gid = get_global_id(0);
+  if (gid >= n) return;
+  long si = at4(gid, shape, ss), di = at4(gid, shape, ds);
+  gcbytes *sp = s + soff;
+  gbytes *dp = d + doff;
+  switch (esize) {
+  case 1: dp[di] = sp[si]; break;
+  case 2: ((__global ushort *)dp)[di] = ((__global const ushort *)sp)[si]; break;
+  case 4: ((__global uint *)dp)[di] = ((__global const uint *)sp)[si]; break;
+  }
+}
+
+/* work-group reductions; the local size is a power of two */
+inline float wg_sum(float v, __local float *red) {
+  int l = get_local_id(0);
+  red[l] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s = get_local_size(0) / 2; s > 0; s >>= 1) {
+    if (l < s) red[l] += red[l + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  float r = red[0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return r;
+}
+
+inline float wg_max(float v, __local float *red) {
+  int l = get_local_id(0);
+  red[l] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s = get_local_size(0) / 2; s > 0; s >>= 1) {
+    if (l < s) red[l] = fmax(red[l], red[l + s]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  float r = red[0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return r;
+}
+
+/* RMS_NORM (layer = 0) and LAYER_NORM (layer = 1): one work-group per row of K */
+__kernel void norm(gcbytes *a, ulong aoff, int adt, gbytes *o, ulong ooff, int odt, long K,
+                   float eps, int layer, __local float *red) {
+  long row = get_group_id(0);
+  int l = get_local_id(0), L = get_local_size(0);
+  gcbytes *x = a + aoff;
+  float mean = 0.0f;
+  if (layer) {
+    float s = 0.0f;
+    for (long k = l; k < K; k += L) s += ld(x, row * K + k, adt, 1.0f);
+    mean = wg_sum(s, red) / (float)K;
+  }
+  float s2 = 0.0f;
+  for (long k = l; k < K; k += L) {
+    float v = ld(x, row * K + k, adt, 1.0f) - mean;
+    s2 += v * v;
+  }
+  float inv = 1.0f / sqrt(wg_sum(s2, red) / (float)K + eps);
+  for (long k = l; k < K; k += L)
+    st(o + ooff, row * K + k, odt, (ld(x, row * K + k, adt, 1.0f) - mean) * inv, 1.0f);
+}
+
+/* SOFTMAX over rows of N; row r is row r % M of its [M, N] matrix for the causal mask */
+__kernel void softmax(gcbytes *a, ulong aoff, int adt, gbytes *o, ulong ooff, int odt, long N,
+                      long M, float scale, int causal, long coff, __local float *red) {
+  long row = get_group_id(0);
+  int l = get_local_id(0), L = get_local_size(0);
+  gcbytes *x = a + aoff;
+  long vis = N; /* elements [0, vis) take part */
+  if (causal) vis = clamp((row % M) + coff + 1, (long)0, N);
+  float m = -INFINITY;
+  for (long j = l; j < vis; j += L) m = fmax(m, ld(x, row * N + j, adt, 1.0f) * scale);
+  m = wg_max(m, red);
+  float s = 0.0f;
+  for (long j = l; j < vis; j += L) s += exp(ld(x, row * N + j, adt, 1.0f) * scale - m);
+  s = wg_sum(s, red);
+  for (long j = l; j < N; j += L) {
+    float v = j < vis ? exp(ld(x, row * N + j, adt, 1.0f) * scale - m) / s : 0.0f;
+    st(o + ooff, row * N + j, odt, v, 1.0f);
+  }
+}
+
+/* ROPE: one work item per output element of rows [.., T, H] x D */
+__kernel void rope(gcbytes *a, ulong aoff, int adt, __global const int *pos, ulong poff,
+                   gbytes *o, ulong ooff, int odt, long T, long H, long D, long nrot, int neox,
+                   float base, float fscale, ulong n) {
+  ulong gid = get_global_id(0);
+  if (gid >= n) return;
+  long d = (long)(gid % (ulong)D), row = (long)(gid / (ulong)D);
+  gcbytes *x = a + aoff;
+  long rb = row * D;
+  float r;
+  if (d >= nrot) {
+    r = ld(x, rb + d, adt, 1.0f);
+  } else {
+    long t = (row / H) % T;
+    long i, iu, iv;
+    int second;
+    if (neox) {
+      long half_ = nrot / 2;
+      i = d < half_ ? d : d - half_;
+      iu = i;
+      iv = i + half_;
+      second = d >= half_;
+    } else {
+      i = d / 2;
+      iu = 2 * i;
+      iv = 2 * i + 1;
+      second = d & 1;
+    }
+    int p = ((__global const int *)((__global const uchar *)pos + poff))[t];
+    ACC theta = (ACC)p * (ACC)fscale * pow((ACC)base, -(ACC)(2 * i) / (ACC)nrot);
+    float c = (float)cos(theta), sn = (float)sin(theta);
+    float u = ld(x, rb + iu, adt, 1.0f), v = ld(x, rb + iv, adt, 1.0f);
+    r = second ? u * sn + v * c : u * c - v * sn;
+  }
+  st(o + ooff, gid, odt, r, 1.0f);
+}
+
+/*
+ * ATTENTION: one work-group per (query i, head h), keys in chunks of the local size with an
+ * online softmax. Keys past the last visible one are never loaded: a KV cache bound with its
+ * full capacity may hold garbage there.
+ */
+__kernel void attention(gcbytes *q, ulong qoff, int qdt, gcbytes *k, ulong koff, int kdt,
+                        gcbytes *v, ulong voff, int vdt, gbytes *o, ulong ooff, int odt, long Hq,
+                        long Tk, long Hkv, long D, long Dv, float scale, int causal,
+                        gcbytes *qo, ulong qooff, int has_qo, long qo_attr, __local float *lq,
+                        __local float *lacc, __local float *ls) {
+  long g = get_group_id(0);
+  long i = g / Hq, h = g % Hq, hk = h / (Hq / Hkv);
+  int l = get_local_id(0), L = get_local_size(0);
+  long last = Tk - 1;
+  if (causal) {
+    long off = has_qo ? (long)((__global const int *)(qo + qooff))[0] : qo_attr;
+    last = min(last, i + off);
+  }
+  for (long d = l; d < D; d += L) lq[d] = ld(q + qoff, g * D + d, qdt, 1.0f);
+  for (long d = l; d < Dv; d += L) lacc[d] = 0.0f;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  float m = -INFINITY, ssum = 0.0f;
+  for (long j0 = 0; j0 <= last; j0 += L) {
+    long j = j0 + l;
+    int cnt = (int)min((long)L, last - j0 + 1);
+    float s = -INFINITY;
+    if (l < cnt) {
+      float dot = 0.0f;
+      for (long d = 0; d < D; d++) dot += lq[d] * ld(k + koff, (j * Hkv + hk) * D + d, kdt, 1.0f);
+      s = dot * scale;
+    }
+    ls[l] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float cm = m;
+    for (int t = 0; t < cnt; t++) cm = fmax(cm, ls[t]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ls[l] = l < cnt ? exp(s - cm) : 0.0f;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float corr = exp(m - cm), ps = 0.0f;
+    for (int t = 0; t < cnt; t++) ps += ls[t];
+    for (long d = l; d < Dv; d += L) {
+      float acc = lacc[d] * corr;
+      for (int t = 0; t < cnt; t++) acc += ls[t] * ld(v + voff, ((j0 + t) * Hkv + hk) * Dv + d, vdt, 1.0f);
+      lacc[d] = acc;
+    }
+    ssum = ssum * corr + ps;
+    m = cm;
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  for (long d = l; d < Dv; d += L)
+    st(o + ooff, g * Dv + d, odt, last >= 0 ? lacc[d] / ssum : 0.0f, 1.0f);
+}
+
+/* GET_ROWS: an id outside [0, R) sets *err instead of reading */
+__kernel void get_rows(gcbytes *t, ulong toff, int tdt, float tscale, __global const uchar *ids,
+                       ulong idoff, gbytes *o, ulong ooff, long R, long K, __global int *err,
+                       int tag, ulong n) {
+  ulong gid = get_global_id(0);
+  if (gid >= n) return;
+  long r = (long)(gid / (ulong)K), c = (long)(gid % (ulong)K);
+  int id = ((__global const int *)(ids + idoff))[r];
+  float val = 0.0f;
+  if (id < 0 || id >= R)
+    atomic_xchg(err, tag);
+  else
+    val = ld(t + toff, (ulong)id * (ulong)K + (ulong)c, tdt, tscale);
+  ((__global float *)(o + ooff))[gid] = val;
+}
+
+/* QUANTIZE to Q8_0 / Q4_0: one work item per block of 32, bit-exact with ggml */
+__kernel void quantize_block(gcbytes *a, ulong aoff, gbytes *o, ulong ooff, int odt, ulong nblk) {
+  ulong b = get_global_id(0);
+  if (b >= nblk) return;
+  __global const float *x = (__global const float *)(a + aoff) + b * 32;
+  float amax = 0.0f, mx = 0.0f;
+  for (int j = 0; j < 32; j++) {
+    float av = fabs(x[j]);
+    if (amax < av) {
+      amax = av;
+      mx = x[j];
+    }
+  }
+  if (odt == DT_Q8_0) {
+    gbytes *blk = o + ooff + b * 34;
+    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    ushort hd = f2h(d);
+    blk[0] = (uchar)(hd & 0xff);
+    blk[1] = (uchar)(hd >> 8);
+    for (int j = 0; j < 32; j++) blk[2 + j] = (uchar)(char)round(x[j] * id);
+  } else {
+    gbytes *blk = o + ooff + b * 18;
+    float d = mx / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    ushort hd = f2h(d);
+    blk[0] = (uchar)(hd & 0xff);
+    blk[1] = (uchar)(hd >> 8);
+    for (int j = 0; j < 16; j++) {
+      int q0 = min(15, (int)(x[j] * id + 8.5f));
+      int q1 = min(15, (int)(x[j + 16] * id + 8.5f));
+      blk[2 + j] = (uchar)(q0 | (q1 << 4));
+    }
+  }
+}
+
+/*
+ * MATMUL: out[bt, m, n] = sum_k a[bt, m, k] * b[bt', n, k]. Work-group (LX, LY) computes a
+ * (4 LY) x (4 LX) tile, each item 4x4 outputs, with TK-deep slices of a and b staged in local
+ * memory (sizes set by the host from the device's limits). Batch dims: out is [B0, B1, M, N];
+ * a and b step by their own batch strides (0 where they broadcast).
+ */
+#define TK 16
+#define GEMM_BODY(LDA, LDB)                                                                      \
+  int lx = get_local_id(0), ly = get_local_id(1);                                                \
+  int LX = get_local_size(0), LY = get_local_size(1);                                            \
+  int TM = LY * 4, TN = LX * 4, tid = ly * LX + lx, nth = LX * LY;                               \
+  long bt = get_global_id(2), b0 = bt / B1, b1 = bt % B1;                                        \
+  ulong abase = (ulong)(b0 * sa0 + b1 * sa1), bbase = (ulong)(b0 * sb0 + b1 * sb1);              \
+  long m0 = (long)get_group_id(1) * TM, n0 = (long)get_group_id(0) * TN;                         \
+  float acc[4][4];                                                                               \
+  for (int r = 0; r < 4; r++)                                                                    \
+    for (int c = 0; c < 4; c++) acc[r][c] = 0.0f;                                                \
+  for (long k0 = 0; k0 < K; k0 += TK) {                                                          \
+    for (int e = tid; e < TM * TK; e += nth) {                                                   \
+      long gm = m0 + e / TK, gk = k0 + e % TK;                                                   \
+      As[e] = (gm < M && gk < K) ? LDA(abase + (ulong)(gm * K + gk)) : 0.0f;                     \
+    }                                                                                            \
+    for (int e = tid; e < TN * TK; e += nth) {                                                   \
+      long gn = n0 + e / TK, gk = k0 + e % TK;                                                   \
+      Bs[e] = (gn < N && gk < K) ? LDB(bbase + (ulong)(gn * K + gk)) : 0.0f;                     \
+    }                                                                                            \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                                \
+    for (int kk = 0; kk < TK; kk++) {                                                            \
+      float ar[4], br[4];                                                                        \
+      for (int r = 0; r < 4; r++) ar[r] = As[(ly * 4 + r) * TK + kk];                            \
+      for (int c = 0; c < 4; c++) br[c] = Bs[(lx * 4 + c) * TK + kk];                            \
+      for (int r = 0; r < 4; r++)                                                                \
+        for (int c = 0; c < 4; c++) acc[r][c] = mad(ar[r], br[c], acc[r][c]);                    \
+    }                                                                                            \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                                \
+  }                                                                                              \
+  for (int r = 0; r < 4; r++) {                                                                  \
+    long gm = m0 + ly * 4 + r;                                                                   \
+    if (gm >= M) break;                                                                          \
+    for (int c = 0; c < 4; c++) {                                                                \
+      long gn = n0 + lx * 4 + c;                                                                 \
+      if (gn < N) STO((ulong)((bt * M + gm) * N + gn), acc[r][c]);                               \
+    }                                                                                            \
+  }
+
+#define LDA_F32(i) ((__global const float *)(a + aoff))[i]
+#define LDB_F32(i) ((__global const float *)(b + boff))[i]
+#define STO_F32(i, v) ((__global float *)(o + ooff))[i] = (v)
+#define LDA_ANY(i) ld(a + aoff, (i), adt, 1.0f)
+#define LDB_ANY(i) ld(b + boff, (i), bdt, bscale)
+#define STO_ANY(i, v) st(o + ooff, (i), odt, (v), 1.0f)
+
+__kernel void gemm_f32(gcbytes *a, ulong aoff, gcbytes *b, ulong boff, gbytes *o, ulong ooff,
+                       long M, long N, long K, long B1, long sa0, long sa1, long sb0, long sb1,
+                       __local float *As, __local float *Bs) {
+#define STO STO_F32
+  GEMM_BODY(LDA_F32, LDB_F32)
+#undef STO
+}
+
+__kernel void gemm_any(gcbytes *a, ulong aoff, int adt, gcbytes *b, ulong boff, int bdt,
+                       float bscale, gbytes *o, ulong ooff, int odt, long M, long N, long K,
+                       long B1, long sa0, long sa1, long sb0, long sb1, __local float *As,
+                       __local float *Bs) {
+#define STO STO_ANY
+  GEMM_BODY(LDA_ANY, LDB_ANY)
+#undef STO
+}

@@ -1,0 +1,616 @@
+/*
+ * plugin.c: the two exports, plugin and device info, contexts and buffers of the OpenCL plugin.
+ * Graphs and executions are in graph.c, fences in fence.c, the program cache in program.c.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ocl.h"
+
+ocl_plugin P = {XPU_REGISTRY_INIT, PTHREAD_MUTEX_INITIALIZER, 0, "", {0}, NULL, 0};
+
+const char *const ocl_kernel_names[K_COUNT] = {"eltwise",  "copy_strided", "norm",
+                                               "softmax",  "rope",         "attention",
+                                               "get_rows", "quantize_block", "gemm_f32",
+                                               "gemm_any"};
+
+xpu_status ocl_status_of(cl_int err) {
+  switch (err) {
+  case CL_OUT_OF_HOST_MEMORY:
+  case CL_MEM_OBJECT_ALLOCATION_FAILURE:
+  case CL_OUT_OF_RESOURCES: return XPU_E_OUT_OF_MEMORY;
+  case CL_DEVICE_NOT_AVAILABLE:
+  case CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST: return XPU_E_DEVICE_LOST;
+  case CL_INVALID_BUFFER_SIZE:
+  case CL_INVALID_HOST_PTR: return XPU_E_INVALID_ARG;
+  default: return XPU_E_INTERNAL;
+  }
+}
+
+xpu_status ocl_clfail(xpu_handle h, cl_int err, const char *what) {
+  return xpu_fail(&P.reg, h, ocl_status_of(err), "opencl: %s failed: %s (%d)", what,
+                  cl_err_name(err), (int)err);
+}
+
+/* ---------------------------------------------------------------- submissions */
+ocl_sub *ocl_sub_new(void) {
+  ocl_sub *s = calloc(1, sizeof *s);
+  if (s) atomic_init(&s->refs, 1);
+  return s;
+}
+
+void ocl_sub_ref(ocl_sub *s) {
+  if (s) atomic_fetch_add(&s->refs, 1);
+}
+
+void ocl_sub_unref(ocl_sub *s) {
+  if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
+  if (s->ev) P.cl.clReleaseEvent(s->ev);
+  free(s);
+}
+
+int ocl_sub_done(ocl_sub *s, xpu_status *st, char *msg, size_t cap) {
+  cl_int es = CL_COMPLETE;
+  if (s->ev) {
+    cl_int err = P.cl.clGetEventInfo(s->ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof es, &es,
+                                     NULL);
+    if (err != CL_SUCCESS) es = err;
+  }
+  if (es > 0) return 0; /* queued, submitted or running */
+  if (es < 0) {
+    *st = ocl_status_of(es) == XPU_E_OUT_OF_MEMORY ? XPU_E_OUT_OF_MEMORY : XPU_E_DEVICE_LOST;
+    snprintf(msg, cap, "opencl: submission failed on the device: %s (%d)", cl_err_name(es),
+             (int)es);
+  } else if (s->errflag) {
+    *st = XPU_E_INVALID_ARG;
+    snprintf(msg, cap, "GET_ROWS (node %d): an id is outside [0, rows of the table)",
+             (int)s->errflag - 1);
+  } else {
+    *st = XPU_OK;
+    if (cap) msg[0] = 0;
+  }
+  return 1;
+}
+
+/* ---------------------------------------------------------------- discovery */
+static void dev_str(cl_device_id d, cl_device_info what, char *out, size_t cap) {
+  out[0] = 0;
+  if (P.cl.clGetDeviceInfo(d, what, cap, out, NULL) != CL_SUCCESS) out[0] = 0;
+  out[cap - 1] = 0;
+}
+
+static void describe(ocl_device *d) {
+  xpu_device_info *in = &d->info;
+  memset(in, 0, sizeof *in);
+  in->struct_size = sizeof *in;
+  cl_device_type type = 0;
+  P.cl.clGetDeviceInfo(d->id, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+  in->kind = (type & CL_DEVICE_TYPE_GPU) ? XPU_DEVICE_GPU
+             : (type & CL_DEVICE_TYPE_CPU) ? XPU_DEVICE_CPU
+                                            : XPU_DEVICE_ACCEL;
+  dev_str(d->id, CL_DEVICE_NAME, in->name, sizeof in->name);
+  dev_str(d->id, CL_DEVICE_VENDOR, in->vendor, sizeof in->vendor);
+  dev_str(d->id, CL_DRIVER_VERSION, in->driver_version, sizeof in->driver_version);
+  P.cl.clGetPlatformInfo(d->platform, CL_PLATFORM_VERSION, sizeof d->platform_version,
+                         d->platform_version, NULL);
+  d->platform_version[sizeof d->platform_version - 1] = 0;
+  cl_ulong mem = 0, lmem = 0, maxalloc = 0;
+  cl_uint cu = 0;
+  size_t wg = 0, items[3] = {1, 1, 1};
+  cl_bool unified = CL_FALSE;
+  cl_device_fp_config fp = 0;
+  P.cl.clGetDeviceInfo(d->id, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL);
+  P.cl.clGetDeviceInfo(d->id, CL_DEVICE_LOCAL_MEM_SIZE, sizeof lmem, &lmem, NULL);
+  P.cl.clGetDeviceInfo(d->id, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof maxalloc, &maxalloc, NULL);
+  P.cl.clGetDeviceInfo(d->id, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
+  P.cl.clGetDeviceInfo(d->id, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof wg, &wg, NULL);
+  P.cl.clGetDeviceInfo(d->id, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof items, items, NULL);
+  P.cl.clGetDeviceInfo(d->id, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
+  P.cl.clGetDeviceInfo(d->id, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
+  in->memory_bytes = mem;
+  in->compute_units = cu;
+  d->local_mem = lmem;
+  d->max_alloc = maxalloc;
+  d->max_wg = wg ? wg : 1;
+  for (int i = 0; i < 3; i++) d->max_item[i] = items[i] ? items[i] : 1;
+  d->correct_div = (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
+
+  char ext[4096];
+  dev_str(d->id, CL_DEVICE_EXTENSIONS, ext, sizeof ext);
+  /* host-visible: every buffer maps; async: submit only enqueues. USE_HOST_PTR is zero-copy
+   * only where the device reads host memory itself. */
+  in->caps = XPU_CAP_ASYNC | XPU_CAP_HOST_VISIBLE;
+  if (unified || in->kind == XPU_DEVICE_CPU)
+    in->caps |= XPU_CAP_UNIFIED_MEMORY | XPU_CAP_IMPORT_HOST;
+  if (strstr(ext, "cl_khr_fp16")) in->caps |= XPU_CAP_FP16;
+}
+
+/* Loads libOpenCL and lists the devices once; plugin.mu held. */
+static int load_locked(void) {
+  if (P.loaded) return P.loaded;
+  if (!P.cl.lib && clapi_load(&P.cl, P.load_err, sizeof P.load_err) != 0) {
+    P.loaded = -1;
+    return -1;
+  }
+  cl_uint np = 0;
+  cl_int err = P.cl.clGetPlatformIDs(0, NULL, &np);
+  if (err == -1001 || (err == CL_SUCCESS && np == 0)) {
+    snprintf(P.load_err, sizeof P.load_err, "%.180s loaded but no OpenCL platform is installed",
+             P.cl.path);
+    P.loaded = -1;
+    return -1;
+  }
+  if (err != CL_SUCCESS) {
+    snprintf(P.load_err, sizeof P.load_err, "clGetPlatformIDs failed: %s", cl_err_name(err));
+    P.loaded = -1;
+    return -1;
+  }
+  cl_platform_id *plats = calloc(np, sizeof *plats);
+  if (!plats || P.cl.clGetPlatformIDs(np, plats, NULL) != CL_SUCCESS) {
+    free(plats);
+    snprintf(P.load_err, sizeof P.load_err, "clGetPlatformIDs failed");
+    P.loaded = -1;
+    return -1;
+  }
+  for (cl_uint p = 0; p < np; p++) {
+    cl_uint nd = 0;
+    if (P.cl.clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || !nd)
+      continue;
+    cl_device_id *ids = calloc(nd, sizeof *ids);
+    ocl_device *grown = realloc(P.devs, (P.ndev + nd) * sizeof *grown);
+    if (!ids || !grown) {
+      free(ids);
+      if (grown) P.devs = grown;
+      break;
+    }
+    P.devs = grown;
+    if (P.cl.clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, ids, NULL) == CL_SUCCESS) {
+      for (cl_uint i = 0; i < nd; i++) {
+        ocl_device *d = &P.devs[P.ndev++];
+        memset(d, 0, sizeof *d);
+        d->platform = plats[p];
+        d->id = ids[i];
+        describe(d);
+      }
+    }
+    free(ids);
+  }
+  free(plats);
+  if (P.ndev == 0) {
+    snprintf(P.load_err, sizeof P.load_err, "%.180s loaded but no OpenCL device is available",
+             P.cl.path);
+    P.loaded = -1;
+    return -1;
+  }
+  P.loaded = 1;
+  return 1;
+}
+
+XPU_EXPORT xpu_status xpu_plugin_probe(xpu_probe_result *out) {
+  if (!out || out->struct_size < offsetof(xpu_probe_result, reason)) return XPU_E_INVALID_ARG;
+  xpu_probe_result r;
+  memset(&r, 0, sizeof r);
+  r.abi_major = XPU_ABI_MAJOR;
+  r.abi_minor = XPU_ABI_MINOR;
+  XPU_STRCPY(r.name, "opencl");
+  pthread_mutex_lock(&P.mu);
+  if (load_locked() < 0) {
+    r.score = 0;
+    XPU_STRCPY(r.reason, P.load_err);
+  } else {
+    int gpus = 0;
+    for (uint32_t i = 0; i < P.ndev; i++) gpus += P.devs[i].info.kind == XPU_DEVICE_GPU;
+    /* a real GPU beats the CPU backends; an OpenCL CPU device (PoCL) works but is not preferred */
+    r.score = gpus ? 70 : 10;
+    snprintf(r.reason, sizeof r.reason, "%u OpenCL device(s) via %.40s, first: %.90s (%.80s)", P.ndev,
+             P.cl.path, P.devs[0].info.name, P.devs[0].platform_version);
+  }
+  pthread_mutex_unlock(&P.mu);
+  XPU_COPY_OUT(out, r);
+  return XPU_OK;
+}
+
+/* ---------------------------------------------------------------- plugin-level entries */
+static xpu_status get_info(xpu_plugin_info *out) {
+  if (!out || out->struct_size < sizeof(uint32_t)) return XPU_E_INVALID_ARG;
+  xpu_plugin_info in;
+  memset(&in, 0, sizeof in);
+  in.abi_major = XPU_ABI_MAJOR;
+  in.abi_minor = XPU_ABI_MINOR;
+  in.opset_min = 1;
+  in.opset_max = XPU_OPSET_VERSION;
+  in.ir_version = XPU_IR_VERSION;
+  XPU_STRCPY(in.name, "opencl");
+  XPU_STRCPY(in.vendor, "xpu");
+  XPU_STRCPY(in.version, OCL_PLUGIN_VERSION);
+  XPU_STRCPY(in.build_id, "opencl-" OCL_PLUGIN_VERSION "-" __DATE__ " " __TIME__);
+  pthread_mutex_lock(&P.mu);
+  if (P.loaded > 0) snprintf(in.sdk_version, sizeof in.sdk_version, "%.63s",
+                              P.devs[0].platform_version);
+  pthread_mutex_unlock(&P.mu);
+  XPU_COPY_OUT(out, in);
+  return XPU_OK;
+}
+
+static xpu_status shutdown_(void) {
+  if (xpu_reg_count(&P.reg, 0) != 0)
+    return xpu_fail(&P.reg, 0, XPU_E_BAD_STATE, "shutdown: %u objects are still alive",
+                    xpu_reg_count(&P.reg, 0));
+  pthread_mutex_lock(&P.mu);
+  for (uint32_t i = 0; i < P.ndev; i++) {
+    if (P.devs[i].prog) P.cl.clReleaseProgram(P.devs[i].prog);
+    if (P.devs[i].clctx) P.cl.clReleaseContext(P.devs[i].clctx);
+  }
+  free(P.devs);
+  P.devs = NULL;
+  P.ndev = 0;
+  P.loaded = 0; /* libOpenCL stays loaded: unloading an ICD is not safe, a reopen reuses it */
+  pthread_mutex_unlock(&P.mu);
+  xpu_reg_destroy(&P.reg);
+  return XPU_OK;
+}
+
+static xpu_status last_error(xpu_handle h, char *buf, uint32_t cap, uint32_t *len) {
+  return xpu_reg_last_error(&P.reg, h, buf, cap, len);
+}
+
+static xpu_status device_count(uint32_t *out) {
+  if (!out) return xpu_fail(&P.reg, 0, XPU_E_INVALID_ARG, "device_count: null out");
+  *out = P.ndev;
+  return XPU_OK;
+}
+
+static xpu_status device_info(uint32_t device, xpu_device_info *out) {
+  if (!out || out->struct_size < sizeof(uint32_t))
+    return xpu_fail(&P.reg, 0, XPU_E_INVALID_ARG, "device_info: null or short out");
+  if (device >= P.ndev)
+    return xpu_fail(&P.reg, 0, XPU_E_INVALID_ARG, "device_info: device %u of %u", device, P.ndev);
+  xpu_device_info in = P.devs[device].info;
+  XPU_COPY_OUT(out, in);
+  return XPU_OK;
+}
+
+uint32_t ocl_op_static(const xpu_op_query *q);
+
+static xpu_status op_support(uint32_t device, const xpu_op_query *q, uint32_t *verdict) {
+  if (!q || !verdict || q->struct_size < sizeof(uint32_t) * 2)
+    return xpu_fail(&P.reg, 0, XPU_E_INVALID_ARG, "op_support: null query or verdict");
+  if (device >= P.ndev)
+    return xpu_fail(&P.reg, 0, XPU_E_INVALID_ARG, "op_support: device %u of %u", device, P.ndev);
+  xpu_op_query qq;
+  memset(&qq, 0, sizeof qq);
+  memcpy(&qq, q, q->struct_size < sizeof qq ? q->struct_size : sizeof qq);
+  *verdict = ocl_op_static(&qq);
+  return XPU_OK;
+}
+
+/* ---------------------------------------------------------------- contexts */
+static size_t pow2_floor(size_t v) {
+  size_t p = 1;
+  while (p * 2 <= v) p *= 2;
+  return p;
+}
+
+static void ctx_free(ocl_ctx *c) {
+  for (int i = 0; i < K_COUNT; i++)
+    if (c->k[i]) P.cl.clReleaseKernel(c->k[i]);
+  if (c->q) P.cl.clReleaseCommandQueue(c->q);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+static xpu_status context_create(uint32_t device, const char *options, xpu_context *out) {
+  (void)options; /* no OpenCL context option is defined yet; unknown keys are ignored */
+  if (!out) return xpu_fail(&P.reg, 0, XPU_E_INVALID_ARG, "context_create: null out");
+  if (device >= P.ndev)
+    return xpu_fail(&P.reg, 0, XPU_E_INVALID_ARG, "context_create: device %u of %u", device,
+                    P.ndev);
+  ocl_device *d = &P.devs[device];
+  char err[XPU_ERR_LEN];
+  cl_int ce = CL_SUCCESS;
+  pthread_mutex_lock(&P.mu);
+  if (!d->clctx) {
+    d->clctx = P.cl.clCreateContext(NULL, 1, &d->id, NULL, NULL, &ce);
+    if (!d->clctx) {
+      pthread_mutex_unlock(&P.mu);
+      return ocl_clfail(0, ce, "clCreateContext");
+    }
+  }
+  xpu_status st = ocl_program_ensure(d, err, sizeof err);
+  pthread_mutex_unlock(&P.mu);
+  if (st != XPU_OK) return xpu_fail(&P.reg, 0, st, "%s", err);
+
+  ocl_ctx *c = calloc(1, sizeof *c);
+  if (!c) return xpu_fail(&P.reg, 0, XPU_E_OUT_OF_MEMORY, "context_create: out of memory");
+  c->dev = d;
+  pthread_mutex_init(&c->mu, NULL);
+  atomic_init(&c->children, 0);
+  c->q = P.cl.clCreateCommandQueue(d->clctx, d->id, 0, &ce);
+  if (!c->q) {
+    ctx_free(c);
+    return ocl_clfail(0, ce, "clCreateCommandQueue");
+  }
+  for (int i = 0; i < K_COUNT; i++) {
+    c->k[i] = P.cl.clCreateKernel(d->prog, ocl_kernel_names[i], &ce);
+    if (!c->k[i]) {
+      ctx_free(c);
+      snprintf(err, sizeof err, "clCreateKernel(%s)", ocl_kernel_names[i]);
+      return ocl_clfail(0, ce, err);
+    }
+    size_t wg = 1;
+    P.cl.clGetKernelWorkGroupInfo(c->k[i], d->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg,
+                                  NULL);
+    c->kwg[i] = wg ? wg : 1;
+  }
+  /* 256 items are enough to fill a compute unit's lanes on every GPU we target; more only
+   * lengthens the tail of small launches. */
+  size_t lim = d->max_item[0] < 256 ? d->max_item[0] : 256;
+  c->wg1d = pow2_floor(c->kwg[K_ELTWISE] < lim ? c->kwg[K_ELTWISE] : lim);
+  /* GEMM: side x side items, each 4x4 outputs; its two TK=16 slices take 2*4*side*16 floats */
+  size_t gl = c->kwg[K_GEMM_F32] < c->kwg[K_GEMM_ANY] ? c->kwg[K_GEMM_F32] : c->kwg[K_GEMM_ANY];
+  if (gl > 256) gl = 256;
+  size_t side = 1;
+  while ((side * 2) * (side * 2) <= gl && side * 2 <= d->max_item[0] &&
+         side * 2 <= d->max_item[1] && 2 * 4 * (side * 2) * 16 * sizeof(float) <= d->local_mem / 2)
+    side *= 2;
+  c->gemm_side = side;
+
+  xpu_handle h = xpu_reg_add(&P.reg, T_CTX, c);
+  if (!h) {
+    ctx_free(c);
+    return xpu_fail(&P.reg, 0, XPU_E_OUT_OF_MEMORY, "context_create: registry full");
+  }
+  xpu_log(&P.reg, XPU_LOG_DEBUG,
+          "opencl: context on %s: program %s in %.1f ms, 1-d work-group %zu, gemm %zux%zu",
+          d->info.name, d->from_cache ? "loaded from cache" : "built", d->build_ms, c->wg1d, side,
+          side);
+  *out = h;
+  return XPU_OK;
+}
+
+static xpu_status context_release(xpu_context h) {
+  ocl_ctx *c = xpu_reg_get(&P.reg, h, T_CTX);
+  if (!c) return xpu_fail(&P.reg, h, XPU_E_INVALID_HANDLE, "context_release: invalid context");
+  if (atomic_load(&c->children))
+    return xpu_fail(&P.reg, h, XPU_E_BAD_STATE,
+                    "context_release: %u buffers, executables or fences are still alive",
+                    atomic_load(&c->children));
+  if (!xpu_reg_remove(&P.reg, h, T_CTX))
+    return xpu_fail(&P.reg, h, XPU_E_INVALID_HANDLE, "context_release: invalid context");
+  P.cl.clFinish(c->q);
+  ctx_free(c);
+  return XPU_OK;
+}
+
+/* ---------------------------------------------------------------- buffers */
+static xpu_status buf_register(ocl_ctx *c, ocl_buf *b, xpu_buffer *out, xpu_handle ctx_h) {
+  xpu_handle h = xpu_reg_add(&P.reg, T_BUF, b);
+  if (!h) {
+    P.cl.clReleaseMemObject(b->mem);
+    pthread_mutex_destroy(&b->mu);
+    free(b);
+    return xpu_fail(&P.reg, ctx_h, XPU_E_OUT_OF_MEMORY, "buffer: registry full");
+  }
+  atomic_fetch_add(&c->children, 1);
+  *out = h;
+  return XPU_OK;
+}
+
+static xpu_status buffer_alloc(xpu_context ctx_h, uint64_t size, uint32_t kind, xpu_buffer *out) {
+  ocl_ctx *c = xpu_reg_get(&P.reg, ctx_h, T_CTX);
+  if (!c) return xpu_fail(&P.reg, ctx_h, XPU_E_INVALID_HANDLE, "buffer_alloc: invalid context");
+  if (!out) return xpu_fail(&P.reg, ctx_h, XPU_E_INVALID_ARG, "buffer_alloc: null out");
+  if (kind > XPU_BUFFER_HOST_VISIBLE)
+    return xpu_fail(&P.reg, ctx_h, XPU_E_INVALID_ARG, "buffer_alloc: unknown kind %u", kind);
+  if (size == 0 || size > c->dev->max_alloc)
+    return xpu_fail(&P.reg, ctx_h, size ? XPU_E_OUT_OF_MEMORY : XPU_E_INVALID_ARG,
+                    "buffer_alloc: size %llu outside [1, %llu] (CL_DEVICE_MAX_MEM_ALLOC_SIZE)",
+                    (unsigned long long)size, (unsigned long long)c->dev->max_alloc);
+  cl_mem_flags fl = CL_MEM_READ_WRITE;
+  if (kind == XPU_BUFFER_HOST_VISIBLE) fl |= CL_MEM_ALLOC_HOST_PTR;
+  cl_int ce = CL_SUCCESS;
+  cl_mem m = P.cl.clCreateBuffer(c->dev->clctx, fl, size, NULL, &ce);
+  if (!m) return ocl_clfail(ctx_h, ce, "clCreateBuffer");
+  ocl_buf *b = calloc(1, sizeof *b);
+  if (!b) {
+    P.cl.clReleaseMemObject(m);
+    return xpu_fail(&P.reg, ctx_h, XPU_E_OUT_OF_MEMORY, "buffer_alloc: out of memory");
+  }
+  b->ctx = c;
+  b->mem = m;
+  b->size = size;
+  b->kind = kind;
+  pthread_mutex_init(&b->mu, NULL);
+  return buf_register(c, b, out, ctx_h);
+}
+
+static xpu_status buffer_import(xpu_context ctx_h, const xpu_import_desc *desc, xpu_buffer *out) {
+  ocl_ctx *c = xpu_reg_get(&P.reg, ctx_h, T_CTX);
+  if (!c) return xpu_fail(&P.reg, ctx_h, XPU_E_INVALID_HANDLE, "buffer_import: invalid context");
+  if (!desc || !out || desc->struct_size < offsetof(xpu_import_desc, size) + sizeof(uint64_t))
+    return xpu_fail(&P.reg, ctx_h, XPU_E_INVALID_ARG, "buffer_import: null or short desc/out");
+  if (desc->kind != XPU_IMPORT_HOST)
+    return xpu_fail(&P.reg, ctx_h, XPU_E_UNSUPPORTED,
+                    "buffer_import: only host memory (XPU_IMPORT_HOST) can be imported");
+  if (!(c->dev->info.caps & XPU_CAP_IMPORT_HOST))
+    return xpu_fail(&P.reg, ctx_h, XPU_E_UNSUPPORTED,
+                    "buffer_import: %s does not share host memory, an import would copy",
+                    c->dev->info.name);
+  if (!desc->host_ptr || desc->size == 0)
+    return xpu_fail(&P.reg, ctx_h, XPU_E_INVALID_ARG, "buffer_import: null pointer or size 0");
+  cl_int ce = CL_SUCCESS;
+  cl_mem m = P.cl.clCreateBuffer(c->dev->clctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
+                                 desc->size, (uint8_t *)desc->host_ptr + desc->offset, &ce);
+  if (!m) return ocl_clfail(ctx_h, ce, "clCreateBuffer(CL_MEM_USE_HOST_PTR)");
+  ocl_buf *b = calloc(1, sizeof *b);
+  if (!b) {
+    P.cl.clReleaseMemObject(m);
+    return xpu_fail(&P.reg, ctx_h, XPU_E_OUT_OF_MEMORY, "buffer_import: out of memory");
+  }
+  b->ctx = c;
+  b->mem = m;
+  b->size = desc->size;
+  b->kind = XPU_BUFFER_HOST_VISIBLE;
+  b->imported = 1;
+  pthread_mutex_init(&b->mu, NULL);
+  return buf_register(c, b, out, ctx_h);
+}
+
+static xpu_status buffer_map(xpu_buffer h, void **out) {
+  ocl_buf *b = xpu_reg_get(&P.reg, h, T_BUF);
+  if (!b) return xpu_fail(&P.reg, h, XPU_E_INVALID_HANDLE, "buffer_map: invalid buffer");
+  if (!out) return xpu_fail(&P.reg, h, XPU_E_INVALID_ARG, "buffer_map: null out");
+  pthread_mutex_lock(&b->mu);
+  if (b->mapped) {
+    *out = b->mapped;
+    pthread_mutex_unlock(&b->mu);
+    return XPU_OK;
+  }
+  cl_int ce = CL_SUCCESS;
+  pthread_mutex_lock(&b->ctx->mu);
+  void *p = P.cl.clEnqueueMapBuffer(b->ctx->q, b->mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
+                                    b->size, 0, NULL, NULL, &ce);
+  pthread_mutex_unlock(&b->ctx->mu);
+  if (!p) {
+    pthread_mutex_unlock(&b->mu);
+    return ocl_clfail(h, ce, "clEnqueueMapBuffer");
+  }
+  b->mapped = p;
+  *out = p;
+  pthread_mutex_unlock(&b->mu);
+  return XPU_OK;
+}
+
+static xpu_status buffer_unmap(xpu_buffer h) {
+  ocl_buf *b = xpu_reg_get(&P.reg, h, T_BUF);
+  if (!b) return xpu_fail(&P.reg, h, XPU_E_INVALID_HANDLE, "buffer_unmap: invalid buffer");
+  pthread_mutex_lock(&b->mu);
+  if (!b->mapped) {
+    pthread_mutex_unlock(&b->mu);
+    return xpu_fail(&P.reg, h, XPU_E_BAD_STATE, "buffer_unmap: buffer is not mapped");
+  }
+  pthread_mutex_lock(&b->ctx->mu);
+  cl_int ce = P.cl.clEnqueueUnmapMemObject(b->ctx->q, b->mem, b->mapped, 0, NULL, NULL);
+  if (ce == CL_SUCCESS) ce = P.cl.clFinish(b->ctx->q);
+  pthread_mutex_unlock(&b->ctx->mu);
+  b->mapped = NULL;
+  pthread_mutex_unlock(&b->mu);
+  return ce == CL_SUCCESS ? XPU_OK : ocl_clfail(h, ce, "clEnqueueUnmapMemObject");
+}
+
+static xpu_status buffer_rw(xpu_buffer h, uint64_t off, void *p, uint64_t size, int write) {
+  const char *what = write ? "buffer_write" : "buffer_read";
+  ocl_buf *b = xpu_reg_get(&P.reg, h, T_BUF);
+  if (!b) return xpu_fail(&P.reg, h, XPU_E_INVALID_HANDLE, "%s: invalid buffer", what);
+  if (size == 0) return XPU_OK;
+  if (!p) return xpu_fail(&P.reg, h, XPU_E_INVALID_ARG, "%s: null pointer", what);
+  if (off > b->size || size > b->size - off)
+    return xpu_fail(&P.reg, h, XPU_E_INVALID_ARG, "%s: [%llu, +%llu) outside a %llu-byte buffer",
+                    what, (unsigned long long)off, (unsigned long long)size,
+                    (unsigned long long)b->size);
+  /* blocking on the context's in-order queue: ordered after every submission before it */
+  pthread_mutex_lock(&b->ctx->mu);
+  cl_int ce = write ? P.cl.clEnqueueWriteBuffer(b->ctx->q, b->mem, CL_TRUE, off, size, p, 0,
+                                                NULL, NULL)
+                    : P.cl.clEnqueueReadBuffer(b->ctx->q, b->mem, CL_TRUE, off, size, p, 0, NULL,
+                                               NULL);
+  pthread_mutex_unlock(&b->ctx->mu);
+  if (ce != CL_SUCCESS)
+    return ocl_clfail(h, ce, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer");
+  return XPU_OK;
+}
+
+static xpu_status buffer_write(xpu_buffer h, uint64_t off, const void *src, uint64_t size) {
+  return buffer_rw(h, off, (void *)src, size, 1);
+}
+
+static xpu_status buffer_read(xpu_buffer h, uint64_t off, void *dst, uint64_t size) {
+  return buffer_rw(h, off, dst, size, 0);
+}
+
+static xpu_status buffer_size(xpu_buffer h, uint64_t *out) {
+  ocl_buf *b = xpu_reg_get(&P.reg, h, T_BUF);
+  if (!b) return xpu_fail(&P.reg, h, XPU_E_INVALID_HANDLE, "buffer_size: invalid buffer");
+  if (!out) return xpu_fail(&P.reg, h, XPU_E_INVALID_ARG, "buffer_size: null out");
+  *out = b->size;
+  return XPU_OK;
+}
+
+static xpu_status buffer_release(xpu_buffer h) {
+  ocl_buf *b = xpu_reg_get(&P.reg, h, T_BUF);
+  if (!b) return xpu_fail(&P.reg, h, XPU_E_INVALID_HANDLE, "buffer_release: invalid buffer");
+  pthread_mutex_lock(&b->mu);
+  xpu_status st = XPU_OK;
+  char msg[8];
+  if (b->last && !ocl_sub_done(b->last, &st, msg, sizeof msg)) {
+    pthread_mutex_unlock(&b->mu);
+    return xpu_fail(&P.reg, h, XPU_E_BAD_STATE, "buffer_release: an execution still uses it");
+  }
+  pthread_mutex_unlock(&b->mu);
+  if (!xpu_reg_remove(&P.reg, h, T_BUF))
+    return xpu_fail(&P.reg, h, XPU_E_INVALID_HANDLE, "buffer_release: invalid buffer");
+  if (b->mapped) {
+    pthread_mutex_lock(&b->ctx->mu);
+    P.cl.clEnqueueUnmapMemObject(b->ctx->q, b->mem, b->mapped, 0, NULL, NULL);
+    P.cl.clFinish(b->ctx->q);
+    pthread_mutex_unlock(&b->ctx->mu);
+  }
+  ocl_sub_unref(b->last);
+  P.cl.clReleaseMemObject(b->mem);
+  atomic_fetch_sub(&b->ctx->children, 1);
+  pthread_mutex_destroy(&b->mu);
+  free(b);
+  return XPU_OK;
+}
+
+/* ---------------------------------------------------------------- the table */
+static const xpu_api API = {
+    .struct_size = sizeof(xpu_api),
+    .abi_major = XPU_ABI_MAJOR,
+    .abi_minor = XPU_ABI_MINOR,
+    .get_info = get_info,
+    .shutdown = shutdown_,
+    .last_error = last_error,
+    .device_count = device_count,
+    .device_info = device_info,
+    .op_support = op_support,
+    .context_create = context_create,
+    .context_release = context_release,
+    .buffer_alloc = buffer_alloc,
+    .buffer_import = buffer_import,
+    .buffer_map = buffer_map,
+    .buffer_unmap = buffer_unmap,
+    .buffer_write = buffer_write,
+    .buffer_read = buffer_read,
+    .buffer_size = buffer_size,
+    .buffer_release = buffer_release,
+    .graph_analyze = ocl_graph_analyze,
+    .graph_prepare = ocl_graph_prepare,
+    .executable_serialize = ocl_executable_serialize,
+    .executable_release = ocl_executable_release,
+    .execution_create = ocl_execution_create,
+    .execution_bind = ocl_execution_bind,
+    .execution_submit = ocl_execution_submit,
+    .execution_run = ocl_execution_run,
+    .execution_release = ocl_execution_release,
+    .fence_create = ocl_fence_create,
+    .fence_wait = ocl_fence_wait,
+    .fence_value = ocl_fence_value,
+    .fence_signal = ocl_fence_signal,
+    .fence_release = ocl_fence_release,
+};
+
+XPU_EXPORT xpu_status xpu_plugin_open(const xpu_host_info *host, const xpu_api **out) {
+  if (!out) return XPU_E_INVALID_ARG;
+  if (host && host->struct_size >= sizeof(uint32_t) * 2 && host->abi_major != XPU_ABI_MAJOR)
+    return xpu_fail(&P.reg, 0, XPU_E_INCOMPATIBLE, "open: host ABI %u, plugin ABI %u",
+                    host->abi_major, XPU_ABI_MAJOR);
+  xpu_reg_set_log(&P.reg, host);
+  pthread_mutex_lock(&P.mu);
+  int ok = load_locked();
+  pthread_mutex_unlock(&P.mu);
+  if (ok < 0) return xpu_fail(&P.reg, 0, XPU_E_MISSING_DEP, "opencl: %s", P.load_err);
+  *out = &API;
+  return XPU_OK;
+}

@@ -1,0 +1,29 @@
+# OpenCL GPU plugin. libOpenCL is dlopen'ed at run time, never linked: the Khronos headers
+# (opencl-headers) give types and constants only. kernels.cl is embedded as a C string.
+OPENCL_SRCS := $(wildcard plugins/opencl/*.c)
+OPENCL_HDRS := $(wildcard plugins/opencl/*.h)
+OPENCL_GEN  := $(BUILD)/gen/opencl/ocl_kernels_cl.h
+OPENCL_SO   := $(PLUGIN_DIR)/libxpu-opencl.so
+
+PLUGINS += $(OPENCL_SO)
+PLUGIN_TESTS += test-opencl-smoke
+
+$(OPENCL_GEN): plugins/opencl/kernels.cl plugins/opencl/plugin.mk
+	@mkdir -p $(dir $@)
+	@{ echo '/* generated from plugins/opencl/kernels.cl by plugin.mk: do not edit */'; \
+	  echo 'static const char ocl_kernels_src[] ='; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $<; \
+	  echo ';'; } > $@.tmp && mv $@.tmp $@
+
+$(OPENCL_SO): $(OPENCL_SRCS) $(OPENCL_HDRS) $(OPENCL_GEN) $(COMMON_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -I$(dir $(OPENCL_GEN)) -o $@ $(OPENCL_SRCS) $(PLUGIN_LDFLAGS)
+
+$(BUILD)/opencl-smoke: plugins/opencl/test/smoke.c $(COMMON_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Iabi -Iplugins/common -D_GNU_SOURCE -o $@ $< -ldl -lm
+
+.PHONY: test-opencl-smoke
+test-opencl-smoke: $(OPENCL_SO) $(BUILD)/opencl-smoke
+	$(BUILD)/opencl-smoke $(OPENCL_SO)
+	XPU_OPENCL_LIBRARY=/nonexistent $(BUILD)/opencl-smoke --probe-only-zero $(OPENCL_SO)
