@@ -1,0 +1,114 @@
+package llm
+
+import (
+	"fmt"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/gguf"
+)
+
+// Config is a Llama-family model's shape, read from GGUF metadata (llama.cpp's keys).
+type Config struct {
+	Arch          string // "llama" or "qwen2"
+	ContextLength int    // trained context (<arch>.context_length)
+	Dim           int    // embedding_length
+	Layers        int    // block_count
+	FFN           int    // feed_forward_length
+	Heads         int    // attention.head_count
+	KVHeads       int    // attention.head_count_kv
+	HeadDim       int    // Dim / Heads
+	RopeDims      int    // rope.dimension_count (≤ HeadDim)
+	RopeBase      float32
+	RopeFreqScale float32
+	RopeMode      int64 // core.RoPENormal (llama) or core.RoPENeoX (qwen2)
+	NormEps       float32
+	Vocab         int
+	QKVBias       bool // qwen2
+}
+
+// archs lists what the builder knows and the RoPE order each uses.
+var archs = map[string]struct {
+	rope    int64
+	qkvBias bool
+}{
+	"llama": {core.RoPENormal, false},
+	"qwen2": {core.RoPENeoX, true},
+}
+
+// ConfigFromGGUF reads the hyperparameters; a missing key or an unknown architecture is an
+// error naming it.
+func ConfigFromGGUF(f *gguf.File) (Config, error) {
+	var c Config
+	av, _ := f.Get("general.architecture")
+	c.Arch, _ = av.Str()
+	a, ok := archs[c.Arch]
+	if !ok {
+		return c, fmt.Errorf("llm: architecture %q (supported: llama, qwen2): %w", c.Arch, core.ErrUnsupported)
+	}
+	c.RopeMode, c.QKVBias = a.rope, a.qkvBias
+	num := func(key string, def int, dst *int) error {
+		v, ok := f.Get(c.Arch + "." + key)
+		if !ok {
+			if def < 0 {
+				return fmt.Errorf("llm: missing %s.%s: %w", c.Arch, key, core.ErrInvalidArgument)
+			}
+			*dst = def
+			return nil
+		}
+		n, ok := v.Int()
+		if !ok || n < 0 || n > 1<<31 {
+			return fmt.Errorf("llm: %s.%s = %v is not a valid count: %w", c.Arch, key, v.Any(), core.ErrInvalidArgument)
+		}
+		*dst = int(n)
+		return nil
+	}
+	flt := func(key string, def float32, dst *float32) {
+		*dst = def
+		if v, ok := f.Get(c.Arch + "." + key); ok {
+			if x, ok := v.Float(); ok {
+				*dst = float32(x)
+			}
+		}
+	}
+	for _, k := range []struct {
+		key string
+		def int
+		dst *int
+	}{
+		{"context_length", 2048, &c.ContextLength},
+		{"embedding_length", -1, &c.Dim},
+		{"block_count", -1, &c.Layers},
+		{"feed_forward_length", -1, &c.FFN},
+		{"attention.head_count", -1, &c.Heads},
+		{"attention.head_count_kv", 0, &c.KVHeads},
+		{"rope.dimension_count", 0, &c.RopeDims},
+	} {
+		if err := num(k.key, k.def, k.dst); err != nil {
+			return c, err
+		}
+	}
+	flt("rope.freq_base", 10000, &c.RopeBase)
+	flt("attention.layer_norm_rms_epsilon", 1e-5, &c.NormEps)
+	c.RopeFreqScale = 1
+	if v, ok := f.Get(c.Arch + ".rope.scaling.factor"); ok {
+		if x, ok := v.Float(); ok && x > 0 {
+			c.RopeFreqScale = float32(1 / x)
+		}
+	}
+	if c.KVHeads == 0 {
+		c.KVHeads = c.Heads
+	}
+	if c.Heads == 0 || c.Dim%c.Heads != 0 || c.KVHeads == 0 || c.Heads%c.KVHeads != 0 || c.Layers == 0 {
+		return c, fmt.Errorf("llm: inconsistent shape: dim %d, %d heads, %d kv heads, %d layers: %w",
+			c.Dim, c.Heads, c.KVHeads, c.Layers, core.ErrInvalidArgument)
+	}
+	c.HeadDim = c.Dim / c.Heads
+	if c.RopeDims == 0 {
+		c.RopeDims = c.HeadDim
+	}
+	if c.RopeDims > c.HeadDim || c.RopeDims%2 != 0 {
+		return c, fmt.Errorf("llm: rope dims %d must be even and at most the head dim %d: %w",
+			c.RopeDims, c.HeadDim, core.ErrInvalidArgument)
+	}
+	return c, nil
+}

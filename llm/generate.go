@@ -1,0 +1,154 @@
+package llm
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/xpuhub/xpu/core"
+)
+
+// StopReason says why generation ended.
+type StopReason string
+
+// Stop reasons.
+const (
+	StopEOS       StopReason = "eos"        // the model emitted an end or stop token
+	StopMaxTokens StopReason = "max-tokens" // the token budget was spent
+	StopContext   StopReason = "context"    // the KV cache is full
+)
+
+// Result reports a generation.
+type Result struct {
+	Text         string
+	Tokens       []int32 // generated tokens (without the stop token)
+	PromptTokens int
+	Stop         StopReason
+	Prefill      time.Duration
+	Decode       time.Duration
+}
+
+// PrefillTokensPerSecond is the prompt processing speed.
+func (r Result) PrefillTokensPerSecond() float64 { return rate(r.PromptTokens, r.Prefill) }
+
+// DecodeTokensPerSecond is the generation speed (the first token comes from prefill).
+func (r Result) DecodeTokensPerSecond() float64 {
+	return rate(max(len(r.Tokens)-1, 0), r.Decode)
+}
+
+func rate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+type genConfig struct {
+	maxTokens int
+	sampler   SamplerConfig
+	stream    func(text string) error
+	onToken   func(id int32) error
+	keep      bool
+}
+
+// GenerateOption configures Generate.
+type GenerateOption func(*genConfig)
+
+// WithMaxTokens bounds the generated tokens (default 256).
+func WithMaxTokens(n int) GenerateOption { return func(c *genConfig) { c.maxTokens = n } }
+
+// WithSampler sets the sampling (default greedy).
+func WithSampler(s SamplerConfig) GenerateOption { return func(c *genConfig) { c.sampler = s } }
+
+// WithStream receives the text as it is generated; an error stops generation and is returned.
+func WithStream(f func(text string) error) GenerateOption {
+	return func(c *genConfig) { c.stream = f }
+}
+
+// WithTokenCallback receives each generated token id.
+func WithTokenCallback(f func(id int32) error) GenerateOption {
+	return func(c *genConfig) { c.onToken = f }
+}
+
+// WithKeepCache continues from the tokens already in the cache instead of starting over (a
+// chat's next turn).
+func WithKeepCache() GenerateOption { return func(c *genConfig) { c.keep = true } }
+
+// Generate encodes prompt (with BOS when the vocabulary asks for it), prefills it in chunks and
+// samples until a stop token, the token budget or the end of the context. Generation also stops
+// when the model emits BOS, which starts a new document in models such as TinyStories.
+func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOption) (Result, error) {
+	cfg := genConfig{maxTokens: 256}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	tok := r.m.Tokenizer
+	if !cfg.keep {
+		r.Reset()
+	}
+	ids := tok.Encode(prompt, !cfg.keep)
+	if len(ids) == 0 {
+		return Result{}, fmt.Errorf("llm: empty prompt and no BOS token: %w", core.ErrInvalidArgument)
+	}
+	res := Result{PromptTokens: len(ids)}
+	dec := tok.NewDecoder()
+	for _, id := range ids {
+		dec.Next(id) // the generated text continues the prompt's (no dummy-prefix stripping)
+	}
+	t0 := time.Now()
+	logits, err := r.Prefill(ctx, ids)
+	res.Prefill = time.Since(t0)
+	if err != nil {
+		return res, err
+	}
+	sampler := NewSampler(cfg.sampler)
+	var text []byte
+	t1 := time.Now()
+	for {
+		next := sampler.Sample(logits, r.history)
+		if tok.IsStop(next) || (next == tok.BOS() && next >= 0) {
+			res.Stop = StopEOS
+			break
+		}
+		res.Tokens = append(res.Tokens, next)
+		if cfg.onToken != nil {
+			if err := cfg.onToken(next); err != nil {
+				return r.finish(res, text, t1), err
+			}
+		}
+		if piece := dec.Next(next); piece != "" {
+			text = append(text, piece...)
+			if cfg.stream != nil {
+				if err := cfg.stream(piece); err != nil {
+					return r.finish(res, text, t1), err
+				}
+			}
+		}
+		if len(res.Tokens) >= cfg.maxTokens {
+			res.Stop = StopMaxTokens
+			break
+		}
+		if r.pos >= r.cfg.ctxLen {
+			res.Stop = StopContext
+			break
+		}
+		if logits, err = r.Decode(ctx, next); err != nil {
+			return r.finish(res, text, t1), err
+		}
+	}
+	if rest := dec.Flush(); rest != "" {
+		text = append(text, rest...)
+		if cfg.stream != nil {
+			if err := cfg.stream(rest); err != nil {
+				return r.finish(res, text, t1), err
+			}
+		}
+	}
+	return r.finish(res, text, t1), nil
+}
+
+func (r *Runner) finish(res Result, text []byte, t1 time.Time) Result {
+	res.Text = string(text)
+	res.Decode = time.Since(t1)
+	return res
+}
