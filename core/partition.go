@@ -1,6 +1,7 @@
 package core
 
 import (
+	"container/heap"
 	"fmt"
 	"slices"
 )
@@ -23,8 +24,9 @@ type Partition struct {
 }
 
 // SplitGraph cuts g into partitions: consecutive nodes with the same device[nodeID] form one.
-// Each partition's sub-graph is built with the Graph builder, so it is validated like any
-// other graph.
+// Nodes are first put in a device-grouping topological order (see groupByDevice), so
+// independent nodes on one device end up in one partition. Each partition's sub-graph is built
+// with the Graph builder, so it is validated like any other graph.
 func SplitGraph(g *Graph, device []int) ([]*Partition, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
@@ -34,13 +36,13 @@ func SplitGraph(g *Graph, device []int) ([]*Partition, error) {
 	}
 	var parts []*Partition
 	partOf := make([]int, len(g.Nodes)) // node ID -> partition index
-	for i, n := range g.Nodes {
-		if i == 0 || device[i] != device[i-1] {
-			parts = append(parts, &Partition{Index: len(parts), Device: device[i]})
+	for i, id := range groupByDevice(g, device) {
+		if i == 0 || device[id] != parts[len(parts)-1].Device {
+			parts = append(parts, &Partition{Index: len(parts), Device: device[id]})
 		}
 		p := parts[len(parts)-1]
-		p.Nodes = append(p.Nodes, n.ID)
-		partOf[n.ID] = p.Index
+		p.Nodes = append(p.Nodes, id)
+		partOf[id] = p.Index
 	}
 
 	// A value leaves its partition when a node of another partition reads it or it is a
@@ -63,6 +65,73 @@ func SplitGraph(g *Graph, device []int) ([]*Partition, error) {
 		}
 	}
 	return dropDead(parts), nil
+}
+
+// groupByDevice returns a topological order of g's nodes that stays on one device as long as
+// some node there is ready, switching to the device of the earliest ready node otherwise. In a
+// transformer block with only the matmuls offloaded this turns the Q, K and V projections into
+// one partition instead of three, and with them the copies between partitions.
+func groupByDevice(g *Graph, device []int) []int {
+	pending := make([]int, len(g.Nodes)) // inputs not yet produced
+	users := make([][]int, len(g.Nodes)) // producer -> consumers, once per consumer
+	for _, n := range g.Nodes {
+		seen := map[int]bool{}
+		for _, in := range n.Inputs {
+			if in.Kind == KindValue && !seen[in.Producer] {
+				seen[in.Producer] = true
+				pending[n.ID]++
+				users[in.Producer] = append(users[in.Producer], n.ID)
+			}
+		}
+	}
+	ready := map[int]*idHeap{} // device -> ready node IDs
+	push := func(id int) {
+		h := ready[device[id]]
+		if h == nil {
+			h = &idHeap{}
+			ready[device[id]] = h
+		}
+		heap.Push(h, id)
+	}
+	for _, n := range g.Nodes {
+		if pending[n.ID] == 0 {
+			push(n.ID)
+		}
+	}
+	order := make([]int, 0, len(g.Nodes))
+	cur := -1
+	for len(order) < len(g.Nodes) {
+		if h := ready[cur]; h == nil || h.Len() == 0 {
+			first := -1 // the earliest ready node on any device
+			for d, h := range ready {
+				if h.Len() > 0 && (first < 0 || (*h)[0] < first) {
+					first, cur = (*h)[0], d
+				}
+			}
+		}
+		id := heap.Pop(ready[cur]).(int)
+		order = append(order, id)
+		for _, u := range users[id] {
+			if pending[u]--; pending[u] == 0 {
+				push(u)
+			}
+		}
+	}
+	return order
+}
+
+// idHeap is a min-heap of node IDs: among ready nodes, the original order wins.
+type idHeap []int
+
+func (h idHeap) Len() int           { return len(h) }
+func (h idHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h idHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *idHeap) Push(x any)        { *h = append(*h, x.(int)) }
+func (h *idHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // dropDead removes partitions none of whose results is used (dead code in the graph) and

@@ -191,11 +191,15 @@ func ParsePolicy(s string) (Policy, error) {
 	list := strings.TrimPrefix(s, "by-name:")
 	var names []string
 	for _, n := range strings.Split(list, ",") {
-		if n = strings.TrimSpace(n); n != "" {
+		n = strings.TrimSpace(n)
+		if strings.ContainsAny(n, " \t\n\r=") {
+			return nil, fmt.Errorf("policy %q: bad device name %q: %w", s, n, ErrInvalidArgument)
+		}
+		if n != "" {
 			names = append(names, n)
 		}
 	}
-	if len(names) == 0 || strings.ContainsAny(list, " \t=") {
+	if len(names) == 0 {
 		return nil, fmt.Errorf("policy %q: %w", s, ErrInvalidArgument)
 	}
 	return ByName(names...), nil

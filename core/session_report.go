@@ -92,5 +92,10 @@ func (r Report) String() string {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", n.Node, n.Op, n.Device, part, n.Precision, n.CopiesIn, fb)
 	}
 	tw.Flush()
-	return b.String()
+	// an empty last column leaves the tabwriter's padding at the end of the line
+	lines := strings.Split(b.String(), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " ")
+	}
+	return strings.Join(lines, "\n")
 }

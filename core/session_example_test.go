@@ -1,0 +1,43 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/core/ref"
+)
+
+// A graph is placed on the devices at hand once, then run as often as needed.
+func ExampleNewSession() {
+	ctx := context.Background()
+	g := core.NewGraph()
+	x := g.Input("x", core.F32, 2, 3)
+	w := g.Const("w", core.F32, core.Shape{2, 3}, core.EncodeF32([]float32{1, 0, 0, 0, 1, 1}))
+	g.Output(g.Named("relu").ReLU(g.Named("proj").MatMul(x, w)))
+	if err := g.Err(); err != nil {
+		log.Fatal(err)
+	}
+
+	backend := ref.New()
+	defer backend.Close()
+	s, err := core.NewSession(ctx, g, backend.Devices(), core.WithPolicy(core.PreferNPU))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close()
+
+	out, err := s.Run(ctx, [][]byte{core.EncodeF32([]float32{1, 2, 3, -4, 5, -6})})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(core.DecodeF32(out[0]))
+	fmt.Print(s.Report())
+	// Output:
+	// [1 5 0 0]
+	// policy prefer-npu; devices ref:0; 1 partition(s); 0 copies per run (0 bytes)
+	// NODE  OP      DEVICE  PART  PRECISION  COPIES  FALLBACK
+	// proj  MATMUL  ref:0   0     f32        0
+	// relu  RELU    ref:0   0     f32        0
+}
