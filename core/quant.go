@@ -9,7 +9,8 @@ import (
 // Quantize encodes xs in dt's storage layout: F32, F16, BF16 (round to nearest even), Q8_0 and
 // Q4_0 (bit-exact with ggml's quantize_row_q8_0_ref / quantize_row_q4_0_ref; len(xs) must be a
 // multiple of 32), or I8 (per-tensor symmetric, value = scale*q, scale > 0). scale is used for I8
-// only. Non-finite inputs give deterministic but unspecified codes for Q8_0, Q4_0 and I8.
+// only. Non-finite inputs, and Q8_0/Q4_0 blocks so small that 1/d overflows, give deterministic
+// but unspecified codes (ggml's C is undefined there; abi/OPS.md).
 func Quantize(dt DType, xs []float32, scale float32) ([]byte, error) {
 	switch dt {
 	case F32:

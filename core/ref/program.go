@@ -38,52 +38,53 @@ type nodeInfo struct {
 	fattr [core.MaxFAttr]float32
 }
 
-// compile validates g and captures it.
+// compile validates g and captures it. The structural checks come before g.Validate because
+// shape inference indexes by rank and dereferences tensors: a hand-edited graph must get an
+// error, not a panic.
 func compile(g *core.Graph) (*program, error) {
 	if g == nil {
 		return nil, fmt.Errorf("ref: nil graph: %w", core.ErrInvalidArgument)
 	}
-	if err := g.Validate(); err != nil {
-		return nil, err
-	}
 	p := &program{tensors: make([]tensorInfo, len(g.Tensors)), lastUse: make([]int, len(g.Tensors))}
 	for i, t := range g.Tensors {
-		if t.ID != i {
-			return nil, fmt.Errorf("%w: tensor %q has id %d at index %d", core.ErrGraph, t.Name, t.ID, i)
+		if t == nil || t.ID != i {
+			return nil, fmt.Errorf("%w: tensor %d is missing or misnumbered", core.ErrGraph, i)
+		}
+		if err := checkTensor(t); err != nil {
+			return nil, err
 		}
 		p.tensors[i] = tensorInfo{name: t.Name, dt: t.DType, shape: t.Shape.Clone(), kind: t.Kind, data: t.Data}
-		if t.Kind == core.KindConst && int64(len(t.Data)) != p.tensors[i].bytes() {
-			return nil, fmt.Errorf("%w: constant %s has %d bytes, want %d", core.ErrGraph, t, len(t.Data), p.tensors[i].bytes())
-		}
 		p.lastUse[i] = -1
 	}
-	owns := func(t *core.Tensor) bool { return t.ID >= 0 && t.ID < len(g.Tensors) && g.Tensors[t.ID] == t }
+	owns := func(t *core.Tensor) bool {
+		return t != nil && t.ID >= 0 && t.ID < len(g.Tensors) && g.Tensors[t.ID] == t
+	}
+	produced := make([]bool, len(g.Tensors))
 	for i, n := range g.Nodes {
-		ni := nodeInfo{name: n.Name, op: n.Op, out: n.Output.ID, iattr: n.IAttr, fattr: n.FAttr}
-		if !owns(n.Output) {
-			return nil, fmt.Errorf("%w: %s: output is not a tensor of this graph", core.ErrGraph, n)
+		if n == nil || !owns(n.Output) || n.Output.Kind != core.KindValue || produced[n.Output.ID] {
+			return nil, fmt.Errorf("%w: node %d: its output is not a fresh value tensor of this graph", core.ErrGraph, i)
 		}
-		for _, in := range n.Inputs {
+		produced[n.Output.ID] = true
+		ni := nodeInfo{name: n.Name, op: n.Op, out: n.Output.ID, iattr: n.IAttr, fattr: n.FAttr}
+		for j, in := range n.Inputs {
 			if !owns(in) {
-				return nil, fmt.Errorf("%w: %s: input %s is not a tensor of this graph", core.ErrGraph, n, in.Name)
+				return nil, fmt.Errorf("%w: %s: input %d is not a tensor of this graph", core.ErrGraph, n, j)
 			}
 			ni.in = append(ni.in, in.ID)
 			p.lastUse[in.ID] = i
 		}
 		p.nodes = append(p.nodes, ni)
 	}
-	for _, t := range g.Inputs {
-		if !owns(t) {
-			return nil, fmt.Errorf("%w: input %s is not a tensor of this graph", core.ErrGraph, t.Name)
-		}
-		if t.Kind != core.KindInput {
-			return nil, fmt.Errorf("%w: graph input %s is not an input tensor", core.ErrGraph, t.Name)
-		}
-		p.inputs = append(p.inputs, t.ID)
+	if err := g.Validate(); err != nil {
+		return nil, err
 	}
-	bound := map[int]bool{}
-	for _, id := range p.inputs {
-		bound[id] = true
+	bound := make([]bool, len(g.Tensors))
+	for i, t := range g.Inputs {
+		if !owns(t) || t.Kind != core.KindInput {
+			return nil, fmt.Errorf("%w: graph input %d is not an input tensor of this graph", core.ErrGraph, i)
+		}
+		bound[t.ID] = true
+		p.inputs = append(p.inputs, t.ID)
 	}
 	for _, n := range p.nodes {
 		for _, id := range n.in {
@@ -92,14 +93,33 @@ func compile(g *core.Graph) (*program, error) {
 			}
 		}
 	}
-	for _, t := range g.Outputs {
-		if !owns(t) {
-			return nil, fmt.Errorf("%w: output %s is not a tensor of this graph", core.ErrGraph, t.Name)
+	for i, t := range g.Outputs {
+		if !owns(t) || !produced[t.ID] {
+			return nil, fmt.Errorf("%w: graph output %d is not produced by a node of this graph", core.ErrGraph, i)
 		}
 		p.outputs = append(p.outputs, t.ID)
 		p.lastUse[t.ID] = len(g.Nodes) // outputs live to the end
 	}
 	return p, nil
+}
+
+// checkTensor rejects what the builder never makes but a hand-edited graph might: sizes would
+// go negative or indexes out of range.
+func checkTensor(t *core.Tensor) error {
+	bad := !t.DType.Valid() || len(t.Shape) > core.MaxRank || t.Kind > core.KindConst
+	for _, d := range t.Shape {
+		bad = bad || d < 0
+	}
+	if bl := t.DType.BlockLen(); bl > 1 && (len(t.Shape) == 0 || t.Shape[len(t.Shape)-1]%bl != 0) {
+		bad = true
+	}
+	if bad {
+		return fmt.Errorf("%w: tensor %s: invalid dtype or shape", core.ErrGraph, t)
+	}
+	if t.Kind == core.KindConst && int64(len(t.Data)) != t.Bytes() {
+		return fmt.Errorf("%w: constant %s has %d bytes, want %d", core.ErrGraph, t, len(t.Data), t.Bytes())
+	}
+	return nil
 }
 
 // run evaluates the program. in[i] holds input i's bytes (exactly its size); each out[i] receives
