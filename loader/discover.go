@@ -1,0 +1,205 @@
+// Package loader finds xpu backend plugins, probes them, keeps the best one per backend name
+// and opens it in this process through purego (package abi). "ref" is the built-in reference
+// backend.
+package loader
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/xpuhub/xpu/abi"
+)
+
+// EnvPluginPath is the environment variable of colon-separated plugin files or folders the
+// loader searches (unless WithoutEnv).
+const EnvPluginPath = "XPU_PLUGIN_PATH"
+
+// PluginGlob is the file name every plugin in a searched folder has.
+const PluginGlob = "libxpu-*.so"
+
+// Candidate is one plugin file discovery found, with what its probe said.
+type Candidate struct {
+	Path   string
+	Name   string // backend name from the probe ("" when the probe failed)
+	Score  int
+	Reason string // the probe's reason; for a rejected candidate, why it was not chosen
+	Err    error  // why the file cannot be used (missing, not a plugin, ABI mismatch, ...)
+	Chosen bool   // the best usable candidate of its name
+	Source string // where it was found: "explicit", "XPU_PLUGIN_PATH", "executable", "build"
+}
+
+// Option configures discovery and opening.
+type Option func(*config)
+
+type config struct {
+	paths    []string
+	env      bool
+	defaults bool
+}
+
+func newConfig(opts []Option) *config {
+	c := &config{env: true, defaults: true}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// WithPaths adds plugin files or folders searched before everything else.
+func WithPaths(paths ...string) Option {
+	return func(c *config) { c.paths = append(c.paths, paths...) }
+}
+
+// WithoutEnv ignores XPU_PLUGIN_PATH.
+func WithoutEnv() Option { return func(c *config) { c.env = false } }
+
+// WithoutDefaultDirs searches only the explicit paths (and XPU_PLUGIN_PATH unless WithoutEnv),
+// not <executable dir>/plugins and build/plugins.
+func WithoutDefaultDirs() Option { return func(c *config) { c.defaults = false } }
+
+type searchDir struct {
+	path, source string
+}
+
+// searchList is the discovery order: explicit, XPU_PLUGIN_PATH, <exe dir>/plugins,
+// ./build/plugins, <module root>/build/plugins.
+func (c *config) searchList() []searchDir {
+	var out []searchDir
+	for _, p := range c.paths {
+		out = append(out, searchDir{p, "explicit"})
+	}
+	if c.env {
+		for _, p := range filepath.SplitList(os.Getenv(EnvPluginPath)) {
+			if p != "" {
+				out = append(out, searchDir{p, EnvPluginPath})
+			}
+		}
+	}
+	if c.defaults {
+		if exe, err := os.Executable(); err == nil {
+			out = append(out, searchDir{filepath.Join(filepath.Dir(exe), "plugins"), "executable"})
+		}
+		out = append(out, searchDir{filepath.Join("build", "plugins"), "build"})
+		if root := moduleRoot(); root != "" {
+			out = append(out, searchDir{filepath.Join(root, "build", "plugins"), "build"})
+		}
+	}
+	return out
+}
+
+// moduleRoot walks up from the working directory to the folder holding go.mod.
+func moduleRoot() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+// files expands the search list into plugin files, each once (by resolved path). A folder
+// yields its libxpu-*.so files; an explicit file is taken whatever its name; a path that does
+// not exist is kept when it was named explicitly (it becomes a "file missing" candidate) and
+// skipped when it is one of the default folders.
+func (c *config) files() []searchDir {
+	seen := map[string]bool{}
+	var out []searchDir
+	add := func(p, source string) {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			abs = p
+		}
+		if r, err := filepath.EvalSymlinks(abs); err == nil {
+			abs = r
+		}
+		if !seen[abs] {
+			seen[abs] = true
+			out = append(out, searchDir{abs, source})
+		}
+	}
+	for _, s := range c.searchList() {
+		st, err := os.Stat(s.path)
+		switch {
+		case err != nil:
+			// a missing explicit path, or a missing .so in XPU_PLUGIN_PATH, is worth reporting
+			if s.source == "explicit" || (s.source == EnvPluginPath && strings.HasSuffix(s.path, ".so")) {
+				add(s.path, s.source)
+			}
+		case st.IsDir():
+			matches, _ := filepath.Glob(filepath.Join(s.path, PluginGlob))
+			sort.Strings(matches)
+			for _, m := range matches {
+				add(m, s.source)
+			}
+		default:
+			add(s.path, s.source)
+		}
+	}
+	return out
+}
+
+// Discover finds every candidate plugin, probes each (in this process: probe is cheap and
+// initialises no SDK) and marks the best usable one per backend name as Chosen. Broken files
+// are candidates with Err set, never an error of Discover, which fails only when ctx is done.
+func Discover(ctx context.Context, opts ...Option) ([]Candidate, error) {
+	c := newConfig(opts)
+	var cands []Candidate
+	for _, f := range c.files() {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		cd := Candidate{Path: f.path, Source: f.source}
+		res, err := abi.Probe(f.path)
+		cd.Name, cd.Score, cd.Reason = res.Name, res.Score, res.Reason
+		if err != nil {
+			cd.Err = err
+			cd.Reason = err.Error()
+		} else if res.Score <= 0 && cd.Reason == "" {
+			cd.Reason = "probe scored 0 without a reason"
+		}
+		slog.Debug("loader: candidate", "path", cd.Path, "name", cd.Name, "score", cd.Score,
+			"reason", cd.Reason)
+		cands = append(cands, cd)
+	}
+	choose(cands)
+	return cands, nil
+}
+
+// choose marks the highest positive score per name; earlier candidates win ties (explicit
+// paths come first). The others get the reason they lost.
+func choose(cands []Candidate) {
+	best := map[string]int{}
+	for i, cd := range cands {
+		if cd.Err != nil || cd.Score <= 0 {
+			continue
+		}
+		if j, ok := best[cd.Name]; !ok || cd.Score > cands[j].Score {
+			best[cd.Name] = i
+		}
+	}
+	for i := range cands {
+		cd := &cands[i]
+		if j, ok := best[cd.Name]; ok && j == i {
+			cd.Chosen = true
+			continue
+		}
+		if cd.Err == nil && cd.Score > 0 {
+			w := cands[best[cd.Name]]
+			cd.Reason = fmt.Sprintf("%s (score %d) is preferred to this one (score %d)", w.Path,
+				w.Score, cd.Score)
+		}
+	}
+}

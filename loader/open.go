@@ -1,0 +1,128 @@
+package loader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/xpuhub/xpu/abi"
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/core/ref"
+)
+
+// RefName is the name of the built-in reference backend.
+const RefName = "ref"
+
+// isPath tells a plugin file from a backend name.
+func isPath(s string) bool { return strings.ContainsRune(s, '/') || strings.HasSuffix(s, ".so") }
+
+// Open opens one backend: "ref" (the built-in reference), a backend name ("neon", "opencl":
+// the best candidate discovery finds) or a plugin file path.
+func Open(ctx context.Context, nameOrPath string, opts ...Option) (core.Backend, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if nameOrPath == RefName {
+		return ref.New(), nil
+	}
+	c := newConfig(opts)
+	if isPath(nameOrPath) {
+		res, err := abi.Probe(nameOrPath)
+		if err != nil {
+			return nil, err
+		}
+		return openCandidate(ctx, c, Candidate{Path: nameOrPath, Name: res.Name, Score: res.Score,
+			Reason: res.Reason})
+	}
+	cands, err := Discover(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	var why []string
+	for _, cd := range cands {
+		if cd.Name != nameOrPath {
+			continue
+		}
+		if cd.Chosen {
+			return openCandidate(ctx, c, cd)
+		}
+		why = append(why, fmt.Sprintf("%s: %s", cd.Path, cd.Reason))
+	}
+	if len(why) == 0 {
+		return nil, fmt.Errorf("backend %q: no plugin found (searched %s): %w", nameOrPath,
+			c.describeSearch(), core.ErrNotFound)
+	}
+	return nil, fmt.Errorf("backend %q: no usable plugin: %s: %w", nameOrPath,
+		strings.Join(why, "; "), core.ErrNotFound)
+}
+
+func (c *config) describeSearch() string {
+	var parts []string
+	for _, s := range c.searchList() {
+		parts = append(parts, s.path)
+	}
+	if len(parts) == 0 {
+		return "nothing"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// openCandidate opens a probed candidate in this process.
+func openCandidate(ctx context.Context, c *config, cd Candidate) (core.Backend, error) {
+	if cd.Score <= 0 {
+		return nil, fmt.Errorf("plugin %s (%s) cannot run here: %s: %w", cd.Path, cd.Name,
+			cd.Reason, core.ErrUnsupported)
+	}
+	p, err := abi.Open(cd.Path)
+	if err != nil {
+		return nil, err
+	}
+	b, err := abi.NewBackend(p)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// OpenAll opens every chosen candidate with a score above 0. A candidate that fails to open
+// keeps the error in its Err and Reason (and is logged); the others are still returned. The
+// error is non-nil only when ctx is done.
+func OpenAll(ctx context.Context, opts ...Option) ([]core.Backend, []Candidate, error) {
+	cands, err := Discover(ctx, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	c := newConfig(opts)
+	var out []core.Backend
+	for i := range cands {
+		cd := &cands[i]
+		if !cd.Chosen || cd.Score <= 0 {
+			continue
+		}
+		b, err := openCandidate(ctx, c, *cd)
+		if err != nil {
+			if ctx.Err() != nil {
+				closeAll(out)
+				return nil, cands, ctx.Err()
+			}
+			slog.Warn("loader: plugin failed to open", "path", cd.Path, "err", err)
+			cd.Err, cd.Reason, cd.Chosen = err, err.Error(), false
+			continue
+		}
+		out = append(out, b)
+	}
+	return out, cands, nil
+}
+
+func closeAll(bs []core.Backend) {
+	var errs []error
+	for _, b := range bs {
+		errs = append(errs, b.Close())
+	}
+	if err := errors.Join(errs...); err != nil {
+		slog.Warn("loader: close", "err", err)
+	}
+}
