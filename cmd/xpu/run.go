@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/loader"
+)
+
+func init() {
+	register(&command{name: "run", summary: "generate text with a GGUF model", run: runRun})
+}
+
+// progressMinBytes: models this large get a progress bar while their graphs are prepared
+// (which uploads the weights); small ones load too fast for it to be seen.
+const progressMinBytes = 64 << 20
+
+func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	model := fs.String("model", "", "GGUF model file (required)")
+	prompt := fs.String("prompt", "", "prompt text (default: start from BOS only)")
+	n := fs.Int("n", 256, "most tokens to generate")
+	temp := fs.Float64("temp", 0.8, "sampling temperature; 0 = greedy")
+	topP := fs.Float64("top-p", 0.9, "nucleus sampling mass; 1 = off")
+	topK := fs.Int("top-k", 40, "keep the k most likely tokens; 0 = off")
+	repeat := fs.Float64("repeat-penalty", 1, "penalty for tokens in the last 64; 1 = off")
+	seed := fs.Uint64("seed", 0, "sampling seed (0 = from the clock)")
+	backend := fs.String("backend", "", "backend name (neon, opencl, ref) or plugin path")
+	policy := fs.String("policy", "", "choose the device by policy instead: prefer-npu, prefer-gpu, prefer-cpu, max-performance, max-efficiency")
+	device := fs.Int("device", 0, "device index within --backend")
+	chunk := fs.Int("chunk", llm.DefaultChunk, "prefill chunk length")
+	ctxLen := fs.Int("ctx", 0, "context length in tokens (default: the model's, at most 4096)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: xpu run --model PATH [--prompt TEXT] [-n N] [--temp T] [--top-p P] [--top-k K] [--seed S] [--backend NAME | --policy POLICY] [--chunk N] [--ctx N]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *model == "" || fs.NArg() > 0 || (*backend != "" && *policy != "") {
+		fs.Usage()
+		return 2
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "xpu run: %v\n", err)
+		return 1
+	}
+	t0 := time.Now()
+	m, err := llm.Open(*model)
+	if err != nil {
+		return fail(err)
+	}
+	defer m.Close()
+
+	var ropts []llm.RunnerOption
+	ropts = append(ropts, llm.WithChunkSize(*chunk), llm.WithContextLength(*ctxLen))
+	if m.WeightBytes() >= progressMinBytes {
+		ropts = append(ropts, llm.WithProgress(func(done, total int) { drawProgress(stderr, done, total) }))
+	}
+	r, backends, err := openRunner(ctx, m, *backend, *policy, *device, ropts)
+	for _, b := range backends {
+		defer b.Close()
+	}
+	if err != nil {
+		return fail(err)
+	}
+	defer r.Close()
+	info := r.Device().Info()
+	fmt.Fprintf(stderr, "load: %.0f ms (%s, %s, %.1f MB of weights on %s)\n",
+		ms(time.Since(t0)), m.Config.Arch, describe(m), float64(m.WeightBytes())/1e6, info.ID())
+
+	s := llm.SamplerConfig{Temperature: float32(*temp), TopP: float32(*topP), TopK: *topK,
+		RepeatPenalty: float32(*repeat), Seed: *seed}
+	if s.Seed == 0 {
+		s.Seed = uint64(time.Now().UnixNano())
+	}
+	fmt.Fprint(stdout, *prompt)
+	res, err := r.Generate(ctx, *prompt, llm.WithMaxTokens(*n), llm.WithSampler(s),
+		llm.WithStream(func(text string) error {
+			_, err := io.WriteString(stdout, text)
+			return err
+		}))
+	fmt.Fprintln(stdout)
+	if err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(stderr, "prefill: %d tokens in %.1f ms, %.1f tok/s (chunk %d)\n", res.PromptTokens,
+		ms(res.Prefill), res.PrefillTokensPerSecond(), r.ChunkSize())
+	fmt.Fprintf(stderr, "decode: %d tokens in %.1f ms, %.1f tok/s (stop: %s)\n", len(res.Tokens),
+		ms(res.Decode), res.DecodeTokensPerSecond(), res.Stop)
+	return 0
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func describe(m *llm.Model) string {
+	c := m.Config
+	return fmt.Sprintf("%d layers, dim %d, %d/%d heads, vocab %d", c.Layers, c.Dim, c.Heads, c.KVHeads, c.Vocab)
+}
+
+func drawProgress(w io.Writer, done, total int) {
+	const width = 30
+	filled := width * done / max(total, 1)
+	fmt.Fprintf(w, "\rpreparing [%s%s] %d/%d", strings.Repeat("=", filled), strings.Repeat(" ", width-filled), done, total)
+	if done == total {
+		fmt.Fprintln(w)
+	}
+}
+
+// openRunner opens the named backend, or every backend when a policy chooses, and prepares the
+// model on the first device that accepts every stage. The whole model goes to one device; the
+// backends it opened are returned for closing.
+func openRunner(ctx context.Context, m *llm.Model, name, policy string, devIndex int,
+	opts []llm.RunnerOption) (*llm.Runner, []core.Backend, error) {
+	if policy == "" {
+		if name == "" {
+			name = loader.RefName
+		}
+		b, err := loader.Open(ctx, name)
+		if err != nil {
+			return nil, nil, err
+		}
+		devs := b.Devices()
+		if devIndex < 0 || devIndex >= len(devs) {
+			return nil, []core.Backend{b}, fmt.Errorf("backend %s has %d devices, no index %d: %w", name, len(devs), devIndex, core.ErrNotFound)
+		}
+		r, err := llm.NewRunner(ctx, m, devs[devIndex], opts...)
+		return r, []core.Backend{b}, err
+	}
+	p, err := core.ParsePolicy(policy)
+	if err != nil {
+		return nil, nil, err
+	}
+	backends, _, err := loader.OpenAll(ctx)
+	if err != nil {
+		return nil, backends, err
+	}
+	backends = append(backends, ref.New())
+	var devs []core.Device
+	for _, b := range backends {
+		devs = append(devs, b.Devices()...)
+	}
+	ranked := p.Rank(representativeNode(m), devs)
+	var errs []error
+	for _, d := range ranked {
+		r, err := llm.NewRunner(ctx, m, d, opts...)
+		if err == nil {
+			return r, backends, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", d.Info().ID(), err))
+	}
+	if len(ranked) == 0 {
+		errs = append(errs, fmt.Errorf("policy %s ranks no device: %w", p.Name(), core.ErrNotFound))
+	}
+	return nil, backends, errors.Join(errs...)
+}
+
+// representativeNode is the node the policy ranks devices for: a matmul with the model's
+// weight dtype, the bulk of the work.
+func representativeNode(m *llm.Model) *core.Node {
+	dt := core.F32
+	if t, ok := m.File.Tensor("blk.0.ffn_up.weight"); ok {
+		dt = t.DType
+	}
+	g := core.NewGraph()
+	k := int64(m.Config.Dim)
+	x := g.Input("x", core.F32, 1, k)
+	w := g.Const("w", dt, core.Shape{32, k}, make([]byte, dt.Bytes(32*k)))
+	g.Output(g.MatMul(x, w))
+	if len(g.Nodes) == 0 {
+		return &core.Node{Op: core.OpMatMul}
+	}
+	return g.Nodes[0]
+}
