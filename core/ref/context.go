@@ -3,6 +3,7 @@ package ref
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/xpuhub/xpu/core"
@@ -46,10 +47,28 @@ func (c *refContext) Alloc(size int64, kind core.BufferKind) (core.Buffer, error
 	if kind != core.BufferDevice && kind != core.BufferHostVisible {
 		return nil, fmt.Errorf("ref: buffer kind %d: %w", kind, core.ErrInvalidArgument)
 	}
+	mem, err := allocBytes(size)
+	if err != nil {
+		return nil, err
+	}
 	if err := c.acquire(); err != nil {
 		return nil, err
 	}
-	return &buffer{ctx: c, mem: make([]byte, size)}, nil
+	return &buffer{ctx: c, mem: mem}, nil
+}
+
+// allocBytes turns the runtime's refusal of an impossible size into ErrOutOfMemory instead of a
+// panic that would cross the public API.
+func allocBytes(size int64) (mem []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			mem, err = nil, fmt.Errorf("ref: alloc of %d bytes: %v: %w", size, r, core.ErrOutOfMemory)
+		}
+	}()
+	if size > math.MaxInt {
+		return nil, fmt.Errorf("ref: alloc of %d bytes: %w", size, core.ErrOutOfMemory)
+	}
+	return make([]byte, size), nil
 }
 
 // Import wraps mem without copying: executions read and write it directly.
