@@ -1,14 +1,15 @@
 # OpenCL GPU plugin. libOpenCL is dlopen'ed at run time, never linked: the Khronos headers
-# (opencl-headers) give types and constants only. kernels.cl is embedded as a C string.
-OPENCL_SRCS := $(wildcard plugins/opencl/*.c)
-OPENCL_HDRS := $(wildcard plugins/opencl/*.h)
+# (opencl-headers) give types and constants only. kernels.cl is embedded as a C string. The C
+# lives in src/ because Go refuses .c files beside the package of the Go tests.
+OPENCL_SRCS := $(wildcard plugins/opencl/src/*.c)
+OPENCL_HDRS := $(wildcard plugins/opencl/src/*.h)
 OPENCL_GEN  := $(BUILD)/gen/opencl/ocl_kernels_cl.h
 OPENCL_SO   := $(PLUGIN_DIR)/libxpu-opencl.so
 
 PLUGINS += $(OPENCL_SO)
 PLUGIN_TESTS += test-opencl-smoke
 
-$(OPENCL_GEN): plugins/opencl/kernels.cl plugins/opencl/plugin.mk
+$(OPENCL_GEN): plugins/opencl/src/kernels.cl plugins/opencl/plugin.mk
 	@mkdir -p $(dir $@)
 	@{ echo '/* generated from plugins/opencl/kernels.cl by plugin.mk: do not edit */'; \
 	  echo 'static const char ocl_kernels_src[] ='; \

@@ -1,0 +1,423 @@
+package opencl_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xpuhub/xpu/abi"
+	"github.com/xpuhub/xpu/conformance"
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/loader"
+)
+
+// childEnv makes the test binary act as a fresh process (TestMain): the plugin keeps its
+// libOpenCL and its built program for the life of a process, so probing without the library
+// and measuring a cold start need processes of their own.
+const childEnv = "XPU_OPENCL_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(childEnv) {
+	case "probe":
+		os.Exit(childProbe())
+	case "start":
+		os.Exit(childStart())
+	}
+	os.Exit(m.Run())
+}
+
+// pluginPath is build/plugins/libxpu-opencl.so of this checkout (make builds it).
+func pluginPath(tb testing.TB) string {
+	_, file, _, _ := runtime.Caller(0)
+	p := filepath.Join(filepath.Dir(file), "..", "..", "build", "plugins", "libxpu-opencl.so")
+	if _, err := os.Stat(p); err != nil {
+		tb.Skipf("%s is not built (run make plugins): %v", p, err)
+	}
+	return p
+}
+
+// openBackend opens the plugin through the loader by name, or skips where no OpenCL device is.
+func openBackend(tb testing.TB) core.Backend {
+	path := pluginPath(tb)
+	pr, err := abi.Probe(path)
+	require.NoError(tb, err)
+	if pr.Score <= 0 {
+		tb.Skipf("opencl probes 0 here: %s", pr.Reason)
+	}
+	b, err := loader.Open(context.Background(), "opencl", loader.WithPaths(path), loader.WithoutEnv())
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func TestConformance(t *testing.T) {
+	b := openBackend(t)
+	rep, err := conformance.Run(context.Background(), b, conformance.WithPlugin(abi.PluginOf(b)))
+	require.NoError(t, err)
+	for _, c := range rep.Cases {
+		if c.Status == conformance.StatusFail {
+			t.Errorf("%s: %s %v", c.Name, c.Category, c.Errors)
+		}
+	}
+	assert.Zero(t, rep.Failed)
+	assert.Greater(t, rep.Passed, 500, "the op matrix should run almost entirely")
+	t.Log(rep.Summary())
+}
+
+func TestDeviceInfo(t *testing.T) {
+	b := openBackend(t)
+	require.NotEmpty(t, b.Devices())
+	for _, d := range b.Devices() {
+		in := d.Info()
+		assert.NotEmpty(t, in.Name)
+		assert.True(t, in.Caps.Has(core.CapAsync|core.CapHostVisible), "caps %s", in.Caps)
+		assert.False(t, in.Caps.Has(core.CapSerialize), "serialize is not implemented")
+		if in.Caps.Has(core.CapImportHost) {
+			assert.True(t, in.Caps.Has(core.CapUnifiedMemory), "zero-copy import needs shared memory")
+		}
+	}
+	assert.Equal(t, "opencl", b.Info().Name)
+}
+
+// A submission gated on a host-signalled fence must not run before the signal, and a second
+// one chained on the first's fence runs after it without the host in between.
+func TestFenceChain(t *testing.T) {
+	b := openBackend(t)
+	ctx := context.Background()
+	cc, err := b.Devices()[0].NewContext(ctx, nil)
+	require.NoError(t, err)
+	defer cc.Close()
+
+	g := core.NewGraph()
+	g.Output(g.Scale(g.Input("x", core.F32, 8), 2, 1))
+	exe, err := cc.Prepare(ctx, g)
+	require.NoError(t, err)
+	defer exe.Close()
+	x1, err := exe.NewExecution()
+	require.NoError(t, err)
+	defer x1.Close()
+	x2, err := exe.NewExecution()
+	require.NoError(t, err)
+	defer x2.Close()
+
+	bufs := make([]core.Buffer, 3)
+	for i := range bufs {
+		bufs[i], err = cc.Alloc(32, core.BufferDevice)
+		require.NoError(t, err)
+		defer bufs[i].Close()
+	}
+	require.NoError(t, bufs[0].Write(0, core.EncodeF32([]float32{0, 1, 2, 3, 4, 5, 6, 7})))
+	require.NoError(t, x1.Bind(0, bufs[0], 0))
+	require.NoError(t, x1.Bind(1, bufs[1], 0))
+	require.NoError(t, x2.Bind(0, bufs[1], 0))
+	require.NoError(t, x2.Bind(1, bufs[2], 0))
+
+	gate, err := cc.NewFence(0)
+	require.NoError(t, err)
+	defer gate.Close()
+	done, err := cc.NewFence(0)
+	require.NoError(t, err)
+	defer done.Close()
+	require.NoError(t, x1.Submit([]core.FencePoint{{Fence: gate, Value: 1}}, &core.FencePoint{Fence: done, Value: 1}))
+	require.NoError(t, x2.Submit([]core.FencePoint{{Fence: done, Value: 1}}, &core.FencePoint{Fence: done, Value: 2}))
+
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	err = done.Wait(short, 2)
+	require.Error(t, err, "the chain ran before the gate opened")
+	assert.ErrorIs(t, bufs[0].Close(), core.ErrBadState, "a buffer in flight was released")
+
+	require.NoError(t, gate.Signal(1))
+	require.NoError(t, done.Wait(ctx, 2))
+	out := make([]byte, 32)
+	require.NoError(t, bufs[2].Read(0, out))
+	assert.Equal(t, []float32{3, 7, 11, 15, 19, 23, 27, 31}, core.DecodeF32(out))
+}
+
+// GET_ROWS with an id past the table fails the execution with an invalid-argument error.
+func TestGetRowsOutOfRange(t *testing.T) {
+	b := openBackend(t)
+	ctx := context.Background()
+	cc, err := b.Devices()[0].NewContext(ctx, nil)
+	require.NoError(t, err)
+	defer cc.Close()
+	g := core.NewGraph()
+	g.Output(g.GetRows(g.Input("t", core.F32, 4, 8), g.Input("ids", core.I32, 2)))
+	exe, err := cc.Prepare(ctx, g)
+	require.NoError(t, err)
+	defer exe.Close()
+	x, err := exe.NewExecution()
+	require.NoError(t, err)
+	defer x.Close()
+	tb, _ := cc.Alloc(4*8*4, core.BufferDevice)
+	ib, _ := cc.Alloc(8, core.BufferDevice)
+	ob, _ := cc.Alloc(2*8*4, core.BufferDevice)
+	for _, bb := range []core.Buffer{tb, ib, ob} {
+		require.NotNil(t, bb)
+		defer bb.Close()
+	}
+	for i, bb := range []core.Buffer{tb, ib, ob} {
+		require.NoError(t, x.Bind(i, bb, 0))
+	}
+	tests := []struct {
+		ids  []int32
+		fail bool
+	}{{[]int32{0, 3}, false}, {[]int32{1, 4}, true}, {[]int32{-1, 0}, true}, {[]int32{2, 2}, false}}
+	for _, tc := range tests {
+		require.NoError(t, ib.Write(0, core.EncodeI32(tc.ids)))
+		err := x.Run(ctx)
+		if tc.fail {
+			assert.ErrorIs(t, err, core.ErrInvalidArgument, "ids %v", tc.ids)
+		} else {
+			assert.NoError(t, err, "ids %v", tc.ids)
+		}
+	}
+}
+
+// ---------------------------------------------------------------- separate processes
+
+func runChild(t *testing.T, mode string, env ...string) (stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), childEnv+"="+mode, "XPU_OPENCL_TEST_PLUGIN="+pluginPath(t)), env...)
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	require.NoError(t, cmd.Run(), "child %s: %s", mode, se.String())
+	return so.String(), se.String()
+}
+
+func childProbe() int {
+	pr, err := abi.Probe(os.Getenv("XPU_OPENCL_TEST_PLUGIN"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(pr)
+	return 0
+}
+
+func TestProbeWithoutLibrary(t *testing.T) {
+	out, _ := runChild(t, "probe", "XPU_OPENCL_LIBRARY=/nonexistent/libOpenCL.so.1")
+	var pr abi.ProbeResult
+	require.NoError(t, json.Unmarshal([]byte(out), &pr))
+	assert.Equal(t, "opencl", pr.Name)
+	assert.Zero(t, pr.Score)
+	assert.Contains(t, pr.Reason, "/nonexistent/libOpenCL.so.1")
+}
+
+// startTimes is what a child reports: time to open the backend and make its first context
+// (which builds or loads the program), and to run a first MATMUL.
+type startTimes struct {
+	OpenMS, ContextMS, FirstRunMS float64
+}
+
+// childStart opens the plugin, makes a context and checks one MATMUL against the reference.
+func childStart() int {
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	ctx := context.Background()
+	t0 := time.Now()
+	b, err := loader.Open(ctx, os.Getenv("XPU_OPENCL_TEST_PLUGIN"), loader.WithoutEnv())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer b.Close()
+	t1 := time.Now()
+	cc, err := b.Devices()[0].NewContext(ctx, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cc.Close()
+	t2 := time.Now()
+	if err := checkMatMul(ctx, cc, 19, 23, 40); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	t3 := time.Now()
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+	_ = json.NewEncoder(os.Stdout).Encode(startTimes{ms(t1.Sub(t0)), ms(t2.Sub(t1)), ms(t3.Sub(t2))})
+	return 0
+}
+
+func checkMatMul(ctx context.Context, cc core.Context, m, n, k int64) error {
+	g := core.NewGraph()
+	g.Output(g.MatMul(g.Input("a", core.F32, m, k), g.Input("b", core.F32, n, k)))
+	rng := rand.New(rand.NewPCG(1, 2))
+	ins := [][]byte{randF32(rng, m*k), randF32(rng, n*k)}
+	want, err := ref.Run(ctx, g, ins)
+	if err != nil {
+		return err
+	}
+	got, err := runGraph(ctx, cc, g, ins, int(m*n*4))
+	if err != nil {
+		return err
+	}
+	w, o := core.DecodeF32(want[0]), core.DecodeF32(got)
+	for i := range w {
+		if d := w[i] - o[i]; d > 1e-4 || d < -1e-4 {
+			return fmt.Errorf("matmul[%d] = %g, want %g", i, o[i], w[i])
+		}
+	}
+	return nil
+}
+
+func randF32(rng *rand.Rand, n int64) []byte {
+	xs := make([]float32, n)
+	for i := range xs {
+		xs[i] = rng.Float32()*2 - 1
+	}
+	return core.EncodeF32(xs)
+}
+
+// runGraph runs a one-output graph once and returns the output bytes.
+func runGraph(ctx context.Context, cc core.Context, g *core.Graph, ins [][]byte, outBytes int) ([]byte, error) {
+	exe, err := cc.Prepare(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	defer exe.Close()
+	x, err := exe.NewExecution()
+	if err != nil {
+		return nil, err
+	}
+	defer x.Close()
+	for i, in := range append(ins, make([]byte, outBytes)) {
+		buf, err := cc.Alloc(int64(len(in)), core.BufferDevice)
+		if err != nil {
+			return nil, err
+		}
+		defer buf.Close()
+		if err := buf.Write(0, in); err != nil {
+			return nil, err
+		}
+		if err := x.Bind(i, buf, 0); err != nil {
+			return nil, err
+		}
+		if i == len(ins) {
+			if err := x.Run(ctx); err != nil {
+				return nil, err
+			}
+			out := make([]byte, outBytes)
+			return out, buf.Read(0, out)
+		}
+	}
+	return nil, errors.New("unreachable")
+}
+
+var programLog = regexp.MustCompile(`program (built|loaded from cache) in ([0-9.]+) ms`)
+
+// The first start builds the program and writes the cache; the second loads it; a corrupt
+// cache file is rebuilt and rewritten, never fatal. PoCL's own kernel cache is pointed at a
+// fresh folder too, so the cold start is really cold.
+func TestProgramCache(t *testing.T) {
+	openBackend(t) // skips without a device
+	dir, pocl := t.TempDir(), t.TempDir()
+	start := func() (startTimes, string, float64) {
+		out, logs := runChild(t, "start", "XPU_CACHE_DIR="+dir, "POCL_CACHE_DIR="+pocl)
+		var st startTimes
+		require.NoError(t, json.Unmarshal([]byte(out), &st))
+		m := programLog.FindStringSubmatch(logs)
+		require.NotNil(t, m, "no program log line in %s", logs)
+		ms, _ := strconv.ParseFloat(m[2], 64)
+		return st, m[1], ms
+	}
+	cold, how, coldBuild := start()
+	assert.Equal(t, "built", how)
+	files, _ := filepath.Glob(filepath.Join(dir, "opencl-*.bin"))
+	require.Len(t, files, 1, "one cache file per device")
+	warm, how, warmBuild := start()
+	assert.Equal(t, "loaded from cache", how)
+	// PoCL compiles each kernel's work-group function on its first launch and keeps that in its
+	// own cache: a fresh PoCL cache shows what the xpu cache alone saves
+	pocl = t.TempDir()
+	ours, how, oursBuild := start()
+	assert.Equal(t, "loaded from cache", how)
+	t.Logf("cold start: open %.1f ms, context %.1f ms (program %.1f ms), first matmul %.1f ms",
+		cold.OpenMS, cold.ContextMS, coldBuild, cold.FirstRunMS)
+	t.Logf("xpu cache only: open %.1f ms, context %.1f ms (program %.1f ms), first matmul %.1f ms",
+		ours.OpenMS, ours.ContextMS, oursBuild, ours.FirstRunMS)
+	t.Logf("both caches: open %.1f ms, context %.1f ms (program %.1f ms), first matmul %.1f ms",
+		warm.OpenMS, warm.ContextMS, warmBuild, warm.FirstRunMS)
+
+	blob, err := os.ReadFile(files[0])
+	require.NoError(t, err)
+	corrupt := []struct {
+		name string
+		data []byte
+	}{
+		{"truncated", blob[:len(blob)/2]},
+		{"flipped", func() []byte {
+			b := bytes.Clone(blob)
+			b[len(b)-100] ^= 0xff
+			return b
+		}()},
+		{"empty", nil},
+	}
+	for _, c := range corrupt {
+		t.Run(c.name, func(t *testing.T) {
+			require.NoError(t, os.WriteFile(files[0], c.data, 0o644))
+			_, how, _ := start()
+			assert.Equal(t, "built", how)
+			again, err := os.ReadFile(files[0])
+			require.NoError(t, err)
+			assert.True(t, bytes.HasPrefix(again, []byte("XPUCLBN1")), "the rebuilt program was written back")
+		})
+	}
+	_, how, _ = start()
+	assert.Equal(t, "loaded from cache", how, "the rewritten file is used")
+}
+
+// ---------------------------------------------------------------- benchmark
+
+// BenchmarkGEMM reports f32 MATMUL throughput: go test -bench GEMM -run ^$ ./plugins/opencl
+func BenchmarkGEMM(b *testing.B) {
+	be := openBackend(b)
+	ctx := context.Background()
+	cc, err := be.Devices()[0].NewContext(ctx, nil)
+	require.NoError(b, err)
+	defer cc.Close()
+	for _, s := range []struct{ m, n, k int64 }{{512, 512, 512}, {128, 2048, 2048}, {1, 2048, 2048}} {
+		b.Run(fmt.Sprintf("%dx%dx%d", s.m, s.n, s.k), func(b *testing.B) {
+			g := core.NewGraph()
+			g.Output(g.MatMul(g.Input("a", core.F32, s.m, s.k), g.Input("b", core.F32, s.n, s.k)))
+			exe, err := cc.Prepare(ctx, g)
+			require.NoError(b, err)
+			defer exe.Close()
+			x, err := exe.NewExecution()
+			require.NoError(b, err)
+			defer x.Close()
+			rng := rand.New(rand.NewPCG(3, 4))
+			for i, n := range []int64{s.m * s.k, s.n * s.k, s.m * s.n} {
+				buf, err := cc.Alloc(n*4, core.BufferDevice)
+				require.NoError(b, err)
+				defer buf.Close()
+				require.NoError(b, buf.Write(0, randF32(rng, n)))
+				require.NoError(b, x.Bind(i, buf, 0))
+			}
+			require.NoError(b, x.Run(ctx)) // first launch compiles the work-group function
+			b.ResetTimer()
+			for b.Loop() {
+				require.NoError(b, x.Run(ctx))
+			}
+			flops := 2 * float64(s.m*s.n*s.k) * float64(b.N)
+			b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
