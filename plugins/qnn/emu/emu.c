@@ -1,0 +1,815 @@
+/*
+ * emu.c: libQnnXpuEmu.so, a clean-room QNN provider. It exports QnnInterface_getProviders with a
+ * function table laid out like QNN core API 2.18 (../qnn_api.h) and implements, on the CPU, the
+ * subset the xpu QNN plugin uses, with the HTP's rules where they matter to a client:
+ * static shapes (execute with other dims fails), execute before finalize fails, no node after
+ * finalize, only the ops and dtypes of README.md, and a finalize that can be made slow
+ * (XPU_QNN_EMU_FINALIZE_MS) and counted (XPU_QNN_EMU_STATS: one line appended per finalize), so
+ * a client's context-binary cache can be shown to skip it. See README.md.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "emu.h"
+
+#define EMU_EXPORT __attribute__((visibility("default")))
+#define EMU_BUILD_ID "xpu-qnn-emu 1.0 (API 2.18 clean-room emulator)"
+#define EMU_BINARY_MAGIC 0x42455158u /* "XQEB" */
+#define EMU_BINARY_VERSION 1u
+
+/* ------------------------------------------------------------------ live objects and errors */
+
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static void **live;
+static size_t n_live, cap_live;
+
+void emu_live_add(void *obj) {
+  pthread_mutex_lock(&live_mu);
+  if (n_live == cap_live) {
+    size_t nc = cap_live ? cap_live * 2 : 64;
+    void **nl = realloc(live, nc * sizeof *nl);
+    if (!nl) { /* cannot track: the object still works, only misuse detection is lost */
+      pthread_mutex_unlock(&live_mu);
+      return;
+    }
+    live = nl;
+    cap_live = nc;
+  }
+  live[n_live++] = obj;
+  pthread_mutex_unlock(&live_mu);
+}
+
+void emu_live_remove(void *obj) {
+  pthread_mutex_lock(&live_mu);
+  for (size_t i = 0; i < n_live; i++)
+    if (live[i] == obj) {
+      live[i] = live[--n_live];
+      break;
+    }
+  if (n_live == 0) {
+    free(live);
+    live = NULL;
+    cap_live = 0;
+  }
+  pthread_mutex_unlock(&live_mu);
+}
+
+int emu_live_has(const void *obj, uint32_t magic) {
+  int ok = 0;
+  if (!obj) return 0;
+  pthread_mutex_lock(&live_mu);
+  for (size_t i = 0; i < n_live && !ok; i++)
+    if (live[i] == obj) ok = *(const uint32_t *)obj == magic;
+  pthread_mutex_unlock(&live_mu);
+  return ok;
+}
+
+static _Thread_local char last_msg[512];
+static _Thread_local Qnn_ErrorHandle_t last_code;
+
+Qnn_ErrorHandle_t emu_err(Qnn_ErrorHandle_t code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_msg, sizeof last_msg, fmt, ap);
+  va_end(ap);
+  last_code = code;
+  return code;
+}
+
+static Qnn_ErrorHandle_t errorGetMessage(Qnn_ErrorHandle_t code, const char **msg) {
+  if (!msg) return QNN_COMMON_ERROR_INVALID_ARGUMENT;
+  *msg = code == last_code && last_msg[0] ? last_msg : "qnn emulator: error (no detail on this thread)";
+  return QNN_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ backend, device, log */
+
+typedef struct {
+  uint32_t magic;
+} emu_simple;
+
+static Qnn_ErrorHandle_t new_simple(uint32_t magic, void **out) {
+  if (!out) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "null output handle");
+  emu_simple *s = malloc(sizeof *s);
+  if (!s) return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+  s->magic = magic;
+  emu_live_add(s);
+  *out = s;
+  return QNN_SUCCESS;
+}
+
+static Qnn_ErrorHandle_t free_simple(void *h, uint32_t magic, const char *what) {
+  if (!emu_live_has(h, magic)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "invalid %s handle", what);
+  emu_live_remove(h);
+  free(h);
+  return QNN_SUCCESS;
+}
+
+static Qnn_ErrorHandle_t logCreate(void *cb, QnnLog_Level_t lvl, Qnn_LogHandle_t *out) {
+  (void)cb; /* the emulator logs nothing: errors travel through errorGetMessage */
+  (void)lvl;
+  return new_simple(EMU_OBJ_LOG, out);
+}
+static Qnn_ErrorHandle_t logFree(Qnn_LogHandle_t h) { return free_simple(h, EMU_OBJ_LOG, "log"); }
+
+static Qnn_ErrorHandle_t backendCreate(Qnn_LogHandle_t log, const QnnBackend_Config_t **cfg,
+                                       Qnn_BackendHandle_t *out) {
+  if (log && !emu_live_has(log, EMU_OBJ_LOG)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "invalid log handle");
+  if (cfg && cfg[0]) return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "backend configs are not supported");
+  return new_simple(EMU_OBJ_BACKEND, out);
+}
+static Qnn_ErrorHandle_t backendFree(Qnn_BackendHandle_t h) {
+  return free_simple(h, EMU_OBJ_BACKEND, "backend");
+}
+static Qnn_ErrorHandle_t deviceCreate(Qnn_LogHandle_t log, const QnnDevice_Config_t **cfg,
+                                      Qnn_DeviceHandle_t *out) {
+  if (log && !emu_live_has(log, EMU_OBJ_LOG)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "invalid log handle");
+  if (cfg && cfg[0]) return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "device configs are not supported");
+  return new_simple(EMU_OBJ_DEVICE, out);
+}
+static Qnn_ErrorHandle_t deviceFree(Qnn_DeviceHandle_t h) { return free_simple(h, EMU_OBJ_DEVICE, "device"); }
+
+static Qnn_ErrorHandle_t backendGetBuildId(const char **id) {
+  if (!id) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "null id");
+  *id = EMU_BUILD_ID;
+  return QNN_SUCCESS;
+}
+
+static Qnn_ErrorHandle_t backendGetApiVersion(Qnn_ApiVersion_t *v) {
+  if (!v) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "null version");
+  *v = (Qnn_ApiVersion_t){{QNN_API_MAJOR_PINNED, QNN_API_MINOR_PINNED, 0}, {1, 0, 0}};
+  return QNN_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ context and graphs */
+
+static void graph_free(emu_graph *g) {
+  for (uint32_t i = 0; i < g->n_tensors; i++) free(g->tensors[i].data);
+  free(g->tensors);
+  free(g->nodes);
+  pthread_mutex_destroy(&g->run_mu);
+  emu_live_remove(g);
+  free(g);
+}
+
+static emu_context *context_new(void) {
+  emu_context *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->magic = EMU_OBJ_CONTEXT;
+  emu_live_add(c);
+  return c;
+}
+
+static void context_free(emu_context *c) {
+  for (uint32_t i = 0; i < c->n_graphs; i++) graph_free(c->graphs[i]);
+  free(c->graphs);
+  emu_live_remove(c);
+  free(c);
+}
+
+static Qnn_ErrorHandle_t contextCreate(Qnn_BackendHandle_t be, Qnn_DeviceHandle_t dev,
+                                       const QnnContext_Config_t **cfg, Qnn_ContextHandle_t *out) {
+  if (!emu_live_has(be, EMU_OBJ_BACKEND)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "invalid backend handle");
+  if (dev && !emu_live_has(dev, EMU_OBJ_DEVICE)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "invalid device handle");
+  if (cfg && cfg[0]) return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "context configs are not supported");
+  if (!out) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "null output handle");
+  emu_context *c = context_new();
+  if (!c) return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+  *out = c;
+  return QNN_SUCCESS;
+}
+
+static Qnn_ErrorHandle_t contextFree(Qnn_ContextHandle_t h, Qnn_ProfileHandle_t prof) {
+  (void)prof;
+  if (!emu_live_has(h, EMU_OBJ_CONTEXT)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "invalid context handle");
+  emu_context *c = h;
+  if (c->n_mems) return emu_err(QNN_COMMON_ERROR_GENERAL, "context has %u registered memories", c->n_mems);
+  context_free(c);
+  return QNN_SUCCESS;
+}
+
+static emu_graph *graph_new(emu_context *c, const char *name) {
+  emu_graph **ng = realloc(c->graphs, (c->n_graphs + 1) * sizeof *ng);
+  if (!ng) return NULL;
+  c->graphs = ng;
+  emu_graph *g = calloc(1, sizeof *g);
+  if (!g) return NULL;
+  g->magic = EMU_OBJ_GRAPH;
+  g->ctx = c;
+  snprintf(g->name, sizeof g->name, "%s", name);
+  pthread_mutex_init(&g->run_mu, NULL);
+  c->graphs[c->n_graphs++] = g;
+  emu_live_add(g);
+  return g;
+}
+
+static Qnn_ErrorHandle_t graphCreate(Qnn_ContextHandle_t ctx, const char *name,
+                                     const QnnGraph_Config_t **cfg, Qnn_GraphHandle_t *out) {
+  if (!emu_live_has(ctx, EMU_OBJ_CONTEXT)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "invalid context handle");
+  if (!name || !name[0] || strlen(name) >= 64 || !out)
+    return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "graph name must be 1..63 bytes");
+  if (cfg && cfg[0]) return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "graph configs are not supported");
+  emu_context *c = ctx;
+  for (uint32_t i = 0; i < c->n_graphs; i++)
+    if (strcmp(c->graphs[i]->name, name) == 0)
+      return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "graph %s exists in this context", name);
+  emu_graph *g = graph_new(c, name);
+  if (!g) return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+  *out = g;
+  return QNN_SUCCESS;
+}
+
+static Qnn_ErrorHandle_t graphRetrieve(Qnn_ContextHandle_t ctx, const char *name, Qnn_GraphHandle_t *out) {
+  if (!emu_live_has(ctx, EMU_OBJ_CONTEXT)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "invalid context handle");
+  if (!name || !out) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "null name or output");
+  emu_context *c = ctx;
+  for (uint32_t i = 0; i < c->n_graphs; i++)
+    if (strcmp(c->graphs[i]->name, name) == 0) {
+      *out = c->graphs[i];
+      return QNN_SUCCESS;
+    }
+  return emu_err(QNN_GRAPH_ERROR_INVALID_HANDLE, "no graph %s in the context", name);
+}
+
+static emu_tensor *tensor_by_id(emu_graph *g, uint32_t id, uint32_t *index) {
+  /* ids are index + 1, assigned at creation */
+  if (id == 0 || id > g->n_tensors) return NULL;
+  if (index) *index = id - 1;
+  return &g->tensors[id - 1];
+}
+
+static const Qnn_TensorV1_t *tv1(const Qnn_Tensor_t *t) {
+  /* V1 and V2 share every field the emulator reads */
+  return (t->version == QNN_TENSOR_VERSION_1 || t->version == QNN_TENSOR_VERSION_2) ? &t->v1 : NULL;
+}
+
+static Qnn_ErrorHandle_t tensorCreateGraphTensor(Qnn_GraphHandle_t gh, Qnn_Tensor_t *t) {
+  if (!emu_live_has(gh, EMU_OBJ_GRAPH)) return emu_err(QNN_GRAPH_ERROR_INVALID_HANDLE, "invalid graph handle");
+  emu_graph *g = gh;
+  if (g->finalized) return emu_err(QNN_GRAPH_ERROR_GRAPH_FINALIZED, "graph %s is finalized", g->name);
+  const Qnn_TensorV1_t *v = t ? tv1(t) : NULL;
+  if (!v) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "null tensor or unknown tensor version");
+  const char *nm = v->name ? v->name : "(unnamed)";
+  if (t->version == QNN_TENSOR_VERSION_2 && t->v2.isDynamicDimensions)
+    for (uint32_t i = 0; i < v->rank; i++)
+      if (t->v2.isDynamicDimensions[i])
+        return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "tensor %s: dynamic dimensions (shapes are static)", nm);
+  if (v->dataFormat != QNN_TENSOR_DATA_FORMAT_DENSE)
+    return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "tensor %s: only dense tensors", nm);
+  if (!emu_dtype_ok(v->dataType))
+    return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "tensor %s: data type 0x%04x is not in the emulator's list",
+                   nm, (unsigned)v->dataType);
+  if (v->type > QNN_TENSOR_TYPE_STATIC)
+    return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "tensor %s: tensor type %d not supported", nm, (int)v->type);
+  if (v->dataType == QNN_DATATYPE_UINT_32 && v->type != QNN_TENSOR_TYPE_STATIC)
+    return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "tensor %s: UINT_32 only for static parameter tensors", nm);
+  int quant = v->dataType == QNN_DATATYPE_SFIXED_POINT_8;
+  if (quant && (v->quantizeParams.encodingDefinition != QNN_DEFINITION_DEFINED ||
+                v->quantizeParams.quantizationEncoding != QNN_QUANTIZATION_ENCODING_SCALE_OFFSET ||
+                !(v->quantizeParams.scaleOffsetEncoding.scale > 0)))
+    return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED,
+                   "tensor %s: SFIXED_POINT_8 needs a per-tensor SCALE_OFFSET encoding with scale > 0", nm);
+  if (v->rank > EMU_MAX_RANK || (v->rank && !v->dimensions))
+    return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "tensor %s: rank %u (max %d) or null dimensions", nm,
+                   v->rank, EMU_MAX_RANK);
+  if (v->rank == 0) return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "tensor %s: rank 0 (use [1])", nm);
+  uint64_t numel = 1;
+  for (uint32_t i = 0; i < v->rank; i++) {
+    if (v->dimensions[i] == 0)
+      return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "tensor %s: zero-size dimension", nm);
+    numel *= v->dimensions[i];
+    if (numel > (1ull << 32)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "tensor %s: too large", nm);
+  }
+  uint64_t nbytes = numel * qnn_dtype_bytes(v->dataType);
+  if (v->type == QNN_TENSOR_TYPE_STATIC &&
+      (v->memType != QNN_TENSORMEMTYPE_RAW || !v->clientBuf.data || v->clientBuf.dataSize != nbytes))
+    return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "tensor %s: static data must be %llu bytes in clientBuf",
+                   nm, (unsigned long long)nbytes);
+  if (g->n_tensors == g->cap_tensors) {
+    uint32_t nc = g->cap_tensors ? g->cap_tensors * 2 : 32;
+    emu_tensor *nt = realloc(g->tensors, nc * sizeof *nt);
+    if (!nt) return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+    g->tensors = nt;
+    g->cap_tensors = nc;
+  }
+  emu_tensor *e = &g->tensors[g->n_tensors];
+  memset(e, 0, sizeof *e);
+  snprintf(e->name, sizeof e->name, "%s", nm);
+  e->type = v->type;
+  e->dtype = v->dataType;
+  e->scale = quant ? v->quantizeParams.scaleOffsetEncoding.scale : 0;
+  e->offset = quant ? v->quantizeParams.scaleOffsetEncoding.offset : 0;
+  e->rank = v->rank;
+  memcpy(e->dims, v->dimensions, v->rank * sizeof(uint32_t));
+  e->numel = numel;
+  e->nbytes = nbytes;
+  if (v->type == QNN_TENSOR_TYPE_STATIC) {
+    e->data = malloc(nbytes);
+    if (!e->data) return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+    memcpy(e->data, v->clientBuf.data, nbytes);
+  }
+  e->id = ++g->n_tensors;
+  t->v1.id = e->id;
+  return QNN_SUCCESS;
+}
+
+/* a node's tensor reference must match the registered tensor: id, dtype and dims */
+static Qnn_ErrorHandle_t node_tensor(emu_graph *g, const Qnn_Tensor_t *t, uint32_t *index) {
+  const Qnn_TensorV1_t *v = tv1(t);
+  emu_tensor *e = v ? tensor_by_id(g, v->id, index) : NULL;
+  if (!e) return emu_err(QNN_GRAPH_ERROR_INVALID_TENSOR, "node refers to an unknown tensor id");
+  if (v->dataType != e->dtype || v->rank != e->rank ||
+      (v->rank && memcmp(v->dimensions, e->dims, v->rank * sizeof(uint32_t)) != 0))
+    return emu_err(QNN_GRAPH_ERROR_INVALID_TENSOR, "tensor %s: node's description differs from the created one",
+                   e->name);
+  return QNN_SUCCESS;
+}
+
+static Qnn_ErrorHandle_t graphAddNode(Qnn_GraphHandle_t gh, Qnn_OpConfig_t op) {
+  if (!emu_live_has(gh, EMU_OBJ_GRAPH)) return emu_err(QNN_GRAPH_ERROR_INVALID_HANDLE, "invalid graph handle");
+  emu_graph *g = gh;
+  if (g->finalized) return emu_err(QNN_GRAPH_ERROR_GRAPH_FINALIZED, "graph %s is finalized: no new nodes", g->name);
+  if (op.version != QNN_OPCONFIG_VERSION_1) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "unknown op config version");
+  const Qnn_OpConfigV1_t *c = &op.v1;
+  const char *nm = c->name ? c->name : "(unnamed)";
+  if (!c->packageName || strcmp(c->packageName, QNN_OP_PACKAGE_NAME_QTI_AISW) != 0)
+    return emu_err(QNN_OP_ERROR_UNSUPPORTED, "node %s: op package %s is not available", nm,
+                   c->packageName ? c->packageName : "(null)");
+  int opk = emu_op_from_name(c->typeName);
+  if (!opk)
+    return emu_err(QNN_OP_ERROR_UNSUPPORTED, "node %s: op %s is not in the emulator's list", nm,
+                   c->typeName ? c->typeName : "(null)");
+  if (c->numOfInputs > EMU_MAX_IO || c->numOfOutputs > EMU_MAX_IO || c->numOfParams > EMU_MAX_PARAMS ||
+      (c->numOfInputs && !c->inputTensors) || (c->numOfOutputs && !c->outputTensors) ||
+      (c->numOfParams && !c->params))
+    return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: bad input/output/param arrays", nm);
+  emu_node n;
+  memset(&n, 0, sizeof n);
+  snprintf(n.name, sizeof n.name, "%s", nm);
+  n.op = (emu_op)opk;
+  n.n_in = c->numOfInputs;
+  n.n_out = c->numOfOutputs;
+  Qnn_ErrorHandle_t e;
+  for (uint32_t i = 0; i < n.n_in; i++)
+    if ((e = node_tensor(g, &c->inputTensors[i], &n.in[i])) != QNN_SUCCESS) return e;
+  for (uint32_t i = 0; i < n.n_out; i++) {
+    if ((e = node_tensor(g, &c->outputTensors[i], &n.out[i])) != QNN_SUCCESS) return e;
+    emu_tensor *t = &g->tensors[n.out[i]];
+    if (t->type == QNN_TENSOR_TYPE_STATIC || t->type == QNN_TENSOR_TYPE_APP_WRITE || t->produced)
+      return emu_err(QNN_GRAPH_ERROR_INVALID_TENSOR, "node %s: output %s is an input, static or already produced",
+                     nm, t->name);
+  }
+  for (uint32_t i = 0; i < n.n_in; i++) {
+    emu_tensor *t = &g->tensors[n.in[i]];
+    if ((t->type == QNN_TENSOR_TYPE_NATIVE || t->type == QNN_TENSOR_TYPE_APP_READ) && !t->produced)
+      return emu_err(QNN_GRAPH_ERROR_INVALID_TENSOR, "node %s: input %s is not produced by an earlier node", nm,
+                     t->name);
+  }
+  char msg[400];
+  if ((e = emu_node_check(g, &n, c, msg, sizeof msg)) != QNN_SUCCESS) return emu_err(e, "%s", msg);
+  if (g->n_nodes == g->cap_nodes) {
+    uint32_t nc = g->cap_nodes ? g->cap_nodes * 2 : 32;
+    emu_node *nn = realloc(g->nodes, nc * sizeof *nn);
+    if (!nn) return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+    g->nodes = nn;
+    g->cap_nodes = nc;
+  }
+  for (uint32_t i = 0; i < n.n_in; i++) g->tensors[n.in[i]].consumed = 1;
+  for (uint32_t i = 0; i < n.n_out; i++) g->tensors[n.out[i]].produced = 1;
+  g->nodes[g->n_nodes++] = n;
+  return QNN_SUCCESS;
+}
+
+/* storage for NATIVE tensors: what a finalized graph (or one loaded from a binary) needs */
+static Qnn_ErrorHandle_t graph_alloc_native(emu_graph *g) {
+  for (uint32_t i = 0; i < g->n_tensors; i++) {
+    emu_tensor *t = &g->tensors[i];
+    if (t->type == QNN_TENSOR_TYPE_NATIVE && !t->data && !(t->data = malloc(t->nbytes)))
+      return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+  }
+  return QNN_SUCCESS;
+}
+
+static void note_finalize(const emu_graph *g) {
+  const char *ms = getenv("XPU_QNN_EMU_FINALIZE_MS");
+  long v = ms ? strtol(ms, NULL, 10) : 0;
+  if (v > 0) {
+    struct timespec ts = {v / 1000, (v % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+    }
+  }
+  const char *stats = getenv("XPU_QNN_EMU_STATS");
+  if (stats && stats[0]) {
+    FILE *f = fopen(stats, "a");
+    if (f) {
+      fprintf(f, "finalize %s nodes=%u\n", g->name, g->n_nodes);
+      fclose(f);
+    }
+  }
+}
+
+static Qnn_ErrorHandle_t graphFinalize(Qnn_GraphHandle_t gh, Qnn_ProfileHandle_t prof, Qnn_SignalHandle_t sig) {
+  (void)prof;
+  if (!emu_live_has(gh, EMU_OBJ_GRAPH)) return emu_err(QNN_GRAPH_ERROR_INVALID_HANDLE, "invalid graph handle");
+  if (sig) return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "signals are not supported");
+  emu_graph *g = gh;
+  if (g->finalized) return emu_err(QNN_GRAPH_ERROR_GRAPH_FINALIZED, "graph %s is already finalized", g->name);
+  if (g->n_nodes == 0) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "graph %s has no nodes", g->name);
+  for (uint32_t i = 0; i < g->n_tensors; i++) {
+    emu_tensor *t = &g->tensors[i];
+    if (t->type == QNN_TENSOR_TYPE_APP_READ && !t->produced)
+      return emu_err(QNN_GRAPH_ERROR_INVALID_TENSOR, "graph %s: output %s is never produced", g->name, t->name);
+  }
+  Qnn_ErrorHandle_t e = graph_alloc_native(g);
+  if (e != QNN_SUCCESS) return e;
+  note_finalize(g);
+  g->finalized = 1;
+  return QNN_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ memory registration */
+
+static Qnn_ErrorHandle_t memRegister(Qnn_ContextHandle_t ctx, const Qnn_MemDescriptor_t *d, uint32_t n,
+                                     Qnn_MemHandle_t *out) {
+  if (!emu_live_has(ctx, EMU_OBJ_CONTEXT)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "invalid context handle");
+  if (!d || !out || n == 0) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "null descriptors or handles");
+  for (uint32_t i = 0; i < n; i++) out[i] = NULL;
+  for (uint32_t i = 0; i < n; i++) {
+    Qnn_ErrorHandle_t e = QNN_SUCCESS;
+    uint64_t numel = 1;
+    if (d[i].memType != QNN_MEM_TYPE_ION)
+      e = emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "memRegister: only QNN_MEM_TYPE_ION (fd) memory");
+    else if (!emu_dtype_ok(d[i].dataType) || d[i].memShape.numDim == 0 || d[i].memShape.numDim > EMU_MAX_RANK ||
+             !d[i].memShape.dimSize || d[i].ionInfo.fd < 0)
+      e = emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "memRegister: bad shape, dtype or fd");
+    for (uint32_t k = 0; e == QNN_SUCCESS && k < d[i].memShape.numDim; k++) numel *= d[i].memShape.dimSize[k];
+    emu_mem *m = NULL;
+    if (e == QNN_SUCCESS && !(m = calloc(1, sizeof *m))) e = emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+    if (e == QNN_SUCCESS) {
+      m->size = numel * qnn_dtype_bytes(d[i].dataType);
+      /* map the client's fd ourselves, as the DSP maps an rpcmem/ION fd: bytes are shared, not copied */
+      m->ptr = mmap(NULL, m->size, PROT_READ | PROT_WRITE, MAP_SHARED, d[i].ionInfo.fd, 0);
+      if (m->ptr == MAP_FAILED) {
+        free(m);
+        e = emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "memRegister: mmap of fd %d failed: %s", d[i].ionInfo.fd,
+                    strerror(errno));
+      }
+    }
+    if (e != QNN_SUCCESS) {
+      for (uint32_t k = 0; k < i; k++) {
+        emu_mem *o = out[k];
+        munmap(o->ptr, o->size);
+        emu_live_remove(o);
+        ((emu_context *)ctx)->n_mems--;
+        free(o);
+        out[k] = NULL;
+      }
+      return e;
+    }
+    m->magic = EMU_OBJ_MEM;
+    m->ctx = ctx;
+    m->dtype = d[i].dataType;
+    m->rank = d[i].memShape.numDim;
+    memcpy(m->dims, d[i].memShape.dimSize, m->rank * sizeof(uint32_t));
+    emu_live_add(m);
+    ((emu_context *)ctx)->n_mems++;
+    out[i] = m;
+  }
+  return QNN_SUCCESS;
+}
+
+static Qnn_ErrorHandle_t memDeRegister(const Qnn_MemHandle_t *h, uint32_t n) {
+  if (!h) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "null handles");
+  for (uint32_t i = 0; i < n; i++)
+    if (!emu_live_has(h[i], EMU_OBJ_MEM)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "invalid mem handle");
+  for (uint32_t i = 0; i < n; i++) {
+    emu_mem *m = h[i];
+    munmap(m->ptr, m->size);
+    m->ctx->n_mems--;
+    emu_live_remove(m);
+    free(m);
+  }
+  return QNN_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ execute */
+
+/* the bytes behind one client tensor of an execute call, after the static-shape checks */
+static Qnn_ErrorHandle_t bind_io(emu_graph *g, const Qnn_Tensor_t *t, Qnn_TensorType_t want, uint8_t **ptr,
+                                 uint8_t *seen) {
+  const Qnn_TensorV1_t *v = tv1(t);
+  uint32_t idx;
+  emu_tensor *e = v ? tensor_by_id(g, v->id, &idx) : NULL;
+  if (!e) return emu_err(QNN_GRAPH_ERROR_INVALID_TENSOR, "execute: unknown tensor id");
+  if (e->type != want)
+    return emu_err(QNN_GRAPH_ERROR_INVALID_TENSOR, "execute: tensor %s is not an %s tensor", e->name,
+                   want == QNN_TENSOR_TYPE_APP_WRITE ? "input (APP_WRITE)" : "output (APP_READ)");
+  if (seen[idx]) return emu_err(QNN_GRAPH_ERROR_INVALID_TENSOR, "execute: tensor %s given twice", e->name);
+  if (v->dataType != e->dtype || v->rank != e->rank || !v->dimensions ||
+      memcmp(v->dimensions, e->dims, e->rank * sizeof(uint32_t)) != 0)
+    return emu_err(QNN_GRAPH_ERROR_INVALID_TENSOR,
+                   "execute: tensor %s bound with a different shape or dtype than finalized (shapes are static)",
+                   e->name);
+  if (v->memType == QNN_TENSORMEMTYPE_RAW) {
+    if (!v->clientBuf.data || v->clientBuf.dataSize < e->nbytes)
+      return emu_err(QNN_GRAPH_ERROR_INVALID_TENSOR, "execute: tensor %s buffer holds %u bytes, needs %llu", e->name,
+                     v->clientBuf.dataSize, (unsigned long long)e->nbytes);
+    ptr[idx] = v->clientBuf.data;
+  } else if (v->memType == QNN_TENSORMEMTYPE_MEMHANDLE) {
+    emu_mem *m = v->memHandle;
+    if (!emu_live_has(m, EMU_OBJ_MEM) || m->ctx != g->ctx)
+      return emu_err(QNN_GRAPH_ERROR_INVALID_TENSOR, "execute: tensor %s: mem handle not registered with this context",
+                     e->name);
+    if (m->dtype != e->dtype || m->rank != e->rank || memcmp(m->dims, e->dims, e->rank * sizeof(uint32_t)) != 0)
+      return emu_err(QNN_GRAPH_ERROR_INVALID_TENSOR, "execute: tensor %s: registered memory has another shape",
+                     e->name);
+    ptr[idx] = m->ptr;
+  } else {
+    return emu_err(QNN_GRAPH_ERROR_INVALID_TENSOR, "execute: tensor %s: unknown memType", e->name);
+  }
+  seen[idx] = 1;
+  return QNN_SUCCESS;
+}
+
+static Qnn_ErrorHandle_t graphExecute(Qnn_GraphHandle_t gh, const Qnn_Tensor_t *in, uint32_t n_in, Qnn_Tensor_t *out,
+                                      uint32_t n_out, Qnn_ProfileHandle_t prof, Qnn_SignalHandle_t sig) {
+  (void)prof;
+  if (!emu_live_has(gh, EMU_OBJ_GRAPH)) return emu_err(QNN_GRAPH_ERROR_INVALID_HANDLE, "invalid graph handle");
+  emu_graph *g = gh;
+  if (!g->finalized)
+    return emu_err(QNN_GRAPH_ERROR_GRAPH_NOT_FINALIZED, "graph %s: execute before graphFinalize", g->name);
+  if (sig) return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "signals are not supported");
+  if ((n_in && !in) || (n_out && !out)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "null tensor arrays");
+  uint8_t **ptr = calloc(g->n_tensors, sizeof *ptr);
+  uint8_t *seen = calloc(g->n_tensors, 1);
+  Qnn_ErrorHandle_t e = (ptr && seen) ? QNN_SUCCESS : emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+  for (uint32_t i = 0; e == QNN_SUCCESS && i < n_in; i++) e = bind_io(g, &in[i], QNN_TENSOR_TYPE_APP_WRITE, ptr, seen);
+  for (uint32_t i = 0; e == QNN_SUCCESS && i < n_out; i++) e = bind_io(g, &out[i], QNN_TENSOR_TYPE_APP_READ, ptr, seen);
+  for (uint32_t i = 0; e == QNN_SUCCESS && i < g->n_tensors; i++) {
+    emu_tensor *t = &g->tensors[i];
+    if ((t->type == QNN_TENSOR_TYPE_APP_WRITE || t->type == QNN_TENSOR_TYPE_APP_READ) && !seen[i] &&
+        (t->consumed || t->produced))
+      e = emu_err(QNN_GRAPH_ERROR_INVALID_TENSOR, "execute: tensor %s is not given", t->name);
+    else if (t->type == QNN_TENSOR_TYPE_STATIC || t->type == QNN_TENSOR_TYPE_NATIVE)
+      ptr[i] = t->data;
+  }
+  if (e == QNN_SUCCESS) {
+    pthread_mutex_lock(&g->run_mu);
+    char msg[400];
+    for (uint32_t i = 0; e == QNN_SUCCESS && i < g->n_nodes; i++)
+      if ((e = emu_node_run(g, &g->nodes[i], ptr, msg, sizeof msg)) != QNN_SUCCESS) e = emu_err(e, "%s", msg);
+    pthread_mutex_unlock(&g->run_mu);
+  }
+  free(ptr);
+  free(seen);
+  return e;
+}
+
+/* ------------------------------------------------------------------ context binary */
+
+typedef struct {
+  uint8_t *p;
+  uint64_t n, cap; /* p NULL: only count */
+} wbuf;
+
+/* FNV-1a over the payload, stored after it: a damaged binary is refused before it is parsed */
+static uint64_t fnv1a(const uint8_t *p, uint64_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint64_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+static void put(wbuf *w, const void *src, uint64_t n) {
+  if (w->p && w->n + n <= w->cap) memcpy(w->p + w->n, src, n);
+  w->n += n;
+}
+static void put32(wbuf *w, uint32_t v) { put(w, &v, 4); }
+
+/* the binary is this emulator's own format: the finalized graphs, their tensors (static data
+ * included) and decoded nodes; a real backend's binary is opaque in the same way */
+static uint64_t context_write(const emu_context *c, uint8_t *dst, uint64_t cap) {
+  wbuf w = {dst, 0, cap};
+  put32(&w, EMU_BINARY_MAGIC);
+  put32(&w, EMU_BINARY_VERSION);
+  put32(&w, c->n_graphs);
+  for (uint32_t gi = 0; gi < c->n_graphs; gi++) {
+    const emu_graph *g = c->graphs[gi];
+    put(&w, g->name, sizeof g->name);
+    put32(&w, g->n_tensors);
+    put32(&w, g->n_nodes);
+    for (uint32_t i = 0; i < g->n_tensors; i++) {
+      emu_tensor t = g->tensors[i];
+      uint8_t *data = t.type == QNN_TENSOR_TYPE_STATIC ? t.data : NULL;
+      t.data = NULL;
+      put(&w, &t, sizeof t);
+      if (data) put(&w, data, t.nbytes);
+    }
+    put(&w, g->nodes, (uint64_t)g->n_nodes * sizeof(emu_node));
+  }
+  uint64_t h = w.p && w.n <= w.cap ? fnv1a(w.p, w.n) : 0;
+  put(&w, &h, sizeof h);
+  return w.n;
+}
+
+static Qnn_ErrorHandle_t contextGetBinarySize(Qnn_ContextHandle_t ctx, Qnn_ContextBinarySize_t *size) {
+  if (!emu_live_has(ctx, EMU_OBJ_CONTEXT)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "invalid context handle");
+  if (!size) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "null size");
+  *size = context_write(ctx, NULL, 0);
+  return QNN_SUCCESS;
+}
+
+static Qnn_ErrorHandle_t contextGetBinary(Qnn_ContextHandle_t ctx, void *buf, Qnn_ContextBinarySize_t cap,
+                                          Qnn_ContextBinarySize_t *written) {
+  if (!emu_live_has(ctx, EMU_OBJ_CONTEXT)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "invalid context handle");
+  if (!buf || !written) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "null buffer or size");
+  emu_context *c = ctx;
+  for (uint32_t i = 0; i < c->n_graphs; i++)
+    if (!c->graphs[i]->finalized)
+      return emu_err(QNN_GRAPH_ERROR_GRAPH_NOT_FINALIZED, "graph %s is not finalized", c->graphs[i]->name);
+  uint64_t need = context_write(c, NULL, 0);
+  if (cap < need) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "binary needs %llu bytes", (unsigned long long)need);
+  *written = context_write(c, buf, cap);
+  return QNN_SUCCESS;
+}
+
+typedef struct {
+  const uint8_t *p;
+  uint64_t n, off;
+} rbuf;
+
+static int get(rbuf *r, void *dst, uint64_t n) {
+  if (n > r->n - r->off) return 0;
+  memcpy(dst, r->p + r->off, n);
+  r->off += n;
+  return 1;
+}
+
+/* every field of a loaded tensor/node is checked as if it came from an attacker */
+static int tensor_sane(const emu_tensor *t, uint32_t id) {
+  if (t->id != id || !emu_dtype_ok(t->dtype) || t->type > QNN_TENSOR_TYPE_STATIC || t->rank == 0 ||
+      t->rank > EMU_MAX_RANK || t->name[sizeof t->name - 1] != 0)
+    return 0;
+  uint64_t numel = 1;
+  for (uint32_t i = 0; i < t->rank; i++) {
+    if (t->dims[i] == 0) return 0;
+    numel *= t->dims[i];
+    if (numel > (1ull << 32)) return 0;
+  }
+  return numel == t->numel && t->nbytes == numel * qnn_dtype_bytes(t->dtype);
+}
+
+static int node_sane(const emu_graph *g, const emu_node *n) {
+  if (!emu_op_from_name(emu_op_name(n->op)) || n->n_in == 0 || n->n_in > EMU_MAX_IO || n->n_out != 1 ||
+      n->name[sizeof n->name - 1] != 0)
+    return 0;
+  for (uint32_t i = 0; i < n->n_in; i++)
+    if (n->in[i] >= g->n_tensors) return 0;
+  if (n->out[0] >= g->n_tensors) return 0;
+  if (n->op == EMU_OP_TRANSPOSE || n->op == EMU_OP_STRIDEDSLICE || n->op == EMU_OP_CONCAT) {
+    /* the kernels index with these: they must agree with the tensors they were checked against */
+    const emu_tensor *x = &g->tensors[n->in[0]];
+    for (uint32_t d = 0; n->op == EMU_OP_TRANSPOSE && d < x->rank; d++)
+      if (n->perm[d] >= x->rank) return 0;
+    if (n->op == EMU_OP_CONCAT && (n->axis < 0 || (uint32_t)n->axis >= x->rank)) return 0;
+  }
+  return 1;
+}
+
+static Qnn_ErrorHandle_t context_read(emu_context *c, const void *buf, uint64_t size) {
+  uint64_t h;
+  if (size < 20) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "not a context binary of this emulator");
+  memcpy(&h, (const uint8_t *)buf + size - 8, 8);
+  if (h != fnv1a(buf, size - 8)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "context binary checksum mismatch");
+  rbuf r = {buf, size - 8, 0};
+  uint32_t magic, version, n_graphs;
+  if (!get(&r, &magic, 4) || !get(&r, &version, 4) || !get(&r, &n_graphs, 4) || magic != EMU_BINARY_MAGIC)
+    return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "not a context binary of this emulator");
+  if (version != EMU_BINARY_VERSION)
+    return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "context binary version %u, this emulator reads %u", version,
+                   EMU_BINARY_VERSION);
+  if (n_graphs > 1024) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "corrupt context binary");
+  for (uint32_t gi = 0; gi < n_graphs; gi++) {
+    char name[64];
+    uint32_t nt, nn;
+    if (!get(&r, name, sizeof name) || !get(&r, &nt, 4) || !get(&r, &nn, 4) || name[63] ||
+        nt > (r.n - r.off) / sizeof(emu_tensor) || nn > (r.n - r.off) / sizeof(emu_node))
+      return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "corrupt context binary");
+    emu_graph *g = graph_new(c, name);
+    if (!g) return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+    g->tensors = calloc(nt ? nt : 1, sizeof(emu_tensor));
+    g->nodes = calloc(nn ? nn : 1, sizeof(emu_node));
+    if (!g->tensors || !g->nodes) return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+    g->cap_tensors = nt ? nt : 1;
+    g->cap_nodes = nn ? nn : 1;
+    for (uint32_t i = 0; i < nt; i++) {
+      emu_tensor *t = &g->tensors[i];
+      if (!get(&r, t, sizeof *t)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "corrupt context binary");
+      t->data = NULL;
+      g->n_tensors = i + 1;
+      if (!tensor_sane(t, i + 1)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "corrupt context binary");
+      if (t->type == QNN_TENSOR_TYPE_STATIC) {
+        if (t->nbytes > r.n - r.off) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "corrupt context binary");
+        if (!(t->data = malloc(t->nbytes))) return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+        get(&r, t->data, t->nbytes);
+      }
+    }
+    for (uint32_t i = 0; i < nn; i++) {
+      if (!get(&r, &g->nodes[i], sizeof(emu_node)))
+        return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "corrupt context binary");
+      g->n_nodes = i + 1;
+      if (!node_sane(g, &g->nodes[i])) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "corrupt context binary");
+    }
+    /* re-validate every node against its tensors: a tampered binary must not reach a kernel */
+    for (uint32_t i = 0; i < nn; i++) {
+      emu_node *n = &g->nodes[i];
+      const emu_tensor *o = &g->tensors[n->out[0]];
+      uint64_t in_bytes = g->tensors[n->in[0]].nbytes;
+      int ok = o->type != QNN_TENSOR_TYPE_STATIC && o->type != QNN_TENSOR_TYPE_APP_WRITE;
+      if (n->op == EMU_OP_RESHAPE) ok = ok && in_bytes == o->nbytes;
+      if (!ok) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "corrupt context binary");
+    }
+    Qnn_ErrorHandle_t e = graph_alloc_native(g);
+    if (e != QNN_SUCCESS) return e;
+    g->finalized = 1;
+  }
+  if (r.off != r.n) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "trailing bytes in context binary");
+  return QNN_SUCCESS;
+}
+
+static Qnn_ErrorHandle_t contextCreateFromBinary(Qnn_BackendHandle_t be, Qnn_DeviceHandle_t dev,
+                                                 const QnnContext_Config_t **cfg, const void *buf,
+                                                 Qnn_ContextBinarySize_t size, Qnn_ContextHandle_t *out,
+                                                 Qnn_ProfileHandle_t prof) {
+  (void)prof;
+  if (!emu_live_has(be, EMU_OBJ_BACKEND)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "invalid backend handle");
+  if (dev && !emu_live_has(dev, EMU_OBJ_DEVICE)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "invalid device handle");
+  if (cfg && cfg[0]) return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "context configs are not supported");
+  if (!buf || !out) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "null binary or output");
+  emu_context *c = context_new();
+  if (!c) return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+  Qnn_ErrorHandle_t e = context_read(c, buf, size);
+  if (e != QNN_SUCCESS) {
+    context_free(c);
+    return e;
+  }
+  *out = c;
+  return QNN_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ the provider */
+
+static Qnn_ErrorHandle_t backendValidateOpConfig(Qnn_BackendHandle_t be, Qnn_OpConfig_t op) {
+  if (!emu_live_has(be, EMU_OBJ_BACKEND)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "invalid backend handle");
+  if (op.version != QNN_OPCONFIG_VERSION_1 || !op.v1.packageName ||
+      strcmp(op.v1.packageName, QNN_OP_PACKAGE_NAME_QTI_AISW) != 0 || !emu_op_from_name(op.v1.typeName))
+    return emu_err(QNN_OP_ERROR_UNSUPPORTED, "op %s is not in the emulator's list",
+                   op.v1.typeName ? op.v1.typeName : "(null)");
+  return QNN_SUCCESS;
+}
+
+static const QnnInterface_t provider = {
+    .backendId = QNN_BACKEND_ID_XPU_EMU,
+    .providerName = "XPU_QNN_EMULATOR (clean-room emulated provider, not Qualcomm hardware)",
+    .apiVersion = {{QNN_API_MAJOR_PINNED, QNN_API_MINOR_PINNED, 0}, {1, 0, 0}},
+    .v2_18 =
+        {
+            .backendCreate = backendCreate,
+            .backendGetApiVersion = backendGetApiVersion,
+            .backendGetBuildId = backendGetBuildId,
+            .backendValidateOpConfig = backendValidateOpConfig,
+            .backendFree = backendFree,
+            .contextCreate = contextCreate,
+            .contextGetBinarySize = contextGetBinarySize,
+            .contextGetBinary = contextGetBinary,
+            .contextCreateFromBinary = contextCreateFromBinary,
+            .contextFree = contextFree,
+            .graphCreate = graphCreate,
+            .graphAddNode = graphAddNode,
+            .graphFinalize = graphFinalize,
+            .graphRetrieve = graphRetrieve,
+            .graphExecute = graphExecute,
+            .tensorCreateGraphTensor = tensorCreateGraphTensor,
+            .logCreate = logCreate,
+            .logFree = logFree,
+            .memRegister = memRegister,
+            .memDeRegister = memDeRegister,
+            .deviceCreate = deviceCreate,
+            .deviceFree = deviceFree,
+            .errorGetMessage = errorGetMessage,
+        },
+};
+
+static const QnnInterface_t *const providers[] = {&provider};
+
+EMU_EXPORT Qnn_ErrorHandle_t QnnInterface_getProviders(const QnnInterface_t ***list, uint32_t *n) {
+  if (!list || !n) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "null output");
+  *list = (const QnnInterface_t **)providers;
+  *n = 1;
+  return QNN_SUCCESS;
+}

@@ -1,0 +1,42 @@
+# QNN NPU plugin (plugins/qnn) and the clean-room QNN provider it is tested against (plugins/qnn/emu).
+# The emulator is NOT named libxpu-*.so: it is a QNN backend library, not an xpu plugin. The plugin
+# finds it beside itself (build/plugins/qnn/) when neither XPU_QNN_LIBRARY nor QNN_SDK_ROOT is set.
+QNN_SRCS := $(wildcard plugins/qnn/*.c)
+QNN_HDRS := $(wildcard plugins/qnn/*.h)
+QNN_EMU_SRCS := $(wildcard plugins/qnn/emu/*.c)
+QNN_EMU_HDRS := $(wildcard plugins/qnn/emu/*.h) plugins/qnn/qnn_api.h plugins/qnn/qnn_half.h
+# changes whenever a source that can change results changes: part of the executable cache key
+QNN_BUILD_ID := qnn-$(shell cat $(QNN_SRCS) $(QNN_HDRS) $(COMMON_HDRS) | sha1sum | cut -c1-16)
+QNN_EMU := $(PLUGIN_DIR)/qnn/libQnnXpuEmu.so
+QNN_TEST_BIN := $(BUILD)/qnn/qnn_ctest
+
+PLUGINS += $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU)
+PLUGIN_TESTS += test-qnn-c
+
+$(PLUGIN_DIR)/libxpu-qnn.so: $(QNN_SRCS) $(QNN_HDRS) $(COMMON_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -DXPU_QNN_BUILD_ID='"$(QNN_BUILD_ID)"' -o $@ $(QNN_SRCS) $(PLUGIN_LDFLAGS)
+
+$(QNN_EMU): $(QNN_EMU_SRCS) $(QNN_EMU_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -o $@ $(QNN_EMU_SRCS) $(PLUGIN_LDFLAGS)
+
+$(QNN_TEST_BIN): plugins/qnn/test/qnn_ctest.c $(QNN_HDRS) $(COMMON_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Iabi -Iplugins/common -Iplugins/qnn -D_GNU_SOURCE -o $@ $< -ldl -lm -lpthread
+
+.PHONY: test-qnn-c test-qnn
+# the emulator's rules, the plugin end to end on hand-built IR, and the context-binary cache,
+# under valgrind when it is installed
+test-qnn-c: $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU) $(QNN_TEST_BIN)
+	@if command -v valgrind >/dev/null 2>&1; then \
+	  valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
+	    $(QNN_TEST_BIN) $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU); \
+	else $(QNN_TEST_BIN) $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU); fi
+
+# against a real SDK: QNN_SDK_ROOT=/opt/qairt/2.25 make test-qnn (libQnnHtp.so first, then
+# libQnnCpu.so; XPU_QNN_LIBRARY picks one explicitly)
+test-qnn: $(PLUGIN_DIR)/libxpu-qnn.so cli
+	@test -n "$$QNN_SDK_ROOT$$XPU_QNN_LIBRARY" || { echo "test-qnn: set QNN_SDK_ROOT or XPU_QNN_LIBRARY"; exit 1; }
+	@mkdir -p $(BUILD)/conformance-qnn
+	$(BUILD)/xpu conform --plugin $(PLUGIN_DIR)/libxpu-qnn.so --report $(BUILD)/conformance-qnn

@@ -1,0 +1,81 @@
+/*
+ * qnn_internal.h: what the files of libxpu-qnn.so share. qnn_plugin.c holds the ABI entry
+ * points and the object model; qnn_lib.c finds and opens the QNN backend library; qnn_lower.c
+ * turns xpu IR nodes into QNN ops (and answers op_support / graph_analyze from the same rules).
+ */
+#ifndef XPU_QNN_INTERNAL_H
+#define XPU_QNN_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qnn_api.h"
+#include "xpu_ir.h"
+#include "xpu_plugin.h"
+
+/* the QNN backend library, opened once per process (the host never dlcloses a plugin) */
+typedef struct qnn_lib {
+  void *dl;
+  const QnnInterface_t *iface;
+  const QnnInterfaceTable_t *fn;
+  char path[512];
+  char provider[128];
+  char build_id[128];
+  uint32_t backend_id;
+  int emulated; /* our clean-room provider, not Qualcomm's: results say so */
+  Qnn_LogHandle_t log;
+  Qnn_BackendHandle_t backend;
+  Qnn_DeviceHandle_t device;
+} qnn_lib;
+
+/* finds the library (XPU_QNN_LIBRARY, $QNN_SDK_ROOT/lib/<arch>/, beside the plugin); fills
+ * path or a reason. Does not open it. */
+int qnn_lib_find(const char *plugin_dir, char *path, size_t cap, char *reason, size_t rcap);
+/* dlopens path, reads the provider table and checks the API version; no QNN call */
+xpu_status qnn_lib_load(qnn_lib *l, const char *path, char *err, size_t cap);
+/* creates the log, backend and device (the first context_create does it) */
+xpu_status qnn_lib_start(qnn_lib *l, char *err, size_t cap);
+void qnn_lib_stop(qnn_lib *l);
+/* the message QNN has for an error code */
+const char *qnn_lib_errmsg(const qnn_lib *l, Qnn_ErrorHandle_t e);
+
+/* ---------------------------------------------------------------- lowering */
+
+/* one graph input or output as QNN sees it: what execution_bind and execute need */
+typedef struct qnn_io {
+  uint32_t xpu_tensor; /* IR tensor index */
+  uint32_t qnn_id;
+  Qnn_DataType_t dtype;
+  float scale;
+  int32_t offset;
+  uint32_t rank;
+  uint32_t dims[XPU_MAX_RANK];
+  uint64_t nbytes;
+  int64_t ids_rows; /* > 0: an I32 GET_ROWS index input; every id must be in [0, ids_rows) */
+} qnn_io;
+
+/* resolves a constant's (buffer, offset) to bytes; NULL with a message if invalid */
+typedef const void *(*qnn_const_fn)(void *user, uint64_t buffer, uint64_t offset, uint64_t size,
+                                    char *err, size_t cap);
+
+typedef struct qnn_lower_cfg {
+  const qnn_lib *lib;     /* NULL: analysis only, nothing is emitted */
+  Qnn_GraphHandle_t graph;
+  const xpu_ir_graph *ir;
+  qnn_const_fn const_bytes;
+  void *const_user;
+  int float_as_f16; /* the backend computes float at half precision (HTP) */
+} qnn_lower_cfg;
+
+/* verdict for one node: 1 supported (precision set), 0 refused (reason set) */
+int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, int float_as_f16, uint32_t *precision,
+                   char *reason, size_t cap);
+/* static op_support answer */
+uint32_t qnn_op_query(const xpu_op_query *q);
+/* emits the whole graph; io has n_inputs + n_outputs entries. Returns XPU_OK or an error with
+ * a message. */
+xpu_status qnn_lower_graph(const qnn_lower_cfg *cfg, qnn_io *io, char *err, size_t cap);
+/* the QNN description of an IR tensor's dtype and scale, for execution-time tensors */
+Qnn_DataType_t qnn_dtype_of(uint32_t xpu_dtype);
+
+#endif /* XPU_QNN_INTERNAL_H */

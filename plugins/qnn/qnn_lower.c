@@ -1,0 +1,674 @@
+/*
+ * qnn_lower.c: emits an xpu IR graph as a QNN graph: one QNN tensor per IR tensor (inputs
+ * APP_WRITE, outputs APP_READ, constants STATIC, the rest NATIVE), then the QNN ops of each node.
+ * Ops without a QNN counterpart are composed: SILU = x*Sigmoid(x), GELU (tanh form) =
+ * x*Sigmoid(2c(x+0.044715x^3)), causal SOFTMAX = Softmax(x + additive mask) * keep mask,
+ * ROPE from Sin/Cos of pos*inv_freq and slices, ATTENTION from Transpose/MatMul/Softmax with a
+ * static mask (and K/V sliced to the visible keys, so masked rows are never read).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qnn_half.h"
+#include "qnn_internal.h"
+
+int qnn_i8_scale(const xpu_ir_graph *ir, uint32_t t, float *scale);
+
+#define QMAX_RANK 6
+
+typedef struct qt {
+  Qnn_Tensor_t t;
+  uint32_t dims[QMAX_RANK];
+  char name[48];
+} qt;
+
+typedef struct lower {
+  const qnn_lower_cfg *cfg;
+  const QnnInterfaceTable_t *fn;
+  qt **ts; /* IR tensors first (index = IR index, NULL until created), then temporaries */
+  uint32_t n, cap;
+  void **owned; /* static data we made; QNN may read it until graphFinalize */
+  uint32_t n_owned, cap_owned;
+  uint32_t node_seq, cur_node;
+  char *err;
+  size_t errcap;
+} lower;
+
+static int fail(lower *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(lower *L, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int k = snprintf(L->err, L->errcap, "node %u (%s): ", L->cur_node,
+                   xpu_op_name(L->cfg->ir->nodes[L->cur_node].op));
+  if (k > 0 && (size_t)k < L->errcap) vsnprintf(L->err + k, L->errcap - (size_t)k, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static void *own(lower *L, size_t n) {
+  if (L->n_owned == L->cap_owned) {
+    uint32_t nc = L->cap_owned ? L->cap_owned * 2 : 32;
+    void **no = realloc(L->owned, nc * sizeof *no);
+    if (!no) return NULL;
+    L->owned = no;
+    L->cap_owned = nc;
+  }
+  void *p = calloc(1, n ? n : 1);
+  if (p) L->owned[L->n_owned++] = p;
+  return p;
+}
+
+static int push(lower *L, qt *q) {
+  if (L->n == L->cap) {
+    uint32_t nc = L->cap * 2;
+    qt **nt = realloc(L->ts, nc * sizeof *nt);
+    if (!nt) return -1;
+    memset(nt + L->cap, 0, (nc - L->cap) * sizeof *nt);
+    L->ts = nt;
+    L->cap = nc;
+  }
+  L->ts[L->n] = q;
+  return (int)L->n++;
+}
+
+/* creates a QNN tensor; data non-NULL makes it STATIC (bytes must outlive finalize) */
+static int mk(lower *L, int slot, Qnn_TensorType_t type, Qnn_DataType_t dt, float scale, uint32_t rank,
+              const uint32_t *dims, const void *data) {
+  qt *q = own(L, sizeof *q);
+  if (!q) return fail(L, "out of memory");
+  if (rank == 0) { /* QNN has no rank 0: a scalar is [1] */
+    rank = 1;
+    q->dims[0] = 1;
+  } else {
+    memcpy(q->dims, dims, rank * sizeof *dims);
+  }
+  uint64_t nbytes = qnn_dtype_bytes(dt);
+  for (uint32_t i = 0; i < rank; i++) nbytes *= q->dims[i];
+  snprintf(q->name, sizeof q->name, slot >= 0 ? "t%d" : "tmp%u", slot >= 0 ? slot : (int)L->n);
+  Qnn_TensorV1_t *v = &q->t.v1;
+  q->t.version = QNN_TENSOR_VERSION_1;
+  v->name = q->name;
+  v->type = type;
+  v->dataFormat = QNN_TENSOR_DATA_FORMAT_DENSE;
+  v->dataType = dt;
+  v->quantizeParams.encodingDefinition = QNN_DEFINITION_UNDEFINED;
+  v->quantizeParams.quantizationEncoding = QNN_QUANTIZATION_ENCODING_UNDEFINED;
+  if (dt == QNN_DATATYPE_SFIXED_POINT_8) {
+    v->quantizeParams.encodingDefinition = QNN_DEFINITION_DEFINED;
+    v->quantizeParams.quantizationEncoding = QNN_QUANTIZATION_ENCODING_SCALE_OFFSET;
+    v->quantizeParams.scaleOffsetEncoding.scale = scale;
+    v->quantizeParams.scaleOffsetEncoding.offset = 0;
+  }
+  v->rank = rank;
+  v->dimensions = q->dims;
+  v->memType = QNN_TENSORMEMTYPE_RAW;
+  if (data) {
+    if (nbytes > UINT32_MAX) return fail(L, "constant of %llu bytes is larger than QNN's 4 GiB client buffer",
+                                         (unsigned long long)nbytes);
+    v->clientBuf.data = (void *)data;
+    v->clientBuf.dataSize = (uint32_t)nbytes;
+  }
+  Qnn_ErrorHandle_t e = L->fn->tensorCreateGraphTensor(L->cfg->graph, &q->t);
+  if (e != QNN_SUCCESS)
+    return fail(L, "tensorCreateGraphTensor: error %llu: %s", (unsigned long long)e, qnn_lib_errmsg(L->cfg->lib, e));
+  if (slot >= 0) {
+    L->ts[slot] = q;
+    return slot;
+  }
+  int idx = push(L, q);
+  return idx < 0 ? fail(L, "out of memory") : idx;
+}
+
+static uint32_t rank_of(lower *L, int t) { return L->ts[t]->t.v1.rank; }
+static const uint32_t *dims_of(lower *L, int t) { return L->ts[t]->dims; }
+static Qnn_DataType_t dt_of(lower *L, int t) { return L->ts[t]->t.v1.dataType; }
+
+/* the QNN tensor of IR tensor i, created on first use */
+static int irt(lower *L, uint32_t i) {
+  if (L->ts[i]) return (int)i;
+  const xpu_ir_graph *ir = L->cfg->ir;
+  const xpu_ir_tensor *t = &ir->tensors[i];
+  uint32_t dims[QMAX_RANK];
+  for (uint32_t d = 0; d < t->rank; d++) dims[d] = (uint32_t)t->shape[d];
+  Qnn_TensorType_t type = QNN_TENSOR_TYPE_NATIVE;
+  const void *data = NULL;
+  float scale = 1.0f;
+  if (t->dtype == XPU_DT_I8) qnn_i8_scale(ir, i, &scale);
+  if (t->kind == XPU_TENSOR_INPUT) type = QNN_TENSOR_TYPE_APP_WRITE;
+  for (uint32_t o = 0; o < ir->header->n_outputs; o++)
+    if (ir->outputs[o] == i) type = QNN_TENSOR_TYPE_APP_READ;
+  if (t->kind == XPU_TENSOR_CONST) {
+    type = QNN_TENSOR_TYPE_STATIC;
+    char msg[256];
+    data = L->cfg->const_bytes(L->cfg->const_user, t->const_buffer, t->const_offset, xpu_ir_nbytes(t), msg, sizeof msg);
+    if (!data) return fail(L, "constant tensor %u: %s", i, msg);
+  }
+  return mk(L, (int)i, type, qnn_dtype_of(t->dtype), scale, t->rank, dims, data);
+}
+
+static int tmp(lower *L, Qnn_DataType_t dt, uint32_t rank, const uint32_t *dims) {
+  return mk(L, -1, QNN_TENSOR_TYPE_NATIVE, dt, 1.0f, rank, dims, NULL);
+}
+
+/* a static tensor of float values in dtype dt (FLOAT_32 or FLOAT_16) */
+static int cst_f(lower *L, Qnn_DataType_t dt, uint32_t rank, const uint32_t *dims, const float *vals) {
+  uint64_t n = 1;
+  for (uint32_t i = 0; i < rank; i++) n *= dims[i];
+  uint8_t *data = own(L, n * qnn_dtype_bytes(dt));
+  if (!data) return fail(L, "out of memory");
+  for (uint64_t i = 0; i < n; i++) {
+    if (dt == QNN_DATATYPE_FLOAT_16) {
+      uint16_t h = qnn_float_to_half(vals[i]);
+      memcpy(data + 2 * i, &h, 2);
+    } else {
+      memcpy(data + 4 * i, &vals[i], 4);
+    }
+  }
+  return mk(L, -1, QNN_TENSOR_TYPE_STATIC, dt, 1.0f, rank, dims, data);
+}
+
+static int cst_scalar(lower *L, Qnn_DataType_t dt, float v) {
+  uint32_t one = 1;
+  return cst_f(L, dt, 1, &one, &v);
+}
+
+/* a [k] tensor filled with v */
+static int cst_fill(lower *L, Qnn_DataType_t dt, uint32_t k, float v) {
+  float *vals = own(L, (size_t)k * sizeof(float));
+  if (!vals) return fail(L, "out of memory");
+  for (uint32_t i = 0; i < k; i++) vals[i] = v;
+  return cst_f(L, dt, 1, &k, vals);
+}
+
+/* ---------------------------------------------------------------- params and nodes */
+
+static Qnn_Param_t p_scalar(const char *name, Qnn_DataType_t dt) {
+  Qnn_Param_t p;
+  memset(&p, 0, sizeof p);
+  p.paramType = QNN_PARAMTYPE_SCALAR;
+  p.name = name;
+  p.scalarParam.dataType = dt;
+  return p;
+}
+static Qnn_Param_t p_u32(const char *name, uint32_t v) {
+  Qnn_Param_t p = p_scalar(name, QNN_DATATYPE_UINT_32);
+  p.scalarParam.uint32Value = v;
+  return p;
+}
+static Qnn_Param_t p_f32(const char *name, float v) {
+  Qnn_Param_t p = p_scalar(name, QNN_DATATYPE_FLOAT_32);
+  p.scalarParam.floatValue = v;
+  return p;
+}
+static Qnn_Param_t p_bool(const char *name, int v) {
+  Qnn_Param_t p = p_scalar(name, QNN_DATATYPE_BOOL_8);
+  p.scalarParam.bool8Value = v ? 1 : 0;
+  return p;
+}
+
+/* a tensor parameter: a STATIC tensor created in the graph, its description copied in */
+static int p_tensor(lower *L, Qnn_Param_t *p, const char *name, Qnn_DataType_t dt, uint32_t rank,
+                    const uint32_t *dims, const void *vals) {
+  uint64_t n = qnn_dtype_bytes(dt);
+  for (uint32_t i = 0; i < rank; i++) n *= dims[i];
+  void *data = own(L, n);
+  if (!data) return fail(L, "out of memory");
+  memcpy(data, vals, n);
+  int t = mk(L, -1, QNN_TENSOR_TYPE_STATIC, dt, 1.0f, rank, dims, data);
+  if (t < 0) return -1;
+  memset(p, 0, sizeof *p);
+  p->paramType = QNN_PARAMTYPE_TENSOR;
+  p->name = name;
+  p->tensorParam = L->ts[t]->t;
+  return 0;
+}
+
+static int emit(lower *L, const char *type, const int *in, uint32_t n_in, int out, Qnn_Param_t *params,
+                uint32_t n_params) {
+  Qnn_Tensor_t ins[XPU_MAX_INPUTS + 1], outs[1];
+  for (uint32_t i = 0; i < n_in; i++) ins[i] = L->ts[in[i]]->t;
+  outs[0] = L->ts[out]->t;
+  char name[48];
+  snprintf(name, sizeof name, "n%u_%u_%s", L->cur_node, L->node_seq++, type);
+  Qnn_OpConfig_t op;
+  memset(&op, 0, sizeof op);
+  op.version = QNN_OPCONFIG_VERSION_1;
+  op.v1.name = name;
+  op.v1.packageName = QNN_OP_PACKAGE_NAME_QTI_AISW;
+  op.v1.typeName = type;
+  op.v1.numOfParams = n_params;
+  op.v1.params = n_params ? params : NULL;
+  op.v1.numOfInputs = n_in;
+  op.v1.inputTensors = ins;
+  op.v1.numOfOutputs = 1;
+  op.v1.outputTensors = outs;
+  Qnn_ErrorHandle_t e = L->fn->graphAddNode(L->cfg->graph, op);
+  if (e != QNN_SUCCESS)
+    return fail(L, "graphAddNode %s: error %llu: %s", type, (unsigned long long)e, qnn_lib_errmsg(L->cfg->lib, e));
+  return 0;
+}
+
+/* out = op(a, b); out < 0 makes a temporary of the given shape */
+static int op2(lower *L, const char *type, int a, int b, int out, uint32_t rank, const uint32_t *dims) {
+  if (a < 0 || b < 0) return -1;
+  if (out < 0 && (out = tmp(L, dt_of(L, a), rank, dims)) < 0) return -1;
+  int in[2] = {a, b};
+  return emit(L, type, in, 2, out, NULL, 0) < 0 ? -1 : out;
+}
+
+static int op1(lower *L, const char *type, int a, int out, Qnn_DataType_t dt, uint32_t rank, const uint32_t *dims) {
+  if (a < 0) return -1;
+  if (out < 0 && (out = tmp(L, dt, rank, dims)) < 0) return -1;
+  return emit(L, type, &a, 1, out, NULL, 0) < 0 ? -1 : out;
+}
+
+/* elementwise op2 whose output has the broadcast shape of a and b */
+static int bin(lower *L, const char *type, int a, int b, int out) {
+  if (a < 0 || b < 0) return -1;
+  uint32_t ra = rank_of(L, a), rb = rank_of(L, b), r = ra > rb ? ra : rb, dims[QMAX_RANK];
+  for (uint32_t i = 0; i < r; i++) {
+    uint32_t da = i < r - ra ? 1 : dims_of(L, a)[i - (r - ra)];
+    uint32_t db = i < r - rb ? 1 : dims_of(L, b)[i - (r - rb)];
+    dims[i] = da > db ? da : db;
+  }
+  return op2(L, type, a, b, out, r, dims);
+}
+
+static int reshape(lower *L, int a, int out, uint32_t rank, const uint32_t *dims) {
+  return op1(L, "Reshape", a, out, a >= 0 ? dt_of(L, a) : QNN_DATATYPE_FLOAT_32, rank, dims);
+}
+
+static int cast(lower *L, int a, Qnn_DataType_t dt) {
+  if (a < 0) return -1;
+  if (dt_of(L, a) == dt) return a;
+  return op1(L, "Cast", a, -1, dt, rank_of(L, a), dims_of(L, a));
+}
+
+static int transpose(lower *L, int a, int out, const uint32_t *perm) {
+  if (a < 0) return -1;
+  uint32_t r = rank_of(L, a), dims[QMAX_RANK];
+  for (uint32_t i = 0; i < r; i++) dims[i] = dims_of(L, a)[perm[i]];
+  if (out < 0 && (out = tmp(L, dt_of(L, a), r, dims)) < 0) return -1;
+  Qnn_Param_t p;
+  if (p_tensor(L, &p, "perm", QNN_DATATYPE_UINT_32, 1, &r, perm) < 0) return -1;
+  return emit(L, "Transpose", &a, 1, out, &p, 1) < 0 ? -1 : out;
+}
+
+/* a[.., begin:end, ..] along axis */
+static int slice(lower *L, int a, int out, uint32_t axis, uint32_t begin, uint32_t end) {
+  if (a < 0) return -1;
+  uint32_t r = rank_of(L, a), dims[QMAX_RANK], rdims[2] = {r, 3};
+  int32_t ranges[QMAX_RANK * 3];
+  memcpy(dims, dims_of(L, a), r * sizeof *dims);
+  for (uint32_t i = 0; i < r; i++) {
+    ranges[3 * i] = i == axis ? (int32_t)begin : 0;
+    ranges[3 * i + 1] = i == axis ? (int32_t)end : (int32_t)dims[i];
+    ranges[3 * i + 2] = 1;
+  }
+  dims[axis] = end - begin;
+  if (out < 0 && (out = tmp(L, dt_of(L, a), r, dims)) < 0) return -1;
+  Qnn_Param_t p;
+  if (p_tensor(L, &p, "ranges", QNN_DATATYPE_INT_32, 2, rdims, ranges) < 0) return -1;
+  return emit(L, "StridedSlice", &a, 1, out, &p, 1) < 0 ? -1 : out;
+}
+
+static int concat(lower *L, const int *in, uint32_t n, uint32_t axis, int out) {
+  for (uint32_t i = 0; i < n; i++)
+    if (in[i] < 0) return -1;
+  uint32_t r = rank_of(L, in[0]), dims[QMAX_RANK];
+  memcpy(dims, dims_of(L, in[0]), r * sizeof *dims);
+  for (uint32_t i = 1; i < n; i++) dims[axis] += dims_of(L, in[i])[axis];
+  if (out < 0 && (out = tmp(L, dt_of(L, in[0]), r, dims)) < 0) return -1;
+  Qnn_Param_t p = p_u32("axis", axis);
+  return emit(L, "Concat", in, n, out, &p, 1) < 0 ? -1 : out;
+}
+
+static int matmul(lower *L, int a, int b, int out, int transpose_b) {
+  if (a < 0 || b < 0) return -1;
+  uint32_t ra = rank_of(L, a), rb = rank_of(L, b), r = ra > rb ? ra : rb, dims[QMAX_RANK];
+  for (uint32_t i = 0; i + 2 < r; i++) {
+    uint32_t da = i < r - ra ? 1 : dims_of(L, a)[i - (r - ra)];
+    uint32_t db = i < r - rb ? 1 : dims_of(L, b)[i - (r - rb)];
+    dims[i] = da > db ? da : db;
+  }
+  dims[r - 2] = dims_of(L, a)[ra - 2];
+  dims[r - 1] = transpose_b ? dims_of(L, b)[rb - 2] : dims_of(L, b)[rb - 1];
+  if (out < 0 && (out = tmp(L, dt_of(L, a), r, dims)) < 0) return -1;
+  Qnn_Param_t p[2] = {p_bool("transpose_in0", 0), p_bool("transpose_in1", transpose_b)};
+  int in[2] = {a, b};
+  return emit(L, "MatMul", in, 2, out, p, 2) < 0 ? -1 : out;
+}
+
+static int softmax(lower *L, int a, int out, float beta) {
+  if (a < 0) return -1;
+  if (out < 0 && (out = tmp(L, dt_of(L, a), rank_of(L, a), dims_of(L, a))) < 0) return -1;
+  Qnn_Param_t p[2] = {p_u32("axis", rank_of(L, a) - 1), p_f32("beta", beta)};
+  return emit(L, "Softmax", &a, 1, out, p, 2) < 0 ? -1 : out;
+}
+
+/* ---------------------------------------------------------------- composed ops */
+
+/* additive (0 / -big) and keep (1 / 0) masks of [rows, cols] ([cols] when mrank is 1): key j is
+ * visible to row r iff j <= r % period + off. keep is -1 when no row is fully masked. */
+static int masks(lower *L, Qnn_DataType_t dt, uint32_t mrank, uint32_t rows, uint32_t period, uint32_t cols,
+                 int64_t off, int *add, int *keep) {
+  float *a = own(L, (size_t)rows * cols * sizeof(float)), *k = own(L, (size_t)rows * cols * sizeof(float));
+  if (!a || !k) return fail(L, "out of memory");
+  /* finite, so a fully masked row stays finite and the keep mask can zero it; big enough that
+   * exp() of it underflows to 0 at any sane scale; within FLOAT_16 range */
+  const float big = dt == QNN_DATATYPE_FLOAT_16 ? 30000.0f : 1e30f;
+  int any_empty = 0;
+  for (uint32_t r = 0; r < rows; r++) {
+    int64_t i = r % period;
+    int seen = 0;
+    for (uint32_t j = 0; j < cols; j++) {
+      int vis = (int64_t)j <= i + off;
+      a[(size_t)r * cols + j] = vis ? 0.0f : -big;
+      k[(size_t)r * cols + j] = vis ? 1.0f : 0.0f;
+      seen |= vis;
+    }
+    any_empty |= !seen;
+  }
+  uint32_t dims[2] = {rows, cols};
+  const uint32_t *d = mrank == 1 ? &dims[1] : dims;
+  if ((*add = cst_f(L, dt, mrank, d, a)) < 0) return -1;
+  *keep = -1;
+  if (any_empty && (*keep = cst_f(L, dt, mrank, d, k)) < 0) return -1;
+  return 0;
+}
+
+static int lower_softmax(lower *L, const xpu_ir_node *n, int x, int out) {
+  float beta = n->fattr[0] != 0 ? n->fattr[0] : 1.0f;
+  if (n->iattr[0] != 1) return softmax(L, x, out, beta);
+  uint32_t r = rank_of(L, x), cols = dims_of(L, x)[r - 1], rows = r >= 2 ? dims_of(L, x)[r - 2] : 1;
+  int add, keep;
+  if (masks(L, dt_of(L, x), r >= 2 ? 2 : 1, rows, rows, cols, n->iattr[1], &add, &keep) < 0) return -1;
+  int t = bin(L, "ElementWiseAdd", x, add, -1);
+  if (keep < 0) return softmax(L, t, out, beta);
+  int s = softmax(L, t, -1, beta);
+  return bin(L, "ElementWiseMultiply", s, keep, out);
+}
+
+static int lower_rope(lower *L, const xpu_ir_node *n, int x, int pos, int out) {
+  Qnn_DataType_t dt = dt_of(L, x);
+  uint32_t r = rank_of(L, x), T = dims_of(L, x)[r - 3], H = dims_of(L, x)[r - 2], D = dims_of(L, x)[r - 1];
+  uint32_t nr = n->iattr[1] ? (uint32_t)n->iattr[1] : D, half = nr / 2;
+  float base = n->fattr[0] != 0 ? n->fattr[0] : 10000.0f, fs = n->fattr[1] != 0 ? n->fattr[1] : 1.0f;
+  /* angles in FLOAT_32 whatever x is: pos * inv_freq loses too much at half precision */
+  uint32_t d_t1[2] = {T, 1}, d_1h[2] = {1, half}, d_th[2] = {T, half};
+  float *inv = own(L, half * sizeof(float));
+  if (!inv) return fail(L, "out of memory");
+  for (uint32_t i = 0; i < half; i++) inv[i] = (float)(fs * pow((double)base, -2.0 * i / nr));
+  int posf = reshape(L, cast(L, pos, QNN_DATATYPE_FLOAT_32), -1, 2, d_t1);
+  int theta = bin(L, "ElementWiseMultiply", posf, cst_f(L, QNN_DATATYPE_FLOAT_32, 2, d_1h, inv), -1);
+  int c = cast(L, op1(L, "ElementWiseCos", theta, -1, QNN_DATATYPE_FLOAT_32, 2, d_th), dt);
+  int s = cast(L, op1(L, "ElementWiseSin", theta, -1, QNN_DATATYPE_FLOAT_32, 2, d_th), dt);
+  int u, v, rot;
+  uint32_t lead = r - 3, bdims[QMAX_RANK];
+  for (uint32_t i = 0; i < lead; i++) bdims[i] = dims_of(L, x)[i];
+  if (n->iattr[0] == 2) { /* NeoX: halves */
+    uint32_t cd[3] = {T, 1, half};
+    c = reshape(L, c, -1, 3, cd);
+    s = reshape(L, s, -1, 3, cd);
+    u = slice(L, x, -1, r - 1, 0, half);
+    v = slice(L, x, -1, r - 1, half, nr);
+    int ou = bin(L, "ElementWiseSubtract", bin(L, "ElementWiseMultiply", u, c, -1),
+                 bin(L, "ElementWiseMultiply", v, s, -1), -1);
+    int ov = bin(L, "ElementWiseAdd", bin(L, "ElementWiseMultiply", u, s, -1), bin(L, "ElementWiseMultiply", v, c, -1), -1);
+    if (nr == D) {
+      int parts[2] = {ou, ov};
+      return concat(L, parts, 2, r - 1, out);
+    }
+    int parts[3] = {ou, ov, slice(L, x, -1, r - 1, nr, D)};
+    return concat(L, parts, 3, r - 1, out);
+  }
+  /* normal (GPT-J) order: pairs are adjacent, so view the rotated part as [.., half, 2] */
+  uint32_t cd[4] = {T, 1, half, 1};
+  c = reshape(L, c, -1, 4, cd);
+  s = reshape(L, s, -1, 4, cd);
+  int xr = nr == D ? x : slice(L, x, -1, r - 1, 0, nr);
+  memcpy(bdims + lead, (uint32_t[]){T, H, half, 2}, 4 * sizeof(uint32_t));
+  int x5 = reshape(L, xr, -1, lead + 4, bdims);
+  u = slice(L, x5, -1, lead + 3, 0, 1);
+  v = slice(L, x5, -1, lead + 3, 1, 2);
+  int ou = bin(L, "ElementWiseSubtract", bin(L, "ElementWiseMultiply", u, c, -1), bin(L, "ElementWiseMultiply", v, s, -1), -1);
+  int ov = bin(L, "ElementWiseAdd", bin(L, "ElementWiseMultiply", u, s, -1), bin(L, "ElementWiseMultiply", v, c, -1), -1);
+  int pair[2] = {ou, ov};
+  int o5 = concat(L, pair, 2, lead + 3, -1);
+  memcpy(bdims + lead, (uint32_t[]){T, H, nr}, 3 * sizeof(uint32_t));
+  if (nr == D) return reshape(L, o5, out, r, bdims);
+  rot = reshape(L, o5, -1, r, bdims);
+  int parts[2] = {rot, slice(L, x, -1, r - 1, nr, D)};
+  return concat(L, parts, 2, r - 1, out);
+}
+
+static int lower_attention(lower *L, const xpu_ir_node *n, int q, int k, int v, int out) {
+  Qnn_DataType_t dt = dt_of(L, q);
+  uint32_t Tq = dims_of(L, q)[0], Hq = dims_of(L, q)[1], D = dims_of(L, q)[2];
+  uint32_t Tk = dims_of(L, k)[0], Hkv = dims_of(L, k)[1], Dv = dims_of(L, v)[2];
+  if (Hkv == 0 || Hq % Hkv) return fail(L, "query heads %u not a multiple of kv heads %u", Hq, Hkv);
+  uint32_t G = Hq / Hkv;
+  int causal = n->iattr[0] == 1;
+  int64_t off = n->iattr[1];
+  float scale = n->fattr[0] != 0 ? n->fattr[0] : (float)(1.0 / sqrt((double)D));
+  uint32_t len = Tk;
+  if (causal && (int64_t)Tq + off < (int64_t)Tk) len = (uint32_t)((int64_t)Tq + off);
+  /* keys past the last visible one are never read: a KV cache bound at full capacity may hold
+   * anything (NaN included) there */
+  if (len < Tk) {
+    k = slice(L, k, -1, 0, 0, len);
+    v = slice(L, v, -1, 0, 0, len);
+  }
+  k = cast(L, k, dt);
+  v = cast(L, v, dt);
+  static const uint32_t p102[3] = {1, 0, 2};
+  uint32_t qd[3] = {Hkv, G * Tq, D};
+  int qg = reshape(L, transpose(L, q, -1, p102), -1, 3, qd);
+  int kt = transpose(L, k, -1, p102);
+  int vt = transpose(L, v, -1, p102);
+  int sc = matmul(L, qg, kt, -1, 1);
+  int p;
+  if (causal) {
+    int add, keep;
+    if (masks(L, dt, 2, G * Tq, Tq, len, off, &add, &keep) < 0) return -1;
+    p = softmax(L, bin(L, "ElementWiseAdd", sc, add, -1), -1, scale);
+    if (keep >= 0) p = bin(L, "ElementWiseMultiply", p, keep, -1);
+  } else {
+    p = softmax(L, sc, -1, scale);
+  }
+  int o = matmul(L, p, vt, -1, 0);
+  uint32_t od[3] = {Hq, Tq, Dv};
+  return transpose(L, reshape(L, o, -1, 3, od), out, p102);
+}
+
+static int lower_gelu(lower *L, int x, int out) {
+  Qnn_DataType_t dt = dt_of(L, x);
+  /* 0.5x(1+tanh(z)) == x*sigmoid(2z), z = sqrt(2/pi)(x + 0.044715x^3) */
+  int x2 = bin(L, "ElementWiseMultiply", x, x, -1);
+  int x3 = bin(L, "ElementWiseMultiply", x2, x, -1);
+  int inner = bin(L, "ElementWiseAdd", x, bin(L, "ElementWiseMultiply", x3, cst_scalar(L, dt, 0.044715f), -1), -1);
+  int z2 = bin(L, "ElementWiseMultiply", inner, cst_scalar(L, dt, 1.5957691216057308f), -1);
+  int sg = op1(L, "Sigmoid", z2, -1, dt, rank_of(L, x), dims_of(L, x));
+  return bin(L, "ElementWiseMultiply", x, sg, out);
+}
+
+static int check_ids(lower *L, const xpu_ir_node *n, qnn_io *io) {
+  const xpu_ir_graph *ir = L->cfg->ir;
+  const xpu_ir_tensor *ids = &ir->tensors[n->inputs[1]];
+  int64_t rows = ir->tensors[n->inputs[0]].shape[0];
+  if (ids->kind == XPU_TENSOR_CONST) { /* known now: check once */
+    char msg[256];
+    const int32_t *v = L->cfg->const_bytes(L->cfg->const_user, ids->const_buffer, ids->const_offset,
+                                           xpu_ir_nbytes(ids), msg, sizeof msg);
+    if (!v) return fail(L, "ids: %s", msg);
+    for (int64_t i = 0; i < xpu_ir_numel(ids); i++) {
+      int32_t id;
+      memcpy(&id, (const uint8_t *)v + 4 * i, 4);
+      if (id < 0 || id >= rows) return fail(L, "GET_ROWS id %d outside [0, %lld)", id, (long long)rows);
+    }
+    return 0;
+  }
+  for (uint32_t i = 0; i < ir->header->n_inputs; i++)
+    if (ir->inputs[i] == n->inputs[1] && (io[i].ids_rows == 0 || rows < io[i].ids_rows)) io[i].ids_rows = rows;
+  return 0;
+}
+
+static int lower_node(lower *L, uint32_t idx, qnn_io *io) {
+  const xpu_ir_node *n = &L->cfg->ir->nodes[idx];
+  L->cur_node = idx;
+  int in[XPU_MAX_INPUTS];
+  for (uint32_t i = 0; i < n->n_inputs; i++)
+    if ((in[i] = irt(L, n->inputs[i])) < 0) return -1;
+  int out = irt(L, n->output);
+  if (out < 0) return -1;
+  int x = in[0];
+  Qnn_DataType_t dt = dt_of(L, x);
+  int r = 0;
+  switch (n->op) {
+  case XPU_OP_ADD: r = bin(L, "ElementWiseAdd", x, in[1], out); break;
+  case XPU_OP_SUB: r = bin(L, "ElementWiseSubtract", x, in[1], out); break;
+  case XPU_OP_MUL: r = bin(L, "ElementWiseMultiply", x, in[1], out); break;
+  case XPU_OP_DIV: r = bin(L, "ElementWiseDivide", x, in[1], out); break;
+  case XPU_OP_RELU: r = op1(L, "Relu", x, out, dt, 0, NULL); break;
+  case XPU_OP_EXP: r = op1(L, "ElementWiseExp", x, out, dt, 0, NULL); break;
+  case XPU_OP_NEG: r = op1(L, "ElementWiseNeg", x, out, dt, 0, NULL); break;
+  case XPU_OP_SILU:
+    r = bin(L, "ElementWiseMultiply", x, op1(L, "Sigmoid", x, -1, dt, rank_of(L, x), dims_of(L, x)), out);
+    break;
+  case XPU_OP_GELU: r = lower_gelu(L, x, out); break;
+  case XPU_OP_SCALE:
+    if (n->fattr[1] == 0) {
+      r = bin(L, "ElementWiseMultiply", x, cst_scalar(L, dt, n->fattr[0]), out);
+    } else {
+      int t = bin(L, "ElementWiseMultiply", x, cst_scalar(L, dt, n->fattr[0]), -1);
+      r = bin(L, "ElementWiseAdd", t, cst_scalar(L, dt, n->fattr[1]), out);
+    }
+    break;
+  case XPU_OP_RMS_NORM: case XPU_OP_LAYER_NORM: {
+    uint32_t k = dims_of(L, x)[rank_of(L, x) - 1], axis = rank_of(L, x) - 1, one = 1;
+    int ins[3] = {x, cst_fill(L, dt, k, 1.0f), n->op == XPU_OP_LAYER_NORM ? cst_fill(L, dt, k, 0.0f) : 0};
+    if (ins[1] < 0 || ins[2] < 0) return -1;
+    Qnn_Param_t p[2];
+    p[0] = p_f32("epsilon", n->fattr[0]);
+    if (p_tensor(L, &p[1], "axes", QNN_DATATYPE_UINT_32, 1, &one, &axis) < 0) return -1;
+    r = emit(L, n->op == XPU_OP_RMS_NORM ? "RmsNorm" : "LayerNorm", ins, n->op == XPU_OP_LAYER_NORM ? 3 : 2, out,
+             p, 2);
+    break;
+  }
+  case XPU_OP_SOFTMAX: r = lower_softmax(L, n, x, out); break;
+  case XPU_OP_MATMUL: {
+    int b = in[1];
+    if (dt_of(L, b) == QNN_DATATYPE_SFIXED_POINT_8)
+      b = op1(L, "Dequantize", b, -1, dt, rank_of(L, b), dims_of(L, b));
+    else
+      b = cast(L, b, dt);
+    if (rank_of(L, x) == 1 || L->cfg->ir->tensors[n->inputs[0]].rank <= 1) { /* [K] as [1,K] -> [N] */
+      uint32_t d1k[2] = {1, dims_of(L, x)[0]};
+      int a2 = reshape(L, x, -1, 2, d1k);
+      r = reshape(L, matmul(L, a2, b, -1, 1), out, rank_of(L, out), dims_of(L, out));
+    } else {
+      r = matmul(L, x, b, out, 1);
+    }
+    break;
+  }
+  case XPU_OP_ROPE: r = lower_rope(L, n, x, in[1], out); break;
+  case XPU_OP_ATTENTION: r = lower_attention(L, n, x, in[1], in[2], out); break;
+  case XPU_OP_GET_ROWS: {
+    if (check_ids(L, n, io) < 0) return -1;
+    uint32_t d[QMAX_RANK], rk = 0;
+    for (uint32_t i = 0; i < rank_of(L, in[1]); i++) d[rk++] = dims_of(L, in[1])[i];
+    d[rk++] = dims_of(L, x)[1];
+    Qnn_Param_t p = p_scalar("axis", QNN_DATATYPE_INT_32);
+    p.scalarParam.int32Value = 0;
+    /* an I8 gather keeps the table's encoding: Gather moves bytes, it does not requantize */
+    int g = dt == QNN_DATATYPE_FLOAT_32
+                ? out
+                : mk(L, -1, QNN_TENSOR_TYPE_NATIVE, dt, L->ts[x]->t.v1.quantizeParams.scaleOffsetEncoding.scale, rk, d, NULL);
+    if (g < 0) return -1;
+    int gin[2] = {x, in[1]};
+    if (emit(L, "Gather", gin, 2, g, &p, 1) < 0) return -1;
+    if (g != out)
+      r = op1(L, dt == QNN_DATATYPE_SFIXED_POINT_8 ? "Dequantize" : "Cast", g, out, QNN_DATATYPE_FLOAT_32, 0, NULL);
+    break;
+  }
+  case XPU_OP_CAST:
+    r = dt == dt_of(L, out) ? reshape(L, x, out, 0, NULL) : op1(L, "Cast", x, out, dt, 0, NULL);
+    break;
+  case XPU_OP_QUANTIZE: {
+    /* xpu's I8 is symmetric [-127, 127]; QNN saturates at -128, so clamp first */
+    int lo = cst_scalar(L, dt, -127.0f * n->fattr[0]);
+    r = op1(L, "Quantize", bin(L, "ElementWiseMaximum", x, lo, -1), out, dt, 0, NULL);
+    break;
+  }
+  case XPU_OP_DEQUANTIZE: r = op1(L, "Dequantize", x, out, dt, 0, NULL); break;
+  case XPU_OP_RESHAPE: r = reshape(L, x, out, 0, NULL); break;
+  case XPU_OP_PERMUTE: {
+    uint32_t perm[QMAX_RANK];
+    for (uint32_t d = 0; d < rank_of(L, x); d++) perm[d] = (uint32_t)n->iattr[d];
+    if (L->cfg->ir->tensors[n->inputs[0]].rank == 0) perm[0] = 0;
+    r = transpose(L, x, out, perm);
+    break;
+  }
+  case XPU_OP_SLICE: {
+    uint32_t axis = (uint32_t)n->iattr[0], b = (uint32_t)n->iattr[1];
+    r = slice(L, x, out, axis, b, b + dims_of(L, out)[axis]);
+    break;
+  }
+  case XPU_OP_CONCAT: r = concat(L, in, n->n_inputs, (uint32_t)n->iattr[0], out); break;
+  default: return fail(L, "no QNN mapping");
+  }
+  return r < 0 ? -1 : 0;
+}
+
+xpu_status qnn_lower_graph(const qnn_lower_cfg *cfg, qnn_io *io, char *err, size_t cap) {
+  const xpu_ir_graph *ir = cfg->ir;
+  lower L;
+  memset(&L, 0, sizeof L);
+  L.cfg = cfg;
+  L.fn = cfg->lib->fn;
+  L.err = err;
+  L.errcap = cap;
+  L.cap = ir->header->n_tensors + 64;
+  L.n = ir->header->n_tensors;
+  L.ts = calloc(L.cap, sizeof *L.ts);
+  xpu_status st = XPU_OK;
+  if (!L.ts) {
+    snprintf(err, cap, "out of memory");
+    return XPU_E_OUT_OF_MEMORY;
+  }
+  uint32_t n_io = ir->header->n_inputs + ir->header->n_outputs;
+  memset(io, 0, n_io * sizeof *io);
+  /* inputs and outputs first, so their QNN tensors exist even if no node touches an input */
+  for (uint32_t i = 0; i < n_io && st == XPU_OK; i++) {
+    uint32_t t = i < ir->header->n_inputs ? ir->inputs[i] : ir->outputs[i - ir->header->n_inputs];
+    L.cur_node = 0;
+    if (irt(&L, t) < 0) st = XPU_E_INTERNAL;
+  }
+  for (uint32_t i = 0; i < ir->header->n_nodes && st == XPU_OK; i++)
+    if (lower_node(&L, i, io) < 0) st = XPU_E_INTERNAL;
+  for (uint32_t i = 0; i < n_io && st == XPU_OK; i++) {
+    uint32_t t = i < ir->header->n_inputs ? ir->inputs[i] : ir->outputs[i - ir->header->n_inputs];
+    const qt *q = L.ts[t];
+    io[i].xpu_tensor = t;
+    io[i].qnn_id = q->t.v1.id;
+    io[i].dtype = q->t.v1.dataType;
+    io[i].scale = q->t.v1.quantizeParams.scaleOffsetEncoding.scale;
+    io[i].offset = 0;
+    io[i].rank = q->t.v1.rank;
+    memcpy(io[i].dims, q->dims, q->t.v1.rank * sizeof(uint32_t));
+    io[i].nbytes = xpu_ir_nbytes(&ir->tensors[t]);
+  }
+  if (st == XPU_OK) {
+    Qnn_ErrorHandle_t e = cfg->lib->fn->graphFinalize(cfg->graph, NULL, NULL);
+    if (e != QNN_SUCCESS) {
+      snprintf(err, cap, "graphFinalize: error %llu: %s", (unsigned long long)e, qnn_lib_errmsg(cfg->lib, e));
+      st = XPU_E_INTERNAL;
+    }
+  }
+  for (uint32_t i = 0; i < L.n_owned; i++) free(L.owned[i]);
+  free(L.owned);
+  free(L.ts);
+  return st;
+}
