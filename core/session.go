@@ -32,6 +32,10 @@ type Session struct {
 	poolMu sync.Mutex
 	free   []*runState
 
+	devIndex map[string]int // device ID -> index in devices
+	execMu   sync.Mutex
+	execs    map[*sessionExecution]struct{} // NewExecution's, until closed
+
 	runs, copiesDone, copyBytesDone atomic.Int64
 }
 
@@ -120,7 +124,10 @@ func NewSession(ctx context.Context, g *Graph, devices []Device, opts ...Session
 		return nil, fmt.Errorf("session: %w", err)
 	}
 	s := &Session{graph: g, devices: devices, policy: cfg.policy, strict: cfg.strict, log: cfg.logger,
-		exec: cfg.executor}
+		exec: cfg.executor, devIndex: map[string]int{}, execs: map[*sessionExecution]struct{}{}}
+	for i, d := range devices {
+		s.devIndex[d.Info().ID()] = i
+	}
 	if s.exec == nil {
 		s.exec, s.ownExec = NewExecutor(opts...), true
 	}
@@ -256,7 +263,7 @@ func (s *Session) Run(ctx context.Context, inputs [][]byte) ([][]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("session: run: %w", err)
 	}
-	out, err := s.execute(ctx, rs, inputs)
+	out, copies, err := s.execute(ctx, rs, inputs)
 	if err != nil {
 		// An execution whose wait was cancelled may still be running on the device: never
 		// hand its buffers to another Run.
@@ -266,14 +273,13 @@ func (s *Session) Run(ctx context.Context, inputs [][]byte) ([][]byte, error) {
 		return nil, fmt.Errorf("session: run: %w", err)
 	}
 	s.recycle(rs)
-	s.runs.Add(1)
-	s.copiesDone.Add(int64(s.plan.copies))
-	s.copyBytesDone.Add(s.plan.copyBytes)
+	s.countRun(copies)
 	return out, nil
 }
 
-// Close releases every execution, buffer and executable, and the contexts when the session's
-// executor is private. It waits for Runs in flight. Closing twice is a no-op.
+// Close releases every execution (including those of NewExecution), buffer and executable, and
+// the contexts when the session's executor is private. It waits for Runs in flight. Closing
+// twice is a no-op.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -281,7 +287,7 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.closed = true
-	var errs []error
+	errs := []error{s.closeExecutions()}
 	s.poolMu.Lock()
 	for _, rs := range s.free {
 		errs = append(errs, rs.close())
@@ -296,6 +302,13 @@ func (s *Session) Close() error {
 		errs = append(errs, s.exec.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// countRun adds a finished run to the totals of Report.
+func (s *Session) countRun(n copyCount) {
+	s.runs.Add(1)
+	s.copiesDone.Add(int64(n.copies))
+	s.copyBytesDone.Add(n.bytes)
 }
 
 // Graph is the graph the session runs.

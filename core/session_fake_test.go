@@ -252,7 +252,8 @@ func (e *fakeExe) NewExecution() (core.Execution, error) {
 	e.ctx.mu.Lock()
 	e.ctx.live++
 	e.ctx.mu.Unlock()
-	return &fakeExecution{exe: e, binds: make([]core.Buffer, len(e.g.Inputs)+len(e.g.Outputs))}, nil
+	n := len(e.g.Inputs) + len(e.g.Outputs)
+	return &fakeExecution{exe: e, binds: make([]core.Buffer, n), offs: make([]int64, n)}, nil
 }
 
 func (e *fakeExe) Serialize() ([]byte, error) {
@@ -271,15 +272,22 @@ func (e *fakeExe) Close() error {
 
 type fakeExecution struct {
 	exe   *fakeExe
+	mu    sync.Mutex
 	binds []core.Buffer
+	offs  []int64
 	busy  atomic.Bool
 }
 
 func (x *fakeExecution) Bind(io int, buf core.Buffer, offset int64) error {
-	if io < 0 || io >= len(x.binds) || offset != 0 {
+	if io < 0 || io >= len(x.binds) || offset < 0 {
 		return fmt.Errorf("fake: bind %d at %d: %w", io, offset, core.ErrInvalidArgument)
 	}
-	x.binds[io] = buf
+	if _, ok := buf.(*fakeBuffer); !ok {
+		return fmt.Errorf("fake: bind %d: a foreign buffer: %w", io, core.ErrInvalidArgument)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.binds[io], x.offs[io] = buf, offset
 	return nil
 }
 
@@ -288,6 +296,8 @@ func (x *fakeExecution) Run(ctx context.Context) error {
 		return fmt.Errorf("fake: execution already running: %w", core.ErrBadState)
 	}
 	defer x.busy.Store(false)
+	x.mu.Lock()
+	defer x.mu.Unlock()
 	d := x.exe.ctx.dev
 	d.runs.Add(1)
 	if d.rendezvous != nil {
@@ -309,7 +319,7 @@ func (x *fakeExecution) Run(ctx context.Context) error {
 			return fmt.Errorf("fake: input %d unbound: %w", i, core.ErrBadState)
 		}
 		b := make([]byte, t.Bytes())
-		if err := x.binds[i].Read(0, b); err != nil {
+		if err := x.binds[i].Read(x.offs[i], b); err != nil {
 			return err
 		}
 		vals[t] = core.DecodeF32(b)
@@ -340,11 +350,11 @@ func (x *fakeExecution) Run(ctx context.Context) error {
 		vals[n.Output] = out
 	}
 	for j, t := range g.Outputs {
-		b := x.binds[len(g.Inputs)+j]
-		if b == nil {
+		io := len(g.Inputs) + j
+		if x.binds[io] == nil {
 			return fmt.Errorf("fake: output %d unbound: %w", j, core.ErrBadState)
 		}
-		if err := b.Write(0, core.EncodeF32(vals[t])); err != nil {
+		if err := x.binds[io].Write(x.offs[io], core.EncodeF32(vals[t])); err != nil {
 			return err
 		}
 	}

@@ -93,11 +93,30 @@ func planRun(g *Graph, parts []*sessionPart) runPlan {
 	return plan
 }
 
-// runState is one Run's executions and buffers; the session pools them.
+// location is where a tensor's bytes live on one device.
+type location struct {
+	buf Buffer
+	off int64
+}
+
+// runState is one set of executions and buffers: the session pools them for Run, and each
+// Execution from NewExecution owns one.
 type runState struct {
-	bufs    map[bufKey]Buffer
-	execs   []Execution       // per partition
-	staging map[bufKey][]byte // host memory for each copy, by destination
+	owned   []Buffer
+	own     map[bufKey]location // the session's buffers
+	loc     map[bufKey]location // where each tensor is now: own, or a caller's bound buffer
+	execs   []Execution         // per partition
+	staging map[bufKey][]byte   // host memory for each planned copy, by destination
+	// bound are the caller's (device, location) per graph input then output, for an
+	// Execution; nil entries are unbound.
+	bound []*boundIO
+	// extra is host memory for copies to or from bound buffers on another device.
+	extra map[int][]byte
+}
+
+type boundIO struct {
+	device int
+	loc    location
 }
 
 // acquire takes a pooled runState or makes one.
@@ -121,7 +140,8 @@ func (s *Session) recycle(rs *runState) {
 
 // newRunState allocates every buffer of the plan and binds one execution per partition.
 func (s *Session) newRunState() (rs *runState, err error) {
-	rs = &runState{bufs: map[bufKey]Buffer{}, staging: map[bufKey][]byte{}}
+	rs = &runState{own: map[bufKey]location{}, loc: map[bufKey]location{}, staging: map[bufKey][]byte{},
+		extra: map[int][]byte{}}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, rs.close())
@@ -138,7 +158,9 @@ func (s *Session) newRunState() (rs *runState, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("alloc %s on %s: %w", t, s.devices[k.device].Info().ID(), err)
 		}
-		rs.bufs[k] = b
+		rs.owned = append(rs.owned, b)
+		rs.own[k] = location{buf: b}
+		rs.loc[k] = location{buf: b}
 	}
 	for _, p := range s.parts {
 		ex, err := p.exe.NewExecution()
@@ -147,7 +169,7 @@ func (s *Session) newRunState() (rs *runState, err error) {
 		}
 		rs.execs = append(rs.execs, ex)
 		for i, t := range slices.Concat(p.Inputs, p.Outputs) {
-			if err := ex.Bind(i, rs.bufs[bufKey{t.ID, p.Device}], 0); err != nil {
+			if err := ex.Bind(i, rs.loc[bufKey{t.ID, p.Device}].buf, 0); err != nil {
 				return nil, fmt.Errorf("partition %d: bind %s: %w", p.Index, t, err)
 			}
 		}
@@ -158,6 +180,24 @@ func (s *Session) newRunState() (rs *runState, err error) {
 	return rs, nil
 }
 
+// relocate points tensor k at l and rebinds the partitions on k's device that use it.
+func (s *Session) relocate(rs *runState, k bufKey, l location) error {
+	rs.loc[k] = l
+	for _, p := range s.parts {
+		if p.Device != k.device {
+			continue
+		}
+		for i, t := range slices.Concat(p.Inputs, p.Outputs) {
+			if t.ID == k.tensor {
+				if err := rs.execs[p.Index].Bind(i, l.buf, l.off); err != nil {
+					return fmt.Errorf("partition %d: bind %s: %w", p.Index, t, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // close releases executions before the buffers they are bound to.
 func (rs *runState) close() error {
 	var errs []error
@@ -165,38 +205,97 @@ func (rs *runState) close() error {
 		errs = append(errs, ex.Close())
 	}
 	rs.execs = nil
-	for _, b := range rs.bufs {
+	for _, b := range rs.owned {
 		errs = append(errs, b.Close())
 	}
-	rs.bufs = nil
+	rs.owned = nil
 	return errors.Join(errs...)
 }
 
-// execute writes the inputs, runs every partition once its waits are done, and reads the
-// outputs.
-func (s *Session) execute(ctx context.Context, rs *runState, inputs [][]byte) ([][]byte, error) {
+// execute writes the inputs (host bytes, or copies from bound buffers on other devices), runs
+// every partition once its waits are done, and reads the outputs (to host bytes, or copies to
+// bound buffers on other devices; nil in out for a bound output). It returns the number of
+// copies between devices it made.
+func (s *Session) execute(ctx context.Context, rs *runState, inputs [][]byte) (out [][]byte, n copyCount, err error) {
 	for i, t := range s.graph.Inputs {
 		for _, d := range s.plan.inputDevs[i] {
-			if err := rs.bufs[bufKey{t.ID, d}].Write(0, inputs[i]); err != nil {
-				return nil, fmt.Errorf("write input %s to %s: %w", t, s.devices[d].Info().ID(), err)
+			dst := rs.loc[bufKey{t.ID, d}]
+			if b := rs.boundAt(i); b != nil {
+				if b.device != d {
+					if err := rs.copy(t, b.loc, dst); err != nil {
+						return nil, n, fmt.Errorf("copy input %s to %s: %w", t, s.devices[d].Info().ID(), err)
+					}
+					n.add(1, t.Bytes())
+				}
+				continue
+			}
+			if err := dst.buf.Write(dst.off, inputs[i]); err != nil {
+				return nil, n, fmt.Errorf("write input %s to %s: %w", t, s.devices[d].Info().ID(), err)
 			}
 		}
 	}
 	if len(s.parts) == 1 {
-		if err := s.runPart(ctx, rs, s.parts[0]); err != nil {
-			return nil, err
-		}
-	} else if err := s.runParallel(ctx, rs); err != nil {
-		return nil, err
+		err = s.runPart(ctx, rs, s.parts[0])
+	} else {
+		err = s.runParallel(ctx, rs)
 	}
-	out := make([][]byte, len(s.graph.Outputs))
+	if err != nil {
+		return nil, n, err
+	}
+	n.add(s.plan.copies, s.plan.copyBytes)
+	out = make([][]byte, len(s.graph.Outputs))
 	for j, t := range s.graph.Outputs {
+		src := rs.loc[bufKey{t.ID, s.plan.outputDev[j]}]
+		if b := rs.boundAt(len(s.graph.Inputs) + j); b != nil {
+			// On the producer's device the output was written in place; on a device that
+			// also consumes it, the planned copy already brought it there.
+			_, copied := rs.own[bufKey{t.ID, b.device}]
+			if b.device != s.plan.outputDev[j] && !copied {
+				if err := rs.copy(t, src, b.loc); err != nil {
+					return nil, n, fmt.Errorf("copy output %s to %s: %w", t, s.devices[b.device].Info().ID(), err)
+				}
+				n.add(1, t.Bytes())
+			}
+			continue
+		}
 		out[j] = make([]byte, t.Bytes())
-		if err := rs.bufs[bufKey{t.ID, s.plan.outputDev[j]}].Read(0, out[j]); err != nil {
-			return nil, fmt.Errorf("read output %s: %w", t, err)
+		if err := src.buf.Read(src.off, out[j]); err != nil {
+			return nil, n, fmt.Errorf("read output %s: %w", t, err)
 		}
 	}
-	return out, nil
+	return out, n, nil
+}
+
+// copyCount counts copies between devices.
+type copyCount struct {
+	copies int
+	bytes  int64
+}
+
+func (c *copyCount) add(n int, bytes int64) {
+	c.copies += n
+	c.bytes += bytes
+}
+
+// boundAt is the caller's binding of graph I/O io, or nil.
+func (rs *runState) boundAt(io int) *boundIO {
+	if io < len(rs.bound) {
+		return rs.bound[io]
+	}
+	return nil
+}
+
+// copy moves t's bytes between devices through host memory.
+func (rs *runState) copy(t *Tensor, from, to location) error {
+	stage, ok := rs.extra[t.ID]
+	if !ok {
+		stage = make([]byte, t.Bytes())
+		rs.extra[t.ID] = stage
+	}
+	if err := from.buf.Read(from.off, stage); err != nil {
+		return err
+	}
+	return to.buf.Write(to.off, stage)
 }
 
 // runParallel starts one goroutine per partition; each waits for the partitions it depends
@@ -234,10 +333,11 @@ func (s *Session) runParallel(ctx context.Context, rs *runState) error {
 func (s *Session) runPart(ctx context.Context, rs *runState, p *sessionPart) error {
 	for _, c := range p.copies {
 		stage := rs.staging[bufKey{c.t.ID, c.to}]
-		if err := rs.bufs[bufKey{c.t.ID, c.from}].Read(0, stage); err != nil {
+		src, dst := rs.loc[bufKey{c.t.ID, c.from}], rs.loc[bufKey{c.t.ID, c.to}]
+		if err := src.buf.Read(src.off, stage); err != nil {
 			return fmt.Errorf("copy %s from %s: %w", c.t, s.devices[c.from].Info().ID(), err)
 		}
-		if err := rs.bufs[bufKey{c.t.ID, c.to}].Write(0, stage); err != nil {
+		if err := dst.buf.Write(dst.off, stage); err != nil {
 			return fmt.Errorf("copy %s to %s: %w", c.t, s.devices[c.to].Info().ID(), err)
 		}
 	}

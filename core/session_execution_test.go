@@ -1,0 +1,187 @@
+package core_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/core/ref"
+)
+
+// kvGraph is x [1,4] -> k = 2x ("k", output 0) and y = k + x ("y", output 1): k plays the part
+// of an attention K row appended to a cache.
+func kvGraph(t *testing.T) *core.Graph {
+	g := core.NewGraph()
+	x := g.Input("x", core.F32, 1, 4)
+	k := g.Named("k").Scale(x, 2, 0)
+	g.Output(k, g.Named("y").Add(k, x))
+	require.NoError(t, g.Err())
+	return g
+}
+
+func readF32(t *testing.T, b core.Buffer, off int64, n int) []float32 {
+	raw := make([]byte, 4*n)
+	require.NoError(t, b.Read(off, raw))
+	return core.DecodeF32(raw)
+}
+
+func TestExecutionKVCache(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name     string
+		npuOps   []core.Op
+		cacheOn  string // device of the cache buffer
+		kOn      string // device k is placed on
+		copies   int64  // per run
+		rebindTo string // device of a second cache the k output moves to, "" for none
+	}{
+		// everything on the cpu: every binding is used in place
+		{"one device", nil, "neon", "neon:0", 0, ""},
+		// k on the npu, cache on the cpu: x goes to the npu, k comes back straight into the
+		// cache (the planned copy targets the bound buffer: no extra copy)
+		{"cache on the consumer's device", []core.Op{core.OpScale}, "neon", "qnn:0", 2, ""},
+		// cache on the npu where k is made: k is written in place, y's input k is copied
+		{"cache on the producer's device", []core.Op{core.OpScale}, "qnn", "qnn:0", 2, ""},
+		// rebinding the cache from the npu to the cpu between runs
+		{"rebind across devices", []core.Op{core.OpScale}, "qnn", "qnn:0", 2, "neon"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			npu := newFake("qnn", core.DeviceNPU, tt.npuOps...)
+			cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
+			byName := map[string]core.Device{"qnn": npu, "neon": cpu}
+			s, err := core.NewSession(ctx, kvGraph(t), devs(npu, cpu), core.WithPolicy(core.PreferNPU), quiet)
+			require.NoError(t, err)
+			assert.Equal(t, tt.kOn, s.Report().Nodes[0].Device)
+
+			const rows = 3
+			cache, err := s.Alloc(ctx, byName[tt.cacheOn], rows*16, core.BufferDevice)
+			require.NoError(t, err)
+			xb, err := s.Alloc(ctx, cpu, 16, core.BufferDevice)
+			require.NoError(t, err)
+			yb, err := s.Alloc(ctx, cpu, 16, core.BufferDevice)
+			require.NoError(t, err)
+			x, err := s.NewExecution()
+			require.NoError(t, err)
+			require.NoError(t, x.Bind(0, xb, 0))
+			require.NoError(t, x.Bind(2, yb, 0))
+			for row := range rows {
+				xs := []float32{float32(row), 1, 2, 3}
+				require.NoError(t, xb.Write(0, core.EncodeF32(xs)))
+				require.NoError(t, x.Bind(1, cache, int64(row)*16))
+				require.NoError(t, x.Run(ctx))
+				assert.Equal(t, []float32{float32(3 * row), 3, 6, 9}, readF32(t, yb, 0, 4))
+			}
+			for row := range rows {
+				assert.Equal(t, []float32{float32(2 * row), 2, 4, 6}, readF32(t, cache, int64(row)*16, 4), "row %d", row)
+			}
+			assert.Equal(t, rows*tt.copies, s.Report().Copies)
+
+			if tt.rebindTo != "" {
+				other, err := s.Alloc(ctx, byName[tt.rebindTo], 16, core.BufferDevice)
+				require.NoError(t, err)
+				require.NoError(t, x.Bind(1, other, 0))
+				require.NoError(t, xb.Write(0, core.EncodeF32([]float32{5, 5, 5, 5})))
+				require.NoError(t, x.Run(ctx))
+				assert.Equal(t, []float32{10, 10, 10, 10}, readF32(t, other, 0, 4))
+				assert.Equal(t, []float32{15, 15, 15, 15}, readF32(t, yb, 0, 4))
+				assert.Equal(t, []float32{4, 2, 4, 6}, readF32(t, cache, 32, 4), "the old cache is left alone")
+				require.NoError(t, other.Close())
+			}
+
+			require.NoError(t, x.Close())
+			for _, b := range []core.Buffer{cache, xb, yb} {
+				require.NoError(t, b.Close())
+			}
+			require.NoError(t, s.Close())
+			assert.Zero(t, npu.liveContexts.Load()+cpu.liveContexts.Load())
+		})
+	}
+}
+
+func TestExecutionErrors(t *testing.T) {
+	ctx := context.Background()
+	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
+	stranger := newFake("opencl", core.DeviceGPU, allFakeOps...)
+	e := core.NewExecutor(quiet)
+	defer func() { require.NoError(t, e.Close()) }()
+	s, err := core.NewSession(ctx, kvGraph(t), devs(cpu), core.WithExecutor(e), quiet)
+	require.NoError(t, err)
+	x, err := s.NewExecution()
+	require.NoError(t, err)
+
+	b, err := s.Alloc(ctx, cpu, 16, core.BufferDevice)
+	require.NoError(t, err)
+	defer b.Close()
+	foreign, err := e.Alloc(ctx, stranger, 16, core.BufferDevice)
+	require.NoError(t, err)
+	defer foreign.Close()
+	rawCtx, err := cpu.NewContext(ctx, nil)
+	require.NoError(t, err)
+	raw, err := rawCtx.Alloc(16, core.BufferDevice)
+	require.NoError(t, err)
+
+	assert.ErrorIs(t, x.Bind(3, b, 0), core.ErrInvalidArgument, "no such binding")
+	assert.ErrorIs(t, x.Bind(-1, b, 0), core.ErrInvalidArgument)
+	assert.ErrorIs(t, x.Bind(0, raw, 0), core.ErrInvalidArgument, "not from Alloc")
+	assert.ErrorIs(t, x.Bind(0, nil, 0), core.ErrInvalidArgument)
+	assert.ErrorIs(t, x.Bind(0, foreign, 0), core.ErrInvalidArgument, "device not in the session")
+	assert.ErrorIs(t, x.Bind(0, b, 4), core.ErrInvalidArgument, "does not fit")
+	assert.ErrorIs(t, x.Bind(0, b, -1), core.ErrInvalidArgument)
+	require.NoError(t, x.Bind(0, b, 0))
+	assert.ErrorIs(t, x.Run(ctx), core.ErrBadState, "outputs unbound")
+	require.NoError(t, raw.Close())
+	require.NoError(t, rawCtx.Close())
+
+	// Closing the session closes the executions left open.
+	require.NoError(t, s.Close())
+	assert.ErrorIs(t, x.Run(ctx), core.ErrBadState)
+	assert.ErrorIs(t, x.Bind(0, b, 0), core.ErrBadState)
+	require.NoError(t, x.Close())
+	_, err = s.NewExecution()
+	assert.ErrorIs(t, err, core.ErrBadState)
+}
+
+// TestExecutionMatchesRun drives the split transformer block through an Execution with ref
+// buffers and compares with Session.Run.
+func TestExecutionMatchesRun(t *testing.T) {
+	ctx := context.Background()
+	refB := ref.New()
+	defer refB.Close()
+	refDev := refB.Devices()[0]
+	npu := &pickyDevice{Device: refDev, backend: "npu-sim", kind: core.DeviceNPU,
+		accepts: map[core.Op]bool{core.OpMatMul: true}}
+	e := core.NewExecutor(quiet)
+	defer func() { require.NoError(t, e.Close()) }()
+	s, err := core.NewSession(ctx, block(t), []core.Device{npu, refDev}, core.WithExecutor(e), quiet)
+	require.NoError(t, err)
+	defer s.Close()
+
+	in := blockInputs(42)
+	want, err := s.Run(ctx, in)
+	require.NoError(t, err)
+
+	x, err := s.NewExecution()
+	require.NoError(t, err)
+	defer x.Close()
+	var bufs []core.Buffer
+	for i, data := range append(in, make([]byte, len(want[0]))) {
+		dev := core.Device(refDev)
+		if i == 1 {
+			dev = npu // positions live on the npu: read by RoPE on ref, so copied
+		}
+		b, err := e.Alloc(ctx, dev, int64(len(data)), core.BufferDevice)
+		require.NoError(t, err)
+		defer b.Close()
+		require.NoError(t, b.Write(0, data))
+		require.NoError(t, x.Bind(i, b, 0))
+		bufs = append(bufs, b)
+	}
+	require.NoError(t, x.Run(ctx))
+	got := make([]byte, len(want[0]))
+	require.NoError(t, bufs[2].Read(0, got))
+	assert.Equal(t, want[0], got)
+}
