@@ -1,10 +1,11 @@
 # QNN NPU plugin (plugins/qnn) and the clean-room QNN provider it is tested against (plugins/qnn/emu).
 # The emulator is NOT named libxpu-*.so: it is a QNN backend library, not an xpu plugin. The plugin
 # finds it beside itself (build/plugins/qnn/) when neither XPU_QNN_LIBRARY nor QNN_SDK_ROOT is set.
-QNN_SRCS := $(wildcard plugins/qnn/*.c)
-QNN_HDRS := $(wildcard plugins/qnn/*.h)
+# The C lives in src/ because Go refuses .c files beside the package of the Go tests.
+QNN_SRCS := $(wildcard plugins/qnn/src/*.c)
+QNN_HDRS := $(wildcard plugins/qnn/src/*.h)
 QNN_EMU_SRCS := $(wildcard plugins/qnn/emu/*.c)
-QNN_EMU_HDRS := $(wildcard plugins/qnn/emu/*.h) plugins/qnn/qnn_api.h plugins/qnn/qnn_half.h
+QNN_EMU_HDRS := $(wildcard plugins/qnn/emu/*.h) plugins/qnn/src/qnn_api.h plugins/qnn/src/qnn_half.h
 # changes whenever a source that can change results changes: part of the executable cache key
 QNN_BUILD_ID := qnn-$(shell cat $(QNN_SRCS) $(QNN_HDRS) $(COMMON_HDRS) | sha1sum | cut -c1-16)
 QNN_EMU := $(PLUGIN_DIR)/qnn/libQnnXpuEmu.so
@@ -23,7 +24,7 @@ $(QNN_EMU): $(QNN_EMU_SRCS) $(QNN_EMU_HDRS)
 
 $(QNN_TEST_BIN): plugins/qnn/test/qnn_ctest.c $(QNN_HDRS) $(COMMON_HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Iabi -Iplugins/common -Iplugins/qnn -D_GNU_SOURCE -o $@ $< -ldl -lm -lpthread
+	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Iabi -Iplugins/common -Iplugins/qnn/src -D_GNU_SOURCE -o $@ $< -ldl -lm -lpthread
 
 .PHONY: test-qnn-c test-qnn
 # the emulator's rules, the plugin end to end on hand-built IR, and the context-binary cache,

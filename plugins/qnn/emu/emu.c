@@ -1,6 +1,6 @@
 /*
  * emu.c: libQnnXpuEmu.so, a clean-room QNN provider. It exports QnnInterface_getProviders with a
- * function table laid out like QNN core API 2.18 (../qnn_api.h) and implements, on the CPU, the
+ * function table laid out like QNN core API 2.18 (../src/qnn_api.h) and implements, on the CPU, the
  * subset the xpu QNN plugin uses, with the HTP's rules where they matter to a client:
  * static shapes (execute with other dims fails), execute before finalize fails, no node after
  * finalize, only the ops and dtypes of README.md, and a finalize that can be made slow

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../qnn_api.h"
+#include "../src/qnn_api.h"
 
 #define EMU_MAX_RANK 6
 #define EMU_MAX_IO 16

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../qnn_half.h"
+#include "../src/qnn_half.h"
 #include "emu.h"
 
 static const struct {
