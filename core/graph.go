@@ -271,6 +271,9 @@ func (g *Graph) Validate() error {
 	}
 	produced := map[*Tensor]bool{}
 	for _, n := range g.Nodes {
+		if n == nil || n.Output == nil {
+			return fmt.Errorf("%w: a node or its output is nil", ErrGraph)
+		}
 		for i, in := range n.Inputs {
 			if in == nil {
 				return fmt.Errorf("%w: %s: input %d is nil", ErrGraph, n, i)

@@ -134,6 +134,14 @@ func TestValidateCatchesEdits(t *testing.T) {
 	y.Shape = Shape{4}
 	assert.ErrorContains(t, g.Validate(), "inputs give f32[3]")
 	assert.ErrorContains(t, NewGraph().Validate(), "no outputs")
+
+	g2 := NewGraph()
+	p := g2.Permute(g2.Input("x", F32, 2, 3), 1, 0)
+	g2.Output(p)
+	g2.Tensors[0].Shape = make(Shape, 9) // a hand-edited graph must give an error, not a panic
+	assert.ErrorContains(t, g2.Validate(), "rank 9")
+	g2.Nodes[0].Output = nil
+	assert.ErrorContains(t, g2.Validate(), "nil")
 }
 
 func TestUniqueNames(t *testing.T) {

@@ -8,6 +8,17 @@ import "fmt"
 // re-validating.
 func InferOutput(n *Node, forceDType DType, forceShape Shape) (DType, Shape, error) {
 	in := n.Inputs
+	for i, t := range in {
+		if t == nil {
+			return 0, nil, fmt.Errorf("input %d is nil", i)
+		}
+		if len(t.Shape) > MaxRank {
+			return 0, nil, fmt.Errorf("input %d (%s) has rank %d > %d", i, t.Name, len(t.Shape), MaxRank)
+		}
+	}
+	if len(forceShape) > MaxRank {
+		return 0, nil, fmt.Errorf("output rank %d > %d", len(forceShape), MaxRank)
+	}
 	need := func(lo, hi int) error {
 		if len(in) < lo || len(in) > hi {
 			if lo == hi {
