@@ -205,8 +205,8 @@ func ParsePolicy(s string) (Policy, error) {
 	return ByName(names...), nil
 }
 
-// Assignment is where placement put one node and why.
-type Assignment struct {
+// assignment is where placement put one node and why.
+type assignment struct {
 	Node      *Node
 	Device    int       // index into the session's devices
 	Precision Precision // as Analyze (then Prepare) reported it
@@ -299,8 +299,8 @@ func (in *placeInput) verdict(d, ni int) NodeVerdict {
 
 // place assigns every node: the first ranked device that accepts it, else (unless strict) the
 // CPU fallback. Strict mode also refuses any node that is not on its first choice.
-func place(in *placeInput) ([]Assignment, error) {
-	out := make([]Assignment, len(in.graph.Nodes))
+func place(in *placeInput) ([]assignment, error) {
+	out := make([]assignment, len(in.graph.Nodes))
 	for ni, n := range in.graph.Nodes {
 		var refusals []string
 		refuse := func(d int, v NodeVerdict) {
@@ -333,7 +333,7 @@ func place(in *placeInput) ([]Assignment, error) {
 			}
 			return nil, fmt.Errorf("no device accepts %s: %s: %w", n, why, ErrUnsupported)
 		}
-		out[ni] = Assignment{Node: n, Device: chosen, Precision: prec, Fallback: len(refusals) > 0,
+		out[ni] = assignment{Node: n, Device: chosen, Precision: prec, Fallback: len(refusals) > 0,
 			Reason: strings.Join(refusals, "; ")}
 	}
 	return out, nil

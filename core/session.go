@@ -22,7 +22,7 @@ type Session struct {
 	exec    *Executor
 	ownExec bool // the executor is private to this session: Close closes it
 
-	assign []Assignment
+	assign []assignment
 	parts  []*sessionPart
 	plan   runPlan
 
@@ -153,12 +153,18 @@ func (s *Session) build(ctx context.Context) error {
 		return err
 	}
 	deviceOf := make([]int, len(s.assign))
+	fallbacks := 0
 	for i, a := range s.assign {
 		deviceOf[i] = a.Device
 		if a.Fallback {
-			s.log.Info("xpu: node placed on a fallback device", "node", a.Node.Name,
+			fallbacks++
+			s.log.Debug("xpu: node placed off its first choice", "node", a.Node.Name,
 				"device", s.devices[a.Device].Info().ID(), "reason", a.Reason)
 		}
+	}
+	if fallbacks > 0 {
+		s.log.Info("xpu: nodes placed off their first-choice device (see Session.Report)",
+			"nodes", fallbacks, "of", len(s.assign), "policy", s.policy.Name())
 	}
 	parts, err := SplitGraph(s.graph, deviceOf)
 	if err != nil {

@@ -16,7 +16,8 @@ import (
 // sessions over the same weights share them: constants are uploaded once per context, and a
 // graph prepared once (same backend build, device, structure, shapes and constant slices) is
 // not prepared again. The LLM runtime uses one Executor for all its per-chunk and per-step
-// sessions. An Executor is safe for concurrent use.
+// sessions. Devices are identified by their ID ("neon:0"): an executor serves one set of loaded
+// backends. An Executor is safe for concurrent use.
 type Executor struct {
 	cfg sessionConfig
 	log *slog.Logger
@@ -131,7 +132,10 @@ func (e *Executor) prepare(ctx context.Context, ec *execContext, g *Graph) (Exec
 	}
 	if ce, ok := e.cache[key]; ok { // another session prepared it meanwhile
 		ce.refs++
-		return ce.exe, key, exe.Close()
+		if err := exe.Close(); err != nil {
+			e.log.Warn("xpu: closing a duplicate executable", "device", ec.dev.Info().ID(), "err", err)
+		}
+		return ce.exe, key, nil
 	}
 	var consts [][]byte
 	for _, t := range g.Tensors {
@@ -141,7 +145,10 @@ func (e *Executor) prepare(ctx context.Context, ec *execContext, g *Graph) (Exec
 	}
 	e.clock++
 	e.cache[key] = &cacheEntry{exe: exe, refs: 1, used: e.clock, consts: consts, exeCtx: ec}
-	return exe, key, e.evictLocked()
+	if err := e.evictLocked(); err != nil {
+		e.log.Warn("xpu: closing an evicted executable", "err", err)
+	}
+	return exe, key, nil
 }
 
 // release gives back an executable obtained from prepare.
