@@ -120,6 +120,11 @@ func NewSession(ctx context.Context, g *Graph, devices []Device, opts ...Session
 	if cfg.policy == nil {
 		return nil, fmt.Errorf("session: nil policy: %w", ErrInvalidArgument)
 	}
+	for i, d := range devices {
+		if d == nil {
+			return nil, fmt.Errorf("session: device %d is nil: %w", i, ErrInvalidArgument)
+		}
+	}
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}

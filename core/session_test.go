@@ -253,6 +253,10 @@ func TestBadArguments(t *testing.T) {
 	assert.ErrorIs(t, err, core.ErrInvalidArgument, "a policy may not invent devices")
 	_, err = core.NewSession(ctx, core.NewGraph(), devs(cpu), quiet)
 	assert.ErrorIs(t, err, core.ErrGraph)
+	_, err = core.NewSession(ctx, chain(t), []core.Device{cpu, nil}, quiet)
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
+	_, err = core.NewSession(ctx, chain(t), devs(cpu), core.WithPolicy(nil), quiet)
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
 
 	s, err := core.NewSession(ctx, chain(t), devs(cpu), quiet)
 	require.NoError(t, err)
@@ -362,6 +366,37 @@ func TestClose(t *testing.T) {
 	assert.Zero(t, npu.liveContexts.Load()+cpu.liveContexts.Load())
 	_, err = s.Run(context.Background(), [][]byte{core.EncodeF32(input(0))})
 	assert.ErrorIs(t, err, core.ErrBadState)
+}
+
+// TestCloseWhileRunning closes a session under concurrent Runs and Executions: each call
+// either completes or reports ErrBadState, and everything is released.
+func TestCloseWhileRunning(t *testing.T) {
+	npu := newFake("qnn", core.DeviceNPU, core.OpMul)
+	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
+	s, err := core.NewSession(context.Background(), chain(t), devs(npu, cpu), core.WithPolicy(core.PreferNPU), quiet)
+	require.NoError(t, err)
+	started := make(chan struct{}, 4)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			x := [][]byte{core.EncodeF32(input(1))}
+			for i := 0; ; i++ {
+				if i == 1 {
+					started <- struct{}{}
+				}
+				if _, err := s.Run(context.Background(), x); err != nil {
+					assert.ErrorIs(t, err, core.ErrBadState)
+					return
+				}
+			}
+		})
+	}
+	for range 4 {
+		<-started
+	}
+	require.NoError(t, s.Close())
+	wg.Wait()
+	assert.Zero(t, npu.liveContexts.Load()+cpu.liveContexts.Load())
 }
 
 func TestExecutorShares(t *testing.T) {
