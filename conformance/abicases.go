@@ -376,7 +376,11 @@ func (c *abiCheck) badIR() {
 }
 
 func (c *abiCheck) nullPointers() {
-	for key, st := range c.p.CallWithNullOutputs() {
+	calls := c.p.CallWithNullOutputs()
+	if len(calls) == 0 {
+		c.res.fail(CatError, "no entry could be called with NULL (every setup call failed)")
+	}
+	for key, st := range calls {
 		want := []abi.Status{abi.StatusInvalidArg}
 		if key == "executable_serialize" {
 			want = append(want, abi.StatusUnsupported)

@@ -253,7 +253,7 @@ func (gb *guarded) check(res *CaseResult, what string, input bool) ([]byte, erro
 		}
 		if all[i] != gb.want[i] {
 			rel := i - guardBytes
-			where := fmt.Sprintf("byte %d past its end", rel-gb.n)
+			where := fmt.Sprintf("byte %d after its end", rel-gb.n+1)
 			switch {
 			case rel < 0:
 				where = fmt.Sprintf("byte %d before its start", -rel)

@@ -55,8 +55,8 @@ func WithReference(f ReferenceFunc) Option { return func(c *config) { c.referenc
 func WithTolerances(t Tolerances) Option { return func(c *config) { c.tolerances = t } }
 
 // WithPlugin gives the raw ABI binding of the backend under test, for the level-1 (ABI and
-// lifecycle) cases. Without it level 1 is skipped, unless the backend exposes its plugin
-// itself (a Plugin() *abi.Plugin method).
+// lifecycle) cases. By default it is abi.PluginOf(backend); without one (the reference, an
+// isolated plugin) level 1 is skipped.
 func WithPlugin(p *abi.Plugin) Option { return func(c *config) { c.plugin = p } }
 
 // WithLevels runs only the given levels (1 ABI, 2 ops, 3 buffers, 4 graphs, 5 models).

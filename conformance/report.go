@@ -62,7 +62,13 @@ func (r *CaseResult) fail(cat Category, format string, args ...any) {
 	if severity[cat] > severity[r.Category] {
 		r.Category = cat
 	}
-	r.Errors = append(r.Errors, fmt.Sprintf(format, args...))
+	msg := fmt.Sprintf(format, args...)
+	for _, e := range r.Errors {
+		if e == msg {
+			return // the second run of a case repeats the first one's findings
+		}
+	}
+	r.Errors = append(r.Errors, msg)
 }
 
 // Report is the result of one Run.

@@ -56,9 +56,7 @@ func Run(ctx context.Context, b core.Backend, opts ...Option) (*Report, error) {
 	}
 	r := &runner{cfg: cfg, b: b, dev: devs[cfg.device], plugin: cfg.plugin}
 	if r.plugin == nil {
-		if pp, ok := b.(interface{ Plugin() *abi.Plugin }); ok {
-			r.plugin = pp.Plugin()
-		}
+		r.plugin = abi.PluginOf(b)
 	}
 	if r.cfg.repro == "" {
 		target := b.Info().Path

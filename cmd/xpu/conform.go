@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+
+	"github.com/xpuhub/xpu/conformance"
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/loader"
+)
+
+func init() {
+	register(&command{name: "conform", summary: "run the conformance suite on backends", run: runConform})
+}
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("conform", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var plugins stringList
+	fs.Var(&plugins, "plugin", "backend name or plugin file to test (repeatable)")
+	all := fs.Bool("all", false, "test every backend discovery finds with a probe score > 0 (not ref)")
+	device := fs.Int("device", 0, "device index")
+	filter := fs.String("filter", "", "run only the cases whose name matches this regular expression")
+	isolated := fs.Bool("isolated", false, "load plugins in a child process, so a crash fails a case instead of the run")
+	reportDir := fs.String("report", "", "write <backend>.json, .md and .xml into this folder")
+	seed := fs.Uint64("seed", 0, "input seed (a failing case prints the seed that reproduces it)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: xpu conform [--plugin NAME|PATH]... [--all] [--device N] [--filter REGEX] [--isolated] [--report DIR] [--seed S]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if len(plugins) == 0 && !*all || fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+	var opts []conformance.Option
+	opts = append(opts, conformance.WithDevice(*device), conformance.WithSeed(*seed),
+		conformance.WithProgress(stdout))
+	if *filter != "" {
+		re, err := regexp.Compile(*filter)
+		if err != nil {
+			fmt.Fprintf(stderr, "xpu conform: --filter: %v\n", err)
+			return 2
+		}
+		opts = append(opts, conformance.WithFilter(re))
+	}
+	if *reportDir != "" {
+		opts = append(opts, conformance.WithReportDir(*reportDir))
+	}
+	var lopts []loader.Option
+	if *isolated {
+		opt, err := isolatedOption()
+		if err != nil {
+			fmt.Fprintf(stderr, "xpu conform: --isolated: %v\n", err)
+			return 2
+		}
+		lopts = append(lopts, opt)
+	}
+
+	type target struct {
+		arg string // what --plugin names it by, for the rerun command
+		b   core.Backend
+	}
+	var targets []target
+	var total conformance.Report
+	openFailed := func(what string, err error) {
+		fmt.Fprintf(stdout, "== %s: FAIL [error] cannot open: %v\n", what, err)
+		total.Failed++
+	}
+	for _, p := range plugins {
+		b, err := loader.Open(ctx, p, lopts...)
+		if err != nil {
+			openFailed(p, err)
+			continue
+		}
+		targets = append(targets, target{arg: p, b: b})
+	}
+	if *all {
+		bs, cands, err := loader.OpenAll(ctx, lopts...)
+		if err != nil {
+			fmt.Fprintf(stderr, "xpu conform: %v\n", err)
+			return 1
+		}
+		for _, c := range cands {
+			if c.Chosen && c.Score > 0 && c.Err != nil {
+				openFailed(c.Path, c.Err)
+			}
+		}
+		for _, b := range bs {
+			if b.Info().Name == loader.RefName {
+				b.Close()
+				continue
+			}
+			targets = append(targets, target{arg: b.Info().Name, b: b})
+		}
+		if len(bs) == 0 {
+			fmt.Fprintln(stdout, "== no backend probes above 0 here")
+		}
+	}
+	for _, t := range targets {
+		info := t.b.Info()
+		fmt.Fprintf(stdout, "== %s %s (%s) device %d\n", info.Name, info.Version, orBuiltin(info.Path), *device)
+		repro := "xpu conform --plugin " + t.arg
+		if *device != 0 {
+			repro += fmt.Sprintf(" --device %d", *device)
+		}
+		if *isolated {
+			repro += " --isolated"
+		}
+		rep, err := conformance.Run(ctx, t.b, append(opts, conformance.WithReproCommand(repro))...)
+		if cerr := t.b.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("closing the backend: %w", cerr)
+		}
+		if rep != nil {
+			total.Passed += rep.Passed
+			total.Failed += rep.Failed
+			total.Unsupported += rep.Unsupported
+			total.Skipped += rep.Skipped
+			fmt.Fprintf(stdout, "== %s: %s, %d skipped, %.1f s\n", info.Name, rep.Summary(), rep.Skipped, rep.Seconds)
+			if *reportDir != "" {
+				fmt.Fprintf(stdout, "== reports: %s/%s.{json,md,xml}\n", *reportDir, rep.FileBase())
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(stdout, "== %s: FAIL [error] %v\n", info.Name, err)
+			total.Failed++
+		}
+	}
+	fmt.Fprintln(stdout, total.Summary())
+	if total.Failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+func orBuiltin(path string) string {
+	if path == "" {
+		return "built in"
+	}
+	return path
+}
+
+// isolatedOption is the loader option that opens plugins in a child process.
+func isolatedOption() (loader.Option, error) {
+	return nil, fmt.Errorf("this build's loader has no isolated mode: %w", core.ErrUnsupported)
+}

@@ -1,0 +1,136 @@
+package conformance
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xpuhub/xpu/loader"
+)
+
+// buildMutants compiles testdata/mutant/mutant.c once per variant ("" = intact) into a temp
+// folder, in parallel, and returns variant -> plugin path.
+func buildMutants(t *testing.T, variants ...string) map[string]string {
+	t.Helper()
+	cc, err := exec.LookPath("gcc")
+	if err != nil || runtime.GOOS != "linux" {
+		t.Skip("the mutant plugin needs gcc on linux")
+	}
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	out := map[string]string{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make([]error, len(variants))
+	for i, v := range variants {
+		name := "intact"
+		if v != "" {
+			name = v
+		}
+		path := filepath.Join(dir, "libxpu-mutant-"+name+".so")
+		args := []string{"-std=c11", "-O1", "-g", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
+			"-fvisibility=hidden", "-D_GNU_SOURCE", "-I" + filepath.Join(root, "abi"),
+			"-I" + filepath.Join(root, "plugins", "common"), "-o", path,
+			filepath.Join(root, "conformance", "testdata", "mutant", "mutant.c"), "-lpthread", "-lm"}
+		if v != "" {
+			args = append(args, "-D"+v)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if b, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+				errs[i] = &buildError{err: err, out: string(b)}
+				return
+			}
+			mu.Lock()
+			out[v] = path
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	return out
+}
+
+type buildError struct {
+	err error
+	out string
+}
+
+func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
+
+func runPlugin(t *testing.T, path string, opts ...Option) *Report {
+	t.Helper()
+	ctx := context.Background()
+	b, err := loader.Open(ctx, path)
+	require.NoError(t, err)
+	rep, err := Run(ctx, b, opts...)
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	return rep
+}
+
+// Every mutation must be caught, in its category, and the intact plugin must pass everything
+// it does not decline: a suite that passes a broken backend is worse than none.
+func TestMutantsAreCaught(t *testing.T) {
+	tests := []struct {
+		define   string
+		filter   string   // the cases of the mutated op
+		cat      Category // every failure's category
+		mustFail []string
+	}{
+		{"MUT_TRANSPOSE", `^PERMUTE\(dtype=f32,`, CatMismatch, []string{"PERMUTE(dtype=f32,shape=[2,3],perm=[1,0])"}},
+		{"MUT_OFF_BY_ONE_ROW", `^MATMUL\(a=f32,b=f32,`, CatMismatch, []string{"MATMUL(a=f32,b=f32,a_shape=[5,7],b_shape=[3,7],b_const=false)"}},
+		{"MUT_WRITE_PAST", `^ADD\(dtype=f32,`, CatOutOfBounds, []string{"ADD(dtype=f32,a=[7],b=[7])"}},
+		{"MUT_NAN", `^RELU\(dtype=f32,`, CatNaN, []string{"RELU(dtype=f32,shape=[17])"}},
+		{"MUT_REFUSE", `^EXP\(dtype=f32,`, CatCapabilityLie, []string{"EXP(dtype=f32,shape=[7])"}},
+		{"MUT_SOFTMAX", `^SOFTMAX\(dtype=f32,`, CatMismatch, []string{"SOFTMAX(dtype=f32,shape=[4,1000],scale=0.125,causal=false,offset=0)"}},
+		{"MUT_NONDET", `^ADD\(dtype=f32,`, CatNondeterministic, []string{"ADD(dtype=f32,a=[3,33],b=[3,33])"}},
+	}
+	variants := []string{""}
+	for _, tt := range tests {
+		variants = append(variants, tt.define)
+	}
+	plugins := buildMutants(t, variants...)
+
+	t.Run("intact", func(t *testing.T) {
+		rep := runPlugin(t, plugins[""])
+		assert.Zero(t, rep.Failed, "failures: %v", rep.Failures())
+		passedPerLevel := map[int]int{}
+		for _, c := range rep.Cases {
+			if c.Status == StatusPass {
+				passedPerLevel[c.Level]++
+			}
+		}
+		// level 4 needs ops the mutant does not implement: its graphs are unsupported there
+		for level := 1; level <= 3; level++ {
+			assert.Positive(t, passedPerLevel[level], "level %d ran nothing on the intact plugin", level)
+		}
+	})
+	for _, tt := range tests {
+		t.Run(tt.define, func(t *testing.T) {
+			rep := runPlugin(t, plugins[tt.define], WithFilter(regexp.MustCompile(tt.filter)), WithLevels(2))
+			require.NotEmpty(t, rep.Cases)
+			assert.Positive(t, rep.Failed, "the mutation went unnoticed")
+			for _, c := range rep.Failures() {
+				assert.Equal(t, tt.cat, c.Category, "%s: %v", c.Name, c.Errors)
+				assert.Contains(t, c.Repro, "xpu conform --plugin ")
+			}
+			for _, name := range tt.mustFail {
+				c, ok := rep.Case(name)
+				require.True(t, ok, "case %s not run", name)
+				assert.Equal(t, StatusFail, c.Status, name)
+			}
+		})
+	}
+}

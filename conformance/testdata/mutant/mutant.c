@@ -1,0 +1,849 @@
+/*
+ * mutant.c: the conformance suite's own test plugin. Built intact it is a small, honest xpu
+ * plugin (f32 ADD with broadcasting, RELU, EXP, SILU, SCALE, SOFTMAX, rank-2 MATMUL, PERMUTE;
+ * host-memory buffers; synchronous executions) that must pass every case it does not decline.
+ * Built with one MUT_* define it carries one realistic bug that the suite must catch, each in
+ * its own failure category:
+ *
+ *   -DMUT_TRANSPOSE      PERMUTE [1,0] copies instead of transposing        -> mismatch
+ *   -DMUT_OFF_BY_ONE_ROW MATMUL row m reads row m+1 of a                    -> mismatch
+ *   -DMUT_WRITE_PAST     ADD writes one element past its output             -> out-of-bounds
+ *   -DMUT_NAN            RELU writes NaN into its middle element            -> nan
+ *   -DMUT_REFUSE         EXP is claimed (op_support, graph_analyze), then
+ *                        graph_prepare refuses it                           -> capability-lie
+ *   -DMUT_SOFTMAX        SOFTMAX's sum is 0.1 % too large                   -> mismatch
+ *   -DMUT_NONDET         ADD's first element drifts with every run          -> nondeterministic
+ *
+ * A mutation never writes outside the buffer it was given (the suite's guard bytes live
+ * inside it), so the test process survives every variant.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "xpu_backend.h"
+#include "xpu_ir.h"
+#include "xpu_plugin.h"
+
+enum { T_CTX = 1, T_BUF, T_EXE, T_EX, T_FENCE };
+
+static xpu_registry reg = XPU_REGISTRY_INIT;
+
+typedef struct m_ctx {
+  pthread_mutex_t mu;
+  uint32_t children; /* buffers, executables and fences */
+} m_ctx;
+
+typedef struct m_buf {
+  xpu_context ctx;
+  uint8_t *data;
+  uint64_t size;
+  int owned; /* allocated here, not imported */
+} m_buf;
+
+typedef struct m_exe {
+  xpu_context ctx;
+  uint64_t *blob; /* 8-byte aligned copy of the IR */
+  xpu_ir_graph g;
+  uint32_t n_io;
+  pthread_mutex_t mu;
+  uint32_t children; /* executions */
+  uint64_t runs;     /* MUT_NONDET's drift */
+} m_exe;
+
+typedef struct m_bind {
+  xpu_buffer buf;
+  uint64_t offset;
+} m_bind;
+
+typedef struct m_ex {
+  xpu_executable exe;
+  m_bind *io;
+  pthread_mutex_t mu;
+  int running;
+} m_ex;
+
+typedef struct m_fence {
+  xpu_context ctx;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint64_t value;
+} m_fence;
+
+static m_ctx *ctx_get(xpu_context h) { return (m_ctx *)xpu_reg_get(&reg, h, T_CTX); }
+static m_buf *buf_get(xpu_buffer h) { return (m_buf *)xpu_reg_get(&reg, h, T_BUF); }
+static m_exe *exe_get(xpu_executable h) { return (m_exe *)xpu_reg_get(&reg, h, T_EXE); }
+static m_ex *ex_get(xpu_execution h) { return (m_ex *)xpu_reg_get(&reg, h, T_EX); }
+static m_fence *fence_get(xpu_fence h) { return (m_fence *)xpu_reg_get(&reg, h, T_FENCE); }
+
+static void count_adjust(pthread_mutex_t *mu, uint32_t *n, int delta) {
+  pthread_mutex_lock(mu);
+  *n = (uint32_t)((int64_t)*n + delta);
+  pthread_mutex_unlock(mu);
+}
+
+static void ctx_adjust(xpu_context h, int delta) {
+  m_ctx *c = ctx_get(h);
+  if (c) count_adjust(&c->mu, &c->children, delta);
+}
+
+/* ------------------------------------------------------------ plugin and device */
+static xpu_status m_get_info(xpu_plugin_info *out) {
+  if (!out || out->struct_size < sizeof(uint32_t))
+    return xpu_fail(&reg, 0, XPU_E_INVALID_ARG, "get_info: null or short out");
+  xpu_plugin_info l;
+  memset(&l, 0, sizeof l);
+  l.abi_major = XPU_ABI_MAJOR;
+  l.abi_minor = XPU_ABI_MINOR;
+  l.opset_min = l.opset_max = XPU_OPSET_VERSION;
+  l.ir_version = XPU_IR_VERSION;
+  XPU_STRCPY(l.name, "mutant");
+  XPU_STRCPY(l.vendor, "xpu conformance tests");
+  XPU_STRCPY(l.version, "1.0.0");
+  XPU_STRCPY(l.build_id, "mutant-" __DATE__ "-" __TIME__);
+  XPU_COPY_OUT(out, l);
+  return XPU_OK;
+}
+
+static xpu_status m_shutdown(void) {
+  uint32_t n = xpu_reg_count(&reg, 0);
+  if (n) return xpu_fail(&reg, 0, XPU_E_BAD_STATE, "shutdown: %u objects still alive", n);
+  xpu_reg_destroy(&reg);
+  return XPU_OK;
+}
+
+static xpu_status m_last_error(xpu_handle h, char *buf, uint32_t cap, uint32_t *len) {
+  if (!buf) return XPU_E_INVALID_ARG; /* nowhere to put the message, nothing to record */
+  return xpu_reg_last_error(&reg, h, buf, cap, len);
+}
+
+static xpu_status m_device_count(uint32_t *out) {
+  if (!out) return xpu_fail(&reg, 0, XPU_E_INVALID_ARG, "device_count: out is NULL");
+  *out = 1;
+  return XPU_OK;
+}
+
+static xpu_status m_device_info(uint32_t device, xpu_device_info *out) {
+  if (!out || out->struct_size < sizeof(uint32_t))
+    return xpu_fail(&reg, 0, XPU_E_INVALID_ARG, "device_info: null or short out");
+  if (device != 0) return xpu_fail(&reg, 0, XPU_E_INVALID_ARG, "device_info: no device %u", device);
+  xpu_device_info l;
+  memset(&l, 0, sizeof l);
+  l.kind = XPU_DEVICE_CPU;
+  l.caps = XPU_CAP_IMPORT_HOST | XPU_CAP_HOST_VISIBLE | XPU_CAP_CONCURRENT;
+  l.compute_units = 1;
+  XPU_STRCPY(l.name, "mutant cpu");
+  XPU_STRCPY(l.vendor, "xpu conformance tests");
+  XPU_COPY_OUT(out, l);
+  return XPU_OK;
+}
+
+static int op_known(uint32_t op) {
+  switch (op) {
+  case XPU_OP_ADD: case XPU_OP_RELU: case XPU_OP_EXP: case XPU_OP_SILU: case XPU_OP_SCALE:
+  case XPU_OP_SOFTMAX: case XPU_OP_MATMUL: case XPU_OP_PERMUTE:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+static xpu_status m_op_support(uint32_t device, const xpu_op_query *q, uint32_t *verdict) {
+  if (!q || !verdict) return xpu_fail(&reg, 0, XPU_E_INVALID_ARG, "op_support: null argument");
+  if (device != 0) return xpu_fail(&reg, 0, XPU_E_INVALID_ARG, "op_support: no device %u", device);
+  int f32 = q->dtype_in == XPU_DT_F32 && q->dtype_out == XPU_DT_F32 &&
+            (q->dtype_weight == 0 || q->dtype_weight == XPU_DT_F32);
+  if (!op_known(q->op) || !f32) *verdict = XPU_VERDICT_NO;
+  else if (q->op == XPU_OP_MATMUL) *verdict = XPU_VERDICT_MAYBE; /* rank 2 only: analyze decides */
+  else *verdict = XPU_VERDICT_YES;
+  return XPU_OK;
+}
+
+/* ------------------------------------------------------------ contexts */
+static xpu_status m_context_create(uint32_t device, const char *options, xpu_context *out) {
+  (void)options;
+  if (!out) return xpu_fail(&reg, 0, XPU_E_INVALID_ARG, "context_create: out is NULL");
+  if (device != 0) return xpu_fail(&reg, 0, XPU_E_INVALID_ARG, "context_create: no device %u", device);
+  m_ctx *c = (m_ctx *)calloc(1, sizeof *c);
+  if (!c) return xpu_fail(&reg, 0, XPU_E_OUT_OF_MEMORY, "context_create: out of memory");
+  pthread_mutex_init(&c->mu, NULL);
+  *out = xpu_reg_add(&reg, T_CTX, c);
+  if (!*out) {
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    return xpu_fail(&reg, 0, XPU_E_OUT_OF_MEMORY, "context_create: registry full");
+  }
+  return XPU_OK;
+}
+
+static xpu_status m_context_release(xpu_context h) {
+  m_ctx *c = ctx_get(h);
+  if (!c) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "context_release: not a live context");
+  pthread_mutex_lock(&c->mu);
+  uint32_t n = c->children;
+  pthread_mutex_unlock(&c->mu);
+  if (n) return xpu_fail(&reg, h, XPU_E_BAD_STATE, "context_release: %u objects still alive", n);
+  xpu_reg_remove(&reg, h, T_CTX);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+  return XPU_OK;
+}
+
+/* ------------------------------------------------------------ buffers */
+static xpu_status buf_add(xpu_context ctx, m_buf *b, xpu_buffer *out) {
+  *out = xpu_reg_add(&reg, T_BUF, b);
+  if (!*out) {
+    if (b->owned) free(b->data);
+    free(b);
+    return xpu_fail(&reg, ctx, XPU_E_OUT_OF_MEMORY, "buffer: registry full");
+  }
+  ctx_adjust(ctx, +1);
+  return XPU_OK;
+}
+
+static xpu_status m_buffer_alloc(xpu_context ctx, uint64_t size, uint32_t kind, xpu_buffer *out) {
+  if (!out) return xpu_fail(&reg, ctx, XPU_E_INVALID_ARG, "buffer_alloc: out is NULL");
+  if (!ctx_get(ctx)) return xpu_fail(&reg, ctx, XPU_E_INVALID_HANDLE, "buffer_alloc: not a live context");
+  if (kind > XPU_BUFFER_HOST_VISIBLE)
+    return xpu_fail(&reg, ctx, XPU_E_INVALID_ARG, "buffer_alloc: unknown kind %u", kind);
+  if (size == 0 || size > ((uint64_t)1 << 40))
+    return xpu_fail(&reg, ctx, XPU_E_INVALID_ARG, "buffer_alloc: size %llu out of range",
+                    (unsigned long long)size);
+  m_buf *b = (m_buf *)calloc(1, sizeof *b);
+  uint8_t *d = (uint8_t *)calloc(1, size);
+  if (!b || !d) {
+    free(b);
+    free(d);
+    return xpu_fail(&reg, ctx, XPU_E_OUT_OF_MEMORY, "buffer_alloc: %llu bytes", (unsigned long long)size);
+  }
+  b->ctx = ctx;
+  b->data = d;
+  b->size = size;
+  b->owned = 1;
+  return buf_add(ctx, b, out);
+}
+
+static xpu_status m_buffer_import(xpu_context ctx, const xpu_import_desc *desc, xpu_buffer *out) {
+  if (!desc || !out) return xpu_fail(&reg, ctx, XPU_E_INVALID_ARG, "buffer_import: null argument");
+  if (!ctx_get(ctx)) return xpu_fail(&reg, ctx, XPU_E_INVALID_HANDLE, "buffer_import: not a live context");
+  if (desc->struct_size < offsetof(xpu_import_desc, size) + sizeof(uint64_t))
+    return xpu_fail(&reg, ctx, XPU_E_INVALID_ARG, "buffer_import: descriptor too short");
+  if (desc->kind == XPU_IMPORT_FD)
+    return xpu_fail(&reg, ctx, XPU_E_UNSUPPORTED, "buffer_import: fd import is not implemented");
+  if (desc->kind != XPU_IMPORT_HOST || !desc->host_ptr || desc->size == 0)
+    return xpu_fail(&reg, ctx, XPU_E_INVALID_ARG, "buffer_import: bad descriptor");
+  m_buf *b = (m_buf *)calloc(1, sizeof *b);
+  if (!b) return xpu_fail(&reg, ctx, XPU_E_OUT_OF_MEMORY, "buffer_import: out of memory");
+  b->ctx = ctx;
+  b->data = (uint8_t *)desc->host_ptr;
+  b->size = desc->size;
+  return buf_add(ctx, b, out);
+}
+
+static xpu_status m_buffer_map(xpu_buffer h, void **out) {
+  if (!out) return xpu_fail(&reg, h, XPU_E_INVALID_ARG, "buffer_map: out is NULL");
+  m_buf *b = buf_get(h);
+  if (!b) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "buffer_map: not a live buffer");
+  *out = b->data;
+  return XPU_OK;
+}
+
+static xpu_status m_buffer_unmap(xpu_buffer h) {
+  if (!buf_get(h)) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "buffer_unmap: not a live buffer");
+  return XPU_OK;
+}
+
+static xpu_status buf_range(xpu_buffer h, uint64_t off, const void *p, uint64_t size, m_buf **out,
+                            const char *what) {
+  m_buf *b = buf_get(h);
+  if (!b) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "%s: not a live buffer", what);
+  if (!p) return xpu_fail(&reg, h, XPU_E_INVALID_ARG, "%s: NULL pointer", what);
+  if (off > b->size || size > b->size - off)
+    return xpu_fail(&reg, h, XPU_E_INVALID_ARG, "%s: [%llu, +%llu) is outside %llu bytes", what,
+                    (unsigned long long)off, (unsigned long long)size, (unsigned long long)b->size);
+  *out = b;
+  return XPU_OK;
+}
+
+static xpu_status m_buffer_write(xpu_buffer h, uint64_t off, const void *src, uint64_t size) {
+  m_buf *b;
+  xpu_status st = buf_range(h, off, src, size, &b, "buffer_write");
+  if (st == XPU_OK && size) memcpy(b->data + off, src, size);
+  return st;
+}
+
+static xpu_status m_buffer_read(xpu_buffer h, uint64_t off, void *dst, uint64_t size) {
+  m_buf *b;
+  xpu_status st = buf_range(h, off, dst, size, &b, "buffer_read");
+  if (st == XPU_OK && size) memcpy(dst, b->data + off, size);
+  return st;
+}
+
+static xpu_status m_buffer_size(xpu_buffer h, uint64_t *out) {
+  if (!out) return xpu_fail(&reg, h, XPU_E_INVALID_ARG, "buffer_size: out is NULL");
+  m_buf *b = buf_get(h);
+  if (!b) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "buffer_size: not a live buffer");
+  *out = b->size;
+  return XPU_OK;
+}
+
+static xpu_status m_buffer_release(xpu_buffer h) {
+  m_buf *b = (m_buf *)xpu_reg_remove(&reg, h, T_BUF);
+  if (!b) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "buffer_release: not a live buffer");
+  ctx_adjust(b->ctx, -1);
+  if (b->owned) free(b->data);
+  free(b);
+  return XPU_OK;
+}
+
+/* ------------------------------------------------------------ graphs */
+static const char *node_refusal(const xpu_ir_graph *g, const xpu_ir_node *n) {
+  if (!op_known(n->op)) return "op not implemented by the mutant plugin";
+  if (g->tensors[n->output].dtype != XPU_DT_F32) return "only f32 is implemented";
+  for (uint32_t i = 0; i < n->n_inputs; i++)
+    if (xpu_ir_input(g, n, i)->dtype != XPU_DT_F32) return "only f32 is implemented";
+  if (n->op == XPU_OP_MATMUL && (xpu_ir_input(g, n, 0)->rank != 2 || xpu_ir_input(g, n, 1)->rank != 2))
+    return "MATMUL: only rank-2 a and b are implemented";
+  if (n->op == XPU_OP_SOFTMAX && n->iattr[0] && g->tensors[n->output].rank < 2)
+    return "causal SOFTMAX needs rank >= 2";
+  return NULL;
+}
+
+static xpu_status parse(xpu_context ctx, const void *ir, uint64_t size, xpu_ir_graph *g) {
+  char err[128];
+  xpu_status st = xpu_ir_parse(ir, size, g, err, sizeof err);
+  if (st != XPU_OK) return xpu_fail(&reg, ctx, st, "%s", err);
+  for (uint32_t i = 0; i < g->header->n_tensors; i++) {
+    const xpu_ir_tensor *t = &g->tensors[i];
+    if (t->kind != XPU_TENSOR_CONST) continue;
+    m_buf *b = buf_get(t->const_buffer);
+    if (!b || b->ctx != ctx)
+      return xpu_fail(&reg, ctx, XPU_E_INVALID_HANDLE, "ir: tensor %u: constant buffer is not of this context", i);
+    if (t->const_offset > b->size || xpu_ir_nbytes(t) > b->size - t->const_offset)
+      return xpu_fail(&reg, ctx, XPU_E_INVALID_ARG, "ir: tensor %u: constant outside its buffer", i);
+  }
+  return XPU_OK;
+}
+
+static xpu_status m_graph_analyze(xpu_context ctx, const void *ir, uint64_t ir_size, xpu_node_verdict *out,
+                                  uint32_t cap) {
+  if (!ir || !out) return xpu_fail(&reg, ctx, XPU_E_INVALID_ARG, "graph_analyze: null argument");
+  if (!ctx_get(ctx)) return xpu_fail(&reg, ctx, XPU_E_INVALID_HANDLE, "graph_analyze: not a live context");
+  xpu_ir_graph g;
+  xpu_status st = parse(ctx, ir, ir_size, &g);
+  if (st != XPU_OK) return st;
+  if (cap < g.header->n_nodes)
+    return xpu_fail(&reg, ctx, XPU_E_INVALID_ARG, "graph_analyze: room for %u verdicts, %u nodes", cap,
+                    g.header->n_nodes);
+  for (uint32_t i = 0; i < g.header->n_nodes; i++) {
+    xpu_node_verdict l;
+    memset(&l, 0, sizeof l);
+    const char *why = node_refusal(&g, &g.nodes[i]);
+    l.verdict = why ? XPU_VERDICT_NO : XPU_VERDICT_YES;
+    l.precision = XPU_PREC_F32;
+    if (why) XPU_STRCPY(l.reason, why);
+    XPU_COPY_OUT(&out[i], l);
+  }
+  return XPU_OK;
+}
+
+static xpu_status m_graph_prepare(xpu_context ctx, const xpu_prepare_desc *d, xpu_executable *out) {
+  if (!d || !out || !d->ir) return xpu_fail(&reg, ctx, XPU_E_INVALID_ARG, "graph_prepare: null argument");
+  if (!ctx_get(ctx)) return xpu_fail(&reg, ctx, XPU_E_INVALID_HANDLE, "graph_prepare: not a live context");
+  if (d->ir_size > ((uint64_t)1 << 32))
+    return xpu_fail(&reg, ctx, XPU_E_INVALID_ARG, "graph_prepare: IR of %llu bytes", (unsigned long long)d->ir_size);
+  m_exe *e = (m_exe *)calloc(1, sizeof *e);
+  uint64_t *blob = (uint64_t *)malloc(d->ir_size + 8);
+  if (!e || !blob) {
+    free(e);
+    free(blob);
+    return xpu_fail(&reg, ctx, XPU_E_OUT_OF_MEMORY, "graph_prepare: out of memory");
+  }
+  memcpy(blob, d->ir, d->ir_size);
+  xpu_status st = parse(ctx, blob, d->ir_size, &e->g);
+  for (uint32_t i = 0; st == XPU_OK && i < e->g.header->n_nodes; i++) {
+    const char *why = node_refusal(&e->g, &e->g.nodes[i]);
+    if (why) st = xpu_fail(&reg, ctx, XPU_E_UNSUPPORTED, "graph_prepare: node %u: %s", i, why);
+#ifdef MUT_REFUSE
+    else if (e->g.nodes[i].op == XPU_OP_EXP)
+      st = xpu_fail(&reg, ctx, XPU_E_UNSUPPORTED, "graph_prepare: node %u: EXP after all", i);
+#endif
+  }
+  if (st != XPU_OK) {
+    free(blob);
+    free(e);
+    return st;
+  }
+  e->ctx = ctx;
+  e->blob = blob;
+  e->n_io = e->g.header->n_inputs + e->g.header->n_outputs;
+  pthread_mutex_init(&e->mu, NULL);
+  *out = xpu_reg_add(&reg, T_EXE, e);
+  if (!*out) {
+    pthread_mutex_destroy(&e->mu);
+    free(blob);
+    free(e);
+    return xpu_fail(&reg, ctx, XPU_E_OUT_OF_MEMORY, "graph_prepare: registry full");
+  }
+  ctx_adjust(ctx, +1);
+  return XPU_OK;
+}
+
+static xpu_status m_executable_serialize(xpu_executable h, void *dst, uint64_t cap, uint64_t *size) {
+  (void)dst;
+  (void)cap;
+  if (!size) return xpu_fail(&reg, h, XPU_E_INVALID_ARG, "executable_serialize: size is NULL");
+  if (!exe_get(h)) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "executable_serialize: not a live executable");
+  return xpu_fail(&reg, h, XPU_E_UNSUPPORTED, "executable_serialize: not implemented");
+}
+
+static xpu_status m_executable_release(xpu_executable h) {
+  m_exe *e = exe_get(h);
+  if (!e) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "executable_release: not a live executable");
+  pthread_mutex_lock(&e->mu);
+  uint32_t n = e->children;
+  pthread_mutex_unlock(&e->mu);
+  if (n) return xpu_fail(&reg, h, XPU_E_BAD_STATE, "executable_release: %u executions still alive", n);
+  if (!xpu_reg_remove(&reg, h, T_EXE))
+    return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "executable_release: released concurrently");
+  ctx_adjust(e->ctx, -1);
+  pthread_mutex_destroy(&e->mu);
+  free(e->blob);
+  free(e);
+  return XPU_OK;
+}
+
+/* ------------------------------------------------------------ executions */
+static xpu_status m_execution_create(xpu_executable h, xpu_execution *out) {
+  if (!out) return xpu_fail(&reg, h, XPU_E_INVALID_ARG, "execution_create: out is NULL");
+  m_exe *e = exe_get(h);
+  if (!e) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "execution_create: not a live executable");
+  m_ex *x = (m_ex *)calloc(1, sizeof *x);
+  m_bind *io = (m_bind *)calloc(e->n_io ? e->n_io : 1, sizeof *io);
+  if (!x || !io) {
+    free(x);
+    free(io);
+    return xpu_fail(&reg, h, XPU_E_OUT_OF_MEMORY, "execution_create: out of memory");
+  }
+  x->exe = h;
+  x->io = io;
+  pthread_mutex_init(&x->mu, NULL);
+  *out = xpu_reg_add(&reg, T_EX, x);
+  if (!*out) {
+    pthread_mutex_destroy(&x->mu);
+    free(io);
+    free(x);
+    return xpu_fail(&reg, h, XPU_E_OUT_OF_MEMORY, "execution_create: registry full");
+  }
+  count_adjust(&e->mu, &e->children, +1);
+  return XPU_OK;
+}
+
+static const xpu_ir_tensor *io_tensor(const m_exe *e, uint32_t io) {
+  uint32_t ni = e->g.header->n_inputs;
+  return &e->g.tensors[io < ni ? e->g.inputs[io] : e->g.outputs[io - ni]];
+}
+
+static xpu_status m_execution_bind(xpu_execution h, uint32_t io, xpu_buffer buf, uint64_t off) {
+  m_ex *x = ex_get(h);
+  if (!x) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "execution_bind: not a live execution");
+  m_exe *e = exe_get(x->exe);
+  if (!e) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "execution_bind: executable released");
+  if (io >= e->n_io) return xpu_fail(&reg, h, XPU_E_INVALID_ARG, "execution_bind: io %u of %u", io, e->n_io);
+  m_buf *b = buf_get(buf);
+  if (!b) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "execution_bind: not a live buffer");
+  if (b->ctx != e->ctx) return xpu_fail(&reg, h, XPU_E_INVALID_ARG, "execution_bind: buffer of another context");
+  uint64_t n = xpu_ir_nbytes(io_tensor(e, io));
+  if (off > b->size || n > b->size - off)
+    return xpu_fail(&reg, h, XPU_E_INVALID_ARG, "execution_bind: io %u needs %llu bytes at %llu of %llu", io,
+                    (unsigned long long)n, (unsigned long long)off, (unsigned long long)b->size);
+  pthread_mutex_lock(&x->mu);
+  int running = x->running;
+  if (!running) {
+    x->io[io].buf = buf;
+    x->io[io].offset = off;
+  }
+  pthread_mutex_unlock(&x->mu);
+  if (running) return xpu_fail(&reg, h, XPU_E_BAD_STATE, "execution_bind: execution in flight");
+  return XPU_OK;
+}
+
+/* f32 kernels: numpy broadcasting over at most 4 right-aligned axes */
+static void dims4(const xpu_ir_tensor *t, int64_t d[4]) {
+  for (int i = 0; i < 4; i++) d[i] = 1;
+  for (uint32_t i = 0; i < t->rank; i++) d[4 - t->rank + i] = t->shape[i];
+}
+
+static void k_add(const xpu_ir_tensor *ta, const float *a, const xpu_ir_tensor *tb, const float *b,
+                  const xpu_ir_tensor *to, float *o) {
+  int64_t da[4], db[4], dout[4];
+  dims4(ta, da);
+  dims4(tb, db);
+  dims4(to, dout);
+  int64_t sa[4], sb[4];
+  int64_t accA = 1, accB = 1;
+  for (int i = 3; i >= 0; i--) {
+    sa[i] = da[i] == 1 ? 0 : accA;
+    sb[i] = db[i] == 1 ? 0 : accB;
+    accA *= da[i];
+    accB *= db[i];
+  }
+  int64_t k = 0;
+  for (int64_t i0 = 0; i0 < dout[0]; i0++)
+    for (int64_t i1 = 0; i1 < dout[1]; i1++)
+      for (int64_t i2 = 0; i2 < dout[2]; i2++)
+        for (int64_t i3 = 0; i3 < dout[3]; i3++, k++)
+          o[k] = a[i0 * sa[0] + i1 * sa[1] + i2 * sa[2] + i3 * sa[3]] +
+                 b[i0 * sb[0] + i1 * sb[1] + i2 * sb[2] + i3 * sb[3]];
+}
+
+static void k_softmax(const xpu_ir_node *n, const xpu_ir_tensor *t, const float *x, float *o) {
+  int64_t N = t->shape[t->rank - 1], rows = N ? xpu_ir_numel(t) / N : 0;
+  int64_t M = t->rank >= 2 ? t->shape[t->rank - 2] : 1;
+  float scale = n->fattr[0] == 0 ? 1.0f : n->fattr[0];
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * N;
+    float *orow = o + r * N;
+    int64_t last = N - 1; /* last visible column */
+    if (n->iattr[0]) last = (r % M) + n->iattr[1];
+    if (last > N - 1) last = N - 1;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j <= last; j++) mx = fmaxf(mx, xr[j] * scale);
+    double sum = 0;
+    for (int64_t j = 0; j <= last; j++) sum += exp((double)(xr[j] * scale) - mx);
+#ifdef MUT_SOFTMAX
+    sum *= 1.001;
+#endif
+    for (int64_t j = 0; j < N; j++)
+      orow[j] = j <= last ? (float)(exp((double)(xr[j] * scale) - mx) / sum) : 0.0f;
+  }
+}
+
+static void k_matmul(const xpu_ir_tensor *ta, const float *a, const xpu_ir_tensor *tb, const float *b, float *o) {
+  int64_t M = ta->shape[0], K = ta->shape[1], N = tb->shape[0];
+  for (int64_t m = 0; m < M; m++) {
+    int64_t am = m;
+#ifdef MUT_OFF_BY_ONE_ROW
+    if (m + 1 < M) am = m + 1;
+#endif
+    for (int64_t j = 0; j < N; j++) {
+      double s = 0;
+      for (int64_t k = 0; k < K; k++) s += (double)a[am * K + k] * b[j * K + k];
+      o[m * N + j] = (float)s;
+    }
+  }
+}
+
+static void k_permute(const xpu_ir_node *n, const xpu_ir_tensor *tx, const float *x, const xpu_ir_tensor *to,
+                      float *o) {
+  uint32_t r = tx->rank;
+  int64_t total = xpu_ir_numel(to);
+#ifdef MUT_TRANSPOSE
+  if (r == 2 && n->iattr[0] == 1 && n->iattr[1] == 0) {
+    memcpy(o, x, (size_t)total * sizeof(float));
+    return;
+  }
+#endif
+  int64_t xs[XPU_MAX_RANK], idx[XPU_MAX_RANK] = {0};
+  int64_t acc = 1;
+  for (int i = (int)r - 1; i >= 0; i--) {
+    xs[i] = acc;
+    acc *= tx->shape[i];
+  }
+  for (int64_t k = 0; k < total; k++) {
+    int64_t src = 0;
+    for (uint32_t d = 0; d < r; d++) src += idx[d] * xs[n->iattr[d]];
+    o[k] = x[src];
+    for (int d = (int)r - 1; d >= 0; d--) { /* next output index, last axis fastest */
+      if (++idx[d] < to->shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+/* room: bytes of the output's buffer past the tensor's start (MUT_WRITE_PAST stays inside it) */
+static void run_node(m_exe *e, const xpu_ir_node *n, float **ptr, uint64_t room) {
+  const xpu_ir_graph *g = &e->g;
+  const xpu_ir_tensor *to = &g->tensors[n->output];
+  float *o = ptr[n->output];
+  const float *x = ptr[n->inputs[0]];
+  int64_t cnt = xpu_ir_numel(to);
+  (void)room;
+  switch (n->op) {
+  case XPU_OP_ADD:
+    k_add(xpu_ir_input(g, n, 0), x, xpu_ir_input(g, n, 1), ptr[n->inputs[1]], to, o);
+#ifdef MUT_WRITE_PAST
+    if (cnt > 0 && room >= (uint64_t)(cnt + 1) * sizeof(float)) o[cnt] = o[cnt - 1] + 1.0f;
+#endif
+#ifdef MUT_NONDET
+    if (cnt > 0) {
+      pthread_mutex_lock(&e->mu);
+      o[0] += 1e-3f * (float)e->runs++;
+      pthread_mutex_unlock(&e->mu);
+    }
+#endif
+    break;
+  case XPU_OP_RELU:
+    for (int64_t i = 0; i < cnt; i++) o[i] = x[i] > 0 ? x[i] : 0.0f;
+#ifdef MUT_NAN
+    if (cnt > 0) o[cnt / 2] = NAN;
+#endif
+    break;
+  case XPU_OP_EXP:
+    for (int64_t i = 0; i < cnt; i++) o[i] = expf(x[i]);
+    break;
+  case XPU_OP_SILU:
+    for (int64_t i = 0; i < cnt; i++) o[i] = (float)(x[i] / (1.0 + exp(-(double)x[i])));
+    break;
+  case XPU_OP_SCALE:
+    for (int64_t i = 0; i < cnt; i++) o[i] = x[i] * n->fattr[0] + n->fattr[1];
+    break;
+  case XPU_OP_SOFTMAX:
+    k_softmax(n, to, x, o);
+    break;
+  case XPU_OP_MATMUL:
+    k_matmul(xpu_ir_input(g, n, 0), x, xpu_ir_input(g, n, 1), ptr[n->inputs[1]], o);
+    break;
+  case XPU_OP_PERMUTE:
+    k_permute(n, xpu_ir_input(g, n, 0), x, to, o);
+    break;
+  }
+}
+
+static xpu_status run(xpu_execution h, m_ex *x) {
+  m_exe *e = exe_get(x->exe);
+  if (!e) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "execution_run: executable released");
+  const xpu_ir_graph *g = &e->g;
+  uint32_t nt = g->header->n_tensors, ni = g->header->n_inputs;
+  float **ptr = (float **)calloc(nt ? nt : 1, sizeof *ptr);
+  uint64_t *room = (uint64_t *)calloc(nt ? nt : 1, sizeof *room);
+  uint8_t *scratch = (uint8_t *)calloc(nt ? nt : 1, 1); /* 1: ptr[i] is ours to free */
+  xpu_status st = XPU_OK;
+  if (!ptr || !room || !scratch) {
+    st = xpu_fail(&reg, h, XPU_E_OUT_OF_MEMORY, "execution_run: out of memory");
+    goto done;
+  }
+  for (uint32_t io = 0; io < e->n_io; io++) {
+    m_buf *b = buf_get(x->io[io].buf);
+    if (!b) {
+      st = xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "execution_run: the buffer bound to io %u was released", io);
+      goto done;
+    }
+    uint32_t t = io < ni ? g->inputs[io] : g->outputs[io - ni];
+    ptr[t] = (float *)(void *)(b->data + x->io[io].offset);
+    room[t] = b->size - x->io[io].offset;
+  }
+  for (uint32_t i = 0; i < nt; i++) {
+    const xpu_ir_tensor *t = &g->tensors[i];
+    if (t->kind == XPU_TENSOR_CONST) {
+      m_buf *b = buf_get(t->const_buffer);
+      if (!b) {
+        st = xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "execution_run: constant %u's buffer was released", i);
+        goto done;
+      }
+      ptr[i] = (float *)(void *)(b->data + t->const_offset);
+    } else if (t->kind == XPU_TENSOR_VALUE && !ptr[i]) {
+      ptr[i] = (float *)malloc(xpu_ir_nbytes(t) ? xpu_ir_nbytes(t) : 1);
+      scratch[i] = 1;
+      if (!ptr[i]) {
+        st = xpu_fail(&reg, h, XPU_E_OUT_OF_MEMORY, "execution_run: out of memory");
+        goto done;
+      }
+    }
+  }
+  for (uint32_t i = 0; i < g->header->n_nodes; i++) run_node(e, &g->nodes[i], ptr, room[g->nodes[i].output]);
+done:
+  for (uint32_t i = 0; ptr && scratch && i < nt; i++)
+    if (scratch[i]) free(ptr[i]);
+  free(ptr);
+  free(room);
+  free(scratch);
+  return st;
+}
+
+/* begin marks x running when every io is bound and it is not running yet; end clears it */
+static xpu_status begin(xpu_execution h, m_ex **out) {
+  m_ex *x = ex_get(h);
+  if (!x) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "execution: not a live execution");
+  m_exe *e = exe_get(x->exe);
+  if (!e) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "execution: executable released");
+  pthread_mutex_lock(&x->mu);
+  xpu_status st = XPU_OK;
+  if (x->running) st = XPU_E_BAD_STATE;
+  for (uint32_t io = 0; st == XPU_OK && io < e->n_io; io++)
+    if (!x->io[io].buf) st = XPU_E_INVALID_ARG;
+  if (st == XPU_OK) x->running = 1;
+  pthread_mutex_unlock(&x->mu);
+  if (st == XPU_E_INVALID_ARG) return xpu_fail(&reg, h, XPU_E_BAD_STATE, "execution: not every io is bound");
+  if (st != XPU_OK) return xpu_fail(&reg, h, st, "execution: already in flight");
+  *out = x;
+  return XPU_OK;
+}
+
+static void end(m_ex *x) {
+  pthread_mutex_lock(&x->mu);
+  x->running = 0;
+  pthread_mutex_unlock(&x->mu);
+}
+
+static xpu_status m_execution_run(xpu_execution h) {
+  m_ex *x;
+  xpu_status st = begin(h, &x);
+  if (st != XPU_OK) return st;
+  st = run(h, x);
+  end(x);
+  return st;
+}
+
+static xpu_status m_fence_wait(xpu_fence h, uint64_t value, int64_t timeout_ns);
+
+static xpu_status fence_set(xpu_fence h, uint64_t value) {
+  m_fence *f = fence_get(h);
+  if (!f) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "fence: not a live fence");
+  pthread_mutex_lock(&f->mu);
+  if (value > f->value) f->value = value;
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+  return XPU_OK;
+}
+
+/* synchronous: waits for every wait point, runs, signals */
+static xpu_status m_execution_submit(xpu_execution h, const xpu_fence_point *waits, uint32_t n_waits,
+                                     const xpu_fence_point *signal) {
+  if (n_waits && !waits) return xpu_fail(&reg, h, XPU_E_INVALID_ARG, "execution_submit: waits is NULL");
+  for (uint32_t i = 0; i < n_waits; i++)
+    if (!fence_get(waits[i].fence)) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "execution_submit: wait %u: not a live fence", i);
+  if (signal && !fence_get(signal->fence))
+    return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "execution_submit: signal: not a live fence");
+  m_ex *x;
+  xpu_status st = begin(h, &x);
+  if (st != XPU_OK) return st;
+  for (uint32_t i = 0; st == XPU_OK && i < n_waits; i++) st = m_fence_wait(waits[i].fence, waits[i].value, -1);
+  if (st == XPU_OK) st = run(h, x);
+  end(x);
+  if (st == XPU_OK && signal) st = fence_set(signal->fence, signal->value);
+  return st;
+}
+
+static xpu_status m_execution_release(xpu_execution h) {
+  m_ex *x = ex_get(h);
+  if (!x) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "execution_release: not a live execution");
+  pthread_mutex_lock(&x->mu);
+  int running = x->running;
+  pthread_mutex_unlock(&x->mu);
+  if (running) return xpu_fail(&reg, h, XPU_E_BAD_STATE, "execution_release: in flight");
+  if (!xpu_reg_remove(&reg, h, T_EX))
+    return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "execution_release: released concurrently");
+  m_exe *e = exe_get(x->exe);
+  if (e) count_adjust(&e->mu, &e->children, -1);
+  pthread_mutex_destroy(&x->mu);
+  free(x->io);
+  free(x);
+  return XPU_OK;
+}
+
+/* ------------------------------------------------------------ fences */
+static xpu_status m_fence_create(xpu_context ctx, uint64_t initial, xpu_fence *out) {
+  if (!out) return xpu_fail(&reg, ctx, XPU_E_INVALID_ARG, "fence_create: out is NULL");
+  if (!ctx_get(ctx)) return xpu_fail(&reg, ctx, XPU_E_INVALID_HANDLE, "fence_create: not a live context");
+  m_fence *f = (m_fence *)calloc(1, sizeof *f);
+  if (!f) return xpu_fail(&reg, ctx, XPU_E_OUT_OF_MEMORY, "fence_create: out of memory");
+  f->ctx = ctx;
+  f->value = initial;
+  pthread_mutex_init(&f->mu, NULL);
+  pthread_cond_init(&f->cv, NULL);
+  *out = xpu_reg_add(&reg, T_FENCE, f);
+  if (!*out) {
+    pthread_cond_destroy(&f->cv);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+    return xpu_fail(&reg, ctx, XPU_E_OUT_OF_MEMORY, "fence_create: registry full");
+  }
+  ctx_adjust(ctx, +1);
+  return XPU_OK;
+}
+
+static xpu_status m_fence_wait(xpu_fence h, uint64_t value, int64_t timeout_ns) {
+  m_fence *f = fence_get(h);
+  if (!f) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "fence_wait: not a live fence");
+  struct timespec dl;
+  clock_gettime(CLOCK_REALTIME, &dl);
+  if (timeout_ns >= 0) {
+    dl.tv_sec += timeout_ns / 1000000000;
+    dl.tv_nsec += timeout_ns % 1000000000;
+    if (dl.tv_nsec >= 1000000000) {
+      dl.tv_sec++;
+      dl.tv_nsec -= 1000000000;
+    }
+  }
+  pthread_mutex_lock(&f->mu);
+  int timed_out = 0;
+  while (f->value < value && !timed_out) {
+    if (timeout_ns < 0) pthread_cond_wait(&f->cv, &f->mu);
+    else timed_out = pthread_cond_timedwait(&f->cv, &f->mu, &dl) != 0 && f->value < value;
+  }
+  pthread_mutex_unlock(&f->mu);
+  if (timed_out) return xpu_fail(&reg, h, XPU_E_TIMEOUT, "fence_wait: value %llu not reached", (unsigned long long)value);
+  return XPU_OK;
+}
+
+static xpu_status m_fence_value(xpu_fence h, uint64_t *out) {
+  if (!out) return xpu_fail(&reg, h, XPU_E_INVALID_ARG, "fence_value: out is NULL");
+  m_fence *f = fence_get(h);
+  if (!f) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "fence_value: not a live fence");
+  pthread_mutex_lock(&f->mu);
+  *out = f->value;
+  pthread_mutex_unlock(&f->mu);
+  return XPU_OK;
+}
+
+static xpu_status m_fence_signal(xpu_fence h, uint64_t value) { return fence_set(h, value); }
+
+static xpu_status m_fence_release(xpu_fence h) {
+  m_fence *f = (m_fence *)xpu_reg_remove(&reg, h, T_FENCE);
+  if (!f) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "fence_release: not a live fence");
+  ctx_adjust(f->ctx, -1);
+  pthread_cond_destroy(&f->cv);
+  pthread_mutex_destroy(&f->mu);
+  free(f);
+  return XPU_OK;
+}
+
+/* ------------------------------------------------------------ exports */
+static const xpu_api api = {
+    sizeof(xpu_api), XPU_ABI_MAJOR, XPU_ABI_MINOR, 0,
+    m_get_info, m_shutdown, m_last_error,
+    m_device_count, m_device_info, m_op_support,
+    m_context_create, m_context_release,
+    m_buffer_alloc, m_buffer_import, m_buffer_map, m_buffer_unmap, m_buffer_write, m_buffer_read,
+    m_buffer_size, m_buffer_release,
+    m_graph_analyze, m_graph_prepare, m_executable_serialize, m_executable_release,
+    m_execution_create, m_execution_bind, m_execution_submit, m_execution_run, m_execution_release,
+    m_fence_create, m_fence_wait, m_fence_value, m_fence_signal, m_fence_release,
+};
+
+XPU_EXPORT xpu_status xpu_plugin_probe(xpu_probe_result *out) {
+  if (!out || out->struct_size < sizeof(uint32_t)) return XPU_E_INVALID_ARG;
+  xpu_probe_result l;
+  memset(&l, 0, sizeof l);
+  l.abi_major = XPU_ABI_MAJOR;
+  l.abi_minor = XPU_ABI_MINOR;
+  l.score = 1;
+  XPU_STRCPY(l.name, "mutant");
+  XPU_STRCPY(l.reason, "runs anywhere (a conformance test plugin)");
+  XPU_COPY_OUT(out, l);
+  return XPU_OK;
+}
+
+XPU_EXPORT xpu_status xpu_plugin_open(const xpu_host_info *host, const xpu_api **out) {
+  if (!host || !out) return XPU_E_INVALID_ARG;
+  if (host->struct_size >= offsetof(xpu_host_info, abi_minor) && host->abi_major != XPU_ABI_MAJOR)
+    return xpu_fail(&reg, 0, XPU_E_INCOMPATIBLE, "open: host ABI major %u", host->abi_major);
+  xpu_reg_set_log(&reg, host);
+  *out = &api;
+  return XPU_OK;
+}
