@@ -37,8 +37,8 @@ var presets = map[string]Spec{
 	"260K": {Dim: 64, Layers: 5, Heads: 8, KVHeads: 4, FFN: 192, Context: 512},
 	"15M":  {Dim: 288, Layers: 6, Heads: 6, KVHeads: 6, FFN: 768, Context: 256},
 	"110M": {Dim: 768, Layers: 12, Heads: 12, KVHeads: 12, FFN: 2048, Context: 1024},
-	"1B":   {Dim: 2048, Layers: 16, Heads: 32, KVHeads: 8, FFN: 8192, Context: 4096},  // Llama 3.2 1B
-	"3B":   {Dim: 3072, Layers: 28, Heads: 24, KVHeads: 8, FFN: 8192, Context: 4096},  // Llama 3.2 3B
+	"1B":   {Dim: 2048, Layers: 16, Heads: 32, KVHeads: 8, FFN: 8192, Context: 4096},   // Llama 3.2 1B
+	"3B":   {Dim: 3072, Layers: 28, Heads: 24, KVHeads: 8, FFN: 8192, Context: 4096},   // Llama 3.2 3B
 	"7B":   {Dim: 4096, Layers: 32, Heads: 32, KVHeads: 32, FFN: 11008, Context: 4096}, // Llama 2 7B
 }
 
