@@ -1,0 +1,70 @@
+/* exec.c: runs an executable's nodes in order on the execution's memory. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "neon.h"
+
+static xpu_status run_node(nv_run *r, const xpu_ir_node *n) {
+  switch (n->op) {
+  case XPU_OP_ADD: case XPU_OP_SUB: case XPU_OP_MUL: case XPU_OP_DIV: return nv_k_binary(r, n);
+  case XPU_OP_SILU: case XPU_OP_GELU: case XPU_OP_RELU: case XPU_OP_EXP: case XPU_OP_NEG:
+  case XPU_OP_SCALE: return nv_k_unary(r, n);
+  case XPU_OP_RMS_NORM: case XPU_OP_LAYER_NORM: return nv_k_norm(r, n);
+  case XPU_OP_SOFTMAX: return nv_k_softmax(r, n);
+  case XPU_OP_MATMUL: return nv_k_matmul(r, n);
+  case XPU_OP_ROPE: return nv_k_rope(r, n);
+  case XPU_OP_ATTENTION: return nv_k_attention(r, n);
+  case XPU_OP_GET_ROWS: return nv_k_get_rows(r, n);
+  case XPU_OP_CAST: return nv_k_cast(r, n);
+  case XPU_OP_QUANTIZE: return nv_k_quantize(r, n);
+  case XPU_OP_DEQUANTIZE: return nv_k_dequantize(r, n);
+  case XPU_OP_RESHAPE: return nv_k_reshape(r, n);
+  case XPU_OP_PERMUTE: return nv_k_permute(r, n);
+  case XPU_OP_SLICE: return nv_k_slice(r, n);
+  case XPU_OP_CONCAT: return nv_k_concat(r, n);
+  }
+  snprintf(r->err, sizeof r->err, "unknown op %u", n->op);
+  return XPU_E_INTERNAL;
+}
+
+xpu_status nv_execute(nv_execution *x) {
+  nv_executable *e = x->exe;
+  const xpu_ir_graph *g = &e->g;
+  uint32_t nt = g->header->n_tensors;
+  uint8_t *stack_ptrs[64];
+  uint8_t **ptr = nt <= 64 ? stack_ptrs : (uint8_t **)malloc(nt * sizeof(uint8_t *));
+  if (!ptr) return xpu_fail(&nv_reg, x->handle, XPU_E_OUT_OF_MEMORY, "execution: out of memory");
+  for (uint32_t t = 0; t < nt; t++) {
+    const nv_tensor_plan *p = &e->plan[t];
+    switch (p->loc) {
+    case LOC_CONST: ptr[t] = p->cdata; break;
+    case LOC_IO: ptr[t] = x->bind[p->io]->data + x->bind_off[p->io]; break;
+    default: ptr[t] = x->arena + p->offset; break;
+    }
+  }
+  nv_run r;
+  memset(&r, 0, sizeof r);
+  r.g = g;
+  r.ptr = ptr;
+  r.pool = e->ctx->pool;
+  r.cpus = &e->cpus;
+  r.nth = e->threads;
+  r.scratch = x->scratch;
+  r.scratch_bytes = e->scratch_bytes;
+  r.shared = x->shared;
+  xpu_status s = XPU_OK;
+  for (uint32_t i = 0; i < g->header->n_nodes && s == XPU_OK; i++) {
+    s = run_node(&r, &g->nodes[i]);
+    if (s != XPU_OK)
+      xpu_fail(&nv_reg, x->handle, s, "execution: node %u (%s): %s", i, xpu_op_name(g->nodes[i].op), r.err);
+  }
+  /* a tensor listed as several outputs was computed into its first binding */
+  for (uint32_t i = 0; i < g->header->n_outputs && s == XPU_OK; i++) {
+    uint32_t t = g->outputs[i], io = g->header->n_inputs + i;
+    uint8_t *dst = x->bind[io]->data + x->bind_off[io];
+    if (dst != ptr[t]) memmove(dst, ptr[t], e->plan[t].nbytes);
+  }
+  if (ptr != stack_ptrs) free(ptr);
+  return s;
+}

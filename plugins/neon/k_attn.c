@@ -1,0 +1,241 @@
+/*
+ * k_attn.c: ROPE and fused ATTENTION. Attention streams over the visible keys in blocks of
+ * ATT_BLOCK with an online softmax (running max and sum, accumulator rescaled when the max
+ * grows), so no score matrix is materialized and no K/V row past the last visible key is read.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "neon.h"
+#include "neon_simd.h"
+
+#define ATT_BLOCK 32
+
+/* ---------------------------------------------------------------- rope */
+
+typedef struct {
+  const uint8_t *x;
+  uint8_t *o;
+  const int32_t *pos;
+  uint32_t dt;
+  int64_t B, T, H, D, nrot;
+  int neox;
+  double base, fscale;
+  nv_run *r;
+} rope_args;
+
+static void rope_task(void *p, int tid, int nth) {
+  rope_args *A = (rope_args *)p;
+  int64_t r0, r1, half = A->nrot / 2;
+  nv_range(A->B * A->T, tid, nth, 1, &r0, &r1);
+  float *cs = (float *)nv_scratch(A->r, tid), *sn = cs + half, *buf = sn + half;
+  for (int64_t bt = r0; bt < r1; bt++) {
+    int64_t t = bt % A->T;
+    double pos = (double)A->pos[t] * A->fscale;
+    for (int64_t i = 0; i < half; i++) {
+      double th = pos * pow(A->base, -2.0 * (double)i / (double)A->nrot);
+      cs[i] = (float)cos(th);
+      sn[i] = (float)sin(th);
+    }
+    for (int64_t h = 0; h < A->H; h++) {
+      int64_t off = (bt * A->H + h) * A->D;
+      const float *x;
+      float *o;
+      if (A->dt == XPU_DT_F32) {
+        x = (const float *)A->x + off;
+        o = (float *)A->o + off;
+      } else {
+        nv_f16_row_to_f32((const uint16_t *)A->x + off, buf, A->D);
+        x = o = buf;
+      }
+      if (A->neox) {
+        int64_t i = 0;
+        for (; i + 4 <= half; i += 4) {
+          float32x4_t u = vld1q_f32(x + i), v = vld1q_f32(x + i + half);
+          float32x4_t c = vld1q_f32(cs + i), s = vld1q_f32(sn + i);
+          vst1q_f32(o + i, v_fms(vmulq_f32(u, c), v, s));
+          vst1q_f32(o + i + half, vfmaq_f32(vmulq_f32(u, s), v, c));
+        }
+        for (; i < half; i++) {
+          float u = x[i], v = x[i + half];
+          o[i] = u * cs[i] - v * sn[i];
+          o[i + half] = u * sn[i] + v * cs[i];
+        }
+      } else {
+        for (int64_t i = 0; i < half; i++) {
+          float u = x[2 * i], v = x[2 * i + 1];
+          o[2 * i] = u * cs[i] - v * sn[i];
+          o[2 * i + 1] = u * sn[i] + v * cs[i];
+        }
+      }
+      if (A->dt == XPU_DT_F32) {
+        if (o != x) memcpy(o + A->nrot, x + A->nrot, (size_t)(A->D - A->nrot) * 4);
+      } else {
+        nv_f32_row_to_f16(buf, (uint16_t *)A->o + off, A->D);
+      }
+    }
+  }
+}
+
+xpu_status nv_k_rope(nv_run *r, const xpu_ir_node *n) {
+  const xpu_ir_tensor *x = &r->g->tensors[n->inputs[0]];
+  rope_args A;
+  memset(&A, 0, sizeof A);
+  A.x = r->ptr[n->inputs[0]];
+  A.o = r->ptr[n->output];
+  A.pos = (const int32_t *)r->ptr[n->inputs[1]];
+  A.dt = x->dtype;
+  A.B = x->rank == 4 ? x->shape[0] : 1;
+  A.T = x->shape[x->rank - 3];
+  A.H = x->shape[x->rank - 2];
+  A.D = x->shape[x->rank - 1];
+  A.nrot = n->iattr[1] ? n->iattr[1] : A.D;
+  A.neox = n->iattr[0] == 2;
+  A.base = n->fattr[0] == 0 ? 10000.0 : (double)n->fattr[0];
+  A.fscale = n->fattr[1] == 0 ? 1.0 : (double)n->fattr[1];
+  A.r = r;
+  if (A.B * A.T * A.H * A.D == 0) return XPU_OK;
+  nv_parallel(r, A.B * A.T * A.H * A.D * 4, rope_task, &A);
+  return XPU_OK;
+}
+
+/* ---------------------------------------------------------------- attention */
+
+typedef struct {
+  const uint8_t *q, *k, *v;
+  uint8_t *o;
+  uint32_t qt, kt, vt;
+  int64_t Tq, Hq, Tk, Hkv, D, Dv, off;
+  int causal;
+  float scale;
+  nv_run *r;
+} att_args;
+
+static float dot_k(const float *q, const uint8_t *k, uint32_t kt, int64_t d) {
+  float32x4_t s0 = vdupq_n_f32(0), s1 = s0;
+  int64_t i = 0;
+  float s;
+  if (kt == XPU_DT_F32) {
+    const float *kf = (const float *)k;
+    for (; i + 8 <= d; i += 8) {
+      s0 = vfmaq_f32(s0, vld1q_f32(q + i), vld1q_f32(kf + i));
+      s1 = vfmaq_f32(s1, vld1q_f32(q + i + 4), vld1q_f32(kf + i + 4));
+    }
+    s = v_hsum(vaddq_f32(s0, s1));
+    for (; i < d; i++) s += q[i] * kf[i];
+  } else {
+    const uint16_t *kh = (const uint16_t *)k;
+    for (; i + 4 <= d; i += 4)
+      s0 = vfmaq_f32(s0, vld1q_f32(q + i), vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(kh + i))));
+    s = v_hsum(s0);
+    for (; i < d; i++) s += q[i] * nv_f16_to_f32(kh[i]);
+  }
+  return s;
+}
+
+/* acc = acc * c + p * v */
+static void axpy_v(float *acc, float c, float p, const uint8_t *v, uint32_t vt, int64_t dv) {
+  float32x4_t vc = vdupq_n_f32(c), vp = vdupq_n_f32(p);
+  int64_t i = 0;
+  if (vt == XPU_DT_F32) {
+    const float *vf = (const float *)v;
+    for (; i + 4 <= dv; i += 4) vst1q_f32(acc + i, vfmaq_f32(vmulq_f32(vld1q_f32(acc + i), vc), vp, vld1q_f32(vf + i)));
+    for (; i < dv; i++) acc[i] = acc[i] * c + p * vf[i];
+  } else {
+    const uint16_t *vh = (const uint16_t *)v;
+    for (; i + 4 <= dv; i += 4)
+      vst1q_f32(acc + i, vfmaq_f32(vmulq_f32(vld1q_f32(acc + i), vc), vp,
+                                   vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(vh + i)))));
+    for (; i < dv; i++) acc[i] = acc[i] * c + p * nv_f16_to_f32(vh[i]);
+  }
+}
+
+static void att_task(void *p, int tid, int nth) {
+  att_args *A = (att_args *)p;
+  int64_t t0, t1, group = A->Hq / A->Hkv;
+  nv_range(A->Tq * A->Hq, tid, nth, 1, &t0, &t1);
+  float *qf = (float *)nv_scratch(A->r, tid), *acc = qf + A->D, *s = acc + A->Dv;
+  size_t ke = A->kt == XPU_DT_F32 ? 4 : 2, ve = A->vt == XPU_DT_F32 ? 4 : 2;
+  for (int64_t task = t0; task < t1; task++) {
+    int64_t i = task / A->Hq, h = task % A->Hq, hk = h / group;
+    int64_t visible = A->Tk;
+    if (A->causal) {
+      int64_t lim = i + A->off + 1;
+      if (lim < visible) visible = lim;
+    }
+    if (visible < 0) visible = 0;
+    if (A->qt == XPU_DT_F32)
+      memcpy(qf, (const float *)A->q + task * A->D, (size_t)A->D * 4);
+    else
+      nv_f16_row_to_f32((const uint16_t *)A->q + task * A->D, qf, A->D);
+    for (int64_t d = 0; d < A->Dv; d++) acc[d] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t j0 = 0; j0 < visible; j0 += ATT_BLOCK) {
+      int64_t jb = visible - j0 < ATT_BLOCK ? visible - j0 : ATT_BLOCK;
+      float mb = -INFINITY;
+      for (int64_t j = 0; j < jb; j++) {
+        const uint8_t *kr = A->k + ((size_t)((j0 + j) * A->Hkv + hk) * (size_t)A->D) * ke;
+        s[j] = A->scale * dot_k(qf, kr, A->kt, A->D);
+        mb = fmaxf(mb, s[j]);
+      }
+      float c = 1.0f;
+      if (mb > m) {
+        c = m == -INFINITY ? 0.0f : expf(m - mb);
+        l *= c;
+        m = mb;
+      }
+      int64_t j = 0;
+      for (; j + 4 <= jb; j += 4) vst1q_f32(s + j, v_exp(vsubq_f32(vld1q_f32(s + j), vdupq_n_f32(m))));
+      for (; j < jb; j++) s[j] = expf(s[j] - m);
+      for (j = 0; j < jb; j++) {
+        const uint8_t *vr = A->v + ((size_t)((j0 + j) * A->Hkv + hk) * (size_t)A->Dv) * ve;
+        axpy_v(acc, j == 0 ? c : 1.0f, s[j], vr, A->vt, A->Dv);
+        l += s[j];
+      }
+    }
+    float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int64_t d = 0; d < A->Dv; d++) acc[d] *= inv;
+    if (A->qt == XPU_DT_F32)
+      memcpy((float *)A->o + task * A->Dv, acc, (size_t)A->Dv * 4);
+    else
+      nv_f32_row_to_f16(acc, (uint16_t *)A->o + task * A->Dv, A->Dv);
+  }
+}
+
+uint64_t nv_attention_scratch(const xpu_ir_graph *g, const xpu_ir_node *n) {
+  const xpu_ir_tensor *q = &g->tensors[n->inputs[0]], *v = &g->tensors[n->inputs[2]];
+  return ((uint64_t)q->shape[2] + (uint64_t)v->shape[2] + ATT_BLOCK) * 4 + 64;
+}
+
+xpu_status nv_k_attention(nv_run *r, const xpu_ir_node *n) {
+  const xpu_ir_graph *g = r->g;
+  const xpu_ir_tensor *q = &g->tensors[n->inputs[0]], *k = &g->tensors[n->inputs[1]], *v = &g->tensors[n->inputs[2]];
+  att_args A;
+  memset(&A, 0, sizeof A);
+  A.q = r->ptr[n->inputs[0]];
+  A.k = r->ptr[n->inputs[1]];
+  A.v = r->ptr[n->inputs[2]];
+  A.o = r->ptr[n->output];
+  A.qt = q->dtype;
+  A.kt = k->dtype;
+  A.vt = v->dtype;
+  A.Tq = q->shape[0];
+  A.Hq = q->shape[1];
+  A.D = q->shape[2];
+  A.Tk = k->shape[0];
+  A.Hkv = k->shape[1];
+  A.Dv = v->shape[2];
+  A.causal = n->iattr[0] == 1;
+  A.off = n->iattr[1];
+  if (n->n_inputs == 4) {
+    int32_t off;
+    memcpy(&off, r->ptr[n->inputs[3]], 4);
+    A.off = off;
+  }
+  A.scale = n->fattr[0] != 0 ? n->fattr[0] : (A.D > 0 ? 1.0f / sqrtf((float)A.D) : 1.0f);
+  A.r = r;
+  if (A.Tq * A.Hq * A.Dv == 0) return XPU_OK;
+  nv_parallel(r, A.Tq * A.Hq * (A.Tk + 1) * (A.D + A.Dv), att_task, &A);
+  return XPU_OK;
+}

@@ -1,0 +1,409 @@
+/*
+ * k_matmul.c: MATMUL out[..., m, n] = sum_k a[..., m, k] * b[..., n, k].
+ *
+ *  - float b (F32/F16/BF16, and I8 with its scale), M >= GEMV_MAX_M: a packed, cache-blocked
+ *    GEMM (Goto's loop order: B blocks of NC x KC packed once and shared by the threads, A blocks
+ *    of MC x KC packed per thread, an MR x NR register micro-kernel). Packing converts b to f32,
+ *    so every float b dtype shares one micro-kernel.
+ *  - float b, small M (decode): one pass over b, a dot product per row, split over N.
+ *  - Q8_0/Q4_0 b: a quantized to Q8_0 per row, int8 block dot products (k_quant.c).
+ */
+#include <stdio.h>
+#include <string.h>
+#if defined(__x86_64__) && defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "neon.h"
+#include "neon_simd.h"
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
+#define MR 6
+#define NR 16
+#else
+#define MR 8
+#define NR 8
+#endif
+#define KC 256
+#define NC 1024
+#define MC (MR * 8)
+#define GEMV_MAX_M 3
+
+/* ---------------------------------------------------------------- row access */
+
+/* kc values of b's row starting at column k0, as f32 */
+static void b_row_f32(uint32_t bt, const uint8_t *row, int64_t k0, int64_t kc, float scale, float *dst) {
+  switch (bt) {
+  case XPU_DT_F32: memcpy(dst, (const float *)row + k0, (size_t)kc * 4); break;
+  case XPU_DT_F16: nv_f16_row_to_f32((const uint16_t *)row + k0, dst, kc); break;
+  case XPU_DT_BF16:
+    for (int64_t k = 0; k < kc; k++) dst[k] = nv_bf16_to_f32(((const uint16_t *)row)[k0 + k]);
+    break;
+  default:
+    for (int64_t k = 0; k < kc; k++) dst[k] = scale * (float)((const int8_t *)row)[k0 + k];
+    break;
+  }
+}
+
+static float dot_f32(const float *a, const float *b, int64_t k) {
+  float32x4_t s0 = vdupq_n_f32(0), s1 = s0, s2 = s0, s3 = s0;
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
+    s1 = vfmaq_f32(s1, vld1q_f32(a + i + 4), vld1q_f32(b + i + 4));
+    s2 = vfmaq_f32(s2, vld1q_f32(a + i + 8), vld1q_f32(b + i + 8));
+    s3 = vfmaq_f32(s3, vld1q_f32(a + i + 12), vld1q_f32(b + i + 12));
+  }
+  for (; i + 4 <= k; i += 4) s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
+  float s = v_hsum(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
+  for (; i < k; i++) s += a[i] * b[i];
+  return s;
+}
+
+static float dot_f16(const float *a, const uint16_t *b, int64_t k) {
+  float32x4_t s0 = vdupq_n_f32(0), s1 = s0;
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    s0 = vfmaq_f32(s0, vld1q_f32(a + i), vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(b + i))));
+    s1 = vfmaq_f32(s1, vld1q_f32(a + i + 4), vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(b + i + 4))));
+  }
+  float s = v_hsum(vaddq_f32(s0, s1));
+  for (; i < k; i++) s += a[i] * nv_f16_to_f32(b[i]);
+  return s;
+}
+
+static float dot_bf16(const float *a, const uint16_t *b, int64_t k) {
+  float32x4_t s0 = vdupq_n_f32(0);
+  int64_t i = 0;
+  for (; i + 4 <= k; i += 4) {
+    uint32x4_t w = vshlq_n_u32(vmovl_u16(vld1_u16(b + i)), 16);
+    s0 = vfmaq_f32(s0, vld1q_f32(a + i), vreinterpretq_f32_u32(w));
+  }
+  float s = v_hsum(s0);
+  for (; i < k; i++) s += a[i] * nv_bf16_to_f32(b[i]);
+  return s;
+}
+
+static float dot_i8(const float *a, const int8_t *b, int64_t k, float scale) {
+  float32x4_t s0 = vdupq_n_f32(0), s1 = s0;
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    int16x8_t w = vmovl_s8(vld1_s8(b + i));
+    s0 = vfmaq_f32(s0, vld1q_f32(a + i), vcvtq_f32_s32(vmovl_s16(vget_low_s16(w))));
+    s1 = vfmaq_f32(s1, vld1q_f32(a + i + 4), vcvtq_f32_s32(vmovl_s16(vget_high_s16(w))));
+  }
+  float s = v_hsum(vaddq_f32(s0, s1));
+  for (; i < k; i++) s += a[i] * (float)b[i];
+  return s * scale;
+}
+
+/* ---------------------------------------------------------------- micro-kernel */
+
+/* C[mr x nr] (+)= Ap[kc x MR] * Bp[kc x NR]; Ap, Bp packed k-major, zero padded */
+static void ukernel(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, int mr, int nr,
+                    int first) {
+  float tile[MR * NR];
+#if MR == 6 && NR == 16
+  __m256 acc[MR][2];
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < kc; k++, ap += MR, bp += NR) {
+    __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++) {
+      __m256 a = _mm256_broadcast_ss(ap + i);
+      acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; i++) {
+    _mm256_storeu_ps(tile + i * NR, acc[i][0]);
+    _mm256_storeu_ps(tile + i * NR + 8, acc[i][1]);
+  }
+#else
+  float32x4_t c00 = vdupq_n_f32(0), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+  float32x4_t c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+  for (int64_t k = 0; k < kc; k++, ap += MR, bp += NR) {
+    float32x4_t b0 = vld1q_f32(bp), b1 = vld1q_f32(bp + 4);
+    float32x4_t a0 = vld1q_f32(ap), a1 = vld1q_f32(ap + 4);
+    c00 = vfmaq_laneq_f32(c00, b0, a0, 0);
+    c01 = vfmaq_laneq_f32(c01, b1, a0, 0);
+    c10 = vfmaq_laneq_f32(c10, b0, a0, 1);
+    c11 = vfmaq_laneq_f32(c11, b1, a0, 1);
+    c20 = vfmaq_laneq_f32(c20, b0, a0, 2);
+    c21 = vfmaq_laneq_f32(c21, b1, a0, 2);
+    c30 = vfmaq_laneq_f32(c30, b0, a0, 3);
+    c31 = vfmaq_laneq_f32(c31, b1, a0, 3);
+    c40 = vfmaq_laneq_f32(c40, b0, a1, 0);
+    c41 = vfmaq_laneq_f32(c41, b1, a1, 0);
+    c50 = vfmaq_laneq_f32(c50, b0, a1, 1);
+    c51 = vfmaq_laneq_f32(c51, b1, a1, 1);
+    c60 = vfmaq_laneq_f32(c60, b0, a1, 2);
+    c61 = vfmaq_laneq_f32(c61, b1, a1, 2);
+    c70 = vfmaq_laneq_f32(c70, b0, a1, 3);
+    c71 = vfmaq_laneq_f32(c71, b1, a1, 3);
+  }
+  vst1q_f32(tile + 0, c00), vst1q_f32(tile + 4, c01), vst1q_f32(tile + 8, c10), vst1q_f32(tile + 12, c11);
+  vst1q_f32(tile + 16, c20), vst1q_f32(tile + 20, c21), vst1q_f32(tile + 24, c30), vst1q_f32(tile + 28, c31);
+  vst1q_f32(tile + 32, c40), vst1q_f32(tile + 36, c41), vst1q_f32(tile + 40, c50), vst1q_f32(tile + 44, c51);
+  vst1q_f32(tile + 48, c60), vst1q_f32(tile + 52, c61), vst1q_f32(tile + 56, c70), vst1q_f32(tile + 60, c71);
+#endif
+  for (int i = 0; i < mr; i++) {
+    float *cr = c + i * ldc;
+    const float *t = tile + i * NR;
+    if (first)
+      memcpy(cr, t, (size_t)nr * 4);
+    else
+      for (int j = 0; j < nr; j++) cr[j] += t[j];
+  }
+}
+
+/* ---------------------------------------------------------------- drivers */
+
+typedef struct {
+  nv_run *r;
+  const float *a; /* f32 rows, lda = K */
+  const uint8_t *b;
+  uint32_t bt;
+  float scale;
+  float *c;
+  int64_t M, N, K, bstride; /* bstride: bytes per b row */
+  /* gemm block */
+  float *bp;
+  int64_t jc, nc, pc, kc;
+  /* quantized */
+  float *qd;
+  int8_t *qq;
+  nv_qdot_fn qdot;
+} mm_args;
+
+static void pack_b_task(void *p, int tid, int nth) {
+  mm_args *A = (mm_args *)p;
+  int64_t panels = (A->nc + NR - 1) / NR, p0, p1;
+  nv_range(panels, tid, nth, 1, &p0, &p1);
+  float row[KC];
+  for (int64_t pi = p0; pi < p1; pi++) {
+    float *dst = A->bp + pi * A->kc * NR;
+    for (int j = 0; j < NR; j++) {
+      int64_t n = A->jc + pi * NR + j;
+      if (n < A->jc + A->nc) {
+        b_row_f32(A->bt, A->b + n * A->bstride, A->pc, A->kc, A->scale, row);
+        for (int64_t k = 0; k < A->kc; k++) dst[k * NR + j] = row[k];
+      } else {
+        for (int64_t k = 0; k < A->kc; k++) dst[k * NR + j] = 0.0f;
+      }
+    }
+  }
+}
+
+static void pack_a(const mm_args *A, int64_t m0, int64_t mrows, float *ap) {
+  for (int64_t t = 0; t < (mrows + MR - 1) / MR; t++) {
+    float *dst = ap + t * A->kc * MR;
+    for (int i = 0; i < MR; i++) {
+      int64_t m = m0 + t * MR + i;
+      if (m < m0 + mrows) {
+        const float *src = A->a + m * A->K + A->pc;
+        for (int64_t k = 0; k < A->kc; k++) dst[k * MR + i] = src[k];
+      } else {
+        for (int64_t k = 0; k < A->kc; k++) dst[k * MR + i] = 0.0f;
+      }
+    }
+  }
+}
+
+static void gemm_task(void *p, int tid, int nth) {
+  mm_args *A = (mm_args *)p;
+  int64_t mtiles = (A->M + MR - 1) / MR, panels = (A->nc + NR - 1) / NR;
+  int64_t t0 = 0, t1 = mtiles, q0 = 0, q1 = panels;
+  if (mtiles >= 2 * nth || panels < nth)
+    nv_range(mtiles, tid, nth, 1, &t0, &t1);
+  else
+    nv_range(panels, tid, nth, 1, &q0, &q1);
+  float *ap = (float *)nv_scratch(A->r, tid);
+  for (int64_t tb = t0; tb < t1; tb += MC / MR) {
+    int64_t te = tb + MC / MR < t1 ? tb + MC / MR : t1;
+    int64_t m0 = tb * MR, mrows = (te * MR < A->M ? te * MR : A->M) - m0;
+    pack_a(A, m0, mrows, ap);
+    for (int64_t q = q0; q < q1; q++) {
+      int64_t n0 = A->jc + q * NR;
+      int nr = (int)(A->jc + A->nc - n0 < NR ? A->jc + A->nc - n0 : NR);
+      for (int64_t t = tb; t < te; t++) {
+        int64_t m = t * MR;
+        int mr = (int)(A->M - m < MR ? A->M - m : MR);
+        ukernel(A->kc, ap + (t - tb) * A->kc * MR, A->bp + q * A->kc * NR, A->c + m * A->N + n0, A->N, mr, nr,
+                A->pc == 0);
+      }
+    }
+  }
+}
+
+static void gemv_task(void *p, int tid, int nth) {
+  mm_args *A = (mm_args *)p;
+  int64_t n0, n1;
+  nv_range(A->N, tid, nth, 16, &n0, &n1);
+  for (int64_t n = n0; n < n1; n++) {
+    const uint8_t *row = A->b + n * A->bstride;
+    for (int64_t m = 0; m < A->M; m++) {
+      const float *a = A->a + m * A->K;
+      float s;
+      switch (A->bt) {
+      case XPU_DT_F32: s = dot_f32(a, (const float *)row, A->K); break;
+      case XPU_DT_F16: s = dot_f16(a, (const uint16_t *)row, A->K); break;
+      case XPU_DT_BF16: s = dot_bf16(a, (const uint16_t *)row, A->K); break;
+      default: s = dot_i8(a, (const int8_t *)row, A->K, A->scale); break;
+      }
+      A->c[m * A->N + n] = s;
+    }
+  }
+}
+
+static void quant_a_task(void *p, int tid, int nth) {
+  mm_args *A = (mm_args *)p;
+  int64_t m0, m1;
+  nv_range(A->M, tid, nth, 1, &m0, &m1);
+  for (int64_t m = m0; m < m1; m++) nv_quantize_row_q8(A->a + m * A->K, A->K, A->qd + m * (A->K / 32), A->qq + m * A->K);
+}
+
+static void qmm_task(void *p, int tid, int nth) {
+  mm_args *A = (mm_args *)p;
+  int64_t n0, n1, nb = A->K / 32;
+  nv_range(A->N, tid, nth, 8, &n0, &n1);
+  /* 8 weight rows stay in L1 while every activation row passes over them */
+  for (int64_t nc = n0; nc < n1; nc += 8) {
+    int64_t ne = nc + 8 < n1 ? nc + 8 : n1;
+    for (int64_t m = 0; m < A->M; m++)
+      for (int64_t n = nc; n < ne; n++)
+        A->c[m * A->N + n] = A->qdot(A->b + n * A->bstride, A->qd + m * nb, A->qq + m * A->K, nb);
+  }
+}
+
+typedef struct {
+  const uint16_t *src;
+  float *dst;
+  int64_t n;
+} cvt_args;
+
+static void cvt_task(void *p, int tid, int nth) {
+  cvt_args *A = (cvt_args *)p;
+  int64_t b, e;
+  nv_range(A->n, tid, nth, 1024, &b, &e);
+  nv_f16_row_to_f32(A->src + b, A->dst + b, e - b);
+}
+
+static int is_quant(uint32_t bt) { return bt == XPU_DT_Q8_0 || bt == XPU_DT_Q4_0; }
+
+/* per-thread: the packed A block (GEMM) */
+uint64_t nv_matmul_scratch(const xpu_ir_graph *g, const xpu_ir_node *n) {
+  (void)g;
+  (void)n;
+  return (uint64_t)MC * KC * 4 + 64;
+}
+
+/* bytes of the node-wide work area after the f16 copy of a: packed B block or quantized a */
+static uint64_t work_bytes(uint32_t bt, uint64_t M, uint64_t K) {
+  if (is_quant(bt)) return (M * (K / 32) * 4 + 63) / 64 * 64 + (M * K + 63) / 64 * 64;
+  return (uint64_t)NC * KC * 4;
+}
+
+/* shared by the threads of one node: [f32 copy of an f16 a][work area][f32 result of an f16 out] */
+uint64_t nv_matmul_shared(const xpu_ir_graph *g, const xpu_ir_node *n) {
+  const xpu_ir_tensor *a = &g->tensors[n->inputs[0]], *b = &g->tensors[n->inputs[1]];
+  const xpu_ir_tensor *o = &g->tensors[n->output];
+  uint64_t K = (uint64_t)a->shape[a->rank - 1], M = a->rank >= 2 ? (uint64_t)a->shape[a->rank - 2] : 1;
+  uint64_t N = (uint64_t)b->shape[b->rank - 2];
+  uint64_t s = work_bytes(b->dtype, M, K);
+  if (a->dtype == XPU_DT_F16) s += (M * K * 4 + 63) / 64 * 64;
+  if (o->dtype == XPU_DT_F16) s += M * N * 4;
+  return s;
+}
+
+xpu_status nv_k_matmul(nv_run *r, const xpu_ir_node *n) {
+  const xpu_ir_graph *g = r->g;
+  const xpu_ir_tensor *ta = &g->tensors[n->inputs[0]], *tb = &g->tensors[n->inputs[1]], *to = &g->tensors[n->output];
+  int64_t K = ta->shape[ta->rank - 1], M = ta->rank >= 2 ? ta->shape[ta->rank - 2] : 1;
+  int64_t N = tb->shape[tb->rank - 2];
+  uint32_t bt = tb->dtype;
+  int64_t bstride = (int64_t)(K / xpu_dtype_block_len(bt)) * xpu_dtype_block_bytes(bt);
+  /* batch: up to two leading dims of the output, broadcast over a and b */
+  int64_t ob[2] = {1, 1}, sa[2] = {0, 0}, sb[2] = {0, 0};
+  uint32_t obr = to->rank >= 2 ? to->rank - 2 : 0;
+  for (uint32_t i = 0; i < obr; i++) ob[2 - obr + i] = to->shape[i];
+  if (ta->rank > 2) {
+    int64_t st = M * K;
+    for (int i = (int)ta->rank - 3, j = 1; i >= 0; i--, j--) {
+      sa[j] = ta->shape[i] == 1 ? 0 : st;
+      st *= ta->shape[i];
+    }
+  }
+  if (tb->rank > 2) {
+    int64_t st = N * K;
+    for (int i = (int)tb->rank - 3, j = 1; i >= 0; i--, j--) {
+      sb[j] = tb->shape[i] == 1 ? 0 : st;
+      st *= tb->shape[i];
+    }
+  }
+  if (M == 0 || N == 0) return XPU_OK;
+  int a16 = ta->dtype == XPU_DT_F16;
+  uint8_t *shared = r->shared;
+  float *abuf = NULL;
+  if (a16) {
+    abuf = (float *)shared;
+    shared += ((uint64_t)M * K * 4 + 63) / 64 * 64;
+  }
+  float *cbuf = NULL;
+  int c16 = to->dtype == XPU_DT_F16;
+  for (int64_t b0 = 0; b0 < ob[0]; b0++)
+    for (int64_t b1 = 0; b1 < ob[1]; b1++) {
+      int64_t bi = b0 * ob[1] + b1;
+      mm_args A;
+      memset(&A, 0, sizeof A);
+      A.r = r;
+      A.M = M;
+      A.N = N;
+      A.K = K;
+      A.bt = bt;
+      A.scale = n->fattr[0];
+      A.bstride = bstride;
+      int64_t aoff = b0 * sa[0] + b1 * sa[1];
+      if (a16) {
+        cvt_args C = {(const uint16_t *)r->ptr[n->inputs[0]] + aoff, abuf, M * K};
+        nv_parallel(r, M * K, cvt_task, &C);
+        A.a = abuf;
+      } else {
+        A.a = (const float *)r->ptr[n->inputs[0]] + aoff;
+      }
+      /* element offset of this batch in b, in bytes per element of the plain dtypes */
+      A.b = r->ptr[n->inputs[1]] + (b0 * sb[0] + b1 * sb[1]) / K * bstride;
+      if (c16) {
+        /* f16 output: compute into f32 then round once; reuse the per-thread-free shared tail */
+        cbuf = (float *)(shared + work_bytes(bt, (uint64_t)M, (uint64_t)K));
+        A.c = cbuf;
+      } else {
+        A.c = (float *)r->ptr[n->output] + bi * M * N;
+      }
+      if (K == 0) {
+        memset(A.c, 0, (size_t)(M * N) * 4);
+      } else if (is_quant(bt)) {
+        A.qd = (float *)shared;
+        A.qq = (int8_t *)(shared + ((uint64_t)M * (K / 32) * 4 + 63) / 64 * 64);
+        A.qdot = nv_qdot_select(bt, nv_have_dotprod());
+        nv_parallel(r, M * K, quant_a_task, &A);
+        nv_parallel(r, M * N * K, qmm_task, &A);
+      } else if (M <= GEMV_MAX_M) {
+        nv_parallel(r, M * N * K, gemv_task, &A);
+      } else {
+        A.bp = (float *)shared;
+        for (A.jc = 0; A.jc < N; A.jc += NC) {
+          A.nc = N - A.jc < NC ? N - A.jc : NC;
+          for (A.pc = 0; A.pc < K; A.pc += KC) {
+            A.kc = K - A.pc < KC ? K - A.pc : KC;
+            nv_parallel(r, A.nc * A.kc * 16, pack_b_task, &A);
+            nv_parallel(r, M * A.nc * A.kc, gemm_task, &A);
+          }
+        }
+      }
+      if (c16) nv_f32_row_to_f16(cbuf, (uint16_t *)r->ptr[n->output] + bi * M * N, M * N);
+    }
+  return XPU_OK;
+}

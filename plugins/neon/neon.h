@@ -1,0 +1,224 @@
+/*
+ * neon.h: the NEON plugin's internal objects and the interfaces between its files.
+ *
+ * Object graph: context -> buffers, executables, fences; executable -> executions. Every object
+ * is reached through a registry handle (xpu_plugin.h). Buffers are reference counted because an
+ * executable's constants and an execution's bindings keep the bytes alive after the host
+ * released the handle; everything else is owned by its handle.
+ */
+#ifndef NEON_H
+#define NEON_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "xpu_backend.h"
+#include "xpu_ir.h"
+#include "xpu_plugin.h"
+
+enum { OBJ_CONTEXT = 1, OBJ_BUFFER, OBJ_EXECUTABLE, OBJ_EXECUTION, OBJ_FENCE };
+
+#define NV_MAX_CPUS 256
+#define NV_ALIGN 64
+
+extern xpu_registry nv_reg;
+
+/* ---------------------------------------------------------------- thread pool (pool.c) */
+
+/* Which cores a parallel region runs on; switching between two configs costs one
+ * sched_setaffinity per worker and nothing else. */
+typedef struct nv_cpuset {
+  int n;       /* 0 = no pinning */
+  int cpu[NV_MAX_CPUS];
+} nv_cpuset;
+
+typedef void (*nv_task_fn)(void *arg, int tid, int nth);
+
+typedef struct nv_pool nv_pool;
+
+/* Creates n worker threads (n >= 1) pinned round-robin to cpus. */
+nv_pool *nv_pool_create(int n, const nv_cpuset *cpus, char *err, size_t errcap);
+/* Joins every worker. */
+void nv_pool_destroy(nv_pool *p);
+int nv_pool_size(const nv_pool *p);
+/* Runs fn(arg, tid, nth) for tid in [0, nth) and returns when all are done. nth is clamped
+ * to the pool size; nth == 1 without pinning runs on the calling thread. cpus (may be NULL:
+ * the pool's own set) re-pins the workers first if it differs from the current pinning. */
+void nv_pool_run(nv_pool *p, const nv_cpuset *cpus, int nth, nv_task_fn fn, void *arg);
+
+/* Parses "0,1,4-7" into set; returns 0 on success, -1 on a malformed list. */
+int nv_parse_cpus(const char *s, nv_cpuset *set);
+
+/* [begin, end) of n items for thread tid of nth, in contiguous chunks of `align` items. */
+static inline void nv_range(int64_t n, int tid, int nth, int64_t align, int64_t *b, int64_t *e) {
+  int64_t blocks = (n + align - 1) / align;
+  int64_t per = blocks / nth, rem = blocks % nth;
+  int64_t bb = tid * per + (tid < rem ? tid : rem);
+  int64_t be = bb + per + (tid < rem ? 1 : 0);
+  *b = bb * align < n ? bb * align : n;
+  *e = be * align < n ? be * align : n;
+}
+
+/* ---------------------------------------------------------------- objects */
+
+typedef struct nv_context nv_context;
+
+typedef struct nv_buffer {
+  atomic_int refs;     /* the handle + every executable / execution that uses the bytes */
+  atomic_int inflight; /* executions running right now with this buffer bound */
+  atomic_int mapped;
+  nv_context *ctx;
+  uint8_t *data;
+  uint64_t size;
+  int owned;           /* 1: plugin memory (free), 2: mmap of an fd (munmap), 0: host memory */
+  void *map_base;      /* for fd imports: the page-aligned mapping */
+  uint64_t map_len;
+} nv_buffer;
+
+void nv_buffer_unref(nv_buffer *b);
+
+typedef struct nv_fence {
+  nv_context *ctx;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint64_t value;
+  xpu_status failed; /* status of a failed submission that was to signal this fence */
+  uint64_t failed_value;
+  int users; /* queued jobs that wait on or signal this fence: it cannot be released before */
+} nv_fence;
+
+struct nv_job;
+
+struct nv_context {
+  uint32_t device;
+  atomic_int children;
+  nv_pool *pool;
+  nv_cpuset cpus;
+  int threads;
+  /* async queue: one thread per context, started by the first submit */
+  pthread_mutex_t qmu;
+  pthread_cond_t qcv;
+  struct nv_job *qhead, *qtail;
+  int qstarted, qstop;
+  pthread_t qthread;
+};
+
+/* where one graph tensor lives during an execution */
+enum { LOC_CONST = 0, LOC_IO = 1, LOC_ARENA = 2 };
+
+typedef struct nv_tensor_plan {
+  int loc;
+  uint32_t io;      /* LOC_IO: binding index */
+  uint64_t offset;  /* LOC_ARENA: offset in the arena */
+  uint8_t *cdata;   /* LOC_CONST */
+  uint64_t nbytes;
+} nv_tensor_plan;
+
+typedef struct nv_executable {
+  nv_context *ctx;
+  void *blob; /* our copy of the IR: the parsed view points into it */
+  xpu_ir_graph g;
+  nv_tensor_plan *plan;
+  nv_buffer **consts; /* referenced constant buffers */
+  uint32_t n_consts;
+  uint64_t arena_bytes;
+  uint64_t scratch_bytes; /* per thread */
+  uint64_t shared_bytes;  /* node-wide work area */
+  nv_cpuset cpus;         /* prepare option, else the context's */
+  int threads;
+  atomic_int executions;
+} nv_executable;
+
+enum { EX_IDLE = 0, EX_QUEUED = 1, EX_RUNNING = 2 };
+
+typedef struct nv_execution {
+  nv_executable *exe;
+  xpu_handle handle;
+  uint32_t n_io;
+  nv_buffer **bind;
+  uint64_t *bind_off;
+  uint8_t *arena;
+  uint8_t *scratch; /* threads * scratch_bytes */
+  uint8_t *shared;
+  int scratch_threads;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int state;
+} nv_execution;
+
+/* ---------------------------------------------------------------- graph (graph.c) */
+
+/* Checks node n against OPS.md and what the kernels assume. On NO, reason says why. precision
+ * receives the XPU_PREC_* the kernel runs at. */
+int nv_node_supported(const xpu_ir_graph *g, const xpu_ir_node *n, uint32_t *precision,
+                      char *reason, size_t cap);
+/* Static answer for op_support. */
+uint32_t nv_op_support(const xpu_op_query *q);
+/* Builds the memory plan of exe (after parse and per-node checks). */
+xpu_status nv_plan(nv_executable *exe, char *err, size_t cap);
+
+/* ---------------------------------------------------------------- execution (exec.c) */
+
+/* What a kernel sees: the tensors' addresses and the pool. */
+typedef struct nv_run {
+  const xpu_ir_graph *g;
+  uint8_t **ptr; /* per tensor */
+  nv_pool *pool;
+  const nv_cpuset *cpus;
+  int nth;
+  uint8_t *scratch;
+  uint64_t scratch_bytes; /* per thread */
+  uint8_t *shared;        /* one area for all threads of a node */
+  char err[256];
+} nv_run;
+
+xpu_status nv_execute(nv_execution *ex);
+
+/* ---------------------------------------------------------------- kernels (k_*.c) */
+
+/* per-thread scratch a node needs, in bytes */
+uint64_t nv_node_scratch(const xpu_ir_graph *g, const xpu_ir_node *n);
+
+uint64_t nv_node_shared(const xpu_ir_graph *g, const xpu_ir_node *n);
+uint64_t nv_matmul_shared(const xpu_ir_graph *g, const xpu_ir_node *n);
+uint64_t nv_matmul_scratch(const xpu_ir_graph *g, const xpu_ir_node *n);
+uint64_t nv_attention_scratch(const xpu_ir_graph *g, const xpu_ir_node *n);
+void nv_softmax_row(const float *x, float *o, int64_t n, int64_t valid, float scale);
+
+xpu_status nv_k_binary(nv_run *r, const xpu_ir_node *n);
+xpu_status nv_k_unary(nv_run *r, const xpu_ir_node *n);
+xpu_status nv_k_norm(nv_run *r, const xpu_ir_node *n);
+xpu_status nv_k_softmax(nv_run *r, const xpu_ir_node *n);
+xpu_status nv_k_matmul(nv_run *r, const xpu_ir_node *n);
+xpu_status nv_k_rope(nv_run *r, const xpu_ir_node *n);
+xpu_status nv_k_attention(nv_run *r, const xpu_ir_node *n);
+xpu_status nv_k_get_rows(nv_run *r, const xpu_ir_node *n);
+xpu_status nv_k_cast(nv_run *r, const xpu_ir_node *n);
+xpu_status nv_k_quantize(nv_run *r, const xpu_ir_node *n);
+xpu_status nv_k_dequantize(nv_run *r, const xpu_ir_node *n);
+xpu_status nv_k_reshape(nv_run *r, const xpu_ir_node *n);
+xpu_status nv_k_permute(nv_run *r, const xpu_ir_node *n);
+xpu_status nv_k_slice(nv_run *r, const xpu_ir_node *n);
+xpu_status nv_k_concat(nv_run *r, const xpu_ir_node *n);
+
+/* Runs fn on the execution's threads (1 thread when work is below the threshold). */
+static inline void nv_parallel(nv_run *r, int64_t work, nv_task_fn fn, void *arg) {
+  int nth = r->nth;
+  if (work < 32768) nth = 1; /* a region costs a few microseconds: not worth it for tiny ops */
+  nv_pool_run(r->pool, r->cpus, nth, fn, arg);
+}
+
+static inline void *nv_scratch(nv_run *r, int tid) { return r->scratch + (uint64_t)tid * r->scratch_bytes; }
+
+/* elements per dtype for the plain types */
+static inline uint32_t nv_elem_size(uint32_t dt) { return xpu_dtype_block_bytes(dt); }
+
+/* quantized dot products (k_quant.c): a Q8_0/Q4_0 weight row of nb blocks times an activation
+ * row quantized by nv_quantize_row_q8 (scales ad, values aq) */
+typedef float (*nv_qdot_fn)(const uint8_t *wrow, const float *ad, const int8_t *aq, int64_t nb);
+void nv_quantize_row_q8(const float *x, int64_t k, float *d, int8_t *q);
+nv_qdot_fn nv_qdot_select(uint32_t dtype, int dotprod);
+int nv_have_dotprod(void);
+
+#endif /* NEON_H */

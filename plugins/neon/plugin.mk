@@ -1,0 +1,59 @@
+# NEON CPU plugin. One NEON source: native on aarch64, through SIMDe on x86-64. The shipped
+# x86-64 build is portable (SSE2 baseline); libxpu-neon-avx2.so is the same source built for
+# AVX2/FMA/F16C and probes higher where the CPU has them (0 with the reason elsewhere), so the
+# loader picks the best build that runs. The arm64 build picks vdotq_s32 at run time.
+NEON_SRCS := $(wildcard plugins/neon/*.c)
+NEON_HDRS := $(wildcard plugins/neon/*.h)
+NEON_SO   := $(PLUGIN_DIR)/libxpu-neon.so
+NEON_AVX2 := $(PLUGIN_DIR)/libxpu-neon-avx2.so
+NEON_ARM64 := $(BUILD)/arm64/plugins/libxpu-neon.so
+NEON_CFLAGS := $(filter-out -O2,$(PLUGIN_CFLAGS)) -O3
+
+PLUGINS += $(NEON_SO) $(NEON_AVX2)
+PLUGIN_TESTS += test-neon-smoke
+
+$(NEON_SO): $(NEON_SRCS) $(NEON_HDRS) $(COMMON_HDRS) plugins/neon/plugin.mk
+	@mkdir -p $(dir $@)
+	$(CC) $(NEON_CFLAGS) -DNV_VARIANT='"portable"' -o $@ $(NEON_SRCS) $(PLUGIN_LDFLAGS)
+
+$(NEON_AVX2): $(NEON_SRCS) $(NEON_HDRS) $(COMMON_HDRS) plugins/neon/plugin.mk
+	@mkdir -p $(dir $@)
+	$(CC) $(NEON_CFLAGS) -mavx2 -mfma -mf16c -DNV_VARIANT='"avx2"' -o $@ $(NEON_SRCS) $(PLUGIN_LDFLAGS)
+
+$(NEON_ARM64): $(NEON_SRCS) $(NEON_HDRS) $(COMMON_HDRS) plugins/neon/plugin.mk
+	@mkdir -p $(dir $@)
+	$(CC_ARM64) $(NEON_CFLAGS) -DNV_VARIANT='"arm64"' -o $@ $(NEON_SRCS) $(PLUGIN_LDFLAGS)
+
+$(BUILD)/neon-smoke: plugins/neon/test/smoke.c $(COMMON_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Iabi -Iplugins/common -D_GNU_SOURCE -o $@ $< -ldl -lm -lpthread
+
+# The C smoke test under valgrind (leaks and out-of-bounds accesses fail it) for both x86-64
+# builds.
+.PHONY: test-neon-smoke
+test-neon-smoke: $(NEON_SO) $(NEON_AVX2) $(BUILD)/neon-smoke
+	valgrind -q --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite $(BUILD)/neon-smoke $(NEON_SO)
+	$(BUILD)/neon-smoke $(NEON_AVX2)
+
+# arm64: the plugin and the Go tests of core and plugins/neon, cross-built and run under qemu.
+# The plugin is exercised twice: on qemu's default CPU (with dotprod) and on a Cortex-A53
+# model (without it), so that both int8 dot-product paths run.
+ARM64_TESTS := $(BUILD)/arm64/tests
+QEMU_ARM64 := qemu-aarch64 -L /usr/aarch64-linux-gnu
+
+test-arm64: $(NEON_ARM64) $(BUILD)/arm64/neon-smoke
+	@rm -rf $(ARM64_TESTS) && mkdir -p $(ARM64_TESTS)
+	GOARCH=arm64 CGO_ENABLED=0 $(GO) test -c -o $(ARM64_TESTS)/ ./core/...
+	GOARCH=arm64 CGO_ENABLED=0 $(GO) test -c -o $(ARM64_TESTS)/neon.test ./plugins/neon/
+	$(QEMU_ARM64) $(BUILD)/arm64/neon-smoke $(NEON_ARM64)
+	QEMU_CPU=cortex-a53 $(QEMU_ARM64) $(BUILD)/arm64/neon-smoke $(NEON_ARM64)
+	@set -e; root=$$(pwd); for t in $(ARM64_TESTS)/*.test; do \
+	  pkg=$$(basename $$t .test); \
+	  case $$pkg in neon) dir=plugins/neon;; core) dir=core;; *) dir=core/$$pkg;; esac; \
+	  echo "qemu-aarch64 $$t (in $$dir)"; \
+	  (cd $$dir && XPU_PLUGIN_PATH=$$root/$(dir $(NEON_ARM64)) $(QEMU_ARM64) $$root/$$t -test.short -test.count=1); \
+	done
+
+$(BUILD)/arm64/neon-smoke: plugins/neon/test/smoke.c $(COMMON_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC_ARM64) -std=c11 -O1 -g -Wall -Wextra -Werror -Iabi -Iplugins/common -D_GNU_SOURCE -o $@ $< -ldl -lm -lpthread

@@ -1,0 +1,175 @@
+/*
+ * pool.c: the plugin's thread pool. Workers are created once per context and sleep between
+ * parallel regions; a region is published by bumping a generation counter. Pinning is applied
+ * lazily when a region asks for a different CPU set than the current one, so an executable
+ * prepared for the "decode" cores and one for the "prefill" cores can alternate cheaply.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "neon.h"
+
+typedef struct nv_worker {
+  nv_pool *pool;
+  int tid;
+  pthread_t th;
+} nv_worker;
+
+struct nv_pool {
+  pthread_mutex_t run_mu; /* one region at a time: concurrent executions take turns per node */
+  pthread_mutex_t mu;
+  pthread_cond_t cv_work, cv_done;
+  int n;
+  nv_worker *w;
+  uint64_t gen;
+  int nth, pending, stop;
+  nv_task_fn fn;
+  void *arg;
+  nv_cpuset pinned, base;
+};
+
+static void *worker_main(void *p_) {
+  nv_worker *w = (nv_worker *)p_;
+  nv_pool *p = w->pool;
+  uint64_t seen = 0;
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    while (!p->stop && p->gen == seen) pthread_cond_wait(&p->cv_work, &p->mu);
+    if (p->stop) break;
+    seen = p->gen;
+    if (w->tid >= p->nth) continue;
+    nv_task_fn fn = p->fn;
+    void *arg = p->arg;
+    int nth = p->nth;
+    pthread_mutex_unlock(&p->mu);
+    fn(arg, w->tid, nth);
+    pthread_mutex_lock(&p->mu);
+    if (--p->pending == 0) pthread_cond_signal(&p->cv_done);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+static void pin_all(nv_pool *p, const nv_cpuset *s) {
+  if (s->n == p->pinned.n && memcmp(s->cpu, p->pinned.cpu, sizeof(int) * (size_t)s->n) == 0) return;
+  for (int i = 0; i < p->n; i++) {
+    cpu_set_t cs;
+    CPU_ZERO(&cs);
+    if (s->n == 0) {
+      /* unpinned: every online CPU */
+      long ncpu = sysconf(_SC_NPROCESSORS_CONF);
+      for (long c = 0; c < ncpu && c < CPU_SETSIZE; c++) CPU_SET((int)c, &cs);
+    } else {
+      CPU_SET(s->cpu[i % s->n], &cs);
+    }
+    /* a CPU outside the cgroup's set fails: the worker then stays where it was */
+    (void)pthread_setaffinity_np(p->w[i].th, sizeof cs, &cs);
+  }
+  p->pinned = *s;
+}
+
+nv_pool *nv_pool_create(int n, const nv_cpuset *cpus, char *err, size_t errcap) {
+  nv_pool *p = (nv_pool *)calloc(1, sizeof *p);
+  if (!p || n < 1) {
+    free(p);
+    snprintf(err, errcap, "thread pool: out of memory");
+    return NULL;
+  }
+  p->w = (nv_worker *)calloc((size_t)n, sizeof(nv_worker));
+  if (!p->w) {
+    free(p);
+    snprintf(err, errcap, "thread pool: out of memory");
+    return NULL;
+  }
+  pthread_mutex_init(&p->run_mu, NULL);
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->cv_work, NULL);
+  pthread_cond_init(&p->cv_done, NULL);
+  for (int i = 0; i < n; i++) {
+    p->w[i].pool = p;
+    p->w[i].tid = i;
+    int rc = pthread_create(&p->w[i].th, NULL, worker_main, &p->w[i]);
+    if (rc != 0) {
+      p->n = i;
+      nv_pool_destroy(p);
+      snprintf(err, errcap, "thread pool: pthread_create: %s", strerror(rc));
+      return NULL;
+    }
+    p->n = i + 1;
+  }
+  if (cpus) p->base = *cpus;
+  pin_all(p, &p->base);
+  return p;
+}
+
+void nv_pool_destroy(nv_pool *p) {
+  if (!p) return;
+  pthread_mutex_lock(&p->mu);
+  p->stop = 1;
+  pthread_cond_broadcast(&p->cv_work);
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 0; i < p->n; i++) pthread_join(p->w[i].th, NULL);
+  pthread_cond_destroy(&p->cv_work);
+  pthread_cond_destroy(&p->cv_done);
+  pthread_mutex_destroy(&p->mu);
+  pthread_mutex_destroy(&p->run_mu);
+  free(p->w);
+  free(p);
+}
+
+int nv_pool_size(const nv_pool *p) { return p->n; }
+
+void nv_pool_run(nv_pool *p, const nv_cpuset *cpus, int nth, nv_task_fn fn, void *arg) {
+  if (nth > p->n) nth = p->n;
+  if (nth < 1) nth = 1;
+  const nv_cpuset *want = cpus ? cpus : &p->base;
+  if (nth == 1 && want->n == 0) {
+    fn(arg, 0, 1);
+    return;
+  }
+  pthread_mutex_lock(&p->run_mu);
+  pin_all(p, want);
+  pthread_mutex_lock(&p->mu);
+  p->fn = fn;
+  p->arg = arg;
+  p->nth = nth;
+  p->pending = nth;
+  p->gen++;
+  pthread_cond_broadcast(&p->cv_work);
+  while (p->pending > 0) pthread_cond_wait(&p->cv_done, &p->mu);
+  pthread_mutex_unlock(&p->mu);
+  pthread_mutex_unlock(&p->run_mu);
+}
+
+int nv_parse_cpus(const char *s, nv_cpuset *set) {
+  set->n = 0;
+  const char *p = s;
+  while (*p) {
+    char *end;
+    long a = strtol(p, &end, 10);
+    if (end == p || a < 0 || a >= CPU_SETSIZE) return -1;
+    long b = a;
+    p = end;
+    if (*p == '-') {
+      p++;
+      b = strtol(p, &end, 10);
+      if (end == p || b < a || b >= CPU_SETSIZE) return -1;
+      p = end;
+    }
+    for (long c = a; c <= b; c++) {
+      if (set->n >= NV_MAX_CPUS) return -1;
+      set->cpu[set->n++] = (int)c;
+    }
+    if (*p == ',') {
+      p++;
+      if (!*p) return -1;
+    } else if (*p) {
+      return -1;
+    }
+  }
+  return set->n > 0 ? 0 : -1;
+}

@@ -1,0 +1,439 @@
+/*
+ * smoke.c: C-level check of libxpu-neon.so, run under valgrind by `make test` (and under qemu
+ * for the arm64 build): probe, device, every lifecycle error the ABI names, and small graphs
+ * built by hand in the IR (attention over a KV cache whose unused rows hold NaN, a quantized
+ * matmul, causal softmax) compared with a double-precision computation here.
+ *
+ * usage: neon-smoke path/to/libxpu-neon.so
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xpu_backend.h"
+#include "xpu_ir.h"
+
+static const xpu_api *api;
+static int failures;
+
+#define CHECK(cond, ...)                                                                         \
+  do {                                                                                           \
+    if (!(cond)) {                                                                               \
+      failures++;                                                                                \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                       \
+      fprintf(stderr, __VA_ARGS__);                                                              \
+      fprintf(stderr, "\n");                                                                     \
+    }                                                                                            \
+  } while (0)
+
+#define EXPECT(call, want)                                                                       \
+  do {                                                                                           \
+    xpu_status s_ = (call);                                                                      \
+    CHECK(s_ == (want), "%s returned %d, want %d", #call, s_, (want));                           \
+  } while (0)
+
+/* a status other than OK must come with a message on that handle */
+static void expect_err(xpu_status s, xpu_status want, xpu_handle h, const char *what) {
+  CHECK(s == want, "%s: status %d, want %d", what, s, want);
+  char buf[512];
+  uint32_t len = 0;
+  api->last_error(h, buf, sizeof buf, &len);
+  CHECK(len > 0, "%s: empty last_error", what);
+}
+
+/* ---------------------------------------------------------------- a tiny IR builder */
+
+typedef struct {
+  xpu_ir_tensor t[32];
+  xpu_ir_node n[16];
+  uint32_t in[8], out[8];
+  uint32_t nt, nn, ni, no;
+} graph;
+
+static uint32_t tensor(graph *g, uint32_t dt, uint32_t kind, int rank, const int64_t *shape) {
+  xpu_ir_tensor *t = &g->t[g->nt];
+  memset(t, 0, sizeof *t);
+  t->dtype = dt;
+  t->rank = (uint32_t)rank;
+  t->kind = kind;
+  for (int i = 0; i < XPU_MAX_RANK; i++) t->shape[i] = i < rank ? shape[i] : 1;
+  if (kind == XPU_TENSOR_INPUT) g->in[g->ni++] = g->nt;
+  return g->nt++;
+}
+
+static xpu_ir_node *node(graph *g, uint32_t op, uint32_t out, int nin, const uint32_t *in) {
+  xpu_ir_node *n = &g->n[g->nn++];
+  memset(n, 0, sizeof *n);
+  n->op = op;
+  n->n_inputs = (uint32_t)nin;
+  for (int i = 0; i < XPU_MAX_INPUTS; i++) n->inputs[i] = i < nin ? in[i] : XPU_NO_TENSOR;
+  n->output = out;
+  return n;
+}
+
+static void *encode(const graph *g, uint64_t *size) {
+  *size = sizeof(xpu_ir_header) + g->nt * sizeof(xpu_ir_tensor) + g->nn * sizeof(xpu_ir_node) +
+          (g->ni + g->no) * 4;
+  uint64_t *blob = calloc((*size + 7) / 8, 8);
+  xpu_ir_header h = {XPU_IR_MAGIC, XPU_IR_VERSION, 1, g->nt, g->nn, g->ni, g->no, 0};
+  uint8_t *p = (uint8_t *)blob;
+  memcpy(p, &h, sizeof h);
+  p += sizeof h;
+  memcpy(p, g->t, g->nt * sizeof(xpu_ir_tensor));
+  p += g->nt * sizeof(xpu_ir_tensor);
+  memcpy(p, g->n, g->nn * sizeof(xpu_ir_node));
+  p += g->nn * sizeof(xpu_ir_node);
+  memcpy(p, g->in, g->ni * 4);
+  memcpy(p + g->ni * 4, g->out, g->no * 4);
+  return blob;
+}
+
+static xpu_executable prepare(xpu_context ctx, const graph *g, const char *opts) {
+  uint64_t size;
+  void *blob = encode(g, &size);
+  xpu_prepare_desc d = {sizeof d, 0, blob, size, opts, NULL, 0};
+  xpu_executable exe = 0;
+  xpu_status s = api->graph_prepare(ctx, &d, &exe);
+  if (s != XPU_OK) {
+    char buf[512];
+    api->last_error(ctx, buf, sizeof buf, NULL);
+    CHECK(0, "graph_prepare: %d %s", s, buf);
+  }
+  free(blob);
+  return exe;
+}
+
+static xpu_buffer upload(xpu_context ctx, const void *data, uint64_t size) {
+  xpu_buffer b = 0;
+  EXPECT(api->buffer_alloc(ctx, size, XPU_BUFFER_HOST_VISIBLE, &b), XPU_OK);
+  if (data && size) EXPECT(api->buffer_write(b, 0, data, size), XPU_OK);
+  return b;
+}
+
+static float frand(unsigned *s) {
+  *s = *s * 1103515245u + 12345u;
+  return (float)((*s >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+}
+
+static double max_err(const float *got, const double *want, int n) {
+  double m = 0;
+  for (int i = 0; i < n; i++) {
+    double e = fabs((double)got[i] - want[i]);
+    if (!(e <= m)) m = e; /* NaN counts as the worst */
+  }
+  return m;
+}
+
+/* ---------------------------------------------------------------- cases */
+
+/* causal GQA attention reading a KV cache of capacity 8 of which only 5 rows are valid: the
+ * rest is NaN and must never be read. q_offset comes from an input. */
+static void test_attention(xpu_context ctx) {
+  enum { TQ = 2, HQ = 4, HKV = 2, D = 8, CAP = 8, VALID = 5 };
+  graph g = {0};
+  int64_t qs[3] = {TQ, HQ, D}, ks[3] = {VALID, HKV, D}, one[1] = {1};
+  uint32_t q = tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 3, qs);
+  uint32_t k = tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 3, ks);
+  uint32_t v = tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 3, ks);
+  uint32_t off = tensor(&g, XPU_DT_I32, XPU_TENSOR_INPUT, 1, one);
+  uint32_t o = tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 3, qs);
+  uint32_t ins[4] = {q, k, v, off};
+  xpu_ir_node *n = node(&g, XPU_OP_ATTENTION, o, 4, ins);
+  n->iattr[0] = 1;
+  g.out[g.no++] = o;
+  xpu_executable exe = prepare(ctx, &g, "threads=2");
+
+  unsigned seed = 1;
+  float qd[TQ * HQ * D], kd[CAP * HKV * D], vd[CAP * HKV * D], out[TQ * HQ * D];
+  for (int i = 0; i < TQ * HQ * D; i++) qd[i] = frand(&seed);
+  for (int i = 0; i < CAP * HKV * D; i++) {
+    kd[i] = i < VALID * HKV * D ? frand(&seed) : NAN;
+    vd[i] = i < VALID * HKV * D ? frand(&seed) : NAN;
+  }
+  int32_t qoff = VALID - TQ; /* the 2 queries are the last 2 positions */
+  xpu_buffer bq = upload(ctx, qd, sizeof qd), bk = upload(ctx, kd, sizeof kd), bv = upload(ctx, vd, sizeof vd);
+  xpu_buffer bo = upload(ctx, NULL, sizeof out), boff = upload(ctx, &qoff, 4);
+  xpu_execution ex = 0;
+  EXPECT(api->execution_create(exe, &ex), XPU_OK);
+  expect_err(api->execution_run(ex), XPU_E_BAD_STATE, ex, "run before bind");
+  EXPECT(api->execution_bind(ex, 0, bq, 0), XPU_OK);
+  EXPECT(api->execution_bind(ex, 1, bk, 0), XPU_OK);
+  EXPECT(api->execution_bind(ex, 2, bv, 0), XPU_OK);
+  EXPECT(api->execution_bind(ex, 3, boff, 0), XPU_OK);
+  expect_err(api->execution_bind(ex, 4, bo, 8), XPU_E_INVALID_ARG, ex, "bind past the end");
+  expect_err(api->execution_bind(ex, 5, bo, 0), XPU_E_INVALID_ARG, ex, "bind io out of range");
+  EXPECT(api->execution_bind(ex, 4, bo, 0), XPU_OK);
+  EXPECT(api->execution_run(ex), XPU_OK);
+  EXPECT(api->buffer_read(bo, 0, out, sizeof out), XPU_OK);
+
+  double want[TQ * HQ * D];
+  for (int i = 0; i < TQ; i++)
+    for (int h = 0; h < HQ; h++) {
+      int hk = h / (HQ / HKV), vis = i + qoff + 1;
+      double sc[VALID], mx = -INFINITY, sum = 0;
+      for (int j = 0; j < vis; j++) {
+        double s = 0;
+        for (int d = 0; d < D; d++) s += (double)qd[(i * HQ + h) * D + d] * kd[(j * HKV + hk) * D + d];
+        sc[j] = s / sqrt((double)D);
+        if (sc[j] > mx) mx = sc[j];
+      }
+      for (int j = 0; j < vis; j++) sum += (sc[j] = exp(sc[j] - mx));
+      for (int d = 0; d < D; d++) {
+        double acc = 0;
+        for (int j = 0; j < vis; j++) acc += sc[j] / sum * vd[(j * HKV + hk) * D + d];
+        want[(i * HQ + h) * D + d] = acc;
+      }
+    }
+  double e = max_err(out, want, TQ * HQ * D);
+  CHECK(e < 1e-5, "attention: max error %g", e);
+
+  /* submit: waits on a host fence, so it stays in flight until the host signals */
+  xpu_fence fa = 0, fb = 0;
+  EXPECT(api->fence_create(ctx, 0, &fa), XPU_OK);
+  EXPECT(api->fence_create(ctx, 0, &fb), XPU_OK);
+  xpu_fence_point w = {fa, 1}, sig = {fb, 1};
+  EXPECT(api->execution_submit(ex, &w, 1, &sig), XPU_OK);
+  expect_err(api->execution_release(ex), XPU_E_BAD_STATE, ex, "release while in flight");
+  expect_err(api->execution_run(ex), XPU_E_BAD_STATE, ex, "run while in flight");
+  expect_err(api->buffer_release(bq), XPU_E_BAD_STATE, bq, "buffer release while in flight");
+  expect_err(api->fence_wait(fb, 1, 20 * 1000 * 1000), XPU_E_TIMEOUT, fb, "fence wait timeout");
+  EXPECT(api->fence_signal(fa, 1), XPU_OK);
+  EXPECT(api->fence_wait(fb, 1, -1), XPU_OK);
+  uint64_t val = 0;
+  EXPECT(api->fence_value(fb, &val), XPU_OK);
+  CHECK(val == 1, "fence value %llu", (unsigned long long)val);
+  memset(out, 0, sizeof out);
+  EXPECT(api->buffer_read(bo, 0, out, sizeof out), XPU_OK);
+  CHECK(max_err(out, want, TQ * HQ * D) < 1e-5, "attention via submit differs");
+
+  /* releasing a bound buffer's handle is fine: the execution keeps the bytes alive */
+  EXPECT(api->buffer_release(bq), XPU_OK);
+  EXPECT(api->execution_run(ex), XPU_OK);
+  expect_err(api->buffer_size(bq, &val), XPU_E_INVALID_HANDLE, 0, "stale buffer handle");
+  expect_err(api->context_release(ctx), XPU_E_BAD_STATE, ctx, "context release with children");
+  expect_err(api->executable_release(exe), XPU_E_BAD_STATE, exe, "executable release with executions");
+
+  EXPECT(api->execution_release(ex), XPU_OK);
+  EXPECT(api->executable_release(exe), XPU_OK);
+  expect_err(api->executable_release(exe), XPU_E_INVALID_HANDLE, 0, "double release");
+  EXPECT(api->fence_release(fa), XPU_OK);
+  EXPECT(api->fence_release(fb), XPU_OK);
+  api->buffer_release(bk), api->buffer_release(bv), api->buffer_release(bo), api->buffer_release(boff);
+}
+
+/* y = x · dequant(quantize_q4_0(w))ᵀ with w a constant, M large enough for the blocked path */
+static void test_quant_matmul(xpu_context ctx, uint32_t qdt) {
+  enum { M = 9, N = 21, K = 96 };
+  graph g = {0};
+  int64_t xs[2] = {M, K}, ws[2] = {N, K}, os[2] = {M, N};
+  uint32_t x = tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, xs);
+  uint32_t w = tensor(&g, XPU_DT_F32, XPU_TENSOR_CONST, 2, ws);
+  uint32_t wq = tensor(&g, qdt, XPU_TENSOR_VALUE, 2, ws);
+  uint32_t wd = tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, ws);
+  uint32_t y = tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, os);
+  uint32_t yf = tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, os);
+  node(&g, XPU_OP_QUANTIZE, wq, 1, &w);
+  node(&g, XPU_OP_DEQUANTIZE, wd, 1, &wq);
+  uint32_t mm[2] = {x, wq}, mf[2] = {x, wd};
+  node(&g, XPU_OP_MATMUL, y, 2, mm);
+  node(&g, XPU_OP_MATMUL, yf, 2, mf);
+  g.out[g.no++] = y;
+  g.out[g.no++] = yf;
+  unsigned seed = 7;
+  float xd[M * K], wdat[N * K], yo[M * N], yfo[M * N];
+  for (int i = 0; i < M * K; i++) xd[i] = frand(&seed);
+  for (int i = 0; i < N * K; i++) wdat[i] = frand(&seed);
+  xpu_buffer bw = upload(ctx, wdat, sizeof wdat);
+  g.t[w].const_buffer = bw;
+  xpu_executable exe = prepare(ctx, &g, NULL);
+  xpu_buffer bx = upload(ctx, xd, sizeof xd), by = upload(ctx, NULL, sizeof yo), byf = upload(ctx, NULL, sizeof yfo);
+  xpu_execution ex = 0;
+  EXPECT(api->execution_create(exe, &ex), XPU_OK);
+  EXPECT(api->execution_bind(ex, 0, bx, 0), XPU_OK);
+  EXPECT(api->execution_bind(ex, 1, by, 0), XPU_OK);
+  EXPECT(api->execution_bind(ex, 2, byf, 0), XPU_OK);
+  EXPECT(api->execution_run(ex), XPU_OK);
+  api->buffer_read(by, 0, yo, sizeof yo);
+  api->buffer_read(byf, 0, yfo, sizeof yfo);
+  /* the f32 matmul of the dequantized weights against double; the int8 path within 2% */
+  double want[M * N], peak = 0;
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < N; n++) {
+      double s = 0;
+      for (int k = 0; k < K; k++) s += (double)xd[m * K + k] * wdat[n * K + k];
+      want[m * N + n] = s;
+      if (fabs(s) > peak) peak = fabs(s);
+    }
+  double e = max_err(yo, want, M * N), ef = max_err(yfo, want, M * N);
+  double lim = qdt == XPU_DT_Q4_0 ? 0.25 : 0.03;
+  CHECK(e < lim * peak, "quantized matmul (dtype %u): max error %g of peak %g", qdt, e, peak);
+  CHECK(ef < lim * peak, "dequantized f32 matmul (dtype %u): max error %g of peak %g", qdt, ef, peak);
+  double d = 0;
+  for (int i = 0; i < M * N; i++) d = fmax(d, fabs((double)yo[i] - yfo[i]));
+  CHECK(d < 0.02 * peak, "int8 path vs f32 path: %g of peak %g", d, peak);
+  EXPECT(api->execution_release(ex), XPU_OK);
+  EXPECT(api->executable_release(exe), XPU_OK);
+  api->buffer_release(bw), api->buffer_release(bx), api->buffer_release(by), api->buffer_release(byf);
+}
+
+/* f32 GEMM large enough for several blocks, plus causal softmax, checked against double */
+static void test_gemm_softmax(xpu_context ctx) {
+  enum { M = 37, N = 1100, K = 300 };
+  graph g = {0};
+  int64_t xs[2] = {M, K}, ws[2] = {N, K}, os[2] = {M, N};
+  uint32_t x = tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, xs);
+  uint32_t w = tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, ws);
+  uint32_t y = tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, os);
+  uint32_t p = tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, os);
+  uint32_t mm[2] = {x, w};
+  node(&g, XPU_OP_MATMUL, y, 2, mm);
+  xpu_ir_node *sm = node(&g, XPU_OP_SOFTMAX, p, 1, &y);
+  sm->fattr[0] = 0.05f;
+  sm->iattr[0] = 1;
+  sm->iattr[1] = 3;
+  g.out[g.no++] = y;
+  g.out[g.no++] = p;
+  xpu_executable exe = prepare(ctx, &g, "threads=2");
+  float *xd = malloc(sizeof(float) * M * K), *wd = malloc(sizeof(float) * N * K);
+  float *yo = malloc(sizeof(float) * M * N), *po = malloc(sizeof(float) * M * N);
+  double *want = malloc(sizeof(double) * M * N), *pw = malloc(sizeof(double) * M * N);
+  unsigned seed = 3;
+  for (int i = 0; i < M * K; i++) xd[i] = frand(&seed);
+  for (int i = 0; i < N * K; i++) wd[i] = frand(&seed);
+  xpu_buffer bx = upload(ctx, xd, sizeof(float) * M * K), bw = upload(ctx, wd, sizeof(float) * N * K);
+  xpu_buffer bio = upload(ctx, NULL, 2 * sizeof(float) * M * N);
+  xpu_execution ex = 0;
+  EXPECT(api->execution_create(exe, &ex), XPU_OK);
+  EXPECT(api->execution_bind(ex, 0, bx, 0), XPU_OK);
+  EXPECT(api->execution_bind(ex, 1, bw, 0), XPU_OK);
+  EXPECT(api->execution_bind(ex, 2, bio, 0), XPU_OK);
+  EXPECT(api->execution_bind(ex, 3, bio, sizeof(float) * M * N), XPU_OK);
+  EXPECT(api->execution_run(ex), XPU_OK);
+  api->buffer_read(bio, 0, yo, sizeof(float) * M * N);
+  api->buffer_read(bio, sizeof(float) * M * N, po, sizeof(float) * M * N);
+  for (int m = 0; m < M; m++) {
+    double mx = -INFINITY, sum = 0;
+    int valid = m + 3 + 1;
+    for (int n = 0; n < N; n++) {
+      double s = 0;
+      for (int k = 0; k < K; k++) s += (double)xd[m * K + k] * wd[n * K + k];
+      want[m * N + n] = s;
+      if (n < valid && s * 0.05 > mx) mx = s * 0.05;
+    }
+    for (int n = 0; n < N; n++) pw[m * N + n] = n < valid ? exp(want[m * N + n] * 0.05 - mx) : 0;
+    for (int n = 0; n < valid; n++) sum += pw[m * N + n];
+    for (int n = 0; n < N; n++) pw[m * N + n] /= sum;
+  }
+  double e = max_err(yo, want, M * N), ep = max_err(po, pw, M * N);
+  CHECK(e < 1e-3, "gemm: max error %g", e);
+  CHECK(ep < 1e-5, "causal softmax: max error %g", ep);
+  EXPECT(api->execution_release(ex), XPU_OK);
+  EXPECT(api->executable_release(exe), XPU_OK);
+  api->buffer_release(bx), api->buffer_release(bw), api->buffer_release(bio);
+  free(xd), free(wd), free(yo), free(po), free(want), free(pw);
+}
+
+static void test_errors(xpu_context ctx) {
+  xpu_buffer b = 0;
+  expect_err(api->buffer_alloc(ctx, 16, 0, NULL), XPU_E_INVALID_ARG, ctx, "alloc with null out");
+  expect_err(api->buffer_alloc(ctx, 16, 7, &b), XPU_E_INVALID_ARG, ctx, "alloc of unknown kind");
+  expect_err(api->buffer_alloc(0xdead00000001ull, 16, 0, &b), XPU_E_INVALID_HANDLE, 0, "alloc on a foreign ctx");
+  EXPECT(api->buffer_alloc(ctx, 16, XPU_BUFFER_DEVICE, &b), XPU_OK);
+  char tmp[32] = {0};
+  expect_err(api->buffer_write(b, 8, tmp, 16), XPU_E_INVALID_ARG, b, "write past the end");
+  expect_err(api->buffer_read(b, ~0ull, tmp, 1), XPU_E_INVALID_ARG, b, "read at a huge offset");
+  expect_err(api->buffer_unmap(b), XPU_E_BAD_STATE, b, "unmap without map");
+  void *p = NULL;
+  EXPECT(api->buffer_map(b, &p), XPU_OK);
+  CHECK(p != NULL, "map gave NULL");
+  EXPECT(api->buffer_unmap(b), XPU_OK);
+  EXPECT(api->buffer_release(b), XPU_OK);
+  expect_err(api->buffer_release(b), XPU_E_INVALID_HANDLE, 0, "double buffer release");
+  /* a graph that is not IR, and one whose constant points at a released buffer */
+  uint64_t junk[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  xpu_prepare_desc d = {sizeof d, 0, junk, sizeof junk, NULL, NULL, 0};
+  xpu_executable exe = 0;
+  expect_err(api->graph_prepare(ctx, &d, &exe), XPU_E_INVALID_ARG, ctx, "prepare of junk");
+  graph g = {0};
+  int64_t s[1] = {4};
+  uint32_t c = tensor(&g, XPU_DT_F32, XPU_TENSOR_CONST, 1, s);
+  uint32_t o = tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 1, s);
+  node(&g, XPU_OP_NEG, o, 1, &c);
+  g.out[g.no++] = o;
+  g.t[c].const_buffer = b;
+  uint64_t size;
+  void *blob = encode(&g, &size);
+  d.ir = blob;
+  d.ir_size = size;
+  expect_err(api->graph_prepare(ctx, &d, &exe), XPU_E_INVALID_HANDLE, ctx, "prepare with a stale constant");
+  /* an unsupported node: analyze says NO with a reason, prepare says UNSUPPORTED */
+  g.t[c].const_buffer = 0;
+  g.n[0].op = XPU_OP_MATMUL;
+  free(blob);
+  blob = encode(&g, &size);
+  xpu_node_verdict v = {sizeof v, 0, 0, 0, {0}};
+  EXPECT(api->graph_analyze(ctx, blob, size, &v, 1), XPU_OK);
+  CHECK(v.verdict == XPU_VERDICT_NO && v.reason[0], "analyze of a 1-input matmul: verdict %u", v.verdict);
+  d.ir = blob;
+  expect_err(api->graph_prepare(ctx, &d, &exe), XPU_E_UNSUPPORTED, ctx, "prepare of a bad node");
+  free(blob);
+  xpu_context c2 = 0;
+  expect_err(api->context_create(0, "cpus=abc", &c2), XPU_E_INVALID_ARG, 0, "bad cpus option");
+  expect_err(api->context_create(0, "threads=0", &c2), XPU_E_INVALID_ARG, 0, "bad threads option");
+  expect_err(api->context_create(3, NULL, &c2), XPU_E_INVALID_ARG, 0, "no such device");
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s libxpu-neon.so\n", argv[0]);
+    return 2;
+  }
+  void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    fprintf(stderr, "dlopen: %s\n", dlerror());
+    return 1;
+  }
+  xpu_plugin_probe_fn probe = (xpu_plugin_probe_fn)dlsym(lib, "xpu_plugin_probe");
+  xpu_plugin_open_fn open = (xpu_plugin_open_fn)dlsym(lib, "xpu_plugin_open");
+  if (!probe || !open) {
+    fprintf(stderr, "missing exports\n");
+    return 1;
+  }
+  xpu_probe_result pr = {sizeof pr, 0, 0, 0, {0}, {0}};
+  EXPECT(probe(&pr), XPU_OK);
+  if (pr.score <= 0) {
+    printf("neon-smoke: %s probes 0 here (%s): skipped\n", argv[1], pr.reason);
+    return 0;
+  }
+  CHECK(strcmp(pr.name, "neon") == 0 && pr.abi_major == XPU_ABI_MAJOR, "probe: %s abi %u", pr.name, pr.abi_major);
+  xpu_host_info host = {sizeof host, XPU_ABI_MAJOR, XPU_ABI_MINOR, 0, NULL, NULL, NULL};
+  EXPECT(open(&host, &api), XPU_OK);
+  xpu_device_info di;
+  memset(&di, 0, sizeof di);
+  di.struct_size = sizeof di;
+  EXPECT(api->device_info(0, &di), XPU_OK);
+  CHECK(di.kind == XPU_DEVICE_CPU && di.compute_units > 0, "device kind %u units %u", di.kind, di.compute_units);
+  xpu_context ctx = 0;
+  EXPECT(api->context_create(0, "threads=2;cpus=0", &ctx), XPU_OK);
+  test_errors(ctx);
+  test_attention(ctx);
+  test_quant_matmul(ctx, XPU_DT_Q8_0);
+  test_quant_matmul(ctx, XPU_DT_Q4_0);
+  test_gemm_softmax(ctx);
+  EXPECT(api->context_release(ctx), XPU_OK);
+  /* shutdown frees what the host forgot and joins every thread */
+  xpu_context c3 = 0;
+  xpu_buffer leak = 0;
+  EXPECT(api->context_create(0, NULL, &c3), XPU_OK);
+  EXPECT(api->buffer_alloc(c3, 64, 0, &leak), XPU_OK);
+  EXPECT(api->shutdown(), XPU_OK);
+  dlclose(lib);
+  if (failures) {
+    fprintf(stderr, "neon-smoke: %d failures (%s)\n", failures, pr.reason);
+    return 1;
+  }
+  printf("neon-smoke: ok (%s)\n", pr.reason);
+  return 0;
+}
