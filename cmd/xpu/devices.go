@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/loader"
+)
+
+func init() {
+	register(&command{name: "devices", summary: "list backends and devices (-v: also rejected plugins and why)", run: runDevices})
+}
+
+// deviceRow is one line of `xpu devices` (and one object of --json).
+type deviceRow struct {
+	Backend      string   `json:"backend"`
+	Device       string   `json:"device,omitempty"`
+	Index        int      `json:"index"`
+	Kind         string   `json:"kind,omitempty"`
+	Caps         []string `json:"capabilities,omitempty"`
+	MemoryBytes  uint64   `json:"memory_bytes,omitempty"`
+	ComputeUnits int      `json:"compute_units,omitempty"`
+	Score        int      `json:"score"`
+	Reason       string   `json:"reason,omitempty"`
+	Path         string   `json:"path,omitempty"`
+	Chosen       bool     `json:"chosen"`
+	Emulated     bool     `json:"emulated,omitempty"`
+}
+
+func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("devices", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	verbose := fs.Bool("v", false, "also list rejected plugin candidates with their reason")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cands, err := loader.Discover(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "xpu devices:", err)
+		return 1
+	}
+	var rows []deviceRow
+	if b, err := loader.Open(ctx, loader.RefName); err == nil {
+		for _, d := range b.Devices() {
+			info := d.Info()
+			rows = append(rows, deviceRow{Backend: loader.RefName, Device: info.Name, Index: info.Index,
+				Kind: info.Kind.String(), Caps: info.Caps.Names(), Chosen: true, Path: "(built in)"})
+		}
+		b.Close()
+	}
+	for _, c := range cands {
+		base := deviceRow{Backend: c.Name, Score: c.Score, Reason: c.Reason, Path: c.Path, Chosen: c.Chosen}
+		if c.Err != nil {
+			base.Reason = c.Err.Error()
+		}
+		if base.Backend == "" {
+			base.Backend = "?"
+		}
+		if !c.Chosen || c.Score <= 0 || c.Err != nil {
+			if *verbose || (c.Chosen && c.Score <= 0) {
+				rows = append(rows, base)
+			}
+			continue
+		}
+		b, err := loader.Open(ctx, c.Path)
+		if err != nil {
+			base.Reason = err.Error()
+			base.Chosen = false
+			rows = append(rows, base)
+			continue
+		}
+		for _, d := range b.Devices() {
+			info := d.Info()
+			r := base
+			r.Device, r.Index, r.Kind = info.Name, info.Index, info.Kind.String()
+			r.Caps, r.MemoryBytes, r.ComputeUnits = info.Caps.Names(), info.MemoryBytes, info.ComputeUnits
+			r.Emulated = info.Caps.Has(core.CapEmulated)
+			rows = append(rows, r)
+		}
+		b.Close()
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rows); err != nil {
+			fmt.Fprintln(stderr, "xpu devices:", err)
+			return 1
+		}
+		return 0
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "BACKEND\tDEVICE\tKIND\tSCORE\tCAPABILITIES / REASON\tPATH")
+	for _, r := range rows {
+		id, detail := "-", r.Reason
+		if r.Device != "" {
+			id = fmt.Sprintf("%d: %s", r.Index, r.Device)
+			detail = strings.Join(r.Caps, ",")
+		}
+		if !r.Chosen && r.Reason != "" {
+			detail = "rejected: " + r.Reason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", r.Backend, id, dash(r.Kind), r.Score, detail, r.Path)
+	}
+	tw.Flush()
+	return 0
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func isUnsupported(err error) bool { return errors.Is(err, core.ErrUnsupported) }

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestUsageAndUnknown(t *testing.T) {
+	code, out, _ := runCLI(t)
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "devices")
+	assert.NotContains(t, out, "plugin-host", "hidden commands stay out of the usage")
+	code, _, errOut := runCLI(t, "frobnicate")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, `unknown command "frobnicate"`)
+}
+
+func TestDevicesJSONListsReference(t *testing.T) {
+	code, out, errOut := runCLI(t, "devices", "--json")
+	require.Equal(t, 0, code, errOut)
+	var rows []deviceRow
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	require.NotEmpty(t, rows)
+	assert.Equal(t, "ref", rows[0].Backend)
+	assert.True(t, rows[0].Chosen)
+}
+
+// A folder of broken plugins must not stop `xpu devices -v`: each file is named with a reason.
+func TestDevicesBrokenPluginsVerbose(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "libxpu-text.so"), []byte("not a library"), 0o644))
+	t.Setenv("XPU_PLUGIN_PATH", dir)
+	code, out, errOut := runCLI(t, "devices", "-v")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "libxpu-text.so")
+	assert.Contains(t, out, "not a shared library")
+}
+
+func TestDemoAgreesWithReference(t *testing.T) {
+	code, out, errOut := runCLI(t, "demo", "--tokens", "3", "--dim", "64", "--runs", "1")
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	assert.Contains(t, out, "ref:0")
+	for _, line := range strings.Split(out, "\n") {
+		assert.NotContains(t, line, "error:", "a device failed (not merely unsupported)")
+	}
+}
