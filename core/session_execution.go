@@ -53,7 +53,7 @@ func (s *Session) NewExecution() (Execution, error) {
 	if s.closed {
 		return nil, fmt.Errorf("session: new execution: %w", errClosed)
 	}
-	rs, err := s.newRunState()
+	rs, err := s.newRunState(true)
 	if err != nil {
 		return nil, fmt.Errorf("session: new execution: %w", err)
 	}
@@ -116,15 +116,12 @@ func (x *sessionExecution) Bind(io int, buf Buffer, offset int64) error {
 	}
 	rs := x.rs
 	if prev := rs.bound[io]; prev != nil && prev.device != d {
-		if k := (bufKey{t.ID, prev.device}); rs.own[k].buf != nil {
-			if err := s.relocate(rs, k, rs.own[k]); err != nil {
-				return err
-			}
-		}
+		// the old device gets a session buffer back, at the next Run (ensure)
+		delete(rs.loc, bufKey{t.ID, prev.device})
 	}
 	b := &boundIO{device: d, loc: location{buf: pb.Buffer, off: offset}}
 	// Zero copy where the tensor lives on the buffer's device.
-	if k := (bufKey{t.ID, d}); rs.own[k].buf != nil {
+	if k := (bufKey{t.ID, d}); s.plan.lives[k] {
 		if err := s.relocate(rs, k, b.loc); err != nil {
 			return err
 		}
@@ -151,6 +148,9 @@ func (x *sessionExecution) Run(ctx context.Context) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if err := s.ensure(x.rs); err != nil {
+		return fmt.Errorf("session execution: run: %w", err)
 	}
 	_, n, err := s.execute(ctx, x.rs, nil)
 	if err != nil {

@@ -25,7 +25,7 @@ type fakeDevice struct {
 	// started too: it proves two partitions overlap.
 	rendezvous *rendezvous
 
-	contexts, liveContexts, prepares, liveExes, runs atomic.Int32
+	contexts, liveContexts, prepares, liveExes, runs, allocs atomic.Int32
 	lastOptions                                      atomic.Value // map[string]string
 }
 
@@ -103,6 +103,7 @@ func (c *fakeContext) Alloc(size int64, _ core.BufferKind) (core.Buffer, error) 
 		return nil, fmt.Errorf("fake: alloc on a closed context: %w", core.ErrBadState)
 	}
 	c.live++
+	c.dev.allocs.Add(1)
 	return &fakeBuffer{ctx: c, data: make([]byte, size)}, nil
 }
 

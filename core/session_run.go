@@ -20,10 +20,12 @@ type copyOp struct {
 
 // runPlan is what every Run does, worked out once.
 type runPlan struct {
-	buffers   []bufKey // in allocation order
-	inputDevs [][]int  // per graph input: the devices that read it
-	outputDev []int    // per graph output: the device that holds it
-	copies    int      // host copies per Run
+	buffers   []bufKey        // in allocation order
+	lives     map[bufKey]bool // the buffers, as a set: a tensor is read or written on a device
+	graphIO   map[int]bool    // tensor IDs of the graph's inputs and outputs
+	inputDevs [][]int         // per graph input: the devices that read it
+	outputDev []int           // per graph output: the device that holds it
+	copies    int             // host copies per Run
 	copyBytes int64
 	copiesIn  []int // per node ID: inputs copied in from another device
 }
@@ -32,11 +34,13 @@ type runPlan struct {
 // topological).
 func planRun(g *Graph, parts []*sessionPart) runPlan {
 	plan := runPlan{inputDevs: make([][]int, len(g.Inputs)), outputDev: make([]int, len(g.Outputs)),
-		copiesIn: make([]int, len(g.Nodes))}
-	have := map[bufKey]bool{}
+		copiesIn: make([]int, len(g.Nodes)), lives: map[bufKey]bool{}, graphIO: map[int]bool{}}
+	for _, t := range slices.Concat(g.Inputs, g.Outputs) {
+		plan.graphIO[t.ID] = true
+	}
 	need := func(k bufKey) {
-		if !have[k] {
-			have[k] = true
+		if !plan.lives[k] {
+			plan.lives[k] = true
 			plan.buffers = append(plan.buffers, k)
 		}
 	}
@@ -129,7 +133,7 @@ func (s *Session) acquire() (*runState, error) {
 		return rs, nil
 	}
 	s.poolMu.Unlock()
-	return s.newRunState()
+	return s.newRunState(false)
 }
 
 func (s *Session) recycle(rs *runState) {
@@ -138,8 +142,10 @@ func (s *Session) recycle(rs *runState) {
 	s.poolMu.Unlock()
 }
 
-// newRunState allocates every buffer of the plan and binds one execution per partition.
-func (s *Session) newRunState() (rs *runState, err error) {
+// newRunState allocates the buffers of the plan and binds one execution per partition. With
+// lazyIO, the graph inputs' and outputs' buffers are left to ensure: the caller will likely bind
+// its own, and an LLM's logits buffer is worth not allocating twice.
+func (s *Session) newRunState(lazyIO bool) (rs *runState, err error) {
 	rs = &runState{own: map[bufKey]location{}, loc: map[bufKey]location{}, staging: map[bufKey][]byte{},
 		extra: map[int][]byte{}}
 	defer func() {
@@ -147,20 +153,13 @@ func (s *Session) newRunState() (rs *runState, err error) {
 			err = errors.Join(err, rs.close())
 		}
 	}()
-	ctxOf := map[int]Context{}
-	for _, p := range s.parts {
-		ctxOf[p.Device] = p.ec.ctx
-	}
 	for _, k := range s.plan.buffers {
-		t := s.graph.Tensors[k.tensor]
-		// a zero-size tensor still gets a buffer: bindings need a handle
-		b, err := ctxOf[k.device].Alloc(max(t.Bytes(), 1), BufferDevice)
-		if err != nil {
-			return nil, fmt.Errorf("alloc %s on %s: %w", t, s.devices[k.device].Info().ID(), err)
+		if lazyIO && s.plan.graphIO[k.tensor] {
+			continue
 		}
-		rs.owned = append(rs.owned, b)
-		rs.own[k] = location{buf: b}
-		rs.loc[k] = location{buf: b}
+		if err := s.allocOwn(rs, k); err != nil {
+			return nil, err
+		}
 	}
 	for _, p := range s.parts {
 		ex, err := p.exe.NewExecution()
@@ -169,7 +168,11 @@ func (s *Session) newRunState() (rs *runState, err error) {
 		}
 		rs.execs = append(rs.execs, ex)
 		for i, t := range slices.Concat(p.Inputs, p.Outputs) {
-			if err := ex.Bind(i, rs.loc[bufKey{t.ID, p.Device}].buf, 0); err != nil {
+			l, ok := rs.loc[bufKey{t.ID, p.Device}]
+			if !ok {
+				continue // lazy: bound by the caller or by ensure
+			}
+			if err := ex.Bind(i, l.buf, l.off); err != nil {
 				return nil, fmt.Errorf("partition %d: bind %s: %w", p.Index, t, err)
 			}
 		}
@@ -178,6 +181,48 @@ func (s *Session) newRunState() (rs *runState, err error) {
 		}
 	}
 	return rs, nil
+}
+
+// allocOwn gives tensor k a session buffer on its device.
+func (s *Session) allocOwn(rs *runState, k bufKey) error {
+	var c Context
+	for _, p := range s.parts {
+		if p.Device == k.device {
+			c = p.ec.ctx
+			break
+		}
+	}
+	t := s.graph.Tensors[k.tensor]
+	// a zero-size tensor still gets a buffer: bindings need a handle
+	b, err := c.Alloc(max(t.Bytes(), 1), BufferDevice)
+	if err != nil {
+		return fmt.Errorf("alloc %s on %s: %w", t, s.devices[k.device].Info().ID(), err)
+	}
+	rs.owned = append(rs.owned, b)
+	rs.own[k] = location{buf: b}
+	rs.loc[k] = location{buf: b}
+	return nil
+}
+
+// ensure gives a session buffer to every tensor that has no location yet (lazy graph I/O not
+// bound in place), and binds it.
+func (s *Session) ensure(rs *runState) error {
+	for _, k := range s.plan.buffers {
+		if _, ok := rs.loc[k]; ok {
+			continue
+		}
+		l, ok := rs.own[k]
+		if !ok {
+			if err := s.allocOwn(rs, k); err != nil {
+				return err
+			}
+			l = rs.own[k]
+		}
+		if err := s.relocate(rs, k, l); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // relocate points tensor k at l and rebinds the partitions on k's device that use it.
@@ -249,7 +294,7 @@ func (s *Session) execute(ctx context.Context, rs *runState, inputs [][]byte) (o
 		if b := rs.boundAt(len(s.graph.Inputs) + j); b != nil {
 			// On the producer's device the output was written in place; on a device that
 			// also consumes it, the planned copy already brought it there.
-			_, copied := rs.own[bufKey{t.ID, b.device}]
+			copied := s.plan.lives[bufKey{t.ID, b.device}]
 			if b.device != s.plan.outputDev[j] && !copied {
 				if err := rs.copy(t, src, b.loc); err != nil {
 					return nil, n, fmt.Errorf("copy output %s to %s: %w", t, s.devices[b.device].Info().ID(), err)
