@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -109,9 +110,10 @@ func newSessionConfig(opts []SessionOption) sessionConfig {
 // the whole graph. Each node is then offered to the devices in the policy's order and goes to
 // the first that accepts it. A node that no ranked device accepts falls back to the first
 // device of kind CPU among devices (the reference backend counts as CPU), unless Strict is set:
-// then any refusal is an error. Consecutive nodes on one device form a partition, prepared
-// once. An error that no device accepts a node, or a strict refusal, wraps ErrUnsupported and
-// names the node with every device's reason.
+// then any refusal is an error. The nodes are then put in a topological order that keeps a
+// device's nodes together (see SplitGraph), and each run of nodes on one device becomes a
+// partition, prepared once. An error that no device accepts a node, or a strict refusal, wraps
+// ErrUnsupported and names the node with every device's reason.
 func NewSession(ctx context.Context, g *Graph, devices []Device, opts ...SessionOption) (*Session, error) {
 	cfg := newSessionConfig(opts)
 	if g == nil || len(devices) == 0 {
@@ -128,9 +130,9 @@ func NewSession(ctx context.Context, g *Graph, devices []Device, opts ...Session
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}
-	s := &Session{graph: g, devices: devices, policy: cfg.policy, strict: cfg.strict, log: cfg.logger,
+	s := &Session{graph: g, devices: slices.Clone(devices), policy: cfg.policy, strict: cfg.strict, log: cfg.logger,
 		exec: cfg.executor, devIndex: map[string]int{}, execs: map[*sessionExecution]struct{}{}}
-	for i, d := range devices {
+	for i, d := range s.devices {
 		s.devIndex[d.Info().ID()] = i
 	}
 	if s.exec == nil {
