@@ -1,0 +1,457 @@
+package qnn_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/xpuhub/xpu/abi"
+	"github.com/xpuhub/xpu/conformance"
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/loader"
+)
+
+// childEnv makes the test binary act as a fresh process (TestMain). The plugin loads its QNN
+// library once per process and the emulator reads its environment (finalize delay, finalize
+// counter) in C, so tests that need another environment run in a child of their own.
+const childEnv = "XPU_QNN_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(childEnv) {
+	case "cache":
+		os.Exit(childCache())
+	case "probe":
+		os.Exit(childProbe())
+	}
+	os.Exit(m.Run())
+}
+
+func buildDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "build", "plugins")
+}
+
+// pluginPath is build/plugins/libxpu-qnn.so of this checkout (make builds it, and the emulator
+// beside it in build/plugins/qnn/).
+func pluginPath(tb testing.TB) string {
+	p := filepath.Join(buildDir(), "libxpu-qnn.so")
+	if _, err := os.Stat(p); err != nil {
+		tb.Skipf("%s is not built (run make plugins): %v", p, err)
+	}
+	if _, err := os.Stat(filepath.Join(buildDir(), "qnn", "libQnnXpuEmu.so")); err != nil {
+		tb.Skipf("the QNN emulator is not built (run make plugins): %v", err)
+	}
+	return p
+}
+
+// openBackend opens the plugin by name through the loader. Without XPU_QNN_LIBRARY or
+// QNN_SDK_ROOT in the environment it runs on the emulated provider built beside it.
+func openBackend(tb testing.TB) core.Backend {
+	path := pluginPath(tb)
+	b, err := loader.Open(context.Background(), "qnn", loader.WithPaths(path), loader.WithoutEnv())
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = b.Close() })
+	require.NotEmpty(tb, b.Devices(), "the qnn plugin opened without a device")
+	return b
+}
+
+func emulated(tb testing.TB, b core.Backend) {
+	if !b.Devices()[0].Info().Caps.Has(core.CapEmulated) {
+		tb.Skip("a real QNN library is configured: this test needs the emulated provider")
+	}
+}
+
+func TestConformance(t *testing.T) {
+	b := openBackend(t)
+	rep, err := conformance.Run(context.Background(), b, conformance.WithPlugin(abi.PluginOf(b)))
+	require.NoError(t, err)
+	for _, c := range rep.Cases {
+		if c.Status == conformance.StatusFail {
+			t.Errorf("%s: %s %v", c.Name, c.Category, c.Errors)
+		}
+	}
+	assert.Zero(t, rep.Failed)
+	assert.Greater(t, rep.Passed, 350, "the op matrix should mostly run on QNN")
+	t.Log(rep.Summary())
+}
+
+// Everything built on the emulator must say so: the device name, the caps, the probe.
+func TestEmulatedProviderIsLabelled(t *testing.T) {
+	b := openBackend(t)
+	emulated(t, b)
+	in := b.Devices()[0].Info()
+	assert.Equal(t, "qnn (emulated provider)", in.Name)
+	assert.Equal(t, core.DeviceNPU, in.Kind)
+	assert.True(t, in.Caps.Has(core.CapEmulated|core.CapStaticShapes|core.CapSerialize|core.CapImportFD), "caps %s", in.Caps)
+	assert.False(t, in.Caps.Has(core.CapAsync), "executions are synchronous")
+	pr, err := abi.Probe(pluginPath(t))
+	require.NoError(t, err)
+	assert.Positive(t, pr.Score)
+	assert.Contains(t, pr.Reason, "emulated provider")
+}
+
+// A small transformer-style graph (weights as constants, RMSNorm, projections, RoPE, causal
+// GQA attention with a static offset, SiLU gating) against core/ref.
+func TestBlockMatchesRef(t *testing.T) {
+	for _, dt := range []core.DType{core.F32, core.F16} {
+		t.Run(dt.String(), func(t *testing.T) {
+			b := openBackend(t)
+			g, inputs := blockGraph(dt)
+			want, err := ref.Run(context.Background(), g, inputs)
+			require.NoError(t, err)
+			got := runOn(t, b, g, inputs)
+			tol := 1e-9
+			if dt == core.F16 {
+				tol = 1e-5
+			}
+			for i := range want {
+				assert.Less(t, nmse(decode(dt, got[i]), decode(dt, want[i])), tol, "output %d", i)
+			}
+		})
+	}
+}
+
+func blockGraph(dt core.DType) (*core.Graph, [][]byte) {
+	const T, H, Hkv, D, E = 5, 4, 2, 8, 32
+	r := rand.New(rand.NewPCG(3, 4))
+	g := core.NewGraph()
+	x := g.Input("x", dt, T, E)
+	pos := g.Input("pos", core.I32, T)
+	w := func(name string, n, k int64) *core.Tensor {
+		return g.Const(name, dt, core.Shape{n, k}, encode(dt, randf(r, int(n*k), 0.2)))
+	}
+	h := g.RMSNorm(x, 1e-5)
+	q := g.Reshape(g.MatMul(h, w("wq", H*D, E)), T, H, D)
+	k := g.Reshape(g.MatMul(h, w("wk", Hkv*D, E)), T, Hkv, D)
+	v := g.Reshape(g.MatMul(h, w("wv", Hkv*D, E)), T, Hkv, D)
+	q = g.RoPE(q, pos, core.RoPEOptions{})
+	k = g.RoPE(k, pos, core.RoPEOptions{})
+	a := g.Reshape(g.Attention(q, k, v, core.AttentionOptions{Causal: true, QOffset: 0}), T, H*D)
+	o := g.Add(x, g.MatMul(a, w("wo", E, H*D)))
+	up := g.Mul(g.SiLU(g.MatMul(o, w("wg", 2*E, E))), g.MatMul(o, w("wu", 2*E, E)))
+	g.Output(g.Add(o, g.MatMul(up, w("wd", E, 2*E))))
+	ids := make([]int32, T)
+	for i := range ids {
+		ids[i] = int32(3 + i)
+	}
+	return g, [][]byte{encode(dt, randf(r, T*E, 1)), core.EncodeI32(ids)}
+}
+
+// runOn prepares g on b's device, runs it once and returns the outputs.
+func runOn(tb testing.TB, b core.Backend, g *core.Graph, inputs [][]byte, opts ...core.PrepareOption) [][]byte {
+	ctx := context.Background()
+	cc, err := b.Devices()[0].NewContext(ctx, nil)
+	require.NoError(tb, err)
+	defer cc.Close()
+	exe, err := cc.Prepare(ctx, g, opts...)
+	require.NoError(tb, err)
+	defer exe.Close()
+	return execute(tb, cc, exe, g, inputs)
+}
+
+func execute(tb testing.TB, cc core.Context, exe core.Executable, g *core.Graph, inputs [][]byte) [][]byte {
+	ex, err := exe.NewExecution()
+	require.NoError(tb, err)
+	defer ex.Close()
+	var bufs []core.Buffer
+	defer func() {
+		for _, b := range bufs {
+			_ = b.Close()
+		}
+	}()
+	for i, in := range inputs {
+		buf, err := cc.Alloc(int64(len(in)), core.BufferHostVisible)
+		require.NoError(tb, err)
+		bufs = append(bufs, buf)
+		require.NoError(tb, buf.Write(0, in))
+		require.NoError(tb, ex.Bind(i, buf, 0))
+	}
+	for i, o := range g.Outputs {
+		buf, err := cc.Alloc(o.Bytes(), core.BufferHostVisible)
+		require.NoError(tb, err)
+		bufs = append(bufs, buf)
+		require.NoError(tb, ex.Bind(len(inputs)+i, buf, 0))
+	}
+	require.NoError(tb, ex.Run(context.Background()))
+	out := make([][]byte, len(g.Outputs))
+	for i, o := range g.Outputs {
+		out[i] = make([]byte, o.Bytes())
+		require.NoError(tb, bufs[len(inputs)+i].Read(0, out[i]))
+	}
+	return out
+}
+
+// The context-binary cache removes the finalize on the second prepare: measured in a child
+// process where the emulator's finalize takes finalizeMS and is counted in a stats file.
+func TestCacheSkipsFinalize(t *testing.T) {
+	b := openBackend(t)
+	emulated(t, b)
+	stats := filepath.Join(t.TempDir(), "finalizes")
+	out, err := child(t, "cache", "XPU_QNN_EMU_STATS="+stats, "XPU_QNN_EMU_FINALIZE_MS=400")
+	require.NoError(t, err, "%s", out)
+	var res cacheResult
+	require.NoError(t, json.Unmarshal(lastLine(out), &res), "%s", out)
+	t.Logf("prepare: %v cold, %v from the cache (%d-byte blob)", res.Cold, res.Cached, res.BlobBytes)
+	n, err := os.ReadFile(stats)
+	require.NoError(t, err)
+	assert.Equal(t, 1, strings.Count(string(n), "finalize "), "one finalize for two prepares: %s", n)
+	assert.GreaterOrEqual(t, res.Cold, 400*time.Millisecond, "the cold prepare finalizes")
+	assert.Less(t, res.Cached, 400*time.Millisecond, "the cached prepare skips the finalize")
+	assert.True(t, res.Equal, "the cached executable computes the same bytes")
+	assert.True(t, res.OtherWeightsRefused, "a cache made with other weights is refused")
+}
+
+type cacheResult struct {
+	Cold, Cached        time.Duration
+	BlobBytes           int
+	Equal               bool
+	OtherWeightsRefused bool
+}
+
+func childCache() int {
+	fail := func(err error) int { os.Stderr.WriteString(err.Error() + "\n"); return 1 }
+	ctx := context.Background()
+	b, err := loader.Open(ctx, "qnn", loader.WithPaths(filepath.Join(buildDir(), "libxpu-qnn.so")), loader.WithoutEnv())
+	if err != nil {
+		return fail(err)
+	}
+	defer b.Close()
+	cc, err := b.Devices()[0].NewContext(ctx, nil)
+	if err != nil {
+		return fail(err)
+	}
+	defer cc.Close()
+	g, inputs := blockGraph(core.F32)
+	var res cacheResult
+	t0 := time.Now()
+	exe, err := cc.Prepare(ctx, g)
+	if err != nil {
+		return fail(err)
+	}
+	res.Cold = time.Since(t0)
+	blob, err := exe.Serialize()
+	if err != nil {
+		return fail(err)
+	}
+	res.BlobBytes = len(blob)
+	t0 = time.Now()
+	exe2, err := cc.Prepare(ctx, g, core.WithCache(blob))
+	if err != nil {
+		return fail(err)
+	}
+	res.Cached = time.Since(t0)
+	tb := &childTB{}
+	a, c := execute(tb, cc, exe, g, inputs), execute(tb, cc, exe2, g, inputs)
+	if tb.failed {
+		return fail(tb.err)
+	}
+	res.Equal = bytes.Equal(a[0], c[0])
+	_ = exe.Close()
+	_ = exe2.Close()
+	// other weights, same structure: the key covers the constant bytes
+	g2, _ := blockGraph(core.F32)
+	for _, tn := range g2.Tensors {
+		if tn.Kind == core.KindConst {
+			tn.Data[0] ^= 0x40
+			break
+		}
+	}
+	if _, err := cc.Prepare(ctx, g2, core.WithCache(blob)); err != nil {
+		res.OtherWeightsRefused = true
+	}
+	j, _ := json.Marshal(res)
+	os.Stdout.Write(append([]byte("\n"), j...))
+	return 0
+}
+
+// Without a QNN library the plugin still loads and probes 0 with the reason.
+func TestProbeWithoutLibrary(t *testing.T) {
+	pluginPath(t)
+	out, err := child(t, "probe", "XPU_QNN_LIBRARY=/nonexistent/libQnnHtp.so")
+	require.NoError(t, err, "%s", out)
+	var pr abi.ProbeResult
+	require.NoError(t, json.Unmarshal(lastLine(out), &pr), "%s", out)
+	assert.Equal(t, 0, pr.Score)
+	assert.Equal(t, "qnn", pr.Name)
+	assert.Contains(t, pr.Reason, "/nonexistent/libQnnHtp.so")
+}
+
+func childProbe() int {
+	pr, err := abi.Probe(filepath.Join(buildDir(), "libxpu-qnn.so"))
+	if err != nil {
+		os.Stderr.WriteString(err.Error() + "\n")
+		return 1
+	}
+	j, _ := json.Marshal(pr)
+	os.Stdout.Write(append([]byte("\n"), j...))
+	return 0
+}
+
+// An input in a memfd imported by fd is read where it is: rewriting the shared pages changes
+// the next result without another write or bind.
+func TestImportFDShares(t *testing.T) {
+	b := openBackend(t)
+	ctx := context.Background()
+	cc, err := b.Devices()[0].NewContext(ctx, nil)
+	require.NoError(t, err)
+	defer cc.Close()
+	g := core.NewGraph()
+	g.Output(g.Scale(g.Input("x", core.F32, 16), 2, 0))
+	exe, err := cc.Prepare(ctx, g)
+	require.NoError(t, err)
+	defer exe.Close()
+
+	fd, err := unix.MemfdCreate("qnn-test", unix.MFD_CLOEXEC)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	require.NoError(t, unix.Ftruncate(fd, 64))
+	mem, err := unix.Mmap(fd, 0, 64, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	require.NoError(t, err)
+	defer unix.Munmap(mem)
+	in, err := cc.ImportFD(fd, 0, 64)
+	require.NoError(t, err)
+	defer in.Close()
+	out, err := cc.Alloc(64, core.BufferHostVisible)
+	require.NoError(t, err)
+	defer out.Close()
+	ex, err := exe.NewExecution()
+	require.NoError(t, err)
+	defer ex.Close()
+	require.NoError(t, ex.Bind(0, in, 0))
+	require.NoError(t, ex.Bind(1, out, 0))
+	res := make([]byte, 64)
+	for round := 1; round <= 2; round++ {
+		xs := make([]float32, 16)
+		for i := range xs {
+			xs[i] = float32(i * round)
+		}
+		copy(mem, core.EncodeF32(xs))
+		require.NoError(t, ex.Run(ctx))
+		require.NoError(t, out.Read(0, res))
+		for i, v := range core.DecodeF32(res) {
+			require.Equal(t, float32(2*i*round), v, "round %d element %d", round, i)
+		}
+	}
+}
+
+// The executable cache blob is parsed by the plugin (and its QNN binary by the provider):
+// damaged blobs give an error, never a crash, and never a wrong executable.
+func FuzzPrepareFromCache(f *testing.F) {
+	b := openBackend(f)
+	ctx := context.Background()
+	cc, err := b.Devices()[0].NewContext(ctx, nil)
+	require.NoError(f, err)
+	f.Cleanup(func() { _ = cc.Close() })
+	g := core.NewGraph()
+	g.Output(g.SiLU(g.MatMul(g.Input("x", core.F32, 2, 8), g.Const("w", core.F32, core.Shape{3, 8}, core.EncodeF32(randf(rand.New(rand.NewPCG(1, 1)), 24, 1))))))
+	exe, err := cc.Prepare(ctx, g)
+	require.NoError(f, err)
+	blob, err := exe.Serialize()
+	require.NoError(f, err)
+	require.NoError(f, exe.Close())
+	f.Add(blob)
+	f.Add(blob[:len(blob)/2])
+	f.Add([]byte{})
+	flipped := bytes.Clone(blob)
+	flipped[len(flipped)-20] ^= 1
+	f.Add(flipped)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		exe, err := cc.Prepare(ctx, g, core.WithCache(data))
+		if err != nil {
+			return
+		}
+		defer exe.Close()
+		// an empty cache means "no cache": a normal prepare
+		assert.True(t, len(data) == 0 || bytes.Equal(data, blob), "only the genuine blob may load")
+	})
+}
+
+// ---------------------------------------------------------------- helpers
+
+func child(t *testing.T, mode string, env ...string) ([]byte, error) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+mode)
+	cmd.Env = append(cmd.Env, env...)
+	return cmd.CombinedOutput()
+}
+
+func lastLine(b []byte) []byte {
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	return lines[len(lines)-1]
+}
+
+// childTB collects require failures in a child process.
+type childTB struct {
+	testing.TB
+	failed bool
+	err    error
+}
+
+func (c *childTB) Helper() {}
+func (c *childTB) Errorf(format string, args ...any) {
+	c.failed = true
+	c.err = fmt.Errorf(format, args...)
+}
+func (c *childTB) FailNow() { panic(c.err) }
+
+func randf(r *rand.Rand, n int, scale float32) []float32 {
+	xs := make([]float32, n)
+	for i := range xs {
+		xs[i] = (r.Float32()*2 - 1) * scale
+	}
+	return xs
+}
+
+func encode(dt core.DType, xs []float32) []byte {
+	if dt == core.F32 {
+		return core.EncodeF32(xs)
+	}
+	b := make([]byte, 2*len(xs))
+	for i, x := range xs {
+		h := core.F32ToF16(x)
+		b[2*i], b[2*i+1] = byte(h), byte(h>>8)
+	}
+	return b
+}
+
+func decode(dt core.DType, b []byte) []float32 {
+	if dt == core.F32 {
+		return core.DecodeF32(b)
+	}
+	xs := make([]float32, len(b)/2)
+	for i := range xs {
+		xs[i] = core.F16ToF32(uint16(b[2*i]) | uint16(b[2*i+1])<<8)
+	}
+	return xs
+}
+
+func nmse(got, want []float32) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	if den == 0 {
+		return num
+	}
+	if math.IsNaN(num) {
+		return math.Inf(1)
+	}
+	return num / den
+}
