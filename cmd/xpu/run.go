@@ -12,6 +12,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/llm"
+	_ "github.com/xpuhub/xpu/llm/llmconform" // the stories260K model cases of xpu conform
 	"github.com/xpuhub/xpu/loader"
 )
 
