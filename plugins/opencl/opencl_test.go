@@ -386,9 +386,27 @@ func TestProgramCache(t *testing.T) {
 
 // ---------------------------------------------------------------- benchmark
 
-// BenchmarkGEMM reports f32 MATMUL throughput: go test -bench GEMM -run ^$ ./plugins/opencl
+// BenchmarkGEMM reports f32 MATMUL throughput of this plugin and, when it is built, of the NEON
+// plugin under the same load: go test -bench GEMM -run '^$' ./plugins/opencl
 func BenchmarkGEMM(b *testing.B) {
-	be := openBackend(b)
+	for _, name := range []string{"opencl", "neon"} {
+		b.Run(name, func(b *testing.B) {
+			var be core.Backend
+			if name == "opencl" {
+				be = openBackend(b)
+			} else {
+				var err error
+				if be, err = loader.Open(context.Background(), name, loader.WithoutEnv()); err != nil {
+					b.Skipf("%s: %v", name, err)
+				}
+				defer be.Close()
+			}
+			benchGEMM(b, be)
+		})
+	}
+}
+
+func benchGEMM(b *testing.B, be core.Backend) {
 	ctx := context.Background()
 	cc, err := be.Devices()[0].NewContext(ctx, nil)
 	require.NoError(b, err)
@@ -411,7 +429,7 @@ func BenchmarkGEMM(b *testing.B) {
 				require.NoError(b, buf.Write(0, randF32(rng, n)))
 				require.NoError(b, x.Bind(i, buf, 0))
 			}
-			require.NoError(b, x.Run(ctx)) // first launch compiles the work-group function
+			require.NoError(b, x.Run(ctx)) // a first launch may compile (PoCL)
 			b.ResetTimer()
 			for b.Loop() {
 				require.NoError(b, x.Run(ctx))

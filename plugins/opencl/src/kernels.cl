@@ -416,3 +416,75 @@ __kernel void gemm_any(gcbytes *a, ulong aoff, int adt, gcbytes *b, ulong boff, 
   GEMM_BODY(LDA_ANY, LDB_ANY)
 #undef STO
 }
+
+/*
+ * MATMUL without local memory or barriers, for CPU devices (PoCL runs a work-group as loops,
+ * where barriers and local staging cost more than they save) and for M < 4 (decode). Each item
+ * computes RM rows x 4 columns as dot products along K, which both a and b store contiguously.
+ * Rows past M or N are clamped for loading and never stored.
+ */
+#define GEMM_BLK_BODY(RM, DOT)                                                                   \
+  long n0 = (long)get_global_id(0) * 4, m0 = (long)get_global_id(1) * RM;                        \
+  long bt = get_global_id(2), b0 = bt / B1, b1 = bt % B1;                                        \
+  if (n0 >= N || m0 >= M) return;                                                                \
+  ulong abase = (ulong)(b0 * sa0 + b1 * sa1), bbase = (ulong)(b0 * sb0 + b1 * sb1);              \
+  ulong ar[RM], br[4];                                                                           \
+  for (int r = 0; r < RM; r++) ar[r] = abase + (ulong)(min(m0 + r, M - 1) * K);                  \
+  for (int c = 0; c < 4; c++) br[c] = bbase + (ulong)(min(n0 + c, N - 1) * K);                   \
+  float res[RM][4];                                                                              \
+  DOT                                                                                            \
+  for (int r = 0; r < RM && m0 + r < M; r++)                                                     \
+    for (int c = 0; c < 4 && n0 + c < N; c++) STO((ulong)((bt * M + m0 + r) * N + n0 + c), res[r][c]);
+
+#define DOT_F32(RM)                                                                              \
+  __global const float *pa = (__global const float *)(a + aoff);                                 \
+  __global const float *pb = (__global const float *)(b + boff);                                 \
+  float4 acc[RM][4];                                                                             \
+  for (int r = 0; r < RM; r++)                                                                   \
+    for (int c = 0; c < 4; c++) acc[r][c] = (float4)(0.0f);                                      \
+  long K4 = K / 4;                                                                               \
+  for (long k = 0; k < K4; k++) {                                                                \
+    float4 av[RM], bv[4];                                                                        \
+    for (int r = 0; r < RM; r++) av[r] = vload4(0, pa + ar[r] + 4 * k);                          \
+    for (int c = 0; c < 4; c++) bv[c] = vload4(0, pb + br[c] + 4 * k);                           \
+    for (int r = 0; r < RM; r++)                                                                 \
+      for (int c = 0; c < 4; c++) acc[r][c] = mad(av[r], bv[c], acc[r][c]);                      \
+  }                                                                                              \
+  for (int r = 0; r < RM; r++)                                                                   \
+    for (int c = 0; c < 4; c++) {                                                                \
+      float s = acc[r][c].x + acc[r][c].y + acc[r][c].z + acc[r][c].w;                           \
+      for (long k = K4 * 4; k < K; k++) s = mad(pa[ar[r] + k], pb[br[c] + k], s);                \
+      res[r][c] = s;                                                                             \
+    }
+
+#define DOT_ANY(RM)                                                                              \
+  for (int r = 0; r < RM; r++)                                                                   \
+    for (int c = 0; c < 4; c++) res[r][c] = 0.0f;                                                \
+  for (long k = 0; k < K; k++) {                                                                 \
+    float av[RM], bv[4];                                                                         \
+    for (int r = 0; r < RM; r++) av[r] = LDA_ANY(ar[r] + (ulong)k);                              \
+    for (int c = 0; c < 4; c++) bv[c] = LDB_ANY(br[c] + (ulong)k);                               \
+    for (int r = 0; r < RM; r++)                                                                 \
+      for (int c = 0; c < 4; c++) res[r][c] = mad(av[r], bv[c], res[r][c]);                      \
+  }
+
+#define GEMM_BLK_F32(name, RM)                                                                   \
+  __kernel void name(gcbytes *a, ulong aoff, gcbytes *b, ulong boff, gbytes *o, ulong ooff,      \
+                     long M, long N, long K, long B1, long sa0, long sa1, long sb0, long sb1) {  \
+    GEMM_BLK_BODY(RM, DOT_F32(RM))                                                               \
+  }
+#define GEMM_BLK_ANY(name, RM)                                                                   \
+  __kernel void name(gcbytes *a, ulong aoff, int adt, gcbytes *b, ulong boff, int bdt,           \
+                     float bscale, gbytes *o, ulong ooff, int odt, long M, long N, long K,       \
+                     long B1, long sa0, long sa1, long sb0, long sb1) {                          \
+    GEMM_BLK_BODY(RM, DOT_ANY(RM))                                                               \
+  }
+
+#define STO STO_F32
+GEMM_BLK_F32(gemm_blk_f32_4, 4)
+GEMM_BLK_F32(gemm_blk_f32_1, 1)
+#undef STO
+#define STO STO_ANY
+GEMM_BLK_ANY(gemm_blk_any_4, 4)
+GEMM_BLK_ANY(gemm_blk_any_1, 1)
+#undef STO

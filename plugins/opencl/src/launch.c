@@ -130,22 +130,46 @@ static cl_int matmul(ocl_ctx *c, const xpu_ir_node *nd, const xpu_ir_tensor *a, 
       bst *= b->shape[bd];
     }
   }
+  int f32 = a->dtype == XPU_DT_F32 && b->dtype == XPU_DT_F32 && o->dtype == XPU_DT_F32;
+  float bscale = b->dtype == XPU_DT_I8 ? nd->fattr[0] : 1.0f;
+  cl_int ce;
+  int kid;
+  /* CPU devices and skinny products (decode) take the barrier-free kernel: local-memory tiles
+   * pay off only where work-items of a group really run in lock-step and M fills a tile */
+  if (c->dev->info.kind == XPU_DEVICE_CPU || M < 4) {
+    int rm = M >= 4 ? 4 : 1;
+    kid = f32 ? (rm == 4 ? K_GEMM_BLK_F32_4 : K_GEMM_BLK_F32_1)
+              : (rm == 4 ? K_GEMM_BLK_ANY_4 : K_GEMM_BLK_ANY_1);
+    if (f32)
+      ce = args(c->k[kid], "mumumullllllll", ra.mem, ra.off, rb.mem, rb.off, ro.mem, ro.off, M, N,
+                K, ob[1], sa[0], sa[1], sb[0], sb[1]);
+    else
+      ce = args(c->k[kid], "muimuifmuillllllll", ra.mem, ra.off, (int)a->dtype, rb.mem, rb.off,
+                (int)b->dtype, (double)bscale, ro.mem, ro.off, (int)o->dtype, M, N, K, ob[1],
+                sa[0], sa[1], sb[0], sb[1]);
+    if (ce) return ce;
+    /* one SIMD width (CPU) or warp (GPU) per group: the items share nothing, and PoCL runs a
+     * group as a loop vectorised across its items */
+    size_t cols = (size_t)((N + 3) / 4), l = local_for(c, kid, c->kpref[kid]);
+    while (l > 1 && l / 2 >= cols) l /= 2;
+    size_t lsz[3] = {l, 1, 1};
+    size_t gsz[3] = {(cols + l - 1) / l * l, (size_t)((M + rm - 1) / rm), (size_t)(ob[0] * ob[1])};
+    return P.cl.clEnqueueNDRangeKernel(c->q, c->k[kid], 3, NULL, gsz, lsz, 0, NULL, NULL);
+  }
   size_t s = c->gemm_side, tile = 4 * s;
   size_t lsz[3] = {s, s, 1};
   size_t gsz[3] = {(size_t)((N + tile - 1) / tile) * s, (size_t)((M + tile - 1) / tile) * s,
                    (size_t)(ob[0] * ob[1])};
   size_t lb = tile * 16 * sizeof(float);
-  cl_int ce;
-  int kid;
-  if (a->dtype == XPU_DT_F32 && b->dtype == XPU_DT_F32 && o->dtype == XPU_DT_F32) {
+  if (f32) {
     kid = K_GEMM_F32;
     ce = args(c->k[kid], "mumumullllllllLL", ra.mem, ra.off, rb.mem, rb.off, ro.mem, ro.off, M, N,
               K, ob[1], sa[0], sa[1], sb[0], sb[1], lb, lb);
   } else {
     kid = K_GEMM_ANY;
     ce = args(c->k[kid], "muimuifmuillllllllLL", ra.mem, ra.off, (int)a->dtype, rb.mem, rb.off,
-              (int)b->dtype, (double)(b->dtype == XPU_DT_I8 ? nd->fattr[0] : 1.0f), ro.mem,
-              ro.off, (int)o->dtype, M, N, K, ob[1], sa[0], sa[1], sb[0], sb[1], lb, lb);
+              (int)b->dtype, (double)bscale, ro.mem, ro.off, (int)o->dtype, M, N, K, ob[1], sa[0],
+              sa[1], sb[0], sb[1], lb, lb);
   }
   if (ce) return ce;
   return P.cl.clEnqueueNDRangeKernel(c->q, c->k[kid], 3, NULL, gsz, lsz, 0, NULL, NULL);

@@ -25,7 +25,8 @@ enum { T_CTX = 1, T_BUF, T_EXE, T_EXEC, T_FENCE };
 
 /* kernels of kernels.cl, in the order of ocl_kernel_names */
 enum { K_ELTWISE, K_COPY, K_NORM, K_SOFTMAX, K_ROPE, K_ATTENTION, K_GET_ROWS, K_QUANTIZE,
-       K_GEMM_F32, K_GEMM_ANY, K_COUNT };
+       K_GEMM_F32, K_GEMM_ANY, K_GEMM_BLK_F32_4, K_GEMM_BLK_F32_1, K_GEMM_BLK_ANY_4,
+       K_GEMM_BLK_ANY_1, K_COUNT };
 extern const char *const ocl_kernel_names[K_COUNT];
 
 typedef struct ocl_device {
@@ -63,6 +64,7 @@ typedef struct ocl_ctx {
   cl_command_queue q;
   cl_kernel k[K_COUNT];
   size_t kwg[K_COUNT]; /* CL_KERNEL_WORK_GROUP_SIZE */
+  size_t kpref[K_COUNT]; /* CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE: SIMD width or warp */
   size_t wg1d;         /* local size of 1-d kernels */
   size_t gemm_side;    /* GEMM work-group is gemm_side x gemm_side */
   pthread_mutex_t mu;  /* serialises kernel arguments and enqueues */

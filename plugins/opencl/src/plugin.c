@@ -13,7 +13,8 @@ ocl_plugin P = {XPU_REGISTRY_INIT, PTHREAD_MUTEX_INITIALIZER, 0, "", {0}, NULL, 
 const char *const ocl_kernel_names[K_COUNT] = {"eltwise",  "copy_strided", "norm",
                                                "softmax",  "rope",         "attention",
                                                "get_rows", "quantize_block", "gemm_f32",
-                                               "gemm_any"};
+                                               "gemm_any", "gemm_blk_f32_4", "gemm_blk_f32_1",
+                                               "gemm_blk_any_4", "gemm_blk_any_1"};
 
 xpu_status ocl_status_of(cl_int err) {
   switch (err) {
@@ -342,6 +343,10 @@ static xpu_status context_create(uint32_t device, const char *options, xpu_conte
     P.cl.clGetKernelWorkGroupInfo(c->k[i], d->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg,
                                   NULL);
     c->kwg[i] = wg ? wg : 1;
+    size_t pref = 1;
+    P.cl.clGetKernelWorkGroupInfo(c->k[i], d->id, CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE,
+                                  sizeof pref, &pref, NULL);
+    c->kpref[i] = pref && pref <= c->kwg[i] ? pref : c->kwg[i];
   }
   /* 256 items are enough to fill a compute unit's lanes on every GPU we target; more only
    * lengthens the tail of small launches. */
