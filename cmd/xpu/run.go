@@ -99,8 +99,11 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "prefill: %d tokens in %.1f ms, %.1f tok/s (chunk %d)\n", res.PromptTokens,
 		ms(res.Prefill), res.PrefillTokensPerSecond(), r.ChunkSize())
-	fmt.Fprintf(stderr, "decode: %d tokens in %.1f ms, %.1f tok/s (stop: %s)\n", len(res.Tokens),
-		ms(res.Decode), res.DecodeTokensPerSecond(), res.Stop)
+	// Each decoded token streams every weight once: weight bytes × tok/s is the bandwidth
+	// decode achieves, to hold against the machine's read bandwidth.
+	fmt.Fprintf(stderr, "decode: %d tokens in %.1f ms, %.1f tok/s, %.2f GB/s of weights (stop: %s)\n",
+		len(res.Tokens), ms(res.Decode), res.DecodeTokensPerSecond(),
+		float64(m.WeightBytes())*res.DecodeTokensPerSecond()/1e9, res.Stop)
 	return 0
 }
 
