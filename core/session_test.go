@@ -342,6 +342,8 @@ func TestCancel(t *testing.T) {
 	cancel()
 	_, err = s.Run(done, x)
 	assert.ErrorIs(t, err, context.Canceled)
+	_, err = core.NewSession(done, chain(t), devs(npu, cpu), quiet)
+	assert.ErrorIs(t, err, context.Canceled, "NewSession honours ctx too")
 
 	npu.delay = time.Hour
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
