@@ -197,35 +197,47 @@ func (s *Session) build(ctx context.Context) error {
 	return nil
 }
 
-// analyze opens a context on every device placement may use and asks it about the whole graph.
-// A device that fails to open or to analyze refuses every node with that reason.
+// analyze opens a context on every device placement may use and asks it about the whole graph,
+// all devices at once (opening an NPU context can take a while). A device that fails to open
+// or to analyze refuses every node with that reason.
 func (s *Session) analyze(ctx context.Context, in *placeInput) error {
 	in.verdicts = make([][]NodeVerdict, len(s.devices))
 	in.analyzeErr = make([]error, len(s.devices))
+	var wg sync.WaitGroup
 	for i, want := range in.wanted() {
-		if !want {
-			continue
+		if want {
+			wg.Go(func() { in.verdicts[i], in.analyzeErr[i] = s.analyzeOn(ctx, s.devices[i]) })
 		}
-		if err := ctx.Err(); err != nil {
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for i, err := range in.analyzeErr {
+		if errors.Is(err, errClosed) {
 			return err
 		}
-		dev := s.devices[i]
-		ec, err := s.exec.context(ctx, dev)
-		if err == nil {
-			in.verdicts[i], err = ec.ctx.Analyze(ctx, s.graph)
-			if err == nil && len(in.verdicts[i]) != len(s.graph.Nodes) {
-				err = fmt.Errorf("%d verdicts for %d nodes: %w", len(in.verdicts[i]), len(s.graph.Nodes), ErrInternal)
-			}
-		}
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, ErrBadState) {
-				return err
-			}
-			s.log.Warn("xpu: device cannot analyze the graph", "device", dev.Info().ID(), "err", err)
-			in.verdicts[i], in.analyzeErr[i] = nil, err
+			s.log.Warn("xpu: device cannot analyze the graph", "device", s.devices[i].Info().ID(), "err", err)
 		}
 	}
 	return nil
+}
+
+// analyzeOn is one device's verdicts for the whole graph.
+func (s *Session) analyzeOn(ctx context.Context, dev Device) ([]NodeVerdict, error) {
+	ec, err := s.exec.context(ctx, dev)
+	if err != nil {
+		return nil, err
+	}
+	vs, err := ec.ctx.Analyze(ctx, s.graph)
+	if err != nil {
+		return nil, err
+	}
+	if len(vs) != len(s.graph.Nodes) {
+		return nil, fmt.Errorf("%d verdicts for %d nodes: %w", len(vs), len(s.graph.Nodes), ErrInternal)
+	}
+	return vs, nil
 }
 
 // prepare compiles one partition on its device and records the precision the backend used.

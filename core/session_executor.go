@@ -14,8 +14,8 @@ import (
 
 // Executor owns one Context per device and a cache of prepared executables, so that several
 // sessions over the same weights share them: constants are uploaded once per context, and a
-// graph prepared once (same backend build, device, structure, shapes and constant slices) is
-// not prepared again. The LLM runtime uses one Executor for all its per-chunk and per-step
+// graph prepared once (same device, structure, shapes, attributes and constant slices) is not
+// prepared again. The LLM runtime uses one Executor for all its per-chunk and per-step
 // sessions. Devices are identified by their ID ("neon:0"): an executor serves one set of loaded
 // backends. An Executor is safe for concurrent use.
 type Executor struct {
@@ -29,13 +29,17 @@ type Executor struct {
 	closed bool
 }
 
-// execContext is one opened device context. Devices without CapConcurrent get their
-// executions serialized through run, across every session of the executor.
+// execContext is one device context. Devices without CapConcurrent get their executions
+// serialized through run, across every session of the executor.
 type execContext struct {
 	dev        Device
-	ctx        Context
 	concurrent bool // CapConcurrent: executions may overlap
 	run        sync.Mutex
+	// ready is closed once the context is open (ctx) or failed to open (err); the first
+	// caller opens it outside the executor's lock, so devices open in parallel.
+	ready chan struct{}
+	ctx   Context
+	err   error
 }
 
 type cacheEntry struct {
@@ -66,20 +70,38 @@ var errClosed = fmt.Errorf("closed: %w", ErrBadState)
 func (e *Executor) context(ctx context.Context, dev Device) (*execContext, error) {
 	id := dev.Info().ID()
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.closed {
+		e.mu.Unlock()
 		return nil, errClosed
 	}
-	if ec, ok := e.ctxs[id]; ok {
-		return ec, nil
+	ec, ok := e.ctxs[id]
+	if !ok {
+		ec = &execContext{dev: dev, concurrent: dev.Info().Caps.Has(CapConcurrent), ready: make(chan struct{})}
+		e.ctxs[id] = ec
 	}
-	c, err := dev.NewContext(ctx, e.cfg.contextOptions)
-	if err != nil {
-		return nil, fmt.Errorf("device %s: new context: %w", id, err)
+	e.mu.Unlock()
+	if !ok {
+		ec.ctx, ec.err = dev.NewContext(ctx, e.cfg.contextOptions)
+		if ec.err != nil {
+			ec.err = fmt.Errorf("device %s: new context: %w", id, ec.err)
+			e.mu.Lock()
+			if e.ctxs[id] == ec { // let a later call try again
+				delete(e.ctxs, id)
+			}
+			e.mu.Unlock()
+		} else {
+			e.log.Debug("xpu: context opened", "device", id)
+		}
+		close(ec.ready)
 	}
-	ec := &execContext{dev: dev, ctx: c, concurrent: dev.Info().Caps.Has(CapConcurrent)}
-	e.ctxs[id] = ec
-	e.log.Debug("xpu: context opened", "device", id)
+	select {
+	case <-ec.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if ec.err != nil {
+		return nil, ec.err
+	}
 	return ec, nil
 }
 
@@ -88,17 +110,26 @@ func (e *Executor) context(ctx context.Context, dev Device) (*execContext, error
 func (e *Executor) dropContext(dev Device) error {
 	id := dev.Info().ID()
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	ec, ok := e.ctxs[id]
+	if ok {
+		for _, ce := range e.cache {
+			if ce.exeCtx == ec {
+				ok = false
+				break
+			}
+		}
+	}
+	if ok {
+		delete(e.ctxs, id)
+	}
+	e.mu.Unlock()
 	if !ok {
 		return nil
 	}
-	for _, ce := range e.cache {
-		if ce.exe != nil && ce.exeCtx == ec {
-			return nil
-		}
+	<-ec.ready
+	if ec.ctx == nil {
+		return nil
 	}
-	delete(e.ctxs, id)
 	return ec.ctx.Close()
 }
 
@@ -186,8 +217,8 @@ func (e *Executor) evictLocked() error {
 // first.
 func (e *Executor) Close() error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.closed {
+		e.mu.Unlock()
 		return nil
 	}
 	e.closed = true
@@ -199,11 +230,18 @@ func (e *Executor) Close() error {
 		errs = append(errs, ce.exe.Close())
 		delete(e.cache, k)
 	}
-	for id, ec := range e.ctxs {
+	ctxs := e.ctxs
+	e.ctxs = map[string]*execContext{}
+	e.mu.Unlock()
+	// Outside the lock: a context still opening finishes first.
+	for id, ec := range ctxs {
+		<-ec.ready
+		if ec.ctx == nil {
+			continue
+		}
 		if err := ec.ctx.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("device %s: close context: %w", id, err))
 		}
-		delete(e.ctxs, id)
 	}
 	return errors.Join(errs...)
 }
