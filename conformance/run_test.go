@@ -27,10 +27,16 @@ func TestRunReferencePassesAndWritesReports(t *testing.T) {
 	}
 	dir := t.TempDir()
 	var progress bytes.Buffer
-	rep, err := Run(context.Background(), ref.New(), WithReportDir(dir), WithProgress(&progress), WithLevels(2, 3, 4))
+	opts := []Option{WithReportDir(dir), WithProgress(&progress), WithLevels(2, 3, 4)}
+	if raceEnabled {
+		opts = append(opts, WithFilter(regexp.MustCompile(`^(BUFFER|GRAPH)|^[A-Z_]+\((dtype=f32|a=f32,b=(f32|q4_0)),[a-z_]+=\[\d{1,2}(,\d{1,2})*\]`)))
+	}
+	rep, err := Run(context.Background(), ref.New(), opts...)
 	require.NoError(t, err)
 	assert.Zero(t, rep.Failed, "failures: %v", rep.Failures())
-	assert.Greater(t, rep.Passed, 500)
+	if !raceEnabled {
+		assert.Greater(t, rep.Passed, 500)
+	}
 	assert.Contains(t, progress.String(), "MATMUL(a=f32,b=q4_0")
 
 	raw, err := os.ReadFile(filepath.Join(dir, "ref.json"))
