@@ -267,6 +267,8 @@ static Qnn_ErrorHandle_t tensorCreateGraphTensor(Qnn_GraphHandle_t gh, Qnn_Tenso
                    nm, (unsigned)v->dataType);
   if (v->type > QNN_TENSOR_TYPE_STATIC)
     return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "tensor %s: tensor type %d not supported", nm, (int)v->type);
+  if (v->dataType == QNN_DATATYPE_BOOL_8 && v->type != QNN_TENSOR_TYPE_NATIVE)
+    return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "tensor %s: BOOL_8 only between nodes (NATIVE)", nm);
   if (v->dataType == QNN_DATATYPE_UINT_32 && v->type != QNN_TENSOR_TYPE_STATIC)
     return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "tensor %s: UINT_32 only for static parameter tensors", nm);
   int quant = v->dataType == QNN_DATATYPE_SFIXED_POINT_8;

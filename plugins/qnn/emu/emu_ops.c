@@ -27,7 +27,8 @@ static const struct {
     {"Reshape", EMU_OP_RESHAPE},           {"Transpose", EMU_OP_TRANSPOSE},
     {"StridedSlice", EMU_OP_STRIDEDSLICE}, {"Concat", EMU_OP_CONCAT},
     {"Cast", EMU_OP_CAST},                 {"Quantize", EMU_OP_QUANTIZE},
-    {"Dequantize", EMU_OP_DEQUANTIZE},
+    {"Dequantize", EMU_OP_DEQUANTIZE},     {"ElementWiseGreaterEqual", EMU_OP_GREATER_EQUAL},
+    {"ElementWiseSelect", EMU_OP_SELECT},
 };
 
 int emu_op_from_name(const char *type) {
@@ -45,7 +46,7 @@ const char *emu_op_name(emu_op op) {
 
 int emu_dtype_ok(Qnn_DataType_t dt) {
   return dt == QNN_DATATYPE_FLOAT_32 || dt == QNN_DATATYPE_FLOAT_16 || dt == QNN_DATATYPE_INT_32 ||
-         dt == QNN_DATATYPE_UINT_32 || dt == QNN_DATATYPE_SFIXED_POINT_8;
+         dt == QNN_DATATYPE_UINT_32 || dt == QNN_DATATYPE_SFIXED_POINT_8 || dt == QNN_DATATYPE_BOOL_8;
 }
 
 static int is_float(Qnn_DataType_t dt) {
@@ -159,7 +160,8 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
   uint32_t want_in_min = 1, want_in_max = 1;
   switch (n->op) {
   case EMU_OP_ADD: case EMU_OP_SUB: case EMU_OP_MUL: case EMU_OP_DIV: case EMU_OP_MAX:
-  case EMU_OP_MATMUL: case EMU_OP_GATHER: want_in_min = want_in_max = 2; break;
+  case EMU_OP_MATMUL: case EMU_OP_GATHER: case EMU_OP_GREATER_EQUAL: want_in_min = want_in_max = 2; break;
+  case EMU_OP_SELECT: want_in_min = want_in_max = 3; break;
   case EMU_OP_RMSNORM: case EMU_OP_LAYERNORM: want_in_min = 2; want_in_max = 3; break;
   case EMU_OP_CONCAT: want_in_min = 1; want_in_max = EMU_MAX_IO; break;
   default: break;
@@ -178,6 +180,23 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
     if (!broadcast(in[0], in[1], &rank, dims))
       FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: input shapes do not broadcast", n->name);
     break;
+  case EMU_OP_GREATER_EQUAL:
+    if (!is_float(in[0]->dtype) || in[0]->dtype != in[1]->dtype || out->dtype != QNN_DATATYPE_BOOL_8)
+      FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: ElementWiseGreaterEqual needs float inputs of one dtype and a BOOL_8 output",
+           n->name);
+    if (!broadcast(in[0], in[1], &rank, dims))
+      FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: input shapes do not broadcast", n->name);
+    break;
+  case EMU_OP_SELECT: {
+    emu_tensor ab;
+    if (in[0]->dtype != QNN_DATATYPE_BOOL_8 || !is_float(in[1]->dtype) || in[2]->dtype != in[1]->dtype ||
+        out->dtype != in[1]->dtype)
+      FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: ElementWiseSelect needs a BOOL_8 condition and float values of one dtype",
+           n->name);
+    if (!broadcast(in[1], in[2], &ab.rank, ab.dims) || !broadcast(in[0], &ab, &rank, dims))
+      FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: input shapes do not broadcast", n->name);
+    break;
+  }
   case EMU_OP_EXP: case EMU_OP_NEG: case EMU_OP_SIN: case EMU_OP_COS: case EMU_OP_RELU:
   case EMU_OP_SIGMOID: case EMU_OP_SOFTMAX:
     if (!is_float(in[0]->dtype) || out->dtype != in[0]->dtype)
@@ -366,6 +385,7 @@ static float load(const emu_tensor *t, const uint8_t *p, uint64_t i) {
   case QNN_DATATYPE_FLOAT_16: { uint16_t h; memcpy(&h, p + 2 * i, 2); return qnn_half_to_float(h); }
   case QNN_DATATYPE_INT_32: { int32_t v; memcpy(&v, p + 4 * i, 4); return (float)v; }
   case QNN_DATATYPE_SFIXED_POINT_8: return t->scale * (float)((int32_t)(int8_t)p[i] + t->offset);
+  case QNN_DATATYPE_BOOL_8: return p[i] ? 1.0f : 0.0f;
   default: return 0;
   }
 }
@@ -380,6 +400,7 @@ static void store(const emu_tensor *t, uint8_t *p, uint64_t i, float v) {
     p[i] = (uint8_t)(int8_t)q;
     break;
   }
+  case QNN_DATATYPE_BOOL_8: p[i] = v != 0; break;
   default: break;
   }
 }
@@ -417,9 +438,35 @@ static void binary_op(emu_op op, const emu_tensor *a, const emu_tensor *b, const
     case EMU_OP_MUL: r = x * y; break;
     case EMU_OP_DIV: r = x / y; break;
     case EMU_OP_MAX: r = x > y ? x : (isnan(x) ? x : y); break;
+    case EMU_OP_GREATER_EQUAL: r = x >= y ? 1.0f : 0.0f; break;
     default: break;
     }
     store(o, po, i, r);
+    for (int d = (int)o->rank - 1; d >= 0; d--) {
+      if (++idx[d] < o->dims[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+/* picks, never computes: an unselected NaN stays out of the result */
+static void select_op(const emu_graph *g, const emu_node *n, uint8_t *const *ptr) {
+  const emu_tensor *c = &g->tensors[n->in[0]], *a = &g->tensors[n->in[1]], *b = &g->tensors[n->in[2]];
+  const emu_tensor *o = &g->tensors[n->out[0]];
+  uint64_t sc[EMU_MAX_RANK], sa[EMU_MAX_RANK], sb[EMU_MAX_RANK];
+  uint32_t idx[EMU_MAX_RANK] = {0}, es = qnn_dtype_bytes(o->dtype);
+  bstrides(c, o->rank, sc);
+  bstrides(a, o->rank, sa);
+  bstrides(b, o->rank, sb);
+  for (uint64_t i = 0; i < o->numel; i++) {
+    uint64_t ic = 0, ia = 0, ib = 0;
+    for (uint32_t d = 0; d < o->rank; d++) {
+      ic += idx[d] * sc[d];
+      ia += idx[d] * sa[d];
+      ib += idx[d] * sb[d];
+    }
+    if (ptr[n->in[0]][ic]) memcpy(ptr[n->out[0]] + i * es, ptr[n->in[1]] + ia * es, es);
+    else memcpy(ptr[n->out[0]] + i * es, ptr[n->in[2]] + ib * es, es);
     for (int d = (int)o->rank - 1; d >= 0; d--) {
       if (++idx[d] < o->dims[d]) break;
       idx[d] = 0;
@@ -566,7 +613,11 @@ Qnn_ErrorHandle_t emu_node_run(const emu_graph *g, const emu_node *n, uint8_t *c
   uint8_t *po = ptr[n->out[0]];
   switch (n->op) {
   case EMU_OP_ADD: case EMU_OP_SUB: case EMU_OP_MUL: case EMU_OP_DIV: case EMU_OP_MAX:
+  case EMU_OP_GREATER_EQUAL:
     binary_op(n->op, x, &g->tensors[n->in[1]], o, px, ptr[n->in[1]], po);
+    break;
+  case EMU_OP_SELECT:
+    select_op(g, n, ptr);
     break;
   case EMU_OP_EXP: case EMU_OP_NEG: case EMU_OP_SIN: case EMU_OP_COS: case EMU_OP_RELU:
   case EMU_OP_SIGMOID: case EMU_OP_CAST: case EMU_OP_QUANTIZE: case EMU_OP_DEQUANTIZE:

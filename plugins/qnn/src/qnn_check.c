@@ -138,13 +138,17 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, int float_as_f16, uint
     break;
   }
   case XPU_OP_ATTENTION: {
-    if (n->n_inputs > 3) REFUSE("ATTENTION with a run-time q_offset: QNN masks are static (use iattr[1])");
+    if (n->n_inputs > 3) {
+      const xpu_ir_tensor *qo = &ir->tensors[n->inputs[3]];
+      if (qo->dtype != XPU_DT_I32 || xpu_ir_numel(qo) != 1) REFUSE("ATTENTION q_offset must be I32 [1]");
+    }
     const xpu_ir_tensor *k = &ir->tensors[n->inputs[1]], *v = &ir->tensors[n->inputs[2]];
     if (!is_float(x->dtype) || !is_float(k->dtype) || !is_float(v->dtype) || out->dtype != x->dtype)
       REFUSE("ATTENTION needs F32/F16 q, k, v");
     if (x->rank != 3 || k->rank != 3 || v->rank != 3) REFUSE("ATTENTION needs rank-3 q, k, v");
     if (n->iattr[0] == 1 && n->fattr[0] < 0) REFUSE("causal ATTENTION with a negative scale");
-    if (n->iattr[0] == 1 && x->shape[0] + n->iattr[1] < 1) REFUSE("causal ATTENTION where no query sees a key");
+    if (n->iattr[0] == 1 && n->n_inputs <= 3 && x->shape[0] + n->iattr[1] < 1)
+      REFUSE("causal ATTENTION where no query sees a key");
     break;
   }
   case XPU_OP_GET_ROWS: {

@@ -444,35 +444,90 @@ static int lower_rope(lower *L, const xpu_ir_node *n, int x, int pos, int out) {
   return concat(L, parts, 2, r - 1, out);
 }
 
-static int lower_attention(lower *L, const xpu_ir_node *n, int q, int k, int v, int out) {
+/* an index ramp: vals[i] = i % period, as a static FLOAT_32 tensor of the given dims */
+static int ramp(lower *L, uint32_t rank, const uint32_t *dims, uint32_t n, uint32_t period) {
+  float *v = own(L, (size_t)n * sizeof(float));
+  if (!v) return fail(L, "out of memory");
+  for (uint32_t i = 0; i < n; i++) v[i] = (float)(i % period);
+  return cst_f(L, QNN_DATATYPE_FLOAT_32, rank, dims, v);
+}
+
+/* a >= b as a BOOL_8 tensor of the broadcast shape */
+static int greater_equal(lower *L, int a, int b, uint32_t rank, const uint32_t *dims) {
+  if (a < 0 || b < 0) return -1;
+  int out = tmp(L, QNN_DATATYPE_BOOL_8, rank, dims);
+  int in[2] = {a, b};
+  return out < 0 || emit(L, "ElementWiseGreaterEqual", in, 2, out, NULL, 0) < 0 ? -1 : out;
+}
+
+/* causal visibility decided at execution from an I32 [1] q_offset: cond[r, j] = j <= r % Tq + off,
+ * and K/V rows past the last visible key replaced by zeros with Select (which picks, so garbage,
+ * NaN included, never reaches the arithmetic) */
+static int runtime_masks(lower *L, int qo, uint32_t R, uint32_t Tq, uint32_t Tk, int *cond, int *k, int *v) {
+  uint32_t one = 1, dr1[2] = {R, 1}, d1k[2] = {1, Tk}, drk[2] = {R, Tk}, dk11[3] = {Tk, 1, 1};
+  int off = reshape(L, cast(L, qo, QNN_DATATYPE_FLOAT_32), -1, 1, &one);
+  int lim = bin(L, "ElementWiseAdd", ramp(L, 2, dr1, R, Tq), off, -1);
+  if ((*cond = greater_equal(L, lim, ramp(L, 2, d1k, Tk, Tk), 2, drk)) < 0) return -1;
+  int last = bin(L, "ElementWiseAdd", cst_scalar(L, QNN_DATATYPE_FLOAT_32, (float)(Tq - 1)), off, -1);
+  int kvc = greater_equal(L, last, ramp(L, 3, dk11, Tk, Tk), 3, dk11);
+  if (kvc < 0) return -1;
+  int ins[3];
+  Qnn_DataType_t dt = dt_of(L, *k);
+  ins[0] = kvc, ins[1] = *k, ins[2] = cst_scalar(L, dt, 0.0f);
+  int nk = tmp(L, dt, rank_of(L, *k), dims_of(L, *k));
+  if (ins[2] < 0 || nk < 0 || emit(L, "ElementWiseSelect", ins, 3, nk, NULL, 0) < 0) return -1;
+  ins[1] = *v;
+  int nv = tmp(L, dt, rank_of(L, *v), dims_of(L, *v));
+  if (nv < 0 || emit(L, "ElementWiseSelect", ins, 3, nv, NULL, 0) < 0) return -1;
+  *k = nk;
+  *v = nv;
+  return 0;
+}
+
+static int select3(lower *L, int c, int a, int b, uint32_t rank, const uint32_t *dims) {
+  if (c < 0 || a < 0 || b < 0) return -1;
+  int out = tmp(L, dt_of(L, a), rank, dims);
+  int ins[3] = {c, a, b};
+  return out < 0 || emit(L, "ElementWiseSelect", ins, 3, out, NULL, 0) < 0 ? -1 : out;
+}
+
+static int lower_attention(lower *L, const xpu_ir_node *n, int q, int k, int v, int qo, int out) {
   Qnn_DataType_t dt = dt_of(L, q);
   uint32_t Tq = dims_of(L, q)[0], Hq = dims_of(L, q)[1], D = dims_of(L, q)[2];
   uint32_t Tk = dims_of(L, k)[0], Hkv = dims_of(L, k)[1], Dv = dims_of(L, v)[2];
   if (Hkv == 0 || Hq % Hkv) return fail(L, "query heads %u not a multiple of kv heads %u", Hq, Hkv);
-  uint32_t G = Hq / Hkv;
+  uint32_t G = Hq / Hkv, R = G * Tq;
   int causal = n->iattr[0] == 1;
   int64_t off = n->iattr[1];
   float scale = n->fattr[0] != 0 ? n->fattr[0] : (float)(1.0 / sqrt((double)D));
   uint32_t len = Tk;
-  if (causal && (int64_t)Tq + off < (int64_t)Tk) len = (uint32_t)((int64_t)Tq + off);
-  /* keys past the last visible one are never read: a KV cache bound at full capacity may hold
-   * anything (NaN included) there */
-  if (len < Tk) {
+  k = cast(L, k, dt);
+  v = cast(L, v, dt);
+  int cond = -1;
+  if (causal && qo >= 0) {
+    if (runtime_masks(L, qo, R, Tq, Tk, &cond, &k, &v) < 0) return -1;
+  } else if (causal && (int64_t)Tq + off < (int64_t)Tk) {
+    /* keys past the last visible one are never read: a KV cache bound at full capacity may
+     * hold anything (NaN included) there */
+    len = (uint32_t)((int64_t)Tq + off);
     k = slice(L, k, -1, 0, 0, len);
     v = slice(L, v, -1, 0, 0, len);
   }
-  k = cast(L, k, dt);
-  v = cast(L, v, dt);
   static const uint32_t p102[3] = {1, 0, 2};
-  uint32_t qd[3] = {Hkv, G * Tq, D};
+  uint32_t qd[3] = {Hkv, R, D}, sd[3] = {Hkv, R, len}, rd[2] = {R, len};
   int qg = reshape(L, transpose(L, q, -1, p102), -1, 3, qd);
   int kt = transpose(L, k, -1, p102);
   int vt = transpose(L, v, -1, p102);
   int sc = matmul(L, qg, kt, -1, 1);
   int p;
-  if (causal) {
+  if (causal && qo >= 0) {
+    const float big = dt == QNN_DATATYPE_FLOAT_16 ? 30000.0f : 1e30f;
+    p = softmax(L, select3(L, cond, sc, cst_scalar(L, dt, -big), 3, sd), -1, scale);
+    int keep = select3(L, cond, cst_scalar(L, dt, 1.0f), cst_scalar(L, dt, 0.0f), 2, rd);
+    p = bin(L, "ElementWiseMultiply", p, keep, -1); /* rows with no visible key give 0 */
+  } else if (causal) {
     int add, keep;
-    if (masks(L, dt, 2, G * Tq, Tq, len, off, &add, &keep) < 0) return -1;
+    if (masks(L, dt, 2, R, Tq, len, off, &add, &keep) < 0) return -1;
     p = softmax(L, bin(L, "ElementWiseAdd", sc, add, -1), -1, scale);
     if (keep >= 0) p = bin(L, "ElementWiseMultiply", p, keep, -1);
   } else {
@@ -574,7 +629,7 @@ static int lower_node(lower *L, uint32_t idx, qnn_io *io) {
     break;
   }
   case XPU_OP_ROPE: r = lower_rope(L, n, x, in[1], out); break;
-  case XPU_OP_ATTENTION: r = lower_attention(L, n, x, in[1], in[2], out); break;
+  case XPU_OP_ATTENTION: r = lower_attention(L, n, x, in[1], in[2], n->n_inputs > 3 ? in[3] : -1, out); break;
   case XPU_OP_GET_ROWS: {
     if (check_ids(L, n, io) < 0) return -1;
     uint32_t d[QMAX_RANK], rk = 0;

@@ -424,13 +424,15 @@ static void test_rope(int neox, int nr) {
   api->buffer_release(yb);
 }
 
-static void test_attention(void) {
-  enum { TQ = 2, HQ = 4, HKV = 2, D = 4, TK = 6, OFF = 2 };
+/* off_input: the offset is a run-time I32 input (chunked prefill reuses one graph); a negative
+ * offset leaves query 0 without a visible key (its output is 0) */
+static void test_attention(int off_input, int OFF) {
+  enum { TQ = 2, HQ = 4, HKV = 2, D = 4, TK = 6 };
   unsigned seed = 21;
   float q[TQ * HQ * D], k[TK * HKV * D], v[TK * HKV * D], want[TQ * HQ * D], got[TQ * HQ * D];
   for (int i = 0; i < TQ * HQ * D; i++) q[i] = frand(&seed);
   for (int i = 0; i < TK * HKV * D; i++) k[i] = frand(&seed), v[i] = frand(&seed);
-  for (int i = TQ + OFF; i < TK; i++) /* past the last visible key: must never be read */
+  for (int i = TQ + OFF < 0 ? 0 : TQ + OFF; i < TK; i++) /* past the last visible key: must never be read */
     for (int j = 0; j < HKV * D; j++) k[i * HKV * D + j] = v[i * HKV * D + j] = NAN;
   double scale = 1 / sqrt((double)D);
   for (int i = 0; i < TQ; i++)
@@ -445,7 +447,7 @@ static void test_attention(void) {
       }
       for (int j = 0; j <= i + OFF; j++) sum += exp(s[j] - mx);
       for (int d = 0; d < D; d++) {
-        double o = 0;
+        double o = 0; /* stays 0 for a query that sees no key */
         for (int j = 0; j <= i + OFF; j++) o += exp(s[j] - mx) / sum * v[(j * HKV + kh) * D + d];
         want[(i * HQ + h) * D + d] = (float)o;
       }
@@ -455,16 +457,22 @@ static void test_attention(void) {
   uint32_t tq = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 3, sq);
   uint32_t tk = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 3, sk);
   uint32_t tv = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 3, sk);
+  int64_t s1[1] = {1};
+  uint32_t toff = off_input ? ir_tensor(&b, XPU_DT_I32, XPU_TENSOR_INPUT, 1, s1) : 0;
   uint32_t to = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 3, sq);
-  xpu_ir_node *n = ir_node(&b, XPU_OP_ATTENTION, to, 3, tq, tk, tv);
+  xpu_ir_node *n = off_input ? ir_node(&b, XPU_OP_ATTENTION, to, 4, tq, tk, tv, toff)
+                             : ir_node(&b, XPU_OP_ATTENTION, to, 3, tq, tk, tv);
   n->iattr[0] = 1;
-  n->iattr[1] = OFF;
+  n->iattr[1] = off_input ? 0 : OFF;
   b.out[b.nout++] = to;
-  xpu_buffer ins[3] = {buf_with(q, sizeof q), buf_with(k, sizeof k), buf_with(v, sizeof v)}, ob = buf_with(NULL, sizeof got);
+  int32_t off32 = OFF;
+  xpu_buffer ins[4] = {buf_with(q, sizeof q), buf_with(k, sizeof k), buf_with(v, sizeof v), buf_with(&off32, 4)};
+  xpu_buffer ob = buf_with(NULL, sizeof got);
   CHECK(run_graph(&b, NULL, 0, ins, &ob, NULL) == XPU_OK, "attention: %s", lasterr(ctx));
   api->buffer_read(ob, 0, got, sizeof got);
-  CHECK(max_err(got, want, TQ * HQ * D) < 1e-5, "GQA causal attention max err %g", max_err(got, want, TQ * HQ * D));
-  for (int i = 0; i < 3; i++) api->buffer_release(ins[i]);
+  CHECK(max_err(got, want, TQ * HQ * D) < 1e-5, "GQA causal attention (offset %d, run-time %d) max err %g", OFF,
+        off_input, max_err(got, want, TQ * HQ * D));
+  for (int i = 0; i < 4; i++) api->buffer_release(ins[i]);
   api->buffer_release(ob);
 }
 
@@ -598,7 +606,9 @@ int main(int argc, char **argv) {
   test_rope(0, 4);
   test_rope(1, 8);
   test_rope(1, 6);
-  test_attention();
+  test_attention(0, 2);
+  test_attention(1, 2);
+  test_attention(1, -1);
   test_int8_and_fd();
   test_lifecycle();
 
