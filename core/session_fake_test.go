@@ -24,6 +24,9 @@ type fakeDevice struct {
 	// rendezvous, when set, makes an execution wait until another device's execution has
 	// started too: it proves two partitions overlap.
 	rendezvous *rendezvous
+	// openRendezvous does the same for NewContext: it proves devices open in parallel.
+	openRendezvous *rendezvous
+	openErr        error // NewContext fails with it
 
 	contexts, liveContexts, prepares, liveExes, runs, allocs atomic.Int32
 	lastOptions                                      atomic.Value // map[string]string
@@ -50,7 +53,15 @@ func (d *fakeDevice) OpSupport(q core.OpQuery) core.Verdict {
 	return core.VerdictNo
 }
 
-func (d *fakeDevice) NewContext(_ context.Context, options map[string]string) (core.Context, error) {
+func (d *fakeDevice) NewContext(ctx context.Context, options map[string]string) (core.Context, error) {
+	if d.openRendezvous != nil {
+		if err := d.openRendezvous.meet(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if d.openErr != nil {
+		return nil, d.openErr
+	}
 	d.contexts.Add(1)
 	d.liveContexts.Add(1)
 	d.lastOptions.Store(options)

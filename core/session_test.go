@@ -239,6 +239,36 @@ func TestAnalyzeFailureFallsBack(t *testing.T) {
 	runChain(t, s, 3)
 }
 
+func TestDevicesOpenInParallel(t *testing.T) {
+	r := newRendezvous(2)
+	npu := newFake("qnn", core.DeviceNPU, core.OpMul)
+	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
+	npu.openRendezvous, cpu.openRendezvous = r, r
+	s, err := core.NewSession(context.Background(), chain(t), devs(npu, cpu), quiet)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+}
+
+func TestContextOpenFailureFallsBack(t *testing.T) {
+	npu := newFake("qnn", core.DeviceNPU, allFakeOps...)
+	npu.openErr = fmt.Errorf("qnn: libQnnHtp.so not found: %w", core.ErrMissingDependency)
+	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
+	e := core.NewExecutor(quiet)
+	defer func() { require.NoError(t, e.Close()) }()
+	s, err := core.NewSession(context.Background(), chain(t), devs(npu, cpu), core.WithExecutor(e), quiet)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"neon:0"}, s.Report().Devices)
+	assert.Contains(t, s.Report().Nodes[0].Reason, "libQnnHtp.so not found")
+	runChain(t, s, 10)
+	require.NoError(t, s.Close())
+
+	npu.openErr = nil // a failed open is not remembered: the next session tries again
+	s, err = core.NewSession(context.Background(), chain(t), devs(npu, cpu), core.WithExecutor(e), quiet)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"qnn:0"}, s.Report().Devices)
+	require.NoError(t, s.Close())
+}
+
 func TestBadArguments(t *testing.T) {
 	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
 	ctx := context.Background()
