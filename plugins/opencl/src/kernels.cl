@@ -436,24 +436,33 @@ __kernel void gemm_any(gcbytes *a, ulong aoff, int adt, gcbytes *b, ulong boff, 
   for (int r = 0; r < RM && m0 + r < M; r++)                                                     \
     for (int c = 0; c < 4 && n0 + c < N; c++) STO((ulong)((bt * M + m0 + r) * N + n0 + c), res[r][c]);
 
+/* VW-wide vectors along K; the compiler keeps the RM x 4 accumulators in registers */
+#ifndef VW
+#define VW 4
+#endif
+#define VEC_(n) float##n
+#define VEC(n) VEC_(n)
+#define VLOAD_(n) vload##n
+#define VLOAD(n) VLOAD_(n)
 #define DOT_F32(RM)                                                                              \
   __global const float *pa = (__global const float *)(a + aoff);                                 \
   __global const float *pb = (__global const float *)(b + boff);                                 \
-  float4 acc[RM][4];                                                                             \
+  VEC(VW) acc[RM][4];                                                                            \
   for (int r = 0; r < RM; r++)                                                                   \
-    for (int c = 0; c < 4; c++) acc[r][c] = (float4)(0.0f);                                      \
-  long K4 = K / 4;                                                                               \
-  for (long k = 0; k < K4; k++) {                                                                \
-    float4 av[RM], bv[4];                                                                        \
-    for (int r = 0; r < RM; r++) av[r] = vload4(0, pa + ar[r] + 4 * k);                          \
-    for (int c = 0; c < 4; c++) bv[c] = vload4(0, pb + br[c] + 4 * k);                           \
+    for (int c = 0; c < 4; c++) acc[r][c] = (VEC(VW))(0.0f);                                     \
+  long KV = K / VW;                                                                              \
+  for (long k = 0; k < KV; k++) {                                                                \
+    VEC(VW) av[RM], bv[4];                                                                       \
+    for (int r = 0; r < RM; r++) av[r] = VLOAD(VW)(0, pa + ar[r] + VW * k);                      \
+    for (int c = 0; c < 4; c++) bv[c] = VLOAD(VW)(0, pb + br[c] + VW * k);                       \
     for (int r = 0; r < RM; r++)                                                                 \
       for (int c = 0; c < 4; c++) acc[r][c] = mad(av[r], bv[c], acc[r][c]);                      \
   }                                                                                              \
   for (int r = 0; r < RM; r++)                                                                   \
     for (int c = 0; c < 4; c++) {                                                                \
-      float s = acc[r][c].x + acc[r][c].y + acc[r][c].z + acc[r][c].w;                           \
-      for (long k = K4 * 4; k < K; k++) s = mad(pa[ar[r] + k], pb[br[c] + k], s);                \
+      float s = 0.0f;                                                                            \
+      for (int e = 0; e < VW; e++) s += ((float *)&acc[r][c])[e];                                \
+      for (long k = KV * VW; k < K; k++) s = mad(pa[ar[r] + k], pb[br[c] + k], s);               \
       res[r][c] = s;                                                                             \
     }
 

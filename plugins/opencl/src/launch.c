@@ -150,7 +150,7 @@ static cl_int matmul(ocl_ctx *c, const xpu_ir_node *nd, const xpu_ir_tensor *a, 
     if (ce) return ce;
     /* one SIMD width (CPU) or warp (GPU) per group: the items share nothing, and PoCL runs a
      * group as a loop vectorised across its items */
-    size_t cols = (size_t)((N + 3) / 4), l = local_for(c, kid, c->kpref[kid]);
+    size_t cols = (size_t)((N + 3) / 4), l = local_for(c, kid, 1);
     while (l > 1 && l / 2 >= cols) l /= 2;
     size_t lsz[3] = {l, 1, 1};
     size_t gsz[3] = {(cols + l - 1) / l * l, (size_t)((M + rm - 1) / rm), (size_t)(ob[0] * ob[1])};

@@ -39,6 +39,7 @@ typedef struct ocl_device {
   uint64_t local_mem;     /* CL_DEVICE_LOCAL_MEM_SIZE */
   uint64_t max_alloc;     /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
   int correct_div;        /* -cl-fp32-correctly-rounded-divide-sqrt is allowed */
+  uint32_t vec_width;     /* float vector width of the MATMUL kernels: 4, 8 or 16 */
   /* created by the first context, under plugin.mu; freed at shutdown */
   cl_context clctx;
   cl_program prog;

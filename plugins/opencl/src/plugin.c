@@ -116,6 +116,11 @@ static void describe(ocl_device *d) {
   d->max_wg = wg ? wg : 1;
   for (int i = 0; i < 3; i++) d->max_item[i] = items[i] ? items[i] : 1;
   d->correct_div = (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
+  /* GPUs report 1 (they vectorise across work-items); float4 loads still halve their load
+   * count. CPUs report their SIMD width (16 with AVX-512): 3x faster MATMUL on PoCL than 4. */
+  cl_uint vw = 0;
+  P.cl.clGetDeviceInfo(d->id, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof vw, &vw, NULL);
+  d->vec_width = vw >= 16 ? 16 : vw >= 8 ? 8 : 4;
 
   char ext[4096];
   dev_str(d->id, CL_DEVICE_EXTENSIONS, ext, sizeof ext);

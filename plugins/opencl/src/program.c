@@ -118,7 +118,7 @@ xpu_status ocl_program_ensure(ocl_device *d, char *err, size_t cap) {
   if (d->prog) return XPU_OK;
   double t0 = now_ms();
   char opts[160];
-  snprintf(opts, sizeof opts, "-cl-std=CL1.2%s",
+  snprintf(opts, sizeof opts, "-cl-std=CL1.2 -DVW=%u%s", d->vec_width,
            d->correct_div ? " -cl-fp32-correctly-rounded-divide-sqrt" : "");
   size_t srclen = sizeof ocl_kernels_src - 1;
   char key[768];
