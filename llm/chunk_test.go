@@ -33,9 +33,9 @@ func TestChunkSizesAgree(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, logits, m.Config.Vocab)
 			r.Reset()
-			res, err := r.Generate(context.Background(), storyPrompt, WithMaxTokens(40))
+			res, err := r.Generate(context.Background(), storyPrompt, WithMaxTokens(16))
 			require.NoError(t, err)
-			require.Len(t, res.Tokens, 40)
+			require.Len(t, res.Tokens, 16)
 			if wantTokens == nil {
 				wantTokens, wantLogits = res.Tokens, logits
 				return
@@ -121,4 +121,42 @@ func TestQuantizedLogitsNMSE(t *testing.T) {
 			require.Greater(t, nmse, 0.0, "quantization must change something")
 		})
 	}
+}
+
+// countingDevice counts Prepare calls on the contexts it opens.
+type countingDevice struct {
+	core.Device
+	prepares *int
+}
+
+func (d countingDevice) NewContext(ctx context.Context, o map[string]string) (core.Context, error) {
+	c, err := d.Device.NewContext(ctx, o)
+	return countingContext{Context: c, prepares: d.prepares}, err
+}
+
+type countingContext struct {
+	core.Context
+	prepares *int
+}
+
+func (c countingContext) Prepare(ctx context.Context, g *core.Graph, opts ...core.PrepareOption) (core.Executable, error) {
+	*c.prepares++
+	return c.Context.Prepare(ctx, g, opts...)
+}
+
+// TestGraphsPreparedOnce: the stage graphs for the prefill chunk and for decoding are prepared
+// when the runner is made, and every later chunk, position and prompt reuses them.
+func TestGraphsPreparedOnce(t *testing.T) {
+	m := openStories(t)
+	n := 0
+	r, err := NewRunner(context.Background(), m, countingDevice{Device: refDevice(t), prepares: &n}, WithChunkSize(8))
+	require.NoError(t, err)
+	defer r.Close()
+	stages := m.Config.Layers + 1
+	require.Equal(t, 2*stages, n, "one stage set for chunk 8, one for decoding")
+	for _, p := range []string{storyPrompt, "Once upon a time", "Tom"} {
+		_, err := r.Generate(context.Background(), p, WithMaxTokens(4))
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 2*stages, n, "no graph is prepared after the runner is made")
 }

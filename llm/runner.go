@@ -296,7 +296,11 @@ func (r *Runner) feed(ctx context.Context, tokens []int32, cs *chunkSet) ([]floa
 	var logits []float32
 	for start := 0; start < len(tokens); start += int(cs.c) {
 		n := min(int(cs.c), len(tokens)-start)
-		row, err := r.runChunk(ctx, cs, tokens[start:start+n])
+		set := cs
+		if n == 1 {
+			set = r.chunks[1] // a lone token needs no padded chunk: the decode graphs serve it
+		}
+		row, err := r.runChunk(ctx, set, tokens[start:start+n])
 		if err != nil {
 			return nil, err
 		}
