@@ -29,7 +29,7 @@ type fakeDevice struct {
 	openErr        error // NewContext fails with it
 
 	contexts, liveContexts, prepares, liveExes, runs, allocs atomic.Int32
-	lastOptions                                      atomic.Value // map[string]string
+	lastOptions                                              atomic.Value // map[string]string
 }
 
 func newFake(backend string, kind core.DeviceKind, ops ...core.Op) *fakeDevice {
