@@ -71,18 +71,51 @@ func (r *CaseResult) fail(cat Category, format string, args ...any) {
 	r.Errors = append(r.Errors, msg)
 }
 
+// BackendRecord identifies the plugin a report is about.
+type BackendRecord struct {
+	Name       string `json:"name"`
+	Vendor     string `json:"vendor"`
+	Version    string `json:"version"`
+	BuildID    string `json:"build_id"`
+	SDKVersion string `json:"sdk_version,omitempty"`
+	Path       string `json:"path,omitempty"`
+	Isolated   bool   `json:"isolated,omitempty"`
+}
+
+// DeviceRecord identifies the device a report is about.
+type DeviceRecord struct {
+	Index        int      `json:"index"`
+	Kind         string   `json:"kind"`
+	Name         string   `json:"name"`
+	Vendor       string   `json:"vendor"`
+	Driver       string   `json:"driver,omitempty"`
+	Caps         []string `json:"caps"`
+	MemoryBytes  uint64   `json:"memory_bytes,omitempty"`
+	ComputeUnits int      `json:"compute_units,omitempty"`
+}
+
+func backendRecord(i core.BackendInfo) BackendRecord {
+	return BackendRecord{Name: i.Name, Vendor: i.Vendor, Version: i.Version, BuildID: i.BuildID,
+		SDKVersion: i.SDKVersion, Path: i.Path, Isolated: i.Isolated}
+}
+
+func deviceRecord(d core.DeviceInfo) DeviceRecord {
+	return DeviceRecord{Index: d.Index, Kind: d.Kind.String(), Name: d.Name, Vendor: d.Vendor, Driver: d.Driver,
+		Caps: d.Caps.Names(), MemoryBytes: d.MemoryBytes, ComputeUnits: d.ComputeUnits}
+}
+
 // Report is the result of one Run.
 type Report struct {
-	Backend     core.BackendInfo `json:"backend"`
-	Device      core.DeviceInfo  `json:"device"`
-	Seed        uint64           `json:"seed"`
-	Started     time.Time        `json:"started"`
-	Seconds     float64          `json:"seconds"`
-	Passed      int              `json:"passed"`
-	Failed      int              `json:"failed"`
-	Unsupported int              `json:"unsupported"`
-	Skipped     int              `json:"skipped"`
-	Cases       []CaseResult     `json:"cases"`
+	Backend     BackendRecord `json:"backend"`
+	Device      DeviceRecord  `json:"device"`
+	Seed        uint64        `json:"seed"`
+	Started     time.Time     `json:"started"`
+	Seconds     float64       `json:"seconds"`
+	Passed      int           `json:"passed"`
+	Failed      int           `json:"failed"`
+	Unsupported int           `json:"unsupported"`
+	Skipped     int           `json:"skipped"`
+	Cases       []CaseResult  `json:"cases"`
 }
 
 func (r *Report) add(c CaseResult) {

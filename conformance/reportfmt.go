@@ -94,7 +94,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		fmt.Fprintf(b, "- SDK: %s\n", r.Backend.SDKVersion)
 	}
 	fmt.Fprintf(b, "- device %d: %s (%s, %s)", r.Device.Index, r.Device.Name, r.Device.Kind, r.Device.Vendor)
-	if caps := r.Device.Caps.String(); caps != "" {
+	if caps := strings.Join(r.Device.Caps, ","); caps != "" {
 		fmt.Fprintf(b, ", caps: %s", caps)
 	}
 	fmt.Fprintf(b, "\n- seed %d, %s, %.1f s\n\n**%s**", r.Seed, r.Started.Format("2006-01-02 15:04 UTC"), r.Seconds, r.Summary())

@@ -68,7 +68,7 @@ func Run(ctx context.Context, b core.Backend, opts ...Option) (*Report, error) {
 			r.cfg.repro += fmt.Sprintf(" --device %d", cfg.device)
 		}
 	}
-	rep := &Report{Backend: b.Info(), Device: r.dev.Info(), Seed: cfg.seed, Started: time.Now().UTC()}
+	rep := &Report{Backend: backendRecord(b.Info()), Device: deviceRecord(r.dev.Info()), Seed: cfg.seed, Started: time.Now().UTC()}
 	for _, tc := range allCases() {
 		if cfg.levels != nil && !cfg.levels[tc.level] {
 			continue
