@@ -1,0 +1,69 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func storiesPath(t *testing.T) string {
+	p := filepath.Join("..", "..", "..", "shared", "models", "stories260K.gguf")
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("test model absent: %v", err)
+	}
+	return p
+}
+
+func TestRunStoriesGreedyOnReference(t *testing.T) {
+	p := storiesPath(t)
+	want, err := os.ReadFile(filepath.Join(filepath.Dir(p), "stories260K.greedy.txt"))
+	require.NoError(t, err)
+	// 32 tokens keep the test quick; llm's tests check all 256.
+	code, out, errOut := runCLI(t, "run", "--model", p, "--temp", "0", "-n", "32", "--backend", "ref")
+	require.Equal(t, 0, code, errOut)
+	require.True(t, strings.HasSuffix(out, "\n"))
+	assert.True(t, strings.HasPrefix(string(want), strings.TrimSuffix(out, "\n")), out)
+	assert.Greater(t, len(out), 80)
+	for _, s := range []string{"load:", "prefill:", "decode: 32 tokens", "tok/s"} {
+		assert.Contains(t, errOut, s)
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"no model", []string{"run"}, 2, "usage"},
+		{"backend and policy", []string{"run", "--model", "x", "--backend", "ref", "--policy", "prefer-cpu"}, 2, "usage"},
+		{"missing file", []string{"run", "--model", filepath.Join(t.TempDir(), "none.gguf")}, 1, "no such file"},
+		{"not gguf", []string{"run", "--model", "run_test.go"}, 1, "bad magic"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, _, errOut := runCLI(t, c.args...)
+			assert.Equal(t, c.code, code)
+			assert.Contains(t, errOut, c.msg)
+		})
+	}
+}
+
+func TestGenModelThenRun(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tiny.gguf")
+	code, out, errOut := runCLI(t, "gen-model", "--arch", "qwen2", "--params", "260K", "--type", "q8_0", "-o", path)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "qwen2")
+	code, _, errOut = runCLI(t, "run", "--model", path, "--prompt", "hi", "-n", "4", "--seed", "5", "--backend", "ref", "--chunk", "2")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, errOut, "decode:")
+
+	code, _, errOut = runCLI(t, "gen-model", "--params", "13B", "-o", path)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "13B")
+}
