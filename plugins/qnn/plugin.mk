@@ -12,7 +12,7 @@ QNN_EMU := $(PLUGIN_DIR)/qnn/libQnnXpuEmu.so
 QNN_TEST_BIN := $(BUILD)/qnn/qnn_ctest
 
 PLUGINS += $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU)
-PLUGIN_TESTS += test-qnn-c
+PLUGIN_TESTS += test-qnn-c test-qnn-arm64
 
 $(PLUGIN_DIR)/libxpu-qnn.so: $(QNN_SRCS) $(QNN_HDRS) $(COMMON_HDRS)
 	@mkdir -p $(dir $@)
@@ -26,7 +26,7 @@ $(QNN_TEST_BIN): plugins/qnn/test/qnn_ctest.c $(QNN_HDRS) $(COMMON_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Iabi -Iplugins/common -Iplugins/qnn/src -D_GNU_SOURCE -o $@ $< -ldl -lm -lpthread
 
-.PHONY: test-qnn-c test-qnn
+.PHONY: test-qnn-c test-qnn test-qnn-arm64
 # the emulator's rules, the plugin end to end on hand-built IR, and the context-binary cache,
 # under valgrind when it is installed
 test-qnn-c: $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU) $(QNN_TEST_BIN)
@@ -34,6 +34,21 @@ test-qnn-c: $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU) $(QNN_TEST_BIN)
 	  valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
 	    $(QNN_TEST_BIN) $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU); \
 	else $(QNN_TEST_BIN) $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU); fi
+
+# the phone's architecture: the layout asserts, the plugin, the emulator and the C test built
+# for aarch64 and run under qemu
+QNN_ARM64 := $(BUILD)/arm64/qnn
+$(QNN_ARM64)/libxpu-qnn.so: $(QNN_SRCS) $(QNN_HDRS) $(COMMON_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC_ARM64) $(PLUGIN_CFLAGS) -DXPU_QNN_BUILD_ID='"$(QNN_BUILD_ID)"' -o $@ $(QNN_SRCS) $(PLUGIN_LDFLAGS)
+$(QNN_ARM64)/libQnnXpuEmu.so: $(QNN_EMU_SRCS) $(QNN_EMU_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC_ARM64) $(PLUGIN_CFLAGS) -o $@ $(QNN_EMU_SRCS) $(PLUGIN_LDFLAGS)
+$(QNN_ARM64)/qnn_ctest: plugins/qnn/test/qnn_ctest.c $(QNN_HDRS) $(COMMON_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC_ARM64) -std=c11 -O1 -g -Wall -Wextra -Werror -Iabi -Iplugins/common -Iplugins/qnn/src -D_GNU_SOURCE -o $@ $< -ldl -lm -lpthread
+test-qnn-arm64: $(QNN_ARM64)/libxpu-qnn.so $(QNN_ARM64)/libQnnXpuEmu.so $(QNN_ARM64)/qnn_ctest
+	qemu-aarch64 -L /usr/aarch64-linux-gnu $(QNN_ARM64)/qnn_ctest $(QNN_ARM64)/libxpu-qnn.so $(QNN_ARM64)/libQnnXpuEmu.so
 
 # against a real SDK: QNN_SDK_ROOT=/opt/qairt/2.25 make test-qnn (libQnnHtp.so first, then
 # libQnnCpu.so; XPU_QNN_LIBRARY picks one explicitly)

@@ -683,6 +683,71 @@ static int node_sane(const emu_graph *g, const emu_node *n) {
   return 1;
 }
 
+/* rebuilds the op config of a decoded node (its parameters from the decoded fields) and runs
+ * emu_node_check on it */
+static Qnn_ErrorHandle_t recheck_node(const emu_graph *g, emu_node *n, char *msg, size_t cap) {
+  Qnn_Param_t p[2];
+  uint32_t np = 0, rank = g->tensors[n->in[0]].rank, axes = rank ? rank - 1 : 0;
+  memset(p, 0, sizeof p);
+  Qnn_TensorV1_t *pt = &p[0].tensorParam.v1;
+  p[0].tensorParam.version = QNN_TENSOR_VERSION_1;
+  pt->memType = QNN_TENSORMEMTYPE_RAW;
+  switch (n->op) {
+  case EMU_OP_SOFTMAX:
+    p[np++] = (Qnn_Param_t){.paramType = QNN_PARAMTYPE_SCALAR, .name = "beta",
+                            .scalarParam = {.dataType = QNN_DATATYPE_FLOAT_32, .floatValue = n->beta}};
+    break;
+  case EMU_OP_RMSNORM: case EMU_OP_LAYERNORM:
+    p[0].paramType = QNN_PARAMTYPE_TENSOR;
+    p[0].name = "axes";
+    pt->dataType = QNN_DATATYPE_UINT_32;
+    pt->clientBuf = (Qnn_ClientBuffer_t){&axes, 4};
+    p[1] = (Qnn_Param_t){.paramType = QNN_PARAMTYPE_SCALAR, .name = "epsilon",
+                         .scalarParam = {.dataType = QNN_DATATYPE_FLOAT_32, .floatValue = n->epsilon}};
+    np = 2;
+    break;
+  case EMU_OP_MATMUL:
+    p[0] = (Qnn_Param_t){.paramType = QNN_PARAMTYPE_SCALAR, .name = "transpose_in0",
+                         .scalarParam = {.dataType = QNN_DATATYPE_BOOL_8, .bool8Value = n->transpose_in0}};
+    p[1] = (Qnn_Param_t){.paramType = QNN_PARAMTYPE_SCALAR, .name = "transpose_in1",
+                         .scalarParam = {.dataType = QNN_DATATYPE_BOOL_8, .bool8Value = n->transpose_in1}};
+    np = 2;
+    break;
+  case EMU_OP_GATHER:
+    p[np++] = (Qnn_Param_t){.paramType = QNN_PARAMTYPE_SCALAR, .name = "axis",
+                            .scalarParam = {.dataType = QNN_DATATYPE_INT_32, .int32Value = n->axis}};
+    break;
+  case EMU_OP_CONCAT:
+    p[np++] = (Qnn_Param_t){.paramType = QNN_PARAMTYPE_SCALAR, .name = "axis",
+                            .scalarParam = {.dataType = QNN_DATATYPE_INT_32, .int32Value = n->axis}};
+    break;
+  case EMU_OP_TRANSPOSE:
+    p[0].paramType = QNN_PARAMTYPE_TENSOR;
+    p[0].name = "perm";
+    pt->dataType = QNN_DATATYPE_UINT_32;
+    pt->clientBuf = (Qnn_ClientBuffer_t){n->perm, rank * 4};
+    np = 1;
+    break;
+  case EMU_OP_STRIDEDSLICE: {
+    p[0].paramType = QNN_PARAMTYPE_TENSOR;
+    p[0].name = "ranges";
+    pt->dataType = QNN_DATATYPE_INT_32;
+    pt->clientBuf = (Qnn_ClientBuffer_t){n->ranges, rank * 12};
+    np = 1;
+    break;
+  }
+  default: break;
+  }
+  Qnn_OpConfigV1_t cfg = {n->name, QNN_OP_PACKAGE_NAME_QTI_AISW, emu_op_name(n->op), np, p, n->n_in, NULL, 1, NULL};
+  emu_node copy = *n;
+  Qnn_ErrorHandle_t e = emu_node_check(g, &copy, &cfg, msg, cap);
+  if (e == QNN_SUCCESS && memcmp(&copy, n, sizeof copy) != 0) {
+    snprintf(msg, cap, "node %s: decoded parameters differ", n->name);
+    return QNN_COMMON_ERROR_INVALID_ARGUMENT;
+  }
+  return e;
+}
+
 static Qnn_ErrorHandle_t context_read(emu_context *c, const void *buf, uint64_t size) {
   uint64_t h;
   if (size < 20) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "not a context binary of this emulator");
@@ -727,14 +792,16 @@ static Qnn_ErrorHandle_t context_read(emu_context *c, const void *buf, uint64_t 
       g->n_nodes = i + 1;
       if (!node_sane(g, &g->nodes[i])) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "corrupt context binary");
     }
-    /* re-validate every node against its tensors: a tampered binary must not reach a kernel */
+    /* a loaded node passes the same checks as graphAddNode, so a binary that got past the
+     * checksum still cannot make a kernel index outside its tensors */
     for (uint32_t i = 0; i < nn; i++) {
       emu_node *n = &g->nodes[i];
       const emu_tensor *o = &g->tensors[n->out[0]];
-      uint64_t in_bytes = g->tensors[n->in[0]].nbytes;
-      int ok = o->type != QNN_TENSOR_TYPE_STATIC && o->type != QNN_TENSOR_TYPE_APP_WRITE;
-      if (n->op == EMU_OP_RESHAPE) ok = ok && in_bytes == o->nbytes;
-      if (!ok) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "corrupt context binary");
+      if (o->type == QNN_TENSOR_TYPE_STATIC || o->type == QNN_TENSOR_TYPE_APP_WRITE || n->n_in > EMU_MAX_IO)
+        return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "corrupt context binary");
+      char msg[400];
+      if (recheck_node(g, n, msg, sizeof msg) != QNN_SUCCESS)
+        return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "corrupt context binary: %s", msg);
     }
     Qnn_ErrorHandle_t e = graph_alloc_native(g);
     if (e != QNN_SUCCESS) return e;

@@ -243,6 +243,8 @@ static const char *lasterr(xpu_handle h) {
   return buf;
 }
 
+static char run_err[512]; /* the last execution_run failure, for CHECK messages */
+
 /* prepares, binds inputs/outputs and runs; outputs are read back into outs */
 static xpu_status run_graph(irb *b, const void *cache, uint64_t cache_size, xpu_buffer *ins, xpu_buffer *outs,
                             xpu_executable *exe_out) {
@@ -259,7 +261,7 @@ static xpu_status run_graph(irb *b, const void *cache, uint64_t cache_size, xpu_
   for (uint32_t i = 0; i < b->nout; i++)
     CHECK(api->execution_bind(ex, b->nin + i, outs[i], 0) == XPU_OK, "bind out %u: %s", i, lasterr(ex));
   st = api->execution_run(ex);
-  if (st != XPU_OK) fprintf(stderr, "  run: %s\n", lasterr(ex));
+  if (st != XPU_OK) snprintf(run_err, sizeof run_err, "%s", lasterr(ex));
   CHECK(api->execution_release(ex) == XPU_OK, "execution_release");
   if (exe_out) *exe_out = exe;
   else CHECK(api->executable_release(exe) == XPU_OK, "executable_release");
@@ -312,7 +314,7 @@ static void test_matmul_silu_and_cache(const char *stats) {
 
   int before = count_finalizes(stats);
   xpu_executable exe = 0;
-  CHECK(run_graph(&b, NULL, 0, &xb, &yb, &exe) == XPU_OK, "matmul+silu: %s", lasterr(ctx));
+  CHECK(run_graph(&b, NULL, 0, &xb, &yb, &exe) == XPU_OK, "matmul+silu: %s %s", lasterr(ctx), run_err);
   api->buffer_read(yb, 0, got, sizeof got);
   CHECK(max_err(got, want, M * N) < 1e-5, "matmul+silu max err %g", max_err(got, want, M * N));
   CHECK(count_finalizes(stats) == before + 1, "first prepare finalizes once (%d -> %d)", before, count_finalizes(stats));
@@ -374,7 +376,7 @@ static void test_softmax_rmsnorm(void) {
   b.out[b.nout++] = ts;
   b.out[b.nout++] = tr;
   xpu_buffer xb = buf_with(x, sizeof x), outs[2] = {buf_with(NULL, sizeof got), buf_with(NULL, sizeof got)};
-  CHECK(run_graph(&b, NULL, 0, &xb, outs, NULL) == XPU_OK, "softmax/rmsnorm: %s", lasterr(ctx));
+  CHECK(run_graph(&b, NULL, 0, &xb, outs, NULL) == XPU_OK, "softmax/rmsnorm: %s %s", lasterr(ctx), run_err);
   api->buffer_read(outs[0], 0, got, sizeof got);
   CHECK(max_err(got, sm, R * C) < 1e-6, "causal softmax max err %g", max_err(got, sm, R * C));
   api->buffer_read(outs[1], 0, got, sizeof got);
@@ -416,7 +418,7 @@ static void test_rope(int neox, int nr) {
   n->iattr[1] = nr;
   b.out[b.nout++] = ty;
   xpu_buffer ins[2] = {buf_with(x, sizeof x), buf_with(pos, sizeof pos)}, yb = buf_with(NULL, sizeof got);
-  CHECK(run_graph(&b, NULL, 0, ins, &yb, NULL) == XPU_OK, "rope: %s", lasterr(ctx));
+  CHECK(run_graph(&b, NULL, 0, ins, &yb, NULL) == XPU_OK, "rope: %s %s", lasterr(ctx), run_err);
   api->buffer_read(yb, 0, got, sizeof got);
   CHECK(max_err(got, want, T * H * D) < 1e-5, "rope neox=%d n_rot=%d max err %g", neox, nr, max_err(got, want, T * H * D));
   api->buffer_release(ins[0]);
@@ -468,7 +470,7 @@ static void test_attention(int off_input, int OFF) {
   int32_t off32 = OFF;
   xpu_buffer ins[4] = {buf_with(q, sizeof q), buf_with(k, sizeof k), buf_with(v, sizeof v), buf_with(&off32, 4)};
   xpu_buffer ob = buf_with(NULL, sizeof got);
-  CHECK(run_graph(&b, NULL, 0, ins, &ob, NULL) == XPU_OK, "attention: %s", lasterr(ctx));
+  CHECK(run_graph(&b, NULL, 0, ins, &ob, NULL) == XPU_OK, "attention: %s %s", lasterr(ctx), run_err);
   api->buffer_read(ob, 0, got, sizeof got);
   CHECK(max_err(got, want, TQ * HQ * D) < 1e-5, "GQA causal attention (offset %d, run-time %d) max err %g", OFF,
         off_input, max_err(got, want, TQ * HQ * D));
@@ -513,7 +515,7 @@ static void test_int8_and_fd(void) {
   b.out[b.nout++] = td;
   xpu_buffer ins[3] = {tb, buf_with(ids, sizeof ids), buf_with(x, sizeof x)};
   xpu_buffer outs[2] = {buf_with(NULL, sizeof got), buf_with(NULL, sizeof got)};
-  CHECK(run_graph(&b, NULL, 0, ins, outs, NULL) == XPU_OK, "int8 graph: %s", lasterr(ctx));
+  CHECK(run_graph(&b, NULL, 0, ins, outs, NULL) == XPU_OK, "int8 graph: %s %s", lasterr(ctx), run_err);
   api->buffer_read(outs[0], 0, got, sizeof got);
   CHECK(max_err(got, want_rows, NI * K) == 0, "GET_ROWS of an fd-imported I8 table max err %g",
         max_err(got, want_rows, NI * K));
@@ -521,7 +523,8 @@ static void test_int8_and_fd(void) {
   CHECK(max_err(got, want_q, NI * K) < 1e-6, "QUANTIZE/DEQUANTIZE max err %g", max_err(got, want_q, NI * K));
   ids[1] = R; /* out of range: INVALID_ARG, not an out-of-bounds read */
   api->buffer_write(ins[1], 0, ids, sizeof ids);
-  CHECK(run_graph(&b, NULL, 0, ins, outs, NULL) == XPU_E_INVALID_ARG, "GET_ROWS id out of range");
+  CHECK(run_graph(&b, NULL, 0, ins, outs, NULL) == XPU_E_INVALID_ARG && strstr(run_err, "outside [0, 5)"),
+        "GET_ROWS id out of range: %s", run_err);
   for (int i = 0; i < 3; i++) api->buffer_release(ins[i]);
   api->buffer_release(outs[0]);
   api->buffer_release(outs[1]);
