@@ -1,6 +1,7 @@
 // Package loader finds xpu backend plugins, probes them, keeps the best one per backend name
-// and opens it in this process through purego (package abi). "ref" is the built-in reference
-// backend.
+// and opens it: in this process through purego (package abi), or isolated in a child process
+// (`xpu plugin-host`, served over hashicorp/go-plugin with buffers in shared memory). "ref" is
+// the built-in reference backend.
 package loader
 
 import (
@@ -11,13 +12,16 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/xpuhub/xpu/abi"
 )
 
-// EnvPluginPath is the environment variable of colon-separated plugin files or folders the
-// loader searches (unless WithoutEnv).
-const EnvPluginPath = "XPU_PLUGIN_PATH"
+// Environment variables the loader reads (unless WithoutEnv).
+const (
+	EnvPluginPath = "XPU_PLUGIN_PATH" // colon-separated plugin files or folders
+	EnvIsolate    = "XPU_ISOLATE"     // comma-separated backend names to open isolated ("all": every one)
+)
 
 // PluginGlob is the file name every plugin in a searched folder has.
 const PluginGlob = "libxpu-*.so"
@@ -37,15 +41,28 @@ type Candidate struct {
 type Option func(*config)
 
 type config struct {
-	paths    []string
-	env      bool
-	defaults bool
+	paths        []string
+	env          bool
+	defaults     bool
+	isolated     bool
+	isolateEnv   map[string]bool
+	hostBinary   string
+	hostChecksum []byte
+	callTimeout  time.Duration
 }
 
 func newConfig(opts []Option) *config {
 	c := &config{env: true, defaults: true}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.env {
+		c.isolateEnv = map[string]bool{}
+		for _, n := range strings.Split(os.Getenv(EnvIsolate), ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				c.isolateEnv[n] = true
+			}
+		}
 	}
 	return c
 }
@@ -55,12 +72,21 @@ func WithPaths(paths ...string) Option {
 	return func(c *config) { c.paths = append(c.paths, paths...) }
 }
 
-// WithoutEnv ignores XPU_PLUGIN_PATH.
+// WithoutEnv ignores XPU_PLUGIN_PATH and XPU_ISOLATE.
 func WithoutEnv() Option { return func(c *config) { c.env = false } }
 
 // WithoutDefaultDirs searches only the explicit paths (and XPU_PLUGIN_PATH unless WithoutEnv),
 // not <executable dir>/plugins and build/plugins.
 func WithoutDefaultDirs() Option { return func(c *config) { c.defaults = false } }
+
+// Isolated opens every plugin backend in a child process ("xpu plugin-host"), so that a
+// crashing or hanging plugin cannot take the host down. XPU_ISOLATE=neon,qnn does the same per
+// backend name. The backend is the same core.Backend either way.
+func Isolated() Option { return func(c *config) { c.isolated = true } }
+
+func (c *config) isolate(name string) bool {
+	return c.isolated || c.isolateEnv[name] || c.isolateEnv["all"]
+}
 
 type searchDir struct {
 	path, source string

@@ -69,11 +69,14 @@ func (c *config) describeSearch() string {
 	return strings.Join(parts, ", ")
 }
 
-// openCandidate opens a probed candidate in this process.
+// openCandidate opens a probed candidate in this process or isolated.
 func openCandidate(ctx context.Context, c *config, cd Candidate) (core.Backend, error) {
 	if cd.Score <= 0 {
 		return nil, fmt.Errorf("plugin %s (%s) cannot run here: %s: %w", cd.Path, cd.Name,
 			cd.Reason, core.ErrUnsupported)
+	}
+	if c.isolate(cd.Name) {
+		return openIsolated(ctx, c, cd)
 	}
 	p, err := abi.Open(cd.Path)
 	if err != nil {

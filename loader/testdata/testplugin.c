@@ -11,7 +11,11 @@
  *   -DTP_SHORT_TABLE     the table's struct_size stops after device_info
  *   -DTP_NAME="x"        the backend name (default "testplugin"), TP_SCORE the score (default 10)
  *   -DTP_FAULT=k         execution_run faults: 1 segfault, 2 abort, 3 exit(3), 4 hangs
+ *   -DTP_NO_IMPORT       the device imports no host memory (buffers must be staged)
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* clock_gettime, usleep with -std=c11 */
+#endif
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
@@ -134,7 +138,11 @@ static xpu_status tp_device_info(uint32_t device, xpu_device_info *out) {
   xpu_device_info l;
   memset(&l, 0, sizeof l);
   l.kind = XPU_DEVICE_CPU;
+#ifdef TP_NO_IMPORT
+  l.caps = XPU_CAP_HOST_VISIBLE;
+#else
   l.caps = XPU_CAP_IMPORT_HOST | XPU_CAP_HOST_VISIBLE | XPU_CAP_UNIFIED_MEMORY;
+#endif
   l.compute_units = 1;
   XPU_STRCPY(l.name, "test cpu");
   XPU_STRCPY(l.vendor, "xpu tests");
@@ -230,6 +238,9 @@ static xpu_status tp_buffer_import(xpu_context ctx, const xpu_import_desc *desc,
     return xpu_fail(&reg, ctx, XPU_E_INVALID_ARG, "buffer_import: short descriptor");
   if (desc->kind == XPU_IMPORT_FD)
     return xpu_fail(&reg, ctx, XPU_E_UNSUPPORTED, "buffer_import: fd import not supported");
+#ifdef TP_NO_IMPORT
+  return xpu_fail(&reg, ctx, XPU_E_UNSUPPORTED, "buffer_import: host import not supported");
+#endif
   if (desc->kind != XPU_IMPORT_HOST || !desc->host_ptr || desc->size == 0)
     return xpu_fail(&reg, ctx, XPU_E_INVALID_ARG, "buffer_import: bad descriptor");
   tp_buf *b = (tp_buf *)calloc(1, sizeof *b);
@@ -455,8 +466,9 @@ static xpu_status tp_execution_bind(xpu_execution h, uint32_t io, xpu_buffer buf
 
 static void fault(void) {
 #if TP_FAULT == 1
-  volatile int *p = NULL;
-  *p = 1;
+  /* an address the compiler cannot prove invalid, so the store is really emitted */
+  volatile uintptr_t bad = 16;
+  *(volatile int *)bad = 1;
 #elif TP_FAULT == 2
   abort();
 #elif TP_FAULT == 3

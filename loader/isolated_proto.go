@@ -1,0 +1,221 @@
+package loader
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+
+	"github.com/xpuhub/xpu/abi"
+)
+
+// The isolated transport: one unary gRPC method, /xpu.Backend/Call, that carries one
+// function-table call. protoc is not available to this build, so the two messages are encoded
+// by a small binary codec registered with grpc under its own content subtype ("xpurpc"); the
+// protobuf codec that go-plugin's own services use is left alone. Tensor bytes never travel in
+// these messages: buffers are memfd shared memory mapped by both processes (shm.go).
+
+// rpc operations, one per function-table entry the isolated backend forwards.
+const (
+	opInfo uint32 = iota + 1
+	opOpSupport
+	opContextCreate
+	opContextRelease
+	opBufferAlloc
+	opBufferImportFD
+	opBufferRelease
+	opAnalyze
+	opPrepare
+	opSerialize
+	opExecutableRelease
+	opExecutionCreate
+	opExecutionBind
+	opExecutionSubmit
+	opExecutionRun
+	opExecutionRelease
+	opFenceCreate
+	opFenceWait
+	opFenceValue
+	opFenceSignal
+	opFenceRelease
+	opShutdown
+	opCount
+)
+
+// rpcReq is one call. U holds the integer arguments in the entry's order (handles, sizes,
+// offsets, values); S a string (options); B and C byte blobs (IR, cache); F fence points.
+type rpcReq struct {
+	Op uint32
+	U  [6]uint64
+	S  string
+	B  []byte
+	C  []byte
+	F  []abi.FencePoint
+}
+
+// rpcResp is a call's answer. On failure S holds the plugin's last_error text.
+type rpcResp struct {
+	Status int32
+	U      [2]uint64
+	S      string
+	B      []byte
+}
+
+const codecName = "xpurpc"
+
+// maxBlob bounds every length field so that a corrupt message cannot make the decoder allocate
+// without limit.
+const maxBlob = 1 << 30
+
+type rpcCodec struct{}
+
+func (rpcCodec) Name() string { return codecName }
+
+func (rpcCodec) Marshal(v any) ([]byte, error) {
+	switch m := v.(type) {
+	case *rpcReq:
+		b := make([]byte, 0, 4+48+16+len(m.S)+len(m.B)+len(m.C)+16*len(m.F))
+		b = binary.LittleEndian.AppendUint32(b, m.Op)
+		for _, u := range m.U {
+			b = binary.LittleEndian.AppendUint64(b, u)
+		}
+		b = appendBlob(b, []byte(m.S))
+		b = appendBlob(b, m.B)
+		b = appendBlob(b, m.C)
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(m.F)))
+		for _, f := range m.F {
+			b = binary.LittleEndian.AppendUint64(b, f.Fence)
+			b = binary.LittleEndian.AppendUint64(b, f.Value)
+		}
+		return b, nil
+	case *rpcResp:
+		b := make([]byte, 0, 4+16+8+len(m.S)+len(m.B))
+		b = binary.LittleEndian.AppendUint32(b, uint32(m.Status))
+		for _, u := range m.U {
+			b = binary.LittleEndian.AppendUint64(b, u)
+		}
+		b = appendBlob(b, []byte(m.S))
+		b = appendBlob(b, m.B)
+		return b, nil
+	}
+	return nil, fmt.Errorf("xpurpc: cannot marshal %T", v)
+}
+
+func appendBlob(b, blob []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(blob)))
+	return append(b, blob...)
+}
+
+// reader decodes with bounds checks: every read past the end sets err instead of panicking.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) u32() uint32 {
+	if r.err != nil || len(r.b) < 4 {
+		r.fail()
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(r.b)
+	r.b = r.b[4:]
+	return v
+}
+
+func (r *reader) u64() uint64 {
+	if r.err != nil || len(r.b) < 8 {
+		r.fail()
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(r.b)
+	r.b = r.b[8:]
+	return v
+}
+
+func (r *reader) blob() []byte {
+	n := r.u32()
+	if r.err != nil || n > maxBlob || uint64(n) > uint64(len(r.b)) {
+		r.fail()
+		return nil
+	}
+	out := append([]byte(nil), r.b[:n]...)
+	r.b = r.b[n:]
+	return out
+}
+
+func (r *reader) fail() {
+	if r.err == nil {
+		r.err = fmt.Errorf("xpurpc: truncated or corrupt message")
+	}
+}
+
+func (rpcCodec) Unmarshal(data []byte, v any) error {
+	r := &reader{b: data}
+	switch m := v.(type) {
+	case *rpcReq:
+		m.Op = r.u32()
+		for i := range m.U {
+			m.U[i] = r.u64()
+		}
+		m.S = string(r.blob())
+		m.B = r.blob()
+		m.C = r.blob()
+		n := r.u32()
+		if uint64(n) > uint64(len(r.b))/16 {
+			r.fail()
+		}
+		if r.err == nil {
+			m.F = make([]abi.FencePoint, n)
+			for i := range m.F {
+				m.F[i] = abi.FencePoint{Fence: r.u64(), Value: r.u64()}
+			}
+		}
+	case *rpcResp:
+		m.Status = int32(r.u32())
+		for i := range m.U {
+			m.U[i] = r.u64()
+		}
+		m.S = string(r.blob())
+		m.B = r.blob()
+	default:
+		return fmt.Errorf("xpurpc: cannot unmarshal into %T", v)
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("xpurpc: %d trailing bytes", len(r.b))
+	}
+	return r.err
+}
+
+func init() { encoding.RegisterCodec(rpcCodec{}) }
+
+const callMethod = "/xpu.Backend/Call"
+
+// callHandler is the server half of callMethod.
+type callHandler interface {
+	handle(ctx context.Context, req *rpcReq) *rpcResp
+}
+
+var backendService = grpc.ServiceDesc{
+	ServiceName: "xpu.Backend",
+	HandlerType: (*callHandler)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Call",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+			req := new(rpcReq)
+			if err := dec(req); err != nil {
+				return nil, err
+			}
+			h := srv.(callHandler)
+			if icpt == nil {
+				return h.handle(ctx, req), nil
+			}
+			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: callMethod}
+			return icpt(ctx, req, info, func(ctx context.Context, r any) (any, error) {
+				return h.handle(ctx, r.(*rpcReq)), nil
+			})
+		},
+	}},
+	Metadata: "loader/isolated_proto.go",
+}

@@ -1,0 +1,334 @@
+package loader
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/xpuhub/xpu/abi"
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/loader/plugintest"
+)
+
+// TestMain lets this test binary be the plugin host of the isolated tests: the loader starts
+// os.Executable() with "plugin-host <plugin>", as it starts the xpu binary in production.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "plugin-host" && os.Getenv(envChildPlugin) != "" {
+		if err := ServePluginHost(os.Getenv(envChildPlugin)); err != nil {
+			fmt.Fprintln(os.Stderr, "plugin-host:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func f32bytes(v ...float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+func openIso(t testing.TB, defines ...string) core.Backend {
+	t.Helper()
+	path := plugintest.Plugin(t, defines...)
+	be, err := Open(context.Background(), path, Isolated(), WithoutEnv())
+	require.NoError(t, err)
+	t.Cleanup(func() { be.Close() })
+	return be
+}
+
+// relu graph over n values with a constant added: out = relu(x + c)
+func reluGraph(n int64, c []byte) *core.Graph {
+	g := core.NewGraph()
+	x := g.Input("x", core.F32, n)
+	w := g.Const("c", core.F32, core.Shape{n}, c)
+	g.Output(g.ReLU(g.Add(x, w)))
+	return g
+}
+
+type prepared struct {
+	cx      core.Context
+	exe     core.Executable
+	ex      core.Execution
+	in, out core.Buffer
+}
+
+func prepareRelu(t testing.TB, be core.Backend, n int64) *prepared {
+	t.Helper()
+	ctx := context.Background()
+	cx, err := be.Devices()[0].NewContext(ctx, nil)
+	require.NoError(t, err)
+	c := make([]float32, n)
+	for i := range c {
+		c[i] = float32(i%7) - 3
+	}
+	exe, err := cx.Prepare(ctx, reluGraph(n, f32bytes(c...)))
+	require.NoError(t, err)
+	in, err := cx.Alloc(4*n, core.BufferDevice)
+	require.NoError(t, err)
+	out, err := cx.Alloc(4*n, core.BufferHostVisible)
+	require.NoError(t, err)
+	ex, err := exe.NewExecution()
+	require.NoError(t, err)
+	require.NoError(t, ex.Bind(0, in, 0))
+	require.NoError(t, ex.Bind(1, out, 0))
+	p := &prepared{cx: cx, exe: exe, ex: ex, in: in, out: out}
+	t.Cleanup(func() {
+		for _, c := range []interface{ Close() error }{ex, exe, in, out, cx} {
+			c.Close()
+		}
+	})
+	return p
+}
+
+func TestIsolatedRunsGraph(t *testing.T) {
+	for _, variant := range []struct {
+		name    string
+		defines []string
+	}{
+		{"zero-copy import", nil},
+		{"staged buffers", []string{"TP_NO_IMPORT"}},
+	} {
+		t.Run(variant.name, func(t *testing.T) {
+			be := openIso(t, variant.defines...)
+			assert.True(t, be.Info().Isolated)
+			assert.Equal(t, "testplugin", be.Info().Name)
+			dev := be.Devices()[0]
+			assert.True(t, dev.Info().Caps.Has(core.CapImportFD))
+			assert.False(t, dev.Info().Caps.Has(core.CapImportHost))
+			assert.Equal(t, core.VerdictMaybe, dev.OpSupport(core.OpQuery{Op: core.OpReLU, DTypeIn: core.F32, DTypeOut: core.F32}))
+
+			p := prepareRelu(t, be, 8)
+			require.NoError(t, p.in.Write(0, f32bytes(1, 1, 1, 1, 1, 1, 1, 1)))
+			require.NoError(t, p.ex.Run(context.Background()))
+			got := make([]byte, 32)
+			require.NoError(t, p.out.Read(0, got))
+			// relu(1 + (i%7 - 3))
+			assert.Equal(t, f32bytes(0, 0, 0, 1, 2, 3, 4, 0), got)
+
+			// fences through the rpc
+			f, err := p.cx.NewFence(0)
+			require.NoError(t, err)
+			require.NoError(t, p.in.Write(0, f32bytes(5, 5, 5, 5, 5, 5, 5, 5)))
+			require.NoError(t, p.ex.Submit(nil, &core.FencePoint{Fence: f, Value: 1}))
+			require.NoError(t, f.Wait(context.Background(), 1))
+			m, err := p.out.Map()
+			require.NoError(t, err)
+			assert.Equal(t, f32bytes(2, 3, 4, 5, 6, 7, 8, 2), m)
+			require.NoError(t, f.Close())
+
+			// an fd made elsewhere (a memfd) imported as the input
+			fd, err := unix.MemfdCreate("test-input", unix.MFD_CLOEXEC)
+			require.NoError(t, err)
+			defer unix.Close(fd)
+			_, err = unix.Pwrite(fd, append(make([]byte, 16), f32bytes(-9, 9, -9, 9, -9, 9, -9, 9)...), 0)
+			require.NoError(t, err)
+			imp, err := p.cx.ImportFD(fd, 16, 32)
+			require.NoError(t, err)
+			require.NoError(t, p.ex.Bind(0, imp, 0))
+			require.NoError(t, p.ex.Run(context.Background()))
+			require.NoError(t, p.out.Read(0, got))
+			assert.Equal(t, f32bytes(0, 7, 0, 9, 0, 11, 0, 6), got)
+			require.NoError(t, p.ex.Bind(0, p.in, 0))
+			require.NoError(t, imp.Close())
+
+			_, err = p.cx.Import(make([]byte, 16))
+			assert.ErrorIs(t, err, core.ErrUnsupported)
+		})
+	}
+}
+
+// TestIsolatedBytesPerExecute shows that tensor bytes never cross the rpc: an execute sends and
+// receives the same few bytes for 64 values and for 1 Mi values.
+func TestIsolatedBytesPerExecute(t *testing.T) {
+	be := openIso(t)
+	perExecute := func(n int64) uint64 {
+		p := prepareRelu(t, be, n)
+		require.NoError(t, p.in.Write(0, make([]byte, 4*n)))
+		before, _ := Stats(be)
+		const runs = 5
+		for range runs {
+			require.NoError(t, p.ex.Run(context.Background()))
+		}
+		after, _ := Stats(be)
+		return (after.BytesSent + after.BytesReceived - before.BytesSent - before.BytesReceived) / runs
+	}
+	small := perExecute(64)
+	large := perExecute(1 << 20)
+	t.Logf("rpc bytes per execute: %d for 256 B tensors, %d for 4 MiB tensors", small, large)
+	assert.Equal(t, small, large)
+	assert.Less(t, small, uint64(256))
+}
+
+func TestIsolatedFaults(t *testing.T) {
+	tests := []struct {
+		name   string
+		fault  string
+		output string // in the child's last lines
+	}{
+		{"segfault", "TP_FAULT=1", "SIGSEGV"},
+		{"abort", "TP_FAULT=2", "SIGABRT"},
+		{"exit", "TP_FAULT=3", "exit status 3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			be := openIso(t, tt.fault)
+			p := prepareRelu(t, be, 16)
+			start := time.Now()
+			err := p.ex.Run(context.Background())
+			require.ErrorIs(t, err, core.ErrBackendCrashed)
+			assert.Less(t, time.Since(start), 5*time.Second, "the call in flight fails within bounded time")
+			assert.Contains(t, err.Error(), tt.output)
+
+			start = time.Now()
+			_, err = p.cx.Alloc(16, core.BufferDevice)
+			assert.ErrorIs(t, err, core.ErrBackendCrashed)
+			assert.ErrorIs(t, p.ex.Run(context.Background()), core.ErrBackendCrashed)
+			assert.Less(t, time.Since(start), 100*time.Millisecond, "later calls fail fast")
+
+			require.NoError(t, be.(Restarter).Restart(context.Background()))
+			st, _ := Stats(be)
+			assert.Equal(t, 1, st.Restarts)
+			cx, err := be.Devices()[0].NewContext(context.Background(), nil)
+			require.NoError(t, err, "the restarted backend works")
+			buf, err := cx.Alloc(64, core.BufferDevice)
+			require.NoError(t, err)
+			require.NoError(t, buf.Close())
+			require.NoError(t, cx.Close())
+		})
+	}
+}
+
+func TestIsolatedHangKilledByDeadline(t *testing.T) {
+	be := openIso(t, "TP_FAULT=4")
+	p := prepareRelu(t, be, 16)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := p.ex.Run(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, core.ErrBackendCrashed)
+	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.ErrorIs(t, p.ex.Run(context.Background()), core.ErrBackendCrashed, "the hung child was killed")
+}
+
+func TestIsolatedByEnvironment(t *testing.T) {
+	path := plugintest.Plugin(t)
+	t.Setenv(EnvIsolate, "testplugin")
+	be, err := Open(context.Background(), path)
+	require.NoError(t, err)
+	defer be.Close()
+	assert.True(t, be.Info().Isolated)
+	_, ok := Stats(be)
+	assert.True(t, ok)
+
+	t.Setenv(EnvIsolate, "other")
+	be2, err := Open(context.Background(), path)
+	require.NoError(t, err)
+	defer be2.Close()
+	assert.False(t, be2.Info().Isolated)
+}
+
+func TestIsolatedHostChecksum(t *testing.T) {
+	path := plugintest.Plugin(t)
+	_, err := Open(context.Background(), path, Isolated(), WithoutEnv(), WithHostChecksum(make([]byte, 32)))
+	require.ErrorIs(t, err, core.ErrIncompatible)
+	assert.Contains(t, err.Error(), "checksum")
+}
+
+func TestRPCCodecRoundTrip(t *testing.T) {
+	var c rpcCodec
+	req := &rpcReq{Op: opPrepare, U: [6]uint64{1, 2, 3, math.MaxUint64, 5, 6}, S: "a=1", B: []byte{1, 2, 3},
+		C: []byte{}, F: []abi.FencePoint{{Fence: 7, Value: 8}}}
+	b, err := c.Marshal(req)
+	require.NoError(t, err)
+	var got rpcReq
+	require.NoError(t, c.Unmarshal(b, &got))
+	assert.Equal(t, req.U, got.U)
+	assert.Equal(t, req.S, got.S)
+	assert.Equal(t, req.B, got.B)
+	assert.Equal(t, req.F, got.F)
+	resp := &rpcResp{Status: -3, U: [2]uint64{9, 10}, S: "bad handle", B: []byte("x")}
+	b, err = c.Marshal(resp)
+	require.NoError(t, err)
+	var gr rpcResp
+	require.NoError(t, c.Unmarshal(b, &gr))
+	assert.Equal(t, *resp, gr)
+	assert.Error(t, c.Unmarshal(b[:len(b)-1], &gr))
+	assert.Error(t, c.Unmarshal(append(b, 0), &gr))
+	_, err = c.Marshal("not a message")
+	assert.Error(t, err)
+}
+
+func FuzzRPCUnmarshal(f *testing.F) {
+	var c rpcCodec
+	b, _ := c.Marshal(&rpcReq{Op: 1, S: "x", F: []abi.FencePoint{{Fence: 1, Value: 2}}})
+	f.Add(b)
+	b, _ = c.Marshal(&rpcResp{Status: -1, S: "y"})
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var q rpcReq
+		if c.Unmarshal(data, &q) == nil {
+			again, err := c.Marshal(&q)
+			require.NoError(t, err)
+			require.True(t, bytes.Equal(again, data), "a decoded request encodes back to the same bytes")
+		}
+		var r rpcResp
+		_ = c.Unmarshal(data, &r)
+	})
+}
+
+func TestRingLog(t *testing.T) {
+	r := &ringLog{name: "t"}
+	fmt.Fprint(r, "plugin said hello\nSIGSEGV: segmentation violation\nPC=0x7f m=5 sigcode=1 addr=0x10\n")
+	fmt.Fprint(r, "goroutine 23 gp=0x1 m=5 [syscall]:\nruntime.cgocall(0x1, 0x2)\n\t/go/src/runtime/cgocall.go:167 +0x4b\n")
+	fmt.Fprint(r, "rax    0x0\nrip    0x7f9891a08dbb\n")
+	assert.Equal(t, "plugin said hello\nSIGSEGV: segmentation violation\nPC=0x7f m=5 sigcode=1 addr=0x10", r.last())
+	for i := range 30 {
+		fmt.Fprintf(r, "line %d\n", i)
+	}
+	fmt.Fprint(r, "partial")
+	last := r.last()
+	assert.NotContains(t, last, "line 9\n")
+	assert.Contains(t, last, "line 29\npartial")
+	assert.Equal(t, "(no output)", (&ringLog{}).last())
+}
+
+// BenchmarkExecute measures the per-execute cost of the same small graph in process and
+// isolated; the difference is the isolation overhead.
+func BenchmarkExecute(b *testing.B) {
+	path := plugintest.Plugin(b)
+	for _, mode := range []struct {
+		name string
+		opts []Option
+	}{
+		{"inprocess", []Option{WithoutEnv()}},
+		{"isolated", []Option{WithoutEnv(), Isolated()}},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			be, err := Open(context.Background(), path, mode.opts...)
+			require.NoError(b, err)
+			defer be.Close()
+			p := prepareRelu(b, be, 64)
+			ctx := context.Background()
+			b.ResetTimer()
+			for range b.N {
+				if err := p.ex.Run(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
