@@ -114,6 +114,11 @@ func (r *runner) runCase(ctx context.Context, tc testCase) (res CaseResult) {
 		}
 	}()
 	tc.run(r, ctx, &res)
+	if res.Category == CatCrash {
+		// the backend's process died with the context in it: later cases get a fresh one
+		// (an isolated backend restarts its child) instead of failing on a dead handle
+		r.cctx, r.ctxErr = nil, nil
+	}
 	return res
 }
 
