@@ -23,6 +23,7 @@ import (
 	"github.com/xpuhub/xpu/conformance"
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/loader"
 )
 
@@ -379,6 +380,40 @@ func FuzzPrepareFromCache(f *testing.F) {
 		// an empty cache means "no cache": a normal prepare
 		assert.True(t, len(data) == 0 || bytes.Equal(data, blob), "only the genuine blob may load")
 	})
+}
+
+// The whole LLM path on the static-shape NPU: stories260K from BOS gives the published greedy
+// text, and a multi-chunk prompt (chunk-sharing graphs with a run-time attention offset) gives
+// the same continuation as core/ref.
+func TestStoriesOnNPU(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "models")
+	if _, err := os.Stat(filepath.Join(dir, "stories260K.gguf")); err != nil {
+		t.Skipf("test models absent (%s): %v", dir, err)
+	}
+	b := openBackend(t)
+	ctx := context.Background()
+	m, err := llm.Open(filepath.Join(dir, "stories260K.gguf"))
+	require.NoError(t, err)
+	defer m.Close()
+	want, err := os.ReadFile(filepath.Join(dir, "stories260K.greedy.txt"))
+	require.NoError(t, err)
+
+	generate := func(dev core.Device, prompt string, n int) string {
+		r, err := llm.NewRunner(ctx, m, dev, llm.WithChunkSize(8))
+		require.NoError(t, err)
+		defer r.Close()
+		res, err := r.Generate(ctx, prompt, llm.WithMaxTokens(n))
+		require.NoError(t, err)
+		return res.Text
+	}
+	got := generate(b.Devices()[0], "", 32)
+	assert.True(t, strings.HasPrefix(string(want), got), "greedy text on qnn: %q", got)
+
+	rb := ref.New()
+	defer rb.Close()
+	prompt := "Once upon a time, there was a little dog named Max. He liked to run in the"
+	assert.Equal(t, generate(rb.Devices()[0], prompt, 16), generate(b.Devices()[0], prompt, 16))
 }
 
 // ---------------------------------------------------------------- helpers
