@@ -1,9 +1,10 @@
 # NEON CPU plugin. One NEON source: native on aarch64, through SIMDe on x86-64. The shipped
+# C sources live in csrc/ so that the Go tests of this folder build without cgo.
 # x86-64 build is portable (SSE2 baseline); libxpu-neon-avx2.so is the same source built for
 # AVX2/FMA/F16C and probes higher where the CPU has them (0 with the reason elsewhere), so the
 # loader picks the best build that runs. The arm64 build picks vdotq_s32 at run time.
-NEON_SRCS := $(wildcard plugins/neon/*.c)
-NEON_HDRS := $(wildcard plugins/neon/*.h)
+NEON_SRCS := $(wildcard plugins/neon/csrc/*.c)
+NEON_HDRS := $(wildcard plugins/neon/csrc/*.h)
 NEON_SO   := $(PLUGIN_DIR)/libxpu-neon.so
 NEON_AVX2 := $(PLUGIN_DIR)/libxpu-neon-avx2.so
 NEON_ARM64 := $(BUILD)/arm64/plugins/libxpu-neon.so

@@ -202,13 +202,13 @@ static xpu_status api_context_create(uint32_t device, const char *options, xpu_c
 
 static xpu_status api_context_release(xpu_context h) {
   nv_context *c = (nv_context *)xpu_reg_get(&nv_reg, h, OBJ_CONTEXT);
-  if (!c) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "context_release: unknown or released context handle");
+  if (!c) return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "context_release: unknown or released context handle");
   int kids = atomic_load(&c->children);
   if (kids > 0)
     return xpu_fail(&nv_reg, h, XPU_E_BAD_STATE,
                     "context_release: %d buffers, executables, executions or fences still live", kids);
   if (!xpu_reg_remove(&nv_reg, h, OBJ_CONTEXT))
-    return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "context_release: context released concurrently");
+    return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "context_release: context released concurrently");
   context_free(c);
   return XPU_OK;
 }
@@ -240,7 +240,7 @@ static xpu_status api_buffer_alloc(xpu_context ch, uint64_t size, uint32_t kind,
   if (!out) return xpu_fail(&nv_reg, ch, XPU_E_INVALID_ARG, "buffer_alloc: null out");
   *out = 0;
   nv_context *c = (nv_context *)xpu_reg_get(&nv_reg, ch, OBJ_CONTEXT);
-  if (!c) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "buffer_alloc: unknown or released context handle");
+  if (!c) return xpu_fail(&nv_reg, ch, XPU_E_INVALID_HANDLE, "buffer_alloc: unknown or released context handle");
   if (kind != XPU_BUFFER_DEVICE && kind != XPU_BUFFER_HOST_VISIBLE)
     return xpu_fail(&nv_reg, ch, XPU_E_INVALID_ARG, "buffer_alloc: unknown buffer kind %u", kind);
   if (size > ((uint64_t)1 << 46))
@@ -265,7 +265,7 @@ static xpu_status api_buffer_import(xpu_context ch, const xpu_import_desc *d, xp
   if (!out || !d) return xpu_fail(&nv_reg, ch, XPU_E_INVALID_ARG, "buffer_import: null argument");
   *out = 0;
   nv_context *c = (nv_context *)xpu_reg_get(&nv_reg, ch, OBJ_CONTEXT);
-  if (!c) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "buffer_import: unknown or released context handle");
+  if (!c) return xpu_fail(&nv_reg, ch, XPU_E_INVALID_HANDLE, "buffer_import: unknown or released context handle");
   if (d->struct_size < offsetof(xpu_import_desc, size) + sizeof(uint64_t))
     return xpu_fail(&nv_reg, ch, XPU_E_INVALID_ARG, "buffer_import: desc struct_size %u too small", d->struct_size);
   nv_buffer *b = (nv_buffer *)calloc(1, sizeof *b);
@@ -307,7 +307,7 @@ static xpu_status api_buffer_import(xpu_context ch, const xpu_import_desc *d, xp
 static xpu_status api_buffer_map(xpu_buffer h, void **out) {
   if (!out) return xpu_fail(&nv_reg, h, XPU_E_INVALID_ARG, "buffer_map: null out");
   nv_buffer *b = (nv_buffer *)xpu_reg_get(&nv_reg, h, OBJ_BUFFER);
-  if (!b) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "buffer_map: unknown or released buffer handle");
+  if (!b) return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "buffer_map: unknown or released buffer handle");
   atomic_fetch_add(&b->mapped, 1);
   *out = b->data;
   return XPU_OK;
@@ -315,7 +315,7 @@ static xpu_status api_buffer_map(xpu_buffer h, void **out) {
 
 static xpu_status api_buffer_unmap(xpu_buffer h) {
   nv_buffer *b = (nv_buffer *)xpu_reg_get(&nv_reg, h, OBJ_BUFFER);
-  if (!b) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "buffer_unmap: unknown or released buffer handle");
+  if (!b) return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "buffer_unmap: unknown or released buffer handle");
   int m = atomic_load(&b->mapped);
   while (m > 0 && !atomic_compare_exchange_weak(&b->mapped, &m, m - 1)) {
   }
@@ -326,7 +326,7 @@ static xpu_status api_buffer_unmap(xpu_buffer h) {
 static xpu_status buffer_range(const char *what, xpu_buffer h, uint64_t off, uint64_t size, const void *p,
                                nv_buffer **out) {
   nv_buffer *b = (nv_buffer *)xpu_reg_get(&nv_reg, h, OBJ_BUFFER);
-  if (!b) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "%s: unknown or released buffer handle", what);
+  if (!b) return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "%s: unknown or released buffer handle", what);
   if (!p && size) return xpu_fail(&nv_reg, h, XPU_E_INVALID_ARG, "%s: null pointer", what);
   if (off > b->size || size > b->size - off)
     return xpu_fail(&nv_reg, h, XPU_E_INVALID_ARG, "%s: range [%llu, +%llu) outside the %llu-byte buffer", what,
@@ -352,18 +352,18 @@ static xpu_status api_buffer_read(xpu_buffer h, uint64_t off, void *dst, uint64_
 static xpu_status api_buffer_size(xpu_buffer h, uint64_t *out) {
   if (!out) return xpu_fail(&nv_reg, h, XPU_E_INVALID_ARG, "buffer_size: null out");
   nv_buffer *b = (nv_buffer *)xpu_reg_get(&nv_reg, h, OBJ_BUFFER);
-  if (!b) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "buffer_size: unknown or released buffer handle");
+  if (!b) return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "buffer_size: unknown or released buffer handle");
   *out = b->size;
   return XPU_OK;
 }
 
 static xpu_status api_buffer_release(xpu_buffer h) {
   nv_buffer *b = (nv_buffer *)xpu_reg_get(&nv_reg, h, OBJ_BUFFER);
-  if (!b) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "buffer_release: unknown or released buffer handle");
+  if (!b) return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "buffer_release: unknown or released buffer handle");
   if (atomic_load(&b->inflight) > 0)
     return xpu_fail(&nv_reg, h, XPU_E_BAD_STATE, "buffer_release: an execution in flight uses this buffer");
   if (!xpu_reg_remove(&nv_reg, h, OBJ_BUFFER))
-    return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "buffer_release: buffer released concurrently");
+    return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "buffer_release: buffer released concurrently");
   nv_buffer_unref(b);
   return XPU_OK;
 }
@@ -373,7 +373,7 @@ static xpu_status api_buffer_release(xpu_buffer h) {
 static xpu_status api_graph_analyze(xpu_context ch, const void *ir, uint64_t ir_size, xpu_node_verdict *out,
                                     uint32_t cap) {
   nv_context *c = (nv_context *)xpu_reg_get(&nv_reg, ch, OBJ_CONTEXT);
-  if (!c) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "graph_analyze: unknown or released context handle");
+  if (!c) return xpu_fail(&nv_reg, ch, XPU_E_INVALID_HANDLE, "graph_analyze: unknown or released context handle");
   xpu_ir_graph g;
   char err[256];
   xpu_status s = xpu_ir_parse(ir, ir_size, &g, err, sizeof err);
@@ -410,7 +410,7 @@ static xpu_status api_graph_prepare(xpu_context ch, const xpu_prepare_desc *d, x
   if (!out || !d) return xpu_fail(&nv_reg, ch, XPU_E_INVALID_ARG, "graph_prepare: null argument");
   *out = 0;
   nv_context *c = (nv_context *)xpu_reg_get(&nv_reg, ch, OBJ_CONTEXT);
-  if (!c) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "graph_prepare: unknown or released context handle");
+  if (!c) return xpu_fail(&nv_reg, ch, XPU_E_INVALID_HANDLE, "graph_prepare: unknown or released context handle");
   if (d->struct_size < offsetof(xpu_prepare_desc, options) + sizeof(void *))
     return xpu_fail(&nv_reg, ch, XPU_E_INVALID_ARG, "graph_prepare: desc struct_size %u too small", d->struct_size);
   if (d->struct_size >= offsetof(xpu_prepare_desc, cache) + sizeof(void *) && d->cache)
@@ -481,19 +481,19 @@ static xpu_status api_executable_serialize(xpu_executable h, void *dst, uint64_t
   (void)cap;
   (void)size;
   if (!xpu_reg_get(&nv_reg, h, OBJ_EXECUTABLE))
-    return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "executable_serialize: unknown or released executable handle");
+    return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "executable_serialize: unknown or released executable handle");
   return xpu_fail(&nv_reg, h, XPU_E_UNSUPPORTED,
                   "executable_serialize: the NEON plugin prepares in microseconds and keeps no cache");
 }
 
 static xpu_status api_executable_release(xpu_executable h) {
   nv_executable *e = (nv_executable *)xpu_reg_get(&nv_reg, h, OBJ_EXECUTABLE);
-  if (!e) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "executable_release: unknown or released executable handle");
+  if (!e) return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "executable_release: unknown or released executable handle");
   int n = atomic_load(&e->executions);
   if (n > 0)
     return xpu_fail(&nv_reg, h, XPU_E_BAD_STATE, "executable_release: %d executions still live", n);
   if (!xpu_reg_remove(&nv_reg, h, OBJ_EXECUTABLE))
-    return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "executable_release: released concurrently");
+    return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "executable_release: released concurrently");
   executable_free(e);
   return XPU_OK;
 }
@@ -519,7 +519,7 @@ static xpu_status api_execution_create(xpu_executable eh, xpu_execution *out) {
   if (!out) return xpu_fail(&nv_reg, eh, XPU_E_INVALID_ARG, "execution_create: null out");
   *out = 0;
   nv_executable *e = (nv_executable *)xpu_reg_get(&nv_reg, eh, OBJ_EXECUTABLE);
-  if (!e) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "execution_create: unknown or released executable handle");
+  if (!e) return xpu_fail(&nv_reg, eh, XPU_E_INVALID_HANDLE, "execution_create: unknown or released executable handle");
   nv_execution *x = (nv_execution *)calloc(1, sizeof *x);
   if (!x) return xpu_fail(&nv_reg, eh, XPU_E_OUT_OF_MEMORY, "execution_create: out of memory");
   x->exe = e;
@@ -556,7 +556,7 @@ static xpu_status api_execution_create(xpu_executable eh, xpu_execution *out) {
 
 static xpu_status api_execution_bind(xpu_execution h, uint32_t io, xpu_buffer bh, uint64_t offset) {
   nv_execution *x = (nv_execution *)xpu_reg_get(&nv_reg, h, OBJ_EXECUTION);
-  if (!x) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "execution_bind: unknown or released execution handle");
+  if (!x) return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "execution_bind: unknown or released execution handle");
   nv_buffer *b = (nv_buffer *)xpu_reg_get(&nv_reg, bh, OBJ_BUFFER);
   if (!b) return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "execution_bind: unknown or released buffer handle");
   const xpu_ir_graph *g = &x->exe->g;
@@ -618,7 +618,7 @@ static xpu_status run_now(nv_execution *x) {
 
 static xpu_status api_execution_run(xpu_execution h) {
   nv_execution *x = (nv_execution *)xpu_reg_get(&nv_reg, h, OBJ_EXECUTION);
-  if (!x) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "execution_run: unknown or released execution handle");
+  if (!x) return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "execution_run: unknown or released execution handle");
   xpu_status s = begin(x, EX_RUNNING, "execution_run");
   if (s != XPU_OK) return s;
   s = run_now(x);
@@ -628,13 +628,13 @@ static xpu_status api_execution_run(xpu_execution h) {
 
 static xpu_status api_execution_release(xpu_execution h) {
   nv_execution *x = (nv_execution *)xpu_reg_get(&nv_reg, h, OBJ_EXECUTION);
-  if (!x) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "execution_release: unknown or released execution handle");
+  if (!x) return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "execution_release: unknown or released execution handle");
   pthread_mutex_lock(&x->mu);
   int st = x->state;
   pthread_mutex_unlock(&x->mu);
   if (st != EX_IDLE) return xpu_fail(&nv_reg, h, XPU_E_BAD_STATE, "execution_release: execution is in flight");
   if (!xpu_reg_remove(&nv_reg, h, OBJ_EXECUTION))
-    return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "execution_release: released concurrently");
+    return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "execution_release: released concurrently");
   execution_free(x);
   return XPU_OK;
 }
@@ -700,7 +700,7 @@ static xpu_status api_fence_create(xpu_context ch, uint64_t initial, xpu_fence *
   if (!out) return xpu_fail(&nv_reg, ch, XPU_E_INVALID_ARG, "fence_create: null out");
   *out = 0;
   nv_context *c = (nv_context *)xpu_reg_get(&nv_reg, ch, OBJ_CONTEXT);
-  if (!c) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "fence_create: unknown or released context handle");
+  if (!c) return xpu_fail(&nv_reg, ch, XPU_E_INVALID_HANDLE, "fence_create: unknown or released context handle");
   nv_fence *f = (nv_fence *)calloc(1, sizeof *f);
   if (!f) return xpu_fail(&nv_reg, ch, XPU_E_OUT_OF_MEMORY, "fence_create: out of memory");
   f->ctx = c;
@@ -722,7 +722,7 @@ static xpu_status api_fence_create(xpu_context ch, uint64_t initial, xpu_fence *
 
 static xpu_status api_fence_wait(xpu_fence h, uint64_t value, int64_t timeout_ns) {
   nv_fence *f = (nv_fence *)xpu_reg_get(&nv_reg, h, OBJ_FENCE);
-  if (!f) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "fence_wait: unknown or released fence handle");
+  if (!f) return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "fence_wait: unknown or released fence handle");
   xpu_status s = fence_wait_on(f, value, timeout_ns, NULL);
   if (s == XPU_E_TIMEOUT) return xpu_fail(&nv_reg, h, s, "fence_wait: value %llu not reached in time",
                                           (unsigned long long)value);
@@ -735,7 +735,7 @@ static xpu_status api_fence_wait(xpu_fence h, uint64_t value, int64_t timeout_ns
 static xpu_status api_fence_value(xpu_fence h, uint64_t *out) {
   if (!out) return xpu_fail(&nv_reg, h, XPU_E_INVALID_ARG, "fence_value: null out");
   nv_fence *f = (nv_fence *)xpu_reg_get(&nv_reg, h, OBJ_FENCE);
-  if (!f) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "fence_value: unknown or released fence handle");
+  if (!f) return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "fence_value: unknown or released fence handle");
   pthread_mutex_lock(&f->mu);
   *out = f->value;
   pthread_mutex_unlock(&f->mu);
@@ -744,7 +744,7 @@ static xpu_status api_fence_value(xpu_fence h, uint64_t *out) {
 
 static xpu_status api_fence_signal(xpu_fence h, uint64_t value) {
   nv_fence *f = (nv_fence *)xpu_reg_get(&nv_reg, h, OBJ_FENCE);
-  if (!f) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "fence_signal: unknown or released fence handle");
+  if (!f) return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "fence_signal: unknown or released fence handle");
   fence_set(f, value, XPU_OK, 0);
   return XPU_OK;
 }
@@ -775,11 +775,11 @@ static void fence_use(nv_fence *f, int delta) {
 
 static xpu_status api_fence_release(xpu_fence h) {
   nv_fence *f = (nv_fence *)xpu_reg_get(&nv_reg, h, OBJ_FENCE);
-  if (!f) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "fence_release: unknown or released fence handle");
+  if (!f) return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "fence_release: unknown or released fence handle");
   if (fence_users(f) > 0)
     return xpu_fail(&nv_reg, h, XPU_E_BAD_STATE, "fence_release: a submitted execution still waits on or signals it");
   if (!xpu_reg_remove(&nv_reg, h, OBJ_FENCE))
-    return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "fence_release: released concurrently");
+    return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "fence_release: released concurrently");
   atomic_fetch_sub(&f->ctx->children, 1);
   pthread_mutex_destroy(&f->mu);
   pthread_cond_destroy(&f->cv);
@@ -851,7 +851,7 @@ static void queue_stop(nv_context *c) {
 static xpu_status api_execution_submit(xpu_execution h, const xpu_fence_point *waits, uint32_t n_waits,
                                        const xpu_fence_point *signal) {
   nv_execution *x = (nv_execution *)xpu_reg_get(&nv_reg, h, OBJ_EXECUTION);
-  if (!x) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_HANDLE, "execution_submit: unknown or released execution handle");
+  if (!x) return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "execution_submit: unknown or released execution handle");
   if (n_waits && !waits) return xpu_fail(&nv_reg, h, XPU_E_INVALID_ARG, "execution_submit: null waits");
   if (n_waits > 1024) return xpu_fail(&nv_reg, h, XPU_E_INVALID_ARG, "execution_submit: %u waits", n_waits);
   nv_context *c = x->exe->ctx;

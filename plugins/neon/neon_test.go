@@ -1,0 +1,90 @@
+package neon_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/xpuhub/xpu/conformance"
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/loader"
+)
+
+// pluginFiles lists the NEON builds to test: the files in XPU_PLUGIN_PATH (the arm64 run under
+// qemu sets it) or else every libxpu-neon*.so in build/plugins, each variant on its own.
+func pluginFiles(t *testing.T) []string {
+	t.Helper()
+	var dirs []string
+	if env := os.Getenv(loader.EnvPluginPath); env != "" {
+		dirs = strings.Split(env, ":")
+	} else {
+		dirs = []string{filepath.Join("..", "..", "build", "plugins")}
+	}
+	var files []string
+	for _, d := range dirs {
+		if st, err := os.Stat(d); err == nil && !st.IsDir() {
+			if strings.HasPrefix(filepath.Base(d), "libxpu-neon") {
+				files = append(files, d)
+			}
+			continue
+		}
+		m, _ := filepath.Glob(filepath.Join(d, "libxpu-neon*.so"))
+		files = append(files, m...)
+	}
+	if len(files) == 0 {
+		t.Skipf("no libxpu-neon*.so in %v: run `make plugins` first", dirs)
+	}
+	return files
+}
+
+// openUsable opens path, or skips when this build cannot run on this CPU (an AVX2 build on a
+// CPU without AVX2 probes 0).
+func openUsable(t *testing.T, path string) core.Backend {
+	t.Helper()
+	b, err := loader.Open(context.Background(), path)
+	if err != nil && strings.Contains(err.Error(), "score 0") {
+		t.Skipf("%s does not run here: %v", path, err)
+	}
+	require.NoError(t, err, path)
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func TestDevice(t *testing.T) {
+	for _, f := range pluginFiles(t) {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			b := openUsable(t, f)
+			require.Equal(t, "neon", b.Info().Name)
+			devs := b.Devices()
+			require.Len(t, devs, 1)
+			info := devs[0].Info()
+			require.Equal(t, core.DeviceCPU, info.Kind)
+			require.True(t, info.Caps.Has(core.CapImportHost|core.CapHostVisible|core.CapConcurrent|core.CapAsync))
+			require.False(t, info.Caps.Has(core.CapFP16), "f16 is computed in f32 here: the cap would be a lie")
+			require.Positive(t, info.ComputeUnits)
+			if runtime.GOARCH == "amd64" {
+				require.False(t, info.Caps.Has(core.CapInt8), "no native int8 dot product is claimed on x86-64")
+			}
+		})
+	}
+}
+
+// TestConformance runs the whole conformance suite on every build and wants zero failures.
+func TestConformance(t *testing.T) {
+	for _, f := range pluginFiles(t) {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			b := openUsable(t, f)
+			rep, err := conformance.Run(context.Background(), b)
+			require.NoError(t, err)
+			t.Log(rep.Summary())
+			for _, c := range rep.Failures() {
+				t.Errorf("%s [%s]: %s", c.Name, c.Category, strings.Join(c.Errors, "; "))
+			}
+		})
+	}
+}
