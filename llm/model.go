@@ -93,8 +93,14 @@ func (m *Model) collect() error {
 		return fmt.Errorf("llm: token_embd.weight is %s, want [vocab, %d]: %w", emb.Shape, c.Dim, core.ErrInvalidArgument)
 	}
 	m.Config.Vocab = int(emb.Shape[0])
-	if m.Config.Vocab != m.Tokenizer.Size() {
+	// Some conversions pad the embedding past the vocabulary (rows no text encodes to); fewer
+	// rows than tokens would let the tokenizer produce ids the model cannot embed.
+	if m.Config.Vocab < m.Tokenizer.Size() {
 		return fmt.Errorf("llm: %d embeddings for %d tokens: %w", m.Config.Vocab, m.Tokenizer.Size(), core.ErrInvalidArgument)
+	}
+	if _, ok := m.File.Tensor("rope_freqs.weight"); ok {
+		// Llama 3.1+ scales each rotary frequency by its own factor, which ROPE cannot express.
+		return fmt.Errorf("llm: per-frequency RoPE factors (rope_freqs.weight, Llama 3.1 and later): %w", core.ErrUnsupported)
 	}
 	V, D, F := int64(m.Config.Vocab), int64(c.Dim), int64(c.FFN)
 	type spec struct {

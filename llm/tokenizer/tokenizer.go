@@ -176,6 +176,14 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 			v.StopTokens = append(v.StopTokens, x)
 		}
 	}
+	// llama.cpp also ends generation on the end-of-turn tokens of chat vocabularies, which the
+	// metadata often does not name.
+	for i, s := range toks {
+		if eogTexts[s] && (v.Types == nil || v.Types[i] == TypeControl || v.Types[i] == TypeUserDefined) &&
+			int32(i) != v.EOS {
+			v.StopTokens = append(v.StopTokens, int32(i))
+		}
+	}
 	flag := func(key string, dst *bool) {
 		if val, ok := f.Get(key); ok {
 			if b, ok := val.Bool(); ok {
@@ -187,6 +195,10 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	flag("tokenizer.ggml.add_space_prefix", &v.AddSpacePrefix)
 	return New(v)
 }
+
+// eogTexts are end-of-turn token texts of common chat vocabularies.
+var eogTexts = map[string]bool{"<|eot_id|>": true, "<|eom_id|>": true, "<|im_end|>": true,
+	"<|end|>": true, "<end_of_turn>": true, "<|endoftext|>": true}
 
 func str(f *gguf.File, key string) string {
 	v, _ := f.Get(key)
