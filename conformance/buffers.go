@@ -40,7 +40,10 @@ func (r *runner) importHost(ctx context.Context, res *CaseResult) {
 	if want == nil {
 		return
 	}
-	mem, release, err := hostMemory(3 * (n*4 + 2*guardBytes))
+	// each tensor's region starts on its own page, as a runtime's mmap'd weights or pinned
+	// staging memory would
+	const stride = (n*4 + 2*guardBytes + 4095) / 4096 * 4096
+	mem, release, err := hostMemory(3 * stride)
 	if err != nil {
 		res.Status, res.Reason = StatusSkipped, fmt.Sprintf("no page-aligned host memory here: %v", err)
 		return
@@ -49,7 +52,7 @@ func (r *runner) importHost(ctx context.Context, res *CaseResult) {
 	for i := range mem {
 		mem[i] = guardByte(i)
 	}
-	region := func(i int) []byte { return mem[i*(n*4+2*guardBytes) : (i+1)*(n*4+2*guardBytes)] }
+	region := func(i int) []byte { return mem[i*stride : i*stride+n*4+2*guardBytes] }
 	copy(region(0)[guardBytes:], p.inputs[0])
 	copy(region(1)[guardBytes:], p.inputs[1])
 	before := bytes.Clone(mem)
@@ -77,14 +80,14 @@ func (r *runner) importHost(ctx context.Context, res *CaseResult) {
 		return
 	}
 	for i := range mem {
-		inOut := i >= 2*(n*4+2*guardBytes)+guardBytes && i < 2*(n*4+2*guardBytes)+guardBytes+n*4
+		inOut := i >= 2*stride+guardBytes && i < 2*stride+guardBytes+n*4
 		if !inOut && mem[i] != before[i] {
 			res.fail(CatOutOfBounds, "host byte %d outside the output changed", i)
 			break
 		}
 	}
 	got := region(2)[guardBytes : guardBytes+n*4]
-	if bytes.Equal(got, before[2*(n*4+2*guardBytes)+guardBytes:][:n*4]) {
+	if bytes.Equal(got, before[2*stride+guardBytes:][:n*4]) {
 		res.fail(CatCapabilityLie, "the host's output bytes are unchanged: the import is not zero-copy")
 		return
 	}
