@@ -75,6 +75,9 @@ uint32_t qnn_op_query(const xpu_op_query *q);
 /* emits the whole graph; io has n_inputs + n_outputs entries. Returns XPU_OK or an error with
  * a message. */
 xpu_status qnn_lower_graph(const qnn_lower_cfg *cfg, qnn_io *io, char *err, size_t cap);
+/* fills io (n_inputs + n_outputs entries) from the IR alone, keeping each entry's qnn_id: what
+ * execution needs besides the ids the backend assigned */
+void qnn_io_describe(const xpu_ir_graph *ir, qnn_io *io);
 /* the QNN description of an IR tensor's dtype and scale, for execution-time tensors */
 Qnn_DataType_t qnn_dtype_of(uint32_t xpu_dtype);
 

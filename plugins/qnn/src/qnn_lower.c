@@ -549,7 +549,7 @@ static int lower_gelu(lower *L, int x, int out) {
   return bin(L, "ElementWiseMultiply", x, sg, out);
 }
 
-static int check_ids(lower *L, const xpu_ir_node *n, qnn_io *io) {
+static int check_ids(lower *L, const xpu_ir_node *n) {
   const xpu_ir_graph *ir = L->cfg->ir;
   const xpu_ir_tensor *ids = &ir->tensors[n->inputs[1]];
   int64_t rows = ir->tensors[n->inputs[0]].shape[0];
@@ -565,12 +565,10 @@ static int check_ids(lower *L, const xpu_ir_node *n, qnn_io *io) {
     }
     return 0;
   }
-  for (uint32_t i = 0; i < ir->header->n_inputs; i++)
-    if (ir->inputs[i] == n->inputs[1] && (io[i].ids_rows == 0 || rows < io[i].ids_rows)) io[i].ids_rows = rows;
-  return 0;
+  return 0; /* ids bound at execution: qnn_io_describe marks them for the check before execute */
 }
 
-static int lower_node(lower *L, uint32_t idx, qnn_io *io) {
+static int lower_node(lower *L, uint32_t idx) {
   const xpu_ir_node *n = &L->cfg->ir->nodes[idx];
   L->cur_node = idx;
   int in[XPU_MAX_INPUTS];
@@ -631,7 +629,7 @@ static int lower_node(lower *L, uint32_t idx, qnn_io *io) {
   case XPU_OP_ROPE: r = lower_rope(L, n, x, in[1], out); break;
   case XPU_OP_ATTENTION: r = lower_attention(L, n, x, in[1], in[2], n->n_inputs > 3 ? in[3] : -1, out); break;
   case XPU_OP_GET_ROWS: {
-    if (check_ids(L, n, io) < 0) return -1;
+    if (check_ids(L, n) < 0) return -1;
     uint32_t d[QMAX_RANK], rk = 0;
     for (uint32_t i = 0; i < rank_of(L, in[1]); i++) d[rk++] = dims_of(L, in[1])[i];
     d[rk++] = dims_of(L, x)[1];
@@ -677,6 +675,32 @@ static int lower_node(lower *L, uint32_t idx, qnn_io *io) {
   return r < 0 ? -1 : 0;
 }
 
+void qnn_io_describe(const xpu_ir_graph *ir, qnn_io *io) {
+  uint32_t n_in = ir->header->n_inputs, n_io = n_in + ir->header->n_outputs;
+  for (uint32_t i = 0; i < n_io; i++) {
+    uint32_t t = i < n_in ? ir->inputs[i] : ir->outputs[i - n_in];
+    const xpu_ir_tensor *x = &ir->tensors[t];
+    uint32_t id = io[i].qnn_id;
+    memset(&io[i], 0, sizeof io[i]);
+    io[i].qnn_id = id;
+    io[i].xpu_tensor = t;
+    io[i].dtype = qnn_dtype_of(x->dtype);
+    io[i].scale = 1.0f;
+    if (x->dtype == XPU_DT_I8) qnn_i8_scale(ir, t, &io[i].scale);
+    io[i].rank = x->rank ? x->rank : 1; /* QNN has no rank 0: a scalar is [1] */
+    io[i].dims[0] = 1;
+    for (uint32_t d = 0; d < x->rank; d++) io[i].dims[d] = (uint32_t)x->shape[d];
+    io[i].nbytes = xpu_ir_nbytes(x);
+    /* ids of a GET_ROWS bound at execution: checked against the smallest table before execute */
+    for (uint32_t n = 0; i < n_in && n < ir->header->n_nodes; n++) {
+      const xpu_ir_node *nd = &ir->nodes[n];
+      int64_t rows = ir->tensors[nd->inputs[0]].shape[0];
+      if (nd->op == XPU_OP_GET_ROWS && nd->inputs[1] == t && (io[i].ids_rows == 0 || rows < io[i].ids_rows))
+        io[i].ids_rows = rows;
+    }
+  }
+}
+
 xpu_status qnn_lower_graph(const qnn_lower_cfg *cfg, qnn_io *io, char *err, size_t cap) {
   const xpu_ir_graph *ir = cfg->ir;
   lower L;
@@ -702,19 +726,9 @@ xpu_status qnn_lower_graph(const qnn_lower_cfg *cfg, qnn_io *io, char *err, size
     if (irt(&L, t) < 0) st = XPU_E_INTERNAL;
   }
   for (uint32_t i = 0; i < ir->header->n_nodes && st == XPU_OK; i++)
-    if (lower_node(&L, i, io) < 0) st = XPU_E_INTERNAL;
-  for (uint32_t i = 0; i < n_io && st == XPU_OK; i++) {
-    uint32_t t = i < ir->header->n_inputs ? ir->inputs[i] : ir->outputs[i - ir->header->n_inputs];
-    const qt *q = L.ts[t];
-    io[i].xpu_tensor = t;
-    io[i].qnn_id = q->t.v1.id;
-    io[i].dtype = q->t.v1.dataType;
-    io[i].scale = q->t.v1.quantizeParams.scaleOffsetEncoding.scale;
-    io[i].offset = 0;
-    io[i].rank = q->t.v1.rank;
-    memcpy(io[i].dims, q->dims, q->t.v1.rank * sizeof(uint32_t));
-    io[i].nbytes = xpu_ir_nbytes(&ir->tensors[t]);
-  }
+    if (lower_node(&L, i) < 0) st = XPU_E_INTERNAL;
+  qnn_io_describe(ir, io);
+  for (uint32_t i = 0; i < n_io && st == XPU_OK; i++) io[i].qnn_id = L.ts[io[i].xpu_tensor]->t.v1.id;
   if (st == XPU_OK) {
     Qnn_ErrorHandle_t e = cfg->lib->fn->graphFinalize(cfg->graph, NULL, NULL);
     if (e != QNN_SUCCESS) {

@@ -494,7 +494,7 @@ static void exe_free(qexe *e) {
   free(e);
 }
 
-static xpu_status load_cache(xpu_handle h, qexe *e, const void *blob, uint64_t size) {
+static xpu_status load_cache(xpu_handle h, qexe *e, const xpu_ir_graph *ir, const void *blob, uint64_t size) {
   const uint8_t *p = blob;
   cache_header hd;
   uint64_t n_io = (uint64_t)e->n_in + e->n_out;
@@ -516,7 +516,16 @@ static xpu_status load_cache(xpu_handle h, qexe *e, const void *blob, uint64_t s
   uint64_t need = sizeof hd + n_io * sizeof(qnn_io) + (uint64_t)hd.n_nodes * 4;
   if (need > size - 8 || hd.qnn_size != size - 8 - need)
     return xpu_fail(&reg, h, XPU_E_INVALID_ARG, "graph_prepare: cache blob sizes are inconsistent");
-  memcpy(e->io, p + sizeof hd, n_io * sizeof(qnn_io));
+  /* only the tensor ids come from the blob; the rest is derived from this IR again and must
+   * agree, so a blob can never make an execution bind other sizes than the graph's */
+  qnn_io *cached = malloc(n_io * sizeof(qnn_io));
+  if (!cached) return xpu_fail(&reg, h, XPU_E_OUT_OF_MEMORY, "graph_prepare: out of memory");
+  memcpy(cached, p + sizeof hd, n_io * sizeof(qnn_io));
+  for (uint64_t i = 0; i < n_io; i++) e->io[i].qnn_id = cached[i].qnn_id;
+  qnn_io_describe(ir, e->io);
+  int same = memcmp(cached, e->io, n_io * sizeof(qnn_io)) == 0;
+  free(cached);
+  if (!same) return xpu_fail(&reg, h, XPU_E_INVALID_ARG, "graph_prepare: cache blob io table does not match the graph");
   memcpy(e->precision, p + sizeof hd + n_io * sizeof(qnn_io), (uint64_t)hd.n_nodes * 4);
   const QnnInterfaceTable_t *f = P.lib.fn;
   if (!f->contextCreateFromBinary || !f->graphRetrieve)
@@ -530,10 +539,6 @@ static xpu_status load_cache(xpu_handle h, qexe *e, const void *blob, uint64_t s
   if ((qe = f->graphRetrieve(e->qctx, QNN_GRAPH_NAME, &e->graph)) != QNN_SUCCESS)
     return xpu_fail(&reg, h, XPU_E_INCOMPATIBLE, "graph_prepare: graphRetrieve: error %llu: %s", (unsigned long long)qe,
                     qnn_lib_errmsg(&P.lib, qe));
-  /* what the cache says must still describe this IR's io (a collision would bind wrong bytes) */
-  for (uint64_t i = 0; i < n_io; i++)
-    if (e->io[i].rank == 0 || e->io[i].rank > XPU_MAX_RANK || qnn_dtype_bytes(e->io[i].dtype) == 0)
-      return xpu_fail(&reg, h, XPU_E_INVALID_ARG, "graph_prepare: cache blob io table is corrupt");
   return XPU_OK;
 }
 
@@ -582,7 +587,7 @@ static xpu_status graph_prepare(xpu_context ctx, const xpu_prepare_desc *d, xpu_
     return xpu_fail(&reg, ctx, st, "graph_prepare: %s", err);
   }
   if (cache && cache_size) {
-    if ((st = load_cache(ctx, e, cache, cache_size)) != XPU_OK) {
+    if ((st = load_cache(ctx, e, &g, cache, cache_size)) != XPU_OK) {
       exe_free(e);
       return st;
     }
