@@ -130,7 +130,8 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	sort.Strings(ops)
 	if len(ops) > 0 {
-		// one table per op keeps the width readable: only the dtypes the op has
+		writeMatrix(b, ops, cells)
+		b.WriteString("\nIn detail (number of shape and attribute cases):\n\n")
 		b.WriteString("| op | dtype | result |\n|---|---|---|\n")
 		for _, op := range ops {
 			for _, dt := range dtypes {
@@ -247,4 +248,55 @@ func firstOr(xs []string, def string) string {
 		return xs[0]
 	}
 	return def
+}
+
+// matrixDTypes are the columns of the support matrix.
+var matrixDTypes = []string{"f32", "f16", "bf16", "i32", "i8", "q8_0", "q4_0"}
+
+// matrixColumn maps a dtype label to its matrix column: the last dtype named, which is
+// MATMUL's weight, ATTENTION's K/V and CAST's target.
+func matrixColumn(label string) string {
+	if i := strings.LastIndexAny(label, "/>"); i >= 0 {
+		return label[i+1:]
+	}
+	return label
+}
+
+// writeMatrix writes the op × dtype support matrix a vendor pastes into a README.
+func writeMatrix(b *strings.Builder, ops []string, cells map[string]map[string]*cell) {
+	b.WriteString("| op | " + strings.Join(matrixDTypes, " | ") + " |\n|---|")
+	b.WriteString(strings.Repeat("---|", len(matrixDTypes)) + "\n")
+	for _, op := range ops {
+		agg := map[string]*cell{}
+		for label, c := range cells[op] {
+			col := matrixColumn(label)
+			if agg[col] == nil {
+				agg[col] = &cell{}
+			}
+			agg[col].pass += c.pass
+			agg[col].fail += c.fail
+			agg[col].unsup += c.unsup
+			agg[col].skip += c.skip
+		}
+		b.WriteString("| " + op + " |")
+		for _, dt := range matrixDTypes {
+			mark := ""
+			if c := agg[dt]; c != nil {
+				switch {
+				case c.fail > 0:
+					mark = "✗"
+				case c.pass > 0 && c.unsup > 0:
+					mark = "✓ partly"
+				case c.pass > 0:
+					mark = "✓"
+				case c.unsup > 0:
+					mark = "–"
+				}
+			}
+			b.WriteString(" " + mark + " |")
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n✓ every case passed, ✓ partly: the rest unsupported, ✗ a case failed, – unsupported. " +
+		"The column is MATMUL's weight dtype, ATTENTION's K/V dtype and CAST's target dtype.\n")
 }
