@@ -411,10 +411,14 @@ func benchGEMM(b *testing.B, be core.Backend) {
 	cc, err := be.Devices()[0].NewContext(ctx, nil)
 	require.NoError(b, err)
 	defer cc.Close()
-	for _, s := range []struct{ m, n, k int64 }{{512, 512, 512}, {128, 2048, 2048}, {1, 2048, 2048}} {
-		b.Run(fmt.Sprintf("%dx%dx%d", s.m, s.n, s.k), func(b *testing.B) {
+	for _, s := range []struct {
+		m, n, k int64
+		w       core.DType
+	}{{512, 512, 512, core.F32}, {128, 2048, 2048, core.F32}, {1, 2048, 2048, core.F32},
+		{1, 2048, 2048, core.Q8_0}, {1, 2048, 2048, core.Q4_0}} {
+		b.Run(fmt.Sprintf("%dx%dx%d-%s", s.m, s.n, s.k, s.w), func(b *testing.B) {
 			g := core.NewGraph()
-			g.Output(g.MatMul(g.Input("a", core.F32, s.m, s.k), g.Input("b", core.F32, s.n, s.k)))
+			g.Output(g.MatMul(g.Input("a", core.F32, s.m, s.k), g.Input("b", s.w, s.n, s.k)))
 			exe, err := cc.Prepare(ctx, g)
 			require.NoError(b, err)
 			defer exe.Close()
@@ -423,10 +427,15 @@ func benchGEMM(b *testing.B, be core.Backend) {
 			defer x.Close()
 			rng := rand.New(rand.NewPCG(3, 4))
 			for i, n := range []int64{s.m * s.k, s.n * s.k, s.m * s.n} {
-				buf, err := cc.Alloc(n*4, core.BufferDevice)
+				data := randF32(rng, n)
+				if i == 1 && s.w != core.F32 {
+					data, err = core.Quantize(s.w, core.DecodeF32(data), 0)
+					require.NoError(b, err)
+				}
+				buf, err := cc.Alloc(int64(len(data)), core.BufferDevice)
 				require.NoError(b, err)
 				defer buf.Close()
-				require.NoError(b, buf.Write(0, randF32(rng, n)))
+				require.NoError(b, buf.Write(0, data))
 				require.NoError(b, x.Bind(i, buf, 0))
 			}
 			require.NoError(b, x.Run(ctx)) // a first launch may compile (PoCL)

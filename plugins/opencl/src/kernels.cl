@@ -497,3 +497,60 @@ GEMM_BLK_F32(gemm_blk_f32_1, 1)
 GEMM_BLK_ANY(gemm_blk_any_4, 4)
 GEMM_BLK_ANY(gemm_blk_any_1, 1)
 #undef STO
+
+/*
+ * MATMUL against a Q8_0 / Q4_0 weight with an F32 or F16 a, a block at a time: 32 codes are
+ * decoded with two 16-wide vector loads and their f16 scale once per block and column.
+ */
+inline float hsum16(float16 v) {
+  float8 x = v.lo + v.hi;
+  float4 y = x.lo + x.hi;
+  float2 z = y.lo + y.hi;
+  return z.x + z.y;
+}
+
+#define DOT_Q(RM)                                                                                \
+  gcbytes *pb = b + boff;                                                                        \
+  ulong bpb = bdt == DT_Q8_0 ? 34 : 18;                                                          \
+  float16 acc[RM][4];                                                                            \
+  for (int r = 0; r < RM; r++)                                                                   \
+    for (int c = 0; c < 4; c++) acc[r][c] = (float16)(0.0f);                                     \
+  for (long kb = 0; kb < K / 32; kb++) {                                                         \
+    float16 alo[RM], ahi[RM];                                                                    \
+    for (int r = 0; r < RM; r++) {                                                               \
+      ulong at = ar[r] + (ulong)kb * 32;                                                         \
+      if (adt == DT_F32) {                                                                       \
+        alo[r] = vload16(0, (__global const float *)(a + aoff) + at);                            \
+        ahi[r] = vload16(1, (__global const float *)(a + aoff) + at);                            \
+      } else {                                                                                   \
+        alo[r] = vload_half16(0, (__global const half *)(a + aoff) + at);                        \
+        ahi[r] = vload_half16(1, (__global const half *)(a + aoff) + at);                        \
+      }                                                                                          \
+    }                                                                                            \
+    for (int c = 0; c < 4; c++) {                                                                \
+      gcbytes *blk = pb + (br[c] / 32 + (ulong)kb) * bpb;                                        \
+      float16 d = (float16)(h2f_at(blk)), qlo, qhi;                                              \
+      if (bdt == DT_Q8_0) {                                                                      \
+        qlo = convert_float16(vload16(0, (__global const char *)(blk + 2)));                     \
+        qhi = convert_float16(vload16(1, (__global const char *)(blk + 2)));                     \
+      } else {                                                                                   \
+        uchar16 x = vload16(0, blk + 2);                                                         \
+        qlo = convert_float16(x & (uchar16)(15)) - 8.0f;                                         \
+        qhi = convert_float16(x >> (uchar16)(4)) - 8.0f;                                         \
+      }                                                                                          \
+      for (int r = 0; r < RM; r++) acc[r][c] = mad(d, mad(alo[r], qlo, ahi[r] * qhi), acc[r][c]); \
+    }                                                                                            \
+  }                                                                                              \
+  for (int r = 0; r < RM; r++)                                                                   \
+    for (int c = 0; c < 4; c++) res[r][c] = hsum16(acc[r][c]);
+
+#define STO STO_ANY
+#define GEMM_Q(name, RM)                                                                         \
+  __kernel void name(gcbytes *a, ulong aoff, int adt, gcbytes *b, ulong boff, int bdt,           \
+                     float bscale, gbytes *o, ulong ooff, int odt, long M, long N, long K,       \
+                     long B1, long sa0, long sa1, long sb0, long sb1) {                          \
+    GEMM_BLK_BODY(RM, DOT_Q(RM))                                                                 \
+  }
+GEMM_Q(gemm_q_4, 4)
+GEMM_Q(gemm_q_1, 1)
+#undef STO
