@@ -153,6 +153,44 @@ func blockGraph(dt core.DType) (*core.Graph, [][]byte) {
 	return g, [][]byte{encode(dt, randf(r, T*E, 1)), core.EncodeI32(ids)}
 }
 
+// W8A8, the NPU's fast path (mllm-NPU): activations quantized per tensor, an I8 weight, and the
+// MatMul run on int8 operands with int32 accumulators. The plugin reports INT8 precision for it
+// and the result matches core/ref, which computes the same arithmetic in float64.
+func TestW8A8MatchesRef(t *testing.T) {
+	b := openBackend(t)
+	const M, K, N = 4, 64, 24
+	const sa, sb = 0.02, 0.01
+	r := rand.New(rand.NewPCG(5, 6))
+	w := make([]byte, N*K)
+	for i := range w {
+		w[i] = byte(int8(r.IntN(255) - 127))
+	}
+	g := core.NewGraph()
+	x := g.Input("x", core.F32, M, K)
+	xq := g.Dequantize(g.Quantize(x, core.I8, sa), sa)
+	g.Output(g.MatMulI8(xq, g.Const("w", core.I8, core.Shape{N, K}, w), sb))
+	inputs := [][]byte{core.EncodeF32(randf(r, M*K, 2))}
+	want, err := ref.Run(context.Background(), g, inputs)
+	require.NoError(t, err)
+
+	ctx := context.Background()
+	cc, err := b.Devices()[0].NewContext(ctx, nil)
+	require.NoError(t, err)
+	defer cc.Close()
+	verdicts, err := cc.Analyze(ctx, g)
+	require.NoError(t, err)
+	require.Len(t, verdicts, 3)
+	for _, v := range verdicts {
+		assert.True(t, v.Supported, v.Reason)
+	}
+	assert.Equal(t, core.PrecInt8, verdicts[2].Precision, "the MatMul runs on int8 operands")
+	exe, err := cc.Prepare(ctx, g)
+	require.NoError(t, err)
+	defer exe.Close()
+	got := execute(t, cc, exe, g, inputs)
+	assert.Less(t, nmse(core.DecodeF32(got[0]), core.DecodeF32(want[0])), 1e-12)
+}
+
 // runOn prepares g on b's device, runs it once and returns the outputs.
 func runOn(tb testing.TB, b core.Backend, g *core.Graph, inputs [][]byte, opts ...core.PrepareOption) [][]byte {
 	ctx := context.Background()

@@ -271,12 +271,12 @@ static Qnn_ErrorHandle_t tensorCreateGraphTensor(Qnn_GraphHandle_t gh, Qnn_Tenso
     return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "tensor %s: BOOL_8 only between nodes (NATIVE)", nm);
   if (v->dataType == QNN_DATATYPE_UINT_32 && v->type != QNN_TENSOR_TYPE_STATIC)
     return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "tensor %s: UINT_32 only for static parameter tensors", nm);
-  int quant = v->dataType == QNN_DATATYPE_SFIXED_POINT_8;
+  int quant = v->dataType == QNN_DATATYPE_SFIXED_POINT_8 || v->dataType == QNN_DATATYPE_SFIXED_POINT_32;
   if (quant && (v->quantizeParams.encodingDefinition != QNN_DEFINITION_DEFINED ||
                 v->quantizeParams.quantizationEncoding != QNN_QUANTIZATION_ENCODING_SCALE_OFFSET ||
                 !(v->quantizeParams.scaleOffsetEncoding.scale > 0)))
     return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED,
-                   "tensor %s: SFIXED_POINT_8 needs a per-tensor SCALE_OFFSET encoding with scale > 0", nm);
+                   "tensor %s: SFIXED_POINT_8/32 need a per-tensor SCALE_OFFSET encoding with scale > 0", nm);
   if (v->rank > EMU_MAX_RANK || (v->rank && !v->dimensions))
     return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "tensor %s: rank %u (max %d) or null dimensions", nm,
                    v->rank, EMU_MAX_RANK);

@@ -46,7 +46,8 @@ const char *emu_op_name(emu_op op) {
 
 int emu_dtype_ok(Qnn_DataType_t dt) {
   return dt == QNN_DATATYPE_FLOAT_32 || dt == QNN_DATATYPE_FLOAT_16 || dt == QNN_DATATYPE_INT_32 ||
-         dt == QNN_DATATYPE_UINT_32 || dt == QNN_DATATYPE_SFIXED_POINT_8 || dt == QNN_DATATYPE_BOOL_8;
+         dt == QNN_DATATYPE_UINT_32 || dt == QNN_DATATYPE_SFIXED_POINT_8 || dt == QNN_DATATYPE_SFIXED_POINT_32 ||
+         dt == QNN_DATATYPE_BOOL_8;
 }
 
 static int is_float(Qnn_DataType_t dt) {
@@ -236,9 +237,17 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
     break;
   }
   case EMU_OP_MATMUL: {
-    if (!is_float(in[0]->dtype) || in[1]->dtype != in[0]->dtype || out->dtype != in[0]->dtype)
-      FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: MatMul needs float inputs and output of one dtype",
-           n->name);
+    /* float x float -> float, or the integer path of W8A8: SFIXED_POINT_8 x SFIXED_POINT_8 ->
+     * SFIXED_POINT_32 accumulators whose scale is the product (no requantization here) */
+    int q8 = in[0]->dtype == QNN_DATATYPE_SFIXED_POINT_8 && in[1]->dtype == QNN_DATATYPE_SFIXED_POINT_8 &&
+             out->dtype == QNN_DATATYPE_SFIXED_POINT_32;
+    if (q8 && (in[0]->offset || in[1]->offset || out->offset ||
+               fabsf(out->scale - in[0]->scale * in[1]->scale) > 1e-6f * out->scale))
+      FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: 8-bit MatMul needs symmetric encodings and an output scale of "
+           "in0.scale * in1.scale", n->name);
+    if (!q8 && (!is_float(in[0]->dtype) || in[1]->dtype != in[0]->dtype || out->dtype != in[0]->dtype))
+      FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: MatMul needs float inputs and output of one dtype, or "
+           "SFIXED_POINT_8 inputs and an SFIXED_POINT_32 output", n->name);
     if ((p = find_param(cfg, "transpose_in0")) && !scalar_bool(p, &n->transpose_in0))
       FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: transpose_in0 must be BOOL_8", n->name);
     if ((p = find_param(cfg, "transpose_in1")) && !scalar_bool(p, &n->transpose_in1))
@@ -352,8 +361,9 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
   case EMU_OP_DEQUANTIZE: {
     const emu_tensor *f = n->op == EMU_OP_QUANTIZE ? in[0] : out;
     const emu_tensor *q = n->op == EMU_OP_QUANTIZE ? out : in[0];
-    if (!is_float(f->dtype) || q->dtype != QNN_DATATYPE_SFIXED_POINT_8)
-      FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: %s converts FLOAT_32/16 <-> SFIXED_POINT_8 only",
+    if (!is_float(f->dtype) || !(q->dtype == QNN_DATATYPE_SFIXED_POINT_8 ||
+                                 (n->op == EMU_OP_DEQUANTIZE && q->dtype == QNN_DATATYPE_SFIXED_POINT_32)))
+      FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: %s converts FLOAT_32/16 <-> SFIXED_POINT_8 (and SFIXED_POINT_32 -> float) only",
            n->name, emu_op_name(n->op));
     rank = in[0]->rank;
     memcpy(dims, in[0]->dims, sizeof dims);
@@ -385,6 +395,11 @@ static float load(const emu_tensor *t, const uint8_t *p, uint64_t i) {
   case QNN_DATATYPE_FLOAT_16: { uint16_t h; memcpy(&h, p + 2 * i, 2); return qnn_half_to_float(h); }
   case QNN_DATATYPE_INT_32: { int32_t v; memcpy(&v, p + 4 * i, 4); return (float)v; }
   case QNN_DATATYPE_SFIXED_POINT_8: return t->scale * (float)((int32_t)(int8_t)p[i] + t->offset);
+  case QNN_DATATYPE_SFIXED_POINT_32: {
+    int32_t q;
+    memcpy(&q, p + 4 * i, 4);
+    return (float)((double)t->scale * ((double)q + t->offset));
+  }
   case QNN_DATATYPE_BOOL_8: return p[i] ? 1.0f : 0.0f;
   default: return 0;
   }
@@ -474,6 +489,18 @@ static void select_op(const emu_graph *g, const emu_node *n, uint8_t *const *ptr
   }
 }
 
+/* the integer dot product of W8A8: exact int64 accumulation, saturated to int32 */
+static int32_t dot_q8(const emu_node *n, const uint8_t *pa, const uint8_t *pb, uint64_t offa, uint64_t offb,
+                      uint32_t i, uint32_t j, uint32_t m, uint32_t nn, uint32_t k) {
+  int64_t acc = 0;
+  for (uint32_t kk = 0; kk < k; kk++) {
+    uint64_t ai = n->transpose_in0 ? (uint64_t)kk * m + i : (uint64_t)i * k + kk;
+    uint64_t bi = n->transpose_in1 ? (uint64_t)j * k + kk : (uint64_t)kk * nn + j;
+    acc += (int64_t)(int8_t)pa[offa + ai] * (int8_t)pb[offb + bi];
+  }
+  return acc > INT32_MAX ? INT32_MAX : acc < INT32_MIN ? INT32_MIN : (int32_t)acc;
+}
+
 static void matmul(const emu_node *n, const emu_tensor *a, const emu_tensor *b, const emu_tensor *o,
                    const uint8_t *pa, const uint8_t *pb, uint8_t *po) {
   uint32_t m = o->dims[o->rank - 2], nn = o->dims[o->rank - 1];
@@ -497,6 +524,11 @@ static void matmul(const emu_node *n, const emu_tensor *a, const emu_tensor *b, 
     uint64_t offa = ia * (uint64_t)m * k, offb = ib * (uint64_t)nn * k, offo = bt * (uint64_t)m * nn;
     for (uint32_t i = 0; i < m; i++)
       for (uint32_t j = 0; j < nn; j++) {
+        if (o->dtype == QNN_DATATYPE_SFIXED_POINT_32) {
+          int32_t q = dot_q8(n, pa, pb, offa, offb, i, j, m, nn, k);
+          memcpy(po + 4 * (offo + (uint64_t)i * nn + j), &q, 4);
+          continue;
+        }
         double acc = 0;
         for (uint32_t kk = 0; kk < k; kk++) {
           uint64_t ai = n->transpose_in0 ? (uint64_t)kk * m + i : (uint64_t)i * k + kk;

@@ -61,6 +61,20 @@ int qnn_i8_scale(const xpu_ir_graph *ir, uint32_t t, float *scale) {
   return 1;
 }
 
+int qnn_w8a8(const xpu_ir_graph *ir, const xpu_ir_node *n, uint32_t *quantized_a) {
+  if (n->op != XPU_OP_MATMUL || n->n_inputs != 2) return 0;
+  const xpu_ir_tensor *a = &ir->tensors[n->inputs[0]], *b = &ir->tensors[n->inputs[1]];
+  if (b->dtype != XPU_DT_I8 || b->rank != 2 || a->kind != XPU_TENSOR_VALUE || a->rank < 2) return 0;
+  for (uint32_t i = 0; i < ir->header->n_nodes; i++) {
+    const xpu_ir_node *p = &ir->nodes[i];
+    if (p->output != n->inputs[0]) continue;
+    if (p->op != XPU_OP_DEQUANTIZE || ir->tensors[p->inputs[0]].dtype != XPU_DT_I8) return 0;
+    if (quantized_a) *quantized_a = p->inputs[0];
+    return 1;
+  }
+  return 0;
+}
+
 static int shape_ok(const xpu_ir_tensor *t, char *reason, size_t cap) {
   for (uint32_t d = 0; d < t->rank; d++) {
     if (t->shape[d] == 0) REFUSE("zero-size tensors cannot be built on QNN");
@@ -125,6 +139,10 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, int float_as_f16, uint
     if (b->rank < 2) REFUSE("MATMUL b of rank < 2");
     if (x->rank <= 1 && b->rank != 2) REFUSE("MATMUL of a vector with a batched b");
     if (b->dtype == XPU_DT_I8 && !(n->fattr[0] > 0)) REFUSE("I8 weight without a positive scale");
+    if (qnn_w8a8(ir, n, NULL)) {
+      *precision = XPU_PREC_INT8; /* W8A8: both operands stay int8, int32 accumulation */
+      return 1;
+    }
     break;
   }
   case XPU_OP_ROPE: {

@@ -70,6 +70,9 @@ typedef struct qnn_lower_cfg {
 /* verdict for one node: 1 supported (precision set), 0 refused (reason set) */
 int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, int float_as_f16, uint32_t *precision,
                    char *reason, size_t cap);
+/* MATMUL(DEQUANTIZE(I8 a), I8 b): the W8A8 pattern, run as an 8-bit MatMul with int32
+ * accumulators; quantized_a (may be NULL) receives the I8 tensor behind a */
+int qnn_w8a8(const xpu_ir_graph *ir, const xpu_ir_node *n, uint32_t *quantized_a);
 /* static op_support answer */
 uint32_t qnn_op_query(const xpu_op_query *q);
 /* emits the whole graph; io has n_inputs + n_outputs entries. Returns XPU_OK or an error with

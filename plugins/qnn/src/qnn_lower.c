@@ -95,7 +95,7 @@ static int mk(lower *L, int slot, Qnn_TensorType_t type, Qnn_DataType_t dt, floa
   v->dataType = dt;
   v->quantizeParams.encodingDefinition = QNN_DEFINITION_UNDEFINED;
   v->quantizeParams.quantizationEncoding = QNN_QUANTIZATION_ENCODING_UNDEFINED;
-  if (dt == QNN_DATATYPE_SFIXED_POINT_8) {
+  if (dt == QNN_DATATYPE_SFIXED_POINT_8 || dt == QNN_DATATYPE_SFIXED_POINT_32) {
     v->quantizeParams.encodingDefinition = QNN_DEFINITION_DEFINED;
     v->quantizeParams.quantizationEncoding = QNN_QUANTIZATION_ENCODING_SCALE_OFFSET;
     v->quantizeParams.scaleOffsetEncoding.scale = scale;
@@ -613,6 +613,18 @@ static int lower_node(lower *L, uint32_t idx) {
   case XPU_OP_SOFTMAX: r = lower_softmax(L, n, x, out); break;
   case XPU_OP_MATMUL: {
     int b = in[1];
+    uint32_t qa;
+    if (qnn_w8a8(L->cfg->ir, n, &qa)) {
+      /* W8A8: the NPU's fast path. Both operands stay SFIXED_POINT_8; the int32 accumulators
+       * carry scale_a * scale_b, so one Dequantize gives the float result */
+      int xq = irt(L, qa);
+      if (xq < 0) return -1;
+      float sc = L->ts[xq]->t.v1.quantizeParams.scaleOffsetEncoding.scale *
+                 L->ts[b]->t.v1.quantizeParams.scaleOffsetEncoding.scale;
+      int acc = mk(L, -1, QNN_TENSOR_TYPE_NATIVE, QNN_DATATYPE_SFIXED_POINT_32, sc, rank_of(L, out), dims_of(L, out), NULL);
+      r = op1(L, "Dequantize", matmul(L, xq, b, acc, 1), out, dt, 0, NULL);
+      break;
+    }
     if (dt_of(L, b) == QNN_DATATYPE_SFIXED_POINT_8)
       b = op1(L, "Dequantize", b, -1, dt, rank_of(L, b), dims_of(L, b));
     else
