@@ -2,6 +2,7 @@ package llm
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm/gguf"
@@ -24,6 +25,9 @@ type Config struct {
 	NormEps       float32
 	Vocab         int
 	QKVBias       bool // qwen2
+	// RopeFreqFactors divide each rotary frequency (rope_freqs.weight, Llama 3.1 and later);
+	// nil when the model has none.
+	RopeFreqFactors []float32
 }
 
 // archs lists what the builder knows and the RoPE order each uses.
@@ -111,4 +115,20 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 			c.RopeDims, c.HeadDim, core.ErrInvalidArgument)
 	}
 	return c, nil
+}
+
+// ropeTables returns cos and sin of every position × rotary frequency, [len(pos), R/2] row-major,
+// for models with per-frequency factors: θ_i = pos · freq_scale · base^(−2i/R) / factor_i.
+func (c Config) ropeTables(pos []int32) (cos, sin []float32) {
+	half := c.RopeDims / 2
+	cos, sin = make([]float32, len(pos)*half), make([]float32, len(pos)*half)
+	for i := 0; i < half; i++ {
+		freq := float64(c.RopeFreqScale) * math.Pow(float64(c.RopeBase), -2*float64(i)/float64(c.RopeDims)) /
+			float64(c.RopeFreqFactors[i])
+		for t, p := range pos {
+			s, co := math.Sincos(float64(p) * freq)
+			cos[t*half+i], sin[t*half+i] = float32(co), float32(s)
+		}
+	}
+	return cos, sin
 }

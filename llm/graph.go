@@ -21,32 +21,39 @@ import (
 // rows just written. Each stage's inputs and outputs, in binding order, are listed by the
 // stageIO constants.
 
-// Binding slots of stage 0.
+// Graph inputs are bound by name (see Runner.prepare); outputs in order: x, q, k, v of the
+// next layer, or the logits after the last layer.
 const (
-	s0IDs = iota
-	s0Pos
-	s0X // outputs from here
-	s0Q
-	s0K
-	s0V
+	outX = iota
+	outQ
+	outK
+	outV
 )
 
-// Binding slots of a layer stage. The pos input and the q/k/v outputs exist only when a
-// layer follows; the last stage outputs the logits at slot lsX.
-const (
-	lsX = iota
-	lsQ
-	lsKCache
-	lsVCache
-	lsQOff
-	lsPos
-)
+// posInputs carries positions into a stage: the ROPE positions, or for models with
+// per-frequency RoPE factors (which ROPE cannot express) cos and sin tables computed on the host
+// for each chunk. Either way the graph does not depend on the position.
+type posInputs struct {
+	pos, cos, sin *core.Tensor
+}
+
+func (m *Model) addPosInputs(g *core.Graph, c int64) posInputs {
+	if m.Config.RopeFreqFactors == nil {
+		return posInputs{pos: g.Input("pos", core.I32, c)}
+	}
+	half := int64(m.Config.RopeDims / 2)
+	shape := []int64{c, 1, half, 1} // broadcast over heads; pairs (x[2i], x[2i+1])
+	if m.Config.RopeMode == core.RoPENeoX {
+		shape = []int64{c, 1, 1, half} // pairs (x[i], x[i+half])
+	}
+	return posInputs{cos: g.Input("rope_cos", core.F32, shape...), sin: g.Input("rope_sin", core.F32, shape...)}
+}
 
 // buildEmbedStage builds stage 0 for chunk length c.
 func (m *Model) buildEmbedStage(c int64) (*core.Graph, error) {
 	g := core.NewGraph()
 	ids := g.Input("ids", core.I32, c)
-	pos := g.Input("pos", core.I32, c)
+	pos := m.addPosInputs(g, c)
 	x := g.Named("embd").GetRows(m.w(g, "token_embd.weight"), ids)
 	q, k, v := m.qkv(g, x, pos, 0)
 	g.Output(x, q, k, v)
@@ -82,7 +89,7 @@ func (m *Model) buildLayerStage(l int, c, capacity int64) (*core.Graph, error) {
 	x = g.Named("ffn_residual").Add(x, g.Named("ffn_down").MatMul(f, m.w(g, p+"ffn_down.weight")))
 
 	if l+1 < cfg.Layers {
-		pos := g.Input("pos", core.I32, c)
+		pos := m.addPosInputs(g, c)
 		g.SetNamePrefix(fmt.Sprintf("blk.%d.", l+1))
 		nq, nk, nv := m.qkv(g, x, pos, l+1)
 		g.Output(x, nq, nk, nv)
@@ -103,7 +110,7 @@ func (m *Model) norm(g *core.Graph, x *core.Tensor, weight string) *core.Tensor 
 }
 
 // qkv computes layer l's rotated queries and keys and its values for x [C, dim].
-func (m *Model) qkv(g *core.Graph, x, pos *core.Tensor, l int) (q, k, v *core.Tensor) {
+func (m *Model) qkv(g *core.Graph, x *core.Tensor, pos posInputs, l int) (q, k, v *core.Tensor) {
 	cfg := m.Config
 	p := fmt.Sprintf("blk.%d.", l)
 	C := x.Shape[0]
@@ -115,10 +122,37 @@ func (m *Model) qkv(g *core.Graph, x, pos *core.Tensor, l int) (q, k, v *core.Te
 		}
 		return g.Reshape(t, C, int64(heads), int64(cfg.HeadDim))
 	}
-	rope := core.RoPEOptions{Mode: cfg.RopeMode, Dims: int64(cfg.RopeDims), Base: cfg.RopeBase,
-		FreqScale: cfg.RopeFreqScale}
-	q = g.Named("q_rope").RoPE(proj("attn_q", cfg.Heads), pos, rope)
-	k = g.Named("k_rope").RoPE(proj("attn_k", cfg.KVHeads), pos, rope)
+	q = m.rope(g, "q_rope", proj("attn_q", cfg.Heads), pos)
+	k = m.rope(g, "k_rope", proj("attn_k", cfg.KVHeads), pos)
 	v = proj("attn_v", cfg.KVHeads)
 	return q, k, v
+}
+
+// rope rotates x [C, H, D] with the ROPE op, or with the host's cos/sin tables when the model
+// has per-frequency factors: the rotated dims are viewed as pairs [C, H, R/2, 2] (normal) or
+// [C, H, 2, R/2] (NeoX), and each pair (u, v) becomes (u·cos − v·sin, u·sin + v·cos).
+func (m *Model) rope(g *core.Graph, name string, x *core.Tensor, pos posInputs) *core.Tensor {
+	cfg := m.Config
+	if pos.pos != nil {
+		return g.Named(name).RoPE(x, pos.pos, core.RoPEOptions{Mode: cfg.RopeMode,
+			Dims: int64(cfg.RopeDims), Base: cfg.RopeBase, FreqScale: cfg.RopeFreqScale})
+	}
+	C, H, D, R := x.Shape[0], x.Shape[1], x.Shape[2], int64(cfg.RopeDims)
+	rot, rest := x, (*core.Tensor)(nil)
+	if R < D {
+		rot, rest = g.Slice(x, 2, 0, R), g.Slice(x, 2, R, D-R)
+	}
+	axis, pairs := 3, []int64{C, H, R / 2, 2}
+	if cfg.RopeMode == core.RoPENeoX {
+		axis, pairs = 2, []int64{C, H, 2, R / 2}
+	}
+	p := g.Reshape(rot, pairs...)
+	u, v := g.Slice(p, axis, 0, 1), g.Slice(p, axis, 1, 1)
+	ru := g.Sub(g.Mul(u, pos.cos), g.Mul(v, pos.sin))
+	rv := g.Add(g.Mul(u, pos.sin), g.Mul(v, pos.cos))
+	out := g.Reshape(g.Concat(axis, ru, rv), C, H, R)
+	if rest != nil {
+		out = g.Concat(2, out, rest)
+	}
+	return g.Named(name).Reshape(out, C, H, D)
 }

@@ -98,9 +98,20 @@ func (m *Model) collect() error {
 	if m.Config.Vocab < m.Tokenizer.Size() {
 		return fmt.Errorf("llm: %d embeddings for %d tokens: %w", m.Config.Vocab, m.Tokenizer.Size(), core.ErrInvalidArgument)
 	}
-	if _, ok := m.File.Tensor("rope_freqs.weight"); ok {
-		// Llama 3.1+ scales each rotary frequency by its own factor, which ROPE cannot express.
-		return fmt.Errorf("llm: per-frequency RoPE factors (rope_freqs.weight, Llama 3.1 and later): %w", core.ErrUnsupported)
+	if t, ok := m.File.Tensor("rope_freqs.weight"); ok {
+		if want := (core.Shape{int64(c.RopeDims / 2)}); !t.Shape.Equal(want) {
+			return fmt.Errorf("llm: tensor rope_freqs.weight is %s, want %s: %w", t.Shape, want, core.ErrInvalidArgument)
+		}
+		f, err := core.Dequantize(t.DType, m.File.TensorData(t), 0)
+		if err != nil {
+			return fmt.Errorf("llm: tensor rope_freqs.weight: %w", err)
+		}
+		for i, x := range f {
+			if !(x > 0) {
+				return fmt.Errorf("llm: rope_freqs.weight[%d] = %g must be positive: %w", i, x, core.ErrInvalidArgument)
+			}
+		}
+		m.Config.RopeFreqFactors = f
 	}
 	V, D, F := int64(m.Config.Vocab), int64(c.Dim), int64(c.FFN)
 	type spec struct {

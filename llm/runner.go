@@ -69,12 +69,19 @@ type Runner struct {
 // chunkSet is the prepared stages for one chunk length and the buffers they are bound to.
 type chunkSet struct {
 	c        int64
-	execs    []core.Execution // stage 0, then one per layer
+	stages   []stage // stage 0, then one per layer
 	ids      core.Buffer
 	pos      core.Buffer
+	cos, sin core.Buffer // RoPE tables, for models with per-frequency factors
 	qoff     core.Buffer
 	logits   core.Buffer
 	rowBytes int64 // bytes of one cache row (all kv heads)
+}
+
+// stage is one prepared stage graph and where its K/V outputs are bound (-1: none).
+type stage struct {
+	exec         core.Execution
+	kSlot, vSlot int
 }
 
 // NewRunner opens a context on dev, allocates the KV cache and prepares the stage graphs for
@@ -165,47 +172,53 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkSet, 
 		return b
 	}
 	cs.ids, cs.pos, cs.qoff = buf(4*c), buf(4*c), buf(4)
+	if f := cfg.RopeFreqFactors; f != nil {
+		cs.cos, cs.sin = buf(c*int64(len(f))*4), buf(c*int64(len(f))*4)
+	}
 	x := [2]core.Buffer{buf(xBytes), buf(xBytes)}
 	q := [2]core.Buffer{buf(qBytes), buf(qBytes)}
 	cs.logits = buf(c * int64(cfg.Vocab) * 4)
 	if err != nil {
 		return nil, fmt.Errorf("llm: activation buffers for chunk %d: %w", c, err)
 	}
-	g, err := r.m.buildEmbedStage(c)
-	if err != nil {
-		return nil, err
-	}
-	e, err := r.prepareStage(ctx, g, []core.Buffer{cs.ids, cs.pos, x[0], q[0], nil, nil})
-	if err != nil {
-		return nil, fmt.Errorf("llm: embedding stage, chunk %d: %w", c, err)
-	}
-	cs.execs = append(cs.execs, e)
-	step()
-	for l := 0; l < cfg.Layers; l++ {
-		g, err := r.m.buildLayerStage(l, c, r.cap)
+	inputs := map[string]core.Buffer{"ids": cs.ids, "pos": cs.pos, "rope_cos": cs.cos,
+		"rope_sin": cs.sin, "q_offset": cs.qoff}
+	for s := 0; s <= cfg.Layers; s++ {
+		var g *core.Graph
+		var outs []core.Buffer
+		// Stage s reads the activations of the previous one from x/q[(s+1)%2] and writes the
+		// other pair: ping-pong, as a stage's input and output must not alias.
+		in, out := (s+1)%2, s%2
+		if s == 0 {
+			g, err = r.m.buildEmbedStage(c)
+		} else {
+			g, err = r.m.buildLayerStage(s-1, c, r.cap)
+			inputs["x"], inputs["q"] = x[in], q[in]
+			inputs["k_cache"], inputs["v_cache"] = r.kcache[s-1], r.vcache[s-1]
+		}
 		if err != nil {
 			return nil, err
 		}
-		in, out := l%2, (l+1)%2
-		binds := []core.Buffer{x[in], q[in], r.kcache[l], r.vcache[l], cs.qoff}
-		if l+1 < cfg.Layers {
-			binds = append(binds, cs.pos, x[out], q[out], nil, nil)
+		st := stage{kSlot: -1, vSlot: -1}
+		if s < cfg.Layers {
+			outs = []core.Buffer{x[out], q[out], nil, nil}
+			st.kSlot, st.vSlot = len(g.Inputs)+outK, len(g.Inputs)+outV
 		} else {
-			binds = append(binds, cs.logits)
+			outs = []core.Buffer{cs.logits}
 		}
-		e, err := r.prepareStage(ctx, g, binds)
+		st.exec, err = r.prepareStage(ctx, g, inputs, outs)
 		if err != nil {
-			return nil, fmt.Errorf("llm: layer %d, chunk %d: %w", l, c, err)
+			return nil, fmt.Errorf("llm: stage %d of %d, chunk %d: %w", s, cfg.Layers, c, err)
 		}
-		cs.execs = append(cs.execs, e)
+		cs.stages = append(cs.stages, st)
 		step()
 	}
 	return cs, nil
 }
 
-// prepareStage prepares g and binds its inputs then outputs to binds at offset 0; nil slots
-// (the K/V outputs) are bound per chunk.
-func (r *Runner) prepareStage(ctx context.Context, g *core.Graph, binds []core.Buffer) (core.Execution, error) {
+// prepareStage prepares g, binds its inputs by name and its outputs in order, all at offset 0;
+// nil outputs (the K/V rows) are bound per chunk.
+func (r *Runner) prepareStage(ctx context.Context, g *core.Graph, inputs map[string]core.Buffer, outs []core.Buffer) (core.Execution, error) {
 	exe, err := r.bctx.Prepare(ctx, g)
 	if err != nil {
 		return nil, err
@@ -216,14 +229,22 @@ func (r *Runner) prepareStage(ctx context.Context, g *core.Graph, binds []core.B
 		return nil, err
 	}
 	r.closers = append(r.closers, e)
-	if len(binds) != len(g.Inputs)+len(g.Outputs) {
-		return nil, fmt.Errorf("llm: stage has %d inputs and %d outputs, %d bindings: %w",
-			len(g.Inputs), len(g.Outputs), len(binds), core.ErrInternal)
+	if len(outs) != len(g.Outputs) {
+		return nil, fmt.Errorf("llm: stage has %d outputs, %d bindings: %w", len(g.Outputs), len(outs), core.ErrInternal)
 	}
-	for i, b := range binds {
+	for i, t := range g.Inputs {
+		b := inputs[t.Name]
+		if b == nil {
+			return nil, fmt.Errorf("llm: no buffer for stage input %q: %w", t.Name, core.ErrInternal)
+		}
+		if err := e.Bind(i, b, 0); err != nil {
+			return nil, fmt.Errorf("llm: bind %s: %w", t.Name, err)
+		}
+	}
+	for i, b := range outs {
 		if b != nil {
-			if err := e.Bind(i, b, 0); err != nil {
-				return nil, fmt.Errorf("llm: bind %d: %w", i, err)
+			if err := e.Bind(len(g.Inputs)+i, b, 0); err != nil {
+				return nil, fmt.Errorf("llm: bind output %s: %w", g.Outputs[i].Name, err)
 			}
 		}
 	}
@@ -330,23 +351,27 @@ func (r *Runner) runChunk(ctx context.Context, cs *chunkSet, toks []int32) ([]fl
 	if err := cs.qoff.Write(0, core.EncodeI32([]int32{int32(r.pos)})); err != nil {
 		return nil, fmt.Errorf("llm: write q_offset: %w", err)
 	}
+	if cs.cos != nil {
+		cos, sin := r.m.Config.ropeTables(pos)
+		if err := cs.cos.Write(0, core.EncodeF32(cos)); err != nil {
+			return nil, fmt.Errorf("llm: write RoPE table: %w", err)
+		}
+		if err := cs.sin.Write(0, core.EncodeF32(sin)); err != nil {
+			return nil, fmt.Errorf("llm: write RoPE table: %w", err)
+		}
+	}
 	off := int64(r.pos) * cs.rowBytes
-	L := r.m.Config.Layers
-	for s, e := range cs.execs {
-		if s < L {
+	for s, st := range cs.stages {
+		if st.kSlot >= 0 {
 			// Stage s writes layer s's new K/V rows straight into the cache.
-			kSlot, vSlot := s0K, s0V
-			if s > 0 {
-				kSlot, vSlot = lsPos+1+2, lsPos+1+3
-			}
-			if err := e.Bind(kSlot, r.kcache[s], off); err != nil {
+			if err := st.exec.Bind(st.kSlot, r.kcache[s], off); err != nil {
 				return nil, fmt.Errorf("llm: bind K cache of layer %d: %w", s, err)
 			}
-			if err := e.Bind(vSlot, r.vcache[s], off); err != nil {
+			if err := st.exec.Bind(st.vSlot, r.vcache[s], off); err != nil {
 				return nil, fmt.Errorf("llm: bind V cache of layer %d: %w", s, err)
 			}
 		}
-		if err := e.Run(ctx); err != nil {
+		if err := st.exec.Run(ctx); err != nil {
 			return nil, fmt.Errorf("llm: stage %d at position %d: %w", s, r.pos, err)
 		}
 	}
