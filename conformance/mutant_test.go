@@ -2,6 +2,8 @@ package conformance
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -69,10 +71,28 @@ type buildError struct {
 
 func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
 
+// TestMain lets this test binary serve isolated plugins: the loader starts os.Executable()
+// with "plugin-host <plugin>", as it starts the xpu binary in production.
+func TestMain(m *testing.M) {
+	if len(os.Args) == 3 && os.Args[1] == "plugin-host" {
+		if err := loader.ServePluginHost(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "plugin-host:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
 func runPlugin(t *testing.T, path string, opts ...Option) *Report {
 	t.Helper()
+	return runPluginWith(t, path, nil, opts...)
+}
+
+func runPluginWith(t *testing.T, path string, lopts []loader.Option, opts ...Option) *Report {
+	t.Helper()
 	ctx := context.Background()
-	b, err := loader.Open(ctx, path)
+	b, err := loader.Open(ctx, path, append(lopts, loader.WithoutEnv())...)
 	require.NoError(t, err)
 	rep, err := Run(ctx, b, opts...)
 	require.NoError(t, err)
@@ -133,4 +153,25 @@ func TestMutantsAreCaught(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A plugin that kills its process is a crash, not the end of the run: isolated, the suite
+// records the case, the backend restarts, and the next cases run.
+func TestCrashIsCaughtWhenIsolated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts plugin-host child processes: not in -short")
+	}
+	plugins := buildMutants(t, "MUT_CRASH")
+	rep := runPluginWith(t, plugins["MUT_CRASH"], []loader.Option{loader.Isolated()},
+		WithFilter(regexp.MustCompile(`^(SCALE\(dtype=f32,shape=\[(7|17)\]\)|ADD\(dtype=f32,a=\[7\],b=\[7\]\))$`)))
+	require.Len(t, rep.Cases, 3)
+	require.Equal(t, "ADD", rep.Cases[2].Op, "a case after the crashes")
+	for _, c := range rep.Cases {
+		if c.Op == "SCALE" {
+			assert.Equal(t, CatCrash, c.Category, "%s: %v", c.Name, c.Errors)
+		} else {
+			assert.Equal(t, StatusPass, c.Status, "%s after a crash: %v", c.Name, c.Errors)
+		}
+	}
+	assert.True(t, rep.Backend.Isolated)
 }

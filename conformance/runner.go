@@ -115,9 +115,14 @@ func (r *runner) runCase(ctx context.Context, tc testCase) (res CaseResult) {
 	}()
 	tc.run(r, ctx, &res)
 	if res.Category == CatCrash {
-		// the backend's process died with the context in it: later cases get a fresh one
-		// (an isolated backend restarts its child) instead of failing on a dead handle
+		// the backend's process died with the context in it: an isolated backend restarts its
+		// child, and later cases get a fresh context instead of failing on a dead handle
 		r.cctx, r.ctxErr = nil, nil
+		if rs, ok := r.b.(interface{ Restart(context.Context) error }); ok {
+			if err := rs.Restart(ctx); err != nil {
+				res.Errors = append(res.Errors, fmt.Sprintf("restarting the backend: %v", err))
+			}
+		}
 	}
 	return res
 }

@@ -65,12 +65,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	var lopts []loader.Option
 	if *isolated {
-		opt, err := isolatedOption()
-		if err != nil {
-			fmt.Fprintf(stderr, "xpu conform: --isolated: %v\n", err)
-			return 2
-		}
-		lopts = append(lopts, opt)
+		lopts = append(lopts, loader.Isolated())
 	}
 
 	type target struct {
@@ -156,7 +151,3 @@ func orBuiltin(path string) string {
 	return path
 }
 
-// isolatedOption is the loader option that opens plugins in a child process.
-func isolatedOption() (loader.Option, error) {
-	return nil, fmt.Errorf("this build's loader has no isolated mode: %w", core.ErrUnsupported)
-}

@@ -13,6 +13,7 @@
  *                        graph_prepare refuses it                           -> capability-lie
  *   -DMUT_SOFTMAX        SOFTMAX's sum is 0.1 % too large                   -> mismatch
  *   -DMUT_NONDET         ADD's first element drifts with every run          -> nondeterministic
+ *   -DMUT_CRASH          SCALE aborts the process (run isolated)            -> crash
  *
  * A mutation never writes outside the buffer it was given (the suite's guard bytes live
  * inside it), so the test process survives every variant.
@@ -600,6 +601,9 @@ static void run_node(m_exe *e, const xpu_ir_node *n, float **ptr, uint64_t room)
     for (int64_t i = 0; i < cnt; i++) o[i] = (float)(x[i] / (1.0 + exp(-(double)x[i])));
     break;
   case XPU_OP_SCALE:
+#ifdef MUT_CRASH
+    abort();
+#endif
     for (int64_t i = 0; i < cnt; i++) o[i] = x[i] * n->fattr[0] + n->fattr[1];
     break;
   case XPU_OP_SOFTMAX:
