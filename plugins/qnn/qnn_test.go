@@ -330,6 +330,25 @@ func TestProbeWithoutLibrary(t *testing.T) {
 	assert.Contains(t, pr.Reason, "/nonexistent/libQnnHtp.so")
 }
 
+// A provider of another core API version is refused at probe with both versions named: the
+// declarations are pinned to 2.18, and a 2.x below it lacks entries or has other layouts.
+func TestProbeRefusesOtherAPIVersion(t *testing.T) {
+	emulated(t, openBackend(t))
+	for _, v := range []string{"2.10", "3.18"} {
+		out, err := child(t, "probe", "XPU_QNN_EMU_API_VERSION="+v)
+		require.NoError(t, err, "%s", out)
+		var pr abi.ProbeResult
+		require.NoError(t, json.Unmarshal(lastLine(out), &pr), "%s", out)
+		assert.Equal(t, 0, pr.Score, v)
+		assert.Contains(t, pr.Reason, "QNN core API "+v+", this plugin needs 2.18", v)
+	}
+	out, err := child(t, "probe", "XPU_QNN_EMU_API_VERSION=2.30")
+	require.NoError(t, err, "%s", out)
+	var pr abi.ProbeResult
+	require.NoError(t, json.Unmarshal(lastLine(out), &pr), "%s", out)
+	assert.Positive(t, pr.Score, "a later 2.x minor only appends entries: accepted")
+}
+
 func childProbe() int {
 	pr, err := abi.Probe(filepath.Join(buildDir(), "libxpu-qnn.so"))
 	if err != nil {

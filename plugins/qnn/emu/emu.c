@@ -876,9 +876,27 @@ static const QnnInterface_t provider = {
 
 static const QnnInterface_t *const providers[] = {&provider};
 
+/* XPU_QNN_EMU_API_VERSION=<major>.<minor> makes the provider claim another core API version, so
+ * a client's version check can be tested; the table itself does not change */
+static QnnInterface_t other_version;
+static const QnnInterface_t *other_providers[] = {&other_version};
+static pthread_once_t other_once = PTHREAD_ONCE_INIT;
+static int other_ok;
+
+static void make_other_version(void) {
+  const char *v = getenv("XPU_QNN_EMU_API_VERSION");
+  unsigned major, minor;
+  if (!v || sscanf(v, "%u.%u", &major, &minor) != 2) return;
+  other_version = provider;
+  other_version.apiVersion.coreApiVersion.major = major;
+  other_version.apiVersion.coreApiVersion.minor = minor;
+  other_ok = 1;
+}
+
 EMU_EXPORT Qnn_ErrorHandle_t QnnInterface_getProviders(const QnnInterface_t ***list, uint32_t *n) {
   if (!list || !n) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "null output");
-  *list = (const QnnInterface_t **)providers;
+  pthread_once(&other_once, make_other_version);
+  *list = other_ok ? (const QnnInterface_t **)other_providers : (const QnnInterface_t **)providers;
   *n = 1;
   return QNN_SUCCESS;
 }
