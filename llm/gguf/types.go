@@ -29,6 +29,7 @@ const (
 var valueTypeNames = [...]string{"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string",
 	"array", "u64", "i64", "f64"}
 
+// String is the type name as the GGUF specification spells it (u8, string, array...).
 func (t ValueType) String() string {
 	if int(t) < len(valueTypeNames) {
 		return valueTypeNames[t]
@@ -84,6 +85,7 @@ var ggmlTypeNames = map[GGMLType]string{
 	29: "IQ1_M", 30: "BF16", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4",
 }
 
+// String is the ggml type name (F32, Q4_0, Q4_K...).
 func (t GGMLType) String() string {
 	if n, ok := ggmlTypeNames[t]; ok {
 		return n
