@@ -33,8 +33,11 @@ func NewSampler(cfg SamplerConfig) *Sampler {
 }
 
 // Sample picks the next token given the logits and the tokens so far (for the repetition
-// penalty). logits is modified.
+// penalty). logits is modified. It returns -1 for empty logits.
 func (s *Sampler) Sample(logits []float32, history []int32) int32 {
+	if len(logits) == 0 {
+		return -1
+	}
 	if p := s.cfg.RepeatPenalty; p > 0 && p != 1 {
 		seen := map[int32]bool{}
 		for _, t := range history[max(0, len(history)-s.cfg.RepeatLastN):] {

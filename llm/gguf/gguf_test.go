@@ -219,3 +219,12 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+func TestTensorDataRejectsForeignInfo(t *testing.T) {
+	f, err := Parse(sampleFile(t))
+	require.NoError(t, err)
+	bad := TensorInfo{Name: "x", Offset: 1 << 40, Size: 8}
+	assert.Nil(t, f.TensorData(&bad))
+	bad = TensorInfo{Name: "x", Offset: 0, Size: 1 << 40}
+	assert.Nil(t, f.TensorData(&bad))
+}

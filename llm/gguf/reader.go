@@ -101,9 +101,13 @@ func (f *File) Tensor(name string) (*TensorInfo, bool) {
 	return &f.Tensors[i], true
 }
 
-// TensorData returns a tensor's bytes, in the file's byte order, without copying.
+// TensorData returns a tensor's bytes, in the file's byte order, without copying; nil for a
+// TensorInfo that does not fit this file (one of another file, or edited).
 func (f *File) TensorData(t *TensorInfo) []byte {
 	start := f.DataOffset + t.Offset
+	if t.Offset < 0 || t.Size < 0 || start > int64(len(f.data)) || t.Size > int64(len(f.data))-start {
+		return nil
+	}
 	return f.data[start : start+t.Size : start+t.Size]
 }
 
