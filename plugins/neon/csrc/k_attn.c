@@ -127,7 +127,7 @@ static float dot_k(const float *q, const uint8_t *k, uint32_t kt, int64_t d) {
   } else {
     const uint16_t *kh = (const uint16_t *)k;
     for (; i + 4 <= d; i += 4)
-      s0 = vfmaq_f32(s0, vld1q_f32(q + i), vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(kh + i))));
+      s0 = vfmaq_f32(s0, vld1q_f32(q + i), v_ld_f16(kh + i));
     s = v_hsum(s0);
     for (; i < d; i++) s += q[i] * nv_f16_to_f32(kh[i]);
   }
@@ -146,7 +146,7 @@ static void axpy_v(float *acc, float c, float p, const uint8_t *v, uint32_t vt, 
     const uint16_t *vh = (const uint16_t *)v;
     for (; i + 4 <= dv; i += 4)
       vst1q_f32(acc + i, vfmaq_f32(vmulq_f32(vld1q_f32(acc + i), vc), vp,
-                                   vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(vh + i)))));
+                                   v_ld_f16(vh + i)));
     for (; i < dv; i++) acc[i] = acc[i] * c + p * nv_f16_to_f32(vh[i]);
   }
 }

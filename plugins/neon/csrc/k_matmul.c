@@ -64,8 +64,8 @@ static float dot_f16(const float *a, const uint16_t *b, int64_t k) {
   float32x4_t s0 = vdupq_n_f32(0), s1 = s0;
   int64_t i = 0;
   for (; i + 8 <= k; i += 8) {
-    s0 = vfmaq_f32(s0, vld1q_f32(a + i), vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(b + i))));
-    s1 = vfmaq_f32(s1, vld1q_f32(a + i + 4), vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(b + i + 4))));
+    s0 = vfmaq_f32(s0, vld1q_f32(a + i), v_ld_f16(b + i));
+    s1 = vfmaq_f32(s1, vld1q_f32(a + i + 4), v_ld_f16(b + i + 4));
   }
   float s = v_hsum(vaddq_f32(s0, s1));
   for (; i < k; i++) s += a[i] * nv_f16_to_f32(b[i]);

@@ -45,7 +45,7 @@ void nv_quantize_row_q8(const float *x, int64_t k, float *d, int8_t *q) {
 static inline float f16at(const uint8_t *p) {
   uint16_t h;
   memcpy(&h, p, 2);
-  return nv_f16_to_f32(h);
+  return nv_h2f(h);
 }
 
 #if defined(__aarch64__)

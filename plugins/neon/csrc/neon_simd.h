@@ -16,6 +16,9 @@
 #else
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/arm/neon.h>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 #endif
 
 /* GCC vector type used where SIMDe lacks an intrinsic: the compiler emits divps/sqrtps. */
@@ -147,15 +150,46 @@ static inline uint16_t nv_f32_to_bf16(float f) {
   return (uint16_t)((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
 }
 
+/* one f16 scale (quantized blocks): a single instruction where the CPU converts halves */
+static inline float nv_h2f(uint16_t h) {
+#if defined(__aarch64__)
+  __fp16 x;
+  memcpy(&x, &h, 2);
+  return (float)x;
+#elif defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  return nv_f16_to_f32(h);
+#endif
+}
+
+/* 4 halves to f32: SIMDe converts lane by lane, F16C does it in one instruction */
+static inline float32x4_t v_ld_f16(const uint16_t *p) {
+#if !defined(__aarch64__) && defined(__F16C__)
+  __m128 v = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)p));
+  float32x4_t r;
+  memcpy(&r, &v, 16);
+  return r;
+#else
+  return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+#endif
+}
+
 /* row conversions used by every kernel that accepts F16 activations */
 static inline void nv_f16_row_to_f32(const uint16_t *src, float *dst, int64_t n) {
   int64_t vec = n > 0 ? n & ~(int64_t)3 : 0;
-  for (int64_t i = 0; i < vec; i += 4) vst1q_f32(dst + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(src + i))));
+  for (int64_t i = 0; i < vec; i += 4) vst1q_f32(dst + i, v_ld_f16(src + i));
   for (int64_t i = vec; i < n; i++) dst[i] = nv_f16_to_f32(src[i]);
 }
 
 static inline void nv_f32_row_to_f16(const float *src, uint16_t *dst, int64_t n) {
-  for (int64_t i = 0; i < n; i++) dst[i] = nv_f32_to_f16(src[i]);
+  int64_t i = 0;
+#if !defined(__aarch64__) && defined(__F16C__)
+  /* F16C rounds to nearest even and keeps NaN a NaN, like nv_f32_to_f16 */
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+  for (; i < n; i++) dst[i] = nv_f32_to_f16(src[i]);
 }
 
 #endif /* NEON_SIMD_H */
