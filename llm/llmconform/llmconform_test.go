@@ -31,6 +31,14 @@ func TestCasesPassOnReference(t *testing.T) {
 	assert.Greater(t, res.NMSE, 0.0)
 }
 
+func TestSyntheticCaseOnReference(t *testing.T) {
+	b := ref.New()
+	defer b.Close()
+	res, err := synthCase(context.Background(), b.Devices()[0])
+	require.NoError(t, err)
+	assert.Zero(t, res.NMSE, "ref against itself")
+}
+
 func TestModelsDirPrefersTheEnvironment(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, storiesFile), nil, 0o600))
