@@ -434,33 +434,49 @@ static void bstrides(const emu_tensor *t, uint32_t r, uint64_t *st) {
   }
 }
 
+/* The output is walked in rows of its innermost dimension: for each row, row_base gives every
+ * operand's element offset of the row's first element (st: the operand's strides in output
+ * coordinates), and the row itself is a tight loop with one stride per operand. */
+static uint64_t row_base(const emu_tensor *o, uint64_t row, const uint64_t *st) {
+  uint64_t off = 0;
+  for (int d = (int)o->rank - 2; d >= 0; d--) {
+    off += (row % o->dims[d]) * st[d];
+    row /= o->dims[d];
+  }
+  return off;
+}
+
+static uint32_t inner_len(const emu_tensor *o) { return o->rank ? o->dims[o->rank - 1] : 1; }
+
+static float apply2(emu_op op, float x, float y) {
+  switch (op) {
+  case EMU_OP_ADD: return x + y;
+  case EMU_OP_SUB: return x - y;
+  case EMU_OP_MUL: return x * y;
+  case EMU_OP_DIV: return x / y;
+  case EMU_OP_MAX: return x > y ? x : (isnan(x) ? x : y);
+  case EMU_OP_GREATER_EQUAL: return x >= y ? 1.0f : 0.0f;
+  default: return 0;
+  }
+}
+
 static void binary_op(emu_op op, const emu_tensor *a, const emu_tensor *b, const emu_tensor *o,
                       const uint8_t *pa, const uint8_t *pb, uint8_t *po) {
   uint64_t sa[EMU_MAX_RANK], sb[EMU_MAX_RANK];
-  uint32_t idx[EMU_MAX_RANK] = {0};
   bstrides(a, o->rank, sa);
   bstrides(b, o->rank, sb);
-  for (uint64_t i = 0; i < o->numel; i++) {
-    uint64_t ia = 0, ib = 0;
-    for (uint32_t d = 0; d < o->rank; d++) {
-      ia += idx[d] * sa[d];
-      ib += idx[d] * sb[d];
+  uint32_t inner = inner_len(o);
+  uint64_t rows = inner ? o->numel / inner : 0, da = sa[o->rank - 1], db = sb[o->rank - 1];
+  int f32 = a->dtype == QNN_DATATYPE_FLOAT_32 && b->dtype == QNN_DATATYPE_FLOAT_32 && o->dtype == QNN_DATATYPE_FLOAT_32;
+  for (uint64_t r = 0; r < rows; r++) {
+    uint64_t ia = row_base(o, r, sa), ib = row_base(o, r, sb), io = r * inner;
+    if (f32) { /* the common case without a per-element type switch */
+      const float *x = (const float *)pa + ia, *y = (const float *)pb + ib;
+      float *z = (float *)po + io;
+      for (uint32_t j = 0; j < inner; j++) z[j] = apply2(op, x[j * da], y[j * db]);
+      continue;
     }
-    float x = load(a, pa, ia), y = load(b, pb, ib), r = 0;
-    switch (op) {
-    case EMU_OP_ADD: r = x + y; break;
-    case EMU_OP_SUB: r = x - y; break;
-    case EMU_OP_MUL: r = x * y; break;
-    case EMU_OP_DIV: r = x / y; break;
-    case EMU_OP_MAX: r = x > y ? x : (isnan(x) ? x : y); break;
-    case EMU_OP_GREATER_EQUAL: r = x >= y ? 1.0f : 0.0f; break;
-    default: break;
-    }
-    store(o, po, i, r);
-    for (int d = (int)o->rank - 1; d >= 0; d--) {
-      if (++idx[d] < o->dims[d]) break;
-      idx[d] = 0;
-    }
+    for (uint32_t j = 0; j < inner; j++) store(o, po, io + j, apply2(op, load(a, pa, ia + j * da), load(b, pb, ib + j * db)));
   }
 }
 
@@ -469,22 +485,18 @@ static void select_op(const emu_graph *g, const emu_node *n, uint8_t *const *ptr
   const emu_tensor *c = &g->tensors[n->in[0]], *a = &g->tensors[n->in[1]], *b = &g->tensors[n->in[2]];
   const emu_tensor *o = &g->tensors[n->out[0]];
   uint64_t sc[EMU_MAX_RANK], sa[EMU_MAX_RANK], sb[EMU_MAX_RANK];
-  uint32_t idx[EMU_MAX_RANK] = {0}, es = qnn_dtype_bytes(o->dtype);
+  uint32_t es = qnn_dtype_bytes(o->dtype), inner = inner_len(o);
   bstrides(c, o->rank, sc);
   bstrides(a, o->rank, sa);
   bstrides(b, o->rank, sb);
-  for (uint64_t i = 0; i < o->numel; i++) {
-    uint64_t ic = 0, ia = 0, ib = 0;
-    for (uint32_t d = 0; d < o->rank; d++) {
-      ic += idx[d] * sc[d];
-      ia += idx[d] * sa[d];
-      ib += idx[d] * sb[d];
-    }
-    if (ptr[n->in[0]][ic]) memcpy(ptr[n->out[0]] + i * es, ptr[n->in[1]] + ia * es, es);
-    else memcpy(ptr[n->out[0]] + i * es, ptr[n->in[2]] + ib * es, es);
-    for (int d = (int)o->rank - 1; d >= 0; d--) {
-      if (++idx[d] < o->dims[d]) break;
-      idx[d] = 0;
+  uint64_t rows = inner ? o->numel / inner : 0, dc = sc[o->rank - 1], da = sa[o->rank - 1], db = sb[o->rank - 1];
+  const uint8_t *pc = ptr[n->in[0]], *pa = ptr[n->in[1]], *pb = ptr[n->in[2]];
+  uint8_t *po = ptr[n->out[0]];
+  for (uint64_t r = 0; r < rows; r++) {
+    uint64_t ic = row_base(o, r, sc), ia = row_base(o, r, sa), ib = row_base(o, r, sb), io = r * inner;
+    for (uint32_t j = 0; j < inner; j++) {
+      const uint8_t *src = pc[ic + j * dc] ? pa + (ia + j * da) * es : pb + (ib + j * db) * es;
+      memcpy(po + (io + j) * es, src, es);
     }
   }
 }
@@ -514,6 +526,7 @@ static void matmul(const emu_node *n, const emu_tensor *a, const emu_tensor *b, 
   bstrides(&bb, bo.rank, sb);
   uint64_t batches = 1;
   for (uint32_t d = 0; d < bo.rank; d++) batches *= bo.dims[d];
+  int f32 = a->dtype == QNN_DATATYPE_FLOAT_32 && b->dtype == QNN_DATATYPE_FLOAT_32 && o->dtype == QNN_DATATYPE_FLOAT_32;
   uint32_t idx[EMU_MAX_RANK] = {0};
   for (uint64_t bt = 0; bt < batches; bt++) {
     uint64_t ia = 0, ib = 0;
@@ -527,6 +540,15 @@ static void matmul(const emu_node *n, const emu_tensor *a, const emu_tensor *b, 
         if (o->dtype == QNN_DATATYPE_SFIXED_POINT_32) {
           int32_t q = dot_q8(n, pa, pb, offa, offb, i, j, m, nn, k);
           memcpy(po + 4 * (offo + (uint64_t)i * nn + j), &q, 4);
+          continue;
+        }
+        if (f32) { /* pointer walk without a per-element type switch; same f64 accumulation */
+          const float *x = (const float *)pa + offa + (n->transpose_in0 ? i : (uint64_t)i * k);
+          const float *y = (const float *)pb + offb + (n->transpose_in1 ? (uint64_t)j * k : j);
+          uint64_t dx = n->transpose_in0 ? m : 1, dy = n->transpose_in1 ? 1 : nn;
+          double acc = 0;
+          for (uint32_t kk = 0; kk < k; kk++) acc += (double)x[kk * dx] * y[kk * dy];
+          ((float *)po)[offo + (uint64_t)i * nn + j] = (float)acc;
           continue;
         }
         double acc = 0;
@@ -581,45 +603,48 @@ static void row_op(const emu_node *n, const emu_tensor *x, const emu_tensor *o, 
   }
 }
 
-static void transpose(const emu_node *n, const emu_tensor *x, const emu_tensor *o, const uint8_t *px,
-                      uint8_t *po) {
-  uint32_t es = qnn_dtype_bytes(x->dtype), r = x->rank;
-  uint64_t xs[EMU_MAX_RANK], s = 1;
-  for (int d = (int)r - 1; d >= 0; d--) {
+/* copies elements of x to o, o walked in rows: st are x's strides per output dimension and
+ * start x's offset of output element 0 */
+static void gather_rows(const emu_tensor *x, const emu_tensor *o, const uint64_t *st, uint64_t start,
+                        const uint8_t *px, uint8_t *po) {
+  uint32_t es = qnn_dtype_bytes(x->dtype), inner = inner_len(o);
+  uint64_t rows = inner ? o->numel / inner : 0, step = st[o->rank - 1];
+  for (uint64_t r = 0; r < rows; r++) {
+    const uint8_t *src = px + (start + row_base(o, r, st)) * es;
+    uint8_t *dst = po + r * inner * es;
+    if (step == 1) {
+      memcpy(dst, src, (size_t)inner * es);
+      continue;
+    }
+    for (uint32_t j = 0; j < inner; j++) memcpy(dst + (size_t)j * es, src + j * step * es, es);
+  }
+}
+
+static void dense_strides(const emu_tensor *x, uint64_t *xs) {
+  uint64_t s = 1;
+  for (int d = (int)x->rank - 1; d >= 0; d--) {
     xs[d] = s;
     s *= x->dims[d];
   }
-  uint32_t idx[EMU_MAX_RANK] = {0};
-  for (uint64_t i = 0; i < o->numel; i++) {
-    uint64_t src = 0;
-    for (uint32_t d = 0; d < r; d++) src += idx[d] * xs[n->perm[d]];
-    memcpy(po + i * es, px + src * es, es);
-    for (int d = (int)r - 1; d >= 0; d--) {
-      if (++idx[d] < o->dims[d]) break;
-      idx[d] = 0;
-    }
-  }
+}
+
+static void transpose(const emu_node *n, const emu_tensor *x, const emu_tensor *o, const uint8_t *px,
+                      uint8_t *po) {
+  uint64_t xs[EMU_MAX_RANK], st[EMU_MAX_RANK];
+  dense_strides(x, xs);
+  for (uint32_t d = 0; d < o->rank; d++) st[d] = xs[n->perm[d]];
+  gather_rows(x, o, st, 0, px, po);
 }
 
 static void strided_slice(const emu_node *n, const emu_tensor *x, const emu_tensor *o,
                           const uint8_t *px, uint8_t *po) {
-  uint32_t es = qnn_dtype_bytes(x->dtype), r = x->rank;
-  uint64_t xs[EMU_MAX_RANK], s = 1;
-  for (int d = (int)r - 1; d >= 0; d--) {
-    xs[d] = s;
-    s *= x->dims[d];
+  uint64_t xs[EMU_MAX_RANK], st[EMU_MAX_RANK], start = 0;
+  dense_strides(x, xs);
+  for (uint32_t d = 0; d < o->rank; d++) {
+    st[d] = xs[d] * (uint64_t)n->ranges[d][2];
+    start += (uint64_t)n->ranges[d][0] * xs[d];
   }
-  uint32_t idx[EMU_MAX_RANK] = {0};
-  for (uint64_t i = 0; i < o->numel; i++) {
-    uint64_t src = 0;
-    for (uint32_t d = 0; d < r; d++)
-      src += ((uint64_t)n->ranges[d][0] + (uint64_t)idx[d] * (uint64_t)n->ranges[d][2]) * xs[d];
-    memcpy(po + i * es, px + src * es, es);
-    for (int d = (int)r - 1; d >= 0; d--) {
-      if (++idx[d] < o->dims[d]) break;
-      idx[d] = 0;
-    }
-  }
+  gather_rows(x, o, st, start, px, po);
 }
 
 static void concat(const emu_graph *g, const emu_node *n, uint8_t *const *ptr) {
