@@ -182,6 +182,10 @@ static void device_name(char *buf, size_t cap) {
 
 static int float_as_f16(void) { return P.lib.backend_id == QNN_BACKEND_ID_HTP; }
 
+/* a client buffer is read in place by a backend on the host CPU (the emulator, libQnnCpu); the
+ * HTP copies it over FastRPC, so there only fd (rpcmem) memory is shared without a copy */
+static int host_import_zero_copy(void) { return P.lib.backend_id != QNN_BACKEND_ID_HTP; }
+
 static xpu_status device_info(uint32_t dev, xpu_device_info *out) {
   if (!out) return xpu_fail(&reg, 0, XPU_E_INVALID_ARG, "device_info: null output");
   if (!P.loaded || dev != 0) return xpu_fail(&reg, 0, XPU_E_INVALID_ARG, "device_info: no device %u", dev);
@@ -189,7 +193,8 @@ static xpu_status device_info(uint32_t dev, xpu_device_info *out) {
   xpu_device_info d;
   memset(&d, 0, sizeof d);
   d.kind = P.lib.backend_id == QNN_BACKEND_ID_CPU ? XPU_DEVICE_CPU : XPU_DEVICE_NPU;
-  d.caps = XPU_CAP_STATIC_SHAPES | XPU_CAP_HOST_VISIBLE | XPU_CAP_IMPORT_HOST | XPU_CAP_FP16;
+  d.caps = XPU_CAP_STATIC_SHAPES | XPU_CAP_HOST_VISIBLE | XPU_CAP_FP16;
+  if (host_import_zero_copy()) d.caps |= XPU_CAP_IMPORT_HOST;
   if (P.lib.backend_id != QNN_BACKEND_ID_CPU) d.caps |= XPU_CAP_INT8;
   if (f->contextGetBinarySize && f->contextGetBinary && f->contextCreateFromBinary && f->graphRetrieve)
     d.caps |= XPU_CAP_SERIALIZE;
@@ -294,6 +299,10 @@ static xpu_status buffer_import(xpu_context ctx, const xpu_import_desc *d, xpu_b
   b->size = d->size;
   b->fd = -1;
   if (d->kind == XPU_IMPORT_HOST) {
+    if (!host_import_zero_copy()) {
+      free(b);
+      return xpu_fail(&reg, ctx, XPU_E_UNSUPPORTED, "buffer_import: the HTP cannot read host memory in place; import an rpcmem fd");
+    }
     if (!d->host_ptr) {
       free(b);
       return xpu_fail(&reg, ctx, XPU_E_INVALID_ARG, "buffer_import: null host pointer");
