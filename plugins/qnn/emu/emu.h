@@ -113,6 +113,21 @@ Qnn_ErrorHandle_t emu_node_run(const emu_graph *g, const emu_node *n, uint8_t *c
                                char *msg, size_t cap);
 int emu_dtype_ok(Qnn_DataType_t dt);
 
+/* objects shared by emu.c and emu_binary.c */
+emu_context *context_new(void);
+void context_free(emu_context *c);
+emu_graph *graph_new(emu_context *c, const char *name);
+Qnn_ErrorHandle_t graph_alloc_native(emu_graph *g);
+
+/* context binaries (emu_binary.c) */
+Qnn_ErrorHandle_t contextGetBinarySize(Qnn_ContextHandle_t ctx, Qnn_ContextBinarySize_t *size);
+Qnn_ErrorHandle_t contextGetBinary(Qnn_ContextHandle_t ctx, void *buf, Qnn_ContextBinarySize_t cap,
+                                   Qnn_ContextBinarySize_t *written);
+Qnn_ErrorHandle_t contextCreateFromBinary(Qnn_BackendHandle_t be, Qnn_DeviceHandle_t dev,
+                                          const QnnContext_Config_t **cfg, const void *buf,
+                                          Qnn_ContextBinarySize_t size, Qnn_ContextHandle_t *out,
+                                          Qnn_ProfileHandle_t prof);
+
 /* records the message of the last failure, returned by errorGetMessage */
 Qnn_ErrorHandle_t emu_err(Qnn_ErrorHandle_t code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
