@@ -19,14 +19,28 @@ typedef struct nv_worker {
   pthread_t th;
 } nv_worker;
 
+/* spin iterations before a thread sleeps: decode runs hundreds of small nodes per token, and
+ * a futex wake-up per node would cost more than the node */
+#define SPIN 2000
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
 struct nv_pool {
   pthread_mutex_t run_mu; /* one region at a time: concurrent executions take turns per node */
-  pthread_mutex_t mu;
+  pthread_mutex_t mu;     /* guards the sleeping side of gen and pending */
   pthread_cond_t cv_work, cv_done;
   int n;
   nv_worker *w;
-  uint64_t gen;
-  int nth, pending, stop;
+  atomic_uint_fast64_t gen; /* bumped to publish a region (fn, arg, nth written before) */
+  atomic_int pending;       /* workers that have not yet finished the current region */
+  atomic_int stop;
+  int nth;
   nv_task_fn fn;
   void *arg;
   nv_cpuset pinned, base;
@@ -36,21 +50,27 @@ static void *worker_main(void *p_) {
   nv_worker *w = (nv_worker *)p_;
   nv_pool *p = w->pool;
   uint64_t seen = 0;
-  pthread_mutex_lock(&p->mu);
   for (;;) {
-    while (!p->stop && p->gen == seen) pthread_cond_wait(&p->cv_work, &p->mu);
-    if (p->stop) break;
-    seen = p->gen;
-    if (w->tid >= p->nth) continue;
-    nv_task_fn fn = p->fn;
-    void *arg = p->arg;
-    int nth = p->nth;
-    pthread_mutex_unlock(&p->mu);
-    fn(arg, w->tid, nth);
-    pthread_mutex_lock(&p->mu);
-    if (--p->pending == 0) pthread_cond_signal(&p->cv_done);
+    uint64_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
+    for (int i = 0; i < SPIN && g == seen; i++) {
+      cpu_relax();
+      g = atomic_load_explicit(&p->gen, memory_order_acquire);
+    }
+    if (g == seen) {
+      pthread_mutex_lock(&p->mu);
+      while (!atomic_load(&p->stop) && (g = atomic_load(&p->gen)) == seen) pthread_cond_wait(&p->cv_work, &p->mu);
+      pthread_mutex_unlock(&p->mu);
+    }
+    if (atomic_load(&p->stop)) break;
+    seen = g;
+    /* every worker acknowledges every region, so none can lag into the next one's fields */
+    if (w->tid < p->nth) p->fn(p->arg, w->tid, p->nth);
+    if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
+      pthread_mutex_lock(&p->mu);
+      pthread_cond_signal(&p->cv_done);
+      pthread_mutex_unlock(&p->mu);
+    }
   }
-  pthread_mutex_unlock(&p->mu);
   return NULL;
 }
 
@@ -109,7 +129,7 @@ nv_pool *nv_pool_create(int n, const nv_cpuset *cpus, char *err, size_t errcap) 
 void nv_pool_destroy(nv_pool *p) {
   if (!p) return;
   pthread_mutex_lock(&p->mu);
-  p->stop = 1;
+  atomic_store(&p->stop, 1);
   pthread_cond_broadcast(&p->cv_work);
   pthread_mutex_unlock(&p->mu);
   for (int i = 0; i < p->n; i++) pthread_join(p->w[i].th, NULL);
@@ -133,15 +153,20 @@ void nv_pool_run(nv_pool *p, const nv_cpuset *cpus, int nth, nv_task_fn fn, void
   }
   pthread_mutex_lock(&p->run_mu);
   pin_all(p, want);
-  pthread_mutex_lock(&p->mu);
   p->fn = fn;
   p->arg = arg;
   p->nth = nth;
-  p->pending = nth;
-  p->gen++;
+  atomic_store(&p->pending, p->n);
+  pthread_mutex_lock(&p->mu);
+  atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
   pthread_cond_broadcast(&p->cv_work);
-  while (p->pending > 0) pthread_cond_wait(&p->cv_done, &p->mu);
   pthread_mutex_unlock(&p->mu);
+  for (int i = 0; i < SPIN * 4 && atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) cpu_relax();
+  if (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
+    pthread_mutex_lock(&p->mu);
+    while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->cv_done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+  }
   pthread_mutex_unlock(&p->run_mu);
 }
 

@@ -8,6 +8,7 @@
  */
 #include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -335,6 +336,68 @@ static void test_gemm_softmax(xpu_context ctx) {
   free(xd), free(wd), free(yo), free(po), free(want), free(pw);
 }
 
+/* several host threads run their own executions of two executables pinned to different CPU
+ * sets (the prefill/decode switch), all through one context's pool: results must not change */
+typedef struct {
+  xpu_execution ex;
+  xpu_buffer out;
+  const float *want;
+  int n, bad;
+} worker_arg;
+
+static void *hammer(void *p) {
+  worker_arg *w = (worker_arg *)p;
+  float got[256];
+  for (int it = 0; it < 25; it++) {
+    if (api->execution_run(w->ex) != XPU_OK) w->bad++;
+    api->buffer_read(w->out, 0, got, sizeof(float) * (size_t)w->n);
+    if (memcmp(got, w->want, sizeof(float) * (size_t)w->n) != 0) w->bad++;
+  }
+  return NULL;
+}
+
+static void test_concurrency(xpu_context ctx) {
+  enum { M = 8, N = 32, K = 64, T = 4 };
+  graph g = {0};
+  int64_t xs[2] = {M, K}, ws[2] = {N, K}, os[2] = {M, N};
+  uint32_t x = tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, xs);
+  uint32_t w = tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, ws);
+  uint32_t y = tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, os);
+  uint32_t mm[2] = {x, w};
+  node(&g, XPU_OP_MATMUL, y, 2, mm);
+  g.out[g.no++] = y;
+  xpu_executable e0 = prepare(ctx, &g, "cpus=0"), e1 = prepare(ctx, &g, "cpus=1;threads=2");
+  float xd[M * K], wd[N * K], want[M * N];
+  unsigned seed = 11;
+  for (int i = 0; i < M * K; i++) xd[i] = frand(&seed);
+  for (int i = 0; i < N * K; i++) wd[i] = frand(&seed);
+  xpu_buffer bx = upload(ctx, xd, sizeof xd), bw = upload(ctx, wd, sizeof wd);
+  xpu_execution ref = 0;
+  xpu_buffer bref = upload(ctx, NULL, sizeof want);
+  EXPECT(api->execution_create(e0, &ref), XPU_OK);
+  api->execution_bind(ref, 0, bx, 0), api->execution_bind(ref, 1, bw, 0), api->execution_bind(ref, 2, bref, 0);
+  EXPECT(api->execution_run(ref), XPU_OK);
+  api->buffer_read(bref, 0, want, sizeof want);
+  pthread_t th[T];
+  worker_arg wa[T];
+  for (int t = 0; t < T; t++) {
+    wa[t] = (worker_arg){0, upload(ctx, NULL, sizeof want), want, M * N, 0};
+    EXPECT(api->execution_create(t % 2 ? e1 : e0, &wa[t].ex), XPU_OK);
+    api->execution_bind(wa[t].ex, 0, bx, 0), api->execution_bind(wa[t].ex, 1, bw, 0);
+    api->execution_bind(wa[t].ex, 2, wa[t].out, 0);
+    pthread_create(&th[t], NULL, hammer, &wa[t]);
+  }
+  for (int t = 0; t < T; t++) {
+    pthread_join(th[t], NULL);
+    CHECK(wa[t].bad == 0, "concurrent thread %d: %d bad runs", t, wa[t].bad);
+    api->execution_release(wa[t].ex);
+    api->buffer_release(wa[t].out);
+  }
+  api->execution_release(ref);
+  api->executable_release(e0), api->executable_release(e1);
+  api->buffer_release(bx), api->buffer_release(bw), api->buffer_release(bref);
+}
+
 static void test_errors(xpu_context ctx) {
   xpu_buffer b = 0;
   expect_err(api->buffer_alloc(ctx, 16, 0, NULL), XPU_E_INVALID_ARG, ctx, "alloc with null out");
@@ -422,6 +485,7 @@ int main(int argc, char **argv) {
   test_quant_matmul(ctx, XPU_DT_Q8_0);
   test_quant_matmul(ctx, XPU_DT_Q4_0);
   test_gemm_softmax(ctx);
+  test_concurrency(ctx);
   EXPECT(api->context_release(ctx), XPU_OK);
   /* shutdown frees what the host forgot and joins every thread */
   xpu_context c3 = 0;
