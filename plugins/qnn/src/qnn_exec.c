@@ -29,7 +29,6 @@ static uint64_t hash_bytes(uint64_t h, const void *p, uint64_t n) {
   return h;
 }
 
-
 /* the cache key of a graph: its IR without buffer handles (they change per run), plus the
  * bytes of its constants (they are baked into the context binary) */
 static xpu_status ir_hash(xpu_context ctx, const xpu_ir_graph *g, uint64_t *out, char *err, size_t cap) {
