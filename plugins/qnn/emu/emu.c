@@ -396,6 +396,21 @@ Qnn_ErrorHandle_t graph_alloc_native(emu_graph *g) {
   return QNN_SUCCESS;
 }
 
+/* one line per event in $XPU_QNN_EMU_STATS, so tests can count what a client made us do */
+static void note_stat(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void note_stat(const char *fmt, ...) {
+  const char *stats = getenv("XPU_QNN_EMU_STATS");
+  if (!stats || !stats[0]) return;
+  FILE *f = fopen(stats, "a");
+  if (!f) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(f, fmt, ap);
+  va_end(ap);
+  fputc('\n', f);
+  fclose(f);
+}
+
 static void note_finalize(const emu_graph *g) {
   const char *ms = getenv("XPU_QNN_EMU_FINALIZE_MS");
   long v = ms ? strtol(ms, NULL, 10) : 0;
@@ -404,14 +419,7 @@ static void note_finalize(const emu_graph *g) {
     while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
     }
   }
-  const char *stats = getenv("XPU_QNN_EMU_STATS");
-  if (stats && stats[0]) {
-    FILE *f = fopen(stats, "a");
-    if (f) {
-      fprintf(f, "finalize %s nodes=%u\n", g->name, g->n_nodes);
-      fclose(f);
-    }
-  }
+  note_stat("finalize %s nodes=%u", g->name, g->n_nodes);
 }
 
 static Qnn_ErrorHandle_t graphFinalize(Qnn_GraphHandle_t gh, Qnn_ProfileHandle_t prof, Qnn_SignalHandle_t sig) {
@@ -480,6 +488,7 @@ static Qnn_ErrorHandle_t memRegister(Qnn_ContextHandle_t ctx, const Qnn_MemDescr
     emu_live_add(m);
     ((emu_context *)ctx)->n_mems++;
     out[i] = m;
+    note_stat("memRegister fd bytes=%llu", (unsigned long long)m->size);
   }
   return QNN_SUCCESS;
 }

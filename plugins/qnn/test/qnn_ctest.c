@@ -277,14 +277,18 @@ static double max_err(const float *a, const float *b, size_t n) {
   return m;
 }
 
-static int count_finalizes(const char *stats) {
+/* lines of the emulator's stats file that start with what */
+static int count_stats(const char *stats, const char *what) {
   FILE *f = fopen(stats, "r");
   if (!f) return 0;
-  int n = 0, c;
-  while ((c = fgetc(f)) != EOF) n += c == '\n';
+  int n = 0;
+  char line[256];
+  while (fgets(line, sizeof line, f)) n += strncmp(line, what, strlen(what)) == 0;
   fclose(f);
   return n;
 }
+
+static int count_finalizes(const char *stats) { return count_stats(stats, "finalize "); }
 
 /* MATMUL + SILU with a constant weight; the cache test reuses it */
 static void test_matmul_silu_and_cache(const char *stats) {
@@ -479,7 +483,7 @@ static void test_attention(int off_input, int OFF) {
 }
 
 /* I8 weights, GET_ROWS from an fd-imported table, QUANTIZE round trip, and the id check */
-static void test_int8_and_fd(void) {
+static void test_int8_and_fd(const char *stats) {
   enum { R = 5, K = 4, NI = 3 };
   int8_t table[R * K];
   for (int i = 0; i < R * K; i++) table[i] = (int8_t)(i * 13 - 120);
@@ -514,11 +518,14 @@ static void test_int8_and_fd(void) {
   b.out[b.nout++] = tr;
   b.out[b.nout++] = td;
   xpu_buffer ins[3] = {tb, buf_with(ids, sizeof ids), buf_with(x, sizeof x)};
+  int regs = count_stats(stats, "memRegister ");
   xpu_buffer outs[2] = {buf_with(NULL, sizeof got), buf_with(NULL, sizeof got)};
   CHECK(run_graph(&b, NULL, 0, ins, outs, NULL) == XPU_OK, "int8 graph: %s %s", lasterr(ctx), run_err);
   api->buffer_read(outs[0], 0, got, sizeof got);
   CHECK(max_err(got, want_rows, NI * K) == 0, "GET_ROWS of an fd-imported I8 table max err %g",
         max_err(got, want_rows, NI * K));
+  CHECK(count_stats(stats, "memRegister ") == regs + 1, "the fd table was registered with memRegister (%d)",
+        count_stats(stats, "memRegister ") - regs);
   api->buffer_read(outs[1], 0, got, sizeof got);
   CHECK(max_err(got, want_q, NI * K) < 1e-6, "QUANTIZE/DEQUANTIZE max err %g", max_err(got, want_q, NI * K));
   ids[1] = R; /* out of range: INVALID_ARG, not an out-of-bounds read */
@@ -612,7 +619,7 @@ int main(int argc, char **argv) {
   test_attention(0, 2);
   test_attention(1, 2);
   test_attention(1, -1);
-  test_int8_and_fd();
+  test_int8_and_fd(stats);
   test_lifecycle();
 
   CHECK(api->context_release(ctx) == XPU_OK, "context_release: %s", lasterr(ctx));
