@@ -49,30 +49,49 @@ static inline float f16at(const uint8_t *p) {
 }
 
 #if defined(__aarch64__)
-__attribute__((target("arch=armv8.2-a+dotprod"))) static float dot_q8_dp(const uint8_t *w, const float *ad,
-                                                                           const int8_t *aq, int64_t nb) {
-  float32x4_t acc = vdupq_n_f32(0);
-  for (int64_t b = 0; b < nb; b++, w += 34) {
-    int8x16_t w0 = vld1q_s8((const int8_t *)w + 2), w1 = vld1q_s8((const int8_t *)w + 18);
-    int32x4_t p = vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, vld1q_s8(aq + b * 32)), w1, vld1q_s8(aq + b * 32 + 16));
-    acc = vfmaq_n_f32(acc, vcvtq_f32_s32(p), f16at(w) * ad[b]);
-  }
-  return vaddvq_f32(acc);
+/* two blocks per step into two accumulators, so the FMA latency does not bound the loop */
+#define DP __attribute__((target("arch=armv8.2-a+dotprod")))
+DP static inline int32x4_t dp32(int8x16_t w0, int8x16_t w1, const int8_t *a) {
+  return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, vld1q_s8(a)), w1, vld1q_s8(a + 16));
 }
 
-__attribute__((target("arch=armv8.2-a+dotprod"))) static float dot_q4_dp(const uint8_t *w, const float *ad,
-                                                                           const int8_t *aq, int64_t nb) {
-  float32x4_t acc = vdupq_n_f32(0);
+DP static float dot_q8_dp(const uint8_t *w, const float *ad, const int8_t *aq, int64_t nb) {
+  float32x4_t acc0 = vdupq_n_f32(0), acc1 = vdupq_n_f32(0);
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2, w += 68) {
+    int32x4_t p0 = dp32(vld1q_s8((const int8_t *)w + 2), vld1q_s8((const int8_t *)w + 18), aq + b * 32);
+    int32x4_t p1 = dp32(vld1q_s8((const int8_t *)w + 36), vld1q_s8((const int8_t *)w + 52), aq + b * 32 + 32);
+    acc0 = vfmaq_n_f32(acc0, vcvtq_f32_s32(p0), f16at(w) * ad[b]);
+    acc1 = vfmaq_n_f32(acc1, vcvtq_f32_s32(p1), f16at(w + 34) * ad[b + 1]);
+  }
+  for (; b < nb; b++, w += 34) {
+    int32x4_t p0 = dp32(vld1q_s8((const int8_t *)w + 2), vld1q_s8((const int8_t *)w + 18), aq + b * 32);
+    acc0 = vfmaq_n_f32(acc0, vcvtq_f32_s32(p0), f16at(w) * ad[b]);
+  }
+  return vaddvq_f32(vaddq_f32(acc0, acc1));
+}
+
+DP static float dot_q4_dp(const uint8_t *w, const float *ad, const int8_t *aq, int64_t nb) {
+  float32x4_t acc0 = vdupq_n_f32(0), acc1 = vdupq_n_f32(0);
   const uint8x16_t mask = vdupq_n_u8(0x0F);
   const int8x16_t eight = vdupq_n_s8(8);
-  for (int64_t b = 0; b < nb; b++, w += 18) {
-    uint8x16_t v = vld1q_u8(w + 2);
-    int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, mask)), eight);
-    int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), eight);
-    int32x4_t p = vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo, vld1q_s8(aq + b * 32)), hi, vld1q_s8(aq + b * 32 + 16));
-    acc = vfmaq_n_f32(acc, vcvtq_f32_s32(p), f16at(w) * ad[b]);
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2, w += 36) {
+    uint8x16_t v0 = vld1q_u8(w + 2), v1 = vld1q_u8(w + 20);
+    int32x4_t p0 = dp32(vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v0, mask)), eight),
+                        vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v0, 4)), eight), aq + b * 32);
+    int32x4_t p1 = dp32(vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v1, mask)), eight),
+                        vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v1, 4)), eight), aq + b * 32 + 32);
+    acc0 = vfmaq_n_f32(acc0, vcvtq_f32_s32(p0), f16at(w) * ad[b]);
+    acc1 = vfmaq_n_f32(acc1, vcvtq_f32_s32(p1), f16at(w + 18) * ad[b + 1]);
   }
-  return vaddvq_f32(acc);
+  for (; b < nb; b++, w += 18) {
+    uint8x16_t v0 = vld1q_u8(w + 2);
+    int32x4_t p0 = dp32(vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v0, mask)), eight),
+                        vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v0, 4)), eight), aq + b * 32);
+    acc0 = vfmaq_n_f32(acc0, vcvtq_f32_s32(p0), f16at(w) * ad[b]);
+  }
+  return vaddvq_f32(vaddq_f32(acc0, acc1));
 }
 #endif
 
@@ -92,27 +111,45 @@ static float hsum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+/* two blocks per step into two accumulators: one FMA chain would bound a block to its latency */
 static float dot_q8_x86(const uint8_t *w, const float *ad, const int8_t *aq, int64_t nb) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; b++, w += 34) {
-    __m256i wq = _mm256_loadu_si256((const __m256i *)(w + 2));
-    __m256i a = _mm256_loadu_si256((const __m256i *)(aq + b * 32));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32_avx2(wq, a)), _mm256_set1_ps(f16at(w) * ad[b]), acc);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2, w += 68) {
+    __m256i p0 = dot32_avx2(_mm256_loadu_si256((const __m256i *)(w + 2)), _mm256_loadu_si256((const __m256i *)(aq + b * 32)));
+    __m256i p1 = dot32_avx2(_mm256_loadu_si256((const __m256i *)(w + 36)),
+                            _mm256_loadu_si256((const __m256i *)(aq + b * 32 + 32)));
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(f16at(w) * ad[b]), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(f16at(w + 34) * ad[b + 1]), acc1);
   }
-  return hsum8(acc);
+  for (; b < nb; b++, w += 34) {
+    __m256i p0 = dot32_avx2(_mm256_loadu_si256((const __m256i *)(w + 2)), _mm256_loadu_si256((const __m256i *)(aq + b * 32)));
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(f16at(w) * ad[b]), acc0);
+  }
+  return hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+static inline __m256i q4_unpack(const uint8_t *qs) {
+  const __m256i mask = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
+  __m128i v = _mm_loadu_si128((const __m128i *)qs);
+  __m256i both = _mm256_insertf128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
+  return _mm256_sub_epi8(_mm256_and_si256(both, mask), eight);
 }
 
 static float dot_q4_x86(const uint8_t *w, const float *ad, const int8_t *aq, int64_t nb) {
-  __m256 acc = _mm256_setzero_ps();
-  const __m256i mask = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
-  for (int64_t b = 0; b < nb; b++, w += 18) {
-    __m128i v = _mm_loadu_si128((const __m128i *)(w + 2));
-    __m256i both = _mm256_insertf128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
-    __m256i wq = _mm256_sub_epi8(_mm256_and_si256(both, mask), eight);
-    __m256i a = _mm256_loadu_si256((const __m256i *)(aq + b * 32));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32_avx2(wq, a)), _mm256_set1_ps(f16at(w) * ad[b]), acc);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2, w += 36) {
+    __m256i p0 = dot32_avx2(q4_unpack(w + 2), _mm256_loadu_si256((const __m256i *)(aq + b * 32)));
+    __m256i p1 = dot32_avx2(q4_unpack(w + 20), _mm256_loadu_si256((const __m256i *)(aq + b * 32 + 32)));
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(f16at(w) * ad[b]), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(f16at(w + 18) * ad[b + 1]), acc1);
   }
-  return hsum8(acc);
+  for (; b < nb; b++, w += 18) {
+    __m256i p0 = dot32_avx2(q4_unpack(w + 2), _mm256_loadu_si256((const __m256i *)(aq + b * 32)));
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(f16at(w) * ad[b]), acc0);
+  }
+  return hsum8(_mm256_add_ps(acc0, acc1));
 }
 #endif
 
