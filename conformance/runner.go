@@ -12,8 +12,12 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// caseTimeout bounds one case, so a backend that hangs fails the case instead of the run.
-const caseTimeout = 2 * time.Minute
+// caseTimeout bounds one case, so a backend that hangs fails the case instead of the run (the
+// slowest case takes about a second on a loaded CI machine).
+const caseTimeout = time.Minute
+
+// restartTimeout bounds bringing a crashed isolated backend back.
+const restartTimeout = 30 * time.Second
 
 // testCase is one named check. run fills res (status pass unless it records a failure).
 type testCase struct {
@@ -32,6 +36,7 @@ type runner struct {
 	plugin *abi.Plugin
 	cctx   core.Context
 	ctxErr error
+	down   error // set when the backend crashed and could not be brought back
 }
 
 // Run puts backend b through the conformance suite and returns its report (and writes the
@@ -101,8 +106,6 @@ func Run(ctx context.Context, b core.Backend, opts ...Option) (*Report, error) {
 func (r *runner) runCase(ctx context.Context, tc testCase) (res CaseResult) {
 	res = CaseResult{Name: tc.name, Level: tc.level, Op: tc.op, DType: tc.dtype, Status: StatusPass}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, caseTimeout)
-	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {
 			res.fail(CatError, "the suite panicked: %v", p)
@@ -113,20 +116,35 @@ func (r *runner) runCase(ctx context.Context, tc testCase) (res CaseResult) {
 				r.cfg.seed)
 		}
 	}()
-	tc.run(r, ctx, &res)
+	if r.down != nil {
+		res.fail(CatCrash, "not run: %v", r.down)
+		return res
+	}
+	caseCtx, cancel := context.WithTimeout(ctx, caseTimeout)
+	defer cancel()
+	tc.run(r, caseCtx, &res)
 	if res.Category == CatCrash {
-		// the backend's process died with the context in it: an isolated backend restarts its
-		// child, and later cases get a fresh context instead of failing on a dead handle
-		r.cctx, r.ctxErr = nil, nil
-		if rs, ok := r.b.(interface{ Restart(context.Context) error }); ok {
-			if err := rs.Restart(ctx); err != nil {
-				res.Errors = append(res.Errors, fmt.Sprintf("restarting the backend: %v", err))
-			}
-		}
+		r.recoverFromCrash(ctx, tc.name)
 	}
 	return res
 }
 
+// recoverFromCrash drops the dead context and restarts an isolated backend's child process,
+// so the cases after a crash still run. When the backend cannot come back, every later case
+// fails as not run rather than looking unsupported.
+func (r *runner) recoverFromCrash(ctx context.Context, name string) {
+	r.cctx, r.ctxErr = nil, nil
+	rs, ok := r.b.(interface{ Restart(context.Context) error })
+	if !ok {
+		r.down = fmt.Errorf("the backend crashed in %s and cannot be restarted", name)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, restartTimeout)
+	defer cancel()
+	if err := rs.Restart(ctx); err != nil {
+		r.down = fmt.Errorf("the backend crashed in %s and its restart failed: %w", name, err)
+	}
+}
 func progress(w io.Writer, res CaseResult) {
 	if w == nil {
 		return
