@@ -80,6 +80,48 @@ func TestConformance(t *testing.T) {
 	t.Log(rep.Summary())
 }
 
+// The local-memory tiled MATMUL kernels are what GPUs run for M >= 4; PoCL (a CPU device) takes
+// the register-blocked ones by default, so the tiled ones are put through the suite explicitly.
+func TestConformanceTiledMatMul(t *testing.T) {
+	t.Setenv("XPU_OPENCL_MATMUL", "tiled") // read at context creation
+	b := openBackend(t)
+	rep, err := conformance.Run(context.Background(), b,
+		conformance.WithFilter(regexp.MustCompile(`^(MATMUL|GRAPH)`)))
+	require.NoError(t, err)
+	for _, c := range rep.Cases {
+		if c.Status == conformance.StatusFail {
+			t.Errorf("%s: %s %v", c.Name, c.Category, c.Errors)
+		}
+	}
+	assert.Zero(t, rep.Failed)
+	assert.Greater(t, rep.Passed, 20)
+	t.Log(rep.Summary())
+}
+
+func TestContextOptions(t *testing.T) {
+	b := openBackend(t)
+	tests := []struct {
+		opts map[string]string
+		ok   bool
+	}{
+		{nil, true},
+		{map[string]string{"matmul": "tiled"}, true},
+		{map[string]string{"matmul": "blocked"}, true},
+		{map[string]string{"matmul": "fastest"}, false},
+		{map[string]string{"unknown": "x"}, true},
+	}
+	for _, tc := range tests {
+		cc, err := b.Devices()[0].NewContext(context.Background(), tc.opts)
+		if !tc.ok {
+			assert.ErrorIs(t, err, core.ErrInvalidArgument, "%v", tc.opts)
+			continue
+		}
+		require.NoError(t, err, "%v", tc.opts)
+		require.NoError(t, checkMatMul(context.Background(), cc, 9, 13, 21))
+		require.NoError(t, cc.Close())
+	}
+}
+
 func TestDeviceInfo(t *testing.T) {
 	b := openBackend(t)
 	require.NotEmpty(t, b.Devices())

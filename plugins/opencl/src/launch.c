@@ -136,7 +136,7 @@ static cl_int matmul(ocl_ctx *c, const xpu_ir_node *nd, const xpu_ir_tensor *a, 
   int kid;
   /* CPU devices and skinny products (decode) take the barrier-free kernel: local-memory tiles
    * pay off only where work-items of a group really run in lock-step and M fills a tile */
-  if (c->dev->info.kind == XPU_DEVICE_CPU || M < 4) {
+  if (!c->gemm_tiled || M < 4) {
     int rm = M >= 4 ? 4 : 1;
     int q = (b->dtype == XPU_DT_Q8_0 || b->dtype == XPU_DT_Q4_0) && a->dtype != XPU_DT_BF16;
     kid = f32 ? (rm == 4 ? K_GEMM_BLK_F32_4 : K_GEMM_BLK_F32_1)

@@ -68,6 +68,7 @@ typedef struct ocl_ctx {
   size_t kpref[K_COUNT]; /* CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE: SIMD width or warp */
   size_t wg1d;         /* local size of 1-d kernels */
   size_t gemm_side;    /* GEMM work-group is gemm_side x gemm_side */
+  int gemm_tiled;      /* 1: local-memory tiles for M >= 4 (GPUs); 0: register blocks (CPUs) */
   pthread_mutex_t mu;  /* serialises kernel arguments and enqueues */
   atomic_uint children;
 } ocl_ctx;

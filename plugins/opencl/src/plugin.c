@@ -307,13 +307,37 @@ static void ctx_free(ocl_ctx *c) {
   free(c);
 }
 
+/*
+ * Context option "matmul" (else env XPU_OPENCL_MATMUL): "tiled" or "blocked" picks the MATMUL
+ * kernel family for M >= 4 instead of the device-kind default, so both run on any device
+ * (tests exercise the GPU path on PoCL). Unknown keys are ignored.
+ */
+static int matmul_choice(const char *options, const ocl_device *d, int *tiled) {
+  char v[16];
+  const char *env = getenv("XPU_OPENCL_MATMUL");
+  int r = xpu_opt_get(options, "matmul", v, sizeof v);
+  if (r == 0 && env && *env) {
+    snprintf(v, sizeof v, "%.15s", env);
+    r = 1;
+  }
+  *tiled = d->info.kind != XPU_DEVICE_CPU;
+  if (r == 0) return 0;
+  if (r > 0 && strcmp(v, "tiled") == 0) *tiled = 1;
+  else if (r > 0 && strcmp(v, "blocked") == 0) *tiled = 0;
+  else return -1;
+  return 0;
+}
+
 static xpu_status context_create(uint32_t device, const char *options, xpu_context *out) {
-  (void)options; /* no OpenCL context option is defined yet; unknown keys are ignored */
   if (!out) return xpu_fail(&P.reg, 0, XPU_E_INVALID_ARG, "context_create: null out");
   if (device >= P.ndev)
     return xpu_fail(&P.reg, 0, XPU_E_INVALID_ARG, "context_create: device %u of %u", device,
                     P.ndev);
   ocl_device *d = &P.devs[device];
+  int tiled;
+  if (matmul_choice(options, d, &tiled) != 0)
+    return xpu_fail(&P.reg, 0, XPU_E_INVALID_ARG,
+                    "context_create: matmul must be \"tiled\" or \"blocked\"");
   char err[XPU_ERR_LEN];
   cl_int ce = CL_SUCCESS;
   pthread_mutex_lock(&P.mu);
@@ -331,6 +355,7 @@ static xpu_status context_create(uint32_t device, const char *options, xpu_conte
   ocl_ctx *c = calloc(1, sizeof *c);
   if (!c) return xpu_fail(&P.reg, 0, XPU_E_OUT_OF_MEMORY, "context_create: out of memory");
   c->dev = d;
+  c->gemm_tiled = tiled;
   pthread_mutex_init(&c->mu, NULL);
   atomic_init(&c->children, 0);
   c->q = P.cl.clCreateCommandQueue(d->clctx, d->id, 0, &ce);
@@ -373,9 +398,10 @@ static xpu_status context_create(uint32_t device, const char *options, xpu_conte
     return xpu_fail(&P.reg, 0, XPU_E_OUT_OF_MEMORY, "context_create: registry full");
   }
   xpu_log(&P.reg, XPU_LOG_DEBUG,
-          "opencl: context on %s: program %s in %.1f ms, 1-d work-group %zu, gemm %zux%zu",
-          d->info.name, d->from_cache ? "loaded from cache" : "built", d->build_ms, c->wg1d, side,
-          side);
+          "opencl: context on %s: program %s in %.1f ms, 1-d work-group %zu, %s matmul "
+          "(tiles of %zux%zu items)",
+          d->info.name, d->from_cache ? "loaded from cache" : "built", d->build_ms, c->wg1d,
+          tiled ? "tiled" : "blocked", side, side);
   *out = h;
   return XPU_OK;
 }
