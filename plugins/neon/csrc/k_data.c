@@ -49,7 +49,7 @@ typedef struct {
   const int32_t *ids;
   float *o;
   uint32_t dt;
-  int64_t n, k;
+  int64_t n, k, rows;
   float scale;
 } gr_args;
 
@@ -58,13 +58,22 @@ static void gr_task(void *p, int tid, int nth) {
   int64_t b, e;
   nv_range(A->n, tid, nth, 1, &b, &e);
   uint64_t rb = row_bytes(A->dt, A->k);
-  for (int64_t i = b; i < e; i++) deq_row(A->dt, A->t + (uint64_t)A->ids[i] * rb, A->o + i * A->k, A->k, A->scale);
+  for (int64_t i = b; i < e; i++) {
+    /* read once and check again: an output bound over the ids may have changed them since the
+     * up-front check, and a stale id must never become an out-of-bounds read */
+    int32_t id = A->ids[i];
+    if (id < 0 || id >= A->rows) {
+      memset(A->o + i * A->k, 0, (size_t)A->k * 4);
+      continue;
+    }
+    deq_row(A->dt, A->t + (uint64_t)id * rb, A->o + i * A->k, A->k, A->scale);
+  }
 }
 
 xpu_status nv_k_get_rows(nv_run *r, const xpu_ir_node *n) {
   const xpu_ir_tensor *t = &r->g->tensors[n->inputs[0]], *ids = &r->g->tensors[n->inputs[1]];
   gr_args A = {r->ptr[n->inputs[0]], (const int32_t *)r->ptr[n->inputs[1]], (float *)r->ptr[n->output], t->dtype,
-               xpu_ir_numel(ids), t->shape[1], n->fattr[0]};
+               xpu_ir_numel(ids), t->shape[1], t->shape[0], n->fattr[0]};
   for (int64_t i = 0; i < A.n; i++)
     if (A.ids[i] < 0 || A.ids[i] >= t->shape[0]) {
       snprintf(r->err, sizeof r->err, "id %d at position %lld is outside the table's %lld rows", A.ids[i],
