@@ -1,0 +1,5 @@
+//go:build !race
+
+package neon_test
+
+const raceEnabled = false
