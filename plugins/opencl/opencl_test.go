@@ -98,6 +98,40 @@ func TestConformanceTiledMatMul(t *testing.T) {
 	t.Log(rep.Summary())
 }
 
+// Intermediate values share scratch memory once their last reader ran: values read much later
+// (skip connections) must survive the values made and freed in between.
+func TestScratchReuse(t *testing.T) {
+	b := openBackend(t)
+	ctx := context.Background()
+	cc, err := b.Devices()[0].NewContext(ctx, nil)
+	require.NoError(t, err)
+	defer cc.Close()
+	g := core.NewGraph()
+	x := g.Input("x", core.F32, 3, 70)
+	a := g.SiLU(x)
+	h := a
+	for i := 0; i < 6; i++ { // short-lived values, freed and reused while a stays alive
+		h = g.Scale(g.Exp(g.Scale(h, 0.5, 0)), 0.5, float32(i))
+	}
+	s := g.Add(a, h)
+	g.Output(g.Mul(g.RMSNorm(s, 1e-5), a))
+	rng := rand.New(rand.NewPCG(5, 6))
+	ins := [][]byte{randF32(rng, 3*70)}
+	want, err := ref.Run(ctx, g, ins)
+	require.NoError(t, err)
+	got, err := runGraph(ctx, cc, g, ins, 3*70*4)
+	require.NoError(t, err)
+	assert.InDeltaSlice(t, toF64(core.DecodeF32(want[0])), toF64(core.DecodeF32(got)), 1e-4)
+}
+
+func toF64(xs []float32) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = float64(x)
+	}
+	return out
+}
+
 func TestContextOptions(t *testing.T) {
 	b := openBackend(t)
 	tests := []struct {

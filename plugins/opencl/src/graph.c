@@ -36,6 +36,71 @@ xpu_status ocl_graph_analyze(xpu_context ctx_h, const void *ir, uint64_t ir_size
   return XPU_OK;
 }
 
+typedef struct span {
+  uint64_t off, size;
+} span;
+
+/*
+ * Places every intermediate value in the scratch buffer. A value's bytes are reused once its
+ * last reader has been enqueued: the queue is in order, so a later kernel cannot overtake it.
+ * Best-fit over the freed spans; returns the scratch size, or UINT64_MAX when out of memory.
+ */
+static uint64_t plan_scratch(ocl_exe *e) {
+  const xpu_ir_graph *g = &e->g;
+  uint32_t nt = g->header->n_tensors, nn = g->header->n_nodes;
+  int64_t *last = malloc((nt ? nt : 1) * sizeof *last);
+  uint8_t *done = calloc(nt ? nt : 1, 1);
+  span *fr = malloc((nt + 1) * sizeof *fr);
+  if (!last || !done || !fr) {
+    free(last);
+    free(done);
+    free(fr);
+    return UINT64_MAX;
+  }
+  uint32_t nfr = 0;
+  uint64_t top = 0;
+  for (uint32_t t = 0; t < nt; t++) last[t] = -1;
+  for (uint32_t i = 0; i < nn; i++) {
+    for (uint32_t j = 0; j < g->nodes[i].n_inputs; j++) last[g->nodes[i].inputs[j]] = i;
+    if (last[g->nodes[i].output] < (int64_t)i) last[g->nodes[i].output] = i; /* never read */
+  }
+#define IN_SCRATCH(t) (g->tensors[t].kind == XPU_TENSOR_VALUE && e->out_io[t] < 0)
+#define SIZE_OF(t) ((xpu_ir_nbytes(&g->tensors[t]) + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN)
+  for (uint32_t i = 0; i < nn; i++) {
+    uint32_t t = g->nodes[i].output;
+    if (IN_SCRATCH(t)) {
+      uint64_t need = SIZE_OF(t);
+      uint32_t best = nfr;
+      for (uint32_t k = 0; k < nfr; k++)
+        if (fr[k].size >= need && (best == nfr || fr[k].size < fr[best].size)) best = k;
+      if (need == 0) {
+        e->voff[t] = 0;
+      } else if (best < nfr) {
+        e->voff[t] = fr[best].off;
+        fr[best].off += need;
+        fr[best].size -= need;
+        if (fr[best].size == 0) fr[best] = fr[--nfr];
+      } else {
+        e->voff[t] = top;
+        top += need;
+      }
+    }
+    for (uint32_t j = 0; j <= g->nodes[i].n_inputs; j++) {
+      uint32_t u = j < g->nodes[i].n_inputs ? g->nodes[i].inputs[j] : t;
+      if (IN_SCRATCH(u) && last[u] == (int64_t)i && !done[u] && SIZE_OF(u) > 0) {
+        done[u] = 1;
+        fr[nfr++] = (span){e->voff[u], SIZE_OF(u)};
+      }
+    }
+  }
+#undef IN_SCRATCH
+#undef SIZE_OF
+  free(last);
+  free(done);
+  free(fr);
+  return top;
+}
+
 static void exe_free(ocl_exe *e) {
   if (e->cmem)
     for (uint32_t i = 0; i < e->g.header->n_tensors; i++)
@@ -103,16 +168,20 @@ xpu_status ocl_graph_prepare(xpu_context ctx_h, const xpu_prepare_desc *desc, xp
       }
       P.cl.clRetainMemObject(b->mem);
       e->cmem[t] = b->mem;
-    } else if (tt->kind == XPU_TENSOR_VALUE && e->out_io[t] < 0) {
-      e->voff[t] = e->scratch;
-      e->scratch += (xpu_ir_nbytes(tt) + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;
     }
+  }
+  e->scratch = plan_scratch(e);
+  if (e->scratch == UINT64_MAX) {
+    exe_free(e);
+    return xpu_fail(&P.reg, ctx_h, XPU_E_OUT_OF_MEMORY, "graph_prepare: out of memory");
   }
   xpu_handle h = xpu_reg_add(&P.reg, T_EXE, e);
   if (!h) {
     exe_free(e);
     return xpu_fail(&P.reg, ctx_h, XPU_E_OUT_OF_MEMORY, "graph_prepare: registry full");
   }
+  xpu_log(&P.reg, XPU_LOG_DEBUG, "opencl: prepared %u nodes, %llu bytes of scratch per execution",
+          g->header->n_nodes, (unsigned long long)e->scratch);
   atomic_fetch_add(&c->children, 1);
   *out = h;
   return XPU_OK;
