@@ -345,31 +345,34 @@ static void try_register(qexec *x, uint32_t io, qbuf *b) {
   }
 }
 
-static xpu_status run_now(xpu_execution h, qexec *x) {
-  qexe *e = x->exe;
-  uint32_t n = e->n_in + e->n_out;
-  qbuf **bufs = calloc(n, sizeof *bufs);
-  Qnn_Tensor_t *ts = calloc(n, sizeof *ts);
-  char (*names)[16] = calloc(n, 16);
-  xpu_status st = XPU_OK;
-  uint32_t held = 0;
-  if (!bufs || !ts || !names) {
-    st = xpu_fail(&qnn_reg, h, XPU_E_OUT_OF_MEMORY, "execution_run: out of memory");
-    goto done;
-  }
+xpu_status exec_pin(xpu_execution h, qexec *x, qbuf **bufs, const char *what) {
+  uint32_t n = x->exe->n_in + x->exe->n_out;
   for (uint32_t i = 0; i < n; i++) {
-    if (!x->buf[i]) {
-      st = xpu_fail(&qnn_reg, h, XPU_E_BAD_STATE, "execution_run: io %u is not bound", i);
-      goto done;
-    }
-    qbuf *b = xpu_reg_get(&qnn_reg, x->buf[i], T_BUF);
+    qbuf *b = x->buf[i] ? xpu_reg_get(&qnn_reg, x->buf[i], T_BUF) : NULL;
     if (!b) {
-      st = xpu_fail(&qnn_reg, h, XPU_E_INVALID_HANDLE, "execution_run: io %u: its buffer was released", i);
-      goto done;
+      exec_unpin(bufs, i);
+      if (!x->buf[i]) return xpu_fail(&qnn_reg, h, XPU_E_BAD_STATE, "%s: io %u is not bound", what, i);
+      return xpu_fail(&qnn_reg, h, XPU_E_INVALID_HANDLE, "%s: io %u: its buffer was released", what, i);
     }
     atomic_fetch_add(&b->busy, 1);
     bufs[i] = b;
-    held = i + 1;
+  }
+  return XPU_OK;
+}
+
+void exec_unpin(qbuf **bufs, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) atomic_fetch_sub(&bufs[i]->busy, 1);
+}
+
+xpu_status exec_pinned(xpu_execution h, qexec *x, qbuf **bufs, const char *what) {
+  qexe *e = x->exe;
+  uint32_t n = e->n_in + e->n_out;
+  Qnn_Tensor_t *ts = calloc(n, sizeof *ts);
+  char (*names)[16] = calloc(n, 16);
+  xpu_status st = XPU_OK;
+  if (!ts || !names) {
+    st = xpu_fail(&qnn_reg, h, XPU_E_OUT_OF_MEMORY, "%s: out of memory", what);
+    goto done;
   }
   for (uint32_t i = 0; i < n; i++) {
     qnn_io *d = &e->io[i];
@@ -379,7 +382,7 @@ static xpu_status run_now(xpu_execution h, qexec *x) {
         int32_t id;
         memcpy(&id, p + 4 * k, 4);
         if (id < 0 || id >= d->ids_rows) {
-          st = xpu_fail(&qnn_reg, h, XPU_E_INVALID_ARG, "execution_run: GET_ROWS id %d outside [0, %lld)", id,
+          st = xpu_fail(&qnn_reg, h, XPU_E_INVALID_ARG, "%s: GET_ROWS id %d outside [0, %lld)", what, id,
                         (long long)d->ids_rows);
           goto done;
         }
@@ -420,14 +423,25 @@ static xpu_status run_now(xpu_execution h, qexec *x) {
     xpu_status code = qe == QNN_GRAPH_ERROR_GRAPH_NOT_FINALIZED ? XPU_E_BAD_STATE
                       : qe == QNN_COMMON_ERROR_INVALID_ARGUMENT ? XPU_E_INVALID_ARG
                                                                  : XPU_E_INTERNAL;
-    st = xpu_fail(&qnn_reg, h, code, "execution_run: graphExecute: error %llu: %s", (unsigned long long)qe,
+    st = xpu_fail(&qnn_reg, h, code, "%s: graphExecute: error %llu: %s", what, (unsigned long long)qe,
                   qnn_lib_errmsg(&qnn_state.lib, qe));
   }
 done:
-  for (uint32_t i = 0; i < held; i++) atomic_fetch_sub(&bufs[i]->busy, 1);
-  free(bufs);
   free(ts);
   free(names);
+  return st;
+}
+
+static xpu_status run_now(xpu_execution h, qexec *x) {
+  uint32_t n = x->exe->n_in + x->exe->n_out;
+  qbuf **bufs = calloc(n, sizeof *bufs);
+  if (!bufs) return xpu_fail(&qnn_reg, h, XPU_E_OUT_OF_MEMORY, "execution_run: out of memory");
+  xpu_status st = exec_pin(h, x, bufs, "execution_run");
+  if (st == XPU_OK) {
+    st = exec_pinned(h, x, bufs, "execution_run");
+    exec_unpin(bufs, n);
+  }
+  free(bufs);
   return st;
 }
 
@@ -457,25 +471,39 @@ xpu_status execution_release(xpu_execution h) {
   return XPU_OK;
 }
 
+/* asynchronous (XPU_CAP_ASYNC): checks and pins now, queues the rest for the worker thread; the
+ * fences it names are referenced until the submission is done */
 xpu_status execution_submit(xpu_execution h, const xpu_fence_point *waits, uint32_t n_waits,
-                                   const xpu_fence_point *signal) {
+                            const xpu_fence_point *signal) {
   qexec *x = xpu_reg_get(&qnn_reg, h, T_EXEC);
   if (!x) return xpu_fail(&qnn_reg, h, XPU_E_INVALID_HANDLE, "execution_submit: invalid execution handle");
   if (n_waits && !waits) return xpu_fail(&qnn_reg, h, XPU_E_INVALID_ARG, "execution_submit: null waits");
-  qfence *sig = NULL;
-  if (signal && !(sig = xpu_reg_get(&qnn_reg, signal->fence, T_FENCE)))
-    return xpu_fail(&qnn_reg, h, XPU_E_INVALID_HANDLE, "execution_submit: invalid signal fence");
-  for (uint32_t i = 0; i < n_waits; i++)
-    if (!xpu_reg_get(&qnn_reg, waits[i].fence, T_FENCE))
-      return xpu_fail(&qnn_reg, h, XPU_E_INVALID_HANDLE, "execution_submit: invalid wait fence %u", i);
+  if (n_waits > 1024) return xpu_fail(&qnn_reg, h, XPU_E_INVALID_ARG, "execution_submit: %u wait points", n_waits);
   int expect = 0;
   if (!atomic_compare_exchange_strong(&x->in_flight, &expect, 1))
     return xpu_fail(&qnn_reg, h, XPU_E_BAD_STATE, "execution_submit: execution already in flight");
+  uint32_t n = x->exe->n_in + x->exe->n_out, held = 0;
+  qbuf **bufs = calloc(n, sizeof *bufs);
+  qfence **wf = calloc(n_waits ? n_waits : 1, sizeof *wf);
+  qfence *sig = NULL;
   xpu_status st = XPU_OK;
-  for (uint32_t i = 0; i < n_waits && st == XPU_OK; i++) st = fence_wait(waits[i].fence, waits[i].value, -1);
-  if (st != XPU_OK) xpu_fail(&qnn_reg, h, st, "execution_submit: a wait fence failed");
-  else st = run_now(h, x);
-  if (sig) fence_set(sig, signal->value, st);
+  if (!bufs || !wf) st = xpu_fail(&qnn_reg, h, XPU_E_OUT_OF_MEMORY, "execution_submit: out of memory");
+  if (st == XPU_OK && signal && !(sig = fence_ref(signal->fence)))
+    st = xpu_fail(&qnn_reg, h, XPU_E_INVALID_HANDLE, "execution_submit: invalid signal fence");
+  for (; st == XPU_OK && held < n_waits; held++)
+    if (!(wf[held] = fence_ref(waits[held].fence)))
+      st = xpu_fail(&qnn_reg, h, XPU_E_INVALID_HANDLE, "execution_submit: invalid wait fence %u", held);
+  if (st == XPU_OK) st = exec_pin(h, x, bufs, "execution_submit");
+  if (st == XPU_OK) {
+    st = queue_submit(h, x, bufs, waits, n_waits, wf, sig, signal ? signal->value : 0);
+    if (st == XPU_OK) return XPU_OK; /* the queue owns bufs, wf and the references now */
+    exec_unpin(bufs, n);
+  }
+  for (uint32_t i = 0; i < held; i++)
+    if (wf[i]) fence_unref(wf[i]);
+  if (sig) fence_unref(sig);
+  free(bufs);
+  free(wf);
   atomic_store(&x->in_flight, 0);
   return st;
 }

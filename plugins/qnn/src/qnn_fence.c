@@ -34,9 +34,24 @@ xpu_status fence_create(xpu_context ctx, uint64_t initial, xpu_fence *out) {
   return XPU_OK;
 }
 
-xpu_status fence_wait(xpu_fence h, uint64_t value, int64_t timeout_ns) {
+/* Fences are reference-counted while someone waits on them or a queued submission names them,
+ * so fence_release cannot free one under a waiter (it answers BAD_STATE instead). Taking a
+ * reference and releasing hold refs_mu, so a handle cannot be released between lookup and ref. */
+qfence *fence_ref(xpu_fence h) {
+  pthread_mutex_lock(&qnn_state.refs_mu);
   qfence *f = xpu_reg_get(&qnn_reg, h, T_FENCE);
-  if (!f) return xpu_fail(&qnn_reg, h, XPU_E_INVALID_HANDLE, "fence_wait: invalid fence handle");
+  if (f) f->refs++;
+  pthread_mutex_unlock(&qnn_state.refs_mu);
+  return f;
+}
+
+void fence_unref(qfence *f) {
+  pthread_mutex_lock(&qnn_state.refs_mu);
+  f->refs--;
+  pthread_mutex_unlock(&qnn_state.refs_mu);
+}
+
+xpu_status fence_wait_on(qfence *f, uint64_t value, int64_t timeout_ns) {
   struct timespec dl;
   clock_gettime(CLOCK_MONOTONIC, &dl);
   if (timeout_ns > 0) {
@@ -66,6 +81,14 @@ xpu_status fence_wait(xpu_fence h, uint64_t value, int64_t timeout_ns) {
     }
   }
   pthread_mutex_unlock(&f->mu);
+  return st;
+}
+
+xpu_status fence_wait(xpu_fence h, uint64_t value, int64_t timeout_ns) {
+  qfence *f = fence_ref(h);
+  if (!f) return xpu_fail(&qnn_reg, h, XPU_E_INVALID_HANDLE, "fence_wait: invalid fence handle");
+  xpu_status st = fence_wait_on(f, value, timeout_ns);
+  fence_unref(f);
   if (st == XPU_E_TIMEOUT) return xpu_fail(&qnn_reg, h, st, "fence_wait: timed out waiting for %llu", (unsigned long long)value);
   if (st != XPU_OK) return xpu_fail(&qnn_reg, h, st, "fence_wait: the submission that signals %llu failed (%s)",
                                     (unsigned long long)value, xpu_status_name(st));
@@ -73,12 +96,13 @@ xpu_status fence_wait(xpu_fence h, uint64_t value, int64_t timeout_ns) {
 }
 
 xpu_status fence_value(xpu_fence h, uint64_t *out) {
-  qfence *f = xpu_reg_get(&qnn_reg, h, T_FENCE);
-  if (!f) return xpu_fail(&qnn_reg, h, XPU_E_INVALID_HANDLE, "fence_value: invalid fence handle");
   if (!out) return xpu_fail(&qnn_reg, h, XPU_E_INVALID_ARG, "fence_value: null output");
+  qfence *f = fence_ref(h);
+  if (!f) return xpu_fail(&qnn_reg, h, XPU_E_INVALID_HANDLE, "fence_value: invalid fence handle");
   pthread_mutex_lock(&f->mu);
   *out = f->value;
   pthread_mutex_unlock(&f->mu);
+  fence_unref(f);
   return XPU_OK;
 }
 
@@ -101,15 +125,24 @@ xpu_status fence_set(qfence *f, uint64_t value, xpu_status fail) {
 }
 
 xpu_status fence_signal(xpu_fence h, uint64_t value) {
-  qfence *f = xpu_reg_get(&qnn_reg, h, T_FENCE);
+  qfence *f = fence_ref(h);
   if (!f) return xpu_fail(&qnn_reg, h, XPU_E_INVALID_HANDLE, "fence_signal: invalid fence handle");
-  if (fence_set(f, value, XPU_OK) != XPU_OK)
+  xpu_status st = fence_set(f, value, XPU_OK);
+  fence_unref(f);
+  if (st != XPU_OK)
     return xpu_fail(&qnn_reg, h, XPU_E_INVALID_ARG, "fence_signal: %llu is below the current value", (unsigned long long)value);
   return XPU_OK;
 }
 
 xpu_status fence_release(xpu_fence h) {
-  qfence *f = xpu_reg_remove(&qnn_reg, h, T_FENCE);
+  pthread_mutex_lock(&qnn_state.refs_mu);
+  qfence *f = xpu_reg_get(&qnn_reg, h, T_FENCE);
+  if (f && f->refs) {
+    pthread_mutex_unlock(&qnn_state.refs_mu);
+    return xpu_fail(&qnn_reg, h, XPU_E_BAD_STATE, "fence_release: a wait or a queued submission uses it");
+  }
+  if (f) xpu_reg_remove(&qnn_reg, h, T_FENCE);
+  pthread_mutex_unlock(&qnn_state.refs_mu);
   if (!f) return xpu_fail(&qnn_reg, h, XPU_E_INVALID_HANDLE, "fence_release: invalid fence handle");
   atomic_fetch_sub(&f->owner->children, 1);
   pthread_cond_destroy(&f->cv);

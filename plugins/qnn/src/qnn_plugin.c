@@ -1,14 +1,14 @@
 /*
  * qnn_plugin.c: libxpu-qnn.so, the xpu backend ABI (abi/xpu_backend.h) over the QNN C API:
- * probe and open, the device, contexts and graph_analyze. Buffers, prepare/executions and
- * fences are in qnn_buffer.c, qnn_exec.c and qnn_fence.c (qnn_plugin.h).
+ * probe and open, the device, contexts and graph_analyze. Buffers, prepare/executions, fences
+ * and the submission queue are in qnn_buffer.c, qnn_exec.c, qnn_fence.c and qnn_queue.c.
  *
  * One device: the NPU of the QNN backend library found at run time (qnn_lib.c). Each executable
  * owns one QNN context holding one graph, so its context binary is exactly that graph: that is
  * what executable_serialize saves and graph_prepare reloads without a finalize. Buffers are
  * host memory (malloc, host pointers or mmap'ed fds); fd buffers are registered with memRegister
- * so QNN reads the shared bytes where they are. Executions run synchronously in the caller's
- * thread (no XPU_CAP_ASYNC): submit waits, runs, then signals.
+ * so QNN reads the shared bytes where they are. execution_run executes in the caller's thread;
+ * execution_submit queues to one worker thread (XPU_CAP_ASYNC, qnn_queue.c).
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -20,7 +20,10 @@
 #define QNN_PLUGIN_VERSION "0.1.0"
 
 xpu_registry qnn_reg = XPU_REGISTRY_INIT;
-qnn_plugin_state qnn_state = {.mu = PTHREAD_MUTEX_INITIALIZER};
+qnn_plugin_state qnn_state = {.mu = PTHREAD_MUTEX_INITIALIZER,
+                               .refs_mu = PTHREAD_MUTEX_INITIALIZER,
+                               .queue_mu = PTHREAD_MUTEX_INITIALIZER,
+                               .queue_cv = PTHREAD_COND_INITIALIZER};
 
 /* ---------------------------------------------------------------- library discovery */
 
@@ -124,7 +127,7 @@ static xpu_status device_info(uint32_t dev, xpu_device_info *out) {
   xpu_device_info d;
   memset(&d, 0, sizeof d);
   d.kind = qnn_state.lib.backend_id == QNN_BACKEND_ID_CPU ? XPU_DEVICE_CPU : XPU_DEVICE_NPU;
-  d.caps = XPU_CAP_STATIC_SHAPES | XPU_CAP_HOST_VISIBLE | XPU_CAP_FP16;
+  d.caps = XPU_CAP_ASYNC | XPU_CAP_STATIC_SHAPES | XPU_CAP_HOST_VISIBLE | XPU_CAP_FP16;
   if (host_import_zero_copy()) d.caps |= XPU_CAP_IMPORT_HOST;
   if (qnn_state.lib.backend_id != QNN_BACKEND_ID_CPU) d.caps |= XPU_CAP_INT8;
   if (f->contextGetBinarySize && f->contextGetBinary && f->contextCreateFromBinary && f->graphRetrieve)
@@ -218,6 +221,7 @@ static xpu_status last_error(xpu_handle h, char *buf, uint32_t cap, uint32_t *le
 
 static xpu_status shutdown_plugin(void) {
   if (xpu_reg_count(&qnn_reg, 0)) return xpu_fail(&qnn_reg, 0, XPU_E_BAD_STATE, "shutdown: objects are still live");
+  queue_stop(); /* every execution is released, so no submission is queued */
   pthread_mutex_lock(&qnn_state.mu);
   if (qnn_state.started) qnn_lib_stop(&qnn_state.lib);
   qnn_state.started = 0;

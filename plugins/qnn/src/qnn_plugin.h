@@ -25,6 +25,14 @@ typedef struct qnn_plugin_state {
   xpu_status load_status;
   char load_err[512];
   qnn_lib lib;
+  pthread_mutex_t refs_mu; /* fence references (qnn_fence.c) */
+  /* the submission queue and its one worker thread (qnn_queue.c) */
+  pthread_mutex_t queue_mu;
+  pthread_cond_t queue_cv;
+  struct qjob *head, *tail;
+  pthread_t worker;
+  int worker_running;
+  int stopping;
 } qnn_plugin_state;
 extern qnn_plugin_state qnn_state;
 
@@ -76,6 +84,7 @@ typedef struct qfence {
   uint64_t value;
   uint64_t fail_value; /* 0: none */
   xpu_status fail_status;
+  uint32_t refs; /* waiters and queued submissions (guarded by qnn_state.refs_mu) */
 } qfence;
 
 /* devices and IR parsing (qnn_plugin.c) */
@@ -117,5 +126,23 @@ xpu_status fence_signal(xpu_fence h, uint64_t value);
 xpu_status fence_release(xpu_fence h);
 /* records value (or, with fail != XPU_OK, a failed submission at value) and wakes waiters */
 xpu_status fence_set(qfence *f, uint64_t value, xpu_status fail);
+/* a counted reference to a live fence (NULL if the handle is not one), and its release */
+qfence *fence_ref(xpu_fence h);
+void fence_unref(qfence *f);
+/* waits without recording an error message: XPU_OK, XPU_E_TIMEOUT or a failed submission's status */
+xpu_status fence_wait_on(qfence *f, uint64_t value, int64_t timeout_ns);
+
+/* executions, shared with the queue (qnn_exec.c) */
+/* pins every bound buffer of x (bufs[i], busy++) or fails without pinning any */
+xpu_status exec_pin(xpu_execution h, qexec *x, qbuf **bufs, const char *what);
+void exec_unpin(qbuf **bufs, uint32_t n);
+/* graphExecute with pinned buffers */
+xpu_status exec_pinned(xpu_execution h, qexec *x, qbuf **bufs, const char *what);
+
+/* the submission queue (qnn_queue.c): one worker thread runs submissions in order */
+xpu_status queue_submit(xpu_execution h, qexec *x, qbuf **bufs, const xpu_fence_point *waits, uint32_t n_waits,
+                        qfence **wait_fences, qfence *signal, uint64_t signal_value);
+/* stops and joins the worker (shutdown; the queue is empty when every object is released) */
+void queue_stop(void);
 
 #endif /* XPU_QNN_PLUGIN_H */

@@ -537,6 +537,61 @@ static void test_int8_and_fd(const char *stats) {
   api->buffer_release(outs[1]);
 }
 
+/* asynchronous submission: queued behind a host-signalled fence, in flight until then, and a
+ * failed submission poisons its signal fence */
+static void test_async(void) {
+  enum { R = 4, K = 8, N = 3 };
+  irb b = {0};
+  int64_t st[2] = {R, K}, si[1] = {N}, so[2] = {N, K};
+  uint32_t tt = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 2, st);
+  uint32_t ti = ir_tensor(&b, XPU_DT_I32, XPU_TENSOR_INPUT, 1, si);
+  uint32_t tr = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 2, so);
+  ir_node(&b, XPU_OP_GET_ROWS, tr, 2, tt, ti);
+  b.out[b.nout++] = tr;
+  uint64_t size;
+  void *blob = ir_blob(&b, &size);
+  xpu_prepare_desc d = {sizeof d, 0, blob, size, NULL, NULL, 0};
+  xpu_executable exe = 0;
+  xpu_execution ex = 0;
+  CHECK(api->graph_prepare(ctx, &d, &exe) == XPU_OK && api->execution_create(exe, &ex) == XPU_OK, "prepare");
+  float table[R * K], got[N * K];
+  for (int i = 0; i < R * K; i++) table[i] = (float)i;
+  int32_t ids[N] = {3, 1, 0};
+  xpu_buffer bt = buf_with(table, sizeof table), bi = buf_with(ids, sizeof ids), bo = buf_with(NULL, sizeof got);
+  api->execution_bind(ex, 0, bt, 0);
+  api->execution_bind(ex, 1, bi, 0);
+  api->execution_bind(ex, 2, bo, 0);
+  xpu_fence gate = 0, done = 0;
+  CHECK(api->fence_create(ctx, 0, &gate) == XPU_OK && api->fence_create(ctx, 0, &done) == XPU_OK, "fences");
+  xpu_fence_point w = {gate, 1}, sig = {done, 1};
+  CHECK(api->execution_submit(ex, &w, 1, &sig) == XPU_OK, "submit: %s", lasterr(ex));
+  CHECK(api->execution_release(ex) == XPU_E_BAD_STATE, "release while queued");
+  CHECK(api->buffer_release(bo) == XPU_E_BAD_STATE, "buffer release while queued");
+  CHECK(api->fence_release(gate) == XPU_E_BAD_STATE, "release of a fence a queued submission waits on");
+  CHECK(api->execution_submit(ex, NULL, 0, NULL) == XPU_E_BAD_STATE, "submit while in flight");
+  CHECK(api->fence_wait(done, 1, 1000000) == XPU_E_TIMEOUT, "not before the gate");
+  CHECK(api->fence_signal(gate, 1) == XPU_OK, "open the gate");
+  CHECK(api->fence_wait(done, 1, -1) == XPU_OK, "done: %s", lasterr(done));
+  api->buffer_read(bo, 0, got, sizeof got);
+  CHECK(got[0] == 24 && got[K] == 8 && got[2 * K + 7] == 7, "rows %g %g %g", got[0], got[K], got[2 * K + 7]);
+  /* a failing submission: its signal value fails with the execution's status */
+  ids[0] = R;
+  api->buffer_write(bi, 0, ids, sizeof ids);
+  xpu_fence_point sig2 = {done, 2};
+  CHECK(api->execution_submit(ex, NULL, 0, &sig2) == XPU_OK, "submit 2");
+  CHECK(api->fence_wait(done, 2, -1) == XPU_E_INVALID_ARG, "the failed run poisons value 2");
+  CHECK(strstr(lasterr(ex), "GET_ROWS id 4") != NULL, "the execution says why: %s", lasterr(ex));
+  CHECK(api->fence_wait(done, 1, 0) == XPU_OK, "value 1 stays reached");
+  /* the queue lets go of everything before it signals: all of it is releasable now */
+  CHECK(api->execution_release(ex) == XPU_OK, "release execution right after the signal");
+  CHECK(api->executable_release(exe) == XPU_OK, "release executable");
+  CHECK(api->fence_release(gate) == XPU_OK && api->fence_release(done) == XPU_OK, "release fences");
+  api->buffer_release(bt);
+  api->buffer_release(bi);
+  api->buffer_release(bo);
+  free(blob);
+}
+
 static void test_lifecycle(void) {
   irb b = {0};
   int64_t s[1] = {4}, z[1] = {0};
@@ -620,6 +675,7 @@ int main(int argc, char **argv) {
   test_attention(1, 2);
   test_attention(1, -1);
   test_int8_and_fd(stats);
+  test_async();
   test_lifecycle();
 
   CHECK(api->context_release(ctx) == XPU_OK, "context_release: %s", lasterr(ctx));
