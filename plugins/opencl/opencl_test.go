@@ -434,6 +434,10 @@ func TestProgramCache(t *testing.T) {
 
 	blob, err := os.ReadFile(files[0])
 	require.NoError(t, err)
+	// a file the same device left with an older plugin: removed by the next write
+	base := filepath.Base(files[0])
+	stale := filepath.Join(dir, base[:len("opencl-0123456789abcdef-")]+"0000000000000000.bin")
+	require.NoError(t, os.WriteFile(stale, []byte("old"), 0o644))
 	corrupt := []struct {
 		name string
 		data []byte
@@ -458,6 +462,7 @@ func TestProgramCache(t *testing.T) {
 	}
 	_, how, _ = start()
 	assert.Equal(t, "loaded from cache", how, "the rewritten file is used")
+	assert.NoFileExists(t, stale, "older cache files of the device are pruned")
 }
 
 // ---------------------------------------------------------------- benchmark

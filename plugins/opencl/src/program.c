@@ -1,12 +1,14 @@
 /*
  * program.c: the device program, built once per device and kept on disk.
  *
- * Cache file: <dir>/opencl-<fnv64(key)>.bin, where key names the device, driver, platform,
- * build options and a hash of the kernel source, so any change among them misses the cache.
+ * Cache file: <dir>/opencl-<device hash>-<key hash>.bin. The key names the device, driver,
+ * platform, build options and a hash of the kernel source, so any change among them misses the
+ * cache; writing a device's new file removes its older ones, so plugin upgrades leave no litter.
  * Layout: "XPUCLBN1", u32 key length, key, u64 binary length, u64 fnv64(binary), binary.
  * A file that does not match (truncated, corrupt, other key, rejected by the driver) is rebuilt
  * from source and overwritten: the cache can only save time, never fail a start.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,20 +88,42 @@ out:
 }
 
 /* Writes atomically (temp file + rename), so a crash mid-write leaves no half file behind. */
-static void cache_save(const char *dir, const char *path, const char *key, const uint8_t *bin,
-                       size_t len) {
-  if (mkdirs(dir) != 0) return;
+static int cache_save(const char *dir, const char *path, const char *key, const uint8_t *bin,
+                      size_t len) {
+  if (mkdirs(dir) != 0) return -1;
   char tmp[1100];
   snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
   FILE *f = fopen(tmp, "wb");
-  if (!f) return;
+  if (!f) return -1;
   uint32_t kl = (uint32_t)strlen(key);
   uint64_t bl = len, sum = fnv64(bin, len, FNV0);
   int ok = fwrite(CACHE_MAGIC, 1, 8, f) == 8 && fwrite(&kl, sizeof kl, 1, f) == 1 &&
            fwrite(key, 1, kl, f) == kl && fwrite(&bl, sizeof bl, 1, f) == 1 &&
            fwrite(&sum, sizeof sum, 1, f) == 1 && fwrite(bin, 1, len, f) == len;
   ok = (fclose(f) == 0) && ok;
-  if (!ok || rename(tmp, path) != 0) unlink(tmp);
+  if (!ok || rename(tmp, path) != 0) {
+    unlink(tmp);
+    return -1;
+  }
+  return 0;
+}
+
+/* removes dir/<prefix>*.bin other than keep */
+static void prune(const char *dir, const char *prefix, const char *keep) {
+  DIR *dp = opendir(dir);
+  if (!dp) return;
+  struct dirent *de;
+  size_t pl = strlen(prefix);
+  while ((de = readdir(dp)) != NULL) {
+    size_t n = strlen(de->d_name);
+    if (strncmp(de->d_name, prefix, pl) != 0 || n < 4 || strcmp(de->d_name + n - 4, ".bin") != 0 ||
+        strcmp(de->d_name, keep) == 0)
+      continue;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    unlink(path);
+  }
+  closedir(dp);
 }
 
 static cl_int build(ocl_device *d, cl_program p, const char *opts, char *err, size_t cap) {
@@ -125,11 +149,15 @@ xpu_status ocl_program_ensure(ocl_device *d, char *err, size_t cap) {
   snprintf(key, sizeof key, "xpu-opencl|%s|%s|%s|%s|%016llx", d->info.name,
            d->info.driver_version, d->platform_version, opts,
            (unsigned long long)fnv64(ocl_kernels_src, srclen, FNV0));
-  char dir[800], path[1000];
+  char dir[800], path[1000], prefix[40], file[80];
   int have_dir = cache_dir(dir, sizeof dir) == 0;
-  if (have_dir)
-    snprintf(path, sizeof path, "%s/opencl-%016llx.bin", dir,
-             (unsigned long long)fnv64(key, strlen(key), FNV0));
+  uint64_t dh = fnv64(d->info.name, strlen(d->info.name), FNV0);
+  dh = fnv64(d->info.driver_version, strlen(d->info.driver_version), dh);
+  dh = fnv64(d->platform_version, strlen(d->platform_version), dh);
+  snprintf(prefix, sizeof prefix, "opencl-%016llx-", (unsigned long long)dh);
+  snprintf(file, sizeof file, "%s%016llx.bin", prefix,
+           (unsigned long long)fnv64(key, strlen(key), FNV0));
+  if (have_dir) snprintf(path, sizeof path, "%s/%s", dir, file);
 
   cl_int ce = CL_SUCCESS;
   if (have_dir) {
@@ -174,7 +202,7 @@ xpu_status ocl_program_ensure(ocl_device *d, char *err, size_t cap) {
     unsigned char *bins[1] = {bin};
     if (bin && P.cl.clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) ==
                    CL_SUCCESS)
-      cache_save(dir, path, key, bin, blen);
+      if (cache_save(dir, path, key, bin, blen) == 0) prune(dir, prefix, file);
     free(bin);
   }
   return XPU_OK;
