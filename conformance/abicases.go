@@ -118,12 +118,21 @@ func addGraph() (*core.Graph, []byte, error) {
 	return g, ir, err
 }
 
-// executable prepares addGraph in ctx.
-func (c *abiCheck) executable(ctx uint64) (uint64, bool) {
+// addIR is addGraph's IR; a failure to encode it ends the case.
+func (c *abiCheck) addIR() ([]byte, bool) {
 	_, ir, err := addGraph()
 	if err != nil {
 		c.res.fail(CatError, "encoding the test graph: %v", err)
 		c.fatal = true
+		return nil, false
+	}
+	return ir, true
+}
+
+// executable prepares addGraph in ctx.
+func (c *abiCheck) executable(ctx uint64) (uint64, bool) {
+	ir, ok := c.addIR()
+	if !ok {
 		return 0, false
 	}
 	h, st := c.p.GraphPrepare(ctx, ir, "", nil)
@@ -254,19 +263,27 @@ func (c *abiCheck) lifecycle() {
 	c.expect("context_release with a live buffer", ctx, c.p.ContextRelease(ctx), abi.StatusBadState)
 	_, st = c.p.BufferAlloc(ctx, 64, 77)
 	c.expect("buffer_alloc(kind 77)", ctx, st, abi.StatusInvalidArg)
-	exe, st := c.p.GraphPrepare(ctx, mustIR(c), "", nil)
+	// released on the way below; the undo entries only matter when the case stops early (a
+	// second release of a handle is a harmless INVALID_HANDLE: handles never come back)
+	c.undo = append(c.undo, func() { c.p.BufferRelease(buf) })
+	ir, ok := c.addIR()
+	if !ok {
+		return
+	}
+	exe, st := c.p.GraphPrepare(ctx, ir, "", nil)
 	if st == abi.StatusUnsupported {
-		c.p.BufferRelease(buf)
 		c.res.Status, c.res.Reason = StatusUnsupported, "the device does not run an f32 ADD"
 		return
 	}
 	if !c.must("graph_prepare(ADD)", ctx, st) {
 		return
 	}
+	c.undo = append(c.undo, func() { c.p.ExecutableRelease(exe) })
 	ex, st := c.p.ExecutionCreate(exe)
 	if !c.must("execution_create", exe, st) {
 		return
 	}
+	c.undo = append(c.undo, func() { c.p.ExecutionRelease(ex) })
 	c.expect("execution_run with nothing bound", ex, c.p.ExecutionRun(ex), abi.StatusBadState)
 	c.expect("execution_bind(0)", ex, c.p.ExecutionBind(ex, 0, buf, 0), abi.StatusOK)
 	c.expect("execution_run with one of three io bound", ex, c.p.ExecutionRun(ex), abi.StatusBadState)
@@ -281,14 +298,6 @@ func (c *abiCheck) lifecycle() {
 	c.expect("context_release", ctx, c.p.ContextRelease(ctx), abi.StatusOK)
 	released = true
 	c.expect("context_release twice", ctx, c.p.ContextRelease(ctx), abi.StatusInvalidHandle)
-}
-
-func mustIR(c *abiCheck) []byte {
-	_, ir, err := addGraph()
-	if err != nil {
-		c.res.fail(CatError, "encoding the test graph: %v", err)
-	}
-	return ir
 }
 
 func (c *abiCheck) wrongBindings() {
@@ -437,7 +446,7 @@ func (c *abiCheck) fences() {
 	c.expect("fence_release twice", f, c.p.FenceRelease(f), abi.StatusInvalidHandle)
 }
 
-// addBufs are the three buffers bindAdd bound, and the expected sum.
+// addBufs are the three buffers bindAdd bound: a, b and the output.
 type addBufs struct{ bufs [3]uint64 }
 
 // bindAdd binds a = i, b = 2i and an output to ex.

@@ -116,6 +116,8 @@ func TestMutantsAreCaught(t *testing.T) {
 		{"MUT_REFUSE", `^EXP\(dtype=f32,`, CatCapabilityLie, []string{"EXP(dtype=f32,shape=[7])"}},
 		{"MUT_SOFTMAX", `^SOFTMAX\(dtype=f32,`, CatMismatch, []string{"SOFTMAX(dtype=f32,shape=[4,1000],scale=0.125,causal=false,offset=0)"}},
 		{"MUT_NONDET", `^ADD\(dtype=f32,`, CatNondeterministic, []string{"ADD(dtype=f32,a=[3,33],b=[3,33])"}},
+		{"MUT_STALE_OK", `^ABI\(`, CatError, []string{"ABI(stale-and-foreign-handles)"}},
+		{"MUT_SILENT", `^ABI\(`, CatError, []string{"ABI(wrong-bindings)"}},
 	}
 	variants := []string{""}
 	for _, tt := range tests {
@@ -139,7 +141,7 @@ func TestMutantsAreCaught(t *testing.T) {
 	})
 	for _, tt := range tests {
 		t.Run(tt.define, func(t *testing.T) {
-			rep := runPlugin(t, plugins[tt.define], WithFilter(regexp.MustCompile(tt.filter)), WithLevels(2))
+			rep := runPlugin(t, plugins[tt.define], WithFilter(regexp.MustCompile(tt.filter)))
 			require.NotEmpty(t, rep.Cases)
 			assert.Positive(t, rep.Failed, "the mutation went unnoticed")
 			for _, c := range rep.Failures() {

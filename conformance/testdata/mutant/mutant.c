@@ -14,6 +14,8 @@
  *   -DMUT_SOFTMAX        SOFTMAX's sum is 0.1 % too large                   -> mismatch
  *   -DMUT_NONDET         ADD's first element drifts with every run          -> nondeterministic
  *   -DMUT_CRASH          SCALE aborts the process (run isolated)            -> crash
+ *   -DMUT_STALE_OK       releasing a released buffer answers OK             -> error (level 1)
+ *   -DMUT_SILENT         execution_bind refuses an io without a message     -> error (level 1)
  *
  * A mutation never writes outside the buffer it was given (the suite's guard bytes live
  * inside it), so the test process survives every variant.
@@ -294,6 +296,9 @@ static xpu_status m_buffer_size(xpu_buffer h, uint64_t *out) {
 
 static xpu_status m_buffer_release(xpu_buffer h) {
   m_buf *b = (m_buf *)xpu_reg_remove(&reg, h, T_BUF);
+#ifdef MUT_STALE_OK
+  if (!b) return XPU_OK;
+#endif
   if (!b) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "buffer_release: not a live buffer");
   ctx_adjust(b->ctx, -1);
   if (b->owned) free(b->data);
@@ -454,6 +459,9 @@ static xpu_status m_execution_bind(xpu_execution h, uint32_t io, xpu_buffer buf,
   if (!x) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "execution_bind: not a live execution");
   m_exe *e = exe_get(x->exe);
   if (!e) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "execution_bind: executable released");
+#ifdef MUT_SILENT
+  if (io >= e->n_io) return XPU_E_INVALID_ARG;
+#endif
   if (io >= e->n_io) return xpu_fail(&reg, h, XPU_E_INVALID_ARG, "execution_bind: io %u of %u", io, e->n_io);
   m_buf *b = buf_get(buf);
   if (!b) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "execution_bind: not a live buffer");
