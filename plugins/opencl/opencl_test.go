@@ -162,7 +162,7 @@ func TestDeviceInfo(t *testing.T) {
 	for _, d := range b.Devices() {
 		in := d.Info()
 		assert.NotEmpty(t, in.Name)
-		assert.True(t, in.Caps.Has(core.CapAsync|core.CapHostVisible), "caps %s", in.Caps)
+		assert.True(t, in.Caps.Has(core.CapAsync|core.CapHostVisible|core.CapConcurrent), "caps %s", in.Caps)
 		assert.False(t, in.Caps.Has(core.CapSerialize), "serialize is not implemented")
 		if in.Caps.Has(core.CapImportHost) {
 			assert.True(t, in.Caps.Has(core.CapUnifiedMemory), "zero-copy import needs shared memory")
@@ -218,6 +218,9 @@ func TestFenceChain(t *testing.T) {
 	err = done.Wait(short, 2)
 	require.Error(t, err, "the chain ran before the gate opened")
 	assert.ErrorIs(t, bufs[0].Close(), core.ErrBadState, "a buffer in flight was released")
+	peek := make([]byte, 32) // host transfers do not queue behind the gated work
+	require.NoError(t, bufs[0].Read(0, peek))
+	assert.Equal(t, float32(7), core.DecodeF32(peek)[7])
 
 	require.NoError(t, gate.Signal(1))
 	require.NoError(t, done.Wait(ctx, 2))

@@ -214,6 +214,7 @@ xpu_status ocl_executable_release(xpu_executable h) {
 
 /* ---------------------------------------------------------------- executions */
 static void exec_free(ocl_exec *x) {
+  if (x->q) P.cl.clReleaseCommandQueue(x->q);
   if (x->scratch) P.cl.clReleaseMemObject(x->scratch);
   if (x->flag) P.cl.clReleaseMemObject(x->flag);
   ocl_sub_unref(x->last);
@@ -237,6 +238,10 @@ xpu_status ocl_execution_create(xpu_executable eh, xpu_execution *out) {
   cl_int ce = CL_SUCCESS;
   if (x->bind && x->bind_off && e->scratch)
     x->scratch = P.cl.clCreateBuffer(e->ctx->dev->clctx, CL_MEM_READ_WRITE, e->scratch, NULL, &ce);
+  /* a queue per execution: executions run concurrently and one waiting on a fence holds up
+   * no other; its own nodes stay in order */
+  if (ce == CL_SUCCESS && x->bind && x->bind_off)
+    x->q = P.cl.clCreateCommandQueue(e->ctx->dev->clctx, e->ctx->dev->id, 0, &ce);
   if (ce == CL_SUCCESS && e->uses_flag)
     x->flag = P.cl.clCreateBuffer(e->ctx->dev->clctx, CL_MEM_READ_WRITE, sizeof(cl_int), NULL, &ce);
   if (!x->bind || !x->bind_off || ce != CL_SUCCESS) {
@@ -371,30 +376,30 @@ static xpu_status submit_locked(xpu_execution h, ocl_exec *x, const xpu_fence_po
   cl_int zero = 0;
   pthread_mutex_lock(&c->mu);
   /* the in-order queue runs everything after this marker only once the waits are reached */
-  if (nev) ce = P.cl.clEnqueueMarkerWithWaitList(c->q, nev, evs, NULL);
+  if (nev) ce = P.cl.clEnqueueMarkerWithWaitList(x->q, nev, evs, NULL);
   if (ce == CL_SUCCESS && e->uses_flag)
-    ce = P.cl.clEnqueueFillBuffer(c->q, x->flag, &zero, sizeof zero, 0, sizeof zero, 0, NULL, NULL);
+    ce = P.cl.clEnqueueFillBuffer(x->q, x->flag, &zero, sizeof zero, 0, sizeof zero, 0, NULL, NULL);
   if (ce != CL_SUCCESS) snprintf(why, sizeof why, "clEnqueueMarker/FillBuffer failed: %s", cl_err_name(ce));
   for (uint32_t i = 0; i < g->header->n_nodes && ce == CL_SUCCESS; i++)
-    ce = ocl_launch_node(c, g, i, refs, x->flag, why, sizeof why);
+    ce = ocl_launch_node(c, x->q, g, i, refs, x->flag, why, sizeof why);
   /* an output listed twice: the first binding got the value, copy it to the others */
   for (uint32_t i = 0; i < g->header->n_outputs && ce == CL_SUCCESS; i++) {
     uint32_t io = g->header->n_inputs + i, t = g->outputs[i];
     if (e->out_io[t] == (int32_t)io) continue;
-    ce = P.cl.clEnqueueCopyBuffer(c->q, refs[t].mem, bufs[io]->mem, refs[t].off, x->bind_off[io],
+    ce = P.cl.clEnqueueCopyBuffer(x->q, refs[t].mem, bufs[io]->mem, refs[t].off, x->bind_off[io],
                                   xpu_ir_nbytes(&g->tensors[t]), 0, NULL, NULL);
     if (ce != CL_SUCCESS) snprintf(why, sizeof why, "clEnqueueCopyBuffer failed: %s", cl_err_name(ce));
   }
   if (ce == CL_SUCCESS) {
     if (e->uses_flag)
-      ce = P.cl.clEnqueueReadBuffer(c->q, x->flag, CL_FALSE, 0, sizeof sub->errflag,
+      ce = P.cl.clEnqueueReadBuffer(x->q, x->flag, CL_FALSE, 0, sizeof sub->errflag,
                                     &sub->errflag, 0, NULL, &sub->ev);
     else
-      ce = P.cl.clEnqueueMarkerWithWaitList(c->q, 0, NULL, &sub->ev);
+      ce = P.cl.clEnqueueMarkerWithWaitList(x->q, 0, NULL, &sub->ev);
     if (ce != CL_SUCCESS) snprintf(why, sizeof why, "completion event failed: %s", cl_err_name(ce));
   }
-  if (ce == CL_SUCCESS) P.cl.clFlush(c->q);
-  else P.cl.clFinish(c->q); /* leave nothing half-enqueued behind a failure */
+  if (ce == CL_SUCCESS) P.cl.clFlush(x->q);
+  else P.cl.clFinish(x->q); /* leave nothing half-enqueued behind a failure */
   pthread_mutex_unlock(&c->mu);
   if (ce != CL_SUCCESS) {
     ocl_sub_unref(sub);

@@ -17,9 +17,9 @@ typedef struct ocl_ref {
   uint64_t off;
 } ocl_ref;
 
-/* Enqueues node ni on c's queue (c->mu held); refs[t] locates every tensor; flag is the
- * execution's error flag buffer. Fails with a message in why. */
-cl_int ocl_launch_node(ocl_ctx *c, const xpu_ir_graph *g, uint32_t ni, const ocl_ref *refs,
+/* Enqueues node ni on q with c's kernels (c->mu held); refs[t] locates every tensor; flag is
+ * the execution's error flag buffer. Fails with a message in why. */
+cl_int ocl_launch_node(ocl_ctx *c, cl_command_queue q, const xpu_ir_graph *g, uint32_t ni, const ocl_ref *refs,
                        cl_mem flag, char *why, size_t cap);
 
 #endif

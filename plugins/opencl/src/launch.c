@@ -43,16 +43,16 @@ static size_t local_for(ocl_ctx *c, int kid, size_t cap) {
   return pow2_floor(l ? l : 1);
 }
 
-static cl_int run1d(ocl_ctx *c, int kid, uint64_t n) {
+static cl_int run1d(ocl_ctx *c, cl_command_queue q, int kid, uint64_t n) {
   size_t l = local_for(c, kid, c->wg1d);
   size_t g = (size_t)((n + l - 1) / l * l);
-  return P.cl.clEnqueueNDRangeKernel(c->q, c->k[kid], 1, NULL, &g, &l, 0, NULL, NULL);
+  return P.cl.clEnqueueNDRangeKernel(q, c->k[kid], 1, NULL, &g, &l, 0, NULL, NULL);
 }
 
 /* one work-group per row; the group is no wider than the row needs */
-static cl_int run_rows(ocl_ctx *c, int kid, uint64_t rows, size_t l) {
+static cl_int run_rows(ocl_ctx *c, cl_command_queue q, int kid, uint64_t rows, size_t l) {
   size_t g = (size_t)rows * l;
-  return P.cl.clEnqueueNDRangeKernel(c->q, c->k[kid], 1, NULL, &g, &l, 0, NULL, NULL);
+  return P.cl.clEnqueueNDRangeKernel(q, c->k[kid], 1, NULL, &g, &l, 0, NULL, NULL);
 }
 
 static size_t row_local(ocl_ctx *c, int kid, int64_t len) {
@@ -83,7 +83,7 @@ static void bcast4(const xpu_ir_tensor *x, const cl_long4 *os, cl_long4 *str) {
     if (xs.s[i] == 1 && os->s[i] != 1) str->s[i] = 0;
 }
 
-static cl_int eltwise(ocl_ctx *c, int op, const xpu_ir_tensor *a, ocl_ref ra,
+static cl_int eltwise(ocl_ctx *c, cl_command_queue q, int op, const xpu_ir_tensor *a, ocl_ref ra,
                       const xpu_ir_tensor *b, ocl_ref rb, const xpu_ir_tensor *o, ocl_ref ro,
                       float p0, float p1) {
   cl_long4 os, sa, sb;
@@ -99,19 +99,19 @@ static cl_int eltwise(ocl_ctx *c, int op, const xpu_ir_tensor *a, ocl_ref ra,
   cl_int ce = args(c->k[K_ELTWISE], "imuimuimui444ffu", op, ra.mem, ra.off, (int)a->dtype,
                    rb.mem, rb.off, (int)(b ? b->dtype : a->dtype), ro.mem, ro.off,
                    (int)o->dtype, &os, &sa, &sb, (double)p0, (double)p1, n);
-  return ce ? ce : run1d(c, K_ELTWISE, n);
+  return ce ? ce : run1d(c, q, K_ELTWISE, n);
 }
 
-static cl_int copy(ocl_ctx *c, ocl_ref rs, uint64_t soff, ocl_ref rd, uint64_t doff, int esize,
+static cl_int copy(ocl_ctx *c, cl_command_queue q, ocl_ref rs, uint64_t soff, ocl_ref rd, uint64_t doff, int esize,
                    const cl_long4 *shape, const cl_long4 *ss, const cl_long4 *ds) {
   uint64_t n = (uint64_t)(shape->s[0] * shape->s[1] * shape->s[2] * shape->s[3]);
   if (n == 0) return CL_SUCCESS;
   cl_int ce = args(c->k[K_COPY], "mumui444u", rs.mem, rs.off + soff, rd.mem, rd.off + doff, esize,
                    shape, ss, ds, n);
-  return ce ? ce : run1d(c, K_COPY, n);
+  return ce ? ce : run1d(c, q, K_COPY, n);
 }
 
-static cl_int matmul(ocl_ctx *c, const xpu_ir_node *nd, const xpu_ir_tensor *a, ocl_ref ra,
+static cl_int matmul(ocl_ctx *c, cl_command_queue q, const xpu_ir_node *nd, const xpu_ir_tensor *a, ocl_ref ra,
                      const xpu_ir_tensor *b, ocl_ref rb, const xpu_ir_tensor *o, ocl_ref ro) {
   int64_t K = a->shape[a->rank - 1], N = b->shape[b->rank - 2];
   int64_t M = a->rank >= 2 ? a->shape[a->rank - 2] : 1;
@@ -138,9 +138,9 @@ static cl_int matmul(ocl_ctx *c, const xpu_ir_node *nd, const xpu_ir_tensor *a, 
    * pay off only where work-items of a group really run in lock-step and M fills a tile */
   if (!c->gemm_tiled || M < 4) {
     int rm = M >= 4 ? 4 : 1;
-    int q = (b->dtype == XPU_DT_Q8_0 || b->dtype == XPU_DT_Q4_0) && a->dtype != XPU_DT_BF16;
+    int quant = (b->dtype == XPU_DT_Q8_0 || b->dtype == XPU_DT_Q4_0) && a->dtype != XPU_DT_BF16;
     kid = f32 ? (rm == 4 ? K_GEMM_BLK_F32_4 : K_GEMM_BLK_F32_1)
-          : q ? (rm == 4 ? K_GEMM_Q_4 : K_GEMM_Q_1)
+          : quant ? (rm == 4 ? K_GEMM_Q_4 : K_GEMM_Q_1)
               : (rm == 4 ? K_GEMM_BLK_ANY_4 : K_GEMM_BLK_ANY_1);
     if (f32)
       ce = args(c->k[kid], "mumumullllllll", ra.mem, ra.off, rb.mem, rb.off, ro.mem, ro.off, M, N,
@@ -156,7 +156,7 @@ static cl_int matmul(ocl_ctx *c, const xpu_ir_node *nd, const xpu_ir_tensor *a, 
     while (l > 1 && l / 2 >= cols) l /= 2;
     size_t lsz[3] = {l, 1, 1};
     size_t gsz[3] = {(cols + l - 1) / l * l, (size_t)((M + rm - 1) / rm), (size_t)(ob[0] * ob[1])};
-    return P.cl.clEnqueueNDRangeKernel(c->q, c->k[kid], 3, NULL, gsz, lsz, 0, NULL, NULL);
+    return P.cl.clEnqueueNDRangeKernel(q, c->k[kid], 3, NULL, gsz, lsz, 0, NULL, NULL);
   }
   size_t s = c->gemm_side, tile = 4 * s;
   size_t lsz[3] = {s, s, 1};
@@ -174,10 +174,10 @@ static cl_int matmul(ocl_ctx *c, const xpu_ir_node *nd, const xpu_ir_tensor *a, 
               sa[1], sb[0], sb[1], lb, lb);
   }
   if (ce) return ce;
-  return P.cl.clEnqueueNDRangeKernel(c->q, c->k[kid], 3, NULL, gsz, lsz, 0, NULL, NULL);
+  return P.cl.clEnqueueNDRangeKernel(q, c->k[kid], 3, NULL, gsz, lsz, 0, NULL, NULL);
 }
 
-cl_int ocl_launch_node(ocl_ctx *c, const xpu_ir_graph *g, uint32_t ni, const ocl_ref *refs,
+cl_int ocl_launch_node(ocl_ctx *c, cl_command_queue q, const xpu_ir_graph *g, uint32_t ni, const ocl_ref *refs,
                        cl_mem flag, char *why, size_t cap) {
   const xpu_ir_node *n = &g->nodes[ni];
   const xpu_ir_tensor *o = &g->tensors[n->output];
@@ -190,31 +190,31 @@ cl_int ocl_launch_node(ocl_ctx *c, const xpu_ir_graph *g, uint32_t ni, const ocl
   if (numel == 0) return CL_SUCCESS; /* zero-size: nothing is written */
   switch (n->op) {
   case XPU_OP_ADD: case XPU_OP_SUB: case XPU_OP_MUL: case XPU_OP_DIV:
-    ce = eltwise(c, (int)n->op, a, ra, b, rb, o, ro, 1.0f, 1.0f);
+    ce = eltwise(c, q, (int)n->op, a, ra, b, rb, o, ro, 1.0f, 1.0f);
     break;
   case XPU_OP_SILU: case XPU_OP_GELU: case XPU_OP_RELU: case XPU_OP_EXP: case XPU_OP_NEG:
-    ce = eltwise(c, (int)n->op, a, ra, NULL, ra, o, ro, 1.0f, 1.0f);
+    ce = eltwise(c, q, (int)n->op, a, ra, NULL, ra, o, ro, 1.0f, 1.0f);
     break;
   case XPU_OP_SCALE:
-    ce = eltwise(c, (int)n->op, a, ra, NULL, ra, o, ro, n->fattr[0], n->fattr[1]);
+    ce = eltwise(c, q, (int)n->op, a, ra, NULL, ra, o, ro, n->fattr[0], n->fattr[1]);
     break;
   case XPU_OP_CAST:
-    ce = eltwise(c, 0, a, ra, NULL, ra, o, ro, 1.0f, 1.0f);
+    ce = eltwise(c, q, 0, a, ra, NULL, ra, o, ro, 1.0f, 1.0f);
     break;
   case XPU_OP_DEQUANTIZE:
-    ce = eltwise(c, 0, a, ra, NULL, ra, o, ro, a->dtype == XPU_DT_I8 ? n->fattr[0] : 1.0f, 1.0f);
+    ce = eltwise(c, q, 0, a, ra, NULL, ra, o, ro, a->dtype == XPU_DT_I8 ? n->fattr[0] : 1.0f, 1.0f);
     break;
   case XPU_OP_QUANTIZE:
     if (o->dtype == XPU_DT_I8) {
-      ce = eltwise(c, 0, a, ra, NULL, ra, o, ro, 1.0f, n->fattr[0]);
+      ce = eltwise(c, q, 0, a, ra, NULL, ra, o, ro, 1.0f, n->fattr[0]);
     } else {
       uint64_t nblk = (uint64_t)numel / 32;
       ce = args(c->k[K_QUANTIZE], "mumuiu", ra.mem, ra.off, ro.mem, ro.off, (int)o->dtype, nblk);
-      if (!ce) ce = run1d(c, K_QUANTIZE, nblk);
+      if (!ce) ce = run1d(c, q, K_QUANTIZE, nblk);
     }
     break;
   case XPU_OP_MATMUL:
-    ce = matmul(c, n, a, ra, b, rb, o, ro);
+    ce = matmul(c, q, n, a, ra, b, rb, o, ro);
     break;
   case XPU_OP_RMS_NORM: case XPU_OP_LAYER_NORM: {
     int64_t K = a->rank ? a->shape[a->rank - 1] : 1;
@@ -222,7 +222,7 @@ cl_int ocl_launch_node(ocl_ctx *c, const xpu_ir_graph *g, uint32_t ni, const ocl
     ce = args(c->k[K_NORM], "muimuilfiL", ra.mem, ra.off, (int)a->dtype, ro.mem, ro.off,
               (int)o->dtype, K, (double)n->fattr[0], n->op == XPU_OP_LAYER_NORM ? 1 : 0,
               l * sizeof(float));
-    if (!ce) ce = run_rows(c, K_NORM, (uint64_t)(numel / K), l);
+    if (!ce) ce = run_rows(c, q, K_NORM, (uint64_t)(numel / K), l);
     break;
   }
   case XPU_OP_SOFTMAX: {
@@ -232,7 +232,7 @@ cl_int ocl_launch_node(ocl_ctx *c, const xpu_ir_graph *g, uint32_t ni, const ocl
     ce = args(c->k[K_SOFTMAX], "muimuillfilL", ra.mem, ra.off, (int)a->dtype, ro.mem, ro.off,
               (int)o->dtype, N, M, (double)scale, n->iattr[0] == 1 ? 1 : 0, n->iattr[1],
               l * sizeof(float));
-    if (!ce) ce = run_rows(c, K_SOFTMAX, (uint64_t)(numel / N), l);
+    if (!ce) ce = run_rows(c, q, K_SOFTMAX, (uint64_t)(numel / N), l);
     break;
   }
   case XPU_OP_ROPE: {
@@ -242,7 +242,7 @@ cl_int ocl_launch_node(ocl_ctx *c, const xpu_ir_graph *g, uint32_t ni, const ocl
               ro.mem, ro.off, (int)o->dtype, T, H, D, nrot, n->iattr[0] == 2 ? 1 : 0,
               (double)(n->fattr[0] != 0.0f ? n->fattr[0] : 10000.0f),
               (double)(n->fattr[1] != 0.0f ? n->fattr[1] : 1.0f), (uint64_t)numel);
-    if (!ce) ce = run1d(c, K_ROPE, (uint64_t)numel);
+    if (!ce) ce = run1d(c, q, K_ROPE, (uint64_t)numel);
     break;
   }
   case XPU_OP_ATTENTION: {
@@ -259,7 +259,7 @@ cl_int ocl_launch_node(ocl_ctx *c, const xpu_ir_graph *g, uint32_t ni, const ocl
               (int)o->dtype, Hq, Tk, Hkv, D, Dv, (double)scale, n->iattr[0] == 1 ? 1 : 0, rq.mem,
               rq.off, n->n_inputs > 3 ? 1 : 0, n->iattr[1], (size_t)D * sizeof(float),
               (size_t)Dv * sizeof(float), l * sizeof(float));
-    if (!ce) ce = run_rows(c, K_ATTENTION, (uint64_t)(Tq * Hq), l);
+    if (!ce) ce = run_rows(c, q, K_ATTENTION, (uint64_t)(Tq * Hq), l);
     break;
   }
   case XPU_OP_GET_ROWS: {
@@ -267,12 +267,12 @@ cl_int ocl_launch_node(ocl_ctx *c, const xpu_ir_graph *g, uint32_t ni, const ocl
     ce = args(c->k[K_GET_ROWS], "muifmumullmiu", ra.mem, ra.off, (int)a->dtype,
               (double)(a->dtype == XPU_DT_I8 ? n->fattr[0] : 1.0f), rb.mem, rb.off, ro.mem, ro.off,
               R, K, flag, (int)ni + 1, (uint64_t)numel);
-    if (!ce) ce = run1d(c, K_GET_ROWS, (uint64_t)numel);
+    if (!ce) ce = run1d(c, q, K_GET_ROWS, (uint64_t)numel);
     break;
   }
   case XPU_OP_RESHAPE:
     what = "clEnqueueCopyBuffer";
-    ce = P.cl.clEnqueueCopyBuffer(c->q, ra.mem, ro.mem, ra.off, ro.off, xpu_ir_nbytes(o), 0, NULL,
+    ce = P.cl.clEnqueueCopyBuffer(q, ra.mem, ro.mem, ra.off, ro.off, xpu_ir_nbytes(o), 0, NULL,
                                   NULL);
     break;
   case XPU_OP_PERMUTE: {
@@ -284,7 +284,7 @@ cl_int ocl_launch_node(ocl_ctx *c, const xpu_ir_graph *g, uint32_t ni, const ocl
     for (int i = 0; i < 4; i++) ss.s[i] = 0;
     for (uint32_t d = 0; d < o->rank; d++)
       ss.s[4 - o->rank + d] = xstr.s[4 - a->rank + n->iattr[d]];
-    ce = copy(c, ra, 0, ro, 0, (int)xpu_dtype_block_bytes(o->dtype), &os, &ss, &ds);
+    ce = copy(c, q, ra, 0, ro, 0, (int)xpu_dtype_block_bytes(o->dtype), &os, &ss, &ds);
     break;
   }
   case XPU_OP_SLICE: {
@@ -295,7 +295,7 @@ cl_int ocl_launch_node(ocl_ctx *c, const xpu_ir_graph *g, uint32_t ni, const ocl
     contig4(&os, &ds);
     int esz = (int)xpu_dtype_block_bytes(o->dtype);
     uint64_t soff = (uint64_t)(n->iattr[1] * ss.s[4 - a->rank + n->iattr[0]]) * (uint64_t)esz;
-    ce = copy(c, ra, soff, ro, 0, esz, &os, &ss, &ds);
+    ce = copy(c, q, ra, soff, ro, 0, esz, &os, &ss, &ds);
     break;
   }
   case XPU_OP_CONCAT: {
@@ -309,7 +309,7 @@ cl_int ocl_launch_node(ocl_ctx *c, const xpu_ir_graph *g, uint32_t ni, const ocl
       cl_long4 ts, ss;
       shape4(t, &ts);
       contig4(&ts, &ss);
-      ce = copy(c, refs[n->inputs[i]], 0, ro, (uint64_t)(at * axs) * (uint64_t)esz, esz, &ts, &ss,
+      ce = copy(c, q, refs[n->inputs[i]], 0, ro, (uint64_t)(at * axs) * (uint64_t)esz, esz, &ts, &ss,
                 &ds);
       at += t->shape[n->iattr[0]];
     }

@@ -62,7 +62,7 @@ extern ocl_plugin P;
 
 typedef struct ocl_ctx {
   ocl_device *dev;
-  cl_command_queue q;
+  cl_command_queue q; /* host transfers and maps; kernels go to each execution's queue */
   cl_kernel k[K_COUNT];
   size_t kwg[K_COUNT]; /* CL_KERNEL_WORK_GROUP_SIZE */
   size_t kpref[K_COUNT]; /* CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE: SIMD width or warp */
@@ -106,6 +106,7 @@ typedef struct ocl_exe {
 
 typedef struct ocl_exec {
   ocl_exe *exe;
+  cl_command_queue q;
   cl_mem scratch;
   cl_mem flag;
   uint32_t nio;

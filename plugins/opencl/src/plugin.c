@@ -127,7 +127,7 @@ static void describe(ocl_device *d) {
   dev_str(d->id, CL_DEVICE_EXTENSIONS, ext, sizeof ext);
   /* host-visible: every buffer maps; async: submit only enqueues. USE_HOST_PTR is zero-copy
    * only where the device reads host memory itself. */
-  in->caps = XPU_CAP_ASYNC | XPU_CAP_HOST_VISIBLE;
+  in->caps = XPU_CAP_ASYNC | XPU_CAP_HOST_VISIBLE | XPU_CAP_CONCURRENT; /* a queue per execution */
   if (unified || in->kind == XPU_DEVICE_CPU)
     in->caps |= XPU_CAP_UNIFIED_MEMORY | XPU_CAP_IMPORT_HOST;
   if (strstr(ext, "cl_khr_fp16")) in->caps |= XPU_CAP_FP16;
@@ -505,10 +505,8 @@ static xpu_status buffer_map(xpu_buffer h, void **out) {
     return XPU_OK;
   }
   cl_int ce = CL_SUCCESS;
-  pthread_mutex_lock(&b->ctx->mu);
   void *p = P.cl.clEnqueueMapBuffer(b->ctx->q, b->mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
                                     b->size, 0, NULL, NULL, &ce);
-  pthread_mutex_unlock(&b->ctx->mu);
   if (!p) {
     pthread_mutex_unlock(&b->mu);
     return ocl_clfail(h, ce, "clEnqueueMapBuffer");
@@ -527,10 +525,8 @@ static xpu_status buffer_unmap(xpu_buffer h) {
     pthread_mutex_unlock(&b->mu);
     return xpu_fail(&P.reg, h, XPU_E_BAD_STATE, "buffer_unmap: buffer is not mapped");
   }
-  pthread_mutex_lock(&b->ctx->mu);
   cl_int ce = P.cl.clEnqueueUnmapMemObject(b->ctx->q, b->mem, b->mapped, 0, NULL, NULL);
   if (ce == CL_SUCCESS) ce = P.cl.clFinish(b->ctx->q);
-  pthread_mutex_unlock(&b->ctx->mu);
   b->mapped = NULL;
   pthread_mutex_unlock(&b->mu);
   return ce == CL_SUCCESS ? XPU_OK : ocl_clfail(h, ce, "clEnqueueUnmapMemObject");
@@ -546,13 +542,12 @@ static xpu_status buffer_rw(xpu_buffer h, uint64_t off, void *p, uint64_t size, 
     return xpu_fail(&P.reg, h, XPU_E_INVALID_ARG, "%s: [%llu, +%llu) outside a %llu-byte buffer",
                     what, (unsigned long long)off, (unsigned long long)size,
                     (unsigned long long)b->size);
-  /* blocking on the context's in-order queue: ordered after every submission before it */
-  pthread_mutex_lock(&b->ctx->mu);
+  /* blocking, on the context's transfer queue: not behind submissions, which may wait on a
+   * fence the caller has yet to signal. The host orders transfers against work by fences. */
   cl_int ce = write ? P.cl.clEnqueueWriteBuffer(b->ctx->q, b->mem, CL_TRUE, off, size, p, 0,
                                                 NULL, NULL)
                     : P.cl.clEnqueueReadBuffer(b->ctx->q, b->mem, CL_TRUE, off, size, p, 0, NULL,
                                                NULL);
-  pthread_mutex_unlock(&b->ctx->mu);
   if (ce != CL_SUCCESS)
     return ocl_clfail(h, ce, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer");
   return XPU_OK;
@@ -588,10 +583,8 @@ static xpu_status buffer_release(xpu_buffer h) {
   if (!xpu_reg_remove(&P.reg, h, T_BUF))
     return xpu_fail(&P.reg, h, XPU_E_INVALID_HANDLE, "buffer_release: invalid buffer");
   if (b->mapped) {
-    pthread_mutex_lock(&b->ctx->mu);
     P.cl.clEnqueueUnmapMemObject(b->ctx->q, b->mem, b->mapped, 0, NULL, NULL);
     P.cl.clFinish(b->ctx->q);
-    pthread_mutex_unlock(&b->ctx->mu);
   }
   ocl_sub_unref(b->last);
   P.cl.clReleaseMemObject(b->mem);

@@ -248,6 +248,9 @@ static void test_async_chain(xpu_context ctx) {
   OK(A->execution_submit(x2, &s1, 1, &s2), x2);
   CHECK(A->fence_wait(f, 2, 1000000) == XPU_E_TIMEOUT, "work ran before the host signal");
   CHECK(A->execution_release(x1) == XPU_E_BAD_STATE, "released an execution in flight");
+  float peek[N]; /* host transfers do not queue behind gated work (that would hang here) */
+  OK(A->buffer_read(by, 0, peek, sizeof peek), by);
+  CHECK(memcmp(peek, y, sizeof y) == 0, "buffer_read while work is gated");
   OK(A->fence_signal(gate, 1), gate);
   OK(A->fence_wait(f, 2, -1), f);
   uint64_t v = 0;
