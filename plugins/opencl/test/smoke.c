@@ -368,6 +368,14 @@ int main(int argc, char **argv) {
   test_async_chain(ctx);
   test_get_rows_error(ctx);
   CHECK(A->buffer_release(12345) == XPU_E_INVALID_HANDLE, "foreign handle accepted");
+  if (di.caps & XPU_CAP_IMPORT_HOST) { /* the driver refuses the size: its error is named */
+    static char small[64];
+    xpu_import_desc id = {sizeof id, XPU_IMPORT_HOST, small, -1, 0, 1ull << 62};
+    xpu_buffer hb;
+    CHECK(A->buffer_import(ctx, &id, &hb) != XPU_OK, "imported 2^62 bytes");
+    CHECK(strstr(lasterr(ctx), "CL_INVALID_BUFFER_SIZE") != NULL, "error without CL name: %s",
+          lasterr(ctx));
+  }
   OK(A->context_release(ctx), ctx);
   OK(A->shutdown(), 0);
   printf("%s\n", failures ? "FAILED" : "ok");
