@@ -205,6 +205,24 @@ func BenchmarkGEMM(b *testing.B) {
 	}
 }
 
+// BenchmarkGEMMQuant: prefill with Q8_0/Q4_0 weights (activations quantized on the fly, int8
+// dot products), in GFLOP/s of the equivalent float product.
+func BenchmarkGEMMQuant(b *testing.B) {
+	s := gemmShapes[0]
+	for _, dt := range []core.DType{core.Q8_0, core.Q4_0} {
+		b.Run(fmt.Sprintf("%s/%s/neon", s, dt), func(b *testing.B) {
+			run := matmulRun(b, device(b, "neon"), s, dt)
+			run()
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				run()
+			}
+			reportGFLOPS(b, s, time.Since(start))
+		})
+	}
+}
+
 // BenchmarkGEMV: one activation row times a weight matrix much larger than the LLC, in GB/s
 // of weights streamed (the decode roofline is the read bandwidth below).
 func BenchmarkGEMV(b *testing.B) {

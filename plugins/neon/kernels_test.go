@@ -77,6 +77,8 @@ func kernelCases() []kernelCase {
 		matmulCase(11, 40, 96, core.I8, 1e-5),
 		matmulCase(1, 45, 256, core.Q8_0, 2e-2),
 		matmulCase(13, 45, 256, core.Q4_0, 2e-2),
+		matmulCase(3, 9, 96, core.Q8_0, 2e-2),
+		matmulCase(6, 9, 64, core.Q4_0, 2e-2),
 		{name: "matmul_batched_broadcast_f16", tol: 2e-3, build: func(g *core.Graph, rng *rand.Rand) {
 			a := g.Input("a", core.F16, 2, 3, 6, 20)
 			b := g.Input("b", core.F16, 3, 9, 20)

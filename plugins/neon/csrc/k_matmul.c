@@ -269,12 +269,20 @@ static void qmm_task(void *p, int tid, int nth) {
   mm_args *A = (mm_args *)p;
   int64_t n0, n1, nb = A->K / 32;
   nv_range(A->N, tid, nth, 8, &n0, &n1);
-  /* 8 weight rows stay in L1 while every activation row passes over them */
+  /* 8 weight rows stay in L1 while the activation rows pass over them, NV_QROWS at a time so
+   * that each weight block is unpacked once per group */
   for (int64_t nc = n0; nc < n1; nc += 8) {
     int64_t ne = nc + 8 < n1 ? nc + 8 : n1;
-    for (int64_t m = 0; m < A->M; m++)
-      for (int64_t n = nc; n < ne; n++)
-        A->c[m * A->N + n] = A->qdot(A->b + n * A->bstride, A->qd + m * nb, A->qq + m * A->K, nb);
+    for (int64_t m = 0; m < A->M; m += NV_QROWS) {
+      int nr = (int)(A->M - m < NV_QROWS ? A->M - m : NV_QROWS);
+      nv_qact act[NV_QROWS];
+      for (int r = 0; r < nr; r++) act[r] = (nv_qact){A->qd + (m + r) * nb, A->qq + (m + r) * A->K};
+      for (int64_t n = nc; n < ne; n++) {
+        float out[NV_QROWS];
+        A->qdot(A->b + n * A->bstride, nb, act, nr, out);
+        for (int r = 0; r < nr; r++) A->c[(m + r) * A->N + n] = out[r];
+      }
+    }
   }
 }
 

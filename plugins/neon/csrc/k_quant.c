@@ -4,6 +4,10 @@
  * Three dot implementations behind one interface: vdotq_s32 where the CPU has the dotprod
  * extension (chosen at run time on aarch64), widening multiplies otherwise, and AVX2 on the
  * x86-64 AVX2 build (SIMDe emulates vdotq_s32 lane by lane, which is slower than widening).
+ *
+ * Each call takes one weight row and up to NV_QROWS activation rows: a weight block is loaded
+ * and unpacked once for all of them (prefill), and blocks go two at a time into separate
+ * accumulators so a single row (decode) is not bound by the FMA latency.
  */
 #include <math.h>
 #include <string.h>
@@ -48,62 +52,10 @@ static inline float f16at(const uint8_t *p) {
   return nv_h2f(h);
 }
 
-#if defined(__aarch64__)
-/* two blocks per step into two accumulators, so the FMA latency does not bound the loop */
-#define DP __attribute__((target("arch=armv8.2-a+dotprod")))
-DP static inline int32x4_t dp32(int8x16_t w0, int8x16_t w1, const int8_t *a) {
-  return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, vld1q_s8(a)), w1, vld1q_s8(a + 16));
-}
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-DP static float dot_q8_dp(const uint8_t *w, const float *ad, const int8_t *aq, int64_t nb) {
-  float32x4_t acc0 = vdupq_n_f32(0), acc1 = vdupq_n_f32(0);
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2, w += 68) {
-    int32x4_t p0 = dp32(vld1q_s8((const int8_t *)w + 2), vld1q_s8((const int8_t *)w + 18), aq + b * 32);
-    int32x4_t p1 = dp32(vld1q_s8((const int8_t *)w + 36), vld1q_s8((const int8_t *)w + 52), aq + b * 32 + 32);
-    acc0 = vfmaq_n_f32(acc0, vcvtq_f32_s32(p0), f16at(w) * ad[b]);
-    acc1 = vfmaq_n_f32(acc1, vcvtq_f32_s32(p1), f16at(w + 34) * ad[b + 1]);
-  }
-  for (; b < nb; b++, w += 34) {
-    int32x4_t p0 = dp32(vld1q_s8((const int8_t *)w + 2), vld1q_s8((const int8_t *)w + 18), aq + b * 32);
-    acc0 = vfmaq_n_f32(acc0, vcvtq_f32_s32(p0), f16at(w) * ad[b]);
-  }
-  return vaddvq_f32(vaddq_f32(acc0, acc1));
-}
-
-DP static float dot_q4_dp(const uint8_t *w, const float *ad, const int8_t *aq, int64_t nb) {
-  float32x4_t acc0 = vdupq_n_f32(0), acc1 = vdupq_n_f32(0);
-  const uint8x16_t mask = vdupq_n_u8(0x0F);
-  const int8x16_t eight = vdupq_n_s8(8);
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2, w += 36) {
-    uint8x16_t v0 = vld1q_u8(w + 2), v1 = vld1q_u8(w + 20);
-    int32x4_t p0 = dp32(vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v0, mask)), eight),
-                        vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v0, 4)), eight), aq + b * 32);
-    int32x4_t p1 = dp32(vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v1, mask)), eight),
-                        vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v1, 4)), eight), aq + b * 32 + 32);
-    acc0 = vfmaq_n_f32(acc0, vcvtq_f32_s32(p0), f16at(w) * ad[b]);
-    acc1 = vfmaq_n_f32(acc1, vcvtq_f32_s32(p1), f16at(w + 18) * ad[b + 1]);
-  }
-  for (; b < nb; b++, w += 18) {
-    uint8x16_t v0 = vld1q_u8(w + 2);
-    int32x4_t p0 = dp32(vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v0, mask)), eight),
-                        vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v0, 4)), eight), aq + b * 32);
-    acc0 = vfmaq_n_f32(acc0, vcvtq_f32_s32(p0), f16at(w) * ad[b]);
-  }
-  return vaddvq_f32(vaddq_f32(acc0, acc1));
-}
-#endif
-
+/* ---------------------------------------------------------------- x86-64 AVX2 */
 #if defined(__x86_64__) && defined(__AVX2__)
-/* 32 int8 products summed to 8 int32 lanes: maddubs needs one unsigned operand, so the sign of
- * w moves onto a (|w| * sign(w)a); int16 pairs cannot overflow since |w| <= 127 or 8. */
-static inline __m256i dot32_avx2(__m256i w, __m256i a) {
-  __m256i aw = _mm256_abs_epi8(w);
-  __m256i sa = _mm256_sign_epi8(a, w);
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sa), _mm256_set1_epi16(1));
-}
-
 static float hsum8(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -111,85 +63,138 @@ static float hsum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-/* two blocks per step into two accumulators: one FMA chain would bound a block to its latency */
-static float dot_q8_x86(const uint8_t *w, const float *ad, const int8_t *aq, int64_t nb) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2, w += 68) {
-    __m256i p0 = dot32_avx2(_mm256_loadu_si256((const __m256i *)(w + 2)), _mm256_loadu_si256((const __m256i *)(aq + b * 32)));
-    __m256i p1 = dot32_avx2(_mm256_loadu_si256((const __m256i *)(w + 36)),
-                            _mm256_loadu_si256((const __m256i *)(aq + b * 32 + 32)));
-    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(f16at(w) * ad[b]), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(f16at(w + 34) * ad[b + 1]), acc1);
-  }
-  for (; b < nb; b++, w += 34) {
-    __m256i p0 = dot32_avx2(_mm256_loadu_si256((const __m256i *)(w + 2)), _mm256_loadu_si256((const __m256i *)(aq + b * 32)));
-    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(f16at(w) * ad[b]), acc0);
-  }
-  return hsum8(_mm256_add_ps(acc0, acc1));
-}
-
-static inline __m256i q4_unpack(const uint8_t *qs) {
-  const __m256i mask = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
-  __m128i v = _mm_loadu_si128((const __m128i *)qs);
+/* the 32 weights of a block as signed bytes */
+ALWAYS_INLINE __m256i wblock_x86(const uint8_t *wb, int q4) {
+  if (!q4) return _mm256_loadu_si256((const __m256i *)(wb + 2));
+  __m128i v = _mm_loadu_si128((const __m128i *)(wb + 2));
   __m256i both = _mm256_insertf128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
-  return _mm256_sub_epi8(_mm256_and_si256(both, mask), eight);
+  return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
 }
 
-static float dot_q4_x86(const uint8_t *w, const float *ad, const int8_t *aq, int64_t nb) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+/* maddubs needs one unsigned operand: |w| times a with w's sign; the int16 pairs cannot
+ * overflow (|w| <= 128, |a| <= 127) */
+#define X86_BLOCK(bi, slot)                                                                      \
+  do {                                                                                           \
+    const uint8_t *wb = w + (bi) * bs;                                                           \
+    __m256i wv = wblock_x86(wb, q4), wabs = _mm256_abs_epi8(wv);                                 \
+    float dw = f16at(wb);                                                                        \
+    for (int r = 0; r < nr; r++) {                                                               \
+      __m256i av = _mm256_loadu_si256((const __m256i *)(a[r].q + (bi) * 32));                    \
+      __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av, wv)), ones); \
+      acc[r][slot] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * a[r].d[bi]), acc[r][slot]); \
+    }                                                                                            \
+  } while (0)
+
+ALWAYS_INLINE void qdot_x86(const uint8_t *w, int64_t nb, const nv_qact *a, const int nr, const int q4, float *out) {
+  const int64_t bs = q4 ? 18 : 34;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[NV_QROWS][2];
+  for (int r = 0; r < nr; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   int64_t b = 0;
-  for (; b + 2 <= nb; b += 2, w += 36) {
-    __m256i p0 = dot32_avx2(q4_unpack(w + 2), _mm256_loadu_si256((const __m256i *)(aq + b * 32)));
-    __m256i p1 = dot32_avx2(q4_unpack(w + 20), _mm256_loadu_si256((const __m256i *)(aq + b * 32 + 32)));
-    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(f16at(w) * ad[b]), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(f16at(w + 18) * ad[b + 1]), acc1);
+  for (; b + 2 <= nb; b += 2) {
+    X86_BLOCK(b, 0);
+    X86_BLOCK(b + 1, 1);
   }
-  for (; b < nb; b++, w += 18) {
-    __m256i p0 = dot32_avx2(q4_unpack(w + 2), _mm256_loadu_si256((const __m256i *)(aq + b * 32)));
-    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(f16at(w) * ad[b]), acc0);
-  }
-  return hsum8(_mm256_add_ps(acc0, acc1));
+  if (b < nb) X86_BLOCK(b, 0);
+  for (int r = 0; r < nr; r++) out[r] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1]));
 }
+#define QDOT_IMPL qdot_x86
 #endif
 
-static inline int32x4_t dot16_widen(int8x16_t w, int8x16_t a, int32x4_t acc) {
-  int16x8_t lo = vmull_s8(vget_low_s8(w), vget_low_s8(a));
-  int16x8_t hi = vmull_s8(vget_high_s8(w), vget_high_s8(a));
-  return vpadalq_s16(vpadalq_s16(acc, lo), hi);
+/* ---------------------------------------------------------------- NEON */
+
+ALWAYS_INLINE void wblock_neon(const uint8_t *wb, int q4, int8x16_t *w0, int8x16_t *w1) {
+  if (!q4) {
+    *w0 = vld1q_s8((const int8_t *)wb + 2);
+    *w1 = vld1q_s8((const int8_t *)wb + 18);
+    return;
+  }
+  uint8x16_t v = vld1q_u8(wb + 2);
+  *w0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F))), vdupq_n_s8(8));
+  *w1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), vdupq_n_s8(8));
 }
 
-static float dot_q8_widen(const uint8_t *w, const float *ad, const int8_t *aq, int64_t nb) {
-  float32x4_t acc = vdupq_n_f32(0);
-  for (int64_t b = 0; b < nb; b++, w += 34) {
-    int32x4_t p = dot16_widen(vld1q_s8((const int8_t *)w + 2), vld1q_s8(aq + b * 32), vdupq_n_s32(0));
-    p = dot16_widen(vld1q_s8((const int8_t *)w + 18), vld1q_s8(aq + b * 32 + 16), p);
-    acc = vfmaq_n_f32(acc, vcvtq_f32_s32(p), f16at(w) * ad[b]);
-  }
-  return vaddvq_f32(acc);
+ALWAYS_INLINE int32x4_t dot32_widen(int8x16_t w0, int8x16_t w1, const int8_t *a) {
+  int8x16_t a0 = vld1q_s8(a), a1 = vld1q_s8(a + 16);
+  int32x4_t acc = vpadalq_s16(vdupq_n_s32(0), vmull_s8(vget_low_s8(w0), vget_low_s8(a0)));
+  acc = vpadalq_s16(acc, vmull_s8(vget_high_s8(w0), vget_high_s8(a0)));
+  acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(w1), vget_low_s8(a1)));
+  return vpadalq_s16(acc, vmull_s8(vget_high_s8(w1), vget_high_s8(a1)));
 }
 
-static float dot_q4_widen(const uint8_t *w, const float *ad, const int8_t *aq, int64_t nb) {
-  float32x4_t acc = vdupq_n_f32(0);
-  const uint8x16_t mask = vdupq_n_u8(0x0F);
-  const int8x16_t eight = vdupq_n_s8(8);
-  for (int64_t b = 0; b < nb; b++, w += 18) {
-    uint8x16_t v = vld1q_u8(w + 2);
-    int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, mask)), eight);
-    int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), eight);
-    int32x4_t p = dot16_widen(lo, vld1q_s8(aq + b * 32), vdupq_n_s32(0));
-    p = dot16_widen(hi, vld1q_s8(aq + b * 32 + 16), p);
-    acc = vfmaq_n_f32(acc, vcvtq_f32_s32(p), f16at(w) * ad[b]);
-  }
-  return vaddvq_f32(acc);
+#define NEON_BLOCK(bi, slot, DOT)                                                                \
+  do {                                                                                           \
+    const uint8_t *wb = w + (bi) * bs;                                                           \
+    int8x16_t w0, w1;                                                                            \
+    wblock_neon(wb, q4, &w0, &w1);                                                               \
+    float dw = f16at(wb);                                                                        \
+    for (int r = 0; r < nr; r++) {                                                               \
+      int32x4_t p = DOT(w0, w1, a[r].q + (bi) * 32);                                             \
+      acc[r][slot] = vfmaq_n_f32(acc[r][slot], vcvtq_f32_s32(p), dw * a[r].d[bi]);               \
+    }                                                                                            \
+  } while (0)
+
+#define NEON_QDOT_BODY(DOT)                                                                      \
+  const int64_t bs = q4 ? 18 : 34;                                                               \
+  float32x4_t acc[NV_QROWS][2];                                                                  \
+  for (int r = 0; r < nr; r++) acc[r][0] = acc[r][1] = vdupq_n_f32(0);                           \
+  int64_t b = 0;                                                                                 \
+  for (; b + 2 <= nb; b += 2) {                                                                  \
+    NEON_BLOCK(b, 0, DOT);                                                                       \
+    NEON_BLOCK(b + 1, 1, DOT);                                                                   \
+  }                                                                                              \
+  if (b < nb) NEON_BLOCK(b, 0, DOT);                                                             \
+  for (int r = 0; r < nr; r++) out[r] = vaddvq_f32(vaddq_f32(acc[r][0], acc[r][1]));
+
+ALWAYS_INLINE void qdot_widen(const uint8_t *w, int64_t nb, const nv_qact *a, const int nr, const int q4, float *out) {
+  NEON_QDOT_BODY(dot32_widen)
 }
+
+#if defined(__aarch64__)
+#define DP __attribute__((target("arch=armv8.2-a+dotprod")))
+DP ALWAYS_INLINE int32x4_t dot32_dp(int8x16_t w0, int8x16_t w1, const int8_t *a) {
+  return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, vld1q_s8(a)), w1, vld1q_s8(a + 16));
+}
+
+DP ALWAYS_INLINE void qdot_dp(const uint8_t *w, int64_t nb, const nv_qact *a, const int nr, const int q4, float *out) {
+  NEON_QDOT_BODY(dot32_dp)
+}
+#else
+#define DP
+#endif
+
+/* one function per (implementation, dtype, row count): the row loop unrolls into registers */
+#define QDOT_VARIANTS(IMPL, ATTR)                                                                \
+  ATTR static void IMPL##_q8_1(const uint8_t *w, int64_t nb, const nv_qact *a, int nr, float *o) { (void)nr; IMPL(w, nb, a, 1, 0, o); } \
+  ATTR static void IMPL##_q8_2(const uint8_t *w, int64_t nb, const nv_qact *a, int nr, float *o) { (void)nr; IMPL(w, nb, a, 2, 0, o); } \
+  ATTR static void IMPL##_q8_4(const uint8_t *w, int64_t nb, const nv_qact *a, int nr, float *o) { (void)nr; IMPL(w, nb, a, 4, 0, o); } \
+  ATTR static void IMPL##_q4_1(const uint8_t *w, int64_t nb, const nv_qact *a, int nr, float *o) { (void)nr; IMPL(w, nb, a, 1, 1, o); } \
+  ATTR static void IMPL##_q4_2(const uint8_t *w, int64_t nb, const nv_qact *a, int nr, float *o) { (void)nr; IMPL(w, nb, a, 2, 1, o); } \
+  ATTR static void IMPL##_q4_4(const uint8_t *w, int64_t nb, const nv_qact *a, int nr, float *o) { (void)nr; IMPL(w, nb, a, 4, 1, o); } \
+  ATTR static void IMPL##_any(int q4, const uint8_t *w, int64_t nb, const nv_qact *a, int nr, float *o) { \
+    int r = 0;                                                                                   \
+    for (; r + 4 <= nr; r += 4) (q4 ? IMPL##_q4_4 : IMPL##_q8_4)(w, nb, a + r, 4, o + r);        \
+    for (; r + 2 <= nr; r += 2) (q4 ? IMPL##_q4_2 : IMPL##_q8_2)(w, nb, a + r, 2, o + r);        \
+    for (; r < nr; r++) (q4 ? IMPL##_q4_1 : IMPL##_q8_1)(w, nb, a + r, 1, o + r);                \
+  }                                                                                              \
+  ATTR static void IMPL##_q8(const uint8_t *w, int64_t nb, const nv_qact *a, int nr, float *o) { IMPL##_any(0, w, nb, a, nr, o); } \
+  ATTR static void IMPL##_q4(const uint8_t *w, int64_t nb, const nv_qact *a, int nr, float *o) { IMPL##_any(1, w, nb, a, nr, o); }
+
+QDOT_VARIANTS(qdot_widen, )
+#if defined(__aarch64__)
+QDOT_VARIANTS(qdot_dp, DP)
+#endif
+#if defined(QDOT_IMPL)
+QDOT_VARIANTS(qdot_x86, )
+#endif
 
 nv_qdot_fn nv_qdot_select(uint32_t dtype, int dotprod) {
   (void)dotprod;
+  int q8 = dtype == XPU_DT_Q8_0;
 #if defined(__aarch64__)
-  if (dotprod) return dtype == XPU_DT_Q8_0 ? dot_q8_dp : dot_q4_dp;
-#elif defined(__x86_64__) && defined(__AVX2__)
-  return dtype == XPU_DT_Q8_0 ? dot_q8_x86 : dot_q4_x86;
+  if (dotprod) return q8 ? qdot_dp_q8 : qdot_dp_q4;
+#elif defined(QDOT_IMPL)
+  return q8 ? qdot_x86_q8 : qdot_x86_q4;
 #endif
-  return dtype == XPU_DT_Q8_0 ? dot_q8_widen : dot_q4_widen;
+  return q8 ? qdot_widen_q8 : qdot_widen_q4;
 }

@@ -214,9 +214,16 @@ static inline void *nv_scratch(nv_run *r, int tid) { return r->scratch + (uint64
 /* elements per dtype for the plain types */
 static inline uint32_t nv_elem_size(uint32_t dt) { return xpu_dtype_block_bytes(dt); }
 
-/* quantized dot products (k_quant.c): a Q8_0/Q4_0 weight row of nb blocks times an activation
- * row quantized by nv_quantize_row_q8 (scales ad, values aq) */
-typedef float (*nv_qdot_fn)(const uint8_t *wrow, const float *ad, const int8_t *aq, int64_t nb);
+/* quantized dot products (k_quant.c): one activation row quantized by nv_quantize_row_q8 */
+typedef struct nv_qact {
+  const float *d; /* K/32 block scales */
+  const int8_t *q; /* K values */
+} nv_qact;
+
+#define NV_QROWS 4 /* activation rows a weight block is unpacked for at once */
+
+/* out[r] = dot(weight row w of nb Q8_0/Q4_0 blocks, activation row a[r]) for r < nr (any nr) */
+typedef void (*nv_qdot_fn)(const uint8_t *w, int64_t nb, const nv_qact *a, int nr, float *out);
 void nv_quantize_row_q8(const float *x, int64_t k, float *d, int8_t *q);
 nv_qdot_fn nv_qdot_select(uint32_t dtype, int dotprod);
 int nv_have_dotprod(void);
