@@ -421,10 +421,12 @@ __kernel void gemm_any(gcbytes *a, ulong aoff, int adt, gcbytes *b, ulong boff, 
  * MATMUL without local memory or barriers, for CPU devices (PoCL runs a work-group as loops,
  * where barriers and local staging cost more than they save) and for M < 4 (decode). Each item
  * computes RM rows x 4 columns as dot products along K, which both a and b store contiguously.
- * Rows past M or N are clamped for loading and never stored.
+ * Rows past M or N are clamped for loading and never stored. mfast: consecutive items step
+ * along M (they then share the rows of b, which the host picks when b is the larger operand).
  */
 #define GEMM_BLK_BODY(RM, DOT)                                                                   \
-  long n0 = (long)get_global_id(0) * 4, m0 = (long)get_global_id(1) * RM;                        \
+  long g0 = (long)get_global_id(0), g1 = (long)get_global_id(1);                                 \
+  long n0 = (mfast ? g1 : g0) * 4, m0 = (mfast ? g0 : g1) * RM;                                  \
   long bt = get_global_id(2), b0 = bt / B1, b1 = bt % B1;                                        \
   if (n0 >= N || m0 >= M) return;                                                                \
   ulong abase = (ulong)(b0 * sa0 + b1 * sa1), bbase = (ulong)(b0 * sb0 + b1 * sb1);              \
@@ -479,13 +481,14 @@ __kernel void gemm_any(gcbytes *a, ulong aoff, int adt, gcbytes *b, ulong boff, 
 
 #define GEMM_BLK_F32(name, RM)                                                                   \
   __kernel void name(gcbytes *a, ulong aoff, gcbytes *b, ulong boff, gbytes *o, ulong ooff,      \
-                     long M, long N, long K, long B1, long sa0, long sa1, long sb0, long sb1) {  \
+                     long M, long N, long K, long B1, long sa0, long sa1, long sb0, long sb1,    \
+                     int mfast) {                                                                \
     GEMM_BLK_BODY(RM, DOT_F32(RM))                                                               \
   }
 #define GEMM_BLK_ANY(name, RM)                                                                   \
   __kernel void name(gcbytes *a, ulong aoff, int adt, gcbytes *b, ulong boff, int bdt,           \
                      float bscale, gbytes *o, ulong ooff, int odt, long M, long N, long K,       \
-                     long B1, long sa0, long sa1, long sb0, long sb1) {                          \
+                     long B1, long sa0, long sa1, long sb0, long sb1, int mfast) {               \
     GEMM_BLK_BODY(RM, DOT_ANY(RM))                                                               \
   }
 
@@ -548,7 +551,7 @@ inline float hsum16(float16 v) {
 #define GEMM_Q(name, RM)                                                                         \
   __kernel void name(gcbytes *a, ulong aoff, int adt, gcbytes *b, ulong boff, int bdt,           \
                      float bscale, gbytes *o, ulong ooff, int odt, long M, long N, long K,       \
-                     long B1, long sa0, long sa1, long sb0, long sb1) {                          \
+                     long B1, long sa0, long sa1, long sb0, long sb1, int mfast) {               \
     GEMM_BLK_BODY(RM, DOT_Q(RM))                                                                 \
   }
 GEMM_Q(gemm_q_4, 4)

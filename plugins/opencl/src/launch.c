@@ -142,20 +142,25 @@ static cl_int matmul(ocl_ctx *c, cl_command_queue q, const xpu_ir_node *nd, cons
     kid = f32 ? (rm == 4 ? K_GEMM_BLK_F32_4 : K_GEMM_BLK_F32_1)
           : quant ? (rm == 4 ? K_GEMM_Q_4 : K_GEMM_Q_1)
               : (rm == 4 ? K_GEMM_BLK_ANY_4 : K_GEMM_BLK_ANY_1);
+    /* neighbouring items share the operand they both read: step along M when b is larger, so
+     * b's rows stay in cache while a streams, else along N */
+    int mfast = N > M && M >= 4 * rm;
     if (f32)
-      ce = args(c->k[kid], "mumumullllllll", ra.mem, ra.off, rb.mem, rb.off, ro.mem, ro.off, M, N,
-                K, ob[1], sa[0], sa[1], sb[0], sb[1]);
+      ce = args(c->k[kid], "mumumulllllllli", ra.mem, ra.off, rb.mem, rb.off, ro.mem, ro.off, M, N,
+                K, ob[1], sa[0], sa[1], sb[0], sb[1], mfast);
     else
-      ce = args(c->k[kid], "muimuifmuillllllll", ra.mem, ra.off, (int)a->dtype, rb.mem, rb.off,
+      ce = args(c->k[kid], "muimuifmuilllllllli", ra.mem, ra.off, (int)a->dtype, rb.mem, rb.off,
                 (int)b->dtype, (double)bscale, ro.mem, ro.off, (int)o->dtype, M, N, K, ob[1],
-                sa[0], sa[1], sb[0], sb[1]);
+                sa[0], sa[1], sb[0], sb[1], mfast);
     if (ce) return ce;
-    /* one SIMD width (CPU) or warp (GPU) per group: the items share nothing, and PoCL runs a
-     * group as a loop vectorised across its items */
-    size_t cols = (size_t)((N + 3) / 4), l = local_for(c, kid, 1);
-    while (l > 1 && l / 2 >= cols) l /= 2;
+    size_t cols = (size_t)((N + 3) / 4), rows = (size_t)((M + rm - 1) / rm);
+    size_t d0 = mfast ? rows : cols, d1 = mfast ? cols : rows;
+    /* one SIMD width (CPU) or warp (GPU) per group: the items share no local memory, and PoCL
+     * runs a group as one loop vectorised across its items */
+    size_t l = local_for(c, kid, c->kpref[kid]);
+    while (l > 1 && l / 2 >= d0) l /= 2;
     size_t lsz[3] = {l, 1, 1};
-    size_t gsz[3] = {(cols + l - 1) / l * l, (size_t)((M + rm - 1) / rm), (size_t)(ob[0] * ob[1])};
+    size_t gsz[3] = {(d0 + l - 1) / l * l, d1, (size_t)(ob[0] * ob[1])};
     return P.cl.clEnqueueNDRangeKernel(q, c->k[kid], 3, NULL, gsz, lsz, 0, NULL, NULL);
   }
   size_t s = c->gemm_side, tile = 4 * s;
