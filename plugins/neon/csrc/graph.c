@@ -213,6 +213,19 @@ int nv_node_supported(const xpu_ir_graph *g, const xpu_ir_node *n, uint32_t *pre
   NO("unknown op %u", op);
 }
 
+int nv_check_tensors(const xpu_ir_graph *g, char *err, size_t cap) {
+  for (uint32_t t = 0; t < g->header->n_tensors; t++) {
+    const xpu_ir_tensor *x = &g->tensors[t];
+    uint64_t n = 1;
+    for (uint32_t d = 0; d < x->rank; d++)
+      if (__builtin_mul_overflow(n, (uint64_t)x->shape[d], &n) || n > NV_MAX_ELEMS) {
+        snprintf(err, cap, "tensor %u has more than 2^44 elements", t);
+        return 0;
+      }
+  }
+  return 1;
+}
+
 uint32_t nv_op_support(const xpu_op_query *q) {
   uint32_t op = q->op, in = q->dtype_in, w = q->dtype_weight, out = q->dtype_out;
   if (op == XPU_OP_INVALID || op >= XPU_OP_COUNT) return XPU_VERDICT_NO;
@@ -345,6 +358,12 @@ xpu_status nv_plan(nv_executable *e, char *err, size_t cap) {
       } else {
         p->offset = top;
         top += need;
+        if (top > ((uint64_t)1 << 48)) {
+          free(last_use);
+          free(free_list);
+          snprintf(err, cap, "intermediate values need more than 2^48 bytes");
+          return XPU_E_OUT_OF_MEMORY;
+        }
       }
     }
     /* free the arena values whose last reader is this node (not the output itself) */

@@ -153,6 +153,10 @@ typedef struct nv_execution {
  * receives the XPU_PREC_* the kernel runs at. */
 int nv_node_supported(const xpu_ir_graph *g, const xpu_ir_node *n, uint32_t *precision,
                       char *reason, size_t cap);
+/* Every tensor's size fits the plugin's 64-bit arithmetic (at most NV_MAX_ELEMS elements, so
+ * that element counts times 8 bytes cannot overflow); 0 with a message otherwise. */
+#define NV_MAX_ELEMS ((uint64_t)1 << 44)
+int nv_check_tensors(const xpu_ir_graph *g, char *err, size_t cap);
 /* Static answer for op_support. */
 uint32_t nv_op_support(const xpu_op_query *q);
 /* Builds the memory plan of exe (after parse and per-node checks). */

@@ -378,6 +378,7 @@ static xpu_status api_graph_analyze(xpu_context ch, const void *ir, uint64_t ir_
   char err[256];
   xpu_status s = xpu_ir_parse(ir, ir_size, &g, err, sizeof err);
   if (s != XPU_OK) return xpu_fail(&nv_reg, ch, s, "graph_analyze: %s", err);
+  if (!nv_check_tensors(&g, err, sizeof err)) return xpu_fail(&nv_reg, ch, XPU_E_INVALID_ARG, "graph_analyze: %s", err);
   if (!out && g.header->n_nodes) return xpu_fail(&nv_reg, ch, XPU_E_INVALID_ARG, "graph_analyze: null out");
   if (cap < g.header->n_nodes)
     return xpu_fail(&nv_reg, ch, XPU_E_INVALID_ARG, "graph_analyze: room for %u verdicts, the graph has %u nodes", cap,
@@ -449,6 +450,7 @@ static xpu_status api_graph_prepare(xpu_context ch, const xpu_prepare_desc *d, x
   atomic_fetch_add(&c->children, 1);
   char err[256];
   xpu_status s = xpu_ir_parse(blob, d->ir_size, &e->g, err, sizeof err);
+  if (s == XPU_OK && !nv_check_tensors(&e->g, err, sizeof err)) s = XPU_E_INVALID_ARG;
   if (s != XPU_OK) {
     executable_free(e);
     return xpu_fail(&nv_reg, ch, s, "graph_prepare: %s", err);
