@@ -10,22 +10,32 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// Level 3: buffers. Zero-copy import of host memory, outputs bound at an offset inside a larger
+// Level 3: buffers. Zero-copy import of host memory and of a memfd, outputs bound at an offset inside a larger
 // buffer (how a KV cache is appended), and two executions of one executable in parallel.
 
 func bufferCases() []testCase {
 	return []testCase{
 		{name: "BUFFER(import-host)", level: 3, op: "ADD", dtype: "f32", run: (*runner).importHost},
+		{name: "BUFFER(import-fd)", level: 3, op: "ADD", dtype: "f32", run: (*runner).importFD},
 		{name: "BUFFER(offset-binding,kv-append)", level: 3, op: "SCALE", dtype: "f32", run: (*runner).kvAppend},
 		{name: "BUFFER(parallel-executions)", level: 3, op: "MATMUL", dtype: "f32/f32", run: (*runner).parallel},
 	}
 }
 
-// importHost imports mmap'd host memory for the inputs and the output, runs, and reads the
-// result from the host's bytes without buffer_read or map: the backend must have written them.
-func (r *runner) importHost(ctx context.Context, res *CaseResult) {
-	if !r.dev.Info().Caps.Has(core.CapImportHost) {
-		res.Status, res.Reason = StatusUnsupported, "the device does not claim import-host"
+// importHost and importFD import memory the host sees for the inputs and the output, run,
+// and read the result from the host's bytes without buffer_read or map: the backend must have
+// written them there.
+func (r *runner) importHost(ctx context.Context, res *CaseResult) { r.importCase(ctx, res, false) }
+
+func (r *runner) importFD(ctx context.Context, res *CaseResult) { r.importCase(ctx, res, true) }
+
+func (r *runner) importCase(ctx context.Context, res *CaseResult, fd bool) {
+	capName, capBit := "import-host", core.CapImportHost
+	if fd {
+		capName, capBit = "import-fd", core.CapImportFD
+	}
+	if !r.dev.Info().Caps.Has(capBit) {
+		res.Status, res.Reason = StatusUnsupported, "the device does not claim "+capName
 		return
 	}
 	const n = 1000
@@ -43,16 +53,25 @@ func (r *runner) importHost(ctx context.Context, res *CaseResult) {
 	// each tensor's region starts on its own page, as a runtime's mmap'd weights or pinned
 	// staging memory would
 	const stride = (n*4 + 2*guardBytes + 4095) / 4096 * 4096
-	mem, release, err := hostMemory(3 * stride)
+	const size = n*4 + 2*guardBytes
+	var mem []byte
+	var release func()
+	var memfd int
+	var err error
+	if fd {
+		memfd, mem, release, err = memfdMemory(3 * stride)
+	} else {
+		mem, release, err = hostMemory(3 * stride)
+	}
 	if err != nil {
-		res.Status, res.Reason = StatusSkipped, fmt.Sprintf("no page-aligned host memory here: %v", err)
+		res.Status, res.Reason = StatusSkipped, fmt.Sprintf("no shareable host memory here: %v", err)
 		return
 	}
 	defer release()
 	for i := range mem {
 		mem[i] = guardByte(i)
 	}
-	region := func(i int) []byte { return mem[i*stride : i*stride+n*4+2*guardBytes] }
+	region := func(i int) []byte { return mem[i*stride : i*stride+size] }
 	copy(region(0)[guardBytes:], p.inputs[0])
 	copy(region(1)[guardBytes:], p.inputs[1])
 	before := bytes.Clone(mem)
@@ -64,9 +83,14 @@ func (r *runner) importHost(ctx context.Context, res *CaseResult) {
 	}
 	defer closeAndRecord(res, "execution", ex)
 	for i := range 3 {
-		buf, err := cctx.Import(region(i))
+		var buf core.Buffer
+		if fd {
+			buf, err = cctx.ImportFD(memfd, int64(i*stride), size)
+		} else {
+			buf, err = cctx.Import(region(i))
+		}
 		if err != nil {
-			res.fail(CatCapabilityLie, "the device claims import-host, but buffer_import failed: %v", err)
+			res.fail(CatCapabilityLie, "the device claims %s, but buffer_import failed: %v", capName, err)
 			return
 		}
 		defer closeAndRecord(res, "imported buffer", buf)
@@ -88,7 +112,7 @@ func (r *runner) importHost(ctx context.Context, res *CaseResult) {
 	}
 	got := region(2)[guardBytes : guardBytes+n*4]
 	if bytes.Equal(got, before[2*stride+guardBytes:][:n*4]) {
-		res.fail(CatCapabilityLie, "the host's output bytes are unchanged: the import is not zero-copy")
+		res.fail(CatCapabilityLie, "the host's output bytes are unchanged: the %s import is not zero-copy", capName)
 		return
 	}
 	r.judgeOutputs(res, p, [][]byte{bytes.Clone(got)}, want)

@@ -1,0 +1,22 @@
+package conformance
+
+import "golang.org/x/sys/unix"
+
+// memfdMemory makes an n-byte memfd and maps it shared, so the host sees what a backend that
+// imported the fd writes.
+func memfdMemory(n int) (int, []byte, func(), error) {
+	fd, err := unix.MemfdCreate("xpu-conformance", unix.MFD_CLOEXEC)
+	if err != nil {
+		return -1, nil, nil, err
+	}
+	if err := unix.Ftruncate(fd, int64(n)); err != nil {
+		unix.Close(fd)
+		return -1, nil, nil, err
+	}
+	mem, err := unix.Mmap(fd, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		return -1, nil, nil, err
+	}
+	return fd, mem, func() { _ = unix.Munmap(mem); _ = unix.Close(fd) }, nil
+}
