@@ -468,6 +468,39 @@ func TestProgramCache(t *testing.T) {
 	assert.NoFileExists(t, stale, "older cache files of the device are pruned")
 }
 
+// FuzzProgramCache feeds arbitrary cache files to the plugin's cache reader: every start must
+// still make a working context (the file is rebuilt), never crash or fail. The plugin reads
+// the cache when a reopened plugin (after shutdown) makes its first context.
+func FuzzProgramCache(f *testing.F) {
+	path := pluginPath(f)
+	if pr, err := abi.Probe(path); err != nil || pr.Score <= 0 {
+		f.Skip("no OpenCL device")
+	}
+	dir := f.TempDir()
+	startOnce := func(t testing.TB) {
+		p, err := abi.Open(path)
+		require.NoError(t, err)
+		h, st := p.ContextCreate(0, "")
+		require.Equal(t, abi.StatusOK, st, p.LastError(0))
+		require.Equal(t, abi.StatusOK, p.ContextRelease(h))
+		require.NoError(t, p.Close())
+	}
+	f.Setenv("XPU_CACHE_DIR", dir)
+	startOnce(f)
+	files, _ := filepath.Glob(filepath.Join(dir, "opencl-*.bin"))
+	require.Len(f, files, 1)
+	valid, err := os.ReadFile(files[0])
+	require.NoError(f, err)
+	f.Add(valid)
+	f.Add(valid[:40])
+	f.Add([]byte("XPUCLBN1"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		require.NoError(t, os.WriteFile(files[0], data, 0o644))
+		startOnce(t)
+	})
+}
+
 // ---------------------------------------------------------------- benchmark
 
 // BenchmarkGEMM reports f32 MATMUL throughput of this plugin and, when it is built, of the NEON
