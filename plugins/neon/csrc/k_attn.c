@@ -233,6 +233,10 @@ xpu_status nv_k_attention(nv_run *r, const xpu_ir_node *n) {
     memcpy(&off, r->ptr[n->inputs[3]], 4);
     A.off = off;
   }
+  /* any offset past these bounds means the same (all keys or none): clamping keeps i + off
+   * from overflowing */
+  if (A.off > A.Tk) A.off = A.Tk;
+  if (A.off < -A.Tq - 1) A.off = -A.Tq - 1;
   A.scale = n->fattr[0] != 0 ? n->fattr[0] : (A.D > 0 ? 1.0f / sqrtf((float)A.D) : 1.0f);
   A.r = r;
   if (A.Tq * A.Hq * A.Dv == 0) return XPU_OK;

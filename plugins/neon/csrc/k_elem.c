@@ -309,6 +309,9 @@ static xpu_status rows_op(nv_run *r, const xpu_ir_node *n) {
   A.scale = n->fattr[0] == 0 ? 1.0f : n->fattr[0];
   A.causal = n->op == XPU_OP_SOFTMAX && n->iattr[0] == 1;
   A.offset = n->iattr[1];
+  /* past these bounds every offset means the same; clamping keeps i + offset from overflowing */
+  if (A.offset > A.k) A.offset = A.k;
+  if (A.offset < -A.m - 1) A.offset = -A.m - 1;
   A.r = r;
   if (A.rows == 0 || A.k == 0) return XPU_OK;
   nv_parallel(r, A.rows * A.k * 4, row_task, &A);
