@@ -150,4 +150,3 @@ func orBuiltin(path string) string {
 	}
 	return path
 }
-
