@@ -18,6 +18,10 @@ func init() {
 	register(&command{name: "conform", summary: "run the conformance suite on backends", run: runConform})
 }
 
+// defaultReportDir is where reports go unless --report says otherwise: beside the other build
+// outputs, where `make test` keeps them.
+const defaultReportDir = "build/conformance"
+
 // stringList is a repeatable flag.
 type stringList []string
 
@@ -33,7 +37,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	device := fs.Int("device", 0, "device index")
 	filter := fs.String("filter", "", "run only the cases whose name matches this regular expression")
 	isolated := fs.Bool("isolated", false, "load plugins in a child process, so a crash fails a case instead of the run")
-	reportDir := fs.String("report", "", "write <backend>.json, .md and .xml into this folder")
+	reportDir := fs.String("report", defaultReportDir, `write <backend>.json, .md and .xml into this folder ("" for none)`)
 	seed := fs.Uint64("seed", 0, "input seed (a failing case prints the seed that reproduces it)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: xpu conform [--plugin NAME|PATH]... [--all] [--device N] [--filter REGEX] [--isolated] [--report DIR] [--seed S]")

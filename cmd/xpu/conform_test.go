@@ -29,7 +29,7 @@ func TestConformCommand(t *testing.T) {
 	}{
 		{"reference subset", []string{"conform", "--plugin", "ref", "--filter", `^RELU\(dtype=f32`, "--report", dir}, 0,
 			"9 passed, 0 failed, 0 unsupported"},
-		{"missing plugin", []string{"conform", "--plugin", filepath.Join(dir, "libxpu-none.so")}, 1,
+		{"missing plugin", []string{"conform", "--report", "", "--plugin", filepath.Join(dir, "libxpu-none.so")}, 1,
 			"0 passed, 1 failed, 0 unsupported"},
 		{"no backend named", []string{"conform"}, 2, ""},
 		{"bad filter", []string{"conform", "--plugin", "ref", "--filter", "("}, 2, ""},
