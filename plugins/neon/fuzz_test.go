@@ -2,7 +2,6 @@ package neon_test
 
 import (
 	"encoding/binary"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -81,10 +80,7 @@ func fuzzSeeds(f *testing.F) {
 // crash or write out of bounds.
 func FuzzGraph(f *testing.F) {
 	fuzzSeeds(f)
-	var files []string
-	for _, p := range pluginFilesF(f) {
-		files = append(files, p)
-	}
+	files := pluginFiles(f)
 	p, err := abi.Open(files[0])
 	if err != nil {
 		f.Skipf("%s: %v", files[0], err)
@@ -123,13 +119,4 @@ func FuzzGraph(f *testing.F) {
 		}
 		_ = p.ExecutionRun(ex) // any status is fine; a crash is not
 	})
-}
-
-// pluginFilesF is pluginFiles for a fuzz target.
-func pluginFilesF(f *testing.F) []string {
-	m, _ := filepath.Glob(filepath.Join("..", "..", "build", "plugins", "libxpu-neon*.so"))
-	if len(m) == 0 {
-		f.Skip("no libxpu-neon*.so in build/plugins: run `make plugins` first")
-	}
-	return m
 }

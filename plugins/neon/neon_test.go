@@ -15,18 +15,15 @@ import (
 	"github.com/xpuhub/xpu/loader"
 )
 
-// pluginFiles lists the NEON builds to test: the files in XPU_PLUGIN_PATH (the arm64 run under
+// findPlugins lists the NEON builds to test: the files in XPU_PLUGIN_PATH (the arm64 run under
 // qemu sets it) or else every libxpu-neon*.so in build/plugins, each variant on its own.
-func pluginFiles(t *testing.T) []string {
-	t.Helper()
-	var dirs []string
+func findPlugins() (files, searched []string) {
 	if env := os.Getenv(loader.EnvPluginPath); env != "" {
-		dirs = strings.Split(env, ":")
+		searched = strings.Split(env, ":")
 	} else {
-		dirs = []string{filepath.Join("..", "..", "build", "plugins")}
+		searched = []string{filepath.Join("..", "..", "build", "plugins")}
 	}
-	var files []string
-	for _, d := range dirs {
+	for _, d := range searched {
 		if st, err := os.Stat(d); err == nil && !st.IsDir() {
 			if strings.HasPrefix(filepath.Base(d), "libxpu-neon") {
 				files = append(files, d)
@@ -36,8 +33,15 @@ func pluginFiles(t *testing.T) []string {
 		m, _ := filepath.Glob(filepath.Join(d, "libxpu-neon*.so"))
 		files = append(files, m...)
 	}
+	return files, searched
+}
+
+// pluginFiles is findPlugins, skipping the test when there is no build.
+func pluginFiles(t testing.TB) []string {
+	t.Helper()
+	files, searched := findPlugins()
 	if len(files) == 0 {
-		t.Skipf("no libxpu-neon*.so in %v: run `make plugins` first", dirs)
+		t.Skipf("no libxpu-neon*.so in %v: run `make plugins` first", searched)
 	}
 	return files
 }

@@ -63,7 +63,7 @@ xpu_status nv_execute(nv_execution *x) {
   for (uint32_t i = 0; i < g->header->n_outputs && s == XPU_OK; i++) {
     uint32_t t = g->outputs[i], io = g->header->n_inputs + i;
     uint8_t *dst = x->bind[io]->data + x->bind_off[io];
-    if (dst != ptr[t]) memmove(dst, ptr[t], e->plan[t].nbytes);
+    if (dst != ptr[t] && e->plan[t].nbytes) memmove(dst, ptr[t], e->plan[t].nbytes);
   }
   if (ptr != stack_ptrs) free(ptr);
   return s;

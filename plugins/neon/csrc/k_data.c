@@ -235,7 +235,7 @@ xpu_status nv_k_dequantize(nv_run *r, const xpu_ir_node *n) {
 
 xpu_status nv_k_reshape(nv_run *r, const xpu_ir_node *n) {
   const xpu_ir_tensor *x = &r->g->tensors[n->inputs[0]];
-  if (r->ptr[n->output] != r->ptr[n->inputs[0]]) memmove(r->ptr[n->output], r->ptr[n->inputs[0]], xpu_ir_nbytes(x));
+  if (xpu_ir_nbytes(x) && r->ptr[n->output] != r->ptr[n->inputs[0]]) memmove(r->ptr[n->output], r->ptr[n->inputs[0]], xpu_ir_nbytes(x));
   return XPU_OK;
 }
 
@@ -285,6 +285,7 @@ xpu_status nv_k_slice(nv_run *r, const xpu_ir_node *n) {
   int64_t axis = n->iattr[0], start = n->iattr[1], outer, inner;
   split_axis(x, axis, &outer, &inner);
   int64_t xl = x->shape[axis], ol = o->shape[axis];
+  if (ol * inner == 0) return XPU_OK;
   for (int64_t i = 0; i < outer; i++)
     memcpy(r->ptr[n->output] + i * ol * inner, r->ptr[n->inputs[0]] + (i * xl + start) * inner, (size_t)(ol * inner));
   return XPU_OK;
@@ -298,7 +299,7 @@ xpu_status nv_k_concat(nv_run *r, const xpu_ir_node *n) {
   for (uint32_t k = 0; k < n->n_inputs; k++) {
     const xpu_ir_tensor *x = &r->g->tensors[n->inputs[k]];
     int64_t xl = x->shape[axis];
-    for (int64_t i = 0; i < outer; i++)
+    for (int64_t i = 0; i < outer && xl * inner > 0; i++)
       memcpy(r->ptr[n->output] + (i * ol + at) * inner, r->ptr[n->inputs[k]] + i * xl * inner, (size_t)(xl * inner));
     at += xl;
   }

@@ -535,7 +535,8 @@ static xpu_status api_execution_create(xpu_executable eh, xpu_execution *out) {
   x->scratch_threads = e->threads;
   void *arena = NULL, *scratch = NULL, *shared = NULL;
   int ok = x->bind && x->bind_off;
-  if (ok && e->arena_bytes) ok = posix_memalign(&arena, NV_ALIGN, e->arena_bytes) == 0;
+  /* never NULL, so that a zero-size value still has an address */
+  if (ok) ok = posix_memalign(&arena, NV_ALIGN, e->arena_bytes ? e->arena_bytes : NV_ALIGN) == 0;
   if (ok && e->scratch_bytes) ok = posix_memalign(&scratch, NV_ALIGN, e->scratch_bytes * (uint64_t)e->threads) == 0;
   if (ok && e->shared_bytes) ok = posix_memalign(&shared, NV_ALIGN, e->shared_bytes) == 0;
   x->arena = (uint8_t *)arena;
