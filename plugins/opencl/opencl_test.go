@@ -156,6 +156,42 @@ func TestContextOptions(t *testing.T) {
 	}
 }
 
+func TestImportFDErrors(t *testing.T) {
+	b := openBackend(t)
+	d := b.Devices()[0]
+	if !d.Info().Caps.Has(core.CapImportFD) {
+		t.Skip("the device does not import fds")
+	}
+	cc, err := d.NewContext(context.Background(), nil)
+	require.NoError(t, err)
+	defer cc.Close()
+	f, err := os.CreateTemp(t.TempDir(), "small")
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, f.Truncate(4096))
+	tests := []struct {
+		name         string
+		fd           int
+		offset, size int64
+	}{
+		{"negative fd", -1, 0, 64},
+		{"not an fd", 1 << 20, 0, 64},
+		{"size 0", int(f.Fd()), 0, 0},
+	}
+	for _, tc := range tests {
+		_, err := cc.ImportFD(tc.fd, tc.offset, tc.size)
+		assert.ErrorIs(t, err, core.ErrInvalidArgument, tc.name)
+	}
+	buf, err := cc.ImportFD(int(f.Fd()), 100, 64) // an offset inside a page
+	require.NoError(t, err)
+	require.NoError(t, buf.Write(0, []byte("xpu")))
+	require.NoError(t, buf.Close())
+	got := make([]byte, 3)
+	_, err = f.ReadAt(got, 100)
+	require.NoError(t, err)
+	assert.Equal(t, "xpu", string(got), "the import shares the file's bytes")
+}
+
 func TestDeviceInfo(t *testing.T) {
 	b := openBackend(t)
 	require.NotEmpty(t, b.Devices())
@@ -164,7 +200,7 @@ func TestDeviceInfo(t *testing.T) {
 		assert.NotEmpty(t, in.Name)
 		assert.True(t, in.Caps.Has(core.CapAsync|core.CapHostVisible|core.CapConcurrent), "caps %s", in.Caps)
 		assert.False(t, in.Caps.Has(core.CapSerialize), "serialize is not implemented")
-		if in.Caps.Has(core.CapImportHost) {
+		if in.Caps.Has(core.CapImportHost) || in.Caps.Has(core.CapImportFD) {
 			assert.True(t, in.Caps.Has(core.CapUnifiedMemory), "zero-copy import needs shared memory")
 		}
 	}

@@ -87,6 +87,8 @@ typedef struct ocl_buf {
   uint64_t size;
   uint32_t kind;
   int imported;
+  void *fd_map;   /* XPU_IMPORT_FD: our mapping of the fd, unmapped at release */
+  size_t fd_len;
   void *mapped;
   pthread_mutex_t mu;
   ocl_sub *last; /* the latest submission that used it */

@@ -2,9 +2,12 @@
  * plugin.c: the two exports, plugin and device info, contexts and buffers of the OpenCL plugin.
  * Graphs and executions are in graph.c, fences in fence.c, the program cache in program.c.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "ocl.h"
 
@@ -128,8 +131,8 @@ static void describe(ocl_device *d) {
   /* host-visible: every buffer maps; async: submit only enqueues. USE_HOST_PTR is zero-copy
    * only where the device reads host memory itself. */
   in->caps = XPU_CAP_ASYNC | XPU_CAP_HOST_VISIBLE | XPU_CAP_CONCURRENT; /* a queue per execution */
-  if (unified || in->kind == XPU_DEVICE_CPU)
-    in->caps |= XPU_CAP_UNIFIED_MEMORY | XPU_CAP_IMPORT_HOST;
+  if (unified || in->kind == XPU_DEVICE_CPU) /* an fd import is a mapping of it, then the same */
+    in->caps |= XPU_CAP_UNIFIED_MEMORY | XPU_CAP_IMPORT_HOST | XPU_CAP_IMPORT_FD;
   if (strstr(ext, "cl_khr_fp16")) in->caps |= XPU_CAP_FP16;
 }
 
@@ -425,6 +428,7 @@ static xpu_status buf_register(ocl_ctx *c, ocl_buf *b, xpu_buffer *out, xpu_hand
   xpu_handle h = xpu_reg_add(&P.reg, T_BUF, b);
   if (!h) {
     P.cl.clReleaseMemObject(b->mem);
+    if (b->fd_map) munmap(b->fd_map, b->fd_len);
     pthread_mutex_destroy(&b->mu);
     free(b);
     return xpu_fail(&P.reg, ctx_h, XPU_E_OUT_OF_MEMORY, "buffer: registry full");
@@ -440,14 +444,15 @@ static xpu_status buffer_alloc(xpu_context ctx_h, uint64_t size, uint32_t kind, 
   if (!out) return xpu_fail(&P.reg, ctx_h, XPU_E_INVALID_ARG, "buffer_alloc: null out");
   if (kind > XPU_BUFFER_HOST_VISIBLE)
     return xpu_fail(&P.reg, ctx_h, XPU_E_INVALID_ARG, "buffer_alloc: unknown kind %u", kind);
-  if (size == 0 || size > c->dev->max_alloc)
-    return xpu_fail(&P.reg, ctx_h, size ? XPU_E_OUT_OF_MEMORY : XPU_E_INVALID_ARG,
-                    "buffer_alloc: size %llu outside [1, %llu] (CL_DEVICE_MAX_MEM_ALLOC_SIZE)",
+  if (size > c->dev->max_alloc)
+    return xpu_fail(&P.reg, ctx_h, XPU_E_OUT_OF_MEMORY,
+                    "buffer_alloc: %llu bytes exceed CL_DEVICE_MAX_MEM_ALLOC_SIZE (%llu)",
                     (unsigned long long)size, (unsigned long long)c->dev->max_alloc);
   cl_mem_flags fl = CL_MEM_READ_WRITE;
   if (kind == XPU_BUFFER_HOST_VISIBLE) fl |= CL_MEM_ALLOC_HOST_PTR;
   cl_int ce = CL_SUCCESS;
-  cl_mem m = P.cl.clCreateBuffer(c->dev->clctx, fl, size, NULL, &ce);
+  /* an empty tensor still gets a buffer: OpenCL has no 0-byte buffers, so it holds 1 */
+  cl_mem m = P.cl.clCreateBuffer(c->dev->clctx, fl, size ? size : 1, NULL, &ce);
   if (!m) return ocl_clfail(ctx_h, ce, "clCreateBuffer");
   ocl_buf *b = calloc(1, sizeof *b);
   if (!b) {
@@ -462,34 +467,63 @@ static xpu_status buffer_alloc(xpu_context ctx_h, uint64_t size, uint32_t kind, 
   return buf_register(c, b, out, ctx_h);
 }
 
+/*
+ * Host memory is wrapped with CL_MEM_USE_HOST_PTR, zero-copy where the device reads host memory
+ * itself (the only devices that claim the import caps). An fd (memfd, dma-buf) is mapped
+ * MAP_SHARED and wrapped the same way; the mapping, not the fd, is kept.
+ */
 static xpu_status buffer_import(xpu_context ctx_h, const xpu_import_desc *desc, xpu_buffer *out) {
   ocl_ctx *c = xpu_reg_get(&P.reg, ctx_h, T_CTX);
   if (!c) return xpu_fail(&P.reg, ctx_h, XPU_E_INVALID_HANDLE, "buffer_import: invalid context");
   if (!desc || !out || desc->struct_size < offsetof(xpu_import_desc, size) + sizeof(uint64_t))
     return xpu_fail(&P.reg, ctx_h, XPU_E_INVALID_ARG, "buffer_import: null or short desc/out");
-  if (desc->kind != XPU_IMPORT_HOST)
-    return xpu_fail(&P.reg, ctx_h, XPU_E_UNSUPPORTED,
-                    "buffer_import: only host memory (XPU_IMPORT_HOST) can be imported");
-  if (!(c->dev->info.caps & XPU_CAP_IMPORT_HOST))
+  if (desc->kind != XPU_IMPORT_HOST && desc->kind != XPU_IMPORT_FD)
+    return xpu_fail(&P.reg, ctx_h, XPU_E_INVALID_ARG, "buffer_import: unknown kind %u", desc->kind);
+  uint64_t cap = desc->kind == XPU_IMPORT_HOST ? XPU_CAP_IMPORT_HOST : XPU_CAP_IMPORT_FD;
+  if (!(c->dev->info.caps & cap))
     return xpu_fail(&P.reg, ctx_h, XPU_E_UNSUPPORTED,
                     "buffer_import: %s does not share host memory, an import would copy",
                     c->dev->info.name);
-  if (!desc->host_ptr || desc->size == 0)
-    return xpu_fail(&P.reg, ctx_h, XPU_E_INVALID_ARG, "buffer_import: null pointer or size 0");
+  if (desc->size == 0 || desc->size > SIZE_MAX)
+    return xpu_fail(&P.reg, ctx_h, XPU_E_INVALID_ARG, "buffer_import: size 0 or too large");
+  void *host = NULL, *fd_map = NULL;
+  size_t fd_len = 0;
+  if (desc->kind == XPU_IMPORT_HOST) {
+    if (!desc->host_ptr)
+      return xpu_fail(&P.reg, ctx_h, XPU_E_INVALID_ARG, "buffer_import: null host pointer");
+    host = (uint8_t *)desc->host_ptr + desc->offset;
+  } else {
+    long page = sysconf(_SC_PAGESIZE);
+    uint64_t start = desc->offset / (uint64_t)page * (uint64_t)page;
+    if (desc->fd < 0 || desc->fd > INT32_MAX)
+      return xpu_fail(&P.reg, ctx_h, XPU_E_INVALID_ARG, "buffer_import: bad fd %lld",
+                      (long long)desc->fd);
+    fd_len = (size_t)(desc->offset - start + desc->size);
+    fd_map = mmap(NULL, fd_len, PROT_READ | PROT_WRITE, MAP_SHARED, (int)desc->fd, (off_t)start);
+    if (fd_map == MAP_FAILED)
+      return xpu_fail(&P.reg, ctx_h, XPU_E_INVALID_ARG,
+                      "buffer_import: mmap of fd %lld [%llu, +%llu) failed: %s", (long long)desc->fd,
+                      (unsigned long long)desc->offset, (unsigned long long)desc->size,
+                      strerror(errno));
+    host = (uint8_t *)fd_map + (desc->offset - start);
+  }
   cl_int ce = CL_SUCCESS;
   cl_mem m = P.cl.clCreateBuffer(c->dev->clctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
-                                 desc->size, (uint8_t *)desc->host_ptr + desc->offset, &ce);
-  if (!m) return ocl_clfail(ctx_h, ce, "clCreateBuffer(CL_MEM_USE_HOST_PTR)");
-  ocl_buf *b = calloc(1, sizeof *b);
+                                 desc->size, host, &ce);
+  ocl_buf *b = m ? calloc(1, sizeof *b) : NULL;
   if (!b) {
-    P.cl.clReleaseMemObject(m);
-    return xpu_fail(&P.reg, ctx_h, XPU_E_OUT_OF_MEMORY, "buffer_import: out of memory");
+    if (m) P.cl.clReleaseMemObject(m);
+    if (fd_map) munmap(fd_map, fd_len);
+    return m ? xpu_fail(&P.reg, ctx_h, XPU_E_OUT_OF_MEMORY, "buffer_import: out of memory")
+             : ocl_clfail(ctx_h, ce, "clCreateBuffer(CL_MEM_USE_HOST_PTR)");
   }
   b->ctx = c;
   b->mem = m;
   b->size = desc->size;
   b->kind = XPU_BUFFER_HOST_VISIBLE;
   b->imported = 1;
+  b->fd_map = fd_map;
+  b->fd_len = fd_len;
   pthread_mutex_init(&b->mu, NULL);
   return buf_register(c, b, out, ctx_h);
 }
@@ -506,7 +540,7 @@ static xpu_status buffer_map(xpu_buffer h, void **out) {
   }
   cl_int ce = CL_SUCCESS;
   void *p = P.cl.clEnqueueMapBuffer(b->ctx->q, b->mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
-                                    b->size, 0, NULL, NULL, &ce);
+                                    b->size ? b->size : 1, 0, NULL, NULL, &ce);
   if (!p) {
     pthread_mutex_unlock(&b->mu);
     return ocl_clfail(h, ce, "clEnqueueMapBuffer");
@@ -588,6 +622,7 @@ static xpu_status buffer_release(xpu_buffer h) {
   }
   ocl_sub_unref(b->last);
   P.cl.clReleaseMemObject(b->mem);
+  if (b->fd_map) munmap(b->fd_map, b->fd_len);
   atomic_fetch_sub(&b->ctx->children, 1);
   pthread_mutex_destroy(&b->mu);
   free(b);

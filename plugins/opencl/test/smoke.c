@@ -368,6 +368,18 @@ int main(int argc, char **argv) {
   test_async_chain(ctx);
   test_get_rows_error(ctx);
   CHECK(A->buffer_release(12345) == XPU_E_INVALID_HANDLE, "foreign handle accepted");
+  { /* an empty tensor's buffer: size 0, still maps */
+    xpu_buffer zb;
+    uint64_t zs = 1;
+    void *zp = NULL;
+    OK(A->buffer_alloc(ctx, 0, XPU_BUFFER_HOST_VISIBLE, &zb), ctx);
+    OK(A->buffer_size(zb, &zs), zb);
+    CHECK(zs == 0, "size %llu", (unsigned long long)zs);
+    OK(A->buffer_map(zb, &zp), zb);
+    CHECK(zp != NULL, "null map");
+    OK(A->buffer_unmap(zb), zb);
+    OK(A->buffer_release(zb), zb);
+  }
   if (di.caps & XPU_CAP_IMPORT_HOST) { /* the driver refuses the size: its error is named */
     static char small[64];
     xpu_import_desc id = {sizeof id, XPU_IMPORT_HOST, small, -1, 0, 1ull << 62};
