@@ -179,3 +179,14 @@ func TestModelCaseHook(t *testing.T) {
 		assert.Equal(t, 5, got.Level)
 	}
 }
+
+func TestReportFolderErrors(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	_, err := Run(context.Background(), ref.New(), WithFilter(regexp.MustCompile(`^NEG\(dtype=f32,shape=\[1\]\)$`)),
+		WithReportDir(filepath.Join(file, "reports")))
+	assert.Error(t, err, "a report folder under a file cannot be made")
+
+	rep := &Report{Backend: BackendRecord{Name: "we/ird name"}, Device: DeviceRecord{Index: 2}}
+	assert.Equal(t, "we_ird_name-2", rep.FileBase())
+}
