@@ -160,3 +160,30 @@ func TestGraphsPreparedOnce(t *testing.T) {
 	}
 	assert.Equal(t, 2*stages, n, "no graph is prepared after the runner is made")
 }
+
+// TestF16KVCache: an F16 cache changes the logits only by half-precision rounding of K and V.
+func TestF16KVCache(t *testing.T) {
+	m := openStories(t)
+	ids := m.Tokenizer.Encode(storyPrompt, true)
+	logits := func(dt core.DType) []float32 {
+		r, err := NewRunner(context.Background(), m, refDevice(t), WithKVCacheType(dt), WithChunkSize(8), WithContextLength(64))
+		require.NoError(t, err)
+		defer r.Close()
+		l, err := r.Prefill(context.Background(), ids)
+		require.NoError(t, err)
+		return l
+	}
+	want, got := logits(core.F32), logits(core.F16)
+	var num, den float64
+	for i := range want {
+		d := float64(got[i] - want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	t.Logf("F16 KV cache logits NMSE %.3g", num/den)
+	assert.Less(t, num/den, 1e-5)
+	assert.Greater(t, num/den, 0.0)
+
+	_, err := NewRunner(context.Background(), m, refDevice(t), WithKVCacheType(core.Q8_0))
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
+}

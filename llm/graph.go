@@ -50,13 +50,13 @@ func (m *Model) addPosInputs(g *core.Graph, c int64) posInputs {
 }
 
 // buildEmbedStage builds stage 0 for chunk length c.
-func (m *Model) buildEmbedStage(c int64) (*core.Graph, error) {
+func (m *Model) buildEmbedStage(c int64, kv core.DType) (*core.Graph, error) {
 	g := core.NewGraph()
 	ids := g.Input("ids", core.I32, c)
 	pos := m.addPosInputs(g, c)
 	x := g.Named("embd").GetRows(m.w(g, "token_embd.weight"), ids)
 	q, k, v := m.qkv(g, x, pos, 0)
-	g.Output(x, q, k, v)
+	g.Output(x, q, toKV(g, k, kv), toKV(g, v, kv))
 	if err := g.Err(); err != nil {
 		return nil, fmt.Errorf("llm: building the embedding stage: %w", err)
 	}
@@ -64,16 +64,16 @@ func (m *Model) buildEmbedStage(c int64) (*core.Graph, error) {
 }
 
 // buildLayerStage builds the stage that finishes layer l for chunk length c over a cache of
-// capacity rows.
-func (m *Model) buildLayerStage(l int, c, capacity int64) (*core.Graph, error) {
+// capacity rows of dtype kv.
+func (m *Model) buildLayerStage(l int, c, capacity int64, kv core.DType) (*core.Graph, error) {
 	cfg := m.Config
 	g := core.NewGraph()
 	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
 	H, Hkv, D := int64(cfg.Heads), int64(cfg.KVHeads), int64(cfg.HeadDim)
 	x := g.Input("x", core.F32, c, int64(cfg.Dim))
 	q := g.Input("q", core.F32, c, H, D)
-	kc := g.Input("k_cache", core.F32, capacity, Hkv, D)
-	vc := g.Input("v_cache", core.F32, capacity, Hkv, D)
+	kc := g.Input("k_cache", kv, capacity, Hkv, D)
+	vc := g.Input("v_cache", kv, capacity, Hkv, D)
 	qoff := g.Input("q_offset", core.I32, 1)
 	p := fmt.Sprintf("blk.%d.", l)
 
@@ -92,7 +92,7 @@ func (m *Model) buildLayerStage(l int, c, capacity int64) (*core.Graph, error) {
 		pos := m.addPosInputs(g, c)
 		g.SetNamePrefix(fmt.Sprintf("blk.%d.", l+1))
 		nq, nk, nv := m.qkv(g, x, pos, l+1)
-		g.Output(x, nq, nk, nv)
+		g.Output(x, nq, toKV(g, nk, kv), toKV(g, nv, kv))
 	} else {
 		g.SetNamePrefix("")
 		h := m.norm(g, x, "output_norm.weight")
@@ -102,6 +102,14 @@ func (m *Model) buildLayerStage(l int, c, capacity int64) (*core.Graph, error) {
 		return nil, fmt.Errorf("llm: building layer %d: %w", l, err)
 	}
 	return g, nil
+}
+
+// toKV converts new K/V rows to the cache's dtype.
+func toKV(g *core.Graph, t *core.Tensor, kv core.DType) *core.Tensor {
+	if kv == core.F32 {
+		return t
+	}
+	return g.Cast(t, kv)
 }
 
 // norm is RMSNorm times its weight.

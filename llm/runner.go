@@ -20,6 +20,7 @@ const DefaultChunk = 32
 const maxDefaultContext = 4096
 
 type runnerConfig struct {
+	kv       core.DType
 	chunk    int
 	ctxLen   int
 	options  map[string]string
@@ -33,6 +34,10 @@ type RunnerOption func(*runnerConfig)
 // WithChunkSize sets the prefill chunk length (default DefaultChunk). Decoding always uses
 // chunk length 1.
 func WithChunkSize(n int) RunnerOption { return func(c *runnerConfig) { c.chunk = n } }
+
+// WithKVCacheType stores the KV cache in F32 (the default) or F16, which halves its memory and
+// the bytes attention reads per token, at a small cost in precision.
+func WithKVCacheType(dt core.DType) RunnerOption { return func(c *runnerConfig) { c.kv = dt } }
 
 // WithContextLength sets the KV cache length in tokens (default: the model's, at most 4096).
 func WithContextLength(n int) RunnerOption { return func(c *runnerConfig) { c.ctxLen = n } }
@@ -87,7 +92,7 @@ type stage struct {
 // NewRunner opens a context on dev, allocates the KV cache and prepares the stage graphs for
 // the prefill chunk length and for decoding.
 func NewRunner(ctx context.Context, m *Model, dev core.Device, opts ...RunnerOption) (*Runner, error) {
-	cfg := runnerConfig{chunk: DefaultChunk, logger: slog.Default()}
+	cfg := runnerConfig{kv: core.F32, chunk: DefaultChunk, logger: slog.Default()}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -96,6 +101,9 @@ func NewRunner(ctx context.Context, m *Model, dev core.Device, opts ...RunnerOpt
 	}
 	if cfg.chunk < 1 || cfg.ctxLen < 1 {
 		return nil, fmt.Errorf("llm: chunk %d and context %d must be positive: %w", cfg.chunk, cfg.ctxLen, core.ErrInvalidArgument)
+	}
+	if cfg.kv != core.F32 && cfg.kv != core.F16 {
+		return nil, fmt.Errorf("llm: KV cache type %s (f32 or f16): %w", cfg.kv, core.ErrInvalidArgument)
 	}
 	cfg.chunk = min(cfg.chunk, cfg.ctxLen)
 	bctx, err := dev.NewContext(ctx, cfg.options)
@@ -113,7 +121,7 @@ func NewRunner(ctx context.Context, m *Model, dev core.Device, opts ...RunnerOpt
 
 func (r *Runner) init(ctx context.Context) error {
 	c := r.m.Config
-	rowBytes := int64(c.KVHeads * c.HeadDim * 4)
+	rowBytes := r.cfg.kv.Bytes(int64(c.KVHeads * c.HeadDim))
 	for l := 0; l < c.Layers; l++ {
 		for _, dst := range []*[]core.Buffer{&r.kcache, &r.vcache} {
 			b, err := r.alloc(r.cap * rowBytes)
@@ -159,7 +167,7 @@ func (r *Runner) alloc(size int64) (core.Buffer, error) {
 // prepare builds, prepares and binds every stage for chunk length c.
 func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkSet, error) {
 	cfg := r.m.Config
-	cs := &chunkSet{c: c, rowBytes: int64(cfg.KVHeads * cfg.HeadDim * 4)}
+	cs := &chunkSet{c: c, rowBytes: r.cfg.kv.Bytes(int64(cfg.KVHeads * cfg.HeadDim))}
 	xBytes := c * int64(cfg.Dim) * 4
 	qBytes := c * int64(cfg.Heads*cfg.HeadDim) * 4
 	var err error
@@ -190,9 +198,9 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkSet, 
 		// other pair: ping-pong, as a stage's input and output must not alias.
 		in, out := (s+1)%2, s%2
 		if s == 0 {
-			g, err = r.m.buildEmbedStage(c)
+			g, err = r.m.buildEmbedStage(c, r.cfg.kv)
 		} else {
-			g, err = r.m.buildLayerStage(s-1, c, r.cap)
+			g, err = r.m.buildLayerStage(s-1, c, r.cap, r.cfg.kv)
 			inputs["x"], inputs["q"] = x[in], q[in]
 			inputs["k_cache"], inputs["v_cache"] = r.kcache[s-1], r.vcache[s-1]
 		}

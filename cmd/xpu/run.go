@@ -40,9 +40,10 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	device := fs.Int("device", 0, "device index within --backend")
 	chunk := fs.Int("chunk", llm.DefaultChunk, "prefill chunk length")
 	ctxLen := fs.Int("ctx", 0, "context length in tokens (default: the model's, at most 4096)")
+	kvType := fs.String("kv", "f32", "KV cache dtype: f32 or f16")
 	threads := fs.Int("threads", 0, "worker threads for CPU backends (0 = the backend's default)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu run --model PATH [--prompt TEXT] [-n N] [--temp T] [--top-p P] [--top-k K] [--seed S] [--backend NAME | --policy POLICY] [--chunk N] [--ctx N] [--threads N]")
+		fmt.Fprintln(stderr, "usage: xpu run --model PATH [--prompt TEXT] [-n N] [--temp T] [--top-p P] [--top-k K] [--seed S] [--backend NAME | --policy POLICY] [--chunk N] [--ctx N] [--kv f16] [--threads N]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -67,7 +68,11 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer m.Close()
 
 	var ropts []llm.RunnerOption
-	ropts = append(ropts, llm.WithChunkSize(*chunk), llm.WithContextLength(*ctxLen))
+	kv, err := core.ParseDType(*kvType)
+	if err != nil {
+		return fail(err)
+	}
+	ropts = append(ropts, llm.WithChunkSize(*chunk), llm.WithContextLength(*ctxLen), llm.WithKVCacheType(kv))
 	if *threads > 0 {
 		ropts = append(ropts, llm.WithContextOptions(map[string]string{"threads": fmt.Sprint(*threads)}))
 	}
