@@ -63,7 +63,15 @@ static void rope_task(void *p, int tid, int nth) {
           o[i + half] = u * sn[i] + v * cs[i];
         }
       } else {
-        for (int64_t i = 0; i < half; i++) {
+        int64_t i = 0;
+        for (; i + 4 <= half; i += 4) {
+          float32x4x2_t uv = vld2q_f32(x + 2 * i); /* deinterleaves the (x[2i], x[2i+1]) pairs */
+          float32x4_t c = vld1q_f32(cs + i), sn4 = vld1q_f32(sn + i), u = uv.val[0], v = uv.val[1];
+          uv.val[0] = v_fms(vmulq_f32(u, c), v, sn4);
+          uv.val[1] = vfmaq_f32(vmulq_f32(u, sn4), v, c);
+          vst2q_f32(o + 2 * i, uv);
+        }
+        for (; i < half; i++) {
           float u = x[2 * i], v = x[2 * i + 1];
           o[2 * i] = u * cs[i] - v * sn[i];
           o[2 * i + 1] = u * sn[i] + v * cs[i];
