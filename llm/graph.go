@@ -12,17 +12,17 @@ import (
 // takes positions as an input and ATTENTION its query offset, so one prepared graph serves every
 // chunk of every prompt.
 //
-//	stage 0:    ids, pos → embedding → layer 0's q, k, v
-//	stage l+1:  x, q, K cache, V cache, q_offset [, pos] → attention and FFN of layer l →
+//	stage 0:    ids, pos → embedding → x and layer 0's q, k, v
+//	stage l+1:  x, q, K cache, V cache, q_offset [, pos] → attention and FFN of layer l → x and
 //	            layer l+1's q, k, v (or, after the last layer, the logits)
 //
 // K and V are stage outputs bound into the cache buffers at the chunk's row: the cache is
 // appended without a copy, and since the next stage runs after this one, its attention sees the
-// rows just written. Each stage's inputs and outputs, in binding order, are listed by the
-// stageIO constants.
+// rows just written. A padded last chunk writes its padding rows past the last real token,
+// where the causal mask hides them until real tokens overwrite them.
 
-// Graph inputs are bound by name (see Runner.prepare); outputs in order: x, q, k, v of the
-// next layer, or the logits after the last layer.
+// Stage inputs are bound by name (see Runner.prepare); the outputs, in order, are x, q, k, v
+// (k and v of the next layer, in the cache's dtype), or the logits after the last layer.
 const (
 	outX = iota
 	outQ
@@ -37,6 +37,7 @@ type posInputs struct {
 	pos, cos, sin *core.Tensor
 }
 
+// addPosInputs adds the position inputs of a stage for chunk length c.
 func (m *Model) addPosInputs(g *core.Graph, c int64) posInputs {
 	if m.Config.RopeFreqFactors == nil {
 		return posInputs{pos: g.Input("pos", core.I32, c)}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/xpuhub/xpu/core"
 )
@@ -18,6 +19,9 @@ const DefaultChunk = 32
 // maxDefaultContext caps the KV cache when the caller gives no context length: models declare
 // contexts (128K) whose cache would not fit a phone.
 const maxDefaultContext = 4096
+
+// maxContext bounds a requested context so that cache sizes cannot overflow.
+const maxContext = 1 << 24
 
 type runnerConfig struct {
 	kv       core.DType
@@ -99,8 +103,9 @@ func NewRunner(ctx context.Context, m *Model, dev core.Device, opts ...RunnerOpt
 	if cfg.ctxLen == 0 {
 		cfg.ctxLen = min(m.Config.ContextLength, maxDefaultContext)
 	}
-	if cfg.chunk < 1 || cfg.ctxLen < 1 {
-		return nil, fmt.Errorf("llm: chunk %d and context %d must be positive: %w", cfg.chunk, cfg.ctxLen, core.ErrInvalidArgument)
+	if cfg.chunk < 1 || cfg.ctxLen < 1 || cfg.ctxLen > maxContext {
+		return nil, fmt.Errorf("llm: chunk %d and context %d must be positive (context at most %d): %w",
+			cfg.chunk, cfg.ctxLen, maxContext, core.ErrInvalidArgument)
 	}
 	if cfg.kv != core.F32 && cfg.kv != core.F16 {
 		return nil, fmt.Errorf("llm: KV cache type %s (f32 or f16): %w", cfg.kv, core.ErrInvalidArgument)
@@ -146,11 +151,14 @@ func (r *Runner) init(ctx context.Context) error {
 		if _, ok := r.chunks[n]; ok {
 			continue
 		}
+		t0 := time.Now()
 		cs, err := r.prepare(ctx, int64(n), step)
 		if err != nil {
 			return err
 		}
 		r.chunks[n] = cs
+		r.cfg.logger.Debug("llm: stage graphs prepared", "device", r.dev.Info().ID(), "chunk", n,
+			"stages", len(cs.stages), "took", time.Since(t0))
 	}
 	return nil
 }
