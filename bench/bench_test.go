@@ -262,6 +262,46 @@ func BenchmarkGEMVCold(b *testing.B) {
 	}
 }
 
+// BenchmarkNodeOverhead: a chain of 200 tiny nodes, in ns per node: the fixed cost a decode
+// step pays for every op of the model, whatever its size.
+func BenchmarkNodeOverhead(b *testing.B) {
+	const nodes = 200
+	ctx := context.Background()
+	g := core.NewGraph()
+	x := g.Input("x", core.F32, 64)
+	y := x
+	for i := 0; i < nodes; i++ {
+		y = g.Scale(y, 1.0001, 0)
+	}
+	g.Output(y)
+	dev := device(b, "neon")
+	cctx, err := dev.NewContext(ctx, map[string]string{"threads": strconv.Itoa(threads())})
+	require.NoError(b, err)
+	exe, err := cctx.Prepare(ctx, g)
+	require.NoError(b, err)
+	ex, err := exe.NewExecution()
+	require.NoError(b, err)
+	in, err := cctx.Alloc(256, core.BufferDevice)
+	require.NoError(b, err)
+	out, err := cctx.Alloc(256, core.BufferDevice)
+	require.NoError(b, err)
+	require.NoError(b, ex.Bind(0, in, 0))
+	require.NoError(b, ex.Bind(1, out, 0))
+	defer func() {
+		_ = ex.Close()
+		_ = exe.Close()
+		_ = in.Close()
+		_ = out.Close()
+		_ = cctx.Close()
+	}()
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		require.NoError(b, ex.Run(ctx))
+	}
+	b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N*nodes), "ns/node")
+}
+
 // BenchmarkReadBandwidth: STREAM-style read-only bandwidth over 512 MiB (about 5x the LLC of
 // the reference machine) with the benchmark's thread count: the GEMV roofline.
 func BenchmarkReadBandwidth(b *testing.B) {
