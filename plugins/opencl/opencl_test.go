@@ -327,13 +327,29 @@ func childProbe() int {
 	return 0
 }
 
-func TestProbeWithoutLibrary(t *testing.T) {
-	out, _ := runChild(t, "probe", "XPU_OPENCL_LIBRARY=/nonexistent/libOpenCL.so.1")
-	var pr abi.ProbeResult
-	require.NoError(t, json.Unmarshal([]byte(out), &pr))
-	assert.Equal(t, "opencl", pr.Name)
-	assert.Zero(t, pr.Score)
-	assert.Contains(t, pr.Reason, "/nonexistent/libOpenCL.so.1")
+// Without a library, a platform or a device the plugin loads and probes 0 with the reason.
+func TestProbeWithoutOpenCL(t *testing.T) {
+	pluginPath(t)
+	tests := []struct {
+		name, env, reason string
+	}{
+		{"no library", "XPU_OPENCL_LIBRARY=/nonexistent/libOpenCL.so.1", "/nonexistent/libOpenCL.so.1"},
+		{"no platform", "OCL_ICD_VENDORS=" + t.TempDir(), "no OpenCL platform"}, // ocl-icd's vendor folder
+		{"no device", "POCL_DEVICES=none", "no OpenCL device"},                  // PoCL with no driver
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _ := runChild(t, "probe", tc.env)
+			var pr abi.ProbeResult
+			require.NoError(t, json.Unmarshal([]byte(out), &pr))
+			assert.Equal(t, "opencl", pr.Name)
+			if tc.name != "no library" && pr.Score > 0 {
+				t.Skipf("this ICD setup ignores %s: %s", tc.env, pr.Reason)
+			}
+			assert.Zero(t, pr.Score)
+			assert.Contains(t, pr.Reason, tc.reason)
+		})
+	}
 }
 
 // startTimes is what a child reports: time to open the backend and make its first context
@@ -600,4 +616,39 @@ func benchGEMM(b *testing.B, be core.Backend) {
 			b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
 	}
+}
+
+// BenchmarkLaunch measures the per-node cost of a chain of tiny kernels (what bounds decode of
+// small models): go test -bench Launch -run '^$' ./plugins/opencl
+func BenchmarkLaunch(b *testing.B) {
+	be := openBackend(b)
+	ctx := context.Background()
+	cc, err := be.Devices()[0].NewContext(ctx, nil)
+	require.NoError(b, err)
+	defer cc.Close()
+	const nodes = 64
+	g := core.NewGraph()
+	h := g.Input("x", core.F32, 64)
+	for range nodes {
+		h = g.Scale(h, 1, 1)
+	}
+	g.Output(h)
+	exe, err := cc.Prepare(ctx, g)
+	require.NoError(b, err)
+	defer exe.Close()
+	x, err := exe.NewExecution()
+	require.NoError(b, err)
+	defer x.Close()
+	for i := range 2 {
+		buf, err := cc.Alloc(256, core.BufferDevice)
+		require.NoError(b, err)
+		defer buf.Close()
+		require.NoError(b, x.Bind(i, buf, 0))
+	}
+	require.NoError(b, x.Run(ctx))
+	b.ResetTimer()
+	for b.Loop() {
+		require.NoError(b, x.Run(ctx))
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*nodes), "µs/node")
 }
