@@ -144,6 +144,16 @@ void ocl_sub_unref(ocl_sub *s);
 int ocl_sub_done(ocl_sub *s, xpu_status *st, char *msg, size_t cap);
 xpu_status ocl_status_of(cl_int err);
 
+/* buffer.c */
+xpu_status ocl_buffer_alloc(xpu_context ctx, uint64_t size, uint32_t kind, xpu_buffer *out);
+xpu_status ocl_buffer_import(xpu_context ctx, const xpu_import_desc *desc, xpu_buffer *out);
+xpu_status ocl_buffer_map(xpu_buffer buf, void **out);
+xpu_status ocl_buffer_unmap(xpu_buffer buf);
+xpu_status ocl_buffer_write(xpu_buffer buf, uint64_t offset, const void *src, uint64_t size);
+xpu_status ocl_buffer_read(xpu_buffer buf, uint64_t offset, void *dst, uint64_t size);
+xpu_status ocl_buffer_size(xpu_buffer buf, uint64_t *out);
+xpu_status ocl_buffer_release(xpu_buffer buf);
+
 /* program.c: builds or loads the device program (plugin.mu held) */
 xpu_status ocl_program_ensure(ocl_device *d, char *err, size_t cap);
 
