@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -206,6 +207,10 @@ type isoProc struct {
 
 	mu   sync.Mutex
 	dead error // set once the process is gone: every later call fails fast with it
+
+	fastMu  sync.Mutex // one fast run at a time; overlapping runs take gRPC
+	fastSeq uint64
+	fastBuf []byte
 }
 
 func (c *config) hostPath() (string, error) {
@@ -291,12 +296,104 @@ func (pr *isoProc) kill(reason error) {
 		pr.cmd.Process.Kill()
 	}
 	pr.client.Kill()
+	// shutdown, not close: a fast run may be blocked reading the socket right now; it wakes
+	// up and fails. release closes the fd once nobody can be using it.
 	pr.fds.mu.Lock()
+	if pr.sock >= 0 {
+		unix.Shutdown(pr.sock, unix.SHUT_RDWR)
+	}
+	pr.fds.mu.Unlock()
+}
+
+// release closes the socket pair of a killed child.
+func (pr *isoProc) release() {
+	pr.fastMu.Lock()
+	defer pr.fastMu.Unlock()
+	pr.fds.mu.Lock()
+	defer pr.fds.mu.Unlock()
 	if pr.sock >= 0 {
 		unix.Close(pr.sock)
 		pr.sock, pr.fds.sock = -1, -1
 	}
-	pr.fds.mu.Unlock()
+}
+
+// tryFastRun runs execution ex over the socket pair. ok is false when another fast run is in
+// flight (the caller then uses gRPC, so that overlapping runs stay concurrent).
+func (pr *isoProc) tryFastRun(ctx context.Context, ex uint64) (ok bool, err error) {
+	if !pr.fastMu.TryLock() {
+		return false, nil
+	}
+	defer pr.fastMu.Unlock()
+	if err := pr.deadErr(); err != nil {
+		return true, err
+	}
+	if pr.fastBuf == nil {
+		pr.fastBuf = make([]byte, 8192)
+	}
+	pr.fastSeq++
+	seq := pr.fastSeq
+	req := pr.fastBuf[:fastReqSize]
+	binary.LittleEndian.PutUint32(req, fastRunMagic)
+	binary.LittleEndian.PutUint32(req[4:], 0)
+	binary.LittleEndian.PutUint64(req[8:], seq)
+	binary.LittleEndian.PutUint64(req[16:], ex)
+	if ctx == nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), pr.timeout)
+		defer cancel()
+	}
+	// the plugin cannot be interrupted: a run that outlives ctx kills the child
+	stop := context.AfterFunc(ctx, func() {
+		pr.kill(fmt.Errorf("isolated %s: execution_run did not return before its context ended (%v); the plugin process was killed: %w",
+			pr.name, ctx.Err(), core.ErrBackendCrashed))
+	})
+	defer stop()
+	pr.counter.calls.Add(1)
+	if _, err := writeRetry(pr.sock, req); err != nil {
+		return true, pr.fastFailed(ctx, err)
+	}
+	pr.counter.sent.Add(fastReqSize)
+	n, err := readRetry(pr.sock, pr.fastBuf)
+	if err != nil || n < fastResHdr {
+		if err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		return true, pr.fastFailed(ctx, err)
+	}
+	pr.counter.recv.Add(uint64(n))
+	res := pr.fastBuf[:n]
+	if binary.LittleEndian.Uint32(res) != fastResMagic || binary.LittleEndian.Uint64(res[8:]) != seq {
+		return true, pr.crashed(fmt.Errorf("garbled answer on the fd socket"))
+	}
+	if st := abi.Status(int32(binary.LittleEndian.Uint32(res[4:]))); st != abi.StatusOK {
+		return true, fmt.Errorf("%s execution_run: %w", pr.name, st.Err(string(res[fastResHdr:])))
+	}
+	return true, nil
+}
+
+func (pr *isoProc) fastFailed(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("execution_run: %w; %w", cerr, pr.deadErr())
+	}
+	return pr.crashed(err)
+}
+
+func writeRetry(fd int, b []byte) (int, error) {
+	for {
+		n, err := unix.Write(fd, b)
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}
+
+func readRetry(fd int, b []byte) (int, error) {
+	for {
+		n, err := unix.Read(fd, b)
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
 }
 
 // crashed turns a transport failure into ErrBackendCrashed with the child's last lines. It
@@ -357,12 +454,14 @@ func (pr *isoProc) call(ctx context.Context, entry string, req *rpcReq) (*rpcRes
 
 func (pr *isoProc) close() error {
 	if pr.deadErr() != nil {
+		pr.release()
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := pr.call(ctx, "shutdown", &rpcReq{Op: opShutdown})
 	pr.kill(fmt.Errorf("isolated %s: backend closed: %w", pr.name, core.ErrBadState))
+	pr.release()
 	if err != nil && !errors.Is(err, core.ErrBackendCrashed) {
 		return err
 	}
@@ -464,6 +563,7 @@ func (b *isoBackend) Restart(ctx context.Context) error {
 		return err
 	}
 	pr.kill(fmt.Errorf("isolated %s: the backend was restarted: %w", b.cd.Name, core.ErrBackendCrashed))
+	pr.release()
 	if err := b.start(ctx); err != nil {
 		return err
 	}
@@ -934,9 +1034,13 @@ func (x *isoExecution) Bind(io int, buf core.Buffer, offset int64) error {
 	return nil
 }
 
-// Run is one small rpc: the bytes are already in the shared buffers.
+// Run is one small message over the socket pair (or one small rpc while another run is in
+// flight): the bytes are already in the shared buffers.
 func (x *isoExecution) Run(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if ok, err := x.e.c.pr.tryFastRun(ctx, x.h); ok {
 		return err
 	}
 	_, err := x.e.c.pr.call(ctx, "execution_run", &rpcReq{Op: opExecutionRun, U: [6]uint64{x.h}})

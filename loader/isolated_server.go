@@ -64,8 +64,9 @@ func ServePluginHost(path string) error {
 	if err != nil {
 		return err
 	}
-	srv := &hostServer{p: p, fds: newFDReceiver(sock), ctxDev: map[uint64]uint32{},
+	srv := &hostServer{p: p, ctxDev: map[uint64]uint32{},
 		bufs: map[uint64]*childBuf{}, exeInputs: map[uint64]int{}, execs: map[uint64]*childExec{}}
+	srv.fds = newFDReceiver(sock, srv.fastRun)
 	if err := srv.loadDevices(); err != nil {
 		return err
 	}
@@ -276,6 +277,12 @@ func (s *hostServer) handle(_ context.Context, q *rpcReq) *rpcResp {
 		return &rpcResp{}
 	}
 	return fail(abi.StatusInvalidArg, fmt.Sprintf("plugin-host: unknown operation %d", q.Op))
+}
+
+// fastRun serves an execution_run that came over the socket pair (see fastRunMagic).
+func (s *hostServer) fastRun(seq, ex uint64) {
+	resp := s.handle(context.Background(), &rpcReq{Op: opExecutionRun, U: [6]uint64{ex}})
+	s.fds.reply(seq, resp.Status, resp.S)
 }
 
 // bufferNew maps the fd sent with fdID and makes the plugin buffer over it: zero-copy where

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,6 +175,29 @@ func TestIsolatedBytesPerExecute(t *testing.T) {
 	assert.Less(t, small, uint64(256))
 }
 
+// TestIsolatedManyRuns runs long enough for both processes to collect garbage many times: the
+// socket pair and the shared mappings must survive it (a finalizer once closed the child's
+// socket).
+func TestIsolatedManyRuns(t *testing.T) {
+	t.Setenv("GOGC", "1") // read by the child at its start: it collects all the time
+	be := openIso(t)
+	p := prepareRelu(t, be, 256)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	in := make([]byte, 4*256)
+	out := make([]byte, 4*256)
+	for i := range 3000 {
+		binary.LittleEndian.PutUint32(in, math.Float32bits(float32(i)))
+		require.NoError(t, p.in.Write(0, in))
+		require.NoError(t, p.ex.Run(ctx))
+		require.NoError(t, p.out.Read(0, out))
+		require.Equal(t, float32(max(i-3, 0)), math.Float32frombits(binary.LittleEndian.Uint32(out)), "run %d", i)
+		if i%500 == 0 {
+			runtime.GC()
+		}
+	}
+}
+
 func TestIsolatedFaults(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -290,6 +316,23 @@ func FuzzRPCUnmarshal(f *testing.F) {
 	})
 }
 
+// cpuTime sums user+system time of the processes from /proc/<pid>/stat (clock ticks of 10 ms).
+func cpuTime(tb testing.TB, pids []int) time.Duration {
+	var total time.Duration
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		require.NoError(tb, err)
+		// fields after the command name (which is in parentheses and may hold spaces)
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+		utime, err1 := strconv.ParseInt(f[11], 10, 64)
+		stime, err2 := strconv.ParseInt(f[12], 10, 64)
+		require.NoError(tb, err1)
+		require.NoError(tb, err2)
+		total += time.Duration(utime+stime) * 10 * time.Millisecond
+	}
+	return total
+}
+
 func TestRingLog(t *testing.T) {
 	r := &ringLog{name: "t"}
 	fmt.Fprint(r, "plugin said hello\nSIGSEGV: segmentation violation\nPC=0x7f m=5 sigcode=1 addr=0x10\n")
@@ -323,12 +366,21 @@ func BenchmarkExecute(b *testing.B) {
 			defer be.Close()
 			p := prepareRelu(b, be, 64)
 			ctx := context.Background()
+			pids := []int{os.Getpid()}
+			if st, ok := Stats(be); ok {
+				pids = append(pids, st.PID)
+			}
+			cpu0 := cpuTime(b, pids)
 			b.ResetTimer()
 			for range b.N {
 				if err := p.ex.Run(ctx); err != nil {
 					b.Fatal(err)
 				}
 			}
+			b.StopTimer()
+			// CPU time of both processes per execute: unlike wall time it hardly depends on
+			// what else the machine runs
+			b.ReportMetric(float64((cpuTime(b, pids)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 		})
 	}
 }
