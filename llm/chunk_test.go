@@ -67,6 +67,17 @@ func TestContextFull(t *testing.T) {
 	res, err := r.Generate(context.Background(), "Once upon a time", WithMaxTokens(100))
 	require.NoError(t, err)
 	assert.Equal(t, StopContext, res.Stop)
+
+	res, err = r.Generate(context.Background(), "Once upon a time", WithMaxTokens(0))
+	require.NoError(t, err)
+	assert.Equal(t, StopMaxTokens, res.Stop)
+	assert.Empty(t, res.Tokens)
+	assert.Equal(t, 5, res.PromptTokens)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = r.Generate(ctx, "Once upon a time")
+	assert.ErrorIs(t, err, context.Canceled)
 }
 
 // quantizedStories rewrites stories260K with its matrices in dt; ffn_down, whose rows (172)

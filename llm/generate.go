@@ -101,6 +101,10 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 	if err != nil {
 		return res, err
 	}
+	if cfg.maxTokens <= 0 {
+		res.Stop = StopMaxTokens
+		return res, nil
+	}
 	sampler := NewSampler(cfg.sampler)
 	var text []byte
 	t1 := time.Now()
