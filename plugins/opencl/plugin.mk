@@ -7,7 +7,7 @@ OPENCL_GEN  := $(BUILD)/gen/opencl/ocl_kernels_cl.h
 OPENCL_SO   := $(PLUGIN_DIR)/libxpu-opencl.so
 
 PLUGINS += $(OPENCL_SO)
-PLUGIN_TESTS += test-opencl-smoke
+PLUGIN_TESTS += test-opencl-smoke test-opencl-asan
 
 $(OPENCL_GEN): plugins/opencl/src/kernels.cl plugins/opencl/plugin.mk
 	@mkdir -p $(dir $@)
@@ -28,3 +28,19 @@ $(BUILD)/opencl-smoke: plugins/opencl/test/smoke.c $(COMMON_HDRS)
 test-opencl-smoke: $(OPENCL_SO) $(BUILD)/opencl-smoke
 	$(BUILD)/opencl-smoke $(OPENCL_SO)
 	XPU_OPENCL_LIBRARY=/nonexistent $(BUILD)/opencl-smoke --probe-only-zero $(OPENCL_SO)
+
+# The same smoke test with the plugin and the test built under ASan + UBSan: the C paths
+# (IR checks, offsets, fences, cache reader) run with every access checked. Leak checking stays
+# off: PoCL and LLVM keep allocations to exit, and LSan needs ptrace, which CI sandboxes may deny.
+OPENCL_SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+$(BUILD)/opencl-asan/libxpu-opencl.so: $(OPENCL_SRCS) $(OPENCL_HDRS) $(OPENCL_GEN) $(COMMON_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -O1 $(OPENCL_SAN) -I$(dir $(OPENCL_GEN)) -o $@ $(OPENCL_SRCS) $(PLUGIN_LDFLAGS)
+
+$(BUILD)/opencl-asan/smoke: plugins/opencl/test/smoke.c $(COMMON_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror $(OPENCL_SAN) -Iabi -Iplugins/common -D_GNU_SOURCE -o $@ $< -ldl -lm
+
+.PHONY: test-opencl-asan
+test-opencl-asan: $(BUILD)/opencl-asan/libxpu-opencl.so $(BUILD)/opencl-asan/smoke
+	ASAN_OPTIONS=detect_leaks=0 $(BUILD)/opencl-asan/smoke $(BUILD)/opencl-asan/libxpu-opencl.so
