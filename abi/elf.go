@@ -25,7 +25,12 @@ var goarchMachine = map[string]elf.Machine{
 // checkELF reads the ELF header of a candidate plugin so that the two common mistakes (a file
 // that is no shared library, one built for another architecture) get a clear message instead of
 // dlerror's, which for a foreign machine merely says the file cannot be opened.
-func checkELF(r io.ReaderAt) error {
+func checkELF(r io.ReaderAt) (err error) {
+	defer func() {
+		if p := recover(); p != nil { // debug/elf on a hostile file: report, never crash
+			err = fmt.Errorf("not a shared library (unreadable ELF: %v): %w", p, core.ErrIncompatible)
+		}
+	}()
 	var magic [4]byte
 	if _, err := r.ReadAt(magic[:], 0); err != nil || !bytes.Equal(magic[:], []byte(elf.ELFMAG)) {
 		return fmt.Errorf("not a shared library (no ELF header): %w", core.ErrIncompatible)

@@ -32,7 +32,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	plugintest.Cleanup()
+	os.Exit(code)
 }
 
 func f32bytes(v ...float32) []byte {

@@ -7,6 +7,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 )
 
@@ -67,8 +70,47 @@ func Build(t testing.TB, dir, name, cc string, defines ...string) string {
 	return out
 }
 
-// Plugin builds the intact test plugin into a fresh temporary folder.
+// builds caches Plugin's results for the test binary's life: a gcc run costs far more than
+// the test that needs the plugin.
+var builds struct {
+	sync.Mutex
+	dir   string
+	paths map[string]string
+}
+
+// Plugin builds the test plugin with the given defines, once per test binary, into a folder of
+// its own (file libxpu-testplugin.so). Call Cleanup from TestMain to remove the builds.
 func Plugin(t testing.TB, defines ...string) string {
 	t.Helper()
-	return Build(t, t.TempDir(), "testplugin", "", defines...)
+	builds.Lock()
+	defer builds.Unlock()
+	key := strings.Join(defines, "\x00")
+	if p, ok := builds.paths[key]; ok {
+		return p
+	}
+	if builds.dir == "" {
+		dir, err := os.MkdirTemp("", "xpu-plugintest-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		builds.dir, builds.paths = dir, map[string]string{}
+	}
+	sub := filepath.Join(builds.dir, strconv.Itoa(len(builds.paths)))
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := Build(t, sub, "testplugin", "", defines...)
+	builds.paths[key] = p
+	return p
+}
+
+// Cleanup removes what Plugin built (plugins stay mapped in this process: the loader never
+// dlcloses, and a mapped file outlives its name).
+func Cleanup() {
+	builds.Lock()
+	defer builds.Unlock()
+	if builds.dir != "" {
+		os.RemoveAll(builds.dir)
+		builds.dir, builds.paths = "", nil
+	}
 }
