@@ -15,8 +15,8 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// NewBackend presents an opened plugin as a core.Backend. score is the probe score the loader
-// chose it with. Closing the backend closes the plugin.
+// NewBackend presents an opened plugin as a core.Backend (its Score is the plugin's probe
+// score). Closing the backend closes the plugin.
 func NewBackend(p *Plugin) (core.Backend, error) {
 	b := &backend{p: p}
 	pi := p.Info()
@@ -288,8 +288,9 @@ func (c *devContext) Analyze(ctx context.Context, g *core.Graph) ([]core.NodeVer
 
 var nodeIndexRE = regexp.MustCompile(`\bnode (\d+)`)
 
-// nameNodes appends the graph's node names to the plugin's node indices in msg.
-func nameNodes(g *core.Graph, msg string) string {
+// NameNodes appends the graph's node names to the node indices a plugin's message mentions
+// ("node 3" becomes `node 3 "blk.0.attn_q"`), so that errors name the node the user built.
+func NameNodes(g *core.Graph, msg string) string {
 	return nodeIndexRE.ReplaceAllStringFunc(msg, func(m string) string {
 		i, err := strconv.Atoi(nodeIndexRE.FindStringSubmatch(m)[1])
 		if err != nil || i < 0 || i >= len(g.Nodes) {
@@ -330,7 +331,7 @@ func (c *devContext) Prepare(ctx context.Context, g *core.Graph, opts ...core.Pr
 	}
 	h, st := c.p().GraphPrepare(c.h, ir, popts, cfg.Cache)
 	if st != StatusOK {
-		return nil, fmt.Errorf("%s: prepare: %w", id, st.Err(nameNodes(g, c.p().LastError(c.h))))
+		return nil, fmt.Errorf("%s: prepare: %w", id, st.Err(NameNodes(g, c.p().LastError(c.h))))
 	}
 	c.adjust(1)
 	return &executable{c: c, h: h, g: g, verdicts: verdicts}, nil

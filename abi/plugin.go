@@ -299,8 +299,10 @@ func (p *Plugin) open() (err error) {
 	p.table.StructSize = size
 	p.n = int(n-apiHeaderSize) / int(unsafe.Sizeof(uintptr(0)))
 	p.fn.bind(&p.table)
-	p.info, err = p.getInfo()
-	if err != nil {
+	if p.info, err = p.getInfo(); err != nil {
+		if p.fn.shutdown != nil { // opened but unusable: let it release what open made
+			p.fn.shutdown()
+		}
 		return err
 	}
 	return nil

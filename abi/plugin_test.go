@@ -226,8 +226,8 @@ func TestPrepareNamesRefusedNode(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, vs[0].Supported)
 	assert.False(t, vs[1].Supported)
-	assert.Equal(t, `plugin said node 1 "ffn_act" failed`, nameNodes(g, "plugin said node 1 failed"))
-	assert.Equal(t, "node 9 is not in the graph", nameNodes(g, "node 9 is not in the graph"))
+	assert.Equal(t, `plugin said node 1 "ffn_act" failed`, NameNodes(g, "plugin said node 1 failed"))
+	assert.Equal(t, "node 9 is not in the graph", NameNodes(g, "node 9 is not in the graph"))
 }
 
 func TestRunHonoursContext(t *testing.T) {

@@ -838,6 +838,9 @@ func (c *isoContext) Prepare(ctx context.Context, g *core.Graph, opts ...core.Pr
 	}
 	resp, err := c.pr.call(ctx, "graph_prepare", &rpcReq{Op: opPrepare, U: [6]uint64{c.h}, B: ir, S: popts, C: cfg.Cache})
 	if err != nil {
+		if se := (*abi.StatusError)(nil); errors.As(err, &se) {
+			se.Msg = abi.NameNodes(g, se.Msg)
+		}
 		return nil, fmt.Errorf("%s: prepare: %w", id, err)
 	}
 	c.adjust(1)
