@@ -2,9 +2,11 @@
  * graph.c: executables (a checked copy of the IR with every tensor placed) and executions (one
  * binding set, a scratch buffer for intermediate values, asynchronous submission).
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "graph.h"
 
@@ -433,6 +435,22 @@ xpu_status ocl_execution_submit(xpu_execution h, const xpu_fence_point *waits, u
   return st;
 }
 
+/* Polls a short while before blocking: small graphs finish in tens of microseconds, less than
+ * a blocked thread takes to be woken (measured on PoCL: 71 us per run blocking at once). */
+static cl_int wait_event(cl_event ev) {
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    cl_int es = CL_QUEUED;
+    cl_int ce = P.cl.clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof es, &es, NULL);
+    if (ce != CL_SUCCESS || es <= CL_COMPLETE) return ce;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > 200000L) break;
+    sched_yield();
+  }
+  return P.cl.clWaitForEvents(1, &ev);
+}
+
 xpu_status ocl_execution_run(xpu_execution h) {
   ocl_exec *x = xpu_reg_get(&P.reg, h, T_EXEC);
   if (!x) return xpu_fail(&P.reg, h, XPU_E_INVALID_HANDLE, "execution_run: invalid execution");
@@ -442,7 +460,7 @@ xpu_status ocl_execution_run(xpu_execution h) {
   ocl_sub_ref(sub);
   pthread_mutex_unlock(&x->mu);
   if (st == XPU_OK) {
-    cl_int ce = P.cl.clWaitForEvents(1, &sub->ev);
+    cl_int ce = wait_event(sub->ev);
     char msg[256];
     if (!ocl_sub_done(sub, &st, msg, sizeof msg)) {
       st = ocl_clfail(h, ce, "clWaitForEvents");
