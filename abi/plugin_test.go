@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -364,4 +366,35 @@ func TestCheckELF(t *testing.T) {
 	assert.Contains(t, err.Error(), "not a shared library")
 	_, err = Probe(filepath.Join(dir, "missing.so"))
 	assert.ErrorIs(t, err, core.ErrNotFound)
+}
+
+// TestLogSink checks that plugin log lines reach slog, also from a thread the plugin made
+// (the test plugin logs from a fresh pthread in open).
+func TestLogSink(t *testing.T) {
+	var buf syncBuffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	defer slog.SetDefault(old)
+	p := openTestPlugin(t)
+	require.NoError(t, p.Close())
+	out := buf.String()
+	assert.Contains(t, out, `level=INFO msg="test plugin opened from`)
+	assert.Contains(t, out, `level=DEBUG msg="hello from a plugin thread" plugin=testplugin`)
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

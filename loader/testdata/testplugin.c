@@ -738,6 +738,13 @@ XPU_EXPORT xpu_status xpu_plugin_probe(xpu_probe_result *out) {
 }
 
 #ifndef TP_NO_OPEN
+/* the log sink is called from any plugin thread: log once from a thread the host never saw */
+static void *log_from_thread(void *arg) {
+  (void)arg;
+  xpu_log(&reg, XPU_LOG_DEBUG, "hello from a plugin thread");
+  return NULL;
+}
+
 XPU_EXPORT xpu_status xpu_plugin_open(const xpu_host_info *host, const xpu_api **out) {
   if (!host || !out) return XPU_E_INVALID_ARG;
   xpu_reg_set_log(&reg, host);
@@ -746,6 +753,8 @@ XPU_EXPORT xpu_status xpu_plugin_open(const xpu_host_info *host, const xpu_api *
   return xpu_fail(&reg, 0, XPU_E_MISSING_DEP, "vendor runtime libfake.so.2 could not be initialised");
 #else
   xpu_log(&reg, XPU_LOG_INFO, "test plugin opened from %s", host->plugin_dir ? host->plugin_dir : "?");
+  pthread_t th;
+  if (pthread_create(&th, NULL, log_from_thread, NULL) == 0) pthread_join(th, NULL);
   *out = &api;
   return XPU_OK;
 #endif
