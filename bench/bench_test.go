@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,15 +78,29 @@ func matmulRun(b *testing.B, dev core.Device, s Shape, dt core.DType) func() {
 	}
 }
 
-// timed runs f b.N times after one warm-up run and returns the elapsed time.
+// cpuTime is the CPU time (user + system) the process has used so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// timed runs f b.N times after one warm-up run and returns the elapsed time. It also reports
+// the CPU seconds per run ("cpu-s/op"): on a machine shared with other work, wall time swings
+// with the other tenants while the CPU time a kernel needs stays about the same, so ratios of
+// CPU time between contenders survive a noisy machine.
 func timed(b *testing.B, f func()) time.Duration {
 	f()
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	for i := 0; i < b.N; i++ {
 		f()
 	}
-	return time.Since(start)
+	elapsed, cpu := time.Since(start), cpuTime()-cpu0
+	b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
+	return elapsed
 }
 
 func reportGFLOPS(b *testing.B, s Shape, elapsed time.Duration) {

@@ -1,16 +1,18 @@
 # NEON CPU plugin. One NEON source: native on aarch64, through SIMDe on x86-64. The shipped
 # C sources live in csrc/ so that the Go tests of this folder build without cgo.
-# x86-64 build is portable (SSE2 baseline); libxpu-neon-avx2.so is the same source built for
-# AVX2/FMA/F16C and probes higher where the CPU has them (0 with the reason elsewhere), so the
-# loader picks the best build that runs. The arm64 build picks vdotq_s32 at run time.
+# x86-64 build is portable (SSE2 baseline); libxpu-neon-avx2.so (AVX2/FMA/F16C) and
+# libxpu-neon-avx512.so are the same source built for more, each probing higher where the CPU
+# has what it needs (0 with the reason elsewhere), so the loader picks the best build that runs.
+# The arm64 build picks vdotq_s32 at run time.
 NEON_SRCS := $(wildcard plugins/neon/csrc/*.c)
 NEON_HDRS := $(wildcard plugins/neon/csrc/*.h)
 NEON_SO   := $(PLUGIN_DIR)/libxpu-neon.so
 NEON_AVX2 := $(PLUGIN_DIR)/libxpu-neon-avx2.so
+NEON_AVX512 := $(PLUGIN_DIR)/libxpu-neon-avx512.so
 NEON_ARM64 := $(BUILD)/arm64/plugins/libxpu-neon.so
 NEON_CFLAGS := $(filter-out -O2,$(PLUGIN_CFLAGS)) -O3
 
-PLUGINS += $(NEON_SO) $(NEON_AVX2)
+PLUGINS += $(NEON_SO) $(NEON_AVX2) $(NEON_AVX512)
 PLUGIN_TESTS += test-neon-smoke
 
 $(NEON_SO): $(NEON_SRCS) $(NEON_HDRS) $(COMMON_HDRS) plugins/neon/plugin.mk
@@ -20,6 +22,11 @@ $(NEON_SO): $(NEON_SRCS) $(NEON_HDRS) $(COMMON_HDRS) plugins/neon/plugin.mk
 $(NEON_AVX2): $(NEON_SRCS) $(NEON_HDRS) $(COMMON_HDRS) plugins/neon/plugin.mk
 	@mkdir -p $(dir $@)
 	$(CC) $(NEON_CFLAGS) -mavx2 -mfma -mf16c -DNV_VARIANT='"avx2"' -o $@ $(NEON_SRCS) $(PLUGIN_LDFLAGS)
+
+# AVX-512 adds a 12x32 GEMM micro-kernel; probes 0 on CPUs without AVX-512 F/BW/VL.
+$(NEON_AVX512): $(NEON_SRCS) $(NEON_HDRS) $(COMMON_HDRS) plugins/neon/plugin.mk
+	@mkdir -p $(dir $@)
+	$(CC) $(NEON_CFLAGS) -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -DNV_VARIANT='"avx512"' -o $@ $(NEON_SRCS) $(PLUGIN_LDFLAGS)
 
 $(NEON_ARM64): $(NEON_SRCS) $(NEON_HDRS) $(COMMON_HDRS) plugins/neon/plugin.mk
 	@mkdir -p $(dir $@)
@@ -32,9 +39,10 @@ $(BUILD)/neon-smoke: plugins/neon/test/smoke.c $(COMMON_HDRS)
 # The C smoke test under valgrind (leaks and out-of-bounds accesses fail it) for both x86-64
 # builds.
 .PHONY: test-neon-smoke
-test-neon-smoke: $(NEON_SO) $(NEON_AVX2) $(BUILD)/neon-smoke
+test-neon-smoke: $(NEON_SO) $(NEON_AVX2) $(NEON_AVX512) $(BUILD)/neon-smoke
 	valgrind -q --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite $(BUILD)/neon-smoke $(NEON_SO)
 	$(BUILD)/neon-smoke $(NEON_AVX2)
+	$(BUILD)/neon-smoke $(NEON_AVX512)
 
 # arm64: the plugin and the Go tests of core and plugins/neon, cross-built and run under qemu.
 # The plugin is exercised twice: on qemu's default CPU (with dotprod) and on a Cortex-A53
@@ -71,5 +79,5 @@ $(BENCH_HARNESS): bench/harness/harness.c
 	$(CC) -std=c11 -O3 -march=native -fPIC -shared -Wall -Wextra -Werror -o $@ $< -lopenblas -lpthread
 
 .PHONY: bench-neon
-bench-neon: $(NEON_SO) $(NEON_AVX2) $(BENCH_HARNESS)
+bench-neon: $(NEON_SO) $(NEON_AVX2) $(NEON_AVX512) $(BENCH_HARNESS)
 	$(GO) test -run '^$$' -bench '$(BENCH_FILTER)' -benchtime 3x -timeout 60m ./bench/

@@ -10,14 +10,17 @@
  */
 #include <stdio.h>
 #include <string.h>
-#if defined(__x86_64__) && defined(__AVX2__)
+#if defined(__x86_64__) && (defined(__AVX2__) || defined(__AVX512F__))
 #include <immintrin.h>
 #endif
 
 #include "neon.h"
 #include "neon_simd.h"
 
-#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
+#if defined(__x86_64__) && defined(__AVX512F__)
+#define MR 12
+#define NR 32
+#elif defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
 #define MR 6
 #define NR 16
 #else
@@ -103,7 +106,39 @@ static float dot_i8(const float *a, const int8_t *b, int64_t k, float scale) {
 static void ukernel(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, int mr, int nr,
                     int first) {
   float tile[MR * NR];
-#if MR == 6 && NR == 16
+#if MR == 12 && NR == 32
+  /* AVX-512: 24 zmm accumulators, two B loads and 12 broadcasts per k */
+  __m512 acc[MR][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; k++, ap += MR, bp += NR) {
+    __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) {
+      __m512 a = _mm512_set1_ps(ap[i]);
+      acc[i][0] = _mm512_fmadd_ps(a, b0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(a, b1, acc[i][1]);
+    }
+  }
+  if (mr == MR && nr == NR) { /* a whole tile goes straight to C */
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) {
+      float *cr = c + i * ldc;
+      if (!first) {
+        acc[i][0] = _mm512_add_ps(acc[i][0], _mm512_loadu_ps(cr));
+        acc[i][1] = _mm512_add_ps(acc[i][1], _mm512_loadu_ps(cr + 16));
+      }
+      _mm512_storeu_ps(cr, acc[i][0]);
+      _mm512_storeu_ps(cr + 16, acc[i][1]);
+    }
+    return;
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; i++) {
+    _mm512_storeu_ps(tile + i * NR, acc[i][0]);
+    _mm512_storeu_ps(tile + i * NR + 16, acc[i][1]);
+  }
+#elif MR == 6 && NR == 16
   __m256 acc[MR][2];
 #pragma GCC unroll 6
   for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
@@ -115,6 +150,19 @@ static void ukernel(int64_t kc, const float *ap, const float *bp, float *c, int6
       acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
       acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
     }
+  }
+  if (mr == MR && nr == NR) { /* a whole tile goes straight to C */
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++) {
+      float *cr = c + i * ldc;
+      if (!first) {
+        acc[i][0] = _mm256_add_ps(acc[i][0], _mm256_loadu_ps(cr));
+        acc[i][1] = _mm256_add_ps(acc[i][1], _mm256_loadu_ps(cr + 8));
+      }
+      _mm256_storeu_ps(cr, acc[i][0]);
+      _mm256_storeu_ps(cr + 8, acc[i][1]);
+    }
+    return;
   }
 #pragma GCC unroll 6
   for (int i = 0; i < MR; i++) {

@@ -31,7 +31,15 @@ static int cpu_count(void) {
 
 /* 0 when this build cannot run here (an AVX2 variant on a CPU without AVX2). */
 static int variant_runs(const char **why) {
-#if defined(__x86_64__) && defined(__AVX2__)
+#if defined(__x86_64__) && defined(__AVX512F__)
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+      !__builtin_cpu_supports("f16c")) {
+    *why = "this build needs AVX-512 (F, BW, VL), AVX2, FMA and F16C, which the CPU lacks";
+    return 0;
+  }
+#elif defined(__x86_64__) && defined(__AVX2__)
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
       !__builtin_cpu_supports("f16c")) {
@@ -46,6 +54,8 @@ static int variant_runs(const char **why) {
 static int variant_score(void) {
 #if defined(__aarch64__)
   return nv_have_dotprod() ? 60 : 50;
+#elif defined(__AVX512F__)
+  return 40;
 #elif defined(__AVX2__)
   return 30;
 #else
@@ -57,6 +67,8 @@ static void describe(char *out, size_t cap) {
 #if defined(__aarch64__)
   snprintf(out, cap, "native NEON on aarch64%s, %d cores", nv_have_dotprod() ? " with dotprod" : "",
            cpu_count());
+#elif defined(__AVX512F__)
+  snprintf(out, cap, "NEON via SIMDe on x86-64 (AVX-512 build), %d cores", cpu_count());
 #elif defined(__AVX2__)
   snprintf(out, cap, "NEON via SIMDe on x86-64 (AVX2/FMA build), %d cores", cpu_count());
 #else
