@@ -33,6 +33,18 @@ func TestRunStoriesGreedyOnReference(t *testing.T) {
 	}
 }
 
+func TestRunByPolicy(t *testing.T) {
+	p := storiesPath(t)
+	code, out, errOut := runCLI(t, "run", "--model", p, "--temp", "0", "-n", "8", "--policy", "prefer-cpu")
+	require.Equal(t, 0, code, errOut)
+	assert.True(t, strings.HasPrefix(out, "Once upon a time"), out)
+	assert.Regexp(t, `weights on [a-z]+:\d+`, errOut)
+
+	code, _, errOut = runCLI(t, "run", "--model", p, "--policy", "no-such-policy")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "ranks no device")
+}
+
 func TestRunErrors(t *testing.T) {
 	cases := []struct {
 		name string
