@@ -454,38 +454,41 @@ func runGraph(ctx context.Context, cc core.Context, g *core.Graph, ins [][]byte,
 
 var programLog = regexp.MustCompile(`program (built|loaded from cache) in ([0-9.]+) ms`)
 
+// startChild runs one fresh process against the cache folder dir (and pocl, PoCL's own kernel
+// cache, when not ""); it returns the times, how the program came ("built" or "loaded from
+// cache") and the program's build or load time.
+func startChild(t *testing.T, dir, pocl string) (startTimes, string, float64) {
+	env := []string{"XPU_CACHE_DIR=" + dir}
+	if pocl != "" {
+		env = append(env, "POCL_CACHE_DIR="+pocl)
+	}
+	out, logs := runChild(t, "start", env...)
+	var st startTimes
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	m := programLog.FindStringSubmatch(logs)
+	require.NotNil(t, m, "no program log line in %s", logs)
+	ms, _ := strconv.ParseFloat(m[2], 64)
+	return st, m[1], ms
+}
+
+func logStart(t *testing.T, what string, st startTimes, program float64) {
+	t.Logf("%s: open %.1f ms, context %.1f ms (program %.1f ms), first matmul %.1f ms",
+		what, st.OpenMS, st.ContextMS, program, st.FirstRunMS)
+}
+
 // The first start builds the program and writes the cache; the second loads it; a corrupt
-// cache file is rebuilt and rewritten, never fatal. PoCL's own kernel cache is pointed at a
-// fresh folder too, so the cold start is really cold.
+// cache file is rebuilt and rewritten, never fatal; a device's older files are pruned.
 func TestProgramCache(t *testing.T) {
 	openBackend(t) // skips without a device
-	dir, pocl := t.TempDir(), t.TempDir()
-	start := func() (startTimes, string, float64) {
-		out, logs := runChild(t, "start", "XPU_CACHE_DIR="+dir, "POCL_CACHE_DIR="+pocl)
-		var st startTimes
-		require.NoError(t, json.Unmarshal([]byte(out), &st))
-		m := programLog.FindStringSubmatch(logs)
-		require.NotNil(t, m, "no program log line in %s", logs)
-		ms, _ := strconv.ParseFloat(m[2], 64)
-		return st, m[1], ms
-	}
-	cold, how, coldBuild := start()
+	dir := t.TempDir()
+	first, how, firstMS := startChild(t, dir, "")
 	assert.Equal(t, "built", how)
 	files, _ := filepath.Glob(filepath.Join(dir, "opencl-*.bin"))
 	require.Len(t, files, 1, "one cache file per device")
-	warm, how, warmBuild := start()
+	second, how, secondMS := startChild(t, dir, "")
 	assert.Equal(t, "loaded from cache", how)
-	// PoCL compiles each kernel's work-group function on its first launch and keeps that in its
-	// own cache: a fresh PoCL cache shows what the xpu cache alone saves
-	pocl = t.TempDir()
-	ours, how, oursBuild := start()
-	assert.Equal(t, "loaded from cache", how)
-	t.Logf("cold start: open %.1f ms, context %.1f ms (program %.1f ms), first matmul %.1f ms",
-		cold.OpenMS, cold.ContextMS, coldBuild, cold.FirstRunMS)
-	t.Logf("xpu cache only: open %.1f ms, context %.1f ms (program %.1f ms), first matmul %.1f ms",
-		ours.OpenMS, ours.ContextMS, oursBuild, ours.FirstRunMS)
-	t.Logf("both caches: open %.1f ms, context %.1f ms (program %.1f ms), first matmul %.1f ms",
-		warm.OpenMS, warm.ContextMS, warmBuild, warm.FirstRunMS)
+	logStart(t, "empty xpu cache", first, firstMS)
+	logStart(t, "xpu cache", second, secondMS)
 
 	blob, err := os.ReadFile(files[0])
 	require.NoError(t, err)
@@ -508,16 +511,37 @@ func TestProgramCache(t *testing.T) {
 	for _, c := range corrupt {
 		t.Run(c.name, func(t *testing.T) {
 			require.NoError(t, os.WriteFile(files[0], c.data, 0o644))
-			_, how, _ := start()
+			_, how, _ := startChild(t, dir, "")
 			assert.Equal(t, "built", how)
 			again, err := os.ReadFile(files[0])
 			require.NoError(t, err)
 			assert.True(t, bytes.HasPrefix(again, []byte("XPUCLBN1")), "the rebuilt program was written back")
 		})
 	}
-	_, how, _ = start()
+	_, how, _ = startChild(t, dir, "")
 	assert.Equal(t, "loaded from cache", how, "the rewritten file is used")
 	assert.NoFileExists(t, stale, "older cache files of the device are pruned")
+}
+
+// TestColdStart measures a really cold first start: PoCL's own kernel cache is emptied too, so
+// LLVM compiles every kernel (10-25 s on 2 busy cores: opt-in, XPU_OPENCL_COLD_START=1).
+func TestColdStart(t *testing.T) {
+	if os.Getenv("XPU_OPENCL_COLD_START") == "" {
+		t.Skip("set XPU_OPENCL_COLD_START=1 to measure a start with every cache empty")
+	}
+	openBackend(t)
+	dir, pocl := t.TempDir(), t.TempDir()
+	cold, how, coldMS := startChild(t, dir, pocl)
+	assert.Equal(t, "built", how)
+	// PoCL compiles each kernel's work-group function on its first launch and keeps that in its
+	// own cache: a fresh PoCL cache shows what the xpu cache alone saves
+	ours, how, oursMS := startChild(t, dir, t.TempDir())
+	assert.Equal(t, "loaded from cache", how)
+	warm, how, warmMS := startChild(t, dir, pocl)
+	assert.Equal(t, "loaded from cache", how)
+	logStart(t, "cold start", cold, coldMS)
+	logStart(t, "xpu cache only", ours, oursMS)
+	logStart(t, "both caches", warm, warmMS)
 }
 
 // FuzzProgramCache feeds arbitrary cache files to the plugin's cache reader: every start must
