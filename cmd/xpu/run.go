@@ -41,6 +41,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	chunk := fs.Int("chunk", llm.DefaultChunk, "prefill chunk length")
 	ctxLen := fs.Int("ctx", 0, "context length in tokens (default: the model's, at most 4096)")
 	kvType := fs.String("kv", "f32", "KV cache dtype: f32 or f16")
+	isolated := fs.Bool("isolated", false, "run the backend in a child process (crash isolation; see also XPU_ISOLATE)")
 	threads := fs.Int("threads", 0, "worker threads for CPU backends (0 = the backend's default)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: xpu run --model PATH [--prompt TEXT] [-n N] [--temp T] [--top-p P] [--top-k K] [--seed S] [--backend NAME | --policy POLICY] [--chunk N] [--ctx N] [--kv f16] [--threads N]")
@@ -79,7 +80,11 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if m.WeightBytes() >= progressMinBytes {
 		ropts = append(ropts, llm.WithProgress(func(done, total int) { drawProgress(stderr, done, total) }))
 	}
-	r, backends, err := openRunner(ctx, m, *backend, *policy, *device, ropts)
+	var lopts []loader.Option
+	if *isolated {
+		lopts = append(lopts, loader.Isolated())
+	}
+	r, backends, err := openRunner(ctx, m, *backend, *policy, *device, ropts, lopts...)
 	for _, b := range backends {
 		defer b.Close()
 	}
@@ -136,12 +141,12 @@ func drawProgress(w io.Writer, done, total int) {
 // model on the first device that accepts every stage. The whole model goes to one device; the
 // backends it opened are returned for closing.
 func openRunner(ctx context.Context, m *llm.Model, name, policy string, devIndex int,
-	opts []llm.RunnerOption) (*llm.Runner, []core.Backend, error) {
+	opts []llm.RunnerOption, lopts ...loader.Option) (*llm.Runner, []core.Backend, error) {
 	if policy == "" {
 		if name == "" {
 			name = loader.RefName
 		}
-		b, err := loader.Open(ctx, name)
+		b, err := loader.Open(ctx, name, lopts...)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -156,7 +161,7 @@ func openRunner(ctx context.Context, m *llm.Model, name, policy string, devIndex
 	if err != nil {
 		return nil, nil, err
 	}
-	backends, _, err := loader.OpenAll(ctx)
+	backends, _, err := loader.OpenAll(ctx, lopts...)
 	if err != nil {
 		return nil, backends, err
 	}
