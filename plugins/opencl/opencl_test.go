@@ -80,13 +80,14 @@ func TestConformance(t *testing.T) {
 	t.Log(rep.Summary())
 }
 
-// The local-memory tiled MATMUL kernels are what GPUs run for M >= 4; PoCL (a CPU device) takes
-// the register-blocked ones by default, so the tiled ones are put through the suite explicitly.
-func TestConformanceTiledMatMul(t *testing.T) {
-	t.Setenv("XPU_OPENCL_MATMUL", "tiled") // read at context creation
+// GPUs run the work-group kernels (local-memory MATMUL tiles, attention per work-group); PoCL,
+// a CPU device, takes the independent-item ones by default, so the GPU family is put through
+// the suite explicitly.
+func TestConformanceGPUKernels(t *testing.T) {
+	t.Setenv("XPU_OPENCL_KERNELS", "gpu") // read at context creation
 	b := openBackend(t)
 	rep, err := conformance.Run(context.Background(), b,
-		conformance.WithFilter(regexp.MustCompile(`^(MATMUL|GRAPH)`)))
+		conformance.WithFilter(regexp.MustCompile(`^(MATMUL|ATTENTION|GRAPH)`)))
 	require.NoError(t, err)
 	for _, c := range rep.Cases {
 		if c.Status == conformance.StatusFail {
@@ -139,9 +140,9 @@ func TestContextOptions(t *testing.T) {
 		ok   bool
 	}{
 		{nil, true},
-		{map[string]string{"matmul": "tiled"}, true},
-		{map[string]string{"matmul": "blocked"}, true},
-		{map[string]string{"matmul": "fastest"}, false},
+		{map[string]string{"kernels": "gpu"}, true},
+		{map[string]string{"kernels": "cpu"}, true},
+		{map[string]string{"kernels": "fastest"}, false},
 		{map[string]string{"unknown": "x"}, true},
 	}
 	for _, tc := range tests {
@@ -675,4 +676,54 @@ func BenchmarkLaunch(b *testing.B) {
 		require.NoError(b, x.Run(ctx))
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*nodes), "µs/node")
+}
+
+// BenchmarkAttention times causal grouped-query attention over a 1024-row KV cache, for one
+// query (decode) and a 64-query chunk (prefill), against the neon plugin when it is built.
+func BenchmarkAttention(b *testing.B) {
+	for _, name := range []string{"opencl", "neon"} {
+		b.Run(name, func(b *testing.B) {
+			var be core.Backend
+			if name == "opencl" {
+				be = openBackend(b)
+			} else {
+				var err error
+				if be, err = loader.Open(context.Background(), name, loader.WithoutEnv()); err != nil {
+					b.Skipf("%s: %v", name, err)
+				}
+				defer be.Close()
+			}
+			ctx := context.Background()
+			cc, err := be.Devices()[0].NewContext(ctx, nil)
+			require.NoError(b, err)
+			defer cc.Close()
+			const tk, hq, hkv, d = 1024, 8, 2, 64
+			for _, tq := range []int64{1, 64} {
+				b.Run(fmt.Sprintf("q%d-kv%d", tq, tk), func(b *testing.B) {
+					g := core.NewGraph()
+					g.Output(g.Attention(g.Input("q", core.F32, tq, hq, d), g.Input("k", core.F32, tk, hkv, d),
+						g.Input("v", core.F32, tk, hkv, d), core.AttentionOptions{Causal: true, QOffset: tk - tq}))
+					exe, err := cc.Prepare(ctx, g)
+					require.NoError(b, err)
+					defer exe.Close()
+					x, err := exe.NewExecution()
+					require.NoError(b, err)
+					defer x.Close()
+					rng := rand.New(rand.NewPCG(7, 8))
+					for i, n := range []int64{tq * hq * d, tk * hkv * d, tk * hkv * d, tq * hq * d} {
+						buf, err := cc.Alloc(n*4, core.BufferDevice)
+						require.NoError(b, err)
+						defer buf.Close()
+						require.NoError(b, buf.Write(0, randF32(rng, n)))
+						require.NoError(b, x.Bind(i, buf, 0))
+					}
+					require.NoError(b, x.Run(ctx))
+					b.ResetTimer()
+					for b.Loop() {
+						require.NoError(b, x.Run(ctx))
+					}
+				})
+			}
+		})
+	}
 }

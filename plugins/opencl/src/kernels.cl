@@ -557,3 +557,52 @@ inline float hsum16(float16 v) {
 GEMM_Q(gemm_q_4, 4)
 GEMM_Q(gemm_q_1, 1)
 #undef STO
+
+/*
+ * ATTENTION for CPU devices: one work item per (query, head), no barriers (PoCL turns each
+ * barrier of the work-group kernel into a loop split, which made it 13x slower than NEON).
+ * The query (pre-scaled) and the output row live in private arrays of ATT_MAX; the host uses
+ * this kernel only when D and Dv fit. Keys past the last visible one are never loaded.
+ */
+#define ATT_MAX 256
+__kernel void attention_row(gcbytes *q, ulong qoff, int qdt, gcbytes *k, ulong koff, int kdt,
+                            gcbytes *v, ulong voff, int vdt, gbytes *o, ulong ooff, int odt,
+                            long Hq, long Tk, long Hkv, long D, long Dv, float scale, int causal,
+                            gcbytes *qo, ulong qooff, int has_qo, long qo_attr, ulong n) {
+  ulong g = get_global_id(0);
+  if (g >= n) return;
+  long i = (long)g / Hq, h = (long)g % Hq, hk = h / (Hq / Hkv);
+  long last = Tk - 1;
+  if (causal) {
+    long off = has_qo ? (long)((__global const int *)(qo + qooff))[0] : qo_attr;
+    last = min(last, i + off);
+  }
+  float qv[ATT_MAX], acc[ATT_MAX];
+  for (long d = 0; d < D; d++) qv[d] = ld(q + qoff, g * D + d, qdt, 1.0f) * scale;
+  for (long d = 0; d < Dv; d++) acc[d] = 0.0f;
+  float m = -INFINITY, s = 0.0f;
+  __global const float *kf = (__global const float *)(k + koff);
+  __global const float *vf = (__global const float *)(v + voff);
+  for (long j = 0; j <= last; j++) {
+    ulong kb = (ulong)((j * Hkv + hk) * D), vb = (ulong)((j * Hkv + hk) * Dv);
+    float dot = 0.0f;
+    if (kdt == DT_F32)
+      for (long d = 0; d < D; d++) dot = mad(qv[d], kf[kb + d], dot);
+    else
+      for (long d = 0; d < D; d++) dot = mad(qv[d], ld(k + koff, kb + d, kdt, 1.0f), dot);
+    if (dot > m) { /* a new maximum rescales what was summed so far */
+      float c = exp(m - dot);
+      s *= c;
+      for (long d = 0; d < Dv; d++) acc[d] *= c;
+      m = dot;
+    }
+    float p = exp(dot - m);
+    s += p;
+    if (vdt == DT_F32)
+      for (long d = 0; d < Dv; d++) acc[d] = mad(p, vf[vb + d], acc[d]);
+    else
+      for (long d = 0; d < Dv; d++) acc[d] = mad(p, ld(v + voff, vb + d, vdt, 1.0f), acc[d]);
+  }
+  for (long d = 0; d < Dv; d++)
+    st(o + ooff, g * Dv + d, odt, last >= 0 && s > 0.0f ? acc[d] / s : 0.0f, 1.0f);
+}

@@ -9,6 +9,8 @@
 
 #include "graph.h"
 
+#define ATT_ROW_MAX 256 /* ATT_MAX of kernels.cl: head sizes attention_row holds privately */
+
 /* Sets kernel arguments from a format: m cl_mem, u uint64, i int, l int64, f double (as
  * float), 4 const cl_long4 *, L local bytes (size_t). */
 static cl_int args(cl_kernel k, const char *fmt, ...) {
@@ -136,7 +138,7 @@ static cl_int matmul(ocl_ctx *c, cl_command_queue q, const xpu_ir_node *nd, cons
   int kid;
   /* CPU devices and skinny products (decode) take the barrier-free kernel: local-memory tiles
    * pay off only where work-items of a group really run in lock-step and M fills a tile */
-  if (!c->gemm_tiled || M < 4) {
+  if (!c->gpu_kernels || M < 4) {
     int rm = M >= 4 ? 4 : 1;
     int quant = (b->dtype == XPU_DT_Q8_0 || b->dtype == XPU_DT_Q4_0) && a->dtype != XPU_DT_BF16;
     kid = f32 ? (rm == 4 ? K_GEMM_BLK_F32_4 : K_GEMM_BLK_F32_1)
@@ -158,7 +160,8 @@ static cl_int matmul(ocl_ctx *c, cl_command_queue q, const xpu_ir_node *nd, cons
     /* one SIMD width (CPU) or warp (GPU) per group: the items share no local memory, and PoCL
      * runs a group as one loop vectorised across its items */
     size_t l = local_for(c, kid, c->kpref[kid]);
-    while (l > 1 && l / 2 >= d0) l /= 2;
+    while (l > 1 && (l / 2 >= d0 || (d0 / l) * d1 * (size_t)(ob[0] * ob[1]) < c->dev->info.compute_units))
+      l /= 2; /* no wider than the work, and at least one group per compute unit */
     size_t lsz[3] = {l, 1, 1};
     size_t gsz[3] = {(d0 + l - 1) / l * l, d1, (size_t)(ob[0] * ob[1])};
     return P.cl.clEnqueueNDRangeKernel(q, c->k[kid], 3, NULL, gsz, lsz, 0, NULL, NULL);
@@ -257,13 +260,28 @@ cl_int ocl_launch_node(ocl_ctx *c, cl_command_queue q, const xpu_ir_graph *g, ui
     int64_t Tq = a->shape[0], Hq = a->shape[1], D = a->shape[2];
     int64_t Tk = b->shape[0], Hkv = b->shape[1], Dv = v->shape[2];
     float scale = n->fattr[0] != 0.0f ? n->fattr[0] : 1.0f / sqrtf((float)D);
+    int causal = n->iattr[0] == 1, has_qo = n->n_inputs > 3;
+    if (!c->gpu_kernels && D <= ATT_ROW_MAX && Dv <= ATT_ROW_MAX) {
+      uint64_t rows = (uint64_t)(Tq * Hq);
+      ce = args(c->k[K_ATTENTION_ROW], "muimuimuimuilllllfimuilu", ra.mem, ra.off, (int)a->dtype,
+                rb.mem, rb.off, (int)b->dtype, rv.mem, rv.off, (int)v->dtype, ro.mem, ro.off,
+                (int)o->dtype, Hq, Tk, Hkv, D, Dv, (double)scale, causal, rq.mem, rq.off, has_qo,
+                n->iattr[1], rows);
+      if (!ce) { /* SIMD-width groups, but at least one group per compute unit */
+        size_t l = local_for(c, K_ATTENTION_ROW, c->kpref[K_ATTENTION_ROW]);
+        while (l > 1 && rows / l < c->dev->info.compute_units) l /= 2;
+        size_t gsz = (size_t)(rows + l - 1) / l * l;
+        ce = P.cl.clEnqueueNDRangeKernel(q, c->k[K_ATTENTION_ROW], 1, NULL, &gsz, &l, 0, NULL, NULL);
+      }
+      break;
+    }
     size_t l = local_for(c, K_ATTENTION, 64);
     while (l > 1 && (D + Dv + (int64_t)l) * sizeof(float) > c->dev->local_mem) l /= 2;
     ce = args(c->k[K_ATTENTION], "muimuimuimuilllllfimuilLLL", ra.mem, ra.off, (int)a->dtype,
               rb.mem, rb.off, (int)b->dtype, rv.mem, rv.off, (int)v->dtype, ro.mem, ro.off,
-              (int)o->dtype, Hq, Tk, Hkv, D, Dv, (double)scale, n->iattr[0] == 1 ? 1 : 0, rq.mem,
-              rq.off, n->n_inputs > 3 ? 1 : 0, n->iattr[1], (size_t)D * sizeof(float),
-              (size_t)Dv * sizeof(float), l * sizeof(float));
+              (int)o->dtype, Hq, Tk, Hkv, D, Dv, (double)scale, causal, rq.mem, rq.off, has_qo,
+              n->iattr[1], (size_t)D * sizeof(float), (size_t)Dv * sizeof(float),
+              l * sizeof(float));
     if (!ce) ce = run_rows(c, q, K_ATTENTION, (uint64_t)(Tq * Hq), l);
     break;
   }

@@ -26,7 +26,7 @@ enum { T_CTX = 1, T_BUF, T_EXE, T_EXEC, T_FENCE };
 /* kernels of kernels.cl, in the order of ocl_kernel_names */
 enum { K_ELTWISE, K_COPY, K_NORM, K_SOFTMAX, K_ROPE, K_ATTENTION, K_GET_ROWS, K_QUANTIZE,
        K_GEMM_F32, K_GEMM_ANY, K_GEMM_BLK_F32_4, K_GEMM_BLK_F32_1, K_GEMM_BLK_ANY_4,
-       K_GEMM_BLK_ANY_1, K_GEMM_Q_4, K_GEMM_Q_1, K_COUNT };
+       K_GEMM_BLK_ANY_1, K_GEMM_Q_4, K_GEMM_Q_1, K_ATTENTION_ROW, K_COUNT };
 extern const char *const ocl_kernel_names[K_COUNT];
 
 typedef struct ocl_device {
@@ -68,7 +68,9 @@ typedef struct ocl_ctx {
   size_t kpref[K_COUNT]; /* CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE: SIMD width or warp */
   size_t wg1d;         /* local size of 1-d kernels */
   size_t gemm_side;    /* GEMM work-group is gemm_side x gemm_side */
-  int gemm_tiled;      /* 1: local-memory tiles for M >= 4 (GPUs); 0: register blocks (CPUs) */
+  int gpu_kernels;     /* 1: work-groups sharing local memory (tiled MATMUL, attention per
+                        * group); 0: independent items (register-blocked MATMUL, attention
+                        * per item), which is what CPU devices run fast */
   pthread_mutex_t mu;  /* serialises kernel arguments and enqueues */
   atomic_uint children;
 } ocl_ctx;

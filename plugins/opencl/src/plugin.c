@@ -15,7 +15,7 @@ const char *const ocl_kernel_names[K_COUNT] = {"eltwise",  "copy_strided", "norm
                                                "get_rows", "quantize_block", "gemm_f32",
                                                "gemm_any", "gemm_blk_f32_4", "gemm_blk_f32_1",
                                                "gemm_blk_any_4", "gemm_blk_any_1", "gemm_q_4",
-                                               "gemm_q_1"};
+                                               "gemm_q_1", "attention_row"};
 
 xpu_status ocl_status_of(cl_int err) {
   switch (err) {
@@ -308,22 +308,22 @@ static void ctx_free(ocl_ctx *c) {
 }
 
 /*
- * Context option "matmul" (else env XPU_OPENCL_MATMUL): "tiled" or "blocked" picks the MATMUL
- * kernel family for M >= 4 instead of the device-kind default, so both run on any device
- * (tests exercise the GPU path on PoCL). Unknown keys are ignored.
+ * Context option "kernels" (else env XPU_OPENCL_KERNELS): "gpu" or "cpu" picks the kernel family
+ * (see ocl_ctx.gpu_kernels) instead of the device kind's, so both run on any device: the tests
+ * put the GPU family through the suite on PoCL. Unknown keys are ignored.
  */
-static int matmul_choice(const char *options, const ocl_device *d, int *tiled) {
+static int kernel_choice(const char *options, const ocl_device *d, int *gpu) {
   char v[16];
-  const char *env = getenv("XPU_OPENCL_MATMUL");
-  int r = xpu_opt_get(options, "matmul", v, sizeof v);
+  const char *env = getenv("XPU_OPENCL_KERNELS");
+  int r = xpu_opt_get(options, "kernels", v, sizeof v);
   if (r == 0 && env && *env) {
     snprintf(v, sizeof v, "%.15s", env);
     r = 1;
   }
-  *tiled = d->info.kind != XPU_DEVICE_CPU;
+  *gpu = d->info.kind != XPU_DEVICE_CPU;
   if (r == 0) return 0;
-  if (r > 0 && strcmp(v, "tiled") == 0) *tiled = 1;
-  else if (r > 0 && strcmp(v, "blocked") == 0) *tiled = 0;
+  if (r > 0 && strcmp(v, "gpu") == 0) *gpu = 1;
+  else if (r > 0 && strcmp(v, "cpu") == 0) *gpu = 0;
   else return -1;
   return 0;
 }
@@ -334,10 +334,10 @@ static xpu_status context_create(uint32_t device, const char *options, xpu_conte
     return xpu_fail(&P.reg, 0, XPU_E_INVALID_ARG, "context_create: device %u of %u", device,
                     P.ndev);
   ocl_device *d = &P.devs[device];
-  int tiled;
-  if (matmul_choice(options, d, &tiled) != 0)
+  int gpu;
+  if (kernel_choice(options, d, &gpu) != 0)
     return xpu_fail(&P.reg, 0, XPU_E_INVALID_ARG,
-                    "context_create: matmul must be \"tiled\" or \"blocked\"");
+                    "context_create: kernels must be \"gpu\" or \"cpu\"");
   char err[XPU_ERR_LEN];
   cl_int ce = CL_SUCCESS;
   pthread_mutex_lock(&P.mu);
@@ -355,7 +355,7 @@ static xpu_status context_create(uint32_t device, const char *options, xpu_conte
   ocl_ctx *c = calloc(1, sizeof *c);
   if (!c) return xpu_fail(&P.reg, 0, XPU_E_OUT_OF_MEMORY, "context_create: out of memory");
   c->dev = d;
-  c->gemm_tiled = tiled;
+  c->gpu_kernels = gpu;
   pthread_mutex_init(&c->mu, NULL);
   atomic_init(&c->children, 0);
   c->q = P.cl.clCreateCommandQueue(d->clctx, d->id, 0, &ce);
@@ -398,10 +398,10 @@ static xpu_status context_create(uint32_t device, const char *options, xpu_conte
     return xpu_fail(&P.reg, 0, XPU_E_OUT_OF_MEMORY, "context_create: registry full");
   }
   xpu_log(&P.reg, XPU_LOG_DEBUG,
-          "opencl: context on %s: program %s in %.1f ms, 1-d work-group %zu, %s matmul "
-          "(tiles of %zux%zu items)",
+          "opencl: context on %s: program %s in %.1f ms, 1-d work-group %zu, %s kernels "
+          "(matmul tiles of %zux%zu items)",
           d->info.name, d->from_cache ? "loaded from cache" : "built", d->build_ms, c->wg1d,
-          tiled ? "tiled" : "blocked", side, side);
+          gpu ? "gpu" : "cpu", side, side);
   *out = h;
   return XPU_OK;
 }
