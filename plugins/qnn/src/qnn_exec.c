@@ -259,6 +259,16 @@ xpu_status executable_release(xpu_executable h) {
 
 /* ---------------------------------------------------------------- executions */
 
+/* NULL-safe, so a partly allocated execution can be freed too */
+static void exec_free(qexec *x) {
+  if (!x) return;
+  free(x->buf);
+  free(x->off);
+  free(x->mem);
+  free(x->mem_buf);
+  free(x);
+}
+
 xpu_status execution_create(xpu_executable h, xpu_execution *out) {
   qexe *e = xpu_reg_get(&qnn_reg, h, T_EXE);
   if (!e) return xpu_fail(&qnn_reg, h, XPU_E_INVALID_HANDLE, "execution_create: invalid executable handle");
@@ -272,13 +282,7 @@ xpu_status execution_create(xpu_executable h, xpu_execution *out) {
     x->mem_buf = calloc(n, sizeof *x->mem_buf);
   }
   if (!x || !x->buf || !x->off || !x->mem || !x->mem_buf) {
-    if (x) {
-      free(x->buf);
-      free(x->off);
-      free(x->mem);
-      free(x->mem_buf);
-    }
-    free(x);
+    exec_free(x);
     return xpu_fail(&qnn_reg, h, XPU_E_OUT_OF_MEMORY, "execution_create: out of memory");
   }
   x->exe_h = h;
@@ -286,11 +290,7 @@ xpu_status execution_create(xpu_executable h, xpu_execution *out) {
   atomic_init(&x->in_flight, 0);
   *out = xpu_reg_add(&qnn_reg, T_EXEC, x);
   if (!*out) {
-    free(x->buf);
-    free(x->off);
-    free(x->mem);
-    free(x->mem_buf);
-    free(x);
+    exec_free(x);
     return xpu_fail(&qnn_reg, h, XPU_E_OUT_OF_MEMORY, "execution_create: out of memory");
   }
   atomic_fetch_add(&e->children, 1);
@@ -463,11 +463,7 @@ xpu_status execution_release(xpu_execution h) {
   if (!xpu_reg_remove(&qnn_reg, h, T_EXEC)) return xpu_fail(&qnn_reg, h, XPU_E_INVALID_HANDLE, "execution_release: raced");
   for (uint32_t i = 0; i < x->exe->n_in + x->exe->n_out; i++) drop_mem(x, i);
   atomic_fetch_sub(&x->exe->children, 1);
-  free(x->buf);
-  free(x->off);
-  free(x->mem);
-  free(x->mem_buf);
-  free(x);
+  exec_free(x);
   return XPU_OK;
 }
 
