@@ -51,8 +51,9 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if b, err := loader.Open(ctx, loader.RefName); err == nil {
 		for _, d := range b.Devices() {
 			info := d.Info()
+			// built in, never probed: always usable and the last choice, so the lowest score
 			rows = append(rows, deviceRow{Backend: loader.RefName, Device: info.Name, Index: info.Index,
-				Kind: info.Kind.String(), Caps: info.Caps.Names(), Chosen: true, Path: "(built in)"})
+				Kind: info.Kind.String(), Caps: info.Caps.Names(), Chosen: true, Path: "(built in)", Score: 1})
 		}
 		b.Close()
 	}
