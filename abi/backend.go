@@ -516,16 +516,9 @@ func (x *execution) Bind(io int, buf core.Buffer, offset int64) error {
 		return fmt.Errorf("bind io %d: the buffer is not of this executable's context: %w", io,
 			core.ErrInvalidArgument)
 	}
-	g := x.e.g
-	if io < 0 || io >= len(x.binds) {
-		return fmt.Errorf("bind io %d: the graph has %d inputs and %d outputs: %w", io,
-			len(g.Inputs), len(g.Outputs), core.ErrInvalidArgument)
-	}
-	var t *core.Tensor
-	if io < len(g.Inputs) {
-		t = g.Inputs[io]
-	} else {
-		t = g.Outputs[io-len(g.Inputs)]
+	t, err := x.e.g.Binding(io)
+	if err != nil {
+		return fmt.Errorf("bind %w", err)
 	}
 	if err := b.rangeErr(fmt.Sprintf("bind io %d (%s)", io, t), offset, int(t.Bytes())); err != nil {
 		return err

@@ -220,6 +220,19 @@ func (g *Graph) Tensor(name string) (*Tensor, bool) {
 	return g.Tensors[i], true
 }
 
+// Binding returns the tensor of binding index io in the numbering every Execution.Bind uses:
+// the graph's inputs in order, then its outputs.
+func (g *Graph) Binding(io int) (*Tensor, error) {
+	if io < 0 || io >= len(g.Inputs)+len(g.Outputs) {
+		return nil, fmt.Errorf("io %d: the graph has %d inputs and %d outputs: %w", io,
+			len(g.Inputs), len(g.Outputs), ErrInvalidArgument)
+	}
+	if io < len(g.Inputs) {
+		return g.Inputs[io], nil
+	}
+	return g.Outputs[io-len(g.Inputs)], nil
+}
+
 // nodeSpec is what an op method hands to add.
 type nodeSpec struct {
 	op     Op

@@ -167,3 +167,23 @@ func ExampleGraph() {
 	fmt.Println(y)
 	// Output: proj f32[4,32]
 }
+
+func TestBinding(t *testing.T) {
+	g := NewGraph()
+	a := g.Input("a", F32, 2)
+	b := g.Input("b", F32, 2)
+	y := g.Add(a, b)
+	g.Output(y)
+	for _, tc := range []struct {
+		io   int
+		want *Tensor
+	}{{-1, nil}, {0, a}, {1, b}, {2, y}, {3, nil}} {
+		got, err := g.Binding(tc.io)
+		if tc.want == nil {
+			require.ErrorIs(t, err, ErrInvalidArgument, "io %d", tc.io)
+			continue
+		}
+		require.NoError(t, err, "io %d", tc.io)
+		require.Same(t, tc.want, got, "io %d", tc.io)
+	}
+}

@@ -75,14 +75,11 @@ type sessionExecution struct {
 }
 
 func (x *sessionExecution) tensor(io int) (*Tensor, error) {
-	g := x.s.graph
-	switch {
-	case io >= 0 && io < len(g.Inputs):
-		return g.Inputs[io], nil
-	case io >= len(g.Inputs) && io < len(g.Inputs)+len(g.Outputs):
-		return g.Outputs[io-len(g.Inputs)], nil
+	t, err := x.s.graph.Binding(io)
+	if err != nil {
+		return nil, fmt.Errorf("session execution: %w", err)
 	}
-	return nil, fmt.Errorf("session execution: binding %d of %d: %w", io, len(g.Inputs)+len(g.Outputs), ErrInvalidArgument)
+	return t, nil
 }
 
 // Bind binds graph input or output io to buf at offset. buf must come from Session.Alloc or

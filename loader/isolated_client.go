@@ -1012,14 +1012,9 @@ func (x *isoExecution) Bind(io int, buf core.Buffer, offset int64) error {
 		return fmt.Errorf("bind io %d: the buffer is not of this executable's context: %w", io,
 			core.ErrInvalidArgument)
 	}
-	g := x.e.g
-	if io < 0 || io >= len(g.Inputs)+len(g.Outputs) {
-		return fmt.Errorf("bind io %d: the graph has %d inputs and %d outputs: %w", io,
-			len(g.Inputs), len(g.Outputs), core.ErrInvalidArgument)
-	}
-	t := g.Outputs[max(io-len(g.Inputs), 0)]
-	if io < len(g.Inputs) {
-		t = g.Inputs[io]
+	t, err := x.e.g.Binding(io)
+	if err != nil {
+		return fmt.Errorf("bind %w", err)
 	}
 	if _, err := b.bytes(fmt.Sprintf("bind io %d (%s)", io, t), offset, int(t.Bytes())); err != nil {
 		return err
