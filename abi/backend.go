@@ -600,10 +600,13 @@ type fence struct {
 }
 
 // fenceSlice bounds each blocking fence_wait so that a cancelled ctx is noticed promptly
-// without a goroutine per wait.
+// without a goroutine per wait; a long wait is legitimate, so a timed-out slice is repeated.
 const fenceSlice = 20 * time.Millisecond
 
-func (f *fence) Wait(ctx context.Context, value uint64) error {
+// WaitSliced calls wait with slices of at most 20 ms (less where ctx's deadline is nearer)
+// until wait reports done, returning its error, or ctx ends, returning ctx's error. It is how
+// a fence_wait honours a context, in process and across the isolation boundary alike.
+func WaitSliced(ctx context.Context, wait func(slice time.Duration) (done bool, err error)) error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -612,11 +615,20 @@ func (f *fence) Wait(ctx context.Context, value uint64) error {
 		if dl, ok := ctx.Deadline(); ok {
 			slice = min(slice, max(time.Until(dl), 0))
 		}
-		st := f.c.p().FenceWait(f.h, value, slice)
-		if st != StatusTimeout {
-			return f.c.d.b.err("fence_wait", f.h, st)
+		if done, err := wait(slice); done {
+			return err
 		}
 	}
+}
+
+func (f *fence) Wait(ctx context.Context, value uint64) error {
+	return WaitSliced(ctx, func(slice time.Duration) (bool, error) {
+		st := f.c.p().FenceWait(f.h, value, slice)
+		if st == StatusTimeout {
+			return false, nil
+		}
+		return true, f.c.d.b.err("fence_wait", f.h, st)
+	})
 }
 
 func (f *fence) Value() (uint64, error) {

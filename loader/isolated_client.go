@@ -1088,24 +1088,13 @@ type isoFence struct {
 	closed bool
 }
 
-// fenceSlice bounds each forwarded fence_wait so that a cancelled ctx is noticed promptly; a
-// long wait is legitimate, so it never kills the child.
-const fenceSlice = 20 * time.Millisecond
-
+// Wait forwards fence_wait in slices (abi.WaitSliced) so that a cancelled ctx is noticed
+// promptly; a long wait is legitimate, so it never kills the child.
 func (f *isoFence) Wait(ctx context.Context, value uint64) error {
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		slice := fenceSlice
-		if dl, ok := ctx.Deadline(); ok {
-			slice = min(slice, max(time.Until(dl), 0))
-		}
+	return abi.WaitSliced(ctx, func(slice time.Duration) (bool, error) {
 		_, err := f.c.pr.call(nil, "fence_wait", &rpcReq{Op: opFenceWait, U: [6]uint64{f.h, value, uint64(slice)}})
-		if !errors.Is(err, core.ErrTimeout) {
-			return err
-		}
-	}
+		return !errors.Is(err, core.ErrTimeout), err
+	})
 }
 
 func (f *isoFence) Value() (uint64, error) {
