@@ -539,6 +539,10 @@ func (x *execution) Run(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if ctx.Done() == nil {
+		// nothing can cancel it: no goroutine and channel per run on the decode loop
+		return x.err("execution_run", x.e.c.p().ExecutionRun(x.h))
+	}
 	done := make(chan Status, 1)
 	go func() { done <- x.e.c.p().ExecutionRun(x.h) }()
 	select {
