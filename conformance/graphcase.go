@@ -149,15 +149,22 @@ func (r *runner) runGraph(ctx context.Context, res *CaseResult, s graphSpec) {
 		}
 		return
 	}
+	r.verify(ctx, res, p)
+}
+
+// verify runs the reference and the backend (twice) on the case's inputs and judges the
+// outputs. It returns the backend's outputs, or nil when either run failed.
+func (r *runner) verify(ctx context.Context, res *CaseResult, p *prepared) [][]byte {
 	want := r.reference(ctx, res, p)
 	if want == nil {
-		return
+		return nil
 	}
 	got := r.runTwice(ctx, res, p)
 	if got == nil {
-		return
+		return nil
 	}
 	r.judgeOutputs(res, p, got, want)
+	return got
 }
 
 // runTwice executes the prepared graph twice, checking guards and that both runs give the same
