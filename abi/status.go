@@ -65,6 +65,7 @@ type StatusError struct {
 	Msg    string
 }
 
+// Error names the status, the plugin's message and the sentinel it maps to.
 func (e *StatusError) Error() string {
 	if e.Msg == "" {
 		return fmt.Sprintf("%s (%v)", e.Status, e.Status.Sentinel())

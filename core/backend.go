@@ -17,6 +17,7 @@ const (
 	DeviceAccel DeviceKind = 3
 )
 
+// String gives the kind's lower-case name, or kind(N) for an unknown value.
 func (k DeviceKind) String() string {
 	switch k {
 	case DeviceCPU:
@@ -66,6 +67,7 @@ func (c Caps) Names() []string {
 	return out
 }
 
+// String lists the set capability names, comma-separated.
 func (c Caps) String() string { return strings.Join(c.Names(), ",") }
 
 // BackendInfo identifies a loaded backend.
@@ -119,6 +121,7 @@ const (
 	PrecInt4    Precision = 5
 )
 
+// String gives the precision's lower-case name, or "?" for an unknown value.
 func (p Precision) String() string {
 	return [...]string{"default", "f32", "f16", "bf16", "int8", "int4", "?"}[min(int(p), 6)]
 }

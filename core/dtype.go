@@ -28,6 +28,7 @@ var dtypeNames = [...]string{"invalid", "f32", "f16", "bf16", "i32", "i8", "q8_0
 // AllDTypes lists every valid dtype in id order.
 var AllDTypes = []DType{F32, F16, BF16, I32, I8, Q8_0, Q4_0}
 
+// String gives the dtype's name as in OPS.md, or dtype(N) for an unknown value.
 func (d DType) String() string {
 	if int(d) < len(dtypeNames) {
 		return dtypeNames[d]

@@ -31,6 +31,7 @@ func (s Shape) Equal(o Shape) bool {
 	return true
 }
 
+// String writes the shape as [d0,d1,...].
 func (s Shape) String() string {
 	parts := make([]string, len(s))
 	for i, d := range s {
@@ -70,6 +71,7 @@ type Tensor struct {
 // Bytes is the tensor's storage size.
 func (t *Tensor) Bytes() int64 { return t.DType.Bytes(t.Shape.NumElements()) }
 
+// String gives the tensor's name, dtype and shape; "<nil>" for a nil tensor.
 func (t *Tensor) String() string {
 	if t == nil {
 		return "<nil>"
@@ -88,6 +90,7 @@ type Node struct {
 	FAttr  [MaxFAttr]float32
 }
 
+// String names the node by index, name and op, as error messages do.
 func (n *Node) String() string { return fmt.Sprintf("node %d %q (%s)", n.ID, n.Name, n.Op) }
 
 // Graph is a builder and the built graph. Methods that add nodes record the first error and

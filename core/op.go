@@ -54,6 +54,7 @@ func AllOps() []Op {
 	return ops
 }
 
+// String gives the op's name as in OPS.md, or op(N) for an unknown value.
 func (o Op) String() string {
 	if int(o) < len(opNames) {
 		return opNames[o]
