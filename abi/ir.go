@@ -51,7 +51,7 @@ func EncodeGraph(g *core.Graph, constRef func(*core.Tensor) (ConstRef, error)) (
 	for _, t := range g.Tensors {
 		r := b[off : off+irTensorSize]
 		if len(t.Shape) > core.MaxRank {
-			return nil, fmt.Errorf("abi: tensor %s: rank %d > %d", t.Name, len(t.Shape), core.MaxRank)
+			return nil, fmt.Errorf("abi: tensor %s: rank %d > %d: %w", t.Name, len(t.Shape), core.MaxRank, core.ErrGraph)
 		}
 		le.PutUint32(r[0:], uint32(t.DType))
 		le.PutUint32(r[4:], uint32(len(t.Shape)))
@@ -65,7 +65,7 @@ func EncodeGraph(g *core.Graph, constRef func(*core.Tensor) (ConstRef, error)) (
 		le.PutUint32(r[40:], uint32(t.Kind))
 		if t.Kind == core.KindConst {
 			if constRef == nil {
-				return nil, fmt.Errorf("abi: constant %s has no buffer", t.Name)
+				return nil, fmt.Errorf("abi: constant %s has no buffer: %w", t.Name, core.ErrInvalidArgument)
 			}
 			ref, err := constRef(t)
 			if err != nil {
@@ -79,7 +79,7 @@ func EncodeGraph(g *core.Graph, constRef func(*core.Tensor) (ConstRef, error)) (
 	for _, n := range g.Nodes {
 		r := b[off : off+irNodeSize]
 		if len(n.Inputs) > core.MaxInputs {
-			return nil, fmt.Errorf("abi: %s: %d inputs > %d", n, len(n.Inputs), core.MaxInputs)
+			return nil, fmt.Errorf("abi: %s: %d inputs > %d: %w", n, len(n.Inputs), core.MaxInputs, core.ErrGraph)
 		}
 		le.PutUint32(r[0:], uint32(n.Op))
 		le.PutUint32(r[4:], uint32(len(n.Inputs)))
