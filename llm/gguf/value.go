@@ -3,6 +3,8 @@ package gguf
 import (
 	"fmt"
 	"math"
+
+	"github.com/xpuhub/xpu/core"
 )
 
 // Value is one metadata value. Scalars hold the Go type of their GGUF type (uint8 ... float64,
@@ -68,7 +70,7 @@ func NewValue(v any) (Value, error) {
 	case []Value:
 		return Value{Type: TypeArray, Elem: TypeArray, v: x}, nil
 	}
-	return Value{}, fmt.Errorf("gguf: no metadata type for Go type %T", v)
+	return Value{}, fmt.Errorf("gguf: no metadata type for Go type %T: %w", v, core.ErrInvalidArgument)
 }
 
 // MustValue is NewValue for values known to be valid; it panics otherwise (programming error).

@@ -29,7 +29,7 @@ func Write(w io.Writer, kvs []KeyValue, tensors []WriteTensor) error {
 		if kv.Key == "general.alignment" {
 			a, ok := kv.Value.Any().(uint32)
 			if !ok || a == 0 || a&(a-1) != 0 {
-				return fmt.Errorf("gguf: general.alignment must be a u32 power of two")
+				return fmt.Errorf("gguf: general.alignment must be a u32 power of two: %w", core.ErrInvalidArgument)
 			}
 			align = int64(a)
 		}
@@ -53,7 +53,7 @@ func Write(w io.Writer, kvs []KeyValue, tensors []WriteTensor) error {
 			return fmt.Errorf("gguf: tensor %q: %w", t.Name, err)
 		}
 		if len(t.Shape) > MaxTensorDims || len(t.Name) >= MaxTensorName {
-			return fmt.Errorf("gguf: tensor %q: name or rank too long", t.Name)
+			return fmt.Errorf("gguf: tensor %q: name or rank too long: %w", t.Name, core.ErrInvalidArgument)
 		}
 		bw.str(t.Name)
 		bw.u32(uint32(len(t.Shape)))
@@ -74,8 +74,8 @@ func Write(w io.Writer, kvs []KeyValue, tensors []WriteTensor) error {
 			}
 		}
 		if int64(len(data)) != tensorBytes(t) {
-			return fmt.Errorf("gguf: tensor %q: %d bytes for %s%s, want %d", t.Name, len(data),
-				t.DType, t.Shape, tensorBytes(t))
+			return fmt.Errorf("gguf: tensor %q: %d bytes for %s%s, want %d: %w", t.Name, len(data),
+				t.DType, t.Shape, tensorBytes(t), core.ErrInvalidArgument)
 		}
 		bw.bytes(data)
 		bw.pad(align)
@@ -143,7 +143,7 @@ func (e *ewriter) value(v Value) error {
 	case []Value:
 		for _, sub := range x {
 			if sub.Type != TypeArray {
-				return fmt.Errorf("nested array element of type %s", sub.Type)
+				return fmt.Errorf("nested array element of type %s: %w", sub.Type, core.ErrInvalidArgument)
 			}
 			if err := e.value(sub); err != nil {
 				return err
@@ -192,7 +192,7 @@ func (e *ewriter) value(v Value) error {
 			e.u64(math.Float64bits(y))
 		}
 	default:
-		return fmt.Errorf("array of %T", x)
+		return fmt.Errorf("array of %T: %w", x, core.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -230,7 +230,7 @@ func (e *ewriter) scalar(v any) error {
 	case float64:
 		e.u64(math.Float64bits(x))
 	default:
-		return fmt.Errorf("scalar of %T", v)
+		return fmt.Errorf("scalar of %T: %w", v, core.ErrInvalidArgument)
 	}
 	return nil
 }
