@@ -11,6 +11,7 @@
 #include "neon_simd.h"
 
 #define ATT_BLOCK 32
+#define ATT_MAX_GROUP 16 /* query heads per KV head processed together */
 
 /* ---------------------------------------------------------------- rope */
 
@@ -115,6 +116,7 @@ typedef struct {
   uint8_t *o;
   uint32_t qt, kt, vt;
   int64_t Tq, Hq, Tk, Hkv, D, Dv, off;
+  int64_t gs; /* query heads per task */
   int causal;
   float scale;
   nv_run *r;
@@ -142,6 +144,49 @@ static float dot_k(const float *q, const uint8_t *k, uint32_t kt, int64_t d) {
   return s;
 }
 
+static void axpy_v(float *acc, float c, float p, const uint8_t *v, uint32_t vt, int64_t dv);
+
+/* acc = acc * c + sum_j p[j] * v_j: 16 accumulator lanes stay in registers across the block's
+ * rows instead of being loaded and stored once per row */
+static void pv_block(float *acc, float c, const float *p, const uint8_t *const *vrows, int64_t jb, uint32_t vt,
+                     int64_t dv) {
+  int64_t d = 0;
+  const float32x4_t vc = vdupq_n_f32(c);
+  for (; d + 16 <= dv; d += 16) {
+    float32x4_t a0 = vmulq_f32(vld1q_f32(acc + d), vc), a1 = vmulq_f32(vld1q_f32(acc + d + 4), vc);
+    float32x4_t a2 = vmulq_f32(vld1q_f32(acc + d + 8), vc), a3 = vmulq_f32(vld1q_f32(acc + d + 12), vc);
+    if (vt == XPU_DT_F32) {
+      for (int64_t j = 0; j < jb; j++) {
+        const float *v = (const float *)vrows[j] + d;
+        float32x4_t pj = vdupq_n_f32(p[j]);
+        a0 = vfmaq_f32(a0, pj, vld1q_f32(v));
+        a1 = vfmaq_f32(a1, pj, vld1q_f32(v + 4));
+        a2 = vfmaq_f32(a2, pj, vld1q_f32(v + 8));
+        a3 = vfmaq_f32(a3, pj, vld1q_f32(v + 12));
+      }
+    } else {
+      for (int64_t j = 0; j < jb; j++) {
+        const uint16_t *v = (const uint16_t *)vrows[j] + d;
+        float32x4_t pj = vdupq_n_f32(p[j]);
+        a0 = vfmaq_f32(a0, pj, v_ld_f16(v));
+        a1 = vfmaq_f32(a1, pj, v_ld_f16(v + 4));
+        a2 = vfmaq_f32(a2, pj, v_ld_f16(v + 8));
+        a3 = vfmaq_f32(a3, pj, v_ld_f16(v + 12));
+      }
+    }
+    vst1q_f32(acc + d, a0);
+    vst1q_f32(acc + d + 4, a1);
+    vst1q_f32(acc + d + 8, a2);
+    vst1q_f32(acc + d + 12, a3);
+  }
+  if (d < dv) {
+    for (int64_t j = 0; j < jb; j++) {
+      const uint8_t *v = vrows[j] + (size_t)d * (vt == XPU_DT_F32 ? 4 : 2);
+      axpy_v(acc + d, j == 0 ? c : 1.0f, p[j], v, vt, dv - d);
+    }
+  }
+}
+
 /* acc = acc * c + p * v */
 static void axpy_v(float *acc, float c, float p, const uint8_t *v, uint32_t vt, int64_t dv) {
   float32x4_t vc = vdupq_n_f32(c), vp = vdupq_n_f32(p);
@@ -159,61 +204,85 @@ static void axpy_v(float *acc, float c, float p, const uint8_t *v, uint32_t vt, 
   }
 }
 
+/*
+ * One task is a query row i and a KV head hk with the `gs` query heads that read it (all of the
+ * group, or one head when there are too few groups to keep the threads busy). Each K and V row
+ * is loaded once for the whole group: decode with grouped-query attention reads the KV cache
+ * once instead of once per query head.
+ */
 static void att_task(void *p, int tid, int nth) {
   att_args *A = (att_args *)p;
-  int64_t t0, t1, group = A->Hq / A->Hkv;
-  nv_range(A->Tq * A->Hq, tid, nth, 1, &t0, &t1);
-  float *qf = (float *)nv_scratch(A->r, tid), *acc = qf + A->D, *s = acc + A->Dv;
+  const int64_t group = A->Hq / A->Hkv, gs = A->gs, per_row = A->Hq / gs;
+  int64_t t0, t1;
+  nv_range(A->Tq * per_row, tid, nth, 1, &t0, &t1);
+  float *base = (float *)nv_scratch(A->r, tid);
+  float *qf = base, *acc = qf + gs * A->D, *s = acc + gs * A->Dv, *m = s + gs * ATT_BLOCK, *l = m + gs;
   size_t ke = A->kt == XPU_DT_F32 ? 4 : 2, ve = A->vt == XPU_DT_F32 ? 4 : 2;
   for (int64_t task = t0; task < t1; task++) {
-    int64_t i = task / A->Hq, h = task % A->Hq, hk = h / group;
+    int64_t i = task / per_row, h0 = (task % per_row) * gs, hk = h0 / group;
     int64_t visible = A->Tk;
     if (A->causal) {
       int64_t lim = i + A->off + 1;
       if (lim < visible) visible = lim;
     }
     if (visible < 0) visible = 0;
-    if (A->qt == XPU_DT_F32)
-      memcpy(qf, (const float *)A->q + task * A->D, (size_t)A->D * 4);
-    else
-      nv_f16_row_to_f32((const uint16_t *)A->q + task * A->D, qf, A->D);
-    for (int64_t d = 0; d < A->Dv; d++) acc[d] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
+    for (int64_t g = 0; g < gs; g++) {
+      int64_t row = i * A->Hq + h0 + g;
+      if (A->qt == XPU_DT_F32)
+        memcpy(qf + g * A->D, (const float *)A->q + row * A->D, (size_t)A->D * 4);
+      else
+        nv_f16_row_to_f32((const uint16_t *)A->q + row * A->D, qf + g * A->D, A->D);
+      m[g] = -INFINITY;
+      l[g] = 0.0f;
+    }
+    memset(acc, 0, (size_t)(gs * A->Dv) * 4);
     for (int64_t j0 = 0; j0 < visible; j0 += ATT_BLOCK) {
       int64_t jb = visible - j0 < ATT_BLOCK ? visible - j0 : ATT_BLOCK;
-      float mb = -INFINITY;
       for (int64_t j = 0; j < jb; j++) {
         const uint8_t *kr = A->k + ((size_t)((j0 + j) * A->Hkv + hk) * (size_t)A->D) * ke;
-        s[j] = A->scale * dot_k(qf, kr, A->kt, A->D);
-        mb = fmaxf(mb, s[j]);
+        for (int64_t g = 0; g < gs; g++) s[g * ATT_BLOCK + j] = A->scale * dot_k(qf + g * A->D, kr, A->kt, A->D);
       }
-      float c = 1.0f;
-      if (mb > m) {
-        c = m == -INFINITY ? 0.0f : expf(m - mb);
-        l *= c;
-        m = mb;
+      float c[ATT_MAX_GROUP];
+      for (int64_t g = 0; g < gs; g++) {
+        float *sg = s + g * ATT_BLOCK, mb = -INFINITY;
+        for (int64_t j = 0; j < jb; j++) mb = fmaxf(mb, sg[j]);
+        c[g] = 1.0f;
+        if (mb > m[g]) {
+          c[g] = m[g] == -INFINITY ? 0.0f : expf(m[g] - mb);
+          l[g] *= c[g];
+          m[g] = mb;
+        }
+        int64_t j = 0;
+        for (; j + 4 <= jb; j += 4) vst1q_f32(sg + j, v_exp(vsubq_f32(vld1q_f32(sg + j), vdupq_n_f32(m[g]))));
+        for (; j < jb; j++) sg[j] = expf(sg[j] - m[g]);
+        for (j = 0; j < jb; j++) l[g] += sg[j];
       }
-      int64_t j = 0;
-      for (; j + 4 <= jb; j += 4) vst1q_f32(s + j, v_exp(vsubq_f32(vld1q_f32(s + j), vdupq_n_f32(m))));
-      for (; j < jb; j++) s[j] = expf(s[j] - m);
-      for (j = 0; j < jb; j++) {
-        const uint8_t *vr = A->v + ((size_t)((j0 + j) * A->Hkv + hk) * (size_t)A->Dv) * ve;
-        axpy_v(acc, j == 0 ? c : 1.0f, s[j], vr, A->vt, A->Dv);
-        l += s[j];
-      }
+      const uint8_t *vrows[ATT_BLOCK];
+      for (int64_t j = 0; j < jb; j++) vrows[j] = A->v + ((size_t)((j0 + j) * A->Hkv + hk) * (size_t)A->Dv) * ve;
+      for (int64_t g = 0; g < gs; g++) pv_block(acc + g * A->Dv, c[g], s + g * ATT_BLOCK, vrows, jb, A->vt, A->Dv);
     }
-    float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int64_t d = 0; d < A->Dv; d++) acc[d] *= inv;
-    if (A->qt == XPU_DT_F32)
-      memcpy((float *)A->o + task * A->Dv, acc, (size_t)A->Dv * 4);
-    else
-      nv_f32_row_to_f16(acc, (uint16_t *)A->o + task * A->Dv, A->Dv);
+    for (int64_t g = 0; g < gs; g++) {
+      float inv = l[g] > 0.0f ? 1.0f / l[g] : 0.0f, *ag = acc + g * A->Dv;
+      for (int64_t d = 0; d < A->Dv; d++) ag[d] *= inv;
+      int64_t row = i * A->Hq + h0 + g;
+      if (A->qt == XPU_DT_F32)
+        memcpy((float *)A->o + row * A->Dv, ag, (size_t)A->Dv * 4);
+      else
+        nv_f32_row_to_f16(ag, (uint16_t *)A->o + row * A->Dv, A->Dv);
+    }
   }
 }
 
+/* query heads sharing one task: the whole group when it is small enough for the stack arrays */
+static int64_t att_group(int64_t hq, int64_t hkv) {
+  int64_t group = hkv > 0 ? hq / hkv : 1;
+  return group >= 1 && group <= ATT_MAX_GROUP ? group : 1;
+}
+
 uint64_t nv_attention_scratch(const xpu_ir_graph *g, const xpu_ir_node *n) {
-  const xpu_ir_tensor *q = &g->tensors[n->inputs[0]], *v = &g->tensors[n->inputs[2]];
-  return ((uint64_t)q->shape[2] + (uint64_t)v->shape[2] + ATT_BLOCK) * 4 + 64;
+  const xpu_ir_tensor *q = &g->tensors[n->inputs[0]], *k = &g->tensors[n->inputs[1]], *v = &g->tensors[n->inputs[2]];
+  uint64_t gs = (uint64_t)att_group(q->shape[1], k->shape[1]);
+  return gs * ((uint64_t)q->shape[2] + (uint64_t)v->shape[2] + ATT_BLOCK + 2) * 4 + 64;
 }
 
 xpu_status nv_k_attention(nv_run *r, const xpu_ir_node *n) {
@@ -248,6 +317,9 @@ xpu_status nv_k_attention(nv_run *r, const xpu_ir_node *n) {
   A.scale = n->fattr[0] != 0 ? n->fattr[0] : (A.D > 0 ? 1.0f / sqrtf((float)A.D) : 1.0f);
   A.r = r;
   if (A.Tq * A.Hq * A.Dv == 0) return XPU_OK;
+  /* whole groups per task, unless that leaves threads without work */
+  A.gs = att_group(A.Hq, A.Hkv);
+  if (A.gs > 1 && A.Tq * (A.Hq / A.gs) < 2 * (int64_t)r->nth) A.gs = 1;
   nv_parallel(r, A.Tq * A.Hq * (A.Tk + 1) * (A.D + A.Dv), att_task, &A);
   return XPU_OK;
 }
