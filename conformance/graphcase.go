@@ -35,8 +35,10 @@ func graphCase(level int, op, dtype, name string, s graphSpec) testCase {
 
 // prepared is a graph the backend accepted and compiled, with what judging it needs.
 type prepared struct {
-	g         *core.Graph
-	inputs    [][]byte
+	g      *core.Graph
+	inputs [][]byte
+	// refInputs, when set, are the inputs the reference sees instead: the same values where
+	// the backend may read, zeros where it must not (garbage in a KV cache past its length).
 	refInputs [][]byte
 	exe       core.Executable
 	th        Threshold
@@ -111,7 +113,7 @@ func (r *runner) prepare(ctx context.Context, res *CaseResult, build func(b *bui
 		res.fail(cat, "graph_analyze accepted every node, then prepare failed: %v", err)
 		return nil
 	}
-	return &prepared{g: g, inputs: inputs, refInputs: b.refInputs, exe: exe, th: th}
+	return &prepared{g: g, inputs: inputs, exe: exe, th: th}
 }
 
 // reference runs the reference on the case's inputs (or the inputs meant for it).

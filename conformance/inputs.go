@@ -21,10 +21,7 @@ type builder struct {
 	g      *core.Graph
 	r      *rand.Rand
 	inputs [][]byte
-	// refInputs, when set, are the inputs the reference sees instead: the same values where
-	// the backend may read, zeros where it must not (garbage in a KV cache past its length).
-	refInputs [][]byte
-	err       error
+	err    error
 }
 
 func newBuilder(r *rand.Rand) *builder { return &builder{g: core.NewGraph(), r: r} }
@@ -103,19 +100,5 @@ func (b *builder) done() (*core.Graph, [][]byte, error) {
 	if err := b.g.Err(); err != nil {
 		return nil, nil, err
 	}
-	for b.refInputs != nil && len(b.refInputs) < len(b.inputs) {
-		b.refInputs = append(b.refInputs, b.inputs[len(b.refInputs)])
-	}
 	return b.g, b.inputs, nil
-}
-
-// refInput gives the reference different bytes for input i (see builder.refInputs).
-func (b *builder) refInput(i int, data []byte) {
-	if b.refInputs == nil {
-		b.refInputs = append([][]byte(nil), b.inputs...)
-	}
-	for len(b.refInputs) < len(b.inputs) {
-		b.refInputs = append(b.refInputs, b.inputs[len(b.refInputs)])
-	}
-	b.refInputs[i] = data
 }
