@@ -3,7 +3,6 @@ package abi
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"log/slog"
 	"math"
@@ -29,13 +28,7 @@ func openTestPlugin(t *testing.T, defines ...string) *Plugin {
 	return p
 }
 
-func f32s(v ...float32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-	}
-	return b
-}
+func f32s(v ...float32) []byte { return core.EncodeF32(v) }
 
 func TestProbeAndOpen(t *testing.T) {
 	path := plugintest.Plugin(t)

@@ -37,13 +37,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func f32bytes(v ...float32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-	}
-	return b
-}
+func f32bytes(v ...float32) []byte { return core.EncodeF32(v) }
 
 func openIso(t testing.TB, defines ...string) core.Backend {
 	t.Helper()
