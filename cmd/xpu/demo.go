@@ -27,8 +27,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	wtype := fs.String("weights", "q8_0", "weight dtype: f32, f16, q8_0, q4_0")
 	runs := fs.Int("runs", 5, "timed runs per device (the median is shown)")
 	seed := fs.Uint64("seed", 1, "seed of weights and inputs")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	dt, err := core.ParseDType(*wtype)
 	if err != nil {

@@ -39,8 +39,8 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.SetOutput(stderr)
 	verbose := fs.Bool("v", false, "also list rejected plugin candidates with their reason")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	cands, err := loader.Discover(ctx)
 	if err != nil {

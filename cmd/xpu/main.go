@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,6 +30,20 @@ func register(c *command) {
 		panic("xpu: duplicate subcommand " + c.name)
 	}
 	commands[c.name] = c
+}
+
+// parseFlags parses a subcommand's flags. When parsing ends the command (ok false), code is its
+// exit status: 0 for -h (asking for help is not an error), 2 for a bad flag, which fs has
+// already explained.
+func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, flag.ErrHelp):
+		return 0, false
+	}
+	return 2, false
 }
 
 func usage(w io.Writer) {

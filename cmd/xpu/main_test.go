@@ -29,6 +29,24 @@ func TestUsageAndUnknown(t *testing.T) {
 	assert.Contains(t, errOut, `unknown command "frobnicate"`)
 }
 
+func TestSubcommandFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		says string // on stderr
+	}{
+		{[]string{"devices", "-h"}, 0, "usage"},
+		{[]string{"demo", "-h"}, 0, "usage"},
+		{[]string{"run", "-h"}, 0, "usage"},
+		{[]string{"devices", "--no-such-flag"}, 2, "flag provided but not defined"},
+		{[]string{"demo", "--tokens", "x"}, 2, "invalid value"},
+	} {
+		code, _, errOut := runCLI(t, tc.args...)
+		assert.Equal(t, tc.code, code, "%v: %s", tc.args, errOut)
+		assert.Contains(t, strings.ToLower(errOut), tc.says, "%v", tc.args)
+	}
+}
+
 func TestDevicesJSONListsReference(t *testing.T) {
 	code, out, errOut := runCLI(t, "devices", "--json")
 	require.Equal(t, 0, code, errOut)

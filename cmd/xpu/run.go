@@ -47,11 +47,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: xpu run --model PATH [--prompt TEXT] [-n N] [--temp T] [--top-p P] [--top-k K] [--seed S] [--backend NAME | --policy POLICY] [--chunk N] [--ctx N] [--kv f16] [--threads N]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if *model == "" || fs.NArg() > 0 || (*backend != "" && *policy != "") {
 		fs.Usage()
