@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/xpuhub/xpu/abi"
+	"github.com/xpuhub/xpu/internal/modroot"
 )
 
 // Environment variables the loader reads (unless WithoutEnv).
@@ -111,29 +112,11 @@ func (c *config) searchList() []searchDir {
 			out = append(out, searchDir{filepath.Join(filepath.Dir(exe), "plugins"), "executable"})
 		}
 		out = append(out, searchDir{filepath.Join("build", "plugins"), "build"})
-		if root := moduleRoot(); root != "" {
+		if root := modroot.Find(); root != "" {
 			out = append(out, searchDir{filepath.Join(root, "build", "plugins"), "build"})
 		}
 	}
 	return out
-}
-
-// moduleRoot walks up from the working directory to the folder holding go.mod.
-func moduleRoot() string {
-	dir, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
 }
 
 // files expands the search list into plugin files, each once (by resolved path). A folder

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/modroot"
 	"github.com/xpuhub/xpu/loader/plugintest"
 )
 
@@ -168,7 +169,7 @@ func TestDefaultDirs(t *testing.T) {
 		sources = append(sources, s.source)
 	}
 	assert.Equal(t, []string{"executable", "build", "build"}, sources)
-	root := moduleRoot()
+	root := modroot.Find()
 	require.NotEmpty(t, root, "tests run inside the module")
 	assert.Equal(t, filepath.Join(root, "build", "plugins"), c.searchList()[2].path)
 }

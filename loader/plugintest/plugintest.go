@@ -11,26 +11,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/xpuhub/xpu/internal/modroot"
 )
 
 // Root is the module root (the folder holding go.mod), found by walking up from the working
 // directory; "" when there is none.
-func Root() string {
-	dir, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
-}
+func Root() string { return modroot.Find() }
 
 // CC returns the C compiler, skipping the test when there is none.
 func CC(t testing.TB) string {
