@@ -74,6 +74,13 @@ xpu_status buffer_import(xpu_context ctx, const xpu_import_desc *d, xpu_buffer *
       free(b);
       return xpu_fail(&qnn_reg, ctx, XPU_E_INVALID_ARG, "buffer_import: bad fd %lld or size 0", (long long)d->fd);
     }
+    /* bounded so that size + the in-page offset cannot wrap: a short mapping under a huge
+     * size would let buffer_read/write run past it; the offset must fit off_t */
+    if (d->size > ((uint64_t)1 << 40) || d->offset > ((uint64_t)1 << 62)) {
+      free(b);
+      return xpu_fail(&qnn_reg, ctx, XPU_E_INVALID_ARG, "buffer_import: fd range [%llu, +%llu) out of range",
+                      (unsigned long long)d->offset, (unsigned long long)d->size);
+    }
     long page = sysconf(_SC_PAGESIZE);
     uint64_t base = d->offset - d->offset % (uint64_t)page;
     b->map_len = (size_t)(d->size + (d->offset - base));

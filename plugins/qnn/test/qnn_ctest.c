@@ -492,6 +492,10 @@ static void test_int8_and_fd(const char *stats) {
   CHECK(fd >= 0 && ftruncate(fd, sizeof table) == 0 && write(fd, table, sizeof table) == (ssize_t)sizeof table, "memfd");
   xpu_import_desc d = {sizeof d, XPU_IMPORT_FD, NULL, fd, 0, sizeof table};
   xpu_buffer tb = 0;
+  xpu_import_desc wrap = {sizeof wrap, XPU_IMPORT_FD, NULL, fd, 4000, UINT64_MAX - 100};
+  xpu_buffer wb = 0;
+  CHECK(api->buffer_import(ctx, &wrap, &wb) == XPU_E_INVALID_ARG && !wb,
+        "an fd range whose mapping length wraps must be refused, not mapped short");
   CHECK(api->buffer_import(ctx, &d, &tb) == XPU_OK, "import fd: %s", lasterr(ctx));
   close(fd); /* the plugin dup'ed it */
   int32_t ids[NI] = {4, 0, 2};
