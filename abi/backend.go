@@ -520,8 +520,9 @@ func (x *execution) Bind(io int, buf core.Buffer, offset int64) error {
 	if err != nil {
 		return fmt.Errorf("bind %w", err)
 	}
-	if err := b.rangeErr(fmt.Sprintf("bind io %d (%s)", io, t), offset, int(t.Bytes())); err != nil {
-		return err
+	// the tensor is named only on failure: Bind is on the decode loop (the KV rows move)
+	if err := b.rangeErr("bind", offset, int(t.Bytes())); err != nil {
+		return fmt.Errorf("io %d (%s): %w", io, t, err)
 	}
 	if st := x.e.c.p().ExecutionBind(x.h, uint32(io), b.h, uint64(offset)); st != StatusOK {
 		return x.err("execution_bind", st)

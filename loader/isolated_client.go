@@ -1016,8 +1016,9 @@ func (x *isoExecution) Bind(io int, buf core.Buffer, offset int64) error {
 	if err != nil {
 		return fmt.Errorf("bind %w", err)
 	}
-	if _, err := b.bytes(fmt.Sprintf("bind io %d (%s)", io, t), offset, int(t.Bytes())); err != nil {
-		return err
+	// the tensor is named only on failure: Bind is on the decode loop (the KV rows move)
+	if _, err := b.bytes("bind", offset, int(t.Bytes())); err != nil {
+		return fmt.Errorf("io %d (%s): %w", io, t, err)
 	}
 	if _, err := x.e.c.pr.call(nil, "execution_bind", &rpcReq{Op: opExecutionBind,
 		U: [6]uint64{x.h, uint64(io), b.h, uint64(offset)}}); err != nil {
