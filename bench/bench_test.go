@@ -139,6 +139,17 @@ func BenchmarkGEMM(b *testing.B) {
 	}
 }
 
+// BenchmarkGEMMChunk: a 32-token prefill chunk (the llm runtime's default) on a 4096x4096
+// weight, f32 and f16: small M, where packing B costs as much as the product.
+func BenchmarkGEMMChunk(b *testing.B) {
+	s := Shape{32, 4096, 4096}
+	for _, dt := range []core.DType{core.F32, core.F16} {
+		b.Run(fmt.Sprintf("%s/%s/neon", s, dt), func(b *testing.B) {
+			reportGFLOPS(b, s, timed(b, matmulRun(b, device(b, "neon"), s, dt)))
+		})
+	}
+}
+
 // BenchmarkGEMMQuant: prefill with Q8_0/Q4_0 weights (activations quantized on the fly, int8
 // dot products), in GFLOP/s of the equivalent float product.
 func BenchmarkGEMMQuant(b *testing.B) {

@@ -30,7 +30,9 @@
 #define KC 256
 #define NC 1024
 #define MC (MR * 8)
+#ifndef GEMV_MAX_M
 #define GEMV_MAX_M 3
+#endif
 
 /* ---------------------------------------------------------------- row access */
 
@@ -226,21 +228,37 @@ typedef struct {
   nv_qdot_fn qdot;
 } mm_args;
 
+/* Packs rows [jc, jc+nc) x columns [pc, pc+kc) of b into NR-row panels, k-major: four rows at
+ * a time are converted to f32 and transposed 4x4 in registers, so packing costs vector loads
+ * and stores rather than one scattered store per element. */
 static void pack_b_task(void *p, int tid, int nth) {
   mm_args *A = (mm_args *)p;
   int64_t panels = (A->nc + NR - 1) / NR, p0, p1;
   nv_range(panels, tid, nth, 1, &p0, &p1);
-  float row[KC];
+  float rows[4][KC];
   for (int64_t pi = p0; pi < p1; pi++) {
     float *dst = A->bp + pi * A->kc * NR;
-    for (int j = 0; j < NR; j++) {
-      int64_t n = A->jc + pi * NR + j;
-      if (n < A->jc + A->nc) {
-        b_row_f32(A->bt, A->b + n * A->bstride, A->pc, A->kc, A->scale, row);
-        for (int64_t k = 0; k < A->kc; k++) dst[k * NR + j] = row[k];
-      } else {
-        for (int64_t k = 0; k < A->kc; k++) dst[k * NR + j] = 0.0f;
+    for (int j = 0; j < NR; j += 4) {
+      for (int r = 0; r < 4; r++) {
+        int64_t n = A->jc + pi * NR + j + r;
+        if (n < A->jc + A->nc)
+          b_row_f32(A->bt, A->b + n * A->bstride, A->pc, A->kc, A->scale, rows[r]);
+        else
+          memset(rows[r], 0, sizeof rows[r]);
       }
+      int64_t k = 0;
+      for (; k + 4 <= A->kc; k += 4) {
+        float32x4_t q0 = vld1q_f32(rows[0] + k), q1 = vld1q_f32(rows[1] + k);
+        float32x4_t q2 = vld1q_f32(rows[2] + k), q3 = vld1q_f32(rows[3] + k);
+        float32x4_t t0 = vtrn1q_f32(q0, q1), t1 = vtrn2q_f32(q0, q1);
+        float32x4_t t2 = vtrn1q_f32(q2, q3), t3 = vtrn2q_f32(q2, q3);
+        vst1q_f32(dst + (k + 0) * NR + j, vcombine_f32(vget_low_f32(t0), vget_low_f32(t2)));
+        vst1q_f32(dst + (k + 1) * NR + j, vcombine_f32(vget_low_f32(t1), vget_low_f32(t3)));
+        vst1q_f32(dst + (k + 2) * NR + j, vcombine_f32(vget_high_f32(t0), vget_high_f32(t2)));
+        vst1q_f32(dst + (k + 3) * NR + j, vcombine_f32(vget_high_f32(t1), vget_high_f32(t3)));
+      }
+      for (; k < A->kc; k++)
+        for (int r = 0; r < 4; r++) dst[k * NR + j + r] = rows[r][k];
     }
   }
 }

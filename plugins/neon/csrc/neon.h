@@ -24,6 +24,9 @@ enum { OBJ_CONTEXT = 1, OBJ_BUFFER, OBJ_EXECUTABLE, OBJ_EXECUTION, OBJ_FENCE };
 
 extern xpu_registry nv_reg;
 
+/* zeroed, 64-byte aligned memory (huge pages for large blocks); free() releases it */
+void *nv_alloc(uint64_t size);
+
 /* ---------------------------------------------------------------- thread pool (pool.c) */
 
 /* Which cores a parallel region runs on; switching between two configs costs one

@@ -41,6 +41,7 @@ struct nv_pool {
   atomic_int pending;       /* workers that have not yet finished the current region */
   atomic_int stop;
   int nth;
+  int first; /* task index of worker 0: 1 when the calling thread runs task 0 itself */
   nv_task_fn fn;
   void *arg;
   nv_cpuset pinned, base;
@@ -64,7 +65,8 @@ static void *worker_main(void *p_) {
     if (atomic_load(&p->stop)) break;
     seen = g;
     /* every worker acknowledges every region, so none can lag into the next one's fields */
-    if (w->tid < p->nth) p->fn(p->arg, w->tid, p->nth);
+    int task = w->tid + p->first;
+    if (task < p->nth) p->fn(p->arg, task, p->nth);
     if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
       pthread_mutex_lock(&p->mu);
       pthread_cond_signal(&p->cv_done);
@@ -156,12 +158,17 @@ void nv_pool_run(nv_pool *p, const nv_cpuset *cpus, int nth, nv_task_fn fn, void
   p->fn = fn;
   p->arg = arg;
   p->nth = nth;
+  /* Unpinned, the calling thread runs task 0 itself: on a small CPU a caller that only waited
+   * would compete with the workers for the cores. Pinned, every task runs on a pinned worker
+   * (the host's thread is not ours to pin) and the caller waits. */
+  p->first = want->n == 0 ? 1 : 0;
   atomic_store(&p->pending, p->n);
   pthread_mutex_lock(&p->mu);
   atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
   pthread_cond_broadcast(&p->cv_work);
   pthread_mutex_unlock(&p->mu);
-  for (int i = 0; i < SPIN * 4 && atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) cpu_relax();
+  if (p->first) fn(arg, 0, nth);
+  for (int i = 0; i < SPIN / 8 && atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) cpu_relax();
   if (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
     pthread_mutex_lock(&p->mu);
     while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->cv_done, &p->mu);
