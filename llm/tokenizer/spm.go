@@ -22,7 +22,8 @@ func parseByteToken(s string) (byte, bool) {
 	return byte(v), err == nil
 }
 
-// spmSymbol is one piece of the text in a doubly linked list; merged pieces have n == 0.
+// spmSymbol is one piece of the text in a doubly linked list; a piece merged into its left
+// neighbour has empty text.
 type spmSymbol struct {
 	text       string
 	prev, next int
