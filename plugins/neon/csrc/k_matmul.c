@@ -65,14 +65,18 @@ static float dot_f32(const float *a, const float *b, int64_t k) {
   return s;
 }
 
+/* four independent sums: two would leave the loop bound by the FMA latency */
 static float dot_f16(const float *a, const uint16_t *b, int64_t k) {
-  float32x4_t s0 = vdupq_n_f32(0), s1 = s0;
+  float32x4_t s0 = vdupq_n_f32(0), s1 = s0, s2 = s0, s3 = s0;
   int64_t i = 0;
-  for (; i + 8 <= k; i += 8) {
+  for (; i + 16 <= k; i += 16) {
     s0 = vfmaq_f32(s0, vld1q_f32(a + i), v_ld_f16(b + i));
     s1 = vfmaq_f32(s1, vld1q_f32(a + i + 4), v_ld_f16(b + i + 4));
+    s2 = vfmaq_f32(s2, vld1q_f32(a + i + 8), v_ld_f16(b + i + 8));
+    s3 = vfmaq_f32(s3, vld1q_f32(a + i + 12), v_ld_f16(b + i + 12));
   }
-  float s = v_hsum(vaddq_f32(s0, s1));
+  for (; i + 4 <= k; i += 4) s0 = vfmaq_f32(s0, vld1q_f32(a + i), v_ld_f16(b + i));
+  float s = v_hsum(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
   for (; i < k; i++) s += a[i] * nv_f16_to_f32(b[i]);
   return s;
 }
