@@ -1,9 +1,10 @@
 package llm
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
-	"sort"
+	"slices"
 )
 
 // SamplerConfig chooses the next token from logits. The zero value is greedy (argmax).
@@ -55,18 +56,14 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	if s.cfg.Temperature <= 0 {
 		return argmax(logits)
 	}
-	type cand struct {
-		id int32
-		p  float64
-	}
 	cands := make([]cand, len(logits))
 	for i, l := range logits {
 		cands[i] = cand{int32(i), float64(l)}
 	}
-	sort.SliceStable(cands, func(a, b int) bool { return cands[a].p > cands[b].p })
 	if k := s.cfg.TopK; k > 0 && k < len(cands) {
-		cands = cands[:k]
+		cands = bestK(cands, k)
 	}
+	slices.SortFunc(cands, candOrder)
 	maxL := cands[0].p
 	var sum float64
 	for i := range cands {
@@ -98,6 +95,56 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 		}
 	}
 	return cands[len(cands)-1].id
+}
+
+type cand struct {
+	id int32
+	p  float64
+}
+
+// candOrder puts the most likely first, ties in id order (what a stable sort by probability
+// gives); a total order, so the faster unstable sort gives the same result.
+func candOrder(a, b cand) int {
+	switch {
+	case a.p > b.p:
+		return -1
+	case a.p < b.p:
+		return 1
+	}
+	return cmp.Compare(a.id, b.id)
+}
+
+// bestK returns the k (0 < k < len(cs)) first candidates under candOrder, unordered, in the
+// front of cs: a heap of the k best so far, whose root is the worst of them, so a vocabulary is
+// not sorted whole for top-k.
+func bestK(cs []cand, k int) []cand {
+	h := cs[:k]
+	worse := func(i, j int) bool { return candOrder(h[i], h[j]) > 0 }
+	down := func(i int) {
+		for {
+			w := i
+			for _, c := range [2]int{2*i + 1, 2*i + 2} {
+				if c < k && worse(c, w) {
+					w = c
+				}
+			}
+			if w == i {
+				return
+			}
+			h[i], h[w] = h[w], h[i]
+			i = w
+		}
+	}
+	for i := k/2 - 1; i >= 0; i-- {
+		down(i)
+	}
+	for _, c := range cs[k:] {
+		if candOrder(c, h[0]) < 0 {
+			h[0] = c
+			down(0)
+		}
+	}
+	return h
 }
 
 // argmax returns the first index of the largest logit (NaN never wins).

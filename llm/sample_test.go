@@ -1,6 +1,9 @@
 package llm
 
 import (
+	"math/rand/v2"
+	"slices"
+	"sort"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -47,4 +50,39 @@ func TestSamplerSeedIsDeterministic(t *testing.T) {
 	}
 	assert.Equal(t, draw(7), draw(7))
 	assert.NotEqual(t, draw(7), draw(8))
+}
+
+// The top-k heap and the total order give exactly the candidates, in the order, that a stable
+// sort of the whole vocabulary by probability cut at k gives (ties are common: quantized logits).
+func TestBestKMatchesStableSort(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, tc := range []struct{ n, k, levels int }{
+		{10, 1, 3}, {10, 9, 3}, {100, 40, 5}, {1000, 40, 1000}, {1000, 999, 7}, {5, 2, 1},
+	} {
+		cs := make([]cand, tc.n)
+		for i := range cs {
+			cs[i] = cand{int32(i), float64(r.IntN(tc.levels))}
+		}
+		want := slices.Clone(cs)
+		sort.SliceStable(want, func(a, b int) bool { return want[a].p > want[b].p })
+		got := bestK(slices.Clone(cs), tc.k)
+		slices.SortFunc(got, candOrder)
+		assert.Equal(t, want[:tc.k], got, "n %d k %d", tc.n, tc.k)
+	}
+}
+
+// BenchmarkSample draws from a 32000-token vocabulary with temperature and top-k, as `xpu run`
+// does by default after every decode step.
+func BenchmarkSample(b *testing.B) {
+	logits := make([]float32, 32000)
+	for i := range logits {
+		logits[i] = float32((i*7919)%1000) / 100
+	}
+	work := make([]float32, len(logits))
+	s := NewSampler(SamplerConfig{Temperature: 0.8, TopK: 40, TopP: 0.95, Seed: 1})
+	b.ReportAllocs()
+	for range b.N {
+		copy(work, logits)
+		s.Sample(work, nil)
+	}
 }
