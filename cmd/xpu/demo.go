@@ -19,6 +19,9 @@ func init() {
 	register(&command{name: "demo", summary: "run a transformer block on every usable device and compare with the reference", run: runDemo})
 }
 
+// maxDemoSize bounds --tokens and --dim (a 65536-wide block's weights are 4 GiB of f32).
+const maxDemoSize = 1 << 16
+
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -33,6 +36,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	dt, err := core.ParseDType(*wtype)
 	if err != nil {
 		fmt.Fprintln(stderr, "xpu demo:", err)
+		return 2
+	}
+	// the weights are made in host memory before any check of the graph: a negative or huge
+	// size would panic there
+	if *tokens < 0 || *tokens > maxDemoSize || *dim < 0 || *dim > maxDemoSize {
+		fmt.Fprintf(stderr, "xpu demo: --tokens and --dim must be between 0 and %d\n", maxDemoSize)
 		return 2
 	}
 	cfg := blockConfig{Tokens: *tokens, Dim: *dim, Heads: 8, KVHeads: 4, FFN: *dim * 8 / 3 / 32 * 32, WeightType: dt}

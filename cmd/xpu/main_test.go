@@ -40,6 +40,8 @@ func TestSubcommandFlags(t *testing.T) {
 		{[]string{"run", "-h"}, 0, "usage"},
 		{[]string{"devices", "--no-such-flag"}, 2, "flag provided but not defined"},
 		{[]string{"demo", "--tokens", "x"}, 2, "invalid value"},
+		{[]string{"demo", "--dim", "-64"}, 2, "between 0 and"},
+		{[]string{"demo", "--tokens", "100000000"}, 2, "between 0 and"},
 	} {
 		code, _, errOut := runCLI(t, tc.args...)
 		assert.Equal(t, tc.code, code, "%v: %s", tc.args, errOut)
