@@ -337,11 +337,6 @@ func (pr *isoProc) tryFastRun(ctx context.Context, ex uint64) (ok bool, err erro
 	binary.LittleEndian.PutUint32(req[4:], 0)
 	binary.LittleEndian.PutUint64(req[8:], seq)
 	binary.LittleEndian.PutUint64(req[16:], ex)
-	if ctx == nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.Background(), pr.timeout)
-		defer cancel()
-	}
 	// the plugin cannot be interrupted: a run that outlives ctx kills the child
 	stop := context.AfterFunc(ctx, func() {
 		pr.kill(fmt.Errorf("isolated %s: execution_run did not return before its context ended (%v); the plugin process was killed: %w",
@@ -417,16 +412,18 @@ func (pr *isoProc) crashed(cause error) error {
 	return pr.deadErr()
 }
 
-// call sends one rpc. ctx nil means "no context": the default call timeout applies. A call
-// that outlives its context kills the child: the plugin cannot be interrupted otherwise.
+// callTimed is call for the entries that take no context: the default call timeout applies.
+func (pr *isoProc) callTimed(entry string, req *rpcReq) (*rpcResp, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), pr.timeout)
+	defer cancel()
+	return pr.call(ctx, entry, req)
+}
+
+// call sends one rpc. A call that outlives its context kills the child: the plugin cannot be
+// interrupted otherwise.
 func (pr *isoProc) call(ctx context.Context, entry string, req *rpcReq) (*rpcResp, error) {
 	if err := pr.deadErr(); err != nil {
 		return nil, err
-	}
-	if ctx == nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.Background(), pr.timeout)
-		defer cancel()
 	}
 	resp := new(rpcResp)
 	err := pr.cc.Invoke(ctx, callMethod, req, resp, grpc.CallContentSubtype(codecName))
@@ -586,7 +583,7 @@ func (d *isoDevice) OpSupport(q core.OpQuery) core.Verdict {
 	if err != nil {
 		return core.VerdictNo
 	}
-	resp, err := pr.call(nil, "op_support", &rpcReq{Op: opOpSupport, U: [6]uint64{uint64(d.idx),
+	resp, err := pr.callTimed("op_support", &rpcReq{Op: opOpSupport, U: [6]uint64{uint64(d.idx),
 		uint64(q.Op), uint64(q.DTypeIn), uint64(q.DTypeWeight), uint64(q.DTypeOut), uint64(q.Rank)}})
 	if err != nil || core.Verdict(resp.U[0]) > core.VerdictMaybe {
 		return core.VerdictNo
@@ -682,7 +679,7 @@ func (c *isoContext) newBuffer(mem *shm, op uint32, u1, u2 uint64) (*isoBuffer, 
 	// the child has its own fd now; the mapping keeps the pages for this side
 	unix.Close(mem.fd)
 	mem.fd = -1
-	resp, err := c.pr.call(nil, "buffer_alloc", &rpcReq{Op: op, U: [6]uint64{c.h, u1, u2, id}})
+	resp, err := c.pr.callTimed("buffer_alloc", &rpcReq{Op: op, U: [6]uint64{c.h, u1, u2, id}})
 	if err != nil {
 		mem.close()
 		return nil, err
@@ -851,7 +848,7 @@ func (c *isoContext) NewFence(initial uint64) (core.Fence, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	resp, err := c.pr.call(nil, "fence_create", &rpcReq{Op: opFenceCreate, U: [6]uint64{c.h, initial}})
+	resp, err := c.pr.callTimed("fence_create", &rpcReq{Op: opFenceCreate, U: [6]uint64{c.h, initial}})
 	if err != nil {
 		return nil, err
 	}
@@ -871,13 +868,13 @@ func (c *isoContext) Close() error {
 	}
 	if c.pr.deadErr() == nil {
 		for k, b := range c.consts {
-			if _, err := c.pr.call(nil, "buffer_release", &rpcReq{Op: opBufferRelease, U: [6]uint64{b.h}}); err != nil {
+			if _, err := c.pr.callTimed("buffer_release", &rpcReq{Op: opBufferRelease, U: [6]uint64{b.h}}); err != nil {
 				return err
 			}
 			b.mem.close()
 			delete(c.consts, k)
 		}
-		if _, err := c.pr.call(nil, "context_release", &rpcReq{Op: opContextRelease, U: [6]uint64{c.h}}); err != nil {
+		if _, err := c.pr.callTimed("context_release", &rpcReq{Op: opContextRelease, U: [6]uint64{c.h}}); err != nil {
 			return err
 		}
 	}
@@ -942,7 +939,7 @@ func (b *isoBuffer) Close() error {
 		return nil
 	}
 	if b.c.pr.deadErr() == nil {
-		if _, err := b.c.pr.call(nil, "buffer_release", &rpcReq{Op: opBufferRelease, U: [6]uint64{b.h}}); err != nil {
+		if _, err := b.c.pr.callTimed("buffer_release", &rpcReq{Op: opBufferRelease, U: [6]uint64{b.h}}); err != nil {
 			return err
 		}
 	}
@@ -963,7 +960,7 @@ type isoExecutable struct {
 }
 
 func (e *isoExecutable) NewExecution() (core.Execution, error) {
-	resp, err := e.c.pr.call(nil, "execution_create", &rpcReq{Op: opExecutionCreate, U: [6]uint64{e.h}})
+	resp, err := e.c.pr.callTimed("execution_create", &rpcReq{Op: opExecutionCreate, U: [6]uint64{e.h}})
 	if err != nil {
 		return nil, err
 	}
@@ -971,7 +968,7 @@ func (e *isoExecutable) NewExecution() (core.Execution, error) {
 }
 
 func (e *isoExecutable) Serialize() ([]byte, error) {
-	resp, err := e.c.pr.call(nil, "executable_serialize", &rpcReq{Op: opSerialize, U: [6]uint64{e.h}})
+	resp, err := e.c.pr.callTimed("executable_serialize", &rpcReq{Op: opSerialize, U: [6]uint64{e.h}})
 	if err != nil {
 		return nil, err
 	}
@@ -989,7 +986,7 @@ func (e *isoExecutable) Close() error {
 		return nil
 	}
 	if e.c.pr.deadErr() == nil {
-		if _, err := e.c.pr.call(nil, "executable_release", &rpcReq{Op: opExecutableRelease, U: [6]uint64{e.h}}); err != nil {
+		if _, err := e.c.pr.callTimed("executable_release", &rpcReq{Op: opExecutableRelease, U: [6]uint64{e.h}}); err != nil {
 			return err
 		}
 	}
@@ -1020,7 +1017,7 @@ func (x *isoExecution) Bind(io int, buf core.Buffer, offset int64) error {
 	if _, err := b.bytes("bind", offset, int(t.Bytes())); err != nil {
 		return fmt.Errorf("io %d (%s): %w", io, t, err)
 	}
-	if _, err := x.e.c.pr.call(nil, "execution_bind", &rpcReq{Op: opExecutionBind,
+	if _, err := x.e.c.pr.callTimed("execution_bind", &rpcReq{Op: opExecutionBind,
 		U: [6]uint64{x.h, uint64(io), b.h, uint64(offset)}}); err != nil {
 		return err
 	}
@@ -1062,7 +1059,7 @@ func (x *isoExecution) Submit(waits []core.FencePoint, signal *core.FencePoint) 
 		}
 		req.U[1], req.U[2], req.U[3] = 1, f.h, signal.Value
 	}
-	_, err := x.e.c.pr.call(nil, "execution_submit", req)
+	_, err := x.e.c.pr.callTimed("execution_submit", req)
 	return err
 }
 
@@ -1073,7 +1070,7 @@ func (x *isoExecution) Close() error {
 		return nil
 	}
 	if x.e.c.pr.deadErr() == nil {
-		if _, err := x.e.c.pr.call(nil, "execution_release", &rpcReq{Op: opExecutionRelease, U: [6]uint64{x.h}}); err != nil {
+		if _, err := x.e.c.pr.callTimed("execution_release", &rpcReq{Op: opExecutionRelease, U: [6]uint64{x.h}}); err != nil {
 			return err
 		}
 	}
@@ -1093,13 +1090,13 @@ type isoFence struct {
 // promptly; a long wait is legitimate, so it never kills the child.
 func (f *isoFence) Wait(ctx context.Context, value uint64) error {
 	return abi.WaitSliced(ctx, func(slice time.Duration) (bool, error) {
-		_, err := f.c.pr.call(nil, "fence_wait", &rpcReq{Op: opFenceWait, U: [6]uint64{f.h, value, uint64(slice)}})
+		_, err := f.c.pr.callTimed("fence_wait", &rpcReq{Op: opFenceWait, U: [6]uint64{f.h, value, uint64(slice)}})
 		return !errors.Is(err, core.ErrTimeout), err
 	})
 }
 
 func (f *isoFence) Value() (uint64, error) {
-	resp, err := f.c.pr.call(nil, "fence_value", &rpcReq{Op: opFenceValue, U: [6]uint64{f.h}})
+	resp, err := f.c.pr.callTimed("fence_value", &rpcReq{Op: opFenceValue, U: [6]uint64{f.h}})
 	if err != nil {
 		return 0, err
 	}
@@ -1107,7 +1104,7 @@ func (f *isoFence) Value() (uint64, error) {
 }
 
 func (f *isoFence) Signal(value uint64) error {
-	_, err := f.c.pr.call(nil, "fence_signal", &rpcReq{Op: opFenceSignal, U: [6]uint64{f.h, value}})
+	_, err := f.c.pr.callTimed("fence_signal", &rpcReq{Op: opFenceSignal, U: [6]uint64{f.h, value}})
 	return err
 }
 
@@ -1118,7 +1115,7 @@ func (f *isoFence) Close() error {
 		return nil
 	}
 	if f.c.pr.deadErr() == nil {
-		if _, err := f.c.pr.call(nil, "fence_release", &rpcReq{Op: opFenceRelease, U: [6]uint64{f.h}}); err != nil {
+		if _, err := f.c.pr.callTimed("fence_release", &rpcReq{Op: opFenceRelease, U: [6]uint64{f.h}}); err != nil {
 			return err
 		}
 	}
