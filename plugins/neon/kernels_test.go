@@ -165,40 +165,50 @@ func decodeAny(dt core.DType, b []byte) []float64 {
 
 func TestKernelPaths(t *testing.T) {
 	ctx := context.Background()
+	// int8dot=0 keeps the quantized matmul on the baseline int8 path where the CPU has a dot
+	// product instruction, so both paths run on every machine
+	ctxOpts := []map[string]string{{"threads": "2"}, {"threads": "2", "int8dot": "0"}}
 	for _, f := range pluginFiles(t) {
 		b := openUsable(t, f)
 		dev := b.Devices()[0]
-		for _, kc := range kernelCases() {
-			t.Run(filepath.Base(f)+"/"+kc.name, func(t *testing.T) {
-				rng := rand.New(rand.NewPCG(uint64(len(kc.name)), 7))
-				g := core.NewGraph()
-				kc.build(g, rng)
-				require.NoError(t, g.Err())
-				in := inputsFor(g, rng)
-				want, err := ref.Run(ctx, g, in)
-				require.NoError(t, err)
-				s, err := core.NewSession(ctx, g, []core.Device{dev}, core.Strict(),
-					core.WithContextOptions(map[string]string{"threads": "2"}))
-				require.NoError(t, err)
-				defer s.Close()
-				got, err := s.Run(ctx, in)
-				require.NoError(t, err)
-				for i, out := range g.Outputs {
-					gv, wv := decodeAny(out.DType, got[i]), decodeAny(out.DType, want[i])
-					require.Len(t, gv, len(wv))
-					peak, worst := 1.0, 0.0
-					for _, w := range wv {
-						peak = math.Max(peak, math.Abs(w))
-					}
-					for j := range wv {
-						e := math.Abs(gv[j] - wv[j])
-						if !(e <= worst) {
-							worst = e
-						}
-					}
-					require.LessOrEqual(t, worst/peak, kc.tol, "output %d: max error %g, peak %g", i, worst, peak)
-				}
-			})
+		for _, opts := range ctxOpts {
+			for _, kc := range kernelCases() {
+				runKernelCase(t, ctx, dev, filepath.Base(f)+"/int8dot="+opts["int8dot"]+"/"+kc.name, kc, opts)
+			}
 		}
 	}
+}
+
+// runKernelCase runs kc on dev in a context with opts and compares every output with core/ref.
+func runKernelCase(t *testing.T, ctx context.Context, dev core.Device, name string, kc kernelCase,
+	opts map[string]string) {
+	t.Run(name, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(uint64(len(kc.name)), 7))
+		g := core.NewGraph()
+		kc.build(g, rng)
+		require.NoError(t, g.Err())
+		in := inputsFor(g, rng)
+		want, err := ref.Run(ctx, g, in)
+		require.NoError(t, err)
+		s, err := core.NewSession(ctx, g, []core.Device{dev}, core.Strict(), core.WithContextOptions(opts))
+		require.NoError(t, err)
+		defer s.Close()
+		got, err := s.Run(ctx, in)
+		require.NoError(t, err)
+		for i, out := range g.Outputs {
+			gv, wv := decodeAny(out.DType, got[i]), decodeAny(out.DType, want[i])
+			require.Len(t, gv, len(wv))
+			peak, worst := 1.0, 0.0
+			for _, w := range wv {
+				peak = math.Max(peak, math.Abs(w))
+			}
+			for j := range wv {
+				e := math.Abs(gv[j] - wv[j])
+				if !(e <= worst) {
+					worst = e
+				}
+			}
+			require.LessOrEqual(t, worst/peak, kc.tol, "output %d: max error %g, peak %g", i, worst, peak)
+		}
+	})
 }

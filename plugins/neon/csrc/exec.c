@@ -50,6 +50,7 @@ xpu_status nv_execute(nv_execution *x) {
   r.pool = e->ctx->pool;
   r.cpus = &e->cpus;
   r.nth = e->threads;
+  r.int8dot = e->ctx->int8dot;
   r.scratch = x->scratch;
   r.scratch_bytes = e->scratch_bytes;
   r.shared = x->shared;

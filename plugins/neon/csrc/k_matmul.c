@@ -227,7 +227,7 @@ typedef struct {
   float *bp;
   int64_t jc, nc, pc, kc;
   /* quantized */
-  float *qd;
+  float *qd, *qs;
   int8_t *qq;
   nv_qdot_fn qdot;
 } mm_args;
@@ -332,7 +332,8 @@ static void quant_a_task(void *p, int tid, int nth) {
   mm_args *A = (mm_args *)p;
   int64_t m0, m1;
   nv_range(A->M, tid, nth, 1, &m0, &m1);
-  for (int64_t m = m0; m < m1; m++) nv_quantize_row_q8(A->a + m * A->K, A->K, A->qd + m * (A->K / 32), A->qq + m * A->K);
+  for (int64_t m = m0; m < m1; m++) nv_quantize_row_q8(A->a + m * A->K, A->K, A->qd + m * (A->K / 32), A->qq + m * A->K,
+                                                          A->qs + m * (A->K / 32));
 }
 
 static void qmm_task(void *p, int tid, int nth) {
@@ -346,7 +347,7 @@ static void qmm_task(void *p, int tid, int nth) {
     for (int64_t m = 0; m < A->M; m += NV_QROWS) {
       int nr = (int)(A->M - m < NV_QROWS ? A->M - m : NV_QROWS);
       nv_qact act[NV_QROWS];
-      for (int r = 0; r < nr; r++) act[r] = (nv_qact){A->qd + (m + r) * nb, A->qq + (m + r) * A->K};
+      for (int r = 0; r < nr; r++) act[r] = (nv_qact){A->qd + (m + r) * nb, A->qq + (m + r) * A->K, A->qs + (m + r) * nb};
       for (int64_t n = nc; n < ne; n++) {
         float out[NV_QROWS];
         A->qdot(A->b + n * A->bstride, nb, act, nr, out);
@@ -379,8 +380,11 @@ uint64_t nv_matmul_scratch(const xpu_ir_graph *g, const xpu_ir_node *n) {
 }
 
 /* bytes of the node-wide work area after the f16 copy of a: packed B block or quantized a */
+/* quantized activations: scales, then block sums, then values */
+static uint64_t qscale_bytes(uint64_t M, uint64_t K) { return (M * (K / 32) * 4 + 63) / 64 * 64; }
+
 static uint64_t work_bytes(uint32_t bt, uint64_t M, uint64_t K) {
-  if (is_quant(bt)) return (M * (K / 32) * 4 + 63) / 64 * 64 + (M * K + 63) / 64 * 64;
+  if (is_quant(bt)) return 2 * qscale_bytes(M, K) + (M * K + 63) / 64 * 64;
   return (uint64_t)NC * KC * 4;
 }
 
@@ -464,8 +468,9 @@ xpu_status nv_k_matmul(nv_run *r, const xpu_ir_node *n) {
         memset(A.c, 0, (size_t)(M * N) * 4);
       } else if (is_quant(bt)) {
         A.qd = (float *)shared;
-        A.qq = (int8_t *)(shared + ((uint64_t)M * (K / 32) * 4 + 63) / 64 * 64);
-        A.qdot = nv_qdot_select(bt, nv_have_dotprod());
+        A.qs = (float *)(shared + qscale_bytes((uint64_t)M, (uint64_t)K));
+        A.qq = (int8_t *)(shared + 2 * qscale_bytes((uint64_t)M, (uint64_t)K));
+        A.qdot = nv_qdot_select(bt, r->int8dot);
         nv_parallel(r, M * K, quant_a_task, &A);
         nv_parallel(r, M * N * K, qmm_task, &A);
       } else if (M <= GEMV_MAX_M) {

@@ -33,8 +33,9 @@ int nv_have_dotprod(void) {
 }
 
 /* ggml's quantize_row_q8_0 rule (OPS.md): d = amax/127, q = round(x/d). The scale kept here is
- * the f16-rounded one, as a stored Q8_0 block would have it. */
-void nv_quantize_row_q8(const float *x, int64_t k, float *d, int8_t *q) {
+ * the f16-rounded one, as a stored Q8_0 block would have it; s[b] = d * sum(q) lets a kernel
+ * that multiplies unsigned Q4_0 nibbles subtract the 8 offset once per block. */
+void nv_quantize_row_q8(const float *x, int64_t k, float *d, int8_t *q, float *s) {
   for (int64_t b = 0; b < k / 32; b++) {
     const float *xb = x + b * 32;
     float32x4_t m = vdupq_n_f32(0);
@@ -42,7 +43,12 @@ void nv_quantize_row_q8(const float *x, int64_t k, float *d, int8_t *q) {
     float amax = vmaxvq_f32(m);
     float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
     d[b] = nv_f16_to_f32(nv_f32_to_f16(dd));
-    for (int i = 0; i < 32; i++) q[b * 32 + i] = (int8_t)roundf(xb[i] * id);
+    int sum = 0;
+    for (int i = 0; i < 32; i++) {
+      q[b * 32 + i] = (int8_t)roundf(xb[i] * id);
+      sum += q[b * 32 + i];
+    }
+    s[b] = d[b] * (float)sum;
   }
 }
 
@@ -99,6 +105,59 @@ ALWAYS_INLINE void qdot_x86(const uint8_t *w, int64_t nb, const nv_qact *a, cons
   for (int r = 0; r < nr; r++) out[r] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1]));
 }
 #define QDOT_IMPL qdot_x86
+
+/*
+ * AVX512-VNNI (with VL, on 256-bit vectors), chosen at run time where the CPU has it: vpdpbusd
+ * multiplies unsigned by signed bytes and sums into int32 in one instruction. Q8_0 keeps the
+ * sign trick; Q4_0 multiplies the raw nibbles (0..15) and subtracts 8 * sum(a) per block from
+ * the precomputed activation sums, which saves the offset, abs and sign steps.
+ */
+#define VNNI __attribute__((target("avx512vnni,avx512vl,avx2,fma,f16c")))
+
+#define VNNI_BLOCK(bi, slot)                                                                     \
+  do {                                                                                           \
+    const uint8_t *wb = w + (bi) * bs;                                                           \
+    float dw = f16at(wb);                                                                        \
+    __m256i wv, wabs;                                                                            \
+    if (q4) {                                                                                    \
+      __m128i v = _mm_loadu_si128((const __m128i *)(wb + 2));                                    \
+      wabs = _mm256_and_si256(_mm256_insertf128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1), \
+                              _mm256_set1_epi8(0x0F));                                           \
+      wv = wabs;                                                                                 \
+    } else {                                                                                     \
+      wv = _mm256_loadu_si256((const __m256i *)(wb + 2));                                        \
+      wabs = _mm256_abs_epi8(wv);                                                                \
+    }                                                                                            \
+    for (int r = 0; r < nr; r++) {                                                               \
+      __m256i av = _mm256_loadu_si256((const __m256i *)(a[r].q + (bi) * 32));                    \
+      __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wabs, q4 ? av : _mm256_sign_epi8(av, wv)); \
+      acc[r][slot] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * a[r].d[bi]), acc[r][slot]); \
+      if (q4) corr[r][slot] += dw * a[r].s[bi];                                                  \
+    }                                                                                            \
+  } while (0)
+
+VNNI ALWAYS_INLINE void qdot_vnni(const uint8_t *w, int64_t nb, const nv_qact *a, const int nr, const int q4,
+                                  float *out) {
+  const int64_t bs = q4 ? 18 : 34;
+  __m256 acc[NV_QROWS][2];
+  float corr[NV_QROWS][2];
+  for (int r = 0; r < nr; r++) {
+    acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    corr[r][0] = corr[r][1] = 0.0f;
+  }
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    VNNI_BLOCK(b, 0);
+    VNNI_BLOCK(b + 1, 1);
+  }
+  if (b < nb) VNNI_BLOCK(b, 0);
+  for (int r = 0; r < nr; r++) out[r] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1])) - 8.0f * (corr[r][0] + corr[r][1]);
+}
+
+static int have_vnni(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+}
 #endif
 
 /* ---------------------------------------------------------------- NEON */
@@ -186,14 +245,16 @@ QDOT_VARIANTS(qdot_dp, DP)
 #endif
 #if defined(QDOT_IMPL)
 QDOT_VARIANTS(qdot_x86, )
+QDOT_VARIANTS(qdot_vnni, VNNI)
 #endif
 
-nv_qdot_fn nv_qdot_select(uint32_t dtype, int dotprod) {
-  (void)dotprod;
+nv_qdot_fn nv_qdot_select(uint32_t dtype, int int8dot) {
+  (void)int8dot;
   int q8 = dtype == XPU_DT_Q8_0;
 #if defined(__aarch64__)
-  if (dotprod) return q8 ? qdot_dp_q8 : qdot_dp_q4;
+  if (int8dot && nv_have_dotprod()) return q8 ? qdot_dp_q8 : qdot_dp_q4;
 #elif defined(QDOT_IMPL)
+  if (int8dot && have_vnni()) return q8 ? qdot_vnni_q8 : qdot_vnni_q4;
   return q8 ? qdot_x86_q8 : qdot_x86_q4;
 #endif
   return q8 ? qdot_widen_q8 : qdot_widen_q4;

@@ -99,6 +99,7 @@ struct nv_context {
   nv_pool *pool;
   nv_cpuset cpus;
   int threads;
+  int int8dot; /* use the CPU's int8 dot-product instruction when it has one */
   /* async queue: one thread per context, started by the first submit */
   pthread_mutex_t qmu;
   pthread_cond_t qcv;
@@ -174,6 +175,7 @@ typedef struct nv_run {
   nv_pool *pool;
   const nv_cpuset *cpus;
   int nth;
+  int int8dot;
   uint8_t *scratch;
   uint64_t scratch_bytes; /* per thread */
   uint8_t *shared;        /* one area for all threads of a node */
@@ -223,16 +225,19 @@ static inline uint32_t nv_elem_size(uint32_t dt) { return xpu_dtype_block_bytes(
 
 /* quantized dot products (k_quant.c): one activation row quantized by nv_quantize_row_q8 */
 typedef struct nv_qact {
-  const float *d; /* K/32 block scales */
+  const float *d;  /* K/32 block scales */
   const int8_t *q; /* K values */
+  const float *s;  /* K/32 block sums times their scale, d * sum(q) */
 } nv_qact;
 
 #define NV_QROWS 4 /* activation rows a weight block is unpacked for at once */
 
 /* out[r] = dot(weight row w of nb Q8_0/Q4_0 blocks, activation row a[r]) for r < nr (any nr) */
 typedef void (*nv_qdot_fn)(const uint8_t *w, int64_t nb, const nv_qact *a, int nr, float *out);
-void nv_quantize_row_q8(const float *x, int64_t k, float *d, int8_t *q);
-nv_qdot_fn nv_qdot_select(uint32_t dtype, int dotprod);
+void nv_quantize_row_q8(const float *x, int64_t k, float *d, int8_t *q, float *s);
+/* int8dot 0 keeps to the baseline path even where the CPU has a dot-product instruction
+ * (vdotq_s32, vpdpbusd): the context option int8dot=0, so tests reach both paths */
+nv_qdot_fn nv_qdot_select(uint32_t dtype, int int8dot);
 int nv_have_dotprod(void);
 
 #endif /* NEON_H */

@@ -187,8 +187,16 @@ xpu_status nv_api_context_create(uint32_t device, const char *options, xpu_conte
       return xpu_fail(&nv_reg, 0, XPU_E_INVALID_ARG, "context_create: bad threads option (want 1..1024)");
     threads = (int)t;
   }
+  int int8dot = 1;
+  rc = xpu_opt_get(options, "int8dot", v, sizeof v);
+  if (rc != 0) {
+    if (rc < 0 || (strcmp(v, "0") != 0 && strcmp(v, "1") != 0))
+      return xpu_fail(&nv_reg, 0, XPU_E_INVALID_ARG, "context_create: bad int8dot option (want 0 or 1)");
+    int8dot = v[0] == '1';
+  }
   nv_context *c = (nv_context *)calloc(1, sizeof *c);
   if (!c) return xpu_fail(&nv_reg, 0, XPU_E_OUT_OF_MEMORY, "context_create: out of memory");
+  c->int8dot = int8dot;
   c->device = device;
   c->cpus = cpus;
   c->threads = threads;
