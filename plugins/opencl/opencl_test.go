@@ -727,3 +727,58 @@ func BenchmarkAttention(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRowOps times the row-wise ops (one reduction per row) against neon.
+func BenchmarkRowOps(b *testing.B) {
+	ops := []struct {
+		name  string
+		build func(g *core.Graph, x *core.Tensor) *core.Tensor
+	}{
+		{"rms_norm", func(g *core.Graph, x *core.Tensor) *core.Tensor { return g.RMSNorm(x, 1e-5) }},
+		{"softmax", func(g *core.Graph, x *core.Tensor) *core.Tensor { return g.CausalSoftmax(x, 0.125, 1024-64) }},
+		{"silu_mul", func(g *core.Graph, x *core.Tensor) *core.Tensor { return g.Mul(g.SiLU(x), x) }},
+	}
+	for _, name := range []string{"opencl", "neon"} {
+		b.Run(name, func(b *testing.B) {
+			var be core.Backend
+			if name == "opencl" {
+				be = openBackend(b)
+			} else {
+				var err error
+				if be, err = loader.Open(context.Background(), name, loader.WithoutEnv()); err != nil {
+					b.Skipf("%s: %v", name, err)
+				}
+				defer be.Close()
+			}
+			ctx := context.Background()
+			cc, err := be.Devices()[0].NewContext(ctx, nil)
+			require.NoError(b, err)
+			defer cc.Close()
+			for _, op := range ops {
+				b.Run(op.name, func(b *testing.B) {
+					g := core.NewGraph()
+					g.Output(op.build(g, g.Input("x", core.F32, 8, 64, 1024)))
+					ins := [][]byte{randF32(rand.New(rand.NewPCG(9, 10)), 8*64*1024)}
+					exe, err := cc.Prepare(ctx, g)
+					require.NoError(b, err)
+					defer exe.Close()
+					x, err := exe.NewExecution()
+					require.NoError(b, err)
+					defer x.Close()
+					for i, in := range append(ins, make([]byte, len(ins[0]))) {
+						buf, err := cc.Alloc(int64(len(in)), core.BufferDevice)
+						require.NoError(b, err)
+						defer buf.Close()
+						require.NoError(b, buf.Write(0, in))
+						require.NoError(b, x.Bind(i, buf, 0))
+					}
+					require.NoError(b, x.Run(ctx))
+					b.ResetTimer()
+					for b.Loop() {
+						require.NoError(b, x.Run(ctx))
+					}
+				})
+			}
+		})
+	}
+}

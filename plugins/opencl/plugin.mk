@@ -26,8 +26,8 @@ $(BUILD)/opencl-smoke: plugins/opencl/test/smoke.c $(COMMON_HDRS)
 
 .PHONY: test-opencl-smoke
 test-opencl-smoke: $(OPENCL_SO) $(BUILD)/opencl-smoke
-	$(BUILD)/opencl-smoke $(OPENCL_SO)
-	XPU_OPENCL_LIBRARY=/nonexistent $(BUILD)/opencl-smoke --probe-only-zero $(OPENCL_SO)
+	timeout 600 $(BUILD)/opencl-smoke $(OPENCL_SO)
+	XPU_OPENCL_LIBRARY=/nonexistent timeout 60 $(BUILD)/opencl-smoke --probe-only-zero $(OPENCL_SO)
 
 # The same smoke test with the plugin and the test built under ASan + UBSan: the C paths
 # (IR checks, offsets, fences, cache reader) run with every access checked. Leak checking stays
@@ -43,4 +43,4 @@ $(BUILD)/opencl-asan/smoke: plugins/opencl/test/smoke.c $(COMMON_HDRS)
 
 .PHONY: test-opencl-asan
 test-opencl-asan: $(BUILD)/opencl-asan/libxpu-opencl.so $(BUILD)/opencl-asan/smoke
-	ASAN_OPTIONS=detect_leaks=0 $(BUILD)/opencl-asan/smoke $(BUILD)/opencl-asan/libxpu-opencl.so
+	ASAN_OPTIONS=detect_leaks=0 timeout 900 $(BUILD)/opencl-asan/smoke $(BUILD)/opencl-asan/libxpu-opencl.so

@@ -400,8 +400,9 @@ static xpu_status submit_locked(xpu_execution h, ocl_exec *x, const xpu_fence_po
       ce = P.cl.clEnqueueMarkerWithWaitList(x->q, 0, NULL, &sub->ev);
     if (ce != CL_SUCCESS) snprintf(why, sizeof why, "completion event failed: %s", cl_err_name(ce));
   }
-  if (ce == CL_SUCCESS) P.cl.clFlush(x->q);
-  else P.cl.clFinish(x->q); /* leave nothing half-enqueued behind a failure */
+  /* also after a failure: what was enqueued may wait on a fence the host has yet to signal, so
+   * it is left to drain (the queue is in order) rather than waited for here */
+  P.cl.clFlush(x->q);
   pthread_mutex_unlock(&c->mu);
   if (ce != CL_SUCCESS) {
     ocl_sub_unref(sub);

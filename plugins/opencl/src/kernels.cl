@@ -606,3 +606,152 @@ __kernel void attention_row(gcbytes *q, ulong qoff, int qdt, gcbytes *k, ulong k
   for (long d = 0; d < Dv; d++)
     st(o + ooff, g * Dv + d, odt, last >= 0 && s > 0.0f ? acc[d] / s : 0.0f, 1.0f);
 }
+
+/*
+ * Fast paths for CPU devices and common cases. eltwise_f32: F32 operands of the output's shape
+ * (no broadcast, b may be a per-row vector when bn > 0), flat index only: no 64-bit index
+ * arithmetic and no dtype switch per element, so PoCL can vectorise across items.
+ */
+inline float elt_op(int op, float x, float y, float p0, float p1) {
+  switch (op) {
+  case OP_ADD: return x + y;
+  case OP_SUB: return x - y;
+  case OP_MUL: return x * y;
+  case OP_DIV: return x / y;
+  case OP_SILU: return x / (1.0f + exp(-x));
+  case OP_GELU: return 0.5f * x * (1.0f + tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  case OP_RELU: return x > 0.0f ? x : 0.0f;
+  case OP_EXP: return exp(x);
+  case OP_NEG: return -x;
+  case OP_SCALE: return x * p0 + p1;
+  }
+  return x;
+}
+
+inline float16 elt_op16(int op, float16 x, float16 y, float p0, float p1) {
+  switch (op) {
+  case OP_ADD: return x + y;
+  case OP_SUB: return x - y;
+  case OP_MUL: return x * y;
+  case OP_DIV: return x / y;
+  case OP_SILU: return x / (1.0f + exp(-x));
+  case OP_GELU: return 0.5f * x * (1.0f + tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  case OP_RELU: return select((float16)(0.0f), x, x > 0.0f);
+  case OP_EXP: return exp(x);
+  case OP_NEG: return -x;
+  case OP_SCALE: return x * p0 + p1;
+  }
+  return x;
+}
+
+/* each item: 16 consecutive elements as one vector (a scalar tail at the end) */
+__kernel void eltwise_f32(int op, gcbytes *a, ulong aoff, gcbytes *b, ulong boff, ulong bn,
+                          gbytes *o, ulong ooff, float p0, float p1, ulong n) {
+  ulong i0 = get_global_id(0) * 16;
+  if (i0 >= n) return;
+  __global const float *pa = (__global const float *)(a + aoff);
+  __global const float *pb = (__global const float *)(b + boff);
+  __global float *po = (__global float *)(o + ooff);
+  int binary = op >= OP_ADD && op <= OP_DIV;
+  if (i0 + 16 <= n && (!binary || bn == 0 || (bn % 16 == 0))) {
+    float16 x = vload16(0, pa + i0), y = (float16)(0.0f);
+    if (binary) y = vload16(0, pb + (bn ? i0 % bn : i0));
+    vstore16(elt_op16(op, x, y, p0, p1), 0, po + i0);
+    return;
+  }
+  for (ulong i = i0; i < n && i < i0 + 16; i++)
+    po[i] = elt_op(op, pa[i], binary ? pb[bn ? i % bn : i] : 0.0f, p0, p1);
+}
+
+/* RMS_NORM / LAYER_NORM and SOFTMAX with one work item per row: no barriers (CPU devices) */
+__kernel void norm_row(gcbytes *a, ulong aoff, int adt, gbytes *o, ulong ooff, int odt, long K,
+                       float eps, int layer, ulong rows) {
+  ulong row = get_global_id(0);
+  if (row >= rows) return;
+  gcbytes *x = a + aoff;
+  ulong base = row * (ulong)K;
+  if (adt == DT_F32 && odt == DT_F32) { /* 16-wide along the row */
+    __global const float *px = (__global const float *)x + base;
+    __global float *po = (__global float *)(o + ooff) + base;
+    long K16 = K / 16;
+    float16 acc = (float16)(0.0f);
+    float mean = 0.0f, s2 = 0.0f;
+    if (layer) {
+      for (long k = 0; k < K16; k++) acc += vload16(k, px);
+      float s = hsum16(acc);
+      for (long k = K16 * 16; k < K; k++) s += px[k];
+      mean = s / (float)K;
+      acc = (float16)(0.0f);
+    }
+    for (long k = 0; k < K16; k++) {
+      float16 v = vload16(k, px) - mean;
+      acc = mad(v, v, acc);
+    }
+    s2 = hsum16(acc);
+    for (long k = K16 * 16; k < K; k++) s2 = mad(px[k] - mean, px[k] - mean, s2);
+    float inv = 1.0f / sqrt(s2 / (float)K + eps);
+    for (long k = 0; k < K16; k++) vstore16((vload16(k, px) - mean) * inv, k, po);
+    for (long k = K16 * 16; k < K; k++) po[k] = (px[k] - mean) * inv;
+    return;
+  }
+  float mean = 0.0f;
+  if (layer) {
+    float s = 0.0f;
+    for (long k = 0; k < K; k++) s += ld(x, base + k, adt, 1.0f);
+    mean = s / (float)K;
+  }
+  float s2 = 0.0f;
+  for (long k = 0; k < K; k++) {
+    float v = ld(x, base + k, adt, 1.0f) - mean;
+    s2 = mad(v, v, s2);
+  }
+  float inv = 1.0f / sqrt(s2 / (float)K + eps);
+  for (long k = 0; k < K; k++)
+    st(o + ooff, base + k, odt, (ld(x, base + k, adt, 1.0f) - mean) * inv, 1.0f);
+}
+
+__kernel void softmax_row(gcbytes *a, ulong aoff, int adt, gbytes *o, ulong ooff, int odt, long N,
+                          long M, float scale, int causal, long coff, ulong rows) {
+  ulong row = get_global_id(0);
+  if (row >= rows) return;
+  gcbytes *x = a + aoff;
+  ulong base = row * (ulong)N;
+  long vis = N;
+  if (causal) vis = clamp(((long)row % M) + coff + 1, (long)0, N);
+  if (adt == DT_F32 && odt == DT_F32) { /* 16-wide along the visible part of the row */
+    __global const float *px = (__global const float *)x + base;
+    __global float *po = (__global float *)(o + ooff) + base;
+    long V16 = vis / 16;
+    float16 mv = (float16)(-INFINITY);
+    for (long j = 0; j < V16; j++) mv = fmax(mv, vload16(j, px) * scale);
+    float8 m8 = fmax(mv.lo, mv.hi);
+    float4 m4 = fmax(m8.lo, m8.hi);
+    float2 m2 = fmax(m4.lo, m4.hi);
+    float m = fmax(m2.x, m2.y);
+    for (long j = V16 * 16; j < vis; j++) m = fmax(m, px[j] * scale);
+    float16 sv = (float16)(0.0f);
+    for (long j = 0; j < V16; j++) {
+      float16 e = exp(vload16(j, px) * scale - m);
+      vstore16(e, j, po);
+      sv += e;
+    }
+    float s = hsum16(sv);
+    for (long j = V16 * 16; j < vis; j++) {
+      po[j] = exp(px[j] * scale - m);
+      s += po[j];
+    }
+    float inv = 1.0f / s;
+    for (long j = 0; j < V16; j++) vstore16(vload16(j, po) * inv, j, po);
+    for (long j = V16 * 16; j < vis; j++) po[j] *= inv;
+    for (long j = vis; j < N; j++) po[j] = 0.0f;
+    return;
+  }
+  float m = -INFINITY;
+  for (long j = 0; j < vis; j++) m = fmax(m, ld(x, base + j, adt, 1.0f) * scale);
+  float s = 0.0f;
+  for (long j = 0; j < vis; j++) s += exp(ld(x, base + j, adt, 1.0f) * scale - m);
+  float inv = 1.0f / s;
+  for (long j = 0; j < N; j++)
+    st(o + ooff, base + j, odt, j < vis ? exp(ld(x, base + j, adt, 1.0f) * scale - m) * inv : 0.0f,
+       1.0f);
+}

@@ -51,6 +51,14 @@ static cl_int run1d(ocl_ctx *c, cl_command_queue q, int kid, uint64_t n) {
   return P.cl.clEnqueueNDRangeKernel(q, c->k[kid], 1, NULL, &g, &l, 0, NULL, NULL);
 }
 
+/* independent items (CPU family): SIMD-width groups, at least one group per compute unit */
+static cl_int run_items(ocl_ctx *c, cl_command_queue q, int kid, uint64_t n) {
+  size_t l = local_for(c, kid, c->kpref[kid]);
+  while (l > 1 && n / l < c->dev->info.compute_units) l /= 2;
+  size_t g = (size_t)((n + l - 1) / l * l);
+  return P.cl.clEnqueueNDRangeKernel(q, c->k[kid], 1, NULL, &g, &l, 0, NULL, NULL);
+}
+
 /* one work-group per row; the group is no wider than the row needs */
 static cl_int run_rows(ocl_ctx *c, cl_command_queue q, int kid, uint64_t rows, size_t l) {
   size_t g = (size_t)rows * l;
@@ -88,6 +96,28 @@ static void bcast4(const xpu_ir_tensor *x, const cl_long4 *os, cl_long4 *str) {
 static cl_int eltwise(ocl_ctx *c, cl_command_queue q, int op, const xpu_ir_tensor *a, ocl_ref ra,
                       const xpu_ir_tensor *b, ocl_ref rb, const xpu_ir_tensor *o, ocl_ref ro,
                       float p0, float p1) {
+  uint64_t n = (uint64_t)xpu_ir_numel(o);
+  /* F32 without broadcasting, or b repeating along the leading dims (a bias row): flat index */
+  if (a->dtype == XPU_DT_F32 && o->dtype == XPU_DT_F32 && xpu_ir_numel(a) == (int64_t)n &&
+      (!b || b->dtype == XPU_DT_F32)) {
+    int flat = 1;
+    uint64_t bn = 0;
+    for (uint32_t d = 0; d < a->rank && a->rank == o->rank; d++) flat &= a->shape[d] == o->shape[d];
+    if (a->rank != o->rank) flat = 0;
+    if (b && flat) {
+      uint32_t br = b->rank;
+      while (br > 0 && b->shape[b->rank - br] == 1) br--; /* leading 1s broadcast anyway */
+      for (uint32_t i = 0; i < br && flat; i++)
+        flat = br <= o->rank && b->shape[b->rank - 1 - i] == o->shape[o->rank - 1 - i];
+      bn = (uint64_t)xpu_ir_numel(b);
+      if (bn == n) bn = 0;
+    }
+    if (flat) {
+      cl_int ce = args(c->k[K_ELTWISE_F32], "imumuumuffu", op, ra.mem, ra.off, b ? rb.mem : ra.mem,
+                       b ? rb.off : ra.off, bn, ro.mem, ro.off, (double)p0, (double)p1, n);
+      return ce ? ce : run1d(c, q, K_ELTWISE_F32, (n + 15) / 16);
+    }
+  }
   cl_long4 os, sa, sb;
   shape4(o, &os);
   bcast4(a, &os, &sa);
@@ -97,7 +127,6 @@ static cl_int eltwise(ocl_ctx *c, cl_command_queue q, int op, const xpu_ir_tenso
     sb = sa;
     rb = ra;
   }
-  uint64_t n = (uint64_t)xpu_ir_numel(o);
   cl_int ce = args(c->k[K_ELTWISE], "imuimuimui444ffu", op, ra.mem, ra.off, (int)a->dtype,
                    rb.mem, rb.off, (int)(b ? b->dtype : a->dtype), ro.mem, ro.off,
                    (int)o->dtype, &os, &sa, &sb, (double)p0, (double)p1, n);
@@ -226,6 +255,13 @@ cl_int ocl_launch_node(ocl_ctx *c, cl_command_queue q, const xpu_ir_graph *g, ui
     break;
   case XPU_OP_RMS_NORM: case XPU_OP_LAYER_NORM: {
     int64_t K = a->rank ? a->shape[a->rank - 1] : 1;
+    if (!c->gpu_kernels) {
+      uint64_t rows = (uint64_t)(numel / K);
+      ce = args(c->k[K_NORM_ROW], "muimuilfiu", ra.mem, ra.off, (int)a->dtype, ro.mem, ro.off,
+                (int)o->dtype, K, (double)n->fattr[0], n->op == XPU_OP_LAYER_NORM ? 1 : 0, rows);
+      if (!ce) ce = run_items(c, q, K_NORM_ROW, rows);
+      break;
+    }
     size_t l = row_local(c, K_NORM, K);
     ce = args(c->k[K_NORM], "muimuilfiL", ra.mem, ra.off, (int)a->dtype, ro.mem, ro.off,
               (int)o->dtype, K, (double)n->fattr[0], n->op == XPU_OP_LAYER_NORM ? 1 : 0,
@@ -235,8 +271,15 @@ cl_int ocl_launch_node(ocl_ctx *c, cl_command_queue q, const xpu_ir_graph *g, ui
   }
   case XPU_OP_SOFTMAX: {
     int64_t N = a->rank ? a->shape[a->rank - 1] : 1, M = a->rank >= 2 ? a->shape[a->rank - 2] : 1;
-    size_t l = row_local(c, K_SOFTMAX, N);
     float scale = n->fattr[0] != 0.0f ? n->fattr[0] : 1.0f;
+    if (!c->gpu_kernels) {
+      uint64_t rows = (uint64_t)(numel / N);
+      ce = args(c->k[K_SOFTMAX_ROW], "muimuillfilu", ra.mem, ra.off, (int)a->dtype, ro.mem, ro.off,
+                (int)o->dtype, N, M, (double)scale, n->iattr[0] == 1 ? 1 : 0, n->iattr[1], rows);
+      if (!ce) ce = run_items(c, q, K_SOFTMAX_ROW, rows);
+      break;
+    }
+    size_t l = row_local(c, K_SOFTMAX, N);
     ce = args(c->k[K_SOFTMAX], "muimuillfilL", ra.mem, ra.off, (int)a->dtype, ro.mem, ro.off,
               (int)o->dtype, N, M, (double)scale, n->iattr[0] == 1 ? 1 : 0, n->iattr[1],
               l * sizeof(float));
@@ -267,12 +310,7 @@ cl_int ocl_launch_node(ocl_ctx *c, cl_command_queue q, const xpu_ir_graph *g, ui
                 rb.mem, rb.off, (int)b->dtype, rv.mem, rv.off, (int)v->dtype, ro.mem, ro.off,
                 (int)o->dtype, Hq, Tk, Hkv, D, Dv, (double)scale, causal, rq.mem, rq.off, has_qo,
                 n->iattr[1], rows);
-      if (!ce) { /* SIMD-width groups, but at least one group per compute unit */
-        size_t l = local_for(c, K_ATTENTION_ROW, c->kpref[K_ATTENTION_ROW]);
-        while (l > 1 && rows / l < c->dev->info.compute_units) l /= 2;
-        size_t gsz = (size_t)(rows + l - 1) / l * l;
-        ce = P.cl.clEnqueueNDRangeKernel(q, c->k[K_ATTENTION_ROW], 1, NULL, &gsz, &l, 0, NULL, NULL);
-      }
+      if (!ce) ce = run_items(c, q, K_ATTENTION_ROW, rows);
       break;
     }
     size_t l = local_for(c, K_ATTENTION, 64);

@@ -26,7 +26,8 @@ enum { T_CTX = 1, T_BUF, T_EXE, T_EXEC, T_FENCE };
 /* kernels of kernels.cl, in the order of ocl_kernel_names */
 enum { K_ELTWISE, K_COPY, K_NORM, K_SOFTMAX, K_ROPE, K_ATTENTION, K_GET_ROWS, K_QUANTIZE,
        K_GEMM_F32, K_GEMM_ANY, K_GEMM_BLK_F32_4, K_GEMM_BLK_F32_1, K_GEMM_BLK_ANY_4,
-       K_GEMM_BLK_ANY_1, K_GEMM_Q_4, K_GEMM_Q_1, K_ATTENTION_ROW, K_COUNT };
+       K_GEMM_BLK_ANY_1, K_GEMM_Q_4, K_GEMM_Q_1, K_ATTENTION_ROW, K_ELTWISE_F32, K_NORM_ROW,
+       K_SOFTMAX_ROW, K_COUNT };
 extern const char *const ocl_kernel_names[K_COUNT];
 
 typedef struct ocl_device {

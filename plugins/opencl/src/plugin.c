@@ -15,7 +15,8 @@ const char *const ocl_kernel_names[K_COUNT] = {"eltwise",  "copy_strided", "norm
                                                "get_rows", "quantize_block", "gemm_f32",
                                                "gemm_any", "gemm_blk_f32_4", "gemm_blk_f32_1",
                                                "gemm_blk_any_4", "gemm_blk_any_1", "gemm_q_4",
-                                               "gemm_q_1", "attention_row"};
+                                               "gemm_q_1", "attention_row", "eltwise_f32",
+                                               "norm_row", "softmax_row"};
 
 xpu_status ocl_status_of(cl_int err) {
   switch (err) {
