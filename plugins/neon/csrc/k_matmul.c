@@ -230,7 +230,16 @@ typedef struct {
   float *qd, *qs;
   int8_t *qq;
   nv_qdot_fn qdot;
+  /* next unit of work: threads take units until none is left, so a thread that loses its core
+   * (another process, a little core of a big.LITTLE CPU) does not hold the others back */
+  atomic_llong next;
 } mm_args;
+
+/* the next unit for the calling thread, or -1 when all n are taken */
+static inline int64_t take(mm_args *A, int64_t n) {
+  int64_t u = atomic_fetch_add_explicit(&A->next, 1, memory_order_relaxed);
+  return u < n ? u : -1;
+}
 
 /* Packs rows [jc, jc+nc) x columns [pc, pc+kc) of b into NR-row panels, k-major: four rows at
  * a time are converted to f32 and transposed 4x4 in registers, so packing costs vector loads
@@ -282,36 +291,59 @@ static void pack_a(const mm_args *A, int64_t m0, int64_t mrows, float *ap) {
   }
 }
 
+/* Units: blocks of MC rows of A (each packed once, then run against every panel) when M is
+ * large enough to share, else groups of GEMM_PG panels (A, small then, packed per unit). */
+#define GEMM_PG 4
+
 static void gemm_task(void *p, int tid, int nth) {
   mm_args *A = (mm_args *)p;
   int64_t mtiles = (A->M + MR - 1) / MR, panels = (A->nc + NR - 1) / NR;
-  int64_t t0 = 0, t1 = mtiles, q0 = 0, q1 = panels;
-  if (mtiles >= 2 * nth || panels < nth)
-    nv_range(mtiles, tid, nth, 1, &t0, &t1);
-  else
-    nv_range(panels, tid, nth, 1, &q0, &q1);
+  int by_rows = mtiles >= 2 * nth || panels < nth;
+  int64_t units = by_rows ? (mtiles + MC / MR - 1) / (MC / MR) : (panels + GEMM_PG - 1) / GEMM_PG;
   float *ap = (float *)nv_scratch(A->r, tid);
-  for (int64_t tb = t0; tb < t1; tb += MC / MR) {
-    int64_t te = tb + MC / MR < t1 ? tb + MC / MR : t1;
-    int64_t m0 = tb * MR, mrows = (te * MR < A->M ? te * MR : A->M) - m0;
-    pack_a(A, m0, mrows, ap);
-    for (int64_t q = q0; q < q1; q++) {
-      int64_t n0 = A->jc + q * NR;
-      int nr = (int)(A->jc + A->nc - n0 < NR ? A->jc + A->nc - n0 : NR);
-      for (int64_t t = tb; t < te; t++) {
-        int64_t m = t * MR;
-        int mr = (int)(A->M - m < MR ? A->M - m : MR);
-        ukernel(A->kc, ap + (t - tb) * A->kc * MR, A->bp + q * A->kc * NR, A->c + m * A->N + n0, A->N, mr, nr,
-                A->pc == 0);
+  for (int64_t u; (u = take(A, units)) >= 0;) {
+    int64_t t0 = 0, t1 = mtiles, q0 = 0, q1 = panels;
+    if (by_rows) {
+      t0 = u * (MC / MR);
+      t1 = t0 + MC / MR < mtiles ? t0 + MC / MR : mtiles;
+    } else {
+      q0 = u * GEMM_PG;
+      q1 = q0 + GEMM_PG < panels ? q0 + GEMM_PG : panels;
+    }
+    for (int64_t tb = t0; tb < t1; tb += MC / MR) {
+      int64_t te = tb + MC / MR < t1 ? tb + MC / MR : t1;
+      int64_t m0 = tb * MR, mrows = (te * MR < A->M ? te * MR : A->M) - m0;
+      pack_a(A, m0, mrows, ap);
+      for (int64_t q = q0; q < q1; q++) {
+        int64_t n0 = A->jc + q * NR;
+        int nr = (int)(A->jc + A->nc - n0 < NR ? A->jc + A->nc - n0 : NR);
+        for (int64_t t = tb; t < te; t++) {
+          int64_t m = t * MR;
+          int mr = (int)(A->M - m < MR ? A->M - m : MR);
+          ukernel(A->kc, ap + (t - tb) * A->kc * MR, A->bp + q * A->kc * NR, A->c + m * A->N + n0, A->N, mr, nr,
+                  A->pc == 0);
+        }
       }
     }
   }
 }
 
+/* rows of b per unit of the GEMV and the quantized matmul: long enough to stream */
+static void gemv_rows(mm_args *A, int64_t n0, int64_t n1);
+#define ROWS_PER_UNIT 64
+
 static void gemv_task(void *p, int tid, int nth) {
   mm_args *A = (mm_args *)p;
-  int64_t n0, n1;
-  nv_range(A->N, tid, nth, 16, &n0, &n1);
+  (void)tid;
+  (void)nth;
+  int64_t units = (A->N + ROWS_PER_UNIT - 1) / ROWS_PER_UNIT;
+  for (int64_t u; (u = take(A, units)) >= 0;) {
+    int64_t n0 = u * ROWS_PER_UNIT, n1 = n0 + ROWS_PER_UNIT < A->N ? n0 + ROWS_PER_UNIT : A->N;
+    gemv_rows(A, n0, n1);
+  }
+}
+
+static void gemv_rows(mm_args *A, int64_t n0, int64_t n1) {
   for (int64_t n = n0; n < n1; n++) {
     const uint8_t *row = A->b + n * A->bstride;
     for (int64_t m = 0; m < A->M; m++) {
@@ -336,10 +368,21 @@ static void quant_a_task(void *p, int tid, int nth) {
                                                           A->qs + m * (A->K / 32));
 }
 
+static void qmm_rows(mm_args *A, int64_t n0, int64_t n1);
+
 static void qmm_task(void *p, int tid, int nth) {
   mm_args *A = (mm_args *)p;
-  int64_t n0, n1, nb = A->K / 32;
-  nv_range(A->N, tid, nth, 8, &n0, &n1);
+  (void)tid;
+  (void)nth;
+  int64_t units = (A->N + ROWS_PER_UNIT - 1) / ROWS_PER_UNIT;
+  for (int64_t u; (u = take(A, units)) >= 0;) {
+    int64_t n0 = u * ROWS_PER_UNIT, n1 = n0 + ROWS_PER_UNIT < A->N ? n0 + ROWS_PER_UNIT : A->N;
+    qmm_rows(A, n0, n1);
+  }
+}
+
+static void qmm_rows(mm_args *A, int64_t n0, int64_t n1) {
+  int64_t nb = A->K / 32;
   /* 8 weight rows stay in L1 while the activation rows pass over them, NV_QROWS at a time so
    * that each weight block is unpacked once per group */
   for (int64_t nc = n0; nc < n1; nc += 8) {
@@ -472,8 +515,10 @@ xpu_status nv_k_matmul(nv_run *r, const xpu_ir_node *n) {
         A.qq = (int8_t *)(shared + 2 * qscale_bytes((uint64_t)M, (uint64_t)K));
         A.qdot = nv_qdot_select(bt, r->int8dot);
         nv_parallel(r, M * K, quant_a_task, &A);
+        atomic_store(&A.next, 0);
         nv_parallel(r, M * N * K, qmm_task, &A);
       } else if (M <= GEMV_MAX_M) {
+        atomic_store(&A.next, 0);
         nv_parallel(r, M * N * K, gemv_task, &A);
       } else {
         A.bp = (float *)shared;
@@ -482,6 +527,7 @@ xpu_status nv_k_matmul(nv_run *r, const xpu_ir_node *n) {
           for (A.pc = 0; A.pc < K; A.pc += KC) {
             A.kc = K - A.pc < KC ? K - A.pc : KC;
             nv_parallel(r, A.nc * A.kc * 16, pack_b_task, &A);
+            atomic_store(&A.next, 0);
             nv_parallel(r, M * A.nc * A.kc, gemm_task, &A);
           }
         }
