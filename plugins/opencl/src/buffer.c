@@ -86,6 +86,12 @@ xpu_status ocl_buffer_import(xpu_context ctx_h, const xpu_import_desc *desc, xpu
     if (desc->fd < 0 || desc->fd > INT32_MAX)
       return xpu_fail(&P.reg, ctx_h, XPU_E_INVALID_ARG, "buffer_import: bad fd %lld",
                       (long long)desc->fd);
+    /* the in-page skip plus a huge size must not wrap into a short mapping that later
+     * reads and writes would run past */
+    if (desc->size > SIZE_MAX - (desc->offset - start) || start > (uint64_t)INT64_MAX)
+      return xpu_fail(&P.reg, ctx_h, XPU_E_INVALID_ARG,
+                      "buffer_import: fd range [%llu, +%llu) is too large to map",
+                      (unsigned long long)desc->offset, (unsigned long long)desc->size);
     fd_len = (size_t)(desc->offset - start + desc->size);
     fd_map = mmap(NULL, fd_len, PROT_READ | PROT_WRITE, MAP_SHARED, (int)desc->fd, (off_t)start);
     if (fd_map == MAP_FAILED)
