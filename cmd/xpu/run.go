@@ -44,7 +44,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	isolated := fs.Bool("isolated", false, "run the backend in a child process (crash isolation; see also XPU_ISOLATE)")
 	threads := fs.Int("threads", 0, "worker threads for CPU backends (0 = the backend's default)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu run --model PATH [--prompt TEXT] [-n N] [--temp T] [--top-p P] [--top-k K] [--seed S] [--backend NAME | --policy POLICY] [--chunk N] [--ctx N] [--kv f16] [--threads N]")
+		fmt.Fprintln(stderr, "usage: xpu run --model PATH [--prompt TEXT] [-n N] [--temp T] [--top-p P] [--top-k K] [--seed S] [--backend NAME | --policy POLICY] [--chunk N] [--ctx N] [--kv f16] [--threads N] [--isolated]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {
@@ -52,6 +52,10 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if *model == "" || fs.NArg() > 0 || (*backend != "" && *policy != "") {
 		fs.Usage()
+		return 2
+	}
+	if *threads < 0 {
+		fmt.Fprintf(stderr, "xpu run: --threads %d: must be 0 (the backend's default) or more\n", *threads)
 		return 2
 	}
 	fail := func(err error) int {

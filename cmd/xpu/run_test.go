@@ -56,6 +56,7 @@ func TestRunErrors(t *testing.T) {
 		{"backend and policy", []string{"run", "--model", "x", "--backend", "ref", "--policy", "prefer-cpu"}, 2, "usage"},
 		{"missing file", []string{"run", "--model", filepath.Join(t.TempDir(), "none.gguf")}, 1, "no such file"},
 		{"not gguf", []string{"run", "--model", "run_test.go"}, 1, "bad magic"},
+		{"negative threads", []string{"run", "--model", "x", "--threads", "-2"}, 2, "--threads -2"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
