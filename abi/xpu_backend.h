@@ -204,7 +204,7 @@ typedef struct xpu_import_desc {
   uint32_t kind; /* XPU_IMPORT_* */
   void *host_ptr;
   int64_t fd;
-  uint64_t offset;
+  uint64_t offset; /* the buffer starts offset bytes into host_ptr or into the fd */
   uint64_t size;
 } xpu_import_desc;
 

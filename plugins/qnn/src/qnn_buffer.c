@@ -68,7 +68,7 @@ xpu_status buffer_import(xpu_context ctx, const xpu_import_desc *d, xpu_buffer *
       free(b);
       return xpu_fail(&qnn_reg, ctx, XPU_E_INVALID_ARG, "buffer_import: null host pointer");
     }
-    b->ptr = d->host_ptr;
+    b->ptr = (uint8_t *)d->host_ptr + d->offset; /* the ABI: offset applies to both kinds */
   } else if (d->kind == XPU_IMPORT_FD) {
     if (d->fd < 0 || d->fd > 0x7FFFFFFF || d->size == 0) {
       free(b);
