@@ -4,7 +4,9 @@
 # libxpu-neon-avx512.so are the same source built for more, each probing higher where the CPU
 # has what it needs (0 with the reason elsewhere), so the loader picks the best build that runs.
 # The arm64 build picks vdotq_s32 at run time.
-NEON_SRCS := $(wildcard plugins/neon/csrc/*.c)
+# probe.c is compiled apart, for the baseline ISA (see its header comment)
+NEON_PROBE := plugins/neon/csrc/probe.c
+NEON_SRCS := $(filter-out $(NEON_PROBE),$(wildcard plugins/neon/csrc/*.c))
 NEON_HDRS := $(wildcard plugins/neon/csrc/*.h)
 NEON_SO   := $(PLUGIN_DIR)/libxpu-neon.so
 NEON_AVX2 := $(PLUGIN_DIR)/libxpu-neon-avx2.so
@@ -15,22 +17,24 @@ NEON_CFLAGS := $(filter-out -O2,$(PLUGIN_CFLAGS)) -O3
 PLUGINS += $(NEON_SO) $(NEON_AVX2) $(NEON_AVX512)
 PLUGIN_TESTS += test-neon-smoke
 
-$(NEON_SO): $(NEON_SRCS) $(NEON_HDRS) $(COMMON_HDRS) plugins/neon/plugin.mk
+$(NEON_SO): $(NEON_SRCS) $(NEON_PROBE) $(NEON_HDRS) $(COMMON_HDRS) plugins/neon/plugin.mk
 	@mkdir -p $(dir $@)
-	$(CC) $(NEON_CFLAGS) -DNV_VARIANT='"portable"' -o $@ $(NEON_SRCS) $(PLUGIN_LDFLAGS)
+	$(CC) $(NEON_CFLAGS) -DNV_VARIANT='"portable"' -o $@ $(NEON_SRCS) $(NEON_PROBE) $(PLUGIN_LDFLAGS)
 
-$(NEON_AVX2): $(NEON_SRCS) $(NEON_HDRS) $(COMMON_HDRS) plugins/neon/plugin.mk
-	@mkdir -p $(dir $@)
-	$(CC) $(NEON_CFLAGS) -mavx2 -mfma -mf16c -DNV_VARIANT='"avx2"' -o $@ $(NEON_SRCS) $(PLUGIN_LDFLAGS)
+$(NEON_AVX2): $(NEON_SRCS) $(NEON_PROBE) $(NEON_HDRS) $(COMMON_HDRS) plugins/neon/plugin.mk
+	@mkdir -p $(dir $@) $(BUILD)/obj
+	$(CC) $(NEON_CFLAGS) -DNV_VARIANT='"avx2"' -DNV_REQUIRE=1 -c -o $(BUILD)/obj/$(notdir $@).probe.o $(NEON_PROBE)
+	$(CC) $(NEON_CFLAGS) -mavx2 -mfma -mf16c -DNV_VARIANT='"avx2"' -o $@ $(NEON_SRCS) $(BUILD)/obj/$(notdir $@).probe.o $(PLUGIN_LDFLAGS)
 
 # AVX-512 adds a 12x32 GEMM micro-kernel; probes 0 on CPUs without AVX-512 F/BW/VL.
-$(NEON_AVX512): $(NEON_SRCS) $(NEON_HDRS) $(COMMON_HDRS) plugins/neon/plugin.mk
-	@mkdir -p $(dir $@)
-	$(CC) $(NEON_CFLAGS) -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -DNV_VARIANT='"avx512"' -o $@ $(NEON_SRCS) $(PLUGIN_LDFLAGS)
+$(NEON_AVX512): $(NEON_SRCS) $(NEON_PROBE) $(NEON_HDRS) $(COMMON_HDRS) plugins/neon/plugin.mk
+	@mkdir -p $(dir $@) $(BUILD)/obj
+	$(CC) $(NEON_CFLAGS) -DNV_VARIANT='"avx512"' -DNV_REQUIRE=2 -c -o $(BUILD)/obj/$(notdir $@).probe.o $(NEON_PROBE)
+	$(CC) $(NEON_CFLAGS) -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -DNV_VARIANT='"avx512"' -o $@ $(NEON_SRCS) $(BUILD)/obj/$(notdir $@).probe.o $(PLUGIN_LDFLAGS)
 
-$(NEON_ARM64): $(NEON_SRCS) $(NEON_HDRS) $(COMMON_HDRS) plugins/neon/plugin.mk
+$(NEON_ARM64): $(NEON_SRCS) $(NEON_PROBE) $(NEON_HDRS) $(COMMON_HDRS) plugins/neon/plugin.mk
 	@mkdir -p $(dir $@)
-	$(CC_ARM64) $(NEON_CFLAGS) -DNV_VARIANT='"arm64"' -o $@ $(NEON_SRCS) $(PLUGIN_LDFLAGS)
+	$(CC_ARM64) $(NEON_CFLAGS) -DNV_VARIANT='"arm64"' -o $@ $(NEON_SRCS) $(NEON_PROBE) $(PLUGIN_LDFLAGS)
 
 $(BUILD)/neon-smoke: plugins/neon/test/smoke.c $(COMMON_HDRS)
 	@mkdir -p $(dir $@)

@@ -40,6 +40,11 @@ xpu_status nv_api_fence_release(xpu_fence h);
 xpu_status nv_api_execution_submit(xpu_execution h, const xpu_fence_point *waits, uint32_t n_waits,
                                        const xpu_fence_point *signal);
 
+/* probe.c (built for the baseline ISA) */
+int nv_cpu_count(void);
+void nv_describe(char *out, size_t cap);
+/* plugin.c: open once probe.c made sure this build runs here */
+xpu_status nv_open(const xpu_host_info *host, const xpu_api **out);
 /* executable.c */
 void nv_executable_free(nv_executable *e);
 void nv_execution_free(nv_execution *x);

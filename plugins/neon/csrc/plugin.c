@@ -8,9 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#if defined(__aarch64__)
-#include <sys/auxv.h>
-#endif
 
 #include "api.h"
 #include "neon.h"
@@ -21,80 +18,7 @@ xpu_registry nv_reg = XPU_REGISTRY_INIT;
 #define NV_VARIANT "portable"
 #endif
 
-/* ---------------------------------------------------------------- what this CPU can do */
-
-static int cpu_count(void) {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n < 1 ? 1 : (int)n;
-}
-
-/* 0 when this build cannot run here (an AVX2 variant on a CPU without AVX2). */
-static int variant_runs(const char **why) {
-#if defined(__x86_64__) && defined(__AVX512F__)
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-      !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
-      !__builtin_cpu_supports("f16c")) {
-    *why = "this build needs AVX-512 (F, BW, VL), AVX2, FMA and F16C, which the CPU lacks";
-    return 0;
-  }
-#elif defined(__x86_64__) && defined(__AVX2__)
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
-      !__builtin_cpu_supports("f16c")) {
-    *why = "this build needs AVX2, FMA and F16C, which the CPU lacks";
-    return 0;
-  }
-#endif
-  *why = "";
-  return 1;
-}
-
-static int variant_score(void) {
-#if defined(__aarch64__)
-  return nv_have_dotprod() ? 60 : 50;
-#elif defined(__AVX512F__)
-  return 40;
-#elif defined(__AVX2__)
-  return 30;
-#else
-  return 20;
-#endif
-}
-
-static void describe(char *out, size_t cap) {
-#if defined(__aarch64__)
-  snprintf(out, cap, "native NEON on aarch64%s, %d cores", nv_have_dotprod() ? " with dotprod" : "",
-           cpu_count());
-#elif defined(__AVX512F__)
-  snprintf(out, cap, "NEON via SIMDe on x86-64 (AVX-512 build), %d cores", cpu_count());
-#elif defined(__AVX2__)
-  snprintf(out, cap, "NEON via SIMDe on x86-64 (AVX2/FMA build), %d cores", cpu_count());
-#else
-  snprintf(out, cap, "NEON via SIMDe on x86-64 (portable SSE2 build), %d cores", cpu_count());
-#endif
-}
-
 /* ---------------------------------------------------------------- plugin */
-
-XPU_EXPORT xpu_status xpu_plugin_probe(xpu_probe_result *out) {
-  if (!out || out->struct_size < offsetof(xpu_probe_result, score)) return XPU_E_INVALID_ARG;
-  xpu_probe_result r;
-  memset(&r, 0, sizeof r);
-  r.abi_major = XPU_ABI_MAJOR;
-  r.abi_minor = XPU_ABI_MINOR;
-  XPU_STRCPY(r.name, "neon");
-  const char *why;
-  if (!variant_runs(&why)) {
-    r.score = 0;
-    XPU_STRCPY(r.reason, why);
-  } else {
-    r.score = variant_score();
-    describe(r.reason, sizeof r.reason);
-  }
-  XPU_COPY_OUT(out, r);
-  return XPU_OK;
-}
 
 xpu_status nv_api_get_info(xpu_plugin_info *out) {
   if (!out) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_ARG, "get_info: null out");
@@ -140,8 +64,8 @@ xpu_status nv_api_device_info(uint32_t device, xpu_device_info *out) {
   d.caps = device_caps();
   long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
   d.memory_bytes = (pages > 0 && psz > 0) ? (uint64_t)pages * (uint64_t)psz : 0;
-  d.compute_units = (uint32_t)cpu_count();
-  describe(d.name, sizeof d.name);
+  d.compute_units = (uint32_t)nv_cpu_count();
+  nv_describe(d.name, sizeof d.name);
   XPU_STRCPY(d.vendor, "xpu");
   XPU_STRCPY(d.driver_version, NV_VARIANT);
   XPU_COPY_OUT(out, d);
@@ -178,7 +102,7 @@ xpu_status nv_api_context_create(uint32_t device, const char *options, xpu_conte
   int rc = xpu_opt_get(options, "cpus", v, sizeof v);
   if (rc < 0 || (rc > 0 && nv_parse_cpus(v, &cpus) != 0))
     return xpu_fail(&nv_reg, 0, XPU_E_INVALID_ARG, "context_create: bad cpus option (want e.g. cpus=0,1 or cpus=0-3)");
-  int threads = cpus.n > 0 ? cpus.n : cpu_count();
+  int threads = cpus.n > 0 ? cpus.n : nv_cpu_count();
   rc = xpu_opt_get(options, "threads", v, sizeof v);
   if (rc != 0) {
     char *end;
@@ -304,7 +228,7 @@ static const xpu_api nv_api = {
     .fence_release = nv_api_fence_release,
 };
 
-XPU_EXPORT xpu_status xpu_plugin_open(const xpu_host_info *host, const xpu_api **out) {
+xpu_status nv_open(const xpu_host_info *host, const xpu_api **out) {
   if (!out) return XPU_E_INVALID_ARG;
   if (host && host->struct_size >= offsetof(xpu_host_info, abi_minor) && host->abi_major != XPU_ABI_MAJOR)
     return xpu_fail(&nv_reg, 0, XPU_E_INCOMPATIBLE, "open: host ABI major %u, plugin %u", host->abi_major,
