@@ -40,13 +40,21 @@ $(BUILD)/neon-smoke: plugins/neon/test/smoke.c $(COMMON_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Iabi -Iplugins/common -D_GNU_SOURCE -o $@ $< -ldl -lm -lpthread
 
-# The C smoke test under valgrind (leaks and out-of-bounds accesses fail it) for both x86-64
-# builds.
+# The C smoke test: under valgrind for the portable build (leaks and out-of-bounds accesses fail
+# it), natively for the others; then on emulated older CPUs (qemu-x86_64): the AVX2 build on a
+# Haswell (its AVX2 int8 path, where this machine would pick VNNI), and every build on a Nehalem,
+# where the AVX builds must probe 0 with a reason instead of dying of SIGILL.
+QEMU_X86 := qemu-x86_64
 .PHONY: test-neon-smoke
 test-neon-smoke: $(NEON_SO) $(NEON_AVX2) $(NEON_AVX512) $(BUILD)/neon-smoke
 	valgrind -q --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite $(BUILD)/neon-smoke $(NEON_SO)
 	$(BUILD)/neon-smoke $(NEON_AVX2)
 	$(BUILD)/neon-smoke $(NEON_AVX512)
+	$(QEMU_X86) -cpu Haswell $(BUILD)/neon-smoke $(NEON_AVX2) 2> >(grep -v "TCG doesn't support" >&2)
+	@for so in $(NEON_AVX2) $(NEON_AVX512); do \
+	  $(QEMU_X86) -cpu Nehalem $(BUILD)/neon-smoke $$so 2> >(grep -v "TCG doesn't support" >&2) | tee /dev/stderr | grep -q "probes 0 here" \
+	    || { echo "$$so did not probe 0 on a CPU without AVX2"; exit 1; }; \
+	done
 
 # arm64: the plugin and the Go tests of core and plugins/neon, cross-built and run under qemu.
 # The plugin is exercised twice: on qemu's default CPU (with dotprod) and on a Cortex-A53
