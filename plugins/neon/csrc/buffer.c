@@ -101,6 +101,13 @@ xpu_status nv_api_buffer_import(xpu_context ch, const xpu_import_desc *d, xpu_bu
     }
     long psz = sysconf(_SC_PAGESIZE);
     uint64_t base = d->offset / (uint64_t)psz * (uint64_t)psz, skip = d->offset - base;
+    /* the in-page skip plus a huge size must not wrap into a short mapping that later
+     * reads and writes would run past */
+    if (d->size > SIZE_MAX - skip || base > (uint64_t)INT64_MAX || d->fd > INT32_MAX) {
+      free(b);
+      return xpu_fail(&nv_reg, ch, XPU_E_INVALID_ARG, "buffer_import: fd range [%llu, +%llu) is too large to map",
+                      (unsigned long long)d->offset, (unsigned long long)d->size);
+    }
     void *m = mmap(NULL, d->size + skip, PROT_READ | PROT_WRITE, MAP_SHARED, (int)d->fd, (off_t)base);
     if (m == MAP_FAILED) {
       int e = errno;
