@@ -25,6 +25,7 @@ func abiCases() []testCase {
 		{"stale-and-foreign-handles", (*abiCheck).staleHandles},
 		{"lifecycle-order", (*abiCheck).lifecycle},
 		{"wrong-bindings", (*abiCheck).wrongBindings},
+		{"import-ranges", (*abiCheck).importRanges},
 		{"bad-ir", (*abiCheck).badIR},
 		{"null-pointers", (*abiCheck).nullPointers},
 		{"fences-and-submit", (*abiCheck).fences},
@@ -339,6 +340,29 @@ func (c *abiCheck) wrongBindings() {
 	if ok {
 		c.expect("execution_bind(a buffer of another context)", ex, c.p.ExecutionBind(ex, 0, ob, 0),
 			abi.StatusInvalidArg, abi.StatusInvalidHandle)
+	}
+}
+
+// importRanges: an fd import whose offset plus size does not fit must be refused, never mapped
+// short (a wrapped length would let later reads and writes run past the mapping).
+func (c *abiCheck) importRanges() {
+	ctx, ok := c.context()
+	if !ok {
+		return
+	}
+	fd, _, release, err := memfdMemory(4096)
+	if err != nil {
+		c.res.Status, c.res.Reason = StatusSkipped, fmt.Sprintf("no memfd here: %v", err)
+		return
+	}
+	defer release()
+	for _, r := range []struct{ off, size uint64 }{{100, ^uint64(0) - 50}, {0, ^uint64(0)}, {1 << 63, 64}} {
+		h, st := c.p.BufferImportFD(ctx, fd, r.off, r.size)
+		if st == abi.StatusOK {
+			c.p.BufferRelease(h)
+		}
+		c.expect(fmt.Sprintf("buffer_import(fd, offset %d, size %d)", r.off, r.size), ctx, st,
+			abi.StatusInvalidArg, abi.StatusUnsupported, abi.StatusOutOfMemory)
 	}
 }
 
