@@ -36,7 +36,7 @@ $(NEON_ARM64): $(NEON_SRCS) $(NEON_PROBE) $(NEON_HDRS) $(COMMON_HDRS) plugins/ne
 	@mkdir -p $(dir $@)
 	$(CC_ARM64) $(NEON_CFLAGS) -DNV_VARIANT='"arm64"' -o $@ $(NEON_SRCS) $(NEON_PROBE) $(PLUGIN_LDFLAGS)
 
-$(BUILD)/neon-smoke: plugins/neon/test/smoke.c $(COMMON_HDRS)
+$(BUILD)/neon-smoke: plugins/neon/test/smoke.c $(COMMON_HDRS) abi/xpu_ir_build.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Iabi -Iplugins/common -D_GNU_SOURCE -o $@ $< -ldl -lm -lpthread
 
@@ -75,7 +75,7 @@ test-arm64: $(NEON_ARM64) $(BUILD)/arm64/neon-smoke
 	  (cd $$dir && XPU_PLUGIN_PATH=$$root/$(dir $(NEON_ARM64)) $(QEMU_ARM64) $$root/$$t -test.short -test.count=1); \
 	done
 
-$(BUILD)/arm64/neon-smoke: plugins/neon/test/smoke.c $(COMMON_HDRS)
+$(BUILD)/arm64/neon-smoke: plugins/neon/test/smoke.c $(COMMON_HDRS) abi/xpu_ir_build.h
 	@mkdir -p $(dir $@)
 	$(CC_ARM64) -std=c11 -O1 -g -Wall -Wextra -Werror -Iabi -Iplugins/common -D_GNU_SOURCE -o $@ $< -ldl -lm -lpthread
 

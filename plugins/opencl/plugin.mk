@@ -20,7 +20,7 @@ $(OPENCL_SO): $(OPENCL_SRCS) $(OPENCL_HDRS) $(OPENCL_GEN) $(COMMON_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(PLUGIN_CFLAGS) -I$(dir $(OPENCL_GEN)) -o $@ $(OPENCL_SRCS) $(PLUGIN_LDFLAGS)
 
-$(BUILD)/opencl-smoke: plugins/opencl/test/smoke.c $(COMMON_HDRS)
+$(BUILD)/opencl-smoke: plugins/opencl/test/smoke.c $(COMMON_HDRS) abi/xpu_ir_build.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Iabi -Iplugins/common -D_GNU_SOURCE -o $@ $< -ldl -lm
 
@@ -37,7 +37,7 @@ $(BUILD)/opencl-asan/libxpu-opencl.so: $(OPENCL_SRCS) $(OPENCL_HDRS) $(OPENCL_GE
 	@mkdir -p $(dir $@)
 	$(CC) $(PLUGIN_CFLAGS) -O1 $(OPENCL_SAN) -I$(dir $(OPENCL_GEN)) -o $@ $(OPENCL_SRCS) $(PLUGIN_LDFLAGS)
 
-$(BUILD)/opencl-asan/smoke: plugins/opencl/test/smoke.c $(COMMON_HDRS)
+$(BUILD)/opencl-asan/smoke: plugins/opencl/test/smoke.c $(COMMON_HDRS) abi/xpu_ir_build.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror $(OPENCL_SAN) -Iabi -Iplugins/common -D_GNU_SOURCE -o $@ $< -ldl -lm
 

@@ -22,7 +22,7 @@ $(QNN_EMU): $(QNN_EMU_SRCS) $(QNN_EMU_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(PLUGIN_CFLAGS) -o $@ $(QNN_EMU_SRCS) $(PLUGIN_LDFLAGS)
 
-$(QNN_TEST_BIN): plugins/qnn/test/qnn_ctest.c $(QNN_HDRS) $(COMMON_HDRS)
+$(QNN_TEST_BIN): plugins/qnn/test/qnn_ctest.c $(QNN_HDRS) $(COMMON_HDRS) abi/xpu_ir_build.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Iabi -Iplugins/common -Iplugins/qnn/src -D_GNU_SOURCE -o $@ $< -ldl -lm -lpthread
 
@@ -44,7 +44,7 @@ $(QNN_ARM64)/libxpu-qnn.so: $(QNN_SRCS) $(QNN_HDRS) $(COMMON_HDRS)
 $(QNN_ARM64)/libQnnXpuEmu.so: $(QNN_EMU_SRCS) $(QNN_EMU_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC_ARM64) $(PLUGIN_CFLAGS) -o $@ $(QNN_EMU_SRCS) $(PLUGIN_LDFLAGS)
-$(QNN_ARM64)/qnn_ctest: plugins/qnn/test/qnn_ctest.c $(QNN_HDRS) $(COMMON_HDRS)
+$(QNN_ARM64)/qnn_ctest: plugins/qnn/test/qnn_ctest.c $(QNN_HDRS) $(COMMON_HDRS) abi/xpu_ir_build.h
 	@mkdir -p $(dir $@)
 	$(CC_ARM64) -std=c11 -O1 -g -Wall -Wextra -Werror -Iabi -Iplugins/common -Iplugins/qnn/src -D_GNU_SOURCE -o $@ $< -ldl -lm -lpthread
 test-qnn-arm64: $(QNN_ARM64)/libxpu-qnn.so $(QNN_ARM64)/libQnnXpuEmu.so $(QNN_ARM64)/qnn_ctest

@@ -15,6 +15,7 @@
 
 #include "xpu_backend.h"
 #include "xpu_ir.h"
+#include "xpu_ir_build.h"
 
 static const xpu_api *api;
 static int failures;
@@ -44,56 +45,12 @@ static void expect_err(xpu_status s, xpu_status want, xpu_handle h, const char *
   CHECK(len > 0, "%s: empty last_error", what);
 }
 
-/* ---------------------------------------------------------------- a tiny IR builder */
+/* ---------------------------------------------------------------- helpers */
 
-typedef struct {
-  xpu_ir_tensor t[32];
-  xpu_ir_node n[16];
-  uint32_t in[8], out[8];
-  uint32_t nt, nn, ni, no;
-} graph;
-
-static uint32_t tensor(graph *g, uint32_t dt, uint32_t kind, int rank, const int64_t *shape) {
-  xpu_ir_tensor *t = &g->t[g->nt];
-  memset(t, 0, sizeof *t);
-  t->dtype = dt;
-  t->rank = (uint32_t)rank;
-  t->kind = kind;
-  for (int i = 0; i < XPU_MAX_RANK; i++) t->shape[i] = i < rank ? shape[i] : 1;
-  if (kind == XPU_TENSOR_INPUT) g->in[g->ni++] = g->nt;
-  return g->nt++;
-}
-
-static xpu_ir_node *node(graph *g, uint32_t op, uint32_t out, int nin, const uint32_t *in) {
-  xpu_ir_node *n = &g->n[g->nn++];
-  memset(n, 0, sizeof *n);
-  n->op = op;
-  n->n_inputs = (uint32_t)nin;
-  for (int i = 0; i < XPU_MAX_INPUTS; i++) n->inputs[i] = i < nin ? in[i] : XPU_NO_TENSOR;
-  n->output = out;
-  return n;
-}
-
-static void *encode(const graph *g, uint64_t *size) {
-  *size = sizeof(xpu_ir_header) + g->nt * sizeof(xpu_ir_tensor) + g->nn * sizeof(xpu_ir_node) +
-          (g->ni + g->no) * 4;
-  uint64_t *blob = calloc((*size + 7) / 8, 8);
-  xpu_ir_header h = {XPU_IR_MAGIC, XPU_IR_VERSION, 1, g->nt, g->nn, g->ni, g->no, 0};
-  uint8_t *p = (uint8_t *)blob;
-  memcpy(p, &h, sizeof h);
-  p += sizeof h;
-  memcpy(p, g->t, g->nt * sizeof(xpu_ir_tensor));
-  p += g->nt * sizeof(xpu_ir_tensor);
-  memcpy(p, g->n, g->nn * sizeof(xpu_ir_node));
-  p += g->nn * sizeof(xpu_ir_node);
-  memcpy(p, g->in, g->ni * 4);
-  memcpy(p + g->ni * 4, g->out, g->no * 4);
-  return blob;
-}
-
-static xpu_executable prepare(xpu_context ctx, const graph *g, const char *opts) {
+static xpu_executable prepare(xpu_context ctx, const xpu_irb *g, const char *opts) {
   uint64_t size;
-  void *blob = encode(g, &size);
+  void *blob = xpu_irb_encode(g, &size);
+  CHECK(blob != NULL, "xpu_irb_encode: graph over the builder's capacity");
   xpu_prepare_desc d = {sizeof d, 0, blob, size, opts, NULL, 0};
   xpu_executable exe = 0;
   xpu_status s = api->graph_prepare(ctx, &d, &exe);
@@ -133,17 +90,17 @@ static double max_err(const float *got, const double *want, int n) {
  * rest is NaN and must never be read. q_offset comes from an input. */
 static void test_attention(xpu_context ctx) {
   enum { TQ = 2, HQ = 4, HKV = 2, D = 8, CAP = 8, VALID = 5 };
-  graph g = {0};
+  xpu_irb g = {0};
   int64_t qs[3] = {TQ, HQ, D}, ks[3] = {VALID, HKV, D}, one[1] = {1};
-  uint32_t q = tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 3, qs);
-  uint32_t k = tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 3, ks);
-  uint32_t v = tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 3, ks);
-  uint32_t off = tensor(&g, XPU_DT_I32, XPU_TENSOR_INPUT, 1, one);
-  uint32_t o = tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 3, qs);
+  uint32_t q = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 3, qs);
+  uint32_t k = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 3, ks);
+  uint32_t v = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 3, ks);
+  uint32_t off = xpu_irb_tensor(&g, XPU_DT_I32, XPU_TENSOR_INPUT, 1, one);
+  uint32_t o = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 3, qs);
   uint32_t ins[4] = {q, k, v, off};
-  xpu_ir_node *n = node(&g, XPU_OP_ATTENTION, o, 4, ins);
+  xpu_ir_node *n = xpu_irb_node(&g, XPU_OP_ATTENTION, o, 4, ins);
   n->iattr[0] = 1;
-  g.out[g.no++] = o;
+  xpu_irb_output(&g, o);
   xpu_executable exe = prepare(ctx, &g, "threads=2");
 
   unsigned seed = 1;
@@ -227,27 +184,27 @@ static void test_attention(xpu_context ctx) {
 /* y = x · dequant(quantize_q4_0(w))ᵀ with w a constant, M large enough for the blocked path */
 static void test_quant_matmul(xpu_context ctx, uint32_t qdt) {
   enum { M = 9, N = 21, K = 96 };
-  graph g = {0};
+  xpu_irb g = {0};
   int64_t xs[2] = {M, K}, ws[2] = {N, K}, os[2] = {M, N};
-  uint32_t x = tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, xs);
-  uint32_t w = tensor(&g, XPU_DT_F32, XPU_TENSOR_CONST, 2, ws);
-  uint32_t wq = tensor(&g, qdt, XPU_TENSOR_VALUE, 2, ws);
-  uint32_t wd = tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, ws);
-  uint32_t y = tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, os);
-  uint32_t yf = tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, os);
-  node(&g, XPU_OP_QUANTIZE, wq, 1, &w);
-  node(&g, XPU_OP_DEQUANTIZE, wd, 1, &wq);
+  uint32_t x = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, xs);
+  uint32_t w = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_CONST, 2, ws);
+  uint32_t wq = xpu_irb_tensor(&g, qdt, XPU_TENSOR_VALUE, 2, ws);
+  uint32_t wd = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, ws);
+  uint32_t y = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, os);
+  uint32_t yf = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, os);
+  xpu_irb_node(&g, XPU_OP_QUANTIZE, wq, 1, &w);
+  xpu_irb_node(&g, XPU_OP_DEQUANTIZE, wd, 1, &wq);
   uint32_t mm[2] = {x, wq}, mf[2] = {x, wd};
-  node(&g, XPU_OP_MATMUL, y, 2, mm);
-  node(&g, XPU_OP_MATMUL, yf, 2, mf);
-  g.out[g.no++] = y;
-  g.out[g.no++] = yf;
+  xpu_irb_node(&g, XPU_OP_MATMUL, y, 2, mm);
+  xpu_irb_node(&g, XPU_OP_MATMUL, yf, 2, mf);
+  xpu_irb_output(&g, y);
+  xpu_irb_output(&g, yf);
   unsigned seed = 7;
   float xd[M * K], wdat[N * K], yo[M * N], yfo[M * N];
   for (int i = 0; i < M * K; i++) xd[i] = frand(&seed);
   for (int i = 0; i < N * K; i++) wdat[i] = frand(&seed);
   xpu_buffer bw = upload(ctx, wdat, sizeof wdat);
-  g.t[w].const_buffer = bw;
+  g.tensors[w].const_buffer = bw;
   xpu_executable exe = prepare(ctx, &g, NULL);
   xpu_buffer bx = upload(ctx, xd, sizeof xd), by = upload(ctx, NULL, sizeof yo), byf = upload(ctx, NULL, sizeof yfo);
   xpu_execution ex = 0;
@@ -282,20 +239,20 @@ static void test_quant_matmul(xpu_context ctx, uint32_t qdt) {
 /* f32 GEMM large enough for several blocks, plus causal softmax, checked against double */
 static void test_gemm_softmax(xpu_context ctx) {
   enum { M = 37, N = 1100, K = 300 };
-  graph g = {0};
+  xpu_irb g = {0};
   int64_t xs[2] = {M, K}, ws[2] = {N, K}, os[2] = {M, N};
-  uint32_t x = tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, xs);
-  uint32_t w = tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, ws);
-  uint32_t y = tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, os);
-  uint32_t p = tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, os);
+  uint32_t x = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, xs);
+  uint32_t w = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, ws);
+  uint32_t y = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, os);
+  uint32_t p = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, os);
   uint32_t mm[2] = {x, w};
-  node(&g, XPU_OP_MATMUL, y, 2, mm);
-  xpu_ir_node *sm = node(&g, XPU_OP_SOFTMAX, p, 1, &y);
+  xpu_irb_node(&g, XPU_OP_MATMUL, y, 2, mm);
+  xpu_ir_node *sm = xpu_irb_node(&g, XPU_OP_SOFTMAX, p, 1, &y);
   sm->fattr[0] = 0.05f;
   sm->iattr[0] = 1;
   sm->iattr[1] = 3;
-  g.out[g.no++] = y;
-  g.out[g.no++] = p;
+  xpu_irb_output(&g, y);
+  xpu_irb_output(&g, p);
   xpu_executable exe = prepare(ctx, &g, "threads=2");
   float *xd = malloc(sizeof(float) * M * K), *wd = malloc(sizeof(float) * N * K);
   float *yo = malloc(sizeof(float) * M * N), *po = malloc(sizeof(float) * M * N);
@@ -358,14 +315,14 @@ static void *hammer(void *p) {
 
 static void test_concurrency(xpu_context ctx) {
   enum { M = 8, N = 32, K = 64, T = 4 };
-  graph g = {0};
+  xpu_irb g = {0};
   int64_t xs[2] = {M, K}, ws[2] = {N, K}, os[2] = {M, N};
-  uint32_t x = tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, xs);
-  uint32_t w = tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, ws);
-  uint32_t y = tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, os);
+  uint32_t x = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, xs);
+  uint32_t w = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, ws);
+  uint32_t y = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, os);
   uint32_t mm[2] = {x, w};
-  node(&g, XPU_OP_MATMUL, y, 2, mm);
-  g.out[g.no++] = y;
+  xpu_irb_node(&g, XPU_OP_MATMUL, y, 2, mm);
+  xpu_irb_output(&g, y);
   xpu_executable e0 = prepare(ctx, &g, "cpus=0"), e1 = prepare(ctx, &g, "cpus=1;threads=2");
   float xd[M * K], wd[N * K], want[M * N];
   unsigned seed = 11;
@@ -419,23 +376,23 @@ static void test_errors(xpu_context ctx) {
   xpu_prepare_desc d = {sizeof d, 0, junk, sizeof junk, NULL, NULL, 0};
   xpu_executable exe = 0;
   expect_err(api->graph_prepare(ctx, &d, &exe), XPU_E_INVALID_ARG, ctx, "prepare of junk");
-  graph g = {0};
+  xpu_irb g = {0};
   int64_t s[1] = {4};
-  uint32_t c = tensor(&g, XPU_DT_F32, XPU_TENSOR_CONST, 1, s);
-  uint32_t o = tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 1, s);
-  node(&g, XPU_OP_NEG, o, 1, &c);
-  g.out[g.no++] = o;
-  g.t[c].const_buffer = b;
+  uint32_t c = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_CONST, 1, s);
+  uint32_t o = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 1, s);
+  xpu_irb_node(&g, XPU_OP_NEG, o, 1, &c);
+  xpu_irb_output(&g, o);
+  g.tensors[c].const_buffer = b;
   uint64_t size;
-  void *blob = encode(&g, &size);
+  void *blob = xpu_irb_encode(&g, &size);
   d.ir = blob;
   d.ir_size = size;
   expect_err(api->graph_prepare(ctx, &d, &exe), XPU_E_INVALID_HANDLE, ctx, "prepare with a stale constant");
   /* an unsupported node: analyze says NO with a reason, prepare says UNSUPPORTED */
-  g.t[c].const_buffer = 0;
-  g.n[0].op = XPU_OP_MATMUL;
+  g.tensors[c].const_buffer = 0;
+  g.nodes[0].op = XPU_OP_MATMUL;
   free(blob);
-  blob = encode(&g, &size);
+  blob = xpu_irb_encode(&g, &size);
   xpu_node_verdict v = {sizeof v, 0, 0, 0, {0}};
   EXPECT(api->graph_analyze(ctx, blob, size, &v, 1), XPU_OK);
   CHECK(v.verdict == XPU_VERDICT_NO && v.reason[0], "analyze of a 1-input matmul: verdict %u", v.verdict);

@@ -11,6 +11,7 @@
 
 #include "xpu_backend.h"
 #include "xpu_ir.h"
+#include "xpu_ir_build.h"
 
 static const xpu_api *A;
 static int failures;
@@ -39,52 +40,6 @@ static const char *lasterr(xpu_handle h) {
       exit(1);                                                                                   \
     }                                                                                            \
   } while (0)
-
-/* ---- a tiny IR builder */
-typedef struct ir {
-  xpu_ir_tensor t[16];
-  xpu_ir_node n[8];
-  uint32_t in[8], out[8];
-  uint32_t nt, nn, ni, no;
-} ir;
-
-static uint32_t tensor(ir *g, uint32_t dt, uint32_t kind, int rank, const int64_t *shape) {
-  xpu_ir_tensor *t = &g->t[g->nt];
-  memset(t, 0, sizeof *t);
-  t->dtype = dt;
-  t->rank = (uint32_t)rank;
-  t->kind = kind;
-  for (int d = 0; d < 4; d++) t->shape[d] = d < rank ? shape[d] : 1;
-  if (kind == XPU_TENSOR_INPUT) g->in[g->ni++] = g->nt;
-  return g->nt++;
-}
-
-static xpu_ir_node *node(ir *g, uint32_t op, uint32_t out, int nin, const uint32_t *ins) {
-  xpu_ir_node *n = &g->n[g->nn++];
-  memset(n, 0, sizeof *n);
-  n->op = op;
-  n->n_inputs = (uint32_t)nin;
-  for (int i = 0; i < XPU_MAX_INPUTS; i++) n->inputs[i] = i < nin ? ins[i] : XPU_NO_TENSOR;
-  n->output = out;
-  return n;
-}
-
-static void *blob(const ir *g, uint64_t *size) {
-  *size = sizeof(xpu_ir_header) + g->nt * sizeof(xpu_ir_tensor) + g->nn * sizeof(xpu_ir_node) +
-          (g->ni + g->no) * 4;
-  uint64_t *w = calloc((*size + 7) / 8, 8);
-  xpu_ir_header h = {XPU_IR_MAGIC, XPU_IR_VERSION, 1, g->nt, g->nn, g->ni, g->no, 0};
-  uint8_t *p = (uint8_t *)w;
-  memcpy(p, &h, sizeof h);
-  p += sizeof h;
-  memcpy(p, g->t, g->nt * sizeof(xpu_ir_tensor));
-  p += g->nt * sizeof(xpu_ir_tensor);
-  memcpy(p, g->n, g->nn * sizeof(xpu_ir_node));
-  p += g->nn * sizeof(xpu_ir_node);
-  memcpy(p, g->in, g->ni * 4);
-  memcpy(p + g->ni * 4, g->out, g->no * 4);
-  return w;
-}
 
 static float frand(unsigned *s) {
   *s = *s * 1664525u + 1013904223u;
@@ -154,17 +109,17 @@ static void test_matmul(xpu_context ctx, int64_t M, int64_t N, int64_t K, int q8
       ref[m * N + n] = (float)acc;
     }
   xpu_buffer wb = upload(ctx, q8 ? (void *)bq : (void *)b, bbytes);
-  ir g = {0};
+  xpu_irb g = {0};
   int64_t sa[2] = {M, K}, sb[2] = {N, K}, so[2] = {M, N};
-  uint32_t ta = tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, sa);
-  uint32_t tb = tensor(&g, q8 ? XPU_DT_Q8_0 : XPU_DT_F32, XPU_TENSOR_CONST, 2, sb);
-  g.t[tb].const_buffer = wb;
-  uint32_t to = tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, so);
+  uint32_t ta = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, sa);
+  uint32_t tb = xpu_irb_tensor(&g, q8 ? XPU_DT_Q8_0 : XPU_DT_F32, XPU_TENSOR_CONST, 2, sb);
+  g.tensors[tb].const_buffer = wb;
+  uint32_t to = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, so);
   uint32_t ins[2] = {ta, tb};
-  node(&g, XPU_OP_MATMUL, to, 2, ins);
-  g.out[g.no++] = to;
+  xpu_irb_node(&g, XPU_OP_MATMUL, to, 2, ins);
+  xpu_irb_output(&g, to);
   uint64_t sz;
-  void *bl = blob(&g, &sz);
+  void *bl = xpu_irb_encode(&g, &sz);
   xpu_prepare_desc pd = {sizeof pd, 0, bl, sz, NULL, NULL, 0};
   xpu_executable exe;
   xpu_execution ex;
@@ -201,29 +156,29 @@ static void test_async_chain(xpu_context ctx) {
   for (int i = 0; i < M * N; i++) x[i] = frand(&s) * 3;
   for (int i = 0; i < N; i++) y[i] = frand(&s);
   /* graph 1: z = x + y (broadcast) */
-  ir g1 = {0};
+  xpu_irb g1 = {0};
   int64_t sx[2] = {M, N}, sy[1] = {N};
-  uint32_t tx = tensor(&g1, XPU_DT_F32, XPU_TENSOR_INPUT, 2, sx);
-  uint32_t ty = tensor(&g1, XPU_DT_F32, XPU_TENSOR_INPUT, 1, sy);
-  uint32_t tz = tensor(&g1, XPU_DT_F32, XPU_TENSOR_VALUE, 2, sx);
+  uint32_t tx = xpu_irb_tensor(&g1, XPU_DT_F32, XPU_TENSOR_INPUT, 2, sx);
+  uint32_t ty = xpu_irb_tensor(&g1, XPU_DT_F32, XPU_TENSOR_INPUT, 1, sy);
+  uint32_t tz = xpu_irb_tensor(&g1, XPU_DT_F32, XPU_TENSOR_VALUE, 2, sx);
   uint32_t i1[2] = {tx, ty};
-  node(&g1, XPU_OP_ADD, tz, 2, i1);
-  g1.out[g1.no++] = tz;
+  xpu_irb_node(&g1, XPU_OP_ADD, tz, 2, i1);
+  xpu_irb_output(&g1, tz);
   /* graph 2: softmax(z, causal, offset N - M) */
-  ir g2 = {0};
-  uint32_t tz2 = tensor(&g2, XPU_DT_F32, XPU_TENSOR_INPUT, 2, sx);
-  uint32_t ts = tensor(&g2, XPU_DT_F32, XPU_TENSOR_VALUE, 2, sx);
-  xpu_ir_node *sm = node(&g2, XPU_OP_SOFTMAX, ts, 1, &tz2);
+  xpu_irb g2 = {0};
+  uint32_t tz2 = xpu_irb_tensor(&g2, XPU_DT_F32, XPU_TENSOR_INPUT, 2, sx);
+  uint32_t ts = xpu_irb_tensor(&g2, XPU_DT_F32, XPU_TENSOR_VALUE, 2, sx);
+  xpu_ir_node *sm = xpu_irb_node(&g2, XPU_OP_SOFTMAX, ts, 1, &tz2);
   sm->iattr[0] = 1;
   sm->iattr[1] = N - M;
-  g2.out[g2.no++] = ts;
+  xpu_irb_output(&g2, ts);
   xpu_executable e1, e2;
   xpu_execution x1, x2;
   uint64_t sz;
-  void *b1 = blob(&g1, &sz);
+  void *b1 = xpu_irb_encode(&g1, &sz);
   xpu_prepare_desc pd = {sizeof pd, 0, b1, sz, NULL, NULL, 0};
   OK(A->graph_prepare(ctx, &pd, &e1), ctx);
-  void *b2 = blob(&g2, &sz);
+  void *b2 = xpu_irb_encode(&g2, &sz);
   pd.ir = b2;
   pd.ir_size = sz;
   OK(A->graph_prepare(ctx, &pd, &e2), ctx);
@@ -288,17 +243,17 @@ static void test_get_rows_error(xpu_context ctx) {
   int32_t ids[3] = {2, 0, 9};
   xpu_buffer bt = upload(ctx, table, sizeof table), bi = upload(ctx, ids, sizeof ids), bo;
   OK(A->buffer_alloc(ctx, 3 * 32 * 4, XPU_BUFFER_DEVICE, &bo), ctx);
-  ir g = {0};
+  xpu_irb g = {0};
   int64_t st[2] = {4, 32}, si[1] = {3}, so[2] = {3, 32};
-  uint32_t tt = tensor(&g, XPU_DT_F32, XPU_TENSOR_CONST, 2, st);
-  g.t[tt].const_buffer = bt;
-  uint32_t ti = tensor(&g, XPU_DT_I32, XPU_TENSOR_INPUT, 1, si);
-  uint32_t to = tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, so);
+  uint32_t tt = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_CONST, 2, st);
+  g.tensors[tt].const_buffer = bt;
+  uint32_t ti = xpu_irb_tensor(&g, XPU_DT_I32, XPU_TENSOR_INPUT, 1, si);
+  uint32_t to = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, so);
   uint32_t ins[2] = {tt, ti};
-  node(&g, XPU_OP_GET_ROWS, to, 2, ins);
-  g.out[g.no++] = to;
+  xpu_irb_node(&g, XPU_OP_GET_ROWS, to, 2, ins);
+  xpu_irb_output(&g, to);
   uint64_t sz;
-  void *bl = blob(&g, &sz);
+  void *bl = xpu_irb_encode(&g, &sz);
   xpu_prepare_desc pd = {sizeof pd, 0, bl, sz, NULL, NULL, 0};
   xpu_executable exe;
   xpu_execution ex;

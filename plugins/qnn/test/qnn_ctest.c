@@ -12,7 +12,6 @@
  */
 #include <dlfcn.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 #include "qnn_api.h"
 #include "xpu_backend.h"
 #include "xpu_ir.h"
+#include "xpu_ir_build.h"
 
 static int failures;
 #define CHECK(cond, ...)                                                                         \
@@ -170,56 +170,6 @@ static void test_emulator(const char *path) {
   /* the host never dlcloses plugins; the test keeps the same rule for the provider */
 }
 
-/* ------------------------------------------------------------------ IR builder */
-
-typedef struct {
-  xpu_ir_tensor t[64];
-  xpu_ir_node n[32];
-  uint32_t nt, nn, in[8], nin, out[8], nout;
-} irb;
-
-static uint32_t ir_tensor(irb *b, uint32_t dt, uint32_t kind, int rank, const int64_t *shape) {
-  xpu_ir_tensor *t = &b->t[b->nt];
-  memset(t, 0, sizeof *t);
-  t->dtype = dt;
-  t->rank = (uint32_t)rank;
-  t->kind = kind;
-  for (int d = 0; d < XPU_MAX_RANK; d++) t->shape[d] = d < rank ? shape[d] : 1;
-  if (kind == XPU_TENSOR_INPUT) b->in[b->nin++] = b->nt;
-  return b->nt++;
-}
-
-static xpu_ir_node *ir_node(irb *b, uint32_t op, uint32_t out, int n_in, ...) {
-  xpu_ir_node *n = &b->n[b->nn++];
-  memset(n, 0, sizeof *n);
-  n->op = op;
-  n->output = out;
-  n->n_inputs = (uint32_t)n_in;
-  for (int i = 0; i < XPU_MAX_INPUTS; i++) n->inputs[i] = XPU_NO_TENSOR;
-  va_list ap;
-  va_start(ap, n_in);
-  for (int i = 0; i < n_in; i++) n->inputs[i] = va_arg(ap, uint32_t);
-  va_end(ap);
-  return n;
-}
-
-/* returns a malloc'ed, 8-aligned blob */
-static void *ir_blob(irb *b, uint64_t *size) {
-  *size = sizeof(xpu_ir_header) + b->nt * sizeof(xpu_ir_tensor) + b->nn * sizeof(xpu_ir_node) + 4 * (b->nin + b->nout);
-  uint8_t *p = aligned_alloc(8, (*size + 7) / 8 * 8);
-  xpu_ir_header h = {XPU_IR_MAGIC, XPU_IR_VERSION, XPU_OPSET_VERSION, b->nt, b->nn, b->nin, b->nout, 0};
-  uint8_t *q = p;
-  memcpy(q, &h, sizeof h);
-  q += sizeof h;
-  memcpy(q, b->t, b->nt * sizeof(xpu_ir_tensor));
-  q += b->nt * sizeof(xpu_ir_tensor);
-  memcpy(q, b->n, b->nn * sizeof(xpu_ir_node));
-  q += b->nn * sizeof(xpu_ir_node);
-  memcpy(q, b->in, 4 * b->nin);
-  memcpy(q + 4 * b->nin, b->out, 4 * b->nout);
-  return p;
-}
-
 /* ------------------------------------------------------------------ 2.-4. the plugin */
 
 static const xpu_api *api;
@@ -246,10 +196,10 @@ static const char *lasterr(xpu_handle h) {
 static char run_err[512]; /* the last execution_run failure, for CHECK messages */
 
 /* prepares, binds inputs/outputs and runs; outputs are read back into outs */
-static xpu_status run_graph(irb *b, const void *cache, uint64_t cache_size, xpu_buffer *ins, xpu_buffer *outs,
+static xpu_status run_graph(xpu_irb *b, const void *cache, uint64_t cache_size, xpu_buffer *ins, xpu_buffer *outs,
                             xpu_executable *exe_out) {
   uint64_t size;
-  void *blob = ir_blob(b, &size);
+  void *blob = xpu_irb_encode(b, &size);
   xpu_prepare_desc d = {sizeof d, 0, blob, size, NULL, cache, cache_size};
   xpu_executable exe = 0;
   xpu_status st = api->graph_prepare(ctx, &d, &exe);
@@ -257,9 +207,10 @@ static xpu_status run_graph(irb *b, const void *cache, uint64_t cache_size, xpu_
   if (st != XPU_OK) return st;
   xpu_execution ex = 0;
   CHECK(api->execution_create(exe, &ex) == XPU_OK, "execution_create");
-  for (uint32_t i = 0; i < b->nin; i++) CHECK(api->execution_bind(ex, i, ins[i], 0) == XPU_OK, "bind in %u: %s", i, lasterr(ex));
-  for (uint32_t i = 0; i < b->nout; i++)
-    CHECK(api->execution_bind(ex, b->nin + i, outs[i], 0) == XPU_OK, "bind out %u: %s", i, lasterr(ex));
+  for (uint32_t i = 0; i < b->n_inputs; i++)
+    CHECK(api->execution_bind(ex, i, ins[i], 0) == XPU_OK, "bind in %u: %s", i, lasterr(ex));
+  for (uint32_t i = 0; i < b->n_outputs; i++)
+    CHECK(api->execution_bind(ex, b->n_inputs + i, outs[i], 0) == XPU_OK, "bind out %u: %s", i, lasterr(ex));
   st = api->execution_run(ex);
   if (st != XPU_OK) snprintf(run_err, sizeof run_err, "%s", lasterr(ex));
   CHECK(api->execution_release(ex) == XPU_OK, "execution_release");
@@ -303,17 +254,17 @@ static void test_matmul_silu_and_cache(const char *stats) {
       for (int k = 0; k < K; k++) acc += (double)x[m * K + k] * w[n * K + k];
       want[m * N + n] = (float)(acc / (1 + exp(-acc)));
     }
-  irb b = {0};
+  xpu_irb b = {0};
   int64_t sx[2] = {M, K}, sw[2] = {N, K}, sy[2] = {M, N};
-  uint32_t tx = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 2, sx);
-  uint32_t tw = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_CONST, 2, sw);
-  uint32_t th = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 2, sy);
-  uint32_t ty = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 2, sy);
+  uint32_t tx = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 2, sx);
+  uint32_t tw = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_CONST, 2, sw);
+  uint32_t th = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 2, sy);
+  uint32_t ty = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 2, sy);
   xpu_buffer wb = buf_with(w, sizeof w);
-  b.t[tw].const_buffer = wb;
-  ir_node(&b, XPU_OP_MATMUL, th, 2, tx, tw);
-  ir_node(&b, XPU_OP_SILU, ty, 1, th);
-  b.out[b.nout++] = ty;
+  b.tensors[tw].const_buffer = wb;
+  xpu_irb_node(&b, XPU_OP_MATMUL, th, 2, (const uint32_t[]){tx, tw});
+  xpu_irb_node(&b, XPU_OP_SILU, ty, 1, (const uint32_t[]){th});
+  xpu_irb_output(&b, ty);
   xpu_buffer xb = buf_with(x, sizeof x), yb = buf_with(NULL, sizeof got);
 
   int before = count_finalizes(stats);
@@ -367,18 +318,18 @@ static void test_softmax_rmsnorm(void) {
       rn[r * C + j] = (float)(x[r * C + j] / sqrt(ss / C + eps));
     }
   }
-  irb b = {0};
+  xpu_irb b = {0};
   int64_t s[2] = {R, C};
-  uint32_t tx = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 2, s);
-  uint32_t ts = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 2, s);
-  uint32_t tr = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 2, s);
-  xpu_ir_node *n = ir_node(&b, XPU_OP_SOFTMAX, ts, 1, tx);
+  uint32_t tx = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 2, s);
+  uint32_t ts = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 2, s);
+  uint32_t tr = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 2, s);
+  xpu_ir_node *n = xpu_irb_node(&b, XPU_OP_SOFTMAX, ts, 1, (const uint32_t[]){tx});
   n->fattr[0] = scale;
   n->iattr[0] = 1;
   n->iattr[1] = off;
-  ir_node(&b, XPU_OP_RMS_NORM, tr, 1, tx)->fattr[0] = eps;
-  b.out[b.nout++] = ts;
-  b.out[b.nout++] = tr;
+  xpu_irb_node(&b, XPU_OP_RMS_NORM, tr, 1, (const uint32_t[]){tx})->fattr[0] = eps;
+  xpu_irb_output(&b, ts);
+  xpu_irb_output(&b, tr);
   xpu_buffer xb = buf_with(x, sizeof x), outs[2] = {buf_with(NULL, sizeof got), buf_with(NULL, sizeof got)};
   CHECK(run_graph(&b, NULL, 0, &xb, outs, NULL) == XPU_OK, "softmax/rmsnorm: %s %s", lasterr(ctx), run_err);
   api->buffer_read(outs[0], 0, got, sizeof got);
@@ -412,15 +363,15 @@ static void test_rope(int neox, int nr) {
   int32_t pos[T] = {0, 5, 17};
   for (int i = 0; i < T * H * D; i++) x[i] = frand(&seed);
   rope_ref(x, pos, want, T, H, D, nr, neox, 10000.0f);
-  irb b = {0};
+  xpu_irb b = {0};
   int64_t sx[3] = {T, H, D}, sp[1] = {T};
-  uint32_t tx = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 3, sx);
-  uint32_t tp = ir_tensor(&b, XPU_DT_I32, XPU_TENSOR_INPUT, 1, sp);
-  uint32_t ty = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 3, sx);
-  xpu_ir_node *n = ir_node(&b, XPU_OP_ROPE, ty, 2, tx, tp);
+  uint32_t tx = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 3, sx);
+  uint32_t tp = xpu_irb_tensor(&b, XPU_DT_I32, XPU_TENSOR_INPUT, 1, sp);
+  uint32_t ty = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 3, sx);
+  xpu_ir_node *n = xpu_irb_node(&b, XPU_OP_ROPE, ty, 2, (const uint32_t[]){tx, tp});
   n->iattr[0] = neox ? 2 : 0;
   n->iattr[1] = nr;
-  b.out[b.nout++] = ty;
+  xpu_irb_output(&b, ty);
   xpu_buffer ins[2] = {buf_with(x, sizeof x), buf_with(pos, sizeof pos)}, yb = buf_with(NULL, sizeof got);
   CHECK(run_graph(&b, NULL, 0, ins, &yb, NULL) == XPU_OK, "rope: %s %s", lasterr(ctx), run_err);
   api->buffer_read(yb, 0, got, sizeof got);
@@ -458,19 +409,19 @@ static void test_attention(int off_input, int OFF) {
         want[(i * HQ + h) * D + d] = (float)o;
       }
     }
-  irb b = {0};
+  xpu_irb b = {0};
   int64_t sq[3] = {TQ, HQ, D}, sk[3] = {TK, HKV, D};
-  uint32_t tq = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 3, sq);
-  uint32_t tk = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 3, sk);
-  uint32_t tv = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 3, sk);
+  uint32_t tq = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 3, sq);
+  uint32_t tk = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 3, sk);
+  uint32_t tv = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 3, sk);
   int64_t s1[1] = {1};
-  uint32_t toff = off_input ? ir_tensor(&b, XPU_DT_I32, XPU_TENSOR_INPUT, 1, s1) : 0;
-  uint32_t to = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 3, sq);
-  xpu_ir_node *n = off_input ? ir_node(&b, XPU_OP_ATTENTION, to, 4, tq, tk, tv, toff)
-                             : ir_node(&b, XPU_OP_ATTENTION, to, 3, tq, tk, tv);
+  uint32_t toff = off_input ? xpu_irb_tensor(&b, XPU_DT_I32, XPU_TENSOR_INPUT, 1, s1) : 0;
+  uint32_t to = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 3, sq);
+  xpu_ir_node *n = off_input ? xpu_irb_node(&b, XPU_OP_ATTENTION, to, 4, (const uint32_t[]){tq, tk, tv, toff})
+                             : xpu_irb_node(&b, XPU_OP_ATTENTION, to, 3, (const uint32_t[]){tq, tk, tv});
   n->iattr[0] = 1;
   n->iattr[1] = off_input ? 0 : OFF;
-  b.out[b.nout++] = to;
+  xpu_irb_output(&b, to);
   int32_t off32 = OFF;
   xpu_buffer ins[4] = {buf_with(q, sizeof q), buf_with(k, sizeof k), buf_with(v, sizeof v), buf_with(&off32, 4)};
   xpu_buffer ob = buf_with(NULL, sizeof got);
@@ -508,19 +459,19 @@ static void test_int8_and_fd(const char *stats) {
     qv = qv < -127 ? -127 : qv > 127 ? 127 : qv;
     want_q[i] = qv * scale;
   }
-  irb b = {0};
+  xpu_irb b = {0};
   int64_t st[2] = {R, K}, si[1] = {NI}, so[2] = {NI, K};
-  uint32_t tt = ir_tensor(&b, XPU_DT_I8, XPU_TENSOR_INPUT, 2, st);
-  uint32_t ti = ir_tensor(&b, XPU_DT_I32, XPU_TENSOR_INPUT, 1, si);
-  uint32_t tx = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 2, so);
-  uint32_t tr = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 2, so);
-  uint32_t tq = ir_tensor(&b, XPU_DT_I8, XPU_TENSOR_VALUE, 2, so);
-  uint32_t td = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 2, so);
-  ir_node(&b, XPU_OP_GET_ROWS, tr, 2, tt, ti)->fattr[0] = scale;
-  ir_node(&b, XPU_OP_QUANTIZE, tq, 1, tx)->fattr[0] = scale;
-  ir_node(&b, XPU_OP_DEQUANTIZE, td, 1, tq)->fattr[0] = scale;
-  b.out[b.nout++] = tr;
-  b.out[b.nout++] = td;
+  uint32_t tt = xpu_irb_tensor(&b, XPU_DT_I8, XPU_TENSOR_INPUT, 2, st);
+  uint32_t ti = xpu_irb_tensor(&b, XPU_DT_I32, XPU_TENSOR_INPUT, 1, si);
+  uint32_t tx = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 2, so);
+  uint32_t tr = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 2, so);
+  uint32_t tq = xpu_irb_tensor(&b, XPU_DT_I8, XPU_TENSOR_VALUE, 2, so);
+  uint32_t td = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 2, so);
+  xpu_irb_node(&b, XPU_OP_GET_ROWS, tr, 2, (const uint32_t[]){tt, ti})->fattr[0] = scale;
+  xpu_irb_node(&b, XPU_OP_QUANTIZE, tq, 1, (const uint32_t[]){tx})->fattr[0] = scale;
+  xpu_irb_node(&b, XPU_OP_DEQUANTIZE, td, 1, (const uint32_t[]){tq})->fattr[0] = scale;
+  xpu_irb_output(&b, tr);
+  xpu_irb_output(&b, td);
   xpu_buffer ins[3] = {tb, buf_with(ids, sizeof ids), buf_with(x, sizeof x)};
   int regs = count_stats(stats, "memRegister ");
   xpu_buffer outs[2] = {buf_with(NULL, sizeof got), buf_with(NULL, sizeof got)};
@@ -545,15 +496,15 @@ static void test_int8_and_fd(const char *stats) {
  * failed submission poisons its signal fence */
 static void test_async(void) {
   enum { R = 4, K = 8, N = 3 };
-  irb b = {0};
+  xpu_irb b = {0};
   int64_t st[2] = {R, K}, si[1] = {N}, so[2] = {N, K};
-  uint32_t tt = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 2, st);
-  uint32_t ti = ir_tensor(&b, XPU_DT_I32, XPU_TENSOR_INPUT, 1, si);
-  uint32_t tr = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 2, so);
-  ir_node(&b, XPU_OP_GET_ROWS, tr, 2, tt, ti);
-  b.out[b.nout++] = tr;
+  uint32_t tt = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 2, st);
+  uint32_t ti = xpu_irb_tensor(&b, XPU_DT_I32, XPU_TENSOR_INPUT, 1, si);
+  uint32_t tr = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 2, so);
+  xpu_irb_node(&b, XPU_OP_GET_ROWS, tr, 2, (const uint32_t[]){tt, ti});
+  xpu_irb_output(&b, tr);
   uint64_t size;
-  void *blob = ir_blob(&b, &size);
+  void *blob = xpu_irb_encode(&b, &size);
   xpu_prepare_desc d = {sizeof d, 0, blob, size, NULL, NULL, 0};
   xpu_executable exe = 0;
   xpu_execution ex = 0;
@@ -597,14 +548,14 @@ static void test_async(void) {
 }
 
 static void test_lifecycle(void) {
-  irb b = {0};
+  xpu_irb b = {0};
   int64_t s[1] = {4}, z[1] = {0};
-  uint32_t tx = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 1, s);
-  uint32_t ty = ir_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 1, s);
-  ir_node(&b, XPU_OP_RELU, ty, 1, tx);
-  b.out[b.nout++] = ty;
+  uint32_t tx = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 1, s);
+  uint32_t ty = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 1, s);
+  xpu_irb_node(&b, XPU_OP_RELU, ty, 1, (const uint32_t[]){tx});
+  xpu_irb_output(&b, ty);
   uint64_t size;
-  void *blob = ir_blob(&b, &size);
+  void *blob = xpu_irb_encode(&b, &size);
   xpu_prepare_desc d = {sizeof d, 0, blob, size, NULL, NULL, 0};
   xpu_executable exe = 0;
   xpu_execution ex = 0;
@@ -621,17 +572,17 @@ static void test_lifecycle(void) {
   api->buffer_release(small);
   free(blob);
   /* an op the plugin does not map is UNSUPPORTED with a reason, not a failure */
-  b.t[tx].dtype = b.t[ty].dtype = XPU_DT_BF16;
-  blob = ir_blob(&b, &size);
+  b.tensors[tx].dtype = b.tensors[ty].dtype = XPU_DT_BF16;
+  blob = xpu_irb_encode(&b, &size);
   xpu_node_verdict v = {sizeof v, 0, 0, 0, {0}};
   CHECK(api->graph_analyze(ctx, blob, size, &v, 1) == XPU_OK && v.verdict == XPU_VERDICT_NO && v.reason[0],
         "BF16 refused with a reason");
   d.ir = blob;
   CHECK(api->graph_prepare(ctx, &d, &exe) == XPU_E_UNSUPPORTED, "prepare of a refused node is UNSUPPORTED");
   free(blob);
-  b.t[tx].dtype = b.t[ty].dtype = XPU_DT_F32;
-  b.t[tx].shape[0] = b.t[ty].shape[0] = z[0];
-  blob = ir_blob(&b, &size);
+  b.tensors[tx].dtype = b.tensors[ty].dtype = XPU_DT_F32;
+  b.tensors[tx].shape[0] = b.tensors[ty].shape[0] = z[0];
+  blob = xpu_irb_encode(&b, &size);
   CHECK(api->graph_analyze(ctx, blob, size, &v, 1) == XPU_OK && v.verdict == XPU_VERDICT_NO, "zero-size refused");
   free(blob);
 }
