@@ -66,6 +66,20 @@ func openBackend(tb testing.TB) core.Backend {
 	return b
 }
 
+// openBenchBackend opens the plugin under test ("opencl") or a peer to compare it with in the
+// same run (skipping when the peer is not built).
+func openBenchBackend(b *testing.B, name string) core.Backend {
+	if name == "opencl" {
+		return openBackend(b)
+	}
+	be, err := loader.Open(context.Background(), name, loader.WithoutEnv())
+	if err != nil {
+		b.Skipf("%s: %v", name, err)
+	}
+	b.Cleanup(func() { _ = be.Close() })
+	return be
+}
+
 func TestConformance(t *testing.T) {
 	b := openBackend(t)
 	rep, err := conformance.Run(context.Background(), b, conformance.WithPlugin(abi.PluginOf(b)))
@@ -585,16 +599,7 @@ func FuzzProgramCache(f *testing.F) {
 func BenchmarkGEMM(b *testing.B) {
 	for _, name := range []string{"opencl", "neon"} {
 		b.Run(name, func(b *testing.B) {
-			var be core.Backend
-			if name == "opencl" {
-				be = openBackend(b)
-			} else {
-				var err error
-				if be, err = loader.Open(context.Background(), name, loader.WithoutEnv()); err != nil {
-					b.Skipf("%s: %v", name, err)
-				}
-				defer be.Close()
-			}
+			be := openBenchBackend(b, name)
 			benchGEMM(b, be)
 		})
 	}
@@ -683,16 +688,7 @@ func BenchmarkLaunch(b *testing.B) {
 func BenchmarkAttention(b *testing.B) {
 	for _, name := range []string{"opencl", "neon"} {
 		b.Run(name, func(b *testing.B) {
-			var be core.Backend
-			if name == "opencl" {
-				be = openBackend(b)
-			} else {
-				var err error
-				if be, err = loader.Open(context.Background(), name, loader.WithoutEnv()); err != nil {
-					b.Skipf("%s: %v", name, err)
-				}
-				defer be.Close()
-			}
+			be := openBenchBackend(b, name)
 			ctx := context.Background()
 			cc, err := be.Devices()[0].NewContext(ctx, nil)
 			require.NoError(b, err)
@@ -740,16 +736,7 @@ func BenchmarkRowOps(b *testing.B) {
 	}
 	for _, name := range []string{"opencl", "neon"} {
 		b.Run(name, func(b *testing.B) {
-			var be core.Backend
-			if name == "opencl" {
-				be = openBackend(b)
-			} else {
-				var err error
-				if be, err = loader.Open(context.Background(), name, loader.WithoutEnv()); err != nil {
-					b.Skipf("%s: %v", name, err)
-				}
-				defer be.Close()
-			}
+			be := openBenchBackend(b, name)
 			ctx := context.Background()
 			cc, err := be.Devices()[0].NewContext(ctx, nil)
 			require.NoError(b, err)
