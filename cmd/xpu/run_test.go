@@ -57,12 +57,24 @@ func TestRunErrors(t *testing.T) {
 		{"missing file", []string{"run", "--model", filepath.Join(t.TempDir(), "none.gguf")}, 1, "no such file"},
 		{"not gguf", []string{"run", "--model", "run_test.go"}, 1, "bad magic"},
 		{"negative threads", []string{"run", "--model", "x", "--threads", "-2"}, 2, "--threads -2"},
+		// checked before the model is opened ("x" does not exist): one line, exit 2
+		{"NaN temperature", []string{"run", "--model", "x", "--temp", "NaN"}, 2, "temperature NaN"},
+		{"top-p 2", []string{"run", "--model", "x", "--top-p", "2"}, 2, "top-p 2"},
+		{"negative tokens", []string{"run", "--model", "x", "-n", "-5"}, 2, "-n -5"},
+		{"negative top-k", []string{"run", "--model", "x", "--top-k", "-1"}, 2, "top-k -1"},
+		{"infinite repeat penalty", []string{"run", "--model", "x", "--repeat-penalty", "Inf"}, 2, "repeat penalty +Inf"},
+		{"chunk 0", []string{"run", "--model", "x", "--chunk", "0"}, 2, "--chunk 0"},
+		{"negative context", []string{"run", "--model", "x", "--ctx", "-1"}, 2, "--ctx -1"},
+		{"negative device", []string{"run", "--model", "x", "--device", "-1"}, 2, "--device -1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			code, _, errOut := runCLI(t, c.args...)
 			assert.Equal(t, c.code, code)
 			assert.Contains(t, errOut, c.msg)
+			if c.code == 2 && c.msg != "usage" {
+				assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
+			}
 		})
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/xpuhub/xpu/conformance"
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/internal/required"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/loader"
 )
@@ -52,10 +53,10 @@ func buildDir() string {
 func pluginPath(tb testing.TB) string {
 	p := filepath.Join(buildDir(), "libxpu-qnn.so")
 	if _, err := os.Stat(p); err != nil {
-		tb.Skipf("%s is not built (run make plugins): %v", p, err)
+		required.Skip(tb, "qnn", "%s is not built (run make plugins): %v", p, err)
 	}
 	if _, err := os.Stat(filepath.Join(buildDir(), "qnn", "libQnnXpuEmu.so")); err != nil {
-		tb.Skipf("the QNN emulator is not built (run make plugins): %v", err)
+		required.Skip(tb, "qnn", "the QNN emulator is not built (run make plugins): %v", err)
 	}
 	return p
 }
