@@ -118,3 +118,31 @@ func (c *checkedExecution) Run(ctx context.Context) error {
 	}
 	return nil
 }
+
+// ErrRefusedAfterAnalyze: under WithAnalyzeFirst, the device's analysis accepted every node of a
+// stage and its prepare then refused the stage (core.ErrUnsupported): a capability lie, which
+// the conformance suite fails, rather than a stage the device does not support.
+var ErrRefusedAfterAnalyze = errors.New("llm: prepare refused a stage that analysis accepted")
+
+// WithAnalyzeFirst makes the runner analyze every stage graph before preparing it. A node the
+// device refuses then fails NewRunner with core.ErrUnsupported naming it, and a prepare refusal
+// after the device accepted every node wraps ErrRefusedAfterAnalyze as well. Without it prepare
+// alone decides, which cannot tell the two apart; the conformance model cases use it.
+func WithAnalyzeFirst() RunnerOption { return func(c *runnerConfig) { c.analyzeFirst = true } }
+
+// analyzeStage asks the device about every node of a stage: nil when it accepts them all.
+func analyzeStage(ctx context.Context, c core.Context, g *core.Graph, name string) error {
+	verdicts, err := c.Analyze(ctx, g)
+	if err != nil {
+		return fmt.Errorf("llm: %s: analyze: %w", name, err)
+	}
+	if len(verdicts) != len(g.Nodes) {
+		return fmt.Errorf("llm: %s: analyze gave %d verdicts for %d nodes: %w", name, len(verdicts), len(g.Nodes), core.ErrInternal)
+	}
+	for i, v := range verdicts {
+		if !v.Supported {
+			return fmt.Errorf("llm: %s: node %s (%s) refused: %s: %w", name, g.Nodes[i].Name, g.Nodes[i].Op, v.Reason, core.ErrUnsupported)
+		}
+	}
+	return nil
+}

@@ -32,6 +32,8 @@ type runnerConfig struct {
 	logger   *slog.Logger
 	// stageChecks: check every stage's outputs for NaN/Inf (WithStageChecks, debug logging).
 	stageChecks bool
+	// analyzeFirst: analyze each stage before preparing it (WithAnalyzeFirst).
+	analyzeFirst bool
 }
 
 // RunnerOption configures NewRunner.
@@ -238,8 +240,16 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkSet, 
 // prepareStage prepares g, binds its inputs by name and its outputs in order, all at offset 0;
 // nil outputs (the K/V rows) are bound per chunk.
 func (r *Runner) prepareStage(ctx context.Context, g *core.Graph, inputs map[string]core.Buffer, outs []core.Buffer, name string) (core.Execution, error) {
+	if r.cfg.analyzeFirst {
+		if err := analyzeStage(ctx, r.bctx, g, name); err != nil {
+			return nil, err
+		}
+	}
 	exe, err := r.bctx.Prepare(ctx, g)
 	if err != nil {
+		if r.cfg.analyzeFirst && errors.Is(err, core.ErrUnsupported) {
+			return nil, fmt.Errorf("%w: %w", ErrRefusedAfterAnalyze, err)
+		}
 		return nil, err
 	}
 	r.closers = append(r.closers, exe)
