@@ -18,6 +18,11 @@ var ErrSkip = errors.New("skipped")
 // expectation (category mismatch rather than error).
 var ErrMismatch = errors.New("output differs from the expectation")
 
+// ErrCapabilityLie, wrapped in a ModelCase's error, reports that the device accepted every
+// node of a graph in analysis and then refused it at prepare: a failure (category
+// capability-lie), never "unsupported", even when the error also wraps core.ErrUnsupported.
+var ErrCapabilityLie = errors.New("the device refused what it had claimed to support")
+
 // ModelResult is what a model case measured against its expectation.
 type ModelResult struct {
 	NMSE   float64 // of the logits against the reference; 0 when not measured
@@ -31,8 +36,10 @@ type ModelResult struct {
 type ModelCase struct {
 	Name string // unique, e.g. "stories260K-greedy"
 	// Run executes the model on dev. It returns an error wrapping ErrSkip when a resource is
-	// absent, core.ErrUnsupported when the device declined a node before prepare, and any
-	// other error for a failure (a mismatch says what differed).
+	// absent, core.ErrUnsupported when the device declined a node in analysis (op_support or
+	// graph_analyze), ErrCapabilityLie when prepare refused a graph analysis had accepted (so
+	// Run must analyze before it prepares to tell the two apart), and any other error for a
+	// failure (a mismatch says what differed).
 	Run func(ctx context.Context, dev core.Device) (ModelResult, error)
 }
 
@@ -76,6 +83,8 @@ func modelCases() []testCase {
 				switch {
 				case errors.Is(err, ErrSkip):
 					res.Status, res.Reason = StatusSkipped, err.Error()
+				case errors.Is(err, ErrCapabilityLie):
+					res.fail(CatCapabilityLie, "%v", err)
 				case errors.Is(err, core.ErrUnsupported):
 					res.Status, res.Reason = StatusUnsupported, err.Error()
 				case errors.Is(err, ErrMismatch):

@@ -3,9 +3,12 @@ package conformance
 import (
 	_ "embed"
 	"fmt"
+	"math"
 	"path"
 	"strconv"
 	"strings"
+
+	"github.com/xpuhub/xpu/core"
 )
 
 //go:embed TOLERANCES.md
@@ -122,4 +125,29 @@ func (ts Tolerances) Lookup(op, dtype, precision string) (Threshold, bool) {
 		}
 	}
 	return Threshold{}, false
+}
+
+// Check applies the row to a result's NMSE, max-abs error and reference peak (max |ref|), as
+// the suite judges a case: an error naming the bound exceeded, or nil. A NaN metric fails.
+func (t Threshold) Check(nmse, maxAbs, peak float64) error {
+	if !(nmse <= t.NMSE) {
+		return fmt.Errorf("NMSE %.3g > %.3g (TOLERANCES.md row %s | %s | %s)", nmse, t.NMSE, t.Op, t.DType, t.Precision)
+	}
+	if lim := t.MaxAbs * math.Max(1, peak); !(maxAbs <= lim) {
+		return fmt.Errorf("max-abs %.3g > %.3g (TOLERANCES.md row %s | %s | %s)", maxAbs, lim, t.Op, t.DType, t.Precision)
+	}
+	return nil
+}
+
+// LowestPrecision returns the lowest of the precisions graph_analyze reported for a graph's
+// nodes: the one the graph is judged by (a backend that runs one node at f16 is judged by the
+// f16 rows).
+func LowestPrecision(verdicts []core.NodeVerdict) core.Precision {
+	prec := core.PrecDefault
+	for _, v := range verdicts {
+		if precisionRank(v.Precision) > precisionRank(prec) {
+			prec = v.Precision
+		}
+	}
+	return prec
 }

@@ -18,10 +18,35 @@ func TestTolerancesCoverEveryCase(t *testing.T) {
 		if c.level < 2 || c.level > 4 {
 			continue
 		}
-		for _, prec := range []string{"default", "f32", "f16", "bf16", "int8"} {
+		for _, prec := range []string{"default", "f32", "f16", "bf16", "int8", "int4"} {
 			_, ok := tol.Lookup(c.op, c.dtype, prec)
 			assert.True(t, ok, "no TOLERANCES.md row for %s (op %s, dtype %s, precision %s)", c.name, c.op, c.dtype, prec)
 		}
+	}
+}
+
+// TestTolerancesHaveNoCatchAll: a row matching every op made the coverage test above unable to
+// fail. Every op pattern must name ops (GRAPH:* names the graph cases only), and an op the
+// table does not name (planted: FOO) must find no row.
+func TestTolerancesHaveNoCatchAll(t *testing.T) {
+	tol, err := DefaultTolerances()
+	require.NoError(t, err)
+	for _, row := range tol {
+		for _, p := range strings.Split(row.Op, ",") {
+			p = strings.TrimSpace(p)
+			assert.False(t, matchAny(p, "FOO") || matchAny(p, "MODEL"),
+				"row %s | %s | %s matches any op", row.Op, row.DType, row.Precision)
+		}
+	}
+	for _, dt := range []string{"f32", "f16", "q8_0", "f32/f32"} {
+		for _, prec := range []string{"default", "f16", "int8"} {
+			_, ok := tol.Lookup("FOO", dt, prec)
+			assert.False(t, ok, "an unknown op found a row (%s, %s)", dt, prec)
+		}
+	}
+	for _, op := range []string{"ADD", "SUB", "MUL", "DIV", "SILU", "GELU", "EXP", "SCALE", "NEG", "RELU"} {
+		_, ok := tol.Lookup(op, "f32", "default")
+		assert.True(t, ok, "elementwise %s", op)
 	}
 }
 

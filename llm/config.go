@@ -66,14 +66,22 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 		*dst = int(n)
 		return nil
 	}
-	flt := func(key string, def float32, dst *float32) {
+	// A NaN or infinite epsilon or RoPE base makes every logit NaN: refuse it here, naming the
+	// key, rather than generate empty text.
+	flt := func(key string, def float32, dst *float32, ok func(float64) bool, want string) error {
 		*dst = def
-		if v, ok := f.Get(c.Arch + "." + key); ok {
-			if x, ok := v.Float(); ok {
-				*dst = float32(x)
-			}
+		v, present := f.Get(c.Arch + "." + key)
+		if !present {
+			return nil
 		}
+		x, isNum := v.Float()
+		if !isNum || math.IsNaN(x) || math.IsInf(x, 0) || !ok(x) || math.IsInf(float64(float32(x)), 0) {
+			return fmt.Errorf("llm: %s.%s = %v: must be a finite number %s: %w", c.Arch, key, v.Any(), want, core.ErrInvalidArgument)
+		}
+		*dst = float32(x)
+		return nil
 	}
+	positive := func(x float64) bool { return x > 0 }
 	for _, k := range []struct {
 		key string
 		def int
@@ -91,13 +99,23 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 			return c, err
 		}
 	}
-	flt("rope.freq_base", 10000, &c.RopeBase)
-	flt("attention.layer_norm_rms_epsilon", 1e-5, &c.NormEps)
+	if err := flt("rope.freq_base", 10000, &c.RopeBase, positive, "above 0"); err != nil {
+		return c, err
+	}
+	if err := flt("attention.layer_norm_rms_epsilon", 1e-5, &c.NormEps,
+		func(x float64) bool { return x >= 0 }, "of 0 or more"); err != nil {
+		return c, err
+	}
+	// llama.cpp reads a scaling factor of 0 as none.
+	var factor float32
+	if err := flt("rope.scaling.factor", 0, &factor, func(x float64) bool {
+		return x == 0 || (x > 0 && !math.IsInf(float64(1/float32(x)), 0))
+	}, "of 0 (none) or above"); err != nil {
+		return c, err
+	}
 	c.RopeFreqScale = 1
-	if v, ok := f.Get(c.Arch + ".rope.scaling.factor"); ok {
-		if x, ok := v.Float(); ok && x > 0 {
-			c.RopeFreqScale = float32(1 / x)
-		}
+	if factor > 0 {
+		c.RopeFreqScale = 1 / factor
 	}
 	if c.KVHeads == 0 {
 		c.KVHeads = c.Heads

@@ -54,10 +54,12 @@ type genConfig struct {
 // GenerateOption configures Generate.
 type GenerateOption func(*genConfig)
 
-// WithMaxTokens bounds the generated tokens (default 256).
+// WithMaxTokens bounds the generated tokens (default 256; 0 only prefills the prompt; a
+// negative count makes Generate fail with core.ErrInvalidArgument).
 func WithMaxTokens(n int) GenerateOption { return func(c *genConfig) { c.maxTokens = n } }
 
-// WithSampler sets the sampling (default greedy).
+// WithSampler sets the sampling (default greedy); Generate fails with
+// core.ErrInvalidArgument when s is out of range (see SamplerConfig.Validate).
 func WithSampler(s SamplerConfig) GenerateOption { return func(c *genConfig) { c.sampler = s } }
 
 // WithStream receives the text as it is generated; an error stops generation and is returned.
@@ -77,10 +79,18 @@ func WithKeepCache() GenerateOption { return func(c *genConfig) { c.keep = true 
 // Generate encodes prompt (with BOS when the vocabulary asks for it), prefills it in chunks and
 // samples until a stop token, the token budget or the end of the context. Generation also stops
 // when the model emits BOS, which starts a new document in models such as TinyStories.
+// Logits that are not finite end it with ErrNonFinite. Tokens are only sampled from the
+// tokenizer's vocabulary: embedding rows past it (padding some conversions add) have no text.
 func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOption) (Result, error) {
 	cfg := genConfig{maxTokens: 256}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.maxTokens < 0 {
+		return Result{}, fmt.Errorf("llm: max tokens %d: must be 0 or more: %w", cfg.maxTokens, core.ErrInvalidArgument)
+	}
+	if err := cfg.sampler.Validate(); err != nil {
+		return Result{}, err
 	}
 	tok := r.m.Tokenizer
 	if !cfg.keep {
@@ -88,7 +98,11 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 	}
 	ids := tok.Encode(prompt, !cfg.keep)
 	if len(ids) == 0 {
-		return Result{}, fmt.Errorf("llm: empty prompt and no BOS token: %w", core.ErrInvalidArgument)
+		why := "the vocabulary has no BOS token"
+		if !tok.Vocab().AddBOS && tok.BOS() >= 0 {
+			why = "the vocabulary asks for no BOS token"
+		}
+		return Result{}, fmt.Errorf("llm: empty prompt and %s: %w", why, core.ErrInvalidArgument)
 	}
 	res := Result{PromptTokens: len(ids)}
 	dec := tok.NewDecoder()
@@ -101,7 +115,10 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 	if err != nil {
 		return res, err
 	}
-	if cfg.maxTokens <= 0 {
+	if err := checkLogits(logits, r.pos-1); err != nil {
+		return res, err
+	}
+	if cfg.maxTokens == 0 {
 		res.Stop = StopMaxTokens
 		return res, nil
 	}
@@ -109,7 +126,7 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 	var text []byte
 	t1 := time.Now()
 	for {
-		next := sampler.Sample(logits, r.history)
+		next := sampler.Sample(logits[:min(len(logits), tok.Size())], r.history)
 		if tok.IsStop(next) || (next == tok.BOS() && next >= 0) {
 			res.Stop = StopEOS
 			break
@@ -137,6 +154,9 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 			break
 		}
 		if logits, err = r.Decode(ctx, next); err != nil {
+			return r.finish(res, text, t1), err
+		}
+		if err := checkLogits(logits, r.pos-1); err != nil {
 			return r.finish(res, text, t1), err
 		}
 	}

@@ -30,6 +30,10 @@ type runnerConfig struct {
 	options  map[string]string
 	progress func(done, total int)
 	logger   *slog.Logger
+	// stageChecks: check every stage's outputs for NaN/Inf (WithStageChecks, debug logging).
+	stageChecks bool
+	// analyzeFirst: analyze each stage before preparing it (WithAnalyzeFirst).
+	analyzeFirst bool
 }
 
 // RunnerOption configures NewRunner.
@@ -100,6 +104,7 @@ func NewRunner(ctx context.Context, m *Model, dev core.Device, opts ...RunnerOpt
 	for _, o := range opts {
 		o(&cfg)
 	}
+	cfg.stageChecks = cfg.stageChecks || cfg.logger.Enabled(ctx, slog.LevelDebug)
 	if cfg.ctxLen == 0 {
 		cfg.ctxLen = min(m.Config.ContextLength, maxDefaultContext)
 	}
@@ -222,7 +227,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkSet, 
 		} else {
 			outs = []core.Buffer{cs.logits}
 		}
-		st.exec, err = r.prepareStage(ctx, g, inputs, outs)
+		st.exec, err = r.prepareStage(ctx, g, inputs, outs, stageName(s, cfg.Layers))
 		if err != nil {
 			return nil, fmt.Errorf("llm: stage %d of %d, chunk %d: %w", s, cfg.Layers, c, err)
 		}
@@ -234,9 +239,17 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkSet, 
 
 // prepareStage prepares g, binds its inputs by name and its outputs in order, all at offset 0;
 // nil outputs (the K/V rows) are bound per chunk.
-func (r *Runner) prepareStage(ctx context.Context, g *core.Graph, inputs map[string]core.Buffer, outs []core.Buffer) (core.Execution, error) {
+func (r *Runner) prepareStage(ctx context.Context, g *core.Graph, inputs map[string]core.Buffer, outs []core.Buffer, name string) (core.Execution, error) {
+	if r.cfg.analyzeFirst {
+		if err := analyzeStage(ctx, r.bctx, g, name); err != nil {
+			return nil, err
+		}
+	}
 	exe, err := r.bctx.Prepare(ctx, g)
 	if err != nil {
+		if r.cfg.analyzeFirst && errors.Is(err, core.ErrUnsupported) {
+			return nil, fmt.Errorf("%w: %w", ErrRefusedAfterAnalyze, err)
+		}
 		return nil, err
 	}
 	r.closers = append(r.closers, exe)
@@ -245,6 +258,9 @@ func (r *Runner) prepareStage(ctx context.Context, g *core.Graph, inputs map[str
 		return nil, err
 	}
 	r.closers = append(r.closers, e)
+	if r.cfg.stageChecks {
+		e = newCheckedExecution(e, g, name)
+	}
 	if len(outs) != len(g.Outputs) {
 		return nil, fmt.Errorf("llm: stage has %d outputs, %d bindings: %w", len(g.Outputs), len(outs), core.ErrInternal)
 	}

@@ -2,9 +2,12 @@ package llm
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/xpuhub/xpu/core"
 )
 
 // SamplerConfig chooses the next token from logits. The zero value is greedy (argmax).
@@ -19,13 +22,36 @@ type SamplerConfig struct {
 	Seed          uint64
 }
 
+// Validate reports the first field outside its range, wrapping core.ErrInvalidArgument: a NaN
+// temperature or a nucleus mass above 1 would otherwise sample as if greedy or as if off,
+// silently.
+func (c SamplerConfig) Validate() error {
+	bad := func(name string, v any, want string) error {
+		return fmt.Errorf("llm: sampler %s %v: must be %s: %w", name, v, want, core.ErrInvalidArgument)
+	}
+	finite := func(x float32) bool { return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0) }
+	switch {
+	case !finite(c.Temperature) || c.Temperature < 0:
+		return bad("temperature", c.Temperature, "finite and 0 (greedy) or more")
+	case !finite(c.TopP) || c.TopP < 0 || c.TopP > 1:
+		return bad("top-p", c.TopP, "between 0 and 1")
+	case c.TopK < 0:
+		return bad("top-k", c.TopK, "0 (off) or more")
+	case !finite(c.RepeatPenalty) || c.RepeatPenalty < 0:
+		return bad("repeat penalty", c.RepeatPenalty, "finite and 0 or more (0 and 1 are off)")
+	case c.RepeatLastN < 0:
+		return bad("repeat window", c.RepeatLastN, "0 (64) or more")
+	}
+	return nil
+}
+
 // Sampler draws tokens; it is deterministic for a given seed.
 type Sampler struct {
 	cfg SamplerConfig
 	rng *rand.Rand
 }
 
-// NewSampler makes a sampler.
+// NewSampler makes a sampler. It does not check cfg: Generate validates it (see Validate).
 func NewSampler(cfg SamplerConfig) *Sampler {
 	if cfg.RepeatLastN == 0 {
 		cfg.RepeatLastN = 64

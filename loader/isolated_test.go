@@ -156,18 +156,23 @@ func TestIsolatedBytesPerExecute(t *testing.T) {
 	perExecute := func(n int64) uint64 {
 		p := prepareRelu(t, be, n)
 		require.NoError(t, p.in.Write(0, make([]byte, 4*n)))
-		before, _ := Stats(be)
+		// Without the counters (not an isolated backend) every figure would read 0 and pass.
+		before, ok := Stats(be)
+		require.True(t, ok, "the backend under test is not isolated")
 		const runs = 5
 		for range runs {
 			require.NoError(t, p.ex.Run(context.Background()))
 		}
-		after, _ := Stats(be)
+		after, ok := Stats(be)
+		require.True(t, ok)
+		require.GreaterOrEqual(t, after.Calls-before.Calls, uint64(runs), "each execute is at least one call")
 		return (after.BytesSent + after.BytesReceived - before.BytesSent - before.BytesReceived) / runs
 	}
 	small := perExecute(64)
 	large := perExecute(1 << 20)
 	t.Logf("rpc bytes per execute: %d for 256 B tensors, %d for 4 MiB tensors", small, large)
 	assert.Equal(t, small, large)
+	assert.Positive(t, small, "an execute sends a request and reads a reply")
 	assert.Less(t, small, uint64(256))
 }
 

@@ -92,9 +92,11 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintf(stderr, "xpu conform: %v\n", err)
 			return 1
 		}
+		var found, failed []string
 		for _, c := range cands {
 			if c.Chosen && c.Score > 0 && c.Err != nil {
 				openFailed(c.Path, c.Err)
+				failed = append(failed, c.Name)
 			}
 		}
 		for _, b := range bs {
@@ -103,10 +105,9 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 				continue
 			}
 			targets = append(targets, target{arg: b.Info().Name, b: b})
+			found = append(found, b.Info().Name)
 		}
-		if len(bs) == 0 {
-			fmt.Fprintln(stdout, "== no backend probes above 0 here")
-		}
+		total.Failed += requireBackends(stdout, found, failed)
 	}
 	for _, t := range targets {
 		info := t.b.Info()

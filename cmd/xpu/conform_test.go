@@ -54,3 +54,40 @@ func TestConformCommand(t *testing.T) {
 		assert.NoError(t, err, "report ref%s", ext)
 	}
 }
+
+// TestConformAllMustFindBackends: `conform --all` used to pass with nothing to test (every
+// OpenCL check skipped when the plugin probed 0, exit 0 when no backend was found at all).
+func TestConformAllMustFindBackends(t *testing.T) {
+	neon, err := filepath.Abs(filepath.Join("..", "..", "build", "plugins", "libxpu-neon.so"))
+	require.NoError(t, err)
+	t.Chdir(t.TempDir()) // out of the module: no build/plugins is searched
+	tests := []struct {
+		name, pluginPath, require string
+		rc                        int
+		lines                     []string
+	}{
+		{"nothing found", "", "", 1, []string{"== FAIL [error] --all found no backend", "0 passed, 1 failed, 0 unsupported"}},
+		{"nothing found, nothing required", t.TempDir(), "", 1, []string{"found no backend"}},
+		{"required backend missing", neon, "neon,opencl", 1,
+			[]string{"== opencl: FAIL [error] required by XPU_REQUIRE_BACKENDS=neon,opencl but not found", "9 passed, 1 failed"}},
+		{"every required backend found", neon, "neon", 0, []string{"9 passed, 0 failed"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.pluginPath == neon {
+				if _, err := os.Stat(neon); err != nil {
+					t.Skipf("%s is not built: %v", neon, err)
+				}
+			}
+			t.Setenv("XPU_PLUGIN_PATH", tt.pluginPath)
+			t.Setenv("XPU_REQUIRE_BACKENDS", tt.require)
+			var out, errb bytes.Buffer
+			rc := run([]string{"conform", "--all", "--report", "", "--filter", `^RELU\(dtype=f32`}, &out, &errb)
+			assert.Equal(t, tt.rc, rc, "stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
+			for _, l := range tt.lines {
+				assert.Contains(t, out.String(), l)
+			}
+			require.Regexp(t, summaryLine, lastLine(out.String()))
+		})
+	}
+}

@@ -44,6 +44,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "xpu demo: --tokens and --dim must be between 0 and %d\n", maxDemoSize)
 		return 2
 	}
+	if *runs < 1 {
+		fmt.Fprintf(stderr, "xpu demo: --runs %d: must be 1 or more\n", *runs)
+		return 2
+	}
 	cfg := blockConfig{Tokens: *tokens, Dim: *dim, Heads: 8, KVHeads: 4, FFN: *dim * 8 / 3 / 32 * 32, WeightType: dt}
 	g, err := buildBlock(cfg, *seed)
 	if err != nil {
@@ -72,6 +76,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	failed := false
+	peak := peakAbs(core.DecodeF32(want[0]))
 	for _, b := range backends {
 		defer b.Close()
 		for _, dev := range b.Devices() {
@@ -84,6 +89,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 					status = "unsupported: " + res.err.Error()
 				}
 				failed = failed || !res.unsupported
+			} else if err := demoVerdict(ctx, dev, g, dt, res.nmse, res.maxAbs, peak); err != nil {
+				// a device that runs but disagrees with the reference fails the demo
+				status = "MISMATCH: " + err.Error()
+				failed = true
 			}
 			if info.Caps.Has(core.CapEmulated) {
 				status += " (emulated provider, not hardware)"

@@ -58,6 +58,12 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "xpu run: --threads %d: must be 0 (the backend's default) or more\n", *threads)
 		return 2
 	}
+	s := llm.SamplerConfig{Temperature: float32(*temp), TopP: float32(*topP), TopK: *topK,
+		RepeatPenalty: float32(*repeat), Seed: *seed}
+	if err := runValues(*n, *chunk, *ctxLen, *device, s); err != nil {
+		fmt.Fprintf(stderr, "xpu run: %v\n", err)
+		return 2
+	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "xpu run: %v\n", err)
 		return 1
@@ -97,8 +103,6 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "load: %.0f ms (%s, %s, %.1f MB of weights on %s)\n",
 		ms(time.Since(t0)), m.Config.Arch, describe(m), float64(m.WeightBytes())/1e6, info.ID())
 
-	s := llm.SamplerConfig{Temperature: float32(*temp), TopP: float32(*topP), TopK: *topK,
-		RepeatPenalty: float32(*repeat), Seed: *seed}
 	if s.Seed == 0 {
 		s.Seed = uint64(time.Now().UnixNano())
 	}
@@ -120,6 +124,23 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		len(res.Tokens), ms(res.Decode), res.DecodeTokensPerSecond(),
 		float64(m.WeightBytes())*res.DecodeTokensPerSecond()/1e9, res.Stop)
 	return 0
+}
+
+// runValues checks run's numeric flags before the model loads, so that a bad value is one line
+// on stderr and exit status 2, not a load followed by a library error (or, for the sampler, NaN
+// logits sampled as if greedy).
+func runValues(n, chunk, ctxLen, device int, s llm.SamplerConfig) error {
+	switch {
+	case n < 0:
+		return fmt.Errorf("-n %d: must be 0 (prefill only) or more", n)
+	case chunk < 1:
+		return fmt.Errorf("--chunk %d: must be 1 or more", chunk)
+	case ctxLen < 0:
+		return fmt.Errorf("--ctx %d: must be 0 (the model's) or more", ctxLen)
+	case device < 0:
+		return fmt.Errorf("--device %d: must be 0 or more", device)
+	}
+	return s.Validate()
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +10,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/gguf"
+	"github.com/xpuhub/xpu/llm/synth"
 )
 
 func storiesPath(t *testing.T) string {
@@ -57,12 +63,24 @@ func TestRunErrors(t *testing.T) {
 		{"missing file", []string{"run", "--model", filepath.Join(t.TempDir(), "none.gguf")}, 1, "no such file"},
 		{"not gguf", []string{"run", "--model", "run_test.go"}, 1, "bad magic"},
 		{"negative threads", []string{"run", "--model", "x", "--threads", "-2"}, 2, "--threads -2"},
+		// checked before the model is opened ("x" does not exist): one line, exit 2
+		{"NaN temperature", []string{"run", "--model", "x", "--temp", "NaN"}, 2, "temperature NaN"},
+		{"top-p 2", []string{"run", "--model", "x", "--top-p", "2"}, 2, "top-p 2"},
+		{"negative tokens", []string{"run", "--model", "x", "-n", "-5"}, 2, "-n -5"},
+		{"negative top-k", []string{"run", "--model", "x", "--top-k", "-1"}, 2, "top-k -1"},
+		{"infinite repeat penalty", []string{"run", "--model", "x", "--repeat-penalty", "Inf"}, 2, "repeat penalty +Inf"},
+		{"chunk 0", []string{"run", "--model", "x", "--chunk", "0"}, 2, "--chunk 0"},
+		{"negative context", []string{"run", "--model", "x", "--ctx", "-1"}, 2, "--ctx -1"},
+		{"negative device", []string{"run", "--model", "x", "--device", "-1"}, 2, "--device -1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			code, _, errOut := runCLI(t, c.args...)
 			assert.Equal(t, c.code, code)
 			assert.Contains(t, errOut, c.msg)
+			if c.code == 2 && c.msg != "usage" {
+				assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
+			}
 		})
 	}
 }
@@ -79,4 +97,45 @@ func TestGenModelThenRun(t *testing.T) {
 	code, _, errOut = runCLI(t, "gen-model", "--params", "13B", "-o", path)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, "13B")
+}
+
+// nanModel writes the synthetic 260K llama model with element 0 of tensor name set to NaN.
+func nanModel(t *testing.T, name string) string {
+	spec, err := synth.Preset("llama", "260K", core.F32, 3)
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, synth.Write(&buf, spec))
+	f, err := gguf.Parse(buf.Bytes())
+	require.NoError(t, err)
+	var ts []gguf.WriteTensor
+	for i := range f.Tensors {
+		ti := &f.Tensors[i]
+		data := append([]byte(nil), f.TensorData(ti)...)
+		if ti.Name == name {
+			xs := core.DecodeF32(data)
+			xs[0] = float32(math.NaN())
+			data = core.EncodeF32(xs)
+		}
+		ts = append(ts, gguf.WriteTensor{Name: ti.Name, DType: ti.DType, Shape: ti.Shape, Data: data})
+	}
+	p := filepath.Join(t.TempDir(), "nan.gguf")
+	out, err := os.Create(p)
+	require.NoError(t, err)
+	require.NoError(t, gguf.Write(out, f.KV, ts))
+	require.NoError(t, out.Close())
+	return p
+}
+
+// TestRunNonFiniteModelFails: a NaN weight used to give empty text and exit 0.
+func TestRunNonFiniteModelFails(t *testing.T) {
+	p := nanModel(t, "blk.3.ffn_up.weight")
+	args := []string{"run", "--model", p, "--prompt", "hi", "-n", "4", "--backend", "ref"}
+	code, _, errOut := runCLI(t, args...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "xpu run: llm: non-finite values: logit")
+
+	t.Setenv("XPU_LOG", "debug") // the stage-by-stage check names the layer
+	code, _, errOut = runCLI(t, args...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "stage 4 (layer 3): output x")
 }

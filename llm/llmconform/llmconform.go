@@ -37,15 +37,27 @@ const (
 
 func init() {
 	for _, c := range []conformance.ModelCase{
-		{Name: "stories260K-greedy", Run: greedyCase},
-		{Name: "stories260K-q8_0", Run: func(ctx context.Context, dev core.Device) (conformance.ModelResult, error) {
+		{Name: "stories260K-greedy", Run: classify(greedyCase)},
+		{Name: "stories260K-q8_0", Run: classify(func(ctx context.Context, dev core.Device) (conformance.ModelResult, error) {
 			return quantCase(ctx, dev, core.Q8_0)
-		}},
-		{Name: "synthetic-qwen2-q4_0", Run: synthCase},
+		})},
+		{Name: "synthetic-qwen2-q4_0", Run: classify(synthCase)},
 	} {
 		if err := conformance.RegisterModelCase(c); err != nil {
 			panic(err) // a duplicate name is a programming error
 		}
+	}
+}
+
+// classify marks a prepare refusal after the device's analysis accepted every node (every
+// runner here analyzes first) as a capability lie for the suite, rather than "unsupported".
+func classify(run func(context.Context, core.Device) (conformance.ModelResult, error)) func(context.Context, core.Device) (conformance.ModelResult, error) {
+	return func(ctx context.Context, dev core.Device) (conformance.ModelResult, error) {
+		res, err := run(ctx, dev)
+		if errors.Is(err, llm.ErrRefusedAfterAnalyze) {
+			err = fmt.Errorf("%w: %w", conformance.ErrCapabilityLie, err)
+		}
+		return res, err
 	}
 }
 
@@ -95,7 +107,7 @@ func greedyCase(ctx context.Context, dev core.Device) (conformance.ModelResult, 
 	if res.NMSE, res.MaxAbs, err = compareLogits(ctx, m, dev, m, sample); err != nil {
 		return res, err
 	}
-	r, err := llm.NewRunner(ctx, m, dev, llm.WithContextLength(512))
+	r, err := llm.NewRunner(ctx, m, dev, llm.WithContextLength(512), llm.WithAnalyzeFirst())
 	if err != nil {
 		return res, err
 	}
@@ -190,7 +202,7 @@ func compareLogits(ctx context.Context, model *llm.Model, dev core.Device, want 
 	refB := ref.New()
 	defer refB.Close()
 	run := func(m *llm.Model, d core.Device) ([][]float32, error) {
-		r, err := llm.NewRunner(ctx, m, d, llm.WithChunkSize(1), llm.WithContextLength(len(tokens)))
+		r, err := llm.NewRunner(ctx, m, d, llm.WithChunkSize(1), llm.WithContextLength(len(tokens)), llm.WithAnalyzeFirst())
 		if err != nil {
 			return nil, err
 		}

@@ -159,12 +159,21 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	if val, ok := f.Get("tokenizer.ggml.merges"); ok {
 		v.Merges, _ = val.Strings()
 	}
+	// A special id the file names but the vocabulary lacks is an error naming the key: dropping
+	// it would report "no BOS token" for a file that has one, only out of range.
+	var idErr error
 	id := func(key string, dst *int32) {
-		if val, ok := f.Get(key); ok {
-			if x, ok := val.Int(); ok && x >= 0 && x < int64(len(toks)) {
-				*dst = int32(x)
-			}
+		val, ok := f.Get(key)
+		if !ok || idErr != nil {
+			return
 		}
+		x, ok := val.Int()
+		if !ok || x < 0 || x >= int64(len(toks)) {
+			idErr = fmt.Errorf("tokenizer: %s = %v is outside the vocabulary of %d tokens: %w",
+				key, val.Any(), len(toks), core.ErrInvalidArgument)
+			return
+		}
+		*dst = int32(x)
 	}
 	id("tokenizer.ggml.bos_token_id", &v.BOS)
 	id("tokenizer.ggml.eos_token_id", &v.EOS)
@@ -175,6 +184,9 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 		if x >= 0 {
 			v.StopTokens = append(v.StopTokens, x)
 		}
+	}
+	if idErr != nil {
+		return nil, idErr
 	}
 	// llama.cpp also ends generation on the end-of-turn tokens of chat vocabularies, which the
 	// metadata often does not name.

@@ -198,17 +198,72 @@ func runKernelCase(t *testing.T, ctx context.Context, dev core.Device, name stri
 		for i, out := range g.Outputs {
 			gv, wv := decodeAny(out.DType, got[i]), decodeAny(out.DType, want[i])
 			require.Len(t, gv, len(wv))
-			peak, worst := 1.0, 0.0
-			for _, w := range wv {
-				peak = math.Max(peak, math.Abs(w))
-			}
-			for j := range wv {
-				e := math.Abs(gv[j] - wv[j])
-				if !(e <= worst) {
-					worst = e
-				}
-			}
-			require.LessOrEqual(t, worst/peak, kc.tol, "output %d: max error %g, peak %g", i, worst, peak)
+			worst, at, peak := maxError(gv, wv)
+			require.LessOrEqual(t, worst/peak, kc.tol, "output %d: max error %g at element %d, peak %g", i, worst, at, peak)
 		}
 	})
+}
+
+// maxError returns the largest |got-want|, the index where it is, and the reference's peak
+// (at least 1). A NaN or infinity that the reference does not have at the same place is an
+// infinite error, kept whatever follows: the comparison `!(e <= worst)` used before let the
+// next finite error replace a NaN, so a kernel writing NaN passed.
+func maxError(got, want []float64) (worst float64, at int, peak float64) {
+	peak = 1
+	for _, w := range want {
+		if !math.IsInf(w, 0) && !math.IsNaN(w) {
+			peak = math.Max(peak, math.Abs(w))
+		}
+	}
+	at = -1
+	for j := range want {
+		g, w := got[j], want[j]
+		var e float64
+		switch {
+		case math.IsNaN(w) || math.IsInf(w, 0):
+			if g != w && !(math.IsNaN(g) && math.IsNaN(w)) {
+				e = math.Inf(1)
+			}
+		case math.IsNaN(g) || math.IsInf(g, 0):
+			e = math.Inf(1)
+		default:
+			e = math.Abs(g - w)
+		}
+		if e > worst || at < 0 {
+			worst, at = e, j
+		}
+		if math.IsInf(worst, 1) {
+			break
+		}
+	}
+	return worst, at, peak
+}
+
+// TestMaxErrorCannotHideAFault plants faults where the old comparison lost them.
+func TestMaxErrorCannotHideAFault(t *testing.T) {
+	nan, inf := math.NaN(), math.Inf(1)
+	cases := []struct {
+		name      string
+		got, want []float64
+		worst     float64
+		at        int
+	}{
+		{"equal", []float64{1, 2}, []float64{1, 2}, 0, 0},
+		{"NaN then a small error", []float64{nan, 2.5}, []float64{1, 2}, inf, 0},
+		{"large error then a small one", []float64{9, 2.5}, []float64{1, 2}, 8, 0},
+		{"infinity where the reference is finite", []float64{1, inf}, []float64{1, 2}, inf, 1},
+		{"NaN where the reference is NaN", []float64{nan, 2}, []float64{nan, 2}, 0, 0},
+		{"the reference's infinity matched", []float64{-inf, 2}, []float64{-inf, 2}, 0, 0},
+		{"the wrong infinity", []float64{inf, 2}, []float64{-inf, 2}, inf, 0},
+		{"finite where the reference is NaN", []float64{0, 2}, []float64{nan, 2}, inf, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			worst, at, peak := maxError(c.got, c.want)
+			require.Equal(t, c.worst, worst)
+			require.Equal(t, c.at, at)
+			require.GreaterOrEqual(t, peak, 1.0)
+			require.False(t, math.IsNaN(worst/peak), "a NaN ratio would pass LessOrEqual's check silently")
+		})
+	}
 }

@@ -15,7 +15,7 @@ NEON_ARM64 := $(BUILD)/arm64/plugins/libxpu-neon.so
 NEON_CFLAGS := $(filter-out -O2,$(PLUGIN_CFLAGS)) -O3
 
 PLUGINS += $(NEON_SO) $(NEON_AVX2) $(NEON_AVX512)
-PLUGIN_TESTS += test-neon-smoke
+PLUGIN_TESTS += test-neon-smoke test-neon-conform
 
 $(NEON_SO): $(NEON_SRCS) $(NEON_PROBE) $(NEON_HDRS) $(COMMON_HDRS) plugins/neon/plugin.mk
 	@mkdir -p $(dir $@)
@@ -54,6 +54,19 @@ test-neon-smoke: $(NEON_SO) $(NEON_AVX2) $(NEON_AVX512) $(BUILD)/neon-smoke
 	@for so in $(NEON_AVX2) $(NEON_AVX512); do \
 	  $(QEMU_X86) -cpu Nehalem $(BUILD)/neon-smoke $$so 2> >(grep -v "TCG doesn't support" >&2) | tee /dev/stderr | grep -q "probes 0 here" \
 	    || { echo "$$so did not probe 0 on a CPU without AVX2"; exit 1; }; \
+	done
+
+# The conformance suite on each x86-64 build (about 3 s each, without -race): `go test -race`
+# runs it on the first build only and `xpu conform --all` on the best one, so without this the
+# portable (SSE2) build, the one that runs anywhere, would never be checked. The AVX-512 build
+# runs where this CPU has AVX-512 (the smoke test says "probes 0 here" elsewhere).
+.PHONY: test-neon-conform
+test-neon-conform: $(NEON_SO) $(NEON_AVX2) $(NEON_AVX512) $(BUILD)/neon-smoke cli
+	@set -e; for so in $(NEON_SO) $(NEON_AVX2) $(NEON_AVX512); do \
+	  if $(BUILD)/neon-smoke $$so | grep -q "probes 0 here"; then echo "$$so probes 0 on this CPU: not tested"; continue; fi; \
+	  echo "xpu conform --plugin $$so"; \
+	  $(BUILD)/xpu conform --plugin $$so --report "" | tail -n 1; \
+	  test "$${PIPESTATUS[0]}" -eq 0 || { echo "$$so fails conformance: rerun $(BUILD)/xpu conform --plugin $$so"; exit 1; }; \
 	done
 
 # arm64: the plugin and the Go tests of core and plugins/neon, cross-built and run under qemu.

@@ -24,6 +24,7 @@ import (
 	"github.com/xpuhub/xpu/conformance"
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/internal/required"
 	"github.com/xpuhub/xpu/loader"
 )
 
@@ -47,7 +48,7 @@ func pluginPath(tb testing.TB) string {
 	_, file, _, _ := runtime.Caller(0)
 	p := filepath.Join(filepath.Dir(file), "..", "..", "build", "plugins", "libxpu-opencl.so")
 	if _, err := os.Stat(p); err != nil {
-		tb.Skipf("%s is not built (run make plugins): %v", p, err)
+		required.Skip(tb, "opencl", "%s is not built (run make plugins): %v", p, err)
 	}
 	return p
 }
@@ -58,7 +59,7 @@ func openBackend(tb testing.TB) core.Backend {
 	pr, err := abi.Probe(path)
 	require.NoError(tb, err)
 	if pr.Score <= 0 {
-		tb.Skipf("opencl probes 0 here: %s", pr.Reason)
+		required.Skip(tb, "opencl", "opencl probes 0 here: %s", pr.Reason)
 	}
 	b, err := loader.Open(context.Background(), "opencl", loader.WithPaths(path), loader.WithoutEnv())
 	require.NoError(tb, err)

@@ -127,7 +127,10 @@ static xpu_status device_info(uint32_t dev, xpu_device_info *out) {
   xpu_device_info d;
   memset(&d, 0, sizeof d);
   d.kind = qnn_state.lib.backend_id == QNN_BACKEND_ID_CPU ? XPU_DEVICE_CPU : XPU_DEVICE_NPU;
-  d.caps = XPU_CAP_ASYNC | XPU_CAP_STATIC_SHAPES | XPU_CAP_HOST_VISIBLE | XPU_CAP_FP16;
+  d.caps = XPU_CAP_ASYNC | XPU_CAP_STATIC_SHAPES | XPU_CAP_HOST_VISIBLE;
+  /* native half-precision arithmetic only where the provider computes floats in f16 (the HTP):
+   * the emulated provider and libQnnCpu compute in f32, so the cap would be a lie there */
+  if (float_as_f16()) d.caps |= XPU_CAP_FP16;
   if (host_import_zero_copy()) d.caps |= XPU_CAP_IMPORT_HOST;
   if (qnn_state.lib.backend_id != QNN_BACKEND_ID_CPU) d.caps |= XPU_CAP_INT8;
   if (f->contextGetBinarySize && f->contextGetBinary && f->contextCreateFromBinary && f->graphRetrieve)
