@@ -37,8 +37,8 @@ func ExampleNewSession() {
 	fmt.Print(s.Report())
 	// Output:
 	// [1 5 0 0]
-	// policy prefer-npu; devices ref:0; 1 partition(s); 0 copies per run (0 bytes)
-	// NODE  OP      DEVICE  PART  PRECISION  COPIES  FALLBACK
-	// proj  MATMUL  ref:0   0     f32        0
-	// relu  RELU    ref:0   0     f32        0
+	// policy prefer-npu; units ref:0; 1 partition(s); 0 copies per run (0 bytes)
+	// NODE  OP      UNIT   PART  PRECISION  COPIES  FALLBACK
+	// proj  MATMUL  ref:0  0     f32        0
+	// relu  RELU    ref:0  0     f32        0
 }
