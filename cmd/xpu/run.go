@@ -14,6 +14,7 @@ import (
 	"github.com/xpuhub/xpu/llm"
 	_ "github.com/xpuhub/xpu/llm/llmconform" // the stories260K model cases of xpu conform
 	"github.com/xpuhub/xpu/loader"
+	"github.com/xpuhub/xpu/sched"
 )
 
 func init() {
@@ -179,7 +180,7 @@ func openRunner(ctx context.Context, m *llm.Model, name, policy string, devIndex
 		r, err := llm.NewRunner(ctx, m, devs[devIndex], opts...)
 		return r, []core.Backend{b}, err
 	}
-	p, err := core.ParsePolicy(policy)
+	p, err := sched.ParsePolicy(policy)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,4 +1,4 @@
-package core
+package sched
 
 import (
 	"context"
@@ -9,19 +9,23 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/xpuhub/xpu/core"
 )
 
 // Session is a graph placed on devices and prepared once, ready to run many times. Run may be
 // called from several goroutines at once: each call gets its own executions and buffers from a
 // pool.
 type Session struct {
-	graph   *Graph
-	devices []Device
+	graph   *core.Graph
+	devices []core.Device // the units placement may use (plain devices or UnitDevices)
+	names   []string      // their unit names, as the executor knows them
 	policy  Policy
 	strict  bool
 	log     *slog.Logger
 	exec    *Executor
-	ownExec bool // the executor is private to this session: Close closes it
+	ownExec bool   // the executor is private to this session: Close closes it
+	trace   *Trace // nil: no tracing
 
 	assign []assignment
 	parts  []*sessionPart
@@ -33,7 +37,7 @@ type Session struct {
 	poolMu sync.Mutex
 	free   []*runState
 
-	devIndex map[string]int // device ID -> index in devices
+	devIndex map[string]int // unit name -> index in devices
 	execMu   sync.Mutex
 	execs    map[*sessionExecution]struct{} // NewExecution's, until closed
 
@@ -44,7 +48,7 @@ type Session struct {
 type sessionPart struct {
 	*Partition
 	ec  *execContext
-	exe Executable
+	exe core.Executable
 	key string // the executor cache key, for release
 	// copies are the cross-device transfers this partition makes before it runs.
 	copies []copyOp
@@ -61,6 +65,7 @@ type sessionConfig struct {
 	logger         *slog.Logger
 	cacheSize      int
 	executor       *Executor
+	trace          *Trace
 }
 
 // SessionOption configures NewSession (and NewExecutor).
@@ -74,7 +79,9 @@ func WithPolicy(p Policy) SessionOption { return func(c *sessionConfig) { c.poli
 // back to another device or to the CPU.
 func Strict() SessionOption { return func(c *sessionConfig) { c.strict = true } }
 
-// WithContextOptions passes backend-specific options to every Device.NewContext.
+// WithContextOptions sets default backend-specific options for every unit a private executor
+// (or NewExecutor) opens: a unit's own options (UnitDevice) win over them, and the unit's name
+// includes them.
 func WithContextOptions(options map[string]string) SessionOption {
 	return func(c *sessionConfig) { c.contextOptions = maps.Clone(options) }
 }
@@ -86,10 +93,15 @@ func WithLogger(l *slog.Logger) SessionOption { return func(c *sessionConfig) { 
 // DefaultCacheSize). It applies to NewExecutor, and to a session's private executor.
 func WithCacheSize(n int) SessionOption { return func(c *sessionConfig) { c.cacheSize = max(n, 0) } }
 
-// WithExecutor makes the session open its contexts and prepare its partitions through e, so it
-// shares them with the executor's other sessions. The session does not close e; the contexts
-// are e's, opened with e's options (WithContextOptions of the session is then ignored).
+// WithExecutor makes the session open its units and prepare its partitions through e, so it
+// shares them with the executor's other sessions. The session does not close e; the units are
+// e's, opened with e's default options (WithContextOptions of the session is then ignored).
 func WithExecutor(e *Executor) SessionOption { return func(c *sessionConfig) { c.executor = e } }
+
+// WithTrace records every Run of the session in t: on each unit's track a slice per partition
+// run (its index, nodes and first and last node), a slice per wait for the partitions it
+// depends on and per copy between units (tensor, bytes, source unit).
+func WithTrace(t *Trace) SessionOption { return func(c *sessionConfig) { c.trace = t } }
 
 func newSessionConfig(opts []SessionOption) sessionConfig {
 	c := sessionConfig{policy: MaxPerformance, cacheSize: DefaultCacheSize}
@@ -104,9 +116,12 @@ func newSessionConfig(opts []SessionOption) sessionConfig {
 	return c
 }
 
-// NewSession places g on devices and prepares it.
+// NewSession places g on execution units and prepares it. Each of devices is one unit: a plain
+// device is the unit with no options ("these devices"); UnitDevice and UnitDevices make units
+// with options, so one device may appear several times (neon{cpus=0} and neon{cpus=1}: two
+// contexts, two places for nodes). The executor opens one context per unit and keeps it.
 //
-// Every device that some node may go to gets a context, and Context.Analyze is asked once for
+// Every unit that some node may go to gets a context, and Context.Analyze is asked once for
 // the whole graph. Each node is then offered to the devices in the policy's order and goes to
 // the first that accepts it. A node that no ranked device accepts falls back to the first
 // device of kind CPU among devices (the reference backend counts as CPU), unless Strict is set:
@@ -114,29 +129,30 @@ func newSessionConfig(opts []SessionOption) sessionConfig {
 // device's nodes together (see SplitGraph), and each run of nodes on one device becomes a
 // partition, prepared once. An error that no device accepts a node, or a strict refusal, wraps
 // ErrUnsupported and names the node with every device's reason.
-func NewSession(ctx context.Context, g *Graph, devices []Device, opts ...SessionOption) (*Session, error) {
+func NewSession(ctx context.Context, g *core.Graph, devices []core.Device, opts ...SessionOption) (*Session, error) {
 	cfg := newSessionConfig(opts)
 	if g == nil || len(devices) == 0 {
-		return nil, fmt.Errorf("session: need a graph and at least one device: %w", ErrInvalidArgument)
+		return nil, fmt.Errorf("session: need a graph and at least one device: %w", core.ErrInvalidArgument)
 	}
 	if cfg.policy == nil {
-		return nil, fmt.Errorf("session: nil policy: %w", ErrInvalidArgument)
+		return nil, fmt.Errorf("session: nil policy: %w", core.ErrInvalidArgument)
 	}
 	for i, d := range devices {
 		if d == nil {
-			return nil, fmt.Errorf("session: device %d is nil: %w", i, ErrInvalidArgument)
+			return nil, fmt.Errorf("session: device %d is nil: %w", i, core.ErrInvalidArgument)
 		}
 	}
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}
 	s := &Session{graph: g, devices: slices.Clone(devices), policy: cfg.policy, strict: cfg.strict, log: cfg.logger,
-		exec: cfg.executor, devIndex: map[string]int{}, execs: map[*sessionExecution]struct{}{}}
-	for i, d := range s.devices {
-		s.devIndex[d.Info().ID()] = i
-	}
+		exec: cfg.executor, trace: cfg.trace, devIndex: map[string]int{}, execs: map[*sessionExecution]struct{}{}}
 	if s.exec == nil {
 		s.exec, s.ownExec = NewExecutor(opts...), true
+	}
+	for i, d := range s.devices {
+		s.names = append(s.names, s.exec.unitName(d))
+		s.devIndex[s.names[i]] = i
 	}
 	if err := s.build(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("session: %w", err), s.Close())
@@ -148,7 +164,7 @@ func NewSession(ctx context.Context, g *Graph, devices []Device, opts ...Session
 
 // build places, partitions, prepares and plans.
 func (s *Session) build(ctx context.Context) error {
-	in := &placeInput{graph: s.graph, devices: s.devices, strict: s.strict}
+	in := &placeInput{graph: s.graph, devices: s.devices, names: s.names, strict: s.strict}
 	var err error
 	if in.ranks, in.fallback, err = rankAll(s.graph, s.devices, s.policy); err != nil {
 		return err
@@ -166,7 +182,7 @@ func (s *Session) build(ctx context.Context) error {
 		if a.Fallback {
 			fallbacks++
 			s.log.Debug("xpu: node placed off its first choice", "node", a.Node.Name,
-				"device", s.devices[a.Device].Info().ID(), "reason", a.Reason)
+				"unit", s.names[a.Device], "reason", a.Reason)
 		}
 	}
 	if fallbacks > 0 {
@@ -188,7 +204,7 @@ func (s *Session) build(ctx context.Context) error {
 		for i, d := range s.devices {
 			if !used[i] {
 				if err := s.exec.dropContext(d); err != nil {
-					s.log.Warn("xpu: closing an unused context", "device", d.Info().ID(), "err", err)
+					s.log.Warn("xpu: closing an unused unit", "unit", s.names[i], "err", err)
 				}
 			}
 		}
@@ -201,7 +217,7 @@ func (s *Session) build(ctx context.Context) error {
 // all devices at once (opening an NPU context can take a while). A device that fails to open
 // or to analyze refuses every node with that reason.
 func (s *Session) analyze(ctx context.Context, in *placeInput) error {
-	in.verdicts = make([][]NodeVerdict, len(s.devices))
+	in.verdicts = make([][]core.NodeVerdict, len(s.devices))
 	in.analyzeErr = make([]error, len(s.devices))
 	var wg sync.WaitGroup
 	for i, want := range in.wanted() {
@@ -218,14 +234,14 @@ func (s *Session) analyze(ctx context.Context, in *placeInput) error {
 			return err
 		}
 		if err != nil {
-			s.log.Warn("xpu: device cannot analyze the graph", "device", s.devices[i].Info().ID(), "err", err)
+			s.log.Warn("xpu: unit cannot analyze the graph", "unit", s.names[i], "err", err)
 		}
 	}
 	return nil
 }
 
 // analyzeOn is one device's verdicts for the whole graph.
-func (s *Session) analyzeOn(ctx context.Context, dev Device) ([]NodeVerdict, error) {
+func (s *Session) analyzeOn(ctx context.Context, dev core.Device) ([]core.NodeVerdict, error) {
 	ec, err := s.exec.context(ctx, dev)
 	if err != nil {
 		return nil, err
@@ -235,7 +251,7 @@ func (s *Session) analyzeOn(ctx context.Context, dev Device) ([]NodeVerdict, err
 		return nil, err
 	}
 	if len(vs) != len(s.graph.Nodes) {
-		return nil, fmt.Errorf("%d verdicts for %d nodes: %w", len(vs), len(s.graph.Nodes), ErrInternal)
+		return nil, fmt.Errorf("%d verdicts for %d nodes: %w", len(vs), len(s.graph.Nodes), core.ErrInternal)
 	}
 	return vs, nil
 }
@@ -249,12 +265,12 @@ func (s *Session) prepare(ctx context.Context, p *Partition) error {
 	}
 	exe, key, err := s.exec.prepare(ctx, ec, p.Graph)
 	if err != nil {
-		return fmt.Errorf("partition %d on %s: prepare: %w", p.Index, dev.Info().ID(), err)
+		return fmt.Errorf("partition %d on %s: prepare: %w", p.Index, s.names[p.Device], err)
 	}
 	s.parts = append(s.parts, &sessionPart{Partition: p, ec: ec, exe: exe, key: key})
 	if vs := exe.Verdicts(); len(vs) == len(p.Nodes) {
 		for i, id := range p.Nodes {
-			if vs[i].Precision != PrecDefault {
+			if vs[i].Precision != core.PrecDefault {
 				s.assign[id].Precision = vs[i].Precision
 			}
 		}
@@ -273,12 +289,12 @@ func (s *Session) Run(ctx context.Context, inputs [][]byte) ([][]byte, error) {
 	}
 	if len(inputs) != len(s.graph.Inputs) {
 		return nil, fmt.Errorf("session: run: %d inputs, the graph has %d: %w", len(inputs),
-			len(s.graph.Inputs), ErrInvalidArgument)
+			len(s.graph.Inputs), core.ErrInvalidArgument)
 	}
 	for i, t := range s.graph.Inputs {
 		if int64(len(inputs[i])) != t.Bytes() {
 			return nil, fmt.Errorf("session: run: input %d (%s): %d bytes, want %d: %w", i, t,
-				len(inputs[i]), t.Bytes(), ErrInvalidArgument)
+				len(inputs[i]), t.Bytes(), core.ErrInvalidArgument)
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -337,4 +353,4 @@ func (s *Session) countRun(n copyCount) {
 }
 
 // Graph is the graph the session runs.
-func (s *Session) Graph() *Graph { return s.graph }
+func (s *Session) Graph() *core.Graph { return s.graph }

@@ -1,4 +1,4 @@
-package core
+package sched
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
+
+	"github.com/xpuhub/xpu/core"
 )
 
 // bufKey names the buffer that holds a tensor on a device. A tensor gets one buffer per device
@@ -14,7 +17,7 @@ type bufKey struct{ tensor, device int }
 
 // copyOp moves a tensor from its producer's device to a consumer's device through host memory.
 type copyOp struct {
-	t        *Tensor
+	t        *core.Tensor
 	from, to int // device indices
 }
 
@@ -32,7 +35,7 @@ type runPlan struct {
 
 // planRun decides buffers, copies and wait lists for parts (in partition order, which is
 // topological).
-func planRun(g *Graph, parts []*sessionPart) runPlan {
+func planRun(g *core.Graph, parts []*sessionPart) runPlan {
 	plan := runPlan{inputDevs: make([][]int, len(g.Inputs)), outputDev: make([]int, len(g.Outputs)),
 		copiesIn: make([]int, len(g.Nodes)), lives: map[bufKey]bool{}, graphIO: map[int]bool{}}
 	for _, t := range slices.Concat(g.Inputs, g.Outputs) {
@@ -44,11 +47,11 @@ func planRun(g *Graph, parts []*sessionPart) runPlan {
 			plan.buffers = append(plan.buffers, k)
 		}
 	}
-	inputIndex := map[*Tensor]int{}
+	inputIndex := map[*core.Tensor]int{}
 	for i, t := range g.Inputs {
 		inputIndex[t] = i
 	}
-	producer := map[*Tensor]*sessionPart{}
+	producer := map[*core.Tensor]*sessionPart{}
 	copier := map[bufKey]*sessionPart{} // who brings a tensor onto a device
 	for _, p := range parts {
 		wait := func(q *sessionPart) {
@@ -59,7 +62,7 @@ func planRun(g *Graph, parts []*sessionPart) runPlan {
 		for _, t := range p.Inputs {
 			k := bufKey{t.ID, p.Device}
 			need(k)
-			if t.Kind == KindInput {
+			if t.Kind == core.KindInput {
 				if i := inputIndex[t]; !slices.Contains(plan.inputDevs[i], p.Device) {
 					plan.inputDevs[i] = append(plan.inputDevs[i], p.Device)
 				}
@@ -99,17 +102,17 @@ func planRun(g *Graph, parts []*sessionPart) runPlan {
 
 // location is where a tensor's bytes live on one device.
 type location struct {
-	buf Buffer
+	buf core.Buffer
 	off int64
 }
 
 // runState is one set of executions and buffers: the session pools them for Run, and each
 // Execution from NewExecution owns one.
 type runState struct {
-	owned   []Buffer
+	owned   []core.Buffer
 	own     map[bufKey]location // the session's buffers
 	loc     map[bufKey]location // where each tensor is now: own, or a caller's bound buffer
-	execs   []Execution         // per partition
+	execs   []core.Execution    // per partition
 	staging map[bufKey][]byte   // host memory for each planned copy, by destination
 	// bound are the caller's (device, location) per graph input then output, for an
 	// Execution; nil entries are unbound.
@@ -185,7 +188,7 @@ func (s *Session) newRunState(lazyIO bool) (rs *runState, err error) {
 
 // allocOwn gives tensor k a session buffer on its device.
 func (s *Session) allocOwn(rs *runState, k bufKey) error {
-	var c Context
+	var c core.Context
 	for _, p := range s.parts {
 		if p.Device == k.device {
 			c = p.ec.ctx
@@ -194,9 +197,9 @@ func (s *Session) allocOwn(rs *runState, k bufKey) error {
 	}
 	t := s.graph.Tensors[k.tensor]
 	// a zero-size tensor still gets a buffer: bindings need a handle
-	b, err := c.Alloc(max(t.Bytes(), 1), BufferDevice)
+	b, err := c.Alloc(max(t.Bytes(), 1), core.BufferDevice)
 	if err != nil {
-		return fmt.Errorf("alloc %s on %s: %w", t, s.devices[k.device].Info().ID(), err)
+		return fmt.Errorf("alloc %s on %s: %w", t, s.names[k.device], err)
 	}
 	rs.owned = append(rs.owned, b)
 	rs.own[k] = location{buf: b}
@@ -268,14 +271,14 @@ func (s *Session) execute(ctx context.Context, rs *runState, inputs [][]byte) (o
 			if b := rs.boundAt(i); b != nil {
 				if b.device != d {
 					if err := rs.copy(t, b.loc, dst); err != nil {
-						return nil, n, fmt.Errorf("copy input %s to %s: %w", t, s.devices[d].Info().ID(), err)
+						return nil, n, fmt.Errorf("copy input %s to %s: %w", t, s.names[d], err)
 					}
 					n.add(1, t.Bytes())
 				}
 				continue
 			}
 			if err := dst.buf.Write(dst.off, inputs[i]); err != nil {
-				return nil, n, fmt.Errorf("write input %s to %s: %w", t, s.devices[d].Info().ID(), err)
+				return nil, n, fmt.Errorf("write input %s to %s: %w", t, s.names[d], err)
 			}
 		}
 	}
@@ -297,7 +300,7 @@ func (s *Session) execute(ctx context.Context, rs *runState, inputs [][]byte) (o
 			copied := s.plan.lives[bufKey{t.ID, b.device}]
 			if b.device != s.plan.outputDev[j] && !copied {
 				if err := rs.copy(t, src, b.loc); err != nil {
-					return nil, n, fmt.Errorf("copy output %s to %s: %w", t, s.devices[b.device].Info().ID(), err)
+					return nil, n, fmt.Errorf("copy output %s to %s: %w", t, s.names[b.device], err)
 				}
 				n.add(1, t.Bytes())
 			}
@@ -331,7 +334,7 @@ func (rs *runState) boundAt(io int) *boundIO {
 }
 
 // copy moves t's bytes between devices through host memory.
-func (rs *runState) copy(t *Tensor, from, to location) error {
+func (rs *runState) copy(t *core.Tensor, from, to location) error {
 	stage, ok := rs.extra[t.ID]
 	if !ok {
 		stage = make([]byte, t.Bytes())
@@ -355,12 +358,20 @@ func (s *Session) runParallel(ctx context.Context, rs *runState) error {
 	var wg sync.WaitGroup
 	for _, p := range s.parts {
 		wg.Go(func() {
+			var waitStart time.Time
+			if s.trace != nil && len(p.waits) > 0 {
+				waitStart = time.Now()
+			}
 			for _, w := range p.waits {
 				select {
 				case <-done[w]:
 				case <-runCtx.Done():
 					return
 				}
+			}
+			if !waitStart.IsZero() {
+				s.trace.Slice(s.names[p.Device], fmt.Sprintf("wait for %v", p.waits), waitStart, time.Now(),
+					map[string]any{"partition": p.Index, "waits": p.waits})
 			}
 			if err := s.runPart(runCtx, rs, p); err != nil {
 				cancel(err)
@@ -377,21 +388,38 @@ func (s *Session) runParallel(ctx context.Context, rs *runState) error {
 // device without CapConcurrent are serialized across every session of the executor.
 func (s *Session) runPart(ctx context.Context, rs *runState, p *sessionPart) error {
 	for _, c := range p.copies {
+		var start time.Time
+		if s.trace != nil {
+			start = time.Now()
+		}
 		stage := rs.staging[bufKey{c.t.ID, c.to}]
 		src, dst := rs.loc[bufKey{c.t.ID, c.from}], rs.loc[bufKey{c.t.ID, c.to}]
 		if err := src.buf.Read(src.off, stage); err != nil {
-			return fmt.Errorf("copy %s from %s: %w", c.t, s.devices[c.from].Info().ID(), err)
+			return fmt.Errorf("copy %s from %s: %w", c.t, s.names[c.from], err)
 		}
 		if err := dst.buf.Write(dst.off, stage); err != nil {
-			return fmt.Errorf("copy %s to %s: %w", c.t, s.devices[c.to].Info().ID(), err)
+			return fmt.Errorf("copy %s to %s: %w", c.t, s.names[c.to], err)
+		}
+		if s.trace != nil {
+			s.trace.Slice(s.names[c.to], "copy "+c.t.Name, start, time.Now(),
+				map[string]any{"tensor": c.t.Name, "bytes": c.t.Bytes(), "from": s.names[c.from]})
 		}
 	}
 	if !p.ec.concurrent {
 		p.ec.run.Lock()
 		defer p.ec.run.Unlock()
 	}
+	var start time.Time
+	if s.trace != nil {
+		start = time.Now()
+	}
 	if err := rs.execs[p.Index].Run(ctx); err != nil {
-		return fmt.Errorf("partition %d on %s: %w", p.Index, s.devices[p.Device].Info().ID(), err)
+		return fmt.Errorf("partition %d on %s: %w", p.Index, s.names[p.Device], err)
+	}
+	if s.trace != nil {
+		s.trace.Slice(s.names[p.Device], fmt.Sprintf("partition %d", p.Index), start, time.Now(), map[string]any{
+			"partition": p.Index, "nodes": len(p.Nodes),
+			"first": s.graph.Nodes[p.Nodes[0]].Name, "last": s.graph.Nodes[p.Nodes[len(p.Nodes)-1]].Name})
 	}
 	return nil
 }
