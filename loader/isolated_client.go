@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -273,10 +274,35 @@ func startProc(cfg *config, cd Candidate) (*isoProc, error) {
 		if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
 			return nil, fmt.Errorf("isolated %s: %s: %v: %w", cd.Name, bin, err, core.ErrIncompatible)
 		}
+		if err := versionMismatch(cd.Name, bin, err); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("isolated %s: starting %s plugin-host: %v; its output:\n%s: %w", cd.Name,
 			bin, err, pr.logs.last(), core.ErrBackendCrashed)
 	}
 	return pr, nil
+}
+
+// theirVersion finds the other side's protocol version in go-plugin's handshake complaint
+// ("incompatible API version with plugin. Plugin version: 1, Client versions: [1002]").
+var theirVersion = regexp.MustCompile(`incompatible API version with plugin\. Plugin version: (\d+)`)
+
+// versionMismatch turns a handshake refused for its protocol version into an error that says
+// what differs and what to do; nil for any other start failure.
+func versionMismatch(name, bin string, err error) error {
+	m := theirVersion.FindStringSubmatch(err.Error())
+	if m == nil {
+		return nil
+	}
+	v, _ := strconv.Atoi(m[1])
+	major, rev := v/1000, v%1000
+	if v < 1000 {
+		major, rev = v, 1 // before wire revisions the version was the ABI major alone
+	}
+	return fmt.Errorf("isolated %s: the plugin host %s speaks isolation protocol %d (ABI major %d, wire revision %d), "+
+		"this xpu speaks %d (ABI major %d, wire revision %d): use the same xpu build as plugin host "+
+		"(%s, loader.WithHostBinary): %w", name, bin, v, major, rev, protocolVersion, abi.ABIMajor,
+		wireRevision, EnvHostBinary, core.ErrIncompatible)
 }
 
 func (pr *isoProc) deadErr() error {
@@ -496,6 +522,11 @@ func (b *isoBackend) start(ctx context.Context) error {
 	}
 	resp, err := pr.call(ctx, "get_info", &rpcReq{Op: opInfo})
 	if err != nil {
+		// the plugin host answers get_info with the reason it could not open the plugin
+		if se := (*abi.StatusError)(nil); errors.As(err, &se) {
+			err = fmt.Errorf("isolated %s: the plugin host could not open the plugin: %s: %w", b.cd.Name,
+				se.Msg, se.Status.Sentinel())
+		}
 		pr.kill(err)
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -19,11 +20,12 @@ import (
 // The child side of an isolated backend: `xpu plugin-host <plugin>` opens the plugin through
 // purego and serves its function table over go-plugin's gRPC.
 
-// handshake: the protocol version is the ABI major, so a host and a plugin host of different
-// ABI majors refuse each other at the handshake. The cookie only stops `xpu plugin-host` from
-// being run by hand by mistake; it is no security boundary.
+// handshake: ProtocolVersion is protocolVersion (ABI major and wire revision), so a host and a
+// plugin host of another xpu build whose wire formats differ refuse each other at the handshake
+// (versionMismatch turns go-plugin's complaint into a clear error). The cookie only stops `xpu
+// plugin-host` from being run by hand by mistake; it is no security boundary.
 var handshake = plugin.HandshakeConfig{
-	ProtocolVersion:  abi.ABIMajor,
+	ProtocolVersion:  protocolVersion,
 	MagicCookieKey:   "XPU_PLUGIN_HOST_COOKIE",
 	MagicCookieValue: "2b0c1f6e-xpu-isolated-backend",
 }
@@ -60,16 +62,18 @@ func ServePluginHost(path string) error {
 	if sock == nil {
 		return fmt.Errorf("plugin-host: fd %d (the fd socket) is missing: %w", fdSocketFD, core.ErrInvalidArgument)
 	}
-	p, err := abi.Open(path)
-	if err != nil {
-		return err
-	}
-	srv := &hostServer{p: p, ctxDev: map[uint64]uint32{},
+	srv := &hostServer{ctxDev: map[uint64]uint32{},
 		bufs: map[uint64]*childBuf{}, exeInputs: map[uint64]int{}, execs: map[uint64]*childExec{}}
 	srv.fds = newFDReceiver(sock, srv.fastRun)
-	if err := srv.loadDevices(); err != nil {
-		return err
+	// A plugin that fails to open is still served: the parent's first call (opInfo) gets the
+	// reason with its status. Exiting instead would leave the parent only go-plugin's guess at
+	// why a child printed no handshake ("not compiled for this architecture").
+	p, err := abi.Open(path)
+	if err == nil {
+		srv.p = p
+		err = srv.loadDevices()
 	}
+	srv.openErr = err
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake,
 		Plugins:         plugin.PluginSet{pluginSetName: &grpcBackendPlugin{srv: srv}},
@@ -95,9 +99,10 @@ type childExec struct {
 }
 
 type hostServer struct {
-	p    *abi.Plugin
-	fds  *fdReceiver
-	devs []core.DeviceInfo
+	p       *abi.Plugin
+	openErr error // why the plugin could not be opened: every call answers it
+	fds     *fdReceiver
+	devs    []core.DeviceInfo
 
 	mu        sync.Mutex
 	ctxDev    map[uint64]uint32
@@ -139,7 +144,20 @@ func (s *hostServer) result(st abi.Status, h uint64, u ...uint64) *rpcResp {
 	return r
 }
 
+// statusOf is the status whose sentinel err wraps (XPU_E_INTERNAL for none).
+func statusOf(err error) abi.Status {
+	for st := abi.StatusUnsupported; st >= abi.StatusInternal; st-- {
+		if errors.Is(err, st.Sentinel()) {
+			return st
+		}
+	}
+	return abi.StatusInternal
+}
+
 func (s *hostServer) handle(_ context.Context, q *rpcReq) *rpcResp {
+	if s.openErr != nil {
+		return fail(statusOf(s.openErr), s.openErr.Error())
+	}
 	p := s.p
 	u := q.U
 	switch q.Op {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -26,6 +27,11 @@ import (
 // os.Executable() with "plugin-host <plugin>", as it starts the xpu binary in production.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "plugin-host" && os.Getenv(envChildPlugin) != "" {
+		// a plugin host of another wire revision, started through a wrapper script by
+		// TestIsolatedProtocolMismatch
+		if v, err := strconv.Atoi(os.Getenv("XPU_TEST_PROTOCOL_VERSION")); err == nil {
+			handshake.ProtocolVersion = uint(v)
+		}
 		if err := ServePluginHost(os.Getenv(envChildPlugin)); err != nil {
 			fmt.Fprintln(os.Stderr, "plugin-host:", err)
 			os.Exit(1)
@@ -379,4 +385,65 @@ func BenchmarkExecute(b *testing.B) {
 			b.ReportMetric(float64((cpuTime(b, pids)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 		})
 	}
+}
+
+// TestIsolatedOpNumbers pins the operation numbers: they are wire format shared with plugin
+// hosts of other builds, so changing one breaks them (bump wireRevision and update this table
+// only together).
+func TestIsolatedOpNumbers(t *testing.T) {
+	want := []struct {
+		name string
+		op   uint32
+		num  uint32
+	}{
+		{"info", opInfo, 1}, {"op_support", opOpSupport, 2}, {"context_create", opContextCreate, 3},
+		{"context_release", opContextRelease, 4}, {"buffer_alloc", opBufferAlloc, 5},
+		{"buffer_import_fd", opBufferImportFD, 6}, {"buffer_release", opBufferRelease, 7},
+		{"graph_analyze", opAnalyze, 8}, {"graph_prepare", opPrepare, 9},
+		{"executable_serialize", opSerialize, 10}, {"executable_release", opExecutableRelease, 11},
+		{"execution_create", opExecutionCreate, 12}, {"execution_bind", opExecutionBind, 13},
+		{"execution_submit", opExecutionSubmit, 14}, {"execution_run", opExecutionRun, 15},
+		{"execution_release", opExecutionRelease, 16}, {"fence_create", opFenceCreate, 17},
+		{"fence_wait", opFenceWait, 18}, {"fence_value", opFenceValue, 19},
+		{"fence_signal", opFenceSignal, 20}, {"fence_release", opFenceRelease, 21},
+		{"shutdown", opShutdown, 22},
+	}
+	for _, w := range want {
+		assert.Equal(t, w.num, w.op, w.name)
+	}
+	assert.Equal(t, uint(abi.ABIMajor*1000+wireRevision), handshake.ProtocolVersion)
+}
+
+// TestIsolatedProtocolMismatch starts a plugin host that speaks another protocol version (as an
+// older xpu named by XPU_PLUGIN_HOST would): the start is refused with ErrIncompatible and a
+// message that names both versions and the remedy, before any call can be misread.
+func TestIsolatedProtocolMismatch(t *testing.T) {
+	path := plugintest.Plugin(t)
+	self, err := os.Executable()
+	require.NoError(t, err)
+	for _, v := range []uint{abi.ABIMajor, protocolVersion + 1} {
+		t.Run(strconv.Itoa(int(v)), func(t *testing.T) {
+			host := filepath.Join(t.TempDir(), "old-xpu")
+			script := fmt.Sprintf("#!/bin/sh\nXPU_TEST_PROTOCOL_VERSION=%d exec %q \"$@\"\n", v, self)
+			require.NoError(t, os.WriteFile(host, []byte(script), 0o755))
+			_, err := Open(context.Background(), path, Isolated(), WithoutEnv(), WithHostBinary(host))
+			require.ErrorIs(t, err, core.ErrIncompatible)
+			assert.Contains(t, err.Error(), fmt.Sprintf("speaks isolation protocol %d", v))
+			assert.Contains(t, err.Error(), fmt.Sprintf("this xpu speaks %d", protocolVersion))
+			assert.Contains(t, err.Error(), EnvHostBinary)
+		})
+	}
+}
+
+// TestIsolatedOpenFailure: a plugin whose open fails in the plugin host reports the plugin's
+// own reason and sentinel, not go-plugin's guess about a child that printed no handshake.
+func TestIsolatedOpenFailure(t *testing.T) {
+	path := plugintest.Plugin(t, "TP_OPEN_FAILS")
+	start := time.Now()
+	_, err := Open(context.Background(), path, Isolated(), WithoutEnv())
+	require.ErrorIs(t, err, core.ErrMissingDependency)
+	assert.Contains(t, err.Error(), "libfake.so.2 could not be initialised")
+	assert.Contains(t, err.Error(), "isolated testplugin: the plugin host could not open the plugin")
+	assert.NotContains(t, err.Error(), "architecture")
+	assert.Less(t, time.Since(start), 10*time.Second)
 }
