@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"regexp"
@@ -60,6 +61,49 @@ func WithHostChecksum(sum []byte) Option {
 
 // WithCallTimeout bounds isolated calls that take no context (default one minute).
 func WithCallTimeout(d time.Duration) Option { return func(c *config) { c.callTimeout = d } }
+
+// MinExecuteTimeout is the least automatic deadline of an isolated execute.
+const MinExecuteTimeout = 30 * time.Second
+
+// execTimeoutFactor: the automatic deadline of an isolated execute is this many times the
+// longest earlier run of the same executable (at least MinExecuteTimeout).
+const execTimeoutFactor = 10
+
+// WithExecuteTimeout sets the deadline of every isolated execute (Execution.Run) to d. A plugin
+// still inside execution_run at the deadline is killed: the run fails with an error wrapping
+// core.ErrTimeout and core.ErrBackendCrashed, and the backend can be restarted (Restarter).
+// d <= 0 (the default) means automatic: 10× the longest earlier run of the same executable, at
+// least MinExecuteTimeout. The caller's context can end a run sooner.
+func WithExecuteTimeout(d time.Duration) Option { return func(c *config) { c.execTimeout = d } }
+
+// execDeadline is the deadline of one run of an executable whose longest earlier run took
+// longest: fixed when set, otherwise automatic (see WithExecuteTimeout).
+func execDeadline(fixed, longest time.Duration) time.Duration {
+	if fixed > 0 {
+		return fixed
+	}
+	return max(MinExecuteTimeout, execTimeoutFactor*min(longest, math.MaxInt64/execTimeoutFactor))
+}
+
+// execTimeoutError is the cause of a run that passed its deadline. It is formatted only when
+// it is shown: a run on the decode loop allocates just the struct.
+type execTimeoutError struct {
+	name, path     string
+	limit, longest time.Duration
+	fixed          bool
+}
+
+func (e *execTimeoutError) Error() string {
+	how := fmt.Sprintf("%d× its longest earlier run (%v), at least %v", execTimeoutFactor,
+		e.longest.Round(time.Microsecond), MinExecuteTimeout)
+	if e.fixed {
+		how = "the deadline set"
+	}
+	return fmt.Sprintf("isolated %s (%s): execution_run did not return within %v (%s; change it with "+
+		"xpu's --timeout or loader.WithExecuteTimeout)", e.name, e.path, e.limit, how)
+}
+
+func (e *execTimeoutError) Unwrap() error { return core.ErrTimeout }
 
 // IsolatedStats counts what crossed the rpc of an isolated backend.
 type IsolatedStats struct {
@@ -364,10 +408,7 @@ func (pr *isoProc) tryFastRun(ctx context.Context, ex uint64) (ok bool, err erro
 	binary.LittleEndian.PutUint64(req[8:], seq)
 	binary.LittleEndian.PutUint64(req[16:], ex)
 	// the plugin cannot be interrupted: a run that outlives ctx kills the child
-	stop := context.AfterFunc(ctx, func() {
-		pr.kill(fmt.Errorf("isolated %s: execution_run did not return before its context ended (%v); the plugin process was killed: %w",
-			pr.name, ctx.Err(), core.ErrBackendCrashed))
-	})
+	stop := context.AfterFunc(ctx, func() { pr.kill(pr.expired(ctx, "execution_run", ctx.Err())) })
 	defer stop()
 	pr.counter.calls.Add(1)
 	if _, err := writeRetry(pr.sock, req); err != nil {
@@ -394,9 +435,28 @@ func (pr *isoProc) tryFastRun(ctx context.Context, ex uint64) (ok bool, err erro
 
 func (pr *isoProc) fastFailed(ctx context.Context, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("execution_run: %w; %w", cerr, pr.deadErr())
+		return pr.timedOut(ctx, "execution_run", cerr)
 	}
 	return pr.crashed(err)
+}
+
+// expired is why the child is killed when a call outlives ctx (whose error is cerr): the
+// call's own deadline (a cause wrapping core.ErrTimeout) or the caller's context.
+func (pr *isoProc) expired(ctx context.Context, entry string, cerr error) error {
+	if cause := context.Cause(ctx); errors.Is(cause, core.ErrTimeout) {
+		return fmt.Errorf("%w; the plugin process was killed: %w", cause, core.ErrBackendCrashed)
+	}
+	return fmt.Errorf("isolated %s: %s did not return before its context ended (%v); the plugin process was killed: %w",
+		pr.name, entry, cerr, core.ErrBackendCrashed)
+}
+
+// timedOut kills the child of a call that outlived ctx (unless it is dead already: then that
+// is the real cause) and returns the call's error, wrapping cerr and the reason.
+func (pr *isoProc) timedOut(ctx context.Context, entry string, cerr error) error {
+	if pr.deadErr() == nil {
+		pr.kill(pr.expired(ctx, entry, cerr))
+	}
+	return fmt.Errorf("%s: %w; %w", entry, cerr, pr.deadErr())
 }
 
 func writeRetry(fd int, b []byte) (int, error) {
@@ -438,9 +498,11 @@ func (pr *isoProc) crashed(cause error) error {
 	return pr.deadErr()
 }
 
-// callTimed is call for the entries that take no context: the default call timeout applies.
+// callTimed is call for the entries that take no context: the call timeout applies.
 func (pr *isoProc) callTimed(entry string, req *rpcReq) (*rpcResp, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), pr.timeout)
+	ctx, cancel := context.WithTimeoutCause(context.Background(), pr.timeout,
+		fmt.Errorf("isolated %s: %s did not return within the call timeout of %v (loader.WithCallTimeout): %w",
+			pr.name, entry, pr.timeout, core.ErrTimeout))
 	defer cancel()
 	return pr.call(ctx, entry, req)
 }
@@ -461,16 +523,16 @@ func (pr *isoProc) call(ctx context.Context, entry string, req *rpcReq) (*rpcRes
 	}
 	cerr := ctx.Err()
 	if cerr == nil && status.Code(err) == codes.DeadlineExceeded {
-		cerr = context.DeadlineExceeded // the server side noticed the deadline first
+		// the server side noticed the deadline first; ours is due now (its cause says why)
+		select {
+		case <-ctx.Done():
+			cerr = ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+			cerr = context.DeadlineExceeded
+		}
 	}
 	if cerr != nil {
-		if dead := pr.deadErr(); dead != nil {
-			return nil, dead
-		}
-		reason := fmt.Errorf("isolated %s: %s did not return before its context ended (%v); the plugin process was killed: %w",
-			pr.name, entry, cerr, core.ErrBackendCrashed)
-		pr.kill(reason)
-		return nil, fmt.Errorf("%s: %w; %w", entry, cerr, reason)
+		return nil, pr.timedOut(ctx, entry, cerr)
 	}
 	return nil, pr.crashed(err)
 }
@@ -985,6 +1047,7 @@ type isoExecutable struct {
 	h        uint64
 	g        *core.Graph
 	verdicts []core.NodeVerdict
+	longest  atomic.Int64 // the longest run so far (ns): the automatic deadline's base
 
 	mu     sync.Mutex
 	closed bool
@@ -1063,14 +1126,30 @@ func (x *isoExecution) Bind(io int, buf core.Buffer, offset int64) error {
 
 // Run is one small message over the socket pair (or one small rpc while another run is in
 // flight): the bytes are already in the shared buffers.
+//
+// A run has a deadline (WithExecuteTimeout): a plugin still inside execution_run then is
+// killed and the run fails with core.ErrTimeout and core.ErrBackendCrashed.
 func (x *isoExecution) Run(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if ok, err := x.e.c.pr.tryFastRun(ctx, x.h); ok {
-		return err
+	e := x.e
+	b := e.c.d.b
+	longest := time.Duration(e.longest.Load())
+	limit := execDeadline(b.cfg.execTimeout, longest)
+	ctx, cancel := context.WithTimeoutCause(ctx, limit, &execTimeoutError{name: b.cd.Name, path: b.cd.Path,
+		limit: limit, longest: longest, fixed: b.cfg.execTimeout > 0})
+	defer cancel()
+	start := time.Now()
+	ok, err := e.c.pr.tryFastRun(ctx, x.h)
+	if !ok {
+		_, err = e.c.pr.call(ctx, "execution_run", &rpcReq{Op: opExecutionRun, U: [6]uint64{x.h}})
 	}
-	_, err := x.e.c.pr.call(ctx, "execution_run", &rpcReq{Op: opExecutionRun, U: [6]uint64{x.h}})
+	if err == nil {
+		if d := time.Since(start); d > longest {
+			e.longest.Store(int64(d)) // racing runs may lose a new maximum; the next run sets it
+		}
+	}
 	return err
 }
 

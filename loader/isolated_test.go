@@ -447,3 +447,80 @@ func TestIsolatedOpenFailure(t *testing.T) {
 	assert.NotContains(t, err.Error(), "architecture")
 	assert.Less(t, time.Since(start), 10*time.Second)
 }
+
+// runBounded runs ex and fails the test (instead of hanging it) when Run does not return
+// within limit.
+func runBounded(t *testing.T, ex core.Execution, limit time.Duration) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- ex.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(limit):
+		t.Fatalf("Run did not return within %v", limit)
+		return nil
+	}
+}
+
+// TestIsolatedExecuteTimeout: a plugin that sleeps forever in execution_run is killed at the
+// execute deadline even when the caller's context has none; the error names the plugin, the
+// call and the deadline, and the backend restarts.
+func TestIsolatedExecuteTimeout(t *testing.T) {
+	path := plugintest.Plugin(t, "TP_FAULT=4")
+	be, err := Open(context.Background(), path, Isolated(), WithoutEnv(), WithExecuteTimeout(300*time.Millisecond))
+	require.NoError(t, err)
+	defer be.Close()
+	p := prepareRelu(t, be, 16)
+	start := time.Now()
+	err = runBounded(t, p.ex, 10*time.Second)
+	require.ErrorIs(t, err, core.ErrTimeout)
+	require.ErrorIs(t, err, core.ErrBackendCrashed)
+	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+	t.Logf("the timed-out run: %v", err)
+	for _, s := range []string{"isolated testplugin", path, "execution_run did not return within 300ms",
+		"--timeout", "the plugin process was killed"} {
+		assert.Contains(t, err.Error(), s)
+	}
+
+	start = time.Now()
+	err = p.ex.Run(context.Background())
+	require.ErrorIs(t, err, core.ErrBackendCrashed, "the hung child was killed")
+	assert.ErrorIs(t, err, core.ErrTimeout, "later calls say why")
+	assert.Less(t, time.Since(start), 100*time.Millisecond, "later calls fail fast")
+
+	require.NoError(t, be.(Restarter).Restart(context.Background()))
+	cx, err := be.Devices()[0].NewContext(context.Background(), nil)
+	require.NoError(t, err, "the restarted backend works")
+	require.NoError(t, cx.Close())
+}
+
+// TestIsolatedExecuteDeadlineLearns: without a set deadline, runs are timed so that the
+// automatic deadline follows the executable's longest run.
+func TestIsolatedExecuteDeadlineLearns(t *testing.T) {
+	be := openIso(t)
+	p := prepareRelu(t, be, 64)
+	x := p.ex.(*isoExecution)
+	require.Zero(t, x.e.longest.Load())
+	for range 3 {
+		require.NoError(t, p.ex.Run(context.Background()))
+	}
+	assert.Positive(t, x.e.longest.Load())
+	assert.Less(t, x.e.longest.Load(), int64(10*time.Second))
+}
+
+func TestExecDeadline(t *testing.T) {
+	tests := []struct {
+		fixed, longest, want time.Duration
+	}{
+		{0, 0, MinExecuteTimeout},
+		{0, time.Second, MinExecuteTimeout},
+		{0, 5 * time.Second, 50 * time.Second},
+		{2 * time.Second, 10 * time.Second, 2 * time.Second},
+		{-1, 4 * time.Second, 40 * time.Second},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, execDeadline(tt.fixed, tt.longest), "fixed %v longest %v", tt.fixed, tt.longest)
+	}
+	assert.Positive(t, execDeadline(0, math.MaxInt64), "no overflow")
+}
