@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -107,7 +106,8 @@ func (e *execTimeoutError) Unwrap() error { return core.ErrTimeout }
 
 // IsolatedStats counts what crossed the rpc of an isolated backend.
 type IsolatedStats struct {
-	Calls         uint64 // rpcs sent
+	Calls         uint64 // calls made: rpcs and runs on the run ring
+	RingCalls     uint64 // of them, calls on the shared-memory run ring (no rpc, no socket)
 	BytesSent     uint64 // payload bytes of requests
 	BytesReceived uint64 // payload bytes of answers
 	Restarts      int
@@ -126,6 +126,7 @@ func Stats(be core.Backend) (IsolatedStats, bool) {
 	st := IsolatedStats{Restarts: b.restarts}
 	if pr != nil {
 		st.Calls = pr.counter.calls.Load()
+		st.RingCalls = pr.counter.ringCalls.Load()
 		st.BytesSent = pr.counter.sent.Load()
 		st.BytesReceived = pr.counter.recv.Load()
 		if pr.cmd.Process != nil {
@@ -144,7 +145,7 @@ type Restarter interface {
 
 // byteCounter is a grpc stats handler counting request and answer payload bytes.
 type byteCounter struct {
-	calls, sent, recv atomic.Uint64
+	calls, sent, recv, ringCalls atomic.Uint64
 }
 
 func (c *byteCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
@@ -253,9 +254,13 @@ type isoProc struct {
 	mu   sync.Mutex
 	dead error // set once the process is gone: every later call fails fast with it
 
-	fastMu  sync.Mutex // one fast run at a time; overlapping runs take gRPC
-	fastSeq uint64
-	fastBuf []byte
+	fastMu sync.Mutex // one run on the ring at a time; overlapping runs take gRPC
+	ring   *ring      // the run ring (ring.go); nil once released
+	seq    uint32     // the last request on the ring (fastMu)
+	ringMu sync.Mutex // kill's wake-up against release's unmapping
+
+	gone      atomic.Bool   // the child closed its end of the fd socket: it is dead or dying
+	watchDone chan struct{} // closed when watch returns
 }
 
 func (c *config) hostPath() (string, error) {
@@ -373,72 +378,146 @@ func (pr *isoProc) kill(reason error) {
 		unix.Shutdown(pr.sock, unix.SHUT_RDWR)
 	}
 	pr.fds.mu.Unlock()
+	pr.wakeHost()
 }
 
-// release closes the socket pair of a killed child.
+// wakeHost wakes a run asleep on the ring, so that it sees at once that the child is dead.
+func (pr *isoProc) wakeHost() {
+	pr.ringMu.Lock()
+	if pr.ring != nil {
+		futexWake(pr.ring.respSeq)
+	}
+	pr.ringMu.Unlock()
+}
+
+// release closes the socket pair and unmaps the ring of a killed child.
 func (pr *isoProc) release() {
 	pr.fastMu.Lock()
 	defer pr.fastMu.Unlock()
 	pr.fds.mu.Lock()
-	defer pr.fds.mu.Unlock()
+	if pr.sock >= 0 {
+		unix.Shutdown(pr.sock, unix.SHUT_RDWR) // ends watch's read
+	}
+	pr.fds.mu.Unlock()
+	if pr.watchDone != nil {
+		<-pr.watchDone
+	}
+	pr.fds.mu.Lock()
 	if pr.sock >= 0 {
 		unix.Close(pr.sock)
 		pr.sock, pr.fds.sock = -1, -1
 	}
+	pr.fds.mu.Unlock()
+	pr.ringMu.Lock()
+	if pr.ring != nil {
+		pr.ring.mem.close()
+		pr.ring = nil
+	}
+	pr.ringMu.Unlock()
 }
 
-// tryFastRun runs execution ex over the socket pair. ok is false when another fast run is in
-// flight (the caller then uses gRPC, so that overlapping runs stay concurrent).
-func (pr *isoProc) tryFastRun(ctx context.Context, ex uint64) (ok bool, err error) {
+// attachRing makes the run ring and hands it to the child, and starts watching the fd socket.
+func (pr *isoProc) attachRing(ctx context.Context) error {
+	r, err := newRing()
+	if err != nil {
+		return fmt.Errorf("isolated %s: run ring: %w", pr.name, err)
+	}
+	id, err := pr.fds.send(r.mem.fd)
+	if err != nil {
+		r.mem.close()
+		return pr.crashed(err)
+	}
+	unix.Close(r.mem.fd) // the child has its own; the mapping keeps the page here
+	r.mem.fd = -1
+	if _, err := pr.call(ctx, "ring_attach", &rpcReq{Op: opRingAttach, U: [6]uint64{id}}); err != nil {
+		r.mem.close()
+		return err
+	}
+	pr.ringMu.Lock()
+	pr.ring = r
+	pr.ringMu.Unlock()
+	pr.watchDone = make(chan struct{})
+	go pr.watch(pr.sock)
+	return nil
+}
+
+// watch reads the host end of the fd socket, on which the child never writes: the read returns
+// when the child's end closes (it died) or kill shuts the socket down. Either wakes a run
+// asleep on the ring.
+func (pr *isoProc) watch(sock int) {
+	defer close(pr.watchDone)
+	var b [64]byte
+	for {
+		n, err := unix.Read(sock, b[:])
+		if err == unix.EINTR || (err == nil && n > 0) {
+			continue
+		}
+		pr.gone.Store(true)
+		pr.wakeHost()
+		return
+	}
+}
+
+// ringCall makes call q (ringable) on the run ring. ok is false when another call holds the
+// ring (the caller then uses gRPC, so that overlapping calls stay concurrent). expired is true
+// when deadline passed with the child still in the call: the caller kills it. The caller's
+// context ending kills the child here.
+func (pr *isoProc) ringCall(ctx context.Context, entry string, q *rpcReq, deadline time.Time) (vals [2]uint64, ok, expired bool, err error) {
 	if !pr.fastMu.TryLock() {
-		return false, nil
+		return vals, false, false, nil
 	}
 	defer pr.fastMu.Unlock()
 	if err := pr.deadErr(); err != nil {
-		return true, err
+		return vals, true, false, err
 	}
-	if pr.fastBuf == nil {
-		pr.fastBuf = make([]byte, 8192)
+	r := pr.ring
+	if r == nil {
+		return vals, false, false, nil // not attached (cannot happen once started): gRPC still works
 	}
-	pr.fastSeq++
-	seq := pr.fastSeq
-	req := pr.fastBuf[:fastReqSize]
-	binary.LittleEndian.PutUint32(req, fastRunMagic)
-	binary.LittleEndian.PutUint32(req[4:], 0)
-	binary.LittleEndian.PutUint64(req[8:], seq)
-	binary.LittleEndian.PutUint64(req[16:], ex)
-	// the plugin cannot be interrupted: a run that outlives ctx kills the child
-	stop := context.AfterFunc(ctx, func() { pr.kill(pr.expired(ctx, "execution_run", ctx.Err())) })
-	defer stop()
+	pr.seq++
+	seq := pr.seq
 	pr.counter.calls.Add(1)
-	if _, err := writeRetry(pr.sock, req); err != nil {
-		return true, pr.fastFailed(ctx, err)
-	}
-	pr.counter.sent.Add(fastReqSize)
-	n, err := readRetry(pr.sock, pr.fastBuf)
-	if err != nil || n < fastResHdr {
-		if err == nil {
-			err = io.ErrUnexpectedEOF
+	pr.counter.ringCalls.Add(1)
+	r.post(seq, q)
+	pr.counter.sent.Add(ringReqBytes)
+	got := spinFor(r.respSeq, seq-1, hostSpin)
+	for got != seq {
+		switch {
+		case got != seq-1:
+			return vals, true, false, pr.crashed(fmt.Errorf("garbled run ring: answer %d to request %d", got, seq))
+		case pr.deadErr() != nil:
+			return vals, true, false, pr.deadErr()
+		case pr.gone.Load() || pr.client.Exited():
+			return vals, true, false, pr.crashed(fmt.Errorf("it ended during %s", entry))
+		case ctx.Err() != nil:
+			return vals, true, false, pr.timedOut(ctx, entry, ctx.Err())
 		}
-		return true, pr.fastFailed(ctx, err)
+		now := time.Now()
+		if !now.Before(deadline) {
+			return vals, true, true, nil
+		}
+		slice := min(waitSlice, deadline.Sub(now))
+		if d, ok := ctx.Deadline(); ok {
+			slice = min(slice, max(d.Sub(now), time.Millisecond))
+		}
+		// say we sleep before the last look (the child's answer mirrors ring.next)
+		atomic.StoreUint32(r.hostWaiting, 1)
+		if got = atomic.LoadUint32(r.respSeq); got == seq-1 {
+			futexWait(r.respSeq, seq-1, slice)
+			got = atomic.LoadUint32(r.respSeq)
+		}
+		atomic.StoreUint32(r.hostWaiting, 0)
 	}
-	pr.counter.recv.Add(uint64(n))
-	res := pr.fastBuf[:n]
-	if binary.LittleEndian.Uint32(res) != fastResMagic || binary.LittleEndian.Uint64(res[8:]) != seq {
-		return true, pr.crashed(fmt.Errorf("garbled answer on the fd socket"))
+	st, vals, msg := r.result()
+	pr.counter.recv.Add(ringRespHdrBytes + uint64(len(msg)))
+	if st := abi.Status(st); st != abi.StatusOK {
+		return vals, true, false, fmt.Errorf("%s %s: %w", pr.name, entry, st.Err(msg))
 	}
-	if st := abi.Status(int32(binary.LittleEndian.Uint32(res[4:]))); st != abi.StatusOK {
-		return true, fmt.Errorf("%s execution_run: %w", pr.name, st.Err(string(res[fastResHdr:])))
-	}
-	return true, nil
+	return vals, true, false, nil
 }
 
-func (pr *isoProc) fastFailed(ctx context.Context, err error) error {
-	if cerr := ctx.Err(); cerr != nil {
-		return pr.timedOut(ctx, "execution_run", cerr)
-	}
-	return pr.crashed(err)
-}
+// noDeadline is the ring's deadline for calls bounded by their context alone.
+var noDeadline = time.Unix(1<<62, 0)
 
 // expired is why the child is killed when a call outlives ctx (whose error is cerr): the
 // call's own deadline (a cause wrapping core.ErrTimeout) or the caller's context.
@@ -457,24 +536,6 @@ func (pr *isoProc) timedOut(ctx context.Context, entry string, cerr error) error
 		pr.kill(pr.expired(ctx, entry, cerr))
 	}
 	return fmt.Errorf("%s: %w; %w", entry, cerr, pr.deadErr())
-}
-
-func writeRetry(fd int, b []byte) (int, error) {
-	for {
-		n, err := unix.Write(fd, b)
-		if err != unix.EINTR {
-			return n, err
-		}
-	}
-}
-
-func readRetry(fd int, b []byte) (int, error) {
-	for {
-		n, err := unix.Read(fd, b)
-		if err != unix.EINTR {
-			return n, err
-		}
-	}
 }
 
 // crashed turns a transport failure into ErrBackendCrashed with the child's last lines. It
@@ -512,6 +573,12 @@ func (pr *isoProc) callTimed(entry string, req *rpcReq) (*rpcResp, error) {
 func (pr *isoProc) call(ctx context.Context, entry string, req *rpcReq) (*rpcResp, error) {
 	if err := pr.deadErr(); err != nil {
 		return nil, err
+	}
+	if ringable(req) {
+		vals, ok, _, err := pr.ringCall(ctx, entry, req, noDeadline)
+		if ok {
+			return &rpcResp{U: vals}, err
+		}
 	}
 	resp := new(rpcResp)
 	err := pr.cc.Invoke(ctx, callMethod, req, resp, grpc.CallContentSubtype(codecName))
@@ -590,12 +657,19 @@ func (b *isoBackend) start(ctx context.Context) error {
 				se.Msg, se.Status.Sentinel())
 		}
 		pr.kill(err)
+		pr.release()
 		return err
 	}
 	var info isoInfo
 	if err := json.Unmarshal(resp.B, &info); err != nil {
 		pr.kill(err)
+		pr.release()
 		return fmt.Errorf("isolated %s: bad info from the plugin host: %v: %w", b.cd.Name, err, core.ErrInternal)
+	}
+	if err := pr.attachRing(ctx); err != nil {
+		pr.kill(err)
+		pr.release()
+		return err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -1124,7 +1198,7 @@ func (x *isoExecution) Bind(io int, buf core.Buffer, offset int64) error {
 	return nil
 }
 
-// Run is one small message over the socket pair (or one small rpc while another run is in
+// Run is one request on the shared-memory run ring (or one small rpc while another run is in
 // flight): the bytes are already in the shared buffers.
 //
 // A run has a deadline (WithExecuteTimeout): a plugin still inside execution_run then is
@@ -1137,13 +1211,22 @@ func (x *isoExecution) Run(ctx context.Context) error {
 	b := e.c.d.b
 	longest := time.Duration(e.longest.Load())
 	limit := execDeadline(b.cfg.execTimeout, longest)
-	ctx, cancel := context.WithTimeoutCause(ctx, limit, &execTimeoutError{name: b.cd.Name, path: b.cd.Path,
-		limit: limit, longest: longest, fixed: b.cfg.execTimeout > 0})
-	defer cancel()
+	timeout := &execTimeoutError{name: b.cd.Name, path: b.cd.Path, limit: limit, longest: longest,
+		fixed: b.cfg.execTimeout > 0}
+	pr := e.c.pr
 	start := time.Now()
-	ok, err := e.c.pr.tryFastRun(ctx, x.h)
+	_, ok, expired, err := pr.ringCall(ctx, "execution_run", &rpcReq{Op: opExecutionRun, U: [6]uint64{x.h}},
+		start.Add(limit))
+	if expired {
+		if pr.deadErr() == nil {
+			pr.kill(fmt.Errorf("%w; the plugin process was killed: %w", timeout, core.ErrBackendCrashed))
+		}
+		return fmt.Errorf("execution_run: %w", pr.deadErr())
+	}
 	if !ok {
-		_, err = e.c.pr.call(ctx, "execution_run", &rpcReq{Op: opExecutionRun, U: [6]uint64{x.h}})
+		ctx, cancel := context.WithTimeoutCause(ctx, limit, timeout)
+		defer cancel()
+		_, err = pr.call(ctx, "execution_run", &rpcReq{Op: opExecutionRun, U: [6]uint64{x.h}})
 	}
 	if err == nil {
 		if d := time.Since(start); d > longest {

@@ -45,6 +45,7 @@ const (
 	opFenceSignal       uint32 = 20
 	opFenceRelease      uint32 = 21
 	opShutdown          uint32 = 22
+	opRingAttach        uint32 = 23 // U[0]: the fd id of the run ring's memfd (ring.go)
 )
 
 // wireRevision counts incompatible revisions of this transport: op numbers and meanings, the

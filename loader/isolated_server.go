@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
@@ -64,7 +65,7 @@ func ServePluginHost(path string) error {
 	}
 	srv := &hostServer{ctxDev: map[uint64]uint32{},
 		bufs: map[uint64]*childBuf{}, exeInputs: map[uint64]int{}, execs: map[uint64]*childExec{}}
-	srv.fds = newFDReceiver(sock, srv.fastRun)
+	srv.fds = newFDReceiver(sock)
 	// A plugin that fails to open is still served: the parent's first call (opInfo) gets the
 	// reason with its status. Exiting instead would leave the parent only go-plugin's guess at
 	// why a child printed no handshake ("not compiled for this architecture").
@@ -105,6 +106,7 @@ type hostServer struct {
 	devs    []core.DeviceInfo
 
 	mu        sync.Mutex
+	ring      *ring
 	ctxDev    map[uint64]uint32
 	bufs      map[uint64]*childBuf
 	exeInputs map[uint64]int
@@ -288,6 +290,8 @@ func (s *hostServer) handle(_ context.Context, q *rpcReq) *rpcResp {
 		return s.result(p.FenceSignal(u[0], u[1]), u[0])
 	case opFenceRelease:
 		return s.result(p.FenceRelease(u[0]), u[0])
+	case opRingAttach:
+		return s.attachRing(u[0])
 	case opShutdown:
 		if err := p.Close(); err != nil {
 			return fail(abi.StatusBadState, err.Error())
@@ -297,10 +301,44 @@ func (s *hostServer) handle(_ context.Context, q *rpcReq) *rpcResp {
 	return fail(abi.StatusInvalidArg, fmt.Sprintf("plugin-host: unknown operation %d", q.Op))
 }
 
-// fastRun serves an execution_run that came over the socket pair (see fastRunMagic).
-func (s *hostServer) fastRun(seq, ex uint64) {
-	resp := s.handle(context.Background(), &rpcReq{Op: opExecutionRun, U: [6]uint64{ex}})
-	s.fds.reply(seq, resp.Status, resp.S)
+// attachRing maps the run ring whose memfd came with fdID and starts serving it.
+func (s *hostServer) attachRing(fdID uint64) *rpcResp {
+	fd, err := s.fds.take(fdID)
+	if err != nil {
+		return fail(abi.StatusInternal, "plugin-host: "+err.Error())
+	}
+	r, err := attachRing(fd)
+	if err != nil {
+		closeFD(fd)
+		return fail(statusOf(err), "plugin-host: "+err.Error())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ring != nil {
+		r.mem.close()
+		return fail(abi.StatusBadState, "plugin-host: the run ring is attached already")
+	}
+	s.ring = r
+	go s.serveRing(r)
+	return &rpcResp{}
+}
+
+// serveRing serves the calls made on the ring, one at a time, for the process's life
+// (the parent kills the process; there is no other way out).
+func (s *hostServer) serveRing(r *ring) {
+	last := atomic.LoadUint32(r.reqSeq)
+	for {
+		seq := r.next(last)
+		q := r.request()
+		var resp *rpcResp
+		if ringable(q) {
+			resp = s.handle(context.Background(), q)
+		} else {
+			resp = fail(abi.StatusInvalidArg, fmt.Sprintf("plugin-host: operation %d cannot go on the run ring", q.Op))
+		}
+		r.answer(seq, resp)
+		last = seq
+	}
 }
 
 // bufferNew maps the fd sent with fdID and makes the plugin buffer over it: zero-copy where

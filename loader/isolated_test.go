@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -523,4 +524,85 @@ func TestExecDeadline(t *testing.T) {
 		assert.Equal(t, tt.want, execDeadline(tt.fixed, tt.longest), "fixed %v longest %v", tt.fixed, tt.longest)
 	}
 	assert.Positive(t, execDeadline(0, math.MaxInt64), "no overflow")
+}
+
+// TestIsolatedRunsOnRing: an uncontended execute, and a bind (a decode loop moves its KV rows
+// every step), is one request on the shared-memory run ring, never an rpc or a socket message;
+// a failing call on the ring reports the plugin's status and message.
+func TestIsolatedRunsOnRing(t *testing.T) {
+	be := openIso(t)
+	p := prepareRelu(t, be, 64)
+	before, ok := Stats(be)
+	require.True(t, ok)
+	const steps = 20
+	for range steps {
+		require.NoError(t, p.ex.Bind(0, p.in, 0))
+		require.NoError(t, p.ex.Run(context.Background()))
+	}
+	after, ok := Stats(be)
+	require.True(t, ok)
+	assert.Equal(t, uint64(2*steps), after.RingCalls-before.RingCalls)
+	assert.Equal(t, uint64(2*steps), after.Calls-before.Calls, "no other call was made")
+
+	// a bad handle goes on the ring and comes back as the plugin's error
+	f, err := p.cx.NewFence(0)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	mid, _ := Stats(be)
+	err = f.(*isoFence).Signal(1)
+	require.ErrorIs(t, err, core.ErrInvalidHandle)
+	assert.Contains(t, err.Error(), "testplugin fence_signal: XPU_E_INVALID_HANDLE")
+	end, _ := Stats(be)
+	assert.Equal(t, uint64(1), end.RingCalls-mid.RingCalls)
+}
+
+// hungOnRing starts a run of a TP_FAULT=4 plugin (it never returns) and waits until the host
+// sleeps on the ring's futex; it returns the run's result channel.
+func hungOnRing(t *testing.T, p *prepared) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- p.ex.Run(context.Background()) }()
+	r := p.ex.(*isoExecution).e.c.pr.ring
+	require.Eventually(t, func() bool { return atomic.LoadUint32(r.hostWaiting) == 1 }, 5*time.Second,
+		time.Millisecond, "the host never slept on the ring")
+	return done
+}
+
+func waitRun(t *testing.T, done <-chan error, limit time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(limit):
+		t.Fatalf("the sleeping run was not woken within %v", limit)
+		return nil
+	}
+}
+
+// TestIsolatedChildKilledWhileHostSleeps: a child that dies while the host sleeps on the ring's
+// futex (here SIGKILLed from outside) fails the run at once, long before any deadline.
+func TestIsolatedChildKilledWhileHostSleeps(t *testing.T) {
+	be := openIso(t, "TP_FAULT=4")
+	p := prepareRelu(t, be, 16)
+	done := hungOnRing(t, p)
+	st, _ := Stats(be)
+	require.NoError(t, unix.Kill(st.PID, unix.SIGKILL))
+	err := waitRun(t, done, 2*time.Second)
+	require.ErrorIs(t, err, core.ErrBackendCrashed)
+	assert.Contains(t, err.Error(), "signal: killed")
+}
+
+// TestIsolatedRestartWakesSleepingRun: restarting the backend from another goroutine wakes a
+// run asleep on the ring (it fails with ErrBackendCrashed) instead of leaving it to its
+// deadline.
+func TestIsolatedRestartWakesSleepingRun(t *testing.T) {
+	be := openIso(t, "TP_FAULT=4")
+	p := prepareRelu(t, be, 16)
+	done := hungOnRing(t, p)
+	restarted := make(chan error, 1)
+	go func() { restarted <- be.(Restarter).Restart(context.Background()) }()
+	err := waitRun(t, done, 2*time.Second)
+	require.ErrorIs(t, err, core.ErrBackendCrashed)
+	assert.Contains(t, err.Error(), "restarted")
+	require.NoError(t, <-restarted)
 }
