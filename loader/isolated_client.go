@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -762,7 +761,7 @@ func (d *isoDevice) NewContext(ctx context.Context, options map[string]string) (
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	opts, err := encodeOptions(options)
+	opts, err := abi.EncodeOptions(options)
 	if err != nil {
 		return nil, fmt.Errorf("%s: new context: %w", d.info.ID(), err)
 	}
@@ -775,24 +774,6 @@ func (d *isoDevice) NewContext(ctx context.Context, options map[string]string) (
 		return nil, err
 	}
 	return &isoContext{d: d, pr: pr, h: resp.U[0], consts: map[constKey]*isoBuffer{}}, nil
-}
-
-// encodeOptions writes options as "k=v;k=v" in key order (as abi does for in-process plugins).
-func encodeOptions(opts map[string]string) (string, error) {
-	keys := make([]string, 0, len(opts))
-	for k, v := range opts {
-		if k == "" || strings.ContainsAny(k, "=;\x00") || strings.ContainsAny(v, ";\x00") {
-			return "", fmt.Errorf("option %q=%q: keys need no '=' or ';', values no ';': %w", k, v,
-				core.ErrInvalidArgument)
-		}
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + opts[k]
-	}
-	return strings.Join(parts, ";"), nil
 }
 
 // constKey identifies a constant's bytes by their backing array (one upload per context).
@@ -952,14 +933,7 @@ func (c *isoContext) analyze(ctx context.Context, g *core.Graph, ir []byte) ([]c
 	if err := json.Unmarshal(resp.B, &raw); err != nil || len(raw) != len(g.Nodes) {
 		return nil, fmt.Errorf("%s: graph_analyze: bad answer (%v): %w", c.d.info.ID(), err, core.ErrInternal)
 	}
-	vs := make([]core.NodeVerdict, len(raw))
-	for i, v := range raw {
-		vs[i] = core.NodeVerdict{Supported: v.Verdict == core.VerdictYes, Precision: v.Precision, Reason: v.Reason}
-		if !vs[i].Supported && vs[i].Reason == "" {
-			vs[i].Reason = "refused without a reason"
-		}
-	}
-	return vs, nil
+	return abi.NodeVerdicts(raw), nil
 }
 
 func (c *isoContext) Analyze(ctx context.Context, g *core.Graph) ([]core.NodeVerdict, error) {
@@ -979,7 +953,7 @@ func (c *isoContext) Prepare(ctx context.Context, g *core.Graph, opts ...core.Pr
 	}
 	id := c.d.info.ID()
 	cfg := core.NewPrepareConfig(opts...)
-	popts, err := encodeOptions(cfg.Options)
+	popts, err := abi.EncodeOptions(cfg.Options)
 	if err != nil {
 		return nil, fmt.Errorf("%s: prepare: %w", id, err)
 	}
@@ -991,14 +965,8 @@ func (c *isoContext) Prepare(ctx context.Context, g *core.Graph, opts ...core.Pr
 	if err != nil && !errors.Is(err, core.ErrUnsupported) {
 		return nil, fmt.Errorf("%s: prepare: %w", id, err)
 	}
-	var refused []string
-	for i, v := range verdicts {
-		if !v.Supported {
-			refused = append(refused, fmt.Sprintf("%s: %s", g.Nodes[i], v.Reason))
-		}
-	}
-	if len(refused) > 0 {
-		return nil, fmt.Errorf("%s: prepare: %s: %w", id, strings.Join(refused, "; "), core.ErrUnsupported)
+	if err := abi.Refused(id, g, verdicts); err != nil {
+		return nil, err
 	}
 	resp, err := c.pr.call(ctx, "graph_prepare", &rpcReq{Op: opPrepare, U: [6]uint64{c.h}, B: ir, S: popts, C: cfg.Cache})
 	if err != nil {

@@ -407,7 +407,7 @@ func TestIsolatedOpNumbers(t *testing.T) {
 		{"execution_release", opExecutionRelease, 16}, {"fence_create", opFenceCreate, 17},
 		{"fence_wait", opFenceWait, 18}, {"fence_value", opFenceValue, 19},
 		{"fence_signal", opFenceSignal, 20}, {"fence_release", opFenceRelease, 21},
-		{"shutdown", opShutdown, 22},
+		{"shutdown", opShutdown, 22}, {"ring_attach", opRingAttach, 23},
 	}
 	for _, w := range want {
 		assert.Equal(t, w.num, w.op, w.name)
