@@ -558,16 +558,51 @@ func (pr *isoProc) crashed(cause error) error {
 	return pr.deadErr()
 }
 
-// callTimed is call for the entries that take no context: the call timeout applies.
-func (pr *isoProc) callTimed(entry string, req *rpcReq) (*rpcResp, error) {
-	ctx, cancel := context.WithTimeoutCause(context.Background(), pr.timeout,
-		fmt.Errorf("isolated %s: %s did not return within the call timeout of %v (loader.WithCallTimeout): %w",
-			pr.name, entry, pr.timeout, core.ErrTimeout))
-	defer cancel()
-	return pr.call(ctx, entry, req)
+// callTimeoutError is the cause of a context-less call that passed the call timeout
+// (formatted only when shown: binds are on the decode loop).
+type callTimeoutError struct {
+	name, entry string
+	limit       time.Duration
 }
 
-// call sends one rpc. A call that outlives its context kills the child: the plugin cannot be
+func (e *callTimeoutError) Error() string {
+	return fmt.Sprintf("isolated %s: %s did not return within the call timeout of %v (loader.WithCallTimeout)",
+		e.name, e.entry, e.limit)
+}
+
+func (e *callTimeoutError) Unwrap() error { return core.ErrTimeout }
+
+// overdue kills the child of a call that passed its own deadline (cause says which) and
+// returns the call's error; a child that died first keeps its own reason.
+func (pr *isoProc) overdue(cause error) error {
+	if pr.deadErr() == nil {
+		pr.kill(fmt.Errorf("%w; the plugin process was killed: %w", cause, core.ErrBackendCrashed))
+	}
+	return pr.deadErr()
+}
+
+// callTimed is call for the entries that take no context: the call timeout applies.
+func (pr *isoProc) callTimed(entry string, req *rpcReq) (*rpcResp, error) {
+	if err := pr.deadErr(); err != nil {
+		return nil, err
+	}
+	if ringable(req) {
+		vals, ok, expired, err := pr.ringCall(context.Background(), entry, req, time.Now().Add(pr.timeout))
+		if expired {
+			return nil, pr.overdue(&callTimeoutError{name: pr.name, entry: entry, limit: pr.timeout})
+		}
+		if ok {
+			return &rpcResp{U: vals}, err
+		}
+	}
+	ctx, cancel := context.WithTimeoutCause(context.Background(), pr.timeout,
+		&callTimeoutError{name: pr.name, entry: entry, limit: pr.timeout})
+	defer cancel()
+	return pr.rpc(ctx, entry, req)
+}
+
+// call makes one call: on the run ring when it can go there and the ring is free, otherwise
+// over gRPC. A call that outlives its context kills the child: the plugin cannot be
 // interrupted otherwise.
 func (pr *isoProc) call(ctx context.Context, entry string, req *rpcReq) (*rpcResp, error) {
 	if err := pr.deadErr(); err != nil {
@@ -578,6 +613,14 @@ func (pr *isoProc) call(ctx context.Context, entry string, req *rpcReq) (*rpcRes
 		if ok {
 			return &rpcResp{U: vals}, err
 		}
+	}
+	return pr.rpc(ctx, entry, req)
+}
+
+// rpc sends one call over gRPC.
+func (pr *isoProc) rpc(ctx context.Context, entry string, req *rpcReq) (*rpcResp, error) {
+	if err := pr.deadErr(); err != nil {
+		return nil, err
 	}
 	resp := new(rpcResp)
 	err := pr.cc.Invoke(ctx, callMethod, req, resp, grpc.CallContentSubtype(codecName))
@@ -1186,15 +1229,12 @@ func (x *isoExecution) Run(ctx context.Context) error {
 	_, ok, expired, err := pr.ringCall(ctx, "execution_run", &rpcReq{Op: opExecutionRun, U: [6]uint64{x.h}},
 		start.Add(limit))
 	if expired {
-		if pr.deadErr() == nil {
-			pr.kill(fmt.Errorf("%w; the plugin process was killed: %w", timeout, core.ErrBackendCrashed))
-		}
-		return fmt.Errorf("execution_run: %w", pr.deadErr())
+		return pr.overdue(timeout)
 	}
 	if !ok {
 		ctx, cancel := context.WithTimeoutCause(ctx, limit, timeout)
 		defer cancel()
-		_, err = pr.call(ctx, "execution_run", &rpcReq{Op: opExecutionRun, U: [6]uint64{x.h}})
+		_, err = pr.rpc(ctx, "execution_run", &rpcReq{Op: opExecutionRun, U: [6]uint64{x.h}})
 	}
 	if err == nil {
 		if d := time.Since(start); d > longest {

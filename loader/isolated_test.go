@@ -606,3 +606,43 @@ func TestIsolatedRestartWakesSleepingRun(t *testing.T) {
 	assert.Contains(t, err.Error(), "restarted")
 	require.NoError(t, <-restarted)
 }
+
+// TestIsolatedConcurrentRuns: executions run from several goroutines at once share the ring
+// (one call at a time) and gRPC (the others) and each gets its own right answer.
+func TestIsolatedConcurrentRuns(t *testing.T) {
+	be := openIso(t)
+	const workers, runs = 4, 50
+	ps := make([]*prepared, workers)
+	for w := range ps {
+		ps[w] = prepareRelu(t, be, 8)
+	}
+	errs := make(chan error, workers)
+	for w, p := range ps {
+		go func() {
+			errs <- func() error {
+				got := make([]byte, 32)
+				for i := range runs {
+					v := float32(w*1000 + i)
+					if err := p.in.Write(0, f32bytes(v, v, v, v, v, v, v, v)); err != nil {
+						return err
+					}
+					if err := p.ex.Run(context.Background()); err != nil {
+						return err
+					}
+					if err := p.out.Read(0, got); err != nil {
+						return err
+					}
+					// relu(v + (i%7 - 3)) at index 0
+					want := max(v-3, 0)
+					if g := math.Float32frombits(binary.LittleEndian.Uint32(got)); g != want {
+						return fmt.Errorf("worker %d run %d: got %v, want %v", w, i, g, want)
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range workers {
+		require.NoError(t, <-errs)
+	}
+}
