@@ -646,3 +646,18 @@ func TestIsolatedConcurrentRuns(t *testing.T) {
 		require.NoError(t, <-errs)
 	}
 }
+
+// TestIsolatedHangKilledByCancel: a context cancelled (no deadline) while the host sleeps on
+// the ring ends a hung run promptly; the child is killed.
+func TestIsolatedHangKilledByCancel(t *testing.T) {
+	be := openIso(t, "TP_FAULT=4")
+	p := prepareRelu(t, be, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	done := make(chan error, 1)
+	go func() { done <- p.ex.Run(ctx) }()
+	err := waitRun(t, done, 2*time.Second)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, core.ErrBackendCrashed)
+	assert.ErrorIs(t, p.ex.Run(context.Background()), core.ErrBackendCrashed, "the hung child was killed")
+}
