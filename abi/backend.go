@@ -78,9 +78,10 @@ func (d *device) OpSupport(q core.OpQuery) core.Verdict {
 	return v
 }
 
-// encodeOptions writes options as "k=v;k=v" in key order, refusing the separators inside keys
-// and values (they would change the meaning of the string the plugin parses).
-func encodeOptions(opts map[string]string) (string, error) {
+// EncodeOptions writes options as "k=v;k=v" in key order, refusing the separators inside keys
+// and values (they would change the meaning of the string the plugin parses). It is the one
+// encoding of context and prepare options, in process and isolated.
+func EncodeOptions(opts map[string]string) (string, error) {
 	keys := make([]string, 0, len(opts))
 	for k, v := range opts {
 		if k == "" || strings.ContainsAny(k, "=;\x00") || strings.ContainsAny(v, ";\x00") {
@@ -101,7 +102,7 @@ func (d *device) NewContext(ctx context.Context, options map[string]string) (cor
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	opts, err := encodeOptions(options)
+	opts, err := EncodeOptions(options)
 	if err != nil {
 		return nil, fmt.Errorf("%s: new context: %w", d.info.ID(), err)
 	}
@@ -264,7 +265,13 @@ func (c *devContext) analyze(g *core.Graph, ir []byte) ([]core.NodeVerdict, erro
 	if st != StatusOK {
 		return nil, c.d.b.err("graph_analyze", c.h, st)
 	}
-	vs := make([]core.NodeVerdict, len(g.Nodes))
+	return NodeVerdicts(raw), nil
+}
+
+// NodeVerdicts turns a plugin's graph_analyze answer into core verdicts (a refusal without a
+// reason gets one), in process and isolated alike.
+func NodeVerdicts(raw []RawVerdict) []core.NodeVerdict {
+	vs := make([]core.NodeVerdict, len(raw))
 	for i, v := range raw {
 		vs[i] = core.NodeVerdict{Supported: v.Verdict == core.VerdictYes, Precision: v.Precision,
 			Reason: v.Reason}
@@ -272,7 +279,22 @@ func (c *devContext) analyze(g *core.Graph, ir []byte) ([]core.NodeVerdict, erro
 			vs[i].Reason = "refused without a reason"
 		}
 	}
-	return vs, nil
+	return vs
+}
+
+// Refused is the error of a prepare whose graph has nodes the plugin's analysis refused (each
+// named with its reason, wrapping core.ErrUnsupported), or nil when it refused none.
+func Refused(id string, g *core.Graph, verdicts []core.NodeVerdict) error {
+	var refused []string
+	for i, v := range verdicts {
+		if !v.Supported {
+			refused = append(refused, fmt.Sprintf("%s: %s", g.Nodes[i], v.Reason))
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: prepare: %s: %w", id, strings.Join(refused, "; "), core.ErrUnsupported)
 }
 
 func (c *devContext) Analyze(ctx context.Context, g *core.Graph) ([]core.NodeVerdict, error) {
@@ -306,7 +328,7 @@ func (c *devContext) Prepare(ctx context.Context, g *core.Graph, opts ...core.Pr
 	}
 	id := c.d.info.ID()
 	cfg := core.NewPrepareConfig(opts...)
-	popts, err := encodeOptions(cfg.Options)
+	popts, err := EncodeOptions(cfg.Options)
 	if err != nil {
 		return nil, fmt.Errorf("%s: prepare: %w", id, err)
 	}
@@ -319,14 +341,8 @@ func (c *devContext) Prepare(ctx context.Context, g *core.Graph, opts ...core.Pr
 		if verdicts, err = c.analyze(g, ir); err != nil {
 			return nil, fmt.Errorf("%s: prepare: %w", id, err)
 		}
-		var refused []string
-		for i, v := range verdicts {
-			if !v.Supported {
-				refused = append(refused, fmt.Sprintf("%s: %s", g.Nodes[i], v.Reason))
-			}
-		}
-		if len(refused) > 0 {
-			return nil, fmt.Errorf("%s: prepare: %s: %w", id, strings.Join(refused, "; "), core.ErrUnsupported)
+		if err := Refused(id, g, verdicts); err != nil {
+			return nil, err
 		}
 	}
 	h, st := c.p().GraphPrepare(c.h, ir, popts, cfg.Cache)

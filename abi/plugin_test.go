@@ -262,7 +262,7 @@ func TestOpenOptionsRejected(t *testing.T) {
 		{map[string]string{"": "x"}, "", core.ErrInvalidArgument},
 	}
 	for _, tt := range tests {
-		got, err := encodeOptions(tt.opts)
+		got, err := EncodeOptions(tt.opts)
 		if tt.err != nil {
 			assert.ErrorIs(t, err, tt.err)
 			continue

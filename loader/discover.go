@@ -50,6 +50,7 @@ type config struct {
 	hostBinary   string
 	hostChecksum []byte
 	callTimeout  time.Duration
+	execTimeout  time.Duration // isolated execution_run deadline (0: automatic)
 }
 
 func newConfig(opts []Option) *config {

@@ -4,16 +4,16 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"regexp"
-	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,9 +60,53 @@ func WithHostChecksum(sum []byte) Option {
 // WithCallTimeout bounds isolated calls that take no context (default one minute).
 func WithCallTimeout(d time.Duration) Option { return func(c *config) { c.callTimeout = d } }
 
+// MinExecuteTimeout is the least automatic deadline of an isolated execute.
+const MinExecuteTimeout = 30 * time.Second
+
+// execTimeoutFactor: the automatic deadline of an isolated execute is this many times the
+// longest earlier run of the same executable (at least MinExecuteTimeout).
+const execTimeoutFactor = 10
+
+// WithExecuteTimeout sets the deadline of every isolated execute (Execution.Run) to d. A plugin
+// still inside execution_run at the deadline is killed: the run fails with an error wrapping
+// core.ErrTimeout and core.ErrBackendCrashed, and the backend can be restarted (Restarter).
+// d <= 0 (the default) means automatic: 10× the longest earlier run of the same executable, at
+// least MinExecuteTimeout. The caller's context can end a run sooner.
+func WithExecuteTimeout(d time.Duration) Option { return func(c *config) { c.execTimeout = d } }
+
+// execDeadline is the deadline of one run of an executable whose longest earlier run took
+// longest: fixed when set, otherwise automatic (see WithExecuteTimeout).
+func execDeadline(fixed, longest time.Duration) time.Duration {
+	if fixed > 0 {
+		return fixed
+	}
+	return max(MinExecuteTimeout, execTimeoutFactor*min(longest, math.MaxInt64/execTimeoutFactor))
+}
+
+// execTimeoutError is the cause of a run that passed its deadline. It is formatted only when
+// it is shown: a run on the decode loop allocates just the struct.
+type execTimeoutError struct {
+	name, path     string
+	limit, longest time.Duration
+	fixed          bool
+}
+
+func (e *execTimeoutError) Error() string {
+	how := fmt.Sprintf("%d× its longest earlier run (%v), at least %v", execTimeoutFactor,
+		e.longest.Round(time.Microsecond), MinExecuteTimeout)
+	if e.fixed {
+		how = "the deadline set"
+	}
+	return fmt.Sprintf("isolated %s (%s): execution_run did not return within %v (%s; change it with "+
+		"xpu's --timeout or loader.WithExecuteTimeout)", e.name, e.path, e.limit, how)
+}
+
+func (e *execTimeoutError) Unwrap() error { return core.ErrTimeout }
+
 // IsolatedStats counts what crossed the rpc of an isolated backend.
 type IsolatedStats struct {
-	Calls         uint64 // rpcs sent
+	Calls         uint64 // calls made: rpcs and runs on the run ring
+	RingCalls     uint64 // of them, calls on the shared-memory run ring (no rpc, no socket)
 	BytesSent     uint64 // payload bytes of requests
 	BytesReceived uint64 // payload bytes of answers
 	Restarts      int
@@ -81,6 +125,7 @@ func Stats(be core.Backend) (IsolatedStats, bool) {
 	st := IsolatedStats{Restarts: b.restarts}
 	if pr != nil {
 		st.Calls = pr.counter.calls.Load()
+		st.RingCalls = pr.counter.ringCalls.Load()
 		st.BytesSent = pr.counter.sent.Load()
 		st.BytesReceived = pr.counter.recv.Load()
 		if pr.cmd.Process != nil {
@@ -99,7 +144,7 @@ type Restarter interface {
 
 // byteCounter is a grpc stats handler counting request and answer payload bytes.
 type byteCounter struct {
-	calls, sent, recv atomic.Uint64
+	calls, sent, recv, ringCalls atomic.Uint64
 }
 
 func (c *byteCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
@@ -208,9 +253,13 @@ type isoProc struct {
 	mu   sync.Mutex
 	dead error // set once the process is gone: every later call fails fast with it
 
-	fastMu  sync.Mutex // one fast run at a time; overlapping runs take gRPC
-	fastSeq uint64
-	fastBuf []byte
+	fastMu sync.Mutex // one run on the ring at a time; overlapping runs take gRPC
+	ring   *ring      // the run ring (ring.go); nil once released
+	seq    uint32     // the last request on the ring (fastMu)
+	ringMu sync.Mutex // kill's wake-up against release's unmapping
+
+	gone      atomic.Bool   // the child closed its end of the fd socket: it is dead or dying
+	watchDone chan struct{} // closed when watch returns
 }
 
 func (c *config) hostPath() (string, error) {
@@ -273,10 +322,35 @@ func startProc(cfg *config, cd Candidate) (*isoProc, error) {
 		if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
 			return nil, fmt.Errorf("isolated %s: %s: %v: %w", cd.Name, bin, err, core.ErrIncompatible)
 		}
+		if err := versionMismatch(cd.Name, bin, err); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("isolated %s: starting %s plugin-host: %v; its output:\n%s: %w", cd.Name,
 			bin, err, pr.logs.last(), core.ErrBackendCrashed)
 	}
 	return pr, nil
+}
+
+// theirVersion finds the other side's protocol version in go-plugin's handshake complaint
+// ("incompatible API version with plugin. Plugin version: 1, Client versions: [1002]").
+var theirVersion = regexp.MustCompile(`incompatible API version with plugin\. Plugin version: (\d+)`)
+
+// versionMismatch turns a handshake refused for its protocol version into an error that says
+// what differs and what to do; nil for any other start failure.
+func versionMismatch(name, bin string, err error) error {
+	m := theirVersion.FindStringSubmatch(err.Error())
+	if m == nil {
+		return nil
+	}
+	v, _ := strconv.Atoi(m[1])
+	major, rev := v/1000, v%1000
+	if v < 1000 {
+		major, rev = v, 1 // before wire revisions the version was the ABI major alone
+	}
+	return fmt.Errorf("isolated %s: the plugin host %s speaks isolation protocol %d (ABI major %d, wire revision %d), "+
+		"this xpu speaks %d (ABI major %d, wire revision %d): use the same xpu build as plugin host "+
+		"(%s, loader.WithHostBinary): %w", name, bin, v, major, rev, protocolVersion, abi.ABIMajor,
+		wireRevision, EnvHostBinary, core.ErrIncompatible)
 }
 
 func (pr *isoProc) deadErr() error {
@@ -303,92 +377,164 @@ func (pr *isoProc) kill(reason error) {
 		unix.Shutdown(pr.sock, unix.SHUT_RDWR)
 	}
 	pr.fds.mu.Unlock()
+	pr.wakeHost()
 }
 
-// release closes the socket pair of a killed child.
+// wakeHost wakes a run asleep on the ring, so that it sees at once that the child is dead.
+func (pr *isoProc) wakeHost() {
+	pr.ringMu.Lock()
+	if pr.ring != nil {
+		futexWake(pr.ring.respSeq)
+	}
+	pr.ringMu.Unlock()
+}
+
+// release closes the socket pair and unmaps the ring of a killed child.
 func (pr *isoProc) release() {
 	pr.fastMu.Lock()
 	defer pr.fastMu.Unlock()
 	pr.fds.mu.Lock()
-	defer pr.fds.mu.Unlock()
+	if pr.sock >= 0 {
+		unix.Shutdown(pr.sock, unix.SHUT_RDWR) // ends watch's read
+	}
+	pr.fds.mu.Unlock()
+	if pr.watchDone != nil {
+		<-pr.watchDone
+	}
+	pr.fds.mu.Lock()
 	if pr.sock >= 0 {
 		unix.Close(pr.sock)
 		pr.sock, pr.fds.sock = -1, -1
 	}
+	pr.fds.mu.Unlock()
+	pr.ringMu.Lock()
+	if pr.ring != nil {
+		pr.ring.mem.close()
+		pr.ring = nil
+	}
+	pr.ringMu.Unlock()
 }
 
-// tryFastRun runs execution ex over the socket pair. ok is false when another fast run is in
-// flight (the caller then uses gRPC, so that overlapping runs stay concurrent).
-func (pr *isoProc) tryFastRun(ctx context.Context, ex uint64) (ok bool, err error) {
+// attachRing makes the run ring and hands it to the child, and starts watching the fd socket.
+func (pr *isoProc) attachRing(ctx context.Context) error {
+	r, err := newRing()
+	if err != nil {
+		return fmt.Errorf("isolated %s: run ring: %w", pr.name, err)
+	}
+	id, err := pr.fds.send(r.mem.fd)
+	if err != nil {
+		r.mem.close()
+		return pr.crashed(err)
+	}
+	unix.Close(r.mem.fd) // the child has its own; the mapping keeps the page here
+	r.mem.fd = -1
+	if _, err := pr.call(ctx, "ring_attach", &rpcReq{Op: opRingAttach, U: [6]uint64{id}}); err != nil {
+		r.mem.close()
+		return err
+	}
+	pr.ringMu.Lock()
+	pr.ring = r
+	pr.ringMu.Unlock()
+	pr.watchDone = make(chan struct{})
+	go pr.watch(pr.sock)
+	return nil
+}
+
+// watch reads the host end of the fd socket, on which the child never writes: the read returns
+// when the child's end closes (it died) or kill shuts the socket down. Either wakes a run
+// asleep on the ring.
+func (pr *isoProc) watch(sock int) {
+	defer close(pr.watchDone)
+	var b [64]byte
+	for {
+		n, err := unix.Read(sock, b[:])
+		if err == unix.EINTR || (err == nil && n > 0) {
+			continue
+		}
+		pr.gone.Store(true)
+		pr.wakeHost()
+		return
+	}
+}
+
+// ringCall makes call q (ringable) on the run ring. ok is false when another call holds the
+// ring (the caller then uses gRPC, so that overlapping calls stay concurrent). expired is true
+// when deadline passed with the child still in the call: the caller kills it. The caller's
+// context ending kills the child here.
+func (pr *isoProc) ringCall(ctx context.Context, entry string, q *rpcReq, deadline time.Time) (vals [2]uint64, ok, expired bool, err error) {
 	if !pr.fastMu.TryLock() {
-		return false, nil
+		return vals, false, false, nil
 	}
 	defer pr.fastMu.Unlock()
 	if err := pr.deadErr(); err != nil {
-		return true, err
+		return vals, true, false, err
 	}
-	if pr.fastBuf == nil {
-		pr.fastBuf = make([]byte, 8192)
+	r := pr.ring
+	if r == nil {
+		return vals, false, false, nil // not attached (cannot happen once started): gRPC still works
 	}
-	pr.fastSeq++
-	seq := pr.fastSeq
-	req := pr.fastBuf[:fastReqSize]
-	binary.LittleEndian.PutUint32(req, fastRunMagic)
-	binary.LittleEndian.PutUint32(req[4:], 0)
-	binary.LittleEndian.PutUint64(req[8:], seq)
-	binary.LittleEndian.PutUint64(req[16:], ex)
-	// the plugin cannot be interrupted: a run that outlives ctx kills the child
-	stop := context.AfterFunc(ctx, func() {
-		pr.kill(fmt.Errorf("isolated %s: execution_run did not return before its context ended (%v); the plugin process was killed: %w",
-			pr.name, ctx.Err(), core.ErrBackendCrashed))
-	})
-	defer stop()
+	pr.seq++
+	seq := pr.seq
 	pr.counter.calls.Add(1)
-	if _, err := writeRetry(pr.sock, req); err != nil {
-		return true, pr.fastFailed(ctx, err)
-	}
-	pr.counter.sent.Add(fastReqSize)
-	n, err := readRetry(pr.sock, pr.fastBuf)
-	if err != nil || n < fastResHdr {
-		if err == nil {
-			err = io.ErrUnexpectedEOF
+	pr.counter.ringCalls.Add(1)
+	r.post(seq, q)
+	pr.counter.sent.Add(ringReqBytes)
+	got := spinFor(r.respSeq, seq-1, hostSpin)
+	for got != seq {
+		switch {
+		case got != seq-1:
+			return vals, true, false, pr.crashed(fmt.Errorf("garbled run ring: answer %d to request %d", got, seq))
+		case pr.deadErr() != nil:
+			return vals, true, false, pr.deadErr()
+		case pr.gone.Load() || pr.client.Exited():
+			return vals, true, false, pr.crashed(fmt.Errorf("it ended during %s", entry))
+		case ctx.Err() != nil:
+			return vals, true, false, pr.timedOut(ctx, entry, ctx.Err())
 		}
-		return true, pr.fastFailed(ctx, err)
+		now := time.Now()
+		if !now.Before(deadline) {
+			return vals, true, true, nil
+		}
+		slice := min(waitSlice, deadline.Sub(now))
+		if d, ok := ctx.Deadline(); ok {
+			slice = min(slice, max(d.Sub(now), time.Millisecond))
+		}
+		// say we sleep before the last look (the child's answer mirrors ring.next)
+		atomic.StoreUint32(r.hostWaiting, 1)
+		if got = atomic.LoadUint32(r.respSeq); got == seq-1 {
+			futexWait(r.respSeq, seq-1, slice)
+			got = atomic.LoadUint32(r.respSeq)
+		}
+		atomic.StoreUint32(r.hostWaiting, 0)
 	}
-	pr.counter.recv.Add(uint64(n))
-	res := pr.fastBuf[:n]
-	if binary.LittleEndian.Uint32(res) != fastResMagic || binary.LittleEndian.Uint64(res[8:]) != seq {
-		return true, pr.crashed(fmt.Errorf("garbled answer on the fd socket"))
+	st, vals, msg := r.result()
+	pr.counter.recv.Add(ringRespHdrBytes + uint64(len(msg)))
+	if st := abi.Status(st); st != abi.StatusOK {
+		return vals, true, false, fmt.Errorf("%s %s: %w", pr.name, entry, st.Err(msg))
 	}
-	if st := abi.Status(int32(binary.LittleEndian.Uint32(res[4:]))); st != abi.StatusOK {
-		return true, fmt.Errorf("%s execution_run: %w", pr.name, st.Err(string(res[fastResHdr:])))
-	}
-	return true, nil
+	return vals, true, false, nil
 }
 
-func (pr *isoProc) fastFailed(ctx context.Context, err error) error {
-	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("execution_run: %w; %w", cerr, pr.deadErr())
+// noDeadline is the ring's deadline for calls bounded by their context alone.
+var noDeadline = time.Unix(1<<62, 0)
+
+// expired is why the child is killed when a call outlives ctx (whose error is cerr): the
+// call's own deadline (a cause wrapping core.ErrTimeout) or the caller's context.
+func (pr *isoProc) expired(ctx context.Context, entry string, cerr error) error {
+	if cause := context.Cause(ctx); errors.Is(cause, core.ErrTimeout) {
+		return fmt.Errorf("%w; the plugin process was killed: %w", cause, core.ErrBackendCrashed)
 	}
-	return pr.crashed(err)
+	return fmt.Errorf("isolated %s: %s did not return before its context ended (%v); the plugin process was killed: %w",
+		pr.name, entry, cerr, core.ErrBackendCrashed)
 }
 
-func writeRetry(fd int, b []byte) (int, error) {
-	for {
-		n, err := unix.Write(fd, b)
-		if err != unix.EINTR {
-			return n, err
-		}
+// timedOut kills the child of a call that outlived ctx (unless it is dead already: then that
+// is the real cause) and returns the call's error, wrapping cerr and the reason.
+func (pr *isoProc) timedOut(ctx context.Context, entry string, cerr error) error {
+	if pr.deadErr() == nil {
+		pr.kill(pr.expired(ctx, entry, cerr))
 	}
-}
-
-func readRetry(fd int, b []byte) (int, error) {
-	for {
-		n, err := unix.Read(fd, b)
-		if err != unix.EINTR {
-			return n, err
-		}
-	}
+	return fmt.Errorf("%s: %w; %w", entry, cerr, pr.deadErr())
 }
 
 // crashed turns a transport failure into ErrBackendCrashed with the child's last lines. It
@@ -412,16 +558,67 @@ func (pr *isoProc) crashed(cause error) error {
 	return pr.deadErr()
 }
 
-// callTimed is call for the entries that take no context: the default call timeout applies.
-func (pr *isoProc) callTimed(entry string, req *rpcReq) (*rpcResp, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), pr.timeout)
-	defer cancel()
-	return pr.call(ctx, entry, req)
+// callTimeoutError is the cause of a context-less call that passed the call timeout
+// (formatted only when shown: binds are on the decode loop).
+type callTimeoutError struct {
+	name, entry string
+	limit       time.Duration
 }
 
-// call sends one rpc. A call that outlives its context kills the child: the plugin cannot be
+func (e *callTimeoutError) Error() string {
+	return fmt.Sprintf("isolated %s: %s did not return within the call timeout of %v (loader.WithCallTimeout)",
+		e.name, e.entry, e.limit)
+}
+
+func (e *callTimeoutError) Unwrap() error { return core.ErrTimeout }
+
+// overdue kills the child of a call that passed its own deadline (cause says which) and
+// returns the call's error; a child that died first keeps its own reason.
+func (pr *isoProc) overdue(cause error) error {
+	if pr.deadErr() == nil {
+		pr.kill(fmt.Errorf("%w; the plugin process was killed: %w", cause, core.ErrBackendCrashed))
+	}
+	return pr.deadErr()
+}
+
+// callTimed is call for the entries that take no context: the call timeout applies.
+func (pr *isoProc) callTimed(entry string, req *rpcReq) (*rpcResp, error) {
+	if err := pr.deadErr(); err != nil {
+		return nil, err
+	}
+	if ringable(req) {
+		vals, ok, expired, err := pr.ringCall(context.Background(), entry, req, time.Now().Add(pr.timeout))
+		if expired {
+			return nil, pr.overdue(&callTimeoutError{name: pr.name, entry: entry, limit: pr.timeout})
+		}
+		if ok {
+			return &rpcResp{U: vals}, err
+		}
+	}
+	ctx, cancel := context.WithTimeoutCause(context.Background(), pr.timeout,
+		&callTimeoutError{name: pr.name, entry: entry, limit: pr.timeout})
+	defer cancel()
+	return pr.rpc(ctx, entry, req)
+}
+
+// call makes one call: on the run ring when it can go there and the ring is free, otherwise
+// over gRPC. A call that outlives its context kills the child: the plugin cannot be
 // interrupted otherwise.
 func (pr *isoProc) call(ctx context.Context, entry string, req *rpcReq) (*rpcResp, error) {
+	if err := pr.deadErr(); err != nil {
+		return nil, err
+	}
+	if ringable(req) {
+		vals, ok, _, err := pr.ringCall(ctx, entry, req, noDeadline)
+		if ok {
+			return &rpcResp{U: vals}, err
+		}
+	}
+	return pr.rpc(ctx, entry, req)
+}
+
+// rpc sends one call over gRPC.
+func (pr *isoProc) rpc(ctx context.Context, entry string, req *rpcReq) (*rpcResp, error) {
 	if err := pr.deadErr(); err != nil {
 		return nil, err
 	}
@@ -435,16 +632,16 @@ func (pr *isoProc) call(ctx context.Context, entry string, req *rpcReq) (*rpcRes
 	}
 	cerr := ctx.Err()
 	if cerr == nil && status.Code(err) == codes.DeadlineExceeded {
-		cerr = context.DeadlineExceeded // the server side noticed the deadline first
+		// the server side noticed the deadline first; ours is due now (its cause says why)
+		select {
+		case <-ctx.Done():
+			cerr = ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+			cerr = context.DeadlineExceeded
+		}
 	}
 	if cerr != nil {
-		if dead := pr.deadErr(); dead != nil {
-			return nil, dead
-		}
-		reason := fmt.Errorf("isolated %s: %s did not return before its context ended (%v); the plugin process was killed: %w",
-			pr.name, entry, cerr, core.ErrBackendCrashed)
-		pr.kill(reason)
-		return nil, fmt.Errorf("%s: %w; %w", entry, cerr, reason)
+		return nil, pr.timedOut(ctx, entry, cerr)
 	}
 	return nil, pr.crashed(err)
 }
@@ -496,13 +693,25 @@ func (b *isoBackend) start(ctx context.Context) error {
 	}
 	resp, err := pr.call(ctx, "get_info", &rpcReq{Op: opInfo})
 	if err != nil {
+		// the plugin host answers get_info with the reason it could not open the plugin
+		if se := (*abi.StatusError)(nil); errors.As(err, &se) {
+			err = fmt.Errorf("isolated %s: the plugin host could not open the plugin: %s: %w", b.cd.Name,
+				se.Msg, se.Status.Sentinel())
+		}
 		pr.kill(err)
+		pr.release()
 		return err
 	}
 	var info isoInfo
 	if err := json.Unmarshal(resp.B, &info); err != nil {
 		pr.kill(err)
+		pr.release()
 		return fmt.Errorf("isolated %s: bad info from the plugin host: %v: %w", b.cd.Name, err, core.ErrInternal)
+	}
+	if err := pr.attachRing(ctx); err != nil {
+		pr.kill(err)
+		pr.release()
+		return err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -595,7 +804,7 @@ func (d *isoDevice) NewContext(ctx context.Context, options map[string]string) (
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	opts, err := encodeOptions(options)
+	opts, err := abi.EncodeOptions(options)
 	if err != nil {
 		return nil, fmt.Errorf("%s: new context: %w", d.info.ID(), err)
 	}
@@ -608,24 +817,6 @@ func (d *isoDevice) NewContext(ctx context.Context, options map[string]string) (
 		return nil, err
 	}
 	return &isoContext{d: d, pr: pr, h: resp.U[0], consts: map[constKey]*isoBuffer{}}, nil
-}
-
-// encodeOptions writes options as "k=v;k=v" in key order (as abi does for in-process plugins).
-func encodeOptions(opts map[string]string) (string, error) {
-	keys := make([]string, 0, len(opts))
-	for k, v := range opts {
-		if k == "" || strings.ContainsAny(k, "=;\x00") || strings.ContainsAny(v, ";\x00") {
-			return "", fmt.Errorf("option %q=%q: keys need no '=' or ';', values no ';': %w", k, v,
-				core.ErrInvalidArgument)
-		}
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + opts[k]
-	}
-	return strings.Join(parts, ";"), nil
 }
 
 // constKey identifies a constant's bytes by their backing array (one upload per context).
@@ -785,14 +976,7 @@ func (c *isoContext) analyze(ctx context.Context, g *core.Graph, ir []byte) ([]c
 	if err := json.Unmarshal(resp.B, &raw); err != nil || len(raw) != len(g.Nodes) {
 		return nil, fmt.Errorf("%s: graph_analyze: bad answer (%v): %w", c.d.info.ID(), err, core.ErrInternal)
 	}
-	vs := make([]core.NodeVerdict, len(raw))
-	for i, v := range raw {
-		vs[i] = core.NodeVerdict{Supported: v.Verdict == core.VerdictYes, Precision: v.Precision, Reason: v.Reason}
-		if !vs[i].Supported && vs[i].Reason == "" {
-			vs[i].Reason = "refused without a reason"
-		}
-	}
-	return vs, nil
+	return abi.NodeVerdicts(raw), nil
 }
 
 func (c *isoContext) Analyze(ctx context.Context, g *core.Graph) ([]core.NodeVerdict, error) {
@@ -812,7 +996,7 @@ func (c *isoContext) Prepare(ctx context.Context, g *core.Graph, opts ...core.Pr
 	}
 	id := c.d.info.ID()
 	cfg := core.NewPrepareConfig(opts...)
-	popts, err := encodeOptions(cfg.Options)
+	popts, err := abi.EncodeOptions(cfg.Options)
 	if err != nil {
 		return nil, fmt.Errorf("%s: prepare: %w", id, err)
 	}
@@ -824,14 +1008,8 @@ func (c *isoContext) Prepare(ctx context.Context, g *core.Graph, opts ...core.Pr
 	if err != nil && !errors.Is(err, core.ErrUnsupported) {
 		return nil, fmt.Errorf("%s: prepare: %w", id, err)
 	}
-	var refused []string
-	for i, v := range verdicts {
-		if !v.Supported {
-			refused = append(refused, fmt.Sprintf("%s: %s", g.Nodes[i], v.Reason))
-		}
-	}
-	if len(refused) > 0 {
-		return nil, fmt.Errorf("%s: prepare: %s: %w", id, strings.Join(refused, "; "), core.ErrUnsupported)
+	if err := abi.Refused(id, g, verdicts); err != nil {
+		return nil, err
 	}
 	resp, err := c.pr.call(ctx, "graph_prepare", &rpcReq{Op: opPrepare, U: [6]uint64{c.h}, B: ir, S: popts, C: cfg.Cache})
 	if err != nil {
@@ -954,6 +1132,7 @@ type isoExecutable struct {
 	h        uint64
 	g        *core.Graph
 	verdicts []core.NodeVerdict
+	longest  atomic.Int64 // the longest run so far (ns): the automatic deadline's base
 
 	mu     sync.Mutex
 	closed bool
@@ -1030,16 +1209,38 @@ func (x *isoExecution) Bind(io int, buf core.Buffer, offset int64) error {
 	return nil
 }
 
-// Run is one small message over the socket pair (or one small rpc while another run is in
+// Run is one request on the shared-memory run ring (or one small rpc while another run is in
 // flight): the bytes are already in the shared buffers.
+//
+// A run has a deadline (WithExecuteTimeout): a plugin still inside execution_run then is
+// killed and the run fails with core.ErrTimeout and core.ErrBackendCrashed.
 func (x *isoExecution) Run(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if ok, err := x.e.c.pr.tryFastRun(ctx, x.h); ok {
-		return err
+	e := x.e
+	b := e.c.d.b
+	longest := time.Duration(e.longest.Load())
+	limit := execDeadline(b.cfg.execTimeout, longest)
+	timeout := &execTimeoutError{name: b.cd.Name, path: b.cd.Path, limit: limit, longest: longest,
+		fixed: b.cfg.execTimeout > 0}
+	pr := e.c.pr
+	start := time.Now()
+	_, ok, expired, err := pr.ringCall(ctx, "execution_run", &rpcReq{Op: opExecutionRun, U: [6]uint64{x.h}},
+		start.Add(limit))
+	if expired {
+		return pr.overdue(timeout)
 	}
-	_, err := x.e.c.pr.call(ctx, "execution_run", &rpcReq{Op: opExecutionRun, U: [6]uint64{x.h}})
+	if !ok {
+		ctx, cancel := context.WithTimeoutCause(ctx, limit, timeout)
+		defer cancel()
+		_, err = pr.rpc(ctx, "execution_run", &rpcReq{Op: opExecutionRun, U: [6]uint64{x.h}})
+	}
+	if err == nil {
+		if d := time.Since(start); d > longest {
+			e.longest.Store(int64(d)) // racing runs may lose a new maximum; the next run sets it
+		}
+	}
 	return err
 }
 

@@ -17,32 +17,46 @@ import (
 // protobuf codec that go-plugin's own services use is left alone. Tensor bytes never travel in
 // these messages: buffers are memfd shared memory mapped by both processes (shm.go).
 
-// rpc operations, one per function-table entry the isolated backend forwards.
+// rpc operations, one per function-table entry the isolated backend forwards. The numbers are
+// wire format shared with a plugin host that may be another xpu build (XPU_PLUGIN_HOST), so each
+// is written out (never iota: inserting an op must not renumber the others). Never renumber or
+// reuse one; a new op takes the next free number, and any change a host of the previous
+// revision would misread bumps wireRevision (which the handshake checks).
 const (
-	opInfo uint32 = iota + 1
-	opOpSupport
-	opContextCreate
-	opContextRelease
-	opBufferAlloc
-	opBufferImportFD
-	opBufferRelease
-	opAnalyze
-	opPrepare
-	opSerialize
-	opExecutableRelease
-	opExecutionCreate
-	opExecutionBind
-	opExecutionSubmit
-	opExecutionRun
-	opExecutionRelease
-	opFenceCreate
-	opFenceWait
-	opFenceValue
-	opFenceSignal
-	opFenceRelease
-	opShutdown
-	opCount
+	opInfo              uint32 = 1
+	opOpSupport         uint32 = 2
+	opContextCreate     uint32 = 3
+	opContextRelease    uint32 = 4
+	opBufferAlloc       uint32 = 5
+	opBufferImportFD    uint32 = 6
+	opBufferRelease     uint32 = 7
+	opAnalyze           uint32 = 8
+	opPrepare           uint32 = 9
+	opSerialize         uint32 = 10
+	opExecutableRelease uint32 = 11
+	opExecutionCreate   uint32 = 12
+	opExecutionBind     uint32 = 13
+	opExecutionSubmit   uint32 = 14
+	opExecutionRun      uint32 = 15
+	opExecutionRelease  uint32 = 16
+	opFenceCreate       uint32 = 17
+	opFenceWait         uint32 = 18
+	opFenceValue        uint32 = 19
+	opFenceSignal       uint32 = 20
+	opFenceRelease      uint32 = 21
+	opShutdown          uint32 = 22
+	opRingAttach        uint32 = 23 // U[0]: the fd id of the run ring's memfd (ring.go)
 )
+
+// wireRevision counts incompatible revisions of this transport: op numbers and meanings, the
+// codec below, the fd socket's messages and the shared run ring's layout. Bump it with any such
+// change.
+const wireRevision = 2
+
+// protocolVersion is what the go-plugin handshake compares: the ABI major and the wire revision
+// together, so that a host and a plugin host that differ in either refuse each other at start
+// instead of misreading calls.
+const protocolVersion = abi.ABIMajor*1000 + wireRevision
 
 // rpcReq is one call. U holds the integer arguments in the entry's order (handles, sizes,
 // offsets, values); S a string (options); B and C byte blobs (IR, cache); F fence points.

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
@@ -19,11 +21,12 @@ import (
 // The child side of an isolated backend: `xpu plugin-host <plugin>` opens the plugin through
 // purego and serves its function table over go-plugin's gRPC.
 
-// handshake: the protocol version is the ABI major, so a host and a plugin host of different
-// ABI majors refuse each other at the handshake. The cookie only stops `xpu plugin-host` from
-// being run by hand by mistake; it is no security boundary.
+// handshake: ProtocolVersion is protocolVersion (ABI major and wire revision), so a host and a
+// plugin host of another xpu build whose wire formats differ refuse each other at the handshake
+// (versionMismatch turns go-plugin's complaint into a clear error). The cookie only stops `xpu
+// plugin-host` from being run by hand by mistake; it is no security boundary.
 var handshake = plugin.HandshakeConfig{
-	ProtocolVersion:  abi.ABIMajor,
+	ProtocolVersion:  protocolVersion,
 	MagicCookieKey:   "XPU_PLUGIN_HOST_COOKIE",
 	MagicCookieValue: "2b0c1f6e-xpu-isolated-backend",
 }
@@ -60,16 +63,18 @@ func ServePluginHost(path string) error {
 	if sock == nil {
 		return fmt.Errorf("plugin-host: fd %d (the fd socket) is missing: %w", fdSocketFD, core.ErrInvalidArgument)
 	}
-	p, err := abi.Open(path)
-	if err != nil {
-		return err
-	}
-	srv := &hostServer{p: p, ctxDev: map[uint64]uint32{},
+	srv := &hostServer{ctxDev: map[uint64]uint32{},
 		bufs: map[uint64]*childBuf{}, exeInputs: map[uint64]int{}, execs: map[uint64]*childExec{}}
-	srv.fds = newFDReceiver(sock, srv.fastRun)
-	if err := srv.loadDevices(); err != nil {
-		return err
+	srv.fds = newFDReceiver(sock)
+	// A plugin that fails to open is still served: the parent's first call (opInfo) gets the
+	// reason with its status. Exiting instead would leave the parent only go-plugin's guess at
+	// why a child printed no handshake ("not compiled for this architecture").
+	p, err := abi.Open(path)
+	if err == nil {
+		srv.p = p
+		err = srv.loadDevices()
 	}
+	srv.openErr = err
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake,
 		Plugins:         plugin.PluginSet{pluginSetName: &grpcBackendPlugin{srv: srv}},
@@ -95,11 +100,13 @@ type childExec struct {
 }
 
 type hostServer struct {
-	p    *abi.Plugin
-	fds  *fdReceiver
-	devs []core.DeviceInfo
+	p       *abi.Plugin
+	openErr error // why the plugin could not be opened: every call answers it
+	fds     *fdReceiver
+	devs    []core.DeviceInfo
 
 	mu        sync.Mutex
+	ring      *ring
 	ctxDev    map[uint64]uint32
 	bufs      map[uint64]*childBuf
 	exeInputs map[uint64]int
@@ -139,7 +146,20 @@ func (s *hostServer) result(st abi.Status, h uint64, u ...uint64) *rpcResp {
 	return r
 }
 
+// statusOf is the status whose sentinel err wraps (XPU_E_INTERNAL for none).
+func statusOf(err error) abi.Status {
+	for st := abi.StatusUnsupported; st >= abi.StatusInternal; st-- {
+		if errors.Is(err, st.Sentinel()) {
+			return st
+		}
+	}
+	return abi.StatusInternal
+}
+
 func (s *hostServer) handle(_ context.Context, q *rpcReq) *rpcResp {
+	if s.openErr != nil {
+		return fail(statusOf(s.openErr), s.openErr.Error())
+	}
 	p := s.p
 	u := q.U
 	switch q.Op {
@@ -270,6 +290,8 @@ func (s *hostServer) handle(_ context.Context, q *rpcReq) *rpcResp {
 		return s.result(p.FenceSignal(u[0], u[1]), u[0])
 	case opFenceRelease:
 		return s.result(p.FenceRelease(u[0]), u[0])
+	case opRingAttach:
+		return s.attachRing(u[0])
 	case opShutdown:
 		if err := p.Close(); err != nil {
 			return fail(abi.StatusBadState, err.Error())
@@ -279,10 +301,44 @@ func (s *hostServer) handle(_ context.Context, q *rpcReq) *rpcResp {
 	return fail(abi.StatusInvalidArg, fmt.Sprintf("plugin-host: unknown operation %d", q.Op))
 }
 
-// fastRun serves an execution_run that came over the socket pair (see fastRunMagic).
-func (s *hostServer) fastRun(seq, ex uint64) {
-	resp := s.handle(context.Background(), &rpcReq{Op: opExecutionRun, U: [6]uint64{ex}})
-	s.fds.reply(seq, resp.Status, resp.S)
+// attachRing maps the run ring whose memfd came with fdID and starts serving it.
+func (s *hostServer) attachRing(fdID uint64) *rpcResp {
+	fd, err := s.fds.take(fdID)
+	if err != nil {
+		return fail(abi.StatusInternal, "plugin-host: "+err.Error())
+	}
+	r, err := attachRing(fd)
+	if err != nil {
+		closeFD(fd)
+		return fail(statusOf(err), "plugin-host: "+err.Error())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ring != nil {
+		r.mem.close()
+		return fail(abi.StatusBadState, "plugin-host: the run ring is attached already")
+	}
+	s.ring = r
+	go s.serveRing(r)
+	return &rpcResp{}
+}
+
+// serveRing serves the calls made on the ring, one at a time, for the process's life
+// (the parent kills the process; there is no other way out).
+func (s *hostServer) serveRing(r *ring) {
+	last := atomic.LoadUint32(r.reqSeq)
+	for {
+		seq := r.next(last)
+		q := r.request()
+		var resp *rpcResp
+		if ringable(q) {
+			resp = s.handle(context.Background(), q)
+		} else {
+			resp = fail(abi.StatusInvalidArg, fmt.Sprintf("plugin-host: operation %d cannot go on the run ring", q.Op))
+		}
+		r.answer(seq, resp)
+		last = seq
+	}
 }
 
 // bufferNew maps the fd sent with fdID and makes the plugin buffer over it: zero-copy where

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +28,11 @@ import (
 // os.Executable() with "plugin-host <plugin>", as it starts the xpu binary in production.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "plugin-host" && os.Getenv(envChildPlugin) != "" {
+		// a plugin host of another wire revision, started through a wrapper script by
+		// TestIsolatedProtocolMismatch
+		if v, err := strconv.Atoi(os.Getenv("XPU_TEST_PROTOCOL_VERSION")); err == nil {
+			handshake.ProtocolVersion = uint(v)
+		}
 		if err := ServePluginHost(os.Getenv(envChildPlugin)); err != nil {
 			fmt.Fprintln(os.Stderr, "plugin-host:", err)
 			os.Exit(1)
@@ -384,4 +391,278 @@ func BenchmarkExecute(b *testing.B) {
 			b.ReportMetric(float64((cpuTime(b, pids)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 		})
 	}
+}
+
+// TestIsolatedOpNumbers pins the operation numbers: they are wire format shared with plugin
+// hosts of other builds, so changing one breaks them (bump wireRevision and update this table
+// only together).
+func TestIsolatedOpNumbers(t *testing.T) {
+	want := []struct {
+		name string
+		op   uint32
+		num  uint32
+	}{
+		{"info", opInfo, 1}, {"op_support", opOpSupport, 2}, {"context_create", opContextCreate, 3},
+		{"context_release", opContextRelease, 4}, {"buffer_alloc", opBufferAlloc, 5},
+		{"buffer_import_fd", opBufferImportFD, 6}, {"buffer_release", opBufferRelease, 7},
+		{"graph_analyze", opAnalyze, 8}, {"graph_prepare", opPrepare, 9},
+		{"executable_serialize", opSerialize, 10}, {"executable_release", opExecutableRelease, 11},
+		{"execution_create", opExecutionCreate, 12}, {"execution_bind", opExecutionBind, 13},
+		{"execution_submit", opExecutionSubmit, 14}, {"execution_run", opExecutionRun, 15},
+		{"execution_release", opExecutionRelease, 16}, {"fence_create", opFenceCreate, 17},
+		{"fence_wait", opFenceWait, 18}, {"fence_value", opFenceValue, 19},
+		{"fence_signal", opFenceSignal, 20}, {"fence_release", opFenceRelease, 21},
+		{"shutdown", opShutdown, 22}, {"ring_attach", opRingAttach, 23},
+	}
+	for _, w := range want {
+		assert.Equal(t, w.num, w.op, w.name)
+	}
+	assert.Equal(t, uint(abi.ABIMajor*1000+wireRevision), handshake.ProtocolVersion)
+}
+
+// TestIsolatedProtocolMismatch starts a plugin host that speaks another protocol version (as an
+// older xpu named by XPU_PLUGIN_HOST would): the start is refused with ErrIncompatible and a
+// message that names both versions and the remedy, before any call can be misread.
+func TestIsolatedProtocolMismatch(t *testing.T) {
+	path := plugintest.Plugin(t)
+	self, err := os.Executable()
+	require.NoError(t, err)
+	for _, v := range []uint{abi.ABIMajor, protocolVersion + 1} {
+		t.Run(strconv.Itoa(int(v)), func(t *testing.T) {
+			host := filepath.Join(t.TempDir(), "old-xpu")
+			script := fmt.Sprintf("#!/bin/sh\nXPU_TEST_PROTOCOL_VERSION=%d exec %q \"$@\"\n", v, self)
+			require.NoError(t, os.WriteFile(host, []byte(script), 0o755))
+			_, err := Open(context.Background(), path, Isolated(), WithoutEnv(), WithHostBinary(host))
+			require.ErrorIs(t, err, core.ErrIncompatible)
+			assert.Contains(t, err.Error(), fmt.Sprintf("speaks isolation protocol %d", v))
+			assert.Contains(t, err.Error(), fmt.Sprintf("this xpu speaks %d", protocolVersion))
+			assert.Contains(t, err.Error(), EnvHostBinary)
+		})
+	}
+}
+
+// TestIsolatedOpenFailure: a plugin whose open fails in the plugin host reports the plugin's
+// own reason and sentinel, not go-plugin's guess about a child that printed no handshake.
+func TestIsolatedOpenFailure(t *testing.T) {
+	path := plugintest.Plugin(t, "TP_OPEN_FAILS")
+	start := time.Now()
+	_, err := Open(context.Background(), path, Isolated(), WithoutEnv())
+	require.ErrorIs(t, err, core.ErrMissingDependency)
+	assert.Contains(t, err.Error(), "libfake.so.2 could not be initialised")
+	assert.Contains(t, err.Error(), "isolated testplugin: the plugin host could not open the plugin")
+	assert.NotContains(t, err.Error(), "architecture")
+	assert.Less(t, time.Since(start), 10*time.Second)
+}
+
+// runBounded runs ex and fails the test (instead of hanging it) when Run does not return
+// within limit.
+func runBounded(t *testing.T, ex core.Execution, limit time.Duration) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- ex.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(limit):
+		t.Fatalf("Run did not return within %v", limit)
+		return nil
+	}
+}
+
+// TestIsolatedExecuteTimeout: a plugin that sleeps forever in execution_run is killed at the
+// execute deadline even when the caller's context has none; the error names the plugin, the
+// call and the deadline, and the backend restarts.
+func TestIsolatedExecuteTimeout(t *testing.T) {
+	path := plugintest.Plugin(t, "TP_FAULT=4")
+	be, err := Open(context.Background(), path, Isolated(), WithoutEnv(), WithExecuteTimeout(300*time.Millisecond))
+	require.NoError(t, err)
+	defer be.Close()
+	p := prepareRelu(t, be, 16)
+	start := time.Now()
+	err = runBounded(t, p.ex, 10*time.Second)
+	require.ErrorIs(t, err, core.ErrTimeout)
+	require.ErrorIs(t, err, core.ErrBackendCrashed)
+	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+	t.Logf("the timed-out run: %v", err)
+	for _, s := range []string{"isolated testplugin", path, "execution_run did not return within 300ms",
+		"--timeout", "the plugin process was killed"} {
+		assert.Contains(t, err.Error(), s)
+	}
+
+	start = time.Now()
+	err = p.ex.Run(context.Background())
+	require.ErrorIs(t, err, core.ErrBackendCrashed, "the hung child was killed")
+	assert.ErrorIs(t, err, core.ErrTimeout, "later calls say why")
+	assert.Less(t, time.Since(start), 100*time.Millisecond, "later calls fail fast")
+
+	require.NoError(t, be.(Restarter).Restart(context.Background()))
+	cx, err := be.Devices()[0].NewContext(context.Background(), nil)
+	require.NoError(t, err, "the restarted backend works")
+	require.NoError(t, cx.Close())
+}
+
+// TestIsolatedExecuteDeadlineLearns: without a set deadline, runs are timed so that the
+// automatic deadline follows the executable's longest run.
+func TestIsolatedExecuteDeadlineLearns(t *testing.T) {
+	be := openIso(t)
+	p := prepareRelu(t, be, 64)
+	x := p.ex.(*isoExecution)
+	require.Zero(t, x.e.longest.Load())
+	for range 3 {
+		require.NoError(t, p.ex.Run(context.Background()))
+	}
+	assert.Positive(t, x.e.longest.Load())
+	assert.Less(t, x.e.longest.Load(), int64(10*time.Second))
+}
+
+func TestExecDeadline(t *testing.T) {
+	tests := []struct {
+		fixed, longest, want time.Duration
+	}{
+		{0, 0, MinExecuteTimeout},
+		{0, time.Second, MinExecuteTimeout},
+		{0, 5 * time.Second, 50 * time.Second},
+		{2 * time.Second, 10 * time.Second, 2 * time.Second},
+		{-1, 4 * time.Second, 40 * time.Second},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, execDeadline(tt.fixed, tt.longest), "fixed %v longest %v", tt.fixed, tt.longest)
+	}
+	assert.Positive(t, execDeadline(0, math.MaxInt64), "no overflow")
+}
+
+// TestIsolatedRunsOnRing: an uncontended execute, and a bind (a decode loop moves its KV rows
+// every step), is one request on the shared-memory run ring, never an rpc or a socket message;
+// a failing call on the ring reports the plugin's status and message.
+func TestIsolatedRunsOnRing(t *testing.T) {
+	be := openIso(t)
+	p := prepareRelu(t, be, 64)
+	before, ok := Stats(be)
+	require.True(t, ok)
+	const steps = 20
+	for range steps {
+		require.NoError(t, p.ex.Bind(0, p.in, 0))
+		require.NoError(t, p.ex.Run(context.Background()))
+	}
+	after, ok := Stats(be)
+	require.True(t, ok)
+	assert.Equal(t, uint64(2*steps), after.RingCalls-before.RingCalls)
+	assert.Equal(t, uint64(2*steps), after.Calls-before.Calls, "no other call was made")
+
+	// a bad handle goes on the ring and comes back as the plugin's error
+	f, err := p.cx.NewFence(0)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	mid, _ := Stats(be)
+	err = f.(*isoFence).Signal(1)
+	require.ErrorIs(t, err, core.ErrInvalidHandle)
+	assert.Contains(t, err.Error(), "testplugin fence_signal: XPU_E_INVALID_HANDLE")
+	end, _ := Stats(be)
+	assert.Equal(t, uint64(1), end.RingCalls-mid.RingCalls)
+}
+
+// hungOnRing starts a run of a TP_FAULT=4 plugin (it never returns) and waits until the host
+// sleeps on the ring's futex; it returns the run's result channel.
+func hungOnRing(t *testing.T, p *prepared) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- p.ex.Run(context.Background()) }()
+	r := p.ex.(*isoExecution).e.c.pr.ring
+	require.Eventually(t, func() bool { return atomic.LoadUint32(r.hostWaiting) == 1 }, 5*time.Second,
+		time.Millisecond, "the host never slept on the ring")
+	return done
+}
+
+func waitRun(t *testing.T, done <-chan error, limit time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(limit):
+		t.Fatalf("the sleeping run was not woken within %v", limit)
+		return nil
+	}
+}
+
+// TestIsolatedChildKilledWhileHostSleeps: a child that dies while the host sleeps on the ring's
+// futex (here SIGKILLed from outside) fails the run at once, long before any deadline.
+func TestIsolatedChildKilledWhileHostSleeps(t *testing.T) {
+	be := openIso(t, "TP_FAULT=4")
+	p := prepareRelu(t, be, 16)
+	done := hungOnRing(t, p)
+	st, _ := Stats(be)
+	require.NoError(t, unix.Kill(st.PID, unix.SIGKILL))
+	err := waitRun(t, done, 2*time.Second)
+	require.ErrorIs(t, err, core.ErrBackendCrashed)
+	assert.Contains(t, err.Error(), "signal: killed")
+}
+
+// TestIsolatedRestartWakesSleepingRun: restarting the backend from another goroutine wakes a
+// run asleep on the ring (it fails with ErrBackendCrashed) instead of leaving it to its
+// deadline.
+func TestIsolatedRestartWakesSleepingRun(t *testing.T) {
+	be := openIso(t, "TP_FAULT=4")
+	p := prepareRelu(t, be, 16)
+	done := hungOnRing(t, p)
+	restarted := make(chan error, 1)
+	go func() { restarted <- be.(Restarter).Restart(context.Background()) }()
+	err := waitRun(t, done, 2*time.Second)
+	require.ErrorIs(t, err, core.ErrBackendCrashed)
+	assert.Contains(t, err.Error(), "restarted")
+	require.NoError(t, <-restarted)
+}
+
+// TestIsolatedConcurrentRuns: executions run from several goroutines at once share the ring
+// (one call at a time) and gRPC (the others) and each gets its own right answer.
+func TestIsolatedConcurrentRuns(t *testing.T) {
+	be := openIso(t)
+	const workers, runs = 4, 50
+	ps := make([]*prepared, workers)
+	for w := range ps {
+		ps[w] = prepareRelu(t, be, 8)
+	}
+	errs := make(chan error, workers)
+	for w, p := range ps {
+		go func() {
+			errs <- func() error {
+				got := make([]byte, 32)
+				for i := range runs {
+					v := float32(w*1000 + i)
+					if err := p.in.Write(0, f32bytes(v, v, v, v, v, v, v, v)); err != nil {
+						return err
+					}
+					if err := p.ex.Run(context.Background()); err != nil {
+						return err
+					}
+					if err := p.out.Read(0, got); err != nil {
+						return err
+					}
+					// relu(v + (i%7 - 3)) at index 0
+					want := max(v-3, 0)
+					if g := math.Float32frombits(binary.LittleEndian.Uint32(got)); g != want {
+						return fmt.Errorf("worker %d run %d: got %v, want %v", w, i, g, want)
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range workers {
+		require.NoError(t, <-errs)
+	}
+}
+
+// TestIsolatedHangKilledByCancel: a context cancelled (no deadline) while the host sleeps on
+// the ring ends a hung run promptly; the child is killed.
+func TestIsolatedHangKilledByCancel(t *testing.T) {
+	be := openIso(t, "TP_FAULT=4")
+	p := prepareRelu(t, be, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	done := make(chan error, 1)
+	go func() { done <- p.ex.Run(ctx) }()
+	err := waitRun(t, done, 2*time.Second)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, core.ErrBackendCrashed)
+	assert.ErrorIs(t, p.ex.Run(context.Background()), core.ErrBackendCrashed, "the hung child was killed")
 }

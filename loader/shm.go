@@ -105,31 +105,19 @@ func (s *fdSender) send(fd int) (uint64, error) {
 	return id, nil
 }
 
-// The socket pair also carries the one hot call, execution_run, past gRPC: a 24-byte request
-// (fastRunMagic, 0, seq, execution) and an answer (fastResMagic, status, seq, last_error
-// text). An execute then costs two small socket messages instead of an HTTP/2 round trip.
-// Everything else, and runs that overlap, go through gRPC.
-const (
-	fastRunMagic = 0x4e555258 // "XRUN"
-	fastResMagic = 0x53455258 // "XRES"
-	fastReqSize  = 24
-	fastResHdr   = 16
-)
-
-// fdReceiver is the child end: a goroutine collects fds as they arrive and starts the fast
-// runs it is asked for.
+// fdReceiver is the child end: a goroutine collects fds as they arrive. The child never
+// writes on the socket: the parent's read of it returns only when the child is gone.
 type fdReceiver struct {
-	mu    sync.Mutex
-	cond  *sync.Cond
-	fds   map[uint64]int
-	err   error
-	file  *os.File // referenced so that its finalizer never closes the socket under us
-	sock  int
-	onRun func(seq, ex uint64)
+	mu   sync.Mutex
+	cond *sync.Cond
+	fds  map[uint64]int
+	err  error
+	file *os.File // referenced so that its finalizer never closes the socket under us
+	sock int
 }
 
-func newFDReceiver(sock *os.File, onRun func(seq, ex uint64)) *fdReceiver {
-	r := &fdReceiver{fds: map[uint64]int{}, file: sock, sock: int(sock.Fd()), onRun: onRun}
+func newFDReceiver(sock *os.File) *fdReceiver {
+	r := &fdReceiver{fds: map[uint64]int{}, file: sock, sock: int(sock.Fd())}
 	r.cond = sync.NewCond(&r.mu)
 	go r.loop()
 	return r
@@ -153,11 +141,6 @@ func (r *fdReceiver) loop() {
 				}
 			}
 		}
-		if err == nil && n == fastReqSize && len(fds) == 0 &&
-			binary.LittleEndian.Uint32(buf) == fastRunMagic {
-			go r.onRun(binary.LittleEndian.Uint64(buf[8:]), binary.LittleEndian.Uint64(buf[16:]))
-			continue
-		}
 		r.mu.Lock()
 		switch {
 		case err != nil || n == 0:
@@ -173,24 +156,9 @@ func (r *fdReceiver) loop() {
 		r.cond.Broadcast()
 		r.mu.Unlock()
 		if done != nil {
-			// without its socket the child can neither take buffers nor answer fast runs;
-			// exiting turns that into a clean ErrBackendCrashed in the parent
+			// the parent is gone or gave up on this child: nobody is left to serve
 			fmt.Fprintln(os.Stderr, "plugin-host:", done)
 			os.Exit(3)
-		}
-	}
-}
-
-// reply answers a fast run.
-func (r *fdReceiver) reply(seq uint64, status int32, msg string) {
-	b := make([]byte, fastResHdr, fastResHdr+len(msg))
-	binary.LittleEndian.PutUint32(b, fastResMagic)
-	binary.LittleEndian.PutUint32(b[4:], uint32(status))
-	binary.LittleEndian.PutUint64(b[8:], seq)
-	b = append(b, msg...)
-	for {
-		if _, err := unix.Write(r.sock, b); err != unix.EINTR {
-			return
 		}
 	}
 }

@@ -44,8 +44,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	kvType := fs.String("kv", "f32", "KV cache dtype: f32 or f16")
 	isolated := fs.Bool("isolated", false, "run the backend in a child process (crash isolation; see also XPU_ISOLATE)")
 	threads := fs.Int("threads", 0, "worker threads for CPU backends (0 = the backend's default)")
+	timeout := fs.Duration("timeout", 0, "deadline of one isolated execute; a plugin still running then is killed (0 = 10× its longest earlier run, at least 30s)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu run --model PATH [--prompt TEXT] [-n N] [--temp T] [--top-p P] [--top-k K] [--seed S] [--backend NAME | --policy POLICY] [--chunk N] [--ctx N] [--kv f16] [--threads N] [--isolated]")
+		fmt.Fprintln(stderr, "usage: xpu run --model PATH [--prompt TEXT] [-n N] [--temp T] [--top-p P] [--top-k K] [--seed S] [--backend NAME | --policy POLICY] [--chunk N] [--ctx N] [--kv f16] [--threads N] [--isolated [--timeout D]]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {
@@ -63,6 +64,10 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		RepeatPenalty: float32(*repeat), Seed: *seed}
 	if err := runValues(*n, *chunk, *ctxLen, *device, s); err != nil {
 		fmt.Fprintf(stderr, "xpu run: %v\n", err)
+		return 2
+	}
+	if *timeout < 0 {
+		fmt.Fprintf(stderr, "xpu run: --timeout %v: must be 0 (automatic) or more\n", *timeout)
 		return 2
 	}
 	fail := func(err error) int {
@@ -92,6 +97,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *isolated {
 		lopts = append(lopts, loader.Isolated())
 	}
+	lopts = append(lopts, loader.WithExecuteTimeout(*timeout))
 	r, backends, err := openRunner(ctx, m, *backend, *policy, *device, ropts, lopts...)
 	for _, b := range backends {
 		defer b.Close()
