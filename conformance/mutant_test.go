@@ -17,8 +17,8 @@ import (
 	"github.com/xpuhub/xpu/loader"
 )
 
-// buildMutants compiles testdata/mutant/mutant.c once per variant ("" = intact) into a temp
-// folder, in parallel, and returns variant -> plugin path.
+// buildMutants compiles the project's test plugin (loader/testdata/testplugin.c) once per
+// mutation ("" = intact) into a temp folder, in parallel, and returns variant -> plugin path.
 func buildMutants(t *testing.T, variants ...string) map[string]string {
 	t.Helper()
 	cc, err := exec.LookPath("gcc")
@@ -41,7 +41,7 @@ func buildMutants(t *testing.T, variants ...string) map[string]string {
 		args := []string{"-std=c11", "-O1", "-g", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
 			"-fvisibility=hidden", "-D_GNU_SOURCE", "-I" + filepath.Join(root, "abi"),
 			"-I" + filepath.Join(root, "plugins", "common"), "-o", path,
-			filepath.Join(root, "conformance", "testdata", "mutant", "mutant.c"), "-lpthread", "-lm"}
+			filepath.Join(root, "loader", "testdata", "testplugin.c"), "-lpthread", "-lm"}
 		if v != "" {
 			args = append(args, "-D"+v)
 		}
