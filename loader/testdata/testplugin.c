@@ -14,6 +14,9 @@
  *   -DTP_NAME="x"        the backend name (default "testplugin"), TP_SCORE the score (default 10)
  *   -DTP_FAULT=k         execution_run faults: 1 segfault, 2 abort, 3 exit(3), 4 hangs
  *   -DTP_NO_IMPORT       the device imports no host memory (buffers must be staged)
+ *   -DTP_STRICT_RELEASE  buffer_release refuses (BAD_STATE) a buffer that any live execution
+ *                        binds: stricter than the ABI, it catches a host that releases buffers
+ *                        before the executions bound to them
  *
  * Conformance mutations: one realistic bug each, which the suite must catch in its category:
  *   -DMUT_TRANSPOSE      PERMUTE [1,0] copies instead of transposing        -> mismatch
@@ -27,6 +30,8 @@
  *   -DMUT_CRASH          SCALE aborts the process (run isolated)            -> crash
  *   -DMUT_STALE_OK       releasing a released buffer answers OK             -> error (level 1)
  *   -DMUT_SILENT         execution_bind refuses an io without a message     -> error (level 1)
+ *   -DMUT_CTX_LEAK       executable_release forgets its context's child
+ *                        count, so the suite's context never closes          -> ABI(context-close-at-end)
  *
  * A mutation never writes outside the buffer it was given (the suite's guard bytes live
  * inside it), so the test process survives every variant.
@@ -95,6 +100,7 @@ typedef struct tp_bind {
 typedef struct tp_ex {
   xpu_executable exe;
   tp_bind *io;
+  uint32_t n_io;
   pthread_mutex_t mu;
   int running;
 } tp_ex;
@@ -329,7 +335,27 @@ static xpu_status tp_buffer_size(xpu_buffer h, uint64_t *out) {
   return XPU_OK;
 }
 
+#ifdef TP_STRICT_RELEASE
+/* whether a live execution binds h (the registry's lock, then each execution's) */
+static int buf_bound(xpu_buffer h) {
+  int bound = 0;
+  pthread_mutex_lock(&reg.mu);
+  for (uint32_t i = 1; i < reg.cap && !bound; i++) {
+    if (!reg.slots[i].obj || reg.slots[i].type != T_EX) continue;
+    tp_ex *x = (tp_ex *)reg.slots[i].obj;
+    pthread_mutex_lock(&x->mu);
+    for (uint32_t io = 0; io < x->n_io && !bound; io++) bound = x->io[io].buf == h;
+    pthread_mutex_unlock(&x->mu);
+  }
+  pthread_mutex_unlock(&reg.mu);
+  return bound;
+}
+#endif
+
 static xpu_status tp_buffer_release(xpu_buffer h) {
+#ifdef TP_STRICT_RELEASE
+  if (buf_bound(h)) return xpu_fail(&reg, h, XPU_E_BAD_STATE, "buffer_release: a live execution binds it");
+#endif
   tp_buf *b = (tp_buf *)xpu_reg_remove(&reg, h, T_BUF);
 #ifdef MUT_STALE_OK
   if (!b) return XPU_OK;
@@ -453,7 +479,9 @@ static xpu_status tp_executable_release(xpu_executable h) {
   if (n) return xpu_fail(&reg, h, XPU_E_BAD_STATE, "executable_release: %u executions still alive", n);
   if (!xpu_reg_remove(&reg, h, T_EXE))
     return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "executable_release: released concurrently");
+#ifndef MUT_CTX_LEAK
   ctx_adjust(e->ctx, -1);
+#endif
   pthread_mutex_destroy(&e->mu);
   free(e->blob);
   free(e);
@@ -474,6 +502,7 @@ static xpu_status tp_execution_create(xpu_executable h, xpu_execution *out) {
   }
   x->exe = h;
   x->io = io;
+  x->n_io = e->n_io;
   pthread_mutex_init(&x->mu, NULL);
   *out = xpu_reg_add(&reg, T_EX, x);
   if (!*out) {
