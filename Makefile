@@ -12,7 +12,7 @@ CC_ARM64   ?= aarch64-linux-gnu-gcc
 PLUGIN_CFLAGS := -std=c11 -O2 -g -fPIC -Wall -Wextra -Werror -fvisibility=hidden \
                  -Iabi -Iplugins/common -D_GNU_SOURCE
 PLUGIN_LDFLAGS := -shared -lpthread -ldl -lm
-COMMON_HDRS := abi/xpu_backend.h abi/xpu_ir.h plugins/common/xpu_plugin.h
+COMMON_HDRS := abi/xpu_backend.h abi/xpu_ir.h plugins/common/xpu_plugin.h plugins/common/xpu_sync.h
 
 PLUGINS :=
 PLUGIN_TESTS :=

@@ -52,6 +52,7 @@
 #include "xpu_backend.h"
 #include "xpu_ir.h"
 #include "xpu_plugin.h"
+#include "xpu_sync.h"
 
 #ifndef TP_ABI_MAJOR
 #define TP_ABI_MAJOR XPU_ABI_MAJOR
@@ -107,9 +108,7 @@ typedef struct tp_ex {
 
 typedef struct tp_fence {
   xpu_context ctx;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  uint64_t value;
+  xpu_timeline tl;
 } tp_fence;
 
 static tp_ctx *ctx_get(xpu_context h) { return (tp_ctx *)xpu_reg_get(&reg, h, T_CTX); }
@@ -804,13 +803,10 @@ static xpu_status tp_execution_run(xpu_execution h) {
 
 static xpu_status tp_fence_wait(xpu_fence h, uint64_t value, int64_t timeout_ns);
 
-static xpu_status fence_set(xpu_fence h, uint64_t value) {
+static xpu_status fence_set(xpu_fence h, uint64_t value, xpu_status st) {
   tp_fence *f = fence_get(h);
   if (!f) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "fence: not a live fence");
-  pthread_mutex_lock(&f->mu);
-  if (value > f->value) f->value = value;
-  pthread_cond_broadcast(&f->cv);
-  pthread_mutex_unlock(&f->mu);
+  xpu_timeline_set(&f->tl, value, st, 0);
   return XPU_OK;
 }
 
@@ -828,7 +824,11 @@ static xpu_status tp_execution_submit(xpu_execution h, const xpu_fence_point *wa
   for (uint32_t i = 0; st == XPU_OK && i < n_waits; i++) st = tp_fence_wait(waits[i].fence, waits[i].value, -1);
   if (st == XPU_OK) st = run(h, x);
   end(x);
-  if (st == XPU_OK && signal) st = fence_set(signal->fence, signal->value);
+  /* a failed run poisons the signal value too, so a waiter on it does not wait forever */
+  if (signal) {
+    xpu_status fs = fence_set(signal->fence, signal->value, st);
+    if (st == XPU_OK) st = fs;
+  }
   return st;
 }
 
@@ -856,13 +856,10 @@ static xpu_status tp_fence_create(xpu_context ctx, uint64_t initial, xpu_fence *
   tp_fence *f = (tp_fence *)calloc(1, sizeof *f);
   if (!f) return xpu_fail(&reg, ctx, XPU_E_OUT_OF_MEMORY, "fence_create: out of memory");
   f->ctx = ctx;
-  f->value = initial;
-  pthread_mutex_init(&f->mu, NULL);
-  pthread_cond_init(&f->cv, NULL);
+  xpu_timeline_init(&f->tl, initial);
   *out = xpu_reg_add(&reg, T_FENCE, f);
   if (!*out) {
-    pthread_cond_destroy(&f->cv);
-    pthread_mutex_destroy(&f->mu);
+    xpu_timeline_destroy(&f->tl);
     free(f);
     return xpu_fail(&reg, ctx, XPU_E_OUT_OF_MEMORY, "fence_create: registry full");
   }
@@ -873,24 +870,9 @@ static xpu_status tp_fence_create(xpu_context ctx, uint64_t initial, xpu_fence *
 static xpu_status tp_fence_wait(xpu_fence h, uint64_t value, int64_t timeout_ns) {
   tp_fence *f = fence_get(h);
   if (!f) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "fence_wait: not a live fence");
-  struct timespec dl;
-  clock_gettime(CLOCK_REALTIME, &dl);
-  if (timeout_ns >= 0) {
-    dl.tv_sec += timeout_ns / 1000000000;
-    dl.tv_nsec += timeout_ns % 1000000000;
-    if (dl.tv_nsec >= 1000000000) {
-      dl.tv_sec++;
-      dl.tv_nsec -= 1000000000;
-    }
-  }
-  pthread_mutex_lock(&f->mu);
-  int timed_out = 0;
-  while (f->value < value && !timed_out) {
-    if (timeout_ns < 0) pthread_cond_wait(&f->cv, &f->mu);
-    else timed_out = pthread_cond_timedwait(&f->cv, &f->mu, &dl) != 0 && f->value < value;
-  }
-  pthread_mutex_unlock(&f->mu);
-  if (timed_out) return xpu_fail(&reg, h, XPU_E_TIMEOUT, "fence_wait: value %llu not reached", (unsigned long long)value);
+  xpu_status st = xpu_timeline_wait(&f->tl, value, timeout_ns, NULL);
+  if (st == XPU_E_TIMEOUT) return xpu_fail(&reg, h, st, "fence_wait: value %llu not reached", (unsigned long long)value);
+  if (st != XPU_OK) return xpu_fail(&reg, h, st, "fence_wait: the submission that signals %llu failed", (unsigned long long)value);
   return XPU_OK;
 }
 
@@ -898,20 +880,17 @@ static xpu_status tp_fence_value(xpu_fence h, uint64_t *out) {
   if (!out) return xpu_fail(&reg, h, XPU_E_INVALID_ARG, "fence_value: out is NULL");
   tp_fence *f = fence_get(h);
   if (!f) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "fence_value: not a live fence");
-  pthread_mutex_lock(&f->mu);
-  *out = f->value;
-  pthread_mutex_unlock(&f->mu);
+  *out = xpu_timeline_value(&f->tl);
   return XPU_OK;
 }
 
-static xpu_status tp_fence_signal(xpu_fence h, uint64_t value) { return fence_set(h, value); }
+static xpu_status tp_fence_signal(xpu_fence h, uint64_t value) { return fence_set(h, value, XPU_OK); }
 
 static xpu_status tp_fence_release(xpu_fence h) {
   tp_fence *f = (tp_fence *)xpu_reg_remove(&reg, h, T_FENCE);
   if (!f) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "fence_release: not a live fence");
   ctx_adjust(f->ctx, -1);
-  pthread_cond_destroy(&f->cv);
-  pthread_mutex_destroy(&f->mu);
+  xpu_timeline_destroy(&f->tl);
   free(f);
   return XPU_OK;
 }
