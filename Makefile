@@ -12,7 +12,7 @@ CC_ARM64   ?= aarch64-linux-gnu-gcc
 PLUGIN_CFLAGS := -std=c11 -O2 -g -fPIC -Wall -Wextra -Werror -fvisibility=hidden \
                  -Iabi -Iplugins/common -D_GNU_SOURCE
 PLUGIN_LDFLAGS := -shared -lpthread -ldl -lm
-COMMON_HDRS := abi/xpu_backend.h abi/xpu_ir.h plugins/common/xpu_plugin.h
+COMMON_HDRS := abi/xpu_backend.h abi/xpu_ir.h plugins/common/xpu_plugin.h plugins/common/xpu_sync.h
 
 PLUGINS :=
 PLUGIN_TESTS :=
@@ -48,8 +48,35 @@ test-conform: all
 # probes 0 (no OpenCL ICD) fails the Go tests and `xpu conform --all` instead of skipping them.
 # Override with XPU_REQUIRE_BACKENDS= (none) or another list where a backend cannot run.
 test: export XPU_REQUIRE_BACKENDS ?= neon,opencl,qnn
-test: deps vet all $(PLUGIN_TESTS) test-go test-conform test-arm64
+test: deps vet all $(PLUGIN_TESTS) test-fuzz-ir test-go test-conform test-arm64
 	@echo "make test: all checks passed"
+
+# libFuzzer on the C IR reader (abi/xpu_ir.h) under ASan + UBSan. `make fuzz-ir` runs for
+# FUZZ_SECONDS (default 600); `make test` runs it for 60 s. The corpus grows in build/fuzz and
+# is reused by the next run; a finding is written there as crash-* and fails the target.
+FUZZ_SECONDS ?= 600
+FUZZ_CC ?= clang
+IR_FUZZ := $(BUILD)/fuzz/ir_fuzz
+.PHONY: fuzz-ir test-fuzz-ir bench-ir
+$(IR_FUZZ): abi/fuzz/ir_fuzz.c abi/xpu_ir.h abi/xpu_backend.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -std=c11 -g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=all -Iabi -o $@ $<
+
+fuzz-ir: $(IR_FUZZ)
+	@mkdir -p $(BUILD)/fuzz/ir-corpus
+	$(IR_FUZZ) -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+	  -artifact_prefix=$(BUILD)/fuzz/ $(BUILD)/fuzz/ir-corpus 2>&1 | grep -v '^#' | tail -25; \
+	  test $${PIPESTATUS[0]} -eq 0
+
+test-fuzz-ir:
+	$(MAKE) --no-print-directory fuzz-ir FUZZ_SECONDS=60
+
+# xpu_ir_parse's time on a chain of N nodes (linear since issue 12; was quadratic)
+bench-ir:
+	@mkdir -p $(BUILD)/bench
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -Iabi -o $(BUILD)/bench/ir_parse_bench abi/fuzz/ir_parse_bench.c
+	$(BUILD)/bench/ir_parse_bench 1000 10000 100000
 
 clean:
 	rm -rf $(BUILD)

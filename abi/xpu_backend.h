@@ -254,7 +254,10 @@ typedef struct xpu_api {
   xpu_status (*buffer_write)(xpu_buffer buf, uint64_t offset, const void *src, uint64_t size);
   xpu_status (*buffer_read)(xpu_buffer buf, uint64_t offset, void *dst, uint64_t size);
   xpu_status (*buffer_size)(xpu_buffer buf, uint64_t *out);
-  xpu_status (*buffer_release)(xpu_buffer buf); /* BAD_STATE while an execution uses it */
+  /* BAD_STATE while an execution that binds it is in flight (submitted, not yet complete);
+   * a buffer bound to an idle execution may be released, and that execution then fails to
+   * run until the io is bound again. Hosts release executions before their buffers. */
+  xpu_status (*buffer_release)(xpu_buffer buf);
 
   /* authoritative: one verdict per node (out has cap entries, cap >= node count) */
   xpu_status (*graph_analyze)(xpu_context ctx, const void *ir, uint64_t ir_size,

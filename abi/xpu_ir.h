@@ -18,8 +18,11 @@
 #ifndef XPU_IR_H
 #define XPU_IR_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "xpu_backend.h"
@@ -31,6 +34,12 @@
 #define XPU_MAX_IATTR 8
 #define XPU_MAX_FATTR 4
 #define XPU_NO_TENSOR 0xFFFFFFFFu
+/* Bounds xpu_ir_parse enforces on every tensor, so that a plugin may compute element counts,
+ * byte sizes and offsets (numel * 8, nbytes + offset) in int64/uint64 without overflow. The Go
+ * side (core.MaxDim, core.MaxElements) refuses the same shapes when a graph is built. */
+#define XPU_IR_MAX_DIM ((int64_t)1 << 40)      /* one dimension */
+#define XPU_IR_MAX_NUMEL ((int64_t)1 << 40)    /* the product of a tensor's dimensions */
+#define XPU_IR_MAX_BYTES ((uint64_t)1 << 42)   /* a tensor's dense byte size */
 
 /* op set v1 */
 enum {
@@ -112,6 +121,15 @@ typedef struct xpu_ir_graph {
   const uint32_t *outputs;
 } xpu_ir_graph;
 
+static inline const char *xpu_op_name(uint32_t op) {
+  static const char *const names[XPU_OP_COUNT] = {
+      "INVALID", "ADD",      "SUB",        "MUL",        "DIV",     "SILU",    "GELU",
+      "RELU",    "EXP",      "NEG",        "SCALE",      "RMS_NORM", "LAYER_NORM", "SOFTMAX",
+      "MATMUL",  "ROPE",     "ATTENTION",  "GET_ROWS",   "CAST",    "QUANTIZE", "DEQUANTIZE",
+      "RESHAPE", "PERMUTE",  "SLICE",      "CONCAT"};
+  return op < XPU_OP_COUNT ? names[op] : "UNKNOWN";
+}
+
 /* bytes per block and values per block of a dtype (block = 1 value for plain types) */
 static inline uint32_t xpu_dtype_block_bytes(uint32_t dt) {
   switch (dt) {
@@ -128,43 +146,88 @@ static inline uint32_t xpu_dtype_block_len(uint32_t dt) {
   return (dt == XPU_DT_Q8_0 || dt == XPU_DT_Q4_0) ? 32u : 1u;
 }
 
+/* Element count. Exact for any tensor xpu_ir_parse accepted (at most XPU_IR_MAX_NUMEL); on an
+ * unchecked record it computes modulo 2^64 instead of overflowing a signed integer. */
 static inline int64_t xpu_ir_numel(const xpu_ir_tensor *t) {
-  int64_t n = 1;
-  for (uint32_t i = 0; i < t->rank && i < XPU_MAX_RANK; i++) n *= t->shape[i];
-  return n;
+  uint64_t n = 1;
+  for (uint32_t i = 0; i < t->rank && i < XPU_MAX_RANK; i++) n *= (uint64_t)t->shape[i];
+  return (int64_t)n;
 }
 
 /* bytes of a dense tensor; quantized types need numel divisible by the block length */
 static inline uint64_t xpu_ir_nbytes(const xpu_ir_tensor *t) {
   uint32_t bl = xpu_dtype_block_len(t->dtype);
-  return (uint64_t)(xpu_ir_numel(t) / bl) * xpu_dtype_block_bytes(t->dtype);
+  return ((uint64_t)xpu_ir_numel(t) / bl) * xpu_dtype_block_bytes(t->dtype);
+}
+
+/* xpu_ir_parse's failure path: formats the message into err (errcap bytes, may be NULL) */
+static inline xpu_status xpu__ir_fail(char *err, size_t errcap, xpu_status code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static inline xpu_status xpu__ir_fail(char *err, size_t errcap, xpu_status code, const char *fmt, ...) {
+  if (err && errcap) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errcap, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+/* Checks one tensor record: dtype, rank, each dimension, their product and the byte size. */
+static inline xpu_status xpu__ir_check_tensor(const xpu_ir_tensor *t, uint32_t i, char *err, size_t errcap) {
+  if (t->dtype == XPU_DT_INVALID || t->dtype >= XPU_DT_COUNT)
+    return xpu__ir_fail(err, errcap, XPU_E_INVALID_ARG, "ir: tensor %u: invalid dtype %u", i, t->dtype);
+  if (t->rank > XPU_MAX_RANK)
+    return xpu__ir_fail(err, errcap, XPU_E_INVALID_ARG, "ir: tensor %u: rank %u > %d", i, t->rank, XPU_MAX_RANK);
+  int64_t numel = 1;
+  for (uint32_t d = 0; d < XPU_MAX_RANK; d++) {
+    int64_t v = t->shape[d];
+    if (v < 0 || v > XPU_IR_MAX_DIM)
+      return xpu__ir_fail(err, errcap, XPU_E_INVALID_ARG, "ir: tensor %u: dimension %u is %lld, outside [0, 2^40]",
+                          i, d, (long long)v);
+    if (d >= t->rank && v != 1)
+      return xpu__ir_fail(err, errcap, XPU_E_INVALID_ARG, "ir: tensor %u: dimension %u past rank %u is not 1", i,
+                          d, t->rank);
+    /* numel <= 2^40 and v <= 2^40 before the test, so the division guards the product */
+    if (v != 0 && numel > XPU_IR_MAX_NUMEL / v)
+      return xpu__ir_fail(err, errcap, XPU_E_INVALID_ARG,
+                          "ir: tensor %u: shape [%lld,%lld,%lld,%lld] has more than 2^40 elements", i,
+                          (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
+                          (long long)t->shape[3]);
+    numel *= v;
+  }
+  if (t->kind > XPU_TENSOR_CONST)
+    return xpu__ir_fail(err, errcap, XPU_E_INVALID_ARG, "ir: tensor %u: invalid kind %u", i, t->kind);
+  uint32_t bl = xpu_dtype_block_len(t->dtype);
+  if (bl > 1 && (t->rank == 0 || t->shape[t->rank - 1] % bl != 0))
+    return xpu__ir_fail(err, errcap, XPU_E_INVALID_ARG, "ir: tensor %u: quantized rows are not whole blocks of %u",
+                        i, bl);
+  if (xpu_ir_nbytes(t) > XPU_IR_MAX_BYTES)
+    return xpu__ir_fail(err, errcap, XPU_E_INVALID_ARG, "ir: tensor %u: %llu bytes, more than 2^42", i,
+                        (unsigned long long)xpu_ir_nbytes(t));
+  return XPU_OK;
 }
 
 /*
  * Parses and validates blob. Returns XPU_OK and fills g, or an error with a message in err
- * (errcap bytes, may be NULL). Checks: sizes, magic, version, every index in range, nodes in
- * topological order, single producer per value, ranks and dtypes valid, quantized shapes whole
- * blocks. It does not check op-specific shape rules: the Go builder did, and each plugin checks
- * what its kernels assume.
+ * (errcap bytes, may be NULL) naming the tensor or node at fault. Checks: sizes, magic,
+ * version, every index in range, nodes in topological order, single producer per value, ranks
+ * and dtypes valid, each dimension, element count and byte size within XPU_IR_MAX_*, quantized
+ * shapes whole blocks. Time and extra memory are linear in the graph (one bit per tensor).
+ * It does not check op-specific shape rules: the Go builder did, and each plugin checks what
+ * its kernels assume.
  */
 static inline xpu_status xpu_ir_parse(const void *blob, uint64_t size, xpu_ir_graph *g, char *err,
                                       size_t errcap) {
-#define XPU_IR_FAIL(code, msg)                                                                   \
-  do {                                                                                           \
-    if (err && errcap) {                                                                         \
-      strncpy(err, (msg), errcap - 1);                                                           \
-      err[errcap - 1] = 0;                                                                       \
-    }                                                                                            \
-    return (code);                                                                               \
-  } while (0)
+#define XPU_IR_FAIL(code, ...) return xpu__ir_fail(err, errcap, (code), __VA_ARGS__)
   if (!blob || !g) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: null blob or graph");
   if (((uintptr_t)blob & 7u) != 0) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: blob not 8-byte aligned");
   if (size < sizeof(xpu_ir_header)) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: blob shorter than header");
   const xpu_ir_header *h = (const xpu_ir_header *)blob;
   if (h->magic != XPU_IR_MAGIC) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: bad magic");
-  if (h->version != XPU_IR_VERSION) XPU_IR_FAIL(XPU_E_INCOMPATIBLE, "ir: unsupported IR version");
+  if (h->version != XPU_IR_VERSION) XPU_IR_FAIL(XPU_E_INCOMPATIBLE, "ir: unsupported IR version %u", h->version);
   if (h->opset < 1 || h->opset > XPU_OPSET_VERSION)
-    XPU_IR_FAIL(XPU_E_INCOMPATIBLE, "ir: unsupported op-set version");
+    XPU_IR_FAIL(XPU_E_INCOMPATIBLE, "ir: unsupported op-set version %u", h->opset);
   if (h->n_tensors > (1u << 24) || h->n_nodes > (1u << 24) || h->n_inputs > h->n_tensors ||
       h->n_outputs > h->n_tensors)
     XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: counts out of range");
@@ -173,60 +236,66 @@ static inline xpu_status xpu_ir_parse(const void *blob, uint64_t size, xpu_ir_gr
                   ((uint64_t)h->n_inputs + h->n_outputs) * sizeof(uint32_t);
   if (size < need) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: blob shorter than its counts say");
   const uint8_t *p = (const uint8_t *)blob + sizeof(xpu_ir_header);
-  g->header = h;
-  g->tensors = (const xpu_ir_tensor *)p;
+  const xpu_ir_tensor *tensors = (const xpu_ir_tensor *)p;
   p += (uint64_t)h->n_tensors * sizeof(xpu_ir_tensor);
-  g->nodes = (const xpu_ir_node *)p;
+  const xpu_ir_node *nodes = (const xpu_ir_node *)p;
   p += (uint64_t)h->n_nodes * sizeof(xpu_ir_node);
-  g->inputs = (const uint32_t *)p;
-  g->outputs = g->inputs + h->n_inputs;
+  const uint32_t *inputs = (const uint32_t *)p;
+  const uint32_t *outputs = inputs + h->n_inputs;
 
   for (uint32_t i = 0; i < h->n_tensors; i++) {
-    const xpu_ir_tensor *t = &g->tensors[i];
-    if (t->dtype == XPU_DT_INVALID || t->dtype >= XPU_DT_COUNT)
-      XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: tensor with invalid dtype");
-    if (t->rank > XPU_MAX_RANK) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: tensor rank > 4");
-    for (uint32_t d = 0; d < XPU_MAX_RANK; d++) {
-      if (t->shape[d] < 0 || t->shape[d] > ((int64_t)1 << 40))
-        XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: tensor dimension out of range");
-      if (d >= t->rank && t->shape[d] != 1)
-        XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: tensor dimension past rank is not 1");
-    }
-    if (t->kind > XPU_TENSOR_CONST) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: tensor with invalid kind");
-    if (xpu_dtype_block_len(t->dtype) > 1 &&
-        (t->rank == 0 || t->shape[t->rank - 1] % xpu_dtype_block_len(t->dtype) != 0))
-      XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: quantized tensor rows are not whole blocks");
+    xpu_status st = xpu__ir_check_tensor(&tensors[i], i, err, errcap);
+    if (st != XPU_OK) return st;
   }
-  /* every VALUE tensor is produced exactly once, before it is used */
-  for (uint32_t n = 0; n < h->n_nodes; n++) {
-    const xpu_ir_node *nd = &g->nodes[n];
+  /* every VALUE tensor is produced exactly once, before it is used: one "produced" bit per
+   * tensor, set as the nodes are walked in order (on the stack for graphs up to 4096 tensors) */
+  uint8_t small[512];
+  size_t nbits = ((size_t)h->n_tensors + 7) / 8;
+  uint8_t *produced = nbits <= sizeof small ? small : (uint8_t *)calloc(nbits, 1);
+  if (!produced) XPU_IR_FAIL(XPU_E_OUT_OF_MEMORY, "ir: no memory to check %u tensors", h->n_tensors);
+  if (produced == small) memset(small, 0, nbits);
+  xpu_status st = XPU_OK;
+  for (uint32_t n = 0; n < h->n_nodes && st == XPU_OK; n++) {
+    const xpu_ir_node *nd = &nodes[n];
     if (nd->op == XPU_OP_INVALID || nd->op >= XPU_OP_COUNT)
-      XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: node with unknown op");
-    if (nd->n_inputs > XPU_MAX_INPUTS) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: node with > 8 inputs");
-    if (nd->output >= h->n_tensors) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: node output out of range");
-    if (g->tensors[nd->output].kind != XPU_TENSOR_VALUE)
-      XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: node writes an input or a constant");
-    for (uint32_t i = 0; i < nd->n_inputs; i++) {
+      st = xpu__ir_fail(err, errcap, XPU_E_INVALID_ARG, "ir: node %u: unknown op %u", n, nd->op);
+    else if (nd->n_inputs > XPU_MAX_INPUTS)
+      st = xpu__ir_fail(err, errcap, XPU_E_INVALID_ARG, "ir: node %u (%s): %u inputs > %d", n,
+                        xpu_op_name(nd->op), nd->n_inputs, XPU_MAX_INPUTS);
+    else if (nd->output >= h->n_tensors)
+      st = xpu__ir_fail(err, errcap, XPU_E_INVALID_ARG, "ir: node %u (%s): output %u out of range", n,
+                        xpu_op_name(nd->op), nd->output);
+    else if (tensors[nd->output].kind != XPU_TENSOR_VALUE)
+      st = xpu__ir_fail(err, errcap, XPU_E_INVALID_ARG, "ir: node %u (%s): writes tensor %u, an input or a constant",
+                        n, xpu_op_name(nd->op), nd->output);
+    for (uint32_t i = 0; st == XPU_OK && i < nd->n_inputs; i++) {
       uint32_t ti = nd->inputs[i];
-      if (ti >= h->n_tensors) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: node input out of range");
-      if (g->tensors[ti].kind == XPU_TENSOR_VALUE) {
-        /* its producer must come earlier */
-        uint32_t m;
-        for (m = 0; m < n; m++)
-          if (g->nodes[m].output == ti) break;
-        if (m == n) XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: node input not produced before use");
-      }
+      if (ti >= h->n_tensors)
+        st = xpu__ir_fail(err, errcap, XPU_E_INVALID_ARG, "ir: node %u (%s): input %u is tensor %u, out of range",
+                          n, xpu_op_name(nd->op), i, ti);
+      else if (tensors[ti].kind == XPU_TENSOR_VALUE && !(produced[ti / 8] & (1u << (ti % 8))))
+        st = xpu__ir_fail(err, errcap, XPU_E_INVALID_ARG, "ir: node %u (%s): input %u (tensor %u) is not produced before use",
+                          n, xpu_op_name(nd->op), i, ti);
     }
-    for (uint32_t m = 0; m < n; m++)
-      if (g->nodes[m].output == nd->output)
-        XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: tensor produced twice");
+    if (st != XPU_OK) break;
+    if (produced[nd->output / 8] & (1u << (nd->output % 8)))
+      st = xpu__ir_fail(err, errcap, XPU_E_INVALID_ARG, "ir: node %u (%s): tensor %u produced twice", n,
+                        xpu_op_name(nd->op), nd->output);
+    produced[nd->output / 8] |= (uint8_t)(1u << (nd->output % 8));
   }
+  if (produced != small) free(produced);
+  if (st != XPU_OK) return st;
   for (uint32_t i = 0; i < h->n_inputs; i++)
-    if (g->inputs[i] >= h->n_tensors || g->tensors[g->inputs[i]].kind != XPU_TENSOR_INPUT)
-      XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: graph input is not an INPUT tensor");
+    if (inputs[i] >= h->n_tensors || tensors[inputs[i]].kind != XPU_TENSOR_INPUT)
+      XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: graph input %u is not an INPUT tensor", i);
   for (uint32_t i = 0; i < h->n_outputs; i++)
-    if (g->outputs[i] >= h->n_tensors || g->tensors[g->outputs[i]].kind != XPU_TENSOR_VALUE)
-      XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: graph output is not a node's value");
+    if (outputs[i] >= h->n_tensors || tensors[outputs[i]].kind != XPU_TENSOR_VALUE)
+      XPU_IR_FAIL(XPU_E_INVALID_ARG, "ir: graph output %u is not a node's value", i);
+  g->header = h;
+  g->tensors = tensors;
+  g->nodes = nodes;
+  g->inputs = inputs;
+  g->outputs = outputs;
   return XPU_OK;
 #undef XPU_IR_FAIL
 }
@@ -237,13 +306,5 @@ static inline const xpu_ir_tensor *xpu_ir_input(const xpu_ir_graph *g, const xpu
   return i < n->n_inputs ? &g->tensors[n->inputs[i]] : NULL;
 }
 
-static inline const char *xpu_op_name(uint32_t op) {
-  static const char *const names[XPU_OP_COUNT] = {
-      "INVALID", "ADD",      "SUB",        "MUL",        "DIV",     "SILU",    "GELU",
-      "RELU",    "EXP",      "NEG",        "SCALE",      "RMS_NORM", "LAYER_NORM", "SOFTMAX",
-      "MATMUL",  "ROPE",     "ATTENTION",  "GET_ROWS",   "CAST",    "QUANTIZE", "DEQUANTIZE",
-      "RESHAPE", "PERMUTE",  "SLICE",      "CONCAT"};
-  return op < XPU_OP_COUNT ? names[op] : "UNKNOWN";
-}
 
 #endif /* XPU_IR_H */

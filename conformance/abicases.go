@@ -27,6 +27,7 @@ func abiCases() []testCase {
 		{"wrong-bindings", (*abiCheck).wrongBindings},
 		{"import-ranges", (*abiCheck).importRanges},
 		{"bad-ir", (*abiCheck).badIR},
+		{"huge-shapes", (*abiCheck).hugeShapes},
 		{"null-pointers", (*abiCheck).nullPointers},
 		{"fences-and-submit", (*abiCheck).fences},
 		{"release-in-flight", (*abiCheck).releaseInFlight},
@@ -406,6 +407,83 @@ func (c *abiCheck) badIR() {
 	c.expect("graph_prepare(IR version 99)", ctx, st, abi.StatusIncompatible)
 	_, st = c.p.GraphAnalyze(ctx, good, 0)
 	c.expect("graph_analyze(room for 0 verdicts)", ctx, st, abi.StatusInvalidArg)
+}
+
+// hugeShapes sends IR whose every dimension is in range but whose element counts or byte
+// sizes are not: products that wrap a 64-bit integer (to 16, the size of the buffers a careless
+// plugin then binds, or to -1) and one whose byte size wraps. xpu_ir_parse bounds them; a
+// plugin that accepts one sizes its buffers from a wrapped count and indexes far outside them.
+func (c *abiCheck) hugeShapes() {
+	ctx, ok := c.context()
+	if !ok {
+		return
+	}
+	good, ok := c.addIR()
+	if !ok {
+		return
+	}
+	le := binary.LittleEndian
+	// tensor i's record starts at 32+64i: dtype, rank, shape[4] at +8; node 0 at 32+3*64
+	withShape := func(b []byte, tensor int, shape ...int64) {
+		r := b[32+64*tensor:]
+		le.PutUint32(r[4:], uint32(len(shape)))
+		for d := 0; d < 4; d++ {
+			v := int64(1)
+			if d < len(shape) {
+				v = shape[d]
+			}
+			le.PutUint64(r[8+8*d:], uint64(v))
+		}
+	}
+	aligned := func() []byte {
+		out := make([]byte, len(good), len(good)+8) // heap blocks of >= 16 bytes are 8-byte aligned
+		copy(out, good)
+		return out
+	}
+	wrap16 := []int64{65552, 61681, 4562284561} // product 2^64 + 16
+	graphs := []struct {
+		name string
+		blob []byte
+	}{}
+	add := func(name string, edit func(b []byte)) {
+		b := aligned()
+		edit(b)
+		graphs = append(graphs, struct {
+			name string
+			blob []byte
+		}{name, b})
+	}
+	add("ADD of 2^64+16 elements", func(b []byte) {
+		for i := range 3 {
+			withShape(b, i, wrap16...)
+		}
+	})
+	add("ADD of 2^64-1 elements", func(b []byte) {
+		for i := range 3 {
+			withShape(b, i, 1<<32+1, 1<<32-1)
+		}
+	})
+	add("ADD of 2^62 f32 (2^64 bytes)", func(b []byte) {
+		for i := range 3 {
+			withShape(b, i, 1<<40, 1<<22)
+		}
+	})
+	add("RESHAPE [16] to 2^64+16 elements", func(b []byte) {
+		node := b[32+3*64:]
+		le.PutUint32(node[0:], uint32(core.OpReshape))
+		le.PutUint32(node[4:], 1)
+		le.PutUint32(node[12:], 0xFFFFFFFF) // inputs[1]: none
+		withShape(b, 2, wrap16...)
+	})
+	for _, gr := range graphs {
+		_, st := c.p.GraphAnalyze(ctx, gr.blob, 4)
+		c.expect("graph_analyze("+gr.name+")", ctx, st, abi.StatusInvalidArg)
+		exe, st := c.p.GraphPrepare(ctx, gr.blob, "", nil)
+		if st == abi.StatusOK {
+			c.p.ExecutableRelease(exe)
+		}
+		c.expect("graph_prepare("+gr.name+")", ctx, st, abi.StatusInvalidArg)
+	}
 }
 
 func (c *abiCheck) nullPointers() {

@@ -81,7 +81,15 @@ func (r *runner) importCase(ctx context.Context, res *CaseResult, fd bool) {
 		res.fail(errCategory(err, true), "execution_create: %v", err)
 		return
 	}
-	defer closeAndRecord(res, "execution", ex)
+	// the execution goes before the buffers bound to it (defers run last-first, so the
+	// buffers' closes are queued here, ahead of the execution's)
+	var imported []core.Buffer
+	defer func() {
+		closeAndRecord(res, "execution", ex)
+		for _, buf := range imported {
+			closeAndRecord(res, "imported buffer", buf)
+		}
+	}()
 	for i := range 3 {
 		var buf core.Buffer
 		if fd {
@@ -93,7 +101,7 @@ func (r *runner) importCase(ctx context.Context, res *CaseResult, fd bool) {
 			res.fail(CatCapabilityLie, "the device claims %s, but buffer_import failed: %v", capName, err)
 			return
 		}
-		defer closeAndRecord(res, "imported buffer", buf)
+		imported = append(imported, buf)
 		if err := ex.Bind(i, buf, guardBytes); err != nil {
 			res.fail(CatError, "execution_bind %d: %v", i, err)
 			return

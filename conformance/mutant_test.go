@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -17,8 +18,8 @@ import (
 	"github.com/xpuhub/xpu/loader"
 )
 
-// buildMutants compiles testdata/mutant/mutant.c once per variant ("" = intact) into a temp
-// folder, in parallel, and returns variant -> plugin path.
+// buildMutants compiles the project's test plugin (loader/testdata/testplugin.c) once per
+// mutation ("" = intact) into a temp folder, in parallel, and returns variant -> plugin path.
 func buildMutants(t *testing.T, variants ...string) map[string]string {
 	t.Helper()
 	cc, err := exec.LookPath("gcc")
@@ -41,7 +42,7 @@ func buildMutants(t *testing.T, variants ...string) map[string]string {
 		args := []string{"-std=c11", "-O1", "-g", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
 			"-fvisibility=hidden", "-D_GNU_SOURCE", "-I" + filepath.Join(root, "abi"),
 			"-I" + filepath.Join(root, "plugins", "common"), "-o", path,
-			filepath.Join(root, "conformance", "testdata", "mutant", "mutant.c"), "-lpthread", "-lm"}
+			filepath.Join(root, "loader", "testdata", "testplugin.c"), "-lpthread", "-lm"}
 		if v != "" {
 			args = append(args, "-D"+v)
 		}
@@ -176,4 +177,38 @@ func TestCrashIsCaughtWhenIsolated(t *testing.T) {
 		}
 	}
 	assert.True(t, rep.Backend.Isolated)
+}
+
+// A plugin that refuses to release a buffer while any live execution binds it (stricter than
+// the ABI) must still pass the buffer cases: the suite releases each execution before the
+// buffers bound to it. The suite used to defer them the other way round, and failed it.
+func TestSuiteReleasesExecutionsBeforeBuffers(t *testing.T) {
+	plugins := buildMutants(t, "TP_STRICT_RELEASE")
+	rep := runPlugin(t, plugins["TP_STRICT_RELEASE"], WithFilter(regexp.MustCompile(`^BUFFER\(`)))
+	assert.Zero(t, rep.Failed, "failures: %v", rep.Failures())
+	for _, name := range []string{"BUFFER(import-host)", "BUFFER(offset-binding,kv-append)", "BUFFER(parallel-executions)"} {
+		c, ok := rep.Case(name)
+		require.True(t, ok, "case %s not run", name)
+		assert.Equal(t, StatusPass, c.Status, "%s: %v", name, c.Errors)
+	}
+}
+
+// A context the suite cannot close at the end is a failure printed like any case: a FAIL
+// line with its errors and a rerun command, counted in the report.
+func TestContextCloseAtEndIsPrinted(t *testing.T) {
+	plugins := buildMutants(t, "MUT_CTX_LEAK")
+	var out strings.Builder
+	ctx := context.Background()
+	b, err := loader.Open(ctx, plugins["MUT_CTX_LEAK"], loader.WithoutEnv())
+	require.NoError(t, err)
+	rep, err := Run(ctx, b, WithFilter(regexp.MustCompile(`^RELU\(dtype=f32,shape=\[17\]\)$`)), WithProgress(&out))
+	require.NoError(t, err)
+	assert.Error(t, b.Close(), "the leaked context keeps the plugin from shutting down")
+	c, ok := rep.Case("ABI(context-close-at-end)")
+	require.True(t, ok)
+	assert.Equal(t, StatusFail, c.Status)
+	assert.Equal(t, 1, rep.Failed)
+	assert.Contains(t, out.String(), "ABI(context-close-at-end): FAIL [error]")
+	assert.Contains(t, out.String(), "rerun: xpu conform --plugin "+plugins["MUT_CTX_LEAK"]+
+		` --filter '^RELU\(dtype=f32,shape=\[17\]\)$' --seed 0`)
 }

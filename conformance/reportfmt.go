@@ -34,7 +34,9 @@ var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
 // FileBase is the report files' name without extension.
 func (r *Report) FileBase() string {
-	name := unsafeName.ReplaceAllString(r.Backend.Name, "_")
+	// leading dots go too: a backend named ".." would otherwise write "<dir>/.." + ".json",
+	// outside the report folder, and "." or ".x" hidden files
+	name := strings.TrimLeft(unsafeName.ReplaceAllString(r.Backend.Name, "_"), ".")
 	if name == "" {
 		name = "backend"
 	}

@@ -90,8 +90,16 @@ func Run(ctx context.Context, b core.Backend, opts ...Option) (*Report, error) {
 	}
 	if r.cctx != nil {
 		if err := r.cctx.Close(); err != nil {
-			rep.add(CaseResult{Name: "ABI(context-close-at-end)", Level: 1, Op: "ABI", Status: StatusFail,
-				Category: CatError, Errors: []string{fmt.Sprintf("closing the suite's context: %v", err)}})
+			// a whole-run check: it reruns with the run's own filter, and is printed like a case
+			repro := r.cfg.repro
+			if cfg.filter != nil {
+				repro += " --filter '" + cfg.filter.String() + "'"
+			}
+			res := CaseResult{Name: "ABI(context-close-at-end)", Level: 1, Op: "ABI", Status: StatusFail,
+				Category: CatError, Errors: []string{fmt.Sprintf("closing the suite's context: %v", err)},
+				Repro: fmt.Sprintf("%s --seed %d", repro, cfg.seed)}
+			rep.add(res)
+			progress(cfg.progress, res)
 		}
 	}
 	rep.Seconds = time.Since(rep.Started).Seconds()

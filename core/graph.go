@@ -9,7 +9,16 @@ import (
 // Shape is a tensor shape, outermost axis first. Rank 0 is a scalar.
 type Shape []int64
 
-// NumElements is the product of the dimensions (1 for a scalar).
+// MaxDim and MaxElements bound every tensor a Graph accepts (inputs, constants and every
+// node's output), as XPU_IR_MAX_DIM and XPU_IR_MAX_NUMEL do in abi/xpu_ir.h: element counts and
+// byte sizes of accepted shapes never overflow an int64, here or in a plugin.
+const (
+	MaxDim      = int64(1) << 40
+	MaxElements = int64(1) << 40
+)
+
+// NumElements is the product of the dimensions (1 for a scalar). It is exact for every shape
+// a Graph accepted (at most MaxElements); on other shapes it may wrap.
 func (s Shape) NumElements() int64 {
 	n := int64(1)
 	for _, d := range s {
@@ -156,10 +165,19 @@ func checkShape(dt DType, shape Shape) error {
 	if len(shape) > MaxRank {
 		return fmt.Errorf("rank %d > %d", len(shape), MaxRank)
 	}
+	n := int64(1)
 	for _, d := range shape {
 		if d < 0 {
 			return fmt.Errorf("negative dimension in %s", shape)
 		}
+		if d > MaxDim {
+			return fmt.Errorf("dimension %d in %s is larger than 2^40", d, shape)
+		}
+		// n <= MaxElements and d <= MaxDim here, so the division guards the product
+		if d != 0 && n > MaxElements/d {
+			return fmt.Errorf("shape %s has more than 2^40 elements", shape)
+		}
+		n *= d
 	}
 	if bl := dt.BlockLen(); bl > 1 && (len(shape) == 0 || shape[len(shape)-1]%bl != 0) {
 		return fmt.Errorf("%s needs the last dimension to be a multiple of %d, got %s", dt, bl, shape)

@@ -187,3 +187,55 @@ func TestBinding(t *testing.T) {
 		require.Same(t, tc.want, got, "io %d", tc.io)
 	}
 }
+
+// Element counts must never wrap: 65552*61681*4562284561 = 2^64+16, so before the bound a
+// reshape of 16 elements to that shape passed the count check and backends (core/ref's
+// permute, OpenCL) indexed far outside their buffers.
+func TestShapesAreBounded(t *testing.T) {
+	wrap16 := []int64{65552, 61681, 4562284561}
+	tests := []struct {
+		name    string
+		build   func(g *Graph)
+		wantMsg string
+	}{
+		{"input dim", func(g *Graph) { g.Input("x", F32, MaxDim+1) }, "larger than 2^40"},
+		{"input product", func(g *Graph) { g.Input("x", F32, wrap16...) }, "more than 2^40 elements"},
+		{"input product past int64", func(g *Graph) { g.Input("x", F32, MaxDim, MaxDim, MaxDim) }, "more than 2^40 elements"},
+		{"const product", func(g *Graph) { g.Const("w", F32, Shape{1 << 21, 1 << 20}, nil) }, "more than 2^40 elements"},
+		{"reshape that wraps to the same count", func(g *Graph) {
+			g.Named("wrapped").Permute(g.Reshape(g.Input("x", F32, 16), wrap16...), 2, 1, 0)
+		}, `"wrapped" (RESHAPE): shape [65552,61681,4562284561] has more than 2^40 elements`},
+		{"broadcast output", func(g *Graph) {
+			g.Named("big_add").Add(g.Input("a", F32, 1<<21, 1), g.Input("b", F32, 1<<20))
+		}, `"big_add" (ADD): output: shape [2097152,1048576] has more than 2^40 elements`},
+		{"matmul output", func(g *Graph) {
+			g.Named("big_mm").MatMul(g.Input("a", F32, 1<<21, 1), g.Input("b", F32, 1<<20, 1))
+		}, `"big_mm" (MATMUL): output: shape`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewGraph()
+			tc.build(g)
+			err := g.Err()
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrGraph)
+			assert.Contains(t, err.Error(), tc.wantMsg)
+		})
+	}
+
+	t.Run("at the bound", func(t *testing.T) {
+		g := NewGraph()
+		x := g.Input("x", F32, 1<<20, 1<<20)
+		g.Output(g.Reshape(x, MaxElements))
+		require.NoError(t, g.Err())
+		assert.Equal(t, MaxElements, g.Outputs[0].Shape.NumElements())
+	})
+
+	t.Run("hand-edited graph", func(t *testing.T) {
+		g := NewGraph()
+		g.Output(g.ReLU(g.Input("x", F32, 16)))
+		require.NoError(t, g.Validate())
+		g.Tensors[0].Shape = wrap16
+		assert.ErrorContains(t, g.Validate(), "more than 2^40 elements")
+	})
+}

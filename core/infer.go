@@ -5,17 +5,29 @@ import "fmt"
 // InferOutput checks a node's inputs and attributes against abi/OPS.md and returns the output
 // dtype and shape. forceDType/forceShape carry the output type for ops whose output is not
 // determined by the inputs (RESHAPE, CAST, QUANTIZE, SLICE); pass the node's output when
-// re-validating.
+// re-validating. Every input and the output must be within MaxDim and MaxElements, so no
+// element count in the check (or in a backend) can wrap.
 func InferOutput(n *Node, forceDType DType, forceShape Shape) (DType, Shape, error) {
-	in := n.Inputs
-	for i, t := range in {
+	for i, t := range n.Inputs {
 		if t == nil {
 			return 0, nil, fmt.Errorf("input %d is nil", i)
 		}
-		if len(t.Shape) > MaxRank {
-			return 0, nil, fmt.Errorf("input %d (%s) has rank %d > %d", i, t.Name, len(t.Shape), MaxRank)
+		if err := checkShape(t.DType, t.Shape); err != nil {
+			return 0, nil, fmt.Errorf("input %d (%s): %w", i, t.Name, err)
 		}
 	}
+	dt, shape, err := inferOutput(n, forceDType, forceShape)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := checkShape(dt, shape); err != nil {
+		return 0, nil, fmt.Errorf("output: %w", err)
+	}
+	return dt, shape, nil
+}
+
+func inferOutput(n *Node, forceDType DType, forceShape Shape) (DType, Shape, error) {
+	in := n.Inputs
 	if len(forceShape) > MaxRank {
 		return 0, nil, fmt.Errorf("output rank %d > %d", len(forceShape), MaxRank)
 	}

@@ -4,7 +4,8 @@
 set -euo pipefail
 
 pkgs=(gcc make pkg-config pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo libsimde-dev
-      qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross valgrind)
+      qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross valgrind
+      clang libclang-rt-14-dev) # clang + its libFuzzer/ASan runtimes: make fuzz-ir
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -129,6 +129,15 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if cerr := t.b.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("closing the backend: %w", cerr)
 		}
+		if err != nil {
+			// printed and counted before the backend's line, so that line and the last agree
+			fmt.Fprintf(stdout, "== %s: FAIL [error] %v\n", info.Name, err)
+			if rep == nil {
+				total.Failed++
+			} else {
+				rep.Failed++
+			}
+		}
 		if rep != nil {
 			total.Passed += rep.Passed
 			total.Failed += rep.Failed
@@ -138,10 +147,6 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			if *reportDir != "" {
 				fmt.Fprintf(stdout, "== reports: %s/%s.{json,md,xml}\n", *reportDir, rep.FileBase())
 			}
-		}
-		if err != nil {
-			fmt.Fprintf(stdout, "== %s: FAIL [error] %v\n", info.Name, err)
-			total.Failed++
 		}
 	}
 	fmt.Fprintln(stdout, total.Summary())

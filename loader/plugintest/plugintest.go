@@ -50,7 +50,7 @@ func Build(t testing.TB, dir, name, cc string, defines ...string) string {
 	for _, d := range defines {
 		args = append(args, "-D"+d)
 	}
-	args = append(args, "-o", out, filepath.Join(root, "loader", "testdata", "testplugin.c"), "-lpthread")
+	args = append(args, "-o", out, filepath.Join(root, "loader", "testdata", "testplugin.c"), "-lpthread", "-lm")
 	if b, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %v: %v\n%s", cc, args, err, b)
 	}

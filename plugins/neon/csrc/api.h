@@ -53,7 +53,7 @@ xpu_status nv_exec_begin(nv_execution *x, int state, const char *what);
 /* Back to idle: the bound buffers are no longer in flight; wakes waiters. */
 void nv_exec_finish(nv_execution *x);
 /* fence.c */
-void nv_queue_stop(nv_context *c);
+void nv_run_job(xpu_queue_item *item, const int *stop); /* the context queue's job runner */
 void nv_fence_free(nv_fence *f);
 
 #endif /* NEON_API_H */

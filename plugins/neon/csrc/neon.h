@@ -16,6 +16,7 @@
 #include "xpu_backend.h"
 #include "xpu_ir.h"
 #include "xpu_plugin.h"
+#include "xpu_sync.h"
 
 enum { OBJ_CONTEXT = 1, OBJ_BUFFER, OBJ_EXECUTABLE, OBJ_EXECUTION, OBJ_FENCE };
 
@@ -83,15 +84,8 @@ void nv_buffer_unref(nv_buffer *b);
 
 typedef struct nv_fence {
   nv_context *ctx;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  uint64_t value;
-  xpu_status failed; /* status of a failed submission that was to signal this fence */
-  uint64_t failed_value;
-  int users; /* queued jobs that wait on or signal this fence: it cannot be released before */
+  xpu_timeline tl; /* its users (queued jobs) keep it from being released */
 } nv_fence;
-
-struct nv_job;
 
 struct nv_context {
   uint32_t device;
@@ -100,12 +94,7 @@ struct nv_context {
   nv_cpuset cpus;
   int threads;
   int int8dot; /* use the CPU's int8 dot-product instruction when it has one */
-  /* async queue: one thread per context, started by the first submit */
-  pthread_mutex_t qmu;
-  pthread_cond_t qcv;
-  struct nv_job *qhead, *qtail;
-  int qstarted, qstop;
-  pthread_t qthread;
+  xpu_queue q; /* execution_submit's queue: one thread per context, started by the first submit */
 };
 
 /* where one graph tensor lives during an execution */

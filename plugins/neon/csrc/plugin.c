@@ -83,13 +83,10 @@ xpu_status nv_api_op_support(uint32_t device, const xpu_op_query *q, uint32_t *v
 
 /* ---------------------------------------------------------------- contexts */
 
-void nv_queue_stop(nv_context *c);
-
 static void context_free(nv_context *c) {
-  nv_queue_stop(c);
+  xpu_queue_stop(&c->q);
   nv_pool_destroy(c->pool);
-  pthread_mutex_destroy(&c->qmu);
-  pthread_cond_destroy(&c->qcv);
+  xpu_queue_destroy(&c->q);
   free(c);
 }
 
@@ -124,13 +121,11 @@ xpu_status nv_api_context_create(uint32_t device, const char *options, xpu_conte
   c->device = device;
   c->cpus = cpus;
   c->threads = threads;
-  pthread_mutex_init(&c->qmu, NULL);
-  pthread_cond_init(&c->qcv, NULL);
+  xpu_queue_init(&c->q, nv_run_job);
   char err[256];
   c->pool = nv_pool_create(threads, &cpus, err, sizeof err);
   if (!c->pool) {
-    pthread_mutex_destroy(&c->qmu);
-    pthread_cond_destroy(&c->qcv);
+    xpu_queue_destroy(&c->q);
     free(c);
     return xpu_fail(&nv_reg, 0, XPU_E_OUT_OF_MEMORY, "context_create: %s", err);
   }
@@ -175,12 +170,12 @@ xpu_status nv_api_shutdown(void) {
     pthread_mutex_lock(&nv_reg.mu);
     for (uint32_t i = 1; i < nv_reg.cap && !c; i++) {
       xpu_slot *s = &nv_reg.slots[i];
-      if (s->obj && s->type == OBJ_CONTEXT && !__atomic_load_n(&((nv_context *)s->obj)->qstop, __ATOMIC_ACQUIRE))
+      if (s->obj && s->type == OBJ_CONTEXT && !xpu_queue_stopping(&((nv_context *)s->obj)->q))
         c = (nv_context *)s->obj;
     }
     pthread_mutex_unlock(&nv_reg.mu);
     if (!c) break;
-    nv_queue_stop(c);
+    xpu_queue_stop(&c->q);
   }
   void *o;
   while ((o = take_one(OBJ_EXECUTION))) nv_execution_free((nv_execution *)o);

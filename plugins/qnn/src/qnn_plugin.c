@@ -22,8 +22,7 @@
 xpu_registry qnn_reg = XPU_REGISTRY_INIT;
 qnn_plugin_state qnn_state = {.mu = PTHREAD_MUTEX_INITIALIZER,
                                .refs_mu = PTHREAD_MUTEX_INITIALIZER,
-                               .queue_mu = PTHREAD_MUTEX_INITIALIZER,
-                               .queue_cv = PTHREAD_COND_INITIALIZER};
+                               .queue = XPU_QUEUE_INIT(queue_run)};
 
 /* ---------------------------------------------------------------- library discovery */
 

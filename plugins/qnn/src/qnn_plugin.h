@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 
 #include "qnn_internal.h"
+#include "xpu_sync.h"
 
 #ifndef XPU_QNN_BUILD_ID
 #define XPU_QNN_BUILD_ID "qnn-dev"
@@ -26,13 +27,7 @@ typedef struct qnn_plugin_state {
   char load_err[512];
   qnn_lib lib;
   pthread_mutex_t refs_mu; /* fence references (qnn_fence.c) */
-  /* the submission queue and its one worker thread (qnn_queue.c) */
-  pthread_mutex_t queue_mu;
-  pthread_cond_t queue_cv;
-  struct qjob *head, *tail;
-  pthread_t worker;
-  int worker_running;
-  int stopping;
+  xpu_queue queue;         /* submissions, run in order by one worker thread (qnn_queue.c) */
 } qnn_plugin_state;
 extern qnn_plugin_state qnn_state;
 
@@ -79,12 +74,7 @@ typedef struct qexec {
 typedef struct qfence {
   xpu_context ctx;
   qctx *owner;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  uint64_t value;
-  uint64_t fail_value; /* 0: none */
-  xpu_status fail_status;
-  uint32_t refs; /* waiters and queued submissions (guarded by qnn_state.refs_mu) */
+  xpu_timeline tl; /* users: waiters and queued submissions (taken and dropped under qnn_state.refs_mu) */
 } qfence;
 
 /* devices and IR parsing (qnn_plugin.c) */
@@ -124,13 +114,12 @@ xpu_status fence_wait(xpu_fence h, uint64_t value, int64_t timeout_ns);
 xpu_status fence_value(xpu_fence h, uint64_t *out);
 xpu_status fence_signal(xpu_fence h, uint64_t value);
 xpu_status fence_release(xpu_fence h);
-/* records value (or, with fail != XPU_OK, a failed submission at value) and wakes waiters */
-xpu_status fence_set(qfence *f, uint64_t value, xpu_status fail);
 /* a counted reference to a live fence (NULL if the handle is not one), and its release */
 qfence *fence_ref(xpu_fence h);
 void fence_unref(qfence *f);
-/* waits without recording an error message: XPU_OK, XPU_E_TIMEOUT or a failed submission's status */
-xpu_status fence_wait_on(qfence *f, uint64_t value, int64_t timeout_ns);
+/* sets value (or, with fail != XPU_OK, poisons it) and drops a reference, atomically with
+ * respect to fence_release */
+void fence_set_unref(qfence *f, uint64_t value, xpu_status fail);
 
 /* executions, shared with the queue (qnn_exec.c) */
 /* pins every bound buffer of x (bufs[i], busy++) or fails without pinning any */
@@ -144,5 +133,7 @@ xpu_status queue_submit(xpu_execution h, qexec *x, qbuf **bufs, const xpu_fence_
                         qfence **wait_fences, qfence *signal, uint64_t signal_value);
 /* stops and joins the worker (shutdown; the queue is empty when every object is released) */
 void queue_stop(void);
+/* the worker's job runner (qnn_state.queue) */
+void queue_run(xpu_queue_item *item, const int *stop);
 
 #endif /* XPU_QNN_PLUGIN_H */
