@@ -7,14 +7,12 @@ package loader
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/xpuhub/xpu/abi"
 	"github.com/xpuhub/xpu/internal/modroot"
 )
 
@@ -50,6 +48,11 @@ type config struct {
 	hostBinary   string
 	hostChecksum []byte
 	callTimeout  time.Duration
+
+	probeTimeout  time.Duration
+	probeCache    string
+	probeCacheSet bool
+	rescan        bool
 }
 
 func newConfig(opts []Option) *config {
@@ -160,28 +163,22 @@ func (c *config) files() []searchDir {
 	return out
 }
 
-// Discover finds every candidate plugin, probes each (in this process: probe is cheap and
-// initialises no SDK) and marks the best usable one per backend name as Chosen. Broken files
-// are candidates with Err set, never an error of Discover, which fails only when ctx is done.
+// Discover finds every candidate plugin, probes each and marks the best usable one per
+// backend name as Chosen. No plugin code runs in this process: each file is dlopened and
+// probed in a short-lived child (see the package's plugin-host entry point), concurrently and
+// with a deadline (WithProbeTimeout), unless the on-disk cache already has its answer (see
+// EnvCacheDir, Rescan). A plugin whose probe crashes, aborts, exits or hangs, and a file that
+// is no regular file (a FIFO named libxpu-x.so), is a candidate with Err set (ErrProbeFault for
+// the former), never an error of Discover, which fails only when ctx is done; cancelling ctx
+// kills the probe children.
 func Discover(ctx context.Context, opts ...Option) ([]Candidate, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	c := newConfig(opts)
-	var cands []Candidate
-	for _, f := range c.files() {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		cd := Candidate{Path: f.path, Source: f.source}
-		res, err := abi.Probe(f.path)
-		cd.Name, cd.Score, cd.Reason = res.Name, res.Score, res.Reason
-		if err != nil {
-			cd.Err = err
-			cd.Reason = err.Error()
-		} else if res.Score <= 0 && cd.Reason == "" {
-			cd.Reason = "probe scored 0 without a reason"
-		}
-		slog.Debug("loader: candidate", "path", cd.Path, "name", cd.Name, "score", cd.Score,
-			"reason", cd.Reason)
-		cands = append(cands, cd)
+	cands, err := c.probeAll(ctx, c.files())
+	if err != nil {
+		return nil, err
 	}
 	choose(cands)
 	return cands, nil
