@@ -7,6 +7,7 @@ package loader
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -20,6 +21,8 @@ import (
 const (
 	EnvPluginPath = "XPU_PLUGIN_PATH" // colon-separated plugin files or folders
 	EnvIsolate    = "XPU_ISOLATE"     // comma-separated backend names to open isolated ("all": every one)
+	// EnvProbeTimeout bounds each plugin's probe child ("2s"; default DefaultProbeTimeout).
+	EnvProbeTimeout = "XPU_PROBE_TIMEOUT"
 )
 
 // PluginGlob is the file name every plugin in a searched folder has.
@@ -65,6 +68,13 @@ func newConfig(opts []Option) *config {
 		for _, n := range strings.Split(os.Getenv(EnvIsolate), ",") {
 			if n = strings.TrimSpace(n); n != "" {
 				c.isolateEnv[n] = true
+			}
+		}
+		if v := os.Getenv(EnvProbeTimeout); v != "" && c.probeTimeout == 0 {
+			if d, err := time.ParseDuration(v); err == nil && d > 0 {
+				c.probeTimeout = d
+			} else {
+				slog.Warn("loader: ignoring a bad "+EnvProbeTimeout, "value", v)
 			}
 		}
 	}
