@@ -18,9 +18,11 @@ const ExitStatusPluginExit = 70
 
 // The exit guard: the first time a plugin library is loaded, a handler is registered with the
 // C library's exit handlers (on_exit, else __cxa_atexit). Go's own exit (os.Exit, return from
-// main) is the exit_group system call and never runs them, with or without cgo (checked by
-// abi's tests), so the handler runs only when C code, i.e. a plugin, calls exit(). It prints
-// which plugin and call were in flight and ends the process with ExitStatusPluginExit.
+// main) is the exit_group system call and never runs them (checked by abi's tests), so the
+// handler runs only when C code, i.e. a plugin, calls exit(), in a call or from a thread of its
+// own. It prints which plugin and call were in flight and ends the process with
+// ExitStatusPluginExit. The one exception is a -race build, whose Go exit ends in the C
+// library's exit: there the guard acts only while a plugin call is in flight.
 
 var exitGuard struct {
 	once     sync.Once
@@ -83,6 +85,9 @@ func installExitGuard() {
 
 // pluginExited is the guard's handler: it runs inside the C library's exit().
 func pluginExited(status int, known bool) {
+	if goExitRunsCExit && exitGuard.inFlight.Load() == 0 {
+		return // most likely Go's own exit, through the race runtime
+	}
 	what := "exit()"
 	if known {
 		what = fmt.Sprintf("exit(%d)", status)
