@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/ebitengine/purego"
 )
@@ -22,7 +23,7 @@ const ExitStatusPluginExit = 70
 // handler runs only when C code, i.e. a plugin, calls exit(), in a call or from a thread of its
 // own. It prints which plugin and call were in flight and ends the process with
 // ExitStatusPluginExit. The one exception is a -race build, whose Go exit ends in the C
-// library's exit: there the guard acts only while a plugin call is in flight.
+// library's exit: there the guard looks at the stack to tell Go's exit from a plugin's.
 
 var exitGuard struct {
 	once     sync.Once
@@ -83,10 +84,26 @@ func installExitGuard() {
 	})
 }
 
+// fromGoExit tells whether this exit handler runs inside Go's own exit: the goroutine that
+// called into the C exit is then in os.Exit (the race runtime's finish calls the C exit).
+func fromGoExit() bool {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	for {
+		f, more := frames.Next()
+		if f.Function == "runtime.racefini" || f.Function == "os.Exit" {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
 // pluginExited is the guard's handler: it runs inside the C library's exit().
 func pluginExited(status int, known bool) {
-	if goExitRunsCExit && exitGuard.inFlight.Load() == 0 {
-		return // most likely Go's own exit, through the race runtime
+	if goExitRunsCExit && fromGoExit() {
+		return // Go's own exit, through the race runtime
 	}
 	what := "exit()"
 	if known {
@@ -102,5 +119,6 @@ func pluginExited(status int, known bool) {
 	msg += fmt.Sprintf("; exiting with status %d instead (isolate the plugin to survive this: --isolated, XPU_ISOLATE)\n",
 		ExitStatusPluginExit)
 	os.Stderr.WriteString(msg)
-	os.Exit(ExitStatusPluginExit)
+	// the raw exit: os.Exit would, under -race, re-enter the C library's exit we are inside of
+	syscall.Exit(ExitStatusPluginExit)
 }

@@ -185,6 +185,9 @@ func Discover(ctx context.Context, opts ...Option) ([]Candidate, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if err := refuseInPluginHost(); err != nil {
+		return nil, err
+	}
 	c := newConfig(opts)
 	cands, err := c.probeAll(ctx, c.files())
 	if err != nil {

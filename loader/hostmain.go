@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 )
 
 // The plugin-host entry point. The loader starts plugin hosts from its own executable (or
@@ -27,7 +28,9 @@ import (
 func init() {
 	if os.Getenv(envHostMode) == hostModeProbe &&
 		os.Getenv(handshake.MagicCookieKey) == handshake.MagicCookieValue {
-		os.Exit(hostMain(hostModeProbe, os.Getenv(envChildPlugin), os.Stdout, os.Stderr))
+		// syscall.Exit, not os.Exit: under -race os.Exit finishes the race runtime through the C
+		// library's exit, whose handlers (abi's exit guard) cannot call Go before init is done
+		syscall.Exit(hostMain(hostModeProbe, os.Getenv(envChildPlugin), os.Stdout, os.Stderr))
 	}
 }
 

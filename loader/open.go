@@ -28,6 +28,9 @@ func Open(ctx context.Context, nameOrPath string, opts ...Option) (core.Backend,
 	if nameOrPath == RefName {
 		return ref.New(), nil
 	}
+	if err := refuseInPluginHost(); err != nil {
+		return nil, err
+	}
 	c := newConfig(opts)
 	if isPath(nameOrPath) {
 		abs, err := filepath.Abs(nameOrPath)

@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,6 +45,9 @@ const hostModeInspect = "inspect"
 // EnvCacheDir is the cache folder shared with the plugins (the OpenCL plugin keeps compiled
 // programs there): XPU_CACHE_DIR, else $XDG_CACHE_HOME/xpu, else ~/.cache/xpu.
 const EnvCacheDir = "XPU_CACHE_DIR"
+
+// probeChildren counts the probe children started (the tests' witness of the cache).
+var probeChildren atomic.Int64
 
 // probeConcurrency is how many probe children run at once.
 const probeConcurrency = 8
@@ -366,6 +370,7 @@ func (c *config) runProbeChild(ctx context.Context, path, mode string, timeout t
 	cmd.Stdout, cmd.Stderr = &out, logs
 	cmd.WaitDelay = time.Second // a grandchild holding the pipes must not hold us
 	start := time.Now()
+	probeChildren.Add(1)
 	if err := cmd.Start(); err != nil {
 		return ans, false, fmt.Errorf("probing %s: starting %s: %v: %w", path, bin, err, core.ErrInternal)
 	}
@@ -470,6 +475,9 @@ func (a probeAnswer) answerErr() error {
 // caller down. A plugin that opens with no device is an error (core.ErrUnsupported).
 func Inspect(ctx context.Context, cd Candidate, opts ...Option) ([]core.DeviceInfo, error) {
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := refuseInPluginHost(); err != nil {
 		return nil, err
 	}
 	c := newConfig(opts)

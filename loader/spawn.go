@@ -45,6 +45,17 @@ func inPluginHost() bool {
 	return os.Getenv(handshake.MagicCookieKey) != "" || os.Getenv(envHostMode) != ""
 }
 
+// refuseInPluginHost fails discovery and opening in a process the loader started as a plugin
+// host that did not serve (its main runs instead, because it does not call ServeIfPluginHost):
+// going on would run the whole application again in the child, or, isolated, start yet
+// another child.
+func refuseInPluginHost() error {
+	if inPluginHost() {
+		return fmt.Errorf("loader: %w: %w", ErrInPluginHost, core.ErrBadState)
+	}
+	return nil
+}
+
 // childEnvDrop are the variables a plugin-host child must not inherit: isolation choices, host
 // selection and the markers of a previous generation of hosts (go-plugin's own PLUGIN_*
 // handshake variables are set afresh by go-plugin).
