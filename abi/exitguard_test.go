@@ -73,4 +73,3 @@ func TestExitGuard(t *testing.T) {
 		})
 	}
 }
-
