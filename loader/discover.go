@@ -1,7 +1,12 @@
-// Package loader finds xpu backend plugins, probes them, keeps the best one per backend name
-// and opens it: in this process through purego (package abi), or isolated in a child process
-// (`xpu plugin-host`, served over hashicorp/go-plugin with buffers in shared memory). "ref" is
-// the built-in reference backend.
+// Package loader finds xpu backend plugins, probes each in a short-lived child process (so
+// that a plugin that crashes or hangs in its constructor or probe cannot take the caller down;
+// answers cached on disk), keeps the best one per backend name and opens it: in this process
+// through purego (package abi), or isolated in a child process (`xpu plugin-host`, served over
+// hashicorp/go-plugin with buffers in shared memory). "ref" is the built-in reference backend.
+//
+// The children are the running executable (or WithHostBinary, XPU_PLUGIN_HOST) started in
+// plugin-host mode. Probe children need no wiring; a Go application that opens isolated
+// backends or calls Inspect calls ServeIfPluginHost first thing in main (see hostmain.go).
 package loader
 
 import (

@@ -48,8 +48,9 @@ const envChildPlugin = "XPU_PLUGIN_HOST_PLUGIN"
 // stuck in one past it is killed, so that the host never hangs.
 const defaultCallTimeout = time.Minute
 
-// WithHostBinary names the executable that serves isolated plugins (its "plugin-host"
-// subcommand). The default is XPU_PLUGIN_HOST, else the running executable.
+// WithHostBinary names the executable that serves isolated plugins and probes plugin files
+// (its "plugin-host" subcommand, e.g. a built xpu). The default is XPU_PLUGIN_HOST, else the
+// running executable, which then must call ServeIfPluginHost first thing in main.
 func WithHostBinary(path string) Option { return func(c *config) { c.hostBinary = path } }
 
 // WithHostChecksum refuses to start a plugin host whose executable's SHA-256 differs from sum.
