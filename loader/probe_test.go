@@ -196,3 +196,25 @@ func TestPluginHostStartsNoHost(t *testing.T) {
 		WithProbeCacheDir(t.TempDir()))
 	require.ErrorIs(t, err, ErrInPluginHost)
 }
+
+// BenchmarkDiscoverWarmCache is discovery at a normal start-up: every answer from the cache
+// (stat, hash and one small file read per plugin; no child).
+func BenchmarkDiscoverWarmCache(b *testing.B) {
+	cache := b.TempDir()
+	ctx := context.Background()
+	cands, err := Discover(ctx, WithProbeCacheDir(cache), WithoutEnv())
+	require.NoError(b, err)
+	if len(cands) == 0 {
+		b.Skip("no plugin built (make all)")
+	}
+	before := probeChildren.Load()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := Discover(ctx, WithProbeCacheDir(cache), WithoutEnv()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	require.Equal(b, before, probeChildren.Load(), "a warm discovery started a child")
+	b.ReportMetric(float64(len(cands)), "plugins")
+}
