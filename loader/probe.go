@@ -394,7 +394,7 @@ func (c *config) runProbeChild(ctx context.Context, path, mode string, timeout t
 		return ans, false, fmt.Errorf("probing %s: %w", path, ctx.Err())
 	}
 	slog.Debug("loader: probe child", "path", path, "mode", mode, "took", time.Since(start), "err", werr)
-	logs.settle(20*time.Millisecond, 200*time.Millisecond)
+	// Wait has drained the pipes: the child's last words are all in logs
 	var ee *exec.ExitError
 	switch {
 	case errors.As(werr, &ee):
