@@ -410,8 +410,14 @@ func (c *config) runProbeChild(ctx context.Context, path, mode string, timeout t
 			ans.FaultKind = core.ErrBackendCrashed.Error()
 			return ans, true, nil
 		}
-		// an exit status without an answer: the plugin called exit(), or the host executable
-		// does not serve probes; not cached, since it may be the latter
+		// abi's exit guard: the plugin called exit() (the message names the call)
+		if ee.ExitCode() == abi.ExitStatusPluginExit {
+			ans.Fault = fmt.Sprintf("probe child exited with status %d: %s", ee.ExitCode(), oneLine(logs.last()))
+			ans.FaultKind = core.ErrBackendCrashed.Error()
+			return ans, true, nil
+		}
+		// another exit status without an answer: the plugin called _exit(), or the host
+		// executable does not serve probes; not cached, since it may be the latter
 		ans.Fault = fmt.Sprintf("probe child exited with status %d without answering (did the plugin call exit()?); its last output: %s",
 			ee.ExitCode(), oneLine(logs.last()))
 		ans.FaultKind = core.ErrBackendCrashed.Error()
