@@ -52,7 +52,19 @@ var reportExts = []string{".json", ".md", ".xml"}
 // in dir. Run calls it before the first case, so that a run that dies half way (a plugin that
 // ends the process) leaves no earlier report behind that would pass for its result.
 func (r *Report) RemoveFiles(dir string) error {
-	base := filepath.Join(dir, r.FileBase())
+	return removeReportFiles(dir, r.FileBase())
+}
+
+// RemoveReportFiles deletes the report files an earlier run left in dir for backend (by name)
+// and device: for a backend that cannot even be opened now, whose earlier report would
+// otherwise stay in place as if it were current.
+func RemoveReportFiles(dir, backend string, device int) error {
+	r := Report{Backend: BackendRecord{Name: backend}, Device: DeviceRecord{Index: device}}
+	return r.RemoveFiles(dir)
+}
+
+func removeReportFiles(dir, base string) error {
+	base = filepath.Join(dir, base)
 	for _, ext := range reportExts {
 		if err := os.Remove(base + ext); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("conformance: removing the previous report: %w", err)

@@ -135,3 +135,24 @@ func TestConformPluginExit(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, left, "an earlier run's reports would pass for this run's")
 }
+
+// TestConformOpenFailureRemovesOldReports: a backend that cannot be opened any more (here: it
+// opens with 0 devices) fails the run, and its earlier reports do not stay in place.
+func TestConformOpenFailureRemovesOldReports(t *testing.T) {
+	plugintest.CC(t)
+	dir := t.TempDir()
+	plugintest.Build(t, dir, "nodev", "", "TP_ZERO_DEVICES", `TP_NAME="nodev"`)
+	t.Setenv(loader.EnvPluginPath, dir)
+	t.Setenv(loader.EnvCacheDir, t.TempDir())
+	reports := t.TempDir()
+	for _, ext := range []string{".json", ".md", ".xml"} {
+		require.NoError(t, os.WriteFile(filepath.Join(reports, "nodev"+ext), []byte("stale"), 0o644))
+	}
+	code, out, errOut := runCLI(t, "conform", "--plugin", "nodev", "--report", reports)
+	assert.Equal(t, 1, code, errOut)
+	assert.Contains(t, out, "opened with 0 devices")
+	assert.Contains(t, out, "0 passed, 1 failed")
+	left, err := os.ReadDir(reports)
+	require.NoError(t, err)
+	assert.Empty(t, left)
+}
