@@ -394,6 +394,9 @@ func (c *config) runProbeChild(ctx context.Context, path, mode string, timeout t
 		return ans, false, fmt.Errorf("probing %s: %w", path, ctx.Err())
 	}
 	slog.Debug("loader: probe child", "path", path, "mode", mode, "took", time.Since(start), "err", werr)
+	if errors.Is(werr, exec.ErrWaitDelay) {
+		werr = nil // the child exited well; something it started held its pipes (now killed)
+	}
 	// Wait has drained the pipes: the child's last words are all in logs
 	var ee *exec.ExitError
 	switch {
