@@ -14,6 +14,10 @@ PLUGIN_CFLAGS := -std=c11 -O2 -g -fPIC -Wall -Wextra -Werror -fvisibility=hidden
 PLUGIN_LDFLAGS := -shared -lpthread -ldl -lm
 COMMON_HDRS := abi/xpu_backend.h abi/xpu_ir.h plugins/common/xpu_plugin.h plugins/common/xpu_sync.h
 
+# the plugin.mk files below define rules of their own: without this, plain `make` would build
+# only the first of them (one plugin) instead of the CLI and every plugin
+.DEFAULT_GOAL := all
+
 PLUGINS :=
 PLUGIN_TESTS :=
 include $(sort $(wildcard plugins/*/plugin.mk))

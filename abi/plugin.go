@@ -76,6 +76,11 @@ func loadLibrary(path string) (lib *library, err error) {
 	if l, ok := libraries.byPath[abs]; ok {
 		return l, nil
 	}
+	// a FIFO or device named like a plugin would block the open below forever
+	if st, err := os.Stat(abs); err == nil && !st.Mode().IsRegular() && !st.IsDir() {
+		return nil, fmt.Errorf("plugin %s: not a regular file (%v): %w", path, st.Mode().Type(),
+			core.ErrInvalidArgument)
+	}
 	f, err := os.Open(abs)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -95,6 +100,7 @@ func loadLibrary(path string) (lib *library, err error) {
 		return nil, fmt.Errorf("plugin %s: %w", path, err)
 	}
 	defer recoverTo(&err)
+	installExitGuard() // before any plugin code (constructors included) runs
 	h, err := purego.Dlopen(abs, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
 		return nil, fmt.Errorf("plugin %s: dlopen: %v: %w", path, err, core.ErrIncompatible)
@@ -142,7 +148,9 @@ func (l *library) callProbe() (res ProbeResult, err error) {
 	defer recoverTo(&err)
 	var out cProbeResult
 	out.StructSize = uint32(unsafe.Sizeof(out))
+	enterCall(l.path, SymProbe)
 	st := Status(l.probe(&out))
+	leaveCall()
 	res.ABIMajor, res.ABIMinor = out.ABIMajor, out.ABIMinor
 	res.Score = int(out.Score)
 	res.Name = goString(out.Name[:])
@@ -275,7 +283,9 @@ func (p *Plugin) open() (err error) {
 		LogUser: logUser(p.probe.Name), PluginDir: p.dirC}
 	host.StructSize = uint32(unsafe.Sizeof(host))
 	var tbl *cAPI
+	enterCall(p.probe.Name, SymOpen)
 	st := Status(p.lib.open(&host, &tbl))
+	leaveCall()
 	if st != StatusOK {
 		return fmt.Errorf("plugin %s (%s): %s failed: %w", p.lib.path, p.probe.Name, SymOpen,
 			st.Err(p.lastErrorFromTable(tbl)))

@@ -52,6 +52,8 @@ func (p *Plugin) call(entry string, present bool, f func() int32) (st Status) {
 	if p.isShutdown() {
 		return StatusBadState
 	}
+	enterCall(p.probe.Name, entry)
+	defer leaveCall()
 	defer func() {
 		if r := recover(); r != nil {
 			slog.Error("abi: panic in plugin call", "plugin", p.probe.Name, "entry", entry, "panic", r)

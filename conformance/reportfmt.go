@@ -3,6 +3,7 @@ package conformance
 import (
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -46,17 +47,59 @@ func (r *Report) FileBase() string {
 	return name
 }
 
+// reportExts are the report files' extensions, one per format.
+var reportExts = []string{".json", ".md", ".xml"}
+
+// RemoveFiles deletes this report's files (same backend and device) that an earlier run left
+// in dir. Run calls it before the first case, so that a run that dies half way (a plugin that
+// ends the process) leaves no earlier report behind that would pass for its result.
+func (r *Report) RemoveFiles(dir string) error {
+	return removeReportFiles(dir, r.FileBase())
+}
+
+// RemoveReportFiles deletes the report files an earlier run left in dir for backend (by name)
+// and device: for a backend that cannot even be opened now, whose earlier report would
+// otherwise stay in place as if it were current.
+func RemoveReportFiles(dir, backend string, device int) error {
+	r := Report{Backend: BackendRecord{Name: backend}, Device: DeviceRecord{Index: device}}
+	return r.RemoveFiles(dir)
+}
+
+func removeReportFiles(dir, base string) error {
+	base = filepath.Join(dir, base)
+	for _, ext := range reportExts {
+		if err := os.Remove(base + ext); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("conformance: removing the previous report: %w", err)
+		}
+	}
+	return nil
+}
+
+// writeFile writes path atomically: into a temporary file of the same folder, renamed into
+// place once complete, so that a reader (or a crash) never sees half a report.
 func writeFile(path string, write func(io.Writer) error) error {
-	f, err := os.Create(path)
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("conformance: %w", err)
 	}
-	if err := write(f); err != nil {
-		f.Close()
-		return fmt.Errorf("conformance: writing %s: %w", path, err)
+	tmp := f.Name()
+	err = write(f)
+	if err != nil {
+		err = fmt.Errorf("conformance: writing %s: %w", path, err)
 	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("conformance: %w", err)
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("conformance: %w", cerr)
+	}
+	if err == nil {
+		// CreateTemp makes the file 0600; a report is as readable as any other build output
+		err = os.Chmod(tmp, 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
 	}
 	return nil
 }

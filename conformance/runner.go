@@ -74,6 +74,11 @@ func Run(ctx context.Context, b core.Backend, opts ...Option) (*Report, error) {
 		}
 	}
 	rep := &Report{Backend: backendRecord(b.Info()), Device: deviceRecord(r.dev.Info()), Seed: cfg.seed, Started: time.Now().UTC()}
+	if cfg.reportDir != "" {
+		if err := rep.RemoveFiles(cfg.reportDir); err != nil {
+			return nil, err
+		}
+	}
 	for _, tc := range allCases() {
 		if cfg.levels != nil && !cfg.levels[tc.level] {
 			continue

@@ -1,7 +1,12 @@
-// Package loader finds xpu backend plugins, probes them, keeps the best one per backend name
-// and opens it: in this process through purego (package abi), or isolated in a child process
-// (`xpu plugin-host`, served over hashicorp/go-plugin with buffers in shared memory). "ref" is
-// the built-in reference backend.
+// Package loader finds xpu backend plugins, probes each in a short-lived child process (so
+// that a plugin that crashes or hangs in its constructor or probe cannot take the caller down;
+// answers cached on disk), keeps the best one per backend name and opens it: in this process
+// through purego (package abi), or isolated in a child process (`xpu plugin-host`, served over
+// hashicorp/go-plugin with buffers in shared memory). "ref" is the built-in reference backend.
+//
+// The children are the running executable (or WithHostBinary, XPU_PLUGIN_HOST) started in
+// plugin-host mode. Probe children need no wiring; a Go application that opens isolated
+// backends or calls Inspect calls ServeIfPluginHost first thing in main (see hostmain.go).
 package loader
 
 import (
@@ -14,7 +19,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/xpuhub/xpu/abi"
 	"github.com/xpuhub/xpu/internal/modroot"
 )
 
@@ -22,6 +26,8 @@ import (
 const (
 	EnvPluginPath = "XPU_PLUGIN_PATH" // colon-separated plugin files or folders
 	EnvIsolate    = "XPU_ISOLATE"     // comma-separated backend names to open isolated ("all": every one)
+	// EnvProbeTimeout bounds each plugin's probe child ("2s"; default DefaultProbeTimeout).
+	EnvProbeTimeout = "XPU_PROBE_TIMEOUT"
 )
 
 // PluginGlob is the file name every plugin in a searched folder has.
@@ -51,6 +57,11 @@ type config struct {
 	hostChecksum []byte
 	callTimeout  time.Duration
 	execTimeout  time.Duration // isolated execution_run deadline (0: automatic)
+
+	probeTimeout  time.Duration
+	probeCache    string
+	probeCacheSet bool
+	rescan        bool
 }
 
 func newConfig(opts []Option) *config {
@@ -63,6 +74,13 @@ func newConfig(opts []Option) *config {
 		for _, n := range strings.Split(os.Getenv(EnvIsolate), ",") {
 			if n = strings.TrimSpace(n); n != "" {
 				c.isolateEnv[n] = true
+			}
+		}
+		if v := os.Getenv(EnvProbeTimeout); v != "" && c.probeTimeout == 0 {
+			if d, err := time.ParseDuration(v); err == nil && d > 0 {
+				c.probeTimeout = d
+			} else {
+				slog.Warn("loader: ignoring a bad "+EnvProbeTimeout, "value", v)
 			}
 		}
 	}
@@ -161,28 +179,25 @@ func (c *config) files() []searchDir {
 	return out
 }
 
-// Discover finds every candidate plugin, probes each (in this process: probe is cheap and
-// initialises no SDK) and marks the best usable one per backend name as Chosen. Broken files
-// are candidates with Err set, never an error of Discover, which fails only when ctx is done.
+// Discover finds every candidate plugin, probes each and marks the best usable one per
+// backend name as Chosen. No plugin code runs in this process: each file is dlopened and
+// probed in a short-lived child (see the package's plugin-host entry point), concurrently and
+// with a deadline (WithProbeTimeout), unless the on-disk cache already has its answer (see
+// EnvCacheDir, Rescan). A plugin whose probe crashes, aborts, exits or hangs, and a file that
+// is no regular file (a FIFO named libxpu-x.so), is a candidate with Err set (ErrProbeFault for
+// the former), never an error of Discover, which fails only when ctx is done; cancelling ctx
+// kills the probe children.
 func Discover(ctx context.Context, opts ...Option) ([]Candidate, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := refuseInPluginHost(); err != nil {
+		return nil, err
+	}
 	c := newConfig(opts)
-	var cands []Candidate
-	for _, f := range c.files() {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		cd := Candidate{Path: f.path, Source: f.source}
-		res, err := abi.Probe(f.path)
-		cd.Name, cd.Score, cd.Reason = res.Name, res.Score, res.Reason
-		if err != nil {
-			cd.Err = err
-			cd.Reason = err.Error()
-		} else if res.Score <= 0 && cd.Reason == "" {
-			cd.Reason = "probe scored 0 without a reason"
-		}
-		slog.Debug("loader: candidate", "path", cd.Path, "name", cd.Name, "score", cd.Score,
-			"reason", cd.Reason)
-		cands = append(cands, cd)
+	cands, err := c.probeAll(ctx, c.files())
+	if err != nil {
+		return nil, err
 	}
 	choose(cands)
 	return cands, nil

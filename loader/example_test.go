@@ -40,3 +40,19 @@ func Example() {
 	defer ref.Close()
 	fmt.Println(ref.Devices()[0].Info().ID())
 }
+
+// A Go application that opens backends isolated calls ServeIfPluginHost first thing in main:
+// the loader starts the application's own executable as the plugin host, and there this call
+// serves the plugin and exits; in the application it returns at once.
+func ExampleServeIfPluginHost() {
+	loader.ServeIfPluginHost()
+
+	ctx := context.Background()
+	b, err := loader.Open(ctx, loader.RefName, loader.Isolated()) // "neon", "qnn", a path...
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+	fmt.Println(b.Info().Name)
+	// Output: ref
+}

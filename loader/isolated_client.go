@@ -48,8 +48,9 @@ const envChildPlugin = "XPU_PLUGIN_HOST_PLUGIN"
 // stuck in one past it is killed, so that the host never hangs.
 const defaultCallTimeout = time.Minute
 
-// WithHostBinary names the executable that serves isolated plugins (its "plugin-host"
-// subcommand). The default is XPU_PLUGIN_HOST, else the running executable.
+// WithHostBinary names the executable that serves isolated plugins and probes plugin files
+// (its "plugin-host" subcommand, e.g. a built xpu). The default is XPU_PLUGIN_HOST, else the
+// running executable, which then must call ServeIfPluginHost first thing in main.
 func WithHostBinary(path string) Option { return func(c *config) { c.hostBinary = path } }
 
 // WithHostChecksum refuses to start a plugin host whose executable's SHA-256 differs from sum.
@@ -284,8 +285,13 @@ func startProc(cfg *config, cd Candidate) (*isoProc, error) {
 	childEnd := os.NewFile(uintptr(pair[1]), "xpu-fd-socket")
 	defer childEnd.Close() // the child has its own copy once started
 
-	cmd := exec.Command(bin, "plugin-host", cd.Path)
-	cmd.Env = []string{envChildPlugin + "=" + cd.Path}
+	// the environment is explicit (SkipHostEnv below): see spawn.go
+	cmd, err := hostCommand(bin, []string{"plugin-host", cd.Path}, envChildPlugin+"="+cd.Path,
+		envHostMode+"="+hostModeServe)
+	if err != nil {
+		unix.Close(pair[0])
+		return nil, fmt.Errorf("isolated %s: %w", cd.Name, err)
+	}
 	cmd.ExtraFiles = []*os.File{childEnd} // fd 3 in the child
 	pr := &isoProc{name: cd.Name, cmd: cmd, sock: pair[0], fds: &fdSender{sock: pair[0]},
 		logs: &ringLog{name: cd.Name}, counter: &byteCounter{}, timeout: cfg.callTimeout}
@@ -296,6 +302,7 @@ func startProc(cfg *config, cd Candidate) (*isoProc, error) {
 		HandshakeConfig:  handshake,
 		Plugins:          plugin.PluginSet{pluginSetName: &grpcBackendPlugin{}},
 		Cmd:              cmd,
+		SkipHostEnv:      true,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		Logger:           hclog.NewNullLogger(),
 		Stderr:           pr.logs,
@@ -318,6 +325,7 @@ func startProc(cfg *config, cd Candidate) (*isoProc, error) {
 	}
 	if err != nil {
 		pr.client.Kill()
+		killTree(cmd)
 		unix.Close(pr.sock)
 		if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
 			return nil, fmt.Errorf("isolated %s: %s: %v: %w", cd.Name, bin, err, core.ErrIncompatible)
@@ -366,9 +374,7 @@ func (pr *isoProc) kill(reason error) {
 		pr.dead = reason
 	}
 	pr.mu.Unlock()
-	if pr.cmd.Process != nil {
-		pr.cmd.Process.Kill()
-	}
+	killTree(pr.cmd) // the whole process group: a plugin may have started helpers
 	pr.client.Kill()
 	// shutdown, not close: a fast run may be blocked reading the socket right now; it wakes
 	// up and fails. release closes the fd once nobody can be using it.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 
 	"github.com/xpuhub/xpu/abi"
@@ -27,14 +28,23 @@ func Open(ctx context.Context, nameOrPath string, opts ...Option) (core.Backend,
 	if nameOrPath == RefName {
 		return ref.New(), nil
 	}
+	if err := refuseInPluginHost(); err != nil {
+		return nil, err
+	}
 	c := newConfig(opts)
 	if isPath(nameOrPath) {
-		res, err := abi.Probe(nameOrPath)
+		abs, err := filepath.Abs(nameOrPath)
+		if err != nil {
+			return nil, fmt.Errorf("plugin %s: %w", nameOrPath, err)
+		}
+		cd, err := c.probeCandidate(ctx, searchDir{abs, "explicit"})
 		if err != nil {
 			return nil, err
 		}
-		return openCandidate(ctx, c, Candidate{Path: nameOrPath, Name: res.Name, Score: res.Score,
-			Reason: res.Reason})
+		if cd.Err != nil {
+			return nil, cd.Err
+		}
+		return openCandidate(ctx, c, cd)
 	}
 	cands, err := Discover(ctx, opts...)
 	if err != nil {
@@ -75,17 +85,26 @@ func openCandidate(ctx context.Context, c *config, cd Candidate) (core.Backend, 
 		return nil, fmt.Errorf("plugin %s (%s) cannot run here: %s: %w", cd.Path, cd.Name,
 			cd.Reason, core.ErrUnsupported)
 	}
+	var b core.Backend
 	if c.isolate(cd.Name) {
-		return openIsolated(ctx, c, cd)
+		var err error
+		if b, err = openIsolated(ctx, c, cd); err != nil {
+			return nil, err
+		}
+	} else {
+		p, err := abi.Open(cd.Path)
+		if err != nil {
+			return nil, err
+		}
+		if b, err = abi.NewBackend(p); err != nil {
+			p.Close()
+			return nil, err
+		}
 	}
-	p, err := abi.Open(cd.Path)
-	if err != nil {
-		return nil, err
-	}
-	b, err := abi.NewBackend(p)
-	if err != nil {
-		p.Close()
-		return nil, err
+	// a backend without a device would otherwise vanish from every listing without a word
+	if len(b.Devices()) == 0 {
+		b.Close()
+		return nil, zeroDevices(cd.Path, cd.Name)
 	}
 	return b, nil
 }

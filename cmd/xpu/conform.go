@@ -80,14 +80,24 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	var targets []target
 	var total conformance.Report
-	openFailed := func(what string, err error) {
+	openFailed := func(what, name string, err error) {
 		fmt.Fprintf(stdout, "== %s: FAIL [error] cannot open: %v\n", what, err)
 		total.Failed++
+		// an earlier run's report of this backend must not stay in place as if it were current
+		if *reportDir != "" && name != "" {
+			if rerr := conformance.RemoveReportFiles(*reportDir, name, *device); rerr != nil {
+				fmt.Fprintf(stderr, "xpu conform: %v\n", rerr)
+			}
+		}
 	}
 	for _, p := range plugins {
 		b, err := loader.Open(ctx, p, lopts...)
 		if err != nil {
-			openFailed(p, err)
+			name := p
+			if strings.ContainsRune(p, '/') || strings.HasSuffix(p, ".so") {
+				name = "" // a file: its backend name is unknown when it cannot be probed
+			}
+			openFailed(p, name, err)
 			continue
 		}
 		targets = append(targets, target{arg: p, b: b})
@@ -101,7 +111,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		var found, failed []string
 		for _, c := range cands {
 			if c.Chosen && c.Score > 0 && c.Err != nil {
-				openFailed(c.Path, c.Err)
+				openFailed(c.Path, c.Name, c.Err)
 				failed = append(failed, c.Name)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"text/tabwriter"
 
 	"github.com/xpuhub/xpu/core"
@@ -42,13 +43,18 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	verbose := fs.Bool("v", false, "also list rejected plugin candidates with their reason")
 	asJSON := fs.Bool("json", false, "print JSON")
 	units := fs.String("units", "", "open exactly these execution units and list them, e.g. 'neon{cpus=0,threads=1},neon{cpus=1,threads=1},opencl' (exit 1 if one fails)")
+	rescan := fs.Bool("rescan", false, "probe every plugin afresh instead of using cached probe results")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
 	if *units != "" {
 		return runDeviceUnits(ctx, *units, *asJSON, stdout, stderr)
 	}
-	cands, err := loader.Discover(ctx)
+	var lopts []loader.Option
+	if *rescan {
+		lopts = append(lopts, loader.Rescan())
+	}
+	cands, err := loader.Discover(ctx, lopts...)
 	if err != nil {
 		fmt.Fprintln(stderr, "xpu devices:", err)
 		return 1
@@ -63,7 +69,26 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		b.Close()
 	}
-	for _, c := range cands {
+	// the chosen plugins are opened in child processes, concurrently: a plugin that crashes or
+	// hangs in open is listed with that reason instead of taking this command down
+	devs := make([][]core.DeviceInfo, len(cands))
+	errs := make([]error, len(cands))
+	var wg sync.WaitGroup
+	for i, c := range cands {
+		if c.Chosen && c.Score > 0 && c.Err == nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				devs[i], errs[i] = loader.Inspect(ctx, c, lopts...)
+			}()
+		}
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		fmt.Fprintln(stderr, "xpu devices:", err)
+		return 1
+	}
+	for i, c := range cands {
 		base := deviceRow{Backend: c.Name, Score: c.Score, Reason: c.Reason, Path: c.Path, Chosen: c.Chosen}
 		if c.Err != nil {
 			base.Reason = c.Err.Error()
@@ -77,22 +102,19 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			}
 			continue
 		}
-		b, err := loader.Open(ctx, c.Path)
-		if err != nil {
-			base.Reason = err.Error()
+		if errs[i] != nil {
+			base.Reason = errs[i].Error()
 			base.Chosen = false
 			rows = append(rows, base)
 			continue
 		}
-		for _, d := range b.Devices() {
-			info := d.Info()
+		for _, info := range devs[i] {
 			r := base
-			r.Device, r.Unit, r.Index, r.Kind = info.Name, sched.UnitName(d), info.Index, info.Kind.String()
+			r.Device, r.Unit, r.Index, r.Kind = info.Name, sched.UnitSpec{Backend: info.Backend, Index: info.Index}.String(), info.Index, info.Kind.String()
 			r.Caps, r.MemoryBytes, r.ComputeUnits = info.Caps.Names(), info.MemoryBytes, info.ComputeUnits
 			r.Emulated = info.Caps.Has(core.CapEmulated)
 			rows = append(rows, r)
 		}
-		b.Close()
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -114,6 +136,8 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if !r.Chosen && r.Reason != "" {
 			detail = "rejected: " + r.Reason
 		}
+		// a reason may quote a plugin's multi-line output: one row stays one line
+		detail = strings.Join(strings.Fields(detail), " ")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Backend, id, dash(r.Unit), dash(r.Kind), r.Score, detail, r.Path)
 	}
 	tw.Flush()

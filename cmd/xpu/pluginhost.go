@@ -2,30 +2,24 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/xpuhub/xpu/loader"
 )
 
-// plugin-host is started by the loader, never by hand: it opens one plugin in this (child)
-// process and serves it to the parent over go-plugin's gRPC for an isolated backend
-// (loader.Isolated, XPU_ISOLATE).
+// plugin-host is started by the loader, never by hand: `plugin-host <plugin>` opens one plugin
+// in this (child) process and serves it to the parent over go-plugin's gRPC for an isolated
+// backend (loader.Isolated, XPU_ISOLATE); `plugin-host --probe [--open] <plugin>` probes one
+// plugin file for discovery and answers on stdout. The loader's init normally does this work
+// before main runs (the child is recognised by its environment); this command is the same
+// entry point spelled out, for an XPU_PLUGIN_HOST binary of another build.
 func init() {
 	register(&command{
 		name:    "plugin-host",
-		summary: "serve one plugin to an xpu parent process (started by the loader)",
+		summary: "serve or probe one plugin for an xpu parent process (started by the loader)",
 		hidden:  true,
-		run: func(_ context.Context, args []string, _, stderr io.Writer) int {
-			if len(args) != 1 {
-				fmt.Fprintln(stderr, "usage: xpu plugin-host <plugin file> (started by the xpu loader)")
-				return 2
-			}
-			if err := loader.ServePluginHost(args[0]); err != nil {
-				fmt.Fprintln(stderr, "xpu plugin-host:", err)
-				return 1
-			}
-			return 0
+		run: func(_ context.Context, args []string, stdout, stderr io.Writer) int {
+			return loader.PluginHostMain(args, stdout, stderr)
 		},
 	})
 }

@@ -12,7 +12,9 @@
  *   -DTP_OPEN_FAILS      open fails with MISSING_DEP and a last_error message
  *   -DTP_SHORT_TABLE     the table's struct_size stops after device_info
  *   -DTP_NAME="x"        the backend name (default "testplugin"), TP_SCORE the score (default 10)
- *   -DTP_FAULT=k         execution_run faults: 1 segfault, 2 abort, 3 exit(3), 4 hangs
+ *   -DTP_FAULT=k         execution_run faults: 1 segfault, 2 abort, 3 exit(3), 4 hangs, 5 exit(0)
+ *   -DTP_PROBE_FAULT=k   xpu_plugin_probe faults: 1 segfault, 2 abort, 3 hangs, 4 exit(0)
+ *   -DTP_ZERO_DEVICES    open succeeds with 0 devices
  *   -DTP_NO_IMPORT       the device imports no host memory (buffers must be staged)
  *   -DTP_STRICT_RELEASE  buffer_release refuses (BAD_STATE) a buffer that any live execution
  *                        binds: stricter than the ABI, it catches a host that releases buffers
@@ -160,7 +162,11 @@ static xpu_status tp_last_error(xpu_handle h, char *buf, uint32_t cap, uint32_t 
 
 static xpu_status tp_device_count(uint32_t *out) {
   if (!out) return xpu_fail(&reg, 0, XPU_E_INVALID_ARG, "device_count: out is NULL");
+#ifdef TP_ZERO_DEVICES
+  *out = 0;
+#else
   *out = 1;
+#endif
   return XPU_OK;
 }
 
@@ -712,6 +718,8 @@ static void fault(void) {
   exit(3);
 #elif TP_FAULT == 4
   for (;;) sleep(1);
+#elif TP_FAULT == 5
+  exit(0);
 #endif
 }
 
@@ -916,7 +924,25 @@ static const xpu_api api = {
     tp_fence_create, tp_fence_wait, tp_fence_value, tp_fence_signal, tp_fence_release,
 };
 
+#if defined(TP_PROBE_FAULT) && TP_PROBE_FAULT != 0
+static void probe_fault(void) {
+#if TP_PROBE_FAULT == 1
+  volatile uintptr_t bad = 16;
+  *(volatile int *)bad = 1;
+#elif TP_PROBE_FAULT == 2
+  abort();
+#elif TP_PROBE_FAULT == 3
+  for (;;) sleep(1);
+#elif TP_PROBE_FAULT == 4
+  exit(0);
+#endif
+}
+#endif
+
 XPU_EXPORT xpu_status xpu_plugin_probe(xpu_probe_result *out) {
+#if defined(TP_PROBE_FAULT) && TP_PROBE_FAULT != 0
+  probe_fault();
+#endif
   if (!out || out->struct_size < sizeof(uint32_t)) return XPU_E_INVALID_ARG;
   xpu_probe_result l;
   memset(&l, 0, sizeof l);
