@@ -27,19 +27,12 @@ import (
 // TestMain lets this test binary be the plugin host of the isolated tests: the loader starts
 // os.Executable() with "plugin-host <plugin>", as it starts the xpu binary in production.
 func TestMain(m *testing.M) {
-	ServeIfPluginHost() // inspect children (and serve children) of this test binary
-	if len(os.Args) > 1 && os.Args[1] == "plugin-host" && os.Getenv(envChildPlugin) != "" {
-		// a plugin host of another wire revision, started through a wrapper script by
-		// TestIsolatedProtocolMismatch
-		if v, err := strconv.Atoi(os.Getenv("XPU_TEST_PROTOCOL_VERSION")); err == nil {
-			handshake.ProtocolVersion = uint(v)
-		}
-		if err := ServePluginHost(os.Getenv(envChildPlugin)); err != nil {
-			fmt.Fprintln(os.Stderr, "plugin-host:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+	// a plugin host of another wire revision, started through a wrapper script by
+	// TestIsolatedProtocolMismatch: it must answer the handshake with that version
+	if v, err := strconv.Atoi(os.Getenv("XPU_TEST_PROTOCOL_VERSION")); err == nil {
+		handshake.ProtocolVersion = uint(v)
 	}
+	ServeIfPluginHost() // inspect and serve children of this test binary
 	code := m.Run()
 	plugintest.Cleanup()
 	os.Exit(code)

@@ -12,5 +12,4 @@ $(COMMON_SYNC_TEST): plugins/common/test/sync_test.c plugins/common/xpu_sync.h a
 test-common-sync: $(COMMON_SYNC_TEST)
 	ASAN_OPTIONS=detect_leaks=0 timeout 60 $(COMMON_SYNC_TEST)
 
-# leave the default goal to what comes next (a rule of this file must not become `make`'s default)
-.DEFAULT_GOAL :=
+
