@@ -26,11 +26,11 @@ func init() {
 // tuneFlags are xpu tune's settings.
 type tuneFlags struct {
 	model, simulate, backend, root string
-	tokens, warmup, compare      int
-	epsilon, alpha               float64
-	seed                         uint64
-	noCache                      bool
-	coolWait                     time.Duration
+	tokens, warmup, compare        int
+	epsilon, alpha                 float64
+	seed                           uint64
+	noCache                        bool
+	coolWait                       time.Duration
 }
 
 func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -398,4 +398,3 @@ func medianDur(v []time.Duration) time.Duration {
 	slices.Sort(s)
 	return s[len(s)/2].Round(time.Millisecond)
 }
-
