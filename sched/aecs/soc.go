@@ -21,7 +21,7 @@ var ErrUnknownSoC = errors.New("aecs: unknown SoC description")
 
 // SoC is an SoC description for simulation: its CPU clusters (as the topology reader would see
 // them) and a speed and power model of batch-1 decoding. Every figure derived from it is a
-// prediction. The fields are documented in socs/README.md.
+// prediction. The fields and how their values were chosen are documented in README.md.
 type SoC struct {
 	Name     string `json:"name"`
 	Device   string `json:"device"`
