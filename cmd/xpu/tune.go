@@ -195,6 +195,10 @@ func mnnDefault(top *cputopo.Topology) cputopo.Selection {
 	return s
 }
 
+// maxStretch bounds how many times the asked tokens a trial decodes to fill the meter's
+// minimum window.
+const maxStretch = 8
+
 // decodeTrial decodes with one runner per selection, its context pinned to the selection.
 type decodeTrial struct {
 	m              *llm.Model
@@ -206,7 +210,8 @@ type decodeTrial struct {
 }
 
 // Measure implements aecs.Trial: a short prompt, warm-up tokens, then tokens decode steps
-// (greedy) inside the meter's window, with the process CPU time around them.
+// (greedy; more while the window is shorter than the meter's minimum) inside the meter's
+// window, with the process CPU time around them.
 func (d *decodeTrial) Measure(ctx context.Context, sel cputopo.Selection) (aecs.Measurement, error) {
 	opts, err := cputopo.NeonOptions(d.top, sel)
 	if err != nil {
@@ -216,9 +221,10 @@ func (d *decodeTrial) Measure(ctx context.Context, sel cputopo.Selection) (aecs.
 	for i := range 8 {
 		prompt = append(prompt, int32(1+i)%int32(d.m.Config.Vocab))
 	}
+	most := min(d.tokens*maxStretch, max(d.tokens, 4096)) // decode steps the window may stretch to
 	t0 := time.Now()
 	r, err := llm.NewRunner(ctx, d.m, d.dev, llm.WithContextOptions(opts),
-		llm.WithContextLength(len(prompt)+d.warmup+d.tokens+1), llm.WithChunkSize(len(prompt)))
+		llm.WithContextLength(len(prompt)+d.warmup+most+1), llm.WithChunkSize(len(prompt)))
 	if err != nil {
 		return aecs.Measurement{}, err
 	}
@@ -245,7 +251,10 @@ func (d *decodeTrial) Measure(ctx context.Context, sel cputopo.Selection) (aecs.
 		return aecs.Measurement{}, err
 	}
 	w0 := time.Now()
-	for range d.tokens {
+	// at least the asked tokens, and more (up to maxStretch times as many) while the window is
+	// shorter than the meter can resolve: a fast model must not make the reading unreliable
+	n := 0
+	for ; n < d.tokens || (time.Since(w0) < d.meter.MinWindow() && n < most); n++ {
 		if err := step(); err != nil {
 			_, _ = d.meter.Stop()
 			return aecs.Measurement{}, err
@@ -258,11 +267,11 @@ func (d *decodeTrial) Measure(ctx context.Context, sel cputopo.Selection) (aecs.
 		return aecs.Measurement{}, err
 	}
 	if merr != nil {
-		return aecs.Measurement{}, fmt.Errorf("meter %s: %w (a trial of %d tokens took %v; try more --tokens)", d.meter.Name(), merr, d.tokens, wall)
+		return aecs.Measurement{}, fmt.Errorf("meter %s: %w (a trial of %d tokens took %v; try more --tokens)", d.meter.Name(), merr, n, wall)
 	}
-	n := float64(d.tokens)
-	return aecs.Measurement{TokPerSec: n / wall.Seconds(), JoulesPerToken: rd.Joules / n, Modelled: rd.Modelled,
-		Meter: rd.Meter, CPUSecPerToken: (c1 - c0).Seconds() / n, Tokens: d.tokens, Note: rd.Note}, nil
+	fn := float64(n)
+	return aecs.Measurement{TokPerSec: fn / wall.Seconds(), JoulesPerToken: rd.Joules / fn, Modelled: rd.Modelled,
+		Meter: rd.Meter, CPUSecPerToken: (c1 - c0).Seconds() / fn, Tokens: n, Note: rd.Note}, nil
 }
 
 func argmax(v []float32) int32 {
