@@ -26,6 +26,7 @@ func init() {
 // tuneFlags are xpu tune's settings.
 type tuneFlags struct {
 	model, simulate, backend, root string
+	soc                            string
 	tokens, warmup, compare        int
 	epsilon, alpha                 float64
 	seed                           uint64
@@ -47,6 +48,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&f.alpha, "alpha", 0.5, "weight of the power heuristic in E_h (0: measured energy only)")
 	fs.Uint64Var(&f.seed, "seed", 1, "noise seed of the simulation")
 	fs.StringVar(&f.backend, "backend", "neon", "CPU backend of the real trials")
+	fs.StringVar(&f.soc, "soc", "", "real trials: the SoC description whose power model stands in where no energy meter can be read (default: a CPU-time model)")
 	fs.StringVar(&f.root, "root", "/", "read sysfs/procfs under this root (fake trees in tests)")
 	fs.BoolVar(&f.noCache, "no-cache", false, "do not store the result")
 	fs.DurationVar(&f.coolWait, "cool-wait", time.Minute, "how long to wait for the thermal gate (below 40 °C) before giving up")
@@ -204,7 +206,8 @@ type decodeTrial struct {
 	m              *llm.Model
 	dev            core.Device
 	top            *cputopo.Topology
-	meter          energy.Meter
+	meterFor       func(cputopo.Selection) (energy.Meter, error)
+	gate           func(context.Context) error // measurement conditions, before each trial
 	tokens, warmup int
 	prepare        []time.Duration // runner set-up time per trial
 }
@@ -216,6 +219,15 @@ func (d *decodeTrial) Measure(ctx context.Context, sel cputopo.Selection) (aecs.
 	opts, err := cputopo.NeonOptions(d.top, sel)
 	if err != nil {
 		return aecs.Measurement{}, err
+	}
+	meter, err := d.meterFor(sel)
+	if err != nil {
+		return aecs.Measurement{}, err
+	}
+	if d.gate != nil {
+		if err := d.gate(ctx); err != nil {
+			return aecs.Measurement{}, err
+		}
 	}
 	prompt := []int32{}
 	for i := range 8 {
@@ -247,27 +259,27 @@ func (d *decodeTrial) Measure(ctx context.Context, sel cputopo.Selection) (aecs.
 	if err != nil {
 		return aecs.Measurement{}, err
 	}
-	if err := d.meter.Start(ctx); err != nil {
+	if err := meter.Start(ctx); err != nil {
 		return aecs.Measurement{}, err
 	}
 	w0 := time.Now()
 	// at least the asked tokens, and more (up to maxStretch times as many) while the window is
 	// shorter than the meter can resolve: a fast model must not make the reading unreliable
 	n := 0
-	for ; n < d.tokens || (time.Since(w0) < d.meter.MinWindow() && n < most); n++ {
+	for ; n < d.tokens || (time.Since(w0) < meter.MinWindow() && n < most); n++ {
 		if err := step(); err != nil {
-			_, _ = d.meter.Stop()
+			_, _ = meter.Stop()
 			return aecs.Measurement{}, err
 		}
 	}
 	wall := time.Since(w0)
-	rd, merr := d.meter.Stop()
+	rd, merr := meter.Stop()
 	c1, err := energy.ProcessCPUTime()
 	if err != nil {
 		return aecs.Measurement{}, err
 	}
 	if merr != nil {
-		return aecs.Measurement{}, fmt.Errorf("meter %s: %w (a trial of %d tokens took %v; try more --tokens)", d.meter.Name(), merr, n, wall)
+		return aecs.Measurement{}, fmt.Errorf("meter %s: %w (a trial of %d tokens took %v; try more --tokens)", meter.Name(), merr, n, wall)
 	}
 	fn := float64(n)
 	return aecs.Measurement{TokPerSec: fn / wall.Seconds(), JoulesPerToken: rd.Joules / fn, Modelled: rd.Modelled,
@@ -295,19 +307,47 @@ func tuneMeasured(ctx context.Context, f tuneFlags, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	// The meter: a battery or RAPL where one can be read, with the CPU-time model answering
-	// (announced) when its reading is nonsense; the CPU-time model alone where there is none.
-	model := energy.NewCPUTimeModel(0.5, 2)
-	announce := func(s string) { fmt.Fprintf(stderr, "meter fallback: %s\n", s) }
-	var meter energy.Meter
-	if real, err := energy.Open(energy.WithRoot(f.root)); err == nil {
-		meter = energy.NewFallback(real, model, announce)
-	} else {
-		meter = model
-		fmt.Fprintf(stdout, "no energy meter here (%s): energy figures are MODELLED by %s; CPU-seconds per token (getrusage) are measured\n",
-			strings.ReplaceAll(err.Error(), "\n", "; "), model.Name())
+	// The meter: a battery or RAPL where one can be read, with a model answering (announced)
+	// when its reading is nonsense; the model alone where there is none. The model is the
+	// --soc description's power for the selection on trial, or CPU time.
+	cpuModel := energy.NewCPUTimeModel(0.5, 2)
+	var soc *aecs.SoC
+	if f.soc != "" {
+		if soc, err = aecs.LoadSoC(f.soc); err != nil {
+			return err
+		}
+		if _, err := soc.PowerMeter(top, top.Counts()); err != nil {
+			return fmt.Errorf("--soc %s does not describe this machine: %w", f.soc, err)
+		}
 	}
-	fmt.Fprintf(stdout, "meter: %s (sample interval %v, minimum window %v)\n", meter.Name(), meter.SampleInterval(), meter.MinWindow())
+	modelFor := func(sel cputopo.Selection) (energy.Meter, error) {
+		if soc != nil {
+			return soc.PowerMeter(top, sel)
+		}
+		return cpuModel, nil
+	}
+	modelName := cpuModel.Name()
+	if soc != nil {
+		modelName = "model:soc " + soc.Name + " (its power for each selection)"
+	}
+	announce := func(s string) { fmt.Fprintf(stderr, "meter fallback: %s\n", s) }
+	real, rerr := energy.Open(energy.WithRoot(f.root))
+	meterFor := func(sel cputopo.Selection) (energy.Meter, error) {
+		m, err := modelFor(sel)
+		if err != nil || rerr != nil {
+			return m, err
+		}
+		return energy.NewFallback(real, m, announce), nil
+	}
+	modelled := rerr != nil
+	if modelled {
+		fmt.Fprintf(stdout, "no energy meter here (%s): energy figures are MODELLED by %s; CPU-seconds per token (getrusage) are measured\n",
+			strings.ReplaceAll(rerr.Error(), "\n", "; "), modelName)
+		fmt.Fprintf(stdout, "meter: %s\n", modelName)
+	} else {
+		fmt.Fprintf(stdout, "meter: %s (sample interval %v, minimum window %v; fallback, announced: %s)\n",
+			real.Name(), real.SampleInterval(), real.MinWindow(), modelName)
+	}
 	b, err := loader.Open(ctx, f.backend)
 	if err != nil {
 		return err
@@ -321,7 +361,11 @@ func tuneMeasured(ctx context.Context, f tuneFlags, stdout, stderr io.Writer) er
 		return err
 	}
 	defer m.Close()
-	tr := &decodeTrial{m: m, dev: b.Devices()[0], top: top, meter: meter, tokens: f.tokens, warmup: f.warmup}
+	tr := &decodeTrial{m: m, dev: b.Devices()[0], top: top, meterFor: meterFor, tokens: f.tokens, warmup: f.warmup,
+		gate: func(ctx context.Context) error {
+			_, err := energy.WaitCool(ctx, energy.DefaultLimits, f.coolWait, time.Second, energy.WithRoot(f.root))
+			return err
+		}}
 	cpufreq := "cpufreq clusters"
 	if !top.HasCPUFreq {
 		cpufreq = "no cpufreq: one cluster per cpu_capacity, every k-core selection equivalent"
@@ -330,7 +374,7 @@ func tuneMeasured(ctx context.Context, f tuneFlags, stdout, stderr io.Writer) er
 	fmt.Fprintf(stdout, "model: %s (%.0f MB of weights); %d warm-up + %d decode tokens per trial, one runner per trial\n",
 		f.model, float64(m.WeightBytes())/1e6, f.warmup, f.tokens)
 	unit := "J"
-	if meter.Modelled() {
+	if modelled {
 		unit = "J(modelled)"
 	}
 	fmt.Fprintln(stdout, "search:")
@@ -349,11 +393,15 @@ func tuneMeasured(ctx context.Context, f tuneFlags, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "prefill: %s (cpus=%s)\ndecode:  %s (cpus=%s)\n", res.Prefill.Describe(top), po.Prefill["cpus"], res.Decode.Describe(top), po.Decode["cpus"])
 	if f.compare > 0 {
-		if err := compareAll(ctx, stdout, tr, top, res.Decode, f.compare, meter.Modelled()); err != nil {
+		if err := compareAll(ctx, stdout, tr, top, res.Decode, f.compare, modelled); err != nil {
 			return err
 		}
 	}
-	rec, err := aecs.NewRecord(top, res, aecs.Fingerprint(top, "measured", f.backend), "measured", meter.Name(), f.model, f.tokens)
+	meterName := modelName
+	if !modelled {
+		meterName = real.Name()
+	}
+	rec, err := aecs.NewRecord(top, res, aecs.Fingerprint(top, "measured", f.backend), "measured", meterName, f.model, f.tokens)
 	if err != nil {
 		return err
 	}

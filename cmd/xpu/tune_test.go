@@ -79,6 +79,8 @@ func TestTuneErrors(t *testing.T) {
 		{[]string{"tune", "--energy", "--simulate", "kirin9000", "--epsilon", "1.5", "--no-cache"}, 1, "ε"},
 		{[]string{"tune", "--energy", "--model", "x.gguf", "--root", t.TempDir()}, 1, "topology unreadable"},
 		{[]string{"tune", "--energy", "--model", "x.gguf", "--root", hot, "--cool-wait", "0s"}, 1, "too hot"},
+		{[]string{"tune", "--energy", "--model", "x.gguf", "--root", "../../sched/cputopo/testdata/vm2", "--soc", "kirin9000"}, 1, "does not describe this machine"},
+		{[]string{"tune", "--energy", "--model", "x.gguf", "--root", "../../sched/cputopo/testdata/vm2", "--soc", "nope"}, 1, "unknown SoC"},
 	} {
 		code, _, errOut := runCLI(t, tc.args...)
 		assert.Equal(t, tc.code, code, "%v: %s", tc.args, errOut)

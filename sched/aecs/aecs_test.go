@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -215,4 +216,29 @@ func TestFakeTreeMatchesDescription(t *testing.T) {
 		_, _, err = soc.Predict(read, read.Counts())
 		require.NoError(t, err)
 	}
+}
+
+func TestSoCPowerMeter(t *testing.T) {
+	soc, err := LoadSoC("kirin9000")
+	require.NoError(t, err)
+	top, err := cputopo.Read(cputopo.WithRoot("../cputopo/testdata/kirin9000"))
+	require.NoError(t, err)
+	m, err := soc.PowerMeter(top, cputopo.Selection{0, 2, 0})
+	require.NoError(t, err)
+	assert.True(t, m.Modelled())
+	assert.Contains(t, m.Name(), "model:soc kirin9000, 0+2+0")
+	_, w, err := soc.Predict(top, cputopo.Selection{0, 2, 0})
+	require.NoError(t, err)
+	require.NoError(t, m.Start(context.Background()))
+	time.Sleep(5 * time.Millisecond)
+	r, err := m.Stop()
+	require.NoError(t, err)
+	assert.InDelta(t, w, r.Watts(), 1e-9)
+	assert.True(t, r.Modelled)
+	_, err = soc.PowerMeter(top, cputopo.Selection{0, 9, 0})
+	assert.ErrorIs(t, err, cputopo.ErrBadSelection)
+	vm, err := cputopo.Read(cputopo.WithRoot("../cputopo/testdata/vm2"))
+	require.NoError(t, err)
+	_, err = soc.PowerMeter(vm, cputopo.Selection{1})
+	assert.ErrorContains(t, err, "not in SoC")
 }

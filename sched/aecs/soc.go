@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/xpuhub/xpu/sched/cputopo"
+	"github.com/xpuhub/xpu/sched/energy"
 )
 
 //go:embed socs/*.json
@@ -203,4 +204,15 @@ func (s *SoC) Predict(t *cputopo.Topology, sel cputopo.Selection) (tokPerSec, wa
 	tps := 1 / sec
 	watts = s.StaticW + busyW + idleW + s.DRAMJPerGB*s.Model.GBPerToken*tps
 	return tps, watts, nil
+}
+
+// PowerMeter is a model-based meter for decoding on sel: the description's predicted power
+// (per-cluster power at the modelled frequencies) times the window. It is for devices whose
+// energy cannot be read; its readings are Modelled and its name says which SoC and selection.
+func (s *SoC) PowerMeter(t *cputopo.Topology, sel cputopo.Selection) (*energy.Model, error) {
+	_, w, err := s.Predict(t, sel)
+	if err != nil {
+		return nil, err
+	}
+	return energy.NewModel(fmt.Sprintf("soc %s, %s, %.2f W", s.Name, sel.Key(), w), func() float64 { return w }), nil
 }
