@@ -95,6 +95,12 @@ func LoadSoC(name string) (*SoC, error) {
 	return ParseSoC(b)
 }
 
+// Bounds of a description: phones have 2-4 clusters of at most 8 cores.
+const (
+	maxClusters     = 16
+	maxClusterCores = 64
+)
+
 // ParseSoC reads and checks a description.
 func ParseSoC(b []byte) (*SoC, error) {
 	var s SoC
@@ -106,13 +112,13 @@ func ParseSoC(b []byte) (*SoC, error) {
 	bad := func(f string, a ...any) (*SoC, error) {
 		return nil, fmt.Errorf("aecs: SoC description %q: "+f, append([]any{s.Name}, a...)...)
 	}
-	if len(s.Clusters) == 0 {
-		return bad("no clusters")
+	if len(s.Clusters) == 0 || len(s.Clusters) > maxClusters {
+		return bad("%d clusters (1..%d)", len(s.Clusters), maxClusters)
 	}
 	pos := func(v float64) bool { return v > 0 && !math.IsInf(v, 0) }
 	for i, c := range s.Clusters {
-		if c.Cores < 1 || !pos(c.MaxGHz) || c.Capacity < 1 || !pos(c.GopsPerGHz) || !pos(c.CoreGBs) || !pos(c.DynWGHz3) || c.IdleW < 0 {
-			return bad("cluster %d (%s): cores, max_ghz, capacity, gops_per_ghz, core_gbs, dyn_w_ghz3 must be positive", i, c.Type)
+		if c.Cores < 1 || c.Cores > maxClusterCores || !pos(c.MaxGHz) || c.Capacity < 1 || !pos(c.GopsPerGHz) || !pos(c.CoreGBs) || !pos(c.DynWGHz3) || c.IdleW < 0 {
+			return bad("cluster %d (%s): cores (1..%d), max_ghz, capacity, gops_per_ghz, core_gbs, dyn_w_ghz3 must be positive", i, c.Type, maxClusterCores)
 		}
 	}
 	if !pos(s.DRAMGBs) || !pos(s.SatSharpness) || s.SyncMsThread < 0 || s.StaticW < 0 || s.DRAMJPerGB < 0 ||

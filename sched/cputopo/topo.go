@@ -23,6 +23,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -221,10 +222,14 @@ func (t *Topology) Counts() Selection {
 	return s
 }
 
-// SpaceSize is the number of non-empty selections, ∏(|Cᵢ|+1) − 1.
+// SpaceSize is the number of non-empty selections, ∏(|Cᵢ|+1) − 1 (math.MaxInt when that
+// does not fit an int).
 func (t *Topology) SpaceSize() int {
 	n := 1
 	for _, c := range t.Clusters {
+		if n > math.MaxInt/(c.Size()+1) {
+			return math.MaxInt
+		}
 		n *= c.Size() + 1
 	}
 	return n - 1
