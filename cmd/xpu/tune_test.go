@@ -1,0 +1,89 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestTuneSimulated(t *testing.T) {
+	tests := []struct {
+		soc, decode, paper string
+	}{
+		{"kirin9000", "decode:  2×Cortex-A77@2.54GHz", "paper, Table 7: 2×A77 at 2.54 GHz"},
+		{"sd8gen3", "decode:  1×Cortex-X4@3.30GHz + 1×Cortex-A720@2.96GHz", "1×X4 at 3.3 GHz + 1×A720 at 2.96 GHz"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.soc, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Setenv("XPU_CACHE_DIR", dir)
+			code, out, errOut := runCLI(t, "tune", "--energy", "--simulate", tt.soc, "--seed", "3")
+			require.Equal(t, 0, code, errOut)
+			assert.Contains(t, out, "SIMULATION of")
+			assert.Contains(t, out, "PREDICTED decode")
+			assert.Contains(t, out, "model:soc "+tt.soc+" (simulated)")
+			assert.Contains(t, out, tt.decode)
+			assert.Contains(t, out, tt.paper)
+			assert.NotContains(t, out, "MEASURED")
+			files, err := filepath.Glob(filepath.Join(dir, "aecs", "*.json"))
+			require.NoError(t, err)
+			assert.Len(t, files, 1)
+			assert.Contains(t, errOut, "stored: ")
+		})
+	}
+}
+
+func TestTuneMeasuredOnThisMachine(t *testing.T) {
+	model := filepath.Join("..", "..", "..", "shared", "models", "stories260K.gguf")
+	if _, err := os.Stat(model); err != nil {
+		t.Skipf("test model absent: %v", err)
+	}
+	t.Setenv("XPU_CACHE_DIR", t.TempDir())
+	code, out, errOut := runCLI(t, "tune", "--energy", "--model", model, "--tokens", "20", "--warmup", "2",
+		"--compare", "1", "--root", "../../sched/cputopo/testdata/vm2")
+	if code != 0 && (contains(errOut, "not found") || contains(errOut, "no plugin")) {
+		t.Skipf("neon plugin not built: %s", errOut)
+	}
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "no energy meter here")
+	assert.Contains(t, out, "MODELLED")
+	assert.Contains(t, out, "no cpufreq")
+	assert.Contains(t, out, "exhaustive space 2 selections")
+	assert.Contains(t, out, "CPU-s/token")
+	assert.Contains(t, out, "MEASURED chosen/all-cores")
+	assert.Regexp(t, `decode: +[12]×Intel`, out)
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func TestTuneErrors(t *testing.T) {
+	hot := t.TempDir()
+	for _, rel := range []string{"sys/devices/system/cpu/online", "sys/class/thermal/thermal_zone0/temp"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(hot, filepath.Dir(rel)), 0o755))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(hot, "sys/devices/system/cpu/online"), []byte("0\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(hot, "sys/class/thermal/thermal_zone0/temp"), []byte("55000\n"), 0o644))
+	for _, tc := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"tune", "--simulate", "kirin9000"}, 2, "usage"},
+		{[]string{"tune", "--energy"}, 2, "usage"},
+		{[]string{"tune", "--energy", "--simulate", "kirin9000", "--tokens", "0"}, 2, "usage"},
+		{[]string{"tune", "--energy", "--simulate", "nope"}, 1, "unknown SoC description"},
+		{[]string{"tune", "--energy", "--simulate", "kirin9000", "--epsilon", "1.5", "--no-cache"}, 1, "ε"},
+		{[]string{"tune", "--energy", "--model", "x.gguf", "--root", t.TempDir()}, 1, "topology unreadable"},
+		{[]string{"tune", "--energy", "--model", "x.gguf", "--root", hot, "--cool-wait", "0s"}, 1, "too hot"},
+		{[]string{"tune", "--energy", "--model", "x.gguf", "--root", "../../sched/cputopo/testdata/vm2", "--soc", "kirin9000"}, 1, "does not describe this machine"},
+		{[]string{"tune", "--energy", "--model", "x.gguf", "--root", "../../sched/cputopo/testdata/vm2", "--soc", "nope"}, 1, "unknown SoC"},
+	} {
+		code, _, errOut := runCLI(t, tc.args...)
+		assert.Equal(t, tc.code, code, "%v: %s", tc.args, errOut)
+		assert.Contains(t, errOut, tc.says, "%v", tc.args)
+	}
+}
