@@ -50,6 +50,7 @@ type config struct {
 	hostBinary   string
 	hostChecksum []byte
 	callTimeout  time.Duration
+	logger       *slog.Logger
 }
 
 func newConfig(opts []Option) *config {
@@ -71,6 +72,19 @@ func newConfig(opts []Option) *config {
 // WithPaths adds plugin files or folders searched before everything else.
 func WithPaths(paths ...string) Option {
 	return func(c *config) { c.paths = append(c.paths, paths...) }
+}
+
+// WithLogger sets the logger discovery and opening write to (default slog.Default()). The
+// loader logs candidates and the isolated plugin host's output at Debug, plugins that fail to
+// open at Warn, and nothing at Info.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// logOrDefault is l, or slog.Default() (read at the call, so a later SetDefault counts).
+func logOrDefault(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.Default()
+	}
+	return l
 }
 
 // WithoutEnv ignores XPU_PLUGIN_PATH and XPU_ISOLATE.
@@ -179,7 +193,7 @@ func Discover(ctx context.Context, opts ...Option) ([]Candidate, error) {
 		} else if res.Score <= 0 && cd.Reason == "" {
 			cd.Reason = "probe scored 0 without a reason"
 		}
-		slog.Debug("loader: candidate", "path", cd.Path, "name", cd.Name, "score", cd.Score,
+		logOrDefault(c.logger).Debug("loader: candidate", "path", cd.Path, "name", cd.Name, "score", cd.Score,
 			"reason", cd.Reason)
 		cands = append(cands, cd)
 	}
