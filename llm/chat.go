@@ -9,6 +9,7 @@ import (
 	"github.com/ardanlabs/jinja"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/tokenizer"
 )
 
 // Message is one turn of a conversation.
@@ -199,20 +200,28 @@ func (c *Chat) Complete(ctx context.Context, msgs []Message, opts ...GenerateOpt
 	return res, err
 }
 
+// Prompt renders msgs with the generation prompt and returns the text and the tokens the
+// runner is fed for it (with BOS when the vocabulary asks for one; a bos_token the template
+// writes itself is dropped so that there is one).
+func (t *ChatTemplate) Prompt(tok *tokenizer.Tokenizer, msgs []Message) (string, []int32, error) {
+	prompt, err := t.Render(msgs, true)
+	if err != nil {
+		return "", nil, err
+	}
+	if t.bos != "" && tok.Vocab().AddBOS {
+		prompt = strings.TrimPrefix(prompt, t.bos)
+	}
+	return prompt, tok.Encode(prompt, true), nil
+}
+
 func (c *Chat) complete(ctx context.Context, msgs []Message, opts ...GenerateOption) (Result, error) {
-	prompt, err := c.tmpl.Render(msgs, true)
+	prompt, full, err := c.tmpl.Prompt(c.r.Model().Tokenizer, msgs)
 	if err != nil {
 		return Result{}, err
-	}
-	tok := c.r.Model().Tokenizer
-	// The runner adds BOS itself; a template that writes bos_token too would give two.
-	if c.tmpl.bos != "" && tok.Vocab().AddBOS {
-		prompt = strings.TrimPrefix(prompt, c.tmpl.bos)
 	}
 	if c.cached != "" && strings.HasPrefix(prompt, c.cached) {
 		// Reuse the cache when the whole prompt's tokens begin with the cached ones (a merge
 		// across the boundary would make them differ) and feed only the tokens past them.
-		full := tok.Encode(prompt, true)
 		have := c.r.Tokens()
 		if len(full) > len(have) && slices.Equal(full[:len(have)], have) {
 			opts = append(slices.Clone(opts), WithKeepCache(), WithPromptTokens(full[len(have):]))
