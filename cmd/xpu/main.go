@@ -46,6 +46,33 @@ func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
 	return 2, false
 }
 
+// parseInterspersed is parseFlags for commands that take positional arguments (a model path)
+// among their flags, as llama.cpp's tools do: `xpu run model.gguf -n 16` and `xpu run -n 16
+// model.gguf` mean the same. Everything after "--" is positional. fs.Args() holds the
+// positional arguments afterwards.
+func parseInterspersed(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	var pos []string
+	for {
+		if code, ok := parseFlags(fs, args); !ok {
+			return code, false
+		}
+		rest := fs.Args()
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+	// Parse leaves the flags already set alone: this only resets fs.Args.
+	if err := fs.Parse(append([]string{"--"}, pos...)); err != nil {
+		return 2, false
+	}
+	return 0, true
+}
+
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: xpu <command> [flags]")
 	fmt.Fprintln(w, "\ncommands:")
