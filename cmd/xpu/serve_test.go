@@ -177,7 +177,7 @@ func TestServeOpenAIClient(t *testing.T) {
 				CompletionTokens int `json:"completion_tokens"`
 			}
 		}
-		Completion struct{ Text, Finish string }
+		Completion                  struct{ Text, Finish string }
 		UnknownModel, TooManyTokens struct {
 			Status        int
 			Type, Message string
