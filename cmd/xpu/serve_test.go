@@ -102,8 +102,15 @@ var listening = regexp.MustCompile(`listening on (http://\S+)`)
 // startServe runs `xpu serve` on a free port and waits for it to listen.
 func startServe(t *testing.T, args ...string) *servedProcess {
 	t.Helper()
+	return startServeIn(t, "", append([]string{"--port", "0"}, args...)...)
+}
+
+// startServeIn runs `xpu serve args` in dir and waits for it to listen.
+func startServeIn(t *testing.T, dir string, args ...string) *servedProcess {
+	t.Helper()
 	bin := buildXPU(t)
-	cmd := exec.Command(bin, append([]string{"serve", "--port", "0"}, args...)...)
+	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
+	cmd.Dir = dir
 	pipe, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
