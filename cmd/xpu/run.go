@@ -50,6 +50,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctxLen := fs.Int("ctx", 0, "context length in tokens (default: the model's, at most 4096)")
 	fs.IntVar(ctxLen, "c", 0, "alias of --ctx")
 	kvType := fs.String("kv", "f32", "KV cache dtype: f32 or f16")
+	chatMode := fs.Bool("chat", false, "interactive chat: multi-turn on standard input with the model's chat template, -p as the system prompt; /reset, /exit; Ctrl-C stops an answer")
+	fs.BoolVar(chatMode, "cnv", false, "alias of --chat (llama-cli's)")
 	isolated := fs.Bool("isolated", false, "run the backend in a child process (crash isolation; see also XPU_ISOLATE)")
 	threads := fs.Int("threads", 0, "worker threads for CPU backends (0 = the backend's default)")
 	fs.IntVar(threads, "t", 0, "alias of --threads")
@@ -131,6 +133,12 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if s.Seed == 0 && s.Temperature > 0 {
 		s.Seed = uint64(time.Now().UnixNano())
 		fmt.Fprintf(stderr, "seed: %d (from the clock; --seed %d repeats this run)\n", s.Seed, s.Seed)
+	}
+	if *chatMode {
+		intr, stopIntr := interrupts()
+		defer stopIntr()
+		return chatLoop(ctx, r, chatIO{in: stdin, out: stdout, errw: stderr, interrupts: intr},
+			*prompt, stops, llm.WithMaxTokens(*n), llm.WithSampler(s))
 	}
 	fmt.Fprint(stdout, *prompt)
 	res, err := r.GenerateUntil(ctx, *prompt, stops, llm.WithMaxTokens(*n), llm.WithSampler(s),
