@@ -15,6 +15,7 @@ import (
 	"github.com/xpuhub/xpu/llm"
 	_ "github.com/xpuhub/xpu/llm/llmconform" // the stories260K model cases of xpu conform
 	"github.com/xpuhub/xpu/loader"
+	"golang.org/x/term"
 )
 
 func init() {
@@ -111,7 +112,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *threads > 0 {
 		ropts = append(ropts, llm.WithContextOptions(map[string]string{"threads": fmt.Sprint(*threads)}))
 	}
-	if m.WeightBytes() >= progressMinBytes {
+	if m.WeightBytes() >= progressMinBytes && isTerminal(stderr) {
 		ropts = append(ropts, llm.WithProgress(func(done, total int) { drawProgress(stderr, done, total) }))
 	}
 	var lopts []loader.Option
@@ -307,4 +308,11 @@ func readPrompt(path string) (string, error) {
 		return "", fmt.Errorf("--file %s: the prompt is over %d MiB", path, maxPromptBytes>>20)
 	}
 	return string(b), nil
+}
+
+// isTerminal says w is a terminal: progress bars are drawn there and never into a log file or
+// a pipe, where carriage returns make a mess.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
