@@ -468,7 +468,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, object stri
 		res, err := gen(ctx, sl, opts)
 		s.met.tokens(len(j.prompt), len(res.Tokens))
 		switch {
-		case err != nil && ctx.Err() != nil && r.Context().Err() == nil:
+		case err != nil && r.Context().Err() != nil:
+			s.cfg.logger.Debug("serve: client went away during a stream", "err", err)
+			return nil
+		case err != nil && ctx.Err() != nil:
 			// the request timeout cut generation: the stream still ends well-formed
 			res.Stop = llm.StopMaxTokens
 		case err != nil:

@@ -211,6 +211,43 @@ func TestCompletionsAndChat(t *testing.T) {
 	assert.Equal(t, want.Text[:strings.Index(want.Text, stop)], got.Choices[0].Text)
 }
 
+// stream_options.include_usage adds a last chunk with the usage and no choices; the
+// "developer" role is the system role.
+func TestStreamUsage(t *testing.T) {
+	hs, _ := newTestServer(t)
+	body := `{"model":"stories","stream":true,"stream_options":{"include_usage":true},"max_tokens":5,"temperature":0,` +
+		`"messages":[{"role":"developer","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"}]}]}`
+	resp, err := http.Post(hs.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	events, done := readSSE(t, resp.Body)
+	require.True(t, done)
+	last := events[len(events)-1]
+	assert.Empty(t, last["choices"])
+	u := last["usage"].(map[string]any)
+	assert.Equal(t, 5.0, u["completion_tokens"])
+	assert.Positive(t, u["prompt_tokens"])
+	assert.Equal(t, u["prompt_tokens"].(float64)+5, u["total_tokens"])
+}
+
+// A client that goes away mid-stream frees the runner for the next request.
+func TestClientGoneFreesRunner(t *testing.T) {
+	hs, srv := newTestServer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, hs.URL+"/v1/chat/completions",
+		strings.NewReader(chatBody("Tell me a long story.", 200, true)))
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_, err = bufio.NewReader(resp.Body).ReadString('\n')
+	require.NoError(t, err)
+	cancel()
+	resp.Body.Close()
+	require.Eventually(t, func() bool { return len(srv.slots) == 1 }, 30*time.Second, 10*time.Millisecond)
+	code, b := post(t, hs.URL+"/v1/chat/completions", chatBody("Hi", 4, false))
+	assert.Equal(t, http.StatusOK, code, string(b))
+}
+
 // 8 clients × 10 streamed requests with distinct prompts, on a pool of 2 runners behind a
 // queue: every stream completes and carries exactly its own prompt's greedy text.
 func TestConcurrentStreams(t *testing.T) {
