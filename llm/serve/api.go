@@ -83,8 +83,12 @@ type sampling struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	N        *int `json:"n"`
-	Logprobs any  `json:"logprobs"`
+	N              *int  `json:"n"`
+	Logprobs       any   `json:"logprobs"`
+	Tools          []any `json:"tools"`
+	ResponseFormat *struct {
+		Type string `json:"type"`
+	} `json:"response_format"`
 }
 
 type chatRequest struct {

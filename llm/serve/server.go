@@ -272,6 +272,12 @@ func (s *Server) validate(q *sampling, prompt []int32, promptParam string) (*job
 	if q.Logprobs != nil && q.Logprobs != false {
 		return nil, badRequest("logprobs", "unsupported_value", "logprobs are not supported")
 	}
+	if len(q.Tools) > 0 {
+		return nil, badRequest("tools", "unsupported_value", "tools (function calling) are not supported")
+	}
+	if q.ResponseFormat != nil && q.ResponseFormat.Type != "" && q.ResponseFormat.Type != "text" {
+		return nil, badRequest("response_format", "unsupported_value", "response_format %q is not supported (only text)", q.ResponseFormat.Type)
+	}
 	j := &job{prompt: prompt, stream: q.Stream, stops: q.Stop,
 		usage: q.StreamOptions != nil && q.StreamOptions.IncludeUsage}
 	if len(j.stops) > 4 {

@@ -305,6 +305,8 @@ func TestBadRequests(t *testing.T) {
 		{"n > 1", "/v1/completions", `{"model":"stories","prompt":"hi","n":2}`, 400, "n"},
 		{"temperature", "/v1/completions", `{"model":"stories","prompt":"hi","temperature":-1}`, 400, "temperature"},
 		{"top_p", "/v1/completions", `{"model":"stories","prompt":"hi","top_p":0}`, 400, "top_p"},
+		{"tools", "/v1/chat/completions", `{"model":"stories","tools":[{"type":"function"}],"messages":[{"role":"user","content":"hi"}]}`, 400, "tools"},
+		{"json mode", "/v1/chat/completions", `{"model":"stories","response_format":{"type":"json_object"},"messages":[{"role":"user","content":"hi"}]}`, 400, "response_format"},
 		{"prompt list", "/v1/completions", `{"model":"stories","prompt":["a","b"]}`, 400, "prompt"},
 		{"unknown path", "/v1/embeddings", `{}`, 404, ""},
 	}
