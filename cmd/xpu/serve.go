@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -48,6 +49,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	threads := fs.Int("threads", 0, "worker threads for CPU backends (0 = the backend's default)")
 	fs.IntVar(threads, "t", 0, "alias of --threads")
 	isolated := fs.Bool("isolated", false, "run the backend in a child process")
+	tmplFile := fs.String("chat-template", "", "Jinja chat template file to use instead of the model's tokenizer.chat_template")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: xpu serve [--model] F.gguf [--host H] [--port P] [--backend NAME | --policy P] [--parallel N] [--max-tokens N] [--timeout D] [--ctx N]")
 		fs.PrintDefaults()
@@ -111,15 +113,24 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		lopts = append(lopts, llm.WithPolicy(p))
 	}
+	var sopts []serve.Option
+	if *tmplFile != "" {
+		src, err := os.ReadFile(*tmplFile)
+		if err != nil {
+			return bad("--chat-template: %v", err)
+		}
+		sopts = append(sopts, serve.WithChatOptions(llm.WithChatTemplate(string(src))))
+	}
 	t0 := time.Now()
 	eng, err := llm.Load(ctx, *model, lopts...)
 	if err != nil {
 		return fail(err)
 	}
 	defer eng.Close()
-	srv, err := serve.New(ctx, eng, serve.WithModelName(*name), serve.WithParallel(*parallel),
+	sopts = append(sopts, serve.WithModelName(*name), serve.WithParallel(*parallel),
 		serve.WithMaxTokens(*maxTokens), serve.WithMaxBodyBytes(*maxBody), serve.WithMaxQueue(*maxQueue),
 		serve.WithRequestTimeout(*timeout))
+	srv, err := serve.New(ctx, eng, sopts...)
 	if err != nil {
 		return fail(err)
 	}

@@ -21,6 +21,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xpuhub/xpu/llm"
 )
 
 func TestServeFlagErrors(t *testing.T) {
@@ -35,6 +37,7 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"serve", "a.gguf", "--port", "70000"}, "--port 70000"},
 		{[]string{"serve", "a.gguf", "-t", "-1"}, "--threads -1"},
 		{[]string{"serve", "a.gguf", "--chunk", "0"}, "--chunk 0"},
+		{[]string{"serve", "a.gguf", "--chat-template", "/nonexistent/t.jinja"}, "--chat-template"},
 	} {
 		code, _, errOut := runCLI(t, tc.args...)
 		assert.Equal(t, 2, code, "%v: %s", tc.args, errOut)
@@ -242,4 +245,42 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// --chat-template replaces the model's template: the prompt the server counts is the one that
+// template renders.
+func TestServeChatTemplateFile(t *testing.T) {
+	model := storiesPath(t)
+	const src = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"
+	file := filepath.Join(t.TempDir(), "t.jinja")
+	require.NoError(t, os.WriteFile(file, []byte(src), 0o644))
+	m, err := llm.Open(model)
+	require.NoError(t, err)
+	defer m.Close()
+	ct, err := llm.NewChatTemplate(m, src)
+	require.NoError(t, err)
+	msgs := []llm.Message{{Role: "user", Content: "Tell me a story about a red ball."}}
+	_, ids, err := ct.Prompt(m.Tokenizer, msgs)
+	require.NoError(t, err)
+	fallback, err := m.ChatTemplate()
+	require.NoError(t, err)
+	_, fids, err := fallback.Prompt(m.Tokenizer, msgs)
+	require.NoError(t, err)
+	require.NotEqual(t, len(fids), len(ids), "the two templates must tell apart by length")
+
+	p := startServe(t, model, "--chat-template", file, "--backend", "ref")
+	body := `{"model":"stories260K","max_tokens":4,"messages":[{"role":"user","content":"Tell me a story about a red ball."}]}`
+	resp, err := http.Post(p.url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var got struct {
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		}
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&got))
+	assert.Equal(t, len(ids), got.Usage.PromptTokens)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, <-p.exited)
 }
