@@ -85,6 +85,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return bad("--chunk %d: must be 1 or more", *chunk)
 	case *device < 0:
 		return bad("--device %d: must be 0 or more", *device)
+	case *parallel < 1 || *parallel > 64:
+		return bad("--parallel %d: must be 1 to 64", *parallel)
+	case *maxTokens < 1:
+		return bad("--max-tokens %d: must be 1 or more", *maxTokens)
+	case *maxBody < 1:
+		return bad("--max-body %d: must be 1 or more", *maxBody)
+	case *maxQueue < 0:
+		return bad("--max-queue %d: must be 0 or more", *maxQueue)
+	case *timeout <= 0:
+		return bad("--timeout %s: must be positive", *timeout)
 	case *grace <= 0:
 		return bad("--shutdown-timeout %s: must be positive", *grace)
 	}

@@ -37,6 +37,9 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"serve", "a.gguf", "--port", "70000"}, "--port 70000"},
 		{[]string{"serve", "a.gguf", "-t", "-1"}, "--threads -1"},
 		{[]string{"serve", "a.gguf", "--chunk", "0"}, "--chunk 0"},
+		{[]string{"serve", "a.gguf", "--parallel", "0"}, "--parallel 0"},
+		{[]string{"serve", "a.gguf", "--max-tokens", "0"}, "--max-tokens 0"},
+		{[]string{"serve", "a.gguf", "--timeout", "-1s"}, "--timeout -1s"},
 		{[]string{"serve", "a.gguf", "--chat-template", "/nonexistent/t.jinja"}, "--chat-template"},
 	} {
 		code, _, errOut := runCLI(t, tc.args...)

@@ -108,8 +108,9 @@ type slot struct {
 	chat *llm.Chat
 }
 
-// New prepares the runners of the pool on the engine's device. The engine stays the
-// caller's; it must outlive the server.
+// New prepares the runners of the pool on the engine's device. The engine's own runner is
+// the pool's first: the caller must not generate with it while the server runs. The engine
+// stays the caller's and must outlive the server.
 func New(ctx context.Context, eng *llm.Engine, opts ...Option) (*Server, error) {
 	cfg := config{name: "xpu", parallel: 1, maxTokens: DefaultMaxTokens, maxBody: DefaultMaxBodyBytes,
 		timeout: DefaultRequestTimeout, maxQueue: DefaultMaxQueue, logger: slog.Default()}
