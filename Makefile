@@ -28,7 +28,7 @@ all: plugins cli
 plugins: $(PLUGINS)
 
 cli:
-	$(GO) build -o $(BUILD)/xpu ./cmd/xpu
+	$(GO) build -ldflags "-X main.commit=$$(git rev-parse HEAD 2>/dev/null)" -o $(BUILD)/xpu ./cmd/xpu
 
 deps:
 	@bash scripts/deps.sh

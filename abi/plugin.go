@@ -187,10 +187,10 @@ func logCallback() uintptr {
 				name = logSink.names[user]
 			}
 			logSink.mu.Unlock()
+			// A plugin's info lines (which build it opened, which provider) are detail for
+			// whoever debugs the host: the library logs nothing at Info by default.
 			lvl := slog.LevelDebug
 			switch level {
-			case 1:
-				lvl = slog.LevelInfo
 			case 2:
 				lvl = slog.LevelWarn
 			case 3:

@@ -49,6 +49,7 @@ type genConfig struct {
 	stream    func(text string) error
 	onToken   func(id int32) error
 	keep      bool
+	ids       []int32 // WithPromptTokens: fed instead of the prompt's encoding
 }
 
 // GenerateOption configures Generate.
@@ -76,6 +77,12 @@ func WithTokenCallback(f func(id int32) error) GenerateOption {
 // chat's next turn).
 func WithKeepCache() GenerateOption { return func(c *genConfig) { c.keep = true } }
 
+// WithPromptTokens feeds ids instead of encoding the prompt string (which is then ignored):
+// a chat continuing its cache feeds the tokens the whole conversation encodes to past the
+// cached ones, which encoding the new text alone would not always give (SentencePiece adds a
+// space at the start of every encoded text).
+func WithPromptTokens(ids []int32) GenerateOption { return func(c *genConfig) { c.ids = ids } }
+
 // Generate encodes prompt (with BOS when the vocabulary asks for it), prefills it in chunks and
 // samples until a stop token, the token budget or the end of the context. Generation also stops
 // when the model emits BOS, which starts a new document in models such as TinyStories.
@@ -96,7 +103,10 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 	if !cfg.keep {
 		r.Reset()
 	}
-	ids := tok.Encode(prompt, !cfg.keep)
+	ids := cfg.ids
+	if ids == nil {
+		ids = tok.Encode(prompt, !cfg.keep)
+	}
 	if len(ids) == 0 {
 		why := "the vocabulary has no BOS token"
 		if !tok.Vocab().AddBOS && tok.BOS() >= 0 {

@@ -62,6 +62,7 @@ type config struct {
 	probeCache    string
 	probeCacheSet bool
 	rescan        bool
+	logger        *slog.Logger
 }
 
 func newConfig(opts []Option) *config {
@@ -90,6 +91,19 @@ func newConfig(opts []Option) *config {
 // WithPaths adds plugin files or folders searched before everything else.
 func WithPaths(paths ...string) Option {
 	return func(c *config) { c.paths = append(c.paths, paths...) }
+}
+
+// WithLogger sets the logger discovery and opening write to (default slog.Default()). The
+// loader logs candidates and the isolated plugin host's output at Debug, plugins that fail to
+// open at Warn, and nothing at Info.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// logOrDefault is l, or slog.Default() (read at the call, so a later SetDefault counts).
+func logOrDefault(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.Default()
+	}
+	return l
 }
 
 // WithoutEnv ignores XPU_PLUGIN_PATH and XPU_ISOLATE.

@@ -172,6 +172,7 @@ type ringLog struct {
 	partial []byte
 	name    string
 	written time.Time
+	log     *slog.Logger // nil: slog.Default()
 }
 
 // settle waits (bounded) until no output arrived for a moment: a dying child's last words are
@@ -207,7 +208,7 @@ func (r *ringLog) Write(b []byte) (int, error) {
 		if line == "" {
 			continue
 		}
-		slog.Debug("plugin-host", "plugin", r.name, "line", line)
+		logOrDefault(r.log).Debug("plugin-host", "plugin", r.name, "line", line)
 		// a Go crash dump runs to thousands of lines: keep only those that can say why
 		if crashNoise.MatchString(line) {
 			continue
@@ -294,7 +295,7 @@ func startProc(cfg *config, cd Candidate) (*isoProc, error) {
 	}
 	cmd.ExtraFiles = []*os.File{childEnd} // fd 3 in the child
 	pr := &isoProc{name: cd.Name, cmd: cmd, sock: pair[0], fds: &fdSender{sock: pair[0]},
-		logs: &ringLog{name: cd.Name}, counter: &byteCounter{}, timeout: cfg.callTimeout}
+		logs: &ringLog{name: cd.Name, log: cfg.logger}, counter: &byteCounter{}, timeout: cfg.callTimeout}
 	if pr.timeout <= 0 {
 		pr.timeout = defaultCallTimeout
 	}

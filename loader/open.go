@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"strings"
 
@@ -127,10 +126,10 @@ func OpenAll(ctx context.Context, opts ...Option) ([]core.Backend, []Candidate, 
 		b, err := openCandidate(ctx, c, *cd)
 		if err != nil {
 			if ctx.Err() != nil {
-				closeAll(out)
+				closeAll(c, out)
 				return nil, cands, ctx.Err()
 			}
-			slog.Warn("loader: plugin failed to open", "path", cd.Path, "err", err)
+			logOrDefault(c.logger).Warn("loader: plugin failed to open", "path", cd.Path, "err", err)
 			cd.Err, cd.Reason, cd.Chosen = err, err.Error(), false
 			continue
 		}
@@ -139,12 +138,12 @@ func OpenAll(ctx context.Context, opts ...Option) ([]core.Backend, []Candidate, 
 	return out, cands, nil
 }
 
-func closeAll(bs []core.Backend) {
+func closeAll(c *config, bs []core.Backend) {
 	var errs []error
 	for _, b := range bs {
 		errs = append(errs, b.Close())
 	}
 	if err := errors.Join(errs...); err != nil {
-		slog.Warn("loader: close", "err", err)
+		logOrDefault(c.logger).Warn("loader: close", "err", err)
 	}
 }

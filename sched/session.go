@@ -186,7 +186,7 @@ func (s *Session) build(ctx context.Context) error {
 		}
 	}
 	if fallbacks > 0 {
-		s.log.Info("xpu: nodes placed off their first-choice device (see Session.Report)",
+		s.log.Debug("xpu: nodes placed off their first-choice device (see Session.Report)",
 			"nodes", fallbacks, "of", len(s.assign), "policy", s.policy.Name())
 	}
 	parts, err := SplitGraph(s.graph, deviceOf)

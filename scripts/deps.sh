@@ -4,8 +4,11 @@
 set -euo pipefail
 
 pkgs=(gcc make pkg-config pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo libsimde-dev
-      qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross valgrind
+      qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross valgrind curl
       clang libclang-rt-14-dev) # clang + its libFuzzer/ASan runtimes: make fuzz-ir
+# node and npm run a real OpenAI client against `xpu serve` (cmd/xpu TestServeOpenAIClient);
+# a machine that already has node (from NodeSource, nvm...) keeps its own.
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -25,3 +28,13 @@ command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || {
   echo "deps: Go is not installed (expected at /usr/local/go); install Go 1.24 or later" >&2
   exit 1
 }
+
+# The `openai` npm package (v4: runs on Debian 12's node 18) for the serve client test, into
+# build/npm (ignored by git). Without the npm registry the test skips and says why.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+if command -v npm >/dev/null 2>&1 && [ ! -d "$root/build/npm/node_modules/openai" ]; then
+  echo "deps: npm install openai@4.104.0 into build/npm"
+  mkdir -p "$root/build/npm"
+  npm install --prefix "$root/build/npm" --no-audit --no-fund --silent openai@4.104.0 >/dev/null 2>&1 ||
+    echo "deps: npm install openai failed: the OpenAI client test will skip" >&2
+fi

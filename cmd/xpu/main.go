@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -46,6 +48,33 @@ func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
 	return 2, false
 }
 
+// parseInterspersed is parseFlags for commands that take positional arguments (a model path)
+// among their flags, as llama.cpp's tools do: `xpu run model.gguf -n 16` and `xpu run -n 16
+// model.gguf` mean the same. Everything after "--" is positional. fs.Args() holds the
+// positional arguments afterwards.
+func parseInterspersed(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	var pos []string
+	for {
+		if code, ok := parseFlags(fs, args); !ok {
+			return code, false
+		}
+		rest := fs.Args()
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+	// Parse leaves the flags already set alone: this only resets fs.Args.
+	if err := fs.Parse(append([]string{"--"}, pos...)); err != nil {
+		return 2, false
+	}
+	return 0, true
+}
+
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: xpu <command> [flags]")
 	fmt.Fprintln(w, "\ncommands:")
@@ -59,7 +88,44 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nRun 'xpu <command> -h' for a command's flags. XPU_LOG=debug shows the loader's work.")
+	fmt.Fprintln(w, "\nRun 'xpu <command> -h' for a command's flags, 'xpu --version' for the version.")
+	fmt.Fprintln(w, "XPU_LOG=debug shows the loader's work.")
+}
+
+// commit is set by the Makefile (-ldflags -X main.commit=...) for builds where the toolchain
+// records no VCS information (-buildvcs=false, a git worktree it does not stamp).
+var commit string
+
+// version is the module version and the commit the binary was built from, as the Go
+// toolchain recorded them ("(devel)" for a build inside the repository; the commit is there
+// when it was built from a git checkout).
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "xpu (no build information)"
+	}
+	if commit != "" && !slices.ContainsFunc(bi.Settings, func(s debug.BuildSetting) bool { return s.Key == "vcs.revision" }) {
+		bi.Settings = append(bi.Settings, debug.BuildSetting{Key: "vcs.revision", Value: commit})
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	settings := map[string]string{}
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	out := fmt.Sprintf("xpu %s %s", v, bi.GoVersion)
+	if rev := settings["vcs.revision"]; rev != "" {
+		out += " commit " + rev
+		if settings["vcs.modified"] == "true" {
+			out += " (modified)"
+		}
+		if t := settings["vcs.time"]; t != "" {
+			out += " " + t
+		}
+	}
+	return out
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -76,6 +142,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stdout)
+		return 0
+	}
+	if args[0] == "--version" || args[0] == "-version" || args[0] == "version" {
+		fmt.Fprintln(stdout, version())
 		return 0
 	}
 	c, ok := commands[args[0]]

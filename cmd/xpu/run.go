@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	_ "github.com/xpuhub/xpu/llm/llmconform" // the stories260K model cases of xpu conform
 	"github.com/xpuhub/xpu/loader"
 	"github.com/xpuhub/xpu/sched"
+	"golang.org/x/term"
 )
 
 func init() {
@@ -28,37 +30,63 @@ const progressMinBytes = 64 << 20
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	model := fs.String("model", "", "GGUF model file (required)")
+	model := fs.String("model", "", "GGUF model file (or give it as the argument)")
+	fs.StringVar(model, "m", "", "alias of --model")
 	prompt := fs.String("prompt", "", "prompt text (default: start from BOS only)")
+	fs.StringVar(prompt, "p", "", "alias of --prompt")
+	file := fs.String("file", "", "read the prompt from this file (- : standard input)")
+	fs.StringVar(file, "f", "", "alias of --file")
+	var stops stringList
+	fs.Var(&stops, "stop", "end generation at this text (repeatable)")
 	n := fs.Int("n", 256, "most tokens to generate")
 	temp := fs.Float64("temp", 0.8, "sampling temperature; 0 = greedy")
 	topP := fs.Float64("top-p", 0.9, "nucleus sampling mass; 1 = off")
 	topK := fs.Int("top-k", 40, "keep the k most likely tokens; 0 = off")
 	repeat := fs.Float64("repeat-penalty", 1, "penalty for tokens in the last 64; 1 = off")
-	seed := fs.Uint64("seed", 0, "sampling seed (0 = from the clock)")
-	backend := fs.String("backend", "", "backend name (neon, opencl, ref) or plugin path")
-	policy := fs.String("policy", "", "choose the device by policy instead: prefer-npu, prefer-gpu, prefer-cpu, max-performance, max-efficiency")
+	seed := fs.Uint64("seed", 0, "sampling seed (0 = from the clock, printed)")
+	fs.Uint64Var(seed, "s", 0, "alias of --seed")
+	backend := fs.String("backend", "", "backend name (neon, opencl, qnn, ref) or plugin path (default: the best usable device, never ref)")
+	policy := fs.String("policy", "", "choose the device by policy instead: prefer-npu, prefer-gpu, prefer-cpu, max-performance (the default), max-efficiency")
 	device := fs.Int("device", 0, "device index within --backend")
 	chunk := fs.Int("chunk", llm.DefaultChunk, "prefill chunk length")
 	ctxLen := fs.Int("ctx", 0, "context length in tokens (default: the model's, at most 4096)")
+	fs.IntVar(ctxLen, "c", 0, "alias of --ctx")
 	kvType := fs.String("kv", "f32", "KV cache dtype: f32 or f16")
+	chatMode := fs.Bool("chat", false, "interactive chat: multi-turn on standard input with the model's chat template, -p as the system prompt; /reset, /exit; Ctrl-C stops an answer")
+	fs.BoolVar(chatMode, "cnv", false, "alias of --chat (llama-cli's)")
 	isolated := fs.Bool("isolated", false, "run the backend in a child process (crash isolation; see also XPU_ISOLATE)")
 	threads := fs.Int("threads", 0, "worker threads for CPU backends (0 = the backend's default)")
 	timeout := fs.Duration("timeout", 0, "deadline of one isolated execute; a plugin still running then is killed (0 = 10× its longest earlier run, at least 30s)")
+	fs.IntVar(threads, "t", 0, "alias of --threads")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu run --model PATH [--prompt TEXT] [-n N] [--temp T] [--top-p P] [--top-k K] [--seed S] [--backend NAME | --policy POLICY] [--chunk N] [--ctx N] [--kv f16] [--threads N] [--isolated [--timeout D]]")
+		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]]")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseInterspersed(fs, args); !ok {
 		return code
 	}
-	if *model == "" || fs.NArg() > 0 || (*backend != "" && *policy != "") {
+	if msg := runFlagCombination(fs, model, *prompt, *file, *backend, *policy); msg != "" {
+		fmt.Fprintf(stderr, "xpu run: %s\n", msg)
 		fs.Usage()
 		return 2
 	}
 	if *threads < 0 {
 		fmt.Fprintf(stderr, "xpu run: --threads %d: must be 0 (the backend's default) or more\n", *threads)
 		return 2
+	}
+	if *file != "" {
+		text, err := readPrompt(*file)
+		if err != nil {
+			fmt.Fprintf(stderr, "xpu run: %v\n", err)
+			return 2
+		}
+		*prompt = text
+	}
+	// Without --backend or --policy the device is the best usable one: max-performance's
+	// order, without the reference (which only runs when named).
+	allowRef := *backend != "" || *policy != ""
+	if *backend == "" && *policy == "" {
+		*policy = sched.MaxPerformance.Name()
 	}
 	s := llm.SamplerConfig{Temperature: float32(*temp), TopP: float32(*topP), TopK: *topK,
 		RepeatPenalty: float32(*repeat), Seed: *seed}
@@ -90,7 +118,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *threads > 0 {
 		ropts = append(ropts, llm.WithContextOptions(map[string]string{"threads": fmt.Sprint(*threads)}))
 	}
-	if m.WeightBytes() >= progressMinBytes {
+	if m.WeightBytes() >= progressMinBytes && isTerminal(stderr) {
 		ropts = append(ropts, llm.WithProgress(func(done, total int) { drawProgress(stderr, done, total) }))
 	}
 	var lopts []loader.Option
@@ -98,7 +126,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		lopts = append(lopts, loader.Isolated())
 	}
 	lopts = append(lopts, loader.WithExecuteTimeout(*timeout))
-	r, backends, err := openRunner(ctx, m, *backend, *policy, *device, ropts, lopts...)
+	r, backends, err := openRunner(ctx, m, *backend, *policy, *device, allowRef, ropts, lopts...)
 	for _, b := range backends {
 		defer b.Close()
 	}
@@ -107,14 +135,21 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer r.Close()
 	info := r.Device().Info()
-	fmt.Fprintf(stderr, "load: %.0f ms (%s, %s, %.1f MB of weights on %s)\n",
-		ms(time.Since(t0)), m.Config.Arch, describe(m), float64(m.WeightBytes())/1e6, info.ID())
+	fmt.Fprintf(stderr, "load: %.0f ms (%s, %s, %.1f MB of weights on %s, %s)\n",
+		ms(time.Since(t0)), m.Config.Arch, describe(m), float64(m.WeightBytes())/1e6, info.ID(), deviceTag(info))
 
-	if s.Seed == 0 {
+	if s.Seed == 0 && s.Temperature > 0 {
 		s.Seed = uint64(time.Now().UnixNano())
+		fmt.Fprintf(stderr, "seed: %d (from the clock; --seed %d repeats this run)\n", s.Seed, s.Seed)
+	}
+	if *chatMode {
+		intr, stopIntr := interrupts()
+		defer stopIntr()
+		return chatLoop(ctx, r, chatIO{in: stdin, out: stdout, errw: stderr, interrupts: intr},
+			*prompt, stops, llm.WithMaxTokens(*n), llm.WithSampler(s))
 	}
 	fmt.Fprint(stdout, *prompt)
-	res, err := r.Generate(ctx, *prompt, llm.WithMaxTokens(*n), llm.WithSampler(s),
+	res, err := r.GenerateUntil(ctx, *prompt, stops, llm.WithMaxTokens(*n), llm.WithSampler(s),
 		llm.WithStream(func(text string) error {
 			_, err := io.WriteString(stdout, text)
 			return err
@@ -169,7 +204,7 @@ func drawProgress(w io.Writer, done, total int) {
 // openRunner opens the named backend, or every backend when a policy chooses, and prepares the
 // model on the first device that accepts every stage. The whole model goes to one device; the
 // backends it opened are returned for closing.
-func openRunner(ctx context.Context, m *llm.Model, name, policy string, devIndex int,
+func openRunner(ctx context.Context, m *llm.Model, name, policy string, devIndex int, allowRef bool,
 	opts []llm.RunnerOption, lopts ...loader.Option) (*llm.Runner, []core.Backend, error) {
 	if policy == "" {
 		if name == "" {
@@ -194,7 +229,9 @@ func openRunner(ctx context.Context, m *llm.Model, name, policy string, devIndex
 	if err != nil {
 		return nil, backends, err
 	}
-	backends = append(backends, ref.New())
+	if allowRef {
+		backends = append(backends, ref.New())
+	}
 	var devs []core.Device
 	for _, b := range backends {
 		devs = append(devs, b.Devices()...)
@@ -209,7 +246,7 @@ func openRunner(ctx context.Context, m *llm.Model, name, policy string, devIndex
 		errs = append(errs, fmt.Errorf("%s: %w", d.Info().ID(), err))
 	}
 	if len(ranked) == 0 {
-		errs = append(errs, fmt.Errorf("policy %s ranks no device: %w", p.Name(), core.ErrNotFound))
+		errs = append(errs, fmt.Errorf("policy %s ranks no device (no plugin found; --backend ref runs the slow reference): %w", p.Name(), core.ErrNotFound))
 	}
 	return nil, backends, errors.Join(errs...)
 }
@@ -230,4 +267,59 @@ func representativeNode(m *llm.Model) *core.Node {
 		return &core.Node{Op: core.OpMatMul}
 	}
 	return g.Nodes[0]
+}
+
+// runFlagCombination says what is wrong with a combination of run's flags ("" when nothing);
+// a positional argument becomes the model.
+func runFlagCombination(fs *flag.FlagSet, model *string, prompt, file, backend, policy string) string {
+	switch {
+	case fs.NArg() > 1:
+		return fmt.Sprintf("one model, got %d arguments: %s", fs.NArg(), strings.Join(fs.Args(), " "))
+	case fs.NArg() == 1 && *model != "":
+		return fmt.Sprintf("the model is given twice (--model %s and %s)", *model, fs.Arg(0))
+	case fs.NArg() == 1:
+		*model = fs.Arg(0)
+	}
+	switch {
+	case *model == "":
+		return "no model: give -m MODEL.gguf or the path as the argument"
+	case backend != "" && policy != "":
+		return "--backend and --policy both choose the device: give one"
+	case prompt != "" && file != "":
+		return "--prompt and --file both give the prompt: give one"
+	}
+	return ""
+}
+
+// stdin is where `--file -` reads the prompt (a variable for tests).
+var stdin io.Reader = os.Stdin
+
+// maxPromptBytes bounds a prompt read from a file or standard input.
+const maxPromptBytes = 16 << 20
+
+func readPrompt(path string) (string, error) {
+	var r io.Reader = stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return "", fmt.Errorf("--file: %w", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxPromptBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("--file %s: %w", path, err)
+	}
+	if len(b) > maxPromptBytes {
+		return "", fmt.Errorf("--file %s: the prompt is over %d MiB", path, maxPromptBytes>>20)
+	}
+	return string(b), nil
+}
+
+// isTerminal says w is a terminal: progress bars are drawn there and never into a log file or
+// a pipe, where carriage returns make a mess.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

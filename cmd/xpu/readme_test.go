@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// readmeShellLines returns the lines of the README's ```sh blocks.
+func readmeShellLines(t *testing.T) []string {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	var out []string
+	in := false
+	sc := bufio.NewScanner(strings.NewReader(string(b)))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case strings.HasPrefix(line, "```sh"):
+			in = true
+		case strings.HasPrefix(line, "```"):
+			in = false
+		case in && line != "":
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// The README's llama-cli style `xpu run` lines and its `xpu serve` + curl lines, run as
+// written (from the repository root, build/xpu being the binary this test builds).
+func TestREADMERunAndServeCommands(t *testing.T) {
+	storiesPath(t)
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	bin := buildXPU(t)
+	var runs, serves, curls []string
+	for _, l := range readmeShellLines(t) {
+		switch {
+		case strings.Contains(l, "build/xpu run ../shared/"):
+			runs = append(runs, l)
+		case strings.HasPrefix(l, "build/xpu serve "):
+			serves = append(serves, l)
+		case strings.HasPrefix(l, "curl "):
+			curls = append(curls, l)
+		}
+	}
+	require.Len(t, runs, 2, "the README's llama-cli style run lines")
+	require.Len(t, serves, 1)
+	require.NotEmpty(t, curls)
+	for _, l := range runs {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		cmd := exec.CommandContext(ctx, "bash", "-c", strings.ReplaceAll(l, "build/xpu", bin))
+		cmd.Dir = root
+		out, err := cmd.Output()
+		cancel()
+		var ee *exec.ExitError
+		if err != nil && errors.As(err, &ee) {
+			t.Fatalf("%s: %v\n%s", l, err, ee.Stderr)
+		}
+		require.NoError(t, err, l)
+		assert.True(t, strings.HasPrefix(string(out), "Once upon a time"), "%s: %q", l, out)
+	}
+
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl is not installed (scripts/deps.sh installs it): the README's curl line is not run")
+	}
+	args := strings.Fields(strings.TrimPrefix(serves[0], "build/xpu serve "))
+	for i, a := range args {
+		if a == "--port" {
+			args[i+1] = "0"
+		}
+	}
+	p := startServeIn(t, root, args...)
+	host := strings.TrimPrefix(p.url, "http://")
+	for _, l := range curls {
+		out, err := exec.Command("bash", "-c", strings.ReplaceAll(l, "127.0.0.1:8080", host)).Output()
+		require.NoError(t, err, l)
+		var resp struct {
+			Choices []struct {
+				Message struct{ Role, Content string }
+			}
+		}
+		require.NoError(t, json.Unmarshal(out, &resp), "%s", out)
+		require.Len(t, resp.Choices, 1, "%s", out)
+		assert.Equal(t, "assistant", resp.Choices[0].Message.Role)
+		assert.NotEmpty(t, resp.Choices[0].Message.Content)
+	}
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, <-p.exited)
+}

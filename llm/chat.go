@@ -1,0 +1,249 @@
+package llm
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ardanlabs/jinja"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/tokenizer"
+)
+
+// Message is one turn of a conversation.
+type Message struct {
+	Role    string `json:"role"` // "system", "user" or "assistant"
+	Content string `json:"content"`
+}
+
+// FallbackChatTemplate renders conversations for models whose GGUF file has no
+// tokenizer.chat_template (base models such as stories260K): the system prompt as a
+// paragraph, then "User: ..." and "Assistant: ..." lines, ending with "Assistant:" when a reply
+// is wanted (a reply, which the model starts with a space, is written back trimmed, so that
+// the next turn's text extends the cached one). FallbackStops ends a reply where the model starts the user's next line.
+const FallbackChatTemplate = `{% for m in messages %}{% if m.role == 'system' %}{{ m.content }}
+
+{% elif m.role == 'user' %}User: {{ m.content }}
+{% else %}Assistant: {{ m.content | trim }}
+{% endif %}{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}`
+
+// FallbackStops are the stop strings that go with FallbackChatTemplate.
+var FallbackStops = []string{"\nUser:"}
+
+// ChatTemplate renders a conversation into the prompt text a model was trained on. It is safe
+// for concurrent use.
+type ChatTemplate struct {
+	tmpl     *jinja.Template
+	fallback bool
+	bos, eos string
+}
+
+// NewChatTemplate compiles a Jinja chat template (as found in tokenizer.chat_template) for m's
+// tokenizer (whose BOS and EOS texts it receives as bos_token and eos_token).
+func NewChatTemplate(m *Model, src string) (*ChatTemplate, error) {
+	t, err := jinja.Compile(src)
+	if err != nil {
+		return nil, fmt.Errorf("llm: chat template: %w: %w", err, core.ErrInvalidArgument)
+	}
+	ct := &ChatTemplate{tmpl: t}
+	tok := m.Tokenizer
+	if b := tok.BOS(); b >= 0 && int(b) < tok.Size() {
+		ct.bos = tok.Vocab().Tokens[b]
+	}
+	if e := tok.EOS(); e >= 0 && int(e) < tok.Size() {
+		ct.eos = tok.Vocab().Tokens[e]
+	}
+	return ct, nil
+}
+
+// ChatTemplate is the model's tokenizer.chat_template, or FallbackChatTemplate when the file
+// has none (IsFallback then says so).
+func (m *Model) ChatTemplate() (*ChatTemplate, error) {
+	if v, ok := m.File.Get("tokenizer.chat_template"); ok {
+		if src, ok := v.Str(); ok && strings.TrimSpace(src) != "" {
+			return NewChatTemplate(m, src)
+		}
+	}
+	ct, err := NewChatTemplate(m, FallbackChatTemplate)
+	if err != nil {
+		return nil, err
+	}
+	ct.fallback = true
+	return ct, nil
+}
+
+// IsFallback says the model has no template of its own and FallbackChatTemplate is used.
+func (t *ChatTemplate) IsFallback() bool { return t.fallback }
+
+// Render renders msgs; with addGenerationPrompt the text ends where the assistant's reply
+// begins.
+func (t *ChatTemplate) Render(msgs []Message, addGenerationPrompt bool) (string, error) {
+	list := make([]any, len(msgs))
+	for i, m := range msgs {
+		list[i] = map[string]any{"role": m.Role, "content": m.Content}
+	}
+	out, err := t.tmpl.Render(map[string]any{
+		"messages":              list,
+		"add_generation_prompt": addGenerationPrompt,
+		"bos_token":             t.bos,
+		"eos_token":             t.eos,
+	})
+	if err != nil {
+		return "", fmt.Errorf("llm: render chat template: %w: %w", err, core.ErrInvalidArgument)
+	}
+	return out, nil
+}
+
+// Chat is a multi-turn conversation on one Runner. Each turn renders the whole conversation
+// with the template and feeds the runner only what its KV cache does not already hold (the
+// cache is kept between turns when the new prompt's tokens extend the cached ones; otherwise
+// the prompt is prefilled again from the start). Not safe for concurrent use.
+type Chat struct {
+	r      *Runner
+	tmpl   *ChatTemplate
+	stops  []string
+	system string
+	msgs   []Message
+	cached string // the text whose tokens are in the runner's cache ("" : unknown, start over)
+}
+
+type chatConfig struct {
+	system   string
+	template string
+	stops    []string
+}
+
+// ChatOption configures NewChat.
+type ChatOption func(*chatConfig)
+
+// WithSystemPrompt starts the conversation with a system message.
+func WithSystemPrompt(s string) ChatOption { return func(c *chatConfig) { c.system = s } }
+
+// WithChatTemplate uses src instead of the model's template.
+func WithChatTemplate(src string) ChatOption { return func(c *chatConfig) { c.template = src } }
+
+// WithChatStops adds stop strings that end a reply (FallbackStops are added for the fallback
+// template).
+func WithChatStops(stops ...string) ChatOption {
+	return func(c *chatConfig) { c.stops = append(c.stops, stops...) }
+}
+
+// NewChat starts a conversation on r. The runner's cache is emptied; the chat owns the runner
+// until it is no longer used.
+func NewChat(r *Runner, opts ...ChatOption) (*Chat, error) {
+	var cfg chatConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	var tmpl *ChatTemplate
+	var err error
+	if cfg.template != "" {
+		tmpl, err = NewChatTemplate(r.Model(), cfg.template)
+	} else {
+		tmpl, err = r.Model().ChatTemplate()
+	}
+	if err != nil {
+		return nil, err
+	}
+	stops := slices.Clone(cfg.stops)
+	if tmpl.IsFallback() {
+		stops = append(stops, FallbackStops...)
+	}
+	c := &Chat{r: r, tmpl: tmpl, stops: stops, system: cfg.system}
+	c.Reset()
+	return c, nil
+}
+
+// NewChat starts a conversation on the engine's runner.
+func (e *Engine) NewChat(opts ...ChatOption) (*Chat, error) { return NewChat(e.Runner, opts...) }
+
+// Reset forgets every turn (the system prompt stays) and empties the cache.
+func (c *Chat) Reset() {
+	c.msgs = c.msgs[:0]
+	if c.system != "" {
+		c.msgs = append(c.msgs, Message{Role: "system", Content: c.system})
+	}
+	c.r.Reset()
+	c.cached = ""
+}
+
+// Messages returns the conversation so far.
+func (c *Chat) Messages() []Message { return slices.Clone(c.msgs) }
+
+// Template is the template the chat renders with.
+func (c *Chat) Template() *ChatTemplate { return c.tmpl }
+
+// Send adds the user's message, generates the assistant's reply (opts as for Generate:
+// WithStream, WithMaxTokens, WithSampler) and adds it to the conversation. On an error the
+// user's message is taken back and the conversation is as before.
+func (c *Chat) Send(ctx context.Context, user string, opts ...GenerateOption) (Result, error) {
+	msgs := append(slices.Clone(c.msgs), Message{Role: "user", Content: user})
+	res, err := c.complete(ctx, msgs, opts...)
+	if err != nil {
+		c.cached = ""
+		return res, err
+	}
+	c.msgs = append(msgs, Message{Role: "assistant", Content: res.Text})
+	return res, nil
+}
+
+// Complete generates the assistant's reply to msgs (a whole conversation, as an API server
+// receives it) without keeping it; the runner's cache is reused where msgs extend what it
+// holds.
+func (c *Chat) Complete(ctx context.Context, msgs []Message, opts ...GenerateOption) (Result, error) {
+	res, err := c.complete(ctx, msgs, opts...)
+	if err != nil {
+		c.cached = ""
+	}
+	return res, err
+}
+
+// Prompt renders msgs with the generation prompt and returns the text and the tokens the
+// runner is fed for it (with BOS when the vocabulary asks for one; a bos_token the template
+// writes itself is dropped so that there is one).
+func (t *ChatTemplate) Prompt(tok *tokenizer.Tokenizer, msgs []Message) (string, []int32, error) {
+	prompt, err := t.Render(msgs, true)
+	if err != nil {
+		return "", nil, err
+	}
+	if t.bos != "" && tok.Vocab().AddBOS {
+		prompt = strings.TrimPrefix(prompt, t.bos)
+	}
+	return prompt, tok.Encode(prompt, true), nil
+}
+
+func (c *Chat) complete(ctx context.Context, msgs []Message, opts ...GenerateOption) (Result, error) {
+	prompt, full, err := c.tmpl.Prompt(c.r.Model().Tokenizer, msgs)
+	if err != nil {
+		return Result{}, err
+	}
+	if c.cached != "" && strings.HasPrefix(prompt, c.cached) {
+		// Reuse the cache when the whole prompt's tokens begin with the cached ones (a merge
+		// across the boundary would make them differ) and feed only the tokens past them.
+		have := c.r.Tokens()
+		if len(full) > len(have) && slices.Equal(full[:len(have)], have) {
+			opts = append(slices.Clone(opts), WithKeepCache(), WithPromptTokens(full[len(have):]))
+		}
+	}
+	res, err := c.r.GenerateUntil(ctx, prompt, c.stops, opts...)
+	if err != nil {
+		return res, err
+	}
+	// After an end-of-turn stop the cache holds the prompt and every generated token. At the
+	// token budget the last token was sampled but not fed: feed it, so that the next turn can
+	// continue from the cache. After a stop string the cache holds text past the reply, and
+	// the next turn starts over.
+	c.cached = ""
+	switch {
+	case res.Stop == StopEOS:
+		c.cached = prompt + res.Text
+	case res.Stop == StopMaxTokens && len(res.Tokens) > 0 && c.r.Len() < c.r.ContextLength():
+		if _, err := c.r.Decode(ctx, res.Tokens[len(res.Tokens)-1]); err != nil {
+			return res, err
+		}
+		c.cached = prompt + res.Text
+	}
+	return res, nil
+}

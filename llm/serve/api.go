@@ -1,0 +1,184 @@
+package serve
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/xpuhub/xpu/llm"
+)
+
+// The request and response shapes of the OpenAI API subset the server speaks. Fields the
+// server does not use are accepted and ignored (clients send many), except those that would
+// change the answer in a way the server cannot honour (n > 1, logprobs), which are refused.
+
+// stringOrList is a JSON string or array of strings ("stop", "prompt").
+type stringOrList []string
+
+func (s *stringOrList) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*s = nil
+		return nil
+	}
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*s = []string{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return fmt.Errorf("must be a string or an array of strings")
+	}
+	*s = many
+	return nil
+}
+
+// content is a message's content: a string, or an array of parts of which only text parts
+// are accepted.
+type content string
+
+func (c *content) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*c = ""
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*c = content(s)
+		return nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(b, &parts); err != nil {
+		return fmt.Errorf("must be a string or an array of content parts")
+	}
+	var sb strings.Builder
+	for _, p := range parts {
+		if p.Type != "text" {
+			return fmt.Errorf("content part type %q: only text parts are supported", p.Type)
+		}
+		sb.WriteString(p.Text)
+	}
+	*c = content(sb.String())
+	return nil
+}
+
+type chatMessage struct {
+	Role    string  `json:"role"`
+	Content content `json:"content"`
+}
+
+// sampling is what both endpoints share.
+type sampling struct {
+	Model               string       `json:"model"`
+	MaxTokens           *int         `json:"max_tokens"`
+	MaxCompletionTokens *int         `json:"max_completion_tokens"`
+	Temperature         *float64     `json:"temperature"`
+	TopP                *float64     `json:"top_p"`
+	Seed                *int64       `json:"seed"`
+	Stop                stringOrList `json:"stop"`
+	Stream              bool         `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	N              *int  `json:"n"`
+	Logprobs       any   `json:"logprobs"`
+	Tools          []any `json:"tools"`
+	ResponseFormat *struct {
+		Type string `json:"type"`
+	} `json:"response_format"`
+}
+
+type chatRequest struct {
+	sampling
+	Messages []chatMessage `json:"messages"`
+}
+
+type completionRequest struct {
+	sampling
+	Prompt stringOrList `json:"prompt"`
+}
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+type chatChoice struct {
+	Index        int          `json:"index"`
+	Message      *chatMessage `json:"message,omitempty"`
+	Delta        *delta       `json:"delta,omitempty"`
+	FinishReason *string      `json:"finish_reason"`
+}
+
+type delta struct {
+	Role    string `json:"role,omitempty"`
+	Content string `json:"content,omitempty"`
+}
+
+type textChoice struct {
+	Index        int     `json:"index"`
+	Text         string  `json:"text"`
+	Logprobs     any     `json:"logprobs"`
+	FinishReason *string `json:"finish_reason"`
+}
+
+// response is a completion or one streamed chunk of one.
+type response struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+	Choices any    `json:"choices"`
+	Usage   *usage `json:"usage,omitempty"`
+}
+
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelInfo `json:"data"`
+}
+
+type modelInfo struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+// apiError is the body of every error answer: {"error": {...}} as OpenAI writes it.
+type apiError struct {
+	status  int
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+func badRequest(param, code, format string, args ...any) *apiError {
+	return newError(400, "invalid_request_error", param, code, format, args...)
+}
+
+func newError(status int, typ, param, code, format string, args ...any) *apiError {
+	e := &apiError{status: status, Type: typ, Message: fmt.Sprintf(format, args...)}
+	if param != "" {
+		e.Param = &param
+	}
+	if code != "" {
+		e.Code = &code
+	}
+	return e
+}
+
+// finishReason is OpenAI's name for why generation ended.
+func finishReason(s llm.StopReason) string {
+	switch s {
+	case llm.StopMaxTokens, llm.StopContext:
+		return "length"
+	}
+	return "stop"
+}

@@ -1,0 +1,556 @@
+// Package serve is an OpenAI-compatible HTTP server for a model loaded with llm.Load:
+// POST /v1/chat/completions and /v1/completions (streamed as server-sent events with
+// "stream": true), GET /v1/models, /health and /metrics (Prometheus text format).
+//
+// A runner holds one sequence at a time, so requests share the model through a pool of
+// runners (WithParallel, default 1: the engine's own). A request waits in a bounded queue
+// (WithMaxQueue) for a free runner and is refused with 429 when the queue is full; each
+// runner beyond the first costs another copy of the weights and KV cache on the device. A
+// runner keeps its KV cache between requests, and a chat request whose conversation extends
+// the one the runner last answered feeds only the new tokens.
+//
+// Limits: the request body (WithMaxBodyBytes, 413 past it), max_tokens (WithMaxTokens, 400
+// past it), the prompt plus max_tokens within the context (400), and the time a request may
+// take from arrival to its last token (WithRequestTimeout; a request still queued then gets
+// 503, generation in progress is cut and ends with finish_reason "length"). Errors are
+// OpenAI-style bodies: {"error": {"message", "type", "param", "code"}}.
+//
+// Shutdown is http.Server.Shutdown's: the listener closes, and requests in flight, streams
+// included, run to their end.
+package serve
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm"
+)
+
+// Defaults of the options.
+const (
+	DefaultMaxTokens      = 2048
+	DefaultMaxBodyBytes   = 1 << 20
+	DefaultRequestTimeout = 5 * time.Minute
+	DefaultMaxQueue       = 64
+	// defaultTokens is max_tokens when a request gives none (at most the server's limit and
+	// what the context has room for).
+	defaultTokens = 256
+)
+
+type config struct {
+	name       string
+	parallel   int
+	maxTokens  int
+	maxBody    int64
+	timeout    time.Duration
+	maxQueue   int
+	logger     *slog.Logger
+	chatOption []llm.ChatOption
+}
+
+// Option configures New.
+type Option func(*config)
+
+// WithModelName is the model id clients name (default "xpu").
+func WithModelName(name string) Option { return func(c *config) { c.name = name } }
+
+// WithParallel is how many requests generate at once, each on its own runner (default 1).
+func WithParallel(n int) Option { return func(c *config) { c.parallel = n } }
+
+// WithMaxTokens is the most tokens one request may ask for (default DefaultMaxTokens).
+func WithMaxTokens(n int) Option { return func(c *config) { c.maxTokens = n } }
+
+// WithMaxBodyBytes bounds a request body (default DefaultMaxBodyBytes).
+func WithMaxBodyBytes(n int64) Option { return func(c *config) { c.maxBody = n } }
+
+// WithRequestTimeout bounds a request from arrival to its last token, queueing included
+// (default DefaultRequestTimeout).
+func WithRequestTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+
+// WithMaxQueue is how many requests may wait for a runner (default DefaultMaxQueue).
+func WithMaxQueue(n int) Option { return func(c *config) { c.maxQueue = n } }
+
+// WithLogger sets the logger (default slog.Default()); the server logs request failures at
+// Warn and each request at Debug.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithChatOptions passes options to every runner's llm.Chat (a template override, stops).
+func WithChatOptions(opts ...llm.ChatOption) Option {
+	return func(c *config) { c.chatOption = append(c.chatOption, opts...) }
+}
+
+// Server answers the API for one loaded model. Create it with New, serve Handler, Close it
+// after the http.Server has shut down.
+type Server struct {
+	cfg     config
+	eng     *llm.Engine
+	tmpl    *llm.ChatTemplate
+	created int64
+	slots   chan *slot
+	owned   []*llm.Runner
+	queued  atomic.Int64
+	met     *metrics
+}
+
+// slot is one runner and the chat state that lets it reuse its cache.
+type slot struct {
+	r    *llm.Runner
+	chat *llm.Chat
+}
+
+// New prepares the runners of the pool on the engine's device. The engine's own runner is
+// the pool's first: the caller must not generate with it while the server runs. The engine
+// stays the caller's and must outlive the server.
+func New(ctx context.Context, eng *llm.Engine, opts ...Option) (*Server, error) {
+	cfg := config{name: "xpu", parallel: 1, maxTokens: DefaultMaxTokens, maxBody: DefaultMaxBodyBytes,
+		timeout: DefaultRequestTimeout, maxQueue: DefaultMaxQueue, logger: slog.Default()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	switch {
+	case cfg.name == "":
+		return nil, fmt.Errorf("serve: empty model name: %w", core.ErrInvalidArgument)
+	case cfg.parallel < 1 || cfg.parallel > 64:
+		return nil, fmt.Errorf("serve: parallel %d: must be 1 to 64: %w", cfg.parallel, core.ErrInvalidArgument)
+	case cfg.maxTokens < 1:
+		return nil, fmt.Errorf("serve: max tokens %d: must be 1 or more: %w", cfg.maxTokens, core.ErrInvalidArgument)
+	case cfg.maxBody < 1:
+		return nil, fmt.Errorf("serve: max body %d: must be 1 or more: %w", cfg.maxBody, core.ErrInvalidArgument)
+	case cfg.timeout <= 0:
+		return nil, fmt.Errorf("serve: request timeout %s: must be positive: %w", cfg.timeout, core.ErrInvalidArgument)
+	case cfg.maxQueue < 0:
+		return nil, fmt.Errorf("serve: max queue %d: must be 0 or more: %w", cfg.maxQueue, core.ErrInvalidArgument)
+	}
+	s := &Server{cfg: cfg, eng: eng, created: time.Now().Unix(), slots: make(chan *slot, cfg.parallel),
+		met: newMetrics()}
+	runners := []*llm.Runner{eng.Runner}
+	for len(runners) < cfg.parallel {
+		r, err := eng.NewRunner(ctx)
+		if err != nil {
+			_ = s.Close()
+			return nil, fmt.Errorf("serve: runner %d of %d: %w", len(runners)+1, cfg.parallel, err)
+		}
+		s.owned = append(s.owned, r)
+		runners = append(runners, r)
+	}
+	for _, r := range runners {
+		chat, err := llm.NewChat(r, cfg.chatOption...)
+		if err != nil {
+			_ = s.Close()
+			return nil, err
+		}
+		s.tmpl = chat.Template()
+		s.slots <- &slot{r: r, chat: chat}
+	}
+	return s, nil
+}
+
+// Close releases the runners the server prepared (not the engine's).
+func (s *Server) Close() error {
+	var errs []error
+	for _, r := range s.owned {
+		errs = append(errs, r.Close())
+	}
+	s.owned = nil
+	return errors.Join(errs...)
+}
+
+// Handler routes the API.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/chat/completions", s.post(s.chat))
+	mux.HandleFunc("/v1/completions", s.post(s.complete))
+	mux.HandleFunc("/v1/models", s.get(s.models))
+	mux.HandleFunc("/health", s.get(s.health))
+	mux.HandleFunc("/metrics", s.get(s.metrics))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, newError(http.StatusNotFound, "invalid_request_error", "", "unknown_url",
+			"unknown URL %s %s", r.Method, r.URL.Path))
+	})
+	return s.met.instrument(mux)
+}
+
+func (s *Server) get(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			writeError(w, newError(http.StatusMethodNotAllowed, "invalid_request_error", "", "method_not_allowed",
+				"%s %s: use GET", r.Method, r.URL.Path))
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (s *Server) post(h func(http.ResponseWriter, *http.Request) *apiError) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			writeError(w, newError(http.StatusMethodNotAllowed, "invalid_request_error", "", "method_not_allowed",
+				"%s %s: use POST", r.Method, r.URL.Path))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.maxBody)
+		if e := h(w, r); e != nil {
+			lvl := slog.LevelDebug // the client's mistake, answered in the body
+			if e.status >= 500 {
+				lvl = slog.LevelWarn
+			}
+			s.cfg.logger.Log(r.Context(), lvl, "serve: request failed", "path", r.URL.Path, "status", e.status, "err", e.Message)
+			writeError(w, e)
+		}
+	}
+}
+
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelInfo{{ID: s.cfg.name,
+		Object: "model", Created: s.created, OwnedBy: "xpu"}}})
+}
+
+func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "model": s.cfg.name,
+		"device": s.eng.Device().Info().ID(), "queued": s.queued.Load()})
+}
+
+func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	s.met.write(w, s.queued.Load(), len(s.slots), s.cfg.parallel)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	writeJSON(w, e.status, map[string]*apiError{"error": e})
+}
+
+// decode reads a JSON body, telling a body over the limit (413) from bad JSON (400).
+func decode(r *http.Request, v any) *apiError {
+	err := json.NewDecoder(r.Body).Decode(v)
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return newError(http.StatusRequestEntityTooLarge, "invalid_request_error", "", "request_too_large",
+			"request body over %d bytes", tooBig.Limit)
+	case errors.Is(err, io.EOF):
+		return badRequest("", "invalid_json", "empty request body")
+	case err != nil:
+		return badRequest("", "invalid_json", "invalid JSON body: %v", err)
+	}
+	return nil
+}
+
+// job is a validated request, ready to run on a runner.
+type job struct {
+	sampler   llm.SamplerConfig
+	maxTokens int
+	stops     []string
+	prompt    []int32 // the tokens the prompt encodes to (for the limits and usage)
+	stream    bool
+	usage     bool // stream a usage chunk at the end
+}
+
+// validate checks what both endpoints share; prompt is the request's prompt tokens.
+func (s *Server) validate(q *sampling, prompt []int32, promptParam string) (*job, *apiError) {
+	if q.Model != s.cfg.name {
+		return nil, newError(http.StatusNotFound, "invalid_request_error", "model", "model_not_found",
+			"the model %q does not exist; this server serves %q", q.Model, s.cfg.name)
+	}
+	if q.N != nil && *q.N != 1 {
+		return nil, badRequest("n", "unsupported_value", "n = %d: only one choice per request is supported", *q.N)
+	}
+	if q.Logprobs != nil && q.Logprobs != false {
+		return nil, badRequest("logprobs", "unsupported_value", "logprobs are not supported")
+	}
+	if len(q.Tools) > 0 {
+		return nil, badRequest("tools", "unsupported_value", "tools (function calling) are not supported")
+	}
+	if q.ResponseFormat != nil && q.ResponseFormat.Type != "" && q.ResponseFormat.Type != "text" {
+		return nil, badRequest("response_format", "unsupported_value", "response_format %q is not supported (only text)", q.ResponseFormat.Type)
+	}
+	j := &job{prompt: prompt, stream: q.Stream, stops: q.Stop,
+		usage: q.StreamOptions != nil && q.StreamOptions.IncludeUsage}
+	if len(j.stops) > 4 {
+		return nil, badRequest("stop", "invalid_value", "at most 4 stop sequences, got %d", len(j.stops))
+	}
+	ctxLen := s.eng.ContextLength()
+	room := ctxLen - len(prompt)
+	if room < 1 {
+		return nil, badRequest(promptParam, "context_length_exceeded",
+			"the prompt is %d tokens; this model's context is %d", len(prompt), ctxLen)
+	}
+	max := q.MaxTokens
+	if q.MaxCompletionTokens != nil {
+		max = q.MaxCompletionTokens
+	}
+	switch {
+	case max == nil:
+		j.maxTokens = min(defaultTokens, s.cfg.maxTokens, room)
+	case *max < 1:
+		return nil, badRequest("max_tokens", "invalid_value", "max_tokens %d: must be 1 or more", *max)
+	case *max > s.cfg.maxTokens:
+		return nil, badRequest("max_tokens", "invalid_value", "max_tokens %d exceeds this server's limit of %d", *max, s.cfg.maxTokens)
+	case *max > room:
+		return nil, badRequest("max_tokens", "context_length_exceeded",
+			"the prompt (%d tokens) plus max_tokens (%d) exceed this model's context of %d", len(prompt), *max, ctxLen)
+	default:
+		j.maxTokens = *max
+	}
+	// OpenAI's defaults: temperature 1, top_p 1; no seed draws one.
+	j.sampler = llm.SamplerConfig{Temperature: 1, TopP: 1, RepeatPenalty: 1}
+	if q.Temperature != nil {
+		if *q.Temperature < 0 || *q.Temperature > 2 {
+			return nil, badRequest("temperature", "invalid_value", "temperature %g: must be between 0 and 2", *q.Temperature)
+		}
+		j.sampler.Temperature = float32(*q.Temperature)
+	}
+	if q.TopP != nil {
+		if !(*q.TopP > 0 && *q.TopP <= 1) {
+			return nil, badRequest("top_p", "invalid_value", "top_p %g: must be in (0, 1]", *q.TopP)
+		}
+		j.sampler.TopP = float32(*q.TopP)
+	}
+	if q.Seed != nil {
+		j.sampler.Seed = uint64(*q.Seed)
+	} else {
+		j.sampler.Seed = randomSeed()
+	}
+	if err := j.sampler.Validate(); err != nil {
+		return nil, badRequest("", "invalid_value", "%v", err)
+	}
+	return j, nil
+}
+
+func randomSeed() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	var s uint64
+	for _, x := range b {
+		s = s<<8 | uint64(x)
+	}
+	return s | 1 // the sampler reads seed 0 as "none"
+}
+
+func newID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+var validRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true}
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
+	var q chatRequest
+	if e := decode(r, &q); e != nil {
+		return e
+	}
+	if len(q.Messages) == 0 {
+		return badRequest("messages", "invalid_value", "messages must not be empty")
+	}
+	msgs := make([]llm.Message, len(q.Messages))
+	for i, m := range q.Messages {
+		if !validRoles[m.Role] {
+			return badRequest(fmt.Sprintf("messages[%d].role", i), "invalid_value",
+				"role %q: must be system, developer, user or assistant", m.Role)
+		}
+		role := m.Role
+		if role == "developer" { // OpenAI's newer name for the system role
+			role = "system"
+		}
+		msgs[i] = llm.Message{Role: role, Content: string(m.Content)}
+	}
+	_, ids, err := s.tmpl.Prompt(s.eng.Model().Tokenizer, msgs)
+	if err != nil {
+		return badRequest("messages", "invalid_value", "%v", err)
+	}
+	j, e := s.validate(&q.sampling, ids, "messages")
+	if e != nil {
+		return e
+	}
+	return s.run(w, r, j, "chat.completion", func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error) {
+		return sl.chat.Complete(ctx, msgs, opts...)
+	})
+}
+
+func (s *Server) complete(w http.ResponseWriter, r *http.Request) *apiError {
+	var q completionRequest
+	if e := decode(r, &q); e != nil {
+		return e
+	}
+	if len(q.Prompt) != 1 {
+		return badRequest("prompt", "invalid_value", "prompt must be one string (got %d)", len(q.Prompt))
+	}
+	prompt := q.Prompt[0]
+	ids := s.eng.Model().Tokenizer.Encode(prompt, true)
+	if len(ids) == 0 {
+		return badRequest("prompt", "invalid_value", "empty prompt and the vocabulary adds no BOS token")
+	}
+	j, e := s.validate(&q.sampling, ids, "prompt")
+	if e != nil {
+		return e
+	}
+	return s.run(w, r, j, "text_completion", func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error) {
+		sl.chat.Reset() // the runner's cache no longer holds the chat's text
+		return sl.r.GenerateUntil(ctx, prompt, j.stops, opts...)
+	})
+}
+
+// acquire waits for a free runner, in the bounded queue.
+func (s *Server) acquire(ctx context.Context) (*slot, *apiError) {
+	select {
+	case sl := <-s.slots:
+		return sl, nil
+	default:
+	}
+	if s.queued.Add(1) > int64(s.cfg.maxQueue) {
+		s.queued.Add(-1)
+		return nil, newError(http.StatusTooManyRequests, "rate_limit_error", "", "queue_full",
+			"%d requests are already waiting for the model; try again later", s.cfg.maxQueue)
+	}
+	defer s.queued.Add(-1)
+	select {
+	case sl := <-s.slots:
+		return sl, nil
+	case <-ctx.Done():
+		return nil, newError(http.StatusServiceUnavailable, "server_error", "", "timeout",
+			"no runner became free within the request timeout (%s)", s.cfg.timeout)
+	}
+}
+
+type generateFunc func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error)
+
+// run generates on a free runner and writes the answer, whole or as a stream.
+func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, object string, gen generateFunc) *apiError {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.timeout)
+	defer cancel()
+	sl, e := s.acquire(ctx)
+	if e != nil {
+		return e
+	}
+	defer func() { s.slots <- sl }()
+	s.met.inflight.Add(1)
+	defer s.met.inflight.Add(-1)
+
+	chat := object == "chat.completion"
+	id, created := newID("cmpl-"), time.Now().Unix()
+	if chat {
+		id = newID("chatcmpl-")
+	}
+	opts := []llm.GenerateOption{llm.WithMaxTokens(j.maxTokens), llm.WithSampler(j.sampler)}
+	var sse *sseWriter
+	if j.stream {
+		sse = newSSE(w)
+		chunkObject := "chat.completion.chunk"
+		if !chat {
+			chunkObject = object
+		}
+		piece := func(text string, finish *string) response {
+			resp := response{ID: id, Object: chunkObject, Created: created, Model: s.cfg.name}
+			if chat {
+				resp.Choices = []chatChoice{{Delta: &delta{Content: text}, FinishReason: finish}}
+			} else {
+				resp.Choices = []textChoice{{Text: text, FinishReason: finish}}
+			}
+			return resp
+		}
+		if chat {
+			first := response{ID: id, Object: chunkObject, Created: created, Model: s.cfg.name,
+				Choices: []chatChoice{{Delta: &delta{Role: "assistant"}}}}
+			if err := sse.send(first); err != nil {
+				return nil // the client is gone
+			}
+		}
+		opts = append(opts, llm.WithStream(func(text string) error { return sse.send(piece(text, nil)) }))
+		res, err := gen(ctx, sl, opts)
+		s.met.tokens(len(j.prompt), len(res.Tokens))
+		switch {
+		case err != nil && r.Context().Err() != nil:
+			s.cfg.logger.Debug("serve: client went away during a stream", "err", err)
+			return nil
+		case err != nil && ctx.Err() != nil:
+			// the request timeout cut generation: the stream still ends well-formed
+			res.Stop = llm.StopMaxTokens
+		case err != nil:
+			s.cfg.logger.Warn("serve: generation failed", "err", err)
+			_ = sse.send(map[string]*apiError{"error": newError(500, "server_error", "", "generation_failed", "%v", err)})
+			return nil
+		}
+		fin := finishReason(res.Stop)
+		_ = sse.send(piece("", &fin))
+		if j.usage {
+			u := usageOf(j, res)
+			_ = sse.send(response{ID: id, Object: chunkObject, Created: created, Model: s.cfg.name,
+				Choices: []chatChoice{}, Usage: &u})
+		}
+		_ = sse.done()
+		return nil
+	}
+	res, err := gen(ctx, sl, opts)
+	s.met.tokens(len(j.prompt), len(res.Tokens))
+	if err != nil {
+		if ctx.Err() != nil {
+			return newError(http.StatusGatewayTimeout, "server_error", "", "timeout",
+				"generation did not finish within the request timeout (%s)", s.cfg.timeout)
+		}
+		return newError(http.StatusInternalServerError, "server_error", "", "generation_failed", "%v", err)
+	}
+	fin := finishReason(res.Stop)
+	u := usageOf(j, res)
+	resp := response{ID: id, Object: object, Created: created, Model: s.cfg.name, Usage: &u}
+	if chat {
+		resp.Choices = []chatChoice{{Message: &chatMessage{Role: "assistant", Content: content(res.Text)}, FinishReason: &fin}}
+	} else {
+		resp.Choices = []textChoice{{Text: res.Text, FinishReason: &fin}}
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+func usageOf(j *job, res llm.Result) usage {
+	return usage{PromptTokens: len(j.prompt), CompletionTokens: len(res.Tokens),
+		TotalTokens: len(j.prompt) + len(res.Tokens)}
+}
+
+// sseWriter writes server-sent events, flushing each.
+type sseWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func newSSE(w http.ResponseWriter) *sseWriter {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	return &sseWriter{w: w, rc: http.NewResponseController(w)}
+}
+
+func (s *sseWriter) send(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(s.w, "data: %s\n\n", b); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
+
+func (s *sseWriter) done() error {
+	if _, err := io.WriteString(s.w, "data: [DONE]\n\n"); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
