@@ -143,4 +143,3 @@ func WaitSliced(ctx context.Context, wait func(slice time.Duration) (done bool, 
 		}
 	}
 }
-
