@@ -501,13 +501,14 @@ func TestIsolatedExecuteTimeout(t *testing.T) {
 func TestIsolatedExecuteDeadlineLearns(t *testing.T) {
 	be := openIso(t)
 	p := prepareRelu(t, be, 64)
-	x := p.ex.(*isoExecution)
-	require.Zero(t, x.e.longest.Load())
+	h := abi.RunHistoryOf(p.ex)
+	require.NotNil(t, h)
+	require.Zero(t, h.Longest())
 	for range 3 {
 		require.NoError(t, p.ex.Run(context.Background()))
 	}
-	assert.Positive(t, x.e.longest.Load())
-	assert.Less(t, x.e.longest.Load(), int64(10*time.Second))
+	assert.Positive(t, h.Longest())
+	assert.Less(t, h.Longest(), 10*time.Second)
 }
 
 func TestExecDeadline(t *testing.T) {
@@ -549,7 +550,7 @@ func TestIsolatedRunsOnRing(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 	mid, _ := Stats(be)
-	err = f.(*isoFence).Signal(1)
+	err = f.Signal(1)
 	require.ErrorIs(t, err, core.ErrInvalidHandle)
 	assert.Contains(t, err.Error(), "testplugin fence_signal: XPU_E_INVALID_HANDLE")
 	end, _ := Stats(be)
@@ -558,11 +559,11 @@ func TestIsolatedRunsOnRing(t *testing.T) {
 
 // hungOnRing starts a run of a TP_FAULT=4 plugin (it never returns) and waits until the host
 // sleeps on the ring's futex; it returns the run's result channel.
-func hungOnRing(t *testing.T, p *prepared) <-chan error {
+func hungOnRing(t *testing.T, be core.Backend, p *prepared) <-chan error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- p.ex.Run(context.Background()) }()
-	r := p.ex.(*isoExecution).e.c.pr.ring
+	r := be.(*isoBackend).proc.ring
 	require.Eventually(t, func() bool { return atomic.LoadUint32(r.hostWaiting) == 1 }, 5*time.Second,
 		time.Millisecond, "the host never slept on the ring")
 	return done
@@ -584,7 +585,7 @@ func waitRun(t *testing.T, done <-chan error, limit time.Duration) error {
 func TestIsolatedChildKilledWhileHostSleeps(t *testing.T) {
 	be := openIso(t, "TP_FAULT=4")
 	p := prepareRelu(t, be, 16)
-	done := hungOnRing(t, p)
+	done := hungOnRing(t, be, p)
 	st, _ := Stats(be)
 	require.NoError(t, unix.Kill(st.PID, unix.SIGKILL))
 	err := waitRun(t, done, 2*time.Second)
@@ -598,7 +599,7 @@ func TestIsolatedChildKilledWhileHostSleeps(t *testing.T) {
 func TestIsolatedRestartWakesSleepingRun(t *testing.T) {
 	be := openIso(t, "TP_FAULT=4")
 	p := prepareRelu(t, be, 16)
-	done := hungOnRing(t, p)
+	done := hungOnRing(t, be, p)
 	restarted := make(chan error, 1)
 	go func() { restarted <- be.(Restarter).Restart(context.Background()) }()
 	err := waitRun(t, done, 2*time.Second)
