@@ -81,7 +81,7 @@ func newConfig(opts []Option) *config {
 			if d, err := time.ParseDuration(v); err == nil && d > 0 {
 				c.probeTimeout = d
 			} else {
-				slog.Warn("loader: ignoring a bad "+EnvProbeTimeout, "value", v)
+				logOrDefault(c.logger).Warn("loader: ignoring a bad "+EnvProbeTimeout, "value", v)
 			}
 		}
 	}

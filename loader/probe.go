@@ -254,9 +254,9 @@ func cacheLoad(dir, path, key string) (probeAnswer, bool) {
 
 // cacheStore writes the entry atomically (temp file + rename): a concurrent reader sees the
 // old entry or the new one, never half of one.
-func cacheStore(dir, path, key string, ans probeAnswer) {
+func cacheStore(log *slog.Logger, dir, path, key string, ans probeAnswer) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		slog.Debug("loader: probe cache", "err", err)
+		log.Debug("loader: probe cache", "err", err)
 		return
 	}
 	b, err := json.Marshal(cacheEntry{Key: key, Answer: ans})
@@ -264,7 +264,7 @@ func cacheStore(dir, path, key string, ans probeAnswer) {
 		return
 	}
 	if err := writeAtomic(cacheFile(dir, path), b); err != nil {
-		slog.Debug("loader: probe cache", "err", err)
+		log.Debug("loader: probe cache", "err", err)
 	}
 	pruneOnce.Do(func() { go prune(dir) })
 }
@@ -330,7 +330,7 @@ func (c *config) probeFile(ctx context.Context, path string) (probeAnswer, error
 	}
 	if dir != "" && !c.rescan {
 		if ans, ok := cacheLoad(dir, path, key); ok {
-			slog.Debug("loader: probe from cache", "path", path)
+			logOrDefault(c.logger).Debug("loader: probe from cache", "path", path)
 			return ans, nil
 		}
 	}
@@ -343,7 +343,7 @@ func (c *config) probeFile(ctx context.Context, path string) (probeAnswer, error
 		return ans, err
 	}
 	if dir != "" && cacheable {
-		cacheStore(dir, path, key, ans)
+		cacheStore(logOrDefault(c.logger), dir, path, key, ans)
 	}
 	return ans, nil
 }
@@ -393,7 +393,7 @@ func (c *config) runProbeChild(ctx context.Context, path, mode string, timeout t
 		<-done
 		return ans, false, fmt.Errorf("probing %s: %w", path, ctx.Err())
 	}
-	slog.Debug("loader: probe child", "path", path, "mode", mode, "took", time.Since(start), "err", werr)
+	logOrDefault(c.logger).Debug("loader: probe child", "path", path, "mode", mode, "took", time.Since(start), "err", werr)
 	if errors.Is(werr, exec.ErrWaitDelay) {
 		werr = nil // the child exited well; something it started held its pipes (now killed)
 	}
@@ -536,7 +536,7 @@ func (c *config) probeCandidate(ctx context.Context, f searchDir) (Candidate, er
 	} else if res.Score <= 0 && cd.Reason == "" {
 		cd.Reason = "probe scored 0 without a reason"
 	}
-	slog.Debug("loader: candidate", "path", cd.Path, "name", cd.Name, "score", cd.Score,
+	logOrDefault(c.logger).Debug("loader: candidate", "path", cd.Path, "name", cd.Name, "score", cd.Score,
 		"reason", cd.Reason)
 	return cd, nil
 }
