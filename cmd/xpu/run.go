@@ -14,6 +14,7 @@ import (
 	"github.com/xpuhub/xpu/llm"
 	_ "github.com/xpuhub/xpu/llm/llmconform" // the stories260K model cases of xpu conform
 	"github.com/xpuhub/xpu/loader"
+	"github.com/xpuhub/xpu/sched"
 )
 
 func init() {
@@ -43,14 +44,17 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	kvType := fs.String("kv", "f32", "KV cache dtype: f32 or f16")
 	isolated := fs.Bool("isolated", false, "run the backend in a child process (crash isolation; see also XPU_ISOLATE)")
 	threads := fs.Int("threads", 0, "worker threads for CPU backends (0 = the backend's default)")
+	units := fs.String("units", "", "run across these units with the default plan, e.g. neon,opencl,qnn or neon{cpus=0,threads=1},neon{cpus=1,threads=1} (see sched/PLAN.md)")
+	planFile := fs.String("plan", "", "run by this placement plan (JSON, see sched/PLAN.md)")
+	traceFile := fs.String("trace", "", "write a Chrome trace-event JSON of the run to this file (open it in Perfetto)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu run --model PATH [--prompt TEXT] [-n N] [--temp T] [--top-p P] [--top-k K] [--seed S] [--backend NAME | --policy POLICY] [--chunk N] [--ctx N] [--kv f16] [--threads N] [--isolated]")
+		fmt.Fprintln(stderr, "usage: xpu run --model PATH [--prompt TEXT] [-n N] [--temp T] [--top-p P] [--top-k K] [--seed S] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--chunk N] [--ctx N] [--kv f16] [--threads N] [--isolated]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if *model == "" || fs.NArg() > 0 || (*backend != "" && *policy != "") {
+	if *model == "" || fs.NArg() > 0 || countSet(*backend, *policy, *units, *planFile) > 1 {
 		fs.Usage()
 		return 2
 	}
@@ -85,7 +89,18 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *isolated {
 		lopts = append(lopts, loader.Isolated())
 	}
-	r, backends, err := openRunner(ctx, m, *backend, *policy, *device, ropts, lopts...)
+	var tr *sched.Trace
+	if *traceFile != "" {
+		tr = sched.NewTrace()
+		ropts = append(ropts, llm.WithTrace(tr))
+	}
+	var r *llm.Runner
+	var backends []core.Backend
+	if *units != "" || *planFile != "" {
+		r, backends, err = openPlannedRunner(ctx, m, *units, *planFile, ropts, lopts...)
+	} else {
+		r, backends, err = openRunner(ctx, m, *backend, *policy, *device, ropts, lopts...)
+	}
 	for _, b := range backends {
 		defer b.Close()
 	}
@@ -93,9 +108,11 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	defer r.Close()
-	info := r.Device().Info()
 	fmt.Fprintf(stderr, "load: %.0f ms (%s, %s, %.1f MB of weights on %s)\n",
-		ms(time.Since(t0)), m.Config.Arch, describe(m), float64(m.WeightBytes())/1e6, info.ID())
+		ms(time.Since(t0)), m.Config.Arch, describe(m), float64(m.WeightBytes())/1e6, strings.Join(r.Units(), ","))
+	if len(r.Units()) > 1 {
+		fmt.Fprintf(stderr, "placement:\n%s\n", r.Placement())
+	}
 
 	s := llm.SamplerConfig{Temperature: float32(*temp), TopP: float32(*topP), TopK: *topK,
 		RepeatPenalty: float32(*repeat), Seed: *seed}
@@ -119,7 +136,59 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "decode: %d tokens in %.1f ms, %.1f tok/s, %.2f GB/s of weights (stop: %s)\n",
 		len(res.Tokens), ms(res.Decode), res.DecodeTokensPerSecond(),
 		float64(m.WeightBytes())*res.DecodeTokensPerSecond()/1e9, res.Stop)
+	if len(r.Units()) > 1 {
+		fmt.Fprintf(stderr, "units:\n%s\n", r.Report())
+	}
+	if tr != nil {
+		if err := tr.WriteFile(*traceFile); err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stderr, "trace: %s (%d events; open in https://ui.perfetto.dev)\n", *traceFile, tr.Len())
+	}
 	return 0
+}
+
+// countSet counts the non-empty strings: the ways to choose devices exclude each other.
+func countSet(ss ...string) int {
+	n := 0
+	for _, s := range ss {
+		if s != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// openPlannedRunner opens every backend and runs the model on the units of the plan file, or on
+// the listed units with the default plan (sched.DefaultPlan).
+func openPlannedRunner(ctx context.Context, m *llm.Model, units, planFile string, opts []llm.RunnerOption,
+	lopts ...loader.Option) (*llm.Runner, []core.Backend, error) {
+	var plan *sched.Plan
+	var specs []sched.UnitSpec
+	var err error
+	if planFile != "" {
+		if plan, err = sched.LoadPlan(planFile); err != nil {
+			return nil, nil, err
+		}
+	} else if specs, err = sched.ParseUnitList(units); err != nil {
+		return nil, nil, err
+	}
+	backends, _, err := loader.OpenAll(ctx, lopts...)
+	if err != nil {
+		return nil, backends, err
+	}
+	backends = append(backends, ref.New())
+	var devs []core.Device
+	for _, b := range backends {
+		devs = append(devs, b.Devices()...)
+	}
+	if plan == nil {
+		if plan, err = llm.DefaultPlan(m, devs, specs); err != nil {
+			return nil, backends, err
+		}
+	}
+	r, err := llm.NewPlannedRunner(ctx, m, devs, plan, opts...)
+	return r, backends, err
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,880 @@
+package sched
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/xpuhub/xpu/core"
+)
+
+// Runtime runs programs — graphs cut into partitions over several units — on its units. It owns
+// the units (their contexts), an Arena every unit imports, and one worker per unit: a goroutine
+// locked to its OS thread that runs that unit's tasks in order, waiting on other units' Signals
+// where a task consumes what another unit produced (no trip through the Go scheduler per edge).
+//
+// A Runtime runs one request (Program.Run) at a time; Run calls from several goroutines are
+// serialized. Close it after its programs' last Run.
+type Runtime struct {
+	cfg     runtimeConfig
+	units   []*Unit
+	mem     []*unitMem // per unit: its view of the arena
+	arena   *Arena
+	workers []*rtWorker
+	pred    *Predictor[taskKey]
+
+	runMu    sync.Mutex // one request at a time
+	mu       sync.Mutex // programs, closed
+	programs []*Program
+	closed   bool
+	broken   error // a unit crashed: the runtime must be rebuilt
+
+	copies, copyBytes atomic.Int64 // arena ↔ mirror copies for units that import nothing
+	runs              atomic.Int64
+}
+
+type runtimeConfig struct {
+	trace  *Trace
+	logger *slog.Logger
+}
+
+// RuntimeOption configures NewRuntime.
+type RuntimeOption func(*runtimeConfig)
+
+// WithRuntimeTrace records every task, wait and copy in t (one track per unit).
+func WithRuntimeTrace(t *Trace) RuntimeOption { return func(c *runtimeConfig) { c.trace = t } }
+
+// WithRuntimeLogger sets the logger (default slog.Default()).
+func WithRuntimeLogger(l *slog.Logger) RuntimeOption {
+	return func(c *runtimeConfig) { c.logger = l }
+}
+
+// NewRuntime opens one unit per spec on the device of devices it names (FindDevice) and starts
+// their workers.
+func NewRuntime(ctx context.Context, devices []core.Device, specs []UnitSpec, opts ...RuntimeOption) (*Runtime, error) {
+	cfg := runtimeConfig{logger: slog.Default()}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("runtime: no units: %w", core.ErrInvalidArgument)
+	}
+	rt := &Runtime{cfg: cfg, arena: NewArena(), pred: NewPredictor[taskKey](0)}
+	for i, s := range specs {
+		for _, prev := range specs[:i] {
+			if prev.String() == s.String() {
+				return nil, errors.Join(fmt.Errorf("runtime: unit %s given twice: %w", s, core.ErrInvalidArgument), rt.Close())
+			}
+		}
+		dev, err := FindDevice(s, devices)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("runtime: %w", err), rt.Close())
+		}
+		u, err := OpenUnit(ctx, dev, s)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("runtime: %w", err), rt.Close())
+		}
+		rt.units = append(rt.units, u)
+		rt.mem = append(rt.mem, &unitMem{mode: modeFor(dev.Info().Caps)})
+		w := &rtWorker{rt: rt, idx: i, sig: NewSignal(), jobs: make(chan *rtJob), exited: make(chan struct{})}
+		rt.workers = append(rt.workers, w)
+		go w.loop()
+	}
+	return rt, nil
+}
+
+// Units are the runtime's units, in the order of the specs.
+func (rt *Runtime) Units() []*Unit { return slices.Clone(rt.units) }
+
+// Arena is the memory every unit sees.
+func (rt *Runtime) Arena() *Arena { return rt.arena }
+
+// Trace is the trace the runtime records into (nil: none).
+func (rt *Runtime) Trace() *Trace { return rt.cfg.trace }
+
+// Close stops the workers and releases every program, the arena imports, the arena and the
+// units' contexts.
+func (rt *Runtime) Close() error {
+	rt.runMu.Lock()
+	defer rt.runMu.Unlock()
+	rt.mu.Lock()
+	if rt.closed {
+		rt.mu.Unlock()
+		return nil
+	}
+	rt.closed = true
+	progs := rt.programs
+	rt.programs = nil
+	rt.mu.Unlock()
+	var errs []error
+	for _, w := range rt.workers {
+		close(w.jobs)
+		<-w.exited
+	}
+	for _, p := range progs {
+		errs = append(errs, p.release())
+	}
+	for _, m := range rt.mem {
+		errs = append(errs, m.close())
+	}
+	errs = append(errs, rt.arena.Close())
+	for _, u := range rt.units {
+		errs = append(errs, u.Close())
+	}
+	if rt.broken != nil {
+		// a crashed backend cannot release what it held: that is the crash, reported by Run
+		errs = slices.DeleteFunc(errs, func(e error) bool { return errors.Is(e, core.ErrBackendCrashed) })
+	}
+	return errors.Join(errs...)
+}
+
+// Binding places a graph input or output of a stage in the arena.
+type Binding struct {
+	// Span is where the tensor lives; Lanes, when set, gives one span per lane instead (an
+	// activation each chunk in flight has its own copy of).
+	Span  Span
+	Lanes []Span
+	// Stride moves the binding by Stride bytes per row of the run's Chunk.Row: a KV cache's
+	// rows, or per-position inputs (token ids, RoPE tables).
+	Stride int64
+}
+
+// StageSpec is one graph of a program.
+type StageSpec struct {
+	// Name and Layer label the stage's tasks in traces and errors.
+	Name  string
+	Layer int
+	Graph *core.Graph
+	// Units gives each node (by ID) a unit index; Fallback, if not nil, a unit for a node its
+	// unit refuses (-1: none, the refusal is an error).
+	Units    []int
+	Fallback []int
+	// IO binds Graph.Inputs then Graph.Outputs.
+	IO []Binding
+}
+
+// ProgramSpec is a sequence of stages that runs once per chunk: stage s+1 starts after stage s
+// (they exchange activations through lane spans), and chunk i's stage s after chunk i-1's stage
+// s-1 (stage s reads what earlier chunks wrote at stage s-1: the KV cache). With Lanes > 1, up
+// to Lanes chunks are in flight at once.
+type ProgramSpec struct {
+	Name   string
+	Phase  Phase
+	Lanes  int
+	Stages []StageSpec
+	// Progress, if set, is called after each stage is prepared.
+	Progress func()
+}
+
+// ErrPlanRefused wraps core.ErrUnsupported: a unit refuses a node the plan gives it.
+var ErrPlanRefused = fmt.Errorf("plan refused: %w", core.ErrUnsupported)
+
+// Program is a ProgramSpec partitioned, checked and prepared on the runtime's units, with its
+// activation slots assigned.
+type Program struct {
+	rt     *Runtime
+	name   string
+	phase  Phase
+	lanes  int
+	stages []*progStage
+	// nodes counts the nodes placed on each unit, by op, for Placement.
+	nodes []map[core.Op]int
+}
+
+type progStage struct {
+	spec  StageSpec
+	parts []*progPart
+	sinks []int // partitions nothing later in the stage depends on
+}
+
+// progPart is one partition: a prepared executable and one execution per lane.
+type progPart struct {
+	*core.Partition
+	unit  int
+	name  string
+	exe   core.Executable
+	execs []core.Execution // per lane
+	io    []partIO         // per partition input then output
+}
+
+// partIO is where a partition's input or output lives.
+type partIO struct {
+	t       *core.Tensor
+	lanes   []Span // per lane (same span repeated when shared)
+	stride  int64
+	isInput bool
+}
+
+// Compile partitions each stage graph by its node units, checks every partition on its unit
+// (Context.Analyze: a refused node fails here, naming node, unit and reason, before anything
+// runs), prepares it, gives the tensors that cross partitions arena slots, and binds one
+// execution per lane.
+func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, err error) {
+	rt.mu.Lock()
+	closed := rt.closed
+	rt.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("runtime: compile: closed: %w", core.ErrBadState)
+	}
+	lanes := max(spec.Lanes, 1)
+	p := &Program{rt: rt, name: spec.Name, phase: spec.Phase, lanes: lanes, nodes: make([]map[core.Op]int, len(rt.units))}
+	for i := range p.nodes {
+		p.nodes[i] = map[core.Op]int{}
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, p.release())
+		}
+	}()
+	// Cross-partition tensors of stage s go to slot group s%2 of each lane: stage s+2 reuses
+	// stage s's slots, and it starts only after every task of stage s+1, which started after
+	// every task of stage s.
+	type slotUse struct {
+		idx int
+		t   *core.Tensor
+		off int64
+	}
+	var uses []*slotUse
+	groupSize := [2]int64{}
+	for si, st := range spec.Stages {
+		ps, err := rt.partition(ctx, st)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", st.Name, err)
+		}
+		pst := &progStage{spec: st}
+		bound := map[*core.Tensor]Binding{}
+		for i, t := range st.Graph.Inputs {
+			bound[t] = st.IO[i]
+		}
+		for i, t := range st.Graph.Outputs {
+			bound[t] = st.IO[len(st.Graph.Inputs)+i]
+		}
+		var used int64
+		slot := map[*core.Tensor]*slotUse{}
+		hasLater := make([]bool, len(ps))
+		for _, part := range ps {
+			for _, d := range part.Deps {
+				hasLater[d] = true
+			}
+			pp := &progPart{Partition: part.Partition, unit: part.unit, exe: part.exe,
+				name: fmt.Sprintf("%s/p%d %s", st.Name, part.Index, partLabel(part.Partition, st.Graph))}
+			pst.parts = append(pst.parts, pp)
+			for _, n := range part.Nodes {
+				p.nodes[part.unit][st.Graph.Nodes[n].Op]++
+			}
+			for k, t := range slices.Concat(part.Inputs, part.Outputs) {
+				io := partIO{t: t, isInput: k < len(part.Inputs)}
+				if b, ok := bound[t]; ok {
+					io.stride = b.Stride
+					for l := range lanes {
+						if len(b.Lanes) > 0 {
+							io.lanes = append(io.lanes, b.Lanes[l%len(b.Lanes)])
+						} else {
+							io.lanes = append(io.lanes, b.Span)
+						}
+					}
+				} else {
+					u := slot[t]
+					if u == nil {
+						u = &slotUse{idx: len(uses), t: t, off: used}
+						used += alignUp(max(t.Bytes(), 1), arenaAlign)
+						slot[t] = u
+						uses = append(uses, u)
+					}
+					io.lanes = make([]Span, lanes) // filled below, once the groups exist
+					io.stride = -1 - int64(u.idx)  // resolved to a slot below
+				}
+				pp.io = append(pp.io, io)
+			}
+		}
+		for i := range ps {
+			if !hasLater[i] {
+				pst.sinks = append(pst.sinks, i)
+			}
+		}
+		groupSize[si%2] = max(groupSize[si%2], used)
+		p.stages = append(p.stages, pst)
+		if spec.Progress != nil {
+			spec.Progress()
+		}
+	}
+	// The slot groups, per lane.
+	groups := make([][2]Span, lanes)
+	for l := range lanes {
+		for g := range 2 {
+			if groupSize[g] > 0 {
+				if groups[l][g], err = rt.arena.Alloc(groupSize[g]); err != nil {
+					return nil, fmt.Errorf("%s: activation slots: %w", spec.Name, err)
+				}
+			}
+		}
+	}
+	for si, pst := range p.stages {
+		for _, pp := range pst.parts {
+			for k := range pp.io {
+				io := &pp.io[k]
+				if io.stride >= 0 {
+					continue
+				}
+				u := uses[-1-io.stride]
+				io.stride = 0
+				for l := range lanes {
+					g := groups[l][si%2]
+					io.lanes[l] = Span{block: g.block, Off: g.Off + u.off, Size: alignUp(max(u.t.Bytes(), 1), arenaAlign)}
+				}
+			}
+			if err := rt.bindLanes(pp, lanes); err != nil {
+				return nil, fmt.Errorf("%s: %w", pp.name, err)
+			}
+		}
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.closed {
+		return nil, fmt.Errorf("runtime: compile: closed: %w", core.ErrBadState)
+	}
+	rt.programs = append(rt.programs, p)
+	return p, nil
+}
+
+// partLabel names a partition by its first node and size.
+func partLabel(p *core.Partition, g *core.Graph) string {
+	first := g.Nodes[p.Nodes[0]]
+	if len(p.Nodes) == 1 {
+		return first.Name
+	}
+	return fmt.Sprintf("%s +%d", first.Name, len(p.Nodes)-1)
+}
+
+// compiledPart is a partition checked and prepared on its unit.
+type compiledPart struct {
+	*core.Partition
+	unit int
+	exe  core.Executable
+}
+
+// partition splits a stage by unit, checks each partition where it goes and prepares it. A
+// node its unit refuses moves to its fallback unit when it has one (then the stage is split
+// again); otherwise the refusal is the error.
+func (rt *Runtime) partition(ctx context.Context, st StageSpec) ([]compiledPart, error) {
+	g := st.Graph
+	if g == nil || len(st.Units) != len(g.Nodes) || len(st.IO) != len(g.Inputs)+len(g.Outputs) {
+		return nil, fmt.Errorf("stage %q: need a graph, a unit per node and a binding per input and output: %w",
+			st.Name, core.ErrInvalidArgument)
+	}
+	units := slices.Clone(st.Units)
+	for _, u := range units {
+		if u < 0 || u >= len(rt.units) {
+			return nil, fmt.Errorf("stage %q: unit index %d of %d units: %w", st.Name, u, len(rt.units), core.ErrInvalidArgument)
+		}
+	}
+	for try := 0; ; try++ {
+		parts, err := core.SplitGraph(g, units)
+		if err != nil {
+			return nil, err
+		}
+		moved := false
+		var refusals []error
+		for _, part := range parts {
+			u := rt.units[part.Device]
+			vs, err := u.Context().Analyze(ctx, part.Graph)
+			if err != nil {
+				return nil, fmt.Errorf("unit %s: analyze partition %d: %w", u.Name(), part.Index, err)
+			}
+			for i, v := range vs {
+				if v.Supported || i >= len(part.Nodes) {
+					continue
+				}
+				id := part.Nodes[i]
+				n := g.Nodes[id]
+				if st.Fallback != nil && st.Fallback[id] >= 0 && st.Fallback[id] != units[id] && try == 0 {
+					units[id] = st.Fallback[id]
+					moved = true
+					continue
+				}
+				refusals = append(refusals, fmt.Errorf("node %s (%s) on unit %s: %s", n.Name, n.Op, u.Name(), v.Reason))
+			}
+		}
+		if len(refusals) > 0 {
+			return nil, fmt.Errorf("%w: %w", ErrPlanRefused, errors.Join(refusals...))
+		}
+		if moved {
+			continue
+		}
+		out := make([]compiledPart, 0, len(parts))
+		for _, part := range parts {
+			u := rt.units[part.Device]
+			exe, err := u.Context().Prepare(ctx, part.Graph)
+			if err != nil {
+				for _, c := range out {
+					c.exe.Close()
+				}
+				return nil, fmt.Errorf("unit %s: prepare partition %d: %w", u.Name(), part.Index, err)
+			}
+			out = append(out, compiledPart{Partition: part, unit: part.Device, exe: exe})
+		}
+		return out, nil
+	}
+}
+
+// bindLanes makes one execution per lane and binds what does not move between runs.
+func (rt *Runtime) bindLanes(pp *progPart, lanes int) error {
+	for l := range lanes {
+		e, err := pp.exe.NewExecution()
+		if err != nil {
+			return err
+		}
+		pp.execs = append(pp.execs, e)
+		for k, io := range pp.io {
+			if io.stride != 0 {
+				continue // bound at every run
+			}
+			buf, err := rt.mem[pp.unit].buffer(rt.arena, rt.units[pp.unit], io.lanes[l].block)
+			if err != nil {
+				return err
+			}
+			if err := e.Bind(k, buf, io.lanes[l].Off); err != nil {
+				return fmt.Errorf("bind %s: %w", io.t.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// release closes the program's executions and executables.
+func (p *Program) release() error {
+	var errs []error
+	for _, st := range p.stages {
+		for _, pp := range st.parts {
+			for _, e := range pp.execs {
+				errs = append(errs, e.Close())
+			}
+			pp.execs = nil
+			if pp.exe != nil {
+				errs = append(errs, pp.exe.Close())
+				pp.exe = nil
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Name is the program's name.
+func (p *Program) Name() string { return p.name }
+
+// Lanes is how many chunks may be in flight at once.
+func (p *Program) Lanes() int { return p.lanes }
+
+// Chunk is one run of a program's stages.
+type Chunk struct {
+	// Row moves every strided binding (Binding.Stride) by Row strides.
+	Row int64
+	// Index labels the chunk in traces.
+	Index int
+}
+
+// taskKey identifies a task for duration prediction: a partition of a program.
+type taskKey struct {
+	prog      *Program
+	stage, pt int
+}
+
+// rtTask is one partition run for one chunk.
+type rtTask struct {
+	p           *Program
+	stage, part int
+	pp          *progPart
+	lane        int
+	chunk       Chunk
+	seq         uint64
+	waits       []uint64 // per unit: the sequence number to wait for (0: none)
+	unitPos     int      // index in its unit's task list
+	name        string
+}
+
+// rtJob is one request's tasks for one unit.
+type rtJob struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	tasks  []*rtTask
+	all    [][]*rtTask // every unit's tasks, for predictions
+	wg     *sync.WaitGroup
+}
+
+// Run runs every stage for each chunk, in chunk order per unit, with up to Lanes chunks in
+// flight. The caller has written the chunks' inputs into the arena. An error from any unit
+// cancels the rest and is returned; a crashed (isolated) unit's core.ErrBackendCrashed marks
+// the runtime broken: it must be closed and rebuilt.
+func (p *Program) Run(ctx context.Context, chunks []Chunk) error {
+	rt := p.rt
+	rt.runMu.Lock()
+	defer rt.runMu.Unlock()
+	rt.mu.Lock()
+	closed, broken := rt.closed, rt.broken
+	rt.mu.Unlock()
+	switch {
+	case closed:
+		return fmt.Errorf("runtime: run: closed: %w", core.ErrBadState)
+	case broken != nil:
+		return fmt.Errorf("runtime: run: a unit crashed earlier, rebuild the runtime: %w", broken)
+	}
+	if len(chunks) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	perUnit := p.plan(chunks)
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	for u, tasks := range perUnit {
+		if len(tasks) == 0 {
+			continue
+		}
+		wg.Add(1)
+		rt.workers[u].jobs <- &rtJob{ctx: runCtx, cancel: cancel, tasks: tasks, all: perUnit, wg: &wg}
+	}
+	wg.Wait()
+	rt.runs.Add(1)
+	// cancel(nil) runs only on return: a cause now is a task's error or the caller's ctx
+	if err := context.Cause(runCtx); err != nil {
+		if errors.Is(err, core.ErrBackendCrashed) {
+			rt.mu.Lock()
+			rt.broken = err
+			rt.mu.Unlock()
+		}
+		return err
+	}
+	return nil
+}
+
+// plan lays out the tasks of one request: per unit, in chunk order then stage order then
+// partition order (a topological order every unit's queue agrees with, so no unit waits on a
+// task queued behind one of its own), each with the sequence numbers it waits for.
+func (p *Program) plan(chunks []Chunk) [][]*rtTask {
+	rt := p.rt
+	nu := len(rt.units)
+	perUnit := make([][]*rtTask, nu)
+	next := make([]uint64, nu)
+	for u, w := range rt.workers {
+		next[u] = w.issued
+	}
+	// last[i%lanes][s] = per unit, the highest seq of chunk i's stage s
+	type stageSeqs []uint64
+	var prevChunk []stageSeqs // chunk i-1, by stage
+	laneDone := make([][]uint64, p.lanes)
+	for ci, ch := range chunks {
+		lane := ci % p.lanes
+		cur := make([]stageSeqs, len(p.stages))
+		for si, st := range p.stages {
+			cur[si] = make(stageSeqs, nu)
+			partSeq := make([][2]uint64, len(st.parts)) // unit+1, seq
+			for pi, pp := range st.parts {
+				t := &rtTask{p: p, stage: si, part: pi, pp: pp, lane: lane, chunk: ch, waits: make([]uint64, nu)}
+				need := func(u int, seq uint64) {
+					if u != pp.unit && seq > t.waits[u] {
+						t.waits[u] = seq
+					}
+				}
+				for _, d := range pp.Deps {
+					need(int(partSeq[d][0]-1), partSeq[d][1])
+				}
+				if len(pp.Deps) == 0 {
+					if si > 0 {
+						for u, s := range cur[si-1] {
+							need(u, s)
+						}
+					} else if free := laneDone[lane]; free != nil {
+						for u, s := range free {
+							need(u, s)
+						}
+					}
+					if prevChunk != nil && si > 0 {
+						for u, s := range prevChunk[si-1] {
+							need(u, s)
+						}
+					}
+				}
+				next[pp.unit]++
+				t.seq = next[pp.unit]
+				t.unitPos = len(perUnit[pp.unit])
+				perUnit[pp.unit] = append(perUnit[pp.unit], t)
+				partSeq[pi] = [2]uint64{uint64(pp.unit + 1), t.seq}
+				cur[si][pp.unit] = max(cur[si][pp.unit], t.seq)
+			}
+		}
+		// every task of the chunk: its lane is free again once they are done
+		done := make([]uint64, nu)
+		for _, s := range cur {
+			for u, v := range s {
+				done[u] = max(done[u], v)
+			}
+		}
+		laneDone[lane] = done
+		prevChunk = cur
+	}
+	for u, w := range rt.workers {
+		w.issued = next[u]
+	}
+	return perUnit
+}
+
+// rtWorker runs one unit's tasks on a goroutine locked to its OS thread.
+type rtWorker struct {
+	rt     *Runtime
+	idx    int
+	sig    *Signal
+	issued uint64 // the highest sequence number handed out (under runMu)
+	jobs   chan *rtJob
+	exited chan struct{}
+
+	// the task running now, for other units' predictions
+	curPos   atomic.Int64
+	curStart atomic.Int64 // unix nanoseconds
+	busy     atomic.Int64 // nanoseconds spent running tasks
+	ran      atomic.Int64 // tasks run
+}
+
+func (w *rtWorker) loop() {
+	defer close(w.exited)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for j := range w.jobs {
+		w.runJob(j)
+		j.wg.Done()
+	}
+}
+
+func (w *rtWorker) runJob(j *rtJob) {
+	rt := w.rt
+	u := rt.units[w.idx]
+	tr := rt.cfg.trace
+	for _, t := range j.tasks {
+		if j.ctx.Err() != nil {
+			return
+		}
+		for v, seq := range t.waits {
+			if seq == 0 || rt.workers[v].sig.Load() >= seq {
+				continue
+			}
+			start := time.Now()
+			pred := rt.workers[v].remaining(j, v, seq)
+			if err := rt.workers[v].sig.Wait(j.ctx, seq, pred); err != nil {
+				return // the request was cancelled: its cause is the error
+			}
+			if tr != nil {
+				tr.Slice(u.Name(), "wait "+rt.units[v].Name(), start, time.Now(), map[string]any{
+					"on": rt.units[v].Name(), "seq": seq, "predicted_us": pred.Microseconds(), "chunk": t.chunk.Index})
+			}
+		}
+		w.curPos.Store(int64(t.unitPos))
+		start := time.Now()
+		w.curStart.Store(start.UnixNano())
+		if err := w.runTask(j.ctx, t); err != nil {
+			j.cancel(fmt.Errorf("%s: %s (chunk %d): %w", u.Name(), t.pp.name, t.chunk.Index, err))
+			return
+		}
+		end := time.Now()
+		d := end.Sub(start)
+		rt.pred.Observe(taskKey{t.p, t.stage, t.part}, d)
+		w.busy.Add(int64(d))
+		w.ran.Add(1)
+		w.sig.Publish(t.seq)
+		if tr != nil {
+			tr.Slice(u.Name(), t.pp.name, start, end, map[string]any{"program": t.p.name, "chunk": t.chunk.Index,
+				"layer": t.p.stages[t.stage].spec.Layer, "stage": t.p.stages[t.stage].spec.Name, "partition": t.part,
+				"nodes": len(t.pp.Nodes), "lane": t.lane})
+		}
+	}
+}
+
+// remaining predicts how long until unit v publishes seq: the rest of the task running there
+// plus the tasks queued before the awaited one, from earlier runs' durations.
+func (w *rtWorker) remaining(j *rtJob, v int, seq uint64) time.Duration {
+	tasks := j.all[v]
+	pos := int(w.curPos.Load())
+	var d time.Duration
+	for k := pos; k < len(tasks) && tasks[k].seq <= seq; k++ {
+		key := taskKey{tasks[k].p, tasks[k].stage, tasks[k].part}
+		if k == pos && w.sig.Load() < tasks[k].seq {
+			d += w.rt.pred.Remaining(key, time.Unix(0, w.curStart.Load()))
+			continue
+		}
+		if e, ok := w.rt.pred.Predict(key); ok {
+			d += e
+		}
+	}
+	return d
+}
+
+// runTask binds what moves with the chunk, brings a copying unit's inputs in, runs, and takes
+// its outputs out.
+func (w *rtWorker) runTask(ctx context.Context, t *rtTask) error {
+	rt := w.rt
+	pp := t.pp
+	e := pp.execs[t.lane]
+	m := rt.mem[pp.unit]
+	u := rt.units[pp.unit]
+	for k, io := range pp.io {
+		if io.stride == 0 {
+			continue
+		}
+		s := io.lanes[t.lane]
+		buf, err := m.buffer(rt.arena, u, s.block)
+		if err != nil {
+			return err
+		}
+		off := s.Off + t.chunk.Row*io.stride
+		if off < s.Off || off+io.t.Bytes() > s.Off+s.Size {
+			return fmt.Errorf("%s at row %d lies outside its span: %w", io.t.Name, t.chunk.Row, core.ErrInvalidArgument)
+		}
+		if err := e.Bind(k, buf, off); err != nil {
+			return fmt.Errorf("bind %s: %w", io.t.Name, err)
+		}
+	}
+	if m.mode == importCopy {
+		if err := w.copyIO(t, true); err != nil {
+			return err
+		}
+	}
+	if err := e.Run(ctx); err != nil {
+		return err
+	}
+	if m.mode == importCopy {
+		return w.copyIO(t, false)
+	}
+	return nil
+}
+
+// copyIO moves a copying unit's partition inputs from the arena to its mirror (in) or its
+// outputs back (out), counting the bytes.
+func (w *rtWorker) copyIO(t *rtTask, in bool) error {
+	rt := w.rt
+	pp := t.pp
+	u := rt.units[pp.unit]
+	start := time.Now()
+	var n int64
+	for _, io := range pp.io {
+		if io.isInput != in {
+			continue
+		}
+		s := io.lanes[t.lane]
+		off := s.Off + t.chunk.Row*io.stride
+		buf, err := rt.mem[pp.unit].buffer(rt.arena, u, s.block)
+		if err != nil {
+			return err
+		}
+		b, err := rt.arena.block(s.block)
+		if err != nil {
+			return err
+		}
+		host := b.mem[off : off+io.t.Bytes()]
+		if in {
+			err = buf.Write(off, host)
+		} else {
+			err = buf.Read(off, host)
+		}
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", io.t.Name, err)
+		}
+		n += io.t.Bytes()
+		rt.copies.Add(1)
+	}
+	rt.copyBytes.Add(n)
+	dir := "copy out"
+	if in {
+		dir = "copy in"
+	}
+	rt.cfg.trace.Slice(u.Name(), dir, start, time.Now(), map[string]any{"bytes": n, "chunk": t.chunk.Index})
+	return nil
+}
+
+// UnitReport is one unit's share of the work.
+type UnitReport struct {
+	Unit   string
+	Import string // how the unit sees the arena: "host pointer", "fd" or "copy"
+	Tasks  int64
+	Busy   time.Duration
+}
+
+// RuntimeReport is what a runtime did so far.
+type RuntimeReport struct {
+	Units []UnitReport
+	Runs  int64
+	// Copies and CopyBytes count the transfers between the arena and the units that import
+	// nothing (0 when every unit imports it).
+	Copies, CopyBytes int64
+	ArenaBytes        int64
+}
+
+// Report describes the runtime's units and counters. It is safe to call at any time.
+func (rt *Runtime) Report() RuntimeReport {
+	r := RuntimeReport{Runs: rt.runs.Load(), Copies: rt.copies.Load(), CopyBytes: rt.copyBytes.Load(),
+		ArenaBytes: rt.arena.Size()}
+	for i, u := range rt.units {
+		w := rt.workers[i]
+		r.Units = append(r.Units, UnitReport{Unit: u.Name(), Import: rt.mem[i].mode.String(), Tasks: w.ran.Load(),
+			Busy: time.Duration(w.busy.Load())})
+	}
+	return r
+}
+
+// String prints one line per unit.
+func (r RuntimeReport) String() string {
+	var b strings.Builder
+	for _, u := range r.Units {
+		fmt.Fprintf(&b, "  %-28s arena by %-12s %6d tasks, busy %8.1f ms\n", u.Unit, u.Import, u.Tasks,
+			float64(u.Busy)/float64(time.Millisecond))
+	}
+	fmt.Fprintf(&b, "  %d runs; %d copies (%d bytes) between the arena and units that cannot import it", r.Runs,
+		r.Copies, r.CopyBytes)
+	return b.String()
+}
+
+// Placement prints which unit runs which ops in this program: one line per unit with node
+// counts by op, and the partition count.
+func (p *Program) Placement() string {
+	var b strings.Builder
+	parts := 0
+	for _, st := range p.stages {
+		parts += len(st.parts)
+	}
+	fmt.Fprintf(&b, "%s: %d stages, %d partitions, %d lane(s)\n", p.name, len(p.stages), parts, p.lanes)
+	for u, ops := range p.nodes {
+		if len(ops) == 0 {
+			continue
+		}
+		keys := make([]core.Op, 0, len(ops))
+		for o := range ops {
+			keys = append(keys, o)
+		}
+		slices.Sort(keys)
+		var cols []string
+		for _, o := range keys {
+			cols = append(cols, fmt.Sprintf("%s×%d", o, ops[o]))
+		}
+		fmt.Fprintf(&b, "  %-28s %s\n", p.rt.units[u].Name(), strings.Join(cols, " "))
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// UnitNodes is, per unit index, how many nodes of this program it runs.
+func (p *Program) UnitNodes() []int {
+	out := make([]int, len(p.nodes))
+	for u, ops := range p.nodes {
+		for _, n := range ops {
+			out[u] += n
+		}
+	}
+	return out
+}
