@@ -14,6 +14,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/loader"
+	"github.com/xpuhub/xpu/sched"
 )
 
 func init() {
@@ -122,7 +123,7 @@ type demoResult struct {
 
 func demoOnDevice(ctx context.Context, dev core.Device, g *core.Graph, inputs [][]byte, want []byte, runs int) demoResult {
 	res := demoResult{maxAbs: math.NaN(), nmse: math.NaN()}
-	s, err := core.NewSession(ctx, g, []core.Device{dev}, core.Strict())
+	s, err := sched.NewSession(ctx, g, []core.Device{dev}, sched.Strict())
 	if err != nil {
 		res.err, res.unsupported = err, isUnsupported(err)
 		return res

@@ -227,7 +227,7 @@ func openRunner(ctx context.Context, m *llm.Model, name, policy string, devIndex
 		r, err := llm.NewRunner(ctx, m, devs[devIndex], opts...)
 		return r, []core.Backend{b}, err
 	}
-	p, err := core.ParsePolicy(policy)
+	p, err := sched.ParsePolicy(policy)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/sched"
 )
 
 // kernelCase is a graph aimed at one code path of the plugin (block edges of the packed GEMM,
@@ -190,7 +191,7 @@ func runKernelCase(t *testing.T, ctx context.Context, dev core.Device, name stri
 		in := inputsFor(g, rng)
 		want, err := ref.Run(ctx, g, in)
 		require.NoError(t, err)
-		s, err := core.NewSession(ctx, g, []core.Device{dev}, core.Strict(), core.WithContextOptions(opts))
+		s, err := sched.NewSession(ctx, g, []core.Device{dev}, sched.Strict(), sched.WithContextOptions(opts))
 		require.NoError(t, err)
 		defer s.Close()
 		got, err := s.Run(ctx, in)

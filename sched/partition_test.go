@@ -1,4 +1,4 @@
-package core_test
+package sched_test
 
 import (
 	"testing"
@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/sched"
 )
 
 func names(ts []*core.Tensor) []string {
@@ -55,7 +56,7 @@ func TestSplitGraph(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			parts, err := core.SplitGraph(g, tt.device)
+			parts, err := sched.SplitGraph(g, tt.device)
 			require.NoError(t, err)
 			require.Len(t, parts, len(tt.nodes))
 			for i, p := range parts {
@@ -93,7 +94,7 @@ func TestSplitGraphDropsDeadCode(t *testing.T) {
 	g.Named("dead").SiLU(x)
 	g.Output(g.Named("last").Neg(y))
 	require.NoError(t, g.Err())
-	parts, err := core.SplitGraph(g, []int{0, 1, 0})
+	parts, err := sched.SplitGraph(g, []int{0, 1, 0})
 	require.NoError(t, err)
 	require.Len(t, parts, 1)
 	assert.Equal(t, []int{0, 2}, parts[0].Nodes)
@@ -104,8 +105,8 @@ func TestSplitGraphErrors(t *testing.T) {
 	g := core.NewGraph()
 	x := g.Input("x", core.F32, 4)
 	g.Output(g.Neg(x))
-	_, err := core.SplitGraph(g, []int{0, 0})
+	_, err := sched.SplitGraph(g, []int{0, 0})
 	assert.ErrorIs(t, err, core.ErrInvalidArgument)
-	_, err = core.SplitGraph(core.NewGraph(), nil)
+	_, err = sched.SplitGraph(core.NewGraph(), nil)
 	assert.ErrorIs(t, err, core.ErrGraph)
 }

@@ -1,4 +1,4 @@
-package core_test
+package sched_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/sched"
 )
 
 // pickyDevice is the reference device presented as another device that accepts only some ops:
@@ -120,10 +121,10 @@ func TestSplitMatchesWhole(t *testing.T) {
 		accepts: map[core.Op]bool{core.OpMatMul: true}}
 	g := block(t)
 
-	whole, err := core.NewSession(ctx, g, []core.Device{refDev}, quiet)
+	whole, err := sched.NewSession(ctx, g, []core.Device{refDev}, quiet)
 	require.NoError(t, err)
 	defer whole.Close()
-	split, err := core.NewSession(ctx, g, []core.Device{npu, refDev}, core.WithPolicy(core.PreferNPU), quiet)
+	split, err := sched.NewSession(ctx, g, []core.Device{npu, refDev}, sched.WithPolicy(sched.PreferNPU), quiet)
 	require.NoError(t, err)
 	defer split.Close()
 
@@ -171,8 +172,8 @@ func TestStrictOnRef(t *testing.T) {
 	defer refB.Close()
 	npu := &pickyDevice{Device: refB.Devices()[0], backend: "npu-sim", kind: core.DeviceNPU,
 		accepts: map[core.Op]bool{core.OpMatMul: true}}
-	_, err := core.NewSession(context.Background(), block(t), []core.Device{npu, refB.Devices()[0]},
-		core.WithPolicy(core.PreferNPU), core.Strict(), quiet)
+	_, err := sched.NewSession(context.Background(), block(t), []core.Device{npu, refB.Devices()[0]},
+		sched.WithPolicy(sched.PreferNPU), sched.Strict(), quiet)
 	require.ErrorIs(t, err, core.ErrUnsupported)
 	assert.Contains(t, err.Error(), "RMS_NORM")
 	assert.Contains(t, err.Error(), "npu-sim:0: RMS_NORM not offloaded")

@@ -1,4 +1,4 @@
-package core_test
+package sched_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package core_test
+package sched_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/sched"
 )
 
 // randomGraph builds a random DAG of ADD, MUL, SCALE and SILU over [4] tensors with up to
@@ -70,10 +71,10 @@ func FuzzSessionSplit(f *testing.F) {
 		one := newFake("neon", core.DeviceCPU, allFakeOps...)
 
 		ctx := context.Background()
-		whole, err := core.NewSession(ctx, g, devs(one), quiet)
+		whole, err := sched.NewSession(ctx, g, devs(one), quiet)
 		require.NoError(t, err)
 		defer whole.Close()
-		split, err := core.NewSession(ctx, g, devs(npu, gpu, cpu), quiet)
+		split, err := sched.NewSession(ctx, g, devs(npu, gpu, cpu), quiet)
 		require.NoError(t, err)
 		defer split.Close()
 

@@ -1,4 +1,4 @@
-package core_test
+package sched_test
 
 import (
 	"testing"
@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/sched"
 )
 
 func TestParsePolicy(t *testing.T) {
@@ -30,7 +31,7 @@ func TestParsePolicy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			p, err := core.ParsePolicy(tt.in)
+			p, err := sched.ParsePolicy(tt.in)
 			if tt.wantErr {
 				assert.ErrorIs(t, err, core.ErrInvalidArgument)
 				return
@@ -57,7 +58,7 @@ func TestByNameRank(t *testing.T) {
 		{[]string{"qnn"}, nil},
 	}
 	for _, tt := range tests {
-		assert.Equal(t, tt.want, core.ByName(tt.names...).Rank(nil, all), "%v", tt.names)
+		assert.Equal(t, tt.want, sched.ByName(tt.names...).Rank(nil, all), "%v", tt.names)
 	}
 }
 
@@ -66,11 +67,11 @@ func FuzzParsePolicy(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		p, err := core.ParsePolicy(s)
+		p, err := sched.ParsePolicy(s)
 		if err != nil {
 			return
 		}
-		again, err := core.ParsePolicy(p.Name())
+		again, err := sched.ParsePolicy(p.Name())
 		require.NoError(t, err, "a policy's name parses: %q", p.Name())
 		assert.Equal(t, p.Name(), again.Name())
 	})

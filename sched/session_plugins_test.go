@@ -1,4 +1,4 @@
-package core_test
+package sched_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/loader"
+	"github.com/xpuhub/xpu/sched"
 )
 
 // TestSessionOnPlugins runs the transformer block on each built plugin through sessions: the
@@ -24,7 +25,7 @@ func TestSessionOnPlugins(t *testing.T) {
 	defer refB.Close()
 	refDev := refB.Devices()[0]
 	g := block(t)
-	whole, err := core.NewSession(ctx, g, []core.Device{refDev}, quiet)
+	whole, err := sched.NewSession(ctx, g, []core.Device{refDev}, quiet)
 	require.NoError(t, err)
 	defer whole.Close()
 	in := blockInputs(5)
@@ -43,7 +44,7 @@ func TestSessionOnPlugins(t *testing.T) {
 			mm := &pickyDevice{Device: dev, backend: name + "-matmul", kind: core.DeviceNPU,
 				accepts: map[core.Op]bool{core.OpMatMul: true}}
 			for _, ds := range [][]core.Device{{dev}, {mm, refDev}} {
-				s, err := core.NewSession(ctx, g, ds, core.WithPolicy(core.PreferNPU), quiet)
+				s, err := sched.NewSession(ctx, g, ds, sched.WithPolicy(sched.PreferNPU), quiet)
 				require.NoError(t, err)
 				r := s.Report()
 				assert.Equal(t, ds[0].Info().ID(), r.Devices[0])

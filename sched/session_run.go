@@ -1,4 +1,4 @@
-package core
+package sched
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/xpuhub/xpu/core"
 )
 
 // bufKey names the buffer that holds a tensor on a device. A tensor gets one buffer per device
@@ -14,7 +16,7 @@ type bufKey struct{ tensor, device int }
 
 // copyOp moves a tensor from its producer's device to a consumer's device through host memory.
 type copyOp struct {
-	t        *Tensor
+	t        *core.Tensor
 	from, to int // device indices
 }
 
@@ -32,7 +34,7 @@ type runPlan struct {
 
 // planRun decides buffers, copies and wait lists for parts (in partition order, which is
 // topological).
-func planRun(g *Graph, parts []*sessionPart) runPlan {
+func planRun(g *core.Graph, parts []*sessionPart) runPlan {
 	plan := runPlan{inputDevs: make([][]int, len(g.Inputs)), outputDev: make([]int, len(g.Outputs)),
 		copiesIn: make([]int, len(g.Nodes)), lives: map[bufKey]bool{}, graphIO: map[int]bool{}}
 	for _, t := range slices.Concat(g.Inputs, g.Outputs) {
@@ -44,11 +46,11 @@ func planRun(g *Graph, parts []*sessionPart) runPlan {
 			plan.buffers = append(plan.buffers, k)
 		}
 	}
-	inputIndex := map[*Tensor]int{}
+	inputIndex := map[*core.Tensor]int{}
 	for i, t := range g.Inputs {
 		inputIndex[t] = i
 	}
-	producer := map[*Tensor]*sessionPart{}
+	producer := map[*core.Tensor]*sessionPart{}
 	copier := map[bufKey]*sessionPart{} // who brings a tensor onto a device
 	for _, p := range parts {
 		wait := func(q *sessionPart) {
@@ -59,7 +61,7 @@ func planRun(g *Graph, parts []*sessionPart) runPlan {
 		for _, t := range p.Inputs {
 			k := bufKey{t.ID, p.Device}
 			need(k)
-			if t.Kind == KindInput {
+			if t.Kind == core.KindInput {
 				if i := inputIndex[t]; !slices.Contains(plan.inputDevs[i], p.Device) {
 					plan.inputDevs[i] = append(plan.inputDevs[i], p.Device)
 				}
@@ -99,17 +101,17 @@ func planRun(g *Graph, parts []*sessionPart) runPlan {
 
 // location is where a tensor's bytes live on one device.
 type location struct {
-	buf Buffer
+	buf core.Buffer
 	off int64
 }
 
 // runState is one set of executions and buffers: the session pools them for Run, and each
 // Execution from NewExecution owns one.
 type runState struct {
-	owned   []Buffer
+	owned   []core.Buffer
 	own     map[bufKey]location // the session's buffers
 	loc     map[bufKey]location // where each tensor is now: own, or a caller's bound buffer
-	execs   []Execution         // per partition
+	execs   []core.Execution    // per partition
 	staging map[bufKey][]byte   // host memory for each planned copy, by destination
 	// bound are the caller's (device, location) per graph input then output, for an
 	// Execution; nil entries are unbound.
@@ -185,7 +187,7 @@ func (s *Session) newRunState(lazyIO bool) (rs *runState, err error) {
 
 // allocOwn gives tensor k a session buffer on its device.
 func (s *Session) allocOwn(rs *runState, k bufKey) error {
-	var c Context
+	var c core.Context
 	for _, p := range s.parts {
 		if p.Device == k.device {
 			c = p.ec.ctx
@@ -194,7 +196,7 @@ func (s *Session) allocOwn(rs *runState, k bufKey) error {
 	}
 	t := s.graph.Tensors[k.tensor]
 	// a zero-size tensor still gets a buffer: bindings need a handle
-	b, err := c.Alloc(max(t.Bytes(), 1), BufferDevice)
+	b, err := c.Alloc(max(t.Bytes(), 1), core.BufferDevice)
 	if err != nil {
 		return fmt.Errorf("alloc %s on %s: %w", t, s.devices[k.device].Info().ID(), err)
 	}
@@ -331,7 +333,7 @@ func (rs *runState) boundAt(io int) *boundIO {
 }
 
 // copy moves t's bytes between devices through host memory.
-func (rs *runState) copy(t *Tensor, from, to location) error {
+func (rs *runState) copy(t *core.Tensor, from, to location) error {
 	stage, ok := rs.extra[t.ID]
 	if !ok {
 		stage = make([]byte, t.Bytes())

@@ -1,4 +1,4 @@
-package core_test
+package sched_test
 
 import (
 	"context"
@@ -16,9 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/sched"
 )
 
-var quiet = core.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+var quiet = sched.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 
 // chain builds y = ((x + w)²)·0.5 + 1 with nodes "add", "mul", "scale".
 func chain(t testing.TB) *core.Graph {
@@ -50,7 +51,7 @@ func input(seed int) []float32 {
 	return x
 }
 
-func runChain(t *testing.T, s *core.Session, seed int) {
+func runChain(t *testing.T, s *sched.Session, seed int) {
 	t.Helper()
 	x := input(seed)
 	out, err := s.Run(context.Background(), [][]byte{core.EncodeF32(x)})
@@ -60,7 +61,7 @@ func runChain(t *testing.T, s *core.Session, seed int) {
 }
 
 // devicesOf maps each node of the report to its device.
-func devicesOf(r core.Report) map[string]string {
+func devicesOf(r sched.Report) map[string]string {
 	m := map[string]string{}
 	for _, n := range r.Nodes {
 		m[n.Node] = n.Device
@@ -84,37 +85,37 @@ func TestPolicyOrder(t *testing.T) {
 	gpuFP16.caps = core.CapFP16
 	tests := []struct {
 		name   string
-		policy core.Policy
+		policy sched.Policy
 		devs   []*fakeDevice
 		want   string // device of every node
 	}{
-		{"prefer-npu", core.PreferNPU, []*fakeDevice{newFake("neon", core.DeviceCPU, all...),
+		{"prefer-npu", sched.PreferNPU, []*fakeDevice{newFake("neon", core.DeviceCPU, all...),
 			newFake("opencl", core.DeviceGPU, all...), newFake("qnn", core.DeviceNPU, all...)}, "qnn:0"},
-		{"prefer-gpu", core.PreferGPU, []*fakeDevice{newFake("qnn", core.DeviceNPU, all...),
+		{"prefer-gpu", sched.PreferGPU, []*fakeDevice{newFake("qnn", core.DeviceNPU, all...),
 			newFake("opencl", core.DeviceGPU, all...), newFake("neon", core.DeviceCPU, all...)}, "opencl:0"},
-		{"prefer-cpu native before ref", core.PreferCPU, []*fakeDevice{newFake("ref", core.DeviceCPU, all...),
+		{"prefer-cpu native before ref", sched.PreferCPU, []*fakeDevice{newFake("ref", core.DeviceCPU, all...),
 			newFake("qnn", core.DeviceNPU, all...), newFake("neon", core.DeviceCPU, all...)}, "neon:0"},
-		{"max-performance npu", core.MaxPerformance, []*fakeDevice{newFake("neon", core.DeviceCPU, all...),
+		{"max-performance npu", sched.MaxPerformance, []*fakeDevice{newFake("neon", core.DeviceCPU, all...),
 			newFake("qnn", core.DeviceNPU, all...)}, "qnn:0"},
-		{"max-performance gpu over accel", core.MaxPerformance, []*fakeDevice{newFake("coreml", core.DeviceAccel, all...),
+		{"max-performance gpu over accel", sched.MaxPerformance, []*fakeDevice{newFake("coreml", core.DeviceAccel, all...),
 			newFake("opencl", core.DeviceGPU, all...)}, "opencl:0"},
-		{"max-efficiency accel over gpu", core.MaxEfficiency, []*fakeDevice{newFake("opencl", core.DeviceGPU, all...),
+		{"max-efficiency accel over gpu", sched.MaxEfficiency, []*fakeDevice{newFake("opencl", core.DeviceGPU, all...),
 			newFake("coreml", core.DeviceAccel, all...)}, "coreml:0"},
-		{"max-performance caps break ties", core.MaxPerformance, []*fakeDevice{newFake("vk", core.DeviceGPU, all...),
+		{"max-performance caps break ties", sched.MaxPerformance, []*fakeDevice{newFake("vk", core.DeviceGPU, all...),
 			gpuFP16}, "opencl:0"},
-		{"emulator last even if npu", core.PreferNPU, []*fakeDevice{emu, newFake("neon", core.DeviceCPU, all...)}, "neon:0"},
-		{"ref last", core.MaxPerformance, []*fakeDevice{newFake("ref", core.DeviceCPU, all...),
+		{"emulator last even if npu", sched.PreferNPU, []*fakeDevice{emu, newFake("neon", core.DeviceCPU, all...)}, "neon:0"},
+		{"ref last", sched.MaxPerformance, []*fakeDevice{newFake("ref", core.DeviceCPU, all...),
 			newFake("neon", core.DeviceCPU, all...)}, "neon:0"},
-		{"by backend name", core.ByName("ref", "neon"), []*fakeDevice{newFake("neon", core.DeviceCPU, all...),
+		{"by backend name", sched.ByName("ref", "neon"), []*fakeDevice{newFake("neon", core.DeviceCPU, all...),
 			newFake("ref", core.DeviceCPU, all...)}, "ref:0"},
-		{"by device id", core.ByName("opencl:0"), []*fakeDevice{newFake("qnn", core.DeviceNPU, all...),
+		{"by device id", sched.ByName("opencl:0"), []*fakeDevice{newFake("qnn", core.DeviceNPU, all...),
 			newFake("opencl", core.DeviceGPU, all...)}, "opencl:0"},
-		{"by name skips a refusing device", core.ByName("qnn", "opencl"), []*fakeDevice{
+		{"by name skips a refusing device", sched.ByName("qnn", "opencl"), []*fakeDevice{
 			newFake("qnn", core.DeviceNPU), newFake("opencl", core.DeviceGPU, all...)}, "opencl:0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := core.NewSession(context.Background(), chain(t), devs(tt.devs...), core.WithPolicy(tt.policy), quiet)
+			s, err := sched.NewSession(context.Background(), chain(t), devs(tt.devs...), sched.WithPolicy(tt.policy), quiet)
 			require.NoError(t, err)
 			defer func() { require.NoError(t, s.Close()) }()
 			for node, dev := range devicesOf(s.Report()) {
@@ -128,13 +129,13 @@ func TestPolicyOrder(t *testing.T) {
 func TestCustomPolicy(t *testing.T) {
 	npu := newFake("qnn", core.DeviceNPU, allFakeOps...)
 	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
-	matmulsOnNPU := core.PolicyFunc("mul-on-npu", func(n *core.Node, ds []core.Device) []core.Device {
+	matmulsOnNPU := sched.PolicyFunc("mul-on-npu", func(n *core.Node, ds []core.Device) []core.Device {
 		if n.Op == core.OpMul {
 			return []core.Device{npu}
 		}
 		return []core.Device{cpu}
 	})
-	s, err := core.NewSession(context.Background(), chain(t), devs(cpu, npu), core.WithPolicy(matmulsOnNPU), quiet)
+	s, err := sched.NewSession(context.Background(), chain(t), devs(cpu, npu), sched.WithPolicy(matmulsOnNPU), quiet)
 	require.NoError(t, err)
 	defer s.Close()
 	assert.Equal(t, map[string]string{"add": "neon:0", "mul": "qnn:0", "scale": "neon:0"}, devicesOf(s.Report()))
@@ -147,14 +148,14 @@ func TestCustomPolicy(t *testing.T) {
 func TestFallbackReport(t *testing.T) {
 	npu := newFake("qnn", core.DeviceNPU, core.OpMul)
 	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
-	for _, policy := range []core.Policy{core.PreferNPU, core.ByName("qnn")} {
+	for _, policy := range []sched.Policy{sched.PreferNPU, sched.ByName("qnn")} {
 		t.Run(policy.Name(), func(t *testing.T) {
-			s, err := core.NewSession(context.Background(), chain(t), devs(npu, cpu), core.WithPolicy(policy), quiet)
+			s, err := sched.NewSession(context.Background(), chain(t), devs(npu, cpu), sched.WithPolicy(policy), quiet)
 			require.NoError(t, err)
 			defer s.Close()
 			r := s.Report()
 			assert.Equal(t, map[string]string{"add": "neon:0", "mul": "qnn:0", "scale": "neon:0"}, devicesOf(r))
-			byNode := map[string]core.NodeReport{}
+			byNode := map[string]sched.NodeReport{}
 			for _, n := range r.Nodes {
 				byNode[n.Node] = n
 			}
@@ -191,16 +192,16 @@ func TestFallbackReport(t *testing.T) {
 func TestStrict(t *testing.T) {
 	npu := newFake("qnn", core.DeviceNPU, core.OpMul)
 	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
-	_, err := core.NewSession(context.Background(), chain(t), devs(npu, cpu), core.WithPolicy(core.PreferNPU),
-		core.Strict(), quiet)
+	_, err := sched.NewSession(context.Background(), chain(t), devs(npu, cpu), sched.WithPolicy(sched.PreferNPU),
+		sched.Strict(), quiet)
 	require.ErrorIs(t, err, core.ErrUnsupported)
 	assert.Contains(t, err.Error(), `"add"`)
 	assert.Contains(t, err.Error(), "qnn:0: ADD is not implemented")
 	assert.Zero(t, npu.liveContexts.Load()+cpu.liveContexts.Load(), "contexts closed after a failed NewSession")
 
 	// Strict and satisfied: every node on its first choice.
-	s, err := core.NewSession(context.Background(), chain(t), devs(npu, cpu), core.WithPolicy(core.PreferCPU),
-		core.Strict(), quiet)
+	s, err := sched.NewSession(context.Background(), chain(t), devs(npu, cpu), sched.WithPolicy(sched.PreferCPU),
+		sched.Strict(), quiet)
 	require.NoError(t, err)
 	assert.True(t, s.Report().Strict)
 	require.NoError(t, s.Close())
@@ -214,14 +215,14 @@ func TestNoDeviceAccepts(t *testing.T) {
 	require.NoError(t, g.Err())
 	npu := newFake("qnn", core.DeviceNPU, core.OpScale)
 	cpu := newFake("neon", core.DeviceCPU, core.OpScale)
-	_, err := core.NewSession(context.Background(), g, devs(npu, cpu), quiet)
+	_, err := sched.NewSession(context.Background(), g, devs(npu, cpu), quiet)
 	require.ErrorIs(t, err, core.ErrUnsupported)
 	assert.Contains(t, err.Error(), `no device accepts node 1 "act"`)
 	assert.Contains(t, err.Error(), "qnn:0: SILU is not implemented")
 	assert.Contains(t, err.Error(), "neon:0: SILU is not implemented")
 
 	// Without a CPU device there is no fallback.
-	_, err = core.NewSession(context.Background(), g, devs(npu), core.WithPolicy(core.ByName("qnn")), quiet)
+	_, err = sched.NewSession(context.Background(), g, devs(npu), sched.WithPolicy(sched.ByName("qnn")), quiet)
 	require.ErrorIs(t, err, core.ErrUnsupported)
 }
 
@@ -229,7 +230,7 @@ func TestAnalyzeFailureFallsBack(t *testing.T) {
 	npu := newFake("qnn", core.DeviceNPU, allFakeOps...)
 	npu.analyzeErr = fmt.Errorf("qnn: graph too large: %w", core.ErrUnsupported)
 	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
-	s, err := core.NewSession(context.Background(), chain(t), devs(npu, cpu), quiet)
+	s, err := sched.NewSession(context.Background(), chain(t), devs(npu, cpu), quiet)
 	require.NoError(t, err)
 	defer s.Close()
 	r := s.Report()
@@ -244,7 +245,7 @@ func TestDevicesOpenInParallel(t *testing.T) {
 	npu := newFake("qnn", core.DeviceNPU, core.OpMul)
 	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
 	npu.openRendezvous, cpu.openRendezvous = r, r
-	s, err := core.NewSession(context.Background(), chain(t), devs(npu, cpu), quiet)
+	s, err := sched.NewSession(context.Background(), chain(t), devs(npu, cpu), quiet)
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 }
@@ -253,9 +254,9 @@ func TestContextOpenFailureFallsBack(t *testing.T) {
 	npu := newFake("qnn", core.DeviceNPU, allFakeOps...)
 	npu.openErr = fmt.Errorf("qnn: libQnnHtp.so not found: %w", core.ErrMissingDependency)
 	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
-	e := core.NewExecutor(quiet)
+	e := sched.NewExecutor(quiet)
 	defer func() { require.NoError(t, e.Close()) }()
-	s, err := core.NewSession(context.Background(), chain(t), devs(npu, cpu), core.WithExecutor(e), quiet)
+	s, err := sched.NewSession(context.Background(), chain(t), devs(npu, cpu), sched.WithExecutor(e), quiet)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"neon:0"}, s.Report().Devices)
 	assert.Contains(t, s.Report().Nodes[0].Reason, "libQnnHtp.so not found")
@@ -263,7 +264,7 @@ func TestContextOpenFailureFallsBack(t *testing.T) {
 	require.NoError(t, s.Close())
 
 	npu.openErr = nil // a failed open is not remembered: the next session tries again
-	s, err = core.NewSession(context.Background(), chain(t), devs(npu, cpu), core.WithExecutor(e), quiet)
+	s, err = sched.NewSession(context.Background(), chain(t), devs(npu, cpu), sched.WithExecutor(e), quiet)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"qnn:0"}, s.Report().Devices)
 	require.NoError(t, s.Close())
@@ -272,23 +273,23 @@ func TestContextOpenFailureFallsBack(t *testing.T) {
 func TestBadArguments(t *testing.T) {
 	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
 	ctx := context.Background()
-	_, err := core.NewSession(ctx, chain(t), nil, quiet)
+	_, err := sched.NewSession(ctx, chain(t), nil, quiet)
 	assert.ErrorIs(t, err, core.ErrInvalidArgument)
-	_, err = core.NewSession(ctx, chain(t), devs(cpu, cpu), quiet)
+	_, err = sched.NewSession(ctx, chain(t), devs(cpu, cpu), quiet)
 	assert.ErrorIs(t, err, core.ErrInvalidArgument, "a device given twice")
-	_, err = core.NewSession(ctx, chain(t), devs(cpu), core.WithPolicy(core.ByName("qnn")), quiet)
+	_, err = sched.NewSession(ctx, chain(t), devs(cpu), sched.WithPolicy(sched.ByName("qnn")), quiet)
 	assert.ErrorIs(t, err, core.ErrNotFound)
-	_, err = core.NewSession(ctx, chain(t), devs(cpu), core.WithPolicy(core.PolicyFunc("bad",
+	_, err = sched.NewSession(ctx, chain(t), devs(cpu), sched.WithPolicy(sched.PolicyFunc("bad",
 		func(*core.Node, []core.Device) []core.Device { return []core.Device{newFake("x", core.DeviceCPU)} })), quiet)
 	assert.ErrorIs(t, err, core.ErrInvalidArgument, "a policy may not invent devices")
-	_, err = core.NewSession(ctx, core.NewGraph(), devs(cpu), quiet)
+	_, err = sched.NewSession(ctx, core.NewGraph(), devs(cpu), quiet)
 	assert.ErrorIs(t, err, core.ErrGraph)
-	_, err = core.NewSession(ctx, chain(t), []core.Device{cpu, nil}, quiet)
+	_, err = sched.NewSession(ctx, chain(t), []core.Device{cpu, nil}, quiet)
 	assert.ErrorIs(t, err, core.ErrInvalidArgument)
-	_, err = core.NewSession(ctx, chain(t), devs(cpu), core.WithPolicy(nil), quiet)
+	_, err = sched.NewSession(ctx, chain(t), devs(cpu), sched.WithPolicy(nil), quiet)
 	assert.ErrorIs(t, err, core.ErrInvalidArgument)
 
-	s, err := core.NewSession(ctx, chain(t), devs(cpu), quiet)
+	s, err := sched.NewSession(ctx, chain(t), devs(cpu), quiet)
 	require.NoError(t, err)
 	defer s.Close()
 	_, err = s.Run(ctx, nil)
@@ -299,8 +300,8 @@ func TestBadArguments(t *testing.T) {
 
 func TestContextOptions(t *testing.T) {
 	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
-	s, err := core.NewSession(context.Background(), chain(t), devs(cpu),
-		core.WithContextOptions(map[string]string{"threads": "2"}), quiet)
+	s, err := sched.NewSession(context.Background(), chain(t), devs(cpu),
+		sched.WithContextOptions(map[string]string{"threads": "2"}), quiet)
 	require.NoError(t, err)
 	defer s.Close()
 	assert.Equal(t, map[string]string{"threads": "2"}, cpu.lastOptions.Load())
@@ -309,7 +310,7 @@ func TestContextOptions(t *testing.T) {
 func TestConcurrentRun(t *testing.T) {
 	npu := newFake("qnn", core.DeviceNPU, core.OpMul)
 	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
-	s, err := core.NewSession(context.Background(), chain(t), devs(npu, cpu), core.WithPolicy(core.PreferNPU), quiet)
+	s, err := sched.NewSession(context.Background(), chain(t), devs(npu, cpu), sched.WithPolicy(sched.PreferNPU), quiet)
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	for g := range 8 {
@@ -343,7 +344,7 @@ func TestDevicesOverlap(t *testing.T) {
 	gpu := newFake("opencl", core.DeviceGPU, core.OpScale, core.OpAdd)
 	cpu := newFake("neon", core.DeviceCPU, core.OpSiLU, core.OpAdd)
 	gpu.rendezvous, cpu.rendezvous = r, r
-	s, err := core.NewSession(context.Background(), g, devs(gpu, cpu), quiet)
+	s, err := sched.NewSession(context.Background(), g, devs(gpu, cpu), quiet)
 	require.NoError(t, err)
 	defer s.Close()
 	assert.Equal(t, map[string]string{"left": "opencl:0", "right": "neon:0", "join": "opencl:0"}, devicesOf(s.Report()))
@@ -363,7 +364,7 @@ func TestDevicesOverlap(t *testing.T) {
 func TestCancel(t *testing.T) {
 	npu := newFake("qnn", core.DeviceNPU, core.OpMul)
 	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
-	s, err := core.NewSession(context.Background(), chain(t), devs(npu, cpu), core.WithPolicy(core.PreferNPU), quiet)
+	s, err := sched.NewSession(context.Background(), chain(t), devs(npu, cpu), sched.WithPolicy(sched.PreferNPU), quiet)
 	require.NoError(t, err)
 	defer s.Close()
 	x := [][]byte{core.EncodeF32(input(0))}
@@ -372,7 +373,7 @@ func TestCancel(t *testing.T) {
 	cancel()
 	_, err = s.Run(done, x)
 	assert.ErrorIs(t, err, context.Canceled)
-	_, err = core.NewSession(done, chain(t), devs(npu, cpu), quiet)
+	_, err = sched.NewSession(done, chain(t), devs(npu, cpu), quiet)
 	assert.ErrorIs(t, err, context.Canceled, "NewSession honours ctx too")
 
 	npu.delay = time.Hour
@@ -390,7 +391,7 @@ func TestCancel(t *testing.T) {
 func TestClose(t *testing.T) {
 	npu := newFake("qnn", core.DeviceNPU, core.OpMul)
 	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
-	s, err := core.NewSession(context.Background(), chain(t), devs(npu, cpu), core.WithPolicy(core.PreferNPU), quiet)
+	s, err := sched.NewSession(context.Background(), chain(t), devs(npu, cpu), sched.WithPolicy(sched.PreferNPU), quiet)
 	require.NoError(t, err)
 	runChain(t, s, 5)
 	require.NoError(t, s.Close())
@@ -405,7 +406,7 @@ func TestClose(t *testing.T) {
 func TestCloseWhileRunning(t *testing.T) {
 	npu := newFake("qnn", core.DeviceNPU, core.OpMul)
 	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
-	s, err := core.NewSession(context.Background(), chain(t), devs(npu, cpu), core.WithPolicy(core.PreferNPU), quiet)
+	s, err := sched.NewSession(context.Background(), chain(t), devs(npu, cpu), sched.WithPolicy(sched.PreferNPU), quiet)
 	require.NoError(t, err)
 	started := make(chan struct{}, 4)
 	var wg sync.WaitGroup
@@ -433,11 +434,11 @@ func TestCloseWhileRunning(t *testing.T) {
 
 func TestExecutorShares(t *testing.T) {
 	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
-	e := core.NewExecutor(quiet)
+	e := sched.NewExecutor(quiet)
 	g := chain(t)
-	s1, err := core.NewSession(context.Background(), g, devs(cpu), core.WithExecutor(e), quiet)
+	s1, err := sched.NewSession(context.Background(), g, devs(cpu), sched.WithExecutor(e), quiet)
 	require.NoError(t, err)
-	s2, err := core.NewSession(context.Background(), g, devs(cpu), core.WithExecutor(e), quiet)
+	s2, err := sched.NewSession(context.Background(), g, devs(cpu), sched.WithExecutor(e), quiet)
 	require.NoError(t, err)
 	assert.Equal(t, int32(1), cpu.contexts.Load(), "one context per device")
 	assert.Equal(t, int32(1), cpu.prepares.Load(), "the same graph is prepared once")
@@ -450,27 +451,27 @@ func TestExecutorShares(t *testing.T) {
 	w := other.Const("w", core.F32, core.Shape{4}, core.EncodeF32([]float32{1, 2, 3, 4}))
 	a := other.Add(x, w)
 	other.Output(other.Scale(other.Mul(a, a), 0.5, 1))
-	s3, err := core.NewSession(context.Background(), other, devs(cpu), core.WithExecutor(e), quiet)
+	s3, err := sched.NewSession(context.Background(), other, devs(cpu), sched.WithExecutor(e), quiet)
 	require.NoError(t, err)
 	assert.Equal(t, int32(2), cpu.prepares.Load())
 	runChain(t, s3, 8)
 
-	for _, s := range []*core.Session{s1, s2, s3} {
+	for _, s := range []*sched.Session{s1, s2, s3} {
 		require.NoError(t, s.Close())
 	}
 	assert.Equal(t, int32(1), cpu.liveContexts.Load(), "the executor keeps its context")
 	require.NoError(t, e.Close())
 	assert.Zero(t, cpu.liveContexts.Load())
-	_, err = core.NewSession(context.Background(), g, devs(cpu), core.WithExecutor(e), quiet)
+	_, err = sched.NewSession(context.Background(), g, devs(cpu), sched.WithExecutor(e), quiet)
 	assert.ErrorIs(t, err, core.ErrBadState)
 }
 
 func TestExecutorEvicts(t *testing.T) {
 	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
-	e := core.NewExecutor(core.WithCacheSize(1), quiet)
+	e := sched.NewExecutor(sched.WithCacheSize(1), quiet)
 	defer func() { require.NoError(t, e.Close()) }()
 	for range 3 {
-		s, err := core.NewSession(context.Background(), chain(t), devs(cpu), core.WithExecutor(e), quiet)
+		s, err := sched.NewSession(context.Background(), chain(t), devs(cpu), sched.WithExecutor(e), quiet)
 		require.NoError(t, err)
 		runChain(t, s, 9)
 		require.NoError(t, s.Close())
@@ -488,7 +489,7 @@ func TestDeadNodes(t *testing.T) {
 	require.NoError(t, g.Err())
 	npu := newFake("qnn", core.DeviceNPU, core.OpScale)
 	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
-	s, err := core.NewSession(context.Background(), g, devs(npu, cpu), quiet)
+	s, err := sched.NewSession(context.Background(), g, devs(npu, cpu), quiet)
 	require.NoError(t, err)
 	defer s.Close()
 	r := s.Report()
@@ -502,7 +503,7 @@ func TestDeadNodes(t *testing.T) {
 
 func TestRunErrorsAreWrapped(t *testing.T) {
 	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
-	s, err := core.NewSession(context.Background(), chain(t), devs(cpu), quiet)
+	s, err := sched.NewSession(context.Background(), chain(t), devs(cpu), quiet)
 	require.NoError(t, err)
 	defer s.Close()
 	cpu.rendezvous = newRendezvous(2) // nobody else comes: the execution waits for ctx

@@ -1,4 +1,4 @@
-package core_test
+package sched_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/sched"
 )
 
 // A graph is placed on the devices at hand once, then run as often as needed.
@@ -22,7 +23,7 @@ func ExampleNewSession() {
 
 	backend := ref.New()
 	defer backend.Close()
-	s, err := core.NewSession(ctx, g, backend.Devices(), core.WithPolicy(core.PreferNPU))
+	s, err := sched.NewSession(ctx, g, backend.Devices(), sched.WithPolicy(sched.PreferNPU))
 	if err != nil {
 		log.Fatal(err)
 	}

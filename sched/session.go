@@ -1,4 +1,4 @@
-package core
+package sched
 
 import (
 	"context"
@@ -9,14 +9,16 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/xpuhub/xpu/core"
 )
 
 // Session is a graph placed on devices and prepared once, ready to run many times. Run may be
 // called from several goroutines at once: each call gets its own executions and buffers from a
 // pool.
 type Session struct {
-	graph   *Graph
-	devices []Device
+	graph   *core.Graph
+	devices []core.Device
 	policy  Policy
 	strict  bool
 	log     *slog.Logger
@@ -44,7 +46,7 @@ type Session struct {
 type sessionPart struct {
 	*Partition
 	ec  *execContext
-	exe Executable
+	exe core.Executable
 	key string // the executor cache key, for release
 	// copies are the cross-device transfers this partition makes before it runs.
 	copies []copyOp
@@ -114,17 +116,17 @@ func newSessionConfig(opts []SessionOption) sessionConfig {
 // device's nodes together (see SplitGraph), and each run of nodes on one device becomes a
 // partition, prepared once. An error that no device accepts a node, or a strict refusal, wraps
 // ErrUnsupported and names the node with every device's reason.
-func NewSession(ctx context.Context, g *Graph, devices []Device, opts ...SessionOption) (*Session, error) {
+func NewSession(ctx context.Context, g *core.Graph, devices []core.Device, opts ...SessionOption) (*Session, error) {
 	cfg := newSessionConfig(opts)
 	if g == nil || len(devices) == 0 {
-		return nil, fmt.Errorf("session: need a graph and at least one device: %w", ErrInvalidArgument)
+		return nil, fmt.Errorf("session: need a graph and at least one device: %w", core.ErrInvalidArgument)
 	}
 	if cfg.policy == nil {
-		return nil, fmt.Errorf("session: nil policy: %w", ErrInvalidArgument)
+		return nil, fmt.Errorf("session: nil policy: %w", core.ErrInvalidArgument)
 	}
 	for i, d := range devices {
 		if d == nil {
-			return nil, fmt.Errorf("session: device %d is nil: %w", i, ErrInvalidArgument)
+			return nil, fmt.Errorf("session: device %d is nil: %w", i, core.ErrInvalidArgument)
 		}
 	}
 	if err := g.Validate(); err != nil {
@@ -201,7 +203,7 @@ func (s *Session) build(ctx context.Context) error {
 // all devices at once (opening an NPU context can take a while). A device that fails to open
 // or to analyze refuses every node with that reason.
 func (s *Session) analyze(ctx context.Context, in *placeInput) error {
-	in.verdicts = make([][]NodeVerdict, len(s.devices))
+	in.verdicts = make([][]core.NodeVerdict, len(s.devices))
 	in.analyzeErr = make([]error, len(s.devices))
 	var wg sync.WaitGroup
 	for i, want := range in.wanted() {
@@ -225,7 +227,7 @@ func (s *Session) analyze(ctx context.Context, in *placeInput) error {
 }
 
 // analyzeOn is one device's verdicts for the whole graph.
-func (s *Session) analyzeOn(ctx context.Context, dev Device) ([]NodeVerdict, error) {
+func (s *Session) analyzeOn(ctx context.Context, dev core.Device) ([]core.NodeVerdict, error) {
 	ec, err := s.exec.context(ctx, dev)
 	if err != nil {
 		return nil, err
@@ -235,7 +237,7 @@ func (s *Session) analyzeOn(ctx context.Context, dev Device) ([]NodeVerdict, err
 		return nil, err
 	}
 	if len(vs) != len(s.graph.Nodes) {
-		return nil, fmt.Errorf("%d verdicts for %d nodes: %w", len(vs), len(s.graph.Nodes), ErrInternal)
+		return nil, fmt.Errorf("%d verdicts for %d nodes: %w", len(vs), len(s.graph.Nodes), core.ErrInternal)
 	}
 	return vs, nil
 }
@@ -254,7 +256,7 @@ func (s *Session) prepare(ctx context.Context, p *Partition) error {
 	s.parts = append(s.parts, &sessionPart{Partition: p, ec: ec, exe: exe, key: key})
 	if vs := exe.Verdicts(); len(vs) == len(p.Nodes) {
 		for i, id := range p.Nodes {
-			if vs[i].Precision != PrecDefault {
+			if vs[i].Precision != core.PrecDefault {
 				s.assign[id].Precision = vs[i].Precision
 			}
 		}
@@ -273,12 +275,12 @@ func (s *Session) Run(ctx context.Context, inputs [][]byte) ([][]byte, error) {
 	}
 	if len(inputs) != len(s.graph.Inputs) {
 		return nil, fmt.Errorf("session: run: %d inputs, the graph has %d: %w", len(inputs),
-			len(s.graph.Inputs), ErrInvalidArgument)
+			len(s.graph.Inputs), core.ErrInvalidArgument)
 	}
 	for i, t := range s.graph.Inputs {
 		if int64(len(inputs[i])) != t.Bytes() {
 			return nil, fmt.Errorf("session: run: input %d (%s): %d bytes, want %d: %w", i, t,
-				len(inputs[i]), t.Bytes(), ErrInvalidArgument)
+				len(inputs[i]), t.Bytes(), core.ErrInvalidArgument)
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -337,4 +339,4 @@ func (s *Session) countRun(n copyCount) {
 }
 
 // Graph is the graph the session runs.
-func (s *Session) Graph() *Graph { return s.graph }
+func (s *Session) Graph() *core.Graph { return s.graph }

@@ -1,23 +1,25 @@
-package core
+package sched
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/xpuhub/xpu/core"
 )
 
 // placedBuffer is a buffer that knows its device, so a session Execution can tell whether a
 // partition can use it in place or needs a copy.
 type placedBuffer struct {
-	Buffer
+	core.Buffer
 	device string // device ID
 }
 
 // Alloc allocates a buffer in dev's context (opening it if needed). Such buffers can be bound
 // to the graph inputs and outputs of a session Execution: a partition on the same device uses
 // them in place, others get a copy. Close the buffers before the executor.
-func (e *Executor) Alloc(ctx context.Context, dev Device, size int64, kind BufferKind) (Buffer, error) {
+func (e *Executor) Alloc(ctx context.Context, dev core.Device, size int64, kind core.BufferKind) (core.Buffer, error) {
 	ec, err := e.context(ctx, dev)
 	if err != nil {
 		return nil, err
@@ -31,7 +33,7 @@ func (e *Executor) Alloc(ctx context.Context, dev Device, size int64, kind Buffe
 
 // Alloc allocates a buffer on dev through the session's executor (see Executor.Alloc). With a
 // private executor, close the buffers before the session.
-func (s *Session) Alloc(ctx context.Context, dev Device, size int64, kind BufferKind) (Buffer, error) {
+func (s *Session) Alloc(ctx context.Context, dev core.Device, size int64, kind core.BufferKind) (core.Buffer, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -47,7 +49,7 @@ func (s *Session) Alloc(ctx context.Context, dev Device, size int64, kind Buffer
 // between runs is cheap: the LLM runtime binds its attention K/V outputs at the next cache row
 // of a KV cache buffer before every step. An Execution runs one submission at a time; use
 // several for concurrency.
-func (s *Session) NewExecution() (Execution, error) {
+func (s *Session) NewExecution() (core.Execution, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -74,7 +76,7 @@ type sessionExecution struct {
 	closed bool
 }
 
-func (x *sessionExecution) tensor(io int) (*Tensor, error) {
+func (x *sessionExecution) tensor(io int) (*core.Tensor, error) {
 	t, err := x.s.graph.Binding(io)
 	if err != nil {
 		return nil, fmt.Errorf("session execution: %w", err)
@@ -84,7 +86,7 @@ func (x *sessionExecution) tensor(io int) (*Tensor, error) {
 
 // Bind binds graph input or output io to buf at offset. buf must come from Session.Alloc or
 // Executor.Alloc on one of the session's devices, and hold the tensor at offset.
-func (x *sessionExecution) Bind(io int, buf Buffer, offset int64) error {
+func (x *sessionExecution) Bind(io int, buf core.Buffer, offset int64) error {
 	s := x.s
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -100,16 +102,16 @@ func (x *sessionExecution) Bind(io int, buf Buffer, offset int64) error {
 	pb, ok := buf.(*placedBuffer)
 	if !ok || pb == nil {
 		return fmt.Errorf("session execution: bind %s: the buffer must come from Session.Alloc or Executor.Alloc: %w",
-			t, ErrInvalidArgument)
+			t, core.ErrInvalidArgument)
 	}
 	d, ok := s.devIndex[pb.device]
 	if !ok {
 		return fmt.Errorf("session execution: bind %s: device %s is not one of the session's: %w", t, pb.device,
-			ErrInvalidArgument)
+			core.ErrInvalidArgument)
 	}
 	if offset < 0 || offset > pb.Size() || t.Bytes() > pb.Size()-offset {
 		return fmt.Errorf("session execution: bind %s (%d bytes) at %d of a %d-byte buffer: %w", t, t.Bytes(),
-			offset, pb.Size(), ErrInvalidArgument)
+			offset, pb.Size(), core.ErrInvalidArgument)
 	}
 	rs := x.rs
 	if prev := rs.bound[io]; prev != nil && prev.device != d {
@@ -140,7 +142,7 @@ func (x *sessionExecution) Run(ctx context.Context) error {
 	for io, b := range x.rs.bound {
 		if b == nil {
 			t, _ := x.tensor(io)
-			return fmt.Errorf("session execution: run: %s is not bound: %w", t, ErrBadState)
+			return fmt.Errorf("session execution: run: %s is not bound: %w", t, core.ErrBadState)
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -158,14 +160,14 @@ func (x *sessionExecution) Run(ctx context.Context) error {
 }
 
 // Submit waits for every wait point, runs, then signals: it returns when the work is done.
-func (x *sessionExecution) Submit(waits []FencePoint, signal *FencePoint) error {
+func (x *sessionExecution) Submit(waits []core.FencePoint, signal *core.FencePoint) error {
 	if signal != nil && signal.Fence == nil {
-		return fmt.Errorf("session execution: submit: the signal point has no fence: %w", ErrInvalidArgument)
+		return fmt.Errorf("session execution: submit: the signal point has no fence: %w", core.ErrInvalidArgument)
 	}
 	ctx := context.Background()
 	for i, w := range waits {
 		if w.Fence == nil {
-			return fmt.Errorf("session execution: submit: wait %d has no fence: %w", i, ErrInvalidArgument)
+			return fmt.Errorf("session execution: submit: wait %d has no fence: %w", i, core.ErrInvalidArgument)
 		}
 		if err := w.Fence.Wait(ctx, w.Value); err != nil {
 			return fmt.Errorf("session execution: submit: wait %d: %w", i, err)

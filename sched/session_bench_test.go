@@ -1,4 +1,4 @@
-package core_test
+package sched_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/sched"
 )
 
 // BenchmarkSessionOverhead compares a session's Run (one partition, and the matmul-split
@@ -55,7 +56,7 @@ func BenchmarkSessionOverhead(b *testing.B) {
 		devs []core.Device
 	}{{"session-1-partition", []core.Device{refDev}}, {"session-9-partitions", []core.Device{npu, refDev}}} {
 		b.Run(tc.name, func(b *testing.B) {
-			s, err := core.NewSession(ctx, g, tc.devs, quiet)
+			s, err := sched.NewSession(ctx, g, tc.devs, quiet)
 			require.NoError(b, err)
 			defer s.Close()
 			for b.Loop() {

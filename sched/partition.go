@@ -1,9 +1,11 @@
-package core
+package sched
 
 import (
 	"container/heap"
 	"fmt"
 	"slices"
+
+	"github.com/xpuhub/xpu/core"
 )
 
 // Partition is a run of consecutive nodes placed on one device, as a graph of its own: tensors
@@ -15,10 +17,10 @@ type Partition struct {
 	Nodes  []int // node IDs in the original graph, in order
 	// Graph is the sub-graph; its Inputs and Outputs correspond one to one to Inputs and
 	// Outputs below.
-	Graph *Graph
+	Graph *core.Graph
 	// Inputs and Outputs are the original graph's tensors.
-	Inputs  []*Tensor
-	Outputs []*Tensor
+	Inputs  []*core.Tensor
+	Outputs []*core.Tensor
 	// Deps are the indices of the partitions that produce this one's inputs.
 	Deps []int
 }
@@ -27,12 +29,12 @@ type Partition struct {
 // Nodes are first put in a device-grouping topological order (see groupByDevice), so
 // independent nodes on one device end up in one partition. Each partition's sub-graph is built
 // with the Graph builder, so it is validated like any other graph.
-func SplitGraph(g *Graph, device []int) ([]*Partition, error) {
+func SplitGraph(g *core.Graph, device []int) ([]*Partition, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
 	if len(device) != len(g.Nodes) {
-		return nil, fmt.Errorf("split: %d devices for %d nodes: %w", len(device), len(g.Nodes), ErrInvalidArgument)
+		return nil, fmt.Errorf("split: %d devices for %d nodes: %w", len(device), len(g.Nodes), core.ErrInvalidArgument)
 	}
 	var parts []*Partition
 	partOf := make([]int, len(g.Nodes)) // node ID -> partition index
@@ -47,10 +49,10 @@ func SplitGraph(g *Graph, device []int) ([]*Partition, error) {
 
 	// A value leaves its partition when a node of another partition reads it or it is a
 	// graph output.
-	leaves := make(map[*Tensor]bool)
+	leaves := make(map[*core.Tensor]bool)
 	for _, n := range g.Nodes {
 		for _, in := range n.Inputs {
-			if in.Kind == KindValue && partOf[in.Producer] != partOf[n.ID] {
+			if in.Kind == core.KindValue && partOf[in.Producer] != partOf[n.ID] {
 				leaves[in] = true
 			}
 		}
@@ -71,13 +73,13 @@ func SplitGraph(g *Graph, device []int) ([]*Partition, error) {
 // some node there is ready, switching to the device of the earliest ready node otherwise. In a
 // transformer block with only the matmuls offloaded this turns the Q, K and V projections into
 // one partition instead of three, and with them the copies between partitions.
-func groupByDevice(g *Graph, device []int) []int {
+func groupByDevice(g *core.Graph, device []int) []int {
 	pending := make([]int, len(g.Nodes)) // inputs not yet produced
 	users := make([][]int, len(g.Nodes)) // producer -> consumers, once per consumer
 	for _, n := range g.Nodes {
 		seen := map[int]bool{}
 		for _, in := range n.Inputs {
-			if in.Kind == KindValue && !seen[in.Producer] {
+			if in.Kind == core.KindValue && !seen[in.Producer] {
 				seen[in.Producer] = true
 				pending[n.ID]++
 				users[in.Producer] = append(users[in.Producer], n.ID)
@@ -155,22 +157,22 @@ func dropDead(parts []*Partition) []*Partition {
 }
 
 // build makes p's sub-graph from the original g.
-func (p *Partition) build(g *Graph, partOf []int, leaves map[*Tensor]bool) error {
-	sub := NewGraph()
-	local := make(map[*Tensor]*Tensor) // original -> sub-graph tensor
+func (p *Partition) build(g *core.Graph, partOf []int, leaves map[*core.Tensor]bool) error {
+	sub := core.NewGraph()
+	local := make(map[*core.Tensor]*core.Tensor) // original -> sub-graph tensor
 	for _, id := range p.Nodes {
 		n := g.Nodes[id]
-		ins := make([]*Tensor, len(n.Inputs))
+		ins := make([]*core.Tensor, len(n.Inputs))
 		for i, t := range n.Inputs {
 			lt, ok := local[t]
 			if !ok {
 				switch {
-				case t.Kind == KindConst:
+				case t.Kind == core.KindConst:
 					lt = sub.Const(t.Name, t.DType, t.Shape, t.Data)
 				default: // a graph input, or a value made by an earlier partition
 					lt = sub.Input(t.Name, t.DType, t.Shape...)
 					p.Inputs = append(p.Inputs, t)
-					if t.Kind == KindValue && !slices.Contains(p.Deps, partOf[t.Producer]) {
+					if t.Kind == core.KindValue && !slices.Contains(p.Deps, partOf[t.Producer]) {
 						p.Deps = append(p.Deps, partOf[t.Producer])
 					}
 				}
@@ -178,13 +180,12 @@ func (p *Partition) build(g *Graph, partOf []int, leaves map[*Tensor]bool) error
 			}
 			ins[i] = lt
 		}
-		out := sub.add(nodeSpec{op: n.Op, name: n.Name, inputs: ins, iattr: n.IAttr, fattr: n.FAttr,
-			outDType: n.Output.DType, outShape: n.Output.Shape})
+		out := sub.CopyNode(n, ins...)
 		if err := sub.Err(); err != nil {
 			return fmt.Errorf("partition %d: %w", p.Index, err)
 		}
 		if out.DType != n.Output.DType || !out.Shape.Equal(n.Output.Shape) {
-			return fmt.Errorf("partition %d: %s: %w: output %s%s, original %s%s", p.Index, n, ErrGraph,
+			return fmt.Errorf("partition %d: %s: %w: output %s%s, original %s%s", p.Index, n, core.ErrGraph,
 				out.DType, out.Shape, n.Output.DType, n.Output.Shape)
 		}
 		local[n.Output] = out

@@ -1,9 +1,11 @@
-package core
+package sched
 
 import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/xpuhub/xpu/core"
 )
 
 // Report is a session's placement: where every node runs, at what precision, what fell back
@@ -27,10 +29,10 @@ type Report struct {
 // NodeReport is one node's placement.
 type NodeReport struct {
 	Node      string
-	Op        Op
+	Op        core.Op
 	Device    string // "backend:index"
 	Partition int    // -1 when the node's result is never used (it does not run)
-	Precision Precision
+	Precision core.Precision
 	CopiesIn  int // inputs copied in from another device before it runs
 	Fallback  bool
 	Reason    string // the refusals that moved it off its first choice

@@ -1,4 +1,4 @@
-package core
+package sched
 
 import (
 	"context"
@@ -10,13 +10,14 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+
+	"github.com/xpuhub/xpu/core"
 )
 
 // Executor owns one Context per device and a cache of prepared executables, so that several
 // sessions over the same weights share them: constants are uploaded once per context, and a
 // graph prepared once (same device, structure, shapes, attributes and constant slices) is not
-// prepared again. The LLM runtime uses one Executor for all its per-chunk and per-step
-// sessions. Devices are identified by their ID ("neon:0"): an executor serves one set of loaded
+// prepared again. Devices are identified by their ID ("neon:0"): an executor serves one set of loaded
 // backends. An Executor is safe for concurrent use.
 type Executor struct {
 	cfg sessionConfig
@@ -32,18 +33,18 @@ type Executor struct {
 // execContext is one device context. Devices without CapConcurrent get their executions
 // serialized through run, across every session of the executor.
 type execContext struct {
-	dev        Device
+	dev        core.Device
 	concurrent bool // CapConcurrent: executions may overlap
 	run        sync.Mutex
 	// ready is closed once the context is open (ctx) or failed to open (err); the first
 	// caller opens it outside the executor's lock, so devices open in parallel.
 	ready chan struct{}
-	ctx   Context
+	ctx   core.Context
 	err   error
 }
 
 type cacheEntry struct {
-	exe  Executable
+	exe  core.Executable
 	refs int
 	used uint64
 	// exeCtx is the context the executable was prepared in.
@@ -64,10 +65,10 @@ func NewExecutor(opts ...SessionOption) *Executor {
 }
 
 // errClosed is returned by calls on a closed Executor or Session.
-var errClosed = fmt.Errorf("closed: %w", ErrBadState)
+var errClosed = fmt.Errorf("closed: %w", core.ErrBadState)
 
 // context returns the device's context, opening it on first use.
-func (e *Executor) context(ctx context.Context, dev Device) (*execContext, error) {
+func (e *Executor) context(ctx context.Context, dev core.Device) (*execContext, error) {
 	id := dev.Info().ID()
 	e.mu.Lock()
 	if e.closed {
@@ -76,7 +77,7 @@ func (e *Executor) context(ctx context.Context, dev Device) (*execContext, error
 	}
 	ec, ok := e.ctxs[id]
 	if !ok {
-		ec = &execContext{dev: dev, concurrent: dev.Info().Caps.Has(CapConcurrent), ready: make(chan struct{})}
+		ec = &execContext{dev: dev, concurrent: dev.Info().Caps.Has(core.CapConcurrent), ready: make(chan struct{})}
 		e.ctxs[id] = ec
 	}
 	e.mu.Unlock()
@@ -107,7 +108,7 @@ func (e *Executor) context(ctx context.Context, dev Device) (*execContext, error
 
 // dropContext closes a device's context if nothing was prepared in it; a private executor
 // uses it for devices that were analyzed but got no node.
-func (e *Executor) dropContext(dev Device) error {
+func (e *Executor) dropContext(dev core.Device) error {
 	id := dev.Info().ID()
 	e.mu.Lock()
 	ec, ok := e.ctxs[id]
@@ -135,7 +136,7 @@ func (e *Executor) dropContext(dev Device) error {
 
 // prepare returns the executable of g on ec, from the cache when the same graph was prepared
 // there before. The caller must release it.
-func (e *Executor) prepare(ctx context.Context, ec *execContext, g *Graph) (Executable, string, error) {
+func (e *Executor) prepare(ctx context.Context, ec *execContext, g *core.Graph) (core.Executable, string, error) {
 	key := prepareKey(ec.dev, g)
 	e.mu.Lock()
 	if e.closed {
@@ -170,7 +171,7 @@ func (e *Executor) prepare(ctx context.Context, ec *execContext, g *Graph) (Exec
 	}
 	var consts [][]byte
 	for _, t := range g.Tensors {
-		if t.Kind == KindConst {
+		if t.Kind == core.KindConst {
 			consts = append(consts, t.Data)
 		}
 	}
@@ -225,7 +226,7 @@ func (e *Executor) Close() error {
 	var errs []error
 	for k, ce := range e.cache {
 		if ce.refs > 0 {
-			errs = append(errs, fmt.Errorf("executor: executable still used by %d session(s): %w", ce.refs, ErrBadState))
+			errs = append(errs, fmt.Errorf("executor: executable still used by %d session(s): %w", ce.refs, core.ErrBadState))
 		}
 		errs = append(errs, ce.exe.Close())
 		delete(e.cache, k)
@@ -249,7 +250,7 @@ func (e *Executor) Close() error {
 // prepareKey identifies a prepared graph: the device (an executable lives in that device's
 // context, so the backend build cannot change under it) and the graph's structure, shapes,
 // attributes and constants (by address and length: the backend uploaded those bytes).
-func prepareKey(dev Device, g *Graph) string {
+func prepareKey(dev core.Device, g *core.Graph) string {
 	h := sha256.New()
 	var b [8]byte
 	put := func(v uint64) {
@@ -263,7 +264,7 @@ func prepareKey(dev Device, g *Graph) string {
 		for _, d := range t.Shape {
 			put(uint64(d))
 		}
-		if t.Kind == KindConst {
+		if t.Kind == core.KindConst {
 			fmt.Fprintf(h, "%p/%d", t.Data, len(t.Data))
 		}
 	}
@@ -281,7 +282,7 @@ func prepareKey(dev Device, g *Graph) string {
 			put(uint64(math.Float32bits(v)))
 		}
 	}
-	for _, ts := range [][]*Tensor{g.Inputs, g.Outputs} {
+	for _, ts := range [][]*core.Tensor{g.Inputs, g.Outputs} {
 		put(uint64(len(ts)))
 		for _, t := range ts {
 			put(uint64(t.ID))

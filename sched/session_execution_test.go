@@ -1,4 +1,4 @@
-package core_test
+package sched_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/sched"
 )
 
 // kvGraph is x [1,4] -> k = 2x ("k", output 0) and y = k + x ("y", output 1): k plays the part
@@ -54,7 +55,7 @@ func TestExecutionKVCache(t *testing.T) {
 			npu := newFake("qnn", core.DeviceNPU, tt.npuOps...)
 			cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
 			byName := map[string]core.Device{"qnn": npu, "neon": cpu}
-			s, err := core.NewSession(ctx, kvGraph(t), devs(npu, cpu), core.WithPolicy(core.PreferNPU), quiet)
+			s, err := sched.NewSession(ctx, kvGraph(t), devs(npu, cpu), sched.WithPolicy(sched.PreferNPU), quiet)
 			require.NoError(t, err)
 			assert.Equal(t, tt.kOn, s.Report().Nodes[0].Device)
 
@@ -108,9 +109,9 @@ func TestExecutionErrors(t *testing.T) {
 	ctx := context.Background()
 	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
 	stranger := newFake("opencl", core.DeviceGPU, allFakeOps...)
-	e := core.NewExecutor(quiet)
+	e := sched.NewExecutor(quiet)
 	defer func() { require.NoError(t, e.Close()) }()
-	s, err := core.NewSession(ctx, kvGraph(t), devs(cpu), core.WithExecutor(e), quiet)
+	s, err := sched.NewSession(ctx, kvGraph(t), devs(cpu), sched.WithExecutor(e), quiet)
 	require.NoError(t, err)
 	x, err := s.NewExecution()
 	require.NoError(t, err)
@@ -156,9 +157,9 @@ func TestExecutionMatchesRun(t *testing.T) {
 	refDev := refB.Devices()[0]
 	npu := &pickyDevice{Device: refDev, backend: "npu-sim", kind: core.DeviceNPU,
 		accepts: map[core.Op]bool{core.OpMatMul: true}}
-	e := core.NewExecutor(quiet)
+	e := sched.NewExecutor(quiet)
 	defer func() { require.NoError(t, e.Close()) }()
-	s, err := core.NewSession(ctx, block(t), []core.Device{npu, refDev}, core.WithExecutor(e), quiet)
+	s, err := sched.NewSession(ctx, block(t), []core.Device{npu, refDev}, sched.WithExecutor(e), quiet)
 	require.NoError(t, err)
 	defer s.Close()
 

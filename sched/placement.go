@@ -1,9 +1,11 @@
-package core
+package sched
 
 import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/xpuhub/xpu/core"
 )
 
 // Policy decides the order in which a node is offered to the devices of a session. The node
@@ -20,7 +22,7 @@ type Policy interface {
 	Name() string
 	// Rank returns the devices n may run on, best first. It may leave devices out; it must
 	// not invent devices that are not in devices.
-	Rank(n *Node, devices []Device) []Device
+	Rank(n *core.Node, devices []core.Device) []core.Device
 }
 
 // refBackend is the name of the CPU reference backend (core/ref).
@@ -30,14 +32,14 @@ const refBackend = "ref"
 // mllm-NPU), then GPUs, then other accelerators, then CPUs. Efficiency (energy per op): the NPU
 // is the most frugal, a fixed-function accelerator next, the GPU before the CPU.
 var (
-	perfKindScore = map[DeviceKind]int{DeviceNPU: 400, DeviceGPU: 300, DeviceAccel: 200, DeviceCPU: 100}
-	effKindScore  = map[DeviceKind]int{DeviceNPU: 400, DeviceAccel: 300, DeviceGPU: 200, DeviceCPU: 100}
+	perfKindScore = map[core.DeviceKind]int{core.DeviceNPU: 400, core.DeviceGPU: 300, core.DeviceAccel: 200, core.DeviceCPU: 100}
+	effKindScore  = map[core.DeviceKind]int{core.DeviceNPU: 400, core.DeviceAccel: 300, core.DeviceGPU: 200, core.DeviceCPU: 100}
 )
 
 // lastResort pushes emulators and the reference below every real device.
-func lastResort(info DeviceInfo) int {
+func lastResort(info core.DeviceInfo) int {
 	s := 0
-	if info.Caps.Has(CapEmulated) {
+	if info.Caps.Has(core.CapEmulated) {
 		s -= 2000
 	}
 	if info.Backend == refBackend {
@@ -48,15 +50,15 @@ func lastResort(info DeviceInfo) int {
 
 // perfScore favours native reduced precision (fp16, int8 dot products) and asynchronous
 // submission, which all shorten a step on the same kind of device.
-func perfScore(info DeviceInfo) int {
+func perfScore(info core.DeviceInfo) int {
 	s := perfKindScore[info.Kind] + lastResort(info)
-	if info.Caps.Has(CapFP16) {
+	if info.Caps.Has(core.CapFP16) {
 		s += 20
 	}
-	if info.Caps.Has(CapInt8) {
+	if info.Caps.Has(core.CapInt8) {
 		s += 10
 	}
-	if info.Caps.Has(CapAsync) {
+	if info.Caps.Has(core.CapAsync) {
 		s += 5
 	}
 	return s
@@ -64,15 +66,15 @@ func perfScore(info DeviceInfo) int {
 
 // effScore favours unified memory (no copies between host and device, which cost energy) and
 // int8 arithmetic.
-func effScore(info DeviceInfo) int {
+func effScore(info core.DeviceInfo) int {
 	s := effKindScore[info.Kind] + lastResort(info)
-	if info.Caps.Has(CapUnifiedMemory) {
+	if info.Caps.Has(core.CapUnifiedMemory) {
 		s += 20
 	}
-	if info.Caps.Has(CapInt8) {
+	if info.Caps.Has(core.CapInt8) {
 		s += 10
 	}
-	if info.Caps.Has(CapFP16) {
+	if info.Caps.Has(core.CapFP16) {
 		s += 5
 	}
 	return s
@@ -81,20 +83,20 @@ func effScore(info DeviceInfo) int {
 // scorePolicy ranks every device by a score, highest first, stable.
 type scorePolicy struct {
 	name  string
-	score func(DeviceInfo) int
+	score func(core.DeviceInfo) int
 }
 
 func (p scorePolicy) Name() string { return p.name }
 
-func (p scorePolicy) Rank(_ *Node, devices []Device) []Device {
+func (p scorePolicy) Rank(_ *core.Node, devices []core.Device) []core.Device {
 	out := slices.Clone(devices)
-	slices.SortStableFunc(out, func(a, b Device) int { return p.score(b.Info()) - p.score(a.Info()) })
+	slices.SortStableFunc(out, func(a, b core.Device) int { return p.score(b.Info()) - p.score(a.Info()) })
 	return out
 }
 
 // preferKind puts the kind first, then everything else in MaxPerformance order.
-func preferKind(name string, k DeviceKind) Policy {
-	return scorePolicy{name: name, score: func(info DeviceInfo) int {
+func preferKind(name string, k core.DeviceKind) Policy {
+	return scorePolicy{name: name, score: func(info core.DeviceInfo) int {
 		s := perfScore(info)
 		if info.Kind == k && lastResort(info) == 0 {
 			s += 10000
@@ -106,12 +108,12 @@ func preferKind(name string, k DeviceKind) Policy {
 // The built-in policies. Each ranks all devices; see Policy for the rules they share.
 var (
 	// PreferNPU offers nodes to NPUs first, then to the other devices in MaxPerformance order.
-	PreferNPU = preferKind("prefer-npu", DeviceNPU)
+	PreferNPU = preferKind("prefer-npu", core.DeviceNPU)
 	// PreferGPU offers nodes to GPUs first, then to the other devices in MaxPerformance order.
-	PreferGPU = preferKind("prefer-gpu", DeviceGPU)
+	PreferGPU = preferKind("prefer-gpu", core.DeviceGPU)
 	// PreferCPU offers nodes to CPUs first (a native CPU backend before the reference), then
 	// to the other devices in MaxPerformance order.
-	PreferCPU = preferKind("prefer-cpu", DeviceCPU)
+	PreferCPU = preferKind("prefer-cpu", core.DeviceCPU)
 	// MaxPerformance ranks NPU > GPU > accelerator > CPU; within a kind, fp16, int8 and async
 	// support break ties.
 	MaxPerformance Policy = scorePolicy{name: "max-performance", score: perfScore}
@@ -131,8 +133,8 @@ func ByName(names ...string) Policy { return byName(slices.Clone(names)) }
 
 func (p byName) Name() string { return "by-name:" + strings.Join(p, ",") }
 
-func (p byName) Rank(_ *Node, devices []Device) []Device {
-	var out []Device
+func (p byName) Rank(_ *core.Node, devices []core.Device) []core.Device {
+	var out []core.Device
 	seen := map[string]bool{}
 	for _, name := range p {
 		for _, d := range devices {
@@ -146,19 +148,19 @@ func (p byName) Rank(_ *Node, devices []Device) []Device {
 	return out
 }
 
-func (byName) matches(name string, info DeviceInfo) bool {
+func (byName) matches(name string, info core.DeviceInfo) bool {
 	return name == info.ID() || name == info.Backend
 }
 
 // check reports names that match none of devices.
-func (p byName) check(devices []Device) error {
+func (p byName) check(devices []core.Device) error {
 	for _, name := range p {
 		found := false
 		for _, d := range devices {
 			found = found || p.matches(name, d.Info())
 		}
 		if !found {
-			return fmt.Errorf("policy %s: no device %q: %w", p.Name(), name, ErrNotFound)
+			return fmt.Errorf("policy %s: no device %q: %w", p.Name(), name, core.ErrNotFound)
 		}
 	}
 	return nil
@@ -167,15 +169,17 @@ func (p byName) check(devices []Device) error {
 // funcPolicy adapts a custom function.
 type funcPolicy struct {
 	name string
-	rank func(n *Node, devices []Device) []Device
+	rank func(n *core.Node, devices []core.Device) []core.Device
 }
 
-func (p funcPolicy) Name() string                            { return p.name }
-func (p funcPolicy) Rank(n *Node, devices []Device) []Device { return p.rank(n, devices) }
+func (p funcPolicy) Name() string { return p.name }
+func (p funcPolicy) Rank(n *core.Node, devices []core.Device) []core.Device {
+	return p.rank(n, devices)
+}
 
 // PolicyFunc makes a custom policy: rank returns, for node n, the devices it may run on, best
 // first (a subset of devices).
-func PolicyFunc(name string, rank func(n *Node, devices []Device) []Device) Policy {
+func PolicyFunc(name string, rank func(n *core.Node, devices []core.Device) []core.Device) Policy {
 	return funcPolicy{name: name, rank: rank}
 }
 
@@ -193,23 +197,23 @@ func ParsePolicy(s string) (Policy, error) {
 	for _, n := range strings.Split(list, ",") {
 		n = strings.TrimSpace(n)
 		if strings.ContainsAny(n, " \t\n\r=") {
-			return nil, fmt.Errorf("policy %q: bad device name %q: %w", s, n, ErrInvalidArgument)
+			return nil, fmt.Errorf("policy %q: bad device name %q: %w", s, n, core.ErrInvalidArgument)
 		}
 		if n != "" {
 			names = append(names, n)
 		}
 	}
 	if len(names) == 0 {
-		return nil, fmt.Errorf("policy %q: %w", s, ErrInvalidArgument)
+		return nil, fmt.Errorf("policy %q: %w", s, core.ErrInvalidArgument)
 	}
 	return ByName(names...), nil
 }
 
 // assignment is where placement put one node and why.
 type assignment struct {
-	Node      *Node
-	Device    int       // index into the session's devices
-	Precision Precision // as Analyze (then Prepare) reported it
+	Node      *core.Node
+	Device    int            // index into the session's devices
+	Precision core.Precision // as Analyze (then Prepare) reported it
 	// Fallback is set when the node is not on the policy's first choice for it; Reason then
 	// gives the refusals that sent it elsewhere.
 	Fallback bool
@@ -220,10 +224,10 @@ type assignment struct {
 // devices) and each device's verdicts (nil for devices that were not analyzed, or when
 // Analyze failed: then analyzeErr holds why).
 type placeInput struct {
-	graph      *Graph
-	devices    []Device
+	graph      *core.Graph
+	devices    []core.Device
 	ranks      [][]int
-	verdicts   [][]NodeVerdict
+	verdicts   [][]core.NodeVerdict
 	analyzeErr []error
 	fallback   int // the CPU fallback device, -1 if none
 	strict     bool
@@ -231,20 +235,20 @@ type placeInput struct {
 
 // rankAll asks the policy for every node and maps the answer to device indices. It also finds
 // the CPU fallback device: the first device of kind CPU among those given.
-func rankAll(g *Graph, devices []Device, p Policy) (ranks [][]int, fallback int, err error) {
+func rankAll(g *core.Graph, devices []core.Device, p Policy) (ranks [][]int, fallback int, err error) {
 	index := make(map[string]int, len(devices))
 	fallback = -1
 	for i, d := range devices {
 		info := d.Info()
 		if _, dup := index[info.ID()]; dup {
-			return nil, -1, fmt.Errorf("device %s given twice: %w", info.ID(), ErrInvalidArgument)
+			return nil, -1, fmt.Errorf("device %s given twice: %w", info.ID(), core.ErrInvalidArgument)
 		}
 		index[info.ID()] = i
-		if fallback < 0 && info.Kind == DeviceCPU {
+		if fallback < 0 && info.Kind == core.DeviceCPU {
 			fallback = i
 		}
 	}
-	if c, ok := p.(interface{ check([]Device) error }); ok {
+	if c, ok := p.(interface{ check([]core.Device) error }); ok {
 		if err := c.check(devices); err != nil {
 			return nil, -1, err
 		}
@@ -253,12 +257,12 @@ func rankAll(g *Graph, devices []Device, p Policy) (ranks [][]int, fallback int,
 	for ni, n := range g.Nodes {
 		for _, d := range p.Rank(n, devices) {
 			if d == nil {
-				return nil, -1, fmt.Errorf("policy %s: nil device for %s: %w", p.Name(), n, ErrInvalidArgument)
+				return nil, -1, fmt.Errorf("policy %s: nil device for %s: %w", p.Name(), n, core.ErrInvalidArgument)
 			}
 			i, ok := index[d.Info().ID()]
 			if !ok {
 				return nil, -1, fmt.Errorf("policy %s: device %s for %s is not one of the session's: %w",
-					p.Name(), d.Info().ID(), n, ErrInvalidArgument)
+					p.Name(), d.Info().ID(), n, core.ErrInvalidArgument)
 			}
 			if !slices.Contains(ranks[ni], i) {
 				ranks[ni] = append(ranks[ni], i)
@@ -283,12 +287,12 @@ func (in *placeInput) wanted() []bool {
 }
 
 // verdict is device d's answer for node ni.
-func (in *placeInput) verdict(d, ni int) NodeVerdict {
+func (in *placeInput) verdict(d, ni int) core.NodeVerdict {
 	switch {
 	case in.analyzeErr != nil && in.analyzeErr[d] != nil:
-		return NodeVerdict{Reason: "analyze failed: " + in.analyzeErr[d].Error()}
+		return core.NodeVerdict{Reason: "analyze failed: " + in.analyzeErr[d].Error()}
 	case in.verdicts == nil || in.verdicts[d] == nil:
-		return NodeVerdict{Reason: "not analyzed"}
+		return core.NodeVerdict{Reason: "not analyzed"}
 	}
 	v := in.verdicts[d][ni]
 	if !v.Supported && v.Reason == "" {
@@ -303,11 +307,11 @@ func place(in *placeInput) ([]assignment, error) {
 	out := make([]assignment, len(in.graph.Nodes))
 	for ni, n := range in.graph.Nodes {
 		var refusals []string
-		refuse := func(d int, v NodeVerdict) {
+		refuse := func(d int, v core.NodeVerdict) {
 			refusals = append(refusals, fmt.Sprintf("%s: %s", in.devices[d].Info().ID(), v.Reason))
 		}
 		chosen := -1
-		var prec Precision
+		var prec core.Precision
 		for _, d := range in.ranks[ni] {
 			v := in.verdict(d, ni)
 			if v.Supported {
@@ -317,7 +321,7 @@ func place(in *placeInput) ([]assignment, error) {
 			refuse(d, v)
 		}
 		if len(refusals) > 0 && in.strict {
-			return nil, fmt.Errorf("strict placement: %s: %s: %w", n, refusals[0], ErrUnsupported)
+			return nil, fmt.Errorf("strict placement: %s: %s: %w", n, refusals[0], core.ErrUnsupported)
 		}
 		if chosen < 0 && !in.strict && in.fallback >= 0 && !slices.Contains(in.ranks[ni], in.fallback) {
 			if v := in.verdict(in.fallback, ni); v.Supported {
@@ -331,7 +335,7 @@ func place(in *placeInput) ([]assignment, error) {
 			if len(refusals) > 0 {
 				why = strings.Join(refusals, "; ")
 			}
-			return nil, fmt.Errorf("no device accepts %s: %s: %w", n, why, ErrUnsupported)
+			return nil, fmt.Errorf("no device accepts %s: %s: %w", n, why, core.ErrUnsupported)
 		}
 		out[ni] = assignment{Node: n, Device: chosen, Precision: prec, Fallback: len(refusals) > 0,
 			Reason: strings.Join(refusals, "; ")}
