@@ -198,7 +198,7 @@ type progStage struct {
 
 // progPart is one partition: a prepared executable and one execution per lane.
 type progPart struct {
-	*core.Partition
+	*Partition
 	unit  int
 	name  string
 	exe   core.Executable
@@ -347,7 +347,7 @@ func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, e
 }
 
 // partLabel names a partition by its first node and size.
-func partLabel(p *core.Partition, g *core.Graph) string {
+func partLabel(p *Partition, g *core.Graph) string {
 	first := g.Nodes[p.Nodes[0]]
 	if len(p.Nodes) == 1 {
 		return first.Name
@@ -357,7 +357,7 @@ func partLabel(p *core.Partition, g *core.Graph) string {
 
 // compiledPart is a partition checked and prepared on its unit.
 type compiledPart struct {
-	*core.Partition
+	*Partition
 	unit int
 	exe  core.Executable
 }
@@ -378,7 +378,7 @@ func (rt *Runtime) partition(ctx context.Context, st StageSpec) ([]compiledPart,
 		}
 	}
 	for try := 0; ; try++ {
-		parts, err := core.SplitGraph(g, units)
+		parts, err := SplitGraph(g, units)
 		if err != nil {
 			return nil, err
 		}
