@@ -503,11 +503,16 @@ type rtTask struct {
 
 // rtJob is one request's tasks for one unit.
 type rtJob struct {
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	tasks  []*rtTask
-	all    [][]*rtTask // every unit's tasks, for predictions
-	wg     *sync.WaitGroup
+	ctx context.Context
+	// execCtx is what Execution.Run gets: the caller's context when it has a deadline (an
+	// isolated backend's hung call is then killed), else Background, because a cancelable
+	// context makes the ABI layer run each call on a goroutine of its own: a scheduler round
+	// trip per task. Cancellation still stops the request between tasks and in every wait.
+	execCtx context.Context
+	cancel  context.CancelCauseFunc
+	tasks   []*rtTask
+	all     [][]*rtTask // every unit's tasks, for predictions
+	wg      *sync.WaitGroup
 }
 
 // Run runs every stage for each chunk, in chunk order per unit, with up to Lanes chunks in
@@ -536,13 +541,17 @@ func (p *Program) Run(ctx context.Context, chunks []Chunk) error {
 	perUnit := p.plan(chunks)
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	execCtx := context.Background()
+	if _, ok := ctx.Deadline(); ok {
+		execCtx = ctx
+	}
 	var wg sync.WaitGroup
 	for u, tasks := range perUnit {
 		if len(tasks) == 0 {
 			continue
 		}
 		wg.Add(1)
-		rt.workers[u].jobs <- &rtJob{ctx: runCtx, cancel: cancel, tasks: tasks, all: perUnit, wg: &wg}
+		rt.workers[u].jobs <- &rtJob{ctx: runCtx, execCtx: execCtx, cancel: cancel, tasks: tasks, all: perUnit, wg: &wg}
 	}
 	wg.Wait()
 	rt.runs.Add(1)
@@ -680,7 +689,7 @@ func (w *rtWorker) runJob(j *rtJob) {
 		w.curPos.Store(int64(t.unitPos))
 		start := time.Now()
 		w.curStart.Store(start.UnixNano())
-		if err := w.runTask(j.ctx, t); err != nil {
+		if err := w.runTask(j.execCtx, t); err != nil {
 			j.cancel(fmt.Errorf("%s: %s (chunk %d): %w", u.Name(), t.pp.name, t.chunk.Index, err))
 			return
 		}
