@@ -17,6 +17,7 @@ import (
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/llm/synth"
 	"github.com/xpuhub/xpu/loader"
+	"github.com/xpuhub/xpu/loader/plugintest"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -330,4 +331,75 @@ func TestRunnerLeavesNoGoroutines(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	assert.LessOrEqual(t, runtime.NumGoroutine(), before, "goroutines left behind")
+}
+
+// isolatedTestPlugin opens loader/testdata's plugin (ADD, SUB, MUL, RELU, NEG, SCALE in F32) in
+// a child process; it sees the arena through an fd.
+func isolatedTestPlugin(t *testing.T, defines ...string) core.Backend {
+	t.Helper()
+	path := plugintest.Plugin(t, defines...)
+	b, err := loader.Open(context.Background(), path, loader.Isolated(), loader.WithoutEnv())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// residualsOn puts the ADDs (the residuals: a Llama model has no biases) on the test plugin's
+// unit, the rest on neon.
+func residualsOn(t *testing.T, b core.Backend) *sched.Plan {
+	name := b.Info().Name
+	return mustPlan(t, `{"units":["neon","`+name+`"],"prefill":{"rules":[
+		{"unit":"`+name+`","ops":["ADD"]},{"unit":"neon"}]}}`)
+}
+
+// TestIsolatedUnitInThePlan: a unit in a child process takes part in a plan through the arena
+// (imported by fd: no copy) and the tokens do not change.
+func TestIsolatedUnitInThePlan(t *testing.T) {
+	devs := pluginDevices(t, "neon")
+	b := isolatedTestPlugin(t)
+	m := synthModel(t, "llama", core.F32)
+	ctx := context.Background()
+	single, err := NewRunner(ctx, m, devs[0], WithChunkSize(4), WithContextLength(48))
+	require.NoError(t, err)
+	want := greedy(t, single, "hello world, once upon a time", 8)
+	require.NoError(t, single.Close())
+
+	r, err := NewPlannedRunner(ctx, m, append(devs, b.Devices()...), residualsOn(t, b), WithChunkSize(4), WithContextLength(48))
+	require.NoError(t, err)
+	defer r.Close()
+	assert.Equal(t, want, greedy(t, r, "hello world, once upon a time", 8))
+	rep := r.Report()
+	assert.Equal(t, "fd", rep.Units[1].Import)
+	assert.Positive(t, rep.Units[1].Tasks)
+	assert.Zero(t, rep.CopyBytes)
+}
+
+// TestCrashedUnitFailsTheRequest: a unit whose (isolated) backend crashes mid-run fails the
+// request with core.ErrBackendCrashed; the runner closes without leaking goroutines, and after
+// the backend restarts a runner can be made again.
+func TestCrashedUnitFailsTheRequest(t *testing.T) {
+	devs := pluginDevices(t, "neon")
+	b := isolatedTestPlugin(t, "TP_FAULT=1")
+	m := synthModel(t, "llama", core.F32)
+	ctx := context.Background()
+	all := append(devs, b.Devices()...)
+	plan := residualsOn(t, b)
+	before := runtime.NumGoroutine()
+	r, err := NewPlannedRunner(ctx, m, all, plan, WithChunkSize(4), WithContextLength(48))
+	require.NoError(t, err, "the plan is fine: the fault is in execution_run")
+	_, err = r.Generate(ctx, "hello", WithMaxTokens(4))
+	require.ErrorIs(t, err, core.ErrBackendCrashed)
+	_, err = r.Decode(ctx, 5)
+	require.ErrorIs(t, err, core.ErrBackendCrashed, "later requests fail fast")
+	require.NoError(t, r.Close())
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.LessOrEqual(t, runtime.NumGoroutine(), before, "goroutines left behind")
+
+	require.NoError(t, b.(loader.Restarter).Restart(ctx))
+	r, err = NewPlannedRunner(ctx, m, all, plan, WithChunkSize(4), WithContextLength(48))
+	require.NoError(t, err, "the runner is rebuilt on the restarted backend")
+	require.NoError(t, r.Close())
 }

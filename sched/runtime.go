@@ -659,7 +659,10 @@ func (w *rtWorker) loop() {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	for j := range w.jobs {
+		// predictions for this job start from its first task (not the last job's position)
+		w.curPos.Store(-1)
 		w.runJob(j)
+		w.curPos.Store(-1)
 		j.wg.Done()
 	}
 }
@@ -711,11 +714,14 @@ func (w *rtWorker) runJob(j *rtJob) {
 // plus the tasks queued before the awaited one, from earlier runs' durations.
 func (w *rtWorker) remaining(j *rtJob, v int, seq uint64) time.Duration {
 	tasks := j.all[v]
-	pos := int(w.curPos.Load())
+	pos := int(w.curPos.Load()) // -1: the unit has not started this job's first task
 	var d time.Duration
-	for k := pos; k < len(tasks) && tasks[k].seq <= seq; k++ {
+	for k := max(pos, 0); k < len(tasks) && tasks[k].seq <= seq; k++ {
 		key := taskKey{tasks[k].p, tasks[k].stage, tasks[k].part}
-		if k == pos && w.sig.Load() < tasks[k].seq {
+		if tasks[k].seq <= w.sig.Load() {
+			continue // done
+		}
+		if k == pos {
 			d += w.rt.pred.Remaining(key, time.Unix(0, w.curStart.Load()))
 			continue
 		}
