@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -219,6 +220,9 @@ type partIO struct {
 // runs), prepares it, gives the tensors that cross partitions arena slots, and binds one
 // execution per lane.
 func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, err error) {
+	// the units' arena views are the workers' while a request runs
+	rt.runMu.Lock()
+	defer rt.runMu.Unlock()
 	rt.mu.Lock()
 	closed := rt.closed
 	rt.mu.Unlock()
@@ -567,75 +571,146 @@ func (p *Program) Run(ctx context.Context, chunks []Chunk) error {
 	return nil
 }
 
-// plan lays out the tasks of one request: per unit, in chunk order then stage order then
-// partition order (a topological order every unit's queue agrees with, so no unit waits on a
-// task queued behind one of its own), each with the sequence numbers it waits for.
+// plan lays out the tasks of one request: their dependencies, the order each unit runs its
+// tasks in, and the sequence numbers each task waits for on other units.
+//
+// Dependencies: a partition's producers in its stage; a stage's first partitions wait for
+// every task of the chunk's previous stage and of the previous chunk's previous stage (the
+// K/V rows attention reads), and a chunk's first stage for every task of the chunk that used
+// its lane before. The order per unit comes from a list schedule simulated with the durations
+// earlier runs measured (mllm-NPU's out-of-order execution: a unit takes the ready task that
+// can start first, from any chunk), so a unit idle in chunk i's dependency chain can work on
+// chunk i+1. A simulated schedule respects every dependency, so the per-unit orders agree with
+// each other and no unit ever waits on a task queued behind one of its own.
 func (p *Program) plan(chunks []Chunk) [][]*rtTask {
 	rt := p.rt
 	nu := len(rt.units)
-	perUnit := make([][]*rtTask, nu)
-	next := make([]uint64, nu)
-	for u, w := range rt.workers {
-		next[u] = w.issued
-	}
-	// last[i%lanes][s] = per unit, the highest seq of chunk i's stage s
-	type stageSeqs []uint64
-	var prevChunk []stageSeqs // chunk i-1, by stage
-	laneDone := make([][]uint64, p.lanes)
+	var tasks []*rtTask
+	var deps [][]int
+	// sinks[i][s]: the tasks of chunk i's stage s that no later task of that stage needs
+	sinks := make([][][]int, len(chunks))
 	for ci, ch := range chunks {
 		lane := ci % p.lanes
-		cur := make([]stageSeqs, len(p.stages))
+		sinks[ci] = make([][]int, len(p.stages))
 		for si, st := range p.stages {
-			cur[si] = make(stageSeqs, nu)
-			partSeq := make([][2]uint64, len(st.parts)) // unit+1, seq
+			first := len(tasks)
 			for pi, pp := range st.parts {
 				t := &rtTask{p: p, stage: si, part: pi, pp: pp, lane: lane, chunk: ch, waits: make([]uint64, nu)}
-				need := func(u int, seq uint64) {
-					if u != pp.unit && seq > t.waits[u] {
-						t.waits[u] = seq
-					}
-				}
-				for _, d := range pp.Deps {
-					need(int(partSeq[d][0]-1), partSeq[d][1])
+				var d []int
+				for _, q := range pp.Deps {
+					d = append(d, first+q)
 				}
 				if len(pp.Deps) == 0 {
-					if si > 0 {
-						for u, s := range cur[si-1] {
-							need(u, s)
+					switch {
+					case si > 0:
+						d = append(d, sinks[ci][si-1]...)
+						if ci > 0 {
+							d = append(d, sinks[ci-1][si-1]...)
 						}
-					} else if free := laneDone[lane]; free != nil {
-						for u, s := range free {
-							need(u, s)
-						}
-					}
-					if prevChunk != nil && si > 0 {
-						for u, s := range prevChunk[si-1] {
-							need(u, s)
-						}
+					case ci >= p.lanes:
+						d = append(d, sinks[ci-p.lanes][len(p.stages)-1]...)
 					}
 				}
-				next[pp.unit]++
-				t.seq = next[pp.unit]
-				t.unitPos = len(perUnit[pp.unit])
-				perUnit[pp.unit] = append(perUnit[pp.unit], t)
-				partSeq[pi] = [2]uint64{uint64(pp.unit + 1), t.seq}
-				cur[si][pp.unit] = max(cur[si][pp.unit], t.seq)
+				tasks = append(tasks, t)
+				deps = append(deps, d)
+			}
+			for _, q := range st.sinks {
+				sinks[ci][si] = append(sinks[ci][si], first+q)
 			}
 		}
-		// every task of the chunk: its lane is free again once they are done
-		done := make([]uint64, nu)
-		for _, s := range cur {
-			for u, v := range s {
-				done[u] = max(done[u], v)
-			}
-		}
-		laneDone[lane] = done
-		prevChunk = cur
 	}
-	for u, w := range rt.workers {
-		w.issued = next[u]
+	order := p.simulate(tasks, deps)
+	perUnit := make([][]*rtTask, nu)
+	for _, i := range order {
+		t := tasks[i]
+		w := rt.workers[t.pp.unit]
+		w.issued++
+		t.seq = w.issued
+		t.unitPos = len(perUnit[t.pp.unit])
+		perUnit[t.pp.unit] = append(perUnit[t.pp.unit], t)
+	}
+	for i, t := range tasks {
+		for _, d := range deps[i] {
+			if u := tasks[d].pp.unit; u != t.pp.unit {
+				t.waits[u] = max(t.waits[u], tasks[d].seq)
+			}
+		}
 	}
 	return perUnit
+}
+
+// simulate list-schedules tasks on their units with predicted durations (1 ms for a partition
+// never run) and returns the task indices in simulated start order.
+func (p *Program) simulate(tasks []*rtTask, deps [][]int) []int {
+	n := len(tasks)
+	pending := make([]int, n)
+	users := make([][]int, n)
+	for i, d := range deps {
+		pending[i] = len(d)
+		for _, q := range d {
+			users[q] = append(users[q], i)
+		}
+	}
+	readyAt := make([]time.Duration, n)
+	finish := make([]time.Duration, n)
+	free := make([]time.Duration, len(p.rt.units))
+	heaps := make([]readyHeap, len(p.rt.units))
+	for i := range tasks {
+		if pending[i] == 0 {
+			heap.Push(&heaps[tasks[i].pp.unit], readyTask{i, 0})
+		}
+	}
+	order := make([]int, 0, n)
+	for len(order) < n {
+		best, bestStart := -1, time.Duration(0)
+		for u := range heaps {
+			if len(heaps[u]) == 0 {
+				continue
+			}
+			start := max(heaps[u][0].at, free[u])
+			if best < 0 || start < bestStart || start == bestStart && heaps[u][0].i < heaps[best][0].i {
+				best, bestStart = u, start
+			}
+		}
+		r := heap.Pop(&heaps[best]).(readyTask)
+		t := tasks[r.i]
+		d, ok := p.rt.pred.Predict(taskKey{t.p, t.stage, t.part})
+		if !ok {
+			d = time.Millisecond
+		}
+		finish[r.i] = bestStart + d
+		free[best] = finish[r.i]
+		order = append(order, r.i)
+		for _, u := range users[r.i] {
+			readyAt[u] = max(readyAt[u], finish[r.i])
+			if pending[u]--; pending[u] == 0 {
+				heap.Push(&heaps[tasks[u].pp.unit], readyTask{u, readyAt[u]})
+			}
+		}
+	}
+	return order
+}
+
+// readyTask is a task whose dependencies are scheduled, and when they finish.
+type readyTask struct {
+	i  int
+	at time.Duration
+}
+
+// readyHeap orders a unit's ready tasks by ready time, then by index (chunk order).
+type readyHeap []readyTask
+
+func (h readyHeap) Len() int { return len(h) }
+func (h readyHeap) Less(i, j int) bool {
+	return h[i].at < h[j].at || h[i].at == h[j].at && h[i].i < h[j].i
+}
+func (h readyHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *readyHeap) Push(x any)   { *h = append(*h, x.(readyTask)) }
+func (h *readyHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // rtWorker runs one unit's tasks on a goroutine locked to its OS thread.
