@@ -125,10 +125,10 @@ var (
 // byName ranks the named devices in the order named and leaves the others out.
 type byName []string
 
-// ByName offers nodes to the named devices in the order given. A name is a device ID
-// ("neon:0") or a backend name ("neon": all its devices, in index order). Devices not named
-// are only used as the CPU fallback. NewSession fails with ErrNotFound if a name matches no
-// device.
+// ByName offers nodes to the named units in the order given. A name is a unit name
+// ("neon:0{cpus=1}", see UnitName), a device ID ("neon:0": every unit of that device) or a
+// backend name ("neon": all its units, in the order given to the session). Units not named are
+// only used as the CPU fallback. NewSession fails with ErrNotFound if a name matches no unit.
 func ByName(names ...string) Policy { return byName(slices.Clone(names)) }
 
 func (p byName) Name() string { return "by-name:" + strings.Join(p, ",") }
@@ -138,9 +138,8 @@ func (p byName) Rank(_ *core.Node, devices []core.Device) []core.Device {
 	seen := map[string]bool{}
 	for _, name := range p {
 		for _, d := range devices {
-			info := d.Info()
-			if p.matches(name, info) && !seen[info.ID()] {
-				seen[info.ID()] = true
+			if u := UnitName(d); p.matches(name, d) && !seen[u] {
+				seen[u] = true
 				out = append(out, d)
 			}
 		}
@@ -148,8 +147,9 @@ func (p byName) Rank(_ *core.Node, devices []core.Device) []core.Device {
 	return out
 }
 
-func (byName) matches(name string, info core.DeviceInfo) bool {
-	return name == info.ID() || name == info.Backend
+func (byName) matches(name string, d core.Device) bool {
+	info := d.Info()
+	return name == info.ID() || name == info.Backend || name == UnitName(d)
 }
 
 // check reports names that match none of devices.
@@ -157,10 +157,10 @@ func (p byName) check(devices []core.Device) error {
 	for _, name := range p {
 		found := false
 		for _, d := range devices {
-			found = found || p.matches(name, d.Info())
+			found = found || p.matches(name, d)
 		}
 		if !found {
-			return fmt.Errorf("policy %s: no device %q: %w", p.Name(), name, core.ErrNotFound)
+			return fmt.Errorf("policy %s: no unit %q: %w", p.Name(), name, core.ErrNotFound)
 		}
 	}
 	return nil
@@ -226,6 +226,7 @@ type assignment struct {
 type placeInput struct {
 	graph      *core.Graph
 	devices    []core.Device
+	names      []string // the devices' unit names
 	ranks      [][]int
 	verdicts   [][]core.NodeVerdict
 	analyzeErr []error
@@ -233,17 +234,18 @@ type placeInput struct {
 	strict     bool
 }
 
-// rankAll asks the policy for every node and maps the answer to device indices. It also finds
+// rankAll asks the policy for every node and maps the answer to device indices (devices are
+// told apart by their unit names, so two units of one device are two entries). It also finds
 // the CPU fallback device: the first device of kind CPU among those given.
 func rankAll(g *core.Graph, devices []core.Device, p Policy) (ranks [][]int, fallback int, err error) {
 	index := make(map[string]int, len(devices))
 	fallback = -1
 	for i, d := range devices {
-		info := d.Info()
-		if _, dup := index[info.ID()]; dup {
-			return nil, -1, fmt.Errorf("device %s given twice: %w", info.ID(), core.ErrInvalidArgument)
+		info, name := d.Info(), UnitName(d)
+		if _, dup := index[name]; dup {
+			return nil, -1, fmt.Errorf("unit %s given twice: %w", name, core.ErrInvalidArgument)
 		}
-		index[info.ID()] = i
+		index[name] = i
 		if fallback < 0 && info.Kind == core.DeviceCPU {
 			fallback = i
 		}
@@ -259,10 +261,10 @@ func rankAll(g *core.Graph, devices []core.Device, p Policy) (ranks [][]int, fal
 			if d == nil {
 				return nil, -1, fmt.Errorf("policy %s: nil device for %s: %w", p.Name(), n, core.ErrInvalidArgument)
 			}
-			i, ok := index[d.Info().ID()]
+			i, ok := index[UnitName(d)]
 			if !ok {
-				return nil, -1, fmt.Errorf("policy %s: device %s for %s is not one of the session's: %w",
-					p.Name(), d.Info().ID(), n, core.ErrInvalidArgument)
+				return nil, -1, fmt.Errorf("policy %s: unit %s for %s is not one of the session's: %w",
+					p.Name(), UnitName(d), n, core.ErrInvalidArgument)
 			}
 			if !slices.Contains(ranks[ni], i) {
 				ranks[ni] = append(ranks[ni], i)
@@ -308,7 +310,7 @@ func place(in *placeInput) ([]assignment, error) {
 	for ni, n := range in.graph.Nodes {
 		var refusals []string
 		refuse := func(d int, v core.NodeVerdict) {
-			refusals = append(refusals, fmt.Sprintf("%s: %s", in.devices[d].Info().ID(), v.Reason))
+			refusals = append(refusals, fmt.Sprintf("%s: %s", in.names[d], v.Reason))
 		}
 		chosen := -1
 		var prec core.Precision

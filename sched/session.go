@@ -18,7 +18,8 @@ import (
 // pool.
 type Session struct {
 	graph   *core.Graph
-	devices []core.Device
+	devices []core.Device // the units placement may use (plain devices or UnitDevices)
+	names   []string      // their unit names, as the executor knows them
 	policy  Policy
 	strict  bool
 	log     *slog.Logger
@@ -35,7 +36,7 @@ type Session struct {
 	poolMu sync.Mutex
 	free   []*runState
 
-	devIndex map[string]int // device ID -> index in devices
+	devIndex map[string]int // unit name -> index in devices
 	execMu   sync.Mutex
 	execs    map[*sessionExecution]struct{} // NewExecution's, until closed
 
@@ -76,7 +77,9 @@ func WithPolicy(p Policy) SessionOption { return func(c *sessionConfig) { c.poli
 // back to another device or to the CPU.
 func Strict() SessionOption { return func(c *sessionConfig) { c.strict = true } }
 
-// WithContextOptions passes backend-specific options to every Device.NewContext.
+// WithContextOptions sets default backend-specific options for every unit a private executor
+// (or NewExecutor) opens: a unit's own options (UnitDevice) win over them, and the unit's name
+// includes them.
 func WithContextOptions(options map[string]string) SessionOption {
 	return func(c *sessionConfig) { c.contextOptions = maps.Clone(options) }
 }
@@ -88,9 +91,9 @@ func WithLogger(l *slog.Logger) SessionOption { return func(c *sessionConfig) { 
 // DefaultCacheSize). It applies to NewExecutor, and to a session's private executor.
 func WithCacheSize(n int) SessionOption { return func(c *sessionConfig) { c.cacheSize = max(n, 0) } }
 
-// WithExecutor makes the session open its contexts and prepare its partitions through e, so it
-// shares them with the executor's other sessions. The session does not close e; the contexts
-// are e's, opened with e's options (WithContextOptions of the session is then ignored).
+// WithExecutor makes the session open its units and prepare its partitions through e, so it
+// shares them with the executor's other sessions. The session does not close e; the units are
+// e's, opened with e's default options (WithContextOptions of the session is then ignored).
 func WithExecutor(e *Executor) SessionOption { return func(c *sessionConfig) { c.executor = e } }
 
 func newSessionConfig(opts []SessionOption) sessionConfig {
@@ -106,9 +109,12 @@ func newSessionConfig(opts []SessionOption) sessionConfig {
 	return c
 }
 
-// NewSession places g on devices and prepares it.
+// NewSession places g on execution units and prepares it. Each of devices is one unit: a plain
+// device is the unit with no options ("these devices"); UnitDevice and UnitDevices make units
+// with options, so one device may appear several times (neon{cpus=0} and neon{cpus=1}: two
+// contexts, two places for nodes). The executor opens one context per unit and keeps it.
 //
-// Every device that some node may go to gets a context, and Context.Analyze is asked once for
+// Every unit that some node may go to gets a context, and Context.Analyze is asked once for
 // the whole graph. Each node is then offered to the devices in the policy's order and goes to
 // the first that accepts it. A node that no ranked device accepts falls back to the first
 // device of kind CPU among devices (the reference backend counts as CPU), unless Strict is set:
@@ -134,11 +140,12 @@ func NewSession(ctx context.Context, g *core.Graph, devices []core.Device, opts 
 	}
 	s := &Session{graph: g, devices: slices.Clone(devices), policy: cfg.policy, strict: cfg.strict, log: cfg.logger,
 		exec: cfg.executor, devIndex: map[string]int{}, execs: map[*sessionExecution]struct{}{}}
-	for i, d := range s.devices {
-		s.devIndex[d.Info().ID()] = i
-	}
 	if s.exec == nil {
 		s.exec, s.ownExec = NewExecutor(opts...), true
+	}
+	for i, d := range s.devices {
+		s.names = append(s.names, s.exec.unitName(d))
+		s.devIndex[s.names[i]] = i
 	}
 	if err := s.build(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("session: %w", err), s.Close())
@@ -150,7 +157,7 @@ func NewSession(ctx context.Context, g *core.Graph, devices []core.Device, opts 
 
 // build places, partitions, prepares and plans.
 func (s *Session) build(ctx context.Context) error {
-	in := &placeInput{graph: s.graph, devices: s.devices, strict: s.strict}
+	in := &placeInput{graph: s.graph, devices: s.devices, names: s.names, strict: s.strict}
 	var err error
 	if in.ranks, in.fallback, err = rankAll(s.graph, s.devices, s.policy); err != nil {
 		return err
@@ -168,7 +175,7 @@ func (s *Session) build(ctx context.Context) error {
 		if a.Fallback {
 			fallbacks++
 			s.log.Debug("xpu: node placed off its first choice", "node", a.Node.Name,
-				"device", s.devices[a.Device].Info().ID(), "reason", a.Reason)
+				"unit", s.names[a.Device], "reason", a.Reason)
 		}
 	}
 	if fallbacks > 0 {
@@ -190,7 +197,7 @@ func (s *Session) build(ctx context.Context) error {
 		for i, d := range s.devices {
 			if !used[i] {
 				if err := s.exec.dropContext(d); err != nil {
-					s.log.Warn("xpu: closing an unused context", "device", d.Info().ID(), "err", err)
+					s.log.Warn("xpu: closing an unused unit", "unit", s.names[i], "err", err)
 				}
 			}
 		}
@@ -220,7 +227,7 @@ func (s *Session) analyze(ctx context.Context, in *placeInput) error {
 			return err
 		}
 		if err != nil {
-			s.log.Warn("xpu: device cannot analyze the graph", "device", s.devices[i].Info().ID(), "err", err)
+			s.log.Warn("xpu: unit cannot analyze the graph", "unit", s.names[i], "err", err)
 		}
 	}
 	return nil
@@ -251,7 +258,7 @@ func (s *Session) prepare(ctx context.Context, p *Partition) error {
 	}
 	exe, key, err := s.exec.prepare(ctx, ec, p.Graph)
 	if err != nil {
-		return fmt.Errorf("partition %d on %s: prepare: %w", p.Index, dev.Info().ID(), err)
+		return fmt.Errorf("partition %d on %s: prepare: %w", p.Index, s.names[p.Device], err)
 	}
 	s.parts = append(s.parts, &sessionPart{Partition: p, ec: ec, exe: exe, key: key})
 	if vs := exe.Verdicts(); len(vs) == len(p.Nodes) {

@@ -13,12 +13,13 @@ import (
 // partition can use it in place or needs a copy.
 type placedBuffer struct {
 	core.Buffer
-	device string // device ID
+	device string // unit name
 }
 
-// Alloc allocates a buffer in dev's context (opening it if needed). Such buffers can be bound
-// to the graph inputs and outputs of a session Execution: a partition on the same device uses
-// them in place, others get a copy. Close the buffers before the executor.
+// Alloc allocates a buffer in the context of dev's unit (opening it if needed; dev is a device
+// or a UnitDevice). Such buffers can be bound to the graph inputs and outputs of a session
+// Execution: a partition on the same unit uses them in place, others get a copy. Close the
+// buffers before the executor.
 func (e *Executor) Alloc(ctx context.Context, dev core.Device, size int64, kind core.BufferKind) (core.Buffer, error) {
 	ec, err := e.context(ctx, dev)
 	if err != nil {
@@ -26,9 +27,9 @@ func (e *Executor) Alloc(ctx context.Context, dev core.Device, size int64, kind 
 	}
 	b, err := ec.ctx.Alloc(size, kind)
 	if err != nil {
-		return nil, fmt.Errorf("device %s: alloc %d bytes: %w", dev.Info().ID(), size, err)
+		return nil, fmt.Errorf("unit %s: alloc %d bytes: %w", ec.name, size, err)
 	}
-	return &placedBuffer{Buffer: b, device: dev.Info().ID()}, nil
+	return &placedBuffer{Buffer: b, device: ec.name}, nil
 }
 
 // Alloc allocates a buffer on dev through the session's executor (see Executor.Alloc). With a
@@ -106,7 +107,7 @@ func (x *sessionExecution) Bind(io int, buf core.Buffer, offset int64) error {
 	}
 	d, ok := s.devIndex[pb.device]
 	if !ok {
-		return fmt.Errorf("session execution: bind %s: device %s is not one of the session's: %w", t, pb.device,
+		return fmt.Errorf("session execution: bind %s: unit %s is not one of the session's: %w", t, pb.device,
 			core.ErrInvalidArgument)
 	}
 	if offset < 0 || offset > pb.Size() || t.Bytes() > pb.Size()-offset {

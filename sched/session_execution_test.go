@@ -57,7 +57,7 @@ func TestExecutionKVCache(t *testing.T) {
 			byName := map[string]core.Device{"qnn": npu, "neon": cpu}
 			s, err := sched.NewSession(ctx, kvGraph(t), devs(npu, cpu), sched.WithPolicy(sched.PreferNPU), quiet)
 			require.NoError(t, err)
-			assert.Equal(t, tt.kOn, s.Report().Nodes[0].Device)
+			assert.Equal(t, tt.kOn, s.Report().Nodes[0].Unit)
 
 			const rows = 3
 			cache, err := s.Alloc(ctx, byName[tt.cacheOn], rows*16, core.BufferDevice)

@@ -14,31 +14,34 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// Executor owns one Context per device and a cache of prepared executables, so that several
-// sessions over the same weights share them: constants are uploaded once per context, and a
-// graph prepared once (same device, structure, shapes, attributes and constant slices) is not
-// prepared again. Devices are identified by their ID ("neon:0"): an executor serves one set of loaded
-// backends. An Executor is safe for concurrent use.
+// Executor owns one open Unit (one context) per execution unit and a cache of prepared
+// executables, so that several sessions over the same weights share them: constants are
+// uploaded once per context, and a graph prepared once (same unit, structure, shapes,
+// attributes and constant slices) is not prepared again. Units are identified by their name
+// (UnitName with the executor's default options filled in: "neon:0", "neon:0{cpus=1}"), so
+// two units of one device get two contexts; an executor serves one set of loaded backends. An
+// Executor is safe for concurrent use.
 type Executor struct {
 	cfg sessionConfig
 	log *slog.Logger
 
 	mu     sync.Mutex
-	ctxs   map[string]*execContext // by device ID
+	ctxs   map[string]*execContext // by unit name
 	cache  map[string]*cacheEntry  // by prepareKey
 	clock  uint64                  // for least-recently-used eviction
 	closed bool
 }
 
-// execContext is one device context. Devices without CapConcurrent get their executions
-// serialized through run, across every session of the executor.
+// execContext is one unit's context. Units of devices without CapConcurrent get their
+// executions serialized through run, across every session of the executor.
 type execContext struct {
-	dev        core.Device
-	concurrent bool // CapConcurrent: executions may overlap
+	name       string // the unit's name
+	concurrent bool   // CapConcurrent: executions may overlap
 	run        sync.Mutex
-	// ready is closed once the context is open (ctx) or failed to open (err); the first
-	// caller opens it outside the executor's lock, so devices open in parallel.
+	// ready is closed once the unit is open (unit, ctx) or failed to open (err); the first
+	// caller opens it outside the executor's lock, so units open in parallel.
 	ready chan struct{}
+	unit  *Unit
 	ctx   core.Context
 	err   error
 }
@@ -57,8 +60,8 @@ type cacheEntry struct {
 // DefaultCacheSize is how many unused prepared executables an Executor keeps.
 const DefaultCacheSize = 64
 
-// NewExecutor makes an executor. Of the session options, WithContextOptions, WithLogger and
-// WithCacheSize apply; the others are per session.
+// NewExecutor makes an executor. Of the session options, WithContextOptions (default options
+// for every unit it opens), WithLogger and WithCacheSize apply; the others are per session.
 func NewExecutor(opts ...SessionOption) *Executor {
 	cfg := newSessionConfig(opts)
 	return &Executor{cfg: cfg, log: cfg.logger, ctxs: map[string]*execContext{}, cache: map[string]*cacheEntry{}}
@@ -67,9 +70,36 @@ func NewExecutor(opts ...SessionOption) *Executor {
 // errClosed is returned by calls on a closed Executor or Session.
 var errClosed = fmt.Errorf("closed: %w", core.ErrBadState)
 
-// context returns the device's context, opening it on first use.
+// unitSpec is the spec of the unit dev stands for, with the executor's default options.
+func (e *Executor) unitSpec(dev core.Device) (core.Device, UnitSpec) {
+	base, spec := unitOf(dev)
+	return base, spec.withDefaults(e.cfg.contextOptions)
+}
+
+// unitName is the name under which the executor knows dev's unit.
+func (e *Executor) unitName(dev core.Device) string {
+	_, spec := e.unitSpec(dev)
+	return spec.String()
+}
+
+// Unit returns the executor's open unit for dev (a device or a UnitDevice), opening it on first
+// use: the context its sessions prepare and run in, for callers that allocate or import
+// buffers there. The unit stays the executor's: do not close it.
+func (e *Executor) Unit(ctx context.Context, dev core.Device) (*Unit, error) {
+	if dev == nil {
+		return nil, fmt.Errorf("executor: nil device: %w", core.ErrInvalidArgument)
+	}
+	ec, err := e.context(ctx, dev)
+	if err != nil {
+		return nil, err
+	}
+	return ec.unit, nil
+}
+
+// context returns the unit's context, opening it on first use.
 func (e *Executor) context(ctx context.Context, dev core.Device) (*execContext, error) {
-	id := dev.Info().ID()
+	base, spec := e.unitSpec(dev)
+	id := spec.String()
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -77,21 +107,21 @@ func (e *Executor) context(ctx context.Context, dev core.Device) (*execContext, 
 	}
 	ec, ok := e.ctxs[id]
 	if !ok {
-		ec = &execContext{dev: dev, concurrent: dev.Info().Caps.Has(core.CapConcurrent), ready: make(chan struct{})}
+		ec = &execContext{name: id, concurrent: base.Info().Caps.Has(core.CapConcurrent), ready: make(chan struct{})}
 		e.ctxs[id] = ec
 	}
 	e.mu.Unlock()
 	if !ok {
-		ec.ctx, ec.err = dev.NewContext(ctx, e.cfg.contextOptions)
+		ec.unit, ec.err = OpenUnit(ctx, base, spec)
 		if ec.err != nil {
-			ec.err = fmt.Errorf("device %s: new context: %w", id, ec.err)
 			e.mu.Lock()
 			if e.ctxs[id] == ec { // let a later call try again
 				delete(e.ctxs, id)
 			}
 			e.mu.Unlock()
 		} else {
-			e.log.Debug("xpu: context opened", "device", id)
+			ec.ctx = ec.unit.Context()
+			e.log.Debug("xpu: unit opened", "unit", id)
 		}
 		close(ec.ready)
 	}
@@ -106,10 +136,10 @@ func (e *Executor) context(ctx context.Context, dev core.Device) (*execContext, 
 	return ec, nil
 }
 
-// dropContext closes a device's context if nothing was prepared in it; a private executor
-// uses it for devices that were analyzed but got no node.
+// dropContext closes a unit's context if nothing was prepared in it; a private executor
+// uses it for units that were analyzed but got no node.
 func (e *Executor) dropContext(dev core.Device) error {
-	id := dev.Info().ID()
+	id := e.unitName(dev)
 	e.mu.Lock()
 	ec, ok := e.ctxs[id]
 	if ok {
@@ -128,16 +158,13 @@ func (e *Executor) dropContext(dev core.Device) error {
 		return nil
 	}
 	<-ec.ready
-	if ec.ctx == nil {
-		return nil
-	}
-	return ec.ctx.Close()
+	return ec.unit.Close()
 }
 
 // prepare returns the executable of g on ec, from the cache when the same graph was prepared
 // there before. The caller must release it.
 func (e *Executor) prepare(ctx context.Context, ec *execContext, g *core.Graph) (core.Executable, string, error) {
-	key := prepareKey(ec.dev, g)
+	key := prepareKey(ec.name, g)
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -165,7 +192,7 @@ func (e *Executor) prepare(ctx context.Context, ec *execContext, g *core.Graph) 
 	if ce, ok := e.cache[key]; ok { // another session prepared it meanwhile
 		ce.refs++
 		if err := exe.Close(); err != nil {
-			e.log.Warn("xpu: closing a duplicate executable", "device", ec.dev.Info().ID(), "err", err)
+			e.log.Warn("xpu: closing a duplicate executable", "unit", ec.name, "err", err)
 		}
 		return ce.exe, key, nil
 	}
@@ -237,20 +264,17 @@ func (e *Executor) Close() error {
 	// Outside the lock: a context still opening finishes first.
 	for id, ec := range ctxs {
 		<-ec.ready
-		if ec.ctx == nil {
-			continue
-		}
-		if err := ec.ctx.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("device %s: close context: %w", id, err))
+		if err := ec.unit.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("unit %s: close: %w", id, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// prepareKey identifies a prepared graph: the device (an executable lives in that device's
+// prepareKey identifies a prepared graph: the unit (an executable lives in that unit's
 // context, so the backend build cannot change under it) and the graph's structure, shapes,
 // attributes and constants (by address and length: the backend uploaded those bytes).
-func prepareKey(dev core.Device, g *core.Graph) string {
+func prepareKey(unit string, g *core.Graph) string {
 	h := sha256.New()
 	var b [8]byte
 	put := func(v uint64) {
@@ -288,5 +312,5 @@ func prepareKey(dev core.Device, g *core.Graph) string {
 			put(uint64(t.ID))
 		}
 	}
-	return dev.Info().ID() + "|" + hex.EncodeToString(h.Sum(nil))
+	return unit + "|" + hex.EncodeToString(h.Sum(nil))
 }

@@ -3,7 +3,9 @@ package sched_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +32,16 @@ type fakeDevice struct {
 
 	contexts, liveContexts, prepares, liveExes, runs, allocs atomic.Int32
 	lastOptions                                              atomic.Value // map[string]string
+
+	openMu sync.Mutex
+	open   map[*fakeContext]map[string]string // the options of every context not yet closed
+}
+
+// liveOptions is the options of every context not yet closed.
+func (d *fakeDevice) liveOptions() []map[string]string {
+	d.openMu.Lock()
+	defer d.openMu.Unlock()
+	return slices.Collect(maps.Values(d.open))
 }
 
 func newFake(backend string, kind core.DeviceKind, ops ...core.Op) *fakeDevice {
@@ -65,7 +77,14 @@ func (d *fakeDevice) NewContext(ctx context.Context, options map[string]string) 
 	d.contexts.Add(1)
 	d.liveContexts.Add(1)
 	d.lastOptions.Store(options)
-	return &fakeContext{dev: d}, nil
+	c := &fakeContext{dev: d}
+	d.openMu.Lock()
+	if d.open == nil {
+		d.open = map[*fakeContext]map[string]string{}
+	}
+	d.open[c] = maps.Clone(options)
+	d.openMu.Unlock()
+	return c, nil
 }
 
 // rendezvous lets n executions wait for each other.
@@ -182,6 +201,9 @@ func (c *fakeContext) Close() error {
 	}
 	c.closed = true
 	c.dev.liveContexts.Add(-1)
+	c.dev.openMu.Lock()
+	delete(c.dev.open, c)
+	c.dev.openMu.Unlock()
 	return nil
 }
 

@@ -47,7 +47,7 @@ func TestSessionOnPlugins(t *testing.T) {
 				s, err := sched.NewSession(ctx, g, ds, sched.WithPolicy(sched.PreferNPU), quiet)
 				require.NoError(t, err)
 				r := s.Report()
-				assert.Equal(t, ds[0].Info().ID(), r.Devices[0])
+				assert.Equal(t, ds[0].Info().ID(), r.Units[0])
 				got, err := s.Run(ctx, in)
 				require.NoError(t, err)
 				// the plugin may compute matmuls at f16 (opencl): a loose bound

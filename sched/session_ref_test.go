@@ -129,18 +129,18 @@ func TestSplitMatchesWhole(t *testing.T) {
 	defer split.Close()
 
 	r := split.Report()
-	assert.Equal(t, []string{"npu-sim:0", "ref:0"}, r.Devices)
+	assert.Equal(t, []string{"npu-sim:0", "ref:0"}, r.Units)
 	// rms | q,k,v | reshape..attention | o | add,rms | gate,up | silu,mul | down | add
 	assert.Equal(t, 9, r.Partitions)
 	// to the npu: h, attention, h2, gate*up; back: q, k, v, o, gate, up, down
 	assert.Equal(t, 11, r.CopiesPerRun)
 	for _, n := range r.Nodes {
 		if n.Op == core.OpMatMul {
-			assert.Equal(t, "npu-sim:0", n.Device, n.Node)
+			assert.Equal(t, "npu-sim:0", n.Unit, n.Node)
 			// the executable's verdicts (the precision actually used) win over Analyze's
 			assert.Equal(t, core.PrecF32, n.Precision, n.Node)
 		} else {
-			assert.Equal(t, "ref:0", n.Device, n.Node)
+			assert.Equal(t, "ref:0", n.Unit, n.Node)
 			assert.True(t, n.Fallback, n.Node)
 		}
 	}

@@ -8,15 +8,15 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// Report is a session's placement: where every node runs, at what precision, what fell back
-// and why, and the host copies each Run makes between devices.
+// Report is a session's placement: on which execution unit every node runs, at what precision,
+// what fell back and why, and the host copies each Run makes between units.
 type Report struct {
 	Policy     string
 	Strict     bool
-	Devices    []string // IDs of the devices that got at least one node
+	Units      []string // names of the units that got at least one node (UnitName)
 	Partitions int
 	Nodes      []NodeReport
-	// CopiesPerRun counts the tensors each Run copies between devices through host memory,
+	// CopiesPerRun counts the tensors each Run copies between units through host memory,
 	// CopyBytesPerRun their size.
 	CopiesPerRun    int
 	CopyBytesPerRun int64
@@ -30,10 +30,10 @@ type Report struct {
 type NodeReport struct {
 	Node      string
 	Op        core.Op
-	Device    string // "backend:index"
+	Unit      string // the unit's name: "neon:0", "neon:0{cpus=1}"
 	Partition int    // -1 when the node's result is never used (it does not run)
 	Precision core.Precision
-	CopiesIn  int // inputs copied in from another device before it runs
+	CopiesIn  int // inputs copied in from another unit before it runs
 	Fallback  bool
 	Reason    string // the refusals that moved it off its first choice
 }
@@ -56,13 +56,13 @@ func (s *Session) Report() Report {
 			partOf[id] = p.Index
 		}
 	}
-	for i, d := range s.devices {
+	for i, name := range s.names {
 		if usedDev[i] {
-			r.Devices = append(r.Devices, d.Info().ID())
+			r.Units = append(r.Units, name)
 		}
 	}
 	for i, a := range s.assign {
-		nr := NodeReport{Node: a.Node.Name, Op: a.Node.Op, Device: s.devices[a.Device].Info().ID(),
+		nr := NodeReport{Node: a.Node.Name, Op: a.Node.Op, Unit: s.names[a.Device],
 			Partition: partOf[i], Precision: a.Precision, Fallback: a.Fallback, Reason: a.Reason}
 		if i < len(s.plan.copiesIn) {
 			nr.CopiesIn = s.plan.copiesIn[i]
@@ -79,10 +79,10 @@ func (r Report) String() string {
 	if r.Strict {
 		mode = ", strict"
 	}
-	fmt.Fprintf(&b, "policy %s%s; devices %s; %d partition(s); %d copies per run (%d bytes)\n",
-		r.Policy, mode, strings.Join(r.Devices, ","), r.Partitions, r.CopiesPerRun, r.CopyBytesPerRun)
+	fmt.Fprintf(&b, "policy %s%s; units %s; %d partition(s); %d copies per run (%d bytes)\n",
+		r.Policy, mode, strings.Join(r.Units, " "), r.Partitions, r.CopiesPerRun, r.CopyBytesPerRun)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tOP\tDEVICE\tPART\tPRECISION\tCOPIES\tFALLBACK")
+	fmt.Fprintln(tw, "NODE\tOP\tUNIT\tPART\tPRECISION\tCOPIES\tFALLBACK")
 	for _, n := range r.Nodes {
 		part, fb := "-", ""
 		if n.Partition >= 0 {
@@ -91,7 +91,7 @@ func (r Report) String() string {
 		if n.Fallback {
 			fb = n.Reason
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", n.Node, n.Op, n.Device, part, n.Precision, n.CopiesIn, fb)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", n.Node, n.Op, n.Unit, part, n.Precision, n.CopiesIn, fb)
 	}
 	tw.Flush()
 	// an empty last column leaves the tabwriter's padding at the end of the line

@@ -198,7 +198,7 @@ func (s *Session) allocOwn(rs *runState, k bufKey) error {
 	// a zero-size tensor still gets a buffer: bindings need a handle
 	b, err := c.Alloc(max(t.Bytes(), 1), core.BufferDevice)
 	if err != nil {
-		return fmt.Errorf("alloc %s on %s: %w", t, s.devices[k.device].Info().ID(), err)
+		return fmt.Errorf("alloc %s on %s: %w", t, s.names[k.device], err)
 	}
 	rs.owned = append(rs.owned, b)
 	rs.own[k] = location{buf: b}
@@ -270,14 +270,14 @@ func (s *Session) execute(ctx context.Context, rs *runState, inputs [][]byte) (o
 			if b := rs.boundAt(i); b != nil {
 				if b.device != d {
 					if err := rs.copy(t, b.loc, dst); err != nil {
-						return nil, n, fmt.Errorf("copy input %s to %s: %w", t, s.devices[d].Info().ID(), err)
+						return nil, n, fmt.Errorf("copy input %s to %s: %w", t, s.names[d], err)
 					}
 					n.add(1, t.Bytes())
 				}
 				continue
 			}
 			if err := dst.buf.Write(dst.off, inputs[i]); err != nil {
-				return nil, n, fmt.Errorf("write input %s to %s: %w", t, s.devices[d].Info().ID(), err)
+				return nil, n, fmt.Errorf("write input %s to %s: %w", t, s.names[d], err)
 			}
 		}
 	}
@@ -299,7 +299,7 @@ func (s *Session) execute(ctx context.Context, rs *runState, inputs [][]byte) (o
 			copied := s.plan.lives[bufKey{t.ID, b.device}]
 			if b.device != s.plan.outputDev[j] && !copied {
 				if err := rs.copy(t, src, b.loc); err != nil {
-					return nil, n, fmt.Errorf("copy output %s to %s: %w", t, s.devices[b.device].Info().ID(), err)
+					return nil, n, fmt.Errorf("copy output %s to %s: %w", t, s.names[b.device], err)
 				}
 				n.add(1, t.Bytes())
 			}
@@ -382,10 +382,10 @@ func (s *Session) runPart(ctx context.Context, rs *runState, p *sessionPart) err
 		stage := rs.staging[bufKey{c.t.ID, c.to}]
 		src, dst := rs.loc[bufKey{c.t.ID, c.from}], rs.loc[bufKey{c.t.ID, c.to}]
 		if err := src.buf.Read(src.off, stage); err != nil {
-			return fmt.Errorf("copy %s from %s: %w", c.t, s.devices[c.from].Info().ID(), err)
+			return fmt.Errorf("copy %s from %s: %w", c.t, s.names[c.from], err)
 		}
 		if err := dst.buf.Write(dst.off, stage); err != nil {
-			return fmt.Errorf("copy %s to %s: %w", c.t, s.devices[c.to].Info().ID(), err)
+			return fmt.Errorf("copy %s to %s: %w", c.t, s.names[c.to], err)
 		}
 	}
 	if !p.ec.concurrent {
@@ -393,7 +393,7 @@ func (s *Session) runPart(ctx context.Context, rs *runState, p *sessionPart) err
 		defer p.ec.run.Unlock()
 	}
 	if err := rs.execs[p.Index].Run(ctx); err != nil {
-		return fmt.Errorf("partition %d on %s: %w", p.Index, s.devices[p.Device].Info().ID(), err)
+		return fmt.Errorf("partition %d on %s: %w", p.Index, s.names[p.Device], err)
 	}
 	return nil
 }

@@ -64,7 +64,7 @@ func runChain(t *testing.T, s *sched.Session, seed int) {
 func devicesOf(r sched.Report) map[string]string {
 	m := map[string]string{}
 	for _, n := range r.Nodes {
-		m[n.Node] = n.Device
+		m[n.Node] = n.Unit
 	}
 	return m
 }
@@ -180,10 +180,10 @@ func TestFallbackReport(t *testing.T) {
 			assert.Contains(t, table, "3 partition(s); 2 copies per run")
 			lines := strings.Split(strings.TrimSpace(table), "\n")
 			require.Len(t, lines, 5)
-			col := strings.Index(lines[1], "DEVICE")
+			col := strings.Index(lines[1], "UNIT")
 			for _, l := range lines[2:] {
 				assert.True(t, l[col-1] == ' ' && (strings.HasPrefix(l[col:], "neon:0") ||
-					strings.HasPrefix(l[col:], "qnn:0")), "device column aligned: %q", l)
+					strings.HasPrefix(l[col:], "qnn:0")), "unit column aligned: %q", l)
 			}
 		})
 	}
@@ -234,7 +234,7 @@ func TestAnalyzeFailureFallsBack(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 	r := s.Report()
-	assert.Equal(t, []string{"neon:0"}, r.Devices)
+	assert.Equal(t, []string{"neon:0"}, r.Units)
 	assert.Contains(t, r.Nodes[0].Reason, "graph too large")
 	assert.Zero(t, npu.liveContexts.Load(), "a private executor closes unused contexts")
 	runChain(t, s, 3)
@@ -258,7 +258,7 @@ func TestContextOpenFailureFallsBack(t *testing.T) {
 	defer func() { require.NoError(t, e.Close()) }()
 	s, err := sched.NewSession(context.Background(), chain(t), devs(npu, cpu), sched.WithExecutor(e), quiet)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"neon:0"}, s.Report().Devices)
+	assert.Equal(t, []string{"neon:0"}, s.Report().Units)
 	assert.Contains(t, s.Report().Nodes[0].Reason, "libQnnHtp.so not found")
 	runChain(t, s, 10)
 	require.NoError(t, s.Close())
@@ -266,7 +266,7 @@ func TestContextOpenFailureFallsBack(t *testing.T) {
 	npu.openErr = nil // a failed open is not remembered: the next session tries again
 	s, err = sched.NewSession(context.Background(), chain(t), devs(npu, cpu), sched.WithExecutor(e), quiet)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"qnn:0"}, s.Report().Devices)
+	assert.Equal(t, []string{"qnn:0"}, s.Report().Units)
 	require.NoError(t, s.Close())
 }
 

@@ -48,6 +48,13 @@ type parker interface {
 // about 0.4 µs and a blocking handoff at about 5 µs here.
 const DefaultSpin = 5 * time.Microsecond
 
+// maxPredictedSpin bounds the spin of a wait with a prediction: it covers the margin the sleep
+// stopped short by (the overshoot estimate, 50–90 µs on a quiet machine), never more, so a
+// prediction longer than the machine's timers can serve (a loaded machine, where the estimate
+// grows) ends in the blocking wait rather than in a long spin that takes a core from the
+// producer.
+const maxPredictedSpin = 50 * time.Microsecond
+
 // maxNanosleep bounds the predicted sleep done with nanosleep, which neither Publish nor the
 // context can cut short. A longer prediction is slept in a blocking wait with a timeout instead,
 // which both can end early; at that length the producer's wake-up system call is noise.
@@ -111,9 +118,9 @@ func (s *Signal) kick() {
 // the caller expects the producer still needs (0 or less: unknown; Predictor.Remaining gives
 // one). With a prediction, Wait sleeps until shortly before the expected finish (the prediction
 // less the sleep's measured overshoot and the spin budget) and then spins until the spin budget
-// past the expected finish, which covers the margin it woke early by (the spin is bounded by
-// the overshoot estimate plus twice the budget: about 0.1 ms). Without one it spins for the
-// spin budget only. Then it blocks.
+// past the expected finish, which covers the margin it woke early by (bounded by
+// maxPredictedSpin plus the budget). Without one it spins for the spin budget only. Then it
+// blocks.
 func (s *Signal) Wait(ctx context.Context, seq uint64, predicted time.Duration) error {
 	if s.seq.Load() >= seq {
 		s.stats.ready.Add(1)
@@ -127,7 +134,14 @@ func (s *Signal) Wait(ctx context.Context, seq uint64, predicted time.Duration) 
 		spinEnd := begin.Add(s.spin)
 		if predicted > 0 {
 			margin := sleepOvershoot.estimate()
-			if d := predicted - margin - s.spin; d > 0 {
+			d := predicted - margin - s.spin
+			if d <= 0 && predicted-initialOvershoot-s.spin > 0 {
+				// Too short to sleep only because past sleeps overshot: with no sleeps the
+				// estimate would never learn that the machine quieted down, so a skipped
+				// sleep counts as a sleep that overshot as little as the initial estimate.
+				sleepOvershoot.observe(initialOvershoot)
+			}
+			if d > 0 {
 				s.stats.slept.Add(1)
 				if d <= maxNanosleep {
 					preciseSleep(d)
@@ -144,7 +158,7 @@ func (s *Signal) Wait(ctx context.Context, seq uint64, predicted time.Duration) 
 				finish := begin.Add(predicted + s.spin)
 				spinEnd = now.Add(s.spin)
 				if finish.After(spinEnd) {
-					spinEnd = minTime(finish, now.Add(margin+s.spin))
+					spinEnd = minTime(finish, now.Add(min(margin, maxPredictedSpin)+s.spin))
 				}
 			}
 		}

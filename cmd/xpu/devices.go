@@ -12,16 +12,18 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/loader"
+	"github.com/xpuhub/xpu/sched"
 )
 
 func init() {
-	register(&command{name: "devices", summary: "list backends and devices (-v: also rejected plugins and why)", run: runDevices})
+	register(&command{name: "devices", summary: "list backends and devices (-v: also rejected plugins and why; --units: open those units)", run: runDevices})
 }
 
 // deviceRow is one line of `xpu devices` (and one object of --json).
 type deviceRow struct {
 	Backend      string   `json:"backend"`
 	Device       string   `json:"device,omitempty"`
+	Unit         string   `json:"unit,omitempty"` // the device's unit name (spec text for --units)
 	Index        int      `json:"index"`
 	Kind         string   `json:"kind,omitempty"`
 	Caps         []string `json:"capabilities,omitempty"`
@@ -39,8 +41,12 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.SetOutput(stderr)
 	verbose := fs.Bool("v", false, "also list rejected plugin candidates with their reason")
 	asJSON := fs.Bool("json", false, "print JSON")
+	units := fs.String("units", "", "open exactly these execution units and list them, e.g. 'neon{cpus=0,threads=1},neon{cpus=1,threads=1},opencl' (exit 1 if one fails)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
+	}
+	if *units != "" {
+		return runDeviceUnits(ctx, *units, *asJSON, stdout, stderr)
 	}
 	cands, err := loader.Discover(ctx)
 	if err != nil {
@@ -52,7 +58,7 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		for _, d := range b.Devices() {
 			info := d.Info()
 			// built in, never probed: always usable and the last choice, so the lowest score
-			rows = append(rows, deviceRow{Backend: loader.RefName, Device: info.Name, Index: info.Index,
+			rows = append(rows, deviceRow{Backend: loader.RefName, Device: info.Name, Unit: sched.UnitName(d), Index: info.Index,
 				Kind: info.Kind.String(), Caps: info.Caps.Names(), Chosen: true, Path: "(built in)", Score: 1})
 		}
 		b.Close()
@@ -81,7 +87,7 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		for _, d := range b.Devices() {
 			info := d.Info()
 			r := base
-			r.Device, r.Index, r.Kind = info.Name, info.Index, info.Kind.String()
+			r.Device, r.Unit, r.Index, r.Kind = info.Name, sched.UnitName(d), info.Index, info.Kind.String()
 			r.Caps, r.MemoryBytes, r.ComputeUnits = info.Caps.Names(), info.MemoryBytes, info.ComputeUnits
 			r.Emulated = info.Caps.Has(core.CapEmulated)
 			rows = append(rows, r)
@@ -98,7 +104,7 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "BACKEND\tDEVICE\tKIND\tSCORE\tCAPABILITIES / REASON\tPATH")
+	fmt.Fprintln(tw, "BACKEND\tDEVICE\tUNIT\tKIND\tSCORE\tCAPABILITIES / REASON\tPATH")
 	for _, r := range rows {
 		id, detail := "-", r.Reason
 		if r.Device != "" {
@@ -108,7 +114,7 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if !r.Chosen && r.Reason != "" {
 			detail = "rejected: " + r.Reason
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", r.Backend, id, dash(r.Kind), r.Score, detail, r.Path)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Backend, id, dash(r.Unit), dash(r.Kind), r.Score, detail, r.Path)
 	}
 	tw.Flush()
 	return 0
