@@ -46,7 +46,10 @@ func benchModel(b *testing.B) *Model {
 //     thread each, layers split in half: chunk i+1's first half runs while chunk i's second
 //     half does) against one such unit alone and against one neon unit with two threads;
 //   - decode with the layers split across the two units against one unit alone;
-//   - bytes copied between units per decode step (the arena is imported by both: 0).
+//   - bytes copied between units per decode step (the arena is imported by both: 0);
+//   - for reference, one unit on core 1 (a shared machine's cores need not be equally fast)
+//     and the share of a split decode step the units spend working (1: no time lost between
+//     them).
 //
 // XPU_BENCH_MODEL=/tmp/1b.gguf go test ./llm -run '^$' -bench SchedulerTwoNeon -benchtime 3x
 //
@@ -89,11 +92,20 @@ func BenchmarkSchedulerTwoNeonUnits(b *testing.B) {
 		name            string
 		r               *Runner
 		prefill, decode []time.Duration
+		decodeBusy      []time.Duration // all units' busy time per decode step
 	}
 	configs := []*config{
 		{name: "one unit", r: mk("neon{cpus=0,threads=1}")},
 		{name: "two units", r: mk("neon{cpus=0,threads=1}", "neon{cpus=1,threads=1}")},
 		{name: "two threads", r: mk("neon{threads=2}")},
+		{name: "one unit on core 1", r: mk("neon{cpus=1,threads=1}")},
+	}
+	busy := func(r *Runner) time.Duration {
+		var d time.Duration
+		for _, u := range r.Report().Units {
+			d += u.Busy
+		}
+		return d
 	}
 	prompt := make([]int32, promptLen)
 	for i := range prompt {
@@ -109,7 +121,7 @@ func BenchmarkSchedulerTwoNeonUnits(b *testing.B) {
 				b.Fatal(err)
 			}
 			c.prefill = append(c.prefill, time.Since(t0))
-			before := c.r.Report().CopyBytes
+			before, busy0 := c.r.Report().CopyBytes, busy(c.r)
 			t0 = time.Now()
 			for i := range decodeSteps {
 				if _, err := c.r.Decode(ctx, int32(5+i)); err != nil {
@@ -117,6 +129,7 @@ func BenchmarkSchedulerTwoNeonUnits(b *testing.B) {
 				}
 			}
 			c.decode = append(c.decode, time.Since(t0)/decodeSteps)
+			c.decodeBusy = append(c.decodeBusy, (busy(c.r)-busy0)/decodeSteps)
 			copied += c.r.Report().CopyBytes - before
 		}
 	}
@@ -126,7 +139,7 @@ func BenchmarkSchedulerTwoNeonUnits(b *testing.B) {
 		slices.Sort(s)
 		return float64(s[len(s)/2])
 	}
-	one, two, threads := configs[0], configs[1], configs[2]
+	one, two, threads, one1 := configs[0], configs[1], configs[2], configs[3]
 	tps := func(d float64) float64 { return promptLen / (d / 1e9) }
 	b.ReportMetric(tps(med(one.prefill)), "prefill_1unit_tok/s")
 	b.ReportMetric(tps(med(two.prefill)), "prefill_2units_tok/s")
@@ -136,6 +149,11 @@ func BenchmarkSchedulerTwoNeonUnits(b *testing.B) {
 	b.ReportMetric(1e9/med(one.decode), "decode_1unit_tok/s")
 	b.ReportMetric(1e9/med(two.decode), "decode_2units_tok/s")
 	b.ReportMetric(med(one.decode)/med(two.decode), "decode_2units/1unit")
+	// the cores are shared with the rest of the machine and need not be equally fast: the same
+	// unit on core 1, and how much of a split step is work (1 = no time lost between units)
+	b.ReportMetric(tps(med(one1.prefill)), "prefill_1unit_core1_tok/s")
+	b.ReportMetric(1e9/med(one1.decode), "decode_1unit_core1_tok/s")
+	b.ReportMetric(med(two.decodeBusy)/med(two.decode), "decode_2units_busy/wall")
 	b.ReportMetric(float64(copied)/float64(b.N*len(configs)*decodeSteps), "copied_B/decode_step")
 	for _, c := range configs {
 		b.Logf("%s (%s): %s", c.name, c.r.Units(), c.r.Report())
