@@ -1,6 +1,8 @@
 package sched
 
 import (
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -131,4 +133,26 @@ func TestDefaultPlan(t *testing.T) {
 	u, _, err := rp.Place(PhaseDecode, 4, node("logits", core.OpMatMul))
 	require.NoError(t, err)
 	assert.Equal(t, 0, u)
+}
+
+// TestPlanDocExample: the plan in PLAN.md parses, so the documentation cannot drift from the
+// format.
+func TestPlanDocExample(t *testing.T) {
+	doc, err := os.ReadFile("PLAN.md")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(doc), "```json\n")
+	require.True(t, ok, "PLAN.md has a json block")
+	js, _, ok := strings.Cut(rest, "```")
+	require.True(t, ok)
+	p, err := ParsePlan([]byte(js))
+	require.NoError(t, err)
+	rp, err := p.Resolve()
+	require.NoError(t, err)
+	assert.Len(t, rp.Specs, 4)
+	u, fb, err := rp.Place(PhasePrefill, 3, node("blk.3.ffn_up", core.OpMatMul))
+	require.NoError(t, err)
+	assert.Equal(t, []int{3, 2}, []int{u, fb})
+	u, _, err = rp.Place(PhasePrefill, 9, node("blk.9.ffn_norm", core.OpRMSNorm))
+	require.NoError(t, err)
+	assert.Equal(t, 1, u)
 }
