@@ -320,6 +320,10 @@ func TestRunnerLeavesNoGoroutines(t *testing.T) {
 		require.NoError(t, err)
 		greedy(t, r, "hello", 3)
 		require.NoError(t, r.Close())
+		require.NoError(t, r.Close(), "closing twice is a no-op")
+		_, err = r.Decode(context.Background(), 5)
+		require.ErrorIs(t, err, core.ErrBadState)
+		assert.Len(t, r.Report().Units, 2, "the report stays readable")
 	}
 	run() // plugin threads and pools that live for the process start here
 	before := runtime.NumGoroutine()

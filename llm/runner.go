@@ -75,19 +75,20 @@ func WithTrace(t *sched.Trace) RunnerOption { return func(c *runnerConfig) { c.t
 // runner builds graphs; sched opens the contexts, prepares the partitions and runs them). It
 // is not safe for concurrent use.
 type Runner struct {
-	m     *Model
-	cfg   runnerConfig
-	plan  *sched.ResolvedPlan
-	rt    *sched.Runtime
-	cap   int64 // cache rows: the context plus room for a padded last chunk
-	kv    [][2]sched.Span
-	ids   sched.Span // per position: token ids, positions, query offsets, RoPE tables
-	posS  sched.Span
-	qoffS sched.Span
-	cos   sched.Span
-	sin   sched.Span
-	progs map[int]*chunkProg
-	pos   int // tokens in the cache
+	m      *Model
+	cfg    runnerConfig
+	plan   *sched.ResolvedPlan
+	rt     *sched.Runtime
+	cap    int64 // cache rows: the context plus room for a padded last chunk
+	kv     [][2]sched.Span
+	ids    sched.Span // per position: token ids, positions, query offsets, RoPE tables
+	posS   sched.Span
+	qoffS  sched.Span
+	cos    sched.Span
+	sin    sched.Span
+	progs  map[int]*chunkProg
+	closed bool
+	pos    int // tokens in the cache
 	// history is the tokens in the cache.
 	history []int32
 }
@@ -383,14 +384,14 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkProg,
 	return &chunkProg{c: c, prog: prog, logits: logits}, nil
 }
 
-// Close releases the cache, the prepared graphs and the units.
+// Close releases the cache, the prepared graphs and the units. The runner's report and
+// placement stay readable; closing twice is a no-op.
 func (r *Runner) Close() error {
-	if r.rt == nil {
+	if r.closed {
 		return nil
 	}
-	err := r.rt.Close()
-	r.rt = nil
-	return err
+	r.closed = true
+	return r.rt.Close()
 }
 
 // Model is the model the runner runs.
@@ -458,7 +459,7 @@ func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
 }
 
 func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg) ([]float32, error) {
-	if r.rt == nil {
+	if r.closed {
 		return nil, fmt.Errorf("llm: runner is closed: %w", core.ErrBadState)
 	}
 	if len(tokens) == 0 {
