@@ -407,3 +407,54 @@ func TestCrashedUnitFailsTheRequest(t *testing.T) {
 	require.NoError(t, err, "the runner is rebuilt on the restarted backend")
 	require.NoError(t, r.Close())
 }
+
+// TestRunnersShareARuntime: two sequences on one runtime run at the same time — one decodes on
+// the first unit while the other prefills on the second — and each gives the tokens it gives
+// alone.
+func TestRunnersShareARuntime(t *testing.T) {
+	devs := pluginDevices(t, "neon")
+	m := synthModel(t, "llama", core.F32)
+	ctx := context.Background()
+	specs, err := sched.ParseUnitList("neon{cpus=0,threads=1},neon{cpus=1,threads=1}")
+	require.NoError(t, err)
+	tr := sched.NewTrace()
+	rt, err := sched.NewRuntime(ctx, devs, specs, sched.WithRuntimeTrace(tr))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, rt.Close()) }()
+	plans := []*sched.Plan{
+		mustPlan(t, `{"units":["neon{cpus=0,threads=1}"],"prefill":{"rules":[{"unit":"0"}]}}`),
+		mustPlan(t, `{"units":["neon{cpus=0,threads=1}","neon{cpus=1,threads=1}"],
+			"prefill":{"rules":[{"unit":"1"}]},"decode":{"rules":[{"unit":"0"}]}}`),
+	}
+	prompts := []string{"hello", "once upon a time there was a dog and a cat and a bird"}
+	want := make([][]int32, 2)
+	runners := make([]*Runner, 2)
+	for i, p := range plans {
+		r, err := NewPlannedRunner(ctx, m, devs, p, WithChunkSize(4), WithContextLength(64), WithRuntime(rt))
+		require.NoError(t, err)
+		runners[i] = r
+		want[i] = greedy(t, r, prompts[i], 12)
+	}
+	got := make([][]int32, 2)
+	errs := make([]error, 2)
+	done := make(chan int)
+	for i := range runners {
+		go func() {
+			res, err := runners[i].Generate(ctx, prompts[i], WithMaxTokens(12))
+			got[i], errs[i] = res.Tokens, err
+			done <- i
+		}()
+	}
+	<-done
+	<-done
+	for i := range runners {
+		require.NoError(t, errs[i])
+		assert.Equal(t, want[i], got[i], "sequence %d", i)
+		require.NoError(t, runners[i].Close())
+	}
+	_, err = runners[0].Decode(ctx, 3)
+	assert.ErrorIs(t, err, core.ErrBadState)
+	_, err = NewPlannedRunner(ctx, m, devs, mustPlan(t, `{"units":["neon"],"prefill":{"rules":[{"unit":"0"}]}}`),
+		WithRuntime(rt))
+	assert.ErrorIs(t, err, core.ErrNotFound, "a unit the runtime lacks")
+}

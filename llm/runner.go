@@ -36,6 +36,7 @@ type runnerConfig struct {
 	progress func(done, total int)
 	logger   *slog.Logger
 	trace    *sched.Trace
+	rt       *sched.Runtime
 }
 
 // RunnerOption configures NewRunner.
@@ -70,25 +71,34 @@ func WithLogger(l *slog.Logger) RunnerOption { return func(c *runnerConfig) { c.
 // each slice with its chunk and layer (write it with t.WriteFile for Perfetto).
 func WithTrace(t *sched.Trace) RunnerOption { return func(c *runnerConfig) { c.trace = t } }
 
+// WithRuntime makes NewPlannedRunner run on rt's units instead of opening its own: runners
+// sharing a runtime run at the same time where their plans use different units (one sequence's
+// prefill on one unit while another decodes on another) and one after the other where they
+// meet. The plan's units must be rt's; the runner's trace is rt's (WithTrace is ignored).
+// Closing the runner releases its graphs; its cache stays in rt's arena until rt is closed.
+func WithRuntime(rt *sched.Runtime) RunnerOption { return func(c *runnerConfig) { c.rt = rt } }
+
 // Runner holds one sequence's state: the KV cache and the stage graphs for the prefill chunk
 // length and for decoding, prepared on the units of a plan through a sched.Runtime (the
 // runner builds graphs; sched opens the contexts, prepares the partitions and runs them). It
 // is not safe for concurrent use.
 type Runner struct {
-	m      *Model
-	cfg    runnerConfig
-	plan   *sched.ResolvedPlan
-	rt     *sched.Runtime
-	cap    int64 // cache rows: the context plus room for a padded last chunk
-	kv     [][2]sched.Span
-	ids    sched.Span // per position: token ids, positions, query offsets, RoPE tables
-	posS   sched.Span
-	qoffS  sched.Span
-	cos    sched.Span
-	sin    sched.Span
-	progs  map[int]*chunkProg
-	closed bool
-	pos    int // tokens in the cache
+	m       *Model
+	cfg     runnerConfig
+	plan    *sched.ResolvedPlan
+	rt      *sched.Runtime
+	cap     int64 // cache rows: the context plus room for a padded last chunk
+	kv      [][2]sched.Span
+	ids     sched.Span // per position: token ids, positions, query offsets, RoPE tables
+	posS    sched.Span
+	qoffS   sched.Span
+	cos     sched.Span
+	sin     sched.Span
+	progs   map[int]*chunkProg
+	closed  bool
+	shared  bool  // rt is the caller's (WithRuntime)
+	unitIdx []int // plan unit → runtime unit
+	pos     int   // tokens in the cache
 	// history is the tokens in the cache.
 	history []int32
 }
@@ -163,24 +173,40 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 		return nil, fmt.Errorf("llm: KV cache type %s (f32 or f16): %w", cfg.kv, core.ErrInvalidArgument)
 	}
 	cfg.chunk = min(cfg.chunk, cfg.ctxLen)
-	specs := slices.Clone(rp.Specs)
-	for i := range specs {
-		for k, v := range cfg.options {
-			if _, ok := specs[i].Options[k]; !ok {
-				if specs[i].Options == nil {
-					specs[i].Options = map[string]string{}
-				}
-				specs[i].Options[k] = v
+	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + cfg.chunk - 1)}
+	if cfg.rt != nil {
+		r.rt, r.shared = cfg.rt, true
+		names := map[string]int{}
+		for i, u := range cfg.rt.Units() {
+			names[u.Name()] = i
+		}
+		for _, s := range rp.Specs {
+			i, ok := names[s.String()]
+			if !ok {
+				return nil, fmt.Errorf("llm: plan unit %s is not one of the runtime's units: %w", s, core.ErrNotFound)
 			}
+			r.unitIdx = append(r.unitIdx, i)
+		}
+	} else {
+		specs := slices.Clone(rp.Specs)
+		for i := range specs {
+			for k, v := range cfg.options {
+				if _, ok := specs[i].Options[k]; !ok {
+					if specs[i].Options == nil {
+						specs[i].Options = map[string]string{}
+					}
+					specs[i].Options[k] = v
+				}
+			}
+			r.unitIdx = append(r.unitIdx, i)
+		}
+		var err error
+		r.rt, err = sched.NewRuntime(ctx, devices, specs, sched.WithRuntimeTrace(cfg.trace),
+			sched.WithRuntimeLogger(cfg.logger))
+		if err != nil {
+			return nil, fmt.Errorf("llm: %w", err)
 		}
 	}
-	rt, err := sched.NewRuntime(ctx, devices, specs, sched.WithRuntimeTrace(cfg.trace),
-		sched.WithRuntimeLogger(cfg.logger))
-	if err != nil {
-		return nil, fmt.Errorf("llm: %w", err)
-	}
-	r := &Runner{m: m, cfg: cfg, plan: rp, rt: rt, progs: map[int]*chunkProg{},
-		cap: int64(cfg.ctxLen + cfg.chunk - 1)}
 	if err := r.init(ctx); err != nil {
 		return nil, errors.Join(err, r.Close())
 	}
@@ -311,7 +337,10 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkProg,
 			if err != nil {
 				return nil, fmt.Errorf("llm: %w", err)
 			}
-			units[s][i], fallback[s][i] = u, fb
+			if fb >= 0 {
+				fb = r.unitIdx[fb]
+			}
+			units[s][i], fallback[s][i] = r.unitIdx[u], fb
 			used[u] = true
 		}
 	}
@@ -391,6 +420,13 @@ func (r *Runner) Close() error {
 		return nil
 	}
 	r.closed = true
+	if r.shared {
+		var errs []error
+		for _, cp := range r.progs {
+			errs = append(errs, cp.prog.Close())
+		}
+		return errors.Join(errs...)
+	}
 	return r.rt.Close()
 }
 
@@ -398,13 +434,14 @@ func (r *Runner) Close() error {
 func (r *Runner) Model() *Model { return r.m }
 
 // Device is the device of the runner's first unit.
-func (r *Runner) Device() core.Device { return r.rt.Units()[0].Device() }
+func (r *Runner) Device() core.Device { return r.rt.Units()[r.unitIdx[0]].Device() }
 
 // Units are the names of the units the runner runs on, in plan order.
 func (r *Runner) Units() []string {
+	units := r.rt.Units()
 	var out []string
-	for _, u := range r.rt.Units() {
-		out = append(out, u.Name())
+	for _, i := range r.unitIdx {
+		out = append(out, units[i].Name())
 	}
 	return out
 }

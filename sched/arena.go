@@ -172,12 +172,15 @@ func modeFor(caps core.Caps) importMode {
 // mirror the runtime copies through.
 type unitMem struct {
 	mode importMode
+	mu   sync.Mutex // Compile binds while workers run
 	bufs []core.Buffer
 }
 
 // buffer returns the unit's buffer for block i, importing (or allocating the mirror) on first
 // use. A unit whose import fails falls back to a mirror: correct, and counted as copies.
 func (m *unitMem) buffer(a *Arena, u *Unit, i int) (core.Buffer, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for len(m.bufs) <= i {
 		m.bufs = append(m.bufs, nil)
 	}
@@ -206,6 +209,8 @@ func (m *unitMem) buffer(a *Arena, u *Unit, i int) (core.Buffer, error) {
 
 // close releases the unit's imports and mirrors.
 func (m *unitMem) close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	var errs []error
 	for _, b := range m.bufs {
 		if b != nil {

@@ -21,8 +21,10 @@ import (
 // locked to its OS thread that runs that unit's tasks in order, waiting on other units' Signals
 // where a task consumes what another unit produced (no trip through the Go scheduler per edge).
 //
-// A Runtime runs one request (Program.Run) at a time; Run calls from several goroutines are
-// serialized. Close it after its programs' last Run.
+// Requests (Program.Run) from several goroutines run concurrently where they use different
+// units (one sequence's decode on one unit while another sequence's prefill runs on another);
+// on a shared unit they run in the order they were dispatched. One Program runs one request at
+// a time. Close the runtime after its programs' last Run.
 type Runtime struct {
 	cfg     runtimeConfig
 	units   []*Unit
@@ -31,7 +33,8 @@ type Runtime struct {
 	workers []*rtWorker
 	pred    *Predictor[taskKey]
 
-	runMu    sync.Mutex // one request at a time
+	runMu    sync.Mutex // dispatch: sequence numbers and job order agree on every unit
+	inflight sync.WaitGroup
 	mu       sync.Mutex // programs, closed
 	programs []*Program
 	closed   bool
@@ -86,7 +89,8 @@ func NewRuntime(ctx context.Context, devices []core.Device, specs []UnitSpec, op
 		}
 		rt.units = append(rt.units, u)
 		rt.mem = append(rt.mem, &unitMem{mode: modeFor(dev.Info().Caps)})
-		w := &rtWorker{rt: rt, idx: i, sig: NewSignal(), jobs: make(chan *rtJob), exited: make(chan struct{})}
+		// buffered: dispatching a request never waits for a unit busy with an earlier one
+		w := &rtWorker{rt: rt, idx: i, sig: NewSignal(), jobs: make(chan *rtJob, 64), exited: make(chan struct{})}
 		rt.workers = append(rt.workers, w)
 		go w.loop()
 	}
@@ -106,16 +110,18 @@ func (rt *Runtime) Trace() *Trace { return rt.cfg.trace }
 // units' contexts.
 func (rt *Runtime) Close() error {
 	rt.runMu.Lock()
-	defer rt.runMu.Unlock()
 	rt.mu.Lock()
 	if rt.closed {
 		rt.mu.Unlock()
+		rt.runMu.Unlock()
 		return nil
 	}
 	rt.closed = true
 	progs := rt.programs
 	rt.programs = nil
 	rt.mu.Unlock()
+	rt.runMu.Unlock()
+	rt.inflight.Wait()
 	var errs []error
 	for _, w := range rt.workers {
 		close(w.jobs)
@@ -188,7 +194,8 @@ type Program struct {
 	lanes  int
 	stages []*progStage
 	// nodes counts the nodes placed on each unit, by op, for Placement.
-	nodes []map[core.Op]int
+	nodes    []map[core.Op]int
+	released bool // Close was called (under rt.mu)
 }
 
 type progStage struct {
@@ -454,6 +461,23 @@ func (rt *Runtime) bindLanes(pp *progPart, lanes int) error {
 	return nil
 }
 
+// Close releases the program's executions and executables before the runtime closes (which
+// releases every program). The program must not be running. Its arena spans stay: the arena
+// is freed with the runtime.
+func (p *Program) Close() error {
+	rt := p.rt
+	rt.runMu.Lock()
+	defer rt.runMu.Unlock()
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if p.released || rt.closed {
+		return nil
+	}
+	p.released = true
+	rt.programs = slices.DeleteFunc(rt.programs, func(q *Program) bool { return q == p })
+	return p.release()
+}
+
 // release closes the program's executions and executables.
 func (p *Program) release() error {
 	var errs []error
@@ -524,24 +548,27 @@ type rtJob struct {
 // cancels the rest and is returned; a crashed (isolated) unit's core.ErrBackendCrashed marks
 // the runtime broken: it must be closed and rebuilt.
 func (p *Program) Run(ctx context.Context, chunks []Chunk) error {
-	rt := p.rt
-	rt.runMu.Lock()
-	defer rt.runMu.Unlock()
-	rt.mu.Lock()
-	closed, broken := rt.closed, rt.broken
-	rt.mu.Unlock()
-	switch {
-	case closed:
-		return fmt.Errorf("runtime: run: closed: %w", core.ErrBadState)
-	case broken != nil:
-		return fmt.Errorf("runtime: run: a unit crashed earlier, rebuild the runtime: %w", broken)
-	}
 	if len(chunks) == 0 {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	rt := p.rt
+	rt.runMu.Lock()
+	rt.mu.Lock()
+	closed, broken := rt.closed || p.released, rt.broken
+	rt.mu.Unlock()
+	switch {
+	case closed:
+		rt.runMu.Unlock()
+		return fmt.Errorf("runtime: run %s: closed: %w", p.name, core.ErrBadState)
+	case broken != nil:
+		rt.runMu.Unlock()
+		return fmt.Errorf("runtime: run: a unit crashed earlier, rebuild the runtime: %w", broken)
+	}
+	rt.inflight.Add(1)
+	defer rt.inflight.Done()
 	perUnit := p.plan(chunks)
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -557,6 +584,7 @@ func (p *Program) Run(ctx context.Context, chunks []Chunk) error {
 		wg.Add(1)
 		rt.workers[u].jobs <- &rtJob{ctx: runCtx, execCtx: execCtx, cancel: cancel, tasks: tasks, all: perUnit, wg: &wg}
 	}
+	rt.runMu.Unlock()
 	wg.Wait()
 	rt.runs.Add(1)
 	// cancel(nil) runs only on return: a cause now is a task's error or the caller's ctx
