@@ -24,7 +24,8 @@ type Session struct {
 	strict  bool
 	log     *slog.Logger
 	exec    *Executor
-	ownExec bool // the executor is private to this session: Close closes it
+	ownExec bool   // the executor is private to this session: Close closes it
+	trace   *Trace // nil: no tracing
 
 	assign []assignment
 	parts  []*sessionPart
@@ -64,6 +65,7 @@ type sessionConfig struct {
 	logger         *slog.Logger
 	cacheSize      int
 	executor       *Executor
+	trace          *Trace
 }
 
 // SessionOption configures NewSession (and NewExecutor).
@@ -95,6 +97,11 @@ func WithCacheSize(n int) SessionOption { return func(c *sessionConfig) { c.cach
 // shares them with the executor's other sessions. The session does not close e; the units are
 // e's, opened with e's default options (WithContextOptions of the session is then ignored).
 func WithExecutor(e *Executor) SessionOption { return func(c *sessionConfig) { c.executor = e } }
+
+// WithTrace records every Run of the session in t: on each unit's track a slice per partition
+// run (its index, nodes and first and last node), a slice per wait for the partitions it
+// depends on and per copy between units (tensor, bytes, source unit).
+func WithTrace(t *Trace) SessionOption { return func(c *sessionConfig) { c.trace = t } }
 
 func newSessionConfig(opts []SessionOption) sessionConfig {
 	c := sessionConfig{policy: MaxPerformance, cacheSize: DefaultCacheSize}
@@ -139,7 +146,7 @@ func NewSession(ctx context.Context, g *core.Graph, devices []core.Device, opts 
 		return nil, fmt.Errorf("session: %w", err)
 	}
 	s := &Session{graph: g, devices: slices.Clone(devices), policy: cfg.policy, strict: cfg.strict, log: cfg.logger,
-		exec: cfg.executor, devIndex: map[string]int{}, execs: map[*sessionExecution]struct{}{}}
+		exec: cfg.executor, trace: cfg.trace, devIndex: map[string]int{}, execs: map[*sessionExecution]struct{}{}}
 	if s.exec == nil {
 		s.exec, s.ownExec = NewExecutor(opts...), true
 	}

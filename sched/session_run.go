@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/xpuhub/xpu/core"
 )
@@ -357,12 +358,20 @@ func (s *Session) runParallel(ctx context.Context, rs *runState) error {
 	var wg sync.WaitGroup
 	for _, p := range s.parts {
 		wg.Go(func() {
+			var waitStart time.Time
+			if s.trace != nil && len(p.waits) > 0 {
+				waitStart = time.Now()
+			}
 			for _, w := range p.waits {
 				select {
 				case <-done[w]:
 				case <-runCtx.Done():
 					return
 				}
+			}
+			if !waitStart.IsZero() {
+				s.trace.Slice(s.names[p.Device], fmt.Sprintf("wait for %v", p.waits), waitStart, time.Now(),
+					map[string]any{"partition": p.Index, "waits": p.waits})
 			}
 			if err := s.runPart(runCtx, rs, p); err != nil {
 				cancel(err)
@@ -379,6 +388,10 @@ func (s *Session) runParallel(ctx context.Context, rs *runState) error {
 // device without CapConcurrent are serialized across every session of the executor.
 func (s *Session) runPart(ctx context.Context, rs *runState, p *sessionPart) error {
 	for _, c := range p.copies {
+		var start time.Time
+		if s.trace != nil {
+			start = time.Now()
+		}
 		stage := rs.staging[bufKey{c.t.ID, c.to}]
 		src, dst := rs.loc[bufKey{c.t.ID, c.from}], rs.loc[bufKey{c.t.ID, c.to}]
 		if err := src.buf.Read(src.off, stage); err != nil {
@@ -387,13 +400,26 @@ func (s *Session) runPart(ctx context.Context, rs *runState, p *sessionPart) err
 		if err := dst.buf.Write(dst.off, stage); err != nil {
 			return fmt.Errorf("copy %s to %s: %w", c.t, s.names[c.to], err)
 		}
+		if s.trace != nil {
+			s.trace.Slice(s.names[c.to], "copy "+c.t.Name, start, time.Now(),
+				map[string]any{"tensor": c.t.Name, "bytes": c.t.Bytes(), "from": s.names[c.from]})
+		}
 	}
 	if !p.ec.concurrent {
 		p.ec.run.Lock()
 		defer p.ec.run.Unlock()
 	}
+	var start time.Time
+	if s.trace != nil {
+		start = time.Now()
+	}
 	if err := rs.execs[p.Index].Run(ctx); err != nil {
 		return fmt.Errorf("partition %d on %s: %w", p.Index, s.names[p.Device], err)
+	}
+	if s.trace != nil {
+		s.trace.Slice(s.names[p.Device], fmt.Sprintf("partition %d", p.Index), start, time.Now(), map[string]any{
+			"partition": p.Index, "nodes": len(p.Nodes),
+			"first": s.graph.Nodes[p.Nodes[0]].Name, "last": s.graph.Nodes[p.Nodes[len(p.Nodes)-1]].Name})
 	}
 	return nil
 }

@@ -261,3 +261,28 @@ func TestPredictorConcurrent(t *testing.T) {
 	assert.True(t, ok)
 	assert.Equal(t, time.Millisecond, d)
 }
+
+// TestSignalNoLeak: waits that end by their context, by Publish or by a long predicted sleep
+// leave no goroutine behind (the context's wake-up hook is removed with the wait).
+func TestSignalNoLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	for _, p := range parkers {
+		s := NewSignal(p.opts...)
+		for i := range 20 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%3)*time.Millisecond)
+			_ = s.Wait(ctx, 1, time.Duration(i%4)*time.Millisecond)
+			cancel()
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- s.Wait(ctx, 2, 0) }()
+		go publishWhenBlocked(s, 2)
+		require.NoError(t, <-done)
+		cancel()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.LessOrEqual(t, runtime.NumGoroutine(), before)
+}

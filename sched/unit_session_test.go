@@ -1,7 +1,9 @@
 package sched_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -254,4 +256,55 @@ func TestSessionOnPluginUnits(t *testing.T) {
 			assert.InDeltaSlice(t, core.DecodeF32(want[0]), core.DecodeF32(got[0]), tt.tol)
 		})
 	}
+}
+
+// TestSessionTrace runs the chain split across two units with a trace and reads the trace
+// back: one track per unit, a slice per partition run, the copies and waits as slices.
+func TestSessionTrace(t *testing.T) {
+	npu := newFake("qnn", core.DeviceNPU, core.OpMul)
+	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
+	tr := sched.NewTrace()
+	s, err := sched.NewSession(context.Background(), chain(t), []core.Device{npu, unit(t, cpu, "neon{cpus=1}")},
+		sched.WithPolicy(sched.PreferNPU), sched.WithTrace(tr), quiet)
+	require.NoError(t, err)
+	defer s.Close()
+	const runs = 3
+	for i := range runs {
+		runChain(t, s, i)
+	}
+	var buf bytes.Buffer
+	require.NoError(t, tr.WriteJSON(&buf))
+	var doc struct {
+		TraceEvents []struct {
+			Name string         `json:"name"`
+			Ph   string         `json:"ph"`
+			Tid  int            `json:"tid"`
+			Dur  float64        `json:"dur"`
+			Args map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &doc))
+	tracks := map[int]string{}
+	count := map[string]int{} // "track/kind" -> slices
+	for _, e := range doc.TraceEvents {
+		if e.Ph == "M" && e.Name == "thread_name" {
+			tracks[e.Tid] = e.Args["name"].(string)
+			continue
+		}
+		if e.Ph != "X" {
+			continue
+		}
+		kind := strings.Fields(e.Name)[0]
+		count[tracks[e.Tid]+"/"+kind]++
+		assert.GreaterOrEqual(t, e.Dur, 0.0)
+		if kind == "copy" {
+			assert.EqualValues(t, 32, e.Args["bytes"], "a 2×4 f32 tensor")
+		}
+	}
+	// chain: add (neon) → mul (qnn) → scale (neon): three partitions, two copies per run
+	assert.Equal(t, map[string]int{
+		"neon:0{cpus=1}/partition": 2 * runs, "qnn:0/partition": runs,
+		"qnn:0/copy": runs, "neon:0{cpus=1}/copy": runs,
+		"qnn:0/wait": runs, "neon:0{cpus=1}/wait": runs,
+	}, count)
 }
