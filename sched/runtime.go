@@ -220,6 +220,7 @@ type partIO struct {
 	lanes   []Span // per lane (same span repeated when shared)
 	stride  int64
 	isInput bool
+	slot    int // an activation slot (index into Compile's slot uses), or -1
 }
 
 // Compile partitions each stage graph by its node units, checks every partition on its unit
@@ -283,8 +284,11 @@ func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, e
 				p.nodes[part.unit][st.Graph.Nodes[n].Op]++
 			}
 			for k, t := range slices.Concat(part.Inputs, part.Outputs) {
-				io := partIO{t: t, isInput: k < len(part.Inputs)}
+				io := partIO{t: t, isInput: k < len(part.Inputs), slot: -1}
 				if b, ok := bound[t]; ok {
+					if err := checkBinding(t, b); err != nil {
+						return nil, fmt.Errorf("%s: %w", st.Name, err)
+					}
 					io.stride = b.Stride
 					for l := range lanes {
 						if len(b.Lanes) > 0 {
@@ -302,7 +306,7 @@ func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, e
 						uses = append(uses, u)
 					}
 					io.lanes = make([]Span, lanes) // filled below, once the groups exist
-					io.stride = -1 - int64(u.idx)  // resolved to a slot below
+					io.slot = u.idx
 				}
 				pp.io = append(pp.io, io)
 			}
@@ -333,11 +337,10 @@ func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, e
 		for _, pp := range pst.parts {
 			for k := range pp.io {
 				io := &pp.io[k]
-				if io.stride >= 0 {
+				if io.slot < 0 {
 					continue
 				}
-				u := uses[-1-io.stride]
-				io.stride = 0
+				u := uses[io.slot]
 				for l := range lanes {
 					g := groups[l][si%2]
 					io.lanes[l] = Span{block: g.block, Off: g.Off + u.off, Size: alignUp(max(u.t.Bytes(), 1), arenaAlign)}
@@ -355,6 +358,21 @@ func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, e
 	}
 	rt.programs = append(rt.programs, p)
 	return p, nil
+}
+
+// checkBinding rejects a binding that cannot hold t: every span must, at row 0.
+func checkBinding(t *core.Tensor, b Binding) error {
+	spans := b.Lanes
+	if len(spans) == 0 {
+		spans = []Span{b.Span}
+	}
+	for _, s := range spans {
+		if s.Size < t.Bytes() || s.Size == 0 || b.Stride < 0 {
+			return fmt.Errorf("binding of %s (%d bytes): span of %d bytes, stride %d: %w", t.Name, t.Bytes(),
+				s.Size, b.Stride, core.ErrInvalidArgument)
+		}
+	}
+	return nil
 }
 
 // partLabel names a partition by its first node and size.

@@ -143,6 +143,19 @@ func TestRuntimeRowOutsideSpan(t *testing.T) {
 	err = p.Run(context.Background(), []Chunk{{Row: 100}})
 	require.ErrorIs(t, err, core.ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "outside its span")
+
+	small, err := rt.Arena().Alloc(8) // aligned up to 256 bytes: still too small below
+	require.NoError(t, err)
+	for _, b := range []Binding{{}, {Span: x, Stride: -4}, {Lanes: []Span{x, {}}}} {
+		_, err = rt.Compile(context.Background(), ProgramSpec{Name: "bad", Stages: []StageSpec{{Name: "s", Graph: g,
+			Units: []int{0}, IO: []Binding{b, {Span: o}}}}})
+		require.ErrorIs(t, err, core.ErrInvalidArgument, "%+v", b)
+	}
+	big := core.NewGraph()
+	big.Output(big.Neg(big.Input("x", core.F32, 128)))
+	_, err = rt.Compile(context.Background(), ProgramSpec{Name: "bad", Stages: []StageSpec{{Name: "s", Graph: big,
+		Units: []int{0}, IO: []Binding{{Span: small}, {Span: o}}}}})
+	require.ErrorIs(t, err, core.ErrInvalidArgument)
 }
 
 // TestRuntimeCrashedUnit: a unit whose backend crashes mid-run fails the request with
