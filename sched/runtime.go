@@ -1,7 +1,6 @@
 package sched
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -686,7 +685,10 @@ func (p *Program) plan(chunks []Chunk) [][]*rtTask {
 }
 
 // simulate list-schedules tasks on their units with predicted durations (1 ms for a partition
-// never run) and returns the task indices in simulated start order.
+// never run) and returns the task indices in simulated start order. A free unit takes, among
+// its tasks ready by then, the first in chunk order (so chunks pipeline through the units as
+// they were issued); only when none is ready does it take the one ready soonest (filling the
+// wait with later work).
 func (p *Program) simulate(tasks []*rtTask, deps [][]int) []int {
 	n := len(tasks)
 	pending := make([]int, n)
@@ -698,65 +700,54 @@ func (p *Program) simulate(tasks []*rtTask, deps [][]int) []int {
 		}
 	}
 	readyAt := make([]time.Duration, n)
-	finish := make([]time.Duration, n)
 	free := make([]time.Duration, len(p.rt.units))
-	heaps := make([]readyHeap, len(p.rt.units))
+	ready := make([][]int, len(p.rt.units)) // per unit: tasks whose dependencies are scheduled
 	for i := range tasks {
 		if pending[i] == 0 {
-			heap.Push(&heaps[tasks[i].pp.unit], readyTask{i, 0})
+			ready[tasks[i].pp.unit] = append(ready[tasks[i].pp.unit], i)
 		}
+	}
+	// pick is the task unit u would start next, and when.
+	pick := func(u int) (int, time.Duration) {
+		best, bestAt := -1, time.Duration(0)
+		for k, i := range ready[u] {
+			at := max(readyAt[i], free[u])
+			if best < 0 || at < bestAt || at == bestAt && i < ready[u][best] {
+				best, bestAt = k, at
+			}
+		}
+		return best, bestAt
 	}
 	order := make([]int, 0, n)
 	for len(order) < n {
-		best, bestStart := -1, time.Duration(0)
-		for u := range heaps {
-			if len(heaps[u]) == 0 {
+		bu, bk, bStart := -1, -1, time.Duration(0)
+		for u := range ready {
+			if len(ready[u]) == 0 {
 				continue
 			}
-			start := max(heaps[u][0].at, free[u])
-			if best < 0 || start < bestStart || start == bestStart && heaps[u][0].i < heaps[best][0].i {
-				best, bestStart = u, start
+			k, at := pick(u)
+			if bu < 0 || at < bStart || at == bStart && ready[u][k] < ready[bu][bk] {
+				bu, bk, bStart = u, k, at
 			}
 		}
-		r := heap.Pop(&heaps[best]).(readyTask)
-		t := tasks[r.i]
+		i := ready[bu][bk]
+		ready[bu] = slices.Delete(ready[bu], bk, bk+1)
+		t := tasks[i]
 		d, ok := p.rt.pred.Predict(taskKey{t.p, t.stage, t.part})
 		if !ok {
 			d = time.Millisecond
 		}
-		finish[r.i] = bestStart + d
-		free[best] = finish[r.i]
-		order = append(order, r.i)
-		for _, u := range users[r.i] {
-			readyAt[u] = max(readyAt[u], finish[r.i])
+		end := bStart + d
+		free[bu] = end
+		order = append(order, i)
+		for _, u := range users[i] {
+			readyAt[u] = max(readyAt[u], end)
 			if pending[u]--; pending[u] == 0 {
-				heap.Push(&heaps[tasks[u].pp.unit], readyTask{u, readyAt[u]})
+				ready[tasks[u].pp.unit] = append(ready[tasks[u].pp.unit], u)
 			}
 		}
 	}
 	return order
-}
-
-// readyTask is a task whose dependencies are scheduled, and when they finish.
-type readyTask struct {
-	i  int
-	at time.Duration
-}
-
-// readyHeap orders a unit's ready tasks by ready time, then by index (chunk order).
-type readyHeap []readyTask
-
-func (h readyHeap) Len() int { return len(h) }
-func (h readyHeap) Less(i, j int) bool {
-	return h[i].at < h[j].at || h[i].at == h[j].at && h[i].i < h[j].i
-}
-func (h readyHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *readyHeap) Push(x any)   { *h = append(*h, x.(readyTask)) }
-func (h *readyHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
 }
 
 // rtWorker runs one unit's tasks on a goroutine locked to its OS thread.
