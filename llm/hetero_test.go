@@ -348,12 +348,11 @@ func isolatedTestPlugin(t *testing.T, defines ...string) core.Backend {
 	return b
 }
 
-// residualsOn puts the ADDs (the residuals: a Llama model has no biases) on the test plugin's
-// unit, the rest on neon.
+// residualsOn puts the residual ADDs (by node name) on the test plugin's unit, the rest on neon.
 func residualsOn(t *testing.T, b core.Backend) *sched.Plan {
 	name := b.Info().Name
 	return mustPlan(t, `{"units":["neon","`+name+`"],"prefill":{"rules":[
-		{"unit":"`+name+`","ops":["ADD"]},{"unit":"neon"}]}}`)
+		{"unit":"`+name+`","nodes":["attn_residual","ffn_residual"]},{"unit":"neon"}]}}`)
 }
 
 // TestIsolatedUnitInThePlan: a unit in a child process takes part in a plan through the arena
