@@ -1,7 +1,6 @@
 package llm
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
@@ -51,70 +50,41 @@ func stageName(s, layers int) string {
 	return fmt.Sprintf("stage %d (layer %d)", s, s-1)
 }
 
-// checkedExecution checks the floating-point outputs of a stage after every Run. Submit is not
-// checked (the runner runs stages synchronously).
-type checkedExecution struct {
-	core.Execution
-	name string
-	g    *core.Graph
-	outs []boundOutput // by output index
-}
-
-type boundOutput struct {
-	buf core.Buffer
-	off int64
-}
-
-// outputRole names output i of a stage with n outputs (see outX..outV in graph.go).
-func outputRole(i, n int) string {
-	if n == 1 {
-		return "logits"
-	}
-	if roles := [...]string{outX: "x", outQ: "q", outK: "k", outV: "v"}; i < len(roles) {
-		return roles[i]
-	}
-	return fmt.Sprint(i)
-}
-
-func newCheckedExecution(e core.Execution, g *core.Graph, name string) *checkedExecution {
-	return &checkedExecution{Execution: e, name: name, g: g, outs: make([]boundOutput, len(g.Outputs))}
-}
-
-func (c *checkedExecution) Bind(io int, buf core.Buffer, offset int64) error {
-	if err := c.Execution.Bind(io, buf, offset); err != nil {
-		return err
-	}
-	if o := io - len(c.g.Inputs); o >= 0 && o < len(c.outs) {
-		c.outs[o] = boundOutput{buf, offset}
-	}
-	return nil
-}
-
-func (c *checkedExecution) Run(ctx context.Context) error {
-	if err := c.Execution.Run(ctx); err != nil {
-		return err
-	}
-	for i, t := range c.g.Outputs {
-		b := c.outs[i]
-		if b.buf == nil || (t.DType != core.F32 && t.DType != core.F16) {
+// outputRole names tensor t of stage graph g: x, q, k or v (see outX..outV in graph.go), logits,
+// or "intermediate" for a tensor that only crosses partitions inside the stage.
+func outputRole(g *core.Graph, t *core.Tensor) string {
+	for i, o := range g.Outputs {
+		if o.Name != t.Name {
 			continue
 		}
-		raw := make([]byte, t.DType.Bytes(t.Shape.NumElements()))
-		if err := b.buf.Read(b.off, raw); err != nil {
-			return fmt.Errorf("llm: %s: read output %s back: %w", c.name, t.Name, err)
+		if len(g.Outputs) == 1 {
+			return "logits"
 		}
-		xs, err := core.Dequantize(t.DType, raw, 0)
-		if err != nil {
-			return fmt.Errorf("llm: %s: output %s: %w", c.name, t.Name, err)
+		if roles := [...]string{outX: "x", outQ: "q", outK: "k", outV: "v"}; i < len(roles) {
+			return roles[i]
 		}
-		if j := firstNonFinite(xs); j >= 0 {
-			row := int64(1)
-			if len(t.Shape) > 0 {
-				row = max(t.Shape.NumElements()/t.Shape[0], 1)
-			}
-			return fmt.Errorf("%w: %s: output %s (%s %s): element %d (chunk row %d) is %g",
-				ErrNonFinite, c.name, outputRole(i, len(c.g.Outputs)), t.Name, t.Shape, j, int64(j)/row, xs[j])
+		return fmt.Sprint(i)
+	}
+	return "intermediate"
+}
+
+// checkFinite fails with ErrNonFinite naming the stage, the output and the first bad element
+// when data (tensor t's bytes of stage graph g, F32 or F16) holds a NaN or an infinity.
+func checkFinite(stage string, g *core.Graph, t *core.Tensor, data []byte) error {
+	if t.DType != core.F32 && t.DType != core.F16 {
+		return nil
+	}
+	xs, err := core.Dequantize(t.DType, data, 0)
+	if err != nil {
+		return fmt.Errorf("llm: %s: output %s: %w", stage, t.Name, err)
+	}
+	if j := firstNonFinite(xs); j >= 0 {
+		row := int64(1)
+		if len(t.Shape) > 0 {
+			row = max(t.Shape.NumElements()/t.Shape[0], 1)
 		}
+		return fmt.Errorf("%w: %s: output %s (%s %s): element %d (chunk row %d) is %g",
+			ErrNonFinite, stage, outputRole(g, t), t.Name, t.Shape, j, int64(j)/row, xs[j])
 	}
 	return nil
 }
@@ -129,20 +99,3 @@ var ErrRefusedAfterAnalyze = errors.New("llm: prepare refused a stage that analy
 // after the device accepted every node wraps ErrRefusedAfterAnalyze as well. Without it prepare
 // alone decides, which cannot tell the two apart; the conformance model cases use it.
 func WithAnalyzeFirst() RunnerOption { return func(c *runnerConfig) { c.analyzeFirst = true } }
-
-// analyzeStage asks the device about every node of a stage: nil when it accepts them all.
-func analyzeStage(ctx context.Context, c core.Context, g *core.Graph, name string) error {
-	verdicts, err := c.Analyze(ctx, g)
-	if err != nil {
-		return fmt.Errorf("llm: %s: analyze: %w", name, err)
-	}
-	if len(verdicts) != len(g.Nodes) {
-		return fmt.Errorf("llm: %s: analyze gave %d verdicts for %d nodes: %w", name, len(verdicts), len(g.Nodes), core.ErrInternal)
-	}
-	for i, v := range verdicts {
-		if !v.Supported {
-			return fmt.Errorf("llm: %s: node %s (%s) refused: %s: %w", name, g.Nodes[i].Name, g.Nodes[i].Op, v.Reason, core.ErrUnsupported)
-		}
-	}
-	return nil
-}

@@ -81,13 +81,17 @@ func (m *Model) buildLayerStage(l int, c, capacity int64, kv core.DType) (*core.
 	a := g.Named("attn").Attention(q, kc, vc, core.AttentionOptions{
 		Scale: float32(1 / math.Sqrt(float64(D))), Causal: true, QOffsetInput: qoff})
 	a = g.Reshape(a, c, H*D)
-	x = g.Named("attn_residual").Add(x, g.Named("attn_output").MatMul(a, m.w(g, p+"attn_output.weight")))
+	// inner nodes first: Named names the next node added (plan rules match these names)
+	o := g.Named("attn_output").MatMul(a, m.w(g, p+"attn_output.weight"))
+	x = g.Named("attn_residual").Add(x, o)
 
 	h := m.norm(g, x, p+"ffn_norm.weight")
 	gate := g.Named("ffn_gate").MatMul(h, m.w(g, p+"ffn_gate.weight"))
 	up := g.Named("ffn_up").MatMul(h, m.w(g, p+"ffn_up.weight"))
-	f := g.Named("ffn_swiglu").Mul(g.SiLU(gate), up)
-	x = g.Named("ffn_residual").Add(x, g.Named("ffn_down").MatMul(f, m.w(g, p+"ffn_down.weight")))
+	act := g.Named("ffn_silu").SiLU(gate)
+	f := g.Named("ffn_swiglu").Mul(act, up)
+	down := g.Named("ffn_down").MatMul(f, m.w(g, p+"ffn_down.weight"))
+	x = g.Named("ffn_residual").Add(x, down)
 
 	if l+1 < cfg.Layers {
 		pos := m.addPosInputs(g, c)

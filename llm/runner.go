@@ -5,9 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/sched"
 )
 
 // ErrContextFull: the tokens do not fit in the KV cache.
@@ -30,9 +35,11 @@ type runnerConfig struct {
 	options  map[string]string
 	progress func(done, total int)
 	logger   *slog.Logger
+	trace    *sched.Trace
+	rt       *sched.Runtime
 	// stageChecks: check every stage's outputs for NaN/Inf (WithStageChecks, debug logging).
 	stageChecks bool
-	// analyzeFirst: analyze each stage before preparing it (WithAnalyzeFirst).
+	// analyzeFirst: tell a prepare refusal after analysis apart (WithAnalyzeFirst).
 	analyzeFirst bool
 }
 
@@ -50,7 +57,8 @@ func WithKVCacheType(dt core.DType) RunnerOption { return func(c *runnerConfig) 
 // WithContextLength sets the KV cache length in tokens (default: the model's, at most 4096).
 func WithContextLength(n int) RunnerOption { return func(c *runnerConfig) { c.ctxLen = n } }
 
-// WithContextOptions passes backend-specific options to Device.NewContext.
+// WithContextOptions passes backend-specific options to Device.NewContext: NewRunner's unit
+// takes them, and NewPlannedRunner's units take those their specs do not set.
 func WithContextOptions(o map[string]string) RunnerOption {
 	return func(c *runnerConfig) { c.options = o }
 }
@@ -63,48 +71,102 @@ func WithProgress(f func(done, total int)) RunnerOption {
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) RunnerOption { return func(c *runnerConfig) { c.logger = l } }
 
-// Runner holds one sequence's state on one device: the KV cache and the prepared stage graphs
-// for the prefill chunk length and for decoding. It is not safe for concurrent use.
+// WithTrace records every partition run, cross-unit wait and copy in t: one track per unit,
+// each slice with its chunk and layer (write it with t.WriteFile for Perfetto).
+func WithTrace(t *sched.Trace) RunnerOption { return func(c *runnerConfig) { c.trace = t } }
+
+// WithRuntime makes NewPlannedRunner run on rt's units instead of opening its own: runners
+// sharing a runtime run at the same time where their plans use different units (one sequence's
+// prefill on one unit while another decodes on another) and one after the other where they
+// meet. The plan's units must be rt's; the runner's trace is rt's (WithTrace is ignored).
+// Closing the runner releases its graphs; its cache stays in rt's arena until rt is closed.
+func WithRuntime(rt *sched.Runtime) RunnerOption { return func(c *runnerConfig) { c.rt = rt } }
+
+// Runner holds one sequence's state: the KV cache and the stage graphs for the prefill chunk
+// length and for decoding, prepared on the units of a plan through a sched.Runtime (the
+// runner builds graphs; sched opens the contexts, prepares the partitions and runs them). It
+// is not safe for concurrent use.
 type Runner struct {
 	m       *Model
 	cfg     runnerConfig
-	dev     core.Device
-	bctx    core.Context
+	plan    *sched.ResolvedPlan
+	rt      *sched.Runtime
 	cap     int64 // cache rows: the context plus room for a padded last chunk
-	kcache  []core.Buffer
-	vcache  []core.Buffer
-	chunks  map[int]*chunkSet
-	pos     int // tokens in the cache
+	kv      [][2]sched.Span
+	ids     sched.Span // per position: token ids, positions, query offsets, RoPE tables
+	posS    sched.Span
+	qoffS   sched.Span
+	cos     sched.Span
+	sin     sched.Span
+	progs   map[int]*chunkProg
+	closed  bool
+	shared  bool  // rt is the caller's (WithRuntime)
+	unitIdx []int // plan unit → runtime unit
+	pos     int   // tokens in the cache
+	// history is the tokens in the cache.
 	history []int32
-	closers []interface{ Close() error }
 }
 
-// chunkSet is the prepared stages for one chunk length and the buffers they are bound to.
-type chunkSet struct {
-	c        int64
-	stages   []stage // stage 0, then one per layer
-	ids      core.Buffer
-	pos      core.Buffer
-	cos, sin core.Buffer // RoPE tables, for models with per-frequency factors
-	qoff     core.Buffer
-	logits   core.Buffer
-	rowBytes int64 // bytes of one cache row (all kv heads)
+// chunkProg is the program for one chunk length and the lane spans of its logits.
+type chunkProg struct {
+	c      int64
+	prog   *sched.Program
+	logits []sched.Span
 }
 
-// stage is one prepared stage graph and where its K/V outputs are bound (-1: none).
-type stage struct {
-	exec         core.Execution
-	kSlot, vSlot int
-}
-
-// NewRunner opens a context on dev, allocates the KV cache and prepares the stage graphs for
-// the prefill chunk length and for decoding.
+// NewRunner runs the whole model on one device: a one-unit plan (the unit's options are those of
+// WithContextOptions).
 func NewRunner(ctx context.Context, m *Model, dev core.Device, opts ...RunnerOption) (*Runner, error) {
+	if dev == nil {
+		return nil, fmt.Errorf("llm: nil device: %w", core.ErrInvalidArgument)
+	}
+	cfg := newRunnerConfig(opts)
+	info := dev.Info()
+	spec := sched.UnitSpec{Backend: info.Backend, Index: info.Index, Options: maps.Clone(cfg.options)}
+	plan := &sched.Plan{Units: []string{spec.String()}, Prefill: sched.PhasePlan{Rules: []sched.Rule{{Unit: "0"}}}}
+	return newRunner(ctx, m, []core.Device{dev}, plan, cfg)
+}
+
+// NewPlannedRunner runs the model on the units of plan, found among devices (every device of
+// the loaded backends). Before anything runs the plan is checked: a unit that does not exist, a
+// node no rule places and a node its unit refuses are errors naming node, unit and reason.
+func NewPlannedRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched.Plan, opts ...RunnerOption) (*Runner, error) {
+	if plan == nil {
+		return nil, fmt.Errorf("llm: nil plan: %w", core.ErrInvalidArgument)
+	}
+	return newRunner(ctx, m, devices, plan, newRunnerConfig(opts))
+}
+
+// DefaultPlan is sched.DefaultPlan for the units specs names among devices, for m.
+func DefaultPlan(m *Model, devices []core.Device, specs []sched.UnitSpec) (*sched.Plan, error) {
+	kinds := make([]core.DeviceKind, len(specs))
+	for i, s := range specs {
+		d, err := sched.FindDevice(s, devices)
+		if err != nil {
+			return nil, err
+		}
+		kinds[i] = d.Info().Kind
+	}
+	return sched.DefaultPlan(specs, kinds, m.Config.Layers), nil
+}
+
+func newRunnerConfig(opts []RunnerOption) runnerConfig {
 	cfg := runnerConfig{kv: core.F32, chunk: DefaultChunk, logger: slog.Default()}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	cfg.stageChecks = cfg.stageChecks || cfg.logger.Enabled(ctx, slog.LevelDebug)
+	cfg.stageChecks = cfg.stageChecks || cfg.logger.Enabled(context.Background(), slog.LevelDebug)
+	return cfg
+}
+
+func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched.Plan, cfg runnerConfig) (*Runner, error) {
+	rp, err := plan.Resolve()
+	if err != nil {
+		return nil, fmt.Errorf("llm: %w", err)
+	}
+	if plan.Prefill.Chunk > 0 {
+		cfg.chunk = plan.Prefill.Chunk
+	}
 	if cfg.ctxLen == 0 {
 		cfg.ctxLen = min(m.Config.ContextLength, maxDefaultContext)
 	}
@@ -116,30 +178,84 @@ func NewRunner(ctx context.Context, m *Model, dev core.Device, opts ...RunnerOpt
 		return nil, fmt.Errorf("llm: KV cache type %s (f32 or f16): %w", cfg.kv, core.ErrInvalidArgument)
 	}
 	cfg.chunk = min(cfg.chunk, cfg.ctxLen)
-	bctx, err := dev.NewContext(ctx, cfg.options)
-	if err != nil {
-		return nil, fmt.Errorf("llm: context on %s: %w", dev.Info().ID(), err)
+	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + cfg.chunk - 1)}
+	if cfg.rt != nil {
+		r.rt, r.shared = cfg.rt, true
+		names := map[string]int{}
+		for i, u := range cfg.rt.Units() {
+			names[u.Name()] = i
+		}
+		for _, s := range rp.Specs {
+			i, ok := names[s.String()]
+			if !ok {
+				return nil, fmt.Errorf("llm: plan unit %s is not one of the runtime's units: %w", s, core.ErrNotFound)
+			}
+			r.unitIdx = append(r.unitIdx, i)
+		}
+	} else {
+		specs := slices.Clone(rp.Specs)
+		for i := range specs {
+			for k, v := range cfg.options {
+				if _, ok := specs[i].Options[k]; !ok {
+					if specs[i].Options == nil {
+						specs[i].Options = map[string]string{}
+					}
+					specs[i].Options[k] = v
+				}
+			}
+			r.unitIdx = append(r.unitIdx, i)
+		}
+		var err error
+		r.rt, err = sched.NewRuntime(ctx, devices, specs, sched.WithRuntimeTrace(cfg.trace),
+			sched.WithRuntimeLogger(cfg.logger))
+		if err != nil {
+			return nil, fmt.Errorf("llm: %w", err)
+		}
 	}
-	r := &Runner{m: m, cfg: cfg, dev: dev, bctx: bctx, chunks: map[int]*chunkSet{},
-		cap: int64(cfg.ctxLen + cfg.chunk - 1)}
 	if err := r.init(ctx); err != nil {
-		_ = r.Close()
-		return nil, err
+		return nil, errors.Join(err, r.Close())
 	}
 	return r, nil
 }
 
 func (r *Runner) init(ctx context.Context) error {
 	c := r.m.Config
-	rowBytes := r.cfg.kv.Bytes(int64(c.KVHeads * c.HeadDim))
-	for l := 0; l < c.Layers; l++ {
-		for _, dst := range []*[]core.Buffer{&r.kcache, &r.vcache} {
-			b, err := r.alloc(r.cap * rowBytes)
-			if err != nil {
-				return fmt.Errorf("llm: KV cache of %d rows: %w", r.cap, err)
-			}
-			*dst = append(*dst, b)
+	a := r.rt.Arena()
+	var err error
+	alloc := func(size int64) sched.Span {
+		if err != nil {
+			return sched.Span{}
 		}
+		var s sched.Span
+		s, err = a.Alloc(size)
+		return s
+	}
+	rowBytes := r.cfg.kv.Bytes(int64(c.KVHeads * c.HeadDim))
+	for range c.Layers {
+		r.kv = append(r.kv, [2]sched.Span{alloc(r.cap * rowBytes), alloc(r.cap * rowBytes)})
+	}
+	if err != nil {
+		return fmt.Errorf("llm: KV cache of %d rows: %w", r.cap, err)
+	}
+	// Positions, query offsets and RoPE tables depend on the row only: written once, and each
+	// chunk's stages are bound at its row.
+	r.ids, r.posS, r.qoffS = alloc(4*r.cap), alloc(4*r.cap), alloc(4*r.cap)
+	if f := c.RopeFreqFactors; f != nil {
+		r.cos, r.sin = alloc(r.cap*int64(len(f))*4), alloc(r.cap*int64(len(f))*4)
+	}
+	if err != nil {
+		return fmt.Errorf("llm: position inputs: %w", err)
+	}
+	pos := make([]int32, r.cap)
+	for i := range pos {
+		pos[i] = int32(i)
+	}
+	copy(a.Bytes(r.posS), core.EncodeI32(pos))
+	copy(a.Bytes(r.qoffS), core.EncodeI32(pos))
+	if c.RopeFreqFactors != nil {
+		cos, sin := c.ropeTables(pos)
+		copy(a.Bytes(r.cos), core.EncodeF32(cos))
+		copy(a.Bytes(r.sin), core.EncodeF32(sin))
 	}
 	total := 2 * (c.Layers + 1)
 	if r.cfg.chunk == 1 {
@@ -153,155 +269,214 @@ func (r *Runner) init(ctx context.Context) error {
 		}
 	}
 	for _, n := range []int{1, r.cfg.chunk} {
-		if _, ok := r.chunks[n]; ok {
+		if _, ok := r.progs[n]; ok {
 			continue
 		}
 		t0 := time.Now()
-		cs, err := r.prepare(ctx, int64(n), step)
+		cp, err := r.prepare(ctx, int64(n), step)
 		if err != nil {
 			return err
 		}
-		r.chunks[n] = cs
-		r.cfg.logger.Debug("llm: stage graphs prepared", "device", r.dev.Info().ID(), "chunk", n,
-			"stages", len(cs.stages), "took", time.Since(t0))
+		r.progs[n] = cp
+		r.cfg.logger.Debug("llm: stage graphs prepared", "program", cp.prog.Name(), "took", time.Since(t0))
 	}
 	return nil
 }
 
-func (r *Runner) alloc(size int64) (core.Buffer, error) {
-	b, err := r.bctx.Alloc(size, core.BufferDevice)
-	if err != nil {
-		return nil, err
+// phaseOf is the plan phase a chunk length serves: the one-token graphs decode (and serve a
+// lone prompt token).
+func phaseOf(c int64) sched.Phase {
+	if c == 1 {
+		return sched.PhaseDecode
 	}
-	r.closers = append(r.closers, b)
-	return b, nil
+	return sched.PhasePrefill
 }
 
-// prepare builds, prepares and binds every stage for chunk length c.
-func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkSet, error) {
-	cfg := r.m.Config
-	cs := &chunkSet{c: c, rowBytes: r.cfg.kv.Bytes(int64(cfg.KVHeads * cfg.HeadDim))}
-	xBytes := c * int64(cfg.Dim) * 4
-	qBytes := c * int64(cfg.Heads*cfg.HeadDim) * 4
-	var err error
-	buf := func(size int64) core.Buffer {
-		if err != nil {
-			return nil
+// layerOf is the layer plan rules see for node n of stage s: its "blk.N." name prefix; the
+// embedding counts as layer 0 and the output head as the last layer.
+func (r *Runner) layerOf(s int, n *core.Node) int {
+	if rest, ok := strings.CutPrefix(n.Name, "blk."); ok {
+		if i := strings.IndexByte(rest, '.'); i > 0 {
+			if l, err := strconv.Atoi(rest[:i]); err == nil {
+				return l
+			}
 		}
-		var b core.Buffer
-		b, err = r.alloc(size)
-		return b
 	}
-	cs.ids, cs.pos, cs.qoff = buf(4*c), buf(4*c), buf(4)
-	if f := cfg.RopeFreqFactors; f != nil {
-		cs.cos, cs.sin = buf(c*int64(len(f))*4), buf(c*int64(len(f))*4)
+	if s == 0 {
+		return 0
 	}
-	x := [2]core.Buffer{buf(xBytes), buf(xBytes)}
-	q := [2]core.Buffer{buf(qBytes), buf(qBytes)}
-	cs.logits = buf(c * int64(cfg.Vocab) * 4)
-	if err != nil {
-		return nil, fmt.Errorf("llm: activation buffers for chunk %d: %w", c, err)
-	}
-	inputs := map[string]core.Buffer{"ids": cs.ids, "pos": cs.pos, "rope_cos": cs.cos,
-		"rope_sin": cs.sin, "q_offset": cs.qoff}
+	return r.m.Config.Layers - 1
+}
+
+// prepare builds every stage for chunk length c, places its nodes by the plan and has sched
+// partition, check and prepare them.
+func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkProg, error) {
+	cfg := r.m.Config
+	phase := phaseOf(c)
+	a := r.rt.Arena()
+	rowBytes := r.cfg.kv.Bytes(int64(cfg.KVHeads * cfg.HeadDim))
+	spec := sched.ProgramSpec{Name: fmt.Sprintf("%s (chunk %d)", phase, c), Phase: phase, Lanes: 1}
+	var stages []*core.Graph
 	for s := 0; s <= cfg.Layers; s++ {
 		var g *core.Graph
-		var outs []core.Buffer
-		// Stage s reads the activations of the previous one from x/q[(s+1)%2] and writes the
-		// other pair: ping-pong, as a stage's input and output must not alias.
-		in, out := (s+1)%2, s%2
+		var err error
 		if s == 0 {
 			g, err = r.m.buildEmbedStage(c, r.cfg.kv)
 		} else {
 			g, err = r.m.buildLayerStage(s-1, c, r.cap, r.cfg.kv)
-			inputs["x"], inputs["q"] = x[in], q[in]
-			inputs["k_cache"], inputs["v_cache"] = r.kcache[s-1], r.vcache[s-1]
 		}
 		if err != nil {
 			return nil, err
 		}
-		st := stage{kSlot: -1, vSlot: -1}
-		if s < cfg.Layers {
-			outs = []core.Buffer{x[out], q[out], nil, nil}
-			st.kSlot, st.vSlot = len(g.Inputs)+outK, len(g.Inputs)+outV
-		} else {
-			outs = []core.Buffer{cs.logits}
-		}
-		st.exec, err = r.prepareStage(ctx, g, inputs, outs, stageName(s, cfg.Layers))
-		if err != nil {
-			return nil, fmt.Errorf("llm: stage %d of %d, chunk %d: %w", s, cfg.Layers, c, err)
-		}
-		cs.stages = append(cs.stages, st)
-		step()
+		stages = append(stages, g)
 	}
-	return cs, nil
-}
-
-// prepareStage prepares g, binds its inputs by name and its outputs in order, all at offset 0;
-// nil outputs (the K/V rows) are bound per chunk.
-func (r *Runner) prepareStage(ctx context.Context, g *core.Graph, inputs map[string]core.Buffer, outs []core.Buffer, name string) (core.Execution, error) {
-	if r.cfg.analyzeFirst {
-		if err := analyzeStage(ctx, r.bctx, g, name); err != nil {
-			return nil, err
+	// Which units each stage uses decides the lanes: a prefill split over several units
+	// pipelines chunks, each chunk in flight with its own activations.
+	units := make([][]int, len(stages))
+	fallback := make([][]int, len(stages))
+	used := map[int]bool{}
+	for s, g := range stages {
+		units[s], fallback[s] = make([]int, len(g.Nodes)), make([]int, len(g.Nodes))
+		for i, n := range g.Nodes {
+			u, fb, err := r.plan.Place(phase, r.layerOf(s, n), n)
+			if err != nil {
+				return nil, fmt.Errorf("llm: %w", err)
+			}
+			if fb >= 0 {
+				fb = r.unitIdx[fb]
+			}
+			units[s][i], fallback[s][i] = r.unitIdx[u], fb
+			used[u] = true
 		}
 	}
-	exe, err := r.bctx.Prepare(ctx, g)
-	if err != nil {
-		if r.cfg.analyzeFirst && errors.Is(err, core.ErrUnsupported) {
-			return nil, fmt.Errorf("%w: %w", ErrRefusedAfterAnalyze, err)
-		}
-		return nil, err
+	if phase == sched.PhasePrefill && len(used) > 1 {
+		spec.Lanes = 2
 	}
-	r.closers = append(r.closers, exe)
-	e, err := exe.NewExecution()
-	if err != nil {
-		return nil, err
-	}
-	r.closers = append(r.closers, e)
-	if r.cfg.stageChecks {
-		e = newCheckedExecution(e, g, name)
-	}
-	if len(outs) != len(g.Outputs) {
-		return nil, fmt.Errorf("llm: stage has %d outputs, %d bindings: %w", len(g.Outputs), len(outs), core.ErrInternal)
-	}
-	for i, t := range g.Inputs {
-		b := inputs[t.Name]
-		if b == nil {
-			return nil, fmt.Errorf("llm: no buffer for stage input %q: %w", t.Name, core.ErrInternal)
-		}
-		if err := e.Bind(i, b, 0); err != nil {
-			return nil, fmt.Errorf("llm: bind %s: %w", t.Name, err)
-		}
-	}
-	for i, b := range outs {
-		if b != nil {
-			if err := e.Bind(len(g.Inputs)+i, b, 0); err != nil {
-				return nil, fmt.Errorf("llm: bind output %s: %w", g.Outputs[i].Name, err)
+	lanes := func(size int64) ([]sched.Span, error) {
+		out := make([]sched.Span, spec.Lanes)
+		for l := range out {
+			var err error
+			if out[l], err = a.Alloc(size); err != nil {
+				return nil, err
 			}
 		}
+		return out, nil
 	}
-	return e, nil
+	// Stage s reads x and q from pair (s+1)%2 of its lane and writes pair s%2: ping-pong, as a
+	// stage's input and output must not alias.
+	var x, q [2][]sched.Span
+	var logits []sched.Span
+	var err error
+	for i := range 2 {
+		if x[i], err = lanes(c * int64(cfg.Dim) * 4); err == nil {
+			q[i], err = lanes(c * int64(cfg.Heads*cfg.HeadDim) * 4)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("llm: activations for chunk %d: %w", c, err)
+		}
+	}
+	if logits, err = lanes(c * int64(cfg.Vocab) * 4); err != nil {
+		return nil, fmt.Errorf("llm: logits for chunk %d: %w", c, err)
+	}
+	half := int64(cfg.RopeDims / 2)
+	for s, g := range stages {
+		in, out := (s+1)%2, s%2
+		byName := map[string]sched.Binding{
+			"ids": {Span: r.ids, Stride: 4}, "pos": {Span: r.posS, Stride: 4}, "q_offset": {Span: r.qoffS, Stride: 4},
+			"rope_cos": {Span: r.cos, Stride: half * 4}, "rope_sin": {Span: r.sin, Stride: half * 4},
+			"x": {Lanes: x[in]}, "q": {Lanes: q[in]},
+		}
+		if s > 0 {
+			byName["k_cache"], byName["v_cache"] = sched.Binding{Span: r.kv[s-1][0]}, sched.Binding{Span: r.kv[s-1][1]}
+		}
+		st := sched.StageSpec{Name: fmt.Sprintf("stage %d", s), Layer: max(s-1, 0), Graph: g, Units: units[s],
+			Fallback: fallback[s]}
+		if s == 0 {
+			st.Name = "embed"
+		}
+		for _, t := range g.Inputs {
+			b, ok := byName[t.Name]
+			if !ok {
+				return nil, fmt.Errorf("llm: no binding for stage input %q: %w", t.Name, core.ErrInternal)
+			}
+			st.IO = append(st.IO, b)
+		}
+		if s < cfg.Layers {
+			// K and V of layer s are written straight into the cache at the chunk's row.
+			st.IO = append(st.IO, sched.Binding{Lanes: x[out]}, sched.Binding{Lanes: q[out]},
+				sched.Binding{Span: r.kv[s][0], Stride: rowBytes}, sched.Binding{Span: r.kv[s][1], Stride: rowBytes})
+		} else {
+			st.IO = append(st.IO, sched.Binding{Lanes: logits})
+		}
+		spec.Stages = append(spec.Stages, st)
+	}
+	spec.Progress = step
+	if r.cfg.stageChecks {
+		spec.Check = func(stage int, t *core.Tensor, data []byte) error {
+			return checkFinite(stageName(stage, cfg.Layers), stages[stage], t, data)
+		}
+	}
+	prog, err := r.rt.Compile(ctx, spec)
+	if err != nil {
+		if r.cfg.analyzeFirst && errors.Is(err, core.ErrUnsupported) && !errors.Is(err, sched.ErrPlanRefused) {
+			// every unit's analysis accepted its nodes (Compile analyzes first), then prepare refused
+			return nil, fmt.Errorf("llm: %s: %w: %w", spec.Name, ErrRefusedAfterAnalyze, err)
+		}
+		return nil, fmt.Errorf("llm: %s: %w", spec.Name, err)
+	}
+	return &chunkProg{c: c, prog: prog, logits: logits}, nil
 }
 
-// Close releases the cache, the prepared graphs and the context.
+// Close releases the cache, the prepared graphs and the units. The runner's report and
+// placement stay readable; closing twice is a no-op.
 func (r *Runner) Close() error {
-	var errs []error
-	for i := len(r.closers) - 1; i >= 0; i-- {
-		errs = append(errs, r.closers[i].Close())
+	if r.closed {
+		return nil
 	}
-	r.closers = nil
-	if r.bctx != nil {
-		errs = append(errs, r.bctx.Close())
-		r.bctx = nil
+	r.closed = true
+	if r.shared {
+		var errs []error
+		for _, cp := range r.progs {
+			errs = append(errs, cp.prog.Close())
+		}
+		return errors.Join(errs...)
 	}
-	return errors.Join(errs...)
+	return r.rt.Close()
 }
 
 // Model is the model the runner runs.
 func (r *Runner) Model() *Model { return r.m }
 
-// Device is the device the runner runs on.
-func (r *Runner) Device() core.Device { return r.dev }
+// Device is the device of the runner's first unit.
+func (r *Runner) Device() core.Device { return r.rt.Units()[r.unitIdx[0]].Device() }
+
+// Units are the names of the units the runner runs on, in plan order.
+func (r *Runner) Units() []string {
+	units := r.rt.Units()
+	var out []string
+	for _, i := range r.unitIdx {
+		out = append(out, units[i].Name())
+	}
+	return out
+}
+
+// Report is the runtime's report: per unit, the tasks run and the time busy, and the bytes
+// copied between the arena and units that cannot import it.
+func (r *Runner) Report() sched.RuntimeReport { return r.rt.Report() }
+
+// Placement describes which unit runs which ops, per phase.
+func (r *Runner) Placement() string {
+	var parts []string
+	for _, n := range []int{r.cfg.chunk, 1} {
+		if cp, ok := r.progs[n]; ok {
+			parts = append(parts, cp.prog.Placement())
+		}
+		if r.cfg.chunk == 1 {
+			break
+		}
+	}
+	return strings.Join(parts, "\n")
+}
 
 // ContextLength is the most tokens the cache holds.
 func (r *Runner) ContextLength() int { return r.cfg.ctxLen }
@@ -323,17 +498,21 @@ func (r *Runner) Reset() {
 
 // Prefill appends tokens to the sequence in chunks of the prefill length, the last chunk padded
 // (padding rows sit past the last real token, so the causal mask hides them), and returns the
-// logits after the last token.
+// logits after the last token. When the plan splits the model over several units, chunks
+// pipeline: chunk i+1's early stages run while chunk i's later ones do.
 func (r *Runner) Prefill(ctx context.Context, tokens []int32) ([]float32, error) {
-	return r.feed(ctx, tokens, r.chunks[r.cfg.chunk])
+	return r.feed(ctx, tokens, r.progs[r.cfg.chunk])
 }
 
 // Decode appends one token and returns the logits for the next.
 func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
-	return r.feed(ctx, []int32{token}, r.chunks[1])
+	return r.feed(ctx, []int32{token}, r.progs[1])
 }
 
-func (r *Runner) feed(ctx context.Context, tokens []int32, cs *chunkSet) ([]float32, error) {
+func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg) ([]float32, error) {
+	if r.closed {
+		return nil, fmt.Errorf("llm: runner is closed: %w", core.ErrBadState)
+	}
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("llm: no tokens: %w", core.ErrInvalidArgument)
 	}
@@ -346,73 +525,42 @@ func (r *Runner) feed(ctx context.Context, tokens []int32, cs *chunkSet) ([]floa
 			return nil, fmt.Errorf("llm: token %d outside the vocabulary of %d: %w", t, r.m.Config.Vocab, core.ErrInvalidArgument)
 		}
 	}
-	var logits []float32
-	for start := 0; start < len(tokens); start += int(cs.c) {
-		n := min(int(cs.c), len(tokens)-start)
-		set := cs
-		if n == 1 {
-			set = r.chunks[1] // a lone token needs no padded chunk: the decode graphs serve it
-		}
-		row, err := r.runChunk(ctx, set, tokens[start:start+n])
-		if err != nil {
-			return nil, err
-		}
-		if start+n == len(tokens) {
-			logits = row
-		}
+	// The token ids go to their rows, the padding of a last chunk as id 0 (past the last real
+	// token, where the causal mask hides it).
+	ids := r.rt.Arena().Bytes(r.ids)
+	c := int(cp.c)
+	end := r.pos + len(tokens)
+	if rem := len(tokens) % c; rem > 1 {
+		end += c - rem
 	}
-	return logits, nil
-}
+	padded := make([]int32, end-r.pos)
+	copy(padded, tokens)
+	copy(ids[4*r.pos:], core.EncodeI32(padded))
 
-// runChunk runs every stage over one chunk of up to cs.c tokens and returns the logits of its
-// last real token.
-func (r *Runner) runChunk(ctx context.Context, cs *chunkSet, toks []int32) ([]float32, error) {
-	c := int(cs.c)
-	ids := make([]int32, c)
-	pos := make([]int32, c)
-	copy(ids, toks)
-	for i := range pos {
-		pos[i] = int32(r.pos + i)
+	var chunks []sched.Chunk
+	n := len(tokens)
+	full := n / c * c
+	if n-full > 1 {
+		full = n
 	}
-	if err := cs.ids.Write(0, core.EncodeI32(ids)); err != nil {
-		return nil, fmt.Errorf("llm: write ids: %w", err)
+	for start := 0; start < full; start += c {
+		chunks = append(chunks, sched.Chunk{Row: int64(r.pos + start), Index: len(chunks)})
 	}
-	if err := cs.pos.Write(0, core.EncodeI32(pos)); err != nil {
-		return nil, fmt.Errorf("llm: write positions: %w", err)
+	lastProg, last := cp, len(chunks)-1
+	if err := cp.prog.Run(ctx, chunks); err != nil {
+		return nil, fmt.Errorf("llm: %s at position %d: %w", cp.prog.Name(), r.pos, err)
 	}
-	if err := cs.qoff.Write(0, core.EncodeI32([]int32{int32(r.pos)})); err != nil {
-		return nil, fmt.Errorf("llm: write q_offset: %w", err)
-	}
-	if cs.cos != nil {
-		cos, sin := r.m.Config.ropeTables(pos)
-		if err := cs.cos.Write(0, core.EncodeF32(cos)); err != nil {
-			return nil, fmt.Errorf("llm: write RoPE table: %w", err)
-		}
-		if err := cs.sin.Write(0, core.EncodeF32(sin)); err != nil {
-			return nil, fmt.Errorf("llm: write RoPE table: %w", err)
-		}
-	}
-	off := int64(r.pos) * cs.rowBytes
-	for s, st := range cs.stages {
-		if st.kSlot >= 0 {
-			// Stage s writes layer s's new K/V rows straight into the cache.
-			if err := st.exec.Bind(st.kSlot, r.kcache[s], off); err != nil {
-				return nil, fmt.Errorf("llm: bind K cache of layer %d: %w", s, err)
-			}
-			if err := st.exec.Bind(st.vSlot, r.vcache[s], off); err != nil {
-				return nil, fmt.Errorf("llm: bind V cache of layer %d: %w", s, err)
-			}
-		}
-		if err := st.exec.Run(ctx); err != nil {
-			return nil, fmt.Errorf("llm: stage %d at position %d: %w", s, r.pos, err)
+	lastRows := n - last*c
+	if full < n {
+		// a lone last token needs no padded chunk: the decode graphs serve it
+		lastProg, last, lastRows = r.progs[1], 0, 1
+		if err := lastProg.prog.Run(ctx, []sched.Chunk{{Row: int64(r.pos + full), Index: len(chunks)}}); err != nil {
+			return nil, fmt.Errorf("llm: %s at position %d: %w", lastProg.prog.Name(), r.pos+full, err)
 		}
 	}
 	V := int64(r.m.Config.Vocab)
-	raw := make([]byte, V*4)
-	if err := cs.logits.Read(int64(len(toks)-1)*V*4, raw); err != nil {
-		return nil, fmt.Errorf("llm: read logits: %w", err)
-	}
-	r.pos += len(toks)
-	r.history = append(r.history, toks...)
-	return core.DecodeF32(raw), nil
+	row := r.rt.Arena().Bytes(lastProg.logits[last%lastProg.prog.Lanes()])[int64(lastRows-1)*V*4:][:V*4]
+	r.pos += n
+	r.history = append(r.history, tokens...)
+	return core.DecodeF32(row), nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"sort"
 	"text/tabwriter"
 	"time"
@@ -31,6 +32,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	wtype := fs.String("weights", "q8_0", "weight dtype: f32, f16, q8_0, q4_0")
 	runs := fs.Int("runs", 5, "timed runs per device (the median is shown)")
 	seed := fs.Uint64("seed", 1, "seed of weights and inputs")
+	model := fs.String("model", defaultDemoModel, "model of the text-generation part (absent: a synthetic one)")
+	genTokens := fs.Int("n", 48, "tokens the text-generation part generates (0: skip it)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -103,6 +106,17 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	tw.Flush()
+	if *genTokens > 0 {
+		fmt.Fprintln(stdout)
+		path := *model
+		if _, err := os.Stat(path); err != nil {
+			path = ""
+		}
+		if err := demoText(ctx, stdout, backends, path, *genTokens); err != nil {
+			fmt.Fprintln(stderr, "xpu demo: text generation:", err)
+			failed = true
+		}
+	}
 	if failed {
 		return 1
 	}

@@ -58,14 +58,17 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	threads := fs.Int("threads", 0, "worker threads for CPU backends (0 = the backend's default)")
 	timeout := fs.Duration("timeout", 0, "deadline of one isolated execute; a plugin still running then is killed (0 = 10× its longest earlier run, at least 30s)")
 	fs.IntVar(threads, "t", 0, "alias of --threads")
+	units := fs.String("units", "", "run across these units with the default plan, e.g. neon,opencl,qnn or neon{cpus=0,threads=1},neon{cpus=1,threads=1} (see sched/PLAN.md)")
+	planFile := fs.String("plan", "", "run by this placement plan (JSON, see sched/PLAN.md)")
+	traceFile := fs.String("trace", "", "write a Chrome trace-event JSON of the run to this file (open it in Perfetto)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]]")
+		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseInterspersed(fs, args); !ok {
 		return code
 	}
-	if msg := runFlagCombination(fs, model, *prompt, *file, *backend, *policy); msg != "" {
+	if msg := runFlagCombination(fs, model, *prompt, *file, *backend, *policy, *units, *planFile); msg != "" {
 		fmt.Fprintf(stderr, "xpu run: %s\n", msg)
 		fs.Usage()
 		return 2
@@ -126,7 +129,18 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		lopts = append(lopts, loader.Isolated())
 	}
 	lopts = append(lopts, loader.WithExecuteTimeout(*timeout))
-	r, backends, err := openRunner(ctx, m, *backend, *policy, *device, allowRef, ropts, lopts...)
+	var tr *sched.Trace
+	if *traceFile != "" {
+		tr = sched.NewTrace()
+		ropts = append(ropts, llm.WithTrace(tr))
+	}
+	var r *llm.Runner
+	var backends []core.Backend
+	if *units != "" || *planFile != "" {
+		r, backends, err = openPlannedRunner(ctx, m, *units, *planFile, ropts, lopts...)
+	} else {
+		r, backends, err = openRunner(ctx, m, *backend, *policy, *device, allowRef, ropts, lopts...)
+	}
 	for _, b := range backends {
 		defer b.Close()
 	}
@@ -136,7 +150,10 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer r.Close()
 	info := r.Device().Info()
 	fmt.Fprintf(stderr, "load: %.0f ms (%s, %s, %.1f MB of weights on %s, %s)\n",
-		ms(time.Since(t0)), m.Config.Arch, describe(m), float64(m.WeightBytes())/1e6, info.ID(), deviceTag(info))
+		ms(time.Since(t0)), m.Config.Arch, describe(m), float64(m.WeightBytes())/1e6, strings.Join(r.Units(), ","), deviceTag(info))
+	if len(r.Units()) > 1 {
+		fmt.Fprintf(stderr, "placement:\n%s\n", r.Placement())
+	}
 
 	if s.Seed == 0 && s.Temperature > 0 {
 		s.Seed = uint64(time.Now().UnixNano())
@@ -165,6 +182,15 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "decode: %d tokens in %.1f ms, %.1f tok/s, %.2f GB/s of weights (stop: %s)\n",
 		len(res.Tokens), ms(res.Decode), res.DecodeTokensPerSecond(),
 		float64(m.WeightBytes())*res.DecodeTokensPerSecond()/1e9, res.Stop)
+	if len(r.Units()) > 1 {
+		fmt.Fprintf(stderr, "units:\n%s\n", r.Report())
+	}
+	if tr != nil {
+		if err := tr.WriteFile(*traceFile); err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stderr, "trace: %s (%d events; open in https://ui.perfetto.dev)\n", *traceFile, tr.Len())
+	}
 	return 0
 }
 
@@ -183,6 +209,49 @@ func runValues(n, chunk, ctxLen, device int, s llm.SamplerConfig) error {
 		return fmt.Errorf("--device %d: must be 0 or more", device)
 	}
 	return s.Validate()
+}
+
+// countSet counts the non-empty strings: the ways to choose devices exclude each other.
+func countSet(ss ...string) int {
+	n := 0
+	for _, s := range ss {
+		if s != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// openPlannedRunner opens every backend and runs the model on the units of the plan file, or on
+// the listed units with the default plan (sched.DefaultPlan).
+func openPlannedRunner(ctx context.Context, m *llm.Model, units, planFile string, opts []llm.RunnerOption,
+	lopts ...loader.Option) (*llm.Runner, []core.Backend, error) {
+	var plan *sched.Plan
+	var specs []sched.UnitSpec
+	var err error
+	if planFile != "" {
+		if plan, err = sched.LoadPlan(planFile); err != nil {
+			return nil, nil, err
+		}
+	} else if specs, err = sched.ParseUnitList(units); err != nil {
+		return nil, nil, err
+	}
+	backends, _, err := loader.OpenAll(ctx, lopts...)
+	if err != nil {
+		return nil, backends, err
+	}
+	backends = append(backends, ref.New())
+	var devs []core.Device
+	for _, b := range backends {
+		devs = append(devs, b.Devices()...)
+	}
+	if plan == nil {
+		if plan, err = llm.DefaultPlan(m, devs, specs); err != nil {
+			return nil, backends, err
+		}
+	}
+	r, err := llm.NewPlannedRunner(ctx, m, devs, plan, opts...)
+	return r, backends, err
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -271,7 +340,7 @@ func representativeNode(m *llm.Model) *core.Node {
 
 // runFlagCombination says what is wrong with a combination of run's flags ("" when nothing);
 // a positional argument becomes the model.
-func runFlagCombination(fs *flag.FlagSet, model *string, prompt, file, backend, policy string) string {
+func runFlagCombination(fs *flag.FlagSet, model *string, prompt, file, backend, policy, units, planFile string) string {
 	switch {
 	case fs.NArg() > 1:
 		return fmt.Sprintf("one model, got %d arguments: %s", fs.NArg(), strings.Join(fs.Args(), " "))
@@ -283,8 +352,8 @@ func runFlagCombination(fs *flag.FlagSet, model *string, prompt, file, backend, 
 	switch {
 	case *model == "":
 		return "no model: give -m MODEL.gguf or the path as the argument"
-	case backend != "" && policy != "":
-		return "--backend and --policy both choose the device: give one"
+	case countSet(backend, policy, units, planFile) > 1:
+		return "--backend, --policy, --units and --plan each choose where the model runs: give one"
 	case prompt != "" && file != "":
 		return "--prompt and --file both give the prompt: give one"
 	}

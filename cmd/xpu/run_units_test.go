@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xpuhub/xpu/loader"
+)
+
+// requirePlugins skips the test unless the named plugins are built.
+func requirePlugins(t *testing.T, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		b, err := loader.Open(context.Background(), n)
+		if err != nil {
+			t.Skipf("backend %s not available (run make all): %v", n, err)
+		}
+		b.Close()
+	}
+}
+
+// TestRunAcrossUnitsWithTrace is issue 11's acceptance run: stories260K across neon, opencl and
+// qnn prints the published greedy text, and the trace shows all three units busy.
+func TestRunAcrossUnitsWithTrace(t *testing.T) {
+	p := storiesPath(t)
+	requirePlugins(t, "neon", "opencl", "qnn")
+	want, err := os.ReadFile(filepath.Join(filepath.Dir(p), "stories260K.greedy.txt"))
+	require.NoError(t, err)
+	trace := filepath.Join(t.TempDir(), "t.json")
+	code, out, errOut := runCLI(t, "run", "--model", p, "--temp", "0", "-n", "256", "--units", "neon,opencl,qnn",
+		"--trace", trace)
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, string(want), out)
+	for _, s := range []string{"placement:", "MATMUL", "units:", "0 copies", "trace: " + trace} {
+		assert.Contains(t, errOut, s)
+	}
+
+	data, err := os.ReadFile(trace)
+	require.NoError(t, err)
+	var doc struct {
+		TraceEvents []struct {
+			Name string         `json:"name"`
+			Ph   string         `json:"ph"`
+			Tid  int            `json:"tid"`
+			Dur  float64        `json:"dur"`
+			Args map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	require.NoError(t, json.Unmarshal(data, &doc))
+	names := map[int]string{}
+	for _, e := range doc.TraceEvents {
+		if e.Ph == "M" && e.Name == "thread_name" {
+			names[e.Tid], _ = e.Args["name"].(string)
+		}
+	}
+	busy := map[string]float64{}
+	for _, e := range doc.TraceEvents {
+		if e.Ph == "X" && !strings.HasPrefix(e.Name, "wait ") {
+			busy[names[e.Tid]] += e.Dur
+		}
+	}
+	for _, u := range []string{"neon:0", "opencl:0", "qnn:0"} {
+		assert.Positive(t, busy[u], "unit %s is never busy in the trace (tracks %v)", u, names)
+	}
+}
+
+func TestRunUnitsErrors(t *testing.T) {
+	p := storiesPath(t)
+	plan := filepath.Join(t.TempDir(), "plan.json")
+	require.NoError(t, os.WriteFile(plan, []byte(`{"units":["ref"],"prefill":{"rules":[{"unit":"ref","ops":["MATMAL"]}]}}`), 0o644))
+	cases := []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"units and backend", []string{"run", "--model", p, "--units", "ref", "--backend", "ref"}, 2, "usage"},
+		{"units and plan", []string{"run", "--model", p, "--units", "ref", "--plan", plan}, 2, "usage"},
+		{"bad unit list", []string{"run", "--model", p, "--units", "neon{"}, 1, "bad unit spec"},
+		{"unknown unit", []string{"run", "--model", p, "--units", "ref,gpu:7"}, 1, "no device gpu:7"},
+		{"bad plan", []string{"run", "--model", p, "--plan", plan}, 1, "MATMAL"},
+		{"missing plan", []string{"run", "--model", p, "--plan", plan + ".none"}, 1, "no such file"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, _, errOut := runCLI(t, c.args...)
+			assert.Equal(t, c.code, code)
+			assert.Contains(t, errOut, c.msg)
+		})
+	}
+}

@@ -1,0 +1,361 @@
+package sched
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/xpuhub/xpu/core"
+)
+
+// Phase is a part of a request a plan places separately.
+type Phase string
+
+// Phases.
+const (
+	PhasePrefill Phase = "prefill"
+	PhaseDecode  Phase = "decode"
+)
+
+// Plan says which unit runs which nodes, per phase: data, read from JSON (see PLAN.md in this
+// package for the format and examples). Rules are tried in order; the first that matches a
+// node places it. A node no rule matches is an error, as is a rule naming a unit the plan does
+// not list.
+type Plan struct {
+	// Units are the unit specs the plan runs on (ParseUnitSpec text), in order.
+	Units []string `json:"units"`
+	// Prefill places the prompt's chunks; Decode the one-token steps. A phase without rules
+	// uses the other phase's.
+	Prefill PhasePlan `json:"prefill"`
+	Decode  PhasePlan `json:"decode"`
+}
+
+// PhasePlan is one phase's placement.
+type PhasePlan struct {
+	// Chunk, for prefill, overrides the runner's chunk length (0: keep it).
+	Chunk int    `json:"chunk,omitempty"`
+	Rules []Rule `json:"rules"`
+}
+
+// Rule places the nodes it matches on a unit. Empty filters match everything.
+type Rule struct {
+	// Unit is a unit of Plan.Units, by its spec text (as written there or canonical) or its
+	// position ("0", "1", ...).
+	Unit string `json:"unit"`
+	// Ops are op names (core.Op.String: "MATMUL", "ATTENTION", ...; case-insensitive).
+	Ops []string `json:"ops,omitempty"`
+	// Layers is a list of layer numbers and ranges: "0-11", "12-", "3,5-7".
+	Layers string `json:"layers,omitempty"`
+	// Nodes are path.Match patterns on node names without their "blk.N." layer prefix
+	// ("ffn_*", "attn_output").
+	Nodes []string `json:"nodes,omitempty"`
+	// Fallback, when set, is the unit a node goes to when Unit refuses it (Context.Analyze);
+	// without it a refusal fails the plan.
+	Fallback string `json:"fallback,omitempty"`
+}
+
+// ErrBadPlan is wrapped by every plan error (and wraps core.ErrInvalidArgument).
+var ErrBadPlan = fmt.Errorf("bad plan: %w", core.ErrInvalidArgument)
+
+// ParsePlan reads a plan from JSON; unknown fields are errors (a misspelt filter would
+// otherwise match everything).
+func ParsePlan(data []byte) (*Plan, error) {
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	var p Plan
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadPlan, err)
+	}
+	if _, err := p.Resolve(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// LoadPlan reads a plan file.
+func LoadPlan(file string) (*Plan, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("plan: %w", err)
+	}
+	p, err := ParsePlan(data)
+	if err != nil {
+		return nil, fmt.Errorf("plan %s: %w", file, err)
+	}
+	return p, nil
+}
+
+// JSON is the plan as indented JSON, the format ParsePlan reads.
+func (p *Plan) JSON() []byte {
+	b, _ := json.MarshalIndent(p, "", "  ") // plain data: cannot fail
+	return b
+}
+
+// ResolvedPlan is a plan checked and compiled for matching.
+type ResolvedPlan struct {
+	Specs  []UnitSpec
+	phases map[Phase][]resolvedRule
+}
+
+type resolvedRule struct {
+	unit, fallback int // indices into Specs; fallback -1: none
+	ops            []core.Op
+	layers         [][2]int // inclusive ranges; hi -1: open
+	nodes          []string
+	text           string // for messages
+}
+
+// Resolve parses the plan's units and rules.
+func (p *Plan) Resolve() (*ResolvedPlan, error) {
+	if len(p.Units) == 0 {
+		return nil, fmt.Errorf("%w: no units", ErrBadPlan)
+	}
+	rp := &ResolvedPlan{phases: map[Phase][]resolvedRule{}}
+	for _, s := range p.Units {
+		spec, err := ParseUnitSpec(s)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadPlan, err)
+		}
+		for _, prev := range rp.Specs {
+			if prev.String() == spec.String() {
+				return nil, fmt.Errorf("%w: unit %s listed twice", ErrBadPlan, spec)
+			}
+		}
+		rp.Specs = append(rp.Specs, spec)
+	}
+	for _, ph := range []struct {
+		phase Phase
+		pp    PhasePlan
+	}{{PhasePrefill, p.Prefill}, {PhaseDecode, p.Decode}} {
+		if ph.pp.Chunk < 0 {
+			return nil, fmt.Errorf("%w: %s chunk %d", ErrBadPlan, ph.phase, ph.pp.Chunk)
+		}
+		for i, r := range ph.pp.Rules {
+			rr, err := rp.resolveRule(r)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s rule %d: %w", ErrBadPlan, ph.phase, i, err)
+			}
+			rp.phases[ph.phase] = append(rp.phases[ph.phase], rr)
+		}
+	}
+	switch {
+	case len(rp.phases[PhasePrefill]) == 0 && len(rp.phases[PhaseDecode]) == 0:
+		return nil, fmt.Errorf("%w: no rules", ErrBadPlan)
+	case len(rp.phases[PhasePrefill]) == 0:
+		rp.phases[PhasePrefill] = rp.phases[PhaseDecode]
+	case len(rp.phases[PhaseDecode]) == 0:
+		rp.phases[PhaseDecode] = rp.phases[PhasePrefill]
+	}
+	return rp, nil
+}
+
+// unitIndex finds a unit by spec text or position.
+func (rp *ResolvedPlan) unitIndex(s string) (int, error) {
+	if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil {
+		if n < 0 || n >= len(rp.Specs) {
+			return 0, fmt.Errorf("unit #%d: the plan has %d units", n, len(rp.Specs))
+		}
+		return n, nil
+	}
+	spec, err := ParseUnitSpec(s)
+	if err != nil {
+		return 0, err
+	}
+	for i, u := range rp.Specs {
+		if u.String() == spec.String() {
+			return i, nil
+		}
+	}
+	names := make([]string, len(rp.Specs))
+	for i, u := range rp.Specs {
+		names[i] = u.String()
+	}
+	return 0, fmt.Errorf("unit %s is not one of the plan's units (%s)", spec, strings.Join(names, ", "))
+}
+
+func (rp *ResolvedPlan) resolveRule(r Rule) (resolvedRule, error) {
+	rr := resolvedRule{fallback: -1}
+	b, _ := json.Marshal(r)
+	rr.text = string(b)
+	var err error
+	if rr.unit, err = rp.unitIndex(r.Unit); err != nil {
+		return rr, err
+	}
+	if r.Fallback != "" {
+		if rr.fallback, err = rp.unitIndex(r.Fallback); err != nil {
+			return rr, fmt.Errorf("fallback: %w", err)
+		}
+	}
+	for _, o := range r.Ops {
+		if o == "*" {
+			rr.ops = nil
+			break
+		}
+		op, err := core.ParseOp(o)
+		if err != nil {
+			return rr, err
+		}
+		rr.ops = append(rr.ops, op)
+	}
+	if rr.layers, err = parseLayers(r.Layers); err != nil {
+		return rr, err
+	}
+	for _, n := range r.Nodes {
+		if _, err := path.Match(n, ""); err != nil {
+			return rr, fmt.Errorf("node pattern %q: %w", n, err)
+		}
+	}
+	rr.nodes = r.Nodes
+	return rr, nil
+}
+
+// parseLayers reads "0-11,14,16-".
+func parseLayers(s string) ([][2]int, error) {
+	var out [][2]int
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(strings.TrimSpace(lo))
+		if err != nil || a < 0 {
+			return nil, fmt.Errorf("layers %q: %q is not a layer number", s, lo)
+		}
+		b := a
+		if isRange {
+			if hi = strings.TrimSpace(hi); hi == "" {
+				b = -1
+			} else if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, fmt.Errorf("layers %q: bad range %q", s, part)
+			}
+		}
+		out = append(out, [2]int{a, b})
+	}
+	return out, nil
+}
+
+func (rr *resolvedRule) matches(layer int, n *core.Node) bool {
+	if len(rr.ops) > 0 && !slices.Contains(rr.ops, n.Op) {
+		return false
+	}
+	if len(rr.layers) > 0 {
+		in := false
+		for _, r := range rr.layers {
+			if layer >= r[0] && (r[1] < 0 || layer <= r[1]) {
+				in = true
+				break
+			}
+		}
+		if !in {
+			return false
+		}
+	}
+	if len(rr.nodes) > 0 {
+		name := n.Name
+		if strings.HasPrefix(name, "blk.") {
+			if i := strings.IndexByte(name[4:], '.'); i >= 0 {
+				name = name[4+i+1:]
+			}
+		}
+		for _, p := range rr.nodes {
+			if ok, _ := path.Match(p, name); ok {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// ErrNoRule: no rule of the plan matches a node.
+var ErrNoRule = errors.New("no plan rule matches the node")
+
+// Place returns the unit (index into Specs) for node n of layer in phase, and the fallback
+// unit (-1: none).
+func (rp *ResolvedPlan) Place(phase Phase, layer int, n *core.Node) (unit, fallback int, err error) {
+	for _, rr := range rp.phases[phase] {
+		if rr.matches(layer, n) {
+			return rr.unit, rr.fallback, nil
+		}
+	}
+	return 0, -1, fmt.Errorf("%s node %s (%s, layer %d): %w", phase, n.Name, n.Op, layer, ErrNoRule)
+}
+
+// DefaultPlan is the plan --units gives without a plan file (no solver yet: a fixed rule over
+// the units' device kinds, documented in PLAN.md):
+//   - one unit: everything on it;
+//   - units all of one device kind (e.g. two pinned CPU units): the layers split into
+//     contiguous, near-equal ranges in unit order, so prefill chunks pipeline across them;
+//   - otherwise: MATMULs on the unit of the most matmul-oriented kind (NPU, then GPU, then
+//     accelerator, then CPU; the first listed on ties), ATTENTION on a third unit if there is
+//     one (a GPU first), everything else on the first CPU unit (or the first unit that is not
+//     the MATMUL unit). Each MATMUL or ATTENTION a unit refuses falls back to the rest unit.
+//
+// kinds are the units' device kinds, layers the model's layer count.
+func DefaultPlan(specs []UnitSpec, kinds []core.DeviceKind, layers int) *Plan {
+	p := &Plan{}
+	for _, s := range specs {
+		p.Units = append(p.Units, s.String())
+	}
+	if len(specs) <= 1 {
+		p.Prefill.Rules = []Rule{{Unit: "0"}}
+		return p
+	}
+	same := true
+	for _, k := range kinds {
+		same = same && k == kinds[0]
+	}
+	if same {
+		n := len(specs)
+		for i := range n {
+			lo, hi := i*layers/n, (i+1)*layers/n-1
+			r := Rule{Unit: strconv.Itoa(i), Layers: fmt.Sprintf("%d-%d", lo, hi)}
+			if i == n-1 {
+				r.Layers = fmt.Sprintf("%d-", lo)
+			}
+			if hi >= lo || i == n-1 {
+				p.Prefill.Rules = append(p.Prefill.Rules, r)
+			}
+		}
+		return p
+	}
+	rank := map[core.DeviceKind]int{core.DeviceNPU: 4, core.DeviceGPU: 3, core.DeviceAccel: 2, core.DeviceCPU: 1}
+	mm := 0
+	for i, k := range kinds {
+		if rank[k] > rank[kinds[mm]] {
+			mm = i
+		}
+	}
+	rest := -1
+	for i, k := range kinds {
+		if i != mm && k == core.DeviceCPU {
+			rest = i
+			break
+		}
+	}
+	if rest < 0 {
+		rest = 0
+		if mm == 0 {
+			rest = 1
+		}
+	}
+	attn := -1
+	for i, k := range kinds {
+		if i != mm && i != rest && (attn < 0 || k == core.DeviceGPU && kinds[attn] != core.DeviceGPU) {
+			attn = i
+		}
+	}
+	r := strconv.Itoa(rest)
+	p.Prefill.Rules = append(p.Prefill.Rules, Rule{Unit: strconv.Itoa(mm), Ops: []string{core.OpMatMul.String()}, Fallback: r})
+	if attn >= 0 {
+		p.Prefill.Rules = append(p.Prefill.Rules, Rule{Unit: strconv.Itoa(attn), Ops: []string{core.OpAttention.String()}, Fallback: r})
+	}
+	p.Prefill.Rules = append(p.Prefill.Rules, Rule{Unit: r})
+	return p
+}

@@ -1,0 +1,1038 @@
+package sched
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/xpuhub/xpu/core"
+)
+
+// Runtime runs programs — graphs cut into partitions over several units — on its units. It owns
+// the units (their contexts), an Arena every unit imports, and one worker per unit: a goroutine
+// locked to its OS thread that runs that unit's tasks in order, waiting on other units' Signals
+// where a task consumes what another unit produced (no trip through the Go scheduler per edge).
+//
+// Requests (Program.Run) from several goroutines run concurrently where they use different
+// units (one sequence's decode on one unit while another sequence's prefill runs on another);
+// on a shared unit they run in the order they were dispatched. One Program runs one request at
+// a time. Close the runtime after its programs' last Run.
+type Runtime struct {
+	cfg     runtimeConfig
+	units   []*Unit
+	mem     []*unitMem // per unit: its view of the arena
+	arena   *Arena
+	workers []*rtWorker
+	pred    *Predictor[taskKey]
+
+	runMu    sync.Mutex // dispatch: sequence numbers and job order agree on every unit
+	inflight sync.WaitGroup
+	mu       sync.Mutex // programs, closed
+	programs []*Program
+	closed   bool
+	broken   error // a unit crashed: the runtime must be rebuilt
+
+	copies, copyBytes atomic.Int64 // arena ↔ mirror copies for units that import nothing
+	runs              atomic.Int64
+}
+
+type runtimeConfig struct {
+	trace  *Trace
+	logger *slog.Logger
+}
+
+// RuntimeOption configures NewRuntime.
+type RuntimeOption func(*runtimeConfig)
+
+// WithRuntimeTrace records every task, wait and copy in t (one track per unit).
+func WithRuntimeTrace(t *Trace) RuntimeOption { return func(c *runtimeConfig) { c.trace = t } }
+
+// WithRuntimeLogger sets the logger (default slog.Default()).
+func WithRuntimeLogger(l *slog.Logger) RuntimeOption {
+	return func(c *runtimeConfig) { c.logger = l }
+}
+
+// NewRuntime opens one unit per spec on the device of devices it names (FindDevice) and starts
+// their workers.
+func NewRuntime(ctx context.Context, devices []core.Device, specs []UnitSpec, opts ...RuntimeOption) (*Runtime, error) {
+	cfg := runtimeConfig{logger: slog.Default()}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("runtime: no units: %w", core.ErrInvalidArgument)
+	}
+	rt := &Runtime{cfg: cfg, arena: NewArena(), pred: NewPredictor[taskKey](0)}
+	for i, s := range specs {
+		for _, prev := range specs[:i] {
+			if prev.String() == s.String() {
+				return nil, errors.Join(fmt.Errorf("runtime: unit %s given twice: %w", s, core.ErrInvalidArgument), rt.Close())
+			}
+		}
+		dev, err := FindDevice(s, devices)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("runtime: %w", err), rt.Close())
+		}
+		u, err := OpenUnit(ctx, dev, s)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("runtime: %w", err), rt.Close())
+		}
+		rt.units = append(rt.units, u)
+		rt.mem = append(rt.mem, &unitMem{mode: modeFor(dev.Info().Caps)})
+		// buffered: dispatching a request never waits for a unit busy with an earlier one
+		w := &rtWorker{rt: rt, idx: i, sig: NewSignal(), jobs: make(chan *rtJob, 64), exited: make(chan struct{})}
+		rt.workers = append(rt.workers, w)
+		go w.loop()
+	}
+	return rt, nil
+}
+
+// Units are the runtime's units, in the order of the specs.
+func (rt *Runtime) Units() []*Unit { return slices.Clone(rt.units) }
+
+// Arena is the memory every unit sees.
+func (rt *Runtime) Arena() *Arena { return rt.arena }
+
+// Trace is the trace the runtime records into (nil: none).
+func (rt *Runtime) Trace() *Trace { return rt.cfg.trace }
+
+// Close stops the workers and releases every program, the arena imports, the arena and the
+// units' contexts.
+func (rt *Runtime) Close() error {
+	rt.runMu.Lock()
+	rt.mu.Lock()
+	if rt.closed {
+		rt.mu.Unlock()
+		rt.runMu.Unlock()
+		return nil
+	}
+	rt.closed = true
+	progs := rt.programs
+	rt.programs = nil
+	rt.mu.Unlock()
+	rt.runMu.Unlock()
+	rt.inflight.Wait()
+	var errs []error
+	for _, w := range rt.workers {
+		close(w.jobs)
+		<-w.exited
+	}
+	for _, p := range progs {
+		errs = append(errs, p.release())
+	}
+	for _, m := range rt.mem {
+		errs = append(errs, m.close())
+	}
+	errs = append(errs, rt.arena.Close())
+	for _, u := range rt.units {
+		errs = append(errs, u.Close())
+	}
+	if rt.broken != nil {
+		// a crashed backend cannot release what it held: that is the crash, reported by Run
+		errs = slices.DeleteFunc(errs, func(e error) bool { return errors.Is(e, core.ErrBackendCrashed) })
+	}
+	return errors.Join(errs...)
+}
+
+// Binding places a graph input or output of a stage in the arena.
+type Binding struct {
+	// Span is where the tensor lives; Lanes, when set, gives one span per lane instead (an
+	// activation each chunk in flight has its own copy of).
+	Span  Span
+	Lanes []Span
+	// Stride moves the binding by Stride bytes per row of the run's Chunk.Row: a KV cache's
+	// rows, or per-position inputs (token ids, RoPE tables).
+	Stride int64
+}
+
+// StageSpec is one graph of a program.
+type StageSpec struct {
+	// Name and Layer label the stage's tasks in traces and errors.
+	Name  string
+	Layer int
+	Graph *core.Graph
+	// Units gives each node (by ID) a unit index; Fallback, if not nil, a unit for a node its
+	// unit refuses (-1: none, the refusal is an error).
+	Units    []int
+	Fallback []int
+	// IO binds Graph.Inputs then Graph.Outputs.
+	IO []Binding
+}
+
+// ProgramSpec is a sequence of stages that runs once per chunk: stage s+1 starts after stage s
+// (they exchange activations through lane spans), and chunk i's stage s after chunk i-1's stage
+// s-1 (stage s reads what earlier chunks wrote at stage s-1: the KV cache). With Lanes > 1, up
+// to Lanes chunks are in flight at once.
+type ProgramSpec struct {
+	Name   string
+	Phase  Phase
+	Lanes  int
+	Stages []StageSpec
+	// Progress, if set, is called after each stage is prepared.
+	Progress func()
+	// Check, if set, is given every floating-point output of every partition after each run
+	// (stage index, tensor, its bytes in the arena) and fails the request with its error: a
+	// debugging aid that names the first stage computing a NaN, at the cost of reading every
+	// activation.
+	Check func(stage int, t *core.Tensor, data []byte) error
+}
+
+// ErrPlanRefused wraps core.ErrUnsupported: a unit refuses a node the plan gives it.
+var ErrPlanRefused = fmt.Errorf("plan refused: %w", core.ErrUnsupported)
+
+// Program is a ProgramSpec partitioned, checked and prepared on the runtime's units, with its
+// activation slots assigned.
+type Program struct {
+	rt     *Runtime
+	name   string
+	phase  Phase
+	lanes  int
+	stages []*progStage
+	// nodes counts the nodes placed on each unit, by op, for Placement.
+	nodes    []map[core.Op]int
+	released bool // Close was called (under rt.mu)
+	check    func(stage int, t *core.Tensor, data []byte) error
+}
+
+type progStage struct {
+	spec  StageSpec
+	parts []*progPart
+	sinks []int // partitions nothing later in the stage depends on
+}
+
+// progPart is one partition: a prepared executable and one execution per lane.
+type progPart struct {
+	*Partition
+	unit  int
+	name  string
+	exe   core.Executable
+	execs []core.Execution // per lane
+	io    []partIO         // per partition input then output
+}
+
+// partIO is where a partition's input or output lives.
+type partIO struct {
+	t       *core.Tensor
+	lanes   []Span // per lane (same span repeated when shared)
+	stride  int64
+	isInput bool
+	slot    int // an activation slot (index into Compile's slot uses), or -1
+}
+
+// Compile partitions each stage graph by its node units, checks every partition on its unit
+// (Context.Analyze: a refused node fails here, naming node, unit and reason, before anything
+// runs), prepares it, gives the tensors that cross partitions arena slots, and binds one
+// execution per lane.
+func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, err error) {
+	// the units' arena views are the workers' while a request runs
+	rt.runMu.Lock()
+	defer rt.runMu.Unlock()
+	rt.mu.Lock()
+	closed := rt.closed
+	rt.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("runtime: compile: closed: %w", core.ErrBadState)
+	}
+	lanes := max(spec.Lanes, 1)
+	p := &Program{rt: rt, name: spec.Name, phase: spec.Phase, lanes: lanes, check: spec.Check, nodes: make([]map[core.Op]int, len(rt.units))}
+	for i := range p.nodes {
+		p.nodes[i] = map[core.Op]int{}
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, p.release())
+		}
+	}()
+	// Cross-partition tensors of stage s go to slot group s%2 of each lane: stage s+2 reuses
+	// stage s's slots, and it starts only after every task of stage s+1, which started after
+	// every task of stage s.
+	type slotUse struct {
+		idx int
+		t   *core.Tensor
+		off int64
+	}
+	var uses []*slotUse
+	groupSize := [2]int64{}
+	for si, st := range spec.Stages {
+		ps, err := rt.partition(ctx, st)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", st.Name, err)
+		}
+		pst := &progStage{spec: st}
+		bound := map[*core.Tensor]Binding{}
+		for i, t := range st.Graph.Inputs {
+			bound[t] = st.IO[i]
+		}
+		for i, t := range st.Graph.Outputs {
+			bound[t] = st.IO[len(st.Graph.Inputs)+i]
+		}
+		var used int64
+		slot := map[*core.Tensor]*slotUse{}
+		hasLater := make([]bool, len(ps))
+		for _, part := range ps {
+			for _, d := range part.Deps {
+				hasLater[d] = true
+			}
+			pp := &progPart{Partition: part.Partition, unit: part.unit, exe: part.exe,
+				name: fmt.Sprintf("%s/p%d %s", st.Name, part.Index, partLabel(part.Partition, st.Graph))}
+			pst.parts = append(pst.parts, pp)
+			for _, n := range part.Nodes {
+				p.nodes[part.unit][st.Graph.Nodes[n].Op]++
+			}
+			for k, t := range slices.Concat(part.Inputs, part.Outputs) {
+				io := partIO{t: t, isInput: k < len(part.Inputs), slot: -1}
+				if b, ok := bound[t]; ok {
+					if err := checkBinding(t, b); err != nil {
+						return nil, fmt.Errorf("%s: %w", st.Name, err)
+					}
+					io.stride = b.Stride
+					for l := range lanes {
+						if len(b.Lanes) > 0 {
+							io.lanes = append(io.lanes, b.Lanes[l%len(b.Lanes)])
+						} else {
+							io.lanes = append(io.lanes, b.Span)
+						}
+					}
+				} else {
+					u := slot[t]
+					if u == nil {
+						u = &slotUse{idx: len(uses), t: t, off: used}
+						used += alignUp(max(t.Bytes(), 1), arenaAlign)
+						slot[t] = u
+						uses = append(uses, u)
+					}
+					io.lanes = make([]Span, lanes) // filled below, once the groups exist
+					io.slot = u.idx
+				}
+				pp.io = append(pp.io, io)
+			}
+		}
+		for i := range ps {
+			if !hasLater[i] {
+				pst.sinks = append(pst.sinks, i)
+			}
+		}
+		groupSize[si%2] = max(groupSize[si%2], used)
+		p.stages = append(p.stages, pst)
+		if spec.Progress != nil {
+			spec.Progress()
+		}
+	}
+	// The slot groups, per lane.
+	groups := make([][2]Span, lanes)
+	for l := range lanes {
+		for g := range 2 {
+			if groupSize[g] > 0 {
+				if groups[l][g], err = rt.arena.Alloc(groupSize[g]); err != nil {
+					return nil, fmt.Errorf("%s: activation slots: %w", spec.Name, err)
+				}
+			}
+		}
+	}
+	for si, pst := range p.stages {
+		for _, pp := range pst.parts {
+			for k := range pp.io {
+				io := &pp.io[k]
+				if io.slot < 0 {
+					continue
+				}
+				u := uses[io.slot]
+				for l := range lanes {
+					g := groups[l][si%2]
+					io.lanes[l] = Span{block: g.block, Off: g.Off + u.off, Size: alignUp(max(u.t.Bytes(), 1), arenaAlign)}
+				}
+			}
+			if err := rt.bindLanes(pp, lanes); err != nil {
+				return nil, fmt.Errorf("%s: %w", pp.name, err)
+			}
+		}
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.closed {
+		return nil, fmt.Errorf("runtime: compile: closed: %w", core.ErrBadState)
+	}
+	rt.programs = append(rt.programs, p)
+	return p, nil
+}
+
+// checkBinding rejects a binding that cannot hold t: every span must, at row 0.
+func checkBinding(t *core.Tensor, b Binding) error {
+	spans := b.Lanes
+	if len(spans) == 0 {
+		spans = []Span{b.Span}
+	}
+	for _, s := range spans {
+		if s.Size < t.Bytes() || s.Size == 0 || b.Stride < 0 {
+			return fmt.Errorf("binding of %s (%d bytes): span of %d bytes, stride %d: %w", t.Name, t.Bytes(),
+				s.Size, b.Stride, core.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// partLabel names a partition by its first node and size.
+func partLabel(p *Partition, g *core.Graph) string {
+	first := g.Nodes[p.Nodes[0]]
+	if len(p.Nodes) == 1 {
+		return first.Name
+	}
+	return fmt.Sprintf("%s +%d", first.Name, len(p.Nodes)-1)
+}
+
+// compiledPart is a partition checked and prepared on its unit.
+type compiledPart struct {
+	*Partition
+	unit int
+	exe  core.Executable
+}
+
+// partition splits a stage by unit, checks each partition where it goes and prepares it. A
+// node its unit refuses moves to its fallback unit when it has one (then the stage is split
+// again); otherwise the refusal is the error.
+func (rt *Runtime) partition(ctx context.Context, st StageSpec) ([]compiledPart, error) {
+	g := st.Graph
+	if g == nil || len(st.Units) != len(g.Nodes) || len(st.IO) != len(g.Inputs)+len(g.Outputs) {
+		return nil, fmt.Errorf("stage %q: need a graph, a unit per node and a binding per input and output: %w",
+			st.Name, core.ErrInvalidArgument)
+	}
+	units := slices.Clone(st.Units)
+	for _, u := range units {
+		if u < 0 || u >= len(rt.units) {
+			return nil, fmt.Errorf("stage %q: unit index %d of %d units: %w", st.Name, u, len(rt.units), core.ErrInvalidArgument)
+		}
+	}
+	for try := 0; ; try++ {
+		parts, err := SplitGraph(g, units)
+		if err != nil {
+			return nil, err
+		}
+		moved := false
+		var refusals []error
+		for _, part := range parts {
+			u := rt.units[part.Device]
+			vs, err := u.Context().Analyze(ctx, part.Graph)
+			if err != nil {
+				return nil, fmt.Errorf("unit %s: analyze partition %d: %w", u.Name(), part.Index, err)
+			}
+			for i, v := range vs {
+				if v.Supported || i >= len(part.Nodes) {
+					continue
+				}
+				id := part.Nodes[i]
+				n := g.Nodes[id]
+				if st.Fallback != nil && st.Fallback[id] >= 0 && st.Fallback[id] != units[id] && try == 0 {
+					units[id] = st.Fallback[id]
+					moved = true
+					continue
+				}
+				refusals = append(refusals, fmt.Errorf("node %s (%s) on unit %s: %s", n.Name, n.Op, u.Name(), v.Reason))
+			}
+		}
+		if len(refusals) > 0 {
+			return nil, fmt.Errorf("%w: %w", ErrPlanRefused, errors.Join(refusals...))
+		}
+		if moved {
+			continue
+		}
+		out := make([]compiledPart, 0, len(parts))
+		for _, part := range parts {
+			u := rt.units[part.Device]
+			exe, err := u.Context().Prepare(ctx, part.Graph)
+			if err != nil {
+				for _, c := range out {
+					c.exe.Close()
+				}
+				return nil, fmt.Errorf("unit %s: prepare partition %d: %w", u.Name(), part.Index, err)
+			}
+			out = append(out, compiledPart{Partition: part, unit: part.Device, exe: exe})
+		}
+		return out, nil
+	}
+}
+
+// bindLanes makes one execution per lane and binds what does not move between runs.
+func (rt *Runtime) bindLanes(pp *progPart, lanes int) error {
+	for l := range lanes {
+		e, err := pp.exe.NewExecution()
+		if err != nil {
+			return err
+		}
+		pp.execs = append(pp.execs, e)
+		for k, io := range pp.io {
+			if io.stride != 0 {
+				continue // bound at every run
+			}
+			buf, err := rt.mem[pp.unit].buffer(rt.arena, rt.units[pp.unit], io.lanes[l].block)
+			if err != nil {
+				return err
+			}
+			if err := e.Bind(k, buf, io.lanes[l].Off); err != nil {
+				return fmt.Errorf("bind %s: %w", io.t.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Close releases the program's executions and executables before the runtime closes (which
+// releases every program). The program must not be running. Its arena spans stay: the arena
+// is freed with the runtime.
+func (p *Program) Close() error {
+	rt := p.rt
+	rt.runMu.Lock()
+	defer rt.runMu.Unlock()
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if p.released || rt.closed {
+		return nil
+	}
+	p.released = true
+	rt.programs = slices.DeleteFunc(rt.programs, func(q *Program) bool { return q == p })
+	return p.release()
+}
+
+// release closes the program's executions and executables.
+func (p *Program) release() error {
+	var errs []error
+	for _, st := range p.stages {
+		for _, pp := range st.parts {
+			for _, e := range pp.execs {
+				errs = append(errs, e.Close())
+			}
+			pp.execs = nil
+			if pp.exe != nil {
+				errs = append(errs, pp.exe.Close())
+				pp.exe = nil
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Name is the program's name.
+func (p *Program) Name() string { return p.name }
+
+// Lanes is how many chunks may be in flight at once.
+func (p *Program) Lanes() int { return p.lanes }
+
+// Chunk is one run of a program's stages.
+type Chunk struct {
+	// Row moves every strided binding (Binding.Stride) by Row strides.
+	Row int64
+	// Index labels the chunk in traces.
+	Index int
+}
+
+// taskKey identifies a task for duration prediction: a partition of a program.
+type taskKey struct {
+	prog      *Program
+	stage, pt int
+}
+
+// rtTask is one partition run for one chunk.
+type rtTask struct {
+	p           *Program
+	stage, part int
+	pp          *progPart
+	lane        int
+	chunk       Chunk
+	seq         uint64
+	waits       []uint64 // per unit: the sequence number to wait for (0: none)
+	unitPos     int      // index in its unit's task list
+	name        string
+}
+
+// rtJob is one request's tasks for one unit.
+type rtJob struct {
+	ctx context.Context
+	// execCtx is what Execution.Run gets: the caller's context when it has a deadline (an
+	// isolated backend's hung call is then killed), else Background, because a cancelable
+	// context makes the ABI layer run each call on a goroutine of its own: a scheduler round
+	// trip per task. Cancellation still stops the request between tasks and in every wait.
+	execCtx context.Context
+	cancel  context.CancelCauseFunc
+	tasks   []*rtTask
+	all     [][]*rtTask // every unit's tasks, for predictions
+	wg      *sync.WaitGroup
+}
+
+// Run runs every stage for each chunk, in chunk order per unit, with up to Lanes chunks in
+// flight. The caller has written the chunks' inputs into the arena. An error from any unit
+// cancels the rest and is returned; a crashed (isolated) unit's core.ErrBackendCrashed marks
+// the runtime broken: it must be closed and rebuilt.
+func (p *Program) Run(ctx context.Context, chunks []Chunk) error {
+	if len(chunks) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	rt := p.rt
+	rt.runMu.Lock()
+	rt.mu.Lock()
+	closed, broken := rt.closed || p.released, rt.broken
+	rt.mu.Unlock()
+	switch {
+	case closed:
+		rt.runMu.Unlock()
+		return fmt.Errorf("runtime: run %s: closed: %w", p.name, core.ErrBadState)
+	case broken != nil:
+		rt.runMu.Unlock()
+		return fmt.Errorf("runtime: run: a unit crashed earlier, rebuild the runtime: %w", broken)
+	}
+	rt.inflight.Add(1)
+	defer rt.inflight.Done()
+	perUnit := p.plan(chunks)
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	execCtx := context.Background()
+	if _, ok := ctx.Deadline(); ok {
+		execCtx = ctx
+	}
+	var wg sync.WaitGroup
+	for u, tasks := range perUnit {
+		if len(tasks) == 0 {
+			continue
+		}
+		wg.Add(1)
+		rt.workers[u].jobs <- &rtJob{ctx: runCtx, execCtx: execCtx, cancel: cancel, tasks: tasks, all: perUnit, wg: &wg}
+	}
+	rt.runMu.Unlock()
+	wg.Wait()
+	rt.runs.Add(1)
+	// cancel(nil) runs only on return: a cause now is a task's error or the caller's ctx
+	if err := context.Cause(runCtx); err != nil {
+		if errors.Is(err, core.ErrBackendCrashed) {
+			rt.mu.Lock()
+			rt.broken = err
+			rt.mu.Unlock()
+		}
+		return err
+	}
+	return nil
+}
+
+// plan lays out the tasks of one request: their dependencies, the order each unit runs its
+// tasks in, and the sequence numbers each task waits for on other units.
+//
+// Dependencies: a partition's producers in its stage; a stage's first partitions wait for
+// every task of the chunk's previous stage and of the previous chunk's previous stage (the
+// K/V rows attention reads), and a chunk's first stage for every task of the chunk that used
+// its lane before. The order per unit comes from a list schedule simulated with the durations
+// earlier runs measured (mllm-NPU's out-of-order execution: a unit takes the ready task that
+// can start first, from any chunk), so a unit idle in chunk i's dependency chain can work on
+// chunk i+1. A simulated schedule respects every dependency, so the per-unit orders agree with
+// each other and no unit ever waits on a task queued behind one of its own.
+func (p *Program) plan(chunks []Chunk) [][]*rtTask {
+	rt := p.rt
+	nu := len(rt.units)
+	var tasks []*rtTask
+	var deps [][]int
+	// sinks[i][s]: the tasks of chunk i's stage s that no later task of that stage needs
+	sinks := make([][][]int, len(chunks))
+	for ci, ch := range chunks {
+		lane := ci % p.lanes
+		sinks[ci] = make([][]int, len(p.stages))
+		for si, st := range p.stages {
+			first := len(tasks)
+			for pi, pp := range st.parts {
+				t := &rtTask{p: p, stage: si, part: pi, pp: pp, lane: lane, chunk: ch, waits: make([]uint64, nu)}
+				var d []int
+				for _, q := range pp.Deps {
+					d = append(d, first+q)
+				}
+				if len(pp.Deps) == 0 {
+					switch {
+					case si > 0:
+						d = append(d, sinks[ci][si-1]...)
+						if ci > 0 {
+							d = append(d, sinks[ci-1][si-1]...)
+						}
+					case ci >= p.lanes:
+						d = append(d, sinks[ci-p.lanes][len(p.stages)-1]...)
+					}
+				}
+				tasks = append(tasks, t)
+				deps = append(deps, d)
+			}
+			for _, q := range st.sinks {
+				sinks[ci][si] = append(sinks[ci][si], first+q)
+			}
+		}
+	}
+	order := p.simulate(tasks, deps)
+	perUnit := make([][]*rtTask, nu)
+	for _, i := range order {
+		t := tasks[i]
+		w := rt.workers[t.pp.unit]
+		w.issued++
+		t.seq = w.issued
+		t.unitPos = len(perUnit[t.pp.unit])
+		perUnit[t.pp.unit] = append(perUnit[t.pp.unit], t)
+	}
+	for i, t := range tasks {
+		for _, d := range deps[i] {
+			if u := tasks[d].pp.unit; u != t.pp.unit {
+				t.waits[u] = max(t.waits[u], tasks[d].seq)
+			}
+		}
+	}
+	return perUnit
+}
+
+// simulate list-schedules tasks on their units with predicted durations (1 ms for a partition
+// never run) and returns the task indices in simulated start order. A free unit takes, among
+// its tasks ready by then, the first in chunk order (so chunks pipeline through the units as
+// they were issued); only when none is ready does it take the one ready soonest (filling the
+// wait with later work).
+func (p *Program) simulate(tasks []*rtTask, deps [][]int) []int {
+	n := len(tasks)
+	pending := make([]int, n)
+	users := make([][]int, n)
+	for i, d := range deps {
+		pending[i] = len(d)
+		for _, q := range d {
+			users[q] = append(users[q], i)
+		}
+	}
+	readyAt := make([]time.Duration, n)
+	free := make([]time.Duration, len(p.rt.units))
+	ready := make([][]int, len(p.rt.units)) // per unit: tasks whose dependencies are scheduled
+	for i := range tasks {
+		if pending[i] == 0 {
+			ready[tasks[i].pp.unit] = append(ready[tasks[i].pp.unit], i)
+		}
+	}
+	// pick is the task unit u would start next, and when.
+	pick := func(u int) (int, time.Duration) {
+		best, bestAt := -1, time.Duration(0)
+		for k, i := range ready[u] {
+			at := max(readyAt[i], free[u])
+			if best < 0 || at < bestAt || at == bestAt && i < ready[u][best] {
+				best, bestAt = k, at
+			}
+		}
+		return best, bestAt
+	}
+	order := make([]int, 0, n)
+	for len(order) < n {
+		bu, bk, bStart := -1, -1, time.Duration(0)
+		for u := range ready {
+			if len(ready[u]) == 0 {
+				continue
+			}
+			k, at := pick(u)
+			if bu < 0 || at < bStart || at == bStart && ready[u][k] < ready[bu][bk] {
+				bu, bk, bStart = u, k, at
+			}
+		}
+		i := ready[bu][bk]
+		ready[bu] = slices.Delete(ready[bu], bk, bk+1)
+		t := tasks[i]
+		d, ok := p.rt.pred.Predict(taskKey{t.p, t.stage, t.part})
+		if !ok {
+			d = time.Millisecond
+		}
+		end := bStart + d
+		free[bu] = end
+		order = append(order, i)
+		for _, u := range users[i] {
+			readyAt[u] = max(readyAt[u], end)
+			if pending[u]--; pending[u] == 0 {
+				ready[tasks[u].pp.unit] = append(ready[tasks[u].pp.unit], u)
+			}
+		}
+	}
+	return order
+}
+
+// rtWorker runs one unit's tasks on a goroutine locked to its OS thread.
+type rtWorker struct {
+	rt     *Runtime
+	idx    int
+	sig    *Signal
+	issued uint64 // the highest sequence number handed out (under runMu)
+	jobs   chan *rtJob
+	exited chan struct{}
+
+	// the task running now, for other units' predictions
+	curPos   atomic.Int64
+	curStart atomic.Int64 // unix nanoseconds
+	busy     atomic.Int64 // nanoseconds spent running tasks
+	ran      atomic.Int64 // tasks run
+}
+
+func (w *rtWorker) loop() {
+	defer close(w.exited)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for j := range w.jobs {
+		// predictions for this job start from its first task (not the last job's position)
+		w.curPos.Store(-1)
+		w.runJob(j)
+		w.curPos.Store(-1)
+		j.wg.Done()
+	}
+}
+
+func (w *rtWorker) runJob(j *rtJob) {
+	rt := w.rt
+	u := rt.units[w.idx]
+	tr := rt.cfg.trace
+	for _, t := range j.tasks {
+		if j.ctx.Err() != nil {
+			return
+		}
+		for v, seq := range t.waits {
+			if seq == 0 || rt.workers[v].sig.Load() >= seq {
+				continue
+			}
+			start := time.Now()
+			pred := rt.workers[v].remaining(j, v, seq)
+			if err := rt.workers[v].sig.Wait(j.ctx, seq, pred); err != nil {
+				return // the request was cancelled: its cause is the error
+			}
+			if tr != nil {
+				tr.Slice(u.Name(), "wait "+rt.units[v].Name(), start, time.Now(), map[string]any{
+					"on": rt.units[v].Name(), "seq": seq, "predicted_us": pred.Microseconds(), "chunk": t.chunk.Index})
+			}
+		}
+		w.curPos.Store(int64(t.unitPos))
+		start := time.Now()
+		w.curStart.Store(start.UnixNano())
+		if err := w.runTask(j.execCtx, t); err != nil {
+			j.cancel(fmt.Errorf("%s: %s (chunk %d): %w", u.Name(), t.pp.name, t.chunk.Index, err))
+			return
+		}
+		end := time.Now()
+		d := end.Sub(start)
+		rt.pred.Observe(taskKey{t.p, t.stage, t.part}, d)
+		w.busy.Add(int64(d))
+		w.ran.Add(1)
+		w.sig.Publish(t.seq)
+		if tr != nil {
+			tr.Slice(u.Name(), t.pp.name, start, end, map[string]any{"program": t.p.name, "chunk": t.chunk.Index,
+				"layer": t.p.stages[t.stage].spec.Layer, "stage": t.p.stages[t.stage].spec.Name, "partition": t.part,
+				"nodes": len(t.pp.Nodes), "lane": t.lane})
+		}
+	}
+}
+
+// remaining predicts how long until unit v publishes seq: the rest of the task running there
+// plus the tasks queued before the awaited one, from earlier runs' durations.
+func (w *rtWorker) remaining(j *rtJob, v int, seq uint64) time.Duration {
+	tasks := j.all[v]
+	pos := int(w.curPos.Load()) // -1: the unit has not started this job's first task
+	var d time.Duration
+	for k := max(pos, 0); k < len(tasks) && tasks[k].seq <= seq; k++ {
+		key := taskKey{tasks[k].p, tasks[k].stage, tasks[k].part}
+		if tasks[k].seq <= w.sig.Load() {
+			continue // done
+		}
+		if k == pos {
+			d += w.rt.pred.Remaining(key, time.Unix(0, w.curStart.Load()))
+			continue
+		}
+		if e, ok := w.rt.pred.Predict(key); ok {
+			d += e
+		}
+	}
+	return d
+}
+
+// runTask binds what moves with the chunk, brings a copying unit's inputs in, runs, and takes
+// its outputs out.
+func (w *rtWorker) runTask(ctx context.Context, t *rtTask) error {
+	rt := w.rt
+	pp := t.pp
+	e := pp.execs[t.lane]
+	m := rt.mem[pp.unit]
+	u := rt.units[pp.unit]
+	for k, io := range pp.io {
+		if io.stride == 0 {
+			continue
+		}
+		s := io.lanes[t.lane]
+		buf, err := m.buffer(rt.arena, u, s.block)
+		if err != nil {
+			return err
+		}
+		off := s.Off + t.chunk.Row*io.stride
+		if off < s.Off || off+io.t.Bytes() > s.Off+s.Size {
+			return fmt.Errorf("%s at row %d lies outside its span: %w", io.t.Name, t.chunk.Row, core.ErrInvalidArgument)
+		}
+		if err := e.Bind(k, buf, off); err != nil {
+			return fmt.Errorf("bind %s: %w", io.t.Name, err)
+		}
+	}
+	if m.mode == importCopy {
+		if err := w.copyIO(t, true); err != nil {
+			return err
+		}
+	}
+	if err := e.Run(ctx); err != nil {
+		return err
+	}
+	if m.mode == importCopy {
+		if err := w.copyIO(t, false); err != nil {
+			return err
+		}
+	}
+	if t.p.check != nil {
+		return w.checkOutputs(t)
+	}
+	return nil
+}
+
+// checkOutputs hands the task's floating-point outputs, as the arena holds them, to the
+// program's Check.
+func (w *rtWorker) checkOutputs(t *rtTask) error {
+	for _, io := range t.pp.io {
+		if io.isInput || (io.t.DType != core.F32 && io.t.DType != core.F16) {
+			continue
+		}
+		s := io.lanes[t.lane]
+		view := w.rt.arena.Bytes(s)
+		off := t.chunk.Row * io.stride
+		if off < 0 || off+io.t.Bytes() > int64(len(view)) {
+			return fmt.Errorf("%s at row %d lies outside its span: %w", io.t.Name, t.chunk.Row, core.ErrInvalidArgument)
+		}
+		if err := t.p.check(t.stage, io.t, view[off:off+io.t.Bytes()]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyIO moves a copying unit's partition inputs from the arena to its mirror (in) or its
+// outputs back (out), counting the bytes.
+func (w *rtWorker) copyIO(t *rtTask, in bool) error {
+	rt := w.rt
+	pp := t.pp
+	u := rt.units[pp.unit]
+	start := time.Now()
+	var n int64
+	for _, io := range pp.io {
+		if io.isInput != in {
+			continue
+		}
+		s := io.lanes[t.lane]
+		off := s.Off + t.chunk.Row*io.stride
+		buf, err := rt.mem[pp.unit].buffer(rt.arena, u, s.block)
+		if err != nil {
+			return err
+		}
+		b, err := rt.arena.block(s.block)
+		if err != nil {
+			return err
+		}
+		host := b.mem[off : off+io.t.Bytes()]
+		if in {
+			err = buf.Write(off, host)
+		} else {
+			err = buf.Read(off, host)
+		}
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", io.t.Name, err)
+		}
+		n += io.t.Bytes()
+		rt.copies.Add(1)
+	}
+	rt.copyBytes.Add(n)
+	dir := "copy out"
+	if in {
+		dir = "copy in"
+	}
+	rt.cfg.trace.Slice(u.Name(), dir, start, time.Now(), map[string]any{"bytes": n, "chunk": t.chunk.Index})
+	return nil
+}
+
+// UnitReport is one unit's share of the work.
+type UnitReport struct {
+	Unit   string
+	Import string // how the unit sees the arena: "host pointer", "fd" or "copy"
+	Tasks  int64
+	Busy   time.Duration
+}
+
+// RuntimeReport is what a runtime did so far.
+type RuntimeReport struct {
+	Units []UnitReport
+	Runs  int64
+	// Copies and CopyBytes count the transfers between the arena and the units that import
+	// nothing (0 when every unit imports it).
+	Copies, CopyBytes int64
+	ArenaBytes        int64
+}
+
+// Report describes the runtime's units and counters. It is safe to call at any time.
+func (rt *Runtime) Report() RuntimeReport {
+	r := RuntimeReport{Runs: rt.runs.Load(), Copies: rt.copies.Load(), CopyBytes: rt.copyBytes.Load(),
+		ArenaBytes: rt.arena.Size()}
+	for i, u := range rt.units {
+		w := rt.workers[i]
+		r.Units = append(r.Units, UnitReport{Unit: u.Name(), Import: rt.mem[i].mode.String(), Tasks: w.ran.Load(),
+			Busy: time.Duration(w.busy.Load())})
+	}
+	return r
+}
+
+// String prints one line per unit.
+func (r RuntimeReport) String() string {
+	var b strings.Builder
+	for _, u := range r.Units {
+		fmt.Fprintf(&b, "  %-28s arena by %-12s %6d tasks, busy %8.1f ms\n", u.Unit, u.Import, u.Tasks,
+			float64(u.Busy)/float64(time.Millisecond))
+	}
+	fmt.Fprintf(&b, "  %d runs; %d copies (%d bytes) between the arena and units that cannot import it", r.Runs,
+		r.Copies, r.CopyBytes)
+	return b.String()
+}
+
+// Placement prints which unit runs which ops in this program: one line per unit with node
+// counts by op, and the partition count.
+func (p *Program) Placement() string {
+	var b strings.Builder
+	parts := 0
+	for _, st := range p.stages {
+		parts += len(st.parts)
+	}
+	fmt.Fprintf(&b, "%s: %d stages, %d partitions, %d lane(s)\n", p.name, len(p.stages), parts, p.lanes)
+	for u, ops := range p.nodes {
+		if len(ops) == 0 {
+			continue
+		}
+		keys := make([]core.Op, 0, len(ops))
+		for o := range ops {
+			keys = append(keys, o)
+		}
+		slices.Sort(keys)
+		var cols []string
+		for _, o := range keys {
+			cols = append(cols, fmt.Sprintf("%s×%d", o, ops[o]))
+		}
+		fmt.Fprintf(&b, "  %-28s %s\n", p.rt.units[u].Name(), strings.Join(cols, " "))
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// UnitNodes is, per unit index, how many nodes of this program it runs.
+func (p *Program) UnitNodes() []int {
+	out := make([]int, len(p.nodes))
+	for u, ops := range p.nodes {
+		for _, n := range ops {
+			out[u] += n
+		}
+	}
+	return out
+}
