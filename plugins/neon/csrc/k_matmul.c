@@ -31,6 +31,7 @@
 #define NC 1024
 #define MC (MR * 8)
 #define PK_TILE_M 4 /* activation rows per repacked-kernel call in prefill */
+#define PK_MB 64    /* activation rows per L2 block in prefill */
 #ifndef GEMV_MAX_M
 #define GEMV_MAX_M 3
 #endif
@@ -471,15 +472,19 @@ static void pk_task(void *p, int tid, int nth) {
   int64_t gbytes = (int64_t)nv_qpack_bytes(A->bt, NV_PG, A->K);
   for (int64_t u; (u = take(A, units)) >= 0;) {
     int64_t g0 = u * PK_GROUPS_PER_UNIT, g1 = g0 + PK_GROUPS_PER_UNIT < groups ? g0 + PK_GROUPS_PER_UNIT : groups;
-    for (int64_t m0 = 0; m0 < A->M; m0 += PK_TILE_M) {
-      int mt = (int)(A->M - m0 < PK_TILE_M ? A->M - m0 : PK_TILE_M);
-      for (int i = 0; i < mt; i++) {
-        int64_t m = m0 + i;
-        act[i] = (nv_pact){A->qd + m * nb, A->qq + m * A->K, (const int32_t *)A->qs + m * nb};
-      }
+    /* the unit's weights stay in L2 while blocks of PK_MB activation rows (also in L2) pass */
+    for (int64_t mb = 0; mb < A->M; mb += PK_MB) {
+      int64_t me = mb + PK_MB < A->M ? mb + PK_MB : A->M;
       for (int64_t g = g0; g < g1; g++) {
         int nvalid = (int)(A->N - g * NV_PG < NV_PG ? A->N - g * NV_PG : NV_PG);
-        A->pkfn(A->pk + g * gbytes, nb, act, mt, A->c + m0 * A->N + g * NV_PG, A->N, nvalid);
+        for (int64_t m0 = mb; m0 < me; m0 += PK_TILE_M) {
+          int mt = (int)(me - m0 < PK_TILE_M ? me - m0 : PK_TILE_M);
+          for (int i = 0; i < mt; i++) {
+            int64_t m = m0 + i;
+            act[i] = (nv_pact){A->qd + m * nb, A->qq + m * A->K, (const int32_t *)A->qs + m * nb};
+          }
+          A->pkfn(A->pk + g * gbytes, nb, act, mt, A->c + m0 * A->N + g * NV_PG, A->N, nvalid);
+        }
       }
     }
   }

@@ -71,6 +71,48 @@ void nv_qpack_groups(uint32_t dtype, const uint8_t *src, int64_t N, int64_t K, i
 
 /* The same rounding as nv_quantize_row_q8 (so results match the unpacked path's activations),
  * with each block's integer sum instead of the scaled one. */
+#if defined(__x86_64__) && defined(__AVX2__)
+/* roundf (half away from zero), exactly: truncate, then step one away from zero where the
+ * dropped fraction is at least one half (v - trunc(v) is exact in float) */
+static inline __m256i round_away(__m256 v) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+  __m256 step = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
+  t = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ), step));
+  return _mm256_cvttps_epi32(t);
+}
+
+void nv_quantize_row_q8s(const float *x, int64_t k, float *d, int8_t *q, int32_t *s) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < k / 32; b++) {
+    const float *xb = x + b * 32;
+    __m256 v[4], m = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+      v[i] = _mm256_loadu_ps(xb + 8 * i);
+      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float amax = _mm_cvtss_f32(h);
+    float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    d[b] = nv_f16_to_f32(nv_f32_to_f16(dd));
+    __m256 vid = _mm256_set1_ps(id);
+    __m256i r[4];
+    for (int i = 0; i < 4; i++) r[i] = round_away(_mm256_mul_ps(v[i], vid));
+    __m256i sum = _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    s[b] = _mm_cvtsi128_si32(s4);
+    /* packs work per 128-bit lane: the permute puts the 8 dwords back in order */
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)(q + b * 32), p);
+  }
+}
+#else
 void nv_quantize_row_q8s(const float *x, int64_t k, float *d, int8_t *q, int32_t *s) {
   for (int64_t b = 0; b < k / 32; b++) {
     const float *xb = x + b * 32;
@@ -88,6 +130,7 @@ void nv_quantize_row_q8s(const float *x, int64_t k, float *d, int8_t *q, int32_t
     s[b] = sum;
   }
 }
+#endif
 
 static inline int32_t ld32(const int8_t *p) {
   int32_t v;
