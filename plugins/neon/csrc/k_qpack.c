@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #if defined(__x86_64__) && defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -448,6 +450,28 @@ static void pack_task(void *p, int tid, int nth) {
   nv_qpack_groups(A->dtype, A->src, A->N, A->K, g0, g1, A->dst);
 }
 
+/* The original bytes of a repacked weight are not read again by the kernels. Where they are
+ * the host's memory (an mmap'd GGUF, imported zero-copy) or a mapped fd, tell the kernel so:
+ * MADV_COLD moves the whole pages inside the weight to the inactive list, so under memory
+ * pressure the page cache drops them first instead of the repacked copy. It is only a hint
+ * (the data stays valid; a later reader, e.g. GET_ROWS on a tied embedding, faults pages back
+ * in), and plugin-owned buffers are left alone. */
+static void advise_cold(const nv_buffer *b, uint64_t off, uint64_t len) {
+#if defined(MADV_COLD)
+  if (b->owned == 1) return;
+  long pg = sysconf(_SC_PAGESIZE);
+  if (pg <= 0) return;
+  uintptr_t lo = (uintptr_t)(b->data + off), hi = lo + len;
+  lo = (lo + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+  hi &= ~((uintptr_t)pg - 1);
+  if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_COLD);
+#else
+  (void)b;
+  (void)off;
+  (void)len;
+#endif
+}
+
 nv_qpacked *nv_qpack_get(nv_context *c, nv_buffer *buf, uint64_t off, uint32_t dtype, int64_t N, int64_t K) {
   unsigned gen = atomic_load(&buf->gen);
   pthread_mutex_lock(&c->pkmu);
@@ -469,6 +493,7 @@ nv_qpacked *nv_qpack_get(nv_context *c, nv_buffer *buf, uint64_t off, uint32_t d
   }
   pack_args A = {dtype, buf->data + off, N, K, d};
   nv_pool_run(c->pool, NULL, nv_pool_size(c->pool), pack_task, &A);
+  advise_cold(buf, off, (uint64_t)N * (uint64_t)(K / 32) * (dtype == XPU_DT_Q4_0 ? 18u : 34u));
   *p = (nv_qpacked){c->pk, buf, off, gen, dtype, N, K, 1, d, bytes};
   c->pk = p;
   c->pk_bytes += bytes;
