@@ -71,7 +71,9 @@ test-neon-conform: $(NEON_SO) $(NEON_AVX2) $(NEON_AVX512) $(BUILD)/neon-smoke cl
 
 # arm64: the plugin and the Go tests of core and plugins/neon, cross-built and run under qemu.
 # The plugin is exercised twice: on qemu's default CPU (with dotprod) and on a Cortex-A53
-# model (without it), so that both int8 dot-product paths run.
+# model (without it), so that both int8 dot-product paths run. Discovery probes each plugin in a
+# child process started from the test binary, which this kernel cannot exec without binfmt: a
+# wrapper named by XPU_PLUGIN_HOST starts that child under qemu too.
 ARM64_TESTS := $(BUILD)/arm64/tests
 QEMU_ARM64 := qemu-aarch64 -L /usr/aarch64-linux-gnu
 
@@ -85,7 +87,8 @@ test-arm64: $(NEON_ARM64) $(BUILD)/arm64/neon-smoke
 	  pkg=$$(basename $$t .test); \
 	  case $$pkg in neon) dir=plugins/neon;; core) dir=core;; *) dir=core/$$pkg;; esac; \
 	  echo "qemu-aarch64 $$t (in $$dir)"; \
-	  (cd $$dir && XPU_PLUGIN_PATH=$$root/$(dir $(NEON_ARM64)) $(QEMU_ARM64) $$root/$$t -test.short -test.count=1); \
+	  host=$$root/$$t.host; printf '#!/bin/sh\nexec $(QEMU_ARM64) %s "$$@"\n' "$$root/$$t" > $$host; chmod +x $$host; \
+	  (cd $$dir && XPU_PLUGIN_HOST=$$host XPU_PLUGIN_PATH=$$root/$(dir $(NEON_ARM64)) $(QEMU_ARM64) $$root/$$t -test.short -test.count=1); \
 	done
 
 $(BUILD)/arm64/neon-smoke: plugins/neon/test/smoke.c $(COMMON_HDRS) abi/xpu_ir_build.h
