@@ -41,6 +41,8 @@ type runnerConfig struct {
 	stageChecks bool
 	// analyzeFirst: tell a prepare refusal after analysis apart (WithAnalyzeFirst).
 	analyzeFirst bool
+	// phaseOpts: prepare options of the CPU units per phase (WithPhaseOptions).
+	phaseOpts map[sched.Phase]map[string]string
 }
 
 // RunnerOption configures NewRunner.
@@ -61,6 +63,21 @@ func WithContextLength(n int) RunnerOption { return func(c *runnerConfig) { c.ct
 // takes them, and NewPlannedRunner's units take those their specs do not set.
 func WithContextOptions(o map[string]string) RunnerOption {
 	return func(c *runnerConfig) { c.options = o }
+}
+
+// WithPhaseOptions prepares the prefill programs with the prepare options prefill and the
+// decode program with decode, on every CPU unit of the plan (other units get none). On the
+// neon plugin these are cpus= and threads= (cputopo.NeonPhaseOptions gives them for a core
+// selection, with the context options that size the pool for both): both phases' executables
+// live on one context and share its weights and worker pool, so switching phase is running the
+// other executable, which re-pins the workers; nothing is reallocated or repacked. A nil map
+// leaves that phase on the context's own settings. A bad option (a CPU that is not online) is
+// an error from NewRunner.
+func WithPhaseOptions(prefill, decode map[string]string) RunnerOption {
+	return func(c *runnerConfig) {
+		c.phaseOpts = map[sched.Phase]map[string]string{
+			sched.PhasePrefill: maps.Clone(prefill), sched.PhaseDecode: maps.Clone(decode)}
+	}
 }
 
 // WithProgress reports graph preparation (which uploads the weights) as done of total stages.
@@ -411,6 +428,14 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkProg,
 		spec.Stages = append(spec.Stages, st)
 	}
 	spec.Progress = step
+	if po := r.cfg.phaseOpts[phase]; len(po) > 0 {
+		spec.PrepareOptions = map[int]map[string]string{}
+		for _, ru := range r.unitIdx {
+			if r.rt.Units()[ru].Device().Info().Kind == core.DeviceCPU {
+				spec.PrepareOptions[ru] = po
+			}
+		}
+	}
 	if r.cfg.stageChecks {
 		spec.Check = func(stage int, t *core.Tensor, data []byte) error {
 			return checkFinite(stageName(stage, cfg.Layers), stages[stage], t, data)

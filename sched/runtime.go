@@ -177,6 +177,12 @@ type ProgramSpec struct {
 	Phase  Phase
 	Lanes  int
 	Stages []StageSpec
+	// PrepareOptions are backend-specific prepare options per runtime unit index, passed as
+	// core.WithPrepareOption to every Prepare of this program's partitions on that unit: two
+	// programs on one context can differ in them (the neon plugin pins each executable's
+	// workers by its own cpus= and threads=, so prefill and decode run on different cores of
+	// one context, with no reallocation or repacking between them).
+	PrepareOptions map[int]map[string]string
 	// Progress, if set, is called after each stage is prepared.
 	Progress func()
 	// Check, if set, is given every floating-point output of every partition after each run
@@ -263,7 +269,7 @@ func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, e
 	var uses []*slotUse
 	groupSize := [2]int64{}
 	for si, st := range spec.Stages {
-		ps, err := rt.partition(ctx, st)
+		ps, err := rt.partition(ctx, st, spec.PrepareOptions)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", st.Name, err)
 		}
@@ -399,7 +405,7 @@ type compiledPart struct {
 // partition splits a stage by unit, checks each partition where it goes and prepares it. A
 // node its unit refuses moves to its fallback unit when it has one (then the stage is split
 // again); otherwise the refusal is the error.
-func (rt *Runtime) partition(ctx context.Context, st StageSpec) ([]compiledPart, error) {
+func (rt *Runtime) partition(ctx context.Context, st StageSpec, prepOpts map[int]map[string]string) ([]compiledPart, error) {
 	g := st.Graph
 	if g == nil || len(st.Units) != len(g.Nodes) || len(st.IO) != len(g.Inputs)+len(g.Outputs) {
 		return nil, fmt.Errorf("stage %q: need a graph, a unit per node and a binding per input and output: %w",
@@ -447,7 +453,11 @@ func (rt *Runtime) partition(ctx context.Context, st StageSpec) ([]compiledPart,
 		out := make([]compiledPart, 0, len(parts))
 		for _, part := range parts {
 			u := rt.units[part.Device]
-			exe, err := u.Context().Prepare(ctx, part.Graph)
+			var opts []core.PrepareOption
+			for k, v := range prepOpts[part.Device] {
+				opts = append(opts, core.WithPrepareOption(k, v))
+			}
+			exe, err := u.Context().Prepare(ctx, part.Graph, opts...)
 			if err != nil {
 				for _, c := range out {
 					c.exe.Close()

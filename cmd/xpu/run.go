@@ -61,8 +61,11 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	units := fs.String("units", "", "run across these units with the default plan, e.g. neon,opencl,qnn or neon{cpus=0,threads=1},neon{cpus=1,threads=1} (see sched/PLAN.md)")
 	planFile := fs.String("plan", "", "run by this placement plan (JSON, see sched/PLAN.md)")
 	traceFile := fs.String("trace", "", "write a Chrome trace-event JSON of the run to this file (open it in Perfetto)")
+	cpusPrefill := fs.String("cpus-prefill", "", "run prefill on these CPUs of CPU units, e.g. 0-3 (default: the selection xpu tune --energy stored, else every core)")
+	cpusDecode := fs.String("cpus-decode", "", "run decode on these CPUs of CPU units, e.g. 4,5 (default: as --cpus-prefill)")
+	noAECS := fs.Bool("no-aecs", false, "do not use the core selection stored by xpu tune --energy (also XPU_AECS=off)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]]")
+		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseInterspersed(fs, args); !ok {
@@ -101,6 +104,11 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "xpu run: --timeout %v: must be 0 (automatic) or more\n", *timeout)
 		return 2
 	}
+	cores, err := choosePhaseCores(stderr, *cpusPrefill, *cpusDecode, *backend, *units == "" && *planFile == "", *noAECS)
+	if err != nil {
+		fmt.Fprintf(stderr, "xpu run: %v\n", err)
+		return 2
+	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "xpu run: %v\n", err)
 		return 1
@@ -121,6 +129,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *threads > 0 {
 		ropts = append(ropts, llm.WithContextOptions(map[string]string{"threads": fmt.Sprint(*threads)}))
 	}
+	ropts = append(ropts, cores.option()...)
 	if m.WeightBytes() >= progressMinBytes && isTerminal(stderr) {
 		ropts = append(ropts, llm.WithProgress(func(done, total int) { drawProgress(stderr, done, total) }))
 	}
@@ -148,6 +157,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	defer r.Close()
+	if err := cores.announce(stderr, r); err != nil {
+		return fail(err)
+	}
 	info := r.Device().Info()
 	fmt.Fprintf(stderr, "load: %.0f ms (%s, %s, %.1f MB of weights on %s, %s)\n",
 		ms(time.Since(t0)), m.Config.Arch, describe(m), float64(m.WeightBytes())/1e6, strings.Join(r.Units(), ","), deviceTag(info))

@@ -401,7 +401,7 @@ func tuneMeasured(ctx context.Context, f tuneFlags, stdout, stderr io.Writer) er
 	if !modelled {
 		meterName = real.Name()
 	}
-	rec, err := aecs.NewRecord(top, res, aecs.Fingerprint(top, "measured", f.backend), "measured", meterName, f.model, f.tokens)
+	rec, err := aecs.NewRecord(top, res, aecs.MeasuredFingerprint(top, f.backend), "measured", meterName, f.model, f.tokens)
 	if err != nil {
 		return err
 	}

@@ -242,3 +242,26 @@ func TestSoCPowerMeter(t *testing.T) {
 	_, err = soc.PowerMeter(vm, cputopo.Selection{1})
 	assert.ErrorContains(t, err, "not in SoC")
 }
+
+// TestLoadMeasured: what `xpu tune --energy` saves under MeasuredFingerprint in CacheDir is what
+// LoadMeasured finds, per backend.
+func TestLoadMeasured(t *testing.T) {
+	t.Setenv("XPU_CACHE_DIR", t.TempDir())
+	_, tr := simTrial(t, "kirin9000", 1, true)
+	res, err := Tune(context.Background(), tr.Top, tr)
+	require.NoError(t, err)
+	_, _, err = LoadMeasured(tr.Top, "neon")
+	require.ErrorIs(t, err, ErrNoRecord)
+	rec, err := NewRecord(tr.Top, res, MeasuredFingerprint(tr.Top, "neon"), "measured", tr.Meter(), "x", 50)
+	require.NoError(t, err)
+	dir, err := CacheDir()
+	require.NoError(t, err)
+	saved, err := Save(dir, rec)
+	require.NoError(t, err)
+	back, path, err := LoadMeasured(tr.Top, "neon")
+	require.NoError(t, err)
+	assert.Equal(t, saved, path)
+	assert.Equal(t, "4,5", back.DecodeCPUs)
+	_, _, err = LoadMeasured(tr.Top, "other")
+	require.ErrorIs(t, err, ErrNoRecord)
+}

@@ -135,3 +135,21 @@ func NewRecord(top *cputopo.Topology, res *Result, fingerprint, mode, meter, mod
 		DecodeWords: res.Decode.Describe(top), Prefill: res.Prefill.Key(), PrefillCPUs: cputopo.FormatCPUList(pc),
 		Created: time.Now().UTC(), Result: res}, nil
 }
+
+// MeasuredFingerprint is the fingerprint under which `xpu tune --energy` stores a measured
+// result for backend on the device top describes, and which `xpu run` looks up.
+func MeasuredFingerprint(top *cputopo.Topology, backend string) string {
+	return Fingerprint(top, "measured", backend)
+}
+
+// LoadMeasured reads the measured result stored for backend on the device top describes, from
+// CacheDir, and says which file it read (ErrNoRecord when there is none).
+func LoadMeasured(top *cputopo.Topology, backend string) (Record, string, error) {
+	dir, err := CacheDir()
+	if err != nil {
+		return Record{}, "", err
+	}
+	fp := MeasuredFingerprint(top, backend)
+	r, err := Load(dir, fp)
+	return r, filepath.Join(dir, fp+".json"), err
+}

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "api.h"
 #include "neon.h"
@@ -103,7 +104,13 @@ xpu_status nv_api_graph_prepare(xpu_context ch, const xpu_prepare_desc *d, xpu_e
   int rc = xpu_opt_get(opts, "cpus", v, sizeof v);
   if (rc < 0 || (rc > 0 && nv_parse_cpus(v, &cpus) != 0))
     return xpu_fail(&nv_reg, ch, XPU_E_INVALID_ARG, "graph_prepare: bad cpus option (want e.g. cpus=0,1)");
-  if (rc > 0) threads = cpus.n;
+  if (rc > 0) {
+    int off = nv_cpus_offline(&cpus);
+    if (off >= 0)
+      return xpu_fail(&nv_reg, ch, XPU_E_INVALID_ARG, "graph_prepare: cpus option names CPU %d, which is not online (%ld online)",
+                      off, sysconf(_SC_NPROCESSORS_ONLN));
+    threads = cpus.n;
+  }
   rc = xpu_opt_get(opts, "threads", v, sizeof v);
   if (rc != 0) {
     char *end;

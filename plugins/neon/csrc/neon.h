@@ -53,6 +53,10 @@ void nv_pool_run(nv_pool *p, const nv_cpuset *cpus, int nth, nv_task_fn fn, void
 
 /* Parses "0,1,4-7" into set; returns 0 on success, -1 on a malformed list. */
 int nv_parse_cpus(const char *s, nv_cpuset *set);
+/* The first CPU of set that is not online (/sys/devices/system/cpu/online; where that cannot be
+ * read, not below the configured CPU count), or -1 when every one is: pinning a worker to an
+ * absent CPU fails silently, so the option is refused instead. */
+int nv_cpus_offline(const nv_cpuset *set);
 
 /* [begin, end) of n items for thread tid of nth, in contiguous chunks of `align` items. */
 static inline void nv_range(int64_t n, int tid, int nth, int64_t align, int64_t *b, int64_t *e) {

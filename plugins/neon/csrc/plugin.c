@@ -100,6 +100,12 @@ xpu_status nv_api_context_create(uint32_t device, const char *options, xpu_conte
   int rc = xpu_opt_get(options, "cpus", v, sizeof v);
   if (rc < 0 || (rc > 0 && nv_parse_cpus(v, &cpus) != 0))
     return xpu_fail(&nv_reg, 0, XPU_E_INVALID_ARG, "context_create: bad cpus option (want e.g. cpus=0,1 or cpus=0-3)");
+  if (rc > 0) {
+    int off = nv_cpus_offline(&cpus);
+    if (off >= 0)
+      return xpu_fail(&nv_reg, 0, XPU_E_INVALID_ARG, "context_create: cpus option names CPU %d, which is not online (%ld online)",
+                      off, sysconf(_SC_NPROCESSORS_ONLN));
+  }
   int threads = cpus.n > 0 ? cpus.n : nv_cpu_count();
   rc = xpu_opt_get(options, "threads", v, sizeof v);
   if (rc != 0) {

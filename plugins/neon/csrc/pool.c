@@ -205,3 +205,28 @@ int nv_parse_cpus(const char *s, nv_cpuset *set) {
   }
   return set->n > 0 ? 0 : -1;
 }
+
+int nv_cpus_offline(const nv_cpuset *set) {
+  char buf[1024];
+  nv_cpuset online;
+  int have = 0;
+  FILE *f = fopen("/sys/devices/system/cpu/online", "r");
+  if (f) {
+    if (fgets(buf, sizeof buf, f)) {
+      buf[strcspn(buf, "\n")] = 0;
+      have = nv_parse_cpus(buf, &online) == 0;
+    }
+    fclose(f);
+  }
+  long conf = sysconf(_SC_NPROCESSORS_CONF);
+  for (int i = 0; i < set->n; i++) {
+    int c = set->cpu[i], ok = 0;
+    if (have) {
+      for (int j = 0; j < online.n && !ok; j++) ok = online.cpu[j] == c;
+    } else {
+      ok = conf < 1 || c < conf;
+    }
+    if (!ok) return c;
+  }
+  return -1;
+}
