@@ -42,8 +42,9 @@ func benchModel(b *testing.B) *Model {
 // BenchmarkSchedulerTwoNeonUnits measures issue 11's scheduler ratios in one run, rounds
 // interleaved, medians over rounds (-benchtime=Nx sets the rounds):
 //
-//   - prefill of 128 tokens in 16-token chunks on two neon units pinned to cores 0 and 1 (one
-//     thread each, layers split in half: chunk i+1's first half runs while chunk i's second
+//   - prefill of 256 tokens in 16-token chunks on two neon units pinned to cores 0 and 1 (one
+//     thread each; 16 chunks, so the two-stage pipeline's ideal is 2·16/17 = 1.88×, where 128
+//     tokens would cap it at 1.78×; layers split in half: chunk i+1's first half runs while chunk i's second
 //     half does) against one such unit alone and against one neon unit with two threads;
 //   - decode with the layers split across the two units against one unit alone;
 //   - bytes copied between units per decode step (the arena is imported by both: 0);
@@ -58,7 +59,7 @@ func BenchmarkSchedulerTwoNeonUnits(b *testing.B) {
 	m := benchModel(b)
 	devs := pluginDevices(b, "neon")
 	ctx := context.Background()
-	const chunk, promptLen, decodeSteps = 16, 128, 16
+	const chunk, promptLen, decodeSteps = 16, 256, 16
 	var tr *sched.Trace
 	if os.Getenv("XPU_BENCH_TRACE") != "" {
 		tr = sched.NewTrace()
