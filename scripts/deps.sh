@@ -4,7 +4,7 @@
 set -euo pipefail
 
 pkgs=(gcc make pkg-config pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo libsimde-dev
-      qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross valgrind)
+      qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross valgrind jq)
 
 missing=()
 for p in "${pkgs[@]}"; do
