@@ -22,7 +22,8 @@
 #   ROUNDS      rounds (default 3)          REPS     -r of every run (default 2)
 #   THREADS     -t of both (default 2)      PP, TG   prompt / decode lengths (512, 128)
 #   DEPTH       cache depth for the decode-at-depth row (default 1024; 0 leaves it out)
-#   XPU_FLAGS   extra `xpu bench` flags (e.g. "--backend neon --kv f16")
+#   XPU_FLAGS   extra `xpu bench` flags (e.g. "--backend neon --chunk 128"); xpu runs with
+#               --kv f16 unless XPU_FLAGS says otherwise, as llama-bench's cache is f16
 #   LLAMA_FLAGS extra llama-bench flags
 #   MODELS_DIR  where the default models are generated (default build/models)
 #   OUT         folder for the raw JSON, logs and results.tsv (default a new one in build/)
@@ -148,7 +149,8 @@ llama_runs() {
 xpu_runs() {
 	local round=$1 f=$2 tag=$3 load
 	load=$(loadavg)
-	local base=("$XPU" bench -m "$f" -t "$THREADS" -r "$REPS" -o json "${XPU_EXTRA[@]}")
+	# --kv f16: llama-bench's default cache type, so that both read the same K/V bytes at depth
+	local base=("$XPU" bench -m "$f" -t "$THREADS" -r "$REPS" -o json --kv f16 "${XPU_EXTRA[@]}")
 	run "$OUT/xpu.log" "$OUT/xpu-$tag-r$round.json" "${base[@]}" -p "$PP" -n "$TG"
 	record "$round" "$f" xpu "$OUT/xpu-$tag-r$round.json" "$load"
 	if ((DEPTH > 0)); then
