@@ -25,6 +25,7 @@
 #   XPU_FLAGS   extra `xpu bench` flags (e.g. "--backend neon --chunk 128"); xpu runs with
 #               --kv f16 unless XPU_FLAGS says otherwise, as llama-bench's cache is f16
 #   LLAMA_FLAGS extra llama-bench flags
+#   LLAMA_COMMIT the llama.cpp commit to print (default: llama-bench's build_commit)
 #   MODELS_DIR  where the default models are generated (default build/models)
 #   OUT         folder for the raw JSON, logs and results.tsv (default a new one in build/)
 #   STEP_TIMEOUT seconds one run may take before it is killed (default 1800)
@@ -176,7 +177,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	done
 done
 
-llama_commit=$(jq -r '.[0].build_commit // "?"' "$(ls "$OUT"/llama-*.json | head -1)")
+# a build made outside a git checkout says "unknown": LLAMA_COMMIT names it then
+llama_commit=${LLAMA_COMMIT:-$(jq -r '.[0].build_commit // "?"' "$(ls "$OUT"/llama-*.json | head -1)")}
 xpu_commit=$(git rev-parse --short HEAD 2>/dev/null || echo "?")
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 echo "## xpu vs llama.cpp"
