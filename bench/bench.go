@@ -25,9 +25,9 @@ var (
 	GEMMShapes = []Shape{{128, 2048, 2048}, {512, 4096, 4096}}
 	GEMVShapes = []Shape{{1, 4096, 4096}, {1, 11008, 4096}}
 	GEMVTypes  = []core.DType{core.F32, core.F16, core.Q8_0, core.Q4_0}
-	// ColdShape's quantized weights (151 MB Q4_0, 285 MB Q8_0) exceed even a 105 MB LLC, so its
+	// ColdShape's quantized weights (302 MB Q4_0, 570 MB Q8_0) exceed even a 260 MB LLC, so its
 	// GEMV reads DRAM like a real model's decode does.
-	ColdShape = Shape{1, 16384, 16384}
+	ColdShape = Shape{1, 32768, 16384}
 )
 
 // weightCache keeps generated weights per (dtype, N, K): generating 180 MB takes longer than
@@ -68,6 +68,12 @@ type MatMul struct {
 
 // NewMatMul prepares s with weights of dt on dev, in a context of the given thread count.
 func NewMatMul(ctx context.Context, dev core.Device, threads int, s Shape, dt core.DType) (*MatMul, error) {
+	return NewMatMulWith(ctx, dev, map[string]string{"threads": fmt.Sprint(threads)}, s, dt)
+}
+
+// NewMatMulWith is NewMatMul in a context made with the given options (e.g. the NEON plugin's
+// repack=0, which keeps quantized weights in their GGUF layout, to compare both kernels).
+func NewMatMulWith(ctx context.Context, dev core.Device, opts map[string]string, s Shape, dt core.DType) (*MatMul, error) {
 	w, err := Weights(dt, s.N, s.K)
 	if err != nil {
 		return nil, err
@@ -83,7 +89,7 @@ func NewMatMul(ctx context.Context, dev core.Device, threads int, s Shape, dt co
 		m.Close()
 		return nil, fmt.Errorf("bench: matmul %s %s on %s: %w", s, dt, dev.Info().ID(), err)
 	}
-	if m.cctx, err = dev.NewContext(ctx, map[string]string{"threads": fmt.Sprint(threads)}); err != nil {
+	if m.cctx, err = dev.NewContext(ctx, opts); err != nil {
 		return fail(err)
 	}
 	if m.exe, err = m.cctx.Prepare(ctx, g); err != nil {

@@ -67,8 +67,17 @@ func loadHarness(b *testing.B) *Harness {
 
 // matmulRun prepares s on dev and returns one synchronous run.
 func matmulRun(b *testing.B, dev core.Device, s Shape, dt core.DType) func() {
+	return matmulRunWith(b, dev, nil, s, dt)
+}
+
+// matmulRunWith is matmulRun in a context with extra options (the thread count is added).
+func matmulRunWith(b *testing.B, dev core.Device, opts map[string]string, s Shape, dt core.DType) func() {
 	b.Helper()
-	m, err := NewMatMul(context.Background(), dev, threads(), s, dt)
+	o := map[string]string{"threads": strconv.Itoa(threads())}
+	for k, v := range opts {
+		o[k] = v
+	}
+	m, err := NewMatMulWith(context.Background(), dev, o, s, dt)
 	require.NoError(b, err)
 	b.Cleanup(m.Close)
 	return func() {
@@ -150,14 +159,24 @@ func BenchmarkGEMMChunk(b *testing.B) {
 	}
 }
 
+// quantVariants are the NEON contexts the quantized benchmarks compare: weights repacked at
+// prepare (the default) and kept in their GGUF layout (repack=0, the kernels before issue 13).
+var quantVariants = []struct {
+	name string
+	opts map[string]string
+}{{"neon", nil}, {"neon-unpacked", map[string]string{"repack": "0"}}}
+
 // BenchmarkGEMMQuant: prefill with Q8_0/Q4_0 weights (activations quantized on the fly, int8
-// dot products), in GFLOP/s of the equivalent float product.
+// dot products), in GFLOP/s of the equivalent float product, at the chunk sizes a prefill uses.
 func BenchmarkGEMMQuant(b *testing.B) {
-	s := GEMMShapes[0]
-	for _, dt := range []core.DType{core.Q8_0, core.Q4_0} {
-		b.Run(fmt.Sprintf("%s/%s/neon", s, dt), func(b *testing.B) {
-			reportGFLOPS(b, s, timed(b, matmulRun(b, device(b, "neon"), s, dt)))
-		})
+	for _, s := range []Shape{{32, 2048, 2048}, GEMMShapes[0], {512, 2048, 2048}} {
+		for _, dt := range []core.DType{core.Q8_0, core.Q4_0} {
+			for _, v := range quantVariants {
+				b.Run(fmt.Sprintf("%s/%s/%s", s, dt, v.name), func(b *testing.B) {
+					reportGFLOPS(b, s, timed(b, matmulRunWith(b, device(b, "neon"), v.opts, s, dt)))
+				})
+			}
+		}
 	}
 }
 
@@ -175,12 +194,15 @@ func BenchmarkGEMV(b *testing.B) {
 	}
 }
 
-// BenchmarkGEMVCold: quantized GEMV on weights larger than any LLC, against the read bandwidth.
+// BenchmarkGEMVCold: quantized GEMV on weights larger than the LLC, against the read bandwidth,
+// with the weights repacked at prepare and in their GGUF layout.
 func BenchmarkGEMVCold(b *testing.B) {
 	for _, dt := range []core.DType{core.Q8_0, core.Q4_0} {
-		b.Run(fmt.Sprintf("%s/%s/neon", ColdShape, dt), func(b *testing.B) {
-			reportGBs(b, dt.Bytes(ColdShape.N*ColdShape.K), timed(b, matmulRun(b, device(b, "neon"), ColdShape, dt)))
-		})
+		for _, v := range quantVariants {
+			b.Run(fmt.Sprintf("%s/%s/%s", ColdShape, dt, v.name), func(b *testing.B) {
+				reportGBs(b, dt.Bytes(ColdShape.N*ColdShape.K), timed(b, matmulRunWith(b, device(b, "neon"), v.opts, ColdShape, dt)))
+			})
+		}
 	}
 }
 

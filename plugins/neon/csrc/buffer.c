@@ -132,6 +132,7 @@ xpu_status nv_api_buffer_map(xpu_buffer h, void **out) {
   nv_buffer *b = (nv_buffer *)xpu_reg_get(&nv_reg, h, OBJ_BUFFER);
   if (!b) return xpu_fail(&nv_reg, h, XPU_E_INVALID_HANDLE, "buffer_map: unknown or released buffer handle");
   atomic_fetch_add(&b->mapped, 1);
+  atomic_fetch_add(&b->gen, 1);
   *out = b->data;
   return XPU_OK;
 }
@@ -143,6 +144,7 @@ xpu_status nv_api_buffer_unmap(xpu_buffer h) {
   while (m > 0 && !atomic_compare_exchange_weak(&b->mapped, &m, m - 1)) {
   }
   if (m <= 0) return xpu_fail(&nv_reg, h, XPU_E_BAD_STATE, "buffer_unmap: buffer is not mapped");
+  atomic_fetch_add(&b->gen, 1); /* written through the map, maybe: a new prepare repacks */
   return XPU_OK;
 }
 
@@ -161,7 +163,10 @@ static xpu_status buffer_range(const char *what, xpu_buffer h, uint64_t off, uin
 xpu_status nv_api_buffer_write(xpu_buffer h, uint64_t off, const void *src, uint64_t size) {
   nv_buffer *b = NULL;
   xpu_status s = buffer_range("buffer_write", h, off, size, src, &b);
-  if (s == XPU_OK && size) memcpy(b->data + off, src, size);
+  if (s == XPU_OK && size) {
+    memcpy(b->data + off, src, size);
+    atomic_fetch_add(&b->gen, 1);
+  }
   return s;
 }
 

@@ -54,6 +54,7 @@ xpu_status nv_execute(nv_execution *x) {
   r.scratch = x->scratch;
   r.scratch_bytes = e->scratch_bytes;
   r.shared = x->shared;
+  r.packed = e->packed;
   xpu_status s = XPU_OK;
   for (uint32_t i = 0; i < g->header->n_nodes && s == XPU_OK; i++) {
     s = run_node(&r, &g->nodes[i]);

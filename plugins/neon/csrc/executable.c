@@ -37,7 +37,46 @@ xpu_status nv_api_graph_analyze(xpu_context ch, const void *ir, uint64_t ir_size
   return XPU_OK;
 }
 
+/* Repacks (or finds in the context's cache) every constant Q4_0/Q8_0 matmul weight. */
+static xpu_status prepare_weights(nv_executable *e, char *err, size_t cap) {
+  const xpu_ir_graph *g = &e->g;
+  if (!e->ctx->repack) return XPU_OK;
+  for (uint32_t i = 0; i < g->header->n_nodes; i++) {
+    const xpu_ir_node *n = &g->nodes[i];
+    if (n->op != XPU_OP_MATMUL) continue;
+    const xpu_ir_tensor *b = &g->tensors[n->inputs[1]];
+    if (b->kind != XPU_TENSOR_CONST || (b->dtype != XPU_DT_Q4_0 && b->dtype != XPU_DT_Q8_0)) continue;
+    int batched = 0;
+    for (uint32_t d = 0; d + 2 < b->rank; d++) batched |= b->shape[d] != 1;
+    int64_t N = b->shape[b->rank - 2], K = b->shape[b->rank - 1];
+    if (batched || N <= 0 || K <= 0) continue;
+    if (!e->packed) {
+      e->packed = (nv_qpacked **)calloc(g->header->n_nodes, sizeof *e->packed);
+      if (!e->packed) break;
+    }
+    nv_buffer *buf = (nv_buffer *)xpu_reg_get(&nv_reg, b->const_buffer, OBJ_BUFFER);
+    if (!buf) continue; /* nv_plan checked it: only a concurrent release gets here */
+    e->packed[i] = nv_qpack_get(e->ctx, buf, b->const_offset, b->dtype, N, K);
+    if (!e->packed[i]) {
+      snprintf(err, cap, "node %u: out of memory repacking a %lldx%lld weight", i, (long long)N, (long long)K);
+      return XPU_E_OUT_OF_MEMORY;
+    }
+    /* the same weight twice in one graph counts once */
+    int seen = 0;
+    for (uint32_t j = 0; j < i && !seen; j++) seen = e->packed[j] == e->packed[i];
+    if (!seen) e->packed_bytes += e->packed[i]->bytes;
+  }
+  if (e->packed_bytes)
+    xpu_log(&nv_reg, XPU_LOG_DEBUG, "neon: executable uses %llu bytes of repacked weights",
+            (unsigned long long)e->packed_bytes);
+  return XPU_OK;
+}
+
 void nv_executable_free(nv_executable *e) {
+  if (e->packed)
+    for (uint32_t i = 0; i < e->g.header->n_nodes; i++)
+      if (e->packed[i]) nv_qpack_put(e->ctx, e->packed[i]);
+  free(e->packed);
   for (uint32_t i = 0; i < e->n_consts; i++) nv_buffer_unref(e->consts[i]);
   free(e->consts);
   free(e->plan);
@@ -104,6 +143,7 @@ xpu_status nv_api_graph_prepare(xpu_context ch, const xpu_prepare_desc *d, xpu_e
     }
   }
   s = nv_plan(e, err, sizeof err);
+  if (s == XPU_OK) s = prepare_weights(e, err, sizeof err);
   if (s != XPU_OK) {
     nv_executable_free(e);
     return xpu_fail(&nv_reg, ch, s, "graph_prepare: %s", err);

@@ -9,6 +9,9 @@
 
 #include "neon.h"
 #include "neon_simd.h"
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #define ATT_BLOCK 32
 #define ATT_MAX_GROUP 16 /* query heads per KV head processed together */
@@ -146,6 +149,108 @@ static float dot_k(const float *q, const uint8_t *k, uint32_t kt, int64_t d) {
 
 static void axpy_v(float *acc, float c, float p, const uint8_t *v, uint32_t vt, int64_t dv);
 
+/* Native x86 vectors for the two loops that stream the KV cache (QK dot products, P times V):
+ * through SIMDe they run 4 lanes at a time and stay well below the read bandwidth. Used when
+ * the head size is a multiple of the vector width, which real models' are. */
+#if defined(__x86_64__) && defined(__AVX512F__)
+#define AW 16
+typedef __m512 avec;
+#define A_ZERO() _mm512_setzero_ps()
+#define A_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define A_MUL(a, b) _mm512_mul_ps((a), (b))
+#define A_ADD(a, b) _mm512_add_ps((a), (b))
+#define A_SET1(x) _mm512_set1_ps(x)
+#define A_LDF(p) _mm512_loadu_ps(p)
+#define A_LDH(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define A_ST(p, v) _mm512_storeu_ps((p), (v))
+#define A_HSUM(v) _mm512_reduce_add_ps(v)
+#elif defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define AW 8
+typedef __m256 avec;
+static inline float a_hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+#define A_ZERO() _mm256_setzero_ps()
+#define A_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define A_MUL(a, b) _mm256_mul_ps((a), (b))
+#define A_ADD(a, b) _mm256_add_ps((a), (b))
+#define A_SET1(x) _mm256_set1_ps(x)
+#define A_LDF(p) _mm256_loadu_ps(p)
+#define A_LDH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define A_ST(p, v) _mm256_storeu_ps((p), (v))
+#define A_HSUM(v) a_hsum8(v)
+#endif
+
+#if defined(AW)
+/* d % AW == 0; two sums so that consecutive FMAs do not wait on each other */
+static inline float dot_k_vec(const float *q, const uint8_t *k, uint32_t kt, int64_t d) {
+  avec a0 = A_ZERO(), a1 = A_ZERO();
+  int64_t i = 0;
+  if (kt == XPU_DT_F32) {
+    const float *kf = (const float *)k;
+    for (; i + 2 * AW <= d; i += 2 * AW) {
+      a0 = A_FMA(A_LDF(q + i), A_LDF(kf + i), a0);
+      a1 = A_FMA(A_LDF(q + i + AW), A_LDF(kf + i + AW), a1);
+    }
+    if (i < d) a0 = A_FMA(A_LDF(q + i), A_LDF(kf + i), a0);
+  } else {
+    const uint16_t *kh = (const uint16_t *)k;
+    for (; i + 2 * AW <= d; i += 2 * AW) {
+      a0 = A_FMA(A_LDF(q + i), A_LDH(kh + i), a0);
+      a1 = A_FMA(A_LDF(q + i + AW), A_LDH(kh + i + AW), a1);
+    }
+    if (i < d) a0 = A_FMA(A_LDF(q + i), A_LDH(kh + i), a0);
+  }
+  return A_HSUM(A_ADD(a0, a1));
+}
+
+/* pv_block for dv % AW == 0: 4 vectors of the accumulator in registers across the rows */
+static void pv_block_vec(float *acc, float c, const float *p, const uint8_t *const *vrows, int64_t jb, uint32_t vt,
+                         int64_t dv) {
+  const avec vc = A_SET1(c);
+  int64_t d = 0;
+  for (; d + 4 * AW <= dv; d += 4 * AW) {
+    avec a0 = A_MUL(A_LDF(acc + d), vc), a1 = A_MUL(A_LDF(acc + d + AW), vc);
+    avec a2 = A_MUL(A_LDF(acc + d + 2 * AW), vc), a3 = A_MUL(A_LDF(acc + d + 3 * AW), vc);
+    if (vt == XPU_DT_F32) {
+      for (int64_t j = 0; j < jb; j++) {
+        const float *v = (const float *)vrows[j] + d;
+        avec pj = A_SET1(p[j]);
+        a0 = A_FMA(pj, A_LDF(v), a0);
+        a1 = A_FMA(pj, A_LDF(v + AW), a1);
+        a2 = A_FMA(pj, A_LDF(v + 2 * AW), a2);
+        a3 = A_FMA(pj, A_LDF(v + 3 * AW), a3);
+      }
+    } else {
+      for (int64_t j = 0; j < jb; j++) {
+        const uint16_t *v = (const uint16_t *)vrows[j] + d;
+        avec pj = A_SET1(p[j]);
+        a0 = A_FMA(pj, A_LDH(v), a0);
+        a1 = A_FMA(pj, A_LDH(v + AW), a1);
+        a2 = A_FMA(pj, A_LDH(v + 2 * AW), a2);
+        a3 = A_FMA(pj, A_LDH(v + 3 * AW), a3);
+      }
+    }
+    A_ST(acc + d, a0);
+    A_ST(acc + d + AW, a1);
+    A_ST(acc + d + 2 * AW, a2);
+    A_ST(acc + d + 3 * AW, a3);
+  }
+  for (; d < dv; d += AW) {
+    avec a0 = A_MUL(A_LDF(acc + d), vc);
+    for (int64_t j = 0; j < jb; j++) {
+      avec pj = A_SET1(p[j]);
+      a0 = vt == XPU_DT_F32 ? A_FMA(pj, A_LDF((const float *)vrows[j] + d), a0)
+                            : A_FMA(pj, A_LDH((const uint16_t *)vrows[j] + d), a0);
+    }
+    A_ST(acc + d, a0);
+  }
+}
+#endif
+
 /* acc = acc * c + sum_j p[j] * v_j: 16 accumulator lanes stay in registers across the block's
  * rows instead of being loaded and stored once per row */
 static void pv_block(float *acc, float c, const float *p, const uint8_t *const *vrows, int64_t jb, uint32_t vt,
@@ -240,6 +345,12 @@ static void att_task(void *p, int tid, int nth) {
       int64_t jb = visible - j0 < ATT_BLOCK ? visible - j0 : ATT_BLOCK;
       for (int64_t j = 0; j < jb; j++) {
         const uint8_t *kr = A->k + ((size_t)((j0 + j) * A->Hkv + hk) * (size_t)A->D) * ke;
+#if defined(AW)
+        if (A->D % AW == 0) {
+          for (int64_t g = 0; g < gs; g++) s[g * ATT_BLOCK + j] = A->scale * dot_k_vec(qf + g * A->D, kr, A->kt, A->D);
+          continue;
+        }
+#endif
         for (int64_t g = 0; g < gs; g++) s[g * ATT_BLOCK + j] = A->scale * dot_k(qf + g * A->D, kr, A->kt, A->D);
       }
       float c[ATT_MAX_GROUP];
@@ -259,6 +370,13 @@ static void att_task(void *p, int tid, int nth) {
       }
       const uint8_t *vrows[ATT_BLOCK];
       for (int64_t j = 0; j < jb; j++) vrows[j] = A->v + ((size_t)((j0 + j) * A->Hkv + hk) * (size_t)A->Dv) * ve;
+#if defined(AW)
+      if (A->Dv % AW == 0) {
+        for (int64_t g = 0; g < gs; g++)
+          pv_block_vec(acc + g * A->Dv, c[g], s + g * ATT_BLOCK, vrows, jb, A->vt, A->Dv);
+        continue;
+      }
+#endif
       for (int64_t g = 0; g < gs; g++) pv_block(acc + g * A->Dv, c[g], s + g * ATT_BLOCK, vrows, jb, A->vt, A->Dv);
     }
     for (int64_t g = 0; g < gs; g++) {

@@ -30,6 +30,8 @@
 #define KC 256
 #define NC 1024
 #define MC (MR * 8)
+#define PK_TILE_M 4 /* activation rows per repacked-kernel call in prefill */
+#define PK_MB 64    /* activation rows per L2 block in prefill */
 #ifndef GEMV_MAX_M
 #define GEMV_MAX_M 3
 #endif
@@ -230,6 +232,9 @@ typedef struct {
   float *qd, *qs;
   int8_t *qq;
   nv_qdot_fn qdot;
+  /* repacked weights */
+  const uint8_t *pk;
+  nv_qpk_fn pkfn;
   /* next unit of work: threads take units until none is left, so a thread that loses its core
    * (another process, a little core of a big.LITTLE CPU) does not hold the others back */
   atomic_llong next;
@@ -400,6 +405,91 @@ static void qmm_rows(mm_args *A, int64_t n0, int64_t n1) {
   }
 }
 
+/* ---------------------------------------------------------------- repacked Q4_0/Q8_0 */
+
+#define PK_GROUPS_PER_UNIT 4 /* 64 rows: a few KB to a few hundred KB of one sequential stream */
+#define PK_SOLO_M 4          /* up to this many rows every thread quantizes a itself: no barrier */
+
+static uint64_t pk_act_bytes(int64_t M, int64_t K) { return (uint64_t)M * ((uint64_t)K + (uint64_t)K / 32 * 8) + 64; }
+
+/* activation rows quantized at q (values), then scales, then sums */
+static void pk_act_views(int64_t M, int64_t K, uint8_t *base, int8_t **q, float **d, int32_t **s) {
+  *q = (int8_t *)base;
+  *d = (float *)(base + (((uint64_t)M * K + 15) & ~(uint64_t)15));
+  *s = (int32_t *)(*d + M * (K / 32));
+}
+
+static void pk_groups(mm_args *A, int64_t g0, int64_t g1, const nv_pact *act) {
+  int64_t nb = A->K / 32, gbytes = (int64_t)nv_qpack_bytes(A->bt, NV_PG, A->K);
+  for (int64_t g = g0; g < g1; g++) {
+    int nvalid = (int)(A->N - g * NV_PG < NV_PG ? A->N - g * NV_PG : NV_PG);
+    A->pkfn(A->pk + g * gbytes, nb, act, (int)A->M, A->c + g * NV_PG, A->N, nvalid);
+  }
+}
+
+static void pk_run_units(mm_args *A, const nv_pact *act) {
+  int64_t groups = (A->N + NV_PG - 1) / NV_PG, units = (groups + PK_GROUPS_PER_UNIT - 1) / PK_GROUPS_PER_UNIT;
+  for (int64_t u; (u = take(A, units)) >= 0;) {
+    int64_t g0 = u * PK_GROUPS_PER_UNIT, g1 = g0 + PK_GROUPS_PER_UNIT < groups ? g0 + PK_GROUPS_PER_UNIT : groups;
+    pk_groups(A, g0, g1, act);
+  }
+}
+
+/* decode: each thread quantizes the few activation rows into its own scratch, then takes units */
+static void pk_solo_task(void *p, int tid, int nth) {
+  mm_args *A = (mm_args *)p;
+  (void)nth;
+  int8_t *q;
+  float *d;
+  int32_t *s;
+  pk_act_views(A->M, A->K, (uint8_t *)nv_scratch(A->r, tid), &q, &d, &s);
+  nv_pact act[PK_SOLO_M];
+  int64_t nb = A->K / 32;
+  for (int64_t m = 0; m < A->M; m++) {
+    nv_quantize_row_q8s(A->a + m * A->K, A->K, d + m * nb, q + m * A->K, s + m * nb);
+    act[m] = (nv_pact){d + m * nb, q + m * A->K, s + m * nb};
+  }
+  pk_run_units(A, act);
+}
+
+static void pk_quant_task(void *p, int tid, int nth) {
+  mm_args *A = (mm_args *)p;
+  int64_t m0, m1, nb = A->K / 32;
+  nv_range(A->M, tid, nth, 1, &m0, &m1);
+  for (int64_t m = m0; m < m1; m++)
+    nv_quantize_row_q8s(A->a + m * A->K, A->K, A->qd + m * nb, A->qq + m * A->K, (int32_t *)A->qs + m * nb);
+}
+
+/* prefill: the activation rows were quantized once for all threads; a unit is a few groups of
+ * weight rows against every activation row (a group stays in L1 while the rows pass over it) */
+static void pk_task(void *p, int tid, int nth) {
+  mm_args *A = (mm_args *)p;
+  (void)tid;
+  (void)nth;
+  nv_pact act[PK_TILE_M];
+  int64_t nb = A->K / 32, groups = (A->N + NV_PG - 1) / NV_PG;
+  int64_t units = (groups + PK_GROUPS_PER_UNIT - 1) / PK_GROUPS_PER_UNIT;
+  int64_t gbytes = (int64_t)nv_qpack_bytes(A->bt, NV_PG, A->K);
+  for (int64_t u; (u = take(A, units)) >= 0;) {
+    int64_t g0 = u * PK_GROUPS_PER_UNIT, g1 = g0 + PK_GROUPS_PER_UNIT < groups ? g0 + PK_GROUPS_PER_UNIT : groups;
+    /* the unit's weights stay in L2 while blocks of PK_MB activation rows (also in L2) pass */
+    for (int64_t mb = 0; mb < A->M; mb += PK_MB) {
+      int64_t me = mb + PK_MB < A->M ? mb + PK_MB : A->M;
+      for (int64_t g = g0; g < g1; g++) {
+        int nvalid = (int)(A->N - g * NV_PG < NV_PG ? A->N - g * NV_PG : NV_PG);
+        for (int64_t m0 = mb; m0 < me; m0 += PK_TILE_M) {
+          int mt = (int)(me - m0 < PK_TILE_M ? me - m0 : PK_TILE_M);
+          for (int i = 0; i < mt; i++) {
+            int64_t m = m0 + i;
+            act[i] = (nv_pact){A->qd + m * nb, A->qq + m * A->K, (const int32_t *)A->qs + m * nb};
+          }
+          A->pkfn(A->pk + g * gbytes, nb, act, mt, A->c + m0 * A->N + g * NV_PG, A->N, nvalid);
+        }
+      }
+    }
+  }
+}
+
 typedef struct {
   const uint16_t *src;
   float *dst;
@@ -417,9 +507,11 @@ static int is_quant(uint32_t bt) { return bt == XPU_DT_Q8_0 || bt == XPU_DT_Q4_0
 
 /* per-thread: the packed A block (GEMM) */
 uint64_t nv_matmul_scratch(const xpu_ir_graph *g, const xpu_ir_node *n) {
-  (void)g;
-  (void)n;
-  return (uint64_t)MC * KC * 4 + 64;
+  uint64_t s = (uint64_t)MC * KC * 4 + 64;
+  const xpu_ir_tensor *a = &g->tensors[n->inputs[0]], *b = &g->tensors[n->inputs[1]];
+  int64_t K = a->shape[a->rank - 1], M = a->rank >= 2 ? a->shape[a->rank - 2] : 1;
+  if (is_quant(b->dtype) && M <= PK_SOLO_M && pk_act_bytes(M, K) > s) s = pk_act_bytes(M, K);
+  return s;
 }
 
 /* bytes of the node-wide work area after the f16 copy of a: packed B block or quantized a */
@@ -469,6 +561,7 @@ xpu_status nv_k_matmul(nv_run *r, const xpu_ir_node *n) {
     }
   }
   if (M == 0 || N == 0) return XPU_OK;
+  const nv_qpacked *pk = r->packed ? r->packed[n - g->nodes] : NULL;
   int a16 = ta->dtype == XPU_DT_F16;
   uint8_t *shared = r->shared;
   float *abuf = NULL;
@@ -509,6 +602,19 @@ xpu_status nv_k_matmul(nv_run *r, const xpu_ir_node *n) {
       }
       if (K == 0) {
         memset(A.c, 0, (size_t)(M * N) * 4);
+      } else if (is_quant(bt) && pk) {
+        A.pk = pk->data;
+        A.pkfn = nv_qpk_select(bt, r->int8dot);
+        atomic_store(&A.next, 0);
+        if (M <= PK_SOLO_M) {
+          nv_parallel(r, M * N * K, pk_solo_task, &A);
+        } else {
+          A.qd = (float *)shared;
+          A.qs = (float *)(shared + qscale_bytes((uint64_t)M, (uint64_t)K));
+          A.qq = (int8_t *)(shared + 2 * qscale_bytes((uint64_t)M, (uint64_t)K));
+          nv_parallel(r, M * K, pk_quant_task, &A);
+          nv_parallel(r, M * N * K, pk_task, &A);
+        }
       } else if (is_quant(bt)) {
         A.qd = (float *)shared;
         A.qs = (float *)(shared + qscale_bytes((uint64_t)M, (uint64_t)K));

@@ -77,6 +77,7 @@ typedef struct nv_buffer {
   int owned;           /* 1: plugin memory (free), 2: mmap of an fd (munmap), 0: host memory */
   void *map_base;      /* for fd imports: the page-aligned mapping */
   uint64_t map_len;
+  atomic_uint gen;     /* bumped by buffer_write and buffer_map: repacked copies key on it */
 } nv_buffer;
 
 void nv_buffer_unref(nv_buffer *b);
@@ -92,6 +93,7 @@ typedef struct nv_fence {
 } nv_fence;
 
 struct nv_job;
+struct nv_qpacked;
 
 struct nv_context {
   uint32_t device;
@@ -100,12 +102,17 @@ struct nv_context {
   nv_cpuset cpus;
   int threads;
   int int8dot; /* use the CPU's int8 dot-product instruction when it has one */
+  int repack;  /* repack constant Q4_0/Q8_0 matmul weights at prepare (k_qpack.c) */
   /* async queue: one thread per context, started by the first submit */
   pthread_mutex_t qmu;
   pthread_cond_t qcv;
   struct nv_job *qhead, *qtail;
   int qstarted, qstop;
   pthread_t qthread;
+  /* repacked matmul weights shared by this context's executables (k_qpack.c) */
+  pthread_mutex_t pkmu;
+  struct nv_qpacked *pk;
+  uint64_t pk_bytes;
 };
 
 /* where one graph tensor lives during an execution */
@@ -129,6 +136,8 @@ typedef struct nv_executable {
   uint64_t arena_bytes;
   uint64_t scratch_bytes; /* per thread */
   uint64_t shared_bytes;  /* node-wide work area */
+  struct nv_qpacked **packed; /* per node: its repacked weight, or NULL */
+  uint64_t packed_bytes;      /* bytes of the repacked weights this executable uses */
   nv_cpuset cpus;         /* prepare option, else the context's */
   int threads;
   atomic_int executions;
@@ -179,6 +188,7 @@ typedef struct nv_run {
   uint8_t *scratch;
   uint64_t scratch_bytes; /* per thread */
   uint8_t *shared;        /* one area for all threads of a node */
+  struct nv_qpacked *const *packed; /* per node, may be NULL */
   char err[256];
 } nv_run;
 
@@ -239,5 +249,43 @@ void nv_quantize_row_q8(const float *x, int64_t k, float *d, int8_t *q, float *s
  * (vdotq_s32, vpdpbusd): the context option int8dot=0, so tests reach both paths */
 nv_qdot_fn nv_qdot_select(uint32_t dtype, int int8dot);
 int nv_have_dotprod(void);
+
+/* ---------------------------------------------------------------- repacked weights (k_qpack.c) */
+
+#define NV_PG 16 /* weight rows interleaved per group of the repacked layout */
+
+/* one activation row for the repacked kernels: per 32-value block its scale, its int8 values
+ * and the integer sum of those values */
+typedef struct nv_pact {
+  const float *d;
+  const int8_t *q;
+  const int32_t *s;
+} nv_pact;
+
+/* out[m * ldo + j] = dot(row j of the group at w, a[m]) for m < mr, j < nvalid (<= NV_PG) */
+typedef void (*nv_qpk_fn)(const uint8_t *w, int64_t nb, const nv_pact *a, int mr, float *out, int64_t ldo,
+                          int nvalid);
+nv_qpk_fn nv_qpk_select(uint32_t dtype, int int8dot);
+void nv_quantize_row_q8s(const float *x, int64_t k, float *d, int8_t *q, int32_t *s);
+uint64_t nv_qpack_bytes(uint32_t dtype, int64_t N, int64_t K);
+void nv_qpack_groups(uint32_t dtype, const uint8_t *src, int64_t N, int64_t K, int64_t g0, int64_t g1, uint8_t *dst);
+
+/* A constant Q4_0/Q8_0 [N, K] weight in the repacked layout, shared through the context's
+ * cache by every executable that uses the same bytes (buffer, offset, generation, shape, dtype). */
+typedef struct nv_qpacked {
+  struct nv_qpacked *next;
+  const nv_buffer *buf;
+  uint64_t off;
+  unsigned gen;
+  uint32_t dtype;
+  int64_t N, K;
+  int refs; /* executables using it; under the context's pkmu */
+  uint8_t *data;
+  uint64_t bytes;
+} nv_qpacked;
+
+/* The cached copy (a new reference), packing it on first use; NULL when out of memory. */
+nv_qpacked *nv_qpack_get(nv_context *c, nv_buffer *buf, uint64_t off, uint32_t dtype, int64_t N, int64_t K);
+void nv_qpack_put(nv_context *c, nv_qpacked *p);
 
 #endif /* NEON_H */

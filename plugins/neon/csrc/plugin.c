@@ -90,6 +90,7 @@ static void context_free(nv_context *c) {
   nv_pool_destroy(c->pool);
   pthread_mutex_destroy(&c->qmu);
   pthread_cond_destroy(&c->qcv);
+  pthread_mutex_destroy(&c->pkmu);
   free(c);
 }
 
@@ -118,19 +119,29 @@ xpu_status nv_api_context_create(uint32_t device, const char *options, xpu_conte
       return xpu_fail(&nv_reg, 0, XPU_E_INVALID_ARG, "context_create: bad int8dot option (want 0 or 1)");
     int8dot = v[0] == '1';
   }
+  int repack = 1;
+  rc = xpu_opt_get(options, "repack", v, sizeof v);
+  if (rc != 0) {
+    if (rc < 0 || (strcmp(v, "0") != 0 && strcmp(v, "1") != 0))
+      return xpu_fail(&nv_reg, 0, XPU_E_INVALID_ARG, "context_create: bad repack option (want 0 or 1)");
+    repack = v[0] == '1';
+  }
   nv_context *c = (nv_context *)calloc(1, sizeof *c);
   if (!c) return xpu_fail(&nv_reg, 0, XPU_E_OUT_OF_MEMORY, "context_create: out of memory");
   c->int8dot = int8dot;
+  c->repack = repack;
   c->device = device;
   c->cpus = cpus;
   c->threads = threads;
   pthread_mutex_init(&c->qmu, NULL);
   pthread_cond_init(&c->qcv, NULL);
+  pthread_mutex_init(&c->pkmu, NULL);
   char err[256];
   c->pool = nv_pool_create(threads, &cpus, err, sizeof err);
   if (!c->pool) {
     pthread_mutex_destroy(&c->qmu);
     pthread_cond_destroy(&c->qcv);
+    pthread_mutex_destroy(&c->pkmu);
     free(c);
     return xpu_fail(&nv_reg, 0, XPU_E_OUT_OF_MEMORY, "context_create: %s", err);
   }
