@@ -12,9 +12,12 @@
 # xpu/llama.cpp, with the range of the per-round ratios (how noisy the run was) and the load
 # average seen before each run.
 #
-# Depth: llama-bench builds that have -d measure "tgTG @ dDEPTH" directly; older ones get it
-# from -pg DEPTH,TG minus -p DEPTH (TG tokens over the time pg took beyond the prefill), which
-# times the same decode steps at the same cache positions. xpu always uses -d.
+# Depth: llama-bench builds that have -d measure "tgTG @ dDEPTH" directly. For older ones the
+# script reads llama-cli's own timing of its decode steps after a DEPTH-token prompt ("eval
+# time" of llama_perf_context_print: TG-1 steps at cache positions DEPTH+1..., greedy), or, with
+# LLAMA_DEPTH=pg or no llama-cli, derives it from -pg DEPTH,TG minus -p DEPTH (TG tokens over the
+# time pg took beyond the prefill): the same steps, but a difference of two long timings, which
+# a loaded machine makes noisy. xpu always uses -d.
 #
 # Settings, from the environment:
 #   LLAMA_BIN   (required) folder holding llama-bench (a llama.cpp build's bin/)
@@ -92,6 +95,8 @@ results="$OUT/results.tsv" # round, model, contender, test, tok/s, load average
 
 if "$LLAMA_BENCH" --help 2>&1 | grep -q -- '--n-depth'; then
 	llama_depth=native
+elif [[ -x "$LLAMA_BIN/llama-cli" && ${LLAMA_DEPTH:-cli} == cli ]]; then
+	llama_depth=cli
 else
 	llama_depth=pg
 fi
@@ -140,11 +145,41 @@ llama_runs() {
 	fi
 	run "$OUT/llama.log" "$OUT/llama-$tag-r$round.json" "${base[@]}" -p "$PP" -n "$TG"
 	record "$round" "$f" llama.cpp "$OUT/llama-$tag-r$round.json" "$load"
-	if ((DEPTH > 0)); then
+	if ((DEPTH > 0)) && [[ $llama_depth == native ]]; then
 		load=$(loadavg)
 		run "$OUT/llama.log" "$OUT/llama-$tag-d-r$round.json" "${base[@]}" -p 0 -n "$TG" -d "$DEPTH"
 		record "$round" "$f" llama.cpp "$OUT/llama-$tag-d-r$round.json" "$load"
+	elif ((DEPTH > 0)); then
+		llama_cli_depth "$round" "$f" "$tag"
 	fi
+}
+
+# llama_cli_depth ROUND MODEL TAG: decode after a DEPTH-token prompt, timed by llama-cli itself,
+# REPS runs averaged. The prompt is "a a a ...": one token per word with the SentencePiece
+# vocabularies of `xpu gen-model` (llama-cli reports the real count, kept in the log).
+llama_cli_depth() {
+	local round=$1 f=$2 tag=$3 load rep log="$OUT/llama-$tag-cli-r$round.log" prompt sum=0
+	load=$(loadavg)
+	prompt=$(printf 'a %.0s' $(seq 2 "$DEPTH"))
+	prompt=${prompt% }
+	: >"$log"
+	for ((rep = 1; rep <= REPS; rep++)); do
+		if ! timeout "$STEP_TIMEOUT" "$LLAMA_BIN/llama-cli" -m "$f" -t "$THREADS" -p "$prompt" -n "$TG" \
+			--ignore-eos --temp 0 -no-cnv -c $((DEPTH + TG + 16)) "${LLAMA_EXTRA[@]}" </dev/null >/dev/null 2>>"$log"; then
+			echo "vs-llamacpp: llama-cli failed (log: $log)" >&2
+			tail -5 "$log" >&2
+			exit 1
+		fi
+	done
+	# "eval time = 3629.42 ms / 7 runs": one rate per run, averaged like llama-bench's avg_ts
+	awk -v r="$round" -v m="$f" -v l="$load" -v tg="$TG" -v d="$DEPTH" '
+		/llama_perf_context_print: +eval time/ {
+			ms = 0; n = 0 # the first "ms" is the total; "(... ms per token" follows
+			for (i = 1; i <= NF; i++) { if ($i == "ms" && !ms) ms = $(i - 1); if ($i == "runs") n = $(i - 1) }
+			if (ms > 0) { sum += n * 1000 / ms; k++ } }
+		END { if (k == 0) exit 1
+		      printf "%s\t%s\tllama.cpp\ttg%s @ d%s\t%.4f\t%s\n", r, m, tg, d, sum / k, l }' "$log" >>"$results" ||
+		{ echo "vs-llamacpp: no eval time in $log" >&2; exit 1; }
 }
 
 xpu_runs() {

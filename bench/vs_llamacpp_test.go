@@ -37,8 +37,9 @@ func runScript(t *testing.T, env []string, args ...string) (code int, stdout, st
 // fakeLlamaBench writes a stand-in llama-bench into a new folder: it answers the options the
 // script passes with llama-bench's JSON and fixed rates (pp 100 tok/s, tg 50 tok/s, and, in a
 // pp+tg pair, decode at 40 tok/s after the prefill), so the test checks the script's reading and
-// arithmetic, not llama.cpp. withDepth makes it one of the newer builds that know -d.
-func fakeLlamaBench(t *testing.T, withDepth bool) string {
+// arithmetic, not llama.cpp. withDepth makes it one of the newer builds that know -d; withCLI
+// adds a llama-cli whose timing line says 25 tok/s.
+func fakeLlamaBench(t *testing.T, withDepth bool, withCLI ...bool) string {
 	dir := t.TempDir()
 	help := "usage: llama-bench [options]\n  -pg <pp,tg>\n"
 	if withDepth {
@@ -62,6 +63,14 @@ if [[ -n $PG ]]; then p=${PG%,*} n=${PG#*,}; ns=$((p * 10000000 + n * 25000000))
 IFS=,; echo "[${rows[*]}]"
 `
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "llama-bench"), []byte(script), 0o755))
+	if len(withCLI) > 0 && withCLI[0] {
+		cli := `#!/usr/bin/env bash
+N=0
+while (($#)); do [[ "$1" == -n ]] && N=$2; shift; done
+echo "llama_perf_context_print:        eval time =  $(((N - 1) * 40)).00 ms / $((N - 1)) runs   (   40.00 ms per token,    25.00 tokens per second)" >&2
+`
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "llama-cli"), []byte(cli), 0o755))
+	}
 	return dir
 }
 
@@ -95,7 +104,7 @@ func TestVsLlamaCppArguments(t *testing.T) {
 }
 
 // TestVsLlamaCppTable runs the whole script against the fake llama-bench and the real xpu
-// binary on the test model: both depth methods must give the fake's decode-at-depth rate, and
+// binary on the test model: every depth method must give the fake's decode-at-depth rate, and
 // every row must carry both programs' medians and their ratio.
 func TestVsLlamaCppTable(t *testing.T) {
 	model, err := filepath.Abs(filepath.Join("..", "..", "shared", "models", "stories260K.gguf"))
@@ -109,18 +118,21 @@ func TestVsLlamaCppTable(t *testing.T) {
 	if _, err := exec.LookPath("jq"); err != nil {
 		t.Skip("jq absent (scripts/deps.sh installs it)")
 	}
-	for _, native := range []bool{false, true} {
-		name := map[bool]string{false: "pg", true: "native"}[native]
+	for _, name := range []string{"pg", "native", "cli"} {
+		native := name == "native"
 		t.Run(name, func(t *testing.T) {
-			env := []string{"LLAMA_BIN=" + fakeLlamaBench(t, native), "OUT=" + t.TempDir(), "ROUNDS=2",
+			env := []string{"LLAMA_BIN=" + fakeLlamaBench(t, native, name == "cli"), "OUT=" + t.TempDir(), "ROUNDS=2",
 				"REPS=1", "PP=16", "TG=4", "DEPTH=8", "THREADS=1"}
 			code, out, errOut := runScript(t, env, model)
 			require.Equal(t, 0, code, errOut)
 			assert.Contains(t, out, "depth: "+name)
 			num := `[0-9]+\.[0-9]{2}`
 			want := map[string]string{"pp16": "100.00", "tg4": "50.00", "tg4 @ d8": "40.00"}
-			if native {
+			switch name {
+			case "native":
 				want["tg4 @ d8"] = "50.00" // -d runs the plain tg test at that depth
+			case "cli":
+				want["tg4 @ d8"] = "25.00" // llama-cli's own eval timing
 			}
 			for test, llama := range want {
 				re := regexp.MustCompile(`\| stories260K \| ` + regexp.QuoteMeta(test) + ` \| ` + llama +
