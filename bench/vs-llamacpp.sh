@@ -32,6 +32,7 @@
 #   MODELS_DIR  where the default models are generated (default build/models)
 #   OUT         folder for the raw JSON, logs and results.tsv (default a new one in build/)
 #   STEP_TIMEOUT seconds one run may take before it is killed (default 1800)
+# `bench/vs-llamacpp.sh --table OUT/results.tsv` prints the table of an earlier run again.
 # Without MODEL arguments it uses MODELS_DIR/llama-1b-q4_0.gguf and llama-1b-q8_0.gguf, writing
 # them with `xpu gen-model` when absent. The script downloads nothing.
 set -euo pipefail
@@ -41,7 +42,45 @@ die() {
 	exit 2
 }
 
+# table RESULTS: the summary of a results.tsv, medians over the rounds; a per-round ratio pairs
+# the two programs' runs of the same round.
+table() {
+	echo "| model | test | llama.cpp t/s | xpu t/s | xpu/llama.cpp | per-round ratios | load avg |"
+	echo "|---|---|--:|--:|--:|--:|--:|"
+	awk -F'\t' '
+		function median(list,    a, n, i, j, t) {
+			n = split(list, a, " ")
+			for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+			return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+		}
+		{ key = $2 "\t" $4
+		  if (!(key in seen)) { seen[key] = 1; order[++nk] = key }
+		  v[key, $3] = v[key, $3] " " $5; r[key, $3, $1] = $5; rounds[$1] = 1
+		  loads[key] = loads[key] " " $6 }
+		END {
+		  for (k = 1; k <= nk; k++) {
+		    key = order[k]; split(key, kk, "\t"); lo = ""; hi = ""
+		    for (rd in rounds) if ((key, "llama.cpp", rd) in r && (key, "xpu", rd) in r && r[key, "llama.cpp", rd] > 0) {
+		      x = r[key, "xpu", rd] / r[key, "llama.cpp", rd]
+		      if (lo == "" || x < lo) lo = x
+		      if (hi == "" || x > hi) hi = x }
+		    ml = median(v[key, "llama.cpp"]); mx = median(v[key, "xpu"])
+		    n = split(loads[key], la, " "); lmin = la[1]; lmax = la[1]
+		    for (i = 2; i <= n; i++) { if (la[i] < lmin) lmin = la[i]; if (la[i] > lmax) lmax = la[i] }
+		    ratio = ml > 0 ? sprintf("**%.2f**", mx / ml) : "-"
+		    spread = lo == "" ? "-" : sprintf("%.2f–%.2f", lo, hi)
+		    m = kk[1]; sub(/.*\//, "", m); sub(/\.gguf$/, "", m)
+		    printf "| %s | %s | %.2f | %.2f | %s | %s | %s–%s |\n", m, kk[2], ml, mx, ratio, spread, lmin, lmax
+		  }
+		}' "$1"
+}
+
 case "${1:-}" in
+--table)
+	[[ -f "${2:-}" ]] || die "--table needs an earlier run's results.tsv"
+	table "$2"
+	exit 0
+	;;
 -h | --help)
 	sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
 	exit 0
@@ -221,32 +260,5 @@ echo
 echo "$started → $(date -u +%FT%TZ), $(nproc) CPUs ($cpu), $THREADS threads, $ROUNDS rounds × -r $REPS;" \
 	"llama.cpp $llama_commit (depth: $llama_depth), xpu $xpu_commit${XPU_FLAGS:+ ($XPU_FLAGS)}"
 echo
-echo "| model | test | llama.cpp t/s | xpu t/s | xpu/llama.cpp | per-round ratios | load avg |"
-echo "|---|---|--:|--:|--:|--:|--:|"
-# Medians over the rounds; a per-round ratio pairs the two programs' runs of the same round.
-awk -F'\t' '
-	function median(list,    a, n, i, j, t) {
-		n = split(list, a, " ")
-		for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
-		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-	}
-	{ key = $2 "\t" $4
-	  if (!(key in seen)) { seen[key] = 1; order[++nk] = key }
-	  v[key, $3] = v[key, $3] " " $5; r[key, $3, $1] = $5; rounds[$1] = 1
-	  loads[key] = loads[key] " " $6 }
-	END {
-	  for (k = 1; k <= nk; k++) {
-	    key = order[k]; split(key, kk, "\t"); lo = ""; hi = ""
-	    for (rd in rounds) if ((key, "llama.cpp", rd) in r && (key, "xpu", rd) in r && r[key, "llama.cpp", rd] > 0) {
-	      x = r[key, "xpu", rd] / r[key, "llama.cpp", rd]
-	      if (lo == "" || x < lo) lo = x
-	      if (hi == "" || x > hi) hi = x }
-	    ml = median(v[key, "llama.cpp"]); mx = median(v[key, "xpu"])
-	    n = split(loads[key], la, " "); lmin = la[1]; lmax = la[1]
-	    for (i = 2; i <= n; i++) { if (la[i] < lmin) lmin = la[i]; if (la[i] > lmax) lmax = la[i] }
-	    ratio = ml > 0 ? sprintf("**%.2f**", mx / ml) : "-"
-	    spread = lo == "" ? "-" : sprintf("%.2f–%.2f", lo, hi)
-	    m = kk[1]; sub(/.*\//, "", m); sub(/\.gguf$/, "", m)
-	    printf "| %s | %s | %.2f | %.2f | %s | %s | %s–%s |\n", m, kk[2], ml, mx, ratio, spread, lmin, lmax
-	  }
-	}' "$results"
+table "$results"
+
