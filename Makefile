@@ -84,3 +84,13 @@ bench-ir:
 
 clean:
 	rm -rf $(BUILD)
+
+# Side by side with llama.cpp's llama-bench on the same GGUF files (issue 13; BENCHMARKS.md):
+# LLAMA_BIN=<llama.cpp build/bin> is required, nothing is downloaded; VS_MODELS="a.gguf b.gguf"
+# (default: the 1B Q4_0 and Q8_0 models, generated); ROUNDS, REPS, THREADS, PP, TG, DEPTH and
+# XPU_FLAGS as in bench/vs-llamacpp.sh.
+.PHONY: bench-vs-llamacpp
+bench-vs-llamacpp:
+	@test -n "$(LLAMA_BIN)" || { echo "make bench-vs-llamacpp: set LLAMA_BIN to a llama.cpp build's bin folder (the one holding llama-bench)" >&2; exit 2; }
+	$(MAKE) all
+	LLAMA_BIN="$(LLAMA_BIN)" XPU="$(BUILD)/xpu" bash bench/vs-llamacpp.sh $(VS_MODELS)

@@ -19,7 +19,7 @@ import (
 var ErrContextFull = errors.New("llm: context is full")
 
 // DefaultChunk is the prefill chunk length when none is given.
-const DefaultChunk = 32
+const DefaultChunk = 64
 
 // maxDefaultContext caps the KV cache when the caller gives no context length: models declare
 // contexts (128K) whose cache would not fit a phone.

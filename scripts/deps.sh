@@ -4,7 +4,7 @@
 set -euo pipefail
 
 pkgs=(gcc make pkg-config pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo libsimde-dev
-      qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross valgrind curl
+      qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross valgrind curl jq
       clang libclang-rt-14-dev) # clang + its libFuzzer/ASan runtimes: make fuzz-ir
 # node and npm run a real OpenAI client against `xpu serve` (cmd/xpu TestServeOpenAIClient);
 # a machine that already has node (from NodeSource, nvm...) keeps its own.
