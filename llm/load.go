@@ -135,7 +135,7 @@ func placeModel(ctx context.Context, m *Model, cfg *loadConfig, ropts []RunnerOp
 		devs = append(devs, b.Devices()...)
 	}
 	var errs []error
-	for _, d := range cfg.policy.Rank(representativeMatMul(m), devs) {
+	for _, d := range cfg.policy.Rank(RepresentativeMatMul(m), devs) {
 		r, err := NewRunner(ctx, m, d, ropts...)
 		if err == nil {
 			return r, keepOwner(backends, d), nil
@@ -165,9 +165,9 @@ func keepOwner(backends []core.Backend, d core.Device) []core.Backend {
 	return keep
 }
 
-// representativeMatMul is the node a policy ranks devices for: a matmul with the model's
-// weight dtype, the bulk of the work.
-func representativeMatMul(m *Model) *core.Node {
+// RepresentativeMatMul is the node a policy ranks devices for (sched.Policy.Rank): a matmul
+// with the model's weight dtype, the bulk of the work.
+func RepresentativeMatMul(m *Model) *core.Node {
 	dt := core.F32
 	if t, ok := m.File.Tensor("blk.0.ffn_up.weight"); ok {
 		dt = t.DType

@@ -317,7 +317,7 @@ func openRunner(ctx context.Context, m *llm.Model, name, policy string, devIndex
 	for _, b := range backends {
 		devs = append(devs, b.Devices()...)
 	}
-	ranked := p.Rank(representativeNode(m), devs)
+	ranked := p.Rank(llm.RepresentativeMatMul(m), devs)
 	var errs []error
 	for _, d := range ranked {
 		r, err := llm.NewRunner(ctx, m, d, opts...)
@@ -330,24 +330,6 @@ func openRunner(ctx context.Context, m *llm.Model, name, policy string, devIndex
 		errs = append(errs, fmt.Errorf("policy %s ranks no device (no plugin found; --backend ref runs the slow reference): %w", p.Name(), core.ErrNotFound))
 	}
 	return nil, backends, errors.Join(errs...)
-}
-
-// representativeNode is the node the policy ranks devices for: a matmul with the model's
-// weight dtype, the bulk of the work.
-func representativeNode(m *llm.Model) *core.Node {
-	dt := core.F32
-	if t, ok := m.File.Tensor("blk.0.ffn_up.weight"); ok {
-		dt = t.DType
-	}
-	g := core.NewGraph()
-	k := int64(m.Config.Dim)
-	x := g.Input("x", core.F32, 1, k)
-	w := g.Const("w", dt, core.Shape{32, k}, make([]byte, dt.Bytes(32*k)))
-	g.Output(g.MatMul(x, w))
-	if len(g.Nodes) == 0 {
-		return &core.Node{Op: core.OpMatMul}
-	}
-	return g.Nodes[0]
 }
 
 // runFlagCombination says what is wrong with a combination of run's flags ("" when nothing);
