@@ -25,7 +25,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || {
-  echo "deps: Go is not installed (expected at /usr/local/go); install Go 1.24 or later" >&2
+  echo "deps: Go is not installed (expected at /usr/local/go); install Go 1.26 or later (go.mod: 1.26.8)" >&2
   exit 1
 }
 
