@@ -116,21 +116,7 @@ void nv_quantize_row_q8s(const float *x, int64_t k, float *d, int8_t *q, int32_t
 }
 #else
 void nv_quantize_row_q8s(const float *x, int64_t k, float *d, int8_t *q, int32_t *s) {
-  for (int64_t b = 0; b < k / 32; b++) {
-    const float *xb = x + b * 32;
-    float32x4_t m = vdupq_n_f32(0);
-    for (int i = 0; i < 32; i += 4) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(xb + i)));
-    float amax = vmaxvq_f32(m);
-    float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
-    d[b] = nv_f16_to_f32(nv_f32_to_f16(dd));
-    int sum = 0;
-    for (int i = 0; i < 32; i++) {
-      int v = (int)roundf(xb[i] * id);
-      q[b * 32 + i] = (int8_t)v;
-      sum += v;
-    }
-    s[b] = sum;
-  }
+  for (int64_t b = 0; b < k / 32; b++) s[b] = nv_quantize_block_q8(x + b * 32, &d[b], q + b * 32);
 }
 #endif
 

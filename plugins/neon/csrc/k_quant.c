@@ -35,21 +35,22 @@ int nv_have_dotprod(void) {
 /* ggml's quantize_row_q8_0 rule (OPS.md): d = amax/127, q = round(x/d). The scale kept here is
  * the f16-rounded one, as a stored Q8_0 block would have it; s[b] = d * sum(q) lets a kernel
  * that multiplies unsigned Q4_0 nibbles subtract the 8 offset once per block. */
-void nv_quantize_row_q8(const float *x, int64_t k, float *d, int8_t *q, float *s) {
-  for (int64_t b = 0; b < k / 32; b++) {
-    const float *xb = x + b * 32;
-    float32x4_t m = vdupq_n_f32(0);
-    for (int i = 0; i < 32; i += 4) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(xb + i)));
-    float amax = vmaxvq_f32(m);
-    float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
-    d[b] = nv_f16_to_f32(nv_f32_to_f16(dd));
-    int sum = 0;
-    for (int i = 0; i < 32; i++) {
-      q[b * 32 + i] = (int8_t)roundf(xb[i] * id);
-      sum += q[b * 32 + i];
-    }
-    s[b] = d[b] * (float)sum;
+int nv_quantize_block_q8(const float *xb, float *d, int8_t *q) {
+  float32x4_t m = vdupq_n_f32(0);
+  for (int i = 0; i < 32; i += 4) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(xb + i)));
+  float amax = vmaxvq_f32(m);
+  float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+  *d = nv_f16_to_f32(nv_f32_to_f16(dd));
+  int sum = 0;
+  for (int i = 0; i < 32; i++) {
+    q[i] = (int8_t)roundf(xb[i] * id);
+    sum += q[i];
   }
+  return sum;
+}
+
+void nv_quantize_row_q8(const float *x, int64_t k, float *d, int8_t *q, float *s) {
+  for (int64_t b = 0; b < k / 32; b++) s[b] = d[b] * (float)nv_quantize_block_q8(x + b * 32, &d[b], q + b * 32);
 }
 
 static inline float f16at(const uint8_t *p) {

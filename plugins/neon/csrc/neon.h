@@ -239,6 +239,8 @@ typedef struct nv_qact {
 /* out[r] = dot(weight row w of nb Q8_0/Q4_0 blocks, activation row a[r]) for r < nr (any nr) */
 typedef void (*nv_qdot_fn)(const uint8_t *w, int64_t nb, const nv_qact *a, int nr, float *out);
 void nv_quantize_row_q8(const float *x, int64_t k, float *d, int8_t *q, float *s);
+/* one 32-value block of that rule: stores its scale and values, returns sum(q) */
+int nv_quantize_block_q8(const float *xb, float *d, int8_t *q);
 /* int8dot 0 keeps to the baseline path even where the CPU has a dot-product instruction
  * (vdotq_s32, vpdpbusd): the context option int8dot=0, so tests reach both paths */
 nv_qdot_fn nv_qdot_select(uint32_t dtype, int int8dot);
