@@ -50,7 +50,10 @@ int nv_quantize_block_q8(const float *xb, float *d, int8_t *q) {
 }
 
 void nv_quantize_row_q8(const float *x, int64_t k, float *d, int8_t *q, float *s) {
-  for (int64_t b = 0; b < k / 32; b++) s[b] = d[b] * (float)nv_quantize_block_q8(x + b * 32, &d[b], q + b * 32);
+  for (int64_t b = 0; b < k / 32; b++) {
+    int sum = nv_quantize_block_q8(x + b * 32, &d[b], q + b * 32); /* sets d[b] first */
+    s[b] = d[b] * (float)sum;
+  }
 }
 
 static inline float f16at(const uint8_t *p) {
