@@ -218,7 +218,11 @@ func TestGates(t *testing.T) {
 	assert.ErrorIs(t, err, ErrTooHot)
 	go func() {
 		time.Sleep(10 * time.Millisecond)
-		_ = os.WriteFile(filepath.Join(hot, "sys/class/thermal/thermal_zone0/temp"), []byte("35000\n"), 0o644)
+		// rename, not WriteFile: a sysfs read is atomic, a truncate-then-write is not (WaitCool
+		// could read the empty file between the two and see no thermal zone at all)
+		dir := filepath.Join(hot, "sys/class/thermal/thermal_zone0")
+		_ = os.WriteFile(filepath.Join(dir, "temp.new"), []byte("35000\n"), 0o644)
+		_ = os.Rename(filepath.Join(dir, "temp.new"), filepath.Join(dir, "temp"))
 	}()
 	c, err = WaitCool(context.Background(), DefaultLimits, 2*time.Second, 2*time.Millisecond, WithRoot(hot))
 	require.NoError(t, err)
