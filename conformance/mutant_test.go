@@ -2,8 +2,6 @@ package conformance
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -16,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/loader"
+	"github.com/xpuhub/xpu/loader/hosttest"
 )
 
 // buildMutants compiles the project's test plugin (loader/testdata/testplugin.c) once per
@@ -72,18 +71,8 @@ type buildError struct {
 
 func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
 
-// TestMain lets this test binary serve isolated plugins: the loader starts os.Executable()
-// with "plugin-host <plugin>", as it starts the xpu binary in production.
-func TestMain(m *testing.M) {
-	if len(os.Args) == 3 && os.Args[1] == "plugin-host" {
-		if err := loader.ServePluginHost(os.Args[2]); err != nil {
-			fmt.Fprintln(os.Stderr, "plugin-host:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+// TestMain lets this test binary serve isolated plugins (see hosttest).
+func TestMain(m *testing.M) { hosttest.Main(m) }
 
 func runPlugin(t *testing.T, path string, opts ...Option) *Report {
 	t.Helper()

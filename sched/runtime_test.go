@@ -2,8 +2,6 @@ package sched
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -14,23 +12,12 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/loader"
+	"github.com/xpuhub/xpu/loader/hosttest"
 	"github.com/xpuhub/xpu/loader/plugintest"
 )
 
-// TestMain lets this test binary serve isolated plugins: the loader starts os.Executable()
-// with "plugin-host <plugin>", as it starts the xpu binary in production.
-func TestMain(m *testing.M) {
-	if len(os.Args) == 3 && os.Args[1] == "plugin-host" {
-		if err := loader.ServePluginHost(os.Args[2]); err != nil {
-			fmt.Fprintln(os.Stderr, "plugin-host:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	code := m.Run()
-	plugintest.Cleanup()
-	os.Exit(code)
-}
+// TestMain lets this test binary serve isolated plugins (see hosttest).
+func TestMain(m *testing.M) { hosttest.Main(m) }
 
 // twoStages is a two-stage program over n floats per row: stage 0 computes
 // a = x+x (unit 1), b = -a (unit 0), y = b*x (unit 1); stage 1 computes z = relu(y) (unit 0),
