@@ -2,7 +2,6 @@ package llm
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -233,27 +232,13 @@ func TestTraceTracksEveryUnit(t *testing.T) {
 	require.NoError(t, r.Close())
 	path := filepath.Join(t.TempDir(), "t.json")
 	require.NoError(t, tr.WriteFile(path))
-	data, err := os.ReadFile(path)
+	events, err := sched.ReadTraceFile(path)
 	require.NoError(t, err)
-	var doc struct {
-		TraceEvents []struct {
-			Name string         `json:"name"`
-			Ph   string         `json:"ph"`
-			Tid  int            `json:"tid"`
-			Dur  float64        `json:"dur"`
-			Args map[string]any `json:"args"`
-		} `json:"traceEvents"`
-	}
-	require.NoError(t, json.Unmarshal(data, &doc))
-	tracks := map[int]string{}
-	for _, e := range doc.TraceEvents {
-		if e.Ph == "M" && e.Name == "thread_name" {
-			tracks[e.Tid], _ = e.Args["name"].(string)
-		}
-	}
+	tracks := map[string]bool{}
 	slices := map[string]int{}
 	waits := 0
-	for _, e := range doc.TraceEvents {
+	for _, e := range events {
+		tracks[e.Track] = true
 		if e.Ph != "X" {
 			continue
 		}
@@ -263,7 +248,7 @@ func TestTraceTracksEveryUnit(t *testing.T) {
 		}
 		require.Contains(t, e.Args, "chunk", "slice %s", e.Name)
 		require.Contains(t, e.Args, "layer", "slice %s", e.Name)
-		slices[tracks[e.Tid]]++
+		slices[e.Track]++
 	}
 	for _, u := range []string{"neon:0", "opencl:0", "qnn:0"} {
 		assert.Positive(t, slices[u], "no partition slices on %s (tracks %v)", u, tracks)

@@ -207,3 +207,48 @@ func (t *Trace) WriteFile(path string) (err error) {
 	}
 	return nil
 }
+
+// TraceEvent is one event of a trace file as WriteJSON writes it; Track is the name of its
+// track (from the thread_name metadata), "" for metadata events themselves.
+type TraceEvent struct {
+	Name, Ph, Track string
+	Ts, Dur         float64 // µs
+	Args            map[string]any
+}
+
+// ReadTraceFile reads a trace written by WriteFile (or any Chrome trace-event JSON object) and
+// returns its events with their track names: what a test or a tool needs to check a schedule.
+func ReadTraceFile(path string) ([]TraceEvent, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	var doc struct {
+		TraceEvents []struct {
+			Name string         `json:"name"`
+			Ph   string         `json:"ph"`
+			Ts   float64        `json:"ts"`
+			Dur  float64        `json:"dur"`
+			Tid  int            `json:"tid"`
+			Args map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("trace %s: %w: %w", path, err, core.ErrInvalidArgument)
+	}
+	tracks := map[int]string{}
+	for _, e := range doc.TraceEvents {
+		if e.Ph == "M" && e.Name == "thread_name" {
+			tracks[e.Tid], _ = e.Args["name"].(string)
+		}
+	}
+	out := make([]TraceEvent, 0, len(doc.TraceEvents))
+	for _, e := range doc.TraceEvents {
+		ev := TraceEvent{Name: e.Name, Ph: e.Ph, Ts: e.Ts, Dur: e.Dur, Args: e.Args}
+		if e.Ph != "M" {
+			ev.Track = tracks[e.Tid]
+		}
+		out = append(out, ev)
+	}
+	return out, nil
+}
