@@ -33,7 +33,7 @@ extern "C" {
 
 #define XPU_ABI_MAJOR 1u /* a mismatch makes the loader refuse the plugin */
 #define XPU_ABI_MINOR 0u /* additive changes only */
-#define XPU_OPSET_VERSION 1u
+#define XPU_OPSET_VERSION 2u /* v2: K-quant dtypes, ATTENTION mask input (abi/OPS.md) */
 
 #if defined(_WIN32)
 #define XPU_EXPORT __declspec(dllexport)
@@ -75,7 +75,13 @@ enum {
   XPU_DT_I8 = 5,   /* per-tensor symmetric int8; the scale is an op attribute */
   XPU_DT_Q8_0 = 6, /* GGUF block: f16 d; int8 q[32]          (34 bytes per 32 values) */
   XPU_DT_Q4_0 = 7, /* GGUF block: f16 d; uint8 qs[16] nibbles (18 bytes per 32 values) */
-  XPU_DT_COUNT = 8,
+  /* op set v2: GGUF K-quant super-blocks of 256 values (abi/OPS.md "K-quants") */
+  XPU_DT_Q4_K = 8,  /* f16 d, f16 dmin, u8 scales[12], u8 qs[128]          (144 bytes) */
+  XPU_DT_Q5_K = 9,  /* f16 d, f16 dmin, u8 scales[12], u8 qh[32], qs[128]  (176 bytes) */
+  XPU_DT_Q6_K = 10, /* u8 ql[128], u8 qh[64], i8 scales[16], f16 d         (210 bytes) */
+  XPU_DT_Q2_K = 11, /* u8 scales[16], u8 qs[64], f16 d, f16 dmin           (84 bytes)  */
+  XPU_DT_Q3_K = 12, /* u8 hmask[32], u8 qs[64], u8 scales[12], f16 d       (110 bytes) */
+  XPU_DT_COUNT = 13,
 };
 
 /* ---------------------------------------------------------------- probe and open */

@@ -138,12 +138,19 @@ static inline uint32_t xpu_dtype_block_bytes(uint32_t dt) {
   case XPU_DT_I8: return 1;
   case XPU_DT_Q8_0: return 34;
   case XPU_DT_Q4_0: return 18;
+  case XPU_DT_Q4_K: return 144;
+  case XPU_DT_Q5_K: return 176;
+  case XPU_DT_Q6_K: return 210;
+  case XPU_DT_Q2_K: return 84;
+  case XPU_DT_Q3_K: return 110;
   default: return 0;
   }
 }
 
 static inline uint32_t xpu_dtype_block_len(uint32_t dt) {
-  return (dt == XPU_DT_Q8_0 || dt == XPU_DT_Q4_0) ? 32u : 1u;
+  if (dt == XPU_DT_Q8_0 || dt == XPU_DT_Q4_0) return 32u;
+  if (dt >= XPU_DT_Q4_K && dt <= XPU_DT_Q3_K) return 256u;
+  return 1u;
 }
 
 /* Element count. Exact for any tensor xpu_ir_parse accepted (at most XPU_IR_MAX_NUMEL); on an
