@@ -69,12 +69,28 @@ func demoText(ctx context.Context, stdout io.Writer, backends []core.Backend, mo
 	}
 	took := time.Since(t0)
 	fmt.Fprintf(stdout, "text generation: %s (%d layers) across %s, default plan (sched/PLAN.md)\n",
-		filepath.Base(modelPath), m.Config.Layers, strings.Join(r.Units(), ", "))
+		filepath.Base(modelPath), m.Config.Layers, strings.Join(taggedUnits(r.Units(), devs, specs), ", "))
 	fmt.Fprintf(stdout, "placement:\n%s\n\n", r.Placement())
 	fmt.Fprintf(stdout, "%s%s\n\n", prompt, res.Text)
 	fmt.Fprintf(stdout, "%d prompt tokens, %d generated in %.0f ms; busy time per unit:\n%s\n", res.PromptTokens,
 		len(res.Tokens), float64(took)/float64(time.Millisecond), r.Report())
 	return nil
+}
+
+// taggedUnits labels each unit with its device's kind, and says "emulated" where the device is
+// (the QNN provider here), so no demo line passes an emulator off as hardware.
+func taggedUnits(units []string, devs []core.Device, specs []sched.UnitSpec) []string {
+	out := make([]string, len(units))
+	for i, u := range units {
+		out[i] = u
+		for j, s := range specs {
+			if s.String() == u {
+				out[i] = fmt.Sprintf("%s (%s)", u, deviceTag(devs[j].Info()))
+				break
+			}
+		}
+	}
+	return out
 }
 
 // writeSynthModel writes the small generated Llama model.
