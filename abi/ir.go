@@ -41,7 +41,7 @@ func EncodeGraph(g *core.Graph, constRef func(*core.Tensor) (ConstRef, error)) (
 
 	le.PutUint32(b[0:], IRMagic)
 	le.PutUint32(b[4:], IRVersion)
-	le.PutUint32(b[8:], core.OpsetVersion)
+	le.PutUint32(b[8:], g.Opset())
 	le.PutUint32(b[12:], uint32(len(g.Tensors)))
 	le.PutUint32(b[16:], uint32(len(g.Nodes)))
 	le.PutUint32(b[20:], uint32(len(g.Inputs)))

@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !unix
 
 package conformance
 
@@ -9,5 +9,5 @@ import (
 )
 
 func memfdMemory(int) (int, []byte, func(), error) {
-	return -1, nil, nil, fmt.Errorf("memfd exists on linux only: %w", core.ErrUnsupported)
+	return -1, nil, nil, fmt.Errorf("shared-memory fds exist on unix systems only: %w", core.ErrUnsupported)
 }

@@ -239,3 +239,14 @@ func TestShapesAreBounded(t *testing.T) {
 		assert.ErrorContains(t, g.Validate(), "more than 2^40 elements")
 	})
 }
+
+// A graph is written with the lowest op set that holds it, so op-set-1 plugins keep running
+// every graph without a v2 feature.
+func TestGraphOpset(t *testing.T) {
+	g := NewGraph()
+	x := g.Input("x", F32, 1, 256)
+	g.Output(g.MatMul(x, g.Input("w", Q4_0, 8, 256)))
+	require.EqualValues(t, 1, g.Opset())
+	g.Output(g.MatMul(x, g.Input("wk", Q4_K, 8, 256)))
+	require.EqualValues(t, 2, g.Opset())
+}

@@ -38,8 +38,26 @@ const (
 	opCount
 )
 
-// OpsetVersion is the op-set version this package writes.
-const OpsetVersion = 1
+// OpsetVersion is the newest op-set version this package knows (abi/OPS.md). A graph is written
+// with the lowest version that holds it (Graph.Opset), so a plugin that knows only op set 1
+// still runs every graph that uses nothing newer.
+const OpsetVersion = 2
+
+// Opset is the lowest op-set version that holds g: 2 where it has a K-quant tensor or an
+// ATTENTION with a mask input, else 1.
+func (g *Graph) Opset() uint32 {
+	for _, t := range g.Tensors {
+		if t.DType.KQuant() {
+			return 2
+		}
+	}
+	for _, n := range g.Nodes {
+		if n.Op == OpAttention && len(n.Inputs) > 4 {
+			return 2
+		}
+	}
+	return 1
+}
 
 var opNames = [...]string{"INVALID", "ADD", "SUB", "MUL", "DIV", "SILU", "GELU", "RELU", "EXP",
 	"NEG", "SCALE", "RMS_NORM", "LAYER_NORM", "SOFTMAX", "MATMUL", "ROPE", "ATTENTION",

@@ -279,7 +279,7 @@ func startProc(cfg *config, cd Candidate) (*isoProc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("isolated %s: no plugin-host executable: %w", cd.Name, err)
 	}
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	pair, err := fdSocketPair()
 	if err != nil {
 		return nil, fmt.Errorf("isolated %s: socketpair: %v: %w", cd.Name, err, core.ErrInternal)
 	}

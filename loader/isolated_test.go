@@ -21,6 +21,7 @@ import (
 
 	"github.com/xpuhub/xpu/abi"
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/shmem"
 	"github.com/xpuhub/xpu/loader/plugintest"
 )
 
@@ -130,7 +131,7 @@ func TestIsolatedRunsGraph(t *testing.T) {
 			require.NoError(t, f.Close())
 
 			// an fd made elsewhere (a memfd) imported as the input
-			fd, err := unix.MemfdCreate("test-input", unix.MFD_CLOEXEC)
+			fd, err := shmem.NewFD("test-input", 48, shmem.Options{})
 			require.NoError(t, err)
 			defer unix.Close(fd)
 			_, err = unix.Pwrite(fd, append(make([]byte, 16), f32bytes(-9, 9, -9, 9, -9, 9, -9, 9)...), 0)

@@ -6,8 +6,6 @@ import (
 	"time"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/xpuhub/xpu/core"
 )
 
@@ -72,12 +70,6 @@ func ringable(q *rpcReq) bool {
 var (
 	hostSpin  time.Duration
 	childSpin time.Duration
-)
-
-// futex(2) operations (golang.org/x/sys/unix has the call but not these).
-const (
-	futexWaitOp = 0
-	futexWakeOp = 1
 )
 
 // waitSlice bounds each futex sleep of the host: between two, it checks the child, its context
@@ -154,24 +146,6 @@ func spinFor(addr *uint32, old uint32, budget time.Duration) uint32 {
 			return v
 		}
 	}
-}
-
-// futexWait sleeps while *addr == val, for at most d (d < 0: no limit). Wake-ups can be
-// spurious: callers re-check.
-func futexWait(addr *uint32, val uint32, d time.Duration) {
-	var ts *unix.Timespec
-	if d >= 0 {
-		t := unix.NsecToTimespec(int64(d))
-		ts = &t
-	}
-	// not FUTEX_PRIVATE_FLAG: the word is shared with the other process
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitOp, uintptr(val),
-		uintptr(unsafe.Pointer(ts)), 0, 0)
-}
-
-// futexWake wakes the sleepers on addr.
-func futexWake(addr *uint32) {
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakeOp, 1<<30, 0, 0, 0)
 }
 
 // next is the child's wait for the request after last: a short spin, then sleeps on reqSeq.

@@ -2,6 +2,7 @@ package loader
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/shmem"
 )
 
 // Shared memory for isolated backends: every buffer is a memfd that the host maps and passes to
@@ -24,20 +26,16 @@ type shm struct {
 	view []byte
 }
 
-// newShm makes a sealed memfd of size bytes (the seals stop either side from shrinking the
-// file under the other's mapping, which would turn an access into SIGBUS) and maps it.
+// newShm makes a shared-memory fd of size bytes, sealed where the system has seals (the seals
+// stop either side from shrinking the file under the other's mapping, which would turn an
+// access into SIGBUS), and maps it.
 func newShm(size int64) (*shm, error) {
-	fd, err := unix.MemfdCreate("xpu-buffer", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	fd, err := shmem.NewFD("xpu-buffer", size, shmem.Options{Sealed: true})
+	if errors.Is(err, shmem.ErrNoSeals) {
+		fd, err = shmem.NewFD("xpu-buffer", size, shmem.Options{})
+	}
 	if err != nil {
-		return nil, fmt.Errorf("memfd_create: %v: %w", err, core.ErrOutOfMemory)
-	}
-	if err := unix.Ftruncate(fd, size); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("memfd of %d bytes: %v: %w", size, err, core.ErrOutOfMemory)
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("memfd seals: %v: %w", err, core.ErrInternal)
+		return nil, fmt.Errorf("%v: %w", err, core.ErrOutOfMemory)
 	}
 	s, err := mapShm(fd, size)
 	if err != nil {
@@ -127,7 +125,7 @@ func (r *fdReceiver) loop() {
 	buf := make([]byte, 64)
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	for {
-		n, oobn, _, _, err := unix.Recvmsg(r.sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		n, oobn, _, _, err := unix.Recvmsg(r.sock, buf, oob, recvCloexec)
 		if err == unix.EINTR {
 			continue
 		}
@@ -136,6 +134,7 @@ func (r *fdReceiver) loop() {
 			if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
 				for _, m := range msgs {
 					if rights, rerr := unix.ParseUnixRights(&m); rerr == nil {
+						markCloexec(rights)
 						fds = append(fds, rights...)
 					}
 				}

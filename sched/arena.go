@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/shmem"
 )
 
 // Arena is host memory that every unit of a Runtime sees without copies: memfd-backed blocks,
@@ -79,13 +80,9 @@ func (a *Arena) Alloc(size int64) (Span, error) {
 }
 
 func newArenaBlock(size int64) (*arenaBlock, error) {
-	fd, err := unix.MemfdCreate("xpu-arena", unix.MFD_CLOEXEC)
+	fd, err := shmem.NewFD("xpu-arena", size, shmem.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("arena: memfd_create: %w", err)
-	}
-	if err := unix.Ftruncate(fd, size); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("arena: ftruncate %d bytes: %w", size, err)
+		return nil, fmt.Errorf("arena: %w", err)
 	}
 	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {

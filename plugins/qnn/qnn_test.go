@@ -24,6 +24,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/internal/required"
+	"github.com/xpuhub/xpu/internal/shmem"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/loader"
 )
@@ -425,10 +426,9 @@ func TestImportFDShares(t *testing.T) {
 	require.NoError(t, err)
 	defer exe.Close()
 
-	fd, err := unix.MemfdCreate("qnn-test", unix.MFD_CLOEXEC)
+	fd, err := shmem.NewFD("qnn-test", 64, shmem.Options{})
 	require.NoError(t, err)
 	defer unix.Close(fd)
-	require.NoError(t, unix.Ftruncate(fd, 64))
 	mem, err := unix.Mmap(fd, 0, 64, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	require.NoError(t, err)
 	defer unix.Munmap(mem)

@@ -1,16 +1,18 @@
+//go:build unix
+
 package conformance
 
-import "golang.org/x/sys/unix"
+import (
+	"golang.org/x/sys/unix"
 
-// memfdMemory makes an n-byte memfd and maps it shared, so the host sees what a backend that
+	"github.com/xpuhub/xpu/internal/shmem"
+)
+
+// memfdMemory makes an n-byte shared-memory fd (a memfd on Linux) and maps it shared, so the host sees what a backend that
 // imported the fd writes.
 func memfdMemory(n int) (int, []byte, func(), error) {
-	fd, err := unix.MemfdCreate("xpu-conformance", unix.MFD_CLOEXEC)
+	fd, err := shmem.NewFD("xpu-conformance", int64(n), shmem.Options{})
 	if err != nil {
-		return -1, nil, nil, err
-	}
-	if err := unix.Ftruncate(fd, int64(n)); err != nil {
-		unix.Close(fd)
 		return -1, nil, nil, err
 	}
 	mem, err := unix.Mmap(fd, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
