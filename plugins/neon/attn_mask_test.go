@@ -1,0 +1,169 @@
+package neon_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/loader"
+)
+
+// TestAttentionTreeMaskVectorPaths puts the tree mask (op set v2) through the native vector
+// paths of the attention kernel: trees longer than one 32-key block, grouped heads kept
+// together (4 per KV head: the AVX-512 four-head dot), a prefix before q_offset, against core/ref.
+// Offset and mask are constants so that the kernel-case harness can draw the float inputs.
+func TestAttentionTreeMaskVectorPaths(t *testing.T) {
+	ctx := context.Background()
+	shapes := []struct{ tq, hq, hkv, d, dv, off int64 }{
+		{5, 8, 2, 64, 64, 70}, {40, 4, 4, 128, 128, 3}, {33, 16, 4, 64, 64, 31}, {7, 2, 1, 16, 32, 0},
+	}
+	for _, f := range pluginFiles(t) {
+		dev := openUsable(t, f).Devices()[0]
+		for _, kv := range []core.DType{core.F32, core.F16} {
+			for _, s := range shapes {
+				tol := 1e-5
+				if kv == core.F16 {
+					tol = 2e-3
+				}
+				kc := kernelCase{
+					name: fmt.Sprintf("masked_attention_%dx%dx%d_kv%dx%d_off%d_%s", s.tq, s.hq, s.d, s.hkv, s.dv, s.off, kv),
+					tol:  tol,
+					build: func(g *core.Graph, rng *rand.Rand) {
+						tk := s.off + s.tq
+						mask := make([]byte, s.tq*s.tq)
+						parents := make([]int64, s.tq)
+						for i := range parents {
+							parents[i] = int64(rng.IntN(i+1)) - 1
+							for a := int64(i); a >= 0; a = parents[a] {
+								mask[int64(i)*s.tq+a] = 1
+							}
+						}
+						q := g.Input("q", core.F32, s.tq, s.hq, s.d)
+						k := g.Input("k", kv, tk, s.hkv, s.d)
+						v := g.Input("v", kv, tk, s.hkv, s.dv)
+						off := g.Const("q_offset", core.I32, core.Shape{1}, core.EncodeI32([]int32{int32(s.off)}))
+						m := g.Const("mask", core.I8, core.Shape{s.tq, s.tq}, mask)
+						g.Output(g.Attention(q, k, v, core.AttentionOptions{Causal: true, QOffsetInput: off, Mask: m}))
+					},
+				}
+				runKernelCase(t, ctx, dev, filepath.Base(f)+"/"+kc.name, kc, map[string]string{"threads": "2"})
+			}
+		}
+	}
+}
+
+// BenchmarkAttentionTree: a 16-token draft tree verified against a 4096-row f16 KV cache (32
+// query heads of 128, 8 KV heads), with the tree mask and as a plain causal chunk of the same
+// shape, and one decode row: what the mask costs, and that the unmasked path kept its speed.
+// Each build in build/plugins runs (pick one with -bench AttentionTree/libxpu-neon-avx512);
+// XPU_PLUGIN_PATH=DIR runs another build (one without the mask skips the masked case).
+func BenchmarkAttentionTree(b *testing.B) {
+	const hq, hkv, d, tk = 32, 8, 128, 4096
+	files, _ := findPlugins()
+	if len(files) == 0 {
+		b.Skip("no neon build (run make plugins)")
+	}
+	for _, f := range files {
+		for _, c := range []struct {
+			name   string
+			tq     int64
+			masked bool
+		}{{"decode", 1, false}, {"tree16-causal", 16, false}, {"tree16-mask", 16, true}} {
+			b.Run(filepath.Base(f)+"/"+c.name, func(b *testing.B) {
+				ctx := context.Background()
+				g := core.NewGraph()
+				q := g.Input("q", core.F32, c.tq, hq, d)
+				k := g.Input("k", core.F16, tk, hkv, d)
+				v := g.Input("v", core.F16, tk, hkv, d)
+				o := core.AttentionOptions{Causal: true,
+					QOffsetInput: g.Const("q_offset", core.I32, core.Shape{1}, core.EncodeI32([]int32{int32(tk - c.tq)}))}
+				if c.masked {
+					mask := make([]byte, c.tq*c.tq)
+					for i := int64(0); i < c.tq; i++ { // a binary tree: parent (i-1)/2
+						for a := i; ; a = (a - 1) / 2 {
+							mask[i*c.tq+a] = 1
+							if a == 0 {
+								break
+							}
+						}
+					}
+					o.Mask = g.Const("mask", core.I8, core.Shape{c.tq, c.tq}, mask)
+				}
+				g.Output(g.Attention(q, k, v, o))
+				if err := g.Err(); err != nil {
+					b.Fatal(err)
+				}
+				be, err := loader.Open(ctx, f)
+				if err != nil {
+					b.Skipf("%s: %v", f, err)
+				}
+				defer be.Close()
+				cctx, err := be.Devices()[0].NewContext(ctx, map[string]string{"threads": "2"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer cctx.Close()
+				exe, err := cctx.Prepare(ctx, g)
+				if errors.Is(err, core.ErrUnsupported) {
+					b.Skipf("this build refuses it: %v", err)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer exe.Close()
+				ex, err := exe.NewExecution()
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer ex.Close()
+				rng := rand.New(rand.NewPCG(1, 2))
+				for io, t := range []*core.Tensor{q, k, v, g.Outputs[0]} {
+					buf, err := cctx.Alloc(t.Bytes(), core.BufferDevice)
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer buf.Close()
+					data := make([]byte, t.Bytes())
+					if t.DType == core.F16 {
+						for i := 0; i+1 < len(data); i += 2 {
+							h := core.F32ToF16(float32(rng.NormFloat64()))
+							data[i], data[i+1] = byte(h), byte(h>>8)
+						}
+					} else if io == 0 {
+						copy(data, core.EncodeF32(randF32(rng, t.Shape.NumElements())))
+					}
+					if err := buf.Write(0, data); err != nil {
+						b.Fatal(err)
+					}
+					if err := ex.Bind(io, buf, 0); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ResetTimer()
+				cpu0 := processCPU()
+				for range b.N {
+					if err := ex.Run(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+				// CPU time as well as wall: on a shared, loaded machine it is the steadier figure
+				b.ReportMetric((processCPU()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
+			})
+		}
+	}
+}
+
+// processCPU is the user+system CPU time of this process so far (the plugin's threads included).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
