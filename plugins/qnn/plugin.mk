@@ -29,11 +29,14 @@ $(QNN_TEST_BIN): plugins/qnn/test/qnn_ctest.c $(QNN_HDRS) $(COMMON_HDRS) abi/xpu
 .PHONY: test-qnn-c test-qnn test-qnn-arm64
 # the emulator's rules, the plugin end to end on hand-built IR, and the context-binary cache,
 # under valgrind when it is installed
+# (twice: the CPU profile against f32 references, the HTP profile's rules)
 test-qnn-c: $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU) $(QNN_TEST_BIN)
-	@if command -v valgrind >/dev/null 2>&1; then \
-	  valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
-	    $(QNN_TEST_BIN) $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU); \
-	else $(QNN_TEST_BIN) $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU); fi
+	@for prof in cpu htp; do \
+	  if command -v valgrind >/dev/null 2>&1; then \
+	    XPU_QNN_EMU_PROFILE=$$prof valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
+	      $(QNN_TEST_BIN) $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU) || exit 1; \
+	  else XPU_QNN_EMU_PROFILE=$$prof $(QNN_TEST_BIN) $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU) || exit 1; fi; \
+	done
 
 # the phone's architecture: the layout asserts, the plugin, the emulator and the C test built
 # for aarch64 and run under qemu
@@ -48,7 +51,8 @@ $(QNN_ARM64)/qnn_ctest: plugins/qnn/test/qnn_ctest.c $(QNN_HDRS) $(COMMON_HDRS) 
 	@mkdir -p $(dir $@)
 	$(CC_ARM64) -std=c11 -O1 -g -Wall -Wextra -Werror -Iabi -Iplugins/common -Iplugins/qnn/src -D_GNU_SOURCE -o $@ $< -ldl -lm -lpthread
 test-qnn-arm64: $(QNN_ARM64)/libxpu-qnn.so $(QNN_ARM64)/libQnnXpuEmu.so $(QNN_ARM64)/qnn_ctest
-	qemu-aarch64 -L /usr/aarch64-linux-gnu $(QNN_ARM64)/qnn_ctest $(QNN_ARM64)/libxpu-qnn.so $(QNN_ARM64)/libQnnXpuEmu.so
+	XPU_QNN_EMU_PROFILE=cpu qemu-aarch64 -L /usr/aarch64-linux-gnu $(QNN_ARM64)/qnn_ctest $(QNN_ARM64)/libxpu-qnn.so $(QNN_ARM64)/libQnnXpuEmu.so
+	XPU_QNN_EMU_PROFILE=htp qemu-aarch64 -L /usr/aarch64-linux-gnu $(QNN_ARM64)/qnn_ctest $(QNN_ARM64)/libxpu-qnn.so $(QNN_ARM64)/libQnnXpuEmu.so
 
 # against a real SDK: QNN_SDK_ROOT=/opt/qairt/2.25 make test-qnn (libQnnHtp.so first, then
 # libQnnCpu.so; XPU_QNN_LIBRARY picks one explicitly)

@@ -150,7 +150,7 @@ xpu_status graph_prepare(xpu_context ctx, const xpu_prepare_desc *d, xpu_executa
   }
   for (uint32_t i = 0; i < e->n_nodes; i++) {
     char reason[128];
-    if (!qnn_node_check(&g, i, float_as_f16(), &e->precision[i], reason, sizeof reason)) {
+    if (!qnn_node_check(&g, i, qnn_state.lib.target, &e->precision[i], reason, sizeof reason)) {
       exe_free(e);
       return xpu_fail(&qnn_reg, ctx, XPU_E_UNSUPPORTED, "graph_prepare: node %u (%s) is not supported: %s", i,
                       xpu_op_name(g.nodes[i].op), reason);
@@ -175,13 +175,37 @@ xpu_status graph_prepare(xpu_context ctx, const xpu_prepare_desc *d, xpu_executa
       return xpu_fail(&qnn_reg, ctx, XPU_E_INTERNAL, "graph_prepare: contextCreate: error %llu: %s", (unsigned long long)qe,
                       qnn_lib_errmsg(&qnn_state.lib, qe));
     }
-    if ((qe = f->graphCreate(e->qctx, QNN_GRAPH_NAME, NULL, &e->graph)) != QNN_SUCCESS) {
+    /* the HTP's graph configs: FP16 precision (below SDK 2.35 a graph without it is quantized and
+     * FLOAT32 precision does not exist), all the VTCM there is, and optionally the HVX threads */
+    QnnHtpGraph_CustomConfig_t hc[3];
+    QnnGraph_Config_t gc[3];
+    const QnnGraph_Config_t *gcl[4] = {NULL, NULL, NULL, NULL};
+    memset(hc, 0, sizeof hc);
+    memset(gc, 0, sizeof gc);
+    uint32_t ncfg = 0;
+    if (qnn_state.lib.target == QNN_BACKEND_ID_HTP) {
+      hc[ncfg].option = QNN_HTP_GRAPH_CONFIG_OPTION_PRECISION;
+      hc[ncfg++].precision = QNN_PRECISION_FLOAT16;
+      hc[ncfg].option = QNN_HTP_GRAPH_CONFIG_OPTION_VTCM_SIZE_IN_MB;
+      hc[ncfg++].vtcmSizeInMB = 0;
+      const char *hvx = getenv("XPU_QNN_HVX_THREADS");
+      if (hvx && atoi(hvx) > 0) {
+        hc[ncfg].option = QNN_HTP_GRAPH_CONFIG_OPTION_NUM_HVX_THREADS;
+        hc[ncfg++].numHvxThreads = (uint64_t)atoi(hvx);
+      }
+      for (uint32_t i = 0; i < ncfg; i++) {
+        gc[i].option = QNN_GRAPH_CONFIG_OPTION_CUSTOM;
+        gc[i].customConfig = &hc[i];
+        gcl[i] = &gc[i];
+      }
+    }
+    if ((qe = f->graphCreate(e->qctx, QNN_GRAPH_NAME, ncfg ? gcl : NULL, &e->graph)) != QNN_SUCCESS) {
       exe_free(e);
       return xpu_fail(&qnn_reg, ctx, XPU_E_INTERNAL, "graph_prepare: graphCreate: error %llu: %s", (unsigned long long)qe,
                       qnn_lib_errmsg(&qnn_state.lib, qe));
     }
     const_user u = {ctx};
-    qnn_lower_cfg cfg = {&qnn_state.lib, e->graph, &g, const_bytes, &u, float_as_f16()};
+    qnn_lower_cfg cfg = {&qnn_state.lib, e->graph, &g, const_bytes, &u, qnn_state.lib.target};
     if ((st = qnn_lower_graph(&cfg, e->io, err, sizeof err)) != XPU_OK) {
       exe_free(e);
       return xpu_fail(&qnn_reg, ctx, st, "graph_prepare: %s", err);

@@ -100,6 +100,8 @@ xpu_status qnn_lib_load(qnn_lib *l, const char *path, char *err, size_t cap) {
   l->backend_id = best->backendId;
   snprintf(l->provider, sizeof l->provider, "%s", best->providerName ? best->providerName : "?");
   l->emulated = best->backendId == QNN_BACKEND_ID_XPU_EMU;
+  l->target = l->backend_id;
+  if (l->emulated) l->target = strstr(l->provider, "XPU_QNN_EMULATOR/CPU") ? QNN_BACKEND_ID_CPU : QNN_BACKEND_ID_HTP;
   const QnnInterfaceTable_t *f = l->fn;
   if (!f->backendCreate || !f->backendFree || !f->contextCreate || !f->contextFree || !f->graphCreate ||
       !f->graphAddNode || !f->graphFinalize || !f->graphExecute || !f->tensorCreateGraphTensor) {
