@@ -11,7 +11,10 @@ QNN_BUILD_ID := qnn-$(shell cat $(QNN_SRCS) $(QNN_HDRS) $(COMMON_HDRS) | sha1sum
 QNN_EMU := $(PLUGIN_DIR)/qnn/libQnnXpuEmu.so
 QNN_TEST_BIN := $(BUILD)/qnn/qnn_ctest
 
-PLUGINS += $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU)
+# a memfd-backed stand-in for the phone's libcdsprpc.so (rpcmem), for the shared-buffer tests
+QNN_FAKE_RPCMEM := $(BUILD)/qnn/libcdsprpc-fake.so
+
+PLUGINS += $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU) $(QNN_FAKE_RPCMEM)
 PLUGIN_TESTS += test-qnn-c test-qnn-arm64
 
 $(PLUGIN_DIR)/libxpu-qnn.so: $(QNN_SRCS) $(QNN_HDRS) $(COMMON_HDRS)
@@ -21,6 +24,10 @@ $(PLUGIN_DIR)/libxpu-qnn.so: $(QNN_SRCS) $(QNN_HDRS) $(COMMON_HDRS)
 $(QNN_EMU): $(QNN_EMU_SRCS) $(QNN_EMU_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(PLUGIN_CFLAGS) -o $@ $(QNN_EMU_SRCS) $(PLUGIN_LDFLAGS)
+
+$(QNN_FAKE_RPCMEM): plugins/qnn/test/fake_cdsprpc.c
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -o $@ $< $(PLUGIN_LDFLAGS)
 
 $(QNN_TEST_BIN): plugins/qnn/test/qnn_ctest.c $(QNN_HDRS) $(COMMON_HDRS) abi/xpu_ir_build.h
 	@mkdir -p $(dir $@)

@@ -40,6 +40,8 @@ func TestMain(m *testing.M) {
 		os.Exit(childCache())
 	case "probe":
 		os.Exit(childProbe())
+	case "rpcmem":
+		os.Exit(childRPCMem())
 	}
 	os.Exit(m.Run())
 }
@@ -484,6 +486,80 @@ func TestImportFDShares(t *testing.T) {
 			require.Equal(t, float32(2*i*round), v, "round %d element %d", round, i)
 		}
 	}
+}
+
+// On the HTP, buffers the plugin allocates are rpcmem (libcdsprpc.so, loaded at run time; a
+// memfd-backed stand-in here) and are registered as the HTP's shared buffer, a byte offset per
+// tensor, so the NPU reads them in place: both tensors live in one buffer, at offsets 0 and 256.
+func TestRPCMemSharedBuffer(t *testing.T) {
+	pluginPath(t)
+	fake := filepath.Join(buildDir(), "..", "qnn", "libcdsprpc-fake.so")
+	if _, err := os.Stat(fake); err != nil {
+		required.Skip(t, "qnn", "the rpcmem stand-in is not built (run make plugins): %v", err)
+	}
+	stats := filepath.Join(t.TempDir(), "stats")
+	out, err := child(t, "rpcmem", "XPU_QNN_EMU_STATS="+stats, "XPU_QNN_RPCMEM_LIBRARY="+fake)
+	require.NoError(t, err, "%s", out)
+	n, err := os.ReadFile(stats)
+	require.NoError(t, err)
+	assert.Contains(t, string(n), "memRegister htp-shared-buffer bytes=64 offset=0")
+	assert.Contains(t, string(n), "memRegister htp-shared-buffer bytes=64 offset=256")
+}
+
+func childRPCMem() int {
+	fail := func(err error) int { os.Stderr.WriteString(err.Error() + "\n"); return 1 }
+	ctx := context.Background()
+	b, err := loader.Open(ctx, "qnn", loader.WithPaths(filepath.Join(buildDir(), "libxpu-qnn.so")), loader.WithoutEnv())
+	if err != nil {
+		return fail(err)
+	}
+	defer b.Close()
+	cc, err := b.Devices()[0].NewContext(ctx, nil)
+	if err != nil {
+		return fail(err)
+	}
+	defer cc.Close()
+	g := core.NewGraph()
+	g.Output(g.Scale(g.Input("x", core.F16, 32), 2, 0))
+	exe, err := cc.Prepare(ctx, g)
+	if err != nil {
+		return fail(err)
+	}
+	defer exe.Close()
+	buf, err := cc.Alloc(512, core.BufferHostVisible)
+	if err != nil {
+		return fail(err)
+	}
+	defer buf.Close()
+	ex, err := exe.NewExecution()
+	if err != nil {
+		return fail(err)
+	}
+	defer ex.Close()
+	xs := make([]float32, 32)
+	for i := range xs {
+		xs[i] = float32(i) - 7
+	}
+	if err = buf.Write(0, encode(core.F16, xs)); err == nil {
+		if err = ex.Bind(0, buf, 0); err == nil {
+			if err = ex.Bind(1, buf, 256); err == nil {
+				err = ex.Run(ctx)
+			}
+		}
+	}
+	if err != nil {
+		return fail(err)
+	}
+	res := make([]byte, 64)
+	if err := buf.Read(256, res); err != nil {
+		return fail(err)
+	}
+	for i, v := range decode(core.F16, res) {
+		if v != 2*xs[i] {
+			return fail(fmt.Errorf("element %d is %g, want %g", i, v, 2*xs[i]))
+		}
+	}
+	return 0
 }
 
 // The executable cache blob is parsed by the plugin (and its QNN binary by the provider):

@@ -346,20 +346,44 @@ xpu_status execution_bind(xpu_execution h, uint32_t io, xpu_buffer bh, uint64_t 
   return XPU_OK;
 }
 
-/* fd-backed memory where the tensor starts at the fd's first byte is registered with QNN
- * (ION/rpcmem style), so the backend maps the shared pages itself; other bindings pass the
- * host pointer */
+/* Memory the backend reads in place is registered with memRegister, so no copy is made:
+ * - on the HTP, rpcmem the plugin allocated, as the HTP's shared buffer (QNN_MEM_TYPE_CUSTOM with
+ *   a QnnMemHtp_Descriptor_t: the whole rpcmem fd and this tensor's byte offset in it). An
+ *   imported fd (a memfd from the host) is not in the DSP's SMMU: it is passed as a client
+ *   buffer, which FastRPC copies (logged once). Our emulator maps any fd itself, so there fd
+ *   imports are registered the same way, standing in for rpcmem.
+ * - elsewhere (libQnnCpu), an fd whose first byte the tensor starts at, as ION memory. */
 static void try_register(qexec *x, uint32_t io, qbuf *b) {
   const QnnInterfaceTable_t *f = qnn_state.lib.fn;
-  if (x->mem[io] || b->fd < 0 || b->fd_offset + x->off[io] != 0 || !f->memRegister || !f->memDeRegister) return;
+  if (x->mem[io] || b->fd < 0 || !f->memRegister || !f->memDeRegister) return;
+  int htp = qnn_state.lib.target == QNN_BACKEND_ID_HTP;
+  if (htp && !b->rpcmem && !qnn_state.lib.emulated) {
+    static atomic_int told;
+    if (!atomic_exchange(&told, 1))
+      xpu_log(&qnn_reg, XPU_LOG_WARN, "qnn: fd %d is not rpcmem: the HTP reads it through a FastRPC copy "
+              "(buffers the plugin allocates are rpcmem when libcdsprpc.so is present)", b->fd);
+    return;
+  }
+  if (!htp && b->fd_offset + x->off[io] != 0) return;
   qnn_io *d = &x->exe->io[io];
   Qnn_MemDescriptor_t md;
+  QnnMemHtp_Descriptor_t hd;
   memset(&md, 0, sizeof md);
+  memset(&hd, 0, sizeof hd);
   md.memShape.numDim = d->rank;
   md.memShape.dimSize = d->dims;
   md.dataType = d->dtype;
-  md.memType = QNN_MEM_TYPE_ION;
-  md.ionInfo.fd = b->fd;
+  if (htp) {
+    hd.type = QNN_HTP_MEM_SHARED_BUFFER;
+    hd.size = b->fd_offset + b->size;
+    hd.sharedBufferConfig.fd = b->fd;
+    hd.sharedBufferConfig.offset = b->fd_offset + x->off[io];
+    md.memType = QNN_MEM_TYPE_CUSTOM;
+    md.customInfo = &hd;
+  } else {
+    md.memType = QNN_MEM_TYPE_ION;
+    md.ionInfo.fd = b->fd;
+  }
   Qnn_MemHandle_t mh = NULL;
   if (f->memRegister(x->exe->qctx, &md, 1, &mh) == QNN_SUCCESS && mh) {
     x->mem[io] = mh;
