@@ -382,11 +382,14 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
     break;
   }
   case EMU_OP_CAST:
-    /* float/INT_32 to float, and SFIXED_POINT_8 to BOOL_8 (nonzero is true: an I8 mask) */
+    /* float/INT_32 to float, SFIXED_POINT_8 to BOOL_8 (nonzero is true: an I8 mask) and BOOL_8
+     * to INT_32/float (0 or 1) */
     if (!(((is_float(in[0]->dtype) || in[0]->dtype == QNN_DATATYPE_INT_32) && is_float(out->dtype)) ||
-          (in[0]->dtype == QNN_DATATYPE_SFIXED_POINT_8 && out->dtype == QNN_DATATYPE_BOOL_8)))
+          (in[0]->dtype == QNN_DATATYPE_SFIXED_POINT_8 && out->dtype == QNN_DATATYPE_BOOL_8) ||
+          (in[0]->dtype == QNN_DATATYPE_BOOL_8 && (out->dtype == QNN_DATATYPE_INT_32 || is_float(out->dtype)))))
       FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG,
-           "node %s: Cast only FLOAT_32/FLOAT_16/INT_32 to FLOAT_32/FLOAT_16 and SFIXED_POINT_8 to BOOL_8", n->name);
+           "node %s: Cast only FLOAT_32/FLOAT_16/INT_32 to FLOAT_32/FLOAT_16, SFIXED_POINT_8 to BOOL_8 and BOOL_8 to "
+           "INT_32/float", n->name);
     rank = in[0]->rank;
     memcpy(dims, in[0]->dims, sizeof dims);
     break;

@@ -193,8 +193,13 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, uint32_t target, uint3
     break;
   }
   case XPU_OP_ATTENTION: {
-    /* op set v2's tree mask: the lowering does not apply it yet (h/qnn-htp adds it) */
-    if (n->n_inputs > 4) REFUSE("ATTENTION with a tree mask is not lowered yet");
+    if (n->n_inputs > 4) { /* op set v2's tree mask: I8 [Tq, Tq], with a run-time q_offset, causal */
+      const xpu_ir_tensor *mk = &ir->tensors[n->inputs[4]];
+      if (mk->dtype != XPU_DT_I8 || mk->rank != 2 || mk->shape[0] != x->shape[0] || mk->shape[1] != x->shape[0])
+        REFUSE("ATTENTION mask must be I8 [Tq, Tq]");
+      if (n->iattr[0] != 1) REFUSE("ATTENTION mask needs the causal flag");
+      if (!htp) REFUSE("ATTENTION mask: the QNN CPU backend has no SFIXED_POINT_8 Gather/Cast for it");
+    }
     if (n->n_inputs > 3) {
       const xpu_ir_tensor *qo = &ir->tensors[n->inputs[3]];
       if (qo->dtype != XPU_DT_I32 || xpu_ir_numel(qo) != 1) REFUSE("ATTENTION q_offset must be I32 [1]");

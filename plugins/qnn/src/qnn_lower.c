@@ -540,7 +540,28 @@ static int zero_hidden_rows(lower *L, int qo, uint32_t Tq, uint32_t Tk, int *k, 
   return 0;
 }
 
-static int lower_attention(lower *L, const xpu_ir_node *n, int q, int k, int v, int qo, int out) {
+/* op set v2's tree mask as BOOL_8 [Tq, Tk]: with d = j - q_offset, key j is visible iff d < 0
+ * (the prefix), or 0 <= d < Tq and mask[i, d] != 0 (the tree block); keys at d >= Tq never are.
+ * mask[i, d] is read by a Gather along the mask's columns with d clamped into [0, Tq), all index
+ * arithmetic in INT_32; the picks are Selects on INT_32 0/1 values (the HTP selects no BOOL_8). */
+static int tree_visibility(lower *L, int mask, int qo, uint32_t Tq, uint32_t Tk) {
+  uint32_t d1k[2] = {1, Tk}, dqk[2] = {Tq, Tk};
+  int d = bin(L, "ElementWiseSubtract", ramp(L, 2, d1k, Tk, Tk, 0), qo, -1);
+  int lt0 = greater_equal(L, cst_i32_scalar(L, -1), d, 2, d1k);
+  int geq = greater_equal(L, d, cst_i32_scalar(L, (int32_t)Tq), 2, d1k);
+  int zero = cst_i32_scalar(L, 0), one = cst_i32_scalar(L, 1);
+  int idx = select3(L, lt0, zero, select3(L, geq, zero, d, 2, d1k), 2, d1k);
+  uint32_t dk = Tk;
+  int picked = gather(L, mask, reshape(L, idx, -1, 1, &dk), 1, -1); /* [Tq, Tk] of the mask's bytes */
+  int mb = tmp(L, QNN_DATATYPE_BOOL_8, 2, dqk);
+  if (picked < 0 || mb < 0 || emit(L, "Cast", &picked, 1, mb, NULL, 0) < 0) return -1; /* nonzero is true */
+  int mi = tmp(L, QNN_DATATYPE_INT_32, 2, dqk);
+  if (mi < 0 || emit(L, "Cast", &mb, 1, mi, NULL, 0) < 0) return -1;
+  int v = select3(L, lt0, one, select3(L, geq, zero, mi, 2, dqk), 2, dqk);
+  return greater_equal(L, v, one, 2, dqk);
+}
+
+static int lower_attention(lower *L, const xpu_ir_node *n, int q, int k, int v, int qo, int mask, int out) {
   Qnn_DataType_t dt = dt_of(L, q);
   uint32_t Tq = dims_of(L, q)[0], Hq = dims_of(L, q)[1], D = dims_of(L, q)[2];
   uint32_t Tk = dims_of(L, k)[0], Hkv = dims_of(L, k)[1], Dv = dims_of(L, v)[2];
@@ -568,7 +589,14 @@ static int lower_attention(lower *L, const xpu_ir_node *n, int q, int k, int v, 
   int vt = transpose(L, v, -1, p102);
   int sc = matmul(L, qg, kt, -1, 1);
   int p;
-  if (causal) {
+  if (mask >= 0) {
+    /* scores [Hkv, G*Tq, Tk] seen as [Hkv, G, Tq, Tk], so the [Tq, Tk] visibility broadcasts */
+    uint32_t s4[4] = {Hkv, G, Tq, len}, dqk[2] = {Tq, len};
+    int cond = tree_visibility(L, mask, qo, Tq, len);
+    int s = select3(L, cond, reshape(L, sc, -1, 4, s4), cst_scalar(L, dt, masked_score(L, scale)), 4, s4);
+    int p4 = bin(L, "ElementWiseMultiply", softmax(L, s, -1, scale), keep_of(L, cond, dt, 2, dqk), -1);
+    p = reshape(L, p4, -1, 3, sd); /* a row that sees no key gives 0 */
+  } else if (causal) {
     int empty;
     int cond = visibility(L, R, Tq, len, qo >= 0 ? 0 : off, qo, &empty);
     p = softmax(L, select3(L, cond, sc, cst_scalar(L, dt, masked_score(L, scale)), 3, sd), -1, scale);
@@ -685,7 +713,9 @@ static int lower_node(lower *L, uint32_t idx) {
     if (check_ids(L, n, QNN_ROPE_MAX_POS) < 0) return -1;
     r = lower_rope(L, n, x, in[1], out);
     break;
-  case XPU_OP_ATTENTION: r = lower_attention(L, n, x, in[1], in[2], n->n_inputs > 3 ? in[3] : -1, out); break;
+  case XPU_OP_ATTENTION:
+    r = lower_attention(L, n, x, in[1], in[2], n->n_inputs > 3 ? in[3] : -1, n->n_inputs > 4 ? in[4] : -1, out);
+    break;
   case XPU_OP_GET_ROWS: {
     if (check_ids(L, n, L->cfg->ir->tensors[n->inputs[0]].shape[0]) < 0) return -1;
     uint32_t d[QMAX_RANK], rk = 0;
