@@ -33,7 +33,14 @@ $(QNN_TEST_BIN): plugins/qnn/test/qnn_ctest.c $(QNN_HDRS) $(COMMON_HDRS) abi/xpu
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Iabi -Iplugins/common -Iplugins/qnn/src -D_GNU_SOURCE -o $@ $< -ldl -lm -lpthread
 
-.PHONY: test-qnn-c test-qnn test-qnn-arm64
+.PHONY: test-qnn-c test-qnn test-qnn-arm64 conform-qnn-htp conform-qnn-cpu
+# conformance on the emulator's HTP profile (the default: the HTP's op tables, FP16 graphs) and its
+# CPU profile (libQnnCpu's tables, FLOAT_32 only); reports in build/conformance-qnn-{htp,cpu}
+conform-qnn-htp: $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU) cli
+	XPU_QNN_EMU_PROFILE=htp $(BUILD)/xpu conform --plugin $(PLUGIN_DIR)/libxpu-qnn.so --report $(BUILD)/conformance-qnn-htp
+conform-qnn-cpu: $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU) cli
+	XPU_QNN_EMU_PROFILE=cpu $(BUILD)/xpu conform --plugin $(PLUGIN_DIR)/libxpu-qnn.so --report $(BUILD)/conformance-qnn-cpu
+
 # the emulator's rules, the plugin end to end on hand-built IR, and the context-binary cache,
 # under valgrind when it is installed
 # (twice: the CPU profile against f32 references, the HTP profile's rules)
