@@ -109,7 +109,11 @@ func TestConformance(t *testing.T) {
 		t.Errorf("%s: %s %v", c.Name, c.Category, c.Errors)
 	}
 	assert.Equal(t, known, rep.Failed, "only the listed FP16 limits may fail")
-	assert.Greater(t, rep.Passed, 300, "the op matrix should mostly run on QNN")
+	least := 300 // the HTP profile; the CPU backend takes no F16 and moves no SFIXED_POINT_8
+	if !htp {
+		least = 150
+	}
+	assert.Greater(t, rep.Passed, least, "the op matrix should mostly run on QNN")
 	t.Log(rep.Summary())
 }
 

@@ -133,7 +133,11 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, uint32_t target, uint3
     if (!qnn_i8_scale(ir, n->output, &s)) REFUSE("I8 tensor used with two different scales");
   }
   if (out->rank > 4) REFUSE("rank > 4 (HTP op supplement: max rank 4 for most FP16 ops)");
-  if (htp && must_be_exact(ir, n)) {
+  /* exact anyway: a cast to F16 is the rounding the boundary makes; F16 values (an F16 cast
+   * source, an F16 table) fit a half-held FLOAT_32 exactly */
+  int exact_anyway = (n->op == XPU_OP_CAST && (out->dtype == XPU_DT_F16 || x->dtype == XPU_DT_F16)) ||
+                     (n->op == XPU_OP_GET_ROWS && x->dtype == XPU_DT_F16);
+  if (htp && must_be_exact(ir, n) && !exact_anyway) {
     /* an FP16 graph converts FLOAT_32 graph inputs and outputs to half at the boundary: an op
      * OPS.md requires to be bit-exact cannot be, when its FLOAT_32 data enters or leaves there */
     int boundary = is_graph_output(ir, n->output) && out->dtype == XPU_DT_F32;
