@@ -123,10 +123,15 @@ func TestEmulatedProviderIsLabelled(t *testing.T) {
 	emulated(t, b)
 	in := b.Devices()[0].Info()
 	assert.Equal(t, "qnn (emulated provider)", in.Name)
-	assert.Equal(t, core.DeviceNPU, in.Kind)
 	assert.True(t, in.Caps.Has(core.CapEmulated|core.CapStaticShapes|core.CapSerialize|core.CapImportFD), "caps %s", in.Caps)
 	assert.True(t, in.Caps.Has(core.CapAsync), "submissions are queued to a worker thread")
-	assert.True(t, in.Caps.Has(core.CapFP16), "the emulator's HTP profile (the default) stores every float as half")
+	if os.Getenv("XPU_QNN_EMU_PROFILE") == "cpu" {
+		assert.Equal(t, core.DeviceCPU, in.Kind)
+		assert.False(t, in.Caps.Has(core.CapFP16), "the CPU profile is FLOAT_32 only")
+	} else {
+		assert.Equal(t, core.DeviceNPU, in.Kind)
+		assert.True(t, in.Caps.Has(core.CapFP16), "the emulator's HTP profile (the default) stores every float as half")
+	}
 	pr, err := abi.Probe(pluginPath(t))
 	require.NoError(t, err)
 	assert.Positive(t, pr.Score)
@@ -139,6 +144,9 @@ func TestBlockMatchesRef(t *testing.T) {
 	for _, dt := range []core.DType{core.F32, core.F16} {
 		t.Run(dt.String(), func(t *testing.T) {
 			b := openBackend(t)
+			if dt == core.F16 && !b.Devices()[0].Info().Caps.Has(core.CapFP16) {
+				t.Skip("the QNN CPU backend has no FLOAT_16 ops")
+			}
 			g, inputs := blockGraph(dt)
 			want, err := ref.Run(context.Background(), g, inputs)
 			require.NoError(t, err)
@@ -496,7 +504,9 @@ func TestImportFDShares(t *testing.T) {
 // memfd-backed stand-in here) and are registered as the HTP's shared buffer, a byte offset per
 // tensor, so the NPU reads them in place: both tensors live in one buffer, at offsets 0 and 256.
 func TestRPCMemSharedBuffer(t *testing.T) {
-	pluginPath(t)
+	if !openBackend(t).Devices()[0].Info().Caps.Has(core.CapFP16) {
+		t.Skip("rpcmem shared buffers are the HTP's (this is the CPU profile)")
+	}
 	fake := filepath.Join(buildDir(), "..", "qnn", "libcdsprpc-fake.so")
 	if _, err := os.Stat(fake); err != nil {
 		required.Skip(t, "qnn", "the rpcmem stand-in is not built (run make plugins): %v", err)
