@@ -518,6 +518,9 @@ func TestRPCMemSharedBuffer(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(n), "memRegister htp-shared-buffer bytes=64 offset=0")
 	assert.Contains(t, string(n), "memRegister htp-shared-buffer bytes=64 offset=256")
+	// the default HTP power vote: burst
+	assert.Contains(t, string(n), "powerConfig dcvs_v3 dcvs=0 mode=0x10 sleep_disable=1 bus=0xa0 core=0xa0")
+	assert.Contains(t, string(n), "powerConfig rpc_polling_time=9999")
 }
 
 func childRPCMem() int {

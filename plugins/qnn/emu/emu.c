@@ -8,6 +8,7 @@
  * a client's context-binary cache can be shown to skip it. See README.md.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -664,6 +665,78 @@ static Qnn_ErrorHandle_t graphExecute(Qnn_GraphHandle_t gh, const Qnn_Tensor_t *
 
 /* ------------------------------------------------------------------ the provider */
 
+/* ------------------------------------------------------------------ HTP power votes */
+
+/* The HTP profile's perf infrastructure: power-config ids and their votes are checked as the HTP
+ * documents them (QnnHtpPerfInfrastructure.h) and counted in the stats file; they change nothing
+ * here, there is no clock to vote for. */
+static atomic_uint power_ids; /* ids handed out; ids are 1..power_ids */
+
+static Qnn_ErrorHandle_t createPowerConfigId(uint32_t dev, uint32_t core, uint32_t *id) {
+  if (!id) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "createPowerConfigId: null id");
+  if (dev != 0 || core != 0) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "createPowerConfigId: one device, one core");
+  *id = atomic_fetch_add(&power_ids, 1) + 1;
+  return QNN_SUCCESS;
+}
+
+static Qnn_ErrorHandle_t destroyPowerConfigId(uint32_t id) {
+  if (id == 0 || id > atomic_load(&power_ids)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "unknown power config id %u", id);
+  return QNN_SUCCESS;
+}
+
+static int corner_ok(uint32_t c) { return c == DCVS_VOLTAGE_CORNER_DISABLE || (c >= 0x20 && c <= 0xA0); }
+
+static Qnn_ErrorHandle_t setPowerConfig(uint32_t id, const QnnHtpPerfInfrastructure_PowerConfig_t **cfg) {
+  if (id == 0 || id > atomic_load(&power_ids)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "unknown power config id %u", id);
+  if (!cfg || !cfg[0]) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "setPowerConfig: no configs");
+  for (uint32_t i = 0; cfg[i]; i++) {
+    const QnnHtpPerfInfrastructure_PowerConfig_t *c = cfg[i];
+    switch (c->option) {
+    case QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_DCVS_V3: {
+      const QnnHtpPerfInfrastructure_DcvsV3_t *d = &c->dcvsV3Config;
+      if (d->contextId != id) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "DCVS v3: contextId %u is not the power config id %u", d->contextId, id);
+      if (d->powerMode != QNN_HTP_PERF_INFRASTRUCTURE_POWERMODE_ADJUST_UP_DOWN && d->powerMode != 0x2 && d->powerMode != 0x4 &&
+          d->powerMode != 0x8 && d->powerMode != QNN_HTP_PERF_INFRASTRUCTURE_POWERMODE_PERFORMANCE_MODE && d->powerMode != 0x20)
+        return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "DCVS v3: power mode 0x%x", (unsigned)d->powerMode);
+      if ((d->setBusParams && !(corner_ok(d->busVoltageCornerMin) && corner_ok(d->busVoltageCornerTarget) &&
+                                corner_ok(d->busVoltageCornerMax) && d->busVoltageCornerMin <= d->busVoltageCornerTarget &&
+                                d->busVoltageCornerTarget <= d->busVoltageCornerMax)) ||
+          (d->setCoreParams && !(corner_ok(d->coreVoltageCornerMin) && corner_ok(d->coreVoltageCornerTarget) &&
+                                 corner_ok(d->coreVoltageCornerMax) && d->coreVoltageCornerMin <= d->coreVoltageCornerTarget &&
+                                 d->coreVoltageCornerTarget <= d->coreVoltageCornerMax)))
+        return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "DCVS v3: voltage corners must be known and min <= target <= max");
+      note_stat("powerConfig dcvs_v3 dcvs=%u mode=0x%x sleep_disable=%u bus=0x%x core=0x%x", d->dcvsEnable,
+                (unsigned)d->powerMode, d->sleepDisable, (unsigned)d->busVoltageCornerTarget,
+                (unsigned)d->coreVoltageCornerTarget);
+      break;
+    }
+    case QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_RPC_CONTROL_LATENCY:
+      note_stat("powerConfig rpc_control_latency=%u", c->rpcControlLatencyConfig);
+      break;
+    case QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_RPC_POLLING_TIME:
+      if (c->rpcPollingTimeConfig > 9999)
+        return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "RPC polling time %u us above 9999", c->rpcPollingTimeConfig);
+      note_stat("powerConfig rpc_polling_time=%u", c->rpcPollingTimeConfig);
+      break;
+    default:
+      return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "power config option %d is not supported", (int)c->option);
+    }
+  }
+  return QNN_SUCCESS;
+}
+
+static const QnnHtpDevice_Infrastructure_t htp_infra = {
+    .infraType = QNN_HTP_DEVICE_INFRASTRUCTURE_TYPE_PERF,
+    .perfInfra = {createPowerConfigId, destroyPowerConfigId, setPowerConfig, NULL},
+};
+
+static Qnn_ErrorHandle_t deviceGetInfrastructure(const QnnHtpDevice_Infrastructure_t **out) {
+  if (!out) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "null output");
+  if (emu_profile_get() != EMU_PROFILE_HTP) return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "the CPU backend has no device infrastructure");
+  *out = &htp_infra;
+  return QNN_SUCCESS;
+}
+
 static Qnn_ErrorHandle_t backendValidateOpConfig(Qnn_BackendHandle_t be, Qnn_OpConfig_t op) {
   if (!emu_live_has(be, EMU_OBJ_BACKEND)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "invalid backend handle");
   if (op.version != QNN_OPCONFIG_VERSION_1 || !op.v1.packageName ||
@@ -701,6 +774,7 @@ static const QnnInterface_t provider = {
             .memDeRegister = memDeRegister,
             .deviceCreate = deviceCreate,
             .deviceFree = deviceFree,
+            .deviceGetInfrastructure = deviceGetInfrastructure,
             .errorGetMessage = errorGetMessage,
         },
 };

@@ -402,6 +402,76 @@ typedef struct {
   };
 } QnnMemHtp_Descriptor_t;
 
+/* QnnHtpPerfInfrastructure.h / QnnHtpDevice.h: the HTP's power votes. deviceGetInfrastructure
+ * hands out a pointer to the backend's infrastructure struct; on the HTP its perf part creates a
+ * power-config id per (device, core) and sets DCVS v3 votes and FastRPC latency/polling on it. */
+typedef enum {
+  DCVS_VOLTAGE_CORNER_DISABLE = 0x10,
+  DCVS_VOLTAGE_VCORNER_MIN_VOLTAGE_CORNER = 0x20,
+  DCVS_VOLTAGE_VCORNER_SVS2 = 0x30,
+  DCVS_VOLTAGE_VCORNER_SVS = 0x40,
+  DCVS_VOLTAGE_VCORNER_SVS_PLUS = 0x50,
+  DCVS_VOLTAGE_VCORNER_NOM = 0x60,
+  DCVS_VOLTAGE_VCORNER_NOM_PLUS = 0x70,
+  DCVS_VOLTAGE_VCORNER_TURBO = 0x80,
+  DCVS_VOLTAGE_VCORNER_TURBO_PLUS = 0x90,
+  DCVS_VOLTAGE_VCORNER_MAX_VOLTAGE_CORNER = 0xA0,
+  DCVS_VOLTAGE_VCORNER_UNKNOWN = 0x7fffffff,
+} QnnHtpPerfInfrastructure_VoltageCorner_t;
+
+typedef enum {
+  QNN_HTP_PERF_INFRASTRUCTURE_POWERMODE_ADJUST_UP_DOWN = 0x1,
+  QNN_HTP_PERF_INFRASTRUCTURE_POWERMODE_POWER_SAVER_MODE = 0x4,
+  QNN_HTP_PERF_INFRASTRUCTURE_POWERMODE_PERFORMANCE_MODE = 0x10,
+  QNN_HTP_PERF_INFRASTRUCTURE_POWERMODE_UNKNOWN = 0x7fffffff,
+} QnnHtpPerfInfrastructure_PowerMode_t;
+
+typedef struct {
+  uint32_t contextId; /* the power-config id */
+  uint32_t setDcvsEnable, dcvsEnable;
+  QnnHtpPerfInfrastructure_PowerMode_t powerMode;
+  uint32_t setSleepLatency, sleepLatency; /* microseconds */
+  uint32_t setSleepDisable, sleepDisable;
+  uint32_t setBusParams;
+  QnnHtpPerfInfrastructure_VoltageCorner_t busVoltageCornerMin, busVoltageCornerTarget, busVoltageCornerMax;
+  uint32_t setCoreParams;
+  QnnHtpPerfInfrastructure_VoltageCorner_t coreVoltageCornerMin, coreVoltageCornerTarget, coreVoltageCornerMax;
+} QnnHtpPerfInfrastructure_DcvsV3_t;
+
+typedef enum {
+  QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_DCVS_V3 = 1,
+  QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_RPC_CONTROL_LATENCY = 2,
+  QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_RPC_POLLING_TIME = 3,
+  QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_UNKNOWN = 0x7fffffff,
+} QnnHtpPerfInfrastructure_PowerConfigOption_t;
+
+typedef struct {
+  QnnHtpPerfInfrastructure_PowerConfigOption_t option;
+  union {
+    QnnHtpPerfInfrastructure_DcvsV3_t dcvsV3Config;
+    uint32_t rpcControlLatencyConfig; /* microseconds */
+    uint32_t rpcPollingTimeConfig;    /* microseconds */
+    uint32_t hmxTimeoutIntervalUsConfig;
+    uint32_t hmxV2Config[5]; /* QnnHtpPerfInfrastructure_HmxV2_t: not used by xpu */
+  };
+} QnnHtpPerfInfrastructure_PowerConfig_t;
+
+typedef struct {
+  Qnn_ErrorHandle_t (*createPowerConfigId)(uint32_t deviceId, uint32_t coreId, uint32_t *powerConfigId);
+  Qnn_ErrorHandle_t (*destroyPowerConfigId)(uint32_t powerConfigId);
+  Qnn_ErrorHandle_t (*setPowerConfig)(uint32_t powerConfigId, const QnnHtpPerfInfrastructure_PowerConfig_t **config);
+  void (*setMemoryConfig)(void); /* not used by xpu */
+} QnnHtpDevice_PerfInfrastructure_t;
+
+#define QNN_HTP_DEVICE_INFRASTRUCTURE_TYPE_PERF 0u
+
+typedef struct {
+  uint32_t infraType; /* QNN_HTP_DEVICE_INFRASTRUCTURE_TYPE_PERF */
+  union {
+    QnnHtpDevice_PerfInfrastructure_t perfInfra;
+  };
+} QnnHtpDevice_Infrastructure_t;
+
 /* the function table (QNN_INTERFACE_VER_TYPE) for core API 2.18; xpu calls only the typed
  * entries, the others are kept as opaque slots so every later offset stays right */
 typedef void (*QnnFn_t)(void);
@@ -468,7 +538,8 @@ typedef struct {
   Qnn_ErrorHandle_t (*memDeRegister)(const Qnn_MemHandle_t *handles, uint32_t n); /* 36 */
   QnnFn_t deviceGetPlatformInfo;
   QnnFn_t deviceFreePlatformInfo;
-  QnnFn_t deviceGetInfrastructure;
+  /* writes a pointer to the backend's infrastructure (QnnHtpDevice_Infrastructure_t on the HTP) */
+  Qnn_ErrorHandle_t (*deviceGetInfrastructure)(const QnnHtpDevice_Infrastructure_t **infra); /* 39 */
   Qnn_ErrorHandle_t (*deviceCreate)(Qnn_LogHandle_t logger, const QnnDevice_Config_t **config,
                                     Qnn_DeviceHandle_t *device); /* 40 */
   QnnFn_t deviceSetConfig;
@@ -534,6 +605,10 @@ _Static_assert(sizeof(QnnGraph_Config_t) == 16, "QnnGraph_Config_t is 16 B, unio
 _Static_assert(sizeof(QnnHtpGraph_CustomConfig_t) == 16, "QnnHtpGraph_CustomConfig_t is 16 B, union at 8");
 _Static_assert(offsetof(QnnHtpGraph_CustomConfig_t, precision) == 8, "HTP custom config union at 8");
 _Static_assert(sizeof(QnnMemHtp_Descriptor_t) == 32, "QnnMemHtp_Descriptor_t is 32 B");
+_Static_assert(sizeof(QnnHtpPerfInfrastructure_DcvsV3_t) == 64, "DcvsV3 is 64 B");
+_Static_assert(sizeof(QnnHtpPerfInfrastructure_PowerConfig_t) == 68, "PowerConfig is 68 B, union at 4");
+_Static_assert(offsetof(QnnHtpDevice_Infrastructure_t, perfInfra.setPowerConfig) == 24, "setPowerConfig at 24");
+_Static_assert(offsetof(QnnInterfaceTable_t, deviceGetInfrastructure) == 39 * 8, "deviceGetInfrastructure 39");
 _Static_assert(offsetof(QnnMemHtp_Descriptor_t, sharedBufferConfig.offset) == 24, "shared buffer offset at 24");
 #endif
 

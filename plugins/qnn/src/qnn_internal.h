@@ -29,6 +29,7 @@ typedef struct qnn_lib {
   Qnn_LogHandle_t log;
   Qnn_BackendHandle_t backend;
   Qnn_DeviceHandle_t device;
+  uint32_t power_id; /* the HTP power-config id voted on (0: none) */
 } qnn_lib;
 
 /* finds the library (XPU_QNN_LIBRARY, $QNN_SDK_ROOT/lib/<arch>/, beside the plugin); fills
