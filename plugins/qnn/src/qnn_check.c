@@ -67,8 +67,8 @@ static int shape_ok(const xpu_ir_tensor *t, char *reason, size_t cap) {
     if (t->shape[d] > 0x7FFFFFFF) REFUSE("dimension does not fit QNN's uint32 dims");
   }
   if (t->dtype == XPU_DT_BF16) REFUSE("BF16 is not a QNN data type");
-  if (t->dtype == XPU_DT_Q8_0 || t->dtype == XPU_DT_Q4_0)
-    REFUSE("GGUF block formats (Q8_0/Q4_0) have no QNN encoding; use per-tensor I8");
+  if (t->dtype == XPU_DT_Q8_0 || t->dtype == XPU_DT_Q4_0 || (t->dtype >= XPU_DT_Q4_K && t->dtype <= XPU_DT_Q3_K))
+    REFUSE("GGUF block formats (Q8_0/Q4_0, K-quants) have no QNN encoding; use per-tensor I8");
   return 1;
 }
 
