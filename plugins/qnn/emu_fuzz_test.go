@@ -120,3 +120,82 @@ func FuzzEmulatorContextBinary(f *testing.F) {
 		t.load(m)
 	})
 }
+
+// FuzzLoweringWithinHTPRules: whatever single-op graph (op, dtypes, shapes, attributes from the
+// fuzz input) the plugin's graph_analyze accepts, prepare builds on the emulator's strict
+// profile (HTP by default): every QNN node the lowering emits passes the backend's published
+// op-support table, so the plugin never claims what a phone would refuse.
+func FuzzLoweringWithinHTPRules(f *testing.F) {
+	b := openBackend(f)
+	emulated(f, b)
+	ctx := context.Background()
+	cc, err := b.Devices()[0].NewContext(ctx, nil)
+	require.NoError(f, err)
+	f.Cleanup(func() { _ = cc.Close() })
+	for op := byte(0); op < 14; op++ {
+		f.Add(op, byte(0), byte(3), byte(4), byte(8), byte(1))
+		f.Add(op, byte(1), byte(5), byte(2), byte(16), byte(0))
+	}
+	f.Fuzz(func(t *testing.T, op, dsel, a, bb, c, flag byte) {
+		dt := []core.DType{core.F32, core.F16}[dsel%2]
+		T, H, D := int64(a%6)+1, int64(bb%4)+1, 2*(int64(c%8)+1)
+		g := core.NewGraph()
+		x := g.Input("x", dt, T, H, D)
+		var out *core.Tensor
+		switch op % 14 {
+		case 0:
+			out = g.Add(x, g.Input("y", dt, 1, H, D))
+		case 1:
+			out = g.GELU(g.Mul(x, x))
+		case 2:
+			out = g.Softmax(x, float32(flag%4)+0.5)
+		case 3:
+			out = g.RMSNorm(g.SiLU(x), 1e-5)
+		case 4:
+			w := g.Const("w", dt, core.Shape{H * 3, D}, make([]byte, dt.Bytes(H*3*D)))
+			out = g.MatMul(g.Reshape(x, T*H, D), w)
+		case 5:
+			w := g.Const("w", core.I8, core.Shape{5, D}, make([]byte, int(5*D)))
+			out = g.MatMulI8(x, w, 0.01)
+		case 6:
+			out = g.RoPE(x, g.Input("pos", core.I32, T), core.RoPEOptions{Mode: int64(flag%2) * core.RoPENeoX, Dims: D})
+		case 7:
+			o := core.AttentionOptions{Causal: flag%2 == 0, QOffset: int64(flag % 3)}
+			if flag%4 == 3 {
+				o = core.AttentionOptions{Causal: true, QOffsetInput: g.Input("qo", core.I32, 1)}
+			}
+			k := g.Input("k", dt, T+2, 1, D)
+			out = g.Attention(x, k, g.Input("v", dt, T+2, 1, D), o)
+		case 8:
+			out = g.Scale(g.GetRows(g.Const("t", dt, core.Shape{7, D}, make([]byte, dt.Bytes(7*D))), g.Input("ids", core.I32, T)), 2, 0)
+		case 9:
+			out = g.Cast(g.Scale(x, 1, 1), []core.DType{core.F32, core.F16}[flag%2])
+		case 10:
+			out = g.Dequantize(g.Quantize(g.Scale(x, 1, 0), core.I8, 0.05), 0.05)
+		case 11:
+			out = g.Scale(g.Permute(g.Scale(x, 2, 0), 1, 0, 2), 1, 1)
+		case 12:
+			y := g.Scale(x, 2, 0)
+			out = g.Scale(g.Concat(2, g.Slice(y, 2, 0, D/2), y), 1, 1)
+		case 13:
+			out = g.Add(g.CausalSoftmax(g.Reshape(x, T*H, D), 0, int64(flag%5)-2), g.Softmax(g.Reshape(x, T*H, D), 1))
+		}
+		if out == nil || g.Err() != nil {
+			return
+		}
+		g.Output(out)
+		if g.Err() != nil {
+			return
+		}
+		verdicts, err := cc.Analyze(ctx, g)
+		require.NoError(t, err)
+		for _, v := range verdicts {
+			if !v.Supported {
+				return
+			}
+		}
+		exe, err := cc.Prepare(ctx, g)
+		require.NoError(t, err, "graph_analyze accepted the graph, the emulator's strict profile refused it")
+		require.NoError(t, exe.Close())
+	})
+}

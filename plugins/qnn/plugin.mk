@@ -11,7 +11,10 @@ QNN_BUILD_ID := qnn-$(shell cat $(QNN_SRCS) $(QNN_HDRS) $(COMMON_HDRS) | sha1sum
 QNN_EMU := $(PLUGIN_DIR)/qnn/libQnnXpuEmu.so
 QNN_TEST_BIN := $(BUILD)/qnn/qnn_ctest
 
-PLUGINS += $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU)
+# a memfd-backed stand-in for the phone's libcdsprpc.so (rpcmem), for the shared-buffer tests
+QNN_FAKE_RPCMEM := $(BUILD)/qnn/libcdsprpc-fake.so
+
+PLUGINS += $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU) $(QNN_FAKE_RPCMEM)
 PLUGIN_TESTS += test-qnn-c test-qnn-arm64
 
 $(PLUGIN_DIR)/libxpu-qnn.so: $(QNN_SRCS) $(QNN_HDRS) $(COMMON_HDRS)
@@ -22,18 +25,32 @@ $(QNN_EMU): $(QNN_EMU_SRCS) $(QNN_EMU_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(PLUGIN_CFLAGS) -o $@ $(QNN_EMU_SRCS) $(PLUGIN_LDFLAGS)
 
+$(QNN_FAKE_RPCMEM): plugins/qnn/test/fake_cdsprpc.c
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -o $@ $< $(PLUGIN_LDFLAGS)
+
 $(QNN_TEST_BIN): plugins/qnn/test/qnn_ctest.c $(QNN_HDRS) $(COMMON_HDRS) abi/xpu_ir_build.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Iabi -Iplugins/common -Iplugins/qnn/src -D_GNU_SOURCE -o $@ $< -ldl -lm -lpthread
 
-.PHONY: test-qnn-c test-qnn test-qnn-arm64
+.PHONY: test-qnn-c test-qnn test-qnn-arm64 conform-qnn-htp conform-qnn-cpu
+# conformance on the emulator's HTP profile (the default: the HTP's op tables, FP16 graphs) and its
+# CPU profile (libQnnCpu's tables, FLOAT_32 only); reports in build/conformance-qnn-{htp,cpu}
+conform-qnn-htp: $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU) cli
+	XPU_QNN_EMU_PROFILE=htp $(BUILD)/xpu conform --plugin $(PLUGIN_DIR)/libxpu-qnn.so --report $(BUILD)/conformance-qnn-htp
+conform-qnn-cpu: $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU) cli
+	XPU_QNN_EMU_PROFILE=cpu $(BUILD)/xpu conform --plugin $(PLUGIN_DIR)/libxpu-qnn.so --report $(BUILD)/conformance-qnn-cpu
+
 # the emulator's rules, the plugin end to end on hand-built IR, and the context-binary cache,
 # under valgrind when it is installed
+# (twice: the CPU profile against f32 references, the HTP profile's rules)
 test-qnn-c: $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU) $(QNN_TEST_BIN)
-	@if command -v valgrind >/dev/null 2>&1; then \
-	  valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
-	    $(QNN_TEST_BIN) $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU); \
-	else $(QNN_TEST_BIN) $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU); fi
+	@for prof in cpu htp; do \
+	  if command -v valgrind >/dev/null 2>&1; then \
+	    XPU_QNN_EMU_PROFILE=$$prof valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
+	      $(QNN_TEST_BIN) $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU) || exit 1; \
+	  else XPU_QNN_EMU_PROFILE=$$prof $(QNN_TEST_BIN) $(PLUGIN_DIR)/libxpu-qnn.so $(QNN_EMU) || exit 1; fi; \
+	done
 
 # the phone's architecture: the layout asserts, the plugin, the emulator and the C test built
 # for aarch64 and run under qemu
@@ -48,7 +65,8 @@ $(QNN_ARM64)/qnn_ctest: plugins/qnn/test/qnn_ctest.c $(QNN_HDRS) $(COMMON_HDRS) 
 	@mkdir -p $(dir $@)
 	$(CC_ARM64) -std=c11 -O1 -g -Wall -Wextra -Werror -Iabi -Iplugins/common -Iplugins/qnn/src -D_GNU_SOURCE -o $@ $< -ldl -lm -lpthread
 test-qnn-arm64: $(QNN_ARM64)/libxpu-qnn.so $(QNN_ARM64)/libQnnXpuEmu.so $(QNN_ARM64)/qnn_ctest
-	qemu-aarch64 -L /usr/aarch64-linux-gnu $(QNN_ARM64)/qnn_ctest $(QNN_ARM64)/libxpu-qnn.so $(QNN_ARM64)/libQnnXpuEmu.so
+	XPU_QNN_EMU_PROFILE=cpu qemu-aarch64 -L /usr/aarch64-linux-gnu $(QNN_ARM64)/qnn_ctest $(QNN_ARM64)/libxpu-qnn.so $(QNN_ARM64)/libQnnXpuEmu.so
+	XPU_QNN_EMU_PROFILE=htp qemu-aarch64 -L /usr/aarch64-linux-gnu $(QNN_ARM64)/qnn_ctest $(QNN_ARM64)/libxpu-qnn.so $(QNN_ARM64)/libQnnXpuEmu.so
 
 # against a real SDK: QNN_SDK_ROOT=/opt/qairt/2.25 make test-qnn (libQnnHtp.so first, then
 # libQnnCpu.so; XPU_QNN_LIBRARY picks one explicitly)

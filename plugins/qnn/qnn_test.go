@@ -27,6 +27,7 @@ import (
 	"github.com/xpuhub/xpu/internal/shmem"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/loader"
+	"github.com/xpuhub/xpu/sched"
 )
 
 // childEnv makes the test binary act as a fresh process (TestMain). The plugin loads its QNN
@@ -40,6 +41,8 @@ func TestMain(m *testing.M) {
 		os.Exit(childCache())
 	case "probe":
 		os.Exit(childProbe())
+	case "rpcmem":
+		os.Exit(childRPCMem())
 	}
 	os.Exit(m.Run())
 }
@@ -79,17 +82,39 @@ func emulated(tb testing.TB, b core.Backend) {
 	}
 }
 
+// fp16Limits are the cases (seed 0) where the HTP profile's FP16 storage misses a tolerance row
+// that was calibrated on backends with f32 inputs: one-element tensors whose error is a
+// cancellation of half-rounded inputs (SUB) or tail rounding through GELU's composition. A phone
+// computes the same way, so they stay listed in plugins/qnn/README.md and may fail only as a
+// value mismatch; any other failure fails the test.
+var fp16Limits = map[string]bool{
+	"GELU(dtype=f32,shape=[])":   true,
+	"SUB(dtype=f32,a=[1],b=[1])": true,
+}
+
 func TestConformance(t *testing.T) {
 	b := openBackend(t)
 	rep, err := conformance.Run(context.Background(), b, conformance.WithPlugin(abi.PluginOf(b)))
 	require.NoError(t, err)
+	htp := b.Devices()[0].Info().Caps.Has(core.CapFP16)
+	known := 0
 	for _, c := range rep.Cases {
-		if c.Status == conformance.StatusFail {
-			t.Errorf("%s: %s %v", c.Name, c.Category, c.Errors)
+		if c.Status != conformance.StatusFail {
+			continue
 		}
+		if htp && fp16Limits[c.Name] && c.Category == "mismatch" {
+			known++
+			t.Logf("known FP16 limit: %s %v", c.Name, c.Errors)
+			continue
+		}
+		t.Errorf("%s: %s %v", c.Name, c.Category, c.Errors)
 	}
-	assert.Zero(t, rep.Failed)
-	assert.Greater(t, rep.Passed, 350, "the op matrix should mostly run on QNN")
+	assert.Equal(t, known, rep.Failed, "only the listed FP16 limits may fail")
+	least := 300 // the HTP profile; the CPU backend takes no F16 and moves no SFIXED_POINT_8
+	if !htp {
+		least = 150
+	}
+	assert.Greater(t, rep.Passed, least, "the op matrix should mostly run on QNN")
 	t.Log(rep.Summary())
 }
 
@@ -99,10 +124,15 @@ func TestEmulatedProviderIsLabelled(t *testing.T) {
 	emulated(t, b)
 	in := b.Devices()[0].Info()
 	assert.Equal(t, "qnn (emulated provider)", in.Name)
-	assert.Equal(t, core.DeviceNPU, in.Kind)
 	assert.True(t, in.Caps.Has(core.CapEmulated|core.CapStaticShapes|core.CapSerialize|core.CapImportFD), "caps %s", in.Caps)
 	assert.True(t, in.Caps.Has(core.CapAsync), "submissions are queued to a worker thread")
-	assert.False(t, in.Caps.Has(core.CapFP16), "the emulator computes in f32: native FP16 would be a lie")
+	if os.Getenv("XPU_QNN_EMU_PROFILE") == "cpu" {
+		assert.Equal(t, core.DeviceCPU, in.Kind)
+		assert.False(t, in.Caps.Has(core.CapFP16), "the CPU profile is FLOAT_32 only")
+	} else {
+		assert.Equal(t, core.DeviceNPU, in.Kind)
+		assert.True(t, in.Caps.Has(core.CapFP16), "the emulator's HTP profile (the default) stores every float as half")
+	}
 	pr, err := abi.Probe(pluginPath(t))
 	require.NoError(t, err)
 	assert.Positive(t, pr.Score)
@@ -115,12 +145,17 @@ func TestBlockMatchesRef(t *testing.T) {
 	for _, dt := range []core.DType{core.F32, core.F16} {
 		t.Run(dt.String(), func(t *testing.T) {
 			b := openBackend(t)
+			if dt == core.F16 && !b.Devices()[0].Info().Caps.Has(core.CapFP16) {
+				t.Skip("the QNN CPU backend has no FLOAT_16 ops")
+			}
 			g, inputs := blockGraph(dt)
 			want, err := ref.Run(context.Background(), g, inputs)
 			require.NoError(t, err)
 			got := runOn(t, b, g, inputs)
 			tol := 1e-9
-			if dt == core.F16 {
+			if b.Devices()[0].Info().Caps.Has(core.CapFP16) {
+				tol = 1e-3 // the HTP's FP16 graph: the GRAPH f16 row of conformance/TOLERANCES.md
+			} else if dt == core.F16 {
 				tol = 1e-5
 			}
 			for i := range want {
@@ -156,9 +191,10 @@ func blockGraph(dt core.DType) (*core.Graph, [][]byte) {
 	return g, [][]byte{encode(dt, randf(r, T*E, 1)), core.EncodeI32(ids)}
 }
 
-// W8A8, the NPU's fast path (mllm-NPU): activations quantized per tensor, an I8 weight, and the
-// MatMul run on int8 operands with int32 accumulators. The plugin reports INT8 precision for it
-// and the result matches core/ref, which computes the same arithmetic in float64.
+// W8A8 (mllm-NPU's pattern): activations quantized per tensor and an I8 weight. The HTP's int8
+// MatMul needs a calibrated 8/16-bit output encoding the IR does not carry (its SFIXED_POINT_32
+// accumulators cannot be dequantized: the HTP's Dequantize reads 8/16-bit only), so both operands
+// are dequantized and multiplied at the backend's float precision, which the plugin reports.
 func TestW8A8MatchesRef(t *testing.T) {
 	b := openBackend(t)
 	const M, K, N = 4, 64, 24
@@ -186,12 +222,18 @@ func TestW8A8MatchesRef(t *testing.T) {
 	for _, v := range verdicts {
 		assert.True(t, v.Supported, v.Reason)
 	}
-	assert.Equal(t, core.PrecInt8, verdicts[2].Precision, "the MatMul runs on int8 operands")
+	htp := b.Devices()[0].Info().Caps.Has(core.CapFP16)
+	wantPrec, tol := core.PrecF32, 1e-12
+	if htp {
+		wantPrec, tol = core.PrecF16, 5e-4 // the MATMUL f16 row of conformance/TOLERANCES.md
+	}
+	assert.Equal(t, core.PrecInt8, verdicts[0].Precision, "QUANTIZE is int8")
+	assert.Equal(t, wantPrec, verdicts[2].Precision, "the MatMul runs at the backend's float precision")
 	exe, err := cc.Prepare(ctx, g)
 	require.NoError(t, err)
 	defer exe.Close()
 	got := execute(t, cc, exe, g, inputs)
-	assert.Less(t, nmse(core.DecodeF32(got[0]), core.DecodeF32(want[0])), 1e-12)
+	assert.Less(t, nmse(core.DecodeF32(got[0]), core.DecodeF32(want[0])), tol)
 }
 
 // runOn prepares g on b's device, runs it once and returns the outputs.
@@ -458,6 +500,85 @@ func TestImportFDShares(t *testing.T) {
 	}
 }
 
+// On the HTP, buffers the plugin allocates are rpcmem (libcdsprpc.so, loaded at run time; a
+// memfd-backed stand-in here) and are registered as the HTP's shared buffer, a byte offset per
+// tensor, so the NPU reads them in place: both tensors live in one buffer, at offsets 0 and 256.
+func TestRPCMemSharedBuffer(t *testing.T) {
+	if !openBackend(t).Devices()[0].Info().Caps.Has(core.CapFP16) {
+		t.Skip("rpcmem shared buffers are the HTP's (this is the CPU profile)")
+	}
+	fake := filepath.Join(buildDir(), "..", "qnn", "libcdsprpc-fake.so")
+	if _, err := os.Stat(fake); err != nil {
+		required.Skip(t, "qnn", "the rpcmem stand-in is not built (run make plugins): %v", err)
+	}
+	stats := filepath.Join(t.TempDir(), "stats")
+	out, err := child(t, "rpcmem", "XPU_QNN_EMU_STATS="+stats, "XPU_QNN_RPCMEM_LIBRARY="+fake)
+	require.NoError(t, err, "%s", out)
+	n, err := os.ReadFile(stats)
+	require.NoError(t, err)
+	assert.Contains(t, string(n), "memRegister htp-shared-buffer bytes=64 offset=0")
+	assert.Contains(t, string(n), "memRegister htp-shared-buffer bytes=64 offset=256")
+	// the default HTP power vote: burst
+	assert.Contains(t, string(n), "powerConfig dcvs_v3 dcvs=0 mode=0x10 sleep_disable=1 bus=0xa0 core=0xa0")
+	assert.Contains(t, string(n), "powerConfig rpc_polling_time=9999")
+}
+
+func childRPCMem() int {
+	fail := func(err error) int { os.Stderr.WriteString(err.Error() + "\n"); return 1 }
+	ctx := context.Background()
+	b, err := loader.Open(ctx, "qnn", loader.WithPaths(filepath.Join(buildDir(), "libxpu-qnn.so")), loader.WithoutEnv())
+	if err != nil {
+		return fail(err)
+	}
+	defer b.Close()
+	cc, err := b.Devices()[0].NewContext(ctx, nil)
+	if err != nil {
+		return fail(err)
+	}
+	defer cc.Close()
+	g := core.NewGraph()
+	g.Output(g.Scale(g.Input("x", core.F16, 32), 2, 0))
+	exe, err := cc.Prepare(ctx, g)
+	if err != nil {
+		return fail(err)
+	}
+	defer exe.Close()
+	buf, err := cc.Alloc(512, core.BufferHostVisible)
+	if err != nil {
+		return fail(err)
+	}
+	defer buf.Close()
+	ex, err := exe.NewExecution()
+	if err != nil {
+		return fail(err)
+	}
+	defer ex.Close()
+	xs := make([]float32, 32)
+	for i := range xs {
+		xs[i] = float32(i) - 7
+	}
+	if err = buf.Write(0, encode(core.F16, xs)); err == nil {
+		if err = ex.Bind(0, buf, 0); err == nil {
+			if err = ex.Bind(1, buf, 256); err == nil {
+				err = ex.Run(ctx)
+			}
+		}
+	}
+	if err != nil {
+		return fail(err)
+	}
+	res := make([]byte, 64)
+	if err := buf.Read(256, res); err != nil {
+		return fail(err)
+	}
+	for i, v := range decode(core.F16, res) {
+		if v != 2*xs[i] {
+			return fail(fmt.Errorf("element %d is %g, want %g", i, v, 2*xs[i]))
+		}
+	}
+	return 0
+}
+
 // The executable cache blob is parsed by the plugin (and its QNN binary by the provider):
 // damaged blobs give an error, never a crash, and never a wrong executable.
 func FuzzPrepareFromCache(f *testing.F) {
@@ -490,9 +611,12 @@ func FuzzPrepareFromCache(f *testing.F) {
 	})
 }
 
-// The whole LLM path on the static-shape NPU: stories260K from BOS gives the published greedy
-// text, and a multi-chunk prompt (chunk-sharing graphs with a run-time attention offset) gives
-// the same continuation as core/ref.
+// The whole LLM path on the static-shape NPU: stories260K greedy from BOS on the emulated HTP
+// (FP16 graphs; the nodes the HTP refuses, such as the F32 embedding gather that must be
+// bit-exact, fall back to core/ref) against core/ref in f32, step by step: the logits of every
+// step within the FP16 model-level tolerance (GRAPH f16 row: NMSE 1e-3, max-abs 0.05 of the peak)
+// and the same greedy token for at least 128 steps. A multi-chunk prompt (chunk-sharing graphs
+// with a run-time attention offset) then continues as on core/ref.
 func TestStoriesOnNPU(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
 	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "models")
@@ -506,24 +630,83 @@ func TestStoriesOnNPU(t *testing.T) {
 	defer m.Close()
 	want, err := os.ReadFile(filepath.Join(dir, "stories260K.greedy.txt"))
 	require.NoError(t, err)
-
-	generate := func(dev core.Device, prompt string, n int) string {
-		r, err := llm.NewRunner(ctx, m, dev, llm.WithChunkSize(8))
+	rb := ref.New()
+	defer rb.Close()
+	npu, cpu := b.Devices()[0], rb.Devices()[0]
+	unit := func(d core.Device) string {
+		in := d.Info()
+		return sched.UnitSpec{Backend: in.Backend, Index: in.Index}.String()
+	}
+	plan := &sched.Plan{Units: []string{unit(npu), unit(cpu)},
+		Prefill: sched.PhasePlan{Rules: []sched.Rule{{Unit: "0", Fallback: "1"}}}}
+	newNPU := func() *llm.Runner {
+		r, err := llm.NewPlannedRunner(ctx, m, []core.Device{npu, cpu}, plan, llm.WithChunkSize(8))
 		require.NoError(t, err)
-		defer r.Close()
-		res, err := r.Generate(ctx, prompt, llm.WithMaxTokens(n))
+		return r
+	}
+	rn := newNPU()
+	defer rn.Close()
+	rr, err := llm.NewRunner(ctx, m, cpu, llm.WithChunkSize(8))
+	require.NoError(t, err)
+	defer rr.Close()
+
+	argmax := func(xs []float32) int32 {
+		best := 0
+		for i, x := range xs {
+			if x > xs[best] {
+				best = i
+			}
+		}
+		return int32(best)
+	}
+	bos := m.Tokenizer.BOS()
+	require.GreaterOrEqual(t, bos, int32(0))
+	ln, err := rn.Prefill(ctx, []int32{bos})
+	require.NoError(t, err)
+	lr, err := rr.Prefill(ctx, []int32{bos})
+	require.NoError(t, err)
+	const steps = 160
+	same, worst := 0, 0.0
+	var ids []int32
+	for step := 0; step < steps; step++ {
+		var peak, maxAbs float64
+		for i := range lr {
+			peak = math.Max(peak, math.Abs(float64(lr[i])))
+			maxAbs = math.Max(maxAbs, math.Abs(float64(ln[i]-lr[i])))
+		}
+		e := nmse(ln, lr)
+		worst = math.Max(worst, e)
+		require.Less(t, e, 1e-3, "step %d: logits NMSE", step)
+		require.LessOrEqual(t, maxAbs, 0.05*math.Max(1, peak), "step %d: logits max-abs", step)
+		tn, tr := argmax(ln), argmax(lr)
+		if tn != tr {
+			break
+		}
+		same++
+		ids = append(ids, tn)
+		if ln, err = rn.Decode(ctx, tn); err != nil {
+			break
+		}
+		lr, err = rr.Decode(ctx, tr)
+		require.NoError(t, err)
+	}
+	require.NoError(t, err)
+	t.Logf("stories260K on the HTP profile: %d of %d greedy tokens equal core/ref's, worst logits NMSE %.3g", same, steps, worst)
+	assert.GreaterOrEqual(t, same, 128, "greedy tokens equal to core/ref")
+	dec := m.Tokenizer.NewDecoder()
+	var text strings.Builder
+	for _, id := range ids[:min(32, len(ids))] {
+		text.WriteString(dec.Next(id))
+	}
+	assert.True(t, strings.HasPrefix(string(want), text.String()), "greedy text on qnn: %q", text.String())
+
+	prompt := "Once upon a time, there was a little dog named Max. He liked to run in the"
+	generate := func(r *llm.Runner) string {
+		res, err := r.Generate(ctx, prompt, llm.WithMaxTokens(16))
 		require.NoError(t, err)
 		return res.Text
 	}
-	got := generate(b.Devices()[0], "", 32)
-	// HasPrefix alone holds for empty text: 32 tokens of the sample are well over 60 bytes
-	require.Greater(t, len(got), 60, "greedy text on qnn: %q", got)
-	assert.True(t, strings.HasPrefix(string(want), got), "greedy text on qnn: %q", got)
-
-	rb := ref.New()
-	defer rb.Close()
-	prompt := "Once upon a time, there was a little dog named Max. He liked to run in the"
-	assert.Equal(t, generate(rb.Devices()[0], prompt, 16), generate(b.Devices()[0], prompt, 16))
+	assert.Equal(t, generate(rr), generate(rn))
 }
 
 // ---------------------------------------------------------------- helpers

@@ -8,6 +8,7 @@
  * a client's context-binary cache can be shown to skip it. See README.md.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,13 +213,53 @@ static Qnn_ErrorHandle_t graphCreate(Qnn_ContextHandle_t ctx, const char *name,
   if (!emu_live_has(ctx, EMU_OBJ_CONTEXT)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "invalid context handle");
   if (!name || !name[0] || strlen(name) >= 64 || !out)
     return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "graph name must be 1..63 bytes");
-  if (cfg && cfg[0]) return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "graph configs are not supported");
+  int precision = -1;
+  uint32_t vtcm = 0, hvx = 0;
+  for (uint32_t i = 0; cfg && cfg[i]; i++) {
+    const QnnGraph_Config_t *gc = cfg[i];
+    if (gc->option != QNN_GRAPH_CONFIG_OPTION_CUSTOM || !gc->customConfig)
+      return emu_err(QNN_GRAPH_ERROR_UNSUPPORTED_FEATURE, "graph config option %d is not supported", (int)gc->option);
+    if (emu_profile_get() != EMU_PROFILE_HTP)
+      return emu_err(QNN_GRAPH_ERROR_UNSUPPORTED_FEATURE, "the CPU backend takes no custom graph configs");
+    const QnnHtpGraph_CustomConfig_t *hc = gc->customConfig;
+    switch (hc->option) {
+    case QNN_HTP_GRAPH_CONFIG_OPTION_PRECISION:
+      if (hc->precision == QNN_PRECISION_FLOAT32)
+        return emu_err(QNN_GRAPH_ERROR_UNSUPPORTED_FEATURE, "HTP precision FLOAT32 is not supported (FLOAT16 only)");
+      if (hc->precision != QNN_PRECISION_FLOAT16)
+        return emu_err(QNN_GRAPH_ERROR_INVALID_ARGUMENT, "HTP precision %d is unknown", (int)hc->precision);
+      precision = 1;
+      break;
+    case QNN_HTP_GRAPH_CONFIG_OPTION_VTCM_SIZE_IN_MB:
+      if (hc->vtcmSizeInMB > 64)
+        return emu_err(QNN_GRAPH_ERROR_INVALID_ARGUMENT, "VTCM size %u MB is more than any HTP has", hc->vtcmSizeInMB);
+      vtcm = hc->vtcmSizeInMB;
+      break;
+    case QNN_HTP_GRAPH_CONFIG_OPTION_NUM_HVX_THREADS:
+      if (hc->numHvxThreads == 0 || hc->numHvxThreads > 8)
+        return emu_err(QNN_GRAPH_ERROR_INVALID_ARGUMENT, "HVX threads %llu outside 1..8",
+                       (unsigned long long)hc->numHvxThreads);
+      hvx = (uint32_t)hc->numHvxThreads;
+      break;
+    case QNN_HTP_GRAPH_CONFIG_OPTION_OPTIMIZATION:
+      if (hc->optimizationOption.type != QNN_HTP_GRAPH_OPTIMIZATION_TYPE_FINALIZE_OPTIMIZATION_FLAG ||
+          hc->optimizationOption.floatValue < 1 || hc->optimizationOption.floatValue > 3)
+        return emu_err(QNN_GRAPH_ERROR_INVALID_ARGUMENT, "HTP optimization option not understood");
+      break;
+    default:
+      return emu_err(QNN_GRAPH_ERROR_UNSUPPORTED_FEATURE, "HTP custom graph option %d is not supported", (int)hc->option);
+    }
+  }
   emu_context *c = ctx;
   for (uint32_t i = 0; i < c->n_graphs; i++)
     if (strcmp(c->graphs[i]->name, name) == 0)
       return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "graph %s exists in this context", name);
   emu_graph *g = graph_new(c, name);
   if (!g) return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+  g->precision_set = precision >= 0;
+  g->fp16 = precision == 1;
+  g->vtcm_mb = vtcm;
+  g->hvx_threads = hvx;
   *out = g;
   return QNN_SUCCESS;
 }
@@ -313,6 +354,8 @@ static Qnn_ErrorHandle_t tensorCreateGraphTensor(Qnn_GraphHandle_t gh, Qnn_Tenso
     e->data = malloc(nbytes);
     if (!e->data) return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
     memcpy(e->data, v->clientBuf.data, nbytes);
+    if (g->fp16 && e->dtype == QNN_DATATYPE_FLOAT_32) /* the HTP stores FP16 graphs' weights as half */
+      for (uint64_t k = 0; k < numel; k++) ((float *)e->data)[k] = emu_round_half(((float *)e->data)[k]);
   }
   e->id = ++g->n_tensors;
   t->v1.id = e->id;
@@ -339,11 +382,11 @@ static Qnn_ErrorHandle_t graphAddNode(Qnn_GraphHandle_t gh, Qnn_OpConfig_t op) {
   const Qnn_OpConfigV1_t *c = &op.v1;
   const char *nm = c->name ? c->name : "(unnamed)";
   if (!c->packageName || strcmp(c->packageName, QNN_OP_PACKAGE_NAME_QTI_AISW) != 0)
-    return emu_err(QNN_OP_ERROR_UNSUPPORTED, "node %s: op package %s is not available", nm,
+    return emu_err(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: op package %s is not available", nm,
                    c->packageName ? c->packageName : "(null)");
   int opk = emu_op_from_name(c->typeName);
   if (!opk)
-    return emu_err(QNN_OP_ERROR_UNSUPPORTED, "node %s: op %s is not in the emulator's list", nm,
+    return emu_err(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: op %s is not in the emulator's list", nm,
                    c->typeName ? c->typeName : "(null)");
   if (c->numOfInputs > EMU_MAX_IO || c->numOfOutputs > EMU_MAX_IO || c->numOfParams > EMU_MAX_PARAMS ||
       (c->numOfInputs && !c->inputTensors) || (c->numOfOutputs && !c->outputTensors) ||
@@ -368,7 +411,7 @@ static Qnn_ErrorHandle_t graphAddNode(Qnn_GraphHandle_t gh, Qnn_OpConfig_t op) {
   for (uint32_t i = 0; i < n.n_in; i++) {
     emu_tensor *t = &g->tensors[n.in[i]];
     if ((t->type == QNN_TENSOR_TYPE_NATIVE || t->type == QNN_TENSOR_TYPE_APP_READ) && !t->produced)
-      return emu_err(QNN_GRAPH_ERROR_INVALID_TENSOR, "node %s: input %s is not produced by an earlier node", nm,
+      return emu_err(QNN_GRAPH_ERROR_UNCONNECTED_NODE, "node %s: input %s is not produced by an earlier node", nm,
                      t->name);
   }
   char msg[400];
@@ -450,29 +493,48 @@ static Qnn_ErrorHandle_t memRegister(Qnn_ContextHandle_t ctx, const Qnn_MemDescr
   for (uint32_t i = 0; i < n; i++) out[i] = NULL;
   for (uint32_t i = 0; i < n; i++) {
     Qnn_ErrorHandle_t e = QNN_SUCCESS;
-    uint64_t numel = 1;
-    if (d[i].memType != QNN_MEM_TYPE_ION)
-      e = emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "memRegister: only QNN_MEM_TYPE_ION (fd) memory");
-    else if (!emu_dtype_ok(d[i].dataType) || d[i].memShape.numDim == 0 || d[i].memShape.numDim > EMU_MAX_RANK ||
-             !d[i].memShape.dimSize || d[i].ionInfo.fd < 0)
-      e = emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "memRegister: bad shape, dtype or fd");
+    uint64_t numel = 1, offset = 0, total = 0;
+    int fd = -1;
+    const QnnMemHtp_Descriptor_t *hd = d[i].memType == QNN_MEM_TYPE_CUSTOM ? d[i].customInfo : NULL;
+    if (d[i].memType == QNN_MEM_TYPE_ION) {
+      fd = d[i].ionInfo.fd;
+    } else if (hd && emu_profile_get() == EMU_PROFILE_HTP && hd->type == QNN_HTP_MEM_SHARED_BUFFER) {
+      /* the HTP's shared buffer: one rpcmem fd, this tensor at an offset in it */
+      fd = hd->sharedBufferConfig.fd;
+      offset = hd->sharedBufferConfig.offset;
+      total = hd->size;
+    } else {
+      e = emu_err(QNN_MEM_ERROR_UNSUPPORTED_MEMTYPE,
+                  "memRegister: memory type %d is not supported (ION, or on the HTP CUSTOM with a "
+                  "QNN_HTP_MEM_SHARED_BUFFER descriptor)", (int)d[i].memType);
+    }
+    if (e == QNN_SUCCESS && (!emu_dtype_ok(d[i].dataType) || d[i].memShape.numDim == 0 ||
+                             d[i].memShape.numDim > EMU_MAX_RANK || !d[i].memShape.dimSize || fd < 0))
+      e = emu_err(QNN_MEM_ERROR_INVALID_ARGUMENT, "memRegister: bad shape, dtype or fd");
     for (uint32_t k = 0; e == QNN_SUCCESS && k < d[i].memShape.numDim; k++) numel *= d[i].memShape.dimSize[k];
+    uint64_t bytes = numel * qnn_dtype_bytes(d[i].dataType);
+    if (e == QNN_SUCCESS && hd && (offset > total || bytes > total - offset))
+      e = emu_err(QNN_MEM_ERROR_INVALID_ARGUMENT, "memRegister: tensor of %llu bytes at offset %llu outside the "
+                  "%llu-byte shared buffer", (unsigned long long)bytes, (unsigned long long)offset,
+                  (unsigned long long)total);
     emu_mem *m = NULL;
     if (e == QNN_SUCCESS && !(m = calloc(1, sizeof *m))) e = emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
     if (e == QNN_SUCCESS) {
-      m->size = numel * qnn_dtype_bytes(d[i].dataType);
-      /* map the client's fd ourselves, as the DSP maps an rpcmem/ION fd: bytes are shared, not copied */
-      m->ptr = mmap(NULL, m->size, PROT_READ | PROT_WRITE, MAP_SHARED, d[i].ionInfo.fd, 0);
-      if (m->ptr == MAP_FAILED) {
+      m->size = bytes;
+      m->map_size = hd ? total : bytes;
+      /* map the client's fd ourselves, as the DSP maps an rpcmem fd: bytes are shared, not copied */
+      m->map = mmap(NULL, m->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (m->map == MAP_FAILED) {
         free(m);
-        e = emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "memRegister: mmap of fd %d failed: %s", d[i].ionInfo.fd,
-                    strerror(errno));
+        e = emu_err(QNN_MEM_ERROR_MAPPING, "memRegister: mmap of fd %d failed: %s", fd, strerror(errno));
+      } else {
+        m->ptr = (uint8_t *)m->map + offset;
       }
     }
     if (e != QNN_SUCCESS) {
       for (uint32_t k = 0; k < i; k++) {
         emu_mem *o = out[k];
-        munmap(o->ptr, o->size);
+        munmap(o->map, o->map_size);
         emu_live_remove(o);
         ((emu_context *)ctx)->n_mems--;
         free(o);
@@ -488,7 +550,8 @@ static Qnn_ErrorHandle_t memRegister(Qnn_ContextHandle_t ctx, const Qnn_MemDescr
     emu_live_add(m);
     ((emu_context *)ctx)->n_mems++;
     out[i] = m;
-    note_stat("memRegister fd bytes=%llu", (unsigned long long)m->size);
+    note_stat("memRegister %s bytes=%llu offset=%llu", hd ? "htp-shared-buffer" : "fd", (unsigned long long)m->size,
+              (unsigned long long)offset);
   }
   return QNN_SUCCESS;
 }
@@ -499,7 +562,7 @@ static Qnn_ErrorHandle_t memDeRegister(const Qnn_MemHandle_t *h, uint32_t n) {
     if (!emu_live_has(h[i], EMU_OBJ_MEM)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "invalid mem handle");
   for (uint32_t i = 0; i < n; i++) {
     emu_mem *m = h[i];
-    munmap(m->ptr, m->size);
+    munmap(m->map, m->map_size);
     m->ctx->n_mems--;
     emu_live_remove(m);
     free(m);
@@ -568,6 +631,24 @@ static Qnn_ErrorHandle_t graphExecute(Qnn_GraphHandle_t gh, const Qnn_Tensor_t *
     else if (t->type == QNN_TENSOR_TYPE_STATIC || t->type == QNN_TENSOR_TYPE_NATIVE)
       ptr[i] = t->data;
   }
+  /* an FP16 graph reads its float inputs at half precision: run on rounded copies */
+  uint8_t **rounded = g->fp16 ? calloc(g->n_tensors, sizeof *rounded) : NULL;
+  if (g->fp16 && !rounded && e == QNN_SUCCESS) e = emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+  for (uint32_t i = 0; rounded && e == QNN_SUCCESS && i < g->n_tensors; i++) {
+    emu_tensor *t = &g->tensors[i];
+    if (t->type != QNN_TENSOR_TYPE_APP_WRITE || t->dtype != QNN_DATATYPE_FLOAT_32 || !ptr[i]) continue;
+    if (!(rounded[i] = malloc(t->nbytes))) {
+      e = emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+      break;
+    }
+    for (uint64_t k = 0; k < t->numel; k++) {
+      float f;
+      memcpy(&f, ptr[i] + 4 * k, 4);
+      f = emu_round_half(f);
+      memcpy(rounded[i] + 4 * k, &f, 4);
+    }
+    ptr[i] = rounded[i];
+  }
   if (e == QNN_SUCCESS) {
     pthread_mutex_lock(&g->run_mu);
     char msg[400];
@@ -575,6 +656,8 @@ static Qnn_ErrorHandle_t graphExecute(Qnn_GraphHandle_t gh, const Qnn_Tensor_t *
       if ((e = emu_node_run(g, &g->nodes[i], ptr, msg, sizeof msg)) != QNN_SUCCESS) e = emu_err(e, "%s", msg);
     pthread_mutex_unlock(&g->run_mu);
   }
+  for (uint32_t i = 0; rounded && i < g->n_tensors; i++) free(rounded[i]);
+  free(rounded);
   free(ptr);
   free(seen);
   return e;
@@ -582,11 +665,83 @@ static Qnn_ErrorHandle_t graphExecute(Qnn_GraphHandle_t gh, const Qnn_Tensor_t *
 
 /* ------------------------------------------------------------------ the provider */
 
+/* ------------------------------------------------------------------ HTP power votes */
+
+/* The HTP profile's perf infrastructure: power-config ids and their votes are checked as the HTP
+ * documents them (QnnHtpPerfInfrastructure.h) and counted in the stats file; they change nothing
+ * here, there is no clock to vote for. */
+static atomic_uint power_ids; /* ids handed out; ids are 1..power_ids */
+
+static Qnn_ErrorHandle_t createPowerConfigId(uint32_t dev, uint32_t core, uint32_t *id) {
+  if (!id) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "createPowerConfigId: null id");
+  if (dev != 0 || core != 0) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "createPowerConfigId: one device, one core");
+  *id = atomic_fetch_add(&power_ids, 1) + 1;
+  return QNN_SUCCESS;
+}
+
+static Qnn_ErrorHandle_t destroyPowerConfigId(uint32_t id) {
+  if (id == 0 || id > atomic_load(&power_ids)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "unknown power config id %u", id);
+  return QNN_SUCCESS;
+}
+
+static int corner_ok(uint32_t c) { return c == DCVS_VOLTAGE_CORNER_DISABLE || (c >= 0x20 && c <= 0xA0); }
+
+static Qnn_ErrorHandle_t setPowerConfig(uint32_t id, const QnnHtpPerfInfrastructure_PowerConfig_t **cfg) {
+  if (id == 0 || id > atomic_load(&power_ids)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "unknown power config id %u", id);
+  if (!cfg || !cfg[0]) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "setPowerConfig: no configs");
+  for (uint32_t i = 0; cfg[i]; i++) {
+    const QnnHtpPerfInfrastructure_PowerConfig_t *c = cfg[i];
+    switch (c->option) {
+    case QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_DCVS_V3: {
+      const QnnHtpPerfInfrastructure_DcvsV3_t *d = &c->dcvsV3Config;
+      if (d->contextId != id) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "DCVS v3: contextId %u is not the power config id %u", d->contextId, id);
+      if (d->powerMode != QNN_HTP_PERF_INFRASTRUCTURE_POWERMODE_ADJUST_UP_DOWN && d->powerMode != 0x2 && d->powerMode != 0x4 &&
+          d->powerMode != 0x8 && d->powerMode != QNN_HTP_PERF_INFRASTRUCTURE_POWERMODE_PERFORMANCE_MODE && d->powerMode != 0x20)
+        return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "DCVS v3: power mode 0x%x", (unsigned)d->powerMode);
+      if ((d->setBusParams && !(corner_ok(d->busVoltageCornerMin) && corner_ok(d->busVoltageCornerTarget) &&
+                                corner_ok(d->busVoltageCornerMax) && d->busVoltageCornerMin <= d->busVoltageCornerTarget &&
+                                d->busVoltageCornerTarget <= d->busVoltageCornerMax)) ||
+          (d->setCoreParams && !(corner_ok(d->coreVoltageCornerMin) && corner_ok(d->coreVoltageCornerTarget) &&
+                                 corner_ok(d->coreVoltageCornerMax) && d->coreVoltageCornerMin <= d->coreVoltageCornerTarget &&
+                                 d->coreVoltageCornerTarget <= d->coreVoltageCornerMax)))
+        return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "DCVS v3: voltage corners must be known and min <= target <= max");
+      note_stat("powerConfig dcvs_v3 dcvs=%u mode=0x%x sleep_disable=%u bus=0x%x core=0x%x", d->dcvsEnable,
+                (unsigned)d->powerMode, d->sleepDisable, (unsigned)d->busVoltageCornerTarget,
+                (unsigned)d->coreVoltageCornerTarget);
+      break;
+    }
+    case QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_RPC_CONTROL_LATENCY:
+      note_stat("powerConfig rpc_control_latency=%u", c->rpcControlLatencyConfig);
+      break;
+    case QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_RPC_POLLING_TIME:
+      if (c->rpcPollingTimeConfig > 9999)
+        return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "RPC polling time %u us above 9999", c->rpcPollingTimeConfig);
+      note_stat("powerConfig rpc_polling_time=%u", c->rpcPollingTimeConfig);
+      break;
+    default:
+      return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "power config option %d is not supported", (int)c->option);
+    }
+  }
+  return QNN_SUCCESS;
+}
+
+static const QnnHtpDevice_Infrastructure_t htp_infra = {
+    .infraType = QNN_HTP_DEVICE_INFRASTRUCTURE_TYPE_PERF,
+    .perfInfra = {createPowerConfigId, destroyPowerConfigId, setPowerConfig, NULL},
+};
+
+static Qnn_ErrorHandle_t deviceGetInfrastructure(const QnnHtpDevice_Infrastructure_t **out) {
+  if (!out) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "null output");
+  if (emu_profile_get() != EMU_PROFILE_HTP) return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "the CPU backend has no device infrastructure");
+  *out = &htp_infra;
+  return QNN_SUCCESS;
+}
+
 static Qnn_ErrorHandle_t backendValidateOpConfig(Qnn_BackendHandle_t be, Qnn_OpConfig_t op) {
   if (!emu_live_has(be, EMU_OBJ_BACKEND)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "invalid backend handle");
   if (op.version != QNN_OPCONFIG_VERSION_1 || !op.v1.packageName ||
       strcmp(op.v1.packageName, QNN_OP_PACKAGE_NAME_QTI_AISW) != 0 || !emu_op_from_name(op.v1.typeName))
-    return emu_err(QNN_OP_ERROR_UNSUPPORTED, "op %s is not in the emulator's list",
+    return emu_err(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "op %s is not in the emulator's list",
                    op.v1.typeName ? op.v1.typeName : "(null)");
   return QNN_SUCCESS;
 }
@@ -619,33 +774,35 @@ static const QnnInterface_t provider = {
             .memDeRegister = memDeRegister,
             .deviceCreate = deviceCreate,
             .deviceFree = deviceFree,
+            .deviceGetInfrastructure = deviceGetInfrastructure,
             .errorGetMessage = errorGetMessage,
         },
 };
 
-static const QnnInterface_t *const providers[] = {&provider};
+/* The provider handed out: its name says which backend profile the emulator imitates
+ * ("XPU_QNN_EMULATOR/HTP" or "/CPU", XPU_QNN_EMU_PROFILE), so a client can build what it would
+ * build for that backend. XPU_QNN_EMU_API_VERSION=<major>.<minor> makes it claim another core API
+ * version, so a client's version check can be tested; the table itself does not change. */
+static QnnInterface_t active;
+static const QnnInterface_t *active_list[] = {&active};
+static pthread_once_t active_once = PTHREAD_ONCE_INIT;
 
-/* XPU_QNN_EMU_API_VERSION=<major>.<minor> makes the provider claim another core API version, so
- * a client's version check can be tested; the table itself does not change */
-static QnnInterface_t other_version;
-static const QnnInterface_t *other_providers[] = {&other_version};
-static pthread_once_t other_once = PTHREAD_ONCE_INIT;
-static int other_ok;
-
-static void make_other_version(void) {
+static void make_active(void) {
+  active = provider;
+  active.providerName = emu_profile_get() == EMU_PROFILE_CPU
+                            ? "XPU_QNN_EMULATOR/CPU (clean-room emulated provider with QNN CPU backend rules, not Qualcomm software)"
+                            : "XPU_QNN_EMULATOR/HTP (clean-room emulated provider with QNN HTP rules, not Qualcomm hardware)";
   const char *v = getenv("XPU_QNN_EMU_API_VERSION");
   unsigned major, minor;
   if (!v || sscanf(v, "%u.%u", &major, &minor) != 2) return;
-  other_version = provider;
-  other_version.apiVersion.coreApiVersion.major = major;
-  other_version.apiVersion.coreApiVersion.minor = minor;
-  other_ok = 1;
+  active.apiVersion.coreApiVersion.major = major;
+  active.apiVersion.coreApiVersion.minor = minor;
 }
 
 EMU_EXPORT Qnn_ErrorHandle_t QnnInterface_getProviders(const QnnInterface_t ***list, uint32_t *n) {
   if (!list || !n) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "null output");
-  pthread_once(&other_once, make_other_version);
-  *list = other_ok ? (const QnnInterface_t **)other_providers : (const QnnInterface_t **)providers;
+  pthread_once(&active_once, make_active);
+  *list = (const QnnInterface_t **)active_list;
   *n = 1;
   return QNN_SUCCESS;
 }

@@ -33,8 +33,14 @@ typedef enum {
   EMU_OP_EXP, EMU_OP_NEG, EMU_OP_SIN, EMU_OP_COS, EMU_OP_RELU, EMU_OP_SIGMOID,
   EMU_OP_SOFTMAX, EMU_OP_RMSNORM, EMU_OP_LAYERNORM, EMU_OP_MATMUL, EMU_OP_GATHER,
   EMU_OP_RESHAPE, EMU_OP_TRANSPOSE, EMU_OP_STRIDEDSLICE, EMU_OP_CONCAT,
-  EMU_OP_CAST, EMU_OP_QUANTIZE, EMU_OP_DEQUANTIZE, EMU_OP_GREATER_EQUAL, EMU_OP_SELECT,
+  EMU_OP_CAST, EMU_OP_QUANTIZE, EMU_OP_DEQUANTIZE, EMU_OP_GREATER_EQUAL, EMU_OP_SELECT, EMU_OP_FC,
 } emu_op;
+
+/* which real backend the emulator imitates (XPU_QNN_EMU_PROFILE=htp|cpu, read once; htp by default):
+ * the op/dtype/rank table of emu_rules.c, the graph configs accepted, and the arithmetic */
+typedef enum { EMU_PROFILE_HTP = 1, EMU_PROFILE_CPU = 2 } emu_profile;
+emu_profile emu_profile_get(void);
+const char *emu_profile_name(emu_profile p);
 
 typedef struct emu_tensor {
   uint32_t id;
@@ -77,14 +83,19 @@ typedef struct emu_graph {
   emu_node *nodes;
   uint32_t n_nodes, cap_nodes;
   int finalized;
+  int fp16;              /* HTP profile with PRECISION = FLOAT16: float values are rounded to half */
+  int precision_set;     /* a PRECISION graph config was given */
+  uint32_t vtcm_mb, hvx_threads;
   pthread_mutex_t run_mu; /* NATIVE storage is per graph: one execute at a time */
 } emu_graph;
 
 typedef struct emu_mem {
   uint32_t magic;
   struct emu_context *ctx;
-  void *ptr;
-  uint64_t size;
+  void *ptr;         /* the tensor's bytes: map + offset */
+  uint64_t size;     /* the tensor's bytes */
+  void *map;         /* what was mmap'ed: the whole fd */
+  uint64_t map_size;
   Qnn_DataType_t dtype;
   uint32_t rank;
   uint32_t dims[EMU_MAX_RANK];
@@ -112,6 +123,11 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
 Qnn_ErrorHandle_t emu_node_run(const emu_graph *g, const emu_node *n, uint8_t *const *ptr,
                                char *msg, size_t cap);
 int emu_dtype_ok(Qnn_DataType_t dt);
+/* the profile's published op-support rule for a node: dtypes of in[0..2]/out[0] and max rank;
+ * 0 or QNN_GRAPH_ERROR_INVALID_OP_CONFIG with the rule that refuses it in msg */
+Qnn_ErrorHandle_t emu_rule_check(const emu_graph *g, const emu_node *n, char *msg, size_t cap);
+/* rounds a float to the nearest half (what an FP16 graph on the HTP stores) */
+float emu_round_half(float v);
 
 /* objects shared by emu.c and emu_binary.c */
 emu_context *context_new(void);

@@ -12,7 +12,7 @@
 #include "emu.h"
 
 #define EMU_BINARY_MAGIC 0x42455158u /* "XQEB" */
-#define EMU_BINARY_VERSION 1u
+#define EMU_BINARY_VERSION 2u /* 2: the graph's FP16 precision flag */
 
 typedef struct {
   uint8_t *p;
@@ -44,6 +44,7 @@ static uint64_t context_write(const emu_context *c, uint8_t *dst, uint64_t cap) 
     put(&w, g->name, sizeof g->name);
     put32(&w, g->n_tensors);
     put32(&w, g->n_nodes);
+    put32(&w, (uint32_t)g->fp16);
     for (uint32_t i = 0; i < g->n_tensors; i++) {
       emu_tensor t = g->tensors[i];
       uint8_t *data = t.type == QNN_TENSOR_TYPE_STATIC ? t.data : NULL;
@@ -202,12 +203,14 @@ static Qnn_ErrorHandle_t context_read(emu_context *c, const void *buf, uint64_t 
   if (n_graphs > 1024) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "corrupt context binary");
   for (uint32_t gi = 0; gi < n_graphs; gi++) {
     char name[64];
-    uint32_t nt, nn;
-    if (!get(&r, name, sizeof name) || !get(&r, &nt, 4) || !get(&r, &nn, 4) || name[63] ||
+    uint32_t nt, nn, fp16;
+    if (!get(&r, name, sizeof name) || !get(&r, &nt, 4) || !get(&r, &nn, 4) || !get(&r, &fp16, 4) || fp16 > 1 ||
+        name[63] ||
         nt > (r.n - r.off) / sizeof(emu_tensor) || nn > (r.n - r.off) / sizeof(emu_node))
       return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "corrupt context binary");
     emu_graph *g = graph_new(c, name);
     if (!g) return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+    g->fp16 = g->precision_set = (int)fp16;
     g->tensors = calloc(nt ? nt : 1, sizeof(emu_tensor));
     g->nodes = calloc(nn ? nn : 1, sizeof(emu_node));
     if (!g->tensors || !g->nodes) return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");

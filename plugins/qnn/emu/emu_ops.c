@@ -28,7 +28,7 @@ static const struct {
     {"StridedSlice", EMU_OP_STRIDEDSLICE}, {"Concat", EMU_OP_CONCAT},
     {"Cast", EMU_OP_CAST},                 {"Quantize", EMU_OP_QUANTIZE},
     {"Dequantize", EMU_OP_DEQUANTIZE},     {"ElementWiseGreaterEqual", EMU_OP_GREATER_EQUAL},
-    {"ElementWiseSelect", EMU_OP_SELECT},
+    {"ElementWiseSelect", EMU_OP_SELECT},  {"FullyConnected", EMU_OP_FC},
 };
 
 int emu_op_from_name(const char *type) {
@@ -109,6 +109,7 @@ static int known_param(emu_op op, const char *name) {
   case EMU_OP_RMSNORM:
   case EMU_OP_LAYERNORM: return !strcmp(name, "epsilon") || !strcmp(name, "axes");
   case EMU_OP_MATMUL: return !strcmp(name, "transpose_in0") || !strcmp(name, "transpose_in1");
+  case EMU_OP_FC: return !strcmp(name, "keep_dims");
   case EMU_OP_GATHER:
   case EMU_OP_CONCAT: return !strcmp(name, "axis");
   case EMU_OP_TRANSPOSE: return !strcmp(name, "perm");
@@ -164,6 +165,7 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
   case EMU_OP_MATMUL: case EMU_OP_GATHER: case EMU_OP_GREATER_EQUAL: want_in_min = want_in_max = 2; break;
   case EMU_OP_SELECT: want_in_min = want_in_max = 3; break;
   case EMU_OP_RMSNORM: case EMU_OP_LAYERNORM: want_in_min = 2; want_in_max = 3; break;
+  case EMU_OP_FC: want_in_min = 2; want_in_max = 3; break;
   case EMU_OP_CONCAT: want_in_min = 1; want_in_max = EMU_MAX_IO; break;
   default: break;
   }
@@ -171,28 +173,34 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
     FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: %s takes %u..%u inputs and 1 output, got %u/%u",
          n->name, emu_op_name(n->op), want_in_min, want_in_max, n->n_in, n->n_out);
 
+  /* the backend's published op-support table first: what a phone would refuse */
+  Qnn_ErrorHandle_t re = emu_rule_check(g, n, msg, cap);
+  if (re != QNN_SUCCESS) return re;
+
   uint32_t rank = 0, dims[EMU_MAX_RANK] = {0};
   const Qnn_Param_t *p;
   switch (n->op) {
   case EMU_OP_ADD: case EMU_OP_SUB: case EMU_OP_MUL: case EMU_OP_DIV: case EMU_OP_MAX:
-    if (!is_float(in[0]->dtype) || in[0]->dtype != in[1]->dtype || out->dtype != in[0]->dtype)
-      FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: %s needs FLOAT_32/FLOAT_16 inputs and output of one dtype",
+    if (!(is_float(in[0]->dtype) || in[0]->dtype == QNN_DATATYPE_INT_32) || in[0]->dtype != in[1]->dtype ||
+        out->dtype != in[0]->dtype)
+      FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: %s needs FLOAT_32/FLOAT_16/INT_32 inputs and output of one dtype",
            n->name, emu_op_name(n->op));
     if (!broadcast(in[0], in[1], &rank, dims))
       FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: input shapes do not broadcast", n->name);
     break;
   case EMU_OP_GREATER_EQUAL:
-    if (!is_float(in[0]->dtype) || in[0]->dtype != in[1]->dtype || out->dtype != QNN_DATATYPE_BOOL_8)
-      FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: ElementWiseGreaterEqual needs float inputs of one dtype and a BOOL_8 output",
+    if (!(is_float(in[0]->dtype) || in[0]->dtype == QNN_DATATYPE_INT_32) || in[0]->dtype != in[1]->dtype ||
+        out->dtype != QNN_DATATYPE_BOOL_8)
+      FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: ElementWiseGreaterEqual needs float/INT_32 inputs of one dtype and a BOOL_8 output",
            n->name);
     if (!broadcast(in[0], in[1], &rank, dims))
       FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: input shapes do not broadcast", n->name);
     break;
   case EMU_OP_SELECT: {
     emu_tensor ab;
-    if (in[0]->dtype != QNN_DATATYPE_BOOL_8 || !is_float(in[1]->dtype) || in[2]->dtype != in[1]->dtype ||
-        out->dtype != in[1]->dtype)
-      FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: ElementWiseSelect needs a BOOL_8 condition and float values of one dtype",
+    if (in[0]->dtype != QNN_DATATYPE_BOOL_8 || !(is_float(in[1]->dtype) || in[1]->dtype == QNN_DATATYPE_INT_32) ||
+        in[2]->dtype != in[1]->dtype || out->dtype != in[1]->dtype)
+      FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: ElementWiseSelect needs a BOOL_8 condition and float values of one dtype",
            n->name);
     if (!broadcast(in[1], in[2], &ab.rank, ab.dims) || !broadcast(in[0], &ab, &rank, dims))
       FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: input shapes do not broadcast", n->name);
@@ -201,7 +209,7 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
   case EMU_OP_EXP: case EMU_OP_NEG: case EMU_OP_SIN: case EMU_OP_COS: case EMU_OP_RELU:
   case EMU_OP_SIGMOID: case EMU_OP_SOFTMAX:
     if (!is_float(in[0]->dtype) || out->dtype != in[0]->dtype)
-      FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: %s needs a FLOAT_32/FLOAT_16 input and output of one dtype",
+      FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: %s needs a FLOAT_32/FLOAT_16 input and output of one dtype",
            n->name, emu_op_name(n->op));
     rank = in[0]->rank;
     memcpy(dims, in[0]->dims, sizeof dims);
@@ -213,12 +221,12 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
       if ((p = find_param(cfg, "beta")) && !scalar_f32(p, &n->beta))
         FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: beta must be a FLOAT_32 scalar", n->name);
       if (in[0]->rank == 0 || axis != in[0]->rank - 1)
-        FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: Softmax only over the last axis", n->name);
+        FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: Softmax only over the last axis", n->name);
     }
     break;
   case EMU_OP_RMSNORM: case EMU_OP_LAYERNORM: {
     if (!is_float(in[0]->dtype) || out->dtype != in[0]->dtype || in[0]->rank == 0)
-      FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: %s needs a float input of rank >= 1", n->name,
+      FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: %s needs a float input of rank >= 1", n->name,
            emu_op_name(n->op));
     uint32_t k = in[0]->dims[in[0]->rank - 1];
     for (uint32_t i = 1; i < n->n_in; i++)
@@ -231,7 +239,7 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
     const uint32_t *axes;
     if (!(p = find_param(cfg, "axes")) || !(axes = tensor_param(p, QNN_DATATYPE_UINT_32, 1)) ||
         axes[0] != in[0]->rank - 1)
-      FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: axes must be the UINT_32 tensor [last axis]", n->name);
+      FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: axes must be the UINT_32 tensor [last axis]", n->name);
     rank = in[0]->rank;
     memcpy(dims, in[0]->dims, sizeof dims);
     break;
@@ -243,10 +251,10 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
              out->dtype == QNN_DATATYPE_SFIXED_POINT_32;
     if (q8 && (in[0]->offset || in[1]->offset || out->offset ||
                fabsf(out->scale - in[0]->scale * in[1]->scale) > 1e-6f * out->scale))
-      FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: 8-bit MatMul needs symmetric encodings and an output scale of "
+      FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: 8-bit MatMul needs symmetric encodings and an output scale of "
            "in0.scale * in1.scale", n->name);
     if (!q8 && (!is_float(in[0]->dtype) || in[1]->dtype != in[0]->dtype || out->dtype != in[0]->dtype))
-      FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: MatMul needs float inputs and output of one dtype, or "
+      FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: MatMul needs float inputs and output of one dtype, or "
            "SFIXED_POINT_8 inputs and an SFIXED_POINT_32 output", n->name);
     if ((p = find_param(cfg, "transpose_in0")) && !scalar_bool(p, &n->transpose_in0))
       FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: transpose_in0 must be BOOL_8", n->name);
@@ -269,6 +277,25 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
     dims[rank++] = nn;
     break;
   }
+  case EMU_OP_FC: {
+    /* in[0] [.., K] read as [batch, K], weights [M, K] -> [batch, M] (keep_dims false only) */
+    uint8_t keep = 0;
+    if ((p = find_param(cfg, "keep_dims")) && (!scalar_bool(p, &keep) || keep))
+      FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: FullyConnected supports only keep_dims = false", n->name);
+    const emu_tensor *a = in[0], *b = in[1];
+    if (a->dtype != b->dtype || out->dtype != a->dtype || !is_float(a->dtype))
+      FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: FullyConnected needs float inputs and output of one dtype", n->name);
+    if (a->rank < 2 || b->rank != 2 || a->dims[a->rank - 1] != b->dims[1])
+      FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: FullyConnected needs in[0] [.., K] of rank >= 2 and weights [M, K]",
+           n->name);
+    if (n->n_in > 2 && (in[2]->dtype != a->dtype || in[2]->rank != 1 || in[2]->dims[0] != b->dims[0]))
+      FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: FullyConnected bias must be [M]", n->name);
+    n->transpose_in1 = 1;
+    rank = 2;
+    dims[0] = (uint32_t)(a->numel / a->dims[a->rank - 1]);
+    dims[1] = b->dims[0];
+    break;
+  }
   case EMU_OP_GATHER: {
     int32_t axis = 0;
     if ((p = find_param(cfg, "axis"))) {
@@ -276,15 +303,19 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
         FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: axis must be an INT_32 scalar", n->name);
       axis = p->scalarParam.int32Value;
     }
-    if (axis != 0) FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: Gather only on axis 0", n->name);
+    if (!(p = find_param(cfg, "axis")))
+      FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: Gather's axis is mandatory", n->name);
+    if (axis < 0 || (uint32_t)axis >= in[0]->rank)
+      FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: Gather axis %d outside [0, %u)", n->name, axis, in[0]->rank);
     if (in[1]->dtype != QNN_DATATYPE_INT_32 || in[0]->dtype != out->dtype || in[0]->rank < 1 ||
         in[0]->dtype == QNN_DATATYPE_UINT_32 || in[0]->rank - 1 + in[1]->rank > EMU_MAX_RANK)
-      FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: Gather needs INT_32 indices and data of the output dtype",
+      FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: Gather needs INT_32 indices and data of the output dtype",
            n->name);
-    n->axis = 0;
+    n->axis = axis;
     rank = 0;
+    for (int32_t i = 0; i < axis; i++) dims[rank++] = in[0]->dims[i];
     for (uint32_t i = 0; i < in[1]->rank; i++) dims[rank++] = in[1]->dims[i];
-    for (uint32_t i = 1; i < in[0]->rank; i++) dims[rank++] = in[0]->dims[i];
+    for (uint32_t i = (uint32_t)axis + 1; i < in[0]->rank; i++) dims[rank++] = in[0]->dims[i];
     break;
   }
   case EMU_OP_RESHAPE:
@@ -321,7 +352,7 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
     for (uint32_t i = 0; i < r; i++) {
       int32_t b = rg[3 * i], e = rg[3 * i + 1], s = rg[3 * i + 2];
       if (s <= 0 || b < 0 || e < b || (uint32_t)e > in[0]->dims[i])
-        FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: StridedSlice needs 0 <= begin <= end <= dim, stride > 0",
+        FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: StridedSlice needs 0 <= begin <= end <= dim, stride > 0",
              n->name);
       n->ranges[i][0] = b;
       n->ranges[i][1] = e;
@@ -351,9 +382,14 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
     break;
   }
   case EMU_OP_CAST:
-    if (!(is_float(in[0]->dtype) || in[0]->dtype == QNN_DATATYPE_INT_32) || !is_float(out->dtype))
-      FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: Cast only FLOAT_32/FLOAT_16/INT_32 to FLOAT_32/FLOAT_16",
-           n->name);
+    /* float/INT_32 to float, SFIXED_POINT_8 to BOOL_8 (nonzero is true: an I8 mask) and BOOL_8
+     * to INT_32/float (0 or 1) */
+    if (!(((is_float(in[0]->dtype) || in[0]->dtype == QNN_DATATYPE_INT_32) && is_float(out->dtype)) ||
+          (in[0]->dtype == QNN_DATATYPE_SFIXED_POINT_8 && out->dtype == QNN_DATATYPE_BOOL_8) ||
+          (in[0]->dtype == QNN_DATATYPE_BOOL_8 && (out->dtype == QNN_DATATYPE_INT_32 || is_float(out->dtype)))))
+      FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG,
+           "node %s: Cast only FLOAT_32/FLOAT_16/INT_32 to FLOAT_32/FLOAT_16, SFIXED_POINT_8 to BOOL_8 and BOOL_8 to "
+           "INT_32/float", n->name);
     rank = in[0]->rank;
     memcpy(dims, in[0]->dims, sizeof dims);
     break;
@@ -363,7 +399,7 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
     const emu_tensor *q = n->op == EMU_OP_QUANTIZE ? out : in[0];
     if (!is_float(f->dtype) || !(q->dtype == QNN_DATATYPE_SFIXED_POINT_8 ||
                                  (n->op == EMU_OP_DEQUANTIZE && q->dtype == QNN_DATATYPE_SFIXED_POINT_32)))
-      FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: %s converts FLOAT_32/16 <-> SFIXED_POINT_8 (and SFIXED_POINT_32 -> float) only",
+      FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: %s converts FLOAT_32/16 <-> SFIXED_POINT_8 (and SFIXED_POINT_32 -> float) only",
            n->name, emu_op_name(n->op));
     rank = in[0]->rank;
     memcpy(dims, in[0]->dims, sizeof dims);
@@ -375,7 +411,7 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
       in[0]->dtype == QNN_DATATYPE_SFIXED_POINT_8)
     for (uint32_t i = 0; i < n->n_in; i++)
       if (in[i]->dtype == out->dtype && (in[i]->scale != out->scale || in[i]->offset != out->offset))
-        FAIL(QNN_OP_ERROR_UNSUPPORTED, "node %s: %s cannot change a fixed-point encoding", n->name,
+        FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: %s cannot change a fixed-point encoding", n->name,
              emu_op_name(n->op));
   if (!same_dims(out, rank, dims)) {
     char want[96], got[96];
@@ -416,6 +452,11 @@ static void store(const emu_tensor *t, uint8_t *p, uint64_t i, float v) {
     break;
   }
   case QNN_DATATYPE_BOOL_8: p[i] = v != 0; break;
+  case QNN_DATATYPE_INT_32: {
+    int32_t iv = (int32_t)lrintf(v);
+    memcpy(p + 4 * i, &iv, 4);
+    break;
+  }
   default: break;
   }
 }
@@ -468,8 +509,33 @@ static void binary_op(emu_op op, const emu_tensor *a, const emu_tensor *b, const
   uint32_t inner = inner_len(o);
   uint64_t rows = inner ? o->numel / inner : 0, da = sa[o->rank - 1], db = sb[o->rank - 1];
   int f32 = a->dtype == QNN_DATATYPE_FLOAT_32 && b->dtype == QNN_DATATYPE_FLOAT_32 && o->dtype == QNN_DATATYPE_FLOAT_32;
+  int i32 = a->dtype == QNN_DATATYPE_INT_32 && b->dtype == QNN_DATATYPE_INT_32;
   for (uint64_t r = 0; r < rows; r++) {
     uint64_t ia = row_base(o, r, sa), ib = row_base(o, r, sb), io = r * inner;
+    if (i32) { /* exact integer arithmetic (indices, positions): int64, wrapped to int32 */
+      for (uint32_t j = 0; j < inner; j++) {
+        int32_t x, y;
+        memcpy(&x, pa + 4 * (ia + j * da), 4);
+        memcpy(&y, pb + 4 * (ib + j * db), 4);
+        int64_t z = 0;
+        switch (op) {
+        case EMU_OP_ADD: z = (int64_t)x + y; break;
+        case EMU_OP_SUB: z = (int64_t)x - y; break;
+        case EMU_OP_MUL: z = (int64_t)x * y; break;
+        case EMU_OP_DIV: z = y ? (int64_t)x / y : 0; break;
+        case EMU_OP_MAX: z = x > y ? x : y; break;
+        case EMU_OP_GREATER_EQUAL: z = x >= y; break;
+        default: break;
+        }
+        if (o->dtype == QNN_DATATYPE_BOOL_8) {
+          po[io + j] = z != 0;
+        } else {
+          int32_t w = (int32_t)(uint32_t)z;
+          memcpy(po + 4 * (io + j), &w, 4);
+        }
+      }
+      continue;
+    }
     if (f32) { /* the common case without a per-element type switch */
       const float *x = (const float *)pa + ia, *y = (const float *)pb + ib;
       float *z = (float *)po + io;
@@ -707,17 +773,37 @@ Qnn_ErrorHandle_t emu_node_run(const emu_graph *g, const emu_node *n, uint8_t *c
   case EMU_OP_MATMUL:
     matmul(n, x, &g->tensors[n->in[1]], o, px, ptr[n->in[1]], po);
     break;
+  case EMU_OP_FC: { /* [batch, K] x [M, K]^T: a MatMul on 2-D views */
+    emu_tensor a2 = *x;
+    a2.rank = 2;
+    a2.dims[1] = x->dims[x->rank - 1];
+    a2.dims[0] = (uint32_t)(x->numel / a2.dims[1]);
+    matmul(n, &a2, &g->tensors[n->in[1]], o, px, ptr[n->in[1]], po);
+    if (n->n_in > 2) {
+      const emu_tensor *bias = &g->tensors[n->in[2]];
+      for (uint64_t i = 0; i < o->numel; i++)
+        store(o, po, i, load(o, po, i) + load(bias, ptr[n->in[2]], i % bias->numel));
+    }
+    break;
+  }
   case EMU_OP_GATHER: {
     const emu_tensor *ids = &g->tensors[n->in[1]];
-    uint64_t row = x->dims[0] ? x->nbytes / x->dims[0] : 0;
+    uint32_t ax = (uint32_t)n->axis, dim = x->dims[ax];
+    uint64_t outer = 1, inner = qnn_dtype_bytes(x->dtype);
+    for (uint32_t d = 0; d < ax; d++) outer *= x->dims[d];
+    for (uint32_t d = ax + 1; d < x->rank; d++) inner *= x->dims[d];
     for (uint64_t i = 0; i < ids->numel; i++) {
       int32_t id;
       memcpy(&id, ptr[n->in[1]] + 4 * i, 4);
-      if (id < 0 || (uint32_t)id >= x->dims[0])
-        FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: Gather index %d outside [0, %u)", n->name,
-             id, x->dims[0]);
-      memcpy(po + i * row, px + (uint64_t)id * row, row);
+      if (id < 0 || (uint32_t)id >= dim)
+        FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: Gather index %d outside [0, %u)", n->name, id, dim);
     }
+    for (uint64_t o2 = 0; o2 < outer; o2++)
+      for (uint64_t i = 0; i < ids->numel; i++) {
+        int32_t id;
+        memcpy(&id, ptr[n->in[1]] + 4 * i, 4);
+        memcpy(po + (o2 * ids->numel + i) * inner, px + (o2 * dim + (uint64_t)id) * inner, inner);
+      }
     break;
   }
   case EMU_OP_RESHAPE:
@@ -732,6 +818,12 @@ Qnn_ErrorHandle_t emu_node_run(const emu_graph *g, const emu_node *n, uint8_t *c
   case EMU_OP_CONCAT:
     concat(g, n, ptr);
     break;
+  }
+  /* an FP16 graph on the HTP keeps every float value at half precision, FLOAT_32 tensors
+   * included: round what this node wrote */
+  if (g->fp16 && o->dtype == QNN_DATATYPE_FLOAT_32) {
+    float *f = (float *)po;
+    for (uint64_t i = 0; i < o->numel; i++) f[i] = emu_round_half(f[i]);
   }
   return QNN_SUCCESS;
 }

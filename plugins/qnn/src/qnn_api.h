@@ -25,18 +25,30 @@
 typedef uint64_t Qnn_ErrorHandle_t; /* 0 = success */
 #define QNN_SUCCESS 0u
 
-/* error codes the emulator returns and the plugin recognises; anything else nonzero is a
- * failure whose text comes from errorGetMessage */
+/* error codes, as QnnCommon.h / QnnGraph.h / QnnMem.h number them (the component ranges start
+ * at QNN_MIN_ERROR_COMMON 1000, _GRAPH 6000, _MEM 8000). Only the low 16 bits are the code
+ * (QNN_GET_ERROR_CODE); anything else nonzero is a failure whose text comes from
+ * errorGetMessage. */
+#define QNN_GET_ERROR_CODE(e) ((e) & 0xFFFFu)
 #define QNN_COMMON_ERROR_NOT_SUPPORTED 1000u
 #define QNN_COMMON_ERROR_MEM_ALLOC 1002u
+#define QNN_COMMON_ERROR_SYSTEM 1003u
 #define QNN_COMMON_ERROR_INVALID_ARGUMENT 1004u
-#define QNN_COMMON_ERROR_GENERAL 1008u
+#define QNN_COMMON_ERROR_OPERATION_NOT_PERMITTED 1005u
+#define QNN_COMMON_ERROR_GENERAL 1100u
+#define QNN_GRAPH_ERROR_UNSUPPORTED_FEATURE QNN_COMMON_ERROR_NOT_SUPPORTED
+#define QNN_GRAPH_ERROR_INVALID_ARGUMENT 6000u
 #define QNN_GRAPH_ERROR_INVALID_HANDLE 6001u
-#define QNN_GRAPH_ERROR_UNSUPPORTED_FEATURE 6004u
-#define QNN_GRAPH_ERROR_INVALID_TENSOR 6009u
-#define QNN_GRAPH_ERROR_GRAPH_NOT_FINALIZED 6016u
-#define QNN_GRAPH_ERROR_GRAPH_FINALIZED 6017u
-#define QNN_OP_ERROR_UNSUPPORTED 3110u
+#define QNN_GRAPH_ERROR_INVALID_TENSOR 6004u
+#define QNN_GRAPH_ERROR_INVALID_OP_CONFIG 6005u
+#define QNN_GRAPH_ERROR_UNCONNECTED_NODE 6007u
+#define QNN_GRAPH_ERROR_CREATE_FAILED 6020u
+#define QNN_GRAPH_ERROR_FINALIZE_FAILED 6022u
+#define QNN_GRAPH_ERROR_GRAPH_NOT_FINALIZED 6023u
+#define QNN_GRAPH_ERROR_GRAPH_FINALIZED 6024u
+#define QNN_MEM_ERROR_INVALID_ARGUMENT 8000u
+#define QNN_MEM_ERROR_MAPPING 8003u
+#define QNN_MEM_ERROR_UNSUPPORTED_MEMTYPE 8005u
 
 typedef void *Qnn_BackendHandle_t;
 typedef void *Qnn_DeviceHandle_t;
@@ -308,11 +320,157 @@ typedef enum {
 
 typedef uint64_t Qnn_ContextBinarySize_t;
 
-/* config arrays are NULL-terminated arrays of pointers; xpu passes NULL (defaults) */
+/* config arrays are NULL-terminated arrays of pointers. xpu passes NULL for backend, device
+ * and context configs (defaults) and, on the HTP, one custom graph config list (below). */
 typedef void QnnBackend_Config_t;
 typedef void QnnDevice_Config_t;
 typedef void QnnContext_Config_t;
-typedef void QnnGraph_Config_t;
+
+/* QnnGraph.h: a graph config is an option and a pointer-sized union */
+typedef enum {
+  QNN_GRAPH_CONFIG_OPTION_CUSTOM = 0,
+  QNN_GRAPH_CONFIG_OPTION_PRIORITY = 3,
+  QNN_GRAPH_CONFIG_OPTION_UNDEFINED = 0x7FFFFFFF,
+} QnnGraph_ConfigOption_t;
+
+typedef struct {
+  QnnGraph_ConfigOption_t option;
+  union {
+    void *customConfig; /* CUSTOM: a backend's own struct (QnnHtpGraph_CustomConfig_t on the HTP) */
+    uint32_t priority;
+    void *profileHandle;
+    uint32_t profilingState;
+    uint32_t numProfilingExecutions;
+  };
+} QnnGraph_Config_t;
+
+/* QnnTypes.h */
+typedef enum {
+  QNN_PRECISION_FLOAT32 = 0,
+  QNN_PRECISION_FLOAT16 = 1,
+  QNN_PRECISION_UNDEFINED = 0x7FFFFFFF,
+} Qnn_Precision_t;
+
+/* QnnHtpGraph.h: the HTP's custom graph options. Below SDK 2.35 an HTP graph without
+ * PRECISION = FLOAT16 is treated as quantized, and FLOAT32 precision is not supported. */
+typedef enum {
+  QNN_HTP_GRAPH_CONFIG_OPTION_OPTIMIZATION = 1,
+  QNN_HTP_GRAPH_CONFIG_OPTION_PRECISION = 2,
+  QNN_HTP_GRAPH_CONFIG_OPTION_VTCM_SIZE_IN_MB = 3,
+  QNN_HTP_GRAPH_CONFIG_OPTION_FOLD_RELU_ACTIVATION_INTO_CONV_OFF = 4,
+  QNN_HTP_GRAPH_CONFIG_OPTION_SHORT_DEPTH_CONV_ON_HMX_OFF = 5,
+  QNN_HTP_GRAPH_CONFIG_OPTION_NUM_HVX_THREADS = 6,
+  QNN_HTP_GRAPH_CONFIG_OPTION_UNKNOWN = 0x7FFFFFFF,
+} QnnHtpGraph_ConfigOption_t;
+
+/* OPTIMIZATION type 3 (finalize optimization flag): 1 fast prepare .. 3 most optimized */
+#define QNN_HTP_GRAPH_OPTIMIZATION_TYPE_FINALIZE_OPTIMIZATION_FLAG 3
+
+typedef struct {
+  QnnHtpGraph_ConfigOption_t option;
+  union {
+    struct {
+      uint32_t type;
+      float floatValue;
+    } optimizationOption;
+    Qnn_Precision_t precision;
+    uint32_t vtcmSizeInMB; /* 0 = QNN_HTP_GRAPH_CONFIG_OPTION_MAX: all the VTCM there is */
+    uint8_t foldReluActivationIntoConvOff;
+    uint8_t shortDepthConvOnHmxOff;
+    uint64_t numHvxThreads;
+    void *reserved;
+  };
+} QnnHtpGraph_CustomConfig_t;
+
+/* QnnHtpMem.h: QNN_MEM_TYPE_CUSTOM on the HTP, one rpcmem fd shared by many tensors, each
+ * registration naming its byte offset */
+typedef enum {
+  QNN_HTP_MEM_QURT = 0,
+  QNN_HTP_MEM_SHARED_BUFFER = 1,
+  QNN_HTP_MEM_UNDEFINED = 0x7FFFFFFF,
+} QnnHtpMem_Type_t;
+
+typedef struct {
+  QnnHtpMem_Type_t type;
+  uint64_t size; /* the whole shared buffer */
+  union {
+    uint32_t qurtAddress;
+    struct {
+      int32_t fd;
+      uint64_t offset;
+    } sharedBufferConfig;
+  };
+} QnnMemHtp_Descriptor_t;
+
+/* QnnHtpPerfInfrastructure.h / QnnHtpDevice.h: the HTP's power votes. deviceGetInfrastructure
+ * hands out a pointer to the backend's infrastructure struct; on the HTP its perf part creates a
+ * power-config id per (device, core) and sets DCVS v3 votes and FastRPC latency/polling on it. */
+typedef enum {
+  DCVS_VOLTAGE_CORNER_DISABLE = 0x10,
+  DCVS_VOLTAGE_VCORNER_MIN_VOLTAGE_CORNER = 0x20,
+  DCVS_VOLTAGE_VCORNER_SVS2 = 0x30,
+  DCVS_VOLTAGE_VCORNER_SVS = 0x40,
+  DCVS_VOLTAGE_VCORNER_SVS_PLUS = 0x50,
+  DCVS_VOLTAGE_VCORNER_NOM = 0x60,
+  DCVS_VOLTAGE_VCORNER_NOM_PLUS = 0x70,
+  DCVS_VOLTAGE_VCORNER_TURBO = 0x80,
+  DCVS_VOLTAGE_VCORNER_TURBO_PLUS = 0x90,
+  DCVS_VOLTAGE_VCORNER_MAX_VOLTAGE_CORNER = 0xA0,
+  DCVS_VOLTAGE_VCORNER_UNKNOWN = 0x7fffffff,
+} QnnHtpPerfInfrastructure_VoltageCorner_t;
+
+typedef enum {
+  QNN_HTP_PERF_INFRASTRUCTURE_POWERMODE_ADJUST_UP_DOWN = 0x1,
+  QNN_HTP_PERF_INFRASTRUCTURE_POWERMODE_POWER_SAVER_MODE = 0x4,
+  QNN_HTP_PERF_INFRASTRUCTURE_POWERMODE_PERFORMANCE_MODE = 0x10,
+  QNN_HTP_PERF_INFRASTRUCTURE_POWERMODE_UNKNOWN = 0x7fffffff,
+} QnnHtpPerfInfrastructure_PowerMode_t;
+
+typedef struct {
+  uint32_t contextId; /* the power-config id */
+  uint32_t setDcvsEnable, dcvsEnable;
+  QnnHtpPerfInfrastructure_PowerMode_t powerMode;
+  uint32_t setSleepLatency, sleepLatency; /* microseconds */
+  uint32_t setSleepDisable, sleepDisable;
+  uint32_t setBusParams;
+  QnnHtpPerfInfrastructure_VoltageCorner_t busVoltageCornerMin, busVoltageCornerTarget, busVoltageCornerMax;
+  uint32_t setCoreParams;
+  QnnHtpPerfInfrastructure_VoltageCorner_t coreVoltageCornerMin, coreVoltageCornerTarget, coreVoltageCornerMax;
+} QnnHtpPerfInfrastructure_DcvsV3_t;
+
+typedef enum {
+  QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_DCVS_V3 = 1,
+  QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_RPC_CONTROL_LATENCY = 2,
+  QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_RPC_POLLING_TIME = 3,
+  QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_UNKNOWN = 0x7fffffff,
+} QnnHtpPerfInfrastructure_PowerConfigOption_t;
+
+typedef struct {
+  QnnHtpPerfInfrastructure_PowerConfigOption_t option;
+  union {
+    QnnHtpPerfInfrastructure_DcvsV3_t dcvsV3Config;
+    uint32_t rpcControlLatencyConfig; /* microseconds */
+    uint32_t rpcPollingTimeConfig;    /* microseconds */
+    uint32_t hmxTimeoutIntervalUsConfig;
+    uint32_t hmxV2Config[5]; /* QnnHtpPerfInfrastructure_HmxV2_t: not used by xpu */
+  };
+} QnnHtpPerfInfrastructure_PowerConfig_t;
+
+typedef struct {
+  Qnn_ErrorHandle_t (*createPowerConfigId)(uint32_t deviceId, uint32_t coreId, uint32_t *powerConfigId);
+  Qnn_ErrorHandle_t (*destroyPowerConfigId)(uint32_t powerConfigId);
+  Qnn_ErrorHandle_t (*setPowerConfig)(uint32_t powerConfigId, const QnnHtpPerfInfrastructure_PowerConfig_t **config);
+  void (*setMemoryConfig)(void); /* not used by xpu */
+} QnnHtpDevice_PerfInfrastructure_t;
+
+#define QNN_HTP_DEVICE_INFRASTRUCTURE_TYPE_PERF 0u
+
+typedef struct {
+  uint32_t infraType; /* QNN_HTP_DEVICE_INFRASTRUCTURE_TYPE_PERF */
+  union {
+    QnnHtpDevice_PerfInfrastructure_t perfInfra;
+  };
+} QnnHtpDevice_Infrastructure_t;
 
 /* the function table (QNN_INTERFACE_VER_TYPE) for core API 2.18; xpu calls only the typed
  * entries, the others are kept as opaque slots so every later offset stays right */
@@ -380,7 +538,8 @@ typedef struct {
   Qnn_ErrorHandle_t (*memDeRegister)(const Qnn_MemHandle_t *handles, uint32_t n); /* 36 */
   QnnFn_t deviceGetPlatformInfo;
   QnnFn_t deviceFreePlatformInfo;
-  QnnFn_t deviceGetInfrastructure;
+  /* writes a pointer to the backend's infrastructure (QnnHtpDevice_Infrastructure_t on the HTP) */
+  Qnn_ErrorHandle_t (*deviceGetInfrastructure)(const QnnHtpDevice_Infrastructure_t **infra); /* 39 */
   Qnn_ErrorHandle_t (*deviceCreate)(Qnn_LogHandle_t logger, const QnnDevice_Config_t **config,
                                     Qnn_DeviceHandle_t *device); /* 40 */
   QnnFn_t deviceSetConfig;
@@ -442,6 +601,15 @@ _Static_assert(offsetof(QnnInterfaceTable_t, tensorCreateGraphTensor) == 24 * 8,
 _Static_assert(offsetof(QnnInterfaceTable_t, memRegister) == 35 * 8, "memRegister slot 35");
 _Static_assert(offsetof(QnnInterfaceTable_t, deviceCreate) == 40 * 8, "deviceCreate slot 40");
 _Static_assert(offsetof(QnnInterfaceTable_t, errorGetMessage) == 48 * 8, "errorGetMessage 48");
+_Static_assert(sizeof(QnnGraph_Config_t) == 16, "QnnGraph_Config_t is 16 B, union at 8");
+_Static_assert(sizeof(QnnHtpGraph_CustomConfig_t) == 16, "QnnHtpGraph_CustomConfig_t is 16 B, union at 8");
+_Static_assert(offsetof(QnnHtpGraph_CustomConfig_t, precision) == 8, "HTP custom config union at 8");
+_Static_assert(sizeof(QnnMemHtp_Descriptor_t) == 32, "QnnMemHtp_Descriptor_t is 32 B");
+_Static_assert(sizeof(QnnHtpPerfInfrastructure_DcvsV3_t) == 64, "DcvsV3 is 64 B");
+_Static_assert(sizeof(QnnHtpPerfInfrastructure_PowerConfig_t) == 68, "PowerConfig is 68 B, union at 4");
+_Static_assert(offsetof(QnnHtpDevice_Infrastructure_t, perfInfra.setPowerConfig) == 24, "setPowerConfig at 24");
+_Static_assert(offsetof(QnnInterfaceTable_t, deviceGetInfrastructure) == 39 * 8, "deviceGetInfrastructure 39");
+_Static_assert(offsetof(QnnMemHtp_Descriptor_t, sharedBufferConfig.offset) == 24, "shared buffer offset at 24");
 #endif
 
 /* dtype helpers shared by the plugin and the emulator */

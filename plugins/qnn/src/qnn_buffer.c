@@ -32,6 +32,21 @@ xpu_status buffer_alloc(xpu_context ctx, uint64_t size, uint32_t kind, xpu_buffe
   if (size > ((uint64_t)1 << 40)) return xpu_fail(&qnn_reg, ctx, XPU_E_OUT_OF_MEMORY, "buffer_alloc: %llu bytes", (unsigned long long)size);
   qbuf *b = calloc(1, sizeof *b);
   void *p = NULL;
+  int rfd = -1;
+  /* on the HTP, rpcmem when libcdsprpc.so is there: the NPU reads it in place */
+  if (b && float_as_f16() && (p = qnn_rpcmem_alloc(size, &rfd))) {
+    memset(p, 0, size);
+    b->ptr = p;
+    b->size = size;
+    b->rpcmem = 1;
+    b->fd = rfd;
+    if (buffer_add(ctx, c, b, out) != XPU_OK) {
+      qnn_rpcmem_free(p);
+      free(b);
+      return xpu_fail(&qnn_reg, ctx, XPU_E_OUT_OF_MEMORY, "buffer_alloc: out of memory");
+    }
+    return XPU_OK;
+  }
   /* 64-byte aligned: what HTP DMA and the HVX vector width want from client buffers */
   if (!b || posix_memalign(&p, 64, size ? size : 1) != 0) {
     free(b);
@@ -162,8 +177,9 @@ xpu_status buffer_release(xpu_buffer h) {
   if (atomic_load(&b->busy)) return xpu_fail(&qnn_reg, h, XPU_E_BAD_STATE, "buffer_release: an execution is running on it");
   if (!xpu_reg_remove(&qnn_reg, h, T_BUF)) return xpu_fail(&qnn_reg, h, XPU_E_INVALID_HANDLE, "buffer_release: raced");
   if (b->owned) free(b->ptr);
+  if (b->rpcmem) qnn_rpcmem_free(b->ptr); /* its fd belongs to rpcmem */
   if (b->map_base) munmap(b->map_base, b->map_len);
-  if (b->fd >= 0) close(b->fd);
+  if (b->fd >= 0 && !b->rpcmem) close(b->fd);
   atomic_fetch_sub(&b->owner->children, 1);
   free(b);
   return XPU_OK;

@@ -61,46 +61,63 @@ int qnn_i8_scale(const xpu_ir_graph *ir, uint32_t t, float *scale) {
   return 1;
 }
 
-int qnn_w8a8(const xpu_ir_graph *ir, const xpu_ir_node *n, uint32_t *quantized_a) {
-  if (n->op != XPU_OP_MATMUL || n->n_inputs != 2) return 0;
-  const xpu_ir_tensor *a = &ir->tensors[n->inputs[0]], *b = &ir->tensors[n->inputs[1]];
-  if (b->dtype != XPU_DT_I8 || b->rank != 2 || a->kind != XPU_TENSOR_VALUE || a->rank < 2) return 0;
-  for (uint32_t i = 0; i < ir->header->n_nodes; i++) {
-    const xpu_ir_node *p = &ir->nodes[i];
-    if (p->output != n->inputs[0]) continue;
-    if (p->op != XPU_OP_DEQUANTIZE || ir->tensors[p->inputs[0]].dtype != XPU_DT_I8) return 0;
-    if (quantized_a) *quantized_a = p->inputs[0];
-    return 1;
-  }
-  return 0;
-}
-
 static int shape_ok(const xpu_ir_tensor *t, char *reason, size_t cap) {
   for (uint32_t d = 0; d < t->rank; d++) {
     if (t->shape[d] == 0) REFUSE("zero-size tensors cannot be built on QNN");
     if (t->shape[d] > 0x7FFFFFFF) REFUSE("dimension does not fit QNN's uint32 dims");
   }
   if (t->dtype == XPU_DT_BF16) REFUSE("BF16 is not a QNN data type");
-  if (t->dtype == XPU_DT_Q8_0 || t->dtype == XPU_DT_Q4_0)
-    REFUSE("GGUF block formats (Q8_0/Q4_0) have no QNN encoding; use per-tensor I8");
+  if (t->dtype == XPU_DT_Q8_0 || t->dtype == XPU_DT_Q4_0 || (t->dtype >= XPU_DT_Q4_K && t->dtype <= XPU_DT_Q3_K))
+    REFUSE("GGUF block formats (Q8_0/Q4_0, K-quants) have no QNN encoding; use per-tensor I8");
   return 1;
 }
 
-static uint32_t float_prec(uint32_t dt, int float_as_f16) {
-  return (dt == XPU_DT_F16 || float_as_f16) ? XPU_PREC_F16 : XPU_PREC_F32;
+static int is_graph_output(const xpu_ir_graph *ir, uint32_t t) {
+  for (uint32_t i = 0; i < ir->header->n_outputs; i++)
+    if (ir->outputs[i] == t) return 1;
+  return 0;
 }
 
-int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, int float_as_f16, uint32_t *precision, char *reason,
+/* the ops OPS.md requires to be bit-exact (data movement, conversions, sign and comparison) */
+static int must_be_exact(const xpu_ir_graph *ir, const xpu_ir_node *n) {
+  (void)ir;
+  switch (n->op) {
+  case XPU_OP_RESHAPE: case XPU_OP_PERMUTE: case XPU_OP_SLICE: case XPU_OP_CONCAT: case XPU_OP_CAST:
+  case XPU_OP_GET_ROWS: case XPU_OP_DEQUANTIZE: case XPU_OP_NEG: case XPU_OP_RELU: return 1;
+  default: return 0;
+  }
+}
+
+/* the HTP computes every float at half precision (the FP16 graph config); the CPU in f32 */
+static uint32_t float_prec(uint32_t target) { return target == QNN_BACKEND_ID_HTP ? XPU_PREC_F16 : XPU_PREC_F32; }
+
+/* positions of a ROPE, ids of a GET_ROWS: a graph input (checked before execute) or a constant
+ * (checked at prepare), never computed in the graph, where nothing could check them */
+static int checkable_ids(const xpu_ir_graph *ir, uint32_t t) {
+  return ir->tensors[t].kind == XPU_TENSOR_CONST || (ir->tensors[t].kind != XPU_TENSOR_VALUE && is_graph_input(ir, t));
+}
+
+int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, uint32_t target, uint32_t *precision, char *reason,
                    size_t cap) {
   const xpu_ir_node *n = &ir->nodes[node];
   const xpu_ir_tensor *out = &ir->tensors[n->output];
   const xpu_ir_tensor *x = n->n_inputs ? &ir->tensors[n->inputs[0]] : NULL;
+  int htp = target == QNN_BACKEND_ID_HTP;
   *precision = XPU_PREC_DEFAULT;
   reason[0] = 0;
   if (!x) REFUSE("node without inputs");
   if (!shape_ok(out, reason, cap)) return 0;
+  /* CPU supplement: every float op is FLOAT_32 only */
+  if (!htp && out->dtype == XPU_DT_F16) REFUSE("the QNN CPU backend has no FLOAT_16 ops (CPU op supplement: fp32 only)");
+  /* CPU supplement: SFIXED_POINT_8 only through Quantize/Dequantize (its int8 ops are UFIXED_POINT_8) */
+  if (!htp && out->dtype == XPU_DT_I8 && n->op != XPU_OP_QUANTIZE)
+    REFUSE("the QNN CPU backend moves no SFIXED_POINT_8 data (CPU op supplement: int8 ops are UFIXED_POINT_8)");
   for (uint32_t i = 0; i < n->n_inputs; i++) {
     const xpu_ir_tensor *t = &ir->tensors[n->inputs[i]];
+    if (!htp && t->dtype == XPU_DT_F16)
+      REFUSE("the QNN CPU backend has no FLOAT_16 ops (CPU op supplement: fp32 only)");
+    if (!htp && t->dtype == XPU_DT_I8 && !(n->op == XPU_OP_DEQUANTIZE || (n->op == XPU_OP_MATMUL && i == 1)))
+      REFUSE("the QNN CPU backend moves no SFIXED_POINT_8 data (CPU op supplement: int8 ops are UFIXED_POINT_8)");
     int weight = (n->op == XPU_OP_MATMUL && i == 1) || (n->op == XPU_OP_GET_ROWS && i == 0);
     if (weight && (t->dtype == XPU_DT_Q8_0 || t->dtype == XPU_DT_Q4_0))
       REFUSE("%s weight in a GGUF block format: QNN has only per-tensor/per-axis scale-offset encodings",
@@ -115,7 +132,21 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, int float_as_f16, uint
     float s;
     if (!qnn_i8_scale(ir, n->output, &s)) REFUSE("I8 tensor used with two different scales");
   }
-  if (out->rank > 4) REFUSE("rank > 4");
+  if (out->rank > 4) REFUSE("rank > 4 (HTP op supplement: max rank 4 for most FP16 ops)");
+  /* exact anyway: a cast to F16 is the rounding the boundary makes; F16 values (an F16 cast
+   * source, an F16 table) fit a half-held FLOAT_32 exactly */
+  int exact_anyway = (n->op == XPU_OP_CAST && (out->dtype == XPU_DT_F16 || x->dtype == XPU_DT_F16)) ||
+                     (n->op == XPU_OP_GET_ROWS && x->dtype == XPU_DT_F16);
+  if (htp && must_be_exact(ir, n) && !exact_anyway) {
+    /* an FP16 graph converts FLOAT_32 graph inputs and outputs to half at the boundary: an op
+     * OPS.md requires to be bit-exact cannot be, when its FLOAT_32 data enters or leaves there */
+    int boundary = is_graph_output(ir, n->output) && out->dtype == XPU_DT_F32;
+    for (uint32_t i = 0; i < n->n_inputs; i++)
+      boundary |= ir->tensors[n->inputs[i]].dtype == XPU_DT_F32 && is_graph_input(ir, n->inputs[i]);
+    if (boundary)
+      REFUSE("%s must be bit-exact, but the HTP's FP16 graph (precision config FLOAT16) holds FLOAT_32 graph "
+             "inputs/outputs at half precision", xpu_op_name(n->op));
+  }
   switch (n->op) {
   case XPU_OP_ADD: case XPU_OP_SUB: case XPU_OP_MUL: case XPU_OP_DIV:
     if (!is_float(x->dtype) || ir->tensors[n->inputs[1]].dtype != x->dtype || out->dtype != x->dtype)
@@ -124,6 +155,9 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, int float_as_f16, uint
   case XPU_OP_SILU: case XPU_OP_GELU: case XPU_OP_RELU: case XPU_OP_EXP: case XPU_OP_NEG: case XPU_OP_SCALE:
   case XPU_OP_RMS_NORM: case XPU_OP_LAYER_NORM:
     if (!is_float(x->dtype) || out->dtype != x->dtype) REFUSE("%s needs F32/F16", xpu_op_name(n->op));
+    if (htp && n->op == XPU_OP_EXP && out->dtype == XPU_DT_F32)
+      REFUSE("EXP to FLOAT_32 on the HTP: its FP16 graph overflows to +Inf for x > 11.09 (half max 65504), "
+             "where an F32 result is finite");
     if ((n->op == XPU_OP_RMS_NORM || n->op == XPU_OP_LAYER_NORM) && x->rank == 0) REFUSE("norm of a scalar");
     break;
   case XPU_OP_SOFTMAX:
@@ -139,10 +173,15 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, int float_as_f16, uint
     if (b->rank < 2) REFUSE("MATMUL b of rank < 2");
     if (x->rank <= 1 && b->rank != 2) REFUSE("MATMUL of a vector with a batched b");
     if (b->dtype == XPU_DT_I8 && !(n->fattr[0] > 0)) REFUSE("I8 weight without a positive scale");
-    if (qnn_w8a8(ir, n, NULL)) {
-      *precision = XPU_PREC_INT8; /* W8A8: both operands stay int8, int32 accumulation */
-      return 1;
+    /* a batched b must match a's batch dims: QNN MatMul does not broadcast (CPU supplement: in[1]
+     * has in[0]'s rank and batch dims); a rank-2 b becomes a FullyConnected */
+    if (b->rank > 2) {
+      int same = b->rank == x->rank;
+      for (uint32_t d = 0; same && d + 2 < b->rank; d++) same = b->shape[d] == x->shape[d];
+      if (!same) REFUSE("MATMUL with a batched b whose batch dims differ from a's: QNN MatMul does not broadcast");
     }
+    /* an int8 x int8 MatMul needs a calibrated 8/16-bit output encoding, which the IR does not
+     * carry: I8 operands are dequantized and multiplied at the backend's float precision */
     break;
   }
   case XPU_OP_ROPE: {
@@ -150,14 +189,21 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, int float_as_f16, uint
     if (!is_float(x->dtype) || out->dtype != x->dtype || (x->rank != 3 && x->rank != 4))
       REFUSE("ROPE needs F32/F16 x of rank 3 or 4");
     if (pos->dtype != XPU_DT_I32) REFUSE("ROPE positions must be I32");
+    if (!checkable_ids(ir, n->inputs[1]))
+      REFUSE("ROPE positions computed in the graph: the cos/sin table Gather needs them checked before execute");
     int64_t d = x->shape[x->rank - 1], nr = n->iattr[1] ? n->iattr[1] : d;
     if (n->iattr[0] != 0 && n->iattr[0] != 2) REFUSE("ROPE mode %lld (only normal 0 and NeoX 2)", (long long)n->iattr[0]);
     if (nr <= 0 || nr > d || nr % 2) REFUSE("ROPE n_rot must be even and <= D");
     break;
   }
   case XPU_OP_ATTENTION: {
-    /* op set v2's tree mask: the lowering does not apply it yet (h/qnn-htp adds it) */
-    if (n->n_inputs > 4) REFUSE("ATTENTION with a tree mask is not lowered yet");
+    if (n->n_inputs > 4) { /* op set v2's tree mask: I8 [Tq, Tq], with a run-time q_offset, causal */
+      const xpu_ir_tensor *mk = &ir->tensors[n->inputs[4]];
+      if (mk->dtype != XPU_DT_I8 || mk->rank != 2 || mk->shape[0] != x->shape[0] || mk->shape[1] != x->shape[0])
+        REFUSE("ATTENTION mask must be I8 [Tq, Tq]");
+      if (n->iattr[0] != 1) REFUSE("ATTENTION mask needs the causal flag");
+      if (!htp) REFUSE("ATTENTION mask: the QNN CPU backend has no SFIXED_POINT_8 Gather/Cast for it");
+    }
     if (n->n_inputs > 3) {
       const xpu_ir_tensor *qo = &ir->tensors[n->inputs[3]];
       if (qo->dtype != XPU_DT_I32 || xpu_ir_numel(qo) != 1) REFUSE("ATTENTION q_offset must be I32 [1]");
@@ -176,9 +222,7 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, int float_as_f16, uint
     if (!(is_float(x->dtype) || x->dtype == XPU_DT_I8) || x->rank != 2) REFUSE("GET_ROWS table must be F32/F16/I8 [R,K]");
     if (ids->dtype != XPU_DT_I32 || out->dtype != XPU_DT_F32) REFUSE("GET_ROWS needs I32 ids and an F32 output");
     if (ids->rank == 0 || ids->rank > 3) REFUSE("GET_ROWS ids of rank 0 or > 3");
-    if (ids->kind == XPU_TENSOR_VALUE || !is_graph_input(ir, n->inputs[1]))
-      if (ids->kind != XPU_TENSOR_CONST)
-        REFUSE("GET_ROWS ids computed in the graph: QNN cannot report an id out of range");
+    if (!checkable_ids(ir, n->inputs[1])) REFUSE("GET_ROWS ids computed in the graph: QNN cannot report an id out of range");
     if (x->dtype == XPU_DT_I8 && !(n->fattr[0] > 0)) REFUSE("I8 table without a positive scale");
     *precision = XPU_PREC_DEFAULT;
     return 1;
@@ -189,6 +233,7 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, int float_as_f16, uint
     *precision = XPU_PREC_DEFAULT;
     return 1;
   case XPU_OP_QUANTIZE:
+    /* HTP supplement (2.25): Quantize reads FLOAT_32 only; an F16 x is cast first */
     if (!is_float(x->dtype) || out->dtype != XPU_DT_I8 || !(n->fattr[0] > 0))
       REFUSE("QUANTIZE supported from F32/F16 to per-tensor I8 with a positive scale");
     *precision = XPU_PREC_INT8;
@@ -223,13 +268,15 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, int float_as_f16, uint
   default:
     REFUSE("%s has no QNN mapping in this plugin", xpu_op_name(n->op));
   }
-  *precision = float_prec(x->dtype, float_as_f16);
+  *precision = float_prec(target);
   return 1;
 }
 
-uint32_t qnn_op_query(const xpu_op_query *q) {
+uint32_t qnn_op_query(const xpu_op_query *q, uint32_t target) {
   uint32_t in = q->dtype_in, w = q->dtype_weight, out = q->dtype_out;
   if (q->rank > 4) return XPU_VERDICT_NO;
+  if (target != QNN_BACKEND_ID_HTP && (in == XPU_DT_F16 || out == XPU_DT_F16 || w == XPU_DT_F16))
+    return XPU_VERDICT_NO; /* the QNN CPU backend is FLOAT_32 only */
   if (in == XPU_DT_BF16 || out == XPU_DT_BF16 || w == XPU_DT_BF16 || w == XPU_DT_Q8_0 || w == XPU_DT_Q4_0)
     return XPU_VERDICT_NO;
   switch (q->op) {

@@ -150,7 +150,7 @@ xpu_status graph_prepare(xpu_context ctx, const xpu_prepare_desc *d, xpu_executa
   }
   for (uint32_t i = 0; i < e->n_nodes; i++) {
     char reason[128];
-    if (!qnn_node_check(&g, i, float_as_f16(), &e->precision[i], reason, sizeof reason)) {
+    if (!qnn_node_check(&g, i, qnn_state.lib.target, &e->precision[i], reason, sizeof reason)) {
       exe_free(e);
       return xpu_fail(&qnn_reg, ctx, XPU_E_UNSUPPORTED, "graph_prepare: node %u (%s) is not supported: %s", i,
                       xpu_op_name(g.nodes[i].op), reason);
@@ -175,13 +175,37 @@ xpu_status graph_prepare(xpu_context ctx, const xpu_prepare_desc *d, xpu_executa
       return xpu_fail(&qnn_reg, ctx, XPU_E_INTERNAL, "graph_prepare: contextCreate: error %llu: %s", (unsigned long long)qe,
                       qnn_lib_errmsg(&qnn_state.lib, qe));
     }
-    if ((qe = f->graphCreate(e->qctx, QNN_GRAPH_NAME, NULL, &e->graph)) != QNN_SUCCESS) {
+    /* the HTP's graph configs: FP16 precision (below SDK 2.35 a graph without it is quantized and
+     * FLOAT32 precision does not exist), all the VTCM there is, and optionally the HVX threads */
+    QnnHtpGraph_CustomConfig_t hc[3];
+    QnnGraph_Config_t gc[3];
+    const QnnGraph_Config_t *gcl[4] = {NULL, NULL, NULL, NULL};
+    memset(hc, 0, sizeof hc);
+    memset(gc, 0, sizeof gc);
+    uint32_t ncfg = 0;
+    if (qnn_state.lib.target == QNN_BACKEND_ID_HTP) {
+      hc[ncfg].option = QNN_HTP_GRAPH_CONFIG_OPTION_PRECISION;
+      hc[ncfg++].precision = QNN_PRECISION_FLOAT16;
+      hc[ncfg].option = QNN_HTP_GRAPH_CONFIG_OPTION_VTCM_SIZE_IN_MB;
+      hc[ncfg++].vtcmSizeInMB = 0;
+      const char *hvx = getenv("XPU_QNN_HVX_THREADS");
+      if (hvx && atoi(hvx) > 0) {
+        hc[ncfg].option = QNN_HTP_GRAPH_CONFIG_OPTION_NUM_HVX_THREADS;
+        hc[ncfg++].numHvxThreads = (uint64_t)atoi(hvx);
+      }
+      for (uint32_t i = 0; i < ncfg; i++) {
+        gc[i].option = QNN_GRAPH_CONFIG_OPTION_CUSTOM;
+        gc[i].customConfig = &hc[i];
+        gcl[i] = &gc[i];
+      }
+    }
+    if ((qe = f->graphCreate(e->qctx, QNN_GRAPH_NAME, ncfg ? gcl : NULL, &e->graph)) != QNN_SUCCESS) {
       exe_free(e);
       return xpu_fail(&qnn_reg, ctx, XPU_E_INTERNAL, "graph_prepare: graphCreate: error %llu: %s", (unsigned long long)qe,
                       qnn_lib_errmsg(&qnn_state.lib, qe));
     }
     const_user u = {ctx};
-    qnn_lower_cfg cfg = {&qnn_state.lib, e->graph, &g, const_bytes, &u, float_as_f16()};
+    qnn_lower_cfg cfg = {&qnn_state.lib, e->graph, &g, const_bytes, &u, qnn_state.lib.target};
     if ((st = qnn_lower_graph(&cfg, e->io, err, sizeof err)) != XPU_OK) {
       exe_free(e);
       return xpu_fail(&qnn_reg, ctx, st, "graph_prepare: %s", err);
@@ -322,20 +346,44 @@ xpu_status execution_bind(xpu_execution h, uint32_t io, xpu_buffer bh, uint64_t 
   return XPU_OK;
 }
 
-/* fd-backed memory where the tensor starts at the fd's first byte is registered with QNN
- * (ION/rpcmem style), so the backend maps the shared pages itself; other bindings pass the
- * host pointer */
+/* Memory the backend reads in place is registered with memRegister, so no copy is made:
+ * - on the HTP, rpcmem the plugin allocated, as the HTP's shared buffer (QNN_MEM_TYPE_CUSTOM with
+ *   a QnnMemHtp_Descriptor_t: the whole rpcmem fd and this tensor's byte offset in it). An
+ *   imported fd (a memfd from the host) is not in the DSP's SMMU: it is passed as a client
+ *   buffer, which FastRPC copies (logged once). Our emulator maps any fd itself, so there fd
+ *   imports are registered the same way, standing in for rpcmem.
+ * - elsewhere (libQnnCpu), an fd whose first byte the tensor starts at, as ION memory. */
 static void try_register(qexec *x, uint32_t io, qbuf *b) {
   const QnnInterfaceTable_t *f = qnn_state.lib.fn;
-  if (x->mem[io] || b->fd < 0 || b->fd_offset + x->off[io] != 0 || !f->memRegister || !f->memDeRegister) return;
+  if (x->mem[io] || b->fd < 0 || !f->memRegister || !f->memDeRegister) return;
+  int htp = qnn_state.lib.target == QNN_BACKEND_ID_HTP;
+  if (htp && !b->rpcmem && !qnn_state.lib.emulated) {
+    static atomic_int told;
+    if (!atomic_exchange(&told, 1))
+      xpu_log(&qnn_reg, XPU_LOG_WARN, "qnn: fd %d is not rpcmem: the HTP reads it through a FastRPC copy "
+              "(buffers the plugin allocates are rpcmem when libcdsprpc.so is present)", b->fd);
+    return;
+  }
+  if (!htp && b->fd_offset + x->off[io] != 0) return;
   qnn_io *d = &x->exe->io[io];
   Qnn_MemDescriptor_t md;
+  QnnMemHtp_Descriptor_t hd;
   memset(&md, 0, sizeof md);
+  memset(&hd, 0, sizeof hd);
   md.memShape.numDim = d->rank;
   md.memShape.dimSize = d->dims;
   md.dataType = d->dtype;
-  md.memType = QNN_MEM_TYPE_ION;
-  md.ionInfo.fd = b->fd;
+  if (htp) {
+    hd.type = QNN_HTP_MEM_SHARED_BUFFER;
+    hd.size = b->fd_offset + b->size;
+    hd.sharedBufferConfig.fd = b->fd;
+    hd.sharedBufferConfig.offset = b->fd_offset + x->off[io];
+    md.memType = QNN_MEM_TYPE_CUSTOM;
+    md.customInfo = &hd;
+  } else {
+    md.memType = QNN_MEM_TYPE_ION;
+    md.ionInfo.fd = b->fd;
+  }
   Qnn_MemHandle_t mh = NULL;
   if (f->memRegister(x->exe->qctx, &md, 1, &mh) == QNN_SUCCESS && mh) {
     x->mem[io] = mh;

@@ -22,10 +22,14 @@ typedef struct qnn_lib {
   char provider[128];
   char build_id[128];
   uint32_t backend_id;
+  /* the backend whose rules the plugin builds for: the backend id, or for our emulator the
+   * profile its provider name announces ("XPU_QNN_EMULATOR/HTP" or "/CPU") */
+  uint32_t target;
   int emulated; /* our clean-room provider, not Qualcomm's: results say so */
   Qnn_LogHandle_t log;
   Qnn_BackendHandle_t backend;
   Qnn_DeviceHandle_t device;
+  uint32_t power_id; /* the HTP power-config id voted on (0: none) */
 } qnn_lib;
 
 /* finds the library (XPU_QNN_LIBRARY, $QNN_SDK_ROOT/lib/<arch>/, beside the plugin); fills
@@ -64,17 +68,21 @@ typedef struct qnn_lower_cfg {
   const xpu_ir_graph *ir;
   qnn_const_fn const_bytes;
   void *const_user;
-  int float_as_f16; /* the backend computes float at half precision (HTP) */
+  uint32_t target;   /* QNN_BACKEND_ID_HTP or _CPU (another id: CPU rules) */
 } qnn_lower_cfg;
 
-/* verdict for one node: 1 supported (precision set), 0 refused (reason set) */
-int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, int float_as_f16, uint32_t *precision,
-                   char *reason, size_t cap);
-/* MATMUL(DEQUANTIZE(I8 a), I8 b): the W8A8 pattern, run as an 8-bit MatMul with int32
- * accumulators; quantized_a (may be NULL) receives the I8 tensor behind a */
-int qnn_w8a8(const xpu_ir_graph *ir, const xpu_ir_node *n, uint32_t *quantized_a);
+/* positions a ROPE can rotate: its cos/sin come from two static tables gathered by
+ * pos / QNN_ROPE_SPLIT and pos % QNN_ROPE_SPLIT (angle addition), so the HTP never evaluates a
+ * large angle in FP16; positions outside [0, QNN_ROPE_MAX_POS) fail execution with INVALID_ARG */
+#define QNN_ROPE_SPLIT 64
+#define QNN_ROPE_MAX_POS (QNN_ROPE_SPLIT * 2048)
+
+/* verdict for one node on a target backend (QNN_BACKEND_ID_HTP or _CPU): 1 supported
+ * (precision set), 0 refused (reason set, naming the backend rule) */
+int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, uint32_t target, uint32_t *precision, char *reason,
+                   size_t cap);
 /* static op_support answer */
-uint32_t qnn_op_query(const xpu_op_query *q);
+uint32_t qnn_op_query(const xpu_op_query *q, uint32_t target);
 /* emits the whole graph; io has n_inputs + n_outputs entries. Returns XPU_OK or an error with
  * a message. */
 xpu_status qnn_lower_graph(const qnn_lower_cfg *cfg, qnn_io *io, char *err, size_t cap);

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "qnn_internal.h"
+#include "qnn_plugin.h"
 
 #if defined(__aarch64__) && defined(__ANDROID__)
 #define QNN_SDK_ARCH "aarch64-android"
@@ -100,6 +100,8 @@ xpu_status qnn_lib_load(qnn_lib *l, const char *path, char *err, size_t cap) {
   l->backend_id = best->backendId;
   snprintf(l->provider, sizeof l->provider, "%s", best->providerName ? best->providerName : "?");
   l->emulated = best->backendId == QNN_BACKEND_ID_XPU_EMU;
+  l->target = l->backend_id;
+  if (l->emulated) l->target = strstr(l->provider, "XPU_QNN_EMULATOR/CPU") ? QNN_BACKEND_ID_CPU : QNN_BACKEND_ID_HTP;
   const QnnInterfaceTable_t *f = l->fn;
   if (!f->backendCreate || !f->backendFree || !f->contextCreate || !f->contextFree || !f->graphCreate ||
       !f->graphAddNode || !f->graphFinalize || !f->graphExecute || !f->tensorCreateGraphTensor) {
@@ -120,6 +122,65 @@ const char *qnn_lib_errmsg(const qnn_lib *l, Qnn_ErrorHandle_t e) {
   return "no message";
 }
 
+/* The HTP's power vote (QnnHtpPerfInfrastructure), XPU_QNN_HTP_PERF=burst (the default: DCVS
+ * off, performance mode, sleep disabled, bus and core at the highest voltage corner, FastRPC
+ * polling), balanced (DCVS on between SVS and TURBO, the NOM target) or off (the backend's
+ * default vote). A refused vote is logged, never fatal: graphs run at whatever clock there is. */
+static void htp_power_vote(qnn_lib *l) {
+  const char *mode = getenv("XPU_QNN_HTP_PERF");
+  if (mode && strcmp(mode, "off") == 0) return;
+  int burst = !(mode && strcmp(mode, "balanced") == 0);
+  const QnnHtpDevice_Infrastructure_t *infra = NULL;
+  const QnnInterfaceTable_t *f = l->fn;
+  if (!f->deviceGetInfrastructure || f->deviceGetInfrastructure(&infra) != QNN_SUCCESS || !infra ||
+      infra->infraType != QNN_HTP_DEVICE_INFRASTRUCTURE_TYPE_PERF || !infra->perfInfra.createPowerConfigId ||
+      !infra->perfInfra.setPowerConfig) {
+    xpu_log(&qnn_reg, XPU_LOG_WARN, "qnn: the HTP offers no perf infrastructure: no power vote");
+    return;
+  }
+  uint32_t id = 0;
+  Qnn_ErrorHandle_t e = infra->perfInfra.createPowerConfigId(0, 0, &id);
+  if (e != QNN_SUCCESS) {
+    xpu_log(&qnn_reg, XPU_LOG_WARN, "qnn: createPowerConfigId: error %llu: %s", (unsigned long long)e, qnn_lib_errmsg(l, e));
+    return;
+  }
+  QnnHtpPerfInfrastructure_PowerConfig_t dcvs, lat, poll;
+  memset(&dcvs, 0, sizeof dcvs);
+  memset(&lat, 0, sizeof lat);
+  memset(&poll, 0, sizeof poll);
+  dcvs.option = QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_DCVS_V3;
+  QnnHtpPerfInfrastructure_DcvsV3_t *d = &dcvs.dcvsV3Config;
+  d->contextId = id;
+  d->setDcvsEnable = d->setSleepLatency = d->setSleepDisable = d->setBusParams = d->setCoreParams = 1;
+  d->dcvsEnable = burst ? 0 : 1;
+  d->powerMode = burst ? QNN_HTP_PERF_INFRASTRUCTURE_POWERMODE_PERFORMANCE_MODE : QNN_HTP_PERF_INFRASTRUCTURE_POWERMODE_ADJUST_UP_DOWN;
+  d->sleepLatency = burst ? 40 : 1000; /* microseconds */
+  d->sleepDisable = burst ? 1 : 0;
+  d->busVoltageCornerMin = d->coreVoltageCornerMin = burst ? DCVS_VOLTAGE_VCORNER_MAX_VOLTAGE_CORNER : DCVS_VOLTAGE_VCORNER_SVS;
+  d->busVoltageCornerTarget = d->coreVoltageCornerTarget = burst ? DCVS_VOLTAGE_VCORNER_MAX_VOLTAGE_CORNER : DCVS_VOLTAGE_VCORNER_NOM;
+  d->busVoltageCornerMax = d->coreVoltageCornerMax = burst ? DCVS_VOLTAGE_VCORNER_MAX_VOLTAGE_CORNER : DCVS_VOLTAGE_VCORNER_TURBO;
+  lat.option = QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_RPC_CONTROL_LATENCY;
+  lat.rpcControlLatencyConfig = 100; /* microseconds */
+  poll.option = QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_RPC_POLLING_TIME;
+  poll.rpcPollingTimeConfig = 9999; /* microseconds, the documented maximum */
+  const QnnHtpPerfInfrastructure_PowerConfig_t *cfgs[4] = {&dcvs, &lat, burst ? &poll : NULL, NULL};
+  if ((e = infra->perfInfra.setPowerConfig(id, cfgs)) != QNN_SUCCESS) {
+    xpu_log(&qnn_reg, XPU_LOG_WARN, "qnn: setPowerConfig: error %llu: %s", (unsigned long long)e, qnn_lib_errmsg(l, e));
+    if (infra->perfInfra.destroyPowerConfigId) infra->perfInfra.destroyPowerConfigId(id);
+    return;
+  }
+  l->power_id = id;
+}
+
+static void htp_power_release(qnn_lib *l) {
+  const QnnHtpDevice_Infrastructure_t *infra = NULL;
+  if (!l->power_id || !l->fn->deviceGetInfrastructure || l->fn->deviceGetInfrastructure(&infra) != QNN_SUCCESS || !infra ||
+      !infra->perfInfra.destroyPowerConfigId)
+    return;
+  infra->perfInfra.destroyPowerConfigId(l->power_id);
+  l->power_id = 0;
+}
+
 xpu_status qnn_lib_start(qnn_lib *l, char *err, size_t cap) {
   if (l->backend) return XPU_OK;
   const QnnInterfaceTable_t *f = l->fn;
@@ -134,12 +195,14 @@ xpu_status qnn_lib_start(qnn_lib *l, char *err, size_t cap) {
   }
   /* some backends (CPU) have no device API: NULL device is then the default */
   if (f->deviceCreate && (e = f->deviceCreate(l->log, NULL, &l->device)) != QNN_SUCCESS) l->device = NULL;
+  if (l->target == QNN_BACKEND_ID_HTP) htp_power_vote(l);
   return XPU_OK;
 }
 
 void qnn_lib_stop(qnn_lib *l) {
   const QnnInterfaceTable_t *f = l->fn;
   if (!f) return;
+  htp_power_release(l);
   if (l->device && f->deviceFree) f->deviceFree(l->device);
   if (l->backend) f->backendFree(l->backend);
   if (l->log && f->logFree) f->logFree(l->log);

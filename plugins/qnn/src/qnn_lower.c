@@ -2,9 +2,12 @@
  * qnn_lower.c: emits an xpu IR graph as a QNN graph: one QNN tensor per IR tensor (inputs
  * APP_WRITE, outputs APP_READ, constants STATIC, the rest NATIVE), then the QNN ops of each node.
  * Ops without a QNN counterpart are composed: SILU = x*Sigmoid(x), GELU (tanh form) =
- * x*Sigmoid(2c(x+0.044715x^3)), causal SOFTMAX = Softmax(x + additive mask) * keep mask,
- * ROPE from Sin/Cos of pos*inv_freq and slices, ATTENTION from Transpose/MatMul/Softmax with a
- * static mask (and K/V sliced to the visible keys, so masked rows are never read).
+ * x*Sigmoid(2c(x+0.044715x^3)), causal SOFTMAX = Softmax(Select(visible, x, -big)) * keep,
+ * ROPE = x*C + Gather(x, pair swap)*S with C/S gathered from static cos/sin tables, ATTENTION
+ * from Transpose/MatMul/Softmax with INT_32 visibility masks (and K/V sliced or zeroed past the
+ * visible keys, so masked rows are never used). Everything emitted stays within the target
+ * backend's published op support (plugins/qnn/README.md has the table): rank <= 4, FP16-safe
+ * constants, no broadcasting MatMul, no Sin/Cos.
  */
 #include <math.h>
 #include <stdio.h>
@@ -34,6 +37,13 @@ typedef struct lower {
   uint32_t node_seq, cur_node;
   char *err;
   size_t errcap;
+  struct { /* ROPE cos/sin tables, shared by every ROPE node with the same parameters */
+    Qnn_DataType_t dt;
+    uint32_t d, nr, mode;
+    float base, fs;
+    int ca, sa, cb, sb;
+  } rope[8];
+  uint32_t n_rope;
 } lower;
 
 static int fail(lower *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -180,6 +190,31 @@ static int cst_fill(lower *L, Qnn_DataType_t dt, uint32_t k, float v) {
   if (!vals) return fail(L, "out of memory");
   for (uint32_t i = 0; i < k; i++) vals[i] = v;
   return cst_f(L, dt, 1, &k, vals);
+}
+
+/* a static INT_32 tensor */
+static int cst_i32(lower *L, uint32_t rank, const uint32_t *dims, const int32_t *vals) {
+  uint64_t n = 1;
+  for (uint32_t i = 0; i < rank; i++) n *= dims[i];
+  int32_t *data = own(L, n * 4);
+  if (!data) return fail(L, "out of memory");
+  memcpy(data, vals, n * 4);
+  return mk(L, -1, QNN_TENSOR_TYPE_STATIC, QNN_DATATYPE_INT_32, 1.0f, rank, dims, data);
+}
+
+static int cst_i32_scalar(lower *L, int32_t v) {
+  uint32_t one = 1;
+  return cst_i32(L, 1, &one, &v);
+}
+
+static int htp(const lower *L) { return L->cfg->target == QNN_BACKEND_ID_HTP; }
+
+/* the score a masked key gets before Softmax(beta): picked by Select, never added, so it only has
+ * to make exp() vanish. On the HTP every float is FP16, where -1e30 would be -inf (and a fully
+ * masked row NaN): the most negative finite half, divided by beta so beta * it stays finite. */
+static float masked_score(const lower *L, float beta) {
+  if (!htp(L)) return -1e30f;
+  return -65504.0f / (beta > 1.0f ? beta : 1.0f);
 }
 
 /* ---------------------------------------------------------------- params and nodes */
@@ -350,138 +385,12 @@ static int softmax(lower *L, int a, int out, float beta) {
 
 /* ---------------------------------------------------------------- composed ops */
 
-/* additive (0 / -big) and keep (1 / 0) masks of [rows, cols] ([cols] when mrank is 1): key j is
- * visible to row r iff j <= r % period + off. keep is -1 when no row is fully masked. */
-static int masks(lower *L, Qnn_DataType_t dt, uint32_t mrank, uint32_t rows, uint32_t period, uint32_t cols,
-                 int64_t off, int *add, int *keep) {
-  float *a = own(L, (size_t)rows * cols * sizeof(float)), *k = own(L, (size_t)rows * cols * sizeof(float));
-  if (!a || !k) return fail(L, "out of memory");
-  /* finite, so a fully masked row stays finite and the keep mask can zero it; big enough that
-   * exp() of it underflows to 0 at any sane scale; within FLOAT_16 range */
-  const float big = dt == QNN_DATATYPE_FLOAT_16 ? 30000.0f : 1e30f;
-  int any_empty = 0;
-  for (uint32_t r = 0; r < rows; r++) {
-    int64_t i = r % period;
-    int seen = 0;
-    for (uint32_t j = 0; j < cols; j++) {
-      int vis = (int64_t)j <= i + off;
-      a[(size_t)r * cols + j] = vis ? 0.0f : -big;
-      k[(size_t)r * cols + j] = vis ? 1.0f : 0.0f;
-      seen |= vis;
-    }
-    any_empty |= !seen;
-  }
-  uint32_t dims[2] = {rows, cols};
-  const uint32_t *d = mrank == 1 ? &dims[1] : dims;
-  if ((*add = cst_f(L, dt, mrank, d, a)) < 0) return -1;
-  *keep = -1;
-  if (any_empty && (*keep = cst_f(L, dt, mrank, d, k)) < 0) return -1;
-  return 0;
-}
-
-static int lower_softmax(lower *L, const xpu_ir_node *n, int x, int out) {
-  float beta = n->fattr[0] != 0 ? n->fattr[0] : 1.0f;
-  if (n->iattr[0] != 1) return softmax(L, x, out, beta);
-  uint32_t r = rank_of(L, x), cols = dims_of(L, x)[r - 1], rows = r >= 2 ? dims_of(L, x)[r - 2] : 1;
-  int add, keep;
-  if (masks(L, dt_of(L, x), r >= 2 ? 2 : 1, rows, rows, cols, n->iattr[1], &add, &keep) < 0) return -1;
-  int t = bin(L, "ElementWiseAdd", x, add, -1);
-  if (keep < 0) return softmax(L, t, out, beta);
-  int s = softmax(L, t, -1, beta);
-  return bin(L, "ElementWiseMultiply", s, keep, out);
-}
-
-static int lower_rope(lower *L, const xpu_ir_node *n, int x, int pos, int out) {
-  Qnn_DataType_t dt = dt_of(L, x);
-  uint32_t r = rank_of(L, x), T = dims_of(L, x)[r - 3], H = dims_of(L, x)[r - 2], D = dims_of(L, x)[r - 1];
-  uint32_t nr = n->iattr[1] ? (uint32_t)n->iattr[1] : D, half = nr / 2;
-  float base = n->fattr[0] != 0 ? n->fattr[0] : 10000.0f, fs = n->fattr[1] != 0 ? n->fattr[1] : 1.0f;
-  /* angles in FLOAT_32 whatever x is: pos * inv_freq loses too much at half precision */
-  uint32_t d_t1[2] = {T, 1}, d_1h[2] = {1, half}, d_th[2] = {T, half};
-  float *inv = own(L, half * sizeof(float));
-  if (!inv) return fail(L, "out of memory");
-  for (uint32_t i = 0; i < half; i++) inv[i] = (float)(fs * pow((double)base, -2.0 * i / nr));
-  int posf = reshape(L, cast(L, pos, QNN_DATATYPE_FLOAT_32), -1, 2, d_t1);
-  int theta = bin(L, "ElementWiseMultiply", posf, cst_f(L, QNN_DATATYPE_FLOAT_32, 2, d_1h, inv), -1);
-  int c = cast(L, op1(L, "ElementWiseCos", theta, -1, QNN_DATATYPE_FLOAT_32, 2, d_th), dt);
-  int s = cast(L, op1(L, "ElementWiseSin", theta, -1, QNN_DATATYPE_FLOAT_32, 2, d_th), dt);
-  int u, v, rot;
-  uint32_t lead = r - 3, bdims[QMAX_RANK];
-  for (uint32_t i = 0; i < lead; i++) bdims[i] = dims_of(L, x)[i];
-  if (n->iattr[0] == 2) { /* NeoX: halves */
-    uint32_t cd[3] = {T, 1, half};
-    c = reshape(L, c, -1, 3, cd);
-    s = reshape(L, s, -1, 3, cd);
-    u = slice(L, x, -1, r - 1, 0, half);
-    v = slice(L, x, -1, r - 1, half, nr);
-    int ou = bin(L, "ElementWiseSubtract", bin(L, "ElementWiseMultiply", u, c, -1),
-                 bin(L, "ElementWiseMultiply", v, s, -1), -1);
-    int ov = bin(L, "ElementWiseAdd", bin(L, "ElementWiseMultiply", u, s, -1), bin(L, "ElementWiseMultiply", v, c, -1), -1);
-    if (nr == D) {
-      int parts[2] = {ou, ov};
-      return concat(L, parts, 2, r - 1, out);
-    }
-    int parts[3] = {ou, ov, slice(L, x, -1, r - 1, nr, D)};
-    return concat(L, parts, 3, r - 1, out);
-  }
-  /* normal (GPT-J) order: pairs are adjacent, so view the rotated part as [.., half, 2] */
-  uint32_t cd[4] = {T, 1, half, 1};
-  c = reshape(L, c, -1, 4, cd);
-  s = reshape(L, s, -1, 4, cd);
-  int xr = nr == D ? x : slice(L, x, -1, r - 1, 0, nr);
-  memcpy(bdims + lead, (uint32_t[]){T, H, half, 2}, 4 * sizeof(uint32_t));
-  int x5 = reshape(L, xr, -1, lead + 4, bdims);
-  u = slice(L, x5, -1, lead + 3, 0, 1);
-  v = slice(L, x5, -1, lead + 3, 1, 2);
-  int ou = bin(L, "ElementWiseSubtract", bin(L, "ElementWiseMultiply", u, c, -1), bin(L, "ElementWiseMultiply", v, s, -1), -1);
-  int ov = bin(L, "ElementWiseAdd", bin(L, "ElementWiseMultiply", u, s, -1), bin(L, "ElementWiseMultiply", v, c, -1), -1);
-  int pair[2] = {ou, ov};
-  int o5 = concat(L, pair, 2, lead + 3, -1);
-  memcpy(bdims + lead, (uint32_t[]){T, H, nr}, 3 * sizeof(uint32_t));
-  if (nr == D) return reshape(L, o5, out, r, bdims);
-  rot = reshape(L, o5, -1, r, bdims);
-  int parts[2] = {rot, slice(L, x, -1, r - 1, nr, D)};
-  return concat(L, parts, 2, r - 1, out);
-}
-
-/* an index ramp: vals[i] = i % period, as a static FLOAT_32 tensor of the given dims */
-static int ramp(lower *L, uint32_t rank, const uint32_t *dims, uint32_t n, uint32_t period) {
-  float *v = own(L, (size_t)n * sizeof(float));
-  if (!v) return fail(L, "out of memory");
-  for (uint32_t i = 0; i < n; i++) v[i] = (float)(i % period);
-  return cst_f(L, QNN_DATATYPE_FLOAT_32, rank, dims, v);
-}
-
-/* a >= b as a BOOL_8 tensor of the broadcast shape */
+/* a >= b (INT_32 or float operands) as a BOOL_8 tensor of the broadcast shape */
 static int greater_equal(lower *L, int a, int b, uint32_t rank, const uint32_t *dims) {
   if (a < 0 || b < 0) return -1;
   int out = tmp(L, QNN_DATATYPE_BOOL_8, rank, dims);
   int in[2] = {a, b};
   return out < 0 || emit(L, "ElementWiseGreaterEqual", in, 2, out, NULL, 0) < 0 ? -1 : out;
-}
-
-/* causal visibility decided at execution from an I32 [1] q_offset: cond[r, j] = j <= r % Tq + off,
- * and K/V rows past the last visible key replaced by zeros with Select (which picks, so garbage,
- * NaN included, never reaches the arithmetic) */
-static int runtime_masks(lower *L, int qo, uint32_t R, uint32_t Tq, uint32_t Tk, int *cond, int *k, int *v) {
-  uint32_t one = 1, dr1[2] = {R, 1}, d1k[2] = {1, Tk}, drk[2] = {R, Tk}, dk11[3] = {Tk, 1, 1};
-  int off = reshape(L, cast(L, qo, QNN_DATATYPE_FLOAT_32), -1, 1, &one);
-  int lim = bin(L, "ElementWiseAdd", ramp(L, 2, dr1, R, Tq), off, -1);
-  if ((*cond = greater_equal(L, lim, ramp(L, 2, d1k, Tk, Tk), 2, drk)) < 0) return -1;
-  int last = bin(L, "ElementWiseAdd", cst_scalar(L, QNN_DATATYPE_FLOAT_32, (float)(Tq - 1)), off, -1);
-  int kvc = greater_equal(L, last, ramp(L, 3, dk11, Tk, Tk), 3, dk11);
-  if (kvc < 0) return -1;
-  int ins[3];
-  Qnn_DataType_t dt = dt_of(L, *k);
-  ins[0] = kvc, ins[1] = *k, ins[2] = cst_scalar(L, dt, 0.0f);
-  int nk = tmp(L, dt, rank_of(L, *k), dims_of(L, *k));
-  if (ins[2] < 0 || nk < 0 || emit(L, "ElementWiseSelect", ins, 3, nk, NULL, 0) < 0) return -1;
-  ins[1] = *v;
-  int nv = tmp(L, dt, rank_of(L, *v), dims_of(L, *v));
-  if (nv < 0 || emit(L, "ElementWiseSelect", ins, 3, nv, NULL, 0) < 0) return -1;
-  *k = nk;
-  *v = nv;
-  return 0;
 }
 
 static int select3(lower *L, int c, int a, int b, uint32_t rank, const uint32_t *dims) {
@@ -491,7 +400,168 @@ static int select3(lower *L, int c, int a, int b, uint32_t rank, const uint32_t 
   return out < 0 || emit(L, "ElementWiseSelect", ins, 3, out, NULL, 0) < 0 ? -1 : out;
 }
 
-static int lower_attention(lower *L, const xpu_ir_node *n, int q, int k, int v, int qo, int out) {
+/* an INT_32 ramp: vals[i] = i % period + add, of the given dims (exact: never a float index) */
+static int ramp(lower *L, uint32_t rank, const uint32_t *dims, uint32_t n, uint32_t period, int64_t add) {
+  int32_t *v = own(L, (size_t)n * sizeof(int32_t));
+  if (!v) return fail(L, "out of memory");
+  for (uint32_t i = 0; i < n; i++) v[i] = (int32_t)((int64_t)(i % period) + add);
+  return cst_i32(L, rank, dims, v);
+}
+
+/* causal visibility as BOOL_8 [rows, cols]: key j is visible to row r iff j <= r % period + off,
+ * off a constant or (qo >= 0) the INT_32 [1] tensor qo plus the constant. *any_empty says whether
+ * some row sees no key (only known for a constant offset; assumed with a run-time one). */
+static int visibility(lower *L, uint32_t rows, uint32_t period, uint32_t cols, int64_t off, int qo, int *any_empty) {
+  uint32_t dr1[2] = {rows, 1}, d1c[2] = {1, cols}, drc[2] = {rows, cols};
+  if (off > INT32_MAX - (int64_t)rows || off < INT32_MIN + (int64_t)cols) return fail(L, "causal offset out of INT_32 range");
+  int lim = ramp(L, 2, dr1, rows, period, qo >= 0 ? 0 : off);
+  if (qo >= 0) lim = bin(L, "ElementWiseAdd", lim, qo, -1);
+  *any_empty = qo >= 0;
+  for (uint32_t r = 0; qo < 0 && r < rows; r++) *any_empty |= (int64_t)(r % period) + off < 0;
+  return greater_equal(L, lim, ramp(L, 2, d1c, cols, cols, 0), 2, drc);
+}
+
+/* 1 where cond, else 0, in dtype dt */
+static int keep_of(lower *L, int cond, Qnn_DataType_t dt, uint32_t rank, const uint32_t *dims) {
+  return select3(L, cond, cst_scalar(L, dt, 1.0f), cst_scalar(L, dt, 0.0f), rank, dims);
+}
+
+static int lower_softmax(lower *L, const xpu_ir_node *n, int x, int out) {
+  float beta = n->fattr[0] != 0 ? n->fattr[0] : 1.0f;
+  if (n->iattr[0] != 1) return softmax(L, x, out, beta);
+  Qnn_DataType_t dt = dt_of(L, x);
+  uint32_t r = rank_of(L, x), cols = dims_of(L, x)[r - 1], rows = r >= 2 ? dims_of(L, x)[r - 2] : 1;
+  uint32_t drc[2] = {rows, cols}, mr = r >= 2 ? 2 : 1;
+  const uint32_t *md = r >= 2 ? drc : &drc[1];
+  int empty;
+  int cond = visibility(L, rows, rows, cols, n->iattr[1], -1, &empty);
+  if (r == 1) cond = reshape(L, cond, -1, 1, &cols);
+  int t = select3(L, cond, x, cst_scalar(L, dt, masked_score(L, beta)), r, dims_of(L, x));
+  if (!empty) return softmax(L, t, out, beta);
+  int s = softmax(L, t, -1, beta); /* a row that sees nothing gives 0: multiply by the mask */
+  return bin(L, "ElementWiseMultiply", s, keep_of(L, cond, dt, mr, md), out);
+}
+
+/* The cos/sin of ROPE without Sin/Cos on the NPU and without evaluating a large angle in FP16:
+ * theta(p) = (64a + b) * w with a = p / 64, b = p % 64, so cos/sin come from two static tables
+ * of cos/sin(64a*w) and cos/sin(b*w) (computed here in double) by angle addition. Tables are
+ * laid out per output dim d: the rotation sign of d is folded into the sin tables, a dim past
+ * n_rot has angle 0 (cos 1, sin 0), so out = x*C + swap(x)*S with swap the pair partner. */
+static int rope_tables(lower *L, Qnn_DataType_t dt, uint32_t D, uint32_t nr, uint32_t mode, float base, float fs,
+                       int *ca, int *sa, int *cb, int *sb) {
+  for (uint32_t i = 0; i < L->n_rope; i++)
+    if (L->rope[i].dt == dt && L->rope[i].d == D && L->rope[i].nr == nr && L->rope[i].mode == mode &&
+        L->rope[i].base == base && L->rope[i].fs == fs) {
+      *ca = L->rope[i].ca, *sa = L->rope[i].sa, *cb = L->rope[i].cb, *sb = L->rope[i].sb;
+      return 0;
+    }
+  const uint32_t ra = QNN_ROPE_MAX_POS / QNN_ROPE_SPLIT, rb = QNN_ROPE_SPLIT;
+  float *tc = own(L, (size_t)ra * D * sizeof(float)), *ts = own(L, (size_t)ra * D * sizeof(float));
+  if (!tc || !ts) return fail(L, "out of memory");
+  uint32_t half = nr / 2;
+  for (int which = 0; which < 2; which++) {
+    uint32_t rows = which == 0 ? ra : rb;
+    double step = which == 0 ? (double)QNN_ROPE_SPLIT : 1.0;
+    for (uint32_t p = 0; p < rows; p++)
+      for (uint32_t d = 0; d < D; d++) {
+        double ang = 0, sign = 0;
+        if (d < nr) {
+          uint32_t i = mode == 2 ? (d < half ? d : d - half) : d / 2;
+          sign = mode == 2 ? (d < half ? -1.0 : 1.0) : (d % 2 == 0 ? -1.0 : 1.0);
+          ang = (double)p * step * (double)fs * pow((double)base, -2.0 * i / nr);
+        }
+        tc[(size_t)p * D + d] = (float)cos(ang);
+        ts[(size_t)p * D + d] = (float)(sign * sin(ang));
+      }
+    uint32_t td[2] = {rows, D};
+    int c = cst_f(L, dt, 2, td, tc), sn = cst_f(L, dt, 2, td, ts);
+    if (c < 0 || sn < 0) return -1;
+    if (which == 0) *ca = c, *sa = sn;
+    else *cb = c, *sb = sn;
+  }
+  if (L->n_rope < sizeof L->rope / sizeof L->rope[0])
+    L->rope[L->n_rope++] = (__typeof__(L->rope[0])){dt, D, nr, mode, base, fs, *ca, *sa, *cb, *sb};
+  return 0;
+}
+
+static int gather(lower *L, int table, int ids, int32_t axis, int out) {
+  if (table < 0 || ids < 0) return -1;
+  uint32_t d[QMAX_RANK], rk = 0, tr = rank_of(L, table);
+  for (int32_t i = 0; i < axis; i++) d[rk++] = dims_of(L, table)[i];
+  for (uint32_t i = 0; i < rank_of(L, ids); i++) d[rk++] = dims_of(L, ids)[i];
+  for (uint32_t i = (uint32_t)axis + 1; i < tr; i++) d[rk++] = dims_of(L, table)[i];
+  if (out < 0 && (out = tmp(L, dt_of(L, table), rk, d)) < 0) return -1;
+  Qnn_Param_t p = p_scalar("axis", QNN_DATATYPE_INT_32);
+  p.scalarParam.int32Value = axis;
+  int in[2] = {table, ids};
+  return emit(L, "Gather", in, 2, out, &p, 1) < 0 ? -1 : out;
+}
+
+static int lower_rope(lower *L, const xpu_ir_node *n, int x, int pos, int out) {
+  Qnn_DataType_t dt = dt_of(L, x);
+  uint32_t r = rank_of(L, x), T = dims_of(L, x)[r - 3], D = dims_of(L, x)[r - 1];
+  uint32_t nr = n->iattr[1] ? (uint32_t)n->iattr[1] : D, half = nr / 2, mode = (uint32_t)n->iattr[0];
+  float base = n->fattr[0] != 0 ? n->fattr[0] : 10000.0f, fs = n->fattr[1] != 0 ? n->fattr[1] : 1.0f;
+  int ca = -1, sa = -1, cb = -1, sb = -1;
+  if (rope_tables(L, dt, D, nr, mode, base, fs, &ca, &sa, &cb, &sb) < 0) return -1;
+  /* a = pos / 64, b = pos - 64a: exact INT_32 arithmetic */
+  int split = cst_i32_scalar(L, QNN_ROPE_SPLIT);
+  int a = bin(L, "ElementWiseDivide", pos, split, -1);
+  int b = bin(L, "ElementWiseSubtract", pos, bin(L, "ElementWiseMultiply", a, split, -1), -1);
+  int cA = gather(L, ca, a, 0, -1), sA = gather(L, sa, a, 0, -1);
+  int cB = gather(L, cb, b, 0, -1), sB = gather(L, sb, b, 0, -1);
+  int c = bin(L, "ElementWiseSubtract", bin(L, "ElementWiseMultiply", cA, cB, -1), bin(L, "ElementWiseMultiply", sA, sB, -1), -1);
+  int sn = bin(L, "ElementWiseAdd", bin(L, "ElementWiseMultiply", sA, cB, -1), bin(L, "ElementWiseMultiply", cA, sB, -1), -1);
+  uint32_t cd[3] = {T, 1, D};
+  c = reshape(L, c, -1, 3, cd);
+  sn = reshape(L, sn, -1, 3, cd);
+  /* the pair partner of every dim, by a Gather on the last axis (no rank-5 view, no slices) */
+  int32_t *perm = own(L, (size_t)D * sizeof(int32_t));
+  if (!perm) return fail(L, "out of memory");
+  for (uint32_t d = 0; d < D; d++)
+    perm[d] = (int32_t)(d >= nr ? d : mode == 2 ? (d < half ? d + half : d - half) : (d ^ 1u));
+  int sw = gather(L, x, cst_i32(L, 1, &D, perm), (int32_t)(r - 1), -1);
+  return bin(L, "ElementWiseAdd", bin(L, "ElementWiseMultiply", x, c, -1), bin(L, "ElementWiseMultiply", sw, sn, -1), out);
+}
+
+/* K/V rows past the last visible key replaced by zeros with Select (which picks, so garbage, NaN
+ * included, never reaches the arithmetic): row j is kept iff j <= Tq - 1 + q_offset */
+static int zero_hidden_rows(lower *L, int qo, uint32_t Tq, uint32_t Tk, int *k, int *v) {
+  uint32_t dk11[3] = {Tk, 1, 1};
+  int last = bin(L, "ElementWiseAdd", cst_i32_scalar(L, (int32_t)Tq - 1), qo, -1);
+  int kvc = greater_equal(L, last, ramp(L, 3, dk11, Tk, Tk, 0), 3, dk11);
+  Qnn_DataType_t dt = dt_of(L, *k);
+  int zero = cst_scalar(L, dt, 0.0f);
+  int nk = select3(L, kvc, *k, zero, rank_of(L, *k), dims_of(L, *k));
+  int nv = select3(L, kvc, *v, zero, rank_of(L, *v), dims_of(L, *v));
+  if (nk < 0 || nv < 0) return -1;
+  *k = nk;
+  *v = nv;
+  return 0;
+}
+
+/* op set v2's tree mask as BOOL_8 [Tq, Tk]: with d = j - q_offset, key j is visible iff d < 0
+ * (the prefix), or 0 <= d < Tq and mask[i, d] != 0 (the tree block); keys at d >= Tq never are.
+ * mask[i, d] is read by a Gather along the mask's columns with d clamped into [0, Tq), all index
+ * arithmetic in INT_32; the picks are Selects on INT_32 0/1 values (the HTP selects no BOOL_8). */
+static int tree_visibility(lower *L, int mask, int qo, uint32_t Tq, uint32_t Tk) {
+  uint32_t d1k[2] = {1, Tk}, dqk[2] = {Tq, Tk};
+  int d = bin(L, "ElementWiseSubtract", ramp(L, 2, d1k, Tk, Tk, 0), qo, -1);
+  int lt0 = greater_equal(L, cst_i32_scalar(L, -1), d, 2, d1k);
+  int geq = greater_equal(L, d, cst_i32_scalar(L, (int32_t)Tq), 2, d1k);
+  int zero = cst_i32_scalar(L, 0), one = cst_i32_scalar(L, 1);
+  int idx = select3(L, lt0, zero, select3(L, geq, zero, d, 2, d1k), 2, d1k);
+  uint32_t dk = Tk;
+  int picked = gather(L, mask, reshape(L, idx, -1, 1, &dk), 1, -1); /* [Tq, Tk] of the mask's bytes */
+  int mb = tmp(L, QNN_DATATYPE_BOOL_8, 2, dqk);
+  if (picked < 0 || mb < 0 || emit(L, "Cast", &picked, 1, mb, NULL, 0) < 0) return -1; /* nonzero is true */
+  int mi = tmp(L, QNN_DATATYPE_INT_32, 2, dqk);
+  if (mi < 0 || emit(L, "Cast", &mb, 1, mi, NULL, 0) < 0) return -1;
+  int v = select3(L, lt0, one, select3(L, geq, zero, mi, 2, dqk), 2, dqk);
+  return greater_equal(L, v, one, 2, dqk);
+}
+
+static int lower_attention(lower *L, const xpu_ir_node *n, int q, int k, int v, int qo, int mask, int out) {
   Qnn_DataType_t dt = dt_of(L, q);
   uint32_t Tq = dims_of(L, q)[0], Hq = dims_of(L, q)[1], D = dims_of(L, q)[2];
   uint32_t Tk = dims_of(L, k)[0], Hkv = dims_of(L, k)[1], Dv = dims_of(L, v)[2];
@@ -503,9 +573,8 @@ static int lower_attention(lower *L, const xpu_ir_node *n, int q, int k, int v, 
   uint32_t len = Tk;
   k = cast(L, k, dt);
   v = cast(L, v, dt);
-  int cond = -1;
   if (causal && qo >= 0) {
-    if (runtime_masks(L, qo, R, Tq, Tk, &cond, &k, &v) < 0) return -1;
+    if (zero_hidden_rows(L, qo, Tq, Tk, &k, &v) < 0) return -1;
   } else if (causal && (int64_t)Tq + off < (int64_t)Tk) {
     /* keys past the last visible one are never read: a KV cache bound at full capacity may
      * hold anything (NaN included) there */
@@ -520,16 +589,18 @@ static int lower_attention(lower *L, const xpu_ir_node *n, int q, int k, int v, 
   int vt = transpose(L, v, -1, p102);
   int sc = matmul(L, qg, kt, -1, 1);
   int p;
-  if (causal && qo >= 0) {
-    const float big = dt == QNN_DATATYPE_FLOAT_16 ? 30000.0f : 1e30f;
-    p = softmax(L, select3(L, cond, sc, cst_scalar(L, dt, -big), 3, sd), -1, scale);
-    int keep = select3(L, cond, cst_scalar(L, dt, 1.0f), cst_scalar(L, dt, 0.0f), 2, rd);
-    p = bin(L, "ElementWiseMultiply", p, keep, -1); /* rows with no visible key give 0 */
+  if (mask >= 0) {
+    /* scores [Hkv, G*Tq, Tk] seen as [Hkv, G, Tq, Tk], so the [Tq, Tk] visibility broadcasts */
+    uint32_t s4[4] = {Hkv, G, Tq, len}, dqk[2] = {Tq, len};
+    int cond = tree_visibility(L, mask, qo, Tq, len);
+    int s = select3(L, cond, reshape(L, sc, -1, 4, s4), cst_scalar(L, dt, masked_score(L, scale)), 4, s4);
+    int p4 = bin(L, "ElementWiseMultiply", softmax(L, s, -1, scale), keep_of(L, cond, dt, 2, dqk), -1);
+    p = reshape(L, p4, -1, 3, sd); /* a row that sees no key gives 0 */
   } else if (causal) {
-    int add, keep;
-    if (masks(L, dt, 2, R, Tq, len, off, &add, &keep) < 0) return -1;
-    p = softmax(L, bin(L, "ElementWiseAdd", sc, add, -1), -1, scale);
-    if (keep >= 0) p = bin(L, "ElementWiseMultiply", p, keep, -1);
+    int empty;
+    int cond = visibility(L, R, Tq, len, qo >= 0 ? 0 : off, qo, &empty);
+    p = softmax(L, select3(L, cond, sc, cst_scalar(L, dt, masked_score(L, scale)), 3, sd), -1, scale);
+    if (empty) p = bin(L, "ElementWiseMultiply", p, keep_of(L, cond, dt, 2, rd), -1); /* no visible key: 0 */
   } else {
     p = softmax(L, sc, -1, scale);
   }
@@ -549,10 +620,10 @@ static int lower_gelu(lower *L, int x, int out) {
   return bin(L, "ElementWiseMultiply", x, sg, out);
 }
 
-static int check_ids(lower *L, const xpu_ir_node *n) {
+/* constant ids (GET_ROWS ids, ROPE positions) in [0, rows), checked once at prepare */
+static int check_ids(lower *L, const xpu_ir_node *n, int64_t rows) {
   const xpu_ir_graph *ir = L->cfg->ir;
   const xpu_ir_tensor *ids = &ir->tensors[n->inputs[1]];
-  int64_t rows = ir->tensors[n->inputs[0]].shape[0];
   if (ids->kind == XPU_TENSOR_CONST) { /* known now: check once */
     char msg[256];
     const int32_t *v = L->cfg->const_bytes(L->cfg->const_user, ids->const_buffer, ids->const_offset,
@@ -561,7 +632,7 @@ static int check_ids(lower *L, const xpu_ir_node *n) {
     for (int64_t i = 0; i < xpu_ir_numel(ids); i++) {
       int32_t id;
       memcpy(&id, (const uint8_t *)v + 4 * i, 4);
-      if (id < 0 || id >= rows) return fail(L, "GET_ROWS id %d outside [0, %lld)", id, (long long)rows);
+      if (id < 0 || id >= rows) return fail(L, "%s id %d outside [0, %lld)", xpu_op_name(n->op), id, (long long)rows);
     }
     return 0;
   }
@@ -601,59 +672,61 @@ static int lower_node(lower *L, uint32_t idx) {
     break;
   case XPU_OP_RMS_NORM: case XPU_OP_LAYER_NORM: {
     uint32_t k = dims_of(L, x)[rank_of(L, x) - 1], axis = rank_of(L, x) - 1, one = 1;
-    int ins[3] = {x, cst_fill(L, dt, k, 1.0f), n->op == XPU_OP_LAYER_NORM ? cst_fill(L, dt, k, 0.0f) : 0};
+    /* gamma and beta given explicitly: the HTP's RmsNorm/LayerNorm take in[0..2] */
+    int ins[3] = {x, cst_fill(L, dt, k, 1.0f), cst_fill(L, dt, k, 0.0f)};
     if (ins[1] < 0 || ins[2] < 0) return -1;
     Qnn_Param_t p[2];
     p[0] = p_f32("epsilon", n->fattr[0]);
     if (p_tensor(L, &p[1], "axes", QNN_DATATYPE_UINT_32, 1, &one, &axis) < 0) return -1;
-    r = emit(L, n->op == XPU_OP_RMS_NORM ? "RmsNorm" : "LayerNorm", ins, n->op == XPU_OP_LAYER_NORM ? 3 : 2, out,
-             p, 2);
+    r = emit(L, n->op == XPU_OP_RMS_NORM ? "RmsNorm" : "LayerNorm", ins, 3, out, p, 2);
     break;
   }
   case XPU_OP_SOFTMAX: r = lower_softmax(L, n, x, out); break;
   case XPU_OP_MATMUL: {
     int b = in[1];
-    uint32_t qa;
-    if (qnn_w8a8(L->cfg->ir, n, &qa)) {
-      /* W8A8: the NPU's fast path. Both operands stay SFIXED_POINT_8; the int32 accumulators
-       * carry scale_a * scale_b, so one Dequantize gives the float result */
-      int xq = irt(L, qa);
-      if (xq < 0) return -1;
-      float sc = L->ts[xq]->t.v1.quantizeParams.scaleOffsetEncoding.scale *
-                 L->ts[b]->t.v1.quantizeParams.scaleOffsetEncoding.scale;
-      int acc = mk(L, -1, QNN_TENSOR_TYPE_NATIVE, QNN_DATATYPE_SFIXED_POINT_32, sc, rank_of(L, out), dims_of(L, out), NULL);
-      r = op1(L, "Dequantize", matmul(L, xq, b, acc, 1), out, dt, 0, NULL);
-      break;
-    }
     if (dt_of(L, b) == QNN_DATATYPE_SFIXED_POINT_8)
       b = op1(L, "Dequantize", b, -1, dt, rank_of(L, b), dims_of(L, b));
     else
       b = cast(L, b, dt);
-    if (rank_of(L, x) == 1 || L->cfg->ir->tensors[n->inputs[0]].rank <= 1) { /* [K] as [1,K] -> [N] */
-      uint32_t d1k[2] = {1, dims_of(L, x)[0]};
-      int a2 = reshape(L, x, -1, 2, d1k);
-      r = reshape(L, matmul(L, a2, b, -1, 1), out, rank_of(L, out), dims_of(L, out));
+    if (rank_of(L, b) == 2) {
+      /* b [N, K] is FullyConnected's weight [m, n]: x read as [batch, K] -> [batch, N], reshaped
+       * back. FullyConnected wants in[0] of rank >= 2, so [K] goes in as [1, K]. */
+      uint32_t K = dims_of(L, x)[rank_of(L, x) - 1], N = dims_of(L, b)[0];
+      uint32_t batch = (uint32_t)(xpu_ir_numel(&L->cfg->ir->tensors[n->inputs[0]]) / K);
+      int a2 = x;
+      if (rank_of(L, x) < 2) {
+        uint32_t d1k[2] = {1, K};
+        a2 = reshape(L, x, -1, 2, d1k);
+      }
+      uint32_t fd[2] = {batch, N};
+      int same = rank_of(L, out) == 2 && dims_of(L, out)[0] == batch && dims_of(L, out)[1] == N;
+      int fo = same ? out : tmp(L, dt, 2, fd);
+      int fin[2] = {a2, b};
+      if (a2 < 0 || b < 0 || fo < 0 || emit(L, "FullyConnected", fin, 2, fo, NULL, 0) < 0) return -1;
+      r = same ? fo : reshape(L, fo, out, 0, NULL);
     } else {
-      r = matmul(L, x, b, out, 1);
+      r = matmul(L, x, b, out, 1); /* equal ranks and batch dims (qnn_node_check) */
     }
     break;
   }
-  case XPU_OP_ROPE: r = lower_rope(L, n, x, in[1], out); break;
-  case XPU_OP_ATTENTION: r = lower_attention(L, n, x, in[1], in[2], n->n_inputs > 3 ? in[3] : -1, out); break;
+  case XPU_OP_ROPE:
+    if (check_ids(L, n, QNN_ROPE_MAX_POS) < 0) return -1;
+    r = lower_rope(L, n, x, in[1], out);
+    break;
+  case XPU_OP_ATTENTION:
+    r = lower_attention(L, n, x, in[1], in[2], n->n_inputs > 3 ? in[3] : -1, n->n_inputs > 4 ? in[4] : -1, out);
+    break;
   case XPU_OP_GET_ROWS: {
-    if (check_ids(L, n) < 0) return -1;
+    if (check_ids(L, n, L->cfg->ir->tensors[n->inputs[0]].shape[0]) < 0) return -1;
     uint32_t d[QMAX_RANK], rk = 0;
     for (uint32_t i = 0; i < rank_of(L, in[1]); i++) d[rk++] = dims_of(L, in[1])[i];
     d[rk++] = dims_of(L, x)[1];
-    Qnn_Param_t p = p_scalar("axis", QNN_DATATYPE_INT_32);
-    p.scalarParam.int32Value = 0;
-    /* an I8 gather keeps the table's encoding: Gather moves bytes, it does not requantize */
+    /* an I8 gather keeps the table's encoding: Gather moves bytes, it does not requantize (the
+     * HTP supplement: input quantization must equal output quantization) */
     int g = dt == QNN_DATATYPE_FLOAT_32
                 ? out
                 : mk(L, -1, QNN_TENSOR_TYPE_NATIVE, dt, L->ts[x]->t.v1.quantizeParams.scaleOffsetEncoding.scale, rk, d, NULL);
-    if (g < 0) return -1;
-    int gin[2] = {x, in[1]};
-    if (emit(L, "Gather", gin, 2, g, &p, 1) < 0) return -1;
+    if (g < 0 || gather(L, x, in[1], 0, g) < 0) return -1;
     if (g != out)
       r = op1(L, dt == QNN_DATATYPE_SFIXED_POINT_8 ? "Dequantize" : "Cast", g, out, QNN_DATATYPE_FLOAT_32, 0, NULL);
     break;
@@ -664,7 +737,8 @@ static int lower_node(lower *L, uint32_t idx) {
   case XPU_OP_QUANTIZE: {
     /* xpu's I8 is symmetric [-127, 127]; QNN saturates at -128, so clamp first */
     int lo = cst_scalar(L, dt, -127.0f * n->fattr[0]);
-    r = op1(L, "Quantize", bin(L, "ElementWiseMaximum", x, lo, -1), out, dt, 0, NULL);
+    /* the HTP's Quantize (SDK 2.25) reads FLOAT_32 only */
+    r = op1(L, "Quantize", cast(L, bin(L, "ElementWiseMaximum", x, lo, -1), QNN_DATATYPE_FLOAT_32), out, dt, 0, NULL);
     break;
   }
   case XPU_OP_DEQUANTIZE: r = op1(L, "Dequantize", x, out, dt, 0, NULL); break;
@@ -709,6 +783,9 @@ void qnn_io_describe(const xpu_ir_graph *ir, qnn_io *io) {
       int64_t rows = ir->tensors[nd->inputs[0]].shape[0];
       if (nd->op == XPU_OP_GET_ROWS && nd->inputs[1] == t && (io[i].ids_rows == 0 || rows < io[i].ids_rows))
         io[i].ids_rows = rows;
+      /* ROPE positions index the cos/sin tables */
+      if (nd->op == XPU_OP_ROPE && nd->inputs[1] == t && (io[i].ids_rows == 0 || QNN_ROPE_MAX_POS < io[i].ids_rows))
+        io[i].ids_rows = QNN_ROPE_MAX_POS;
     }
   }
 }

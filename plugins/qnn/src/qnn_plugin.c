@@ -113,11 +113,11 @@ void device_name(char *buf, size_t cap) {
   else snprintf(buf, cap, "qnn backend %u (%.80s)", qnn_state.lib.backend_id, qnn_state.lib.provider);
 }
 
-int float_as_f16(void) { return qnn_state.lib.backend_id == QNN_BACKEND_ID_HTP; }
+int float_as_f16(void) { return qnn_state.lib.target == QNN_BACKEND_ID_HTP; }
 
 /* a client buffer is read in place by a backend on the host CPU (the emulator, libQnnCpu); the
  * HTP copies it over FastRPC, so there only fd (rpcmem) memory is shared without a copy */
-int host_import_zero_copy(void) { return qnn_state.lib.backend_id != QNN_BACKEND_ID_HTP; }
+int host_import_zero_copy(void) { return qnn_state.lib.target != QNN_BACKEND_ID_HTP; }
 
 static xpu_status device_info(uint32_t dev, xpu_device_info *out) {
   if (!out) return xpu_fail(&qnn_reg, 0, XPU_E_INVALID_ARG, "device_info: null output");
@@ -125,13 +125,13 @@ static xpu_status device_info(uint32_t dev, xpu_device_info *out) {
   const QnnInterfaceTable_t *f = qnn_state.lib.fn;
   xpu_device_info d;
   memset(&d, 0, sizeof d);
-  d.kind = qnn_state.lib.backend_id == QNN_BACKEND_ID_CPU ? XPU_DEVICE_CPU : XPU_DEVICE_NPU;
+  d.kind = qnn_state.lib.target == QNN_BACKEND_ID_CPU ? XPU_DEVICE_CPU : XPU_DEVICE_NPU;
   d.caps = XPU_CAP_ASYNC | XPU_CAP_STATIC_SHAPES | XPU_CAP_HOST_VISIBLE;
-  /* native half-precision arithmetic only where the provider computes floats in f16 (the HTP):
-   * the emulated provider and libQnnCpu compute in f32, so the cap would be a lie there */
+  /* half precision where floats are computed in f16: the HTP (and the emulator's HTP profile,
+   * which rounds every float to half); libQnnCpu and the CPU profile are FLOAT_32 only */
   if (float_as_f16()) d.caps |= XPU_CAP_FP16;
   if (host_import_zero_copy()) d.caps |= XPU_CAP_IMPORT_HOST;
-  if (qnn_state.lib.backend_id != QNN_BACKEND_ID_CPU) d.caps |= XPU_CAP_INT8;
+  if (qnn_state.lib.target != QNN_BACKEND_ID_CPU) d.caps |= XPU_CAP_INT8;
   if (f->contextGetBinarySize && f->contextGetBinary && f->contextCreateFromBinary && f->graphRetrieve)
     d.caps |= XPU_CAP_SERIALIZE;
   if (f->memRegister && f->memDeRegister) d.caps |= XPU_CAP_IMPORT_FD;
@@ -149,7 +149,7 @@ static xpu_status op_support(uint32_t dev, const xpu_op_query *q, uint32_t *verd
   xpu_op_query local;
   memset(&local, 0, sizeof local);
   memcpy(&local, q, q->struct_size < sizeof local ? q->struct_size : sizeof local);
-  *verdict = qnn_op_query(&local);
+  *verdict = qnn_op_query(&local, qnn_state.lib.target);
   return XPU_OK;
 }
 
@@ -207,7 +207,7 @@ static xpu_status graph_analyze(xpu_context ctx, const void *ir, uint64_t ir_siz
   for (uint32_t i = 0; i < g.header->n_nodes; i++) {
     xpu_node_verdict v;
     memset(&v, 0, sizeof v);
-    v.verdict = qnn_node_check(&g, i, float_as_f16(), &v.precision, v.reason, sizeof v.reason) ? XPU_VERDICT_YES
+    v.verdict = qnn_node_check(&g, i, qnn_state.lib.target, &v.precision, v.reason, sizeof v.reason) ? XPU_VERDICT_YES
                                                                                                  : XPU_VERDICT_NO;
     if (out[i].struct_size == 0) out[i].struct_size = sizeof v;
     XPU_COPY_OUT(&out[i], v);

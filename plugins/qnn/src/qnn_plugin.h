@@ -31,6 +31,11 @@ typedef struct qnn_plugin_state {
 } qnn_plugin_state;
 extern qnn_plugin_state qnn_state;
 
+/* rpcmem from libcdsprpc.so, loaded at run time (qnn_rpcmem.c) */
+int qnn_rpcmem_available(void);
+void *qnn_rpcmem_alloc(uint64_t size, int *fd);
+void qnn_rpcmem_free(void *p);
+
 typedef struct qctx {
   atomic_uint children;
 } qctx;
@@ -41,6 +46,7 @@ typedef struct qbuf {
   uint8_t *ptr;
   uint64_t size;
   int owned;         /* malloc'ed by us */
+  int rpcmem;        /* rpcmem_alloc'ed by us: fd is rpcmem_to_fd's (not ours to close), the HTP maps it */
   void *map_base;    /* fd import: our mapping */
   size_t map_len;
   int fd;            /* fd import: our dup, registered with QNN when a tensor starts at it */

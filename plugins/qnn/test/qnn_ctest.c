@@ -94,7 +94,7 @@ static void test_emulator(const char *path) {
   bad.v1.dataType = QNN_DATATYPE_FLOAT_64;
   CHECK(f->tensorCreateGraphTensor(g, &bad) != QNN_SUCCESS, "FLOAT_64 is not in the emulator's list");
   Qnn_Tensor_t ins[2] = {in, in};
-  CHECK(f->graphAddNode(g, op("Conv2d", ins, 1, &out)) == QNN_OP_ERROR_UNSUPPORTED, "unlisted op refused");
+  CHECK(f->graphAddNode(g, op("Conv2d", ins, 1, &out)) == QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "unlisted op refused");
   Qnn_Tensor_t wrong = tensor(QNN_TENSOR_TYPE_APP_READ, 2, d32, NULL, 0);
   wrong.v1.id = out.v1.id;
   CHECK(f->graphAddNode(g, op("ElementWiseAdd", ins, 2, &wrong)) != QNN_SUCCESS, "node with a mis-described output");
@@ -433,11 +433,12 @@ static void test_attention(int off_input, int OFF) {
   api->buffer_release(ob);
 }
 
-/* I8 weights, GET_ROWS from an fd-imported table, QUANTIZE round trip, and the id check */
+/* GET_ROWS from an fd-imported table, the QUANTIZE/DEQUANTIZE round trip through SFIXED_POINT_8,
+ * and the id check. The table is F32: the CPU backend's Gather takes no SFIXED_POINT_8. */
 static void test_int8_and_fd(const char *stats) {
   enum { R = 5, K = 4, NI = 3 };
-  int8_t table[R * K];
-  for (int i = 0; i < R * K; i++) table[i] = (int8_t)(i * 13 - 120);
+  float table[R * K];
+  for (int i = 0; i < R * K; i++) table[i] = (float)(i * 13 - 120) * 0.05f;
   const float scale = 0.05f;
   int fd = memfd_create("qnn-table", 0);
   CHECK(fd >= 0 && ftruncate(fd, sizeof table) == 0 && write(fd, table, sizeof table) == (ssize_t)sizeof table, "memfd");
@@ -452,7 +453,7 @@ static void test_int8_and_fd(const char *stats) {
   int32_t ids[NI] = {4, 0, 2};
   float x[NI * K], want_rows[NI * K], want_q[NI * K], got[NI * K];
   for (int i = 0; i < NI; i++)
-    for (int k = 0; k < K; k++) want_rows[i * K + k] = scale * table[ids[i] * K + k];
+    for (int k = 0; k < K; k++) want_rows[i * K + k] = table[ids[i] * K + k];
   for (int i = 0; i < NI * K; i++) {
     x[i] = (float)i * 0.37f - 3.0f;
     float qv = roundf(x[i] / scale);
@@ -461,13 +462,13 @@ static void test_int8_and_fd(const char *stats) {
   }
   xpu_irb b = {0};
   int64_t st[2] = {R, K}, si[1] = {NI}, so[2] = {NI, K};
-  uint32_t tt = xpu_irb_tensor(&b, XPU_DT_I8, XPU_TENSOR_INPUT, 2, st);
+  uint32_t tt = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 2, st);
   uint32_t ti = xpu_irb_tensor(&b, XPU_DT_I32, XPU_TENSOR_INPUT, 1, si);
   uint32_t tx = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_INPUT, 2, so);
   uint32_t tr = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 2, so);
   uint32_t tq = xpu_irb_tensor(&b, XPU_DT_I8, XPU_TENSOR_VALUE, 2, so);
   uint32_t td = xpu_irb_tensor(&b, XPU_DT_F32, XPU_TENSOR_VALUE, 2, so);
-  xpu_irb_node(&b, XPU_OP_GET_ROWS, tr, 2, (const uint32_t[]){tt, ti})->fattr[0] = scale;
+  xpu_irb_node(&b, XPU_OP_GET_ROWS, tr, 2, (const uint32_t[]){tt, ti});
   xpu_irb_node(&b, XPU_OP_QUANTIZE, tq, 1, (const uint32_t[]){tx})->fattr[0] = scale;
   xpu_irb_node(&b, XPU_OP_DEQUANTIZE, td, 1, (const uint32_t[]){tq})->fattr[0] = scale;
   xpu_irb_output(&b, tr);
@@ -477,7 +478,7 @@ static void test_int8_and_fd(const char *stats) {
   xpu_buffer outs[2] = {buf_with(NULL, sizeof got), buf_with(NULL, sizeof got)};
   CHECK(run_graph(&b, NULL, 0, ins, outs, NULL) == XPU_OK, "int8 graph: %s %s", lasterr(ctx), run_err);
   api->buffer_read(outs[0], 0, got, sizeof got);
-  CHECK(max_err(got, want_rows, NI * K) == 0, "GET_ROWS of an fd-imported I8 table max err %g",
+  CHECK(max_err(got, want_rows, NI * K) == 0, "GET_ROWS of an fd-imported table max err %g",
         max_err(got, want_rows, NI * K));
   CHECK(count_stats(stats, "memRegister ") == regs + 1, "the fd table was registered with memRegister (%d)",
         count_stats(stats, "memRegister ") - regs);
@@ -587,10 +588,77 @@ static void test_lifecycle(void) {
   free(blob);
 }
 
+/* the emulator's HTP profile: graph configs, the op-support table, FP16 storage, the real error
+ * codes (QnnCommon.h / QnnGraph.h numbering) */
+static void test_emulator_htp(const char *path) {
+  void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  CHECK(dl, "dlopen %s: %s", path, dlerror());
+  if (!dl) return;
+  QnnInterfaceGetProvidersFn_t get = (QnnInterfaceGetProvidersFn_t)dlsym(dl, QNN_GET_PROVIDERS_SYMBOL);
+  const QnnInterface_t **list = NULL;
+  uint32_t n = 0;
+  CHECK(get && get(&list, &n) == QNN_SUCCESS && n == 1, "getProviders");
+  CHECK(strstr(list[0]->providerName, "XPU_QNN_EMULATOR/HTP") != NULL, "HTP profile named: %s", list[0]->providerName);
+  const QnnInterfaceTable_t *f = &list[0]->v2_18;
+  Qnn_BackendHandle_t be;
+  Qnn_ContextHandle_t ctx;
+  Qnn_GraphHandle_t g0, g32, g;
+  CHECK(f->backendCreate(NULL, NULL, &be) == QNN_SUCCESS && f->contextCreate(be, NULL, NULL, &ctx) == QNN_SUCCESS, "create");
+  QnnHtpGraph_CustomConfig_t hc = {.option = QNN_HTP_GRAPH_CONFIG_OPTION_PRECISION, .precision = QNN_PRECISION_FLOAT32};
+  QnnGraph_Config_t gc = {.option = QNN_GRAPH_CONFIG_OPTION_CUSTOM, .customConfig = &hc};
+  const QnnGraph_Config_t *cl[] = {&gc, NULL};
+  CHECK(f->graphCreate(ctx, "f32", cl, &g32) == QNN_COMMON_ERROR_NOT_SUPPORTED, "FLOAT32 precision is refused (1000)");
+  hc.precision = QNN_PRECISION_FLOAT16;
+  QnnHtpGraph_CustomConfig_t vt = {.option = QNN_HTP_GRAPH_CONFIG_OPTION_VTCM_SIZE_IN_MB, .vtcmSizeInMB = 8};
+  QnnHtpGraph_CustomConfig_t hv = {.option = QNN_HTP_GRAPH_CONFIG_OPTION_NUM_HVX_THREADS, .numHvxThreads = 4};
+  QnnGraph_Config_t gv = {.option = QNN_GRAPH_CONFIG_OPTION_CUSTOM, .customConfig = &vt};
+  QnnGraph_Config_t gh = {.option = QNN_GRAPH_CONFIG_OPTION_CUSTOM, .customConfig = &hv};
+  const QnnGraph_Config_t *cl16[] = {&gc, &gv, &gh, NULL};
+  CHECK(f->graphCreate(ctx, "g", cl16, &g) == QNN_SUCCESS, "FP16 precision, VTCM and HVX threads accepted");
+  CHECK(f->graphCreate(ctx, "noprec", NULL, &g0) == QNN_SUCCESS, "graph without configs");
+  uint32_t d23[2] = {2, 3}, d5[5] = {1, 1, 2, 1, 3};
+  Qnn_Tensor_t in0 = tensor(QNN_TENSOR_TYPE_APP_WRITE, 2, d23, NULL, 0), out0 = tensor(QNN_TENSOR_TYPE_APP_READ, 2, d23, NULL, 0);
+  CHECK(f->tensorCreateGraphTensor(g0, &in0) == QNN_SUCCESS && f->tensorCreateGraphTensor(g0, &out0) == QNN_SUCCESS, "t0");
+  Qnn_Tensor_t i0[2] = {in0, in0};
+  CHECK(f->graphAddNode(g0, op("ElementWiseAdd", i0, 2, &out0)) == QNN_GRAPH_ERROR_INVALID_OP_CONFIG &&
+            f->errorGetMessage && 1,
+        "a float node in a graph without PRECISION = FLOAT16 is refused (6005)");
+  Qnn_Tensor_t in = tensor(QNN_TENSOR_TYPE_APP_WRITE, 2, d23, NULL, 0), out = tensor(QNN_TENSOR_TYPE_APP_READ, 2, d23, NULL, 0);
+  Qnn_Tensor_t sin5 = tensor(QNN_TENSOR_TYPE_APP_WRITE, 5, d5, NULL, 0), r5 = tensor(QNN_TENSOR_TYPE_NATIVE, 5, d5, NULL, 0);
+  CHECK(f->tensorCreateGraphTensor(g, &in) == QNN_SUCCESS && f->tensorCreateGraphTensor(g, &out) == QNN_SUCCESS &&
+            f->tensorCreateGraphTensor(g, &sin5) == QNN_SUCCESS && f->tensorCreateGraphTensor(g, &r5) == QNN_SUCCESS,
+        "tensors");
+  CHECK(f->graphAddNode(g, op("ElementWiseSin", &sin5, 1, &r5)) == QNN_GRAPH_ERROR_INVALID_OP_CONFIG,
+        "rank-5 ElementWiseSin refused (HTP: max rank 4)");
+  Qnn_Tensor_t ins[2] = {in, in};
+  CHECK(f->graphAddNode(g, op("ElementWiseAdd", ins, 2, &out)) == QNN_SUCCESS, "FP16-graph Add");
+  CHECK(f->graphExecute(g, &in, 1, &out, 1, NULL, NULL) == QNN_GRAPH_ERROR_GRAPH_NOT_FINALIZED, "6023 before finalize");
+  CHECK(f->graphFinalize(g, NULL, NULL) == QNN_SUCCESS, "finalize");
+  CHECK(f->graphAddNode(g, op("ElementWiseAdd", ins, 2, &out)) == QNN_GRAPH_ERROR_GRAPH_FINALIZED, "6024 after finalize");
+  float x[6] = {1.0001f, 2.0f, 3.14159265f, -0.1f, 65504.0f, 1e-3f}, y[6];
+  in.v1.clientBuf = (Qnn_ClientBuffer_t){x, sizeof x};
+  out.v1.clientBuf = (Qnn_ClientBuffer_t){y, sizeof y};
+  CHECK(f->graphExecute(g, &in, 1, &out, 1, NULL, NULL) == QNN_SUCCESS, "execute");
+  CHECK(y[0] == 2.0f && y[2] == 6.28125f && isinf(y[4]), "FP16 arithmetic: x+x of 1.0001 is %g, of pi %g, of 65504 %g",
+        y[0], y[2], y[4]);
+  Qnn_Tensor_t wrong = in;
+  wrong.v1.rank = 1;
+  CHECK(f->graphExecute(g, &wrong, 1, &out, 1, NULL, NULL) == QNN_GRAPH_ERROR_INVALID_TENSOR, "6004 for a reshaped input");
+  CHECK(f->contextFree(ctx, NULL) == QNN_SUCCESS && f->backendFree(be) == QNN_SUCCESS, "free");
+}
+
 int main(int argc, char **argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: %s <libxpu-qnn.so> <libQnnXpuEmu.so>\n", argv[0]);
     return 2;
+  }
+  /* XPU_QNN_EMU_PROFILE=htp: the emulator's HTP rules only (the plugin's HTP lowering is checked by
+   * conformance and the Go tests); otherwise (cpu) everything below against f32 references */
+  const char *prof = getenv("XPU_QNN_EMU_PROFILE");
+  if (!prof || strcmp(prof, "cpu") != 0) {
+    test_emulator_htp(argv[2]);
+    if (failures) fprintf(stderr, "qnn_ctest (htp profile): %d failures\n", failures);
+    return failures ? 1 : 0;
   }
   test_emulator(argv[2]);
 
@@ -616,7 +684,7 @@ int main(int argc, char **argv) {
   CHECK(api->device_count(&n) == XPU_OK && n == 1, "one device");
   CHECK(api->device_info(0, &di) == XPU_OK && strcmp(di.name, "qnn (emulated provider)") == 0, "device name: %s", di.name);
   CHECK((di.caps & XPU_CAP_EMULATED) && (di.caps & XPU_CAP_STATIC_SHAPES) && (di.caps & XPU_CAP_SERIALIZE) &&
-            (di.caps & XPU_CAP_IMPORT_FD) && di.kind == XPU_DEVICE_NPU,
+            (di.caps & XPU_CAP_IMPORT_FD) && di.kind == XPU_DEVICE_CPU,
         "caps 0x%llx", (unsigned long long)di.caps);
   CHECK(api->context_create(0, NULL, &ctx) == XPU_OK, "context_create: %s", lasterr(0));
 
