@@ -39,10 +39,26 @@ func decode(dt core.DType, b []byte, scale float32) ([]float64, error) {
 	return out, nil
 }
 
+// f16MinNormal is binary16's smallest normal value: below it, half precision has no relative
+// accuracy left to judge.
+const f16MinNormal = 6.103515625e-05
+
+// nmseFloor is the resolution NMSE's denominator is floored at for an output of dtype dt judged
+// at precision prec: f16's smallest normal where the values pass through half precision, else 0.
+// Without it a reference that is itself subnormal in f16 (GELU of a large negative scalar,
+// 6e-8) makes any half-precision answer, even the exact-as-possible 0, an NMSE of 1.
+func nmseFloor(dt core.DType, prec string) float64 {
+	if dt == core.F16 || prec == core.PrecF16.String() {
+		return f16MinNormal
+	}
+	return 0
+}
+
 // compareValues measures got against want. NaN/Inf parity is checked element by element:
 // non-finite values where the reference is finite, or a different non-finite value, are
-// reported in nonFinite and left out of NMSE and max-abs.
-func compareValues(got, want []float64, exact bool) metrics {
+// reported in nonFinite and left out of NMSE and max-abs. NMSE's denominator is at least
+// n·floor² (see nmseFloor).
+func compareValues(got, want []float64, exact bool, floor float64) metrics {
 	var m metrics
 	var num, den float64
 	for i := range want {
@@ -76,6 +92,7 @@ func compareValues(got, want []float64, exact bool) metrics {
 		}
 		m.peak = max(m.peak, math.Abs(w))
 	}
+	den = max(den, float64(len(want))*floor*floor)
 	if den > 0 {
 		m.nmse = num / den
 	} else {

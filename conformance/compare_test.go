@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/xpuhub/xpu/core"
 )
 
 func TestCompareAndJudge(t *testing.T) {
@@ -36,7 +38,7 @@ func TestCompareAndJudge(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			res := CaseResult{Status: StatusPass}
-			m := compareValues(tt.got, tt.want, tt.th.Exact())
+			m := compareValues(tt.got, tt.want, tt.th.Exact(), 0)
 			judge(&res, "out", m, tt.got, tt.want, tt.th)
 			assert.Equal(t, tt.cat, res.Category, "errors: %v", res.Errors)
 			if tt.cat == CatNone {
@@ -68,4 +70,30 @@ func TestCaseNamesAreUniqueAndSeeded(t *testing.T) {
 	assert.Equal(t, a.Uint64(), b.Uint64(), "same name and seed, same inputs")
 	assert.NotEqual(t, caseRand("ADD(x)", 1).Uint64(), caseRand("ADD(x)", 2).Uint64())
 	assert.NotEqual(t, caseRand("ADD(x)", 1).Uint64(), caseRand("ADD(y)", 1).Uint64())
+}
+
+// The f16 resolution floor: a reference that is subnormal in f16 cannot fail a half-precision
+// answer by NMSE, but a normal-range error still fails.
+func TestNMSEFloor(t *testing.T) {
+	loose := Threshold{NMSE: 1e-4, MaxAbs: 4e-3}
+	tests := []struct {
+		name      string
+		got, want []float64
+		floor     float64
+		cat       Category
+	}{
+		{"subnormal reference, no floor", []float64{0}, []float64{6e-8}, 0, CatMismatch},
+		{"subnormal reference, f16 floor", []float64{0}, []float64{6e-8}, nmseFloor(core.F16, "default"), CatNone},
+		{"f16 precision floors an f32 output", []float64{0}, []float64{6e-8}, nmseFloor(core.F32, "f16"), CatNone},
+		{"f32 at f32 precision has no floor", []float64{0}, []float64{6e-8}, nmseFloor(core.F32, "f32"), CatMismatch},
+		{"floor keeps normal-range errors", []float64{0.5}, []float64{0.49}, f16MinNormal, CatMismatch},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := CaseResult{Status: StatusPass}
+			m := compareValues(tt.got, tt.want, false, tt.floor)
+			judge(&res, "out", m, tt.got, tt.want, loose)
+			assert.Equal(t, tt.cat, res.Category, "%v", res.Errors)
+		})
+	}
 }

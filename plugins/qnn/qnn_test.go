@@ -82,34 +82,18 @@ func emulated(tb testing.TB, b core.Backend) {
 	}
 }
 
-// fp16Limits are the cases (seed 0) where the HTP profile's FP16 storage misses a tolerance row
-// that was calibrated on backends with f32 inputs: one-element tensors whose error is a
-// cancellation of half-rounded inputs (SUB) or tail rounding through GELU's composition. A phone
-// computes the same way, so they stay listed in plugins/qnn/README.md and may fail only as a
-// value mismatch; any other failure fails the test.
-var fp16Limits = map[string]bool{
-	"GELU(dtype=f32,shape=[])":   true,
-	"SUB(dtype=f32,a=[1],b=[1])": true,
-}
-
 func TestConformance(t *testing.T) {
 	b := openBackend(t)
 	rep, err := conformance.Run(context.Background(), b, conformance.WithPlugin(abi.PluginOf(b)))
 	require.NoError(t, err)
-	htp := b.Devices()[0].Info().Caps.Has(core.CapFP16)
-	known := 0
 	for _, c := range rep.Cases {
 		if c.Status != conformance.StatusFail {
 			continue
 		}
-		if htp && fp16Limits[c.Name] && c.Category == "mismatch" {
-			known++
-			t.Logf("known FP16 limit: %s %v", c.Name, c.Errors)
-			continue
-		}
 		t.Errorf("%s: %s %v", c.Name, c.Category, c.Errors)
 	}
-	assert.Equal(t, known, rep.Failed, "only the listed FP16 limits may fail")
+	assert.Zero(t, rep.Failed)
+	htp := b.Devices()[0].Info().Caps.Has(core.CapFP16)
 	least := 300 // the HTP profile; the CPU backend takes no F16 and moves no SFIXED_POINT_8
 	if !htp {
 		least = 150
