@@ -69,7 +69,11 @@ func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return fail(err)
 	}
 	t0 := time.Now()
-	sum, err := llm.QuantizeModel(ctx, tmp, f, recipe, opts...)
+	err = tmp.Chmod(0o644) // CreateTemp's 0600 would make the model private to its writer
+	var sum llm.QuantizeSummary
+	if err == nil {
+		sum, err = llm.QuantizeModel(ctx, tmp, f, recipe, opts...)
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
