@@ -52,7 +52,7 @@ func TestFromGGUFErrors(t *testing.T) {
 		{"bad scores", []gguf.KeyValue{kv("tokenizer.ggml.model", "llama"), kv("tokenizer.ggml.tokens", []string{"a"}),
 			kv("tokenizer.ggml.scores", []string{"x"})}, "scores"},
 		{"unknown pre", []gguf.KeyValue{kv("tokenizer.ggml.model", "gpt2"), kv("tokenizer.ggml.tokens", []string{"a"}),
-			kv("tokenizer.ggml.pre", "falcon")}, `"falcon"`},
+			kv("tokenizer.ggml.pre", "falcon-9")}, `"falcon-9"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ package tokenizer
 
 import (
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -39,8 +40,11 @@ type Vocab struct {
 	Scores []float32 // SentencePiece merge priority (higher first)
 	Types  []int32   // per token; nil means all normal
 	Merges []string  // BPE merges "a b", best first
-	// Pre names the BPE pre-tokenizer (tokenizer.ggml.pre): "llama-bpe", "qwen2", "default".
-	Pre            string
+	// Pre names the BPE pre-tokenizer (tokenizer.ggml.pre), one of PreTokenizers().
+	Pre string
+	// RegexPre runs the pre-tokenizer's published regexes even where a faster hand-written
+	// splitter exists (for tests and benchmarks: both give the same pieces).
+	RegexPre       bool
 	BOS, EOS, UNK  int32 // -1 when absent
 	AddBOS         bool
 	AddSpacePrefix bool    // SentencePiece dummy prefix
@@ -54,7 +58,9 @@ type Tokenizer struct {
 	bytes   [256]int32 // byte-fallback (SentencePiece) or byte-level (BPE) token of each byte
 	ranks   map[[2]string]int
 	special []string // control and user-defined tokens matched literally in text, longest first
-	pre     preTokenizer
+	pre     splitter
+	// ignoreMerges: a pre-token found whole in the vocabulary is one token (Llama 3, Tekken).
+	ignoreMerges bool
 }
 
 // New validates a vocabulary and builds the lookup tables.
@@ -110,11 +116,11 @@ func New(v Vocab) (*Tokenizer, error) {
 				t.ranks[[2]string{a, b}] = r
 			}
 		}
-		pre, err := newPreTokenizer(v.Pre)
+		pre, fam, err := newPreTokenizer(v.Pre, v.RegexPre)
 		if err != nil {
 			return nil, err
 		}
-		t.pre = pre
+		t.pre, t.ignoreMerges = pre, fam.ignoreMerges
 	default:
 		return nil, fmt.Errorf("tokenizer: kind %d: %w", v.Kind, core.ErrUnsupported)
 	}
@@ -124,12 +130,22 @@ func New(v Vocab) (*Tokenizer, error) {
 // FromGGUF builds the tokenizer described by a file's tokenizer.ggml.* metadata.
 func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	v := Vocab{BOS: -1, EOS: -1, UNK: -1}
+	noBOS := false
 	model := str(f, "tokenizer.ggml.model")
 	switch model {
 	case "llama":
 		v.Kind, v.AddBOS, v.AddSpacePrefix = SentencePiece, true, true
 	case "gpt2":
 		v.Kind, v.Pre = BPE, str(f, "tokenizer.ggml.pre")
+		fam, err := lookupPre(v.Pre)
+		if err != nil {
+			return nil, err
+		}
+		if v.Pre == "" {
+			slog.Warn("tokenizer: the file names no tokenizer.ggml.pre; using llama.cpp's default pre-tokenizer, which may not be the model's")
+		}
+		v.AddBOS = fam.addBOS
+		noBOS = fam.noBOS
 	case "":
 		return nil, fmt.Errorf("tokenizer: the file has no tokenizer.ggml.model: %w", core.ErrNotFound)
 	default:
@@ -187,6 +203,9 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	}
 	if idErr != nil {
 		return nil, idErr
+	}
+	if noBOS {
+		v.BOS = -1
 	}
 	// llama.cpp also ends generation on the end-of-turn tokens of chat vocabularies, which the
 	// metadata often does not name.
@@ -257,19 +276,18 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 	if addSpecial && t.v.AddBOS && t.v.BOS >= 0 {
 		out = append(out, t.v.BOS)
 	}
-	first := true
+	// Special tokens cut the text into pieces encoded on their own; SentencePiece's dummy
+	// space goes before each, as llama.cpp and Hugging Face's (legacy) Llama tokenizer do.
 	for len(text) > 0 {
 		pos, sp := t.nextSpecial(text)
 		if pos > 0 {
-			out = t.encodeText(out, text[:pos], first)
-			first = false
+			out = t.encodeText(out, text[:pos])
 		}
 		if sp == "" {
 			break
 		}
 		out = append(out, t.index[sp])
 		text = text[pos+len(sp):]
-		first = false
 	}
 	return out
 }
@@ -286,9 +304,9 @@ func (t *Tokenizer) nextSpecial(s string) (int, string) {
 	return best, bestTok
 }
 
-func (t *Tokenizer) encodeText(out []int32, text string, first bool) []int32 {
+func (t *Tokenizer) encodeText(out []int32, text string) []int32 {
 	if t.v.Kind == SentencePiece {
-		return t.encodeSPM(out, text, first)
+		return t.encodeSPM(out, text)
 	}
 	for _, word := range t.pre.split(text) {
 		out = t.encodeBPEWord(out, word)
