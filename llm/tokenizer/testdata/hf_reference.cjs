@@ -2,7 +2,9 @@
 // the tokenizer code of transformers.js). Reads a JSON request on stdin:
 //   {"npm": "<build/npm>", "jobs": [{"name", "tokenizer", "config", "pre": [regex...]|null,
 //     "ignore_merges": bool|null, "texts": [...]}]}
-// and writes {"<name>": [[ids of text 0], ...], ...} on stdout. "pre" replaces the file's
+// and writes {"<name>": {"ids": [[ids of text 0], ...], "ranks": [...]}, ...} on stdout, where
+// ranks (with "ranks": true in the job) gives each token id the rank of the first merge that
+// makes it, or -1: the order a SentencePiece model's scores give. "pre" replaces the file's
 // pre-tokenizer by those regexes in turn (Split, Isolated) and byte-level mapping, so one
 // vocabulary can check every pre-tokenizer family.
 const fs = require("fs");
@@ -20,7 +22,7 @@ function load(job) {
     const json = JSON.parse(fs.readFileSync(job.tokenizer, "utf8"));
     const config = job.config ? JSON.parse(fs.readFileSync(job.config, "utf8")) : {};
     const tok = new hf.Tokenizer(json, config);
-    built.set(job.tokenizer, { tok, normalizer: tok.normalizer, pre: tok.pre_tokenizer, ignore: tok.model.ignore_merges });
+    built.set(job.tokenizer, { tok, json, normalizer: tok.normalizer, pre: tok.pre_tokenizer, ignore: tok.model.ignore_merges });
   }
   return built.get(job.tokenizer);
 }
@@ -44,6 +46,16 @@ for (const job of req.jobs) {
   }
   if (job.ignore_merges !== null && job.ignore_merges !== undefined) tok.model.ignore_merges = job.ignore_merges;
   tok.model.clear_cache(); // its cache holds words encoded under the previous job's settings
-  out[job.name] = job.texts.map((t) => tok.encode(t, { add_special_tokens: false }).ids);
+  const res = { ids: job.texts.map((t) => tok.encode(t, { add_special_tokens: false }).ids), ranks: null };
+  if (job.ranks) {
+    const vocab = b.json.model.vocab;
+    res.ranks = new Array(Object.keys(vocab).length).fill(-1);
+    b.json.model.merges.forEach((m, r) => {
+      const [x, y] = Array.isArray(m) ? m : m.split(" ", 2);
+      const id = vocab[x + y];
+      if (id !== undefined && res.ranks[id] < 0) res.ranks[id] = r;
+    });
+  }
+  out[job.name] = res;
 }
 process.stdout.write(JSON.stringify(out));
