@@ -86,10 +86,11 @@ func isPunct(r rune) bool { return !isS(r) && !isL(r) && !isN(r) }
 // split applies the pattern's alternatives in order at each position, as a regex engine would.
 func (p handSplitter) split(text string) []string {
 	rs := []rune(text)
+	off := runeOffsets(text, len(rs)) // cut text itself: bytes that are not UTF-8 stay as they are
 	var out []string
 	for i := 0; i < len(rs); {
 		n := p.match(rs, i)
-		out = append(out, string(rs[i:i+n]))
+		out = append(out, text[off[i]:off[i+n]])
 		i += n
 	}
 	return out

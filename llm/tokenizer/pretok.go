@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/dlclark/regexp2"
 
@@ -33,7 +35,9 @@ const (
 	// range in its tokenizer.json. Non-ASCII characters are escaped in these patterns because some
 	// (U+1F7D, U+2126, U+212A) are not in normal form and an editor may silently normalize them.
 	patDeepSeekLetters = "\\s?[A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af\u0370-\u0373\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5\u03f7-\u0481\u048a-\u052f\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc\u2102\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3\ua640-\ua66d\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06\ufb13-\ufb17\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2\U000118a0-\U000118df\U0001e900-\U0001e943]+"
-	patDeepSeekV3      = `[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_` + "`" + `{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	// SuperBPE: zero-width cuts that group a digit run in threes from the right.
+	patThousands  = `(?=(\d{3})+(?!\d))`
+	patDeepSeekV3 = `[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_` + "`" + `{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 )
 
 // preFamily is one BPE pre-tokenizer: the regexes applied in turn (each splits every piece the
@@ -79,7 +83,7 @@ var preFamilies = []preFamily{
 	{names: []string{"gpt-4o", "llama4"}, regexes: []string{patGPT4o}},
 	{names: []string{"chameleon"}, regexes: []string{`<sentinel:[0-9]+>`, `(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z`,
 		`([\t\n]|    |  )`, `\p{N}`, "[\\p{P}!-/:-@\\[-`{-~]", patGPT2}, addBOS: true},
-	{names: []string{"superbpe"}, regexes: []string{`\p{N}+`, `(?=(\d{3})+(?!\d))`}},
+	{names: []string{"superbpe"}, regexes: []string{`\p{N}+`, patThousands}},
 }
 
 // PreTokenizers lists the tokenizer.ggml.pre values this package supports, sorted.
@@ -122,66 +126,122 @@ type splitter interface {
 // server. On timeout the rest of the piece stays whole (still a valid, if longer, tokenization).
 const regexMatchTimeout = 2 * time.Second
 
+// splitStep cuts the piece rs[p[0]:p[1]] into rune ranges appended to out.
+type splitStep func(rs []rune, p [2]int, out [][2]int) [][2]int
+
+// handSteps replace a regex whose backtracking is quadratic on long inputs by an equivalent
+// step: the lookahead of patThousands rescans the rest of a digit run at every position, so a
+// 16,000-digit number took 45 s (no single search reaches the match timeout).
+var handSteps = map[string]splitStep{patThousands: splitThousands}
+
 // regexSplitter runs a family's regexes in turn.
 type regexSplitter struct {
-	res []*regexp2.Regexp
+	steps []splitStep
 }
 
-func newRegexSplitter(pats []string) (*regexSplitter, error) {
+// newRegexSplitter compiles pats; with hand, a pattern that has a hand-written step runs that.
+func newRegexSplitter(pats []string, hand bool) (*regexSplitter, error) {
 	s := &regexSplitter{}
 	for _, p := range pats {
+		if h, ok := handSteps[p]; ok && hand {
+			s.steps = append(s.steps, h)
+			continue
+		}
 		re, err := regexp2.Compile(p, regexp2.None)
 		if err != nil {
 			return nil, fmt.Errorf("tokenizer: pre-tokenizer regex %q: %w", p, err)
 		}
 		re.MatchTimeout = regexMatchTimeout
-		s.res = append(s.res, re)
+		s.steps = append(s.steps, func(rs []rune, p [2]int, out [][2]int) [][2]int {
+			return splitIsolated(re, rs, p, out)
+		})
 	}
 	return s, nil
 }
 
+// splitThousands is patThousands: a zero-width cut before every position where the run of
+// decimal digits (\d: Unicode Nd) that starts there has a length that is a multiple of 3.
+func splitThousands(rs []rune, p [2]int, out [][2]int) [][2]int {
+	last := p[0]
+	run := 0 // length of the digit run starting at i, computed right to left
+	cuts := make([]int, 0, 4)
+	for i := p[1] - 1; i >= p[0]; i-- {
+		if unicode.IsDigit(rs[i]) {
+			run++
+			if run%3 == 0 && i > p[0] {
+				cuts = append(cuts, i)
+			}
+		} else {
+			run = 0
+		}
+	}
+	for k := len(cuts) - 1; k >= 0; k-- {
+		out = append(out, [2]int{last, cuts[k]})
+		last = cuts[k]
+	}
+	return append(out, [2]int{last, p[1]})
+}
+
 func (s *regexSplitter) split(text string) []string {
-	pieces := [][]rune{[]rune(text)}
-	for _, re := range s.res {
-		var next [][]rune
+	// The regexes run on runes; pieces are cut from text at the matching byte offsets, so
+	// bytes that are not UTF-8 (each one rune U+FFFD to the regexes) come out unchanged.
+	rs := []rune(text)
+	off := runeOffsets(text, len(rs))
+	pieces := [][2]int{{0, len(rs)}}
+	for _, step := range s.steps {
+		var next [][2]int
 		for _, p := range pieces {
-			next = splitIsolated(re, p, next)
+			next = step(rs, p, next)
 		}
 		pieces = next
 	}
 	out := make([]string, len(pieces))
 	for i, p := range pieces {
-		out[i] = string(p)
+		out[i] = text[off[p[0]]:off[p[1]]]
 	}
 	return out
 }
 
-// splitIsolated appends to out the matches of re in p and the non-empty text between them.
-func splitIsolated(re *regexp2.Regexp, p []rune, out [][]rune) [][]rune {
+// runeOffsets returns the byte offset of each of the n runes of text, and len(text) last.
+func runeOffsets(text string, n int) []int {
+	off := make([]int, 0, n+1)
+	for i := 0; i < len(text); {
+		off = append(off, i)
+		_, w := utf8.DecodeRuneInString(text[i:])
+		i += w
+	}
+	return append(off, len(text))
+}
+
+// splitIsolated appends to out the matches of re in the piece rs[p[0]:p[1]] and the non-empty
+// text between them, as rune ranges of rs.
+func splitIsolated(re *regexp2.Regexp, rs []rune, p [2]int, out [][2]int) [][2]int {
+	piece := rs[p[0]:p[1]]
 	last := 0
-	m, err := re.FindRunesMatch(p)
+	m, err := re.FindRunesMatch(piece)
 	for ; m != nil && err == nil; m, err = re.FindNextMatch(m) {
 		if m.Index > last {
-			out = append(out, p[last:m.Index])
+			out = append(out, [2]int{p[0] + last, p[0] + m.Index})
 		}
 		if m.Length > 0 {
-			out = append(out, p[m.Index:m.Index+m.Length])
+			out = append(out, [2]int{p[0] + m.Index, p[0] + m.Index + m.Length})
 		}
 		last = m.Index + m.Length
 	}
 	if err != nil {
 		// Only a timeout can fail a match of these fixed patterns.
 		slog.Warn("tokenizer: pre-tokenizer regex timed out; keeping the rest of the piece whole",
-			"regex", re.String(), "runes", len(p)-last, "err", err)
+			"regex", re.String(), "runes", len(piece)-last, "err", err)
 	}
-	if last < len(p) {
-		out = append(out, p[last:])
+	if last < len(piece) {
+		out = append(out, [2]int{p[0] + last, p[1]})
 	}
 	return out
 }
 
 // newPreTokenizer returns the splitter of the family named pre: its hand-written splitter when
-// it has one and regex is false, else its regexes on regexp2.
+// it has one and regex is false, else its regexes on regexp2 (with hand-written steps for the
+// regexes that have one unless regex is true).
 func newPreTokenizer(pre string, regex bool) (splitter, *preFamily, error) {
 	fam, err := lookupPre(pre)
 	if err != nil {
@@ -190,7 +250,7 @@ func newPreTokenizer(pre string, regex bool) (splitter, *preFamily, error) {
 	if fam.hand != nil && !regex {
 		return *fam.hand, fam, nil
 	}
-	s, err := newRegexSplitter(fam.regexes)
+	s, err := newRegexSplitter(fam.regexes, !regex)
 	if err != nil {
 		return nil, nil, err
 	}

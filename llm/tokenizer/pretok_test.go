@@ -60,7 +60,7 @@ func TestEveryFamilyCompiles(t *testing.T) {
 			assert.False(t, seen[n], "%q is in two families", n)
 			seen[n] = true
 		}
-		_, err := newRegexSplitter(f.regexes)
+		_, err := newRegexSplitter(f.regexes, false)
 		assert.NoError(t, err, f.names[0])
 	}
 	for _, want := range []string{"llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon",
@@ -84,17 +84,91 @@ var splitCorpus = []string{
 	"$100 ^_^ a|b ~x `code`", "<sentinel:12> IMGIMGABZ", "\x00\x01\x7f",
 }
 
+// splitterPair is a family's fast splitter (hand-written splitter or steps) and its published
+// regexes, which must cut every text the same way.
+type splitterPair struct {
+	name        string
+	fast, regex splitter
+}
+
+func splitterPairs(t testing.TB) []splitterPair {
+	var out []splitterPair
+	for _, f := range preFamilies {
+		fast, regex := mustSplitter(t, f.names[0], false), mustSplitter(t, f.names[0], true)
+		out = append(out, splitterPair{f.names[0], fast, regex})
+	}
+	return out
+}
+
 func TestHandSplittersMatchRegexes(t *testing.T) {
-	for _, pre := range []string{"llama-bpe", "qwen2", "gpt2"} {
-		hand, regex := mustSplitter(t, pre, false), mustSplitter(t, pre, true)
-		for _, s := range splitCorpus {
-			want := regex.split(s)
+	extra := []string{"1234567", "12 345 6789 ١٢٣٤", "x1234y56", strings.Repeat("9", 100)}
+	for _, p := range splitterPairs(t) {
+		for _, s := range append(splitCorpus, extra...) {
+			want := p.regex.split(s)
 			if len(want) == 0 {
 				want = nil
 			}
-			assert.Equal(t, want, hand.split(s), "%s %q", pre, s)
+			got := p.fast.split(s)
+			if len(got) == 0 {
+				got = nil
+			}
+			assert.Equal(t, want, got, "%s %q", p.name, s)
 		}
 	}
+}
+
+// FuzzPreTokenizers: every family's pieces cover the text exactly with no empty piece, the
+// fast splitters agree with the published regexes, and byte-level BPE gives the text back.
+func FuzzPreTokenizers(f *testing.F) {
+	for _, s := range splitCorpus {
+		f.Add(s)
+	}
+	f.Add("\xff\xfe 12345 \xc3")
+	pairs := splitterPairs(f)
+	bpe := fullBPE(f)
+	var toks []*Tokenizer
+	for _, p := range pairs {
+		tk, err := bpe.withPre(p.name, false)
+		if err != nil {
+			f.Fatal(err)
+		}
+		toks = append(toks, tk)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) > 4096 {
+			return // the regex engine is slow on long inputs; length is not what this explores
+		}
+		for i, p := range pairs {
+			pieces := p.regex.split(s)
+			if strings.Join(pieces, "") != s {
+				t.Fatalf("%s: pieces %q do not cover %q", p.name, pieces, s)
+			}
+			for _, x := range pieces {
+				if x == "" {
+					t.Fatalf("%s: an empty piece in %q", p.name, pieces)
+				}
+			}
+			fast := p.fast.split(s)
+			if len(fast) != len(pieces) || (len(pieces) > 0 && !equalStrings(fast, pieces)) {
+				t.Fatalf("%s: fast %q, regexes %q", p.name, fast, pieces)
+			}
+			if strings.Contains(s, "<|end|>") {
+				continue // the control token decodes to nothing, by design
+			}
+			if got := toks[i].Decode(toks[i].Encode(s, false)); got != s {
+				t.Fatalf("%s: %q -> %q", p.name, s, got)
+			}
+		}
+	})
+}
+
+func equalStrings(a, b []string) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 func TestRegexSplittersCoverTheText(t *testing.T) {
