@@ -58,6 +58,7 @@ type Tokenizer struct {
 	bytes   [256]int32 // byte-fallback (SentencePiece) or byte-level (BPE) token of each byte
 	ranks   map[[2]string]int
 	special []string // control and user-defined tokens matched literally in text, longest first
+	control map[string]bool // which of special are control tokens
 	pre     splitter
 	// ignoreMerges: a pre-token found whole in the vocabulary is one token (Llama 3, Tekken).
 	ignoreMerges bool
@@ -80,13 +81,14 @@ func New(v Vocab) (*Tokenizer, error) {
 			return nil, fmt.Errorf("tokenizer: special token id %d outside the vocabulary of %d: %w", id, n, core.ErrInvalidArgument)
 		}
 	}
-	t := &Tokenizer{v: v, index: make(map[string]int32, n)}
+	t := &Tokenizer{v: v, index: make(map[string]int32, n), control: map[string]bool{}}
 	for i, s := range v.Tokens {
 		if _, dup := t.index[s]; !dup {
 			t.index[s] = int32(i)
 		}
 		if tt := t.typ(int32(i)); (tt == TypeControl || tt == TypeUserDefined) && s != "" {
 			t.special = append(t.special, s)
+			t.control[s] = t.control[s] || tt == TypeControl
 		}
 	}
 	sort.Slice(t.special, func(a, b int) bool { return len(t.special[a]) > len(t.special[b]) })
@@ -272,14 +274,37 @@ func (t *Tokenizer) typ(id int32) int32 {
 // Encode tokenizes text. With addSpecial, BOS is prepended when the vocabulary asks for it.
 // Control and user-defined tokens written literally in text ("<|im_start|>") become their ids.
 func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
+	return t.EncodeWith(text, AddSpecial(addSpecial))
+}
+
+// EncodeOption changes what EncodeWith does.
+type EncodeOption func(*encodeOptions)
+
+type encodeOptions struct{ addSpecial, parseSpecial bool }
+
+// AddSpecial prepends BOS when the vocabulary asks for it (tokenizer.ggml.add_bos_token, or
+// the pre-tokenizer family's default). Off by default.
+func AddSpecial(on bool) EncodeOption { return func(o *encodeOptions) { o.addSpecial = on } }
+
+// ParseSpecial makes the text of a control token written in the text ("<|im_end|>") that token
+// (on by default). Off, it is encoded as plain text: for text from a user that must not be able
+// to close a chat turn. User-defined tokens are matched either way, as llama.cpp does.
+func ParseSpecial(on bool) EncodeOption { return func(o *encodeOptions) { o.parseSpecial = on } }
+
+// EncodeWith tokenizes text as the options say.
+func (t *Tokenizer) EncodeWith(text string, opts ...EncodeOption) []int32 {
+	o := encodeOptions{parseSpecial: true}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	var out []int32
-	if addSpecial && t.v.AddBOS && t.v.BOS >= 0 {
+	if o.addSpecial && t.v.AddBOS && t.v.BOS >= 0 {
 		out = append(out, t.v.BOS)
 	}
 	// Special tokens cut the text into pieces encoded on their own; SentencePiece's dummy
 	// space goes before each, as llama.cpp and Hugging Face's (legacy) Llama tokenizer do.
 	for len(text) > 0 {
-		pos, sp := t.nextSpecial(text)
+		pos, sp := t.nextSpecial(text, o.parseSpecial)
 		if pos > 0 {
 			out = t.encodeText(out, text[:pos])
 		}
@@ -292,11 +317,14 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 	return out
 }
 
-// nextSpecial finds the earliest special token in s (longest at that position); pos is len(s)
-// when none occurs.
-func (t *Tokenizer) nextSpecial(s string) (int, string) {
+// nextSpecial finds the earliest special token in s (longest at that position), control tokens
+// only if control; pos is len(s) when none occurs.
+func (t *Tokenizer) nextSpecial(s string, control bool) (int, string) {
 	best, bestTok := len(s), ""
 	for _, sp := range t.special {
+		if !control && t.control[sp] {
+			continue
+		}
 		if i := strings.Index(s, sp); i >= 0 && (i < best || (i == best && len(sp) > len(bestTok))) {
 			best, bestTok = i, sp
 		}
