@@ -57,7 +57,7 @@ type Tokenizer struct {
 	index   map[string]int32
 	bytes   [256]int32 // byte-fallback (SentencePiece) or byte-level (BPE) token of each byte
 	ranks   map[[2]string]int
-	special []string // control and user-defined tokens matched literally in text, longest first
+	special []string        // control and user-defined tokens matched literally in text, longest first
 	control map[string]bool // which of special are control tokens
 	pre     splitter
 	// ignoreMerges: a pre-token found whole in the vocabulary is one token (Llama 3, Tekken).
