@@ -1,6 +1,25 @@
 // Package tokenizer turns text into token ids and back, driven by the vocabulary embedded in a
-// GGUF file: SentencePiece-style ("llama": scores, byte fallback) and GPT-2 byte-level BPE
-// ("gpt2": merges and a pre-tokenizer regex, Llama 3 and Qwen2 variants).
+// GGUF file, as llama.cpp reads it:
+//
+//   - SentencePiece ("llama": scores, byte fallback, spaces as ▁): Llama 2, Mistral, and Gemma,
+//     whose files set tokenizer.ggml.add_space_prefix to false.
+//   - GPT-2 byte-level BPE ("gpt2": merges) after a pre-tokenizer named by tokenizer.ggml.pre.
+//
+// The pre-tokenizers are the families llama.cpp recognises (PreTokenizers lists every name):
+// Llama 3 (llama-bpe, dbrx, smaug-bpe, chatglm-bpe), Qwen2 (qwen2, stablelm2), GPT-2 (gpt-2,
+// gpt-neox, mpt, olmo, jais, phi-2...), DeepSeek (deepseek-llm, deepseek-coder, deepseek-v3),
+// Falcon, StarCoder (starcoder, refact, command-r, smollm, codeshell, exaone, minerva-7b),
+// BLOOM (bloom, poro-chat, gpt3-finnish), Viking, Tekken, GPT-4o, Chameleon, SuperBPE and
+// llama.cpp's "default". Each runs its published regexes in turn, as written, on regexp2 (Go's
+// regexp has no lookahead); the hot Llama 3, Qwen2 and GPT-2 patterns have hand-written
+// splitters that give the same pieces about ten times faster (BenchmarkPreTokenize). A name
+// outside the table is refused with ErrUnknownPreTokenizer rather than guessed: a wrong split
+// gives the model ids it never saw, which is worse than a clear error. A file with no
+// tokenizer.ggml.pre gets llama.cpp's "default" and a warning (slog), as llama.cpp does.
+//
+// Control and user-defined tokens written in the text become their ids (ParseSpecial turns
+// that off for control tokens); BOS is added when the file, or the family's default
+// (Llama 3, Tekken, Chameleon), asks for it.
 package tokenizer
 
 import (
