@@ -183,3 +183,18 @@ func TestRegexSplittersCoverTheText(t *testing.T) {
 		}
 	}
 }
+
+// One tokenizer serves concurrent requests (the server's runners share the model): the regex
+// splitters must be safe for that (run with -race).
+func TestConcurrentEncode(t *testing.T) {
+	tk, err := fullBPE(t).withPre("deepseek-v3", false)
+	require.NoError(t, err)
+	want := tk.Encode(strings.Join(splitCorpus, " "), false)
+	done := make(chan []int32)
+	for range 4 {
+		go func() { done <- tk.Encode(strings.Join(splitCorpus, " "), false) }()
+	}
+	for range 4 {
+		assert.Equal(t, want, <-done)
+	}
+}
