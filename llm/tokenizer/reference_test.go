@@ -101,6 +101,14 @@ func (h *hfTokenizer) merges() ([]string, error) {
 // types (special added tokens are control, other added tokens user-defined, <0xXX> bytes),
 // merges for byte-level BPE, scores from the merge ranks for SentencePiece.
 func ggufFromTokenizerJSON(t testing.TB, path, model, pre string, addSpacePrefix bool, ranks []int32) *gguf.File {
+	var buf bytes.Buffer
+	require.NoError(t, gguf.Write(&buf, kvsFromTokenizerJSON(t, path, model, pre, addSpacePrefix, ranks), nil))
+	f, err := gguf.Parse(buf.Bytes())
+	require.NoError(t, err)
+	return f
+}
+
+func kvsFromTokenizerJSON(t testing.TB, path, model, pre string, addSpacePrefix bool, ranks []int32) []gguf.KeyValue {
 	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var h hfTokenizer
@@ -159,11 +167,7 @@ func ggufFromTokenizerJSON(t testing.TB, path, model, pre string, addSpacePrefix
 		}
 		kvs = append(kvs, kv("tokenizer.ggml.scores", scores), kv("tokenizer.ggml.add_space_prefix", addSpacePrefix))
 	}
-	var buf bytes.Buffer
-	require.NoError(t, gguf.Write(&buf, kvs, nil))
-	f, err := gguf.Parse(buf.Bytes())
-	require.NoError(t, err)
-	return f
+	return kvs
 }
 
 type refJob struct {
