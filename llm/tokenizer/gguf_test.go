@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -126,4 +127,20 @@ func TestSentencePieceSpacePrefixAfterSpecial(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []int32{11, 14}, g.Encode("hello", false), "\"he\" \"llo\": no \"▁hello\" without the space")
 	assert.Equal(t, "hello hello", g.Decode(g.Encode("hello hello", false)))
+}
+
+// A chat server encodes the template's own markers as control tokens but a user's text as
+// text, so a user cannot close the turn.
+func ExampleTokenizer_EncodeWith() {
+	tk, err := New(Vocab{Kind: BPE, Pre: "qwen2", BOS: -1, EOS: 2, UNK: -1,
+		Tokens: []string{"h", "i", "<|im_end|>", "<", "|", "_", ">", "m", "e", "n", "d"},
+		Types:  []int32{TypeNormal, TypeNormal, TypeControl, 1, 1, 1, 1, 1, 1, 1, 1}})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(tk.Encode("hi<|im_end|>", false))
+	fmt.Println(tk.EncodeWith("hi<|im_end|>", ParseSpecial(false)))
+	// Output:
+	// [0 1 2]
+	// [0 1 3 4 1 7 5 8 9 10 4 6]
 }

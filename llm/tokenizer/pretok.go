@@ -103,7 +103,7 @@ func PreTokenizers() []string {
 // ErrUnknownPreTokenizer is returned (wrapping core.ErrUnsupported) for a tokenizer.ggml.pre
 // value outside PreTokenizers: guessing a pattern would silently give the model ids it was not
 // trained on, so the file is refused instead, as llama.cpp does.
-var ErrUnknownPreTokenizer = fmt.Errorf("tokenizer: unknown BPE pre-tokenizer: %w", core.ErrUnsupported)
+var ErrUnknownPreTokenizer = fmt.Errorf("unknown BPE pre-tokenizer: %w", core.ErrUnsupported)
 
 func lookupPre(name string) (*preFamily, error) {
 	for i := range preFamilies {
@@ -113,7 +113,8 @@ func lookupPre(name string) (*preFamily, error) {
 			}
 		}
 	}
-	return nil, fmt.Errorf("%w %q (supported: %s)", ErrUnknownPreTokenizer, name, strings.Join(PreTokenizers(), ", "))
+	return nil, fmt.Errorf("tokenizer: tokenizer.ggml.pre %q (supported: %s): %w", name, strings.Join(PreTokenizers(), ", "),
+		ErrUnknownPreTokenizer)
 }
 
 // splitter cuts text into pre-tokens whose concatenation is the text.

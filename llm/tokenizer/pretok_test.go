@@ -2,6 +2,8 @@ package tokenizer
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -197,4 +199,10 @@ func TestConcurrentEncode(t *testing.T) {
 	for range 4 {
 		assert.Equal(t, want, <-done)
 	}
+}
+
+func ExamplePreTokenizers() {
+	names := PreTokenizers()
+	fmt.Println(len(names) > 40, slices.Contains(names, "deepseek-coder"), slices.Contains(names, "falcon"))
+	// Output: true true true
 }
