@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pre-tokenizer speed: the hand-written splitters against the published regexes on regexp2,
+# Pre-tokenizer speed: the hand-written steps against the published regexes on regexp2,
 # in interleaved rounds (one run of each case per round, so load changes hit both alike), and
 # the median MB/s of each case with the hand/regexp2 ratio. Usage: scripts/bench-tokenizer.sh [ROUNDS]
 set -euo pipefail
@@ -9,7 +9,8 @@ bin=$(mktemp -d)/tokenizer.test
 trap 'rm -rf "$(dirname "$bin")"' EXIT
 go test -c -o "$bin" ./llm/tokenizer
 cases=(PreTokenize/llama-bpe/hand PreTokenize/llama-bpe/regexp2 PreTokenize/qwen2/hand PreTokenize/qwen2/regexp2
-       PreTokenize/gpt-2/hand PreTokenize/gpt-2/regexp2 PreTokenize/starcoder/regexp2 PreTokenize/deepseek-v3/regexp2
+       PreTokenize/gpt-2/hand PreTokenize/gpt-2/regexp2 PreTokenize/starcoder/hand PreTokenize/starcoder/regexp2
+       PreTokenize/falcon/hand PreTokenize/falcon/regexp2 PreTokenize/deepseek-v3/regexp2
        PreTokenize/deepseek-llm/regexp2 PreTokenize/gpt-4o/regexp2 EncodeBPE/llama-bpe/hand EncodeBPE/llama-bpe/regexp2)
 echo "load before: $(cat /proc/loadavg)"
 out=$(for r in $(seq "$rounds"); do

@@ -66,9 +66,8 @@ func (t *Tokenizer) encodeBPEWord(out []int32, word string) []int32 {
 	return out
 }
 
-// handSplitter is a hand-written equivalent of the regexes of the hot pre-tokenizer families
-// (Llama 3, Qwen2, GPT-2): several times faster than running them through regexp2, and kept
-// equal to them by TestHandSplittersMatchRegexes and FuzzHandSplitters.
+// handSplitter is a hand-written equivalent of the GPT-2 pattern (gpt2) or of the Llama 3 and
+// Qwen2 patterns (maxDigits 3 or 1), the pre-tokenizers of most models.
 type handSplitter struct {
 	// maxDigits bounds a run of digits (\p{N}{1,3} for Llama 3, \p{N} for Qwen2, 0 = unbounded).
 	maxDigits int
@@ -77,24 +76,22 @@ type handSplitter struct {
 	gpt2 bool
 }
 
+// step splits the piece rs[p[0]:p[1]] as the pattern does (the pattern sees only the piece).
+func (h handSplitter) step(rs []rune, p [2]int, out [][2]int) [][2]int {
+	piece := rs[p[0]:p[1]]
+	for i := 0; i < len(piece); {
+		n := h.match(piece, i)
+		out = append(out, [2]int{p[0] + i, p[0] + i + n})
+		i += n
+	}
+	return out
+}
+
 func isL(r rune) bool     { return unicode.IsLetter(r) }
 func isN(r rune) bool     { return unicode.IsNumber(r) }
 func isS(r rune) bool     { return unicode.IsSpace(r) }
 func isCRLF(r rune) bool  { return r == '\r' || r == '\n' }
 func isPunct(r rune) bool { return !isS(r) && !isL(r) && !isN(r) }
-
-// split applies the pattern's alternatives in order at each position, as a regex engine would.
-func (p handSplitter) split(text string) []string {
-	rs := []rune(text)
-	off := runeOffsets(text, len(rs)) // cut text itself: bytes that are not UTF-8 stay as they are
-	var out []string
-	for i := 0; i < len(rs); {
-		n := p.match(rs, i)
-		out = append(out, text[off[i]:off[i+n]])
-		i += n
-	}
-	return out
-}
 
 // match returns the length (≥ 1) of the token starting at i.
 func (p handSplitter) match(rs []rune, i int) int {

@@ -46,8 +46,6 @@ const (
 type preFamily struct {
 	names   []string // tokenizer.ggml.pre values, canonical first
 	regexes []string
-	// hand is a hand-written splitter equal to regexes, used instead of them for speed.
-	hand *handSplitter
 	// ignoreMerges: a pre-token that is itself in the vocabulary is emitted whole, without
 	// running the merges (tokenizer.json "ignore_merges": Llama 3, Tekken).
 	ignoreMerges bool
@@ -61,14 +59,13 @@ type preFamily struct {
 // llama.cpp's converter writes.
 var preFamilies = []preFamily{
 	{names: []string{"llama-bpe", "llama3", "llama-v3", "falcon3"}, regexes: []string{patLlama3},
-		hand: &handSplitter{maxDigits: 3}, ignoreMerges: true, addBOS: true},
-	{names: []string{"dbrx", "smaug-bpe"}, regexes: []string{patLlama3}, hand: &handSplitter{maxDigits: 3}},
-	{names: []string{"chatglm-bpe"}, regexes: []string{patLlama3}, hand: &handSplitter{maxDigits: 3}, noBOS: true},
-	{names: []string{"qwen2", "deepseek-r1-qwen", "stablelm2", "megrez"}, regexes: []string{patQwen2},
-		hand: &handSplitter{maxDigits: 1}},
+		ignoreMerges: true, addBOS: true},
+	{names: []string{"dbrx", "smaug-bpe"}, regexes: []string{patLlama3}},
+	{names: []string{"chatglm-bpe"}, regexes: []string{patLlama3}, noBOS: true},
+	{names: []string{"qwen2", "deepseek-r1-qwen", "stablelm2", "megrez"}, regexes: []string{patQwen2}},
 	{names: []string{"gpt-2", "gpt2", "gpt-neox", "mpt", "olmo", "jais", "phi-2", "roberta-bpe", "gigachat",
 		"jina-es", "jina-de", "jina-v1-en", "jina-v2-es", "jina-v2-de", "jina-v2-code"},
-		regexes: []string{patGPT2}, hand: &handSplitter{gpt2: true}},
+		regexes: []string{patGPT2}},
 	{names: []string{"default", ""}, regexes: []string{`[\p{P}\$\+<=>\^~\|]+`, patGPT2, `\p{N}+`}},
 	{names: []string{"deepseek-llm"}, regexes: []string{`[\r\n]`, patDeepSeekLetters,
 		"\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+", `\s+$`, "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+", `\p{N}+`}},
@@ -130,10 +127,38 @@ const regexMatchTimeout = 2 * time.Second
 // splitStep cuts the piece rs[p[0]:p[1]] into rune ranges appended to out.
 type splitStep func(rs []rune, p [2]int, out [][2]int) [][2]int
 
-// handSteps replace a regex whose backtracking is quadratic on long inputs by an equivalent
-// step: the lookahead of patThousands rescans the rest of a digit run at every position, so a
-// 16,000-digit number took 45 s (no single search reaches the match timeout).
-var handSteps = map[string]splitStep{patThousands: splitThousands}
+// handSteps are hand-written equivalents of the most used patterns, run instead of them: about
+// ten times faster than regexp2 (BenchmarkPreTokenize), and held equal to the patterns by
+// TestHandSplittersMatchRegexes and FuzzPreTokenizers. The GPT-2, Llama 3, Qwen2 and \p{N}
+// steps cover the Llama 3, Qwen2, GPT-2 and StarCoder groups whole and Falcon's and the
+// default's middle step. patThousands' lookahead is also quadratic on regexp2: it rescans the
+// rest of a digit run at every position, so a 16,000-digit number took 45 s (no single search
+// reaches the match timeout).
+var handSteps = map[string]splitStep{
+	patGPT2:      handSplitter{gpt2: true}.step,
+	patLlama3:    handSplitter{maxDigits: 3}.step,
+	patQwen2:     handSplitter{maxDigits: 1}.step,
+	`\p{N}`:      isolateNumbers,
+	patThousands: splitThousands,
+}
+
+// isolateNumbers is \p{N} split isolated: every number character a piece of its own.
+func isolateNumbers(rs []rune, p [2]int, out [][2]int) [][2]int {
+	last := p[0]
+	for i := p[0]; i < p[1]; i++ {
+		if unicode.IsNumber(rs[i]) {
+			if i > last {
+				out = append(out, [2]int{last, i})
+			}
+			out = append(out, [2]int{i, i + 1})
+			last = i + 1
+		}
+	}
+	if last < p[1] {
+		out = append(out, [2]int{last, p[1]})
+	}
+	return out
+}
 
 // regexSplitter runs a family's regexes in turn.
 type regexSplitter struct {
@@ -240,16 +265,12 @@ func splitIsolated(re *regexp2.Regexp, rs []rune, p [2]int, out [][2]int) [][2]i
 	return out
 }
 
-// newPreTokenizer returns the splitter of the family named pre: its hand-written splitter when
-// it has one and regex is false, else its regexes on regexp2 (with hand-written steps for the
-// regexes that have one unless regex is true).
+// newPreTokenizer returns the splitter of the family named pre: its regexes in turn, each by
+// its hand-written step where it has one, or (regex) every one on regexp2 as published.
 func newPreTokenizer(pre string, regex bool) (splitter, *preFamily, error) {
 	fam, err := lookupPre(pre)
 	if err != nil {
 		return nil, nil, err
-	}
-	if fam.hand != nil && !regex {
-		return *fam.hand, fam, nil
 	}
 	s, err := newRegexSplitter(fam.regexes, !regex)
 	if err != nil {
