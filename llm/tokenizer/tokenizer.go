@@ -11,8 +11,9 @@
 // Falcon, StarCoder (starcoder, refact, command-r, smollm, codeshell, exaone, minerva-7b),
 // BLOOM (bloom, poro-chat, gpt3-finnish), Viking, Tekken, GPT-4o, Chameleon, SuperBPE and
 // llama.cpp's "default". Each runs its published regexes in turn, as written, on regexp2 (Go's
-// regexp has no lookahead); the hot Llama 3, Qwen2 and GPT-2 patterns have hand-written
-// splitters that give the same pieces about ten times faster (BenchmarkPreTokenize). A name
+// regexp has no lookahead); the most used patterns (Llama 3, Qwen2, GPT-2, \p{N}) have
+// hand-written equivalents that give the same pieces about ten times faster
+// (BenchmarkPreTokenize), which covers the Llama 3, Qwen2, GPT-2 and StarCoder groups. A name
 // outside the table is refused with ErrUnknownPreTokenizer rather than guessed: a wrong split
 // gives the model ids it never saw, which is worse than a clear error. A file with no
 // tokenizer.ggml.pre gets llama.cpp's "default" and a warning (slog), as llama.cpp does.
