@@ -164,6 +164,9 @@ type StageSpec struct {
 	// unit refuses (-1: none, the refusal is an error).
 	Units    []int
 	Fallback []int
+	// Splits, if not nil, gives a MATMUL node (by ID) a split across units (nil: none); its
+	// Units entry is then unused. See split_runtime.go.
+	Splits []*NodeSplit
 	// IO binds Graph.Inputs then Graph.Outputs.
 	IO []Binding
 }
@@ -229,6 +232,8 @@ type progPart struct {
 type partIO struct {
 	t       *core.Tensor
 	lanes   []Span // per lane (same span repeated when shared)
+	off     int64  // where the partition's tensor lies in the stage tensor's storage (a split's view)
+	size    int64  // the partition's tensor's bytes
 	stride  int64
 	isInput bool
 	slot    int // an activation slot (index into Compile's slot uses), or -1
@@ -288,14 +293,22 @@ func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, e
 			for _, d := range part.Deps {
 				hasLater[d] = true
 			}
-			pp := &progPart{Partition: part.Partition, unit: part.unit, exe: part.exe,
-				name: fmt.Sprintf("%s/p%d %s", st.Name, part.Index, partLabel(part.Partition, st.Graph))}
-			pst.parts = append(pst.parts, pp)
-			for _, n := range part.Nodes {
-				p.nodes[part.unit][st.Graph.Nodes[n].Op]++
+			label := part.label
+			if label == "" {
+				label = partLabel(part.Partition, st.Graph)
 			}
+			pp := &progPart{Partition: part.Partition, unit: part.unit, exe: part.exe,
+				name: fmt.Sprintf("%s/p%d %s", st.Name, part.Index, label)}
+			pst.parts = append(pst.parts, pp)
+			for _, n := range part.Graph.Nodes {
+				p.nodes[part.unit][n.Op]++
+			}
+			views := slices.Concat(part.Graph.Inputs, part.Graph.Outputs)
 			for k, t := range slices.Concat(part.Inputs, part.Outputs) {
-				io := partIO{t: t, isInput: k < len(part.Inputs), slot: -1}
+				io := partIO{t: views[k], size: views[k].Bytes(), isInput: k < len(part.Inputs), slot: -1}
+				if part.offs != nil {
+					io.off = part.offs[k]
+				}
 				if b, ok := bound[t]; ok {
 					if err := checkBinding(t, b); err != nil {
 						return nil, fmt.Errorf("%s: %w", st.Name, err)
@@ -400,6 +413,10 @@ type compiledPart struct {
 	*Partition
 	unit int
 	exe  core.Executable
+	// offs, for a part of a split MATMUL, gives each of Graph's inputs then outputs the byte
+	// offset of its view in the stage tensor (Inputs, Outputs) it reads or writes; nil: 0.
+	offs  []int64
+	label string // for a split's parts; else partLabel
 }
 
 // partition splits a stage by unit, checks each partition where it goes and prepares it. A
@@ -417,6 +434,17 @@ func (rt *Runtime) partition(ctx context.Context, st StageSpec, prepOpts map[int
 			return nil, fmt.Errorf("stage %q: unit index %d of %d units: %w", st.Name, u, len(rt.units), core.ErrInvalidArgument)
 		}
 	}
+	splits, err := rt.checkSplits(st)
+	if err != nil {
+		return nil, err
+	}
+	// A split node is a partition of its own (a pseudo unit past the real ones), expanded
+	// into its parts once the stage is cut.
+	for id, sp := range splits {
+		if sp != nil {
+			units[id] = len(rt.units) + id
+		}
+	}
 	for try := 0; ; try++ {
 		parts, err := SplitGraph(g, units)
 		if err != nil {
@@ -425,6 +453,9 @@ func (rt *Runtime) partition(ctx context.Context, st StageSpec, prepOpts map[int
 		moved := false
 		var refusals []error
 		for _, part := range parts {
+			if part.Device >= len(rt.units) {
+				continue // a split node: its parts are analyzed as they are made
+			}
 			u := rt.units[part.Device]
 			vs, err := u.Context().Analyze(ctx, part.Graph)
 			if err != nil {
@@ -450,23 +481,7 @@ func (rt *Runtime) partition(ctx context.Context, st StageSpec, prepOpts map[int
 		if moved {
 			continue
 		}
-		out := make([]compiledPart, 0, len(parts))
-		for _, part := range parts {
-			u := rt.units[part.Device]
-			var opts []core.PrepareOption
-			for k, v := range prepOpts[part.Device] {
-				opts = append(opts, core.WithPrepareOption(k, v))
-			}
-			exe, err := u.Context().Prepare(ctx, part.Graph, opts...)
-			if err != nil {
-				for _, c := range out {
-					c.exe.Close()
-				}
-				return nil, fmt.Errorf("unit %s: prepare partition %d: %w", u.Name(), part.Index, err)
-			}
-			out = append(out, compiledPart{Partition: part, unit: part.Device, exe: exe})
-		}
-		return out, nil
+		return rt.prepareStage(ctx, st, splits, parts, prepOpts)
 	}
 }
 
@@ -486,7 +501,7 @@ func (rt *Runtime) bindLanes(pp *progPart, lanes int) error {
 			if err != nil {
 				return err
 			}
-			if err := e.Bind(k, buf, io.lanes[l].Off); err != nil {
+			if err := e.Bind(k, buf, io.lanes[l].Off+io.off); err != nil {
 				return fmt.Errorf("bind %s: %w", io.t.Name, err)
 			}
 		}
@@ -877,8 +892,8 @@ func (w *rtWorker) runTask(ctx context.Context, t *rtTask) error {
 		if err != nil {
 			return err
 		}
-		off := s.Off + t.chunk.Row*io.stride
-		if off < s.Off || off+io.t.Bytes() > s.Off+s.Size {
+		off := s.Off + t.chunk.Row*io.stride + io.off
+		if off < s.Off || off+io.size > s.Off+s.Size {
 			return fmt.Errorf("%s at row %d lies outside its span: %w", io.t.Name, t.chunk.Row, core.ErrInvalidArgument)
 		}
 		if err := e.Bind(k, buf, off); err != nil {
@@ -913,11 +928,11 @@ func (w *rtWorker) checkOutputs(t *rtTask) error {
 		}
 		s := io.lanes[t.lane]
 		view := w.rt.arena.Bytes(s)
-		off := t.chunk.Row * io.stride
-		if off < 0 || off+io.t.Bytes() > int64(len(view)) {
+		off := t.chunk.Row*io.stride + io.off
+		if off < 0 || off+io.size > int64(len(view)) {
 			return fmt.Errorf("%s at row %d lies outside its span: %w", io.t.Name, t.chunk.Row, core.ErrInvalidArgument)
 		}
-		if err := t.p.check(t.stage, io.t, view[off:off+io.t.Bytes()]); err != nil {
+		if err := t.p.check(t.stage, io.t, view[off:off+io.size]); err != nil {
 			return err
 		}
 	}
@@ -937,7 +952,7 @@ func (w *rtWorker) copyIO(t *rtTask, in bool) error {
 			continue
 		}
 		s := io.lanes[t.lane]
-		off := s.Off + t.chunk.Row*io.stride
+		off := s.Off + t.chunk.Row*io.stride + io.off
 		buf, err := rt.mem[pp.unit].buffer(rt.arena, u, s.block)
 		if err != nil {
 			return err
@@ -946,7 +961,7 @@ func (w *rtWorker) copyIO(t *rtTask, in bool) error {
 		if err != nil {
 			return err
 		}
-		host := b.mem[off : off+io.t.Bytes()]
+		host := b.mem[off : off+io.size]
 		if in {
 			err = buf.Write(off, host)
 		} else {
@@ -955,7 +970,7 @@ func (w *rtWorker) copyIO(t *rtTask, in bool) error {
 		if err != nil {
 			return fmt.Errorf("copy %s: %w", io.t.Name, err)
 		}
-		n += io.t.Bytes()
+		n += io.size
 		rt.copies.Add(1)
 	}
 	rt.copyBytes.Add(n)
