@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/sched/dag"
 )
 
 // Runtime runs programs — graphs cut into partitions over several units — on its units. It owns
@@ -41,11 +42,13 @@ type Runtime struct {
 
 	copies, copyBytes atomic.Int64 // arena ↔ mirror copies for units that import nothing
 	runs              atomic.Int64
+	phases            map[Phase]*PhaseStats // under mu
 }
 
 type runtimeConfig struct {
 	trace  *Trace
 	logger *slog.Logger
+	policy dag.Policy
 }
 
 // RuntimeOption configures NewRuntime.
@@ -53,6 +56,18 @@ type RuntimeOption func(*runtimeConfig)
 
 // WithRuntimeTrace records every task, wait and copy in t (one track per unit).
 func WithRuntimeTrace(t *Trace) RuntimeOption { return func(c *runtimeConfig) { c.trace = t } }
+
+// WithDispatchPolicy sets the order in which each unit runs a request's tasks: the policy is
+// run on a simulation with the durations earlier runs measured, and each unit's queue takes
+// the simulated order. Default dag.OutOfOrder; dag.InOrder runs every unit's tasks in chunk
+// order (the baseline that leaves bubbles).
+func WithDispatchPolicy(p dag.Policy) RuntimeOption {
+	return func(c *runtimeConfig) {
+		if p != nil {
+			c.policy = p
+		}
+	}
+}
 
 // WithRuntimeLogger sets the logger (default slog.Default()).
 func WithRuntimeLogger(l *slog.Logger) RuntimeOption {
@@ -62,7 +77,7 @@ func WithRuntimeLogger(l *slog.Logger) RuntimeOption {
 // NewRuntime opens one unit per spec on the device of devices it names (FindDevice) and starts
 // their workers.
 func NewRuntime(ctx context.Context, devices []core.Device, specs []UnitSpec, opts ...RuntimeOption) (*Runtime, error) {
-	cfg := runtimeConfig{logger: slog.Default()}
+	cfg := runtimeConfig{logger: slog.Default(), policy: dag.OutOfOrder}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
@@ -210,6 +225,8 @@ type Program struct {
 	nodes    []map[core.Op]int
 	released bool // Close was called (under rt.mu)
 	check    func(stage int, t *core.Tensor, data []byte) error
+	sim      *dag.Result // the last request's simulated schedule (under rt.runMu)
+	last     RunStats    // the last request's measured stats (under rt.mu)
 }
 
 type progStage struct {
@@ -589,6 +606,7 @@ type rtJob struct {
 	tasks   []*rtTask
 	all     [][]*rtTask // every unit's tasks, for predictions
 	wg      *sync.WaitGroup
+	busy    time.Duration // time the unit spent running this job's tasks (read after wg.Wait)
 }
 
 // Run runs every stage for each chunk, in chunk order per unit, with up to Lanes chunks in
@@ -624,17 +642,22 @@ func (p *Program) Run(ctx context.Context, chunks []Chunk) error {
 	if _, ok := ctx.Deadline(); ok {
 		execCtx = ctx
 	}
+	sim := p.sim
 	var wg sync.WaitGroup
+	jobs := make([]*rtJob, len(perUnit))
+	start := time.Now()
 	for u, tasks := range perUnit {
 		if len(tasks) == 0 {
 			continue
 		}
 		wg.Add(1)
-		rt.workers[u].jobs <- &rtJob{ctx: runCtx, execCtx: execCtx, cancel: cancel, tasks: tasks, all: perUnit, wg: &wg}
+		jobs[u] = &rtJob{ctx: runCtx, execCtx: execCtx, cancel: cancel, tasks: tasks, all: perUnit, wg: &wg}
+		rt.workers[u].jobs <- jobs[u]
 	}
 	rt.runMu.Unlock()
 	wg.Wait()
 	rt.runs.Add(1)
+	rt.recordRun(p, start, time.Now(), jobs, sim)
 	// cancel(nil) runs only on return: a cause now is a task's error or the caller's ctx
 	if err := context.Cause(runCtx); err != nil {
 		if errors.Is(err, core.ErrBackendCrashed) {
@@ -695,7 +718,8 @@ func (p *Program) plan(chunks []Chunk) [][]*rtTask {
 			}
 		}
 	}
-	order := p.simulate(tasks, deps)
+	order, sim := p.simulate(tasks, deps)
+	p.sim = sim
 	perUnit := make([][]*rtTask, nu)
 	for _, i := range order {
 		t := tasks[i]
@@ -715,70 +739,47 @@ func (p *Program) plan(chunks []Chunk) [][]*rtTask {
 	return perUnit
 }
 
-// simulate list-schedules tasks on their units with predicted durations (1 ms for a partition
-// never run) and returns the task indices in simulated start order. A free unit takes, among
-// its tasks ready by then, the first in chunk order (so chunks pipeline through the units as
-// they were issued); only when none is ready does it take the one ready soonest (filling the
-// wait with later work).
-func (p *Program) simulate(tasks []*rtTask, deps [][]int) []int {
-	n := len(tasks)
-	pending := make([]int, n)
-	users := make([][]int, n)
-	for i, d := range deps {
-		pending[i] = len(d)
-		for _, q := range d {
-			users[q] = append(users[q], i)
+// simulate replays the request's tasks on a virtual clock with their predicted durations (1 ms
+// for a partition never run) under the runtime's dispatch policy (dag.OutOfOrder unless
+// WithDispatchPolicy says otherwise: mllm-NPU's rule, a free unit runs the ready task that most
+// reduces the bottleneck unit's stall, from any chunk) and returns the task indices in
+// simulated start order, with the simulation (its figures are predictions). The simulator,
+// the policy and the solver's replays are one code (package dag).
+func (p *Program) simulate(tasks []*rtTask, deps [][]int) ([]int, *dag.Result) {
+	inOrder := func() []int {
+		order := make([]int, len(tasks))
+		for i := range order {
+			order[i] = i
 		}
+		return order
 	}
-	readyAt := make([]time.Duration, n)
-	free := make([]time.Duration, len(p.rt.units))
-	ready := make([][]int, len(p.rt.units)) // per unit: tasks whose dependencies are scheduled
-	for i := range tasks {
-		if pending[i] == 0 {
-			ready[tasks[i].pp.unit] = append(ready[tasks[i].pp.unit], i)
-		}
+	d, err := dag.New(len(p.rt.units))
+	if err != nil {
+		return inOrder(), nil
 	}
-	// pick is the task unit u would start next, and when.
-	pick := func(u int) (int, time.Duration) {
-		best, bestAt := -1, time.Duration(0)
-		for k, i := range ready[u] {
-			at := max(readyAt[i], free[u])
-			if best < 0 || at < bestAt || at == bestAt && i < ready[u][best] {
-				best, bestAt = k, at
-			}
-		}
-		return best, bestAt
-	}
-	order := make([]int, 0, n)
-	for len(order) < n {
-		bu, bk, bStart := -1, -1, time.Duration(0)
-		for u := range ready {
-			if len(ready[u]) == 0 {
-				continue
-			}
-			k, at := pick(u)
-			if bu < 0 || at < bStart || at == bStart && ready[u][k] < ready[bu][bk] {
-				bu, bk, bStart = u, k, at
-			}
-		}
-		i := ready[bu][bk]
-		ready[bu] = slices.Delete(ready[bu], bk, bk+1)
-		t := tasks[i]
-		d, ok := p.rt.pred.Predict(taskKey{t.p, t.stage, t.part})
+	for i, t := range tasks {
+		c, ok := p.rt.pred.Predict(taskKey{t.p, t.stage, t.part})
 		if !ok {
-			d = time.Millisecond
+			c = time.Millisecond
 		}
-		end := bStart + d
-		free[bu] = end
-		order = append(order, i)
-		for _, u := range users[i] {
-			readyAt[u] = max(readyAt[u], end)
-			if pending[u]--; pending[u] == 0 {
-				ready[tasks[u].pp.unit] = append(ready[tasks[u].pp.unit], u)
-			}
+		if _, err := d.Add(dag.Task{Name: t.pp.name, Unit: t.pp.unit, Cost: c, Deps: deps[i], Chunk: t.chunk.Index,
+			Layer: t.p.stages[t.stage].spec.Layer}); err != nil {
+			// cannot happen: dependencies are earlier tasks by construction; the task order
+			// is then still a valid schedule
+			p.rt.cfg.logger.Debug("runtime: dispatch DAG", "err", err)
+			return inOrder(), nil
 		}
 	}
-	return order
+	res, err := dag.Simulate(d, p.rt.cfg.policy)
+	if err != nil {
+		p.rt.cfg.logger.Debug("runtime: dispatch simulation", "err", err)
+		return inOrder(), nil
+	}
+	order := make([]int, 0, len(tasks))
+	for _, sl := range res.Slots {
+		order = append(order, sl.Task)
+	}
+	return order, res
 }
 
 // rtWorker runs one unit's tasks on a goroutine locked to its OS thread.
@@ -843,6 +844,7 @@ func (w *rtWorker) runJob(j *rtJob) {
 		d := end.Sub(start)
 		rt.pred.Observe(taskKey{t.p, t.stage, t.part}, d)
 		w.busy.Add(int64(d))
+		j.busy += d
 		w.ran.Add(1)
 		w.sig.Publish(t.seq)
 		if tr != nil {
@@ -998,12 +1000,17 @@ type RuntimeReport struct {
 	// nothing (0 when every unit imports it).
 	Copies, CopyBytes int64
 	ArenaBytes        int64
+	// Phases are the requests per phase with the busiest unit's bubble rate (prefill first).
+	Phases []PhaseStats
 }
 
 // Report describes the runtime's units and counters. It is safe to call at any time.
 func (rt *Runtime) Report() RuntimeReport {
 	r := RuntimeReport{Runs: rt.runs.Load(), Copies: rt.copies.Load(), CopyBytes: rt.copyBytes.Load(),
 		ArenaBytes: rt.arena.Size()}
+	rt.mu.Lock()
+	r.Phases = rt.phaseStats()
+	rt.mu.Unlock()
 	for i, u := range rt.units {
 		w := rt.workers[i]
 		r.Units = append(r.Units, UnitReport{Unit: u.Name(), Import: rt.mem[i].mode.String(), Tasks: w.ran.Load(),
