@@ -340,8 +340,8 @@ func (rp *ResolvedPlan) PlaceSplit(phase Phase, layer int, n *core.Node) (unit, 
 var ErrNoRule = errors.New("no plan rule matches the node")
 
 // Place returns the unit (index into Specs) for node n of layer in phase, and the fallback
-// (-1: none). A node its rule splits gets the unit of the split's merges (PlaceSplit
-// gives the split).
+// unit (-1: none). A MATMUL its rule splits gets the unit of the split's merges (PlaceSplit
+// also gives the split).
 func (rp *ResolvedPlan) Place(phase Phase, layer int, n *core.Node) (unit, fallback int, err error) {
 	unit, fallback, _, err = rp.PlaceSplit(phase, layer, n)
 	return unit, fallback, err

@@ -120,7 +120,8 @@ func splitGraph(t *testing.T, m, k, n int64, dt core.DType) *core.Graph {
 	g := core.NewGraph()
 	x := g.Input("x", core.F32, m, k)
 	w := g.Const("w", dt, core.Shape{n, k}, wb)
-	y := g.Named("mm").MatMul(g.Named("h").Scale(x, 0.5, 0), w)
+	h := g.Named("h").Scale(x, 0.5, 0)
+	y := g.Named("mm").MatMul(h, w)
 	g.Output(y, g.Named("z").Neg(y))
 	require.NoError(t, g.Err())
 	return g
@@ -291,4 +292,86 @@ func TestWithThreadAffinity(t *testing.T) {
 	assert.Equal(t, []int{0}, inside)
 	require.ErrorIs(t, WithThreadAffinity(nil, func() error { return nil }), core.ErrInvalidArgument)
 	require.ErrorIs(t, WithThreadAffinity([]int{-1}, func() error { return nil }), core.ErrInvalidArgument)
+}
+
+// TestSplitRejects: a split that cannot apply fails Compile with a clear error before anything
+// runs.
+func TestSplitRejects(t *testing.T) {
+	rb := ref.New()
+	defer rb.Close()
+	rt, err := NewRuntime(context.Background(), rb.Devices(), []UnitSpec{{Backend: "ref"},
+		{Backend: "ref", Options: map[string]string{"u": "1"}}})
+	require.NoError(t, err)
+	defer rt.Close()
+	g := splitGraph(t, 4, 32, 64, core.F32)
+	a := rt.Arena()
+	x, err := a.Alloc(4 * 32 * 4)
+	require.NoError(t, err)
+	y, err := a.Alloc(4 * 64 * 4)
+	require.NoError(t, err)
+	rows := func(units ...int) *NodeSplit {
+		return &NodeSplit{Strategy: SplitRows, Units: units, Ratio: []float64{0.5, 0.5}}
+	}
+	for _, c := range []struct {
+		name   string
+		splits []*NodeSplit
+		msg    string
+	}{
+		{"not a MATMUL", []*NodeSplit{rows(0, 1), nil, nil}, "only MATMUL"},
+		{"unit out of range", []*NodeSplit{nil, rows(0, 2), nil}, "unit index 2"},
+		{"unit twice", []*NodeSplit{nil, rows(1, 1), nil}, "listed twice"},
+		{"bad ratio", []*NodeSplit{nil, {Strategy: SplitSeq, Units: []int{0, 1}, Ratio: []float64{0.5, 0.4}}, nil}, "sums to"},
+		{"wrong length", []*NodeSplit{nil}, "1 splits for 3 nodes"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := rt.Compile(context.Background(), ProgramSpec{Name: "bad", Stages: []StageSpec{{Name: "s", Graph: g,
+				Units: []int{0, 0, 0}, Splits: c.splits, IO: []Binding{{Span: x}, {Span: y}, {Span: y}}}}})
+			require.ErrorIs(t, err, core.ErrInvalidArgument)
+			assert.Contains(t, err.Error(), c.msg)
+		})
+	}
+}
+
+// TestSplitOnIsolatedUnit: parts on an isolated plugin (the arena by fd, views by offset) give
+// the unsplit result; a part or merge the plugin refuses (it has F32 MATMULs and no CONCAT)
+// fails Compile naming the node, the part and the unit.
+func TestSplitOnIsolatedUnit(t *testing.T) {
+	devs, pb := refAndPlugin(t)
+	specs := []UnitSpec{{Backend: "ref"}, {Backend: pb.Info().Name}}
+	rt, err := NewRuntime(context.Background(), devs, specs)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, rt.Close()) }()
+	for _, sp := range []*NodeSplit{
+		{Strategy: SplitSeq, Units: []int{1, 0}, Ratio: []float64{0.5, 0.5}},
+		{Strategy: SplitRows, Units: []int{0, 1}, Ratio: []float64{0.5, 0.5}},
+		{Strategy: SplitHybrid, Units: []int{1, 0}, Ratio: []float64{0.5, 0.5}, Lengths: []int64{4}},
+	} {
+		g := splitGraph(t, 7, 32, 64, core.F32)
+		wantY, wantZ, p0 := runSplit(t, rt, g, nil)
+		gotY, gotZ, p := runSplit(t, rt, g, sp)
+		assert.Equal(t, wantY, gotY, "%s", sp.Strategy)
+		assert.Equal(t, wantZ, gotZ, "%s", sp.Strategy)
+		require.NoError(t, p.Close())
+		require.NoError(t, p0.Close())
+	}
+	a := rt.Arena()
+	x, err := a.Alloc(7 * 32 * 4)
+	require.NoError(t, err)
+	y, err := a.Alloc(7 * 64 * 4)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		dt   core.DType
+		sp   *NodeSplit
+		want string
+	}{
+		{core.Q8_0, &NodeSplit{Strategy: SplitSeq, Units: []int{0, 1}, Ratio: []float64{0.5, 0.5}}, "mm [rows 4:7, cols 0:64]"},
+		{core.F32, &NodeSplit{Strategy: SplitRows, Units: []int{0, 1}, Ratio: []float64{0.5, 0.5}, Merge: 1}, "mm merge [rows 0:7]"},
+	} {
+		g := splitGraph(t, 7, 32, 64, c.dt)
+		_, err := rt.Compile(context.Background(), ProgramSpec{Name: "bad", Stages: []StageSpec{{Name: "s", Graph: g,
+			Units: []int{0, 0, 0}, Splits: []*NodeSplit{nil, c.sp, nil}, IO: []Binding{{Span: x}, {Span: y}, {Span: y}}}}})
+		require.ErrorIs(t, err, ErrPlanRefused)
+		assert.Contains(t, err.Error(), c.want)
+		assert.Contains(t, err.Error(), specs[1].String())
+	}
 }
