@@ -434,6 +434,11 @@ type compiledPart struct {
 	// offset of its view in the stage tensor (Inputs, Outputs) it reads or writes; nil: 0.
 	offs  []int64
 	label string // for a split's parts; else partLabel
+	// what names each node of a split's part or merge in refusals (nil: a partition of the
+	// stage graph, analyzed with it); splitPart marks a part (not a merge), which may share a
+	// task with sibling parts.
+	what      []string
+	splitPart bool
 }
 
 // partition splits a stage by unit, checks each partition where it goes and prepares it. A
