@@ -80,6 +80,8 @@ func heteroPlans(t testing.TB) map[string]*sched.Plan {
 			"prefill":{"rules":[
 				{"ops":["MATMUL"],"nodes":["ffn_*"],"split":{"strategy":"hybrid","units":["1","0"],"ratio":[0.5,0.5],"lengths":[4]}},
 				{"ops":["MATMUL"],"split":{"strategy":"multiseq","units":["0","1"],"lengths":[4,2]}},{"unit":"1"}]}}`),
+		"MATMULs multiseq on the emulated NPU (static 4-row graphs), remainders on neon": mustPlan(t, `{"units":["neon","qnn"],
+			"prefill":{"rules":[{"ops":["MATMUL"],"split":{"strategy":"multiseq","units":["qnn","neon"],"lengths":[4]}},{"unit":"neon"}]}}`),
 	}
 }
 
