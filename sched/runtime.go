@@ -681,11 +681,11 @@ func (p *Program) Run(ctx context.Context, chunks []Chunk) error {
 // Dependencies: a partition's producers in its stage; a stage's first partitions wait for
 // every task of the chunk's previous stage and of the previous chunk's previous stage (the
 // K/V rows attention reads), and a chunk's first stage for every task of the chunk that used
-// its lane before. The order per unit comes from a list schedule simulated with the durations
-// earlier runs measured (mllm-NPU's out-of-order execution: a unit takes the ready task that
-// can start first, from any chunk), so a unit idle in chunk i's dependency chain can work on
-// chunk i+1. A simulated schedule respects every dependency, so the per-unit orders agree with
-// each other and no unit ever waits on a task queued behind one of its own.
+// its lane before. The order per unit comes from the dispatch policy run on a simulation with
+// the durations earlier runs measured (simulate: by default mllm-NPU's out-of-order rule, from
+// any chunk), so a unit idle in chunk i's dependency chain can work on chunk i+1. A simulated
+// schedule respects every dependency, so the per-unit orders agree with each other and no unit
+// ever waits on a task queued behind one of its own.
 func (p *Program) plan(chunks []Chunk) [][]*rtTask {
 	rt := p.rt
 	nu := len(rt.units)
