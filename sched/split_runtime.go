@@ -131,7 +131,8 @@ func (rt *Runtime) prepareStage(ctx context.Context, st StageSpec, splits []*Nod
 
 // groupParts makes split parts on one unit with the same dependencies one task: the Q, K and
 // V projections of a layer split the same way run as one graph per unit instead of three, so
-// a step pays a third of the dispatches and cross-unit handoffs. Parts with the same
+// a step pays a third of their dispatches (the handoffs between units stay: one each way per
+// group). Parts with the same
 // dependencies are independent of each other, and the group takes the place of its first
 // member, which every user of any member comes after.
 func groupParts(items []compiledPart) ([]compiledPart, error) {
