@@ -21,7 +21,7 @@ import (
 //     neon{cpus=0,threads=1} and opencl (PoCL's CPU device pinned to core 1) and the rest on
 //     neon, against each of the two units alone; the split is rows (XPU_BENCH_SPLIT=seq: the
 //     prompt rows instead) with the units' measured prefill throughput shares as the ratio (a
-//     calibration pass: the plan a solver would make from these two profiles; hand-written
+//     calibration pass, medians of 3: the plan a solver would make from these two profiles; hand-written
 //     here, h/solver's `xpu plan` did not exist yet);
 //   - decode with every MATMUL row-split over neon{cpus=0,threads=1} and
 //     neon{cpus=1,threads=1} (ratio from their measured decode speeds; a decode row is one
@@ -109,10 +109,26 @@ func BenchmarkTensorPartition(b *testing.B) {
 	}
 	neon0, neon1, opencl, threads := mk(single(n0), false), mk(single(n1), false), mk(single(ocl), false),
 		mk(single("neon{threads=2}"), false)
-	// calibration: the second of two runs (the first uploads and warms up)
-	calib := func(f func(*Runner) time.Duration, r *Runner) time.Duration { f(r); return f(r) }
-	pN, pO := calib(prefill, neon0), calib(prefill, opencl)
-	dN0, dN1 := calib(decode, neon0), calib(decode, neon1)
+	// calibration: the median of 3 interleaved runs after one that uploads and warms up (one
+	// sample is at the mercy of whatever else the core runs)
+	type cal struct {
+		f  func(*Runner) time.Duration
+		r  *Runner
+		ts []time.Duration
+	}
+	cals := []*cal{{f: prefill, r: neon0}, {f: prefill, r: opencl}, {f: decode, r: neon0}, {f: decode, r: neon1}}
+	for _, c := range cals {
+		c.f(c.r)
+	}
+	for range 3 {
+		for _, c := range cals {
+			c.ts = append(c.ts, c.f(c.r))
+		}
+	}
+	for _, c := range cals {
+		slices.Sort(c.ts)
+	}
+	pN, pO, dN0, dN1 := cals[0].ts[1], cals[1].ts[1], cals[2].ts[1], cals[3].ts[1]
 	pRatio := float64(pO) / float64(pN+pO) // neon's share: opencl's time share
 	dRatio := float64(dN1) / float64(dN0+dN1)
 	prefillPlan := fmt.Sprintf(`{"units":[%q,%q],"prefill":{"rules":[

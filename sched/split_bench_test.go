@@ -33,15 +33,15 @@ func openPinnedOpenCL(tb testing.TB, cpu int) core.Backend {
 
 // BenchmarkSplitMatMul measures issue 15's MATMUL partitioning ratios in one run, rounds
 // interleaved, medians over rounds (-benchtime=Nx sets the rounds): a 256×4096 by 4096×4096ᵀ
-// F32 MATMUL (XPU_BENCH_MATMUL=MxKxN to change it) on
+// F32 MATMUL (XPU_BENCH_MATMUL=MxKxN to change it, XPU_BENCH_DTYPE=q4_0 the weight's dtype) on
 //
 //   - neon{cpus=0,threads=1} alone, neon{cpus=1,threads=1} alone, opencl alone (PoCL's CPU
 //     device, pinned to core 1: opened from a thread whose mask is {1});
 //   - row-split across neon on core 0 and opencl on core 1;
 //   - row-split across the two pinned neon units.
 //
-// The split ratios are each pair's measured throughput shares from a calibration pass (what a
-// solver given these units' profiles picks for one MATMUL). A row split of M > 1 rows ends
+// The split ratios are each pair's measured throughput shares from a calibration pass (medians
+// of 3; what a solver given these units' profiles picks for one MATMUL). A row split of M > 1 rows ends
 // with one CONCAT merge on the first unit, which the figures include.
 //
 // go test ./sched -run '^$' -bench SplitMatMul -benchtime 5x
@@ -82,9 +82,19 @@ func BenchmarkSplitMatMul(b *testing.B) {
 	for i := range ws {
 		ws[i] = rng.Float32() - 0.5
 	}
+	dt := core.F32
+	if s := os.Getenv("XPU_BENCH_DTYPE"); s != "" {
+		if dt, err = core.ParseDType(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wb, err := core.Quantize(dt, ws, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
 	g := core.NewGraph()
 	x := g.Input("x", core.F32, m, k)
-	g.Output(g.Named("mm").MatMul(x, g.Const("w", core.F32, core.Shape{n, k}, core.EncodeF32(ws))))
+	g.Output(g.Named("mm").MatMul(x, g.Const("w", dt, core.Shape{n, k}, wb)))
 	if err := g.Err(); err != nil {
 		b.Fatal(err)
 	}
@@ -119,11 +129,21 @@ func BenchmarkSplitMatMul(b *testing.B) {
 		return time.Since(t0)
 	}
 	alone := []*Program{compile(0, nil), compile(1, nil), compile(2, nil)}
-	// calibration: each unit's time alone (the second of two runs: the first uploads)
+	// calibration: each unit's time alone, the median of 3 interleaved runs after one that
+	// uploads (one sample is at the mercy of whatever else the core runs)
 	var cal [3]time.Duration
-	for i, p := range alone {
+	samples := make([][]time.Duration, len(alone))
+	for _, p := range alone {
 		run(p)
-		cal[i] = run(p)
+	}
+	for range 3 {
+		for i, p := range alone {
+			samples[i] = append(samples[i], run(p))
+		}
+	}
+	for i, ts := range samples {
+		slices.Sort(ts)
+		cal[i] = ts[1]
 	}
 	share := func(u, v int) []float64 {
 		r := float64(cal[v]) / float64(cal[u]+cal[v]) // u's share of the rows: v's time share
