@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,7 +48,8 @@ func openPinnedOpenCL(tb testing.TB, cpu int) core.Backend {
 //
 // go test ./sched -run '^$' -bench SplitMatMul -benchtime 5x
 //
-// XPU_BENCH_TRACE=file writes the runs' trace.
+// XPU_BENCH_TRACE=file writes the runs' trace; XPU_BENCH_THREADS_DEBUG=1 logs every thread of
+// the process with its CPU mask and CPU time (PoCL's workers show mask 1).
 func BenchmarkSplitMatMul(b *testing.B) {
 	m, k, n := int64(256), int64(4096), int64(4096)
 	if s := os.Getenv("XPU_BENCH_MATMUL"); s != "" {
@@ -177,6 +180,19 @@ func BenchmarkSplitMatMul(b *testing.B) {
 	b.ReportMetric(tput[4]/(tput[0]+tput[1]), "split_2neon/sum")
 	b.ReportMetric(share(0, 2)[0], "ratio_neon_vs_opencl")
 	b.ReportMetric(share(0, 1)[0], "ratio_neon0_vs_neon1")
+	if os.Getenv("XPU_BENCH_THREADS_DEBUG") != "" {
+		ds, _ := filepath.Glob("/proc/self/task/*")
+		for _, d := range ds {
+			st, _ := os.ReadFile(d + "/status")
+			stat, _ := os.ReadFile(d + "/stat")
+			f := strings.Fields(string(stat))
+			for _, l := range strings.Split(string(st), "\n") {
+				if strings.HasPrefix(l, "Cpus_allowed_list") && len(f) > 15 {
+					b.Logf("thread %s %s utime %s stime %s", filepath.Base(d), l, f[13], f[14])
+				}
+			}
+		}
+	}
 	if tr != nil {
 		if err := tr.WriteFile(tracePath); err != nil {
 			b.Fatal(err)
