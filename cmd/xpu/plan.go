@@ -197,7 +197,9 @@ func cachedProfile(ctx context.Context, model, units string, stderr io.Writer) (
 	return nil, lastErr
 }
 
-func msStr(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/float64(time.Millisecond)) }
+func msStr(d time.Duration) string {
+	return fmt.Sprintf("%.3f ms", float64(d)/float64(time.Millisecond))
+}
 
 func printPlan(w io.Writer, p *solve.Plan) {
 	fmt.Fprintf(w, "units: %s; solver: %s; prefill dispatch: %s; prompt %d tokens, decode at context %d\n",
