@@ -199,9 +199,13 @@ func (p *Profile) Time(u int, q Query) (time.Duration, error) {
 		return math.Abs(math.Log(float64(max(g.k, 1))/float64(max(q.K, 1)))) + math.Abs(math.Log(float64(g.n)/float64(q.N)))
 	}
 	best := groups[0]
-	for _, g := range groups[1:] {
-		if dist(g) < dist(best) {
-			best = g
+	if i := slices.IndexFunc(groups, func(g *group) bool { return g.k == q.K && g.n == q.N }); i >= 0 {
+		best = groups[i]
+	} else {
+		for _, g := range groups[1:] {
+			if dist(g) < dist(best) {
+				best = g
+			}
 		}
 	}
 	t := interpM(best.pts, m, un.LaunchSeconds)
@@ -342,7 +346,10 @@ func (p *Profile) Validate() error {
 			return bad("sync %s→%s: unknown unit or bad time", s.From, s.To)
 		}
 	}
-	return p.Model.Validate()
+	if err := p.Model.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadProfile, err)
+	}
+	return nil
 }
 
 // Parse reads a profile (unknown fields are errors) and validates it.

@@ -17,6 +17,7 @@ import (
 	"math/bits"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -222,6 +223,7 @@ type solver struct {
 	units       []int
 	layer, head []opDef
 	memo        map[memoKey]cost
+	names       [][]string // step names per layer and op
 }
 
 type memoKey struct {
@@ -254,7 +256,11 @@ type candidate struct {
 // phase solves one phase over the given row counts (chunk lengths) and returns the best plan
 // and the best single-unit plan.
 func (s *solver) phase(name string, rowsList []int) (best, single Phase, err error) {
-	found, foundSingle := false, false
+	var pool []scored
+	foundSingle := false
+	var singleC candidate
+	singleRows, singleChunks := 0, 0
+	var singleT time.Duration
 	for _, rows := range rowsList {
 		nchunks, kvAvg := 1, s.o.Context
 		if name == "prefill" {
@@ -262,26 +268,83 @@ func (s *solver) phase(name string, rowsList []int) (best, single Phase, err err
 			kvAvg = (s.o.Prompt + rows) / 2
 		}
 		cands, singles := s.candidates(rows, kvAvg, nchunks)
-		for i, c := range append(singles, cands...) {
-			ph, err := s.evaluate(name, c, rows, nchunks, s.o.Policy)
+		pool = append(pool, cands...)
+		// one unit runs its tasks back to back: the replay's makespan is the sum of the costs
+		for _, c := range singles {
+			t, err := s.serialTime(name, c, rows, nchunks)
 			if err != nil {
 				return best, single, err
 			}
-			if i < len(singles) && (!foundSingle || ph.Time < single.Time) {
-				single, foundSingle = ph, true
+			if !foundSingle || t < singleT {
+				singleC, singleRows, singleChunks, singleT, foundSingle = c, rows, nchunks, t, true
 			}
-			if !found || ph.Time < best.Time {
-				best, found = ph, true
-			}
+		}
+	}
+	if foundSingle {
+		if single, err = s.evaluate(name, singleC, singleRows, singleChunks, s.o.Policy); err != nil {
+			return best, single, err
+		}
+		best = single
+	}
+	sort.SliceStable(pool, func(i, j int) bool { return pool[i].bound < pool[j].bound })
+	found := foundSingle
+	for i, x := range pool {
+		if i >= replayed {
+			break
+		}
+		ph, err := s.evaluate(name, x.c, x.rows, x.nchunks, s.o.Policy)
+		if err != nil {
+			return best, single, err
+		}
+		if !found || ph.Time < best.Time {
+			best, found = ph, true
 		}
 	}
 	if !found {
 		return best, single, fmt.Errorf("%w for %s on units %v: every unit refuses some op", ErrNoPlan, name, s.unitNames(s.units))
 	}
-	if s.o.Mode == Single || !foundSingle {
+	if !foundSingle {
 		single = best
 	}
 	return best, single, nil
+}
+
+// serialTime is the sum of every task's cost of candidate c: its replay's makespan when one
+// unit runs everything.
+func (s *solver) serialTime(name string, c candidate, rows, nchunks int) (time.Duration, error) {
+	var total time.Duration
+	for i := range nchunks {
+		m, kv := s.chunkShape(name, i, rows)
+		for j, op := range s.layer {
+			_, parts, err := s.opTime(op, c.layer[j], m, kv)
+			if err != nil {
+				return 0, err
+			}
+			for _, p := range parts {
+				total += p.Cost * time.Duration(s.p.Model.Layers)
+			}
+		}
+		for j, op := range s.head {
+			_, parts, err := s.opTime(op, c.head[j], m, kv)
+			if err != nil {
+				return 0, err
+			}
+			for _, p := range parts {
+				total += p.Cost
+			}
+		}
+	}
+	return total, nil
+}
+
+// chunkShape is chunk i's rows and KV length: prefill's chunks of rows (the last what is left
+// of the prompt), decode's one row at the context length.
+func (s *solver) chunkShape(name string, i, rows int) (m, kv int) {
+	if name != "prefill" {
+		return rows, s.o.Context
+	}
+	m = min(rows, s.o.Prompt-i*rows)
+	return m, i*rows + m
 }
 
 func (s *solver) unitNames(us []int) []string {
@@ -532,7 +595,7 @@ func lengthSets(m int, static []int) [][]int {
 // candidates are the assignments worth replaying for chunks of rows rows: every single unit
 // that runs everything, and (Layer, Tensor) the latency-optimal chain per norm unit and the
 // placements by op class (MATMULs, attention, the rest), pruned to the best few by a bound.
-func (s *solver) candidates(rows, kv, nchunks int) (cands, singles []candidate) {
+func (s *solver) candidates(rows, kv, nchunks int) (cands []scored, singles []candidate) {
 	layerOpts := make([]map[uint64]Choice, len(s.layer))
 	for i, op := range s.layer {
 		layerOpts[i] = s.options(op, rows, kv)
@@ -639,13 +702,8 @@ func (s *solver) candidates(rows, kv, nchunks int) (cands, singles []candidate) 
 			}
 		}
 	}
-	// keep the best few by the bound max(busiest unit's load × chunks, chain latency + the rest
-	// of the chunks at the busiest unit's pace)
-	type scored struct {
-		c     candidate
-		bound time.Duration
-	}
-	var sc []scored
+	// score each by the bound max(busiest unit's load × chunks, chain latency + the rest of the
+	// chunks at the busiest unit's pace)
 	for _, c := range pool {
 		load := map[int]time.Duration{}
 		var lat time.Duration
@@ -673,16 +731,21 @@ func (s *solver) candidates(rows, kv, nchunks int) (cands, singles []candidate) 
 		for _, l := range load {
 			busiest = max(busiest, l)
 		}
-		sc = append(sc, scored{c, max(busiest*time.Duration(nchunks), lat+busiest*time.Duration(nchunks-1))})
-	}
-	sort.SliceStable(sc, func(i, j int) bool { return sc[i].bound < sc[j].bound })
-	for i, x := range sc {
-		if i < 8 || strings.HasPrefix(x.c.label, "chain") {
-			cands = append(cands, x.c)
-		}
+		cands = append(cands, scored{c: c, rows: rows, nchunks: nchunks, bound: max(busiest*time.Duration(nchunks), lat+busiest*time.Duration(nchunks-1))})
 	}
 	return cands, singles
 }
+
+// scored is a multi-unit candidate for one chunk length with its estimated time.
+type scored struct {
+	c             candidate
+	rows, nchunks int
+	bound         time.Duration
+}
+
+// replayed is how many multi-unit candidates (the best by their bound, over every chunk
+// length) a phase replays on the DAG clock.
+const replayed = 12
 
 // maskUnits lists the units of a mask.
 func maskUnits(m uint64) []int {
@@ -856,28 +919,32 @@ func (s *solver) evaluate(name string, c candidate, rows, nchunks int, pol dag.P
 // chunk's rows: rows, the last one what is left of the prompt (a static-shape unit pads it).
 func (s *solver) build(name string, c candidate, rows, nchunks int) (*dag.DAG, error) {
 	var ferr error
-	d, err := dag.Chunked(len(s.p.Units), nchunks, func(i int) []dag.Step {
-		m, kv := rows, s.o.Context
-		if name == "prefill" {
-			m = min(rows, s.o.Prompt-i*rows)
-			kv = i*rows + m
+	if s.names == nil {
+		s.names = make([][]string, s.p.Model.Layers+1)
+		for l := range s.names {
+			for _, op := range append(append([]opDef{}, s.layer...), s.head...) {
+				s.names[l] = append(s.names[l], "blk."+strconv.Itoa(l)+"."+op.Name)
+			}
 		}
+	}
+	d, err := dag.Chunked(len(s.p.Units), nchunks, func(i int) []dag.Step {
+		m, kv := s.chunkShape(name, i, rows)
 		steps := make([]dag.Step, 0, s.p.Model.Layers*len(s.layer)+len(s.head))
-		add := func(l int, op opDef, ch Choice) {
+		add := func(l, j int, op opDef, ch Choice) {
 			_, parts, err := s.opTime(op, ch, m, kv)
 			if err != nil && ferr == nil {
 				ferr = fmt.Errorf("solve: %s %s on %v: %w", name, op.Name, s.unitNames(ch.Units), err)
 			}
-			steps = append(steps, dag.Step{Name: fmt.Sprintf("blk.%d.%s", l, op.Name), Layer: l, Parts: parts,
+			steps = append(steps, dag.Step{Name: s.names[l][j], Layer: l, Parts: parts,
 				CrossChunk: op.Class == profile.OpAttention})
 		}
 		for l := range s.p.Model.Layers {
 			for j, op := range s.layer {
-				add(l, op, c.layer[j])
+				add(l, j, op, c.layer[j])
 			}
 		}
 		for j, op := range s.head {
-			add(s.p.Model.Layers, op, c.head[j])
+			add(s.p.Model.Layers, len(s.layer)+j, op, c.head[j])
 		}
 		return steps
 	})
