@@ -181,20 +181,15 @@ func cachedProfile(ctx context.Context, model, units string, stderr io.Writer) (
 	if err != nil {
 		return nil, err
 	}
-	var lastErr error
-	// the key includes the grid: try the default one, then any stored profile of these units
-	for _, grid := range []string{fmt.Sprint(profile.DefaultGrid)} {
-		p, path, err := profile.Load(dir, profile.Key(pu.keyUnits(), md, grid))
-		if err == nil {
-			fmt.Fprintf(stderr, "xpu plan: profile %s\n", path)
-			return p, nil
-		}
-		lastErr = err
+	p, path, err := profile.Load(dir, profile.Key(pu.keyUnits(), md))
+	if errors.Is(err, profile.ErrNoProfile) {
+		return nil, fmt.Errorf("%w: run `xpu tune --profile --model %s --units %s` first", err, model, units)
 	}
-	if errors.Is(lastErr, profile.ErrNoProfile) {
-		return nil, fmt.Errorf("%w: run `xpu tune --profile --model %s --units %s` first", lastErr, model, units)
+	if err != nil {
+		return nil, err
 	}
-	return nil, lastErr
+	fmt.Fprintf(stderr, "xpu plan: profile %s\n", path)
+	return p, nil
 }
 
 func msStr(d time.Duration) string {

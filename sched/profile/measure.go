@@ -100,8 +100,9 @@ func Measure(ctx context.Context, units []MeasureUnit, m Model, o Options) (*Pro
 	}
 	p.Notes = append(p.Notes, fmt.Sprintf("measured with grid %v, %v per point, points over %v extrapolated", o.Grid, o.MinTime, o.MaxPoint),
 		fmt.Sprintf("default_sync_s %g: sched.Signal handoff (BENCHMARKS.md), not measured here", MeasuredSyncSeconds))
-	opts := []string{fmt.Sprint(o.Grid)}
-	p.Key = Key(p.Units, m, opts...)
+	// the grid is not part of the key: a new measurement of the same units and model replaces
+	// the old one, whatever its grid
+	p.Key = Key(p.Units, m)
 	return p, nil
 }
 

@@ -187,7 +187,7 @@ func TestMeasureReference(t *testing.T) {
 	defer u.Close()
 	var lines []string
 	p, err := Measure(context.Background(), []MeasureUnit{{Unit: u, Build: "test"}}, small,
-		Options{Grid: []int{1, 8}, MinTime: time.Millisecond, Progress: func(s string) { lines = append(lines, s) }})
+		Options{Grid: []int{1, 8}, MinTime: time.Millisecond, MaxPoint: time.Minute, Progress: func(s string) { lines = append(lines, s) }})
 	require.NoError(t, err)
 	require.NoError(t, p.Validate())
 	require.Len(t, p.Units, 1)

@@ -288,10 +288,12 @@ func (s *solver) phase(name string, rowsList []int) (best, single Phase, err err
 	}
 	sort.SliceStable(pool, func(i, j int) bool { return pool[i].bound < pool[j].bound })
 	found := foundSingle
-	for i, x := range pool {
-		if i >= replayed {
-			break
+	taken := map[Mode]int{}
+	for _, x := range pool {
+		if taken[x.family] >= replayed {
+			continue
 		}
+		taken[x.family]++
 		ph, err := s.evaluate(name, x.c, x.rows, x.nchunks, s.o.Policy)
 		if err != nil {
 			return best, single, err
@@ -633,6 +635,44 @@ func (s *solver) candidates(rows, kv, nchunks int) (cands []scored, singles []ca
 	if s.o.Mode == Single {
 		return nil, singles
 	}
+	cands = s.multi(layerOpts, headOpts, rows, kv, nchunks, s.o.Mode)
+	if s.o.Mode == Tensor {
+		// the layer-level candidates too, generated and ranked exactly as in Layer mode, so
+		// a tensor-level plan is never predicted slower than the layer-level one
+		whole := func(opts []map[uint64]Choice) []map[uint64]Choice {
+			out := make([]map[uint64]Choice, len(opts))
+			for i, o := range opts {
+				out[i] = map[uint64]Choice{}
+				for k, c := range o {
+					if c.Strategy == StrategySingle {
+						out[i][k] = c
+					}
+				}
+			}
+			return out
+		}
+		cands = append(cands, s.multi(whole(layerOpts), whole(headOpts), rows, kv, nchunks, Layer)...)
+	}
+	return cands, singles
+}
+
+// multi is the multi-unit candidates over the given options, scored by their bound: the
+// latency-optimal chain over every set of units and the placements by op class.
+func (s *solver) multi(layerOpts, headOpts []map[uint64]Choice, rows, kv, nchunks int, family Mode) (cands []scored) {
+	single := func(u int) Choice { return Choice{Strategy: StrategySingle, Units: []int{u}} }
+	feasible := func(c candidate) bool {
+		for i, ch := range c.layer {
+			if _, ok := layerOpts[i][ch.mask()]; !ok {
+				return false
+			}
+		}
+		for i, ch := range c.head {
+			if _, ok := headOpts[i][ch.mask()]; !ok {
+				return false
+			}
+		}
+		return true
+	}
 	var pool []candidate
 	seen := map[string]bool{}
 	addPool := func(c candidate) {
@@ -681,7 +721,7 @@ func (s *solver) candidates(rows, kv, nchunks int) (cands []scored, singles []ca
 								if k&(1<<uint(a)) == 0 || k&^limit != 0 {
 									continue
 								}
-								if t, _, err := s.opTime(op, ch, rows, kv); err == nil && t < bt {
+								if t, _, err := s.opTime(op, ch, rows, kv); err == nil && (t < bt || (t == bt && k < best.mask())) {
 									best, bt = ch, t
 								}
 							}
@@ -731,20 +771,22 @@ func (s *solver) candidates(rows, kv, nchunks int) (cands []scored, singles []ca
 		for _, l := range load {
 			busiest = max(busiest, l)
 		}
-		cands = append(cands, scored{c: c, rows: rows, nchunks: nchunks, bound: max(busiest*time.Duration(nchunks), lat+busiest*time.Duration(nchunks-1))})
+		cands = append(cands, scored{c: c, rows: rows, nchunks: nchunks, family: family,
+			bound: max(busiest*time.Duration(nchunks), lat+busiest*time.Duration(nchunks-1))})
 	}
-	return cands, singles
+	return cands
 }
 
 // scored is a multi-unit candidate for one chunk length with its estimated time.
 type scored struct {
 	c             candidate
 	rows, nchunks int
+	family        Mode // Layer (no splits) or Tensor
 	bound         time.Duration
 }
 
-// replayed is how many multi-unit candidates (the best by their bound, over every chunk
-// length) a phase replays on the DAG clock.
+// replayed is how many multi-unit candidates of each family (the best by their bound, over
+// every chunk length) a phase replays on the DAG clock.
 const replayed = 12
 
 // maskUnits lists the units of a mask.
@@ -859,7 +901,7 @@ func (s *solver) chain(layerOpts, headOpts []map[uint64]Choice, nu int, within u
 			if k&^within != 0 {
 				continue
 			}
-			if t := timeOf(op, ch) + s.transition(prev, k); t < bt {
+			if t := timeOf(op, ch) + s.transition(prev, k); t < bt || (t == bt && k < best.mask()) {
 				best, bt = ch, t
 			}
 		}

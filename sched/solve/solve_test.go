@@ -79,8 +79,8 @@ func randomProfile(rng *rand.Rand, units int) *profile.Profile {
 }
 
 // The solver's guarantee: over random cost tables, its plan is never predicted slower than the
-// best single unit, for prefill and for decode, in either multi-unit mode, and every op of
-// the plan runs where the profile allows it.
+// best single unit, for prefill and for decode, in either multi-unit mode (nor tensor-level
+// slower than layer-level), and every op of the plan runs where the profile allows it.
 func TestNeverSlowerThanBestSingleUnit(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	for trial := range 25 {
@@ -98,9 +98,16 @@ func TestNeverSlowerThanBestSingleUnit(t *testing.T) {
 			bestDecode = min(bestDecode, pl.Decode.Time.Seconds())
 		}
 		require.False(t, math.IsInf(bestPrefill, 1), "unit 0 runs everything")
+		var layer *Plan
 		for _, mode := range []Mode{Layer, Tensor} {
 			pl, err := Solve(p, Options{Mode: mode, Prompt: prompt})
 			require.NoError(t, err, "trial %d", trial)
+			if mode == Layer {
+				layer = pl
+			} else {
+				assert.LessOrEqual(t, pl.Prefill.Time, layer.Prefill.Time, "trial %d: tensor-level never slower than layer-level", trial)
+				assert.LessOrEqual(t, pl.Decode.Time, layer.Decode.Time, "trial %d: decode", trial)
+			}
 			assert.LessOrEqual(t, pl.Prefill.Time.Seconds(), bestPrefill, "trial %d %v: prefill", trial, mode)
 			assert.LessOrEqual(t, pl.Decode.Time.Seconds(), bestDecode, "trial %d %v: decode", trial, mode)
 			assert.InDelta(t, bestPrefill, pl.SinglePrefill.Time.Seconds(), 1e-12)
