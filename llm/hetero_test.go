@@ -71,6 +71,15 @@ func heteroPlans(t testing.TB) map[string]*sched.Plan {
 			"prefill":{"rules":[{"unit":"opencl"}]},"decode":{"rules":[{"unit":"neon"}]}}`),
 		"two pinned neon units": mustPlan(t, `{"units":["neon{cpus=0,threads=1}","neon{cpus=1,threads=1}"],
 			"prefill":{"rules":[{"unit":"0","layers":"0-1"},{"unit":"1"}]}}`),
+		"MATMULs row-split over two pinned neon units": mustPlan(t, `{"units":["neon{cpus=0,threads=1}","neon{cpus=1,threads=1}"],
+			"prefill":{"rules":[{"ops":["MATMUL"],"split":{"strategy":"rows","units":["0","1"],"ratio":[0.5,0.5]}},{"unit":"0"}]}}`),
+		"MATMULs seq-split neon+opencl, rows in decode": mustPlan(t, `{"units":["neon","opencl"],
+			"prefill":{"rules":[{"ops":["MATMUL"],"split":{"strategy":"seq","units":["opencl","neon"],"ratio":[0.6,0.4]}},{"unit":"neon"}]},
+			"decode":{"rules":[{"ops":["MATMUL"],"split":{"strategy":"rows","units":["neon","opencl"],"ratio":[0.5,0.5]}},{"unit":"neon"}]}}`),
+		"MATMULs multiseq 8 = 4 + 2 + 2, hybrid in the FFN": mustPlan(t, `{"units":["neon{cpus=0,threads=1}","neon{cpus=1,threads=1}"],
+			"prefill":{"rules":[
+				{"ops":["MATMUL"],"nodes":["ffn_*"],"split":{"strategy":"hybrid","units":["1","0"],"ratio":[0.5,0.5],"lengths":[4]}},
+				{"ops":["MATMUL"],"split":{"strategy":"multiseq","units":["0","1"],"lengths":[4,2]}},{"unit":"1"}]}}`),
 	}
 }
 

@@ -351,11 +351,12 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkProg,
 	// pipelines chunks, each chunk in flight with its own activations.
 	units := make([][]int, len(stages))
 	fallback := make([][]int, len(stages))
+	splits := make([][]*sched.NodeSplit, len(stages))
 	used := map[int]bool{}
 	for s, g := range stages {
 		units[s], fallback[s] = make([]int, len(g.Nodes)), make([]int, len(g.Nodes))
 		for i, n := range g.Nodes {
-			u, fb, err := r.plan.Place(phase, r.layerOf(s, n), n)
+			u, fb, sp, err := r.plan.PlaceSplit(phase, r.layerOf(s, n), n)
 			if err != nil {
 				return nil, fmt.Errorf("llm: %w", err)
 			}
@@ -363,7 +364,19 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkProg,
 				fb = r.unitIdx[fb]
 			}
 			units[s][i], fallback[s][i] = r.unitIdx[u], fb
-			used[u] = true
+			if sp == nil {
+				used[u] = true
+				continue
+			}
+			if splits[s] == nil {
+				splits[s] = make([]*sched.NodeSplit, len(g.Nodes))
+			}
+			ns := &sched.NodeSplit{Strategy: sp.Strategy, Ratio: sp.Ratio, Lengths: sp.Lengths, Merge: r.unitIdx[u]}
+			for _, su := range sp.Units {
+				ns.Units = append(ns.Units, r.unitIdx[su])
+				used[su] = true
+			}
+			splits[s][i] = ns
 		}
 	}
 	if phase == sched.PhasePrefill && len(used) > 1 {
@@ -407,7 +420,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkProg,
 			byName["k_cache"], byName["v_cache"] = sched.Binding{Span: r.kv[s-1][0]}, sched.Binding{Span: r.kv[s-1][1]}
 		}
 		st := sched.StageSpec{Name: fmt.Sprintf("stage %d", s), Layer: max(s-1, 0), Graph: g, Units: units[s],
-			Fallback: fallback[s]}
+			Fallback: fallback[s], Splits: splits[s]}
 		if s == 0 {
 			st.Name = "embed"
 		}

@@ -57,6 +57,31 @@ type Rule struct {
 	// Fallback, when set, is the unit a node goes to when Unit refuses it (Context.Analyze);
 	// without it a refusal fails the plan.
 	Fallback string `json:"fallback,omitempty"`
+	// Split, when set, cuts each MATMUL the rule matches across several units (see Split);
+	// the rule's other nodes, and the explicit merges a split needs, go to Unit (default: the
+	// split's first unit).
+	Split *Split `json:"split,omitempty"`
+}
+
+// Split cuts one MATMUL across units (PLAN.md, "Split MATMULs").
+type Split struct {
+	// Strategy is rows, seq, multiseq or hybrid (SplitStrategy).
+	Strategy SplitStrategy `json:"strategy"`
+	// Units are units of Plan.Units (as Rule.Unit names them); multiseq and hybrid take two,
+	// the static-shape unit first.
+	Units []string `json:"units"`
+	// Ratio is each unit's share of N (rows, hybrid) or of M (seq); it sums to 1.
+	Ratio []float64 `json:"ratio,omitempty"`
+	// Lengths are the standard lengths the first unit holds graphs for (multiseq, hybrid).
+	Lengths []int64 `json:"lengths,omitempty"`
+}
+
+// PlanSplit is a rule's split with its units as indices into ResolvedPlan.Specs.
+type PlanSplit struct {
+	Strategy SplitStrategy
+	Units    []int
+	Ratio    []float64
+	Lengths  []int64
 }
 
 // ErrBadPlan is wrapped by every plan error (and wraps core.ErrInvalidArgument).
@@ -107,6 +132,7 @@ type resolvedRule struct {
 	ops            []core.Op
 	layers         [][2]int // inclusive ranges; hi -1: open
 	nodes          []string
+	split          *PlanSplit
 	text           string // for messages
 }
 
@@ -183,6 +209,29 @@ func (rp *ResolvedPlan) resolveRule(r Rule) (resolvedRule, error) {
 	b, _ := json.Marshal(r)
 	rr.text = string(b)
 	var err error
+	if r.Split != nil {
+		sp := r.Split
+		if r.Fallback != "" {
+			return rr, fmt.Errorf("split and fallback together: a split's units cannot fall back")
+		}
+		if err := validateSplit(sp.Strategy, len(sp.Units), sp.Ratio, sp.Lengths); err != nil {
+			return rr, err
+		}
+		rr.split = &PlanSplit{Strategy: sp.Strategy, Ratio: slices.Clone(sp.Ratio), Lengths: slices.Clone(sp.Lengths)}
+		for _, u := range sp.Units {
+			i, err := rp.unitIndex(u)
+			if err != nil {
+				return rr, fmt.Errorf("split: %w", err)
+			}
+			if slices.Contains(rr.split.Units, i) {
+				return rr, fmt.Errorf("split: unit %s listed twice", rp.Specs[i])
+			}
+			rr.split.Units = append(rr.split.Units, i)
+		}
+		if r.Unit == "" {
+			r.Unit = strconv.Itoa(rr.split.Units[0])
+		}
+	}
 	if rr.unit, err = rp.unitIndex(r.Unit); err != nil {
 		return rr, err
 	}
@@ -273,18 +322,29 @@ func (rr *resolvedRule) matches(layer int, n *core.Node) bool {
 	return true
 }
 
+// PlaceSplit is Place plus the split of the matching rule when n is a MATMUL that rule splits
+// (nil otherwise).
+func (rp *ResolvedPlan) PlaceSplit(phase Phase, layer int, n *core.Node) (unit, fallback int, split *PlanSplit, err error) {
+	for _, rr := range rp.phases[phase] {
+		if rr.matches(layer, n) {
+			if n.Op == core.OpMatMul {
+				split = rr.split
+			}
+			return rr.unit, rr.fallback, split, nil
+		}
+	}
+	return 0, -1, nil, fmt.Errorf("%s node %s (%s, layer %d): %w", phase, n.Name, n.Op, layer, ErrNoRule)
+}
+
 // ErrNoRule: no rule of the plan matches a node.
 var ErrNoRule = errors.New("no plan rule matches the node")
 
 // Place returns the unit (index into Specs) for node n of layer in phase, and the fallback
-// unit (-1: none).
+// unit (-1: none). A MATMUL its rule splits gets the unit of the split's merges (PlaceSplit
+// also gives the split).
 func (rp *ResolvedPlan) Place(phase Phase, layer int, n *core.Node) (unit, fallback int, err error) {
-	for _, rr := range rp.phases[phase] {
-		if rr.matches(layer, n) {
-			return rr.unit, rr.fallback, nil
-		}
-	}
-	return 0, -1, fmt.Errorf("%s node %s (%s, layer %d): %w", phase, n.Name, n.Op, layer, ErrNoRule)
+	unit, fallback, _, err = rp.PlaceSplit(phase, layer, n)
+	return unit, fallback, err
 }
 
 // DefaultPlan is the plan --units gives without a plan file (no solver yet: a fixed rule over

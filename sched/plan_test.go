@@ -65,6 +65,17 @@ func TestPlanErrors(t *testing.T) {
 		{"bad pattern", `{"units":["neon"],"prefill":{"rules":[{"unit":"0","nodes":["["]}]}}`, "node pattern"},
 		{"twice", `{"units":["neon","neon:0"],"prefill":{"rules":[{"unit":"0"}]}}`, "listed twice"},
 		{"bad fallback", `{"units":["neon"],"prefill":{"rules":[{"unit":"0","fallback":"qnn"}]}}`, "fallback"},
+		{"split strategy", `{"units":["a","b"],"prefill":{"rules":[{"split":{"strategy":"cols","units":["a","b"],"ratio":[0.5,0.5]}}]}}`, "strategy"},
+		{"split ratio sum", `{"units":["a","b"],"prefill":{"rules":[{"split":{"strategy":"rows","units":["a","b"],"ratio":[0.5,0.6]}}]}}`, "sums to"},
+		{"split ratio count", `{"units":["a","b"],"prefill":{"rules":[{"split":{"strategy":"seq","units":["a","b"],"ratio":[1]}}]}}`, "1 ratios"},
+		{"split unlisted unit", `{"units":["a","b"],"prefill":{"rules":[{"split":{"strategy":"rows","units":["a","c"],"ratio":[0.5,0.5]}}]}}`, "not one of"},
+		{"split unit twice", `{"units":["a","b"],"prefill":{"rules":[{"split":{"strategy":"rows","units":["a","0"],"ratio":[0.5,0.5]}}]}}`, "listed twice"},
+		{"split one unit", `{"units":["a","b"],"prefill":{"rules":[{"split":{"strategy":"rows","units":["a"],"ratio":[1]}}]}}`, "1 units"},
+		{"multiseq lengths", `{"units":["a","b"],"prefill":{"rules":[{"split":{"strategy":"multiseq","units":["a","b"]}}]}}`, "no standard lengths"},
+		{"multiseq ratio", `{"units":["a","b"],"prefill":{"rules":[{"split":{"strategy":"multiseq","units":["a","b"],"ratio":[0.5,0.5],"lengths":[32]}}]}}`, "no ratio"},
+		{"hybrid three units", `{"units":["a","b","c"],"prefill":{"rules":[{"split":{"strategy":"hybrid","units":["a","b","c"],"ratio":[0.2,0.3,0.5],"lengths":[32]}}]}}`, "need 2"},
+		{"split and fallback", `{"units":["a","b"],"prefill":{"rules":[{"unit":"a","fallback":"b","split":{"strategy":"rows","units":["a","b"],"ratio":[0.5,0.5]}}]}}`, "fallback"},
+		{"split unknown field", `{"units":["a","b"],"prefill":{"rules":[{"split":{"strategy":"rows","units":["a","b"],"ratios":[0.5,0.5]}}]}}`, "unknown field"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,9 +91,39 @@ func TestPlanErrors(t *testing.T) {
 	assert.Contains(t, err.Error(), "embd")
 }
 
+// TestPlanSplit: a split rule gives its MATMULs the split (units as plan indices) and places
+// its other nodes, and the merges, on its unit (default: the split's first unit).
+func TestPlanSplit(t *testing.T) {
+	p, err := ParsePlan([]byte(`{"units":["neon{cpus=0}","opencl","qnn"],"prefill":{"rules":[
+		{"layers":"0-3","split":{"strategy":"multiseq","units":["qnn","opencl"],"lengths":[256,32]}},
+		{"unit":"0","ops":["MATMUL"],"split":{"strategy":"rows","units":["opencl","neon{cpus=0}"],"ratio":[0.7,0.3]}},
+		{"unit":"0"}]}}`))
+	require.NoError(t, err)
+	rp, err := p.Resolve()
+	require.NoError(t, err)
+	u, fb, sp, err := rp.PlaceSplit(PhasePrefill, 2, node("blk.2.attn_q", core.OpMatMul))
+	require.NoError(t, err)
+	assert.Equal(t, 2, u, "the merge unit defaults to the split's first")
+	assert.Equal(t, -1, fb)
+	assert.Equal(t, &PlanSplit{Strategy: SplitMultiSeq, Units: []int{2, 1}, Lengths: []int64{256, 32}}, sp)
+	u, _, sp, err = rp.PlaceSplit(PhasePrefill, 2, node("blk.2.attn_norm", core.OpRMSNorm))
+	require.NoError(t, err)
+	assert.Equal(t, 2, u)
+	assert.Nil(t, sp, "only MATMULs split")
+	u, _, sp, err = rp.PlaceSplit(PhaseDecode, 7, node("blk.7.ffn_up", core.OpMatMul))
+	require.NoError(t, err)
+	assert.Equal(t, 0, u)
+	assert.Equal(t, &PlanSplit{Strategy: SplitRows, Units: []int{1, 0}, Ratio: []float64{0.7, 0.3}}, sp)
+	// the plan round-trips through its JSON
+	again, err := ParsePlan(p.JSON())
+	require.NoError(t, err)
+	assert.Equal(t, p, again)
+}
+
 func FuzzParsePlan(f *testing.F) {
 	f.Add([]byte(`{"units":["neon","qnn"],"prefill":{"rules":[{"unit":"qnn","ops":["MATMUL"],"layers":"0-3,5-"},{"unit":"0"}]}}`))
 	f.Add([]byte(`{"units":["neon{cpus=0,threads=1}"],"decode":{"rules":[{"unit":"0","nodes":["ffn_*"]}]}}`))
+	f.Add([]byte(`{"units":["a","b"],"prefill":{"rules":[{"split":{"strategy":"hybrid","units":["a","b"],"ratio":[0.5,0.5],"lengths":[32]}}]}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := ParsePlan(data)
 		if err != nil {
@@ -155,4 +196,22 @@ func TestPlanDocExample(t *testing.T) {
 	u, _, err = rp.Place(PhasePrefill, 9, node("blk.9.ffn_norm", core.OpRMSNorm))
 	require.NoError(t, err)
 	assert.Equal(t, 1, u)
+	// the split example
+	_, rest, ok = strings.Cut(rest, "```json\n")
+	require.True(t, ok, "PLAN.md has a split example")
+	js, _, ok = strings.Cut(rest, "```")
+	require.True(t, ok)
+	p, err = ParsePlan([]byte(js))
+	require.NoError(t, err)
+	rp, err = p.Resolve()
+	require.NoError(t, err)
+	_, _, sp, err := rp.PlaceSplit(PhasePrefill, 3, node("blk.3.ffn_down", core.OpMatMul))
+	require.NoError(t, err)
+	assert.Equal(t, SplitRows, sp.Strategy)
+	_, _, sp, err = rp.PlaceSplit(PhasePrefill, 3, node("blk.3.attn_q", core.OpMatMul))
+	require.NoError(t, err)
+	assert.Equal(t, &PlanSplit{Strategy: SplitMultiSeq, Units: []int{2, 1}, Lengths: []int64{512, 32}}, sp)
+	_, _, sp, err = rp.PlaceSplit(PhaseDecode, 3, node("blk.3.attn_q", core.OpMatMul))
+	require.NoError(t, err)
+	assert.Equal(t, []int{1, 0}, sp.Units)
 }

@@ -60,12 +60,13 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(threads, "t", 0, "alias of --threads")
 	units := fs.String("units", "", "run across these units with the default plan, e.g. neon,opencl,qnn or neon{cpus=0,threads=1},neon{cpus=1,threads=1} (see sched/PLAN.md)")
 	planFile := fs.String("plan", "", "run by this placement plan (JSON, see sched/PLAN.md)")
+	stats := fs.Bool("stats", false, "print scheduling stats: per phase, the busiest unit's bubble rate (its idle share of the phase's wall time; measured, and as the dispatch simulation predicted it) and each unit's busy time")
 	traceFile := fs.String("trace", "", "write a Chrome trace-event JSON of the run to this file (open it in Perfetto)")
 	cpusPrefill := fs.String("cpus-prefill", "", "run prefill on these CPUs of CPU units, e.g. 0-3 (default: the selection xpu tune --energy stored, else every core)")
 	cpusDecode := fs.String("cpus-decode", "", "run decode on these CPUs of CPU units, e.g. 4,5 (default: as --cpus-prefill)")
 	noAECS := fs.Bool("no-aecs", false, "do not use the core selection stored by xpu tune --energy (also XPU_AECS=off)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]]")
+		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--stats] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseInterspersed(fs, args); !ok {
@@ -196,6 +197,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		float64(m.WeightBytes())*res.DecodeTokensPerSecond()/1e9, res.Stop)
 	if len(r.Units()) > 1 {
 		fmt.Fprintf(stderr, "units:\n%s\n", r.Report())
+	}
+	if *stats {
+		printSchedStats(stderr, r.Report())
 	}
 	if tr != nil {
 		if err := tr.WriteFile(*traceFile); err != nil {
@@ -385,4 +389,19 @@ func readPrompt(path string) (string, error) {
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// printSchedStats is --stats' block: per phase the busiest unit's bubble rate, then each
+// unit's busy share of the phase.
+func printSchedStats(w io.Writer, rep sched.RuntimeReport) {
+	fmt.Fprintln(w, "scheduling:")
+	for _, ps := range rep.Phases {
+		fmt.Fprintf(w, "  %s\n", ps)
+		for u, b := range ps.Busy {
+			if b == 0 || u >= len(rep.Units) {
+				continue
+			}
+			fmt.Fprintf(w, "    %-28s busy %9.1f ms (%5.1f%%)\n", rep.Units[u].Unit, ms(b), 100*float64(b)/float64(max(ps.Wall, 1)))
+		}
+	}
 }

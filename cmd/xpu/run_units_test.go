@@ -82,3 +82,21 @@ func TestRunUnitsErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRunSplitPlanStats: stories260K with every MATMUL row-split over two pinned neon units
+// prints the published greedy text, and --stats prints each phase's bubble rate.
+func TestRunSplitPlanStats(t *testing.T) {
+	p := storiesPath(t)
+	requirePlugins(t, "neon")
+	want, err := os.ReadFile(filepath.Join(filepath.Dir(p), "stories260K.greedy.txt"))
+	require.NoError(t, err)
+	plan := filepath.Join(t.TempDir(), "plan.json")
+	require.NoError(t, os.WriteFile(plan, []byte(`{"units":["neon{cpus=0,threads=1}","neon{cpus=1,threads=1}"],
+		"prefill":{"rules":[{"ops":["MATMUL"],"split":{"strategy":"rows","units":["0","1"],"ratio":[0.5,0.5]}},{"unit":"0"}]}}`), 0o600))
+	code, out, errOut := runCLI(t, "run", "--model", p, "--temp", "0", "-n", "256", "--plan", plan, "--stats")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, string(want), out)
+	for _, s := range []string{"scheduling:", "prefill ", "decode ", "bubble rate", "neon:0{cpus=1;threads=1}"} {
+		assert.Contains(t, errOut, s)
+	}
+}

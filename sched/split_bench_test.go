@@ -1,0 +1,151 @@
+package sched
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/loader"
+)
+
+// openPinnedOpenCL opens the opencl plugin from a thread restricted to cpu, so that PoCL's
+// worker threads (started when the platform is enumerated, one per CPU of the mask) run on
+// that core only.
+func openPinnedOpenCL(tb testing.TB, cpu int) core.Backend {
+	tb.Helper()
+	var b core.Backend
+	err := WithThreadAffinity([]int{cpu}, func() error {
+		var err error
+		b, err = loader.Open(context.Background(), "opencl")
+		return err
+	})
+	if err != nil {
+		tb.Skipf("opencl pinned to cpu %d: %v", cpu, err)
+	}
+	tb.Cleanup(func() { b.Close() })
+	return b
+}
+
+// BenchmarkSplitMatMul measures issue 15's MATMUL partitioning ratios in one run, rounds
+// interleaved, medians over rounds (-benchtime=Nx sets the rounds): a 256×4096 by 4096×4096ᵀ
+// F32 MATMUL (XPU_BENCH_MATMUL=MxKxN to change it) on
+//
+//   - neon{cpus=0,threads=1} alone, neon{cpus=1,threads=1} alone, opencl alone (PoCL's CPU
+//     device, pinned to core 1: opened from a thread whose mask is {1});
+//   - row-split across neon on core 0 and opencl on core 1;
+//   - row-split across the two pinned neon units.
+//
+// The split ratios are each pair's measured throughput shares from a calibration pass (what a
+// solver given these units' profiles picks for one MATMUL). A row split of M > 1 rows ends
+// with one CONCAT merge on the first unit, which the figures include.
+//
+// go test ./sched -run '^$' -bench SplitMatMul -benchtime 5x
+func BenchmarkSplitMatMul(b *testing.B) {
+	m, k, n := int64(256), int64(4096), int64(4096)
+	if s := os.Getenv("XPU_BENCH_MATMUL"); s != "" {
+		if _, err := fmt.Sscanf(s, "%dx%dx%d", &m, &k, &n); err != nil {
+			b.Fatalf("XPU_BENCH_MATMUL=%q: want MxKxN", s)
+		}
+	}
+	ctx := context.Background()
+	nb, err := loader.Open(ctx, "neon")
+	if err != nil {
+		b.Skipf("neon: %v", err)
+	}
+	defer nb.Close()
+	ob := openPinnedOpenCL(b, 1)
+	devs := append(nb.Devices(), ob.Devices()[0])
+	specs := []UnitSpec{{Backend: "neon", Options: map[string]string{"cpus": "0", "threads": "1"}},
+		{Backend: "neon", Options: map[string]string{"cpus": "1", "threads": "1"}},
+		{Backend: ob.Devices()[0].Info().Backend}}
+	rt, err := NewRuntime(ctx, devs, specs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	ws := make([]float32, n*k)
+	for i := range ws {
+		ws[i] = rng.Float32() - 0.5
+	}
+	g := core.NewGraph()
+	x := g.Input("x", core.F32, m, k)
+	g.Output(g.Named("mm").MatMul(x, g.Const("w", core.F32, core.Shape{n, k}, core.EncodeF32(ws))))
+	if err := g.Err(); err != nil {
+		b.Fatal(err)
+	}
+	a := rt.Arena()
+	xs, err := a.Alloc(m * k * 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ys, err := a.Alloc(m * n * 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range m * k {
+		copy(a.Bytes(xs)[4*i:], core.EncodeF32([]float32{rng.Float32() - 0.5}))
+	}
+	compile := func(unit int, sp *NodeSplit) *Program {
+		st := StageSpec{Name: "mm", Graph: g, Units: []int{unit}, IO: []Binding{{Span: xs}, {Span: ys}}}
+		if sp != nil {
+			st.Splits = []*NodeSplit{sp}
+		}
+		p, err := rt.Compile(ctx, ProgramSpec{Name: "mm", Phase: PhasePrefill, Stages: []StageSpec{st}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return p
+	}
+	run := func(p *Program) time.Duration {
+		t0 := time.Now()
+		if err := p.Run(ctx, []Chunk{{}}); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t0)
+	}
+	alone := []*Program{compile(0, nil), compile(1, nil), compile(2, nil)}
+	// calibration: each unit's time alone (the second of two runs: the first uploads)
+	var cal [3]time.Duration
+	for i, p := range alone {
+		run(p)
+		cal[i] = run(p)
+	}
+	share := func(u, v int) []float64 {
+		r := float64(cal[v]) / float64(cal[u]+cal[v]) // u's share of the rows: v's time share
+		return []float64{r, 1 - r}
+	}
+	splitNO := compile(0, &NodeSplit{Strategy: SplitRows, Units: []int{0, 2}, Ratio: share(0, 2), Merge: 0})
+	splitNN := compile(0, &NodeSplit{Strategy: SplitRows, Units: []int{0, 1}, Ratio: share(0, 1), Merge: 0})
+	progs := append(alone, splitNO, splitNN)
+	times := make([][]time.Duration, len(progs))
+	b.ResetTimer()
+	for range b.N {
+		for i, p := range progs {
+			times[i] = append(times[i], run(p))
+		}
+	}
+	b.StopTimer()
+	tput := make([]float64, len(progs)) // MATMULs per second, from the median
+	for i, ts := range times {
+		s := slices.Clone(ts)
+		slices.Sort(s)
+		tput[i] = 1e9 / float64(s[len(s)/2])
+	}
+	gflops := float64(2*m*k*n) / 1e9
+	b.ReportMetric(gflops*tput[0], "neon0_GFLOPS")
+	b.ReportMetric(gflops*tput[1], "neon1_GFLOPS")
+	b.ReportMetric(gflops*tput[2], "opencl1_GFLOPS")
+	b.ReportMetric(gflops*tput[3], "split_neon0+opencl1_GFLOPS")
+	b.ReportMetric(gflops*tput[4], "split_neon0+neon1_GFLOPS")
+	b.ReportMetric(tput[3]/(tput[0]+tput[2]), "split_neon+opencl/sum")
+	b.ReportMetric(tput[4]/tput[0], "split_2neon/neon0")
+	b.ReportMetric(tput[4]/(tput[0]+tput[1]), "split_2neon/sum")
+	b.ReportMetric(share(0, 2)[0], "ratio_neon_vs_opencl")
+	b.ReportMetric(share(0, 1)[0], "ratio_neon0_vs_neon1")
+}

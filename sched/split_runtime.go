@@ -1,0 +1,247 @@
+package sched
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/xpuhub/xpu/core"
+)
+
+// A split MATMUL y = a·bᵀ ([M, K] × [N, K] → [M, N]) becomes parts, one per SplitPart, each a
+// MATMUL graph of its own on its unit: it reads a view of a's rows (a byte offset into a's
+// arena storage, no copy) and a view of b's rows (a constant weight is sliced by byte offset,
+// zero-copy: quantized rows are whole blocks, so any row cut works). A part whose output rows
+// are contiguous in y (all N columns, or a single row as in decode) writes straight into its
+// slice of y. Column pieces of several rows are strided in y, and the ABI has no strided
+// tensors: such pieces get activation slots of their own and an explicit merge part (a CONCAT
+// along the columns, on the split's Merge unit) writes each row band into y. Parts are tasks
+// like any partition: they depend on a's producer, y's consumers depend on every part and
+// merge that writes y, and parts on different units run at the same time.
+
+// checkSplits validates a stage's splits against its graph and units; nil when it has none.
+func (rt *Runtime) checkSplits(st StageSpec) ([]*NodeSplit, error) {
+	if st.Splits == nil {
+		return nil, nil
+	}
+	g := st.Graph
+	if len(st.Splits) != len(g.Nodes) {
+		return nil, fmt.Errorf("stage %q: %d splits for %d nodes: %w", st.Name, len(st.Splits), len(g.Nodes),
+			core.ErrInvalidArgument)
+	}
+	has := false
+	for id, sp := range st.Splits {
+		if sp == nil {
+			continue
+		}
+		has = true
+		n := g.Nodes[id]
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("stage %q: split of %s: %s: %w", st.Name, n, fmt.Sprintf(format, args...), core.ErrInvalidArgument)
+		}
+		if n.Op != core.OpMatMul {
+			return nil, bad("only MATMUL nodes split")
+		}
+		if err := validateSplit(sp.Strategy, len(sp.Units), sp.Ratio, sp.Lengths); err != nil {
+			return nil, bad("%v", err)
+		}
+		for i, u := range append(slices.Clone(sp.Units), sp.Merge) {
+			if u < 0 || u >= len(rt.units) {
+				return nil, bad("unit index %d of %d units", u, len(rt.units))
+			}
+			if i < len(sp.Units) && slices.Contains(sp.Units[:i], u) {
+				return nil, bad("unit %s listed twice", rt.units[u].Name())
+			}
+		}
+		a, b := n.Inputs[0], n.Inputs[1]
+		if len(b.Shape) != 2 {
+			return nil, bad("b %s is not a rank-2 weight", b)
+		}
+		if a == b {
+			return nil, bad("a and b are one tensor")
+		}
+		if a.Shape[len(a.Shape)-1] != b.Shape[1] {
+			return nil, bad("a %s and b %s", a, b)
+		}
+	}
+	if !has {
+		return nil, nil
+	}
+	return st.Splits, nil
+}
+
+// prepareStage prepares a stage's partitions, expanding each split node's partition (on a
+// pseudo unit) into its parts and merges, and renumbers the partitions and their Deps.
+func (rt *Runtime) prepareStage(ctx context.Context, st StageSpec, splits []*NodeSplit, parts []*Partition,
+	prepOpts map[int]map[string]string) (out []compiledPart, err error) {
+	defer func() {
+		if err != nil {
+			for _, c := range out {
+				c.exe.Close()
+			}
+			out = nil
+		}
+	}()
+	writers := make([][]int, len(parts)) // old partition index -> the new ones writing its outputs
+	for _, part := range parts {
+		var deps []int
+		for _, d := range part.Deps {
+			deps = append(deps, writers[d]...)
+		}
+		slices.Sort(deps)
+		deps = slices.Compact(deps)
+		if part.Device < len(rt.units) {
+			exe, err := rt.preparePart(ctx, part.Graph, part.Device, prepOpts)
+			if err != nil {
+				return out, fmt.Errorf("unit %s: prepare partition %d: %w", rt.units[part.Device].Name(), part.Index, err)
+			}
+			np := *part
+			np.Index, np.Deps = len(out), deps
+			writers[part.Index] = []int{np.Index}
+			out = append(out, compiledPart{Partition: &np, unit: part.Device, exe: exe})
+			continue
+		}
+		id := part.Nodes[0]
+		if writers[part.Index], err = rt.expandSplit(ctx, st.Graph.Nodes[id], splits[id], deps, prepOpts, &out); err != nil {
+			return out, fmt.Errorf("stage %q: %w", st.Name, err)
+		}
+	}
+	return out, nil
+}
+
+// preparePart prepares one partition graph on a unit with the program's prepare options.
+func (rt *Runtime) preparePart(ctx context.Context, g *core.Graph, unit int, prepOpts map[int]map[string]string) (core.Executable, error) {
+	var opts []core.PrepareOption
+	for k, v := range prepOpts[unit] {
+		opts = append(opts, core.WithPrepareOption(k, v))
+	}
+	return rt.units[unit].Context().Prepare(ctx, g, opts...)
+}
+
+// analyzePart fails with ErrPlanRefused when unit refuses a node of g.
+func (rt *Runtime) analyzePart(ctx context.Context, g *core.Graph, unit int, what string) error {
+	u := rt.units[unit]
+	vs, err := u.Context().Analyze(ctx, g)
+	if err != nil {
+		return fmt.Errorf("unit %s: analyze %s: %w", u.Name(), what, err)
+	}
+	var refusals []error
+	for i, v := range vs {
+		if !v.Supported && i < len(g.Nodes) {
+			refusals = append(refusals, fmt.Errorf("%s (%s) on unit %s: %s", what, g.Nodes[i].Op, u.Name(), v.Reason))
+		}
+	}
+	if len(refusals) > 0 {
+		return fmt.Errorf("%w: %w", ErrPlanRefused, errors.Join(refusals...))
+	}
+	return nil
+}
+
+// expandSplit appends node n's parts and merges to out (each depending on deps, the node's
+// producers) and returns the indices of those that write n's output.
+func (rt *Runtime) expandSplit(ctx context.Context, n *core.Node, sp *NodeSplit, deps []int,
+	prepOpts map[int]map[string]string, out *[]compiledPart) ([]int, error) {
+	a, b, y := n.Inputs[0], n.Inputs[1], n.Output
+	k, nCols := b.Shape[1], b.Shape[0]
+	m := int64(1)
+	if k > 0 {
+		m = a.Shape.NumElements() / k
+	}
+	pieces, err := SplitParts(sp.Strategy, m, nCols, sp.Ratio, sp.Lengths)
+	if err != nil {
+		return nil, fmt.Errorf("split of %s: %w", n, err)
+	}
+	if len(pieces) == 0 {
+		return nil, fmt.Errorf("split of %s: an empty [%d, %d] output: %w", n, m, nCols, core.ErrInvalidArgument)
+	}
+	aRow, bRow, yElem := a.DType.Bytes(k), b.DType.Bytes(k), y.DType.Bytes(1)
+	var writers []int
+	type band struct {
+		row, rows int64
+		parts     []int
+		keys      []*core.Tensor
+	}
+	var bands []*band
+	add := func(p *Partition, unit int, offs []int64, label string) error {
+		what := fmt.Sprintf("node %s %s", n.Name, label)
+		if err := rt.analyzePart(ctx, p.Graph, unit, what); err != nil {
+			return err
+		}
+		exe, err := rt.preparePart(ctx, p.Graph, unit, prepOpts)
+		if err != nil {
+			return fmt.Errorf("unit %s: prepare %s: %w", rt.units[unit].Name(), what, err)
+		}
+		p.Index, p.Device = len(*out), unit
+		*out = append(*out, compiledPart{Partition: p, unit: unit, exe: exe, offs: offs, label: n.Name + " " + label})
+		return nil
+	}
+	for _, pc := range pieces {
+		unit := sp.Units[pc.Unit]
+		g := core.NewGraph()
+		av := g.Input(a.Name, a.DType, pc.Rows, k)
+		p := &Partition{Nodes: []int{n.ID}, Graph: g, Inputs: []*core.Tensor{a}, Deps: deps}
+		offs := []int64{pc.Row * aRow}
+		var bv *core.Tensor
+		if b.Kind == core.KindConst {
+			bv = g.Const(b.Name, b.DType, core.Shape{pc.Cols, k}, b.Data[pc.Col*bRow:(pc.Col+pc.Cols)*bRow])
+		} else {
+			bv = g.Input(b.Name, b.DType, pc.Cols, k)
+			p.Inputs = append(p.Inputs, b)
+			offs = append(offs, pc.Col*bRow)
+		}
+		g.Named(n.Name)
+		var yv *core.Tensor
+		if b.DType == core.I8 {
+			yv = g.MatMulI8(av, bv, n.FAttr[0])
+		} else {
+			yv = g.MatMul(av, bv)
+		}
+		g.Output(yv)
+		if err := g.Err(); err != nil {
+			return nil, fmt.Errorf("split of %s: %w", n, err)
+		}
+		label := fmt.Sprintf("[rows %d:%d, cols %d:%d]", pc.Row, pc.Row+pc.Rows, pc.Col, pc.Col+pc.Cols)
+		if pc.Cols == nCols || pc.Rows == 1 {
+			// contiguous in y: written in place
+			p.Outputs = []*core.Tensor{y}
+			offs = append(offs, (pc.Row*nCols+pc.Col)*yElem)
+			if err := add(p, unit, offs, label); err != nil {
+				return nil, err
+			}
+			writers = append(writers, p.Index)
+			continue
+		}
+		p.Outputs = []*core.Tensor{yv} // a slot of its own, merged below
+		offs = append(offs, 0)
+		if err := add(p, unit, offs, label); err != nil {
+			return nil, err
+		}
+		i := slices.IndexFunc(bands, func(bd *band) bool { return bd.row == pc.Row && bd.rows == pc.Rows })
+		if i < 0 {
+			i = len(bands)
+			bands = append(bands, &band{row: pc.Row, rows: pc.Rows})
+		}
+		bands[i].parts = append(bands[i].parts, p.Index)
+		bands[i].keys = append(bands[i].keys, yv)
+	}
+	for _, bd := range bands {
+		// pieces were made in column order within a band
+		g := core.NewGraph()
+		var ins []*core.Tensor
+		for j, key := range bd.keys {
+			ins = append(ins, g.Input(fmt.Sprintf("%s.part%d", n.Name, j), key.DType, key.Shape...))
+		}
+		g.Output(g.Named(n.Name+".merge").Concat(1, ins...))
+		if err := g.Err(); err != nil {
+			return nil, fmt.Errorf("split of %s: merge: %w", n, err)
+		}
+		p := &Partition{Nodes: []int{n.ID}, Graph: g, Inputs: bd.keys, Outputs: []*core.Tensor{y}, Deps: bd.parts}
+		offs := append(make([]int64, len(ins)), bd.row*nCols*yElem)
+		if err := add(p, sp.Merge, offs, fmt.Sprintf("merge [rows %d:%d]", bd.row, bd.row+bd.rows)); err != nil {
+			return nil, err
+		}
+		writers = append(writers, p.Index)
+	}
+	return writers, nil
+}
