@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -14,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xpuhub/xpu/sched"
 	"github.com/xpuhub/xpu/sched/profile"
-	"github.com/xpuhub/xpu/sched/solve"
 )
 
 func TestPlanSoC(t *testing.T) {
@@ -34,10 +33,8 @@ func TestPlanSoC(t *testing.T) {
 	assert.NotContains(t, stdout, "MEASURED")
 	b, err := os.ReadFile(out)
 	require.NoError(t, err)
-	var f solve.PlanFile
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	require.NoError(t, dec.Decode(&f))
+	f, err := sched.ParsePlan(b)
+	require.NoError(t, err, "the runtime reads the solver's plan file")
 	assert.Positive(t, f.Prefill.Chunk)
 	assert.NotEmpty(t, f.Decode.Rules)
 }

@@ -1,51 +1,21 @@
 package solve
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/xpuhub/xpu/sched"
 	"github.com/xpuhub/xpu/sched/dag"
 	"github.com/xpuhub/xpu/sched/profile"
 )
 
-// PlanFile is the plan in the runtime's format (sched/PLAN.md: units, per phase a chunk length
-// and rules, a rule's split). The solver writes it with its own types so that it does not
-// depend on the runtime package's parser; the fields and their meaning are the runtime's.
-type PlanFile struct {
-	Units   []string  `json:"units"`
-	Prefill FilePhase `json:"prefill"`
-	Decode  FilePhase `json:"decode"`
-}
-
-// FilePhase is one phase of a PlanFile.
-type FilePhase struct {
-	Chunk int        `json:"chunk,omitempty"`
-	Rules []FileRule `json:"rules"`
-}
-
-// FileRule places the nodes it matches.
-type FileRule struct {
-	Unit  string     `json:"unit"`
-	Nodes []string   `json:"nodes,omitempty"`
-	Split *FileSplit `json:"split,omitempty"`
-}
-
-// FileSplit cuts a MATMUL across units.
-type FileSplit struct {
-	Strategy string    `json:"strategy"`
-	Units    []string  `json:"units"`
-	Ratio    []float64 `json:"ratio,omitempty"`
-	Lengths  []int64   `json:"lengths,omitempty"`
-}
-
 // File is the plan as the runtime reads it: per phase, a rule per named op of a layer (a split
 // rule for a split MATMUL), the logits, then one rule without filters that places the rest (the
 // norms and their weight multiply, the embedding lookup, reshapes and casts) on the norms' unit.
-// Its units are the units the plan uses, in the profile's order.
-func (p *Plan) File() *PlanFile {
+// Its units are the units the plan uses, in the profile's order. sched.ParsePlan reads its JSON.
+func (p *Plan) File() *sched.Plan {
 	used := map[int]bool{}
 	for _, ph := range []Phase{p.Prefill, p.Decode} {
 		for _, op := range append(append([]OpPlan{}, ph.Layer...), ph.Head...) {
@@ -54,14 +24,14 @@ func (p *Plan) File() *PlanFile {
 			}
 		}
 	}
-	f := &PlanFile{}
+	f := &sched.Plan{}
 	for i, n := range p.Units {
 		if used[i] {
 			f.Units = append(f.Units, n)
 		}
 	}
-	phase := func(ph Phase) FilePhase {
-		var fp FilePhase
+	phase := func(ph Phase) sched.PhasePlan {
+		var fp sched.PhasePlan
 		if ph.Name == "prefill" {
 			fp.Chunk = ph.Rows
 		}
@@ -72,9 +42,9 @@ func (p *Plan) File() *PlanFile {
 				rest = p.Units[c.Units[0]]
 				continue
 			}
-			r := FileRule{Unit: p.Units[c.Units[0]], Nodes: op.Nodes}
+			r := sched.Rule{Unit: p.Units[c.Units[0]], Nodes: op.Nodes}
 			if c.Strategy != StrategySingle {
-				sp := &FileSplit{Strategy: c.Strategy, Ratio: c.Ratio}
+				sp := &sched.Split{Strategy: sched.SplitStrategy(c.Strategy), Ratio: c.Ratio}
 				for _, u := range c.Units {
 					sp.Units = append(sp.Units, p.Units[u])
 				}
@@ -88,17 +58,11 @@ func (p *Plan) File() *PlanFile {
 			}
 			fp.Rules = append(fp.Rules, r)
 		}
-		fp.Rules = append(fp.Rules, FileRule{Unit: rest})
+		fp.Rules = append(fp.Rules, sched.Rule{Unit: rest})
 		return fp
 	}
 	f.Prefill, f.Decode = phase(p.Prefill), phase(p.Decode)
 	return f
-}
-
-// JSON is the plan file as indented JSON.
-func (f *PlanFile) JSON() []byte {
-	b, _ := json.MarshalIndent(f, "", "  ") // plain data
-	return append(b, '\n')
 }
 
 // Describe is the placement of op as one line: "npu", "rows npu 75% + gpu 25%",

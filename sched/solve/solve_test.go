@@ -1,7 +1,6 @@
 package solve
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/sched"
 	"github.com/xpuhub/xpu/sched/dag"
 	"github.com/xpuhub/xpu/sched/profile"
 )
@@ -187,10 +187,11 @@ func TestPlanFile(t *testing.T) {
 	pl, err := Solve(p, Options{Prompt: 256})
 	require.NoError(t, err)
 	f := pl.File()
-	var back map[string]any
-	require.NoError(t, json.Unmarshal(f.JSON(), &back))
+	back, err := sched.ParsePlan(f.JSON())
+	require.NoError(t, err, "%s", f.JSON())
+	assert.Equal(t, f, back)
 	assert.Equal(t, pl.Prefill.Rows, f.Prefill.Chunk)
-	for _, ph := range []FilePhase{f.Prefill, f.Decode} {
+	for _, ph := range []sched.PhasePlan{f.Prefill, f.Decode} {
 		require.NotEmpty(t, ph.Rules)
 		last := ph.Rules[len(ph.Rules)-1]
 		assert.Empty(t, last.Nodes, "the last rule places the rest")
@@ -204,7 +205,7 @@ func TestPlanFile(t *testing.T) {
 				for _, u := range r.Split.Units {
 					assert.Contains(t, f.Units, u)
 				}
-				if r.Split.Strategy != StrategyMultiSeq {
+				if r.Split.Strategy != sched.SplitMultiSeq {
 					sum := 0.0
 					for _, x := range r.Split.Ratio {
 						sum += x
