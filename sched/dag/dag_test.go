@@ -234,3 +234,21 @@ func TestChunked(t *testing.T) {
 	assert.Equal(t, "c2/b", last.Name)
 	assert.ElementsMatch(t, []int{0, 2, 4}, last.Deps, "chunk 2's attention waits for every chunk's previous step")
 }
+
+// BenchmarkSimulate replays mllm-NPU's prefill DAG (32 chunks × 24 layers × 5 subgraphs, the
+// cross-chunk attention edges) under each policy.
+func BenchmarkSimulate(b *testing.B) {
+	d, err := mllmLike(32, 24)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range Policies() {
+		b.Run(p.Name(), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := Simulate(d, p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xpuhub/xpu/core"
@@ -19,10 +21,8 @@ import (
 // prefill chunk.
 var DefaultGrid = []int{1, 4, 16, 64, 256, 1024}
 
-// MeasuredSyncSeconds is the handoff cost a measured profile charges between units: the
-// runtime's sched.Signal wakes a waiting unit's worker in about 3 µs p50 on this machine
-// (BENCHMARKS.md, "Scheduler: cross-unit handoff"); 5 µs leaves room for the dispatch.
-const MeasuredSyncSeconds = 5e-6
+// handoffRounds is how many handoffs measureHandoff times.
+const handoffRounds = 200
 
 // MeasureUnit is a unit to measure: an open sched.Unit and its plugin's build ID.
 type MeasureUnit struct {
@@ -75,8 +75,7 @@ func Measure(ctx context.Context, units []MeasureUnit, m Model, o Options) (*Pro
 	if o.Progress == nil {
 		o.Progress = func(string) {}
 	}
-	p := &Profile{Version: Version, Source: "measured", Model: m, Created: time.Now().UTC(),
-		DefaultSyncSeconds: MeasuredSyncSeconds}
+	p := &Profile{Version: Version, Source: "measured", Model: m, Created: time.Now().UTC()}
 	decode := make([]*timedGraph, len(units)) // each unit's largest M=1 projection, for bandwidth
 	defer func() {
 		for _, t := range decode {
@@ -91,6 +90,12 @@ func Measure(ctx context.Context, units []MeasureUnit, m Model, o Options) (*Pro
 		p.Units = append(p.Units, un)
 	}
 	if len(units) > 1 {
+		hs, err := measureHandoff(ctx, handoffRounds)
+		if err != nil {
+			return nil, err
+		}
+		p.DefaultSyncSeconds = hs.Seconds()
+		o.Progress(fmt.Sprintf("handoff between units (sched.Signal, median of %d): %.1f µs", handoffRounds, hs.Seconds()*1e6))
 		gbs, err := combinedBandwidth(ctx, decode, o.MinTime*5)
 		if err != nil {
 			return nil, err
@@ -99,7 +104,7 @@ func Measure(ctx context.Context, units []MeasureUnit, m Model, o Options) (*Pro
 		o.Progress(fmt.Sprintf("all units together: %.1f GB/s of weights", gbs))
 	}
 	p.Notes = append(p.Notes, fmt.Sprintf("measured with grid %v, %v per point, points over %v extrapolated", o.Grid, o.MinTime, o.MaxPoint),
-		fmt.Sprintf("default_sync_s %g: sched.Signal handoff (BENCHMARKS.md), not measured here", MeasuredSyncSeconds))
+		"default_sync_s: the median wake-up of a worker waiting on a sched.Signal another thread publishes (as the runtime hands a task's output to another unit)")
 	// the grid is not part of the key: a new measurement of the same units and model replaces
 	// the old one, whatever its grid
 	p.Key = Key(p.Units, m)
@@ -427,6 +432,49 @@ func timeGraph(ctx context.Context, u *sched.Unit, g *core.Graph, minTime time.D
 	}
 	defer t.close()
 	return t.time(ctx, minTime)
+}
+
+// measureHandoff is the median time from one locked thread publishing a sched.Signal to
+// another, already waiting on it (no prediction: a short spin, then a futex), noticing: the
+// runtime's cost of handing a task's output to a task on another unit, under this machine's
+// load.
+func measureHandoff(ctx context.Context, rounds int) (time.Duration, error) {
+	sig, ack := sched.NewSignal(), sched.NewSignal()
+	var sent atomic.Int64
+	lat := make([]time.Duration, 0, rounds)
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for i := 1; i <= rounds; i++ {
+			if err := sig.Wait(ctx, uint64(i), 0); err != nil {
+				errc <- err
+				return
+			}
+			lat = append(lat, time.Duration(time.Now().UnixNano()-sent.Load()))
+			ack.Publish(uint64(i))
+		}
+		errc <- nil
+	}()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var werr error
+	for i := 1; i <= rounds && werr == nil; i++ {
+		// let the waiter get past its spin and block, as a unit waiting for a kernel does
+		for s := time.Now(); time.Since(s) < 100*time.Microsecond; {
+		}
+		sent.Store(time.Now().UnixNano())
+		sig.Publish(uint64(i))
+		werr = ack.Wait(ctx, uint64(i), 0)
+	}
+	if err := <-errc; err != nil {
+		return 0, fmt.Errorf("profile: handoff: %w", err)
+	}
+	if werr != nil {
+		return 0, fmt.Errorf("profile: handoff: %w", werr)
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2], nil
 }
 
 // combinedBandwidth runs every unit's decode projection at the same time, each on its own

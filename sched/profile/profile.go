@@ -175,8 +175,9 @@ func (u *Unit) PadM(m int) (size, runs int) {
 //     row counts is interpolated linearly, beyond the largest extrapolated in proportion to M
 //     (the compute-bound regime), below the smallest taken as the smallest's;
 //   - entries of the same op and dtype with the query's K and N are used as they are; else the
-//     group nearest in log K + log N, its time above LaunchSeconds scaled by K·N (a row-cut
-//     part of N, an attention over more rows).
+//     group nearest in log K + log N (and in log M when M lies outside the group's row counts),
+//     its time above LaunchSeconds scaled by K·N (a row-cut part of N, an attention over more
+//     rows).
 //
 // An op class the unit refused wraps ErrRefused; one it has no entry for, ErrNoEntry.
 func (p *Profile) Time(u int, q Query) (time.Duration, error) {
@@ -195,8 +196,17 @@ func (p *Profile) Time(u int, q Query) (time.Duration, error) {
 	if len(groups) == 0 {
 		return 0, fmt.Errorf("%w: %s on %s", ErrNoEntry, q, un.Name)
 	}
+	// nearest in log K + log N, plus how far m lies outside the group's row counts (a group
+	// timed at one row count says little about another: attention timed over as many keys as
+	// queries has one point per K)
 	dist := func(g *group) float64 {
-		return math.Abs(math.Log(float64(max(g.k, 1))/float64(max(q.K, 1)))) + math.Abs(math.Log(float64(g.n)/float64(q.N)))
+		d := math.Abs(math.Log(float64(max(g.k, 1))/float64(max(q.K, 1)))) + math.Abs(math.Log(float64(g.n)/float64(q.N)))
+		if lo, hi := g.pts[0].M, g.pts[len(g.pts)-1].M; m < lo {
+			d += math.Log(float64(lo) / float64(m))
+		} else if m > hi {
+			d += math.Log(float64(m) / float64(hi))
+		}
+		return d
 	}
 	best := groups[0]
 	if i := slices.IndexFunc(groups, func(g *group) bool { return g.k == q.K && g.n == q.N }); i >= 0 {

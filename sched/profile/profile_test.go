@@ -209,6 +209,17 @@ func TestMeasureReference(t *testing.T) {
 		require.NoError(t, err)
 		assert.Positive(t, d)
 	}
+	// two units: the handoff and the combined bandwidth are measured too
+	u2, err := sched.OpenUnit(context.Background(), dev, sched.UnitSpec{Backend: info.Backend, Index: info.Index, Options: map[string]string{"threads": "1"}})
+	require.NoError(t, err)
+	defer u2.Close()
+	p2, err := Measure(context.Background(), []MeasureUnit{{Unit: u, Build: "a"}, {Unit: u2, Build: "a"}}, small,
+		Options{Grid: []int{1}, MinTime: time.Millisecond, MaxPoint: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, p2.Validate())
+	assert.Positive(t, p2.DefaultSyncSeconds)
+	assert.Less(t, p2.DefaultSyncSeconds, 1.0)
+	assert.Positive(t, p2.CombinedGBs)
 	_, err = Measure(context.Background(), nil, small, Options{})
 	require.ErrorIs(t, err, core.ErrInvalidArgument)
 	_, err = Measure(context.Background(), []MeasureUnit{{Unit: u}}, small, Options{Grid: []int{0}})
@@ -235,4 +246,20 @@ func FuzzParse(f *testing.F) {
 		}
 		assert.True(t, strings.HasPrefix(p.Source, "measured") || p.Simulated())
 	})
+}
+
+// Attention timed over as many keys as queries has one point per K: a decode step over 200
+// keys comes from the sweep over 1024 keys (which has one-row points), scaled, not from the
+// 256-row point over 256 keys.
+func TestTimePrefersGroupsCoveringM(t *testing.T) {
+	p := sample()
+	p.Units[0].LaunchSeconds = 0
+	p.Units[0].Entries = []Entry{
+		{Op: OpAttention, M: 256, K: 256, N: 64, Seconds: 1},
+		{Op: OpAttention, M: 1, K: 1024, N: 64, Seconds: 0.004},
+		{Op: OpAttention, M: 64, K: 1024, N: 64, Seconds: 0.1},
+	}
+	got, err := p.Time(0, Query{Op: OpAttention, M: 1, K: 200, N: 64})
+	require.NoError(t, err)
+	assert.InDelta(t, 0.004*200/1024, got.Seconds(), 1e-9)
 }
