@@ -152,3 +152,23 @@ func TestCompareWithPapers(t *testing.T) {
 		assert.NotEmpty(t, c.Figure.Source)
 	}
 }
+
+func FuzzParse(f *testing.F) {
+	b, err := socFiles.ReadFile("socs/sd8gen3.json")
+	require.NoError(f, err)
+	f.Add(b)
+	f.Add([]byte(`{"name":"x","dram_gbs":1,"combined_gbs":1,"units":[{"name":"a","kind":"cpu","tflops":{"f16":1},"gbs":1,"attention_eff":1}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := Parse(data)
+		if err != nil {
+			return
+		}
+		// a description that parses tabulates into a valid profile for a small model
+		m := profile.Model{Name: "m", Layers: 1, Dim: 64, FFN: 128, Heads: 2, KVHeads: 1, HeadDim: 32, Vocab: 50, DType: "q8_0"}
+		p, err := s.Profile(m)
+		if err != nil {
+			return
+		}
+		require.NoError(t, p.Validate())
+	})
+}
