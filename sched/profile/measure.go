@@ -96,6 +96,23 @@ func Measure(ctx context.Context, units []MeasureUnit, m Model, o Options) (*Pro
 		}
 		p.DefaultSyncSeconds = hs.Seconds()
 		o.Progress(fmt.Sprintf("handoff between units (sched.Signal, median of %d): %.1f µs", handoffRounds, hs.Seconds()*1e6))
+		// what the runtime adds per cross-unit task, pair by pair
+		for i := range units {
+			for j := range units {
+				if i == j {
+					continue
+				}
+				launch := (p.Units[i].LaunchSeconds + p.Units[j].LaunchSeconds) / 2
+				hop, err := measureRuntimeHop(ctx, units[i], units[j], launch, o.MinTime*5)
+				if err != nil {
+					o.Progress(fmt.Sprintf("runtime hop %s → %s: not measured (%v); the signal handoff stands in", p.Units[i].Name, p.Units[j].Name, err))
+					continue
+				}
+				hop = max(hop, hs)
+				p.Sync = append(p.Sync, Sync{From: p.Units[i].Name, To: p.Units[j].Name, Seconds: hop.Seconds()})
+				o.Progress(fmt.Sprintf("runtime hop %s → %s: %.1f µs", p.Units[i].Name, p.Units[j].Name, hop.Seconds()*1e6))
+			}
+		}
 		gbs, err := combinedBandwidth(ctx, decode, o.MinTime*5)
 		if err != nil {
 			return nil, err
@@ -104,7 +121,7 @@ func Measure(ctx context.Context, units []MeasureUnit, m Model, o Options) (*Pro
 		o.Progress(fmt.Sprintf("all units together: %.1f GB/s of weights", gbs))
 	}
 	p.Notes = append(p.Notes, fmt.Sprintf("measured with grid %v, %v per point, points over %v extrapolated", o.Grid, o.MinTime, o.MaxPoint),
-		"default_sync_s: the median wake-up of a worker waiting on a sched.Signal another thread publishes (as the runtime hands a task's output to another unit)")
+		"default_sync_s: the median wake-up of a worker waiting on a sched.Signal another thread publishes; sync: per pair, what a sched.Runtime adds per cross-unit handoff in a chain of tiny ops (median of interleaved rounds against the chain on one unit, less a launch)")
 	// the grid is not part of the key: a new measurement of the same units and model replaces
 	// the old one, whatever its grid
 	p.Key = Key(p.Units, m)

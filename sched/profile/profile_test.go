@@ -220,6 +220,12 @@ func TestMeasureReference(t *testing.T) {
 	assert.Positive(t, p2.DefaultSyncSeconds)
 	assert.Less(t, p2.DefaultSyncSeconds, 1.0)
 	assert.Positive(t, p2.CombinedGBs)
+	// the runtime's per-handoff cost, each way, never below the bare signal
+	require.Len(t, p2.Sync, 2)
+	for _, y := range p2.Sync {
+		assert.GreaterOrEqual(t, y.Seconds, p2.DefaultSyncSeconds)
+		assert.Less(t, y.Seconds, 1.0)
+	}
 	_, err = Measure(context.Background(), nil, small, Options{})
 	require.ErrorIs(t, err, core.ErrInvalidArgument)
 	_, err = Measure(context.Background(), []MeasureUnit{{Unit: u}}, small, Options{Grid: []int{0}})
