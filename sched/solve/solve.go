@@ -1008,8 +1008,24 @@ func Replay(prof *profile.Profile, plan *Plan, pol dag.Policy) (*dag.Result, err
 	for _, op := range plan.Prefill.Head {
 		c.head = append(c.head, op.Choice)
 	}
-	if len(c.layer) != len(s.layer) || len(c.head) != len(s.head) {
+	if len(c.layer) != len(s.layer) || len(c.head) != len(s.head) || plan.Prefill.Rows < 1 || plan.Prefill.Chunks < 1 {
 		return nil, fmt.Errorf("solve: replay: the plan does not fit the profile's model: %w", core.ErrInvalidArgument)
+	}
+	for _, ch := range append(append([]Choice{}, c.layer...), c.head...) {
+		ok := len(ch.Units) > 0 && (ch.Strategy == StrategySingle || len(ch.Units) == 2)
+		for _, u := range ch.Units {
+			ok = ok && u >= 0 && u < len(prof.Units)
+		}
+		switch ch.Strategy {
+		case StrategySingle, StrategyMultiSeq:
+		case StrategyRows, StrategySeq, StrategyHybrid:
+			ok = ok && len(ch.Ratio) == len(ch.Units)
+		default:
+			ok = false
+		}
+		if !ok {
+			return nil, fmt.Errorf("solve: replay: choice %+v does not fit the profile's %d units: %w", ch, len(prof.Units), core.ErrInvalidArgument)
+		}
 	}
 	d, err := s.build("prefill", c, plan.Prefill.Rows, plan.Prefill.Chunks)
 	if err != nil {

@@ -263,5 +263,13 @@ func TestCompareAndReplay(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, plan.Prefill.Time, ooo.Makespan, "the plan's prediction is the out-of-order replay")
 	assert.Positive(t, in.Makespan)
+	bad := *plan
+	bad.Prefill.Layer = append([]OpPlan{}, plan.Prefill.Layer...)
+	bad.Prefill.Layer[0].Choice = Choice{Strategy: StrategySingle, Units: []int{7}}
+	_, err = Replay(p, &bad, dag.InOrder)
+	require.ErrorIs(t, err, core.ErrInvalidArgument)
+	bad.Prefill.Layer[0].Choice = Choice{Strategy: StrategyRows, Units: []int{0, 1}}
+	_, err = Replay(p, &bad, dag.InOrder)
+	require.ErrorIs(t, err, core.ErrInvalidArgument)
 	assert.Contains(t, plan.Describe(Choice{Strategy: StrategyRows, Units: []int{0, 1}, Ratio: []float64{0.75, 0.25}}), "rows u0 75% + u1 25%")
 }
