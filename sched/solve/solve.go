@@ -197,11 +197,21 @@ func Solve(prof *profile.Profile, o Options) (*Plan, error) {
 			chunks = append(chunks, s.o.Prompt)
 		}
 	}
+	// the prefill DAG has a task per op, layer and chunk and attention edges to every earlier
+	// chunk: bound the chunks so a replay stays milliseconds, not minutes
+	var ok []int
 	for _, c := range chunks {
 		if c < 1 {
 			return nil, fmt.Errorf("solve: chunk length %d: %w", c, core.ErrInvalidArgument)
 		}
+		if (s.o.Prompt+c-1)/c <= maxChunks {
+			ok = append(ok, c)
+		}
 	}
+	if len(ok) == 0 {
+		return nil, fmt.Errorf("solve: a %d-token prompt in chunks of %v is over %d chunks: %w", s.o.Prompt, chunks, maxChunks, core.ErrInvalidArgument)
+	}
+	chunks = ok
 	plan := &Plan{Source: prof.Source, Model: prof.Model.Name, Used: slices.Clone(s.units), Mode: o.Mode,
 		Policy: s.o.Policy.Name(), Prompt: s.o.Prompt, Context: s.o.Context}
 	for _, u := range prof.Units {
@@ -216,6 +226,9 @@ func Solve(prof *profile.Profile, o Options) (*Plan, error) {
 	}
 	return plan, nil
 }
+
+// maxChunks bounds the chunks of a replayed prefill.
+const maxChunks = 256
 
 type solver struct {
 	p           *profile.Profile

@@ -232,6 +232,9 @@ func TestSolveErrors(t *testing.T) {
 	require.ErrorContains(t, err, "u0, u1")
 	_, err = Solve(p, Options{Chunks: []int{0}})
 	require.ErrorIs(t, err, core.ErrInvalidArgument)
+	_, err = Solve(p, Options{Prompt: 1 << 20, Chunks: []int{32}})
+	require.ErrorIs(t, err, core.ErrInvalidArgument)
+	require.ErrorContains(t, err, "over 256 chunks")
 	// a unit that refuses MATMUL alone has no plan
 	for i := range p.Units[1].Entries {
 		if p.Units[1].Entries[i].Op == profile.OpMatMul {
