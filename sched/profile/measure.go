@@ -167,7 +167,11 @@ func measureUnit(ctx context.Context, mu MeasureUnit, m Model, o Options, decode
 			}
 			prev = Entry{Op: op, DType: dt, M: rows, K: k, N: n, Seconds: d.Seconds()}
 			un.Entries = append(un.Entries, prev)
-			say("%s %s m=%d k=%d n=%d: %.3f ms", op, dt, rows, k, n, d.Seconds()*1e3)
+			kk := k
+			if op == OpAttention && k == 0 {
+				kk = rows // as many keys as queries
+			}
+			say("%s %s m=%d k=%d n=%d: %.3f ms", op, dt, rows, kk, n, d.Seconds()*1e3)
 		}
 		return nil
 	}
