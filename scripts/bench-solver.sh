@@ -29,8 +29,9 @@ prompt=$tmp/prompt.txt
 for _ in $(seq 1 12); do printf 'Once upon a time, there was a little girl who loved to play in the park. '; done >"$prompt"
 $xpu plan --model "$model" --units "$units" --prompt 200 --compare -o "$tmp/plan.json" >"$tmp/plan.txt" 2>&1
 grep -E '^(prefill|decode):|predicted' "$tmp/plan.txt"
-single=$(grep -m1 'best single unit' "$tmp/plan.txt" | sed -E 's/.*best single unit \(single ([^)]*)\).*/\1/')
-echo "best single unit (predicted): $single"
+# the single unit runs the solver's single-unit plan (its chunk length), not xpu run's default
+$xpu plan --model "$model" --units "$units" --prompt 200 --mode single -o "$tmp/single.json" >"$tmp/single.txt" 2>&1
+grep -E "^(prefill|decode):" "$tmp/single.txt" | sed "s/^/single-unit plan, /"
 
 run() { # $1: label, rest: xpu run flags; prints "label prefill_tok_s decode_tok_s"
 	local label=$1
@@ -45,7 +46,7 @@ run() { # $1: label, rest: xpu run flags; prints "label prefill_tok_s decode_tok
 : >"$tmp/runs"
 for r in $(seq 1 "$rounds"); do
 	run plan --plan "$tmp/plan.json" >>"$tmp/runs"
-	run single --units "$single" >>"$tmp/runs"
+	run single --plan "$tmp/single.json" >>"$tmp/runs"
 done
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 for label in plan single; do
