@@ -113,6 +113,9 @@ func Measure(ctx context.Context, units []MeasureUnit, m Model, o Options) (*Pro
 				o.Progress(fmt.Sprintf("runtime hop %s → %s: %.1f µs", p.Units[i].Name, p.Units[j].Name, hop.Seconds()*1e6))
 			}
 		}
+		if err := sharedSlowdown(ctx, units, p, o); err != nil {
+			return nil, err
+		}
 		gbs, err := combinedBandwidth(ctx, decode, o.MinTime*5)
 		if err != nil {
 			return nil, err
@@ -496,6 +499,72 @@ func measureHandoff(ctx context.Context, rounds int) (time.Duration, error) {
 	}
 	slices.Sort(lat)
 	return lat[len(lat)/2], nil
+}
+
+// sharedSlowdown sets each unit's SharedSlowdown: the median time of a prefill-sized op (the
+// model's first projection at 64 rows, or an element-wise op where the unit refuses it) while
+// every other unit loops on its own, over the same op alone. Units on the cores of one machine
+// slow each other down; units on separate processors only through memory.
+func sharedSlowdown(ctx context.Context, units []MeasureUnit, p *Profile, o Options) error {
+	mm := p.Model.DistinctMatMuls()[0]
+	dt, _ := core.ParseDType(mm.DType)
+	w := weightsFor(o, mm, dt)
+	graphs := make([]*timedGraph, len(units))
+	defer func() {
+		for _, g := range graphs {
+			g.close()
+		}
+	}()
+	for i, mu := range units {
+		g, err := matmulGraph(64, mm, dt, w)
+		if err != nil {
+			return err
+		}
+		tg, err := prepareGraph(ctx, mu.Unit, g)
+		if refused(err) {
+			tg, err = prepareGraph(ctx, mu.Unit, elementwiseGraph(256, p.Model.FFN))
+		}
+		if err != nil {
+			return fmt.Errorf("profile: %s: shared slowdown: %w", mu.Unit.Name(), err)
+		}
+		graphs[i] = tg
+	}
+	for i := range units {
+		alone, err := graphs[i].time(ctx, o.MinTime)
+		if err != nil {
+			return err
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for j, g := range graphs {
+			if j == i {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if g.ex.Run(ctx) != nil {
+						return
+					}
+				}
+			}()
+		}
+		shared, err := graphs[i].time(ctx, o.MinTime)
+		close(stop)
+		wg.Wait()
+		if err != nil {
+			return err
+		}
+		p.Units[i].SharedSlowdown = max(1, shared.Seconds()/alone.Seconds())
+		o.Progress(fmt.Sprintf("%s: %.2f× slower while the other units run", p.Units[i].Name, p.Units[i].SharedSlowdown))
+	}
+	return nil
 }
 
 // combinedBandwidth runs every unit's decode projection at the same time, each on its own

@@ -87,8 +87,11 @@ type Unit struct {
 	// for other M is padded up to the next, or cut into runs of the largest. Empty: any M.
 	StaticM []int `json:"static_m,omitempty"`
 	// RowAlign is the granularity of row-cut splits of N on this unit (0: 1).
-	RowAlign int     `json:"row_align,omitempty"`
-	Entries  []Entry `json:"entries"`
+	RowAlign int `json:"row_align,omitempty"`
+	// SharedSlowdown is how many times slower the unit runs while the other units run too
+	// (cores or memory they share; 0 or 1: not slowed).
+	SharedSlowdown float64 `json:"shared_slowdown,omitempty"`
+	Entries        []Entry `json:"entries"`
 }
 
 // Entry is one timed op. Shapes: MATMUL x[M,K]·W[N,K]ᵀ of DType; ATTENTION M query rows over
@@ -153,6 +156,14 @@ func (p *Profile) SyncCost(a, b int) time.Duration {
 }
 
 func seconds(s float64) time.Duration { return time.Duration(math.Round(s * 1e9)) }
+
+// Slowdown is unit u's SharedSlowdown, at least 1.
+func (p *Profile) Slowdown(u int) float64 { return max(p.Units[u].SharedSlowdown, 1) }
+
+// Shared reports whether some unit runs slower while others run (SharedSlowdown above 1).
+func (p *Profile) Shared() bool {
+	return slices.ContainsFunc(p.Units, func(u Unit) bool { return u.SharedSlowdown > 1 })
+}
 
 // PadM is the row count unit u actually runs for m rows and how many runs: m itself on a
 // unit without static shapes, else the smallest static size ≥ m, or runs of the largest.
@@ -330,8 +341,8 @@ func (p *Profile) Validate() error {
 		if !slices.Contains([]string{"cpu", "gpu", "npu", "accel"}, u.Kind) {
 			return bad("unit %s: kind %q (cpu, gpu, npu, accel)", u.Name, u.Kind)
 		}
-		if !fin(u.LaunchSeconds) || !fin(u.GBs) || u.RowAlign < 0 {
-			return bad("unit %s: launch_s, gbs, row_align must be finite and ≥ 0", u.Name)
+		if !fin(u.LaunchSeconds) || !fin(u.GBs) || u.RowAlign < 0 || !fin(u.SharedSlowdown) || u.SharedSlowdown > 1e3 {
+			return bad("unit %s: launch_s, gbs, row_align, shared_slowdown must be finite and ≥ 0", u.Name)
 		}
 		if !slices.IsSorted(u.StaticM) || slices.ContainsFunc(u.StaticM, func(m int) bool { return m < 1 }) ||
 			len(slices.Compact(slices.Clone(u.StaticM))) != len(u.StaticM) {

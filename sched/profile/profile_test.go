@@ -220,6 +220,9 @@ func TestMeasureReference(t *testing.T) {
 	assert.Positive(t, p2.DefaultSyncSeconds)
 	assert.Less(t, p2.DefaultSyncSeconds, 1.0)
 	assert.Positive(t, p2.CombinedGBs)
+	for _, un := range p2.Units {
+		assert.GreaterOrEqual(t, un.SharedSlowdown, 1.0)
+	}
 	// the runtime's per-handoff cost, each way, never below the bare signal
 	require.Len(t, p2.Sync, 2)
 	for _, y := range p2.Sync {

@@ -933,7 +933,7 @@ func (s *solver) evaluate(name string, c candidate, rows, nchunks int, pol dag.P
 	if err != nil {
 		return Phase{}, err
 	}
-	res, err := dag.Simulate(d, pol, dag.WithSync(s.p.SyncCost))
+	res, err := dag.Simulate(d, pol, simOptions(s.p)...)
 	if err != nil {
 		return Phase{}, err
 	}
@@ -1044,5 +1044,15 @@ func Replay(prof *profile.Profile, plan *Plan, pol dag.Policy) (*dag.Result, err
 	if err != nil {
 		return nil, err
 	}
-	return dag.Simulate(d, pol, dag.WithSync(prof.SyncCost))
+	return dag.Simulate(d, pol, simOptions(prof)...)
+}
+
+// simOptions are the replay's options for a profile: its sync costs and, where units slow each
+// other down (units sharing this machine's cores), their shared slowdown.
+func simOptions(p *profile.Profile) []dag.SimOption {
+	opts := []dag.SimOption{dag.WithSync(p.SyncCost)}
+	if p.Shared() {
+		opts = append(opts, dag.WithSlowdown(p.Slowdown))
+	}
+	return opts
 }

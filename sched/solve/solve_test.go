@@ -66,6 +66,9 @@ func randomProfile(rng *rand.Rand, units int) *profile.Profile {
 		add(profile.OpRope, "", 0, (tiny.Heads+tiny.KVHeads)*tiny.HeadDim)
 		add(profile.OpElementwise, "", 0, tiny.Dim)
 		add(profile.OpElementwise, "", 0, tiny.FFN)
+		if rng.IntN(3) == 0 {
+			un.SharedSlowdown = 1 + 2*rng.Float64() // units sharing cores
+		}
 		p.Units = append(p.Units, un)
 	}
 	for a := range units {
