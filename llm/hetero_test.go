@@ -80,6 +80,8 @@ func heteroPlans(t testing.TB) map[string]*sched.Plan {
 			"prefill":{"rules":[
 				{"ops":["MATMUL"],"nodes":["ffn_*"],"split":{"strategy":"hybrid","units":["1","0"],"ratio":[0.5,0.5],"lengths":[4]}},
 				{"ops":["MATMUL"],"split":{"strategy":"multiseq","units":["0","1"],"lengths":[4,2]}},{"unit":"1"}]}}`),
+		"MATMULs multiseq on the emulated NPU (static 4-row graphs), remainders on neon": mustPlan(t, `{"units":["neon","qnn"],
+			"prefill":{"rules":[{"ops":["MATMUL"],"split":{"strategy":"multiseq","units":["qnn","neon"],"lengths":[4]}},{"unit":"neon"}]}}`),
 	}
 }
 
@@ -229,7 +231,8 @@ func TestUnitWithoutImportGetsCopies(t *testing.T) {
 }
 
 // TestTraceTracksEveryUnit: the trace of a run parses as Chrome trace-event JSON with one
-// track per unit and partition slices that carry chunk and layer.
+// track per unit and partition slices that carry chunk and layer, and a requests track whose
+// slices carry the bubble rate.
 func TestTraceTracksEveryUnit(t *testing.T) {
 	devs := pluginDevices(t, "neon", "opencl", "qnn")
 	m := synthModel(t, "llama", core.F32)
@@ -245,7 +248,7 @@ func TestTraceTracksEveryUnit(t *testing.T) {
 	require.NoError(t, err)
 	tracks := map[string]bool{}
 	slices := map[string]int{}
-	waits := 0
+	waits, requests := 0, 0
 	for _, e := range events {
 		tracks[e.Track] = true
 		if e.Ph != "X" {
@@ -253,6 +256,12 @@ func TestTraceTracksEveryUnit(t *testing.T) {
 		}
 		if strings.HasPrefix(e.Name, "wait ") {
 			waits++
+			continue
+		}
+		if e.Track == "requests" {
+			// one slice per request, with its bubble rate
+			require.Contains(t, e.Args, "bubble_rate", "slice %s", e.Name)
+			requests++
 			continue
 		}
 		require.Contains(t, e.Args, "chunk", "slice %s", e.Name)
@@ -263,6 +272,7 @@ func TestTraceTracksEveryUnit(t *testing.T) {
 		assert.Positive(t, slices[u], "no partition slices on %s (tracks %v)", u, tracks)
 	}
 	assert.Positive(t, waits, "cross-unit waits are slices of their own")
+	assert.Positive(t, requests, "requests have a track of their own")
 }
 
 // TestBadPlansFailBeforeRunning: an unknown unit, a node no rule places and a refused op fail

@@ -30,7 +30,9 @@ import (
 //
 // XPU_BENCH_MODEL=/tmp/ck/1b-q4_0.gguf go test ./llm -run '^$' -bench TensorPartition -benchtime 3x
 //
-// XPU_BENCH_TRACE=file writes the split runs' trace.
+// XPU_BENCH_TRACE=file writes the split runs' trace. XPU_BENCH_PREFILL_PLAN=plan.json runs the
+// prefill by that plan (e.g. the solver's `xpu plan` over neon{cpus=0,threads=1} and opencl)
+// instead of the calibrated hand-written one; its chunk setting, if any, then applies.
 func BenchmarkTensorPartition(b *testing.B) {
 	m := benchModel(b)
 	ctx := context.Background()
@@ -113,9 +115,18 @@ func BenchmarkTensorPartition(b *testing.B) {
 	dN0, dN1 := calib(decode, neon0), calib(decode, neon1)
 	pRatio := float64(pO) / float64(pN+pO) // neon's share: opencl's time share
 	dRatio := float64(dN1) / float64(dN0+dN1)
-	prefillSplit := mk(fmt.Sprintf(`{"units":[%q,%q],"prefill":{"rules":[
+	prefillPlan := fmt.Sprintf(`{"units":[%q,%q],"prefill":{"rules":[
 		{"ops":["MATMUL"],"split":{"strategy":%q,"units":["0","1"],"ratio":[%g,%g]}},{"unit":"0"}]},
-		"decode":{"rules":[{"unit":"0"}]}}`, n0, ocl, strategy, pRatio, 1-pRatio), true)
+		"decode":{"rules":[{"unit":"0"}]}}`, n0, ocl, strategy, pRatio, 1-pRatio)
+	if f := os.Getenv("XPU_BENCH_PREFILL_PLAN"); f != "" {
+		// a given plan (the solver's `xpu plan -o FILE` over the same units) instead
+		js, err := os.ReadFile(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		prefillPlan = string(js)
+	}
+	prefillSplit := mk(prefillPlan, true)
 	decodeSplit := mk(fmt.Sprintf(`{"units":[%q,%q],"prefill":{"rules":[
 		{"ops":["MATMUL"],"split":{"strategy":"rows","units":["0","1"],"ratio":[%g,%g]}},{"unit":"0"}]}}`,
 		n0, n1, dRatio, 1-dRatio), true)

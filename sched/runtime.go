@@ -434,6 +434,11 @@ type compiledPart struct {
 	// offset of its view in the stage tensor (Inputs, Outputs) it reads or writes; nil: 0.
 	offs  []int64
 	label string // for a split's parts; else partLabel
+	// what names each node of a split's part or merge in refusals (nil: a partition of the
+	// stage graph, analyzed with it); splitPart marks a part (not a merge), which may share a
+	// task with sibling parts.
+	what      []string
+	splitPart bool
 }
 
 // partition splits a stage by unit, checks each partition where it goes and prepares it. A
@@ -676,11 +681,11 @@ func (p *Program) Run(ctx context.Context, chunks []Chunk) error {
 // Dependencies: a partition's producers in its stage; a stage's first partitions wait for
 // every task of the chunk's previous stage and of the previous chunk's previous stage (the
 // K/V rows attention reads), and a chunk's first stage for every task of the chunk that used
-// its lane before. The order per unit comes from a list schedule simulated with the durations
-// earlier runs measured (mllm-NPU's out-of-order execution: a unit takes the ready task that
-// can start first, from any chunk), so a unit idle in chunk i's dependency chain can work on
-// chunk i+1. A simulated schedule respects every dependency, so the per-unit orders agree with
-// each other and no unit ever waits on a task queued behind one of its own.
+// its lane before. The order per unit comes from the dispatch policy run on a simulation with
+// the durations earlier runs measured (simulate: by default mllm-NPU's out-of-order rule, from
+// any chunk), so a unit idle in chunk i's dependency chain can work on chunk i+1. A simulated
+// schedule respects every dependency, so the per-unit orders agree with each other and no unit
+// ever waits on a task queued behind one of its own.
 func (p *Program) plan(chunks []Chunk) [][]*rtTask {
 	rt := p.rt
 	nu := len(rt.units)

@@ -45,6 +45,8 @@ func openPinnedOpenCL(tb testing.TB, cpu int) core.Backend {
 // with one CONCAT merge on the first unit, which the figures include.
 //
 // go test ./sched -run '^$' -bench SplitMatMul -benchtime 5x
+//
+// XPU_BENCH_TRACE=file writes the runs' trace.
 func BenchmarkSplitMatMul(b *testing.B) {
 	m, k, n := int64(256), int64(4096), int64(4096)
 	if s := os.Getenv("XPU_BENCH_MATMUL"); s != "" {
@@ -63,7 +65,14 @@ func BenchmarkSplitMatMul(b *testing.B) {
 	specs := []UnitSpec{{Backend: "neon", Options: map[string]string{"cpus": "0", "threads": "1"}},
 		{Backend: "neon", Options: map[string]string{"cpus": "1", "threads": "1"}},
 		{Backend: ob.Devices()[0].Info().Backend}}
-	rt, err := NewRuntime(ctx, devs, specs)
+	var opts []RuntimeOption
+	tracePath := os.Getenv("XPU_BENCH_TRACE")
+	var tr *Trace
+	if tracePath != "" {
+		tr = NewTrace()
+		opts = append(opts, WithRuntimeTrace(tr))
+	}
+	rt, err := NewRuntime(ctx, devs, specs, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -148,4 +157,9 @@ func BenchmarkSplitMatMul(b *testing.B) {
 	b.ReportMetric(tput[4]/(tput[0]+tput[1]), "split_2neon/sum")
 	b.ReportMetric(share(0, 2)[0], "ratio_neon_vs_opencl")
 	b.ReportMetric(share(0, 1)[0], "ratio_neon0_vs_neon1")
+	if tr != nil {
+		if err := tr.WriteFile(tracePath); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/xpuhub/xpu/core"
 )
@@ -72,13 +73,17 @@ func (rt *Runtime) checkSplits(st StageSpec) ([]*NodeSplit, error) {
 }
 
 // prepareStage prepares a stage's partitions, expanding each split node's partition (on a
-// pseudo unit) into its parts and merges, and renumbers the partitions and their Deps.
+// pseudo unit) into its parts and merges, grouping sibling parts into shared tasks
+// (groupParts), and renumbers the partitions and their Deps. Split parts and merges are
+// analyzed here (the stage's other partitions were before).
 func (rt *Runtime) prepareStage(ctx context.Context, st StageSpec, splits []*NodeSplit, parts []*Partition,
 	prepOpts map[int]map[string]string) (out []compiledPart, err error) {
 	defer func() {
 		if err != nil {
 			for _, c := range out {
-				c.exe.Close()
+				if c.exe != nil {
+					c.exe.Close()
+				}
 			}
 			out = nil
 		}
@@ -92,22 +97,139 @@ func (rt *Runtime) prepareStage(ctx context.Context, st StageSpec, splits []*Nod
 		slices.Sort(deps)
 		deps = slices.Compact(deps)
 		if part.Device < len(rt.units) {
-			exe, err := rt.preparePart(ctx, part.Graph, part.Device, prepOpts)
-			if err != nil {
-				return out, fmt.Errorf("unit %s: prepare partition %d: %w", rt.units[part.Device].Name(), part.Index, err)
-			}
 			np := *part
 			np.Index, np.Deps = len(out), deps
 			writers[part.Index] = []int{np.Index}
-			out = append(out, compiledPart{Partition: &np, unit: part.Device, exe: exe})
+			out = append(out, compiledPart{Partition: &np, unit: part.Device})
 			continue
 		}
 		id := part.Nodes[0]
-		if writers[part.Index], err = rt.expandSplit(ctx, st.Graph.Nodes[id], splits[id], deps, prepOpts, &out); err != nil {
+		if writers[part.Index], err = expandSplit(st.Graph.Nodes[id], splits[id], deps, &out); err != nil {
 			return out, fmt.Errorf("stage %q: %w", st.Name, err)
 		}
 	}
+	if out, err = groupParts(out); err != nil {
+		return out, fmt.Errorf("stage %q: %w", st.Name, err)
+	}
+	for i := range out {
+		c := &out[i]
+		if c.what != nil {
+			if err := rt.analyzePart(ctx, c.Graph, c.unit, c.what); err != nil {
+				return out, fmt.Errorf("stage %q: %w", st.Name, err)
+			}
+		}
+		if c.exe, err = rt.preparePart(ctx, c.Graph, c.unit, prepOpts); err != nil {
+			label := c.label
+			if label == "" {
+				label = partLabel(c.Partition, st.Graph)
+			}
+			return out, fmt.Errorf("unit %s: prepare partition %d (%s): %w", rt.units[c.unit].Name(), c.Index, label, err)
+		}
+	}
 	return out, nil
+}
+
+// groupParts makes split parts on one unit with the same dependencies one task: the Q, K and
+// V projections of a layer split the same way run as one graph per unit instead of three, so
+// a step pays a third of their dispatches (the handoffs between units stay: one each way per
+// group). Parts with the same
+// dependencies are independent of each other, and the group takes the place of its first
+// member, which every user of any member comes after.
+func groupParts(items []compiledPart) ([]compiledPart, error) {
+	newIdx := make([]int, len(items))
+	var members [][]int
+	open := map[string]int{} // unit and deps -> group
+	for i, c := range items {
+		if c.splitPart {
+			k := fmt.Sprint(c.unit, c.Deps)
+			if j, ok := open[k]; ok {
+				members[j] = append(members[j], i)
+				newIdx[i] = j
+				continue
+			}
+			open[k] = len(members)
+		}
+		newIdx[i] = len(members)
+		members = append(members, []int{i})
+	}
+	out := make([]compiledPart, len(members))
+	for j, ms := range members {
+		c := items[ms[0]]
+		if len(ms) > 1 {
+			var err error
+			if c, err = combineParts(items, ms); err != nil {
+				return nil, err
+			}
+		} else {
+			np := *c.Partition
+			c.Partition = &np
+		}
+		var deps []int
+		for _, d := range c.Deps {
+			deps = append(deps, newIdx[d])
+		}
+		slices.Sort(deps)
+		c.Index, c.Deps = j, slices.Compact(deps)
+		out[j] = c
+	}
+	return out, nil
+}
+
+// combineParts builds one partition running the parts ms of items: their inputs shared where
+// they read the same view, their outputs side by side.
+func combineParts(items []compiledPart, ms []int) (compiledPart, error) {
+	first := items[ms[0]]
+	g := core.NewGraph()
+	p := &Partition{Graph: g, Deps: first.Deps}
+	var offs, outOffs []int64
+	var outs []*core.Tensor
+	var what, labels []string
+	type view struct {
+		key   *core.Tensor
+		off   int64
+		shape string
+	}
+	shared := map[view]*core.Tensor{}
+	for _, m := range ms {
+		c := items[m]
+		local := map[*core.Tensor]*core.Tensor{}
+		for k, t := range c.Graph.Inputs {
+			v := view{c.Inputs[k], c.offs[k], t.Shape.String()}
+			lt := shared[v]
+			if lt == nil {
+				lt = g.Input(t.Name, t.DType, t.Shape...)
+				shared[v] = lt
+				p.Inputs = append(p.Inputs, c.Inputs[k])
+				offs = append(offs, c.offs[k])
+			}
+			local[t] = lt
+		}
+		for _, n := range c.Graph.Nodes {
+			args := make([]*core.Tensor, len(n.Inputs))
+			for i, t := range n.Inputs {
+				if t.Kind == core.KindConst {
+					args[i] = g.Const(t.Name, t.DType, t.Shape, t.Data)
+				} else {
+					args[i] = local[t]
+				}
+			}
+			local[n.Output] = g.CopyNode(n, args...)
+		}
+		for k, t := range c.Graph.Outputs {
+			g.Output(local[t])
+			outs = append(outs, c.Outputs[k])
+			outOffs = append(outOffs, c.offs[len(c.Graph.Inputs)+k])
+		}
+		p.Nodes = append(p.Nodes, c.Nodes...)
+		what = append(what, c.what...)
+		labels = append(labels, c.label)
+	}
+	if err := g.Err(); err != nil {
+		return compiledPart{}, fmt.Errorf("grouping split parts %s: %w", strings.Join(labels, ", "), err)
+	}
+	p.Outputs = outs
+	return compiledPart{Partition: p, unit: first.unit, offs: append(offs, outOffs...), what: what,
+		label: strings.Join(labels, " + "), splitPart: true}, nil
 }
 
 // preparePart prepares one partition graph on a unit with the program's prepare options.
@@ -119,17 +241,18 @@ func (rt *Runtime) preparePart(ctx context.Context, g *core.Graph, unit int, pre
 	return rt.units[unit].Context().Prepare(ctx, g, opts...)
 }
 
-// analyzePart fails with ErrPlanRefused when unit refuses a node of g.
-func (rt *Runtime) analyzePart(ctx context.Context, g *core.Graph, unit int, what string) error {
+// analyzePart fails with ErrPlanRefused when unit refuses a node of g; what names each node
+// in the error.
+func (rt *Runtime) analyzePart(ctx context.Context, g *core.Graph, unit int, what []string) error {
 	u := rt.units[unit]
 	vs, err := u.Context().Analyze(ctx, g)
 	if err != nil {
-		return fmt.Errorf("unit %s: analyze %s: %w", u.Name(), what, err)
+		return fmt.Errorf("unit %s: analyze %s: %w", u.Name(), strings.Join(what, ", "), err)
 	}
 	var refusals []error
 	for i, v := range vs {
-		if !v.Supported && i < len(g.Nodes) {
-			refusals = append(refusals, fmt.Errorf("%s (%s) on unit %s: %s", what, g.Nodes[i].Op, u.Name(), v.Reason))
+		if !v.Supported && i < len(g.Nodes) && i < len(what) {
+			refusals = append(refusals, fmt.Errorf("%s (%s) on unit %s: %s", what[i], g.Nodes[i].Op, u.Name(), v.Reason))
 		}
 	}
 	if len(refusals) > 0 {
@@ -139,9 +262,8 @@ func (rt *Runtime) analyzePart(ctx context.Context, g *core.Graph, unit int, wha
 }
 
 // expandSplit appends node n's parts and merges to out (each depending on deps, the node's
-// producers) and returns the indices of those that write n's output.
-func (rt *Runtime) expandSplit(ctx context.Context, n *core.Node, sp *NodeSplit, deps []int,
-	prepOpts map[int]map[string]string, out *[]compiledPart) ([]int, error) {
+// producers; not prepared yet) and returns the indices of those that write n's output.
+func expandSplit(n *core.Node, sp *NodeSplit, deps []int, out *[]compiledPart) ([]int, error) {
 	a, b, y := n.Inputs[0], n.Inputs[1], n.Output
 	k, nCols := b.Shape[1], b.Shape[0]
 	m := int64(1)
@@ -164,16 +286,9 @@ func (rt *Runtime) expandSplit(ctx context.Context, n *core.Node, sp *NodeSplit,
 	}
 	var bands []*band
 	add := func(p *Partition, unit int, offs []int64, label string) error {
-		what := fmt.Sprintf("node %s %s", n.Name, label)
-		if err := rt.analyzePart(ctx, p.Graph, unit, what); err != nil {
-			return err
-		}
-		exe, err := rt.preparePart(ctx, p.Graph, unit, prepOpts)
-		if err != nil {
-			return fmt.Errorf("unit %s: prepare %s: %w", rt.units[unit].Name(), what, err)
-		}
 		p.Index, p.Device = len(*out), unit
-		*out = append(*out, compiledPart{Partition: p, unit: unit, exe: exe, offs: offs, label: n.Name + " " + label})
+		*out = append(*out, compiledPart{Partition: p, unit: unit, offs: offs, label: n.Name + " " + label,
+			what: []string{fmt.Sprintf("node %s %s", n.Name, label)}, splitPart: !strings.HasPrefix(label, "merge")})
 		return nil
 	}
 	for _, pc := range pieces {

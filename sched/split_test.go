@@ -375,3 +375,54 @@ func TestSplitOnIsolatedUnit(t *testing.T) {
 		assert.Contains(t, err.Error(), specs[1].String())
 	}
 }
+
+// TestSplitSiblingsShareTasks: two MATMULs reading one input, split the same way, run as one
+// task per unit (plus the merges their M > 1 row splits need), with the unsplit results.
+func TestSplitSiblingsShareTasks(t *testing.T) {
+	rb := ref.New()
+	defer rb.Close()
+	rt, err := NewRuntime(context.Background(), rb.Devices(), []UnitSpec{{Backend: "ref"},
+		{Backend: "ref", Options: map[string]string{"u": "1"}}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, rt.Close()) }()
+	const k, n = 32, 64
+	for _, m := range []int64{1, 5} {
+		g := core.NewGraph()
+		x := g.Input("x", core.F32, m, k)
+		var ys []*core.Tensor
+		for i := range 2 {
+			ws := make([]float32, n*k)
+			for j := range ws {
+				ws[j] = float32((j*(3+i))%7-3) / 4
+			}
+			ys = append(ys, g.Named(fmt.Sprintf("mm%d", i)).MatMul(x, g.Const(fmt.Sprintf("w%d", i), core.F32, core.Shape{n, k}, core.EncodeF32(ws))))
+		}
+		g.Output(ys...)
+		require.NoError(t, g.Err())
+		a := rt.Arena()
+		xs, err := a.Alloc(m * k * 4)
+		require.NoError(t, err)
+		for i := range m * k {
+			copy(a.Bytes(xs)[4*i:], core.EncodeF32([]float32{float32(i%5) - 2}))
+		}
+		run := func(splits []*NodeSplit) ([][]float32, *Program) {
+			y0, _ := a.Alloc(m * n * 4)
+			y1, _ := a.Alloc(m * n * 4)
+			p, err := rt.Compile(context.Background(), ProgramSpec{Name: "sib", Stages: []StageSpec{{Name: "s", Graph: g,
+				Units: []int{0, 0}, Splits: splits, IO: []Binding{{Span: xs}, {Span: y0}, {Span: y1}}}}})
+			require.NoError(t, err)
+			require.NoError(t, p.Run(context.Background(), []Chunk{{}}))
+			return [][]float32{core.DecodeF32(a.Bytes(y0)[:m*n*4]), core.DecodeF32(a.Bytes(y1)[:m*n*4])}, p
+		}
+		want, _ := run(nil)
+		sp := &NodeSplit{Strategy: SplitRows, Units: []int{0, 1}, Ratio: []float64{0.5, 0.5}}
+		got, p := run([]*NodeSplit{sp, sp})
+		assert.Equal(t, want, got, "M=%d", m)
+		parts := len(p.stages[0].parts)
+		if m == 1 {
+			assert.Equal(t, 2, parts, "one task per unit, written in place")
+		} else {
+			assert.Equal(t, 4, parts, "one task per unit and a merge per MATMUL")
+		}
+	}
+}
