@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	register(&command{name: "tune", summary: "energy-aware CPU core selection (MNN-AECS): --energy, measured or --simulate SOC", run: runTune})
+	register(&command{name: "tune", summary: "--energy: energy-aware CPU core selection (MNN-AECS); --profile: per-unit op latency profile for the solver", run: runTune})
 }
 
 // tuneFlags are xpu tune's settings.
@@ -38,7 +38,12 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("tune", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var f tuneFlags
-	energyMode := fs.Bool("energy", false, "tune the decode core selection for energy (the only tuning there is so far)")
+	energyMode := fs.Bool("energy", false, "tune the decode core selection for energy")
+	profileMode := fs.Bool("profile", false, "measure each unit's op latencies over the model's shapes and store the profile `xpu plan` reads")
+	units := fs.String("units", defaultProfileUnits, "--profile: the units to measure (unit specs, see xpu devices --units)")
+	grid := fs.String("grid", "1,4,16,64,256,1024", "--profile: the row counts (chunk lengths) to time")
+	out := fs.String("o", "", "--profile: also write the profile to this file")
+	minTime := fs.Duration("min-time", 20*time.Millisecond, "--profile: time spent on each point (at least 3 runs, the median)")
 	fs.StringVar(&f.model, "model", "", "GGUF model the trials decode (with --simulate: optional, sets the workload's bytes per token)")
 	fs.StringVar(&f.simulate, "simulate", "", "run the search against an SoC description instead of real trials: "+strings.Join(aecs.SoCNames(), ", "))
 	fs.IntVar(&f.tokens, "tokens", 50, "decode tokens per trial (the paper: 50)")
@@ -54,10 +59,22 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.coolWait, "cool-wait", time.Minute, "how long to wait for the thermal gate (below 40 °C) before giving up")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: xpu tune --energy --model M [--simulate "+strings.Join(aecs.SoCNames(), "|")+"] [--tokens N] [--warmup N] [--compare R] [--epsilon E] [--alpha A]")
+		fmt.Fprintln(stderr, "       xpu tune --profile --model M [--units LIST] [--grid 1,4,...] [-o FILE] [--no-cache]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
+	}
+	if *profileMode {
+		if *energyMode || fs.NArg() > 0 || f.model == "" {
+			fs.Usage()
+			return 2
+		}
+		if err := tuneProfile(ctx, f.model, *units, *grid, *out, *minTime, f.noCache, stdout, stderr); err != nil {
+			fmt.Fprintf(stderr, "xpu tune: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	if !*energyMode || fs.NArg() > 0 || (f.model == "" && f.simulate == "") || f.tokens < 1 || f.warmup < 0 || f.compare < 0 {
 		fs.Usage()

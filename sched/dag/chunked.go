@@ -2,6 +2,7 @@ package dag
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -67,7 +68,7 @@ func Chunked(units, chunks int, steps func(chunk int) []Step) (*DAG, error) {
 				if p.Cost <= 0 && nonzero > 0 {
 					continue
 				}
-				name := fmt.Sprintf("c%d/%s", i, s.Name)
+				name := "c" + strconv.Itoa(i) + "/" + s.Name
 				if p.Name != "" {
 					name += "#" + p.Name
 				}

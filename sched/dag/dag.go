@@ -14,6 +14,7 @@ package dag
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -68,14 +69,12 @@ func (d *DAG) Add(t Task) (int, error) {
 	if t.Cost < 0 {
 		return -1, fmt.Errorf("%w: task %d (%s): negative cost %v", ErrBadDAG, id, t.Name, t.Cost)
 	}
-	seen := make(map[int]bool, len(t.Deps))
 	deps := make([]int, 0, len(t.Deps))
 	for _, q := range t.Deps {
 		if q < 0 || q >= id {
 			return -1, fmt.Errorf("%w: task %d (%s): dependency %d is not an earlier task", ErrBadDAG, id, t.Name, q)
 		}
-		if !seen[q] {
-			seen[q] = true
+		if !slices.Contains(deps, q) {
 			deps = append(deps, q)
 		}
 	}

@@ -85,14 +85,23 @@ func TestSimulateRespectsDependenciesAndUnits(t *testing.T) {
 	for trial := range 200 {
 		d := randomDAG(rng, 1+rng.IntN(4), 1+rng.IntN(60))
 		sync := time.Duration(rng.IntN(3)) * 100 * time.Microsecond
+		slow := 1 + 2*rng.Float64()*float64(rng.IntN(2)) // half the trials share the units
 		for _, p := range Policies() {
-			r, err := Simulate(d, p, WithSync(func(int, int) time.Duration { return sync }))
+			r, err := Simulate(d, p, WithSync(func(int, int) time.Duration { return sync }),
+				WithSlowdown(func(int) float64 { return slow }))
 			require.NoError(t, err, "trial %d %s", trial, p.Name())
 			require.Len(t, r.Slots, len(d.Tasks))
 			at := make([]Slot, len(d.Tasks))
+			var busy time.Duration
 			for _, s := range r.Slots {
 				at[s.Task] = s
-				assert.Equal(t, d.Tasks[s.Task].Cost, s.End-s.Start)
+				if slow == 1 {
+					assert.Equal(t, d.Tasks[s.Task].Cost, s.End-s.Start)
+				} else {
+					assert.GreaterOrEqual(t, s.End-s.Start, d.Tasks[s.Task].Cost)
+					assert.LessOrEqual(t, float64(s.End-s.Start), slow*float64(d.Tasks[s.Task].Cost)+1)
+				}
+				busy += s.End - s.Start
 			}
 			for i, task := range d.Tasks {
 				for _, q := range task.Deps {
@@ -112,10 +121,15 @@ func TestSimulateRespectsDependenciesAndUnits(t *testing.T) {
 				}
 			}
 			assert.GreaterOrEqual(t, r.Makespan, d.CriticalPath())
+			var total time.Duration
 			for u, w := range d.Work() {
 				assert.GreaterOrEqual(t, r.Makespan, w)
-				assert.Equal(t, w, r.Busy[u])
+				if slow == 1 {
+					assert.Equal(t, w, r.Busy[u])
+				}
+				total += r.Busy[u]
 			}
+			assert.Equal(t, busy, total)
 		}
 	}
 }
@@ -233,4 +247,48 @@ func TestChunked(t *testing.T) {
 	last := d.Tasks[5]
 	assert.Equal(t, "c2/b", last.Name)
 	assert.ElementsMatch(t, []int{0, 2, 4}, last.Deps, "chunk 2's attention waits for every chunk's previous step")
+}
+
+// BenchmarkSimulate replays mllm-NPU's prefill DAG (32 chunks × 24 layers × 5 subgraphs, the
+// cross-chunk attention edges) under each policy.
+func BenchmarkSimulate(b *testing.B) {
+	d, err := mllmLike(32, 24)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range Policies() {
+		b.Run(p.Name(), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := Simulate(d, p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// Processor sharing: a 10 ms and a 4 ms task on two units that run twice as slow together: both
+// crawl until the short one ends at 8 ms, then the long one has 6 ms of work left alone.
+func TestSimulateSlowdown(t *testing.T) {
+	d, _ := New(2)
+	a := d.MustAdd(Task{Unit: 0, Cost: 10 * ms})
+	b := d.MustAdd(Task{Unit: 1, Cost: 4 * ms})
+	d.MustAdd(Task{Unit: 1, Cost: 2 * ms, Deps: []int{a}})
+	r, err := Simulate(d, FIFO, WithSlowdown(func(int) float64 { return 2 }))
+	require.NoError(t, err)
+	at := map[int]Slot{}
+	for _, s := range r.Slots {
+		at[s.Task] = s
+	}
+	assert.Equal(t, 8*ms, at[b].End)
+	assert.Equal(t, 14*ms, at[a].End)
+	assert.Equal(t, 16*ms, r.Makespan, "the last task runs alone")
+	assert.Equal(t, []time.Duration{14 * ms, 10 * ms}, r.Busy)
+	// a slowdown of 1 (or below) changes nothing
+	plain, err := Simulate(d, FIFO)
+	require.NoError(t, err)
+	same, err := Simulate(d, FIFO, WithSlowdown(func(int) float64 { return 0.5 }))
+	require.NoError(t, err)
+	assert.Equal(t, plain.Slots, same.Slots)
+	assert.Equal(t, 12*ms, plain.Makespan)
 }

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -40,7 +41,8 @@ type Result struct {
 type SimOption func(*simConfig)
 
 type simConfig struct {
-	sync func(from, to int) time.Duration
+	sync     func(from, to int) time.Duration
+	slowdown func(unit int) float64
 }
 
 // WithSync charges sync(from, to) between a task on unit from finishing and a dependent task
@@ -48,6 +50,13 @@ type simConfig struct {
 // re-submission). Tasks on one unit follow each other for free (queue order).
 func WithSync(sync func(from, to int) time.Duration) SimOption {
 	return func(c *simConfig) { c.sync = sync }
+}
+
+// WithSlowdown makes a unit's task run slowdown(unit) times slower (≥ 1) while any other unit
+// runs a task too: units that share cores or a memory bus. A task's work is its Cost; it
+// progresses at 1/slowdown while others run and at full speed alone (processor sharing).
+func WithSlowdown(slowdown func(unit int) float64) SimOption {
+	return func(c *simConfig) { c.slowdown = slowdown }
 }
 
 // Simulate replays d under policy p on a discrete-event clock: every unit runs one task at a
@@ -67,12 +76,53 @@ func Simulate(d *DAG, p Policy, opts ...SimOption) (*Result, error) {
 	res := &Result{Policy: p.Name(), Busy: make([]time.Duration, d.Units), Idle: make([]time.Duration, d.Units),
 		Order: make([][]int, d.Units), Slots: make([]Slot, 0, n)}
 	end := make([]time.Duration, n)
+	slot := make([]int, n)
+	ver := make([]int, n) // a finish event is stale when its version is not the task's
 	running := make([]int, d.Units)
+	rem := make([]float64, d.Units) // the running task's work left, in ns at full speed
+	rate := make([]float64, d.Units)
 	for u := range running {
 		running[u] = -1
 	}
 	var ev events
-	now := time.Duration(0)
+	now, last := time.Duration(0), time.Duration(0)
+	advance := func(t time.Duration) {
+		for u, g := range running {
+			if g >= 0 {
+				rem[u] -= float64(t-last) * rate[u]
+			}
+		}
+		last = t
+	}
+	// reschedule sets each running task's rate (slowed while another unit runs) and, where it
+	// changed, its finish event
+	reschedule := func() {
+		if cfg.slowdown == nil {
+			return
+		}
+		busy := 0
+		for _, g := range running {
+			if g >= 0 {
+				busy++
+			}
+		}
+		for u, g := range running {
+			if g < 0 {
+				continue
+			}
+			r := 1.0
+			if busy > 1 {
+				r = 1 / max(cfg.slowdown(u), 1)
+			}
+			if r != rate[u] {
+				rate[u] = r
+				ver[g]++
+				end[g] = now + time.Duration(math.Ceil(max(rem[u], 0)/r))
+				heap.Push(&ev, event{at: end[g], task: g, finish: true, ver: ver[g]})
+			}
+		}
+	}
+	stale := func(e event) bool { return e.finish && e.ver != ver[e.task] }
 	for !x.Finished() {
 		for u := range running {
 			if running[u] >= 0 {
@@ -83,23 +133,36 @@ func Simulate(d *DAG, p Policy, opts ...SimOption) (*Result, error) {
 				continue
 			}
 			running[u] = g
+			rem[u], rate[u] = float64(d.Tasks[g].Cost), 1
 			end[g] = now + d.Tasks[g].Cost
-			res.Slots = append(res.Slots, Slot{Task: g, Unit: u, Start: now, End: end[g]})
+			slot[g] = len(res.Slots)
+			res.Slots = append(res.Slots, Slot{Task: g, Unit: u, Start: now})
 			res.Order[u] = append(res.Order[u], g)
-			res.Busy[u] += d.Tasks[g].Cost
-			heap.Push(&ev, event{at: end[g], task: g, finish: true})
+			heap.Push(&ev, event{at: end[g], task: g, finish: true, ver: ver[g]})
+		}
+		reschedule()
+		for ev.Len() > 0 && stale(ev[0]) {
+			heap.Pop(&ev)
 		}
 		if ev.Len() == 0 {
 			return nil, fmt.Errorf("%w: %s at %v with %d of %d tasks done", ErrStalled, p.Name(), now, x.finished, n)
 		}
 		now = ev[0].at
+		advance(now)
 		for ev.Len() > 0 && ev[0].at == now {
 			e := heap.Pop(&ev).(event)
+			if stale(e) {
+				continue
+			}
 			if !e.finish {
 				x.release(e.task)
 				continue
 			}
-			running[d.Tasks[e.task].Unit] = -1
+			u := d.Tasks[e.task].Unit
+			running[u] = -1
+			sl := &res.Slots[slot[e.task]]
+			sl.End = now
+			res.Busy[u] += sl.End - sl.Start
 			rel, err := x.finish(e.task)
 			if err != nil {
 				return nil, err
@@ -149,6 +212,7 @@ type event struct {
 	at     time.Duration
 	task   int
 	finish bool
+	ver    int
 }
 
 // events is a min-heap by time; at one time, finishes come first (a finished unit is free

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xpuhub/xpu/sched"
+	"github.com/xpuhub/xpu/sched/profile"
+)
+
+func TestPlanSoC(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "plan.json")
+	code, stdout, stderr := runCLI(t, "plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "-o", out)
+	require.Equal(t, 0, code, stderr)
+	for _, s := range []string{
+		"SIMULATION (simulated:sd8gen3) of qwen1.5-1.8b", "PREDICTED",
+		"prefill: 1024 tokens", "decode: one token",
+		"cpu-only", "gpu-only", "npu-only", "layer-level", "tensor-level", "chunks in order",
+		"against the papers", "mllm-NPU Fig. 13a", "> 1000.0 tok/s",
+		"plan written to " + out,
+	} {
+		assert.Contains(t, stdout, s)
+	}
+	assert.NotContains(t, stdout, "MEASURED")
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	f, err := sched.ParsePlan(b)
+	require.NoError(t, err, "the runtime reads the solver's plan file")
+	assert.Positive(t, f.Prefill.Chunk)
+	assert.NotEmpty(t, f.Decode.Rules)
+}
+
+func TestPlanUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		err  string
+	}{
+		{[]string{"plan"}, 2, "usage: xpu plan"},
+		{[]string{"plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--mode", "best"}, 2, "tensor, layer or single"},
+		{[]string{"plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--policy", "random"}, 2, "unknown policy"},
+		{[]string{"plan", "--soc", "nope", "--model", "qwen1.5-1.8b"}, 1, "sd8gen3"},
+		{[]string{"plan", "--soc", "sd8gen3", "--model", "gpt-5"}, 1, "qwen1.5-1.8b, llama-8b"},
+		{[]string{"plan", "--soc", "sd8gen3", "--model", "llama-8b", "--units", "gpu,dsp"}, 1, "not in the profile"},
+		{[]string{"plan", "--model", "x.gguf", "--profile", "/nonexistent.json"}, 1, "no such file"},
+		{[]string{"tune", "--profile"}, 2, "usage: xpu tune"},
+		{[]string{"tune", "--profile", "--energy", "--model", "x"}, 2, "usage: xpu tune"},
+		{[]string{"tune", "--profile", "--model", "x.gguf", "--grid", "1,0"}, 1, "--grid"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, _, stderr := runCLI(t, tc.args...)
+			assert.Equal(t, tc.code, code)
+			assert.Contains(t, stderr, tc.err)
+		})
+	}
+}
+
+// xpu tune --profile measures a model on two units of the reference backend and stores the
+// profile; xpu plan --model finds it in the cache and solves; a plan from the profile file
+// gives the same placement.
+func TestTuneProfileThenPlan(t *testing.T) {
+	model := storiesPath(t)
+	dir := t.TempDir()
+	t.Setenv("XPU_CACHE_DIR", dir)
+	file := filepath.Join(dir, "p.json")
+	units := "ref,ref{threads=1}"
+	code, stdout, stderr := runCLI(t, "tune", "--profile", "--model", model, "--units", units, "--grid", "1,8,32", "--min-time", "1ms", "-o", file)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "profiling stories260K.gguf")
+	assert.Contains(t, stdout, "MATMUL")
+	assert.Contains(t, stdout, "stored: ")
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	p, err := profile.Parse(b)
+	require.NoError(t, err)
+	assert.Equal(t, "measured", p.Source)
+	require.Len(t, p.Units, 2)
+	stored, err := filepath.Glob(filepath.Join(dir, "profiles", "*.json"))
+	require.NoError(t, err)
+	require.Len(t, stored, 1)
+
+	// xpu plan finds the stored profile by the units and the model
+	code, stdout, stderr = runCLI(t, "plan", "--model", model, "--units", units, "--prompt", "64")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stderr, "xpu plan: profile "+stored[0])
+	assert.Contains(t, stdout, "MEASURED profile of stories260K.gguf")
+	// other units: nothing stored
+	code, _, stderr = runCLI(t, "plan", "--model", model, "--units", "ref{threads=2}")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "xpu tune --profile")
+
+	out := filepath.Join(dir, "plan.json")
+	code, stdout, stderr = runCLI(t, "plan", "--model", model, "--profile", file, "--prompt", "64", "--compare", "-o", out)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "MEASURED profile of stories260K.gguf")
+	assert.Contains(t, stdout, "ref:0-only")
+	assert.Contains(t, stdout, "best single unit")
+	_, err = os.Stat(out)
+	require.NoError(t, err)
+}
+
+// The README's `xpu plan` and `xpu tune --profile` lines, run as written (from the repository
+// root, with the cache in a temporary directory and plan files written there).
+func TestREADMEPlanCommands(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	var lines []string
+	for _, l := range readmeShellLines(t) {
+		if strings.HasPrefix(l, "build/xpu plan ") || strings.HasPrefix(l, "build/xpu tune --profile ") {
+			lines = append(lines, l)
+		}
+	}
+	require.GreaterOrEqual(t, len(lines), 3)
+	needsModel := false
+	for _, l := range lines {
+		needsModel = needsModel || strings.Contains(l, "../shared/models/")
+	}
+	if needsModel {
+		storiesPath(t)
+	}
+	bin := buildXPU(t)
+	tmp := t.TempDir()
+	for _, l := range lines {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		cmdline := strings.ReplaceAll(l, "build/xpu", bin)
+		cmdline = strings.ReplaceAll(cmdline, "-o plan.json", "-o "+filepath.Join(tmp, "plan.json"))
+		cmd := exec.CommandContext(ctx, "bash", "-c", cmdline)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "XPU_CACHE_DIR="+tmp)
+		out, err := cmd.Output()
+		cancel()
+		var ee *exec.ExitError
+		if err != nil && errors.As(err, &ee) {
+			t.Fatalf("%s: %v\n%s\n%s", l, err, out, ee.Stderr)
+		}
+		require.NoError(t, err, l)
+		if strings.HasPrefix(l, "build/xpu plan ") {
+			assert.Contains(t, string(out), "PREDICTED", l)
+		} else {
+			assert.Contains(t, string(out), "stored: ", l)
+		}
+	}
+}

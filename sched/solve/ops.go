@@ -1,0 +1,66 @@
+package solve
+
+import (
+	"github.com/xpuhub/xpu/sched/profile"
+)
+
+// opDef is one op of a decoder layer (or of the output head) as the solver places it: its
+// node names in the model's graph (llm/graph.go), its profile class and its shape for a chunk
+// of m rows over kv key rows.
+type opDef struct {
+	Name  string
+	Nodes []string // plan node patterns; nil for the norms, placed by op (RMS_NORM and its MUL)
+	Class string
+	query func(m, kv int) profile.Query
+	// matmul ops may be split across units
+	matmul bool
+	// passes is how many times the op's profile time it costs (0: once)
+	passes int
+}
+
+// layerOps are a decoder layer's ops in execution order, then the head's (output norm and
+// logits) as headOps.
+func layerOps(md profile.Model) (layer, head []opDef) {
+	mms := map[string]profile.MatMul{}
+	for _, mm := range md.MatMuls() {
+		mms[mm.Name] = mm
+	}
+	mat := func(name string) opDef {
+		mm := mms[name]
+		return opDef{Name: name, Nodes: []string{name}, Class: profile.OpMatMul, matmul: true,
+			query: func(m, _ int) profile.Query {
+				return profile.Query{Op: profile.OpMatMul, DType: mm.DType, M: m, K: mm.K, N: mm.N}
+			}}
+	}
+	flat := func(name string, nodes []string, class string, n int) opDef {
+		return opDef{Name: name, Nodes: nodes, Class: class,
+			query: func(m, _ int) profile.Query { return profile.Query{Op: class, M: m, N: n} }}
+	}
+	q := md.Heads * md.HeadDim
+	// SiLU then the MUL by up: two element-wise passes over [M, FFN]
+	act := flat("ffn_act", []string{"ffn_silu", "ffn_swiglu"}, profile.OpElementwise, md.FFN)
+	act.passes = 2
+	layer = []opDef{
+		flat("attn_norm", nil, profile.OpNorm, md.Dim),
+		mat("attn_q"), mat("attn_k"), mat("attn_v"),
+		flat("rope", []string{"q_rope", "k_rope"}, profile.OpRope, (md.Heads+md.KVHeads)*md.HeadDim),
+		{Name: "attn", Nodes: []string{"attn"}, Class: profile.OpAttention,
+			query: func(m, kv int) profile.Query { return profile.Query{Op: profile.OpAttention, M: m, K: kv, N: q} }},
+		mat("attn_output"),
+		flat("attn_residual", []string{"attn_residual"}, profile.OpElementwise, md.Dim),
+		flat("ffn_norm", nil, profile.OpNorm, md.Dim),
+		mat("ffn_gate"), mat("ffn_up"),
+		act,
+		mat("ffn_down"),
+		flat("ffn_residual", []string{"ffn_residual"}, profile.OpElementwise, md.Dim),
+	}
+	head = []opDef{
+		flat("output_norm", nil, profile.OpNorm, md.Dim),
+		mat("logits"),
+	}
+	return layer, head
+}
+
+// isNorm marks the ops a plan places by op name (an unnamed RMS_NORM and its MUL): they share
+// one unit, since a plan cannot tell them apart.
+func (o opDef) isNorm() bool { return o.Class == profile.OpNorm }

@@ -1,0 +1,1058 @@
+// Package solve chooses, from a profile, where a model's ops run: per phase (prefill in chunks
+// of a chosen length, decode one token at a time) and per op of a decoder layer (every layer
+// has the same shapes, so the same decision), the unit, or for a MATMUL a split across units
+// (HeteroLLM's row, sequence, multi-sequence and hybrid cuts) with its ratio. It predicts each
+// candidate by replaying the phase's task DAG (package dag) on a discrete-event clock with the
+// profile's costs and sync times, and returns the fastest; the candidates always include
+// every single unit, so a plan is never predicted slower than the best single unit.
+//
+// The same code serves measured profiles and simulated ones (package soc): every time it
+// reports is a prediction from the profile.
+package solve
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/sched/dag"
+	"github.com/xpuhub/xpu/sched/profile"
+)
+
+// Mode bounds what the solver may choose.
+type Mode int
+
+// Modes.
+const (
+	// Tensor lets a MATMUL be split across units (HeteroLLM's Hetero-tensor).
+	Tensor Mode = iota
+	// Layer runs every op whole on one unit, different ops on different units (Hetero-layer,
+	// mllm-NPU's placement).
+	Layer
+	// Single runs everything on one unit.
+	Single
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Tensor:
+		return "tensor-level"
+	case Layer:
+		return "layer-level"
+	}
+	return "single unit"
+}
+
+// ErrNoPlan is wrapped when no candidate can run (every unit refuses some op).
+var ErrNoPlan = errors.New("solve: no feasible plan")
+
+// Options configure Solve.
+type Options struct {
+	// Units are the profile's units to use, by name (nil: all).
+	Units []string
+	// Prompt is the prompt length prefill is predicted for (0: 1024).
+	Prompt int
+	// Context is the KV length decode is predicted at (0: Prompt).
+	Context int
+	// Chunks are the prefill chunk lengths to consider (nil: the powers of two from 32 to
+	// 1024 up to the prompt, and the prompt itself when it is at most 1024).
+	Chunks []int
+	Mode   Mode
+	// Policy dispatches prefill's ready tasks (nil: dag.OutOfOrder).
+	Policy dag.Policy
+}
+
+// Strategies a Choice can have.
+const (
+	StrategySingle   = "single"
+	StrategyRows     = "rows"
+	StrategySeq      = "seq"
+	StrategyMultiSeq = "multiseq"
+	StrategyHybrid   = "hybrid"
+)
+
+// Choice is how one op runs: on one unit, or split.
+type Choice struct {
+	Strategy string
+	// Units are profile unit indices; for multiseq and hybrid the static-shape unit first.
+	Units []int
+	// Ratio is each unit's share of N (rows, hybrid) or of M (seq).
+	Ratio []float64
+	// Lengths are the standard lengths Units[0] runs (multiseq, hybrid).
+	Lengths []int
+}
+
+func (c Choice) mask() uint64 {
+	var m uint64
+	for _, u := range c.Units {
+		m |= 1 << uint(u)
+	}
+	return m
+}
+
+// OpPlan is the decision for one op and its predicted time alone (chunk rows, average KV).
+type OpPlan struct {
+	Op     string
+	Class  string
+	Nodes  []string
+	Choice Choice
+	Time   time.Duration
+	// BestSingle is the fastest single unit for the op alone and its time: what a split is
+	// measured against ("does splitting pay").
+	BestSingle     int
+	BestSingleTime time.Duration
+}
+
+// Phase is the plan of one phase.
+type Phase struct {
+	Name string // "prefill" or "decode"
+	// Rows is the chunk length (prefill) or 1 (decode); Chunks how many chunks the prompt takes.
+	Rows, Chunks int
+	// Candidate says which candidate won ("single npu", "layer-level chain", ...).
+	Candidate string
+	Layer     []OpPlan
+	Head      []OpPlan
+	// Time is the predicted time of the phase: the whole prompt, or one decode token.
+	Time time.Duration
+	// TokPerSec is the predicted throughput: prompt tokens (prefill) or tokens (decode) per s.
+	TokPerSec float64
+	// Sim is the replay the prediction comes from.
+	Sim *dag.Result
+}
+
+// Plan is the solver's result.
+type Plan struct {
+	Source  string   // the profile's source ("measured", "simulated:sd8gen3")
+	Model   string   // the model's name
+	Units   []string // every unit of the profile, by index
+	Used    []int    // the units the solver could choose from
+	Mode    Mode
+	Policy  string
+	Prompt  int
+	Context int
+	Prefill Phase
+	Decode  Phase
+	// SinglePrefill and SingleDecode are the best single-unit plans (the floor a plan is never
+	// predicted slower than).
+	SinglePrefill, SingleDecode Phase
+}
+
+// Solve finds the plan of model prof.Model over prof's units.
+func Solve(prof *profile.Profile, o Options) (*Plan, error) {
+	if prof == nil {
+		return nil, fmt.Errorf("solve: nil profile: %w", core.ErrInvalidArgument)
+	}
+	if err := prof.Validate(); err != nil {
+		return nil, err
+	}
+	if len(prof.Units) > 64 {
+		return nil, fmt.Errorf("solve: %d units (at most 64): %w", len(prof.Units), core.ErrInvalidArgument)
+	}
+	s := &solver{p: prof, o: o, memo: map[memoKey]cost{}}
+	if s.o.Prompt <= 0 {
+		s.o.Prompt = 1024
+	}
+	if s.o.Context <= 0 {
+		s.o.Context = s.o.Prompt
+	}
+	if s.o.Policy == nil {
+		s.o.Policy = dag.OutOfOrder
+	}
+	if s.o.Units == nil {
+		for i := range prof.Units {
+			s.units = append(s.units, i)
+		}
+	} else {
+		for _, n := range s.o.Units {
+			i := prof.UnitIndex(n)
+			if i < 0 {
+				names := make([]string, len(prof.Units))
+				for k, u := range prof.Units {
+					names[k] = u.Name
+				}
+				return nil, fmt.Errorf("solve: unit %q is not in the profile (there are: %s): %w", n, strings.Join(names, ", "), core.ErrNotFound)
+			}
+			if !slices.Contains(s.units, i) {
+				s.units = append(s.units, i)
+			}
+		}
+	}
+	if len(s.units) == 0 {
+		return nil, fmt.Errorf("solve: no units: %w", core.ErrInvalidArgument)
+	}
+	s.layer, s.head = layerOps(prof.Model)
+	chunks := s.o.Chunks
+	if chunks == nil {
+		for c := 32; c <= 1024 && c <= s.o.Prompt; c *= 2 {
+			chunks = append(chunks, c)
+		}
+		if s.o.Prompt <= 1024 && !slices.Contains(chunks, s.o.Prompt) {
+			chunks = append(chunks, s.o.Prompt)
+		}
+	}
+	// the prefill DAG has a task per op, layer and chunk and attention edges to every earlier
+	// chunk: bound the chunks so a replay stays milliseconds, not minutes
+	var ok []int
+	for _, c := range chunks {
+		if c < 1 {
+			return nil, fmt.Errorf("solve: chunk length %d: %w", c, core.ErrInvalidArgument)
+		}
+		if (s.o.Prompt+c-1)/c <= maxChunks {
+			ok = append(ok, c)
+		}
+	}
+	if len(ok) == 0 {
+		return nil, fmt.Errorf("solve: a %d-token prompt in chunks of %v is over %d chunks: %w", s.o.Prompt, chunks, maxChunks, core.ErrInvalidArgument)
+	}
+	chunks = ok
+	plan := &Plan{Source: prof.Source, Model: prof.Model.Name, Used: slices.Clone(s.units), Mode: o.Mode,
+		Policy: s.o.Policy.Name(), Prompt: s.o.Prompt, Context: s.o.Context}
+	for _, u := range prof.Units {
+		plan.Units = append(plan.Units, u.Name)
+	}
+	var err error
+	if plan.Prefill, plan.SinglePrefill, err = s.phase("prefill", chunks); err != nil {
+		return nil, err
+	}
+	if plan.Decode, plan.SingleDecode, err = s.phase("decode", []int{1}); err != nil {
+		return nil, err
+	}
+	return plan, nil
+}
+
+// maxChunks bounds the chunks of a replayed prefill.
+const maxChunks = 256
+
+type solver struct {
+	p           *profile.Profile
+	o           Options
+	units       []int
+	layer, head []opDef
+	memo        map[memoKey]cost
+	names       [][]string // step names per layer and op
+}
+
+type memoKey struct {
+	u int
+	q profile.Query
+}
+
+type cost struct {
+	t   time.Duration
+	err error
+}
+
+// time is the profile's time for q on unit u, memoized.
+func (s *solver) time(u int, q profile.Query) (time.Duration, error) {
+	k := memoKey{u, q}
+	if c, ok := s.memo[k]; ok {
+		return c.t, c.err
+	}
+	t, err := s.p.Time(u, q)
+	s.memo[k] = cost{t, err}
+	return t, err
+}
+
+// candidate is one assignment of choices to a layer's and the head's ops.
+type candidate struct {
+	label       string
+	layer, head []Choice
+}
+
+// phase solves one phase over the given row counts (chunk lengths) and returns the best plan
+// and the best single-unit plan.
+func (s *solver) phase(name string, rowsList []int) (best, single Phase, err error) {
+	var pool []scored
+	foundSingle := false
+	var singleC candidate
+	singleRows, singleChunks := 0, 0
+	var singleT time.Duration
+	for _, rows := range rowsList {
+		nchunks, kvAvg := 1, s.o.Context
+		if name == "prefill" {
+			nchunks = (s.o.Prompt + rows - 1) / rows
+			kvAvg = (s.o.Prompt + rows) / 2
+		}
+		cands, singles := s.candidates(rows, kvAvg, nchunks)
+		pool = append(pool, cands...)
+		// one unit runs its tasks back to back: the replay's makespan is the sum of the costs
+		for _, c := range singles {
+			t, err := s.serialTime(name, c, rows, nchunks)
+			if err != nil {
+				return best, single, err
+			}
+			if !foundSingle || t < singleT {
+				singleC, singleRows, singleChunks, singleT, foundSingle = c, rows, nchunks, t, true
+			}
+		}
+	}
+	if foundSingle {
+		if single, err = s.evaluate(name, singleC, singleRows, singleChunks, s.o.Policy); err != nil {
+			return best, single, err
+		}
+		best = single
+	}
+	sort.SliceStable(pool, func(i, j int) bool { return pool[i].bound < pool[j].bound })
+	found := foundSingle
+	taken := map[Mode]int{}
+	for _, x := range pool {
+		if taken[x.family] >= replayed {
+			continue
+		}
+		taken[x.family]++
+		ph, err := s.evaluate(name, x.c, x.rows, x.nchunks, s.o.Policy)
+		if err != nil {
+			return best, single, err
+		}
+		if !found || ph.Time < best.Time {
+			best, found = ph, true
+		}
+	}
+	if !found {
+		return best, single, fmt.Errorf("%w for %s on units %v: every unit refuses some op", ErrNoPlan, name, s.unitNames(s.units))
+	}
+	if !foundSingle {
+		single = best
+	}
+	return best, single, nil
+}
+
+// serialTime is the sum of every task's cost of candidate c: its replay's makespan when one
+// unit runs everything.
+func (s *solver) serialTime(name string, c candidate, rows, nchunks int) (time.Duration, error) {
+	var total time.Duration
+	for i := range nchunks {
+		m, kv := s.chunkShape(name, i, rows)
+		for j, op := range s.layer {
+			_, parts, err := s.opTime(op, c.layer[j], m, kv)
+			if err != nil {
+				return 0, err
+			}
+			for _, p := range parts {
+				total += p.Cost * time.Duration(s.p.Model.Layers)
+			}
+		}
+		for j, op := range s.head {
+			_, parts, err := s.opTime(op, c.head[j], m, kv)
+			if err != nil {
+				return 0, err
+			}
+			for _, p := range parts {
+				total += p.Cost
+			}
+		}
+	}
+	return total, nil
+}
+
+// chunkShape is chunk i's rows and KV length: prefill's chunks of rows (the last what is left
+// of the prompt), decode's one row at the context length.
+func (s *solver) chunkShape(name string, i, rows int) (m, kv int) {
+	if name != "prefill" {
+		return rows, s.o.Context
+	}
+	m = min(rows, s.o.Prompt-i*rows)
+	return m, i*rows + m
+}
+
+func (s *solver) unitNames(us []int) []string {
+	out := make([]string, len(us))
+	for i, u := range us {
+		out[i] = s.p.Units[u].Name
+	}
+	return out
+}
+
+// opTime is op's predicted time under choice c for m rows over kv keys, with its per-unit
+// parts (a split's parts run at the same time; with a combined bandwidth cap, each part
+// streams at most its unit's share of it).
+func (s *solver) opTime(op opDef, c Choice, m, kv int) (time.Duration, []dag.Part, error) {
+	q := op.query(m, kv)
+	passes := time.Duration(max(op.passes, 1))
+	type piece struct {
+		unit  int
+		t     time.Duration
+		bytes int64
+	}
+	var ps []piece
+	run := func(u int, rows, n int) (time.Duration, int64, error) {
+		if rows <= 0 || n <= 0 {
+			return 0, 0, nil
+		}
+		qq := q
+		qq.M, qq.N = rows, n
+		t, err := s.time(u, qq)
+		var b int64
+		if op.matmul {
+			b = profile.WeightBytes(q.DType, q.K, n)
+		}
+		return t * passes, b, err
+	}
+	align := func(units []int) int {
+		a := 1
+		for _, u := range units {
+			a = max(a, s.p.Units[u].RowAlign)
+		}
+		return a
+	}
+	switch c.Strategy {
+	case StrategySingle:
+		t, b, err := run(c.Units[0], m, q.N)
+		if err != nil {
+			return 0, nil, err
+		}
+		ps = append(ps, piece{c.Units[0], t, b})
+	case StrategyRows:
+		ns := splitCount(q.N, c.Ratio, align(c.Units))
+		for i, u := range c.Units {
+			t, b, err := run(u, m, ns[i])
+			if err != nil {
+				return 0, nil, err
+			}
+			ps = append(ps, piece{u, t, b})
+		}
+	case StrategySeq:
+		ms := splitCount(m, c.Ratio, 1)
+		for i, u := range c.Units {
+			t, b, err := run(u, ms[i], q.N)
+			if err != nil {
+				return 0, nil, err
+			}
+			ps = append(ps, piece{u, t, b})
+		}
+	case StrategyMultiSeq, StrategyHybrid:
+		std, rest := decomposeSeq(m, c.Lengths)
+		na, nb := q.N, 0
+		if c.Strategy == StrategyHybrid {
+			ns := splitCount(q.N, c.Ratio, align(c.Units))
+			na, nb = ns[0], ns[1]
+		}
+		var a, bt piece
+		a.unit, bt.unit = c.Units[0], c.Units[1]
+		for _, l := range std {
+			t, b, err := run(a.unit, l, na)
+			if err != nil {
+				return 0, nil, err
+			}
+			a.t, a.bytes = a.t+t, a.bytes+b
+			t, b, err = run(bt.unit, l, nb)
+			if err != nil {
+				return 0, nil, err
+			}
+			bt.t, bt.bytes = bt.t+t, bt.bytes+b
+		}
+		t, b, err := run(bt.unit, rest, q.N)
+		if err != nil {
+			return 0, nil, err
+		}
+		bt.t, bt.bytes = bt.t+t, bt.bytes+b
+		ps = append(ps, a, bt)
+	default:
+		return 0, nil, fmt.Errorf("solve: strategy %q", c.Strategy)
+	}
+	if len(ps) > 1 && s.p.CombinedGBs > 0 {
+		var sumBW float64
+		for _, p := range ps {
+			sumBW += s.p.Units[p.unit].GBs
+		}
+		for i, p := range ps {
+			if bw := s.p.Units[p.unit].GBs; bw > 0 && p.bytes > 0 && sumBW > 0 {
+				share := s.p.CombinedGBs * 1e9 * bw / sumBW
+				ps[i].t = max(p.t, time.Duration(float64(p.bytes)/share*1e9))
+			}
+		}
+	}
+	var total time.Duration
+	parts := make([]dag.Part, 0, len(ps))
+	for _, p := range ps {
+		total = max(total, p.t)
+		if p.t > 0 {
+			parts = append(parts, dag.Part{Unit: p.unit, Cost: p.t, Name: s.p.Units[p.unit].Name})
+		}
+	}
+	if len(parts) == 0 {
+		parts = append(parts, dag.Part{Unit: c.Units[0]})
+	}
+	return total, parts, nil
+}
+
+// splitCount cuts total into len(ratio) parts by ratio, each but the last a multiple of align.
+func splitCount(total int, ratio []float64, align int) []int {
+	out := make([]int, len(ratio))
+	left := total
+	for i, r := range ratio {
+		if i == len(ratio)-1 {
+			out[i] = left
+			break
+		}
+		v := int(math.Round(r*float64(total)/float64(align))) * align
+		v = min(max(v, 0), left)
+		out[i], left = v, left-v
+	}
+	return out
+}
+
+// decomposeSeq is the standard lengths (largest first, each at most once) that fit in m, and
+// the remainder (the runtime's rule, sched.DecomposeSeq on the partitioning branch).
+func decomposeSeq(m int, lengths []int) (std []int, rest int) {
+	ls := slices.Clone(lengths)
+	slices.Sort(ls)
+	slices.Reverse(ls)
+	rest = m
+	for _, l := range ls {
+		if l > 0 && l <= rest {
+			std = append(std, l)
+			rest -= l
+		}
+	}
+	return std, rest
+}
+
+// options are op's choices for m rows over kv keys, best per set of units: every single unit
+// that runs it, and in Tensor mode every split of a MATMUL over two units.
+func (s *solver) options(op opDef, m, kv int) map[uint64]Choice {
+	out := map[uint64]Choice{}
+	best := map[uint64]time.Duration{}
+	try := func(c Choice) {
+		t, _, err := s.opTime(op, c, m, kv)
+		if err != nil {
+			return
+		}
+		k := c.mask()
+		if b, ok := best[k]; !ok || t < b {
+			out[k], best[k] = c, t
+		}
+	}
+	for _, u := range s.units {
+		try(Choice{Strategy: StrategySingle, Units: []int{u}})
+	}
+	if s.o.Mode != Tensor || !op.matmul {
+		return out
+	}
+	n := op.query(m, kv).N
+	for _, a := range s.units {
+		for _, b := range s.units {
+			if a == b {
+				continue
+			}
+			ua, ub := &s.p.Units[a], &s.p.Units[b]
+			if a < b { // rows and seq are symmetric in the two units
+				al := max(ua.RowAlign, ub.RowAlign, 32)
+				for _, na := range grid(n, al) {
+					r := float64(na) / float64(n)
+					try(Choice{Strategy: StrategyRows, Units: []int{a, b}, Ratio: []float64{r, 1 - r}})
+				}
+			}
+			if m > 1 && len(ua.StaticM) == 0 && len(ub.StaticM) == 0 && a < b {
+				for _, ma := range grid(m, 32) {
+					r := float64(ma) / float64(m)
+					try(Choice{Strategy: StrategySeq, Units: []int{a, b}, Ratio: []float64{r, 1 - r}})
+				}
+			}
+			if m > 1 && len(ua.StaticM) > 0 {
+				for _, ls := range lengthSets(m, ua.StaticM) {
+					if _, rest := decomposeSeq(m, ls); rest == 0 {
+						continue // the static unit alone, or rows when cut by N
+					}
+					try(Choice{Strategy: StrategyMultiSeq, Units: []int{a, b}, Lengths: ls})
+					al := max(ua.RowAlign, ub.RowAlign, 32)
+					for _, na := range grid(n, al) {
+						r := float64(na) / float64(n)
+						try(Choice{Strategy: StrategyHybrid, Units: []int{a, b}, Ratio: []float64{r, 1 - r}, Lengths: ls})
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// grid is the multiples of align below n, at most 32 of them (evenly spaced).
+func grid(n, align int) []int {
+	step := align
+	if n/step > 32 {
+		step = (n/32 + align - 1) / align * align
+	}
+	var out []int
+	for v := step; v < n; v += step {
+		out = append(out, v)
+	}
+	return out
+}
+
+// lengthSets are the standard-length sets worth trying for m rows on a unit with static sizes:
+// for each largest size ≤ m, the greedy decomposition of m into distinct sizes no larger, and
+// each prefix of it (the rest goes to the other unit).
+func lengthSets(m int, static []int) [][]int {
+	var out [][]int
+	for i := len(static) - 1; i >= 0; i-- {
+		if static[i] > m {
+			continue
+		}
+		std, _ := decomposeSeq(m, static[:i+1])
+		for k := 1; k <= len(std); k++ {
+			ls := slices.Clone(std[:k])
+			if !slices.ContainsFunc(out, func(o []int) bool { return slices.Equal(o, ls) }) {
+				out = append(out, ls)
+			}
+		}
+	}
+	return out
+}
+
+// candidates are the assignments worth replaying for chunks of rows rows: every single unit
+// that runs everything, and (Layer, Tensor) the latency-optimal chain per norm unit and the
+// placements by op class (MATMULs, attention, the rest), pruned to the best few by a bound.
+func (s *solver) candidates(rows, kv, nchunks int) (cands []scored, singles []candidate) {
+	layerOpts := make([]map[uint64]Choice, len(s.layer))
+	for i, op := range s.layer {
+		layerOpts[i] = s.options(op, rows, kv)
+	}
+	headOpts := make([]map[uint64]Choice, len(s.head))
+	for i, op := range s.head {
+		headOpts[i] = s.options(op, rows, kv)
+	}
+	single := func(u int) Choice { return Choice{Strategy: StrategySingle, Units: []int{u}} }
+	feasible := func(c candidate) bool {
+		for i, ch := range c.layer {
+			if _, ok := layerOpts[i][ch.mask()]; !ok {
+				return false
+			}
+		}
+		for i, ch := range c.head {
+			if _, ok := headOpts[i][ch.mask()]; !ok {
+				return false
+			}
+		}
+		return true
+	}
+	for _, u := range s.units {
+		c := candidate{label: "single " + s.p.Units[u].Name}
+		for range s.layer {
+			c.layer = append(c.layer, single(u))
+		}
+		for range s.head {
+			c.head = append(c.head, single(u))
+		}
+		if feasible(c) {
+			singles = append(singles, c)
+		}
+	}
+	if s.o.Mode == Single {
+		return nil, singles
+	}
+	cands = s.multi(layerOpts, headOpts, rows, kv, nchunks, s.o.Mode)
+	if s.o.Mode == Tensor {
+		// the layer-level candidates too, generated and ranked exactly as in Layer mode, so
+		// a tensor-level plan is never predicted slower than the layer-level one
+		whole := func(opts []map[uint64]Choice) []map[uint64]Choice {
+			out := make([]map[uint64]Choice, len(opts))
+			for i, o := range opts {
+				out[i] = map[uint64]Choice{}
+				for k, c := range o {
+					if c.Strategy == StrategySingle {
+						out[i][k] = c
+					}
+				}
+			}
+			return out
+		}
+		cands = append(cands, s.multi(whole(layerOpts), whole(headOpts), rows, kv, nchunks, Layer)...)
+	}
+	return cands, singles
+}
+
+// multi is the multi-unit candidates over the given options, scored by their bound: the
+// latency-optimal chain over every set of units and the placements by op class.
+func (s *solver) multi(layerOpts, headOpts []map[uint64]Choice, rows, kv, nchunks int, family Mode) (cands []scored) {
+	single := func(u int) Choice { return Choice{Strategy: StrategySingle, Units: []int{u}} }
+	feasible := func(c candidate) bool {
+		for i, ch := range c.layer {
+			if _, ok := layerOpts[i][ch.mask()]; !ok {
+				return false
+			}
+		}
+		for i, ch := range c.head {
+			if _, ok := headOpts[i][ch.mask()]; !ok {
+				return false
+			}
+		}
+		return true
+	}
+	var pool []candidate
+	seen := map[string]bool{}
+	addPool := func(c candidate) {
+		if !feasible(c) {
+			return
+		}
+		k := fmt.Sprint(c.layer, c.head)
+		if !seen[k] {
+			seen[k] = true
+			pool = append(pool, c)
+		}
+	}
+	// the chain: for every set of two or more units and every norm unit in it, the assignment
+	// of least one-chunk latency using only those units (a subset's best is then also a
+	// candidate of the whole set, so more units never predict slower)
+	all := uint64(0)
+	for _, u := range s.units {
+		all |= 1 << uint(u)
+	}
+	for sub := all; sub > 0; sub = (sub - 1) & all {
+		if bits.OnesCount64(sub) < 2 {
+			continue
+		}
+		for _, nu := range s.units {
+			if sub&(1<<uint(nu)) == 0 {
+				continue
+			}
+			if c, ok := s.chain(layerOpts, headOpts, nu, sub, rows, kv); ok {
+				addPool(c)
+			}
+		}
+	}
+	// by op class: MATMULs around unit a (whole, or its best split with a, within the units of
+	// the assignment or with any unit), attention on b, the rest on r
+	for _, a := range s.units {
+		for _, b := range s.units {
+			for _, r := range s.units {
+				within := uint64(1)<<uint(a) | uint64(1)<<uint(b) | uint64(1)<<uint(r)
+				for _, limit := range []uint64{within, all} {
+					c := candidate{label: fmt.Sprintf("classes: matmul %s, attention %s, rest %s", s.p.Units[a].Name, s.p.Units[b].Name, s.p.Units[r].Name)}
+					pick := func(op opDef, opts map[uint64]Choice) Choice {
+						switch {
+						case op.matmul:
+							best, bt := single(a), time.Duration(math.MaxInt64)
+							for k, ch := range opts {
+								if k&(1<<uint(a)) == 0 || k&^limit != 0 {
+									continue
+								}
+								if t, _, err := s.opTime(op, ch, rows, kv); err == nil && (t < bt || (t == bt && k < best.mask())) {
+									best, bt = ch, t
+								}
+							}
+							return best
+						case op.Class == profile.OpAttention:
+							return single(b)
+						}
+						return single(r)
+					}
+					for i, op := range s.layer {
+						c.layer = append(c.layer, pick(op, layerOpts[i]))
+					}
+					for i, op := range s.head {
+						c.head = append(c.head, pick(op, headOpts[i]))
+					}
+					addPool(c)
+				}
+			}
+		}
+	}
+	// score each by the bound max(busiest unit's load × chunks, chain latency + the rest of the
+	// chunks at the busiest unit's pace)
+	for _, c := range pool {
+		load := map[int]time.Duration{}
+		var lat time.Duration
+		prev := uint64(0)
+		add := func(op opDef, ch Choice) {
+			t, parts, err := s.opTime(op, ch, rows, kv)
+			if err != nil {
+				return
+			}
+			for _, p := range parts {
+				load[p.Unit] += p.Cost
+			}
+			lat += t + s.transition(prev, ch.mask())
+			prev = ch.mask()
+		}
+		for range s.p.Model.Layers {
+			for i, op := range s.layer {
+				add(op, c.layer[i])
+			}
+		}
+		for i, op := range s.head {
+			add(op, c.head[i])
+		}
+		var busiest time.Duration
+		for _, l := range load {
+			busiest = max(busiest, l)
+		}
+		cands = append(cands, scored{c: c, rows: rows, nchunks: nchunks, family: family,
+			bound: max(busiest*time.Duration(nchunks), lat+busiest*time.Duration(nchunks-1))})
+	}
+	return cands
+}
+
+// scored is a multi-unit candidate for one chunk length with its estimated time.
+type scored struct {
+	c             candidate
+	rows, nchunks int
+	family        Mode // Layer (no splits) or Tensor
+	bound         time.Duration
+}
+
+// replayed is how many multi-unit candidates of each family (the best by their bound, over
+// every chunk length) a phase replays on the DAG clock.
+const replayed = 12
+
+// maskUnits lists the units of a mask.
+func maskUnits(m uint64) []int {
+	var out []int
+	for u := 0; m != 0; u++ {
+		if m&1 != 0 {
+			out = append(out, u)
+		}
+		m >>= 1
+	}
+	return out
+}
+
+// transition is the sync a step on units next pays after a step on units prev: the largest
+// handoff from a unit of prev to a different unit of next.
+func (s *solver) transition(prev, next uint64) time.Duration {
+	var t time.Duration
+	for a := range s.p.Units {
+		if prev&(1<<uint(a)) == 0 {
+			continue
+		}
+		for b := range s.p.Units {
+			if a != b && next&(1<<uint(b)) != 0 {
+				t = max(t, s.p.SyncCost(a, b))
+			}
+		}
+	}
+	return t
+}
+
+// chain is the assignment of least one-chunk latency (op times plus handoffs, the layer
+// repeating) with the norms on unit nu, by dynamic programming over the unit sets of each
+// op's options; ok is false when some op has no option.
+func (s *solver) chain(layerOpts, headOpts []map[uint64]Choice, nu int, within uint64, rows, kv int) (candidate, bool) {
+	type state struct {
+		t    time.Duration
+		prev uint64
+	}
+	opts := func(i int) map[uint64]Choice {
+		if s.layer[i].isNorm() {
+			k := uint64(1) << uint(nu)
+			if c, ok := layerOpts[i][k]; ok {
+				return map[uint64]Choice{k: c}
+			}
+			return nil
+		}
+		o := map[uint64]Choice{}
+		for k, c := range layerOpts[i] {
+			if k&^within == 0 {
+				o[k] = c
+			}
+		}
+		return o
+	}
+	timeOf := func(op opDef, c Choice) time.Duration {
+		t, _, err := s.opTime(op, c, rows, kv)
+		if err != nil {
+			return time.Duration(math.MaxInt64 / 4)
+		}
+		return t
+	}
+	first := uint64(1) << uint(nu) // the layer starts with attn_norm on nu
+	if len(opts(0)) == 0 {
+		return candidate{}, false
+	}
+	dp := []map[uint64]state{{first: {t: timeOf(s.layer[0], opts(0)[first])}}}
+	for i := 1; i < len(s.layer); i++ {
+		cur := map[uint64]state{}
+		for k, c := range opts(i) {
+			t0 := timeOf(s.layer[i], c)
+			for pk, ps := range dp[i-1] {
+				t := ps.t + s.transition(pk, k) + t0
+				if st, ok := cur[k]; !ok || t < st.t || (t == st.t && pk < st.prev) {
+					cur[k] = state{t, pk}
+				}
+			}
+		}
+		if len(cur) == 0 {
+			return candidate{}, false
+		}
+		dp = append(dp, cur)
+	}
+	last, lt := uint64(0), time.Duration(math.MaxInt64)
+	for k, st := range dp[len(dp)-1] {
+		if t := st.t + s.transition(k, first); t < lt || (t == lt && k < last) {
+			last, lt = k, t
+		}
+	}
+	c := candidate{label: fmt.Sprintf("chain over %s (norms on %s)", strings.Join(s.unitNames(maskUnits(within)), "+"), s.p.Units[nu].Name),
+		layer: make([]Choice, len(s.layer))}
+	k := last
+	for i := len(s.layer) - 1; i >= 0; i-- {
+		c.layer[i] = opts(i)[k]
+		k = dp[i][k].prev
+	}
+	// the head: its norm on nu, logits' best option after it
+	prev := first
+	for i, op := range s.head {
+		o := headOpts[i]
+		if op.isNorm() {
+			ch, ok := o[first]
+			if !ok {
+				return candidate{}, false
+			}
+			c.head = append(c.head, ch)
+			continue
+		}
+		var best Choice
+		bt := time.Duration(math.MaxInt64)
+		for k, ch := range o {
+			if k&^within != 0 {
+				continue
+			}
+			if t := timeOf(op, ch) + s.transition(prev, k); t < bt || (t == bt && k < best.mask()) {
+				best, bt = ch, t
+			}
+		}
+		if bt == time.Duration(math.MaxInt64) {
+			return candidate{}, false
+		}
+		c.head = append(c.head, best)
+		prev = best.mask()
+	}
+	return c, true
+}
+
+// evaluate replays candidate c for the phase and returns the phase's plan.
+func (s *solver) evaluate(name string, c candidate, rows, nchunks int, pol dag.Policy) (Phase, error) {
+	d, err := s.build(name, c, rows, nchunks)
+	if err != nil {
+		return Phase{}, err
+	}
+	res, err := dag.Simulate(d, pol, simOptions(s.p)...)
+	if err != nil {
+		return Phase{}, err
+	}
+	ph := Phase{Name: name, Rows: rows, Chunks: nchunks, Candidate: c.label, Time: res.Makespan, Sim: res}
+	tokens := 1
+	if name == "prefill" {
+		tokens = s.o.Prompt
+	}
+	if res.Makespan > 0 {
+		ph.TokPerSec = float64(tokens) / res.Makespan.Seconds()
+	}
+	kv := s.o.Context
+	if name == "prefill" {
+		kv = (s.o.Prompt + rows) / 2
+	}
+	describe := func(op opDef, ch Choice) OpPlan {
+		t, _, _ := s.opTime(op, ch, rows, kv)
+		op1 := OpPlan{Op: op.Name, Class: op.Class, Nodes: op.Nodes, Choice: ch, Time: t, BestSingle: -1}
+		for _, u := range s.units {
+			if tu, _, err := s.opTime(op, Choice{Strategy: StrategySingle, Units: []int{u}}, rows, kv); err == nil &&
+				(op1.BestSingle < 0 || tu < op1.BestSingleTime) {
+				op1.BestSingle, op1.BestSingleTime = u, tu
+			}
+		}
+		return op1
+	}
+	for i, op := range s.layer {
+		ph.Layer = append(ph.Layer, describe(op, c.layer[i]))
+	}
+	for i, op := range s.head {
+		ph.Head = append(ph.Head, describe(op, c.head[i]))
+	}
+	return ph, nil
+}
+
+// build is the phase's task DAG for candidate c: per chunk, every layer's ops then the head's,
+// each op a step with one part per unit; attention reads every earlier chunk's K/V. A
+// chunk's rows: rows, the last one what is left of the prompt (a static-shape unit pads it).
+func (s *solver) build(name string, c candidate, rows, nchunks int) (*dag.DAG, error) {
+	var ferr error
+	if s.names == nil {
+		s.names = make([][]string, s.p.Model.Layers+1)
+		for l := range s.names {
+			for _, op := range append(append([]opDef{}, s.layer...), s.head...) {
+				s.names[l] = append(s.names[l], "blk."+strconv.Itoa(l)+"."+op.Name)
+			}
+		}
+	}
+	d, err := dag.Chunked(len(s.p.Units), nchunks, func(i int) []dag.Step {
+		m, kv := s.chunkShape(name, i, rows)
+		steps := make([]dag.Step, 0, s.p.Model.Layers*len(s.layer)+len(s.head))
+		add := func(l, j int, op opDef, ch Choice) {
+			_, parts, err := s.opTime(op, ch, m, kv)
+			if err != nil && ferr == nil {
+				ferr = fmt.Errorf("solve: %s %s on %v: %w", name, op.Name, s.unitNames(ch.Units), err)
+			}
+			steps = append(steps, dag.Step{Name: s.names[l][j], Layer: l, Parts: parts,
+				CrossChunk: op.Class == profile.OpAttention})
+		}
+		for l := range s.p.Model.Layers {
+			for j, op := range s.layer {
+				add(l, j, op, c.layer[j])
+			}
+		}
+		for j, op := range s.head {
+			add(s.p.Model.Layers, len(s.layer)+j, op, c.head[j])
+		}
+		return steps
+	})
+	if ferr != nil {
+		return nil, ferr
+	}
+	return d, err
+}
+
+// Replay replays the plan's prefill under another dispatch policy (in-order against
+// out-of-order) with the same costs.
+func Replay(prof *profile.Profile, plan *Plan, pol dag.Policy) (*dag.Result, error) {
+	s := &solver{p: prof, o: Options{Prompt: plan.Prompt, Context: plan.Context, Policy: pol}, units: plan.Used, memo: map[memoKey]cost{}}
+	s.layer, s.head = layerOps(prof.Model)
+	c := candidate{label: plan.Prefill.Candidate}
+	for _, op := range plan.Prefill.Layer {
+		c.layer = append(c.layer, op.Choice)
+	}
+	for _, op := range plan.Prefill.Head {
+		c.head = append(c.head, op.Choice)
+	}
+	if len(c.layer) != len(s.layer) || len(c.head) != len(s.head) || plan.Prefill.Rows < 1 || plan.Prefill.Chunks < 1 {
+		return nil, fmt.Errorf("solve: replay: the plan does not fit the profile's model: %w", core.ErrInvalidArgument)
+	}
+	for _, ch := range append(append([]Choice{}, c.layer...), c.head...) {
+		ok := len(ch.Units) > 0 && (ch.Strategy == StrategySingle || len(ch.Units) == 2)
+		for _, u := range ch.Units {
+			ok = ok && u >= 0 && u < len(prof.Units)
+		}
+		switch ch.Strategy {
+		case StrategySingle, StrategyMultiSeq:
+		case StrategyRows, StrategySeq, StrategyHybrid:
+			ok = ok && len(ch.Ratio) == len(ch.Units)
+		default:
+			ok = false
+		}
+		if !ok {
+			return nil, fmt.Errorf("solve: replay: choice %+v does not fit the profile's %d units: %w", ch, len(prof.Units), core.ErrInvalidArgument)
+		}
+	}
+	d, err := s.build("prefill", c, plan.Prefill.Rows, plan.Prefill.Chunks)
+	if err != nil {
+		return nil, err
+	}
+	return dag.Simulate(d, pol, simOptions(prof)...)
+}
+
+// simOptions are the replay's options for a profile: its sync costs and, where units slow each
+// other down (units sharing this machine's cores), their shared slowdown.
+func simOptions(p *profile.Profile) []dag.SimOption {
+	opts := []dag.SimOption{dag.WithSync(p.SyncCost)}
+	if p.Shared() {
+		opts = append(opts, dag.WithSlowdown(p.Slowdown))
+	}
+	return opts
+}

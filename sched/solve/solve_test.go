@@ -1,0 +1,281 @@
+package solve
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/sched"
+	"github.com/xpuhub/xpu/sched/dag"
+	"github.com/xpuhub/xpu/sched/profile"
+)
+
+var tiny = profile.Model{Name: "tiny", Layers: 2, Dim: 256, FFN: 512, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 1000, DType: "q8_0"}
+
+// randomProfile is a random cost table over units units: every op class on a row grid with a
+// random per-row cost and launch cost, some units with static row sizes and row alignment, some
+// refusing an op class (unit 0 runs everything, so a plan exists), random sync costs and
+// bandwidths.
+func randomProfile(rng *rand.Rand, units int) *profile.Profile {
+	p := &profile.Profile{Version: profile.Version, Source: "measured", Model: tiny,
+		DefaultSyncSeconds: rng.Float64() * 200e-6}
+	if rng.IntN(2) == 0 {
+		p.CombinedGBs = 5 + rng.Float64()*50
+	}
+	grid := []int{1, 4, 16, 64, 256, 1024}
+	kinds := []string{"cpu", "gpu", "npu"}
+	for u := range units {
+		un := profile.Unit{Name: fmt.Sprintf("u%d", u), Kind: kinds[rng.IntN(3)], LaunchSeconds: rng.Float64() * 50e-6,
+			GBs: 5 + rng.Float64()*40}
+		if rng.IntN(3) == 0 {
+			un.StaticM = []int{1, 32, 64, 128, 256}
+			un.RowAlign = 64
+		}
+		refuse := ""
+		if u > 0 && rng.IntN(3) == 0 {
+			refuse = []string{profile.OpAttention, profile.OpMatMul, profile.OpRope}[rng.IntN(3)]
+		}
+		perRow := map[string]float64{}
+		add := func(op, dt string, k, n int) {
+			if op == refuse {
+				un.Entries = append(un.Entries, profile.Entry{Op: op, DType: dt, M: 1, K: k, N: n, Refused: "refused"})
+				return
+			}
+			key := fmt.Sprint(op, k, n)
+			if _, ok := perRow[key]; !ok {
+				perRow[key] = (0.1 + rng.Float64()) * float64(max(k, 1)*n) * 1e-10
+			}
+			for _, m := range grid {
+				t := un.LaunchSeconds + perRow[key]*float64(m)*(0.8+0.4*rng.Float64())
+				un.Entries = append(un.Entries, profile.Entry{Op: op, DType: dt, M: m, K: k, N: n, Seconds: t})
+			}
+		}
+		for _, mm := range tiny.DistinctMatMuls() {
+			add(profile.OpMatMul, mm.DType, mm.K, mm.N)
+		}
+		for _, kv := range []int{64, 1024} {
+			add(profile.OpAttention, "", kv, tiny.Heads*tiny.HeadDim)
+		}
+		add(profile.OpNorm, "", 0, tiny.Dim)
+		add(profile.OpRope, "", 0, (tiny.Heads+tiny.KVHeads)*tiny.HeadDim)
+		add(profile.OpElementwise, "", 0, tiny.Dim)
+		add(profile.OpElementwise, "", 0, tiny.FFN)
+		if rng.IntN(3) == 0 {
+			un.SharedSlowdown = 1 + 2*rng.Float64() // units sharing cores
+		}
+		p.Units = append(p.Units, un)
+	}
+	for a := range units {
+		for b := range units {
+			if a != b && rng.IntN(2) == 0 {
+				p.Sync = append(p.Sync, profile.Sync{From: p.Units[a].Name, To: p.Units[b].Name, Seconds: rng.Float64() * 300e-6})
+			}
+		}
+	}
+	return p
+}
+
+// The solver's guarantee: over random cost tables, its plan is never predicted slower than the
+// best single unit, for prefill and for decode, in either multi-unit mode (nor tensor-level
+// slower than layer-level), and every op of the plan runs where the profile allows it.
+func TestNeverSlowerThanBestSingleUnit(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for trial := range 25 {
+		p := randomProfile(rng, 2+rng.IntN(2))
+		require.NoError(t, p.Validate())
+		prompt := []int{64, 100, 256}[rng.IntN(3)]
+		bestPrefill, bestDecode := math.Inf(1), math.Inf(1)
+		for _, u := range p.Units {
+			pl, err := Solve(p, Options{Units: []string{u.Name}, Mode: Single, Prompt: prompt})
+			if err != nil {
+				require.ErrorIs(t, err, ErrNoPlan)
+				continue
+			}
+			bestPrefill = min(bestPrefill, pl.Prefill.Time.Seconds())
+			bestDecode = min(bestDecode, pl.Decode.Time.Seconds())
+		}
+		require.False(t, math.IsInf(bestPrefill, 1), "unit 0 runs everything")
+		var layer *Plan
+		for _, mode := range []Mode{Layer, Tensor} {
+			pl, err := Solve(p, Options{Mode: mode, Prompt: prompt})
+			require.NoError(t, err, "trial %d", trial)
+			if mode == Layer {
+				layer = pl
+			} else {
+				assert.LessOrEqual(t, pl.Prefill.Time, layer.Prefill.Time, "trial %d: tensor-level never slower than layer-level", trial)
+				assert.LessOrEqual(t, pl.Decode.Time, layer.Decode.Time, "trial %d: decode", trial)
+			}
+			assert.LessOrEqual(t, pl.Prefill.Time.Seconds(), bestPrefill, "trial %d %v: prefill", trial, mode)
+			assert.LessOrEqual(t, pl.Decode.Time.Seconds(), bestDecode, "trial %d %v: decode", trial, mode)
+			assert.InDelta(t, bestPrefill, pl.SinglePrefill.Time.Seconds(), 1e-12)
+			for _, op := range append(pl.Prefill.Layer, pl.Decode.Layer...) {
+				if mode == Layer {
+					assert.Equal(t, StrategySingle, op.Choice.Strategy)
+				}
+				for _, u := range op.Choice.Units {
+					for _, e := range p.Units[u].Entries {
+						assert.False(t, e.Op == op.Class && e.Refused != "", "trial %d: %s on refusing unit %s", trial, op.Op, p.Units[u].Name)
+					}
+				}
+			}
+		}
+	}
+}
+
+// Splitting a MATMUL between two equal units halves it: the solver finds the rows cut and
+// predicts it faster than either unit alone.
+func TestSplitPaysBetweenEqualUnits(t *testing.T) {
+	p := randomProfile(rand.New(rand.NewPCG(1, 1)), 1)
+	p.DefaultSyncSeconds = 0
+	p.CombinedGBs = 0
+	twin := p.Units[0]
+	twin.Name = "twin"
+	twin.Entries = slices.Clone(twin.Entries)
+	p.Units = append(p.Units, twin)
+	pl, err := Solve(p, Options{Prompt: 256})
+	require.NoError(t, err)
+	split := 0
+	for _, op := range pl.Prefill.Layer {
+		if op.Class == profile.OpMatMul {
+			if op.Choice.Strategy != StrategySingle {
+				split++
+				assert.Less(t, op.Time, op.BestSingleTime, op.Op)
+			}
+		}
+	}
+	assert.Positive(t, split)
+	assert.Less(t, pl.Prefill.Time, pl.SinglePrefill.Time)
+}
+
+func TestStaticUnitStrategies(t *testing.T) {
+	// a static-shape unit fast at MATMUL and a dynamic one: a 300-row prompt in one chunk
+	// (300 is no static size) makes multiseq / hybrid / seq cuts worth it
+	p := randomProfile(rand.New(rand.NewPCG(3, 3)), 2)
+	p.DefaultSyncSeconds, p.Sync, p.CombinedGBs = 0, nil, 0
+	p.Units[0].StaticM, p.Units[0].RowAlign = nil, 0
+	p.Units[1].StaticM, p.Units[1].RowAlign = []int{1, 32, 64, 128, 256}, 64
+	p.Units[1].Entries = nil
+	for _, e := range p.Units[0].Entries {
+		if e.Refused != "" {
+			continue
+		}
+		if e.Op == profile.OpMatMul {
+			e.Seconds /= 2
+		}
+		p.Units[1].Entries = append(p.Units[1].Entries, e)
+	}
+	pl, err := Solve(p, Options{Prompt: 300, Chunks: []int{300}})
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	for _, op := range pl.Prefill.Layer {
+		seen[op.Choice.Strategy] = true
+		if op.Choice.Strategy == StrategyMultiSeq || op.Choice.Strategy == StrategyHybrid {
+			assert.Equal(t, 1, op.Choice.Units[0], "the static unit first")
+			std, rest := decomposeSeq(300, op.Choice.Lengths)
+			assert.Positive(t, rest)
+			assert.NotEmpty(t, std)
+		}
+	}
+	assert.True(t, seen[StrategyMultiSeq] || seen[StrategyHybrid], "%v", seen)
+}
+
+func TestPlanFile(t *testing.T) {
+	p := randomProfile(rand.New(rand.NewPCG(5, 6)), 3)
+	pl, err := Solve(p, Options{Prompt: 256})
+	require.NoError(t, err)
+	f := pl.File()
+	back, err := sched.ParsePlan(f.JSON())
+	require.NoError(t, err, "%s", f.JSON())
+	assert.Equal(t, f, back)
+	assert.Equal(t, pl.Prefill.Rows, f.Prefill.Chunk)
+	for _, ph := range []sched.PhasePlan{f.Prefill, f.Decode} {
+		require.NotEmpty(t, ph.Rules)
+		last := ph.Rules[len(ph.Rules)-1]
+		assert.Empty(t, last.Nodes, "the last rule places the rest")
+		named := map[string]bool{}
+		for _, r := range ph.Rules {
+			assert.Contains(t, f.Units, r.Unit)
+			for _, n := range r.Nodes {
+				named[n] = true
+			}
+			if r.Split != nil {
+				for _, u := range r.Split.Units {
+					assert.Contains(t, f.Units, u)
+				}
+				if r.Split.Strategy != sched.SplitMultiSeq {
+					sum := 0.0
+					for _, x := range r.Split.Ratio {
+						sum += x
+					}
+					assert.InDelta(t, 1, sum, 1e-9)
+				} else {
+					assert.Empty(t, r.Split.Ratio)
+					assert.NotEmpty(t, r.Split.Lengths)
+				}
+			}
+		}
+		for _, n := range []string{"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "attn", "q_rope", "logits"} {
+			assert.True(t, named[n], n)
+		}
+	}
+}
+
+func TestSolveErrors(t *testing.T) {
+	_, err := Solve(nil, Options{})
+	require.ErrorIs(t, err, core.ErrInvalidArgument)
+	p := randomProfile(rand.New(rand.NewPCG(1, 2)), 2)
+	_, err = Solve(p, Options{Units: []string{"nope"}})
+	require.ErrorIs(t, err, core.ErrNotFound)
+	require.ErrorContains(t, err, "u0, u1")
+	_, err = Solve(p, Options{Chunks: []int{0}})
+	require.ErrorIs(t, err, core.ErrInvalidArgument)
+	_, err = Solve(p, Options{Prompt: 1 << 20, Chunks: []int{32}})
+	require.ErrorIs(t, err, core.ErrInvalidArgument)
+	require.ErrorContains(t, err, "over 256 chunks")
+	// a unit that refuses MATMUL alone has no plan
+	for i := range p.Units[1].Entries {
+		if p.Units[1].Entries[i].Op == profile.OpMatMul {
+			p.Units[1].Entries[i].Refused = "no"
+			p.Units[1].Entries[i].Seconds = 0
+		}
+	}
+	_, err = Solve(p, Options{Units: []string{"u1"}, Mode: Single})
+	require.ErrorIs(t, err, ErrNoPlan)
+	bad := randomProfile(rand.New(rand.NewPCG(1, 2)), 2)
+	bad.Version = 9
+	_, err = Solve(bad, Options{})
+	require.ErrorIs(t, err, profile.ErrBadProfile)
+}
+
+func TestCompareAndReplay(t *testing.T) {
+	p := randomProfile(rand.New(rand.NewPCG(9, 9)), 2)
+	rows, plan, err := Compare(p, Options{Prompt: 256})
+	require.NoError(t, err)
+	var configs []string
+	for _, r := range rows {
+		configs = append(configs, r.Config)
+	}
+	assert.Equal(t, []string{"u0-only", "u1-only", "layer-level", "layer-level, chunks in order", "tensor-level", "tensor-level, chunks in order"}, configs)
+	assert.Equal(t, Tensor, plan.Mode)
+	in, err := Replay(p, plan, dag.InOrder)
+	require.NoError(t, err)
+	ooo, err := Replay(p, plan, dag.OutOfOrder)
+	require.NoError(t, err)
+	assert.Equal(t, plan.Prefill.Time, ooo.Makespan, "the plan's prediction is the out-of-order replay")
+	assert.Positive(t, in.Makespan)
+	bad := *plan
+	bad.Prefill.Layer = append([]OpPlan{}, plan.Prefill.Layer...)
+	bad.Prefill.Layer[0].Choice = Choice{Strategy: StrategySingle, Units: []int{7}}
+	_, err = Replay(p, &bad, dag.InOrder)
+	require.ErrorIs(t, err, core.ErrInvalidArgument)
+	bad.Prefill.Layer[0].Choice = Choice{Strategy: StrategyRows, Units: []int{0, 1}}
+	_, err = Replay(p, &bad, dag.InOrder)
+	require.ErrorIs(t, err, core.ErrInvalidArgument)
+	assert.Contains(t, plan.Describe(Choice{Strategy: StrategyRows, Units: []int{0, 1}, Ratio: []float64{0.75, 0.25}}), "rows u0 75% + u1 25%")
+}
