@@ -43,6 +43,8 @@ type runnerConfig struct {
 	analyzeFirst bool
 	// phaseOpts: prepare options of the CPU units per phase (WithPhaseOptions).
 	phaseOpts map[sched.Phase]map[string]string
+	// verify: the verify lengths prepared for speculative decoding (WithVerifyLengths).
+	verify []int
 }
 
 // RunnerOption configures NewRunner.
@@ -195,7 +197,15 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 		return nil, fmt.Errorf("llm: KV cache type %s (f32 or f16): %w", cfg.kv, core.ErrInvalidArgument)
 	}
 	cfg.chunk = min(cfg.chunk, cfg.ctxLen)
-	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + cfg.chunk - 1)}
+	if err := checkVerifyLengths(cfg.verify, cfg.ctxLen); err != nil {
+		return nil, err
+	}
+	// A padded chunk or verify graph writes rows up to its length past the last real token.
+	widest := cfg.chunk
+	if len(cfg.verify) > 0 {
+		widest = max(widest, slices.Max(cfg.verify))
+	}
+	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + widest - 1)}
 	if cfg.rt != nil {
 		r.rt, r.shared = cfg.rt, true
 		names := map[string]int{}
@@ -274,10 +284,8 @@ func (r *Runner) init(ctx context.Context) error {
 		copy(a.Bytes(r.cos), core.EncodeF32(cos))
 		copy(a.Bytes(r.sin), core.EncodeF32(sin))
 	}
-	total := 2 * (c.Layers + 1)
-	if r.cfg.chunk == 1 {
-		total = c.Layers + 1
-	}
+	lengths := r.programLengths()
+	total := len(lengths) * (c.Layers + 1)
 	done := 0
 	step := func() {
 		done++
@@ -285,10 +293,7 @@ func (r *Runner) init(ctx context.Context) error {
 			r.cfg.progress(done, total)
 		}
 	}
-	for _, n := range []int{1, r.cfg.chunk} {
-		if _, ok := r.progs[n]; ok {
-			continue
-		}
+	for _, n := range lengths {
 		t0 := time.Now()
 		cp, err := r.prepare(ctx, int64(n), step)
 		if err != nil {
@@ -526,15 +531,18 @@ func (r *Runner) Reset() {
 // logits after the last token. When the plan splits the model over several units, chunks
 // pipeline: chunk i+1's early stages run while chunk i's later ones do.
 func (r *Runner) Prefill(ctx context.Context, tokens []int32) ([]float32, error) {
-	return r.feed(ctx, tokens, r.progs[r.cfg.chunk])
+	return r.feed(ctx, tokens, r.progs[r.cfg.chunk], nil)
 }
 
 // Decode appends one token and returns the logits for the next.
 func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
-	return r.feed(ctx, []int32{token}, r.progs[1])
+	return r.feed(ctx, []int32{token}, r.progs[1], nil)
 }
 
-func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg) ([]float32, error) {
+// feed runs tokens through cp's graphs and returns the logits after the last token. With each,
+// it also hands over the logits after every token (row i: after tokens[i]), and then runs one
+// chunk at a time, as a lane's logits are overwritten by the chunk that uses it next.
+func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg, each func(i int, row []byte) error) ([]float32, error) {
 	if r.closed {
 		return nil, fmt.Errorf("llm: runner is closed: %w", core.ErrBadState)
 	}
@@ -571,19 +579,47 @@ func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg) ([]flo
 	for start := 0; start < full; start += c {
 		chunks = append(chunks, sched.Chunk{Row: int64(r.pos + start), Index: len(chunks)})
 	}
-	lastProg, last := cp, len(chunks)-1
-	if err := cp.prog.Run(ctx, chunks); err != nil {
-		return nil, fmt.Errorf("llm: %s at position %d: %w", cp.prog.Name(), r.pos, err)
+	V := int64(r.m.Config.Vocab)
+	rowsOf := func(p *chunkProg, lane, from, count int) error {
+		b := r.rt.Arena().Bytes(p.logits[lane])
+		for i := range count {
+			if err := each(from+i, b[int64(i)*V*4:][:V*4]); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	lastRows := n - last*c
+	if each == nil {
+		if err := cp.prog.Run(ctx, chunks); err != nil {
+			return nil, fmt.Errorf("llm: %s at position %d: %w", cp.prog.Name(), r.pos, err)
+		}
+	} else {
+		for i, ch := range chunks {
+			if err := cp.prog.Run(ctx, []sched.Chunk{ch}); err != nil {
+				return nil, fmt.Errorf("llm: %s at position %d: %w", cp.prog.Name(), ch.Row, err)
+			}
+			if err := rowsOf(cp, 0, i*c, min(c, n-i*c)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	lastProg, last := cp, len(chunks)-1
+	if each != nil {
+		last = 0 // every chunk ran alone, on lane 0
+	}
+	lastRows := n - (len(chunks)-1)*c
 	if full < n {
 		// a lone last token needs no padded chunk: the decode graphs serve it
 		lastProg, last, lastRows = r.progs[1], 0, 1
 		if err := lastProg.prog.Run(ctx, []sched.Chunk{{Row: int64(r.pos + full), Index: len(chunks)}}); err != nil {
 			return nil, fmt.Errorf("llm: %s at position %d: %w", lastProg.prog.Name(), r.pos+full, err)
 		}
+		if each != nil {
+			if err := rowsOf(lastProg, 0, full, 1); err != nil {
+				return nil, err
+			}
+		}
 	}
-	V := int64(r.m.Config.Vocab)
 	row := r.rt.Arena().Bytes(lastProg.logits[last%lastProg.prog.Lanes()])[int64(lastRows-1)*V*4:][:V*4]
 	r.pos += n
 	r.history = append(r.history, tokens...)

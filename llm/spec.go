@@ -1,0 +1,515 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/draft"
+)
+
+// SpecOption configures speculative decoding (WithSpeculative).
+type SpecOption func(*specConfig)
+
+type specConfig struct {
+	drafter draft.Drafter
+	always  bool
+	stats   *SpecStats
+}
+
+// SpecAlways verifies every draft the drafter proposes, at the shortest verify length that
+// holds it, instead of choosing by the measured acceptance and costs (which falls back to
+// plain decoding where drafts do not pay).
+func SpecAlways() SpecOption { return func(c *specConfig) { c.always = true } }
+
+// WithSpeculative decodes speculatively: after each token, d proposes a draft of what follows,
+// the runner verifies it in one pass of a verify graph (the runner needs WithVerifyLengths) and
+// keeps the longest prefix the model agrees with plus the model's own next token. Greedy output
+// is exactly plain decoding's; with sampling, a draft token x is kept with the probability p(x)
+// the sampler gives it, and on rejection the token is drawn from p without x, renormalized (the
+// speculative-sampling rule for a drafter that proposes one token with certainty), so every
+// token has plain sampling's distribution. Each step verifies the draft length that the
+// acceptance measured so far and the measured cost of each verify length predict to produce
+// the most tokens per second, which is plain decoding when drafts do not hit (it then probes
+// again now and then, less often each time a probe fails). Result.Spec reports the steps.
+func WithSpeculative(d draft.Drafter, opts ...SpecOption) GenerateOption {
+	return func(c *genConfig) {
+		sc := &specConfig{drafter: d}
+		for _, o := range opts {
+			o(sc)
+		}
+		c.spec = sc
+	}
+}
+
+// SpecStats reports a speculative generation.
+type SpecStats struct {
+	// Passes is the forward passes of decoding: Verifies plus Plain (one-token decodes).
+	Passes, Verifies, Plain int
+	// Drafted and Accepted count draft tokens verified and kept.
+	Drafted, Accepted int
+	// Histogram[a] counts the verify passes that kept a draft tokens.
+	Histogram []int
+	// Lengths counts the verify passes per verify graph length.
+	Lengths map[int]int
+	// Time split of decoding: proposing drafts, verify passes, one-token decodes, and the
+	// rest (acceptance, sampling, streaming); Calibrate is the prefill's calibration.
+	Draft, Verify, Decode, Overhead, Calibrate time.Duration
+	// Fallback says why drafting was turned off during the generation, if it was.
+	Fallback string
+}
+
+// TokensPerPass is the tokens produced per forward pass of decoding (1 for plain decoding).
+func (s *SpecStats) TokensPerPass() float64 {
+	if s.Passes == 0 {
+		return 0
+	}
+	return float64(s.Passes+s.Accepted) / float64(s.Passes)
+}
+
+// AcceptanceRate is the share of verified draft tokens kept.
+func (s *SpecStats) AcceptanceRate() float64 {
+	if s.Drafted == 0 {
+		return 0
+	}
+	return float64(s.Accepted) / float64(s.Drafted)
+}
+
+// String is a few lines for --stats: tokens per pass, the acceptance histogram and the time
+// split.
+func (s *SpecStats) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "speculative: %.2f tokens/pass over %d passes (%d verify, %d plain); %d of %d draft tokens accepted (%.0f%%)\n",
+		s.TokensPerPass(), s.Passes, s.Verifies, s.Plain, s.Accepted, s.Drafted, 100*s.AcceptanceRate())
+	if len(s.Lengths) > 0 {
+		ls := make([]int, 0, len(s.Lengths))
+		for l := range s.Lengths {
+			ls = append(ls, l)
+		}
+		slices.Sort(ls)
+		b.WriteString("verify lengths:")
+		for _, l := range ls {
+			fmt.Fprintf(&b, " %d×%d", l, s.Lengths[l])
+		}
+		b.WriteString("\n")
+	}
+	if len(s.Histogram) > 0 {
+		b.WriteString("accepted per verify:")
+		for a, n := range s.Histogram {
+			if n > 0 {
+				fmt.Fprintf(&b, " %d:%d", a, n)
+			}
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "time: draft %v, verify %v, plain decode %v, overhead %v, calibrate %v\n",
+		s.Draft.Round(time.Microsecond), s.Verify.Round(time.Microsecond), s.Decode.Round(time.Microsecond),
+		s.Overhead.Round(time.Microsecond), s.Calibrate.Round(time.Microsecond))
+	if s.Fallback != "" {
+		fmt.Fprintf(&b, "fallback: %s\n", s.Fallback)
+	}
+	return b.String()
+}
+
+// calibrateTop is how many candidates per prompt position calibration gets.
+const calibrateTop = 4
+
+// specPrefill prefills ids, handing a Calibrator drafter the prompt's all-position predictions.
+func (r *Runner) specPrefill(ctx context.Context, sc *specConfig, ids []int32, st *SpecStats) ([]float32, error) {
+	cal, ok := sc.drafter.(draft.Calibrator)
+	if !ok {
+		return r.Prefill(ctx, ids)
+	}
+	preds := make([][]draft.Candidate, len(ids))
+	var spent time.Duration
+	logits, err := r.PrefillEach(ctx, ids, func(i int, l []float32) error {
+		t0 := time.Now()
+		preds[i] = topCandidates(l[:min(len(l), r.m.Tokenizer.Size())], calibrateTop)
+		spent += time.Since(t0)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	cal.Calibrate(ids, preds)
+	st.Calibrate = spent + time.Since(t0)
+	return logits, nil
+}
+
+// topCandidates are the k most likely tokens of logits with their softmax probabilities.
+func topCandidates(logits []float32, k int) []draft.Candidate {
+	if len(logits) == 0 {
+		return nil
+	}
+	mx := logits[argmax(logits)]
+	var sum float64
+	for _, l := range logits {
+		sum += math.Exp(float64(l - mx))
+	}
+	top := make([]draft.Candidate, 0, k+1)
+	for i, l := range logits {
+		if len(top) == k && l <= top[k-1].P {
+			continue
+		}
+		c := draft.Candidate{ID: int32(i), P: l}
+		j, _ := slices.BinarySearchFunc(top, c, func(a, b draft.Candidate) int {
+			if a.P > b.P {
+				return -1
+			}
+			return 1
+		})
+		top = slices.Insert(top, j, c)
+		if len(top) > k {
+			top = top[:k]
+		}
+	}
+	for i := range top {
+		top[i].P = float32(math.Exp(float64(top[i].P-mx)) / sum)
+	}
+	return top
+}
+
+// specPolicy picks each step's draft length: the one whose expected tokens (from the
+// acceptance measured so far, per draft position) per second of its verify graph (measured) is
+// highest, plain decoding included.
+type specPolicy struct {
+	lengths []int           // verify lengths, ascending
+	cost    map[int]float64 // seconds per pass by length (1: decode), moving averages
+	tried   []float64       // tried[i]: decayed count of verifies with a draft token at position i+1
+	hit     []float64       // hit[i]: of those, the ones that accepted it
+	always  bool
+	skipped int // plain steps since the last verify although a draft was there
+	probe   int // verify after this many skipped steps (doubles after each failed probe)
+}
+
+const (
+	probeFirst = 8
+	probeMax   = 512
+	// decay weighs recent steps more: the text may move from copying to new writing.
+	decay = 0.95
+)
+
+func newSpecPolicy(lengths []int, always bool) *specPolicy {
+	maxL := 0
+	if len(lengths) > 0 {
+		maxL = slices.Max(lengths)
+	}
+	return &specPolicy{lengths: lengths, cost: map[int]float64{}, tried: make([]float64, maxL),
+		hit: make([]float64, maxL), always: always, probe: probeFirst}
+}
+
+// accept is the estimated probability that draft position i (0-based) is accepted.
+func (p *specPolicy) accept(i int) float64 {
+	return (p.hit[i] + 0.5) / (p.tried[i] + 1)
+}
+
+// choose is how many of k draft tokens to verify (0: decode plainly), and the verify length.
+func (p *specPolicy) choose(k int) (int, int) {
+	if k == 0 || len(p.lengths) == 0 {
+		return 0, 1
+	}
+	shortest := func(n int) int {
+		for _, l := range p.lengths {
+			if l >= n+1 {
+				return l
+			}
+		}
+		return p.lengths[len(p.lengths)-1]
+	}
+	if p.always {
+		l := shortest(k)
+		return min(k, l-1), l
+	}
+	c1, ok := p.cost[1]
+	if !ok {
+		return 0, 1 // measure a decode first
+	}
+	bestK, bestL, best := 0, 1, 1/c1
+	for _, l := range p.lengths {
+		kk := min(k, l-1)
+		c, ok := p.cost[l]
+		if !ok {
+			c = 1.5 * c1 // not run yet: optimistic, so that it gets measured
+		}
+		exp, run := 1.0, 1.0
+		for i := range kk {
+			run = min(run, p.accept(i))
+			exp += run
+		}
+		if s := exp / c; s > best {
+			bestK, bestL, best = kk, l, s
+		}
+		if kk == k {
+			break // longer graphs verify nothing more
+		}
+	}
+	if bestK > 0 {
+		p.skipped = 0
+		return bestK, bestL
+	}
+	if p.skipped++; p.skipped >= p.probe {
+		p.skipped = 0
+		p.probe = min(2*p.probe, probeMax)
+		l := shortest(min(k, p.lengths[0]-1))
+		return min(k, l-1), l
+	}
+	return 0, 1
+}
+
+// observe records a pass: its length (1: decode), wall time, draft tokens and accepted ones.
+func (p *specPolicy) observe(l int, d time.Duration, drafted, accepted int) {
+	s := d.Seconds()
+	if c, ok := p.cost[l]; ok {
+		p.cost[l] = 0.8*c + 0.2*s
+	} else {
+		p.cost[l] = s
+	}
+	if drafted == 0 {
+		return
+	}
+	for i := range p.tried {
+		p.tried[i] *= decay
+		p.hit[i] *= decay
+	}
+	for i := range drafted {
+		p.tried[i]++
+		if i < accepted {
+			p.hit[i]++
+		}
+	}
+	if c1, ok := p.cost[1]; ok && float64(accepted+1)/s >= 1/c1 {
+		p.probe = probeFirst // this pass beat plain decoding: probe eagerly again
+	}
+}
+
+// specDecode is Generate's decoding loop with drafts: logits are the prefill's, base the cache
+// length after it.
+func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, logits []float32, dec interface{ Next(int32) string },
+	text *[]byte, st *SpecStats) error {
+	sc := cfg.spec
+	tok := r.m.Tokenizer
+	vs := min(len(logits), tok.Size())
+	vocab := r.m.Config.Vocab
+	base := r.pos
+	sampler := NewSampler(cfg.sampler)
+	greedy := cfg.sampler.Temperature <= 0
+	pol := newSpecPolicy(r.VerifyLengths(), sc.always)
+	drafter := sc.drafter
+	trace := r.rt.Trace()
+	spentIn := time.Duration(0) // draft + verify + decode time, to derive the overhead
+	loopStart := time.Now()
+	defer func() {
+		st.Overhead = time.Since(loopStart) - spentIn
+		if st.Overhead < 0 {
+			st.Overhead = 0
+		}
+	}()
+	// emit is plain decoding's handling of a chosen token; true ends generation.
+	emit := func(next int32) (bool, error) {
+		if tok.IsStop(next) || (next == tok.BOS() && next >= 0) {
+			res.Stop = StopEOS
+			return true, nil
+		}
+		res.Tokens = append(res.Tokens, next)
+		if cfg.onToken != nil {
+			if err := cfg.onToken(next); err != nil {
+				return true, err
+			}
+		}
+		if piece := dec.Next(next); piece != "" {
+			*text = append(*text, piece...)
+			if cfg.stream != nil {
+				if err := cfg.stream(piece); err != nil {
+					return true, err
+				}
+			}
+		}
+		if len(res.Tokens) >= cfg.maxTokens {
+			res.Stop = StopMaxTokens
+			return true, nil
+		}
+		// plain decoding has fed every emitted token but this one
+		if base+len(res.Tokens)-1 >= r.cfg.ctxLen {
+			res.Stop = StopContext
+			return true, nil
+		}
+		return false, nil
+	}
+	// the cache ends as plain decoding leaves it: every emitted token fed but the last, unless
+	// generation ended at a stop token (WithKeepCache continues from there)
+	defer func() {
+		want := base + len(res.Tokens) - 1
+		if res.Stop == StopEOS {
+			want++
+		}
+		if want >= 0 && want < r.pos {
+			_ = r.Truncate(want)
+		}
+	}()
+	row := make([]float32, vs)
+	sample := func(l []float32, hist []int32) int32 {
+		copy(row, l[:vs])
+		return sampler.Sample(row, hist)
+	}
+	predict := func(l []float32, hist []int32) int32 {
+		copy(row, l[:vs])
+		sampler.penalize(row, hist)
+		return argmax(row)
+	}
+	next := sample(logits, r.history)
+	for {
+		if stop, err := emit(next); stop || err != nil {
+			return err
+		}
+		var path []int32
+		budget := min(r.MaxVerify()-1, r.cfg.ctxLen-r.pos-1, cfg.maxTokens-len(res.Tokens))
+		if drafter != nil && budget > 0 {
+			t0 := time.Now()
+			seq := append(r.history[:len(r.history):len(r.history)], next)
+			tree, err := proposeSafely(drafter, seq, budget)
+			if err == nil {
+				err = tree.Validate(vocab, budget)
+			}
+			d := time.Since(t0)
+			st.Draft += d
+			spentIn += d
+			if err != nil {
+				// a broken drafter costs speed, never text: decode plainly from here on
+				r.cfg.logger.Warn("llm: speculative decoding off: the drafter failed", "err", err)
+				st.Fallback = err.Error()
+				drafter = nil
+			} else {
+				path = tree.Primary()
+			}
+		}
+		k, l := pol.choose(len(path))
+		path = path[:k]
+		t0 := time.Now()
+		if k == 0 {
+			var err error
+			if logits, err = r.Decode(ctx, next); err != nil {
+				return err
+			}
+			d := time.Since(t0)
+			st.Decode += d
+			spentIn += d
+			st.Passes++
+			st.Plain++
+			pol.observe(1, d, 0, 0)
+			if err := checkLogits(logits, r.pos-1); err != nil {
+				return err
+			}
+			next = sample(logits, r.history)
+			continue
+		}
+		rows, err := r.Verify(ctx, append([]int32{next}, path...))
+		if err != nil {
+			return err
+		}
+		d := time.Since(t0)
+		st.Verify += d
+		spentIn += d
+		start := r.pos - len(path) - 1 // the row of next
+		preds := make([]int32, len(path)+1)
+		for j := range preds {
+			if err := checkLogits(rows[j], start+j); err != nil {
+				return err
+			}
+			preds[j] = predict(rows[j], r.history[:start+j+1])
+		}
+		a := 0
+		var corr int32
+		if greedy {
+			for a < len(path) && preds[a] == path[a] {
+				a++
+			}
+			corr = preds[a]
+		} else {
+			corr = -1
+			for a < len(path) {
+				copy(row, rows[a][:vs])
+				sampler.penalize(row, r.history[:start+a+1])
+				dist := sampler.dist(row)
+				if x, ok := acceptDraft(sampler, dist, path[a]); !ok {
+					corr = x
+					break
+				}
+				a++
+			}
+			if corr < 0 {
+				corr = sample(rows[a], r.history[:start+a+1])
+			}
+		}
+		if err := r.Truncate(start + 1 + a); err != nil {
+			return err
+		}
+		st.Passes++
+		st.Verifies++
+		st.Drafted += len(path)
+		st.Accepted += a
+		if st.Lengths == nil {
+			st.Lengths = map[int]int{}
+		}
+		st.Lengths[l]++
+		for len(st.Histogram) <= a {
+			st.Histogram = append(st.Histogram, 0)
+		}
+		st.Histogram[a]++
+		pol.observe(l, d, len(path), a)
+		trace.Slice("speculative", fmt.Sprintf("verify %d", l), t0, t0.Add(d),
+			map[string]any{"row": start, "drafted": len(path), "accepted": a})
+		if drafter != nil {
+			drafter.Observe(draft.Step{Draft: path, Accepted: a, Predictions: preds})
+		}
+		for _, t := range path[:a] {
+			if stop, err := emit(t); stop || err != nil {
+				return err
+			}
+		}
+		next = corr
+	}
+}
+
+// acceptDraft is the speculative-sampling rule for a draft token x proposed with certainty:
+// keep x with probability p(x); otherwise draw from p without x, renormalized.
+func acceptDraft(s *Sampler, dist []cand, x int32) (int32, bool) {
+	px := 0.0
+	for _, c := range dist {
+		if c.id == x {
+			px = c.p
+		}
+	}
+	u := s.rng.Float64()
+	if u < px {
+		return x, true
+	}
+	rest := make([]cand, 0, len(dist))
+	for _, c := range dist {
+		if c.id != x {
+			rest = append(rest, cand{c.id, c.p / (1 - px)})
+		}
+	}
+	if len(rest) == 0 {
+		return x, true // p(x) rounds to 1
+	}
+	return s.draw(rest), false
+}
+
+// proposeSafely calls a drafter, turning a panic into an error: drafters may be the caller's.
+func proposeSafely(d draft.Drafter, history []int32, budget int) (t draft.Tree, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("llm: drafter panicked: %v: %w", p, core.ErrInternal)
+		}
+	}()
+	return d.Propose(history, budget), nil
+}
+
+// ErrNoVerifyGraphs: speculative decoding was asked of a runner without verify graphs.
+var ErrNoVerifyGraphs = errors.New("llm: the runner has no verify graphs (NewRunner with WithVerifyLengths)")
