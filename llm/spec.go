@@ -189,7 +189,7 @@ type specPolicy struct {
 }
 
 const (
-	probeFirst = 8
+	probeFirst = 16
 	probeMax   = 512
 	// decay weighs recent steps more: the text may move from copying to new writing.
 	decay = 0.95
@@ -235,7 +235,7 @@ func (p *specPolicy) choose(k int) (int, int) {
 		kk := min(k, l-1)
 		c, ok := p.cost[l]
 		if !ok {
-			c = 1.5 * c1 // not run yet: optimistic, so that it gets measured
+			c = p.guess(l, c1)
 		}
 		exp, run := 1.0, 1.0
 		for i := range kk {
@@ -260,6 +260,23 @@ func (p *specPolicy) choose(k int) (int, int) {
 		return min(k, l-1), l
 	}
 	return 0, 1
+}
+
+// guess is the cost of a verify length not run yet: the longest shorter one measured scaled
+// by length (a pass costs at most proportionally more), or for the shortest an optimistic 1.5
+// decodes, so that it gets measured; longer ones are only tried once shorter ones paid.
+func (p *specPolicy) guess(l int, c1 float64) float64 {
+	for i := len(p.lengths) - 1; i >= 0; i-- {
+		if k := p.lengths[i]; k < l {
+			if c, ok := p.cost[k]; ok {
+				return c * float64(l) / float64(k)
+			}
+		}
+	}
+	if l == p.lengths[0] {
+		return 1.5 * c1
+	}
+	return c1 * float64(l)
 }
 
 // observe records a pass: its length (1: decode), wall time, draft tokens and accepted ones.

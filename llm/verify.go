@@ -3,8 +3,8 @@ package llm
 import (
 	"context"
 	"encoding/binary"
-	"math"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/xpuhub/xpu/core"

@@ -13,6 +13,9 @@ type Index struct {
 	last int32
 	text []int32
 	sep  int32 // the next separator (negative, unique)
+	// kids is the suffix-link tree (rebuilt when states were added since): a state's
+	// occurrences are the first positions of the states below it.
+	kids [][]int32
 }
 
 type samState struct {
@@ -89,8 +92,9 @@ func (x *Index) set(s, t, to int32) {
 }
 
 // Lookup finds the longest suffix of query that occurs in the text followed by at least one
-// more token of its document, and returns its length and up to n tokens that follow its first
-// occurrence (stopping at the document's end). A length of 0 means no suffix matched.
+// more token of its document, and returns its length and up to n tokens that follow one such
+// occurrence, the first when it has a continuation (stopping at the document's end). A length
+// of 0 means no suffix matched.
 func (x *Index) Lookup(query []int32, n int) (int, []int32) {
 	s, l := int32(0), 0
 	for _, t := range query {
@@ -105,9 +109,9 @@ func (x *Index) Lookup(query []int32, n int) (int, []int32) {
 		}
 	}
 	for s != 0 {
-		if e := int(x.st[s].first) + 1; e < len(x.text) && x.text[e] >= 0 {
+		if p := x.occurrence(s); p >= 0 {
 			var out []int32
-			for i := e; i < len(x.text) && len(out) < n && x.text[i] >= 0; i++ {
+			for i := p + 1; i < len(x.text) && len(out) < n && x.text[i] >= 0; i++ {
 				out = append(out, x.text[i])
 			}
 			return l, out
@@ -116,4 +120,36 @@ func (x *Index) Lookup(query []int32, n int) (int, []int32) {
 		l = int(x.st[s].len)
 	}
 	return 0, nil
+}
+
+// maxVisit bounds the search for an occurrence with a continuation.
+const maxVisit = 256
+
+// occurrence is an end position of state s's strings that a token of the same document
+// follows, or -1: the first occurrence when it has one (an occurrence at the end of the text
+// or of a document has none), else one found in s's suffix-link subtree.
+func (x *Index) occurrence(s int32) int {
+	ok := func(v int32) bool {
+		e := int(x.st[v].first) + 1
+		return e < len(x.text) && x.text[e] >= 0
+	}
+	if ok(s) {
+		return int(x.st[s].first)
+	}
+	if len(x.kids) != len(x.st) {
+		x.kids = make([][]int32, len(x.st))
+		for v := 1; v < len(x.st); v++ {
+			x.kids[x.st[v].link] = append(x.kids[x.st[v].link], int32(v))
+		}
+	}
+	stack := append([]int32(nil), x.kids[s]...)
+	for visited := 0; len(stack) > 0 && visited < maxVisit; visited++ {
+		v := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if ok(v) {
+			return int(x.st[v].first)
+		}
+		stack = append(stack, x.kids[v]...)
+	}
+	return -1
 }
