@@ -42,6 +42,7 @@ func opCases() []testCase {
 	cs = append(cs, matmulCases()...)
 	cs = append(cs, ropeCases()...)
 	cs = append(cs, attentionCases()...)
+	cs = append(cs, attentionMaskCases()...)
 	cs = append(cs, getRowsCases()...)
 	cs = append(cs, conversionCases()...)
 	cs = append(cs, movementCases()...)

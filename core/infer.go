@@ -106,7 +106,7 @@ func inferOutput(n *Node, forceDType DType, forceShape Shape) (DType, Shape, err
 		return in[0].DType, x.Clone(), nil
 
 	case op == OpAttention:
-		if err := need(3, 4); err != nil {
+		if err := need(3, 5); err != nil {
 			return 0, nil, err
 		}
 		if err := float(0); err != nil {
@@ -130,6 +130,14 @@ func inferOutput(n *Node, forceDType DType, forceShape Shape) (DType, Shape, err
 		}
 		if len(in) == 4 && (in[3].DType != I32 || in[3].Shape.NumElements() != 1) {
 			return 0, nil, fmt.Errorf("q_offset must be i32 [1], got %s", in[3])
+		}
+		if len(in) == 5 {
+			if n.IAttr[0] != 1 {
+				return 0, nil, fmt.Errorf("a mask needs causal attention (iattr[0] = 1)")
+			}
+			if m := in[4]; m.DType != I8 || len(m.Shape) != 2 || m.Shape[0] != q[0] || m.Shape[1] != q[0] {
+				return 0, nil, fmt.Errorf("mask must be i8 [%d,%d], got %s", q[0], q[0], m)
+			}
 		}
 		return in[0].DType, Shape{q[0], q[1], v[2]}, nil
 

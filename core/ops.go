@@ -128,6 +128,11 @@ type AttentionOptions struct {
 	// QOffsetInput, an i32 [1] tensor, gives the offset at execution time: the graph's shape
 	// then does not depend on the position (static-shape backends reuse it for every chunk).
 	QOffsetInput *Tensor
+	// Mask, an i8 [Tq, Tq] tensor (op set v2), replaces the causal rule inside the block of the
+	// Tq new keys: query i sees key QOffset+j iff Mask[i, j] != 0, every key before QOffset,
+	// and nothing after the block. It verifies a draft token tree in one pass (speculative
+	// decoding); it needs Causal and QOffsetInput.
+	Mask *Tensor
 }
 
 // Attention is fused scaled dot-product attention with grouped-query heads:
@@ -136,6 +141,15 @@ func (g *Graph) Attention(q, k, v *Tensor, o AttentionOptions) *Tensor {
 	in := []*Tensor{q, k, v}
 	if o.QOffsetInput != nil {
 		in = append(in, o.QOffsetInput)
+	}
+	if o.Mask != nil {
+		if o.QOffsetInput == nil {
+			// Without it the mask would land in q_offset's slot.
+			name := g.nextName
+			g.nextName = ""
+			return g.fail(g.prefix+name, OpAttention, "a mask needs QOffsetInput (the 4th input)")
+		}
+		in = append(in, o.Mask)
 	}
 	s := g.spec(OpAttention, in...)
 	s.fattr[0] = o.Scale

@@ -207,6 +207,16 @@ func (m *unitMem) buffer(a *Arena, u *Unit, i int) (core.Buffer, error) {
 	return buf, nil
 }
 
+// mirror returns the unit's buffer for block i if it has made one, else nil.
+func (m *unitMem) mirror(i int) core.Buffer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i < 0 || i >= len(m.bufs) {
+		return nil
+	}
+	return m.bufs[i]
+}
+
 // close releases the unit's imports and mirrors.
 func (m *unitMem) close() error {
 	m.mu.Lock()

@@ -15,27 +15,24 @@ func evalAttention(n *nodeInfo, in []value, out tensorInfo) ([]byte, error) {
 	q, k, v := in[0], in[1], in[2]
 	Tq, Hq, D := int(q.shape[0]), int(q.shape[1]), int(q.shape[2])
 	Tk, Hkv, Dv := int(k.shape[0]), int(k.shape[1]), int(v.shape[2])
-	causal := n.iattr[0] != 0
 	off := n.iattr[1]
-	if len(in) == 4 {
+	if len(in) >= 4 {
 		off = int64(in[3].ints()[0])
 	}
+	var mask []byte
+	if len(in) == 5 {
+		mask = in[4].b
+	}
+	vis := attnVisibility{causal: n.iattr[0] != 0, off: off, tq: int64(Tq), tk: int64(Tk), mask: mask}
 	scale := float64(n.fattr[0])
 	if scale == 0 && D > 0 {
 		scale = 1 / math.Sqrt(float64(D))
-	}
-	// visible(i) keys [0, visible(i)) are seen by query i.
-	visible := func(i int) int {
-		if !causal {
-			return Tk
-		}
-		return int(min(max(int64(i)+off+1, 0), int64(Tk)))
 	}
 	res := make([]float64, out.shape.NumElements())
 	if len(res) == 0 || Tq == 0 {
 		return encode(out.dt, res)
 	}
-	seen := visible(Tq - 1) // the last query sees the most
+	seen := vis.rowsRead()
 	kf, err := decodeRows(k, seen)
 	if err != nil {
 		return nil, err
@@ -49,23 +46,84 @@ func evalAttention(n *nodeInfo, in []value, out tensorInfo) ([]byte, error) {
 		return nil, err
 	}
 	group := Hq / Hkv
+	keys := make([]int, 0, seen)
 	w := make([]float64, seen)
 	for i := 0; i < Tq; i++ {
-		nv := visible(i)
+		keys = vis.keys(i, keys[:0])
+		nv := len(keys)
 		for h := 0; h < Hq; h++ {
 			hk := h / group
 			qv := qf[(i*Hq+h)*D:][:D]
-			for j := 0; j < nv; j++ {
-				w[j] = floats.Dot(qv, kf[(j*Hkv+hk)*D:][:D])
+			for x, j := range keys {
+				w[x] = floats.Dot(qv, kf[(j*Hkv+hk)*D:][:D])
 			}
 			softmaxPrefix(w[:nv], nv, scale)
 			o := res[(i*Hq+h)*Dv:][:Dv]
-			for j := 0; j < nv; j++ {
-				floats.AddScaled(o, w[j], vf[(j*Hkv+hk)*Dv:][:Dv])
+			for x, j := range keys {
+				floats.AddScaled(o, w[x], vf[(j*Hkv+hk)*Dv:][:Dv])
 			}
 		}
 	}
 	return encode(out.dt, res)
+}
+
+// attnVisibility is OPS.md's rule for which keys a query sees: all of them (not causal), the
+// causal prefix j <= i+off, or, with a tree mask, every key before off plus the block keys
+// off+j the mask row marks. Keys outside [0, tk) never exist.
+type attnVisibility struct {
+	causal      bool
+	off, tq, tk int64
+	mask        []byte // i8 [tq, tq], or nil
+}
+
+// keys appends the keys query i sees, ascending.
+func (a attnVisibility) keys(i int, dst []int) []int {
+	if !a.causal {
+		for j := 0; j < int(a.tk); j++ {
+			dst = append(dst, j)
+		}
+		return dst
+	}
+	if a.mask == nil {
+		for j := int64(0); j < min(int64(i)+a.off+1, a.tk); j++ {
+			dst = append(dst, int(j))
+		}
+		return dst
+	}
+	for j := int64(0); j < min(a.off, a.tk); j++ {
+		dst = append(dst, int(j))
+	}
+	row := a.mask[int64(i)*a.tq:][:a.tq]
+	for j, m := range row {
+		if key := a.off + int64(j); m != 0 && key >= 0 && key < a.tk {
+			dst = append(dst, int(key))
+		}
+	}
+	return dst
+}
+
+// rowsRead is one past the last key any query sees: the rows of K and V that may be decoded.
+func (a attnVisibility) rowsRead() int {
+	last := int64(-1)
+	switch {
+	case !a.causal:
+		last = a.tk - 1
+	case a.mask == nil:
+		last = a.tq - 1 + a.off
+	default:
+		last = a.off - 1
+		for j := a.tq - 1; j >= 0; j-- {
+			used := false
+			for i := int64(0); i < a.tq && !used; i++ {
+				used = a.mask[i*a.tq+j] != 0
+			}
+			if used {
+				last = a.off + j
+				break
+			}
+		}
+	}
+	return int(min(max(last+1, 0), a.tk))
 }
 
 // decodeRows decodes the first rows rows of a [T, H, D] float tensor, and nothing past them.

@@ -107,7 +107,7 @@ int nv_node_supported(const xpu_ir_graph *g, const xpu_ir_node *n, uint32_t *pre
     return 1;
   }
   case XPU_OP_ATTENTION: {
-    if (n->n_inputs != 3 && n->n_inputs != 4) NO("needs q, k, v and an optional q_offset");
+    if (n->n_inputs < 3 || n->n_inputs > 5) NO("needs q, k, v, an optional q_offset and an optional mask");
     const xpu_ir_tensor *v = xpu_ir_input(g, n, 2);
     if (!is_float(a->dtype) || !is_float(b->dtype) || !is_float(v->dtype) || o->dtype != a->dtype)
       NO("q, k, v must be f32/f16 and the output of q's dtype");
@@ -117,9 +117,15 @@ int nv_node_supported(const xpu_ir_graph *g, const xpu_ir_node *n, uint32_t *pre
     if (b->shape[1] == 0 || a->shape[1] % b->shape[1]) NO("query heads not a multiple of kv heads");
     if (o->shape[0] != a->shape[0] || o->shape[1] != a->shape[1] || o->shape[2] != v->shape[2]) NO("output must be [Tq, Hq, Dv]");
     if (n->iattr[0] != 0 && n->iattr[0] != 1) NO("causal flag must be 0 or 1");
-    if (n->n_inputs == 4) {
+    if (n->n_inputs >= 4) {
       const xpu_ir_tensor *qo = xpu_ir_input(g, n, 3);
       if (qo->dtype != XPU_DT_I32 || xpu_ir_numel(qo) != 1) NO("q_offset must be i32 [1]");
+    }
+    if (n->n_inputs == 5) {
+      const xpu_ir_tensor *mk = xpu_ir_input(g, n, 4);
+      if (n->iattr[0] != 1) NO("a mask needs causal attention");
+      if (mk->dtype != XPU_DT_I8 || mk->rank != 2 || mk->shape[0] != a->shape[0] || mk->shape[1] != a->shape[0])
+        NO("mask must be i8 [Tq, Tq]");
     }
     return 1;
   }

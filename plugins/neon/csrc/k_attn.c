@@ -2,6 +2,9 @@
  * k_attn.c: ROPE and fused ATTENTION. Attention streams over the visible keys in blocks of
  * ATT_BLOCK with an online softmax (running max and sum, accumulator rescaled when the max
  * grows), so no score matrix is materialized and no K/V row past the last visible key is read.
+ * With a tree mask (op set v2) the visible keys are the prefix before q_offset plus the masked
+ * block's marked keys; each block gathers up to ATT_BLOCK of them by index, so a masked key is
+ * neither read nor given weight.
  */
 #include <math.h>
 #include <stdio.h>
@@ -116,6 +119,7 @@ xpu_status nv_k_rope(nv_run *r, const xpu_ir_node *n) {
 
 typedef struct {
   const uint8_t *q, *k, *v;
+  const int8_t *mask; /* i8 [Tq, Tq] or NULL */
   uint8_t *o;
   uint32_t qt, kt, vt;
   int64_t Tq, Hq, Tk, Hkv, D, Dv, off;
@@ -351,12 +355,15 @@ static void att_task(void *p, int tid, int nth) {
   size_t ke = A->kt == XPU_DT_F32 ? 4 : 2, ve = A->vt == XPU_DT_F32 ? 4 : 2;
   for (int64_t task = t0; task < t1; task++) {
     int64_t i = task / per_row, h0 = (task % per_row) * gs, hk = h0 / group;
-    int64_t visible = A->Tk;
+    /* keys [0, end) are candidates; with a mask, those at off+j are skipped unless mask[i, j] */
+    int64_t end = A->Tk;
+    const int8_t *mrow = A->mask ? A->mask + i * A->Tq : NULL;
     if (A->causal) {
       int64_t lim = i + A->off + 1;
-      if (lim < visible) visible = lim;
+      if (mrow) lim = A->off + A->Tq;
+      if (lim < end) end = lim;
     }
-    if (visible < 0) visible = 0;
+    if (end < 0) end = 0;
     for (int64_t g = 0; g < gs; g++) {
       int64_t row = i * A->Hq + h0 + g;
       if (A->qt == XPU_DT_F32)
@@ -367,10 +374,13 @@ static void att_task(void *p, int tid, int nth) {
       l[g] = 0.0f;
     }
     memset(acc, 0, (size_t)(gs * A->Dv) * 4);
-    for (int64_t j0 = 0; j0 < visible; j0 += ATT_BLOCK) {
-      int64_t jb = visible - j0 < ATT_BLOCK ? visible - j0 : ATT_BLOCK;
+    for (int64_t next = 0; next < end;) {
+      int64_t kidx[ATT_BLOCK], jb = 0;
+      for (; jb < ATT_BLOCK && next < end; next++)
+        if (!mrow || next < A->off || mrow[next - A->off]) kidx[jb++] = next;
+      if (jb == 0) break;
       for (int64_t j = 0; j < jb; j++) {
-        const uint8_t *kr = A->k + ((size_t)((j0 + j) * A->Hkv + hk) * (size_t)A->D) * ke;
+        const uint8_t *kr = A->k + ((size_t)(kidx[j] * A->Hkv + hk) * (size_t)A->D) * ke;
 #if defined(__AVX512F__)
         if (A->D % 16 == 0 && gs % 4 == 0) {
           for (int64_t g = 0; g < gs; g += 4)
@@ -402,7 +412,7 @@ static void att_task(void *p, int tid, int nth) {
         for (j = 0; j < jb; j++) l[g] += sg[j];
       }
       const uint8_t *vrows[ATT_BLOCK];
-      for (int64_t j = 0; j < jb; j++) vrows[j] = A->v + ((size_t)((j0 + j) * A->Hkv + hk) * (size_t)A->Dv) * ve;
+      for (int64_t j = 0; j < jb; j++) vrows[j] = A->v + ((size_t)(kidx[j] * A->Hkv + hk) * (size_t)A->Dv) * ve;
 #if defined(AW)
       if (A->Dv % AW == 0) {
         for (int64_t g = 0; g < gs; g++)
@@ -456,11 +466,12 @@ xpu_status nv_k_attention(nv_run *r, const xpu_ir_node *n) {
   A.Dv = v->shape[2];
   A.causal = n->iattr[0] == 1;
   A.off = n->iattr[1];
-  if (n->n_inputs == 4) {
+  if (n->n_inputs >= 4) {
     int32_t off;
     memcpy(&off, r->ptr[n->inputs[3]], 4);
     A.off = off;
   }
+  if (n->n_inputs == 5) A.mask = (const int8_t *)r->ptr[n->inputs[4]];
   /* any offset past these bounds means the same (all keys or none): clamping keeps i + off
    * from overflowing */
   if (A.off > A.Tk) A.off = A.Tk;

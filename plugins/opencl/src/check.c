@@ -147,10 +147,16 @@ int ocl_node_check(ocl_ctx *c, const xpu_ir_graph *g, uint32_t ni, char *why, si
   }
   case XPU_OP_ATTENTION: {
     const xpu_ir_tensor *v = xpu_ir_input(g, n, 2), *qo = xpu_ir_input(g, n, 3);
-    if (n->n_inputs < 3 || n->n_inputs > 4) NO("needs q, k, v [, q_offset]");
+    if (n->n_inputs < 3 || n->n_inputs > 5) NO("needs q, k, v [, q_offset [, mask]]");
     if (a->rank != 3 || b->rank != 3 || v->rank != 3) NO("q, k, v must be rank 3");
     if (!isf(b->dtype) || !isf(v->dtype)) NO("k and v must be float");
     if (qo && (qo->dtype != XPU_DT_I32 || xpu_ir_numel(qo) != 1)) NO("q_offset must be I32 [1]");
+    if (n->n_inputs == 5) {
+      const xpu_ir_tensor *mk = xpu_ir_input(g, n, 4);
+      if (n->iattr[0] != 1) NO("a mask needs causal attention");
+      if (mk->dtype != XPU_DT_I8 || mk->rank != 2 || mk->shape[0] != a->shape[0] || mk->shape[1] != a->shape[0])
+        NO("mask must be I8 [Tq, Tq]");
+    }
     int64_t Hq = a->shape[1], Hkv = b->shape[1], D = a->shape[2], Dv = v->shape[2];
     if (b->shape[2] != D) NO("q and k head sizes differ");
     if (v->shape[0] != b->shape[0] || v->shape[1] != Hkv) NO("k and v disagree on [Tk, Hkv]");

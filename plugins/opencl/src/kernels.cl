@@ -246,22 +246,33 @@ __kernel void rope(gcbytes *a, ulong aoff, int adt, __global const int *pos, ulo
 }
 
 /*
+ * Tree mask (op set v2): with a mask, query i sees every key before q_offset and key
+ * q_offset+j iff mask[i, j] != 0; the caller has already limited keys to [0, q_offset+Tq).
+ */
+inline int att_visible(gcbytes *mask, long i, long Tq, long off, long j) {
+  return mask == 0 || j < off || ((__global const char *)mask)[i * Tq + (j - off)] != 0;
+}
+
+/*
  * ATTENTION: one work-group per (query i, head h), keys in chunks of the local size with an
  * online softmax. Keys past the last visible one are never loaded: a KV cache bound with its
- * full capacity may hold garbage there.
+ * full capacity may hold garbage there. Masked keys inside a chunk score -inf and their V rows
+ * are skipped.
  */
 __kernel void attention(gcbytes *q, ulong qoff, int qdt, gcbytes *k, ulong koff, int kdt,
                         gcbytes *v, ulong voff, int vdt, gbytes *o, ulong ooff, int odt, long Hq,
                         long Tk, long Hkv, long D, long Dv, float scale, int causal,
                         gcbytes *qo, ulong qooff, int has_qo, long qo_attr, __local float *lq,
-                        __local float *lacc, __local float *ls) {
+                        __local float *lacc, __local float *ls, gcbytes *mk, ulong mkoff,
+                        int has_mask, long Tq) {
+  gcbytes *mask = has_mask ? mk + mkoff : 0;
   long g = get_group_id(0);
   long i = g / Hq, h = g % Hq, hk = h / (Hq / Hkv);
   int l = get_local_id(0), L = get_local_size(0);
-  long last = Tk - 1;
+  long last = Tk - 1, off = 0;
   if (causal) {
-    long off = has_qo ? (long)((__global const int *)(qo + qooff))[0] : qo_attr;
-    last = min(last, i + off);
+    off = has_qo ? (long)((__global const int *)(qo + qooff))[0] : qo_attr;
+    last = min(last, mask ? off + Tq - 1 : i + off);
   }
   for (long d = l; d < D; d += L) lq[d] = ld(q + qoff, g * D + d, qdt, 1.0f);
   for (long d = l; d < Dv; d += L) lacc[d] = 0.0f;
@@ -271,7 +282,7 @@ __kernel void attention(gcbytes *q, ulong qoff, int qdt, gcbytes *k, ulong koff,
     long j = j0 + l;
     int cnt = (int)min((long)L, last - j0 + 1);
     float s = -INFINITY;
-    if (l < cnt) {
+    if (l < cnt && att_visible(mask, i, Tq, off, j)) {
       float dot = 0.0f;
       for (long d = 0; d < D; d++) dot += lq[d] * ld(k + koff, (j * Hkv + hk) * D + d, kdt, 1.0f);
       s = dot * scale;
@@ -281,13 +292,16 @@ __kernel void attention(gcbytes *q, ulong qoff, int qdt, gcbytes *k, ulong koff,
     float cm = m;
     for (int t = 0; t < cnt; t++) cm = fmax(cm, ls[t]);
     barrier(CLK_LOCAL_MEM_FENCE);
-    ls[l] = l < cnt ? exp(s - cm) : 0.0f;
+    /* a chunk of masked keys leaves cm at -inf: no weight, no rescaling */
+    ls[l] = l < cnt && s > -INFINITY ? exp(s - cm) : 0.0f;
     barrier(CLK_LOCAL_MEM_FENCE);
-    float corr = exp(m - cm), ps = 0.0f;
+    float corr = m == cm ? 1.0f : exp(m - cm), ps = 0.0f;
     for (int t = 0; t < cnt; t++) ps += ls[t];
     for (long d = l; d < Dv; d += L) {
       float acc = lacc[d] * corr;
-      for (int t = 0; t < cnt; t++) acc += ls[t] * ld(v + voff, ((j0 + t) * Hkv + hk) * Dv + d, vdt, 1.0f);
+      for (int t = 0; t < cnt; t++)
+        if (att_visible(mask, i, Tq, off, j0 + t))
+          acc += ls[t] * ld(v + voff, ((j0 + t) * Hkv + hk) * Dv + d, vdt, 1.0f);
       lacc[d] = acc;
     }
     ssum = ssum * corr + ps;
@@ -295,7 +309,7 @@ __kernel void attention(gcbytes *q, ulong qoff, int qdt, gcbytes *k, ulong koff,
     barrier(CLK_LOCAL_MEM_FENCE);
   }
   for (long d = l; d < Dv; d += L)
-    st(o + ooff, g * Dv + d, odt, last >= 0 ? lacc[d] / ssum : 0.0f, 1.0f);
+    st(o + ooff, g * Dv + d, odt, last >= 0 && ssum > 0.0f ? lacc[d] / ssum : 0.0f, 1.0f);
 }
 
 /* GET_ROWS: an id outside [0, R) sets *err instead of reading */
@@ -562,20 +576,23 @@ GEMM_Q(gemm_q_1, 1)
  * ATTENTION for CPU devices: one work item per (query, head), no barriers (PoCL turns each
  * barrier of the work-group kernel into a loop split, which made it 13x slower than NEON).
  * The query (pre-scaled) and the output row live in private arrays of ATT_MAX; the host uses
- * this kernel only when D and Dv fit. Keys past the last visible one are never loaded.
+ * this kernel only when D and Dv fit. Keys past the last visible one are never loaded, nor
+ * keys a tree mask hides.
  */
 #define ATT_MAX 256
 __kernel void attention_row(gcbytes *q, ulong qoff, int qdt, gcbytes *k, ulong koff, int kdt,
                             gcbytes *v, ulong voff, int vdt, gbytes *o, ulong ooff, int odt,
                             long Hq, long Tk, long Hkv, long D, long Dv, float scale, int causal,
-                            gcbytes *qo, ulong qooff, int has_qo, long qo_attr, ulong n) {
+                            gcbytes *qo, ulong qooff, int has_qo, long qo_attr, ulong n,
+                            gcbytes *mk, ulong mkoff, int has_mask, long Tq) {
   ulong g = get_global_id(0);
   if (g >= n) return;
+  gcbytes *mask = has_mask ? mk + mkoff : 0;
   long i = (long)g / Hq, h = (long)g % Hq, hk = h / (Hq / Hkv);
-  long last = Tk - 1;
+  long last = Tk - 1, off = 0;
   if (causal) {
-    long off = has_qo ? (long)((__global const int *)(qo + qooff))[0] : qo_attr;
-    last = min(last, i + off);
+    off = has_qo ? (long)((__global const int *)(qo + qooff))[0] : qo_attr;
+    last = min(last, mask ? off + Tq - 1 : i + off);
   }
   float qv[ATT_MAX], acc[ATT_MAX];
   for (long d = 0; d < D; d++) qv[d] = ld(q + qoff, g * D + d, qdt, 1.0f) * scale;
@@ -584,6 +601,7 @@ __kernel void attention_row(gcbytes *q, ulong qoff, int qdt, gcbytes *k, ulong k
   __global const float *kf = (__global const float *)(k + koff);
   __global const float *vf = (__global const float *)(v + voff);
   for (long j = 0; j <= last; j++) {
+    if (!att_visible(mask, i, Tq, off, j)) continue;
     ulong kb = (ulong)((j * Hkv + hk) * D), vb = (ulong)((j * Hkv + hk) * Dv);
     float dot = 0.0f;
     if (kdt == DT_F32)

@@ -156,6 +156,8 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, int float_as_f16, uint
     break;
   }
   case XPU_OP_ATTENTION: {
+    /* op set v2's tree mask: the lowering does not apply it yet (h/qnn-htp adds it) */
+    if (n->n_inputs > 4) REFUSE("ATTENTION with a tree mask is not lowered yet");
     if (n->n_inputs > 3) {
       const xpu_ir_tensor *qo = &ir->tensors[n->inputs[3]];
       if (qo->dtype != XPU_DT_I32 || xpu_ir_numel(qo) != 1) REFUSE("ATTENTION q_offset must be I32 [1]");
