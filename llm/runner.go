@@ -106,18 +106,22 @@ func WithRuntime(rt *sched.Runtime) RunnerOption { return func(c *runnerConfig) 
 // runner builds graphs; sched opens the contexts, prepares the partitions and runs them). It
 // is not safe for concurrent use.
 type Runner struct {
-	m       *Model
-	cfg     runnerConfig
-	plan    *sched.ResolvedPlan
-	rt      *sched.Runtime
-	cap     int64 // cache rows: the context plus room for a padded last chunk
-	kv      [][2]sched.Span
-	ids     sched.Span // per position: token ids, positions, query offsets, RoPE tables
-	posS    sched.Span
-	qoffS   sched.Span
-	cos     sched.Span
-	sin     sched.Span
-	progs   map[int]*chunkProg
+	m     *Model
+	cfg   runnerConfig
+	plan  *sched.ResolvedPlan
+	rt    *sched.Runtime
+	cap   int64 // cache rows: the context plus room for a padded last chunk
+	kv    [][2]sched.Span
+	ids   sched.Span // per position: token ids, positions, query offsets, RoPE tables
+	posS  sched.Span
+	qoffS sched.Span
+	cos   sched.Span
+	sin   sched.Span
+	progs map[int]*chunkProg
+	// vprogs are the verify programs by length (WithVerifyLengths); tree says they take a
+	// tree mask (else they verify chains, with the causal mask).
+	vprogs  map[int]*chunkProg
+	tree    bool
 	closed  bool
 	shared  bool  // rt is the caller's (WithRuntime)
 	unitIdx []int // plan unit → runtime unit
@@ -131,6 +135,10 @@ type chunkProg struct {
 	c      int64
 	prog   *sched.Program
 	logits []sched.Span
+	// a verify program's own inputs, written before each run (tree verification): positions,
+	// RoPE tables (models with frequency factors) and the mask
+	pos, cos, sin, mask sched.Span
+	tree                bool
 }
 
 // NewRunner runs the whole model on one device: a one-unit plan (the unit's options are those of
@@ -205,7 +213,7 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 	if len(cfg.verify) > 0 {
 		widest = max(widest, slices.Max(cfg.verify))
 	}
-	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + widest - 1)}
+	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, vprogs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + widest - 1)}
 	if cfg.rt != nil {
 		r.rt, r.shared = cfg.rt, true
 		names := map[string]int{}
@@ -285,7 +293,7 @@ func (r *Runner) init(ctx context.Context) error {
 		copy(a.Bytes(r.sin), core.EncodeF32(sin))
 	}
 	lengths := r.programLengths()
-	total := len(lengths) * (c.Layers + 1)
+	total := (len(lengths) + len(r.VerifyLengths())) * (c.Layers + 1)
 	done := 0
 	step := func() {
 		done++
@@ -295,14 +303,14 @@ func (r *Runner) init(ctx context.Context) error {
 	}
 	for _, n := range lengths {
 		t0 := time.Now()
-		cp, err := r.prepare(ctx, int64(n), step)
+		cp, err := r.prepare(ctx, int64(n), step, false)
 		if err != nil {
 			return err
 		}
 		r.progs[n] = cp
 		r.cfg.logger.Debug("llm: stage graphs prepared", "program", cp.prog.Name(), "took", time.Since(t0))
 	}
-	return nil
+	return r.prepareVerify(ctx, step)
 }
 
 // phaseOf is the plan phase a chunk length serves: the one-token graphs decode (and serve a
@@ -332,12 +340,15 @@ func (r *Runner) layerOf(s int, n *core.Node) int {
 
 // prepare builds every stage for chunk length c, places its nodes by the plan and has sched
 // partition, check and prepare them.
-func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkProg, error) {
+func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (*chunkProg, error) {
 	cfg := r.m.Config
 	phase := phaseOf(c)
 	a := r.rt.Arena()
 	rowBytes := r.cfg.kv.Bytes(int64(cfg.KVHeads * cfg.HeadDim))
 	spec := sched.ProgramSpec{Name: fmt.Sprintf("%s (chunk %d)", phase, c), Phase: phase, Lanes: 1}
+	if tree {
+		spec.Name = fmt.Sprintf("verify (tree %d)", c)
+	}
 	var stages []*core.Graph
 	for s := 0; s <= cfg.Layers; s++ {
 		var g *core.Graph
@@ -345,7 +356,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkProg,
 		if s == 0 {
 			g, err = r.m.buildEmbedStage(c, r.cfg.kv)
 		} else {
-			g, err = r.m.buildLayerStage(s-1, c, r.cap, r.cfg.kv)
+			g, err = r.m.buildLayerStage(s-1, c, r.cap, r.cfg.kv, tree)
 		}
 		if err != nil {
 			return nil, err
@@ -401,12 +412,30 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkProg,
 		return nil, fmt.Errorf("llm: logits for chunk %d: %w", c, err)
 	}
 	half := int64(cfg.RopeDims / 2)
+	cp := &chunkProg{c: c, logits: logits, tree: tree}
+	if tree {
+		sizes := []int64{4 * c, c * c}
+		if cfg.RopeFreqFactors != nil {
+			sizes = append(sizes, c*half*4, c*half*4)
+		}
+		spans := make([]sched.Span, 4)
+		for i, n := range sizes {
+			if spans[i], err = a.Alloc(n); err != nil {
+				return nil, fmt.Errorf("llm: verify inputs for length %d: %w", c, err)
+			}
+		}
+		cp.pos, cp.mask, cp.cos, cp.sin = spans[0], spans[1], spans[2], spans[3]
+	}
 	for s, g := range stages {
 		in, out := (s+1)%2, s%2
 		byName := map[string]sched.Binding{
 			"ids": {Span: r.ids, Stride: 4}, "pos": {Span: r.posS, Stride: 4}, "q_offset": {Span: r.qoffS, Stride: 4},
 			"rope_cos": {Span: r.cos, Stride: half * 4}, "rope_sin": {Span: r.sin, Stride: half * 4},
 			"x": {Lanes: x[in]}, "q": {Lanes: q[in]},
+		}
+		if tree {
+			byName["pos"], byName["mask"] = sched.Binding{Span: cp.pos}, sched.Binding{Span: cp.mask}
+			byName["rope_cos"], byName["rope_sin"] = sched.Binding{Span: cp.cos}, sched.Binding{Span: cp.sin}
 		}
 		if s > 0 {
 			byName["k_cache"], byName["v_cache"] = sched.Binding{Span: r.kv[s-1][0]}, sched.Binding{Span: r.kv[s-1][1]}
@@ -454,7 +483,8 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkProg,
 		}
 		return nil, fmt.Errorf("llm: %s: %w", spec.Name, err)
 	}
-	return &chunkProg{c: c, prog: prog, logits: logits}, nil
+	cp.prog = prog
+	return cp, nil
 }
 
 // Close releases the cache, the prepared graphs and the units. The runner's report and
@@ -467,6 +497,9 @@ func (r *Runner) Close() error {
 	if r.shared {
 		var errs []error
 		for _, cp := range r.progs {
+			errs = append(errs, cp.prog.Close())
+		}
+		for _, cp := range r.vprogs {
 			errs = append(errs, cp.prog.Close())
 		}
 		return errors.Join(errs...)

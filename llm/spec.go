@@ -369,27 +369,28 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 			_ = r.Truncate(want)
 		}
 	}()
-	row := make([]float32, vs)
+	buf := make([]float32, vs)
 	sample := func(l []float32, hist []int32) int32 {
-		copy(row, l[:vs])
-		return sampler.Sample(row, hist)
+		copy(buf, l[:vs])
+		return sampler.Sample(buf, hist)
 	}
 	predict := func(l []float32, hist []int32) int32 {
-		copy(row, l[:vs])
-		sampler.penalize(row, hist)
-		return argmax(row)
+		copy(buf, l[:vs])
+		sampler.penalize(buf, hist)
+		return argmax(buf)
 	}
 	next := sample(logits, r.history)
 	for {
 		if stop, err := emit(next); stop || err != nil {
 			return err
 		}
-		var path []int32
+		var tree draft.Tree
 		budget := min(r.MaxVerify()-1, r.cfg.ctxLen-r.pos-1, cfg.maxTokens-len(res.Tokens))
 		if drafter != nil && budget > 0 {
 			t0 := time.Now()
 			seq := append(r.history[:len(r.history):len(r.history)], next)
-			tree, err := proposeSafely(drafter, seq, budget)
+			var err error
+			tree, err = proposeSafely(drafter, seq, budget)
 			if err == nil {
 				err = tree.Validate(vocab, budget)
 			}
@@ -400,13 +401,14 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 				// a broken drafter costs speed, never text: decode plainly from here on
 				r.cfg.logger.Warn("llm: speculative decoding off: the drafter failed", "err", err)
 				st.Fallback = err.Error()
-				drafter = nil
-			} else {
-				path = tree.Primary()
+				drafter, tree = nil, draft.Tree{}
+			} else if !r.TreeVerify() {
+				tree = draft.Chain(tree.Primary())
 			}
 		}
-		k, l := pol.choose(len(path))
-		path = path[:k]
+		k, l := pol.choose(tree.Len())
+		// parents come first, so the first k nodes are a tree
+		tree = draft.Tree{Tokens: tree.Tokens[:k], Parents: tree.Parents[:k]}
 		t0 := time.Now()
 		if k == 0 {
 			var err error
@@ -425,50 +427,70 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 			next = sample(logits, r.history)
 			continue
 		}
-		rows, err := r.Verify(ctx, append([]int32{next}, path...))
+		base := r.pos // the row of next
+		rows, err := r.VerifyTree(ctx, next, tree)
 		if err != nil {
 			return err
 		}
 		d := time.Since(t0)
 		st.Verify += d
 		spentIn += d
-		start := r.pos - len(path) - 1 // the row of next
-		preds := make([]int32, len(path)+1)
-		for j := range preds {
-			if err := checkLogits(rows[j], start+j); err != nil {
+		// walk the tree from the root: each step keeps the child the model picks
+		kids := make([][]int, k+1) // by parent row (0: the root)
+		for i, p := range tree.Parents {
+			kids[p+1] = append(kids[p+1], i)
+		}
+		hist := append(r.history[:base+1:base+1], make([]int32, 0, k)...)
+		keep := []int{0}
+		cur := -1 // the node whose row predicts next (-1: the root)
+		var corr int32
+		for {
+			row := rows[cur+1]
+			if err := checkLogits(row, base+len(keep)-1); err != nil {
 				return err
 			}
-			preds[j] = predict(rows[j], r.history[:start+j+1])
-		}
-		a := 0
-		var corr int32
-		if greedy {
-			for a < len(path) && preds[a] == path[a] {
-				a++
-			}
-			corr = preds[a]
-		} else {
-			corr = -1
-			for a < len(path) {
-				copy(row, rows[a][:vs])
-				sampler.penalize(row, r.history[:start+a+1])
-				dist := sampler.dist(row)
-				if x, ok := acceptDraft(sampler, dist, path[a]); !ok {
-					corr = x
-					break
+			var child int
+			if greedy {
+				pred := predict(row, hist)
+				child = -1
+				for _, c := range kids[cur+1] {
+					if tree.Tokens[c] == pred {
+						child = c
+						break
+					}
 				}
-				a++
+				corr = pred
+			} else {
+				copy(buf, row[:vs])
+				sampler.penalize(buf, hist)
+				child, corr = acceptTree(sampler, sampler.dist(buf), tree.Tokens, kids[cur+1])
 			}
-			if corr < 0 {
-				corr = sample(rows[a], r.history[:start+a+1])
+			if child < 0 {
+				break
 			}
+			cur = child
+			keep = append(keep, child+1)
+			hist = append(hist, tree.Tokens[child])
 		}
-		if err := r.Truncate(start + 1 + a); err != nil {
+		a := len(keep) - 1
+		// what the drafter learns: the path verified, the accepted nodes and then the first
+		// child's line below the last, with the model's predictions along it
+		stepDraft := slices.Clone(hist[base+1:])
+		preds := make([]int32, 0, k+1)
+		for _, row := range keep {
+			preds = append(preds, predict(rows[row], hist[:base+len(preds)+1]))
+		}
+		for c := cur; len(kids[c+1]) > 0; {
+			c = kids[c+1][0]
+			stepDraft = append(stepDraft, tree.Tokens[c])
+			preds = append(preds, predict(rows[c+1], append(r.history[:base+1:base+1], stepDraft[:len(stepDraft)]...)))
+		}
+		if err := r.KeepPath(ctx, base, keep); err != nil {
 			return err
 		}
 		st.Passes++
 		st.Verifies++
-		st.Drafted += len(path)
+		st.Drafted += k
 		st.Accepted += a
 		if st.Lengths == nil {
 			st.Lengths = map[int]int{}
@@ -478,13 +500,13 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 			st.Histogram = append(st.Histogram, 0)
 		}
 		st.Histogram[a]++
-		pol.observe(l, d, len(path), a)
+		pol.observe(l, d, pathDepth(tree), a)
 		trace.Slice("speculative", fmt.Sprintf("verify %d", l), t0, t0.Add(d),
-			map[string]any{"row": start, "drafted": len(path), "accepted": a})
+			map[string]any{"row": base, "drafted": k, "accepted": a})
 		if drafter != nil {
-			drafter.Observe(draft.Step{Draft: path, Accepted: a, Predictions: preds})
+			drafter.Observe(draft.Step{Draft: stepDraft, Accepted: a, Predictions: preds})
 		}
-		for _, t := range path[:a] {
+		for _, t := range hist[base+1:] {
 			if stop, err := emit(t); stop || err != nil {
 				return err
 			}
@@ -493,30 +515,45 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 	}
 }
 
-// acceptDraft is the speculative-sampling rule for a draft token x proposed with certainty:
-// keep x with probability p(x); otherwise draw from p without x, renormalized.
-func acceptDraft(s *Sampler, dist []cand, x int32) (int32, bool) {
-	px := 0.0
-	for _, c := range dist {
-		if c.id == x {
-			px = c.p
+// acceptTree is the speculative-sampling rule for draft children proposed with certainty
+// (tokens[c] for c in kids, in order): child c is kept with the probability the distribution
+// left so far gives its token; on rejection that token's probability goes and the rest is
+// renormalized; when every child is rejected, the next token is drawn from what is left. Each
+// token thus has probability p(token), as plain sampling gives. It returns the child kept (-1:
+// none) and the token drawn (the kept child's when one is).
+func acceptTree(s *Sampler, dist []cand, tokens []int32, kids []int) (int, int32) {
+	rest := slices.Clone(dist)
+	for _, c := range kids {
+		x := tokens[c]
+		px := 0.0
+		for _, d := range rest {
+			if d.id == x {
+				px = d.p
+			}
 		}
-	}
-	u := s.rng.Float64()
-	if u < px {
-		return x, true
-	}
-	rest := make([]cand, 0, len(dist))
-	for _, c := range dist {
-		if c.id != x {
-			rest = append(rest, cand{c.id, c.p / (1 - px)})
+		if px <= 0 {
+			continue // not in the distribution, or rejected already
 		}
+		if s.rng.Float64() < px {
+			return c, x
+		}
+		if px >= 1 {
+			return c, x // rounding: nothing else is left
+		}
+		kept := rest[:0]
+		for _, d := range rest {
+			if d.id != x {
+				kept = append(kept, cand{d.id, d.p / (1 - px)})
+			}
+		}
+		rest = kept
 	}
-	if len(rest) == 0 {
-		return x, true // p(x) rounds to 1
-	}
-	return s.draw(rest), false
+	return -1, s.draw(rest)
 }
+
+// pathDepth is the depth of a tree's first-child line, the draft positions the policy's
+// acceptance statistics count.
+func pathDepth(t draft.Tree) int { return len(t.Primary()) }
 
 // proposeSafely calls a drafter, turning a panic into an error: drafters may be the caller's.
 func proposeSafely(d draft.Drafter, history []int32, budget int) (t draft.Tree, err error) {

@@ -110,15 +110,17 @@ func TestSpecKVRowsEqualPlain(t *testing.T) {
 	type setup struct {
 		backends []string
 		plan     string
+		tree     bool // every unit takes the tree mask
 	}
 	setups := map[string]setup{
-		"ref":    {nil, ""},
-		"neon":   {[]string{"neon"}, `{"units":["neon"],"prefill":{"rules":[{"unit":"neon"}]}}`},
-		"opencl": {[]string{"opencl"}, `{"units":["opencl"],"prefill":{"rules":[{"unit":"opencl"}]}}`},
+		"ref":    {nil, "", true},
+		"neon":   {[]string{"neon"}, `{"units":["neon"],"prefill":{"rules":[{"unit":"neon"}]}}`, true},
+		"opencl": {[]string{"opencl"}, `{"units":["opencl"],"prefill":{"rules":[{"unit":"opencl"}]}}`, true},
 		"qnn (emulated) MATMULs, neon the rest": {[]string{"neon", "qnn"},
-			`{"units":["neon","qnn"],"prefill":{"rules":[{"unit":"qnn","ops":["MATMUL"]},{"unit":"neon"}]}}`},
+			`{"units":["neon","qnn"],"prefill":{"rules":[{"unit":"qnn","ops":["MATMUL"]},{"unit":"neon"}]}}`, true},
+		"qnn (emulated) everything": {[]string{"qnn"}, `{"units":["qnn"],"prefill":{"rules":[{"unit":"qnn"}]}}`, false},
 		"neon+opencl sharing the cache by layers": {[]string{"neon", "opencl"},
-			`{"units":["neon","opencl"],"prefill":{"rules":[{"unit":"neon","layers":"0-2"},{"unit":"opencl"}]}}`},
+			`{"units":["neon","opencl"],"prefill":{"rules":[{"unit":"neon","layers":"0-2"},{"unit":"opencl"}]}}`, true},
 	}
 	ids := m.Tokenizer.Encode("Tom and his dog went to the park", true)
 	const n = 40
@@ -159,15 +161,55 @@ func TestSpecKVRowsEqualPlain(t *testing.T) {
 					chain[i] = (chain[i] + 1 + int32(rng.IntN(50))) % int32(m.Config.Vocab)
 				}
 				base := r.Len()
-				rows, err := r.Verify(ctx, chain)
-				require.NoError(t, err)
-				acc := 0
-				for acc+1 < len(chain) && argmax(rows[acc]) == chain[acc+1] {
-					acc++
+				if r.TreeVerify() && len(chain) > 7 {
+					chain = chain[:7] // 2+2·6 tree nodes and the root fit the 16-token graph
 				}
-				require.GreaterOrEqual(t, acc, min(good, len(chain)-1))
-				require.NoError(t, r.Truncate(base+1+acc))
-				done += 1 + acc
+				if !r.TreeVerify() {
+					rows, err := r.Verify(ctx, chain)
+					require.NoError(t, err)
+					acc := 0
+					for acc+1 < len(chain) && argmax(rows[acc]) == chain[acc+1] {
+						acc++
+					}
+					require.GreaterOrEqual(t, acc, min(good, len(chain)-1))
+					require.NoError(t, r.Truncate(base+1+acc))
+					done += 1 + acc
+					continue
+				}
+				// a tree: a wrong branch of two first, then the draft, each of its nodes with a
+				// wrong sibling after it, so the accepted rows are not contiguous
+				w := func() int32 { return int32(rng.IntN(m.Config.Vocab)) }
+				tree := draft.Tree{Tokens: []int32{w(), w()}, Parents: []int{-1, 0}}
+				parent := -1
+				for _, tok := range chain[1:] {
+					tree.Tokens = append(tree.Tokens, tok, w())
+					tree.Parents = append(tree.Parents, parent, parent)
+					parent = len(tree.Tokens) - 2
+				}
+				rows, err := r.VerifyTree(ctx, chain[0], tree)
+				require.NoError(t, err)
+				keep, cur := []int{0}, -1
+				for {
+					pred, next := argmax(rows[cur+1]), -1
+					for i, p := range tree.Parents {
+						if p == cur && tree.Tokens[i] == pred {
+							next = i
+							break
+						}
+					}
+					if next < 0 {
+						break
+					}
+					cur = next
+					keep = append(keep, next+1)
+				}
+				require.GreaterOrEqual(t, len(keep)-1, min(good, len(chain)-1))
+				require.NoError(t, r.KeepPath(ctx, base, keep))
+				require.Equal(t, base+len(keep), r.Len())
+				done += len(keep)
+			}
+			if s.tree {
+				require.True(t, r.TreeVerify(), "the tree path ran")
 			}
 			require.Equal(t, append(append([]int32(nil), ids...), toks...), r.Tokens()[:len(ids)+n])
 			got := kvRows(r, len(ids)+n)
@@ -305,16 +347,23 @@ func chi2Critical(df int) float64 {
 	return k * math.Pow(1-2/(9*k)+z*math.Sqrt(2/(9*k)), 3)
 }
 
-// TestAcceptDraftDistribution: the speculative-sampling rule keeps the target distribution,
-// whatever token is drafted.
-func TestAcceptDraftDistribution(t *testing.T) {
+// TestAcceptTreeDistribution: the speculative-sampling rule keeps the target distribution,
+// whatever tokens the children draft (one, several, one outside the distribution).
+func TestAcceptTreeDistribution(t *testing.T) {
 	s := NewSampler(SamplerConfig{Temperature: 1, Seed: 9})
 	dist := []cand{{3, 0.5}, {1, 0.25}, {4, 0.15}, {0, 0.1}}
-	for _, x := range []int32{3, 0, 7} {
+	for _, drafted := range [][]int32{{3}, {0}, {7}, {1, 3}, {0, 4, 7, 3}, {}} {
+		kids := make([]int, len(drafted))
+		for i := range kids {
+			kids[i] = i
+		}
 		counts := map[int32]int{}
 		const n = 40000
 		for range n {
-			tok, _ := acceptDraft(s, dist, x)
+			c, tok := acceptTree(s, dist, drafted, kids)
+			if c >= 0 {
+				require.Equal(t, drafted[c], tok)
+			}
 			counts[tok]++
 		}
 		var stat float64
@@ -322,7 +371,7 @@ func TestAcceptDraftDistribution(t *testing.T) {
 			e := c.p * n
 			stat += (float64(counts[c.id]) - e) * (float64(counts[c.id]) - e) / e
 		}
-		assert.Less(t, stat, chi2Critical(len(dist)-1), "draft %d: %v", x, counts)
+		assert.Less(t, stat, chi2Critical(len(dist)-1), "drafts %v: %v", drafted, counts)
 		assert.Zero(t, counts[7], "a token outside the distribution is never kept")
 	}
 }
