@@ -181,16 +181,16 @@ func topCandidates(logits []float32, k int) []draft.Candidate {
 type specPolicy struct {
 	lengths []int           // verify lengths, ascending
 	cost    map[int]float64 // seconds per pass by length (1: decode), moving averages
-	tried   []float64       // tried[i]: decayed count of verifies with a draft token at position i+1
+	tried   []float64       // tried[i]: decayed count of verifies that reached draft position i
 	hit     []float64       // hit[i]: of those, the ones that accepted it
 	always  bool
 	skipped int // plain steps since the last verify although a draft was there
-	probe   int // verify after this many skipped steps (doubles after each failed probe)
+	probe   int // verify after this many skipped steps (4× after each probe that did not pay)
 }
 
 const (
-	probeFirst = 16
-	probeMax   = 512
+	probeFirst = 32
+	probeMax   = 2048
 	// decay weighs recent steps more: the text may move from copying to new writing.
 	decay = 0.95
 )
@@ -204,7 +204,9 @@ func newSpecPolicy(lengths []int, always bool) *specPolicy {
 		hit: make([]float64, maxL), always: always, probe: probeFirst}
 }
 
-// accept is the estimated probability that draft position i (0-based) is accepted.
+// accept is the estimated probability that draft position i (0-based) is accepted given that
+// the positions before it were: a position no verify reached yet gets the prior 1/2, so the
+// expected acceptance of a deep draft decays geometrically until measured.
 func (p *specPolicy) accept(i int) float64 {
 	return (p.hit[i] + 0.5) / (p.tried[i] + 1)
 }
@@ -239,7 +241,7 @@ func (p *specPolicy) choose(k int) (int, int) {
 		}
 		exp, run := 1.0, 1.0
 		for i := range kk {
-			run = min(run, p.accept(i))
+			run *= p.accept(i)
 			exp += run
 		}
 		if s := exp / c; s > best {
@@ -255,7 +257,7 @@ func (p *specPolicy) choose(k int) (int, int) {
 	}
 	if p.skipped++; p.skipped >= p.probe {
 		p.skipped = 0
-		p.probe = min(2*p.probe, probeMax)
+		p.probe = min(4*p.probe, probeMax)
 		l := shortest(min(k, p.lengths[0]-1))
 		return min(k, l-1), l
 	}
@@ -294,7 +296,8 @@ func (p *specPolicy) observe(l int, d time.Duration, drafted, accepted int) {
 		p.tried[i] *= decay
 		p.hit[i] *= decay
 	}
-	for i := range drafted {
+	// position i was put to the test when the ones before it were accepted
+	for i := range min(drafted, accepted+1) {
 		p.tried[i]++
 		if i < accepted {
 			p.hit[i]++

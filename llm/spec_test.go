@@ -77,7 +77,7 @@ func TestSpecGreedyIdentical(t *testing.T) {
 					// the first token comes from prefill, the others from passes (the last pass's
 					// tokens may pass the budget)
 					require.LessOrEqual(t, len(res.Tokens), 1+res.Spec.Passes+res.Spec.Accepted)
-					require.Greater(t, len(res.Tokens), res.Spec.Passes)
+					require.GreaterOrEqual(t, len(res.Tokens), res.Spec.Passes)
 					if always {
 						require.Positive(t, res.Spec.Verifies, "%s prompt %q", name, prompt)
 					}
