@@ -159,7 +159,11 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 		}
 		res = r.finish(res, text, t1)
 		if f, ok := cfg.spec.drafter.(draft.Finisher); ok && err == nil {
-			if ferr := f.Finish(res.Tokens); ferr != nil {
+			var ferr error
+			if perr := safely(func() { ferr = f.Finish(res.Tokens) }); perr != nil {
+				ferr = perr
+			}
+			if ferr != nil {
 				// the answer is good; only a later request's drafts lose it
 				r.cfg.logger.Warn("llm: storing the answer for later drafts", "err", ferr)
 			}

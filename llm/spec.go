@@ -137,7 +137,11 @@ func (r *Runner) specPrefill(ctx context.Context, sc *specConfig, ids []int32, s
 		return nil, err
 	}
 	t0 := time.Now()
-	cal.Calibrate(ids, preds)
+	if err := safely(func() { cal.Calibrate(ids, preds) }); err != nil {
+		// the drafter's later proposals are checked and guarded; its calibration is lost
+		r.cfg.logger.Warn("llm: drafter calibration failed", "err", err)
+		st.Fallback = err.Error()
+	}
 	st.Calibrate = spent + time.Since(t0)
 	return logits, nil
 }
@@ -507,7 +511,10 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 		trace.Slice("speculative", fmt.Sprintf("verify %d", l), t0, t0.Add(d),
 			map[string]any{"row": base, "drafted": k, "accepted": a})
 		if drafter != nil {
-			drafter.Observe(draft.Step{Draft: stepDraft, Accepted: a, Predictions: preds})
+			if err := safely(func() { drafter.Observe(draft.Step{Draft: stepDraft, Accepted: a, Predictions: preds}) }); err != nil {
+				r.cfg.logger.Warn("llm: speculative decoding off: the drafter failed", "err", err)
+				st.Fallback, drafter = err.Error(), nil
+			}
 		}
 		for _, t := range hist[base+1:] {
 			if stop, err := emit(t); stop || err != nil {
@@ -560,12 +567,19 @@ func pathDepth(t draft.Tree) int { return len(t.Primary()) }
 
 // proposeSafely calls a drafter, turning a panic into an error: drafters may be the caller's.
 func proposeSafely(d draft.Drafter, history []int32, budget int) (t draft.Tree, err error) {
+	err = safely(func() { t = d.Propose(history, budget) })
+	return t, err
+}
+
+// safely runs a drafter's method, turning a panic into an error wrapping core.ErrInternal.
+func safely(f func()) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("llm: drafter panicked: %v: %w", p, core.ErrInternal)
 		}
 	}()
-	return d.Propose(history, budget), nil
+	f()
+	return nil
 }
 
 // ErrNoVerifyGraphs: speculative decoding was asked of a runner without verify graphs.
