@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xpuhub/xpu/sched"
 )
 
 // Every --spec mode prints plain decoding's greedy text; --stats reports the passes.
@@ -49,6 +51,28 @@ func TestRunSpecModes(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	assert.Equal(t, want, out)
 	assert.Contains(t, errOut, "corrupt history store")
+}
+
+// The trace shows the verify passes on a track of their own, with what each accepted.
+func TestRunSpecTrace(t *testing.T) {
+	p := storiesPath(t)
+	trace := filepath.Join(t.TempDir(), "t.json")
+	code, _, errOut := runCLI(t, "run", "--model", p, "--temp", "0", "-n", "48", "--backend", "neon",
+		"--spec", "lookup", "--spec-always", "--trace", trace, "-p", "Lily and Tom played in the park. Lily and Tom")
+	if code != 0 && strings.Contains(errOut, "neon") {
+		t.Skipf("neon plugin unavailable: %s", errOut)
+	}
+	require.Equal(t, 0, code, errOut)
+	events, err := sched.ReadTraceFile(trace)
+	require.NoError(t, err)
+	verifies := 0
+	for _, e := range events {
+		if e.Track == "speculative" && strings.HasPrefix(e.Name, "verify ") {
+			verifies++
+			assert.Contains(t, e.Args, "accepted")
+		}
+	}
+	assert.Positive(t, verifies)
 }
 
 func TestRunSpecBadFlags(t *testing.T) {
