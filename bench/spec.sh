@@ -11,6 +11,9 @@
 # the medians over the rounds of decode tokens/s and tokens per forward pass (verify or
 # decode), and each one's ratio to xpu's plain decoding of the same round.
 #
+# history-auto and history-always repeat the request with --spec-task: the task's earlier
+# answer (written by one untimed run first) is a drafting source, CoordGen's history store.
+#
 # Then the back-off check: a random-weight 1B model (drafts cannot hit, except where its own
 # output repeats), xpu's default (--spec auto) against --spec off, ROUNDS_1B rounds.
 #
@@ -68,7 +71,10 @@ llama_lookup() {
 		END { if (np > na) printf "llama-lookup %s %.2f\n", tps, np / (np - na) }' "$out/ll.txt"
 }
 
-configs=(plain auto retrieval-always lookup-always)
+# history-*: the same request again with --spec-task (earlier answers are a drafting source;
+# the store is filled by one untimed run first)
+export XPU_CACHE_DIR="$out/cache"
+configs=(plain auto retrieval-always lookup-always history-auto history-always)
 have_llama=0
 if [[ -x $LLAMA_BIN/llama-cli && -x $LLAMA_BIN/llama-lookup ]]; then
 	configs+=(llama-cli llama-lookup)
@@ -80,11 +86,14 @@ run_config() {
 	auto) xpu_run auto ;;
 	retrieval-always) xpu_run retrieval-always --spec retrieval --spec-always ;;
 	lookup-always) xpu_run lookup-always --spec lookup --spec-always ;;
+	history-auto) xpu_run history-auto --spec-task bench ;;
+	history-always) xpu_run history-always --spec retrieval --spec-always --spec-task bench ;;
 	llama-cli) llama_plain ;;
 	llama-lookup) llama_lookup ;;
 	esac
 }
 
+xpu_run warm-history --spec-task bench >/dev/null
 echo "# $(date -u +%FT%TZ) $(nproc) cores; model $MODEL; prompt ${#prompt} bytes; -n $N; -t $THREADS; llama.cpp: $have_llama" >&2
 : >"$out/results"
 for ((r = 0; r < ROUNDS; r++)); do
@@ -96,7 +105,7 @@ for ((r = 0; r < ROUNDS; r++)); do
 	done
 done
 # the xpu outputs are plain decoding's (the script checks, as the tests do)
-for c in auto retrieval-always lookup-always; do
+for c in auto retrieval-always lookup-always history-auto history-always; do
 	cmp -s "$out/plain.txt" "$out/$c.txt" || echo "WARNING: $c's text differs from plain decoding's" >&2
 done
 

@@ -245,9 +245,15 @@ func (p *specPolicy) choose(k int) (int, int) {
 		if !ok {
 			c = p.guess(l, c1)
 		}
-		exp, run := 1.0, 1.0
+		exp, run, last := 1.0, 1.0, 0.5
 		for i := range kk {
-			run *= p.accept(i)
+			// a position no recent verify reached is taken to go as the deepest one that did
+			c := last
+			if p.tried[i] >= 1 {
+				c = p.accept(i)
+				last = c
+			}
+			run *= c
 			exp += run
 		}
 		if s := exp / c; s > best {
@@ -270,21 +276,22 @@ func (p *specPolicy) choose(k int) (int, int) {
 	return 0, 1
 }
 
-// guess is the cost of a verify length not run yet: the longest shorter one measured scaled
-// by length (a pass costs at most proportionally more), or for the shortest an optimistic 1.5
-// decodes, so that it gets measured; longer ones are only tried once shorter ones paid.
+// guess is the cost of a verify length not run yet: the longest shorter one measured times the
+// square root of the length ratio (between a weight-bound pass, which costs about the same, and
+// a compute-bound one, which costs proportionally more: optimistic enough that a length gets
+// measured once the shorter ones nearly pay), or for the shortest 1.5 decodes.
 func (p *specPolicy) guess(l int, c1 float64) float64 {
 	for i := len(p.lengths) - 1; i >= 0; i-- {
 		if k := p.lengths[i]; k < l {
 			if c, ok := p.cost[k]; ok {
-				return c * float64(l) / float64(k)
+				return c * math.Sqrt(float64(l)/float64(k))
 			}
 		}
 	}
 	if l == p.lengths[0] {
 		return 1.5 * c1
 	}
-	return c1 * float64(l)
+	return c1 * math.Sqrt(float64(l))
 }
 
 // observe records a pass: its length (1: decode), wall time, draft tokens and accepted ones.
