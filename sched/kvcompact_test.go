@@ -304,3 +304,27 @@ func TestCompactRowsChecks(t *testing.T) {
 	_, err = a.CompactRows(Span{block: 9, Size: 256}, 32, 0, []int{1})
 	require.ErrorIs(t, err, core.ErrBadState)
 }
+
+// TestCompactKVChecksEverySpanFirst: a path that does not fit one span moves no row of any
+// span, and a closed runtime refuses.
+func TestCompactKVChecksEverySpanFirst(t *testing.T) {
+	rb := ref.New()
+	defer rb.Close()
+	rt, err := NewRuntime(context.Background(), rb.Devices(), []UnitSpec{{Backend: "ref"}})
+	require.NoError(t, err)
+	big, err := rt.Arena().Alloc(1024)
+	require.NoError(t, err)
+	small, err := rt.Arena().Alloc(256)
+	require.NoError(t, err)
+	for i := range 32 {
+		rt.Arena().Bytes(big)[i*32] = byte(i)
+	}
+	before := append([]byte(nil), rt.Arena().Bytes(big)...)
+	err = rt.CompactKV(context.Background(), []Span{big, small}, 32, 4, []int{0, 6})
+	require.ErrorIs(t, err, ErrBadRows, "row 10 is past the 8 rows of the small span")
+	assert.Equal(t, before, rt.Arena().Bytes(big), "the big span was not touched")
+	require.NoError(t, rt.CompactKV(context.Background(), []Span{big}, 32, 4, []int{0, 6}))
+	assert.Equal(t, byte(10), rt.Arena().Bytes(big)[5*32])
+	require.NoError(t, rt.Close())
+	require.ErrorIs(t, rt.CompactKV(context.Background(), []Span{big}, 32, 4, []int{0, 6}), core.ErrBadState)
+}

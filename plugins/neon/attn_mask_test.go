@@ -2,12 +2,16 @@ package neon_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/loader"
 )
 
 // TestAttentionTreeMaskVectorPaths puts the tree mask (op set v2) through the native vector
@@ -52,4 +56,114 @@ func TestAttentionTreeMaskVectorPaths(t *testing.T) {
 			}
 		}
 	}
+}
+
+// BenchmarkAttentionTree: a 16-token draft tree verified against a 4096-row f16 KV cache (32
+// query heads of 128, 8 KV heads), with the tree mask and as a plain causal chunk of the same
+// shape, and one decode row: what the mask costs, and that the unmasked path kept its speed.
+// Each build in build/plugins runs (pick one with -bench AttentionTree/libxpu-neon-avx512);
+// XPU_PLUGIN_PATH=DIR runs another build (one without the mask skips the masked case).
+func BenchmarkAttentionTree(b *testing.B) {
+	const hq, hkv, d, tk = 32, 8, 128, 4096
+	files, _ := findPlugins()
+	if len(files) == 0 {
+		b.Skip("no neon build (run make plugins)")
+	}
+	for _, f := range files {
+		for _, c := range []struct {
+			name   string
+			tq     int64
+			masked bool
+		}{{"decode", 1, false}, {"tree16-causal", 16, false}, {"tree16-mask", 16, true}} {
+			b.Run(filepath.Base(f)+"/"+c.name, func(b *testing.B) {
+				ctx := context.Background()
+				g := core.NewGraph()
+				q := g.Input("q", core.F32, c.tq, hq, d)
+				k := g.Input("k", core.F16, tk, hkv, d)
+				v := g.Input("v", core.F16, tk, hkv, d)
+				o := core.AttentionOptions{Causal: true,
+					QOffsetInput: g.Const("q_offset", core.I32, core.Shape{1}, core.EncodeI32([]int32{int32(tk - c.tq)}))}
+				if c.masked {
+					mask := make([]byte, c.tq*c.tq)
+					for i := int64(0); i < c.tq; i++ { // a binary tree: parent (i-1)/2
+						for a := i; ; a = (a - 1) / 2 {
+							mask[i*c.tq+a] = 1
+							if a == 0 {
+								break
+							}
+						}
+					}
+					o.Mask = g.Const("mask", core.I8, core.Shape{c.tq, c.tq}, mask)
+				}
+				g.Output(g.Attention(q, k, v, o))
+				if err := g.Err(); err != nil {
+					b.Fatal(err)
+				}
+				be, err := loader.Open(ctx, f)
+				if err != nil {
+					b.Skipf("%s: %v", f, err)
+				}
+				defer be.Close()
+				cctx, err := be.Devices()[0].NewContext(ctx, map[string]string{"threads": "2"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer cctx.Close()
+				exe, err := cctx.Prepare(ctx, g)
+				if errors.Is(err, core.ErrUnsupported) {
+					b.Skipf("this build refuses it: %v", err)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer exe.Close()
+				ex, err := exe.NewExecution()
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer ex.Close()
+				rng := rand.New(rand.NewPCG(1, 2))
+				for io, t := range []*core.Tensor{q, k, v, g.Outputs[0]} {
+					buf, err := cctx.Alloc(t.Bytes(), core.BufferDevice)
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer buf.Close()
+					data := make([]byte, t.Bytes())
+					if t.DType == core.F16 {
+						for i := 0; i+1 < len(data); i += 2 {
+							h := core.F32ToF16(float32(rng.NormFloat64()))
+							data[i], data[i+1] = byte(h), byte(h>>8)
+						}
+					} else if io == 0 {
+						copy(data, core.EncodeF32(randF32(rng, t.Shape.NumElements())))
+					}
+					if err := buf.Write(0, data); err != nil {
+						b.Fatal(err)
+					}
+					if err := ex.Bind(io, buf, 0); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ResetTimer()
+				cpu0 := processCPU()
+				for range b.N {
+					if err := ex.Run(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+				// CPU time as well as wall: on a shared, loaded machine it is the steadier figure
+				b.ReportMetric((processCPU()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
+			})
+		}
+	}
+}
+
+// processCPU is the user+system CPU time of this process so far (the plugin's threads included).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -3,8 +3,8 @@
  * ATT_BLOCK with an online softmax (running max and sum, accumulator rescaled when the max
  * grows), so no score matrix is materialized and no K/V row past the last visible key is read.
  * With a tree mask (op set v2) the visible keys are the prefix before q_offset plus the masked
- * block's marked keys; each block gathers up to ATT_BLOCK of them by index, so a masked key is
- * neither read nor given weight.
+ * block's marked keys; each window of ATT_BLOCK key positions gathers a row's visible keys by
+ * index, so a masked key is neither read nor given weight.
  */
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +18,8 @@
 
 #define ATT_BLOCK 32
 #define ATT_MAX_GROUP 16 /* query heads per KV head processed together */
+#define ATT_MAX_QB 16    /* query rows per task (they share each K/V row load) */
+#define ATT_QB_FLOATS 16384
 
 /* ---------------------------------------------------------------- rope */
 
@@ -124,6 +126,7 @@ typedef struct {
   uint32_t qt, kt, vt;
   int64_t Tq, Hq, Tk, Hkv, D, Dv, off;
   int64_t gs; /* query heads per task */
+  int64_t qb; /* query rows per task */
   int causal;
   float scale;
   nv_run *r;
@@ -340,96 +343,119 @@ static void axpy_v(float *acc, float c, float p, const uint8_t *v, uint32_t vt, 
 }
 
 /*
- * One task is a query row i and a KV head hk with the `gs` query heads that read it (all of the
- * group, or one head when there are too few groups to keep the threads busy). Each K and V row
- * is loaded once for the whole group: decode with grouped-query attention reads the KV cache
- * once instead of once per query head.
+ * One block of up to ATT_BLOCK keys (indices kidx) for one query row and the gs query heads of
+ * its task: scores, the online-softmax update of m and l, and acc = acc * c + P x V.
+ */
+static void att_block(const att_args *A, const float *qf, float *acc, float *m, float *l, float *s,
+                      const int64_t *kidx, int64_t jb, int64_t hk) {
+  const int64_t gs = A->gs;
+  size_t ke = A->kt == XPU_DT_F32 ? 4 : 2, ve = A->vt == XPU_DT_F32 ? 4 : 2;
+  for (int64_t j = 0; j < jb; j++) {
+    const uint8_t *kr = A->k + ((size_t)(kidx[j] * A->Hkv + hk) * (size_t)A->D) * ke;
+#if defined(__AVX512F__)
+    if (A->D % 16 == 0 && gs % 4 == 0) {
+      for (int64_t g = 0; g < gs; g += 4)
+        dot4_k_vec(qf + g * A->D, A->D, kr, A->kt, A->scale, s + g * ATT_BLOCK + j, ATT_BLOCK);
+      continue;
+    }
+#endif
+#if defined(AW)
+    if (A->D % AW == 0) {
+      for (int64_t g = 0; g < gs; g++) s[g * ATT_BLOCK + j] = A->scale * dot_k_vec(qf + g * A->D, kr, A->kt, A->D);
+      continue;
+    }
+#endif
+    for (int64_t g = 0; g < gs; g++) s[g * ATT_BLOCK + j] = A->scale * dot_k(qf + g * A->D, kr, A->kt, A->D);
+  }
+  float c[ATT_MAX_GROUP];
+  for (int64_t g = 0; g < gs; g++) {
+    float *sg = s + g * ATT_BLOCK, mb = -INFINITY;
+    for (int64_t j = 0; j < jb; j++) mb = fmaxf(mb, sg[j]);
+    c[g] = 1.0f;
+    if (mb > m[g]) {
+      c[g] = m[g] == -INFINITY ? 0.0f : expf(m[g] - mb);
+      l[g] *= c[g];
+      m[g] = mb;
+    }
+    int64_t j = 0;
+    for (; j + 4 <= jb; j += 4) vst1q_f32(sg + j, v_exp(vsubq_f32(vld1q_f32(sg + j), vdupq_n_f32(m[g]))));
+    for (; j < jb; j++) sg[j] = expf(sg[j] - m[g]);
+    for (j = 0; j < jb; j++) l[g] += sg[j];
+  }
+  const uint8_t *vrows[ATT_BLOCK];
+  for (int64_t j = 0; j < jb; j++) vrows[j] = A->v + ((size_t)(kidx[j] * A->Hkv + hk) * (size_t)A->Dv) * ve;
+#if defined(AW)
+  if (A->Dv % AW == 0) {
+    for (int64_t g = 0; g < gs; g++) pv_block_vec(acc + g * A->Dv, c[g], s + g * ATT_BLOCK, vrows, jb, A->vt, A->Dv);
+    return;
+  }
+#endif
+  for (int64_t g = 0; g < gs; g++) pv_block(acc + g * A->Dv, c[g], s + g * ATT_BLOCK, vrows, jb, A->vt, A->Dv);
+}
+
+/*
+ * One task is a block of qb query rows and a KV head hk with the `gs` query heads that read it
+ * (all of the group, or one head when there are too few groups to keep the threads busy). Each
+ * K and V row is loaded from memory once for the whole group and all qb rows: decode with
+ * grouped-query attention reads the KV cache once instead of once per query head, and a chunk
+ * (a prefill chunk, a draft tree being verified) once per qb rows instead of once per row. The
+ * keys go by windows of ATT_BLOCK positions; each row takes the ones it sees from a window (a
+ * prefix for causal rows; with a tree mask, the prefix before q_offset and the block keys its
+ * mask row marks) while the window's rows are still in the core's cache.
  */
 static void att_task(void *p, int tid, int nth) {
   att_args *A = (att_args *)p;
-  const int64_t group = A->Hq / A->Hkv, gs = A->gs, per_row = A->Hq / gs;
+  const int64_t group = A->Hq / A->Hkv, gs = A->gs, per_row = A->Hq / gs, qb = A->qb;
+  const int64_t nblocks = (A->Tq + qb - 1) / qb;
   int64_t t0, t1;
-  nv_range(A->Tq * per_row, tid, nth, 1, &t0, &t1);
+  nv_range(nblocks * per_row, tid, nth, 1, &t0, &t1);
   float *base = (float *)nv_scratch(A->r, tid);
-  float *qf = base, *acc = qf + gs * A->D, *s = acc + gs * A->Dv, *m = s + gs * ATT_BLOCK, *l = m + gs;
-  size_t ke = A->kt == XPU_DT_F32 ? 4 : 2, ve = A->vt == XPU_DT_F32 ? 4 : 2;
+  float *qf = base, *acc = qf + qb * gs * A->D, *m = acc + qb * gs * A->Dv, *l = m + qb * gs, *s = l + qb * gs;
   for (int64_t task = t0; task < t1; task++) {
-    int64_t i = task / per_row, h0 = (task % per_row) * gs, hk = h0 / group;
-    /* keys [0, end) are candidates; with a mask, those at off+j are skipped unless mask[i, j] */
-    int64_t end = A->Tk;
-    const int8_t *mrow = A->mask ? A->mask + i * A->Tq : NULL;
-    if (A->causal) {
-      int64_t lim = i + A->off + 1;
-      if (mrow) lim = A->off + A->Tq;
-      if (lim < end) end = lim;
-    }
-    if (end < 0) end = 0;
-    for (int64_t g = 0; g < gs; g++) {
-      int64_t row = i * A->Hq + h0 + g;
-      if (A->qt == XPU_DT_F32)
-        memcpy(qf + g * A->D, (const float *)A->q + row * A->D, (size_t)A->D * 4);
-      else
-        nv_f16_row_to_f32((const uint16_t *)A->q + row * A->D, qf + g * A->D, A->D);
-      m[g] = -INFINITY;
-      l[g] = 0.0f;
-    }
-    memset(acc, 0, (size_t)(gs * A->Dv) * 4);
-    for (int64_t next = 0; next < end;) {
-      int64_t kidx[ATT_BLOCK], jb = 0;
-      for (; jb < ATT_BLOCK && next < end; next++)
-        if (!mrow || next < A->off || mrow[next - A->off]) kidx[jb++] = next;
-      if (jb == 0) break;
-      for (int64_t j = 0; j < jb; j++) {
-        const uint8_t *kr = A->k + ((size_t)(kidx[j] * A->Hkv + hk) * (size_t)A->D) * ke;
-#if defined(__AVX512F__)
-        if (A->D % 16 == 0 && gs % 4 == 0) {
-          for (int64_t g = 0; g < gs; g += 4)
-            dot4_k_vec(qf + g * A->D, A->D, kr, A->kt, A->scale, s + g * ATT_BLOCK + j, ATT_BLOCK);
-          continue;
-        }
-#endif
-#if defined(AW)
-        if (A->D % AW == 0) {
-          for (int64_t g = 0; g < gs; g++) s[g * ATT_BLOCK + j] = A->scale * dot_k_vec(qf + g * A->D, kr, A->kt, A->D);
-          continue;
-        }
-#endif
-        for (int64_t g = 0; g < gs; g++) s[g * ATT_BLOCK + j] = A->scale * dot_k(qf + g * A->D, kr, A->kt, A->D);
+    int64_t i0 = (task / per_row) * qb, h0 = (task % per_row) * gs, hk = h0 / group;
+    int64_t nr = A->Tq - i0 < qb ? A->Tq - i0 : qb, ends[ATT_MAX_QB], wend = 0;
+    for (int64_t r = 0; r < nr; r++) {
+      int64_t i = i0 + r;
+      /* keys [0, end) are candidates; with a mask, those at off+j are skipped unless mask[i, j] */
+      int64_t end = A->Tk;
+      if (A->causal) {
+        int64_t lim = A->mask ? A->off + A->Tq : i + A->off + 1;
+        if (lim < end) end = lim;
       }
-      float c[ATT_MAX_GROUP];
+      ends[r] = end < 0 ? 0 : end;
+      if (ends[r] > wend) wend = ends[r];
       for (int64_t g = 0; g < gs; g++) {
-        float *sg = s + g * ATT_BLOCK, mb = -INFINITY;
-        for (int64_t j = 0; j < jb; j++) mb = fmaxf(mb, sg[j]);
-        c[g] = 1.0f;
-        if (mb > m[g]) {
-          c[g] = m[g] == -INFINITY ? 0.0f : expf(m[g] - mb);
-          l[g] *= c[g];
-          m[g] = mb;
-        }
-        int64_t j = 0;
-        for (; j + 4 <= jb; j += 4) vst1q_f32(sg + j, v_exp(vsubq_f32(vld1q_f32(sg + j), vdupq_n_f32(m[g]))));
-        for (; j < jb; j++) sg[j] = expf(sg[j] - m[g]);
-        for (j = 0; j < jb; j++) l[g] += sg[j];
+        int64_t row = i * A->Hq + h0 + g;
+        float *qg = qf + (r * gs + g) * A->D;
+        if (A->qt == XPU_DT_F32)
+          memcpy(qg, (const float *)A->q + row * A->D, (size_t)A->D * 4);
+        else
+          nv_f16_row_to_f32((const uint16_t *)A->q + row * A->D, qg, A->D);
+        m[r * gs + g] = -INFINITY;
+        l[r * gs + g] = 0.0f;
       }
-      const uint8_t *vrows[ATT_BLOCK];
-      for (int64_t j = 0; j < jb; j++) vrows[j] = A->v + ((size_t)(kidx[j] * A->Hkv + hk) * (size_t)A->Dv) * ve;
-#if defined(AW)
-      if (A->Dv % AW == 0) {
-        for (int64_t g = 0; g < gs; g++)
-          pv_block_vec(acc + g * A->Dv, c[g], s + g * ATT_BLOCK, vrows, jb, A->vt, A->Dv);
-        continue;
-      }
-#endif
-      for (int64_t g = 0; g < gs; g++) pv_block(acc + g * A->Dv, c[g], s + g * ATT_BLOCK, vrows, jb, A->vt, A->Dv);
     }
-    for (int64_t g = 0; g < gs; g++) {
-      float inv = l[g] > 0.0f ? 1.0f / l[g] : 0.0f, *ag = acc + g * A->Dv;
-      for (int64_t d = 0; d < A->Dv; d++) ag[d] *= inv;
-      int64_t row = i * A->Hq + h0 + g;
-      if (A->qt == XPU_DT_F32)
-        memcpy((float *)A->o + row * A->Dv, ag, (size_t)A->Dv * 4);
-      else
-        nv_f32_row_to_f16(ag, (uint16_t *)A->o + row * A->Dv, A->Dv);
+    memset(acc, 0, (size_t)(nr * gs * A->Dv) * 4);
+    for (int64_t w0 = 0; w0 < wend; w0 += ATT_BLOCK) {
+      for (int64_t r = 0; r < nr; r++) {
+        const int8_t *mrow = A->mask ? A->mask + (i0 + r) * A->Tq : NULL;
+        int64_t e = w0 + ATT_BLOCK < ends[r] ? w0 + ATT_BLOCK : ends[r], kidx[ATT_BLOCK], jb = 0;
+        for (int64_t j = w0; j < e; j++)
+          if (!mrow || j < A->off || mrow[j - A->off]) kidx[jb++] = j;
+        if (jb > 0)
+          att_block(A, qf + r * gs * A->D, acc + r * gs * A->Dv, m + r * gs, l + r * gs, s, kidx, jb, hk);
+      }
+    }
+    for (int64_t r = 0; r < nr; r++) {
+      for (int64_t g = 0; g < gs; g++) {
+        float inv = l[r * gs + g] > 0.0f ? 1.0f / l[r * gs + g] : 0.0f, *ag = acc + (r * gs + g) * A->Dv;
+        for (int64_t d = 0; d < A->Dv; d++) ag[d] *= inv;
+        int64_t row = (i0 + r) * A->Hq + h0 + g;
+        if (A->qt == XPU_DT_F32)
+          memcpy((float *)A->o + row * A->Dv, ag, (size_t)A->Dv * 4);
+        else
+          nv_f32_row_to_f16(ag, (uint16_t *)A->o + row * A->Dv, A->Dv);
+      }
     }
   }
 }
@@ -440,10 +466,18 @@ static int64_t att_group(int64_t hq, int64_t hkv) {
   return group >= 1 && group <= ATT_MAX_GROUP ? group : 1;
 }
 
+/* query rows sharing one task, at most: ATT_MAX_QB, fewer when the per-row state of gs heads
+ * (query, accumulator) would pass ATT_QB_FLOATS floats of scratch */
+static int64_t att_qb_max(int64_t tq, int64_t gs, int64_t d, int64_t dv) {
+  int64_t qb = ATT_MAX_QB, per = gs * (d + dv + 2);
+  while (qb > 1 && qb * per > ATT_QB_FLOATS) qb /= 2;
+  return tq < qb ? (tq > 0 ? tq : 1) : qb;
+}
+
 uint64_t nv_attention_scratch(const xpu_ir_graph *g, const xpu_ir_node *n) {
   const xpu_ir_tensor *q = &g->tensors[n->inputs[0]], *k = &g->tensors[n->inputs[1]], *v = &g->tensors[n->inputs[2]];
-  uint64_t gs = (uint64_t)att_group(q->shape[1], k->shape[1]);
-  return gs * ((uint64_t)q->shape[2] + (uint64_t)v->shape[2] + ATT_BLOCK + 2) * 4 + 64;
+  int64_t gs = att_group(q->shape[1], k->shape[1]), qb = att_qb_max(q->shape[0], gs, q->shape[2], v->shape[2]);
+  return (uint64_t)gs * ((uint64_t)qb * ((uint64_t)q->shape[2] + (uint64_t)v->shape[2] + 2) + ATT_BLOCK) * 4 + 64;
 }
 
 xpu_status nv_k_attention(nv_run *r, const xpu_ir_node *n) {
@@ -482,6 +516,10 @@ xpu_status nv_k_attention(nv_run *r, const xpu_ir_node *n) {
   /* whole groups per task, unless that leaves threads without work */
   A.gs = att_group(A.Hq, A.Hkv);
   if (A.gs > 1 && A.Tq * (A.Hq / A.gs) < 2 * (int64_t)r->nth) A.gs = 1;
+  /* as many rows per task as keep every thread busy, within the scratch nv_attention_scratch
+   * sized for the whole group */
+  A.qb = att_qb_max(A.Tq, att_group(A.Hq, A.Hkv), A.D, A.Dv);
+  while (A.qb > 1 && (A.Tq + A.qb - 1) / A.qb * (A.Hq / A.gs) < 2 * (int64_t)r->nth) A.qb = (A.qb + 1) / 2;
   nv_parallel(r, A.Tq * A.Hq * (A.Tk + 1) * (A.D + A.Dv), att_task, &A);
   return XPU_OK;
 }
