@@ -196,6 +196,7 @@ type specPolicy struct {
 
 const (
 	probeFirst = 32
+	margin     = 1.15
 	probeMax   = 2048
 	// decay weighs recent steps more: the text may move from copying to new writing.
 	decay = 0.95
@@ -238,7 +239,9 @@ func (p *specPolicy) choose(k int) (int, int) {
 	if !ok {
 		return 0, 1 // measure a decode first
 	}
-	bestK, bestL, best := 0, 1, 1/c1
+	// a verify must promise a margin over plain decoding: its cost and acceptance are
+	// estimates from noisy wall-clock times and a few passes
+	bestK, bestL, best := 0, 1, margin/c1
 	for _, l := range p.lengths {
 		kk := min(k, l-1)
 		c, ok := p.cost[l]
