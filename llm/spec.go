@@ -218,6 +218,51 @@ func (p *specPolicy) accept(i int) float64 {
 	return (p.hit[i] + 0.5) / (p.tried[i] + 1)
 }
 
+// worthDrafting says whether a draft of k tokens could be verified this step: a verify would
+// pay if all k came, or a probe is due, or the costs are not measured yet. When it is not,
+// the step is counted as skipped (toward the next probe) and drafting is saved.
+func (p *specPolicy) worthDrafting(k int) bool {
+	if p.always || len(p.lengths) == 0 {
+		return true
+	}
+	c1, ok := p.cost[1]
+	if !ok {
+		return true
+	}
+	if p.skipped+1 >= p.probe {
+		return true
+	}
+	for _, l := range p.lengths {
+		kk := min(k, l-1)
+		c, ok := p.cost[l]
+		if !ok {
+			c = p.guess(l, c1)
+		}
+		if p.expected(kk)/c > margin/c1 {
+			return true
+		}
+	}
+	p.skipped++
+	return false
+}
+
+// expected is the tokens a pass is expected to produce from a draft of k tokens: the correction
+// plus the chance of each draft position being reached and accepted.
+func (p *specPolicy) expected(k int) float64 {
+	exp, run, last := 1.0, 1.0, 0.5
+	for i := range k {
+		// a position no recent verify reached is taken to go as the deepest one that did
+		c := last
+		if p.tried[i] >= 1 {
+			c = p.accept(i)
+			last = c
+		}
+		run *= c
+		exp += run
+	}
+	return exp
+}
+
 // choose is how many of k draft tokens to verify (0: decode plainly), and the verify length.
 func (p *specPolicy) choose(k int) (int, int) {
 	if k == 0 || len(p.lengths) == 0 {
@@ -248,18 +293,7 @@ func (p *specPolicy) choose(k int) (int, int) {
 		if !ok {
 			c = p.guess(l, c1)
 		}
-		exp, run, last := 1.0, 1.0, 0.5
-		for i := range kk {
-			// a position no recent verify reached is taken to go as the deepest one that did
-			c := last
-			if p.tried[i] >= 1 {
-				c = p.accept(i)
-				last = c
-			}
-			run *= c
-			exp += run
-		}
-		if s := exp / c; s > best {
+		if s := p.expected(kk) / c; s > best {
 			bestK, bestL, best = kk, l, s
 		}
 		if kk == k {
@@ -319,7 +353,7 @@ func (p *specPolicy) observe(l int, d time.Duration, drafted, accepted int) {
 			p.hit[i]++
 		}
 	}
-	if c1, ok := p.cost[1]; ok && float64(accepted+1)/s >= 1/c1 {
+	if c1, ok := p.cost[1]; ok && float64(accepted+1)/s >= margin/c1 {
 		p.probe = probeFirst // this pass beat plain decoding: probe eagerly again
 	}
 }
@@ -405,7 +439,7 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 		}
 		var tree draft.Tree
 		budget := min(r.MaxVerify()-1, r.cfg.ctxLen-r.pos-1, cfg.maxTokens-len(res.Tokens))
-		if drafter != nil && budget > 0 {
+		if drafter != nil && budget > 0 && pol.worthDrafting(budget) {
 			t0 := time.Now()
 			seq := append(r.history[:len(r.history):len(r.history)], next)
 			var err error

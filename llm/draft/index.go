@@ -13,8 +13,8 @@ type Index struct {
 	last int32
 	text []int32
 	sep  int32 // the next separator (negative, unique)
-	// kids is the suffix-link tree (rebuilt when states were added since): a state's
-	// occurrences are the first positions of the states below it.
+	// kids is the suffix-link tree, kept as links change: a state's occurrences are the
+	// first positions of the states below it.
 	kids [][]int32
 }
 
@@ -25,7 +25,7 @@ type samState struct {
 
 // NewIndex returns an empty index.
 func NewIndex() *Index {
-	return &Index{st: []samState{{link: -1, first: -1}}, sep: -1}
+	return &Index{st: []samState{{link: -1, first: -1}}, sep: -1, kids: [][]int32{nil}}
 }
 
 // Len is the number of tokens indexed, separators included.
@@ -53,8 +53,7 @@ func (x *Index) Append(t int32) {
 func (x *Index) add(t int32) {
 	pos := int32(len(x.text))
 	x.text = append(x.text, t)
-	cur := int32(len(x.st))
-	x.st = append(x.st, samState{len: x.st[x.last].len + 1, first: pos, next: nil})
+	cur := x.newState(samState{len: x.st[x.last].len + 1, first: pos, link: -1})
 	p := x.last
 	for p != -1 && !x.has(p, t) {
 		x.set(p, t, cur)
@@ -62,21 +61,44 @@ func (x *Index) add(t int32) {
 	}
 	switch {
 	case p == -1:
-		x.st[cur].link = 0
+		x.setLink(cur, 0)
 	case x.st[p].len+1 == x.st[x.st[p].next[t]].len:
-		x.st[cur].link = x.st[p].next[t]
+		x.setLink(cur, x.st[p].next[t])
 	default:
 		q := x.st[p].next[t]
-		clone := int32(len(x.st))
-		x.st = append(x.st, samState{len: x.st[p].len + 1, link: x.st[q].link, first: x.st[q].first,
+		clone := x.newState(samState{len: x.st[p].len + 1, link: -1, first: x.st[q].first,
 			next: maps.Clone(x.st[q].next)})
+		x.setLink(clone, x.st[q].link)
 		for p != -1 && x.st[p].next[t] == q {
 			x.st[p].next[t] = clone
 			p = x.st[p].link
 		}
-		x.st[q].link, x.st[cur].link = clone, clone
+		x.setLink(q, clone)
+		x.setLink(cur, clone)
 	}
 	x.last = cur
+}
+
+func (x *Index) newState(s samState) int32 {
+	x.st = append(x.st, s)
+	x.kids = append(x.kids, nil)
+	return int32(len(x.st) - 1)
+}
+
+// setLink points v's suffix link at to, moving v in the link tree.
+func (x *Index) setLink(v, to int32) {
+	if old := x.st[v].link; old >= 0 {
+		ks := x.kids[old]
+		for i, k := range ks {
+			if k == v {
+				ks[i] = ks[len(ks)-1]
+				x.kids[old] = ks[:len(ks)-1]
+				break
+			}
+		}
+	}
+	x.st[v].link = to
+	x.kids[to] = append(x.kids[to], v)
 }
 
 func (x *Index) has(s, t int32) bool {
@@ -135,12 +157,6 @@ func (x *Index) occurrence(s int32) int {
 	}
 	if ok(s) {
 		return int(x.st[s].first)
-	}
-	if len(x.kids) != len(x.st) {
-		x.kids = make([][]int32, len(x.st))
-		for v := 1; v < len(x.st); v++ {
-			x.kids[x.st[v].link] = append(x.kids[x.st[v].link], int32(v))
-		}
 	}
 	stack := append([]int32(nil), x.kids[s]...)
 	for visited := 0; len(stack) > 0 && visited < maxVisit; visited++ {
