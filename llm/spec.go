@@ -195,7 +195,7 @@ type specPolicy struct {
 }
 
 const (
-	probeFirst = 32
+	probeFirst = 64
 	margin     = 1.15
 	probeMax   = 2048
 	// decay weighs recent steps more: the text may move from copying to new writing.
