@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/draft"
 )
 
 // StopReason says why generation ended.
@@ -26,6 +27,8 @@ type Result struct {
 	Stop         StopReason
 	Prefill      time.Duration
 	Decode       time.Duration
+	// Spec reports speculative decoding (WithSpeculative), nil without it.
+	Spec *SpecStats
 }
 
 // PrefillTokensPerSecond is the prompt processing speed.
@@ -50,6 +53,7 @@ type genConfig struct {
 	onToken   func(id int32) error
 	keep      bool
 	ids       []int32 // WithPromptTokens: fed instead of the prompt's encoding
+	spec      *specConfig
 }
 
 // GenerateOption configures Generate.
@@ -99,6 +103,9 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 	if err := cfg.sampler.Validate(); err != nil {
 		return Result{}, err
 	}
+	if cfg.spec != nil && cfg.spec.drafter != nil && r.MaxVerify() == 0 {
+		return Result{}, fmt.Errorf("%w: %w", ErrNoVerifyGraphs, core.ErrInvalidArgument)
+	}
 	tok := r.m.Tokenizer
 	if !cfg.keep {
 		r.Reset()
@@ -120,7 +127,18 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 		dec.Next(id) // the generated text continues the prompt's (no dummy-prefix stripping)
 	}
 	t0 := time.Now()
-	logits, err := r.Prefill(ctx, ids)
+	var logits []float32
+	var err error
+	if cfg.spec != nil {
+		res.Spec = &SpecStats{}
+		if cfg.spec.drafter != nil {
+			logits, err = r.specPrefill(ctx, cfg.spec, ids, res.Spec)
+		} else {
+			logits, err = r.Prefill(ctx, ids)
+		}
+	} else {
+		logits, err = r.Prefill(ctx, ids)
+	}
 	res.Prefill = time.Since(t0)
 	if err != nil {
 		return res, err
@@ -132,9 +150,27 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 		res.Stop = StopMaxTokens
 		return res, nil
 	}
-	sampler := NewSampler(cfg.sampler)
 	var text []byte
 	t1 := time.Now()
+	if cfg.spec != nil {
+		err := r.specDecode(ctx, &cfg, &res, logits, dec, &text, res.Spec)
+		if err == nil {
+			text = r.flushText(dec, text, &cfg, &err)
+		}
+		res = r.finish(res, text, t1)
+		if f, ok := cfg.spec.drafter.(draft.Finisher); ok && err == nil {
+			var ferr error
+			if perr := safely(func() { ferr = f.Finish(res.Tokens) }); perr != nil {
+				ferr = perr
+			}
+			if ferr != nil {
+				// the answer is good; only a later request's drafts lose it
+				r.cfg.logger.Warn("llm: storing the answer for later drafts", "err", ferr)
+			}
+		}
+		return res, err
+	}
+	sampler := NewSampler(cfg.sampler)
 	for {
 		next := sampler.Sample(logits[:min(len(logits), tok.Size())], r.history)
 		if tok.IsStop(next) || (next == tok.BOS() && next >= 0) {
@@ -179,6 +215,17 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 		}
 	}
 	return r.finish(res, text, t1), nil
+}
+
+// flushText appends the decoder's held-back bytes, streaming them; a stream error goes to *err.
+func (r *Runner) flushText(dec interface{ Flush() string }, text []byte, cfg *genConfig, err *error) []byte {
+	if rest := dec.Flush(); rest != "" {
+		text = append(text, rest...)
+		if cfg.stream != nil {
+			*err = cfg.stream(rest)
+		}
+	}
+	return text
 }
 
 func (r *Runner) finish(res Result, text []byte, t1 time.Time) Result {

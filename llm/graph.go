@@ -65,8 +65,10 @@ func (m *Model) buildEmbedStage(c int64, kv core.DType) (*core.Graph, error) {
 }
 
 // buildLayerStage builds the stage that finishes layer l for chunk length c over a cache of
-// capacity rows of dtype kv.
-func (m *Model) buildLayerStage(l int, c, capacity int64, kv core.DType) (*core.Graph, error) {
+// capacity rows of dtype kv. With tree, attention takes an i8 [c, c] "mask" input: who sees whom
+// among the chunk's tokens, a draft tree verified in one pass (the positions are then the
+// caller's too: a tree's depth, not its row).
+func (m *Model) buildLayerStage(l int, c, capacity int64, kv core.DType, tree bool) (*core.Graph, error) {
 	cfg := m.Config
 	g := core.NewGraph()
 	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
@@ -76,10 +78,14 @@ func (m *Model) buildLayerStage(l int, c, capacity int64, kv core.DType) (*core.
 	kc := g.Input("k_cache", kv, capacity, Hkv, D)
 	vc := g.Input("v_cache", kv, capacity, Hkv, D)
 	qoff := g.Input("q_offset", core.I32, 1)
+	var mask *core.Tensor
+	if tree {
+		mask = g.Input("mask", core.I8, c, c)
+	}
 	p := fmt.Sprintf("blk.%d.", l)
 
 	a := g.Named("attn").Attention(q, kc, vc, core.AttentionOptions{
-		Scale: float32(1 / math.Sqrt(float64(D))), Causal: true, QOffsetInput: qoff})
+		Scale: float32(1 / math.Sqrt(float64(D))), Causal: true, QOffsetInput: qoff, Mask: mask})
 	a = g.Reshape(a, c, H*D)
 	// inner nodes first: Named names the next node added (plan rules match these names)
 	o := g.Named("attn_output").MatMul(a, m.w(g, p+"attn_output.weight"))

@@ -43,6 +43,8 @@ type runnerConfig struct {
 	analyzeFirst bool
 	// phaseOpts: prepare options of the CPU units per phase (WithPhaseOptions).
 	phaseOpts map[sched.Phase]map[string]string
+	// verify: the verify lengths prepared for speculative decoding (WithVerifyLengths).
+	verify []int
 }
 
 // RunnerOption configures NewRunner.
@@ -104,18 +106,22 @@ func WithRuntime(rt *sched.Runtime) RunnerOption { return func(c *runnerConfig) 
 // runner builds graphs; sched opens the contexts, prepares the partitions and runs them). It
 // is not safe for concurrent use.
 type Runner struct {
-	m       *Model
-	cfg     runnerConfig
-	plan    *sched.ResolvedPlan
-	rt      *sched.Runtime
-	cap     int64 // cache rows: the context plus room for a padded last chunk
-	kv      [][2]sched.Span
-	ids     sched.Span // per position: token ids, positions, query offsets, RoPE tables
-	posS    sched.Span
-	qoffS   sched.Span
-	cos     sched.Span
-	sin     sched.Span
-	progs   map[int]*chunkProg
+	m     *Model
+	cfg   runnerConfig
+	plan  *sched.ResolvedPlan
+	rt    *sched.Runtime
+	cap   int64 // cache rows: the context plus room for a padded last chunk
+	kv    [][2]sched.Span
+	ids   sched.Span // per position: token ids, positions, query offsets, RoPE tables
+	posS  sched.Span
+	qoffS sched.Span
+	cos   sched.Span
+	sin   sched.Span
+	progs map[int]*chunkProg
+	// vprogs are the verify programs by length (WithVerifyLengths); tree says they take a
+	// tree mask (else they verify chains, with the causal mask).
+	vprogs  map[int]*chunkProg
+	tree    bool
 	closed  bool
 	shared  bool  // rt is the caller's (WithRuntime)
 	unitIdx []int // plan unit → runtime unit
@@ -129,6 +135,10 @@ type chunkProg struct {
 	c      int64
 	prog   *sched.Program
 	logits []sched.Span
+	// a verify program's own inputs, written before each run (tree verification): positions,
+	// RoPE tables (models with frequency factors) and the mask
+	pos, cos, sin, mask sched.Span
+	tree                bool
 }
 
 // NewRunner runs the whole model on one device: a one-unit plan (the unit's options are those of
@@ -195,7 +205,15 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 		return nil, fmt.Errorf("llm: KV cache type %s (f32 or f16): %w", cfg.kv, core.ErrInvalidArgument)
 	}
 	cfg.chunk = min(cfg.chunk, cfg.ctxLen)
-	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + cfg.chunk - 1)}
+	if err := checkVerifyLengths(cfg.verify, cfg.ctxLen); err != nil {
+		return nil, err
+	}
+	// A padded chunk or verify graph writes rows up to its length past the last real token.
+	widest := cfg.chunk
+	if len(cfg.verify) > 0 {
+		widest = max(widest, slices.Max(cfg.verify))
+	}
+	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, vprogs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + widest - 1)}
 	if cfg.rt != nil {
 		r.rt, r.shared = cfg.rt, true
 		names := map[string]int{}
@@ -274,10 +292,8 @@ func (r *Runner) init(ctx context.Context) error {
 		copy(a.Bytes(r.cos), core.EncodeF32(cos))
 		copy(a.Bytes(r.sin), core.EncodeF32(sin))
 	}
-	total := 2 * (c.Layers + 1)
-	if r.cfg.chunk == 1 {
-		total = c.Layers + 1
-	}
+	lengths := r.programLengths()
+	total := (len(lengths) + len(r.VerifyLengths())) * (c.Layers + 1)
 	done := 0
 	step := func() {
 		done++
@@ -285,19 +301,16 @@ func (r *Runner) init(ctx context.Context) error {
 			r.cfg.progress(done, total)
 		}
 	}
-	for _, n := range []int{1, r.cfg.chunk} {
-		if _, ok := r.progs[n]; ok {
-			continue
-		}
+	for _, n := range lengths {
 		t0 := time.Now()
-		cp, err := r.prepare(ctx, int64(n), step)
+		cp, err := r.prepare(ctx, int64(n), step, false)
 		if err != nil {
 			return err
 		}
 		r.progs[n] = cp
 		r.cfg.logger.Debug("llm: stage graphs prepared", "program", cp.prog.Name(), "took", time.Since(t0))
 	}
-	return nil
+	return r.prepareVerify(ctx, step)
 }
 
 // phaseOf is the plan phase a chunk length serves: the one-token graphs decode (and serve a
@@ -327,12 +340,15 @@ func (r *Runner) layerOf(s int, n *core.Node) int {
 
 // prepare builds every stage for chunk length c, places its nodes by the plan and has sched
 // partition, check and prepare them.
-func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkProg, error) {
+func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (*chunkProg, error) {
 	cfg := r.m.Config
 	phase := phaseOf(c)
 	a := r.rt.Arena()
 	rowBytes := r.cfg.kv.Bytes(int64(cfg.KVHeads * cfg.HeadDim))
 	spec := sched.ProgramSpec{Name: fmt.Sprintf("%s (chunk %d)", phase, c), Phase: phase, Lanes: 1}
+	if tree {
+		spec.Name = fmt.Sprintf("verify (tree %d)", c)
+	}
 	var stages []*core.Graph
 	for s := 0; s <= cfg.Layers; s++ {
 		var g *core.Graph
@@ -340,7 +356,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkProg,
 		if s == 0 {
 			g, err = r.m.buildEmbedStage(c, r.cfg.kv)
 		} else {
-			g, err = r.m.buildLayerStage(s-1, c, r.cap, r.cfg.kv)
+			g, err = r.m.buildLayerStage(s-1, c, r.cap, r.cfg.kv, tree)
 		}
 		if err != nil {
 			return nil, err
@@ -409,12 +425,30 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkProg,
 		return nil, fmt.Errorf("llm: logits for chunk %d: %w", c, err)
 	}
 	half := int64(cfg.RopeDims / 2)
+	cp := &chunkProg{c: c, logits: logits, tree: tree}
+	if tree {
+		sizes := []int64{4 * c, c * c}
+		if cfg.RopeFreqFactors != nil {
+			sizes = append(sizes, c*half*4, c*half*4)
+		}
+		spans := make([]sched.Span, 4)
+		for i, n := range sizes {
+			if spans[i], err = a.Alloc(n); err != nil {
+				return nil, fmt.Errorf("llm: verify inputs for length %d: %w", c, err)
+			}
+		}
+		cp.pos, cp.mask, cp.cos, cp.sin = spans[0], spans[1], spans[2], spans[3]
+	}
 	for s, g := range stages {
 		in, out := (s+1)%2, s%2
 		byName := map[string]sched.Binding{
 			"ids": {Span: r.ids, Stride: 4}, "pos": {Span: r.posS, Stride: 4}, "q_offset": {Span: r.qoffS, Stride: 4},
 			"rope_cos": {Span: r.cos, Stride: half * 4}, "rope_sin": {Span: r.sin, Stride: half * 4},
 			"x": {Lanes: x[in]}, "q": {Lanes: q[in]},
+		}
+		if tree {
+			byName["pos"], byName["mask"] = sched.Binding{Span: cp.pos}, sched.Binding{Span: cp.mask}
+			byName["rope_cos"], byName["rope_sin"] = sched.Binding{Span: cp.cos}, sched.Binding{Span: cp.sin}
 		}
 		if s > 0 {
 			byName["k_cache"], byName["v_cache"] = sched.Binding{Span: r.kv[s-1][0]}, sched.Binding{Span: r.kv[s-1][1]}
@@ -462,7 +496,8 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func()) (*chunkProg,
 		}
 		return nil, fmt.Errorf("llm: %s: %w", spec.Name, err)
 	}
-	return &chunkProg{c: c, prog: prog, logits: logits}, nil
+	cp.prog = prog
+	return cp, nil
 }
 
 // Close releases the cache, the prepared graphs and the units. The runner's report and
@@ -475,6 +510,9 @@ func (r *Runner) Close() error {
 	if r.shared {
 		var errs []error
 		for _, cp := range r.progs {
+			errs = append(errs, cp.prog.Close())
+		}
+		for _, cp := range r.vprogs {
 			errs = append(errs, cp.prog.Close())
 		}
 		return errors.Join(errs...)
@@ -539,15 +577,18 @@ func (r *Runner) Reset() {
 // logits after the last token. When the plan splits the model over several units, chunks
 // pipeline: chunk i+1's early stages run while chunk i's later ones do.
 func (r *Runner) Prefill(ctx context.Context, tokens []int32) ([]float32, error) {
-	return r.feed(ctx, tokens, r.progs[r.cfg.chunk])
+	return r.feed(ctx, tokens, r.progs[r.cfg.chunk], nil)
 }
 
 // Decode appends one token and returns the logits for the next.
 func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
-	return r.feed(ctx, []int32{token}, r.progs[1])
+	return r.feed(ctx, []int32{token}, r.progs[1], nil)
 }
 
-func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg) ([]float32, error) {
+// feed runs tokens through cp's graphs and returns the logits after the last token. With each,
+// it also hands over the logits after every token (row i: after tokens[i]), and then runs one
+// chunk at a time, as a lane's logits are overwritten by the chunk that uses it next.
+func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg, each func(i int, row []byte) error) ([]float32, error) {
 	if r.closed {
 		return nil, fmt.Errorf("llm: runner is closed: %w", core.ErrBadState)
 	}
@@ -584,19 +625,47 @@ func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg) ([]flo
 	for start := 0; start < full; start += c {
 		chunks = append(chunks, sched.Chunk{Row: int64(r.pos + start), Index: len(chunks)})
 	}
-	lastProg, last := cp, len(chunks)-1
-	if err := cp.prog.Run(ctx, chunks); err != nil {
-		return nil, fmt.Errorf("llm: %s at position %d: %w", cp.prog.Name(), r.pos, err)
+	V := int64(r.m.Config.Vocab)
+	rowsOf := func(p *chunkProg, lane, from, count int) error {
+		b := r.rt.Arena().Bytes(p.logits[lane])
+		for i := range count {
+			if err := each(from+i, b[int64(i)*V*4:][:V*4]); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	lastRows := n - last*c
+	if each == nil {
+		if err := cp.prog.Run(ctx, chunks); err != nil {
+			return nil, fmt.Errorf("llm: %s at position %d: %w", cp.prog.Name(), r.pos, err)
+		}
+	} else {
+		for i, ch := range chunks {
+			if err := cp.prog.Run(ctx, []sched.Chunk{ch}); err != nil {
+				return nil, fmt.Errorf("llm: %s at position %d: %w", cp.prog.Name(), ch.Row, err)
+			}
+			if err := rowsOf(cp, 0, i*c, min(c, n-i*c)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	lastProg, last := cp, len(chunks)-1
+	if each != nil {
+		last = 0 // every chunk ran alone, on lane 0
+	}
+	lastRows := n - (len(chunks)-1)*c
 	if full < n {
 		// a lone last token needs no padded chunk: the decode graphs serve it
 		lastProg, last, lastRows = r.progs[1], 0, 1
 		if err := lastProg.prog.Run(ctx, []sched.Chunk{{Row: int64(r.pos + full), Index: len(chunks)}}); err != nil {
 			return nil, fmt.Errorf("llm: %s at position %d: %w", lastProg.prog.Name(), r.pos+full, err)
 		}
+		if each != nil {
+			if err := rowsOf(lastProg, 0, full, 1); err != nil {
+				return nil, err
+			}
+		}
 	}
-	V := int64(r.m.Config.Vocab)
 	row := r.rt.Arena().Bytes(lastProg.logits[last%lastProg.prog.Lanes()])[int64(lastRows-1)*V*4:][:V*4]
 	r.pos += n
 	r.history = append(r.history, tokens...)

@@ -65,6 +65,15 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	if len(logits) == 0 {
 		return -1
 	}
+	s.penalize(logits, history)
+	if s.cfg.Temperature <= 0 {
+		return argmax(logits)
+	}
+	return s.draw(s.dist(logits))
+}
+
+// penalize applies the repetition penalty to logits.
+func (s *Sampler) penalize(logits []float32, history []int32) {
 	if p := s.cfg.RepeatPenalty; p > 0 && p != 1 {
 		seen := map[int32]bool{}
 		for _, t := range history[max(0, len(history)-s.cfg.RepeatLastN):] {
@@ -79,9 +88,11 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 			}
 		}
 	}
-	if s.cfg.Temperature <= 0 {
-		return argmax(logits)
-	}
+}
+
+// dist is the distribution Sample draws from when it samples (Temperature > 0): the candidates
+// left by top-k and top-p, most likely first, their probabilities summing to 1.
+func (s *Sampler) dist(logits []float32) []cand {
 	cands := make([]cand, len(logits))
 	for i, l := range logits {
 		cands[i] = cand{int32(i), float64(l)}
@@ -113,6 +124,11 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 			cands[i].p /= sum
 		}
 	}
+	return cands
+}
+
+// draw samples from a distribution (dist's).
+func (s *Sampler) draw(cands []cand) int32 {
 	r := s.rng.Float64()
 	for _, c := range cands {
 		r -= c.p

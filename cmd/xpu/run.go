@@ -60,13 +60,14 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(threads, "t", 0, "alias of --threads")
 	units := fs.String("units", "", "run across these units with the default plan, e.g. neon,opencl,qnn or neon{cpus=0,threads=1},neon{cpus=1,threads=1} (see sched/PLAN.md)")
 	planFile := fs.String("plan", "", "run by this placement plan (JSON, see sched/PLAN.md)")
-	stats := fs.Bool("stats", false, "print scheduling stats: per phase, the busiest unit's bubble rate (its idle share of the phase's wall time; measured, and as the dispatch simulation predicted it) and each unit's busy time")
+	stats := fs.Bool("stats", false, "print run statistics: per phase, the busiest unit's bubble rate (its idle share of the phase's wall time; measured, and as the dispatch simulation predicted it) and each unit's busy time; with speculative decoding, tokens per verify pass, the acceptance histogram and the time split")
 	traceFile := fs.String("trace", "", "write a Chrome trace-event JSON of the run to this file (open it in Perfetto)")
 	cpusPrefill := fs.String("cpus-prefill", "", "run prefill on these CPUs of CPU units, e.g. 0-3 (default: the selection xpu tune --energy stored, else every core)")
 	cpusDecode := fs.String("cpus-decode", "", "run decode on these CPUs of CPU units, e.g. 4,5 (default: as --cpus-prefill)")
 	noAECS := fs.Bool("no-aecs", false, "do not use the core selection stored by xpu tune --energy (also XPU_AECS=off)")
+	spec := addSpecFlags(fs, stats)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--stats] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]]")
+		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--spec auto|retrieval|lookup|off] [--stats] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseInterspersed(fs, args); !ok {
@@ -101,6 +102,10 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "xpu run: %v\n", err)
 		return 2
 	}
+	if err := spec.check(); err != nil {
+		fmt.Fprintf(stderr, "xpu run: %v\n", err)
+		return 2
+	}
 	if *timeout < 0 {
 		fmt.Fprintf(stderr, "xpu run: --timeout %v: must be 0 (automatic) or more\n", *timeout)
 		return 2
@@ -131,6 +136,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		ropts = append(ropts, llm.WithContextOptions(map[string]string{"threads": fmt.Sprint(*threads)}))
 	}
 	ropts = append(ropts, cores.option()...)
+	if !*chatMode {
+		ropts = append(ropts, spec.runnerOptions(*temp)...)
+	}
 	if m.WeightBytes() >= progressMinBytes && isTerminal(stderr) {
 		ropts = append(ropts, llm.WithProgress(func(done, total int) { drawProgress(stderr, done, total) }))
 	}
@@ -178,12 +186,16 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return chatLoop(ctx, r, chatIO{in: stdin, out: stdout, errw: stderr, interrupts: intr},
 			*prompt, stops, llm.WithMaxTokens(*n), llm.WithSampler(s))
 	}
+	specOpts, err := spec.generateOptions(m, *temp, stderr)
+	if err != nil {
+		return fail(err)
+	}
 	fmt.Fprint(stdout, *prompt)
-	res, err := r.GenerateUntil(ctx, *prompt, stops, llm.WithMaxTokens(*n), llm.WithSampler(s),
+	res, err := r.GenerateUntil(ctx, *prompt, stops, append([]llm.GenerateOption{llm.WithMaxTokens(*n), llm.WithSampler(s),
 		llm.WithStream(func(text string) error {
 			_, err := io.WriteString(stdout, text)
 			return err
-		}))
+		})}, specOpts...)...)
 	fmt.Fprintln(stdout)
 	if err != nil {
 		return fail(err)
@@ -195,6 +207,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "decode: %d tokens in %.1f ms, %.1f tok/s, %.2f GB/s of weights (stop: %s)\n",
 		len(res.Tokens), ms(res.Decode), res.DecodeTokensPerSecond(),
 		float64(m.WeightBytes())*res.DecodeTokensPerSecond()/1e9, res.Stop)
+	if *spec.stats {
+		printSpecStats(stderr, res)
+	}
 	if len(r.Units()) > 1 {
 		fmt.Fprintf(stderr, "units:\n%s\n", r.Report())
 	}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xpuhub/xpu/sched"
+)
+
+// Every --spec mode prints plain decoding's greedy text; --stats reports the passes.
+func TestRunSpecModes(t *testing.T) {
+	p := storiesPath(t)
+	t.Setenv("XPU_CACHE_DIR", t.TempDir())
+	prompt := "Lily and Tom played in the park. Lily and Tom"
+	base := []string{"run", "--model", p, "--temp", "0", "-n", "48", "--backend", "neon", "-p", prompt}
+	code, want, errOut := runCLI(t, append(base, "--spec", "off")...)
+	if code != 0 && strings.Contains(errOut, "neon") {
+		t.Skipf("neon plugin unavailable: %s", errOut)
+	}
+	require.Equal(t, 0, code, errOut)
+	for _, args := range [][]string{
+		{"--spec", "retrieval", "--stats"},
+		{"--spec", "lookup", "--stats", "--spec-always"},
+		{"--spec", "retrieval", "--spec-task", "tales", "--spec-lengths", "4,12"},
+		{"--stats"},
+	} {
+		code, out, errOut := runCLI(t, append(base, args...)...)
+		require.Equal(t, 0, code, errOut)
+		assert.Equal(t, want, out, "%v", args)
+		if strings.Contains(strings.Join(args, " "), "--stats") {
+			assert.Regexp(t, regexp.MustCompile(`speculative: [0-9.]+ tokens/pass over \d+ passes`), errOut, "%v", args)
+			assert.Contains(t, errOut, "time: draft")
+		}
+	}
+	// the task's answer was stored
+	files, err := filepath.Glob(filepath.Join(os.Getenv("XPU_CACHE_DIR"), "spec", "tales-*.hist"))
+	require.NoError(t, err)
+	require.Len(t, files, 1)
+	// a corrupt store is reported, and the run goes on
+	require.NoError(t, os.WriteFile(files[0], []byte("garbage"), 0o644))
+	code, out, errOut := runCLI(t, append(base, "--spec", "retrieval", "--spec-task", "tales")...)
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, want, out)
+	assert.Contains(t, errOut, "corrupt history store")
+}
+
+// The trace shows the verify passes on a track of their own, with what each accepted.
+func TestRunSpecTrace(t *testing.T) {
+	p := storiesPath(t)
+	trace := filepath.Join(t.TempDir(), "t.json")
+	code, _, errOut := runCLI(t, "run", "--model", p, "--temp", "0", "-n", "48", "--backend", "neon",
+		"--spec", "lookup", "--spec-always", "--trace", trace, "-p", "Lily and Tom played in the park. Lily and Tom")
+	if code != 0 && strings.Contains(errOut, "neon") {
+		t.Skipf("neon plugin unavailable: %s", errOut)
+	}
+	require.Equal(t, 0, code, errOut)
+	events, err := sched.ReadTraceFile(trace)
+	require.NoError(t, err)
+	verifies := 0
+	for _, e := range events {
+		if e.Track == "speculative" && strings.HasPrefix(e.Name, "verify ") {
+			verifies++
+			assert.Contains(t, e.Args, "accepted")
+		}
+	}
+	assert.Positive(t, verifies)
+}
+
+func TestRunSpecBadFlags(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--spec", "eagle"}, `--spec "eagle"`},
+		{[]string{"--spec-lengths", "1,8"}, "--spec-lengths"},
+		{[]string{"--spec-lengths", "x"}, "--spec-lengths"},
+	} {
+		code, _, errOut := runCLI(t, append([]string{"run", "--model", "x.gguf"}, tt.args...)...)
+		assert.Equal(t, 2, code, tt.args)
+		assert.Contains(t, errOut, tt.want)
+	}
+}
+
+// The README's speculative-decoding line, run as written.
+func TestREADMESpecCommand(t *testing.T) {
+	storiesPath(t)
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	var lines []string
+	for _, l := range readmeShellLines(t) {
+		if strings.Contains(l, "build/xpu run") && strings.Contains(l, "--spec") {
+			lines = append(lines, l)
+		}
+	}
+	require.NotEmpty(t, lines)
+	bin := buildXPU(t)
+	for _, l := range lines {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		cmd := exec.CommandContext(ctx, "bash", "-c", strings.ReplaceAll(l, "build/xpu", bin))
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "XPU_CACHE_DIR="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		cancel()
+		require.NoError(t, err, "%s\n%s", l, out)
+		assert.Contains(t, string(out), "tokens/pass", l)
+	}
+}

@@ -1,0 +1,632 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/draft"
+)
+
+// SpecOption configures speculative decoding (WithSpeculative).
+type SpecOption func(*specConfig)
+
+type specConfig struct {
+	drafter draft.Drafter
+	always  bool
+	stats   *SpecStats
+}
+
+// SpecAlways verifies every draft the drafter proposes, at the shortest verify length that
+// holds it, instead of choosing by the measured acceptance and costs (which falls back to
+// plain decoding where drafts do not pay).
+func SpecAlways() SpecOption { return func(c *specConfig) { c.always = true } }
+
+// WithSpeculative decodes speculatively: after each token, d proposes a draft of what follows,
+// the runner verifies it in one pass of a verify graph (the runner needs WithVerifyLengths) and
+// keeps the longest prefix the model agrees with plus the model's own next token. Greedy output
+// is exactly plain decoding's; with sampling, a draft token x is kept with the probability p(x)
+// the sampler gives it, and on rejection the token is drawn from p without x, renormalized (the
+// speculative-sampling rule for a drafter that proposes one token with certainty), so every
+// token has plain sampling's distribution. Each step verifies the draft length that the
+// acceptance measured so far and the measured cost of each verify length predict to produce
+// the most tokens per second, which is plain decoding when drafts do not hit (it then probes
+// again now and then, less often each time a probe fails). Result.Spec reports the steps.
+func WithSpeculative(d draft.Drafter, opts ...SpecOption) GenerateOption {
+	return func(c *genConfig) {
+		sc := &specConfig{drafter: d}
+		for _, o := range opts {
+			o(sc)
+		}
+		c.spec = sc
+	}
+}
+
+// SpecStats reports a speculative generation.
+type SpecStats struct {
+	// Passes is the forward passes of decoding: Verifies plus Plain (one-token decodes).
+	Passes, Verifies, Plain int
+	// Drafted and Accepted count draft tokens verified and kept.
+	Drafted, Accepted int
+	// Histogram[a] counts the verify passes that kept a draft tokens.
+	Histogram []int
+	// Lengths counts the verify passes per verify graph length.
+	Lengths map[int]int
+	// Time split of decoding: proposing drafts, verify passes, one-token decodes, and the
+	// rest (acceptance, sampling, streaming); Calibrate is the prefill's calibration.
+	Draft, Verify, Decode, Overhead, Calibrate time.Duration
+	// Fallback says why drafting was turned off during the generation, if it was.
+	Fallback string
+}
+
+// TokensPerPass is the tokens produced per forward pass of decoding (1 for plain decoding).
+func (s *SpecStats) TokensPerPass() float64 {
+	if s.Passes == 0 {
+		return 0
+	}
+	return float64(s.Passes+s.Accepted) / float64(s.Passes)
+}
+
+// AcceptanceRate is the share of verified draft tokens kept.
+func (s *SpecStats) AcceptanceRate() float64 {
+	if s.Drafted == 0 {
+		return 0
+	}
+	return float64(s.Accepted) / float64(s.Drafted)
+}
+
+// String is a few lines for --stats: tokens per pass, the acceptance histogram and the time
+// split.
+func (s *SpecStats) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "speculative: %.2f tokens/pass over %d passes (%d verify, %d plain); %d of %d draft tokens accepted (%.0f%%)\n",
+		s.TokensPerPass(), s.Passes, s.Verifies, s.Plain, s.Accepted, s.Drafted, 100*s.AcceptanceRate())
+	if len(s.Lengths) > 0 {
+		ls := make([]int, 0, len(s.Lengths))
+		for l := range s.Lengths {
+			ls = append(ls, l)
+		}
+		slices.Sort(ls)
+		b.WriteString("verify lengths:")
+		for _, l := range ls {
+			fmt.Fprintf(&b, " %d×%d", l, s.Lengths[l])
+		}
+		b.WriteString("\n")
+	}
+	if len(s.Histogram) > 0 {
+		b.WriteString("accepted per verify:")
+		for a, n := range s.Histogram {
+			if n > 0 {
+				fmt.Fprintf(&b, " %d:%d", a, n)
+			}
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "time: draft %v, verify %v, plain decode %v, overhead %v, calibrate %v\n",
+		s.Draft.Round(time.Microsecond), s.Verify.Round(time.Microsecond), s.Decode.Round(time.Microsecond),
+		s.Overhead.Round(time.Microsecond), s.Calibrate.Round(time.Microsecond))
+	if s.Fallback != "" {
+		fmt.Fprintf(&b, "fallback: %s\n", s.Fallback)
+	}
+	return b.String()
+}
+
+// calibrateTop is how many candidates per prompt position calibration gets.
+const calibrateTop = 4
+
+// specPrefill prefills ids, handing a Calibrator drafter the prompt's all-position predictions.
+func (r *Runner) specPrefill(ctx context.Context, sc *specConfig, ids []int32, st *SpecStats) ([]float32, error) {
+	cal, ok := sc.drafter.(draft.Calibrator)
+	if !ok || r.progs[r.cfg.chunk].prog.Lanes() > 1 {
+		// all-position logits run the chunks one at a time: a prefill pipelined over units
+		// would lose more than calibration gains
+		return r.Prefill(ctx, ids)
+	}
+	preds := make([][]draft.Candidate, len(ids))
+	var spent time.Duration
+	logits, err := r.PrefillEach(ctx, ids, func(i int, l []float32) error {
+		t0 := time.Now()
+		preds[i] = topCandidates(l[:min(len(l), r.m.Tokenizer.Size())], calibrateTop)
+		spent += time.Since(t0)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	if err := safely(func() { cal.Calibrate(ids, preds) }); err != nil {
+		// the drafter's later proposals are checked and guarded; its calibration is lost
+		r.cfg.logger.Warn("llm: drafter calibration failed", "err", err)
+		st.Fallback = err.Error()
+	}
+	st.Calibrate = spent + time.Since(t0)
+	return logits, nil
+}
+
+// topCandidates are the k most likely tokens of logits with their softmax probabilities.
+func topCandidates(logits []float32, k int) []draft.Candidate {
+	if len(logits) == 0 {
+		return nil
+	}
+	mx := logits[argmax(logits)]
+	var sum float64
+	for _, l := range logits {
+		sum += math.Exp(float64(l - mx))
+	}
+	top := make([]draft.Candidate, 0, k+1)
+	for i, l := range logits {
+		if len(top) == k && l <= top[k-1].P {
+			continue
+		}
+		c := draft.Candidate{ID: int32(i), P: l}
+		j, _ := slices.BinarySearchFunc(top, c, func(a, b draft.Candidate) int {
+			if a.P > b.P {
+				return -1
+			}
+			return 1
+		})
+		top = slices.Insert(top, j, c)
+		if len(top) > k {
+			top = top[:k]
+		}
+	}
+	for i := range top {
+		top[i].P = float32(math.Exp(float64(top[i].P-mx)) / sum)
+	}
+	return top
+}
+
+// specPolicy picks each step's draft length: the one whose expected tokens (from the
+// acceptance measured so far, per draft position) per second of its verify graph (measured) is
+// highest, plain decoding included.
+type specPolicy struct {
+	lengths []int           // verify lengths, ascending
+	cost    map[int]float64 // seconds per pass by length (1: decode), moving averages
+	tried   []float64       // tried[i]: decayed count of verifies that reached draft position i
+	hit     []float64       // hit[i]: of those, the ones that accepted it
+	always  bool
+	skipped int // plain steps since the last verify although a draft was there
+	probe   int // verify after this many skipped steps (4× after each probe that did not pay)
+}
+
+const (
+	probeFirst = 64
+	margin     = 1.15
+	probeMax   = 2048
+	// decay weighs recent steps more: the text may move from copying to new writing.
+	decay = 0.95
+)
+
+func newSpecPolicy(lengths []int, always bool) *specPolicy {
+	maxL := 0
+	if len(lengths) > 0 {
+		maxL = slices.Max(lengths)
+	}
+	return &specPolicy{lengths: lengths, cost: map[int]float64{}, tried: make([]float64, maxL),
+		hit: make([]float64, maxL), always: always, probe: probeFirst}
+}
+
+// accept is the estimated probability that draft position i (0-based) is accepted given that
+// the positions before it were: a position no verify reached yet gets the prior 1/2, so the
+// expected acceptance of a deep draft decays geometrically until measured.
+func (p *specPolicy) accept(i int) float64 {
+	return (p.hit[i] + 0.5) / (p.tried[i] + 1)
+}
+
+// worthDrafting says whether a draft of k tokens could be verified this step: a verify would
+// pay if all k came, or a probe is due, or the costs are not measured yet. When it is not,
+// the step is counted as skipped (toward the next probe) and drafting is saved.
+func (p *specPolicy) worthDrafting(k int) bool {
+	if p.always || len(p.lengths) == 0 {
+		return true
+	}
+	c1, ok := p.cost[1]
+	if !ok {
+		return true
+	}
+	if p.skipped+1 >= p.probe {
+		return true
+	}
+	for _, l := range p.lengths {
+		kk := min(k, l-1)
+		c, ok := p.cost[l]
+		if !ok {
+			c = p.guess(l, c1)
+		}
+		if p.expected(kk)/c > margin/c1 {
+			return true
+		}
+	}
+	p.skipped++
+	return false
+}
+
+// expected is the tokens a pass is expected to produce from a draft of k tokens: the correction
+// plus the chance of each draft position being reached and accepted.
+func (p *specPolicy) expected(k int) float64 {
+	exp, run, last := 1.0, 1.0, 0.5
+	for i := range k {
+		// a position no recent verify reached is taken to go as the deepest one that did
+		c := last
+		if p.tried[i] >= 1 {
+			c = p.accept(i)
+			last = c
+		}
+		run *= c
+		exp += run
+	}
+	return exp
+}
+
+// choose is how many of k draft tokens to verify (0: decode plainly), and the verify length.
+func (p *specPolicy) choose(k int) (int, int) {
+	if k == 0 || len(p.lengths) == 0 {
+		return 0, 1
+	}
+	shortest := func(n int) int {
+		for _, l := range p.lengths {
+			if l >= n+1 {
+				return l
+			}
+		}
+		return p.lengths[len(p.lengths)-1]
+	}
+	if p.always {
+		l := shortest(k)
+		return min(k, l-1), l
+	}
+	c1, ok := p.cost[1]
+	if !ok {
+		return 0, 1 // measure a decode first
+	}
+	// a verify must promise a margin over plain decoding: its cost and acceptance are
+	// estimates from noisy wall-clock times and a few passes
+	bestK, bestL, best := 0, 1, margin/c1
+	for _, l := range p.lengths {
+		kk := min(k, l-1)
+		c, ok := p.cost[l]
+		if !ok {
+			c = p.guess(l, c1)
+		}
+		if s := p.expected(kk) / c; s > best {
+			bestK, bestL, best = kk, l, s
+		}
+		if kk == k {
+			break // longer graphs verify nothing more
+		}
+	}
+	if bestK > 0 {
+		p.skipped = 0
+		return bestK, bestL
+	}
+	if p.skipped++; p.skipped >= p.probe {
+		p.skipped = 0
+		p.probe = min(4*p.probe, probeMax)
+		l := shortest(min(k, p.lengths[0]-1))
+		return min(k, l-1), l
+	}
+	return 0, 1
+}
+
+// guess is the cost of a verify length not run yet: the longest shorter one measured times the
+// square root of the length ratio (between a weight-bound pass, which costs about the same, and
+// a compute-bound one, which costs proportionally more: optimistic enough that a length gets
+// measured once the shorter ones nearly pay), or for the shortest 1.5 decodes.
+func (p *specPolicy) guess(l int, c1 float64) float64 {
+	for i := len(p.lengths) - 1; i >= 0; i-- {
+		if k := p.lengths[i]; k < l {
+			if c, ok := p.cost[k]; ok {
+				return c * math.Sqrt(float64(l)/float64(k))
+			}
+		}
+	}
+	if l == p.lengths[0] {
+		return 1.5 * c1
+	}
+	return c1 * math.Sqrt(float64(l))
+}
+
+// observe records a pass: its length (1: decode), wall time, draft tokens and accepted ones.
+func (p *specPolicy) observe(l int, d time.Duration, drafted, accepted int) {
+	s := d.Seconds()
+	if c, ok := p.cost[l]; ok {
+		p.cost[l] = 0.8*c + 0.2*s
+	} else {
+		p.cost[l] = s
+	}
+	if drafted == 0 {
+		return
+	}
+	for i := range p.tried {
+		p.tried[i] *= decay
+		p.hit[i] *= decay
+	}
+	// position i was put to the test when the ones before it were accepted
+	for i := range min(drafted, accepted+1) {
+		p.tried[i]++
+		if i < accepted {
+			p.hit[i]++
+		}
+	}
+	if c1, ok := p.cost[1]; ok && float64(accepted+1)/s >= margin/c1 {
+		p.probe = probeFirst // this pass beat plain decoding: probe eagerly again
+	}
+}
+
+// specDecode is Generate's decoding loop with drafts: logits are the prefill's, base the cache
+// length after it.
+func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, logits []float32, dec interface{ Next(int32) string },
+	text *[]byte, st *SpecStats) error {
+	sc := cfg.spec
+	tok := r.m.Tokenizer
+	vs := min(len(logits), tok.Size())
+	vocab := r.m.Config.Vocab
+	base := r.pos
+	sampler := NewSampler(cfg.sampler)
+	greedy := cfg.sampler.Temperature <= 0
+	pol := newSpecPolicy(r.VerifyLengths(), sc.always)
+	drafter := sc.drafter
+	trace := r.rt.Trace()
+	spentIn := time.Duration(0) // draft + verify + decode time, to derive the overhead
+	loopStart := time.Now()
+	defer func() {
+		st.Overhead = time.Since(loopStart) - spentIn
+		if st.Overhead < 0 {
+			st.Overhead = 0
+		}
+	}()
+	// emit is plain decoding's handling of a chosen token; true ends generation.
+	emit := func(next int32) (bool, error) {
+		if tok.IsStop(next) || (next == tok.BOS() && next >= 0) {
+			res.Stop = StopEOS
+			return true, nil
+		}
+		res.Tokens = append(res.Tokens, next)
+		if cfg.onToken != nil {
+			if err := cfg.onToken(next); err != nil {
+				return true, err
+			}
+		}
+		if piece := dec.Next(next); piece != "" {
+			*text = append(*text, piece...)
+			if cfg.stream != nil {
+				if err := cfg.stream(piece); err != nil {
+					return true, err
+				}
+			}
+		}
+		if len(res.Tokens) >= cfg.maxTokens {
+			res.Stop = StopMaxTokens
+			return true, nil
+		}
+		// plain decoding has fed every emitted token but this one
+		if base+len(res.Tokens)-1 >= r.cfg.ctxLen {
+			res.Stop = StopContext
+			return true, nil
+		}
+		return false, nil
+	}
+	// the cache ends as plain decoding leaves it: every emitted token fed but the last, unless
+	// generation ended at a stop token (WithKeepCache continues from there)
+	defer func() {
+		want := base + len(res.Tokens) - 1
+		if res.Stop == StopEOS {
+			want++
+		}
+		if want >= 0 && want < r.pos {
+			_ = r.Truncate(want)
+		}
+	}()
+	buf := make([]float32, vs)
+	sample := func(l []float32, hist []int32) int32 {
+		copy(buf, l[:vs])
+		return sampler.Sample(buf, hist)
+	}
+	predict := func(l []float32, hist []int32) int32 {
+		copy(buf, l[:vs])
+		sampler.penalize(buf, hist)
+		return argmax(buf)
+	}
+	next := sample(logits, r.history)
+	for {
+		if stop, err := emit(next); stop || err != nil {
+			return err
+		}
+		var tree draft.Tree
+		budget := min(r.MaxVerify()-1, r.cfg.ctxLen-r.pos-1, cfg.maxTokens-len(res.Tokens))
+		if drafter != nil && budget > 0 && pol.worthDrafting(budget) {
+			t0 := time.Now()
+			seq := append(r.history[:len(r.history):len(r.history)], next)
+			var err error
+			tree, err = proposeSafely(drafter, seq, budget)
+			if err == nil {
+				err = tree.Validate(vocab, budget)
+			}
+			d := time.Since(t0)
+			st.Draft += d
+			spentIn += d
+			if err != nil {
+				// a broken drafter costs speed, never text: decode plainly from here on
+				r.cfg.logger.Warn("llm: speculative decoding off: the drafter failed", "err", err)
+				st.Fallback = err.Error()
+				drafter, tree = nil, draft.Tree{}
+			} else if !r.TreeVerify() {
+				tree = draft.Chain(tree.Primary())
+			}
+		}
+		k, l := pol.choose(tree.Len())
+		// parents come first, so the first k nodes are a tree
+		tree = draft.Tree{Tokens: tree.Tokens[:k], Parents: tree.Parents[:k]}
+		t0 := time.Now()
+		if k == 0 {
+			var err error
+			if logits, err = r.Decode(ctx, next); err != nil {
+				return err
+			}
+			d := time.Since(t0)
+			st.Decode += d
+			spentIn += d
+			st.Passes++
+			st.Plain++
+			pol.observe(1, d, 0, 0)
+			if err := checkLogits(logits, r.pos-1); err != nil {
+				return err
+			}
+			next = sample(logits, r.history)
+			continue
+		}
+		base := r.pos // the row of next
+		rows, err := r.VerifyTree(ctx, next, tree)
+		if err != nil {
+			return err
+		}
+		d := time.Since(t0)
+		st.Verify += d
+		spentIn += d
+		// walk the tree from the root: each step keeps the child the model picks
+		kids := make([][]int, k+1) // by parent row (0: the root)
+		for i, p := range tree.Parents {
+			kids[p+1] = append(kids[p+1], i)
+		}
+		hist := append(r.history[:base+1:base+1], make([]int32, 0, k)...)
+		keep := []int{0}
+		cur := -1 // the node whose row predicts next (-1: the root)
+		var corr int32
+		for {
+			row := rows[cur+1]
+			if err := checkLogits(row, base+len(keep)-1); err != nil {
+				return err
+			}
+			var child int
+			if greedy {
+				pred := predict(row, hist)
+				child = -1
+				for _, c := range kids[cur+1] {
+					if tree.Tokens[c] == pred {
+						child = c
+						break
+					}
+				}
+				corr = pred
+			} else {
+				copy(buf, row[:vs])
+				sampler.penalize(buf, hist)
+				child, corr = acceptTree(sampler, sampler.dist(buf), tree.Tokens, kids[cur+1])
+			}
+			if child < 0 {
+				break
+			}
+			cur = child
+			keep = append(keep, child+1)
+			hist = append(hist, tree.Tokens[child])
+		}
+		a := len(keep) - 1
+		// what the drafter learns: the path verified, the accepted nodes and then the first
+		// child's line below the last, with the model's predictions along it
+		stepDraft := slices.Clone(hist[base+1:])
+		preds := make([]int32, 0, k+1)
+		for _, row := range keep {
+			preds = append(preds, predict(rows[row], hist[:base+len(preds)+1]))
+		}
+		for c := cur; len(kids[c+1]) > 0; {
+			c = kids[c+1][0]
+			stepDraft = append(stepDraft, tree.Tokens[c])
+			preds = append(preds, predict(rows[c+1], append(r.history[:base+1:base+1], stepDraft[:len(stepDraft)]...)))
+		}
+		if err := r.KeepPath(ctx, base, keep); err != nil {
+			return err
+		}
+		st.Passes++
+		st.Verifies++
+		st.Drafted += k
+		st.Accepted += a
+		if st.Lengths == nil {
+			st.Lengths = map[int]int{}
+		}
+		st.Lengths[l]++
+		for len(st.Histogram) <= a {
+			st.Histogram = append(st.Histogram, 0)
+		}
+		st.Histogram[a]++
+		pol.observe(l, d, pathDepth(tree), a)
+		trace.Slice("speculative", fmt.Sprintf("verify %d", l), t0, t0.Add(d),
+			map[string]any{"row": base, "drafted": k, "accepted": a})
+		if drafter != nil {
+			if err := safely(func() { drafter.Observe(draft.Step{Draft: stepDraft, Accepted: a, Predictions: preds}) }); err != nil {
+				r.cfg.logger.Warn("llm: speculative decoding off: the drafter failed", "err", err)
+				st.Fallback, drafter = err.Error(), nil
+			}
+		}
+		for _, t := range hist[base+1:] {
+			if stop, err := emit(t); stop || err != nil {
+				return err
+			}
+		}
+		next = corr
+	}
+}
+
+// acceptTree is the speculative-sampling rule for draft children proposed with certainty
+// (tokens[c] for c in kids, in order): child c is kept with the probability the distribution
+// left so far gives its token; on rejection that token's probability goes and the rest is
+// renormalized; when every child is rejected, the next token is drawn from what is left. Each
+// token thus has probability p(token), as plain sampling gives. It returns the child kept (-1:
+// none) and the token drawn (the kept child's when one is).
+func acceptTree(s *Sampler, dist []cand, tokens []int32, kids []int) (int, int32) {
+	rest := slices.Clone(dist)
+	for _, c := range kids {
+		x := tokens[c]
+		px := 0.0
+		for _, d := range rest {
+			if d.id == x {
+				px = d.p
+			}
+		}
+		if px <= 0 {
+			continue // not in the distribution, or rejected already
+		}
+		if s.rng.Float64() < px {
+			return c, x
+		}
+		if px >= 1 {
+			return c, x // rounding: nothing else is left
+		}
+		kept := rest[:0]
+		for _, d := range rest {
+			if d.id != x {
+				kept = append(kept, cand{d.id, d.p / (1 - px)})
+			}
+		}
+		rest = kept
+	}
+	return -1, s.draw(rest)
+}
+
+// pathDepth is the depth of a tree's first-child line, the draft positions the policy's
+// acceptance statistics count.
+func pathDepth(t draft.Tree) int { return len(t.Primary()) }
+
+// proposeSafely calls a drafter, turning a panic into an error: drafters may be the caller's.
+func proposeSafely(d draft.Drafter, history []int32, budget int) (t draft.Tree, err error) {
+	err = safely(func() { t = d.Propose(history, budget) })
+	return t, err
+}
+
+// safely runs a drafter's method, turning a panic into an error wrapping core.ErrInternal.
+func safely(f func()) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("llm: drafter panicked: %v: %w", p, core.ErrInternal)
+		}
+	}()
+	f()
+	return nil
+}
+
+// ErrNoVerifyGraphs: speculative decoding was asked of a runner without verify graphs.
+var ErrNoVerifyGraphs = errors.New("llm: the runner has no verify graphs (NewRunner with WithVerifyLengths)")

@@ -1,0 +1,65 @@
+package llm_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/draft"
+	"github.com/xpuhub/xpu/llm/synth"
+)
+
+// Speculative decoding: the runner prepares verify graphs, and Generate drafts from text the
+// model has seen (here the retrieval drafter: the prompt, the output so far and the model's
+// prefill predictions), verifying each draft in one pass. Greedy output is plain decoding's.
+func ExampleWithSpeculative() {
+	dir, err := os.MkdirTemp("", "xpu-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "tiny.gguf")
+	spec, _ := synth.Preset("llama", "260K", core.F32, 42)
+	f, err := os.Create(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := synth.Write(f, spec); err != nil {
+		log.Fatal(err)
+	}
+	f.Close()
+
+	ctx := context.Background()
+	m, err := llm.Open(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+	backend := ref.New()
+	defer backend.Close()
+	r, err := llm.NewRunner(ctx, m, backend.Devices()[0], llm.WithVerifyLengths(8, 16))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close()
+
+	plain, err := r.Generate(ctx, "Once upon a time", llm.WithMaxTokens(24))
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, err := r.Generate(ctx, "Once upon a time", llm.WithMaxTokens(24),
+		llm.WithSpeculative(draft.NewRetrieval(draft.RetrievalOptions{}), llm.SpecAlways()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("same text as plain decoding:", res.Text == plain.Text)
+	fmt.Println("tokens per pass at least 1:", res.Spec.TokensPerPass() >= 1)
+	// Output:
+	// same text as plain decoding: true
+	// tokens per pass at least 1: true
+}
