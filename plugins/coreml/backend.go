@@ -36,8 +36,9 @@ type engine interface {
 
 // model is a loaded Core ML model.
 type model interface {
-	// predict reads inputs and writes outputs in place (bytes by feature name).
-	predict(ctx context.Context, in, out map[string][]byte) error
+	// predict reads inputs and writes outputs in place (bytes by feature name; feats describes
+	// every input and output).
+	predict(ctx context.Context, feats []feature, in, out map[string][]byte) error
 	close() error
 }
 
@@ -251,7 +252,8 @@ func (c *cmlContext) Prepare(ctx context.Context, g *core.Graph, opts ...core.Pr
 	c.mu.Lock()
 	c.live++
 	c.mu.Unlock()
-	return &executable{ctx: c, g: g, l: l, m: m, pkg: pkg, verdicts: c.verdicts(g)}, nil
+	feats := append(append([]feature(nil), l.inputs...), l.outputs...)
+	return &executable{ctx: c, g: g, l: l, m: m, pkg: pkg, feats: feats, verdicts: c.verdicts(g)}, nil
 }
 
 func buildHash(s string) uint32 {
@@ -303,6 +305,7 @@ type executable struct {
 	l        *lowered
 	m        model
 	pkg      string
+	feats    []feature
 	verdicts []core.NodeVerdict
 	closed   atomic.Bool
 }
@@ -420,7 +423,7 @@ func (x *execution) Run(ctx context.Context) error {
 			}
 		}
 	}
-	if err := x.e.m.predict(ctx, in, out); err != nil {
+	if err := x.e.m.predict(ctx, x.e.feats, in, out); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("coreml: run: %w", ctx.Err())
 		}

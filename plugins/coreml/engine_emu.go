@@ -36,7 +36,7 @@ func (emuEngine) load(ctx context.Context, pkgDir, cacheDir, key, units string) 
 
 type emuModel struct{ m *emu.Model }
 
-func (e emuModel) predict(ctx context.Context, in, out map[string][]byte) error {
+func (e emuModel) predict(ctx context.Context, _ []feature, in, out map[string][]byte) error {
 	return e.m.Predict(ctx, in, out)
 }
 
