@@ -379,6 +379,9 @@ func valueType(b []byte) (Type, error) {
 			return Type{}, fmt.Errorf("%w: dimension %d", ErrInvalidModel, v)
 		}
 		t.Shape = append(t.Shape, v)
+		if t.numel() > 1<<40 { // checked per dimension: the product never overflows
+			return Type{}, fmt.Errorf("%w: %v is too large", ErrInvalidModel, t)
+		}
 	}
 	if t.numel() > 1<<40 {
 		return Type{}, fmt.Errorf("%w: %v is too large", ErrInvalidModel, t)
