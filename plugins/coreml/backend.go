@@ -52,6 +52,9 @@ type config struct{ units string }
 // them.
 func WithUnits(u string) Option { return func(c *config) { c.units = u } }
 
+// EnvUnits, when set, gives New's default compute units (xpu --coreml-units sets it).
+const EnvUnits = "XPU_COREML_UNITS"
+
 // Units are the --coreml-units values.
 var Units = []string{"cpu", "gpu", "ane", "all"}
 
@@ -74,6 +77,9 @@ func Probe() (int, string) { return probe() }
 // runtime (package emu) elsewhere. Reports name the emulated one "coreml (emulated runtime)".
 func New(opts ...Option) (core.Backend, error) {
 	c := config{units: "all"}
+	if u := os.Getenv(EnvUnits); u != "" {
+		c.units = u
+	}
 	for _, o := range opts {
 		o(&c)
 	}
