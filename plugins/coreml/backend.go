@@ -14,6 +14,10 @@ import (
 	"github.com/xpuhub/xpu/core/ref"
 )
 
+// EmulatedLabel is how device listings and reports name the emulated Core ML runtime (the
+// runtime off Apple systems).
+const EmulatedLabel = "coreml (emulated runtime)"
+
 // Name is the backend's name (xpu conform --plugin coreml, llm.WithBackend("coreml")).
 const Name = "coreml"
 

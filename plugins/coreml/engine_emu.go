@@ -10,9 +10,6 @@ import (
 	"github.com/xpuhub/xpu/plugins/coreml/emu"
 )
 
-// EmulatedLabel is how reports name the runtime off Apple systems.
-const EmulatedLabel = "coreml (emulated runtime)"
-
 func probe() (int, string) {
 	return 0, fmt.Sprintf("Core ML exists only on Apple systems (this is %s/%s); the emulated runtime serves conformance and tests", runtime.GOOS, runtime.GOARCH)
 }
