@@ -11,7 +11,6 @@ import (
 // lacks, not just "no".
 const (
 	whyZeroSize  = "Core ML multi-arrays cannot be empty (a dimension is 0)"
-	whyScalarIO  = "a graph input or output of rank 0: Core ML model features are multi-arrays of rank >= 1"
 	whyBF16      = "bfloat16 activations: Core ML ML Programs (iOS 16 target) have no bf16 tensors"
 	whyInt8      = "int8 activations need Int8 multi-arrays (specification version 10, iOS 26); this backend targets iOS 16"
 	whyQuantAct  = "a block-quantized tensor that is not a constant weight: Core ML dequantizes weights at compile time only"
@@ -53,9 +52,6 @@ func nodeReason(g *core.Graph, n *core.Node) string {
 	for i, t := range all {
 		if t.Shape.NumElements() == 0 {
 			return whyZeroSize
-		}
-		if io[t] && len(t.Shape) == 0 {
-			return whyScalarIO
 		}
 		if t.DType.KQuant() {
 			return whyKQuant
@@ -120,14 +116,18 @@ func lower(g *core.Graph) (*lowered, error) {
 	inputIndex := map[*core.Tensor]int{}
 	for i, t := range g.Inputs {
 		dt, ok := milDType(t.DType)
-		if !ok || len(t.Shape) == 0 {
-			return nil, fmt.Errorf("coreml: input %q (%s %s): %s: %w", t.Name, t.DType, t.Shape, whyScalarIOOrType(t), core.ErrUnsupported)
+		if !ok {
+			return nil, fmt.Errorf("coreml: input %q (%s %s): %s: %w", t.Name, t.DType, t.Shape, whyType(t), core.ErrUnsupported)
 		}
-		v := mvar{name: fmt.Sprintf("in_%d", i), dt: dt, shape: t.Shape.Clone()}
-		vals[t] = v
+		// features have rank >= 1: a scalar travels as [1] and is squeezed inside
+		v := mvar{name: fmt.Sprintf("in_%d", i), dt: dt, shape: featureShape(t.Shape)}
 		fnInputs = append(fnInputs, v)
 		inputIndex[t] = i
 		l.inputs = append(l.inputs, feature{v.name, t.DType, v.shape})
+		if len(t.Shape) == 0 {
+			v = b.op("squeeze", []arg{{"x", []mvar{v}}}, dt, nil)
+		}
+		vals[t] = v
 	}
 	value := func(t *core.Tensor, want milType) (mvar, error) {
 		if v, ok := vals[t]; ok {
@@ -184,8 +184,8 @@ func lower(g *core.Graph) (*lowered, error) {
 	var outNames []string
 	for _, t := range g.Outputs {
 		dt, ok := milDType(t.DType)
-		if !ok || len(t.Shape) == 0 {
-			return nil, fmt.Errorf("coreml: output %q (%s %s): %s: %w", t.Name, t.DType, t.Shape, whyScalarIOOrType(t), core.ErrUnsupported)
+		if !ok {
+			return nil, fmt.Errorf("coreml: output %q (%s %s): %s: %w", t.Name, t.DType, t.Shape, whyType(t), core.ErrUnsupported)
 		}
 		v, err := value(t, dt)
 		if err != nil {
@@ -193,19 +193,29 @@ func lower(g *core.Graph) (*lowered, error) {
 		}
 		// every output gets its own named op: an input or a value returned twice still has one
 		// feature name per output
-		o := b.op("identity", []arg{{"x", []mvar{v}}}, v.dt, v.shape)
+		var o mvar
+		if len(t.Shape) == 0 {
+			o = b.op("expand_dims", []arg{{"x", []mvar{v}}, {"axes", []mvar{b.intVec(0)}}}, v.dt, []int64{1})
+		} else {
+			o = b.op("identity", []arg{{"x", []mvar{v}}}, v.dt, v.shape)
+		}
 		outNames = append(outNames, o.name)
-		l.outputs = append(l.outputs, feature{o.name, t.DType, t.Shape.Clone()})
+		l.outputs = append(l.outputs, feature{o.name, t.DType, o.shape})
 	}
 	l.model = encodeModel(b, fnInputs, l, outNames)
 	l.weights = b.blob.bytes()
 	return l, nil
 }
 
-func whyScalarIOOrType(t *core.Tensor) string {
-	if len(t.Shape) == 0 {
-		return whyScalarIO
+// featureShape is a model feature's shape: the tensor's, or [1] for a scalar.
+func featureShape(s core.Shape) []int64 {
+	if len(s) == 0 {
+		return []int64{1}
 	}
+	return s.Clone()
+}
+
+func whyType(t *core.Tensor) string {
 	return fmt.Sprintf("Core ML model features are Float32, Float16 or Int32 multi-arrays, not %s", t.DType)
 }
 

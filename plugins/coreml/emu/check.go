@@ -161,6 +161,48 @@ var specs = map[string]opSpec{
 		}
 		return x, nil
 	}},
+	"squeeze": {params: []param{pX, {name: "axes", konst: true}}, infer: func(c *opCtx) (Type, error) {
+		x := c.t("x")
+		if c.has("axes") {
+			return Type{}, c.errf("only squeeze without axes is emulated")
+		}
+		s := []int64{}
+		for _, d := range x.Shape {
+			if d != 1 {
+				s = append(s, d)
+			}
+		}
+		return Type{x.DType, s}, nil
+	}},
+	"expand_dims": {params: []param{pX, {name: "axes", required: true, konst: true}}, infer: func(c *opCtx) (Type, error) {
+		x := c.t("x")
+		axes, err := intVec(c, "axes", -1)
+		if err != nil {
+			return Type{}, err
+		}
+		r := len(x.Shape) + len(axes)
+		ins := map[int]bool{}
+		for _, a := range axes {
+			if a < 0 {
+				a += int64(r)
+			}
+			if a < 0 || int(a) >= r || ins[int(a)] {
+				return Type{}, c.errf("axes %v for rank %d", axes, len(x.Shape))
+			}
+			ins[int(a)] = true
+		}
+		s := make([]int64, 0, r)
+		j := 0
+		for i := range r {
+			if ins[i] {
+				s = append(s, 1)
+			} else {
+				s = append(s, x.Shape[j])
+				j++
+			}
+		}
+		return Type{x.DType, s}, nil
+	}},
 	"identity": {params: []param{pX}, infer: func(c *opCtx) (Type, error) { return c.t("x"), nil }},
 	"cast": {params: []param{pX, {name: "dtype", required: true, konst: true}}, infer: func(c *opCtx) (Type, error) {
 		x, d := c.t("x"), c.konst("dtype")
