@@ -210,7 +210,9 @@ func (c *cmlContext) verdicts(g *core.Graph) []core.NodeVerdict {
 			continue
 		}
 		p := core.PrecF32
-		if n.Output.DType == core.F16 {
+		// Core ML runs float programs in FP16 on the GPU and the Neural Engine whatever their
+		// declared types; the emulator computes what the program declares
+		if n.Output.DType == core.F16 || !c.dev.b.eng.emulated() && c.dev.b.units != "cpu" && n.Output.DType == core.F32 {
 			p = core.PrecF16
 		}
 		v[i] = core.NodeVerdict{Supported: true, Precision: p}
