@@ -22,7 +22,7 @@ PLUGINS :=
 PLUGIN_TESTS :=
 include $(sort $(wildcard plugins/*/plugin.mk))
 
-.PHONY: all plugins cli deps demo test test-go test-conform test-arm64 vet clean
+.PHONY: all plugins cli deps demo test test-go test-conform test-coreml test-arm64 vet clean
 all: plugins cli
 
 plugins: $(PLUGINS)
@@ -50,11 +50,21 @@ test-conform: all
 	@mkdir -p $(BUILD)/conformance
 	$(BUILD)/xpu conform --all --report $(BUILD)/conformance
 
+# The coreml backend through the emulated Core ML runtime (plugins/coreml/README.md): the whole
+# suite, with reports saying "coreml (emulated runtime)", and the test model's greedy text.
+test-coreml: cli
+	@mkdir -p $(BUILD)/conformance
+	$(BUILD)/xpu conform --plugin coreml --report $(BUILD)/conformance
+	@if [ -f ../shared/models/stories260K.gguf ]; then \
+	  $(BUILD)/xpu run --model ../shared/models/stories260K.gguf --temp 0 -n 256 --backend coreml 2>/dev/null \
+	    | cmp - ../shared/models/stories260K.greedy.txt && echo "coreml: greedy text equals the sample"; \
+	else echo "coreml: ../shared/models absent, greedy check skipped"; fi
+
 # On CI every backend this machine is set up for must be found: a plugin that is not built or
 # probes 0 (no OpenCL ICD) fails the Go tests and `xpu conform --all` instead of skipping them.
 # Override with XPU_REQUIRE_BACKENDS= (none) or another list where a backend cannot run.
 test: export XPU_REQUIRE_BACKENDS ?= neon,opencl,qnn
-test: deps vet all $(PLUGIN_TESTS) test-fuzz-ir test-go test-conform test-arm64
+test: deps vet all $(PLUGIN_TESTS) test-fuzz-ir test-go test-conform test-coreml test-arm64
 	@echo "make test: all checks passed"
 
 # libFuzzer on the C IR reader (abi/xpu_ir.h) under ASan + UBSan. `make fuzz-ir` runs for

@@ -10,6 +10,7 @@ import (
 	"github.com/xpuhub/xpu/abi"
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/plugins/coreml"
 )
 
 // RefName is the name of the built-in reference backend.
@@ -18,7 +19,8 @@ const RefName = "ref"
 // isPath tells a plugin file from a backend name.
 func isPath(s string) bool { return strings.ContainsRune(s, '/') || strings.HasSuffix(s, ".so") }
 
-// Open opens one backend: "ref" (the built-in reference), a backend name ("neon", "opencl":
+// Open opens one backend: "ref" (the built-in reference), "coreml" (built in; the emulated Core
+// ML runtime off Apple systems), a backend name ("neon", "opencl":
 // the best candidate discovery finds) or a plugin file path.
 func Open(ctx context.Context, nameOrPath string, opts ...Option) (core.Backend, error) {
 	if err := ctx.Err(); err != nil {
@@ -26,6 +28,11 @@ func Open(ctx context.Context, nameOrPath string, opts ...Option) (core.Backend,
 	}
 	if nameOrPath == RefName {
 		return ref.New(), nil
+	}
+	if nameOrPath == coreml.Name {
+		// built in, not a plugin file: Core ML is reached through the Objective-C runtime from Go
+		// (plugins/coreml/README.md); off Apple systems this is the emulated Core ML runtime
+		return coreml.New()
 	}
 	if err := refuseInPluginHost(); err != nil {
 		return nil, err

@@ -39,6 +39,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	timeout := fs.Duration("timeout", 0, "with --isolated, deadline of one execute; a plugin still running then is killed (0 = 10× its longest earlier run, at least 30s)")
 	reportDir := fs.String("report", defaultReportDir, `write <backend>.json, .md and .xml into this folder ("" for none)`)
 	seed := fs.Uint64("seed", 0, "input seed (a failing case prints the seed that reproduces it)")
+	applyUnits := coremlUnitsFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: xpu conform [--plugin NAME|PATH]... [--all] [--device N] [--filter REGEX] [--isolated [--timeout D]] [--report DIR] [--seed S]")
 		fs.PrintDefaults()
@@ -48,6 +49,10 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	if len(plugins) == 0 && !*all || fs.NArg() > 0 {
 		fs.Usage()
+		return 2
+	}
+	if err := applyUnits(); err != nil {
+		fmt.Fprintf(stderr, "xpu conform: %v\n", err)
 		return 2
 	}
 	var opts []conformance.Option

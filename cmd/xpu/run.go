@@ -45,7 +45,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	repeat := fs.Float64("repeat-penalty", 1, "penalty for tokens in the last 64; 1 = off")
 	seed := fs.Uint64("seed", 0, "sampling seed (0 = from the clock, printed)")
 	fs.Uint64Var(seed, "s", 0, "alias of --seed")
-	backend := fs.String("backend", "", "backend name (neon, opencl, qnn, ref) or plugin path (default: the best usable device, never ref)")
+	backend := fs.String("backend", "", "backend name (neon, opencl, qnn, coreml, ref) or plugin path (default: the best usable device, never ref)")
+	applyUnits := coremlUnitsFlag(fs)
 	policy := fs.String("policy", "", "choose the device by policy instead: prefer-npu, prefer-gpu, prefer-cpu, max-performance (the default), max-efficiency")
 	device := fs.Int("device", 0, "device index within --backend")
 	chunk := fs.Int("chunk", llm.DefaultChunk, "prefill chunk length")
@@ -89,6 +90,10 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		*prompt = text
+	}
+	if err := applyUnits(); err != nil {
+		fmt.Fprintf(stderr, "xpu run: %v\n", err)
+		return 2
 	}
 	// Without --backend or --policy the device is the best usable one: max-performance's
 	// order, without the reference (which only runs when named).
