@@ -13,6 +13,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/loader"
+	"github.com/xpuhub/xpu/plugins/coreml"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -69,6 +70,7 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		b.Close()
 	}
+	rows = append(rows, coremlRows(ctx)...)
 	// the chosen plugins are opened in child processes, concurrently: a plugin that crashes or
 	// hangs in open is listed with that reason instead of taking this command down
 	devs := make([][]core.DeviceInfo, len(cands))
@@ -142,6 +144,32 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	tw.Flush()
 	return 0
+}
+
+// coremlRows lists the built-in Core ML backend: its devices where Core ML exists (probe > 0),
+// else one row with the probe's score 0 and reason (the emulated runtime still runs it by name:
+// --backend coreml, conform --plugin coreml).
+func coremlRows(ctx context.Context) []deviceRow {
+	score, reason := coreml.Probe()
+	base := deviceRow{Backend: coreml.Name, Score: score, Reason: reason, Path: "(built in)", Chosen: true}
+	if score <= 0 {
+		return []deviceRow{base}
+	}
+	b, err := loader.Open(ctx, coreml.Name)
+	if err != nil {
+		base.Reason, base.Chosen = err.Error(), false
+		return []deviceRow{base}
+	}
+	defer b.Close()
+	var rows []deviceRow
+	for _, d := range b.Devices() {
+		info := d.Info()
+		r := base
+		r.Device, r.Unit, r.Index, r.Kind = info.Name, sched.UnitName(d), info.Index, info.Kind.String()
+		r.Caps, r.Emulated = info.Caps.Names(), info.Caps.Has(core.CapEmulated)
+		rows = append(rows, r)
+	}
+	return rows
 }
 
 func dash(s string) string {

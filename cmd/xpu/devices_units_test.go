@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -59,5 +61,18 @@ func TestDevicesListsUnitNames(t *testing.T) {
 			code, _, errOut := runCLI(t, "devices", "--units", r.Unit)
 			assert.Equal(t, 0, code, "%s: %s", r.Unit, errOut)
 		}
+	}
+}
+
+// The built-in Core ML backend is listed like the plugins: off Apple systems with score 0 and
+// the probe's reason.
+func TestDevicesListsCoreML(t *testing.T) {
+	rows := coremlRows(context.Background())
+	require.NotEmpty(t, rows)
+	assert.Equal(t, "coreml", rows[0].Backend)
+	if runtime.GOOS != "darwin" {
+		require.Len(t, rows, 1)
+		assert.Zero(t, rows[0].Score)
+		assert.Contains(t, rows[0].Reason, "only on Apple systems")
 	}
 }
