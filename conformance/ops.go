@@ -215,11 +215,21 @@ func matmulCases() []testCase {
 		{core.Shape{2, 7, 128}, core.Shape{9, 128}, true}, {core.Shape{64}, core.Shape{8, 64}, true},
 		{core.Shape{0, 32}, core.Shape{4, 32}, true},
 	}
+	// K-quant weights: K a multiple of 256; GEMV (M = 1, decode) and GEMM (prefill) shapes.
+	kquant := []mm{
+		{core.Shape{1, 256}, core.Shape{4, 256}, true}, {core.Shape{1, 512}, core.Shape{33, 512}, true},
+		{core.Shape{5, 256}, core.Shape{17, 256}, true}, {core.Shape{16, 512}, core.Shape{64, 512}, true},
+		{core.Shape{3, 256}, core.Shape{5, 256}, false}, {core.Shape{2, 3, 256}, core.Shape{9, 256}, true},
+		{core.Shape{256}, core.Shape{8, 256}, true}, {core.Shape{0, 256}, core.Shape{4, 256}, true},
+	}
 	var cs []testCase
 	for _, adt := range floatDTypes {
-		for _, bdt := range []core.DType{core.F32, core.F16, core.BF16, core.Q8_0, core.Q4_0, core.I8} {
+		for _, bdt := range append([]core.DType{core.F32, core.F16, core.BF16, core.Q8_0, core.Q4_0, core.I8}, kQuants...) {
 			shapes := float
-			if bdt.Quantized() || bdt == core.I8 {
+			switch {
+			case bdt.KQuant():
+				shapes = kquant
+			case bdt.Quantized() || bdt == core.I8:
 				shapes = quant
 			}
 			for _, s := range shapes {
@@ -345,10 +355,17 @@ func getRowsCases() []testCase {
 		{core.Shape{300, 96}, core.Shape{2, 2, 7}}, {core.Shape{10, 64}, core.Shape{0}},
 		{core.Shape{50, 32}, core.Shape{70000}}, // more rows than a GPU grid dimension holds
 	}
+	kvariants := []gr{
+		{core.Shape{10, 256}, core.Shape{5}}, {core.Shape{3, 512}, core.Shape{2, 3}}, {core.Shape{1, 256}, core.Shape{1}},
+		{core.Shape{10, 256}, core.Shape{0}},
+	}
 	var cs []testCase
-	for _, dt := range []core.DType{core.F32, core.F16, core.BF16, core.Q8_0, core.Q4_0, core.I8} {
+	for _, dt := range append([]core.DType{core.F32, core.F16, core.BF16, core.Q8_0, core.Q4_0, core.I8}, kQuants...) {
 		vs := variants
-		if !dt.Quantized() {
+		switch {
+		case dt.KQuant():
+			vs = kvariants
+		case !dt.Quantized():
 			vs = append(vs, gr{core.Shape{6, 7}, core.Shape{4}})
 		}
 		for _, v := range vs {
@@ -364,7 +381,11 @@ func getRowsCases() []testCase {
 			caseName("GET_ROWS", "table", dt, "bad_id", true),
 			graphSpec{expectErr: core.ErrInvalidArgument, build: func(b *builder) {
 				ids := b.inData("ids", core.I32, core.Shape{3}, core.EncodeI32([]int32{1, 10, 2}))
-				b.g.Output(getRows(b, dt, core.Shape{10, 32}, ids))
+				k := int64(32)
+				if dt.KQuant() {
+					k = core.QKK
+				}
+				b.g.Output(getRows(b, dt, core.Shape{10, k}, ids))
 			}}))
 	}
 	return cs

@@ -26,8 +26,12 @@ func conversionCases() []testCase {
 			}
 		}
 	}
-	for _, dt := range []core.DType{core.Q8_0, core.Q4_0, core.I8} {
-		for _, sh := range []core.Shape{{1, 32}, {3, 64}, {5, 96}, {2, 2, 256}, {0, 32}} {
+	for _, dt := range append([]core.DType{core.Q8_0, core.Q4_0, core.I8}, kQuants...) {
+		shapes := []core.Shape{{1, 32}, {3, 64}, {5, 96}, {2, 2, 256}, {0, 32}}
+		if dt.KQuant() {
+			shapes = []core.Shape{{1, 256}, {3, 512}, {2, 2, 256}, {0, 256}}
+		}
+		for _, sh := range shapes {
 			dt, sh := dt, sh
 			cs = append(cs, graphCase(2, "QUANTIZE", dt.String(), caseName("QUANTIZE", "to", dt, "shape", sh),
 				graphSpec{build: func(b *builder) {
@@ -41,6 +45,9 @@ func conversionCases() []testCase {
 	}
 	return cs
 }
+
+// kQuants are the op set v2 K-quant dtypes, in the order OPS.md lists them.
+var kQuants = []core.DType{core.Q4_K, core.Q5_K, core.Q6_K, core.Q2_K, core.Q3_K}
 
 // castInput is random values with the special ones mixed in (for float sources).
 func castInput(b *builder, dt core.DType, sh core.Shape) []byte {

@@ -296,7 +296,7 @@ func firstOr(xs []string, def string) string {
 }
 
 // matrixDTypes are the columns of the support matrix.
-var matrixDTypes = []string{"f32", "f16", "bf16", "i32", "i8", "q8_0", "q4_0"}
+var matrixDTypes = []string{"f32", "f16", "bf16", "i32", "i8", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q2_k", "q3_k"}
 
 // matrixColumn maps a dtype label to its matrix column: the last dtype named, which is
 // MATMUL's weight, ATTENTION's K/V and CAST's target.

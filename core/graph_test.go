@@ -50,6 +50,14 @@ func TestInferShapes(t *testing.T) {
 		{"cast", func(g *Graph) *Tensor { return g.Cast(g.Input("x", F32, 3), BF16) }, BF16, Shape{3}},
 		{"quantize", func(g *Graph) *Tensor { return g.Quantize(g.Input("x", F32, 2, 64), Q4_0, 0) }, Q4_0, Shape{2, 64}},
 		{"reshape", func(g *Graph) *Tensor { return g.Reshape(g.Input("x", F32, 2, 6), 3, 4) }, F32, Shape{3, 4}},
+		{"matmul q4_k", func(g *Graph) *Tensor {
+			return g.MatMul(g.Input("a", F32, 3, 512), g.Input("w", Q4_K, 7, 512))
+		}, F32, Shape{3, 7}},
+		{"get rows q6_k", func(g *Graph) *Tensor {
+			return g.GetRows(g.Input("emb", Q6_K, 10, 256), g.Input("ids", I32, 4))
+		}, F32, Shape{4, 256}},
+		{"quantize q5_k", func(g *Graph) *Tensor { return g.Quantize(g.Input("x", F32, 2, 256), Q5_K, 0) }, Q5_K, Shape{2, 256}},
+		{"dequantize q3_k", func(g *Graph) *Tensor { return g.Dequantize(g.Input("x", Q3_K, 256), 0) }, F32, Shape{256}},
 		{"zero-size unary", func(g *Graph) *Tensor { return g.SiLU(g.Input("x", F32, 0, 4)) }, F32, Shape{0, 4}},
 	}
 	for _, tc := range tests {
@@ -84,6 +92,11 @@ func TestBuildErrorsNameTheNode(t *testing.T) {
 			g.Attention(g.Input("q", F32, 1, 6, 4), g.Input("k", F32, 3, 4, 4), g.Input("v", F32, 3, 4, 4), AttentionOptions{})
 		}, "not a multiple of kv heads"},
 		{"q4 rows", func(g *Graph) { g.Input("w", Q4_0, 4, 33) }, "multiple of 32"},
+		{"k-quant rows", func(g *Graph) { g.Input("w", Q4_K, 4, 288) }, "multiple of 256"},
+		{"k-quant quantize", func(g *Graph) { g.Quantize(g.Input("x", F32, 2, 128), Q2_K, 0) }, "multiple of 256"},
+		{"k-quant matmul rank", func(g *Graph) {
+			g.MatMul(g.Input("x", F32, 2, 256), g.Input("w", Q6_K, 2, 4, 256))
+		}, "must be rank 2"},
 		{"const size", func(g *Graph) { g.Const("w", F32, Shape{2, 2}, make([]byte, 15)) }, "want 16"},
 		{"rope pos", func(g *Graph) {
 			g.RoPE(g.Input("x", F32, 4, 2, 8), g.Input("pos", I32, 3), RoPEOptions{})

@@ -142,7 +142,7 @@ func inferOutput(n *Node, forceDType DType, forceShape Shape) (DType, Shape, err
 			return 0, nil, fmt.Errorf("table must be rank 2, got %s", t.Shape)
 		}
 		switch t.DType {
-		case F32, F16, BF16, Q8_0, Q4_0, I8:
+		case F32, F16, BF16, Q8_0, Q4_0, I8, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K:
 		default:
 			return 0, nil, fmt.Errorf("table dtype %s not allowed", t.DType)
 		}
@@ -171,7 +171,7 @@ func inferOutput(n *Node, forceDType DType, forceShape Shape) (DType, Shape, err
 			return 0, nil, fmt.Errorf("quantize needs f32 input, got %s", in[0].DType)
 		}
 		to := forceDType
-		if to != Q8_0 && to != Q4_0 && to != I8 {
+		if !to.Quantized() && to != I8 {
 			return 0, nil, fmt.Errorf("quantize to %s not allowed", to)
 		}
 		if to == I8 && n.FAttr[0] <= 0 {
@@ -186,8 +186,8 @@ func inferOutput(n *Node, forceDType DType, forceShape Shape) (DType, Shape, err
 		if err := need(1, 1); err != nil {
 			return 0, nil, err
 		}
-		if d := in[0].DType; d != Q8_0 && d != Q4_0 && d != I8 {
-			return 0, nil, fmt.Errorf("dequantize needs q8_0, q4_0 or i8, got %s", d)
+		if d := in[0].DType; !d.Quantized() && d != I8 {
+			return 0, nil, fmt.Errorf("dequantize needs q8_0, q4_0, a k-quant or i8, got %s", d)
 		}
 		return F32, in[0].Shape.Clone(), nil
 
@@ -301,7 +301,7 @@ func inferMatMul(n *Node) (DType, Shape, error) {
 	}
 	switch b.DType {
 	case F32, F16, BF16:
-	case Q8_0, Q4_0, I8:
+	case Q8_0, Q4_0, I8, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K:
 		if len(b.Shape) != 2 {
 			return 0, nil, fmt.Errorf("a %s b must be rank 2, got %s", b.DType, b.Shape)
 		}

@@ -93,7 +93,7 @@ func (g *Graph) CausalSoftmax(x *Tensor, scale float32, offset int64) *Tensor {
 	return g.add(s)
 }
 
-// MatMul returns a × bᵀ: a [..., M, K], b [..., N, K] (F32/F16/BF16/Q8_0/Q4_0) → [..., M, N].
+// MatMul returns a × bᵀ: a [..., M, K], b [..., N, K] (F32/F16/BF16/Q8_0/Q4_0/K-quant/I8) → [..., M, N].
 func (g *Graph) MatMul(a, b *Tensor) *Tensor { return g.add(g.spec(OpMatMul, a, b)) }
 
 // MatMulI8 is MatMul with an I8 b whose values are scale*q.
@@ -163,7 +163,7 @@ func (g *Graph) Cast(x *Tensor, dt DType) *Tensor {
 	return g.add(s)
 }
 
-// Quantize converts f32 x to Q8_0, Q4_0 or I8 (scale used for I8 only).
+// Quantize converts f32 x to Q8_0, Q4_0, a K-quant or I8 (scale used for I8 only).
 func (g *Graph) Quantize(x *Tensor, dt DType, scale float32) *Tensor {
 	s := g.spec(OpQuantize, x)
 	s.outDType = dt
@@ -171,7 +171,7 @@ func (g *Graph) Quantize(x *Tensor, dt DType, scale float32) *Tensor {
 	return g.add(s)
 }
 
-// Dequantize converts Q8_0, Q4_0 or I8 (with scale) to f32.
+// Dequantize converts Q8_0, Q4_0, a K-quant or I8 (with scale) to f32.
 func (g *Graph) Dequantize(x *Tensor, scale float32) *Tensor {
 	s := g.spec(OpDequantize, x)
 	s.fattr[0] = scale

@@ -8,7 +8,9 @@ import (
 
 // Quantize encodes xs in dt's storage layout: F32, F16, BF16 (round to nearest even), Q8_0 and
 // Q4_0 (bit-exact with ggml's quantize_row_q8_0_ref / quantize_row_q4_0_ref; len(xs) must be a
-// multiple of 32), or I8 (per-tensor symmetric, value = scale*q, scale > 0). scale is used for I8
+// multiple of 32), the K-quants Q4_K, Q5_K, Q6_K, Q2_K, Q3_K (bit-exact with ggml's
+// quantize_row_qN_K_ref, i.e. llama-quantize without an importance matrix; len(xs) a multiple of
+// 256), or I8 (per-tensor symmetric, value = scale*q, scale > 0). scale is used for I8
 // only. Non-finite inputs, and Q8_0/Q4_0 blocks so small that 1/d overflows, give deterministic
 // but unspecified codes (ggml's C is undefined there; abi/OPS.md).
 func Quantize(dt DType, xs []float32, scale float32) ([]byte, error) {
@@ -38,6 +40,16 @@ func Quantize(dt DType, xs []float32, scale float32) ([]byte, error) {
 			} else {
 				quantizeQ4_0(blk, out)
 			}
+		}
+		return b, nil
+	case Q4_K, Q5_K, Q6_K, Q2_K, Q3_K:
+		if len(xs)%QKK != 0 {
+			return nil, fmt.Errorf("quantize %s: %d values is not a multiple of %d: %w", dt, len(xs), QKK, ErrInvalidArgument)
+		}
+		b := make([]byte, dt.Bytes(int64(len(xs))))
+		bs := int(dt.BlockBytes())
+		for i := 0; i < len(xs)/QKK; i++ {
+			quantKBlock(dt, xs[i*QKK:(i+1)*QKK], b[i*bs:(i+1)*bs])
 		}
 		return b, nil
 	case I8:
@@ -116,7 +128,8 @@ func roundClamp(v float32, lo, hi float64) int {
 }
 
 // Dequantize decodes b, laid out as dt, to float32 values: F32, F16, BF16, I32 (converted to
-// float), I8 (scale*q), Q8_0 and Q4_0. len(b) must be a whole number of dt's blocks.
+// float), I8 (scale*q), Q8_0, Q4_0 and the K-quants (bit-exact with ggml's dequantize_row_*).
+// len(b) must be a whole number of dt's blocks.
 func Dequantize(dt DType, b []byte, scale float32) ([]float32, error) {
 	if !dt.Valid() {
 		return nil, fmt.Errorf("dequantize: dtype %s: %w", dt, ErrInvalidArgument)
@@ -154,6 +167,10 @@ func Dequantize(dt DType, b []byte, scale float32) ([]float32, error) {
 			for j := 0; j < QK; j++ {
 				xs[i*QK+j] = d * float32(int8(blk[2+j]))
 			}
+		}
+	case Q4_K, Q5_K, Q6_K, Q2_K, Q3_K:
+		for i := 0; i < nb; i++ {
+			dequantKBlock(dt, b[i*bs:(i+1)*bs], xs[i*QKK:(i+1)*QKK])
 		}
 	case Q4_0:
 		for i := 0; i < nb; i++ {

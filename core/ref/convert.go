@@ -35,12 +35,12 @@ func evalCast(x value, out tensorInfo) ([]byte, error) {
 	return encode(out.dt, xs)
 }
 
-// evalQuantize quantizes an F32 tensor to Q8_0, Q4_0 or I8 with core.Quantize (the one codec).
+// evalQuantize quantizes an F32 tensor to Q8_0, Q4_0, a K-quant or I8 with core.Quantize (the one codec).
 func evalQuantize(n *nodeInfo, x value, out tensorInfo) ([]byte, error) {
 	return core.Quantize(out.dt, core.DecodeF32(x.b), n.fattr[0])
 }
 
-// evalDequantize decodes Q8_0, Q4_0 or I8 to F32.
+// evalDequantize decodes Q8_0, Q4_0, a K-quant or I8 to F32.
 func evalDequantize(n *nodeInfo, x value) ([]byte, error) {
 	xs, err := x.floats(n.fattr[0])
 	if err != nil {
