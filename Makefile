@@ -85,6 +85,14 @@ bench-ir:
 clean:
 	rm -rf $(BUILD)
 
+# xpu quantize against llama.cpp (issue 14): our Q4_K_M bytes equal llama-quantize's on a synthetic
+# model, and llama.cpp's greedy text on our stories260K Q4_K_M file equals xpu's. Needs LLAMA_BIN
+# (llama.cpp's build/bin with llama-quantize and llama-simple) and ../shared/models; not in make test.
+.PHONY: llamacpp-check
+llamacpp-check:
+	@test -n "$(LLAMA_BIN)" || { echo "make llamacpp-check: set LLAMA_BIN to a llama.cpp build's bin folder (llama-quantize, llama-simple)" >&2; exit 2; }
+	LLAMA_BIN="$(LLAMA_BIN)" go test -count=1 -v -run 'TestLlamaCpp' ./cmd/xpu/
+
 # Side by side with llama.cpp's llama-bench on the same GGUF files (issue 13; BENCHMARKS.md):
 # LLAMA_BIN=<llama.cpp build/bin> is required, nothing is downloaded; VS_MODELS="a.gguf b.gguf"
 # (default: the 1B Q4_0 and Q8_0 models, generated); ROUNDS, REPS, THREADS, PP, TG, DEPTH and

@@ -233,3 +233,30 @@ func FuzzKQuantEncode(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkKQuant measures the reference quantizers and decoders per super-block row of 4096
+// values (go test -bench KQuant ./core/); the bytes/s are of f32 input (quantize) or output
+// (dequantize).
+func BenchmarkKQuant(b *testing.B) {
+	r := rand.New(rand.NewPCG(9, 9))
+	xs := make([]float32, 4096)
+	for i := range xs {
+		xs[i] = float32(r.NormFloat64())
+	}
+	for _, dt := range kquants {
+		q, err := Quantize(dt, xs, 0)
+		require.NoError(b, err)
+		b.Run("quantize/"+dt.String(), func(b *testing.B) {
+			b.SetBytes(int64(4 * len(xs)))
+			for b.Loop() {
+				_, _ = Quantize(dt, xs, 0)
+			}
+		})
+		b.Run("dequantize/"+dt.String(), func(b *testing.B) {
+			b.SetBytes(int64(4 * len(xs)))
+			for b.Loop() {
+				_, _ = Dequantize(dt, q, 0)
+			}
+		})
+	}
+}

@@ -38,8 +38,10 @@ const (
 	opCount
 )
 
-// OpsetVersion is the op-set version this package writes.
-const OpsetVersion = 1
+// OpsetVersion is the op-set version this package writes: 2 since the K-quant dtypes and
+// ATTENTION's mask (abi/OPS.md), equal to the ABI's XPU_OPSET_VERSION. A plugin whose
+// get_info range stops at 1 predates them and is told apart by conformance's probe-info case.
+const OpsetVersion = 2
 
 var opNames = [...]string{"INVALID", "ADD", "SUB", "MUL", "DIV", "SILU", "GELU", "RELU", "EXP",
 	"NEG", "SCALE", "RMS_NORM", "LAYER_NORM", "SOFTMAX", "MATMUL", "ROPE", "ATTENTION",

@@ -2,35 +2,296 @@ package llm
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm/gguf"
 )
 
-// QuantizeFile rewrites a GGUF image with its F32 matrices in dt (Q8_0, Q4_0, F16, BF16), the
-// way llama-quantize does for a float model: 1-D tensors (norms, biases) stay F32, and so does a
-// matrix whose rows are not a whole number of dt's blocks (stories260K's ffn_down, 172 wide).
-// The metadata is kept.
+// QuantRecipe is a way to quantize a model's weight matrices: one dtype for every matrix
+// ("pure": q8_0, q4_0, f16, bf16, q4_k, q5_k, q6_k, q2_k, q3_k), or one of llama.cpp's K-quant
+// mixes (q4_k_m, q5_k_m), which give the output head and some attn_v/ffn_down matrices more bits.
+type QuantRecipe struct {
+	// Name is the recipe as ParseQuantRecipe reads it.
+	Name string
+	// Base is the dtype of the matrices no rule singles out.
+	Base core.DType
+	// mix selects llama.cpp's _M rules (llama_tensor_get_type for LLAMA_FTYPE_MOSTLY_Q4_K_M
+	// and Q5_K_M, no importance matrix, no experts).
+	mix bool
+	// fileType is general.file_type (llama_ftype) for the written file; 0 leaves the key out.
+	fileType uint32
+}
+
+var quantRecipes = []QuantRecipe{
+	{Name: "q4_k_m", Base: core.Q4_K, mix: true, fileType: 15},
+	{Name: "q5_k_m", Base: core.Q5_K, mix: true, fileType: 17},
+	{Name: "q6_k", Base: core.Q6_K, fileType: 18},
+	{Name: "q4_k", Base: core.Q4_K},
+	{Name: "q5_k", Base: core.Q5_K},
+	{Name: "q3_k", Base: core.Q3_K},
+	{Name: "q2_k", Base: core.Q2_K},
+	{Name: "q8_0", Base: core.Q8_0, fileType: 7},
+	{Name: "q4_0", Base: core.Q4_0, fileType: 2},
+	{Name: "f16", Base: core.F16, fileType: 1},
+	{Name: "bf16", Base: core.BF16, fileType: 32},
+}
+
+// QuantRecipes lists the recipe names ParseQuantRecipe accepts.
+func QuantRecipes() []string {
+	var ns []string
+	for _, r := range quantRecipes {
+		ns = append(ns, r.Name)
+	}
+	return ns
+}
+
+// ParseQuantRecipe finds a recipe by name (case-insensitive).
+func ParseQuantRecipe(name string) (QuantRecipe, error) {
+	for _, r := range quantRecipes {
+		if strings.EqualFold(r.Name, name) {
+			return r, nil
+		}
+	}
+	return QuantRecipe{}, fmt.Errorf("llm: quantization type %q (want one of %s): %w", name,
+		strings.Join(QuantRecipes(), ", "), core.ErrInvalidArgument)
+}
+
+// TensorPlan is what quantizing does to one tensor.
+type TensorPlan struct {
+	Name  string
+	Shape core.Shape
+	From  core.DType
+	To    core.DType
+	// Fallback says why To is not the dtype the recipe wanted (its rows are not a whole number
+	// of blocks), or is empty.
+	Fallback string
+}
+
+// useMoreBits is llama.cpp's choice of the layers that get more bits in the _M mixes: the first
+// and last eighth, and every third layer in between.
+func useMoreBits(i, n int) bool { return i < n/8 || i >= 7*n/8 || (i-n/8)%3 == 2 }
+
+// fallbackFor is the dtype a matrix gets when its rows do not fit want's blocks. llama.cpp falls
+// back to Q5_0/Q5_1 for Q2_K…Q5_K and to Q8_0 for Q6_K; the op set has no Q5_0/Q5_1, so every
+// K-quant falls back to Q8_0 (never less precise than llama.cpp's choice). Rows that do not fit
+// Q8_0 either stay in their float dtype (llama.cpp converts them to F16).
+func fallbackFor(want core.DType, row int64, from core.DType) (core.DType, string) {
+	if row%want.BlockLen() == 0 {
+		return want, ""
+	}
+	why := fmt.Sprintf("row length %d is not a multiple of %d for %s", row, want.BlockLen(), want)
+	if want.KQuant() && row%core.QK == 0 {
+		return core.Q8_0, why
+	}
+	return from, why
+}
+
+// PlanQuantize decides each tensor's dtype. Matrices (rank 2, named *weight) in a float dtype
+// are quantized; vectors (norms, biases) are kept. A matrix that is already quantized to another
+// dtype is an error unless requantize is set (llama-quantize's --allow-requantize): requantizing
+// loses more than quantizing the float original.
+func PlanQuantize(f *gguf.File, r QuantRecipe, requantize bool) ([]TensorPlan, error) {
+	var nAttnV, nFFNDown int
+	_, hasOutput := f.Tensor("output.weight")
+	for _, t := range f.Tensors {
+		if strings.Contains(t.Name, "attn_v.weight") {
+			nAttnV++
+		}
+		if strings.Contains(t.Name, "ffn_down") {
+			nFFNDown++
+		}
+	}
+	var iAttnV, iFFNDown int
+	plans := make([]TensorPlan, 0, len(f.Tensors))
+	for _, t := range f.Tensors {
+		p := TensorPlan{Name: t.Name, Shape: t.Shape, From: t.DType, To: t.DType}
+		if len(t.Shape) != 2 || !strings.HasSuffix(t.Name, "weight") {
+			plans = append(plans, p)
+			continue
+		}
+		want := r.Base
+		if r.mix {
+			want = mixType(r, t.Name, t.Shape[1], hasOutput, &iAttnV, nAttnV, &iFFNDown, nFFNDown)
+		}
+		p.To, p.Fallback = fallbackFor(want, t.Shape[1], t.DType)
+		if p.To != p.From && t.DType.Quantized() && !requantize {
+			return nil, fmt.Errorf("llm: tensor %s is already %s; quantizing it again to %s needs requantize: %w",
+				t.Name, t.DType, p.To, core.ErrInvalidArgument)
+		}
+		plans = append(plans, p)
+	}
+	return plans, nil
+}
+
+// mixType is llama.cpp's llama_tensor_get_type for the Q4_K_M/Q5_K_M mixes of a dense model.
+func mixType(r QuantRecipe, name string, row int64, hasOutput bool, iAttnV *int, nAttnV int, iFFNDown *int, nFFNDown int) core.DType {
+	switch {
+	case name == "output.weight" || (!hasOutput && name == "token_embd.weight"):
+		if row%core.QKK != 0 {
+			return core.Q8_0
+		}
+		return core.Q6_K
+	case name == "token_embd.weight":
+		return r.Base
+	case strings.Contains(name, "attn_v.weight"):
+		i := *iAttnV
+		*iAttnV++
+		if useMoreBits(i, nAttnV) {
+			return core.Q6_K
+		}
+	case strings.Contains(name, "ffn_down"):
+		i := *iFFNDown
+		*iFFNDown++
+		if useMoreBits(i, nFFNDown) {
+			return core.Q6_K
+		}
+	case strings.Contains(name, "attn_qkv.weight"):
+		if r.Base == core.Q4_K {
+			return core.Q5_K
+		}
+		return core.Q6_K
+	}
+	return r.Base
+}
+
+// QuantizeSummary counts what QuantizeModel wrote.
+type QuantizeSummary struct {
+	// Tensors is the number of tensors per written dtype.
+	Tensors map[core.DType]int
+	// Quantized is how many tensors changed dtype; Fallbacks how many of all matrices did not get
+	// the recipe's dtype because of their row length.
+	Quantized, Fallbacks int
+	// BytesIn and BytesOut are the tensor data sizes before and after.
+	BytesIn, BytesOut int64
+}
+
+// QuantizeOption configures QuantizeModel.
+type QuantizeOption func(*quantizeConfig)
+
+type quantizeConfig struct {
+	progress   func(done, total int, p TensorPlan)
+	requantize bool
+}
+
+// WithQuantizeProgress calls fn before each tensor is written (done tensors of total so far).
+func WithQuantizeProgress(fn func(done, total int, p TensorPlan)) QuantizeOption {
+	return func(c *quantizeConfig) { c.progress = fn }
+}
+
+// WithRequantize allows quantizing tensors that are already quantized (dequantized first).
+func WithRequantize(ok bool) QuantizeOption { return func(c *quantizeConfig) { c.requantize = ok } }
+
+// QuantizeModel writes f to w as a GGUF file with its tensors converted as PlanQuantize decides,
+// one tensor in memory at a time, and the metadata kept (general.file_type set to the recipe's
+// llama_ftype where it has one). ctx stops a long run between tensors.
+func QuantizeModel(ctx context.Context, w io.Writer, f *gguf.File, r QuantRecipe, opts ...QuantizeOption) (QuantizeSummary, error) {
+	var cfg quantizeConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	sum := QuantizeSummary{Tensors: map[core.DType]int{}}
+	plans, err := PlanQuantize(f, r, cfg.requantize)
+	if err != nil {
+		return sum, err
+	}
+	kvs := slices.Clone(f.KV)
+	if r.fileType != 0 {
+		kv := gguf.KeyValue{Key: "general.file_type", Value: gguf.MustValue(r.fileType)}
+		if i := slices.IndexFunc(kvs, func(kv gguf.KeyValue) bool { return kv.Key == "general.file_type" }); i >= 0 {
+			kvs[i] = kv
+		} else {
+			kvs = append(kvs, kv)
+		}
+	}
+	ts := make([]gguf.WriteTensor, len(plans))
+	for i, p := range plans {
+		ti := &f.Tensors[i]
+		data := f.TensorData(ti)
+		sum.BytesIn += int64(len(data))
+		sum.BytesOut += p.To.Bytes(p.Shape.NumElements())
+		sum.Tensors[p.To]++
+		if p.Fallback != "" {
+			sum.Fallbacks++
+		}
+		wt := gguf.WriteTensor{Name: p.Name, DType: p.To, Shape: p.Shape, Data: data}
+		if p.To != p.From {
+			sum.Quantized++
+			wt.Data = nil
+		}
+		i, p := i, p
+		wt.Gen = func() ([]byte, error) {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			if cfg.progress != nil {
+				cfg.progress(i, len(plans), p)
+			}
+			if p.To == p.From {
+				return data, nil
+			}
+			xs, err := core.Dequantize(p.From, data, 0)
+			if err != nil {
+				return nil, err
+			}
+			return quantizeParallel(p.To, xs, p.Shape[len(p.Shape)-1])
+		}
+		ts[i] = wt
+	}
+	if err := gguf.Write(w, kvs, ts); err != nil {
+		return sum, fmt.Errorf("llm: quantize to %s: %w", r.Name, err)
+	}
+	if cfg.progress != nil {
+		cfg.progress(len(plans), len(plans), TensorPlan{})
+	}
+	return sum, nil
+}
+
+// quantizeParallel is core.Quantize split by rows over the CPUs: blocks never cross a row, so
+// the bytes are the same as one call's.
+func quantizeParallel(dt core.DType, xs []float32, row int64) ([]byte, error) {
+	rows := int64(len(xs)) / max(row, 1)
+	workers := int64(min(runtime.GOMAXPROCS(0), 16))
+	if workers < 2 || rows < 2*workers || int64(len(xs)) < 1<<16 {
+		return core.Quantize(dt, xs, 0)
+	}
+	out := make([]byte, dt.Bytes(int64(len(xs))))
+	rowBytes := dt.Bytes(row)
+	per := (rows + workers - 1) / workers
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for w, r0 := 0, int64(0); r0 < rows; w, r0 = w+1, r0+per {
+		r1 := min(r0+per, rows)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := core.Quantize(dt, xs[r0*row:r1*row], 0)
+			copy(out[r0*rowBytes:], b)
+			errs[w] = err
+		}()
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+// QuantizeFile rewrites a GGUF image with its float matrices in dt (one dtype, every matrix: see
+// QuantRecipe), the way llama-quantize --pure does for a float model: 1-D tensors (norms, biases)
+// stay F32, and so does a matrix whose rows are not a whole number of dt's blocks (stories260K's
+// ffn_down, 172 wide). The metadata is kept.
 func QuantizeFile(f *gguf.File, dt core.DType) ([]byte, error) {
 	if _, err := gguf.TypeOf(dt); err != nil {
 		return nil, err
 	}
-	var ts []gguf.WriteTensor
-	for i := range f.Tensors {
-		ti := &f.Tensors[i]
-		wt := gguf.WriteTensor{Name: ti.Name, DType: ti.DType, Shape: ti.Shape, Data: f.TensorData(ti)}
-		if ti.DType == core.F32 && len(ti.Shape) == 2 && ti.Shape[1]%dt.BlockLen() == 0 {
-			data := wt.Data
-			wt.DType = dt
-			wt.Data = nil
-			wt.Gen = func() ([]byte, error) { return core.Quantize(dt, core.DecodeF32(data), 0) }
-		}
-		ts = append(ts, wt)
-	}
 	var buf bytes.Buffer
-	if err := gguf.Write(&buf, f.KV, ts); err != nil {
-		return nil, fmt.Errorf("llm: quantize to %s: %w", dt, err)
+	if _, err := QuantizeModel(context.Background(), &buf, f, QuantRecipe{Name: dt.String(), Base: dt}); err != nil {
+		return nil, err
 	}
 	return buf.Bytes(), nil
 }

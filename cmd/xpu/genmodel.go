@@ -22,7 +22,7 @@ func runGenModel(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.SetOutput(stderr)
 	arch := fs.String("arch", "llama", "architecture: llama or qwen2")
 	params := fs.String("params", "1B", "size preset: "+strings.Join(synth.Presets(), ", "))
-	typ := fs.String("type", "q4_0", "matrix dtype: f32, f16, bf16, q8_0, q4_0")
+	typ := fs.String("type", "q4_0", "matrix dtype: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q2_k, q3_k (K-quants need rows that are multiples of 256: --params 6M or 1B and up)")
 	seed := fs.Uint64("seed", 1, "weight seed")
 	out := fs.String("o", "", "output file (required)")
 	fs.Usage = func() {

@@ -100,3 +100,39 @@ func TestREADMERunAndServeCommands(t *testing.T) {
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, <-p.exited)
 }
+
+// The README's xpu quantize lines, run as written except that the quantized file goes to a
+// temporary folder instead of the repository root.
+func TestREADMEQuantizeCommands(t *testing.T) {
+	storiesPath(t)
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	bin := buildXPU(t)
+	out := filepath.Join(t.TempDir(), "stories260K-q4_k_m.gguf")
+	var lines []string
+	for _, l := range readmeShellLines(t) {
+		if strings.Contains(l, "stories260K-q4_k_m.gguf") {
+			lines = append(lines, l)
+		}
+	}
+	require.Len(t, lines, 2, "the README's quantize and run lines")
+	require.True(t, strings.HasPrefix(lines[0], "build/xpu quantize "), lines[0])
+	for i, l := range lines {
+		l = strings.ReplaceAll(strings.ReplaceAll(l, "build/xpu", bin), "stories260K-q4_k_m.gguf", out)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		cmd := exec.CommandContext(ctx, "bash", "-c", l)
+		cmd.Dir = root
+		got, err := cmd.Output()
+		cancel()
+		var ee *exec.ExitError
+		if err != nil && errors.As(err, &ee) {
+			t.Fatalf("%s: %v\n%s", l, err, ee.Stderr)
+		}
+		require.NoError(t, err, l)
+		if i == 0 {
+			assert.Contains(t, string(got), "q4_k_m, 48 tensors (f32 16, q8_0 32)")
+		} else {
+			assert.True(t, strings.HasPrefix(string(got), "Once upon a time"), "%s: %q", l, got)
+		}
+	}
+}

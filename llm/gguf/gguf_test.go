@@ -41,6 +41,8 @@ func sampleFile(t testing.TB) []byte {
 		{Name: "w.bf16", DType: core.BF16, Shape: core.Shape{1, 1, 2}, Data: make([]byte, 4)},
 		{Name: "w.q8", DType: core.Q8_0, Shape: core.Shape{2, 32}, Gen: func() ([]byte, error) { return q8, nil }},
 		{Name: "w.q4", DType: core.Q4_0, Shape: core.Shape{32}, Data: q4},
+		{Name: "w.q4k", DType: core.Q4_K, Shape: core.Shape{3, 512}, Data: make([]byte, core.Q4_K.Bytes(3*512))},
+		{Name: "w.q6k", DType: core.Q6_K, Shape: core.Shape{256}, Data: make([]byte, core.Q6_K.Bytes(256))},
 	}
 	var buf bytes.Buffer
 	require.NoError(t, Write(&buf, kvs, tensors))
@@ -96,6 +98,18 @@ func TestRoundTrip(t *testing.T) {
 	assert.Equal(t, core.Q8_0, q8.DType)
 	assert.Equal(t, int64(68), q8.Size)
 	assert.Equal(t, byte(67), f.TensorData(q8)[67])
+	for _, c := range []struct {
+		name string
+		typ  GGMLType
+		dims []uint64
+		size int64
+	}{{"w.q4k", GGMLTypeQ4_K, []uint64{512, 3}, 3 * 2 * 144}, {"w.q6k", GGMLTypeQ6_K, []uint64{256}, 210}} {
+		ti, ok := f.Tensor(c.name)
+		require.True(t, ok, c.name)
+		assert.Equal(t, c.typ, ti.Type, c.name) // ggml's ids: Q4_K 12, Q6_K 14
+		assert.Equal(t, c.dims, ti.Dims, c.name)
+		assert.Equal(t, c.size, ti.Size, c.name)
+	}
 	// Mapped, not copied.
 	assert.Same(t, &data[f.DataOffset+q8.Offset], &f.TensorData(q8)[0])
 }
@@ -172,7 +186,7 @@ func TestMalformed(t *testing.T) {
 		require.NoError(t, Write(&buf, nil, []WriteTensor{{Name: "q4k", DType: core.F32, Shape: core.Shape{256}, Data: make([]byte, 1024)}}))
 		b := buf.Bytes()
 		// The type id follows name (8+3), n_dims (4) and one dim (8) after the 24-byte header.
-		le.PutUint32(b[24+8+3+4+8:], uint32(12))
+		le.PutUint32(b[24+8+3+4+8:], uint32(15)) // Q8_K: ggml's dot-product intermediate, never a weight
 		return b
 	}()
 	cases := []struct {
@@ -187,7 +201,7 @@ func TestMalformed(t *testing.T) {
 		{"truncated", good[:len(good)-50], "runs past"},
 		{"truncated header", good[:100], "malformed"},
 		{"truncated kv", good[:300], "left"},
-		{"unknown tensor type", unknownType, "Q4_K"},
+		{"unknown tensor type", unknownType, "Q8_K"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

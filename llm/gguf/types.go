@@ -73,8 +73,22 @@ const (
 	GGMLTypeF16  GGMLType = 1
 	GGMLTypeQ4_0 GGMLType = 2
 	GGMLTypeQ8_0 GGMLType = 8
+	GGMLTypeQ2_K GGMLType = 10
+	GGMLTypeQ3_K GGMLType = 11
+	GGMLTypeQ4_K GGMLType = 12
+	GGMLTypeQ5_K GGMLType = 13
+	GGMLTypeQ6_K GGMLType = 14
 	GGMLTypeBF16 GGMLType = 30
 )
+
+// ggmlOf pairs each mapped ggml type with the core dtype of the same layout (one table for
+// both directions).
+var ggmlOf = map[GGMLType]core.DType{
+	GGMLTypeF32: core.F32, GGMLTypeF16: core.F16, GGMLTypeBF16: core.BF16,
+	GGMLTypeQ8_0: core.Q8_0, GGMLTypeQ4_0: core.Q4_0,
+	GGMLTypeQ2_K: core.Q2_K, GGMLTypeQ3_K: core.Q3_K, GGMLTypeQ4_K: core.Q4_K,
+	GGMLTypeQ5_K: core.Q5_K, GGMLTypeQ6_K: core.Q6_K,
+}
 
 // ggmlTypeNames names every id ggml has used, so that an unsupported tensor is named in the error.
 var ggmlTypeNames = map[GGMLType]string{
@@ -95,34 +109,18 @@ func (t GGMLType) String() string {
 
 // DType maps a ggml type to the core dtype with the same layout, or fails naming the type.
 func (t GGMLType) DType() (core.DType, error) {
-	switch t {
-	case GGMLTypeF32:
-		return core.F32, nil
-	case GGMLTypeF16:
-		return core.F16, nil
-	case GGMLTypeBF16:
-		return core.BF16, nil
-	case GGMLTypeQ8_0:
-		return core.Q8_0, nil
-	case GGMLTypeQ4_0:
-		return core.Q4_0, nil
+	if dt, ok := ggmlOf[t]; ok {
+		return dt, nil
 	}
 	return core.InvalidDType, fmt.Errorf("gguf: tensor type %s: %w", t, core.ErrUnsupported)
 }
 
 // TypeOf maps a core dtype to its ggml type id.
 func TypeOf(dt core.DType) (GGMLType, error) {
-	switch dt {
-	case core.F32:
-		return GGMLTypeF32, nil
-	case core.F16:
-		return GGMLTypeF16, nil
-	case core.BF16:
-		return GGMLTypeBF16, nil
-	case core.Q8_0:
-		return GGMLTypeQ8_0, nil
-	case core.Q4_0:
-		return GGMLTypeQ4_0, nil
+	for t, d := range ggmlOf {
+		if d == dt {
+			return t, nil
+		}
 	}
 	return 0, fmt.Errorf("gguf: dtype %s has no ggml type: %w", dt, core.ErrUnsupported)
 }

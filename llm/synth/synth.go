@@ -27,7 +27,7 @@ type Spec struct {
 	FFN     int
 	Vocab   int // at least 259 (3 specials and 256 byte tokens)
 	Context int
-	// Type is the dtype of the matrices (F32, F16, BF16, Q8_0, Q4_0); norms stay F32.
+	// Type is the dtype of the matrices (F32, F16, BF16, Q8_0, Q4_0, a K-quant); norms stay F32.
 	Type core.DType
 	Seed uint64
 }
@@ -35,6 +35,7 @@ type Spec struct {
 // presets are shapes of well-known models (vocabulary kept small).
 var presets = map[string]Spec{
 	"260K": {Dim: 64, Layers: 5, Heads: 8, KVHeads: 4, FFN: 192, Context: 512},
+	"6M":   {Dim: 256, Layers: 8, Heads: 8, KVHeads: 2, FFN: 768, Context: 512}, // K-quant sized: every row a multiple of 256
 	"15M":  {Dim: 288, Layers: 6, Heads: 6, KVHeads: 6, FFN: 768, Context: 256},
 	"110M": {Dim: 768, Layers: 12, Heads: 12, KVHeads: 12, FFN: 2048, Context: 1024},
 	"1B":   {Dim: 2048, Layers: 16, Heads: 32, KVHeads: 8, FFN: 8192, Context: 4096},   // Llama 3.2 1B

@@ -10,8 +10,10 @@
 
 static int isf(uint32_t dt) { return dt == XPU_DT_F32 || dt == XPU_DT_F16 || dt == XPU_DT_BF16; }
 static int isq(uint32_t dt) { return dt == XPU_DT_Q8_0 || dt == XPU_DT_Q4_0; }
+/* K-quants: read through ldk(), dequantized in the kernel; QUANTIZE to them is not implemented */
+static int isk(uint32_t dt) { return dt >= XPU_DT_Q4_K && dt <= XPU_DT_Q3_K; }
 static int ismove(uint32_t dt) { return isf(dt) || dt == XPU_DT_I32 || dt == XPU_DT_I8; }
-static int isw(uint32_t dt) { return isf(dt) || isq(dt) || dt == XPU_DT_I8; }
+static int isw(uint32_t dt) { return isf(dt) || isq(dt) || isk(dt) || dt == XPU_DT_I8; }
 
 uint32_t ocl_op_static(const xpu_op_query *q) {
   uint32_t in = q->dtype_in, w = q->dtype_weight, o = q->dtype_out;
@@ -29,7 +31,7 @@ uint32_t ocl_op_static(const xpu_op_query *q) {
   case XPU_OP_GET_ROWS: ok = isw(in) && o == XPU_DT_F32; break;
   case XPU_OP_CAST: ok = (isf(in) || in == XPU_DT_I32) && isf(o); break;
   case XPU_OP_QUANTIZE: ok = in == XPU_DT_F32 && (isq(o) || o == XPU_DT_I8); break;
-  case XPU_OP_DEQUANTIZE: ok = (isq(in) || in == XPU_DT_I8) && o == XPU_DT_F32; break;
+  case XPU_OP_DEQUANTIZE: ok = (isq(in) || isk(in) || in == XPU_DT_I8) && o == XPU_DT_F32; break;
   case XPU_OP_RESHAPE: ok = in == o && in != XPU_DT_INVALID && in < XPU_DT_COUNT; break;
   case XPU_OP_PERMUTE: case XPU_OP_SLICE: case XPU_OP_CONCAT: ok = ismove(in) && in == o; break;
   default: ok = 0;
@@ -71,7 +73,7 @@ static int const_ok(ocl_ctx *c, const xpu_ir_tensor *t, char *why, size_t cap) {
   if (t->const_offset > b->size || nb > b->size - t->const_offset)
     NO("constant [%llu, +%llu) does not fit its %llu-byte buffer",
        (unsigned long long)t->const_offset, (unsigned long long)nb, (unsigned long long)b->size);
-  if (!isq(t->dtype) && t->const_offset % xpu_dtype_block_bytes(t->dtype) != 0)
+  if (!isq(t->dtype) && !isk(t->dtype) && t->const_offset % xpu_dtype_block_bytes(t->dtype) != 0)
     NO("constant offset %llu is not a multiple of its element size",
        (unsigned long long)t->const_offset);
   return 1;
@@ -118,6 +120,7 @@ int ocl_node_check(ocl_ctx *c, const xpu_ir_graph *g, uint32_t ni, char *why, si
     int64_t K = lastdim(a), N = b->shape[b->rank - 2];
     if (b->shape[b->rank - 1] != K) NO("K of a (%lld) and b differ", (long long)K);
     if (isq(b->dtype) && K % 32) NO("K must be a multiple of 32 for a quantized b");
+    if (isk(b->dtype) && K % 256) NO("K must be a multiple of 256 for a K-quant b");
     if (b->dtype == XPU_DT_I8 && !(n->fattr[0] > 0.0f)) NO("I8 b needs its scale in fattr[0]");
     if (a->rank == 1) {
       if (o->rank != 1 || o->shape[0] != N) NO("output must be [N]");

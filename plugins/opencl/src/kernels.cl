@@ -22,6 +22,11 @@
 #define DT_I8 5
 #define DT_Q8_0 6
 #define DT_Q4_0 7
+#define DT_Q4_K 8
+#define DT_Q5_K 9
+#define DT_Q6_K 10
+#define DT_Q2_K 11
+#define DT_Q3_K 12
 
 /* elementwise op codes: XPU_OP_*, plus COPY (convert dtype) */
 #define OP_COPY 0
@@ -57,6 +62,59 @@ inline ushort f2bf(float f) {
 /* f16 at an arbitrary byte address (quantized blocks are 34 or 18 bytes long) */
 inline float h2f_at(gcbytes *p) { return h2f((ushort)(p[0] | (p[1] << 8))); }
 
+/* One value of a K-quant super-block of 256 (abi/OPS.md, "K-quants"), computed as core/ref does:
+ * (d*sc)*q - dmin*m, two roundings, so the result is bit-exact with the reference and ggml;
+ * FP_CONTRACT OFF keeps the compiler from fusing them into one FMA. */
+#pragma OPENCL FP_CONTRACT OFF
+inline float ldk(gcbytes *p, ulong i, int dt) {
+  uint j = (uint)(i & 255), l = j & 31, h = j >> 7, jj = (j >> 5) & 3;
+  switch (dt) {
+  case DT_Q4_K: case DT_Q5_K: {
+    gcbytes *b = p + (i >> 8) * (dt == DT_Q4_K ? 144 : 176);
+    gcbytes *sc = b + 4;
+    uint s = j >> 5, c = j >> 6, sh = 4 * (s & 1), d6, m6;
+    if (s < 4) {
+      d6 = sc[s] & 63;
+      m6 = sc[s + 4] & 63;
+    } else {
+      d6 = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+      m6 = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+    }
+    uint q;
+    if (dt == DT_Q4_K) {
+      q = (b[16 + 32 * c + l] >> sh) & 15;
+    } else {
+      q = ((b[48 + 32 * c + l] >> sh) & 15) | (((b[16 + l] >> s) & 1) << 4);
+    }
+    float dl = h2f_at(b) * (float)d6, ml = h2f_at(b + 2) * (float)m6;
+    return dl * (float)q - ml;
+  }
+  case DT_Q6_K: {
+    gcbytes *b = p + (i >> 8) * 210;
+    int q = (int)(((b[64 * h + 32 * (jj & 1) + l] >> (4 * (jj >> 1))) & 15) |
+                  (((b[128 + 32 * h + l] >> (2 * jj)) & 3) << 4));
+    float dl = h2f_at(b + 208) * (float)(char)b[192 + (j >> 4)];
+    return dl * (float)(q - 32);
+  }
+  case DT_Q2_K: {
+    gcbytes *b = p + (i >> 8) * 84;
+    uint q = (b[16 + 32 * h + l] >> (2 * jj)) & 3, sb = b[j >> 4];
+    float dl = h2f_at(b + 80) * (float)(sb & 15), ml = h2f_at(b + 82) * (float)(sb >> 4);
+    return dl * (float)q - ml;
+  }
+  case DT_Q3_K: {
+    gcbytes *b = p + (i >> 8) * 110;
+    int q = (int)((b[32 + 32 * h + l] >> (2 * jj)) & 3) - (((b[l] >> (4 * h + jj)) & 1) ? 0 : 4);
+    uint t = j >> 4;
+    uint lo = t < 8 ? (b[96 + t] & 15) : (b[96 + t - 8] >> 4);
+    uint hi = (b[104 + (t & 3)] >> (2 * (t >> 2))) & 3;
+    float dl = h2f_at(b + 108) * (float)((int)(lo | (hi << 4)) - 32);
+    return dl * (float)q;
+  }
+  }
+  return 0.0f;
+}
+
 inline float ld(gcbytes *p, ulong i, int dt, float scale) {
   switch (dt) {
   case DT_F32: return ((__global const float *)p)[i];
@@ -75,6 +133,7 @@ inline float ld(gcbytes *p, ulong i, int dt, float scale) {
     int n = j < 16 ? (q & 15) : (q >> 4);
     return h2f_at(b) * (float)(n - 8);
   }
+  case DT_Q4_K: case DT_Q5_K: case DT_Q6_K: case DT_Q2_K: case DT_Q3_K: return ldk(p, i, dt);
   }
   return 0.0f;
 }

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/gguf"
+)
+
+func init() {
+	register(&command{name: "quantize", summary: "quantize a GGUF model like llama-quantize (--type q4_k_m, q8_0, ...)", run: runQuantize})
+}
+
+func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("quantize", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	typ := fs.String("type", "q4_k_m", "quantization: "+strings.Join(llm.QuantRecipes(), ", "))
+	requant := fs.Bool("allow-requantize", false, "also requantize tensors that are already quantized (loses more than quantizing the float model)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: xpu quantize [--type q4_k_m] [--allow-requantize] IN.gguf OUT.gguf")
+		fs.PrintDefaults()
+	}
+	if code, ok := parseInterspersed(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() != 2 {
+		fs.Usage()
+		return 2
+	}
+	in, out := fs.Arg(0), fs.Arg(1)
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "xpu quantize: %v\n", err)
+		return 1
+	}
+	recipe, err := llm.ParseQuantRecipe(*typ)
+	if err != nil {
+		return fail(err)
+	}
+	if same, err := sameFile(in, out); err != nil || same {
+		if err == nil {
+			err = fmt.Errorf("%s: the output would overwrite the input: %w", out, core.ErrInvalidArgument)
+		}
+		return fail(err)
+	}
+	f, err := gguf.Open(in)
+	if err != nil {
+		return fail(err)
+	}
+	defer f.Close()
+
+	opts := []llm.QuantizeOption{llm.WithRequantize(*requant)}
+	if isTerminal(stderr) {
+		opts = append(opts, llm.WithQuantizeProgress(func(done, total int, p llm.TensorPlan) {
+			drawQuantizeProgress(stderr, done, total, p)
+		}))
+	}
+	// Write next to the output and rename at the end, so an interrupted run leaves no half file.
+	tmp, err := os.CreateTemp(filepath.Dir(out), filepath.Base(out)+".*.tmp")
+	if err != nil {
+		return fail(err)
+	}
+	t0 := time.Now()
+	err = tmp.Chmod(0o644) // CreateTemp's 0600 would make the model private to its writer
+	var sum llm.QuantizeSummary
+	if err == nil {
+		sum, err = llm.QuantizeModel(ctx, tmp, f, recipe, opts...)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), out)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return fail(err)
+	}
+	fmt.Fprintf(stdout, "%s: %s, %d tensors (%s), %d quantized, %d fallbacks, %.2f MB -> %.2f MB in %.1f s\n",
+		out, recipe.Name, len(f.Tensors), dtypeCounts(sum.Tensors), sum.Quantized, sum.Fallbacks,
+		float64(sum.BytesIn)/1e6, float64(sum.BytesOut)/1e6, time.Since(t0).Seconds())
+	return 0
+}
+
+// dtypeCounts formats {q4_k: 20, f32: 11} as "q4_k 20, f32 11" in dtype order.
+func dtypeCounts(m map[core.DType]int) string {
+	dts := make([]core.DType, 0, len(m))
+	for dt := range m {
+		dts = append(dts, dt)
+	}
+	slices.Sort(dts)
+	parts := make([]string, len(dts))
+	for i, dt := range dts {
+		parts[i] = fmt.Sprintf("%s %d", dt, m[dt])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// drawQuantizeProgress redraws one status line: the tensor being written and its conversion.
+func drawQuantizeProgress(w io.Writer, done, total int, p llm.TensorPlan) {
+	if done == total {
+		fmt.Fprintf(w, "\r\033[K[%d/%d] done\n", done, total)
+		return
+	}
+	conv := p.From.String()
+	if p.To != p.From {
+		conv += " -> " + p.To.String()
+	}
+	fmt.Fprintf(w, "\r\033[K[%*d/%d] %s %s %s", len(fmt.Sprint(total)), done+1, total, p.Name, p.Shape, conv)
+}
+
+// sameFile reports whether a and b name the same existing file (b may not exist yet).
+func sameFile(a, b string) (bool, error) {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false, err
+	}
+	sb, err := os.Stat(b)
+	if os.IsNotExist(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(sa, sb), nil
+}

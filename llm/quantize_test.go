@@ -1,0 +1,164 @@
+package llm
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/gguf"
+	"github.com/xpuhub/xpu/llm/synth"
+)
+
+// synthFile writes a small synthetic llama in dt: 8 layers (the depth where llama.cpp's mix
+// rule picks distinct layers), every row 256 wide so that the K-quants fit.
+func synthFile(t *testing.T, dt core.DType) *gguf.File {
+	t.Helper()
+	spec := synth.Spec{Arch: "llama", Name: "kq-test", Dim: 256, Layers: 8, Heads: 4, KVHeads: 1, FFN: 256,
+		Context: 64, Vocab: 260, Type: dt, Seed: 1}
+	var buf bytes.Buffer
+	require.NoError(t, synth.Write(&buf, spec))
+	f, err := gguf.Parse(buf.Bytes())
+	require.NoError(t, err)
+	return f
+}
+
+// TestPlanQ4KM checks llama.cpp's Q4_K_M mix on an 8-layer model: use_more_bits(i, 8) picks
+// layers 0, 3, 6 and 7 for Q6_K attn_v and ffn_down; the output head is Q6_K; the rest Q4_K.
+func TestPlanQ4KM(t *testing.T) {
+	f := synthFile(t, core.F32)
+	r, err := ParseQuantRecipe("Q4_K_M")
+	require.NoError(t, err)
+	plans, err := PlanQuantize(f, r, false)
+	require.NoError(t, err)
+	want := map[string]core.DType{
+		"token_embd.weight": core.Q4_K, "output.weight": core.Q6_K, "output_norm.weight": core.F32,
+	}
+	for l := 0; l < 8; l++ {
+		more := core.Q4_K
+		if l == 0 || l == 3 || l == 6 || l == 7 {
+			more = core.Q6_K
+		}
+		p := fmt.Sprintf("blk.%d.", l)
+		want[p+"attn_v.weight"], want[p+"ffn_down.weight"] = more, more
+		for _, n := range []string{"attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"} {
+			want[p+n+".weight"] = core.Q4_K
+		}
+		want[p+"attn_norm.weight"], want[p+"ffn_norm.weight"] = core.F32, core.F32
+	}
+	require.Len(t, plans, len(want))
+	for _, p := range plans {
+		assert.Equal(t, want[p.Name], p.To, p.Name)
+		assert.Empty(t, p.Fallback, p.Name)
+	}
+}
+
+func TestUseMoreBitsMatchesLlamaCpp(t *testing.T) {
+	// llama.cpp's Q4_K_M attn_v/ffn_down layers for common depths (from its rule, by hand).
+	for n, want := range map[int][]int{
+		5:  {2, 4},
+		16: {0, 1, 4, 7, 10, 13, 14, 15},
+		22: {0, 1, 4, 7, 10, 13, 16, 19, 20, 21},
+	} {
+		var got []int
+		for i := 0; i < n; i++ {
+			if useMoreBits(i, n) {
+				got = append(got, i)
+			}
+		}
+		assert.Equal(t, want, got, "n_layer %d", n)
+	}
+}
+
+// TestQuantizeModelWritesThePlan: the written file holds each tensor in its planned dtype, with
+// the bytes core.Quantize gives for the original values, and the progress callback sees every
+// tensor in order.
+func TestQuantizeModelWritesThePlan(t *testing.T) {
+	f := synthFile(t, core.F16)
+	r, err := ParseQuantRecipe("q5_k_m")
+	require.NoError(t, err)
+	plans, err := PlanQuantize(f, r, false)
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	var seen []int
+	sum, err := QuantizeModel(context.Background(), &buf, f, r, WithQuantizeProgress(func(done, total int, p TensorPlan) {
+		require.Equal(t, len(plans), total)
+		seen = append(seen, done)
+	}))
+	require.NoError(t, err)
+	require.Len(t, seen, len(plans)+1)
+	assert.Equal(t, len(plans), seen[len(seen)-1])
+	g, err := gguf.Parse(buf.Bytes())
+	require.NoError(t, err)
+	ft, ok := g.Get("general.file_type")
+	require.True(t, ok)
+	assert.Equal(t, uint32(17), ft.Any())
+	// Q6_K: the output head and 4 of 8 attn_v and ffn_down; F32: the 17 norms.
+	assert.Equal(t, map[core.DType]int{core.Q6_K: 9, core.Q5_K: 49, core.F32: 17}, sum.Tensors)
+	checked := 0
+	assert.Equal(t, 58, sum.Quantized)
+	assert.Zero(t, sum.Fallbacks)
+	for i, p := range plans {
+		ti := &g.Tensors[i]
+		require.Equal(t, p.Name, ti.Name)
+		require.Equal(t, p.To, ti.DType, p.Name)
+		if p.To == p.From {
+			assert.Equal(t, f.TensorData(&f.Tensors[i]), g.TensorData(ti), p.Name)
+			continue
+		}
+		if checked++; checked > 12 && p.Name != "output.weight" {
+			continue // the first layers' matrices and the head are enough; the rest is slow
+		}
+		xs, err := core.Dequantize(p.From, f.TensorData(&f.Tensors[i]), 0)
+		require.NoError(t, err)
+		want, err := core.Quantize(p.To, xs, 0)
+		require.NoError(t, err)
+		assert.Equal(t, want, g.TensorData(ti), p.Name)
+	}
+}
+
+func TestQuantizeRequantizeNeedsConsent(t *testing.T) {
+	f := synthFile(t, core.Q8_0)
+	r, err := ParseQuantRecipe("q4_k_m")
+	require.NoError(t, err)
+	_, err = PlanQuantize(f, r, false)
+	require.ErrorIs(t, err, core.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "already q8_0")
+	plans, err := PlanQuantize(f, r, true)
+	require.NoError(t, err)
+	for _, p := range plans {
+		if p.Name == "output.weight" {
+			assert.Equal(t, core.Q6_K, p.To)
+		}
+	}
+
+	_, err = ParseQuantRecipe("q4_k_xl")
+	require.ErrorIs(t, err, core.ErrInvalidArgument)
+}
+
+// On stories260K no row is a multiple of 256: every matrix falls back, to Q8_0 (rows of 64;
+// llama.cpp would pick Q5_0 there, which the op set lacks), and ffn_down (rows of 172) stays F32.
+func TestQuantizeStoriesQ4KMFallsBack(t *testing.T) {
+	f, err := gguf.Open(storiesPath(t))
+	require.NoError(t, err)
+	defer f.Close()
+	r, err := ParseQuantRecipe("q4_k_m")
+	require.NoError(t, err)
+	plans, err := PlanQuantize(f, r, false)
+	require.NoError(t, err)
+	for _, p := range plans {
+		switch {
+		case len(p.Shape) == 1:
+			assert.Equal(t, core.F32, p.To, p.Name)
+		case p.Shape[1] == 172:
+			assert.Equal(t, core.F32, p.To, p.Name)
+			assert.Contains(t, p.Fallback, "172", p.Name)
+		default:
+			assert.Equal(t, core.Q8_0, p.To, p.Name)
+		}
+	}
+}
