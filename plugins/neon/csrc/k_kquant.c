@@ -63,22 +63,27 @@ static inline void scale_min6(int s, const uint8_t *q, int *sc, int *m) {
  * per 32 values (Q4_K, Q5_K) or sc[16] per 16 values (Q6_K). */
 static void decode_sb(uint32_t dt, const uint8_t *blk, uint8_t *u, int *sc, int *mn) {
   if (dt == XPU_DT_Q6_K) {
+    /* value 128h + 32j + l: ql[64h + 32(j%2) + l] nibble j/2, qh[32h + l] bits 2j..2j+1 */
     const uint8_t *ql = blk, *qh = blk + 128;
-    for (int i = 0; i < 256; i++) {
-      int h = i / 128, r = i % 128, j = r / 32, l = r % 32;
-      u[i] = (uint8_t)(((ql[64 * h + 32 * (j % 2) + l] >> (4 * (j / 2))) & 0xF) | (((qh[32 * h + l] >> (2 * j)) & 3) << 4));
-    }
+    for (int h = 0; h < 2; h++)
+      for (int j = 0; j < 4; j++)
+        for (int l = 0; l < 32; l++)
+          u[128 * h + 32 * j + l] = (uint8_t)(((ql[64 * h + 32 * (j % 2) + l] >> (4 * (j / 2))) & 0xF) |
+                                              (((qh[32 * h + l] >> (2 * j)) & 3) << 4));
     for (int t = 0; t < 16; t++) sc[t] = (int8_t)blk[192 + t];
     return;
   }
   const uint8_t *scales = blk + 4, *qh = blk + 16, *qs = blk + (dt == XPU_DT_Q5_K ? 48 : 16);
   for (int s = 0; s < 8; s++) scale_min6(s, scales, &sc[s], &mn[s]);
-  for (int i = 0; i < 256; i++) {
-    int s = i / 32, c = i / 64, hi = s % 2, l = i % 32;
-    int q = (qs[32 * c + l] >> (4 * hi)) & 0xF;
-    if (dt == XPU_DT_Q5_K) q |= ((qh[l] >> s) & 1) << 4;
-    u[i] = (uint8_t)q;
-  }
+  /* value 64c + 32hi + l: qs[32c + l] nibble hi, and for Q5_K bit s = 2c + hi of qh[l] */
+  for (int c = 0; c < 4; c++)
+    for (int l = 0; l < 32; l++) {
+      uint8_t q = qs[32 * c + l];
+      u[64 * c + l] = q & 0xF;
+      u[64 * c + 32 + l] = q >> 4;
+    }
+  if (dt == XPU_DT_Q5_K)
+    for (int i = 0; i < 256; i++) u[i] |= (uint8_t)(((qh[i % 32] >> (i / 32)) & 1) << 4);
 }
 
 uint64_t nv_kq_row_bytes(uint32_t dt, int64_t k) { return (uint64_t)(k / 256) * xpu_dtype_block_bytes(dt); }
@@ -199,15 +204,22 @@ void nv_kq_pack_groups(uint32_t dt, const uint8_t *src, int64_t N, int64_t K, in
         for (int t = 0; t < f.ns; t++) o[ko_sc(f) + 16 * t + j] = (uint8_t)(int8_t)sc[t];
         for (int c = 0; c < 4; c++) {
           uint8_t *sg = o + ko_seg(f) + c * ko_segb(f);
-          for (int q = 0; q < 8; q++)
-            for (int i = 0; i < 4; i++) {
-              int lo = u[64 * c + 4 * q + i], hi = u[64 * c + 32 + 4 * q + i], at = 4 * j + i;
+          for (int i = 0; i < 4; i++) {
+            const int at = 4 * j + i;
+            unsigned pl[2][2] = {{0, 0}, {0, 0}}; /* bit planes of this byte position, over q */
+            for (int q = 0; q < 8; q++) {
+              unsigned lo = u[64 * c + 4 * q + i], hi = u[64 * c + 32 + 4 * q + i];
               sg[64 * q + at] = (uint8_t)((lo & 0xF) | (hi & 0xF) << 4);
-              for (int L = 0; L < f.nhb; L++) {
-                sg[512 + 128 * L + at] |= (uint8_t)(((lo >> (4 + L)) & 1) << q);
-                sg[512 + 128 * L + 64 + at] |= (uint8_t)(((hi >> (4 + L)) & 1) << q);
-              }
+              pl[0][0] |= ((lo >> 4) & 1) << q;
+              pl[0][1] |= ((hi >> 4) & 1) << q;
+              pl[1][0] |= ((lo >> 5) & 1) << q;
+              pl[1][1] |= ((hi >> 5) & 1) << q;
             }
+            for (int L = 0; L < f.nhb; L++) {
+              sg[512 + 128 * L + at] = (uint8_t)pl[L][0];
+              sg[512 + 128 * L + 64 + at] = (uint8_t)pl[L][1];
+            }
+          }
         }
       }
     }
