@@ -17,7 +17,8 @@ func graphCases() []testCase {
 	for _, v := range []struct {
 		label   string
 		act, wt core.DType
-	}{{"f32", core.F32, core.F32}, {"f16", core.F16, core.F16}, {"q8_0", core.F32, core.Q8_0}, {"q4_0", core.F32, core.Q4_0}} {
+	}{{"f32", core.F32, core.F32}, {"f16", core.F16, core.F16}, {"q8_0", core.F32, core.Q8_0}, {"q4_0", core.F32, core.Q4_0},
+		{"q4_k", core.F32, core.Q4_K}, {"q6_k", core.F32, core.Q6_K}} {
 		v := v
 		cs = append(cs, graphCase(4, "GRAPH:transformer-block", v.label,
 			caseName("GRAPH", "name", "transformer-block", "act", v.act, "weights", v.wt),
@@ -36,13 +37,16 @@ func graphCases() []testCase {
 // RMSNorm, Q/K/V projections, RoPE, KV-cache concat, GQA causal attention, output projection,
 // residual, RMSNorm, SwiGLU FFN, residual. Outputs: the block's output and the new K and V rows.
 func transformerBlock(b *builder, act, wt core.DType) {
-	const T, P, E, H, Hkv, D, FF = 5, 7, 64, 4, 2, 16, 96
+	var T, P, E, H, Hkv, D, FF int64 = 5, 7, 64, 4, 2, 16, 96
+	if wt.KQuant() {
+		E, D, FF = 256, 64, 256 // every matrix's input dimension a multiple of the 256 super-block
+	}
 	g := b.g
-	ws := float32(1 / math.Sqrt(E))
+	ws := float32(1 / math.Sqrt(float64(E)))
 	x := b.in("x", act, core.Shape{T, E}, -1, 1)
 	posv := make([]int32, T)
 	for i := range posv {
-		posv[i] = int32(P + i)
+		posv[i] = int32(P + int64(i))
 	}
 	pos := b.inData("pos", core.I32, core.Shape{T}, core.EncodeI32(posv))
 	kPast := b.in("k_cache", act, core.Shape{P, Hkv, D}, -1, 1)

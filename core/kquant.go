@@ -14,14 +14,12 @@ import (
 // kGroupMaxEps is ggml's GROUP_MAX_EPS: a sub-block whose largest magnitude is below it is zero.
 const kGroupMaxEps = 1e-15
 
-// nearestInt is ggml's nearest_int: round half to even, valid for |v| <= 4194303. Outside that
-// range (and for NaN) C's result is undefined; we clamp so the codes stay deterministic.
+// nearestInt is ggml's nearest_int: round half to even by adding 1.5·2^23, which leaves the
+// rounded integer in the low mantissa bits. Valid for |v| <= 4194303; outside that range (and
+// for NaN) C's result is undefined and ours is some int that the callers clamp.
 func nearestInt(v float32) int {
-	if v != v {
-		return 0
-	}
-	f := math.RoundToEven(float64(v))
-	return int(min(max(f, -4194303), 4194303))
+	f := v + 12582912
+	return int(math.Float32bits(f)&0x7fffff) - 0x400000
 }
 
 func clampInt(v, lo, hi int) int { return min(max(v, lo), hi) }
@@ -247,18 +245,12 @@ func makeQKX2(nmax int, x, weights []float32, L, laux []uint8, rmin, rdelta floa
 	fnmax := float32(nmax)
 	iscale := fnmax / (hi - lo)
 	scale := 1 / iscale
-	errOf := func(diff float32) float32 {
-		if useMad {
-			return absf(diff)
-		}
-		return float32(diff * diff)
-	}
 	var bestMad float32
 	for i := 0; i < n; i++ {
 		l := clampInt(nearestInt(float32(iscale*(x[i]-lo))), 0, nmax)
 		L[i] = uint8(l)
 		diff := float32(scale*float32(l)) + lo - x[i]
-		bestMad += float32(weights[i] * errOf(diff))
+		bestMad += float32(weights[i] * kErr(diff, useMad))
 	}
 	if nstep < 1 {
 		return scale, -lo
@@ -287,7 +279,7 @@ func makeQKX2(nmax int, x, weights []float32, L, laux []uint8, rmin, rdelta floa
 			var mad float32
 			for i := 0; i < n; i++ {
 				diff := float32(thisScale*float32(laux[i])) + thisMin - x[i]
-				mad += float32(weights[i] * errOf(diff))
+				mad += float32(weights[i] * kErr(diff, useMad))
 			}
 			if mad < bestMad {
 				copy(L[:n], laux[:n])
@@ -296,6 +288,14 @@ func makeQKX2(nmax int, x, weights []float32, L, laux []uint8, rmin, rdelta floa
 		}
 	}
 	return scale, -lo
+}
+
+// kErr is make_qkx2_quants' error measure: absolute (use_mad) or squared.
+func kErr(diff float32, useMad bool) float32 {
+	if useMad {
+		return absf(diff)
+	}
+	return float32(diff * diff)
 }
 
 // makeQX is ggml's make_qx_quants with rmse_type 1 (weights x²) and no importance weights: a

@@ -260,3 +260,23 @@ func BenchmarkKQuant(b *testing.B) {
 		})
 	}
 }
+
+// Non-finite inputs give unspecified codes (OPS.md) but never a panic or a wrong length.
+func TestKQuantNonFinite(t *testing.T) {
+	inf := float32(math.Inf(1))
+	for _, dt := range kquants {
+		for _, bad := range []float32{float32(math.NaN()), inf, -inf, 3e38, 1e-45} {
+			xs := make([]float32, QKK)
+			for i := range xs {
+				xs[i] = float32(i%7) - 3
+			}
+			xs[5], xs[200] = bad, -bad
+			b, err := Quantize(dt, xs, 0)
+			require.NoError(t, err)
+			require.Len(t, b, int(dt.BlockBytes()))
+			ys, err := Dequantize(dt, b, 0)
+			require.NoError(t, err)
+			require.Len(t, ys, QKK)
+		}
+	}
+}

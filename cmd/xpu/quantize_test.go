@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xpuhub/xpu/llm/gguf"
 )
 
 func TestQuantizeCommand(t *testing.T) {
@@ -48,4 +50,23 @@ func TestQuantizeCommand(t *testing.T) {
 	code, out, errOut = runCLI(t, "quantize", "--type", "q4_0", "--allow-requantize", q8, filepath.Join(dir, "z.gguf"))
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "q4_0, 48 tensors (f32 16, q4_0 32)")
+}
+
+// gen-model writes K-quant matrices when every row fits their 256-value blocks, and refuses a
+// preset whose rows do not.
+func TestGenModelKQuant(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "q3k.gguf")
+	code, stdout, errOut := runCLI(t, "gen-model", "--params", "6M", "--type", "q3_k", "-o", out) // the quickest K-quant to write
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, stdout, "q3_k")
+	f, err := gguf.Open(out)
+	require.NoError(t, err)
+	defer f.Close()
+	ti, ok := f.Tensor("blk.0.ffn_down.weight")
+	require.True(t, ok)
+	assert.Equal(t, gguf.GGMLTypeQ3_K, ti.Type)
+
+	code, _, errOut = runCLI(t, "gen-model", "--params", "15M", "--type", "q4_k", "-o", out)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "multiples of 256")
 }

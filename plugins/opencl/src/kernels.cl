@@ -114,6 +114,7 @@ inline float ldk(gcbytes *p, ulong i, int dt) {
   }
   return 0.0f;
 }
+#pragma OPENCL FP_CONTRACT ON
 
 inline float ld(gcbytes *p, ulong i, int dt, float scale) {
   switch (dt) {
@@ -562,7 +563,8 @@ GEMM_BLK_ANY(gemm_blk_any_1, 1)
 
 /*
  * MATMUL against a Q8_0 / Q4_0 weight with an F32 or F16 a, a block at a time: 32 codes are
- * decoded with two 16-wide vector loads and their f16 scale once per block and column.
+ * decoded with two 16-wide vector loads and their f16 scale once per block and column. A K-quant
+ * weight goes 32 values (one chunk of its 256-value super-block) at a time through kq32().
  */
 inline float hsum16(float16 v) {
   float8 x = v.lo + v.hi;
@@ -571,9 +573,76 @@ inline float hsum16(float16 v) {
   return z.x + z.y;
 }
 
+/* The 32 values of chunk s (0..7) of a K-quant super-block, scales applied: values 0..15 in
+ * *lo, 16..31 in *hi (OPS.md layouts; the GEMV needs no bit-exactness, so this may fuse). */
+inline void kq32(gcbytes *sb, int dt, uint s, float16 *lo, float16 *hi) {
+  uint h = s >> 2, jj = s & 3;
+  if (dt == DT_Q4_K || dt == DT_Q5_K) {
+    gcbytes *sc = sb + 4;
+    uint d6, m6;
+    if (s < 4) {
+      d6 = sc[s] & 63;
+      m6 = sc[s + 4] & 63;
+    } else {
+      d6 = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+      m6 = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+    }
+    uchar sh = (uchar)(4 * (s & 1));
+    gcbytes *qs = sb + (dt == DT_Q4_K ? 16 : 48) + 32 * (s >> 1);
+    uchar16 x0 = (vload16(0, qs) >> (uchar16)(sh)) & (uchar16)(15);
+    uchar16 x1 = (vload16(1, qs) >> (uchar16)(sh)) & (uchar16)(15);
+    if (dt == DT_Q5_K) {
+      x0 |= ((vload16(0, sb + 16) >> (uchar16)((uchar)s)) & (uchar16)(1)) << (uchar16)(4);
+      x1 |= ((vload16(1, sb + 16) >> (uchar16)((uchar)s)) & (uchar16)(1)) << (uchar16)(4);
+    }
+    float dl = h2f_at(sb) * (float)d6, ml = h2f_at(sb + 2) * (float)m6;
+    *lo = convert_float16(x0) * dl - ml;
+    *hi = convert_float16(x1) * dl - ml;
+  } else if (dt == DT_Q6_K) {
+    gcbytes *ql = sb + 64 * h + 32 * (jj & 1), *qh = sb + 128 + 32 * h;
+    uchar sl = (uchar)(4 * (jj >> 1)), shh = (uchar)(2 * jj);
+    uchar16 x0 = ((vload16(0, ql) >> (uchar16)(sl)) & (uchar16)(15)) |
+                 (((vload16(0, qh) >> (uchar16)(shh)) & (uchar16)(3)) << (uchar16)(4));
+    uchar16 x1 = ((vload16(1, ql) >> (uchar16)(sl)) & (uchar16)(15)) |
+                 (((vload16(1, qh) >> (uchar16)(shh)) & (uchar16)(3)) << (uchar16)(4));
+    float d = h2f_at(sb + 208);
+    *lo = (convert_float16(x0) - 32.0f) * (d * (float)(char)sb[192 + 2 * s]);
+    *hi = (convert_float16(x1) - 32.0f) * (d * (float)(char)sb[193 + 2 * s]);
+  } else if (dt == DT_Q2_K) {
+    gcbytes *qs = sb + 16 + 32 * h;
+    uchar sh = (uchar)(2 * jj);
+    uchar16 x0 = (vload16(0, qs) >> (uchar16)(sh)) & (uchar16)(3);
+    uchar16 x1 = (vload16(1, qs) >> (uchar16)(sh)) & (uchar16)(3);
+    float d = h2f_at(sb + 80), dm = h2f_at(sb + 82);
+    uchar b0 = sb[2 * s], b1 = sb[2 * s + 1];
+    *lo = convert_float16(x0) * (d * (float)(b0 & 15)) - dm * (float)(b0 >> 4);
+    *hi = convert_float16(x1) * (d * (float)(b1 & 15)) - dm * (float)(b1 >> 4);
+  } else { /* DT_Q3_K */
+    gcbytes *qs = sb + 32 + 32 * h;
+    uchar sh = (uchar)(2 * jj);
+    /* the high bit set means +0, clear means -4: (bit - 1) * 4 */
+    float16 q0 = convert_float16((vload16(0, qs) >> (uchar16)(sh)) & (uchar16)(3)) +
+                 (convert_float16((vload16(0, sb) >> (uchar16)((uchar)s)) & (uchar16)(1)) - 1.0f) * 4.0f;
+    float16 q1 = convert_float16((vload16(1, qs) >> (uchar16)(sh)) & (uchar16)(3)) +
+                 (convert_float16((vload16(1, sb) >> (uchar16)((uchar)s)) & (uchar16)(1)) - 1.0f) * 4.0f;
+    float d = h2f_at(sb + 108);
+    float sc[2];
+    for (int k = 0; k < 2; k++) {
+      uint t = 2 * s + k;
+      uint l4 = t < 8 ? (sb[96 + t] & 15) : (sb[96 + t - 8] >> 4);
+      uint h2 = (sb[104 + (t & 3)] >> (2 * (t >> 2))) & 3;
+      sc[k] = d * (float)((int)(l4 | (h2 << 4)) - 32);
+    }
+    *lo = q0 * sc[0];
+    *hi = q1 * sc[1];
+  }
+}
+
 #define DOT_Q(RM)                                                                                \
   gcbytes *pb = b + boff;                                                                        \
-  ulong bpb = bdt == DT_Q8_0 ? 34 : 18;                                                          \
+  int kq = bdt >= DT_Q4_K && bdt <= DT_Q3_K;                                                     \
+  ulong bpb = bdt == DT_Q8_0 ? 34 : bdt == DT_Q4_0 ? 18 : bdt == DT_Q4_K ? 144                   \
+            : bdt == DT_Q5_K ? 176 : bdt == DT_Q6_K ? 210 : bdt == DT_Q2_K ? 84 : 110;           \
   float16 acc[RM][4];                                                                            \
   for (int r = 0; r < RM; r++)                                                                   \
     for (int c = 0; c < 4; c++) acc[r][c] = (float16)(0.0f);                                     \
@@ -590,6 +659,13 @@ inline float hsum16(float16 v) {
       }                                                                                          \
     }                                                                                            \
     for (int c = 0; c < 4; c++) {                                                                \
+      if (kq) {                                                                                  \
+        ulong e = br[c] + (ulong)kb * 32;                                                        \
+        float16 vlo, vhi;                                                                        \
+        kq32(pb + (e >> 8) * bpb, bdt, (uint)((e >> 5) & 7), &vlo, &vhi);                        \
+        for (int r = 0; r < RM; r++) acc[r][c] = mad(alo[r], vlo, mad(ahi[r], vhi, acc[r][c]));  \
+        continue;                                                                                \
+      }                                                                                          \
       gcbytes *blk = pb + (br[c] / 32 + (ulong)kb) * bpb;                                        \
       float16 d = (float16)(h2f_at(blk)), qlo, qhi;                                              \
       if (bdt == DT_Q8_0) {                                                                      \

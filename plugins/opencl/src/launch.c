@@ -169,7 +169,8 @@ static cl_int matmul(ocl_ctx *c, cl_command_queue q, const xpu_ir_node *nd, cons
    * pay off only where work-items of a group really run in lock-step and M fills a tile */
   if (!c->gpu_kernels || M < 4) {
     int rm = M >= 4 ? 4 : 1;
-    int quant = (b->dtype == XPU_DT_Q8_0 || b->dtype == XPU_DT_Q4_0) && a->dtype != XPU_DT_BF16;
+    int quant = (b->dtype == XPU_DT_Q8_0 || b->dtype == XPU_DT_Q4_0 ||
+                 (b->dtype >= XPU_DT_Q4_K && b->dtype <= XPU_DT_Q3_K)) && a->dtype != XPU_DT_BF16;
     kid = f32 ? (rm == 4 ? K_GEMM_BLK_F32_4 : K_GEMM_BLK_F32_1)
           : quant ? (rm == 4 ? K_GEMM_Q_4 : K_GEMM_Q_1)
               : (rm == 4 ? K_GEMM_BLK_ANY_4 : K_GEMM_BLK_ANY_1);
