@@ -213,13 +213,15 @@ func BenchmarkGEMVKQuant(b *testing.B) {
 }
 
 // BenchmarkGEMMKQuant: prefill with K-quant weights next to Q4_0 (activations quantized to
-// Q8_K-like blocks, int8 kernels on the repacked weights), in GFLOP/s.
+// Q8_K-like blocks, int8 kernels on the repacked weights), in GFLOP/s, at a 32-row chunk and
+// at 128 rows.
 func BenchmarkGEMMKQuant(b *testing.B) {
-	s := Shape{128, 2048, 2048}
-	for _, dt := range []core.DType{core.Q4_0, core.Q4_K, core.Q5_K, core.Q6_K} {
-		b.Run(fmt.Sprintf("%s/%s/neon", s, dt), func(b *testing.B) {
-			reportGFLOPS(b, s, timed(b, matmulRun(b, device(b, "neon"), s, dt)))
-		})
+	for _, s := range []Shape{{32, 2048, 2048}, {128, 2048, 2048}} {
+		for _, dt := range []core.DType{core.Q4_0, core.Q4_K, core.Q5_K, core.Q6_K} {
+			b.Run(fmt.Sprintf("%s/%s/neon", s, dt), func(b *testing.B) {
+				reportGFLOPS(b, s, timed(b, matmulRun(b, device(b, "neon"), s, dt)))
+			})
+		}
 	}
 }
 
