@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -34,11 +35,20 @@ var (
 // running on them.
 var weightCache sync.Map
 
-// Weights returns deterministic random weights [N, K] of dt (F32, F16, BF16, Q8_0, Q4_0).
+// Weights returns deterministic random weights [N, K] of dt (F32, F16, BF16, Q8_0, Q4_0, or a
+// K-quant: random codes and scales, see KQuantWeights).
 func Weights(dt core.DType, n, k int64) ([]byte, error) {
 	key := fmt.Sprintf("%s/%d/%d", dt, n, k)
 	if w, ok := weightCache.Load(key); ok {
 		return w.([]byte), nil
+	}
+	if dt.KQuant() {
+		data, err := KQuantWeights(dt, n, k)
+		if err != nil {
+			return nil, err
+		}
+		weightCache.Store(key, data)
+		return data, nil
 	}
 	rng := rand.New(rand.NewPCG(uint64(n), uint64(k)))
 	xs := make([]float32, n*k)
@@ -55,6 +65,40 @@ func Weights(dt core.DType, n, k int64) ([]byte, error) {
 		}
 	}
 	weightCache.Store(key, data)
+	return data, nil
+}
+
+// KQuantWeights returns deterministic K-quant weights [N, K] (K a multiple of 256) made of
+// random bytes with each super-block's f16 scales set to small normal values (2^-8..2^-7): a
+// kernel's speed does not depend on the codes, and quantizing hundreds of MB of floats with the
+// K-quants' scale search would take longer than the benchmark.
+func KQuantWeights(dt core.DType, n, k int64) ([]byte, error) {
+	if !dt.KQuant() || k%core.QKK != 0 || n < 0 {
+		return nil, fmt.Errorf("bench: %s weights [%d, %d]: need a K-quant and K a multiple of %d", dt, n, k, core.QKK)
+	}
+	bb := dt.BlockBytes()
+	data := make([]byte, n*(k/core.QKK)*bb)
+	rng := rand.New(rand.NewPCG(uint64(n), uint64(k)))
+	for i := 0; i+8 <= len(data); i += 8 {
+		binary.LittleEndian.PutUint64(data[i:], rng.Uint64())
+	}
+	// byte offsets of the f16 scale fields (abi/OPS.md, K-quants)
+	var halves []int64
+	switch dt {
+	case core.Q4_K, core.Q5_K:
+		halves = []int64{0, 2}
+	case core.Q6_K:
+		halves = []int64{208}
+	case core.Q2_K:
+		halves = []int64{80, 82}
+	case core.Q3_K:
+		halves = []int64{108}
+	}
+	for b := int64(0); b < int64(len(data)); b += bb {
+		for _, off := range halves {
+			binary.LittleEndian.PutUint16(data[b+off:], 0x1C00|uint16(rng.IntN(0x400)))
+		}
+	}
 	return data, nil
 }
 

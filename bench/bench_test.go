@@ -194,6 +194,37 @@ func BenchmarkGEMV(b *testing.B) {
 	}
 }
 
+// KQuantGEMVShapes are the issue-14 shapes for the K-quant GEMV: a 4096 square and the 1B
+// model's FFN up (5632x2048) and down (2048x5632) projections.
+var KQuantGEMVShapes = []Shape{{1, 4096, 4096}, {1, 5632, 2048}, {1, 2048, 5632}}
+
+// BenchmarkGEMVKQuant: decode GEMV with K-quant weights next to Q4_0 and Q8_0 on the same
+// shapes, in GB/s of the weights' GGUF bytes (the repacked copy is 148 B per 256 values for
+// Q4_K against 144, 180 for Q5_K against 176, 210 for Q6_K). Sub-benchmarks of one shape run
+// back to back; -count N repeats the whole set, so the rounds of the contenders interleave.
+func BenchmarkGEMVKQuant(b *testing.B) {
+	for _, s := range KQuantGEMVShapes {
+		for _, dt := range []core.DType{core.Q4_0, core.Q4_K, core.Q5_K, core.Q6_K, core.Q8_0} {
+			b.Run(fmt.Sprintf("%s/%s/neon", s, dt), func(b *testing.B) {
+				reportGBs(b, dt.Bytes(s.N*s.K), timed(b, matmulRun(b, device(b, "neon"), s, dt)))
+			})
+		}
+	}
+}
+
+// BenchmarkGEMMKQuant: prefill with K-quant weights next to Q4_0 (activations quantized to
+// Q8_K-like blocks, int8 kernels on the repacked weights), in GFLOP/s, at a 32-row chunk and
+// at 128 rows.
+func BenchmarkGEMMKQuant(b *testing.B) {
+	for _, s := range []Shape{{32, 2048, 2048}, {128, 2048, 2048}} {
+		for _, dt := range []core.DType{core.Q4_0, core.Q4_K, core.Q5_K, core.Q6_K} {
+			b.Run(fmt.Sprintf("%s/%s/neon", s, dt), func(b *testing.B) {
+				reportGFLOPS(b, s, timed(b, matmulRun(b, device(b, "neon"), s, dt)))
+			})
+		}
+	}
+}
+
 // BenchmarkGEMVCold: quantized GEMV on weights larger than the LLC, against the read bandwidth,
 // with the weights repacked at prepare and in their GGUF layout.
 func BenchmarkGEMVCold(b *testing.B) {

@@ -101,7 +101,17 @@ func TestConformance(t *testing.T) {
 				t.Errorf("%s [%s]: %s", c.Name, c.Category, strings.Join(c.Errors, "; "))
 			}
 			assert.Zero(t, rep.Failed)
-			assert.Zero(t, rep.Unsupported, "the neon plugin implements the whole op set")
+			// the whole op set except QUANTIZE to a K-quant, which OPS.md lets a backend refuse
+			// (the K-quants' scale search runs at model conversion, not in a graph)
+			var unsupported []string
+			for _, c := range rep.Cases {
+				if c.Status == conformance.StatusUnsupported &&
+					!(strings.HasPrefix(c.Name, "QUANTIZE") && strings.Contains(c.Name, "_k")) {
+					unsupported = append(unsupported, c.Name)
+				}
+			}
+			assert.Empty(t, unsupported, "the neon plugin implements the whole op set but QUANTIZE to K-quants")
+			assert.LessOrEqual(t, rep.Unsupported, 20, "only the 20 QUANTIZE-to-K-quant cases may be unsupported")
 			assert.Greater(t, rep.Passed, 600, "the whole suite should run (633 cases when this was written)")
 		})
 	}

@@ -194,3 +194,84 @@ func TestRepackedWeightShared(t *testing.T) {
 		})
 	}
 }
+
+// kqpackShapes are qpackShapes for the K-quants (K a multiple of 256): N around and past a
+// group of 16 rows, M on both sides of the decode path and of the 4-row prefill tile.
+var kqpackShapes = []struct{ m, n, k int64 }{
+	{1, 1, 256}, {1, 17, 512}, {2, 16, 256}, {3, 45, 768}, {4, 33, 256}, {5, 31, 512}, {13, 45, 256}, {37, 50, 512},
+}
+
+var kqRepacked = []core.DType{core.Q4_K, core.Q5_K, core.Q6_K}
+
+// TestRepackedKQuantMatMul runs the K-quant kernels of every build (VNNI, AVX2, generic through
+// int8dot=0 on the portable build, one and two threads) against core/ref, and Q2_K/Q3_K (no
+// repacked kernel: f32 paths) with them.
+func TestRepackedKQuantMatMul(t *testing.T) {
+	ctx := context.Background()
+	ctxOpts := []map[string]string{{"threads": "2"}, {"threads": "2", "int8dot": "0"}, {"threads": "1"}}
+	dts := append(kqRepacked, core.Q2_K, core.Q3_K)
+	if testing.Short() { // make test: the int8 kernels of every build, in half the time
+		ctxOpts, dts = ctxOpts[:2], kqRepacked
+	}
+	for _, f := range pluginFiles(t) {
+		dev := openUsable(t, f).Devices()[0]
+		for _, opts := range ctxOpts {
+			for _, dt := range dts {
+				for _, s := range kqpackShapes {
+					name := fmt.Sprintf("%s/threads=%s/int8dot=%s", filepath.Base(f), opts["threads"], opts["int8dot"])
+					kc := matmulCase(s.m, s.n, s.k, dt, 2e-2)
+					runKernelCase(t, ctx, dev, name+"/"+kc.name, kc, opts)
+				}
+			}
+		}
+	}
+}
+
+// TestKQuantKernelsAgree: every K-quant kernel (each build's, and the baseline one under
+// int8dot=0) reads the same repacked bytes with the same quantized activations, so all of them
+// agree with the first one run to float rounding (the plain C kernel is among them: the portable
+// build, and int8dot=0 on aarch64 without dotprod); a misplaced bit of the
+// layout (a plane, a scale, a min) would show far above it, though the 2 % tolerance against
+// the reference might let it through.
+func TestKQuantKernelsAgree(t *testing.T) {
+	ctx := context.Background()
+	files := pluginFiles(t)
+	for _, dt := range kqRepacked {
+		for _, s := range kqpackShapes {
+			t.Run(fmt.Sprintf("%s/%dx%dx%d", dt, s.m, s.n, s.k), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(s.n), 9))
+				g := core.NewGraph()
+				a := g.Input("a", core.F32, s.m, s.k)
+				g.Output(g.MatMul(a, constOf(g, rng, "w", dt, s.n, s.k)))
+				require.NoError(t, g.Err())
+				in := inputsFor(g, rng)
+				var base []float32
+				var baseName string
+				for _, f := range files {
+					dev := openUsable(t, f).Devices()[0]
+					for _, int8dot := range []string{"1", "0"} {
+						sess, err := sched.NewSession(ctx, g, []core.Device{dev}, sched.Strict(),
+							sched.WithContextOptions(map[string]string{"threads": "2", "int8dot": int8dot}))
+						require.NoError(t, err)
+						got, err := sess.Run(ctx, in)
+						require.NoError(t, err)
+						require.NoError(t, sess.Close())
+						out := core.DecodeF32(got[0])
+						name := filepath.Base(f) + "/int8dot=" + int8dot
+						if base == nil {
+							base, baseName = out, name
+							continue
+						}
+						scale := 1.0
+						for _, v := range base {
+							scale = math.Max(scale, math.Abs(float64(v)))
+						}
+						for i := range out {
+							require.InDelta(t, base[i], out[i], 1e-5*scale, "%s vs %s: element %d", name, baseName, i)
+						}
+					}
+				}
+			})
+		}
+	}
+}

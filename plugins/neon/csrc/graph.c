@@ -71,15 +71,16 @@ int nv_node_supported(const xpu_ir_graph *g, const xpu_ir_node *n, uint32_t *pre
     if (!is_float(a->dtype) || o->dtype != a->dtype) NO("a must be f32 or f16 and the output of its dtype");
     uint32_t bt = b->dtype;
     if (bt != XPU_DT_F32 && bt != XPU_DT_F16 && bt != XPU_DT_BF16 && bt != XPU_DT_Q8_0 && bt != XPU_DT_Q4_0 &&
-        bt != XPU_DT_I8)
+        bt != XPU_DT_I8 && !nv_is_kquant(bt))
       NO("b dtype %u not supported", bt);
     if (a->rank < 1 || b->rank < 2) NO("a needs rank >= 1, b rank >= 2");
-    int quant = bt == XPU_DT_Q8_0 || bt == XPU_DT_Q4_0 || bt == XPU_DT_I8;
+    int quant = bt == XPU_DT_Q8_0 || bt == XPU_DT_Q4_0 || bt == XPU_DT_I8 || nv_is_kquant(bt);
     if (quant && b->rank != 2) NO("a quantized b must be rank 2");
     if (bt == XPU_DT_I8 && !(n->fattr[0] > 0)) NO("i8 b needs a positive scale");
     int64_t K = a->shape[a->rank - 1], N = b->shape[b->rank - 2];
     if (b->shape[b->rank - 1] != K) NO("inner dimensions differ");
     if ((bt == XPU_DT_Q8_0 || bt == XPU_DT_Q4_0) && K % 32 != 0) NO("K must be a multiple of 32");
+    if (nv_is_kquant(bt) && K % 256 != 0) NO("K must be a multiple of 256");
     if (a->rank == 1) {
       if (b->rank != 2 || o->rank != 1 || o->shape[0] != N) NO("rank-1 a needs rank-2 b and gives [N]");
     } else {
@@ -93,6 +94,9 @@ int nv_node_supported(const xpu_ir_graph *g, const xpu_ir_node *n, uint32_t *pre
       if (o->shape[o->rank - 2] != a->shape[a->rank - 2] || o->shape[o->rank - 1] != N) NO("output is not [..., M, N]");
     }
     if (bt == XPU_DT_Q8_0 || bt == XPU_DT_Q4_0) *precision = XPU_PREC_INT8;
+    /* constant Q4_K/Q5_K/Q6_K weights are repacked for the int8 kernels; other K-quant b are
+     * dequantized to f32 */
+    if (nv_kq_repackable(bt) && b->kind == XPU_TENSOR_CONST) *precision = XPU_PREC_INT8;
     return 1;
   }
   case XPU_OP_ROPE: {
@@ -133,8 +137,10 @@ int nv_node_supported(const xpu_ir_graph *g, const xpu_ir_node *n, uint32_t *pre
     if (n->n_inputs != 2) NO("needs 2 inputs");
     uint32_t t = a->dtype;
     if (a->rank != 2) NO("table must be rank 2");
-    if (t != XPU_DT_F32 && t != XPU_DT_F16 && t != XPU_DT_BF16 && t != XPU_DT_Q8_0 && t != XPU_DT_Q4_0 && t != XPU_DT_I8)
+    if (t != XPU_DT_F32 && t != XPU_DT_F16 && t != XPU_DT_BF16 && t != XPU_DT_Q8_0 && t != XPU_DT_Q4_0 && t != XPU_DT_I8 &&
+        !nv_is_kquant(t))
       NO("table dtype %u not supported", t);
+    if (nv_is_kquant(t) && a->shape[1] % 256 != 0) NO("a K-quant table needs rows of a multiple of 256");
     if (b->dtype != XPU_DT_I32 || b->rank > 3) NO("ids must be i32 of rank <= 3");
     if (o->dtype != XPU_DT_F32 || o->rank != b->rank + 1 || o->shape[o->rank - 1] != a->shape[1]) NO("output must be f32 [..., K]");
     for (uint32_t d = 0; d < b->rank; d++)
@@ -163,7 +169,10 @@ int nv_node_supported(const xpu_ir_graph *g, const xpu_ir_node *n, uint32_t *pre
   }
   case XPU_OP_DEQUANTIZE: {
     if (n->n_inputs != 1) NO("needs 1 input");
-    if (a->dtype != XPU_DT_Q8_0 && a->dtype != XPU_DT_Q4_0 && a->dtype != XPU_DT_I8) NO("input must be q8_0, q4_0 or i8");
+    if (a->dtype != XPU_DT_Q8_0 && a->dtype != XPU_DT_Q4_0 && a->dtype != XPU_DT_I8 && !nv_is_kquant(a->dtype))
+      NO("input must be q8_0, q4_0, a K-quant or i8");
+    if (nv_is_kquant(a->dtype) && (a->rank < 1 || a->shape[a->rank - 1] % 256 != 0))
+      NO("a K-quant input needs a last dimension of a multiple of 256");
     if (o->dtype != XPU_DT_F32 || !same_shape(a, o)) NO("output must be f32 of the input's shape");
     *precision = XPU_PREC_DEFAULT;
     return 1;
@@ -240,12 +249,12 @@ uint32_t nv_op_support(const xpu_op_query *q) {
   case XPU_OP_MATMUL:
     if (!is_float(in) || (out && out != in)) return XPU_VERDICT_NO;
     if (w && w != XPU_DT_F32 && w != XPU_DT_F16 && w != XPU_DT_BF16 && w != XPU_DT_Q8_0 && w != XPU_DT_Q4_0 &&
-        w != XPU_DT_I8)
+        w != XPU_DT_I8 && !nv_is_kquant(w))
       return XPU_VERDICT_NO;
     return XPU_VERDICT_YES;
   case XPU_OP_GET_ROWS:
     if (in != XPU_DT_F32 && in != XPU_DT_F16 && in != XPU_DT_BF16 && in != XPU_DT_Q8_0 && in != XPU_DT_Q4_0 &&
-        in != XPU_DT_I8)
+        in != XPU_DT_I8 && !nv_is_kquant(in))
       return XPU_VERDICT_NO;
     return (out == 0 || out == XPU_DT_F32) ? XPU_VERDICT_YES : XPU_VERDICT_NO;
   case XPU_OP_CAST:
@@ -255,7 +264,7 @@ uint32_t nv_op_support(const xpu_op_query *q) {
     return in == XPU_DT_F32 && (out == XPU_DT_Q8_0 || out == XPU_DT_Q4_0 || out == XPU_DT_I8) ? XPU_VERDICT_YES
                                                                                               : XPU_VERDICT_NO;
   case XPU_OP_DEQUANTIZE:
-    return (in == XPU_DT_Q8_0 || in == XPU_DT_Q4_0 || in == XPU_DT_I8) && (out == 0 || out == XPU_DT_F32)
+    return (in == XPU_DT_Q8_0 || in == XPU_DT_Q4_0 || in == XPU_DT_I8 || nv_is_kquant(in)) && (out == 0 || out == XPU_DT_F32)
                ? XPU_VERDICT_YES
                : XPU_VERDICT_NO;
   case XPU_OP_RESHAPE:

@@ -55,6 +55,9 @@ static void deq_row(uint32_t dt, const uint8_t *src, float *dst, int64_t k, floa
       deq16(vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), vdupq_n_s8(8)), d, dst + b * 32 + 16);
     }
     break;
+  default: /* the K-quants: k is a multiple of 256 */
+    nv_kq_deq_row(dt, src, dst, k);
+    break;
   }
 }
 
@@ -230,10 +233,11 @@ xpu_status nv_k_quantize(nv_run *r, const xpu_ir_node *n) {
 static void deq_task(void *p, int tid, int nth) {
   q_args *A = (q_args *)p;
   int64_t b, e;
-  /* rows of 32 values: whole blocks for Q8_0/Q4_0 */
+  /* rows of 32 values (whole blocks for Q8_0/Q4_0), of 256 for the K-quants' super-blocks */
+  const int64_t len = nv_is_kquant(A->dt) ? 256 : 32;
   nv_range(A->n, tid, nth, 1, &b, &e);
-  uint64_t rb = row_bytes(A->dt, 32);
-  for (int64_t i = b; i < e; i++) deq_row(A->dt, A->x + i * rb, (float *)A->o + i * 32, 32, A->scale);
+  uint64_t rb = row_bytes(A->dt, len);
+  for (int64_t i = b; i < e; i++) deq_row(A->dt, A->x + i * rb, (float *)A->o + i * len, len, A->scale);
 }
 
 xpu_status nv_k_dequantize(nv_run *r, const xpu_ir_node *n) {
@@ -244,7 +248,8 @@ xpu_status nv_k_dequantize(nv_run *r, const xpu_ir_node *n) {
     deq_row(XPU_DT_I8, r->ptr[n->inputs[0]], (float *)r->ptr[n->output], numel, n->fattr[0]);
     return XPU_OK;
   }
-  q_args A = {r->ptr[n->inputs[0]], r->ptr[n->output], x->dtype, numel / 32, n->fattr[0]};
+  q_args A = {r->ptr[n->inputs[0]], r->ptr[n->output], x->dtype, numel / (nv_is_kquant(x->dtype) ? 256 : 32),
+              n->fattr[0]};
   nv_parallel(r, numel * 4, deq_task, &A);
   return XPU_OK;
 }

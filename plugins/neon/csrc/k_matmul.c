@@ -7,6 +7,9 @@
  *    so every float b dtype shares one micro-kernel.
  *  - float b, small M (decode): one pass over b, a dot product per row, split over N.
  *  - Q8_0/Q4_0 b: a quantized to Q8_0 per row, int8 block dot products (k_quant.c).
+ *  - Q4_K/Q5_K/Q6_K b, constant: repacked at prepare, a quantized to Q8_K-like blocks, int8
+ *    kernels (k_kquant.c). Other K-quant b (not constant, or Q2_K/Q3_K) take the float paths,
+ *    dequantized per 256-value super-block while packing (GEMM) or per row (GEMV).
  */
 #include <stdio.h>
 #include <string.h>
@@ -27,7 +30,7 @@
 #define MR 8
 #define NR 8
 #endif
-#define KC 256
+#define KC 256 /* also a K-quant super-block: b_row_f32 dequantizes whole ones */
 #define NC 1024
 #define MC (MR * 8)
 #define PK_TILE_M 4 /* activation rows per repacked-kernel call in prefill */
@@ -46,8 +49,11 @@ static void b_row_f32(uint32_t bt, const uint8_t *row, int64_t k0, int64_t kc, f
   case XPU_DT_BF16:
     for (int64_t k = 0; k < kc; k++) dst[k] = nv_bf16_to_f32(((const uint16_t *)row)[k0 + k]);
     break;
-  default:
+  case XPU_DT_I8:
     for (int64_t k = 0; k < kc; k++) dst[k] = scale * (float)((const int8_t *)row)[k0 + k];
+    break;
+  default: /* a K-quant: k0 and kc are multiples of 256 (KC is 256, K a multiple of it) */
+    nv_kq_deq_row(bt, row + nv_kq_row_bytes(bt, k0), dst, kc);
     break;
   }
 }
@@ -235,6 +241,9 @@ typedef struct {
   /* repacked weights */
   const uint8_t *pk;
   nv_qpk_fn pkfn;
+  /* repacked K-quant weights: activations quantized to Q8_K-like blocks */
+  nv_kpk_fn kpkfn;
+  int16_t *kbs;
   /* next unit of work: threads take units until none is left, so a thread that loses its core
    * (another process, a little core of a big.LITTLE CPU) does not hold the others back */
   atomic_llong next;
@@ -349,6 +358,19 @@ static void gemv_task(void *p, int tid, int nth) {
 }
 
 static void gemv_rows(mm_args *A, int64_t n0, int64_t n1) {
+  if (nv_is_kquant(A->bt)) {
+    /* one super-block of the row at a time, dequantized once for every activation row */
+    float buf[256];
+    for (int64_t n = n0; n < n1; n++) {
+      float acc[GEMV_MAX_M] = {0};
+      for (int64_t k0 = 0; k0 < A->K; k0 += 256) {
+        b_row_f32(A->bt, A->b + n * A->bstride, k0, 256, 0, buf);
+        for (int64_t m = 0; m < A->M; m++) acc[m] += dot_f32(A->a + m * A->K + k0, buf, 256);
+      }
+      for (int64_t m = 0; m < A->M; m++) A->c[m * A->N + n] = acc[m];
+    }
+    return;
+  }
   for (int64_t n = n0; n < n1; n++) {
     const uint8_t *row = A->b + n * A->bstride;
     for (int64_t m = 0; m < A->M; m++) {
@@ -490,6 +512,86 @@ static void pk_task(void *p, int tid, int nth) {
   }
 }
 
+/* ---------------------------------------------------------------- repacked K-quants */
+
+/* activation rows as Q8_K-like blocks: values, then f32 scales, then int16 sums */
+static uint64_t kq_act_bytes(int64_t M, int64_t K) {
+  return (uint64_t)M * ((uint64_t)K + (uint64_t)K / 256 * (4 + 2 * NV_KBS)) + 128;
+}
+
+static void kq_act_views(int64_t M, int64_t K, uint8_t *base, int8_t **q, float **d, int16_t **bs) {
+  *q = (int8_t *)base;
+  *d = (float *)(base + (((uint64_t)M * K + 63) & ~(uint64_t)63));
+  *bs = (int16_t *)(*d + M * (K / 256));
+}
+
+static inline nv_kact kq_act_row(const mm_args *A, int64_t m) {
+  int64_t nsb = A->K / 256;
+  return (nv_kact){A->qd + m * nsb, A->qq + m * A->K, A->kbs + m * nsb * NV_KBS};
+}
+
+static void kq_groups(mm_args *A, int64_t g0, int64_t g1, const nv_kact *act) {
+  int64_t nsb = A->K / 256, gbytes = (int64_t)nv_qpack_bytes(A->bt, NV_PG, A->K);
+  for (int64_t g = g0; g < g1; g++) {
+    int nvalid = (int)(A->N - g * NV_PG < NV_PG ? A->N - g * NV_PG : NV_PG);
+    A->kpkfn(A->pk + g * gbytes, nsb, act, (int)A->M, A->c + g * NV_PG, A->N, nvalid);
+  }
+}
+
+/* decode: as pk_solo_task, each thread quantizes the few rows itself, then takes units */
+static void kq_solo_task(void *p, int tid, int nth) {
+  mm_args *A = (mm_args *)p;
+  (void)nth;
+  int8_t *q;
+  float *d;
+  int16_t *bs;
+  kq_act_views(A->M, A->K, (uint8_t *)nv_scratch(A->r, tid), &q, &d, &bs);
+  nv_kact act[PK_SOLO_M];
+  int64_t nsb = A->K / 256;
+  for (int64_t m = 0; m < A->M; m++) {
+    nv_quantize_row_q8k(A->a + m * A->K, A->K, d + m * nsb, q + m * A->K, bs + m * nsb * NV_KBS);
+    act[m] = (nv_kact){d + m * nsb, q + m * A->K, bs + m * nsb * NV_KBS};
+  }
+  int64_t groups = (A->N + NV_PG - 1) / NV_PG, units = (groups + PK_GROUPS_PER_UNIT - 1) / PK_GROUPS_PER_UNIT;
+  for (int64_t u; (u = take(A, units)) >= 0;) {
+    int64_t g0 = u * PK_GROUPS_PER_UNIT, g1 = g0 + PK_GROUPS_PER_UNIT < groups ? g0 + PK_GROUPS_PER_UNIT : groups;
+    kq_groups(A, g0, g1, act);
+  }
+}
+
+static void kq_quant_task(void *p, int tid, int nth) {
+  mm_args *A = (mm_args *)p;
+  int64_t m0, m1, nsb = A->K / 256;
+  nv_range(A->M, tid, nth, 1, &m0, &m1);
+  for (int64_t m = m0; m < m1; m++)
+    nv_quantize_row_q8k(A->a + m * A->K, A->K, A->qd + m * nsb, A->qq + m * A->K, A->kbs + m * nsb * NV_KBS);
+}
+
+/* prefill: pk_task's blocking (a unit of weight groups in L2, PK_MB activation rows passing) */
+static void kq_task(void *p, int tid, int nth) {
+  mm_args *A = (mm_args *)p;
+  (void)tid;
+  (void)nth;
+  nv_kact act[PK_TILE_M];
+  int64_t nsb = A->K / 256, groups = (A->N + NV_PG - 1) / NV_PG;
+  int64_t units = (groups + PK_GROUPS_PER_UNIT - 1) / PK_GROUPS_PER_UNIT;
+  int64_t gbytes = (int64_t)nv_qpack_bytes(A->bt, NV_PG, A->K);
+  for (int64_t u; (u = take(A, units)) >= 0;) {
+    int64_t g0 = u * PK_GROUPS_PER_UNIT, g1 = g0 + PK_GROUPS_PER_UNIT < groups ? g0 + PK_GROUPS_PER_UNIT : groups;
+    for (int64_t mb = 0; mb < A->M; mb += PK_MB) {
+      int64_t me = mb + PK_MB < A->M ? mb + PK_MB : A->M;
+      for (int64_t g = g0; g < g1; g++) {
+        int nvalid = (int)(A->N - g * NV_PG < NV_PG ? A->N - g * NV_PG : NV_PG);
+        for (int64_t m0 = mb; m0 < me; m0 += PK_TILE_M) {
+          int mt = (int)(me - m0 < PK_TILE_M ? me - m0 : PK_TILE_M);
+          for (int i = 0; i < mt; i++) act[i] = kq_act_row(A, m0 + i);
+          A->kpkfn(A->pk + g * gbytes, nsb, act, mt, A->c + m0 * A->N + g * NV_PG, A->N, nvalid);
+        }
+      }
+    }
+  }
+}
+
 typedef struct {
   const uint16_t *src;
   float *dst;
@@ -511,6 +613,7 @@ uint64_t nv_matmul_scratch(const xpu_ir_graph *g, const xpu_ir_node *n) {
   const xpu_ir_tensor *a = &g->tensors[n->inputs[0]], *b = &g->tensors[n->inputs[1]];
   int64_t K = a->shape[a->rank - 1], M = a->rank >= 2 ? a->shape[a->rank - 2] : 1;
   if (is_quant(b->dtype) && M <= PK_SOLO_M && pk_act_bytes(M, K) > s) s = pk_act_bytes(M, K);
+  if (nv_kq_repackable(b->dtype) && M <= PK_SOLO_M && kq_act_bytes(M, K) > s) s = kq_act_bytes(M, K);
   return s;
 }
 
@@ -520,6 +623,9 @@ static uint64_t qscale_bytes(uint64_t M, uint64_t K) { return (M * (K / 32) * 4 
 
 static uint64_t work_bytes(uint32_t bt, uint64_t M, uint64_t K) {
   if (is_quant(bt)) return 2 * qscale_bytes(M, K) + (M * K + 63) / 64 * 64;
+  /* a K-quant b is repacked (quantized activations) or not (the float GEMM's packed block) */
+  if (nv_kq_repackable(bt) && kq_act_bytes((int64_t)M, (int64_t)K) > (uint64_t)NC * KC * 4)
+    return (kq_act_bytes((int64_t)M, (int64_t)K) + 63) / 64 * 64;
   return (uint64_t)NC * KC * 4;
 }
 
@@ -614,6 +720,17 @@ xpu_status nv_k_matmul(nv_run *r, const xpu_ir_node *n) {
           A.qq = (int8_t *)(shared + 2 * qscale_bytes((uint64_t)M, (uint64_t)K));
           nv_parallel(r, M * K, pk_quant_task, &A);
           nv_parallel(r, M * N * K, pk_task, &A);
+        }
+      } else if (nv_is_kquant(bt) && pk) {
+        A.pk = pk->data;
+        A.kpkfn = nv_kpk_select(bt, r->int8dot);
+        atomic_store(&A.next, 0);
+        if (M <= PK_SOLO_M) {
+          nv_parallel(r, M * N * K, kq_solo_task, &A);
+        } else {
+          kq_act_views(M, K, shared, &A.qq, &A.qd, &A.kbs);
+          nv_parallel(r, M * K, kq_quant_task, &A);
+          nv_parallel(r, M * N * K, kq_task, &A);
         }
       } else if (is_quant(bt)) {
         A.qd = (float *)shared;

@@ -43,10 +43,15 @@
 static int64_t group_block_bytes(int q4) { return q4 ? 32 + 4 * 64 : 32 + 8 * 64; }
 
 uint64_t nv_qpack_bytes(uint32_t dtype, int64_t N, int64_t K) {
+  if (nv_is_kquant(dtype)) return nv_kq_pack_bytes(dtype, N, K);
   return (uint64_t)((N + NV_PG - 1) / NV_PG) * (uint64_t)(K / 32) * (uint64_t)group_block_bytes(dtype == XPU_DT_Q4_0);
 }
 
 void nv_qpack_groups(uint32_t dtype, const uint8_t *src, int64_t N, int64_t K, int64_t g0, int64_t g1, uint8_t *dst) {
+  if (nv_is_kquant(dtype)) {
+    nv_kq_pack_groups(dtype, src, N, K, g0, g1, dst);
+    return;
+  }
   const int q4 = dtype == XPU_DT_Q4_0, chunks = q4 ? 4 : 8;
   const int64_t nb = K / 32, bs = q4 ? 18 : 34, gb = group_block_bytes(q4);
   for (int64_t g = g0; g < g1; g++)
@@ -466,6 +471,17 @@ static void advise_cold(const nv_buffer *b, uint64_t off, uint64_t len) {
 #endif
 }
 
+static const char *dtype_name(uint32_t dt) {
+  switch (dt) {
+  case XPU_DT_Q4_0: return "q4_0";
+  case XPU_DT_Q8_0: return "q8_0";
+  case XPU_DT_Q4_K: return "q4_k";
+  case XPU_DT_Q5_K: return "q5_k";
+  case XPU_DT_Q6_K: return "q6_k";
+  default: return "quantized";
+  }
+}
+
 nv_qpacked *nv_qpack_get(nv_context *c, nv_buffer *buf, uint64_t off, uint32_t dtype, int64_t N, int64_t K) {
   unsigned gen = atomic_load(&buf->gen);
   pthread_mutex_lock(&c->pkmu);
@@ -487,14 +503,14 @@ nv_qpacked *nv_qpack_get(nv_context *c, nv_buffer *buf, uint64_t off, uint32_t d
   }
   pack_args A = {dtype, buf->data + off, N, K, d};
   nv_pool_run(c->pool, NULL, nv_pool_size(c->pool), pack_task, &A);
-  advise_cold(buf, off, (uint64_t)N * (uint64_t)(K / 32) * (dtype == XPU_DT_Q4_0 ? 18u : 34u));
+  advise_cold(buf, off, (uint64_t)N * (uint64_t)(K / xpu_dtype_block_len(dtype)) * xpu_dtype_block_bytes(dtype));
   *p = (nv_qpacked){c->pk, buf, off, gen, dtype, N, K, 1, d, bytes};
   c->pk = p;
   c->pk_bytes += bytes;
   uint64_t total = c->pk_bytes;
   pthread_mutex_unlock(&c->pkmu);
   xpu_log(&nv_reg, XPU_LOG_DEBUG, "neon: repacked a %lldx%lld %s weight: %llu bytes (context total %llu)",
-          (long long)N, (long long)K, dtype == XPU_DT_Q4_0 ? "q4_0" : "q8_0", (unsigned long long)bytes,
+          (long long)N, (long long)K, dtype_name(dtype), (unsigned long long)bytes,
           (unsigned long long)total);
   return p;
 }

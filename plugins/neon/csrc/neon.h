@@ -266,7 +266,36 @@ void nv_quantize_row_q8s(const float *x, int64_t k, float *d, int8_t *q, int32_t
 uint64_t nv_qpack_bytes(uint32_t dtype, int64_t N, int64_t K);
 void nv_qpack_groups(uint32_t dtype, const uint8_t *src, int64_t N, int64_t K, int64_t g0, int64_t g1, uint8_t *dst);
 
-/* A constant Q4_0/Q8_0 [N, K] weight in the repacked layout, shared through the context's
+/* ---------------------------------------------------------------- K-quants (k_kquant.c) */
+
+#define NV_KBS 24 /* activation sums per super-block: 16 per 16 values, then 8 per 32 */
+
+/* one activation row for the K-quant kernels: per 256 values an f32 scale, the int8 values
+ * and the integer sums nv_quantize_row_q8k keeps (NV_KBS per super-block) */
+typedef struct nv_kact {
+  const float *d;
+  const int8_t *q;
+  const int16_t *bs;
+} nv_kact;
+
+/* out[m * ldo + j] = dot(row j of the repacked group at w, a[m]) for m < mr, j < nvalid */
+typedef void (*nv_kpk_fn)(const uint8_t *w, int64_t nsb, const nv_kact *a, int mr, float *out, int64_t ldo,
+                          int nvalid);
+/* the kernel for this CPU, or (int8dot 0) the baseline one; generic: plain C */
+nv_kpk_fn nv_kpk_select(uint32_t dtype, int int8dot);
+nv_kpk_fn nv_kpk_generic(uint32_t dtype);
+void nv_quantize_row_q8k(const float *x, int64_t k, float *d, int8_t *q, int16_t *bs);
+/* Q4_K, Q5_K, Q6_K: the K-quants with a repacked int8 kernel (Q2_K/Q3_K go through f32) */
+int nv_kq_repackable(uint32_t dtype);
+uint64_t nv_kq_pack_bytes(uint32_t dtype, int64_t N, int64_t K);
+void nv_kq_pack_groups(uint32_t dtype, const uint8_t *src, int64_t N, int64_t K, int64_t g0, int64_t g1, uint8_t *dst);
+/* bytes of a row of k values (a multiple of 256) */
+uint64_t nv_kq_row_bytes(uint32_t dtype, int64_t k);
+/* k values (a multiple of 256) of one K-quant row as f32, bit-exact with OPS.md */
+void nv_kq_deq_row(uint32_t dtype, const uint8_t *src, float *dst, int64_t k);
+static inline int nv_is_kquant(uint32_t dt) { return dt >= XPU_DT_Q4_K && dt <= XPU_DT_Q3_K; }
+
+/* A constant Q4_0/Q8_0/Q4_K/Q5_K/Q6_K [N, K] weight in the repacked layout, shared through the context's
  * cache by every executable that uses the same bytes (buffer, offset, generation, shape, dtype). */
 typedef struct nv_qpacked {
   struct nv_qpacked *next;

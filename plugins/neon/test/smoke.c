@@ -236,6 +236,179 @@ static void test_quant_matmul(xpu_context ctx, uint32_t qdt) {
   api->buffer_release(bw), api->buffer_release(bx), api->buffer_release(by), api->buffer_release(byf);
 }
 
+/* ---------------------------------------------------------------- K-quants */
+
+static uint32_t kq_block_bytes(uint32_t dt) {
+  switch (dt) {
+  case XPU_DT_Q4_K: return 144;
+  case XPU_DT_Q5_K: return 176;
+  case XPU_DT_Q6_K: return 210;
+  case XPU_DT_Q2_K: return 84;
+  default: return 110;
+  }
+}
+
+/* normal f16 only (the test writes no others) */
+static float half_at(const uint8_t *p) {
+  unsigned h = (unsigned)p[0] | (unsigned)p[1] << 8;
+  float m = 1.0f + (float)(h & 0x3FF) / 1024.0f;
+  return ((h & 0x8000) ? -1.0f : 1.0f) * ldexpf(m, (int)((h >> 10) & 0x1F) - 15);
+}
+
+/* OPS.md's value formulas, value by value (the plugin decodes whole super-blocks) */
+static float kq_value(uint32_t dt, const uint8_t *b, int i) {
+  int h = i / 128, r = i % 128, j = r / 32, l = r % 32, s = i / 32, c = i / 64, hi = s % 2;
+  if (dt == XPU_DT_Q4_K || dt == XPU_DT_Q5_K) {
+    const uint8_t *sc12 = b + 4;
+    int sc = s < 4 ? sc12[s] & 63 : (sc12[s + 4] & 0xF) | (sc12[s - 4] >> 6) << 4;
+    int m = s < 4 ? sc12[s + 4] & 63 : (sc12[s + 4] >> 4) | (sc12[s] >> 6) << 4;
+    const uint8_t *qs = b + (dt == XPU_DT_Q5_K ? 48 : 16);
+    int q = (qs[32 * c + l] >> (4 * hi)) & 0xF;
+    if (dt == XPU_DT_Q5_K) q |= ((b[16 + l] >> s) & 1) << 4;
+    float x = half_at(b) * (float)sc;
+    float y = half_at(b + 2) * (float)m;
+    return x * (float)q - y;
+  }
+  if (dt == XPU_DT_Q6_K) {
+    int q = ((b[64 * h + 32 * (j % 2) + l] >> (4 * (j / 2))) & 0xF) | ((b[128 + 32 * h + l] >> (2 * j)) & 3) << 4;
+    float x = half_at(b + 208) * (float)(int8_t)b[192 + i / 16];
+    return x * (float)(q - 32);
+  }
+  if (dt == XPU_DT_Q2_K) {
+    int q = (b[16 + 32 * h + l] >> (2 * j)) & 3, sb = b[i / 16];
+    float x = half_at(b + 80) * (float)(sb & 0xF);
+    return x * (float)q - half_at(b + 82) * (float)(sb >> 4);
+  }
+  int t = i / 16;
+  int lo = t < 8 ? b[96 + t] & 0xF : b[96 + t - 8] >> 4, hb = (b[96 + 8 + t % 4] >> (2 * (t / 4))) & 3;
+  int q = ((b[32 + 32 * h + l] >> (2 * j)) & 3) - (((b[l] >> (4 * h + j)) & 1) ? 0 : 4);
+  float x = half_at(b + 108) * (float)((lo | hb << 4) - 32);
+  return x * (float)q;
+}
+
+/* random codes and scales with small positive f16 d/dmin (2^-8 .. 2^-7) */
+static void kq_random(uint32_t dt, uint8_t *w, int64_t nblocks, unsigned *seed) {
+  uint32_t bb = kq_block_bytes(dt);
+  for (int64_t n = 0; n < nblocks; n++) {
+    uint8_t *b = w + n * bb;
+    for (uint32_t i = 0; i < bb; i++) {
+      *seed = *seed * 1103515245u + 12345u;
+      b[i] = (uint8_t)(*seed >> 16);
+    }
+    int at[2] = {0, 2}, nd = 2;
+    if (dt == XPU_DT_Q6_K) at[0] = 208, nd = 1;
+    if (dt == XPU_DT_Q2_K) at[0] = 80, at[1] = 82;
+    if (dt == XPU_DT_Q3_K) at[0] = 108, nd = 1;
+    for (int k = 0; k < nd; k++) {
+      *seed = *seed * 1103515245u + 12345u;
+      unsigned hbits = 0x1C00u + ((*seed >> 16) & 0x3FFu);
+      b[at[k]] = (uint8_t)hbits;
+      b[at[k] + 1] = (uint8_t)(hbits >> 8);
+    }
+  }
+}
+
+/* A K-quant weight as a constant (the repacked int8 kernels for Q4_K/Q5_K/Q6_K, decode and
+ * prefill shapes, 21 rows: a partial group) and as an input (the f32 paths), DEQUANTIZE and
+ * GET_ROWS, all against the value formulas above. */
+static void test_kquant(xpu_context ctx, uint32_t dt) {
+  enum { N = 21, K = 512, M = 9, R = 3 };
+  const uint32_t bb = kq_block_bytes(dt);
+  const uint64_t wbytes = (uint64_t)N * (K / 256) * bb;
+  xpu_irb g = {0};
+  int64_t x1s[2] = {1, K}, x9s[2] = {M, K}, ws[2] = {N, K}, y1s[2] = {1, N}, y9s[2] = {M, N}, ids_s[1] = {R},
+          grs[2] = {R, K};
+  uint32_t x1 = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, x1s);
+  uint32_t x9 = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, x9s);
+  uint32_t wi = xpu_irb_tensor(&g, dt, XPU_TENSOR_INPUT, 2, ws);
+  uint32_t ids = xpu_irb_tensor(&g, XPU_DT_I32, XPU_TENSOR_INPUT, 1, ids_s);
+  uint32_t w = xpu_irb_tensor(&g, dt, XPU_TENSOR_CONST, 2, ws);
+  uint32_t out[6];
+  out[0] = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, y1s);
+  out[1] = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, y9s);
+  out[2] = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, y1s);
+  out[3] = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, y9s);
+  out[4] = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, ws);
+  out[5] = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, grs);
+  uint32_t m1[2] = {x1, w}, m9[2] = {x9, w}, mi1[2] = {x1, wi}, mi9[2] = {x9, wi}, gr[2] = {w, ids};
+  xpu_irb_node(&g, XPU_OP_MATMUL, out[0], 2, m1);
+  xpu_irb_node(&g, XPU_OP_MATMUL, out[1], 2, m9);
+  xpu_irb_node(&g, XPU_OP_MATMUL, out[2], 2, mi1);
+  xpu_irb_node(&g, XPU_OP_MATMUL, out[3], 2, mi9);
+  xpu_irb_node(&g, XPU_OP_DEQUANTIZE, out[4], 1, &w);
+  xpu_irb_node(&g, XPU_OP_GET_ROWS, out[5], 2, gr);
+  for (int i = 0; i < 6; i++) xpu_irb_output(&g, out[i]);
+
+  unsigned seed = 11 + dt;
+  uint8_t *wq = malloc(wbytes);
+  float *xd = malloc(sizeof(float) * M * K), *deq = malloc(sizeof(float) * N * K);
+  float *got[6];
+  const int64_t outn[6] = {N, M * N, N, M * N, N * K, R * K};
+  for (int i = 0; i < 6; i++) got[i] = calloc((size_t)outn[i], sizeof(float));
+  kq_random(dt, wq, N * (K / 256), &seed);
+  for (int i = 0; i < M * K; i++) xd[i] = frand(&seed);
+  for (int n = 0; n < N; n++)
+    for (int i = 0; i < K; i++) deq[n * K + i] = kq_value(dt, wq + ((uint64_t)n * (K / 256) + i / 256) * bb, i % 256);
+  int32_t idv[R] = {20, 0, 7};
+
+  xpu_buffer bw = upload(ctx, wq, wbytes);
+  g.tensors[w].const_buffer = bw;
+  xpu_executable exe = prepare(ctx, &g, NULL);
+  xpu_buffer in[4] = {upload(ctx, xd, sizeof(float) * K), upload(ctx, xd, sizeof(float) * M * K), upload(ctx, wq, wbytes),
+                      upload(ctx, idv, sizeof idv)};
+  xpu_buffer ob[6];
+  xpu_execution ex = 0;
+  EXPECT(api->execution_create(exe, &ex), XPU_OK);
+  for (int i = 0; i < 4; i++) EXPECT(api->execution_bind(ex, (uint32_t)i, in[i], 0), XPU_OK);
+  for (int i = 0; i < 6; i++) {
+    ob[i] = upload(ctx, NULL, sizeof(float) * (uint64_t)outn[i]);
+    EXPECT(api->execution_bind(ex, (uint32_t)(4 + i), ob[i], 0), XPU_OK);
+  }
+  EXPECT(api->execution_run(ex), XPU_OK);
+  for (int i = 0; i < 6; i++) api->buffer_read(ob[i], 0, got[i], sizeof(float) * (uint64_t)outn[i]);
+
+  /* DEQUANTIZE and GET_ROWS: bit-exact with the formulas */
+  int bad = 0;
+  for (int i = 0; i < N * K; i++) bad += memcmp(&got[4][i], &deq[i], 4) != 0;
+  CHECK(bad == 0, "dequantize dtype %u: %d of %d values differ (first: %g vs %g)", dt, bad, N * K, got[4][0], deq[0]);
+  bad = 0;
+  for (int r = 0; r < R; r++)
+    for (int i = 0; i < K; i++) bad += memcmp(&got[5][r * K + i], &deq[idv[r] * K + i], 4) != 0;
+  CHECK(bad == 0, "get_rows dtype %u: %d values differ", dt, bad);
+
+  /* MATMUL against double: the int8 kernels (constant weight) within 2% of the largest output
+   * (int8 activations), the f32 paths (input weight) to f32 rounding */
+  double *want = malloc(sizeof(double) * M * N), peak = 0;
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < N; n++) {
+      double acc = 0;
+      for (int k = 0; k < K; k++) acc += (double)xd[m * K + k] * deq[n * K + k];
+      want[m * N + n] = acc;
+      if (fabs(acc) > peak) peak = fabs(acc);
+    }
+  double e1 = max_err(got[0], want, N), e9 = max_err(got[1], want, M * N);
+  double ei1 = max_err(got[2], want, N), ei9 = max_err(got[3], want, M * N);
+  CHECK(peak > 0, "dtype %u: zero reference", dt);
+  CHECK(e1 < 0.02 * peak && e9 < 0.02 * peak, "k-quant matmul dtype %u: max error %g (M=1), %g (M=%d) of peak %g", dt,
+        e1, e9, M, peak);
+  CHECK(ei1 < 1e-4 * peak && ei9 < 1e-4 * peak, "k-quant f32 matmul dtype %u: max error %g (M=1), %g (M=%d) of peak %g",
+        dt, ei1, ei9, M, peak);
+  /* the M=1 and M=9 kernels see the same first activation row */
+  for (int n = 0; n < N; n++)
+    CHECK(fabs(got[0][n] - got[1][n]) <= 1e-5 * peak, "dtype %u: row 0 differs between decode and prefill: %g vs %g", dt,
+          got[0][n], got[1][n]);
+
+  EXPECT(api->execution_release(ex), XPU_OK);
+  EXPECT(api->executable_release(exe), XPU_OK);
+  api->buffer_release(bw);
+  for (int i = 0; i < 4; i++) api->buffer_release(in[i]);
+  for (int i = 0; i < 6; i++) {
+    api->buffer_release(ob[i]);
+    free(got[i]);
+  }
+  free(wq), free(xd), free(deq), free(want);
+}
+
 /* f32 GEMM large enough for several blocks, plus causal softmax, checked against double */
 static void test_gemm_softmax(xpu_context ctx) {
   enum { M = 37, N = 1100, K = 300 };
@@ -442,6 +615,12 @@ int main(int argc, char **argv) {
   test_attention(ctx);
   test_quant_matmul(ctx, XPU_DT_Q8_0);
   test_quant_matmul(ctx, XPU_DT_Q4_0);
+  for (uint32_t dt = XPU_DT_Q4_K; dt <= XPU_DT_Q3_K; dt++) test_kquant(ctx, dt);
+  /* the baseline int8 path (AVX2 maddubs, NEON without dotprod) where the CPU has a better one */
+  xpu_context c8 = 0;
+  EXPECT(api->context_create(0, "threads=2;int8dot=0", &c8), XPU_OK);
+  for (uint32_t dt = XPU_DT_Q4_K; dt <= XPU_DT_Q6_K; dt++) test_kquant(c8, dt);
+  EXPECT(api->context_release(c8), XPU_OK);
   test_gemm_softmax(ctx);
   test_concurrency(ctx);
   EXPECT(api->context_release(ctx), XPU_OK);
