@@ -265,8 +265,8 @@ static inline float h2f_at(const uint8_t *p) {
   return nv_h2f(h);
 }
 
-/* Plain C over the repacked layout: the portable build, aarch64 without dotprod, and the
- * reference the SIMD kernels are tested against. */
+/* Plain C over the repacked layout: the portable build and aarch64 without dotprod (the Go
+ * test TestKQuantKernelsAgree holds every SIMD kernel to it, through the portable build). */
 static void kpk_generic(const uint8_t *w, int64_t nsb, const nv_kact *a, int mr, int kind, float *out, int64_t ldo,
                         int nvalid) {
   const kfmt f = kq_fmt(kind);
@@ -685,9 +685,4 @@ nv_kpk_fn nv_kpk_select(uint32_t dt, int int8dot) {
 #endif
   KPICK(kpk_generic);
 #undef KPICK
-}
-
-nv_kpk_fn nv_kpk_generic(uint32_t dt) {
-  const int kind = kq_kind(dt);
-  return kind == 0 ? kpk_generic_q4k : kind == 1 ? kpk_generic_q5k : kpk_generic_q6k;
 }

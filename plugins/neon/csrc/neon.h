@@ -281,9 +281,8 @@ typedef struct nv_kact {
 /* out[m * ldo + j] = dot(row j of the repacked group at w, a[m]) for m < mr, j < nvalid */
 typedef void (*nv_kpk_fn)(const uint8_t *w, int64_t nsb, const nv_kact *a, int mr, float *out, int64_t ldo,
                           int nvalid);
-/* the kernel for this CPU, or (int8dot 0) the baseline one; generic: plain C */
+/* the kernel for this CPU, or (int8dot 0) the baseline one */
 nv_kpk_fn nv_kpk_select(uint32_t dtype, int int8dot);
-nv_kpk_fn nv_kpk_generic(uint32_t dtype);
 void nv_quantize_row_q8k(const float *x, int64_t k, float *d, int8_t *q, int16_t *bs);
 /* Q4_K, Q5_K, Q6_K: the K-quants with a repacked int8 kernel (Q2_K/Q3_K go through f32) */
 int nv_kq_repackable(uint32_t dtype);
