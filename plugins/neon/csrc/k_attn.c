@@ -428,9 +428,10 @@ static void att_window_load(const att_args *A, int64_t hk, int64_t w0, int64_t w
   }
 }
 
-/* one row's gs heads against a loaded window; vis[j] is all ones where the row sees key j */
+/* one row's gs heads against a loaded window; vis[j] is all ones where the row sees key j, and
+ * `all` says it sees every loaded one */
 static void att_window_row(const att_args *A, const float *qf, float *acc, float *m, float *l, float *s,
-                           const float *kt, const float *vw, const uint32_t *vis) {
+                           const float *kt, const float *vw, const uint32_t *vis, int all) {
   const int64_t D = A->D, Dv = A->Dv, gs = A->gs;
   const float32x4_t ninf = vdupq_n_f32(-INFINITY), zero = vdupq_n_f32(0.0f), scale = vdupq_n_f32(A->scale);
   enum { NV = ATT_BLOCK / 4 };
@@ -468,12 +469,16 @@ static void att_window_row(const att_args *A, const float *qf, float *acc, float
       vst1q_f32(sg + 4 * k, e);
     }
     l[g] += vaddvq_f32(sum);
-    /* zero weights are skipped, not multiplied: 0 x a NaN V row of a masked key is NaN */
+    /* where the row does not see every loaded key, zero weights are skipped, not multiplied:
+     * 0 x a NaN V row of a masked key is NaN (the window's unloaded rows are zeros) */
     int64_t d = 0;
     for (; d + 4 <= Dv; d += 4) {
       float32x4_t a = vmulq_f32(vld1q_f32(ag + d), vdupq_n_f32(c));
-      for (int j = 0; j < ATT_BLOCK; j++)
-        if (sg[j] != 0.0f) a = vfmaq_f32(a, vdupq_n_f32(sg[j]), vld1q_f32(vw + j * Dv + d));
+      if (all)
+        for (int j = 0; j < ATT_BLOCK; j++) a = vfmaq_f32(a, vdupq_n_f32(sg[j]), vld1q_f32(vw + j * Dv + d));
+      else
+        for (int j = 0; j < ATT_BLOCK; j++)
+          if (sg[j] != 0.0f) a = vfmaq_f32(a, vdupq_n_f32(sg[j]), vld1q_f32(vw + j * Dv + d));
       vst1q_f32(ag + d, a);
     }
     for (; d < Dv; d++) {
@@ -535,15 +540,16 @@ static void att_task(void *p, int tid, int nth) {
         for (int64_t r = 0; r < nr; r++) {
           const int8_t *mrow = A->mask ? A->mask + (i0 + r) * A->Tq : NULL;
           uint32_t vis[ATT_BLOCK];
-          int any = 0;
+          int any = 0, all = 1;
           for (int64_t j = 0; j < ATT_BLOCK; j++) {
             int64_t k = w0 + j;
             int see = k < ends[r] && (!mrow || k < A->off || mrow[k - A->off]);
             vis[j] = see ? 0xffffffffu : 0u;
             any |= see;
+            if (k < wend && !see) all = 0;
           }
           if (any)
-            att_window_row(A, qf + r * gs * A->D, acc + r * gs * A->Dv, m + r * gs, l + r * gs, s, kt, vw, vis);
+            att_window_row(A, qf + r * gs * A->D, acc + r * gs * A->Dv, m + r * gs, l + r * gs, s, kt, vw, vis, all);
         }
       }
     }
