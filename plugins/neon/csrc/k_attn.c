@@ -4,7 +4,8 @@
  * grows), so no score matrix is materialized and no K/V row past the last visible key is read.
  * With a tree mask (op set v2) the visible keys are the prefix before q_offset plus the masked
  * block's marked keys; each window of ATT_BLOCK key positions gathers a row's visible keys by
- * index, so a masked key is neither read nor given weight.
+ * index, so a masked key is neither read nor given weight. Small heads (att_small) take a
+ * window at a time instead, keys across the vector lanes, and give masked keys no weight.
  */
 #include <math.h>
 #include <stdio.h>
@@ -394,6 +395,102 @@ static void att_block(const att_args *A, const float *qf, float *acc, float *m, 
 }
 
 /*
+ * Small heads (D or Dv not a multiple of 16, e.g. 8 for stories260K): a per-key dot product
+ * of D < 16 floats spends more on its horizontal sum and the call than on the arithmetic. So a
+ * window's K rows are transposed once per task into kt[D][ATT_BLOCK] (and V copied to
+ * vw[ATT_BLOCK][Dv]), as f32, and each row's ATT_BLOCK scores come from D vector FMAs across
+ * the keys. Masked keys get a -inf score by selection (a NaN K row cannot leak) and P x V skips
+ * zero weights (a NaN V row times 0 is not added), so a masked key is still given no weight.
+ */
+static inline int att_small(int64_t d, int64_t dv) { return d % 16 != 0 || dv % 16 != 0; }
+
+/* kt[d][j] and vw[j][*] for the keys w0+j < wn; zero beyond */
+static void att_window_load(const att_args *A, int64_t hk, int64_t w0, int64_t wn, float *kt, float *vw) {
+  const int64_t D = A->D, Dv = A->Dv, n = wn - w0;
+  for (int64_t j = 0; j < ATT_BLOCK; j++) {
+    if (j < n) {
+      size_t row = (size_t)((w0 + j) * A->Hkv + hk);
+      if (A->kt == XPU_DT_F32) {
+        const float *k = (const float *)A->k + row * (size_t)D;
+        for (int64_t d = 0; d < D; d++) kt[d * ATT_BLOCK + j] = k[d];
+      } else {
+        const uint16_t *k = (const uint16_t *)A->k + row * (size_t)D;
+        for (int64_t d = 0; d < D; d++) kt[d * ATT_BLOCK + j] = nv_f16_to_f32(k[d]);
+      }
+      if (A->vt == XPU_DT_F32)
+        memcpy(vw + j * Dv, (const float *)A->v + row * (size_t)Dv, (size_t)Dv * 4);
+      else
+        nv_f16_row_to_f32((const uint16_t *)A->v + row * (size_t)Dv, vw + j * Dv, Dv);
+    } else {
+      for (int64_t d = 0; d < D; d++) kt[d * ATT_BLOCK + j] = 0.0f;
+      memset(vw + j * Dv, 0, (size_t)Dv * 4);
+    }
+  }
+}
+
+/* one row's gs heads against a loaded window; vis[j] is all ones where the row sees key j, and
+ * `all` says it sees every loaded one */
+static void att_window_row(const att_args *A, const float *qf, float *acc, float *m, float *l, float *s,
+                           const float *kt, const float *vw, const uint32_t *vis, int all) {
+  const int64_t D = A->D, Dv = A->Dv, gs = A->gs;
+  const float32x4_t ninf = vdupq_n_f32(-INFINITY), zero = vdupq_n_f32(0.0f), scale = vdupq_n_f32(A->scale);
+  enum { NV = ATT_BLOCK / 4 };
+  uint32x4_t vm[NV];
+  for (int k = 0; k < NV; k++) vm[k] = vld1q_u32(vis + 4 * k);
+  for (int64_t g = 0; g < gs; g++) {
+    const float *q = qf + g * D;
+    float *sg = s + g * ATT_BLOCK, *ag = acc + g * Dv;
+    float32x4_t t[NV];
+    for (int k = 0; k < NV; k++) t[k] = zero;
+    for (int64_t d = 0; d < D; d++) {
+      const float32x4_t qd = vdupq_n_f32(q[d]);
+      const float *kd = kt + d * ATT_BLOCK;
+      for (int k = 0; k < NV; k++) t[k] = vfmaq_f32(t[k], qd, vld1q_f32(kd + 4 * k));
+    }
+    /* masked scores are replaced, not scaled: a NaN from a masked K row does not survive */
+    float32x4_t mx = ninf;
+    for (int k = 0; k < NV; k++) {
+      t[k] = vbslq_f32(vm[k], vmulq_f32(t[k], scale), ninf);
+      mx = vmaxq_f32(mx, t[k]);
+    }
+    const float mb = vmaxvq_f32(mx);
+    if (mb == -INFINITY) continue; /* nothing visible here */
+    float c = 1.0f;
+    if (mb > m[g]) {
+      c = m[g] == -INFINITY ? 0.0f : expf(m[g] - mb);
+      l[g] *= c;
+      m[g] = mb;
+    }
+    const float32x4_t vmg = vdupq_n_f32(m[g]);
+    float32x4_t sum = zero;
+    for (int k = 0; k < NV; k++) {
+      float32x4_t e = vbslq_f32(vm[k], v_exp(vsubq_f32(t[k], vmg)), zero);
+      sum = vaddq_f32(sum, e);
+      vst1q_f32(sg + 4 * k, e);
+    }
+    l[g] += vaddvq_f32(sum);
+    /* where the row does not see every loaded key, zero weights are skipped, not multiplied:
+     * 0 x a NaN V row of a masked key is NaN (the window's unloaded rows are zeros) */
+    int64_t d = 0;
+    for (; d + 4 <= Dv; d += 4) {
+      float32x4_t a = vmulq_f32(vld1q_f32(ag + d), vdupq_n_f32(c));
+      if (all)
+        for (int j = 0; j < ATT_BLOCK; j++) a = vfmaq_f32(a, vdupq_n_f32(sg[j]), vld1q_f32(vw + j * Dv + d));
+      else
+        for (int j = 0; j < ATT_BLOCK; j++)
+          if (sg[j] != 0.0f) a = vfmaq_f32(a, vdupq_n_f32(sg[j]), vld1q_f32(vw + j * Dv + d));
+      vst1q_f32(ag + d, a);
+    }
+    for (; d < Dv; d++) {
+      float a = ag[d] * c;
+      for (int j = 0; j < ATT_BLOCK; j++)
+        if (sg[j] != 0.0f) a += sg[j] * vw[j * Dv + d];
+      ag[d] = a;
+    }
+  }
+}
+
+/*
  * One task is a block of qb query rows and a KV head hk with the `gs` query heads that read it
  * (all of the group, or one head when there are too few groups to keep the threads busy). Each
  * K and V row is loaded from memory once for the whole group and all qb rows: decode with
@@ -436,7 +533,27 @@ static void att_task(void *p, int tid, int nth) {
       }
     }
     memset(acc, 0, (size_t)(nr * gs * A->Dv) * 4);
-    for (int64_t w0 = 0; w0 < wend; w0 += ATT_BLOCK) {
+    if (att_small(A->D, A->Dv)) {
+      float *kt = s + gs * ATT_BLOCK, *vw = kt + A->D * ATT_BLOCK;
+      for (int64_t w0 = 0; w0 < wend; w0 += ATT_BLOCK) {
+        att_window_load(A, hk, w0, w0 + ATT_BLOCK < wend ? w0 + ATT_BLOCK : wend, kt, vw);
+        for (int64_t r = 0; r < nr; r++) {
+          const int8_t *mrow = A->mask ? A->mask + (i0 + r) * A->Tq : NULL;
+          uint32_t vis[ATT_BLOCK];
+          int any = 0, all = 1;
+          for (int64_t j = 0; j < ATT_BLOCK; j++) {
+            int64_t k = w0 + j;
+            int see = k < ends[r] && (!mrow || k < A->off || mrow[k - A->off]);
+            vis[j] = see ? 0xffffffffu : 0u;
+            any |= see;
+            if (k < wend && !see) all = 0;
+          }
+          if (any)
+            att_window_row(A, qf + r * gs * A->D, acc + r * gs * A->Dv, m + r * gs, l + r * gs, s, kt, vw, vis, all);
+        }
+      }
+    }
+    for (int64_t w0 = 0; w0 < wend && !att_small(A->D, A->Dv); w0 += ATT_BLOCK) {
       for (int64_t r = 0; r < nr; r++) {
         const int8_t *mrow = A->mask ? A->mask + (i0 + r) * A->Tq : NULL;
         int64_t e = w0 + ATT_BLOCK < ends[r] ? w0 + ATT_BLOCK : ends[r], kidx[ATT_BLOCK], jb = 0;
@@ -477,7 +594,8 @@ static int64_t att_qb_max(int64_t tq, int64_t gs, int64_t d, int64_t dv) {
 uint64_t nv_attention_scratch(const xpu_ir_graph *g, const xpu_ir_node *n) {
   const xpu_ir_tensor *q = &g->tensors[n->inputs[0]], *k = &g->tensors[n->inputs[1]], *v = &g->tensors[n->inputs[2]];
   int64_t gs = att_group(q->shape[1], k->shape[1]), qb = att_qb_max(q->shape[0], gs, q->shape[2], v->shape[2]);
-  return (uint64_t)gs * ((uint64_t)qb * ((uint64_t)q->shape[2] + (uint64_t)v->shape[2] + 2) + ATT_BLOCK) * 4 + 64;
+  uint64_t win = att_small(q->shape[2], v->shape[2]) ? ((uint64_t)q->shape[2] + (uint64_t)v->shape[2]) * ATT_BLOCK : 0;
+  return ((uint64_t)gs * ((uint64_t)qb * ((uint64_t)q->shape[2] + (uint64_t)v->shape[2] + 2) + ATT_BLOCK) + win) * 4 + 64;
 }
 
 xpu_status nv_k_attention(nv_run *r, const xpu_ir_node *n) {
