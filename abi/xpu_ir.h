@@ -68,7 +68,10 @@ enum {
   XPU_OP_PERMUTE = 22,
   XPU_OP_SLICE = 23,
   XPU_OP_CONCAT = 24,
-  XPU_OP_COUNT = 25,
+  /* op set v3 */
+  XPU_OP_SHADOW_MATMUL = 25,
+  XPU_OP_SPARSE_FFN = 26,
+  XPU_OP_COUNT = 27,
 };
 
 enum {
@@ -126,7 +129,7 @@ static inline const char *xpu_op_name(uint32_t op) {
       "INVALID", "ADD",      "SUB",        "MUL",        "DIV",     "SILU",    "GELU",
       "RELU",    "EXP",      "NEG",        "SCALE",      "RMS_NORM", "LAYER_NORM", "SOFTMAX",
       "MATMUL",  "ROPE",     "ATTENTION",  "GET_ROWS",   "CAST",    "QUANTIZE", "DEQUANTIZE",
-      "RESHAPE", "PERMUTE",  "SLICE",      "CONCAT"};
+      "RESHAPE", "PERMUTE",  "SLICE",      "CONCAT",  "SHADOW_MATMUL", "SPARSE_FFN"};
   return op < XPU_OP_COUNT ? names[op] : "UNKNOWN";
 }
 

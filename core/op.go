@@ -35,35 +35,48 @@ const (
 	OpPermute
 	OpSlice
 	OpConcat
+	// OpShadowMatMul (op set 3) multiplies the part of an activation beyond a clip threshold
+	// with float weight columns: mllm-NPU's shadow outlier path.
+	OpShadowMatMul
+	// OpSparseFFN (op set 3) is a feed-forward block over a list of neuron bundles, skipping
+	// neurons whose activation is zero: PowerInfer-2's sparse FFN.
+	OpSparseFFN
 	opCount
 )
 
 // OpsetVersion is the newest op-set version this package knows (abi/OPS.md). A graph is written
 // with the lowest version that holds it (Graph.Opset), so a plugin that knows only op set 1
 // still runs every graph that uses nothing newer.
-const OpsetVersion = 2
+const OpsetVersion = 3
 
-// Opset is the lowest op-set version that holds g: 2 where it has a K-quant tensor or an
-// ATTENTION with a mask input, else 1.
+// Opset is the lowest op-set version that holds g: 3 where it uses an op-set-3 op
+// (SHADOW_MATMUL, SPARSE_FFN, a MATMUL with an I8 `a` or a per-channel scale input), 2 where it
+// has a K-quant tensor or an ATTENTION with a mask input, else 1.
 func (g *Graph) Opset() uint32 {
+	v := uint32(1)
 	for _, t := range g.Tensors {
 		if t.DType.KQuant() {
-			return 2
+			v = 2
 		}
 	}
 	for _, n := range g.Nodes {
-		if n.Op == OpAttention && len(n.Inputs) > 4 {
-			return 2
+		switch {
+		case n.Op == OpShadowMatMul || n.Op == OpSparseFFN:
+			return 3
+		case n.Op == OpMatMul && (len(n.Inputs) > 2 || n.Inputs[0].DType == I8):
+			return 3
+		case n.Op == OpAttention && len(n.Inputs) > 4:
+			v = 2
 		}
 	}
-	return 1
+	return v
 }
 
 var opNames = [...]string{"INVALID", "ADD", "SUB", "MUL", "DIV", "SILU", "GELU", "RELU", "EXP",
 	"NEG", "SCALE", "RMS_NORM", "LAYER_NORM", "SOFTMAX", "MATMUL", "ROPE", "ATTENTION",
-	"GET_ROWS", "CAST", "QUANTIZE", "DEQUANTIZE", "RESHAPE", "PERMUTE", "SLICE", "CONCAT"}
+	"GET_ROWS", "CAST", "QUANTIZE", "DEQUANTIZE", "RESHAPE", "PERMUTE", "SLICE", "CONCAT", "SHADOW_MATMUL", "SPARSE_FFN"}
 
-// AllOps lists every v1 op in id order.
+// AllOps lists every op of op set OpsetVersion in id order.
 func AllOps() []Op {
 	ops := make([]Op, 0, opCount-1)
 	for o := OpAdd; o < opCount; o++ {
