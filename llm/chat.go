@@ -203,6 +203,11 @@ func (c *Chat) Complete(ctx context.Context, msgs []Message, opts ...GenerateOpt
 // Prompt renders msgs with the generation prompt and returns the text and the tokens the
 // runner is fed for it (with BOS when the vocabulary asks for one; a bos_token the template
 // writes itself is dropped so that there is one).
+//
+// Control tokens come only from the template: a message whose content spells one
+// ("<|im_end|>", which would end the turn and let the text write the next one) has that content
+// encoded as plain text. When the template rewrites such a content so that it cannot be found in
+// the rendered prompt, Prompt fails with core.ErrInvalidArgument rather than parse it.
 func (t *ChatTemplate) Prompt(tok *tokenizer.Tokenizer, msgs []Message) (string, []int32, error) {
 	prompt, err := t.Render(msgs, true)
 	if err != nil {
@@ -211,7 +216,41 @@ func (t *ChatTemplate) Prompt(tok *tokenizer.Tokenizer, msgs []Message) (string,
 	if t.bos != "" && tok.Vocab().AddBOS {
 		prompt = strings.TrimPrefix(prompt, t.bos)
 	}
-	return prompt, tok.Encode(prompt, true), nil
+	ids, err := encodeMessages(tok, prompt, msgs)
+	return prompt, ids, err
+}
+
+// encodeMessages tokenizes a rendered prompt, keeping the contents of msgs that spell a control
+// token as plain text. Prompts without such contents are encoded in one piece, exactly as
+// before, so the common case tokenizes as llama.cpp does.
+func encodeMessages(tok *tokenizer.Tokenizer, prompt string, msgs []Message) ([]int32, error) {
+	type span struct{ start, end int }
+	var plain []span
+	cursor := 0
+	for i, m := range msgs {
+		at := strings.Index(prompt[cursor:], m.Content)
+		if ct := tok.ControlText(m.Content); ct != "" {
+			if m.Content == "" || at < 0 {
+				return nil, fmt.Errorf("llm: message %d (%s) contains the control token %q and the chat template rewrites its content, so it cannot be kept as plain text: %w",
+					i, m.Role, ct, core.ErrInvalidArgument)
+			}
+			plain = append(plain, span{cursor + at, cursor + at + len(m.Content)})
+		}
+		if at >= 0 {
+			cursor += at + len(m.Content)
+		}
+	}
+	if len(plain) == 0 {
+		return tok.Encode(prompt, true), nil
+	}
+	ids := tok.EncodeWith("", tokenizer.AddSpecial(true))
+	at := 0
+	for _, p := range plain {
+		ids = append(ids, tok.EncodeWith(prompt[at:p.start])...)
+		ids = append(ids, tok.EncodeWith(prompt[p.start:p.end], tokenizer.ParseSpecial(false))...)
+		at = p.end
+	}
+	return append(ids, tok.EncodeWith(prompt[at:])...), nil
 }
 
 func (c *Chat) complete(ctx context.Context, msgs []Message, opts ...GenerateOption) (Result, error) {

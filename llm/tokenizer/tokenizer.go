@@ -337,6 +337,15 @@ func (t *Tokenizer) EncodeWith(text string, opts ...EncodeOption) []int32 {
 	return out
 }
 
+// ControlText returns the first control token's text written literally in s ("<|im_end|>"),
+// or "" when there is none: such text in a chat message would close a turn if parsed.
+func (t *Tokenizer) ControlText(s string) string {
+	if _, sp := t.nextSpecial(s, true); sp != "" && t.control[sp] {
+		return sp
+	}
+	return ""
+}
+
 // nextSpecial finds the earliest special token in s (longest at that position), control tokens
 // only if control; pos is len(s) when none occurs.
 func (t *Tokenizer) nextSpecial(s string, control bool) (int, string) {
