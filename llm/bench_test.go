@@ -3,11 +3,8 @@ package llm
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 
-	"github.com/xpuhub/xpu/core"
-	"github.com/xpuhub/xpu/llm/synth"
 	"github.com/xpuhub/xpu/loader"
 )
 
@@ -16,27 +13,7 @@ import (
 //
 //	XPU_BENCH_MODEL=/tmp/llama1b-q4_0.gguf XPU_BENCH_BACKEND=neon go test ./llm -run X -bench Decode
 func benchRunner(b *testing.B, chunk int) *Runner {
-	path := os.Getenv("XPU_BENCH_MODEL")
-	if path == "" {
-		path = filepath.Join(b.TempDir(), "bench.gguf")
-		spec, err := synth.Preset("llama", "15M", core.Q4_0, 1)
-		if err != nil {
-			b.Fatal(err)
-		}
-		f, err := os.Create(path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := synth.Write(f, spec); err != nil {
-			b.Fatal(err)
-		}
-		f.Close()
-	}
-	m, err := Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { m.Close() })
+	m := benchModel(b)
 	name := os.Getenv("XPU_BENCH_BACKEND")
 	if name == "" {
 		name = loader.RefName

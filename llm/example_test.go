@@ -24,14 +24,9 @@ func Example() {
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "tiny.gguf")
 	spec, _ := synth.Preset("llama", "260K", core.Q8_0, 42)
-	f, err := os.Create(path)
-	if err != nil {
+	if err := synth.WriteFile(path, spec); err != nil {
 		log.Fatal(err)
 	}
-	if err := synth.Write(f, spec); err != nil {
-		log.Fatal(err)
-	}
-	f.Close()
 
 	ctx := context.Background()
 	m, err := llm.Open(path)

@@ -23,14 +23,9 @@ func writeTinyModel() (path string, cleanup func()) {
 	}
 	path = filepath.Join(dir, "tiny.gguf")
 	spec, _ := synth.Preset("llama", "260K", core.Q8_0, 42)
-	f, err := os.Create(path)
-	if err != nil {
+	if err := synth.WriteFile(path, spec); err != nil {
 		log.Fatal(err)
 	}
-	if err := synth.Write(f, spec); err != nil {
-		log.Fatal(err)
-	}
-	f.Close()
 	return path, func() { os.RemoveAll(dir) }
 }
 

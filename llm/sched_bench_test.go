@@ -22,14 +22,9 @@ func benchModel(b *testing.B) *Model {
 		if err != nil {
 			b.Fatal(err)
 		}
-		f, err := os.Create(path)
-		if err != nil {
+		if err := synth.WriteFile(path, spec); err != nil {
 			b.Fatal(err)
 		}
-		if err := synth.Write(f, spec); err != nil {
-			b.Fatal(err)
-		}
-		f.Close()
 	}
 	m, err := Open(path)
 	if err != nil {

@@ -99,13 +99,5 @@ func writeSynthModel(path string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := synth.Write(f, spec); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return synth.WriteFile(path, spec)
 }
