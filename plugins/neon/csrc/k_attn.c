@@ -414,6 +414,12 @@ static void att_block(const att_args *A, const float *qf, float *acc, float *m, 
 static inline int att_small(int64_t d, int64_t dv) { return d % 16 != 0 || dv % 16 != 0; }
 
 enum { ATT_NV = ATT_BLOCK / 4 };
+/* lanes of the lane-wise state: a row's window is ATT_BLOCK / ATT_LANES vectors */
+#if defined(__x86_64__) && defined(__AVX512F__)
+#define ATT_LANES 16
+#else
+#define ATT_LANES 4
+#endif
 
 static inline float32x4_t att_ld4(const uint8_t *row, uint32_t dt, int64_t d) {
   return dt == XPU_DT_F32 ? vld1q_f32((const float *)row + d) : v_ld_f16((const uint16_t *)row + d);
@@ -469,12 +475,16 @@ static int att_window_finite(const float *vt, int64_t dv) {
   return vminvq_u32(ok) != 0;
 }
 
-/* One row's gs heads against a loaded window; vm[k] is all ones in the lanes of the keys the
- * row sees. acc holds Dv vectors per head, l one vector per head (lane-wise partial sums). */
+#if ATT_LANES == 4
+/* One row's gs heads against a loaded window; vis[j] is all ones where the row sees key j (NULL:
+ * every key). acc holds Dv vectors of ATT_LANES per head, l one such vector per head (lane-wise
+ * partial sums). */
 static void att_window_row(const att_args *A, const float *qf, float *acc, float *m, float *l, const float *kt,
-                           const float *vt, const uint32x4_t *vm, int exact_zero) {
+                           const float *vt, const uint32_t *vis, int exact_zero) {
   const int64_t D = A->D, Dv = A->Dv, gs = A->gs;
   const float32x4_t ninf = vdupq_n_f32(-INFINITY), zero = vdupq_n_f32(0.0f), scale = vdupq_n_f32(A->scale);
+  uint32x4_t vm[ATT_NV];
+  for (int k = 0; k < ATT_NV; k++) vm[k] = vis ? vld1q_u32(vis + 4 * k) : vdupq_n_u32(0xffffffffu);
   for (int64_t g = 0; g < gs; g++) {
     const float *q = qf + g * D;
     float32x4_t t[ATT_NV];
@@ -520,30 +530,119 @@ static void att_window_row(const att_args *A, const float *qf, float *acc, float
   }
 }
 
+#endif
+
+#if ATT_LANES == 16
+/* exp(x) for 16 lanes: v_exp's algorithm and constants (neon_simd.h), the same result per lane */
+static inline __m512 att_exp16(__m512 x) {
+  const __m512 r = _mm512_set1_ps(0x1.8p23f);
+  const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
+  const __m512 n = _mm512_sub_ps(z, r);
+  const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                    _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+  const __m512i e = _mm512_slli_epi32(_mm512_castps_si512(z), 23);
+  const __m512 k = _mm512_castsi512_ps(_mm512_add_epi32(e, _mm512_castps_si512(_mm512_set1_ps(1.0f))));
+  const __m512 an = _mm512_abs_ps(n);
+  const __mmask16 c = _mm512_cmp_ps_mask(an, _mm512_set1_ps(126.0f), _CMP_GT_OQ);
+  const __m512 u = _mm512_mul_ps(b, b);
+  const __m512 j = _mm512_fmadd_ps(
+      _mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
+      _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f)));
+  const __m512 jj = _mm512_fmadd_ps(j, u, _mm512_mul_ps(_mm512_set1_ps(0x1.ffffecp-1f), b));
+  if (c == 0) return _mm512_fmadd_ps(k, jj, k);
+  const __mmask16 neg = _mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ);
+  const __m512i d = _mm512_maskz_mov_epi32(neg, _mm512_set1_epi32((int)0x82000000u));
+  const __m512 s1 = _mm512_castsi512_ps(_mm512_add_epi32(d, _mm512_set1_epi32(0x7f000000)));
+  const __m512 s2 = _mm512_castsi512_ps(_mm512_sub_epi32(e, d));
+  __m512 res = _mm512_fmadd_ps(k, jj, k);
+  res = _mm512_mask_mov_ps(res, c, _mm512_mul_ps(_mm512_fmadd_ps(s2, jj, s2), s1));
+  res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(an, _mm512_set1_ps(192.0f), _CMP_GT_OQ), _mm512_mul_ps(s1, s1));
+  /* NaN lanes: the bit tricks above may turn them into numbers */
+  return _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+static inline float att_lane_sum(const float *p) { return _mm512_reduce_add_ps(_mm512_loadu_ps(p)); }
+
+/* att_window_row on 16 lanes: a window is two vectors, so a row's scores, weights and P x V
+ * take a quarter of the 4-lane instructions */
+static void att_window_row16(const att_args *A, const float *qf, float *acc, float *m, float *l, const float *kt,
+                             const float *vt, const uint32_t *vis, int exact_zero) {
+  const int64_t D = A->D, Dv = A->Dv, gs = A->gs;
+  const __m512 ninf = _mm512_set1_ps(-INFINITY), scale = _mm512_set1_ps(A->scale);
+  __mmask16 v0 = 0xffff, v1 = 0xffff;
+  if (vis) {
+    v0 = _mm512_test_epi32_mask(_mm512_loadu_si512(vis), _mm512_loadu_si512(vis));
+    v1 = _mm512_test_epi32_mask(_mm512_loadu_si512(vis + 16), _mm512_loadu_si512(vis + 16));
+  }
+  for (int64_t g = 0; g < gs; g++) {
+    const float *q = qf + g * D;
+    __m512 t0 = _mm512_setzero_ps(), t1 = t0;
+    for (int64_t d = 0; d < D; d++) {
+      const __m512 qd = _mm512_set1_ps(q[d]);
+      t0 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kt + d * ATT_BLOCK), t0);
+      t1 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kt + d * ATT_BLOCK + 16), t1);
+    }
+    /* masked scores are replaced, not scaled: a NaN from a masked K row does not survive */
+    t0 = _mm512_mask_mul_ps(ninf, v0, t0, scale);
+    t1 = _mm512_mask_mul_ps(ninf, v1, t1, scale);
+    const float mb = _mm512_reduce_max_ps(_mm512_max_ps(t0, t1));
+    if (mb == -INFINITY) continue; /* nothing visible here */
+    float c = 1.0f;
+    if (mb > m[g]) {
+      c = m[g] == -INFINITY ? 0.0f : expf(m[g] - mb);
+      m[g] = mb;
+    }
+    const __m512 vmg = _mm512_set1_ps(m[g]), vc = _mm512_set1_ps(c);
+    const __m512 e0 = _mm512_maskz_mov_ps(v0, att_exp16(_mm512_sub_ps(t0, vmg)));
+    const __m512 e1 = _mm512_maskz_mov_ps(v1, att_exp16(_mm512_sub_ps(t1, vmg)));
+    __m512 lg = _mm512_loadu_ps(l + g * 16);
+    if (c != 1.0f) lg = _mm512_mul_ps(lg, vc);
+    _mm512_storeu_ps(l + g * 16, _mm512_add_ps(_mm512_add_ps(lg, e0), e1));
+    float *ag = acc + g * Dv * 16;
+    for (int64_t d = 0; d < Dv; d++) {
+      const float *vd = vt + d * ATT_BLOCK;
+      __m512 a = _mm512_loadu_ps(ag + 16 * d);
+      if (c != 1.0f) a = _mm512_mul_ps(a, vc);
+      if (exact_zero) {
+        a = _mm512_fmadd_ps(e0, _mm512_loadu_ps(vd), a);
+        a = _mm512_fmadd_ps(e1, _mm512_loadu_ps(vd + 16), a);
+      } else {
+        a = _mm512_add_ps(a, _mm512_maskz_mul_ps(v0, e0, _mm512_loadu_ps(vd)));
+        a = _mm512_add_ps(a, _mm512_maskz_mul_ps(v1, e1, _mm512_loadu_ps(vd + 16)));
+      }
+      _mm512_storeu_ps(ag + 16 * d, a);
+    }
+  }
+}
+#define att_window_row att_window_row16
+#else
+static inline float att_lane_sum(const float *p) { return vaddvq_f32(vld1q_f32(p)); }
+#endif
+
 /* the small-head path of a task: rows i0 .. i0+nr of the heads h0 .. h0+gs of KV head hk */
 static void att_small_rows(const att_args *A, float *base, int64_t i0, int64_t nr, int64_t h0, int64_t hk,
                            const int64_t *ends, int64_t wend) {
   const int64_t D = A->D, Dv = A->Dv, gs = A->gs, qb = A->qb;
-  float *qf = base, *acc = qf + qb * gs * D, *m = acc + qb * gs * Dv * 4, *l = m + qb * gs, *kt = l + qb * gs * 4;
+  float *qf = base, *acc = qf + qb * gs * D, *m = acc + qb * gs * Dv * ATT_LANES, *l = m + qb * gs;
+  float *kt = l + qb * gs * ATT_LANES;
   float *vt = kt + D * ATT_BLOCK, *zrow = vt + Dv * ATT_BLOCK, *ob = zrow + (D > Dv ? D : Dv);
   memset(zrow, 0, (size_t)(D > Dv ? D : Dv) * 4);
-  memset(acc, 0, (size_t)(nr * gs * Dv * 4) * 4);
-  memset(l, 0, (size_t)(nr * gs * 4) * 4);
+  memset(acc, 0, (size_t)(nr * gs * Dv * ATT_LANES) * 4);
+  memset(l, 0, (size_t)(nr * gs * ATT_LANES) * 4);
   for (int64_t r = 0; r < nr * gs; r++) m[r] = -INFINITY;
   /* the keys every row sees: the prefix before the mask's block, up to the shortest end */
   int64_t common = wend;
   for (int64_t r = 0; r < nr; r++) common = ends[r] < common ? ends[r] : common;
   if (A->mask && A->off < common) common = A->off > 0 ? A->off : 0;
-  uint32x4_t all_vm[ATT_NV];
-  for (int k = 0; k < ATT_NV; k++) all_vm[k] = vdupq_n_u32(0xffffffffu);
   for (int64_t w0 = 0; w0 < wend; w0 += ATT_BLOCK) {
     int64_t wn = w0 + ATT_BLOCK < wend ? w0 + ATT_BLOCK : wend;
     att_window_load(A, hk, w0, wn, kt, vt, (const uint8_t *)zrow);
     int finite = -1; /* not checked yet */
     for (int64_t r = 0; r < nr; r++) {
-      float *rq = qf + r * gs * D, *racc = acc + r * gs * Dv * 4, *rm = m + r * gs, *rl = l + r * gs * 4;
+      float *rq = qf + r * gs * D, *racc = acc + r * gs * Dv * ATT_LANES, *rm = m + r * gs;
+      float *rl = l + r * gs * ATT_LANES;
       if (w0 + ATT_BLOCK <= common) { /* the row sees the whole window */
-        att_window_row(A, rq, racc, rm, rl, kt, vt, all_vm, 1);
+        att_window_row(A, rq, racc, rm, rl, kt, vt, NULL, 1);
         continue;
       }
       const int8_t *mrow = A->mask ? A->mask + (i0 + r) * A->Tq : NULL;
@@ -558,17 +657,15 @@ static void att_small_rows(const att_args *A, float *base, int64_t i0, int64_t n
       }
       if (!any) continue;
       if (!all && finite < 0) finite = att_window_finite(vt, Dv);
-      uint32x4_t vm[ATT_NV];
-      for (int k = 0; k < ATT_NV; k++) vm[k] = vld1q_u32(vis + 4 * k);
-      att_window_row(A, rq, racc, rm, rl, kt, vt, vm, all || finite);
+      att_window_row(A, rq, racc, rm, rl, kt, vt, vis, all || finite);
     }
   }
   for (int64_t r = 0; r < nr; r++) {
     for (int64_t g = 0; g < gs; g++) {
       int64_t rg = r * gs + g, row = (i0 + r) * A->Hq + h0 + g;
-      float sum = vaddvq_f32(vld1q_f32(l + rg * 4)), inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-      const float *ag = acc + rg * Dv * 4;
-      for (int64_t d = 0; d < Dv; d++) ob[d] = vaddvq_f32(vld1q_f32(ag + 4 * d)) * inv;
+      float sum = att_lane_sum(l + rg * ATT_LANES), inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const float *ag = acc + rg * Dv * ATT_LANES;
+      for (int64_t d = 0; d < Dv; d++) ob[d] = att_lane_sum(ag + d * ATT_LANES) * inv;
       if (A->qt == XPU_DT_F32)
         memcpy((float *)A->o + row * Dv, ob, (size_t)Dv * 4);
       else
@@ -660,7 +757,7 @@ static int64_t att_group(int64_t hq, int64_t hkv) {
 
 /* floats of per-row state of one head: the query, the accumulator, m and l (the small-head
  * path keeps the accumulator and l lane-wise, 4 floats for each value) */
-static int64_t att_row_floats(int64_t d, int64_t dv) { return att_small(d, dv) ? d + 4 * dv + 5 : d + dv + 2; }
+static int64_t att_row_floats(int64_t d, int64_t dv) { return att_small(d, dv) ? d + ATT_LANES * dv + 1 + ATT_LANES : d + dv + 2; }
 
 /* query rows sharing one task, at most: ATT_MAX_QB, fewer when the per-row state of gs heads
  * would pass ATT_QB_FLOATS floats of scratch */
