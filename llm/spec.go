@@ -191,9 +191,9 @@ type specPolicy struct {
 	// position i; hit[b][i]: of those, the ones that accepted it. Bucket 0 pools every verify.
 	tried, hit [][]float64
 	always     bool
-	skipped    int // plain steps since the last verify although a draft was there
-	probe      int // verify after this many skipped steps (4× after each probe that did not pay)
-	decodes    int // plain decodes observed
+	skipped    int         // plain steps since the last verify although a draft was there
+	probe      int         // verify after this many skipped steps (4× after each probe that did not pay)
+	runs       map[int]int // passes observed per length
 }
 
 const (
@@ -202,8 +202,6 @@ const (
 	probeMax   = 2048
 	// decay weighs recent steps more: the text may move from copying to new writing.
 	decay = 0.95
-	// warmDecodes: plain decodes measured before the first verify (the first one runs cold)
-	warmDecodes = 2
 	// matchBuckets: the pool, then draft.Tree.Match 0 (not said), 1, 2, 3-4, 5-8, 9 and more
 	matchBuckets = 7
 )
@@ -228,7 +226,7 @@ func newSpecPolicy(lengths []int, always bool) *specPolicy {
 	if len(lengths) > 0 {
 		maxL = slices.Max(lengths)
 	}
-	p := &specPolicy{lengths: lengths, cost: map[int]float64{}, tried: make([][]float64, matchBuckets),
+	p := &specPolicy{lengths: lengths, cost: map[int]float64{}, runs: map[int]int{}, tried: make([][]float64, matchBuckets),
 		hit: make([][]float64, matchBuckets), always: always, probe: probeFirst}
 	for b := range p.tried {
 		p.tried[b], p.hit[b] = make([]float64, maxL), make([]float64, maxL)
@@ -314,7 +312,7 @@ func (p *specPolicy) choose(k, match int) (int, int) {
 		return min(k, l-1), l
 	}
 	c1, ok := p.cost[1]
-	if !ok || p.decodes < warmDecodes {
+	if !ok {
 		return 0, 1 // measure decoding first, past its first (cold) pass
 	}
 	// a verify must promise a margin over plain decoding: its cost and acceptance are
@@ -368,17 +366,19 @@ func (p *specPolicy) guess(l int, c1 float64) float64 {
 // and the draft's match length.
 func (p *specPolicy) observe(l int, d time.Duration, drafted, accepted, match int) {
 	s := d.Seconds()
-	// A pass that ran slower than usual was mostly slowed by something else (the first, cold
-	// run of a graph; another process taking the core), so the cost follows a faster pass at
-	// once and a slower one by little: decode is then rarely measured again once verifies win,
-	// and one slow early sample must not make every verify look cheap.
-	if c, ok := p.cost[l]; !ok || s < c {
-		p.cost[l] = s
-	} else {
-		p.cost[l] = 0.95*c + 0.05*s
-	}
-	if l == 1 {
-		p.decodes++
+	// The first pass of a graph runs cold (page faults, first touches of its buffers): it would
+	// make its length look far dearer than it is, and a length that looks dear is not run again
+	// to correct that. So the first pass of each length is not timed (a verify length's cost is
+	// guessed until then, decoding is measured again). After it, a pass that ran slower than
+	// usual was mostly slowed by something else (another process taking the core): the cost
+	// follows a faster pass at once and a slower one by little.
+	p.runs[l]++
+	if p.runs[l] > 1 {
+		if c, ok := p.cost[l]; !ok || s < c {
+			p.cost[l] = s
+		} else {
+			p.cost[l] = 0.95*c + 0.05*s
+		}
 	}
 	if drafted == 0 {
 		return

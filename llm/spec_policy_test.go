@@ -25,11 +25,16 @@ func TestSpecPolicy(t *testing.T) {
 			assert.Equal(t, [2]int{7, 8}, [2]int{k, l}, "with the prior, a draft of 7 pays at guessed cost 1.5 decodes")
 		}},
 		{"a cold or slowed pass does not set the cost", func(t *testing.T, p *specPolicy) {
-			p.observe(1, ms(10), 0, 0, 0)
+			p.observe(1, ms(0.5), 0, 0, 0)
+			assert.NotContains(t, p.cost, 1, "the first pass is not timed")
+			p.observe(1, ms(2), 0, 0, 0)
 			p.observe(1, ms(1), 0, 0, 0)
 			assert.InDelta(t, 0.001, p.cost[1], 1e-9, "a faster pass is taken at once")
 			p.observe(1, ms(5), 0, 0, 0)
 			assert.InDelta(t, 0.0012, p.cost[1], 1e-9, "a slower one moves it by 5% of the difference")
+			p.observe(8, ms(30), 7, 7, 9)
+			assert.NotContains(t, p.cost, 8, "nor is a verify length's first pass")
+			assert.InDelta(t, 1, p.hit[0][0], 1e-9, "its acceptance counts")
 		}},
 		{"acceptance is kept per match length", func(t *testing.T, p *specPolicy) {
 			p.observe(1, ms(1), 0, 0, 0)

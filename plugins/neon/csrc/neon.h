@@ -296,10 +296,11 @@ static inline int nv_is_kquant(uint32_t dt) { return dt >= XPU_DT_Q4_K && dt <= 
 
 /* Float weights (F32/F16/BF16) packed once at prepare into the GEMM's layout (k_matmul.c): the
  * panels of NR rows, k-major, of every (NC x KC) block in the order the GEMM walks them. Only
- * for a node whose M takes the GEMM path and a weight of at most NV_FPACK_MAX packed bytes:
- * there, packing on every call costs as much as the multiply itself (a verify pass of a small
- * model); a bigger weight is multiplied by more rows (prefill), which amortizes the packing. */
-#define NV_FPACK_MAX ((uint64_t)8 << 20)
+ * for a node whose M takes the GEMM path and a weight of at most NV_FPACK_MAX packed bytes (an
+ * L2-sized one): there, packing on every call costs as much as the multiply (a verify pass of
+ * a small model); a bigger weight is multiplied by more rows (prefill), which amortizes the
+ * packing, and a copy of it would cost real memory. */
+#define NV_FPACK_MAX ((uint64_t)1 << 20)
 int nv_fpack_wanted(const xpu_ir_graph *g, const xpu_ir_node *n);
 static inline int nv_is_float_weight(uint32_t dt) {
   return dt == XPU_DT_F32 || dt == XPU_DT_F16 || dt == XPU_DT_BF16;
