@@ -14,6 +14,10 @@
 # history-auto and history-always repeat the request with --spec-task: the task's earlier
 # answer (written by one untimed run first) is a drafting source, CoordGen's history store.
 #
+# On a loaded machine wall-clock tok/s swings 2-4x between runs: bench/spec-cpu.sh measures the
+# same task in CPU time per token, and `go test ./llm -run X -bench VerifyPass` one pass per
+# length (cpu-ns/op).
+#
 # Then the back-off check: a random-weight 1B model (drafts cannot hit, except where its own
 # output repeats), xpu's default (--spec auto) against --spec off, ROUNDS_1B rounds.
 #

@@ -182,16 +182,18 @@ func topCandidates(logits []float32, k int) []draft.Candidate {
 }
 
 // specPolicy picks each step's draft length: the one whose expected tokens (from the
-// acceptance measured so far, per draft position) per second of its verify graph (measured) is
-// highest, plain decoding included.
+// acceptance measured so far, per draft position and per match length of the draft's source)
+// per second of its verify graph (measured) is highest, plain decoding included.
 type specPolicy struct {
 	lengths []int           // verify lengths, ascending
 	cost    map[int]float64 // seconds per pass by length (1: decode), moving averages
-	tried   []float64       // tried[i]: decayed count of verifies that reached draft position i
-	hit     []float64       // hit[i]: of those, the ones that accepted it
-	always  bool
-	skipped int // plain steps since the last verify although a draft was there
-	probe   int // verify after this many skipped steps (4× after each probe that did not pay)
+	// tried[b][i]: decayed count of verifies of match bucket b (matchBuckets) that reached draft
+	// position i; hit[b][i]: of those, the ones that accepted it. Bucket 0 pools every verify.
+	tried, hit [][]float64
+	always     bool
+	skipped    int         // plain steps since the last verify although a draft was there
+	probe      int         // verify after this many skipped steps (4× after each probe that did not pay)
+	runs       map[int]int // passes observed per length
 }
 
 const (
@@ -200,22 +202,48 @@ const (
 	probeMax   = 2048
 	// decay weighs recent steps more: the text may move from copying to new writing.
 	decay = 0.95
+	// matchBuckets: the pool, then draft.Tree.Match 0 (not said), 1, 2, 3-4, 5-8, 9 and more
+	matchBuckets = 7
 )
+
+// matchBucket is the statistics bucket of a draft whose source matched m tokens.
+func matchBucket(m int) int {
+	switch {
+	case m <= 0:
+		return 1
+	case m <= 2:
+		return 1 + m
+	case m <= 4:
+		return 4
+	case m <= 8:
+		return 5
+	}
+	return 6
+}
 
 func newSpecPolicy(lengths []int, always bool) *specPolicy {
 	maxL := 0
 	if len(lengths) > 0 {
 		maxL = slices.Max(lengths)
 	}
-	return &specPolicy{lengths: lengths, cost: map[int]float64{}, tried: make([]float64, maxL),
-		hit: make([]float64, maxL), always: always, probe: probeFirst}
+	p := &specPolicy{lengths: lengths, cost: map[int]float64{}, runs: map[int]int{}, tried: make([][]float64, matchBuckets),
+		hit: make([][]float64, matchBuckets), always: always, probe: probeFirst}
+	for b := range p.tried {
+		p.tried[b], p.hit[b] = make([]float64, maxL), make([]float64, maxL)
+	}
+	return p
 }
 
-// accept is the estimated probability that draft position i (0-based) is accepted given that
-// the positions before it were: a position no verify reached yet gets the prior 1/2, so the
-// expected acceptance of a deep draft decays geometrically until measured.
-func (p *specPolicy) accept(i int) float64 {
-	return (p.hit[i] + 0.5) / (p.tried[i] + 1)
+// accept is the estimated probability that draft position i (0-based) of a draft in match
+// bucket b is accepted given that the positions before it were: the bucket's own counts,
+// shrunk toward the pool's estimate (which starts from the prior 1/2) while the bucket has
+// few verifies, so that a bucket is neither trusted on one pass nor left unmeasured.
+func (p *specPolicy) accept(b, i int) float64 {
+	pool := (p.hit[0][i] + 0.5) / (p.tried[0][i] + 1)
+	if b == 0 {
+		return pool
+	}
+	return (p.hit[b][i] + 2*pool) / (p.tried[b][i] + 2)
 }
 
 // worthDrafting says whether a draft of k tokens could be verified this step: a verify would
@@ -238,23 +266,25 @@ func (p *specPolicy) worthDrafting(k int) bool {
 		if !ok {
 			c = p.guess(l, c1)
 		}
-		if p.expected(kk)/c > margin/c1 {
-			return true
+		for b := range matchBuckets {
+			if p.expected(kk, b)/c > margin/c1 {
+				return true
+			}
 		}
 	}
 	p.skipped++
 	return false
 }
 
-// expected is the tokens a pass is expected to produce from a draft of k tokens: the correction
-// plus the chance of each draft position being reached and accepted.
-func (p *specPolicy) expected(k int) float64 {
+// expected is the tokens a pass is expected to produce from a draft of k tokens in match
+// bucket b: the correction plus the chance of each draft position being reached and accepted.
+func (p *specPolicy) expected(k, b int) float64 {
 	exp, run, last := 1.0, 1.0, 0.5
 	for i := range k {
 		// a position no recent verify reached is taken to go as the deepest one that did
 		c := last
-		if p.tried[i] >= 1 {
-			c = p.accept(i)
+		if p.tried[0][i] >= 1 {
+			c = p.accept(b, i)
 			last = c
 		}
 		run *= c
@@ -263,8 +293,9 @@ func (p *specPolicy) expected(k int) float64 {
 	return exp
 }
 
-// choose is how many of k draft tokens to verify (0: decode plainly), and the verify length.
-func (p *specPolicy) choose(k int) (int, int) {
+// choose is how many of k draft tokens, whose source matched match tokens, to verify (0:
+// decode plainly), and the verify length.
+func (p *specPolicy) choose(k, match int) (int, int) {
 	if k == 0 || len(p.lengths) == 0 {
 		return 0, 1
 	}
@@ -282,7 +313,7 @@ func (p *specPolicy) choose(k int) (int, int) {
 	}
 	c1, ok := p.cost[1]
 	if !ok {
-		return 0, 1 // measure a decode first
+		return 0, 1 // measure decoding first, past its first (cold) pass
 	}
 	// a verify must promise a margin over plain decoding: its cost and acceptance are
 	// estimates from noisy wall-clock times and a few passes
@@ -293,7 +324,7 @@ func (p *specPolicy) choose(k int) (int, int) {
 		if !ok {
 			c = p.guess(l, c1)
 		}
-		if s := p.expected(kk) / c; s > best {
+		if s := p.expected(kk, matchBucket(match)) / c; s > best {
 			bestK, bestL, best = kk, l, s
 		}
 		if kk == k {
@@ -331,26 +362,38 @@ func (p *specPolicy) guess(l int, c1 float64) float64 {
 	return c1 * math.Sqrt(float64(l))
 }
 
-// observe records a pass: its length (1: decode), wall time, draft tokens and accepted ones.
-func (p *specPolicy) observe(l int, d time.Duration, drafted, accepted int) {
+// observe records a pass: its length (1: decode), wall time, draft tokens and accepted ones,
+// and the draft's match length.
+func (p *specPolicy) observe(l int, d time.Duration, drafted, accepted, match int) {
 	s := d.Seconds()
-	if c, ok := p.cost[l]; ok {
-		p.cost[l] = 0.8*c + 0.2*s
-	} else {
-		p.cost[l] = s
+	// The first pass of a graph runs cold (page faults, first touches of its buffers): it would
+	// make its length look far dearer than it is, and a length that looks dear is not run again
+	// to correct that. So the first pass of each length is not timed (a verify length's cost is
+	// guessed until then, decoding is measured again). After it, a pass that ran slower than
+	// usual was mostly slowed by something else (another process taking the core): the cost
+	// follows a faster pass at once and a slower one by little.
+	p.runs[l]++
+	if p.runs[l] > 1 {
+		if c, ok := p.cost[l]; !ok || s < c {
+			p.cost[l] = s
+		} else {
+			p.cost[l] = 0.95*c + 0.05*s
+		}
 	}
 	if drafted == 0 {
 		return
 	}
-	for i := range p.tried {
-		p.tried[i] *= decay
-		p.hit[i] *= decay
-	}
-	// position i was put to the test when the ones before it were accepted
-	for i := range min(drafted, accepted+1) {
-		p.tried[i]++
-		if i < accepted {
-			p.hit[i]++
+	for _, b := range []int{0, matchBucket(match)} {
+		for i := range p.tried[b] {
+			p.tried[b][i] *= decay
+			p.hit[b][i] *= decay
+		}
+		// position i was put to the test when the ones before it were accepted
+		for i := range min(drafted, accepted+1) {
+			p.tried[b][i]++
+			if i < accepted {
+				p.hit[b][i]++
+			}
 		}
 	}
 	if c1, ok := p.cost[1]; ok && float64(accepted+1)/s >= margin/c1 {
@@ -459,9 +502,9 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 				tree = draft.Chain(tree.Primary())
 			}
 		}
-		k, l := pol.choose(tree.Len())
+		k, l := pol.choose(tree.Len(), tree.Match)
 		// parents come first, so the first k nodes are a tree
-		tree = draft.Tree{Tokens: tree.Tokens[:k], Parents: tree.Parents[:k]}
+		tree = draft.Tree{Tokens: tree.Tokens[:k], Parents: tree.Parents[:k], Match: tree.Match}
 		t0 := time.Now()
 		if k == 0 {
 			var err error
@@ -473,7 +516,7 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 			spentIn += d
 			st.Passes++
 			st.Plain++
-			pol.observe(1, d, 0, 0)
+			pol.observe(1, d, 0, 0, 0)
 			if err := checkLogits(logits, r.pos-1); err != nil {
 				return err
 			}
@@ -553,7 +596,7 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 			st.Histogram = append(st.Histogram, 0)
 		}
 		st.Histogram[a]++
-		pol.observe(l, d, pathDepth(tree), a)
+		pol.observe(l, d, pathDepth(tree), a, tree.Match)
 		trace.Slice("speculative", fmt.Sprintf("verify %d", l), t0, t0.Add(d),
 			map[string]any{"row": base, "drafted": k, "accepted": a})
 		if drafter != nil {

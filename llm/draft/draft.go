@@ -20,6 +20,12 @@ var ErrInvalidTree = errors.New("draft: invalid draft tree")
 type Tree struct {
 	Tokens  []int32
 	Parents []int
+	// Match is how many of the sequence's last tokens the source of the primary draft agreed
+	// with (its suffix or n-gram match), 0 where the drafter does not say. The verifier keeps
+	// its acceptance statistics per match length: a long match (the text is being copied) is
+	// accepted far more often than a one-token one, and the cheap choice for the latter is
+	// not to verify at all.
+	Match int
 }
 
 // Chain is the tree of one sequence of tokens.

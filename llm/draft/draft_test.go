@@ -111,12 +111,14 @@ func TestIndexMatchesBruteForce(t *testing.T) {
 func TestLookup(t *testing.T) {
 	l := NewLookup()
 	h := []int32{5, 6, 7, 8, 9, 1, 6, 7}
-	assert.Equal(t, Chain([]int32{8, 9, 1}), l.Propose(h, 3))
-	assert.Equal(t, Chain([]int32{8}), l.Propose(h, 1))
+	withMatch := func(tr Tree, m int) Tree { tr.Match = m; return tr }
+	// "6 7" matched: two tokens
+	assert.Equal(t, withMatch(Chain([]int32{8, 9, 1}), 2), l.Propose(h, 3))
+	assert.Equal(t, withMatch(Chain([]int32{8}), 2), l.Propose(h, 1))
 	assert.Empty(t, l.Propose([]int32{1, 2, 3}, 4).Tokens, "nothing repeats")
 	assert.Empty(t, l.Propose(h, 0).Tokens)
 	// the newest occurrence wins
-	assert.Equal(t, Chain([]int32{3}), l.Propose([]int32{1, 2, 1, 3, 1}, 1))
+	assert.Equal(t, withMatch(Chain([]int32{3}), 1), l.Propose([]int32{1, 2, 1, 3, 1}, 1))
 }
 
 func TestRetrievalContextAndHistory(t *testing.T) {
@@ -129,9 +131,11 @@ func TestRetrievalContextAndHistory(t *testing.T) {
 	tr := r.Propose([]int32{1, 2, 3, 4, 9, 2, 3}, 4)
 	require.NoError(t, tr.Validate(100, 4))
 	assert.Equal(t, []int32{4, 9, 2, 3}, tr.Primary())
+	assert.Equal(t, 2, tr.Match, "the suffix 2 3 matched")
 	// from an earlier answer
 	tr = r.Propose([]int32{1, 2, 3, 4, 9, 2, 3, 41, 42}, 2)
 	assert.Equal(t, []int32{43, 44}, tr.Primary())
+	assert.Equal(t, 2, tr.Match, "the suffix 41 42 matched")
 	// a new sequence starts over
 	tr = r.Propose([]int32{7, 7}, 3)
 	assert.Equal(t, []int32{7}, tr.Primary())

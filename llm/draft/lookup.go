@@ -26,7 +26,9 @@ func (l *Lookup) Propose(history []int32, budget int) Tree {
 				continue
 			}
 			end := min(s+n+budget, len(history))
-			return Chain(history[s+n : end])
+			t := Chain(history[s+n : end])
+			t.Match = n
+			return t
 		}
 	}
 	return Tree{}

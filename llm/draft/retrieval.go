@@ -88,6 +88,7 @@ func (r *Retrieval) sync(history []int32) {
 // candidate is one source's proposal.
 type candidate struct {
 	score  float64
+	match  int // tokens of the history its source matched
 	tokens []int32
 }
 
@@ -102,14 +103,14 @@ func (r *Retrieval) Propose(history []int32, budget int) Tree {
 	// ties: the model's own wording first, then the sequence, then earlier answers
 	for i, x := range []*Index{r.calib, r.ctx, r.hist} {
 		if l, cont := x.Lookup(q, budget); l > 0 && len(cont) > 0 {
-			cands = append(cands, candidate{score: float64(l) - float64(i)/4, tokens: cont})
+			cands = append(cands, candidate{score: float64(l) - float64(i)/4, match: l, tokens: cont})
 		}
 	}
 	for _, s := range r.reuse {
 		// a segment whose start the sequence already ends with goes on from there
 		o := overlap(history, s.tokens)
 		if o < len(s.tokens) {
-			cands = append(cands, candidate{score: float64(o) + 0.5, tokens: s.tokens[o:]})
+			cands = append(cands, candidate{score: float64(o) + 0.5, match: o, tokens: s.tokens[o:]})
 		}
 	}
 	slices.SortStableFunc(cands, func(a, b candidate) int {
@@ -124,6 +125,9 @@ func (r *Retrieval) Propose(history []int32, budget int) Tree {
 	var t Tree
 	for _, c := range cands {
 		t.insert(c.tokens, budget)
+	}
+	if len(cands) > 0 {
+		t.Match = cands[0].match
 	}
 	return t
 }

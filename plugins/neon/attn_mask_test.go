@@ -2,8 +2,10 @@ package neon_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"syscall"
@@ -166,4 +168,60 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestAttentionSmallHeadMaskedNaN: the small-head path (head sizes that are not multiples of
+// 16) loads a whole 32-key window for all the rows of a task and gives a masked key a weight of
+// exactly 0; a masked key whose K and V rows are NaN (a sibling branch of a draft tree) must
+// still not reach the rows that do not see it, while the rows that do see it get NaN, as
+// core/ref says. Keys after the prefix sit in the window the prefix ends in and in the next.
+func TestAttentionSmallHeadMaskedNaN(t *testing.T) {
+	ctx := context.Background()
+	const tq, hq, hkv = 6, 4, 2
+	parents := []int64{-1, 0, 1, 1, 3, 4} // nodes 2 and 3 are siblings: 3, 4, 5 never see 2
+	mask := make([]byte, tq*tq)
+	for i := range parents {
+		for a := int64(i); a >= 0; a = parents[a] {
+			mask[int64(i)*tq+a] = 1
+		}
+	}
+	for _, f := range pluginFiles(t) {
+		dev := openUsable(t, f).Devices()[0]
+		for _, kv := range []core.DType{core.F32, core.F16} {
+			for _, s := range []struct{ d, dv, off int64 }{{8, 8, 29}, {8, 12, 60}, {12, 8, 3}} {
+				tol := 1e-5
+				if kv == core.F16 {
+					tol = 2e-3
+				}
+				kc := kernelCase{
+					name: fmt.Sprintf("small_head_nan_d%d_dv%d_off%d_%s", s.d, s.dv, s.off, kv),
+					tol:  tol,
+					build: func(g *core.Graph, rng *rand.Rand) {
+						tk := s.off + tq
+						rows := func(dim int64) []byte {
+							x := randF32(rng, tk*hkv*dim)
+							for i := int64(0); i < hkv*dim; i++ {
+								x[(s.off+2)*hkv*dim+i] = float32(math.NaN())
+							}
+							if kv == core.F32 {
+								return core.EncodeF32(x)
+							}
+							b := make([]byte, 2*len(x))
+							for i, v := range x {
+								binary.LittleEndian.PutUint16(b[2*i:], core.F32ToF16(v))
+							}
+							return b
+						}
+						q := g.Input("q", core.F32, tq, hq, s.d)
+						k := g.Const("k", kv, core.Shape{tk, hkv, s.d}, rows(s.d))
+						v := g.Const("v", kv, core.Shape{tk, hkv, s.dv}, rows(s.dv))
+						off := g.Const("q_offset", core.I32, core.Shape{1}, core.EncodeI32([]int32{int32(s.off)}))
+						m := g.Const("mask", core.I8, core.Shape{tq, tq}, mask)
+						g.Output(g.Attention(q, k, v, core.AttentionOptions{Causal: true, QOffsetInput: off, Mask: m}))
+					},
+				}
+				runKernelCase(t, ctx, dev, filepath.Base(f)+"/"+kc.name, kc, map[string]string{"threads": "1"})
+			}
+		}
+	}
 }

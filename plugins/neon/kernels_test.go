@@ -72,6 +72,10 @@ func kernelCases() []kernelCase {
 		matmulCase(4, 5, 1, core.F32, 1e-5),
 		matmulCase(19, 1031, 520, core.F32, 1e-5),
 		matmulCase(70, 33, 64, core.F16, 1e-5),
+		// constant float weights packed at prepare (at most NV_FPACK_MAX): past one NC block of
+		// rows, past one KC block of columns
+		matmulCase(5, 1100, 230, core.F32, 1e-5),
+		matmulCase(7, 100, 600, core.F16, 1e-5),
 		matmulCase(1, 33, 64, core.BF16, 1e-5),
 		matmulCase(9, 33, 64, core.BF16, 1e-5),
 		matmulCase(2, 40, 96, core.I8, 1e-5),

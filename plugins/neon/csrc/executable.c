@@ -38,9 +38,9 @@ xpu_status nv_api_graph_analyze(xpu_context ch, const void *ir, uint64_t ir_size
   return XPU_OK;
 }
 
-/* Repacks (or finds in the context's cache) every constant Q4_0/Q8_0 matmul weight (unless the
- * context says repack=0) and every constant Q4_K/Q5_K/Q6_K one (always: their int8 kernels read
- * only the repacked layout). */
+/* Repacks (or finds in the context's cache) every constant Q4_0/Q8_0 matmul weight and the
+ * small float ones of GEMM-path nodes (nv_fpack_wanted), unless the context says repack=0, and
+ * every constant Q4_K/Q5_K/Q6_K one (always: their int8 kernels read only the repacked layout). */
 static xpu_status prepare_weights(nv_executable *e, char *err, size_t cap) {
   const xpu_ir_graph *g = &e->g;
   for (uint32_t i = 0; i < g->header->n_nodes; i++) {
@@ -48,7 +48,8 @@ static xpu_status prepare_weights(nv_executable *e, char *err, size_t cap) {
     if (n->op != XPU_OP_MATMUL) continue;
     const xpu_ir_tensor *b = &g->tensors[n->inputs[1]];
     int q0 = (b->dtype == XPU_DT_Q4_0 || b->dtype == XPU_DT_Q8_0) && e->ctx->repack;
-    if (b->kind != XPU_TENSOR_CONST || !(q0 || nv_kq_repackable(b->dtype))) continue;
+    int f = e->ctx->repack && nv_fpack_wanted(g, n);
+    if (b->kind != XPU_TENSOR_CONST || !(q0 || f || nv_kq_repackable(b->dtype))) continue;
     int batched = 0;
     for (uint32_t d = 0; d + 2 < b->rank; d++) batched |= b->shape[d] != 1;
     int64_t N = b->shape[b->rank - 2], K = b->shape[b->rank - 1];

@@ -397,59 +397,106 @@ static void att_block(const att_args *A, const float *qf, float *acc, float *m, 
 /*
  * Small heads (D or Dv not a multiple of 16, e.g. 8 for stories260K): a per-key dot product
  * of D < 16 floats spends more on its horizontal sum and the call than on the arithmetic. So a
- * window's K rows are transposed once per task into kt[D][ATT_BLOCK] (and V copied to
- * vw[ATT_BLOCK][Dv]), as f32, and each row's ATT_BLOCK scores come from D vector FMAs across
- * the keys. Masked keys get a -inf score by selection (a NaN K row cannot leak) and P x V skips
- * zero weights (a NaN V row times 0 is not added), so a masked key is still given no weight.
+ * window's K and V rows are transposed once per task into kt[D][ATT_BLOCK] and vt[Dv][ATT_BLOCK]
+ * (f32, 4x4 register transposes), and everything per row runs across the keys: a row's
+ * ATT_BLOCK scores come from D vector FMAs, and P x V accumulates lane-wise, each of the Dv
+ * outputs a vector of partial sums over the keys of its lane, with the online-softmax sum l
+ * kept the same way; the lanes are added once per row at the end. That leaves no horizontal
+ * sum and no dependent chain longer than ATT_BLOCK/4 in the window loop.
+ *
+ * Masked keys get a -inf score by selection (a NaN K row cannot leak) and a weight of exactly
+ * 0; 0 x a finite V value adds nothing, so the FMA needs no mask, unless the window holds a
+ * non-finite V value (checked once per window, only when some row does not see every loaded
+ * key): then the masked products are selected away instead. A row's result thus depends on
+ * the keys it sees only, not on which other rows share the task: a verify row gets the same
+ * bits as decoding that token alone.
  */
 static inline int att_small(int64_t d, int64_t dv) { return d % 16 != 0 || dv % 16 != 0; }
 
-/* kt[d][j] and vw[j][*] for the keys w0+j < wn; zero beyond */
-static void att_window_load(const att_args *A, int64_t hk, int64_t w0, int64_t wn, float *kt, float *vw) {
-  const int64_t D = A->D, Dv = A->Dv, n = wn - w0;
-  for (int64_t j = 0; j < ATT_BLOCK; j++) {
-    if (j < n) {
-      size_t row = (size_t)((w0 + j) * A->Hkv + hk);
-      if (A->kt == XPU_DT_F32) {
-        const float *k = (const float *)A->k + row * (size_t)D;
-        for (int64_t d = 0; d < D; d++) kt[d * ATT_BLOCK + j] = k[d];
-      } else {
-        const uint16_t *k = (const uint16_t *)A->k + row * (size_t)D;
-        for (int64_t d = 0; d < D; d++) kt[d * ATT_BLOCK + j] = nv_f16_to_f32(k[d]);
-      }
-      if (A->vt == XPU_DT_F32)
-        memcpy(vw + j * Dv, (const float *)A->v + row * (size_t)Dv, (size_t)Dv * 4);
-      else
-        nv_f16_row_to_f32((const uint16_t *)A->v + row * (size_t)Dv, vw + j * Dv, Dv);
-    } else {
-      for (int64_t d = 0; d < D; d++) kt[d * ATT_BLOCK + j] = 0.0f;
-      memset(vw + j * Dv, 0, (size_t)Dv * 4);
+enum { ATT_NV = ATT_BLOCK / 4 };
+/* lanes of the lane-wise state: a row's window is ATT_BLOCK / ATT_LANES vectors */
+#if defined(__x86_64__) && defined(__AVX512F__)
+#define ATT_LANES 16
+#else
+#define ATT_LANES 4
+#endif
+
+static inline float32x4_t att_ld4(const uint8_t *row, uint32_t dt, int64_t d) {
+  return dt == XPU_DT_F32 ? vld1q_f32((const float *)row + d) : v_ld_f16((const uint16_t *)row + d);
+}
+
+static inline float att_ld1(const uint8_t *row, uint32_t dt, int64_t d) {
+  return dt == XPU_DT_F32 ? ((const float *)row)[d] : nv_f16_to_f32(((const uint16_t *)row)[d]);
+}
+
+/* dst[d * ATT_BLOCK + r] = rows[r][d] for r < 4, d < n */
+static void att_transpose4(const uint8_t *const rows[4], uint32_t dt, int64_t n, float *dst) {
+  int64_t d = 0;
+  for (; d + 4 <= n; d += 4) {
+    float32x4_t q0 = att_ld4(rows[0], dt, d), q1 = att_ld4(rows[1], dt, d);
+    float32x4_t q2 = att_ld4(rows[2], dt, d), q3 = att_ld4(rows[3], dt, d);
+    float32x4_t t0 = vtrn1q_f32(q0, q1), t1 = vtrn2q_f32(q0, q1);
+    float32x4_t t2 = vtrn1q_f32(q2, q3), t3 = vtrn2q_f32(q2, q3);
+    vst1q_f32(dst + (d + 0) * ATT_BLOCK, vcombine_f32(vget_low_f32(t0), vget_low_f32(t2)));
+    vst1q_f32(dst + (d + 1) * ATT_BLOCK, vcombine_f32(vget_low_f32(t1), vget_low_f32(t3)));
+    vst1q_f32(dst + (d + 2) * ATT_BLOCK, vcombine_f32(vget_high_f32(t0), vget_high_f32(t2)));
+    vst1q_f32(dst + (d + 3) * ATT_BLOCK, vcombine_f32(vget_high_f32(t1), vget_high_f32(t3)));
+  }
+  for (; d < n; d++)
+    for (int r = 0; r < 4; r++) dst[d * ATT_BLOCK + r] = att_ld1(rows[r], dt, d);
+}
+
+/* kt and vt for the keys w0+j < wn; zeros beyond (read from zrow, a zero row of max(D, Dv)
+ * elements, which is zero as f32 and as f16) */
+static void att_window_load(const att_args *A, int64_t hk, int64_t w0, int64_t wn, float *kt, float *vt,
+                            const uint8_t *zrow) {
+  size_t ke = A->kt == XPU_DT_F32 ? 4 : 2, ve = A->vt == XPU_DT_F32 ? 4 : 2;
+  for (int64_t j = 0; j < ATT_BLOCK; j += 4) {
+    const uint8_t *kr[4], *vr[4];
+    for (int r = 0; r < 4; r++) {
+      int64_t key = w0 + j + r;
+      size_t row = (size_t)(key * A->Hkv + hk);
+      kr[r] = key < wn ? A->k + row * (size_t)A->D * ke : zrow;
+      vr[r] = key < wn ? A->v + row * (size_t)A->Dv * ve : zrow;
     }
+    att_transpose4(kr, A->kt, A->D, kt + j);
+    att_transpose4(vr, A->vt, A->Dv, vt + j);
   }
 }
 
-/* one row's gs heads against a loaded window; vis[j] is all ones where the row sees key j, and
- * `all` says it sees every loaded one */
-static void att_window_row(const att_args *A, const float *qf, float *acc, float *m, float *l, float *s,
-                           const float *kt, const float *vw, const uint32_t *vis, int all) {
+/* whether every value of a loaded window's V is finite */
+static int att_window_finite(const float *vt, int64_t dv) {
+  const float32x4_t zero = vdupq_n_f32(0.0f);
+  uint32x4_t ok = vdupq_n_u32(0xffffffffu);
+  for (int64_t i = 0; i < dv * ATT_BLOCK; i += 4) {
+    float32x4_t x = vld1q_f32(vt + i);
+    ok = vandq_u32(ok, vceqq_f32(vsubq_f32(x, x), zero)); /* inf - inf and NaN are NaN */
+  }
+  return vminvq_u32(ok) != 0;
+}
+
+#if ATT_LANES == 4
+/* One row's gs heads against a loaded window; vis[j] is all ones where the row sees key j (NULL:
+ * every key). acc holds Dv vectors of ATT_LANES per head, l one such vector per head (lane-wise
+ * partial sums). */
+static void att_window_row(const att_args *A, const float *qf, float *acc, float *m, float *l, const float *kt,
+                           const float *vt, const uint32_t *vis, int exact_zero) {
   const int64_t D = A->D, Dv = A->Dv, gs = A->gs;
   const float32x4_t ninf = vdupq_n_f32(-INFINITY), zero = vdupq_n_f32(0.0f), scale = vdupq_n_f32(A->scale);
-  enum { NV = ATT_BLOCK / 4 };
-  uint32x4_t vm[NV];
-  for (int k = 0; k < NV; k++) vm[k] = vld1q_u32(vis + 4 * k);
+  uint32x4_t vm[ATT_NV];
+  for (int k = 0; k < ATT_NV; k++) vm[k] = vis ? vld1q_u32(vis + 4 * k) : vdupq_n_u32(0xffffffffu);
   for (int64_t g = 0; g < gs; g++) {
     const float *q = qf + g * D;
-    float *sg = s + g * ATT_BLOCK, *ag = acc + g * Dv;
-    float32x4_t t[NV];
-    for (int k = 0; k < NV; k++) t[k] = zero;
+    float32x4_t t[ATT_NV];
+    for (int k = 0; k < ATT_NV; k++) t[k] = zero;
     for (int64_t d = 0; d < D; d++) {
       const float32x4_t qd = vdupq_n_f32(q[d]);
       const float *kd = kt + d * ATT_BLOCK;
-      for (int k = 0; k < NV; k++) t[k] = vfmaq_f32(t[k], qd, vld1q_f32(kd + 4 * k));
+      for (int k = 0; k < ATT_NV; k++) t[k] = vfmaq_f32(t[k], qd, vld1q_f32(kd + 4 * k));
     }
     /* masked scores are replaced, not scaled: a NaN from a masked K row does not survive */
     float32x4_t mx = ninf;
-    for (int k = 0; k < NV; k++) {
+    for (int k = 0; k < ATT_NV; k++) {
       t[k] = vbslq_f32(vm[k], vmulq_f32(t[k], scale), ninf);
       mx = vmaxq_f32(mx, t[k]);
     }
@@ -458,34 +505,171 @@ static void att_window_row(const att_args *A, const float *qf, float *acc, float
     float c = 1.0f;
     if (mb > m[g]) {
       c = m[g] == -INFINITY ? 0.0f : expf(m[g] - mb);
-      l[g] *= c;
       m[g] = mb;
     }
-    const float32x4_t vmg = vdupq_n_f32(m[g]);
-    float32x4_t sum = zero;
-    for (int k = 0; k < NV; k++) {
-      float32x4_t e = vbslq_f32(vm[k], v_exp(vsubq_f32(t[k], vmg)), zero);
-      sum = vaddq_f32(sum, e);
-      vst1q_f32(sg + 4 * k, e);
+    const float32x4_t vmg = vdupq_n_f32(m[g]), vc = vdupq_n_f32(c);
+    float32x4_t e[ATT_NV];
+    float32x4_t lg = vld1q_f32(l + g * 4);
+    if (c != 1.0f) lg = vmulq_f32(lg, vc);
+    for (int k = 0; k < ATT_NV; k++) {
+      e[k] = vbslq_f32(vm[k], v_exp(vsubq_f32(t[k], vmg)), zero);
+      lg = vaddq_f32(lg, e[k]);
     }
-    l[g] += vaddvq_f32(sum);
-    /* where the row does not see every loaded key, zero weights are skipped, not multiplied:
-     * 0 x a NaN V row of a masked key is NaN (the window's unloaded rows are zeros) */
-    int64_t d = 0;
-    for (; d + 4 <= Dv; d += 4) {
-      float32x4_t a = vmulq_f32(vld1q_f32(ag + d), vdupq_n_f32(c));
-      if (all)
-        for (int j = 0; j < ATT_BLOCK; j++) a = vfmaq_f32(a, vdupq_n_f32(sg[j]), vld1q_f32(vw + j * Dv + d));
+    vst1q_f32(l + g * 4, lg);
+    float *ag = acc + g * Dv * 4;
+    for (int64_t d = 0; d < Dv; d++) {
+      const float *vd = vt + d * ATT_BLOCK;
+      float32x4_t a = vld1q_f32(ag + 4 * d);
+      if (c != 1.0f) a = vmulq_f32(a, vc);
+      if (exact_zero)
+        for (int k = 0; k < ATT_NV; k++) a = vfmaq_f32(a, e[k], vld1q_f32(vd + 4 * k));
       else
-        for (int j = 0; j < ATT_BLOCK; j++)
-          if (sg[j] != 0.0f) a = vfmaq_f32(a, vdupq_n_f32(sg[j]), vld1q_f32(vw + j * Dv + d));
-      vst1q_f32(ag + d, a);
+        for (int k = 0; k < ATT_NV; k++) a = vaddq_f32(a, vbslq_f32(vm[k], vmulq_f32(e[k], vld1q_f32(vd + 4 * k)), zero));
+      vst1q_f32(ag + 4 * d, a);
     }
-    for (; d < Dv; d++) {
-      float a = ag[d] * c;
-      for (int j = 0; j < ATT_BLOCK; j++)
-        if (sg[j] != 0.0f) a += sg[j] * vw[j * Dv + d];
-      ag[d] = a;
+  }
+}
+
+#endif
+
+#if ATT_LANES == 16
+/* exp(x) for 16 lanes: v_exp's algorithm and constants (neon_simd.h), the same result per lane */
+static inline __m512 att_exp16(__m512 x) {
+  const __m512 r = _mm512_set1_ps(0x1.8p23f);
+  const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
+  const __m512 n = _mm512_sub_ps(z, r);
+  const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                    _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+  const __m512i e = _mm512_slli_epi32(_mm512_castps_si512(z), 23);
+  const __m512 k = _mm512_castsi512_ps(_mm512_add_epi32(e, _mm512_castps_si512(_mm512_set1_ps(1.0f))));
+  const __m512 an = _mm512_abs_ps(n);
+  const __mmask16 c = _mm512_cmp_ps_mask(an, _mm512_set1_ps(126.0f), _CMP_GT_OQ);
+  const __m512 u = _mm512_mul_ps(b, b);
+  const __m512 j = _mm512_fmadd_ps(
+      _mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
+      _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f)));
+  const __m512 jj = _mm512_fmadd_ps(j, u, _mm512_mul_ps(_mm512_set1_ps(0x1.ffffecp-1f), b));
+  if (c == 0) return _mm512_fmadd_ps(k, jj, k);
+  const __mmask16 neg = _mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ);
+  const __m512i d = _mm512_maskz_mov_epi32(neg, _mm512_set1_epi32((int)0x82000000u));
+  const __m512 s1 = _mm512_castsi512_ps(_mm512_add_epi32(d, _mm512_set1_epi32(0x7f000000)));
+  const __m512 s2 = _mm512_castsi512_ps(_mm512_sub_epi32(e, d));
+  __m512 res = _mm512_fmadd_ps(k, jj, k);
+  res = _mm512_mask_mov_ps(res, c, _mm512_mul_ps(_mm512_fmadd_ps(s2, jj, s2), s1));
+  res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(an, _mm512_set1_ps(192.0f), _CMP_GT_OQ), _mm512_mul_ps(s1, s1));
+  /* NaN lanes: the bit tricks above may turn them into numbers */
+  return _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+static inline float att_lane_sum(const float *p) { return _mm512_reduce_add_ps(_mm512_loadu_ps(p)); }
+
+/* att_window_row on 16 lanes: a window is two vectors, so a row's scores, weights and P x V
+ * take a quarter of the 4-lane instructions */
+static void att_window_row16(const att_args *A, const float *qf, float *acc, float *m, float *l, const float *kt,
+                             const float *vt, const uint32_t *vis, int exact_zero) {
+  const int64_t D = A->D, Dv = A->Dv, gs = A->gs;
+  const __m512 ninf = _mm512_set1_ps(-INFINITY), scale = _mm512_set1_ps(A->scale);
+  __mmask16 v0 = 0xffff, v1 = 0xffff;
+  if (vis) {
+    v0 = _mm512_test_epi32_mask(_mm512_loadu_si512(vis), _mm512_loadu_si512(vis));
+    v1 = _mm512_test_epi32_mask(_mm512_loadu_si512(vis + 16), _mm512_loadu_si512(vis + 16));
+  }
+  for (int64_t g = 0; g < gs; g++) {
+    const float *q = qf + g * D;
+    __m512 t0 = _mm512_setzero_ps(), t1 = t0;
+    for (int64_t d = 0; d < D; d++) {
+      const __m512 qd = _mm512_set1_ps(q[d]);
+      t0 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kt + d * ATT_BLOCK), t0);
+      t1 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kt + d * ATT_BLOCK + 16), t1);
+    }
+    /* masked scores are replaced, not scaled: a NaN from a masked K row does not survive */
+    t0 = _mm512_mask_mul_ps(ninf, v0, t0, scale);
+    t1 = _mm512_mask_mul_ps(ninf, v1, t1, scale);
+    const float mb = _mm512_reduce_max_ps(_mm512_max_ps(t0, t1));
+    if (mb == -INFINITY) continue; /* nothing visible here */
+    float c = 1.0f;
+    if (mb > m[g]) {
+      c = m[g] == -INFINITY ? 0.0f : expf(m[g] - mb);
+      m[g] = mb;
+    }
+    const __m512 vmg = _mm512_set1_ps(m[g]), vc = _mm512_set1_ps(c);
+    const __m512 e0 = _mm512_maskz_mov_ps(v0, att_exp16(_mm512_sub_ps(t0, vmg)));
+    const __m512 e1 = _mm512_maskz_mov_ps(v1, att_exp16(_mm512_sub_ps(t1, vmg)));
+    __m512 lg = _mm512_loadu_ps(l + g * 16);
+    if (c != 1.0f) lg = _mm512_mul_ps(lg, vc);
+    _mm512_storeu_ps(l + g * 16, _mm512_add_ps(_mm512_add_ps(lg, e0), e1));
+    float *ag = acc + g * Dv * 16;
+    for (int64_t d = 0; d < Dv; d++) {
+      const float *vd = vt + d * ATT_BLOCK;
+      __m512 a = _mm512_loadu_ps(ag + 16 * d);
+      if (c != 1.0f) a = _mm512_mul_ps(a, vc);
+      if (exact_zero) {
+        a = _mm512_fmadd_ps(e0, _mm512_loadu_ps(vd), a);
+        a = _mm512_fmadd_ps(e1, _mm512_loadu_ps(vd + 16), a);
+      } else {
+        a = _mm512_add_ps(a, _mm512_maskz_mul_ps(v0, e0, _mm512_loadu_ps(vd)));
+        a = _mm512_add_ps(a, _mm512_maskz_mul_ps(v1, e1, _mm512_loadu_ps(vd + 16)));
+      }
+      _mm512_storeu_ps(ag + 16 * d, a);
+    }
+  }
+}
+#define att_window_row att_window_row16
+#else
+static inline float att_lane_sum(const float *p) { return vaddvq_f32(vld1q_f32(p)); }
+#endif
+
+/* the small-head path of a task: rows i0 .. i0+nr of the heads h0 .. h0+gs of KV head hk */
+static void att_small_rows(const att_args *A, float *base, int64_t i0, int64_t nr, int64_t h0, int64_t hk,
+                           const int64_t *ends, int64_t wend) {
+  const int64_t D = A->D, Dv = A->Dv, gs = A->gs, qb = A->qb;
+  float *qf = base, *acc = qf + qb * gs * D, *m = acc + qb * gs * Dv * ATT_LANES, *l = m + qb * gs;
+  float *kt = l + qb * gs * ATT_LANES;
+  float *vt = kt + D * ATT_BLOCK, *zrow = vt + Dv * ATT_BLOCK, *ob = zrow + (D > Dv ? D : Dv);
+  memset(zrow, 0, (size_t)(D > Dv ? D : Dv) * 4);
+  memset(acc, 0, (size_t)(nr * gs * Dv * ATT_LANES) * 4);
+  memset(l, 0, (size_t)(nr * gs * ATT_LANES) * 4);
+  for (int64_t r = 0; r < nr * gs; r++) m[r] = -INFINITY;
+  /* the keys every row sees: the prefix before the mask's block, up to the shortest end */
+  int64_t common = wend;
+  for (int64_t r = 0; r < nr; r++) common = ends[r] < common ? ends[r] : common;
+  if (A->mask && A->off < common) common = A->off > 0 ? A->off : 0;
+  for (int64_t w0 = 0; w0 < wend; w0 += ATT_BLOCK) {
+    int64_t wn = w0 + ATT_BLOCK < wend ? w0 + ATT_BLOCK : wend;
+    att_window_load(A, hk, w0, wn, kt, vt, (const uint8_t *)zrow);
+    int finite = -1; /* not checked yet */
+    for (int64_t r = 0; r < nr; r++) {
+      float *rq = qf + r * gs * D, *racc = acc + r * gs * Dv * ATT_LANES, *rm = m + r * gs;
+      float *rl = l + r * gs * ATT_LANES;
+      if (w0 + ATT_BLOCK <= common) { /* the row sees the whole window */
+        att_window_row(A, rq, racc, rm, rl, kt, vt, NULL, 1);
+        continue;
+      }
+      const int8_t *mrow = A->mask ? A->mask + (i0 + r) * A->Tq : NULL;
+      uint32_t vis[ATT_BLOCK];
+      int any = 0, all = 1;
+      for (int64_t j = 0; j < ATT_BLOCK; j++) {
+        int64_t k = w0 + j;
+        int see = k < ends[r] && (!mrow || k < A->off || mrow[k - A->off]);
+        vis[j] = see ? 0xffffffffu : 0u;
+        any |= see;
+        if (k < wn && !see) all = 0;
+      }
+      if (!any) continue;
+      if (!all && finite < 0) finite = att_window_finite(vt, Dv);
+      att_window_row(A, rq, racc, rm, rl, kt, vt, vis, all || finite);
+    }
+  }
+  for (int64_t r = 0; r < nr; r++) {
+    for (int64_t g = 0; g < gs; g++) {
+      int64_t rg = r * gs + g, row = (i0 + r) * A->Hq + h0 + g;
+      float sum = att_lane_sum(l + rg * ATT_LANES), inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const float *ag = acc + rg * Dv * ATT_LANES;
+      for (int64_t d = 0; d < Dv; d++) ob[d] = att_lane_sum(ag + d * ATT_LANES) * inv;
+      if (A->qt == XPU_DT_F32)
+        memcpy((float *)A->o + row * Dv, ob, (size_t)Dv * 4);
+      else
+        nv_f32_row_to_f16(ob, (uint16_t *)A->o + row * Dv, Dv);
     }
   }
 }
@@ -504,9 +688,11 @@ static void att_task(void *p, int tid, int nth) {
   att_args *A = (att_args *)p;
   const int64_t group = A->Hq / A->Hkv, gs = A->gs, per_row = A->Hq / gs, qb = A->qb;
   const int64_t nblocks = (A->Tq + qb - 1) / qb;
+  const int small = att_small(A->D, A->Dv);
   int64_t t0, t1;
   nv_range(nblocks * per_row, tid, nth, 1, &t0, &t1);
   float *base = (float *)nv_scratch(A->r, tid);
+  /* both paths keep the queries first; the large-head path's state follows them */
   float *qf = base, *acc = qf + qb * gs * A->D, *m = acc + qb * gs * A->Dv, *l = m + qb * gs, *s = l + qb * gs;
   for (int64_t task = t0; task < t1; task++) {
     int64_t i0 = (task / per_row) * qb, h0 = (task % per_row) * gs, hk = h0 / group;
@@ -528,32 +714,18 @@ static void att_task(void *p, int tid, int nth) {
           memcpy(qg, (const float *)A->q + row * A->D, (size_t)A->D * 4);
         else
           nv_f16_row_to_f32((const uint16_t *)A->q + row * A->D, qg, A->D);
-        m[r * gs + g] = -INFINITY;
-        l[r * gs + g] = 0.0f;
       }
+    }
+    if (small) {
+      att_small_rows(A, base, i0, nr, h0, hk, ends, wend);
+      continue;
+    }
+    for (int64_t r = 0; r < nr * gs; r++) {
+      m[r] = -INFINITY;
+      l[r] = 0.0f;
     }
     memset(acc, 0, (size_t)(nr * gs * A->Dv) * 4);
-    if (att_small(A->D, A->Dv)) {
-      float *kt = s + gs * ATT_BLOCK, *vw = kt + A->D * ATT_BLOCK;
-      for (int64_t w0 = 0; w0 < wend; w0 += ATT_BLOCK) {
-        att_window_load(A, hk, w0, w0 + ATT_BLOCK < wend ? w0 + ATT_BLOCK : wend, kt, vw);
-        for (int64_t r = 0; r < nr; r++) {
-          const int8_t *mrow = A->mask ? A->mask + (i0 + r) * A->Tq : NULL;
-          uint32_t vis[ATT_BLOCK];
-          int any = 0, all = 1;
-          for (int64_t j = 0; j < ATT_BLOCK; j++) {
-            int64_t k = w0 + j;
-            int see = k < ends[r] && (!mrow || k < A->off || mrow[k - A->off]);
-            vis[j] = see ? 0xffffffffu : 0u;
-            any |= see;
-            if (k < wend && !see) all = 0;
-          }
-          if (any)
-            att_window_row(A, qf + r * gs * A->D, acc + r * gs * A->Dv, m + r * gs, l + r * gs, s, kt, vw, vis, all);
-        }
-      }
-    }
-    for (int64_t w0 = 0; w0 < wend && !att_small(A->D, A->Dv); w0 += ATT_BLOCK) {
+    for (int64_t w0 = 0; w0 < wend; w0 += ATT_BLOCK) {
       for (int64_t r = 0; r < nr; r++) {
         const int8_t *mrow = A->mask ? A->mask + (i0 + r) * A->Tq : NULL;
         int64_t e = w0 + ATT_BLOCK < ends[r] ? w0 + ATT_BLOCK : ends[r], kidx[ATT_BLOCK], jb = 0;
@@ -583,19 +755,27 @@ static int64_t att_group(int64_t hq, int64_t hkv) {
   return group >= 1 && group <= ATT_MAX_GROUP ? group : 1;
 }
 
+/* floats of per-row state of one head: the query, the accumulator, m and l (the small-head
+ * path keeps the accumulator and l lane-wise, 4 floats for each value) */
+static int64_t att_row_floats(int64_t d, int64_t dv) { return att_small(d, dv) ? d + ATT_LANES * dv + 1 + ATT_LANES : d + dv + 2; }
+
 /* query rows sharing one task, at most: ATT_MAX_QB, fewer when the per-row state of gs heads
- * (query, accumulator) would pass ATT_QB_FLOATS floats of scratch */
+ * would pass ATT_QB_FLOATS floats of scratch */
 static int64_t att_qb_max(int64_t tq, int64_t gs, int64_t d, int64_t dv) {
-  int64_t qb = ATT_MAX_QB, per = gs * (d + dv + 2);
+  int64_t qb = ATT_MAX_QB, per = gs * att_row_floats(d, dv);
   while (qb > 1 && qb * per > ATT_QB_FLOATS) qb /= 2;
   return tq < qb ? (tq > 0 ? tq : 1) : qb;
 }
 
+/* per thread: the rows' state, then the large-head path's scores (gs x ATT_BLOCK) or the
+ * small-head path's transposed window (kt, vt), a zero row and an output row */
 uint64_t nv_attention_scratch(const xpu_ir_graph *g, const xpu_ir_node *n) {
   const xpu_ir_tensor *q = &g->tensors[n->inputs[0]], *k = &g->tensors[n->inputs[1]], *v = &g->tensors[n->inputs[2]];
-  int64_t gs = att_group(q->shape[1], k->shape[1]), qb = att_qb_max(q->shape[0], gs, q->shape[2], v->shape[2]);
-  uint64_t win = att_small(q->shape[2], v->shape[2]) ? ((uint64_t)q->shape[2] + (uint64_t)v->shape[2]) * ATT_BLOCK : 0;
-  return ((uint64_t)gs * ((uint64_t)qb * ((uint64_t)q->shape[2] + (uint64_t)v->shape[2] + 2) + ATT_BLOCK) + win) * 4 + 64;
+  int64_t d = q->shape[2], dv = v->shape[2];
+  int64_t gs = att_group(q->shape[1], k->shape[1]), qb = att_qb_max(q->shape[0], gs, d, dv);
+  uint64_t tail = att_small(d, dv) ? (uint64_t)((d + dv) * ATT_BLOCK + (d > dv ? d : dv) + dv)
+                                   : (uint64_t)(gs * ATT_BLOCK);
+  return ((uint64_t)(gs * qb * att_row_floats(d, dv)) + tail) * 4 + 64;
 }
 
 xpu_status nv_k_attention(nv_run *r, const xpu_ir_node *n) {

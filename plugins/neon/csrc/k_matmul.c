@@ -255,37 +255,66 @@ static inline int64_t take(mm_args *A, int64_t n) {
   return u < n ? u : -1;
 }
 
-/* Packs rows [jc, jc+nc) x columns [pc, pc+kc) of b into NR-row panels, k-major: four rows at
- * a time are converted to f32 and transposed 4x4 in registers, so packing costs vector loads
- * and stores rather than one scattered store per element. */
+/* Packs rows [n0, n0+NR) x columns [pc, pc+kc) of b into one NR-row panel, k-major (rows from
+ * nend on are zeros): four rows at a time are converted to f32 and transposed 4x4 in registers,
+ * so packing costs vector loads and stores rather than one scattered store per element. */
+static void pack_panel(uint32_t bt, const uint8_t *b, int64_t bstride, float scale, int64_t n0, int64_t nend,
+                       int64_t pc, int64_t kc, float *dst) {
+  float rows[4][KC];
+  for (int j = 0; j < NR; j += 4) {
+    for (int r = 0; r < 4; r++) {
+      int64_t n = n0 + j + r;
+      if (n < nend)
+        b_row_f32(bt, b + n * bstride, pc, kc, scale, rows[r]);
+      else
+        memset(rows[r], 0, sizeof rows[r]);
+    }
+    int64_t k = 0;
+    for (; k + 4 <= kc; k += 4) {
+      float32x4_t q0 = vld1q_f32(rows[0] + k), q1 = vld1q_f32(rows[1] + k);
+      float32x4_t q2 = vld1q_f32(rows[2] + k), q3 = vld1q_f32(rows[3] + k);
+      float32x4_t t0 = vtrn1q_f32(q0, q1), t1 = vtrn2q_f32(q0, q1);
+      float32x4_t t2 = vtrn1q_f32(q2, q3), t3 = vtrn2q_f32(q2, q3);
+      vst1q_f32(dst + (k + 0) * NR + j, vcombine_f32(vget_low_f32(t0), vget_low_f32(t2)));
+      vst1q_f32(dst + (k + 1) * NR + j, vcombine_f32(vget_low_f32(t1), vget_low_f32(t3)));
+      vst1q_f32(dst + (k + 2) * NR + j, vcombine_f32(vget_high_f32(t0), vget_high_f32(t2)));
+      vst1q_f32(dst + (k + 3) * NR + j, vcombine_f32(vget_high_f32(t1), vget_high_f32(t3)));
+    }
+    for (; k < kc; k++)
+      for (int r = 0; r < 4; r++) dst[k * NR + j + r] = rows[r][k];
+  }
+}
+
+/* Packs rows [jc, jc+nc) x columns [pc, pc+kc) of b into NR-row panels (the block of one GEMM step) */
 static void pack_b_task(void *p, int tid, int nth) {
   mm_args *A = (mm_args *)p;
   int64_t panels = (A->nc + NR - 1) / NR, p0, p1;
   nv_range(panels, tid, nth, 1, &p0, &p1);
-  float rows[4][KC];
+  for (int64_t pi = p0; pi < p1; pi++)
+    pack_panel(A->bt, A->b, A->bstride, A->scale, A->jc + pi * NR, A->jc + A->nc, A->pc, A->kc,
+               A->bp + pi * A->kc * NR);
+}
+
+/* ---------------------------------------------------------------- float weights packed at prepare */
+
+int64_t nv_fpack_panel_count(int64_t N) { return (N + NR - 1) / NR; }
+
+uint64_t nv_fpack_bytes(int64_t N, int64_t K) { return (uint64_t)nv_fpack_panel_count(N) * NR * (uint64_t)K * 4; }
+
+/* where the GEMM's block (jc, pc) starts: the blocks before jc are whole (NC rows, a multiple
+ * of NR), and a block holds its ncp padded rows times kc */
+static int64_t fpack_block(int64_t N, int64_t K, int64_t jc, int64_t pc) {
+  int64_t np = nv_fpack_panel_count(N) * NR, ncp = np - jc < NC ? np - jc : NC;
+  return jc * K + ncp * pc;
+}
+
+void nv_fpack_panels(uint32_t dtype, const uint8_t *src, int64_t N, int64_t K, int64_t p0, int64_t p1, float *dst) {
+  int64_t bstride = K * (int64_t)xpu_dtype_block_bytes(dtype);
   for (int64_t pi = p0; pi < p1; pi++) {
-    float *dst = A->bp + pi * A->kc * NR;
-    for (int j = 0; j < NR; j += 4) {
-      for (int r = 0; r < 4; r++) {
-        int64_t n = A->jc + pi * NR + j + r;
-        if (n < A->jc + A->nc)
-          b_row_f32(A->bt, A->b + n * A->bstride, A->pc, A->kc, A->scale, rows[r]);
-        else
-          memset(rows[r], 0, sizeof rows[r]);
-      }
-      int64_t k = 0;
-      for (; k + 4 <= A->kc; k += 4) {
-        float32x4_t q0 = vld1q_f32(rows[0] + k), q1 = vld1q_f32(rows[1] + k);
-        float32x4_t q2 = vld1q_f32(rows[2] + k), q3 = vld1q_f32(rows[3] + k);
-        float32x4_t t0 = vtrn1q_f32(q0, q1), t1 = vtrn2q_f32(q0, q1);
-        float32x4_t t2 = vtrn1q_f32(q2, q3), t3 = vtrn2q_f32(q2, q3);
-        vst1q_f32(dst + (k + 0) * NR + j, vcombine_f32(vget_low_f32(t0), vget_low_f32(t2)));
-        vst1q_f32(dst + (k + 1) * NR + j, vcombine_f32(vget_low_f32(t1), vget_low_f32(t3)));
-        vst1q_f32(dst + (k + 2) * NR + j, vcombine_f32(vget_high_f32(t0), vget_high_f32(t2)));
-        vst1q_f32(dst + (k + 3) * NR + j, vcombine_f32(vget_high_f32(t1), vget_high_f32(t3)));
-      }
-      for (; k < A->kc; k++)
-        for (int r = 0; r < 4; r++) dst[k * NR + j + r] = rows[r][k];
+    int64_t n0 = pi * NR, jc = n0 / NC * NC;
+    for (int64_t pc = 0; pc < K; pc += KC) {
+      int64_t kc = K - pc < KC ? K - pc : KC;
+      pack_panel(dtype, src, bstride, 0.0f, n0, N, pc, kc, dst + fpack_block(N, K, jc, pc) + (n0 - jc) / NR * kc * NR);
     }
   }
 }
@@ -607,6 +636,12 @@ static void cvt_task(void *p, int tid, int nth) {
 
 static int is_quant(uint32_t bt) { return bt == XPU_DT_Q8_0 || bt == XPU_DT_Q4_0; }
 
+int nv_fpack_wanted(const xpu_ir_graph *g, const xpu_ir_node *n) {
+  const xpu_ir_tensor *a = &g->tensors[n->inputs[0]], *b = &g->tensors[n->inputs[1]];
+  int64_t M = a->rank >= 2 ? a->shape[a->rank - 2] : 1, N = b->shape[b->rank - 2], K = b->shape[b->rank - 1];
+  return nv_is_float_weight(b->dtype) && M > GEMV_MAX_M && N > 0 && K > 0 && nv_fpack_bytes(N, K) <= NV_FPACK_MAX;
+}
+
 /* per-thread: the packed A block (GEMM) */
 uint64_t nv_matmul_scratch(const xpu_ir_graph *g, const xpu_ir_node *n) {
   uint64_t s = (uint64_t)MC * KC * 4 + 64;
@@ -744,12 +779,16 @@ xpu_status nv_k_matmul(nv_run *r, const xpu_ir_node *n) {
         atomic_store(&A.next, 0);
         nv_parallel(r, M * N * K, gemv_task, &A);
       } else {
+        const float *fp = pk && nv_is_float_weight(bt) ? (const float *)pk->data : NULL;
         A.bp = (float *)shared;
         for (A.jc = 0; A.jc < N; A.jc += NC) {
           A.nc = N - A.jc < NC ? N - A.jc : NC;
           for (A.pc = 0; A.pc < K; A.pc += KC) {
             A.kc = K - A.pc < KC ? K - A.pc : KC;
-            nv_parallel(r, A.nc * A.kc * 16, pack_b_task, &A);
+            if (fp)
+              A.bp = (float *)fp + fpack_block(N, K, A.jc, A.pc);
+            else
+              nv_parallel(r, A.nc * A.kc * 16, pack_b_task, &A);
             atomic_store(&A.next, 0);
             nv_parallel(r, M * A.nc * A.kc, gemm_task, &A);
           }

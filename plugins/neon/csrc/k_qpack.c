@@ -43,6 +43,7 @@
 static int64_t group_block_bytes(int q4) { return q4 ? 32 + 4 * 64 : 32 + 8 * 64; }
 
 uint64_t nv_qpack_bytes(uint32_t dtype, int64_t N, int64_t K) {
+  if (nv_is_float_weight(dtype)) return nv_fpack_bytes(N, K);
   if (nv_is_kquant(dtype)) return nv_kq_pack_bytes(dtype, N, K);
   return (uint64_t)((N + NV_PG - 1) / NV_PG) * (uint64_t)(K / 32) * (uint64_t)group_block_bytes(dtype == XPU_DT_Q4_0);
 }
@@ -445,6 +446,11 @@ typedef struct {
 static void pack_task(void *p, int tid, int nth) {
   pack_args *A = (pack_args *)p;
   int64_t g0, g1;
+  if (nv_is_float_weight(A->dtype)) {
+    nv_range(nv_fpack_panel_count(A->N), tid, nth, 1, &g0, &g1);
+    nv_fpack_panels(A->dtype, A->src, A->N, A->K, g0, g1, (float *)A->dst);
+    return;
+  }
   nv_range((A->N + NV_PG - 1) / NV_PG, tid, nth, 1, &g0, &g1);
   nv_qpack_groups(A->dtype, A->src, A->N, A->K, g0, g1, A->dst);
 }
@@ -503,7 +509,9 @@ nv_qpacked *nv_qpack_get(nv_context *c, nv_buffer *buf, uint64_t off, uint32_t d
   }
   pack_args A = {dtype, buf->data + off, N, K, d};
   nv_pool_run(c->pool, NULL, nv_pool_size(c->pool), pack_task, &A);
-  advise_cold(buf, off, (uint64_t)N * (uint64_t)(K / xpu_dtype_block_len(dtype)) * xpu_dtype_block_bytes(dtype));
+  /* a float weight's original stays in use: the decode graphs' GEMV reads it */
+  if (!nv_is_float_weight(dtype))
+    advise_cold(buf, off, (uint64_t)N * (uint64_t)(K / xpu_dtype_block_len(dtype)) * xpu_dtype_block_bytes(dtype));
   *p = (nv_qpacked){c->pk, buf, off, gen, dtype, N, K, 1, d, bytes};
   c->pk = p;
   c->pk_bytes += bytes;

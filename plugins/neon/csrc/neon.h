@@ -294,8 +294,24 @@ uint64_t nv_kq_row_bytes(uint32_t dtype, int64_t k);
 void nv_kq_deq_row(uint32_t dtype, const uint8_t *src, float *dst, int64_t k);
 static inline int nv_is_kquant(uint32_t dt) { return dt >= XPU_DT_Q4_K && dt <= XPU_DT_Q3_K; }
 
-/* A constant Q4_0/Q8_0/Q4_K/Q5_K/Q6_K [N, K] weight in the repacked layout, shared through the context's
- * cache by every executable that uses the same bytes (buffer, offset, generation, shape, dtype). */
+/* Float weights (F32/F16/BF16) packed once at prepare into the GEMM's layout (k_matmul.c): the
+ * panels of NR rows, k-major, of every (NC x KC) block in the order the GEMM walks them. Only
+ * for a node whose M takes the GEMM path and a weight of at most NV_FPACK_MAX packed bytes (an
+ * L2-sized one): there, packing on every call costs as much as the multiply (a verify pass of
+ * a small model); a bigger weight is multiplied by more rows (prefill), which amortizes the
+ * packing, and a copy of it would cost real memory. */
+#define NV_FPACK_MAX ((uint64_t)1 << 20)
+int nv_fpack_wanted(const xpu_ir_graph *g, const xpu_ir_node *n);
+static inline int nv_is_float_weight(uint32_t dt) {
+  return dt == XPU_DT_F32 || dt == XPU_DT_F16 || dt == XPU_DT_BF16;
+}
+uint64_t nv_fpack_bytes(int64_t N, int64_t K);
+/* packs the NR-row panels [p0, p1) of the [N, K] weight src into dst (nv_fpack_bytes) */
+void nv_fpack_panels(uint32_t dtype, const uint8_t *src, int64_t N, int64_t K, int64_t p0, int64_t p1, float *dst);
+int64_t nv_fpack_panel_count(int64_t N);
+
+/* A constant Q4_0/Q8_0/Q4_K/Q5_K/Q6_K [N, K] weight in the repacked layout (or a float one in
+ * the GEMM's packed layout), shared through the context's cache by every executable that uses the same bytes (buffer, offset, generation, shape, dtype). */
 typedef struct nv_qpacked {
   struct nv_qpacked *next;
   const nv_buffer *buf;

@@ -236,6 +236,54 @@ static void test_quant_matmul(xpu_context ctx, uint32_t qdt) {
   api->buffer_release(bw), api->buffer_release(bx), api->buffer_release(by), api->buffer_release(byf);
 }
 
+/* y = x · wᵀ with w a constant F32 weight packed once at prepare into the GEMM layout: N not a
+ * multiple of a panel, K past one 256-value block; two executables share the packed copy */
+static void test_fpack_matmul(xpu_context ctx) {
+  enum { M = 9, N = 37, K = 300 };
+  static float xd[M * K], wdat[N * K], yo[M * N];
+  unsigned seed = 11;
+  for (int i = 0; i < M * K; i++) xd[i] = frand(&seed);
+  for (int i = 0; i < N * K; i++) wdat[i] = frand(&seed);
+  xpu_buffer bw = upload(ctx, wdat, sizeof wdat);
+  xpu_executable exe[2];
+  for (int e = 0; e < 2; e++) {
+    xpu_irb g = {0};
+    int64_t xs[2] = {M, K}, ws[2] = {N, K}, os[2] = {M, N};
+    uint32_t x = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, xs);
+    uint32_t w = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_CONST, 2, ws);
+    uint32_t y = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, os);
+    uint32_t mm[2] = {x, w};
+    xpu_irb_node(&g, XPU_OP_MATMUL, y, 2, mm);
+    xpu_irb_output(&g, y);
+    g.tensors[w].const_buffer = bw;
+    exe[e] = prepare(ctx, &g, NULL);
+  }
+  double want[M * N], peak = 0;
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < N; n++) {
+      double s = 0;
+      for (int k = 0; k < K; k++) s += (double)xd[m * K + k] * wdat[n * K + k];
+      want[m * N + n] = s;
+      if (fabs(s) > peak) peak = fabs(s);
+    }
+  xpu_buffer bx = upload(ctx, xd, sizeof xd), by = upload(ctx, NULL, sizeof yo);
+  for (int e = 0; e < 2; e++) {
+    xpu_execution ex = 0;
+    EXPECT(api->execution_create(exe[e], &ex), XPU_OK);
+    EXPECT(api->execution_bind(ex, 0, bx, 0), XPU_OK);
+    EXPECT(api->execution_bind(ex, 1, by, 0), XPU_OK);
+    EXPECT(api->execution_run(ex), XPU_OK);
+    api->buffer_read(by, 0, yo, sizeof yo);
+    double err = max_err(yo, want, M * N);
+    CHECK(err < 1e-5 * peak, "prepacked f32 matmul (executable %d): max error %g of peak %g", e, err, peak);
+    EXPECT(api->execution_release(ex), XPU_OK);
+  }
+  /* the first executable goes first: the second still holds the packed copy */
+  EXPECT(api->executable_release(exe[0]), XPU_OK);
+  EXPECT(api->executable_release(exe[1]), XPU_OK);
+  api->buffer_release(bw), api->buffer_release(bx), api->buffer_release(by);
+}
+
 /* ---------------------------------------------------------------- K-quants */
 
 static uint32_t kq_block_bytes(uint32_t dt) {
@@ -615,6 +663,7 @@ int main(int argc, char **argv) {
   test_attention(ctx);
   test_quant_matmul(ctx, XPU_DT_Q8_0);
   test_quant_matmul(ctx, XPU_DT_Q4_0);
+  test_fpack_matmul(ctx);
   for (uint32_t dt = XPU_DT_Q4_K; dt <= XPU_DT_Q3_K; dt++) test_kquant(ctx, dt);
   /* the baseline int8 path (AVX2 maddubs, NEON without dotprod) where the CPU has a better one */
   xpu_context c8 = 0;

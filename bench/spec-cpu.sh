@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Speculative decoding on a loaded machine: CPU time per generated token instead of wall time.
+# Wall-clock tok/s swings by 2-4x when other processes share the cores; the process's own CPU
+# time (user + system, /usr/bin/time) moves much less. Each configuration runs twice per round,
+# generating N tokens and 1 token; the difference over N-1 is the CPU time of decoding alone
+# (load, prefill and calibration cancel). Rounds interleave the configurations; the table has
+# medians and each configuration's ratio to plain decoding of the same round.
+#
+#   bench/spec-cpu.sh                  (after `make all`; same task as bench/spec.sh)
+#
+# Settings: XPU, MODEL, N (200), ROUNDS (5), THREADS (1), STORY_BYTES (500), BACKEND (neon),
+# XPU_PLUGIN_PATH (the plugin build, as for xpu itself).
+set -euo pipefail
+XPU=${XPU:-build/xpu}
+MODEL=${MODEL:-../shared/models/stories260K.gguf}
+BACKEND=${BACKEND:-neon}
+N=${N:-200}
+ROUNDS=${ROUNDS:-5}
+THREADS=${THREADS:-1}
+STORY_BYTES=${STORY_BYTES:-500}
+story=$(head -c "$STORY_BYTES" "$(dirname "$MODEL")/stories260K.greedy.txt" | tr '\n' ' ')
+prompt="$story $story"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+export XPU_CACHE_DIR="$out/cache"
+
+# cpu NAME N FLAGS...: the CPU seconds of one run
+cpu() {
+	local n=$2
+	shift 2
+	/usr/bin/time -f "%U %S" -o "$out/t" "$XPU" run --model "$MODEL" --backend "$BACKEND" -t "$THREADS" --temp 0 -n "$n" \
+		--stats -p "$prompt" "$@" >"$out/o.txt" 2>"$out/o.err"
+	awk '{ print $1 + $2 }' "$out/t"
+}
+
+configs=(plain auto retrieval-always)
+flags() {
+	case $1 in
+	plain) echo "--spec off" ;;
+	auto) echo "" ;;
+	retrieval-always) echo "--spec retrieval --spec-always" ;;
+	esac
+}
+: >"$out/results"
+for ((r = 0; r < ROUNDS; r++)); do
+	load=$(cut -d' ' -f1 /proc/loadavg)
+	for ((i = 0; i < ${#configs[@]}; i++)); do
+		c=${configs[$(((i + r) % ${#configs[@]}))]}
+		# shellcheck disable=SC2046
+		full=$(cpu "$c" "$N" $(flags "$c"))
+		tpp=$(sed -n 's/^speculative: \([0-9.]*\) tokens\/pass.*/\1/p' "$out/o.err")
+		cp "$out/o.txt" "$out/$c.txt"
+		# shellcheck disable=SC2046
+		one=$(cpu "$c" 1 $(flags "$c"))
+		echo "$r $c $full $one ${tpp:-1.00} $load" >>"$out/results"
+	done
+done
+for c in auto retrieval-always; do
+	cmp -s "$out/plain.txt" "$out/$c.txt" || echo "WARNING: $c's text differs from plain decoding's" >&2
+done
+echo "| configuration | CPU µs per token | × plain (tokens per CPU second) | tokens/pass | load avg |"
+echo "|---|--:|--:|--:|--:|"
+python3 - "$out/results" "$N" <<'PY'
+import sys, statistics as st, collections
+n = int(sys.argv[2])
+per, rows, order = {}, collections.defaultdict(list), []
+for line in open(sys.argv[1]):
+    r, c, full, one, tpp, load = line.split()
+    us = (float(full) - float(one)) / (n - 1) * 1e6
+    per[(r, c)] = us
+    rows[c].append((us, float(tpp), float(load)))
+    if c not in order:
+        order.append(c)
+for c in ["plain", "auto", "retrieval-always"]:
+    if c not in rows:
+        continue
+    ratios = [per[(r, "plain")] / per[(r, c)] for (r, cc) in per if cc == c and (r, "plain") in per and per[(r, c)] > 0]
+    v = rows[c]
+    print("| %s | %.0f | %.2f | %.2f | %.1f |" % (c, st.median(x[0] for x in v), st.median(ratios),
+          st.median(x[1] for x in v), st.median(x[2] for x in v)))
+PY

@@ -1,0 +1,70 @@
+package llm
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// TestSpecPolicy drives the verify-length policy with made-up costs and outcomes.
+func TestSpecPolicy(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	cases := []struct {
+		name string
+		run  func(t *testing.T, p *specPolicy)
+	}{
+		{"decodes twice before the first verify", func(t *testing.T, p *specPolicy) {
+			k, l := p.choose(7, 9)
+			assert.Equal(t, [2]int{0, 1}, [2]int{k, l}, "no decode measured")
+			p.observe(1, ms(5), 0, 0, 0)
+			k, l = p.choose(7, 9)
+			assert.Equal(t, [2]int{0, 1}, [2]int{k, l}, "only the cold first decode measured")
+			p.observe(1, ms(1), 0, 0, 0)
+			k, l = p.choose(7, 9)
+			assert.Equal(t, [2]int{7, 8}, [2]int{k, l}, "with the prior, a draft of 7 pays at guessed cost 1.5 decodes")
+		}},
+		{"a cold or slowed pass does not set the cost", func(t *testing.T, p *specPolicy) {
+			p.observe(1, ms(0.5), 0, 0, 0)
+			assert.NotContains(t, p.cost, 1, "the first pass is not timed")
+			p.observe(1, ms(2), 0, 0, 0)
+			p.observe(1, ms(1), 0, 0, 0)
+			assert.InDelta(t, 0.001, p.cost[1], 1e-9, "a faster pass is taken at once")
+			p.observe(1, ms(5), 0, 0, 0)
+			assert.InDelta(t, 0.0012, p.cost[1], 1e-9, "a slower one moves it by 5% of the difference")
+			p.observe(8, ms(30), 7, 7, 9)
+			assert.NotContains(t, p.cost, 8, "nor is a verify length's first pass")
+			assert.InDelta(t, 1, p.hit[0][0], 1e-9, "its acceptance counts")
+		}},
+		{"acceptance is kept per match length", func(t *testing.T, p *specPolicy) {
+			p.observe(1, ms(1), 0, 0, 0)
+			p.observe(1, ms(1), 0, 0, 0)
+			for range 30 {
+				p.observe(8, ms(1.6), 7, 0, 1) // one-token matches: rejected at once
+				p.observe(8, ms(1.6), 7, 7, 9) // long matches: all accepted
+			}
+			k, _ := p.choose(7, 1)
+			assert.Equal(t, 0, k, "a one-token match is decoded plainly")
+			k, l := p.choose(7, 12)
+			assert.Equal(t, [2]int{7, 8}, [2]int{k, l}, "a long match is verified")
+			// a match length never seen goes by the pool (half of the drafts fully accepted)
+			assert.InDelta(t, p.expected(7, 0), p.expected(7, matchBucket(3)), 1e-9)
+		}},
+		{"always verifies the shortest length that holds the draft", func(t *testing.T, p *specPolicy) {
+			p.always = true
+			k, l := p.choose(9, 0)
+			assert.Equal(t, [2]int{9, 16}, [2]int{k, l})
+			k, l = p.choose(40, 0)
+			assert.Equal(t, [2]int{31, 32}, [2]int{k, l})
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { c.run(t, newSpecPolicy([]int{8, 16, 32}, false)) })
+	}
+}
+
+func TestMatchBucket(t *testing.T) {
+	for _, c := range []struct{ m, b int }{{-1, 1}, {0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 4}, {5, 5}, {8, 5}, {9, 6}, {100, 6}} {
+		assert.Equal(t, c.b, matchBucket(c.m), "match %d", c.m)
+	}
+}
