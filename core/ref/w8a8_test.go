@@ -22,8 +22,12 @@ func i8s(vs ...int8) []byte {
 
 func TestMatMulW8A8(t *testing.T) {
 	// a = [[1 -2 3] [127 -127 0]], b = [[4 5 -6] [-1 0 2]]: acc = [[-24 5] [-127 -127]].
-	qa := func(g *core.Graph) *core.Tensor { return g.Const("a", core.I8, core.Shape{2, 3}, i8s(1, -2, 3, 127, -127, 0)) }
-	qb := func(g *core.Graph) *core.Tensor { return g.Const("b", core.I8, core.Shape{2, 3}, i8s(4, 5, -6, -1, 0, 2)) }
+	qa := func(g *core.Graph) *core.Tensor {
+		return g.Const("a", core.I8, core.Shape{2, 3}, i8s(1, -2, 3, 127, -127, 0))
+	}
+	qb := func(g *core.Graph) *core.Tensor {
+		return g.Const("b", core.I8, core.Shape{2, 3}, i8s(4, 5, -6, -1, 0, 2))
+	}
 	w8 := func(o core.W8A8Options) func(g *core.Graph) *core.Tensor {
 		return func(g *core.Graph) *core.Tensor {
 			if o.BScales == nil && o.BScale == 0 {
