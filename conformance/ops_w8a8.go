@@ -78,6 +78,30 @@ func w8a8Cases() []testCase {
 				}}))
 		}
 	}
+	// Extreme codes: -128 (legal in an I8 tensor though QUANTIZE never makes it) breaks the
+	// sign and unsigned-offset tricks of int8 dot instructions; K odd leaves a tail.
+	for _, s := range []mm{{core.Shape{1, 1000}, core.Shape{19, 1000}, true}, {core.Shape{3, 77}, core.Shape{5, 77}, false}} {
+		s := s
+		cs = append(cs, graphCase(2, "MATMUL", "i8/i8",
+			caseName("MATMUL", "a", core.I8, "b", core.I8, "scales", "extreme_codes", "a_shape", s.a, "b_shape", s.b),
+			graphSpec{build: func(b *builder) {
+				codes := func(n int64) []byte {
+					out := make([]byte, n)
+					for i := range out {
+						out[i] = []byte{0x80, 0x7F, 0x81, 0x80}[b.r.IntN(4)]
+					}
+					return out
+				}
+				a := b.inData("a", core.I8, s.a, codes(s.a.NumElements()))
+				var w *core.Tensor
+				if s.const_ {
+					w = b.g.Const("b", core.I8, s.b, codes(s.b.NumElements()))
+				} else {
+					w = b.inData("b", core.I8, s.b, codes(s.b.NumElements()))
+				}
+				b.g.Output(b.g.MatMulW8A8(a, w, core.W8A8Options{AScale: w8a8AScale, BScale: w8a8BScale}))
+			}}))
+	}
 	// Float activations with per-channel I8 weight scales (v3, no I8 a).
 	for _, adt := range floatDTypes {
 		for _, s := range []mm{{core.Shape{1, 64}, core.Shape{33, 64}, true}, {core.Shape{5, 40}, core.Shape{9, 40}, true}} {
