@@ -322,8 +322,8 @@ func inferMatMul(n *Node, forceDType DType) (DType, Shape, error) {
 		if so := n.FAttr[2]; !(so >= 0) || isInf32(so) {
 			return 0, nil, fmt.Errorf("the output grid scale fattr[2] must be 0 or positive and finite, got %g", so)
 		}
-		if K := a.Shape[len(a.Shape)-1:]; len(K) == 1 && K[0] >= 1<<17 {
-			return 0, nil, fmt.Errorf("an i8 a needs K < 2^17 (exact int32 sums), got K = %d", K[0])
+		if r := len(a.Shape); r > 0 && a.Shape[r-1] >= 1<<17 {
+			return 0, nil, fmt.Errorf("an i8 a needs K < 2^17 (exact int32 sums), got K = %d", a.Shape[r-1])
 		}
 		if forceDType != F32 && forceDType != F16 {
 			return 0, nil, fmt.Errorf("an i8 a gives an f32 or f16 output, not %s", forceDType)

@@ -119,6 +119,9 @@ func TestW8A8BuildErrors(t *testing.T) {
 		{"K too large", func(g *Graph) *Tensor {
 			return g.MatMulW8A8(g.Input("a", I8, 1<<17), g.Input("b", I8, 1, 1<<17), W8A8Options{AScale: 1, BScale: 1})
 		}, "2^17"},
+		{"rank-0 i8 a", func(g *Graph) *Tensor {
+			return g.MatMulW8A8(g.Input("a", I8), g.Input("b", I8, 5, 8), W8A8Options{AScale: 1, BScale: 1})
+		}, "rank >= 1"},
 		{"i8 a with q8_0 b", func(g *Graph) *Tensor {
 			return g.MatMul(g.Input("a", I8, 3, 32), g.Input("b", Q8_0, 5, 32))
 		}, "needs an i8 b"},
@@ -163,4 +166,50 @@ func TestMatMulV1Unchanged(t *testing.T) {
 	g.Output(g.MatMulI8(g.Input("a", F32, 2, 8), g.Input("b", I8, 3, 8), 0.5))
 	require.NoError(t, g.Validate())
 	assert.EqualValues(t, 1, g.Opset())
+}
+
+// FuzzW8A8Inference: any shapes, ranks and scales given to MatMulW8A8 and ShadowMatMul either
+// fail to build with an error or give an output whose shape is bounded; nothing panics.
+func FuzzW8A8Inference(f *testing.F) {
+	f.Add([]byte{2, 2, 1, 0}, int64(3), int64(40), int64(5), float32(0.1), float32(0.2), float32(0))
+	f.Add([]byte{0, 2, 0, 1}, int64(0), int64(0), int64(0), float32(-1), float32(0), float32(1))
+	f.Add([]byte{1, 3, 1, 1}, int64(1<<17), int64(1<<40), int64(7), float32(1), float32(1), float32(1e-3))
+	f.Fuzz(func(t *testing.T, ranks []byte, m, k, n int64, sa, sb, so float32) {
+		if len(ranks) < 4 {
+			return
+		}
+		dims := []int64{m, k, n, m}
+		shape := func(r byte, last int64) []int64 {
+			s := append([]int64(nil), dims[:int(r)%5]...)
+			if len(s) > 0 {
+				s[len(s)-1] = last
+			}
+			return s
+		}
+		g := NewGraph()
+		a := g.Input("a", I8, shape(ranks[0], k)...)
+		b := g.Input("b", I8, shape(ranks[1], k)...)
+		o := W8A8Options{AScale: sa, BScale: sb, OutScale: so, Out: DType(ranks[2] % 4)}
+		if ranks[3]%2 == 1 && b != nil && len(b.Shape) > 0 {
+			o.BScales = g.Input("s", F32, b.Shape[0])
+			o.BScale = 0
+		}
+		outs := []*Tensor{g.MatMulW8A8(a, b, o)}
+		g2 := NewGraph()
+		x := g2.Input("x", F32, shape(ranks[0], k)...)
+		wt := g2.Input("wt", F16, shape(ranks[1], n)...)
+		var ids *Tensor
+		if ranks[3]%2 == 1 && wt != nil && len(wt.Shape) > 0 {
+			ids = g2.Input("ids", I32, wt.Shape[0])
+		}
+		outs = append(outs, g2.ShadowMatMul(x, wt, ids, so))
+		for _, out := range outs {
+			if out == nil {
+				continue
+			}
+			if n := out.Shape.NumElements(); n < 0 || n > MaxElements || len(out.Shape) > MaxRank {
+				t.Fatalf("output %s accepted", out.Shape)
+			}
+		}
+	})
 }
