@@ -151,7 +151,7 @@ func (d *device) Info() core.DeviceInfo {
 // OpSupport is the static answer; Analyze looks at shapes and constants (MAYBE where they decide).
 func (d *device) OpSupport(q core.OpQuery) core.Verdict {
 	switch q.Op {
-	case core.OpQuantize, core.OpDequantize:
+	case core.OpQuantize, core.OpDequantize, core.OpShadowMatMul, core.OpSparseFFN: // the last two: op set 3, not lowered
 		return core.VerdictNo
 	}
 	if q.DTypeIn == core.BF16 || q.DTypeOut == core.BF16 || q.DTypeIn == core.I8 || q.DTypeOut == core.I8 ||

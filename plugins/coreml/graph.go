@@ -41,6 +41,13 @@ func constWeight(t *core.Tensor) bool {
 
 // nodeReason is "" when Core ML can run n, else why not.
 func nodeReason(g *core.Graph, n *core.Node) string {
+	if n.Op == core.OpShadowMatMul || n.Op == core.OpSparseFFN {
+		return n.Op.String() + " (op set 3) is not lowered by this plugin"
+	}
+	if n.Op == core.OpMatMul && len(n.Inputs) > 2 {
+		// op set 3: the lowering reads one weight scale (fattr[0]), so it must not accept these
+		return "MATMUL with per-channel I8 weight scales (op set 3) is not lowered by this plugin"
+	}
 	io := map[*core.Tensor]bool{}
 	for _, t := range g.Inputs {
 		io[t] = true

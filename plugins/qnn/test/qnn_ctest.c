@@ -647,6 +647,103 @@ static void test_emulator_htp(const char *path) {
   CHECK(f->contextFree(ctx, NULL) == QNN_SUCCESS && f->backendFree(be) == QNN_SUCCESS, "free");
 }
 
+/* W8A8 on the HTP profile (op set 3): an 8-bit MatMul with a per-axis weight and a 16-bit
+ * output, then Dequantize; the per-axis scales survive a context binary; Dequantize of 32-bit
+ * data is not in the HTP table */
+static void test_emulator_htp_w8a8(const char *path) {
+  void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  CHECK(dl, "dlopen %s: %s", path, dlerror());
+  if (!dl) return;
+  QnnInterfaceGetProvidersFn_t get = (QnnInterfaceGetProvidersFn_t)dlsym(dl, QNN_GET_PROVIDERS_SYMBOL);
+  const QnnInterface_t **list = NULL;
+  uint32_t n = 0;
+  CHECK(get && get(&list, &n) == QNN_SUCCESS && n == 1, "getProviders");
+  const QnnInterfaceTable_t *f = &list[0]->v2_18;
+  Qnn_BackendHandle_t be;
+  Qnn_ContextHandle_t ctx;
+  Qnn_GraphHandle_t g;
+  CHECK(f->backendCreate(NULL, NULL, &be) == QNN_SUCCESS && f->contextCreate(be, NULL, NULL, &ctx) == QNN_SUCCESS, "create");
+  QnnHtpGraph_CustomConfig_t hc = {.option = QNN_HTP_GRAPH_CONFIG_OPTION_PRECISION, .precision = QNN_PRECISION_FLOAT16};
+  QnnGraph_Config_t gc = {.option = QNN_GRAPH_CONFIG_OPTION_CUSTOM, .customConfig = &hc};
+  const QnnGraph_Config_t *cl[] = {&gc, NULL};
+  CHECK(f->graphCreate(ctx, "w8", cl, &g) == QNN_SUCCESS, "graphCreate");
+  uint32_t d23[2] = {2, 3}, d22[2] = {2, 2};
+  int8_t qa[6] = {1, -2, 3, 127, -127, -128}, qb[6] = {4, 5, -6, -1, 0, 2};
+  Qnn_ScaleOffset_t bso[2] = {{0.25f, 0}, {2.0f, 0}};
+  Qnn_Tensor_t a = tensor(QNN_TENSOR_TYPE_APP_WRITE, 2, d23, NULL, 0), b = tensor(QNN_TENSOR_TYPE_STATIC, 2, d23, qb, 6);
+  Qnn_Tensor_t acc = tensor(QNN_TENSOR_TYPE_NATIVE, 2, d22, NULL, 0), y = tensor(QNN_TENSOR_TYPE_APP_READ, 2, d22, NULL, 0);
+  Qnn_Tensor_t acc32 = tensor(QNN_TENSOR_TYPE_NATIVE, 2, d22, NULL, 0);
+  a.v1.dataType = b.v1.dataType = QNN_DATATYPE_SFIXED_POINT_8;
+  acc.v1.dataType = QNN_DATATYPE_SFIXED_POINT_16;
+  acc32.v1.dataType = QNN_DATATYPE_SFIXED_POINT_32;
+  a.v1.quantizeParams = (Qnn_QuantizeParams_t){QNN_DEFINITION_DEFINED, QNN_QUANTIZATION_ENCODING_SCALE_OFFSET,
+                                               .scaleOffsetEncoding = {0.5f, 0}};
+  acc.v1.quantizeParams = (Qnn_QuantizeParams_t){QNN_DEFINITION_DEFINED, QNN_QUANTIZATION_ENCODING_SCALE_OFFSET,
+                                                 .scaleOffsetEncoding = {0.125f, 0}};
+  acc32.v1.quantizeParams = (Qnn_QuantizeParams_t){QNN_DEFINITION_DEFINED, QNN_QUANTIZATION_ENCODING_SCALE_OFFSET,
+                                                   .scaleOffsetEncoding = {0.125f, 0}};
+  b.v1.quantizeParams = (Qnn_QuantizeParams_t){QNN_DEFINITION_DEFINED, QNN_QUANTIZATION_ENCODING_AXIS_SCALE_OFFSET,
+                                               .axisScaleOffsetEncoding = {0, 2, bso}};
+  Qnn_Tensor_t bad = tensor(QNN_TENSOR_TYPE_APP_WRITE, 2, d23, NULL, 0);
+  bad.v1.dataType = QNN_DATATYPE_SFIXED_POINT_8;
+  bad.v1.quantizeParams = b.v1.quantizeParams;
+  CHECK(f->tensorCreateGraphTensor(g, &bad) != QNN_SUCCESS, "a per-axis encoding on a non-static tensor is refused");
+  CHECK(f->tensorCreateGraphTensor(g, &a) == QNN_SUCCESS && f->tensorCreateGraphTensor(g, &b) == QNN_SUCCESS &&
+            f->tensorCreateGraphTensor(g, &acc) == QNN_SUCCESS && f->tensorCreateGraphTensor(g, &y) == QNN_SUCCESS &&
+            f->tensorCreateGraphTensor(g, &acc32) == QNN_SUCCESS,
+        "W8A8 tensors");
+  Qnn_Param_t tp[2] = {
+      {.paramType = QNN_PARAMTYPE_SCALAR, .name = "transpose_in0", .scalarParam = {.dataType = QNN_DATATYPE_BOOL_8, .bool8Value = 0}},
+      {.paramType = QNN_PARAMTYPE_SCALAR, .name = "transpose_in1", .scalarParam = {.dataType = QNN_DATATYPE_BOOL_8, .bool8Value = 1}}};
+  Qnn_Tensor_t mi[2] = {a, b};
+  Qnn_OpConfig_t mm = op("MatMul", mi, 2, &acc);
+  mm.v1.numOfParams = 2;
+  mm.v1.params = tp;
+  CHECK(f->graphAddNode(g, mm) == QNN_SUCCESS, "8-bit MatMul with a per-axis weight and a 16-bit output");
+  Qnn_OpConfig_t mm32 = op("MatMul", mi, 2, &acc32);
+  mm32.v1.numOfParams = 2;
+  mm32.v1.params = tp;
+  CHECK(f->graphAddNode(g, mm32) == QNN_GRAPH_ERROR_INVALID_OP_CONFIG,
+        "a per-axis weight into 32-bit accumulators is refused (their scale would be per column)");
+  Qnn_Tensor_t y2 = tensor(QNN_TENSOR_TYPE_NATIVE, 2, d22, NULL, 0);
+  CHECK(f->tensorCreateGraphTensor(g, &y2) == QNN_SUCCESS, "y2");
+  Qnn_Tensor_t q32 = acc32; /* a graph input: produced, so only the op table can refuse the node */
+  q32.v1.type = QNN_TENSOR_TYPE_APP_WRITE;
+  CHECK(f->tensorCreateGraphTensor(g, &q32) == QNN_SUCCESS, "q32");
+  Qnn_ErrorHandle_t e32 = f->graphAddNode(g, op("Dequantize", &q32, 1, &y2));
+  const char *msg = "";
+  if (e32 != QNN_SUCCESS) f->errorGetMessage(e32, &msg);
+  CHECK(e32 != QNN_SUCCESS && msg && strstr(msg, "HTP op support table"),
+        "Dequantize of SFIXED_POINT_32 is not in the HTP table: %llu %s", (unsigned long long)e32, msg ? msg : "");
+  CHECK(f->graphAddNode(g, op("Dequantize", &acc, 1, &y)) == QNN_SUCCESS, "Dequantize of SFIXED_POINT_16");
+  CHECK(f->graphFinalize(g, NULL, NULL) == QNN_SUCCESS, "finalize");
+  /* acc = [[-24 5] [641 -383]]; out = acc·0.5·sb[n] on the 0.125 grid */
+  float want[4] = {-3, 5, 80.125f, -383}, got[4];
+  a.v1.clientBuf = (Qnn_ClientBuffer_t){qa, sizeof qa};
+  y.v1.clientBuf = (Qnn_ClientBuffer_t){got, sizeof got};
+  CHECK(f->graphExecute(g, &a, 1, &y, 1, NULL, NULL) == QNN_SUCCESS, "execute");
+  CHECK(memcmp(got, want, sizeof got) == 0, "W8A8: %g %g %g %g", got[0], got[1], got[2], got[3]);
+  Qnn_ContextBinarySize_t sz = 0, wr = 0;
+  CHECK(f->contextGetBinarySize(ctx, &sz) == QNN_SUCCESS && sz > 0, "binary size");
+  uint8_t *bin = malloc(sz);
+  CHECK(bin && f->contextGetBinary(ctx, bin, sz, &wr) == QNN_SUCCESS && wr == sz, "get binary");
+  Qnn_ContextHandle_t ctx2 = NULL;
+  Qnn_GraphHandle_t g2 = NULL;
+  CHECK(f->contextCreateFromBinary(be, NULL, NULL, bin, wr, &ctx2, NULL) == QNN_SUCCESS && f->graphRetrieve(ctx2, "w8", &g2) == QNN_SUCCESS,
+        "from binary");
+  memset(got, 0, sizeof got);
+  CHECK(g2 && f->graphExecute(g2, &a, 1, &y, 1, NULL, NULL) == QNN_SUCCESS && memcmp(got, want, sizeof got) == 0,
+        "W8A8 from the binary (per-axis scales kept): %g %g %g %g", got[0], got[1], got[2], got[3]);
+  for (uint64_t cut = 0; cut < wr; cut += 5) { /* truncations, the per-axis scales' included, are refused */
+    Qnn_ContextHandle_t c3 = NULL;
+    CHECK(f->contextCreateFromBinary(be, NULL, NULL, bin, cut, &c3, NULL) != QNN_SUCCESS, "truncated binary %llu",
+          (unsigned long long)cut);
+  }
+  free(bin);
+  CHECK(f->contextFree(ctx2, NULL) == QNN_SUCCESS && f->contextFree(ctx, NULL) == QNN_SUCCESS && f->backendFree(be) == QNN_SUCCESS,
+        "free");
+}
+
 int main(int argc, char **argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: %s <libxpu-qnn.so> <libQnnXpuEmu.so>\n", argv[0]);
@@ -657,6 +754,7 @@ int main(int argc, char **argv) {
   const char *prof = getenv("XPU_QNN_EMU_PROFILE");
   if (!prof || strcmp(prof, "cpu") != 0) {
     test_emulator_htp(argv[2]);
+    test_emulator_htp_w8a8(argv[2]);
     if (failures) fprintf(stderr, "qnn_ctest (htp profile): %d failures\n", failures);
     return failures ? 1 : 0;
   }
