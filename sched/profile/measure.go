@@ -407,18 +407,28 @@ func prepareGraph(ctx context.Context, u *sched.Unit, g *core.Graph) (_ *timedGr
 // time runs the graph once to warm up, then at least 3 times and for at least minTime, and
 // returns the median.
 func (t *timedGraph) time(ctx context.Context, minTime time.Duration) (time.Duration, error) {
-	if err := t.ex.Run(ctx); err != nil {
+	ds, err := t.samples(ctx, minTime)
+	if err != nil {
 		return 0, err
+	}
+	return ds[len(ds)/2], nil
+}
+
+// samples runs the graph once to warm up, then at least 3 times and for at least minTime, and
+// returns the run times, sorted.
+func (t *timedGraph) samples(ctx context.Context, minTime time.Duration) ([]time.Duration, error) {
+	if err := t.ex.Run(ctx); err != nil {
+		return nil, err
 	}
 	var ds []time.Duration
 	start := time.Now()
 	for len(ds) < 3 || time.Since(start) < minTime {
 		if err := ctx.Err(); err != nil {
-			return 0, err
+			return nil, err
 		}
 		s := time.Now()
 		if err := t.ex.Run(ctx); err != nil {
-			return 0, err
+			return nil, err
 		}
 		ds = append(ds, time.Since(s))
 		if len(ds) >= 1000 {
@@ -426,7 +436,20 @@ func (t *timedGraph) time(ctx context.Context, minTime time.Duration) (time.Dura
 		}
 	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	return ds[len(ds)/2], nil
+	return ds, nil
+}
+
+// jitter is the mean absolute deviation of sorted samples from their median, over the median.
+func jitter(ds []time.Duration) float64 {
+	med := ds[len(ds)/2]
+	if med <= 0 {
+		return 0
+	}
+	var sum float64
+	for _, d := range ds {
+		sum += math.Abs(float64(d - med))
+	}
+	return sum / float64(len(ds)) / float64(med)
 }
 
 func (t *timedGraph) close() {
@@ -501,10 +524,14 @@ func measureHandoff(ctx context.Context, rounds int) (time.Duration, error) {
 	return lat[len(lat)/2], nil
 }
 
+// maxJitter bounds a measured Jitter (a profile refuses more).
+const maxJitter = 10
+
 // sharedSlowdown sets each unit's SharedSlowdown: the median time of a prefill-sized op (the
 // model's first projection at 64 rows, or an element-wise op where the unit refuses it) while
 // every other unit loops on its own, over the same op alone. Units on the cores of one machine
-// slow each other down; units on separate processors only through memory.
+// slow each other down; units on separate processors only through memory. It also sets each
+// unit's Jitter, the spread of those shared runs (see Unit.Jitter).
 func sharedSlowdown(ctx context.Context, units []MeasureUnit, p *Profile, o Options) error {
 	mm := p.Model.DistinctMatMuls()[0]
 	dt, _ := core.ParseDType(mm.DType)
@@ -555,14 +582,18 @@ func sharedSlowdown(ctx context.Context, units []MeasureUnit, p *Profile, o Opti
 				}
 			}()
 		}
-		shared, err := graphs[i].time(ctx, o.MinTime)
+		// at least 9 runs: the spread needs more samples than the median
+		ds, err := graphs[i].samples(ctx, max(o.MinTime, 9*alone))
 		close(stop)
 		wg.Wait()
 		if err != nil {
 			return err
 		}
+		shared := ds[len(ds)/2]
 		p.Units[i].SharedSlowdown = max(1, shared.Seconds()/alone.Seconds())
-		o.Progress(fmt.Sprintf("%s: %.2f× slower while the other units run", p.Units[i].Name, p.Units[i].SharedSlowdown))
+		p.Units[i].Jitter = min(jitter(ds), maxJitter)
+		o.Progress(fmt.Sprintf("%s: %.2f× slower while the other units run, run-to-run spread %.0f%%", p.Units[i].Name,
+			p.Units[i].SharedSlowdown, 100*p.Units[i].Jitter))
 	}
 	return nil
 }
