@@ -212,6 +212,9 @@ func printPlan(w io.Writer, p *solve.Plan) {
 		fmt.Fprintf(w, "\n%s: %s; %s\n", x.Name, what, x.Candidate)
 		fmt.Fprintf(w, "  predicted %s = %.1f tok/s, bubble %.1f%% on %s; best single unit (%s): %.1f tok/s\n",
 			msStr(x.Time), x.TokPerSec, 100*x.Sim.Bubble, p.Units[x.Sim.Busiest], ph.single.Candidate, ph.single.TokPerSec)
+		if x.LayerUnits != nil {
+			fmt.Fprintf(w, "  a layer split: every op of a layer on its range's unit (below: layer 0's), the head on the last layer's unit\n")
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  OP\tCLASS\tPLACEMENT\tTIME\tBEST SINGLE\tSPLIT PAYS")
 		for i, op := range append(append([]solve.OpPlan{}, x.Layer...), x.Head...) {
@@ -231,7 +234,7 @@ func printPlan(w io.Writer, p *solve.Plan) {
 		}
 		tw.Flush()
 	}
-	fmt.Fprintln(w, "\nevery layer runs the same placement (the layers have the same shapes); times are per op, one chunk, average context")
+	fmt.Fprintln(w, "\nevery layer runs the same placement (the layers have the same shapes), except in a layer split; times are per op, one chunk, average context")
 }
 
 func printComparison(w io.Writer, p *solve.Plan, rows []solve.Row) {
