@@ -860,8 +860,12 @@ func (s *solver) pipelines(layerOpts, headOpts []map[uint64]Choice, rows, kv, nc
 		runsLayer[u], runsHead[u] = true, true
 		for i, op := range s.layer {
 			ch, ok := layerOpts[i][k]
+			if !ok {
+				runsLayer[u] = false
+				break
+			}
 			t, _, err := s.opTime(op, ch, rows, kv)
-			if !ok || err != nil {
+			if err != nil {
 				runsLayer[u] = false
 				break
 			}
@@ -869,8 +873,12 @@ func (s *solver) pipelines(layerOpts, headOpts []map[uint64]Choice, rows, kv, nc
 		}
 		for i, op := range s.head {
 			ch, ok := headOpts[i][k]
+			if !ok {
+				runsHead[u] = false
+				break
+			}
 			t, _, err := s.opTime(op, ch, rows, kv)
-			if !ok || err != nil {
+			if err != nil {
 				runsHead[u] = false
 				break
 			}
