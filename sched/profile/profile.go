@@ -225,7 +225,12 @@ func (p *Profile) Time(u int, q Query) (time.Duration, error) {
 		return d
 	}
 	best := groups[0]
-	if i := slices.IndexFunc(groups, func(g *group) bool { return g.k == q.K && g.n == q.N }); i >= 0 {
+	// the group of the query's own K and N, where its row counts cover m (attention timed over
+	// as many keys as queries has one row count per K: at fewer rows, a group of fewer keys
+	// scaled up to K says more than that one point)
+	if i := slices.IndexFunc(groups, func(g *group) bool {
+		return g.k == q.K && g.n == q.N && g.pts[0].M <= m && m <= g.pts[len(g.pts)-1].M
+	}); i >= 0 {
 		best = groups[i]
 	} else {
 		for _, g := range groups[1:] {
