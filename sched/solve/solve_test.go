@@ -288,9 +288,10 @@ func TestCompareAndReplay(t *testing.T) {
 // TestMeasuredNeonPairPrefersLayerSplit solves the 1B Q4_0 prefill over this machine's two
 // pinned single-thread neon units from their measured profile (testdata, `xpu tune --profile`
 // 2026-11-23, load 6–7). Measured on that machine (BENCHMARKS.md "Profiler and solver"): the
-// layer split (layers 0–7 on one unit, 8–15 on the other, chunks pipelined) runs the 578-token
-// prefill 1.7× faster than one unit, the per-op placement with every MATMUL row-split across
-// the two about 1.1×. The solver must choose the layer split and predict it faster than one unit.
+// layer split (layers 0–7 on one unit, 8–15 on the other, chunks pipelined) ran the 578-token
+// prefill 1.2–1.8× faster than one unit (1.7× on a quiet machine), the per-op placement with
+// every MATMUL row-split across the two 0.54×. The solver must choose the layer split and
+// predict it faster than one unit.
 func TestMeasuredNeonPairPrefersLayerSplit(t *testing.T) {
 	b, err := os.ReadFile("testdata/neon2-1b-q4_0.json")
 	require.NoError(t, err)
