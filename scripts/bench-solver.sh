@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Profiler and solver on this machine: time `xpu tune --profile` for a model, solve a plan from
-# the profile, then measure the plan against the best single unit with `xpu run` (interleaved
-# rounds, medians) so the solver's PREDICTED prefill/decode speeds sit next to MEASURED ones.
+# the profile, then measure the solver's plan, its best layer split and its best single-unit
+# plan with `xpu run --plan` (interleaved rounds, medians) so the solver's PREDICTED prefill
+# speeds sit next to MEASURED ones.
 #
 #   scripts/bench-solver.sh [MODEL.gguf] [UNITS] [ROUNDS]
 #
-# Defaults: ../shared/models/stories260K.gguf, neon,opencl,qnn, 3 rounds. The cache goes to a
+# Defaults: ../shared/models/stories260K.gguf, neon,opencl,qnn, 3 rounds; PROMPT_REPEAT (12)
+# sets the prompt, PROMPT_TOKENS (578) the length the solver plans for, DECODE_TOKENS (16) the
+# decode; KEEP=DIR keeps the profile, the plans and the solver's output there. The cache goes to a
 # temporary directory (nothing is left in ~/.cache). Prints the load average before and after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,34 +27,53 @@ $xpu tune --profile --model "$model" --units "$units" -o "$tmp/profile.json" >"$
 end=$(date +%s.%N)
 printf 'xpu tune --profile: %.1f s wall (%s)\n' "$(echo "$end - $start" | bc)" "$(grep '^measured in' "$tmp/tune.log")"
 
-# a prompt of about 200 tokens
+# the prompt: PROMPT_REPEAT times one sentence (12: 578 tokens with the 1B model's vocabulary);
+# PROMPT_TOKENS is the length the solver plans for (the runs print the real one)
 prompt=$tmp/prompt.txt
-for _ in $(seq 1 12); do printf 'Once upon a time, there was a little girl who loved to play in the park. '; done >"$prompt"
-$xpu plan --model "$model" --units "$units" --prompt 200 --compare -o "$tmp/plan.json" >"$tmp/plan.txt" 2>&1
-grep -E '^(prefill|decode):|predicted' "$tmp/plan.txt"
-# the single unit runs the solver's single-unit plan (its chunk length), not xpu run's default
-$xpu plan --model "$model" --units "$units" --prompt 200 --mode single -o "$tmp/single.json" >"$tmp/single.txt" 2>&1
-grep -E "^(prefill|decode):" "$tmp/single.txt" | sed "s/^/single-unit plan, /"
+for _ in $(seq 1 "${PROMPT_REPEAT:-12}"); do printf 'Once upon a time, there was a little girl who loved to play in the park. '; done >"$prompt"
+ntok=${PROMPT_TOKENS:-578}
+# the solver's plan, and the best plan of each kind it can make: a layer split and one unit
+$xpu plan --model "$model" --units "$units" --prompt "$ntok" --compare -o "$tmp/plan.json" >"$tmp/plan.txt" 2>&1
+sed -n '/^comparison/,$p' "$tmp/plan.txt" | grep -v '^plan written'
+pred() { sed -nE 's/^ +predicted .* = ([0-9.]+) tok\/s.*/\1/p' "$1" | head -1; }
+$xpu plan --model "$model" --units "$units" --prompt "$ntok" --mode split -o "$tmp/split.json" >"$tmp/split.txt" 2>&1 || true
+$xpu plan --model "$model" --units "$units" --prompt "$ntok" --mode single -o "$tmp/single.json" >"$tmp/single.txt" 2>&1
+declare -A predicted=([plan]=$(pred "$tmp/plan.txt") [split]=$(pred "$tmp/split.txt") [single]=$(pred "$tmp/single.txt"))
+grep -E '^prefill:' "$tmp/plan.txt" | sed 's/^/solver plan, /'
+labels="plan single"
+[ -s "$tmp/split.json" ] && labels="plan split single"
 
 run() { # $1: label, rest: xpu run flags; prints "label prefill_tok_s decode_tok_s"
 	local label=$1
 	shift
 	local err
-	err=$($xpu run --model "$model" -f "$prompt" -n 32 --temp 0 "$@" 2>&1 >/dev/null)
+	err=$($xpu run --model "$model" -f "$prompt" -n "${DECODE_TOKENS:-16}" --temp 0 "$@" 2>&1 >/dev/null)
 	local pf dc
 	pf=$(echo "$err" | sed -nE 's/^prefill: .* ([0-9.]+) tok\/s.*/\1/p')
 	dc=$(echo "$err" | sed -nE 's/^decode: .* ([0-9.]+) tok\/s.*/\1/p')
 	echo "$label $pf $dc"
+	echo "$err" | grep -E '^prefill:' | sed "s/^/  $label: /" >&2
 }
 : >"$tmp/runs"
 for r in $(seq 1 "$rounds"); do
-	run plan --plan "$tmp/plan.json" >>"$tmp/runs"
-	run single --plan "$tmp/single.json" >>"$tmp/runs"
+	for label in $labels; do
+		run "$label" --plan "$tmp/$label.json" >>"$tmp/runs"
+	done
 done
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-for label in plan single; do
+declare -A measured
+for label in $labels; do
 	pf=$(awk -v l=$label '$1==l {print $2}' "$tmp/runs" | median)
 	dc=$(awk -v l=$label '$1==l {print $3}' "$tmp/runs" | median)
-	echo "MEASURED $label: prefill $pf tok/s, decode $dc tok/s (median of $rounds)"
+	measured[$label]=$pf
+	echo "MEASURED $label: prefill $pf tok/s, decode $dc tok/s (median of $rounds); PREDICTED prefill ${predicted[$label]} tok/s"
+done
+for label in $labels; do
+	[ "$label" = single ] && continue
+	printf 'prefill %s / single: predicted %.2fx, measured %.2fx\n' "$label" \
+		"$(echo "${predicted[$label]} / ${predicted[single]}" | bc -l)" "$(echo "${measured[$label]} / ${measured[single]}" | bc -l)"
 done
 echo "load after: $(cat /proc/loadavg)"
+if [ -n "${KEEP:-}" ]; then # keep the profile, the plans and the solver's output
+	mkdir -p "$KEEP" && cp "$tmp"/*.json "$tmp"/*.txt "$tmp/runs" "$KEEP"/
+fi

@@ -32,11 +32,11 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	out := fs.String("o", "", "write the plan file (sched/PLAN.md format) here")
 	prompt := fs.Int("prompt", 1024, "prompt length prefill is predicted for")
 	ctxLen := fs.Int("context", 0, "KV length decode is predicted at (0: the prompt length)")
-	mode := fs.String("mode", "tensor", "what the solver may choose: tensor (split MATMULs), layer (whole ops), single (one unit)")
+	mode := fs.String("mode", "tensor", "what the solver may choose: tensor (split MATMULs), layer (whole ops), split (contiguous layer ranges only), single (one unit)")
 	policy := fs.String("policy", "ooo", "prefill dispatch: ooo (mllm-NPU out-of-order), fifo, inorder")
 	compare := fs.Bool("compare", false, "also predict each unit alone, layer- and tensor-level, in order and out of order (always on with --soc)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu plan --model M [--units LIST] [--profile FILE] [-o plan.json] [--prompt N] [--mode tensor|layer|single] [--compare]")
+		fmt.Fprintln(stderr, "usage: xpu plan --model M [--units LIST] [--profile FILE] [-o plan.json] [--prompt N] [--mode tensor|layer|split|single] [--compare]")
 		fmt.Fprintln(stderr, "       xpu plan --soc "+strings.Join(soc.Names(), "|")+" --model "+strings.Join(soc.ModelNames(), "|")+" [--units cpu,gpu,npu] [-o plan.json]")
 		fs.PrintDefaults()
 	}
@@ -55,8 +55,10 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		o.Mode = solve.Layer
 	case "single":
 		o.Mode = solve.Single
+	case "split":
+		o.Mode = solve.LayerSplit
 	default:
-		fmt.Fprintf(stderr, "xpu plan: --mode %q: tensor, layer or single\n", *mode)
+		fmt.Fprintf(stderr, "xpu plan: --mode %q: tensor, layer, split or single\n", *mode)
 		return 2
 	}
 	pol, err := dag.PolicyByName(*policy)
@@ -210,6 +212,9 @@ func printPlan(w io.Writer, p *solve.Plan) {
 		fmt.Fprintf(w, "\n%s: %s; %s\n", x.Name, what, x.Candidate)
 		fmt.Fprintf(w, "  predicted %s = %.1f tok/s, bubble %.1f%% on %s; best single unit (%s): %.1f tok/s\n",
 			msStr(x.Time), x.TokPerSec, 100*x.Sim.Bubble, p.Units[x.Sim.Busiest], ph.single.Candidate, ph.single.TokPerSec)
+		if x.LayerUnits != nil {
+			fmt.Fprintf(w, "  a layer split: every op of a layer on its range's unit (below: layer 0's), the head on the last layer's unit\n")
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  OP\tCLASS\tPLACEMENT\tTIME\tBEST SINGLE\tSPLIT PAYS")
 		for i, op := range append(append([]solve.OpPlan{}, x.Layer...), x.Head...) {
@@ -229,7 +234,7 @@ func printPlan(w io.Writer, p *solve.Plan) {
 		}
 		tw.Flush()
 	}
-	fmt.Fprintln(w, "\nevery layer runs the same placement (the layers have the same shapes); times are per op, one chunk, average context")
+	fmt.Fprintln(w, "\nevery layer runs the same placement (the layers have the same shapes), except in a layer split; times are per op, one chunk, average context")
 }
 
 func printComparison(w io.Writer, p *solve.Plan, rows []solve.Row) {

@@ -46,7 +46,7 @@ func TestPlanUsage(t *testing.T) {
 		err  string
 	}{
 		{[]string{"plan"}, 2, "usage: xpu plan"},
-		{[]string{"plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--mode", "best"}, 2, "tensor, layer or single"},
+		{[]string{"plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--mode", "best"}, 2, "tensor, layer, split or single"},
 		{[]string{"plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--policy", "random"}, 2, "unknown policy"},
 		{[]string{"plan", "--soc", "nope", "--model", "qwen1.5-1.8b"}, 1, "sd8gen3"},
 		{[]string{"plan", "--soc", "sd8gen3", "--model", "gpt-5"}, 1, "qwen1.5-1.8b, llama-8b"},

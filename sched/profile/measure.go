@@ -45,6 +45,11 @@ type Options struct {
 	Weights func(MatMul) []byte
 	// Progress is called with a line per finished point (may be nil).
 	Progress func(string)
+	// Passes is how many times every unit is swept, in alternating unit order, each figure the
+	// least of its passes (0: 2 with several units, 1 with one). Units swept one after another
+	// see different moments of a loaded machine; the least of passes in both orders is what
+	// each unit does when it gets its core, comparable between units.
+	Passes int
 }
 
 // Measure times every op class of model m on each unit over the grid of row counts, through
@@ -82,12 +87,27 @@ func Measure(ctx context.Context, units []MeasureUnit, m Model, o Options) (*Pro
 			t.close()
 		}
 	}()
-	for ui, mu := range units {
-		un, err := measureUnit(ctx, mu, m, o, &decode[ui])
-		if err != nil {
-			return nil, err
+	passes := o.Passes
+	if passes <= 0 {
+		passes = min(len(units), 2)
+	}
+	p.Units = make([]Unit, len(units))
+	for pass := range passes {
+		for k := range units {
+			ui := k
+			if pass%2 == 1 {
+				ui = len(units) - 1 - k
+			}
+			un, err := measureUnit(ctx, units[ui], m, o, &decode[ui])
+			if err != nil {
+				return nil, err
+			}
+			if pass == 0 {
+				p.Units[ui] = un
+			} else {
+				p.Units[ui].keepLeast(un)
+			}
 		}
-		p.Units = append(p.Units, un)
 	}
 	if len(units) > 1 {
 		hs, err := measureHandoff(ctx, handoffRounds)
@@ -123,12 +143,30 @@ func Measure(ctx context.Context, units []MeasureUnit, m Model, o Options) (*Pro
 		p.CombinedGBs = gbs
 		o.Progress(fmt.Sprintf("all units together: %.1f GB/s of weights", gbs))
 	}
-	p.Notes = append(p.Notes, fmt.Sprintf("measured with grid %v, %v per point, points over %v extrapolated", o.Grid, o.MinTime, o.MaxPoint),
+	p.Notes = append(p.Notes, fmt.Sprintf("measured with grid %v, %v per point, points over %v extrapolated, the least of %d passes over the units in alternating order", o.Grid, o.MinTime, o.MaxPoint, passes),
 		"default_sync_s: the median wake-up of a worker waiting on a sched.Signal another thread publishes; sync: per pair, what a sched.Runtime adds per cross-unit handoff in a chain of tiny ops (median of interleaved rounds against the chain on one unit, less a launch)")
 	// the grid is not part of the key: a new measurement of the same units and model replaces
 	// the old one, whatever its grid
 	p.Key = Key(p.Units, m)
 	return p, nil
+}
+
+// keepLeast keeps, of u's and another pass's figures for the same unit, the least time of each
+// entry both have, the least launch and the most bandwidth.
+func (u *Unit) keepLeast(o Unit) {
+	u.LaunchSeconds = min(u.LaunchSeconds, o.LaunchSeconds)
+	u.GBs = max(u.GBs, o.GBs)
+	for i, e := range u.Entries {
+		if e.Refused != "" {
+			continue
+		}
+		for _, f := range o.Entries {
+			if f.Refused == "" && f.Op == e.Op && f.DType == e.DType && f.M == e.M && f.K == e.K && f.N == e.N {
+				u.Entries[i].Seconds = min(e.Seconds, f.Seconds)
+				break
+			}
+		}
+	}
 }
 
 // measureUnit profiles one unit; *decode receives its largest M=1 projection (kept open).
@@ -407,18 +445,28 @@ func prepareGraph(ctx context.Context, u *sched.Unit, g *core.Graph) (_ *timedGr
 // time runs the graph once to warm up, then at least 3 times and for at least minTime, and
 // returns the median.
 func (t *timedGraph) time(ctx context.Context, minTime time.Duration) (time.Duration, error) {
-	if err := t.ex.Run(ctx); err != nil {
+	ds, err := t.samples(ctx, minTime)
+	if err != nil {
 		return 0, err
+	}
+	return ds[len(ds)/2], nil
+}
+
+// samples runs the graph once to warm up, then at least 3 times and for at least minTime, and
+// returns the run times, sorted.
+func (t *timedGraph) samples(ctx context.Context, minTime time.Duration) ([]time.Duration, error) {
+	if err := t.ex.Run(ctx); err != nil {
+		return nil, err
 	}
 	var ds []time.Duration
 	start := time.Now()
 	for len(ds) < 3 || time.Since(start) < minTime {
 		if err := ctx.Err(); err != nil {
-			return 0, err
+			return nil, err
 		}
 		s := time.Now()
 		if err := t.ex.Run(ctx); err != nil {
-			return 0, err
+			return nil, err
 		}
 		ds = append(ds, time.Since(s))
 		if len(ds) >= 1000 {
@@ -426,7 +474,20 @@ func (t *timedGraph) time(ctx context.Context, minTime time.Duration) (time.Dura
 		}
 	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	return ds[len(ds)/2], nil
+	return ds, nil
+}
+
+// jitter is the mean absolute deviation of sorted samples from their median, over the median.
+func jitter(ds []time.Duration) float64 {
+	med := ds[len(ds)/2]
+	if med <= 0 {
+		return 0
+	}
+	var sum float64
+	for _, d := range ds {
+		sum += math.Abs(float64(d - med))
+	}
+	return sum / float64(len(ds)) / float64(med)
 }
 
 func (t *timedGraph) close() {
@@ -501,10 +562,14 @@ func measureHandoff(ctx context.Context, rounds int) (time.Duration, error) {
 	return lat[len(lat)/2], nil
 }
 
+// maxJitter bounds a measured Jitter (a profile refuses more).
+const maxJitter = 10
+
 // sharedSlowdown sets each unit's SharedSlowdown: the median time of a prefill-sized op (the
 // model's first projection at 64 rows, or an element-wise op where the unit refuses it) while
 // every other unit loops on its own, over the same op alone. Units on the cores of one machine
-// slow each other down; units on separate processors only through memory.
+// slow each other down; units on separate processors only through memory. It also sets each
+// unit's Jitter, the spread of those shared runs (see Unit.Jitter).
 func sharedSlowdown(ctx context.Context, units []MeasureUnit, p *Profile, o Options) error {
 	mm := p.Model.DistinctMatMuls()[0]
 	dt, _ := core.ParseDType(mm.DType)
@@ -555,14 +620,18 @@ func sharedSlowdown(ctx context.Context, units []MeasureUnit, p *Profile, o Opti
 				}
 			}()
 		}
-		shared, err := graphs[i].time(ctx, o.MinTime)
+		// at least 9 runs: the spread needs more samples than the median
+		ds, err := graphs[i].samples(ctx, max(o.MinTime, 9*alone))
 		close(stop)
 		wg.Wait()
 		if err != nil {
 			return err
 		}
+		shared := ds[len(ds)/2]
 		p.Units[i].SharedSlowdown = max(1, shared.Seconds()/alone.Seconds())
-		o.Progress(fmt.Sprintf("%s: %.2f× slower while the other units run", p.Units[i].Name, p.Units[i].SharedSlowdown))
+		p.Units[i].Jitter = min(jitter(ds), maxJitter)
+		o.Progress(fmt.Sprintf("%s: %.2f× slower while the other units run, run-to-run spread %.0f%%", p.Units[i].Name,
+			p.Units[i].SharedSlowdown, 100*p.Units[i].Jitter))
 	}
 	return nil
 }

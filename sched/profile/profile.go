@@ -91,7 +91,12 @@ type Unit struct {
 	// SharedSlowdown is how many times slower the unit runs while the other units run too
 	// (cores or memory they share; 0 or 1: not slowed).
 	SharedSlowdown float64 `json:"shared_slowdown,omitempty"`
-	Entries        []Entry `json:"entries"`
+	// Jitter is how much the unit's op times vary from run to run while the other units run
+	// (the mean absolute deviation over the median: other processes preempting it, contention).
+	// The parts of a split, meant to end together, then end apart, and the first waits for the
+	// last: the solver charges a split that wait (0: steady).
+	Jitter  float64 `json:"jitter,omitempty"`
+	Entries []Entry `json:"entries"`
 }
 
 // Entry is one timed op. Shapes: MATMUL x[M,K]·W[N,K]ᵀ of DType; ATTENTION M query rows over
@@ -220,7 +225,12 @@ func (p *Profile) Time(u int, q Query) (time.Duration, error) {
 		return d
 	}
 	best := groups[0]
-	if i := slices.IndexFunc(groups, func(g *group) bool { return g.k == q.K && g.n == q.N }); i >= 0 {
+	// the group of the query's own K and N, where its row counts cover m (attention timed over
+	// as many keys as queries has one row count per K: at fewer rows, a group of fewer keys
+	// scaled up to K says more than that one point)
+	if i := slices.IndexFunc(groups, func(g *group) bool {
+		return g.k == q.K && g.n == q.N && g.pts[0].M <= m && m <= g.pts[len(g.pts)-1].M
+	}); i >= 0 {
 		best = groups[i]
 	} else {
 		for _, g := range groups[1:] {
@@ -341,8 +351,9 @@ func (p *Profile) Validate() error {
 		if !slices.Contains([]string{"cpu", "gpu", "npu", "accel"}, u.Kind) {
 			return bad("unit %s: kind %q (cpu, gpu, npu, accel)", u.Name, u.Kind)
 		}
-		if !fin(u.LaunchSeconds) || !fin(u.GBs) || u.RowAlign < 0 || !fin(u.SharedSlowdown) || u.SharedSlowdown > 1e3 {
-			return bad("unit %s: launch_s, gbs, row_align, shared_slowdown must be finite and ≥ 0", u.Name)
+		if !fin(u.LaunchSeconds) || !fin(u.GBs) || u.RowAlign < 0 || !fin(u.SharedSlowdown) || u.SharedSlowdown > 1e3 ||
+			!fin(u.Jitter) || u.Jitter > maxJitter {
+			return bad("unit %s: launch_s, gbs, row_align, shared_slowdown, jitter must be finite and ≥ 0 (jitter at most %d)", u.Name, maxJitter)
 		}
 		if !slices.IsSorted(u.StaticM) || slices.ContainsFunc(u.StaticM, func(m int) bool { return m < 1 }) ||
 			len(slices.Compact(slices.Clone(u.StaticM))) != len(u.StaticM) {

@@ -3,6 +3,7 @@ package profile
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,6 +101,8 @@ func TestValidate(t *testing.T) {
 		{"static sizes", func(p *Profile) { p.Units[1].StaticM = []int{64, 32} }},
 		{"sync unit", func(p *Profile) { p.Sync[0].To = "c" }},
 		{"model", func(p *Profile) { p.Model.Heads = 3 }},
+		{"jitter", func(p *Profile) { p.Units[0].Jitter = 11 }},
+		{"jitter NaN", func(p *Profile) { p.Units[0].Jitter = math.NaN() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := sample()
@@ -222,7 +225,10 @@ func TestMeasureReference(t *testing.T) {
 	assert.Positive(t, p2.CombinedGBs)
 	for _, un := range p2.Units {
 		assert.GreaterOrEqual(t, un.SharedSlowdown, 1.0)
+		assert.GreaterOrEqual(t, un.Jitter, 0.0)
+		assert.LessOrEqual(t, un.Jitter, float64(maxJitter))
 	}
+	assert.Contains(t, p2.Notes[0], "least of 2 passes")
 	// the runtime's per-handoff cost, each way, never below the bare signal
 	require.Len(t, p2.Sync, 2)
 	for _, y := range p2.Sync {
@@ -271,4 +277,48 @@ func TestTimePrefersGroupsCoveringM(t *testing.T) {
 	got, err := p.Time(0, Query{Op: OpAttention, M: 1, K: 200, N: 64})
 	require.NoError(t, err)
 	assert.InDelta(t, 0.004*200/1024, got.Seconds(), 1e-9)
+}
+
+func TestJitter(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		out := make([]time.Duration, len(v))
+		for i, x := range v {
+			out[i] = time.Duration(x) * time.Millisecond
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		ds   []time.Duration
+		want float64
+	}{
+		{"steady", ms(5, 5, 5), 0},
+		{"spread", ms(1, 2, 3), 1.0 / 3},
+		{"one slow run", ms(10, 10, 10, 40), 30.0 / 4 / 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.InDelta(t, tc.want, jitter(tc.ds), 1e-9)
+		})
+	}
+}
+
+// keepLeast merges a second pass: the least time per entry both passes have, the least launch,
+// the most bandwidth; refused entries and entries of one pass only stay as they were.
+func TestKeepLeast(t *testing.T) {
+	a := Unit{LaunchSeconds: 2e-5, GBs: 10, Entries: []Entry{
+		{Op: OpMatMul, DType: "q4_0", M: 1, K: 64, N: 64, Seconds: 3},
+		{Op: OpMatMul, DType: "q4_0", M: 4, K: 64, N: 64, Seconds: 5},
+		{Op: OpNorm, M: 1, N: 64, Seconds: 1},
+		{Op: OpRope, M: 1, N: 64, Refused: "no"},
+	}}
+	b := Unit{LaunchSeconds: 1e-5, GBs: 8, Entries: []Entry{
+		{Op: OpMatMul, DType: "q4_0", M: 1, K: 64, N: 64, Seconds: 2},
+		{Op: OpMatMul, DType: "q4_0", M: 4, K: 64, N: 64, Seconds: 6},
+		{Op: OpRope, M: 1, N: 64, Seconds: 0.5},
+	}}
+	a.keepLeast(b)
+	assert.Equal(t, 1e-5, a.LaunchSeconds)
+	assert.Equal(t, 10.0, a.GBs)
+	assert.Equal(t, []float64{2, 5, 1, 0}, []float64{a.Entries[0].Seconds, a.Entries[1].Seconds, a.Entries[2].Seconds, a.Entries[3].Seconds})
+	assert.Equal(t, "no", a.Entries[3].Refused)
 }

@@ -18,6 +18,9 @@ import (
 func (p *Plan) File() *sched.Plan {
 	used := map[int]bool{}
 	for _, ph := range []Phase{p.Prefill, p.Decode} {
+		for _, u := range ph.LayerUnits {
+			used[u] = true
+		}
 		for _, op := range append(append([]OpPlan{}, ph.Layer...), ph.Head...) {
 			for _, u := range op.Choice.Units {
 				used[u] = true
@@ -34,6 +37,22 @@ func (p *Plan) File() *sched.Plan {
 		var fp sched.PhasePlan
 		if ph.Name == "prefill" {
 			fp.Chunk = ph.Rows
+		}
+		if ph.LayerUnits != nil {
+			// contiguous ranges; the embedding counts as layer 0 and the head as the last
+			for lo := 0; lo < len(ph.LayerUnits); {
+				hi := lo
+				for hi+1 < len(ph.LayerUnits) && ph.LayerUnits[hi+1] == ph.LayerUnits[lo] {
+					hi++
+				}
+				r := sched.Rule{Unit: p.Units[ph.LayerUnits[lo]], Layers: fmt.Sprintf("%d-%d", lo, hi)}
+				if hi == len(ph.LayerUnits)-1 {
+					r.Layers = fmt.Sprintf("%d-", lo)
+				}
+				fp.Rules = append(fp.Rules, r)
+				lo = hi + 1
+			}
+			return fp
 		}
 		rest := ""
 		for _, op := range append(append([]OpPlan{}, ph.Layer...), ph.Head...) {
@@ -145,7 +164,7 @@ func Compare(prof *profile.Profile, o Options) ([]Row, *Plan, error) {
 		return rows, pl, err
 	}
 	var best *Plan
-	for _, m := range []Mode{Layer, Tensor} {
+	for _, m := range []Mode{LayerSplit, Layer, Tensor} {
 		opts := o
 		opts.Units, opts.Mode = units, m
 		pl, err := add(m.String(), opts)
@@ -158,7 +177,7 @@ func Compare(prof *profile.Profile, o Options) ([]Row, *Plan, error) {
 		}
 		rows = append(rows, Row{Config: m.String() + ", chunks in order", Prefill: pl.Prefill, Decode: pl.Decode,
 			Bubble: in.Bubble, Policy: dag.InOrder.Name(), Makespan: in.Makespan})
-		if m == o.Mode || best == nil {
+		if m == o.Mode || (best == nil && m != LayerSplit) {
 			best = pl
 		}
 	}

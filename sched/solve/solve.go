@@ -38,6 +38,9 @@ const (
 	Layer
 	// Single runs everything on one unit.
 	Single
+	// LayerSplit runs contiguous layer ranges on different units (a pipeline across chunks:
+	// the runtime's default plan for units of one kind). Layer and Tensor consider it too.
+	LayerSplit
 )
 
 func (m Mode) String() string {
@@ -46,6 +49,8 @@ func (m Mode) String() string {
 		return "tensor-level"
 	case Layer:
 		return "layer-level"
+	case LayerSplit:
+		return "layer split"
 	}
 	return "single unit"
 }
@@ -119,6 +124,9 @@ type Phase struct {
 	Candidate string
 	Layer     []OpPlan
 	Head      []OpPlan
+	// LayerUnits, when set, is a layer split (pipeline): every op of layer l, and the head after
+	// the last layer, runs on unit LayerUnits[l]; Layer then describes layer 0's placement.
+	LayerUnits []int
 	// Time is the predicted time of the phase: the whole prompt, or one decode token.
 	Time time.Duration
 	// TokPerSec is the predicted throughput: prompt tokens (prefill) or tokens (decode) per s.
@@ -264,6 +272,25 @@ func (s *solver) time(u int, q profile.Query) (time.Duration, error) {
 type candidate struct {
 	label       string
 	layer, head []Choice
+	// stages, when set, is a layer split: the unit of every op of layer l (the head on the
+	// last layer's unit), overriding layer and head
+	stages []int
+}
+
+// layerChoice is the choice for op j of layer l under c.
+func (c candidate) layerChoice(l, j int) Choice {
+	if c.stages != nil {
+		return Choice{Strategy: StrategySingle, Units: []int{c.stages[l]}}
+	}
+	return c.layer[j]
+}
+
+// headChoice is the choice for head op j under c.
+func (c candidate) headChoice(j int) Choice {
+	if c.stages != nil {
+		return Choice{Strategy: StrategySingle, Units: []int{c.stages[len(c.stages)-1]}}
+	}
+	return c.head[j]
 }
 
 // phase solves one phase over the given row counts (chunk lengths) and returns the best plan
@@ -329,22 +356,12 @@ func (s *solver) phase(name string, rowsList []int) (best, single Phase, err err
 func (s *solver) serialTime(name string, c candidate, rows, nchunks int) (time.Duration, error) {
 	var total time.Duration
 	for i := range nchunks {
-		m, kv := s.chunkShape(name, i, rows)
-		for j, op := range s.layer {
-			_, parts, err := s.opTime(op, c.layer[j], m, kv)
-			if err != nil {
-				return 0, err
-			}
-			for _, p := range parts {
-				total += p.Cost * time.Duration(s.p.Model.Layers)
-			}
+		steps, err := s.chunkSteps(name, c, i, rows)
+		if err != nil {
+			return 0, err
 		}
-		for j, op := range s.head {
-			_, parts, err := s.opTime(op, c.head[j], m, kv)
-			if err != nil {
-				return 0, err
-			}
-			for _, p := range parts {
+		for _, st := range steps {
+			for _, p := range st.Parts {
 				total += p.Cost
 			}
 		}
@@ -469,6 +486,24 @@ func (s *solver) opTime(op opDef, c Choice, m, kv int) (time.Duration, []dag.Par
 			}
 		}
 	}
+	if len(ps) > 1 {
+		// the parts are cut to end together but each unit's time varies from run to run
+		// (Unit.Jitter): the op ends with the later part, E[max(a, b)] ≤ T + E|a−b|/2, and
+		// E|a−b| ≤ the sum of each part's mean absolute deviation; every part is charged it,
+		// since its unit waits for the other before the op's consumers run
+		var tmax time.Duration
+		var spread float64
+		for _, p := range ps {
+			tmax = max(tmax, p.t)
+			spread += s.p.Units[p.unit].Jitter
+		}
+		wait := time.Duration(float64(tmax) * spread / 2)
+		for i := range ps {
+			if ps[i].t > 0 {
+				ps[i].t += wait
+			}
+		}
+	}
 	var total time.Duration
 	parts := make([]dag.Part, 0, len(ps))
 	for _, p := range ps {
@@ -480,7 +515,12 @@ func (s *solver) opTime(op opDef, c Choice, m, kv int) (time.Duration, []dag.Par
 	if len(parts) == 0 {
 		parts = append(parts, dag.Part{Unit: c.Units[0]})
 	}
-	return total, parts, nil
+	// the op's time includes its merge (a step of its own in the replay, see chunkSteps)
+	mc, err := s.mergeTime(op, c, m, kv)
+	if err != nil {
+		return 0, nil, err
+	}
+	return total + mc, parts, nil
 }
 
 // splitCount cuts total into len(ratio) parts by ratio, each but the last a multiple of align.
@@ -648,7 +688,11 @@ func (s *solver) candidates(rows, kv, nchunks int) (cands []scored, singles []ca
 	if s.o.Mode == Single {
 		return nil, singles
 	}
-	cands = s.multi(layerOpts, headOpts, rows, kv, nchunks, s.o.Mode)
+	cands = s.pipelines(layerOpts, headOpts, rows, kv, nchunks)
+	if s.o.Mode == LayerSplit {
+		return cands, singles
+	}
+	cands = append(cands, s.multi(layerOpts, headOpts, rows, kv, nchunks, s.o.Mode)...)
 	if s.o.Mode == Tensor {
 		// the layer-level candidates too, generated and ranked exactly as in Layer mode, so
 		// a tensor-level plan is never predicted slower than the layer-level one
@@ -788,6 +832,140 @@ func (s *solver) multi(layerOpts, headOpts []map[uint64]Choice, rows, kv, nchunk
 			bound: max(busiest*time.Duration(nchunks), lat+busiest*time.Duration(nchunks-1))})
 	}
 	return cands
+}
+
+// pipelineFamily ranks the layer splits among themselves (they are replayed apart from the
+// per-op placements, as the runtime's default plan for units of one kind is one).
+const pipelineFamily Mode = -1
+
+// maxPipelineUnits bounds the unit orders a layer split is tried over (the permutations of
+// every subset).
+const maxPipelineUnits = 4
+
+// pipelines are the layer splits (Hetero-layer's pipeline, the runtime's default plan for
+// units of one kind): for every order of two or more units, contiguous layer ranges in that
+// order, every op of a layer on its range's unit and the head on the last; prefill chunks then
+// pipeline across the units. Over two units every cut is a candidate; over more, the cut
+// that balances each unit's layer time. Scored by the same bound as multi.
+func (s *solver) pipelines(layerOpts, headOpts []map[uint64]Choice, rows, kv, nchunks int) []scored {
+	L := s.p.Model.Layers
+	if L < 2 || len(s.units) < 2 || len(s.units) > maxPipelineUnits {
+		return nil
+	}
+	// per unit: one layer's time and the head's (ok false where the unit refuses an op)
+	layerT, headT := map[int]time.Duration{}, map[int]time.Duration{}
+	runsLayer, runsHead := map[int]bool{}, map[int]bool{}
+	for _, u := range s.units {
+		k := uint64(1) << uint(u)
+		runsLayer[u], runsHead[u] = true, true
+		for i, op := range s.layer {
+			ch, ok := layerOpts[i][k]
+			if !ok {
+				runsLayer[u] = false
+				break
+			}
+			t, _, err := s.opTime(op, ch, rows, kv)
+			if err != nil {
+				runsLayer[u] = false
+				break
+			}
+			layerT[u] += t
+		}
+		for i, op := range s.head {
+			ch, ok := headOpts[i][k]
+			if !ok {
+				runsHead[u] = false
+				break
+			}
+			t, _, err := s.opTime(op, ch, rows, kv)
+			if err != nil {
+				runsHead[u] = false
+				break
+			}
+			headT[u] += t
+		}
+	}
+	var out []scored
+	add := func(order []int, cuts []int) { // cuts[i]: the first layer of order[i+1]
+		stages := make([]int, L)
+		lo := 0
+		load := map[int]time.Duration{}
+		var lat time.Duration
+		for i, u := range order {
+			hi := L
+			if i < len(cuts) {
+				hi = cuts[i]
+			}
+			if hi <= lo {
+				return
+			}
+			for l := lo; l < hi; l++ {
+				stages[l] = u
+			}
+			load[u] += layerT[u] * time.Duration(hi-lo)
+			lat += layerT[u] * time.Duration(hi-lo)
+			if i > 0 {
+				lat += s.p.SyncCost(order[i-1], u)
+			}
+			lo = hi
+		}
+		last := order[len(order)-1]
+		load[last] += headT[last]
+		lat += headT[last]
+		var busiest time.Duration
+		for _, l := range load {
+			busiest = max(busiest, l)
+		}
+		var parts []string
+		lo = 0
+		for i, u := range order {
+			hi := L
+			if i < len(cuts) {
+				hi = cuts[i]
+			}
+			parts = append(parts, fmt.Sprintf("%d-%d on %s", lo, hi-1, s.p.Units[u].Name))
+			lo = hi
+		}
+		c := candidate{label: "layer split: " + strings.Join(parts, ", "), stages: stages}
+		out = append(out, scored{c: c, rows: rows, nchunks: nchunks, family: pipelineFamily,
+			bound: max(busiest*time.Duration(nchunks), lat+busiest*time.Duration(nchunks-1))})
+	}
+	var perm func(order []int, used uint64)
+	perm = func(order []int, used uint64) {
+		if len(order) >= 2 && runsHead[order[len(order)-1]] {
+			if len(order) == 2 {
+				for cut := 1; cut < L; cut++ {
+					add(order, []int{cut})
+				}
+			} else if len(order) <= L {
+				// each unit's share of the layers in proportion to its speed
+				var inv float64
+				for _, u := range order {
+					inv += 1 / max(layerT[u].Seconds(), 1e-12)
+				}
+				cuts := make([]int, 0, len(order)-1)
+				acc := 0.0
+				for _, u := range order[:len(order)-1] {
+					acc += 1 / max(layerT[u].Seconds(), 1e-12) / inv
+					cut := int(math.Round(acc * float64(L)))
+					if n := len(cuts); n > 0 {
+						cut = max(cut, cuts[n-1]+1)
+					} else {
+						cut = max(cut, 1)
+					}
+					cuts = append(cuts, min(cut, L-(len(order)-1-len(cuts))))
+				}
+				add(order, cuts)
+			}
+		}
+		for _, u := range s.units {
+			if used&(1<<uint(u)) == 0 && runsLayer[u] {
+				perm(append(slices.Clone(order), u), used|1<<uint(u))
+			}
+		}
+	}
+	perm(nil, 0)
+	return out
 }
 
 // scored is a multi-unit candidate for one chunk length with its estimated time.
@@ -933,11 +1111,12 @@ func (s *solver) evaluate(name string, c candidate, rows, nchunks int, pol dag.P
 	if err != nil {
 		return Phase{}, err
 	}
-	res, err := dag.Simulate(d, pol, simOptions(s.p)...)
+	res, err := simulate(s.p, d, pol)
 	if err != nil {
 		return Phase{}, err
 	}
-	ph := Phase{Name: name, Rows: rows, Chunks: nchunks, Candidate: c.label, Time: res.Makespan, Sim: res}
+	ph := Phase{Name: name, Rows: rows, Chunks: nchunks, Candidate: c.label, Time: res.Makespan, Sim: res,
+		LayerUnits: slices.Clone(c.stages)}
 	tokens := 1
 	if name == "prefill" {
 		tokens = s.o.Prompt
@@ -961,19 +1140,97 @@ func (s *solver) evaluate(name string, c candidate, rows, nchunks int, pol dag.P
 		return op1
 	}
 	for i, op := range s.layer {
-		ph.Layer = append(ph.Layer, describe(op, c.layer[i]))
+		ph.Layer = append(ph.Layer, describe(op, c.layerChoice(0, i)))
 	}
 	for i, op := range s.head {
-		ph.Head = append(ph.Head, describe(op, c.head[i]))
+		ph.Head = append(ph.Head, describe(op, c.headChoice(i)))
 	}
 	return ph, nil
 }
 
-// build is the phase's task DAG for candidate c: per chunk, every layer's ops then the head's,
-// each op a step with one part per unit; attention reads every earlier chunk's K/V. A
-// chunk's rows: rows, the last one what is left of the prompt (a static-shape unit pads it).
+// build is the phase's task DAG for candidate c, with the runtime's dependencies
+// (sched.Program's plan): per chunk, every layer's ops then the head's, grouped into the
+// runtime's tasks (chunkSteps), each task after the one before it; a stage (it starts at a
+// layer's attention) waits for the chunk's previous stage and the previous chunk's previous
+// stage (the K/V rows attention reads); a chunk's first task waits for the end of the chunk
+// that used its lane before: prefill over more than one unit has two lanes (two chunks in
+// flight, so a layer split pipelines), otherwise one. A chunk's rows: rows, the last one what
+// is left of the prompt (a static-shape unit pads it).
 func (s *solver) build(name string, c candidate, rows, nchunks int) (*dag.DAG, error) {
-	var ferr error
+	d, err := dag.New(len(s.p.Units))
+	if err != nil {
+		return nil, err
+	}
+	lanes := 1
+	if name == "prefill" && bits.OnesCount64(c.mask()) > 1 {
+		lanes = 2
+	}
+	// stageEnd[i][k]: the tasks that end chunk i's stage k
+	stageEnd := make([][][]int, 0, nchunks)
+	for i := range nchunks {
+		steps, err := s.chunkSteps(name, c, i, rows)
+		if err != nil {
+			return nil, err
+		}
+		var ends [][]int
+		var prev []int
+		for j, st := range steps {
+			var deps []int
+			switch {
+			case j == 0:
+				if i >= lanes {
+					le := stageEnd[i-lanes]
+					deps = append(deps, le[len(le)-1]...)
+				}
+			case st.CrossChunk:
+				ends = append(ends, prev)
+				deps = append(deps, prev...)
+				if i > 0 && len(ends) <= len(stageEnd[i-1]) {
+					deps = append(deps, stageEnd[i-1][len(ends)-1]...)
+				}
+			default:
+				deps = prev
+			}
+			nonzero := slices.ContainsFunc(st.Parts, func(p dag.Part) bool { return p.Cost > 0 })
+			var ids []int
+			for _, p := range st.Parts {
+				if p.Cost <= 0 && nonzero {
+					continue
+				}
+				tn := "c" + strconv.Itoa(i) + "/" + st.Name
+				if p.Name != "" {
+					tn += "#" + p.Name
+				}
+				id, err := d.Add(dag.Task{Name: tn, Unit: p.Unit, Cost: p.Cost, Deps: deps, Chunk: i, Layer: st.Layer})
+				if err != nil {
+					return nil, err
+				}
+				ids = append(ids, id)
+			}
+			prev = ids
+		}
+		ends = append(ends, prev)
+		stageEnd = append(stageEnd, ends)
+	}
+	return d, nil
+}
+
+// mask is the set of units candidate c uses.
+func (c candidate) mask() uint64 {
+	var m uint64
+	for _, u := range c.stages {
+		m |= 1 << uint(u)
+	}
+	if c.stages == nil {
+		for _, ch := range append(append([]Choice{}, c.layer...), c.head...) {
+			m |= ch.mask()
+		}
+	}
+	return m
+}
+
+// chunkSteps is chunk i's steps under candidate c, grouped into the runtime's tasks.
+func (s *solver) chunkSteps(name string, c candidate, i, rows int) ([]dag.Step, error) {
 	if s.names == nil {
 		s.names = make([][]string, s.p.Model.Layers+1)
 		for l := range s.names {
@@ -982,39 +1239,136 @@ func (s *solver) build(name string, c candidate, rows, nchunks int) (*dag.DAG, e
 			}
 		}
 	}
-	d, err := dag.Chunked(len(s.p.Units), nchunks, func(i int) []dag.Step {
-		m, kv := s.chunkShape(name, i, rows)
-		steps := make([]dag.Step, 0, s.p.Model.Layers*len(s.layer)+len(s.head))
-		add := func(l, j int, op opDef, ch Choice) {
-			_, parts, err := s.opTime(op, ch, m, kv)
-			if err != nil && ferr == nil {
-				ferr = fmt.Errorf("solve: %s %s on %v: %w", name, op.Name, s.unitNames(ch.Units), err)
-			}
-			steps = append(steps, dag.Step{Name: s.names[l][j], Layer: l, Parts: parts,
-				CrossChunk: op.Class == profile.OpAttention})
+	var ferr error
+	m, kv := s.chunkShape(name, i, rows)
+	steps := make([]taskStep, 0, s.p.Model.Layers*len(s.layer)+len(s.head))
+	// the merges of the split MATMULs just added, run after their parts on the first unit
+	var merge *taskStep
+	flush := func() {
+		if merge != nil {
+			steps = append(steps, *merge)
+			merge = nil
 		}
-		for l := range s.p.Model.Layers {
-			for j, op := range s.layer {
-				add(l, j, op, c.layer[j])
-			}
-		}
-		for j, op := range s.head {
-			add(s.p.Model.Layers, len(s.layer)+j, op, c.head[j])
-		}
-		return steps
-	})
-	if ferr != nil {
-		return nil, ferr
 	}
-	return d, err
+	add := func(l, j int, op opDef, ch Choice) {
+		_, parts, err := s.opTime(op, ch, m, kv)
+		if err != nil && ferr == nil {
+			ferr = fmt.Errorf("solve: %s %s on %v: %w", name, op.Name, s.unitNames(ch.Units), err)
+		}
+		mc, err := s.mergeTime(op, ch, m, kv)
+		if err != nil && ferr == nil {
+			ferr = fmt.Errorf("solve: %s %s merge on %s: %w", name, op.Name, s.p.Units[ch.Units[0]].Name, err)
+		}
+		// sibling splits (Q, K, V; gate, up) share a task per unit, their merges follow them
+		if merge != nil && !(op.matmul && slices.Equal(merge.units, ch.Units)) {
+			flush()
+		}
+		steps = append(steps, taskStep{Step: dag.Step{Name: s.names[l][j], Layer: l, Parts: parts,
+			CrossChunk: op.Class == profile.OpAttention}, matmul: op.matmul})
+		if mc > 0 {
+			if merge == nil {
+				merge = &taskStep{Step: dag.Step{Name: s.names[l][j] + ".merge", Layer: l,
+					Parts: []dag.Part{{Unit: ch.Units[0], Name: s.p.Units[ch.Units[0]].Name}}}, units: ch.Units}
+			}
+			merge.Parts[0].Cost += mc
+		}
+	}
+	for l := range s.p.Model.Layers {
+		for j, op := range s.layer {
+			add(l, j, op, c.layerChoice(l, j))
+		}
+	}
+	for j, op := range s.head {
+		add(s.p.Model.Layers, len(s.layer)+j, op, c.headChoice(j))
+	}
+	flush()
+	return s.group(steps), ferr
 }
+
+// taskStep is a step before grouping.
+type taskStep struct {
+	dag.Step
+	matmul bool
+	units  []int // a merge's split units
+}
+
+// mergeTime is the cost of the merge a split of op adds for m rows: the runtime writes a
+// part's output in place where its slice of y is contiguous (seq, multiseq, one-row cuts),
+// but column pieces of several rows (rows, hybrid's standard blocks) get slots of their own
+// and a CONCAT on the split's first unit, a pass over [m, N] priced as an element-wise op of
+// that shape on that unit.
+func (s *solver) mergeTime(op opDef, c Choice, m, kv int) (time.Duration, error) {
+	if !op.matmul || m <= 1 || (c.Strategy != StrategyRows && c.Strategy != StrategyHybrid) {
+		return 0, nil
+	}
+	rows := m
+	if c.Strategy == StrategyHybrid {
+		std, _ := decomposeSeq(m, c.Lengths)
+		rows = 0
+		for _, l := range std {
+			rows += l
+		}
+		if rows == 0 {
+			return 0, nil
+		}
+	}
+	q := op.query(m, kv)
+	return s.time(c.Units[0], profile.Query{Op: profile.OpElementwise, M: rows, N: q.N})
+}
+
+// group merges steps into the runtime's tasks. The runtime cuts each stage graph (llm/graph.go:
+// a stage starts at a layer's attention and ends after the next layer's Q/K/V and RoPE) into
+// partitions, runs of nodes on one unit, and runs each partition as one task; split MATMULs
+// that follow each other with the same units and no dependency between them (Q, K, V; gate,
+// up) share one task per unit. A task pays its unit's fixed cost (submit, dispatch, fence) once,
+// where the profile's op times each include it: a group of k ops costs the sum less k−1
+// launches. So a plan that cuts a layer into many small tasks is charged what the runtime pays.
+func (s *solver) group(steps []taskStep) []dag.Step {
+	out := make([]dag.Step, 0, len(steps))
+	units := func(st dag.Step) []int {
+		us := make([]int, len(st.Parts))
+		for i, p := range st.Parts {
+			us[i] = p.Unit
+		}
+		return us
+	}
+	prevMatmul := false
+	for _, st := range steps {
+		if n := len(out); n > 0 && !st.CrossChunk && slices.Equal(units(out[n-1]), units(st.Step)) &&
+			(len(st.Parts) == 1 || (st.matmul && prevMatmul)) {
+			last := &out[n-1]
+			parts := slices.Clone(last.Parts)
+			for i, p := range st.Parts {
+				launch := seconds(s.p.Units[p.Unit].LaunchSeconds)
+				parts[i].Cost += max(p.Cost-launch, p.Cost/2)
+			}
+			last.Parts = parts
+			prevMatmul = st.matmul
+			continue
+		}
+		out = append(out, st.Step)
+		prevMatmul = st.matmul
+	}
+	return out
+}
+
+// seconds converts profile seconds to a duration.
+func seconds(v float64) time.Duration { return time.Duration(math.Round(v * 1e9)) }
 
 // Replay replays the plan's prefill under another dispatch policy (in-order against
 // out-of-order) with the same costs.
 func Replay(prof *profile.Profile, plan *Plan, pol dag.Policy) (*dag.Result, error) {
 	s := &solver{p: prof, o: Options{Prompt: plan.Prompt, Context: plan.Context, Policy: pol}, units: plan.Used, memo: map[memoKey]cost{}}
 	s.layer, s.head = layerOps(prof.Model)
-	c := candidate{label: plan.Prefill.Candidate}
+	c := candidate{label: plan.Prefill.Candidate, stages: slices.Clone(plan.Prefill.LayerUnits)}
+	if c.stages != nil && len(c.stages) != prof.Model.Layers {
+		return nil, fmt.Errorf("solve: replay: a layer split of %d layers for a %d-layer model: %w", len(c.stages), prof.Model.Layers, core.ErrInvalidArgument)
+	}
+	for _, u := range c.stages {
+		if u < 0 || u >= len(prof.Units) {
+			return nil, fmt.Errorf("solve: replay: layer split on unit %d of %d: %w", u, len(prof.Units), core.ErrInvalidArgument)
+		}
+	}
 	for _, op := range plan.Prefill.Layer {
 		c.layer = append(c.layer, op.Choice)
 	}
@@ -1044,7 +1398,31 @@ func Replay(prof *profile.Profile, plan *Plan, pol dag.Policy) (*dag.Result, err
 	if err != nil {
 		return nil, err
 	}
-	return dag.Simulate(d, pol, simOptions(prof)...)
+	return simulate(prof, d, pol)
+}
+
+// simulate replays d under pol with the profile's costs. A measured profile's plan runs on
+// sched's runtime, which fixes each unit's task order before a request by its own dispatch
+// simulation, and for a first prefill (`xpu run`'s) knows no partition's cost yet: the replay
+// takes that order (runtimeOrder) and runs it at the real costs. (The out-of-order rule with
+// the real costs interleaves the two lanes' chunks on the first unit of a layer split and
+// starts the second late; the runtime, ordering at uniform costs, does not: its measured layer
+// split at 64-row chunks was 1.4x one unit here where that replay predicted 0.9x.) A simulated
+// profile's plan is replayed under pol itself.
+func simulate(p *profile.Profile, d *dag.DAG, pol dag.Policy) (*dag.Result, error) {
+	if p.Simulated() {
+		return dag.Simulate(d, pol, simOptions(p)...)
+	}
+	order, err := runtimeOrder(d, pol)
+	if err != nil {
+		return nil, err
+	}
+	res, err := dag.Simulate(d, newFixedOrder(order), simOptions(p)...)
+	if err != nil {
+		return nil, err
+	}
+	res.Policy = pol.Name()
+	return res, nil
 }
 
 // simOptions are the replay's options for a profile: its sync costs and, where units slow each

@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -261,7 +265,8 @@ func TestCompareAndReplay(t *testing.T) {
 	for _, r := range rows {
 		configs = append(configs, r.Config)
 	}
-	assert.Equal(t, []string{"u0-only", "u1-only", "layer-level", "layer-level, chunks in order", "tensor-level", "tensor-level, chunks in order"}, configs)
+	assert.Equal(t, []string{"u0-only", "u1-only", "layer split", "layer split, chunks in order", "layer-level", "layer-level, chunks in order",
+		"tensor-level", "tensor-level, chunks in order"}, configs)
 	assert.Equal(t, Tensor, plan.Mode)
 	in, err := Replay(p, plan, dag.InOrder)
 	require.NoError(t, err)
@@ -278,4 +283,96 @@ func TestCompareAndReplay(t *testing.T) {
 	_, err = Replay(p, &bad, dag.InOrder)
 	require.ErrorIs(t, err, core.ErrInvalidArgument)
 	assert.Contains(t, plan.Describe(Choice{Strategy: StrategyRows, Units: []int{0, 1}, Ratio: []float64{0.75, 0.25}}), "rows u0 75% + u1 25%")
+}
+
+// TestMeasuredNeonPairPrefersLayerSplit solves the 1B Q4_0 prefill over this machine's two
+// pinned single-thread neon units from their measured profile (testdata, `xpu tune --profile`
+// 2026-11-23, load 6–7). Measured on that machine (BENCHMARKS.md "Profiler and solver"): the
+// layer split (layers 0–7 on one unit, 8–15 on the other, chunks pipelined) ran the 578-token
+// prefill 1.2–1.8× faster than one unit (1.7× on a quiet machine), the per-op placement with
+// every MATMUL row-split across the two 0.54×. The solver must choose the layer split and
+// predict it faster than one unit.
+func TestMeasuredNeonPairPrefersLayerSplit(t *testing.T) {
+	b, err := os.ReadFile("testdata/neon2-1b-q4_0.json")
+	require.NoError(t, err)
+	p, err := profile.Parse(b)
+	require.NoError(t, err)
+	pl, err := Solve(p, Options{Prompt: 578})
+	require.NoError(t, err)
+	require.NotNil(t, pl.Prefill.LayerUnits, "prefill plan: %s", pl.Prefill.Candidate)
+	assert.Equal(t, []int{0, 1}, slices.Compact(slices.Clone(pl.Prefill.LayerUnits)), "contiguous ranges over both units")
+	ratio := pl.Prefill.TokPerSec / pl.SinglePrefill.TokPerSec
+	assert.Greater(t, ratio, 1.1, "predicted layer split over the best single unit")
+	// the plan file splits the layers by range, nothing else
+	f := pl.File()
+	require.Len(t, f.Prefill.Rules, 2)
+	assert.Equal(t, "0-"+strconv.Itoa(slices.Index(pl.Prefill.LayerUnits, 1)-1), f.Prefill.Rules[0].Layers)
+	assert.True(t, strings.HasSuffix(f.Prefill.Rules[1].Layers, "-"))
+	_, err = sched.ParsePlan(f.JSON())
+	require.NoError(t, err)
+}
+
+// TestRuntimeTasks checks that a replay has the runtime's tasks (sched.Program): one per stage
+// and chunk on one unit (a stage runs from a layer's attention to the next layer's RoPE), the
+// stage at a layer split's boundary cut in two, and a row-split MATMUL of several rows a merge
+// task on its first unit; chunks wait for their lane (one lane on one unit, two across units).
+func TestRuntimeTasks(t *testing.T) {
+	b, err := os.ReadFile("testdata/neon2-1b-q4_0.json")
+	require.NoError(t, err)
+	p, err := profile.Parse(b)
+	require.NoError(t, err)
+	s := &solver{p: p, o: Options{Prompt: 256, Context: 256, Policy: dag.InOrder}, units: []int{0, 1}, memo: map[memoKey]cost{}}
+	s.layer, s.head = layerOps(p.Model)
+	L := p.Model.Layers
+	single := candidate{stages: slices.Repeat([]int{1}, L)}
+	split := candidate{stages: append(slices.Repeat([]int{0}, L/2), slices.Repeat([]int{1}, L-L/2)...)}
+	for _, tc := range []struct {
+		name     string
+		c        candidate
+		perChunk int
+	}{
+		{"one unit", single, L + 1},
+		{"layer split", split, L + 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := s.build("prefill", tc.c, 64, 4)
+			require.NoError(t, err)
+			require.Len(t, d.Tasks, 4*tc.perChunk)
+			// the first task of chunk 2 waits for chunk 1 (one lane) or chunk 0 (two lanes)
+			first := d.Tasks[2*tc.perChunk]
+			require.Len(t, first.Deps, 1)
+			lanes := 1
+			if tc.c.mask() != 1<<1 {
+				lanes = 2
+			}
+			assert.Equal(t, d.Tasks[first.Deps[0]].Chunk, 2-lanes)
+			serial, err := s.serialTime("prefill", tc.c, 64, 4)
+			require.NoError(t, err)
+			var sum time.Duration
+			for _, task := range d.Tasks {
+				sum += task.Cost
+			}
+			assert.Equal(t, serial, sum)
+		})
+	}
+	// every MATMUL row-split: each split op's parts and a merge; Q, K, V (and gate, up) share
+	rows := Choice{Strategy: StrategyRows, Units: []int{0, 1}, Ratio: []float64{0.5, 0.5}}
+	c := candidate{}
+	for _, op := range s.layer {
+		ch := Choice{Strategy: StrategySingle, Units: []int{0}}
+		if op.matmul {
+			ch = rows
+		}
+		c.layer = append(c.layer, ch)
+	}
+	c.head = []Choice{{Strategy: StrategySingle, Units: []int{0}}, rows}
+	steps, err := s.chunkSteps("prefill", c, 0, 64)
+	require.NoError(t, err)
+	var names []string
+	for _, st := range steps[:8] {
+		names = append(names, st.Name)
+	}
+	assert.Equal(t, []string{"blk.0.attn_norm", "blk.0.attn_q", "blk.0.attn_q.merge", "blk.0.attn", "blk.0.attn_output",
+		"blk.0.attn_output.merge", "blk.0.ffn_gate", "blk.0.ffn_gate.merge"}, names)
+	assert.Len(t, steps[1].Parts, 2, "Q, K and V parts: one task per unit")
 }
