@@ -334,6 +334,8 @@ uint32_t nv_op_support(const xpu_op_query *q) {
     return XPU_VERDICT_YES;
   case XPU_OP_SHADOW_MATMUL:
     return is_float(in) && (out == 0 || out == in) ? XPU_VERDICT_YES : XPU_VERDICT_NO;
+  case XPU_OP_SPARSE_FFN: /* no kernel yet: graph_analyze refuses it too */
+    return XPU_VERDICT_NO;
   default:
     /* elementwise, norms, softmax, rope: f32/f16 in and out */
     return is_float(in) && (out == 0 || out == in) ? XPU_VERDICT_YES : XPU_VERDICT_NO;
