@@ -1,6 +1,9 @@
 package core
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // InferOutput checks a node's inputs and attributes against abi/OPS.md and returns the output
 // dtype and shape. forceDType/forceShape carry the output type for ops whose output is not
@@ -76,7 +79,10 @@ func inferOutput(n *Node, forceDType DType, forceShape Shape) (DType, Shape, err
 		return in[0].DType, in[0].Shape.Clone(), nil
 
 	case op == OpMatMul:
-		return inferMatMul(n)
+		return inferMatMul(n, forceDType)
+
+	case op == OpShadowMatMul:
+		return inferShadowMatMul(n)
 
 	case op == OpRoPE:
 		if err := need(2, 2); err != nil {
@@ -296,13 +302,52 @@ func movable(t *Tensor) error {
 	return fmt.Errorf("%s: dtype %s cannot be moved element-wise", t.Name, t.DType)
 }
 
-func inferMatMul(n *Node) (DType, Shape, error) {
-	if len(n.Inputs) != 2 {
-		return 0, nil, fmt.Errorf("takes 2 inputs, got %d", len(n.Inputs))
+func inferMatMul(n *Node, forceDType DType) (DType, Shape, error) {
+	if len(n.Inputs) != 2 && len(n.Inputs) != 3 {
+		return 0, nil, fmt.Errorf("takes 2 or 3 inputs, got %d", len(n.Inputs))
 	}
 	a, b := n.Inputs[0], n.Inputs[1]
-	if !a.DType.Float() {
-		return 0, nil, fmt.Errorf("a must be f32 or f16, got %s", a.DType)
+	w8a8 := a.DType == I8
+	if !a.DType.Float() && !w8a8 {
+		return 0, nil, fmt.Errorf("a must be f32, f16 or (with an i8 b) i8, got %s", a.DType)
+	}
+	outDType := a.DType
+	if w8a8 {
+		if b.DType != I8 {
+			return 0, nil, fmt.Errorf("an i8 a needs an i8 b, got %s", b.DType)
+		}
+		if !(n.FAttr[1] > 0) || isInf32(n.FAttr[1]) {
+			return 0, nil, fmt.Errorf("an i8 a needs a positive finite scale in fattr[1], got %g", n.FAttr[1])
+		}
+		if so := n.FAttr[2]; !(so >= 0) || isInf32(so) {
+			return 0, nil, fmt.Errorf("the output grid scale fattr[2] must be 0 or positive and finite, got %g", so)
+		}
+		if K := a.Shape[len(a.Shape)-1:]; len(K) == 1 && K[0] >= 1<<17 {
+			return 0, nil, fmt.Errorf("an i8 a needs K < 2^17 (exact int32 sums), got K = %d", K[0])
+		}
+		if forceDType != F32 && forceDType != F16 {
+			return 0, nil, fmt.Errorf("an i8 a gives an f32 or f16 output, not %s", forceDType)
+		}
+		outDType = forceDType
+	} else if n.FAttr[1] != 0 || n.FAttr[2] != 0 {
+		return 0, nil, fmt.Errorf("fattr[1] (a scale) and fattr[2] (output grid) need an i8 a")
+	}
+	if len(n.Inputs) == 3 {
+		s := n.Inputs[2]
+		if b.DType != I8 {
+			return 0, nil, fmt.Errorf("per-channel scales (3rd input) need an i8 b, got %s", b.DType)
+		}
+		if n.FAttr[0] != 0 {
+			return 0, nil, fmt.Errorf("with per-channel scales fattr[0] must be 0, got %g", n.FAttr[0])
+		}
+		if len(b.Shape) != 2 || s.DType != F32 || len(s.Shape) != 1 || s.Shape[0] != b.Shape[0] {
+			return 0, nil, fmt.Errorf("per-channel scales must be f32 [N] for b %s, got %s", b.Shape, s)
+		}
+		if err := positiveScales(s); err != nil {
+			return 0, nil, err
+		}
+	} else if b.DType == I8 && (!(n.FAttr[0] > 0) || isInf32(n.FAttr[0])) {
+		return 0, nil, fmt.Errorf("i8 b needs a positive finite scale in fattr[0] (or per-channel scales)")
 	}
 	if len(a.Shape) < 1 || len(b.Shape) < 2 {
 		return 0, nil, fmt.Errorf("a needs rank >= 1 and b rank >= 2, got %s and %s", a.Shape, b.Shape)
@@ -312,9 +357,6 @@ func inferMatMul(n *Node) (DType, Shape, error) {
 	case Q8_0, Q4_0, I8, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K:
 		if len(b.Shape) != 2 {
 			return 0, nil, fmt.Errorf("a %s b must be rank 2, got %s", b.DType, b.Shape)
-		}
-		if b.DType == I8 && n.FAttr[0] <= 0 {
-			return 0, nil, fmt.Errorf("i8 b needs a positive scale in fattr[0]")
 		}
 	default:
 		return 0, nil, fmt.Errorf("b dtype %s not allowed", b.DType)
@@ -328,14 +370,14 @@ func inferMatMul(n *Node) (DType, Shape, error) {
 		if len(b.Shape) != 2 {
 			return 0, nil, fmt.Errorf("rank-1 a needs a rank-2 b")
 		}
-		return a.DType, Shape{N}, nil
+		return outDType, Shape{N}, nil
 	}
 	M := a.Shape[len(a.Shape)-2]
 	batch, err := BroadcastShapes(a.Shape[:len(a.Shape)-2], b.Shape[:len(b.Shape)-2])
 	if err != nil {
 		return 0, nil, fmt.Errorf("batch dims: %w", err)
 	}
-	return a.DType, append(batch, M, N), nil
+	return outDType, append(batch, M, N), nil
 }
 
 // BroadcastShapes applies numpy broadcasting to two shapes.
@@ -362,4 +404,64 @@ func BroadcastShapes(a, b Shape) (Shape, error) {
 		}
 	}
 	return out, nil
+}
+
+// positiveScales checks a constant scale tensor's values (> 0 and finite); an input's values
+// are only known at execution, where the backends check them.
+func positiveScales(s *Tensor) error {
+	if s.Kind != KindConst || s.Data == nil {
+		return nil
+	}
+	xs, err := Dequantize(F32, s.Data, 0)
+	if err != nil {
+		return err
+	}
+	for i, x := range xs {
+		if !(x > 0) || isInf32(x) {
+			return fmt.Errorf("per-channel scale %d is %g, must be positive and finite", i, x)
+		}
+	}
+	return nil
+}
+
+func isInf32(x float32) bool { return x > math.MaxFloat32 || x < -math.MaxFloat32 }
+
+// inferShadowMatMul: x [M, K] or [K] float, wt [C, N] F32/F16, ids I32 [C] (or none: C = K),
+// threshold fattr[0] > 0 → [M, N] or [N] in x's dtype.
+func inferShadowMatMul(n *Node) (DType, Shape, error) {
+	in := n.Inputs
+	if len(in) != 2 && len(in) != 3 {
+		return 0, nil, fmt.Errorf("takes 2 or 3 inputs, got %d", len(in))
+	}
+	x, wt := in[0], in[1]
+	if !x.DType.Float() || (len(x.Shape) != 1 && len(x.Shape) != 2) {
+		return 0, nil, fmt.Errorf("x must be f32 or f16 [M,K] or [K], got %s", x)
+	}
+	if !wt.DType.Float() || len(wt.Shape) != 2 {
+		return 0, nil, fmt.Errorf("wt must be f32 or f16 [C,N], got %s", wt)
+	}
+	K := x.Shape[len(x.Shape)-1]
+	C, N := wt.Shape[0], wt.Shape[1]
+	if len(in) == 3 {
+		ids := in[2]
+		if ids.DType != I32 || len(ids.Shape) != 1 || ids.Shape[0] != C {
+			return 0, nil, fmt.Errorf("ids must be i32 [%d] (one per row of wt), got %s", C, ids)
+		}
+		if ids.Kind == KindConst && ids.Data != nil {
+			for i, id := range DecodeI32(ids.Data) {
+				if int64(id) < 0 || int64(id) >= K {
+					return 0, nil, fmt.Errorf("ids[%d] = %d is outside [0, %d)", i, id, K)
+				}
+			}
+		}
+	} else if C != K {
+		return 0, nil, fmt.Errorf("without ids wt needs one row per input channel (%d), got %s", K, wt.Shape)
+	}
+	if t := n.FAttr[0]; !(t > 0) {
+		return 0, nil, fmt.Errorf("the threshold fattr[0] must be positive, got %g", t)
+	}
+	if len(x.Shape) == 1 {
+		return x.DType, Shape{N}, nil
+	}
+	return x.DType, Shape{x.Shape[0], N}, nil
 }

@@ -103,6 +103,52 @@ func (g *Graph) MatMulI8(a, b *Tensor, scale float32) *Tensor {
 	return g.add(s)
 }
 
+// W8A8Options configure MatMulW8A8 (op set 3, abi/OPS.md "Int8 activations").
+type W8A8Options struct {
+	// AScale is the I8 activation's per-tensor scale (> 0): a = AScale·qa.
+	AScale float32
+	// BScale is the I8 weight's per-tensor scale (> 0); it must be 0 when BScales is set.
+	BScale float32
+	// BScales, an F32 [N] tensor of positive values, gives one weight scale per output channel
+	// (it becomes MATMUL's 3rd input).
+	BScales *Tensor
+	// OutScale > 0 puts the result on the 16-bit grid OutScale·[-32767, 32767], what an NPU's
+	// 8-bit MatMul with a 16-bit scaled output produces; 0 means no grid.
+	OutScale float32
+	// Out is the output dtype, F32 (the default) or F16.
+	Out DType
+}
+
+// MatMulW8A8 is MATMUL of an I8 activation a [..., M, K] (or [K]) and an I8 weight b [N, K]:
+// the integer products are summed exactly and scaled by AScale·BScale (or BScales[n]).
+func (g *Graph) MatMulW8A8(a, b *Tensor, o W8A8Options) *Tensor {
+	in := []*Tensor{a, b}
+	if o.BScales != nil {
+		in = append(in, o.BScales)
+	}
+	s := g.spec(OpMatMul, in...)
+	s.fattr[0], s.fattr[1], s.fattr[2] = o.BScale, o.AScale, o.OutScale
+	s.outDType = o.Out
+	if s.outDType == InvalidDType {
+		s.outDType = F32
+	}
+	return g.add(s)
+}
+
+// ShadowMatMul is mllm-NPU's shadow outlier product (op set 3): out[m, n] = Σ_c e(x[m, ids[c]])·wt[c, n]
+// with e(v) = v − clamp(v, −threshold, threshold). x is [M, K] or [K] (float), wt [C, N] F32 or
+// F16 holds the weight columns of the channels ids (I32 [C] in [0, K)); a nil ids means all K
+// channels in order.
+func (g *Graph) ShadowMatMul(x, wt, ids *Tensor, threshold float32) *Tensor {
+	in := []*Tensor{x, wt}
+	if ids != nil {
+		in = append(in, ids)
+	}
+	s := g.spec(OpShadowMatMul, in...)
+	s.fattr[0] = threshold
+	return g.add(s)
+}
+
 // RoPEOptions are the rotary embedding parameters; zero values mean the OPS.md defaults.
 type RoPEOptions struct {
 	Mode      int64   // RoPENormal or RoPENeoX

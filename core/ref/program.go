@@ -176,8 +176,12 @@ func evalNode(n *nodeInfo, in []value, out tensorInfo) ([]byte, error) {
 		return evalNorm(n, in[0])
 	case op == core.OpSoftmax:
 		return evalSoftmax(n, in[0])
+	case op == core.OpMatMul && (in[0].dt == core.I8 || len(in) == 3):
+		return evalMatMulI8B(n, in, out)
 	case op == core.OpMatMul:
 		return evalMatMul(n, in, out)
+	case op == core.OpShadowMatMul:
+		return evalShadowMatMul(n, in, out)
 	case op == core.OpRoPE:
 		return evalRoPE(n, in)
 	case op == core.OpAttention:
