@@ -34,9 +34,10 @@ type Spec struct {
 	// show them (mllm-NPU, LLM.int8()): the attn_norm and ffn_norm weights of those channels
 	// are scaled by 50–100× (OutlierFactor), so the inputs of the Q/K/V and gate/up
 	// projections have a few channels far beyond the rest, and the same input channels of those
-	// projections' weights are divided by the factor. The float model computes what it would
-	// without outliers; only per-tensor activation quantization sees them. The channels are
-	// the same in every layer.
+	// projections' weights are divided by √factor: the outlier channels carry a large share of
+	// each projection (in real models they matter) while the outputs stay at a moderate scale,
+	// and their weights stay well within a per-tensor int8 or Q8_0 grid. The channels are the
+	// same in every layer.
 	Outliers int
 }
 
@@ -110,6 +111,11 @@ func (s Spec) check() error {
 	}
 	if _, err := gguf.TypeOf(s.Type); err != nil {
 		return err
+	}
+	if s.Type == core.I8 {
+		// GGUF's I8 carries no scale: a model's matrices cannot be plain int8 (the NPU int8
+		// weights are a companion layout, llm/w8a8)
+		return fmt.Errorf("synth: matrix dtype i8 has no scale in GGUF: %w", core.ErrUnsupported)
 	}
 	if bl := s.Type.BlockLen(); int64(s.Dim)%bl != 0 || int64(s.FFN)%bl != 0 {
 		return fmt.Errorf("synth: dim %d and ffn %d must be multiples of %d for %s: %w", s.Dim, s.FFN, bl, s.Type, core.ErrInvalidArgument)
@@ -213,13 +219,13 @@ func Write(w io.Writer, s Spec) error {
 		}
 	}
 	// reading is a matrix [N, D] that reads a normed input: the outlier columns divided by
-	// their factor, which keeps the layer's function.
+	// √factor.
 	reading := func(l int, fanIn int64) func(int, *rand.Rand) []float32 {
 		gen := matrix(fanIn)
 		return func(n int, rng *rand.Rand) []float32 {
 			xs := gen(n, rng)
 			for _, c := range outl {
-				f := s.OutlierFactor(l, c)
+				f := float32(math.Sqrt(float64(s.OutlierFactor(l, c))))
 				for i := c; i < n; i += int(D) {
 					xs[i] /= f
 				}
