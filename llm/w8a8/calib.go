@@ -25,10 +25,11 @@ const CalibrationVersion = 1
 //     / 127, so the int8 grid is spent on the bulk; the threshold t = 127 · sa: a value beyond
 //     it is clipped by QUANTIZE and is an outlier (mllm-NPU's rule: what the per-tensor scale
 //     does not cover). Percentile 100 is the bulk's maximum.
-//  4. Hot channels: the channels ranked by how many outliers they held, the fewest that hold
-//     HotCover of them, at most HotFraction of the channels (at least 1 when there are
-//     outliers). Their weight columns stay resident as floats for the shadow path; an outlier
-//     in any other channel is dropped (clipped) at run time.
+//  4. Hot channels: every outlier channel of step 2 that held an outlier, then the other
+//     channels ranked by how many outliers they held until the hot set holds HotCover of them,
+//     while it has fewer than HotFraction of the channels (rounded up). Their weight columns
+//     stay resident as floats for the shadow path; an outlier in any other channel is dropped
+//     (clipped) at run time.
 //  5. Layer importance: how much the logits move (NMSE) when that layer alone runs without
 //     its shadow path, all others with it. The Keep fraction of the layers (rounded up, at
 //     least 1), the most important first, keep the shadow path when pruning is on.
@@ -273,13 +274,21 @@ func (r Rule) Analyze(name string, xs []float32, width int) (Input, error) {
 		order[i] = i
 	}
 	sort.SliceStable(order, func(a, b int) bool { return count[order[a]] > count[order[b]] })
-	maxHot := max(1, int(r.HotFraction*float64(width)))
+	for _, c := range order {
+		if outlier[c] && count[c] > 0 {
+			in.Hot = append(in.Hot, int32(c))
+			in.HotOutliers += count[c]
+		}
+	}
+	maxHot := int(math.Ceil(r.HotFraction * float64(width)))
 	for _, c := range order {
 		if count[c] == 0 || len(in.Hot) >= maxHot || float64(in.HotOutliers) >= r.HotCover*float64(in.Outliers) {
 			break
 		}
-		in.Hot = append(in.Hot, int32(c))
-		in.HotOutliers += count[c]
+		if !outlier[c] {
+			in.Hot = append(in.Hot, int32(c))
+			in.HotOutliers += count[c]
+		}
 	}
 	slices.Sort(in.Hot)
 	return in, nil

@@ -167,7 +167,7 @@ func TestAnalyze(t *testing.T) {
 	assert.InDelta(t, 1.0, in.Threshold, 1e-6)
 	assert.Equal(t, float32(80), in.AbsMax)
 	assert.Equal(t, T+1, in.Outliers) // every value of channel 3, and the spike
-	// HotFraction 3% of 16 channels rounds to 1 channel: the recurring one
+	// the outlier channel is hot; HotFraction 3% of 16 channels (rounded up: 1) admits no other
 	assert.Equal(t, []int32{3}, in.Hot)
 	assert.Equal(t, T, in.HotOutliers)
 
