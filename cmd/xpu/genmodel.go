@@ -24,7 +24,7 @@ func runGenModel(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	params := fs.String("params", "1B", "size preset: "+strings.Join(synth.Presets(), ", "))
 	typ := fs.String("type", "q4_0", "matrix dtype: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q2_k, q3_k (K-quants need rows that are multiples of 256: --params 6M or 1B and up)")
 	seed := fs.Uint64("seed", 1, "weight seed")
-	outliers := fs.Int("outliers", 0, "plant activation outliers in this many channels (their norm weights 50-100x, the projections' matching weight columns divided alike: the float model is unchanged, per-tensor int8 activations are not)")
+	outliers := fs.Int("outliers", 0, "plant activation outliers in this many channels (their norm weights 50-100x, the projections' matching weight columns divided by the square root of that)")
 	out := fs.String("o", "", "output file (required)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: xpu gen-model [--arch llama|qwen2] [--params 1B] [--type q4_0] [--seed S] [--outliers N] -o FILE")
