@@ -30,7 +30,7 @@ func graphCases() []testCase {
 			op: "GRAPH:chunked-attention", dtype: kv.String(),
 			run: func(r *runner, ctx context.Context, res *CaseResult) { r.chunkedAttention(ctx, res, kv) }})
 	}
-	return cs
+	return append(cs, w8a8LinearCases()...)
 }
 
 // transformerBlock builds one pre-norm Llama block on T new tokens after P cached ones:

@@ -46,6 +46,7 @@ func opCases() []testCase {
 	cs = append(cs, getRowsCases()...)
 	cs = append(cs, conversionCases()...)
 	cs = append(cs, movementCases()...)
+	cs = append(cs, w8a8Cases()...)
 	return cs
 }
 

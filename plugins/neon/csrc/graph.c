@@ -41,6 +41,57 @@ static int broadcasts_to(const xpu_ir_tensor *a, const xpu_ir_tensor *b, const x
   return 1;
 }
 
+/* op set 3: MATMUL with an I8 a (W8A8) or per-channel I8 weight scales (k_w8a8.c) */
+static int w8a8_supported(const xpu_ir_graph *g, const xpu_ir_node *n, uint32_t *precision, char *reason,
+                          size_t cap) {
+  const xpu_ir_tensor *a = xpu_ir_input(g, n, 0), *b = xpu_ir_input(g, n, 1), *o = &g->tensors[n->output];
+  if (n->n_inputs != 2 && n->n_inputs != 3) NO("needs 2 or 3 inputs");
+  if (b->dtype != XPU_DT_I8 || b->rank != 2) NO("an i8 a or per-channel scales need an i8 [N,K] b");
+  if (a->rank < 1) NO("a needs rank >= 1");
+  int64_t K = b->shape[1], N = b->shape[0];
+  if (a->shape[a->rank - 1] != K) NO("inner dimensions differ");
+  if (n->n_inputs == 3) {
+    const xpu_ir_tensor *s = xpu_ir_input(g, n, 2);
+    if (s->dtype != XPU_DT_F32 || s->rank != 1 || s->shape[0] != N) NO("per-channel scales must be f32 [N]");
+    if (n->fattr[0] != 0) NO("fattr[0] must be 0 with per-channel scales");
+  } else if (!(n->fattr[0] > 0)) {
+    NO("i8 b needs a positive scale");
+  }
+  if (a->dtype == XPU_DT_I8) {
+    if (!(n->fattr[1] > 0)) NO("an i8 a needs a positive scale in fattr[1]");
+    if (!(n->fattr[2] >= 0)) NO("the output grid scale fattr[2] must be 0 or positive");
+    if (K >= (1 << 17)) NO("K must be below 2^17 (exact int32 sums)");
+    if (o->dtype != XPU_DT_F32 && o->dtype != XPU_DT_F16) NO("the output must be f32 or f16");
+    *precision = XPU_PREC_INT8;
+  } else {
+    if (!is_float(a->dtype) || o->dtype != a->dtype) NO("a must be i8, f32 or f16 and a float output of its dtype");
+    if (n->fattr[1] != 0 || n->fattr[2] != 0) NO("fattr[1] and fattr[2] need an i8 a");
+  }
+  if (o->rank != a->rank || (a->rank == 1 ? o->shape[0] != N : o->shape[o->rank - 1] != N)) NO("output is not [..., M, N]");
+  for (uint32_t d = 0; d + 1 < a->rank; d++)
+    if (o->shape[d] != a->shape[d]) NO("output is not [..., M, N]");
+  return 1;
+}
+
+/* op set 3: SHADOW_MATMUL (k_w8a8.c) */
+static int shadow_supported(const xpu_ir_graph *g, const xpu_ir_node *n, char *reason, size_t cap) {
+  const xpu_ir_tensor *x = xpu_ir_input(g, n, 0), *wt = xpu_ir_input(g, n, 1), *o = &g->tensors[n->output];
+  if (n->n_inputs != 2 && n->n_inputs != 3) NO("needs x, wt and optional ids");
+  if (!is_float(x->dtype) || (x->rank != 1 && x->rank != 2)) NO("x must be f32/f16 [M,K] or [K]");
+  if (!is_float(wt->dtype) || wt->rank != 2) NO("wt must be f32/f16 [C,N]");
+  int64_t K = x->shape[x->rank - 1], C = wt->shape[0], N = wt->shape[1];
+  if (n->n_inputs == 3) {
+    const xpu_ir_tensor *ids = xpu_ir_input(g, n, 2);
+    if (ids->dtype != XPU_DT_I32 || ids->rank != 1 || ids->shape[0] != C) NO("ids must be i32 [C]");
+  } else if (C != K) {
+    NO("without ids wt needs one row per input channel");
+  }
+  if (!(n->fattr[0] > 0)) NO("the threshold fattr[0] must be positive");
+  if (o->dtype != x->dtype || o->rank != x->rank || o->shape[o->rank - 1] != N || (x->rank == 2 && o->shape[0] != x->shape[0]))
+    NO("output must be [M,N] of x's dtype");
+  return 1;
+}
+
 int nv_node_supported(const xpu_ir_graph *g, const xpu_ir_node *n, uint32_t *precision, char *reason,
                       size_t cap) {
   const xpu_ir_tensor *o = &g->tensors[n->output];
@@ -67,6 +118,7 @@ int nv_node_supported(const xpu_ir_graph *g, const xpu_ir_node *n, uint32_t *pre
   }
   switch (op) {
   case XPU_OP_MATMUL: {
+    if (nv_is_w8a8(g, n)) return w8a8_supported(g, n, precision, reason, cap);
     if (n->n_inputs != 2) NO("needs 2 inputs");
     if (!is_float(a->dtype) || o->dtype != a->dtype) NO("a must be f32 or f16 and the output of its dtype");
     uint32_t bt = b->dtype;
@@ -99,6 +151,7 @@ int nv_node_supported(const xpu_ir_graph *g, const xpu_ir_node *n, uint32_t *pre
     if (nv_kq_repackable(bt) && b->kind == XPU_TENSOR_CONST) *precision = XPU_PREC_INT8;
     return 1;
   }
+  case XPU_OP_SHADOW_MATMUL: return shadow_supported(g, n, reason, cap);
   case XPU_OP_ROPE: {
     if (n->n_inputs != 2) NO("needs 2 inputs");
     if (!is_float(a->dtype) || o->dtype != a->dtype || !same_shape(a, o)) NO("x must be f32/f16 and the output like x");
@@ -247,6 +300,9 @@ uint32_t nv_op_support(const xpu_op_query *q) {
   if (q->rank > XPU_MAX_RANK) return XPU_VERDICT_NO;
   switch (op) {
   case XPU_OP_MATMUL:
+    if (in == XPU_DT_I8) /* W8A8 (op set 3) */
+      return (!w || w == XPU_DT_I8) && (!out || out == XPU_DT_F32 || out == XPU_DT_F16) ? XPU_VERDICT_YES
+                                                                                     : XPU_VERDICT_NO;
     if (!is_float(in) || (out && out != in)) return XPU_VERDICT_NO;
     if (w && w != XPU_DT_F32 && w != XPU_DT_F16 && w != XPU_DT_BF16 && w != XPU_DT_Q8_0 && w != XPU_DT_Q4_0 &&
         w != XPU_DT_I8 && !nv_is_kquant(w))
@@ -276,6 +332,8 @@ uint32_t nv_op_support(const xpu_op_query *q) {
   case XPU_OP_ATTENTION:
     if (!is_float(in) || (w && !is_float(w))) return XPU_VERDICT_NO;
     return XPU_VERDICT_YES;
+  case XPU_OP_SHADOW_MATMUL:
+    return is_float(in) && (out == 0 || out == in) ? XPU_VERDICT_YES : XPU_VERDICT_NO;
   default:
     /* elementwise, norms, softmax, rope: f32/f16 in and out */
     return is_float(in) && (out == 0 || out == in) ? XPU_VERDICT_YES : XPU_VERDICT_NO;

@@ -324,7 +324,9 @@ xpu_status nv_k_softmax(nv_run *r, const xpu_ir_node *n) { return rows_op(r, n);
 /* ---------------------------------------------------------------- scratch sizes */
 
 uint64_t nv_node_shared(const xpu_ir_graph *g, const xpu_ir_node *n) {
-  return n->op == XPU_OP_MATMUL ? nv_matmul_shared(g, n) : 0;
+  if (n->op == XPU_OP_SHADOW_MATMUL) return nv_shadow_shared(g, n);
+  if (n->op != XPU_OP_MATMUL) return 0;
+  return nv_is_w8a8(g, n) ? nv_w8a8_shared(g, n) : nv_matmul_shared(g, n);
 }
 
 uint64_t nv_node_scratch(const xpu_ir_graph *g, const xpu_ir_node *n) {
@@ -334,7 +336,7 @@ uint64_t nv_node_scratch(const xpu_ir_graph *g, const xpu_ir_node *n) {
   case XPU_OP_ADD: case XPU_OP_SUB: case XPU_OP_MUL: case XPU_OP_DIV: return 3 * last * 4 + 64;
   case XPU_OP_RMS_NORM: case XPU_OP_LAYER_NORM: case XPU_OP_SOFTMAX: return last * 4 + 64;
   case XPU_OP_ROPE: return 2 * last * 4 + 64;
-  case XPU_OP_MATMUL: return nv_matmul_scratch(g, n);
+  case XPU_OP_MATMUL: return nv_is_w8a8(g, n) ? nv_w8a8_scratch(g, n) : nv_matmul_scratch(g, n);
   case XPU_OP_ATTENTION: return nv_attention_scratch(g, n);
   default: return 0;
   }

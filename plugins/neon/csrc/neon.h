@@ -214,6 +214,13 @@ xpu_status nv_k_reshape(nv_run *r, const xpu_ir_node *n);
 xpu_status nv_k_permute(nv_run *r, const xpu_ir_node *n);
 xpu_status nv_k_slice(nv_run *r, const xpu_ir_node *n);
 xpu_status nv_k_concat(nv_run *r, const xpu_ir_node *n);
+/* op set 3 (k_w8a8.c): MATMUL with an I8 a or per-channel I8 weight scales, SHADOW_MATMUL */
+int nv_is_w8a8(const xpu_ir_graph *g, const xpu_ir_node *n);
+xpu_status nv_k_w8a8(nv_run *r, const xpu_ir_node *n);
+xpu_status nv_k_shadow(nv_run *r, const xpu_ir_node *n);
+uint64_t nv_w8a8_scratch(const xpu_ir_graph *g, const xpu_ir_node *n);
+uint64_t nv_w8a8_shared(const xpu_ir_graph *g, const xpu_ir_node *n);
+uint64_t nv_shadow_shared(const xpu_ir_graph *g, const xpu_ir_node *n);
 
 /* Runs fn on the execution's threads (1 thread when work is below the threshold). */
 static inline void nv_parallel(nv_run *r, int64_t work, nv_task_fn fn, void *arg) {
