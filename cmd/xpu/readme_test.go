@@ -154,7 +154,6 @@ func TestREADMEW8A8Commands(t *testing.T) {
 		}
 	}
 	require.Len(t, lines, 4, "the README's W8A8 lines")
-	pluginsLack := ""
 	for _, l := range lines {
 		l = strings.ReplaceAll(strings.ReplaceAll(l, "build/xpu", bin), "stories260K-npu.gguf", npu)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -165,10 +164,6 @@ func TestREADMEW8A8Commands(t *testing.T) {
 		cancel()
 		var ee *exec.ExitError
 		if err != nil && errors.As(err, &ee) {
-			if strings.Contains(l, "--units") && strings.Contains(string(ee.Stderr), "(SHADOW_MATMUL) on unit neon:0: unknown op") {
-				pluginsLack = string(ee.Stderr)
-				continue
-			}
 			t.Fatalf("%s: %v\n%s", l, err, ee.Stderr)
 		}
 		require.NoError(t, err, l)
@@ -181,8 +176,5 @@ func TestREADMEW8A8Commands(t *testing.T) {
 		case strings.Contains(l, " calibrate "):
 			assert.Contains(t, string(got), filepath.Join(dir, "cache", "w8a8"))
 		}
-	}
-	if pluginsLack != "" {
-		t.Skipf("the neon plugin does not run op set 3's SHADOW_MATMUL yet (h/w8a8-ops), so the --units qnn,neon line was not checked: %s", pluginsLack)
 	}
 }
