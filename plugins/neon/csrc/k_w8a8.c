@@ -354,7 +354,8 @@ xpu_status nv_k_shadow(nv_run *r, const xpu_ir_node *n) {
   int64_t outliers = 0;
   for (int64_t m = 0; m < A.M; m++)
     for (int64_t c = 0; c < A.C; c++) outliers += sh_e(sh_x(&A, m, c), A.t) != 0.0f;
-  if (outliers) nv_parallel(r, outliers * A.N * 8, sh_task, &A);
+  /* threads only when the outliers' updates outweigh waking them (nv_parallel's threshold) */
+  if (outliers) nv_parallel(r, outliers * A.N, sh_task, &A);
   if (o16) nv_f32_row_to_f16(A.out, (uint16_t *)r->ptr[n->output], MN);
   return XPU_OK;
 }

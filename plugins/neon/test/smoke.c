@@ -236,6 +236,92 @@ static void test_quant_matmul(xpu_context ctx, uint32_t qdt) {
   api->buffer_release(bw), api->buffer_release(bx), api->buffer_release(by), api->buffer_release(byf);
 }
 
+/* ---------------------------------------------------------------- op set 3 */
+
+/* W8A8 MATMUL (I8 a, per-channel I8 weights, the 16-bit output grid) and SHADOW_MATMUL (ids
+ * with a duplicate) against double; K = 77 leaves a tail after every vector width, and the
+ * codes include -128, which breaks sign tricks of int8 dot instructions */
+static void test_w8a8(xpu_context ctx) {
+  enum { M = 3, N = 13, K = 77, C = 5 };
+  const float sa = 0.01f, so = 0.002f, t = 0.5f;
+  xpu_irb g = {0};
+  int64_t as[2] = {M, K}, bs[2] = {N, K}, ss[1] = {N}, os[2] = {M, N}, ws[2] = {C, N}, is[1] = {C};
+  uint32_t a = xpu_irb_tensor(&g, XPU_DT_I8, XPU_TENSOR_INPUT, 2, as);
+  uint32_t x = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, as);
+  uint32_t b = xpu_irb_tensor(&g, XPU_DT_I8, XPU_TENSOR_CONST, 2, bs);
+  uint32_t sc = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_CONST, 1, ss);
+  uint32_t wt = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_CONST, 2, ws);
+  uint32_t ids = xpu_irb_tensor(&g, XPU_DT_I32, XPU_TENSOR_CONST, 1, is);
+  uint32_t y = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, os);
+  uint32_t z = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, os);
+  uint32_t mi[3] = {a, b, sc}, si[3] = {x, wt, ids};
+  xpu_ir_node *mm = xpu_irb_node(&g, XPU_OP_MATMUL, y, 3, mi);
+  mm->fattr[1] = sa;
+  mm->fattr[2] = so;
+  xpu_irb_node(&g, XPU_OP_SHADOW_MATMUL, z, 3, si)->fattr[0] = t;
+  xpu_irb_output(&g, y);
+  xpu_irb_output(&g, z);
+  unsigned seed = 11;
+  int8_t qa[M * K], qb[N * K];
+  float sb[N], xd[M * K], wd[C * N], yo[M * N], zo[M * N];
+  int32_t idv[C] = {4, 76, 4, 0, 40};
+  for (int i = 0; i < M * K; i++) qa[i] = (int8_t)(i % 7 == 0 ? -128 : (int)(frand(&seed) * 127));
+  for (int i = 0; i < N * K; i++) qb[i] = (int8_t)(i % 5 == 0 ? -128 : (int)(frand(&seed) * 127));
+  for (int j = 0; j < N; j++) sb[j] = 0.001f * (1 + j % 4);
+  for (int i = 0; i < M * K; i++) xd[i] = 2 * frand(&seed);
+  for (int i = 0; i < C * N; i++) wd[i] = frand(&seed);
+  xpu_buffer bb = upload(ctx, qb, sizeof qb), bs_ = upload(ctx, sb, sizeof sb), bw = upload(ctx, wd, sizeof wd),
+             bi = upload(ctx, idv, sizeof idv);
+  g.tensors[b].const_buffer = bb;
+  g.tensors[sc].const_buffer = bs_;
+  g.tensors[wt].const_buffer = bw;
+  g.tensors[ids].const_buffer = bi;
+  xpu_executable exe = prepare(ctx, &g, NULL);
+  xpu_buffer ba = upload(ctx, qa, sizeof qa), bx = upload(ctx, xd, sizeof xd), by = upload(ctx, NULL, sizeof yo),
+             bz = upload(ctx, NULL, sizeof zo);
+  xpu_execution ex = 0;
+  EXPECT(api->execution_create(exe, &ex), XPU_OK);
+  EXPECT(api->execution_bind(ex, 0, ba, 0), XPU_OK);
+  EXPECT(api->execution_bind(ex, 1, bx, 0), XPU_OK);
+  EXPECT(api->execution_bind(ex, 2, by, 0), XPU_OK);
+  EXPECT(api->execution_bind(ex, 3, bz, 0), XPU_OK);
+  EXPECT(api->execution_run(ex), XPU_OK);
+  api->buffer_read(by, 0, yo, sizeof yo);
+  api->buffer_read(bz, 0, zo, sizeof zo);
+  double wy[M * N], wz[M * N];
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < N; n++) {
+      long acc = 0;
+      for (int k = 0; k < K; k++) acc += (long)qa[m * K + k] * qb[n * K + k];
+      double v = round((double)acc * sa * sb[n] / so);
+      wy[m * N + n] = so * (v > 32767 ? 32767 : v < -32767 ? -32767 : v);
+      double zz = 0;
+      for (int c = 0; c < C; c++) {
+        double xv = xd[m * K + idv[c]], e = xv > t ? xv - t : xv < -t ? xv + t : 0;
+        zz += e * wd[c * N + n];
+      }
+      wz[m * N + n] = zz;
+    }
+  /* the grid values are exact up to the f32 store; the shadow sum is a few f32 roundings */
+  CHECK(max_err(yo, wy, M * N) <= 1e-6, "W8A8 matmul: max error %g", max_err(yo, wy, M * N));
+  CHECK(max_err(zo, wz, M * N) <= 1e-5, "shadow matmul: max error %g", max_err(zo, wz, M * N));
+  /* an id outside [0, K) fails the run with INVALID_ARG (buffer_write bumps the bytes the run reads) */
+  int32_t bad = K;
+  EXPECT(api->buffer_write(bi, 4, &bad, 4), XPU_OK);
+  xpu_executable exe2 = prepare(ctx, &g, NULL);
+  xpu_execution ex2 = 0;
+  EXPECT(api->execution_create(exe2, &ex2), XPU_OK);
+  for (uint32_t io = 0; io < 4; io++)
+    EXPECT(api->execution_bind(ex2, io, (xpu_buffer[]){ba, bx, by, bz}[io], 0), XPU_OK);
+  expect_err(api->execution_run(ex2), XPU_E_INVALID_ARG, ex2, "shadow matmul with an id out of range");
+  EXPECT(api->execution_release(ex2), XPU_OK);
+  EXPECT(api->executable_release(exe2), XPU_OK);
+  EXPECT(api->execution_release(ex), XPU_OK);
+  EXPECT(api->executable_release(exe), XPU_OK);
+  api->buffer_release(bb), api->buffer_release(bs_), api->buffer_release(bw), api->buffer_release(bi);
+  api->buffer_release(ba), api->buffer_release(bx), api->buffer_release(by), api->buffer_release(bz);
+}
+
 /* ---------------------------------------------------------------- K-quants */
 
 static uint32_t kq_block_bytes(uint32_t dt) {
@@ -620,6 +706,8 @@ int main(int argc, char **argv) {
   xpu_context c8 = 0;
   EXPECT(api->context_create(0, "threads=2;int8dot=0", &c8), XPU_OK);
   for (uint32_t dt = XPU_DT_Q4_K; dt <= XPU_DT_Q6_K; dt++) test_kquant(c8, dt);
+  test_w8a8(ctx);
+  test_w8a8(c8);
   EXPECT(api->context_release(c8), XPU_OK);
   test_gemm_softmax(ctx);
   test_concurrency(ctx);

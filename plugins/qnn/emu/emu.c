@@ -149,7 +149,10 @@ static Qnn_ErrorHandle_t backendGetApiVersion(Qnn_ApiVersion_t *v) {
 /* ------------------------------------------------------------------ context and graphs */
 
 static void graph_free(emu_graph *g) {
-  for (uint32_t i = 0; i < g->n_tensors; i++) free(g->tensors[i].data);
+  for (uint32_t i = 0; i < g->n_tensors; i++) {
+    free(g->tensors[i].data);
+    free(g->tensors[i].axis_scales);
+  }
   free(g->tensors);
   free(g->nodes);
   pthread_mutex_destroy(&g->run_mu);
@@ -310,12 +313,29 @@ static Qnn_ErrorHandle_t tensorCreateGraphTensor(Qnn_GraphHandle_t gh, Qnn_Tenso
     return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "tensor %s: BOOL_8 only between nodes (NATIVE)", nm);
   if (v->dataType == QNN_DATATYPE_UINT_32 && v->type != QNN_TENSOR_TYPE_STATIC)
     return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "tensor %s: UINT_32 only for static parameter tensors", nm);
-  int quant = v->dataType == QNN_DATATYPE_SFIXED_POINT_8 || v->dataType == QNN_DATATYPE_SFIXED_POINT_32;
-  if (quant && (v->quantizeParams.encodingDefinition != QNN_DEFINITION_DEFINED ||
-                v->quantizeParams.quantizationEncoding != QNN_QUANTIZATION_ENCODING_SCALE_OFFSET ||
-                !(v->quantizeParams.scaleOffsetEncoding.scale > 0)))
+  int quant = v->dataType == QNN_DATATYPE_SFIXED_POINT_8 || v->dataType == QNN_DATATYPE_SFIXED_POINT_16 ||
+              v->dataType == QNN_DATATYPE_SFIXED_POINT_32;
+  /* a per-axis encoding (per-channel weight scales): static 8-bit data, symmetric, one positive
+   * scale per index of the axis */
+  int per_axis = quant && v->quantizeParams.encodingDefinition == QNN_DEFINITION_DEFINED &&
+                 v->quantizeParams.quantizationEncoding == QNN_QUANTIZATION_ENCODING_AXIS_SCALE_OFFSET;
+  if (per_axis) {
+    const Qnn_AxisScaleOffset_t *ax = &v->quantizeParams.axisScaleOffsetEncoding;
+    if (v->dataType != QNN_DATATYPE_SFIXED_POINT_8 || v->type != QNN_TENSOR_TYPE_STATIC || ax->axis < 0 ||
+        (uint32_t)ax->axis >= v->rank || !v->dimensions || ax->numScaleOffsets != v->dimensions[ax->axis] ||
+        !ax->scaleOffset)
+      return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED,
+                     "tensor %s: AXIS_SCALE_OFFSET only for static SFIXED_POINT_8 data, one scale per index of "
+                     "an axis", nm);
+    for (uint32_t i = 0; i < ax->numScaleOffsets; i++)
+      if (!(ax->scaleOffset[i].scale > 0) || ax->scaleOffset[i].offset != 0)
+        return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED, "tensor %s: per-axis scale %u must be > 0 with offset 0", nm, i);
+  } else if (quant && (v->quantizeParams.encodingDefinition != QNN_DEFINITION_DEFINED ||
+                       v->quantizeParams.quantizationEncoding != QNN_QUANTIZATION_ENCODING_SCALE_OFFSET ||
+                       !(v->quantizeParams.scaleOffsetEncoding.scale > 0)))
     return emu_err(QNN_COMMON_ERROR_NOT_SUPPORTED,
-                   "tensor %s: SFIXED_POINT_8/32 need a per-tensor SCALE_OFFSET encoding with scale > 0", nm);
+                   "tensor %s: SFIXED_POINT_8/16/32 need a SCALE_OFFSET encoding with scale > 0 (or a per-axis "
+                   "one for static 8-bit data)", nm);
   if (v->rank > EMU_MAX_RANK || (v->rank && !v->dimensions))
     return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "tensor %s: rank %u (max %d) or null dimensions", nm,
                    v->rank, EMU_MAX_RANK);
@@ -344,15 +364,26 @@ static Qnn_ErrorHandle_t tensorCreateGraphTensor(Qnn_GraphHandle_t gh, Qnn_Tenso
   snprintf(e->name, sizeof e->name, "%s", nm);
   e->type = v->type;
   e->dtype = v->dataType;
-  e->scale = quant ? v->quantizeParams.scaleOffsetEncoding.scale : 0;
-  e->offset = quant ? v->quantizeParams.scaleOffsetEncoding.offset : 0;
+  e->scale = quant && !per_axis ? v->quantizeParams.scaleOffsetEncoding.scale : 0;
+  e->offset = quant && !per_axis ? v->quantizeParams.scaleOffsetEncoding.offset : 0;
+  if (per_axis) {
+    const Qnn_AxisScaleOffset_t *ax = &v->quantizeParams.axisScaleOffsetEncoding;
+    e->axis = ax->axis;
+    e->n_axis_scales = ax->numScaleOffsets;
+    e->axis_scales = malloc((size_t)ax->numScaleOffsets * sizeof(float));
+    if (!e->axis_scales) return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+    for (uint32_t i = 0; i < ax->numScaleOffsets; i++) e->axis_scales[i] = ax->scaleOffset[i].scale;
+  }
   e->rank = v->rank;
   memcpy(e->dims, v->dimensions, v->rank * sizeof(uint32_t));
   e->numel = numel;
   e->nbytes = nbytes;
   if (v->type == QNN_TENSOR_TYPE_STATIC) {
     e->data = malloc(nbytes);
-    if (!e->data) return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+    if (!e->data) {
+      free(e->axis_scales);
+      return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+    }
     memcpy(e->data, v->clientBuf.data, nbytes);
     if (g->fp16 && e->dtype == QNN_DATATYPE_FLOAT_32) /* the HTP stores FP16 graphs' weights as half */
       for (uint64_t k = 0; k < numel; k++) ((float *)e->data)[k] = emu_round_half(((float *)e->data)[k]);

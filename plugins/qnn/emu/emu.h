@@ -47,8 +47,12 @@ typedef struct emu_tensor {
   char name[64];
   Qnn_TensorType_t type;
   Qnn_DataType_t dtype;
-  float scale; /* SFIXED_POINT_8: real = scale * (q + offset) */
+  float scale; /* SFIXED_POINT_8/16/32: real = scale * (q + offset) */
   int32_t offset;
+  /* AXIS_SCALE_OFFSET (static SFIXED_POINT_8 only, offsets 0): one scale per index of axis */
+  int32_t axis;
+  uint32_t n_axis_scales;
+  float *axis_scales;
   uint32_t rank;
   uint32_t dims[EMU_MAX_RANK];
   uint64_t numel;

@@ -12,7 +12,7 @@
 #include "emu.h"
 
 #define EMU_BINARY_MAGIC 0x42455158u /* "XQEB" */
-#define EMU_BINARY_VERSION 2u /* 2: the graph's FP16 precision flag */
+#define EMU_BINARY_VERSION 3u /* 2: the graph's FP16 precision flag; 3: per-axis scales */
 
 typedef struct {
   uint8_t *p;
@@ -48,9 +48,12 @@ static uint64_t context_write(const emu_context *c, uint8_t *dst, uint64_t cap) 
     for (uint32_t i = 0; i < g->n_tensors; i++) {
       emu_tensor t = g->tensors[i];
       uint8_t *data = t.type == QNN_TENSOR_TYPE_STATIC ? t.data : NULL;
+      float *axs = t.axis_scales;
       t.data = NULL;
+      t.axis_scales = NULL;
       put(&w, &t, sizeof t);
       if (data) put(&w, data, t.nbytes);
+      if (axs) put(&w, axs, (uint64_t)t.n_axis_scales * sizeof(float));
     }
     put(&w, g->nodes, (uint64_t)g->n_nodes * sizeof(emu_node));
   }
@@ -103,6 +106,9 @@ static int tensor_sane(const emu_tensor *t, uint32_t id) {
     numel *= t->dims[i];
     if (numel > (1ull << 32)) return 0;
   }
+  if (t->n_axis_scales && (t->dtype != QNN_DATATYPE_SFIXED_POINT_8 || t->type != QNN_TENSOR_TYPE_STATIC ||
+                           t->axis < 0 || (uint32_t)t->axis >= t->rank || t->n_axis_scales != t->dims[t->axis]))
+    return 0;
   return numel == t->numel && t->nbytes == numel * qnn_dtype_bytes(t->dtype);
 }
 
@@ -220,12 +226,21 @@ static Qnn_ErrorHandle_t context_read(emu_context *c, const void *buf, uint64_t 
       emu_tensor *t = &g->tensors[i];
       if (!get(&r, t, sizeof *t)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "corrupt context binary");
       t->data = NULL;
+      t->axis_scales = NULL;
       g->n_tensors = i + 1;
       if (!tensor_sane(t, i + 1)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "corrupt context binary");
       if (t->type == QNN_TENSOR_TYPE_STATIC) {
         if (t->nbytes > r.n - r.off) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "corrupt context binary");
         if (!(t->data = malloc(t->nbytes))) return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
         get(&r, t->data, t->nbytes);
+      }
+      if (t->n_axis_scales) {
+        uint64_t nb = (uint64_t)t->n_axis_scales * sizeof(float);
+        if (nb > r.n - r.off) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "corrupt context binary");
+        if (!(t->axis_scales = malloc(nb))) return emu_err(QNN_COMMON_ERROR_MEM_ALLOC, "out of memory");
+        get(&r, t->axis_scales, nb);
+        for (uint32_t k = 0; k < t->n_axis_scales; k++)
+          if (!(t->axis_scales[k] > 0)) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "corrupt context binary");
       }
     }
     for (uint32_t i = 0; i < nn; i++) {

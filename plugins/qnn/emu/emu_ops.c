@@ -47,6 +47,7 @@ const char *emu_op_name(emu_op op) {
 int emu_dtype_ok(Qnn_DataType_t dt) {
   return dt == QNN_DATATYPE_FLOAT_32 || dt == QNN_DATATYPE_FLOAT_16 || dt == QNN_DATATYPE_INT_32 ||
          dt == QNN_DATATYPE_UINT_32 || dt == QNN_DATATYPE_SFIXED_POINT_8 || dt == QNN_DATATYPE_SFIXED_POINT_32 ||
+         dt == QNN_DATATYPE_SFIXED_POINT_16 ||
          dt == QNN_DATATYPE_BOOL_8;
 }
 
@@ -249,17 +250,28 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
      * SFIXED_POINT_32 accumulators whose scale is the product (no requantization here) */
     int q8 = in[0]->dtype == QNN_DATATYPE_SFIXED_POINT_8 && in[1]->dtype == QNN_DATATYPE_SFIXED_POINT_8 &&
              out->dtype == QNN_DATATYPE_SFIXED_POINT_32;
-    if (q8 && (in[0]->offset || in[1]->offset || out->offset ||
+    /* W8A8 with a requantized 16-bit output: int32 sums inside, scaled to the output's encoding */
+    int q16 = in[0]->dtype == QNN_DATATYPE_SFIXED_POINT_8 && in[1]->dtype == QNN_DATATYPE_SFIXED_POINT_8 &&
+              out->dtype == QNN_DATATYPE_SFIXED_POINT_16;
+    if (q8 && (in[0]->offset || in[1]->offset || out->offset || in[1]->n_axis_scales ||
                fabsf(out->scale - in[0]->scale * in[1]->scale) > 1e-6f * out->scale))
       FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: 8-bit MatMul needs symmetric encodings and an output scale of "
            "in0.scale * in1.scale", n->name);
-    if (!q8 && (!is_float(in[0]->dtype) || in[1]->dtype != in[0]->dtype || out->dtype != in[0]->dtype))
+    if (q16 && (in[0]->offset || in[1]->offset || out->offset || in[0]->n_axis_scales))
+      FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: 8-bit MatMul with a 16-bit output needs symmetric encodings "
+           "(offset 0) and a per-tensor in[0]", n->name);
+    if (!q8 && !q16 && (!is_float(in[0]->dtype) || in[1]->dtype != in[0]->dtype || out->dtype != in[0]->dtype))
       FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: MatMul needs float inputs and output of one dtype, or "
-           "SFIXED_POINT_8 inputs and an SFIXED_POINT_32 output", n->name);
+           "SFIXED_POINT_8 inputs and an SFIXED_POINT_16/32 output", n->name);
     if ((p = find_param(cfg, "transpose_in0")) && !scalar_bool(p, &n->transpose_in0))
       FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: transpose_in0 must be BOOL_8", n->name);
     if ((p = find_param(cfg, "transpose_in1")) && !scalar_bool(p, &n->transpose_in1))
       FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: transpose_in1 must be BOOL_8", n->name);
+    /* per-channel weight scales: the axis of in[1] that indexes the output columns */
+    if (in[1]->n_axis_scales &&
+        (uint32_t)in[1]->axis != (n->transpose_in1 ? in[1]->rank - 2 : in[1]->rank - 1))
+      FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: a per-axis in[1] must be quantized along the output-channel "
+           "axis", n->name);
     const emu_tensor *a = in[0], *b = in[1];
     if (a->rank < 2 || b->rank < 2)
       FAIL(QNN_COMMON_ERROR_INVALID_ARGUMENT, "node %s: MatMul inputs need rank >= 2", n->name);
@@ -397,8 +409,11 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
   case EMU_OP_DEQUANTIZE: {
     const emu_tensor *f = n->op == EMU_OP_QUANTIZE ? in[0] : out;
     const emu_tensor *q = n->op == EMU_OP_QUANTIZE ? out : in[0];
+    if (q->n_axis_scales)
+      FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: per-axis encodings only as a MatMul weight", n->name);
     if (!is_float(f->dtype) || !(q->dtype == QNN_DATATYPE_SFIXED_POINT_8 ||
-                                 (n->op == EMU_OP_DEQUANTIZE && q->dtype == QNN_DATATYPE_SFIXED_POINT_32)))
+                                 (n->op == EMU_OP_DEQUANTIZE && (q->dtype == QNN_DATATYPE_SFIXED_POINT_32 ||
+                                                                 q->dtype == QNN_DATATYPE_SFIXED_POINT_16))))
       FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: %s converts FLOAT_32/16 <-> SFIXED_POINT_8 (and SFIXED_POINT_32 -> float) only",
            n->name, emu_op_name(n->op));
     rank = in[0]->rank;
@@ -434,6 +449,11 @@ static float load(const emu_tensor *t, const uint8_t *p, uint64_t i) {
   case QNN_DATATYPE_SFIXED_POINT_32: {
     int32_t q;
     memcpy(&q, p + 4 * i, 4);
+    return (float)((double)t->scale * ((double)q + t->offset));
+  }
+  case QNN_DATATYPE_SFIXED_POINT_16: {
+    int16_t q;
+    memcpy(&q, p + 2 * i, 2);
     return (float)((double)t->scale * ((double)q + t->offset));
   }
   case QNN_DATATYPE_BOOL_8: return p[i] ? 1.0f : 0.0f;
@@ -606,6 +626,15 @@ static void matmul(const emu_node *n, const emu_tensor *a, const emu_tensor *b, 
         if (o->dtype == QNN_DATATYPE_SFIXED_POINT_32) {
           int32_t q = dot_q8(n, pa, pb, offa, offb, i, j, m, nn, k);
           memcpy(po + 4 * (offo + (uint64_t)i * nn + j), &q, 4);
+          continue;
+        }
+        if (o->dtype == QNN_DATATYPE_SFIXED_POINT_16) {
+          /* int32 sum, then requantized to the output encoding: round half away from zero,
+           * saturated to int16 */
+          double sb = b->n_axis_scales ? (double)b->axis_scales[j] : (double)b->scale;
+          double v = round((double)dot_q8(n, pa, pb, offa, offb, i, j, m, nn, k) * a->scale * sb / o->scale);
+          int16_t q = (int16_t)(v > 32767 ? 32767 : v < -32768 ? -32768 : v);
+          memcpy(po + 2 * (offo + (uint64_t)i * nn + j), &q, 2);
           continue;
         }
         if (f32) { /* pointer walk without a per-element type switch; same f64 accumulation */

@@ -62,7 +62,9 @@ static const emu_rule rules[] = {
     {EMU_OP_SOFTMAX, "5:h--h 5:f--f 5:q--q 5:q--f", "5:f--f"},
     {EMU_OP_RMSNORM, "4:hhhh 4:ffff", "5:ffff 5:ff-f"},
     {EMU_OP_LAYERNORM, "4:hhhh 4:ffff", "5:ffff 5:ff-f"},
-    {EMU_OP_MATMUL, "4:hh-h 4:hhhh 4:ff-f 4:ffff 4:qq-q 4:qqQq", "5:ff-f 5:ffff"},
+    /* qq-s: 8-bit operands, 16-bit output (HTP supp. MatMul, "INT8" configuration with a 16-bit
+     * activation output, as mllm-NPU's W8A8 runs; our reading, not checked on hardware) */
+    {EMU_OP_MATMUL, "4:hh-h 4:hhhh 4:ff-f 4:ffff 4:qq-q 4:qqQq 4:qq-s", "5:ff-f 5:ffff"},
     {EMU_OP_FC, "4:hh-h 4:hhhh 4:ff-f 4:ffff 4:qq-q 4:qqQq", "5:ff-f 5:ffff"},
     {EMU_OP_GATHER, "5:hi-h 5:hu-h 5:fi-f 5:fu-f 5:qi-q 5:qu-q 5:ii-i 5:iu-i 5:uu-u 5:ui-u",
      "5:fi-f 5:fu-f 5:ii-i 5:iu-i 5:bi-b 5:bu-b"},
@@ -76,7 +78,8 @@ static const emu_rule rules[] = {
      "5:f--f 5:f--i 5:f--u 5:f--b 5:f--h 5:i--f 5:i--i 5:i--u 5:i--b 5:i--h 5:u--f 5:u--i 5:b--f 5:b--i "
      "5:b--b 5:h--f 5:q--f 5:q--i 5:f--q"},
     {EMU_OP_QUANTIZE, "5:f--q", "5:f--q"},
-    {EMU_OP_DEQUANTIZE, "5:q--h 5:q--f", "5:q--f 5:Q--f"},
+    /* s--h/f: Dequantize reads 8- and 16-bit data on the HTP (HTP supp. Dequantize), never 32-bit */
+    {EMU_OP_DEQUANTIZE, "5:q--h 5:q--f 5:s--h 5:s--f", "5:q--f 5:Q--f"},
 };
 
 static char dt_letter(Qnn_DataType_t dt) {
@@ -87,6 +90,7 @@ static char dt_letter(Qnn_DataType_t dt) {
   case QNN_DATATYPE_UINT_32: return 'u';
   case QNN_DATATYPE_SFIXED_POINT_8: return 'q';
   case QNN_DATATYPE_SFIXED_POINT_32: return 'Q';
+  case QNN_DATATYPE_SFIXED_POINT_16: return 's';
   case QNN_DATATYPE_BOOL_8: return 'b';
   default: return '?';
   }
@@ -133,7 +137,8 @@ Qnn_ErrorHandle_t emu_rule_check(const emu_graph *g, const emu_node *n, char *ms
   }
   if (!dtype_ok) {
     snprintf(msg, cap,
-             "node %s: %s with data types in/out \"%s\" (h F16, f F32, i I32, u U32, q SFIXED_8, Q SFIXED_32, "
+             "node %s: %s with data types in/out \"%s\" (h F16, f F32, i I32, u U32, q SFIXED_8, s SFIXED_16, "
+             "Q SFIXED_32, "
              "b BOOL_8) is not in the %s op support table (%s)",
              n->name, emu_op_name(n->op), have, emu_profile_name(prof), sigs);
     return QNN_GRAPH_ERROR_INVALID_OP_CONFIG;

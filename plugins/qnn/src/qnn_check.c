@@ -48,6 +48,8 @@ int qnn_i8_scale(const xpu_ir_graph *ir, uint32_t t, float *scale) {
       if (!qnn_i8_scale(ir, nd->inputs[0], &in)) return 0;
       here = in;
     }
+    if (nd->op == XPU_OP_MATMUL && nd->inputs[0] == t && ir->tensors[t].dtype == XPU_DT_I8)
+      here = nd->fattr[1]; /* W8A8's activation scale (op set 3) */
     if ((nd->op == XPU_OP_DEQUANTIZE && nd->inputs[0] == t) ||
         ((nd->op == XPU_OP_MATMUL || nd->op == XPU_OP_GET_ROWS) && nd->n_inputs > 1 && nd->inputs[1] == t) ||
         (nd->op == XPU_OP_GET_ROWS && nd->inputs[0] == t))
@@ -167,6 +169,32 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, uint32_t target, uint3
     break;
   case XPU_OP_MATMUL: {
     const xpu_ir_tensor *b = &ir->tensors[n->inputs[1]];
+    if (x->dtype == XPU_DT_I8 || n->n_inputs == 3) {
+      /* W8A8 (op set 3): QNN MatMul, SFIXED_POINT_8 x SFIXED_POINT_8 (per-axis weights for
+       * per-channel scales) -> SFIXED_POINT_16 with the output grid's scale, then Dequantize */
+      if (!htp) REFUSE("W8A8 MATMUL needs the HTP: the QNN CPU backend's int8 ops take UFIXED_POINT_8");
+      if (x->dtype != XPU_DT_I8)
+        REFUSE("per-channel I8 weight scales with a float activation: the plugin lowers them only in a W8A8 "
+               "MATMUL (an I8 activation)");
+      if (b->dtype != XPU_DT_I8 || b->rank != 2) REFUSE("W8A8 MATMUL needs an I8 [N,K] weight");
+      if (!(n->fattr[1] > 0)) REFUSE("W8A8 MATMUL without a positive activation scale");
+      if (!(n->fattr[2] > 0))
+        REFUSE("W8A8 MATMUL without an output grid (fattr[2] = 0): the HTP's 8-bit MatMul writes a 16-bit output "
+               "whose scale the graph must give (W8A8Options.OutScale); a 32-bit accumulator cannot be dequantized");
+      if (n->n_inputs == 3) {
+        const xpu_ir_tensor *s = &ir->tensors[n->inputs[2]];
+        if (s->kind != XPU_TENSOR_CONST || b->kind != XPU_TENSOR_CONST)
+          REFUSE("per-channel scales become a per-axis encoding of static weights: the weight and its scales "
+                 "must be constants");
+        if (s->dtype != XPU_DT_F32 || s->rank != 1 || s->shape[0] != b->shape[0]) REFUSE("scales must be F32 [N]");
+      } else if (!(n->fattr[0] > 0)) {
+        REFUSE("I8 weight without a positive scale");
+      }
+      if (!is_float(out->dtype)) REFUSE("W8A8 MATMUL output must be F32/F16");
+      if (x->shape[x->rank - 1] != b->shape[1]) REFUSE("inner dimensions differ");
+      *precision = XPU_PREC_INT8;
+      return 1;
+    }
     if (!is_float(x->dtype) || out->dtype != x->dtype) REFUSE("MATMUL needs an F32/F16 activation");
     if (!(is_float(b->dtype) || (b->dtype == XPU_DT_I8 && b->rank == 2)))
       REFUSE("MATMUL weight must be F32/F16 or a rank-2 per-tensor I8");
@@ -265,6 +293,9 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, uint32_t target, uint3
     }
     *precision = XPU_PREC_DEFAULT;
     return 1;
+  case XPU_OP_SHADOW_MATMUL:
+    REFUSE("SHADOW_MATMUL is CPU work (mllm-NPU runs the outliers' float product on the CPU beside the NPU's "
+           "int8 MatMul); the plugin has no QNN lowering for it");
   default:
     REFUSE("%s has no QNN mapping in this plugin", xpu_op_name(n->op));
   }
@@ -285,6 +316,10 @@ uint32_t qnn_op_query(const xpu_op_query *q, uint32_t target) {
   case XPU_OP_LAYER_NORM: case XPU_OP_SOFTMAX: case XPU_OP_ROPE: case XPU_OP_ATTENTION:
     return is_float(in) && (out == 0 || out == in) ? XPU_VERDICT_MAYBE : XPU_VERDICT_NO;
   case XPU_OP_MATMUL:
+    if (in == XPU_DT_I8) /* W8A8: the HTP only, with an output grid (graph_analyze checks it) */
+      return target == QNN_BACKEND_ID_HTP && (w == 0 || w == XPU_DT_I8) && (out == 0 || is_float(out))
+                 ? XPU_VERDICT_MAYBE
+                 : XPU_VERDICT_NO;
     return is_float(in) && (w == 0 || is_float(w) || w == XPU_DT_I8) ? XPU_VERDICT_MAYBE : XPU_VERDICT_NO;
   case XPU_OP_GET_ROWS: {
     uint32_t table = w ? w : in;

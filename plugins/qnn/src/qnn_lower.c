@@ -83,9 +83,10 @@ static int push(lower *L, qt *q) {
   return (int)L->n++;
 }
 
-/* creates a QNN tensor; data non-NULL makes it STATIC (bytes must outlive finalize) */
-static int mk(lower *L, int slot, Qnn_TensorType_t type, Qnn_DataType_t dt, float scale, uint32_t rank,
-              const uint32_t *dims, const void *data) {
+/* creates a QNN tensor; data non-NULL makes it STATIC (bytes must outlive finalize); axis_so
+ * non-NULL gives an 8-bit tensor a per-axis encoding along axis 0 (one entry per index) */
+static int mk_enc(lower *L, int slot, Qnn_TensorType_t type, Qnn_DataType_t dt, float scale,
+                  Qnn_ScaleOffset_t *axis_so, uint32_t rank, const uint32_t *dims, const void *data) {
   qt *q = own(L, sizeof *q);
   if (!q) return fail(L, "out of memory");
   if (rank == 0) { /* QNN has no rank 0: a scalar is [1] */
@@ -105,11 +106,15 @@ static int mk(lower *L, int slot, Qnn_TensorType_t type, Qnn_DataType_t dt, floa
   v->dataType = dt;
   v->quantizeParams.encodingDefinition = QNN_DEFINITION_UNDEFINED;
   v->quantizeParams.quantizationEncoding = QNN_QUANTIZATION_ENCODING_UNDEFINED;
-  if (dt == QNN_DATATYPE_SFIXED_POINT_8 || dt == QNN_DATATYPE_SFIXED_POINT_32) {
+  if (dt == QNN_DATATYPE_SFIXED_POINT_8 || dt == QNN_DATATYPE_SFIXED_POINT_16 || dt == QNN_DATATYPE_SFIXED_POINT_32) {
     v->quantizeParams.encodingDefinition = QNN_DEFINITION_DEFINED;
     v->quantizeParams.quantizationEncoding = QNN_QUANTIZATION_ENCODING_SCALE_OFFSET;
     v->quantizeParams.scaleOffsetEncoding.scale = scale;
     v->quantizeParams.scaleOffsetEncoding.offset = 0;
+    if (axis_so) {
+      v->quantizeParams.quantizationEncoding = QNN_QUANTIZATION_ENCODING_AXIS_SCALE_OFFSET;
+      v->quantizeParams.axisScaleOffsetEncoding = (Qnn_AxisScaleOffset_t){0, rank ? dims[0] : 1, axis_so};
+    }
   }
   v->rank = rank;
   v->dimensions = q->dims;
@@ -129,6 +134,11 @@ static int mk(lower *L, int slot, Qnn_TensorType_t type, Qnn_DataType_t dt, floa
   }
   int idx = push(L, q);
   return idx < 0 ? fail(L, "out of memory") : idx;
+}
+
+static int mk(lower *L, int slot, Qnn_TensorType_t type, Qnn_DataType_t dt, float scale, uint32_t rank,
+              const uint32_t *dims, const void *data) {
+  return mk_enc(L, slot, type, dt, scale, NULL, rank, dims, data);
 }
 
 static uint32_t rank_of(lower *L, int t) { return L->ts[t]->t.v1.rank; }
@@ -639,12 +649,67 @@ static int check_ids(lower *L, const xpu_ir_node *n, int64_t rows) {
   return 0; /* ids bound at execution: qnn_io_describe marks them for the check before execute */
 }
 
+/* The per-channel I8 weight of a W8A8 MATMUL: static SFIXED_POINT_8 [N, K] with an
+ * AXIS_SCALE_OFFSET encoding along axis 0 (one scale per output channel, offsets 0), made in the
+ * weight's slot so every later use finds it. */
+static int w8a8_axis_weight(lower *L, const xpu_ir_node *n) {
+  const xpu_ir_graph *ir = L->cfg->ir;
+  uint32_t bi = n->inputs[1], si = n->inputs[2];
+  if (L->ts[bi]) return (int)bi;
+  const xpu_ir_tensor *tb = &ir->tensors[bi], *ts = &ir->tensors[si];
+  char msg[256];
+  const void *w = L->cfg->const_bytes(L->cfg->const_user, tb->const_buffer, tb->const_offset, xpu_ir_nbytes(tb), msg,
+                                      sizeof msg);
+  if (!w) return fail(L, "constant tensor %u: %s", bi, msg);
+  const float *sc = L->cfg->const_bytes(L->cfg->const_user, ts->const_buffer, ts->const_offset, xpu_ir_nbytes(ts), msg,
+                                        sizeof msg);
+  if (!sc) return fail(L, "constant tensor %u: %s", si, msg);
+  uint32_t N = (uint32_t)tb->shape[0], dims[2] = {N, (uint32_t)tb->shape[1]};
+  Qnn_ScaleOffset_t *so = own(L, (size_t)N * sizeof *so);
+  if (!so) return fail(L, "out of memory");
+  for (uint32_t j = 0; j < N; j++) {
+    float s;
+    memcpy(&s, (const uint8_t *)sc + 4 * (size_t)j, 4);
+    if (!(s > 0) || isinf(s)) return fail(L, "per-channel scale %u is %g, must be positive and finite", j, (double)s);
+    so[j] = (Qnn_ScaleOffset_t){s, 0};
+  }
+  return mk_enc(L, (int)bi, QNN_TENSOR_TYPE_STATIC, QNN_DATATYPE_SFIXED_POINT_8, 1.0f, so, 2, dims, w);
+}
+
+/* W8A8 MATMUL (op set 3): a [rows, K] SFIXED_POINT_8 (scale fattr[1]) x b [N, K] SFIXED_POINT_8
+ * (scale fattr[0], or per axis) -> MatMul(transpose_in1) -> SFIXED_POINT_16 [rows, N] with scale
+ * fattr[2] (OPS.md's output grid; int32 sums inside the op) -> Dequantize to the float output. */
+static int lower_w8a8(lower *L, const xpu_ir_node *n, int a, int b, int out) {
+  const xpu_ir_graph *ir = L->cfg->ir;
+  const xpu_ir_tensor *ta = &ir->tensors[n->inputs[0]], *to = &ir->tensors[n->output];
+  uint32_t K = dims_of(L, b)[1], N = dims_of(L, b)[0];
+  uint32_t rows = (uint32_t)(xpu_ir_numel(ta) / K);
+  uint32_t da[2] = {rows, K}, dout[2] = {rows, N};
+  int a2 = a;
+  if (ta->rank != 2) { /* the same bytes as [rows, K], keeping the encoding (a Reshape cannot requantize) */
+    a2 = mk(L, -1, QNN_TENSOR_TYPE_NATIVE, QNN_DATATYPE_SFIXED_POINT_8, n->fattr[1], 2, da, NULL);
+    if (a2 < 0 || reshape(L, a, a2, 0, NULL) < 0) return -1;
+  }
+  int acc = mk(L, -1, QNN_TENSOR_TYPE_NATIVE, QNN_DATATYPE_SFIXED_POINT_16, n->fattr[2], 2, dout, NULL);
+  if (acc < 0 || matmul(L, a2, b, acc, 1) < 0) return -1;
+  if (to->rank == 2) return op1(L, "Dequantize", acc, out, dt_of(L, out), 0, NULL);
+  int f = op1(L, "Dequantize", acc, -1, dt_of(L, out), 2, dout);
+  return reshape(L, f, out, 0, NULL);
+}
+
 static int lower_node(lower *L, uint32_t idx) {
   const xpu_ir_node *n = &L->cfg->ir->nodes[idx];
   L->cur_node = idx;
   int in[XPU_MAX_INPUTS];
-  for (uint32_t i = 0; i < n->n_inputs; i++)
+  int w8a8 = n->op == XPU_OP_MATMUL && (n->n_inputs == 3 || L->cfg->ir->tensors[n->inputs[0]].dtype == XPU_DT_I8);
+  if (w8a8 && n->n_inputs == 3 && w8a8_axis_weight(L, n) < 0) return -1;
+  for (uint32_t i = 0; i < n->n_inputs; i++) {
+    if (w8a8 && i == 2) { /* per-channel scales live in the weight's encoding: no QNN tensor */
+      in[i] = -1;
+      continue;
+    }
     if ((in[i] = irt(L, n->inputs[i])) < 0) return -1;
+  }
   int out = irt(L, n->output);
   if (out < 0) return -1;
   int x = in[0];
@@ -683,6 +748,10 @@ static int lower_node(lower *L, uint32_t idx) {
   }
   case XPU_OP_SOFTMAX: r = lower_softmax(L, n, x, out); break;
   case XPU_OP_MATMUL: {
+    if (w8a8) {
+      r = lower_w8a8(L, n, x, in[1], out);
+      break;
+    }
     int b = in[1];
     if (dt_of(L, b) == QNN_DATATYPE_SFIXED_POINT_8)
       b = op1(L, "Dequantize", b, -1, dt, rank_of(L, b), dims_of(L, b));
