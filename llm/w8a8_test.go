@@ -206,14 +206,14 @@ func TestShadowPathEqualsComposition(t *testing.T) {
 }
 
 // npuTakesW8A8 says whether the qnn device (devs[0]) accepts a W8A8 MATMUL of an I8
-// activation by an I8 weight.
+// activation by an I8 weight, with the 16-bit output grid the lowering sets.
 func npuTakesW8A8(t *testing.T, devs []core.Device) bool {
 	ctx := context.Background()
 	g := core.NewGraph()
 	x := g.Input("x", core.F32, 4, 64)
 	q := g.Quantize(x, core.I8, 0.01)
 	w := g.Const("w", core.I8, core.Shape{64, 64}, make([]byte, 64*64))
-	g.Output(g.MatMulW8A8(q, w, core.W8A8Options{AScale: 0.01, BScale: 0.02, Out: core.F32}))
+	g.Output(g.MatMulW8A8(q, w, core.W8A8Options{AScale: 0.01, BScale: 0.02, OutScale: 1e-4, Out: core.F32}))
 	require.NoError(t, g.Err())
 	c, err := devs[0].NewContext(ctx, nil)
 	require.NoError(t, err)
