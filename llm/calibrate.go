@@ -10,8 +10,8 @@ import (
 	"github.com/xpuhub/xpu/llm/w8a8"
 )
 
-// WithW8A8 runs the seven projections of every layer as w's W8A8 lowering (NewW8A8): QUANTIZE
-// and an int8 MATMUL, which a plan places on an NPU unit, and the shadow path
+// WithW8A8 runs the seven projections of every layer as w's W8A8 lowering (NewW8A8): an int8
+// MATMUL, which a plan places on an NPU unit, and QUANTIZE and the shadow path
 // (SHADOW_MATMUL + ADD), which it places on a CPU unit (W8A8Plan).
 func WithW8A8(w *W8A8) RunnerOption { return func(c *runnerConfig) { c.w8 = w } }
 
