@@ -51,13 +51,14 @@ func (m *Model) addPosInputs(g *core.Graph, c int64) posInputs {
 }
 
 // buildEmbedStage builds stage 0 for chunk length c.
-func (m *Model) buildEmbedStage(c int64, kv core.DType) (*core.Graph, error) {
+func (m *Model) buildEmbedStage(c int64, kv core.DType, sb *stageBuild) (*core.Graph, error) {
 	g := core.NewGraph()
 	ids := g.Input("ids", core.I32, c)
 	pos := m.addPosInputs(g, c)
 	x := g.Named("embd").GetRows(m.w(g, "token_embd.weight"), ids)
-	q, k, v := m.qkv(g, x, pos, 0)
+	q, k, v := m.qkv(g, sb, x, pos, 0)
 	g.Output(x, q, toKV(g, k, kv), toKV(g, v, kv))
+	sb.output(g)
 	if err := g.Err(); err != nil {
 		return nil, fmt.Errorf("llm: building the embedding stage: %w", err)
 	}
@@ -68,7 +69,7 @@ func (m *Model) buildEmbedStage(c int64, kv core.DType) (*core.Graph, error) {
 // capacity rows of dtype kv. With tree, attention takes an i8 [c, c] "mask" input: who sees whom
 // among the chunk's tokens, a draft tree verified in one pass (the positions are then the
 // caller's too: a tree's depth, not its row).
-func (m *Model) buildLayerStage(l int, c, capacity int64, kv core.DType, tree bool) (*core.Graph, error) {
+func (m *Model) buildLayerStage(l int, c, capacity int64, kv core.DType, tree bool, sb *stageBuild) (*core.Graph, error) {
 	cfg := m.Config
 	g := core.NewGraph()
 	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
@@ -88,27 +89,28 @@ func (m *Model) buildLayerStage(l int, c, capacity int64, kv core.DType, tree bo
 		Scale: float32(1 / math.Sqrt(float64(D))), Causal: true, QOffsetInput: qoff, Mask: mask})
 	a = g.Reshape(a, c, H*D)
 	// inner nodes first: Named names the next node added (plan rules match these names)
-	o := g.Named("attn_output").MatMul(a, m.w(g, p+"attn_output.weight"))
+	o := m.linear(g, sb, a, l, "attn_output")
 	x = g.Named("attn_residual").Add(x, o)
 
 	h := m.norm(g, x, p+"ffn_norm.weight")
-	gate := g.Named("ffn_gate").MatMul(h, m.w(g, p+"ffn_gate.weight"))
-	up := g.Named("ffn_up").MatMul(h, m.w(g, p+"ffn_up.weight"))
+	gate := m.linear(g, sb, h, l, "ffn_gate")
+	up := m.linear(g, sb, h, l, "ffn_up")
 	act := g.Named("ffn_silu").SiLU(gate)
 	f := g.Named("ffn_swiglu").Mul(act, up)
-	down := g.Named("ffn_down").MatMul(f, m.w(g, p+"ffn_down.weight"))
+	down := m.linear(g, sb, f, l, "ffn_down")
 	x = g.Named("ffn_residual").Add(x, down)
 
 	if l+1 < cfg.Layers {
 		pos := m.addPosInputs(g, c)
 		g.SetNamePrefix(fmt.Sprintf("blk.%d.", l+1))
-		nq, nk, nv := m.qkv(g, x, pos, l+1)
+		nq, nk, nv := m.qkv(g, sb, x, pos, l+1)
 		g.Output(x, nq, toKV(g, nk, kv), toKV(g, nv, kv))
 	} else {
 		g.SetNamePrefix("")
 		h := m.norm(g, x, "output_norm.weight")
 		g.Output(g.Named("logits").MatMul(h, m.w(g, "output.weight")))
 	}
+	sb.output(g)
 	if err := g.Err(); err != nil {
 		return nil, fmt.Errorf("llm: building layer %d: %w", l, err)
 	}
@@ -129,13 +131,13 @@ func (m *Model) norm(g *core.Graph, x *core.Tensor, weight string) *core.Tensor 
 }
 
 // qkv computes layer l's rotated queries and keys and its values for x [C, dim].
-func (m *Model) qkv(g *core.Graph, x *core.Tensor, pos posInputs, l int) (q, k, v *core.Tensor) {
+func (m *Model) qkv(g *core.Graph, sb *stageBuild, x *core.Tensor, pos posInputs, l int) (q, k, v *core.Tensor) {
 	cfg := m.Config
 	p := fmt.Sprintf("blk.%d.", l)
 	C := x.Shape[0]
 	h := m.norm(g, x, p+"attn_norm.weight")
 	proj := func(name string, heads int) *core.Tensor {
-		t := g.Named(name).MatMul(h, m.w(g, p+name+".weight"))
+		t := m.linear(g, sb, h, l, name)
 		if cfg.QKVBias {
 			t = g.Add(t, m.w(g, p+name+".bias"))
 		}

@@ -160,6 +160,11 @@ func (m *Model) collect() error {
 		if !t.Shape.Equal(s.shape) {
 			return fmt.Errorf("llm: tensor %s is %s, want %s: %w", s.name, t.Shape, s.shape, core.ErrInvalidArgument)
 		}
+		if t.DType == core.I8 {
+			// GGUF's I8 has no scale to dequantize with (xpu's NPU int8 weights are a companion
+			// layout next to the original, llm/w8a8)
+			return fmt.Errorf("llm: tensor %s is I8, which has no scale in GGUF: %w", s.name, core.ErrUnsupported)
+		}
 		w := weight{dtype: t.DType, shape: t.Shape, data: m.File.TensorData(t)}
 		if s.vector && w.dtype != core.F32 {
 			// Norm weights and biases are elementwise operands, which must match the f32

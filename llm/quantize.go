@@ -286,7 +286,10 @@ func quantizeParallel(dt core.DType, xs []float32, row int64) ([]byte, error) {
 // stay F32, and so does a matrix whose rows are not a whole number of dt's blocks (stories260K's
 // ffn_down, 172 wide). The metadata is kept.
 func QuantizeFile(f *gguf.File, dt core.DType) ([]byte, error) {
-	if _, err := gguf.TypeOf(dt); err != nil {
+	if _, err := gguf.TypeOf(dt); err != nil || dt == core.I8 {
+		if err == nil {
+			err = fmt.Errorf("llm: quantize to i8: a scale-less GGUF type (xpu quantize --npu-int8 adds int8 weights): %w", core.ErrUnsupported)
+		}
 		return nil, err
 	}
 	var buf bytes.Buffer

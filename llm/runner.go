@@ -45,6 +45,10 @@ type runnerConfig struct {
 	phaseOpts map[sched.Phase]map[string]string
 	// verify: the verify lengths prepared for speculative decoding (WithVerifyLengths).
 	verify []int
+	// w8: the W8A8 lowering of the projections (WithW8A8); nil runs them as the model has them.
+	w8 *W8A8
+	// tap, when set, is handed every MATMUL input and output after each run (calibration).
+	tap func(w tapWhat, data []byte)
 }
 
 // RunnerOption configures NewRunner.
@@ -350,18 +354,24 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 		spec.Name = fmt.Sprintf("verify (tree %d)", c)
 	}
 	var stages []*core.Graph
+	var taps []*tapSet
 	for s := 0; s <= cfg.Layers; s++ {
 		var g *core.Graph
 		var err error
+		sb := &stageBuild{w8: r.cfg.w8, quant: map[*core.Tensor]*core.Tensor{}}
+		if r.cfg.tap != nil {
+			sb.taps = &tapSet{}
+		}
 		if s == 0 {
-			g, err = r.m.buildEmbedStage(c, r.cfg.kv)
+			g, err = r.m.buildEmbedStage(c, r.cfg.kv, sb)
 		} else {
-			g, err = r.m.buildLayerStage(s-1, c, r.cap, r.cfg.kv, tree)
+			g, err = r.m.buildLayerStage(s-1, c, r.cap, r.cfg.kv, tree, sb)
 		}
 		if err != nil {
 			return nil, err
 		}
 		stages = append(stages, g)
+		taps = append(taps, sb.taps)
 	}
 	// Which units each stage uses decides the lanes: a prefill split over several units
 	// pipelines chunks, each chunk in flight with its own activations.
@@ -472,6 +482,15 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 		} else {
 			st.IO = append(st.IO, sched.Binding{Lanes: logits})
 		}
+		if ts := taps[s]; ts != nil {
+			for _, t := range ts.tensors {
+				l, err := lanes(t.DType.Bytes(t.Shape.NumElements()))
+				if err != nil {
+					return nil, fmt.Errorf("llm: calibration taps for chunk %d: %w", c, err)
+				}
+				st.IO = append(st.IO, sched.Binding{Lanes: l})
+			}
+		}
 		spec.Stages = append(spec.Stages, st)
 	}
 	spec.Progress = step
@@ -483,8 +502,24 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 			}
 		}
 	}
-	if r.cfg.stageChecks {
+	if r.cfg.stageChecks || r.cfg.tap != nil {
+		tapOf := make([]map[string]tapWhat, len(stages))
+		for s, ts := range taps {
+			if ts == nil {
+				continue
+			}
+			tapOf[s] = map[string]tapWhat{}
+			for i, t := range ts.tensors {
+				tapOf[s][t.Name] = ts.what[i]
+			}
+		}
 		spec.Check = func(stage int, t *core.Tensor, data []byte) error {
+			if w, ok := tapOf[stage][t.Name]; ok {
+				r.cfg.tap(w, data)
+			}
+			if !r.cfg.stageChecks {
+				return nil
+			}
 			return checkFinite(stageName(stage, cfg.Layers), stages[stage], t, data)
 		}
 	}

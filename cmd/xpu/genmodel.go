@@ -24,9 +24,10 @@ func runGenModel(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	params := fs.String("params", "1B", "size preset: "+strings.Join(synth.Presets(), ", "))
 	typ := fs.String("type", "q4_0", "matrix dtype: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q2_k, q3_k (K-quants need rows that are multiples of 256: --params 6M or 1B and up)")
 	seed := fs.Uint64("seed", 1, "weight seed")
+	outliers := fs.Int("outliers", 0, "plant activation outliers in this many channels (their norm weights 50-100x, the projections' matching weight columns divided by the square root of that)")
 	out := fs.String("o", "", "output file (required)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu gen-model [--arch llama|qwen2] [--params 1B] [--type q4_0] [--seed S] -o FILE")
+		fmt.Fprintln(stderr, "usage: xpu gen-model [--arch llama|qwen2] [--params 1B] [--type q4_0] [--seed S] [--outliers N] -o FILE")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {
@@ -45,6 +46,11 @@ func runGenModel(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return fail(err)
 	}
 	spec, err := synth.Preset(*arch, *params, dt, *seed)
+	if err == nil && *outliers != 0 {
+		spec.Outliers = *outliers
+		spec.Name += fmt.Sprintf("-outliers%d", *outliers)
+		err = synth.Check(spec)
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -68,6 +74,9 @@ func runGenModel(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fmt.Fprintf(stdout, "%s: %s, %.1fM parameters, %d layers, dim %d, %s, %.1f MB in %.1f s\n", *out,
 		spec.Arch, float64(spec.Params())/1e6, spec.Layers, spec.Dim, dt, float64(st.Size())/1e6,
 		time.Since(t0).Seconds())
+	if ch := spec.OutlierChannels(); len(ch) > 0 {
+		fmt.Fprintf(stdout, "outlier channels: %v\n", ch)
+	}
 	return 0
 }
 

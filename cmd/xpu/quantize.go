@@ -14,6 +14,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/gguf"
+	"github.com/xpuhub/xpu/llm/w8a8"
 )
 
 func init() {
@@ -25,8 +26,11 @@ func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.SetOutput(stderr)
 	typ := fs.String("type", "q4_k_m", "quantization: "+strings.Join(llm.QuantRecipes(), ", "))
 	requant := fs.Bool("allow-requantize", false, "also requantize tensors that are already quantized (loses more than quantizing the float model)")
+	npu := fs.Bool("npu-int8", false, "instead of --type: keep every tensor and add symmetric int8 weights + scales for the NPU's W8A8 MatMul (layout: llm/w8a8)")
+	perChannel := fs.Bool("per-channel", false, "with --npu-int8: one weight scale per output channel instead of per tensor")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: xpu quantize [--type q4_k_m] [--allow-requantize] IN.gguf OUT.gguf")
+		fmt.Fprintln(stderr, "       xpu quantize --npu-int8 [--per-channel] IN.gguf OUT.gguf")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseInterspersed(fs, args); !ok {
@@ -40,6 +44,12 @@ func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "xpu quantize: %v\n", err)
 		return 1
+	}
+	typeSet := false
+	fs.Visit(func(f *flag.Flag) { typeSet = typeSet || f.Name == "type" })
+	if *npu && typeSet || *perChannel && !*npu {
+		fmt.Fprintln(stderr, "xpu quantize: --npu-int8 keeps the model's own dtypes (no --type); --per-channel goes with --npu-int8")
+		return 2
 	}
 	recipe, err := llm.ParseQuantRecipe(*typ)
 	if err != nil {
@@ -71,7 +81,14 @@ func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	t0 := time.Now()
 	err = tmp.Chmod(0o644) // CreateTemp's 0600 would make the model private to its writer
 	var sum llm.QuantizeSummary
-	if err == nil {
+	var nsum w8a8.Summary
+	gran := w8a8.PerTensor
+	if *perChannel {
+		gran = w8a8.PerChannel
+	}
+	if err == nil && *npu {
+		nsum, err = w8a8.WriteModel(ctx, tmp, f, gran)
+	} else if err == nil {
 		sum, err = llm.QuantizeModel(ctx, tmp, f, recipe, opts...)
 	}
 	if cerr := tmp.Close(); err == nil {
@@ -83,6 +100,11 @@ func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		_ = os.Remove(tmp.Name())
 		return fail(err)
+	}
+	if *npu {
+		fmt.Fprintf(stdout, "%s: npu-int8 per %s, %d matrices given int8 weights (+%.2f MB), every original kept, in %.1f s\n",
+			out, gran, nsum.Matrices, float64(nsum.Bytes)/1e6, time.Since(t0).Seconds())
+		return 0
 	}
 	fmt.Fprintf(stdout, "%s: %s, %d tensors (%s), %d quantized, %d fallbacks, %.2f MB -> %.2f MB in %.1f s\n",
 		out, recipe.Name, len(f.Tensors), dtypeCounts(sum.Tensors), sum.Quantized, sum.Fallbacks,

@@ -136,3 +136,45 @@ func TestREADMEQuantizeCommands(t *testing.T) {
 		}
 	}
 }
+
+// The README's W8A8 lines, run as written (the npu-int8 copy in a temporary folder, the cache
+// there too): the copy, the calibration into the cache, greedy text with the int8 work on the
+// emulated NPU, and the NMSE table.
+func TestREADMEW8A8Commands(t *testing.T) {
+	storiesPath(t)
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	bin := buildXPU(t)
+	dir := t.TempDir()
+	npu := filepath.Join(dir, "stories260K-npu.gguf")
+	var lines []string
+	for _, l := range readmeShellLines(t) {
+		if strings.Contains(l, "stories260K-npu.gguf") || strings.HasPrefix(l, "build/xpu calibrate ") || strings.HasPrefix(l, "build/xpu w8a8-eval ") {
+			lines = append(lines, l)
+		}
+	}
+	require.Len(t, lines, 4, "the README's W8A8 lines")
+	for _, l := range lines {
+		l = strings.ReplaceAll(strings.ReplaceAll(l, "build/xpu", bin), "stories260K-npu.gguf", npu)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		cmd := exec.CommandContext(ctx, "bash", "-c", l)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "XPU_CACHE_DIR="+filepath.Join(dir, "cache"))
+		got, err := cmd.Output()
+		cancel()
+		var ee *exec.ExitError
+		if err != nil && errors.As(err, &ee) {
+			t.Fatalf("%s: %v\n%s", l, err, ee.Stderr)
+		}
+		require.NoError(t, err, l)
+		switch {
+		case strings.Contains(l, " run "):
+			assert.True(t, strings.HasPrefix(string(got), "Once upon a time"), "%s: %q", l, got)
+		case strings.Contains(l, " w8a8-eval "):
+			assert.Contains(t, string(got), "w8a8 shadow pruned (per-tensor)")
+			assert.Contains(t, string(got), "64/64", "greedy W8A8 matches F32 for 64 tokens")
+		case strings.Contains(l, " calibrate "):
+			assert.Contains(t, string(got), filepath.Join(dir, "cache", "w8a8"))
+		}
+	}
+}

@@ -67,8 +67,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cpusDecode := fs.String("cpus-decode", "", "run decode on these CPUs of CPU units, e.g. 4,5 (default: as --cpus-prefill)")
 	noAECS := fs.Bool("no-aecs", false, "do not use the core selection stored by xpu tune --energy (also XPU_AECS=off)")
 	spec := addSpecFlags(fs, stats)
+	w8 := addW8A8Flags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--spec auto|retrieval|lookup|off] [--stats] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]]")
+		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--spec auto|retrieval|lookup|off] [--w8a8 [--shadow on|off|pruned] [--calib FILE] [--w8a8-convert]] [--stats] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseInterspersed(fs, args); !ok {
@@ -111,6 +112,10 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "xpu run: %v\n", err)
 		return 2
 	}
+	if err := w8.check(); err != nil {
+		fmt.Fprintf(stderr, "xpu run: %v\n", err)
+		return 2
+	}
 	if *timeout < 0 {
 		fmt.Fprintf(stderr, "xpu run: --timeout %v: must be 0 (automatic) or more\n", *timeout)
 		return 2
@@ -137,6 +142,13 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	ropts = append(ropts, llm.WithChunkSize(*chunk), llm.WithContextLength(*ctxLen), llm.WithKVCacheType(kv))
+	low, err := w8.lowering(m, stderr)
+	if err != nil {
+		return fail(err)
+	}
+	if low != nil {
+		ropts = append(ropts, llm.WithW8A8(low))
+	}
 	if *threads > 0 {
 		ropts = append(ropts, llm.WithContextOptions(map[string]string{"threads": fmt.Sprint(*threads)}))
 	}
@@ -160,7 +172,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var r *llm.Runner
 	var backends []core.Backend
 	if *units != "" || *planFile != "" {
-		r, backends, err = openPlannedRunner(ctx, m, *units, *planFile, ropts, lopts...)
+		r, backends, err = openPlannedRunner(ctx, m, *units, *planFile, low != nil, ropts, lopts...)
 	} else {
 		r, backends, err = openRunner(ctx, m, *backend, *policy, *device, allowRef, ropts, lopts...)
 	}
@@ -259,8 +271,9 @@ func countSet(ss ...string) int {
 }
 
 // openPlannedRunner opens every backend and runs the model on the units of the plan file, or on
-// the listed units with the default plan (sched.DefaultPlan).
-func openPlannedRunner(ctx context.Context, m *llm.Model, units, planFile string, opts []llm.RunnerOption,
+// the listed units with the default plan (sched.DefaultPlan; with w8a8, adapted by
+// llm.W8A8Plan so each activation is quantized on its int8 MATMUL's unit).
+func openPlannedRunner(ctx context.Context, m *llm.Model, units, planFile string, w8a8 bool, opts []llm.RunnerOption,
 	lopts ...loader.Option) (*llm.Runner, []core.Backend, error) {
 	var plan *sched.Plan
 	var specs []sched.UnitSpec
@@ -284,6 +297,9 @@ func openPlannedRunner(ctx context.Context, m *llm.Model, units, planFile string
 	if plan == nil {
 		if plan, err = llm.DefaultPlan(m, devs, specs); err != nil {
 			return nil, backends, err
+		}
+		if w8a8 {
+			plan = llm.W8A8Plan(plan)
 		}
 	}
 	r, err := llm.NewPlannedRunner(ctx, m, devs, plan, opts...)

@@ -79,6 +79,9 @@ const (
 	GGMLTypeQ5_K GGMLType = 13
 	GGMLTypeQ6_K GGMLType = 14
 	GGMLTypeBF16 GGMLType = 30
+	// GGMLTypeI8 is ggml's plain int8 tensor: codes only, the scale lives elsewhere (xpu's NPU
+	// int8 weights keep theirs in a companion F32 tensor, see llm/w8a8).
+	GGMLTypeI8 GGMLType = 24
 )
 
 // ggmlOf pairs each mapped ggml type with the core dtype of the same layout (one table for
@@ -87,7 +90,7 @@ var ggmlOf = map[GGMLType]core.DType{
 	GGMLTypeF32: core.F32, GGMLTypeF16: core.F16, GGMLTypeBF16: core.BF16,
 	GGMLTypeQ8_0: core.Q8_0, GGMLTypeQ4_0: core.Q4_0,
 	GGMLTypeQ2_K: core.Q2_K, GGMLTypeQ3_K: core.Q3_K, GGMLTypeQ4_K: core.Q4_K,
-	GGMLTypeQ5_K: core.Q5_K, GGMLTypeQ6_K: core.Q6_K,
+	GGMLTypeQ5_K: core.Q5_K, GGMLTypeQ6_K: core.Q6_K, GGMLTypeI8: core.I8,
 }
 
 // ggmlTypeNames names every id ggml has used, so that an unsupported tensor is named in the error.

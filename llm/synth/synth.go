@@ -30,6 +30,34 @@ type Spec struct {
 	// Type is the dtype of the matrices (F32, F16, BF16, Q8_0, Q4_0, a K-quant); norms stay F32.
 	Type core.DType
 	Seed uint64
+	// Outliers plants activation outliers in that many channels (0: none), the way real LLMs
+	// show them (mllm-NPU, LLM.int8()): the attn_norm and ffn_norm weights of those channels
+	// are scaled by 50–100× (OutlierFactor), so the inputs of the Q/K/V and gate/up
+	// projections have a few channels far beyond the rest, and the same input channels of those
+	// projections' weights are divided by √factor: the outlier channels carry a large share of
+	// each projection (in real models they matter) while the outputs stay at a moderate scale,
+	// and their weights stay well within a per-tensor int8 or Q8_0 grid. The channels are the
+	// same in every layer.
+	Outliers int
+}
+
+// OutlierChannels are the channels Write plants outliers in for s (ascending; none when
+// s.Outliers is 0): spread over the width, chosen by the seed.
+func (s Spec) OutlierChannels() []int {
+	if s.Outliers <= 0 {
+		return nil
+	}
+	rng := rand.New(rand.NewPCG(s.Seed, 0x0071e5))
+	perm := rng.Perm(s.Dim)[:s.Outliers]
+	sort.Ints(perm)
+	return perm
+}
+
+// OutlierFactor is the scale of outlier channel c's norm weights in layer l: 50 to 100,
+// seeded (the same for attn_norm and ffn_norm).
+func (s Spec) OutlierFactor(l, c int) float32 {
+	rng := rand.New(rand.NewPCG(s.Seed^0x0071e5, uint64(l)<<32|uint64(c)))
+	return 50 + 50*rng.Float32()
 }
 
 // presets are shapes of well-known models (vocabulary kept small).
@@ -64,6 +92,9 @@ func Preset(arch, params string, dt core.DType, seed uint64) (Spec, error) {
 	return s, s.check()
 }
 
+// Check validates a spec (Write does too): a spec edited after Preset, e.g. with Outliers set.
+func Check(s Spec) error { return s.check() }
+
 func (s Spec) check() error {
 	switch {
 	case s.Arch != "llama" && s.Arch != "qwen2":
@@ -74,9 +105,17 @@ func (s Spec) check() error {
 		return fmt.Errorf("synth: dim %d, %d heads, %d kv heads do not divide: %w", s.Dim, s.Heads, s.KVHeads, core.ErrInvalidArgument)
 	case s.Vocab < 259:
 		return fmt.Errorf("synth: vocabulary %d < 259: %w", s.Vocab, core.ErrInvalidArgument)
+	case s.Outliers < 0 || s.Outliers > s.Dim/8:
+		return fmt.Errorf("synth: %d outlier channels: must be 0 to dim/8 = %d (outliers are rare): %w",
+			s.Outliers, s.Dim/8, core.ErrInvalidArgument)
 	}
 	if _, err := gguf.TypeOf(s.Type); err != nil {
 		return err
+	}
+	if s.Type == core.I8 {
+		// GGUF's I8 carries no scale: a model's matrices cannot be plain int8 (the NPU int8
+		// weights are a companion layout, llm/w8a8)
+		return fmt.Errorf("synth: matrix dtype i8 has no scale in GGUF: %w", core.ErrUnsupported)
 	}
 	if bl := s.Type.BlockLen(); int64(s.Dim)%bl != 0 || int64(s.FFN)%bl != 0 {
 		return fmt.Errorf("synth: dim %d and ffn %d must be multiples of %d for %s: %w", s.Dim, s.FFN, bl, s.Type, core.ErrInvalidArgument)
@@ -168,24 +207,50 @@ func Write(w io.Writer, s Spec) error {
 		}
 		return xs
 	}
+	outl := s.OutlierChannels()
+	// norm is layer l's RMSNorm weight: ones, with the outlier channels at their factor.
+	norm := func(l int) func(int, *rand.Rand) []float32 {
+		return func(n int, rng *rand.Rand) []float32 {
+			xs := ones(n, rng)
+			for _, c := range outl {
+				xs[c] = s.OutlierFactor(l, c)
+			}
+			return xs
+		}
+	}
+	// reading is a matrix [N, D] that reads a normed input: the outlier columns divided by
+	// √factor.
+	reading := func(l int, fanIn int64) func(int, *rand.Rand) []float32 {
+		gen := matrix(fanIn)
+		return func(n int, rng *rand.Rand) []float32 {
+			xs := gen(n, rng)
+			for _, c := range outl {
+				f := float32(math.Sqrt(float64(s.OutlierFactor(l, c))))
+				for i := c; i < n; i += int(D) {
+					xs[i] /= f
+				}
+			}
+			return xs
+		}
+	}
 	add("token_embd.weight", s.Type, core.Shape{V, D}, matrix(1))
 	add("output_norm.weight", core.F32, core.Shape{D}, ones)
 	add("output.weight", s.Type, core.Shape{V, D}, matrix(D))
 	for l := 0; l < s.Layers; l++ {
 		p := fmt.Sprintf("blk.%d.", l)
-		add(p+"attn_norm.weight", core.F32, core.Shape{D}, ones)
-		add(p+"attn_q.weight", s.Type, core.Shape{D, D}, matrix(D))
-		add(p+"attn_k.weight", s.Type, core.Shape{KV, D}, matrix(D))
-		add(p+"attn_v.weight", s.Type, core.Shape{KV, D}, matrix(D))
+		add(p+"attn_norm.weight", core.F32, core.Shape{D}, norm(l))
+		add(p+"attn_q.weight", s.Type, core.Shape{D, D}, reading(l, D))
+		add(p+"attn_k.weight", s.Type, core.Shape{KV, D}, reading(l, D))
+		add(p+"attn_v.weight", s.Type, core.Shape{KV, D}, reading(l, D))
 		if s.Arch == "qwen2" {
 			add(p+"attn_q.bias", core.F32, core.Shape{D}, matrix(D))
 			add(p+"attn_k.bias", core.F32, core.Shape{KV}, matrix(D))
 			add(p+"attn_v.bias", core.F32, core.Shape{KV}, matrix(D))
 		}
 		add(p+"attn_output.weight", s.Type, core.Shape{D, D}, matrix(D))
-		add(p+"ffn_norm.weight", core.F32, core.Shape{D}, ones)
-		add(p+"ffn_gate.weight", s.Type, core.Shape{F, D}, matrix(D))
-		add(p+"ffn_up.weight", s.Type, core.Shape{F, D}, matrix(D))
+		add(p+"ffn_norm.weight", core.F32, core.Shape{D}, norm(l))
+		add(p+"ffn_gate.weight", s.Type, core.Shape{F, D}, reading(l, D))
+		add(p+"ffn_up.weight", s.Type, core.Shape{F, D}, reading(l, D))
 		add(p+"ffn_down.weight", s.Type, core.Shape{D, F}, matrix(F))
 	}
 	return gguf.Write(w, kvs, ts)

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/w8a8"
+	"github.com/xpuhub/xpu/loader"
+)
+
+func init() {
+	register(&command{name: "calibrate", summary: "calibrate a model for W8A8 on the NPU: activation scales, outlier thresholds, hot channels, shadow pruning", run: runCalibrate})
+}
+
+func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	model := fs.String("model", "", "GGUF model file (or give it as the argument)")
+	fs.StringVar(model, "m", "", "alias of --model")
+	text := fs.String("text", "", "calibration text file (default: the built-in text)")
+	out := fs.String("o", "", "write the calibration here (default: the cache, $XPU_CACHE_DIR/w8a8/<model key>.json, where xpu run --w8a8 finds it)")
+	backend := fs.String("backend", "ref", "backend to run the float model on (ref: exact, fine for small models)")
+	tokens := fs.Int("tokens", 256, "most tokens of the text to use")
+	noImp := fs.Bool("no-importance", false, "rank layers by mllm-NPU's max|outlier|/scale instead of measuring each layer's effect on the logits")
+	perChannel := fs.Bool("per-channel", false, "measure importance with per-output-channel int8 weights (when the file has none of its own)")
+	keep := fs.Float64("keep", w8a8.DefaultRule.Keep, "share of the layers that keep the shadow path when pruned")
+	pct := fs.Float64("percentile", w8a8.DefaultRule.Percentile, "percentile of |x| over the non-outlier channels that sets the activation scale")
+	hotFrac := fs.Float64("hot-fraction", w8a8.DefaultRule.HotFraction, "most channels per input whose weight columns stay resident for the shadow path, as a share of the input's width")
+	hotCover := fs.Float64("hot-cover", w8a8.DefaultRule.HotCover, "share of the calibration's outliers the hot channels should hold")
+	ratio := fs.Float64("outlier-ratio", w8a8.DefaultRule.OutlierRatio, "a channel whose maximum exceeds this many times the median channel's is an outlier channel (left out of the scale)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: xpu calibrate [-m] MODEL.gguf [--text FILE] [-o FILE] [--backend ref] [--tokens N] [--keep F] [--percentile P] [--hot-fraction F] [--hot-cover F] [--outlier-ratio R] [--no-importance] [--per-channel]")
+		fs.PrintDefaults()
+	}
+	if code, ok := parseInterspersed(fs, args); !ok {
+		return code
+	}
+	if *model == "" && fs.NArg() == 1 {
+		*model = fs.Arg(0)
+	} else if fs.NArg() > 0 || *model == "" {
+		fs.Usage()
+		return 2
+	}
+	if *tokens < 8 {
+		fmt.Fprintf(stderr, "xpu calibrate: --tokens %d: at least 8\n", *tokens)
+		return 2
+	}
+	rule := w8a8.DefaultRule
+	rule.Keep, rule.Percentile, rule.HotFraction, rule.HotCover, rule.OutlierRatio = *keep, *pct, *hotFrac, *hotCover, *ratio
+	if err := rule.Check(); err != nil {
+		fmt.Fprintf(stderr, "xpu calibrate: %v\n", err)
+		return 2
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "xpu calibrate: %v\n", err)
+		return 1
+	}
+	calText := llm.DefaultCalibrationText
+	if *text != "" {
+		b, err := os.ReadFile(*text)
+		if err != nil {
+			return fail(err)
+		}
+		calText = string(b)
+	}
+	m, err := llm.Open(*model)
+	if err != nil {
+		return fail(err)
+	}
+	defer m.Close()
+	b, err := loader.Open(ctx, *backend)
+	if err != nil {
+		return fail(err)
+	}
+	defer b.Close()
+	if len(b.Devices()) == 0 {
+		return fail(fmt.Errorf("backend %s has no device", *backend))
+	}
+	gran := w8a8.PerTensor
+	if *perChannel {
+		gran = w8a8.PerChannel
+	}
+	t0 := time.Now()
+	cal, err := llm.Calibrate(ctx, m, b.Devices()[0], calText, llm.WithCalibrationRule(rule),
+		llm.WithCalibrationTokens(*tokens), llm.WithImportance(!*noImp), llm.WithCalibrationGranularity(gran))
+	if err != nil {
+		return fail(err)
+	}
+	path := *out
+	if path == "" {
+		if path, err = w8a8.CachePath(cal.Model); err != nil {
+			return fail(err)
+		}
+	}
+	if err := cal.Save(path); err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(stdout, "%s: model %s, %d tokens, %d layers in %.1f s\n", path, cal.Model, cal.Tokens, len(cal.Layers), time.Since(t0).Seconds())
+	fmt.Fprintln(stdout, "layer  scale(attn_in/attn_out_in/ffn_in/ffn_down_in)      hot channels  max|x|/scale  importance  shadow")
+	for l, ly := range cal.Layers {
+		var scales, hots []string
+		for _, in := range ly.Inputs {
+			scales = append(scales, fmt.Sprintf("%.3g", in.Scale))
+			hots = append(hots, fmt.Sprint(len(in.Hot)))
+		}
+		fmt.Fprintf(stdout, "%5d  %-44s  %-12s  %12.1f  %10.3g  %v\n", l, strings.Join(scales, "/"),
+			strings.Join(hots, "/"), ly.Ratio, ly.Importance, ly.Shadow)
+	}
+	return 0
+}

@@ -1,0 +1,328 @@
+package llm
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/w8a8"
+	"github.com/xpuhub/xpu/sched"
+)
+
+// ShadowMode says which layers run mllm-NPU's shadow outlier path.
+type ShadowMode int
+
+const (
+	// ShadowOff: plain per-tensor W8A8; activations beyond the threshold are clipped.
+	ShadowOff ShadowMode = iota
+	// ShadowOn: every layer adds the float product of its outliers in hot channels.
+	ShadowOn
+	// ShadowPruned: only the layers the calibration kept (its most important ones) do.
+	ShadowPruned
+)
+
+var shadowNames = []string{"off", "on", "pruned"}
+
+func (s ShadowMode) String() string {
+	if s >= 0 && int(s) < len(shadowNames) {
+		return shadowNames[s]
+	}
+	return fmt.Sprintf("ShadowMode(%d)", int(s))
+}
+
+// ParseShadowMode reads "off", "on" or "pruned".
+func ParseShadowMode(s string) (ShadowMode, error) {
+	if i := slices.Index(shadowNames, s); i >= 0 {
+		return ShadowMode(i), nil
+	}
+	return 0, fmt.Errorf("llm: shadow mode %q (off, on, pruned): %w", s, core.ErrInvalidArgument)
+}
+
+// W8A8Config says how to lower a model to W8A8 (NewW8A8).
+type W8A8Config struct {
+	// Calibration is the model's (xpu calibrate); required.
+	Calibration *w8a8.Calibration
+	// Shadow selects the layers with a shadow path.
+	Shadow ShadowMode
+	// Convert quantizes the weights at load time when the file has no NPU int8 tensors (xpu
+	// quantize --npu-int8 writes them ahead of time); without it such a file is an error
+	// wrapping w8a8.ErrNoInt8.
+	Convert bool
+	// Granularity of the weights converted at load time.
+	Granularity w8a8.Granularity
+	// ShadowLayers, if not nil, overrides Shadow: exactly these layers run the shadow path
+	// (calibration measures each layer's importance this way).
+	ShadowLayers []bool
+}
+
+// W8A8 is a model lowered for an int8 NPU: per W8A8 MATMUL, QUANTIZE(x → I8, sa) (one per
+// distinct input) and an int8 × int8 MATMUL (the NPU's part), and in the layers with a shadow
+// path SHADOW_MATMUL(x, the hot channels' float weight columns, their ids, 127·sa) added to it
+// (the CPU's part). The embedding and the output head stay as they are. Use it with WithW8A8.
+type W8A8 struct {
+	cal    *w8a8.Calibration
+	gran   w8a8.Granularity
+	shadow []bool
+	mats   map[string]w8a8.Weight
+	cols   map[string]shadowCols
+	// fromFile: the int8 weights came from the file's layout (else converted at load time).
+	fromFile bool
+}
+
+// shadowCols are a matrix's float weight columns for its input's hot channels.
+type shadowCols struct {
+	wt  []byte // F32 [C, N]: row c is column ids[c] of the [N, K] weight
+	ids []byte // I32 [C]
+	c   int64
+}
+
+// NewW8A8 checks cfg's calibration against m (its key and shape: a stale one is an error
+// wrapping w8a8.ErrStale), reads or converts the int8 weights and gathers the hot weight
+// columns.
+func NewW8A8(m *Model, cfg W8A8Config) (*W8A8, error) {
+	c := m.Config
+	if cfg.Calibration == nil {
+		return nil, fmt.Errorf("llm: W8A8 needs a calibration (xpu calibrate): %w", core.ErrInvalidArgument)
+	}
+	if err := cfg.Calibration.Validate(w8a8.ModelKey(m.File), c.Arch, c.Dim, c.FFN, c.Layers); err != nil {
+		return nil, fmt.Errorf("llm: %w", err)
+	}
+	if _, err := w8a8.HasLayout(m.File); err != nil {
+		return nil, fmt.Errorf("llm: %w", err)
+	}
+	w := &W8A8{cal: cfg.Calibration, gran: cfg.Granularity, mats: map[string]w8a8.Weight{}, cols: map[string]shadowCols{},
+		shadow: make([]bool, c.Layers)}
+	switch {
+	case cfg.ShadowLayers != nil:
+		if len(cfg.ShadowLayers) != c.Layers {
+			return nil, fmt.Errorf("llm: %d shadow layer flags for %d layers: %w", len(cfg.ShadowLayers), c.Layers, core.ErrInvalidArgument)
+		}
+		copy(w.shadow, cfg.ShadowLayers)
+	case cfg.Shadow == ShadowOn:
+		for l := range w.shadow {
+			w.shadow[l] = true
+		}
+	case cfg.Shadow == ShadowPruned:
+		for l, ly := range cfg.Calibration.Layers {
+			w.shadow[l] = ly.Shadow
+		}
+	case cfg.Shadow != ShadowOff:
+		return nil, fmt.Errorf("llm: shadow mode %v: %w", cfg.Shadow, core.ErrInvalidArgument)
+	}
+	for l := range c.Layers {
+		for _, p := range w8a8.Projections {
+			name := fmt.Sprintf("blk.%d.%s.weight", l, p)
+			ww := m.weights[name]
+			n, k := int(ww.shape[0]), int(ww.shape[1])
+			q, g, ok, err := w8a8.FromFile(m.File, name)
+			if err != nil {
+				return nil, fmt.Errorf("llm: %w", err)
+			}
+			var xs []float32
+			if !ok {
+				if !cfg.Convert {
+					return nil, fmt.Errorf("llm: %s: %w", name, w8a8.ErrNoInt8)
+				}
+				if xs, err = core.Dequantize(ww.dtype, ww.data, 0); err != nil {
+					return nil, fmt.Errorf("llm: %s: %w", name, err)
+				}
+				if q, err = w8a8.QuantizeWeight(xs, n, k, cfg.Granularity); err != nil {
+					return nil, fmt.Errorf("llm: %s: %w", name, err)
+				}
+				g = cfg.Granularity
+			} else {
+				w.fromFile = true
+			}
+			w.gran = g
+			w.mats[name] = q
+			hot := w.input(l, p).Hot
+			if !w.shadow[l] || len(hot) == 0 {
+				continue
+			}
+			if xs == nil {
+				if xs, err = core.Dequantize(ww.dtype, ww.data, 0); err != nil {
+					return nil, fmt.Errorf("llm: %s: %w", name, err)
+				}
+			}
+			wt := make([]float32, len(hot)*n)
+			for ci, ch := range hot {
+				for r := range n {
+					wt[ci*n+r] = xs[r*k+int(ch)]
+				}
+			}
+			w.cols[name] = shadowCols{wt: core.EncodeF32(wt), ids: core.EncodeI32(hot), c: int64(len(hot))}
+		}
+	}
+	return w, nil
+}
+
+// input is the calibration record of the input projection p of layer l reads.
+func (w *W8A8) input(l int, p string) w8a8.Input {
+	in := w8a8.InputOf(p)
+	return w.cal.Layers[l].Inputs[slices.Index(w8a8.Inputs, in)]
+}
+
+// ShadowLayers says which layers run the shadow path.
+func (w *W8A8) ShadowLayers() []bool { return slices.Clone(w.shadow) }
+
+// Granularity is the weights' scale granularity.
+func (w *W8A8) Granularity() w8a8.Granularity { return w.gran }
+
+// Calibration is the calibration in use.
+func (w *W8A8) Calibration() *w8a8.Calibration { return w.cal }
+
+// ShadowWork is the share of the full shadow work kept: hot channels of layers with a shadow
+// path over hot channels of every layer (1 with every layer on, 0 without outliers).
+func (w *W8A8) ShadowWork() float64 {
+	var kept, all int
+	for l, ly := range w.cal.Layers {
+		for _, in := range ly.Inputs {
+			all += len(in.Hot)
+			if w.shadow[l] {
+				kept += len(in.Hot)
+			}
+		}
+	}
+	if all == 0 {
+		return 0
+	}
+	return float64(kept) / float64(all)
+}
+
+// Describe summarizes the lowering for a log line.
+func (w *W8A8) Describe() string {
+	var on []string
+	for l, s := range w.shadow {
+		if s {
+			on = append(on, fmt.Sprint(l))
+		}
+	}
+	src := "converted at load"
+	if w.fromFile {
+		src = "from the file"
+	}
+	layers := "none"
+	if len(on) > 0 {
+		layers = strings.Join(on, ",")
+	}
+	return fmt.Sprintf("W8A8 (per-%s int8 weights %s), shadow layers %s (%.0f%% of the shadow work)",
+		w.gran, src, layers, 100*w.ShadowWork())
+}
+
+// stageBuild is what shapes one stage graph beyond the model: the W8A8 lowering and the
+// calibration taps.
+type stageBuild struct {
+	w8 *W8A8
+	// quant: the I8 tensor of each W8A8 MATMUL input already quantized (projections sharing an
+	// input share its QUANTIZE).
+	quant map[*core.Tensor]*core.Tensor
+	// taps, when not nil, collects the MATMUL inputs and outputs as extra graph outputs.
+	taps *tapSet
+}
+
+// tapSet lists a stage's tapped tensors and what each is.
+type tapSet struct {
+	tensors []*core.Tensor
+	what    []tapWhat
+	seen    map[*core.Tensor]bool
+}
+
+// tapWhat says what a tap holds: layer l's input (or a projection's output, out set).
+type tapWhat struct {
+	layer int
+	name  string // an input (w8a8.Inputs) or a projection (w8a8.Projections)
+	out   bool
+}
+
+// output makes the taps graph outputs, after the stage's own (nil sb or no taps: nothing).
+func (sb *stageBuild) output(g *core.Graph) {
+	if sb != nil && sb.taps != nil {
+		g.Output(sb.taps.tensors...)
+	}
+}
+
+func (t *tapSet) add(x *core.Tensor, w tapWhat) {
+	if t == nil || x == nil || t.seen[x] {
+		return
+	}
+	if t.seen == nil {
+		t.seen = map[*core.Tensor]bool{}
+	}
+	t.seen[x] = true
+	t.tensors = append(t.tensors, x)
+	t.what = append(t.what, w)
+}
+
+// linear is projection p of layer l applied to x [C, K]: a MATMUL with the model's weight, or
+// the W8A8 lowering.
+func (m *Model) linear(g *core.Graph, sb *stageBuild, x *core.Tensor, l int, p string) *core.Tensor {
+	name := fmt.Sprintf("blk.%d.%s.weight", l, p)
+	if sb == nil || sb.w8 == nil {
+		y := g.Named(p).MatMul(x, m.w(g, name))
+		if sb != nil {
+			sb.taps.add(x, tapWhat{layer: l, name: w8a8.InputOf(p)})
+			sb.taps.add(y, tapWhat{layer: l, name: p, out: true})
+		}
+		return y
+	}
+	w := sb.w8
+	in := w.input(l, p)
+	q, ok := sb.quant[x]
+	if !ok {
+		q = g.Named(w8a8.InputOf(p)+"_quant").Quantize(x, core.I8, in.Scale)
+		sb.quant[x] = q
+	}
+	ww := m.weights[name]
+	iw := w.mats[name]
+	opts := core.W8A8Options{AScale: in.Scale, Out: core.F32}
+	if len(iw.Scales) == 1 {
+		opts.BScale = iw.Scales[0]
+	} else {
+		opts.BScales = g.Const(name+".npu_scale", core.F32, core.Shape{ww.shape[0]}, core.EncodeF32(iw.Scales))
+	}
+	if so := w.cal.Layers[l].OutAbsMax[p]; so > 0 {
+		// the NPU's 16-bit output grid, with headroom for inputs the calibration did not see
+		opts.OutScale = outHeadroom * so / 32767
+	}
+	wq := g.Const(name+".npu_i8", core.I8, ww.shape, iw.Codes)
+	y := g.Named(p).MatMulW8A8(q, wq, opts)
+	cols, ok := w.cols[name]
+	if !w.shadow[l] || !ok {
+		return y
+	}
+	wt := g.Const(name+".shadow_cols", core.F32, core.Shape{cols.c, ww.shape[0]}, cols.wt)
+	ids := g.Const(name+".shadow_ids", core.I32, core.Shape{cols.c}, cols.ids)
+	s := g.Named(p+"_shadow").ShadowMatMul(x, wt, ids, in.Threshold)
+	return g.Named(p+"_shadow_add").Add(y, s)
+}
+
+// outHeadroom is how far past the calibrated output maximum the 16-bit output grid reaches.
+const outHeadroom = 4
+
+// W8A8Plan adapts a plan to the W8A8 lowering: in each phase, before a MATMUL rule that has a
+// unit, a fallback unit and no split, a rule that sends the float output head ("logits") to
+// the fallback unit: an int8 NPU runs float products slowly and at reduced precision (FP16 on
+// the HTP). QUANTIZE, SHADOW_MATMUL and its ADD fall to the rules for everything else (the CPU
+// unit in sched.DefaultPlan): the CPU holds the float activation the shadow path reads anyway,
+// quantizes it in f32 and hands the NPU int8 (a quarter of the bytes). Quantizing on the
+// emulated HTP instead, whose Quantize reads half precision, flipped stories260K's greedy text
+// after 27 tokens where the CPU's keeps all 64. p is not changed.
+func W8A8Plan(p *sched.Plan) *sched.Plan {
+	out := *p
+	adapt := func(ph sched.PhasePlan) sched.PhasePlan {
+		var rules []sched.Rule
+		for _, r := range ph.Rules {
+			if r.Unit != "" && r.Fallback != "" && r.Split == nil && slices.ContainsFunc(r.Ops, func(o string) bool {
+				return strings.EqualFold(o, core.OpMatMul.String())
+			}) {
+				rules = append(rules, sched.Rule{Unit: r.Fallback, Ops: []string{core.OpMatMul.String()}, Nodes: []string{"logits"}})
+			}
+			rules = append(rules, r)
+		}
+		ph.Rules = rules
+		return ph
+	}
+	out.Prefill, out.Decode = adapt(p.Prefill), adapt(p.Decode)
+	return &out
+}
