@@ -73,7 +73,8 @@ func WithDispatchPolicy(p dag.Policy) RuntimeOption {
 
 // WithPinnedSpin sets how long a unit's worker spins on another unit's signal before it
 // blocks, when both workers are pinned to disjoint cores (units with a cpus option: the
-// worker's thread is restricted to those CPUs). Default DefaultPinnedSpin; 0 blocks at once.
+// worker's thread is restricted to those CPUs), and the wait is not predicted to be longer.
+// Default DefaultPinnedSpin; 0 blocks at once.
 // Workers that are not both pinned keep the predicted sleep and the short spin of
 // Signal.Wait.
 func WithPinnedSpin(d time.Duration) RuntimeOption {
@@ -852,10 +853,16 @@ func (w *rtWorker) runJob(j *rtJob) {
 			start := time.Now()
 			var pred time.Duration
 			var err error
+			pred = rt.workers[v].remaining(j, v, seq)
 			if w.spinsOn(rt.workers[v]) {
-				err = rt.workers[v].sig.WaitSpinning(j.ctx, seq, rt.cfg.pinnedSpin)
+				// a wait predicted to outlast the spin blocks at once: the core is then free
+				// for whatever else the machine runs, and one wake-up is small beside it
+				spin := rt.cfg.pinnedSpin
+				if pred > spin {
+					spin = 0
+				}
+				err = rt.workers[v].sig.WaitSpinning(j.ctx, seq, spin)
 			} else {
-				pred = rt.workers[v].remaining(j, v, seq)
 				err = rt.workers[v].sig.Wait(j.ctx, seq, pred)
 			}
 			if err != nil {
@@ -912,7 +919,8 @@ func (w *rtWorker) pin() bool {
 
 // DefaultPinnedSpin bounds the spin of a worker waiting for another unit when both are pinned
 // to disjoint cores (see Signal.WaitSpinning, WithPinnedSpin): most of a decode step's waits
-// are one partition of the other unit (0.05–2 ms); longer ones block. Blocking instead costs
+// are one partition of the other unit (0.05–2 ms); longer ones block, and so does a wait that
+// earlier runs predict to be longer (a pipelined prefill's). Blocking instead costs
 // a futex wake-up per wait: with 0 the 1B split decode here ran at half the speed.
 const DefaultPinnedSpin = 2 * time.Millisecond
 
