@@ -6,7 +6,8 @@
 #   scripts/bench-split-decode.sh [MODEL.gguf] [ROUNDS] [TOKENS]
 #
 # Defaults: /tmp/ck/1b-q4_0.gguf (build/xpu gen-model --arch llama --params 1B --type q4_0), 3
-# rounds, 48 tokens. XPU_SPLIT_RATIO=0.5 sets unit 0's share of each MATMUL's rows (default 0.5).
+# rounds, 48 tokens. XPU_SPLIT_RATIO=0.5 sets unit 0's share of each MATMUL's rows (default 0.5);
+# XPU_SPLIT_CHAIN=1 puts the non-MATMUL ops (and the prefill) on unit 1 instead of unit 0.
 # XPU_SPLIT_TRACE=DIR also writes one --trace of each configuration there. XPU_SPLIT_BASE=XPU
 # (another build's xpu binary, e.g. main's, with its plugins beside it in plugins/) also runs
 # the split and one pinned unit with that binary in every round, for an A/B in one run.
@@ -17,6 +18,7 @@ model=${1:-/tmp/ck/1b-q4_0.gguf}
 rounds=${2:-3}
 ntok=${3:-48}
 ratio=${XPU_SPLIT_RATIO:-0.5}
+chain=${XPU_SPLIT_CHAIN:-0}
 xpu=build/xpu
 [ -x "$xpu" ] || make all >/dev/null
 tmp=$(mktemp -d)
@@ -28,8 +30,8 @@ cat >"$tmp/split.json" <<JSON
 {"units": ["$u0", "$u1"],
  "decode": {"rules": [
    {"ops": ["MATMUL"], "split": {"strategy": "rows", "units": ["0", "1"], "ratio": [$ratio, $r1]}},
-   {"unit": "0"}]},
- "prefill": {"rules": [{"unit": "0"}]}}
+   {"unit": "$chain"}]},
+ "prefill": {"rules": [{"unit": "$chain"}]}}
 JSON
 prompt=$tmp/prompt.txt
 for _ in $(seq 1 4); do printf 'Once upon a time, there was a little girl who loved to play in the park. '; done >"$prompt"
