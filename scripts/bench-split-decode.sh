@@ -51,6 +51,7 @@ run() { # $1: label, rest: xpu run flags; prints "label decode_tok_s"
 }
 : >"$tmp/runs"
 for r in $(seq 1 "$rounds"); do
+	echo "round $r: load $(cut -d' ' -f1-3 /proc/loadavg)"
 	run split --plan "$tmp/split.json" >>"$tmp/runs"
 	run unit0 --units "$u0" >>"$tmp/runs"
 	run unit1 --units "$u1" >>"$tmp/runs"
