@@ -74,9 +74,8 @@ func WithDispatchPolicy(p dag.Policy) RuntimeOption {
 // WithPinnedSpin sets how long a unit's worker spins on another unit's signal before it
 // blocks, when both workers are pinned to disjoint cores (units with a cpus option: the
 // worker's thread is restricted to those CPUs), and the wait is not predicted to be longer.
-// Default DefaultPinnedSpin; 0 blocks at once.
-// Workers that are not both pinned keep the predicted sleep and the short spin of
-// Signal.Wait.
+// Default DefaultPinnedSpin; 0 blocks at once. Workers that are not both pinned keep the
+// predicted sleep and the short spin of Signal.Wait.
 func WithPinnedSpin(d time.Duration) RuntimeOption {
 	return func(c *runtimeConfig) { c.pinnedSpin = max(d, 0) }
 }
@@ -851,9 +850,8 @@ func (w *rtWorker) runJob(j *rtJob) {
 				continue
 			}
 			start := time.Now()
-			var pred time.Duration
+			pred := rt.workers[v].remaining(j, v, seq)
 			var err error
-			pred = rt.workers[v].remaining(j, v, seq)
 			if w.spinsOn(rt.workers[v]) {
 				// a wait predicted to outlast the spin blocks at once: the core is then free
 				// for whatever else the machine runs, and one wake-up is small beside it
