@@ -43,3 +43,22 @@ func WithThreadAffinity(cpus []int, f func() error) error {
 	runtime.UnlockOSThread()
 	return ferr
 }
+
+// pinThread restricts the calling OS thread (the caller has locked its goroutine to it) to
+// cpus, for good: a unit's worker pinned to its unit's cores runs that unit's small
+// partitions on its own thread (the neon plugin runs a one-thread executable inline when the
+// caller already sits on its one CPU) and may spin on another unit's signal without taking a
+// core from anyone it waits for.
+func pinThread(cpus []int) error {
+	var set unix.CPUSet
+	for _, c := range cpus {
+		if c < 0 || c >= len(set)*64 {
+			return fmt.Errorf("thread affinity: cpu %d: %w", c, core.ErrInvalidArgument)
+		}
+		set.Set(c)
+	}
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return fmt.Errorf("thread affinity %v: %w", cpus, err)
+	}
+	return nil
+}

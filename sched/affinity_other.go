@@ -12,3 +12,8 @@ import (
 func WithThreadAffinity(cpus []int, f func() error) error {
 	return fmt.Errorf("thread affinity: %w", core.ErrUnsupported)
 }
+
+// pinThread needs Linux's sched_setaffinity.
+func pinThread(cpus []int) error {
+	return fmt.Errorf("thread affinity: %w", core.ErrUnsupported)
+}

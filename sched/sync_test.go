@@ -286,3 +286,46 @@ func TestSignalNoLeak(t *testing.T) {
 	}
 	assert.LessOrEqual(t, runtime.NumGoroutine(), before)
 }
+
+// TestSignalWaitSpinning: a ready value returns at once, a value published during the spin
+// ends the wait there, a spin that runs out blocks until Publish, and the context ends a
+// blocked wait; spin 0 blocks at once.
+func TestSignalWaitSpinning(t *testing.T) {
+	tests := []struct {
+		name    string
+		spin    time.Duration
+		publish func(s *Signal) // run on another goroutine, may be nil
+		ready   bool            // published before the wait
+		want    SignalStats
+	}{
+		{name: "ready", spin: time.Millisecond, ready: true, want: SignalStats{Ready: 1}},
+		{name: "spun", spin: 10 * time.Second, publish: func(s *Signal) { time.Sleep(time.Millisecond); s.Publish(1) },
+			want: SignalStats{Spun: 1}},
+		{name: "spin-then-block", spin: 100 * time.Microsecond, publish: func(s *Signal) { publishWhenBlocked(s, 1) },
+			want: SignalStats{Blocked: 1}},
+		{name: "no-spin", spin: 0, publish: func(s *Signal) { publishWhenBlocked(s, 1) }, want: SignalStats{Blocked: 1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewSignal()
+			if tc.ready {
+				s.Publish(1)
+			}
+			if tc.publish != nil {
+				go tc.publish(s)
+			}
+			require.NoError(t, s.WaitSpinning(context.Background(), 1, tc.spin))
+			assert.Equal(t, tc.want, s.Stats())
+			assert.Zero(t, s.waiters.Load())
+		})
+	}
+	t.Run("context", func(t *testing.T) {
+		s := NewSignal()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		assert.ErrorIs(t, s.WaitSpinning(ctx, 1, 100*time.Microsecond), context.DeadlineExceeded)
+		cancelled, stop := context.WithCancel(context.Background())
+		stop()
+		assert.ErrorIs(t, s.WaitSpinning(cancelled, 1, time.Second), context.Canceled)
+	})
+}

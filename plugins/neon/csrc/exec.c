@@ -1,4 +1,5 @@
 /* exec.c: runs an executable's nodes in order on the execution's memory. */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,23 @@ static xpu_status run_node(nv_run *r, const xpu_ir_node *n) {
   return XPU_E_INTERNAL;
 }
 
+/* An empty CPU set: nv_pool_run runs a one-thread region asked for no particular CPUs on the
+ * calling thread. */
+static const nv_cpuset nv_caller_cpus;
+
+/* Whether the calling thread may run the executable's one-thread regions itself: it is pinned
+ * to exactly the one CPU the executable's thread would be pinned to (a host that pins its own
+ * worker per unit, as xpu's runtime does). A decode step runs a few hundred small regions; a
+ * handoff to the pool's pinned thread and back costs each of them a wake-up, more than many
+ * such nodes compute. */
+static int nv_caller_is_pinned(const nv_executable *e) {
+  if (e->threads != 1 || e->cpus.n != 1) return 0;
+  cpu_set_t cs;
+  CPU_ZERO(&cs);
+  if (sched_getaffinity(0, sizeof cs, &cs) != 0) return 0;
+  return CPU_COUNT(&cs) == 1 && CPU_ISSET(e->cpus.cpu[0], &cs);
+}
+
 xpu_status nv_execute(nv_execution *x) {
   nv_executable *e = x->exe;
   const xpu_ir_graph *g = &e->g;
@@ -49,7 +67,7 @@ xpu_status nv_execute(nv_execution *x) {
   r.g = g;
   r.ptr = ptr;
   r.pool = e->ctx->pool;
-  r.cpus = &e->cpus;
+  r.cpus = nv_caller_is_pinned(e) ? &nv_caller_cpus : &e->cpus;
   r.nth = e->threads;
   r.int8dot = e->ctx->int8dot;
   r.scratch = x->scratch;

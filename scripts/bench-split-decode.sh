@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Issue 15's decode targets: 1B decode with every MATMUL row-split over two pinned single-thread
+# neon units against each unit alone and against one neon unit with two threads. Interleaved
+# rounds, medians; prints the load average before and after.
+#
+#   scripts/bench-split-decode.sh [MODEL.gguf] [ROUNDS] [TOKENS]
+#
+# Defaults: /tmp/ck/1b-q4_0.gguf (build/xpu gen-model --arch llama --params 1B --type q4_0), 3
+# rounds, 48 tokens. XPU_SPLIT_RATIO=0.5 sets unit 0's share of each MATMUL's rows (default 0.5);
+# XPU_SPLIT_CHAIN=1 puts the non-MATMUL ops (and the prefill) on unit 1 instead of unit 0.
+# XPU_SPLIT_TRACE=DIR also writes one --trace of each configuration there. XPU_SPLIT_BASE=XPU
+# (another build's xpu binary, e.g. main's, with its plugins beside it in plugins/) also runs
+# the split and one pinned unit with that binary in every round, for an A/B in one run.
+# Speculative decoding is off (--spec off): its verify passes are not decode steps.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+model=${1:-/tmp/ck/1b-q4_0.gguf}
+rounds=${2:-3}
+ntok=${3:-48}
+ratio=${XPU_SPLIT_RATIO:-0.5}
+chain=${XPU_SPLIT_CHAIN:-0}
+xpu=build/xpu
+[ -x "$xpu" ] || make all >/dev/null
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+u0='neon{cpus=0,threads=1}'
+u1='neon{cpus=1,threads=1}'
+r1=$(echo "1 - $ratio" | bc -l | sed 's/^\./0./')
+cat >"$tmp/split.json" <<JSON
+{"units": ["$u0", "$u1"],
+ "decode": {"rules": [
+   {"ops": ["MATMUL"], "split": {"strategy": "rows", "units": ["0", "1"], "ratio": [$ratio, $r1]}},
+   {"unit": "$chain"}]},
+ "prefill": {"rules": [{"unit": "$chain"}]}}
+JSON
+prompt=$tmp/prompt.txt
+for _ in $(seq 1 4); do printf 'Once upon a time, there was a little girl who loved to play in the park. '; done >"$prompt"
+echo "load before: $(cat /proc/loadavg)"
+run() { # $1: label, rest: xpu run flags; prints "label decode_tok_s"
+	local label=$1
+	shift
+	local err
+	local bin=$xpu
+	if [ "$label" != "${label%-base}" ]; then bin=$XPU_SPLIT_BASE; fi
+	err=$($bin run --model "$model" -f "$prompt" -n "$ntok" --temp 0 --spec off --stats "$@" 2>&1 >/dev/null) || {
+		echo "$label failed: $err" >&2
+		return 1
+	}
+	echo "$label $(echo "$err" | sed -nE 's/^decode: .* ([0-9.]+) tok\/s.*/\1/p')"
+	if [ -n "${XPU_SPLIT_VERBOSE:-}" ]; then echo "$err" | grep -iE 'bubble|busy|decode' >&2; fi
+}
+: >"$tmp/runs"
+for r in $(seq 1 "$rounds"); do
+	echo "round $r: load $(cut -d' ' -f1-3 /proc/loadavg)"
+	run split --plan "$tmp/split.json" >>"$tmp/runs"
+	run unit0 --units "$u0" >>"$tmp/runs"
+	run unit1 --units "$u1" >>"$tmp/runs"
+	run threads2 --units 'neon{threads=2}' >>"$tmp/runs"
+	if [ -n "${XPU_SPLIT_BASE:-}" ]; then
+		run split-base --plan "$tmp/split.json" >>"$tmp/runs"
+		run unit0-base --units "$u0" >>"$tmp/runs"
+	fi
+done
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+declare -A m
+labels="split unit0 unit1 threads2"
+if [ -n "${XPU_SPLIT_BASE:-}" ]; then labels="$labels split-base unit0-base"; fi
+for label in $labels; do
+	m[$label]=$(awk -v l=$label '$1==l {print $2}' "$tmp/runs" | median)
+	echo "$label: decode ${m[$label]} tok/s (median of $rounds; rounds: $(awk -v l=$label '$1==l {printf "%s ", $2}' "$tmp/runs"))"
+done
+echo "split / unit0 = $(echo "${m[split]} / ${m[unit0]}" | bc -l | cut -c1-5) (target >= 1.7)"
+echo "split / unit1 = $(echo "${m[split]} / ${m[unit1]}" | bc -l | cut -c1-5)"
+echo "split / threads2 = $(echo "${m[split]} / ${m[threads2]}" | bc -l | cut -c1-5) (target >= 0.95)"
+if [ -n "${XPU_SPLIT_BASE:-}" ]; then
+	echo "base: split / unit0 = $(echo "${m[split-base]} / ${m[unit0-base]}" | bc -l | cut -c1-5), split / threads2 = $(echo "${m[split-base]} / ${m[threads2]}" | bc -l | cut -c1-5)"
+fi
+if [ -n "${XPU_SPLIT_TRACE:-}" ]; then
+	mkdir -p "$XPU_SPLIT_TRACE"
+	$xpu run --model "$model" -f "$prompt" -n 8 --temp 0 --spec off --plan "$tmp/split.json" --trace "$XPU_SPLIT_TRACE/split.json" >/dev/null 2>&1
+	$xpu run --model "$model" -f "$prompt" -n 8 --temp 0 --spec off --units "$u0" --trace "$XPU_SPLIT_TRACE/unit0.json" >/dev/null 2>&1
+	# per decode token of the split trace: wall, and per unit its split MATMUL parts, its other
+	# tasks and its waits for the other unit (ms)
+	python3 - "$XPU_SPLIT_TRACE/split.json" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+names = {e["tid"]: e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
+xs = [e for e in ev if e.get("ph") == "X"]
+for r in [e for e in xs if names.get(e["tid"]) == "requests" and "decode" in e["name"]]:
+    t0, t1 = r["ts"], r["ts"] + r["dur"]
+    cols = []
+    for tid, n in names.items():
+        if n in ("requests", "speculative"):
+            continue
+        mine = [e for e in xs if e["tid"] == tid and t0 <= e["ts"] <= t1]
+        ms = lambda f: sum(e["dur"] for e in mine if f(e["name"])) / 1000
+        waits = [e for e in mine if e["name"].startswith("wait")]
+        small = [e for e in mine if "[rows" not in e["name"] and not e["name"].startswith("wait")]
+        cols.append("%s: parts %.1f, %d other tasks %.1f, %d waits %.1f" % (n, ms(lambda s: "[rows" in s),
+            len(small), ms(lambda s: "[rows" not in s and not s.startswith("wait")), len(waits), ms(lambda s: s.startswith("wait"))))
+    print("token %.1f ms | %s" % (r["dur"] / 1000, " | ".join(cols)))
+PY
+fi
+echo "load after: $(cat /proc/loadavg)"
