@@ -19,9 +19,25 @@ import (
 	"github.com/xpuhub/xpu/sched"
 )
 
-// pinnedThreads counts this process's threads whose CPU affinity is exactly cpus (as
-// /proc/self/task/*/status lists it): the neon plugin runs in-process and pins its workers.
-func pinnedThreads(t *testing.T, cpus string) int {
+// liveThreads lists this process's thread ids: threads of earlier tests (a runtime's pinned
+// workers end just after its Close returns) are left out of pinnedThreads' count.
+func liveThreads(t *testing.T) map[string]bool {
+	t.Helper()
+	dirs, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Skipf("no /proc/self/task: %v", err)
+	}
+	ids := map[string]bool{}
+	for _, d := range dirs {
+		ids[d.Name()] = true
+	}
+	return ids
+}
+
+// pinnedThreads counts this process's threads, other than those in before, whose CPU affinity
+// is exactly cpus (as /proc/self/task/*/status lists it): the neon plugin runs in-process and
+// pins its workers.
+func pinnedThreads(t *testing.T, before map[string]bool, cpus string) int {
 	t.Helper()
 	dirs, err := os.ReadDir("/proc/self/task")
 	if err != nil {
@@ -29,6 +45,9 @@ func pinnedThreads(t *testing.T, cpus string) int {
 	}
 	n := 0
 	for _, d := range dirs {
+		if before[d.Name()] {
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join("/proc/self/task", d.Name(), "status"))
 		if err != nil {
 			continue // the thread exited
@@ -61,21 +80,22 @@ func TestPhaseOptionsSwitchCores(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("pinning follows the phase", func(t *testing.T) {
+		before := liveThreads(t)
 		r, err := NewRunner(ctx, m, dev, WithContextOptions(map[string]string{"threads": "1"}),
 			WithPhaseOptions(map[string]string{"cpus": "0", "threads": "1"}, map[string]string{"cpus": "1", "threads": "1"}))
 		require.NoError(t, err)
 		defer r.Close()
 		_, err = r.Prefill(ctx, []int32{1, 403, 407, 261})
 		require.NoError(t, err)
-		require.Equal(t, 1, pinnedThreads(t, "0"), "after prefill: the worker on CPU 0")
-		require.Zero(t, pinnedThreads(t, "1"))
+		require.Equal(t, 1, pinnedThreads(t, before, "0"), "after prefill: the worker on CPU 0")
+		require.Zero(t, pinnedThreads(t, before, "1"))
 		_, err = r.Decode(ctx, 500)
 		require.NoError(t, err)
-		require.Equal(t, 1, pinnedThreads(t, "1"), "after decode: the same worker, now on CPU 1")
-		require.Zero(t, pinnedThreads(t, "0"))
+		require.Equal(t, 1, pinnedThreads(t, before, "1"), "after decode: the same worker, now on CPU 1")
+		require.Zero(t, pinnedThreads(t, before, "0"))
 		_, err = r.Prefill(ctx, []int32{300, 301, 302})
 		require.NoError(t, err)
-		require.Equal(t, 1, pinnedThreads(t, "0"), "back to prefill's CPU")
+		require.Equal(t, 1, pinnedThreads(t, before, "0"), "back to prefill's CPU")
 	})
 
 	for name, tc := range map[string]struct{ ctx, prefill, decode map[string]string }{
