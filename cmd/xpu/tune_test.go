@@ -43,7 +43,7 @@ func TestTuneMeasuredOnThisMachine(t *testing.T) {
 		t.Skipf("test model absent: %v", err)
 	}
 	t.Setenv("XPU_CACHE_DIR", t.TempDir())
-	code, out, errOut := runCLI(t, "tune", "--energy", "--model", model, "--tokens", "20", "--warmup", "2",
+	code, out, errOut := runCLI(t, "tune", "--energy", "--model", model, "--tokens", "100", "--warmup", "2",
 		"--compare", "1", "--root", "../../sched/cputopo/testdata/vm2")
 	if code != 0 && (contains(errOut, "not found") || contains(errOut, "no plugin")) {
 		t.Skipf("neon plugin not built: %s", errOut)
