@@ -30,6 +30,11 @@ type Spec struct {
 	// Type is the dtype of the matrices (F32, F16, BF16, Q8_0, Q4_0, a K-quant); norms stay F32.
 	Type core.DType
 	Seed uint64
+	// Activation is the FFN activation written to <arch>.feed_forward_activation ("relu",
+	// "relu2"); "" or "silu" writes no key (llama.cpp's default SwiGLU). It never changes a
+	// tensor: a ReLU model and its SiLU twin of the same seed hold identical weights. (The key
+	// is llm.ActivationKey, spelled out here because llm's own tests import this package.)
+	Activation string
 }
 
 // presets are shapes of well-known models (vocabulary kept small).
@@ -72,6 +77,8 @@ func (s Spec) check() error {
 		return fmt.Errorf("synth: every dimension must be positive: %w", core.ErrInvalidArgument)
 	case s.Dim%s.Heads != 0 || s.Heads%s.KVHeads != 0:
 		return fmt.Errorf("synth: dim %d, %d heads, %d kv heads do not divide: %w", s.Dim, s.Heads, s.KVHeads, core.ErrInvalidArgument)
+	case s.Activation != "" && s.Activation != "silu" && s.Activation != "relu" && s.Activation != "relu2":
+		return fmt.Errorf("synth: activation %q (silu, relu, relu2): %w", s.Activation, core.ErrInvalidArgument)
 	case s.Vocab < 259:
 		return fmt.Errorf("synth: vocabulary %d < 259: %w", s.Vocab, core.ErrInvalidArgument)
 	}
@@ -129,6 +136,11 @@ func Write(w io.Writer, s Spec) error {
 		{Key: a + ".rope.freq_base", Value: gguf.MustValue(float32(10000))},
 		{Key: a + ".attention.layer_norm_rms_epsilon", Value: gguf.MustValue(float32(1e-5))},
 		{Key: "tokenizer.ggml.model", Value: gguf.MustValue("llama")},
+	}
+	if s.Activation != "" && s.Activation != "silu" {
+		kvs = append(kvs, gguf.KeyValue{Key: a + ".feed_forward_activation", Value: gguf.MustValue(s.Activation)})
+	}
+	kvs = append(kvs, []gguf.KeyValue{
 		{Key: "tokenizer.ggml.tokens", Value: gguf.MustValue(tokens)},
 		{Key: "tokenizer.ggml.scores", Value: gguf.MustValue(scores)},
 		{Key: "tokenizer.ggml.token_type", Value: gguf.MustValue(types)},
@@ -136,7 +148,7 @@ func Write(w io.Writer, s Spec) error {
 		{Key: "tokenizer.ggml.bos_token_id", Value: gguf.MustValue(uint32(1))},
 		{Key: "tokenizer.ggml.eos_token_id", Value: gguf.MustValue(uint32(2))},
 		{Key: "tokenizer.ggml.add_bos_token", Value: gguf.MustValue(true)},
-	}
+	}...)
 	V, D, F := int64(s.Vocab), int64(s.Dim), int64(s.FFN)
 	HD := D / int64(s.Heads)
 	KV := HD * int64(s.KVHeads)
