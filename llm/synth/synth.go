@@ -91,6 +91,56 @@ func FiringProbabilities(f int, mean float64, skew string, rng *rand.Rand) ([]fl
 	return p, nil
 }
 
+// Gate structure of sparse-shaped models: each gate row is mostly a mix of gateRank shared
+// directions of its layer, plus gateNoise of its variance in independent noise. A trained
+// LLM's gate pre-activations are similarly predictable from a low-rank view of the input
+// (what Deja Vu and PowerInfer's predictors rely on); i.i.d. random rows would make every
+// neuron's firing unpredictable except by its frequency.
+const (
+	gateRank  = 16
+	gateNoise = 0.1
+)
+
+// lowRankGate rewrites the random gate rows xs ([f, d], σ = 1/√d each) in place: row n becomes
+// √(1−gateNoise)·Σ_j c_nj u_j + √gateNoise·(its own values), the u_j unit-norm random directions
+// (scaled so u·x has x's per-channel variance), c_nj ~ N(0, 1/gateRank): the variance of a
+// row's dot product with x is unchanged.
+func lowRankGate(xs []float32, f, d int, seed uint64, layer int) {
+	rng := rand.New(rand.NewPCG(seed^0x10a5a4c, uint64(layer)))
+	u := make([]float32, gateRank*d)
+	for j := 0; j < gateRank; j++ {
+		row := u[j*d : (j+1)*d]
+		var n2 float64
+		for i := range row {
+			v := rng.NormFloat64()
+			row[i] = float32(v)
+			n2 += v * v
+		}
+		inv := float32(1 / math.Sqrt(n2))
+		for i := range row {
+			row[i] *= inv
+		}
+	}
+	a, b := float32(math.Sqrt(1-gateNoise)), float32(math.Sqrt(gateNoise))
+	cs := float64(1 / math.Sqrt(gateRank))
+	c := make([]float32, gateRank)
+	for n := 0; n < f; n++ {
+		for j := range c {
+			c[j] = float32(rng.NormFloat64()*cs) * a
+		}
+		row := xs[n*d : (n+1)*d]
+		for i := range row {
+			row[i] *= b
+		}
+		for j, cj := range c {
+			uj := u[j*d : (j+1)*d]
+			for i := range row {
+				row[i] += cj * uj[i]
+			}
+		}
+	}
+}
+
 // probit is the standard normal quantile Φ⁻¹(p).
 func probit(p float64) float64 { return math.Sqrt2 * math.Erfinv(2*p-1) }
 
@@ -305,6 +355,7 @@ func Write(w io.Writer, s Spec) error {
 			// The random part's σ: the normalized vector has Σx² = D, of which the constant
 			// channels take biasChannels·xc², and each weight has variance 1/D.
 			sigma := math.Sqrt((float64(D) - biasChannels*xc*xc) / float64(D))
+			lowRankGate(xs, int(F), int(D), s.Seed, l)
 			for r := 0; r < int(F); r++ {
 				w := float32(probit(probs[r]) * sigma / (xc * biasChannels))
 				for c := 0; c < biasChannels; c++ {
