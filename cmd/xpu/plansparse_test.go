@@ -58,6 +58,10 @@ func TestREADMESparseCommands(t *testing.T) {
 		rec, _ := strconv.ParseFloat(r[4], 64)
 		assert.GreaterOrEqual(t, rec, 0.9, "layer %s recall: %s", r[1], outs[1])
 	}
+	mp := regexp.MustCompile(`mean\s+recall ([0-9.]+)\s+precision ([0-9.]+)`).FindStringSubmatch(outs[1])
+	require.NotNil(t, mp, outs[1])
+	prec, _ := strconv.ParseFloat(mp[2], 64)
+	assert.Greater(t, prec, 0.3, "the predictor must do better than predicting everything: %s", outs[1])
 	assert.Contains(t, outs[1], model+".sparse.gguf")
 }
 
