@@ -49,9 +49,9 @@ func TestSyntheticFiring(t *testing.T) {
 func TestPlanRecallAndBudget(t *testing.T) {
 	ctx := context.Background()
 	m, mpath := sparseModel(t, core.F32, "relu")
-	toks := calib(m, 250)
+	toks := calib(m, 200)
 	fx := FixedRegion(m, 64, core.F32, 16)
-	o := PlanOptions{Tokens: toks, Budget: fx.Total() + 200*int64(core.F32.Bytes(3*128)), Context: 64, Rank: 16, Seed: 1}
+	o := PlanOptions{Tokens: toks, Budget: fx.Total() + 200*int64(core.F32.Bytes(3*128)), Context: 64, Rank: 16, Epochs: 25, Seed: 1}
 	p, rep, err := BuildPlan(ctx, m, o)
 	require.NoError(t, err)
 	for l, q := range rep.Quality {
@@ -65,10 +65,18 @@ func TestPlanRecallAndBudget(t *testing.T) {
 			require.GreaterOrEqual(t, ly.Freq[i-1], ly.Freq[i], "hot-first order")
 		}
 	}
-	// Deterministic for a seed.
-	p2, _, err := BuildPlan(ctx, m, o)
-	require.NoError(t, err)
-	assert.Equal(t, p.Layers[1].PredB, p2.Layers[1].PredB)
+	// Training is deterministic for a seed.
+	xs, ys := make([]float32, 20*128), make([]bool, 20*384)
+	for i := range xs {
+		xs[i] = float32(i%7) - 3
+	}
+	for i := range ys {
+		ys[i] = i%5 == 0
+	}
+	to := TrainOptions{Rank: 4, Epochs: 3, LR: 0.01, Seed: 2, Recall: 0.9}
+	a := trainLayer(xs[:10*128], ys[:10*384], 10, xs[10*128:], ys[10*384:], 10, 128, 384, to)
+	b := trainLayer(xs[:10*128], ys[:10*384], 10, xs[10*128:], ys[10*384:], 10, 128, 384, to)
+	assert.Equal(t, a, b)
 
 	// Written, the sidecar opens for the model; its trained predictor is the one trained, and
 	// the oracle predicts exactly the neurons whose gate is > 0.
