@@ -18,6 +18,8 @@
 //	xpu.sparse.hot_counts     u32[L]  per layer: bundle rows [0, hot) are the hot cluster
 //	xpu.sparse.pred_rank      u32     r, the predictors' rank
 //	xpu.sparse.pred_threshold f32     a neuron is predicted active when its logit > threshold
+//	                                  (plan-sparse folds each layer's threshold into pred_bias
+//	                                  and writes 0)
 //	xpu.sparse.pred_recall    f32[L]  per layer, measured on held-out calibration tokens
 //	xpu.sparse.pred_precision f32[L]  idem
 //	xpu.sparse.calib_tokens   u32     tokens profiled
@@ -33,6 +35,8 @@
 //	blk.N.pred_b      F16 [F, r]  rows in bundle order
 //	blk.N.pred_bias   F32 [F]     logits = pred_b · relu(pred_a · x) + pred_bias,
 //	                              x = the FFN input (after ffn_norm)
+//
+// The last three keys are additions of ours beyond the agreed list; readers ignore unknown keys.
 //
 // F32 and F16 bundles are exact copies of the model's values. For Q8_0 and Q4_0 the gate and
 // up rows are the model's blocks byte for byte, but the down column is requantized along D (the
