@@ -66,7 +66,7 @@ func OpenFor(path string, m *llm.Model) (*Sidecar, error) {
 	}
 	if err := s.CheckModel(m); err != nil {
 		_ = s.Close()
-		return nil, fmt.Errorf("sparse: sidecar %s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return s, nil
 }
