@@ -28,7 +28,39 @@ type Config struct {
 	// RopeFreqFactors divide each rotary frequency (rope_freqs.weight, Llama 3.1 and later);
 	// nil when the model has none.
 	RopeFreqFactors []float32
+	// Activation is the FFN gate's activation, from <arch>.feed_forward_activation
+	// (ActivationKey); SiLU when the key is absent.
+	Activation Activation
 }
+
+// Activation is an FFN gate activation.
+type Activation string
+
+// The FFN activations the runtime builds. ReLU-family gates make most neurons exactly 0 per
+// token, which is what a sparse FFN skips.
+const (
+	ActSiLU  Activation = "silu"  // SwiGLU: silu(gate) · up (Llama, Qwen2)
+	ActReLU  Activation = "relu"  // relu(gate) · up (ReluLLaMA, ProSparse)
+	ActReLU2 Activation = "relu2" // relu(gate)² · up (squared ReLU, TurboSparse/Bamboo style)
+)
+
+// ActivationKey is the GGUF metadata key, after "<arch>.", that names the FFN activation as a
+// string ("silu", "relu", "relu2"). llama.cpp's mainline has no generic key for it (its ReLU
+// models are separate architectures), so this one is ours, named after
+// <arch>.feed_forward_length; llama.cpp ignores it, so a ReLU model's SiLU twin differs only here.
+const ActivationKey = "feed_forward_activation"
+
+// ParseActivation reads an activation name; an unknown one is an error naming the choices.
+func ParseActivation(s string) (Activation, error) {
+	switch a := Activation(s); a {
+	case ActSiLU, ActReLU, ActReLU2:
+		return a, nil
+	}
+	return "", fmt.Errorf("llm: FFN activation %q (supported: silu, relu, relu2): %w", s, core.ErrInvalidArgument)
+}
+
+// Sparse reports whether the activation is 0 for every negative gate (the ReLU family).
+func (a Activation) Sparse() bool { return a == ActReLU || a == ActReLU2 }
 
 // archs lists what the builder knows and the RoPE order each uses.
 var archs = map[string]struct {
@@ -98,6 +130,18 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 		if err := num(k.key, k.def, k.dst); err != nil {
 			return c, err
 		}
+	}
+	c.Activation = ActSiLU
+	if v, ok := f.Get(c.Arch + "." + ActivationKey); ok {
+		str, isStr := v.Str()
+		if !isStr {
+			return c, fmt.Errorf("llm: %s.%s must be a string, got %s: %w", c.Arch, ActivationKey, v.Type, core.ErrInvalidArgument)
+		}
+		a, err := ParseActivation(str)
+		if err != nil {
+			return c, fmt.Errorf("llm: %s.%s: %w", c.Arch, ActivationKey, err)
+		}
+		c.Activation = a
 	}
 	if err := flt("rope.freq_base", 10000, &c.RopeBase, positive, "above 0"); err != nil {
 		return c, err

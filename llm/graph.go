@@ -95,8 +95,7 @@ func (m *Model) buildLayerStage(l int, c, capacity int64, kv core.DType, tree bo
 	h := m.norm(g, x, p+"ffn_norm.weight")
 	gate := m.linear(g, sb, h, l, "ffn_gate")
 	up := m.linear(g, sb, h, l, "ffn_up")
-	act := g.Named("ffn_silu").SiLU(gate)
-	f := g.Named("ffn_swiglu").Mul(act, up)
+	f := g.Named("ffn_swiglu").Mul(m.activation(g, gate), up)
 	down := m.linear(g, sb, f, l, "ffn_down")
 	x = g.Named("ffn_residual").Add(x, down)
 
@@ -176,4 +175,17 @@ func (m *Model) rope(g *core.Graph, name string, x *core.Tensor, pos posInputs) 
 		out = g.Concat(2, out, rest)
 	}
 	return g.Named(name).Reshape(out, C, H, D)
+}
+
+// activation applies the FFN gate's activation; ReLU² is RELU then MUL, so every backend that
+// runs a dense FFN runs it.
+func (m *Model) activation(g *core.Graph, gate *core.Tensor) *core.Tensor {
+	switch m.Config.Activation {
+	case ActReLU:
+		return g.Named("ffn_relu").ReLU(gate)
+	case ActReLU2:
+		r := g.Named("ffn_relu").ReLU(gate)
+		return g.Named("ffn_relu2").Mul(r, r)
+	}
+	return g.Named("ffn_silu").SiLU(gate)
 }

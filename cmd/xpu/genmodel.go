@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/sparse"
 	"github.com/xpuhub/xpu/llm/synth"
 )
 
@@ -26,8 +28,12 @@ func runGenModel(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	seed := fs.Uint64("seed", 1, "weight seed")
 	outliers := fs.Int("outliers", 0, "plant activation outliers in this many channels (their norm weights 50-100x, the projections' matching weight columns divided by the square root of that)")
 	out := fs.String("o", "", "output file (required)")
+	act := fs.String("act", "silu", "FFN activation: silu, relu, relu2 (written as <arch>.feed_forward_activation; tensors do not depend on it)")
+	sparsity := fs.Float64("sparsity", 0, "shape FFN firing so this share of gate values is ≤ 0 (0: plain random weights); same value for a ReLU model and its SiLU twin")
+	skew := fs.String("skew", "zipf", "firing skew with --sparsity: zipf (few hot neurons, a long rare tail) or uniform")
+	measure := fs.Int("measure", -1, "tokens of the built-in text to measure the achieved firing on after writing (-1: 64, or 16 for 3B and up; 0: skip)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu gen-model [--arch llama|qwen2] [--params 1B] [--type q4_0] [--seed S] [--outliers N] -o FILE")
+		fmt.Fprintln(stderr, "usage: xpu gen-model [--arch llama|qwen2] [--params 1B] [--type q4_0] [--seed S] [--outliers N] [--act relu --sparsity 0.9 --skew zipf] -o FILE")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {
@@ -54,6 +60,14 @@ func runGenModel(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		return fail(err)
 	}
+	a, err := llm.ParseActivation(*act)
+	if err != nil {
+		return fail(err)
+	}
+	spec.Activation, spec.Sparsity, spec.Skew = string(a), *sparsity, *skew
+	if *sparsity > 0 {
+		spec.Name += fmt.Sprintf("-sparse%g-%s", *sparsity, *skew)
+	}
 	t0 := time.Now()
 	f, err := os.Create(*out)
 	if err != nil {
@@ -77,7 +91,45 @@ func runGenModel(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if ch := spec.OutlierChannels(); len(ch) > 0 {
 		fmt.Fprintf(stdout, "outlier channels: %v\n", ch)
 	}
+	n := *measure
+	if n < 0 {
+		n = 64
+		if spec.Dim >= 3072 {
+			n = 16
+		}
+	}
+	if *sparsity > 0 && n > 0 {
+		if err := printFiring(ctx, stdout, *out, n); err != nil {
+			return fail(err)
+		}
+	}
 	return 0
+}
+
+// printFiring measures the gate firing of the model just written on n tokens of the built-in
+// text (for a SiLU model: where a ReLU gate would be 0) and prints sparsity and skew.
+func printFiring(ctx context.Context, w io.Writer, path string, n int) error {
+	m, err := llm.Open(path)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	toks := m.Tokenizer.Encode(sparse.DefaultText, true)
+	if len(toks) > n {
+		toks = toks[:n]
+	}
+	t0 := time.Now()
+	st, err := sparse.Measure(ctx, m, toks)
+	if err != nil {
+		return err
+	}
+	lo, hi := 1.0, 0.0
+	for _, s := range st.LayerSparsity {
+		lo, hi = min(lo, s), max(hi, s)
+	}
+	fmt.Fprintf(w, "measured on %d tokens (%.1f s): sparsity %.3f (layers %.3f..%.3f), top 10%% of neurons carry %.0f%% of activations, %.1f%% of neurons fire for over half the tokens\n",
+		st.Tokens, time.Since(t0).Seconds(), st.Sparsity, lo, hi, 100*st.Top10Share, 100*st.HotNeurons)
+	return nil
 }
 
 // ctxWriter stops a long write when the user interrupts.

@@ -78,6 +78,7 @@ const (
 	GGMLTypeQ4_K GGMLType = 12
 	GGMLTypeQ5_K GGMLType = 13
 	GGMLTypeQ6_K GGMLType = 14
+	GGMLTypeI32  GGMLType = 26
 	GGMLTypeBF16 GGMLType = 30
 	// GGMLTypeI8 is ggml's plain int8 tensor: codes only, the scale lives elsewhere (xpu's NPU
 	// int8 weights keep theirs in a companion F32 tensor, see llm/w8a8).
@@ -91,6 +92,7 @@ var ggmlOf = map[GGMLType]core.DType{
 	GGMLTypeQ8_0: core.Q8_0, GGMLTypeQ4_0: core.Q4_0,
 	GGMLTypeQ2_K: core.Q2_K, GGMLTypeQ3_K: core.Q3_K, GGMLTypeQ4_K: core.Q4_K,
 	GGMLTypeQ5_K: core.Q5_K, GGMLTypeQ6_K: core.Q6_K, GGMLTypeI8: core.I8,
+	GGMLTypeI32: core.I32, // index tensors (the sparse sidecar's neuron orders)
 }
 
 // ggmlTypeNames names every id ggml has used, so that an unsupported tensor is named in the error.

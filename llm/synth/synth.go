@@ -30,6 +30,19 @@ type Spec struct {
 	// Type is the dtype of the matrices (F32, F16, BF16, Q8_0, Q4_0, a K-quant); norms stay F32.
 	Type core.DType
 	Seed uint64
+	// Activation is the FFN activation written to <arch>.feed_forward_activation ("relu",
+	// "relu2"); "" or "silu" writes no key (llama.cpp's default SwiGLU). It never changes a
+	// tensor: a ReLU model and its SiLU twin of the same seed hold identical weights. (The key
+	// is llm.ActivationKey, spelled out here because llm's own tests import this package.)
+	Activation string
+	// Sparsity in (0, 1) shapes the FFN for ReLU-like firing: neuron n of each layer fires
+	// (gate > 0) with probability p_n, the p_n drawn by Skew with mean 1 − Sparsity. 0 leaves
+	// the plain random model. See sparseShape for the construction; it changes tensors, so a
+	// SiLU twin needs the same Sparsity and Skew.
+	Sparsity float64
+	// Skew is how firing probabilities spread over neurons: "zipf" (p ∝ 1/rank, capped at 0.99:
+	// a few hot neurons fire for most tokens, most rarely) or "uniform" (every p = 1 − Sparsity).
+	Skew string
 	// Outliers plants activation outliers in that many channels (0: none), the way real LLMs
 	// show them (mllm-NPU, LLM.int8()): the attn_norm and ffn_norm weights of those channels
 	// are scaled by 50–100× (OutlierFactor), so the inputs of the Q/K/V and gate/up
@@ -59,6 +72,105 @@ func (s Spec) OutlierFactor(l, c int) float32 {
 	rng := rand.New(rand.NewPCG(s.Seed^0x0071e5, uint64(l)<<32|uint64(c)))
 	return 50 + 50*rng.Float32()
 }
+
+// biasChannels is how many leading channels of the residual stream are held at the constant
+// 1 in sparse-shaped models: the gate weights on them act as per-neuron biases. One Q4_0/Q8_0
+// block, so quantization keeps the constant exact.
+const biasChannels = 32
+
+// FiringProbabilities returns layer-independent-shaped firing probabilities for f neurons with
+// the given mean and skew, in a seeded random neuron order (so hot neurons are scattered
+// across the matrix, as in a trained model).
+func FiringProbabilities(f int, mean float64, skew string, rng *rand.Rand) ([]float64, error) {
+	if !(mean > 0 && mean < 1) {
+		return nil, fmt.Errorf("synth: firing mean %v outside (0, 1): %w", mean, core.ErrInvalidArgument)
+	}
+	p := make([]float64, f)
+	switch skew {
+	case "uniform":
+		for i := range p {
+			p[i] = mean
+		}
+	case "zipf", "":
+		const pmax = 0.99
+		sum := func(c float64) float64 {
+			var s float64
+			for k := 1; k <= f; k++ {
+				s += min(pmax, c/float64(k))
+			}
+			return s / float64(f)
+		}
+		lo, hi := 0.0, float64(f)
+		for it := 0; it < 100; it++ {
+			mid := (lo + hi) / 2
+			if sum(mid) < mean {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		for k := range p {
+			p[k] = min(pmax, lo/float64(k+1))
+		}
+	default:
+		return nil, fmt.Errorf("synth: skew %q (zipf, uniform): %w", skew, core.ErrInvalidArgument)
+	}
+	rng.Shuffle(f, func(i, j int) { p[i], p[j] = p[j], p[i] })
+	return p, nil
+}
+
+// Gate structure of sparse-shaped models: each gate row is mostly a mix of gateRank shared
+// directions of its layer, plus gateNoise of its variance in independent noise. A trained
+// LLM's gate pre-activations are similarly predictable from a low-rank view of the input
+// (what Deja Vu and PowerInfer's predictors rely on); i.i.d. random rows would make every
+// neuron's firing unpredictable except by its frequency.
+const (
+	gateRank  = 16
+	gateNoise = 0.1
+)
+
+// lowRankGate rewrites the random gate rows xs ([f, d], σ = 1/√d each) in place: row n becomes
+// √(1−gateNoise)·Σ_j c_nj u_j + √gateNoise·(its own values), the u_j unit-norm random directions
+// (scaled so u·x has x's per-channel variance), c_nj ~ N(0, 1/gateRank): the variance of a
+// row's dot product with x is unchanged.
+func lowRankGate(xs []float32, f, d int, seed uint64, layer int) {
+	rng := rand.New(rand.NewPCG(seed^0x10a5a4c, uint64(layer)))
+	u := make([]float32, gateRank*d)
+	for j := 0; j < gateRank; j++ {
+		row := u[j*d : (j+1)*d]
+		var n2 float64
+		for i := range row {
+			v := rng.NormFloat64()
+			row[i] = float32(v)
+			n2 += v * v
+		}
+		inv := float32(1 / math.Sqrt(n2))
+		for i := range row {
+			row[i] *= inv
+		}
+	}
+	a, b := float32(math.Sqrt(1-gateNoise)), float32(math.Sqrt(gateNoise))
+	cs := float64(1 / math.Sqrt(gateRank))
+	c := make([]float32, gateRank)
+	for n := 0; n < f; n++ {
+		for j := range c {
+			c[j] = float32(rng.NormFloat64()*cs) * a
+		}
+		row := xs[n*d : (n+1)*d]
+		for i := range row {
+			row[i] *= b
+		}
+		for j, cj := range c {
+			uj := u[j*d : (j+1)*d]
+			for i := range row {
+				row[i] += cj * uj[i]
+			}
+		}
+	}
+}
+
+// probit is the standard normal quantile Φ⁻¹(p).
+func probit(p float64) float64 { return math.Sqrt2 * math.Erfinv(2*p-1) }
 
 // presets are shapes of well-known models (vocabulary kept small).
 var presets = map[string]Spec{
@@ -103,6 +215,12 @@ func (s Spec) check() error {
 		return fmt.Errorf("synth: every dimension must be positive: %w", core.ErrInvalidArgument)
 	case s.Dim%s.Heads != 0 || s.Heads%s.KVHeads != 0:
 		return fmt.Errorf("synth: dim %d, %d heads, %d kv heads do not divide: %w", s.Dim, s.Heads, s.KVHeads, core.ErrInvalidArgument)
+	case s.Activation != "" && s.Activation != "silu" && s.Activation != "relu" && s.Activation != "relu2":
+		return fmt.Errorf("synth: activation %q (silu, relu, relu2): %w", s.Activation, core.ErrInvalidArgument)
+	case s.Sparsity < 0 || s.Sparsity >= 1 || math.IsNaN(s.Sparsity):
+		return fmt.Errorf("synth: sparsity %v outside [0, 1): %w", s.Sparsity, core.ErrInvalidArgument)
+	case s.Sparsity > 0 && s.Dim < 2*biasChannels:
+		return fmt.Errorf("synth: sparse shaping needs dim ≥ %d, got %d: %w", 2*biasChannels, s.Dim, core.ErrInvalidArgument)
 	case s.Vocab < 259:
 		return fmt.Errorf("synth: vocabulary %d < 259: %w", s.Vocab, core.ErrInvalidArgument)
 	case s.Outliers < 0 || s.Outliers > s.Dim/8:
@@ -116,6 +234,11 @@ func (s Spec) check() error {
 		// GGUF's I8 carries no scale: a model's matrices cannot be plain int8 (the NPU int8
 		// weights are a companion layout, llm/w8a8)
 		return fmt.Errorf("synth: matrix dtype i8 has no scale in GGUF: %w", core.ErrUnsupported)
+	}
+	if s.Sparsity > 0 {
+		if _, err := FiringProbabilities(2, 0.5, s.Skew, rand.New(rand.NewPCG(0, 0))); err != nil {
+			return err
+		}
 	}
 	if bl := s.Type.BlockLen(); int64(s.Dim)%bl != 0 || int64(s.FFN)%bl != 0 {
 		return fmt.Errorf("synth: dim %d and ffn %d must be multiples of %d for %s: %w", s.Dim, s.FFN, bl, s.Type, core.ErrInvalidArgument)
@@ -168,6 +291,11 @@ func Write(w io.Writer, s Spec) error {
 		{Key: a + ".rope.freq_base", Value: gguf.MustValue(float32(10000))},
 		{Key: a + ".attention.layer_norm_rms_epsilon", Value: gguf.MustValue(float32(1e-5))},
 		{Key: "tokenizer.ggml.model", Value: gguf.MustValue("llama")},
+	}
+	if s.Activation != "" && s.Activation != "silu" {
+		kvs = append(kvs, gguf.KeyValue{Key: a + ".feed_forward_activation", Value: gguf.MustValue(s.Activation)})
+	}
+	kvs = append(kvs, []gguf.KeyValue{
 		{Key: "tokenizer.ggml.tokens", Value: gguf.MustValue(tokens)},
 		{Key: "tokenizer.ggml.scores", Value: gguf.MustValue(scores)},
 		{Key: "tokenizer.ggml.token_type", Value: gguf.MustValue(types)},
@@ -175,7 +303,7 @@ func Write(w io.Writer, s Spec) error {
 		{Key: "tokenizer.ggml.bos_token_id", Value: gguf.MustValue(uint32(1))},
 		{Key: "tokenizer.ggml.eos_token_id", Value: gguf.MustValue(uint32(2))},
 		{Key: "tokenizer.ggml.add_bos_token", Value: gguf.MustValue(true)},
-	}
+	}...)
 	V, D, F := int64(s.Vocab), int64(s.Dim), int64(s.FFN)
 	HD := D / int64(s.Heads)
 	KV := HD * int64(s.KVHeads)
@@ -218,10 +346,39 @@ func Write(w io.Writer, s Spec) error {
 			return xs
 		}
 	}
-	// reading is a matrix [N, D] that reads a normed input: the outlier columns divided by
+	sp := s.Sparsity > 0
+	// sparseShape: the embedding holds channels [0, biasChannels) at 1 for every token and no
+	// layer writes them (their rows of attn_output and ffn_down are 0), so after each RMSNorm
+	// they are ≈ 1/rms of the residual for every token. A gate row's weights there then add
+	// a per-neuron bias b_n = Φ⁻¹(p_n)·σ to a pre-activation whose random part is ≈ N(0, σ²),
+	// σ ≈ 1, making the neuron fire with probability ≈ p_n. Residual-writing matrices are
+	// scaled by 1/√(2L) (GPT-2's init) so the residual's rms, which divides the bias, stays
+	// near 1 through depth. The achieved sparsity is measured, not assumed (xpu gen-model
+	// prints it).
+	resScale := float32(1)
+	if sp {
+		resScale = float32(1 / math.Sqrt(2*float64(s.Layers)))
+	}
+	residual := func(fanIn int64) func(int, *rand.Rand) []float32 {
+		base := matrix(fanIn)
+		return func(n int, rng *rand.Rand) []float32 {
+			xs := base(n, rng)
+			if !sp {
+				return xs
+			}
+			for i := range xs {
+				xs[i] *= resScale
+			}
+			cols := int64(n) / D
+			for i := range xs[:biasChannels*cols] { // rows [0, biasChannels): output channels
+				xs[i] = 0
+			}
+			return xs
+		}
+	}
+	// reading wraps gen, a matrix [N, D] that reads a normed input: the outlier columns divided by
 	// √factor.
-	reading := func(l int, fanIn int64) func(int, *rand.Rand) []float32 {
-		gen := matrix(fanIn)
+	reading := func(l int, gen func(int, *rand.Rand) []float32) func(int, *rand.Rand) []float32 {
 		return func(n int, rng *rand.Rand) []float32 {
 			xs := gen(n, rng)
 			for _, c := range outl {
@@ -233,25 +390,64 @@ func Write(w io.Writer, s Spec) error {
 			return xs
 		}
 	}
-	add("token_embd.weight", s.Type, core.Shape{V, D}, matrix(1))
+	embed := func(n int, rng *rand.Rand) []float32 {
+		xs := matrix(1)(n, rng)
+		if sp {
+			for r := 0; r < n/int(D); r++ {
+				for c := 0; c < biasChannels; c++ {
+					xs[r*int(D)+c] = 1
+				}
+			}
+		}
+		return xs
+	}
+	gateOf := func(l int) func(int, *rand.Rand) []float32 {
+		base := matrix(D)
+		return func(n int, rng *rand.Rand) []float32 {
+			xs := base(n, rng)
+			if !sp {
+				return xs
+			}
+			prng := rand.New(rand.NewPCG(s.Seed^0x5eed5eed, uint64(l)))
+			probs, err := FiringProbabilities(int(F), 1-s.Sparsity, s.Skew, prng)
+			if err != nil {
+				panic(err) // checked by Spec.check
+			}
+			// The constant channels' value after RMSNorm: 1/rms, the rms growing slowly
+			// with depth (measured on generated models: ≈ √(1 + 0.5·l/L)).
+			xc := 1 / math.Sqrt(1+0.5*float64(l)/float64(s.Layers))
+			// The random part's σ: the normalized vector has Σx² = D, of which the constant
+			// channels take biasChannels·xc², and each weight has variance 1/D.
+			sigma := math.Sqrt((float64(D) - biasChannels*xc*xc) / float64(D))
+			lowRankGate(xs, int(F), int(D), s.Seed, l)
+			for r := 0; r < int(F); r++ {
+				w := float32(probit(probs[r]) * sigma / (xc * biasChannels))
+				for c := 0; c < biasChannels; c++ {
+					xs[r*int(D)+c] = w
+				}
+			}
+			return xs
+		}
+	}
+	add("token_embd.weight", s.Type, core.Shape{V, D}, embed)
 	add("output_norm.weight", core.F32, core.Shape{D}, ones)
 	add("output.weight", s.Type, core.Shape{V, D}, matrix(D))
 	for l := 0; l < s.Layers; l++ {
 		p := fmt.Sprintf("blk.%d.", l)
 		add(p+"attn_norm.weight", core.F32, core.Shape{D}, norm(l))
-		add(p+"attn_q.weight", s.Type, core.Shape{D, D}, reading(l, D))
-		add(p+"attn_k.weight", s.Type, core.Shape{KV, D}, reading(l, D))
-		add(p+"attn_v.weight", s.Type, core.Shape{KV, D}, reading(l, D))
+		add(p+"attn_q.weight", s.Type, core.Shape{D, D}, reading(l, matrix(D)))
+		add(p+"attn_k.weight", s.Type, core.Shape{KV, D}, reading(l, matrix(D)))
+		add(p+"attn_v.weight", s.Type, core.Shape{KV, D}, reading(l, matrix(D)))
 		if s.Arch == "qwen2" {
 			add(p+"attn_q.bias", core.F32, core.Shape{D}, matrix(D))
 			add(p+"attn_k.bias", core.F32, core.Shape{KV}, matrix(D))
 			add(p+"attn_v.bias", core.F32, core.Shape{KV}, matrix(D))
 		}
-		add(p+"attn_output.weight", s.Type, core.Shape{D, D}, matrix(D))
+		add(p+"attn_output.weight", s.Type, core.Shape{D, D}, residual(D))
 		add(p+"ffn_norm.weight", core.F32, core.Shape{D}, norm(l))
-		add(p+"ffn_gate.weight", s.Type, core.Shape{F, D}, reading(l, D))
-		add(p+"ffn_up.weight", s.Type, core.Shape{F, D}, reading(l, D))
-		add(p+"ffn_down.weight", s.Type, core.Shape{D, F}, matrix(F))
+		add(p+"ffn_gate.weight", s.Type, core.Shape{F, D}, reading(l, gateOf(l)))
+		add(p+"ffn_up.weight", s.Type, core.Shape{F, D}, reading(l, matrix(D)))
+		add(p+"ffn_down.weight", s.Type, core.Shape{D, F}, residual(F))
 	}
 	return gguf.Write(w, kvs, ts)
 }

@@ -3,6 +3,7 @@ package synth
 import (
 	"bytes"
 	"context"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -77,4 +78,57 @@ func TestPresetsAndErrors(t *testing.T) {
 	assert.ErrorIs(t, err, core.ErrUnsupported)
 	bad := Spec{Arch: "llama", Dim: 48, Layers: 1, Heads: 2, KVHeads: 1, FFN: 64, Vocab: 300, Context: 8, Type: core.Q8_0}
 	assert.ErrorIs(t, Write(&bytes.Buffer{}, bad), core.ErrInvalidArgument)
+}
+
+// A ReLU model and its SiLU twin of the same seed and sparsity hold identical tensors (only the
+// activation key differs), so llama.cpp can run the twin; sparse shaping itself changes them.
+func TestActivationTwinHasIdenticalTensors(t *testing.T) {
+	s := Spec{Arch: "llama", Name: "t", Dim: 128, Layers: 2, Heads: 4, KVHeads: 2, FFN: 256, Vocab: 512,
+		Context: 64, Type: core.Q4_0, Seed: 3, Sparsity: 0.9, Skew: "zipf"}
+	relu, silu := s, s
+	relu.Activation, silu.Activation = "relu", "silu"
+	fr, err := gguf.Parse(write(t, relu))
+	require.NoError(t, err)
+	fs, err := gguf.Parse(write(t, silu))
+	require.NoError(t, err)
+	require.Equal(t, len(fr.Tensors), len(fs.Tensors))
+	for i := range fr.Tensors {
+		a, b := &fr.Tensors[i], &fs.Tensors[i]
+		require.Equal(t, a.Name, b.Name)
+		require.Equal(t, fr.TensorData(a), fs.TensorData(b), a.Name)
+	}
+	v, ok := fr.Get("llama.feed_forward_activation")
+	require.True(t, ok)
+	assert.Equal(t, "relu", v.Any())
+	_, ok = fs.Get("llama.feed_forward_activation")
+	assert.False(t, ok)
+	plain := s
+	plain.Sparsity = 0
+	fp, err := gguf.Parse(write(t, plain))
+	require.NoError(t, err)
+	g, _ := fp.Tensor("blk.0.ffn_gate.weight")
+	gr, _ := fr.Tensor("blk.0.ffn_gate.weight")
+	assert.NotEqual(t, fp.TensorData(g), fr.TensorData(gr))
+}
+
+func TestFiringProbabilities(t *testing.T) {
+	for _, skew := range []string{"zipf", "uniform"} {
+		p, err := FiringProbabilities(1000, 0.1, skew, rand.New(rand.NewPCG(1, 1)))
+		require.NoError(t, err)
+		var sum, mx float64
+		for _, v := range p {
+			sum += v
+			mx = max(mx, v)
+		}
+		assert.InDelta(t, 0.1, sum/1000, 1e-3, skew)
+		if skew == "zipf" {
+			assert.InDelta(t, 0.99, mx, 1e-9)
+		} else {
+			assert.InDelta(t, 0.1, mx, 1e-9)
+		}
+	}
+	_, err := FiringProbabilities(10, 1.5, "zipf", rand.New(rand.NewPCG(1, 1)))
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
+	_, err = FiringProbabilities(10, 0.5, "pareto", rand.New(rand.NewPCG(1, 1)))
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
 }
