@@ -221,22 +221,6 @@ func f16Bytes(xs []float32) []byte {
 	return b
 }
 
-func f32Bytes(xs []float32) []byte {
-	b := make([]byte, 4*len(xs))
-	for i, x := range xs {
-		binary.LittleEndian.PutUint32(b[4*i:], mathFloat32bits(x))
-	}
-	return b
-}
-
-func i32Bytes(xs []int32) []byte {
-	b := make([]byte, 4*len(xs))
-	for i, x := range xs {
-		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
-	}
-	return b
-}
-
 // Write writes the sidecar.
 func Write(w io.Writer, p *Plan) error {
 	if err := p.check(); err != nil {
@@ -270,11 +254,11 @@ func Write(w io.Writer, p *Plan) error {
 		pre := fmt.Sprintf("blk.%d.", l)
 		ts = append(ts,
 			gguf.WriteTensor{Name: pre + "ffn_bundle", DType: p.BundleType, Shape: core.Shape{F, R}, Data: ly.Bundle, Gen: ly.BundleGen},
-			gguf.WriteTensor{Name: pre + "ffn_order", DType: core.I32, Shape: core.Shape{F}, Data: i32Bytes(ly.Order)},
-			gguf.WriteTensor{Name: pre + "ffn_freq", DType: core.F32, Shape: core.Shape{F}, Data: f32Bytes(ly.Freq)},
+			gguf.WriteTensor{Name: pre + "ffn_order", DType: core.I32, Shape: core.Shape{F}, Data: core.EncodeI32(ly.Order)},
+			gguf.WriteTensor{Name: pre + "ffn_freq", DType: core.F32, Shape: core.Shape{F}, Data: core.EncodeF32(ly.Freq)},
 			gguf.WriteTensor{Name: pre + "pred_a", DType: core.F16, Shape: core.Shape{r, D}, Data: f16Bytes(ly.PredA)},
 			gguf.WriteTensor{Name: pre + "pred_b", DType: core.F16, Shape: core.Shape{F, r}, Data: f16Bytes(ly.PredB)},
-			gguf.WriteTensor{Name: pre + "pred_bias", DType: core.F32, Shape: core.Shape{F}, Data: f32Bytes(ly.PredBias)},
+			gguf.WriteTensor{Name: pre + "pred_bias", DType: core.F32, Shape: core.Shape{F}, Data: core.EncodeF32(ly.PredBias)},
 		)
 	}
 	if err := gguf.Write(w, kvs, ts); err != nil {

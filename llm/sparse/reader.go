@@ -12,8 +12,6 @@ import (
 	"github.com/xpuhub/xpu/llm/gguf"
 )
 
-func mathFloat32bits(x float32) uint32 { return math.Float32bits(x) }
-
 func dirOf(path string) string { return filepath.Dir(path) }
 
 // Sidecar is an opened sidecar. Bundles alias the mapped file (valid until Close); the
