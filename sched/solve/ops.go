@@ -37,8 +37,9 @@ func layerOps(md profile.Model) (layer, head []opDef) {
 			query: func(m, _ int) profile.Query { return profile.Query{Op: class, M: m, N: n} }}
 	}
 	q := md.Heads * md.HeadDim
-	// SiLU then the MUL by up: two element-wise passes over [M, FFN]
-	act := flat("ffn_act", []string{"ffn_silu", "ffn_swiglu"}, profile.OpElementwise, md.FFN)
+	// the activation (SiLU, ReLU or ReLU²'s RELU and MUL) then the MUL by up: two element-wise
+	// passes over [M, FFN] (three for ReLU², counted as two)
+	act := flat("ffn_act", []string{"ffn_silu", "ffn_relu", "ffn_relu2", "ffn_swiglu"}, profile.OpElementwise, md.FFN)
 	act.passes = 2
 	layer = []opDef{
 		flat("attn_norm", nil, profile.OpNorm, md.Dim),
