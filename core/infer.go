@@ -84,6 +84,9 @@ func inferOutput(n *Node, forceDType DType, forceShape Shape) (DType, Shape, err
 	case op == OpShadowMatMul:
 		return inferShadowMatMul(n)
 
+	case op == OpSparseFFN:
+		return inferSparseFFN(n)
+
 	case op == OpRoPE:
 		if err := need(2, 2); err != nil {
 			return 0, nil, err
@@ -464,4 +467,54 @@ func inferShadowMatMul(n *Node) (DType, Shape, error) {
 		return x.DType, Shape{N}, nil
 	}
 	return x.DType, Shape{x.Shape[0], N}, nil
+}
+
+// inferSparseFFN: x [M, D] or [D] float, bundles [S, R] F32/F16/Q8_0/Q4_0 with R ≥ 3D (gated)
+// or 2D (ungated), idx I32 [K] → x's shape and dtype.
+func inferSparseFFN(n *Node) (DType, Shape, error) {
+	in := n.Inputs
+	if len(in) != 3 {
+		return 0, nil, fmt.Errorf("takes 3 inputs (x, bundles, idx), got %d", len(in))
+	}
+	x, b, idx := in[0], in[1], in[2]
+	if !x.DType.Float() || (len(x.Shape) != 1 && len(x.Shape) != 2) {
+		return 0, nil, fmt.Errorf("x must be f32 or f16 [M,D] or [D], got %s", x)
+	}
+	switch b.DType {
+	case F32, F16, Q8_0, Q4_0:
+	default:
+		return 0, nil, fmt.Errorf("bundles must be f32, f16, q8_0 or q4_0, got %s", b.DType)
+	}
+	if len(b.Shape) != 2 {
+		return 0, nil, fmt.Errorf("bundles must be [S,R], got %s", b.Shape)
+	}
+	if idx.DType != I32 || len(idx.Shape) != 1 {
+		return 0, nil, fmt.Errorf("idx must be i32 [K], got %s", idx)
+	}
+	act, ungated := n.IAttr[0], n.IAttr[1]
+	if act < 0 || act > int64(SparseSiLU) {
+		return 0, nil, fmt.Errorf("activation iattr[0] = %d (0 ReLU, 1 ReLU², 2 SiLU)", act)
+	}
+	if ungated != 0 && ungated != 1 {
+		return 0, nil, fmt.Errorf("iattr[1] (ungated) must be 0 or 1, got %d", ungated)
+	}
+	D, S, R := x.Shape[len(x.Shape)-1], b.Shape[0], b.Shape[1]
+	seg := int64(3)
+	if ungated == 1 {
+		seg = 2
+	}
+	if D == 0 || R < seg*D {
+		return 0, nil, fmt.Errorf("bundle rows of %d values cannot hold %d segments of D = %d", R, seg, D)
+	}
+	if b.DType.Quantized() && (D%32 != 0 || R%32 != 0) {
+		return 0, nil, fmt.Errorf("%s bundles need D (%d) and R (%d) multiples of 32", b.DType, D, R)
+	}
+	if idx.Kind == KindConst && idx.Data != nil {
+		for i, v := range DecodeI32(idx.Data) {
+			if int64(v) < -1 || int64(v) >= S {
+				return 0, nil, fmt.Errorf("idx[%d] = %d is outside [-1, %d)", i, v, S)
+			}
+		}
+	}
+	return x.DType, x.Shape.Clone(), nil
 }

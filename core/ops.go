@@ -149,6 +149,36 @@ func (g *Graph) ShadowMatMul(x, wt, ids *Tensor, threshold float32) *Tensor {
 	return g.add(s)
 }
 
+// SparseAct is SPARSE_FFN's activation (iattr[0]).
+type SparseAct int64
+
+// SPARSE_FFN activations.
+const (
+	SparseReLU  SparseAct = 0 // max(v, 0)
+	SparseReLU2 SparseAct = 1 // max(v, 0)²
+	SparseSiLU  SparseAct = 2 // v·sigmoid(v) (never exactly 0: nothing is skipped)
+)
+
+// SparseFFNOptions configure SparseFFN.
+type SparseFFNOptions struct {
+	Act SparseAct
+	// Ungated bundles hold up | down (h = act(up·x)); gated ones gate | up | down
+	// (h = act(gate·x)·(up·x)).
+	Ungated bool
+}
+
+// SparseFFN is PowerInfer-2's neuron-bundle FFN (op set 3): out[m] = Σ_k h(m, idx[k])·down(idx[k])
+// over the bundle rows idx lists (I32 [K], -1 an empty slot), each row of bundles [S, R]
+// holding one neuron's gate row, up row and down column (abi/OPS.md). x is [M, D] or [D].
+func (g *Graph) SparseFFN(x, bundles, idx *Tensor, o SparseFFNOptions) *Tensor {
+	s := g.spec(OpSparseFFN, x, bundles, idx)
+	s.iattr[0] = int64(o.Act)
+	if o.Ungated {
+		s.iattr[1] = 1
+	}
+	return g.add(s)
+}
+
 // RoPEOptions are the rotary embedding parameters; zero values mean the OPS.md defaults.
 type RoPEOptions struct {
 	Mode      int64   // RoPENormal or RoPENeoX
