@@ -49,6 +49,8 @@ type runnerConfig struct {
 	w8 *W8A8
 	// tap, when set, is handed every MATMUL input and output after each run (calibration).
 	tap func(w tapWhat, data []byte)
+	// sparse runs the FFNs sparsely (WithSparseFFN); nil runs them dense.
+	sparse SparseFFN
 }
 
 // RunnerOption configures NewRunner.

@@ -1,0 +1,62 @@
+package llm
+
+import (
+	"context"
+
+	"github.com/xpuhub/xpu/core"
+)
+
+// SparseFFN is the host half of a sparse FFN (PowerInfer-2, issue 18): WithSparseFFN hands one
+// to a runner, which then never touches the model's dense FFN weights. Every layer's FFN runs
+// as SPARSE_FFN over a bundle cache the runner allocates in its arena (Rows rows of the
+// layout's bundles, shared by all layers); the SparseFFN decides, per layer and chunk, which
+// cache rows the FFN uses and keeps the cache filled (resident hot bundles, cold ones read from
+// storage on demand). llm/sparse implements it over a sidecar.
+//
+// Per layer and chunk the runner runs three graphs: attention and the FFN input h (with the
+// layer's predictor logits when the layout has predictors), then SPARSE_FFN over the rows
+// Select put in now (the bundles already resident: they compute while the others load), then,
+// after wait returns, SPARSE_FFN over later (the bundles being loaded) with the residual and the
+// next layer's projections.
+type SparseFFN interface {
+	// Layout describes the cache and the layers' predictors; it must not change.
+	Layout() SparseLayout
+	// Load fills what stays resident into cache (Rows × the bytes of one row) before the first
+	// run. cache stays valid, and is the SparseFFN's to write between runs, until the runner
+	// closes.
+	Load(ctx context.Context, cache []byte) error
+	// Select is called after layer l's attention for a chunk of c tokens with the FFN input h
+	// ([c, D] floats) and the predictor logits ([c, Neurons], nil without predictors). It
+	// fills now and later (Neurons entries each: cache rows, -1 for an empty slot) and
+	// returns wait, which the runner calls before it runs later's rows: it blocks until they
+	// are in the cache. Both slices are the runner's and are read only by the next two runs.
+	Select(ctx context.Context, l int, h, logits []float32, now, later []int32) (wait func() error, err error)
+}
+
+// SparseLayout is what the runner builds a sparse model's graphs from.
+type SparseLayout struct {
+	// DType and RowLen are the bundles' dtype and values per row (R of abi/OPS.md's
+	// SPARSE_FFN); Rows is the cache's row count (every layer's hot rows and the cold slots).
+	DType  core.DType
+	RowLen int64
+	Rows   int64
+	// Neurons is the FFN width F: the length of the index lists.
+	Neurons int
+	Act     core.SparseAct
+	Ungated bool
+	// Predictors, when not empty, holds every layer's low-rank predictor, which the runner
+	// computes in the layer's graph: logits = B · relu(A · h) + Bias.
+	Predictors []SparsePredictor
+}
+
+// SparsePredictor is one layer's predictor weights, as graph constants.
+type SparsePredictor struct {
+	Rank int
+	A    []byte // F16 [Rank, D]
+	B    []byte // F16 [Neurons, Rank]
+	Bias []byte // F32 [Neurons]
+}
+
+// WithSparseFFN runs every layer's FFN sparsely through s (see SparseFFN). The model must have
+// a ReLU-family FFN activation; the runner then runs on one unit, one chunk at a time.
+func WithSparseFFN(s SparseFFN) RunnerOption { return func(c *runnerConfig) { c.sparse = s } }
