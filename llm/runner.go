@@ -134,6 +134,8 @@ type Runner struct {
 	pos     int   // tokens in the cache
 	// history is the tokens in the cache.
 	history []int32
+	// cache is the sparse FFN's bundle cache (WithSparseFFN).
+	cache sched.Span
 }
 
 // chunkProg is the program for one chunk length and the lane spans of its logits.
@@ -145,6 +147,8 @@ type chunkProg struct {
 	// RoPE tables (models with frequency factors) and the mask
 	pos, cos, sin, mask sched.Span
 	tree                bool
+	// sp, when the FFN is sparse (WithSparseFFN), replaces prog: its programs per layer.
+	sp *sparseProg
 }
 
 // NewRunner runs the whole model on one device: a one-unit plan (the unit's options are those of
@@ -253,6 +257,11 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 			return nil, fmt.Errorf("llm: %w", err)
 		}
 	}
+	if cfg.sparse != nil {
+		if err := r.checkSparse(); err != nil {
+			return nil, errors.Join(err, r.Close())
+		}
+	}
 	if err := r.init(ctx); err != nil {
 		return nil, errors.Join(err, r.Close())
 	}
@@ -306,6 +315,9 @@ func (r *Runner) init(ctx context.Context) error {
 		if r.cfg.progress != nil {
 			r.cfg.progress(done, total)
 		}
+	}
+	if r.cfg.sparse != nil {
+		return r.initSparse(ctx, step, lengths)
 	}
 	for _, n := range lengths {
 		t0 := time.Now()
@@ -547,6 +559,12 @@ func (r *Runner) Close() error {
 	if r.shared {
 		var errs []error
 		for _, cp := range r.progs {
+			if cp.sp != nil {
+				for _, p := range cp.sp.programs() {
+					errs = append(errs, p.Close())
+				}
+				continue
+			}
 			errs = append(errs, cp.prog.Close())
 		}
 		for _, cp := range r.vprogs {
@@ -581,7 +599,10 @@ func (r *Runner) Report() sched.RuntimeReport { return r.rt.Report() }
 func (r *Runner) Placement() string {
 	var parts []string
 	for _, n := range []int{r.cfg.chunk, 1} {
-		if cp, ok := r.progs[n]; ok {
+		if cp, ok := r.progs[n]; ok && cp.sp != nil {
+			parts = append(parts, fmt.Sprintf("%s (chunk %d): every stage on %s, the FFN as SPARSE_FFN over %d cached bundle rows",
+				phaseOf(cp.c), cp.c, r.Units()[0], r.cfg.sparse.Layout().Rows))
+		} else if ok {
 			parts = append(parts, cp.prog.Placement())
 		}
 		if r.cfg.chunk == 1 {
@@ -661,6 +682,9 @@ func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg, each f
 	}
 	for start := 0; start < full; start += c {
 		chunks = append(chunks, sched.Chunk{Row: int64(r.pos + start), Index: len(chunks)})
+	}
+	if cp.sp != nil {
+		return r.feedSparse(ctx, tokens, cp, chunks, each)
 	}
 	V := int64(r.m.Config.Vocab)
 	rowsOf := func(p *chunkProg, lane, from, count int) error {

@@ -122,7 +122,7 @@ const calibrateTop = 4
 // specPrefill prefills ids, handing a Calibrator drafter the prompt's all-position predictions.
 func (r *Runner) specPrefill(ctx context.Context, sc *specConfig, ids []int32, st *SpecStats) ([]float32, error) {
 	cal, ok := sc.drafter.(draft.Calibrator)
-	if !ok || r.progs[r.cfg.chunk].prog.Lanes() > 1 {
+	if cp := r.progs[r.cfg.chunk]; !ok || cp.sp != nil || cp.prog.Lanes() > 1 {
 		// all-position logits run the chunks one at a time: a prefill pipelined over units
 		// would lose more than calibration gains
 		return r.Prefill(ctx, ids)

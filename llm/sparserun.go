@@ -1,0 +1,408 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/sched"
+)
+
+// The sparse FFN's graphs (WithSparseFFN). A layer is cut at its FFN, because which bundles the
+// FFN uses is decided on the host from the FFN input:
+//
+//	embed:    ids, pos → embedding → x and layer 0's q, k, v               (as the dense stage 0)
+//	attn l:   x, q, K/V cache, q_offset → attention → x1 = x + o, h = ffn_norm(x1)
+//	          [, the predictor's logits B·relu(A·h) + bias]
+//	          (host: Select → now, later; the cold bundles of later start loading)
+//	ffn l:    h, cache, now → a = SPARSE_FFN over the resident bundles   (while the I/O runs)
+//	          (host: wait for later's bundles)
+//	tail l:   x1, h, a, cache, later [, pos] → x = x1 + a + SPARSE_FFN over the loaded bundles,
+//	          then layer l+1's q, k, v (or, after the last layer, the logits)
+//
+// Each graph is a one-stage program on the runner's single unit; the runner runs them in order
+// and calls the SparseFFN between them. The cache is one arena span of Rows bundle rows that
+// every layer's SPARSE_FFN reads; the index lists are arena spans the host rewrites per layer.
+
+// sparseProg is the sparse programs for one chunk length.
+type sparseProg struct {
+	c      int64
+	embed  *sched.Program
+	layers []sparseLayer
+	// activations (one chunk in flight: the programs run one after the other)
+	x1, h, ffa, logits, pred sched.Span
+	now, later               sched.Span
+}
+
+// sparseLayer is one layer's three programs.
+type sparseLayer struct{ attn, ffn, tail *sched.Program }
+
+// programs lists every program, for Close.
+func (sp *sparseProg) programs() []*sched.Program {
+	out := []*sched.Program{sp.embed}
+	for _, l := range sp.layers {
+		out = append(out, l.attn, l.ffn, l.tail)
+	}
+	return out
+}
+
+// sparseAct maps the model's FFN activation to SPARSE_FFN's; a SiLU model has no sparse FFN.
+func sparseAct(a Activation) (core.SparseAct, bool) {
+	switch a {
+	case ActReLU:
+		return core.SparseReLU, true
+	case ActReLU2:
+		return core.SparseReLU2, true
+	}
+	return 0, false
+}
+
+// checkSparse validates a sparse runner's configuration against the model before anything is
+// allocated.
+func (r *Runner) checkSparse() error {
+	s := r.cfg.sparse
+	lay := s.Layout()
+	c := r.m.Config
+	act, ok := sparseAct(c.Activation)
+	switch {
+	case !ok:
+		return fmt.Errorf("llm: sparse FFN: the model's FFN activation is %s; only the ReLU family is sparse: %w",
+			c.Activation, core.ErrUnsupported)
+	case lay.Act != act || lay.Ungated:
+		return fmt.Errorf("llm: sparse FFN: bundles are for activation %d (ungated %t), the model's FFN is gated %s: %w",
+			lay.Act, lay.Ungated, c.Activation, core.ErrInvalidArgument)
+	case lay.Neurons != c.FFN || lay.Rows < 1 || lay.RowLen < 3*int64(c.Dim):
+		return fmt.Errorf("llm: sparse FFN: layout of %d neurons, %d rows of %d values does not fit the model (FFN %d, dim %d): %w",
+			lay.Neurons, lay.Rows, lay.RowLen, c.FFN, c.Dim, core.ErrInvalidArgument)
+	case len(lay.Predictors) != 0 && len(lay.Predictors) != c.Layers:
+		return fmt.Errorf("llm: sparse FFN: %d predictors for %d layers: %w", len(lay.Predictors), c.Layers, core.ErrInvalidArgument)
+	case len(r.plan.Specs) != 1:
+		return fmt.Errorf("llm: sparse FFN runs on one unit, the plan has %d: %w", len(r.plan.Specs), core.ErrUnsupported)
+	case len(r.cfg.verify) > 0 || r.cfg.w8 != nil || r.cfg.tap != nil:
+		return fmt.Errorf("llm: sparse FFN does not combine with verify graphs, W8A8 or calibration taps: %w", core.ErrUnsupported)
+	}
+	for l, p := range lay.Predictors {
+		F, D := int64(lay.Neurons), int64(c.Dim)
+		if p.Rank < 1 || int64(len(p.A)) != 2*int64(p.Rank)*D || int64(len(p.B)) != 2*F*int64(p.Rank) || int64(len(p.Bias)) != 4*F {
+			return fmt.Errorf("llm: sparse FFN: layer %d's predictor (rank %d) has %d/%d/%d bytes of A/B/bias: %w",
+				l, p.Rank, len(p.A), len(p.B), len(p.Bias), core.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// initSparse allocates the bundle cache, has the SparseFFN fill it and prepares the sparse
+// programs for every chunk length.
+func (r *Runner) initSparse(ctx context.Context, step func(), lengths []int) error {
+	lay := r.cfg.sparse.Layout()
+	rowBytes := lay.DType.Bytes(lay.RowLen)
+	a := r.rt.Arena()
+	if lay.Rows > math.MaxInt64/rowBytes {
+		return fmt.Errorf("llm: sparse FFN cache of %d rows: %w", lay.Rows, core.ErrInvalidArgument)
+	}
+	cache, err := a.Alloc(lay.Rows * rowBytes)
+	if err != nil {
+		return fmt.Errorf("llm: sparse FFN cache of %d rows (%d MiB): %w", lay.Rows, lay.Rows*rowBytes>>20, err)
+	}
+	r.cache = cache
+	if err := r.cfg.sparse.Load(ctx, a.Bytes(cache)); err != nil {
+		return fmt.Errorf("llm: sparse FFN: loading the resident bundles: %w", err)
+	}
+	for _, n := range lengths {
+		t0 := time.Now()
+		sp, err := r.prepareSparse(ctx, int64(n), step)
+		if err != nil {
+			return err
+		}
+		r.progs[n] = &chunkProg{c: int64(n), sp: sp}
+		r.cfg.logger.Debug("llm: sparse graphs prepared", "chunk", n, "took", time.Since(t0))
+	}
+	return nil
+}
+
+// prepareSparse builds and prepares the sparse programs for chunk length c.
+func (r *Runner) prepareSparse(ctx context.Context, c int64, step func()) (*sparseProg, error) {
+	cfg := r.m.Config
+	lay := r.cfg.sparse.Layout()
+	a := r.rt.Arena()
+	var err error
+	alloc := func(size int64) sched.Span {
+		if err != nil {
+			return sched.Span{}
+		}
+		var s sched.Span
+		s, err = a.Alloc(size)
+		return s
+	}
+	dim := int64(cfg.Dim)
+	sp := &sparseProg{c: c}
+	x, q := alloc(c*dim*4), alloc(c*int64(cfg.Heads*cfg.HeadDim)*4)
+	sp.x1, sp.h, sp.ffa = alloc(c*dim*4), alloc(c*dim*4), alloc(c*dim*4)
+	sp.logits = alloc(c * int64(cfg.Vocab) * 4)
+	sp.now, sp.later = alloc(4*int64(lay.Neurons)), alloc(4*int64(lay.Neurons))
+	if len(lay.Predictors) > 0 {
+		sp.pred = alloc(c * int64(lay.Neurons) * 4)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("llm: sparse activations for chunk %d: %w", c, err)
+	}
+	rowBytes := r.cfg.kv.Bytes(int64(cfg.KVHeads * cfg.HeadDim))
+	half := int64(cfg.RopeDims / 2)
+	phase := phaseOf(c)
+	byName := map[string]sched.Binding{
+		"ids": {Span: r.ids, Stride: 4}, "pos": {Span: r.posS, Stride: 4}, "q_offset": {Span: r.qoffS, Stride: 4},
+		"rope_cos": {Span: r.cos, Stride: half * 4}, "rope_sin": {Span: r.sin, Stride: half * 4},
+		"x": {Span: x}, "q": {Span: q}, "x1": {Span: sp.x1}, "h": {Span: sp.h}, "ffn_a": {Span: sp.ffa},
+		"bundles": {Span: r.cache}, "now": {Span: sp.now}, "later": {Span: sp.later},
+	}
+	compile := func(name string, layer int, g *core.Graph, outs ...sched.Binding) (*sched.Program, error) {
+		units := make([]int, len(g.Nodes))
+		for i := range units {
+			units[i] = r.unitIdx[0]
+		}
+		st := sched.StageSpec{Name: name, Layer: layer, Graph: g, Units: units}
+		for _, t := range g.Inputs {
+			b, ok := byName[t.Name]
+			if !ok {
+				return nil, fmt.Errorf("llm: no binding for sparse stage input %q: %w", t.Name, core.ErrInternal)
+			}
+			st.IO = append(st.IO, b)
+		}
+		st.IO = append(st.IO, outs...)
+		spec := sched.ProgramSpec{Name: fmt.Sprintf("%s (chunk %d)", name, c), Phase: phase, Lanes: 1,
+			Stages: []sched.StageSpec{st}}
+		if po := r.cfg.phaseOpts[phase]; len(po) > 0 {
+			spec.PrepareOptions = map[int]map[string]string{r.unitIdx[0]: po}
+		}
+		if r.cfg.stageChecks {
+			spec.Check = func(_ int, t *core.Tensor, data []byte) error { return checkFinite(name, g, t, data) }
+		}
+		p, err := r.rt.Compile(ctx, spec)
+		if err != nil {
+			return nil, fmt.Errorf("llm: %s: %w", spec.Name, err)
+		}
+		return p, nil
+	}
+	kvOut := func(l int) []sched.Binding {
+		return []sched.Binding{{Span: r.kv[l][0], Stride: rowBytes}, {Span: r.kv[l][1], Stride: rowBytes}}
+	}
+	defer func() {
+		if err != nil {
+			for _, p := range sp.programs() {
+				if p != nil {
+					err = errors.Join(err, p.Close())
+				}
+			}
+		}
+	}()
+	g, err := r.m.buildEmbedStage(c, r.cfg.kv, &stageBuild{})
+	if err != nil {
+		return nil, err
+	}
+	if sp.embed, err = compile("embed", 0, g, append([]sched.Binding{{Span: x}, {Span: q}}, kvOut(0)...)...); err != nil {
+		return nil, err
+	}
+	step()
+	for l := range cfg.Layers {
+		var ly sparseLayer
+		byName["k_cache"], byName["v_cache"] = sched.Binding{Span: r.kv[l][0]}, sched.Binding{Span: r.kv[l][1]}
+		if g, err = r.m.buildSparseAttn(l, c, r.cap, r.cfg.kv, lay); err != nil {
+			return nil, err
+		}
+		outs := []sched.Binding{{Span: sp.x1}, {Span: sp.h}}
+		if len(lay.Predictors) > 0 {
+			outs = append(outs, sched.Binding{Span: sp.pred})
+		}
+		if ly.attn, err = compile(fmt.Sprintf("attn %d", l), l, g, outs...); err != nil {
+			return nil, err
+		}
+		if g, err = r.m.buildSparseFFN(l, c, lay); err != nil {
+			return nil, err
+		}
+		if ly.ffn, err = compile(fmt.Sprintf("ffn %d", l), l, g, sched.Binding{Span: sp.ffa}); err != nil {
+			return nil, err
+		}
+		if g, err = r.m.buildSparseTail(l, c, r.cfg.kv, lay); err != nil {
+			return nil, err
+		}
+		outs = []sched.Binding{{Span: sp.logits}}
+		if l+1 < cfg.Layers {
+			outs = append([]sched.Binding{{Span: x}, {Span: q}}, kvOut(l+1)...)
+		}
+		if ly.tail, err = compile(fmt.Sprintf("tail %d", l), l, g, outs...); err != nil {
+			return nil, err
+		}
+		sp.layers = append(sp.layers, ly)
+		step()
+	}
+	return sp, nil
+}
+
+// runSparse runs one chunk of c rows at row through the sparse programs; the logits are then
+// in sp.logits.
+func (r *Runner) runSparse(ctx context.Context, sp *sparseProg, row int64) error {
+	a := r.rt.Arena()
+	lay := r.cfg.sparse.Layout()
+	ch := []sched.Chunk{{Row: row}}
+	run := func(p *sched.Program) error {
+		if err := p.Run(ctx, ch); err != nil {
+			return fmt.Errorf("llm: %s at position %d: %w", p.Name(), row, err)
+		}
+		return nil
+	}
+	if err := run(sp.embed); err != nil {
+		return err
+	}
+	F := int64(lay.Neurons)
+	now := make([]int32, F)
+	later := make([]int32, F)
+	for l, ly := range sp.layers {
+		if err := run(ly.attn); err != nil {
+			return err
+		}
+		h := core.DecodeF32(a.Bytes(sp.h))
+		var logits []float32
+		if len(lay.Predictors) > 0 {
+			logits = core.DecodeF32(a.Bytes(sp.pred))
+		}
+		wait, err := r.cfg.sparse.Select(ctx, l, h, logits, now, later)
+		if err != nil {
+			return fmt.Errorf("llm: sparse FFN of layer %d at position %d: %w", l, row, err)
+		}
+		copy(a.Bytes(sp.now), core.EncodeI32(now))
+		copy(a.Bytes(sp.later), core.EncodeI32(later))
+		if err := run(ly.ffn); err != nil {
+			return errors.Join(err, wait())
+		}
+		if err := wait(); err != nil {
+			return fmt.Errorf("llm: sparse FFN of layer %d at position %d: loading bundles: %w", l, row, err)
+		}
+		if err := run(ly.tail); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildSparseAttn builds layer l's attention graph for chunk length c: x1 (the residual after
+// attention), h (the FFN input) and, with predictors, their logits.
+func (m *Model) buildSparseAttn(l int, c, capacity int64, kv core.DType, lay SparseLayout) (*core.Graph, error) {
+	cfg := m.Config
+	g := core.NewGraph()
+	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
+	H, Hkv, D := int64(cfg.Heads), int64(cfg.KVHeads), int64(cfg.HeadDim)
+	x := g.Input("x", core.F32, c, int64(cfg.Dim))
+	q := g.Input("q", core.F32, c, H, D)
+	kc := g.Input("k_cache", kv, capacity, Hkv, D)
+	vc := g.Input("v_cache", kv, capacity, Hkv, D)
+	qoff := g.Input("q_offset", core.I32, 1)
+	at := g.Named("attn").Attention(q, kc, vc, core.AttentionOptions{
+		Scale: float32(1 / math.Sqrt(float64(D))), Causal: true, QOffsetInput: qoff})
+	at = g.Reshape(at, c, H*D)
+	o := m.linear(g, nil, at, l, "attn_output")
+	x1 := g.Named("attn_residual").Add(x, o)
+	h := m.norm(g, x1, fmt.Sprintf("blk.%d.ffn_norm.weight", l))
+	outs := []*core.Tensor{x1, h}
+	if len(lay.Predictors) > 0 {
+		p := lay.Predictors[l]
+		F, r := int64(lay.Neurons), int64(p.Rank)
+		pa := g.Const(fmt.Sprintf("blk.%d.pred_a", l), core.F16, core.Shape{r, int64(cfg.Dim)}, p.A)
+		pb := g.Const(fmt.Sprintf("blk.%d.pred_b", l), core.F16, core.Shape{F, r}, p.B)
+		bias := g.Const(fmt.Sprintf("blk.%d.pred_bias", l), core.F32, core.Shape{F}, p.Bias)
+		z := g.Named("pred_relu").ReLU(g.Named("pred_a").MatMul(h, pa))
+		outs = append(outs, g.Named("pred_logits").Add(g.Named("pred_b").MatMul(z, pb), bias))
+	}
+	g.Output(outs...)
+	if err := g.Err(); err != nil {
+		return nil, fmt.Errorf("llm: building layer %d's sparse attention: %w", l, err)
+	}
+	return g, nil
+}
+
+// sparseInputs adds the bundle cache and an index list input.
+func sparseInputs(g *core.Graph, lay SparseLayout, idx string) (bundles, list *core.Tensor) {
+	return g.Input("bundles", lay.DType, lay.Rows, lay.RowLen), g.Input(idx, core.I32, int64(lay.Neurons))
+}
+
+// buildSparseFFN builds layer l's SPARSE_FFN over the resident bundles ("now").
+func (m *Model) buildSparseFFN(l int, c int64, lay SparseLayout) (*core.Graph, error) {
+	g := core.NewGraph()
+	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
+	h := g.Input("h", core.F32, c, int64(m.Config.Dim))
+	b, now := sparseInputs(g, lay, "now")
+	g.Output(g.Named("ffn_sparse").SparseFFN(h, b, now, core.SparseFFNOptions{Act: lay.Act}))
+	if err := g.Err(); err != nil {
+		return nil, fmt.Errorf("llm: building layer %d's sparse FFN: %w", l, err)
+	}
+	return g, nil
+}
+
+// buildSparseTail builds the rest of layer l: SPARSE_FFN over the bundles just loaded
+// ("later"), the residual, then layer l+1's q, k, v or the logits.
+func (m *Model) buildSparseTail(l int, c int64, kv core.DType, lay SparseLayout) (*core.Graph, error) {
+	cfg := m.Config
+	g := core.NewGraph()
+	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
+	dim := int64(cfg.Dim)
+	x1 := g.Input("x1", core.F32, c, dim)
+	h := g.Input("h", core.F32, c, dim)
+	fa := g.Input("ffn_a", core.F32, c, dim)
+	b, later := sparseInputs(g, lay, "later")
+	fb := g.Named("ffn_sparse_later").SparseFFN(h, b, later, core.SparseFFNOptions{Act: lay.Act})
+	x := g.Named("ffn_residual").Add(g.Add(x1, fa), fb)
+	if l+1 < cfg.Layers {
+		pos := m.addPosInputs(g, c)
+		g.SetNamePrefix(fmt.Sprintf("blk.%d.", l+1))
+		nq, nk, nv := m.qkv(g, nil, x, pos, l+1)
+		g.Output(x, nq, toKV(g, nk, kv), toKV(g, nv, kv))
+	} else {
+		g.SetNamePrefix("")
+		hn := m.norm(g, x, "output_norm.weight")
+		g.Output(g.Named("logits").MatMul(hn, m.w(g, "output.weight")))
+	}
+	if err := g.Err(); err != nil {
+		return nil, fmt.Errorf("llm: building layer %d's sparse tail: %w", l, err)
+	}
+	return g, nil
+}
+
+// feedSparse is feed for the sparse programs: chunks are cp's chunks of tokens (their ids
+// written already); a lone last token runs on the one-token programs.
+func (r *Runner) feedSparse(ctx context.Context, tokens []int32, cp *chunkProg, chunks []sched.Chunk, each func(i int, row []byte) error) ([]float32, error) {
+	V := int64(r.m.Config.Vocab)
+	n, done, lastRows := len(tokens), 0, 0
+	var last *sparseProg
+	runAt := func(p *sparseProg, row int64, rows int) error {
+		if err := r.runSparse(ctx, p, row); err != nil {
+			return err
+		}
+		if each != nil {
+			b := r.rt.Arena().Bytes(p.logits)
+			for i := range rows {
+				if err := each(done+i, b[int64(i)*V*4:][:V*4]); err != nil {
+					return err
+				}
+			}
+		}
+		last, lastRows = p, rows
+		done += rows
+		return nil
+	}
+	for _, ch := range chunks {
+		if err := runAt(cp.sp, ch.Row, min(int(cp.c), n-done)); err != nil {
+			return nil, err
+		}
+	}
+	if done < n {
+		if err := runAt(r.progs[1].sp, int64(r.pos+done), 1); err != nil {
+			return nil, err
+		}
+	}
+	row := r.rt.Arena().Bytes(last.logits)[int64(lastRows-1)*V*4:][:V*4]
+	r.pos += n
+	r.history = append(r.history, tokens...)
+	return core.DecodeF32(row), nil
+}
