@@ -35,6 +35,8 @@ type sparseProg struct {
 	// activations (one chunk in flight: the programs run one after the other)
 	x1, h, ffa, logits, pred sched.Span
 	now, later               sched.Span
+	// the host's index lists, reused per layer
+	nowIdx, laterIdx []int32
 }
 
 // sparseLayer is one layer's three programs.
@@ -241,9 +243,9 @@ func (r *Runner) prepareSparse(ctx context.Context, c int64, step func()) (*spar
 	return sp, nil
 }
 
-// runSparse runs one chunk of c rows at row through the sparse programs; the logits are then
-// in sp.logits.
-func (r *Runner) runSparse(ctx context.Context, sp *sparseProg, row int64) error {
+// runSparse runs one chunk at row, of which the first rows are real tokens (the rest padding),
+// through the sparse programs; the logits are then in sp.logits.
+func (r *Runner) runSparse(ctx context.Context, sp *sparseProg, row int64, rows int) error {
 	a := r.rt.Arena()
 	lay := r.cfg.sparse.Layout()
 	ch := []sched.Chunk{{Row: row}}
@@ -256,17 +258,20 @@ func (r *Runner) runSparse(ctx context.Context, sp *sparseProg, row int64) error
 	if err := run(sp.embed); err != nil {
 		return err
 	}
-	F := int64(lay.Neurons)
-	now := make([]int32, F)
-	later := make([]int32, F)
+	F, D := int64(lay.Neurons), int64(r.m.Config.Dim)
+	if sp.nowIdx == nil {
+		sp.nowIdx, sp.laterIdx = make([]int32, F), make([]int32, F)
+	}
+	now, later := sp.nowIdx, sp.laterIdx
 	for l, ly := range sp.layers {
 		if err := run(ly.attn); err != nil {
 			return err
 		}
-		h := core.DecodeF32(a.Bytes(sp.h))
+		// Only the real rows: a padding row's h would add neurons (and reads) nobody needs.
+		h := core.DecodeF32(a.Bytes(sp.h)[:int64(rows)*D*4])
 		var logits []float32
 		if len(lay.Predictors) > 0 {
-			logits = core.DecodeF32(a.Bytes(sp.pred))
+			logits = core.DecodeF32(a.Bytes(sp.pred)[:int64(rows)*F*4])
 		}
 		wait, err := r.cfg.sparse.Select(ctx, l, h, logits, now, later)
 		if err != nil {
@@ -376,7 +381,7 @@ func (r *Runner) feedSparse(ctx context.Context, tokens []int32, cp *chunkProg, 
 	n, done, lastRows := len(tokens), 0, 0
 	var last *sparseProg
 	runAt := func(p *sparseProg, row int64, rows int) error {
-		if err := r.runSparse(ctx, p, row); err != nil {
+		if err := r.runSparse(ctx, p, row, rows); err != nil {
 			return err
 		}
 		if each != nil {
