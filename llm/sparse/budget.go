@@ -1,0 +1,69 @@
+package sparse
+
+import (
+	"fmt"
+
+	"github.com/xpuhub/xpu/core"
+)
+
+// budgetSplit is how a runtime divides its memory budget: the fixed region (every weight
+// outside the FFN, the KV cache, the predictors), the I/O staging buffer, the hot rows each
+// layer keeps resident and the cold slots shared by every layer's other neurons.
+type budgetSplit struct {
+	Budget  int64
+	Fixed   Fixed
+	Staging int64
+	// Hot is each layer's resident rows (a prefix of its hot-first bundle order); Demoted is
+	// how many of the sidecar's hot rows the budget could not keep resident.
+	Hot     []int
+	Demoted int
+	Slots   int64
+}
+
+// HotRows is the total of Hot.
+func (b budgetSplit) HotRows() int64 {
+	var n int64
+	for _, h := range b.Hot {
+		n += int64(h)
+	}
+	return n
+}
+
+// splitBudget sizes the regions. Every layer's selection must fit the cache at once (its
+// resident rows plus up to F − hot cold rows, all needed by the same SPARSE_FFN pair), so the
+// cold slots must number at least max over layers of F − hot; when the budget does not leave
+// that, the least frequent hot rows (freq: per layer and bundle row) are demoted to cold ones.
+// A budget below the fixed region plus one whole layer's neurons cannot run at all.
+func splitBudget(budget int64, fx Fixed, staging, rowBytes int64, F int, hot0 []int, freq func(l, i int) float32) (budgetSplit, error) {
+	s := budgetSplit{Budget: budget, Fixed: fx, Staging: staging, Hot: append([]int(nil), hot0...)}
+	if budget < fx.Total()+staging {
+		return s, fmt.Errorf("sparse: budget %s too small: fixed region needs %s (non-FFN weights %s + KV cache %s + predictors %s) and the I/O buffer %s: %w (%w)",
+			mib(budget), mib(fx.Total()), mib(fx.Weights), mib(fx.KV), mib(fx.Predictors), mib(staging), core.ErrInvalidArgument, ErrBudget)
+	}
+	avail := (budget - fx.Total() - staging) / rowBytes
+	if avail < int64(F) {
+		return s, fmt.Errorf("sparse: budget %s too small: fixed region needs %s and the I/O buffer %s, then one layer's %d neurons need %s more: %w (%w)",
+			mib(budget), mib(fx.Total()), mib(staging), F, mib(int64(F)*rowBytes), core.ErrInvalidArgument, ErrBudget)
+	}
+	sum, total := int64(0), int64(F)*int64(len(s.Hot))
+	minHot := F
+	for _, h := range s.Hot {
+		sum += int64(h)
+		minHot = min(minHot, h)
+	}
+	for sum+int64(F-minHot) > avail {
+		// Demote the least frequent of the layers' last hot rows.
+		best := -1
+		for l, h := range s.Hot {
+			if h > 0 && (best < 0 || freq(l, h-1) < freq(best, s.Hot[best]-1)) {
+				best = l
+			}
+		}
+		s.Hot[best]--
+		s.Demoted++
+		sum--
+		minHot = min(minHot, s.Hot[best])
+	}
+	s.Slots = min(avail-sum, total-sum)
+	return s, nil
+}

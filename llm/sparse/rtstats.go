@@ -1,0 +1,87 @@
+package sparse
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// RuntimeStats is a snapshot of a Runtime's counters (Runtime.Stats).
+type RuntimeStats struct {
+	// Tokens counts the token rows of layer 0's Selects (a prefill chunk's padding included);
+	// Selects counts every layer's.
+	Tokens, Selects int64
+	// Selected is the neuron rows selected, summed over Selects; each is a hot row (HotRows),
+	// a cold row already cached (ColdHits) or one read from storage (ColdMisses).
+	Selected, HotRows, ColdHits, ColdMisses int64
+	// BytesRead and Reads are the cold reads (coalesced rows and direct I/O's alignment
+	// included); LoadBytes is what Load read.
+	BytesRead, Reads, LoadBytes int64
+	// Predict is the host time of Select (prediction, selection, queuing the reads), Sampling
+	// its recall sampling part (not in Predict); IOWait the time spent in wait; IOBusy the I/O
+	// worker's reading time (overlapping compute); Compute the time between the runtime's
+	// calls (the runner's graphs, and whatever the caller does between tokens).
+	Predict, Sampling, IOWait, IOBusy, Compute time.Duration
+	// RecallSamples is the tokens measured by recall sampling; Recall is the share of their
+	// truly active neurons that were predicted, Precision the share of the predicted ones that
+	// were active (0 without samples).
+	RecallSamples     int64
+	Recall, Precision float64
+	// The budget split: FixedBytes (FixedRegion), HotBytes (HotRowsResident rows), ColdBytes
+	// (ColdSlots rows), StagingBytes (the I/O buffer). Demoted is the sidecar's hot rows the
+	// budget turned cold.
+	Budget, FixedBytes, HotBytes, ColdBytes, StagingBytes int64
+	RowBytes, HotRowsResident, ColdSlots, Demoted         int64
+	Eviction                                              Eviction
+	DirectIO                                              bool
+
+	truePos, predicted, active, loadReads int64
+}
+
+// HitRate is the share of selected cold rows that were cached.
+func (s RuntimeStats) HitRate() float64 {
+	if n := s.ColdHits + s.ColdMisses; n > 0 {
+		return float64(s.ColdHits) / float64(n)
+	}
+	return 0
+}
+
+// BytesPerToken is the cold bytes read per token.
+func (s RuntimeStats) BytesPerToken() float64 {
+	if s.Tokens == 0 {
+		return 0
+	}
+	return float64(s.BytesRead) / float64(s.Tokens)
+}
+
+func pct(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return 100 * float64(a) / float64(b)
+}
+
+// String is a multi-line summary (xpu run --stats).
+func (s RuntimeStats) String() string {
+	var b strings.Builder
+	io := "buffered"
+	if s.DirectIO {
+		io = "direct"
+	}
+	fmt.Fprintf(&b, "sparse budget %s: fixed %s, hot %s (%d rows", mib(s.Budget), mib(s.FixedBytes), mib(s.HotBytes), s.HotRowsResident)
+	if s.Demoted > 0 {
+		fmt.Fprintf(&b, ", %d demoted", s.Demoted)
+	}
+	fmt.Fprintf(&b, "), cold %s (%d slots, %s), I/O buffer %s\n", mib(s.ColdBytes), s.ColdSlots, s.Eviction, mib(s.StagingBytes))
+	fmt.Fprintf(&b, "  %d tokens, %d neuron rows selected: %.1f%% hot, %.1f%% cold hits, %.1f%% misses (cold hit rate %.1f%%)\n",
+		s.Tokens, s.Selected, pct(s.HotRows, s.Selected), pct(s.ColdHits, s.Selected), pct(s.ColdMisses, s.Selected), 100*s.HitRate())
+	fmt.Fprintf(&b, "  read %s in %d %s reads (%.1f KiB per token), loaded %s\n",
+		mib(s.BytesRead), s.Reads, io, s.BytesPerToken()/1024, mib(s.LoadBytes))
+	fmt.Fprintf(&b, "  host: predict %v, I/O wait %v (I/O busy %v), compute %v", s.Predict.Round(time.Microsecond),
+		s.IOWait.Round(time.Microsecond), s.IOBusy.Round(time.Microsecond), s.Compute.Round(time.Microsecond))
+	if s.RecallSamples > 0 {
+		fmt.Fprintf(&b, "\n  predictor: recall %.3f, precision %.3f over %d sampled tokens (sampling %v)",
+			s.Recall, s.Precision, s.RecallSamples, s.Sampling.Round(time.Microsecond))
+	}
+	return b.String()
+}
