@@ -52,17 +52,29 @@ func splitBudget(budget int64, fx Fixed, staging, rowBytes int64, F int, hot0 []
 		minHot = min(minHot, h)
 	}
 	for sum+int64(F-minHot) > avail {
-		// Demote the least frequent of the layers' last hot rows.
-		best := -1
+		// Demote the least frequent of the last hot rows of the layers above the minimum (each
+		// frees a row without raising the worst selection); when every layer is at the minimum,
+		// lower it where it costs least.
+		best, lowest := -1, false
 		for l, h := range s.Hot {
-			if h > 0 && (best < 0 || freq(l, h-1) < freq(best, s.Hot[best]-1)) {
+			if h > minHot && (best < 0 || freq(l, h-1) < freq(best, s.Hot[best]-1)) {
 				best = l
+			}
+		}
+		if best < 0 {
+			lowest = true
+			for l, h := range s.Hot {
+				if h > 0 && (best < 0 || freq(l, h-1) < freq(best, s.Hot[best]-1)) {
+					best = l
+				}
 			}
 		}
 		s.Hot[best]--
 		s.Demoted++
 		sum--
-		minHot = min(minHot, s.Hot[best])
+		if lowest {
+			minHot = s.Hot[best]
+		}
 	}
 	s.Slots = min(avail-sum, total-sum)
 	return s, nil

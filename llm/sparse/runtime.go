@@ -192,7 +192,7 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	if budget == 0 {
 		budget = int64(sc.BudgetBytes)
 	}
-	staging := (max(cfg.stagingBytes, r.rowBytes)+ioAlign-1)&^(ioAlign-1) + 2*ioAlign
+	staging := stagingSize(cfg.stagingBytes, r.rowBytes)
 	fx := FixedRegion(m, cfg.ctxLen, cfg.kv, sc.PredRank)
 	var err error
 	r.split, err = splitBudget(budget, fx, staging, r.rowBytes, r.F, sc.HotCounts, func(l, i int) float32 { return sc.Freq(l)[i] })
@@ -255,6 +255,12 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	cfg.log.Debug("sparse: runtime", "budget", budget, "fixed", fx.Total(), "hot_rows", r.coldBase, "cold_slots", r.split.Slots,
 		"direct", r.file.direct.Load())
 	return r, nil
+}
+
+// stagingSize is the I/O buffer: at least minBytes and one row, whole pages, plus a page at
+// each end for a direct read's alignment.
+func stagingSize(minBytes, rowBytes int64) int64 {
+	return (max(minBytes, rowBytes)+ioAlign-1)&^(ioAlign-1) + 2*ioAlign
 }
 
 // resetCold empties the cold cache.

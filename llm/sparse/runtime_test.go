@@ -1,0 +1,725 @@
+package sparse
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm"
+)
+
+// rtCtx is the context the runtime tests size the fixed region for.
+const rtCtx = 64
+
+// rtFixture is a small sparse model with a sidecar whose order, frequencies and predictors are
+// random (no profiling: fast), with the hot counts and budget a test asks for.
+type rtFixture struct {
+	m    *llm.Model
+	sc   *Sidecar
+	path string
+	fx   Fixed
+	rb   int64
+}
+
+// newRTFixture writes the sidecar; budgetRows is how many bundle rows the sidecar's budget
+// leaves after the fixed region and a staging buffer of stagingMin (see withIO).
+func newRTFixture(t testing.TB, dt core.DType, hot []int, budgetRows, stagingMin int64) *rtFixture {
+	t.Helper()
+	m, mpath := sparseModel(t, dt, "relu")
+	c := m.Config
+	h, err := ModelHash(m.File)
+	require.NoError(t, err)
+	const rank = 4
+	rng := rand.New(rand.NewPCG(5, uint64(dt)))
+	norm := func(n int, scale, shift float64) []float32 {
+		xs := make([]float32, n)
+		for i := range xs {
+			xs[i] = float32(rng.NormFloat64()*scale + shift)
+		}
+		return xs
+	}
+	gt, _ := m.File.Tensor("blk.0.ffn_gate.weight")
+	rb := gt.DType.Bytes(int64(BundleWidth(c.Dim, true)))
+	fx := FixedRegion(m, rtCtx, core.F32, rank)
+	p := &Plan{Meta: Meta{ModelHash: h, Activation: ActReLU, Gated: true, PredRank: rank, CalibTokens: 1,
+		BudgetBytes: uint64(fx.Total() + stagingSize(stagingMin, rb) + budgetRows*rb)}, D: c.Dim, F: c.FFN, BundleType: gt.DType}
+	for l := range c.Layers {
+		order := make([]int32, c.FFN)
+		for i, n := range rng.Perm(c.FFN) {
+			order[i] = int32(n)
+		}
+		freq := make([]float32, c.FFN)
+		for i := range freq {
+			freq[i] = 1 - float32(i)/float32(c.FFN)
+		}
+		b, err := BuildBundles(m, l, order)
+		require.NoError(t, err)
+		p.Layers = append(p.Layers, Layer{Bundle: b, Order: order, Freq: freq, PredA: norm(rank*c.Dim, 0.3, 0),
+			PredB: norm(c.FFN*rank, 1, 0), PredBias: norm(c.FFN, 0.5, -1)})
+		p.Recall = append(p.Recall, 0)
+		p.Precision = append(p.Precision, 0)
+	}
+	p.HotCounts = hot
+	path := DefaultPath(mpath)
+	require.NoError(t, WriteFile(path, p))
+	sc, err := OpenFor(path, m)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sc.Close() })
+	return &rtFixture{m: m, sc: sc, path: path, fx: fx, rb: rb}
+}
+
+// open makes a runtime over f (context rtCtx, F32 KV) and loads it into a fresh cache.
+func (f *rtFixture) open(t testing.TB, path string, opts ...RuntimeOption) (*Runtime, []byte) {
+	t.Helper()
+	r, err := NewRuntime(context.Background(), f.m, f.sc, path, append([]RuntimeOption{WithContext(rtCtx, core.F32)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	cache := make([]byte, r.Layout().Rows*f.rb)
+	require.NoError(t, r.Load(context.Background(), cache))
+	return r, cache
+}
+
+// setPred is a host Predictor that reads which set to predict from the token's first value:
+// tests build h to select exactly the rows they want.
+type setPred struct{ sets [][]int32 }
+
+func (p setPred) Predict(_ int, x []float32, dst []int32) []int32 {
+	return append(dst, p.sets[int(x[0])]...)
+}
+
+// tokens builds h for c tokens selecting sets ids.
+func tokens(d int, ids ...int) []float32 {
+	h := make([]float32, len(ids)*d)
+	for t, id := range ids {
+		h[t*d] = float32(id)
+	}
+	return h
+}
+
+// checkCache asserts that every row named in now and later holds layer l's bundle row the
+// runtime put there, and that together they are exactly the rows wanted.
+func checkCache(t *testing.T, f *rtFixture, r *Runtime, cache []byte, l int, now, later []int32, want []int32) {
+	t.Helper()
+	bundle := f.sc.Bundle(l)
+	got := map[int32]bool{}
+	for _, list := range [][]int32{now, later} {
+		for _, row := range list {
+			if row < 0 {
+				continue
+			}
+			i := r.rowAt(l, int64(row))
+			require.GreaterOrEqual(t, i, int32(0), "cache row %d holds no neuron of layer %d", row, l)
+			require.False(t, got[i], "bundle row %d listed twice", i)
+			got[i] = true
+			require.True(t, bytes.Equal(bundle[int64(i)*f.rb:][:f.rb], cache[int64(row)*f.rb:][:f.rb]),
+				"layer %d bundle row %d in cache row %d", l, i, row)
+		}
+	}
+	require.Len(t, got, len(want))
+	for _, i := range want {
+		require.True(t, got[i], "bundle row %d of layer %d not selected", i, l)
+	}
+}
+
+func TestSplitBudget(t *testing.T) {
+	fx := Fixed{Weights: 1000, KV: 500, Predictors: 100}
+	const rb, F, staging = 10, 8, 50
+	freq := func(l, i int) float32 { return float32(100*l + (F - i)) } // layer 1 hotter than layer 0
+	for _, tc := range []struct {
+		name    string
+		budget  int64
+		hot     []int
+		wantHot []int
+		slots   int64
+		demoted int
+		err     string
+	}{
+		{"roomy: slots capped at every cold row", 1650 + 1000, []int{3, 5}, []int{3, 5}, 8, 0, ""},
+		{"just enough", 1650 + 130, []int{3, 5}, []int{3, 5}, 5, 0, ""}, // 8 hot + (F - 3) cold
+		// Demoting layer 0's (colder) rows would not free a slot: layer 0's selection grows.
+		{"short: demotions that free a slot", 1650 + 110, []int{3, 5}, []int{3, 3}, 5, 2, ""},
+		{"short, equal layers: the colder goes below first", 1650 + 100, []int{3, 3}, []int{2, 2}, 6, 2, ""},
+		{"one layer's neurons only", 1650 + 80, []int{3, 5}, []int{0, 0}, 8, 8, ""},
+		{"no hot rows planned", 1650 + 80, []int{0, 0}, []int{0, 0}, 8, 0, ""},
+		{"below the fixed region", 1600, []int{3, 5}, nil, 0, 0, "budget 0.0 MiB too small: fixed region needs 0.0 MiB"},
+		{"below one layer", 1650 + 79, []int{3, 5}, nil, 0, 0, "one layer's 8 neurons"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hot := append([]int(nil), tc.hot...)
+			s, err := splitBudget(tc.budget, fx, staging, rb, F, hot, freq)
+			assert.Equal(t, tc.hot, hot, "the caller's hot counts stay")
+			if tc.err != "" {
+				require.ErrorIs(t, err, core.ErrInvalidArgument)
+				require.ErrorIs(t, err, ErrBudget)
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantHot, s.Hot)
+			assert.Equal(t, tc.slots, s.Slots)
+			assert.Equal(t, tc.demoted, s.Demoted)
+			assert.LessOrEqual(t, fx.Total()+staging+(s.HotRows()+s.Slots)*rb, tc.budget)
+			for l, h := range s.Hot {
+				assert.GreaterOrEqual(t, s.Slots, int64(F-h), "layer %d's selection must fit", l)
+			}
+		})
+	}
+}
+
+func TestEvictors(t *testing.T) {
+	type op struct {
+		kind string // push, hit, remove, victim
+		s    int32
+	}
+	for _, tc := range []struct {
+		policy Eviction
+		ops    []op
+		want   []int32 // victims, in order
+	}{
+		{EvictLRU, []op{{"push", 0}, {"push", 1}, {"push", 2}, {"hit", 0}, {"victim", 0}, {"victim", 0}, {"victim", 0}, {"victim", 0}},
+			[]int32{1, 2, 0, -1}},
+		{EvictLRU, []op{{"push", 0}, {"push", 1}, {"push", 2}, {"remove", 0}, {"victim", 0}, {"push", 0}, {"victim", 0}},
+			[]int32{1, 2}},
+		{EvictLeastFrequent, []op{{"push", 0}, {"push", 1}, {"push", 2}, {"hit", 0}, {"hit", 0}, {"hit", 2},
+			{"victim", 0}, {"victim", 0}, {"victim", 0}, {"victim", 0}}, []int32{1, 2, 0, -1}},
+		// Equal use counts: the least recently used goes first; a reloaded slot starts over.
+		{EvictLeastFrequent, []op{{"push", 0}, {"push", 1}, {"hit", 0}, {"hit", 1}, {"push", 3}, {"remove", 1},
+			{"victim", 0}, {"push", 1}, {"victim", 0}, {"victim", 0}}, []int32{3, 1, 0}},
+	} {
+		t.Run(tc.policy.String(), func(t *testing.T) {
+			e := newEvictor(tc.policy, 4)
+			var got []int32
+			for _, o := range tc.ops {
+				switch o.kind {
+				case "push":
+					e.push(o.s, false)
+				case "hit":
+					e.remove(o.s)
+					e.push(o.s, true)
+				case "remove":
+					e.remove(o.s)
+				case "victim":
+					got = append(got, e.victim())
+				}
+			}
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// Select puts hot rows and cold hits in now and misses in later, pads with -1, and after wait
+// the cache holds the sidecar's bytes for every row listed.
+func TestRuntimeSelect(t *testing.T) {
+	f := newRTFixture(t, core.F32, []int{4, 2}, 1000, 1<<20)
+	D := f.sc.D
+	pred := setPred{sets: [][]int32{{0, 1, 5, 7, 100}, {1, 5, 200}, {3, 383}, {}}}
+	r, cache := f.open(t, f.path, WithPredictor(pred))
+	lay := r.Layout()
+	assert.Empty(t, lay.Predictors, "a host predictor needs none in the graph")
+	assert.Equal(t, int64(4+2)+r.split.Slots, lay.Rows)
+	assert.Equal(t, int64(2*384-6), r.split.Slots, "a roomy budget caches every cold row")
+	ctx := context.Background()
+	F := f.sc.F
+	now, later := make([]int32, F), make([]int32, F)
+	type step struct {
+		l              int
+		ids            []int
+		want           []int32
+		hot, hits, mis int
+	}
+	for i, s := range []step{
+		{0, []int{0}, []int32{0, 1, 5, 7, 100}, 2, 0, 3},
+		{0, []int{1}, []int32{1, 5, 200}, 1, 1, 1},
+		{1, []int{0, 1}, []int32{0, 1, 5, 7, 100, 200}, 2, 0, 4}, // a chunk: the union
+		{0, []int{2, 1}, []int32{1, 3, 5, 200, 383}, 2, 2, 1},
+		{1, []int{3}, nil, 0, 0, 0},
+	} {
+		before := r.Stats()
+		wait, err := r.Select(ctx, s.l, tokens(D, s.ids...), nil, now, later)
+		require.NoError(t, err)
+		require.NoError(t, wait())
+		require.NoError(t, wait(), "wait may be called again")
+		nNow, nLater := listed(now), listed(later)
+		assert.Equal(t, s.hot+s.hits, nNow, "step %d: now", i)
+		assert.Equal(t, s.mis, nLater, "step %d: later", i)
+		for _, row := range later[:nLater] {
+			assert.GreaterOrEqual(t, row, int32(r.coldBase), "step %d: a miss lands in a cold slot", i)
+		}
+		checkCache(t, f, r, cache, s.l, now, later, s.want)
+		st := r.Stats()
+		assert.Equal(t, int64(s.hot), st.HotRows-before.HotRows, "step %d", i)
+		assert.Equal(t, int64(s.hits), st.ColdHits-before.ColdHits, "step %d", i)
+		assert.Equal(t, int64(s.mis), st.ColdMisses-before.ColdMisses, "step %d", i)
+	}
+	st := r.Stats()
+	assert.Equal(t, int64(1+1+2), st.Tokens, "tokens are counted at layer 0")
+	assert.Equal(t, int64(5), st.Selects)
+	assert.GreaterOrEqual(t, st.BytesRead, 9*f.rb)
+	assert.GreaterOrEqual(t, st.LoadBytes, 6*f.rb)
+}
+
+// listed is how many leading entries of an index list are set; the rest must be -1.
+func listed(xs []int32) int {
+	n := 0
+	for n < len(xs) && xs[n] >= 0 {
+		n++
+	}
+	for _, x := range xs[n:] {
+		if x != -1 {
+			return -1
+		}
+	}
+	return n
+}
+
+// Random selections through a cold cache too small for them, for each bundle dtype, with direct
+// and buffered reads, both eviction policies and small I/O buffers (many coalesced reads): the
+// cache rows always hold the sidecar's bytes.
+func TestRuntimeCacheContents(t *testing.T) {
+	for _, dt := range []core.DType{core.F32, core.F16, core.Q8_0} {
+		f := newRTFixture(t, dt, []int{16, 40}, 16+40+400, 8<<10)
+		rng := rand.New(rand.NewPCG(7, 7))
+		sets := make([][]int32, 64)
+		for i := range sets {
+			n := 10 + rng.IntN(50)
+			for range n {
+				// skewed: low rows far more often, so the cache has hits to keep
+				sets[i] = append(sets[i], int32(min(383, int(rng.ExpFloat64()*60))))
+			}
+		}
+		for _, buffered := range []bool{false, true} {
+			for _, ev := range []Eviction{EvictLRU, EvictLeastFrequent} {
+				name := dt.String() + "/" + ev.String()
+				opts := []RuntimeOption{WithPredictor(setPred{sets}), WithEviction(ev), withIO(8<<10, 8<<10)}
+				if buffered {
+					name += "/buffered"
+					opts = append(opts, WithBufferedIO())
+				}
+				t.Run(name, func(t *testing.T) {
+					r, cache := f.open(t, f.path, opts...)
+					require.Equal(t, int64(400), r.split.Slots, "456 rows of budget less 56 hot")
+					ctx := context.Background()
+					now, later := make([]int32, f.sc.F), make([]int32, f.sc.F)
+					for step := range 200 {
+						l := step % 2
+						a, b := rng.IntN(len(sets)), rng.IntN(len(sets))
+						wait, err := r.Select(ctx, l, tokens(f.sc.D, a, b), nil, now, later)
+						require.NoError(t, err)
+						require.NoError(t, wait())
+						checkCache(t, f, r, cache, l, now, later, union(sets[a], sets[b]))
+					}
+					st := r.Stats()
+					assert.Positive(t, st.ColdHits)
+					assert.Positive(t, st.ColdMisses)
+					if buffered {
+						assert.False(t, st.DirectIO)
+					}
+					assert.Equal(t, st.Selected, st.HotRows+st.ColdHits+st.ColdMisses)
+				})
+			}
+		}
+	}
+}
+
+func union(a, b []int32) []int32 {
+	seen := map[int32]bool{}
+	var out []int32
+	for _, x := range append(append([]int32(nil), a...), b...) {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// rowAt is the bundle row of layer l that cache row row holds, -1 when none (tests).
+func (r *Runtime) rowAt(l int, row int64) int32 {
+	if row < r.coldBase {
+		for ll := r.L - 1; ll >= 0; ll-- {
+			if row >= r.hotBase[ll] {
+				if ll != l || row-r.hotBase[ll] >= int64(r.split.Hot[ll]) {
+					return -1
+				}
+				return int32(row - r.hotBase[ll])
+			}
+		}
+		return -1
+	}
+	k := r.slotKey[row-r.coldBase]
+	if k < 0 || int(k)/r.F != l {
+		return -1
+	}
+	return k % int32(r.F)
+}
+
+// O_DIRECT is used where the filesystem allows it (the test's temporary directory may or may
+// not); buffered reads give the same bytes either way (TestRuntimeCacheContents).
+func TestRuntimeDirectIO(t *testing.T) {
+	f := newRTFixture(t, core.F32, []int{8, 8}, 1000, 1<<20)
+	want := true
+	if df, err := openDirect(f.path); err != nil {
+		want = false
+		t.Logf("no direct I/O here (%v): checking the fallback", err)
+	} else {
+		require.NoError(t, df.Close())
+	}
+	r, _ := f.open(t, f.path, WithPredictor(setPred{sets: [][]int32{{1, 200, 201, 300}}}))
+	now, later := make([]int32, f.sc.F), make([]int32, f.sc.F)
+	wait, err := r.Select(context.Background(), 1, tokens(f.sc.D, 0), nil, now, later)
+	require.NoError(t, err)
+	require.NoError(t, wait())
+	st := r.Stats()
+	assert.Equal(t, want, st.DirectIO)
+	if want {
+		assert.Zero(t, st.BytesRead%ioAlign, "direct reads are whole pages")
+	}
+	rb, _ := f.open(t, f.path, WithBufferedIO())
+	assert.False(t, rb.Stats().DirectIO)
+}
+
+// A sidecar shorter than its header says fails at NewRuntime; one truncated after Load fails the
+// wait of the first read past its end, naming the file, layer and offset, and the rows that
+// failed are not taken for cached afterwards.
+func TestRuntimeTruncated(t *testing.T) {
+	f := newRTFixture(t, core.F32, []int{8, 8}, 1000, 1<<20)
+	full, err := os.ReadFile(f.path)
+	require.NoError(t, err)
+	cut := filepath.Join(t.TempDir(), "cut.sparse.gguf")
+	end := f.sc.BundleOffset(1) + 300*f.rb
+	require.NoError(t, os.WriteFile(cut, full[:end], 0o644))
+	_, err = NewRuntime(context.Background(), f.m, f.sc, cut, WithContext(rtCtx, core.F32))
+	require.ErrorIs(t, err, ErrFormat)
+	require.ErrorContains(t, err, cut)
+
+	for _, buffered := range []bool{false, true} {
+		t.Run(map[bool]string{false: "direct", true: "buffered"}[buffered], func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "s.sparse.gguf")
+			require.NoError(t, os.WriteFile(path, full, 0o644))
+			opts := []RuntimeOption{WithPredictor(setPred{sets: [][]int32{{1, 20, 350}}})}
+			if buffered {
+				opts = append(opts, WithBufferedIO())
+			}
+			r, cache := f.open(t, path, opts...)
+			require.NoError(t, os.Truncate(path, end))
+			now, later := make([]int32, f.sc.F), make([]int32, f.sc.F)
+			ctx := context.Background()
+			wait, err := r.Select(ctx, 1, tokens(f.sc.D, 0), nil, now, later)
+			require.NoError(t, err)
+			err = wait()
+			require.ErrorIs(t, err, ErrFormat)
+			require.ErrorContains(t, err, path)
+			require.ErrorContains(t, err, "layer 1")
+			require.ErrorContains(t, err, "offset")
+			require.ErrorContains(t, err, "truncated")
+
+			// Restored, the same selection reads the rows again.
+			require.NoError(t, os.WriteFile(path, full, 0o644))
+			wait, err = r.Select(ctx, 1, tokens(f.sc.D, 0), nil, now, later)
+			require.NoError(t, err)
+			require.NoError(t, wait())
+			checkCache(t, f, r, cache, 1, now, later, []int32{1, 20, 350})
+		})
+	}
+}
+
+// The default (trained) mode gives the runner every layer's predictor and thresholds the logits
+// it computes; a chunk selects the union of its tokens' neurons.
+func TestRuntimeTrainedLayout(t *testing.T) {
+	f := newRTFixture(t, core.F32, []int{8, 8}, 1000, 1<<20)
+	r, cache := f.open(t, f.path)
+	lay := r.Layout()
+	c := f.m.Config
+	require.Len(t, lay.Predictors, c.Layers)
+	for _, p := range lay.Predictors {
+		assert.Equal(t, 4, p.Rank)
+		assert.Len(t, p.A, 2*4*c.Dim)
+		assert.Len(t, p.B, 2*c.FFN*4)
+		assert.Len(t, p.Bias, 4*c.FFN)
+	}
+	assert.Equal(t, core.F32, lay.DType)
+	assert.Equal(t, int64(3*c.Dim), lay.RowLen)
+	assert.Equal(t, c.FFN, lay.Neurons)
+	assert.Equal(t, core.SparseReLU, lay.Act)
+	assert.False(t, lay.Ungated)
+
+	tr := f.sc.Predictor()
+	rng := rand.New(rand.NewPCG(3, 4))
+	h := make([]float32, 3*c.Dim)
+	for i := range h {
+		h[i] = float32(rng.NormFloat64())
+	}
+	var logits []float32
+	var want []int32
+	for tk := range 3 {
+		lg := tr.Logits(1, h[tk*c.Dim:(tk+1)*c.Dim], nil)
+		logits = append(logits, lg...)
+		want = union(want, tr.Predict(1, h[tk*c.Dim:(tk+1)*c.Dim], nil))
+	}
+	require.NotEmpty(t, want)
+	now, later := make([]int32, c.FFN), make([]int32, c.FFN)
+	for _, lg := range [][]float32{logits, nil} { // nil: the runtime computes them itself
+		wait, err := r.Select(context.Background(), 1, h, lg, now, later)
+		require.NoError(t, err)
+		require.NoError(t, wait())
+		checkCache(t, f, r, cache, 1, now, later, want)
+	}
+}
+
+// Recall sampling against the oracle: the oracle's prediction is the truth (recall and
+// precision 1); the trained predictor's figures are what a direct count gives.
+func TestRuntimeRecallSampling(t *testing.T) {
+	f := newRTFixture(t, core.F16, []int{8, 8}, 1000, 1<<20)
+	c := f.m.Config
+	or, err := NewOracle(f.sc, 0)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(8, 9))
+	hs := make([][]float32, 6)
+	for i := range hs {
+		hs[i] = make([]float32, 2*c.Dim)
+		for j := range hs[i] {
+			hs[i][j] = float32(rng.NormFloat64())
+		}
+	}
+	tr := f.sc.Predictor()
+	var tp, pred, truth int64
+	for i, h := range hs {
+		if i%2 != 0 {
+			continue // sampled: every 2nd Select
+		}
+		for tk := range 2 {
+			x := h[tk*c.Dim : (tk+1)*c.Dim]
+			on := map[int32]bool{}
+			for _, n := range or.Predict(i%c.Layers, x, nil) {
+				on[n] = true
+			}
+			p := tr.Predict(i%c.Layers, x, nil)
+			pred += int64(len(p))
+			truth += int64(len(on))
+			for _, n := range p {
+				if on[n] {
+					tp++
+				}
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		opt  RuntimeOption
+		tp   int64
+		pr   int64
+		tr   int64
+	}{
+		{"oracle", WithPredictor(or), -1, -1, -1},
+		{"trained", WithRecallSampling(2), tp, pred, truth},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _ := f.open(t, f.path, tc.opt, WithRecallSampling(2))
+			now, later := make([]int32, c.FFN), make([]int32, c.FFN)
+			for i, h := range hs {
+				wait, err := r.Select(context.Background(), i%c.Layers, h, nil, now, later)
+				require.NoError(t, err)
+				require.NoError(t, wait())
+			}
+			st := r.Stats()
+			assert.Equal(t, int64(6), st.RecallSamples, "3 sampled Selects of 2 tokens")
+			if tc.tp < 0 {
+				assert.Equal(t, 1.0, st.Recall)
+				assert.Equal(t, 1.0, st.Precision)
+				return
+			}
+			assert.InDelta(t, float64(tc.tp)/float64(tc.tr), st.Recall, 1e-12)
+			assert.InDelta(t, float64(tc.tp)/float64(tc.pr), st.Precision, 1e-12)
+			assert.Contains(t, st.String(), "recall")
+		})
+	}
+}
+
+// Selects and waits hammered while other goroutines read Stats and another runtime over the
+// same sidecar runs alongside (run with -race).
+func TestRuntimeConcurrent(t *testing.T) {
+	f := newRTFixture(t, core.Q8_0, []int{4, 4}, 8+384, 1<<20)
+	sets := [][]int32{{4, 5, 6, 100}, {7, 300, 301}, {50, 60, 70, 80, 90}, {383}}
+	stop, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var readers, hammers sync.WaitGroup
+	for range 2 {
+		r, cache := f.open(t, f.path, WithPredictor(setPred{sets}))
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for stop.Err() == nil {
+				_ = r.Stats().String()
+			}
+		}()
+		hammers.Add(1)
+		go func() {
+			defer hammers.Done()
+			now, later := make([]int32, f.sc.F), make([]int32, f.sc.F)
+			for i := range 300 {
+				l := i % 2
+				wait, err := r.Select(context.Background(), l, tokens(f.sc.D, i%4, (i/4)%4), nil, now, later)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if !assert.NoError(t, wait()) {
+					return
+				}
+				if i%50 == 0 {
+					bundle := f.sc.Bundle(l)
+					for _, row := range later {
+						if row < 0 {
+							break
+						}
+						k := r.rowAt(l, int64(row))
+						assert.Equal(t, bundle[int64(k)*f.rb:][:f.rb], cache[int64(row)*f.rb:][:f.rb])
+					}
+				}
+			}
+		}()
+	}
+	hammers.Wait()
+	cancel()
+	readers.Wait()
+}
+
+// A cancelled context fails the reads in flight; the runtime goes on working afterwards.
+func TestRuntimeCancel(t *testing.T) {
+	f := newRTFixture(t, core.F32, []int{0, 0}, 768, 1<<20)
+	r, cache := f.open(t, f.path, WithPredictor(setPred{[][]int32{{1, 2, 3}}}))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	now, later := make([]int32, f.sc.F), make([]int32, f.sc.F)
+	wait, err := r.Select(ctx, 0, tokens(f.sc.D, 0), nil, now, later)
+	require.NoError(t, err)
+	require.ErrorIs(t, wait(), context.Canceled)
+	wait, err = r.Select(context.Background(), 0, tokens(f.sc.D, 0), nil, now, later)
+	require.NoError(t, err)
+	require.NoError(t, wait())
+	assert.Equal(t, 3, listed(later), "the cancelled rows were not cached")
+	checkCache(t, f, r, cache, 0, now, later, []int32{1, 2, 3})
+}
+
+func TestRuntimeErrors(t *testing.T) {
+	f := newRTFixture(t, core.F32, []int{8, 8}, 1000, 1<<20)
+	ctx := context.Background()
+	F, D := f.sc.F, f.sc.D
+	for _, tc := range []struct {
+		name string
+		opts []RuntimeOption
+		is   error
+		says string
+	}{
+		{"budget below the fixed region", []RuntimeOption{WithBudget(f.fx.Total() / 2)}, core.ErrInvalidArgument, "too small: fixed region needs"},
+		{"negative budget", []RuntimeOption{WithBudget(-1)}, core.ErrInvalidArgument, "budget -1"},
+		{"no context", []RuntimeOption{WithContext(0, core.F32)}, core.ErrInvalidArgument, "context 0"},
+		{"policy", []RuntimeOption{WithEviction(Eviction(9))}, core.ErrInvalidArgument, "eviction policy 9"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewRuntime(ctx, f.m, f.sc, f.path, append([]RuntimeOption{WithContext(rtCtx, core.F32)}, tc.opts...)...)
+			require.ErrorIs(t, err, tc.is)
+			require.ErrorContains(t, err, tc.says)
+		})
+	}
+	_, err := NewRuntime(ctx, f.m, f.sc, filepath.Join(t.TempDir(), "none"), WithContext(rtCtx, core.F32))
+	require.ErrorIs(t, err, os.ErrNotExist)
+
+	r, err := NewRuntime(ctx, f.m, f.sc, f.path, WithContext(rtCtx, core.F32), WithPredictor(setPred{[][]int32{{1}, {-1}}}))
+	require.NoError(t, err)
+	now, later := make([]int32, F), make([]int32, F)
+	h := tokens(D, 0)
+	_, err = r.Select(ctx, 0, h, nil, now, later)
+	require.ErrorContains(t, err, "before Load")
+	require.ErrorContains(t, r.Load(ctx, make([]byte, 10)), "cache of 10 bytes")
+	require.NoError(t, r.Load(ctx, make([]byte, r.Layout().Rows*f.rb)))
+	for _, c := range []struct {
+		name          string
+		l             int
+		h, logits     []float32
+		now, later    []int32
+		says          string
+		isInvalidArgs bool
+	}{
+		{"layer", 2, h, nil, now, later, "layer 2 of 2", true},
+		{"ragged h", 0, h[:D-1], nil, now, later, "127 values of h", true},
+		{"short lists", 0, h, nil, now[:5], later, "5/384 index slots", true},
+		{"logits", 0, h, make([]float32, 3), now, later, "3 logits", true},
+		{"predictor out of range", 0, tokens(D, 1), nil, now, later, "neuron -1", true},
+	} {
+		_, err := r.Select(ctx, c.l, c.h, c.logits, c.now, c.later)
+		require.ErrorIs(t, err, core.ErrInvalidArgument, c.name)
+		require.ErrorContains(t, err, c.says, c.name)
+	}
+	wait, err := r.Select(ctx, 0, h, nil, now, later)
+	require.NoError(t, err)
+	require.NoError(t, wait())
+	require.NoError(t, r.Close())
+	require.NoError(t, r.Close(), "Close is idempotent")
+	_, err = r.Select(ctx, 0, h, nil, now, later)
+	require.ErrorContains(t, err, "after Close")
+}
+
+func TestRuntimeLoadProgress(t *testing.T) {
+	f := newRTFixture(t, core.F32, []int{30, 20}, 1000, 1<<20)
+	var calls [][2]int64
+	r, cache := f.open(t, f.path, withIO(0, 8<<10), WithLoadProgress(func(done, total int64) {
+		calls = append(calls, [2]int64{done, total})
+	}))
+	require.NotEmpty(t, calls)
+	last := calls[len(calls)-1]
+	assert.Equal(t, 50*f.rb, last[1])
+	assert.Equal(t, last[1], last[0])
+	for i := 1; i < len(calls); i++ {
+		assert.Greater(t, calls[i][0], calls[i-1][0])
+	}
+	assert.Greater(t, len(calls), 2, "an 8 KiB buffer reads in several steps")
+	for l, h := range []int{30, 20} {
+		assert.Equal(t, f.sc.Bundle(l)[:int64(h)*f.rb], cache[r.hotBase[l]*f.rb:][:int64(h)*f.rb])
+	}
+}
+
+// Decode's Selects allocate nothing once the runtime runs.
+func TestRuntimeSteadyStateAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	f := newRTFixture(t, core.F32, []int{8, 8}, 8+384, 1<<20)
+	r, _ := f.open(t, f.path)
+	c := f.m.Config
+	tr := f.sc.Predictor()
+	rng := rand.New(rand.NewPCG(1, 1))
+	var hs, lgs [][]float32
+	for range 8 {
+		h := make([]float32, c.Dim)
+		for i := range h {
+			h[i] = float32(rng.NormFloat64())
+		}
+		hs = append(hs, h)
+		lgs = append(lgs, tr.Logits(0, h, nil))
+	}
+	now, later := make([]int32, c.FFN), make([]int32, c.FFN)
+	ctx := context.Background()
+	i := 0
+	allocs := testing.AllocsPerRun(100, func() {
+		wait, err := r.Select(ctx, 0, hs[i%8], lgs[i%8], now, later)
+		if err == nil {
+			err = wait()
+		}
+		if err != nil {
+			panic(err)
+		}
+		i++
+	})
+	assert.Zero(t, allocs)
+	assert.Positive(t, r.Stats().ColdMisses)
+}
+
+var _ io.Closer = (*Runtime)(nil)
