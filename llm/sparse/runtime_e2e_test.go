@@ -1,0 +1,92 @@
+package sparse
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/llm"
+)
+
+// The Runtime drives a real runner: with the oracle and a budget that keeps most neurons cold
+// (so every layer reads from the sidecar while now's rows compute), sparse decoding gives dense
+// decoding's greedy tokens; with the trained predictor computed in the graph, it runs and its
+// counters add up. Needs the SPARSE_FFN reference kernel: it skips, saying so, where the
+// reference backend does not have it yet.
+func TestRuntimeRunnerMatchesDense(t *testing.T) {
+	ctx := context.Background()
+	m, mpath := sparseModel(t, core.F32, "relu")
+	toks := calib(m, 200)
+	const ctxLen = 64
+	fx := FixedRegion(m, ctxLen, core.F32, 16)
+	rb := core.F32.Bytes(3 * 128)
+	p, _, err := BuildPlan(ctx, m, PlanOptions{Tokens: toks, Budget: fx.Total() + 200*rb,
+		Context: ctxLen, Rank: 16, Epochs: 5, Seed: 1})
+	require.NoError(t, err)
+	path := DefaultPath(mpath)
+	require.NoError(t, WriteFile(path, p))
+	s, err := OpenFor(path, m)
+	require.NoError(t, err)
+	defer s.Close()
+	or, err := NewOracle(s, 0)
+	require.NoError(t, err)
+	dev := ref.New().Devices()[0]
+	prompt := toks[:11]
+
+	dense, err := llm.NewRunner(ctx, m, dev, llm.WithChunkSize(4), llm.WithContextLength(ctxLen))
+	require.NoError(t, err)
+	defer dense.Close()
+	want := greedy(t, dense, prompt, 24)
+
+	// A budget of the fixed region, the I/O buffer and 1.5 layers' neurons: a few hot rows and
+	// a cold cache smaller than the model's FFN.
+	budget := fx.Total() + stagingSize(1<<20, rb) + 3*384/2*rb
+	for _, tc := range []struct {
+		name string
+		opts []RuntimeOption
+	}{
+		{"oracle", []RuntimeOption{WithPredictor(or), WithRecallSampling(3)}},
+		{"oracle/lfu/buffered", []RuntimeOption{WithPredictor(or), WithEviction(EvictLeastFrequent), WithBufferedIO()}},
+		{"trained", []RuntimeOption{WithRecallSampling(1)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt, err := NewRuntime(ctx, m, s, path, append([]RuntimeOption{WithContext(ctxLen, core.F32), WithBudget(budget)}, tc.opts...)...)
+			require.NoError(t, err)
+			defer rt.Close()
+			sp, err := llm.NewRunner(ctx, m, dev, llm.WithChunkSize(4), llm.WithContextLength(ctxLen), llm.WithSparseFFN(rt))
+			require.NoError(t, err)
+			defer sp.Close()
+			logits, err := sp.Prefill(ctx, prompt)
+			if errors.Is(err, core.ErrUnsupported) {
+				t.Skipf("the reference backend cannot run SPARSE_FFN yet (%v): this test runs once the kernels are merged", err)
+			}
+			require.NoError(t, err)
+			var got []int32
+			for range 24 {
+				tok := int32(slices.Index(logits, slices.Max(logits)))
+				got = append(got, tok)
+				logits, err = sp.Decode(ctx, tok)
+				require.NoError(t, err)
+			}
+			st := rt.Stats()
+			t.Logf("%s\n%s", tc.name, st)
+			assert.Positive(t, st.ColdMisses, "the budget keeps most neurons cold")
+			assert.Positive(t, st.ColdHits)
+			assert.Equal(t, st.Selected, st.HotRows+st.ColdHits+st.ColdMisses)
+			assert.Equal(t, int64(len(prompt)+1+24-1), st.Tokens, "11 prompt tokens in chunks of 4 (the last padded), 23 decoded")
+			if tc.name == "trained" {
+				assert.Positive(t, st.Recall)
+				return
+			}
+			assert.Equal(t, want, got)
+			if st.RecallSamples > 0 {
+				assert.Equal(t, 1.0, st.Recall)
+			}
+		})
+	}
+}
