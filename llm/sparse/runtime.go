@@ -385,6 +385,9 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 			for _, i := range r.predBuf {
 				if i < 0 || int(i) >= F {
 					r.active = active
+					if sample {
+						clear(r.predMark)
+					}
 					return nil, fmt.Errorf("sparse: predictor gave neuron %d of layer %d (%d neurons): %w", i, l, F, core.ErrInvalidArgument)
 				}
 				if r.mark[i] != r.epoch {
@@ -435,10 +438,17 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 		if n := len(r.free); n > 0 {
 			s, r.free = r.free[n-1], r.free[:n-1]
 		} else if s = r.ev.victim(); s < 0 {
-			// splitBudget sizes the slots for any one layer's selection: unreachable.
+			// splitBudget sizes the slots for any one layer's selection: unreachable. Undo
+			// the assignments so no slot claims a neuron it does not hold.
 			for _, hs := range hits {
 				r.ev.push(hs, true)
 			}
+			for _, rw := range rows {
+				s := int32(uint32(rw))
+				r.where[r.slotKey[s]], r.slotKey[s] = -1, -1
+				r.free = append(r.free, s)
+			}
+			r.req.rows = rows[:0]
 			return nil, fmt.Errorf("sparse: layer %d: no cold slot left for %d misses: %w", l, len(misses), core.ErrInternal)
 		}
 		if old := r.slotKey[s]; old >= 0 {
