@@ -18,6 +18,8 @@ type budgetSplit struct {
 	Hot     []int
 	Demoted int
 	Slots   int64
+	// Bounded: the budget cannot hold a whole layer's selection; Select drops the overflow.
+	Bounded bool
 }
 
 // HotRows is the total of Hot.
@@ -29,21 +31,46 @@ func (b budgetSplit) HotRows() int64 {
 	return n
 }
 
-// splitBudget sizes the regions. Every layer's selection must fit the cache at once (its
+// splitBudget sizes the regions. Every layer's selection should fit the cache at once (its
 // resident rows plus up to F − hot cold rows, all needed by the same SPARSE_FFN pair), so the
-// cold slots must number at least max over layers of F − hot; when the budget does not leave
+// cold slots should number at least max over layers of F − hot; when the budget does not leave
 // that, the least frequent hot rows (freq: per layer and bundle row) are demoted to cold ones.
-// A budget below the fixed region plus one whole layer's neurons cannot run at all.
-func splitBudget(budget int64, fx Fixed, staging, rowBytes int64, F int, hot0 []int, freq func(l, i int) float32) (budgetSplit, error) {
+//
+// A budget that cannot hold one whole layer's neurons besides the fixed region cannot give that
+// guarantee: the split is then Bounded, the hot rows keep at most three quarters of what the
+// fixed region leaves (least frequent demoted first), and Select drops what does not fit. The
+// I/O buffer shrinks to one row (staging: the wanted size, stagingMin: the least) when the
+// wanted one would take the room of a layer's neurons. Only a budget with no room for a single
+// row besides the fixed region and the I/O buffer is refused.
+func splitBudget(budget int64, fx Fixed, staging, stagingMin, rowBytes int64, F int, hot0 []int, freq func(l, i int) float32) (budgetSplit, error) {
 	s := budgetSplit{Budget: budget, Fixed: fx, Staging: staging, Hot: append([]int(nil), hot0...)}
-	if budget < fx.Total()+staging {
-		return s, fmt.Errorf("sparse: budget %s too small: fixed region needs %s (non-FFN weights %s + KV cache %s + predictors %s) and the I/O buffer %s: %w (%w)",
-			mib(budget), mib(fx.Total()), mib(fx.Weights), mib(fx.KV), mib(fx.Predictors), mib(staging), core.ErrInvalidArgument, ErrBudget)
+	if budget-fx.Total()-staging < int64(F)*rowBytes {
+		s.Staging = stagingMin
 	}
-	avail := (budget - fx.Total() - staging) / rowBytes
+	if budget < fx.Total()+s.Staging+rowBytes {
+		return s, fmt.Errorf("sparse: budget %s too small: fixed region needs %s (non-FFN weights %s + KV cache %s + predictors %s), the I/O buffer %s and one neuron row %d bytes: %w (%w)",
+			mib(budget), mib(fx.Total()), mib(fx.Weights), mib(fx.KV), mib(fx.Predictors), mib(s.Staging), rowBytes, core.ErrInvalidArgument, ErrBudget)
+	}
+	avail := (budget - fx.Total() - s.Staging) / rowBytes
 	if avail < int64(F) {
-		return s, fmt.Errorf("sparse: budget %s too small: fixed region needs %s and the I/O buffer %s, then one layer's %d neurons need %s more: %w (%w)",
-			mib(budget), mib(fx.Total()), mib(staging), F, mib(int64(F)*rowBytes), core.ErrInvalidArgument, ErrBudget)
+		s.Bounded = true
+		keep := avail - max(1, avail/4)
+		sum := int64(0)
+		for _, h := range s.Hot {
+			sum += int64(h)
+		}
+		for ; sum > keep; sum-- {
+			best := -1
+			for l, h := range s.Hot {
+				if h > 0 && (best < 0 || freq(l, h-1) < freq(best, s.Hot[best]-1)) {
+					best = l
+				}
+			}
+			s.Hot[best]--
+			s.Demoted++
+		}
+		s.Slots = avail - sum
+		return s, nil
 	}
 	sum, total := int64(0), int64(F)*int64(len(s.Hot))
 	minHot := F

@@ -12,8 +12,9 @@ type RuntimeStats struct {
 	// Selects counts every layer's.
 	Tokens, Selects int64
 	// Selected is the neuron rows selected, summed over Selects; each is a hot row (HotRows),
-	// a cold row already cached (ColdHits) or one read from storage (ColdMisses).
-	Selected, HotRows, ColdHits, ColdMisses int64
+	// a cold row already cached (ColdHits), one read from storage (ColdMisses) or, with a
+	// Bounded budget, one left out because the cold slots could not hold it (Dropped).
+	Selected, HotRows, ColdHits, ColdMisses, Dropped int64
 	// BytesRead and Reads are the cold reads (coalesced rows and direct I/O's alignment
 	// included); LoadBytes is what Load read.
 	BytesRead, Reads, LoadBytes int64
@@ -34,6 +35,9 @@ type RuntimeStats struct {
 	RowBytes, HotRowsResident, ColdSlots, Demoted         int64
 	Eviction                                              Eviction
 	DirectIO                                              bool
+	// Bounded: the budget cannot hold one whole layer's neurons besides the fixed region, so a
+	// selection larger than the cache loses its least frequent neurons (Dropped).
+	Bounded bool
 
 	truePos, predicted, active, loadReads int64
 }
@@ -75,6 +79,10 @@ func (s RuntimeStats) String() string {
 	fmt.Fprintf(&b, "), cold %s (%d slots, %s), I/O buffer %s\n", mib(s.ColdBytes), s.ColdSlots, s.Eviction, mib(s.StagingBytes))
 	fmt.Fprintf(&b, "  %d tokens, %d neuron rows selected: %.1f%% hot, %.1f%% cold hits, %.1f%% misses (cold hit rate %.1f%%)\n",
 		s.Tokens, s.Selected, pct(s.HotRows, s.Selected), pct(s.ColdHits, s.Selected), pct(s.ColdMisses, s.Selected), 100*s.HitRate())
+	if s.Bounded {
+		fmt.Fprintf(&b, "  budget below one layer's neurons: %d selected rows (%.2f%%) dropped for want of cold slots\n",
+			s.Dropped, pct(s.Dropped, s.Selected))
+	}
 	fmt.Fprintf(&b, "  read %s in %d %s reads (%.1f KiB per token), loaded %s\n",
 		mib(s.BytesRead), s.Reads, io, s.BytesPerToken()/1024, mib(s.LoadBytes))
 	fmt.Fprintf(&b, "  host: predict %v, I/O wait %v (I/O busy %v), compute %v", s.Predict.Round(time.Microsecond),

@@ -192,15 +192,20 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	if budget == 0 {
 		budget = int64(sc.BudgetBytes)
 	}
-	staging := stagingSize(cfg.stagingBytes, r.rowBytes)
 	fx := FixedRegion(m, cfg.ctxLen, cfg.kv, sc.PredRank)
 	var err error
-	r.split, err = splitBudget(budget, fx, staging, r.rowBytes, r.F, sc.HotCounts, func(l, i int) float32 { return sc.Freq(l)[i] })
+	r.split, err = splitBudget(budget, fx, stagingSize(cfg.stagingBytes, r.rowBytes), stagingSize(0, r.rowBytes), r.rowBytes, r.F,
+		sc.HotCounts, func(l, i int) float32 { return sc.Freq(l)[i] })
 	if err != nil {
 		return nil, fmt.Errorf("%w (context %d, %s KV cache)", err, cfg.ctxLen, cfg.kv)
 	}
+	staging := r.split.Staging
 	if r.split.Demoted > 0 {
 		cfg.log.Debug("sparse: budget short of the sidecar's hot rows", "demoted", r.split.Demoted, "budget", budget)
+	}
+	if r.split.Bounded {
+		cfg.log.Debug("sparse: budget below one layer's neurons: selections that do not fit lose their least frequent neurons",
+			"budget", budget, "cold_slots", r.split.Slots, "neurons", r.F)
 	}
 	r.hotBase = make([]int64, r.L)
 	for l, h := range r.split.Hot {
@@ -251,7 +256,7 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	r.waitFn = r.wait
 	r.st = RuntimeStats{Budget: budget, FixedBytes: fx.Total(), HotBytes: r.coldBase * r.rowBytes,
 		ColdBytes: r.split.Slots * r.rowBytes, StagingBytes: staging, RowBytes: r.rowBytes, HotRowsResident: r.coldBase,
-		ColdSlots: r.split.Slots, Demoted: int64(r.split.Demoted), Eviction: cfg.evict}
+		ColdSlots: r.split.Slots, Demoted: int64(r.split.Demoted), Eviction: cfg.evict, Bounded: r.split.Bounded}
 	cfg.log.Debug("sparse: runtime", "budget", budget, "fixed", fx.Total(), "hot_rows", r.coldBase, "cold_slots", r.split.Slots,
 		"direct", r.file.direct.Load())
 	return r, nil
@@ -431,6 +436,13 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 		}
 		misses = append(misses, i)
 	}
+	// A bounded budget's cold slots may not hold the whole selection: the least frequent of its
+	// misses (the highest bundle rows) are dropped.
+	dropped := 0
+	if room := len(r.slotKey) - len(hits); len(misses) > room {
+		dropped = len(misses) - room
+		misses = misses[:room]
+	}
 	rows := r.req.rows[:0]
 	nLater := 0
 	for _, i := range misses {
@@ -490,6 +502,7 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 	st.HotRows += int64(nHot)
 	st.ColdHits += int64(len(hits))
 	st.ColdMisses += int64(len(rows))
+	st.Dropped += int64(dropped)
 	st.Predict += end.Sub(t0) - sampling
 	st.Sampling += sampling
 	st.Compute += compute

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -47,15 +48,17 @@ func TestRuntimeRunnerMatchesDense(t *testing.T) {
 	// a cold cache smaller than the model's FFN.
 	budget := fx.Total() + stagingSize(1<<20, rb) + 3*384/2*rb
 	for _, tc := range []struct {
-		name string
-		opts []RuntimeOption
+		name   string
+		budget int64 // 0: the sidecar's (fixed + 200 rows: below one layer's neurons, bounded)
+		opts   []RuntimeOption
 	}{
-		{"oracle", []RuntimeOption{WithPredictor(or), WithRecallSampling(3)}},
-		{"oracle/lfu/buffered", []RuntimeOption{WithPredictor(or), WithEviction(EvictLeastFrequent), WithBufferedIO()}},
-		{"trained", []RuntimeOption{WithRecallSampling(1)}},
+		{"oracle", budget, []RuntimeOption{WithPredictor(or), WithRecallSampling(3)}},
+		{"oracle/lfu/buffered", budget, []RuntimeOption{WithPredictor(or), WithEviction(EvictLeastFrequent), WithBufferedIO()}},
+		{"trained", budget, []RuntimeOption{WithRecallSampling(1)}},
+		{"trained/sidecar budget", 0, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rt, err := NewRuntime(ctx, m, s, path, append([]RuntimeOption{WithContext(ctxLen, core.F32), WithBudget(budget)}, tc.opts...)...)
+			rt, err := NewRuntime(ctx, m, s, path, append([]RuntimeOption{WithContext(ctxLen, core.F32), WithBudget(tc.budget)}, tc.opts...)...)
 			require.NoError(t, err)
 			defer rt.Close()
 			sp, err := llm.NewRunner(ctx, m, dev, llm.WithChunkSize(4), llm.WithContextLength(ctxLen), llm.WithSparseFFN(rt))
@@ -77,10 +80,13 @@ func TestRuntimeRunnerMatchesDense(t *testing.T) {
 			t.Logf("%s\n%s", tc.name, st)
 			assert.Positive(t, st.ColdMisses, "the budget keeps most neurons cold")
 			assert.Positive(t, st.ColdHits)
-			assert.Equal(t, st.Selected, st.HotRows+st.ColdHits+st.ColdMisses)
+			assert.Equal(t, st.Selected, st.HotRows+st.ColdHits+st.ColdMisses+st.Dropped)
 			assert.Equal(t, int64(12+24), st.Tokens, "11 prompt tokens in chunks of 4 (the last padded), 24 decoded")
+			assert.Equal(t, tc.budget == 0, st.Bounded)
 			if tc.name == "trained" {
 				assert.Positive(t, st.Recall)
+			}
+			if strings.HasPrefix(tc.name, "trained") {
 				return
 			}
 			assert.Equal(t, want, got)

@@ -131,7 +131,7 @@ func checkCache(t *testing.T, f *rtFixture, r *Runtime, cache []byte, l int, now
 
 func TestSplitBudget(t *testing.T) {
 	fx := Fixed{Weights: 1000, KV: 500, Predictors: 100}
-	const rb, F, staging = 10, 8, 50
+	const rb, F, staging, stagingMin = 10, 8, 50, 20
 	freq := func(l, i int) float32 { return float32(100*l + (F - i)) } // layer 1 hotter than layer 0
 	for _, tc := range []struct {
 		name    string
@@ -140,21 +140,27 @@ func TestSplitBudget(t *testing.T) {
 		wantHot []int
 		slots   int64
 		demoted int
+		staging int64
+		bounded bool
 		err     string
 	}{
-		{"roomy: slots capped at every cold row", 1650 + 1000, []int{3, 5}, []int{3, 5}, 8, 0, ""},
-		{"just enough", 1650 + 130, []int{3, 5}, []int{3, 5}, 5, 0, ""}, // 8 hot + (F - 3) cold
+		{"roomy: slots capped at every cold row", 1650 + 1000, []int{3, 5}, []int{3, 5}, 8, 0, staging, false, ""},
+		{"just enough", 1650 + 130, []int{3, 5}, []int{3, 5}, 5, 0, staging, false, ""}, // 8 hot + (F - 3) cold
 		// Demoting layer 0's (colder) rows would not free a slot: layer 0's selection grows.
-		{"short: demotions that free a slot", 1650 + 110, []int{3, 5}, []int{3, 3}, 5, 2, ""},
-		{"short, equal layers: the colder goes below first", 1650 + 100, []int{3, 3}, []int{2, 2}, 6, 2, ""},
-		{"one layer's neurons only", 1650 + 80, []int{3, 5}, []int{0, 0}, 8, 8, ""},
-		{"no hot rows planned", 1650 + 80, []int{0, 0}, []int{0, 0}, 8, 0, ""},
-		{"below the fixed region", 1600, []int{3, 5}, nil, 0, 0, "budget 0.0 MiB too small: fixed region needs 0.0 MiB"},
-		{"below one layer", 1650 + 79, []int{3, 5}, nil, 0, 0, "one layer's 8 neurons"},
+		{"short: demotions that free a slot", 1650 + 110, []int{3, 5}, []int{3, 3}, 5, 2, staging, false, ""},
+		{"short, equal layers: the colder goes below first", 1650 + 100, []int{3, 3}, []int{2, 2}, 6, 2, staging, false, ""},
+		{"one layer's neurons only", 1650 + 80, []int{3, 5}, []int{0, 0}, 8, 8, staging, false, ""},
+		{"no hot rows planned", 1650 + 80, []int{0, 0}, []int{0, 0}, 8, 0, staging, false, ""},
+		{"the I/O buffer shrinks to keep a layer's neurons", 1650 + 79, []int{3, 5}, []int{2, 2}, 6, 4, stagingMin, false, ""},
+		// 6 rows: 5 hot at most (a quarter, at least one, for cold slots), layer 0's first out.
+		{"bounded: below one layer", 1620 + 60, []int{3, 5}, []int{0, 5}, 1, 3, stagingMin, true, ""},
+		{"bounded, few hot rows", 1620 + 60, []int{1, 1}, []int{1, 1}, 4, 0, stagingMin, true, ""},
+		{"below the fixed region", 1600, []int{3, 5}, nil, 0, 0, 0, false, "budget 0.0 MiB too small: fixed region needs 0.0 MiB"},
+		{"no room for a row", 1620 + 9, []int{3, 5}, nil, 0, 0, 0, false, "one neuron row 10 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			hot := append([]int(nil), tc.hot...)
-			s, err := splitBudget(tc.budget, fx, staging, rb, F, hot, freq)
+			s, err := splitBudget(tc.budget, fx, staging, stagingMin, rb, F, hot, freq)
 			assert.Equal(t, tc.hot, hot, "the caller's hot counts stay")
 			if tc.err != "" {
 				require.ErrorIs(t, err, core.ErrInvalidArgument)
@@ -166,12 +172,40 @@ func TestSplitBudget(t *testing.T) {
 			assert.Equal(t, tc.wantHot, s.Hot)
 			assert.Equal(t, tc.slots, s.Slots)
 			assert.Equal(t, tc.demoted, s.Demoted)
-			assert.LessOrEqual(t, fx.Total()+staging+(s.HotRows()+s.Slots)*rb, tc.budget)
+			assert.Equal(t, tc.staging, s.Staging)
+			assert.Equal(t, tc.bounded, s.Bounded)
+			assert.LessOrEqual(t, fx.Total()+s.Staging+(s.HotRows()+s.Slots)*rb, tc.budget)
+			assert.Positive(t, s.Slots)
 			for l, h := range s.Hot {
-				assert.GreaterOrEqual(t, s.Slots, int64(F-h), "layer %d's selection must fit", l)
+				if !s.Bounded {
+					assert.GreaterOrEqual(t, s.Slots, int64(F-h), "layer %d's selection must fit", l)
+				}
 			}
 		})
 	}
+}
+
+// A budget below one layer's neurons runs: a selection larger than the cold slots loses its
+// least frequent neurons, and Stats says how many.
+func TestRuntimeBounded(t *testing.T) {
+	f := newRTFixture(t, core.F32, []int{4, 4}, 1000, 1<<20)
+	var set []int32
+	for i := int32(0); i < 158; i++ { // rows 0..3 hot, 150 cold rows 4..153 wanted, 4 more
+		set = append(set, i)
+	}
+	budget := f.fx.Total() + stagingSize(0, f.rb) + 100*f.rb
+	r, cache := f.open(t, f.path, WithBudget(budget), WithPredictor(setPred{[][]int32{set}}))
+	require.Equal(t, int64(92), r.split.Slots)
+	now, later := make([]int32, f.sc.F), make([]int32, f.sc.F)
+	wait, err := r.Select(context.Background(), 0, tokens(f.sc.D, 0), nil, now, later)
+	require.NoError(t, err)
+	require.NoError(t, wait())
+	checkCache(t, f, r, cache, 0, now, later, set[:4+92])
+	st := r.Stats()
+	assert.True(t, st.Bounded)
+	assert.Equal(t, int64(158-4-92), st.Dropped)
+	assert.Equal(t, st.Selected, st.HotRows+st.ColdHits+st.ColdMisses+st.Dropped)
+	assert.Contains(t, st.String(), "62 selected rows (39.24%) dropped")
 }
 
 func TestEvictors(t *testing.T) {
@@ -323,6 +357,7 @@ func TestRuntimeCacheContents(t *testing.T) {
 						assert.False(t, st.DirectIO)
 					}
 					assert.Equal(t, st.Selected, st.HotRows+st.ColdHits+st.ColdMisses)
+					assert.False(t, st.Bounded)
 				})
 			}
 		}
