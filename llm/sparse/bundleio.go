@@ -87,7 +87,9 @@ func (b *bundleFile) readSpan(staging []byte, off, n int64) ([]byte, error) {
 	}
 	got, err := b.readAt(staging[:end-start], start)
 	if need := off + n - start; int64(got) < need {
-		if err == nil || errors.Is(err, io.EOF) {
+		// A direct read that reaches the end of the file mid-page returns what is there; should
+		// the next pread at that unaligned offset be refused, that too is the file ending early.
+		if err == nil || errors.Is(err, io.EOF) || (got > 0 && directRefused(err)) {
 			return nil, fmt.Errorf("%w: %s: short read at offset %d: %d of %d bytes (truncated sidecar?)",
 				ErrFormat, b.path, off, max(0, int64(got)-(off-start)), n)
 		}

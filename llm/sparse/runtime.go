@@ -29,6 +29,11 @@ import (
 // to later, and their reads are queued to a single I/O worker that reads them with pread
 // (O_DIRECT where the filesystem allows), coalescing rows near each other in the file, while
 // the runner computes now. The runner's wait blocks until the layer's reads are in.
+//
+// The cold slots are sized so that any one layer's selection fits (demoting the least frequent
+// hot rows when the budget is short). A budget too small even for one layer's neurons runs
+// bounded: a selection that does not fit loses its least frequent misses (Stats.Dropped), so
+// decoding is approximate; a budget without room for the fixed region is an error.
 
 // RuntimeOption configures NewRuntime.
 type RuntimeOption func(*runtimeConfig)
@@ -348,7 +353,10 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 		return nil, fmt.Errorf("sparse: %d logits for %d tokens of %d neurons: %w", len(logits), len(h)/D, F, core.ErrInvalidArgument)
 	}
 	r.drain()
-	r.reqErr = nil
+	if r.reqErr != nil {
+		r.cfg.log.Debug("sparse: the last Select's reads failed and nobody waited for them", "err", r.reqErr)
+		r.reqErr = nil
+	}
 	compute := time.Duration(0)
 	if !r.lastRet.IsZero() {
 		compute = t0.Sub(r.lastRet)

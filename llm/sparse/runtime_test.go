@@ -435,16 +435,25 @@ func TestRuntimeTruncated(t *testing.T) {
 	require.ErrorIs(t, err, ErrFormat)
 	require.ErrorContains(t, err, cut)
 
-	for _, buffered := range []bool{false, true} {
-		t.Run(map[bool]string{false: "direct", true: "buffered"}[buffered], func(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		buffered bool
+		end      int64
+	}{
+		{"direct", false, end},
+		{"direct/mid-row", false, f.sc.BundleOffset(1) + 350*f.rb + 100}, // ends inside row 350
+		{"buffered", true, end},
+		{"buffered/mid-row", true, f.sc.BundleOffset(1) + 350*f.rb + 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "s.sparse.gguf")
 			require.NoError(t, os.WriteFile(path, full, 0o644))
 			opts := []RuntimeOption{WithPredictor(setPred{sets: [][]int32{{1, 20, 350}}})}
-			if buffered {
+			if tc.buffered {
 				opts = append(opts, WithBufferedIO())
 			}
 			r, cache := f.open(t, path, opts...)
-			require.NoError(t, os.Truncate(path, end))
+			require.NoError(t, os.Truncate(path, tc.end))
 			now, later := make([]int32, f.sc.F), make([]int32, f.sc.F)
 			ctx := context.Background()
 			wait, err := r.Select(ctx, 1, tokens(f.sc.D, 0), nil, now, later)
