@@ -58,6 +58,14 @@ func (s RuntimeStats) BytesPerToken() float64 {
 	return float64(s.BytesRead) / float64(s.Tokens)
 }
 
+// size formats bytes as MiB, or KiB below one.
+func size(b int64) string {
+	if b < 1<<20 {
+		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
+	}
+	return mib(b)
+}
+
 func pct(a, b int64) float64 {
 	if b == 0 {
 		return 0
@@ -76,7 +84,7 @@ func (s RuntimeStats) String() string {
 	if s.Demoted > 0 {
 		fmt.Fprintf(&b, ", %d demoted", s.Demoted)
 	}
-	fmt.Fprintf(&b, "), cold %s (%d slots, %s), I/O buffer %s\n", mib(s.ColdBytes), s.ColdSlots, s.Eviction, mib(s.StagingBytes))
+	fmt.Fprintf(&b, "), cold %s (%d slots, %s), I/O buffer %s\n", mib(s.ColdBytes), s.ColdSlots, s.Eviction, size(s.StagingBytes))
 	fmt.Fprintf(&b, "  %d tokens, %d neuron rows selected: %.1f%% hot, %.1f%% cold hits, %.1f%% misses (cold hit rate %.1f%%)\n",
 		s.Tokens, s.Selected, pct(s.HotRows, s.Selected), pct(s.ColdHits, s.Selected), pct(s.ColdMisses, s.Selected), 100*s.HitRate())
 	if s.Bounded {
