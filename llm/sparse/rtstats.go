@@ -8,8 +8,7 @@ import (
 
 // RuntimeStats is a snapshot of a Runtime's counters (Runtime.Stats).
 type RuntimeStats struct {
-	// Tokens counts the token rows of layer 0's Selects (a prefill chunk's padding included);
-	// Selects counts every layer's.
+	// Tokens counts the token rows of layer 0's Selects; Selects counts every layer's.
 	Tokens, Selects int64
 	// Selected is the neuron rows selected, summed over Selects; each is a hot row (HotRows),
 	// a cold row already cached (ColdHits), one read from storage (ColdMisses) or, with a
