@@ -2,7 +2,6 @@ package sparse
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -12,13 +11,13 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/loader"
 )
 
 // The Runtime drives a real runner: with the oracle and a budget that keeps most neurons cold
 // (so every layer reads from the sidecar while now's rows compute), sparse decoding gives dense
 // decoding's greedy tokens; with the trained predictor computed in the graph, it runs and its
-// counters add up. Needs the SPARSE_FFN reference kernel: it skips, saying so, where the
-// reference backend does not have it yet.
+// counters add up. On the reference and, where it is built, the neon plugin.
 func TestRuntimeRunnerMatchesDense(t *testing.T) {
 	ctx := context.Background()
 	m, mpath := sparseModel(t, core.F32, "relu")
@@ -36,8 +35,22 @@ func TestRuntimeRunnerMatchesDense(t *testing.T) {
 	defer s.Close()
 	or, err := NewOracle(s, 0)
 	require.NoError(t, err)
-	dev := ref.New().Devices()[0]
 	prompt := toks[:11]
+	devs := map[string]core.Device{"ref": ref.New().Devices()[0]}
+	if be, err := loader.Open(ctx, "neon"); err == nil {
+		defer be.Close()
+		devs["neon"] = be.Devices()[0]
+	} else {
+		t.Logf("neon plugin not available (%v): reference only", err)
+	}
+	for name, dev := range devs {
+		t.Run(name, func(t *testing.T) { runtimeMatchesDense(t, m, s, or, dev, path, prompt, fx.Total(), rb) })
+	}
+}
+
+func runtimeMatchesDense(t *testing.T, m *llm.Model, s *Sidecar, or *Oracle, dev core.Device, path string, prompt []int32, fixed, rb int64) {
+	ctx := context.Background()
+	const ctxLen = 64
 
 	dense, err := llm.NewRunner(ctx, m, dev, llm.WithChunkSize(4), llm.WithContextLength(ctxLen))
 	require.NoError(t, err)
@@ -46,7 +59,7 @@ func TestRuntimeRunnerMatchesDense(t *testing.T) {
 
 	// A budget of the fixed region, the I/O buffer and 1.5 layers' neurons: a few hot rows and
 	// a cold cache smaller than the model's FFN.
-	budget := fx.Total() + stagingSize(1<<20, rb) + 3*384/2*rb
+	budget := fixed + stagingSize(1<<20, rb) + 3*384/2*rb
 	for _, tc := range []struct {
 		name   string
 		budget int64 // 0: the sidecar's (fixed + 200 rows: below one layer's neurons, bounded)
@@ -65,9 +78,6 @@ func TestRuntimeRunnerMatchesDense(t *testing.T) {
 			require.NoError(t, err)
 			defer sp.Close()
 			logits, err := sp.Prefill(ctx, prompt)
-			if errors.Is(err, core.ErrUnsupported) {
-				t.Skipf("the reference backend cannot run SPARSE_FFN yet (%v): this test runs once the kernels are merged", err)
-			}
 			require.NoError(t, err)
 			var got []int32
 			for range 24 {
