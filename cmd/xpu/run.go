@@ -13,6 +13,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/sparse"
 	_ "github.com/xpuhub/xpu/llm/llmconform" // the stories260K model cases of xpu conform
 	"github.com/xpuhub/xpu/loader"
 	"github.com/xpuhub/xpu/sched"
@@ -68,8 +69,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	noAECS := fs.Bool("no-aecs", false, "do not use the core selection stored by xpu tune --energy (also XPU_AECS=off)")
 	spec := addSpecFlags(fs, stats)
 	w8 := addW8A8Flags(fs)
+	sp := addSparseFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--spec auto|retrieval|lookup|off] [--w8a8 [--shadow on|off|pruned] [--calib FILE] [--w8a8-convert]] [--stats] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]]")
+		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--spec auto|retrieval|lookup|off] [--w8a8 [--shadow on|off|pruned] [--calib FILE] [--w8a8-convert]] [--sparse auto|on|off [--sidecar FILE] [--budget SIZE] [--predictor trained|oracle] [--recall-every N]] [--stats] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseInterspersed(fs, args); !ok {
@@ -116,6 +118,10 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "xpu run: %v\n", err)
 		return 2
 	}
+	if err := sp.check(); err != nil {
+		fmt.Fprintf(stderr, "xpu run: %v\n", err)
+		return 2
+	}
 	if *timeout < 0 {
 		fmt.Fprintf(stderr, "xpu run: --timeout %v: must be 0 (automatic) or more\n", *timeout)
 		return 2
@@ -148,6 +154,25 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if low != nil {
 		ropts = append(ropts, llm.WithW8A8(low))
+	}
+	spath, err := sp.path(*model)
+	if err != nil {
+		return fail(err)
+	}
+	var srt *sparse.Runtime
+	if spath != "" {
+		if flagSet(fs, "spec") && *spec.mode != "off" {
+			return fail(fmt.Errorf("--spec %s does not combine with the sparse FFN (give --sparse off, or leave --spec out)", *spec.mode))
+		}
+		*spec.mode = "off" // verify graphs do not combine with the sparse FFN's
+		var sc *sparse.Sidecar
+		if srt, sc, err = sp.open(ctx, m, spath, *ctxLen, kv); err != nil {
+			return fail(err)
+		}
+		defer sc.Close()
+		defer srt.Close()
+		ropts = append(ropts, llm.WithSparseFFN(srt))
+		fmt.Fprintf(stderr, "sparse FFN: %s\n", spath)
 	}
 	if *threads > 0 {
 		ropts = append(ropts, llm.WithContextOptions(map[string]string{"threads": fmt.Sprint(*threads)}))
@@ -232,6 +257,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if *stats {
 		printSchedStats(stderr, r.Report())
+		if srt != nil {
+			fmt.Fprintf(stderr, "sparse FFN:\n%s\n", srt.Stats())
+		}
 	}
 	if tr != nil {
 		if err := tr.WriteFile(*traceFile); err != nil {

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/sparse"
+)
+
+// sparseFlags are run's sparse FFN flags (issue 18).
+type sparseFlags struct {
+	mode      *string
+	sidecar   *string
+	budget    *string
+	predictor *string
+	recall    *int
+}
+
+func addSparseFlags(fs *flag.FlagSet) *sparseFlags {
+	return &sparseFlags{
+		mode: fs.String("sparse", "auto", "sparse FFN (ReLU-family models planned by xpu plan-sparse): on, off (dense, always works), "+
+			"auto (on when the sidecar exists)"),
+		sidecar: fs.String("sidecar", "", "the sparse sidecar (default MODEL.sparse.gguf)"),
+		budget: fs.String("budget", "", "with --sparse: memory budget, e.g. 2GiB (default: the one the sidecar was planned for); "+
+			"fixed weights, KV cache, hot neurons and the cold neuron cache live in it"),
+		predictor: fs.String("predictor", "trained", "with --sparse: trained (the sidecar's) or oracle (every truly active neuron, "+
+			"computed on the host from all gate rows: for accuracy checks, slow)"),
+		recall: fs.Int("recall-every", 0, "with --sparse --stats: measure the predictor's recall on every Nth layer step (0: off; costs host time)"),
+	}
+}
+
+// check validates the flags before the model loads.
+func (f *sparseFlags) check() error {
+	switch *f.mode {
+	case "auto", "on", "off":
+	default:
+		return fmt.Errorf("--sparse %q: must be on, off or auto", *f.mode)
+	}
+	switch *f.predictor {
+	case "trained", "oracle":
+	default:
+		return fmt.Errorf("--predictor %q: must be trained or oracle", *f.predictor)
+	}
+	if *f.recall < 0 {
+		return fmt.Errorf("--recall-every %d: must be 0 (off) or more", *f.recall)
+	}
+	if *f.budget != "" {
+		if _, err := sparse.ParseSize(*f.budget); err != nil {
+			return fmt.Errorf("--budget: %w", err)
+		}
+	}
+	return nil
+}
+
+// path is the sidecar run uses, "" for a dense run: --sparse off, or auto without a sidecar.
+func (f *sparseFlags) path(model string) (string, error) {
+	if *f.mode == "off" {
+		return "", nil
+	}
+	p := *f.sidecar
+	if p == "" {
+		p = sparse.DefaultPath(model)
+	}
+	if _, err := os.Stat(p); err != nil {
+		if *f.mode == "auto" && *f.sidecar == "" && errors.Is(err, fs.ErrNotExist) {
+			return "", nil
+		}
+		return "", fmt.Errorf("--sparse: sidecar %s: %w (write one with xpu plan-sparse, or run with --sparse off)", p, err)
+	}
+	return p, nil
+}
+
+// open opens the sidecar at path for m and the sparse runtime the runner drives; closing the
+// runtime and the sidecar is the caller's, after the runner's.
+func (f *sparseFlags) open(ctx context.Context, m *llm.Model, path string, ctxLen int, kv core.DType) (*sparse.Runtime, *sparse.Sidecar, error) {
+	sc, err := sparse.OpenFor(path, m)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--sparse: %w (run with --sparse off for dense decoding)", err)
+	}
+	if ctxLen == 0 {
+		ctxLen = min(m.Config.ContextLength, 4096)
+	}
+	opts := []sparse.RuntimeOption{sparse.WithContext(ctxLen, kv)}
+	if *f.budget != "" {
+		b, _ := sparse.ParseSize(*f.budget) // checked
+		opts = append(opts, sparse.WithBudget(b))
+	}
+	if *f.predictor == "oracle" {
+		or, err := sparse.NewOracle(sc, 0)
+		if err != nil {
+			return nil, nil, errors.Join(err, sc.Close())
+		}
+		opts = append(opts, sparse.WithPredictor(or))
+	}
+	if *f.recall > 0 {
+		opts = append(opts, sparse.WithRecallSampling(*f.recall))
+	}
+	rt, err := sparse.NewRuntime(ctx, m, sc, path, opts...)
+	if err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("--sparse: %w", err), sc.Close())
+	}
+	return rt, sc, nil
+}
+
+// flagSet says whether the command line set the flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
