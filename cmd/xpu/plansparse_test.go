@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -16,8 +16,11 @@ import (
 )
 
 // The README's sparse lines, run as written except that the model goes to a temporary folder:
-// gen-model reports the sparsity it measured, close to the one asked for and skewed, and
-// plan-sparse writes the sidecar with a held-out recall of at least 0.9 per layer.
+// gen-model reports the sparsity it measured, close to the one asked for and skewed;
+// plan-sparse writes the sidecar with a held-out recall of at least 0.9 per layer; run decodes
+// sparsely from it (reading cold bundles, with stats) and densely with --sparse off; sparse-eval
+// finds the oracle's logits equal to dense within the bundles' requantization and the trained
+// predictor's recall where plan-sparse measured it.
 func TestREADMESparseCommands(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
@@ -29,21 +32,19 @@ func TestREADMESparseCommands(t *testing.T) {
 			lines = append(lines, l)
 		}
 	}
-	require.Len(t, lines, 2, "the README's gen-model and plan-sparse lines")
-	var outs []string
+	require.Len(t, lines, 5, "the README's gen-model, plan-sparse, run (sparse, dense) and sparse-eval lines")
+	var outs, errs []string
 	for _, l := range lines {
 		l = strings.ReplaceAll(strings.ReplaceAll(l, "build/xpu", bin), "/tmp/relu-6m.gguf", model)
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		cmd := exec.CommandContext(ctx, "bash", "-c", l)
 		cmd.Dir = root
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
 		got, err := cmd.Output()
 		cancel()
-		var ee *exec.ExitError
-		if err != nil && errors.As(err, &ee) {
-			t.Fatalf("%s: %v\n%s", l, err, ee.Stderr)
-		}
-		require.NoError(t, err, l)
-		outs = append(outs, string(got))
+		require.NoError(t, err, "%s\n%s", l, stderr.String())
+		outs, errs = append(outs, string(got)), append(errs, stderr.String())
 	}
 	m := regexp.MustCompile(`sparsity ([0-9.]+) .*top 10% of neurons carry ([0-9]+)%`).FindStringSubmatch(outs[0])
 	require.NotNil(t, m, outs[0])
@@ -63,6 +64,33 @@ func TestREADMESparseCommands(t *testing.T) {
 	prec, _ := strconv.ParseFloat(mp[2], 64)
 	assert.Greater(t, prec, 0.3, "the predictor must do better than predicting everything: %s", outs[1])
 	assert.Contains(t, outs[1], model+".sparse.gguf")
+
+	// run: sparse with stats, then dense; both generate their 32 tokens.
+	assert.Contains(t, errs[2], "sparse FFN: "+model+".sparse.gguf")
+	checkSparseRunStats(t, errs[2])
+	assert.NotContains(t, errs[3], "sparse FFN")
+	for _, o := range outs[2:4] {
+		assert.NotEmpty(t, strings.TrimSpace(o))
+	}
+
+	// sparse-eval: the oracle is dense up to the Q8_0 down columns' requantization.
+	ev := regexp.MustCompile(`(?m)^(trained|oracle)\s+(\S+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+(\d+)/(\d+)$`).FindAllStringSubmatch(outs[4], -1)
+	require.Len(t, ev, 2, outs[4])
+	for _, r := range ev {
+		nmse, err := strconv.ParseFloat(r[2], 64)
+		require.NoError(t, err, r[0])
+		recall, _ := strconv.ParseFloat(r[4], 64)
+		agree, _ := strconv.ParseFloat(r[3], 64)
+		switch r[1] {
+		case "oracle":
+			assert.Less(t, nmse, 1e-3, r[0])
+			assert.GreaterOrEqual(t, recall, 0.999, r[0])
+			assert.GreaterOrEqual(t, agree, 0.95, r[0])
+		case "trained":
+			assert.Less(t, nmse, 0.5, r[0])
+			assert.GreaterOrEqual(t, recall, 0.8, r[0])
+		}
+	}
 }
 
 func TestPlanSparseErrors(t *testing.T) {
@@ -90,4 +118,55 @@ func TestPlanSparseErrors(t *testing.T) {
 	code, _, errOut = runCLI(t, "gen-model", "--params", "260K", "--sparsity", "0.5", "--skew", "pareto", "-o", relu)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, "pareto")
+}
+
+// checkSparseRunStats checks run --stats' sparse FFN lines: the cache and the disk were used.
+func checkSparseRunStats(t *testing.T, stderr string) {
+	t.Helper()
+	for _, want := range []string{"hit", "read", "recall", "I/O wait"} {
+		assert.Contains(t, stderr, want, stderr)
+	}
+}
+
+// run's sparse FFN refuses what it cannot run, naming the problem, and --sparse off always
+// works.
+func TestRunSparseErrors(t *testing.T) {
+	dir := t.TempDir()
+	relu := filepath.Join(dir, "r.gguf")
+	code, _, errOut := runCLI(t, "gen-model", "--params", "260K", "--type", "f32", "--act", "relu", "--sparsity", "0.8", "--measure", "0", "-o", relu)
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = runCLI(t, "plan-sparse", "--model", relu, "--budget", "4MiB", "--ctx", "64", "--tokens", "32", "--epochs", "2")
+	require.Equal(t, 0, code, errOut)
+	other := filepath.Join(dir, "o.gguf")
+	code, _, errOut = runCLI(t, "gen-model", "--params", "260K", "--type", "f32", "--act", "relu", "--sparsity", "0.8", "--measure", "0", "--seed", "7", "-o", other)
+	require.Equal(t, 0, code, errOut)
+	truncated := filepath.Join(dir, "t.sparse.gguf")
+	b, err := os.ReadFile(relu + ".sparse.gguf")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(truncated, b[:len(b)-5000], 0o644))
+
+	base := []string{"run", "--temp", "0", "-n", "4", "-c", "64", "-p", "a b c"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"bad mode", []string{"--model", relu, "--sparse", "maybe"}, 2, "on, off or auto"},
+		{"bad predictor", []string{"--model", relu, "--predictor", "psychic"}, 2, "trained or oracle"},
+		{"bad budget", []string{"--model", relu, "--budget", "lots"}, 2, "--budget"},
+		{"no sidecar", []string{"--model", other, "--sparse", "on"}, 1, "plan-sparse"},
+		{"sidecar of another model", []string{"--model", other, "--sidecar", relu + ".sparse.gguf"}, 1, "hash"},
+		{"truncated sidecar", []string{"--model", relu, "--sidecar", truncated}, 1, "t.sparse.gguf"},
+		{"budget below the fixed region", []string{"--model", relu, "--budget", "1KiB"}, 1, "fixed region"},
+		{"with speculation", []string{"--model", relu, "--spec", "retrieval"}, 1, "--sparse off"},
+		{"dense always works", []string{"--model", relu, "--sparse", "off", "--spec", "retrieval"}, 0, ""},
+		{"dense without a sidecar", []string{"--model", other}, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errOut := runCLI(t, append(base, tc.args...)...)
+			assert.Equal(t, tc.code, code, errOut)
+			assert.Contains(t, errOut, tc.want)
+		})
+	}
 }
