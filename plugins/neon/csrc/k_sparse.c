@@ -24,6 +24,10 @@
 #include "neon.h"
 #include "neon_simd.h"
 
+#if defined(__x86_64__) && defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 static uint64_t al64(uint64_t v) { return (v + 63) & ~(uint64_t)63; }
@@ -201,6 +205,86 @@ static void sp_axpy_f32(const uint8_t *w, int64_t D, const float *h, const int32
   sp_axpy_impl(w, XPU_DT_F32, D, h, live, nl, acc);
 }
 
+/*
+ * Decode (M = 1): the down columns of up to SP_BATCH live neurons are added block by block, so
+ * each 32-value block of the accumulator is loaded and stored once per batch rather than once
+ * per neuron; the neurons are added in list order, so the sums round exactly as one at a time.
+ */
+#define SP_BATCH 8
+
+ALWAYS_INLINE void sp_flush_impl(uint32_t dt, const uint8_t *const *down, const float *h, int n, int64_t D,
+                                 float *acc) {
+  int64_t nb = D / 32;
+  for (int64_t bi = 0; bi < nb; bi++) {
+    float *o = acc + bi * 32;
+    float32x4_t a[8];
+    for (int k = 0; k < 8; k++) a[k] = vld1q_f32(o + 4 * k);
+    for (int i = 0; i < n; i++) {
+      float32x4_t v[8];
+      float d;
+      sp_block(down[i], dt, bi, v, &d);
+      float s = h[i] * d;
+      for (int k = 0; k < 8; k++) a[k] = vfmaq_n_f32(a[k], v[k], s);
+    }
+    for (int k = 0; k < 8; k++) vst1q_f32(o + 4 * k, a[k]);
+  }
+  for (int64_t j = nb * 32; j < D; j++)
+    for (int i = 0; i < n; i++) {
+      float w = dt == XPU_DT_F16 ? nv_f16_to_f32(((const uint16_t *)down[i])[j]) : ((const float *)down[i])[j];
+      acc[j] += h[i] * w;
+    }
+}
+
+#if defined(__x86_64__) && defined(__AVX2__)
+/* The quantized blocks with AVX2 directly: SIMDe maps each NEON widening step of sp_block to
+ * one or two SSE instructions, which made the decode loop compute-bound on x86-64. */
+ALWAYS_INLINE void sp_flush_avx2(int q4, const uint8_t *const *down, const float *h, int n, int64_t D, float *acc) {
+  const int64_t nb = D / 32, bs = q4 ? 18 : 34;
+  for (int64_t bi = 0; bi < nb; bi++) {
+    float *o = acc + bi * 32;
+    __m256 a0 = _mm256_loadu_ps(o), a1 = _mm256_loadu_ps(o + 8), a2 = _mm256_loadu_ps(o + 16),
+           a3 = _mm256_loadu_ps(o + 24);
+    for (int i = 0; i < n; i++) {
+      const uint8_t *blk = down[i] + bi * bs;
+      uint16_t hb;
+      memcpy(&hb, blk, 2);
+      __m256 s = _mm256_set1_ps(h[i] * nv_h2f(hb));
+      __m128i lo, hi; /* values 0..15 and 16..31 as int8 */
+      if (q4) {
+        __m128i q = _mm_loadu_si128((const __m128i *)(blk + 2)), m = _mm_set1_epi8(0x0F), e = _mm_set1_epi8(8);
+        lo = _mm_sub_epi8(_mm_and_si128(q, m), e);
+        hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m), e);
+      } else {
+        lo = _mm_loadu_si128((const __m128i *)(blk + 2));
+        hi = _mm_loadu_si128((const __m128i *)(blk + 18));
+      }
+      a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), s, a0);
+      a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), s, a1);
+      a2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), s, a2);
+      a3 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), s, a3);
+    }
+    _mm256_storeu_ps(o, a0);
+    _mm256_storeu_ps(o + 8, a1);
+    _mm256_storeu_ps(o + 16, a2);
+    _mm256_storeu_ps(o + 24, a3);
+  }
+}
+#endif
+
+static void sp_flush(uint32_t dt, const uint8_t *const *down, const float *h, int n, int64_t D, float *acc) {
+  switch (dt) {
+#if defined(__x86_64__) && defined(__AVX2__)
+  case XPU_DT_Q4_0: sp_flush_avx2(1, down, h, n, D, acc); break;
+  case XPU_DT_Q8_0: sp_flush_avx2(0, down, h, n, D, acc); break;
+#else
+  case XPU_DT_Q4_0: sp_flush_impl(XPU_DT_Q4_0, down, h, n, D, acc); break;
+  case XPU_DT_Q8_0: sp_flush_impl(XPU_DT_Q8_0, down, h, n, D, acc); break;
+#endif
+  case XPU_DT_F16: sp_flush_impl(XPU_DT_F16, down, h, n, D, acc); break;
+  default: sp_flush_impl(XPU_DT_F32, down, h, n, D, acc); break;
+  }
+}
+
 /* out[i] = dot(segment seg, x row rows[i]) for the n rows listed (all M when rows is NULL) */
 static void sp_dots(const sp_args *A, const uint8_t *seg, const int32_t *rows, int n, nv_qact *lact, float *out) {
   const sp_layout *L = A->L;
@@ -244,6 +328,9 @@ static void sp_task(void *arg, int tid, int nth) {
     memset(acc, 0, (size_t)MD * 4);
     A->used[tid] = 1;
   }
+  const uint8_t *bdown[SP_BATCH];
+  float bh[SP_BATCH];
+  int nbatch = 0;
   for (int64_t k = k0; k < k1; k++) {
     const uint8_t *row = A->b + (uint64_t)A->ids[k] * A->row_bytes;
     if (k + 1 < k1) __builtin_prefetch(A->b + (uint64_t)A->ids[k + 1] * A->row_bytes);
@@ -262,8 +349,18 @@ static void sp_task(void *arg, int tid, int nth) {
       for (int i = 0; i < nl; i++) g[i] *= u[i];
       down += A->seg_bytes;
     }
+    if (M == 1) {
+      bdown[nbatch] = down;
+      bh[nbatch] = g[0];
+      if (++nbatch == SP_BATCH) {
+        sp_flush(A->bdt, bdown, bh, nbatch, D, acc);
+        nbatch = 0;
+      }
+      continue;
+    }
     axpy(down, D, g, live, nl, acc);
   }
+  if (nbatch) sp_flush(A->bdt, bdown, bh, nbatch, D, acc);
 }
 
 /* out = acc0 + the other used accumulators, over a range of the M*D values */
