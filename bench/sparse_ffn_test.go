@@ -20,25 +20,29 @@ import (
 )
 
 // Issue 18: the SPARSE_FFN kernel against the dense FFN it replaces, at a 7B model's decode
-// shape (M = 1, D = 4096, F = 11008, Q4_0). The bundles are a graph input (the runner's cache),
-// every row of the table is a neuron, and idx lists 10 %, 30 % or 100 % of them (ascending,
-// the rest -1). Every listed neuron is live (x and the gate rows are positive): the kernel reads
-// its whole bundle, so the bytes it reads are known exactly, as for a predictor that lists only
-// active neurons. The dense FFN is gate and up MATMULs, ReLU, MUL and the down MATMUL over
-// constant Q4_0 weights (repacked at prepare, the plugin's fastest decode path).
+// shape (M = 1, D = 4096, F = 11008, Q4_0). The bundles are a graph input (the runner's cache)
+// holding sffnLayers layers of F neurons; idx lists 10 %, 30 % or 100 % of one layer's neurons
+// (ascending, the rest -1), and successive runs walk the layers, so that as in a real decode
+// the rows a call reads are not still in the LLC from the call before (10 % of one layer is
+// 7.6 MB; a 32 MB LLC would otherwise serve it). Every listed neuron is live (x and the gate
+// rows are positive): the kernel reads its whole bundle, so the bytes it reads are known
+// exactly, as for a predictor that lists only active neurons. The dense FFN is gate and up
+// MATMULs, ReLU, MUL and the down MATMUL over constant Q4_0 weights (76 MB, repacked at
+// prepare: the plugin's fastest decode path).
 
 const (
-	sffnD = 4096
-	sffnF = 11008
+	sffnD      = 4096
+	sffnF      = 11008
+	sffnLayers = 8
 )
 
-// sffnBundles is a Q4_0 [F, 3D] table: gate codes 9..15 (positive values), up and down any
+// sffnBundles is a Q4_0 [layers·F, 3D] table: gate codes 9..15 (positive values), up and down any
 // code, block scales 2^-6.
 func sffnBundles() []byte {
 	const rowBlocks = 3 * sffnD / 32
-	out := make([]byte, sffnF*rowBlocks*18)
+	out := make([]byte, sffnLayers*sffnF*rowBlocks*18)
 	rng := rand.New(rand.NewPCG(18, 4096))
-	for r := 0; r < sffnF; r++ {
+	for r := 0; r < sffnLayers*sffnF; r++ {
 		for bi := 0; bi < rowBlocks; bi++ {
 			blk := out[(r*rowBlocks+bi)*18:]
 			binary.LittleEndian.PutUint16(blk, core.F32ToF16(1.0/64))
@@ -54,9 +58,10 @@ func sffnBundles() []byte {
 	return out
 }
 
-// sffnIdx lists round(frac·F) neurons in ascending order in the first slots, -1 after.
-func sffnIdx(frac float64) []int32 {
-	rng := rand.New(rand.NewPCG(uint64(frac*1000), 18))
+// sffnIdx lists round(frac·F) neurons of one layer in ascending order in the first slots, -1
+// after.
+func sffnIdx(frac float64, layer int) []int32 {
+	rng := rand.New(rand.NewPCG(uint64(frac*1000), uint64(layer)))
 	n := int(frac*sffnF + 0.5)
 	ids := rng.Perm(sffnF)[:n]
 	sort.Ints(ids)
@@ -64,7 +69,7 @@ func sffnIdx(frac float64) []int32 {
 	for i := range idx {
 		idx[i] = -1
 		if i < n {
-			idx[i] = int32(ids[i])
+			idx[i] = int32(layer*sffnF + ids[i])
 		}
 	}
 	return idx
@@ -116,29 +121,38 @@ func sffnSetup(b *testing.B, dev core.Device, threads int, bundles []byte, fracs
 
 	g := core.NewGraph()
 	x := g.Input("x", core.F32, 1, sffnD)
-	g.Output(g.SparseFFN(x, g.Input("bundles", core.Q4_0, sffnF, 3*sffnD), g.Input("idx", core.I32, sffnF),
+	g.Output(g.SparseFFN(x, g.Input("bundles", core.Q4_0, sffnLayers*sffnF, 3*sffnD), g.Input("idx", core.I32, sffnF),
 		core.SparseFFNOptions{Act: core.SparseReLU}))
 	require.NoError(b, g.Err())
 	exe, err := cctx.Prepare(ctx, g)
 	require.NoError(b, err)
 	closers = append(closers, exe.Close)
-	rowBytes := int64(len(bundles)) / sffnF
+	rowBytes := int64(len(bundles)) / (sffnLayers * sffnF)
 	var cs []sffnContender
 	for _, f := range fracs {
-		idx := sffnIdx(f)
-		ib := alloc(core.EncodeI32(idx), 4*sffnF)
-		ex, err := exe.NewExecution()
-		require.NoError(b, err)
-		closers = append(closers, ex.Close)
-		for i, buf := range []core.Buffer{xb, bb, ib, ob} {
-			require.NoError(b, ex.Bind(i, buf, 0))
+		// one execution per layer, each bound to its own idx; a run takes the next layer
+		exs := make([]core.Execution, sffnLayers)
+		var listed int64
+		for l := range exs {
+			idx := sffnIdx(f, l)
+			ib := alloc(core.EncodeI32(idx), 4*sffnF)
+			ex, err := exe.NewExecution()
+			require.NoError(b, err)
+			closers = append(closers, ex.Close)
+			for i, buf := range []core.Buffer{xb, bb, ib, ob} {
+				require.NoError(b, ex.Bind(i, buf, 0))
+			}
+			if listed = int64(slices.IndexFunc(idx, func(v int32) bool { return v < 0 })); listed < 0 {
+				listed = sffnF
+			}
+			exs[l] = ex
 		}
-		listed := int64(slices.IndexFunc(idx, func(v int32) bool { return v < 0 }))
-		if listed < 0 {
-			listed = sffnF
-		}
-		cs = append(cs, sffnContender{name: fmt.Sprintf("sparse_%d%%", int(f*100+0.5)),
-			run: func() error { return ex.Run(ctx) }, bytes: listed * rowBytes})
+		next := 0
+		cs = append(cs, sffnContender{name: fmt.Sprintf("sparse_%d%%", int(f*100+0.5)), bytes: listed * rowBytes,
+			run: func() error {
+				next = (next + 1) % sffnLayers
+				return exs[next].Run(ctx)
+			}})
 	}
 
 	dg := core.NewGraph()
@@ -219,7 +233,13 @@ func BenchmarkSparseFFN(b *testing.B) {
 		b.Run(fmt.Sprintf("threads=%d", th), func(b *testing.B) {
 			cs, closeAll := sffnSetup(b, dev, th, bundles, fracs)
 			defer closeAll()
-			cs = append(cs, sffnContender{name: "read", run: readBandwidth(readBuf, th), bytes: int64(len(readBuf)) * 8})
+			read := readBandwidth(readBuf, th)
+			if h, err := harnessOnce(); err == nil {
+				read = func() error { h.Read(readBuf, th); return nil }
+			} else {
+				b.Logf("read bandwidth from a Go loop (the C harness is not built: %v)", err)
+			}
+			cs = append(cs, sffnContender{name: "read", run: read, bytes: int64(len(readBuf)) * 8})
 			b.Logf("load before: %s", loadavg())
 			times := make([][]float64, len(cs)) // seconds per run, one per round
 			b.ResetTimer()

@@ -101,7 +101,7 @@ typedef struct {
   const sp_layout *L;
   const uint8_t *b;
   uint32_t bdt;
-  uint64_t row_bytes, seg_bytes;
+  uint64_t row_bytes, seg_bytes, pf_bytes; /* pf_bytes: the segments a neuron may read */
   int act, ungated;
   const int32_t *ids; /* the listed neurons, compacted */
   int64_t n_ids;
@@ -333,7 +333,12 @@ static void sp_task(void *arg, int tid, int nth) {
   int nbatch = 0;
   for (int64_t k = k0; k < k1; k++) {
     const uint8_t *row = A->b + (uint64_t)A->ids[k] * A->row_bytes;
-    if (k + 1 < k1) __builtin_prefetch(A->b + (uint64_t)A->ids[k + 1] * A->row_bytes);
+    /* the next bundle is somewhere else in the table (no hardware stream covers it): ask for all
+     * of its lines now, so they arrive while this one is computed */
+    if (k + 1 < k1) {
+      const uint8_t *nx = A->b + (uint64_t)A->ids[k + 1] * A->row_bytes;
+      for (uint64_t off = 0; off < A->pf_bytes; off += 64) __builtin_prefetch(nx + off, 0, 3);
+    }
     sp_dots(A, row, NULL, M, lact, g);
     int nl = 0;
     for (int m = 0; m < M; m++) {
@@ -434,6 +439,7 @@ xpu_status nv_k_sparse_ffn(nv_run *r, const xpu_ir_node *n) {
   A->row_bytes = (uint64_t)(R / xpu_dtype_block_len(A->bdt)) * xpu_dtype_block_bytes(A->bdt);
   A->seg_bytes = (uint64_t)(L.D / xpu_dtype_block_len(A->bdt)) * xpu_dtype_block_bytes(A->bdt);
   A->act = (int)n->iattr[0];
+  A->pf_bytes = A->seg_bytes * (n->iattr[1] == 1 ? 2 : 3);
   A->ungated = n->iattr[1] == 1;
   A->ids = ids;
   A->n_ids = n_ids;
