@@ -47,6 +47,7 @@ func opCases() []testCase {
 	cs = append(cs, conversionCases()...)
 	cs = append(cs, movementCases()...)
 	cs = append(cs, w8a8Cases()...)
+	cs = append(cs, sparseFFNCases()...)
 	return cs
 }
 

@@ -130,7 +130,7 @@ func (p Precision) String() string {
 type OpQuery struct {
 	Op          Op
 	DTypeIn     DType
-	DTypeWeight DType // MATMUL b, GET_ROWS table; 0 = n/a
+	DTypeWeight DType // MATMUL b, GET_ROWS table, SPARSE_FFN bundles; 0 = n/a
 	DTypeOut    DType
 	Rank        int
 }
@@ -142,7 +142,8 @@ func QueryFor(n *Node) OpQuery {
 		q.DTypeIn = n.Inputs[0].DType
 	}
 	switch {
-	case n.Op == OpMatMul && len(n.Inputs) > 1:
+	case (n.Op == OpMatMul || n.Op == OpSparseFFN) && len(n.Inputs) > 1:
+		// SPARSE_FFN's bundles are its weights: a backend answers by their dtype.
 		q.DTypeWeight = n.Inputs[1].DType
 	case n.Op == OpGetRows:
 		q.DTypeWeight = q.DTypeIn

@@ -182,6 +182,8 @@ func evalNode(n *nodeInfo, in []value, out tensorInfo) ([]byte, error) {
 		return evalMatMul(n, in, out)
 	case op == core.OpShadowMatMul:
 		return evalShadowMatMul(n, in, out)
+	case op == core.OpSparseFFN:
+		return evalSparseFFN(n, in, out)
 	case op == core.OpRoPE:
 		return evalRoPE(n, in)
 	case op == core.OpAttention:

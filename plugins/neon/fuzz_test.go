@@ -65,6 +65,17 @@ func fuzzSeeds(f *testing.F) {
 			ids := g.Input("ids", core.I32, 3)
 			g.Output(g.GetRows(q, ids), g.Permute(g.Concat(0, x, x), 1, 0))
 		},
+		func(g *core.Graph) { // SPARSE_FFN: mutated idx values and bundle shapes reach the kernel
+			x := g.Input("x", core.F32, 2, 32)
+			b := g.Input("bundles", core.Q4_0, 6, 128)
+			idx := g.Input("idx", core.I32, 4)
+			g.Output(g.SparseFFN(x, b, idx, core.SparseFFNOptions{Act: core.SparseReLU2}))
+		},
+		func(g *core.Graph) {
+			x := g.Input("x", core.F16, 40)
+			b := g.Input("bundles", core.F32, 3, 85)
+			g.Output(g.SparseFFN(x, b, g.Input("idx", core.I32, 5), core.SparseFFNOptions{Ungated: true, Act: core.SparseSiLU}))
+		},
 	}
 	for _, build := range graphs {
 		g := core.NewGraph()

@@ -56,6 +56,39 @@ test-neon-smoke: $(NEON_SO) $(NEON_AVX2) $(NEON_AVX512) $(BUILD)/neon-smoke
 	    || { echo "$$so did not probe 0 on a CPU without AVX2"; exit 1; }; \
 	done
 
+# The C smoke test (every kernel family, SPARSE_FFN's threads and bad indices included) with
+# the plugin and the test built under ASan + UBSan, for the portable and the AVX2 build (the
+# smoke test skips a build this CPU cannot run), then the whole conformance suite on the
+# sanitized builds through the CLI with the sanitizer runtimes preloaded (Go is not built with
+# ASan; handle_segv=0 leaves the Go runtime its signals). Not part of `make test`: valgrind
+# already runs the portable build there; this adds the checks valgrind lacks (UB, stack and
+# global overflows) and the AVX2 code paths. About 30 s once built (the build takes minutes).
+NEON_SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+$(BUILD)/neon-asan/libxpu-neon.so: $(NEON_SRCS) $(NEON_PROBE) $(NEON_HDRS) $(COMMON_HDRS) plugins/neon/plugin.mk
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -O3,$(NEON_CFLAGS)) -O1 $(NEON_SAN) -DNV_VARIANT='"portable"' -o $@ $(NEON_SRCS) $(NEON_PROBE) $(PLUGIN_LDFLAGS)
+
+$(BUILD)/neon-asan/libxpu-neon-avx2.so: $(NEON_SRCS) $(NEON_PROBE) $(NEON_HDRS) $(COMMON_HDRS) plugins/neon/plugin.mk
+	@mkdir -p $(dir $@) $(BUILD)/obj
+	$(CC) $(filter-out -O3,$(NEON_CFLAGS)) -O1 $(NEON_SAN) -DNV_VARIANT='"avx2"' -DNV_REQUIRE=1 -c -o $(BUILD)/obj/asan-avx2.probe.o $(NEON_PROBE)
+	$(CC) $(filter-out -O3,$(NEON_CFLAGS)) -O1 $(NEON_SAN) -mavx2 -mfma -mf16c -DNV_VARIANT='"avx2"' -o $@ $(NEON_SRCS) $(BUILD)/obj/asan-avx2.probe.o $(PLUGIN_LDFLAGS)
+
+$(BUILD)/neon-asan/smoke: plugins/neon/test/smoke.c $(COMMON_HDRS) abi/xpu_ir_build.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror $(NEON_SAN) -Iabi -Iplugins/common -D_GNU_SOURCE -o $@ $< -ldl -lm -lpthread
+
+.PHONY: test-neon-asan
+test-neon-asan: $(BUILD)/neon-asan/libxpu-neon.so $(BUILD)/neon-asan/libxpu-neon-avx2.so $(BUILD)/neon-asan/smoke cli
+	@for so in $(BUILD)/neon-asan/libxpu-neon.so $(BUILD)/neon-asan/libxpu-neon-avx2.so; do \
+	  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 timeout 300 $(BUILD)/neon-asan/smoke $$so || exit 1; \
+	  if $(BUILD)/neon-asan/smoke $$so 2>/dev/null | grep -q "probes 0 here"; then continue; fi; \
+	  echo "xpu conform --plugin $$so (ASan + UBSan)"; \
+	  LD_PRELOAD=$$($(CC) -print-file-name=libasan.so):$$($(CC) -print-file-name=libubsan.so) \
+	    ASAN_OPTIONS=detect_leaks=0:handle_segv=0:allow_user_segv_handler=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	    timeout 600 $(BUILD)/xpu conform --plugin $$so --report "" | tail -n 1; \
+	  test "$${PIPESTATUS[0]}" -eq 0 || exit 1; \
+	done
+
 # The conformance suite on each x86-64 build (about 3 s each, without -race): `go test -race`
 # runs it on the first build only and `xpu conform --all` on the best one, so without this the
 # portable (SSE2) build, the one that runs anywhere, would never be checked. The AVX-512 build

@@ -15,6 +15,7 @@ static xpu_status run_node(nv_run *r, const xpu_ir_node *n) {
   case XPU_OP_SOFTMAX: return nv_k_softmax(r, n);
   case XPU_OP_MATMUL: return nv_is_w8a8(r->g, n) ? nv_k_w8a8(r, n) : nv_k_matmul(r, n);
   case XPU_OP_SHADOW_MATMUL: return nv_k_shadow(r, n);
+  case XPU_OP_SPARSE_FFN: return nv_k_sparse_ffn(r, n);
   case XPU_OP_ROPE: return nv_k_rope(r, n);
   case XPU_OP_ATTENTION: return nv_k_attention(r, n);
   case XPU_OP_GET_ROWS: return nv_k_get_rows(r, n);

@@ -92,6 +92,30 @@ static int shadow_supported(const xpu_ir_graph *g, const xpu_ir_node *n, char *r
   return 1;
 }
 
+/* op set 3: SPARSE_FFN (k_sparse.c). Bundles are read in place on every call (they are usually a
+ * runtime cache that the host rewrites), so nothing here depends on them being constant. */
+static int sparse_supported(const xpu_ir_graph *g, const xpu_ir_node *n, uint32_t *precision, char *reason,
+                            size_t cap) {
+  if (n->n_inputs != 3) NO("needs x, bundles and idx");
+  const xpu_ir_tensor *x = xpu_ir_input(g, n, 0), *b = xpu_ir_input(g, n, 1), *idx = xpu_ir_input(g, n, 2);
+  const xpu_ir_tensor *o = &g->tensors[n->output];
+  if (!is_float(x->dtype) || (x->rank != 1 && x->rank != 2)) NO("x must be f32/f16 [M,D] or [D]");
+  uint32_t bt = b->dtype;
+  if (bt != XPU_DT_F32 && bt != XPU_DT_F16 && bt != XPU_DT_Q8_0 && bt != XPU_DT_Q4_0) NO("bundles dtype %u not supported", bt);
+  if (b->rank != 2) NO("bundles must be [S,R]");
+  if (idx->dtype != XPU_DT_I32 || idx->rank != 1) NO("idx must be i32 [K]");
+  if (n->iattr[0] < 0 || n->iattr[0] > 2) NO("activation iattr[0] must be 0 (ReLU), 1 (ReLU²) or 2 (SiLU)");
+  if (n->iattr[1] != 0 && n->iattr[1] != 1) NO("iattr[1] (ungated) must be 0 or 1");
+  int64_t D = x->shape[x->rank - 1], R = b->shape[1], seg = n->iattr[1] ? 2 : 3;
+  if (D <= 0 || R < seg * D) NO("bundle rows of %lld values cannot hold %lld segments of D = %lld", (long long)R,
+                               (long long)seg, (long long)D);
+  int quant = bt == XPU_DT_Q8_0 || bt == XPU_DT_Q4_0;
+  if (quant && (D % 32 != 0 || R % 32 != 0)) NO("quantized bundles need D and R multiples of 32");
+  if (o->dtype != x->dtype || !same_shape(x, o)) NO("output must be x's dtype and shape");
+  *precision = quant ? XPU_PREC_INT8 : XPU_PREC_F32;
+  return 1;
+}
+
 int nv_node_supported(const xpu_ir_graph *g, const xpu_ir_node *n, uint32_t *precision, char *reason,
                       size_t cap) {
   const xpu_ir_tensor *o = &g->tensors[n->output];
@@ -152,6 +176,7 @@ int nv_node_supported(const xpu_ir_graph *g, const xpu_ir_node *n, uint32_t *pre
     return 1;
   }
   case XPU_OP_SHADOW_MATMUL: return shadow_supported(g, n, reason, cap);
+  case XPU_OP_SPARSE_FFN: return sparse_supported(g, n, precision, reason, cap);
   case XPU_OP_ROPE: {
     if (n->n_inputs != 2) NO("needs 2 inputs");
     if (!is_float(a->dtype) || o->dtype != a->dtype || !same_shape(a, o)) NO("x must be f32/f16 and the output like x");
@@ -334,8 +359,10 @@ uint32_t nv_op_support(const xpu_op_query *q) {
     return XPU_VERDICT_YES;
   case XPU_OP_SHADOW_MATMUL:
     return is_float(in) && (out == 0 || out == in) ? XPU_VERDICT_YES : XPU_VERDICT_NO;
-  case XPU_OP_SPARSE_FFN: /* no kernel yet: graph_analyze refuses it too */
-    return XPU_VERDICT_NO;
+  case XPU_OP_SPARSE_FFN: /* the weight is the bundles' dtype */
+    if (!is_float(in) || (out && out != in)) return XPU_VERDICT_NO;
+    return !w || w == XPU_DT_F32 || w == XPU_DT_F16 || w == XPU_DT_Q8_0 || w == XPU_DT_Q4_0 ? XPU_VERDICT_YES
+                                                                                          : XPU_VERDICT_NO;
   default:
     /* elementwise, norms, softmax, rope: f32/f16 in and out */
     return is_float(in) && (out == 0 || out == in) ? XPU_VERDICT_YES : XPU_VERDICT_NO;

@@ -325,6 +325,7 @@ xpu_status nv_k_softmax(nv_run *r, const xpu_ir_node *n) { return rows_op(r, n);
 
 uint64_t nv_node_shared(const xpu_ir_graph *g, const xpu_ir_node *n) {
   if (n->op == XPU_OP_SHADOW_MATMUL) return nv_shadow_shared(g, n);
+  if (n->op == XPU_OP_SPARSE_FFN) return nv_sparse_shared(g, n);
   if (n->op != XPU_OP_MATMUL) return 0;
   return nv_is_w8a8(g, n) ? nv_w8a8_shared(g, n) : nv_matmul_shared(g, n);
 }
@@ -338,6 +339,7 @@ uint64_t nv_node_scratch(const xpu_ir_graph *g, const xpu_ir_node *n) {
   case XPU_OP_ROPE: return 2 * last * 4 + 64;
   case XPU_OP_MATMUL: return nv_is_w8a8(g, n) ? nv_w8a8_scratch(g, n) : nv_matmul_scratch(g, n);
   case XPU_OP_ATTENTION: return nv_attention_scratch(g, n);
+  case XPU_OP_SPARSE_FFN: return nv_sparse_scratch(g, n);
   default: return 0;
   }
 }

@@ -58,7 +58,7 @@ static void b_row_f32(uint32_t bt, const uint8_t *row, int64_t k0, int64_t kc, f
   }
 }
 
-static float dot_f32(const float *a, const float *b, int64_t k) {
+float nv_dot_f32(const float *a, const float *b, int64_t k) {
   float32x4_t s0 = vdupq_n_f32(0), s1 = s0, s2 = s0, s3 = s0;
   int64_t i = 0;
   for (; i + 16 <= k; i += 16) {
@@ -74,7 +74,7 @@ static float dot_f32(const float *a, const float *b, int64_t k) {
 }
 
 /* four independent sums: two would leave the loop bound by the FMA latency */
-static float dot_f16(const float *a, const uint16_t *b, int64_t k) {
+float nv_dot_f16(const float *a, const uint16_t *b, int64_t k) {
   float32x4_t s0 = vdupq_n_f32(0), s1 = s0, s2 = s0, s3 = s0;
   int64_t i = 0;
   for (; i + 16 <= k; i += 16) {
@@ -394,7 +394,7 @@ static void gemv_rows(mm_args *A, int64_t n0, int64_t n1) {
       float acc[GEMV_MAX_M] = {0};
       for (int64_t k0 = 0; k0 < A->K; k0 += 256) {
         b_row_f32(A->bt, A->b + n * A->bstride, k0, 256, 0, buf);
-        for (int64_t m = 0; m < A->M; m++) acc[m] += dot_f32(A->a + m * A->K + k0, buf, 256);
+        for (int64_t m = 0; m < A->M; m++) acc[m] += nv_dot_f32(A->a + m * A->K + k0, buf, 256);
       }
       for (int64_t m = 0; m < A->M; m++) A->c[m * A->N + n] = acc[m];
     }
@@ -406,8 +406,8 @@ static void gemv_rows(mm_args *A, int64_t n0, int64_t n1) {
       const float *a = A->a + m * A->K;
       float s;
       switch (A->bt) {
-      case XPU_DT_F32: s = dot_f32(a, (const float *)row, A->K); break;
-      case XPU_DT_F16: s = dot_f16(a, (const uint16_t *)row, A->K); break;
+      case XPU_DT_F32: s = nv_dot_f32(a, (const float *)row, A->K); break;
+      case XPU_DT_F16: s = nv_dot_f16(a, (const uint16_t *)row, A->K); break;
       case XPU_DT_BF16: s = dot_bf16(a, (const uint16_t *)row, A->K); break;
       default: s = dot_i8(a, (const int8_t *)row, A->K, A->scale); break;
       }

@@ -221,6 +221,13 @@ xpu_status nv_k_shadow(nv_run *r, const xpu_ir_node *n);
 uint64_t nv_w8a8_scratch(const xpu_ir_graph *g, const xpu_ir_node *n);
 uint64_t nv_w8a8_shared(const xpu_ir_graph *g, const xpu_ir_node *n);
 uint64_t nv_shadow_shared(const xpu_ir_graph *g, const xpu_ir_node *n);
+/* op set 3 (k_sparse.c): SPARSE_FFN, PowerInfer-2's neuron-bundle FFN */
+xpu_status nv_k_sparse_ffn(nv_run *r, const xpu_ir_node *n);
+uint64_t nv_sparse_scratch(const xpu_ir_graph *g, const xpu_ir_node *n);
+uint64_t nv_sparse_shared(const xpu_ir_graph *g, const xpu_ir_node *n);
+/* float dot products of an f32 row with an f32 / f16 row (k_matmul.c) */
+float nv_dot_f32(const float *a, const float *b, int64_t k);
+float nv_dot_f16(const float *a, const uint16_t *b, int64_t k);
 
 /* Runs fn on the execution's threads (1 thread when work is below the threshold). */
 static inline void nv_parallel(nv_run *r, int64_t work, nv_task_fn fn, void *arg) {

@@ -543,6 +543,103 @@ static void test_kquant(xpu_context ctx, uint32_t dt) {
   free(wq), free(xd), free(deq), free(want);
 }
 
+
+/* SPARSE_FFN (op set 3) over Q4_0 bundles that are an input (the runner's cache), not a
+ * constant: gated ReLU, padded rows (R = 3D + 32), idx with empty slots and a duplicate, M and
+ * the listed count large enough that two threads share the neurons and their accumulators are
+ * added. The idx and bundles are rewritten between runs of one execution; an index outside
+ * [-1, S) fails the run with INVALID_ARG. Compared with a double-precision sum here (x is
+ * quantized to Q8_0 by the kernel: within a few % of the peak). */
+enum { SF_M = 4, SF_D = 128, SF_S = 40, SF_R = 3 * SF_D + 32, SF_K = 48, SF_RB = SF_R / 32 * 18 };
+
+static float sf_value(const uint8_t *row, int j) {
+  const uint8_t *b = row + (j / 32) * 18;
+  float d = half_at(b);
+  int i = j % 32, q = i < 16 ? (b[2 + i] & 15) : (b[2 + i - 16] >> 4);
+  return d * (float)(q - 8);
+}
+
+static void sf_want(const float *x, const uint8_t *bund, const int32_t *idx, double *want, double *peak) {
+  *peak = 1;
+  for (int i = 0; i < SF_M * SF_D; i++) want[i] = 0;
+  for (int m = 0; m < SF_M; m++)
+    for (int k = 0; k < SF_K; k++) {
+      if (idx[k] < 0) continue;
+      const uint8_t *row = bund + (size_t)idx[k] * SF_RB;
+      double gt = 0, up = 0;
+      for (int j = 0; j < SF_D; j++) {
+        gt += (double)sf_value(row, j) * x[m * SF_D + j];
+        up += (double)sf_value(row, SF_D + j) * x[m * SF_D + j];
+      }
+      if (gt <= 0) continue;
+      for (int j = 0; j < SF_D; j++) want[m * SF_D + j] += gt * up * sf_value(row, 2 * SF_D + j);
+    }
+  for (int i = 0; i < SF_M * SF_D; i++) *peak = fmax(*peak, fabs(want[i]));
+}
+
+static void sf_fill(uint8_t *bund, int32_t *idx, unsigned *seed) {
+  static const uint16_t scales[3] = {0x2800, 0x2C00, 0x3000}; /* 1/32, 1/16, 1/8: exact in f16 */
+  for (int b = 0; b < SF_S * SF_R / 32; b++) {
+    uint8_t *blk = bund + (size_t)b * 18;
+    uint16_t d = scales[(*seed >> 9) % 3];
+    memcpy(blk, &d, 2);
+    for (int i = 0; i < 16; i++) blk[2 + i] = (uint8_t)((frand(seed) + 1) * 128);
+  }
+  for (int k = 0; k < SF_K; k++) {
+    idx[k] = frand(seed) < -0.4f ? -1 : (int32_t)((frand(seed) + 1) * 0.5f * SF_S) % SF_S;
+    if (k % 7 == 6) idx[k] = idx[k - 1];
+  }
+}
+
+static void test_sparse_ffn(xpu_context ctx) {
+  xpu_irb g = {0};
+  int64_t xs[2] = {SF_M, SF_D}, bs[2] = {SF_S, SF_R}, is[1] = {SF_K};
+  uint32_t x = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 2, xs);
+  uint32_t b = xpu_irb_tensor(&g, XPU_DT_Q4_0, XPU_TENSOR_INPUT, 2, bs);
+  uint32_t ids = xpu_irb_tensor(&g, XPU_DT_I32, XPU_TENSOR_INPUT, 1, is);
+  uint32_t y = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 2, xs);
+  uint32_t in[3] = {x, b, ids};
+  xpu_irb_node(&g, XPU_OP_SPARSE_FFN, y, 3, in);
+  xpu_irb_output(&g, y);
+  xpu_executable exe = prepare(ctx, &g, NULL);
+  static float xd[SF_M * SF_D], yo[SF_M * SF_D];
+  static uint8_t bund[SF_S * SF_RB];
+  static int32_t idx[SF_K];
+  static double want[SF_M * SF_D];
+  unsigned seed = 18;
+  for (int i = 0; i < SF_M * SF_D; i++) xd[i] = frand(&seed);
+  sf_fill(bund, idx, &seed);
+  xpu_buffer bx = upload(ctx, xd, sizeof xd), bb = upload(ctx, bund, sizeof bund), bi = upload(ctx, idx, sizeof idx),
+             by = upload(ctx, NULL, sizeof yo);
+  xpu_execution ex = 0;
+  EXPECT(api->execution_create(exe, &ex), XPU_OK);
+  EXPECT(api->execution_bind(ex, 0, bx, 0), XPU_OK);
+  EXPECT(api->execution_bind(ex, 1, bb, 0), XPU_OK);
+  EXPECT(api->execution_bind(ex, 2, bi, 0), XPU_OK);
+  EXPECT(api->execution_bind(ex, 3, by, 0), XPU_OK);
+  for (int run = 0; run < 2; run++) {
+    if (run) { /* the host rewrites its cache and the list in place */
+      sf_fill(bund, idx, &seed);
+      EXPECT(api->buffer_write(bb, 0, bund, sizeof bund), XPU_OK);
+      EXPECT(api->buffer_write(bi, 0, idx, sizeof idx), XPU_OK);
+    }
+    EXPECT(api->execution_run(ex), XPU_OK);
+    api->buffer_read(by, 0, yo, sizeof yo);
+    double peak;
+    sf_want(xd, bund, idx, want, &peak);
+    double e = max_err(yo, want, SF_M * SF_D);
+    CHECK(e < 0.06 * peak, "sparse ffn (run %d): max error %g of peak %g", run, e, peak);
+  }
+  int32_t bad[2] = {SF_S, -2};
+  for (int i = 0; i < 2; i++) {
+    EXPECT(api->buffer_write(bi, 4 * 5, &bad[i], 4), XPU_OK);
+    expect_err(api->execution_run(ex), XPU_E_INVALID_ARG, ex, "sparse ffn with an index out of range");
+  }
+  EXPECT(api->execution_release(ex), XPU_OK);
+  EXPECT(api->executable_release(exe), XPU_OK);
+  api->buffer_release(bx), api->buffer_release(bb), api->buffer_release(bi), api->buffer_release(by);
+}
+
 /* f32 GEMM large enough for several blocks, plus causal softmax, checked against double */
 static void test_gemm_softmax(xpu_context ctx) {
   enum { M = 37, N = 1100, K = 300 };
@@ -757,6 +854,8 @@ int main(int argc, char **argv) {
   for (uint32_t dt = XPU_DT_Q4_K; dt <= XPU_DT_Q6_K; dt++) test_kquant(c8, dt);
   test_w8a8(ctx);
   test_w8a8(c8);
+  test_sparse_ffn(ctx);
+  test_sparse_ffn(c8);
   EXPECT(api->context_release(c8), XPU_OK);
   test_gemm_softmax(ctx);
   test_concurrency(ctx);
