@@ -225,3 +225,33 @@ func TestSparseFFNSupport(t *testing.T) {
 		assert.Equal(t, core.VerdictYes, dev.OpSupport(core.QueryFor(g.Nodes[0])))
 	}
 }
+
+// TestSparseFFNSameBytesAnyThreads: the listed neurons are summed per chunk and the chunks in
+// order, so the bytes do not depend on the thread count or on which thread took which chunk.
+func TestSparseFFNSameBytesAnyThreads(t *testing.T) {
+	ctx := context.Background()
+	for _, f := range pluginFiles(t) {
+		dev := openUsable(t, f).Devices()[0]
+		for _, c := range []sparseKernelCase{
+			{M: 1, D: 512, S: 600, Kn: 600, fill: 0.3, bdt: core.Q4_0, xdt: core.F32},
+			{M: 9, D: 128, S: 80, Kn: 80, fill: 0.8, bdt: core.F16, xdt: core.F32, act: core.SparseSiLU},
+		} {
+			g := c.graph()
+			in := c.inputs(t, rand.New(rand.NewPCG(3, 18)))
+			var first []byte
+			for _, th := range []string{"1", "2", "2", "1"} {
+				s, err := sched.NewSession(ctx, g, []core.Device{dev}, sched.Strict(),
+					sched.WithContextOptions(map[string]string{"threads": th}))
+				require.NoError(t, err)
+				got, err := s.Run(ctx, in)
+				s.Close()
+				require.NoError(t, err)
+				if first == nil {
+					first = got[0]
+					continue
+				}
+				require.Equal(t, first, got[0], "%s %s threads=%s", filepath.Base(f), c, th)
+			}
+		}
+	}
+}
