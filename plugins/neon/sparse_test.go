@@ -96,16 +96,28 @@ func sparseKernelCases() []sparseKernelCase {
 	return cs
 }
 
+// eachBuild runs fn in a subtest per NEON build, skipping (only that subtest) a build this CPU
+// cannot run.
+func eachBuild(t *testing.T, fn func(t *testing.T, dev core.Device, build string)) {
+	for _, f := range pluginFiles(t) {
+		t.Run(filepath.Base(f), func(t *testing.T) { fn(t, openUsable(t, f).Devices()[0], filepath.Base(f)) })
+	}
+}
+
 // TestSparseFFNKernel compares every path of the kernel (each bundle dtype, activation, gating,
 // M, f16 x and output, 1 and 2 threads, both int8 dot paths) with core/ref.
 func TestSparseFFNKernel(t *testing.T) {
 	ctx := context.Background()
 	opts := []map[string]string{{"threads": "2"}, {"threads": "1"}, {"threads": "2", "int8dot": "0"}}
-	for _, f := range pluginFiles(t) {
-		dev := openUsable(t, f).Devices()[0]
+	if raceEnabled || testing.Short() {
+		// the Go side dominates under -race: one thread count (the bytes do not depend on it,
+		// TestSparseFFNSameBytesAnyThreads) and both int8 paths
+		opts = []map[string]string{{"threads": "2"}, {"threads": "2", "int8dot": "0"}}
+	}
+	eachBuild(t, func(t *testing.T, dev core.Device, _ string) {
 		for _, o := range opts {
 			for _, c := range sparseKernelCases() {
-				name := fmt.Sprintf("%s/threads=%s,int8dot=%s/%s", filepath.Base(f), o["threads"], o["int8dot"], c)
+				name := fmt.Sprintf("threads=%s,int8dot=%s/%s", o["threads"], o["int8dot"], c)
 				t.Run(name, func(t *testing.T) {
 					rng := rand.New(rand.NewPCG(uint64(c.M*c.D+c.Kn), 18))
 					g := c.graph()
@@ -114,7 +126,7 @@ func TestSparseFFNKernel(t *testing.T) {
 				})
 			}
 		}
-	}
+	})
 }
 
 // compareSparse runs each input set through one session (so one prepared executable sees them
@@ -165,10 +177,9 @@ func compareSparse(ctx context.Context, t *testing.T, g *core.Graph, dev core.De
 // an earlier call may be reused.
 func TestSparseFFNBundlesRewritten(t *testing.T) {
 	ctx := context.Background()
-	for _, f := range pluginFiles(t) {
-		dev := openUsable(t, f).Devices()[0]
+	eachBuild(t, func(t *testing.T, dev core.Device, _ string) {
 		for _, bdt := range []core.DType{core.Q4_0, core.Q8_0, core.F16, core.F32} {
-			t.Run(filepath.Base(f)+"/"+bdt.String(), func(t *testing.T) {
+			t.Run(bdt.String(), func(t *testing.T) {
 				c := sparseKernelCase{M: 1, D: 128, S: 64, Kn: 64, fill: 0.3, bdt: bdt, xdt: core.F32}
 				rng := rand.New(rand.NewPCG(1, 18))
 				ins := [][][]byte{c.inputs(t, rng), c.inputs(t, rng)}
@@ -178,15 +189,14 @@ func TestSparseFFNBundlesRewritten(t *testing.T) {
 				compareSparse(ctx, t, c.graph(), dev, map[string]string{"threads": "2"}, bdt, ins)
 			})
 		}
-	}
+	})
 }
 
 // TestSparseFFNBadIndex: an index outside [-1, S) fails the run with an invalid-argument
 // error that names it, and the next valid run still works.
 func TestSparseFFNBadIndex(t *testing.T) {
 	ctx := context.Background()
-	for _, f := range pluginFiles(t) {
-		dev := openUsable(t, f).Devices()[0]
+	eachBuild(t, func(t *testing.T, dev core.Device, _ string) {
 		c := sparseKernelCase{M: 2, D: 64, S: 10, Kn: 4, fill: 1, bdt: core.Q4_0, xdt: core.F32}
 		s, err := sched.NewSession(ctx, c.graph(), []core.Device{dev}, sched.Strict())
 		require.NoError(t, err)
@@ -199,14 +209,13 @@ func TestSparseFFNBadIndex(t *testing.T) {
 		_, err = s.Run(ctx, in)
 		require.NoError(t, err)
 		s.Close()
-	}
+	})
 }
 
 // TestSparseFFNSupport: op_support answers by the bundles' dtype (QueryFor passes it as the
 // weight dtype).
 func TestSparseFFNSupport(t *testing.T) {
-	for _, f := range pluginFiles(t) {
-		dev := openUsable(t, f).Devices()[0]
+	eachBuild(t, func(t *testing.T, dev core.Device, _ string) {
 		for _, c := range []struct {
 			in, w core.DType
 			want  core.Verdict
@@ -223,5 +232,34 @@ func TestSparseFFNSupport(t *testing.T) {
 		g := sparseKernelCase{M: 1, D: 32, S: 4, Kn: 2, bdt: core.Q4_0, xdt: core.F32}.graph()
 		require.NoError(t, g.Err())
 		assert.Equal(t, core.VerdictYes, dev.OpSupport(core.QueryFor(g.Nodes[0])))
-	}
+	})
+}
+
+// TestSparseFFNSameBytesAnyThreads: the listed neurons are summed per chunk and the chunks in
+// order, so the bytes do not depend on the thread count or on which thread took which chunk.
+func TestSparseFFNSameBytesAnyThreads(t *testing.T) {
+	ctx := context.Background()
+	eachBuild(t, func(t *testing.T, dev core.Device, build string) {
+		for _, c := range []sparseKernelCase{
+			{M: 1, D: 512, S: 600, Kn: 600, fill: 0.3, bdt: core.Q4_0, xdt: core.F32},
+			{M: 9, D: 128, S: 80, Kn: 80, fill: 0.8, bdt: core.F16, xdt: core.F32, act: core.SparseSiLU},
+		} {
+			g := c.graph()
+			in := c.inputs(t, rand.New(rand.NewPCG(3, 18)))
+			var first []byte
+			for _, th := range []string{"1", "2", "2", "1"} {
+				s, err := sched.NewSession(ctx, g, []core.Device{dev}, sched.Strict(),
+					sched.WithContextOptions(map[string]string{"threads": th}))
+				require.NoError(t, err)
+				got, err := s.Run(ctx, in)
+				s.Close()
+				require.NoError(t, err)
+				if first == nil {
+					first = got[0]
+					continue
+				}
+				require.Equal(t, first, got[0], "%s %s threads=%s", build, c, th)
+			}
+		}
+	})
 }

@@ -7,14 +7,12 @@
  * from them is packed or kept.
  *
  * Per call: x is quantized to Q8_0 once (Q8_0/Q4_0 bundles); the listed ids are validated and
- * compacted; each thread takes an equal contiguous share of them (a static split keeps the
- * summation order, so the result is deterministic; with hundreds of neurons per thread the
- * zero-activation skips even out between threads); each neuron's
+ * compacted and cut into contiguous chunks, which threads take as they finish; each neuron's
  * gate dot runs for all M rows with the plugin's Q4_0/Q8_0 x Q8_0 kernels (k_quant.c), rows
  * whose activation is exactly 0 are dropped, the up dot runs for the rest, and the down column
  * is decoded one 32-value block at a time into registers and added, scaled by each live row's
- * h, into the thread's own f32 accumulator. Thread 0 accumulates into the output itself; the
- * others' accumulators are added at the end, over column ranges in parallel.
+ * h, into its chunk's f32 sum. The chunks' sums are added in chunk order at the end, over
+ * column ranges in parallel: the result does not depend on timing or on the thread count.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -32,14 +30,18 @@
 
 static uint64_t al64(uint64_t v) { return (v + 63) & ~(uint64_t)63; }
 
+#define SP_MAX_CHUNKS 16
+#define SP_ACC_BYTES ((uint64_t)4 << 20)
+
 /* where each part of a node's work areas lies (bytes from the area's start) */
 typedef struct {
   int64_t M, D, Kn;
   int x16, o16, quant;
-  /* shared: [f32 x][Q8_0 x: scales, sums, values][nv_qact per row][listed ids][f32 out] */
-  uint64_t sh_x, sh_qd, sh_qs, sh_qq, sh_act, sh_ids, sh_out, sh_bytes;
-  /* per thread: [f32 accumulator][g, u per row][live rows][nv_qact per live row] */
-  uint64_t t_acc, t_g, t_u, t_live, t_act, t_bytes;
+  int64_t chunks; /* the listed neurons are cut into this many chunks, each with its sum */
+  /* shared: [f32 x][Q8_0 x: scales, sums, values][nv_qact per row][listed ids][f32 sum per chunk] */
+  uint64_t sh_x, sh_qd, sh_qs, sh_qq, sh_act, sh_ids, sh_acc, sh_bytes;
+  /* per thread: [g, u per row][live rows][nv_qact per live row] */
+  uint64_t t_g, t_u, t_live, t_act, t_bytes;
 } sp_layout;
 
 static void sp_plan(const xpu_ir_graph *g, const xpu_ir_node *n, sp_layout *L) {
@@ -67,12 +69,19 @@ static void sp_plan(const xpu_ir_graph *g, const xpu_ir_node *n, sp_layout *L) {
   }
   L->sh_ids = off;
   off += al64((uint64_t)L->Kn * 4);
-  L->sh_out = off;
-  if (L->o16) off += al64(M * D * 4);
+  /* Chunks, not threads, own the partial sums: threads take chunks as they finish (a thread that
+   * is descheduled, or runs on a slower core, does not hold the others up) and the chunks' sums
+   * are added in chunk order, so the result does not depend on which thread took what, nor on
+   * the thread count. 16 chunks at decode (16 x 16 KB at D = 4096); fewer for large M, within
+   * SP_ACC_BYTES. */
+  uint64_t per = M * D * 4;
+  L->chunks = per ? (int64_t)(SP_ACC_BYTES / per) : 1;
+  if (L->chunks > SP_MAX_CHUNKS) L->chunks = SP_MAX_CHUNKS;
+  if (L->chunks < 1) L->chunks = 1;
+  L->sh_acc = off;
+  off += (uint64_t)L->chunks * al64(per);
   L->sh_bytes = off;
   off = 0;
-  L->t_acc = off;
-  off += al64(M * D * 4);
   L->t_g = off;
   off += al64(M * 4);
   L->t_u = off;
@@ -108,10 +117,11 @@ typedef struct {
   const float *x;     /* f32 [M, D] */
   const nv_qact *qa;  /* per row of x, its Q8_0 form (quantized bundles) */
   nv_qdot_fn qdot;
-  float *acc0;        /* thread 0's accumulator: the f32 output or the shared f32 buffer */
+  float *acc;         /* L->chunks sums of M*D values, al64-strided */
+  uint64_t acc_stride; /* floats */
+  unsigned char used[SP_MAX_CHUNKS]; /* chunks that listed a neuron (their sum is written) */
+  atomic_int next;     /* the next chunk to take */
   void *out;
-  unsigned char used[NV_MAX_CPUS]; /* threads whose accumulator holds a sum */
-  int nth;
 } sp_args;
 
 static inline float sp_act(int act, float v) {
@@ -303,11 +313,18 @@ static void sp_dots(const sp_args *A, const uint8_t *seg, const int32_t *rows, i
   }
 }
 
+static void sp_chunk(sp_args *A, int tid, int64_t c);
+
 static void sp_task(void *arg, int tid, int nth) {
   sp_args *A = (sp_args *)arg;
+  (void)nth;
+  for (int c; (c = atomic_fetch_add_explicit(&A->next, 1, memory_order_relaxed)) < A->L->chunks;) sp_chunk(A, tid, c);
+}
+
+static void sp_chunk(sp_args *A, int tid, int64_t c) {
   const sp_layout *L = A->L;
   uint8_t *ws = (uint8_t *)nv_scratch(A->r, tid);
-  float *acc = tid == 0 ? A->acc0 : (float *)(ws + L->t_acc);
+  float *acc = A->acc + (uint64_t)c * A->acc_stride;
   float *g = (float *)(ws + L->t_g), *u = (float *)(ws + L->t_u);
   int32_t *live = (int32_t *)(ws + L->t_live);
   nv_qact *lact = (nv_qact *)(ws + L->t_act);
@@ -315,19 +332,11 @@ static void sp_task(void *arg, int tid, int nth) {
   const int64_t D = L->D, MD = L->M * L->D;
   void (*axpy)(const uint8_t *, int64_t, const float *, const int32_t *, int, float *) =
       A->bdt == XPU_DT_Q4_0 ? sp_axpy_q4 : A->bdt == XPU_DT_Q8_0 ? sp_axpy_q8 : A->bdt == XPU_DT_F16 ? sp_axpy_f16 : sp_axpy_f32;
-  if (tid == 0) {
-    A->nth = nth;
-    memset(acc, 0, (size_t)MD * 4); /* the output is all zeros when no neuron is live */
-  }
-  /* a static split: the sum's order, hence its rounding, must not depend on timing (a
-   * conformance requirement: the same inputs give the same bytes) */
   int64_t k0, k1;
-  nv_range(A->n_ids, tid, nth, 1, &k0, &k1);
+  nv_range(A->n_ids, (int)c, (int)L->chunks, 1, &k0, &k1);
   if (k0 >= k1) return;
-  if (tid != 0) {
-    memset(acc, 0, (size_t)MD * 4);
-    A->used[tid] = 1;
-  }
+  memset(acc, 0, (size_t)MD * 4);
+  A->used[c] = 1;
   const uint8_t *bdown[SP_BATCH];
   float bh[SP_BATCH];
   int nbatch = 0;
@@ -368,21 +377,30 @@ static void sp_task(void *arg, int tid, int nth) {
   if (nbatch) sp_flush(A->bdt, bdown, bh, nbatch, D, acc);
 }
 
-/* out = acc0 + the other used accumulators, over a range of the M*D values */
+/* out = the sum of the used chunks' sums in chunk order (0 where none is), over a range of the
+ * M*D values */
 static void sp_reduce_task(void *arg, int tid, int nth) {
   sp_args *A = (sp_args *)arg;
   const sp_layout *L = A->L;
   int64_t e0, e1, MD = L->M * L->D;
   nv_range(MD, tid, nth, 64, &e0, &e1);
   if (e0 >= e1) return;
-  for (int t = 1; t < A->nth; t++) {
-    if (!A->used[t]) continue;
-    const float *src = (const float *)(A->r->scratch + (uint64_t)t * A->r->scratch_bytes + L->t_acc);
-    int64_t i = e0;
-    for (; i + 4 <= e1; i += 4) vst1q_f32(A->acc0 + i, vaddq_f32(vld1q_f32(A->acc0 + i), vld1q_f32(src + i)));
-    for (; i < e1; i++) A->acc0[i] += src[i];
+  float tmp[256];
+  for (int64_t b0 = e0; b0 < e1; b0 += 256) {
+    int64_t n = e1 - b0 < 256 ? e1 - b0 : 256;
+    memset(tmp, 0, sizeof tmp);
+    for (int64_t c = 0; c < L->chunks; c++) {
+      if (!A->used[c]) continue;
+      const float *src = A->acc + (uint64_t)c * A->acc_stride + b0;
+      int64_t i = 0;
+      for (; i + 4 <= n; i += 4) vst1q_f32(tmp + i, vaddq_f32(vld1q_f32(tmp + i), vld1q_f32(src + i)));
+      for (; i < n; i++) tmp[i] += src[i];
+    }
+    if (L->o16)
+      nv_f32_row_to_f16(tmp, (uint16_t *)A->out + b0, n);
+    else
+      memcpy((float *)A->out + b0, tmp, (size_t)n * 4);
   }
-  if (L->o16) nv_f32_row_to_f16(A->acc0 + e0, (uint16_t *)A->out + e0, e1 - e0);
 }
 
 typedef struct {
@@ -444,7 +462,8 @@ xpu_status nv_k_sparse_ffn(nv_run *r, const xpu_ir_node *n) {
   A->ids = ids;
   A->n_ids = n_ids;
   A->out = r->ptr[n->output];
-  A->acc0 = L.o16 ? (float *)(r->shared + L.sh_out) : (float *)A->out;
+  A->acc = (float *)(r->shared + L.sh_acc);
+  A->acc_stride = al64((uint64_t)L.M * L.D * 4) / 4;
   int64_t MD = L.M * L.D;
   if (L.x16) {
     sp_cvt_args C = {(const uint16_t *)r->ptr[n->inputs[0]], (float *)(r->shared + L.sh_x), MD};
@@ -463,10 +482,8 @@ xpu_status nv_k_sparse_ffn(nv_run *r, const xpu_ir_node *n) {
     A->qa = qa;
     A->qdot = nv_qdot_select(A->bdt, r->int8dot);
   }
-  A->nth = 1;
+  atomic_store(&A->next, 0);
   nv_parallel(r, n_ids * MD * (A->ungated ? 2 : 3), sp_task, A);
-  int others = 0;
-  for (int t = 1; t < A->nth; t++) others |= A->used[t];
-  if (others || L.o16) nv_parallel(r, MD * (others ? A->nth : 1), sp_reduce_task, A);
+  nv_parallel(r, MD * L.chunks, sp_reduce_task, A);
   return XPU_OK;
 }
