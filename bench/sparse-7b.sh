@@ -24,13 +24,14 @@
 #
 # MODE=limit (default): before each run the page cache is dropped (sync; echo 3 >
 # /proc/sys/vm/drop_caches) and the cgroup emptied; the run is put into the cgroup v1 memory
-# group CGROUP (memory.limit_in_bytes = LIMIT, also memory.memsw.limit_in_bytes where it exists)
+# group CGROUP (memory.limit_in_bytes = LIMIT; memory.memsw.limit_in_bytes too when swap is on)
 # by a wrapper shell that writes its pid to cgroup.procs and execs the program, so the page
 # cache the program faults in is charged to the group. Recorded per run: decode tok/s, wall
-# time, the group's memory.max_usage_in_bytes and failcnt (both reset before the run; failcnt
-# is memory.failcnt + memory.memsw.failcnt: with memsw limited too, a charge over the limit
-# fails on the memsw counter first and only that one counts it), OOM kills of the group
-# (memory.oom_control), and the run's major faults (/usr/bin/time %F).
+# time, the group's memory.max_usage_in_bytes and memory.failcnt (both reset before the run),
+# OOM kills of the group (memory.oom_control), the run's major faults and disk reads
+# (/usr/bin/time %F, %I). With no swap, limiting memsw changes nothing, and recent kernels
+# (6.1x) count failures only on the memory counter: a limited memsw counter fails first and
+# uncounted, leaving failcnt at 0 although every charge over the limit had to reclaim.
 # Pages already in the page cache are charged to whichever group read them first and are not
 # dropped while another process maps them: run this only while no other process has MODEL or
 # TWIN open, or the limit does not bind (the script warns when one has).
@@ -217,11 +218,11 @@ oom_kills() { awk '$1 == "oom_kill" { print $2; f = 1 } END { if (!f) print 0 }'
 
 mkdir -p "$CGROUP"
 # cgroup_limit BYTES|-1: memsw (where the kernel has it) must stay ≥ the memory limit, so lift
-# it first and lower it last.
+# it first and lower it last; it is limited only when swap is on (see above).
 cgroup_limit() {
 	[[ -f "$CGROUP/memory.memsw.limit_in_bytes" ]] && echo -1 >"$CGROUP/memory.memsw.limit_in_bytes"
 	echo "$1" >"$CGROUP/memory.limit_in_bytes"
-	if [[ -f "$CGROUP/memory.memsw.limit_in_bytes" && "$1" != -1 ]]; then
+	if [[ -f "$CGROUP/memory.memsw.limit_in_bytes" && "$1" != -1 && $(wc -l </proc/swaps) -gt 1 ]]; then
 		echo "$1" >"$CGROUP/memory.memsw.limit_in_bytes" || echo "sparse-7b: memory.memsw.limit_in_bytes not set" >&2
 	fi
 	return 0
@@ -307,9 +308,11 @@ parse_llama() {
 	jq -r '.[] | select(.n_gen > 0 and .n_prompt == 0) | "\(.n_gen) \(.avg_ts)"' "$1" 2>/dev/null | head -1
 }
 
-# parse_xpu OUT ERR: "decode: 32 tokens in 1234.5 ms, 25.1 tok/s, ..." (xpu times tokens-1 steps).
+# parse_xpu OUT ERR: "decode: 8 tokens in 23456.7 ms, 0.3 tok/s, ..." (xpu times tokens-1
+# steps); the rate from the milliseconds, as the printed one has one decimal.
 parse_xpu() {
-	awk '$1 == "decode:" && $3 == "tokens" { for (i = 1; i <= NF; i++) if ($i ~ /^tok\/s/) t = $(i - 1); sub(/,$/, "", t); print $2, t }' "$2" | tail -1
+	awk '$1 == "decode:" && $3 == "tokens" && $4 == "in" && $6 == "ms," {
+		if ($2 > 1 && $5 > 0) printf "%d %.6f\n", $2, ($2 - 1) * 1000 / $5 }' "$2" | tail -1
 }
 
 run_config() {
