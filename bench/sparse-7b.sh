@@ -18,7 +18,10 @@
 #           on the unit neon{repack=0}: the Q4_0 weights stay in the file mapping (repacking
 #           copies them into anonymous memory at prepare, which cannot fit the limit).
 #           In MODE=free it runs on --backend neon with the default repacking.
-#   sparse  xpu run --sparse on (the sidecar MODEL.sparse.gguf) with --stats.
+#   sparse  xpu run --sparse on (the sidecar MODEL.sparse.gguf) with --stats, placed like dense:
+#           under the limit on neon{repack=0} (repacking copies the fixed region's weights,
+#           1.3 GB for the 7B model, into anonymous memory beside their page cache: OOM-killed
+#           at 50%), free on --backend neon.
 # All runs decode N tokens greedily (--temp 0, --spec off) from the same prompt (PROMPT; empty =
 # BOS only, as llama-bench -p 0), with THREADS threads.
 #
@@ -58,7 +61,7 @@
 #   PROMPT   prompt text (default empty: BOS only)
 #   DENSE_FLAGS  replaces the dense leg's placement flags (default: --units
 #            'neon{repack=0,threads=THREADS}' under the limit, --backend neon -t THREADS free)
-#   SPARSE_FLAGS replaces the sparse leg's placement flags (default --backend neon -t THREADS)
+#   SPARSE_FLAGS replaces the sparse leg's placement flags (default: as DENSE_FLAGS')
 #   XPU_FLAGS extra flags for both xpu legs
 #   CGROUP   the cgroup folder (default /sys/fs/cgroup/memory/xpu-sparse-bench; created)
 #   STEP_TIMEOUT seconds a run may take before it is killed and recorded as a timeout (default 1800)
@@ -271,6 +274,7 @@ measure() {
 	reset "$mode"
 	local others
 	others=$(holders "$model")
+	[[ $config == sparse && -f "$model.sparse.gguf" ]] && others+=$(holders "$model.sparse.gguf")
 	[[ -z "$others" ]] || echo "sparse-7b: WARNING: $model is open in pids $others: its pages they hold are not charged to the group" >&2
 	lb=$(loadavg)
 	oom0=$(oom_kills)
@@ -341,7 +345,13 @@ run_config() {
 		;;
 	sparse)
 		local place
-		read -r -a place <<<"${SPARSE_FLAGS:---backend neon -t $THREADS}"
+		if [[ -n "${SPARSE_FLAGS:-}" ]]; then
+			read -r -a place <<<"$SPARSE_FLAGS"
+		elif [[ $mode == limit ]]; then
+			place=(--units "neon{repack=0,threads=$THREADS}")
+		else
+			place=(--backend neon -t "$THREADS")
+		fi
 		measure "$mode" "$round" sparse "$MODEL" parse_xpu "$XPU" run --model "$MODEL" --sparse on "${place[@]}" \
 			"${xpu_common[@]}" --stats "${XPU_EXTRA[@]}"
 		;;
