@@ -62,6 +62,9 @@
 #   DENSE_FLAGS  replaces the dense leg's placement flags (default: --units
 #            'neon{repack=0,threads=THREADS}' under the limit, --backend neon -t THREADS free)
 #   SPARSE_FLAGS replaces the sparse leg's placement flags (default: as DENSE_FLAGS')
+#   FREE_BUDGET  the sparse leg's --budget in MODE=free (default 8GiB: everything fits, as the
+#            issue's unconstrained case asks; the sidecar's own budget would keep reading
+#            cold bundles with O_DIRECT past a warm page cache; "plan" keeps the sidecar's)
 #   XPU_FLAGS extra flags for both xpu legs
 #   CGROUP   the cgroup folder (default /sys/fs/cgroup/memory/xpu-sparse-bench; created)
 #   STEP_TIMEOUT seconds a run may take before it is killed and recorded as a timeout (default 1800)
@@ -352,6 +355,7 @@ run_config() {
 		else
 			place=(--backend neon -t "$THREADS")
 		fi
+		[[ $mode == free && ${FREE_BUDGET:-8GiB} != plan ]] && place+=(--budget "${FREE_BUDGET:-8GiB}")
 		measure "$mode" "$round" sparse "$MODEL" parse_xpu "$XPU" run --model "$MODEL" --sparse on "${place[@]}" \
 			"${xpu_common[@]}" --stats "${XPU_EXTRA[@]}"
 		;;
