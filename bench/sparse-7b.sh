@@ -105,14 +105,13 @@ table() {
 			for (i = 2; i <= n; i++) { if (a[i] + 0 < lo + 0) lo = a[i]; if (a[i] + 0 > hi + 0) hi = a[i] }
 			return n == 0 ? "-" : (lo == hi ? lo : lo "–" hi)
 		}
-		function status(k,    s, out) {
-			out = ""
-			for (s in statuses) if ((k, s) in st) out = out (out == "" ? "" : ", ") st[k, s] "× " s
+		function status(k,    s, i, n, names, out) {
+			out = ""; n = split("ok timeout oom failed", names, " ")
+			for (i = 1; i <= n; i++) { s = names[i]; if ((k, s) in st) out = out (out == "" ? "" : ", ") st[k, s] "× " s }
 			if (k in sh) out = out ", " sh[k] "× model open elsewhere (limit not binding)"
 			return out
 		}
 		END {
-		  statuses["ok"]; statuses["timeout"]; statuses["oom"]; statuses["failed"]
 		  print "| mode | config | model | decode t/s | tokens | wall s | cgroup peak MiB | failcnt | OOM kills | major faults | per token | MiB read from disk | per token | runs | load before → after |"
 		  print "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|"
 		  for (i = 1; i <= nk; i++) {
@@ -127,8 +126,10 @@ table() {
 		  print "| mode | ratio | of the medians | per-round range |"
 		  print "|---|---|--:|--:|"
 		  np = split("sparse/llama sparse/dense dense/llama", pairs, " ")
-		  for (i = 1; i <= nk; i++) modes[substr(order[i], 1, index(order[i], SUBSEP) - 1)] = 1
-		  for (md in modes) for (p = 1; p <= np; p++) {
+		  nm = 0
+		  for (i = 1; i <= nk; i++) { md = substr(order[i], 1, index(order[i], SUBSEP) - 1); if (!(md in modes)) { modes[md] = 1; mlist[++nm] = md } }
+		  for (mi = 1; mi <= nm; mi++) for (p = 1; p <= np; p++) {
+		    md = mlist[mi]
 		    split(pairs[p], ab, "/"); a = md SUBSEP ab[1]; b = md SUBSEP ab[2]
 		    if (!(a in seen) || !(b in seen)) continue
 		    lo = ""; hi = ""
