@@ -46,13 +46,15 @@ type runtimeConfig struct {
 	buffered    bool
 	recallEvery int
 	evict       Eviction
+	thOffset    float32
 	progress    func(done, total int64)
 	log         *slog.Logger
 	// gapBytes: rows of one request at most this far apart in the file are read in one go
 	// (reading a few unneeded rows costs less than another request on flash).
 	gapBytes int64
-	// stagingBytes is the minimum I/O buffer (the largest coalesced read).
+	// stagingBytes is the minimum I/O buffer of each reader (the largest coalesced read).
 	stagingBytes int64
+	readers      int
 }
 
 // WithContext sizes the fixed region's KV cache like plan-sparse: ctxLen positions of kv
@@ -82,6 +84,15 @@ func WithRecallSampling(every int) RuntimeOption {
 // WithEviction sets the cold cache's replacement policy (default EvictLRU).
 func WithEviction(p Eviction) RuntimeOption { return func(c *runtimeConfig) { c.evict = p } }
 
+// WithThresholdOffset raises (or, negative, lowers) the trained predictor's threshold by delta
+// in logit units: a neuron is selected when its logit exceeds the sidecar's threshold + delta.
+// A positive delta reads fewer cold bundles per token (the sidecar's threshold is set for high
+// recall, so most of what it selects turns out inactive) at the cost of recall; measure the
+// cost with xpu sparse-eval. It does not apply to a host predictor (WithPredictor).
+func WithThresholdOffset(delta float32) RuntimeOption {
+	return func(c *runtimeConfig) { c.thOffset = delta }
+}
+
 // WithLoadProgress has Load report bytes of hot rows read so far and in all.
 func WithLoadProgress(fn func(done, total int64)) RuntimeOption {
 	return func(c *runtimeConfig) { c.progress = fn }
@@ -89,6 +100,10 @@ func WithLoadProgress(fn func(done, total int64)) RuntimeOption {
 
 // WithLogger logs the runtime's decisions at debug level (it logs nothing above).
 func WithLogger(l *slog.Logger) RuntimeOption { return func(c *runtimeConfig) { c.log = l } }
+
+// WithReaders sets how many cold reads are in flight at once (default 4, each with its own
+// I/O buffer in the budget); 1 reads one span at a time.
+func WithReaders(n int) RuntimeOption { return func(c *runtimeConfig) { c.readers = n } }
 
 // withIO tunes coalescing and the staging buffer (tests and benchmarks).
 func withIO(gapBytes, stagingBytes int64) RuntimeOption {
@@ -155,7 +170,7 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	if m == nil || sc == nil {
 		return nil, fmt.Errorf("sparse: runtime needs a model and a sidecar: %w", core.ErrInvalidArgument)
 	}
-	cfg := runtimeConfig{ctxLen: min(m.Config.ContextLength, 4096), kv: core.F32, gapBytes: 32 << 10, stagingBytes: 1 << 20}
+	cfg := runtimeConfig{ctxLen: min(m.Config.ContextLength, 4096), kv: core.F32, gapBytes: 32 << 10, stagingBytes: 1 << 20, readers: 4}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -166,8 +181,11 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	switch {
 	case cfg.ctxLen < 1 || !cfg.kv.Valid():
 		return nil, fmt.Errorf("sparse: runtime context %d of %s: %w", cfg.ctxLen, cfg.kv, core.ErrInvalidArgument)
-	case cfg.budget < 0 || cfg.recallEvery < 0:
-		return nil, fmt.Errorf("sparse: budget %d, recall sampling every %d: %w", cfg.budget, cfg.recallEvery, core.ErrInvalidArgument)
+	case math.IsNaN(float64(cfg.thOffset)) || math.IsInf(float64(cfg.thOffset), 0):
+		return nil, fmt.Errorf("sparse: threshold offset %v: %w", cfg.thOffset, core.ErrInvalidArgument)
+	case cfg.budget < 0 || cfg.recallEvery < 0 || cfg.readers < 1 || cfg.readers > 64:
+		return nil, fmt.Errorf("sparse: budget %d, recall sampling every %d, %d readers (1 to 64): %w",
+			cfg.budget, cfg.recallEvery, cfg.readers, core.ErrInvalidArgument)
 	case cfg.evict != EvictLRU && cfg.evict != EvictLeastFrequent:
 		return nil, fmt.Errorf("sparse: eviction policy %d: %w", cfg.evict, core.ErrInvalidArgument)
 	case c.Layers != sc.Layers() || c.Dim != sc.D || c.FFN != sc.F:
@@ -183,7 +201,8 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 		act = core.SparseReLU2
 	}
 	r.lay = llm.SparseLayout{DType: sc.BundleType, RowLen: int64(BundleWidth(sc.D, sc.Gated)), Neurons: sc.F, Act: act, Ungated: !sc.Gated}
-	r.trained, r.threshold = sc.Predictor(), sc.PredThreshold
+	r.trained, r.threshold = sc.Predictor(), sc.PredThreshold+cfg.thOffset
+	r.trained.Threshold = r.threshold // a fresh copy: the sidecar's stays as planned
 	if cfg.pred != nil {
 		r.host = cfg.pred
 	} else {
@@ -199,7 +218,7 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	}
 	fx := FixedRegion(m, cfg.ctxLen, cfg.kv, sc.PredRank)
 	var err error
-	r.split, err = splitBudget(budget, fx, stagingSize(cfg.stagingBytes, r.rowBytes), stagingSize(0, r.rowBytes), r.rowBytes, r.F,
+	r.split, err = splitBudget(budget, fx, int64(cfg.readers)*stagingSize(cfg.stagingBytes, r.rowBytes), stagingSize(0, r.rowBytes), r.rowBytes, r.F,
 		sc.HotCounts, func(l, i int) float32 { return sc.Freq(l)[i] })
 	if err != nil {
 		return nil, fmt.Errorf("%w (context %d, %s KV cache)", err, cfg.ctxLen, cfg.kv)
@@ -251,7 +270,18 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	r.gateRow = make([]float32, r.D)
 	r.req.rows = make([]uint64, 0, r.F)
 	r.resetCold()
-	r.w = &ioWorker{file: r.file, staging: alignedBuf(int(staging)), rowBytes: r.rowBytes, coldBase: r.coldBase, bases: bases,
+	// Each reader gets an equal share of the staging buffer; a budget that left only the
+	// minimum reads one span at a time.
+	readers := cfg.readers
+	if staging < int64(readers)*stagingSize(cfg.stagingBytes, r.rowBytes) {
+		readers = 1
+	}
+	per := staging / int64(readers) &^ (ioAlign - 1)
+	bufs := make([][]byte, readers)
+	for k := range bufs {
+		bufs[k] = alignedBuf(int(per))
+	}
+	r.w = &ioWorker{file: r.file, staging: bufs, rowBytes: r.rowBytes, coldBase: r.coldBase, bases: bases,
 		gap: cfg.gapBytes / r.rowBytes, reqs: make(chan *ioReq, 1), done: make(chan error, 1)}
 	r.workerQ.Add(1)
 	go func() {
@@ -308,7 +338,7 @@ func (r *Runtime) Load(ctx context.Context, cache []byte) error {
 	r.loaded = false
 	total := r.coldBase * r.rowBytes
 	var done int64
-	chunk := (int64(len(r.w.staging)) - 2*ioAlign) &^ (ioAlign - 1)
+	chunk := (int64(len(r.w.staging[0])) - 2*ioAlign) &^ (ioAlign - 1)
 	for l, h := range r.split.Hot {
 		n := int64(h) * r.rowBytes
 		dst := cache[r.hotBase[l]*r.rowBytes:]
@@ -317,7 +347,7 @@ func (r *Runtime) Load(ctx context.Context, cache []byte) error {
 				return err
 			}
 			k := min(chunk, n-o)
-			data, err := r.file.readSpan(r.w.staging, r.w.bases[l]+o, k)
+			data, err := r.file.readSpan(r.w.staging[0], r.w.bases[l]+o, k)
 			if err != nil {
 				return fmt.Errorf("sparse: loading layer %d's hot rows: %w", l, err)
 			}
