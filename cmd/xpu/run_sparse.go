@@ -24,6 +24,7 @@ type sparseFlags struct {
 	eviction  *string
 	thOffset  *float64
 	readers   *int
+	prefetch  *bool
 }
 
 func addSparseFlags(fs *flag.FlagSet) *sparseFlags {
@@ -38,8 +39,9 @@ func addSparseFlags(fs *flag.FlagSet) *sparseFlags {
 		eviction: fs.String("eviction", "lru", "with --sparse: the cold neuron cache's replacement policy, lru or lfu (least frequently used)"),
 		thOffset: fs.Float64("threshold-offset", 0, "with --sparse: added to the trained predictor's threshold (logits); above 0 selects "+
 			"and reads fewer neurons per token at some recall (check with xpu sparse-eval --threshold-offset)"),
-		readers: fs.Int("io-readers", 4, "with --sparse: cold reads in flight at once (each with a 1 MiB buffer in the budget)"),
-		recall:  fs.Int("recall-every", 0, "with --sparse --stats: measure the predictor's recall on every Nth layer step (0: off; costs host time)"),
+		readers:  fs.Int("io-readers", 4, "with --sparse: cold reads in flight at once (each with a 1 MiB buffer in the budget)"),
+		prefetch: fs.Bool("prefetch", true, "with --sparse: while a layer computes, read the next layer's predicted neurons (look-ahead)"),
+		recall:   fs.Int("recall-every", 0, "with --sparse --stats: measure the predictor's recall on every Nth layer step (0: off; costs host time)"),
 	}
 }
 
@@ -109,7 +111,8 @@ func (f *sparseFlags) open(ctx context.Context, m *llm.Model, path string, ctxLe
 		opts = append(opts, sparse.WithBudget(b))
 	}
 	ev, _ := parseEviction(*f.eviction) // checked
-	opts = append(opts, sparse.WithEviction(ev), sparse.WithThresholdOffset(float32(*f.thOffset)), sparse.WithReaders(*f.readers))
+	opts = append(opts, sparse.WithEviction(ev), sparse.WithThresholdOffset(float32(*f.thOffset)), sparse.WithReaders(*f.readers),
+		sparse.WithPrefetch(*f.prefetch))
 	if *f.predictor == "oracle" {
 		or, err := sparse.NewOracle(sc, 0)
 		if err != nil {

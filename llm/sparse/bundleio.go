@@ -118,6 +118,9 @@ func (b *bundleFile) close() error {
 type ioReq struct {
 	ctx   context.Context
 	layer int
+	// seq orders the requests (they complete in that order); prefetch marks a look-ahead.
+	seq      int64
+	prefetch bool
 	// rows holds row<<32 | slot, ascending (so by file offset).
 	rows []uint64
 }

@@ -3,6 +3,7 @@ package sparse
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -47,6 +48,7 @@ type runtimeConfig struct {
 	recallEvery int
 	evict       Eviction
 	thOffset    float32
+	prefetch    bool
 	progress    func(done, total int64)
 	log         *slog.Logger
 	// gapBytes: rows of one request at most this far apart in the file are read in one go
@@ -93,6 +95,15 @@ func WithThresholdOffset(delta float32) RuntimeOption {
 	return func(c *runtimeConfig) { c.thOffset = delta }
 }
 
+// WithPrefetch turns the look-ahead on or off (default on). With it, a one-token Select of
+// layer l also predicts layer l+1's neurons from layer l's FFN input (the trained predictor of
+// layer l+1 on the host: the residual stream changes little from one layer to the next, so
+// this finds almost all of them) and queues their reads behind layer l's: they load while the
+// runner computes the rest of layer l and layer l+1's attention, instead of after layer l+1's
+// Select. The next Select lists those still in flight in later, so nothing waits for them
+// before it must. It applies to the trained predictor (no WithPredictor) only.
+func WithPrefetch(on bool) RuntimeOption { return func(c *runtimeConfig) { c.prefetch = on } }
+
 // WithLoadProgress has Load report bytes of hot rows read so far and in all.
 func WithLoadProgress(fn func(done, total int64)) RuntimeOption {
 	return func(c *runtimeConfig) { c.progress = fn }
@@ -130,17 +141,26 @@ type Runtime struct {
 	file    *bundleFile
 	w       *ioWorker
 	workerQ sync.WaitGroup
-	req     ioReq
-	pending bool
-	reqErr  error
-	loaded  bool
-	closed  bool
-	closeMu sync.Once
-	closeEr error
+	// Requests go to the worker in order of seq and complete in that order: inflight holds
+	// those not completed yet (at most a prefetch, a Select's misses and the next prefetch),
+	// reqs the buffers, reused by seq modulo their count.
+	reqs      [4]ioReq
+	inflight  []*ioReq
+	issued    int64 // seq of the last request queued
+	completed int64 // seq of the last request completed
+	needSeq   int64 // the last Select's lists are in once completed reaches it
+	reqErr    error
+	loaded    bool
+	closed    bool
+	closeMu   sync.Once
+	closeEr   error
 
 	// cold cache: slot → layer·F + row (-1 empty) and back
 	slotKey []int32
 	where   []int32
+	slotSeq []int64 // seq of the request that loads the slot's neuron (loaded once completed)
+	slotPf  []bool  // the slot's neuron was prefetched and not selected since
+	pfLog   []float32
 	free    []int32
 	ev      evictor
 	hits    []int32 // slots of the selection in progress that were hits (pinned)
@@ -170,7 +190,7 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	if m == nil || sc == nil {
 		return nil, fmt.Errorf("sparse: runtime needs a model and a sidecar: %w", core.ErrInvalidArgument)
 	}
-	cfg := runtimeConfig{ctxLen: min(m.Config.ContextLength, 4096), kv: core.F32, gapBytes: 32 << 10, stagingBytes: 1 << 20, readers: 4}
+	cfg := runtimeConfig{ctxLen: min(m.Config.ContextLength, 4096), kv: core.F32, gapBytes: 32 << 10, stagingBytes: 1 << 20, readers: 4, prefetch: true}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -268,7 +288,15 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	r.predBuf = make([]int32, 0, r.F)
 	r.predMark = make([]bool, r.F)
 	r.gateRow = make([]float32, r.D)
-	r.req.rows = make([]uint64, 0, r.F)
+	for k := range r.reqs {
+		r.reqs[k].rows = make([]uint64, 0, r.F)
+	}
+	r.inflight = make([]*ioReq, 0, len(r.reqs))
+	r.slotSeq = make([]int64, slots)
+	r.slotPf = make([]bool, slots)
+	if cfg.prefetch && r.host == nil {
+		r.pfLog = make([]float32, r.F)
+	}
 	r.resetCold()
 	// Each reader gets an equal share of the staging buffer; a budget that left only the
 	// minimum reads one span at a time.
@@ -282,7 +310,7 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 		bufs[k] = alignedBuf(int(per))
 	}
 	r.w = &ioWorker{file: r.file, staging: bufs, rowBytes: r.rowBytes, coldBase: r.coldBase, bases: bases,
-		gap: cfg.gapBytes / r.rowBytes, reqs: make(chan *ioReq, 1), done: make(chan error, 1)}
+		gap: cfg.gapBytes / r.rowBytes, reqs: make(chan *ioReq, len(r.reqs)), done: make(chan error, len(r.reqs))}
 	r.workerQ.Add(1)
 	go func() {
 		defer r.workerQ.Done()
@@ -311,6 +339,7 @@ func (r *Runtime) resetCold() {
 	for i := range r.where {
 		r.where[i] = -1
 	}
+	clear(r.slotPf)
 	r.free = r.free[:0]
 	for s := len(r.slotKey) - 1; s >= 0; s-- {
 		r.free = append(r.free, int32(s))
@@ -382,7 +411,7 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 	case logits != nil && len(logits) != len(h)/D*F:
 		return nil, fmt.Errorf("sparse: %d logits for %d tokens of %d neurons: %w", len(logits), len(h)/D, F, core.ErrInvalidArgument)
 	}
-	r.drain()
+	r.settle(l)
 	if r.reqErr != nil {
 		r.cfg.log.Debug("sparse: the last Select's reads failed and nobody waited for them", "err", r.reqErr)
 		r.reqErr = nil
@@ -453,8 +482,9 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 	slices.Sort(active)
 
 	// Hot rows and hits first, pinning the hit slots so no miss evicts them.
+	// A hit whose prefetch is still in flight goes to later.
 	hot := int32(r.split.Hot[l])
-	nNow, nHot := 0, 0
+	nNow, nHot, nLater, pfUsed, pfLate := 0, 0, 0, 0, 0
 	misses := r.missRow[:0]
 	hits := r.hits[:0]
 	base := int32(l * F)
@@ -466,8 +496,18 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 			continue
 		}
 		if s := r.where[base+i]; s >= 0 {
-			now[nNow] = int32(r.coldBase) + s
-			nNow++
+			if r.slotPf[s] {
+				r.slotPf[s] = false
+				pfUsed++
+			}
+			if r.slotSeq[s] <= r.completed {
+				now[nNow] = int32(r.coldBase) + s
+				nNow++
+			} else {
+				later[nLater] = int32(r.coldBase) + s
+				nLater++
+				pfLate++
+			}
 			r.ev.remove(s)
 			hits = append(hits, s)
 			continue
@@ -481,8 +521,8 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 		dropped = len(misses) - room
 		misses = misses[:room]
 	}
-	rows := r.req.rows[:0]
-	nLater := 0
+	req := &r.reqs[(r.issued+1)%int64(len(r.reqs))]
+	rows := req.rows[:0]
 	for _, i := range misses {
 		var s int32
 		if n := len(r.free); n > 0 {
@@ -498,23 +538,32 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 				r.where[r.slotKey[s]], r.slotKey[s] = -1, -1
 				r.free = append(r.free, s)
 			}
-			r.req.rows = rows[:0]
+			req.rows = rows[:0]
 			return nil, fmt.Errorf("sparse: layer %d: no cold slot left for %d misses: %w", l, len(misses), core.ErrInternal)
 		}
 		if old := r.slotKey[s]; old >= 0 {
 			r.where[old] = -1
 		}
 		r.slotKey[s], r.where[base+i] = base+i, s
+		r.slotSeq[s], r.slotPf[s] = r.issued+1, false
 		later[nLater] = int32(r.coldBase) + s
 		nLater++
 		rows = append(rows, uint64(i)<<32|uint64(s))
 	}
-	r.req.rows = rows
+	req.rows = rows
 	if len(rows) > 0 {
 		// Reads start now, while the runner computes now's rows.
-		r.req.ctx, r.req.layer = ctx, l
-		r.w.reqs <- &r.req
-		r.pending = true
+		r.queue(ctx, req, l, false)
+	}
+	r.needSeq = r.issued
+	// The look-ahead, before this selection's slots go back to the evictor (so it cannot take
+	// them).
+	var sp time.Duration
+	pfRows := 0
+	if r.pfLog != nil && c == 1 && l+1 < r.L {
+		ts := time.Now()
+		pfRows = r.prefetch(ctx, l+1, h)
+		sp = time.Since(ts)
 	}
 	for _, s := range hits {
 		r.ev.push(s, true)
@@ -541,7 +590,11 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 	st.ColdHits += int64(len(hits))
 	st.ColdMisses += int64(len(rows))
 	st.Dropped += int64(dropped)
-	st.Predict += end.Sub(t0) - sampling
+	st.Predict += end.Sub(t0) - sampling - sp
+	st.PrefetchPredict += sp
+	st.PrefetchRows += int64(pfRows)
+	st.PrefetchUsed += int64(pfUsed)
+	st.PrefetchLate += int64(pfLate)
 	st.Sampling += sampling
 	st.Compute += compute
 	if sample {
@@ -592,33 +645,105 @@ func (r *Runtime) measure(l int, x []float32) (tp, pred, truth int64) {
 	return tp, pred, truth
 }
 
-// drain finishes the request in flight, if any; a failed one leaves its slots empty (their
-// bytes are not the neurons they were meant to hold).
-func (r *Runtime) drain() {
-	if !r.pending {
-		return
+// queue sends req (rows sorted by file offset, slots already assigned) to the I/O worker.
+func (r *Runtime) queue(ctx context.Context, req *ioReq, l int, prefetch bool) {
+	r.issued++
+	req.ctx, req.layer, req.seq, req.prefetch = ctx, l, r.issued, prefetch
+	r.inflight = append(r.inflight, req)
+	r.w.reqs <- req
+}
+
+// prefetch predicts layer l's neurons from x (the previous layer's FFN input) and queues the
+// reads of those neither hot nor cached, into free slots or the evictor's victims (the
+// selection in progress is out of its reach). It returns the rows queued.
+func (r *Runtime) prefetch(ctx context.Context, l int, x []float32) int {
+	r.pfLog = r.trained.Logits(l, x, r.pfLog)
+	hot := r.split.Hot[l]
+	base := int32(l * r.F)
+	req := &r.reqs[(r.issued+1)%int64(len(r.reqs))]
+	rows := req.rows[:0]
+	for i, v := range r.pfLog {
+		if v <= r.threshold || i < hot || r.where[base+int32(i)] >= 0 {
+			continue
+		}
+		var s int32
+		if n := len(r.free); n > 0 {
+			s, r.free = r.free[n-1], r.free[:n-1]
+		} else if s = r.ev.victim(); s < 0 {
+			break
+		}
+		if old := r.slotKey[s]; old >= 0 {
+			r.where[old] = -1
+		}
+		r.slotKey[s], r.where[base+int32(i)] = base+int32(i), s
+		r.slotSeq[s], r.slotPf[s] = r.issued+1, true
+		rows = append(rows, uint64(i)<<32|uint64(uint32(s)))
 	}
+	req.rows = rows
+	if len(rows) > 0 {
+		r.queue(ctx, req, l, true)
+	}
+	for _, rw := range rows {
+		r.ev.push(int32(uint32(rw)), false)
+	}
+	return len(rows)
+}
+
+// complete takes the oldest request's result (blocking until the worker sends it); a failed
+// request leaves its slots empty (their bytes are not the neurons they were meant to hold),
+// but for those a later request took over.
+func (r *Runtime) complete() {
 	err := <-r.w.done
-	r.pending = false
+	req := r.inflight[0]
+	r.inflight = append(r.inflight[:0], r.inflight[1:]...)
+	r.completed = req.seq
 	if err == nil {
 		return
 	}
-	for _, rw := range r.req.rows {
+	for _, rw := range req.rows {
 		s := int32(uint32(rw))
+		if r.slotSeq[s] != req.seq {
+			continue
+		}
 		if k := r.slotKey[s]; k >= 0 {
 			r.where[k] = -1
 		}
-		r.slotKey[s] = -1
+		r.slotKey[s], r.slotPf[s] = -1, false
 		r.ev.remove(s)
 		r.free = append(r.free, s)
 	}
-	r.reqErr = err
+	r.reqErr = errors.Join(r.reqErr, err)
 }
 
-// wait is what Select returns: it blocks until the last Select's reads are in the cache.
+// drain completes every request in flight.
+func (r *Runtime) drain() {
+	for len(r.inflight) > 0 {
+		r.complete()
+	}
+}
+
+// settle, at the start of layer l's Select, completes every request in flight but a prefetch
+// of layer l (which Select lists as later where it is still loading), then takes whatever the
+// worker has finished since.
+func (r *Runtime) settle(l int) {
+	for n := len(r.inflight); n > 0; n = len(r.inflight) {
+		if q := r.inflight[n-1]; n == 1 && q.prefetch && q.layer == l {
+			break
+		}
+		r.complete()
+	}
+	for len(r.inflight) > 0 && len(r.w.done) > 0 {
+		r.complete()
+	}
+}
+
+// wait is what Select returns: it blocks until the last Select's lists are in the cache (its
+// misses, and the prefetched rows it found still loading; not the next layer's prefetch).
 func (r *Runtime) wait() error {
 	t0 := time.Now()
-	r.drain()
+	for r.completed < r.needSeq {
+		r.complete()
+	}
 	end := time.Now()
 	r.mu.Lock()
 	if !r.lastRet.IsZero() {
@@ -627,7 +752,9 @@ func (r *Runtime) wait() error {
 	r.st.IOWait += end.Sub(t0)
 	r.mu.Unlock()
 	r.lastRet = end
-	return r.reqErr
+	err := r.reqErr
+	r.reqErr = nil
+	return err
 }
 
 // Stats returns a snapshot of the runtime's counters.

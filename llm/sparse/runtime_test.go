@@ -820,3 +820,44 @@ func TestRuntimeSteadyStateAllocs(t *testing.T) {
 }
 
 var _ io.Closer = (*Runtime)(nil)
+
+// The look-ahead: a one-token Select of layer 0 queues the reads of layer 1's predicted neurons
+// (from the same h); layer 1's Select then finds them cached (listed in now once loaded, in
+// later while loading) and reads nothing more. Without it, layer 1 reads them itself.
+func TestRuntimePrefetch(t *testing.T) {
+	f := newRTFixture(t, core.F32, []int{8, 8}, 1000, 1<<20)
+	c := f.m.Config
+	tr := f.sc.Predictor()
+	rng := rand.New(rand.NewPCG(9, 9))
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprint(on), func(t *testing.T) {
+			r, cache := f.open(t, f.path, WithPrefetch(on))
+			now, later := make([]int32, c.FFN), make([]int32, c.FFN)
+			var prefetched, used int64
+			for step := range 6 {
+				h := make([]float32, c.Dim)
+				for i := range h {
+					h[i] = float32(rng.NormFloat64())
+				}
+				for l := range 2 {
+					before := r.Stats()
+					wait, err := r.Select(context.Background(), l, h, tr.Logits(l, h, nil), now, later)
+					require.NoError(t, err)
+					require.NoError(t, wait())
+					checkCache(t, f, r, cache, l, now, later, tr.Predict(l, h, nil))
+					st := r.Stats()
+					if on && l == 1 {
+						assert.Zero(t, st.ColdMisses-before.ColdMisses, "step %d: layer 1's neurons were all prefetched", step)
+					}
+					prefetched, used = st.PrefetchRows, st.PrefetchUsed
+				}
+			}
+			if on {
+				assert.Positive(t, prefetched)
+				assert.Equal(t, prefetched, used, "the same h: every prefetched row is used")
+			} else {
+				assert.Zero(t, prefetched)
+			}
+		})
+	}
+}
