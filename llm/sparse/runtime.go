@@ -28,8 +28,11 @@ import (
 // Per layer and chunk, Select unions the neurons the predictor says the chunk's tokens use;
 // hot rows and cold hits go to now (the runner computes them at once), misses get a slot and go
 // to later, and their reads are queued to a single I/O worker that reads them with pread
-// (O_DIRECT where the filesystem allows), coalescing rows near each other in the file, while
-// the runner computes now. The runner's wait blocks until the layer's reads are in.
+// (O_DIRECT where the filesystem allows), coalescing rows near each other in the file and
+// keeping several reads in flight (WithReaders), while the runner computes now. The runner's
+// wait blocks until the layer's reads are in. A one-token Select also queues the reads of the
+// next layer's predicted neurons (WithPrefetch), which then load while the runner computes the
+// rest of this layer and the next one's attention.
 //
 // The cold slots are sized so that any one layer's selection fits (demoting the least frequent
 // hot rows when the budget is short). A budget too small even for one layer's neurons runs
