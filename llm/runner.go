@@ -134,8 +134,9 @@ type Runner struct {
 	pos     int   // tokens in the cache
 	// history is the tokens in the cache.
 	history []int32
-	// cache is the sparse FFN's bundle cache (WithSparseFFN).
-	cache sched.Span
+	// cache is the sparse FFN's bundle cache (WithSparseFFN); spTimes where its runs' time went.
+	cache   sched.Span
+	spTimes [2]SparseTimes // chunks of several tokens, of one
 }
 
 // chunkProg is the program for one chunk length and the lane spans of its logits.

@@ -39,6 +39,41 @@ type sparseProg struct {
 	nowIdx, laterIdx []int32
 }
 
+// SparseTimes is where a sparse runner's time went, summed over every layer of every chunk run
+// so far (Runner.SparseTimes): the attention graphs (with the next layer's q, k, v this is all
+// the dense work), Select (the host's selection, queuing the reads), the FFN over the resident
+// rows (now), waiting for the cold reads, and the tail (the FFN over the rows just read, the
+// residual and the next layer's projections). Embed is the embedding graph.
+type SparseTimes struct {
+	Embed, Attn, Select, Now, Wait, Tail time.Duration
+	// Layers counts the layer steps timed.
+	Layers int64
+}
+
+// Total is the sum of the parts.
+func (t SparseTimes) Total() time.Duration {
+	return t.Embed + t.Attn + t.Select + t.Now + t.Wait + t.Tail
+}
+
+// String is one line of milliseconds and shares.
+func (t SparseTimes) String() string {
+	tot := t.Total()
+	pc := func(d time.Duration) float64 {
+		if tot == 0 {
+			return 0
+		}
+		return 100 * float64(d) / float64(tot)
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	return fmt.Sprintf("%d layer steps, %.0f ms: attention %.0f ms (%.0f%%), select %.0f ms (%.0f%%), FFN over resident rows %.0f ms (%.0f%%), "+
+		"wait for reads %.0f ms (%.0f%%), tail %.0f ms (%.0f%%), embed %.0f ms", t.Layers, ms(tot), ms(t.Attn), pc(t.Attn),
+		ms(t.Select), pc(t.Select), ms(t.Now), pc(t.Now), ms(t.Wait), pc(t.Wait), ms(t.Tail), pc(t.Tail), ms(t.Embed))
+}
+
+// SparseTimes returns where the sparse programs' time went so far, in chunks of several tokens
+// (prefill) and one token (decode); zero for a dense runner.
+func (r *Runner) SparseTimes() (prefill, decode SparseTimes) { return r.spTimes[0], r.spTimes[1] }
+
 // sparseLayer is one layer's three programs.
 type sparseLayer struct{ attn, ffn, tail *sched.Program }
 
@@ -255,9 +290,20 @@ func (r *Runner) runSparse(ctx context.Context, sp *sparseProg, row int64, rows 
 		}
 		return nil
 	}
+	tm := &r.spTimes[0]
+	if sp.c == 1 {
+		tm = &r.spTimes[1]
+	}
+	t0 := time.Now()
+	lap := func(d *time.Duration) {
+		t := time.Now()
+		*d += t.Sub(t0)
+		t0 = t
+	}
 	if err := run(sp.embed); err != nil {
 		return err
 	}
+	lap(&tm.Embed)
 	F, D := int64(lay.Neurons), int64(r.m.Config.Dim)
 	if sp.nowIdx == nil {
 		sp.nowIdx, sp.laterIdx = make([]int32, F), make([]int32, F)
@@ -267,6 +313,7 @@ func (r *Runner) runSparse(ctx context.Context, sp *sparseProg, row int64, rows 
 		if err := run(ly.attn); err != nil {
 			return err
 		}
+		lap(&tm.Attn)
 		// Only the real rows: a padding row's h would add neurons (and reads) nobody needs.
 		h := core.DecodeF32(a.Bytes(sp.h)[:int64(rows)*D*4])
 		var logits []float32
@@ -279,15 +326,20 @@ func (r *Runner) runSparse(ctx context.Context, sp *sparseProg, row int64, rows 
 		}
 		copy(a.Bytes(sp.now), core.EncodeI32(now))
 		copy(a.Bytes(sp.later), core.EncodeI32(later))
+		lap(&tm.Select)
 		if err := run(ly.ffn); err != nil {
 			return errors.Join(err, wait())
 		}
+		lap(&tm.Now)
 		if err := wait(); err != nil {
 			return fmt.Errorf("llm: sparse FFN of layer %d at position %d: loading bundles: %w", l, row, err)
 		}
+		lap(&tm.Wait)
 		if err := run(ly.tail); err != nil {
 			return err
 		}
+		lap(&tm.Tail)
+		tm.Layers++
 	}
 	return nil
 }

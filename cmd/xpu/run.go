@@ -13,8 +13,8 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/llm"
-	"github.com/xpuhub/xpu/llm/sparse"
 	_ "github.com/xpuhub/xpu/llm/llmconform" // the stories260K model cases of xpu conform
+	"github.com/xpuhub/xpu/llm/sparse"
 	"github.com/xpuhub/xpu/loader"
 	"github.com/xpuhub/xpu/sched"
 	"golang.org/x/term"
@@ -71,7 +71,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	w8 := addW8A8Flags(fs)
 	sp := addSparseFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--spec auto|retrieval|lookup|off] [--w8a8 [--shadow on|off|pruned] [--calib FILE] [--w8a8-convert]] [--sparse auto|on|off [--sidecar FILE] [--budget SIZE] [--predictor trained|oracle] [--recall-every N]] [--stats] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]]")
+		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--spec auto|retrieval|lookup|off] [--w8a8 [--shadow on|off|pruned] [--calib FILE] [--w8a8-convert]] [--sparse auto|on|off [--sidecar FILE] [--budget SIZE] [--predictor trained|oracle] [--recall-every N] [--eviction lru|lfu] [--threshold-offset F] [--io-readers N] [--prefetch=false]] [--stats] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseInterspersed(fs, args); !ok {
@@ -259,6 +259,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		printSchedStats(stderr, r.Report())
 		if srt != nil {
 			fmt.Fprintf(stderr, "sparse FFN:\n%s\n", srt.Stats())
+			pt, dt := r.SparseTimes()
+			fmt.Fprintf(stderr, "  prefill timeline: %s\n  decode timeline: %s\n", pt, dt)
 		}
 	}
 	if tr != nil {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 
 	"github.com/xpuhub/xpu/core"
@@ -20,6 +21,10 @@ type sparseFlags struct {
 	budget    *string
 	predictor *string
 	recall    *int
+	eviction  *string
+	thOffset  *float64
+	readers   *int
+	prefetch  *bool
 }
 
 func addSparseFlags(fs *flag.FlagSet) *sparseFlags {
@@ -31,7 +36,12 @@ func addSparseFlags(fs *flag.FlagSet) *sparseFlags {
 			"fixed weights, KV cache, hot neurons and the cold neuron cache live in it"),
 		predictor: fs.String("predictor", "trained", "with --sparse: trained (the sidecar's) or oracle (every truly active neuron, "+
 			"computed on the host from all gate rows: for accuracy checks, slow)"),
-		recall: fs.Int("recall-every", 0, "with --sparse --stats: measure the predictor's recall on every Nth layer step (0: off; costs host time)"),
+		eviction: fs.String("eviction", "lru", "with --sparse: the cold neuron cache's replacement policy, lru or lfu (least frequently used)"),
+		thOffset: fs.Float64("threshold-offset", 0, "with --sparse: added to the trained predictor's threshold (logits); above 0 selects "+
+			"and reads fewer neurons per token at some recall (check with xpu sparse-eval --threshold-offset)"),
+		readers:  fs.Int("io-readers", 4, "with --sparse: cold reads in flight at once (each with a 1 MiB buffer in the budget)"),
+		prefetch: fs.Bool("prefetch", true, "with --sparse: while a layer computes, read the next layer's predicted neurons (look-ahead)"),
+		recall:   fs.Int("recall-every", 0, "with --sparse --stats: measure the predictor's recall on every Nth layer step (0: off; costs host time)"),
 	}
 }
 
@@ -46,6 +56,15 @@ func (f *sparseFlags) check() error {
 	case "trained", "oracle":
 	default:
 		return fmt.Errorf("--predictor %q: must be trained or oracle", *f.predictor)
+	}
+	if _, err := parseEviction(*f.eviction); err != nil {
+		return err
+	}
+	if math.IsNaN(*f.thOffset) || math.IsInf(*f.thOffset, 0) {
+		return fmt.Errorf("--threshold-offset %v: must be a finite number", *f.thOffset)
+	}
+	if *f.readers < 1 || *f.readers > 64 {
+		return fmt.Errorf("--io-readers %d: must be 1 to 64", *f.readers)
 	}
 	if *f.recall < 0 {
 		return fmt.Errorf("--recall-every %d: must be 0 (off) or more", *f.recall)
@@ -91,6 +110,9 @@ func (f *sparseFlags) open(ctx context.Context, m *llm.Model, path string, ctxLe
 		b, _ := sparse.ParseSize(*f.budget) // checked
 		opts = append(opts, sparse.WithBudget(b))
 	}
+	ev, _ := parseEviction(*f.eviction) // checked
+	opts = append(opts, sparse.WithEviction(ev), sparse.WithThresholdOffset(float32(*f.thOffset)), sparse.WithReaders(*f.readers),
+		sparse.WithPrefetch(*f.prefetch))
 	if *f.predictor == "oracle" {
 		or, err := sparse.NewOracle(sc, 0)
 		if err != nil {
@@ -106,6 +128,17 @@ func (f *sparseFlags) open(ctx context.Context, m *llm.Model, path string, ctxLe
 		return nil, nil, errors.Join(fmt.Errorf("--sparse: %w", err), sc.Close())
 	}
 	return rt, sc, nil
+}
+
+// parseEviction parses --eviction.
+func parseEviction(s string) (sparse.Eviction, error) {
+	switch s {
+	case "lru":
+		return sparse.EvictLRU, nil
+	case "lfu":
+		return sparse.EvictLeastFrequent, nil
+	}
+	return 0, fmt.Errorf("--eviction %q: must be lru or lfu", s)
 }
 
 // flagSet says whether the command line set the flag name.

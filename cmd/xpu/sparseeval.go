@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"text/tabwriter"
 
@@ -32,8 +33,9 @@ func runSparseEval(ctx context.Context, args []string, stdout, stderr io.Writer)
 	backend := fs.String("backend", "neon", "backend of every run (neon, ref, ...)")
 	greedy := fs.Int("greedy", 32, "also generate this many tokens greedily from BOS with each variant and count the leading tokens that match dense (0: skip)")
 	oracle := fs.Bool("oracle", true, "also evaluate the oracle predictor (every truly active neuron; slow for big models)")
+	thOffset := fs.Float64("threshold-offset", 0, "added to the trained predictor's threshold (as xpu run --threshold-offset)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu sparse-eval [-m] MODEL.gguf [--sidecar FILE] [--budget SIZE] [--text FILE] [--tokens N] [--backend NAME] [--greedy N] [--oracle=false]")
+		fmt.Fprintln(stderr, "usage: xpu sparse-eval [-m] MODEL.gguf [--sidecar FILE] [--budget SIZE] [--text FILE] [--tokens N] [--backend NAME] [--greedy N] [--oracle=false] [--threshold-offset F]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseInterspersed(fs, args); !ok {
@@ -43,6 +45,10 @@ func runSparseEval(ctx context.Context, args []string, stdout, stderr io.Writer)
 		*model = fs.Arg(0)
 	} else if fs.NArg() > 0 || *model == "" {
 		fs.Usage()
+		return 2
+	}
+	if math.IsNaN(*thOffset) || math.IsInf(*thOffset, 0) {
+		fmt.Fprintf(stderr, "xpu sparse-eval: --threshold-offset %v: must be a finite number\n", *thOffset)
 		return 2
 	}
 	if *tokens < 2 || *greedy < 0 {
@@ -117,6 +123,8 @@ func runSparseEval(ctx context.Context, args []string, stdout, stderr io.Writer)
 			}
 			if pred != nil {
 				ro = append(ro, sparse.WithPredictor(pred))
+			} else {
+				ro = append(ro, sparse.WithThresholdOffset(float32(*thOffset)))
 			}
 			if rt, err = sparse.NewRuntime(ctx, m, sc, path, ro...); err != nil {
 				return res, err

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -29,7 +30,9 @@ func alignedBuf(n int) []byte {
 
 // bundleFile is the sidecar opened for pread, direct where the filesystem allows.
 type bundleFile struct {
-	path   string
+	path string
+	// mu guards f, which a refused direct read replaces (readers may be reading at the time)
+	mu     sync.RWMutex
 	f      *os.File
 	direct atomic.Bool // false after a fallback to buffered reads (Stats reads it)
 	log    *slog.Logger
@@ -59,17 +62,24 @@ func openBundleFile(path string, buffered bool, log *slog.Logger) (*bundleFile, 
 // readAt is pread; a direct read the file refuses (some filesystems open with O_DIRECT and fail
 // the read) switches the file to buffered reads for good and retries.
 func (b *bundleFile) readAt(p []byte, off int64) (int, error) {
+	b.mu.RLock()
 	n, err := b.f.ReadAt(p, off)
-	if err != nil && n == 0 && b.direct.Load() && directRefused(err) {
-		f, oerr := os.Open(b.path)
-		if oerr != nil {
-			return 0, errors.Join(err, oerr)
+	b.mu.RUnlock()
+	if err != nil && n == 0 && directRefused(err) {
+		b.mu.Lock()
+		if b.direct.Load() { // the first reader refused switches; the others retry
+			f, oerr := os.Open(b.path)
+			if oerr != nil {
+				b.mu.Unlock()
+				return 0, errors.Join(err, oerr)
+			}
+			b.log.Debug("sparse: direct read refused, reading through the page cache", "file", b.path, "err", err)
+			_ = b.f.Close()
+			b.f = f
+			b.direct.Store(false)
 		}
-		b.log.Debug("sparse: direct read refused, reading through the page cache", "file", b.path, "err", err)
-		_ = b.f.Close()
-		b.f = f
-		b.direct.Store(false)
 		n, err = b.f.ReadAt(p, off)
+		b.mu.Unlock()
 	}
 	b.bytes.Add(int64(n))
 	b.reads.Add(1)
@@ -98,21 +108,32 @@ func (b *bundleFile) readSpan(staging []byte, off, n int64) ([]byte, error) {
 	return staging[off-start : off-start+n], nil
 }
 
-func (b *bundleFile) close() error { return b.f.Close() }
+func (b *bundleFile) close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.f.Close()
+}
 
 // ioReq is one Select's cold reads: bundle rows of one layer and the cold slots they go to.
 type ioReq struct {
 	ctx   context.Context
 	layer int
+	// seq orders the requests (they complete in that order); prefetch marks a look-ahead.
+	seq      int64
+	prefetch bool
 	// rows holds row<<32 | slot, ascending (so by file offset).
 	rows []uint64
 }
 
-// ioWorker is the single goroutine that reads cold bundles into the cache: one request at a
-// time, rows sorted by offset, neighbours (gap ≤ gap rows) coalesced into one read.
+// ioWorker is the goroutine that reads cold bundles into the cache: one request at a time,
+// rows sorted by offset, neighbours (gap ≤ gap rows) coalesced into one read. A request's reads
+// are spread over len(staging) readers, each with its own buffer: flash (and the virtual disks
+// of this project's machines) serve several requests in flight several times faster than one
+// at a time for reads of a few hundred KiB (measured: 4 × 416 KiB direct reads in flight
+// 0.8 GB/s together, one at a time 0.35 GB/s).
 type ioWorker struct {
 	file     *bundleFile
-	staging  []byte
+	staging  [][]byte // one buffer per reader
 	cache    []byte
 	rowBytes int64
 	coldBase int64   // the first cold slot's cache row
@@ -121,7 +142,11 @@ type ioWorker struct {
 	busy     atomic.Int64 // nanoseconds spent serving
 	reqs     chan *ioReq
 	done     chan error
+	spans    []ioSpan // scratch of serve
 }
+
+// ioSpan is one coalesced read: the request's rows [i, j), bundle rows first..last.
+type ioSpan struct{ i, j, first, last int }
 
 func (w *ioWorker) run() {
 	for req := range w.reqs {
@@ -134,12 +159,10 @@ func (w *ioWorker) run() {
 
 func (w *ioWorker) serve(req *ioReq) error {
 	rb := w.rowBytes
-	maxSpan := int64(len(w.staging)) - 2*ioAlign
+	maxSpan := int64(len(w.staging[0])) - 2*ioAlign
 	rows := req.rows
+	spans := w.spans[:0]
 	for i := 0; i < len(rows); {
-		if err := req.ctx.Err(); err != nil {
-			return err
-		}
 		first := int64(rows[i] >> 32)
 		last, j := first, i+1
 		for ; j < len(rows); j++ {
@@ -149,16 +172,57 @@ func (w *ioWorker) serve(req *ioReq) error {
 			}
 			last = r
 		}
+		spans = append(spans, ioSpan{i: i, j: j, first: int(first), last: int(last)})
+		i = j
+	}
+	w.spans = spans
+	read := func(staging []byte, sp ioSpan) error {
+		if err := req.ctx.Err(); err != nil {
+			return err
+		}
+		first, last := int64(sp.first), int64(sp.last)
 		off := w.bases[req.layer] + first*rb
-		data, err := w.file.readSpan(w.staging, off, (last+1-first)*rb)
+		data, err := w.file.readSpan(staging, off, (last+1-first)*rb)
 		if err != nil {
 			return fmt.Errorf("sparse: layer %d's bundle rows %d..%d: %w", req.layer, first, last, err)
 		}
-		for k := i; k < j; k++ {
+		for k := sp.i; k < sp.j; k++ {
 			r, s := int64(rows[k]>>32), int64(uint32(rows[k]))
 			copy(w.cache[(w.coldBase+s)*rb:][:rb], data[(r-first)*rb:][:rb])
 		}
-		i = j
+		return nil
 	}
-	return nil
+	n := min(len(w.staging), len(spans))
+	if n <= 1 {
+		for _, sp := range spans {
+			if err := read(w.staging[0], sp); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// Readers take the spans in file order; each span's rows go to their own slots, so the
+	// readers' copies never overlap.
+	var next atomic.Int64
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for k := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(spans) {
+					return
+				}
+				if err := read(w.staging[k], spans[i]); err != nil {
+					errs[k] = err
+					next.Store(int64(len(spans))) // the others stop after their read
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -22,6 +22,11 @@ type RuntimeStats struct {
 	// worker's reading time (overlapping compute); Compute the time between the runtime's
 	// calls (the runner's graphs, and whatever the caller does between tokens).
 	Predict, Sampling, IOWait, IOBusy, Compute time.Duration
+	// PrefetchRows is the rows the look-ahead read (WithPrefetch), PrefetchUsed those a
+	// selection then used (counted among its ColdHits), PrefetchLate the used ones still
+	// loading at their Select; PrefetchPredict is the host time of the look-ahead's predictions.
+	PrefetchRows, PrefetchUsed, PrefetchLate int64
+	PrefetchPredict                          time.Duration
 	// RecallSamples is the tokens measured by recall sampling; Recall is the share of their
 	// truly active neurons that were predicted, Precision the share of the predicted ones that
 	// were active (0 without samples).
@@ -94,6 +99,10 @@ func (s RuntimeStats) String() string {
 		mib(s.BytesRead), s.Reads, io, s.BytesPerToken()/1024, mib(s.LoadBytes))
 	fmt.Fprintf(&b, "  host: predict %v, I/O wait %v (I/O busy %v), compute %v", s.Predict.Round(time.Microsecond),
 		s.IOWait.Round(time.Microsecond), s.IOBusy.Round(time.Microsecond), s.Compute.Round(time.Microsecond))
+	if s.PrefetchRows > 0 {
+		fmt.Fprintf(&b, "\n  look-ahead: %d rows read, %d (%.1f%%) used (%d still loading at their Select), predict %v",
+			s.PrefetchRows, s.PrefetchUsed, pct(s.PrefetchUsed, s.PrefetchRows), s.PrefetchLate, s.PrefetchPredict.Round(time.Microsecond))
+	}
 	if s.RecallSamples > 0 {
 		fmt.Fprintf(&b, "\n  predictor: recall %.3f, precision %.3f over %d sampled tokens (sampling %v)",
 			s.Recall, s.Precision, s.RecallSamples, s.Sampling.Round(time.Microsecond))

@@ -3,6 +3,7 @@ package sparse
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -27,8 +28,11 @@ import (
 // Per layer and chunk, Select unions the neurons the predictor says the chunk's tokens use;
 // hot rows and cold hits go to now (the runner computes them at once), misses get a slot and go
 // to later, and their reads are queued to a single I/O worker that reads them with pread
-// (O_DIRECT where the filesystem allows), coalescing rows near each other in the file, while
-// the runner computes now. The runner's wait blocks until the layer's reads are in.
+// (O_DIRECT where the filesystem allows), coalescing rows near each other in the file and
+// keeping several reads in flight (WithReaders), while the runner computes now. The runner's
+// wait blocks until the layer's reads are in. A one-token Select also queues the reads of the
+// next layer's predicted neurons (WithPrefetch), which then load while the runner computes the
+// rest of this layer and the next one's attention.
 //
 // The cold slots are sized so that any one layer's selection fits (demoting the least frequent
 // hot rows when the budget is short). A budget too small even for one layer's neurons runs
@@ -46,13 +50,16 @@ type runtimeConfig struct {
 	buffered    bool
 	recallEvery int
 	evict       Eviction
+	thOffset    float32
+	prefetch    bool
 	progress    func(done, total int64)
 	log         *slog.Logger
 	// gapBytes: rows of one request at most this far apart in the file are read in one go
 	// (reading a few unneeded rows costs less than another request on flash).
 	gapBytes int64
-	// stagingBytes is the minimum I/O buffer (the largest coalesced read).
+	// stagingBytes is the minimum I/O buffer of each reader (the largest coalesced read).
 	stagingBytes int64
+	readers      int
 }
 
 // WithContext sizes the fixed region's KV cache like plan-sparse: ctxLen positions of kv
@@ -82,6 +89,24 @@ func WithRecallSampling(every int) RuntimeOption {
 // WithEviction sets the cold cache's replacement policy (default EvictLRU).
 func WithEviction(p Eviction) RuntimeOption { return func(c *runtimeConfig) { c.evict = p } }
 
+// WithThresholdOffset raises (or, negative, lowers) the trained predictor's threshold by delta
+// in logit units: a neuron is selected when its logit exceeds the sidecar's threshold + delta.
+// A positive delta reads fewer cold bundles per token (the sidecar's threshold is set for high
+// recall, so most of what it selects turns out inactive) at the cost of recall; measure the
+// cost with xpu sparse-eval. It does not apply to a host predictor (WithPredictor).
+func WithThresholdOffset(delta float32) RuntimeOption {
+	return func(c *runtimeConfig) { c.thOffset = delta }
+}
+
+// WithPrefetch turns the look-ahead on or off (default on). With it, a one-token Select of
+// layer l also predicts layer l+1's neurons from layer l's FFN input (the trained predictor of
+// layer l+1 on the host: the residual stream changes little from one layer to the next, so
+// this finds almost all of them) and queues their reads behind layer l's: they load while the
+// runner computes the rest of layer l and layer l+1's attention, instead of after layer l+1's
+// Select. The next Select lists those still in flight in later, so nothing waits for them
+// before it must. It applies to the trained predictor (no WithPredictor) only.
+func WithPrefetch(on bool) RuntimeOption { return func(c *runtimeConfig) { c.prefetch = on } }
+
 // WithLoadProgress has Load report bytes of hot rows read so far and in all.
 func WithLoadProgress(fn func(done, total int64)) RuntimeOption {
 	return func(c *runtimeConfig) { c.progress = fn }
@@ -89,6 +114,10 @@ func WithLoadProgress(fn func(done, total int64)) RuntimeOption {
 
 // WithLogger logs the runtime's decisions at debug level (it logs nothing above).
 func WithLogger(l *slog.Logger) RuntimeOption { return func(c *runtimeConfig) { c.log = l } }
+
+// WithReaders sets how many cold reads are in flight at once (default 4, each with its own
+// I/O buffer in the budget); 1 reads one span at a time.
+func WithReaders(n int) RuntimeOption { return func(c *runtimeConfig) { c.readers = n } }
 
 // withIO tunes coalescing and the staging buffer (tests and benchmarks).
 func withIO(gapBytes, stagingBytes int64) RuntimeOption {
@@ -115,17 +144,26 @@ type Runtime struct {
 	file    *bundleFile
 	w       *ioWorker
 	workerQ sync.WaitGroup
-	req     ioReq
-	pending bool
-	reqErr  error
-	loaded  bool
-	closed  bool
-	closeMu sync.Once
-	closeEr error
+	// Requests go to the worker in order of seq and complete in that order: inflight holds
+	// those not completed yet (at most a prefetch, a Select's misses and the next prefetch),
+	// reqs the buffers, reused by seq modulo their count.
+	reqs      [4]ioReq
+	inflight  []*ioReq
+	issued    int64 // seq of the last request queued
+	completed int64 // seq of the last request completed
+	needSeq   int64 // the last Select's lists are in once completed reaches it
+	reqErr    error
+	loaded    bool
+	closed    bool
+	closeMu   sync.Once
+	closeEr   error
 
 	// cold cache: slot → layer·F + row (-1 empty) and back
 	slotKey []int32
 	where   []int32
+	slotSeq []int64 // seq of the request that loads the slot's neuron (loaded once completed)
+	slotPf  []bool  // the slot's neuron was prefetched and not selected since
+	pfLog   []float32
 	free    []int32
 	ev      evictor
 	hits    []int32 // slots of the selection in progress that were hits (pinned)
@@ -155,7 +193,7 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	if m == nil || sc == nil {
 		return nil, fmt.Errorf("sparse: runtime needs a model and a sidecar: %w", core.ErrInvalidArgument)
 	}
-	cfg := runtimeConfig{ctxLen: min(m.Config.ContextLength, 4096), kv: core.F32, gapBytes: 32 << 10, stagingBytes: 1 << 20}
+	cfg := runtimeConfig{ctxLen: min(m.Config.ContextLength, 4096), kv: core.F32, gapBytes: 32 << 10, stagingBytes: 1 << 20, readers: 4, prefetch: true}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -166,8 +204,11 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	switch {
 	case cfg.ctxLen < 1 || !cfg.kv.Valid():
 		return nil, fmt.Errorf("sparse: runtime context %d of %s: %w", cfg.ctxLen, cfg.kv, core.ErrInvalidArgument)
-	case cfg.budget < 0 || cfg.recallEvery < 0:
-		return nil, fmt.Errorf("sparse: budget %d, recall sampling every %d: %w", cfg.budget, cfg.recallEvery, core.ErrInvalidArgument)
+	case math.IsNaN(float64(cfg.thOffset)) || math.IsInf(float64(cfg.thOffset), 0):
+		return nil, fmt.Errorf("sparse: threshold offset %v: %w", cfg.thOffset, core.ErrInvalidArgument)
+	case cfg.budget < 0 || cfg.recallEvery < 0 || cfg.readers < 1 || cfg.readers > 64:
+		return nil, fmt.Errorf("sparse: budget %d, recall sampling every %d, %d readers (1 to 64): %w",
+			cfg.budget, cfg.recallEvery, cfg.readers, core.ErrInvalidArgument)
 	case cfg.evict != EvictLRU && cfg.evict != EvictLeastFrequent:
 		return nil, fmt.Errorf("sparse: eviction policy %d: %w", cfg.evict, core.ErrInvalidArgument)
 	case c.Layers != sc.Layers() || c.Dim != sc.D || c.FFN != sc.F:
@@ -183,7 +224,8 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 		act = core.SparseReLU2
 	}
 	r.lay = llm.SparseLayout{DType: sc.BundleType, RowLen: int64(BundleWidth(sc.D, sc.Gated)), Neurons: sc.F, Act: act, Ungated: !sc.Gated}
-	r.trained, r.threshold = sc.Predictor(), sc.PredThreshold
+	r.trained, r.threshold = sc.Predictor(), sc.PredThreshold+cfg.thOffset
+	r.trained.Threshold = r.threshold // a fresh copy: the sidecar's stays as planned
 	if cfg.pred != nil {
 		r.host = cfg.pred
 	} else {
@@ -199,7 +241,7 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	}
 	fx := FixedRegion(m, cfg.ctxLen, cfg.kv, sc.PredRank)
 	var err error
-	r.split, err = splitBudget(budget, fx, stagingSize(cfg.stagingBytes, r.rowBytes), stagingSize(0, r.rowBytes), r.rowBytes, r.F,
+	r.split, err = splitBudget(budget, fx, int64(cfg.readers)*stagingSize(cfg.stagingBytes, r.rowBytes), stagingSize(0, r.rowBytes), r.rowBytes, r.F,
 		sc.HotCounts, func(l, i int) float32 { return sc.Freq(l)[i] })
 	if err != nil {
 		return nil, fmt.Errorf("%w (context %d, %s KV cache)", err, cfg.ctxLen, cfg.kv)
@@ -249,10 +291,29 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	r.predBuf = make([]int32, 0, r.F)
 	r.predMark = make([]bool, r.F)
 	r.gateRow = make([]float32, r.D)
-	r.req.rows = make([]uint64, 0, r.F)
+	for k := range r.reqs {
+		r.reqs[k].rows = make([]uint64, 0, r.F)
+	}
+	r.inflight = make([]*ioReq, 0, len(r.reqs))
+	r.slotSeq = make([]int64, slots)
+	r.slotPf = make([]bool, slots)
+	if cfg.prefetch && r.host == nil {
+		r.pfLog = make([]float32, r.F)
+	}
 	r.resetCold()
-	r.w = &ioWorker{file: r.file, staging: alignedBuf(int(staging)), rowBytes: r.rowBytes, coldBase: r.coldBase, bases: bases,
-		gap: cfg.gapBytes / r.rowBytes, reqs: make(chan *ioReq, 1), done: make(chan error, 1)}
+	// Each reader gets an equal share of the staging buffer; a budget that left only the
+	// minimum reads one span at a time.
+	readers := cfg.readers
+	if staging < int64(readers)*stagingSize(cfg.stagingBytes, r.rowBytes) {
+		readers = 1
+	}
+	per := staging / int64(readers) &^ (ioAlign - 1)
+	bufs := make([][]byte, readers)
+	for k := range bufs {
+		bufs[k] = alignedBuf(int(per))
+	}
+	r.w = &ioWorker{file: r.file, staging: bufs, rowBytes: r.rowBytes, coldBase: r.coldBase, bases: bases,
+		gap: cfg.gapBytes / r.rowBytes, reqs: make(chan *ioReq, len(r.reqs)), done: make(chan error, len(r.reqs))}
 	r.workerQ.Add(1)
 	go func() {
 		defer r.workerQ.Done()
@@ -281,6 +342,7 @@ func (r *Runtime) resetCold() {
 	for i := range r.where {
 		r.where[i] = -1
 	}
+	clear(r.slotPf)
 	r.free = r.free[:0]
 	for s := len(r.slotKey) - 1; s >= 0; s-- {
 		r.free = append(r.free, int32(s))
@@ -308,7 +370,7 @@ func (r *Runtime) Load(ctx context.Context, cache []byte) error {
 	r.loaded = false
 	total := r.coldBase * r.rowBytes
 	var done int64
-	chunk := (int64(len(r.w.staging)) - 2*ioAlign) &^ (ioAlign - 1)
+	chunk := (int64(len(r.w.staging[0])) - 2*ioAlign) &^ (ioAlign - 1)
 	for l, h := range r.split.Hot {
 		n := int64(h) * r.rowBytes
 		dst := cache[r.hotBase[l]*r.rowBytes:]
@@ -317,7 +379,7 @@ func (r *Runtime) Load(ctx context.Context, cache []byte) error {
 				return err
 			}
 			k := min(chunk, n-o)
-			data, err := r.file.readSpan(r.w.staging, r.w.bases[l]+o, k)
+			data, err := r.file.readSpan(r.w.staging[0], r.w.bases[l]+o, k)
 			if err != nil {
 				return fmt.Errorf("sparse: loading layer %d's hot rows: %w", l, err)
 			}
@@ -352,7 +414,7 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 	case logits != nil && len(logits) != len(h)/D*F:
 		return nil, fmt.Errorf("sparse: %d logits for %d tokens of %d neurons: %w", len(logits), len(h)/D, F, core.ErrInvalidArgument)
 	}
-	r.drain()
+	r.settle(l)
 	if r.reqErr != nil {
 		r.cfg.log.Debug("sparse: the last Select's reads failed and nobody waited for them", "err", r.reqErr)
 		r.reqErr = nil
@@ -423,8 +485,9 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 	slices.Sort(active)
 
 	// Hot rows and hits first, pinning the hit slots so no miss evicts them.
+	// A hit whose prefetch is still in flight goes to later.
 	hot := int32(r.split.Hot[l])
-	nNow, nHot := 0, 0
+	nNow, nHot, nLater, pfUsed, pfLate := 0, 0, 0, 0, 0
 	misses := r.missRow[:0]
 	hits := r.hits[:0]
 	base := int32(l * F)
@@ -436,8 +499,18 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 			continue
 		}
 		if s := r.where[base+i]; s >= 0 {
-			now[nNow] = int32(r.coldBase) + s
-			nNow++
+			if r.slotPf[s] {
+				r.slotPf[s] = false
+				pfUsed++
+			}
+			if r.slotSeq[s] <= r.completed {
+				now[nNow] = int32(r.coldBase) + s
+				nNow++
+			} else {
+				later[nLater] = int32(r.coldBase) + s
+				nLater++
+				pfLate++
+			}
 			r.ev.remove(s)
 			hits = append(hits, s)
 			continue
@@ -451,8 +524,8 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 		dropped = len(misses) - room
 		misses = misses[:room]
 	}
-	rows := r.req.rows[:0]
-	nLater := 0
+	req := &r.reqs[(r.issued+1)%int64(len(r.reqs))]
+	rows := req.rows[:0]
 	for _, i := range misses {
 		var s int32
 		if n := len(r.free); n > 0 {
@@ -468,23 +541,32 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 				r.where[r.slotKey[s]], r.slotKey[s] = -1, -1
 				r.free = append(r.free, s)
 			}
-			r.req.rows = rows[:0]
+			req.rows = rows[:0]
 			return nil, fmt.Errorf("sparse: layer %d: no cold slot left for %d misses: %w", l, len(misses), core.ErrInternal)
 		}
 		if old := r.slotKey[s]; old >= 0 {
 			r.where[old] = -1
 		}
 		r.slotKey[s], r.where[base+i] = base+i, s
+		r.slotSeq[s], r.slotPf[s] = r.issued+1, false
 		later[nLater] = int32(r.coldBase) + s
 		nLater++
 		rows = append(rows, uint64(i)<<32|uint64(s))
 	}
-	r.req.rows = rows
+	req.rows = rows
 	if len(rows) > 0 {
 		// Reads start now, while the runner computes now's rows.
-		r.req.ctx, r.req.layer = ctx, l
-		r.w.reqs <- &r.req
-		r.pending = true
+		r.queue(ctx, req, l, false)
+	}
+	r.needSeq = r.issued
+	// The look-ahead, before this selection's slots go back to the evictor (so it cannot take
+	// them).
+	var sp time.Duration
+	pfRows := 0
+	if r.pfLog != nil && c == 1 && l+1 < r.L {
+		ts := time.Now()
+		pfRows = r.prefetch(ctx, l+1, h)
+		sp = time.Since(ts)
 	}
 	for _, s := range hits {
 		r.ev.push(s, true)
@@ -511,7 +593,11 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 	st.ColdHits += int64(len(hits))
 	st.ColdMisses += int64(len(rows))
 	st.Dropped += int64(dropped)
-	st.Predict += end.Sub(t0) - sampling
+	st.Predict += end.Sub(t0) - sampling - sp
+	st.PrefetchPredict += sp
+	st.PrefetchRows += int64(pfRows)
+	st.PrefetchUsed += int64(pfUsed)
+	st.PrefetchLate += int64(pfLate)
 	st.Sampling += sampling
 	st.Compute += compute
 	if sample {
@@ -562,33 +648,105 @@ func (r *Runtime) measure(l int, x []float32) (tp, pred, truth int64) {
 	return tp, pred, truth
 }
 
-// drain finishes the request in flight, if any; a failed one leaves its slots empty (their
-// bytes are not the neurons they were meant to hold).
-func (r *Runtime) drain() {
-	if !r.pending {
-		return
+// queue sends req (rows sorted by file offset, slots already assigned) to the I/O worker.
+func (r *Runtime) queue(ctx context.Context, req *ioReq, l int, prefetch bool) {
+	r.issued++
+	req.ctx, req.layer, req.seq, req.prefetch = ctx, l, r.issued, prefetch
+	r.inflight = append(r.inflight, req)
+	r.w.reqs <- req
+}
+
+// prefetch predicts layer l's neurons from x (the previous layer's FFN input) and queues the
+// reads of those neither hot nor cached, into free slots or the evictor's victims (the
+// selection in progress is out of its reach). It returns the rows queued.
+func (r *Runtime) prefetch(ctx context.Context, l int, x []float32) int {
+	r.pfLog = r.trained.Logits(l, x, r.pfLog)
+	hot := r.split.Hot[l]
+	base := int32(l * r.F)
+	req := &r.reqs[(r.issued+1)%int64(len(r.reqs))]
+	rows := req.rows[:0]
+	for i, v := range r.pfLog {
+		if v <= r.threshold || i < hot || r.where[base+int32(i)] >= 0 {
+			continue
+		}
+		var s int32
+		if n := len(r.free); n > 0 {
+			s, r.free = r.free[n-1], r.free[:n-1]
+		} else if s = r.ev.victim(); s < 0 {
+			break
+		}
+		if old := r.slotKey[s]; old >= 0 {
+			r.where[old] = -1
+		}
+		r.slotKey[s], r.where[base+int32(i)] = base+int32(i), s
+		r.slotSeq[s], r.slotPf[s] = r.issued+1, true
+		rows = append(rows, uint64(i)<<32|uint64(uint32(s)))
 	}
+	req.rows = rows
+	if len(rows) > 0 {
+		r.queue(ctx, req, l, true)
+	}
+	for _, rw := range rows {
+		r.ev.push(int32(uint32(rw)), false)
+	}
+	return len(rows)
+}
+
+// complete takes the oldest request's result (blocking until the worker sends it); a failed
+// request leaves its slots empty (their bytes are not the neurons they were meant to hold),
+// but for those a later request took over.
+func (r *Runtime) complete() {
 	err := <-r.w.done
-	r.pending = false
+	req := r.inflight[0]
+	r.inflight = append(r.inflight[:0], r.inflight[1:]...)
+	r.completed = req.seq
 	if err == nil {
 		return
 	}
-	for _, rw := range r.req.rows {
+	for _, rw := range req.rows {
 		s := int32(uint32(rw))
+		if r.slotSeq[s] != req.seq {
+			continue
+		}
 		if k := r.slotKey[s]; k >= 0 {
 			r.where[k] = -1
 		}
-		r.slotKey[s] = -1
+		r.slotKey[s], r.slotPf[s] = -1, false
 		r.ev.remove(s)
 		r.free = append(r.free, s)
 	}
-	r.reqErr = err
+	r.reqErr = errors.Join(r.reqErr, err)
 }
 
-// wait is what Select returns: it blocks until the last Select's reads are in the cache.
+// drain completes every request in flight.
+func (r *Runtime) drain() {
+	for len(r.inflight) > 0 {
+		r.complete()
+	}
+}
+
+// settle, at the start of layer l's Select, completes every request in flight but a prefetch
+// of layer l (which Select lists as later where it is still loading), then takes whatever the
+// worker has finished since.
+func (r *Runtime) settle(l int) {
+	for n := len(r.inflight); n > 0; n = len(r.inflight) {
+		if q := r.inflight[n-1]; n == 1 && q.prefetch && q.layer == l {
+			break
+		}
+		r.complete()
+	}
+	for len(r.inflight) > 0 && len(r.w.done) > 0 {
+		r.complete()
+	}
+}
+
+// wait is what Select returns: it blocks until the last Select's lists are in the cache (its
+// misses, and the prefetched rows it found still loading; not the next layer's prefetch).
 func (r *Runtime) wait() error {
 	t0 := time.Now()
-	r.drain()
+	for r.completed < r.needSeq {
+		r.complete()
+	}
 	end := time.Now()
 	r.mu.Lock()
 	if !r.lastRet.IsZero() {
@@ -597,7 +755,9 @@ func (r *Runtime) wait() error {
 	r.st.IOWait += end.Sub(t0)
 	r.mu.Unlock()
 	r.lastRet = end
-	return r.reqErr
+	err := r.reqErr
+	r.reqErr = nil
+	return err
 }
 
 // Stats returns a snapshot of the runtime's counters.

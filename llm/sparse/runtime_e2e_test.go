@@ -59,7 +59,8 @@ func runtimeMatchesDense(t *testing.T, m *llm.Model, s *Sidecar, or *Oracle, dev
 
 	// A budget of the fixed region, the I/O buffer and 1.5 layers' neurons: a few hot rows and
 	// a cold cache smaller than the model's FFN.
-	budget := fixed + stagingSize(1<<20, rb) + 3*384/2*rb
+	budget := fixed + 4*stagingSize(1<<20, rb) + 3*384/2*rb
+	byName := map[string][]int32{}
 	for _, tc := range []struct {
 		name   string
 		budget int64 // 0: the sidecar's (fixed + 200 rows: below one layer's neurons, bounded)
@@ -68,6 +69,7 @@ func runtimeMatchesDense(t *testing.T, m *llm.Model, s *Sidecar, or *Oracle, dev
 		{"oracle", budget, []RuntimeOption{WithPredictor(or), WithRecallSampling(3)}},
 		{"oracle/lfu/buffered", budget, []RuntimeOption{WithPredictor(or), WithEviction(EvictLeastFrequent), WithBufferedIO()}},
 		{"trained", budget, []RuntimeOption{WithRecallSampling(1)}},
+		{"trained/no look-ahead", budget, []RuntimeOption{WithPrefetch(false)}},
 		{"trained/sidecar budget", 0, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -95,6 +97,14 @@ func runtimeMatchesDense(t *testing.T, m *llm.Model, s *Sidecar, or *Oracle, dev
 			assert.Equal(t, tc.budget == 0, st.Bounded)
 			if tc.name == "trained" {
 				assert.Positive(t, st.Recall)
+			}
+			// The look-ahead changes where rows are read and when, never which rows a layer
+			// uses: greedy decoding is the same with it and without.
+			byName[tc.name] = got
+			// (TestRuntimePrefetch checks that it reads what it should.)
+			if tc.name == "trained/no look-ahead" {
+				assert.Zero(t, st.PrefetchRows)
+				assert.Equal(t, byName["trained"], got)
 			}
 			if strings.HasPrefix(tc.name, "trained") {
 				return

@@ -3,7 +3,9 @@ package sparse
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -79,7 +81,8 @@ func newRTFixture(t testing.TB, dt core.DType, hot []int, budgetRows, stagingMin
 // open makes a runtime over f (context rtCtx, F32 KV) and loads it into a fresh cache.
 func (f *rtFixture) open(t testing.TB, path string, opts ...RuntimeOption) (*Runtime, []byte) {
 	t.Helper()
-	r, err := NewRuntime(context.Background(), f.m, f.sc, path, append([]RuntimeOption{WithContext(rtCtx, core.F32)}, opts...)...)
+	// The fixtures' budgets hold one I/O buffer: one reader unless a test asks for more.
+	r, err := NewRuntime(context.Background(), f.m, f.sc, path, append([]RuntimeOption{WithContext(rtCtx, core.F32), WithReaders(1)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })
 	cache := make([]byte, r.Layout().Rows*f.rb)
@@ -315,11 +318,14 @@ func listed(xs []int32) int {
 }
 
 // Random selections through a cold cache too small for them, for each bundle dtype, with direct
-// and buffered reads, both eviction policies and small I/O buffers (many coalesced reads): the
-// cache rows always hold the sidecar's bytes.
+// and buffered reads, both eviction policies, small I/O buffers (many coalesced reads) and one
+// or several readers: the cache rows always hold the sidecar's bytes.
 func TestRuntimeCacheContents(t *testing.T) {
 	for _, dt := range []core.DType{core.F32, core.F16, core.Q8_0} {
 		f := newRTFixture(t, dt, []int{16, 40}, 16+40+400, 8<<10)
+		// room for three readers' buffers besides the same rows: stagingSize(3·one − 2 pages) is
+		// 3·one
+		f3 := newRTFixture(t, dt, []int{16, 40}, 16+40+400, 3*stagingSize(8<<10, f.rb)-2*ioAlign)
 		rng := rand.New(rand.NewPCG(7, 7))
 		sets := make([][]int32, 64)
 		for i := range sets {
@@ -331,37 +337,84 @@ func TestRuntimeCacheContents(t *testing.T) {
 		}
 		for _, buffered := range []bool{false, true} {
 			for _, ev := range []Eviction{EvictLRU, EvictLeastFrequent} {
-				name := dt.String() + "/" + ev.String()
-				opts := []RuntimeOption{WithPredictor(setPred{sets}), WithEviction(ev), withIO(8<<10, 8<<10)}
-				if buffered {
-					name += "/buffered"
-					opts = append(opts, WithBufferedIO())
-				}
-				t.Run(name, func(t *testing.T) {
-					r, cache := f.open(t, f.path, opts...)
-					require.Equal(t, int64(400), r.split.Slots, "456 rows of budget less 56 hot")
-					ctx := context.Background()
-					now, later := make([]int32, f.sc.F), make([]int32, f.sc.F)
-					for step := range 200 {
-						l := step % 2
-						a, b := rng.IntN(len(sets)), rng.IntN(len(sets))
-						wait, err := r.Select(ctx, l, tokens(f.sc.D, a, b), nil, now, later)
-						require.NoError(t, err)
-						require.NoError(t, wait())
-						checkCache(t, f, r, cache, l, now, later, union(sets[a], sets[b]))
-					}
-					st := r.Stats()
-					assert.Positive(t, st.ColdHits)
-					assert.Positive(t, st.ColdMisses)
+				for _, readers := range []int{1, 3} {
+					name := fmt.Sprintf("%s/%s/readers=%d", dt, ev, readers)
+					opts := []RuntimeOption{WithPredictor(setPred{sets}), WithEviction(ev), withIO(8<<10, 8<<10), WithReaders(readers)}
 					if buffered {
-						assert.False(t, st.DirectIO)
+						name += "/buffered"
+						opts = append(opts, WithBufferedIO())
 					}
-					assert.Equal(t, st.Selected, st.HotRows+st.ColdHits+st.ColdMisses)
-					assert.False(t, st.Bounded)
-				})
+					t.Run(name, func(t *testing.T) {
+						f := f
+						if readers > 1 {
+							f = f3
+						}
+						r, cache := f.open(t, f.path, opts...)
+						require.Equal(t, int64(400), r.split.Slots, "456 rows of budget less 56 hot")
+						require.Equal(t, readers, len(r.w.staging), "each reader has its own buffer")
+						ctx := context.Background()
+						now, later := make([]int32, f.sc.F), make([]int32, f.sc.F)
+						for step := range 200 {
+							l := step % 2
+							a, b := rng.IntN(len(sets)), rng.IntN(len(sets))
+							wait, err := r.Select(ctx, l, tokens(f.sc.D, a, b), nil, now, later)
+							require.NoError(t, err)
+							require.NoError(t, wait())
+							checkCache(t, f, r, cache, l, now, later, union(sets[a], sets[b]))
+						}
+						st := r.Stats()
+						assert.Positive(t, st.ColdHits)
+						assert.Positive(t, st.ColdMisses)
+						if buffered {
+							assert.False(t, st.DirectIO)
+						}
+						assert.Equal(t, st.Selected, st.HotRows+st.ColdHits+st.ColdMisses)
+						assert.False(t, st.Bounded)
+					})
+				}
 			}
 		}
 	}
+}
+
+// A threshold offset selects the neurons whose logit exceeds the sidecar's threshold plus the
+// offset, whether the runner gives the logits or the runtime computes them; a non-finite
+// offset is refused.
+func TestRuntimeThresholdOffset(t *testing.T) {
+	f := newRTFixture(t, core.F32, []int{8, 8}, 1000, 1<<20)
+	c := f.m.Config
+	tr := f.sc.Predictor()
+	rng := rand.New(rand.NewPCG(5, 6))
+	h := make([]float32, c.Dim)
+	for i := range h {
+		h[i] = float32(rng.NormFloat64())
+	}
+	lg := tr.Logits(0, h, nil)
+	for _, off := range []float32{-0.5, 0, 0.5, 2} {
+		t.Run(fmt.Sprint(off), func(t *testing.T) {
+			var want []int32
+			for i, v := range lg {
+				if v > tr.Threshold+off {
+					want = append(want, int32(i))
+				}
+			}
+			r, cache := f.open(t, f.path, WithThresholdOffset(off))
+			now, later := make([]int32, c.FFN), make([]int32, c.FFN)
+			for _, logits := range [][]float32{lg, nil} {
+				wait, err := r.Select(context.Background(), 0, h, logits, now, later)
+				require.NoError(t, err)
+				require.NoError(t, wait())
+				checkCache(t, f, r, cache, 0, now, later, want)
+			}
+			assert.Equal(t, tr.Threshold, f.sc.Predictor().Threshold, "the sidecar's threshold stays")
+		})
+	}
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
+		_, err := NewRuntime(context.Background(), f.m, f.sc, f.path, WithThresholdOffset(bad))
+		require.ErrorIs(t, err, core.ErrInvalidArgument)
+	}
+	_, err := NewRuntime(context.Background(), f.m, f.sc, f.path, WithReaders(0))
+	require.ErrorIs(t, err, core.ErrInvalidArgument)
 }
 
 func union(a, b []int32) []int32 {
@@ -767,3 +820,44 @@ func TestRuntimeSteadyStateAllocs(t *testing.T) {
 }
 
 var _ io.Closer = (*Runtime)(nil)
+
+// The look-ahead: a one-token Select of layer 0 queues the reads of layer 1's predicted neurons
+// (from the same h); layer 1's Select then finds them cached (listed in now once loaded, in
+// later while loading) and reads nothing more. Without it, layer 1 reads them itself.
+func TestRuntimePrefetch(t *testing.T) {
+	f := newRTFixture(t, core.F32, []int{8, 8}, 1000, 1<<20)
+	c := f.m.Config
+	tr := f.sc.Predictor()
+	rng := rand.New(rand.NewPCG(9, 9))
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprint(on), func(t *testing.T) {
+			r, cache := f.open(t, f.path, WithPrefetch(on))
+			now, later := make([]int32, c.FFN), make([]int32, c.FFN)
+			var prefetched, used int64
+			for step := range 6 {
+				h := make([]float32, c.Dim)
+				for i := range h {
+					h[i] = float32(rng.NormFloat64())
+				}
+				for l := range 2 {
+					before := r.Stats()
+					wait, err := r.Select(context.Background(), l, h, tr.Logits(l, h, nil), now, later)
+					require.NoError(t, err)
+					require.NoError(t, wait())
+					checkCache(t, f, r, cache, l, now, later, tr.Predict(l, h, nil))
+					st := r.Stats()
+					if on && l == 1 {
+						assert.Zero(t, st.ColdMisses-before.ColdMisses, "step %d: layer 1's neurons were all prefetched", step)
+					}
+					prefetched, used = st.PrefetchRows, st.PrefetchUsed
+				}
+			}
+			if on {
+				assert.Positive(t, prefetched)
+				assert.Equal(t, prefetched, used, "the same h: every prefetched row is used")
+			} else {
+				assert.Zero(t, prefetched)
+			}
+		})
+	}
+}
