@@ -17,6 +17,8 @@ type budgetSplit struct {
 	// how many of the sidecar's hot rows the budget could not keep resident.
 	Hot     []int
 	Demoted int
+	// Promoted is how many rows past the sidecar's hot ones a roomier budget keeps resident.
+	Promoted int
 	Slots   int64
 	// Bounded: the budget cannot hold a whole layer's selection; Select drops the overflow.
 	Bounded bool
@@ -42,7 +44,12 @@ func (b budgetSplit) HotRows() int64 {
 // I/O buffer shrinks to one row (staging: the wanted size, stagingMin: the least) when the
 // wanted one would take the room of a layer's neurons. Only a budget with no room for a single
 // row besides the fixed region and the I/O buffer is refused.
-func splitBudget(budget int64, fx Fixed, staging, stagingMin, rowBytes int64, F int, hot0 []int, freq func(l, i int) float32) (budgetSplit, error) {
+//
+// With promote, a budget with room to spare beyond that keeps more rows resident than the sidecar planned
+// (the most frequent next row of any layer first) for as long as the worst layer's cold
+// selection still fits the slots: a row resident costs the same memory as a cold slot and is
+// never read again, and a budget that holds every neuron reads nothing per token.
+func splitBudget(budget int64, fx Fixed, staging, stagingMin, rowBytes int64, F int, hot0 []int, freq func(l, i int) float32, promote bool) (budgetSplit, error) {
 	s := budgetSplit{Budget: budget, Fixed: fx, Staging: staging, Hot: append([]int(nil), hot0...)}
 	if budget-fx.Total()-staging < int64(F)*rowBytes {
 		s.Staging = stagingMin
@@ -102,6 +109,29 @@ func splitBudget(budget int64, fx Fixed, staging, stagingMin, rowBytes int64, F 
 		if lowest {
 			minHot = s.Hot[best]
 		}
+	}
+	for promote {
+		best := -1
+		for l, h := range s.Hot {
+			if h >= F || (best >= 0 && freq(l, h) <= freq(best, s.Hot[best])) {
+				continue
+			}
+			s.Hot[l]++
+			lo := F
+			for _, h2 := range s.Hot {
+				lo = min(lo, h2)
+			}
+			if sum+1+int64(F-lo) <= avail {
+				best = l
+			}
+			s.Hot[l]--
+		}
+		if best < 0 {
+			break
+		}
+		s.Hot[best]++
+		s.Promoted++
+		sum++
 	}
 	s.Slots = min(avail-sum, total-sum)
 	return s, nil

@@ -34,11 +34,11 @@ type RuntimeStats struct {
 	Recall, Precision float64
 	// The budget split: FixedBytes (FixedRegion), HotBytes (HotRowsResident rows), ColdBytes
 	// (ColdSlots rows), StagingBytes (the I/O buffer). Demoted is the sidecar's hot rows the
-	// budget turned cold.
-	Budget, FixedBytes, HotBytes, ColdBytes, StagingBytes int64
-	RowBytes, HotRowsResident, ColdSlots, Demoted         int64
-	Eviction                                              Eviction
-	DirectIO                                              bool
+	// budget turned cold, Promoted the rows past them that a roomier budget keeps resident.
+	Budget, FixedBytes, HotBytes, ColdBytes, StagingBytes   int64
+	RowBytes, HotRowsResident, ColdSlots, Demoted, Promoted int64
+	Eviction                                                Eviction
+	DirectIO                                                bool
 	// Bounded: the budget cannot hold one whole layer's neurons besides the fixed region, so a
 	// selection larger than the cache loses its least frequent neurons (Dropped).
 	Bounded bool
@@ -85,6 +85,9 @@ func (s RuntimeStats) String() string {
 		io = "direct"
 	}
 	fmt.Fprintf(&b, "sparse budget %s: fixed %s, hot %s (%d rows", mib(s.Budget), mib(s.FixedBytes), mib(s.HotBytes), s.HotRowsResident)
+	if s.Promoted > 0 {
+		fmt.Fprintf(&b, ", %d beyond the sidecar's", s.Promoted)
+	}
 	if s.Demoted > 0 {
 		fmt.Fprintf(&b, ", %d demoted", s.Demoted)
 	}

@@ -60,6 +60,9 @@ type runtimeConfig struct {
 	// stagingBytes is the minimum I/O buffer of each reader (the largest coalesced read).
 	stagingBytes int64
 	readers      int
+	// plannedHot keeps exactly the sidecar's hot rows resident even where the budget has room
+	// for more (WithPlannedHot).
+	plannedHot bool
 }
 
 // WithContext sizes the fixed region's KV cache like plan-sparse: ctxLen positions of kv
@@ -118,6 +121,11 @@ func WithLogger(l *slog.Logger) RuntimeOption { return func(c *runtimeConfig) { 
 // WithReaders sets how many cold reads are in flight at once (default 4, each with its own
 // I/O buffer in the budget); 1 reads one span at a time.
 func WithReaders(n int) RuntimeOption { return func(c *runtimeConfig) { c.readers = n } }
+
+// WithPlannedHot keeps exactly the sidecar's hot rows resident (fewer where the budget is
+// short). By default a budget with room to spare keeps more rows resident, the most frequent
+// first, down to every neuron when it holds them all (then nothing is read per token).
+func WithPlannedHot() RuntimeOption { return func(c *runtimeConfig) { c.plannedHot = true } }
 
 // withIO tunes coalescing and the staging buffer (tests and benchmarks).
 func withIO(gapBytes, stagingBytes int64) RuntimeOption {
@@ -242,7 +250,7 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	fx := FixedRegion(m, cfg.ctxLen, cfg.kv, sc.PredRank)
 	var err error
 	r.split, err = splitBudget(budget, fx, int64(cfg.readers)*stagingSize(cfg.stagingBytes, r.rowBytes), stagingSize(0, r.rowBytes), r.rowBytes, r.F,
-		sc.HotCounts, func(l, i int) float32 { return sc.Freq(l)[i] })
+		sc.HotCounts, func(l, i int) float32 { return sc.Freq(l)[i] }, !cfg.plannedHot)
 	if err != nil {
 		return nil, fmt.Errorf("%w (context %d, %s KV cache)", err, cfg.ctxLen, cfg.kv)
 	}
@@ -322,7 +330,7 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	r.waitFn = r.wait
 	r.st = RuntimeStats{Budget: budget, FixedBytes: fx.Total(), HotBytes: r.coldBase * r.rowBytes,
 		ColdBytes: r.split.Slots * r.rowBytes, StagingBytes: staging, RowBytes: r.rowBytes, HotRowsResident: r.coldBase,
-		ColdSlots: r.split.Slots, Demoted: int64(r.split.Demoted), Eviction: cfg.evict, Bounded: r.split.Bounded}
+		ColdSlots: r.split.Slots, Demoted: int64(r.split.Demoted), Promoted: int64(r.split.Promoted), Eviction: cfg.evict, Bounded: r.split.Bounded}
 	cfg.log.Debug("sparse: runtime", "budget", budget, "fixed", fx.Total(), "hot_rows", r.coldBase, "cold_slots", r.split.Slots,
 		"direct", r.file.direct.Load())
 	return r, nil

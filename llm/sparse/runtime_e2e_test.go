@@ -71,6 +71,7 @@ func runtimeMatchesDense(t *testing.T, m *llm.Model, s *Sidecar, or *Oracle, dev
 		{"trained", budget, []RuntimeOption{WithRecallSampling(1)}},
 		{"trained/no look-ahead", budget, []RuntimeOption{WithPrefetch(false)}},
 		{"trained/sidecar budget", 0, nil},
+		{"oracle/all resident", 1 << 40, []RuntimeOption{WithPredictor(or)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rt, err := NewRuntime(ctx, m, s, path, append([]RuntimeOption{WithContext(ctxLen, core.F32), WithBudget(tc.budget)}, tc.opts...)...)
@@ -90,8 +91,13 @@ func runtimeMatchesDense(t *testing.T, m *llm.Model, s *Sidecar, or *Oracle, dev
 			}
 			st := rt.Stats()
 			t.Logf("%s\n%s", tc.name, st)
-			assert.Positive(t, st.ColdMisses, "the budget keeps most neurons cold")
-			assert.Positive(t, st.ColdHits)
+			if tc.budget == 1<<40 {
+				assert.Zero(t, st.ColdSlots+st.ColdMisses+st.BytesRead, "a budget that holds every neuron reads nothing per token: %s", st)
+				assert.Equal(t, st.Selected, st.HotRows)
+			} else {
+				assert.Positive(t, st.ColdMisses, "the budget keeps most neurons cold")
+				assert.Positive(t, st.ColdHits)
+			}
 			assert.Equal(t, st.Selected, st.HotRows+st.ColdHits+st.ColdMisses+st.Dropped)
 			assert.Equal(t, int64(11+24), st.Tokens, "11 prompt tokens (the runner hands Select no padding rows), 24 decoded")
 			assert.Equal(t, tc.budget == 0, st.Bounded)
