@@ -19,7 +19,7 @@ type budgetSplit struct {
 	Demoted int
 	// Promoted is how many rows past the sidecar's hot ones a roomier budget keeps resident.
 	Promoted int
-	Slots   int64
+	Slots    int64
 	// Bounded: the budget cannot hold a whole layer's selection; Select drops the overflow.
 	Bounded bool
 }
