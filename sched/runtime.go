@@ -44,6 +44,8 @@ type Runtime struct {
 	copies, copyBytes atomic.Int64 // arena ↔ mirror copies for units that import nothing
 	runs              atomic.Int64
 	phases            map[Phase]*PhaseStats // under mu
+
+	releaseProcs func() // gives back the GOMAXPROCS headroom (nil: none taken)
 }
 
 type runtimeConfig struct {
@@ -51,6 +53,7 @@ type runtimeConfig struct {
 	logger     *slog.Logger
 	policy     dag.Policy
 	pinnedSpin time.Duration
+	noHeadroom bool
 }
 
 // RuntimeOption configures NewRuntime.
@@ -78,6 +81,16 @@ func WithDispatchPolicy(p dag.Policy) RuntimeOption {
 // predicted sleep and the short spin of Signal.Wait.
 func WithPinnedSpin(d time.Duration) RuntimeOption {
 	return func(c *runtimeConfig) { c.pinnedSpin = max(d, 0) }
+}
+
+// WithProcHeadroom(false) stops the runtime from raising GOMAXPROCS. By default, while the
+// runtime is open, GOMAXPROCS is at least one more than the workers of all open runtimes: a
+// worker inside a backend call holds its P in the system-call state, and without an idle P
+// Go's sysmon takes it away every 20 µs and wakes a thread that preempts a worker (procs.go
+// says what that cost a split decode). The previous value comes back when the last runtime
+// closes.
+func WithProcHeadroom(on bool) RuntimeOption {
+	return func(c *runtimeConfig) { c.noHeadroom = !on }
 }
 
 // WithRuntimeLogger sets the logger (default slog.Default()).
@@ -121,6 +134,9 @@ func NewRuntime(ctx context.Context, devices []core.Device, specs []UnitSpec, op
 		go w.loop()
 		<-w.pinned
 	}
+	if !cfg.noHeadroom {
+		rt.releaseProcs = reserveProcs(len(rt.workers))
+	}
 	return rt, nil
 }
 
@@ -153,6 +169,9 @@ func (rt *Runtime) Close() error {
 	for _, w := range rt.workers {
 		close(w.jobs)
 		<-w.exited
+	}
+	if rt.releaseProcs != nil {
+		rt.releaseProcs()
 	}
 	for _, p := range progs {
 		errs = append(errs, p.release())
