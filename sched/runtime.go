@@ -45,7 +45,8 @@ type Runtime struct {
 	runs              atomic.Int64
 	phases            map[Phase]*PhaseStats // under mu
 
-	releaseProcs func() // gives back the GOMAXPROCS headroom (nil: none taken)
+	releaseProcs func()        // gives back the GOMAXPROCS headroom (nil: none taken)
+	epochs       atomic.Uint32 // request chunks planned, for stealing tasks' claim words
 }
 
 type runtimeConfig struct {
@@ -275,6 +276,27 @@ type progPart struct {
 	exe   core.Executable
 	execs []core.Execution // per lane
 	io    []partIO         // per partition input then output
+	steal *progSteal       // a stealing split's task: it runs these chunks, exe is nil
+}
+
+// progSteal is a stealing task's side, shared claim word and chunks (split_steal.go).
+type progSteal struct {
+	side   int
+	state  *stealState
+	chunks []*progPart
+}
+
+// allParts are the stage's partitions and the chunks of its stealing tasks: everything that
+// holds executions.
+func (st *progStage) allParts() []*progPart {
+	var all []*progPart
+	for _, pp := range st.parts {
+		all = append(all, pp)
+		if pp.steal != nil {
+			all = append(all, pp.steal.chunks...)
+		}
+	}
+	return all
 }
 
 // partIO is where a partition's input or output lives.
@@ -315,11 +337,6 @@ func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, e
 	// Cross-partition tensors of stage s go to slot group s%2 of each lane: stage s+2 reuses
 	// stage s's slots, and it starts only after every task of stage s+1, which started after
 	// every task of stage s.
-	type slotUse struct {
-		idx int
-		t   *core.Tensor
-		off int64
-	}
 	var uses []*slotUse
 	groupSize := [2]int64{}
 	for si, st := range spec.Stages {
@@ -352,36 +369,24 @@ func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, e
 			for _, n := range part.Graph.Nodes {
 				p.nodes[part.unit][n.Op]++
 			}
-			views := slices.Concat(part.Graph.Inputs, part.Graph.Outputs)
-			for k, t := range slices.Concat(part.Inputs, part.Outputs) {
-				io := partIO{t: views[k], size: views[k].Bytes(), isInput: k < len(part.Inputs), slot: -1}
-				if part.offs != nil {
-					io.off = part.offs[k]
-				}
-				if b, ok := bound[t]; ok {
-					if err := checkBinding(t, b); err != nil {
+			if pp.io, err = partIOs(part, bound, lanes, slot, func(t *core.Tensor) *slotUse {
+				u := &slotUse{idx: len(uses), t: t, off: used}
+				used += alignUp(max(t.Bytes(), 1), arenaAlign)
+				uses = append(uses, u)
+				return u
+			}); err != nil {
+				return nil, fmt.Errorf("%s: %w", st.Name, err)
+			}
+			if part.steal != nil {
+				pp.steal = &progSteal{side: part.steal.side, state: part.steal.state}
+				for _, ch := range part.steal.chunks {
+					cp := &progPart{Partition: ch.Partition, unit: ch.unit, exe: ch.exe,
+						name: fmt.Sprintf("%s/p%d %s", st.Name, part.Index, ch.label)}
+					if cp.io, err = partIOs(ch, bound, lanes, slot, nil); err != nil {
 						return nil, fmt.Errorf("%s: %w", st.Name, err)
 					}
-					io.stride = b.Stride
-					for l := range lanes {
-						if len(b.Lanes) > 0 {
-							io.lanes = append(io.lanes, b.Lanes[l%len(b.Lanes)])
-						} else {
-							io.lanes = append(io.lanes, b.Span)
-						}
-					}
-				} else {
-					u := slot[t]
-					if u == nil {
-						u = &slotUse{idx: len(uses), t: t, off: used}
-						used += alignUp(max(t.Bytes(), 1), arenaAlign)
-						slot[t] = u
-						uses = append(uses, u)
-					}
-					io.lanes = make([]Span, lanes) // filled below, once the groups exist
-					io.slot = u.idx
+					pp.steal.chunks = append(pp.steal.chunks, cp)
 				}
-				pp.io = append(pp.io, io)
 			}
 		}
 		for i := range ps {
@@ -407,7 +412,7 @@ func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, e
 		}
 	}
 	for si, pst := range p.stages {
-		for _, pp := range pst.parts {
+		for _, pp := range pst.allParts() {
 			for k := range pp.io {
 				io := &pp.io[k]
 				if io.slot < 0 {
@@ -431,6 +436,55 @@ func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, e
 	}
 	rt.programs = append(rt.programs, p)
 	return p, nil
+}
+
+// slotUse is an activation slot of a program: its index, the tensor it holds and its offset
+// in its slot group.
+type slotUse struct {
+	idx int
+	t   *core.Tensor
+	off int64
+}
+
+// partIOs lays out where a partition's inputs and outputs live: a stage binding, or an
+// activation slot (slot, by tensor; newSlot makes one for a tensor that has none yet, nil: it
+// must exist already).
+func partIOs(part compiledPart, bound map[*core.Tensor]Binding, lanes int, slot map[*core.Tensor]*slotUse,
+	newSlot func(*core.Tensor) *slotUse) ([]partIO, error) {
+	var ios []partIO
+	views := slices.Concat(part.Graph.Inputs, part.Graph.Outputs)
+	for k, t := range slices.Concat(part.Inputs, part.Outputs) {
+		io := partIO{t: views[k], size: views[k].Bytes(), isInput: k < len(part.Inputs), slot: -1}
+		if part.offs != nil {
+			io.off = part.offs[k]
+		}
+		if b, ok := bound[t]; ok {
+			if err := checkBinding(t, b); err != nil {
+				return nil, err
+			}
+			io.stride = b.Stride
+			for l := range lanes {
+				if len(b.Lanes) > 0 {
+					io.lanes = append(io.lanes, b.Lanes[l%len(b.Lanes)])
+				} else {
+					io.lanes = append(io.lanes, b.Span)
+				}
+			}
+		} else {
+			u := slot[t]
+			if u == nil {
+				if newSlot == nil {
+					return nil, fmt.Errorf("%s has no activation slot: %w", t.Name, core.ErrInvalidArgument)
+				}
+				u = newSlot(t)
+				slot[t] = u
+			}
+			io.lanes = make([]Span, lanes) // filled below, once the groups exist
+			io.slot = u.idx
+		}
+		ios = append(ios, io)
+	}
+	return ios, nil
 }
 
 // checkBinding rejects a binding that cannot hold t: every span must, at row 0.
@@ -471,6 +525,9 @@ type compiledPart struct {
 	// task with sibling parts.
 	what      []string
 	splitPart bool
+	// steal, for a stealing split's task, holds its chunks (split_steal.go): the task itself
+	// is not prepared.
+	steal *stealSpec
 }
 
 // partition splits a stage by unit, checks each partition where it goes and prepares it. A
@@ -541,6 +598,9 @@ func (rt *Runtime) partition(ctx context.Context, st StageSpec, prepOpts map[int
 
 // bindLanes makes one execution per lane and binds what does not move between runs.
 func (rt *Runtime) bindLanes(pp *progPart, lanes int) error {
+	if pp.steal != nil {
+		return nil // a stealing task runs its chunks' executions, it has none
+	}
 	for l := range lanes {
 		e, err := pp.exe.NewExecution()
 		if err != nil {
@@ -584,7 +644,7 @@ func (p *Program) Close() error {
 func (p *Program) release() error {
 	var errs []error
 	for _, st := range p.stages {
-		for _, pp := range st.parts {
+		for _, pp := range st.allParts() {
 			for _, e := range pp.execs {
 				errs = append(errs, e.Close())
 			}
@@ -629,6 +689,7 @@ type rtTask struct {
 	waits       []uint64 // per unit: the sequence number to wait for (0: none)
 	unitPos     int      // index in its unit's task list
 	name        string
+	epoch       uint32 // the request chunk's number, shared by a stealing task's two sides
 }
 
 // rtJob is one request's tasks for one unit.
@@ -727,11 +788,13 @@ func (p *Program) plan(chunks []Chunk) [][]*rtTask {
 	sinks := make([][][]int, len(chunks))
 	for ci, ch := range chunks {
 		lane := ci % p.lanes
+		epoch := rt.epochs.Add(1)
 		sinks[ci] = make([][]int, len(p.stages))
 		for si, st := range p.stages {
 			first := len(tasks)
 			for pi, pp := range st.parts {
-				t := &rtTask{p: p, stage: si, part: pi, pp: pp, lane: lane, chunk: ch, waits: make([]uint64, nu)}
+				t := &rtTask{p: p, stage: si, part: pi, pp: pp, lane: lane, chunk: ch, waits: make([]uint64, nu),
+					epoch: epoch}
 				var d []int
 				for _, q := range pp.Deps {
 					d = append(d, first+q)
@@ -837,6 +900,7 @@ type rtWorker struct {
 	curStart atomic.Int64 // unix nanoseconds
 	busy     atomic.Int64 // nanoseconds spent running tasks
 	ran      atomic.Int64 // tasks run
+	stolen   int          // chunks the last stealing task ran here (worker goroutine only)
 }
 
 func (w *rtWorker) loop() {
@@ -905,9 +969,14 @@ func (w *rtWorker) runJob(j *rtJob) {
 		w.ran.Add(1)
 		w.sig.Publish(t.seq)
 		if tr != nil {
-			tr.Slice(u.Name(), t.pp.name, start, end, map[string]any{"program": t.p.name, "chunk": t.chunk.Index,
+			args := map[string]any{"program": t.p.name, "chunk": t.chunk.Index,
 				"layer": t.p.stages[t.stage].spec.Layer, "stage": t.p.stages[t.stage].spec.Name, "partition": t.part,
-				"nodes": len(t.pp.Nodes), "lane": t.lane})
+				"nodes": len(t.pp.Nodes), "lane": t.lane}
+			if t.pp.steal != nil {
+				args["stolen_chunks"] = w.stolen // of len(t.pp.steal.chunks)
+				args["chunks"] = len(t.pp.steal.chunks)
+			}
+			tr.Slice(u.Name(), t.pp.name, start, end, args)
 		}
 	}
 }
@@ -980,8 +1049,39 @@ func (w *rtWorker) remaining(j *rtJob, v int, seq uint64) time.Duration {
 // runTask binds what moves with the chunk, brings a copying unit's inputs in, runs, and takes
 // its outputs out.
 func (w *rtWorker) runTask(ctx context.Context, t *rtTask) error {
+	if err := w.runPart(ctx, t, t.pp); err != nil {
+		return err
+	}
+	if t.p.check != nil {
+		return w.checkOutputs(t)
+	}
+	return nil
+}
+
+// runStolen runs a stealing task's side: chunks from its end of the rows until none are
+// left (the other side takes the rest). It returns how many it ran.
+func (w *rtWorker) runStolen(ctx context.Context, t *rtTask, st *progSteal) (int, error) {
+	ran := 0
+	for {
+		i := st.state.claim(t.epoch, st.side)
+		if i < 0 {
+			return ran, nil
+		}
+		if err := w.runPart(ctx, t, st.chunks[i]); err != nil {
+			return ran, err
+		}
+		ran++
+	}
+}
+
+// runPart runs partition pp for task t (t.pp, or a chunk of it).
+func (w *rtWorker) runPart(ctx context.Context, t *rtTask, pp *progPart) error {
+	if pp.steal != nil {
+		n, err := w.runStolen(ctx, t, pp.steal)
+		w.stolen = n
+		return err
+	}
 	rt := w.rt
-	pp := t.pp
 	e := pp.execs[t.lane]
 	m := rt.mem[pp.unit]
 	u := rt.units[pp.unit]
@@ -1003,7 +1103,7 @@ func (w *rtWorker) runTask(ctx context.Context, t *rtTask) error {
 		}
 	}
 	if m.mode == importCopy {
-		if err := w.copyIO(t, true); err != nil {
+		if err := w.copyIO(t, pp, true); err != nil {
 			return err
 		}
 	}
@@ -1011,12 +1111,9 @@ func (w *rtWorker) runTask(ctx context.Context, t *rtTask) error {
 		return err
 	}
 	if m.mode == importCopy {
-		if err := w.copyIO(t, false); err != nil {
+		if err := w.copyIO(t, pp, false); err != nil {
 			return err
 		}
-	}
-	if t.p.check != nil {
-		return w.checkOutputs(t)
 	}
 	return nil
 }
@@ -1043,9 +1140,8 @@ func (w *rtWorker) checkOutputs(t *rtTask) error {
 
 // copyIO moves a copying unit's partition inputs from the arena to its mirror (in) or its
 // outputs back (out), counting the bytes.
-func (w *rtWorker) copyIO(t *rtTask, in bool) error {
+func (w *rtWorker) copyIO(t *rtTask, pp *progPart, in bool) error {
 	rt := w.rt
-	pp := t.pp
 	u := rt.units[pp.unit]
 	start := time.Now()
 	var n int64
