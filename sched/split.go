@@ -45,8 +45,9 @@ type NodeSplit struct {
 	// output (one row of a, as in decode; constant weights): the weight's rows are cut into
 	// chunks prepared on both units, the first unit takes chunks from the front and the second
 	// from the back, each as long as any is left, so a unit slowed down (another process on
-	// its core, a cold cache) does less of the MATMUL instead of making the other wait. Ratio
-	// is then unused. Elsewhere the split stays static. See split_steal.go.
+	// its core, a cold cache) does less of the MATMUL instead of making the other wait.
+	// Elsewhere (several rows of a: a prefill chunk) the split stays the static one Ratio
+	// cuts. See split_steal.go.
 	Steal bool
 }
 
