@@ -557,7 +557,11 @@ func (rt *Runtime) partition(ctx context.Context, st StageSpec, prepOpts map[int
 		}
 	}
 	for try := 0; ; try++ {
-		parts, err := SplitGraph(g, units)
+		group := make([]int, len(units))
+		for i, u := range units {
+			group[i] = min(u, len(rt.units)) // every split node in one group (splitGraphGrouped)
+		}
+		parts, err := splitGraphGrouped(g, units, group)
 		if err != nil {
 			return nil, err
 		}
