@@ -356,6 +356,14 @@ func TestSplitOnIsolatedUnit(t *testing.T) {
 		require.NoError(t, p.Close())
 		require.NoError(t, p0.Close())
 	}
+	// stealing in decode: the isolated unit's chunks bring a in and take their rows out
+	g1 := splitGraph(t, 1, 32, 64, core.F32)
+	wantY, wantZ, p0 := runSplit(t, rt, g1, nil)
+	gotY, gotZ, p := runSplit(t, rt, g1, &NodeSplit{Strategy: SplitRows, Units: []int{1, 0}, Ratio: []float64{0.5, 0.5}, Steal: true})
+	assert.Equal(t, wantY, gotY, "stealing")
+	assert.Equal(t, wantZ, gotZ, "stealing")
+	require.NoError(t, p.Close())
+	require.NoError(t, p0.Close())
 	a := rt.Arena()
 	x, err := a.Alloc(7 * 32 * 4)
 	require.NoError(t, err)
