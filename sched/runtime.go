@@ -379,6 +379,9 @@ func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, e
 			}
 			if part.steal != nil {
 				pp.steal = &progSteal{side: part.steal.side, state: part.steal.state}
+				if len(pp.steal.state.words) < lanes { // both sides share the state
+					pp.steal.state.words = make([]atomic.Uint64, lanes)
+				}
 				for _, ch := range part.steal.chunks {
 					cp := &progPart{Partition: ch.Partition, unit: ch.unit, exe: ch.exe,
 						name: fmt.Sprintf("%s/p%d %s", st.Name, part.Index, ch.label)}
@@ -1067,7 +1070,7 @@ func (w *rtWorker) runTask(ctx context.Context, t *rtTask) error {
 func (w *rtWorker) runStolen(ctx context.Context, t *rtTask, st *progSteal) (int, error) {
 	ran := 0
 	for {
-		i := st.state.claim(t.epoch, st.side)
+		i := st.state.claim(t.lane, t.epoch, st.side)
 		if i < 0 {
 			return ran, nil
 		}

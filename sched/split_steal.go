@@ -40,23 +40,30 @@ type stealSpec struct {
 	chunks []compiledPart
 }
 
-// stealState is the claim word both sides of a task share: the epoch of the request chunk it
-// belongs to (32 bits), then how many chunks were taken from the front and from the back (16
-// bits each). A word from an older epoch counts as none taken, so nothing resets it between
-// steps: the next step's task starts only after both sides finished this one's.
+// stealState holds the claim words both sides of a task share, one per lane (request chunks
+// in flight at once run in different lanes; the chunks of one lane run the task one after
+// another): the epoch of the request chunk (32 bits), then how many chunks were taken from
+// the front and from the back (16 bits each). A word from an older epoch counts as none taken,
+// so nothing resets it between steps: a lane's next chunk starts its task only after both
+// sides finished this one's. A side that finds a newer epoch takes nothing (it cannot happen
+// by that order; the check keeps a late claim from clobbering the newer word).
 type stealState struct {
-	word atomic.Uint64
-	n    int // chunks
+	words []atomic.Uint64 // per lane; set when the program is compiled
+	n     int             // chunks
 }
 
-// claim takes the next chunk from side's end for epoch and returns its index, or -1 when every
-// chunk is taken.
-func (s *stealState) claim(epoch uint32, side int) int {
+// claim takes the next chunk from side's end for epoch in lane and returns its index, or -1
+// when every chunk is taken.
+func (s *stealState) claim(lane int, epoch uint32, side int) int {
+	word := &s.words[lane]
 	for {
-		w := s.word.Load()
+		w := word.Load()
 		var front, back int
-		if uint32(w>>32) == epoch {
+		switch we := uint32(w >> 32); {
+		case we == epoch:
 			front, back = int(w>>16&0xffff), int(w&0xffff)
+		case int32(we-epoch) > 0:
+			return -1
 		}
 		if front+back >= s.n {
 			return -1
@@ -68,7 +75,7 @@ func (s *stealState) claim(epoch uint32, side int) int {
 			idx = s.n - 1 - back
 			back++
 		}
-		if s.word.CompareAndSwap(w, uint64(epoch)<<32|uint64(front)<<16|uint64(back)) {
+		if word.CompareAndSwap(w, uint64(epoch)<<32|uint64(front)<<16|uint64(back)) {
 			return idx
 		}
 	}

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -62,20 +63,26 @@ func TestStealChunks(t *testing.T) {
 }
 
 func TestStealClaim(t *testing.T) {
-	s := &stealState{n: 5}
+	s := &stealState{n: 5, words: make([]atomic.Uint64, 2)}
 	var got []int
 	for _, side := range []int{0, 1, 0, 0, 1, 1, 0} {
-		got = append(got, s.claim(7, side))
+		got = append(got, s.claim(0, 7, side))
 	}
 	assert.Equal(t, []int{0, 4, 1, 2, 3, -1, -1}, got, "front from 0 up, back from 4 down, -1 once all are taken")
 	// a new epoch starts from none taken, without a reset
-	assert.Equal(t, 4, s.claim(8, 1))
-	assert.Equal(t, 0, s.claim(8, 0))
+	assert.Equal(t, 4, s.claim(0, 8, 1))
+	assert.Equal(t, 0, s.claim(0, 8, 0))
+	// a late claim of an older epoch takes nothing and leaves the newer word alone
+	assert.Equal(t, -1, s.claim(0, 7, 0))
+	assert.Equal(t, 1, s.claim(0, 8, 0))
+	// lanes are independent
+	assert.Equal(t, 0, s.claim(1, 9, 0))
+	assert.Equal(t, 2, s.claim(0, 8, 0))
 }
 
 // Two sides claiming at once take every chunk exactly once (run with -race).
 func TestStealClaimConcurrent(t *testing.T) {
-	s := &stealState{n: 9}
+	s := &stealState{n: 9, words: make([]atomic.Uint64, 1)}
 	for epoch := uint32(1); epoch <= 200; epoch++ {
 		var mu sync.Mutex
 		seen := make([]int, s.n)
@@ -84,7 +91,7 @@ func TestStealClaimConcurrent(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for i := s.claim(epoch, side); i >= 0; i = s.claim(epoch, side) {
+				for i := s.claim(0, epoch, side); i >= 0; i = s.claim(0, epoch, side) {
 					mu.Lock()
 					seen[i]++
 					mu.Unlock()
