@@ -30,15 +30,24 @@ type Partition struct {
 // independent nodes on one device end up in one partition. Each partition's sub-graph is built
 // with the Graph builder, so it is validated like any other graph.
 func SplitGraph(g *core.Graph, device []int) ([]*Partition, error) {
+	return splitGraphGrouped(g, device, device)
+}
+
+// splitGraphGrouped is SplitGraph with the node order grouped by group[nodeID] instead of by
+// device: nodes of different devices in one group are ordered as if on one device, then cut
+// by device. The runtime gives every split MATMUL a pseudo device of its own but puts them in
+// one group, so a layer's Q, K and V splits come one after another and the nodes that consume
+// them (reshapes, RoPE) form one partition instead of one each.
+func splitGraphGrouped(g *core.Graph, device, group []int) ([]*Partition, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
-	if len(device) != len(g.Nodes) {
+	if len(device) != len(g.Nodes) || len(group) != len(g.Nodes) {
 		return nil, fmt.Errorf("split: %d devices for %d nodes: %w", len(device), len(g.Nodes), core.ErrInvalidArgument)
 	}
 	var parts []*Partition
 	partOf := make([]int, len(g.Nodes)) // node ID -> partition index
-	for i, id := range groupByDevice(g, device) {
+	for i, id := range groupByDevice(g, group) {
 		if i == 0 || device[id] != parts[len(parts)-1].Device {
 			parts = append(parts, &Partition{Index: len(parts), Device: device[id]})
 		}

@@ -74,6 +74,10 @@ type Split struct {
 	Ratio []float64 `json:"ratio,omitempty"`
 	// Lengths are the standard lengths the first unit holds graphs for (multiseq, hybrid).
 	Lengths []int64 `json:"lengths,omitempty"`
+	// Steal (rows over two units) shares the rows dynamically: each unit takes chunks of them
+	// from its end until none are left (NodeSplit.Steal) where the parts are contiguous (a
+	// decode step); a prefill chunk keeps the ratio's static cut.
+	Steal bool `json:"steal,omitempty"`
 }
 
 // PlanSplit is a rule's split with its units as indices into ResolvedPlan.Specs.
@@ -82,6 +86,7 @@ type PlanSplit struct {
 	Units    []int
 	Ratio    []float64
 	Lengths  []int64
+	Steal    bool
 }
 
 // ErrBadPlan is wrapped by every plan error (and wraps core.ErrInvalidArgument).
@@ -217,7 +222,11 @@ func (rp *ResolvedPlan) resolveRule(r Rule) (resolvedRule, error) {
 		if err := validateSplit(sp.Strategy, len(sp.Units), sp.Ratio, sp.Lengths); err != nil {
 			return rr, err
 		}
-		rr.split = &PlanSplit{Strategy: sp.Strategy, Ratio: slices.Clone(sp.Ratio), Lengths: slices.Clone(sp.Lengths)}
+		if sp.Steal && (sp.Strategy != SplitRows || len(sp.Units) != 2) {
+			return rr, fmt.Errorf("split: steal is for rows splits over two units")
+		}
+		rr.split = &PlanSplit{Strategy: sp.Strategy, Ratio: slices.Clone(sp.Ratio), Lengths: slices.Clone(sp.Lengths),
+			Steal: sp.Steal}
 		for _, u := range sp.Units {
 			i, err := rp.unitIndex(u)
 			if err != nil {

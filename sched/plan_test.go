@@ -70,6 +70,8 @@ func TestPlanErrors(t *testing.T) {
 		{"split ratio count", `{"units":["a","b"],"prefill":{"rules":[{"split":{"strategy":"seq","units":["a","b"],"ratio":[1]}}]}}`, "1 ratios"},
 		{"split unlisted unit", `{"units":["a","b"],"prefill":{"rules":[{"split":{"strategy":"rows","units":["a","c"],"ratio":[0.5,0.5]}}]}}`, "not one of"},
 		{"split unit twice", `{"units":["a","b"],"prefill":{"rules":[{"split":{"strategy":"rows","units":["a","0"],"ratio":[0.5,0.5]}}]}}`, "listed twice"},
+		{"steal with seq", `{"units":["a","b"],"prefill":{"rules":[{"split":{"strategy":"seq","units":["a","b"],"ratio":[0.5,0.5],"steal":true}}]}}`, "steal is for rows"},
+		{"steal over three", `{"units":["a","b","c"],"prefill":{"rules":[{"split":{"strategy":"rows","units":["a","b","c"],"ratio":[0.2,0.3,0.5],"steal":true}}]}}`, "two units"},
 		{"split one unit", `{"units":["a","b"],"prefill":{"rules":[{"split":{"strategy":"rows","units":["a"],"ratio":[1]}}]}}`, "1 units"},
 		{"multiseq lengths", `{"units":["a","b"],"prefill":{"rules":[{"split":{"strategy":"multiseq","units":["a","b"]}}]}}`, "no standard lengths"},
 		{"multiseq ratio", `{"units":["a","b"],"prefill":{"rules":[{"split":{"strategy":"multiseq","units":["a","b"],"ratio":[0.5,0.5],"lengths":[32]}}]}}`, "no ratio"},

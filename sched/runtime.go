@@ -44,6 +44,9 @@ type Runtime struct {
 	copies, copyBytes atomic.Int64 // arena ↔ mirror copies for units that import nothing
 	runs              atomic.Int64
 	phases            map[Phase]*PhaseStats // under mu
+
+	releaseProcs func()        // gives back the GOMAXPROCS headroom (nil: none taken)
+	epochs       atomic.Uint32 // request chunks planned, for stealing tasks' claim words
 }
 
 type runtimeConfig struct {
@@ -51,6 +54,7 @@ type runtimeConfig struct {
 	logger     *slog.Logger
 	policy     dag.Policy
 	pinnedSpin time.Duration
+	noHeadroom bool
 }
 
 // RuntimeOption configures NewRuntime.
@@ -78,6 +82,16 @@ func WithDispatchPolicy(p dag.Policy) RuntimeOption {
 // predicted sleep and the short spin of Signal.Wait.
 func WithPinnedSpin(d time.Duration) RuntimeOption {
 	return func(c *runtimeConfig) { c.pinnedSpin = max(d, 0) }
+}
+
+// WithProcHeadroom(false) stops the runtime from raising GOMAXPROCS. By default, while the
+// runtime is open, GOMAXPROCS is at least one more than the workers of all open runtimes: a
+// worker inside a backend call holds its P in the system-call state, and without an idle P
+// Go's sysmon takes it away every 20 µs and wakes a thread that preempts a worker (procs.go
+// says what that cost a split decode). The previous value comes back when the last runtime
+// closes.
+func WithProcHeadroom(on bool) RuntimeOption {
+	return func(c *runtimeConfig) { c.noHeadroom = !on }
 }
 
 // WithRuntimeLogger sets the logger (default slog.Default()).
@@ -121,6 +135,9 @@ func NewRuntime(ctx context.Context, devices []core.Device, specs []UnitSpec, op
 		go w.loop()
 		<-w.pinned
 	}
+	if !cfg.noHeadroom {
+		rt.releaseProcs = reserveProcs(len(rt.workers))
+	}
 	return rt, nil
 }
 
@@ -153,6 +170,9 @@ func (rt *Runtime) Close() error {
 	for _, w := range rt.workers {
 		close(w.jobs)
 		<-w.exited
+	}
+	if rt.releaseProcs != nil {
+		rt.releaseProcs()
 	}
 	for _, p := range progs {
 		errs = append(errs, p.release())
@@ -256,6 +276,27 @@ type progPart struct {
 	exe   core.Executable
 	execs []core.Execution // per lane
 	io    []partIO         // per partition input then output
+	steal *progSteal       // a stealing split's task: it runs these chunks, exe is nil
+}
+
+// progSteal is a stealing task's side, shared claim word and chunks (split_steal.go).
+type progSteal struct {
+	side   int
+	state  *stealState
+	chunks []*progPart
+}
+
+// allParts are the stage's partitions and the chunks of its stealing tasks: everything that
+// holds executions.
+func (st *progStage) allParts() []*progPart {
+	var all []*progPart
+	for _, pp := range st.parts {
+		all = append(all, pp)
+		if pp.steal != nil {
+			all = append(all, pp.steal.chunks...)
+		}
+	}
+	return all
 }
 
 // partIO is where a partition's input or output lives.
@@ -296,11 +337,6 @@ func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, e
 	// Cross-partition tensors of stage s go to slot group s%2 of each lane: stage s+2 reuses
 	// stage s's slots, and it starts only after every task of stage s+1, which started after
 	// every task of stage s.
-	type slotUse struct {
-		idx int
-		t   *core.Tensor
-		off int64
-	}
 	var uses []*slotUse
 	groupSize := [2]int64{}
 	for si, st := range spec.Stages {
@@ -333,36 +369,27 @@ func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, e
 			for _, n := range part.Graph.Nodes {
 				p.nodes[part.unit][n.Op]++
 			}
-			views := slices.Concat(part.Graph.Inputs, part.Graph.Outputs)
-			for k, t := range slices.Concat(part.Inputs, part.Outputs) {
-				io := partIO{t: views[k], size: views[k].Bytes(), isInput: k < len(part.Inputs), slot: -1}
-				if part.offs != nil {
-					io.off = part.offs[k]
+			if pp.io, err = partIOs(part, bound, lanes, slot, func(t *core.Tensor) *slotUse {
+				u := &slotUse{idx: len(uses), t: t, off: used}
+				used += alignUp(max(t.Bytes(), 1), arenaAlign)
+				uses = append(uses, u)
+				return u
+			}); err != nil {
+				return nil, fmt.Errorf("%s: %w", st.Name, err)
+			}
+			if part.steal != nil {
+				pp.steal = &progSteal{side: part.steal.side, state: part.steal.state}
+				if len(pp.steal.state.words) < lanes { // both sides share the state
+					pp.steal.state.words = make([]atomic.Uint64, lanes)
 				}
-				if b, ok := bound[t]; ok {
-					if err := checkBinding(t, b); err != nil {
+				for _, ch := range part.steal.chunks {
+					cp := &progPart{Partition: ch.Partition, unit: ch.unit, exe: ch.exe,
+						name: fmt.Sprintf("%s/p%d %s", st.Name, part.Index, ch.label)}
+					if cp.io, err = partIOs(ch, bound, lanes, slot, nil); err != nil {
 						return nil, fmt.Errorf("%s: %w", st.Name, err)
 					}
-					io.stride = b.Stride
-					for l := range lanes {
-						if len(b.Lanes) > 0 {
-							io.lanes = append(io.lanes, b.Lanes[l%len(b.Lanes)])
-						} else {
-							io.lanes = append(io.lanes, b.Span)
-						}
-					}
-				} else {
-					u := slot[t]
-					if u == nil {
-						u = &slotUse{idx: len(uses), t: t, off: used}
-						used += alignUp(max(t.Bytes(), 1), arenaAlign)
-						slot[t] = u
-						uses = append(uses, u)
-					}
-					io.lanes = make([]Span, lanes) // filled below, once the groups exist
-					io.slot = u.idx
+					pp.steal.chunks = append(pp.steal.chunks, cp)
 				}
-				pp.io = append(pp.io, io)
 			}
 		}
 		for i := range ps {
@@ -388,7 +415,7 @@ func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, e
 		}
 	}
 	for si, pst := range p.stages {
-		for _, pp := range pst.parts {
+		for _, pp := range pst.allParts() {
 			for k := range pp.io {
 				io := &pp.io[k]
 				if io.slot < 0 {
@@ -412,6 +439,55 @@ func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, e
 	}
 	rt.programs = append(rt.programs, p)
 	return p, nil
+}
+
+// slotUse is an activation slot of a program: its index, the tensor it holds and its offset
+// in its slot group.
+type slotUse struct {
+	idx int
+	t   *core.Tensor
+	off int64
+}
+
+// partIOs lays out where a partition's inputs and outputs live: a stage binding, or an
+// activation slot (slot, by tensor; newSlot makes one for a tensor that has none yet, nil: it
+// must exist already).
+func partIOs(part compiledPart, bound map[*core.Tensor]Binding, lanes int, slot map[*core.Tensor]*slotUse,
+	newSlot func(*core.Tensor) *slotUse) ([]partIO, error) {
+	var ios []partIO
+	views := slices.Concat(part.Graph.Inputs, part.Graph.Outputs)
+	for k, t := range slices.Concat(part.Inputs, part.Outputs) {
+		io := partIO{t: views[k], size: views[k].Bytes(), isInput: k < len(part.Inputs), slot: -1}
+		if part.offs != nil {
+			io.off = part.offs[k]
+		}
+		if b, ok := bound[t]; ok {
+			if err := checkBinding(t, b); err != nil {
+				return nil, err
+			}
+			io.stride = b.Stride
+			for l := range lanes {
+				if len(b.Lanes) > 0 {
+					io.lanes = append(io.lanes, b.Lanes[l%len(b.Lanes)])
+				} else {
+					io.lanes = append(io.lanes, b.Span)
+				}
+			}
+		} else {
+			u := slot[t]
+			if u == nil {
+				if newSlot == nil {
+					return nil, fmt.Errorf("%s has no activation slot: %w", t.Name, core.ErrInvalidArgument)
+				}
+				u = newSlot(t)
+				slot[t] = u
+			}
+			io.lanes = make([]Span, lanes) // filled below, once the groups exist
+			io.slot = u.idx
+		}
+		ios = append(ios, io)
+	}
+	return ios, nil
 }
 
 // checkBinding rejects a binding that cannot hold t: every span must, at row 0.
@@ -452,6 +528,9 @@ type compiledPart struct {
 	// task with sibling parts.
 	what      []string
 	splitPart bool
+	// steal, for a stealing split's task, holds its chunks (split_steal.go): the task itself
+	// is not prepared.
+	steal *stealSpec
 }
 
 // partition splits a stage by unit, checks each partition where it goes and prepares it. A
@@ -481,7 +560,11 @@ func (rt *Runtime) partition(ctx context.Context, st StageSpec, prepOpts map[int
 		}
 	}
 	for try := 0; ; try++ {
-		parts, err := SplitGraph(g, units)
+		group := make([]int, len(units))
+		for i, u := range units {
+			group[i] = min(u, len(rt.units)) // every split node in one group (splitGraphGrouped)
+		}
+		parts, err := splitGraphGrouped(g, units, group)
 		if err != nil {
 			return nil, err
 		}
@@ -522,6 +605,9 @@ func (rt *Runtime) partition(ctx context.Context, st StageSpec, prepOpts map[int
 
 // bindLanes makes one execution per lane and binds what does not move between runs.
 func (rt *Runtime) bindLanes(pp *progPart, lanes int) error {
+	if pp.steal != nil {
+		return nil // a stealing task runs its chunks' executions, it has none
+	}
 	for l := range lanes {
 		e, err := pp.exe.NewExecution()
 		if err != nil {
@@ -565,7 +651,7 @@ func (p *Program) Close() error {
 func (p *Program) release() error {
 	var errs []error
 	for _, st := range p.stages {
-		for _, pp := range st.parts {
+		for _, pp := range st.allParts() {
 			for _, e := range pp.execs {
 				errs = append(errs, e.Close())
 			}
@@ -610,6 +696,7 @@ type rtTask struct {
 	waits       []uint64 // per unit: the sequence number to wait for (0: none)
 	unitPos     int      // index in its unit's task list
 	name        string
+	epoch       uint32 // the request chunk's number, shared by a stealing task's two sides
 }
 
 // rtJob is one request's tasks for one unit.
@@ -708,11 +795,13 @@ func (p *Program) plan(chunks []Chunk) [][]*rtTask {
 	sinks := make([][][]int, len(chunks))
 	for ci, ch := range chunks {
 		lane := ci % p.lanes
+		epoch := rt.epochs.Add(1)
 		sinks[ci] = make([][]int, len(p.stages))
 		for si, st := range p.stages {
 			first := len(tasks)
 			for pi, pp := range st.parts {
-				t := &rtTask{p: p, stage: si, part: pi, pp: pp, lane: lane, chunk: ch, waits: make([]uint64, nu)}
+				t := &rtTask{p: p, stage: si, part: pi, pp: pp, lane: lane, chunk: ch, waits: make([]uint64, nu),
+					epoch: epoch}
 				var d []int
 				for _, q := range pp.Deps {
 					d = append(d, first+q)
@@ -818,6 +907,7 @@ type rtWorker struct {
 	curStart atomic.Int64 // unix nanoseconds
 	busy     atomic.Int64 // nanoseconds spent running tasks
 	ran      atomic.Int64 // tasks run
+	stolen   int          // chunks the last stealing task ran here (worker goroutine only)
 }
 
 func (w *rtWorker) loop() {
@@ -886,9 +976,14 @@ func (w *rtWorker) runJob(j *rtJob) {
 		w.ran.Add(1)
 		w.sig.Publish(t.seq)
 		if tr != nil {
-			tr.Slice(u.Name(), t.pp.name, start, end, map[string]any{"program": t.p.name, "chunk": t.chunk.Index,
+			args := map[string]any{"program": t.p.name, "chunk": t.chunk.Index,
 				"layer": t.p.stages[t.stage].spec.Layer, "stage": t.p.stages[t.stage].spec.Name, "partition": t.part,
-				"nodes": len(t.pp.Nodes), "lane": t.lane})
+				"nodes": len(t.pp.Nodes), "lane": t.lane}
+			if t.pp.steal != nil {
+				args["stolen_chunks"] = w.stolen // of len(t.pp.steal.chunks)
+				args["chunks"] = len(t.pp.steal.chunks)
+			}
+			tr.Slice(u.Name(), t.pp.name, start, end, args)
 		}
 	}
 }
@@ -961,8 +1056,39 @@ func (w *rtWorker) remaining(j *rtJob, v int, seq uint64) time.Duration {
 // runTask binds what moves with the chunk, brings a copying unit's inputs in, runs, and takes
 // its outputs out.
 func (w *rtWorker) runTask(ctx context.Context, t *rtTask) error {
+	if err := w.runPart(ctx, t, t.pp); err != nil {
+		return err
+	}
+	if t.p.check != nil {
+		return w.checkOutputs(t)
+	}
+	return nil
+}
+
+// runStolen runs a stealing task's side: chunks from its end of the rows until none are
+// left (the other side takes the rest). It returns how many it ran.
+func (w *rtWorker) runStolen(ctx context.Context, t *rtTask, st *progSteal) (int, error) {
+	ran := 0
+	for {
+		i := st.state.claim(t.lane, t.epoch, st.side)
+		if i < 0 {
+			return ran, nil
+		}
+		if err := w.runPart(ctx, t, st.chunks[i]); err != nil {
+			return ran, err
+		}
+		ran++
+	}
+}
+
+// runPart runs partition pp for task t (t.pp, or a chunk of it).
+func (w *rtWorker) runPart(ctx context.Context, t *rtTask, pp *progPart) error {
+	if pp.steal != nil {
+		n, err := w.runStolen(ctx, t, pp.steal)
+		w.stolen = n
+		return err
+	}
 	rt := w.rt
-	pp := t.pp
 	e := pp.execs[t.lane]
 	m := rt.mem[pp.unit]
 	u := rt.units[pp.unit]
@@ -984,7 +1110,7 @@ func (w *rtWorker) runTask(ctx context.Context, t *rtTask) error {
 		}
 	}
 	if m.mode == importCopy {
-		if err := w.copyIO(t, true); err != nil {
+		if err := w.copyIO(t, pp, true); err != nil {
 			return err
 		}
 	}
@@ -992,12 +1118,9 @@ func (w *rtWorker) runTask(ctx context.Context, t *rtTask) error {
 		return err
 	}
 	if m.mode == importCopy {
-		if err := w.copyIO(t, false); err != nil {
+		if err := w.copyIO(t, pp, false); err != nil {
 			return err
 		}
-	}
-	if t.p.check != nil {
-		return w.checkOutputs(t)
 	}
 	return nil
 }
@@ -1024,9 +1147,8 @@ func (w *rtWorker) checkOutputs(t *rtTask) error {
 
 // copyIO moves a copying unit's partition inputs from the arena to its mirror (in) or its
 // outputs back (out), counting the bytes.
-func (w *rtWorker) copyIO(t *rtTask, in bool) error {
+func (w *rtWorker) copyIO(t *rtTask, pp *progPart, in bool) error {
 	rt := w.rt
-	pp := t.pp
 	u := rt.units[pp.unit]
 	start := time.Now()
 	var n int64

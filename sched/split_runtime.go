@@ -84,6 +84,13 @@ func (rt *Runtime) prepareStage(ctx context.Context, st StageSpec, splits []*Nod
 				if c.exe != nil {
 					c.exe.Close()
 				}
+				if c.steal != nil {
+					for _, ch := range c.steal.chunks {
+						if ch.exe != nil {
+							ch.exe.Close()
+						}
+					}
+				}
 			}
 			out = nil
 		}
@@ -113,6 +120,12 @@ func (rt *Runtime) prepareStage(ctx context.Context, st StageSpec, splits []*Nod
 	}
 	for i := range out {
 		c := &out[i]
+		if c.steal != nil {
+			if err := rt.prepareSteal(ctx, c, prepOpts); err != nil {
+				return out, fmt.Errorf("stage %q: %w", st.Name, err)
+			}
+			continue
+		}
 		if c.what != nil {
 			if err := rt.analyzePart(ctx, c.Graph, c.unit, c.what); err != nil {
 				return out, fmt.Errorf("stage %q: %w", st.Name, err)
@@ -141,7 +154,7 @@ func groupParts(items []compiledPart) ([]compiledPart, error) {
 	open := map[string]int{} // unit and deps -> group
 	for i, c := range items {
 		if c.splitPart {
-			k := fmt.Sprint(c.unit, c.Deps)
+			k := fmt.Sprint(c.unit, c.Deps, c.steal != nil)
 			if j, ok := open[k]; ok {
 				members[j] = append(members[j], i)
 				newIdx[i] = j
@@ -159,6 +172,15 @@ func groupParts(items []compiledPart) ([]compiledPart, error) {
 			var err error
 			if c, err = combineParts(items, ms); err != nil {
 				return nil, err
+			}
+			if items[ms[0]].steal != nil {
+				// the group shares its rows as one range, through its first member's word
+				// (the same node heads the group on the other side)
+				st := &stealSpec{side: items[ms[0]].steal.side, state: items[ms[0]].steal.state}
+				for _, m := range ms {
+					st.nodes = append(st.nodes, items[m].steal.nodes...)
+				}
+				c.steal = st
 			}
 		} else {
 			np := *c.Partition
@@ -277,6 +299,9 @@ func expandSplit(n *core.Node, sp *NodeSplit, deps []int, out *[]compiledPart) (
 	if len(pieces) == 0 {
 		return nil, fmt.Errorf("split of %s: an empty [%d, %d] output: %w", n, m, nCols, core.ErrInvalidArgument)
 	}
+	if canSteal(n, sp, m) {
+		return expandSteal(n, sp, deps, out), nil
+	}
 	aRow, bRow, yElem := a.DType.Bytes(k), b.DType.Bytes(k), y.DType.Bytes(1)
 	var writers []int
 	type band struct {
@@ -359,4 +384,25 @@ func expandSplit(n *core.Node, sp *NodeSplit, deps []int, out *[]compiledPart) (
 		writers = append(writers, p.Index)
 	}
 	return writers, nil
+}
+
+// prepareSteal builds a stealing task's chunk partitions for its unit, checks and prepares
+// them. Both sides of a task build the same chunks (the cut depends on its nodes only).
+func (rt *Runtime) prepareSteal(ctx context.Context, c *compiledPart, prepOpts map[int]map[string]string) error {
+	chunks, err := buildStealChunks(*c)
+	if err != nil {
+		return err
+	}
+	c.steal.chunks = chunks
+	c.steal.state.n = len(chunks)
+	for i := range chunks {
+		ch := &chunks[i]
+		if err := rt.analyzePart(ctx, ch.Graph, ch.unit, ch.what); err != nil {
+			return err
+		}
+		if ch.exe, err = rt.preparePart(ctx, ch.Graph, ch.unit, prepOpts); err != nil {
+			return fmt.Errorf("unit %s: prepare %s %s: %w", rt.units[ch.unit].Name(), c.label, ch.label, err)
+		}
+	}
+	return nil
 }

@@ -170,6 +170,8 @@ func splitCases(units []int) []struct {
 	cases := []c{
 		{"rows M=1 (decode, in place)", 1, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.6, 0.4}}},
 		{"rows M=37 (merged)", 37, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.6, 0.4}}},
+		{"rows M=1 stealing", 1, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.6, 0.4}, Steal: true}},
+		{"rows M=37 stealing (static: merged)", 37, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.6, 0.4}, Steal: true}},
 		{"seq M=37", 37, &NodeSplit{Strategy: SplitSeq, Units: two, Ratio: []float64{0.7, 0.3}}},
 		{"multiseq 300 = 256 + 44", 300, &NodeSplit{Strategy: SplitMultiSeq, Units: two, Lengths: []int64{256}}},
 		{"multiseq 600 = 512 + 32 + 56", 600, &NodeSplit{Strategy: SplitMultiSeq, Units: two, Lengths: []int64{512, 32}}},
@@ -354,6 +356,14 @@ func TestSplitOnIsolatedUnit(t *testing.T) {
 		require.NoError(t, p.Close())
 		require.NoError(t, p0.Close())
 	}
+	// stealing in decode: the isolated unit's chunks bring a in and take their rows out
+	g1 := splitGraph(t, 1, 32, 64, core.F32)
+	wantY, wantZ, p0 := runSplit(t, rt, g1, nil)
+	gotY, gotZ, p := runSplit(t, rt, g1, &NodeSplit{Strategy: SplitRows, Units: []int{1, 0}, Ratio: []float64{0.5, 0.5}, Steal: true})
+	assert.Equal(t, wantY, gotY, "stealing")
+	assert.Equal(t, wantZ, gotZ, "stealing")
+	require.NoError(t, p.Close())
+	require.NoError(t, p0.Close())
 	a := rt.Arena()
 	x, err := a.Alloc(7 * 32 * 4)
 	require.NoError(t, err)
@@ -423,6 +433,18 @@ func TestSplitSiblingsShareTasks(t *testing.T) {
 			assert.Equal(t, 2, parts, "one task per unit, written in place")
 		} else {
 			assert.Equal(t, 4, parts, "one task per unit and a merge per MATMUL")
+		}
+		steal := &NodeSplit{Strategy: SplitRows, Units: []int{0, 1}, Ratio: []float64{0.5, 0.5}, Steal: true}
+		got, p = run([]*NodeSplit{steal, steal})
+		assert.Equal(t, want, got, "M=%d, stealing", m)
+		if m == 1 {
+			require.Len(t, p.stages[0].parts, 2, "one stealing task per unit")
+			a, b := p.stages[0].parts[0].steal, p.stages[0].parts[1].steal
+			require.NotNil(t, a)
+			require.NotNil(t, b)
+			assert.Same(t, a.state, b.state, "both sides claim through one word")
+			assert.Equal(t, []int{0, 1}, []int{a.side, b.side})
+			assert.Len(t, a.chunks, len(stealChunks([]*core.Node{g.Nodes[0], g.Nodes[1]})), "the two MATMULs' rows as one range")
 		}
 	}
 }

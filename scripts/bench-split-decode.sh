@@ -11,6 +11,8 @@
 # XPU_SPLIT_TRACE=DIR also writes one --trace of each configuration there. XPU_SPLIT_BASE=XPU
 # (another build's xpu binary, e.g. main's, with its plugins beside it in plugins/) also runs
 # the split and one pinned unit with that binary in every round, for an A/B in one run.
+# Each round also runs "steal": the same split with stealing row splits ("steal": true in the
+# plan: each unit takes row chunks from its end until none are left, sched/split_steal.go).
 # Speculative decoding is off (--spec off): its verify passes are not decode steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +35,8 @@ cat >"$tmp/split.json" <<JSON
    {"unit": "$chain"}]},
  "prefill": {"rules": [{"unit": "$chain"}]}}
 JSON
+# the same with stealing row splits (sched/split_steal.go): the ratio is then unused in decode
+sed 's/"ratio": \[\([^]]*\)\]}/"ratio": [\1], "steal": true}/' "$tmp/split.json" >"$tmp/steal.json"
 prompt=$tmp/prompt.txt
 for _ in $(seq 1 4); do printf 'Once upon a time, there was a little girl who loved to play in the park. '; done >"$prompt"
 echo "load before: $(cat /proc/loadavg)"
@@ -53,6 +57,7 @@ run() { # $1: label, rest: xpu run flags; prints "label decode_tok_s"
 for r in $(seq 1 "$rounds"); do
 	echo "round $r: load $(cut -d' ' -f1-3 /proc/loadavg)"
 	run split --plan "$tmp/split.json" >>"$tmp/runs"
+	run steal --plan "$tmp/steal.json" >>"$tmp/runs"
 	run unit0 --units "$u0" >>"$tmp/runs"
 	run unit1 --units "$u1" >>"$tmp/runs"
 	run threads2 --units 'neon{threads=2}' >>"$tmp/runs"
@@ -63,7 +68,7 @@ for r in $(seq 1 "$rounds"); do
 done
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 declare -A m
-labels="split unit0 unit1 threads2"
+labels="split steal unit0 unit1 threads2"
 if [ -n "${XPU_SPLIT_BASE:-}" ]; then labels="$labels split-base unit0-base"; fi
 for label in $labels; do
 	m[$label]=$(awk -v l=$label '$1==l {print $2}' "$tmp/runs" | median)
@@ -72,16 +77,22 @@ done
 echo "split / unit0 = $(echo "${m[split]} / ${m[unit0]}" | bc -l | cut -c1-5) (target >= 1.7)"
 echo "split / unit1 = $(echo "${m[split]} / ${m[unit1]}" | bc -l | cut -c1-5)"
 echo "split / threads2 = $(echo "${m[split]} / ${m[threads2]}" | bc -l | cut -c1-5) (target >= 0.95)"
+echo "steal / unit0 = $(echo "${m[steal]} / ${m[unit0]}" | bc -l | cut -c1-5) (target >= 1.7)"
+echo "steal / unit1 = $(echo "${m[steal]} / ${m[unit1]}" | bc -l | cut -c1-5)"
+echo "steal / threads2 = $(echo "${m[steal]} / ${m[threads2]}" | bc -l | cut -c1-5) (target >= 0.95)"
 if [ -n "${XPU_SPLIT_BASE:-}" ]; then
 	echo "base: split / unit0 = $(echo "${m[split-base]} / ${m[unit0-base]}" | bc -l | cut -c1-5), split / threads2 = $(echo "${m[split-base]} / ${m[threads2]}" | bc -l | cut -c1-5)"
 fi
 if [ -n "${XPU_SPLIT_TRACE:-}" ]; then
 	mkdir -p "$XPU_SPLIT_TRACE"
 	$xpu run --model "$model" -f "$prompt" -n 8 --temp 0 --spec off --plan "$tmp/split.json" --trace "$XPU_SPLIT_TRACE/split.json" >/dev/null 2>&1
+	$xpu run --model "$model" -f "$prompt" -n 8 --temp 0 --spec off --plan "$tmp/steal.json" --trace "$XPU_SPLIT_TRACE/steal.json" >/dev/null 2>&1
 	$xpu run --model "$model" -f "$prompt" -n 8 --temp 0 --spec off --units "$u0" --trace "$XPU_SPLIT_TRACE/unit0.json" >/dev/null 2>&1
-	# per decode token of the split trace: wall, and per unit its split MATMUL parts, its other
-	# tasks and its waits for the other unit (ms)
-	python3 - "$XPU_SPLIT_TRACE/split.json" <<'PY'
+	# per decode token of the split and steal traces: wall, and per unit its split MATMUL parts
+	# (with the chunks it took, stealing), its other tasks and its waits for the other unit (ms)
+	for f in split steal; do
+		echo "$f trace:"
+		python3 - "$XPU_SPLIT_TRACE/$f.json" <<'PY'
 import json, sys
 ev = json.load(open(sys.argv[1]))["traceEvents"]
 names = {e["tid"]: e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
@@ -93,12 +104,16 @@ for r in [e for e in xs if names.get(e["tid"]) == "requests" and "decode" in e["
         if n in ("requests", "speculative"):
             continue
         mine = [e for e in xs if e["tid"] == tid and t0 <= e["ts"] <= t1]
-        ms = lambda f: sum(e["dur"] for e in mine if f(e["name"])) / 1000
-        waits = [e for e in mine if e["name"].startswith("wait")]
-        small = [e for e in mine if "[rows" not in e["name"] and not e["name"].startswith("wait")]
-        cols.append("%s: parts %.1f, %d other tasks %.1f, %d waits %.1f" % (n, ms(lambda s: "[rows" in s),
-            len(small), ms(lambda s: "[rows" not in s and not s.startswith("wait")), len(waits), ms(lambda s: s.startswith("wait"))))
+        wait = lambda e: e["name"].startswith("wait")
+        part = lambda e: "[rows" in e["name"] or "[steal" in e["name"]
+        ms = lambda f: sum(e["dur"] for e in mine if f(e)) / 1000
+        cnt = lambda f: len([e for e in mine if f(e)])
+        other = lambda e: not part(e) and not wait(e)
+        chunks = [e["args"]["stolen_chunks"] for e in mine if "stolen_chunks" in e["args"]]
+        cols.append("%s: parts %.1f%s, %d other tasks %.1f, %d waits %.1f" % (n, ms(part),
+            " (%d chunks)" % sum(chunks) if chunks else "", cnt(other), ms(other), cnt(wait), ms(wait)))
     print("token %.1f ms | %s" % (r["dur"] / 1000, " | ".join(cols)))
 PY
+	done
 fi
 echo "load after: $(cat /proc/loadavg)"

@@ -1,0 +1,207 @@
+package sched
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sync/atomic"
+
+	"github.com/xpuhub/xpu/core"
+)
+
+// A stealing split (NodeSplit.Steal) shares a MATMUL's weight rows between two units at run
+// time instead of by a fixed ratio. Why: in a 1B decode a split MATMUL part takes 0.1–1 ms,
+// and a fixed cut leaves the whole step waiting for whichever core is slower in that token (a
+// neighbour process, an interrupt, the other core's spin): traces here showed one half 1.3–2×
+// slower than the other, which side changing from token to token.
+//
+// The rows of a task's MATMULs (the Q, K and V projections that groupParts puts in one task
+// count as one row range, in node order) are cut into chunks, each a graph of its own
+// prepared on both units (zero-copy weight views, as for a static split; the backend may keep
+// a repacked copy per unit). Each unit's task takes chunks from its end of the range through
+// one atomic word, the first unit from the front, the second from the back, until none are
+// left; the consumers of the outputs wait for both tasks as they would for a static split.
+// Chunks are biggest at the ends and smallest in the middle (a quarter, an eighth, two
+// sixteenths of the rows from each end), so a unit usually runs four chunks and what the
+// faster unit takes from the slower one's half is small. Every output row is computed by one
+// chunk with the same kernel whichever unit runs it, so the result is the static split's.
+
+// stealFractions are the chunk sizes from each end of a task's rows, as shares of all of them
+// (they sum to one half).
+var stealFractions = []float64{0.25, 0.125, 0.0625, 0.0625}
+
+// stealSpec makes a split part a stealing task: side 0 takes chunks from the front, side 1
+// from the back; nodes are the MATMULs whose rows the task shares (in order); chunks are this
+// unit's prepared chunk partitions (set by prepareStage).
+type stealSpec struct {
+	side   int
+	nodes  []*core.Node
+	state  *stealState
+	chunks []compiledPart
+}
+
+// stealState holds the claim words both sides of a task share, one per lane (request chunks
+// in flight at once run in different lanes; the chunks of one lane run the task one after
+// another): the epoch of the request chunk (32 bits), then how many chunks were taken from
+// the front and from the back (16 bits each). A word from an older epoch counts as none taken,
+// so nothing resets it between steps: a lane's next chunk starts its task only after both
+// sides finished this one's. A side that finds a newer epoch takes nothing (it cannot happen
+// by that order; the check keeps a late claim from clobbering the newer word).
+type stealState struct {
+	words []atomic.Uint64 // per lane; set when the program is compiled
+	n     int             // chunks
+}
+
+// claim takes the next chunk from side's end for epoch in lane and returns its index, or -1
+// when every chunk is taken.
+func (s *stealState) claim(lane int, epoch uint32, side int) int {
+	word := &s.words[lane]
+	for {
+		w := word.Load()
+		var front, back int
+		switch we := uint32(w >> 32); {
+		case we == epoch:
+			front, back = int(w>>16&0xffff), int(w&0xffff)
+		case int32(we-epoch) > 0:
+			return -1
+		}
+		if front+back >= s.n {
+			return -1
+		}
+		idx := front
+		if side == 0 {
+			front++
+		} else {
+			idx = s.n - 1 - back
+			back++
+		}
+		if word.CompareAndSwap(w, uint64(epoch)<<32|uint64(front)<<16|uint64(back)) {
+			return idx
+		}
+	}
+}
+
+// canSteal says whether a split of n can run as a stealing one: two units cutting rows, a
+// constant rank-2 weight and one row of a (its pieces are then contiguous in y).
+func canSteal(n *core.Node, sp *NodeSplit, m int64) bool {
+	return sp.Steal && sp.Strategy == SplitRows && len(sp.Units) == 2 && m == 1 &&
+		n.Inputs[1].Kind == core.KindConst && len(n.Inputs[1].Shape) == 2
+}
+
+// expandSteal appends node n's two stealing tasks (one per unit, not prepared: their graph,
+// the whole MATMUL, only describes what they read and write) and returns their indices.
+func expandSteal(n *core.Node, sp *NodeSplit, deps []int, out *[]compiledPart) []int {
+	st := &stealState{}
+	var writers []int
+	for side, unit := range sp.Units {
+		a, b := n.Inputs[0], n.Inputs[1]
+		g := core.NewGraph()
+		av := g.Input(a.Name, a.DType, a.Shape...)
+		bv := g.Const(b.Name, b.DType, b.Shape, b.Data)
+		g.Named(n.Name)
+		var yv *core.Tensor
+		if b.DType == core.I8 {
+			yv = g.MatMulI8(av, bv, n.FAttr[0])
+		} else {
+			yv = g.MatMul(av, bv)
+		}
+		g.Output(yv)
+		label := fmt.Sprintf("[steal %s]", []string{"front", "back"}[side])
+		p := &Partition{Index: len(*out), Device: unit, Nodes: []int{n.ID}, Graph: g, Inputs: []*core.Tensor{a},
+			Outputs: []*core.Tensor{n.Output}, Deps: deps}
+		*out = append(*out, compiledPart{Partition: p, unit: unit, offs: []int64{0, 0}, label: n.Name + " " + label, splitPart: true,
+			steal: &stealSpec{side: side, nodes: []*core.Node{n}, state: st}})
+		writers = append(writers, p.Index)
+	}
+	return writers
+}
+
+// stealSegment is the rows [r0, r1) of nodes[node] inside one chunk.
+type stealSegment struct {
+	node   int
+	r0, r1 int64
+}
+
+// stealChunks cuts the rows of nodes (concatenated in order) into chunks by stealFractions
+// from both ends, cuts rounded to rowAlign rows.
+func stealChunks(nodes []*core.Node) [][]stealSegment {
+	var total int64
+	starts := make([]int64, len(nodes)+1)
+	for i, n := range nodes {
+		total += n.Inputs[1].Shape[0]
+		starts[i+1] = total
+	}
+	cuts := []int64{0, total}
+	var cum float64
+	for _, f := range stealFractions {
+		cum += f
+		for _, c := range []float64{cum, 1 - cum} {
+			r := int64(math.Round(float64(total)*c/rowAlign)) * rowAlign
+			cuts = append(cuts, min(max(r, 0), total))
+		}
+	}
+	slices.Sort(cuts)
+	cuts = slices.Compact(cuts)
+	var chunks [][]stealSegment
+	for i := 1; i < len(cuts); i++ {
+		lo, hi := cuts[i-1], cuts[i]
+		var segs []stealSegment
+		for j := range nodes {
+			s0, s1 := max(lo, starts[j]), min(hi, starts[j+1])
+			if s1 > s0 {
+				segs = append(segs, stealSegment{node: j, r0: s0 - starts[j], r1: s1 - starts[j]})
+			}
+		}
+		chunks = append(chunks, segs)
+	}
+	return chunks
+}
+
+// buildStealChunks makes the chunk partitions of a stealing task for its unit (not prepared):
+// each reads its nodes' inputs whole and writes its rows of their outputs in place.
+func buildStealChunks(c compiledPart) ([]compiledPart, error) {
+	var out []compiledPart
+	for ci, segs := range stealChunks(c.steal.nodes) {
+		g := core.NewGraph()
+		p := &Partition{Graph: g, Deps: c.Deps, Device: c.unit}
+		var offs []int64
+		ins := map[*core.Tensor]*core.Tensor{}
+		var what []string
+		var outOffs []int64
+		label := fmt.Sprintf("chunk %d", ci)
+		for _, s := range segs {
+			n := c.steal.nodes[s.node]
+			a, b, y := n.Inputs[0], n.Inputs[1], n.Output
+			av := ins[a]
+			if av == nil {
+				av = g.Input(a.Name, a.DType, a.Shape...)
+				ins[a] = av
+				p.Inputs = append(p.Inputs, a)
+				offs = append(offs, 0)
+			}
+			k := b.Shape[1]
+			bRow := b.DType.Bytes(k)
+			bv := g.Const(b.Name, b.DType, core.Shape{s.r1 - s.r0, k}, b.Data[s.r0*bRow:s.r1*bRow])
+			g.Named(n.Name)
+			var yv *core.Tensor
+			if b.DType == core.I8 {
+				yv = g.MatMulI8(av, bv, n.FAttr[0])
+			} else {
+				yv = g.MatMul(av, bv)
+			}
+			g.Output(yv)
+			p.Outputs = append(p.Outputs, y)
+			outOffs = append(outOffs, s.r0*y.DType.Bytes(1))
+			p.Nodes = append(p.Nodes, n.ID)
+			seg := fmt.Sprintf("%s [rows 0:1, cols %d:%d]", n.Name, s.r0, s.r1)
+			what = append(what, "node "+seg)
+			label += " " + seg
+		}
+		if err := g.Err(); err != nil {
+			return nil, fmt.Errorf("stealing split %s: %w", c.label, err)
+		}
+		out = append(out, compiledPart{Partition: p, unit: c.unit, offs: append(offs, outOffs...), what: what,
+			label: label})
+	}
+	return out, nil
+}
