@@ -305,7 +305,9 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	r.inflight = make([]*ioReq, 0, len(r.reqs))
 	r.slotSeq = make([]int64, slots)
 	r.slotPf = make([]bool, slots)
-	if cfg.prefetch && r.host == nil {
+	// With every row resident there is nothing to read ahead: the host predictor would only
+	// cost time.
+	if cfg.prefetch && r.host == nil && slots > 0 {
 		r.pfLog = make([]float32, r.F)
 	}
 	r.resetCold()
