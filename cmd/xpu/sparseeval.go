@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"text/tabwriter"
 
 	"github.com/xpuhub/xpu/core"
@@ -66,13 +65,9 @@ func runSparseEval(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return fail(fmt.Errorf("--budget: %w", err))
 		}
 	}
-	body := evalText
-	if *text != "" {
-		raw, err := os.ReadFile(*text)
-		if err != nil {
-			return fail(err)
-		}
-		body = string(raw)
+	body, err := readEvalText(*text)
+	if err != nil {
+		return fail(err)
 	}
 	m, err := llm.Open(*model)
 	if err != nil {

@@ -69,13 +69,9 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "xpu w8a8-eval: %v\n", err)
 		return 1
 	}
-	body := evalText
-	if *text != "" {
-		b, err := os.ReadFile(*text)
-		if err != nil {
-			return fail(err)
-		}
-		body = string(b)
+	body, err := readEvalText(*text)
+	if err != nil {
+		return fail(err)
 	}
 	m, err := llm.Open(*model)
 	if err != nil {
@@ -259,4 +255,13 @@ func top1(got, want []float32, vocab int) float64 {
 		}
 	}
 	return float64(same) / float64(max(rows, 1))
+}
+
+// readEvalText is an eval command's text: the file at path, or evalText when path is empty.
+func readEvalText(path string) (string, error) {
+	if path == "" {
+		return evalText, nil
+	}
+	b, err := os.ReadFile(path)
+	return string(b), err
 }

@@ -88,17 +88,7 @@ func greedy(t *testing.T, r *llm.Runner, prompt []int32, n int) []int32 {
 // tokens, on the reference and on the neon plugin, for a chunked prefill and one-token decode.
 func TestSparseRunnerMatchesDense(t *testing.T) {
 	ctx := context.Background()
-	m, mpath := sparseModel(t, core.F32, "relu")
-	toks := calib(m, 200)
-	fx := FixedRegion(m, 64, core.F32, 16)
-	p, _, err := BuildPlan(ctx, m, PlanOptions{Tokens: toks, Budget: fx.Total() + 200*int64(core.F32.Bytes(3*128)),
-		Context: 64, Rank: 16, Epochs: 5, Seed: 1})
-	require.NoError(t, err)
-	path := DefaultPath(mpath)
-	require.NoError(t, WriteFile(path, p))
-	s, err := OpenFor(path, m)
-	require.NoError(t, err)
-	defer s.Close()
+	m, s, _, toks := plannedF32(t, 200, 5)
 	or, err := NewOracle(s, 0)
 	require.NoError(t, err)
 
@@ -131,17 +121,7 @@ func TestSparseRunnerMatchesDense(t *testing.T) {
 // count.
 func TestSparseRunnerRefuses(t *testing.T) {
 	ctx := context.Background()
-	m, mpath := sparseModel(t, core.F32, "relu")
-	toks := calib(m, 120)
-	fx := FixedRegion(m, 64, core.F32, 16)
-	p, _, err := BuildPlan(ctx, m, PlanOptions{Tokens: toks, Budget: fx.Total() + 200*int64(core.F32.Bytes(3*128)),
-		Context: 64, Rank: 16, Epochs: 2, Seed: 1})
-	require.NoError(t, err)
-	path := DefaultPath(mpath)
-	require.NoError(t, WriteFile(path, p))
-	s, err := OpenFor(path, m)
-	require.NoError(t, err)
-	defer s.Close()
+	m, s, _, _ := plannedF32(t, 120, 2)
 	silu, _ := sparseModel(t, core.F32, "silu")
 	dev := ref.New().Devices()[0]
 	good := func() *residentFFN { return newResidentFFN(s, m, s.Predictor()) }
@@ -174,6 +154,25 @@ func TestSparseRunnerRefuses(t *testing.T) {
 			require.ErrorContains(t, err, tc.says)
 		})
 	}
-	_, err = llm.NewRunner(ctx, m, dev, llm.WithContextLength(64), llm.WithVerifyLengths(4), llm.WithSparseFFN(good()))
+	_, err := llm.NewRunner(ctx, m, dev, llm.WithContextLength(64), llm.WithVerifyLengths(4), llm.WithSparseFFN(good()))
 	require.ErrorIs(t, err, core.ErrUnsupported)
+}
+
+// plannedF32 writes and opens the sidecar of a small F32 ReLU model (2 layers, D 128, F 384),
+// planned on ntok calibration tokens for context 64 and a budget of the fixed region plus 200
+// bundle rows; the sidecar closes with the test.
+func plannedF32(t *testing.T, ntok, epochs int) (m *llm.Model, s *Sidecar, path string, toks []int32) {
+	t.Helper()
+	m, mpath := sparseModel(t, core.F32, "relu")
+	toks = calib(m, ntok)
+	fx := FixedRegion(m, 64, core.F32, 16)
+	p, _, err := BuildPlan(context.Background(), m, PlanOptions{Tokens: toks, Budget: fx.Total() + 200*core.F32.Bytes(3*128),
+		Context: 64, Rank: 16, Epochs: epochs, Seed: 1})
+	require.NoError(t, err)
+	path = DefaultPath(mpath)
+	require.NoError(t, WriteFile(path, p))
+	s, err = OpenFor(path, m)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return m, s, path, toks
 }

@@ -20,19 +20,9 @@ import (
 // counters add up. On the reference and, where it is built, the neon plugin.
 func TestRuntimeRunnerMatchesDense(t *testing.T) {
 	ctx := context.Background()
-	m, mpath := sparseModel(t, core.F32, "relu")
-	toks := calib(m, 200)
-	const ctxLen = 64
-	fx := FixedRegion(m, ctxLen, core.F32, 16)
+	m, s, path, toks := plannedF32(t, 200, 5)
+	fx := FixedRegion(m, 64, core.F32, 16)
 	rb := core.F32.Bytes(3 * 128)
-	p, _, err := BuildPlan(ctx, m, PlanOptions{Tokens: toks, Budget: fx.Total() + 200*rb,
-		Context: ctxLen, Rank: 16, Epochs: 5, Seed: 1})
-	require.NoError(t, err)
-	path := DefaultPath(mpath)
-	require.NoError(t, WriteFile(path, p))
-	s, err := OpenFor(path, m)
-	require.NoError(t, err)
-	defer s.Close()
 	or, err := NewOracle(s, 0)
 	require.NoError(t, err)
 	prompt := toks[:11]
