@@ -1,9 +1,7 @@
 package bench
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,24 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// runSparse7B runs bench/sparse-7b.sh from the repository root with env added to a clean
-// environment and returns its exit status and output.
+// runSparse7B runs bench/sparse-7b.sh (see runBenchScript).
 func runSparse7B(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", append([]string{"bench/sparse-7b.sh"}, args...)...)
-	cmd.Dir = ".."
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	require.NoError(t, ctx.Err(), "the script hung")
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode(), out.String(), errb.String()
-	}
-	require.NoError(t, err)
-	return 0, out.String(), errb.String()
+	return runBenchScript(t, "bench/sparse-7b.sh", time.Minute, env, args...)
 }
 
 // The settings are checked before the script touches the cgroup or the page cache, so these

@@ -14,19 +14,26 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// runScript runs bench/vs-llamacpp.sh from the repository root with env added to a clean
-// environment (so a LLAMA_BIN of the caller's cannot leak in) and returns its exit status.
+// runScript runs bench/vs-llamacpp.sh (see runBenchScript).
 func runScript(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	return runBenchScript(t, "bench/vs-llamacpp.sh", 2*time.Minute, env, args...)
+}
+
+// runBenchScript runs script from the repository root, within limit, with env added to a
+// clean environment (so a LLAMA_BIN of the caller's cannot leak in), and returns its exit
+// status and output.
+func runBenchScript(t *testing.T, script string, limit time.Duration, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", append([]string{"bench/vs-llamacpp.sh"}, args...)...)
+	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
 	cmd.Dir = ".."
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
-	require.NoError(t, ctx.Err(), "the script hung")
+	require.NoError(t, ctx.Err(), "%s hung", script)
 	if ee, ok := err.(*exec.ExitError); ok {
 		return ee.ExitCode(), out.String(), errb.String()
 	}

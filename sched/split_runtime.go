@@ -331,12 +331,7 @@ func expandSplit(n *core.Node, sp *NodeSplit, deps []int, out *[]compiledPart) (
 			offs = append(offs, pc.Col*bRow)
 		}
 		g.Named(n.Name)
-		var yv *core.Tensor
-		if b.DType == core.I8 {
-			yv = g.MatMulI8(av, bv, n.FAttr[0])
-		} else {
-			yv = g.MatMul(av, bv)
-		}
+		yv := splitMatMul(g, n, av, bv)
 		g.Output(yv)
 		if err := g.Err(); err != nil {
 			return nil, fmt.Errorf("split of %s: %w", n, err)
@@ -405,4 +400,13 @@ func (rt *Runtime) prepareSteal(ctx context.Context, c *compiledPart, prepOpts m
 		}
 	}
 	return nil
+}
+
+// splitMatMul is node n's MATMUL (its int8 form where the weights are I8) over one part's
+// a and b, the op every split part runs.
+func splitMatMul(g *core.Graph, n *core.Node, av, bv *core.Tensor) *core.Tensor {
+	if n.Inputs[1].DType == core.I8 {
+		return g.MatMulI8(av, bv, n.FAttr[0])
+	}
+	return g.MatMul(av, bv)
 }

@@ -99,13 +99,7 @@ func expandSteal(n *core.Node, sp *NodeSplit, deps []int, out *[]compiledPart) [
 		av := g.Input(a.Name, a.DType, a.Shape...)
 		bv := g.Const(b.Name, b.DType, b.Shape, b.Data)
 		g.Named(n.Name)
-		var yv *core.Tensor
-		if b.DType == core.I8 {
-			yv = g.MatMulI8(av, bv, n.FAttr[0])
-		} else {
-			yv = g.MatMul(av, bv)
-		}
-		g.Output(yv)
+		g.Output(splitMatMul(g, n, av, bv))
 		label := fmt.Sprintf("[steal %s]", []string{"front", "back"}[side])
 		p := &Partition{Index: len(*out), Device: unit, Nodes: []int{n.ID}, Graph: g, Inputs: []*core.Tensor{a},
 			Outputs: []*core.Tensor{n.Output}, Deps: deps}

@@ -41,9 +41,7 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if code, ok := parseInterspersed(fs, args); !ok {
 		return code
 	}
-	if *model == "" && fs.NArg() == 1 {
-		*model = fs.Arg(0)
-	} else if fs.NArg() > 0 || *model == "" {
+	if !modelArg(fs, model) {
 		fs.Usage()
 		return 2
 	}

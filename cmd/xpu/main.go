@@ -158,3 +158,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	return c.run(ctx, args[1:], stdout, stderr)
 }
+
+// modelArg takes a command's model from --model or its one positional argument (llama.cpp's
+// habit); false when there is none, or both, or more arguments.
+func modelArg(fs *flag.FlagSet, model *string) bool {
+	if *model == "" && fs.NArg() == 1 {
+		*model = fs.Arg(0)
+		return true
+	}
+	return fs.NArg() == 0 && *model != ""
+}

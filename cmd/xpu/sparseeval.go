@@ -10,7 +10,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/xpuhub/xpu/core"
-	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/sparse"
 	"github.com/xpuhub/xpu/loader"
@@ -40,9 +39,7 @@ func runSparseEval(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if code, ok := parseInterspersed(fs, args); !ok {
 		return code
 	}
-	if *model == "" && fs.NArg() == 1 {
-		*model = fs.Arg(0)
-	} else if fs.NArg() > 0 || *model == "" {
+	if !modelArg(fs, model) {
 		fs.Usage()
 		return 2
 	}
@@ -83,19 +80,15 @@ func runSparseEval(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fail(err)
 	}
 	defer sc.Close()
-	var dev core.Device
-	if *backend == "ref" {
-		rb := ref.New()
-		defer rb.Close()
-		dev = rb.Devices()[0]
-	} else {
-		be, err := loader.Open(ctx, *backend)
-		if err != nil {
-			return fail(err)
-		}
-		defer be.Close()
-		dev = be.Devices()[0]
+	be, err := loader.Open(ctx, *backend)
+	if err != nil {
+		return fail(err)
 	}
+	defer be.Close()
+	if len(be.Devices()) == 0 {
+		return fail(fmt.Errorf("backend %s has no device", *backend))
+	}
+	dev := be.Devices()[0]
 	ids := m.Tokenizer.Encode(body, true)
 	ids = ids[:min(len(ids), *tokens)]
 	n := len(ids)

@@ -51,9 +51,7 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if code, ok := parseInterspersed(fs, args); !ok {
 		return code
 	}
-	if *model == "" && fs.NArg() == 1 {
-		*model = fs.Arg(0)
-	} else if fs.NArg() > 0 || *model == "" {
+	if !modelArg(fs, model) {
 		fs.Usage()
 		return 2
 	}

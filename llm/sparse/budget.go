@@ -110,24 +110,44 @@ func splitBudget(budget int64, fx Fixed, staging, stagingMin, rowBytes int64, F 
 			minHot = s.Hot[best]
 		}
 	}
+	// lo is the fewest resident rows of any layer (the worst layer's cold part is F − lo) and
+	// atLo how many layers have that few: promoting the only one raises lo.
+	lo, atLo := F, 0
+	for _, h := range s.Hot {
+		if h < lo {
+			lo, atLo = h, 0
+		}
+		if h == lo {
+			atLo++
+		}
+	}
 	for promote {
 		best := -1
 		for l, h := range s.Hot {
 			if h >= F || (best >= 0 && freq(l, h) <= freq(best, s.Hot[best])) {
 				continue
 			}
-			s.Hot[l]++
-			lo := F
-			for _, h2 := range s.Hot {
-				lo = min(lo, h2)
+			newLo := lo
+			if h == lo && atLo == 1 {
+				newLo = lo + 1 // every other layer holds more
 			}
-			if sum+1+int64(F-lo) <= avail {
+			if sum+1+int64(F-newLo) <= avail {
 				best = l
 			}
-			s.Hot[l]--
 		}
 		if best < 0 {
 			break
+		}
+		if s.Hot[best] == lo {
+			if atLo--; atLo == 0 {
+				lo++
+				for _, h := range s.Hot {
+					if h == lo {
+						atLo++
+					}
+				}
+				atLo++ // best itself, now at lo
+			}
 		}
 		s.Hot[best]++
 		s.Promoted++
