@@ -25,8 +25,9 @@ func runPlanSparse(ctx context.Context, args []string, stdout, stderr io.Writer)
 	budget := fs.String("budget", "", "memory budget the plan is sized for, e.g. 2GiB (required)")
 	out := fs.String("o", "", "sidecar to write (default MODEL.sparse.gguf)")
 	tokens := fs.Int("tokens", 0, "calibration tokens (default: as many as about 3·10¹¹ weight-token products allow, 48 to 512: 48 for a 7B model)")
-	rank := fs.Int("rank", 0, "predictor rank (default min(32, dim/4))")
-	epochs := fs.Int("epochs", 100, "predictor training epochs")
+	fit := fs.String("fit", sparse.FitSVD, "how predictors are fitted: svd (from the gate weights' truncated SVD; tokens only set the threshold) or train (trained on the calibration tokens' activations)")
+	rank := fs.Int("rank", 0, "predictor rank (default 2·min(24, dim/8) for --fit svd, min(32, dim/4) for --fit train)")
+	epochs := fs.Int("epochs", 100, "predictor training epochs (--fit train)")
 	ctxLen := fs.Int("ctx", 0, "context length the KV cache of the fixed region is sized for (default: the runner's, min(model context, 4096))")
 	kvType := fs.String("kv-type", "f32", "KV cache dtype the fixed region is sized for (f32, f16)")
 	coldShare := fs.Float64("cold-share", 0.25, "share of the budget left after the fixed region kept for the cold neuron cache")
@@ -90,10 +91,13 @@ func runPlanSparse(ctx context.Context, args []string, stdout, stderr io.Writer)
 		toks = toks[:n]
 	}
 	t0 := time.Now()
-	fmt.Fprintf(stdout, "profiling %d tokens through %d layers (Go forward pass), training rank-%s predictors\n",
-		len(toks), m.Config.Layers, rankStr(*rank))
+	how := "fitting rank-%s predictors to the gate weights"
+	if *fit == sparse.FitTrain {
+		how = "training rank-%s predictors"
+	}
+	fmt.Fprintf(stdout, "profiling %d tokens through %d layers (Go forward pass), "+how+"\n", len(toks), m.Config.Layers, rankStr(*rank))
 	p, rep, err := sparse.BuildPlan(ctx, m, sparse.PlanOptions{Tokens: toks, Budget: b, Context: *ctxLen, KVType: kv,
-		Rank: *rank, Epochs: *epochs, Recall: *recall, ColdShare: *coldShare, Seed: *seed,
+		Fit: *fit, Rank: *rank, Epochs: *epochs, Recall: *recall, ColdShare: *coldShare, Seed: *seed,
 		Progress: func(l, total int) {
 			fmt.Fprintf(stderr, "\rlayer %d/%d (%.0f s)", l, total, time.Since(t0).Seconds())
 			if l == total {
@@ -143,7 +147,7 @@ func sumInts(xs []int) int {
 
 func rankStr(r int) string {
 	if r == 0 {
-		return "min(32, dim/4)"
+		return "default"
 	}
 	return fmt.Sprint(r)
 }

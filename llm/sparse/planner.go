@@ -22,9 +22,14 @@ type PlanOptions struct {
 	// default context, min(model context, 4096), and F32, the runner's default cache type).
 	Context int
 	KVType  core.DType
-	Rank    int     // predictor rank (default min(32, D/4))
-	Epochs  int     // training epochs (default 100)
-	LR      float64 // Adam step (default 0.01)
+	// Fit is how the predictors are fitted: FitSVD (the default) from the gate weights' truncated
+	// SVD, or FitTrain by training on the calibration tokens' activations.
+	Fit string
+	// Rank is the predictor rank (default 2·min(24, D/8) for FitSVD, which carries each
+	// direction twice; min(32, D/4) for FitTrain).
+	Rank   int
+	Epochs int     // FitTrain's training epochs (default 100)
+	LR     float64 // FitTrain's Adam step (default 0.01)
 	// Recall is what the threshold keeps on the threshold-setting tokens (default 0.95: the
 	// last few percent are neurons barely above 0, which cost the most precision and
 	// contribute the least output).
@@ -36,6 +41,12 @@ type PlanOptions struct {
 	// Progress, when set, is told each finished layer of profiling and training.
 	Progress func(layer, layers int)
 }
+
+// Predictor fits of PlanOptions.Fit.
+const (
+	FitSVD   = "svd"
+	FitTrain = "train"
+)
 
 // Fixed is the memory the runtime needs whatever the plan: every weight outside the FFN
 // (attention, norms, embeddings, output), the KV cache and the predictors.
@@ -93,8 +104,22 @@ func BuildPlan(ctx context.Context, m *llm.Model, o PlanOptions) (*Plan, Report,
 	if o.KVType == core.InvalidDType {
 		o.KVType = core.F32
 	}
-	if o.Rank == 0 {
-		o.Rank = min(32, max(1, c.Dim/4))
+	switch o.Fit {
+	case "", FitSVD:
+		o.Fit = FitSVD
+		if o.Rank == 0 {
+			o.Rank = 2 * min(24, max(1, c.Dim/8))
+		}
+		if o.Rank%2 != 0 || o.Rank > 2*min(c.Dim, c.FFN) {
+			return nil, rep, fmt.Errorf("sparse: rank %d for the svd fit (an even number up to %d: each direction is carried twice): %w",
+				o.Rank, 2*min(c.Dim, c.FFN), core.ErrInvalidArgument)
+		}
+	case FitTrain:
+		if o.Rank == 0 {
+			o.Rank = min(32, max(1, c.Dim/4))
+		}
+	default:
+		return nil, rep, fmt.Errorf("sparse: predictor fit %q (%s, %s): %w", o.Fit, FitSVD, FitTrain, core.ErrInvalidArgument)
 	}
 	if o.Epochs == 0 {
 		o.Epochs = 100
@@ -154,6 +179,38 @@ func BuildPlan(ctx context.Context, m *llm.Model, o PlanOptions) (*Plan, Report,
 		}
 		return xs, ys
 	}
+	svdPredictor := func(ctx context.Context, m *llm.Model, l int, x []float32, order []int32, thIdx []int, pg []float32, o PlanOptions) (TrainedLayer, error) {
+		name := fmt.Sprintf("blk.%d.ffn_gate.weight", l)
+		gt, ok := m.File.Tensor(name)
+		if !ok {
+			return TrainedLayer{}, fmt.Errorf("sparse: tensor %s missing: %w", name, core.ErrNotFound)
+		}
+		gw, err := core.Dequantize(gt.DType, m.File.TensorData(gt), 0)
+		if err != nil {
+			return TrainedLayer{}, fmt.Errorf("sparse: %s: %w", name, err)
+		}
+		if len(gw) != F*D {
+			return TrainedLayer{}, fmt.Errorf("sparse: %s holds %d values, not [%d, %d]: %w", name, len(gw), F, D, core.ErrInvalidArgument)
+		}
+		// Gate rows in bundle order, so the predictor's rows are too.
+		pw := make([]float32, F*D)
+		for i, n := range order {
+			copy(pw[i*D:(i+1)*D], gw[int(n)*D:(int(n)+1)*D])
+		}
+		sq := make([]float64, D)
+		for t := 0; t < T; t++ {
+			for d, v := range x[t*D : (t+1)*D] {
+				sq[d] += float64(v) * float64(v) / float64(T)
+			}
+		}
+		ly, err := fitSVDLayer(ctx, pw, sq, F, D, o.Rank/2, o.Seed^uint64(l)<<32)
+		if err != nil {
+			return TrainedLayer{}, err
+		}
+		xth, yth := split(thIdx, x, pg)
+		setThreshold(&ly, xth, yth, len(thIdx), D, F, o.Rank, o.Recall)
+		return ly, nil
+	}
 	_, err = Forward(ctx, m, o.Tokens, func(l int, x, gate []float32) error {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -185,11 +242,20 @@ func BuildPlan(ctx context.Context, m *llm.Model, o PlanOptions) (*Plan, Report,
 				pg[t*F+i] = gate[t*F+int(n)]
 			}
 		}
-		xtr, ytr := split(trainIdx, x, pg)
 		xte, yte := split(testIdx, x, pg)
-		xca, yca := split(calIdx, x, pg)
-		ly := trainLayer(xtr, ytr, len(trainIdx), xca, yca, len(calIdx), D, F, TrainOptions{Rank: o.Rank, Epochs: o.Epochs, LR: o.LR,
-			Seed: o.Seed ^ uint64(l)<<32, Recall: o.Recall})
+		var ly TrainedLayer
+		if o.Fit == FitSVD {
+			// No training tokens to spare: every token not held out sets the threshold.
+			ly, err = svdPredictor(ctx, m, l, x, order, append(append([]int(nil), trainIdx...), calIdx...), pg, o)
+			if err != nil {
+				return err
+			}
+		} else {
+			xtr, ytr := split(trainIdx, x, pg)
+			xca, yca := split(calIdx, x, pg)
+			ly = trainLayer(xtr, ytr, len(trainIdx), xca, yca, len(calIdx), D, F, TrainOptions{Rank: o.Rank, Epochs: o.Epochs, LR: o.LR,
+				Seed: o.Seed ^ uint64(l)<<32, Recall: o.Recall})
+		}
 		q := evaluate(ly, xte, yte, len(testIdx), D, F, o.Rank)
 		rep.Quality = append(rep.Quality, q)
 		sfr := make([]float32, F)

@@ -119,8 +119,14 @@ func trainLayer(x []float32, y []bool, T int, xc []float32, yc []bool, Tc, D, F 
 		}
 	}
 	ly := TrainedLayer{A: A, B: B, Bias: bias}
-	// Threshold: the logit below which only (1 − Recall) of the calibration positives fall.
-	tr := &Trained{D: D, F: F, Rank: r, Layers: []TrainedLayer{ly}}
+	setThreshold(&ly, xc, yc, Tc, D, F, r, o.Recall)
+	return ly
+}
+
+// setThreshold folds into ly's bias the logit below which only (1 − recall) of the positives of
+// xc/yc (Tc tokens) fall, so that a neuron is predicted active when its logit is > 0.
+func setThreshold(ly *TrainedLayer, xc []float32, yc []bool, Tc, D, F, r int, recall float64) {
+	tr := &Trained{D: D, F: F, Rank: r, Layers: []TrainedLayer{*ly}}
 	var posLogits []float32
 	lg := make([]float32, F)
 	for t := 0; t < Tc; t++ {
@@ -134,13 +140,12 @@ func trainLayer(x []float32, y []bool, T int, xc []float32, yc []bool, Tc, D, F 
 	th := float32(0)
 	if len(posLogits) > 0 {
 		sort.Slice(posLogits, func(a, b int) bool { return posLogits[a] < posLogits[b] })
-		k := int(math.Floor((1 - o.Recall) * float64(len(posLogits))))
+		k := int(math.Floor((1 - recall) * float64(len(posLogits))))
 		th = posLogits[min(k, len(posLogits)-1)] - 1e-4 // strictly below the k-th positive
 	}
-	for f := range bias {
-		bias[f] -= th
+	for f := range ly.Bias {
+		ly.Bias[f] -= th
 	}
-	return ly
 }
 
 // evaluate measures recall and precision of ly (threshold 0) on x/y.
