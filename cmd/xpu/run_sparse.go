@@ -25,6 +25,7 @@ type sparseFlags struct {
 	thOffset  *float64
 	readers   *int
 	prefetch  *bool
+	pin       *string
 }
 
 func addSparseFlags(fs *flag.FlagSet) *sparseFlags {
@@ -41,7 +42,10 @@ func addSparseFlags(fs *flag.FlagSet) *sparseFlags {
 			"and reads fewer neurons per token at some recall (check with xpu sparse-eval --threshold-offset)"),
 		readers:  fs.Int("io-readers", 4, "with --sparse: cold reads in flight at once (each with a 1 MiB buffer in the budget)"),
 		prefetch: fs.Bool("prefetch", true, "with --sparse: while a layer computes, read the next layer's predicted neurons (look-ahead)"),
-		recall:   fs.Int("recall-every", 0, "with --sparse --stats: measure the predictor's recall on every Nth layer step (0: off; costs host time)"),
+		pin: fs.String("pin-fixed", "auto", "with --sparse: lock the fixed region's weights (attention, norms, embeddings, output) in memory: "+
+			"on, off, or auto (on when the budget is below the model's weights). Meant for units that compute from the file mapping "+
+			"(neon{repack=0}); a unit that repacks its weights holds its own copy"),
+		recall: fs.Int("recall-every", 0, "with --sparse --stats: measure the predictor's recall on every Nth layer step (0: off; costs host time)"),
 	}
 }
 
@@ -62,6 +66,11 @@ func (f *sparseFlags) check() error {
 	}
 	if math.IsNaN(*f.thOffset) || math.IsInf(*f.thOffset, 0) {
 		return fmt.Errorf("--threshold-offset %v: must be a finite number", *f.thOffset)
+	}
+	switch *f.pin {
+	case "auto", "on", "off":
+	default:
+		return fmt.Errorf("--pin-fixed %q: must be on, off or auto", *f.pin)
 	}
 	if *f.readers < 1 || *f.readers > 64 {
 		return fmt.Errorf("--io-readers %d: must be 1 to 64", *f.readers)
@@ -106,10 +115,16 @@ func (f *sparseFlags) open(ctx context.Context, m *llm.Model, path string, ctxLe
 		ctxLen = min(m.Config.ContextLength, 4096)
 	}
 	opts := []sparse.RuntimeOption{sparse.WithContext(ctxLen, kv)}
+	budget := int64(sc.BudgetBytes)
 	if *f.budget != "" {
-		b, _ := sparse.ParseSize(*f.budget) // checked
-		opts = append(opts, sparse.WithBudget(b))
+		budget, _ = sparse.ParseSize(*f.budget) // checked
+		opts = append(opts, sparse.WithBudget(budget))
 	}
+	var weights int64
+	for i := range m.File.Tensors {
+		weights += m.File.Tensors[i].Size
+	}
+	opts = append(opts, sparse.WithPinnedFixed(*f.pin == "on" || (*f.pin == "auto" && budget < weights)))
 	ev, _ := parseEviction(*f.eviction) // checked
 	opts = append(opts, sparse.WithEviction(ev), sparse.WithThresholdOffset(float32(*f.thOffset)), sparse.WithReaders(*f.readers),
 		sparse.WithPrefetch(*f.prefetch))

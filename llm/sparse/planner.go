@@ -63,7 +63,7 @@ func FixedRegion(m *llm.Model, ctxLen int, kv core.DType, rank int) Fixed {
 	var fx Fixed
 	for i := range m.File.Tensors {
 		t := &m.File.Tensors[i]
-		if strings.Contains(t.Name, ".ffn_gate.") || strings.Contains(t.Name, ".ffn_up.") || strings.Contains(t.Name, ".ffn_down.") {
+		if isFFNWeight(t.Name) {
 			continue
 		}
 		fx.Weights += t.Size
@@ -71,6 +71,12 @@ func FixedRegion(m *llm.Model, ctxLen int, kv core.DType, rank int) Fixed {
 	fx.KV = 2 * int64(c.Layers) * int64(ctxLen) * int64(c.KVHeads*c.HeadDim) * kv.Bytes(1)
 	fx.Predictors = int64(c.Layers) * (2*int64(rank)*int64(c.Dim+c.FFN) + 4*int64(c.FFN))
 	return fx
+}
+
+// isFFNWeight says whether a tensor is one of the dense FFN matrices, which a sparse runtime
+// replaces by the sidecar's bundles (everything else is the fixed region).
+func isFFNWeight(name string) bool {
+	return strings.Contains(name, ".ffn_gate.") || strings.Contains(name, ".ffn_up.") || strings.Contains(name, ".ffn_down.")
 }
 
 // Report is what BuildPlan measured and decided.

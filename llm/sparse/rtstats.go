@@ -42,6 +42,10 @@ type RuntimeStats struct {
 	// Bounded: the budget cannot hold one whole layer's neurons besides the fixed region, so a
 	// selection larger than the cache loses its least frequent neurons (Dropped).
 	Bounded bool
+	// PinnedBytes is the fixed region locked in memory (WithPinnedFixed); PinError says why
+	// the system refused the pin ("" when it was not asked for or succeeded).
+	PinnedBytes int64
+	PinError    string
 
 	truePos, predicted, active, loadReads int64
 }
@@ -97,6 +101,12 @@ func (s RuntimeStats) String() string {
 	if s.Bounded {
 		fmt.Fprintf(&b, "  budget below one layer's neurons: %d selected rows (%.2f%%) dropped for want of cold slots\n",
 			s.Dropped, pct(s.Dropped, s.Selected))
+	}
+	switch {
+	case s.PinnedBytes > 0:
+		fmt.Fprintf(&b, "  fixed region pinned in memory: %s\n", mib(s.PinnedBytes))
+	case s.PinError != "":
+		fmt.Fprintf(&b, "  fixed region not pinned: %s\n", s.PinError)
 	}
 	fmt.Fprintf(&b, "  read %s in %d %s reads (%.1f KiB per token), loaded %s\n",
 		mib(s.BytesRead), s.Reads, io, s.BytesPerToken()/1024, mib(s.LoadBytes))

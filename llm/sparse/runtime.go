@@ -63,6 +63,7 @@ type runtimeConfig struct {
 	// plannedHot keeps exactly the sidecar's hot rows resident even where the budget has room
 	// for more (WithPlannedHot).
 	plannedHot bool
+	pin        bool
 }
 
 // WithContext sizes the fixed region's KV cache like plan-sparse: ctxLen positions of kv
@@ -128,6 +129,16 @@ func WithReaders(n int) RuntimeOption { return func(c *runtimeConfig) { c.reader
 func WithPlannedHot() RuntimeOption { return func(c *runtimeConfig) { c.plannedHot = true } }
 
 // withIO tunes coalescing and the staging buffer (tests and benchmarks).
+// WithPinnedFixed locks the fixed region's weights (every non-FFN tensor of the model's file
+// mapping) in memory while the runtime is open (mlock), so that a memory limit evicts cold
+// neurons, which the runtime reads in large direct requests, rather than attention weights,
+// which a backend reads from the mapping page by page at every layer. The budget already
+// counts them. Pin only when the backend computes from the mapping (neon with repack=0): a
+// backend that copies the weights at prepare makes the pinned pages a second copy. A pin the
+// system refuses (RLIMIT_MEMLOCK, no CAP_IPC_LOCK) is not an error: RuntimeStats.PinError says
+// why and decoding goes on unpinned.
+func WithPinnedFixed(on bool) RuntimeOption { return func(c *runtimeConfig) { c.pin = on } }
+
 func withIO(gapBytes, stagingBytes int64) RuntimeOption {
 	return func(c *runtimeConfig) { c.gapBytes, c.stagingBytes = gapBytes, stagingBytes }
 }
@@ -189,6 +200,7 @@ type Runtime struct {
 
 	waitFn  func() error
 	lastRet time.Time
+	pinned  [][]byte // the fixed region's tensors locked by WithPinnedFixed
 
 	mu sync.Mutex
 	st RuntimeStats
@@ -330,12 +342,56 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 		r.w.run()
 	}()
 	r.waitFn = r.wait
-	r.st = RuntimeStats{Budget: budget, FixedBytes: fx.Total(), HotBytes: r.coldBase * r.rowBytes,
+	var pinnedBytes int64
+	var pinErr error
+	if cfg.pin {
+		pinnedBytes, pinErr = r.pinFixed(m)
+		if pinErr != nil {
+			cfg.log.Debug("sparse: fixed region not pinned", "err", pinErr)
+		}
+	}
+	r.st = RuntimeStats{PinnedBytes: pinnedBytes, PinError: errString(pinErr),Budget: budget, FixedBytes: fx.Total(), HotBytes: r.coldBase * r.rowBytes,
 		ColdBytes: r.split.Slots * r.rowBytes, StagingBytes: staging, RowBytes: r.rowBytes, HotRowsResident: r.coldBase,
 		ColdSlots: r.split.Slots, Demoted: int64(r.split.Demoted), Promoted: int64(r.split.Promoted), Eviction: cfg.evict, Bounded: r.split.Bounded}
 	cfg.log.Debug("sparse: runtime", "budget", budget, "fixed", fx.Total(), "hot_rows", r.coldBase, "cold_slots", r.split.Slots,
 		"direct", r.file.direct.Load())
 	return r, nil
+}
+
+// pinFixed locks every non-FFN tensor of m's mapping; on a refusal it unlocks what it locked.
+func (r *Runtime) pinFixed(m *llm.Model) (int64, error) {
+	var n int64
+	for i := range m.File.Tensors {
+		t := &m.File.Tensors[i]
+		if isFFNWeight(t.Name) {
+			continue
+		}
+		b := m.File.TensorData(t)
+		if len(b) == 0 {
+			continue
+		}
+		if err := pinPages(b); err != nil {
+			r.unpin()
+			return 0, fmt.Errorf("sparse: pinning %s (%s, after %s): %w", t.Name, mib(int64(len(b))), mib(n), err)
+		}
+		r.pinned = append(r.pinned, b)
+		n += int64(len(b))
+	}
+	return n, nil
+}
+
+func (r *Runtime) unpin() {
+	for _, b := range r.pinned {
+		_ = unpinPages(b) // only fails for memory that was never locked
+	}
+	r.pinned = nil
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // stagingSize is the I/O buffer: at least minBytes and one row, whole pages, plus a page at
@@ -795,6 +851,7 @@ func (r *Runtime) Close() error {
 		r.closed = true
 		close(r.w.reqs)
 		r.workerQ.Wait()
+		r.unpin()
 		if err := r.file.close(); err != nil {
 			r.closeEr = fmt.Errorf("sparse: closing %s: %w", r.file.path, err)
 		}

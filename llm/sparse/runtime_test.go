@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -868,4 +870,58 @@ func TestRuntimePrefetch(t *testing.T) {
 			}
 		})
 	}
+}
+
+// vmLocked is the process's locked memory (VmLck of /proc/self/status), in bytes; -1 where the
+// system does not report it.
+func vmLocked(t *testing.T) int64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmLck:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			require.NoError(t, err)
+			return kb << 10
+		}
+	}
+	return -1
+}
+
+// WithPinnedFixed locks every non-FFN tensor of the mapping while the runtime is open, or,
+// where the system refuses, says why and runs unpinned; Close unlocks.
+func TestRuntimePinnedFixed(t *testing.T) {
+	f := newRTFixture(t, core.Q8_0, []int{8, 8}, 16, 0)
+	var want int64
+	for i := range f.m.File.Tensors {
+		if tn := &f.m.File.Tensors[i]; !isFFNWeight(tn.Name) {
+			want += tn.Size
+		}
+	}
+	before := vmLocked(t)
+	r, err := NewRuntime(context.Background(), f.m, f.sc, f.path, WithContext(rtCtx, core.F32), WithReaders(1), WithPinnedFixed(true))
+	require.NoError(t, err)
+	st := r.Stats()
+	if st.PinError != "" {
+		assert.Zero(t, st.PinnedBytes)
+		assert.Contains(t, st.String(), "not pinned")
+		t.Logf("pinning refused here: %s", st.PinError)
+	} else {
+		assert.Equal(t, want, st.PinnedBytes)
+		assert.Contains(t, st.String(), "pinned in memory")
+		if before >= 0 {
+			assert.GreaterOrEqual(t, vmLocked(t)-before, want, "VmLck grows by at least the pinned tensors")
+		}
+	}
+	require.NoError(t, r.Close())
+	if before >= 0 {
+		assert.Equal(t, before, vmLocked(t), "Close unlocks")
+	}
+	// Not asked for: nothing pinned, nothing said.
+	r, err = NewRuntime(context.Background(), f.m, f.sc, f.path, WithContext(rtCtx, core.F32), WithReaders(1))
+	require.NoError(t, err)
+	assert.Zero(t, r.Stats().PinnedBytes)
+	assert.Empty(t, r.Stats().PinError)
+	require.NoError(t, r.Close())
 }
