@@ -350,7 +350,7 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 			cfg.log.Debug("sparse: fixed region not pinned", "err", pinErr)
 		}
 	}
-	r.st = RuntimeStats{PinnedBytes: pinnedBytes, PinError: errString(pinErr),Budget: budget, FixedBytes: fx.Total(), HotBytes: r.coldBase * r.rowBytes,
+	r.st = RuntimeStats{PinnedBytes: pinnedBytes, PinError: errString(pinErr), Budget: budget, FixedBytes: fx.Total(), HotBytes: r.coldBase * r.rowBytes,
 		ColdBytes: r.split.Slots * r.rowBytes, StagingBytes: staging, RowBytes: r.rowBytes, HotRowsResident: r.coldBase,
 		ColdSlots: r.split.Slots, Demoted: int64(r.split.Demoted), Promoted: int64(r.split.Promoted), Eviction: cfg.evict, Bounded: r.split.Bounded}
 	cfg.log.Debug("sparse: runtime", "budget", budget, "fixed", fx.Total(), "hot_rows", r.coldBase, "cold_slots", r.split.Slots,
