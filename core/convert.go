@@ -15,21 +15,35 @@ func EncodeF32(xs []float32) []byte {
 }
 
 // DecodeF32 reads an F32 tensor's bytes (len(b)/4 values).
-func DecodeF32(b []byte) []float32 {
-	xs := make([]float32, len(b)/4)
-	for i := range xs {
-		xs[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+func DecodeF32(b []byte) []float32 { return DecodeF32To(nil, b) }
+
+// DecodeF32To is DecodeF32 into dst's storage when it has the room (a loop that decodes every
+// step allocates nothing).
+func DecodeF32To(dst []float32, b []byte) []float32 {
+	n := len(b) / 4
+	if cap(dst) < n {
+		dst = make([]float32, n)
 	}
-	return xs
+	dst = dst[:n]
+	for i := range dst {
+		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return dst
 }
 
 // EncodeI32 returns the little-endian bytes of xs (an I32 tensor).
 func EncodeI32(xs []int32) []byte {
 	b := make([]byte, 4*len(xs))
+	PutI32(b, xs)
+	return b
+}
+
+// PutI32 writes xs as little-endian I32 values at the start of b (4·len(xs) bytes).
+func PutI32(b []byte, xs []int32) {
+	b = b[:4*len(xs)]
 	for i, x := range xs {
 		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
 	}
-	return b
 }
 
 // DecodeI32 reads an I32 tensor's bytes.

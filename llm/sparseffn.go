@@ -26,11 +26,13 @@ type SparseFFN interface {
 	// closes.
 	Load(ctx context.Context, cache []byte) error
 	// Select is called after layer l's attention for a chunk of c tokens with the FFN input h
-	// ([c, D] floats) and the predictor logits ([c, Neurons], nil without predictors). It
+	// ([c, D] floats), the predictor logits ([c, Neurons], nil without predictors) and, with
+	// Layout().LookAhead, layer l+1's predictor logits over the same h (next, [c, Neurons];
+	// nil at the last layer or without LookAhead): a guess of the next layer's neurons. It
 	// fills now and later (Neurons entries each: cache rows, -1 for an empty slot) and
 	// returns wait, which the runner calls before it runs later's rows: it blocks until they
 	// are in the cache. Both slices are the runner's and are read only by the next two runs.
-	Select(ctx context.Context, l int, h, logits []float32, now, later []int32) (wait func() error, err error)
+	Select(ctx context.Context, l int, h, logits, next []float32, now, later []int32) (wait func() error, err error)
 }
 
 // SparseLayout is what the runner builds a sparse model's graphs from.
@@ -47,6 +49,10 @@ type SparseLayout struct {
 	// Predictors, when not empty, holds every layer's low-rank predictor, which the runner
 	// computes in the layer's graph: logits = B · relu(A · h) + Bias.
 	Predictors []SparsePredictor
+	// LookAhead asks the runner to compute layer l+1's predictor over layer l's FFN input in
+	// layer l's graph too (Select's next), so the SparseFFN can start reading the next layer's
+	// neurons before its attention has run.
+	LookAhead bool
 }
 
 // SparsePredictor is one layer's predictor weights, as graph constants.

@@ -33,10 +33,11 @@ type sparseProg struct {
 	embed  *sched.Program
 	layers []sparseLayer
 	// activations (one chunk in flight: the programs run one after the other)
-	x1, h, ffa, logits, pred sched.Span
-	now, later               sched.Span
-	// the host's index lists, reused per layer
-	nowIdx, laterIdx []int32
+	x1, h, ffa, logits, pred, predNext sched.Span
+	now, later                         sched.Span
+	// the host's index lists and views of h and the logits, reused per layer
+	nowIdx, laterIdx      []int32
+	hBuf, predBuf, nxtBuf []float32
 }
 
 // SparseTimes is where a sparse runner's time went, summed over every layer of every chunk run
@@ -182,6 +183,9 @@ func (r *Runner) prepareSparse(ctx context.Context, c int64, step func()) (*spar
 	sp.now, sp.later = alloc(4*int64(lay.Neurons)), alloc(4*int64(lay.Neurons))
 	if len(lay.Predictors) > 0 {
 		sp.pred = alloc(c * int64(lay.Neurons) * 4)
+		if lay.LookAhead {
+			sp.predNext = alloc(c * int64(lay.Neurons) * 4)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("llm: sparse activations for chunk %d: %w", c, err)
@@ -252,6 +256,9 @@ func (r *Runner) prepareSparse(ctx context.Context, c int64, step func()) (*spar
 		outs := []sched.Binding{{Span: sp.x1}, {Span: sp.h}}
 		if len(lay.Predictors) > 0 {
 			outs = append(outs, sched.Binding{Span: sp.pred})
+			if lookAhead(lay, l, cfg.Layers) {
+				outs = append(outs, sched.Binding{Span: sp.predNext})
+			}
 		}
 		if ly.attn, err = compile(fmt.Sprintf("attn %d", l), l, g, outs...); err != nil {
 			return nil, err
@@ -315,17 +322,22 @@ func (r *Runner) runSparse(ctx context.Context, sp *sparseProg, row int64, rows 
 		}
 		lap(&tm.Attn)
 		// Only the real rows: a padding row's h would add neurons (and reads) nobody needs.
-		h := core.DecodeF32(a.Bytes(sp.h)[:int64(rows)*D*4])
-		var logits []float32
+		sp.hBuf = core.DecodeF32To(sp.hBuf, a.Bytes(sp.h)[:int64(rows)*D*4])
+		var logits, next []float32
 		if len(lay.Predictors) > 0 {
-			logits = core.DecodeF32(a.Bytes(sp.pred)[:int64(rows)*F*4])
+			sp.predBuf = core.DecodeF32To(sp.predBuf, a.Bytes(sp.pred)[:int64(rows)*F*4])
+			logits = sp.predBuf
+			if lookAhead(lay, l, len(sp.layers)) {
+				sp.nxtBuf = core.DecodeF32To(sp.nxtBuf, a.Bytes(sp.predNext)[:int64(rows)*F*4])
+				next = sp.nxtBuf
+			}
 		}
-		wait, err := r.cfg.sparse.Select(ctx, l, h, logits, now, later)
+		wait, err := r.cfg.sparse.Select(ctx, l, sp.hBuf, logits, next, now, later)
 		if err != nil {
 			return fmt.Errorf("llm: sparse FFN of layer %d at position %d: %w", l, row, err)
 		}
-		copy(a.Bytes(sp.now), core.EncodeI32(now))
-		copy(a.Bytes(sp.later), core.EncodeI32(later))
+		core.PutI32(a.Bytes(sp.now), now)
+		core.PutI32(a.Bytes(sp.later), later)
 		lap(&tm.Select)
 		if err := run(ly.ffn); err != nil {
 			return errors.Join(err, wait())
@@ -364,19 +376,30 @@ func (m *Model) buildSparseAttn(l int, c, capacity int64, kv core.DType, lay Spa
 	h := m.norm(g, x1, fmt.Sprintf("blk.%d.ffn_norm.weight", l))
 	outs := []*core.Tensor{x1, h}
 	if len(lay.Predictors) > 0 {
-		p := lay.Predictors[l]
-		F, r := int64(lay.Neurons), int64(p.Rank)
-		pa := g.Const(fmt.Sprintf("blk.%d.pred_a", l), core.F16, core.Shape{r, int64(cfg.Dim)}, p.A)
-		pb := g.Const(fmt.Sprintf("blk.%d.pred_b", l), core.F16, core.Shape{F, r}, p.B)
-		bias := g.Const(fmt.Sprintf("blk.%d.pred_bias", l), core.F32, core.Shape{F}, p.Bias)
-		z := g.Named("pred_relu").ReLU(g.Named("pred_a").MatMul(h, pa))
-		outs = append(outs, g.Named("pred_logits").Add(g.Named("pred_b").MatMul(z, pb), bias))
+		predict := func(pl int, name string) *core.Tensor {
+			p := lay.Predictors[pl]
+			F, r := int64(lay.Neurons), int64(p.Rank)
+			pa := g.Const(fmt.Sprintf("blk.%d.pred_a", pl), core.F16, core.Shape{r, int64(cfg.Dim)}, p.A)
+			pb := g.Const(fmt.Sprintf("blk.%d.pred_b", pl), core.F16, core.Shape{F, r}, p.B)
+			bias := g.Const(fmt.Sprintf("blk.%d.pred_bias", pl), core.F32, core.Shape{F}, p.Bias)
+			z := g.Named(name + "_relu").ReLU(g.Named(name+"_a").MatMul(h, pa))
+			return g.Named(name+"_logits").Add(g.Named(name+"_b").MatMul(z, pb), bias)
+		}
+		outs = append(outs, predict(l, "pred"))
+		if lookAhead(lay, l, cfg.Layers) {
+			outs = append(outs, predict(l+1, "pred_next"))
+		}
 	}
 	g.Output(outs...)
 	if err := g.Err(); err != nil {
 		return nil, fmt.Errorf("llm: building layer %d's sparse attention: %w", l, err)
 	}
 	return g, nil
+}
+
+// lookAhead says whether layer l's attention graph also computes layer l+1's predictor.
+func lookAhead(lay SparseLayout, l, layers int) bool {
+	return lay.LookAhead && len(lay.Predictors) > 0 && l+1 < layers
 }
 
 // sparseInputs adds the bundle cache and an index list input.

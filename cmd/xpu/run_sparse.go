@@ -26,6 +26,7 @@ type sparseFlags struct {
 	readers   *int
 	prefetch  *bool
 	pin       *string
+	gap       *string
 }
 
 func addSparseFlags(fs *flag.FlagSet) *sparseFlags {
@@ -45,6 +46,8 @@ func addSparseFlags(fs *flag.FlagSet) *sparseFlags {
 		pin: fs.String("pin-fixed", "auto", "with --sparse: lock the fixed region's weights (attention, norms, embeddings, output) in memory: "+
 			"on, off, or auto (on when the budget is below the model's weights). Meant for units that compute from the file mapping "+
 			"(neon{repack=0}); a unit that repacks its weights holds its own copy"),
+		gap: fs.String("io-gap", "32KiB", "with --sparse: missing rows of a layer at most this far apart in the sidecar are read in one "+
+			"request (the rows between are read too): larger means fewer, larger reads for more bytes"),
 		recall: fs.Int("recall-every", 0, "with --sparse --stats: measure the predictor's recall on every Nth layer step (0: off; costs host time)"),
 	}
 }
@@ -66,6 +69,9 @@ func (f *sparseFlags) check() error {
 	}
 	if math.IsNaN(*f.thOffset) || math.IsInf(*f.thOffset, 0) {
 		return fmt.Errorf("--threshold-offset %v: must be a finite number", *f.thOffset)
+	}
+	if g, err := sparse.ParseSize(*f.gap); err != nil || g < 0 {
+		return fmt.Errorf("--io-gap %q: must be a size such as 32KiB or 0", *f.gap)
 	}
 	switch *f.pin {
 	case "auto", "on", "off":
@@ -124,6 +130,8 @@ func (f *sparseFlags) open(ctx context.Context, m *llm.Model, path string, ctxLe
 	for i := range m.File.Tensors {
 		weights += m.File.Tensors[i].Size
 	}
+	gap, _ := sparse.ParseSize(*f.gap) // checked
+	opts = append(opts, sparse.WithCoalesceGap(gap))
 	opts = append(opts, sparse.WithPinnedFixed(*f.pin == "on" || (*f.pin == "auto" && budget < weights)))
 	ev, _ := parseEviction(*f.eviction) // checked
 	opts = append(opts, sparse.WithEviction(ev), sparse.WithThresholdOffset(float32(*f.thOffset)), sparse.WithReaders(*f.readers),

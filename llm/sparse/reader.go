@@ -29,10 +29,12 @@ type Sidecar struct {
 }
 
 type sideLayer struct {
-	bundle       *gguf.TensorInfo
-	order        []int32
-	freq         []float32
-	predA, predB []float32
+	bundle *gguf.TensorInfo
+	order  []int32
+	freq   []float32
+	// The predictor as stored: A and B are F16 views of the mapping (what the runner's graphs
+	// take as constants, without a copy); Predictor decodes them on demand.
+	predA, predB []byte
 	bias         []float32
 }
 
@@ -110,11 +112,14 @@ func (s *Sidecar) Order(l int) []int32 { return s.layers[l].order }
 // Freq is layer l's measured activation frequency per bundle row.
 func (s *Sidecar) Freq(l int) []float32 { return s.layers[l].freq }
 
-// Predictor returns the trained predictors.
+// Predictor returns the trained predictors, decoded to float32 (a new copy on every call: the
+// sidecar itself keeps them as stored).
 func (s *Sidecar) Predictor() *Trained {
 	t := &Trained{D: s.D, F: s.F, Rank: s.PredRank, Threshold: s.PredThreshold}
 	for _, ly := range s.layers {
-		t.Layers = append(t.Layers, TrainedLayer{A: ly.predA, B: ly.predB, Bias: ly.bias})
+		a, _ := core.Dequantize(core.F16, ly.predA, 0) // sizes checked at open
+		b, _ := core.Dequantize(core.F16, ly.predB, 0)
+		t.Layers = append(t.Layers, TrainedLayer{A: a, B: b, Bias: ly.bias})
 	}
 	return t
 }
@@ -287,10 +292,10 @@ func (s *Sidecar) readLayer(l, R int) (sideLayer, error) {
 	if ly.freq, err = dec("ffn_freq", core.F32, F); err != nil {
 		return ly, err
 	}
-	if ly.predA, err = dec("pred_a", core.F16, r, D); err != nil {
+	if _, ly.predA, err = get("pred_a", core.F16, r, D); err != nil {
 		return ly, err
 	}
-	if ly.predB, err = dec("pred_b", core.F16, F, r); err != nil {
+	if _, ly.predB, err = get("pred_b", core.F16, F, r); err != nil {
 		return ly, err
 	}
 	if ly.bias, err = dec("pred_bias", core.F32, F); err != nil {

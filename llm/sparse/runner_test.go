@@ -37,7 +37,7 @@ func (f *residentFFN) Load(_ context.Context, cache []byte) error {
 	return nil
 }
 
-func (f *residentFFN) Select(_ context.Context, l int, h, _ []float32, now, later []int32) (func() error, error) {
+func (f *residentFFN) Select(_ context.Context, l int, h, _, _ []float32, now, later []int32) (func() error, error) {
 	F := f.lay.Neurons
 	dim := int(f.lay.RowLen / 3) // h is [c, D]
 	seen := make([]bool, F)

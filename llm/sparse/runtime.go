@@ -128,7 +128,6 @@ func WithReaders(n int) RuntimeOption { return func(c *runtimeConfig) { c.reader
 // first, down to every neuron when it holds them all (then nothing is read per token).
 func WithPlannedHot() RuntimeOption { return func(c *runtimeConfig) { c.plannedHot = true } }
 
-// withIO tunes coalescing and the staging buffer (tests and benchmarks).
 // WithPinnedFixed locks the fixed region's weights (every non-FFN tensor of the model's file
 // mapping) in memory while the runtime is open (mlock), so that a memory limit evicts cold
 // neurons, which the runtime reads in large direct requests, rather than attention weights,
@@ -139,6 +138,15 @@ func WithPlannedHot() RuntimeOption { return func(c *runtimeConfig) { c.plannedH
 // why and decoding goes on unpinned.
 func WithPinnedFixed(on bool) RuntimeOption { return func(c *runtimeConfig) { c.pin = on } }
 
+// WithCoalesceGap sets how far apart (bytes in the sidecar) two missing rows of one layer may
+// be and still be read in one request, the rows between them read and thrown away (default
+// 32 KiB). A larger gap means fewer, larger requests, which flash serves faster per byte, for
+// more bytes; 0 reads only adjacent rows together.
+func WithCoalesceGap(bytes int64) RuntimeOption {
+	return func(c *runtimeConfig) { c.gapBytes = bytes }
+}
+
+// withIO tunes coalescing and the staging buffer (tests and benchmarks).
 func withIO(gapBytes, stagingBytes int64) RuntimeOption {
 	return func(c *runtimeConfig) { c.gapBytes, c.stagingBytes = gapBytes, stagingBytes }
 }
@@ -226,6 +234,8 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 		return nil, fmt.Errorf("sparse: runtime context %d of %s: %w", cfg.ctxLen, cfg.kv, core.ErrInvalidArgument)
 	case math.IsNaN(float64(cfg.thOffset)) || math.IsInf(float64(cfg.thOffset), 0):
 		return nil, fmt.Errorf("sparse: threshold offset %v: %w", cfg.thOffset, core.ErrInvalidArgument)
+	case cfg.gapBytes < 0:
+		return nil, fmt.Errorf("sparse: coalescing gap %d bytes: %w", cfg.gapBytes, core.ErrInvalidArgument)
 	case cfg.budget < 0 || cfg.recallEvery < 0 || cfg.readers < 1 || cfg.readers > 64:
 		return nil, fmt.Errorf("sparse: budget %d, recall sampling every %d, %d readers (1 to 64): %w",
 			cfg.budget, cfg.recallEvery, cfg.readers, core.ErrInvalidArgument)
@@ -244,14 +254,14 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 		act = core.SparseReLU2
 	}
 	r.lay = llm.SparseLayout{DType: sc.BundleType, RowLen: int64(BundleWidth(sc.D, sc.Gated)), Neurons: sc.F, Act: act, Ungated: !sc.Gated}
-	r.trained, r.threshold = sc.Predictor(), sc.PredThreshold+cfg.thOffset
-	r.trained.Threshold = r.threshold // a fresh copy: the sidecar's stays as planned
+	r.threshold = sc.PredThreshold + cfg.thOffset
 	if cfg.pred != nil {
 		r.host = cfg.pred
 	} else {
-		for _, ly := range r.trained.Layers {
+		// The graphs take the sidecar's F16 predictors as they are mapped: no copy on the heap.
+		for _, ly := range sc.layers {
 			r.lay.Predictors = append(r.lay.Predictors, llm.SparsePredictor{Rank: sc.PredRank,
-				A: f16Bytes(ly.A), B: f16Bytes(ly.B), Bias: core.EncodeF32(ly.Bias)})
+				A: ly.predA, B: ly.predB, Bias: core.EncodeF32(ly.bias)})
 		}
 	}
 
@@ -321,6 +331,8 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	// cost time.
 	if cfg.prefetch && r.host == nil && slots > 0 {
 		r.pfLog = make([]float32, r.F)
+		// The runner computes the next layer's logits in the graph (Select's next).
+		r.lay.LookAhead = true
 	}
 	r.resetCold()
 	// Each reader gets an equal share of the staging buffer; a budget that left only the
@@ -466,7 +478,7 @@ func (r *Runtime) Load(ctx context.Context, cache []byte) error {
 }
 
 // Select implements llm.SparseFFN. The returned wait stays valid until the next Select.
-func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, later []int32) (func() error, error) {
+func (r *Runtime) Select(ctx context.Context, l int, h, logits, next []float32, now, later []int32) (func() error, error) {
 	t0 := time.Now()
 	F, D := r.F, r.D
 	switch {
@@ -477,8 +489,8 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 	case len(h) == 0 || len(h)%D != 0 || len(now) != F || len(later) != F:
 		return nil, fmt.Errorf("sparse: Select with %d values of h (dim %d), %d/%d index slots (%d neurons): %w",
 			len(h), D, len(now), len(later), F, core.ErrInvalidArgument)
-	case logits != nil && len(logits) != len(h)/D*F:
-		return nil, fmt.Errorf("sparse: %d logits for %d tokens of %d neurons: %w", len(logits), len(h)/D, F, core.ErrInvalidArgument)
+	case logits != nil && len(logits) != len(h)/D*F, next != nil && len(next) != len(h)/D*F:
+		return nil, fmt.Errorf("sparse: %d logits (%d of the next layer) for %d tokens of %d neurons: %w", len(logits), len(next), len(h)/D, F, core.ErrInvalidArgument)
 	}
 	r.settle(l)
 	if r.reqErr != nil {
@@ -521,7 +533,7 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 			if r.host != nil {
 				r.predBuf = r.host.Predict(l, x, r.predBuf[:0])
 			} else {
-				r.predBuf = r.trained.Predict(l, x, r.predBuf[:0])
+				r.predBuf = r.hostTrained().Predict(l, x, r.predBuf[:0])
 			}
 			for _, i := range r.predBuf {
 				if i < 0 || int(i) >= F {
@@ -631,7 +643,7 @@ func (r *Runtime) Select(ctx context.Context, l int, h, logits []float32, now, l
 	pfRows := 0
 	if r.pfLog != nil && c == 1 && l+1 < r.L {
 		ts := time.Now()
-		pfRows = r.prefetch(ctx, l+1, h)
+		pfRows = r.prefetch(ctx, l+1, h, next)
 		sp = time.Since(ts)
 	}
 	for _, s := range hits {
@@ -722,16 +734,31 @@ func (r *Runtime) queue(ctx context.Context, req *ioReq, l int, prefetch bool) {
 	r.w.reqs <- req
 }
 
-// prefetch predicts layer l's neurons from x (the previous layer's FFN input) and queues the
-// reads of those neither hot nor cached, into free slots or the evictor's victims (the
-// selection in progress is out of its reach). It returns the rows queued.
-func (r *Runtime) prefetch(ctx context.Context, l int, x []float32) int {
-	r.pfLog = r.trained.Logits(l, x, r.pfLog)
+// hostTrained is the sidecar's predictor decoded for the host, made on first use: the runner
+// computes the logits in its graphs, so most runtimes never need it.
+func (r *Runtime) hostTrained() *Trained {
+	if r.trained == nil {
+		r.trained = r.sc.Predictor()
+		r.trained.Threshold = r.threshold
+	}
+	return r.trained
+}
+
+// prefetch predicts layer l's neurons from x (the previous layer's FFN input), or takes the
+// runner's logits of that prediction (next), and queues the reads of those neither hot nor
+// cached, into free slots or the evictor's victims (the selection in progress is out of its
+// reach). It returns the rows queued.
+func (r *Runtime) prefetch(ctx context.Context, l int, x, next []float32) int {
+	lg := next
+	if lg == nil {
+		r.pfLog = r.hostTrained().Logits(l, x, r.pfLog)
+		lg = r.pfLog
+	}
 	hot := r.split.Hot[l]
 	base := int32(l * r.F)
 	req := &r.reqs[(r.issued+1)%int64(len(r.reqs))]
 	rows := req.rows[:0]
-	for i, v := range r.pfLog {
+	for i, v := range lg {
 		if v <= r.threshold || i < hot || r.where[base+int32(i)] >= 0 {
 			continue
 		}

@@ -117,7 +117,7 @@ func BenchmarkRuntimeDecode(b *testing.B) {
 			}
 			token := func(t int) {
 				for l := range c.Layers {
-					wait, err := r.Select(ctx, l, hs[t%T], nil, now, later)
+					wait, err := r.Select(ctx, l, hs[t%T], nil, nil, now, later)
 					if err == nil {
 						err = wait()
 					}

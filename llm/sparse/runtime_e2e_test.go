@@ -93,6 +93,11 @@ func runtimeMatchesDense(t *testing.T, m *llm.Model, s *Sidecar, or *Oracle, dev
 			assert.Equal(t, tc.budget == 0, st.Bounded)
 			if tc.name == "trained" {
 				assert.Positive(t, st.Recall)
+				// The look-ahead's logits come from the runner's graphs: the host never
+				// decodes the predictors.
+				assert.True(t, rt.Layout().LookAhead)
+				assert.Positive(t, st.PrefetchRows)
+				assert.Nil(t, rt.trained, "host copy of the predictors")
 			}
 			// The look-ahead changes where rows are read and when, never which rows a layer
 			// uses: greedy decoding is the same with it and without.

@@ -209,7 +209,7 @@ func TestRuntimeBounded(t *testing.T) {
 	r, cache := f.open(t, f.path, WithBudget(budget), WithPredictor(setPred{[][]int32{set}}))
 	require.Equal(t, int64(92), r.split.Slots)
 	now, later := make([]int32, f.sc.F), make([]int32, f.sc.F)
-	wait, err := r.Select(context.Background(), 0, tokens(f.sc.D, 0), nil, now, later)
+	wait, err := r.Select(context.Background(), 0, tokens(f.sc.D, 0), nil, nil, now, later)
 	require.NoError(t, err)
 	require.NoError(t, wait())
 	checkCache(t, f, r, cache, 0, now, later, set[:4+92])
@@ -289,7 +289,7 @@ func TestRuntimeSelect(t *testing.T) {
 		{1, []int{3}, nil, 0, 0, 0},
 	} {
 		before := r.Stats()
-		wait, err := r.Select(ctx, s.l, tokens(D, s.ids...), nil, now, later)
+		wait, err := r.Select(ctx, s.l, tokens(D, s.ids...), nil, nil, now, later)
 		require.NoError(t, err)
 		require.NoError(t, wait())
 		require.NoError(t, wait(), "wait may be called again")
@@ -366,7 +366,7 @@ func TestRuntimeCacheContents(t *testing.T) {
 						for step := range 200 {
 							l := step % 2
 							a, b := rng.IntN(len(sets)), rng.IntN(len(sets))
-							wait, err := r.Select(ctx, l, tokens(f.sc.D, a, b), nil, now, later)
+							wait, err := r.Select(ctx, l, tokens(f.sc.D, a, b), nil, nil, now, later)
 							require.NoError(t, err)
 							require.NoError(t, wait())
 							checkCache(t, f, r, cache, l, now, later, union(sets[a], sets[b]))
@@ -410,7 +410,7 @@ func TestRuntimeThresholdOffset(t *testing.T) {
 			r, cache := f.open(t, f.path, WithThresholdOffset(off))
 			now, later := make([]int32, c.FFN), make([]int32, c.FFN)
 			for _, logits := range [][]float32{lg, nil} {
-				wait, err := r.Select(context.Background(), 0, h, logits, now, later)
+				wait, err := r.Select(context.Background(), 0, h, logits, nil, now, later)
 				require.NoError(t, err)
 				require.NoError(t, wait())
 				checkCache(t, f, r, cache, 0, now, later, want)
@@ -471,7 +471,7 @@ func TestRuntimeDirectIO(t *testing.T) {
 	}
 	r, _ := f.open(t, f.path, WithPredictor(setPred{sets: [][]int32{{1, 200, 201, 300}}}))
 	now, later := make([]int32, f.sc.F), make([]int32, f.sc.F)
-	wait, err := r.Select(context.Background(), 1, tokens(f.sc.D, 0), nil, now, later)
+	wait, err := r.Select(context.Background(), 1, tokens(f.sc.D, 0), nil, nil, now, later)
 	require.NoError(t, err)
 	require.NoError(t, wait())
 	st := r.Stats()
@@ -518,7 +518,7 @@ func TestRuntimeTruncated(t *testing.T) {
 			require.NoError(t, os.Truncate(path, tc.end))
 			now, later := make([]int32, f.sc.F), make([]int32, f.sc.F)
 			ctx := context.Background()
-			wait, err := r.Select(ctx, 1, tokens(f.sc.D, 0), nil, now, later)
+			wait, err := r.Select(ctx, 1, tokens(f.sc.D, 0), nil, nil, now, later)
 			require.NoError(t, err)
 			err = wait()
 			require.ErrorIs(t, err, ErrFormat)
@@ -529,7 +529,7 @@ func TestRuntimeTruncated(t *testing.T) {
 
 			// Restored, the same selection reads the rows again.
 			require.NoError(t, os.WriteFile(path, full, 0o644))
-			wait, err = r.Select(ctx, 1, tokens(f.sc.D, 0), nil, now, later)
+			wait, err = r.Select(ctx, 1, tokens(f.sc.D, 0), nil, nil, now, later)
 			require.NoError(t, err)
 			require.NoError(t, wait())
 			checkCache(t, f, r, cache, 1, now, later, []int32{1, 20, 350})
@@ -573,7 +573,7 @@ func TestRuntimeTrainedLayout(t *testing.T) {
 	require.NotEmpty(t, want)
 	now, later := make([]int32, c.FFN), make([]int32, c.FFN)
 	for _, lg := range [][]float32{logits, nil} { // nil: the runtime computes them itself
-		wait, err := r.Select(context.Background(), 1, h, lg, now, later)
+		wait, err := r.Select(context.Background(), 1, h, lg, nil, now, later)
 		require.NoError(t, err)
 		require.NoError(t, wait())
 		checkCache(t, f, r, cache, 1, now, later, want)
@@ -631,7 +631,7 @@ func TestRuntimeRecallSampling(t *testing.T) {
 			r, _ := f.open(t, f.path, tc.opt, WithRecallSampling(2))
 			now, later := make([]int32, c.FFN), make([]int32, c.FFN)
 			for i, h := range hs {
-				wait, err := r.Select(context.Background(), i%c.Layers, h, nil, now, later)
+				wait, err := r.Select(context.Background(), i%c.Layers, h, nil, nil, now, later)
 				require.NoError(t, err)
 				require.NoError(t, wait())
 			}
@@ -672,7 +672,7 @@ func TestRuntimeConcurrent(t *testing.T) {
 			now, later := make([]int32, f.sc.F), make([]int32, f.sc.F)
 			for i := range 300 {
 				l := i % 2
-				wait, err := r.Select(context.Background(), l, tokens(f.sc.D, i%4, (i/4)%4), nil, now, later)
+				wait, err := r.Select(context.Background(), l, tokens(f.sc.D, i%4, (i/4)%4), nil, nil, now, later)
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -704,10 +704,10 @@ func TestRuntimeCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	now, later := make([]int32, f.sc.F), make([]int32, f.sc.F)
-	wait, err := r.Select(ctx, 0, tokens(f.sc.D, 0), nil, now, later)
+	wait, err := r.Select(ctx, 0, tokens(f.sc.D, 0), nil, nil, now, later)
 	require.NoError(t, err)
 	require.ErrorIs(t, wait(), context.Canceled)
-	wait, err = r.Select(context.Background(), 0, tokens(f.sc.D, 0), nil, now, later)
+	wait, err = r.Select(context.Background(), 0, tokens(f.sc.D, 0), nil, nil, now, later)
 	require.NoError(t, err)
 	require.NoError(t, wait())
 	assert.Equal(t, 3, listed(later), "the cancelled rows were not cached")
@@ -742,7 +742,7 @@ func TestRuntimeErrors(t *testing.T) {
 	require.NoError(t, err)
 	now, later := make([]int32, F), make([]int32, F)
 	h := tokens(D, 0)
-	_, err = r.Select(ctx, 0, h, nil, now, later)
+	_, err = r.Select(ctx, 0, h, nil, nil, now, later)
 	require.ErrorContains(t, err, "before Load")
 	require.ErrorContains(t, r.Load(ctx, make([]byte, 10)), "cache of 10 bytes")
 	require.NoError(t, r.Load(ctx, make([]byte, r.Layout().Rows*f.rb)))
@@ -760,16 +760,16 @@ func TestRuntimeErrors(t *testing.T) {
 		{"logits", 0, h, make([]float32, 3), now, later, "3 logits", true},
 		{"predictor out of range", 0, tokens(D, 1), nil, now, later, "neuron -1", true},
 	} {
-		_, err := r.Select(ctx, c.l, c.h, c.logits, c.now, c.later)
+		_, err := r.Select(ctx, c.l, c.h, c.logits, nil, c.now, c.later)
 		require.ErrorIs(t, err, core.ErrInvalidArgument, c.name)
 		require.ErrorContains(t, err, c.says, c.name)
 	}
-	wait, err := r.Select(ctx, 0, h, nil, now, later)
+	wait, err := r.Select(ctx, 0, h, nil, nil, now, later)
 	require.NoError(t, err)
 	require.NoError(t, wait())
 	require.NoError(t, r.Close())
 	require.NoError(t, r.Close(), "Close is idempotent")
-	_, err = r.Select(ctx, 0, h, nil, now, later)
+	_, err = r.Select(ctx, 0, h, nil, nil, now, later)
 	require.ErrorContains(t, err, "after Close")
 }
 
@@ -816,7 +816,7 @@ func TestRuntimeSteadyStateAllocs(t *testing.T) {
 	ctx := context.Background()
 	i := 0
 	allocs := testing.AllocsPerRun(100, func() {
-		wait, err := r.Select(ctx, 0, hs[i%8], lgs[i%8], now, later)
+		wait, err := r.Select(ctx, 0, hs[i%8], lgs[i%8], nil, now, later)
 		if err == nil {
 			err = wait()
 		}
@@ -851,7 +851,7 @@ func TestRuntimePrefetch(t *testing.T) {
 				}
 				for l := range 2 {
 					before := r.Stats()
-					wait, err := r.Select(context.Background(), l, h, tr.Logits(l, h, nil), now, later)
+					wait, err := r.Select(context.Background(), l, h, tr.Logits(l, h, nil), nil, now, later)
 					require.NoError(t, err)
 					require.NoError(t, wait())
 					checkCache(t, f, r, cache, l, now, later, tr.Predict(l, h, nil))
