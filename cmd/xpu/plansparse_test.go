@@ -62,12 +62,16 @@ func TestREADMESparseCommands(t *testing.T) {
 	mp := regexp.MustCompile(`mean\s+recall ([0-9.]+)\s+precision ([0-9.]+)`).FindStringSubmatch(outs[1])
 	require.NotNil(t, mp, outs[1])
 	prec, _ := strconv.ParseFloat(mp[2], 64)
-	assert.Greater(t, prec, 0.3, "the predictor must do better than predicting everything: %s", outs[1])
+	assert.Greater(t, prec, 0.5, "the predictor must do far better than predicting everything (the svd fit gives about 0.75 here): %s", outs[1])
 	assert.Contains(t, outs[1], model+".sparse.gguf")
 
 	// run: sparse with stats, then dense; both generate their 32 tokens.
 	assert.Contains(t, errs[2], "sparse FFN: "+model+".sparse.gguf")
 	checkSparseRunStats(t, errs[2])
+	// The README's sidecar budget (5 MiB) is below the model: the fixed region is pinned (or the
+	// system said why not) and the prompt runs on the decode programs.
+	assert.Regexp(t, `fixed region (pinned in memory|not pinned)`, errs[2])
+	assert.Contains(t, errs[2], "one token at a time")
 	assert.NotContains(t, errs[3], "sparse FFN")
 	for _, o := range outs[2:4] {
 		assert.NotEmpty(t, strings.TrimSpace(o))
@@ -158,6 +162,9 @@ func TestRunSparseErrors(t *testing.T) {
 		{"bad eviction", []string{"--model", relu, "--eviction", "mru"}, 2, "lru or lfu"},
 		{"bad threshold offset", []string{"--model", relu, "--threshold-offset", "NaN"}, 2, "finite"},
 		{"bad readers", []string{"--model", relu, "--io-readers", "0"}, 2, "1 to 64"},
+		{"bad gap", []string{"--model", relu, "--io-gap", "-1"}, 2, "--io-gap"},
+		{"bad pin", []string{"--model", relu, "--pin-fixed", "maybe"}, 2, "on, off or auto"},
+		{"no gap, pinned, chunked", []string{"--model", relu, "--io-gap", "0", "--pin-fixed", "on", "--chunk", "4", "--stats"}, 0, "fixed region"},
 		{"lfu, offset, one reader, no look-ahead", []string{"--model", relu, "--eviction", "lfu", "--threshold-offset", "0.5",
 			"--io-readers", "1", "--prefetch=false"}, 0, ""},
 		{"no sidecar", []string{"--model", other, "--sparse", "on"}, 1, "plan-sparse"},

@@ -71,7 +71,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	w8 := addW8A8Flags(fs)
 	sp := addSparseFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--spec auto|retrieval|lookup|off] [--w8a8 [--shadow on|off|pruned] [--calib FILE] [--w8a8-convert]] [--sparse auto|on|off [--sidecar FILE] [--budget SIZE] [--predictor trained|oracle] [--recall-every N] [--eviction lru|lfu] [--threshold-offset F] [--io-readers N] [--prefetch=false]] [--stats] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]]")
+		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--spec auto|retrieval|lookup|off] [--w8a8 [--shadow on|off|pruned] [--calib FILE] [--w8a8-convert]] [--sparse auto|on|off [--sidecar FILE] [--budget SIZE] [--predictor trained|oracle] [--recall-every N] [--eviction lru|lfu] [--threshold-offset F] [--io-readers N] [--io-gap SIZE] [--prefetch=false] [--pin-fixed auto|on|off]] [--stats] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseInterspersed(fs, args); !ok {
@@ -173,6 +173,13 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer srt.Close()
 		ropts = append(ropts, llm.WithSparseFFN(srt))
 		fmt.Fprintf(stderr, "sparse FFN: %s\n", spath)
+		// Each prefill chunk length has its own programs, whose intermediates (about 6 MiB per
+		// layer stage at chunk 64 for a 7B model) the budget does not count: under a budget
+		// below the model they could take the memory the budget promised to stay within.
+		if srt.Stats().Budget < m.WeightBytes() && !flagSet(fs, "chunk") {
+			ropts = append(ropts, llm.WithChunkSize(1))
+			fmt.Fprintln(stderr, "sparse FFN: budget below the model: the prompt runs one token at a time on the decode programs (--chunk N for chunked prefill, at its memory)")
+		}
 	}
 	if *threads > 0 {
 		ropts = append(ropts, llm.WithContextOptions(map[string]string{"threads": fmt.Sprint(*threads)}))

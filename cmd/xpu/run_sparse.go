@@ -126,13 +126,9 @@ func (f *sparseFlags) open(ctx context.Context, m *llm.Model, path string, ctxLe
 		budget, _ = sparse.ParseSize(*f.budget) // checked
 		opts = append(opts, sparse.WithBudget(budget))
 	}
-	var weights int64
-	for i := range m.File.Tensors {
-		weights += m.File.Tensors[i].Size
-	}
 	gap, _ := sparse.ParseSize(*f.gap) // checked
 	opts = append(opts, sparse.WithCoalesceGap(gap))
-	opts = append(opts, sparse.WithPinnedFixed(*f.pin == "on" || (*f.pin == "auto" && budget < weights)))
+	opts = append(opts, sparse.WithPinnedFixed(*f.pin == "on" || (*f.pin == "auto" && budget < m.WeightBytes())))
 	ev, _ := parseEviction(*f.eviction) // checked
 	opts = append(opts, sparse.WithEviction(ev), sparse.WithThresholdOffset(float32(*f.thOffset)), sparse.WithReaders(*f.readers),
 		sparse.WithPrefetch(*f.prefetch))
