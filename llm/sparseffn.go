@@ -53,6 +53,9 @@ type SparseLayout struct {
 	// layer l's graph too (Select's next), so the SparseFFN can start reading the next layer's
 	// neurons before its attention has run.
 	LookAhead bool
+	// AllResident says every neuron of every layer is in the cache: Select never fills later,
+	// so the runner runs the FFN over now in the layer's last graph and skips a graph per layer.
+	AllResident bool
 }
 
 // SparsePredictor is one layer's predictor weights, as graph constants.

@@ -75,14 +75,17 @@ func (t SparseTimes) String() string {
 // (prefill) and one token (decode); zero for a dense runner.
 func (r *Runner) SparseTimes() (prefill, decode SparseTimes) { return r.spTimes[0], r.spTimes[1] }
 
-// sparseLayer is one layer's three programs.
+// sparseLayer is one layer's three programs (ffn is nil when every neuron is resident).
 type sparseLayer struct{ attn, ffn, tail *sched.Program }
 
 // programs lists every program, for Close.
 func (sp *sparseProg) programs() []*sched.Program {
 	out := []*sched.Program{sp.embed}
 	for _, l := range sp.layers {
-		out = append(out, l.attn, l.ffn, l.tail)
+		out = append(out, l.attn, l.tail)
+		if l.ffn != nil {
+			out = append(out, l.ffn)
+		}
 	}
 	return out
 }
@@ -190,6 +193,9 @@ func (r *Runner) prepareSparse(ctx context.Context, c int64, step func()) (*spar
 	if err != nil {
 		return nil, fmt.Errorf("llm: sparse activations for chunk %d: %w", c, err)
 	}
+	if lay.AllResident {
+		clear(a.Bytes(sp.ffa)) // the tail adds it, and no FFN program writes it
+	}
 	rowBytes := r.cfg.kv.Bytes(int64(cfg.KVHeads * cfg.HeadDim))
 	half := int64(cfg.RopeDims / 2)
 	phase := phaseOf(c)
@@ -263,11 +269,13 @@ func (r *Runner) prepareSparse(ctx context.Context, c int64, step func()) (*spar
 		if ly.attn, err = compile(fmt.Sprintf("attn %d", l), l, g, outs...); err != nil {
 			return nil, err
 		}
-		if g, err = r.m.buildSparseFFN(l, c, lay); err != nil {
-			return nil, err
-		}
-		if ly.ffn, err = compile(fmt.Sprintf("ffn %d", l), l, g, sched.Binding{Span: sp.ffa}); err != nil {
-			return nil, err
+		if !lay.AllResident {
+			if g, err = r.m.buildSparseFFN(l, c, lay); err != nil {
+				return nil, err
+			}
+			if ly.ffn, err = compile(fmt.Sprintf("ffn %d", l), l, g, sched.Binding{Span: sp.ffa}); err != nil {
+				return nil, err
+			}
 		}
 		if g, err = r.m.buildSparseTail(l, c, r.cfg.kv, lay); err != nil {
 			return nil, err
@@ -336,13 +344,19 @@ func (r *Runner) runSparse(ctx context.Context, sp *sparseProg, row int64, rows 
 		if err != nil {
 			return fmt.Errorf("llm: sparse FFN of layer %d at position %d: %w", l, row, err)
 		}
-		core.PutI32(a.Bytes(sp.now), now)
-		core.PutI32(a.Bytes(sp.later), later)
-		lap(&tm.Select)
-		if err := run(ly.ffn); err != nil {
-			return errors.Join(err, wait())
+		if lay.AllResident {
+			// Nothing is ever read: the tail's FFN takes now's rows, and ffn_a stays 0.
+			core.PutI32(a.Bytes(sp.later), now)
+			lap(&tm.Select)
+		} else {
+			core.PutI32(a.Bytes(sp.now), now)
+			core.PutI32(a.Bytes(sp.later), later)
+			lap(&tm.Select)
+			if err := run(ly.ffn); err != nil {
+				return errors.Join(err, wait())
+			}
+			lap(&tm.Now)
 		}
-		lap(&tm.Now)
 		if err := wait(); err != nil {
 			return fmt.Errorf("llm: sparse FFN of layer %d at position %d: loading bundles: %w", l, row, err)
 		}

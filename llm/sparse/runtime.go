@@ -290,6 +290,7 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 		r.coldBase += int64(h)
 	}
 	r.lay.Rows = r.coldBase + r.split.Slots
+	r.lay.AllResident = r.coldBase == int64(r.L)*int64(r.F)
 
 	// The file must hold every bundle the header promises (a truncated copy fails here rather
 	// than on the first miss of its last layer).

@@ -81,6 +81,7 @@ func runtimeMatchesDense(t *testing.T, m *llm.Model, s *Sidecar, or *Oracle, dev
 			}
 			st := rt.Stats()
 			t.Logf("%s\n%s", tc.name, st)
+			assert.Equal(t, tc.budget == 1<<40, rt.Layout().AllResident, "one FFN graph fewer per layer exactly when nothing is ever read")
 			if tc.budget == 1<<40 {
 				assert.Zero(t, st.ColdSlots+st.ColdMisses+st.BytesRead, "a budget that holds every neuron reads nothing per token: %s", st)
 				assert.Equal(t, st.Selected, st.HotRows)
