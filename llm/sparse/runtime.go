@@ -371,24 +371,38 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	return r, nil
 }
 
-// pinFixed locks every non-FFN tensor of m's mapping; on a refusal it unlocks what it locked.
+// pinFixed locks every non-FFN tensor of m's mapping and the predictors of the sidecar's (the
+// graphs read both every token); on a refusal it unlocks what it locked.
 func (r *Runtime) pinFixed(m *llm.Model) (int64, error) {
 	var n int64
-	for i := range m.File.Tensors {
-		t := &m.File.Tensors[i]
-		if isFFNWeight(t.Name) {
-			continue
-		}
-		b := m.File.TensorData(t)
+	pin := func(name string, b []byte) error {
 		if len(b) == 0 {
-			continue
+			return nil
 		}
 		if err := pinPages(b); err != nil {
 			r.unpin()
-			return 0, fmt.Errorf("sparse: pinning %s (%s, after %s): %w", t.Name, mib(int64(len(b))), mib(n), err)
+			return fmt.Errorf("sparse: pinning %s (%s, after %s): %w", name, mib(int64(len(b))), mib(n), err)
 		}
 		r.pinned = append(r.pinned, b)
 		n += int64(len(b))
+		return nil
+	}
+	for i := range m.File.Tensors {
+		if t := &m.File.Tensors[i]; !isFFNWeight(t.Name) {
+			if err := pin(t.Name, m.File.TensorData(t)); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if r.host == nil {
+		for l, ly := range r.sc.layers {
+			if err := pin(fmt.Sprintf("layer %d's predictor A", l), ly.predA); err != nil {
+				return 0, err
+			}
+			if err := pin(fmt.Sprintf("layer %d's predictor B", l), ly.predB); err != nil {
+				return 0, err
+			}
+		}
 	}
 	return n, nil
 }

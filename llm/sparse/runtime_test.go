@@ -889,7 +889,8 @@ func vmLocked(t *testing.T) int64 {
 	return -1
 }
 
-// WithPinnedFixed locks every non-FFN tensor of the mapping while the runtime is open, or,
+// WithPinnedFixed locks every non-FFN tensor of the mapping and the sidecar's predictors while
+// the runtime is open, or,
 // where the system refuses, says why and runs unpinned; Close unlocks.
 func TestRuntimePinnedFixed(t *testing.T) {
 	f := newRTFixture(t, core.Q8_0, []int{8, 8}, 16, 0)
@@ -898,6 +899,9 @@ func TestRuntimePinnedFixed(t *testing.T) {
 		if tn := &f.m.File.Tensors[i]; !isFFNWeight(tn.Name) {
 			want += tn.Size
 		}
+	}
+	for _, ly := range f.sc.layers { // the predictors the graphs read from the sidecar's mapping
+		want += int64(len(ly.predA) + len(ly.predB))
 	}
 	before := vmLocked(t)
 	r, err := NewRuntime(context.Background(), f.m, f.sc, f.path, WithContext(rtCtx, core.F32), WithReaders(1), WithPinnedFixed(true))
