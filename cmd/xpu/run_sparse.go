@@ -41,7 +41,7 @@ func addSparseFlags(fs *flag.FlagSet) *sparseFlags {
 		eviction: fs.String("eviction", "lru", "with --sparse: the cold neuron cache's replacement policy, lru or lfu (least frequently used)"),
 		thOffset: fs.Float64("threshold-offset", 0, "with --sparse: added to the trained predictor's threshold (logits); above 0 selects "+
 			"and reads fewer neurons per token at some recall (check with xpu sparse-eval --threshold-offset)"),
-		readers:  fs.Int("io-readers", 4, "with --sparse: cold reads in flight at once (each with a 1 MiB buffer in the budget)"),
+		readers:  fs.Int("io-readers", 16, "with --sparse: cold reads in flight at once (each with a 1 MiB buffer in the budget; flash serves deep queues fastest)"),
 		prefetch: fs.Bool("prefetch", true, "with --sparse: while a layer computes, read the next layer's predicted neurons (look-ahead)"),
 		pin: fs.String("pin-fixed", "auto", "with --sparse: lock the fixed region's weights (attention, norms, embeddings, output) in memory: "+
 			"on, off, or auto (on when the budget is below the model's weights). Meant for units that compute from the file mapping "+

@@ -64,7 +64,8 @@ func runtimeMatchesDense(t *testing.T, m *llm.Model, s *Sidecar, or *Oracle, dev
 		{"oracle/all resident", 1 << 40, []RuntimeOption{WithPredictor(or)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rt, err := NewRuntime(ctx, m, s, path, append([]RuntimeOption{WithContext(ctxLen, core.F32), WithBudget(tc.budget)}, tc.opts...)...)
+			// The budget above holds four readers' buffers.
+			rt, err := NewRuntime(ctx, m, s, path, append([]RuntimeOption{WithContext(ctxLen, core.F32), WithBudget(tc.budget), WithReaders(4)}, tc.opts...)...)
 			require.NoError(t, err)
 			defer rt.Close()
 			sp, err := llm.NewRunner(ctx, m, dev, llm.WithChunkSize(4), llm.WithContextLength(ctxLen), llm.WithSparseFFN(rt))
