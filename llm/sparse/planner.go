@@ -185,38 +185,6 @@ func BuildPlan(ctx context.Context, m *llm.Model, o PlanOptions) (*Plan, Report,
 		}
 		return xs, ys
 	}
-	svdPredictor := func(ctx context.Context, m *llm.Model, l int, x []float32, order []int32, thIdx []int, pg []float32, o PlanOptions) (TrainedLayer, error) {
-		name := fmt.Sprintf("blk.%d.ffn_gate.weight", l)
-		gt, ok := m.File.Tensor(name)
-		if !ok {
-			return TrainedLayer{}, fmt.Errorf("sparse: tensor %s missing: %w", name, core.ErrNotFound)
-		}
-		gw, err := core.Dequantize(gt.DType, m.File.TensorData(gt), 0)
-		if err != nil {
-			return TrainedLayer{}, fmt.Errorf("sparse: %s: %w", name, err)
-		}
-		if len(gw) != F*D {
-			return TrainedLayer{}, fmt.Errorf("sparse: %s holds %d values, not [%d, %d]: %w", name, len(gw), F, D, core.ErrInvalidArgument)
-		}
-		// Gate rows in bundle order, so the predictor's rows are too.
-		pw := make([]float32, F*D)
-		for i, n := range order {
-			copy(pw[i*D:(i+1)*D], gw[int(n)*D:(int(n)+1)*D])
-		}
-		sq := make([]float64, D)
-		for t := 0; t < T; t++ {
-			for d, v := range x[t*D : (t+1)*D] {
-				sq[d] += float64(v) * float64(v) / float64(T)
-			}
-		}
-		ly, err := fitSVDLayer(ctx, pw, sq, F, D, o.Rank/2, o.Seed^uint64(l)<<32)
-		if err != nil {
-			return TrainedLayer{}, err
-		}
-		xth, yth := split(thIdx, x, pg)
-		setThreshold(&ly, xth, yth, len(thIdx), D, F, o.Rank, o.Recall)
-		return ly, nil
-	}
 	_, err = Forward(ctx, m, o.Tokens, func(l int, x, gate []float32) error {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -252,10 +220,12 @@ func BuildPlan(ctx context.Context, m *llm.Model, o PlanOptions) (*Plan, Report,
 		var ly TrainedLayer
 		if o.Fit == FitSVD {
 			// No training tokens to spare: every token not held out sets the threshold.
-			ly, err = svdPredictor(ctx, m, l, x, order, append(append([]int(nil), trainIdx...), calIdx...), pg, o)
-			if err != nil {
+			if ly, err = fitGate(ctx, m, l, x, order, o.Rank, o.Seed^uint64(l)<<32); err != nil {
 				return err
 			}
+			thIdx := append(append([]int(nil), trainIdx...), calIdx...)
+			xth, yth := split(thIdx, x, pg)
+			setThreshold(&ly, xth, yth, len(thIdx), D, F, o.Rank, o.Recall)
 		} else {
 			xtr, ytr := split(trainIdx, x, pg)
 			xca, yca := split(calIdx, x, pg)

@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm"
 	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 )
@@ -33,6 +35,38 @@ const svdIters = 2
 
 // svdOversample is how many directions beyond k the randomized range finder keeps.
 const svdOversample = 8
+
+// fitGate fits layer l's rank-r predictor to m's gate weights with x ([T, D], the calibration
+// tokens' FFN inputs) for the inputs' second moments, its rows in bundle order (order[i] is the
+// neuron of bundle row i). The bias is 0: the caller sets the threshold.
+func fitGate(ctx context.Context, m *llm.Model, l int, x []float32, order []int32, rank int, seed uint64) (TrainedLayer, error) {
+	D, F := m.Config.Dim, m.Config.FFN
+	name := fmt.Sprintf("blk.%d.ffn_gate.weight", l)
+	gt, ok := m.File.Tensor(name)
+	if !ok {
+		return TrainedLayer{}, fmt.Errorf("sparse: tensor %s missing: %w", name, core.ErrNotFound)
+	}
+	gw, err := core.Dequantize(gt.DType, m.File.TensorData(gt), 0)
+	if err != nil {
+		return TrainedLayer{}, fmt.Errorf("sparse: %s: %w", name, err)
+	}
+	if len(gw) != F*D || len(order) != F || len(x)%D != 0 || len(x) == 0 {
+		return TrainedLayer{}, fmt.Errorf("sparse: %s holds %d values for [%d, %d], %d neurons ordered, %d input values: %w",
+			name, len(gw), F, D, len(order), len(x), core.ErrInvalidArgument)
+	}
+	pw := make([]float32, F*D)
+	for i, n := range order {
+		copy(pw[i*D:(i+1)*D], gw[int(n)*D:(int(n)+1)*D])
+	}
+	T := len(x) / D
+	sq := make([]float64, D)
+	for t := 0; t < T; t++ {
+		for d, v := range x[t*D : (t+1)*D] {
+			sq[d] += float64(v) * float64(v) / float64(T)
+		}
+	}
+	return fitSVDLayer(ctx, pw, sq, F, D, rank/2, seed)
+}
 
 // fitSVDLayer returns the predictor of one layer from its gate rows w ([F, D], row n =
 // neuron n, any order the caller keeps), with rank 2k, and E[x_d²] (sq, D values) of the
