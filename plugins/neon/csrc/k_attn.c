@@ -781,6 +781,155 @@ static void att_window_row8(const att_args *A, const float *qf, float *acc, floa
 static inline float att_lane_sum(const float *p) { return vaddvq_f32(vld1q_f32(p)); }
 #endif
 
+#if ATT_LANES == 8
+/*
+ * The small-head path in two passes per row and head (AVX2): every window of the task's KV
+ * head is transposed first (into kt[w][D][ATT_BLOCK], vt[w][Dv][ATT_BLOCK]), then each row
+ * and head takes all its scores and their maximum, and then the weights and P x V with the
+ * accumulators in registers. The one-pass online softmax spent most of a window on a chain of
+ * dependent steps: the window's maximum reduced to a scalar, compared, a libm expf for the
+ * rescale, the accumulators loaded, rescaled and stored; with the maximum known, none of that
+ * remains. A row's result depends on the keys it sees only, as in the one-pass path.
+ */
+#define ATT_2P_MAXDV 16 /* accumulators kept in registers (two per value when Dv > 8) */
+
+static int64_t att_row_floats(int64_t d, int64_t dv);
+
+/* the two-pass path's scratch after the rows' queries: kt, vt and the scores of all keys */
+static int64_t att_2p_floats(int64_t tk, int64_t d, int64_t dv) {
+  int64_t tpad = (tk + ATT_BLOCK - 1) / ATT_BLOCK * ATT_BLOCK;
+  return (d + dv + 1) * tpad + (d > dv ? d : dv);
+}
+
+/* whether the two-pass path serves a graph: decided by shapes only, so that every graph of a
+ * cache (decode, verify) takes the same path and gives a row the same bits */
+static int att_2p(int64_t tk, int64_t d, int64_t dv) { return dv <= ATT_2P_MAXDV && att_2p_floats(tk, d, dv) <= (1 << 20); }
+
+static int att_all_finite(const float *x, int64_t n) {
+  __m256 bad = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+  }
+  int ok = _mm256_movemask_ps(bad) == 0;
+  for (; i < n; i++) ok &= isfinite(x[i]) != 0;
+  return ok;
+}
+
+/* row r's gs heads (see att_small_rows2); inlined with constant D and Dv where they are known */
+static inline __attribute__((always_inline)) void att_2p_row(const att_args *A, const float *qf, const float *kt,
+                                                             const float *vt, float *sc, int64_t i0, int64_t r,
+                                                             int64_t h0, int64_t end, const int64_t D,
+                                                             const int64_t Dv) {
+  const int64_t gs = A->gs;
+  const __m256 ninf = _mm256_set1_ps(-INFINITY), scale = _mm256_set1_ps(A->scale);
+  float ob[ATT_2P_MAXDV];
+  {
+    const int8_t *mrow = A->mask ? A->mask + (i0 + r) * A->Tq : NULL;
+    const int64_t nwr = (end + ATT_BLOCK - 1) / ATT_BLOCK;
+    /* keys below full are seen by the row; from full to end, those its mask row marks */
+    const int64_t full = A->mask && A->off < end ? (A->off > 0 ? A->off : 0) : end;
+    for (int64_t g = 0; g < gs; g++) {
+      const float *q = qf + (r * gs + g) * D;
+      __m256 vmax = ninf;
+      for (int64_t w = 0; w < nwr; w++) {
+        const float *kw = kt + w * D * ATT_BLOCK;
+        __m256 t[4];
+        for (int k = 0; k < 4; k++) t[k] = _mm256_setzero_ps();
+        for (int64_t d = 0; d < D; d++) {
+          const __m256 qd = _mm256_set1_ps(q[d]);
+          for (int k = 0; k < 4; k++) t[k] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kw + d * ATT_BLOCK + 8 * k), t[k]);
+        }
+        const int64_t w0 = w * ATT_BLOCK;
+        if (w0 + ATT_BLOCK <= full) {
+          for (int k = 0; k < 4; k++) t[k] = _mm256_mul_ps(t[k], scale);
+        } else {
+          /* masked scores are replaced, not scaled: a NaN from a masked K row does not survive */
+          uint32_t vis[ATT_BLOCK];
+          for (int64_t j = 0; j < ATT_BLOCK; j++) {
+            int64_t k = w0 + j;
+            vis[j] = k < end && (k < full || !mrow || mrow[k - A->off]) ? 0xffffffffu : 0u;
+          }
+          for (int k = 0; k < 4; k++)
+            t[k] = _mm256_blendv_ps(ninf, _mm256_mul_ps(t[k], scale),
+                                    _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(vis + 8 * k))));
+        }
+        for (int k = 0; k < 4; k++) {
+          _mm256_storeu_ps(sc + w0 + 8 * k, t[k]);
+          vmax = _mm256_max_ps(vmax, t[k]);
+        }
+      }
+      float mb = nwr > 0 ? att_hmax8(vmax) : -INFINITY;
+      if (mb == -INFINITY) /* the maxima drop NaNs: a visible NaN score must still reach the output */
+        for (int64_t j = 0; j < nwr * ATT_BLOCK; j++)
+          if (isnan(sc[j])) mb = sc[j];
+      const int64_t row = (i0 + r) * A->Hq + h0 + g;
+      if (mb == -INFINITY) {
+        memset(ob, 0, sizeof ob); /* nothing visible: zeros, as the one-pass path gives */
+      } else {
+        /* masked keys' scores are -inf, so their weights are exactly 0, and every V value is
+         * finite: the products need no mask */
+        const __m256 vmb = _mm256_set1_ps(mb);
+        __m256 lv = _mm256_setzero_ps(), acc[ATT_2P_MAXDV];
+        for (int64_t d = 0; d < Dv; d++) acc[d] = _mm256_setzero_ps();
+        /* the weights first, in place of the scores, then P x V: apart, neither loop runs out
+         * of registers (exp's constants, Dv accumulators) */
+        for (int64_t j = 0; j < nwr * ATT_BLOCK; j += 8) {
+          const __m256 e = att_exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), vmb));
+          lv = _mm256_add_ps(lv, e);
+          _mm256_storeu_ps(sc + j, e);
+        }
+        for (int64_t w = 0; w < nwr; w++) {
+          const float *vw = vt + w * Dv * ATT_BLOCK, *sw = sc + w * ATT_BLOCK;
+          for (int k = 0; k < 4; k++) {
+            const __m256 e = _mm256_loadu_ps(sw + 8 * k);
+            for (int64_t d = 0; d < Dv; d++) acc[d] = _mm256_fmadd_ps(e, _mm256_loadu_ps(vw + d * ATT_BLOCK + 8 * k), acc[d]);
+          }
+        }
+        float lanes[8];
+        _mm256_storeu_ps(lanes, lv);
+        const float sum = att_lane_sum(lanes), inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        for (int64_t d = 0; d < Dv; d++) {
+          _mm256_storeu_ps(lanes, acc[d]);
+          ob[d] = att_lane_sum(lanes) * inv;
+        }
+      }
+      if (A->qt == XPU_DT_F32)
+        memcpy((float *)A->o + row * Dv, ob, (size_t)Dv * 4);
+      else
+        nv_f32_row_to_f16(ob, (uint16_t *)A->o + row * Dv, Dv);
+    }
+  }
+}
+
+/* returns 0 (nothing written) where a loaded V value is not finite: the one-pass path then
+ * keeps masked keys' 0 x inf out */
+static int att_small_rows2(const att_args *A, float *base, int64_t i0, int64_t nr, int64_t h0, int64_t hk,
+                           const int64_t *ends, int64_t wend) {
+  const int64_t D = A->D, Dv = A->Dv, gs = A->gs, qb = A->qb;
+  const int64_t nw = (wend + ATT_BLOCK - 1) / ATT_BLOCK;
+  const int64_t tpad = (A->Tk + ATT_BLOCK - 1) / ATT_BLOCK * ATT_BLOCK;
+  float *qf = base, *kt = base + qb * gs * att_row_floats(D, Dv), *vt = kt + D * tpad, *sc = vt + Dv * tpad;
+  float *zrow = sc + tpad;
+  memset(zrow, 0, (size_t)(D > Dv ? D : Dv) * 4);
+  for (int64_t w = 0; w < nw; w++) {
+    int64_t w0 = w * ATT_BLOCK, wn = w0 + ATT_BLOCK < wend ? w0 + ATT_BLOCK : wend;
+    att_window_load(A, hk, w0, wn, kt + w * D * ATT_BLOCK, vt + w * Dv * ATT_BLOCK, (const uint8_t *)zrow);
+  }
+  if (!att_all_finite(vt, nw * Dv * ATT_BLOCK)) return 0;
+  for (int64_t r = 0; r < nr; r++) {
+    /* stories260K's head size compiled apart: the loops over D and Dv unrolled, the
+     * accumulators in registers instead of spilled around a variable-length loop */
+    if (D == 8 && Dv == 8)
+      att_2p_row(A, qf, kt, vt, sc, i0, r, h0, ends[r], 8, 8);
+    else
+      att_2p_row(A, qf, kt, vt, sc, i0, r, h0, ends[r], D, Dv);
+  }
+  return 1;
+}
+#endif
+
 /* the small-head path of a task: rows i0 .. i0+nr of the heads h0 .. h0+gs of KV head hk */
 static void att_small_rows(const att_args *A, float *base, int64_t i0, int64_t nr, int64_t h0, int64_t hk,
                            const int64_t *ends, int64_t wend) {
@@ -879,6 +1028,9 @@ static void att_task(void *p, int tid, int nth) {
       }
     }
     if (small) {
+#if ATT_LANES == 8
+      if (att_2p(A->Tk, A->D, A->Dv) && att_small_rows2(A, base, i0, nr, h0, hk, ends, wend)) continue;
+#endif
       att_small_rows(A, base, i0, nr, h0, hk, ends, wend);
       continue;
     }
@@ -937,6 +1089,10 @@ uint64_t nv_attention_scratch(const xpu_ir_graph *g, const xpu_ir_node *n) {
   int64_t gs = att_group(q->shape[1], k->shape[1]), qb = att_qb_max(q->shape[0], gs, d, dv);
   uint64_t tail = att_small(d, dv) ? (uint64_t)((d + dv) * ATT_BLOCK + (d > dv ? d : dv) + dv)
                                    : (uint64_t)(gs * ATT_BLOCK);
+#if ATT_LANES == 8
+  if (att_small(d, dv) && att_2p(k->shape[0], d, dv) && (uint64_t)att_2p_floats(k->shape[0], d, dv) > tail)
+    tail = (uint64_t)att_2p_floats(k->shape[0], d, dv);
+#endif
   return ((uint64_t)(gs * qb * att_row_floats(d, dv)) + tail) * 4 + 64;
 }
 
