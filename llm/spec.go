@@ -480,6 +480,7 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 		}
 	}()
 	buf := make([]float32, vs)
+	rowsBuf := make([]float32, r.MaxVerify()*vocab) // a verify's logits, reused by every step
 	sample := func(l []float32, hist []int32) int32 {
 		copy(buf, l[:vs])
 		return sampler.Sample(buf, hist)
@@ -538,7 +539,7 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 			continue
 		}
 		base := r.pos // the row of next
-		rows, err := r.VerifyTree(ctx, next, tree)
+		rows, err := r.verifyTree(ctx, next, tree, rowsBuf)
 		if err != nil {
 			return err
 		}

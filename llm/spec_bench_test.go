@@ -103,7 +103,7 @@ func BenchmarkSpecSummary(b *testing.B) {
 	cs := []*config{
 		{name: "plain"},
 		{name: "auto-8,16,32", lengths: []int{8, 16, 32}},
-		{name: "auto-4,8,16,32", lengths: []int{4, 8, 16, 32}},
+		{name: "auto-4,8,16,32", lengths: []int{4, 8, 16, 32}}, // the default
 		{name: "auto-2,4,8,16,32", lengths: []int{2, 4, 8, 16, 32}},
 		{name: "always-8,16,32", lengths: []int{8, 16, 32}, always: true},
 	}
