@@ -99,6 +99,7 @@ func BenchmarkSpecSummary(b *testing.B) {
 		cpu     time.Duration
 		tokens  int
 		passes  int
+		st      SpecStats // summed: the wall-clock split and the verify lengths
 	}
 	cs := []*config{
 		{name: "plain"},
@@ -148,8 +149,14 @@ func BenchmarkSpecSummary(b *testing.B) {
 			}
 			c.cpu += full - one
 			c.tokens += len(res.Tokens) - 1
-			if res.Spec != nil {
-				c.passes += res.Spec.Passes
+			if sp := res.Spec; sp != nil {
+				c.passes += sp.Passes
+				c.st.Verifies += sp.Verifies
+				c.st.Plain += sp.Plain
+				c.st.Verify += sp.Verify
+				c.st.Decode += sp.Decode
+				c.st.Draft += sp.Draft
+				c.st.Overhead += sp.Overhead
 			}
 		}
 		round++
@@ -161,6 +168,15 @@ func BenchmarkSpecSummary(b *testing.B) {
 		if c.lengths != nil {
 			b.ReportMetric(plain/per, "x-plain:"+c.name)
 			b.ReportMetric(float64(c.tokens)/float64(c.passes), "tok/pass:"+c.name)
+			// wall clock per pass, as the policy sees it
+			if c.st.Verifies > 0 {
+				b.ReportMetric(float64(c.st.Verify.Microseconds())/float64(c.st.Verifies), "wall-us/verify:"+c.name)
+			}
+			if c.st.Plain > 0 {
+				b.ReportMetric(float64(c.st.Decode.Microseconds())/float64(c.st.Plain), "wall-us/decode:"+c.name)
+			}
+			b.ReportMetric(float64(c.st.Verifies)/float64(c.passes), "verify-share:"+c.name)
+			b.ReportMetric(float64((c.st.Draft+c.st.Overhead).Microseconds())/float64(c.tokens), "wall-us/tok-draft+overhead:"+c.name)
 		}
 	}
 }
