@@ -202,8 +202,9 @@ const (
 	probeMax   = 2048
 	// decay weighs recent steps more: the text may move from copying to new writing.
 	decay = 0.95
-	// matchBuckets: the pool, then draft.Tree.Match 0 (not said), 1, 2, 3-4, 5-8, 9 and more
-	matchBuckets = 7
+	// matchBuckets: the pool, then draft.Tree.Match 0 (not said), 1, 2, 3-4, 5-8, 9-15, 16
+	// and more
+	matchBuckets = 8
 )
 
 // matchBucket is the statistics bucket of a draft whose source matched m tokens.
@@ -217,8 +218,10 @@ func matchBucket(m int) int {
 		return 4
 	case m <= 8:
 		return 5
+	case m <= 15:
+		return 6
 	}
-	return 6
+	return 7
 }
 
 func newSpecPolicy(lengths []int, always bool) *specPolicy {
@@ -241,7 +244,7 @@ func newSpecPolicy(lengths []int, always bool) *specPolicy {
 // kept after a 0-token match, 9 of 30 after 1 token, 7 of 11 after 2, 6 of 9 after more.)
 // Without them every bucket started from the pool, which the many short-match drafts pull
 // down early: the long-match drafts, the ones that pay, were then never verified at all.
-var matchPriors = [matchBuckets]float64{0, 0, 0.3, 0.5, 0.6, 0.7, 0.8}
+var matchPriors = [matchBuckets]float64{0, 0, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9}
 
 // accept is the estimated probability that draft position i (0-based) of a draft in match
 // bucket b is accepted given that the positions before it were: the bucket's own counts,

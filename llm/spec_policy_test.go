@@ -78,7 +78,7 @@ func TestSpecPolicy(t *testing.T) {
 }
 
 func TestMatchBucket(t *testing.T) {
-	for _, c := range []struct{ m, b int }{{-1, 1}, {0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 4}, {5, 5}, {8, 5}, {9, 6}, {100, 6}} {
+	for _, c := range []struct{ m, b int }{{-1, 1}, {0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 4}, {5, 5}, {8, 5}, {9, 6}, {15, 6}, {16, 7}, {100, 7}} {
 		assert.Equal(t, c.b, matchBucket(c.m), "match %d", c.m)
 	}
 }
