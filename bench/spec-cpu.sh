@@ -24,21 +24,31 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 export XPU_CACHE_DIR="$out/cache"
 
-# cpu NAME N FLAGS...: the CPU seconds of one run
+# cpu NAME N FLAGS...: the CPU seconds of one run (getrusage of the child: microseconds, where
+# /usr/bin/time's %U and %S print hundredths, which is a fifth of a 200-token decode here)
 cpu() {
 	local n=$2
 	shift 2
-	/usr/bin/time -f "%U %S" -o "$out/t" "$XPU" run --model "$MODEL" --backend "$BACKEND" -t "$THREADS" --temp 0 -n "$n" \
-		--stats -p "$prompt" "$@" >"$out/o.txt" 2>"$out/o.err"
-	awk '{ print $1 + $2 }' "$out/t"
+	python3 -c 'import resource, subprocess, sys
+with open(sys.argv[1], "w") as o, open(sys.argv[2], "w") as e:
+    subprocess.run(sys.argv[3:], stdout=o, stderr=e, check=True)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print("%.6f" % (r.ru_utime + r.ru_stime))' "$out/o.txt" "$out/o.err" \
+		"$XPU" run --model "$MODEL" --backend "$BACKEND" -t "$THREADS" --temp 0 -n "$n" --stats -p "$prompt" "$@"
 }
 
-configs=(plain auto retrieval-always)
+# CONFIGS: the configurations, plain first; a name other than these three takes its flags from
+# FLAGS_<name> (dashes as underscores), e.g. CONFIGS="plain auto auto4" FLAGS_auto4="--spec-lengths 4,8".
+read -r -a configs <<<"${CONFIGS:-plain auto retrieval-always}"
 flags() {
 	case $1 in
 	plain) echo "--spec off" ;;
 	auto) echo "" ;;
 	retrieval-always) echo "--spec retrieval --spec-always" ;;
+	*)
+		local v="FLAGS_${1//-/_}"
+		echo "${!v:-}"
+		;;
 	esac
 }
 : >"$out/results"
@@ -55,12 +65,12 @@ for ((r = 0; r < ROUNDS; r++)); do
 		echo "$r $c $full $one ${tpp:-1.00} $load" >>"$out/results"
 	done
 done
-for c in auto retrieval-always; do
+for c in "${configs[@]:1}"; do
 	cmp -s "$out/plain.txt" "$out/$c.txt" || echo "WARNING: $c's text differs from plain decoding's" >&2
 done
 echo "| configuration | CPU µs per token | × plain (tokens per CPU second) | tokens/pass | load avg |"
 echo "|---|--:|--:|--:|--:|"
-python3 - "$out/results" "$N" <<'PY'
+python3 - "$out/results" "$N" "${configs[@]}" <<'PY'
 import sys, statistics as st, collections
 n = int(sys.argv[2])
 per, rows, order = {}, collections.defaultdict(list), []
@@ -71,7 +81,7 @@ for line in open(sys.argv[1]):
     rows[c].append((us, float(tpp), float(load)))
     if c not in order:
         order.append(c)
-for c in ["plain", "auto", "retrieval-always"]:
+for c in sys.argv[3:]:
     if c not in rows:
         continue
     ratios = [per[(r, "plain")] / per[(r, c)] for (r, cc) in per if cc == c and (r, "plain") in per and per[(r, c)] > 0]

@@ -47,8 +47,22 @@ func TestSpecPolicy(t *testing.T) {
 			assert.Equal(t, 0, k, "a one-token match is decoded plainly")
 			k, l := p.choose(7, 12)
 			assert.Equal(t, [2]int{7, 8}, [2]int{k, l}, "a long match is verified")
-			// a match length never seen goes by the pool (half of the drafts fully accepted)
-			assert.InDelta(t, p.expected(7, 0), p.expected(7, matchBucket(3)), 1e-9)
+			// a match length never seen goes by its prior, not by the pool (half of the
+			// drafts fully accepted)
+			assert.InDelta(t, 1+0.6+0.36+0.216+0.1296+0.07776+0.046656+0.0279936, p.expected(7, matchBucket(3)), 1e-9)
+			assert.NotEqual(t, p.expected(7, 0), p.expected(7, matchBucket(3)))
+		}},
+		{"long matches are verified although short ones fail", func(t *testing.T, p *specPolicy) {
+			p.observe(1, ms(1), 0, 0, 0)
+			p.observe(1, ms(1), 0, 0, 0)
+			for range 10 {
+				p.observe(8, ms(1.6), 7, 0, 0)
+				p.observe(8, ms(1.6), 7, 0, 1)
+			}
+			k, _ := p.choose(7, 1)
+			assert.Equal(t, 0, k, "a one-token match is decoded plainly")
+			k, l := p.choose(7, 6)
+			assert.Equal(t, [2]int{7, 8}, [2]int{k, l}, "a first long match is verified on its prior")
 		}},
 		{"always verifies the shortest length that holds the draft", func(t *testing.T, p *specPolicy) {
 			p.always = true
@@ -64,7 +78,7 @@ func TestSpecPolicy(t *testing.T) {
 }
 
 func TestMatchBucket(t *testing.T) {
-	for _, c := range []struct{ m, b int }{{-1, 1}, {0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 4}, {5, 5}, {8, 5}, {9, 6}, {100, 6}} {
+	for _, c := range []struct{ m, b int }{{-1, 1}, {0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 4}, {5, 5}, {8, 5}, {9, 6}, {15, 6}, {16, 7}, {100, 7}} {
 		assert.Equal(t, c.b, matchBucket(c.m), "match %d", c.m)
 	}
 }

@@ -29,11 +29,20 @@ func addSpecFlags(fs *flag.FlagSet, stats *bool) *specFlags {
 		mode: fs.String("spec", "auto", "speculative decoding: retrieval (drafts from the prompt, the output so far, the model's prefill predictions and earlier answers), "+
 			"lookup (prompt-lookup n-grams), off, or auto: retrieval when greedy (--temp 0), off when sampling (so that a seed repeats its text); "+
 			"drafts are verified only while they pay, and the output is plain decoding's"),
-		lengths: fs.String("spec-lengths", "8,16,32", "verify graph lengths prepared for speculative decoding"),
+		lengths: fs.String("spec-lengths", joinInts(llm.DefaultVerifyLengths), "verify graph lengths prepared for speculative decoding"),
 		task:    fs.String("spec-task", "", "keep this task's answers for later drafts (retrieval), under the cache dir ($XPU_CACHE_DIR/spec)"),
 		always:  fs.Bool("spec-always", false, "verify every draft instead of only those the measured acceptance says pay"),
 		stats:   stats,
 	}
+}
+
+// joinInts is ns comma-separated, as --spec-lengths takes them.
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }
 
 // check validates the flags before the model loads.

@@ -24,6 +24,7 @@ func TestAttentionTreeMaskVectorPaths(t *testing.T) {
 	ctx := context.Background()
 	shapes := []struct{ tq, hq, hkv, d, dv, off int64 }{
 		{5, 8, 2, 64, 64, 70}, {40, 4, 4, 128, 128, 3}, {33, 16, 4, 64, 64, 31}, {7, 2, 1, 16, 32, 0},
+		{9, 8, 4, 8, 8, 70}, {12, 4, 2, 12, 20, 33}, {20, 4, 2, 8, 8, 0}, // small heads
 	}
 	for _, f := range pluginFiles(t) {
 		dev := openUsable(t, f).Devices()[0]

@@ -18,6 +18,9 @@ func TestAttentionVectorPaths(t *testing.T) {
 	shapes := []struct{ tq, hq, hkv, d, dv, tk int64 }{
 		{1, 8, 2, 64, 64, 75}, {1, 4, 4, 128, 128, 40}, {3, 4, 2, 80, 48, 70}, {2, 2, 1, 16, 32, 33},
 		{1, 16, 4, 64, 64, 75}, {1, 32, 8, 128, 128, 50}, // 4 query heads per KV head, kept together
+		// small heads (stories260K's 8; 8x8 and 4x4 transposes and single elements; the
+		// two-pass AVX2 path up to 16 values, the one-pass one above)
+		{5, 8, 4, 8, 8, 100}, {3, 4, 2, 12, 12, 70}, {2, 4, 4, 4, 4, 40}, {1, 2, 1, 20, 16, 65}, {4, 2, 1, 8, 24, 90},
 	}
 	for _, f := range pluginFiles(t) {
 		dev := openUsable(t, f).Devices()[0]

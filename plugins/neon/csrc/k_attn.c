@@ -35,16 +35,23 @@ typedef struct {
   nv_run *r;
 } rope_args;
 
+#define ROPE_FREQS 128 /* rotary pairs whose frequencies a task keeps (head sizes up to 256) */
+
 static void rope_task(void *p, int tid, int nth) {
   rope_args *A = (rope_args *)p;
   int64_t r0, r1, half = A->nrot / 2;
   nv_range(A->B * A->T, tid, nth, 1, &r0, &r1);
   float *cs = (float *)nv_scratch(A->r, tid), *sn = cs + half, *buf = sn + half;
+  /* the frequencies do not depend on the row: pow once per task, not once per row and pair
+   * (a verify pass ropes many rows of a small model, where libm's pow showed in profiles) */
+  double freq[ROPE_FREQS];
+  const int cached = half <= ROPE_FREQS;
+  for (int64_t i = 0; cached && i < half; i++) freq[i] = pow(A->base, -2.0 * (double)i / (double)A->nrot);
   for (int64_t bt = r0; bt < r1; bt++) {
     int64_t t = bt % A->T;
     double pos = (double)A->pos[t] * A->fscale;
     for (int64_t i = 0; i < half; i++) {
-      double th = pos * pow(A->base, -2.0 * (double)i / (double)A->nrot);
+      double th = pos * (cached ? freq[i] : pow(A->base, -2.0 * (double)i / (double)A->nrot));
       cs[i] = (float)cos(th);
       sn[i] = (float)sin(th);
     }
@@ -417,16 +424,75 @@ enum { ATT_NV = ATT_BLOCK / 4 };
 /* lanes of the lane-wise state: a row's window is ATT_BLOCK / ATT_LANES vectors */
 #if defined(__x86_64__) && defined(__AVX512F__)
 #define ATT_LANES 16
+#elif defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define ATT_LANES 8
 #else
 #define ATT_LANES 4
 #endif
 
-static inline float32x4_t att_ld4(const uint8_t *row, uint32_t dt, int64_t d) {
-  return dt == XPU_DT_F32 ? vld1q_f32((const float *)row + d) : v_ld_f16((const uint16_t *)row + d);
-}
-
 static inline float att_ld1(const uint8_t *row, uint32_t dt, int64_t d) {
   return dt == XPU_DT_F32 ? ((const float *)row)[d] : nv_f16_to_f32(((const uint16_t *)row)[d]);
+}
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+/* On x86 the NEON 4x4 transposes (the #else branch) go through SIMDe, which builds vtrn1q/vtrn2q and vcombine
+ * from single-lane inserts: a window's transpose then cost as much as every row's work on it
+ * (a decode at position 480 spent more time transposing than computing). Native shuffles,
+ * 8 keys at a time, instead. */
+#define ATT_TR 8
+
+static inline __m256 att_ld8x(const uint8_t *row, uint32_t dt, int64_t d) {
+  return dt == XPU_DT_F32 ? _mm256_loadu_ps((const float *)row + d)
+                          : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + d)));
+}
+
+static inline __m128 att_ld4x(const uint8_t *row, uint32_t dt, int64_t d) {
+  return dt == XPU_DT_F32 ? _mm_loadu_ps((const float *)row + d)
+                          : _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)((const uint16_t *)row + d)));
+}
+
+/* dst[d * ATT_BLOCK + r] = rows[r][d] for r < 8, d < n: 8x8 register transposes (pairs, quads,
+ * then 128-bit halves), a 4x4 one per 4 rows for 4 remaining elements, single elements last */
+static void att_transpose8(const uint8_t *const rows[8], uint32_t dt, int64_t n, float *dst) {
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8) {
+    __m256 x[8], t[8], u[8];
+    for (int i = 0; i < 8; i++) x[i] = att_ld8x(rows[i], dt, d);
+    for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm256_unpacklo_ps(x[i], x[i + 1]); /* r_i[0] r_i+1[0] r_i[1] r_i+1[1] | [4], [5] */
+      t[i + 1] = _mm256_unpackhi_ps(x[i], x[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) { /* rows i..i+3 of elements c | c+4, c = 0..3 */
+      u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+      u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+      u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+      u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {
+      _mm256_storeu_ps(dst + (d + c) * ATT_BLOCK, _mm256_permute2f128_ps(u[c], u[c + 4], 0x20));
+      _mm256_storeu_ps(dst + (d + c + 4) * ATT_BLOCK, _mm256_permute2f128_ps(u[c], u[c + 4], 0x31));
+    }
+  }
+  for (; d + 4 <= n; d += 4) {
+    for (int h = 0; h < 8; h += 4) {
+      __m128 a = att_ld4x(rows[h], dt, d), b = att_ld4x(rows[h + 1], dt, d);
+      __m128 c = att_ld4x(rows[h + 2], dt, d), e = att_ld4x(rows[h + 3], dt, d);
+      __m128 t0 = _mm_unpacklo_ps(a, b), t1 = _mm_unpackhi_ps(a, b);
+      __m128 t2 = _mm_unpacklo_ps(c, e), t3 = _mm_unpackhi_ps(c, e);
+      _mm_storeu_ps(dst + (d + 0) * ATT_BLOCK + h, _mm_movelh_ps(t0, t2));
+      _mm_storeu_ps(dst + (d + 1) * ATT_BLOCK + h, _mm_movehl_ps(t2, t0));
+      _mm_storeu_ps(dst + (d + 2) * ATT_BLOCK + h, _mm_movelh_ps(t1, t3));
+      _mm_storeu_ps(dst + (d + 3) * ATT_BLOCK + h, _mm_movehl_ps(t3, t1));
+    }
+  }
+  for (; d < n; d++)
+    for (int r = 0; r < 8; r++) dst[d * ATT_BLOCK + r] = att_ld1(rows[r], dt, d);
+}
+#else
+#define ATT_TR 4
+
+static inline float32x4_t att_ld4(const uint8_t *row, uint32_t dt, int64_t d) {
+  return dt == XPU_DT_F32 ? vld1q_f32((const float *)row + d) : v_ld_f16((const uint16_t *)row + d);
 }
 
 /* dst[d * ATT_BLOCK + r] = rows[r][d] for r < 4, d < n */
@@ -445,22 +511,28 @@ static void att_transpose4(const uint8_t *const rows[4], uint32_t dt, int64_t n,
   for (; d < n; d++)
     for (int r = 0; r < 4; r++) dst[d * ATT_BLOCK + r] = att_ld1(rows[r], dt, d);
 }
+#endif
 
 /* kt and vt for the keys w0+j < wn; zeros beyond (read from zrow, a zero row of max(D, Dv)
  * elements, which is zero as f32 and as f16) */
 static void att_window_load(const att_args *A, int64_t hk, int64_t w0, int64_t wn, float *kt, float *vt,
                             const uint8_t *zrow) {
   size_t ke = A->kt == XPU_DT_F32 ? 4 : 2, ve = A->vt == XPU_DT_F32 ? 4 : 2;
-  for (int64_t j = 0; j < ATT_BLOCK; j += 4) {
-    const uint8_t *kr[4], *vr[4];
-    for (int r = 0; r < 4; r++) {
+  for (int64_t j = 0; j < ATT_BLOCK; j += ATT_TR) {
+    const uint8_t *kr[ATT_TR], *vr[ATT_TR];
+    for (int r = 0; r < ATT_TR; r++) {
       int64_t key = w0 + j + r;
       size_t row = (size_t)(key * A->Hkv + hk);
       kr[r] = key < wn ? A->k + row * (size_t)A->D * ke : zrow;
       vr[r] = key < wn ? A->v + row * (size_t)A->Dv * ve : zrow;
     }
+#if ATT_TR == 8
+    att_transpose8(kr, A->kt, A->D, kt + j);
+    att_transpose8(vr, A->vt, A->Dv, vt + j);
+#else
     att_transpose4(kr, A->kt, A->D, kt + j);
     att_transpose4(vr, A->vt, A->Dv, vt + j);
+#endif
   }
 }
 
@@ -615,8 +687,254 @@ static void att_window_row16(const att_args *A, const float *qf, float *acc, flo
   }
 }
 #define att_window_row att_window_row16
+#elif ATT_LANES == 8
+/* exp(x) for 8 lanes: v_exp's algorithm and constants (neon_simd.h), the same result per lane */
+static inline __m256 att_exp8(__m256 x) {
+  const __m256 r = _mm256_set1_ps(0x1.8p23f);
+  const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+  const __m256 n = _mm256_sub_ps(z, r);
+  const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                    _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+  const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+  const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1.0f))));
+  const __m256 an = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+  const __m256 c = _mm256_cmp_ps(an, _mm256_set1_ps(126.0f), _CMP_GT_OQ);
+  const __m256 u = _mm256_mul_ps(b, b);
+  const __m256 j = _mm256_fmadd_ps(
+      _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+      _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f)));
+  const __m256 jj = _mm256_fmadd_ps(j, u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+  if (_mm256_movemask_ps(c) == 0) return _mm256_fmadd_ps(k, jj, k);
+  const __m256i d = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+                                     _mm256_set1_epi32((int)0x82000000u));
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(d, _mm256_set1_epi32(0x7f000000)));
+  const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, d));
+  __m256 res = _mm256_fmadd_ps(k, jj, k);
+  res = _mm256_blendv_ps(res, _mm256_mul_ps(_mm256_fmadd_ps(s2, jj, s2), s1), c);
+  res = _mm256_blendv_ps(res, _mm256_mul_ps(s1, s1), _mm256_cmp_ps(an, _mm256_set1_ps(192.0f), _CMP_GT_OQ));
+  /* NaN lanes: the bit tricks above may turn them into numbers */
+  return _mm256_blendv_ps(res, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+static inline float att_lane_sum(const float *p) {
+  __m128 s = _mm_add_ps(_mm_loadu_ps(p), _mm_loadu_ps(p + 4));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+static inline float att_hmax8(__m256 v) {
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
+
+/* att_window_row on 8 lanes (AVX2): a window is four vectors; through SIMDe the 4-lane
+ * version's selects, maxima and exp spill and take several instructions each */
+static void att_window_row8(const att_args *A, const float *qf, float *acc, float *m, float *l, const float *kt,
+                            const float *vt, const uint32_t *vis, int exact_zero) {
+  const int64_t D = A->D, Dv = A->Dv, gs = A->gs;
+  const __m256 ninf = _mm256_set1_ps(-INFINITY), scale = _mm256_set1_ps(A->scale);
+  __m256 vm[4];
+  for (int k = 0; k < 4; k++)
+    vm[k] = vis ? _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(vis + 8 * k)))
+                : _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  for (int64_t g = 0; g < gs; g++) {
+    const float *q = qf + g * D;
+    __m256 t[4];
+    for (int k = 0; k < 4; k++) t[k] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D; d++) {
+      const __m256 qd = _mm256_set1_ps(q[d]);
+      const float *kd = kt + d * ATT_BLOCK;
+      for (int k = 0; k < 4; k++) t[k] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kd + 8 * k), t[k]);
+    }
+    /* masked scores are replaced, not scaled: a NaN from a masked K row does not survive */
+    __m256 mx = ninf;
+    for (int k = 0; k < 4; k++) {
+      t[k] = _mm256_blendv_ps(ninf, _mm256_mul_ps(t[k], scale), vm[k]);
+      mx = _mm256_max_ps(mx, t[k]);
+    }
+    const float mb = att_hmax8(mx);
+    if (mb == -INFINITY) continue; /* nothing visible here */
+    float c = 1.0f;
+    if (mb > m[g]) {
+      c = m[g] == -INFINITY ? 0.0f : expf(m[g] - mb);
+      m[g] = mb;
+    }
+    const __m256 vmg = _mm256_set1_ps(m[g]), vc = _mm256_set1_ps(c);
+    __m256 e[4];
+    __m256 lg = _mm256_loadu_ps(l + g * 8);
+    if (c != 1.0f) lg = _mm256_mul_ps(lg, vc);
+    for (int k = 0; k < 4; k++) {
+      e[k] = _mm256_and_ps(vm[k], att_exp8(_mm256_sub_ps(t[k], vmg)));
+      lg = _mm256_add_ps(lg, e[k]);
+    }
+    _mm256_storeu_ps(l + g * 8, lg);
+    float *ag = acc + g * Dv * 8;
+    for (int64_t d = 0; d < Dv; d++) {
+      const float *vd = vt + d * ATT_BLOCK;
+      __m256 a = _mm256_loadu_ps(ag + 8 * d);
+      if (c != 1.0f) a = _mm256_mul_ps(a, vc);
+      if (exact_zero)
+        for (int k = 0; k < 4; k++) a = _mm256_fmadd_ps(e[k], _mm256_loadu_ps(vd + 8 * k), a);
+      else
+        for (int k = 0; k < 4; k++)
+          a = _mm256_add_ps(a, _mm256_and_ps(vm[k], _mm256_mul_ps(e[k], _mm256_loadu_ps(vd + 8 * k))));
+      _mm256_storeu_ps(ag + 8 * d, a);
+    }
+  }
+}
+#define att_window_row att_window_row8
 #else
 static inline float att_lane_sum(const float *p) { return vaddvq_f32(vld1q_f32(p)); }
+#endif
+
+#if ATT_LANES == 8
+/*
+ * The small-head path in two passes per row and head (AVX2): every window of the task's KV
+ * head is transposed first (into kt[w][D][ATT_BLOCK], vt[w][Dv][ATT_BLOCK]), then each row
+ * and head takes all its scores and their maximum, and then the weights and P x V with the
+ * accumulators in registers. The one-pass online softmax spent most of a window on a chain of
+ * dependent steps: the window's maximum reduced to a scalar, compared, a libm expf for the
+ * rescale, the accumulators loaded, rescaled and stored; with the maximum known, none of that
+ * remains. A row's result depends on the keys it sees only, as in the one-pass path.
+ */
+#define ATT_2P_MAXDV 16 /* accumulators kept in registers (two per value when Dv > 8) */
+
+static int64_t att_row_floats(int64_t d, int64_t dv);
+
+/* the two-pass path's scratch after the rows' queries: kt, vt and the scores of all keys */
+static int64_t att_2p_floats(int64_t tk, int64_t d, int64_t dv) {
+  int64_t tpad = (tk + ATT_BLOCK - 1) / ATT_BLOCK * ATT_BLOCK;
+  return (d + dv + 1) * tpad + (d > dv ? d : dv);
+}
+
+/* whether the two-pass path serves a graph: decided by shapes only, so that every graph of a
+ * cache (decode, verify) takes the same path and gives a row the same bits */
+static int att_2p(int64_t tk, int64_t d, int64_t dv) { return dv <= ATT_2P_MAXDV && att_2p_floats(tk, d, dv) <= (1 << 20); }
+
+static int att_all_finite(const float *x, int64_t n) {
+  __m256 bad = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+  }
+  int ok = _mm256_movemask_ps(bad) == 0;
+  for (; i < n; i++) ok &= isfinite(x[i]) != 0;
+  return ok;
+}
+
+/* row r's gs heads (see att_small_rows2); inlined with constant D and Dv where they are known */
+static inline __attribute__((always_inline)) void att_2p_row(const att_args *A, const float *qf, const float *kt,
+                                                             const float *vt, float *sc, int64_t i0, int64_t r,
+                                                             int64_t h0, int64_t end, const int64_t D,
+                                                             const int64_t Dv) {
+  const int64_t gs = A->gs;
+  const __m256 ninf = _mm256_set1_ps(-INFINITY), scale = _mm256_set1_ps(A->scale);
+  float ob[ATT_2P_MAXDV];
+  {
+    const int8_t *mrow = A->mask ? A->mask + (i0 + r) * A->Tq : NULL;
+    const int64_t nwr = (end + ATT_BLOCK - 1) / ATT_BLOCK;
+    /* keys below full are seen by the row; from full to end, those its mask row marks */
+    const int64_t full = A->mask && A->off < end ? (A->off > 0 ? A->off : 0) : end;
+    for (int64_t g = 0; g < gs; g++) {
+      const float *q = qf + (r * gs + g) * D;
+      __m256 vmax = ninf;
+      for (int64_t w = 0; w < nwr; w++) {
+        const float *kw = kt + w * D * ATT_BLOCK;
+        __m256 t[4];
+        for (int k = 0; k < 4; k++) t[k] = _mm256_setzero_ps();
+        for (int64_t d = 0; d < D; d++) {
+          const __m256 qd = _mm256_set1_ps(q[d]);
+          for (int k = 0; k < 4; k++) t[k] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kw + d * ATT_BLOCK + 8 * k), t[k]);
+        }
+        const int64_t w0 = w * ATT_BLOCK;
+        if (w0 + ATT_BLOCK <= full) {
+          for (int k = 0; k < 4; k++) t[k] = _mm256_mul_ps(t[k], scale);
+        } else {
+          /* masked scores are replaced, not scaled: a NaN from a masked K row does not survive */
+          uint32_t vis[ATT_BLOCK];
+          for (int64_t j = 0; j < ATT_BLOCK; j++) {
+            int64_t k = w0 + j;
+            vis[j] = k < end && (k < full || !mrow || mrow[k - A->off]) ? 0xffffffffu : 0u;
+          }
+          for (int k = 0; k < 4; k++)
+            t[k] = _mm256_blendv_ps(ninf, _mm256_mul_ps(t[k], scale),
+                                    _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(vis + 8 * k))));
+        }
+        for (int k = 0; k < 4; k++) {
+          _mm256_storeu_ps(sc + w0 + 8 * k, t[k]);
+          vmax = _mm256_max_ps(vmax, t[k]);
+        }
+      }
+      float mb = nwr > 0 ? att_hmax8(vmax) : -INFINITY;
+      if (mb == -INFINITY) /* the maxima drop NaNs: a visible NaN score must still reach the output */
+        for (int64_t j = 0; j < nwr * ATT_BLOCK; j++)
+          if (isnan(sc[j])) mb = sc[j];
+      const int64_t row = (i0 + r) * A->Hq + h0 + g;
+      if (mb == -INFINITY) {
+        memset(ob, 0, sizeof ob); /* nothing visible: zeros, as the one-pass path gives */
+      } else {
+        /* masked keys' scores are -inf, so their weights are exactly 0, and every V value is
+         * finite: the products need no mask */
+        const __m256 vmb = _mm256_set1_ps(mb);
+        __m256 lv = _mm256_setzero_ps(), acc[ATT_2P_MAXDV];
+        for (int64_t d = 0; d < Dv; d++) acc[d] = _mm256_setzero_ps();
+        /* the weights first, in place of the scores, then P x V: apart, neither loop runs out
+         * of registers (exp's constants, Dv accumulators) */
+        for (int64_t j = 0; j < nwr * ATT_BLOCK; j += 8) {
+          const __m256 e = att_exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), vmb));
+          lv = _mm256_add_ps(lv, e);
+          _mm256_storeu_ps(sc + j, e);
+        }
+        for (int64_t w = 0; w < nwr; w++) {
+          const float *vw = vt + w * Dv * ATT_BLOCK, *sw = sc + w * ATT_BLOCK;
+          for (int k = 0; k < 4; k++) {
+            const __m256 e = _mm256_loadu_ps(sw + 8 * k);
+            for (int64_t d = 0; d < Dv; d++) acc[d] = _mm256_fmadd_ps(e, _mm256_loadu_ps(vw + d * ATT_BLOCK + 8 * k), acc[d]);
+          }
+        }
+        float lanes[8];
+        _mm256_storeu_ps(lanes, lv);
+        const float sum = att_lane_sum(lanes), inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        for (int64_t d = 0; d < Dv; d++) {
+          _mm256_storeu_ps(lanes, acc[d]);
+          ob[d] = att_lane_sum(lanes) * inv;
+        }
+      }
+      if (A->qt == XPU_DT_F32)
+        memcpy((float *)A->o + row * Dv, ob, (size_t)Dv * 4);
+      else
+        nv_f32_row_to_f16(ob, (uint16_t *)A->o + row * Dv, Dv);
+    }
+  }
+}
+
+/* returns 0 (nothing written) where a loaded V value is not finite: the one-pass path then
+ * keeps masked keys' 0 x inf out */
+static int att_small_rows2(const att_args *A, float *base, int64_t i0, int64_t nr, int64_t h0, int64_t hk,
+                           const int64_t *ends, int64_t wend) {
+  const int64_t D = A->D, Dv = A->Dv, gs = A->gs, qb = A->qb;
+  const int64_t nw = (wend + ATT_BLOCK - 1) / ATT_BLOCK;
+  const int64_t tpad = (A->Tk + ATT_BLOCK - 1) / ATT_BLOCK * ATT_BLOCK;
+  float *qf = base, *kt = base + qb * gs * att_row_floats(D, Dv), *vt = kt + D * tpad, *sc = vt + Dv * tpad;
+  float *zrow = sc + tpad;
+  memset(zrow, 0, (size_t)(D > Dv ? D : Dv) * 4);
+  for (int64_t w = 0; w < nw; w++) {
+    int64_t w0 = w * ATT_BLOCK, wn = w0 + ATT_BLOCK < wend ? w0 + ATT_BLOCK : wend;
+    att_window_load(A, hk, w0, wn, kt + w * D * ATT_BLOCK, vt + w * Dv * ATT_BLOCK, (const uint8_t *)zrow);
+  }
+  if (!att_all_finite(vt, nw * Dv * ATT_BLOCK)) return 0;
+  for (int64_t r = 0; r < nr; r++) {
+    /* stories260K's head size compiled apart: the loops over D and Dv unrolled, the
+     * accumulators in registers instead of spilled around a variable-length loop */
+    if (D == 8 && Dv == 8)
+      att_2p_row(A, qf, kt, vt, sc, i0, r, h0, ends[r], 8, 8);
+    else
+      att_2p_row(A, qf, kt, vt, sc, i0, r, h0, ends[r], D, Dv);
+  }
+  return 1;
+}
 #endif
 
 /* the small-head path of a task: rows i0 .. i0+nr of the heads h0 .. h0+gs of KV head hk */
@@ -717,6 +1035,9 @@ static void att_task(void *p, int tid, int nth) {
       }
     }
     if (small) {
+#if ATT_LANES == 8
+      if (att_2p(A->Tk, A->D, A->Dv) && att_small_rows2(A, base, i0, nr, h0, hk, ends, wend)) continue;
+#endif
       att_small_rows(A, base, i0, nr, h0, hk, ends, wend);
       continue;
     }
@@ -775,6 +1096,10 @@ uint64_t nv_attention_scratch(const xpu_ir_graph *g, const xpu_ir_node *n) {
   int64_t gs = att_group(q->shape[1], k->shape[1]), qb = att_qb_max(q->shape[0], gs, d, dv);
   uint64_t tail = att_small(d, dv) ? (uint64_t)((d + dv) * ATT_BLOCK + (d > dv ? d : dv) + dv)
                                    : (uint64_t)(gs * ATT_BLOCK);
+#if ATT_LANES == 8
+  if (att_small(d, dv) && att_2p(k->shape[0], d, dv) && (uint64_t)att_2p_floats(k->shape[0], d, dv) > tail)
+    tail = (uint64_t)att_2p_floats(k->shape[0], d, dv);
+#endif
   return ((uint64_t)(gs * qb * att_row_floats(d, dv)) + tail) * 4 + 64;
 }
 
