@@ -6,6 +6,8 @@
  *    of MC x KC packed per thread, an MR x NR register micro-kernel). Packing converts b to f32,
  *    so every float b dtype shares one micro-kernel.
  *  - float b, small M (decode): one pass over b, a dot product per row, split over N.
+ *  - float b packed at prepare, a few rows (a speculative verify, small_m): each packed panel
+ *    against the unpacked rows of a, the sums over all of K in registers.
  *  - Q8_0/Q4_0 b: a quantized to Q8_0 per row, int8 block dot products (k_quant.c).
  *  - Q4_K/Q5_K/Q6_K b, constant: repacked at prepare, a quantized to Q8_K-like blocks, int8
  *    kernels (k_kquant.c). Other K-quant b (not constant, or Q2_K/Q3_K) take the float paths,
