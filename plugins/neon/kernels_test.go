@@ -76,6 +76,12 @@ func kernelCases() []kernelCase {
 		// rows, past one KC block of columns
 		matmulCase(5, 1100, 230, core.F32, 1e-5),
 		matmulCase(7, 100, 600, core.F16, 1e-5),
+		// the small-M path on packed weights (k_matmul.c small_m): two row groups of 4, past one
+		// NC block and one KC block; 9..32 rows within one KC block; 20 rows past it (the GEMM)
+		matmulCase(8, 1030, 300, core.F32, 1e-5),
+		matmulCase(6, 33, 64, core.BF16, 1e-5),
+		matmulCase(21, 40, 200, core.F32, 1e-5),
+		matmulCase(20, 40, 300, core.F32, 1e-5),
 		matmulCase(1, 33, 64, core.BF16, 1e-5),
 		matmulCase(9, 33, 64, core.BF16, 1e-5),
 		matmulCase(2, 40, 96, core.I8, 1e-5),

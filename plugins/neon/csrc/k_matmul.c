@@ -6,6 +6,8 @@
  *    of MC x KC packed per thread, an MR x NR register micro-kernel). Packing converts b to f32,
  *    so every float b dtype shares one micro-kernel.
  *  - float b, small M (decode): one pass over b, a dot product per row, split over N.
+ *  - float b packed at prepare, a few rows (a speculative verify, small_m): each packed panel
+ *    against the unpacked rows of a, the sums over all of K in registers.
  *  - Q8_0/Q4_0 b: a quantized to Q8_0 per row, int8 block dot products (k_quant.c).
  *  - Q4_K/Q5_K/Q6_K b, constant: repacked at prepare, a quantized to Q8_K-like blocks, int8
  *    kernels (k_kquant.c). Other K-quant b (not constant, or Q2_K/Q3_K) take the float paths,
@@ -371,6 +373,106 @@ static void gemm_task(void *p, int tid, int nth) {
   }
 }
 
+/* ---------------------------------------------------------------- small M on packed weights */
+
+/* A few rows of a (small_m) against float weights packed at prepare (a speculative verify of
+ * a few tokens): each NR-row panel is run against the rows of a as they lie, SK_ROWS at a time,
+ * over the whole of K with the sums in registers. The GEMM's steps (packing a per unit of
+ * panels, a partial MR tile through a scratch tile, one region per KC block) cost more than
+ * the arithmetic at these sizes. */
+#define SK_ROWS 4
+
+/* Up to 8 rows always (verify-4 and -8: ~8% less CPU per pass at stories260K than the GEMM);
+ * up to 32 while a panel's k-slice is one KC block (16 KB on AVX2), which then stays in L1 for
+ * all the row groups (verify-16 and -32: ~5% less; a longer K would stream the panel again for
+ * every 4 rows, where the GEMM's KC blocking keeps it in L1). */
+static int small_m(int64_t M, int64_t K) { return M <= 8 || (M <= 32 && K <= KC); }
+
+/* c[i][0..nr) = sum_k a[i][k] * panel[k][..] for i < mr over every KC block of panel q; rows of
+ * a from mr on repeat row 0 (computed, not stored) so that the loop has no row branches */
+static void small_m_panel(const mm_args *A, const float *fp, int64_t q, int64_t m0, int mr, int nr) {
+  const float *ar[SK_ROWS];
+  for (int i = 0; i < SK_ROWS; i++) ar[i] = A->a + (m0 + (i < mr ? i : 0)) * A->K;
+  int64_t n0 = q * NR, jc = n0 / NC * NC;
+  float tile[SK_ROWS * NR];
+#if NR == 32
+  __m512 acc[SK_ROWS][2];
+#pragma GCC unroll 4
+  for (int i = 0; i < SK_ROWS; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+#elif NR == 16
+  __m256 acc[SK_ROWS][2];
+#pragma GCC unroll 4
+  for (int i = 0; i < SK_ROWS; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+#else
+  float32x4_t acc[SK_ROWS][2];
+#pragma GCC unroll 4
+  for (int i = 0; i < SK_ROWS; i++) acc[i][0] = acc[i][1] = vdupq_n_f32(0);
+#endif
+  for (int64_t pc = 0; pc < A->K; pc += KC) {
+    int64_t kc = A->K - pc < KC ? A->K - pc : KC;
+    const float *bp = fp + fpack_block(A->N, A->K, jc, pc) + (n0 - jc) / NR * kc * NR;
+    for (int64_t k = 0; k < kc; k++, bp += NR) {
+#if NR == 32
+      __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+#pragma GCC unroll 4
+      for (int i = 0; i < SK_ROWS; i++) {
+        __m512 a = _mm512_set1_ps(ar[i][pc + k]);
+        acc[i][0] = _mm512_fmadd_ps(a, b0, acc[i][0]);
+        acc[i][1] = _mm512_fmadd_ps(a, b1, acc[i][1]);
+      }
+#elif NR == 16
+      __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
+#pragma GCC unroll 4
+      for (int i = 0; i < SK_ROWS; i++) {
+        __m256 a = _mm256_broadcast_ss(ar[i] + pc + k);
+        acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
+        acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
+      }
+#else
+      float32x4_t b0 = vld1q_f32(bp), b1 = vld1q_f32(bp + 4);
+#pragma GCC unroll 4
+      for (int i = 0; i < SK_ROWS; i++) {
+        float32x4_t a = vdupq_n_f32(ar[i][pc + k]);
+        acc[i][0] = vfmaq_f32(acc[i][0], a, b0);
+        acc[i][1] = vfmaq_f32(acc[i][1], a, b1);
+      }
+#endif
+    }
+  }
+  float *c = A->c + m0 * A->N + n0;
+#pragma GCC unroll 4
+  for (int i = 0; i < SK_ROWS; i++) {
+    float *dst = nr == NR && i < mr ? c + i * A->N : tile + i * NR;
+#if NR == 32
+    _mm512_storeu_ps(dst, acc[i][0]);
+    _mm512_storeu_ps(dst + 16, acc[i][1]);
+#elif NR == 16
+    _mm256_storeu_ps(dst, acc[i][0]);
+    _mm256_storeu_ps(dst + 8, acc[i][1]);
+#else
+    vst1q_f32(dst, acc[i][0]);
+    vst1q_f32(dst + 4, acc[i][1]);
+#endif
+  }
+  if (nr < NR)
+    for (int i = 0; i < mr; i++) memcpy(c + i * A->N, tile + i * NR, (size_t)nr * 4);
+}
+
+static void small_m_task(void *p, int tid, int nth) {
+  mm_args *A = (mm_args *)p;
+  (void)tid;
+  (void)nth;
+  int64_t panels = nv_fpack_panel_count(A->N), units = (panels + GEMM_PG - 1) / GEMM_PG;
+  for (int64_t u; (u = take(A, units)) >= 0;) {
+    int64_t q1 = (u + 1) * GEMM_PG < panels ? (u + 1) * GEMM_PG : panels;
+    for (int64_t q = u * GEMM_PG; q < q1; q++) {
+      int nr = (int)(A->N - q * NR < NR ? A->N - q * NR : NR);
+      for (int64_t m = 0; m < A->M; m += SK_ROWS)
+        small_m_panel(A, A->bp, q, m, (int)(A->M - m < SK_ROWS ? A->M - m : SK_ROWS), nr);
+    }
+  }
+}
+
 /* rows of b per unit of the GEMV and the quantized matmul: long enough to stream */
 static void gemv_rows(mm_args *A, int64_t n0, int64_t n1);
 #define ROWS_PER_UNIT 64
@@ -703,6 +805,7 @@ xpu_status nv_k_matmul(nv_run *r, const xpu_ir_node *n) {
   }
   if (M == 0 || N == 0) return XPU_OK;
   const nv_qpacked *pk = r->packed ? r->packed[n - g->nodes] : NULL;
+  const float *fp = pk && nv_is_float_weight(bt) ? (const float *)pk->data : NULL;
   int a16 = ta->dtype == XPU_DT_F16;
   uint8_t *shared = r->shared;
   float *abuf = NULL;
@@ -778,8 +881,11 @@ xpu_status nv_k_matmul(nv_run *r, const xpu_ir_node *n) {
       } else if (M <= GEMV_MAX_M) {
         atomic_store(&A.next, 0);
         nv_parallel(r, M * N * K, gemv_task, &A);
+      } else if (fp && small_m(M, K)) {
+        A.bp = (float *)fp;
+        atomic_store(&A.next, 0);
+        nv_parallel(r, M * N * K, small_m_task, &A);
       } else {
-        const float *fp = pk && nv_is_float_weight(bt) ? (const float *)pk->data : NULL;
         A.bp = (float *)shared;
         for (A.jc = 0; A.jc < N; A.jc += NC) {
           A.nc = N - A.jc < NC ? N - A.jc : NC;
