@@ -95,12 +95,44 @@ ALWAYS_INLINE __m256i wblock_x86(const uint8_t *wb, int q4) {
     }                                                                                            \
   } while (0)
 
+/* Q4_0 without the offset: the raw nibbles (0..15) are already the unsigned operand maddubs
+ * wants, and the -8 of every weight comes back as 8 * sum(a) per block from the activation's
+ * precomputed sums (the VNNI path's trick), which saves the subtract, abs and sign steps of
+ * X86_BLOCK; pairs stay within int16 (2 * 15 * 127) */
+#define X86_BLOCK_Q4(bi, slot)                                                                   \
+  do {                                                                                           \
+    const uint8_t *wb = w + (bi) * 18;                                                           \
+    __m128i v = _mm_loadu_si128((const __m128i *)(wb + 2));                                      \
+    __m256i wn = _mm256_and_si256(_mm256_insertf128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1), \
+                                  _mm256_set1_epi8(0x0F));                                       \
+    float dw = f16at(wb);                                                                        \
+    for (int r = 0; r < nr; r++) {                                                               \
+      __m256i av = _mm256_loadu_si256((const __m256i *)(a[r].q + (bi) * 32));                    \
+      __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wn, av), ones);                         \
+      acc[r][slot] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * a[r].d[bi]), acc[r][slot]); \
+      corr[r][slot] += dw * a[r].s[bi];                                                          \
+    }                                                                                            \
+  } while (0)
+
 ALWAYS_INLINE void qdot_x86(const uint8_t *w, int64_t nb, const nv_qact *a, const int nr, const int q4, float *out) {
   const int64_t bs = q4 ? 18 : 34;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[NV_QROWS][2];
-  for (int r = 0; r < nr; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  float corr[NV_QROWS][2];
+  for (int r = 0; r < nr; r++) {
+    acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    corr[r][0] = corr[r][1] = 0.0f;
+  }
   int64_t b = 0;
+  if (q4) {
+    for (; b + 2 <= nb; b += 2) {
+      X86_BLOCK_Q4(b, 0);
+      X86_BLOCK_Q4(b + 1, 1);
+    }
+    if (b < nb) X86_BLOCK_Q4(b, 0);
+    for (int r = 0; r < nr; r++) out[r] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1])) - 8.0f * (corr[r][0] + corr[r][1]);
+    return;
+  }
   for (; b + 2 <= nb; b += 2) {
     X86_BLOCK(b, 0);
     X86_BLOCK(b + 1, 1);
