@@ -114,31 +114,31 @@ ALWAYS_INLINE __m256i wblock_x86(const uint8_t *wb, int q4) {
     }                                                                                            \
   } while (0)
 
+/* the body of a dot whose blocks add a per-block correction, subtracted 8 times at the end (Q4_0
+ * by the offset trick; 0 for Q8_0): two accumulator slots per row, blocks in pairs */
+#define X86_QDOT_CORR(BLOCK)                                                                     \
+  __m256 acc[NV_QROWS][2];                                                                       \
+  float corr[NV_QROWS][2];                                                                       \
+  for (int r = 0; r < nr; r++) {                                                                 \
+    acc[r][0] = acc[r][1] = _mm256_setzero_ps();                                                 \
+    corr[r][0] = corr[r][1] = 0.0f;                                                              \
+  }                                                                                              \
+  int64_t b = 0;                                                                                 \
+  for (; b + 2 <= nb; b += 2) {                                                                  \
+    BLOCK(b, 0);                                                                                 \
+    BLOCK(b + 1, 1);                                                                             \
+  }                                                                                              \
+  if (b < nb) BLOCK(b, 0);                                                                       \
+  for (int r = 0; r < nr; r++) out[r] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1])) - 8.0f * (corr[r][0] + corr[r][1]);
+
 ALWAYS_INLINE void qdot_x86(const uint8_t *w, int64_t nb, const nv_qact *a, const int nr, const int q4, float *out) {
-  const int64_t bs = q4 ? 18 : 34;
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[NV_QROWS][2];
-  float corr[NV_QROWS][2];
-  for (int r = 0; r < nr; r++) {
-    acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    corr[r][0] = corr[r][1] = 0.0f;
-  }
-  int64_t b = 0;
   if (q4) {
-    for (; b + 2 <= nb; b += 2) {
-      X86_BLOCK_Q4(b, 0);
-      X86_BLOCK_Q4(b + 1, 1);
-    }
-    if (b < nb) X86_BLOCK_Q4(b, 0);
-    for (int r = 0; r < nr; r++) out[r] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1])) - 8.0f * (corr[r][0] + corr[r][1]);
+    X86_QDOT_CORR(X86_BLOCK_Q4)
     return;
   }
-  for (; b + 2 <= nb; b += 2) {
-    X86_BLOCK(b, 0);
-    X86_BLOCK(b + 1, 1);
-  }
-  if (b < nb) X86_BLOCK(b, 0);
-  for (int r = 0; r < nr; r++) out[r] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1]));
+  const int64_t bs = 34;
+  X86_QDOT_CORR(X86_BLOCK)
 }
 #define QDOT_IMPL qdot_x86
 
@@ -175,19 +175,7 @@ ALWAYS_INLINE void qdot_x86(const uint8_t *w, int64_t nb, const nv_qact *a, cons
 VNNI ALWAYS_INLINE void qdot_vnni(const uint8_t *w, int64_t nb, const nv_qact *a, const int nr, const int q4,
                                   float *out) {
   const int64_t bs = q4 ? 18 : 34;
-  __m256 acc[NV_QROWS][2];
-  float corr[NV_QROWS][2];
-  for (int r = 0; r < nr; r++) {
-    acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    corr[r][0] = corr[r][1] = 0.0f;
-  }
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    VNNI_BLOCK(b, 0);
-    VNNI_BLOCK(b + 1, 1);
-  }
-  if (b < nb) VNNI_BLOCK(b, 0);
-  for (int r = 0; r < nr; r++) out[r] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1])) - 8.0f * (corr[r][0] + corr[r][1]);
+  X86_QDOT_CORR(VNNI_BLOCK)
 }
 
 static int have_vnni(void) {
