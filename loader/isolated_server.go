@@ -319,14 +319,16 @@ func (s *hostServer) attachRing(fdID uint64) *rpcResp {
 		return fail(abi.StatusBadState, "plugin-host: the run ring is attached already")
 	}
 	s.ring = r
-	go s.serveRing(r)
+	// The last request seen is read here, before the answer lets the host post: read in the
+	// goroutine, it could already be the host's first request, which would then never be
+	// served (the host waited on it forever; seen under load in TestIsolatedChildKilledWhileHostSleeps).
+	go s.serveRing(r, atomic.LoadUint32(r.reqSeq))
 	return &rpcResp{}
 }
 
-// serveRing serves the calls made on the ring, one at a time, for the process's life
-// (the parent kills the process; there is no other way out).
-func (s *hostServer) serveRing(r *ring) {
-	last := atomic.LoadUint32(r.reqSeq)
+// serveRing serves the calls made on the ring after request last, one at a time, for the
+// process's life (the parent kills the process; there is no other way out).
+func (s *hostServer) serveRing(r *ring, last uint32) {
 	for {
 		seq := r.next(last)
 		q := r.request()

@@ -663,3 +663,25 @@ func TestIsolatedHangKilledByCancel(t *testing.T) {
 	require.ErrorIs(t, err, core.ErrBackendCrashed)
 	assert.ErrorIs(t, p.ex.Run(context.Background()), core.ErrBackendCrashed, "the hung child was killed")
 }
+
+// TestRingServesRequestPostedBeforeItStarts: the child answers ring_attach before its serving
+// goroutine runs, so the host may post its first call before that goroutine looks at the
+// ring. The call must still be served (it was not: the goroutine took the host's request
+// for the one before and waited for another, and the host waited forever).
+func TestRingServesRequestPostedBeforeItStarts(t *testing.T) {
+	r, err := newRing()
+	require.NoError(t, err)
+	// no r.mem.close(): the serving goroutine lives on, as in the child, for the process's life
+	s := &hostServer{openErr: fmt.Errorf("no plugin here")}
+	last := atomic.LoadUint32(r.reqSeq) // what attachRing hands the goroutine, before answering
+	r.post(last+1, &rpcReq{Op: opFenceRelease, U: [6]uint64{7}})
+	go s.serveRing(r, last)
+	deadline := time.Now().Add(10 * time.Second)
+	for atomic.LoadUint32(r.respSeq) != last+1 {
+		require.True(t, time.Now().Before(deadline), "the request posted before the server started was never answered")
+		time.Sleep(time.Millisecond)
+	}
+	st, _, msg := r.result()
+	assert.NotZero(t, st)
+	assert.Contains(t, msg, "no plugin here")
+}
