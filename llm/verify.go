@@ -2,10 +2,8 @@ package llm
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -117,7 +115,7 @@ func (r *Runner) PrefillEach(ctx context.Context, tokens []int32, f func(i int, 
 	}
 	buf := make([]float32, r.m.Config.Vocab)
 	return r.feed(ctx, tokens, r.progs[r.cfg.chunk], func(i int, row []byte) error {
-		decodeF32Into(buf, row)
+		core.DecodeF32To(buf, row[:4*len(buf)])
 		return f(i, buf)
 	})
 }
@@ -196,7 +194,7 @@ func (r *Runner) verifyTree(ctx context.Context, root int32, tree draft.Tree, bu
 		out[i] = flat[i*V : (i+1)*V]
 	}
 	_, err := r.feed(ctx, tokens, cp, func(i int, row []byte) error {
-		decodeF32Into(out[i], row)
+		core.DecodeF32To(out[i], row[:4*len(out[i])])
 		return nil
 	})
 	if err != nil {
@@ -266,11 +264,4 @@ func (r *Runner) Truncate(n int) error {
 	r.pos = n
 	r.history = r.history[:n]
 	return nil
-}
-
-// decodeF32Into decodes little-endian float32s into dst (len(src) = 4·len(dst)).
-func decodeF32Into(dst []float32, src []byte) {
-	for i := range dst {
-		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
-	}
 }

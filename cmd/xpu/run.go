@@ -176,7 +176,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// Each prefill chunk length has its own programs, whose intermediates (about 6 MiB per
 		// layer stage at chunk 64 for a 7B model) the budget does not count: under a budget
 		// below the model they could take the memory the budget promised to stay within.
-		if srt.Stats().Budget < m.WeightBytes() && !flagSet(fs, "chunk") {
+		if tightBudget(srt.Stats().Budget, m) && !flagSet(fs, "chunk") {
 			ropts = append(ropts, llm.WithChunkSize(1))
 			fmt.Fprintln(stderr, "sparse FFN: budget below the model: the prompt runs one token at a time on the decode programs (--chunk N for chunked prefill, at its memory)")
 		}

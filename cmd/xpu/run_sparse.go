@@ -128,7 +128,7 @@ func (f *sparseFlags) open(ctx context.Context, m *llm.Model, path string, ctxLe
 	}
 	gap, _ := sparse.ParseSize(*f.gap) // checked
 	opts = append(opts, sparse.WithCoalesceGap(gap))
-	opts = append(opts, sparse.WithPinnedFixed(*f.pin == "on" || (*f.pin == "auto" && budget < m.WeightBytes())))
+	opts = append(opts, sparse.WithPinnedFixed(*f.pin == "on" || (*f.pin == "auto" && tightBudget(budget, m))))
 	ev, _ := parseEviction(*f.eviction) // checked
 	opts = append(opts, sparse.WithEviction(ev), sparse.WithThresholdOffset(float32(*f.thOffset)), sparse.WithReaders(*f.readers),
 		sparse.WithPrefetch(*f.prefetch))
@@ -148,6 +148,10 @@ func (f *sparseFlags) open(ctx context.Context, m *llm.Model, path string, ctxLe
 	}
 	return rt, sc, nil
 }
+
+// tightBudget says whether a sparse budget is below the model's weights: then the fixed
+// region is pinned (--pin-fixed auto) and the prompt runs on the decode programs.
+func tightBudget(budget int64, m *llm.Model) bool { return budget < m.WeightBytes() }
 
 // parseEviction parses --eviction.
 func parseEviction(s string) (sparse.Eviction, error) {

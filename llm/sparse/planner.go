@@ -171,6 +171,8 @@ func BuildPlan(ctx context.Context, m *llm.Model, o PlanOptions) (*Plan, Report,
 		}
 	}
 	rep.Tokens, rep.HeldOut = T, len(testIdx)
+	// The svd fit trains nothing: every token not held out sets its threshold.
+	thIdx := append(append([]int(nil), trainIdx...), calIdx...)
 	p := &Plan{Meta: Meta{ModelHash: h, Activation: string(c.Activation), Gated: true, BudgetBytes: uint64(o.Budget),
 		PredRank: o.Rank, PredThreshold: 0, CalibTokens: T}, D: D, F: F, BundleType: dt}
 	freqs := make([][]float32, c.Layers)
@@ -219,11 +221,9 @@ func BuildPlan(ctx context.Context, m *llm.Model, o PlanOptions) (*Plan, Report,
 		xte, yte := split(testIdx, x, pg)
 		var ly TrainedLayer
 		if o.Fit == FitSVD {
-			// No training tokens to spare: every token not held out sets the threshold.
 			if ly, err = fitGate(ctx, m, l, x, order, o.Rank, o.Seed^uint64(l)<<32); err != nil {
 				return err
 			}
-			thIdx := append(append([]int(nil), trainIdx...), calIdx...)
 			xth, yth := split(thIdx, x, pg)
 			setThreshold(&ly, xth, yth, len(thIdx), D, F, o.Rank, o.Recall)
 		} else {

@@ -715,9 +715,7 @@ func (r *Runtime) measure(l int, x []float32) (tp, pred, truth int64) {
 		raw := b[int64(i)*r.rowBytes:][:seg]
 		switch r.sc.BundleType {
 		case core.F32:
-			for j := range g {
-				g[j] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*j:]))
-			}
+			g = core.DecodeF32To(g, raw)
 		case core.F16:
 			for j := range g {
 				g[j] = core.F16ToF32(binary.LittleEndian.Uint16(raw[2*j:]))
