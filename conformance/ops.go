@@ -318,6 +318,8 @@ func attentionCases() []testCase {
 		{7, 7, 4, 1, 33, 17, true, 0, false, 0.3},
 		{4, 6, 2, 1, 8, 8, true, -2, false, 0}, // the first queries see no key: all zero
 		{0, 5, 2, 1, 8, 8, false, 0, false, 0},
+		// a decode row of a GQA model: head groups of 4, several key windows, keys past the offset
+		{1, 90, 32, 8, 64, 64, true, 70, true, 0},
 	}
 	var cs []testCase
 	for _, qdt := range floatDTypes {

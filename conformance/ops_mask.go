@@ -74,6 +74,7 @@ func attentionMaskCases() []testCase {
 	variants := []mc{
 		{1, 2, 1, 16, 16, 0, 3, maskChain},
 		{1, 4, 2, 32, 32, 7, 2, maskEmptyRows}, // a single query that sees only the prefix
+		{1, 16, 4, 64, 64, 45, 3, maskChain},   // a decode row over two key windows, head groups of 4
 		{4, 4, 4, 32, 32, 0, 2, maskStar},
 		{5, 8, 2, 64, 64, 9, 3, maskTree},
 		{8, 2, 1, 33, 17, 0, 1, maskBinary},

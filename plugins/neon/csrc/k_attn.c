@@ -248,6 +248,45 @@ static inline void dot4_k_vec(const float *q, int64_t d, const uint8_t *k, uint3
 }
 #endif
 
+#if !defined(__AVX512F__)
+/* Four query heads against one K row on AVX2 (d % 16 == 0), as dot4_k_vec does on AVX-512: the
+ * row is loaded and converted once, two sums per head keep the FMAs from waiting on each
+ * other, and the four totals come out of one shuffling reduction instead of four horizontal
+ * sums (which were a quarter of a decode row's attention). */
+static inline void dot4_k_vec8(const float *q, int64_t d, const uint8_t *k, uint32_t kt, float scale, float *s,
+                               int64_t sstride) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+  for (int64_t i = 0; i < d; i += 16) {
+    __m256 k0, k1;
+    if (kt == XPU_DT_F32) {
+      k0 = _mm256_loadu_ps((const float *)k + i);
+      k1 = _mm256_loadu_ps((const float *)k + i + 8);
+    } else {
+      k0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)k + i)));
+      k1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)k + i + 8)));
+    }
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), k0, a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + i), k0, a1);
+    a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 2 * d + i), k0, a2);
+    a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 3 * d + i), k0, a3);
+    b0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), k1, b0);
+    b1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + i + 8), k1, b1);
+    b2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 2 * d + i + 8), k1, b2);
+    b3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 3 * d + i + 8), k1, b3);
+  }
+  a0 = _mm256_add_ps(a0, b0);
+  a1 = _mm256_add_ps(a1, b1);
+  a2 = _mm256_add_ps(a2, b2);
+  a3 = _mm256_add_ps(a3, b3);
+  /* per 128-bit lane: [sum a0, sum a1, sum a2, sum a3] of that lane's 4 values */
+  __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  __m128 r = _mm_mul_ps(_mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)), _mm_set1_ps(scale));
+  float t[4];
+  _mm_storeu_ps(t, r);
+  for (int g = 0; g < 4; g++) s[g * sstride] = t[g];
+}
+#endif
+
 /* pv_block for dv % AW == 0: 4 vectors of the accumulator in registers across the rows */
 static void pv_block_vec(float *acc, float c, const float *p, const uint8_t *const *vrows, int64_t jb, uint32_t vt,
                          int64_t dv) {
@@ -367,6 +406,13 @@ static void att_block(const att_args *A, const float *qf, float *acc, float *m, 
       continue;
     }
 #endif
+#if defined(AW) && !defined(__AVX512F__)
+    if (A->D % 16 == 0 && gs % 4 == 0) {
+      for (int64_t g = 0; g < gs; g += 4)
+        dot4_k_vec8(qf + g * A->D, A->D, kr, A->kt, A->scale, s + g * ATT_BLOCK + j, ATT_BLOCK);
+      continue;
+    }
+#endif
 #if defined(AW)
     if (A->D % AW == 0) {
       for (int64_t g = 0; g < gs; g++) s[g * ATT_BLOCK + j] = A->scale * dot_k_vec(qf + g * A->D, kr, A->kt, A->D);
@@ -378,7 +424,9 @@ static void att_block(const att_args *A, const float *qf, float *acc, float *m, 
   float c[ATT_MAX_GROUP];
   for (int64_t g = 0; g < gs; g++) {
     float *sg = s + g * ATT_BLOCK, mb = -INFINITY;
-    for (int64_t j = 0; j < jb; j++) mb = fmaxf(mb, sg[j]);
+    /* not fmaxf: without -ffinite-math it is a libm call per key; a NaN score is skipped
+     * either way, and mb starts at -inf, so the result is fmaxf's */
+    for (int64_t j = 0; j < jb; j++) mb = sg[j] > mb ? sg[j] : mb;
     c[g] = 1.0f;
     if (mb > m[g]) {
       c[g] = m[g] == -INFINITY ? 0.0f : expf(m[g] - mb);
@@ -1002,6 +1050,55 @@ static void att_small_rows(const att_args *A, float *base, int64_t i0, int64_t n
  * prefix for causal rows; with a tree mask, the prefix before q_offset and the block keys its
  * mask row marks) while the window's rows are still in the core's cache.
  */
+/*
+ * One query row (decode) on the large-head path: the thread's head groups are walked inside
+ * each key window instead of one after another over all the keys. A position's K (and V) row
+ * holds every kv head side by side, so the groups together read each window's rows whole and
+ * in order, where group after group each strode through the cache a head's slice at a time
+ * (Hkv slices apart, a few rows to a page): decode's KV cache is cold, evicted by the weights
+ * streamed since the layer's previous token, and the strided walk waited on memory. Each group
+ * sees the same windows in the same order with the same arithmetic as on the other path, so
+ * the result is bit for bit the same (a verify row still matches a decode row). The groups'
+ * state lives side by side in the scratch: at most Hq heads' worth (nv_attention_scratch).
+ */
+static void att_row_keys_outer(const att_args *A, float *base, int64_t t0, int64_t t1) {
+  const int64_t group = A->Hq / A->Hkv, gs = A->gs, nt = t1 - t0, D = A->D, Dv = A->Dv;
+  float *qf = base, *acc = qf + nt * gs * D, *m = acc + nt * gs * Dv, *l = m + nt * gs, *s = l + nt * gs;
+  int64_t end = A->Tk;
+  if (A->causal && A->off + 1 < end) end = A->off + 1;
+  if (end < 0) end = 0;
+  for (int64_t t = 0; t < nt; t++) {
+    for (int64_t g = 0; g < gs; g++) {
+      int64_t row = (t0 + t) * gs + g;
+      float *qg = qf + (t * gs + g) * D;
+      if (A->qt == XPU_DT_F32)
+        memcpy(qg, (const float *)A->q + row * D, (size_t)D * 4);
+      else
+        nv_f16_row_to_f32((const uint16_t *)A->q + row * D, qg, D);
+      m[t * gs + g] = -INFINITY;
+      l[t * gs + g] = 0.0f;
+    }
+  }
+  memset(acc, 0, (size_t)(nt * gs * Dv) * 4);
+  for (int64_t w0 = 0; w0 < end; w0 += ATT_BLOCK) {
+    int64_t e = w0 + ATT_BLOCK < end ? w0 + ATT_BLOCK : end, kidx[ATT_BLOCK], jb = 0;
+    for (int64_t j = w0; j < e; j++)
+      if (!A->mask || j < A->off || A->mask[j - A->off]) kidx[jb++] = j;
+    if (jb == 0) continue;
+    for (int64_t t = 0; t < nt; t++)
+      att_block(A, qf + t * gs * D, acc + t * gs * Dv, m + t * gs, l + t * gs, s, kidx, jb, ((t0 + t) * gs) / group);
+  }
+  for (int64_t r = 0; r < nt * gs; r++) {
+    float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f, *ag = acc + r * Dv;
+    for (int64_t d = 0; d < Dv; d++) ag[d] *= inv;
+    int64_t row = t0 * gs + r;
+    if (A->qt == XPU_DT_F32)
+      memcpy((float *)A->o + row * Dv, ag, (size_t)Dv * 4);
+    else
+      nv_f32_row_to_f16(ag, (uint16_t *)A->o + row * Dv, Dv);
+  }
+}
+
 static void att_task(void *p, int tid, int nth) {
   att_args *A = (att_args *)p;
   const int64_t group = A->Hq / A->Hkv, gs = A->gs, per_row = A->Hq / gs, qb = A->qb;
@@ -1010,6 +1107,10 @@ static void att_task(void *p, int tid, int nth) {
   int64_t t0, t1;
   nv_range(nblocks * per_row, tid, nth, 1, &t0, &t1);
   float *base = (float *)nv_scratch(A->r, tid);
+  if (A->Tq == 1 && !small) {
+    if (t1 > t0) att_row_keys_outer(A, base, t0, t1);
+    return;
+  }
   /* both paths keep the queries first; the large-head path's state follows them */
   float *qf = base, *acc = qf + qb * gs * A->D, *m = acc + qb * gs * A->Dv, *l = m + qb * gs, *s = l + qb * gs;
   for (int64_t task = t0; task < t1; task++) {
@@ -1100,7 +1201,12 @@ uint64_t nv_attention_scratch(const xpu_ir_graph *g, const xpu_ir_node *n) {
   if (att_small(d, dv) && att_2p(k->shape[0], d, dv) && (uint64_t)att_2p_floats(k->shape[0], d, dv) > tail)
     tail = (uint64_t)att_2p_floats(k->shape[0], d, dv);
 #endif
-  return ((uint64_t)(gs * qb * att_row_floats(d, dv)) + tail) * 4 + 64;
+  uint64_t floats = (uint64_t)(gs * qb * att_row_floats(d, dv)) + tail;
+  /* one row on the large-head path: every head group of a thread's range at once
+   * (att_row_keys_outer), at most all Hq heads, whatever group size the run picks */
+  if (q->shape[0] == 1 && !att_small(d, dv) && (uint64_t)(q->shape[1] * (d + dv + 2) + gs * ATT_BLOCK) > floats)
+    floats = (uint64_t)(q->shape[1] * (d + dv + 2) + gs * ATT_BLOCK);
+  return floats * 4 + 64;
 }
 
 xpu_status nv_k_attention(nv_run *r, const xpu_ir_node *n) {
