@@ -102,52 +102,7 @@ func BenchmarkAttentionTree(b *testing.B) {
 				if err := g.Err(); err != nil {
 					b.Fatal(err)
 				}
-				be, err := loader.Open(ctx, f)
-				if err != nil {
-					b.Skipf("%s: %v", f, err)
-				}
-				defer be.Close()
-				cctx, err := be.Devices()[0].NewContext(ctx, map[string]string{"threads": "2"})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer cctx.Close()
-				exe, err := cctx.Prepare(ctx, g)
-				if errors.Is(err, core.ErrUnsupported) {
-					b.Skipf("this build refuses it: %v", err)
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer exe.Close()
-				ex, err := exe.NewExecution()
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer ex.Close()
-				rng := rand.New(rand.NewPCG(1, 2))
-				for io, t := range []*core.Tensor{q, k, v, g.Outputs[0]} {
-					buf, err := cctx.Alloc(t.Bytes(), core.BufferDevice)
-					if err != nil {
-						b.Fatal(err)
-					}
-					defer buf.Close()
-					data := make([]byte, t.Bytes())
-					if t.DType == core.F16 {
-						for i := 0; i+1 < len(data); i += 2 {
-							h := core.F32ToF16(float32(rng.NormFloat64()))
-							data[i], data[i+1] = byte(h), byte(h>>8)
-						}
-					} else if io == 0 {
-						copy(data, core.EncodeF32(randF32(rng, t.Shape.NumElements())))
-					}
-					if err := buf.Write(0, data); err != nil {
-						b.Fatal(err)
-					}
-					if err := ex.Bind(io, buf, 0); err != nil {
-						b.Fatal(err)
-					}
-				}
+				ex := attentionExecution(b, f, g, "2", q, k, v)
 				b.ResetTimer()
 				cpu0 := processCPU()
 				for range b.N {
@@ -157,6 +112,117 @@ func BenchmarkAttentionTree(b *testing.B) {
 				}
 				// CPU time as well as wall: on a shared, loaded machine it is the steadier figure
 				b.ReportMetric((processCPU()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
+			})
+		}
+	}
+}
+
+// attentionExecution prepares g (inputs ins, then one output) on the plugin file f with the
+// given threads and binds it to buffers: F16 inputs hold normal draws, F32 inputs uniform ones
+// in [-1, 1), the output zeros. It skips the benchmark when the file does not open here or its
+// build refuses g; what it opens is closed when the benchmark ends.
+func attentionExecution(b *testing.B, f string, g *core.Graph, threads string, ins ...*core.Tensor) core.Execution {
+	b.Helper()
+	ctx := context.Background()
+	be, err := loader.Open(ctx, f)
+	if err != nil {
+		b.Skipf("%s: %v", f, err)
+	}
+	b.Cleanup(func() { be.Close() })
+	cctx, err := be.Devices()[0].NewContext(ctx, map[string]string{"threads": threads})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cctx.Close() })
+	exe, err := cctx.Prepare(ctx, g)
+	if errors.Is(err, core.ErrUnsupported) {
+		b.Skipf("this build refuses it: %v", err)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { exe.Close() })
+	ex, err := exe.NewExecution()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ex.Close() })
+	rng := rand.New(rand.NewPCG(1, 2))
+	for io, t := range append(ins, g.Outputs[0]) {
+		buf, err := cctx.Alloc(t.Bytes(), core.BufferDevice)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { buf.Close() })
+		data := make([]byte, t.Bytes())
+		switch {
+		case io == len(ins):
+		case t.DType == core.F16:
+			for i := 0; i+1 < len(data); i += 2 {
+				h := core.F32ToF16(float32(rng.NormFloat64()))
+				data[i], data[i+1] = byte(h), byte(h>>8)
+			}
+		default:
+			copy(data, core.EncodeF32(randF32(rng, t.Shape.NumElements())))
+		}
+		if err := buf.Write(0, data); err != nil {
+			b.Fatal(err)
+		}
+		if err := ex.Bind(io, buf, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return ex
+}
+
+// BenchmarkAttentionDecode: one decode row of a 1B Llama (32 query heads of 64, 8 KV heads, an
+// f32 cache of 4096 rows of which 196 are visible) on one thread, with the cache warm and cold.
+// Cold reads 64 MiB of other memory between runs, outside the timer, as a decode step's weight
+// stream evicts the cache between one layer's tokens. Each build in build/plugins runs;
+// XPU_PLUGIN_PATH=a.so:b.so compares two builds (for example main's and a branch's avx2).
+func BenchmarkAttentionDecode(b *testing.B) {
+	const hq, hkv, d, tk, off = 32, 8, 64, 4096, 195
+	files, _ := findPlugins()
+	if len(files) == 0 {
+		b.Skip("no neon build (run make plugins)")
+	}
+	junk := make([]byte, 64<<20)
+	for i := range junk {
+		junk[i] = byte(i)
+	}
+	for i, f := range files {
+		for _, cold := range []bool{false, true} {
+			name := fmt.Sprintf("%d-%s/warm", i, filepath.Base(f))
+			if cold {
+				name = fmt.Sprintf("%d-%s/cold", i, filepath.Base(f))
+			}
+			b.Run(name, func(b *testing.B) {
+				ctx := context.Background()
+				g := core.NewGraph()
+				q := g.Input("q", core.F32, 1, hq, d)
+				k := g.Input("k", core.F32, tk, hkv, d)
+				v := g.Input("v", core.F32, tk, hkv, d)
+				g.Output(g.Attention(q, k, v, core.AttentionOptions{Causal: true,
+					QOffsetInput: g.Const("q_offset", core.I32, core.Shape{1}, core.EncodeI32([]int32{off}))}))
+				if err := g.Err(); err != nil {
+					b.Fatal(err)
+				}
+				ex := attentionExecution(b, f, g, "1", q, k, v)
+				var sink byte
+				b.ResetTimer()
+				for range b.N {
+					if cold {
+						b.StopTimer()
+						for i := 0; i < len(junk); i += 64 {
+							sink += junk[i]
+						}
+						b.StartTimer()
+					}
+					if err := ex.Run(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+				junk[0] = sink
 			})
 		}
 	}

@@ -222,6 +222,17 @@ static inline float dot_k_vec(const float *q, const uint8_t *k, uint32_t kt, int
   return A_HSUM(A_ADD(a0, a1));
 }
 
+/* s[g * sstride] = scale * (the sum of y_g's 8 lanes) for g = 0..3: per 128-bit lane, two
+ * shuffling adds give [sum y0, sum y1, sum y2, sum y3] of that lane's 4 values, and the two
+ * lanes are added once (instead of four full horizontal sums) */
+static inline void sum4_store(__m256 y0, __m256 y1, __m256 y2, __m256 y3, float scale, float *s, int64_t sstride) {
+  __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(y0, y1), _mm256_hadd_ps(y2, y3));
+  __m128 r = _mm_mul_ps(_mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)), _mm_set1_ps(scale));
+  float t[4];
+  _mm_storeu_ps(t, r);
+  for (int g = 0; g < 4; g++) s[g * sstride] = t[g];
+}
+
 #if defined(__AVX512F__)
 /* Four query heads against one K row (d % 16 == 0): the row is loaded and converted once, and
  * the four sums are reduced together (two shuffling adds instead of four full reductions). */
@@ -239,12 +250,7 @@ static inline void dot4_k_vec(const float *q, int64_t d, const uint8_t *k, uint3
 #define HALVES(a) _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)))
   __m256 y0 = HALVES(a0), y1 = HALVES(a1), y2 = HALVES(a2), y3 = HALVES(a3);
 #undef HALVES
-  /* per 128-bit lane: [sum y0, sum y1, sum y2, sum y3] of that lane's 4 values */
-  __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(y0, y1), _mm256_hadd_ps(y2, y3));
-  __m128 r = _mm_mul_ps(_mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)), _mm_set1_ps(scale));
-  float t[4];
-  _mm_storeu_ps(t, r);
-  for (int g = 0; g < 4; g++) s[g * sstride] = t[g];
+  sum4_store(y0, y1, y2, y3, scale, s, sstride);
 }
 #endif
 
@@ -278,12 +284,7 @@ static inline void dot4_k_vec8(const float *q, int64_t d, const uint8_t *k, uint
   a1 = _mm256_add_ps(a1, b1);
   a2 = _mm256_add_ps(a2, b2);
   a3 = _mm256_add_ps(a3, b3);
-  /* per 128-bit lane: [sum a0, sum a1, sum a2, sum a3] of that lane's 4 values */
-  __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-  __m128 r = _mm_mul_ps(_mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)), _mm_set1_ps(scale));
-  float t[4];
-  _mm_storeu_ps(t, r);
-  for (int g = 0; g < 4; g++) s[g * sstride] = t[g];
+  sum4_store(a0, a1, a2, a3, scale, s, sstride);
 }
 #endif
 
