@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Speculative decoding on a loaded machine: CPU time per generated token instead of wall time.
 # Wall-clock tok/s swings by 2-4x when other processes share the cores; the process's own CPU
-# time (user + system, /usr/bin/time) moves much less. Each configuration runs twice per round,
-# generating N tokens and 1 token; the difference over N-1 is the CPU time of decoding alone
-# (load, prefill and calibration cancel). Rounds interleave the configurations; the table has
-# medians and each configuration's ratio to plain decoding of the same round.
+# time (user + system) moves much less. Each configuration runs once per round, and the figure
+# is the CPU time of decoding alone per decoded token, as `xpu run --stats` prints it ("decode
+# cpu:", measured around the decode loop: load, prefill and calibration are not in it; an
+# earlier version took the difference of an N-token and a 1-token run, into which calibration's
+# run-to-run spread leaked). Rounds interleave the configurations; the table has medians and each
+# configuration's ratio to plain decoding of the same round.
 #
 #   bench/spec-cpu.sh                  (after `make all`; same task as bench/spec.sh)
 #
@@ -24,17 +26,13 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 export XPU_CACHE_DIR="$out/cache"
 
-# cpu NAME N FLAGS...: the CPU seconds of one run (getrusage of the child: microseconds, where
-# /usr/bin/time's %U and %S print hundredths, which is a fifth of a 200-token decode here)
+# cpu NAME N FLAGS...: the decode CPU µs per token of one run ("decode cpu:" of --stats)
 cpu() {
 	local n=$2
 	shift 2
-	python3 -c 'import resource, subprocess, sys
-with open(sys.argv[1], "w") as o, open(sys.argv[2], "w") as e:
-    subprocess.run(sys.argv[3:], stdout=o, stderr=e, check=True)
-r = resource.getrusage(resource.RUSAGE_CHILDREN)
-print("%.6f" % (r.ru_utime + r.ru_stime))' "$out/o.txt" "$out/o.err" \
-		"$XPU" run --model "$MODEL" --backend "$BACKEND" -t "$THREADS" --temp 0 -n "$n" --stats -p "$prompt" "$@"
+	"$XPU" run --model "$MODEL" --backend "$BACKEND" -t "$THREADS" --temp 0 -n "$n" --stats -p "$prompt" "$@" \
+		>"$out/o.txt" 2>"$out/o.err"
+	sed -n 's/^decode cpu: .* ms, \([0-9.]*\) µs per token.*/\1/p' "$out/o.err"
 }
 
 # CONFIGS: the configurations, plain first; a name other than these three takes its flags from
@@ -57,12 +55,11 @@ for ((r = 0; r < ROUNDS; r++)); do
 	for ((i = 0; i < ${#configs[@]}; i++)); do
 		c=${configs[$(((i + r) % ${#configs[@]}))]}
 		# shellcheck disable=SC2046
-		full=$(cpu "$c" "$N" $(flags "$c"))
+		us=$(cpu "$c" "$N" $(flags "$c"))
+		[ -n "$us" ] || { echo "$c: no \"decode cpu:\" line in --stats:" >&2; cat "$out/o.err" >&2; exit 1; }
 		tpp=$(sed -n 's/^speculative: \([0-9.]*\) tokens\/pass.*/\1/p' "$out/o.err")
 		cp "$out/o.txt" "$out/$c.txt"
-		# shellcheck disable=SC2046
-		one=$(cpu "$c" 1 $(flags "$c"))
-		echo "$r $c $full $one ${tpp:-1.00} $load" >>"$out/results"
+		echo "$r $c $us ${tpp:-1.00} $load" >>"$out/results"
 	done
 done
 for c in "${configs[@]:1}"; do
@@ -70,18 +67,17 @@ for c in "${configs[@]:1}"; do
 done
 echo "| configuration | CPU µs per token | × plain (tokens per CPU second) | tokens/pass | load avg |"
 echo "|---|--:|--:|--:|--:|"
-python3 - "$out/results" "$N" "${configs[@]}" <<'PY'
+python3 - "$out/results" "${configs[@]}" <<'PY'
 import sys, statistics as st, collections
-n = int(sys.argv[2])
 per, rows, order = {}, collections.defaultdict(list), []
 for line in open(sys.argv[1]):
-    r, c, full, one, tpp, load = line.split()
-    us = (float(full) - float(one)) / (n - 1) * 1e6
+    r, c, us, tpp, load = line.split()
+    us = float(us)
     per[(r, c)] = us
     rows[c].append((us, float(tpp), float(load)))
     if c not in order:
         order.append(c)
-for c in sys.argv[3:]:
+for c in sys.argv[2:]:
     if c not in rows:
         continue
     ratios = [per[(r, "plain")] / per[(r, c)] for (r, cc) in per if cc == c and (r, "plain") in per and per[(r, c)] > 0]

@@ -7,6 +7,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm/draft"
+	"github.com/xpuhub/xpu/sched/energy"
 )
 
 // StopReason says why generation ended.
@@ -27,6 +28,11 @@ type Result struct {
 	Stop         StopReason
 	Prefill      time.Duration
 	Decode       time.Duration
+	// DecodeCPU is the CPU time (user + system) this process spent while decoding: every thread
+	// of it, the in-process backends' workers included (an isolated backend's child process is
+	// not). On a machine whose other processes take turns on the cores it moves far less than
+	// Decode. 0 where the platform does not report it.
+	DecodeCPU time.Duration
 	// Spec reports speculative decoding (WithSpeculative), nil without it.
 	Spec *SpecStats
 }
@@ -151,13 +157,13 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 		return res, nil
 	}
 	var text []byte
-	t1 := time.Now()
+	t1, c1 := time.Now(), cpuTime()
 	if cfg.spec != nil {
 		err := r.specDecode(ctx, &cfg, &res, logits, dec, &text, res.Spec)
 		if err == nil {
 			text = r.flushText(dec, text, &cfg, &err)
 		}
-		res = r.finish(res, text, t1)
+		res = r.finish(res, text, t1, c1)
 		if f, ok := cfg.spec.drafter.(draft.Finisher); ok && err == nil {
 			var ferr error
 			if perr := safely(func() { ferr = f.Finish(res.Tokens) }); perr != nil {
@@ -180,14 +186,14 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 		res.Tokens = append(res.Tokens, next)
 		if cfg.onToken != nil {
 			if err := cfg.onToken(next); err != nil {
-				return r.finish(res, text, t1), err
+				return r.finish(res, text, t1, c1), err
 			}
 		}
 		if piece := dec.Next(next); piece != "" {
 			text = append(text, piece...)
 			if cfg.stream != nil {
 				if err := cfg.stream(piece); err != nil {
-					return r.finish(res, text, t1), err
+					return r.finish(res, text, t1, c1), err
 				}
 			}
 		}
@@ -200,21 +206,21 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 			break
 		}
 		if logits, err = r.Decode(ctx, next); err != nil {
-			return r.finish(res, text, t1), err
+			return r.finish(res, text, t1, c1), err
 		}
 		if err := checkLogits(logits, r.pos-1); err != nil {
-			return r.finish(res, text, t1), err
+			return r.finish(res, text, t1, c1), err
 		}
 	}
 	if rest := dec.Flush(); rest != "" {
 		text = append(text, rest...)
 		if cfg.stream != nil {
 			if err := cfg.stream(rest); err != nil {
-				return r.finish(res, text, t1), err
+				return r.finish(res, text, t1, c1), err
 			}
 		}
 	}
-	return r.finish(res, text, t1), nil
+	return r.finish(res, text, t1, c1), nil
 }
 
 // flushText appends the decoder's held-back bytes, streaming them; a stream error goes to *err.
@@ -228,8 +234,20 @@ func (r *Runner) flushText(dec interface{ Flush() string }, text []byte, cfg *ge
 	return text
 }
 
-func (r *Runner) finish(res Result, text []byte, t1 time.Time) Result {
+func (r *Runner) finish(res Result, text []byte, t1 time.Time, c1 time.Duration) Result {
 	res.Text = string(text)
 	res.Decode = time.Since(t1)
+	if c1 > 0 {
+		res.DecodeCPU = cpuTime() - c1
+	}
 	return res
+}
+
+// cpuTime is the CPU time this process has used so far (0 where the platform does not say).
+func cpuTime() time.Duration {
+	t, err := energy.ProcessCPUTime()
+	if err != nil {
+		return 0
+	}
+	return t
 }

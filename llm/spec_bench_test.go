@@ -12,15 +12,7 @@ import (
 
 	"github.com/xpuhub/xpu/llm/draft"
 	"github.com/xpuhub/xpu/loader"
-	"github.com/xpuhub/xpu/sched/energy"
 )
-
-// cpuTime is the CPU time this process has used: on a loaded machine it moves less than the
-// wall clock with the other processes' share of the cores.
-func cpuTime() time.Duration {
-	t, _ := energy.ProcessCPUTime()
-	return t
-}
 
 // BenchmarkVerifyPass times one pass of each graph length at cache positions 64 and 480 (the
 // second is where bench/spec.sh's summary task decodes: a 433-token prompt, 200 tokens):

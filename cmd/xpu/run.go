@@ -256,6 +256,11 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "decode: %d tokens in %.1f ms, %.1f tok/s, %.2f GB/s of weights (stop: %s)\n",
 		len(res.Tokens), ms(res.Decode), res.DecodeTokensPerSecond(),
 		float64(m.WeightBytes())*res.DecodeTokensPerSecond()/1e9, res.Stop)
+	if *stats && res.DecodeCPU > 0 && len(res.Tokens) > 1 {
+		// steadier than the wall clock where other processes share the cores
+		fmt.Fprintf(stderr, "decode cpu: %.1f ms, %.1f µs per token (this process's threads, user + system)\n",
+			ms(res.DecodeCPU), float64(res.DecodeCPU.Microseconds())/float64(len(res.Tokens)-1))
+	}
 	if *spec.stats {
 		printSpecStats(stderr, res)
 	}

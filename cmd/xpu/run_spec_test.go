@@ -39,6 +39,7 @@ func TestRunSpecModes(t *testing.T) {
 		if strings.Contains(strings.Join(args, " "), "--stats") {
 			assert.Regexp(t, regexp.MustCompile(`speculative: [0-9.]+ tokens/pass over \d+ passes`), errOut, "%v", args)
 			assert.Contains(t, errOut, "time: draft")
+			assert.Regexp(t, regexp.MustCompile(`decode cpu: [0-9.]+ ms, [0-9.]+ µs per token`), errOut, "%v", args)
 		}
 	}
 	// the task's answer was stored
