@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/loader"
+	"github.com/xpuhub/xpu/sched/energy"
 )
 
 // threads is the thread count of every contender (XPU_BENCH_THREADS, default 2).
@@ -89,11 +89,8 @@ func matmulRunWith(b *testing.B, dev core.Device, opts map[string]string, s Shap
 
 // cpuTime is the CPU time (user + system) the process has used so far.
 func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	t, _ := energy.ProcessCPUTime() // 0 where the platform does not say
+	return t
 }
 
 // timed runs f b.N times after one warm-up run and returns the elapsed time. It also reports
