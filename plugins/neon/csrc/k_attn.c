@@ -1041,16 +1041,45 @@ static void att_small_rows(const att_args *A, float *base, int64_t i0, int64_t n
   }
 }
 
-/*
- * One task is a block of qb query rows and a KV head hk with the `gs` query heads that read it
- * (all of the group, or one head when there are too few groups to keep the threads busy). Each
- * K and V row is loaded from memory once for the whole group and all qb rows: decode with
- * grouped-query attention reads the KV cache once instead of once per query head, and a chunk
- * (a prefill chunk, a draft tree being verified) once per qb rows instead of once per row. The
- * keys go by windows of ATT_BLOCK positions; each row takes the ones it sees from a window (a
- * prefix for causal rows; with a tree mask, the prefix before q_offset and the block keys its
- * mask row marks) while the window's rows are still in the core's cache.
- */
+/* the end of the candidate keys of query row i: keys [0, end); with a mask, those at off+j are
+ * skipped unless mask[i, j] (att_window_keys) */
+static inline int64_t att_row_end(const att_args *A, int64_t i) {
+  int64_t end = A->Tk;
+  if (A->causal) {
+    int64_t lim = A->mask ? A->off + A->Tq : i + A->off + 1;
+    if (lim < end) end = lim;
+  }
+  return end < 0 ? 0 : end;
+}
+
+/* the keys query row i sees among [w0, e), into kidx; returns their count */
+static inline int64_t att_window_keys(const att_args *A, int64_t i, int64_t w0, int64_t e, int64_t *kidx) {
+  const int8_t *mrow = A->mask ? A->mask + i * A->Tq : NULL;
+  int64_t jb = 0;
+  for (int64_t j = w0; j < e; j++)
+    if (!mrow || j < A->off || mrow[j - A->off]) kidx[jb++] = j;
+  return jb;
+}
+
+/* head row `row` of q (rows of [Tq, Hq]) as f32 */
+static inline void att_load_q(const att_args *A, int64_t row, float *dst) {
+  if (A->qt == XPU_DT_F32)
+    memcpy(dst, (const float *)A->q + row * A->D, (size_t)A->D * 4);
+  else
+    nv_f16_row_to_f32((const uint16_t *)A->q + row * A->D, dst, A->D);
+}
+
+/* head row `row` of the output: the accumulator over the softmax sum l (zeros where no key was
+ * visible); scales acc in place */
+static inline void att_store_row(const att_args *A, int64_t row, float *acc, float l) {
+  float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  for (int64_t d = 0; d < A->Dv; d++) acc[d] *= inv;
+  if (A->qt == XPU_DT_F32)
+    memcpy((float *)A->o + row * A->Dv, acc, (size_t)A->Dv * 4);
+  else
+    nv_f32_row_to_f16(acc, (uint16_t *)A->o + row * A->Dv, A->Dv);
+}
+
 /*
  * One query row (decode) on the large-head path: the thread's head groups are walked inside
  * each key window instead of one after another over all the keys. A position's K (and V) row
@@ -1065,41 +1094,32 @@ static void att_small_rows(const att_args *A, float *base, int64_t i0, int64_t n
 static void att_row_keys_outer(const att_args *A, float *base, int64_t t0, int64_t t1) {
   const int64_t group = A->Hq / A->Hkv, gs = A->gs, nt = t1 - t0, D = A->D, Dv = A->Dv;
   float *qf = base, *acc = qf + nt * gs * D, *m = acc + nt * gs * Dv, *l = m + nt * gs, *s = l + nt * gs;
-  int64_t end = A->Tk;
-  if (A->causal && A->off + 1 < end) end = A->off + 1;
-  if (end < 0) end = 0;
-  for (int64_t t = 0; t < nt; t++) {
-    for (int64_t g = 0; g < gs; g++) {
-      int64_t row = (t0 + t) * gs + g;
-      float *qg = qf + (t * gs + g) * D;
-      if (A->qt == XPU_DT_F32)
-        memcpy(qg, (const float *)A->q + row * D, (size_t)D * 4);
-      else
-        nv_f16_row_to_f32((const uint16_t *)A->q + row * D, qg, D);
-      m[t * gs + g] = -INFINITY;
-      l[t * gs + g] = 0.0f;
-    }
+  const int64_t end = att_row_end(A, 0);
+  for (int64_t r = 0; r < nt * gs; r++) {
+    att_load_q(A, t0 * gs + r, qf + r * D);
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
   }
   memset(acc, 0, (size_t)(nt * gs * Dv) * 4);
   for (int64_t w0 = 0; w0 < end; w0 += ATT_BLOCK) {
-    int64_t e = w0 + ATT_BLOCK < end ? w0 + ATT_BLOCK : end, kidx[ATT_BLOCK], jb = 0;
-    for (int64_t j = w0; j < e; j++)
-      if (!A->mask || j < A->off || A->mask[j - A->off]) kidx[jb++] = j;
+    int64_t kidx[ATT_BLOCK], jb = att_window_keys(A, 0, w0, w0 + ATT_BLOCK < end ? w0 + ATT_BLOCK : end, kidx);
     if (jb == 0) continue;
     for (int64_t t = 0; t < nt; t++)
       att_block(A, qf + t * gs * D, acc + t * gs * Dv, m + t * gs, l + t * gs, s, kidx, jb, ((t0 + t) * gs) / group);
   }
-  for (int64_t r = 0; r < nt * gs; r++) {
-    float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f, *ag = acc + r * Dv;
-    for (int64_t d = 0; d < Dv; d++) ag[d] *= inv;
-    int64_t row = t0 * gs + r;
-    if (A->qt == XPU_DT_F32)
-      memcpy((float *)A->o + row * Dv, ag, (size_t)Dv * 4);
-    else
-      nv_f32_row_to_f16(ag, (uint16_t *)A->o + row * Dv, Dv);
-  }
+  for (int64_t r = 0; r < nt * gs; r++) att_store_row(A, t0 * gs + r, acc + r * Dv, l[r]);
 }
 
+/*
+ * One task is a block of qb query rows and a KV head hk with the `gs` query heads that read it
+ * (all of the group, or one head when there are too few groups to keep the threads busy). Each
+ * K and V row is loaded from memory once for the whole group and all qb rows: decode with
+ * grouped-query attention reads the KV cache once instead of once per query head, and a chunk
+ * (a prefill chunk, a draft tree being verified) once per qb rows instead of once per row. The
+ * keys go by windows of ATT_BLOCK positions; each row takes the ones it sees from a window (a
+ * prefix for causal rows; with a tree mask, the prefix before q_offset and the block keys its
+ * mask row marks) while the window's rows are still in the core's cache.
+ */
 static void att_task(void *p, int tid, int nth) {
   att_args *A = (att_args *)p;
   const int64_t group = A->Hq / A->Hkv, gs = A->gs, per_row = A->Hq / gs, qb = A->qb;
@@ -1118,23 +1138,9 @@ static void att_task(void *p, int tid, int nth) {
     int64_t i0 = (task / per_row) * qb, h0 = (task % per_row) * gs, hk = h0 / group;
     int64_t nr = A->Tq - i0 < qb ? A->Tq - i0 : qb, ends[ATT_MAX_QB], wend = 0;
     for (int64_t r = 0; r < nr; r++) {
-      int64_t i = i0 + r;
-      /* keys [0, end) are candidates; with a mask, those at off+j are skipped unless mask[i, j] */
-      int64_t end = A->Tk;
-      if (A->causal) {
-        int64_t lim = A->mask ? A->off + A->Tq : i + A->off + 1;
-        if (lim < end) end = lim;
-      }
-      ends[r] = end < 0 ? 0 : end;
+      ends[r] = att_row_end(A, i0 + r);
       if (ends[r] > wend) wend = ends[r];
-      for (int64_t g = 0; g < gs; g++) {
-        int64_t row = i * A->Hq + h0 + g;
-        float *qg = qf + (r * gs + g) * A->D;
-        if (A->qt == XPU_DT_F32)
-          memcpy(qg, (const float *)A->q + row * A->D, (size_t)A->D * 4);
-        else
-          nv_f16_row_to_f32((const uint16_t *)A->q + row * A->D, qg, A->D);
-      }
+      for (int64_t g = 0; g < gs; g++) att_load_q(A, (i0 + r) * A->Hq + h0 + g, qf + (r * gs + g) * A->D);
     }
     if (small) {
 #if ATT_LANES == 8
@@ -1150,25 +1156,14 @@ static void att_task(void *p, int tid, int nth) {
     memset(acc, 0, (size_t)(nr * gs * A->Dv) * 4);
     for (int64_t w0 = 0; w0 < wend; w0 += ATT_BLOCK) {
       for (int64_t r = 0; r < nr; r++) {
-        const int8_t *mrow = A->mask ? A->mask + (i0 + r) * A->Tq : NULL;
-        int64_t e = w0 + ATT_BLOCK < ends[r] ? w0 + ATT_BLOCK : ends[r], kidx[ATT_BLOCK], jb = 0;
-        for (int64_t j = w0; j < e; j++)
-          if (!mrow || j < A->off || mrow[j - A->off]) kidx[jb++] = j;
+        int64_t kidx[ATT_BLOCK], jb = att_window_keys(A, i0 + r, w0, w0 + ATT_BLOCK < ends[r] ? w0 + ATT_BLOCK : ends[r], kidx);
         if (jb > 0)
           att_block(A, qf + r * gs * A->D, acc + r * gs * A->Dv, m + r * gs, l + r * gs, s, kidx, jb, hk);
       }
     }
-    for (int64_t r = 0; r < nr; r++) {
-      for (int64_t g = 0; g < gs; g++) {
-        float inv = l[r * gs + g] > 0.0f ? 1.0f / l[r * gs + g] : 0.0f, *ag = acc + (r * gs + g) * A->Dv;
-        for (int64_t d = 0; d < A->Dv; d++) ag[d] *= inv;
-        int64_t row = (i0 + r) * A->Hq + h0 + g;
-        if (A->qt == XPU_DT_F32)
-          memcpy((float *)A->o + row * A->Dv, ag, (size_t)A->Dv * 4);
-        else
-          nv_f32_row_to_f16(ag, (uint16_t *)A->o + row * A->Dv, A->Dv);
-      }
-    }
+    for (int64_t r = 0; r < nr; r++)
+      for (int64_t g = 0; g < gs; g++)
+        att_store_row(A, (i0 + r) * A->Hq + h0 + g, acc + (r * gs + g) * A->Dv, l[r * gs + g]);
   }
 }
 
