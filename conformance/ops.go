@@ -211,6 +211,9 @@ func matmulCases() []testCase {
 		{core.Shape{2, 3, 5, 33}, core.Shape{3, 17, 33}, false}, {core.Shape{2, 4, 9}, core.Shape{7, 9}, true},
 		{core.Shape{2, 1, 4, 8}, core.Shape{1, 3, 6, 8}, false},
 		{core.Shape{0, 32}, core.Shape{16, 32}, true}, {core.Shape{4, 32}, core.Shape{0, 32}, false},
+		// 2 and 3 rows on a constant weight: a verify of 1-2 draft tokens (neon: packed panels;
+		// a partial last panel, and K across two cache blocks)
+		{core.Shape{2, 40}, core.Shape{21, 40}, true}, {core.Shape{3, 300}, core.Shape{35, 300}, true},
 	}
 	quant := []mm{
 		{core.Shape{1, 32}, core.Shape{1, 32}, true}, {core.Shape{5, 96}, core.Shape{17, 96}, true},

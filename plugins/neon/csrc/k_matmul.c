@@ -741,7 +741,7 @@ static int is_quant(uint32_t bt) { return bt == XPU_DT_Q8_0 || bt == XPU_DT_Q4_0
 int nv_fpack_wanted(const xpu_ir_graph *g, const xpu_ir_node *n) {
   const xpu_ir_tensor *a = &g->tensors[n->inputs[0]], *b = &g->tensors[n->inputs[1]];
   int64_t M = a->rank >= 2 ? a->shape[a->rank - 2] : 1, N = b->shape[b->rank - 2], K = b->shape[b->rank - 1];
-  return nv_is_float_weight(b->dtype) && M > GEMV_MAX_M && N > 0 && K > 0 && nv_fpack_bytes(N, K) <= NV_FPACK_MAX;
+  return nv_is_float_weight(b->dtype) && M > 1 && N > 0 && K > 0 && nv_fpack_bytes(N, K) <= NV_FPACK_MAX;
 }
 
 /* per-thread: the packed A block (GEMM) */
@@ -878,13 +878,13 @@ xpu_status nv_k_matmul(nv_run *r, const xpu_ir_node *n) {
         nv_parallel(r, M * K, quant_a_task, &A);
         atomic_store(&A.next, 0);
         nv_parallel(r, M * N * K, qmm_task, &A);
-      } else if (M <= GEMV_MAX_M) {
-        atomic_store(&A.next, 0);
-        nv_parallel(r, M * N * K, gemv_task, &A);
       } else if (fp && small_m(M, K)) {
         A.bp = (float *)fp;
         atomic_store(&A.next, 0);
         nv_parallel(r, M * N * K, small_m_task, &A);
+      } else if (M <= GEMV_MAX_M) {
+        atomic_store(&A.next, 0);
+        nv_parallel(r, M * N * K, gemv_task, &A);
       } else {
         A.bp = (float *)shared;
         for (A.jc = 0; A.jc < N; A.jc += NC) {
