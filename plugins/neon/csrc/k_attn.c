@@ -1245,6 +1245,8 @@ xpu_status nv_k_attention(nv_run *r, const xpu_ir_node *n) {
    * sized for the whole group */
   A.qb = att_qb_max(A.Tq, att_group(A.Hq, A.Hkv), A.D, A.Dv);
   while (A.qb > 1 && (A.Tq + A.qb - 1) / A.qb * (A.Hq / A.gs) < 2 * (int64_t)r->nth) A.qb = (A.qb + 1) / 2;
-  nv_parallel(r, A.Tq * A.Hq * (A.Tk + 1) * (A.D + A.Dv), att_task, &A);
+  /* the work is over the keys the rows can see: a decode row at position p of a long cache
+   * reads p + 1 keys, not the cache's length */
+  nv_parallel(r, A.Tq * A.Hq * (att_row_end(&A, A.Tq - 1) + 1) * (A.D + A.Dv), att_task, &A);
   return XPU_OK;
 }

@@ -39,6 +39,7 @@ struct nv_pool {
   nv_worker *w;
   atomic_uint_fast64_t gen; /* bumped to publish a region (fn, arg, nth written before) */
   atomic_int pending;       /* workers that have not yet finished the current region */
+  atomic_int sleeping;      /* workers past their spin, waiting on cv_work */
   atomic_int stop;
   int nth;
   int first; /* task index of worker 0: 1 when the calling thread runs task 0 itself */
@@ -58,9 +59,11 @@ static void *worker_main(void *p_) {
       g = atomic_load_explicit(&p->gen, memory_order_acquire);
     }
     if (g == seen) {
+      atomic_fetch_add(&p->sleeping, 1);
       pthread_mutex_lock(&p->mu);
       while (!atomic_load(&p->stop) && (g = atomic_load(&p->gen)) == seen) pthread_cond_wait(&p->cv_work, &p->mu);
       pthread_mutex_unlock(&p->mu);
+      atomic_fetch_sub(&p->sleeping, 1);
     }
     if (atomic_load(&p->stop)) break;
     seen = g;
@@ -144,6 +147,8 @@ void nv_pool_destroy(nv_pool *p) {
 }
 
 int nv_pool_size(const nv_pool *p) { return p->n; }
+
+int nv_pool_sleeping(nv_pool *p) { return atomic_load_explicit(&p->sleeping, memory_order_relaxed) > 0; }
 
 void nv_pool_run(nv_pool *p, const nv_cpuset *cpus, int nth, nv_task_fn fn, void *arg) {
   if (nth > p->n) nth = p->n;
