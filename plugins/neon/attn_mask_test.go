@@ -228,6 +228,57 @@ func BenchmarkAttentionDecode(b *testing.B) {
 	}
 }
 
+// BenchmarkAttentionSmallHead is attention at stories260K's shapes, the small-head path (8 query
+// heads of 8 over 4 KV heads, an f16 cache of 1024 rows, 480 keys before the rows, 1 thread):
+// a decode row, a causal verify chunk of 4 and of 8 rows, and 8 rows as a draft tree (each
+// node sees its parent's line). This is what a verify pass of speculative decoding adds per
+// row, the most of its cost on a model this small. Builds are compared through
+// XPU_PLUGIN_PATH=old.so:new.so, the cases interleaved by -count.
+func BenchmarkAttentionSmallHead(b *testing.B) {
+	const hq, hkv, d, tk, off = 8, 4, 8, 1024, 480
+	files, _ := findPlugins()
+	if len(files) == 0 {
+		b.Skip("no neon build (run make plugins)")
+	}
+	for _, c := range []struct {
+		name   string
+		tq     int64
+		masked bool
+	}{{"decode", 1, false}, {"verify4", 4, false}, {"verify8", 8, false}, {"tree8", 8, true}} {
+		for i, f := range files {
+			b.Run(fmt.Sprintf("%s/%d-%s", c.name, i, filepath.Base(f)), func(b *testing.B) {
+				ctx := context.Background()
+				g := core.NewGraph()
+				q := g.Input("q", core.F32, c.tq, hq, d)
+				k := g.Input("k", core.F16, tk, hkv, d)
+				v := g.Input("v", core.F16, tk, hkv, d)
+				o := core.AttentionOptions{Causal: true,
+					QOffsetInput: g.Const("q_offset", core.I32, core.Shape{1}, core.EncodeI32([]int32{off}))}
+				if c.masked {
+					mask := make([]byte, c.tq*c.tq)
+					for i := int64(0); i < c.tq; i++ { // two chains from the root: 0-2-4-6 and 1-3-5-7
+						for a := i; a >= 0; a -= 2 {
+							mask[i*c.tq+a] = 1
+						}
+					}
+					o.Mask = g.Const("mask", core.I8, core.Shape{c.tq, c.tq}, mask)
+				}
+				g.Output(g.Attention(q, k, v, o))
+				if err := g.Err(); err != nil {
+					b.Fatal(err)
+				}
+				ex := attentionExecution(b, f, g, "1", q, k, v)
+				b.ResetTimer()
+				for range b.N {
+					if err := ex.Run(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
 // processCPU is the user+system CPU time of this process so far (the plugin's threads included).
 func processCPU() time.Duration {
 	t, _ := energy.ProcessCPUTime() // 0 where the platform does not say
