@@ -521,8 +521,7 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 			}
 		}
 		k, l := pol.choose(tree.Len(), tree.Match)
-		// parents come first, so the first k nodes are a tree
-		tree = draft.Tree{Tokens: tree.Tokens[:k], Parents: tree.Parents[:k], Match: tree.Match}
+		tree = tree.Prefix(k)
 		t0 := time.Now()
 		if k == 0 {
 			var err error

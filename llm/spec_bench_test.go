@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,10 +66,11 @@ func BenchmarkVerifyPass(b *testing.B) {
 // prompt, 200 greedy tokens, stories260K on neon, 1 thread): plain decoding, the default policy
 // (retrieval drafts, verified where they pay) with several sets of verify lengths, and retrieval
 // verifying every draft. Every iteration runs each configuration once, in a rotating order (so
-// that a change in the machine's load falls on all of them alike), generating 200 tokens and
-// then 1 (the prefill and calibration, which the difference cancels). cpu-us/tok:NAME is the
-// process's CPU time of decoding per token, which the load moves far less than the wall clock
-// (the policy's choices still follow the wall clock); x-plain:NAME is plain decoding's CPU time
+// that a change in the machine's load falls on all of them alike), generating 200 tokens.
+// cpu-us/tok:NAME is the process's CPU time of decoding per token (Result.DecodeCPU: prefill
+// and calibration left out; it used to be a 200-token run's CPU time less a 1-token run's, a
+// difference into which calibration's spread leaked), which the load moves far less than the
+// wall clock (the policy's choices still follow the wall clock); x-plain:NAME is plain decoding's CPU time
 // over the configuration's, i.e. its speed-up; tok/pass:NAME the tokens per forward pass.
 // Garbage collection is left out: each run starts after a collection.
 //
@@ -110,7 +112,7 @@ func BenchmarkSpecSummary(b *testing.B) {
 		}
 		defer c.r.Close()
 	}
-	gen := func(c *config, n int) (Result, time.Duration) {
+	gen := func(c *config, n int) Result {
 		opts := []GenerateOption{WithMaxTokens(n)}
 		if c.lengths != nil {
 			var so []SpecOption
@@ -120,26 +122,24 @@ func BenchmarkSpecSummary(b *testing.B) {
 			opts = append(opts, WithSpeculative(draft.NewRetrieval(draft.RetrievalOptions{}), so...))
 		}
 		runtime.GC()
-		t0 := cpuTime()
 		res, err := c.r.Generate(ctx, prompt, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
-		return res, cpuTime() - t0
+		return res
 	}
 	var want string
 	round := 0
 	for b.Loop() {
 		for i := range cs {
 			c := cs[(i+round)%len(cs)]
-			res, full := gen(c, 200)
-			_, one := gen(c, 1)
+			res := gen(c, 200)
 			if want == "" {
 				want = res.Text
 			} else if res.Text != want {
 				b.Fatalf("%s: the text differs from the other configurations'", c.name)
 			}
-			c.cpu += full - one
+			c.cpu += res.DecodeCPU
 			c.tokens += len(res.Tokens) - 1
 			if sp := res.Spec; sp != nil {
 				c.passes += sp.Passes
@@ -171,4 +171,168 @@ func BenchmarkSpecSummary(b *testing.B) {
 			b.ReportMetric(float64((c.st.Draft+c.st.Overhead).Microseconds())/float64(c.tokens), "wall-us/tok-draft+overhead:"+c.name)
 		}
 	}
+}
+
+// BenchmarkSpecReplay bounds what a verify policy can gain with the retrieval drafter on
+// bench/spec.sh's summary task, from the costs of the passes and the drafts alone. The greedy
+// continuation is generated once by plain decoding; each pass length is timed where the task
+// decodes (CPU time, median of interleaved rounds; cost:L is a pass of length L in decode
+// passes, 1 being decode); then the drafter is replayed against the known continuation. At
+// every step the per-step oracle takes the length (or plain decoding) that gives the most
+// tokens per cost knowing what will be accepted; "match" verifies by the draft's match length
+// as the default policy's statistics would (1 token: verify-2, 2: verify-4, more: verify-8);
+// "always4" verifies every draft at length 4. x-plain:NAME is tokens over the summed costs,
+// the speed-up if drafting and the loop cost nothing (they cost ~5% in real runs, and the
+// replay offers no draft reuse, which needs the model's predictions after rejected tokens).
+//
+//	go test ./llm -run X -bench SpecReplay -benchtime 1x
+func BenchmarkSpecReplay(b *testing.B) {
+	m := openStories(b)
+	story, err := os.ReadFile(filepath.Join(modelsDir(b), "stories260K.greedy.txt"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := strings.ReplaceAll(string(story[:500]), "\n", " ")
+	prompt := s + " " + s
+	ctx := context.Background()
+	lengths := []int{2, 4, 8, 16}
+	r, err := NewRunner(ctx, m, pluginDevices(b, "neon")[0], WithVerifyLengths(lengths...),
+		WithContextOptions(map[string]string{"threads": "1"}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	ids := m.Tokenizer.Encode(prompt, true)
+	for b.Loop() {
+		r.Reset()
+		res, err := r.Generate(ctx, prompt, WithMaxTokens(200))
+		if err != nil {
+			b.Fatal(err)
+		}
+		full := append(slices.Clone(ids), res.Tokens...)
+		cost := passCosts(b, r, full[:len(ids)+100], append([]int{1}, lengths...))
+		r.Reset()
+		preds := make([][]draft.Candidate, len(ids))
+		if _, err := r.PrefillEach(ctx, ids, func(i int, l []float32) error {
+			preds[i] = topCandidates(l[:m.Tokenizer.Size()], calibrateTop)
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+		policies := []struct {
+			name   string
+			choose func(match int, acc map[int]int) int // the verify length, 1: plain
+		}{
+			{"oracle", func(_ int, acc map[int]int) int {
+				best, bestL := 1/cost[1], 1
+				for _, l := range lengths {
+					if v := float64(acc[l]+1) / cost[l]; v > best {
+						best, bestL = v, l
+					}
+				}
+				return bestL
+			}},
+			{"match", func(match int, _ map[int]int) int { return []int{2, 2, 4, 8}[min(match, 3)] }},
+			{"always4", func(int, map[int]int) int { return 4 }},
+		}
+		for _, p := range policies {
+			d := draft.NewRetrieval(draft.RetrievalOptions{})
+			d.Calibrate(ids, preds)
+			tokens, passes, spent := 0, 0, 0.0
+			for at := len(ids) + 1; at < len(full); passes++ {
+				want := full[at:]
+				tree := d.Propose(full[:at], slices.Max(lengths)-1)
+				acc := map[int]int{}
+				for _, l := range lengths {
+					acc[l] = min(treeAccepted(tree.Prefix(l-1), want), len(want)-1)
+				}
+				l := 1
+				if tree.Len() > 0 {
+					l = p.choose(tree.Match, acc)
+				}
+				a := acc[l] // 0 for plain decoding
+				if l > 1 {
+					path := tree.Prefix(l - 1).Primary()
+					d.Observe(draft.Step{Draft: path, Accepted: commonPrefix(path, want)})
+				}
+				tokens += a + 1
+				spent += cost[l]
+				at += a + 1
+			}
+			b.ReportMetric(float64(tokens)/float64(passes), "tok/pass:"+p.name)
+			b.ReportMetric(float64(tokens)/spent, "x-plain:"+p.name)
+		}
+		for _, l := range lengths {
+			b.ReportMetric(cost[l], fmt.Sprintf("cost:%d", l))
+		}
+	}
+}
+
+// passCosts times passes of each length (1: decode) after prefilling tokens: CPU time, the
+// median of 9 interleaved rounds of 20 passes, as a multiple of decode's.
+func passCosts(b *testing.B, r *Runner, tokens []int32, lengths []int) map[int]float64 {
+	ctx := context.Background()
+	r.Reset()
+	if _, err := r.Prefill(ctx, tokens); err != nil {
+		b.Fatal(err)
+	}
+	pos := r.pos
+	times := map[int][]time.Duration{}
+	for range 9 {
+		for _, l := range lengths {
+			t0 := cpuTime()
+			for range 20 {
+				var err error
+				if l == 1 {
+					_, err = r.Decode(ctx, tokens[0])
+				} else {
+					_, err = r.Verify(ctx, tokens[:l])
+				}
+				if err == nil {
+					err = r.Truncate(pos)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			times[l] = append(times[l], cpuTime()-t0)
+		}
+	}
+	med := func(ts []time.Duration) float64 {
+		slices.Sort(ts)
+		return float64(ts[len(ts)/2])
+	}
+	cost := map[int]float64{}
+	for _, l := range lengths {
+		cost[l] = med(times[l]) / med(times[1])
+	}
+	return cost
+}
+
+// treeAccepted is how many tokens of want a draft tree holds as a path from its root.
+func treeAccepted(t draft.Tree, want []int32) int {
+	cur, a := -1, 0
+	for a < len(want) {
+		next := -1
+		for i, p := range t.Parents {
+			if p == cur && t.Tokens[i] == want[a] {
+				next = i
+				break
+			}
+		}
+		if next < 0 {
+			return a
+		}
+		cur, a = next, a+1
+	}
+	return a
+}
+
+// commonPrefix is the length of the common prefix of a and b.
+func commonPrefix(a, b []int32) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }

@@ -37,6 +37,13 @@ func Chain(tokens []int32) Tree {
 	return t
 }
 
+// Prefix is the tree of the first k nodes (all of them when there are fewer): parents come
+// before their children, so these are a tree, the drafter's best k nodes.
+func (t Tree) Prefix(k int) Tree {
+	k = max(0, min(k, len(t.Tokens)))
+	return Tree{Tokens: t.Tokens[:k], Parents: t.Parents[:k], Match: t.Match}
+}
+
 // Len is the number of draft nodes.
 func (t Tree) Len() int { return len(t.Tokens) }
 
