@@ -765,6 +765,28 @@ static inline __m256 att_exp8(__m256 x) {
   return _mm256_blendv_ps(res, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
+/* exp(x) for x <= 0, -inf or NaN (a score less the maximum), without att_exp8's branch to its
+ * wide-range path: x is clamped to -87 (where 2^n stays a normal float) and lanes below it,
+ * -inf (masked keys) included, give exactly 0 instead of a subnormal weight under 2^-125,
+ * nothing beside the maximum's weight of 1; a NaN stays NaN (max returns its second operand
+ * then). Every lane of the two-pass path takes it, decode's and verify's rows alike. */
+static inline __m256 att_exp8_le0(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.0f), r = _mm256_set1_ps(0x1.8p23f);
+  const __m256 xc = _mm256_max_ps(lo, x);
+  const __m256 z = _mm256_fmadd_ps(xc, _mm256_set1_ps(0x1.715476p+0f), r);
+  const __m256 n = _mm256_sub_ps(z, r);
+  const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                    _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), xc));
+  const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+  const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1.0f))));
+  const __m256 u = _mm256_mul_ps(b, b);
+  const __m256 j = _mm256_fmadd_ps(
+      _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+      _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f)));
+  const __m256 jj = _mm256_fmadd_ps(j, u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+  return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), _mm256_fmadd_ps(k, jj, k));
+}
+
 static inline float att_lane_sum(const float *p) {
   __m128 s = _mm_add_ps(_mm_loadu_ps(p), _mm_loadu_ps(p + 4));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -891,12 +913,22 @@ static inline __attribute__((always_inline)) void att_2p_row(const att_args *A, 
       __m256 vmax = ninf;
       for (int64_t w = 0; w < nwr; w++) {
         const float *kw = kt + w * D * ATT_BLOCK;
-        __m256 t[4];
-        for (int k = 0; k < 4; k++) t[k] = _mm256_setzero_ps();
-        for (int64_t d = 0; d < D; d++) {
+        /* two sums per vector of keys (even and odd d): eight independent chains */
+        __m256 t[4], t2[4];
+        for (int k = 0; k < 4; k++) t[k] = t2[k] = _mm256_setzero_ps();
+        int64_t d = 0;
+        for (; d + 2 <= D; d += 2) {
+          const __m256 qd = _mm256_set1_ps(q[d]), qe = _mm256_set1_ps(q[d + 1]);
+          for (int k = 0; k < 4; k++) {
+            t[k] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kw + d * ATT_BLOCK + 8 * k), t[k]);
+            t2[k] = _mm256_fmadd_ps(qe, _mm256_loadu_ps(kw + (d + 1) * ATT_BLOCK + 8 * k), t2[k]);
+          }
+        }
+        if (d < D) {
           const __m256 qd = _mm256_set1_ps(q[d]);
           for (int k = 0; k < 4; k++) t[k] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kw + d * ATT_BLOCK + 8 * k), t[k]);
         }
+        for (int k = 0; k < 4; k++) t[k] = _mm256_add_ps(t[k], t2[k]);
         const int64_t w0 = w * ATT_BLOCK;
         if (w0 + ATT_BLOCK <= full) {
           for (int k = 0; k < 4; k++) t[k] = _mm256_mul_ps(t[k], scale);
@@ -932,7 +964,7 @@ static inline __attribute__((always_inline)) void att_2p_row(const att_args *A, 
         /* the weights first, in place of the scores, then P x V: apart, neither loop runs out
          * of registers (exp's constants, Dv accumulators) */
         for (int64_t j = 0; j < nwr * ATT_BLOCK; j += 8) {
-          const __m256 e = att_exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), vmb));
+          const __m256 e = att_exp8_le0(_mm256_sub_ps(_mm256_loadu_ps(sc + j), vmb));
           lv = _mm256_add_ps(lv, e);
           _mm256_storeu_ps(sc + j, e);
         }
