@@ -77,12 +77,7 @@ func BenchmarkVerifyPass(b *testing.B) {
 //	go test ./llm -run X -bench SpecSummary -benchtime 10x
 func BenchmarkSpecSummary(b *testing.B) {
 	m := openStories(b)
-	story, err := os.ReadFile(filepath.Join(modelsDir(b), "stories260K.greedy.txt"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := strings.ReplaceAll(string(story[:500]), "\n", " ")
-	prompt := s + " " + s
+	prompt := benchSummaryPrompt(b)
 	dev := pluginDevices(b, "neon")[0]
 	ctx := context.Background()
 	type config struct {
@@ -107,6 +102,7 @@ func BenchmarkSpecSummary(b *testing.B) {
 		if c.lengths != nil {
 			ro = append(ro, WithVerifyLengths(c.lengths...))
 		}
+		var err error
 		if c.r, err = NewRunner(ctx, m, dev, ro...); err != nil {
 			b.Fatal(err)
 		}
@@ -188,12 +184,7 @@ func BenchmarkSpecSummary(b *testing.B) {
 //	go test ./llm -run X -bench SpecReplay -benchtime 1x
 func BenchmarkSpecReplay(b *testing.B) {
 	m := openStories(b)
-	story, err := os.ReadFile(filepath.Join(modelsDir(b), "stories260K.greedy.txt"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := strings.ReplaceAll(string(story[:500]), "\n", " ")
-	prompt := s + " " + s
+	prompt := benchSummaryPrompt(b)
 	ctx := context.Background()
 	lengths := []int{2, 4, 8, 16}
 	r, err := NewRunner(ctx, m, pluginDevices(b, "neon")[0], WithVerifyLengths(lengths...),
@@ -335,4 +326,15 @@ func commonPrefix(a, b []int32) int {
 		n++
 	}
 	return n
+}
+
+// benchSummaryPrompt is bench/spec.sh's summary task: the first 500 bytes of the model's published
+// greedy sample (newlines as spaces), twice.
+func benchSummaryPrompt(b *testing.B) string {
+	story, err := os.ReadFile(filepath.Join(modelsDir(b), "stories260K.greedy.txt"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := strings.ReplaceAll(string(story[:500]), "\n", " ")
+	return s + " " + s
 }

@@ -80,14 +80,9 @@ func BenchmarkAttentionTree(b *testing.B) {
 		}{{"decode", 1, false}, {"tree16-causal", 16, false}, {"tree16-mask", 16, true}} {
 			b.Run(filepath.Base(f)+"/"+c.name, func(b *testing.B) {
 				ctx := context.Background()
-				g := core.NewGraph()
-				q := g.Input("q", core.F32, c.tq, hq, d)
-				k := g.Input("k", core.F16, tk, hkv, d)
-				v := g.Input("v", core.F16, tk, hkv, d)
-				o := core.AttentionOptions{Causal: true,
-					QOffsetInput: g.Const("q_offset", core.I32, core.Shape{1}, core.EncodeI32([]int32{int32(tk - c.tq)}))}
+				var mask []byte
 				if c.masked {
-					mask := make([]byte, c.tq*c.tq)
+					mask = make([]byte, c.tq*c.tq)
 					for i := int64(0); i < c.tq; i++ { // a binary tree: parent (i-1)/2
 						for a := i; ; a = (a - 1) / 2 {
 							mask[i*c.tq+a] = 1
@@ -96,13 +91,8 @@ func BenchmarkAttentionTree(b *testing.B) {
 							}
 						}
 					}
-					o.Mask = g.Const("mask", core.I8, core.Shape{c.tq, c.tq}, mask)
 				}
-				g.Output(g.Attention(q, k, v, o))
-				if err := g.Err(); err != nil {
-					b.Fatal(err)
-				}
-				ex := attentionExecution(b, f, g, "2", q, k, v)
+				ex := cacheAttention(b, f, "2", c.tq, hq, hkv, d, tk, tk-c.tq, mask)
 				b.ResetTimer()
 				cpu0 := processCPU()
 				for range b.N {
@@ -115,6 +105,27 @@ func BenchmarkAttentionTree(b *testing.B) {
 			})
 		}
 	}
+}
+
+// cacheAttention is attentionExecution of a causal attention of tq query rows (f32, hq heads
+// of d) over an f16 cache of tk rows (hkv heads) at q_offset off, with a tree mask (tq x tq)
+// where mask is not nil.
+func cacheAttention(b *testing.B, f, threads string, tq, hq, hkv, d, tk, off int64, mask []byte) core.Execution {
+	b.Helper()
+	g := core.NewGraph()
+	q := g.Input("q", core.F32, tq, hq, d)
+	k := g.Input("k", core.F16, tk, hkv, d)
+	v := g.Input("v", core.F16, tk, hkv, d)
+	o := core.AttentionOptions{Causal: true,
+		QOffsetInput: g.Const("q_offset", core.I32, core.Shape{1}, core.EncodeI32([]int32{int32(off)}))}
+	if mask != nil {
+		o.Mask = g.Const("mask", core.I8, core.Shape{tq, tq}, mask)
+	}
+	g.Output(g.Attention(q, k, v, o))
+	if err := g.Err(); err != nil {
+		b.Fatal(err)
+	}
+	return attentionExecution(b, f, g, threads, q, k, v)
 }
 
 // attentionExecution prepares g (inputs ins, then one output) on the plugin file f with the
@@ -248,26 +259,16 @@ func BenchmarkAttentionSmallHead(b *testing.B) {
 		for i, f := range files {
 			b.Run(fmt.Sprintf("%s/%d-%s", c.name, i, filepath.Base(f)), func(b *testing.B) {
 				ctx := context.Background()
-				g := core.NewGraph()
-				q := g.Input("q", core.F32, c.tq, hq, d)
-				k := g.Input("k", core.F16, tk, hkv, d)
-				v := g.Input("v", core.F16, tk, hkv, d)
-				o := core.AttentionOptions{Causal: true,
-					QOffsetInput: g.Const("q_offset", core.I32, core.Shape{1}, core.EncodeI32([]int32{off}))}
+				var mask []byte
 				if c.masked {
-					mask := make([]byte, c.tq*c.tq)
+					mask = make([]byte, c.tq*c.tq)
 					for i := int64(0); i < c.tq; i++ { // two chains from the root: 0-2-4-6 and 1-3-5-7
 						for a := i; a >= 0; a -= 2 {
 							mask[i*c.tq+a] = 1
 						}
 					}
-					o.Mask = g.Const("mask", core.I8, core.Shape{c.tq, c.tq}, mask)
 				}
-				g.Output(g.Attention(q, k, v, o))
-				if err := g.Err(); err != nil {
-					b.Fatal(err)
-				}
-				ex := attentionExecution(b, f, g, "1", q, k, v)
+				ex := cacheAttention(b, f, "1", c.tq, hq, hkv, d, tk, off, mask)
 				b.ResetTimer()
 				for range b.N {
 					if err := ex.Run(ctx); err != nil {

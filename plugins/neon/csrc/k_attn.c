@@ -737,22 +737,31 @@ static void att_window_row16(const att_args *A, const float *qf, float *acc, flo
 }
 #define att_window_row att_window_row16
 #elif ATT_LANES == 8
-/* exp(x) for 8 lanes: v_exp's algorithm and constants (neon_simd.h), the same result per lane */
-static inline __m256 att_exp8(__m256 x) {
+/* v_exp's range reduction and polynomial (neon_simd.h) for 8 lanes: x = n ln2 + b, *k = 2^n
+ * (right while |n| <= 126), *jj the polynomial (exp(x) = k + k jj), *e z's low bits moved to
+ * the exponent and *n the integer n, for the wide-range path */
+static inline void att_exp8_parts(__m256 x, __m256 *n, __m256i *e, __m256 *k, __m256 *jj) {
   const __m256 r = _mm256_set1_ps(0x1.8p23f);
   const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
-  const __m256 n = _mm256_sub_ps(z, r);
-  const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
-                                    _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
-  const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
-  const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1.0f))));
-  const __m256 an = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
-  const __m256 c = _mm256_cmp_ps(an, _mm256_set1_ps(126.0f), _CMP_GT_OQ);
+  *n = _mm256_sub_ps(z, r);
+  const __m256 b = _mm256_fnmadd_ps(*n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                    _mm256_fnmadd_ps(*n, _mm256_set1_ps(0x1.62e4p-1f), x));
+  *e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+  *k = _mm256_castsi256_ps(_mm256_add_epi32(*e, _mm256_castps_si256(_mm256_set1_ps(1.0f))));
   const __m256 u = _mm256_mul_ps(b, b);
   const __m256 j = _mm256_fmadd_ps(
       _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
       _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f)));
-  const __m256 jj = _mm256_fmadd_ps(j, u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+  *jj = _mm256_fmadd_ps(j, u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+}
+
+/* exp(x) for 8 lanes: v_exp's algorithm and constants, the same result per lane */
+static inline __m256 att_exp8(__m256 x) {
+  __m256 n, k, jj;
+  __m256i e;
+  att_exp8_parts(x, &n, &e, &k, &jj);
+  const __m256 an = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+  const __m256 c = _mm256_cmp_ps(an, _mm256_set1_ps(126.0f), _CMP_GT_OQ);
   if (_mm256_movemask_ps(c) == 0) return _mm256_fmadd_ps(k, jj, k);
   const __m256i d = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
                                      _mm256_set1_epi32((int)0x82000000u));
@@ -771,19 +780,10 @@ static inline __m256 att_exp8(__m256 x) {
  * nothing beside the maximum's weight of 1; a NaN stays NaN (max returns its second operand
  * then). Every lane of the two-pass path takes it, decode's and verify's rows alike. */
 static inline __m256 att_exp8_le0(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.0f), r = _mm256_set1_ps(0x1.8p23f);
-  const __m256 xc = _mm256_max_ps(lo, x);
-  const __m256 z = _mm256_fmadd_ps(xc, _mm256_set1_ps(0x1.715476p+0f), r);
-  const __m256 n = _mm256_sub_ps(z, r);
-  const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
-                                    _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), xc));
-  const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
-  const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1.0f))));
-  const __m256 u = _mm256_mul_ps(b, b);
-  const __m256 j = _mm256_fmadd_ps(
-      _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
-      _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f)));
-  const __m256 jj = _mm256_fmadd_ps(j, u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+  const __m256 lo = _mm256_set1_ps(-87.0f);
+  __m256 n, k, jj;
+  __m256i e;
+  att_exp8_parts(_mm256_max_ps(lo, x), &n, &e, &k, &jj);
   return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), _mm256_fmadd_ps(k, jj, k));
 }
 
