@@ -238,3 +238,40 @@ func FuzzParseHistory(f *testing.F) {
 		require.Equal(t, len(answers), len(again))
 	})
 }
+
+// BenchmarkIndex builds an index as in-context calibration and the context index do (tokens
+// of a 512-token vocabulary with repeated phrases, 4096 of them) and looks up 32-token
+// suffixes in it, as every draft does:
+//
+//	go test ./llm/draft -run X -bench Index
+func BenchmarkIndex(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	phrases := make([][]int32, 64)
+	for i := range phrases {
+		phrases[i] = make([]int32, 3+rng.IntN(10))
+		for j := range phrases[i] {
+			phrases[i][j] = int32(rng.IntN(512))
+		}
+	}
+	var text []int32
+	for len(text) < 4096 {
+		text = append(text, phrases[rng.IntN(len(phrases))]...)
+	}
+	b.Run("build", func(b *testing.B) {
+		for b.Loop() {
+			x := NewIndex()
+			x.AddDoc(text)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(text)), "ns/token")
+	})
+	b.Run("lookup", func(b *testing.B) {
+		x := NewIndex()
+		x.AddDoc(text)
+		n := 0
+		for b.Loop() {
+			at := 32 + n%(len(text)-32)
+			x.Lookup(text[at-32:at], 8)
+			n++
+		}
+	})
+}
