@@ -8,9 +8,9 @@
  *  - float b, one row (decode), or up to GEMV_MAX_M rows of a b not packed at prepare: one pass
  *    over b, a dot product per row, split over N.
  *  - float b packed at prepare (a constant of a node with M > 1), a few rows (a speculative
- *    verify, small_m; from 2 rows on: two rows through the dot products cost 1.2 passes of
- *    verify-4's panels): each packed panel against the unpacked rows of a, the sums over all of
- *    K in registers.
+ *    verify, small_m; from 2 rows on: at stories260K 2 rows through the dot products took
+ *    about as long as 4 through the panels): each packed panel against the unpacked rows of a,
+ *    the sums over all of K in registers.
  *  - Q8_0/Q4_0 b: a quantized to Q8_0 per row, int8 block dot products (k_quant.c).
  *  - Q4_K/Q5_K/Q6_K b, constant: repacked at prepare, a quantized to Q8_K-like blocks, int8
  *    kernels (k_kquant.c). Other K-quant b (not constant, or Q2_K/Q3_K) take the float paths,
