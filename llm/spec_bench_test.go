@@ -244,7 +244,7 @@ func BenchmarkSpecReplay(b *testing.B) {
 				a := acc[l] // 0 for plain decoding
 				if l > 1 {
 					path := tree.Prefix(l - 1).Primary()
-					d.Observe(draft.Step{Draft: path, Accepted: commonPrefix(path, want)})
+					d.Observe(draft.Step{Draft: path, Accepted: treeAccepted(draft.Chain(path), want)})
 				}
 				tokens += a + 1
 				spent += cost[l]
@@ -317,15 +317,6 @@ func treeAccepted(t draft.Tree, want []int32) int {
 		cur, a = next, a+1
 	}
 	return a
-}
-
-// commonPrefix is the length of the common prefix of a and b.
-func commonPrefix(a, b []int32) int {
-	n := 0
-	for n < len(a) && n < len(b) && a[n] == b[n] {
-		n++
-	}
-	return n
 }
 
 // benchSummaryPrompt is bench/spec.sh's summary task: the first 500 bytes of the model's published
