@@ -33,7 +33,7 @@ extern "C" {
 
 #define XPU_ABI_MAJOR 1u /* a mismatch makes the loader refuse the plugin */
 #define XPU_ABI_MINOR 0u /* additive changes only */
-#define XPU_OPSET_VERSION 3u /* v2: K-quant dtypes, ATTENTION mask; v3: int8 MATMUL, SHADOW_MATMUL, SPARSE_FFN (abi/OPS.md) */
+#define XPU_OPSET_VERSION 4u /* v2: K-quant dtypes, ATTENTION mask; v3: int8 MATMUL, SHADOW_MATMUL, SPARSE_FFN; v4: ATTENTION on a KV head range (abi/OPS.md) */
 
 #if defined(_WIN32)
 #define XPU_EXPORT __declspec(dllexport)

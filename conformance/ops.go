@@ -311,18 +311,24 @@ func attentionCases() []testCase {
 		offset                 int64
 		offsetInput            bool
 		scale                  float32
+		h0, nh                 int64 // a KV head range (op set 4): heads h0..h0+nh-1 of k and v; nh 0 = all
 	}
 	variants := []ac{
-		{1, 1, 1, 1, 8, 8, false, 0, false, 0},
-		{4, 9, 2, 2, 16, 16, false, 0, false, 0},
-		{5, 5, 4, 4, 32, 32, true, 0, false, 0},
-		{3, 17, 8, 2, 64, 64, true, 14, false, 0},
-		{2, 11, 6, 3, 24, 40, true, 9, true, 0},
-		{7, 7, 4, 1, 33, 17, true, 0, false, 0.3},
-		{4, 6, 2, 1, 8, 8, true, -2, false, 0}, // the first queries see no key: all zero
-		{0, 5, 2, 1, 8, 8, false, 0, false, 0},
+		{1, 1, 1, 1, 8, 8, false, 0, false, 0, 0, 0},
+		{4, 9, 2, 2, 16, 16, false, 0, false, 0, 0, 0},
+		{5, 5, 4, 4, 32, 32, true, 0, false, 0, 0, 0},
+		{3, 17, 8, 2, 64, 64, true, 14, false, 0, 0, 0},
+		{2, 11, 6, 3, 24, 40, true, 9, true, 0, 0, 0},
+		{7, 7, 4, 1, 33, 17, true, 0, false, 0.3, 0, 0},
+		{4, 6, 2, 1, 8, 8, true, -2, false, 0, 0, 0}, // the first queries see no key: all zero
+		{0, 5, 2, 1, 8, 8, false, 0, false, 0, 0, 0},
 		// a decode row of a GQA model: head groups of 4, several key windows, keys past the offset
-		{1, 90, 32, 8, 64, 64, true, 70, true, 0},
+		{1, 90, 32, 8, 64, 64, true, 70, true, 0, 0, 0},
+		// one part of an attention split by heads: the query heads of a range of KV heads
+		{1, 90, 16, 8, 64, 64, true, 70, true, 0, 4, 4}, // decode, the second half of the KV heads
+		{5, 40, 8, 4, 64, 64, true, 30, true, 0, 0, 2},  // a chunk, the first half
+		{3, 17, 3, 3, 8, 8, true, 14, false, 0, 1, 1},   // small heads, the middle KV head alone
+		{2, 11, 4, 6, 24, 40, true, 9, true, 0, 3, 2},
 	}
 	var cs []testCase
 	for _, qdt := range floatDTypes {
@@ -335,12 +341,13 @@ func attentionCases() []testCase {
 				cs = append(cs, graphCase(2, "ATTENTION", qdt.String()+"/"+kvdt.String(),
 					caseName("ATTENTION", "q", qdt, "kv", kvdt, "tq", v.tq, "tk", v.tk, "hq", v.hq, "hkv", v.hkv,
 						"d", v.d, "dv", v.dv, "causal", v.causal, "offset", v.offset, "offset_input", v.offsetInput,
-						"scale", v.scale),
+						"scale", v.scale, "kv_heads", fmt.Sprintf("%d+%d", v.h0, v.nh)),
 					graphSpec{build: func(b *builder) {
 						q := b.in("q", qdt, core.Shape{v.tq, v.hq, v.d}, -1, 1)
 						k := b.in("k", kvdt, core.Shape{v.tk, v.hkv, v.d}, -1, 1)
 						val := b.in("v", kvdt, core.Shape{v.tk, v.hkv, v.dv}, -1, 1)
-						o := core.AttentionOptions{Scale: v.scale, Causal: v.causal, QOffset: v.offset}
+						o := core.AttentionOptions{Scale: v.scale, Causal: v.causal, QOffset: v.offset,
+							KVHeadOffset: v.h0, KVHeads: v.nh}
 						if v.offsetInput {
 							o.QOffset = 0 // the input, not the attribute, must be read
 							o.QOffsetInput = b.inData("q_offset", core.I32, core.Shape{1},

@@ -91,6 +91,18 @@ func TestBuildErrorsNameTheNode(t *testing.T) {
 		{"gqa heads", func(g *Graph) {
 			g.Attention(g.Input("q", F32, 1, 6, 4), g.Input("k", F32, 3, 4, 4), g.Input("v", F32, 3, 4, 4), AttentionOptions{})
 		}, "not a multiple of kv heads"},
+		{"kv head range past k", func(g *Graph) {
+			g.Attention(g.Input("q", F32, 1, 4, 4), g.Input("k", F32, 3, 4, 4), g.Input("v", F32, 3, 4, 4),
+				AttentionOptions{KVHeadOffset: 3, KVHeads: 2})
+		}, "kv head range [3, 3+2) outside k's 4 heads"},
+		{"kv head offset without a count", func(g *Graph) {
+			g.Attention(g.Input("q", F32, 1, 4, 4), g.Input("k", F32, 3, 4, 4), g.Input("v", F32, 3, 4, 4),
+				AttentionOptions{KVHeadOffset: 1})
+		}, "outside k's 4 heads"},
+		{"kv head range gqa", func(g *Graph) {
+			g.Attention(g.Input("q", F32, 1, 3, 4), g.Input("k", F32, 3, 4, 4), g.Input("v", F32, 3, 4, 4),
+				AttentionOptions{KVHeadOffset: 2, KVHeads: 2})
+		}, "query heads 3 not a multiple of kv heads 2"},
 		{"q4 rows", func(g *Graph) { g.Input("w", Q4_0, 4, 33) }, "multiple of 32"},
 		{"k-quant rows", func(g *Graph) { g.Input("w", Q4_K, 4, 288) }, "multiple of 256"},
 		{"k-quant quantize", func(g *Graph) { g.Quantize(g.Input("x", F32, 2, 128), Q2_K, 0) }, "multiple of 256"},
@@ -262,4 +274,13 @@ func TestGraphOpset(t *testing.T) {
 	require.EqualValues(t, 1, g.Opset())
 	g.Output(g.MatMul(x, g.Input("wk", Q4_K, 8, 256)))
 	require.EqualValues(t, 2, g.Opset())
+	k := g.Input("k", F32, 5, 4, 8)
+	whole := g.Attention(g.Input("q", F32, 1, 8, 8), k, k, AttentionOptions{})
+	g.Output(whole)
+	require.EqualValues(t, 2, g.Opset(), "an ATTENTION over all the KV heads is op set 1")
+	part := g.Attention(g.Input("q2", F32, 1, 4, 8), k, k, AttentionOptions{KVHeadOffset: 2, KVHeads: 2})
+	g.Output(part)
+	require.NoError(t, g.Err())
+	assert.Equal(t, Shape{1, 4, 8}, part.Shape)
+	require.EqualValues(t, 4, g.Opset(), "a KV head range is op set 4")
 }

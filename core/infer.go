@@ -134,8 +134,15 @@ func inferOutput(n *Node, forceDType DType, forceShape Shape) (DType, Shape, err
 		if q[2] != k[2] {
 			return 0, nil, fmt.Errorf("q head dim %d != k head dim %d", q[2], k[2])
 		}
-		if k[1] == 0 || q[1]%k[1] != 0 {
-			return 0, nil, fmt.Errorf("query heads %d not a multiple of kv heads %d", q[1], k[1])
+		kvHeads := k[1]
+		if h0, nh := n.IAttr[2], n.IAttr[3]; nh != 0 || h0 != 0 {
+			if nh <= 0 || h0 < 0 || h0+nh > k[1] {
+				return 0, nil, fmt.Errorf("kv head range [%d, %d+%d) outside k's %d heads", h0, h0, nh, k[1])
+			}
+			kvHeads = nh
+		}
+		if kvHeads == 0 || q[1]%kvHeads != 0 {
+			return 0, nil, fmt.Errorf("query heads %d not a multiple of kv heads %d", q[1], kvHeads)
 		}
 		if len(in) == 4 && (in[3].DType != I32 || in[3].Shape.NumElements() != 1) {
 			return 0, nil, fmt.Errorf("q_offset must be i32 [1], got %s", in[3])

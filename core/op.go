@@ -47,11 +47,12 @@ const (
 // OpsetVersion is the newest op-set version this package knows (abi/OPS.md). A graph is written
 // with the lowest version that holds it (Graph.Opset), so a plugin that knows only op set 1
 // still runs every graph that uses nothing newer.
-const OpsetVersion = 3
+const OpsetVersion = 4
 
-// Opset is the lowest op-set version that holds g: 3 where it uses an op-set-3 op
-// (SHADOW_MATMUL, SPARSE_FFN, a MATMUL with an I8 `a` or a per-channel scale input), 2 where it
-// has a K-quant tensor or an ATTENTION with a mask input, else 1.
+// Opset is the lowest op-set version that holds g: 4 where an ATTENTION runs on a KV head
+// range, 3 where it uses an op-set-3 op (SHADOW_MATMUL, SPARSE_FFN, a MATMUL with an I8 `a` or
+// a per-channel scale input), 2 where it has a K-quant tensor or an ATTENTION with a mask
+// input, else 1.
 func (g *Graph) Opset() uint32 {
 	v := uint32(1)
 	for _, t := range g.Tensors {
@@ -61,12 +62,14 @@ func (g *Graph) Opset() uint32 {
 	}
 	for _, n := range g.Nodes {
 		switch {
+		case n.Op == OpAttention && n.IAttr[3] != 0:
+			return 4
 		case n.Op == OpShadowMatMul || n.Op == OpSparseFFN:
-			return 3
+			v = max(v, 3)
 		case n.Op == OpMatMul && (len(n.Inputs) > 2 || n.Inputs[0].DType == I8):
-			return 3
+			v = max(v, 3)
 		case n.Op == OpAttention && len(n.Inputs) > 4:
-			v = 2
+			v = max(v, 2)
 		}
 	}
 	return v

@@ -209,6 +209,11 @@ type AttentionOptions struct {
 	// and nothing after the block. It verifies a draft token tree in one pass (speculative
 	// decoding); it needs Causal and QOffsetInput.
 	Mask *Tensor
+	// KVHeads > 0 (op set v4) makes the node attention over the KVHeads KV heads of k and v
+	// from KVHeadOffset on, k and v keeping their full shape: one part of an attention split
+	// by heads across units. q holds the query heads of those KV heads (a multiple of
+	// KVHeads), and the output has q's heads.
+	KVHeadOffset, KVHeads int64
 }
 
 // Attention is fused scaled dot-product attention with grouped-query heads:
@@ -233,6 +238,7 @@ func (g *Graph) Attention(q, k, v *Tensor, o AttentionOptions) *Tensor {
 		s.iattr[0] = 1
 	}
 	s.iattr[1] = o.QOffset
+	s.iattr[2], s.iattr[3] = o.KVHeadOffset, o.KVHeads
 	return g.add(s)
 }
 

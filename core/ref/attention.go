@@ -9,8 +9,9 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// evalAttention is fused grouped-query attention. It decodes only the K and V rows some query
-// can see: a KV cache bound at full capacity holds garbage (even NaN) past its valid length.
+// evalAttention is fused grouped-query attention, over all of k's KV heads or a range of them.
+// It decodes only the K and V rows some query can see: a KV cache bound at full capacity holds
+// garbage (even NaN) past its valid length.
 func evalAttention(n *nodeInfo, in []value, out tensorInfo) ([]byte, error) {
 	q, k, v := in[0], in[1], in[2]
 	Tq, Hq, D := int(q.shape[0]), int(q.shape[1]), int(q.shape[2])
@@ -45,14 +46,18 @@ func evalAttention(n *nodeInfo, in []value, out tensorInfo) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	group := Hq / Hkv
+	h0, nkv := 0, Hkv // the KV heads the node reads (op set v4: a range of k's)
+	if n.iattr[3] != 0 {
+		h0, nkv = int(n.iattr[2]), int(n.iattr[3])
+	}
+	group := Hq / nkv
 	keys := make([]int, 0, seen)
 	w := make([]float64, seen)
 	for i := 0; i < Tq; i++ {
 		keys = vis.keys(i, keys[:0])
 		nv := len(keys)
 		for h := 0; h < Hq; h++ {
-			hk := h / group
+			hk := h0 + h/group
 			qv := qf[(i*Hq+h)*D:][:D]
 			for x, j := range keys {
 				w[x] = floats.Dot(qv, kf[(j*Hkv+hk)*D:][:D])

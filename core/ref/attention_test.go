@@ -53,6 +53,21 @@ func TestAttention(t *testing.T) {
 			v := c32(g, core.Shape{1, 2, 1}, 10, 20)
 			return g.Attention(q, k, v, core.AttentionOptions{})
 		}, want: []float32{10, 10, 20, 20}},
+		{name: "kv head range", shape: core.Shape{1, 2, 1}, build: func(g *core.Graph) *core.Tensor {
+			// kv heads 1..2 of 3 (values 20, 30; head 0 and 3 would give 10 and 40); one query
+			// head per kv head; head 0 of q reads kv head 1, head 1 kv head 2
+			k := c32(g, core.Shape{1, 3, 1}, 0, 0, 0)
+			v := c32(g, core.Shape{1, 3, 1}, 10, 20, 30)
+			return g.Attention(c32(g, core.Shape{1, 2, 1}, 1, 1), k, v, core.AttentionOptions{KVHeadOffset: 1, KVHeads: 2})
+		}, want: []float32{20, 30}},
+		{name: "kv head range, grouped", shape: core.Shape{2, 2, 1}, build: func(g *core.Graph) *core.Tensor {
+			// two query heads per kv head; the range is kv head 1 of 2; two keys, causal: row 0
+			// sees key 0 (20), row 1 the average of keys 0 and 1 (scores 0)
+			k := c32(g, core.Shape{2, 2, 1}, 0, 0, 0, 0)
+			v := c32(g, core.Shape{2, 2, 1}, 10, 20, 30, 40)
+			return g.Attention(c32(g, core.Shape{2, 2, 1}, 1, 1, 1, 1), k, v,
+				core.AttentionOptions{Causal: true, KVHeadOffset: 1, KVHeads: 1})
+		}, want: []float32{20, 20, 30, 30}},
 		{name: "gqa with scores, Dv != D", shape: core.Shape{1, 2, 3}, build: func(g *core.Graph) *core.Tensor {
 			// one kv head; head 0 scores [1, 0], head 1 scores [0, 1] (scale 1)
 			q := c32(g, core.Shape{1, 2, 2}, 1, 0, 0, 1)

@@ -48,6 +48,9 @@ func nodeReason(g *core.Graph, n *core.Node) string {
 		// op set 3: the lowering reads one weight scale (fattr[0]), so it must not accept these
 		return "MATMUL with per-channel I8 weight scales (op set 3) is not lowered by this plugin"
 	}
+	if n.Op == core.OpAttention && (n.IAttr[2] != 0 || n.IAttr[3] != 0) {
+		return "ATTENTION on a KV head range (op set 4) is not lowered by this plugin"
+	}
 	io := map[*core.Tensor]bool{}
 	for _, t := range g.Inputs {
 		io[t] = true

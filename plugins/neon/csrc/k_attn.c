@@ -133,7 +133,9 @@ typedef struct {
   uint8_t *o;
   uint32_t qt, kt, vt;
   int64_t Tq, Hq, Tk, Hkv, D, Dv, off;
-  int64_t gs; /* query heads per task */
+  int64_t Hks; /* kv heads in a row of k and v: Hkv, or more when the node reads a head range
+                * (op set v4; k and v then start at the range's first head) */
+  int64_t gs;  /* query heads per task */
   int64_t qb; /* query rows per task */
   int causal;
   float scale;
@@ -399,7 +401,7 @@ static void att_block(const att_args *A, const float *qf, float *acc, float *m, 
   const int64_t gs = A->gs;
   size_t ke = A->kt == XPU_DT_F32 ? 4 : 2, ve = A->vt == XPU_DT_F32 ? 4 : 2;
   for (int64_t j = 0; j < jb; j++) {
-    const uint8_t *kr = A->k + ((size_t)(kidx[j] * A->Hkv + hk) * (size_t)A->D) * ke;
+    const uint8_t *kr = A->k + ((size_t)(kidx[j] * A->Hks + hk) * (size_t)A->D) * ke;
 #if defined(__AVX512F__)
     if (A->D % 16 == 0 && gs % 4 == 0) {
       for (int64_t g = 0; g < gs; g += 4)
@@ -440,7 +442,7 @@ static void att_block(const att_args *A, const float *qf, float *acc, float *m, 
     for (j = 0; j < jb; j++) l[g] += sg[j];
   }
   const uint8_t *vrows[ATT_BLOCK];
-  for (int64_t j = 0; j < jb; j++) vrows[j] = A->v + ((size_t)(kidx[j] * A->Hkv + hk) * (size_t)A->Dv) * ve;
+  for (int64_t j = 0; j < jb; j++) vrows[j] = A->v + ((size_t)(kidx[j] * A->Hks + hk) * (size_t)A->Dv) * ve;
 #if defined(AW)
   if (A->Dv % AW == 0) {
     for (int64_t g = 0; g < gs; g++) pv_block_vec(acc + g * A->Dv, c[g], s + g * ATT_BLOCK, vrows, jb, A->vt, A->Dv);
@@ -571,7 +573,7 @@ static void att_window_load(const att_args *A, int64_t hk, int64_t w0, int64_t w
     const uint8_t *kr[ATT_TR], *vr[ATT_TR];
     for (int r = 0; r < ATT_TR; r++) {
       int64_t key = w0 + j + r;
-      size_t row = (size_t)(key * A->Hkv + hk);
+      size_t row = (size_t)(key * A->Hks + hk);
       kr[r] = key < wn ? A->k + row * (size_t)A->D * ke : zrow;
       vr[r] = key < wn ? A->v + row * (size_t)A->Dv * ve : zrow;
     }
@@ -1222,7 +1224,8 @@ static int64_t att_qb_max(int64_t tq, int64_t gs, int64_t d, int64_t dv) {
 uint64_t nv_attention_scratch(const xpu_ir_graph *g, const xpu_ir_node *n) {
   const xpu_ir_tensor *q = &g->tensors[n->inputs[0]], *k = &g->tensors[n->inputs[1]], *v = &g->tensors[n->inputs[2]];
   int64_t d = q->shape[2], dv = v->shape[2];
-  int64_t gs = att_group(q->shape[1], k->shape[1]), qb = att_qb_max(q->shape[0], gs, d, dv);
+  int64_t kvh = n->iattr[3] > 0 ? n->iattr[3] : k->shape[1];
+  int64_t gs = att_group(q->shape[1], kvh), qb = att_qb_max(q->shape[0], gs, d, dv);
   uint64_t tail = att_small(d, dv) ? (uint64_t)((d + dv) * ATT_BLOCK + (d > dv ? d : dv) + dv)
                                    : (uint64_t)(gs * ATT_BLOCK);
 #if ATT_LANES == 8
@@ -1253,8 +1256,13 @@ xpu_status nv_k_attention(nv_run *r, const xpu_ir_node *n) {
   A.Hq = q->shape[1];
   A.D = q->shape[2];
   A.Tk = k->shape[0];
-  A.Hkv = k->shape[1];
+  A.Hkv = A.Hks = k->shape[1];
   A.Dv = v->shape[2];
+  if (n->iattr[3] > 0) { /* a KV head range (analyze checked it lies within k's heads) */
+    A.Hkv = n->iattr[3];
+    A.k += (size_t)(n->iattr[2] * A.D) * (A.kt == XPU_DT_F32 ? 4 : 2);
+    A.v += (size_t)(n->iattr[2] * A.Dv) * (A.vt == XPU_DT_F32 ? 4 : 2);
+  }
   A.causal = n->iattr[0] == 1;
   A.off = n->iattr[1];
   if (n->n_inputs >= 4) {

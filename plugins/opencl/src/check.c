@@ -151,6 +151,7 @@ int ocl_node_check(ocl_ctx *c, const xpu_ir_graph *g, uint32_t ni, char *why, si
   case XPU_OP_ATTENTION: {
     const xpu_ir_tensor *v = xpu_ir_input(g, n, 2), *qo = xpu_ir_input(g, n, 3);
     if (n->n_inputs < 3 || n->n_inputs > 5) NO("needs q, k, v [, q_offset [, mask]]");
+    if (n->iattr[2] != 0 || n->iattr[3] != 0) NO("a KV head range (op set 4) is not implemented by this plugin");
     if (a->rank != 3 || b->rank != 3 || v->rank != 3) NO("q, k, v must be rank 3");
     if (!isf(b->dtype) || !isf(v->dtype)) NO("k and v must be float");
     if (qo && (qo->dtype != XPU_DT_I32 || xpu_ir_numel(qo) != 1)) NO("q_offset must be I32 [1]");

@@ -225,6 +225,7 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, uint32_t target, uint3
     break;
   }
   case XPU_OP_ATTENTION: {
+    if (n->iattr[2] != 0 || n->iattr[3] != 0) REFUSE("ATTENTION on a KV head range (op set 4) is not lowered by this plugin");
     if (n->n_inputs > 4) { /* op set v2's tree mask: I8 [Tq, Tq], with a run-time q_offset, causal */
       const xpu_ir_tensor *mk = &ir->tensors[n->inputs[4]];
       if (mk->dtype != XPU_DT_I8 || mk->rank != 2 || mk->shape[0] != x->shape[0] || mk->shape[1] != x->shape[0])
