@@ -57,20 +57,22 @@ type Rule struct {
 	// Fallback, when set, is the unit a node goes to when Unit refuses it (Context.Analyze);
 	// without it a refusal fails the plan.
 	Fallback string `json:"fallback,omitempty"`
-	// Split, when set, cuts each MATMUL the rule matches across several units (see Split);
-	// the rule's other nodes, and the explicit merges a split needs, go to Unit (default: the
-	// split's first unit).
+	// Split, when set, cuts each MATMUL the rule matches across several units (see Split),
+	// or with strategy heads each ATTENTION; the rule's other nodes, and the explicit merges a
+	// split needs, go to Unit (default: the split's first unit).
 	Split *Split `json:"split,omitempty"`
 }
 
 // Split cuts one MATMUL across units (PLAN.md, "Split MATMULs").
 type Split struct {
-	// Strategy is rows, seq, multiseq or hybrid (SplitStrategy).
+	// Strategy is rows, seq, multiseq or hybrid for MATMULs, heads for ATTENTION
+	// (SplitStrategy).
 	Strategy SplitStrategy `json:"strategy"`
 	// Units are units of Plan.Units (as Rule.Unit names them); multiseq and hybrid take two,
 	// the static-shape unit first.
 	Units []string `json:"units"`
-	// Ratio is each unit's share of N (rows, hybrid) or of M (seq); it sums to 1.
+	// Ratio is each unit's share of N (rows, hybrid), of M (seq) or of the KV heads (heads);
+	// it sums to 1.
 	Ratio []float64 `json:"ratio,omitempty"`
 	// Lengths are the standard lengths the first unit holds graphs for (multiseq, hybrid).
 	Lengths []int64 `json:"lengths,omitempty"`
@@ -331,13 +333,14 @@ func (rr *resolvedRule) matches(layer int, n *core.Node) bool {
 	return true
 }
 
-// PlaceSplit is Place plus the split of the matching rule when n is a MATMUL that rule splits
-// (nil otherwise).
+// PlaceSplit is Place plus the split of the matching rule when n is a node that rule splits:
+// a MATMUL, or an ATTENTION under a heads split (nil otherwise).
 func (rp *ResolvedPlan) PlaceSplit(phase Phase, layer int, n *core.Node) (unit, fallback int, split *PlanSplit, err error) {
 	for _, rr := range rp.phases[phase] {
 		if rr.matches(layer, n) {
-			if n.Op == core.OpMatMul {
-				split = rr.split
+			if sp := rr.split; sp != nil && (sp.Strategy == SplitHeads) == (n.Op == core.OpAttention) &&
+				(n.Op == core.OpMatMul || n.Op == core.OpAttention) {
+				split = sp
 			}
 			return rr.unit, rr.fallback, split, nil
 		}

@@ -24,12 +24,19 @@ const (
 	// SplitHybrid is rows within multiseq: each standard-length block is row-cut between the
 	// two units by the ratio; the remainder runs whole on the second unit.
 	SplitHybrid SplitStrategy = "hybrid"
+	// SplitHeads cuts an ATTENTION's KV heads, with the query heads that read them, by the
+	// ratio (op set 4's KV head range): each unit reads only its heads' slice of the KV cache.
+	// It applies where q has one row (a decode step): there each part's query heads and output
+	// are contiguous slices of q and of the output. A node with several query rows runs whole
+	// on the rule's unit.
+	SplitHeads SplitStrategy = "heads"
 )
 
 // maxSplitUnits bounds a split's units: a merge is one CONCAT, which takes up to 8 inputs.
 const maxSplitUnits = 8
 
-// NodeSplit is a resolved split of one MATMUL node, with runtime unit indices.
+// NodeSplit is a resolved split of one MATMUL node (or, SplitHeads, of one ATTENTION node),
+// with runtime unit indices.
 type NodeSplit struct {
 	Strategy SplitStrategy
 	// Units run the parts; Ratio (rows, seq, hybrid) gives each unit's share of N (rows,
@@ -63,7 +70,7 @@ type SplitPart struct {
 // distinct), each present exactly where the strategy uses it.
 func validateSplit(strategy SplitStrategy, units int, ratio []float64, lengths []int64) error {
 	switch strategy {
-	case SplitRows, SplitSeq:
+	case SplitRows, SplitSeq, SplitHeads:
 		if units < 2 || units > maxSplitUnits {
 			return fmt.Errorf("split %s: %d units, need 2 to %d", strategy, units, maxSplitUnits)
 		}
@@ -86,7 +93,7 @@ func validateSplit(strategy SplitStrategy, units int, ratio []float64, lengths [
 			}
 		}
 	default:
-		return fmt.Errorf("split strategy %q: want rows, seq, multiseq or hybrid", strategy)
+		return fmt.Errorf("split strategy %q: want rows, seq, multiseq, hybrid or heads", strategy)
 	}
 	if strategy == SplitMultiSeq {
 		if len(ratio) > 0 {
@@ -174,6 +181,9 @@ func SplitParts(strategy SplitStrategy, m, n int64, ratio []float64, lengths []i
 	}
 	if m < 0 || n < 0 {
 		return nil, fmt.Errorf("split of a [%d, %d] output: %w", m, n, core.ErrInvalidArgument)
+	}
+	if strategy == SplitHeads {
+		return nil, fmt.Errorf("split heads cuts an ATTENTION, not a MATMUL output: %w", core.ErrInvalidArgument)
 	}
 	var parts []SplitPart
 	add := func(p SplitPart) {

@@ -41,9 +41,6 @@ func (rt *Runtime) checkSplits(st StageSpec) ([]*NodeSplit, error) {
 		bad := func(format string, args ...any) error {
 			return fmt.Errorf("stage %q: split of %s: %s: %w", st.Name, n, fmt.Sprintf(format, args...), core.ErrInvalidArgument)
 		}
-		if n.Op != core.OpMatMul {
-			return nil, bad("only MATMUL nodes split")
-		}
 		if err := validateSplit(sp.Strategy, len(sp.Units), sp.Ratio, sp.Lengths); err != nil {
 			return nil, bad("%v", err)
 		}
@@ -54,6 +51,18 @@ func (rt *Runtime) checkSplits(st StageSpec) ([]*NodeSplit, error) {
 			if i < len(sp.Units) && slices.Contains(sp.Units[:i], u) {
 				return nil, bad("unit %s listed twice", rt.units[u].Name())
 			}
+		}
+		if n.Op == core.OpAttention {
+			if sp.Strategy != SplitHeads {
+				return nil, bad("an ATTENTION splits by heads only, not %s", sp.Strategy)
+			}
+			if n.IAttr[3] != 0 {
+				return nil, bad("it already runs on a KV head range")
+			}
+			continue
+		}
+		if n.Op != core.OpMatMul || sp.Strategy == SplitHeads {
+			return nil, bad("%s splits MATMUL nodes only", sp.Strategy)
 		}
 		a, b := n.Inputs[0], n.Inputs[1]
 		if len(b.Shape) != 2 {
@@ -286,6 +295,9 @@ func (rt *Runtime) analyzePart(ctx context.Context, g *core.Graph, unit int, wha
 // expandSplit appends node n's parts and merges to out (each depending on deps, the node's
 // producers; not prepared yet) and returns the indices of those that write n's output.
 func expandSplit(n *core.Node, sp *NodeSplit, deps []int, out *[]compiledPart) ([]int, error) {
+	if n.Op == core.OpAttention {
+		return expandHeadSplit(n, sp, deps, out)
+	}
 	a, b, y := n.Inputs[0], n.Inputs[1], n.Output
 	k, nCols := b.Shape[1], b.Shape[0]
 	m := int64(1)

@@ -319,7 +319,7 @@ func TestSplitRejects(t *testing.T) {
 		splits []*NodeSplit
 		msg    string
 	}{
-		{"not a MATMUL", []*NodeSplit{rows(0, 1), nil, nil}, "only MATMUL"},
+		{"not a MATMUL", []*NodeSplit{rows(0, 1), nil, nil}, "splits MATMUL nodes only"},
 		{"unit out of range", []*NodeSplit{nil, rows(0, 2), nil}, "unit index 2"},
 		{"unit twice", []*NodeSplit{nil, rows(1, 1), nil}, "listed twice"},
 		{"bad ratio", []*NodeSplit{nil, {Strategy: SplitSeq, Units: []int{0, 1}, Ratio: []float64{0.5, 0.4}}, nil}, "sums to"},

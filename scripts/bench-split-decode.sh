@@ -12,7 +12,9 @@
 # (another build's xpu binary, e.g. main's, with its plugins beside it in plugins/) also runs
 # the split and one pinned unit with that binary in every round, for an A/B in one run.
 # Each round also runs "steal": the same split with stealing row splits ("steal": true in the
-# plan: each unit takes row chunks from its end until none are left, sched/split_steal.go).
+# plan: each unit takes row chunks from its end until none are left, sched/split_steal.go),
+# and "heads" and "steal-heads": split and steal with each layer's attention split by KV heads
+# over the two units too (sched/split_heads.go).
 # Speculative decoding is off (--spec off): its verify passes are not decode steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +39,11 @@ cat >"$tmp/split.json" <<JSON
 JSON
 # the same with stealing row splits (sched/split_steal.go): the ratio is then unused in decode
 sed 's/"ratio": \[\([^]]*\)\]}/"ratio": [\1], "steal": true}/' "$tmp/split.json" >"$tmp/steal.json"
+# each of them with the attention split by KV heads too (sched/split_heads.go, op set 4)
+heads='{"ops": ["ATTENTION"], "split": {"strategy": "heads", "units": ["0", "1"], "ratio": [0.5, 0.5]}},'
+for f in split steal; do
+	awk -v r="$heads" '{print} /"decode": \{"rules": \[/ {print "   " r}' "$tmp/$f.json" >"$tmp/$f-heads.json"
+done
 prompt=$tmp/prompt.txt
 for _ in $(seq 1 4); do printf 'Once upon a time, there was a little girl who loved to play in the park. '; done >"$prompt"
 echo "load before: $(cat /proc/loadavg)"
@@ -58,6 +65,8 @@ for r in $(seq 1 "$rounds"); do
 	echo "round $r: load $(cut -d' ' -f1-3 /proc/loadavg)"
 	run split --plan "$tmp/split.json" >>"$tmp/runs"
 	run steal --plan "$tmp/steal.json" >>"$tmp/runs"
+	run heads --plan "$tmp/split-heads.json" >>"$tmp/runs"
+	run steal-heads --plan "$tmp/steal-heads.json" >>"$tmp/runs"
 	run unit0 --units "$u0" >>"$tmp/runs"
 	run unit1 --units "$u1" >>"$tmp/runs"
 	run threads2 --units 'neon{threads=2}' >>"$tmp/runs"
@@ -68,7 +77,7 @@ for r in $(seq 1 "$rounds"); do
 done
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 declare -A m
-labels="split steal unit0 unit1 threads2"
+labels="split steal heads steal-heads unit0 unit1 threads2"
 if [ -n "${XPU_SPLIT_BASE:-}" ]; then labels="$labels split-base unit0-base"; fi
 for label in $labels; do
 	m[$label]=$(awk -v l=$label '$1==l {print $2}' "$tmp/runs" | median)
@@ -78,6 +87,9 @@ echo "split / unit0 = $(echo "${m[split]} / ${m[unit0]}" | bc -l | cut -c1-5) (t
 echo "split / unit1 = $(echo "${m[split]} / ${m[unit1]}" | bc -l | cut -c1-5)"
 echo "split / threads2 = $(echo "${m[split]} / ${m[threads2]}" | bc -l | cut -c1-5) (target >= 0.95)"
 echo "steal / unit0 = $(echo "${m[steal]} / ${m[unit0]}" | bc -l | cut -c1-5) (target >= 1.7)"
+echo "heads / unit0 = $(echo "${m[heads]} / ${m[unit0]}" | bc -l | cut -c1-5) (target >= 1.7)"
+echo "steal-heads / unit0 = $(echo "${m[steal-heads]} / ${m[unit0]}" | bc -l | cut -c1-5) (target >= 1.7)"
+echo "heads / threads2 = $(echo "${m[heads]} / ${m[threads2]}" | bc -l | cut -c1-5) (target >= 0.95)"
 echo "steal / unit1 = $(echo "${m[steal]} / ${m[unit1]}" | bc -l | cut -c1-5)"
 echo "steal / threads2 = $(echo "${m[steal]} / ${m[threads2]}" | bc -l | cut -c1-5) (target >= 0.95)"
 if [ -n "${XPU_SPLIT_BASE:-}" ]; then
@@ -87,10 +99,11 @@ if [ -n "${XPU_SPLIT_TRACE:-}" ]; then
 	mkdir -p "$XPU_SPLIT_TRACE"
 	$xpu run --model "$model" -f "$prompt" -n 8 --temp 0 --spec off --plan "$tmp/split.json" --trace "$XPU_SPLIT_TRACE/split.json" >/dev/null 2>&1
 	$xpu run --model "$model" -f "$prompt" -n 8 --temp 0 --spec off --plan "$tmp/steal.json" --trace "$XPU_SPLIT_TRACE/steal.json" >/dev/null 2>&1
+	$xpu run --model "$model" -f "$prompt" -n 8 --temp 0 --spec off --plan "$tmp/split-heads.json" --trace "$XPU_SPLIT_TRACE/heads.json" >/dev/null 2>&1
 	$xpu run --model "$model" -f "$prompt" -n 8 --temp 0 --spec off --units "$u0" --trace "$XPU_SPLIT_TRACE/unit0.json" >/dev/null 2>&1
 	# per decode token of the split and steal traces: wall, and per unit its split MATMUL parts
 	# (with the chunks it took, stealing), its other tasks and its waits for the other unit (ms)
-	for f in split steal; do
+	for f in split steal heads; do
 		echo "$f trace:"
 		python3 - "$XPU_SPLIT_TRACE/$f.json" <<'PY'
 import json, sys
@@ -105,7 +118,7 @@ for r in [e for e in xs if names.get(e["tid"]) == "requests" and "decode" in e["
             continue
         mine = [e for e in xs if e["tid"] == tid and t0 <= e["ts"] <= t1]
         wait = lambda e: e["name"].startswith("wait")
-        part = lambda e: "[rows" in e["name"] or "[steal" in e["name"]
+        part = lambda e: "[rows" in e["name"] or "[steal" in e["name"] or "[kv heads" in e["name"]
         ms = lambda f: sum(e["dur"] for e in mine if f(e)) / 1000
         cnt = lambda f: len([e for e in mine if f(e)])
         other = lambda e: not part(e) and not wait(e)
