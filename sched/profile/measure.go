@@ -267,6 +267,15 @@ func measureUnit(ctx context.Context, mu MeasureUnit, m Model, o Options, decode
 			return un, err
 		}
 	}
+	if m.KVHeads >= 2 { // one decode row over the first half of the KV heads
+		half := m.KVHeads / 2
+		err := sweep(OpAttentionHeads, "", headsKeys, half*(m.Heads/m.KVHeads)*m.HeadDim, 1, func(int) (*core.Graph, error) {
+			return headsGraph(headsKeys, half, m)
+		})
+		if err != nil {
+			return un, err
+		}
+	}
 	// attention over k=rows: entries keyed by the real k
 	for i, e := range un.Entries {
 		if e.Op == OpAttention && e.K == 0 {
@@ -357,6 +366,21 @@ func attentionGraph(rows, kv int, m Model) (*core.Graph, error) {
 	k := g.Input("k", core.F32, int64(kv), Hkv, D)
 	v := g.Input("v", core.F32, int64(kv), Hkv, D)
 	g.Output(g.Attention(q, k, v, core.AttentionOptions{Causal: true, QOffset: int64(kv - rows)}))
+	return g, g.Err()
+}
+
+// headsKeys is the key count ATTENTION_HEADS is timed at (the solver scales it to others).
+const headsKeys = 1024
+
+// headsGraph is one decode row of attention over KV heads [0, half) of m's, with their query
+// heads: a heads split's part (op set 4).
+func headsGraph(kv, half int, m Model) (*core.Graph, error) {
+	g := core.NewGraph()
+	Hkv, D := int64(m.KVHeads), int64(m.HeadDim)
+	q := g.Input("q", core.F32, 1, int64(half*(m.Heads/m.KVHeads)), D)
+	k := g.Input("k", core.F32, int64(kv), Hkv, D)
+	v := g.Input("v", core.F32, int64(kv), Hkv, D)
+	g.Output(g.Attention(q, k, v, core.AttentionOptions{Causal: true, QOffset: int64(kv - 1), KVHeads: int64(half)}))
 	return g, g.Err()
 }
 

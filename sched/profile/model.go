@@ -16,6 +16,10 @@ const (
 	OpNorm        = "RMS_NORM"
 	OpRope        = "ROPE"
 	OpElementwise = "ELEMENTWISE"
+	// OpAttentionHeads is one decode row of ATTENTION over half the KV heads (op set 4's head
+	// range, N = those heads' query width): what a heads split's part costs on the unit, or
+	// its refusal where the backend cannot run a head range.
+	OpAttentionHeads = "ATTENTION_HEADS"
 )
 
 // Model is the shape of a Llama-family model as far as costs go: no weights, no tokenizer.

@@ -343,7 +343,7 @@ func (p *Profile) Validate() error {
 	if !fin(p.CombinedGBs) || !fin(p.DefaultSyncSeconds) {
 		return bad("combined_gbs and default_sync_s must be finite and ≥ 0")
 	}
-	ops := []string{OpMatMul, OpAttention, OpNorm, OpRope, OpElementwise}
+	ops := []string{OpMatMul, OpAttention, OpAttentionHeads, OpNorm, OpRope, OpElementwise}
 	for i, u := range p.Units {
 		if u.Name == "" || p.UnitIndex(u.Name) != i {
 			return bad("unit %d: empty or repeated name %q", i, u.Name)

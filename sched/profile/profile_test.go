@@ -204,7 +204,7 @@ func TestMeasureReference(t *testing.T) {
 		assert.Positive(t, e.Seconds)
 		ops[e.Op]++
 	}
-	assert.Equal(t, map[string]int{OpMatMul: 5 * 2, OpAttention: 2 * 2, OpNorm: 2, OpRope: 2, OpElementwise: 4}, ops)
+	assert.Equal(t, map[string]int{OpMatMul: 5 * 2, OpAttention: 2 * 2, OpAttentionHeads: 1, OpNorm: 2, OpRope: 2, OpElementwise: 4}, ops)
 	assert.NotEmpty(t, p.Key)
 	assert.NotEmpty(t, lines)
 	for _, q := range []Query{{Op: OpMatMul, DType: "q8_0", M: 4, K: 64, N: 64}, {Op: OpAttention, M: 8, K: 300, N: 64}} {

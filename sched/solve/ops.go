@@ -16,6 +16,9 @@ type opDef struct {
 	matmul bool
 	// passes is how many times the op's profile time it costs (0: once)
 	passes int
+	// headAlign, for attention, is the query width of one KV head's group: a heads split
+	// cuts N at its multiples
+	headAlign int
 }
 
 // layerOps are a decoder layer's ops in execution order, then the head's (output norm and
@@ -45,7 +48,7 @@ func layerOps(md profile.Model) (layer, head []opDef) {
 		flat("attn_norm", nil, profile.OpNorm, md.Dim),
 		mat("attn_q"), mat("attn_k"), mat("attn_v"),
 		flat("rope", []string{"q_rope", "k_rope"}, profile.OpRope, (md.Heads+md.KVHeads)*md.HeadDim),
-		{Name: "attn", Nodes: []string{"attn"}, Class: profile.OpAttention,
+		{Name: "attn", Nodes: []string{"attn"}, Class: profile.OpAttention, headAlign: q / md.KVHeads,
 			query: func(m, kv int) profile.Query { return profile.Query{Op: profile.OpAttention, M: m, K: kv, N: q} }},
 		mat("attn_output"),
 		flat("attn_residual", []string{"attn_residual"}, profile.OpElementwise, md.Dim),

@@ -81,6 +81,9 @@ const (
 	StrategySeq      = "seq"
 	StrategyMultiSeq = "multiseq"
 	StrategyHybrid   = "hybrid"
+	// StrategyHeads splits a decode step's ATTENTION by KV heads (sched.SplitHeads), where the
+	// profile has the units' ATTENTION_HEADS times.
+	StrategyHeads = "heads"
 )
 
 // Choice is how one op runs: on one unit, or split.
@@ -88,7 +91,7 @@ type Choice struct {
 	Strategy string
 	// Units are profile unit indices; for multiseq and hybrid the static-shape unit first.
 	Units []int
-	// Ratio is each unit's share of N (rows, hybrid) or of M (seq).
+	// Ratio is each unit's share of N (rows, hybrid; the query heads, heads) or of M (seq).
 	Ratio []float64
 	// Lengths are the standard lengths Units[0] runs (multiseq, hybrid).
 	Lengths []int
@@ -435,6 +438,19 @@ func (s *solver) opTime(op opDef, c Choice, m, kv int) (time.Duration, []dag.Par
 			}
 			ps = append(ps, piece{u, t, b})
 		}
+	case StrategyHeads:
+		for i, n := range splitCount(q.N, c.Ratio, max(op.headAlign, 1)) {
+			qq := q
+			qq.Op, qq.N = profile.OpAttentionHeads, n
+			if n == 0 {
+				continue
+			}
+			t, err := s.time(c.Units[i], qq)
+			if err != nil {
+				return 0, nil, err
+			}
+			ps = append(ps, piece{c.Units[i], t * passes, 0})
+		}
 	case StrategySeq:
 		ms := splitCount(m, c.Ratio, 1)
 		for i, u := range c.Units {
@@ -572,6 +588,20 @@ func (s *solver) options(op opDef, m, kv int) map[uint64]Choice {
 	}
 	for _, u := range s.units {
 		try(Choice{Strategy: StrategySingle, Units: []int{u}})
+	}
+	if s.o.Mode == Tensor && op.headAlign > 0 && m == 1 {
+		// a decode step's attention by KV heads (the runtime runs a chunk's whole)
+		q := op.query(m, kv).N
+		for _, a := range s.units {
+			for _, b := range s.units {
+				if a < b {
+					for na := op.headAlign; na < q; na += op.headAlign {
+						r := float64(na) / float64(q)
+						try(Choice{Strategy: StrategyHeads, Units: []int{a, b}, Ratio: []float64{r, 1 - r}})
+					}
+				}
+			}
+		}
 	}
 	if s.o.Mode != Tensor || !op.matmul {
 		return out

@@ -1,6 +1,7 @@
 package solve
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -65,6 +66,17 @@ func randomProfile(rng *rand.Rand, units int) *profile.Profile {
 		}
 		for _, kv := range []int{64, 1024} {
 			add(profile.OpAttention, "", kv, tiny.Heads*tiny.HeadDim)
+		}
+		// half the heads of a decode row cost half the attention (no draw: the seeds' other
+		// tables stay as they were)
+		for _, e := range slices.Clone(un.Entries) {
+			if e.Op == profile.OpAttention && e.K == 1024 && e.M == 1 {
+				h := profile.Entry{Op: profile.OpAttentionHeads, M: 1, K: 1024, N: e.N / 2, Refused: e.Refused}
+				if e.Refused == "" {
+					h.Seconds = un.LaunchSeconds + (e.Seconds-un.LaunchSeconds)/2
+				}
+				un.Entries = append(un.Entries, h)
+			}
 		}
 		add(profile.OpNorm, "", 0, tiny.Dim)
 		add(profile.OpRope, "", 0, (tiny.Heads+tiny.KVHeads)*tiny.HeadDim)
@@ -155,6 +167,53 @@ func TestSplitPaysBetweenEqualUnits(t *testing.T) {
 	}
 	assert.Positive(t, split)
 	assert.Less(t, pl.Prefill.Time, pl.SinglePrefill.Time)
+}
+
+// A decode step's attention splits by KV heads between two equal units where the profile has
+// their ATTENTION_HEADS times, and the plan file carries the split; without those times (a
+// backend that cannot run a head range, a profile from before op set 4) it never does.
+func TestHeadsSplitWhereProfiled(t *testing.T) {
+	p := randomProfile(rand.New(rand.NewPCG(1, 1)), 1)
+	p.DefaultSyncSeconds = 0
+	p.CombinedGBs = 0
+	for i, e := range p.Units[0].Entries {
+		if e.Op == profile.OpAttention || e.Op == profile.OpAttentionHeads {
+			p.Units[0].Entries[i].Seconds *= 100 // a long context: attention dominates the step
+		}
+	}
+	twin := p.Units[0]
+	twin.Name = "twin"
+	twin.Entries = slices.Clone(twin.Entries)
+	p.Units = append(p.Units, twin)
+	attn := func(pl *Plan) OpPlan {
+		i := slices.IndexFunc(pl.Decode.Layer, func(op OpPlan) bool { return op.Class == profile.OpAttention })
+		require.GreaterOrEqual(t, i, 0)
+		return pl.Decode.Layer[i]
+	}
+	pl, err := Solve(p, Options{Prompt: 256, Context: 1024})
+	require.NoError(t, err)
+	op := attn(pl)
+	require.Equal(t, StrategyHeads, op.Choice.Strategy, pl.Describe(op.Choice))
+	assert.Less(t, op.Time, op.BestSingleTime)
+	assert.Equal(t, "heads u0 50% + twin 50%", pl.Describe(op.Choice))
+	for _, po := range pl.Prefill.Layer {
+		assert.NotEqual(t, StrategyHeads, po.Choice.Strategy, "a prefill chunk's attention runs whole")
+	}
+	f := pl.File()
+	i := slices.IndexFunc(f.Decode.Rules, func(r sched.Rule) bool { return r.Split != nil && r.Split.Strategy == sched.SplitHeads })
+	require.GreaterOrEqual(t, i, 0, "the plan file splits the attention")
+	assert.Equal(t, []string{"attn"}, f.Decode.Rules[i].Nodes)
+	data, err := json.Marshal(f)
+	require.NoError(t, err)
+	_, err = sched.ParsePlan(data)
+	require.NoError(t, err)
+
+	for u := range p.Units {
+		p.Units[u].Entries = slices.DeleteFunc(p.Units[u].Entries, func(e profile.Entry) bool { return e.Op == profile.OpAttentionHeads })
+	}
+	pl, err = Solve(p, Options{Prompt: 256, Context: 1024})
+	require.NoError(t, err)
+	assert.NotEqual(t, StrategyHeads, attn(pl).Choice.Strategy)
 }
 
 func TestStaticUnitStrategies(t *testing.T) {
