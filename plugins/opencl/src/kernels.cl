@@ -324,7 +324,7 @@ __kernel void attention(gcbytes *q, ulong qoff, int qdt, gcbytes *k, ulong koff,
                         long Tk, long Hkv, long D, long Dv, float scale, int causal,
                         gcbytes *qo, ulong qooff, int has_qo, long qo_attr, __local float *lq,
                         __local float *lacc, __local float *ls, gcbytes *mk, ulong mkoff,
-                        int has_mask, long Tq) {
+                        int has_mask, long Tq, long Hks) {
   gcbytes *mask = has_mask ? mk + mkoff : 0;
   long g = get_group_id(0);
   long i = g / Hq, h = g % Hq, hk = h / (Hq / Hkv);
@@ -344,7 +344,7 @@ __kernel void attention(gcbytes *q, ulong qoff, int qdt, gcbytes *k, ulong koff,
     float s = -INFINITY;
     if (l < cnt && att_visible(mask, i, Tq, off, j)) {
       float dot = 0.0f;
-      for (long d = 0; d < D; d++) dot += lq[d] * ld(k + koff, (j * Hkv + hk) * D + d, kdt, 1.0f);
+      for (long d = 0; d < D; d++) dot += lq[d] * ld(k + koff, (j * Hks + hk) * D + d, kdt, 1.0f);
       s = dot * scale;
     }
     ls[l] = s;
@@ -361,7 +361,7 @@ __kernel void attention(gcbytes *q, ulong qoff, int qdt, gcbytes *k, ulong koff,
       float acc = lacc[d] * corr;
       for (int t = 0; t < cnt; t++)
         if (att_visible(mask, i, Tq, off, j0 + t))
-          acc += ls[t] * ld(v + voff, ((j0 + t) * Hkv + hk) * Dv + d, vdt, 1.0f);
+          acc += ls[t] * ld(v + voff, ((j0 + t) * Hks + hk) * Dv + d, vdt, 1.0f);
       lacc[d] = acc;
     }
     ssum = ssum * corr + ps;
@@ -719,7 +719,7 @@ __kernel void attention_row(gcbytes *q, ulong qoff, int qdt, gcbytes *k, ulong k
                             gcbytes *v, ulong voff, int vdt, gbytes *o, ulong ooff, int odt,
                             long Hq, long Tk, long Hkv, long D, long Dv, float scale, int causal,
                             gcbytes *qo, ulong qooff, int has_qo, long qo_attr, ulong n,
-                            gcbytes *mk, ulong mkoff, int has_mask, long Tq) {
+                            gcbytes *mk, ulong mkoff, int has_mask, long Tq, long Hks) {
   ulong g = get_global_id(0);
   if (g >= n) return;
   gcbytes *mask = has_mask ? mk + mkoff : 0;
@@ -737,7 +737,7 @@ __kernel void attention_row(gcbytes *q, ulong qoff, int qdt, gcbytes *k, ulong k
   __global const float *vf = (__global const float *)(v + voff);
   for (long j = 0; j <= last; j++) {
     if (!att_visible(mask, i, Tq, off, j)) continue;
-    ulong kb = (ulong)((j * Hkv + hk) * D), vb = (ulong)((j * Hkv + hk) * Dv);
+    ulong kb = (ulong)((j * Hks + hk) * D), vb = (ulong)((j * Hks + hk) * Dv);
     float dot = 0.0f;
     if (kdt == DT_F32)
       for (long d = 0; d < D; d++) dot = mad(qv[d], kf[kb + d], dot);

@@ -302,26 +302,31 @@ cl_int ocl_launch_node(ocl_ctx *c, cl_command_queue q, const xpu_ir_graph *g, ui
     ocl_ref rv = refs[n->inputs[2]];
     ocl_ref rq = n->n_inputs > 3 ? refs[n->inputs[3]] : ra;
     int64_t Tq = a->shape[0], Hq = a->shape[1], D = a->shape[2];
-    int64_t Tk = b->shape[0], Hkv = b->shape[1], Dv = v->shape[2];
+    int64_t Tk = b->shape[0], Hkv = b->shape[1], Dv = v->shape[2], Hks = Hkv;
+    if (n->iattr[3] > 0) { /* op set 4: KV heads [h0, h0+n) of rows of Hks heads */
+      Hkv = n->iattr[3];
+      rb.off += (uint64_t)(n->iattr[2] * D) * (b->dtype == XPU_DT_F32 ? 4 : 2);
+      rv.off += (uint64_t)(n->iattr[2] * Dv) * (v->dtype == XPU_DT_F32 ? 4 : 2);
+    }
     float scale = n->fattr[0] != 0.0f ? n->fattr[0] : 1.0f / sqrtf((float)D);
     int causal = n->iattr[0] == 1, has_qo = n->n_inputs > 3, has_mask = n->n_inputs > 4;
     ocl_ref rm = has_mask ? refs[n->inputs[4]] : ra; /* a valid buffer the kernel ignores */
     if (!c->gpu_kernels && D <= ATT_ROW_MAX && Dv <= ATT_ROW_MAX) {
       uint64_t rows = (uint64_t)(Tq * Hq);
-      ce = args(c->k[K_ATTENTION_ROW], "muimuimuimuilllllfimuilumuil", ra.mem, ra.off, (int)a->dtype,
+      ce = args(c->k[K_ATTENTION_ROW], "muimuimuimuilllllfimuilumuill", ra.mem, ra.off, (int)a->dtype,
                 rb.mem, rb.off, (int)b->dtype, rv.mem, rv.off, (int)v->dtype, ro.mem, ro.off,
                 (int)o->dtype, Hq, Tk, Hkv, D, Dv, (double)scale, causal, rq.mem, rq.off, has_qo,
-                n->iattr[1], rows, rm.mem, rm.off, has_mask, Tq);
+                n->iattr[1], rows, rm.mem, rm.off, has_mask, Tq, Hks);
       if (!ce) ce = run_items(c, q, K_ATTENTION_ROW, rows);
       break;
     }
     size_t l = local_for(c, K_ATTENTION, 64);
     while (l > 1 && (D + Dv + (int64_t)l) * sizeof(float) > c->dev->local_mem) l /= 2;
-    ce = args(c->k[K_ATTENTION], "muimuimuimuilllllfimuilLLLmuil", ra.mem, ra.off, (int)a->dtype,
+    ce = args(c->k[K_ATTENTION], "muimuimuimuilllllfimuilLLLmuill", ra.mem, ra.off, (int)a->dtype,
               rb.mem, rb.off, (int)b->dtype, rv.mem, rv.off, (int)v->dtype, ro.mem, ro.off,
               (int)o->dtype, Hq, Tk, Hkv, D, Dv, (double)scale, causal, rq.mem, rq.off, has_qo,
               n->iattr[1], (size_t)D * sizeof(float), (size_t)Dv * sizeof(float),
-              l * sizeof(float), rm.mem, rm.off, has_mask, Tq);
+              l * sizeof(float), rm.mem, rm.off, has_mask, Tq, Hks);
     if (!ce) ce = run_rows(c, q, K_ATTENTION, (uint64_t)(Tq * Hq), l);
     break;
   }
