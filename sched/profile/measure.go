@@ -182,8 +182,9 @@ func measureUnit(ctx context.Context, mu MeasureUnit, m Model, o Options, decode
 	}
 	un.LaunchSeconds = lt.Seconds()
 	say("launch %.1f µs", lt.Seconds()*1e6)
-	// sweep times one op class over the grid; build makes the graph for m rows
-	sweep := func(op, dt string, k, n int, maxM int, build func(rows int) (*core.Graph, error)) error {
+	// sweep times one op class over the grid; build makes the graph for m rows, holding the op
+	// per times (the time is divided by it)
+	sweepN := func(op, dt string, k, n int, maxM int, build func(rows int) (*core.Graph, int, error)) error {
 		var prev Entry
 		for _, rows := range o.Grid {
 			if rows > maxM {
@@ -193,11 +194,12 @@ func measureUnit(ctx context.Context, mu MeasureUnit, m Model, o Options, decode
 				say("%s %s k=%d n=%d m=%d: skipped (predicted over %v), extrapolated", op, dt, k, n, rows, o.MaxPoint)
 				break
 			}
-			g, err := build(rows)
+			g, per, err := build(rows)
 			if err != nil {
 				return err
 			}
 			d, err := timeGraph(ctx, u, g, o.MinTime)
+			d /= time.Duration(max(per, 1))
 			if refused(err) {
 				un.Entries = append(un.Entries, Entry{Op: op, DType: dt, M: rows, K: k, N: n, Refused: err.Error()})
 				say("%s %s: refused: %v", op, dt, err)
@@ -215,6 +217,12 @@ func measureUnit(ctx context.Context, mu MeasureUnit, m Model, o Options, decode
 			say("%s %s m=%d k=%d n=%d: %.3f ms", op, dt, rows, kk, n, d.Seconds()*1e3)
 		}
 		return nil
+	}
+	sweep := func(op, dt string, k, n int, maxM int, build func(rows int) (*core.Graph, error)) error {
+		return sweepN(op, dt, k, n, maxM, func(rows int) (*core.Graph, int, error) {
+			g, err := build(rows)
+			return g, 1, err
+		})
 	}
 	refusedOp := func(op, dt string) bool {
 		return slices.ContainsFunc(un.Entries, func(e Entry) bool { return e.Op == op && e.DType == dt && e.Refused != "" })
@@ -256,12 +264,16 @@ func measureUnit(ctx context.Context, mu MeasureUnit, m Model, o Options, decode
 		if kv > 0 {
 			maxM = kv
 		}
-		err := sweep(OpAttention, "", kv, q, maxM, func(rows int) (*core.Graph, error) {
+		err := sweepN(OpAttention, "", kv, q, maxM, func(rows int) (*core.Graph, int, error) {
+			if kv > 0 && rows == 1 {
+				return coldAttentionGraph(kv, 0, m)
+			}
 			k := kv
 			if k == 0 {
 				k = rows
 			}
-			return attentionGraph(rows, k, m)
+			g, err := attentionGraph(rows, k, m)
+			return g, 1, err
 		})
 		if err != nil {
 			return un, err
@@ -269,8 +281,8 @@ func measureUnit(ctx context.Context, mu MeasureUnit, m Model, o Options, decode
 	}
 	if m.KVHeads >= 2 { // one decode row over the first half of the KV heads
 		half := m.KVHeads / 2
-		err := sweep(OpAttentionHeads, "", headsKeys, half*(m.Heads/m.KVHeads)*m.HeadDim, 1, func(int) (*core.Graph, error) {
-			return headsGraph(headsKeys, half, m)
+		err := sweepN(OpAttentionHeads, "", headsKeys, half*(m.Heads/m.KVHeads)*m.HeadDim, 1, func(int) (*core.Graph, int, error) {
+			return coldAttentionGraph(headsKeys, half, m)
 		})
 		if err != nil {
 			return un, err
@@ -372,16 +384,35 @@ func attentionGraph(rows, kv int, m Model) (*core.Graph, error) {
 // headsKeys is the key count ATTENTION_HEADS is timed at (the solver scales it to others).
 const headsKeys = 1024
 
-// headsGraph is one decode row of attention over KV heads [0, half) of m's, with their query
-// heads: a heads split's part (op set 4).
-func headsGraph(kv, half int, m Model) (*core.Graph, error) {
+// coldBytes is how much K/V a cold decode-attention timing reads per run: more than the last
+// level cache of the machines this runs on, so each attention finds its cache rows in DRAM.
+const coldBytes = 64 << 20
+
+// coldAttentionGraph is one decode row of attention over kv keys as a decode step runs it:
+// cold. A step streams the whole model's weights between one layer's attention and the next
+// token's, so the KV rows come from DRAM, not from the cache a repeated single op warms (the
+// 1B here: 135 µs in a step, 92 predicted from a warm timing). The graph holds as many
+// attentions over distinct K/V inputs as read coldBytes, one after another; the time is per
+// attention. part > 0 times a heads split's part instead (op set 4): KV heads [0, part) of m's
+// with their query heads.
+func coldAttentionGraph(kv, part int, m Model) (*core.Graph, int, error) {
 	g := core.NewGraph()
 	Hkv, D := int64(m.KVHeads), int64(m.HeadDim)
-	q := g.Input("q", core.F32, 1, int64(half*(m.Heads/m.KVHeads)), D)
-	k := g.Input("k", core.F32, int64(kv), Hkv, D)
-	v := g.Input("v", core.F32, int64(kv), Hkv, D)
-	g.Output(g.Attention(q, k, v, core.AttentionOptions{Causal: true, QOffset: int64(kv - 1), KVHeads: int64(half)}))
-	return g, g.Err()
+	hq := int64(m.Heads)
+	o := core.AttentionOptions{Causal: true, QOffset: int64(kv - 1)}
+	if part > 0 {
+		hq = int64(part * (m.Heads / m.KVHeads))
+		o.KVHeads = int64(part)
+	}
+	per := int64(kv) * Hkv * D * 4 * 2
+	copies := int(min(max(coldBytes/per, 2), 64))
+	q := g.Input("q", core.F32, 1, hq, D)
+	for i := range copies {
+		k := g.Input(fmt.Sprintf("k%d", i), core.F32, int64(kv), Hkv, D)
+		v := g.Input(fmt.Sprintf("v%d", i), core.F32, int64(kv), Hkv, D)
+		g.Output(g.Attention(q, k, v, o))
+	}
+	return g, copies, g.Err()
 }
 
 func normGraph(rows, n int) *core.Graph {
