@@ -2,7 +2,6 @@ package profile
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -95,9 +94,8 @@ func measureRuntimeHop(ctx context.Context, a, b MeasureUnit, launch float64, mi
 		diffs = append(diffs, ta-to)
 	}
 	slices.Sort(diffs)
-	hop := diffs[len(diffs)/2]/(hopOps-1) - seconds(launch)
-	if hop < 0 {
-		return 0, errors.New("profile: hop: the alternating chain ran faster than one partition")
-	}
-	return hop, nil
+	// below zero when the units' launch costs, timed earlier, came out higher than the extra
+	// partitions cost here (a loaded machine): the hop then adds nothing measurable to a launch,
+	// and the caller's floor, the bare signal handoff, stands
+	return max(diffs[len(diffs)/2]/(hopOps-1)-seconds(launch), 0), nil
 }

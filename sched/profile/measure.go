@@ -392,8 +392,8 @@ const coldBytes = 64 << 20
 // cold. A step streams the whole model's weights between one layer's attention and the next
 // token's, so the KV rows come from DRAM, not from the cache a repeated single op warms (the
 // 1B here: 135 µs in a step, 92 predicted from a warm timing). The graph holds as many
-// attentions over distinct K/V inputs as read coldBytes, one after another; the time is per
-// attention. part > 0 times a heads split's part instead (op set 4): KV heads [0, part) of m's
+// attentions over distinct K/V inputs as read coldBytes (2 to 16), one after another; the time
+// is per attention. part > 0 times a heads split's part instead (op set 4): KV heads [0, part) of m's
 // with their query heads.
 func coldAttentionGraph(kv, part int, m Model) (*core.Graph, int, error) {
 	g := core.NewGraph()
@@ -405,7 +405,7 @@ func coldAttentionGraph(kv, part int, m Model) (*core.Graph, int, error) {
 		o.KVHeads = int64(part)
 	}
 	per := int64(kv) * Hkv * D * 4 * 2
-	copies := int(min(max(coldBytes/per, 2), 64))
+	copies := int(min(max(coldBytes/per, 2), 16)) // a small model's K/V needs no more to be cold enough
 	q := g.Input("q", core.F32, 1, hq, D)
 	for i := range copies {
 		k := g.Input(fmt.Sprintf("k%d", i), core.F32, int64(kv), Hkv, D)
