@@ -316,5 +316,13 @@ static inline const xpu_ir_tensor *xpu_ir_input(const xpu_ir_graph *g, const xpu
   return i < n->n_inputs ? &g->tensors[n->inputs[i]] : NULL;
 }
 
+/* ATTENTION's KV heads read, given k's head count hkv: all hkv, or (op set 4) the iattr[3]
+ * heads from iattr[2] on; -1 when that range does not lie within k's heads */
+static inline int64_t xpu_ir_attention_kv_heads(const xpu_ir_node *n, int64_t hkv) {
+  if (n->iattr[2] == 0 && n->iattr[3] == 0) return hkv;
+  if (n->iattr[3] <= 0 || n->iattr[2] < 0 || n->iattr[2] > hkv - n->iattr[3]) return -1;
+  return n->iattr[3];
+}
+
 
 #endif /* XPU_IR_H */

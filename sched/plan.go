@@ -338,9 +338,8 @@ func (rr *resolvedRule) matches(layer int, n *core.Node) bool {
 func (rp *ResolvedPlan) PlaceSplit(phase Phase, layer int, n *core.Node) (unit, fallback int, split *PlanSplit, err error) {
 	for _, rr := range rp.phases[phase] {
 		if rr.matches(layer, n) {
-			if sp := rr.split; sp != nil && (sp.Strategy == SplitHeads) == (n.Op == core.OpAttention) &&
-				(n.Op == core.OpMatMul || n.Op == core.OpAttention) {
-				split = sp
+			if rr.split != nil && rr.split.Strategy.splits(n.Op) {
+				split = rr.split
 			}
 			return rr.unit, rr.fallback, split, nil
 		}

@@ -32,6 +32,14 @@ const (
 	SplitHeads SplitStrategy = "heads"
 )
 
+// splits says whether the strategy cuts nodes of op: heads an ATTENTION, the others a MATMUL.
+func (s SplitStrategy) splits(op core.Op) bool {
+	if s == SplitHeads {
+		return op == core.OpAttention
+	}
+	return op == core.OpMatMul
+}
+
 // maxSplitUnits bounds a split's units: a merge is one CONCAT, which takes up to 8 inputs.
 const maxSplitUnits = 8
 

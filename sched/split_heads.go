@@ -52,11 +52,7 @@ func expandHeadSplit(n *core.Node, sp *NodeSplit, deps []int, out *[]compiledPar
 			if i == 0 && !whole {
 				shape, off = core.Shape{tq, pc.nh * group, d}, pc.h0*group*d*qElem
 			}
-			if t.Kind == core.KindConst && (i != 0 || whole) {
-				args[i] = g.Const(t.Name, t.DType, t.Shape, t.Data)
-				continue
-			}
-			if t.Kind == core.KindConst { // a constant q: its slice of rows
+			if t.Kind == core.KindConst { // its view, by slicing the data
 				args[i] = g.Const(t.Name, t.DType, shape, t.Data[off:off+t.DType.Bytes(shape.NumElements())])
 				continue
 			}

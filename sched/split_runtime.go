@@ -52,17 +52,17 @@ func (rt *Runtime) checkSplits(st StageSpec) ([]*NodeSplit, error) {
 				return nil, bad("unit %s listed twice", rt.units[u].Name())
 			}
 		}
-		if n.Op == core.OpAttention {
-			if sp.Strategy != SplitHeads {
+		if !sp.Strategy.splits(n.Op) {
+			if n.Op == core.OpAttention {
 				return nil, bad("an ATTENTION splits by heads only, not %s", sp.Strategy)
 			}
+			return nil, bad("%s splits MATMUL nodes only", sp.Strategy)
+		}
+		if n.Op == core.OpAttention {
 			if n.IAttr[3] != 0 {
 				return nil, bad("it already runs on a KV head range")
 			}
 			continue
-		}
-		if n.Op != core.OpMatMul || sp.Strategy == SplitHeads {
-			return nil, bad("%s splits MATMUL nodes only", sp.Strategy)
 		}
 		a, b := n.Inputs[0], n.Inputs[1]
 		if len(b.Shape) != 2 {

@@ -440,11 +440,11 @@ func (s *solver) opTime(op opDef, c Choice, m, kv int) (time.Duration, []dag.Par
 		}
 	case StrategyHeads:
 		for i, n := range splitCount(q.N, c.Ratio, max(op.headAlign, 1)) {
-			qq := q
-			qq.Op, qq.N = profile.OpAttentionHeads, n
 			if n == 0 {
 				continue
 			}
+			qq := q
+			qq.Op, qq.N = profile.OpAttentionHeads, n
 			t, err := s.time(c.Units[i], qq)
 			if err != nil {
 				return 0, nil, err

@@ -196,12 +196,8 @@ int nv_node_supported(const xpu_ir_graph *g, const xpu_ir_node *n, uint32_t *pre
     if (a->rank != 3 || b->rank != 3 || v->rank != 3 || o->rank != 3) NO("q, k, v and the output must be rank 3");
     if (b->shape[0] != v->shape[0] || b->shape[1] != v->shape[1]) NO("k and v differ in length or heads");
     if (a->shape[2] != b->shape[2]) NO("q and k head dims differ");
-    int64_t kvh = b->shape[1]; /* the kv heads read: all of k's, or a range of them (op set v4) */
-    if (n->iattr[3] != 0 || n->iattr[2] != 0) {
-      if (n->iattr[3] <= 0 || n->iattr[2] < 0 || n->iattr[2] > b->shape[1] - n->iattr[3])
-        NO("kv head range outside k's heads");
-      kvh = n->iattr[3];
-    }
+    int64_t kvh = xpu_ir_attention_kv_heads(n, b->shape[1]);
+    if (kvh < 0) NO("kv head range outside k's heads");
     if (kvh == 0 || a->shape[1] % kvh) NO("query heads not a multiple of kv heads");
     if (o->shape[0] != a->shape[0] || o->shape[1] != a->shape[1] || o->shape[2] != v->shape[2]) NO("output must be [Tq, Hq, Dv]");
     if (n->iattr[0] != 0 && n->iattr[0] != 1) NO("causal flag must be 0 or 1");

@@ -1224,8 +1224,7 @@ static int64_t att_qb_max(int64_t tq, int64_t gs, int64_t d, int64_t dv) {
 uint64_t nv_attention_scratch(const xpu_ir_graph *g, const xpu_ir_node *n) {
   const xpu_ir_tensor *q = &g->tensors[n->inputs[0]], *k = &g->tensors[n->inputs[1]], *v = &g->tensors[n->inputs[2]];
   int64_t d = q->shape[2], dv = v->shape[2];
-  int64_t kvh = n->iattr[3] > 0 ? n->iattr[3] : k->shape[1];
-  int64_t gs = att_group(q->shape[1], kvh), qb = att_qb_max(q->shape[0], gs, d, dv);
+  int64_t gs = att_group(q->shape[1], xpu_ir_attention_kv_heads(n, k->shape[1])), qb = att_qb_max(q->shape[0], gs, d, dv);
   uint64_t tail = att_small(d, dv) ? (uint64_t)((d + dv) * ATT_BLOCK + (d > dv ? d : dv) + dv)
                                    : (uint64_t)(gs * ATT_BLOCK);
 #if ATT_LANES == 8
@@ -1256,13 +1255,12 @@ xpu_status nv_k_attention(nv_run *r, const xpu_ir_node *n) {
   A.Hq = q->shape[1];
   A.D = q->shape[2];
   A.Tk = k->shape[0];
-  A.Hkv = A.Hks = k->shape[1];
+  A.Hks = k->shape[1];
+  A.Hkv = xpu_ir_attention_kv_heads(n, A.Hks); /* analyze checked the range */
   A.Dv = v->shape[2];
-  if (n->iattr[3] > 0) { /* a KV head range (analyze checked it lies within k's heads) */
-    A.Hkv = n->iattr[3];
-    A.k += (size_t)(n->iattr[2] * A.D) * (A.kt == XPU_DT_F32 ? 4 : 2);
-    A.v += (size_t)(n->iattr[2] * A.Dv) * (A.vt == XPU_DT_F32 ? 4 : 2);
-  }
+  /* a head range starts at its first head; the rows keep their stride */
+  A.k += (size_t)(n->iattr[2] * A.D) * (A.kt == XPU_DT_F32 ? 4 : 2);
+  A.v += (size_t)(n->iattr[2] * A.Dv) * (A.vt == XPU_DT_F32 ? 4 : 2);
   A.causal = n->iattr[0] == 1;
   A.off = n->iattr[1];
   if (n->n_inputs >= 4) {

@@ -151,9 +151,6 @@ int ocl_node_check(ocl_ctx *c, const xpu_ir_graph *g, uint32_t ni, char *why, si
   case XPU_OP_ATTENTION: {
     const xpu_ir_tensor *v = xpu_ir_input(g, n, 2), *qo = xpu_ir_input(g, n, 3);
     if (n->n_inputs < 3 || n->n_inputs > 5) NO("needs q, k, v [, q_offset [, mask]]");
-    if ((n->iattr[2] != 0 || n->iattr[3] != 0) &&
-        (n->iattr[3] <= 0 || n->iattr[2] < 0 || n->iattr[2] > b->shape[1] - n->iattr[3]))
-      NO("kv head range outside k's heads");
     if (a->rank != 3 || b->rank != 3 || v->rank != 3) NO("q, k, v must be rank 3");
     if (!isf(b->dtype) || !isf(v->dtype)) NO("k and v must be float");
     if (qo && (qo->dtype != XPU_DT_I32 || xpu_ir_numel(qo) != 1)) NO("q_offset must be I32 [1]");
@@ -166,7 +163,8 @@ int ocl_node_check(ocl_ctx *c, const xpu_ir_graph *g, uint32_t ni, char *why, si
     int64_t Hq = a->shape[1], Hkv = b->shape[1], D = a->shape[2], Dv = v->shape[2];
     if (b->shape[2] != D) NO("q and k head sizes differ");
     if (v->shape[0] != b->shape[0] || v->shape[1] != Hkv) NO("k and v disagree on [Tk, Hkv]");
-    int64_t kvh = n->iattr[3] > 0 ? n->iattr[3] : Hkv; /* the KV heads read (op set 4: a range) */
+    int64_t kvh = xpu_ir_attention_kv_heads(n, Hkv);
+    if (kvh < 0) NO("kv head range outside k's heads");
     if (kvh == 0 || Hq % kvh) NO("Hq %% Hkv != 0");
     if (o->rank != 3 || o->shape[0] != a->shape[0] || o->shape[1] != Hq || o->shape[2] != Dv)
       NO("output must be [Tq, Hq, Dv]");

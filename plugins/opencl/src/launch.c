@@ -302,12 +302,10 @@ cl_int ocl_launch_node(ocl_ctx *c, cl_command_queue q, const xpu_ir_graph *g, ui
     ocl_ref rv = refs[n->inputs[2]];
     ocl_ref rq = n->n_inputs > 3 ? refs[n->inputs[3]] : ra;
     int64_t Tq = a->shape[0], Hq = a->shape[1], D = a->shape[2];
-    int64_t Tk = b->shape[0], Hkv = b->shape[1], Dv = v->shape[2], Hks = Hkv;
-    if (n->iattr[3] > 0) { /* op set 4: KV heads [h0, h0+n) of rows of Hks heads */
-      Hkv = n->iattr[3];
-      rb.off += (uint64_t)(n->iattr[2] * D) * (b->dtype == XPU_DT_F32 ? 4 : 2);
-      rv.off += (uint64_t)(n->iattr[2] * Dv) * (v->dtype == XPU_DT_F32 ? 4 : 2);
-    }
+    /* op set 4: the KV heads read may be a range of the Hks in each row, from its first head */
+    int64_t Tk = b->shape[0], Hks = b->shape[1], Hkv = xpu_ir_attention_kv_heads(n, Hks), Dv = v->shape[2];
+    rb.off += (uint64_t)(n->iattr[2] * D) * (b->dtype == XPU_DT_F32 ? 4 : 2);
+    rv.off += (uint64_t)(n->iattr[2] * Dv) * (v->dtype == XPU_DT_F32 ? 4 : 2);
     float scale = n->fattr[0] != 0.0f ? n->fattr[0] : 1.0f / sqrtf((float)D);
     int causal = n->iattr[0] == 1, has_qo = n->n_inputs > 3, has_mask = n->n_inputs > 4;
     ocl_ref rm = has_mask ? refs[n->inputs[4]] : ra; /* a valid buffer the kernel ignores */
