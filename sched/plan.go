@@ -76,9 +76,8 @@ type Split struct {
 	Ratio []float64 `json:"ratio,omitempty"`
 	// Lengths are the standard lengths the first unit holds graphs for (multiseq, hybrid).
 	Lengths []int64 `json:"lengths,omitempty"`
-	// Steal (rows over two units) shares the rows dynamically: each unit takes chunks of them
-	// from its end until none are left (NodeSplit.Steal) where the parts are contiguous (a
-	// decode step); a prefill chunk keeps the ratio's static cut.
+	// Steal (rows over two units) shares the rows dynamically, from the ratio: each unit
+	// takes chunks of them from its end until none are left (NodeSplit.Steal).
 	Steal bool `json:"steal,omitempty"`
 }
 

@@ -56,13 +56,14 @@ type NodeSplit struct {
 	// Merge is the unit that runs an explicit merge (a CONCAT of column pieces), where one is
 	// needed.
 	Merge int
-	// Steal makes a rows split of two units dynamic where its pieces are contiguous in the
-	// output (one row of a, as in decode; constant weights): the weight's rows are cut into
-	// chunks prepared on both units, the first unit takes chunks from the front and the second
-	// from the back, each as long as any is left, so a unit slowed down (another process on
-	// its core, a cold cache) does less of the MATMUL instead of making the other wait.
-	// Elsewhere (several rows of a: a prefill chunk) the split stays the static one Ratio
-	// cuts. See split_steal.go.
+	// Steal makes a rows split of two units over a constant weight dynamic: the weight's
+	// rows are cut into chunks prepared on both units, the first unit takes chunks from the
+	// front and the second from the back, each as long as any is left, so a unit slowed down
+	// (another process on its core, a cold cache, a wrong ratio) does less of the MATMUL
+	// instead of making the other wait. Ratio sets where the two ends are expected to meet
+	// and so the chunk sizes. With several rows of a (a prefill chunk) the chunks' column
+	// bands go to a scratch slot and one CONCAT merges them, as a static rows split's parts.
+	// See split_steal.go.
 	Steal bool
 }
 

@@ -40,7 +40,9 @@ func openPinnedOpenCL(tb testing.TB, cpu int) core.Backend {
 //   - neon{cpus=0,threads=1} alone, neon{cpus=1,threads=1} alone, opencl alone (PoCL's CPU
 //     device, pinned to core 1: opened from a thread whose mask is {1});
 //   - row-split across neon on core 0 and opencl on core 1;
-//   - row-split across the two pinned neon units.
+//   - row-split across the two pinned neon units;
+//   - both splits again with stealing (NodeSplit.Steal: the units take the weight rows chunk
+//     by chunk from either end, and a CONCAT merges the chunks' column bands).
 //
 // The split ratios are each pair's measured throughput shares from a calibration pass (medians
 // of 3; what a solver given these units' profiles picks for one MATMUL). A row split of M > 1 rows ends
@@ -154,7 +156,9 @@ func BenchmarkSplitMatMul(b *testing.B) {
 	}
 	splitNO := compile(0, &NodeSplit{Strategy: SplitRows, Units: []int{0, 2}, Ratio: share(0, 2), Merge: 0})
 	splitNN := compile(0, &NodeSplit{Strategy: SplitRows, Units: []int{0, 1}, Ratio: share(0, 1), Merge: 0})
-	progs := append(alone, splitNO, splitNN)
+	stealNO := compile(0, &NodeSplit{Strategy: SplitRows, Units: []int{0, 2}, Ratio: share(0, 2), Merge: 0, Steal: true})
+	stealNN := compile(0, &NodeSplit{Strategy: SplitRows, Units: []int{0, 1}, Ratio: share(0, 1), Merge: 0, Steal: true})
+	progs := append(alone, splitNO, splitNN, stealNO, stealNN)
 	times := make([][]time.Duration, len(progs))
 	b.ResetTimer()
 	for range b.N {
@@ -178,6 +182,8 @@ func BenchmarkSplitMatMul(b *testing.B) {
 	b.ReportMetric(tput[3]/(tput[0]+tput[2]), "split_neon+opencl/sum")
 	b.ReportMetric(tput[4]/tput[0], "split_2neon/neon0")
 	b.ReportMetric(tput[4]/(tput[0]+tput[1]), "split_2neon/sum")
+	b.ReportMetric(tput[5]/(tput[0]+tput[2]), "steal_neon+opencl/sum")
+	b.ReportMetric(tput[6]/tput[0], "steal_2neon/neon0")
 	b.ReportMetric(share(0, 2)[0], "ratio_neon_vs_opencl")
 	b.ReportMetric(share(0, 1)[0], "ratio_neon0_vs_neon1")
 	if os.Getenv("XPU_BENCH_THREADS_DEBUG") != "" {

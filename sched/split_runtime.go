@@ -164,6 +164,10 @@ func groupParts(items []compiledPart) ([]compiledPart, error) {
 	for i, c := range items {
 		if c.splitPart {
 			k := fmt.Sprint(c.unit, c.Deps, c.steal != nil)
+			if c.steal != nil && c.steal.into[0] != nil {
+				// a stealing task of several rows has a merge cut by its own chunks
+				k = fmt.Sprint(k, c.steal.nodes[0].ID)
+			}
 			if j, ok := open[k]; ok {
 				members[j] = append(members[j], i)
 				newIdx[i] = j
@@ -185,9 +189,11 @@ func groupParts(items []compiledPart) ([]compiledPart, error) {
 			if items[ms[0]].steal != nil {
 				// the group shares its rows as one range, through its first member's word
 				// (the same node heads the group on the other side)
-				st := &stealSpec{side: items[ms[0]].steal.side, state: items[ms[0]].steal.state}
+				first := items[ms[0]].steal
+				st := &stealSpec{side: first.side, share: first.share, state: first.state}
 				for _, m := range ms {
 					st.nodes = append(st.nodes, items[m].steal.nodes...)
+					st.into = append(st.into, items[m].steal.into...)
 				}
 				c.steal = st
 			}
@@ -311,8 +317,8 @@ func expandSplit(n *core.Node, sp *NodeSplit, deps []int, out *[]compiledPart) (
 	if len(pieces) == 0 {
 		return nil, fmt.Errorf("split of %s: an empty [%d, %d] output: %w", n, m, nCols, core.ErrInvalidArgument)
 	}
-	if canSteal(n, sp, m) {
-		return expandSteal(n, sp, deps, out), nil
+	if canSteal(n, sp) {
+		return expandSteal(n, sp, m, deps, out)
 	}
 	aRow, bRow, yElem := a.DType.Bytes(k), b.DType.Bytes(k), y.DType.Bytes(1)
 	var writers []int

@@ -26,16 +26,22 @@ import (
 // faster unit takes from the slower one's half is small. Every output row is computed by one
 // chunk with the same kernel whichever unit runs it, so the result is the static split's.
 
-// stealFractions are the chunk sizes from each end of a task's rows, as shares of all of them
-// (they sum to one half).
-var stealFractions = []float64{0.25, 0.125, 0.0625, 0.0625}
+// stealFractions are the chunk sizes from each end of a task's rows, as shares of that
+// side's expected part (the split's Ratio): half of it, a quarter, two eighths. Four a side
+// keep a decode task's dispatches few (a few µs each against a 0.1–1 ms MATMUL) and a
+// several-row task's merge one CONCAT (at most 8 inputs).
+var stealFractions = []float64{0.5, 0.25, 0.125, 0.125}
 
 // stealSpec makes a split part a stealing task: side 0 takes chunks from the front, side 1
 // from the back; nodes are the MATMULs whose rows the task shares (in order); chunks are this
 // unit's prepared chunk partitions (set by prepareStage).
 type stealSpec struct {
-	side   int
-	nodes  []*core.Node
+	side  int
+	share float64 // the first side's expected share of the rows (the split's Ratio)
+	nodes []*core.Node
+	// into are where each node's rows go: nil, its output in place (one row of a); else a
+	// scratch slot, chunk by chunk, each chunk's [M, cols] piece contiguous (expandSteal).
+	into   []*core.Tensor
 	state  *stealState
 	chunks []compiledPart
 }
@@ -81,64 +87,135 @@ func (s *stealState) claim(lane int, epoch uint32, side int) int {
 	}
 }
 
-// canSteal says whether a split of n can run as a stealing one: two units cutting rows, a
-// constant rank-2 weight and one row of a (its pieces are then contiguous in y).
-func canSteal(n *core.Node, sp *NodeSplit, m int64) bool {
-	return sp.Steal && sp.Strategy == SplitRows && len(sp.Units) == 2 && m == 1 &&
+// canSteal says whether a split of n can run as a stealing one: two units cutting rows and a
+// constant rank-2 weight.
+func canSteal(n *core.Node, sp *NodeSplit) bool {
+	return sp.Steal && sp.Strategy == SplitRows && len(sp.Units) == 2 &&
 		n.Inputs[1].Kind == core.KindConst && len(n.Inputs[1].Shape) == 2
 }
 
 // expandSteal appends node n's two stealing tasks (one per unit, not prepared: their graph,
-// the whole MATMUL, only describes what they read and write) and returns their indices.
-func expandSteal(n *core.Node, sp *NodeSplit, deps []int, out *[]compiledPart) []int {
+// the whole MATMUL, only describes what they read and write) and returns the indices of the
+// parts that write n's output. With one row of a (m == 1) each chunk's piece is contiguous
+// in y and the tasks write y in place. With several rows a piece is a column band, strided
+// in y, as in a static rows split: the chunks write a scratch slot chunk after chunk (chunk
+// c's [m, cols] at m × its first column), and one merge on sp.Merge (a CONCAT of the chunks
+// along the columns) writes y after both tasks; the cuts are the node's own (such a task is
+// never grouped with another, see groupParts).
+func expandSteal(n *core.Node, sp *NodeSplit, m int64, deps []int, out *[]compiledPart) ([]int, error) {
 	st := &stealState{}
+	a, b, y := n.Inputs[0], n.Inputs[1], n.Output
+	var into, key *core.Tensor // the scratch's key: side 0's output tensor
 	var writers []int
 	for side, unit := range sp.Units {
-		a, b := n.Inputs[0], n.Inputs[1]
 		g := core.NewGraph()
 		av := g.Input(a.Name, a.DType, a.Shape...)
 		bv := g.Const(b.Name, b.DType, b.Shape, b.Data)
 		g.Named(n.Name)
-		g.Output(splitMatMul(g, n, av, bv))
+		yv := splitMatMul(g, n, av, bv)
+		g.Output(yv)
+		if m > 1 && key == nil {
+			key = yv
+			into = yv
+		}
+		outT := y
+		if into != nil {
+			outT = into
+		}
 		label := fmt.Sprintf("[steal %s]", []string{"front", "back"}[side])
 		p := &Partition{Index: len(*out), Device: unit, Nodes: []int{n.ID}, Graph: g, Inputs: []*core.Tensor{a},
-			Outputs: []*core.Tensor{n.Output}, Deps: deps}
+			Outputs: []*core.Tensor{outT}, Deps: deps}
 		*out = append(*out, compiledPart{Partition: p, unit: unit, offs: []int64{0, 0}, label: n.Name + " " + label, splitPart: true,
-			steal: &stealSpec{side: side, nodes: []*core.Node{n}, state: st}})
+			steal: &stealSpec{side: side, share: sp.Ratio[0], nodes: []*core.Node{n}, into: []*core.Tensor{into}, state: st}})
 		writers = append(writers, p.Index)
 	}
-	return writers
+	if into == nil {
+		return writers, nil
+	}
+	g := core.NewGraph()
+	var ins []*core.Tensor
+	var offs []int64
+	yElem := y.DType.Bytes(1)
+	for _, segs := range stealChunks([]*core.Node{n}, sp.Ratio[0], m) {
+		s := segs[0]
+		if s.m0 > 0 {
+			continue // a later row piece of the band before
+		}
+		ins = append(ins, g.Input(fmt.Sprintf("%s.cols%d", n.Name, s.r0), y.DType, m, s.r1-s.r0))
+		offs = append(offs, m*s.r0*yElem)
+	}
+	g.Output(g.Named(n.Name+".merge").Concat(1, ins...))
+	if err := g.Err(); err != nil {
+		return nil, fmt.Errorf("stealing split of %s: merge: %w", n, err)
+	}
+	keys := make([]*core.Tensor, len(ins))
+	for i := range keys {
+		keys[i] = key
+	}
+	p := &Partition{Index: len(*out), Device: sp.Merge, Nodes: []int{n.ID}, Graph: g, Inputs: keys,
+		Outputs: []*core.Tensor{y}, Deps: writers}
+	label := fmt.Sprintf("merge [rows 0:%d, %d chunks]", m, len(ins))
+	*out = append(*out, compiledPart{Partition: p, unit: sp.Merge, offs: append(offs, 0), label: n.Name + " " + label,
+		what: []string{fmt.Sprintf("node %s %s", n.Name, label)}})
+	return []int{p.Index}, nil
 }
 
-// stealSegment is the rows [r0, r1) of nodes[node] inside one chunk.
+// stealSegment is the rows [r0, r1) of nodes[node]'s weight inside one chunk, times a's rows
+// [m0, m1) (m1 == 0: all of them).
 type stealSegment struct {
 	node   int
 	r0, r1 int64
+	m0, m1 int64
 }
 
+// stealRowPiece is the fewest rows of a a chunk of the meeting band computes: fewer would
+// read the band's weights more often than the arithmetic hides.
+const stealRowPiece = 32
+
 // stealChunks cuts the rows of nodes (concatenated in order) into chunks by stealFractions
-// from both ends, cuts rounded to rowAlign rows.
-func stealChunks(nodes []*core.Node) [][]stealSegment {
+// from both ends, the front's scaled by share and the back's by 1 - share (so the two
+// sides' first chunks are in proportion to their speeds, and the ends meet at share), cuts
+// rounded to rowAlign rows. With m > 1 rows of a (one node) the two chunks where the ends
+// meet are one band of weight rows cut instead by a's rows, up to 8 pieces of at least
+// stealRowPiece rows: they are the last claimed, and finer pieces there keep the side that
+// finishes last close behind the other, while the merge still reads at most 7 column bands
+// (CONCAT takes 8 inputs).
+func stealChunks(nodes []*core.Node, share float64, m int64) [][]stealSegment {
 	var total int64
 	starts := make([]int64, len(nodes)+1)
 	for i, n := range nodes {
 		total += n.Inputs[1].Shape[0]
 		starts[i+1] = total
 	}
+	align := func(c float64) int64 {
+		return min(max(int64(math.Round(float64(total)*c/rowAlign))*rowAlign, 0), total)
+	}
 	cuts := []int64{0, total}
 	var cum float64
 	for _, f := range stealFractions {
 		cum += f
-		for _, c := range []float64{cum, 1 - cum} {
-			r := int64(math.Round(float64(total)*c/rowAlign)) * rowAlign
-			cuts = append(cuts, min(max(r, 0), total))
+		for _, c := range []float64{share * cum, 1 - (1-share)*cum} {
+			cuts = append(cuts, align(c))
 		}
 	}
 	slices.Sort(cuts)
 	cuts = slices.Compact(cuts)
+	pieces := int64(1)
+	if m > 1 && len(nodes) == 1 {
+		pieces = min(8, max(1, m/stealRowPiece))
+	}
+	if meet := align(share); pieces > 1 && meet > 0 && meet < total {
+		cuts = slices.DeleteFunc(cuts, func(c int64) bool { return c == meet })
+	}
 	var chunks [][]stealSegment
 	for i := 1; i < len(cuts); i++ {
 		lo, hi := cuts[i-1], cuts[i]
+		if pieces > 1 && lo <= align(share) && align(share) <= hi {
+			for p := range pieces {
+				chunks = append(chunks, []stealSegment{{node: 0, r0: lo, r1: hi, m0: m * p / pieces, m1: m * (p + 1) / pieces}})
+			}
+			continue
+		}
 		var segs []stealSegment
 		for j := range nodes {
 			s0, s1 := max(lo, starts[j]), min(hi, starts[j+1])
@@ -155,7 +232,12 @@ func stealChunks(nodes []*core.Node) [][]stealSegment {
 // each reads its nodes' inputs whole and writes its rows of their outputs in place.
 func buildStealChunks(c compiledPart) ([]compiledPart, error) {
 	var out []compiledPart
-	for ci, segs := range stealChunks(c.steal.nodes) {
+	rowsOf := func(n *core.Node) int64 { return n.Inputs[0].Shape.NumElements() / n.Inputs[1].Shape[1] }
+	m := int64(1)
+	if c.steal.into[0] != nil {
+		m = rowsOf(c.steal.nodes[0])
+	}
+	for ci, segs := range stealChunks(c.steal.nodes, c.steal.share, m) {
 		g := core.NewGraph()
 		p := &Partition{Graph: g, Deps: c.Deps, Device: c.unit}
 		var offs []int64
@@ -166,28 +248,39 @@ func buildStealChunks(c compiledPart) ([]compiledPart, error) {
 		for _, s := range segs {
 			n := c.steal.nodes[s.node]
 			a, b, y := n.Inputs[0], n.Inputs[1], n.Output
-			av := ins[a]
-			if av == nil {
+			k := b.Shape[1]
+			into := c.steal.into[s.node]
+			rows := int64(1) // of a, in y or the scratch
+			if into != nil {
+				rows = rowsOf(n)
+			}
+			m0, m1 := int64(0), rows
+			var av *core.Tensor
+			if s.m1 > 0 { // a band of a's rows
+				m0, m1 = s.m0, s.m1
+				av = g.Input(a.Name, a.DType, m1-m0, k)
+				p.Inputs = append(p.Inputs, a)
+				offs = append(offs, m0*a.DType.Bytes(k))
+			} else if av = ins[a]; av == nil {
 				av = g.Input(a.Name, a.DType, a.Shape...)
 				ins[a] = av
 				p.Inputs = append(p.Inputs, a)
 				offs = append(offs, 0)
 			}
-			k := b.Shape[1]
 			bRow := b.DType.Bytes(k)
 			bv := g.Const(b.Name, b.DType, core.Shape{s.r1 - s.r0, k}, b.Data[s.r0*bRow:s.r1*bRow])
 			g.Named(n.Name)
-			var yv *core.Tensor
-			if b.DType == core.I8 {
-				yv = g.MatMulI8(av, bv, n.FAttr[0])
+			g.Output(splitMatMul(g, n, av, bv))
+			if into != nil {
+				p.Outputs = append(p.Outputs, into)
 			} else {
-				yv = g.MatMul(av, bv)
+				p.Outputs = append(p.Outputs, y)
 			}
-			g.Output(yv)
-			p.Outputs = append(p.Outputs, y)
-			outOffs = append(outOffs, s.r0*y.DType.Bytes(1))
+			// a column band is [rows, r1-r0] at rows × r0 in the scratch; a's rows m0.. of
+			// it start m0 of its rows in
+			outOffs = append(outOffs, (rows*s.r0+m0*(s.r1-s.r0))*y.DType.Bytes(1))
 			p.Nodes = append(p.Nodes, n.ID)
-			seg := fmt.Sprintf("%s [rows 0:1, cols %d:%d]", n.Name, s.r0, s.r1)
+			seg := fmt.Sprintf("%s [rows %d:%d, cols %d:%d]", n.Name, m0, m1, s.r0, s.r1)
 			what = append(what, "node "+seg)
 			label += " " + seg
 		}

@@ -171,7 +171,8 @@ func splitCases(units []int) []struct {
 		{"rows M=1 (decode, in place)", 1, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.6, 0.4}}},
 		{"rows M=37 (merged)", 37, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.6, 0.4}}},
 		{"rows M=1 stealing", 1, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.6, 0.4}, Steal: true}},
-		{"rows M=37 stealing (static: merged)", 37, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.6, 0.4}, Steal: true}},
+		{"rows M=37 stealing (chunks merged)", 37, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.6, 0.4}, Steal: true}},
+		{"rows M=300 stealing (row pieces where the ends meet)", 300, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.5, 0.5}, Steal: true}},
 		{"seq M=37", 37, &NodeSplit{Strategy: SplitSeq, Units: two, Ratio: []float64{0.7, 0.3}}},
 		{"multiseq 300 = 256 + 44", 300, &NodeSplit{Strategy: SplitMultiSeq, Units: two, Lengths: []int64{256}}},
 		{"multiseq 600 = 512 + 32 + 56", 600, &NodeSplit{Strategy: SplitMultiSeq, Units: two, Lengths: []int64{512, 32}}},
@@ -364,6 +365,14 @@ func TestSplitOnIsolatedUnit(t *testing.T) {
 	assert.Equal(t, wantZ, gotZ, "stealing")
 	require.NoError(t, p.Close())
 	require.NoError(t, p0.Close())
+	// and with several rows: its chunks' column bands go out to the scratch the merge reads
+	g7 := splitGraph(t, 7, 32, 64, core.F32)
+	wantY, wantZ, p0 = runSplit(t, rt, g7, nil)
+	gotY, gotZ, p = runSplit(t, rt, g7, &NodeSplit{Strategy: SplitRows, Units: []int{1, 0}, Ratio: []float64{0.5, 0.5}, Steal: true})
+	assert.Equal(t, wantY, gotY, "stealing, 7 rows")
+	assert.Equal(t, wantZ, gotZ, "stealing, 7 rows")
+	require.NoError(t, p.Close())
+	require.NoError(t, p0.Close())
 	a := rt.Arena()
 	x, err := a.Alloc(7 * 32 * 4)
 	require.NoError(t, err)
@@ -444,7 +453,21 @@ func TestSplitSiblingsShareTasks(t *testing.T) {
 			require.NotNil(t, b)
 			assert.Same(t, a.state, b.state, "both sides claim through one word")
 			assert.Equal(t, []int{0, 1}, []int{a.side, b.side})
-			assert.Len(t, a.chunks, len(stealChunks([]*core.Node{g.Nodes[0], g.Nodes[1]})), "the two MATMULs' rows as one range")
+			assert.Len(t, a.chunks, len(stealChunks([]*core.Node{g.Nodes[0], g.Nodes[1]}, 0.5, 1)), "the two MATMULs' rows as one range")
+		} else {
+			// several rows: each MATMUL's chunks go through a scratch slot its own merge reads
+			require.Len(t, p.stages[0].parts, 6, "two stealing tasks and a merge per MATMUL")
+			var tasks, merges int
+			for _, pp := range p.stages[0].parts {
+				if pp.steal != nil {
+					tasks++
+					assert.Len(t, pp.steal.chunks, len(stealChunks([]*core.Node{g.Nodes[0]}, 0.5, m)), "one MATMUL's rows")
+				} else {
+					merges++
+					assert.Contains(t, pp.name, "merge")
+				}
+			}
+			assert.Equal(t, []int{4, 2}, []int{tasks, merges})
 		}
 	}
 }

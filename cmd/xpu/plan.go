@@ -34,9 +34,10 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctxLen := fs.Int("context", 0, "KV length decode is predicted at (0: the prompt length)")
 	mode := fs.String("mode", "tensor", "what the solver may choose: tensor (split MATMULs), layer (whole ops), split (contiguous layer ranges only), single (one unit)")
 	policy := fs.String("policy", "ooo", "prefill dispatch: ooo (mllm-NPU out-of-order), fifo, inorder")
+	steal := fs.Bool("steal", false, "write rows splits over two units as stealing ones (sched/PLAN.md): balanced at run time from the solver's ratio; a backend that repacks weights then holds those weights twice")
 	compare := fs.Bool("compare", false, "also predict each unit alone, layer- and tensor-level, in order and out of order (always on with --soc)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu plan --model M [--units LIST] [--profile FILE] [-o plan.json] [--prompt N] [--mode tensor|layer|split|single] [--compare]")
+		fmt.Fprintln(stderr, "usage: xpu plan --model M [--units LIST] [--profile FILE] [-o plan.json] [--prompt N] [--mode tensor|layer|split|single] [--steal] [--compare]")
 		fmt.Fprintln(stderr, "       xpu plan --soc "+strings.Join(soc.Names(), "|")+" --model "+strings.Join(soc.ModelNames(), "|")+" [--units cpu,gpu,npu] [-o plan.json]")
 		fs.PrintDefaults()
 	}
@@ -47,7 +48,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	o := solve.Options{Prompt: *prompt, Context: *ctxLen}
+	o := solve.Options{Prompt: *prompt, Context: *ctxLen, Steal: *steal}
 	switch *mode {
 	case "tensor":
 		o.Mode = solve.Tensor
@@ -233,6 +234,9 @@ func printPlan(w io.Writer, p *solve.Plan) {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", name, op.Class, p.Describe(op.Choice), msStr(op.Time), best, pays)
 		}
 		tw.Flush()
+	}
+	if p.Steal {
+		fmt.Fprintln(w, "\nrows splits over two units steal (--steal): the units share the rows at run time from these ratios; times are the static split's")
 	}
 	fmt.Fprintln(w, "\nevery layer runs the same placement (the layers have the same shapes), except in a layer split; times are per op, one chunk, average context")
 }

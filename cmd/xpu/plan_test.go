@@ -37,6 +37,23 @@ func TestPlanSoC(t *testing.T) {
 	require.NoError(t, err, "the runtime reads the solver's plan file")
 	assert.Positive(t, f.Prefill.Chunk)
 	assert.NotEmpty(t, f.Decode.Rules)
+
+	// --steal: the same plan, its rows splits over two units written as stealing ones
+	code, stdout, stderr = runCLI(t, "plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--steal", "-o", out)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "rows splits over two units steal (--steal)")
+	b, err = os.ReadFile(out)
+	require.NoError(t, err)
+	f, err = sched.ParsePlan(b)
+	require.NoError(t, err)
+	var stealing int
+	for _, r := range append(f.Prefill.Rules, f.Decode.Rules...) {
+		if r.Split != nil && r.Split.Steal {
+			assert.Equal(t, sched.SplitRows, r.Split.Strategy)
+			stealing++
+		}
+	}
+	assert.Positive(t, stealing, "%s", b)
 }
 
 func TestPlanUsage(t *testing.T) {

@@ -73,6 +73,7 @@ func (p *Plan) File() *sched.Plan {
 				if c.Strategy == StrategyMultiSeq {
 					sp.Ratio = nil
 				}
+				sp.Steal = p.Steal && c.Strategy == StrategyRows && len(c.Units) == 2
 				r.Split = sp
 			}
 			fp.Rules = append(fp.Rules, r)

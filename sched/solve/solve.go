@@ -72,6 +72,12 @@ type Options struct {
 	Mode   Mode
 	// Policy dispatches prefill's ready tasks (nil: dag.OutOfOrder).
 	Policy dag.Policy
+	// Steal writes every rows split over two units as a stealing one (sched.NodeSplit.Steal):
+	// the units share the weight rows at run time, starting from the solver's ratio, so a
+	// unit slower than its profile says does less instead of the other waiting. It costs
+	// memory where a backend repacks weights: each unit then holds every chunk of those
+	// weights, not only its part. The predicted times are the static split's.
+	Steal bool
 }
 
 // Strategies a Choice can have.
@@ -148,6 +154,7 @@ type Plan struct {
 	Policy  string
 	Prompt  int
 	Context int
+	Steal   bool // Options.Steal
 	Prefill Phase
 	Decode  Phase
 	// SinglePrefill and SingleDecode are the best single-unit plans (the floor a plan is never
@@ -224,7 +231,7 @@ func Solve(prof *profile.Profile, o Options) (*Plan, error) {
 	}
 	chunks = ok
 	plan := &Plan{Source: prof.Source, Model: prof.Model.Name, Used: slices.Clone(s.units), Mode: o.Mode,
-		Policy: s.o.Policy.Name(), Prompt: s.o.Prompt, Context: s.o.Context}
+		Policy: s.o.Policy.Name(), Prompt: s.o.Prompt, Context: s.o.Context, Steal: o.Steal}
 	for _, u := range prof.Units {
 		plan.Units = append(plan.Units, u.Name)
 	}

@@ -289,6 +289,39 @@ func TestPlanFile(t *testing.T) {
 	}
 }
 
+// TestPlanFileSteal: with Options.Steal the rows splits over two units, and only they, are
+// written as stealing ones, and the runtime's parser takes the file.
+func TestPlanFileSteal(t *testing.T) {
+	p := randomProfile(rand.New(rand.NewPCG(5, 6)), 2)
+	pl, err := Solve(p, Options{Prompt: 256, Steal: true})
+	require.NoError(t, err)
+	f := pl.File()
+	_, err = sched.ParsePlan(f.JSON())
+	require.NoError(t, err, "%s", f.JSON())
+	stealing := 0
+	for _, ph := range []sched.PhasePlan{f.Prefill, f.Decode} {
+		for _, r := range ph.Rules {
+			if r.Split == nil {
+				continue
+			}
+			want := r.Split.Strategy == sched.SplitRows && len(r.Split.Units) == 2
+			assert.Equal(t, want, r.Split.Steal, "%s %v", r.Split.Strategy, r.Nodes)
+			if want {
+				stealing++
+			}
+		}
+	}
+	assert.Positive(t, stealing, "the profile gives rows splits: %s", f.JSON())
+	pl.Steal = false
+	for _, ph := range []sched.PhasePlan{pl.File().Prefill, pl.File().Decode} {
+		for _, r := range ph.Rules {
+			if r.Split != nil {
+				assert.False(t, r.Split.Steal, "static without the option")
+			}
+		}
+	}
+}
+
 func TestSolveErrors(t *testing.T) {
 	_, err := Solve(nil, Options{})
 	require.ErrorIs(t, err, core.ErrInvalidArgument)
