@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,7 +43,10 @@ func openPinnedOpenCL(tb testing.TB, cpu int) core.Backend {
 //   - row-split across neon on core 0 and opencl on core 1;
 //   - row-split across the two pinned neon units;
 //   - both splits again with stealing (NodeSplit.Steal: the units take the weight rows chunk
-//     by chunk from either end, and a CONCAT merges the chunks' column bands).
+//     by chunk from either end, and a CONCAT merges the chunks' column bands);
+//   - the ceiling: each pair's units running the whole MATMUL at the same time, unsplit, in
+//     runtimes of their own ("at_once": what the two cores give together on this machine,
+//     against which a split's ratio is measured as well as against the units alone).
 //
 // The split ratios are each pair's measured throughput shares from a calibration pass (medians
 // of 3; what a solver given these units' profiles picks for one MATMUL). A row split of M > 1 rows ends
@@ -156,23 +160,74 @@ func BenchmarkSplitMatMul(b *testing.B) {
 	}
 	splitNO := compile(0, &NodeSplit{Strategy: SplitRows, Units: []int{0, 2}, Ratio: share(0, 2), Merge: 0})
 	splitNN := compile(0, &NodeSplit{Strategy: SplitRows, Units: []int{0, 1}, Ratio: share(0, 1), Merge: 0})
+	// the ceiling: the two units of a pair each running the whole MATMUL at the same time,
+	// in runtimes of their own (a runtime runs one request at a time)
+	solo := make([]*Program, len(specs))
+	for i, sp := range specs {
+		srt, err := NewRuntime(ctx, devs, []UnitSpec{sp})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer srt.Close()
+		sa := srt.Arena()
+		sx, err := sa.Alloc(m * k * 4)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sy, err := sa.Alloc(m * n * 4)
+		if err != nil {
+			b.Fatal(err)
+		}
+		copy(sa.Bytes(sx), a.Bytes(xs)[:m*k*4])
+		if solo[i], err = srt.Compile(ctx, ProgramSpec{Name: "mm", Phase: PhasePrefill, Stages: []StageSpec{{Name: "mm", Graph: g,
+			Units: []int{0}, IO: []Binding{{Span: sx}, {Span: sy}}}}}); err != nil {
+			b.Fatal(err)
+		}
+		run(solo[i])
+	}
+	// atOnce runs solo[u] and solo[v] from one start and returns each one's time
+	atOnce := func(u, v int) [2]time.Duration {
+		var d [2]time.Duration
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for j, i := range []int{u, v} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				d[j] = run(solo[i])
+			}()
+		}
+		close(start)
+		wg.Wait()
+		return d
+	}
 	stealNO := compile(0, &NodeSplit{Strategy: SplitRows, Units: []int{0, 2}, Ratio: share(0, 2), Merge: 0, Steal: true})
 	stealNN := compile(0, &NodeSplit{Strategy: SplitRows, Units: []int{0, 1}, Ratio: share(0, 1), Merge: 0, Steal: true})
 	progs := append(alone, splitNO, splitNN, stealNO, stealNN)
-	times := make([][]time.Duration, len(progs))
+	times := make([][]time.Duration, len(progs)+4) // then neon0, neon1 at once; neon0, opencl at once
 	b.ResetTimer()
 	for range b.N {
 		for i, p := range progs {
 			times[i] = append(times[i], run(p))
 		}
+		for j, pair := range [][2]int{{0, 1}, {0, 2}} {
+			d := atOnce(pair[0], pair[1])
+			times[len(progs)+2*j] = append(times[len(progs)+2*j], d[0])
+			times[len(progs)+2*j+1] = append(times[len(progs)+2*j+1], d[1])
+		}
 	}
 	b.StopTimer()
-	tput := make([]float64, len(progs)) // MATMULs per second, from the median
+	tput := make([]float64, len(times)) // MATMULs per second, from the median
 	for i, ts := range times {
 		s := slices.Clone(ts)
 		slices.Sort(s)
 		tput[i] = 1e9 / float64(s[len(s)/2])
 	}
+	// what the pair does at once: each unit's throughput while the other runs too (opencl's
+	// run outlasts neon's, so neon's is fully contended and opencl's partly: a ceiling
+	// slightly above the true one)
+	ceilNN, ceilNO := tput[len(progs)]+tput[len(progs)+1], tput[len(progs)+2]+tput[len(progs)+3]
 	gflops := float64(2*m*k*n) / 1e9
 	b.ReportMetric(gflops*tput[0], "neon0_GFLOPS")
 	b.ReportMetric(gflops*tput[1], "neon1_GFLOPS")
@@ -182,6 +237,10 @@ func BenchmarkSplitMatMul(b *testing.B) {
 	b.ReportMetric(tput[3]/(tput[0]+tput[2]), "split_neon+opencl/sum")
 	b.ReportMetric(tput[4]/tput[0], "split_2neon/neon0")
 	b.ReportMetric(tput[4]/(tput[0]+tput[1]), "split_2neon/sum")
+	b.ReportMetric(ceilNN/tput[0], "at_once_2neon/neon0")
+	b.ReportMetric(ceilNO/(tput[0]+tput[2]), "at_once_neon+opencl/sum")
+	b.ReportMetric(tput[4]/ceilNN, "split_2neon/at_once")
+	b.ReportMetric(tput[3]/ceilNO, "split_neon+opencl/at_once")
 	b.ReportMetric(tput[5]/(tput[0]+tput[2]), "steal_neon+opencl/sum")
 	b.ReportMetric(tput[6]/tput[0], "steal_2neon/neon0")
 	b.ReportMetric(share(0, 2)[0], "ratio_neon_vs_opencl")

@@ -136,11 +136,8 @@ func expandSteal(n *core.Node, sp *NodeSplit, m int64, deps []int, out *[]compil
 	var ins []*core.Tensor
 	var offs []int64
 	yElem := y.DType.Bytes(1)
-	for _, segs := range stealChunks([]*core.Node{n}, sp.Ratio[0], m) {
+	for _, segs := range stealChunks([]*core.Node{n}, sp.Ratio[0]) {
 		s := segs[0]
-		if s.m0 > 0 {
-			continue // a later row piece of the band before
-		}
 		ins = append(ins, g.Input(fmt.Sprintf("%s.cols%d", n.Name, s.r0), y.DType, m, s.r1-s.r0))
 		offs = append(offs, m*s.r0*yElem)
 	}
@@ -160,62 +157,37 @@ func expandSteal(n *core.Node, sp *NodeSplit, m int64, deps []int, out *[]compil
 	return []int{p.Index}, nil
 }
 
-// stealSegment is the rows [r0, r1) of nodes[node]'s weight inside one chunk, times a's rows
-// [m0, m1) (m1 == 0: all of them).
+// stealSegment is the rows [r0, r1) of nodes[node]'s weight inside one chunk.
 type stealSegment struct {
 	node   int
 	r0, r1 int64
-	m0, m1 int64
 }
-
-// stealRowPiece is the fewest rows of a a chunk of the meeting band computes: fewer would
-// read the band's weights more often than the arithmetic hides.
-const stealRowPiece = 32
 
 // stealChunks cuts the rows of nodes (concatenated in order) into chunks by stealFractions
 // from both ends, the front's scaled by share and the back's by 1 - share (so the two
 // sides' first chunks are in proportion to their speeds, and the ends meet at share), cuts
-// rounded to rowAlign rows. With m > 1 rows of a (one node) the two chunks where the ends
-// meet are one band of weight rows cut instead by a's rows, up to 8 pieces of at least
-// stealRowPiece rows: they are the last claimed, and finer pieces there keep the side that
-// finishes last close behind the other, while the merge still reads at most 7 column bands
-// (CONCAT takes 8 inputs).
-func stealChunks(nodes []*core.Node, share float64, m int64) [][]stealSegment {
+// rounded to rowAlign rows.
+func stealChunks(nodes []*core.Node, share float64) [][]stealSegment {
 	var total int64
 	starts := make([]int64, len(nodes)+1)
 	for i, n := range nodes {
 		total += n.Inputs[1].Shape[0]
 		starts[i+1] = total
 	}
-	align := func(c float64) int64 {
-		return min(max(int64(math.Round(float64(total)*c/rowAlign))*rowAlign, 0), total)
-	}
 	cuts := []int64{0, total}
 	var cum float64
 	for _, f := range stealFractions {
 		cum += f
 		for _, c := range []float64{share * cum, 1 - (1-share)*cum} {
-			cuts = append(cuts, align(c))
+			r := int64(math.Round(float64(total)*c/rowAlign)) * rowAlign
+			cuts = append(cuts, min(max(r, 0), total))
 		}
 	}
 	slices.Sort(cuts)
 	cuts = slices.Compact(cuts)
-	pieces := int64(1)
-	if m > 1 && len(nodes) == 1 {
-		pieces = min(8, max(1, m/stealRowPiece))
-	}
-	if meet := align(share); pieces > 1 && meet > 0 && meet < total {
-		cuts = slices.DeleteFunc(cuts, func(c int64) bool { return c == meet })
-	}
 	var chunks [][]stealSegment
 	for i := 1; i < len(cuts); i++ {
 		lo, hi := cuts[i-1], cuts[i]
-		if pieces > 1 && lo <= align(share) && align(share) <= hi {
-			for p := range pieces {
-				chunks = append(chunks, []stealSegment{{node: 0, r0: lo, r1: hi, m0: m * p / pieces, m1: m * (p + 1) / pieces}})
-			}
-			continue
-		}
 		var segs []stealSegment
 		for j := range nodes {
 			s0, s1 := max(lo, starts[j]), min(hi, starts[j+1])
@@ -232,12 +204,7 @@ func stealChunks(nodes []*core.Node, share float64, m int64) [][]stealSegment {
 // each reads its nodes' inputs whole and writes its rows of their outputs in place.
 func buildStealChunks(c compiledPart) ([]compiledPart, error) {
 	var out []compiledPart
-	rowsOf := func(n *core.Node) int64 { return n.Inputs[0].Shape.NumElements() / n.Inputs[1].Shape[1] }
-	m := int64(1)
-	if c.steal.into[0] != nil {
-		m = rowsOf(c.steal.nodes[0])
-	}
-	for ci, segs := range stealChunks(c.steal.nodes, c.steal.share, m) {
+	for ci, segs := range stealChunks(c.steal.nodes, c.steal.share) {
 		g := core.NewGraph()
 		p := &Partition{Graph: g, Deps: c.Deps, Device: c.unit}
 		var offs []int64
@@ -249,19 +216,8 @@ func buildStealChunks(c compiledPart) ([]compiledPart, error) {
 			n := c.steal.nodes[s.node]
 			a, b, y := n.Inputs[0], n.Inputs[1], n.Output
 			k := b.Shape[1]
-			into := c.steal.into[s.node]
-			rows := int64(1) // of a, in y or the scratch
-			if into != nil {
-				rows = rowsOf(n)
-			}
-			m0, m1 := int64(0), rows
-			var av *core.Tensor
-			if s.m1 > 0 { // a band of a's rows
-				m0, m1 = s.m0, s.m1
-				av = g.Input(a.Name, a.DType, m1-m0, k)
-				p.Inputs = append(p.Inputs, a)
-				offs = append(offs, m0*a.DType.Bytes(k))
-			} else if av = ins[a]; av == nil {
+			av := ins[a]
+			if av == nil {
 				av = g.Input(a.Name, a.DType, a.Shape...)
 				ins[a] = av
 				p.Inputs = append(p.Inputs, a)
@@ -271,16 +227,17 @@ func buildStealChunks(c compiledPart) ([]compiledPart, error) {
 			bv := g.Const(b.Name, b.DType, core.Shape{s.r1 - s.r0, k}, b.Data[s.r0*bRow:s.r1*bRow])
 			g.Named(n.Name)
 			g.Output(splitMatMul(g, n, av, bv))
-			if into != nil {
+			// in place in y (one row of a), or a [rows, r1-r0] band at rows × r0 of the scratch
+			rows := int64(1)
+			if into := c.steal.into[s.node]; into != nil {
+				rows = a.Shape.NumElements() / k
 				p.Outputs = append(p.Outputs, into)
 			} else {
 				p.Outputs = append(p.Outputs, y)
 			}
-			// a column band is [rows, r1-r0] at rows × r0 in the scratch; a's rows m0.. of
-			// it start m0 of its rows in
-			outOffs = append(outOffs, (rows*s.r0+m0*(s.r1-s.r0))*y.DType.Bytes(1))
+			outOffs = append(outOffs, rows*s.r0*y.DType.Bytes(1))
 			p.Nodes = append(p.Nodes, n.ID)
-			seg := fmt.Sprintf("%s [rows %d:%d, cols %d:%d]", n.Name, m0, m1, s.r0, s.r1)
+			seg := fmt.Sprintf("%s [rows 0:%d, cols %d:%d]", n.Name, rows, s.r0, s.r1)
 			what = append(what, "node "+seg)
 			label += " " + seg
 		}

@@ -30,76 +30,44 @@ func TestStealChunks(t *testing.T) {
 		name   string
 		rows   []int64
 		share  float64
-		m      int64
 		chunks int
 	}{
-		{"one 2048-row weight", []int64{2048}, 0.5, 1, 8},
-		{"q, k, v of a 1B layer as one range", []int64{2048, 512, 512}, 0.5, 1, 8},
-		{"too small to cut finely", []int64{96}, 0.5, 1, 3},
-		{"below one alignment", []int64{20}, 0.5, 1, 1},
-		{"unequal units", []int64{4096}, 0.82, 1, 8},
-		{"256 rows of a: the meeting band in 8 row pieces", []int64{4096}, 0.5, 256, 6 + 8},
-		{"100 rows of a: 3 row pieces", []int64{4096}, 0.82, 100, 6 + 3},
-		{"40 rows of a: too few to cut", []int64{4096}, 0.5, 40, 8},
+		{"one 2048-row weight", []int64{2048}, 0.5, 8},
+		{"q, k, v of a 1B layer as one range", []int64{2048, 512, 512}, 0.5, 8},
+		{"too small to cut finely", []int64{96}, 0.5, 3},
+		{"below one alignment", []int64{20}, 0.5, 1},
+		{"unequal units", []int64{4096}, 0.82, 8},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			nodes := matmulNodes(t, c.rows...)
-			chunks := stealChunks(nodes, c.share, c.m)
+			chunks := stealChunks(nodes, c.share)
 			require.Len(t, chunks, c.chunks)
-			// every weight row of every node times every row of a exactly once, cuts aligned
-			// inside a node, the column bands in order
-			seen := make([][]int, len(nodes))
-			for j := range nodes {
-				seen[j] = make([]int, c.rows[j]*c.m)
-			}
+			// every row of every node exactly once, in order, cuts aligned inside a node
 			next := make([]int64, len(nodes))
 			for _, segs := range chunks {
 				require.NotEmpty(t, segs)
 				for _, s := range segs {
+					assert.Equal(t, next[s.node], s.r0, "node %d", s.node)
 					assert.Greater(t, s.r1, s.r0)
 					if s.r1 != c.rows[s.node] {
 						assert.Zero(t, s.r1%rowAlign, "cut at row %d of node %d", s.r1, s.node)
 					}
-					m0, m1 := int64(0), c.m
-					if s.m1 > 0 {
-						m0, m1 = s.m0, s.m1
-						require.Len(t, segs, 1, "a row piece is a chunk of its own")
-					}
-					if m0 == 0 {
-						assert.Equal(t, next[s.node], s.r0, "node %d", s.node)
-						next[s.node] = s.r1
-					}
-					for r := s.r0; r < s.r1; r++ {
-						for i := m0; i < m1; i++ {
-							seen[s.node][r*c.m+i]++
-						}
-					}
+					next[s.node] = s.r1
 				}
 			}
 			assert.Equal(t, c.rows, next)
-			for j := range nodes {
-				for i, v := range seen[j] {
-					if v != 1 {
-						t.Fatalf("node %d: weight row %d, row %d of a computed %d times", j, int64(i)/c.m, int64(i)%c.m, v)
-					}
-				}
-			}
 		})
 	}
 	// biggest at the ends: the first and last chunk are a quarter of 2048 rows each
-	chunks := stealChunks(matmulNodes(t, 2048), 0.5, 1)
-	assert.Equal(t, stealSegment{node: 0, r0: 0, r1: 512}, chunks[0][0])
-	assert.Equal(t, stealSegment{node: 0, r0: 1536, r1: 2048}, chunks[len(chunks)-1][0])
+	chunks := stealChunks(matmulNodes(t, 2048), 0.5)
+	assert.Equal(t, stealSegment{0, 0, 512}, chunks[0][0])
+	assert.Equal(t, stealSegment{0, 1536, 2048}, chunks[len(chunks)-1][0])
 	// in proportion to the share: a unit expected to do 82% starts with 41% of the rows, the
 	// other with 9%, and the smallest chunks lie where their parts meet
-	chunks = stealChunks(matmulNodes(t, 4096), 0.82, 1)
-	assert.Equal(t, stealSegment{node: 0, r0: 0, r1: 1664}, chunks[0][0])
-	assert.Equal(t, stealSegment{node: 0, r0: 3712, r1: 4096}, chunks[len(chunks)-1][0])
+	chunks = stealChunks(matmulNodes(t, 4096), 0.82)
+	assert.Equal(t, stealSegment{0, 0, 1664}, chunks[0][0])
+	assert.Equal(t, stealSegment{0, 3712, 4096}, chunks[len(chunks)-1][0])
 	assert.Equal(t, int64(3360), chunks[3][0].r1, "the fronts meet at 82%, aligned")
-	// with 256 rows of a, the band around the meeting point goes in row pieces of 32
-	chunks = stealChunks(matmulNodes(t, 4096), 0.5, 256)
-	assert.Equal(t, stealSegment{node: 0, r0: 1792, r1: 2304, m0: 0, m1: 32}, chunks[3][0])
-	assert.Equal(t, stealSegment{node: 0, r0: 1792, r1: 2304, m0: 224, m1: 256}, chunks[10][0])
 }
 
 func TestStealClaim(t *testing.T) {

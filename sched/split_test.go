@@ -172,7 +172,7 @@ func splitCases(units []int) []struct {
 		{"rows M=37 (merged)", 37, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.6, 0.4}}},
 		{"rows M=1 stealing", 1, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.6, 0.4}, Steal: true}},
 		{"rows M=37 stealing (chunks merged)", 37, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.6, 0.4}, Steal: true}},
-		{"rows M=300 stealing (row pieces where the ends meet)", 300, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.5, 0.5}, Steal: true}},
+		{"rows M=300 stealing, a ratio of its own", 300, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.3, 0.7}, Steal: true}},
 		{"seq M=37", 37, &NodeSplit{Strategy: SplitSeq, Units: two, Ratio: []float64{0.7, 0.3}}},
 		{"multiseq 300 = 256 + 44", 300, &NodeSplit{Strategy: SplitMultiSeq, Units: two, Lengths: []int64{256}}},
 		{"multiseq 600 = 512 + 32 + 56", 600, &NodeSplit{Strategy: SplitMultiSeq, Units: two, Lengths: []int64{512, 32}}},
@@ -453,7 +453,7 @@ func TestSplitSiblingsShareTasks(t *testing.T) {
 			require.NotNil(t, b)
 			assert.Same(t, a.state, b.state, "both sides claim through one word")
 			assert.Equal(t, []int{0, 1}, []int{a.side, b.side})
-			assert.Len(t, a.chunks, len(stealChunks([]*core.Node{g.Nodes[0], g.Nodes[1]}, 0.5, 1)), "the two MATMULs' rows as one range")
+			assert.Len(t, a.chunks, len(stealChunks([]*core.Node{g.Nodes[0], g.Nodes[1]}, 0.5)), "the two MATMULs' rows as one range")
 		} else {
 			// several rows: each MATMUL's chunks go through a scratch slot its own merge reads
 			require.Len(t, p.stages[0].parts, 6, "two stealing tasks and a merge per MATMUL")
@@ -461,7 +461,7 @@ func TestSplitSiblingsShareTasks(t *testing.T) {
 			for _, pp := range p.stages[0].parts {
 				if pp.steal != nil {
 					tasks++
-					assert.Len(t, pp.steal.chunks, len(stealChunks([]*core.Node{g.Nodes[0]}, 0.5, m)), "one MATMUL's rows")
+					assert.Len(t, pp.steal.chunks, len(stealChunks([]*core.Node{g.Nodes[0]}, 0.5)), "one MATMUL's rows")
 				} else {
 					merges++
 					assert.Contains(t, pp.name, "merge")
