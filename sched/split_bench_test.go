@@ -49,7 +49,8 @@ func openPinnedOpenCL(tb testing.TB, cpu int) core.Backend {
 //     against which a split's ratio is measured as well as against the units alone).
 //
 // The split ratios are each pair's measured throughput shares from a calibration pass (medians
-// of 3; what a solver given these units' profiles picks for one MATMUL). A row split of M > 1 rows ends
+// of 7; what a solver given these units' profiles picks for one MATMUL: with 3, the two
+// identical neon units' shares came out 0.44–0.53, and a share 0.04 off costs a split ~8%). A row split of M > 1 rows ends
 // with one CONCAT merge on the first unit, which the figures include.
 //
 // go test ./sched -run '^$' -bench SplitMatMul -benchtime 5x
@@ -138,21 +139,21 @@ func BenchmarkSplitMatMul(b *testing.B) {
 		return time.Since(t0)
 	}
 	alone := []*Program{compile(0, nil), compile(1, nil), compile(2, nil)}
-	// calibration: each unit's time alone, the median of 3 interleaved runs after one that
+	// calibration: each unit's time alone, the median of 7 interleaved runs after one that
 	// uploads (one sample is at the mercy of whatever else the core runs)
 	var cal [3]time.Duration
 	samples := make([][]time.Duration, len(alone))
 	for _, p := range alone {
 		run(p)
 	}
-	for range 3 {
+	for range 7 {
 		for i, p := range alone {
 			samples[i] = append(samples[i], run(p))
 		}
 	}
 	for i, ts := range samples {
 		slices.Sort(ts)
-		cal[i] = ts[1]
+		cal[i] = ts[len(ts)/2]
 	}
 	share := func(u, v int) []float64 {
 		r := float64(cal[v]) / float64(cal[u]+cal[v]) // u's share of the rows: v's time share

@@ -2,7 +2,8 @@
 # Profiler and solver on this machine: time `xpu tune --profile` for a model, solve a plan from
 # the profile, then measure the solver's plan, its best layer split and its best single-unit
 # plan with `xpu run --plan` (interleaved rounds, medians) so the solver's PREDICTED prefill
-# speeds sit next to MEASURED ones.
+# speeds sit next to MEASURED ones. Where the plan splits rows over two units, the same plan
+# from `xpu plan --steal` runs too ("steal": the splits balanced at run time).
 #
 #   scripts/bench-solver.sh [MODEL.gguf] [UNITS] [ROUNDS]
 #
@@ -16,7 +17,7 @@ model=${1:-../shared/models/stories260K.gguf}
 units=${2:-neon,opencl,qnn}
 rounds=${3:-3}
 xpu=build/xpu
-[ -x "$xpu" ] || make build/xpu >/dev/null
+[ -x "$xpu" ] || make cli >/dev/null
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export XPU_CACHE_DIR=$tmp
@@ -38,10 +39,14 @@ sed -n '/^comparison/,$p' "$tmp/plan.txt" | grep -v '^plan written'
 pred() { sed -nE 's/^ +predicted .* = ([0-9.]+) tok\/s.*/\1/p' "$1" | head -1; }
 $xpu plan --model "$model" --units "$units" --prompt "$ntok" --mode split -o "$tmp/split.json" >"$tmp/split.txt" 2>&1 || true
 $xpu plan --model "$model" --units "$units" --prompt "$ntok" --mode single -o "$tmp/single.json" >"$tmp/single.txt" 2>&1
-declare -A predicted=([plan]=$(pred "$tmp/plan.txt") [split]=$(pred "$tmp/split.txt") [single]=$(pred "$tmp/single.txt"))
+# the solver's plan with its rows splits over two units stealing (xpu plan --steal): the same
+# placement and ratios, balanced at run time
+$xpu plan --model "$model" --units "$units" --prompt "$ntok" --steal -o "$tmp/steal.json" >"$tmp/steal.txt" 2>&1
+declare -A predicted=([plan]=$(pred "$tmp/plan.txt") [split]=$(pred "$tmp/split.txt") [single]=$(pred "$tmp/single.txt") [steal]=$(pred "$tmp/steal.txt"))
 grep -E '^prefill:' "$tmp/plan.txt" | sed 's/^/solver plan, /'
 labels="plan single"
 [ -s "$tmp/split.json" ] && labels="plan split single"
+grep -q '"steal": true' "$tmp/steal.json" && labels="$labels steal"
 
 run() { # $1: label, rest: xpu run flags; prints "label prefill_tok_s decode_tok_s"
 	local label=$1
