@@ -70,7 +70,7 @@ func heteroPlans(t testing.TB) map[string]*sched.Plan {
 			"prefill":{"rules":[{"unit":"0","layers":"0-1"},{"unit":"1"}]}}`),
 		"MATMULs row-split over two pinned neon units": mustPlan(t, `{"units":["neon{cpus=0,threads=1}","neon{cpus=1,threads=1}"],
 			"prefill":{"rules":[{"ops":["MATMUL"],"split":{"strategy":"rows","units":["0","1"],"ratio":[0.5,0.5]}},{"unit":"0"}]}}`),
-		"MATMULs rows in prefill, stealing rows in decode, over two pinned neon units": mustPlan(t, `{"units":["neon{cpus=0,threads=1}","neon{cpus=1,threads=1}"],
+		"MATMULs stealing rows in prefill (merged) and decode (in place), over two pinned neon units": mustPlan(t, `{"units":["neon{cpus=0,threads=1}","neon{cpus=1,threads=1}"],
 			"prefill":{"rules":[{"ops":["MATMUL"],"split":{"strategy":"rows","units":["0","1"],"ratio":[0.5,0.5],"steal":true}},{"unit":"0"}]},
 			"decode":{"rules":[{"ops":["MATMUL"],"split":{"strategy":"rows","units":["0","1"],"ratio":[0.5,0.5],"steal":true}},{"unit":"0"}]}}`),
 		"MATMULs seq-split neon+opencl, rows in decode": mustPlan(t, `{"units":["neon","opencl"],
