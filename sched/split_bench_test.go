@@ -108,15 +108,19 @@ func BenchmarkSplitMatMul(b *testing.B) {
 	if err := g.Err(); err != nil {
 		b.Fatal(err)
 	}
+	// io allocates the MATMUL's input and output in an arena
+	io := func(a *Arena) (x, y Span) {
+		var err error
+		if x, err = a.Alloc(m * k * 4); err == nil {
+			y, err = a.Alloc(m * n * 4)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		return x, y
+	}
 	a := rt.Arena()
-	xs, err := a.Alloc(m * k * 4)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ys, err := a.Alloc(m * n * 4)
-	if err != nil {
-		b.Fatal(err)
-	}
+	xs, ys := io(a)
 	for i := range m * k {
 		copy(a.Bytes(xs)[4*i:], core.EncodeF32([]float32{rng.Float32() - 0.5}))
 	}
@@ -171,14 +175,7 @@ func BenchmarkSplitMatMul(b *testing.B) {
 		}
 		defer srt.Close()
 		sa := srt.Arena()
-		sx, err := sa.Alloc(m * k * 4)
-		if err != nil {
-			b.Fatal(err)
-		}
-		sy, err := sa.Alloc(m * n * 4)
-		if err != nil {
-			b.Fatal(err)
-		}
+		sx, sy := io(sa)
 		copy(sa.Bytes(sx), a.Bytes(xs)[:m*k*4])
 		if solo[i], err = srt.Compile(ctx, ProgramSpec{Name: "mm", Phase: PhasePrefill, Stages: []StageSpec{{Name: "mm", Graph: g,
 			Units: []int{0}, IO: []Binding{{Span: sx}, {Span: sy}}}}}); err != nil {
