@@ -73,7 +73,7 @@ func (p *Plan) File() *sched.Plan {
 				if c.Strategy == StrategyMultiSeq {
 					sp.Ratio = nil
 				}
-				sp.Steal = p.Steal && c.Strategy == StrategyRows && len(c.Units) == 2
+				sp.Steal = p.steals(c)
 				r.Split = sp
 			}
 			fp.Rules = append(fp.Rules, r)
@@ -86,7 +86,8 @@ func (p *Plan) File() *sched.Plan {
 }
 
 // Describe is the placement of op as one line: "npu", "rows npu 75% + gpu 25%",
-// "multiseq npu [512 32] + gpu rest".
+// "multiseq npu [512 32] + gpu rest"; ", stealing" ends a split the plan file writes as a
+// stealing one.
 func (p *Plan) Describe(c Choice) string {
 	names := make([]string, len(c.Units))
 	for i, u := range c.Units {
@@ -104,7 +105,16 @@ func (p *Plan) Describe(c Choice) string {
 	for i := range names {
 		parts[i] = fmt.Sprintf("%s %.0f%%", names[i], 100*c.Ratio[i])
 	}
-	return c.Strategy + " " + strings.Join(parts, " + ")
+	d := c.Strategy + " " + strings.Join(parts, " + ")
+	if p.steals(c) {
+		d += ", stealing"
+	}
+	return d
+}
+
+// steals says whether the plan file writes c as a stealing split (Options.Steal).
+func (p *Plan) steals(c Choice) bool {
+	return p.Steal && c.Strategy == StrategyRows && len(c.Units) == 2
 }
 
 // Row is one line of a comparison: a configuration's predicted prefill and decode.

@@ -312,7 +312,11 @@ func TestPlanFileSteal(t *testing.T) {
 		}
 	}
 	assert.Positive(t, stealing, "the profile gives rows splits: %s", f.JSON())
+	two := Choice{Strategy: StrategyRows, Units: []int{0, 1}, Ratio: []float64{0.5, 0.5}}
+	assert.Equal(t, "rows u0 50% + u1 50%, stealing", pl.Describe(two))
+	assert.Equal(t, "seq u0 50% + u1 50%", pl.Describe(Choice{Strategy: StrategySeq, Units: []int{0, 1}, Ratio: []float64{0.5, 0.5}}))
 	pl.Steal = false
+	assert.Equal(t, "rows u0 50% + u1 50%", pl.Describe(two))
 	for _, ph := range []sched.PhasePlan{pl.File().Prefill, pl.File().Decode} {
 		for _, r := range ph.Rules {
 			if r.Split != nil {
