@@ -21,10 +21,16 @@ import (
 // a repacked copy per unit). Each unit's task takes chunks from its end of the range through
 // one atomic word, the first unit from the front, the second from the back, until none are
 // left; the consumers of the outputs wait for both tasks as they would for a static split.
-// Chunks are biggest at the ends and smallest in the middle (a quarter, an eighth, two
-// sixteenths of the rows from each end), so a unit usually runs four chunks and what the
-// faster unit takes from the slower one's half is small. Every output row is computed by one
-// chunk with the same kernel whichever unit runs it, so the result is the static split's.
+// Chunks are biggest at the ends and smallest where the two sides are expected to meet (half,
+// a quarter and two eighths of each side's share of the split's Ratio), so a unit usually
+// runs four chunks and what the faster unit takes from the slower one's side is small. Every
+// output element is computed by one chunk with the same kernel whichever unit runs it, so the
+// result is the static split's.
+//
+// With several rows of a (a prefill chunk) a chunk's output is a column band, strided in y:
+// the chunks write a scratch slot and one merge writes y (expandSteal). A prefill MATMUL of
+// 256 × 4096 × 4096 f32 runs 50–110 ms, where a static cut from a profile or calibration a few
+// percent off leaves one unit waiting several ms (BENCHMARKS.md).
 
 // stealFractions are the chunk sizes from each end of a task's rows, as shares of that
 // side's expected part (the split's Ratio): half of it, a quarter, two eighths. Four a side
@@ -105,7 +111,7 @@ func canSteal(n *core.Node, sp *NodeSplit) bool {
 func expandSteal(n *core.Node, sp *NodeSplit, m int64, deps []int, out *[]compiledPart) ([]int, error) {
 	st := &stealState{}
 	a, b, y := n.Inputs[0], n.Inputs[1], n.Output
-	var into, key *core.Tensor // the scratch's key: side 0's output tensor
+	var into *core.Tensor // with several rows, the scratch's key: side 0's output tensor
 	var writers []int
 	for side, unit := range sp.Units {
 		g := core.NewGraph()
@@ -114,8 +120,7 @@ func expandSteal(n *core.Node, sp *NodeSplit, m int64, deps []int, out *[]compil
 		g.Named(n.Name)
 		yv := splitMatMul(g, n, av, bv)
 		g.Output(yv)
-		if m > 1 && key == nil {
-			key = yv
+		if m > 1 && into == nil {
 			into = yv
 		}
 		outT := y
@@ -147,7 +152,7 @@ func expandSteal(n *core.Node, sp *NodeSplit, m int64, deps []int, out *[]compil
 	}
 	keys := make([]*core.Tensor, len(ins))
 	for i := range keys {
-		keys[i] = key
+		keys[i] = into
 	}
 	p := &Partition{Index: len(*out), Device: sp.Merge, Nodes: []int{n.ID}, Graph: g, Inputs: keys,
 		Outputs: []*core.Tensor{y}, Deps: writers}
@@ -201,7 +206,8 @@ func stealChunks(nodes []*core.Node, share float64) [][]stealSegment {
 }
 
 // buildStealChunks makes the chunk partitions of a stealing task for its unit (not prepared):
-// each reads its nodes' inputs whole and writes its rows of their outputs in place.
+// each reads its nodes' inputs whole and writes its rows of their outputs, in place or into
+// the task's scratch slot (stealSpec.into).
 func buildStealChunks(c compiledPart) ([]compiledPart, error) {
 	var out []compiledPart
 	for ci, segs := range stealChunks(c.steal.nodes, c.steal.share) {
