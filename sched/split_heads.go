@@ -78,10 +78,7 @@ func expandHeadSplit(n *core.Node, sp *NodeSplit, deps []int, out *[]compiledPar
 		}
 		p.Outputs = []*core.Tensor{y}
 		offs = append(offs, pc.h0*group*dv*yElem)
-		p.Index, p.Device = len(*out), int(pc.unit)
-		*out = append(*out, compiledPart{Partition: p, unit: int(pc.unit), offs: offs, label: n.Name + " " + label,
-			what: []string{fmt.Sprintf("node %s %s", n.Name, label)}, splitPart: !whole})
-		writers = append(writers, p.Index)
+		writers = append(writers, appendPart(out, n, p, int(pc.unit), offs, label, !whole))
 	}
 	return writers, nil
 }

@@ -325,15 +325,9 @@ func expandSplit(n *core.Node, sp *NodeSplit, deps []int, out *[]compiledPart) (
 	type band struct {
 		row, rows int64
 		parts     []int
-		keys      []*core.Tensor
+		ins       []mergeIn
 	}
 	var bands []*band
-	add := func(p *Partition, unit int, offs []int64, label string) error {
-		p.Index, p.Device = len(*out), unit
-		*out = append(*out, compiledPart{Partition: p, unit: unit, offs: offs, label: n.Name + " " + label,
-			what: []string{fmt.Sprintf("node %s %s", n.Name, label)}, splitPart: !strings.HasPrefix(label, "merge")})
-		return nil
-	}
 	for _, pc := range pieces {
 		unit := sp.Units[pc.Unit]
 		g := core.NewGraph()
@@ -359,44 +353,68 @@ func expandSplit(n *core.Node, sp *NodeSplit, deps []int, out *[]compiledPart) (
 			// contiguous in y: written in place
 			p.Outputs = []*core.Tensor{y}
 			offs = append(offs, (pc.Row*nCols+pc.Col)*yElem)
-			if err := add(p, unit, offs, label); err != nil {
-				return nil, err
-			}
-			writers = append(writers, p.Index)
+			writers = append(writers, appendPart(out, n, p, unit, offs, label, true))
 			continue
 		}
 		p.Outputs = []*core.Tensor{yv} // a slot of its own, merged below
 		offs = append(offs, 0)
-		if err := add(p, unit, offs, label); err != nil {
-			return nil, err
-		}
+		appendPart(out, n, p, unit, offs, label, true)
 		i := slices.IndexFunc(bands, func(bd *band) bool { return bd.row == pc.Row && bd.rows == pc.Rows })
 		if i < 0 {
 			i = len(bands)
 			bands = append(bands, &band{row: pc.Row, rows: pc.Rows})
 		}
 		bands[i].parts = append(bands[i].parts, p.Index)
-		bands[i].keys = append(bands[i].keys, yv)
+		bands[i].ins = append(bands[i].ins, mergeIn{key: yv, rows: pc.Rows, cols: pc.Cols})
 	}
 	for _, bd := range bands {
 		// pieces were made in column order within a band
-		g := core.NewGraph()
-		var ins []*core.Tensor
-		for j, key := range bd.keys {
-			ins = append(ins, g.Input(fmt.Sprintf("%s.part%d", n.Name, j), key.DType, key.Shape...))
-		}
-		g.Output(g.Named(n.Name+".merge").Concat(1, ins...))
-		if err := g.Err(); err != nil {
-			return nil, fmt.Errorf("split of %s: merge: %w", n, err)
-		}
-		p := &Partition{Nodes: []int{n.ID}, Graph: g, Inputs: bd.keys, Outputs: []*core.Tensor{y}, Deps: bd.parts}
-		offs := append(make([]int64, len(ins)), bd.row*nCols*yElem)
-		if err := add(p, sp.Merge, offs, fmt.Sprintf("merge [rows %d:%d]", bd.row, bd.row+bd.rows)); err != nil {
+		w, err := appendMerge(out, n, bd.ins, bd.row*nCols*yElem, sp.Merge, bd.parts,
+			fmt.Sprintf("merge [rows %d:%d]", bd.row, bd.row+bd.rows))
+		if err != nil {
 			return nil, err
 		}
-		writers = append(writers, p.Index)
+		writers = append(writers, w)
 	}
 	return writers, nil
+}
+
+// appendPart gives p its index and unit, appends it to out as a part of node n's split
+// (splitPart: one groupParts may combine with its siblings) or as its merge, and returns its
+// index; label names it in traces and refusals.
+func appendPart(out *[]compiledPart, n *core.Node, p *Partition, unit int, offs []int64, label string, splitPart bool) int {
+	p.Index, p.Device = len(*out), unit
+	*out = append(*out, compiledPart{Partition: p, unit: unit, offs: offs, label: n.Name + " " + label,
+		what: []string{fmt.Sprintf("node %s %s", n.Name, label)}, splitPart: splitPart})
+	return p.Index
+}
+
+// mergeIn is one column piece of a split node's output that a merge reads: rows × cols of
+// key's slot, from byte offset off.
+type mergeIn struct {
+	key        *core.Tensor
+	off        int64
+	rows, cols int64
+}
+
+// appendMerge appends the explicit merge of node n's column pieces (ins, in column order): a
+// CONCAT along the columns on unit, after deps, writing n's output from byte offset yOff. It
+// returns the merge's index.
+func appendMerge(out *[]compiledPart, n *core.Node, ins []mergeIn, yOff int64, unit int, deps []int, label string) (int, error) {
+	g := core.NewGraph()
+	var views, keys []*core.Tensor
+	var offs []int64
+	for j, in := range ins {
+		views = append(views, g.Input(fmt.Sprintf("%s.part%d", n.Name, j), n.Output.DType, in.rows, in.cols))
+		keys = append(keys, in.key)
+		offs = append(offs, in.off)
+	}
+	g.Output(g.Named(n.Name+".merge").Concat(1, views...))
+	if err := g.Err(); err != nil {
+		return 0, fmt.Errorf("split of %s: merge: %w", n, err)
+	}
+	p := &Partition{Nodes: []int{n.ID}, Graph: g, Inputs: keys, Outputs: []*core.Tensor{n.Output}, Deps: deps}
+	return appendPart(out, n, p, unit, append(offs, yOff), label, false), nil
 }
 
 // prepareSteal builds a stealing task's chunk partitions for its unit, checks and prepares

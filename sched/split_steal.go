@@ -128,38 +128,24 @@ func expandSteal(n *core.Node, sp *NodeSplit, m int64, deps []int, out *[]compil
 			outT = into
 		}
 		label := fmt.Sprintf("[steal %s]", []string{"front", "back"}[side])
-		p := &Partition{Index: len(*out), Device: unit, Nodes: []int{n.ID}, Graph: g, Inputs: []*core.Tensor{a},
-			Outputs: []*core.Tensor{outT}, Deps: deps}
-		*out = append(*out, compiledPart{Partition: p, unit: unit, offs: []int64{0, 0}, label: n.Name + " " + label, splitPart: true,
-			steal: &stealSpec{side: side, share: sp.Ratio[0], nodes: []*core.Node{n}, into: []*core.Tensor{into}, state: st}})
-		writers = append(writers, p.Index)
+		p := &Partition{Nodes: []int{n.ID}, Graph: g, Inputs: []*core.Tensor{a}, Outputs: []*core.Tensor{outT}, Deps: deps}
+		i := appendPart(out, n, p, unit, []int64{0, 0}, label, true)
+		(*out)[i].steal = &stealSpec{side: side, share: sp.Ratio[0], nodes: []*core.Node{n}, into: []*core.Tensor{into}, state: st}
+		writers = append(writers, i)
 	}
 	if into == nil {
 		return writers, nil
 	}
-	g := core.NewGraph()
-	var ins []*core.Tensor
-	var offs []int64
-	yElem := y.DType.Bytes(1)
+	var ins []mergeIn
 	for _, segs := range stealChunks([]*core.Node{n}, sp.Ratio[0]) {
 		s := segs[0]
-		ins = append(ins, g.Input(fmt.Sprintf("%s.cols%d", n.Name, s.r0), y.DType, m, s.r1-s.r0))
-		offs = append(offs, m*s.r0*yElem)
+		ins = append(ins, mergeIn{key: into, off: m * s.r0 * y.DType.Bytes(1), rows: m, cols: s.r1 - s.r0})
 	}
-	g.Output(g.Named(n.Name+".merge").Concat(1, ins...))
-	if err := g.Err(); err != nil {
-		return nil, fmt.Errorf("stealing split of %s: merge: %w", n, err)
+	w, err := appendMerge(out, n, ins, 0, sp.Merge, writers, fmt.Sprintf("merge [rows 0:%d, %d chunks]", m, len(ins)))
+	if err != nil {
+		return nil, err
 	}
-	keys := make([]*core.Tensor, len(ins))
-	for i := range keys {
-		keys[i] = into
-	}
-	p := &Partition{Index: len(*out), Device: sp.Merge, Nodes: []int{n.ID}, Graph: g, Inputs: keys,
-		Outputs: []*core.Tensor{y}, Deps: writers}
-	label := fmt.Sprintf("merge [rows 0:%d, %d chunks]", m, len(ins))
-	*out = append(*out, compiledPart{Partition: p, unit: sp.Merge, offs: append(offs, 0), label: n.Name + " " + label,
-		what: []string{fmt.Sprintf("node %s %s", n.Name, label)}})
-	return []int{p.Index}, nil
+	return []int{w}, nil
 }
 
 // stealSegment is the rows [r0, r1) of nodes[node]'s weight inside one chunk.
