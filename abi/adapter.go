@@ -171,6 +171,9 @@ func (c *devContext) constRef(t *core.Tensor) (ConstRef, error) {
 	if cb, ok := c.consts[key]; ok {
 		return ConstRef{Buffer: cb.h}, nil
 	}
+	if ref, ok := c.containing(t.Data); ok {
+		return ref, nil
+	}
 	var h uint64
 	err := core.ErrUnsupported
 	if c.d.info.Caps.Has(core.CapImportHost) && len(t.Data) > 0 && isFileBacked(t.Data) {
@@ -188,6 +191,22 @@ func (c *devContext) constRef(t *core.Tensor) (ConstRef, error) {
 	}
 	c.consts[key] = &constBuf{h: h, data: t.Data}
 	return ConstRef{Buffer: h}, nil
+}
+
+// containing finds an uploaded constant whose bytes hold data (a row range of a weight
+// uploaded whole, or more widely, before) and refers to data inside it (c.mu held): one device
+// copy then serves every range, and a backend that keeps a derived copy of a weight (neon's
+// repacked layout) can tell that the ranges are rows of one weight. Split parts whose cut moves
+// at run time prepare their widest range first for this (sched's adaptive rows split).
+func (c *devContext) containing(data []byte) (ConstRef, bool) {
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
+	for _, cb := range c.consts {
+		base := uintptr(unsafe.Pointer(unsafe.SliceData(cb.data)))
+		if p >= base && p+uintptr(len(data)) <= base+uintptr(len(cb.data)) {
+			return ConstRef{Buffer: cb.h, Offset: uint64(p - base)}, true
+		}
+	}
+	return ConstRef{}, false
 }
 
 // encode writes g's IR, uploading constants first.

@@ -275,3 +275,87 @@ func TestKQuantKernelsAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestRepackedWeightViews: a weight whose rows, from a whole group of 16 on, lie inside a
+// repacked copy the context holds runs out of that copy (a split whose cut moves between
+// prepared cut points holds one copy per unit, not one per cut); a range not starting at a
+// group is packed on its own. Every range matches core/ref, also after the executable of the
+// whole weight is released (a view holds its copy).
+func TestRepackedWeightViews(t *testing.T) {
+	ctx := context.Background()
+	capture := &logCapture{}
+	old := slog.Default()
+	slog.SetDefault(slog.New(capture))
+	t.Cleanup(func() { slog.SetDefault(old) })
+
+	rng := rand.New(rand.NewPCG(7, 8))
+	const n, m = 80, 3
+	cases := []struct {
+		dt core.DType
+		k  int64
+	}{{core.Q4_0, 96}, {core.Q8_0, 64}, {core.Q4_K, 256}}
+	for _, f := range pluginFiles(t) {
+		for _, c := range cases {
+			t.Run(filepath.Base(f)+"/"+c.dt.String(), func(t *testing.T) {
+				wdata, err := core.Quantize(c.dt, randF32(rng, n*c.k), 1.0/64)
+				require.NoError(t, err)
+				row := c.dt.Bytes(c.k)
+				graph := func(r0, r1 int64) *core.Graph {
+					g := core.NewGraph()
+					a := g.Input("a", core.F32, m, c.k)
+					g.Output(g.MatMul(a, g.Const("w", c.dt, core.Shape{r1 - r0, c.k}, wdata[r0*row:r1*row])))
+					require.NoError(t, g.Err())
+					return g
+				}
+				dev := openUsable(t, f).Devices()[0]
+				cctx, err := dev.NewContext(ctx, map[string]string{"threads": "2"})
+				require.NoError(t, err)
+				defer func() { require.NoError(t, cctx.Close()) }()
+				views, repacks := capture.count("is a view of a cached"), capture.count("neon: repacked a")
+				whole, err := cctx.Prepare(ctx, graph(0, n))
+				require.NoError(t, err)
+				ranges := [][2]int64{{16, 80}, {32, 45}, {0, 7}, {8, 40}}
+				exes := map[[2]int64]core.Executable{}
+				for _, r := range ranges {
+					exes[r], err = cctx.Prepare(ctx, graph(r[0], r[1]))
+					require.NoError(t, err)
+					defer func() { require.NoError(t, exes[r].Close()) }()
+				}
+				require.Equal(t, 3, capture.count("is a view of a cached")-views, "rows from a whole group on are views")
+				require.Equal(t, 2, capture.count("neon: repacked a")-repacks, "the whole weight and rows 8:40")
+				require.NoError(t, whole.Close())
+				for _, r := range ranges {
+					g := graph(r[0], r[1])
+					in := inputsFor(g, rng)
+					want, err := ref.Run(ctx, g, in)
+					require.NoError(t, err)
+					got := runExecutable(t, cctx, exes[r], in, int64(len(want[0])))
+					worst, at, peak := maxError(decodeAny(core.F32, got), decodeAny(core.F32, want[0]))
+					require.LessOrEqual(t, worst/peak, 2e-2, "rows %d:%d: max error %g at %d", r[0], r[1], worst, at)
+				}
+			})
+		}
+	}
+}
+
+// runExecutable runs exe, one input and one output, in a new execution of cctx's buffers and
+// returns the output's bytes.
+func runExecutable(t *testing.T, cctx core.Context, exe core.Executable, in [][]byte, outBytes int64) []byte {
+	ctx := context.Background()
+	ex, err := exe.NewExecution()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, ex.Close()) }()
+	ib, err := cctx.Alloc(int64(len(in[0])), core.BufferDevice)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, ib.Close()) }()
+	ob, err := cctx.Alloc(outBytes, core.BufferDevice)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, ob.Close()) }()
+	require.NoError(t, ib.Write(0, in[0]))
+	require.NoError(t, ex.Bind(0, ib, 0))
+	require.NoError(t, ex.Bind(1, ob, 0))
+	require.NoError(t, ex.Run(ctx))
+	got := make([]byte, outBytes)
+	require.NoError(t, ob.Read(0, got))
+	return got
+}

@@ -488,6 +488,25 @@ static const char *dtype_name(uint32_t dt) {
   }
 }
 
+/* bytes of one group of NV_PG rows in the repacked layout of a quantized [*, K] weight: the
+ * layout is group-major, so a group-aligned row range is a contiguous piece of it */
+static uint64_t group_bytes(uint32_t dtype, int64_t K) { return nv_qpack_bytes(dtype, NV_PG, K); }
+
+/* A cached copy (not a view) of the same buffer, generation, dtype and K that holds rows
+ * [off, off + N rows) from a whole group on, or NULL. Float weights are packed in blocks of
+ * the GEMM's walk, not by rows: they have no views. Under pkmu. */
+static nv_qpacked *covering(nv_context *c, const nv_buffer *buf, uint64_t off, unsigned gen, uint32_t dtype,
+                            int64_t N, int64_t K) {
+  if (nv_is_float_weight(dtype)) return NULL;
+  uint64_t row = (uint64_t)(K / xpu_dtype_block_len(dtype)) * xpu_dtype_block_bytes(dtype);
+  for (nv_qpacked *p = c->pk; p; p = p->next) {
+    if (p->parent || p->buf != buf || p->gen != gen || p->dtype != dtype || p->K != K || off < p->off) continue;
+    uint64_t d = off - p->off;
+    if (d % (row * NV_PG) == 0 && d / row + (uint64_t)N <= (uint64_t)p->N) return p;
+  }
+  return NULL;
+}
+
 nv_qpacked *nv_qpack_get(nv_context *c, nv_buffer *buf, uint64_t off, uint32_t dtype, int64_t N, int64_t K) {
   unsigned gen = atomic_load(&buf->gen);
   pthread_mutex_lock(&c->pkmu);
@@ -497,11 +516,27 @@ nv_qpacked *nv_qpack_get(nv_context *c, nv_buffer *buf, uint64_t off, uint32_t d
       pthread_mutex_unlock(&c->pkmu);
       return p;
     }
+  nv_qpacked *p = (nv_qpacked *)calloc(1, sizeof *p);
+  if (!p) {
+    pthread_mutex_unlock(&c->pkmu);
+    return NULL;
+  }
+  nv_qpacked *whole = covering(c, buf, off, gen, dtype, N, K);
+  if (whole) {
+    uint64_t row = (uint64_t)(K / xpu_dtype_block_len(dtype)) * xpu_dtype_block_bytes(dtype);
+    whole->refs++;
+    *p = (nv_qpacked){c->pk, buf, off, gen, dtype, N, K, 1,
+                      whole->data + (off - whole->off) / (row * NV_PG) * group_bytes(dtype, K), 0, whole};
+    c->pk = p;
+    pthread_mutex_unlock(&c->pkmu);
+    xpu_log(&nv_reg, XPU_LOG_DEBUG, "neon: a %lldx%lld %s weight is a view of a cached %lldx%lld copy",
+            (long long)N, (long long)K, dtype_name(dtype), (long long)whole->N, (long long)whole->K);
+    return p;
+  }
   /* packed under the lock: a second executable sharing the weight waits for this copy instead
    * of making its own */
-  nv_qpacked *p = (nv_qpacked *)calloc(1, sizeof *p);
   uint64_t bytes = nv_qpack_bytes(dtype, N, K);
-  uint8_t *d = p ? (uint8_t *)nv_alloc(bytes) : NULL;
+  uint8_t *d = (uint8_t *)nv_alloc(bytes);
   if (!d) {
     free(p);
     pthread_mutex_unlock(&c->pkmu);
@@ -512,7 +547,7 @@ nv_qpacked *nv_qpack_get(nv_context *c, nv_buffer *buf, uint64_t off, uint32_t d
   /* a float weight's original stays in use: the decode graphs' GEMV reads it */
   if (!nv_is_float_weight(dtype))
     advise_cold(buf, off, (uint64_t)N * (uint64_t)(K / xpu_dtype_block_len(dtype)) * xpu_dtype_block_bytes(dtype));
-  *p = (nv_qpacked){c->pk, buf, off, gen, dtype, N, K, 1, d, bytes};
+  *p = (nv_qpacked){c->pk, buf, off, gen, dtype, N, K, 1, d, bytes, NULL};
   c->pk = p;
   c->pk_bytes += bytes;
   uint64_t total = c->pk_bytes;
@@ -525,15 +560,20 @@ nv_qpacked *nv_qpack_get(nv_context *c, nv_buffer *buf, uint64_t off, uint32_t d
 
 void nv_qpack_put(nv_context *c, nv_qpacked *p) {
   pthread_mutex_lock(&c->pkmu);
-  if (--p->refs == 0) {
+  /* a view's last reference drops its parent's */
+  while (p && --p->refs == 0) {
     for (nv_qpacked **pp = &c->pk; *pp; pp = &(*pp)->next)
       if (*pp == p) {
         *pp = p->next;
         break;
       }
-    c->pk_bytes -= p->bytes;
-    free(p->data);
+    nv_qpacked *parent = p->parent;
+    if (!parent) {
+      c->pk_bytes -= p->bytes;
+      free(p->data);
+    }
     free(p);
+    p = parent;
   }
   pthread_mutex_unlock(&c->pkmu);
 }

@@ -341,10 +341,15 @@ typedef struct nv_qpacked {
   int64_t N, K;
   int refs; /* executables using it; under the context's pkmu */
   uint8_t *data;
-  uint64_t bytes;
+  uint64_t bytes; /* owned: 0 for a view */
+  /* A view: rows of parent's, starting at a whole group, that data points into (a split
+   * whose cut moves between prepared cut points runs every range out of one copy). It holds
+   * a reference on parent. */
+  struct nv_qpacked *parent;
 } nv_qpacked;
 
-/* The cached copy (a new reference), packing it on first use; NULL when out of memory. */
+/* The cached copy (a new reference), packing it on first use, or a view into a cached copy
+ * that holds the same rows from a whole group on; NULL when out of memory. */
 nv_qpacked *nv_qpack_get(nv_context *c, nv_buffer *buf, uint64_t off, uint32_t dtype, int64_t N, int64_t K);
 void nv_qpack_put(nv_context *c, nv_qpacked *p);
 
