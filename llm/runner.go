@@ -412,7 +412,8 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 			if splits[s] == nil {
 				splits[s] = make([]*sched.NodeSplit, len(g.Nodes))
 			}
-			ns := &sched.NodeSplit{Strategy: sp.Strategy, Ratio: sp.Ratio, Lengths: sp.Lengths, Merge: r.unitIdx[u], Steal: sp.Steal}
+			ns := &sched.NodeSplit{Strategy: sp.Strategy, Ratio: sp.Ratio, Lengths: sp.Lengths, Merge: r.unitIdx[u], Steal: sp.Steal,
+				Adapt: sp.Adapt}
 			for _, su := range sp.Units {
 				ns.Units = append(ns.Units, r.unitIdx[su])
 				used[su] = true

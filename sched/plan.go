@@ -79,6 +79,10 @@ type Split struct {
 	// Steal (rows over two units) shares the rows dynamically, from the ratio: each unit
 	// takes chunks of them from its end until none are left (NodeSplit.Steal).
 	Steal bool `json:"steal,omitempty"`
+	// Adapt (rows over two units) moves the cut between the units from token to token, from
+	// the parts' measured times, among cut points prepared around the ratio
+	// (NodeSplit.Adapt).
+	Adapt bool `json:"adapt,omitempty"`
 }
 
 // PlanSplit is a rule's split with its units as indices into ResolvedPlan.Specs.
@@ -88,6 +92,7 @@ type PlanSplit struct {
 	Ratio    []float64
 	Lengths  []int64
 	Steal    bool
+	Adapt    bool
 }
 
 // ErrBadPlan is wrapped by every plan error (and wraps core.ErrInvalidArgument).
@@ -223,11 +228,14 @@ func (rp *ResolvedPlan) resolveRule(r Rule) (resolvedRule, error) {
 		if err := validateSplit(sp.Strategy, len(sp.Units), sp.Ratio, sp.Lengths); err != nil {
 			return rr, err
 		}
-		if sp.Steal && (sp.Strategy != SplitRows || len(sp.Units) != 2) {
-			return rr, fmt.Errorf("split: steal is for rows splits over two units")
+		if (sp.Steal || sp.Adapt) && (sp.Strategy != SplitRows || len(sp.Units) != 2) {
+			return rr, fmt.Errorf("split: steal and adapt are for rows splits over two units")
+		}
+		if sp.Steal && sp.Adapt {
+			return rr, fmt.Errorf("split: steal and adapt together: a split either steals chunks or moves its cut")
 		}
 		rr.split = &PlanSplit{Strategy: sp.Strategy, Ratio: slices.Clone(sp.Ratio), Lengths: slices.Clone(sp.Lengths),
-			Steal: sp.Steal}
+			Steal: sp.Steal, Adapt: sp.Adapt}
 		for _, u := range sp.Units {
 			i, err := rp.unitIndex(u)
 			if err != nil {

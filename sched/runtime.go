@@ -260,6 +260,7 @@ type Program struct {
 	check    func(stage int, t *core.Tensor, data []byte) error
 	sim      *dag.Result // the last request's simulated schedule (under rt.runMu)
 	last     RunStats    // the last request's measured stats (under rt.mu)
+	cuts     *cutBalancer // picks the cut of the program's adaptive splits; nil: it has none
 }
 
 type progStage struct {
@@ -279,9 +280,11 @@ type progPart struct {
 	steal *progSteal       // a stealing split's task: it runs these chunks, exe is nil
 }
 
-// progSteal is a stealing task's side, shared claim word and chunks (split_steal.go).
+// progSteal is a stealing task's side, shared claim word and chunks (split_steal.go), or an
+// adaptive task's side and its part at each cut point (adapt).
 type progSteal struct {
 	side   int
+	adapt  bool
 	state  *stealState
 	chunks []*progPart
 }
@@ -378,7 +381,10 @@ func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, e
 				return nil, fmt.Errorf("%s: %w", st.Name, err)
 			}
 			if part.steal != nil {
-				pp.steal = &progSteal{side: part.steal.side, state: part.steal.state}
+				pp.steal = &progSteal{side: part.steal.side, adapt: part.steal.adapt, state: part.steal.state}
+				if part.steal.adapt && p.cuts == nil {
+					p.cuts = newCutBalancer(part.steal.share)
+				}
 				if len(pp.steal.state.words) < lanes { // both sides share the state
 					pp.steal.state.words = make([]atomic.Uint64, lanes)
 				}
@@ -697,6 +703,7 @@ type rtTask struct {
 	unitPos     int      // index in its unit's task list
 	name        string
 	epoch       uint32 // the request chunk's number, shared by a stealing task's two sides
+	cut         int    // the cut point an adaptive task's two sides run (cutBalancer)
 }
 
 // rtJob is one request's tasks for one unit.
@@ -793,6 +800,10 @@ func (p *Program) plan(chunks []Chunk) [][]*rtTask {
 	var deps [][]int
 	// sinks[i][s]: the tasks of chunk i's stage s that no later task of that stage needs
 	sinks := make([][][]int, len(chunks))
+	cut := 0
+	if p.cuts != nil {
+		cut = p.cuts.pick()
+	}
 	for ci, ch := range chunks {
 		lane := ci % p.lanes
 		epoch := rt.epochs.Add(1)
@@ -801,7 +812,7 @@ func (p *Program) plan(chunks []Chunk) [][]*rtTask {
 			first := len(tasks)
 			for pi, pp := range st.parts {
 				t := &rtTask{p: p, stage: si, part: pi, pp: pp, lane: lane, chunk: ch, waits: make([]uint64, nu),
-					epoch: epoch}
+					epoch: epoch, cut: cut}
 				var d []int
 				for _, q := range pp.Deps {
 					d = append(d, first+q)
@@ -979,7 +990,10 @@ func (w *rtWorker) runJob(j *rtJob) {
 			args := map[string]any{"program": t.p.name, "chunk": t.chunk.Index,
 				"layer": t.p.stages[t.stage].spec.Layer, "stage": t.p.stages[t.stage].spec.Name, "partition": t.part,
 				"nodes": len(t.pp.Nodes), "lane": t.lane}
-			if t.pp.steal != nil {
+			switch {
+			case t.pp.steal != nil && t.pp.steal.adapt:
+				args["cut"] = t.p.cuts.shares[t.cut] // the first unit's share of the rows
+			case t.pp.steal != nil:
 				args["stolen_chunks"] = w.stolen // of len(t.pp.steal.chunks)
 				args["chunks"] = len(t.pp.steal.chunks)
 			}
@@ -1068,6 +1082,12 @@ func (w *rtWorker) runTask(ctx context.Context, t *rtTask) error {
 // runStolen runs a stealing task's side: chunks from its end of the rows until none are
 // left (the other side takes the rest). It returns how many it ran.
 func (w *rtWorker) runStolen(ctx context.Context, t *rtTask, st *progSteal) (int, error) {
+	if st.adapt {
+		start := time.Now()
+		err := w.runPart(ctx, t, st.chunks[t.cut])
+		t.p.cuts.observe(st.side, time.Since(start))
+		return 1, err
+	}
 	ran := 0
 	for {
 		i := st.state.claim(t.lane, t.epoch, st.side)

@@ -65,6 +65,15 @@ type NodeSplit struct {
 	// bands go to a scratch slot and one CONCAT merges them, as a static rows split's parts.
 	// See split_steal.go.
 	Steal bool
+	// Adapt makes a rows split of two units over a constant weight move its cut at run time:
+	// the parts of several cut points around Ratio are prepared on both units (a backend
+	// that repacks weights keeps one copy per unit: each unit prepares its widest range first
+	// and the narrower ones are rows of it), and before each request chunk the runtime picks
+	// the cut that balances the units by the parts' times in the chunks before, so a core
+	// that runs slower for a while gets fewer rows, with one call per unit per task as for a
+	// static split. One row of a only (decode); with several the split is static. See
+	// split_steal.go.
+	Adapt bool
 }
 
 // SplitPart is one piece of a split MATMUL's [M, N] output: rows [Row, Row+Rows) and columns

@@ -163,7 +163,7 @@ func groupParts(items []compiledPart) ([]compiledPart, error) {
 	open := map[string]int{} // unit and deps -> group
 	for i, c := range items {
 		if c.splitPart {
-			k := fmt.Sprint(c.unit, c.Deps, c.steal != nil)
+			k := fmt.Sprint(c.unit, c.Deps, c.steal != nil, c.steal != nil && c.steal.adapt)
 			if c.steal != nil && c.steal.into[0] != nil {
 				// a stealing task of several rows has a merge cut by its own chunks
 				k = fmt.Sprint(k, c.steal.nodes[0].ID)
@@ -190,7 +190,7 @@ func groupParts(items []compiledPart) ([]compiledPart, error) {
 				// the group shares its rows as one range, through its first member's word
 				// (the same node heads the group on the other side)
 				first := items[ms[0]].steal
-				st := &stealSpec{side: first.side, share: first.share, state: first.state}
+				st := &stealSpec{side: first.side, share: first.share, adapt: first.adapt, state: first.state}
 				for _, m := range ms {
 					st.nodes = append(st.nodes, items[m].steal.nodes...)
 					st.into = append(st.into, items[m].steal.into...)
@@ -317,7 +317,7 @@ func expandSplit(n *core.Node, sp *NodeSplit, deps []int, out *[]compiledPart) (
 	if len(pieces) == 0 {
 		return nil, fmt.Errorf("split of %s: an empty [%d, %d] output: %w", n, m, nCols, core.ErrInvalidArgument)
 	}
-	if canSteal(n, sp) {
+	if canSteal(n, sp, m) {
 		return expandSteal(n, sp, m, deps, out)
 	}
 	aRow, bRow, yElem := a.DType.Bytes(k), b.DType.Bytes(k), y.DType.Bytes(1)
@@ -418,7 +418,10 @@ func appendMerge(out *[]compiledPart, n *core.Node, ins []mergeIn, yOff int64, u
 }
 
 // prepareSteal builds a stealing task's chunk partitions for its unit, checks and prepares
-// them. Both sides of a task build the same chunks (the cut depends on its nodes only).
+// them. Both sides of a task build the same chunks (the cut depends on its nodes only). An
+// adaptive task's parts are prepared widest first (the front's last cut point, the back's
+// first): the narrower ones are rows of it, which a backend that repacks weights serves out of
+// the widest one's copy (abi's containing constants, neon's repacked views).
 func (rt *Runtime) prepareSteal(ctx context.Context, c *compiledPart, prepOpts map[int]map[string]string) error {
 	chunks, err := buildStealChunks(*c)
 	if err != nil {
@@ -426,7 +429,14 @@ func (rt *Runtime) prepareSteal(ctx context.Context, c *compiledPart, prepOpts m
 	}
 	c.steal.chunks = chunks
 	c.steal.state.n = len(chunks)
-	for i := range chunks {
+	order := make([]int, len(chunks))
+	for i := range order {
+		order[i] = i
+	}
+	if c.steal.adapt && c.steal.side == 0 {
+		slices.Reverse(order)
+	}
+	for _, i := range order {
 		ch := &chunks[i]
 		if err := rt.analyzePart(ctx, ch.Graph, ch.unit, ch.what); err != nil {
 			return err

@@ -40,10 +40,13 @@ var stealFractions = []float64{0.5, 0.25, 0.125, 0.125}
 
 // stealSpec makes a split part a stealing task: side 0 takes chunks from the front, side 1
 // from the back; nodes are the MATMULs whose rows the task shares (in order); chunks are this
-// unit's prepared chunk partitions (set by prepareStage).
+// unit's prepared chunk partitions (set by prepareStage). With adapt set it is an adaptive
+// task instead (NodeSplit.Adapt): chunks are this side's part at each cut point
+// (adaptShares), of which a request chunk runs the one the program's cutBalancer picked.
 type stealSpec struct {
 	side  int
 	share float64 // the first side's expected share of the rows (the split's Ratio)
+	adapt bool
 	nodes []*core.Node
 	// into are where each node's rows go: nil, its output in place (one row of a); else a
 	// scratch slot, chunk by chunk, each chunk's [M, cols] piece contiguous (expandSteal).
@@ -93,10 +96,12 @@ func (s *stealState) claim(lane int, epoch uint32, side int) int {
 	}
 }
 
-// canSteal says whether a split of n can run as a stealing one: two units cutting rows and a
-// constant rank-2 weight.
-func canSteal(n *core.Node, sp *NodeSplit) bool {
-	return sp.Steal && sp.Strategy == SplitRows && len(sp.Units) == 2 &&
+// canSteal says whether a split of n with m rows of a can run as a stealing or an adaptive
+// one: two units cutting rows and a constant rank-2 weight, and for an adaptive one a single
+// row of a (its parts then write y in place whatever the cut; with several, the merge would
+// depend on the cut).
+func canSteal(n *core.Node, sp *NodeSplit, m int64) bool {
+	return (sp.Steal || sp.Adapt && m == 1) && sp.Strategy == SplitRows && len(sp.Units) == 2 &&
 		n.Inputs[1].Kind == core.KindConst && len(n.Inputs[1].Shape) == 2
 }
 
@@ -130,7 +135,11 @@ func expandSteal(n *core.Node, sp *NodeSplit, m int64, deps []int, out *[]compil
 		label := fmt.Sprintf("[steal %s]", []string{"front", "back"}[side])
 		p := &Partition{Nodes: []int{n.ID}, Graph: g, Inputs: []*core.Tensor{a}, Outputs: []*core.Tensor{outT}, Deps: deps}
 		i := appendPart(out, n, p, unit, []int64{0, 0}, label, true)
-		(*out)[i].steal = &stealSpec{side: side, share: sp.Ratio[0], nodes: []*core.Node{n}, into: []*core.Tensor{into}, state: st}
+		(*out)[i].steal = &stealSpec{side: side, share: sp.Ratio[0], adapt: sp.Adapt, nodes: []*core.Node{n},
+			into: []*core.Tensor{into}, state: st}
+		if sp.Adapt {
+			(*out)[i].label = n.Name + " [adapt " + []string{"front", "back"}[side] + "]"
+		}
 		writers = append(writers, i)
 	}
 	if into == nil {
@@ -159,12 +168,8 @@ type stealSegment struct {
 // sides' first chunks are in proportion to their speeds, and the ends meet at share), cuts
 // rounded to rowAlign rows.
 func stealChunks(nodes []*core.Node, share float64) [][]stealSegment {
-	var total int64
-	starts := make([]int64, len(nodes)+1)
-	for i, n := range nodes {
-		total += n.Inputs[1].Shape[0]
-		starts[i+1] = total
-	}
+	starts := rowStarts(nodes)
+	total := starts[len(nodes)]
 	cuts := []int64{0, total}
 	var cum float64
 	for _, f := range stealFractions {
@@ -178,32 +183,88 @@ func stealChunks(nodes []*core.Node, share float64) [][]stealSegment {
 	cuts = slices.Compact(cuts)
 	var chunks [][]stealSegment
 	for i := 1; i < len(cuts); i++ {
-		lo, hi := cuts[i-1], cuts[i]
-		var segs []stealSegment
-		for j := range nodes {
-			s0, s1 := max(lo, starts[j]), min(hi, starts[j+1])
-			if s1 > s0 {
-				segs = append(segs, stealSegment{node: j, r0: s0 - starts[j], r1: s1 - starts[j]})
-			}
-		}
-		chunks = append(chunks, segs)
+		chunks = append(chunks, rowSegments(starts, cuts[i-1], cuts[i]))
 	}
 	return chunks
 }
 
+// rowStarts are the first rows of each node's weight in nodes' concatenated rows, and their
+// total last.
+func rowStarts(nodes []*core.Node) []int64 {
+	starts := make([]int64, len(nodes)+1)
+	for i, n := range nodes {
+		starts[i+1] = starts[i] + n.Inputs[1].Shape[0]
+	}
+	return starts
+}
+
+// rowSegments are the rows [lo, hi) of the concatenated rows whose nodes start at starts
+// (rowStarts), node by node.
+func rowSegments(starts []int64, lo, hi int64) []stealSegment {
+	var segs []stealSegment
+	for j := range len(starts) - 1 {
+		s0, s1 := max(lo, starts[j]), min(hi, starts[j+1])
+		if s1 > s0 {
+			segs = append(segs, stealSegment{node: j, r0: s0 - starts[j], r1: s1 - starts[j]})
+		}
+	}
+	return segs
+}
+
+// adaptSteps are an adaptive split's cut points (NodeSplit.Adapt), as offsets from its Ratio
+// of the first unit's share: ±10% in steps of 2.5%. The gap between two pinned cores here
+// drifts up to 10–15% over seconds (BENCHMARKS.md, "Which unit's decode parts run slower"),
+// which ±10% covers; a step of 2.5% leaves at most 1.25% of the rows off balance. Each point is
+// a prepared part per unit, so more points cost prepare time, not memory (the parts are rows
+// of the widest one).
+var adaptSteps = []float64{-0.1, -0.075, -0.05, -0.025, 0, 0.025, 0.05, 0.075, 0.1}
+
+// adaptShares are the first unit's shares of the rows at an adaptive split's cut points
+// around share, ascending.
+func adaptShares(share float64) []float64 {
+	out := make([]float64, len(adaptSteps))
+	for i, d := range adaptSteps {
+		out[i] = min(max(share+d, 0.05), 0.95)
+	}
+	return out
+}
+
+// adaptParts are side's rows of nodes at each cut point of adaptShares(share): the front
+// [0, cut) for side 0, the back [cut, total) for side 1, cuts rounded to rowAlign rows.
+func adaptParts(nodes []*core.Node, share float64, side int) [][]stealSegment {
+	starts := rowStarts(nodes)
+	total := starts[len(nodes)]
+	var parts [][]stealSegment
+	for _, s := range adaptShares(share) {
+		cut := min(max(int64(math.Round(float64(total)*s/rowAlign))*rowAlign, 0), total)
+		lo, hi := int64(0), cut
+		if side == 1 {
+			lo, hi = cut, total
+		}
+		parts = append(parts, rowSegments(starts, lo, hi))
+	}
+	return parts
+}
+
 // buildStealChunks makes the chunk partitions of a stealing task for its unit (not prepared):
 // each reads its nodes' inputs whole and writes its rows of their outputs, in place or into
-// the task's scratch slot (stealSpec.into).
+// the task's scratch slot (stealSpec.into). An adaptive task's "chunks" are its side's part
+// at each cut point.
 func buildStealChunks(c compiledPart) ([]compiledPart, error) {
 	var out []compiledPart
-	for ci, segs := range stealChunks(c.steal.nodes, c.steal.share) {
+	ranges := stealChunks(c.steal.nodes, c.steal.share)
+	kind := "chunk"
+	if c.steal.adapt {
+		ranges, kind = adaptParts(c.steal.nodes, c.steal.share, c.steal.side), "cut"
+	}
+	for ci, segs := range ranges {
 		g := core.NewGraph()
 		p := &Partition{Graph: g, Deps: c.Deps, Device: c.unit}
 		var offs []int64
 		ins := map[*core.Tensor]*core.Tensor{}
 		var what []string
 		var outOffs []int64
-		label := fmt.Sprintf("chunk %d", ci)
+		label := fmt.Sprintf("%s %d", kind, ci)
 		for _, s := range segs {
 			n := c.steal.nodes[s.node]
 			a, b, y := n.Inputs[0], n.Inputs[1], n.Output

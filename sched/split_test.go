@@ -173,6 +173,8 @@ func splitCases(units []int) []struct {
 		{"rows M=1 stealing", 1, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.6, 0.4}, Steal: true}},
 		{"rows M=37 stealing (chunks merged)", 37, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.6, 0.4}, Steal: true}},
 		{"rows M=300 stealing, a ratio of its own", 300, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.3, 0.7}, Steal: true}},
+		{"rows M=1 adaptive", 1, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.6, 0.4}, Adapt: true}},
+		{"rows M=37 adaptive (static with several rows)", 37, &NodeSplit{Strategy: SplitRows, Units: two, Ratio: []float64{0.6, 0.4}, Adapt: true}},
 		{"seq M=37", 37, &NodeSplit{Strategy: SplitSeq, Units: two, Ratio: []float64{0.7, 0.3}}},
 		{"multiseq 300 = 256 + 44", 300, &NodeSplit{Strategy: SplitMultiSeq, Units: two, Lengths: []int64{256}}},
 		{"multiseq 600 = 512 + 32 + 56", 600, &NodeSplit{Strategy: SplitMultiSeq, Units: two, Lengths: []int64{512, 32}}},
@@ -468,6 +470,22 @@ func TestSplitSiblingsShareTasks(t *testing.T) {
 				}
 			}
 			assert.Equal(t, []int{4, 2}, []int{tasks, merges})
+		}
+		adapt := &NodeSplit{Strategy: SplitRows, Units: []int{0, 1}, Ratio: []float64{0.5, 0.5}, Adapt: true}
+		got, p = run([]*NodeSplit{adapt, adapt})
+		assert.Equal(t, want, got, "M=%d, adaptive", m)
+		if m == 1 {
+			require.Len(t, p.stages[0].parts, 2, "one adaptive task per unit")
+			for side, pp := range p.stages[0].parts {
+				require.NotNil(t, pp.steal)
+				assert.True(t, pp.steal.adapt)
+				assert.Equal(t, side, pp.steal.side)
+				assert.Len(t, pp.steal.chunks, len(adaptSteps), "a part per cut point")
+			}
+			require.NotNil(t, p.cuts)
+		} else {
+			assert.Len(t, p.stages[0].parts, 4, "several rows: a static split")
+			assert.Nil(t, p.cuts)
 		}
 	}
 }

@@ -14,7 +14,10 @@
 # Each round also runs "steal": the same split with stealing row splits ("steal": true in the
 # plan: each unit takes row chunks from its end until none are left, sched/split_steal.go),
 # and "heads" and "steal-heads": split and steal with each layer's attention split by KV heads
-# over the two units too (sched/split_heads.go).
+# over the two units too (sched/split_heads.go). "adapt" and "adapt-heads" are split and heads
+# with adaptive row splits ("adapt": true: the cut moves between prepared cut points from the
+# parts' measured times, sched/split_adapt.go). XPU_SPLIT_LABELS="adapt-heads heads unit0"
+# runs only those configurations (default: all).
 # Speculative decoding is off (--spec off): its verify passes are not decode steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,9 +42,11 @@ cat >"$tmp/split.json" <<JSON
 JSON
 # the same with stealing row splits (sched/split_steal.go): the ratio is then unused in decode
 sed 's/"ratio": \[\([^]]*\)\]}/"ratio": [\1], "steal": true}/' "$tmp/split.json" >"$tmp/steal.json"
+# and with adaptive row splits (sched/split_adapt.go)
+sed 's/"ratio": \[\([^]]*\)\]}/"ratio": [\1], "adapt": true}/' "$tmp/split.json" >"$tmp/adapt.json"
 # each of them with the attention split by KV heads too (sched/split_heads.go, op set 4)
 heads='{"ops": ["ATTENTION"], "split": {"strategy": "heads", "units": ["0", "1"], "ratio": [0.5, 0.5]}},'
-for f in split steal; do
+for f in split steal adapt; do
 	awk -v r="$heads" '{print} /"decode": \{"rules": \[/ {print "   " r}' "$tmp/$f.json" >"$tmp/$f-heads.json"
 done
 prompt=$tmp/prompt.txt
@@ -61,37 +66,39 @@ run() { # $1: label, rest: xpu run flags; prints "label decode_tok_s"
 	if [ -n "${XPU_SPLIT_VERBOSE:-}" ]; then echo "$err" | grep -iE 'bubble|busy|decode' >&2; fi
 }
 : >"$tmp/runs"
+labels=${XPU_SPLIT_LABELS:-split steal adapt heads steal-heads adapt-heads unit0 unit1 threads2}
+if [ -n "${XPU_SPLIT_BASE:-}" ]; then labels="$labels split-base unit0-base"; fi
 for r in $(seq 1 "$rounds"); do
 	echo "round $r: load $(cut -d' ' -f1-3 /proc/loadavg)"
-	run split --plan "$tmp/split.json" >>"$tmp/runs"
-	run steal --plan "$tmp/steal.json" >>"$tmp/runs"
-	run heads --plan "$tmp/split-heads.json" >>"$tmp/runs"
-	run steal-heads --plan "$tmp/steal-heads.json" >>"$tmp/runs"
-	run unit0 --units "$u0" >>"$tmp/runs"
-	run unit1 --units "$u1" >>"$tmp/runs"
-	run threads2 --units 'neon{threads=2}' >>"$tmp/runs"
-	if [ -n "${XPU_SPLIT_BASE:-}" ]; then
-		run split-base --plan "$tmp/split.json" >>"$tmp/runs"
-		run unit0-base --units "$u0" >>"$tmp/runs"
-	fi
+	for label in $labels; do
+		case $label in
+		split | split-base) run "$label" --plan "$tmp/split.json" ;;
+		steal | adapt) run "$label" --plan "$tmp/$label.json" ;;
+		heads) run heads --plan "$tmp/split-heads.json" ;;
+		steal-heads | adapt-heads) run "$label" --plan "$tmp/$label.json" ;;
+		unit0 | unit0-base) run "$label" --units "$u0" ;;
+		unit1) run unit1 --units "$u1" ;;
+		threads2) run threads2 --units 'neon{threads=2}' ;;
+		*) echo "unknown configuration $label" >&2 && exit 2 ;;
+		esac >>"$tmp/runs"
+	done
 done
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 declare -A m
-labels="split steal heads steal-heads unit0 unit1 threads2"
-if [ -n "${XPU_SPLIT_BASE:-}" ]; then labels="$labels split-base unit0-base"; fi
 for label in $labels; do
 	m[$label]=$(awk -v l=$label '$1==l {print $2}' "$tmp/runs" | median)
 	echo "$label: decode ${m[$label]} tok/s (median of $rounds; rounds: $(awk -v l=$label '$1==l {printf "%s ", $2}' "$tmp/runs"))"
 done
-echo "split / unit0 = $(echo "${m[split]} / ${m[unit0]}" | bc -l | cut -c1-5) (target >= 1.7)"
-echo "split / unit1 = $(echo "${m[split]} / ${m[unit1]}" | bc -l | cut -c1-5)"
-echo "split / threads2 = $(echo "${m[split]} / ${m[threads2]}" | bc -l | cut -c1-5) (target >= 0.95)"
-echo "steal / unit0 = $(echo "${m[steal]} / ${m[unit0]}" | bc -l | cut -c1-5) (target >= 1.7)"
-echo "heads / unit0 = $(echo "${m[heads]} / ${m[unit0]}" | bc -l | cut -c1-5) (target >= 1.7)"
-echo "steal-heads / unit0 = $(echo "${m[steal-heads]} / ${m[unit0]}" | bc -l | cut -c1-5) (target >= 1.7)"
-echo "heads / threads2 = $(echo "${m[heads]} / ${m[threads2]}" | bc -l | cut -c1-5) (target >= 0.95)"
-echo "steal / unit1 = $(echo "${m[steal]} / ${m[unit1]}" | bc -l | cut -c1-5)"
-echo "steal / threads2 = $(echo "${m[steal]} / ${m[threads2]}" | bc -l | cut -c1-5) (target >= 0.95)"
+ratio() { # $1 / $2 where both ran; $3: the target note
+	if [ -n "${m[$1]:-}" ] && [ -n "${m[$2]:-}" ]; then
+		echo "$1 / $2 = $(echo "${m[$1]} / ${m[$2]}" | bc -l | cut -c1-5)${3:+ ($3)}"
+	fi
+}
+for s in split steal adapt heads steal-heads adapt-heads; do
+	ratio "$s" unit0 "target >= 1.7"
+	ratio "$s" unit1
+	ratio "$s" threads2 "target >= 0.95"
+done
 if [ -n "${XPU_SPLIT_BASE:-}" ]; then
 	echo "base: split / unit0 = $(echo "${m[split-base]} / ${m[unit0-base]}" | bc -l | cut -c1-5), split / threads2 = $(echo "${m[split-base]} / ${m[threads2]}" | bc -l | cut -c1-5)"
 fi
@@ -100,10 +107,11 @@ if [ -n "${XPU_SPLIT_TRACE:-}" ]; then
 	$xpu run --model "$model" -f "$prompt" -n 8 --temp 0 --spec off --plan "$tmp/split.json" --trace "$XPU_SPLIT_TRACE/split.json" >/dev/null 2>&1
 	$xpu run --model "$model" -f "$prompt" -n 8 --temp 0 --spec off --plan "$tmp/steal.json" --trace "$XPU_SPLIT_TRACE/steal.json" >/dev/null 2>&1
 	$xpu run --model "$model" -f "$prompt" -n 8 --temp 0 --spec off --plan "$tmp/split-heads.json" --trace "$XPU_SPLIT_TRACE/heads.json" >/dev/null 2>&1
+	$xpu run --model "$model" -f "$prompt" -n 8 --temp 0 --spec off --plan "$tmp/adapt-heads.json" --trace "$XPU_SPLIT_TRACE/adapt-heads.json" >/dev/null 2>&1
 	$xpu run --model "$model" -f "$prompt" -n 8 --temp 0 --spec off --units "$u0" --trace "$XPU_SPLIT_TRACE/unit0.json" >/dev/null 2>&1
 	# per decode token of the split and steal traces: wall, and per unit its split MATMUL parts
 	# (with the chunks it took, stealing), its other tasks and its waits for the other unit (ms)
-	for f in split steal heads; do
+	for f in split steal heads adapt-heads; do
 		echo "$f trace:"
 		python3 - "$XPU_SPLIT_TRACE/$f.json" <<'PY'
 import json, sys
@@ -118,13 +126,15 @@ for r in [e for e in xs if names.get(e["tid"]) == "requests" and "decode" in e["
             continue
         mine = [e for e in xs if e["tid"] == tid and t0 <= e["ts"] <= t1]
         wait = lambda e: e["name"].startswith("wait")
-        part = lambda e: "[rows" in e["name"] or "[steal" in e["name"] or "[kv heads" in e["name"]
+        part = lambda e: any(s in e["name"] for s in ("[rows", "[steal", "[kv heads", "[adapt"))
         ms = lambda f: sum(e["dur"] for e in mine if f(e)) / 1000
         cnt = lambda f: len([e for e in mine if f(e)])
         other = lambda e: not part(e) and not wait(e)
         chunks = [e["args"]["stolen_chunks"] for e in mine if "stolen_chunks" in e["args"]]
-        cols.append("%s: parts %.1f%s, %d other tasks %.1f, %d waits %.1f" % (n, ms(part),
-            " (%d chunks)" % sum(chunks) if chunks else "", cnt(other), ms(other), cnt(wait), ms(wait)))
+        cuts = {e["args"]["cut"] for e in mine if "cut" in e["args"]}
+        cols.append("%s: parts %.1f%s%s, %d other tasks %.1f, %d waits %.1f" % (n, ms(part),
+            " (%d chunks)" % sum(chunks) if chunks else "", " (cut %s)" % sorted(cuts) if cuts else "",
+            cnt(other), ms(other), cnt(wait), ms(wait)))
     print("token %.1f ms | %s" % (r["dur"] / 1000, " | ".join(cols)))
 PY
 	done
