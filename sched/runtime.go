@@ -258,8 +258,8 @@ type Program struct {
 	nodes    []map[core.Op]int
 	released bool // Close was called (under rt.mu)
 	check    func(stage int, t *core.Tensor, data []byte) error
-	sim      *dag.Result // the last request's simulated schedule (under rt.runMu)
-	last     RunStats    // the last request's measured stats (under rt.mu)
+	sim      *dag.Result  // the last request's simulated schedule (under rt.runMu)
+	last     RunStats     // the last request's measured stats (under rt.mu)
 	cuts     *cutBalancer // picks the cut of the program's adaptive splits; nil: it has none
 }
 
