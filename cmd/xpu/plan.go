@@ -35,20 +35,21 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	mode := fs.String("mode", "tensor", "what the solver may choose: tensor (split MATMULs), layer (whole ops), split (contiguous layer ranges only), single (one unit)")
 	policy := fs.String("policy", "ooo", "prefill dispatch: ooo (mllm-NPU out-of-order), fifo, inorder")
 	steal := fs.Bool("steal", false, "write rows splits over two units as stealing ones (sched/PLAN.md): balanced at run time from the solver's ratio; a backend that repacks weights then holds those weights twice")
+	adapt := fs.Bool("adapt", false, "write rows splits over two units as adaptive ones (sched/PLAN.md): in decode the cut moves from token to token by the parts' measured times; each unit prepares its part at 9 cut points")
 	compare := fs.Bool("compare", false, "also predict each unit alone, layer- and tensor-level, in order and out of order (always on with --soc)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu plan --model M [--units LIST] [--profile FILE] [-o plan.json] [--prompt N] [--mode tensor|layer|split|single] [--steal] [--compare]")
+		fmt.Fprintln(stderr, "usage: xpu plan --model M [--units LIST] [--profile FILE] [-o plan.json] [--prompt N] [--mode tensor|layer|split|single] [--steal | --adapt] [--compare]")
 		fmt.Fprintln(stderr, "       xpu plan --soc "+strings.Join(soc.Names(), "|")+" --model "+strings.Join(soc.ModelNames(), "|")+" [--units cpu,gpu,npu] [-o plan.json]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if fs.NArg() > 0 || *model == "" || *prompt < 1 || *ctxLen < 0 {
+	if fs.NArg() > 0 || *model == "" || *prompt < 1 || *ctxLen < 0 || *steal && *adapt {
 		fs.Usage()
 		return 2
 	}
-	o := solve.Options{Prompt: *prompt, Context: *ctxLen, Steal: *steal}
+	o := solve.Options{Prompt: *prompt, Context: *ctxLen, Steal: *steal, Adapt: *adapt}
 	switch *mode {
 	case "tensor":
 		o.Mode = solve.Tensor
@@ -237,6 +238,9 @@ func printPlan(w io.Writer, p *solve.Plan) {
 	}
 	if p.Steal {
 		fmt.Fprintln(w, "\nrows splits over two units steal (--steal): the units share the rows at run time from these ratios; the times are the static split's")
+	}
+	if p.Adapt {
+		fmt.Fprintln(w, "\nrows splits over two units adapt (--adapt): in decode the cut moves around these ratios by the parts' measured times; the times are the static split's")
 	}
 	fmt.Fprintln(w, "\nevery layer runs the same placement (the layers have the same shapes), except in a layer split; times are per op, one chunk, average context")
 }

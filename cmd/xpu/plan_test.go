@@ -54,6 +54,27 @@ func TestPlanSoC(t *testing.T) {
 		}
 	}
 	assert.Positive(t, stealing, "%s", b)
+
+	// --adapt: written as adaptive ones; --steal and --adapt together are a usage error
+	code, stdout, stderr = runCLI(t, "plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--adapt", "-o", out)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "rows splits over two units adapt (--adapt)")
+	assert.Contains(t, stdout, ", adaptive")
+	b, err = os.ReadFile(out)
+	require.NoError(t, err)
+	f, err = sched.ParsePlan(b)
+	require.NoError(t, err)
+	var adaptive int
+	for _, r := range append(f.Prefill.Rules, f.Decode.Rules...) {
+		if r.Split != nil && r.Split.Adapt {
+			assert.Equal(t, sched.SplitRows, r.Split.Strategy)
+			adaptive++
+		}
+	}
+	assert.Positive(t, adaptive, "%s", b)
+	code, _, stderr = runCLI(t, "plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--adapt", "--steal")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "usage: xpu plan")
 }
 
 func TestPlanUsage(t *testing.T) {

@@ -73,7 +73,7 @@ func (p *Plan) File() *sched.Plan {
 				if c.Strategy == StrategyMultiSeq {
 					sp.Ratio = nil
 				}
-				sp.Steal = p.steals(c)
+				sp.Steal, sp.Adapt = p.steals(c), p.adapts(c)
 				r.Split = sp
 			}
 			fp.Rules = append(fp.Rules, r)
@@ -87,7 +87,7 @@ func (p *Plan) File() *sched.Plan {
 
 // Describe is the placement of op as one line: "npu", "rows npu 75% + gpu 25%",
 // "multiseq npu [512 32] + gpu rest"; ", stealing" ends a split the plan file writes as a
-// stealing one.
+// stealing one, ", adaptive" one it writes as an adaptive one.
 func (p *Plan) Describe(c Choice) string {
 	names := make([]string, len(c.Units))
 	for i, u := range c.Units {
@@ -109,12 +109,20 @@ func (p *Plan) Describe(c Choice) string {
 	if p.steals(c) {
 		d += ", stealing"
 	}
+	if p.adapts(c) {
+		d += ", adaptive"
+	}
 	return d
 }
 
 // steals says whether the plan file writes c as a stealing split (Options.Steal).
 func (p *Plan) steals(c Choice) bool {
 	return p.Steal && c.Strategy == StrategyRows && len(c.Units) == 2
+}
+
+// adapts says whether the plan file writes c as an adaptive split (Options.Adapt).
+func (p *Plan) adapts(c Choice) bool {
+	return p.Adapt && !p.Steal && c.Strategy == StrategyRows && len(c.Units) == 2
 }
 
 // Row is one line of a comparison: a configuration's predicted prefill and decode.

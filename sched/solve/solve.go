@@ -78,6 +78,11 @@ type Options struct {
 	// memory where a backend repacks weights: each unit then holds every chunk of those
 	// weights, not only its part. The predicted times are the static split's.
 	Steal bool
+	// Adapt writes every rows split over two units as an adaptive one
+	// (sched.NodeSplit.Adapt): in decode the cut moves from token to token, around the solver's
+	// ratio, by the parts' measured times. It costs prepare time (each unit prepares its part
+	// at 9 cut points). The predicted times are the static split's. Not with Steal.
+	Adapt bool
 }
 
 // Strategies a Choice can have.
@@ -155,6 +160,7 @@ type Plan struct {
 	Prompt  int
 	Context int
 	Steal   bool // Options.Steal
+	Adapt   bool // Options.Adapt
 	Prefill Phase
 	Decode  Phase
 	// SinglePrefill and SingleDecode are the best single-unit plans (the floor a plan is never
@@ -231,7 +237,8 @@ func Solve(prof *profile.Profile, o Options) (*Plan, error) {
 	}
 	chunks = ok
 	plan := &Plan{Source: prof.Source, Model: prof.Model.Name, Used: slices.Clone(s.units), Mode: o.Mode,
-		Policy: s.o.Policy.Name(), Prompt: s.o.Prompt, Context: s.o.Context, Steal: o.Steal}
+		Policy: s.o.Policy.Name(), Prompt: s.o.Prompt, Context: s.o.Context, Steal: o.Steal,
+		Adapt: o.Adapt}
 	for _, u := range prof.Units {
 		plan.Units = append(plan.Units, u.Name)
 	}

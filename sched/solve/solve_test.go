@@ -289,40 +289,55 @@ func TestPlanFile(t *testing.T) {
 	}
 }
 
-// TestPlanFileSteal: with Options.Steal the rows splits over two units, and only they, are
-// written as stealing ones, and the runtime's parser takes the file.
-func TestPlanFileSteal(t *testing.T) {
-	p := randomProfile(rand.New(rand.NewPCG(5, 6)), 2)
-	pl, err := Solve(p, Options{Prompt: 256, Steal: true})
-	require.NoError(t, err)
-	f := pl.File()
-	_, err = sched.ParsePlan(f.JSON())
-	require.NoError(t, err, "%s", f.JSON())
-	stealing := 0
-	for _, ph := range []sched.PhasePlan{f.Prefill, f.Decode} {
-		for _, r := range ph.Rules {
-			if r.Split == nil {
-				continue
-			}
-			want := r.Split.Strategy == sched.SplitRows && len(r.Split.Units) == 2
-			assert.Equal(t, want, r.Split.Steal, "%s %v", r.Split.Strategy, r.Nodes)
-			if want {
-				stealing++
-			}
-		}
+// TestPlanFileDynamicSplits: with Options.Steal (or Adapt) the rows splits over two units,
+// and only they, are written as stealing (or adaptive) ones, and the runtime's parser takes
+// the file.
+func TestPlanFileDynamicSplits(t *testing.T) {
+	cases := []struct {
+		name string
+		o    Options
+		flag func(*sched.Split) bool
+		word string
+	}{
+		{"steal", Options{Prompt: 256, Steal: true}, func(s *sched.Split) bool { return s.Steal }, ", stealing"},
+		{"adapt", Options{Prompt: 256, Adapt: true}, func(s *sched.Split) bool { return s.Adapt }, ", adaptive"},
 	}
-	assert.Positive(t, stealing, "the profile gives rows splits: %s", f.JSON())
-	two := Choice{Strategy: StrategyRows, Units: []int{0, 1}, Ratio: []float64{0.5, 0.5}}
-	assert.Equal(t, "rows u0 50% + u1 50%, stealing", pl.Describe(two))
-	assert.Equal(t, "seq u0 50% + u1 50%", pl.Describe(Choice{Strategy: StrategySeq, Units: []int{0, 1}, Ratio: []float64{0.5, 0.5}}))
-	pl.Steal = false
-	assert.Equal(t, "rows u0 50% + u1 50%", pl.Describe(two))
-	for _, ph := range []sched.PhasePlan{pl.File().Prefill, pl.File().Decode} {
-		for _, r := range ph.Rules {
-			if r.Split != nil {
-				assert.False(t, r.Split.Steal, "static without the option")
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := randomProfile(rand.New(rand.NewPCG(5, 6)), 2)
+			pl, err := Solve(p, c.o)
+			require.NoError(t, err)
+			f := pl.File()
+			_, err = sched.ParsePlan(f.JSON())
+			require.NoError(t, err, "%s", f.JSON())
+			marked := 0
+			for _, ph := range []sched.PhasePlan{f.Prefill, f.Decode} {
+				for _, r := range ph.Rules {
+					if r.Split == nil {
+						continue
+					}
+					want := r.Split.Strategy == sched.SplitRows && len(r.Split.Units) == 2
+					assert.Equal(t, want, c.flag(r.Split), "%s %v", r.Split.Strategy, r.Nodes)
+					assert.False(t, r.Split.Steal && r.Split.Adapt, "never both")
+					if want {
+						marked++
+					}
+				}
 			}
-		}
+			assert.Positive(t, marked, "the profile gives rows splits: %s", f.JSON())
+			two := Choice{Strategy: StrategyRows, Units: []int{0, 1}, Ratio: []float64{0.5, 0.5}}
+			assert.Equal(t, "rows u0 50% + u1 50%"+c.word, pl.Describe(two))
+			assert.Equal(t, "seq u0 50% + u1 50%", pl.Describe(Choice{Strategy: StrategySeq, Units: []int{0, 1}, Ratio: []float64{0.5, 0.5}}))
+			pl.Steal, pl.Adapt = false, false
+			assert.Equal(t, "rows u0 50% + u1 50%", pl.Describe(two))
+			for _, ph := range []sched.PhasePlan{pl.File().Prefill, pl.File().Decode} {
+				for _, r := range ph.Rules {
+					if r.Split != nil {
+						assert.False(t, r.Split.Steal || r.Split.Adapt, "static without the option")
+					}
+				}
+			}
+		})
 	}
 }
 
