@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
-	"github.com/xpuhub/xpu/core/ref"
 )
 
 // TestCutBalancer: the picked cut moves towards the share that equalises the two sides'
@@ -52,12 +51,7 @@ func TestCutBalancer(t *testing.T) {
 // for bit on the reference, for F32 and Q4_0 weights, and each request runs the cut the
 // balancer picked.
 func TestSplitAdaptiveCuts(t *testing.T) {
-	rb := ref.New()
-	defer rb.Close()
-	rt, err := NewRuntime(context.Background(), rb.Devices(), []UnitSpec{{Backend: "ref"},
-		{Backend: "ref", Options: map[string]string{"u": "1"}}})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, rt.Close()) }()
+	rt := twoRefUnits(t)
 	const k, n = 64, 1024 // cut points 2.5% apart are 25 rows: rowAlign rounds some together
 	for _, dt := range []core.DType{core.F32, core.Q4_0} {
 		g := splitGraph(t, 1, k, n, dt)

@@ -107,6 +107,20 @@ func TestSplitPartsRejects(t *testing.T) {
 	}
 }
 
+// twoRefUnits is a runtime of two reference units, closed when the test ends.
+func twoRefUnits(t *testing.T) *Runtime {
+	t.Helper()
+	rb := ref.New()
+	rt, err := NewRuntime(context.Background(), rb.Devices(), []UnitSpec{{Backend: "ref"},
+		{Backend: "ref", Options: map[string]string{"u": "1"}}})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		require.NoError(t, rt.Close())
+		rb.Close()
+	})
+	return rt
+}
+
 // splitGraph is h = x*0.5 (unit 0), y = h·Wᵀ (split), z = -y (unit 0): the split reads an
 // activation slot and writes a stage output, which a partition after it also reads.
 func splitGraph(t *testing.T, m, k, n int64, dt core.DType) *core.Graph {
@@ -302,12 +316,7 @@ func TestWithThreadAffinity(t *testing.T) {
 // TestSplitRejects: a split that cannot apply fails Compile with a clear error before anything
 // runs.
 func TestSplitRejects(t *testing.T) {
-	rb := ref.New()
-	defer rb.Close()
-	rt, err := NewRuntime(context.Background(), rb.Devices(), []UnitSpec{{Backend: "ref"},
-		{Backend: "ref", Options: map[string]string{"u": "1"}}})
-	require.NoError(t, err)
-	defer rt.Close()
+	rt := twoRefUnits(t)
 	g := splitGraph(t, 4, 32, 64, core.F32)
 	a := rt.Arena()
 	x, err := a.Alloc(4 * 32 * 4)
@@ -400,12 +409,7 @@ func TestSplitOnIsolatedUnit(t *testing.T) {
 // TestSplitSiblingsShareTasks: two MATMULs reading one input, split the same way, run as one
 // task per unit (plus the merges their M > 1 row splits need), with the unsplit results.
 func TestSplitSiblingsShareTasks(t *testing.T) {
-	rb := ref.New()
-	defer rb.Close()
-	rt, err := NewRuntime(context.Background(), rb.Devices(), []UnitSpec{{Backend: "ref"},
-		{Backend: "ref", Options: map[string]string{"u": "1"}}})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, rt.Close()) }()
+	rt := twoRefUnits(t)
 	const k, n = 32, 64
 	for _, m := range []int64{1, 5} {
 		g := core.NewGraph()

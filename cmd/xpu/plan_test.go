@@ -38,40 +38,32 @@ func TestPlanSoC(t *testing.T) {
 	assert.Positive(t, f.Prefill.Chunk)
 	assert.NotEmpty(t, f.Decode.Rules)
 
-	// --steal: the same plan, its rows splits over two units written as stealing ones
-	code, stdout, stderr = runCLI(t, "plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--steal", "-o", out)
-	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, stdout, "rows splits over two units steal (--steal)")
-	b, err = os.ReadFile(out)
-	require.NoError(t, err)
-	f, err = sched.ParsePlan(b)
-	require.NoError(t, err)
-	var stealing int
-	for _, r := range append(f.Prefill.Rules, f.Decode.Rules...) {
-		if r.Split != nil && r.Split.Steal {
-			assert.Equal(t, sched.SplitRows, r.Split.Strategy)
-			stealing++
+	// --steal and --adapt: the same plan, its rows splits over two units written as stealing
+	// or adaptive ones
+	for _, c := range []struct {
+		flag, note string
+		marked     func(*sched.Split) bool
+	}{
+		{"--steal", "rows splits over two units steal (--steal)", func(s *sched.Split) bool { return s.Steal }},
+		{"--adapt", "rows splits over two units adapt (--adapt)", func(s *sched.Split) bool { return s.Adapt }},
+	} {
+		code, stdout, stderr = runCLI(t, "plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", c.flag, "-o", out)
+		require.Equal(t, 0, code, stderr)
+		assert.Contains(t, stdout, c.note)
+		b, err = os.ReadFile(out)
+		require.NoError(t, err)
+		f, err = sched.ParsePlan(b)
+		require.NoError(t, err)
+		var marked int
+		for _, r := range append(f.Prefill.Rules, f.Decode.Rules...) {
+			if r.Split != nil && c.marked(r.Split) {
+				assert.Equal(t, sched.SplitRows, r.Split.Strategy)
+				marked++
+			}
 		}
+		assert.Positive(t, marked, "%s: %s", c.flag, b)
 	}
-	assert.Positive(t, stealing, "%s", b)
-
-	// --adapt: written as adaptive ones; --steal and --adapt together are a usage error
-	code, stdout, stderr = runCLI(t, "plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--adapt", "-o", out)
-	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, stdout, "rows splits over two units adapt (--adapt)")
-	assert.Contains(t, stdout, ", adaptive")
-	b, err = os.ReadFile(out)
-	require.NoError(t, err)
-	f, err = sched.ParsePlan(b)
-	require.NoError(t, err)
-	var adaptive int
-	for _, r := range append(f.Prefill.Rules, f.Decode.Rules...) {
-		if r.Split != nil && r.Split.Adapt {
-			assert.Equal(t, sched.SplitRows, r.Split.Strategy)
-			adaptive++
-		}
-	}
-	assert.Positive(t, adaptive, "%s", b)
+	// not both
 	code, _, stderr = runCLI(t, "plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--adapt", "--steal")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "usage: xpu plan")
