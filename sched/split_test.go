@@ -145,6 +145,12 @@ func splitGraph(t *testing.T, m, k, n int64, dt core.DType) *core.Graph {
 // chunk and returns y and z.
 func runSplit(t *testing.T, rt *Runtime, g *core.Graph, sp *NodeSplit) ([]float32, []float32, *Program) {
 	t.Helper()
+	return runSplitOn(t, rt, g, sp, 0)
+}
+
+// runSplitOn is runSplit with g's other nodes (and an unsplit MATMUL) on unit.
+func runSplitOn(t *testing.T, rt *Runtime, g *core.Graph, sp *NodeSplit, unit int) ([]float32, []float32, *Program) {
+	t.Helper()
 	a := rt.Arena()
 	m, k := g.Inputs[0].Shape[0], g.Inputs[0].Shape[1]
 	n := g.Outputs[0].Shape[1]
@@ -159,7 +165,7 @@ func runSplit(t *testing.T, rt *Runtime, g *core.Graph, sp *NodeSplit) ([]float3
 		xs[i] = float32((i*5)%11-5) / 4
 	}
 	copy(a.Bytes(x), core.EncodeF32(xs))
-	st := StageSpec{Name: "s", Graph: g, Units: []int{0, 0, 0}, IO: []Binding{{Span: x}, {Span: y}, {Span: z}}}
+	st := StageSpec{Name: "s", Graph: g, Units: []int{unit, unit, unit}, IO: []Binding{{Span: x}, {Span: y}, {Span: z}}}
 	if sp != nil {
 		st.Splits = []*NodeSplit{nil, sp, nil}
 	}
@@ -290,6 +296,38 @@ func TestSplitOnPlugins(t *testing.T) {
 					}
 					require.NoError(t, p.Close())
 					require.NoError(t, p0.Close())
+				})
+			}
+		}
+	}
+	// The same weight whole on a unit first, then split with that unit taking the back rows:
+	// its part is then rows inside a constant it already holds (the adapter passes an offset
+	// into that buffer, neon a view of its repacked copy) and must give the same result.
+	for _, pair := range pairs {
+		other, holder := pair[0], pair[1]
+		for _, dt := range []core.DType{core.F32, core.F16, core.Q8_0, core.Q4_0} {
+			for _, c := range []struct {
+				name string
+				m    int64
+				sp   *NodeSplit
+			}{
+				{"rows M=1", 1, &NodeSplit{Strategy: SplitRows, Units: []int{other, holder}, Ratio: []float64{0.6, 0.4}, Merge: holder}},
+				{"rows M=37", 37, &NodeSplit{Strategy: SplitRows, Units: []int{other, holder}, Ratio: []float64{0.6, 0.4}, Merge: holder}},
+				{"adaptive M=1", 1, &NodeSplit{Strategy: SplitRows, Units: []int{other, holder}, Ratio: []float64{0.5, 0.5}, Merge: holder, Adapt: true}},
+			} {
+				name := fmt.Sprintf("%s held whole, %s/%s/%s", specs[holder], specs[other], dt, c.name)
+				t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
+					g := splitGraph(t, c.m, 64, 160, dt)
+					wantY, _, p0 := runSplit(t, refRT, g, nil)
+					_, _, whole := runSplitOn(t, rt, g, nil, holder)
+					gotY, gotZ, p := runSplitOn(t, rt, g, c.sp, holder)
+					for i := range wantY {
+						require.InDelta(t, wantY[i], gotY[i], 2e-2*max(1, math.Abs(float64(wantY[i]))), "y[%d]", i)
+						require.Equal(t, -gotY[i], gotZ[i], "z[%d]", i)
+					}
+					for _, q := range []*Program{p, whole, p0} {
+						require.NoError(t, q.Close())
+					}
 				})
 			}
 		}
