@@ -413,6 +413,18 @@ func TestSplitOnIsolatedUnit(t *testing.T) {
 	assert.Equal(t, wantY, gotY, "stealing")
 	assert.Equal(t, wantZ, gotZ, "stealing")
 	require.NoError(t, p.Close())
+	// adaptive in decode: the isolated unit's part at the picked cut, three requests so the
+	// balancer has measured both sides
+	gotY, gotZ, p = runSplit(t, rt, g1, &NodeSplit{Strategy: SplitRows, Units: []int{1, 0}, Ratio: []float64{0.5, 0.5}, Adapt: true})
+	for range 2 {
+		require.NoError(t, p.Run(context.Background(), []Chunk{{}}))
+	}
+	y1, z1 := outputsOf(p)
+	assert.Equal(t, wantY, gotY, "adaptive")
+	assert.Equal(t, wantZ, gotZ, "adaptive")
+	assert.Equal(t, wantY, core.DecodeF32(rt.Arena().Bytes(y1)[:64*4]), "adaptive, third request")
+	assert.Equal(t, wantZ, core.DecodeF32(rt.Arena().Bytes(z1)[:64*4]), "adaptive, third request")
+	require.NoError(t, p.Close())
 	require.NoError(t, p0.Close())
 	// and with several rows: its chunks' column bands go out to the scratch the merge reads
 	g7 := splitGraph(t, 7, 32, 64, core.F32)
