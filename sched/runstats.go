@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -23,6 +24,15 @@ type RunStats struct {
 	// request (from earlier runs' durations; 0 when it was not simulated): predictions.
 	PredictedBubble   float64
 	PredictedMakespan time.Duration
+	// Cut is the first unit's share of the rows at the cut the program's adaptive splits ran
+	// (NodeSplit.Adapt); 0 when it has none.
+	Cut float64
+}
+
+// CutRuns is how many requests of a phase ran their adaptive splits at one cut.
+type CutRuns struct {
+	Share float64 // the first unit's share of the rows
+	Runs  int64
 }
 
 // PhaseStats adds up the requests of one phase (all programs of that phase on the runtime).
@@ -37,8 +47,12 @@ type PhaseStats struct {
 	Bubble  float64
 	// PredictedBubble is the dispatch simulations' bubble over the same requests (predicted).
 	PredictedBubble float64
+	// Cuts are the cuts the phase's adaptive splits ran at, by share, ascending (none
+	// without adaptive splits).
+	Cuts []CutRuns
 
 	predIdle, predSpan time.Duration
+	cuts               map[float64]int64
 }
 
 // bubble is the idle share of wall of the unit busiest in busy.
@@ -57,8 +71,8 @@ func bubble(wall time.Duration, busy []time.Duration) (int, float64) {
 
 // recordRun keeps the stats of a finished request: the program's last, the phase's totals,
 // and a trace slice with the bubble rate.
-func (rt *Runtime) recordRun(p *Program, start, end time.Time, jobs []*rtJob, sim *dag.Result) {
-	rs := RunStats{Wall: end.Sub(start), Busy: make([]time.Duration, len(rt.units))}
+func (rt *Runtime) recordRun(p *Program, start, end time.Time, jobs []*rtJob, sim *dag.Result, cut float64) {
+	rs := RunStats{Wall: end.Sub(start), Busy: make([]time.Duration, len(rt.units)), Cut: cut}
 	for u, j := range jobs {
 		if j != nil {
 			rs.Busy[u] = j.busy
@@ -87,6 +101,12 @@ func (rt *Runtime) recordRun(p *Program, start, end time.Time, jobs []*rtJob, si
 		ps.predSpan += sim.Makespan
 		ps.predIdle += sim.Idle[sim.Busiest]
 	}
+	if cut > 0 {
+		if ps.cuts == nil {
+			ps.cuts = map[float64]int64{}
+		}
+		ps.cuts[cut]++
+	}
 	rt.mu.Unlock()
 	if tr := rt.cfg.trace; tr != nil {
 		args := map[string]any{"program": p.name, "bubble_rate": rs.Bubble, "busiest": rt.units[rs.Busiest].Name(),
@@ -94,6 +114,9 @@ func (rt *Runtime) recordRun(p *Program, start, end time.Time, jobs []*rtJob, si
 		if sim != nil {
 			args["predicted_bubble_rate"] = rs.PredictedBubble
 			args["predicted_makespan_us"] = rs.PredictedMakespan.Microseconds()
+		}
+		if cut > 0 {
+			args["cut"] = cut
 		}
 		tr.Slice("requests", p.name, start, end, args)
 	}
@@ -120,6 +143,11 @@ func (rt *Runtime) phaseStats() []PhaseStats {
 		if ps.predSpan > 0 {
 			c.PredictedBubble = float64(ps.predIdle) / float64(ps.predSpan)
 		}
+		c.cuts, c.Cuts = nil, nil
+		for s, n := range ps.cuts {
+			c.Cuts = append(c.Cuts, CutRuns{Share: s, Runs: n})
+		}
+		slices.SortFunc(c.Cuts, func(a, b CutRuns) int { return cmp.Compare(a.Share, b.Share) })
 		out = append(out, c)
 	}
 	rank := func(p Phase) int {
@@ -143,6 +171,14 @@ func (rt *Runtime) phaseStats() []PhaseStats {
 // String is one line: the phase, its requests and wall time, and the busiest unit's bubble
 // rate (measured, then the dispatch simulation's prediction).
 func (ps PhaseStats) String() string {
-	return fmt.Sprintf("%-8s %5d runs, %9.1f ms: busiest unit %s, bubble rate %.1f%% (predicted %.1f%%)",
+	s := fmt.Sprintf("%-8s %5d runs, %9.1f ms: busiest unit %s, bubble rate %.1f%% (predicted %.1f%%)",
 		ps.Phase, ps.Runs, float64(ps.Wall)/float64(time.Millisecond), ps.Busiest, 100*ps.Bubble, 100*ps.PredictedBubble)
+	if len(ps.Cuts) > 0 {
+		var parts []string
+		for _, c := range ps.Cuts {
+			parts = append(parts, fmt.Sprintf("%.3f×%d", c.Share, c.Runs))
+		}
+		s += "; adaptive cut (first unit's share × runs) " + strings.Join(parts, " ")
+	}
+	return s
 }

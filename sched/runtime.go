@@ -748,6 +748,10 @@ func (p *Program) Run(ctx context.Context, chunks []Chunk) error {
 	rt.inflight.Add(1)
 	defer rt.inflight.Done()
 	perUnit := p.plan(chunks)
+	cut := 0.0 // the adaptive splits' cut this request runs, for its stats
+	if p.cuts != nil {
+		cut = p.cuts.shares[p.cuts.cur]
+	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	execCtx := context.Background()
@@ -769,7 +773,7 @@ func (p *Program) Run(ctx context.Context, chunks []Chunk) error {
 	rt.runMu.Unlock()
 	wg.Wait()
 	rt.runs.Add(1)
-	rt.recordRun(p, start, time.Now(), jobs, sim)
+	rt.recordRun(p, start, time.Now(), jobs, sim, cut)
 	// cancel(nil) runs only on return: a cause now is a task's error or the caller's ctx
 	if err := context.Cause(runCtx); err != nil {
 		if errors.Is(err, core.ErrBackendCrashed) {

@@ -70,9 +70,31 @@ func TestSplitAdaptiveCuts(t *testing.T) {
 				clear(a.Bytes(z))
 				require.NoError(t, p.Run(context.Background(), []Chunk{{}}))
 				require.Equal(t, i, p.cuts.cur)
+				assert.Equal(t, s, p.LastRun().Cut, "the request's stats give its cut")
 				assert.Equal(t, wantY, core.DecodeF32(a.Bytes(y)[:n*4]))
 				assert.Equal(t, wantZ, core.DecodeF32(a.Bytes(z)[:n*4]))
 			})
+		}
+		// the phase's stats count the requests at each cut: one each, and the first run's
+		// (the middle point) once more
+		var cuts []CutRuns
+		for _, ps := range rt.Report().Phases {
+			if ps.Phase == PhasePrefill {
+				cuts = ps.Cuts
+				assert.Contains(t, ps.String(), "adaptive cut (first unit's share × runs) 0.400×")
+			}
+		}
+		require.Len(t, cuts, len(p.cuts.shares))
+		for i, c := range cuts {
+			assert.Equal(t, p.cuts.shares[i], c.Share)
+			want := int64(1)
+			if c.Share == 0.5 {
+				want = 2
+			}
+			if dt == core.Q4_0 { // the F32 program's requests count in the same phase
+				want *= 2
+			}
+			assert.Equal(t, want, c.Runs, "share %.3f", c.Share)
 		}
 		require.NoError(t, p.Close())
 		require.NoError(t, p0.Close())

@@ -62,7 +62,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(threads, "t", 0, "alias of --threads")
 	units := fs.String("units", "", "run across these units with the default plan, e.g. neon,opencl,qnn or neon{cpus=0,threads=1},neon{cpus=1,threads=1} (see sched/PLAN.md)")
 	planFile := fs.String("plan", "", "run by this placement plan (JSON, see sched/PLAN.md)")
-	stats := fs.Bool("stats", false, "print run statistics: per phase, the busiest unit's bubble rate (its idle share of the phase's wall time; measured, and as the dispatch simulation predicted it) and each unit's busy time; with speculative decoding, tokens per verify pass, the acceptance histogram and the time split")
+	stats := fs.Bool("stats", false, "print run statistics: per phase, the busiest unit's bubble rate (its idle share of the phase's wall time; measured, and as the dispatch simulation predicted it), each unit's busy time and the cuts adaptive splits ran at; with speculative decoding, tokens per verify pass, the acceptance histogram and the time split")
 	traceFile := fs.String("trace", "", "write a Chrome trace-event JSON of the run to this file (open it in Perfetto)")
 	cpusPrefill := fs.String("cpus-prefill", "", "run prefill on these CPUs of CPU units, e.g. 0-3 (default: the selection xpu tune --energy stored, else every core)")
 	cpusDecode := fs.String("cpus-decode", "", "run decode on these CPUs of CPU units, e.g. 4,5 (default: as --cpus-prefill)")
