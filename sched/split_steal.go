@@ -132,14 +132,15 @@ func expandSteal(n *core.Node, sp *NodeSplit, m int64, deps []int, out *[]compil
 		if into != nil {
 			outT = into
 		}
-		label := fmt.Sprintf("[steal %s]", []string{"front", "back"}[side])
+		kind := "steal"
+		if sp.Adapt {
+			kind = "adapt"
+		}
+		label := fmt.Sprintf("[%s %s]", kind, []string{"front", "back"}[side])
 		p := &Partition{Nodes: []int{n.ID}, Graph: g, Inputs: []*core.Tensor{a}, Outputs: []*core.Tensor{outT}, Deps: deps}
 		i := appendPart(out, n, p, unit, []int64{0, 0}, label, true)
 		(*out)[i].steal = &stealSpec{side: side, share: sp.Ratio[0], adapt: sp.Adapt, nodes: []*core.Node{n},
 			into: []*core.Tensor{into}, state: st}
-		if sp.Adapt {
-			(*out)[i].label = n.Name + " [adapt " + []string{"front", "back"}[side] + "]"
-		}
 		writers = append(writers, i)
 	}
 	if into == nil {
