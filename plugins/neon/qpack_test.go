@@ -99,6 +99,15 @@ func (c *logCapture) Handle(_ context.Context, r slog.Record) error {
 func (c *logCapture) WithAttrs([]slog.Attr) slog.Handler { return c }
 func (c *logCapture) WithGroup(string) slog.Handler      { return c }
 
+// captureLogs installs a logCapture as slog's default until the test ends.
+func captureLogs(t *testing.T) *logCapture {
+	c := &logCapture{}
+	old := slog.Default()
+	slog.SetDefault(slog.New(c))
+	t.Cleanup(func() { slog.SetDefault(old) })
+	return c
+}
+
 func (c *logCapture) count(substr string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -116,10 +125,7 @@ func (c *logCapture) count(substr string) int {
 // correctly after the other is released, and a new context repacks again.
 func TestRepackedWeightShared(t *testing.T) {
 	ctx := context.Background()
-	capture := &logCapture{}
-	old := slog.Default()
-	slog.SetDefault(slog.New(capture))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	capture := captureLogs(t)
 
 	rng := rand.New(rand.NewPCG(5, 6))
 	const n, k = 40, 96
@@ -283,10 +289,7 @@ func TestKQuantKernelsAgree(t *testing.T) {
 // whole weight is released (a view holds its copy).
 func TestRepackedWeightViews(t *testing.T) {
 	ctx := context.Background()
-	capture := &logCapture{}
-	old := slog.Default()
-	slog.SetDefault(slog.New(capture))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	capture := captureLogs(t)
 
 	rng := rand.New(rand.NewPCG(7, 8))
 	const n, m = 80, 3
