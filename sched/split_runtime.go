@@ -398,8 +398,9 @@ type mergeIn struct {
 }
 
 // appendMerge appends the explicit merge of node n's column pieces (ins, in column order): a
-// CONCAT along the columns on unit, after deps, writing n's output from byte offset yOff. It
-// returns the merge's index.
+// CONCAT along the columns on unit, after deps, writing n's output from byte offset yOff (more
+// than maxConcat pieces: CONCATs of adjacent pieces first, in the same graph). It returns the
+// merge's index.
 func appendMerge(out *[]compiledPart, n *core.Node, ins []mergeIn, yOff int64, unit int, deps []int, label string) (int, error) {
 	g := core.NewGraph()
 	var views, keys []*core.Tensor
@@ -408,6 +409,14 @@ func appendMerge(out *[]compiledPart, n *core.Node, ins []mergeIn, yOff int64, u
 		views = append(views, g.Input(fmt.Sprintf("%s.part%d", n.Name, j), n.Output.DType, in.rows, in.cols))
 		keys = append(keys, in.key)
 		offs = append(offs, in.off)
+	}
+	for level := 0; len(views) > maxConcat; level++ {
+		var wider []*core.Tensor
+		for i := 0; i < len(views); i += maxConcat {
+			wider = append(wider, g.Named(fmt.Sprintf("%s.merge%d.%d", n.Name, level, i/maxConcat)).
+				Concat(1, views[i:min(i+maxConcat, len(views))]...))
+		}
+		views = wider
 	}
 	g.Output(g.Named(n.Name+".merge").Concat(1, views...))
 	if err := g.Err(); err != nil {
@@ -447,6 +456,9 @@ func (rt *Runtime) prepareSteal(ctx context.Context, c *compiledPart, prepOpts m
 	}
 	return nil
 }
+
+// maxConcat is the most inputs one CONCAT takes (abi/OPS.md).
+const maxConcat = 8
 
 // splitMatMul is node n's MATMUL (its int8 form where the weights are I8) over one part's
 // a and b, the op every split part runs.

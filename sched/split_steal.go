@@ -34,9 +34,23 @@ import (
 
 // stealFractions are the chunk sizes from each end of a task's rows, as shares of that
 // side's expected part (the split's Ratio): half of it, a quarter, two eighths. Four a side
-// keep a decode task's dispatches few (a few µs each against a 0.1–1 ms MATMUL) and a
-// several-row task's merge one CONCAT (at most 8 inputs).
+// keep a decode task's dispatches few (a few µs each against a 0.1–1 ms MATMUL).
 var stealFractions = []float64{0.5, 0.25, 0.125, 0.125}
+
+// stealFractionsRows are stealFractions for a task of several rows of a, halved twice more
+// where the sides meet. A chunk takes the same time on either side (its size is in proportion
+// to its side's speed), so the last one is what the faster side may wait for: an eighth of a
+// 110 ms prefill MATMUL is 14 ms, a thirty-second 3.4 ms, against one more packing of a per
+// call (~0.5 ms on neon). The merge then takes up to 12 pieces (two CONCAT levels).
+var stealFractionsRows = []float64{0.5, 0.25, 0.125, 0.0625, 0.03125, 0.03125}
+
+// fractionsFor are the steal fractions of a task with several rows of a (rows) or one.
+func fractionsFor(rows bool) []float64 {
+	if rows {
+		return stealFractionsRows
+	}
+	return stealFractions
+}
 
 // stealSpec makes a split part a stealing task: side 0 takes chunks from the front, side 1
 // from the back; nodes are the MATMULs whose rows the task shares (in order); chunks are this
@@ -147,7 +161,7 @@ func expandSteal(n *core.Node, sp *NodeSplit, m int64, deps []int, out *[]compil
 		return writers, nil
 	}
 	var ins []mergeIn
-	for _, segs := range stealChunks([]*core.Node{n}, sp.Ratio[0]) {
+	for _, segs := range stealChunks([]*core.Node{n}, sp.Ratio[0], stealFractionsRows) {
 		s := segs[0]
 		ins = append(ins, mergeIn{key: into, off: m * s.r0 * y.DType.Bytes(1), rows: m, cols: s.r1 - s.r0})
 	}
@@ -164,16 +178,16 @@ type stealSegment struct {
 	r0, r1 int64
 }
 
-// stealChunks cuts the rows of nodes (concatenated in order) into chunks by stealFractions
-// from both ends, the front's scaled by share and the back's by 1 - share (so the two
+// stealChunks cuts the rows of nodes (concatenated in order) into chunks by fractions
+// (stealFractions or stealFractionsRows) from both ends, the front's scaled by share and the back's by 1 - share (so the two
 // sides' first chunks are in proportion to their speeds, and the ends meet at share), cuts
 // rounded to rowAlign rows.
-func stealChunks(nodes []*core.Node, share float64) [][]stealSegment {
+func stealChunks(nodes []*core.Node, share float64, fractions []float64) [][]stealSegment {
 	starts := rowStarts(nodes)
 	total := starts[len(nodes)]
 	cuts := []int64{0, total}
 	var cum float64
-	for _, f := range stealFractions {
+	for _, f := range fractions {
 		cum += f
 		for _, c := range []float64{share * cum, 1 - (1-share)*cum} {
 			r := int64(math.Round(float64(total)*c/rowAlign)) * rowAlign
@@ -253,7 +267,7 @@ func adaptParts(nodes []*core.Node, share float64, side int) [][]stealSegment {
 // at each cut point.
 func buildStealChunks(c compiledPart) ([]compiledPart, error) {
 	var out []compiledPart
-	ranges := stealChunks(c.steal.nodes, c.steal.share)
+	ranges := stealChunks(c.steal.nodes, c.steal.share, fractionsFor(c.steal.into[0] != nil))
 	kind := "chunk"
 	if c.steal.adapt {
 		ranges, kind = adaptParts(c.steal.nodes, c.steal.share, c.steal.side), "cut"

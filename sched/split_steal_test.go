@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -40,7 +41,7 @@ func TestStealChunks(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			nodes := matmulNodes(t, c.rows...)
-			chunks := stealChunks(nodes, c.share)
+			chunks := stealChunks(nodes, c.share, stealFractions)
 			require.Len(t, chunks, c.chunks)
 			// every row of every node exactly once, in order, cuts aligned inside a node
 			next := make([]int64, len(nodes))
@@ -59,12 +60,12 @@ func TestStealChunks(t *testing.T) {
 		})
 	}
 	// biggest at the ends: the first and last chunk are a quarter of 2048 rows each
-	chunks := stealChunks(matmulNodes(t, 2048), 0.5)
+	chunks := stealChunks(matmulNodes(t, 2048), 0.5, stealFractions)
 	assert.Equal(t, stealSegment{0, 0, 512}, chunks[0][0])
 	assert.Equal(t, stealSegment{0, 1536, 2048}, chunks[len(chunks)-1][0])
 	// in proportion to the share: a unit expected to do 82% starts with 41% of the rows, the
 	// other with 9%, and the smallest chunks lie where their parts meet
-	chunks = stealChunks(matmulNodes(t, 4096), 0.82)
+	chunks = stealChunks(matmulNodes(t, 4096), 0.82, stealFractions)
 	assert.Equal(t, stealSegment{0, 0, 1664}, chunks[0][0])
 	assert.Equal(t, stealSegment{0, 3712, 4096}, chunks[len(chunks)-1][0])
 	assert.Equal(t, int64(3360), chunks[3][0].r1, "the fronts meet at 82%, aligned")
@@ -110,5 +111,31 @@ func TestStealClaimConcurrent(t *testing.T) {
 		for i, n := range seen {
 			require.Equal(t, 1, n, "epoch %d chunk %d", epoch, i)
 		}
+	}
+}
+
+// TestStealManyChunksMerged: a stealing task of several rows wide enough for every fraction of
+// stealFractionsRows has more pieces than one CONCAT takes; the merge CONCATs them in two
+// levels and y is the unsplit one, bit for bit on the reference.
+func TestStealManyChunksMerged(t *testing.T) {
+	rt := twoRefUnits(t)
+	for _, dt := range []core.DType{core.F32, core.Q4_0} {
+		g := splitGraph(t, 37, 64, 2048, dt)
+		wantY, wantZ, p0 := runSplit(t, rt, g, nil)
+		gotY, gotZ, p := runSplit(t, rt, g, &NodeSplit{Strategy: SplitRows, Units: []int{0, 1}, Ratio: []float64{0.5, 0.5}, Steal: true})
+		assert.Equal(t, wantY, gotY, "%s", dt)
+		assert.Equal(t, wantZ, gotZ, "%s", dt)
+		pieces := len(stealChunks([]*core.Node{g.Nodes[1]}, 0.5, stealFractionsRows))
+		require.Greater(t, pieces, maxConcat, "the case must need two levels")
+		var merge *progPart
+		for _, pp := range p.stages[0].parts {
+			if strings.Contains(pp.name, "merge") {
+				merge = pp
+			}
+		}
+		require.NotNil(t, merge)
+		assert.Len(t, merge.Graph.Nodes, 3, "%d pieces: two CONCATs of adjacent pieces, then one of those", pieces)
+		require.NoError(t, p.Close())
+		require.NoError(t, p0.Close())
 	}
 }

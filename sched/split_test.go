@@ -509,7 +509,7 @@ func TestSplitSiblingsShareTasks(t *testing.T) {
 			require.NotNil(t, b)
 			assert.Same(t, a.state, b.state, "both sides claim through one word")
 			assert.Equal(t, []int{0, 1}, []int{a.side, b.side})
-			assert.Len(t, a.chunks, len(stealChunks([]*core.Node{g.Nodes[0], g.Nodes[1]}, 0.5)), "the two MATMULs' rows as one range")
+			assert.Len(t, a.chunks, len(stealChunks([]*core.Node{g.Nodes[0], g.Nodes[1]}, 0.5, stealFractions)), "the two MATMULs' rows as one range")
 		} else {
 			// several rows: each MATMUL's chunks go through a scratch slot its own merge reads
 			require.Len(t, p.stages[0].parts, 6, "two stealing tasks and a merge per MATMUL")
@@ -517,7 +517,7 @@ func TestSplitSiblingsShareTasks(t *testing.T) {
 			for _, pp := range p.stages[0].parts {
 				if pp.steal != nil {
 					tasks++
-					assert.Len(t, pp.steal.chunks, len(stealChunks([]*core.Node{g.Nodes[0]}, 0.5)), "one MATMUL's rows")
+					assert.Len(t, pp.steal.chunks, len(stealChunks([]*core.Node{g.Nodes[0]}, 0.5, stealFractionsRows)), "one MATMUL's rows")
 				} else {
 					merges++
 					assert.Contains(t, pp.name, "merge")
