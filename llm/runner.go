@@ -320,7 +320,11 @@ func (r *Runner) init(ctx context.Context) error {
 	if r.cfg.sparse != nil {
 		return r.initSparse(ctx, step, lengths)
 	}
-	for _, n := range lengths {
+	// longest first: a unit's decode parts of a split weight are then rows of the whole weight
+	// its prefill graphs uploaded, which the adapter passes as offsets and neon serves out of
+	// the one repacked copy (uploaded the other way round, the part comes first and the whole
+	// weight is a copy of its own)
+	for _, n := range slices.Backward(lengths) {
 		t0 := time.Now()
 		cp, err := r.prepare(ctx, int64(n), step, false)
 		if err != nil {
