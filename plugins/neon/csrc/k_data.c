@@ -61,7 +61,6 @@ static void deq_row(uint32_t dt, const uint8_t *src, float *dst, int64_t k, floa
   }
 }
 
-static uint64_t row_bytes(uint32_t dt, int64_t k) { return (uint64_t)(k / xpu_dtype_block_len(dt)) * xpu_dtype_block_bytes(dt); }
 
 /* ---------------------------------------------------------------- get_rows */
 
@@ -78,7 +77,7 @@ static void gr_task(void *p, int tid, int nth) {
   gr_args *A = (gr_args *)p;
   int64_t b, e;
   nv_range(A->n, tid, nth, 1, &b, &e);
-  uint64_t rb = row_bytes(A->dt, A->k);
+  uint64_t rb = nv_row_bytes(A->dt, A->k);
   for (int64_t i = b; i < e; i++) {
     /* read once and check again: an output bound over the ids may have changed them since the
      * up-front check, and a stale id must never become an out-of-bounds read */
@@ -236,7 +235,7 @@ static void deq_task(void *p, int tid, int nth) {
   /* rows of 32 values (whole blocks for Q8_0/Q4_0), of 256 for the K-quants' super-blocks */
   const int64_t len = nv_is_kquant(A->dt) ? 256 : 32;
   nv_range(A->n, tid, nth, 1, &b, &e);
-  uint64_t rb = row_bytes(A->dt, len);
+  uint64_t rb = nv_row_bytes(A->dt, len);
   for (int64_t i = b; i < e; i++) deq_row(A->dt, A->x + i * rb, (float *)A->o + i * len, len, A->scale);
 }
 

@@ -787,7 +787,7 @@ xpu_status nv_k_matmul(nv_run *r, const xpu_ir_node *n) {
   int64_t K = ta->shape[ta->rank - 1], M = ta->rank >= 2 ? ta->shape[ta->rank - 2] : 1;
   int64_t N = tb->shape[tb->rank - 2];
   uint32_t bt = tb->dtype;
-  int64_t bstride = (int64_t)(K / xpu_dtype_block_len(bt)) * xpu_dtype_block_bytes(bt);
+  int64_t bstride = (int64_t)nv_row_bytes(bt, K);
   /* batch: up to two leading dims of the output, broadcast over a and b */
   int64_t ob[2] = {1, 1}, sa[2] = {0, 0}, sb[2] = {0, 0};
   uint32_t obr = to->rank >= 2 ? to->rank - 2 : 0;

@@ -498,7 +498,7 @@ static uint64_t group_bytes(uint32_t dtype, int64_t K) { return nv_qpack_bytes(d
 static nv_qpacked *covering(nv_context *c, const nv_buffer *buf, uint64_t off, unsigned gen, uint32_t dtype,
                             int64_t N, int64_t K) {
   if (nv_is_float_weight(dtype)) return NULL;
-  uint64_t row = (uint64_t)(K / xpu_dtype_block_len(dtype)) * xpu_dtype_block_bytes(dtype);
+  uint64_t row = nv_row_bytes(dtype, K);
   for (nv_qpacked *p = c->pk; p; p = p->next) {
     if (p->parent || p->buf != buf || p->gen != gen || p->dtype != dtype || p->K != K || off < p->off) continue;
     uint64_t d = off - p->off;
@@ -523,7 +523,7 @@ nv_qpacked *nv_qpack_get(nv_context *c, nv_buffer *buf, uint64_t off, uint32_t d
   }
   nv_qpacked *whole = covering(c, buf, off, gen, dtype, N, K);
   if (whole) {
-    uint64_t row = (uint64_t)(K / xpu_dtype_block_len(dtype)) * xpu_dtype_block_bytes(dtype);
+    uint64_t row = nv_row_bytes(dtype, K);
     whole->refs++;
     *p = (nv_qpacked){c->pk, buf, off, gen, dtype, N, K, 1,
                       whole->data + (off - whole->off) / (row * NV_PG) * group_bytes(dtype, K), 0, whole};
@@ -546,7 +546,7 @@ nv_qpacked *nv_qpack_get(nv_context *c, nv_buffer *buf, uint64_t off, uint32_t d
   nv_pool_run(c->pool, NULL, nv_pool_size(c->pool), pack_task, &A);
   /* a float weight's original stays in use: the decode graphs' GEMV reads it */
   if (!nv_is_float_weight(dtype))
-    advise_cold(buf, off, (uint64_t)N * (uint64_t)(K / xpu_dtype_block_len(dtype)) * xpu_dtype_block_bytes(dtype));
+    advise_cold(buf, off, (uint64_t)N * nv_row_bytes(dtype, K));
   *p = (nv_qpacked){c->pk, buf, off, gen, dtype, N, K, 1, d, bytes, NULL};
   c->pk = p;
   c->pk_bytes += bytes;

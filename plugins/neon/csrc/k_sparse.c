@@ -454,8 +454,8 @@ xpu_status nv_k_sparse_ffn(nv_run *r, const xpu_ir_node *n) {
   A->L = &L;
   A->b = r->ptr[n->inputs[1]];
   A->bdt = tb->dtype;
-  A->row_bytes = (uint64_t)(R / xpu_dtype_block_len(A->bdt)) * xpu_dtype_block_bytes(A->bdt);
-  A->seg_bytes = (uint64_t)(L.D / xpu_dtype_block_len(A->bdt)) * xpu_dtype_block_bytes(A->bdt);
+  A->row_bytes = nv_row_bytes(A->bdt, R);
+  A->seg_bytes = nv_row_bytes(A->bdt, L.D);
   A->act = (int)n->iattr[0];
   A->pf_bytes = A->seg_bytes * (n->iattr[1] == 1 ? 2 : 3);
   A->ungated = n->iattr[1] == 1;

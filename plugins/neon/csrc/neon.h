@@ -313,6 +313,10 @@ uint64_t nv_kq_row_bytes(uint32_t dtype, int64_t k);
 /* k values (a multiple of 256) of one K-quant row as f32, bit-exact with OPS.md */
 void nv_kq_deq_row(uint32_t dtype, const uint8_t *src, float *dst, int64_t k);
 static inline int nv_is_kquant(uint32_t dt) { return dt >= XPU_DT_Q4_K && dt <= XPU_DT_Q3_K; }
+/* bytes of one row of k values of dtype dt (k a multiple of its block length) */
+static inline uint64_t nv_row_bytes(uint32_t dt, int64_t k) {
+  return (uint64_t)(k / xpu_dtype_block_len(dt)) * xpu_dtype_block_bytes(dt);
+}
 
 /* Float weights (F32/F16/BF16) packed once at prepare into the GEMM's layout (k_matmul.c): the
  * panels of NR rows, k-major, of every (NC x KC) block in the order the GEMM walks them. Only
