@@ -17,7 +17,8 @@
 # over the two units too (sched/split_heads.go). "adapt" and "adapt-heads" are split and heads
 # with adaptive row splits ("adapt": true: the cut moves between prepared cut points from the
 # parts' measured times, sched/split_adapt.go). XPU_SPLIT_LABELS="adapt-heads heads unit0"
-# runs only those configurations (default: all).
+# runs only those configurations (default: all). XPU_SPLIT_BOUND=N traces N more rounds of
+# unit 0 and heads and prints where the split's time goes (see the block near the end).
 # Speculative decoding is off (--spec off): its verify passes are not decode steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -138,5 +139,49 @@ for r in [e for e in xs if names.get(e["tid"]) == "requests" and "decode" in e["
     print("token %.1f ms | %s" % (r["dur"] / 1000, " | ".join(cols)))
 PY
 	done
+fi
+# XPU_SPLIT_BOUND=N: N more rounds, each tracing unit 0 alone and the heads split (every token
+# of a -n TOKENS run, the first two left out), alternated. Per round and as medians over the
+# rounds: unit 0's decode token, the split's token, the slower unit's split parts, the chain (the
+# other tasks, all on unit 0) and the rest (waits and gaps between tasks). "parts only" is unit
+# 0's token over the slower unit's parts: the split's ratio were the chain and the waits free,
+# i.e. what the two cores' memory traffic leaves for it.
+if [ -n "${XPU_SPLIT_BOUND:-}" ]; then
+	for r in $(seq 1 "$XPU_SPLIT_BOUND"); do
+		$xpu run --model "$model" -f "$prompt" -n "$ntok" --temp 0 --spec off --units "$u0" --trace "$tmp/bound-u0-$r.json" >/dev/null 2>&1
+		$xpu run --model "$model" -f "$prompt" -n "$ntok" --temp 0 --spec off --plan "$tmp/split-heads.json" --trace "$tmp/bound-heads-$r.json" >/dev/null 2>&1
+	done
+	python3 - "$tmp" "$XPU_SPLIT_BOUND" <<'PY'
+import json, statistics as S, sys
+def load(f):
+    ev = json.load(open(f))["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
+    xs = [e for e in ev if e.get("ph") == "X"]
+    return names, xs, [e for e in xs if names.get(e["tid"]) == "requests" and "decode" in e["name"]][2:]
+rows = []
+for r in range(1, int(sys.argv[2]) + 1):
+    solo = S.median(e["dur"] for e in load("%s/bound-u0-%d.json" % (sys.argv[1], r))[2])
+    names, xs, reqs = load("%s/bound-heads-%d.json" % (sys.argv[1], r))
+    units = sorted(n for n in set(names.values()) if n not in ("requests", "speculative"))
+    tok, parts, chain = [], [], []
+    for q in reqs:
+        t0, t1 = q["ts"], q["ts"] + q["dur"]
+        per, oth = dict.fromkeys(units, 0), 0
+        for e in xs:
+            n = names.get(e["tid"])
+            if n in per and t0 <= e["ts"] <= t1 and not e["name"].startswith("wait"):
+                if any(s in e["name"] for s in ("[rows", "[kv heads")):
+                    per[n] += e["dur"]
+                else:
+                    oth += e["dur"]
+        tok.append(q["dur"]); parts.append(max(per.values())); chain.append(oth)
+    row = [solo, S.median(tok), S.median(parts), S.median(chain)]
+    rows.append(row)
+    print("bound round %d: unit0 %.1f ms, heads %.1f ms (%.3fx), slower unit's parts %.1f ms (parts only %.3fx), chain %.1f ms, rest %.1f ms"
+          % (r, row[0] / 1e3, row[1] / 1e3, row[0] / row[1], row[2] / 1e3, row[0] / row[2], row[3] / 1e3, (row[1] - row[2] - row[3]) / 1e3))
+m = [S.median(c) for c in zip(*rows)]
+print("bound, medians of %d rounds: heads / unit0 %.3f, parts only %.3f; per token: chain %.1f ms, rest %.1f ms of %.1f ms"
+      % (len(rows), S.median(r[0] / r[1] for r in rows), S.median(r[0] / r[2] for r in rows), m[3] / 1e3, (m[1] - m[2] - m[3]) / 1e3, m[1] / 1e3))
+PY
 fi
 echo "load after: $(cat /proc/loadavg)"
