@@ -74,7 +74,8 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 
 // penalize applies the repetition penalty to logits.
 func (s *Sampler) penalize(logits []float32, history []int32) {
-	if p := s.cfg.RepeatPenalty; p > 0 && p != 1 {
+	if s.penalizes() {
+		p := s.cfg.RepeatPenalty
 		seen := map[int32]bool{}
 		for _, t := range history[max(0, len(history)-s.cfg.RepeatLastN):] {
 			if t < 0 || int(t) >= len(logits) || seen[t] {
@@ -89,6 +90,9 @@ func (s *Sampler) penalize(logits []float32, history []int32) {
 		}
 	}
 }
+
+// penalizes says whether penalize changes logits (a repeat penalty other than 0 and 1).
+func (s *Sampler) penalizes() bool { p := s.cfg.RepeatPenalty; return p > 0 && p != 1 }
 
 // dist is the distribution Sample draws from when it samples (Temperature > 0): the candidates
 // left by top-k and top-p, most likely first, their probabilities summing to 1.

@@ -488,11 +488,18 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 		copy(buf, l[:vs])
 		return sampler.Sample(buf, hist)
 	}
+	// predict is the greedy choice from a row of logits; without a repeat penalty it reads the
+	// row in place (a verify predicts every kept row: copying a 32K vocabulary each time costs
+	// more than the argmax)
 	predict := func(l []float32, hist []int32) int32 {
+		if !sampler.penalizes() {
+			return argmax(l[:vs])
+		}
 		copy(buf, l[:vs])
 		sampler.penalize(buf, hist)
 		return argmax(buf)
 	}
+	kidsBuf := make([][]int, r.MaxVerify()+1) // a verify's children by parent row, reused
 	next := sample(logits, r.history)
 	for {
 		if stop, err := emit(next); stop || err != nil {
@@ -549,7 +556,10 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 		st.Verify += d
 		spentIn += d
 		// walk the tree from the root: each step keeps the child the model picks
-		kids := make([][]int, k+1) // by parent row (0: the root)
+		kids := kidsBuf[:k+1] // by parent row (0: the root)
+		for i := range kids {
+			kids[i] = kids[i][:0]
+		}
 		for i, p := range tree.Parents {
 			kids[p+1] = append(kids[p+1], i)
 		}
@@ -557,6 +567,8 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 		keep := []int{0}
 		cur := -1 // the node whose row predicts next (-1: the root)
 		var corr int32
+		// the model's predictions at the kept rows, for the drafter: greedy, the walk's own
+		preds := make([]int32, 0, k+1)
 		for {
 			row := rows[cur+1]
 			if err := checkLogits(row, base+len(keep)-1); err != nil {
@@ -573,6 +585,7 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 					}
 				}
 				corr = pred
+				preds = append(preds, pred)
 			} else {
 				copy(buf, row[:vs])
 				sampler.penalize(buf, hist)
@@ -589,9 +602,10 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 		// what the drafter learns: the path verified, the accepted nodes and then the first
 		// child's line below the last, with the model's predictions along it
 		stepDraft := slices.Clone(hist[base+1:])
-		preds := make([]int32, 0, k+1)
-		for _, row := range keep {
-			preds = append(preds, predict(rows[row], hist[:base+len(preds)+1]))
+		if !greedy {
+			for _, row := range keep {
+				preds = append(preds, predict(rows[row], hist[:base+len(preds)+1]))
+			}
 		}
 		for c := cur; len(kids[c+1]) > 0; {
 			c = kids[c+1][0]
@@ -614,8 +628,10 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 		}
 		st.Histogram[a]++
 		pol.observe(l, d, pathDepth(tree), a, tree.Match)
-		trace.Slice("speculative", fmt.Sprintf("verify %d", l), t0, t0.Add(d),
-			map[string]any{"row": base, "drafted": k, "accepted": a})
+		if trace != nil { // its name and arguments are allocations every step
+			trace.Slice("speculative", fmt.Sprintf("verify %d", l), t0, t0.Add(d),
+				map[string]any{"row": base, "drafted": k, "accepted": a})
+		}
 		if drafter != nil {
 			if err := safely(func() { drafter.Observe(draft.Step{Draft: stepDraft, Accepted: a, Predictions: preds}) }); err != nil {
 				r.cfg.logger.Warn("llm: speculative decoding off: the drafter failed", "err", err)
