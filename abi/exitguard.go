@@ -34,9 +34,12 @@ var exitGuard struct {
 type callSite struct{ plugin, entry string }
 
 // enterCall records a plugin call in flight for the exit guard; leaveCall ends it.
-func enterCall(plugin, entry string) {
+func enterCall(plugin, entry string) { enterSite(&callSite{plugin, entry}) }
+
+// enterSite is enterCall with a call site made beforehand (no allocation per call).
+func enterSite(s *callSite) {
 	exitGuard.inFlight.Add(1)
-	exitGuard.last.Store(&callSite{plugin, entry})
+	exitGuard.last.Store(s)
 }
 
 func leaveCall() { exitGuard.inFlight.Add(-1) }

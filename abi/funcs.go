@@ -1,6 +1,7 @@
 package abi
 
 import (
+	"slices"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -41,23 +42,27 @@ type funcs struct {
 	serialize    func(exe uint64, dst unsafe.Pointer, cap uint64, size *uint64) int32
 	exeRelease   func(exe uint64) int32
 	exCreate     func(exe uint64, out *uint64) int32
-	exBind       func(ex uint64, io uint32, buf, off uint64) int32
 	exSubmit     func(ex uint64, waits *cFencePoint, n uint32, signal *cFencePoint) int32
-	exRun        func(ex uint64) int32
 	exRelease    func(ex uint64) int32
 	fenceCreate  func(ctx, initial uint64, out *uint64) int32
 	fenceWait    func(f, value uint64, timeoutNS int64) int32
 	fenceValue   func(f uint64, out *uint64) int32
 	fenceSignal  func(f, value uint64) int32
 	fenceRelease func(f uint64) int32
+
+	// the entries a scheduler calls for every task (execution_bind, execution_run), called
+	// through purego.SyscallN: RegisterFunc's functions go through reflection, which costs
+	// allocations and about half of the host's time per call
+	exBindPtr, exRunPtr uintptr
 }
 
-// targets lists the fields of f in table order, matching entryNames.
+// targets lists the fields of f in table order, matching entryNames; nil for the entries
+// called by address (exBindPtr, exRunPtr).
 func (f *funcs) targets() []any {
 	return []any{&f.getInfo, &f.shutdown, &f.lastError, &f.deviceCount, &f.deviceInfo,
 		&f.opSupport, &f.ctxCreate, &f.ctxRelease, &f.bufAlloc, &f.bufImport, &f.bufMap,
 		&f.bufUnmap, &f.bufWrite, &f.bufRead, &f.bufSize, &f.bufRelease, &f.analyze, &f.prepare,
-		&f.serialize, &f.exeRelease, &f.exCreate, &f.exBind, &f.exSubmit, &f.exRun,
+		&f.serialize, &f.exeRelease, &f.exCreate, nil, &f.exSubmit, nil,
 		&f.exRelease, &f.fenceCreate, &f.fenceWait, &f.fenceValue, &f.fenceSignal,
 		&f.fenceRelease}
 }
@@ -72,8 +77,12 @@ func (p *Plugin) entries() []uintptr {
 func (f *funcs) bind(t *cAPI) {
 	entries := unsafe.Slice((*uintptr)(unsafe.Add(unsafe.Pointer(t), apiHeaderSize)), len(entryNames))
 	for i, target := range f.targets() {
-		if entries[i] != 0 {
+		if entries[i] != 0 && target != nil {
 			purego.RegisterFunc(target, entries[i])
 		}
 	}
+	f.exBindPtr, f.exRunPtr = entries[entryBind], entries[entryRun]
 }
+
+// the hot entries' indices in entryNames
+var entryBind, entryRun = slices.Index(entryNames, "execution_bind"), slices.Index(entryNames, "execution_run")

@@ -229,6 +229,8 @@ type Plugin struct {
 	refs   int
 	closed bool // every opener called Close
 	down   bool // shutdown was called: the table must not be called again
+	// the exit guard's call sites of the hot entries, made once (callDirect)
+	siteBind, siteRun callSite
 }
 
 // Open loads the plugin at path, checks its probe (ABI major, score > 0) and calls
@@ -309,6 +311,7 @@ func (p *Plugin) open() (err error) {
 	p.table.StructSize = size
 	p.n = int(n-apiHeaderSize) / int(unsafe.Sizeof(uintptr(0)))
 	p.fn.bind(&p.table)
+	p.siteBind, p.siteRun = callSite{p.probe.Name, "execution_bind"}, callSite{p.probe.Name, "execution_run"}
 	if p.info, err = p.getInfo(); err != nil {
 		if p.fn.shutdown != nil { // opened but unusable: let it release what open made
 			p.fn.shutdown()

@@ -7,6 +7,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ebitengine/purego"
+
 	"github.com/xpuhub/xpu/core"
 )
 
@@ -61,6 +63,29 @@ func (p *Plugin) call(entry string, present bool, f func() int32) (st Status) {
 		}
 	}()
 	return Status(f())
+}
+
+// callDirect is call for an entry taking up to four integer arguments, through
+// purego.SyscallN on the entry's address (fn; 0: missing), with no allocation: the per-task
+// calls of a scheduler. Arguments past the entry's own are passed and ignored, as the C
+// calling convention allows.
+func (p *Plugin) callDirect(site *callSite, fn uintptr, a, b, c, d uintptr) (st Status) {
+	if fn == 0 {
+		return StatusUnsupported
+	}
+	if p.isShutdown() {
+		return StatusBadState
+	}
+	enterSite(site)
+	defer leaveCall()
+	defer func() {
+		if r := recover(); r != nil {
+			slog.Error("abi: panic in plugin call", "plugin", p.probe.Name, "entry", site.entry, "panic", r)
+			st = StatusInternal
+		}
+	}()
+	r1, _, _ := purego.SyscallN(fn, a, b, c, d)
+	return Status(int32(uint32(r1)))
 }
 
 func (p *Plugin) isShutdown() bool {
@@ -311,7 +336,7 @@ func (p *Plugin) ExecutionCreate(exe uint64) (uint64, Status) {
 
 // ExecutionBind calls execution_bind.
 func (p *Plugin) ExecutionBind(ex uint64, io uint32, buf, offset uint64) Status {
-	return p.call("execution_bind", p.fn.exBind != nil, func() int32 { return p.fn.exBind(ex, io, buf, offset) })
+	return p.callDirect(&p.siteBind, p.fn.exBindPtr, uintptr(ex), uintptr(io), uintptr(buf), uintptr(offset))
 }
 
 // ExecutionSubmit calls execution_submit; signal nil passes NULL.
@@ -335,7 +360,7 @@ func (p *Plugin) ExecutionSubmit(ex uint64, waits []FencePoint, signal *FencePoi
 
 // ExecutionRun calls execution_run.
 func (p *Plugin) ExecutionRun(ex uint64) Status {
-	return p.call("execution_run", p.fn.exRun != nil, func() int32 { return p.fn.exRun(ex) })
+	return p.callDirect(&p.siteRun, p.fn.exRunPtr, uintptr(ex), 0, 0, 0)
 }
 
 // ExecutionRelease calls execution_release.
