@@ -35,14 +35,20 @@ cpu() {
 	sed -n 's/^decode cpu: .* ms, \([0-9.]*\) µs per token.*/\1/p' "$out/o.err"
 }
 
-# CONFIGS: the configurations, plain first; a name other than these three takes its flags from
+# CONFIGS: the configurations, plain first; a name other than these four takes its flags from
 # FLAGS_<name> (dashes as underscores), e.g. CONFIGS="plain auto auto4" FLAGS_auto4="--spec-lengths 4,8".
-read -r -a configs <<<"${CONFIGS:-plain auto retrieval-always}"
+# other-history: the default policy with a task history of answers to other prompts only
+# (bench/spec-history.sh), put back before every run.
+read -r -a configs <<<"${CONFIGS:-plain auto retrieval-always other-history}"
+# shellcheck source=bench/spec-history.sh
+source "$(dirname "$0")/spec-history.sh"
+if [[ " ${configs[*]} " == *" other-history "* ]]; then fill_other; fi
 flags() {
 	case $1 in
 	plain) echo "--spec off" ;;
 	auto) echo "" ;;
 	retrieval-always) echo "--spec retrieval --spec-always" ;;
+	other-history) echo "--spec-task other" ;;
 	*)
 		local v="FLAGS_${1//-/_}"
 		echo "${!v:-}"
@@ -54,6 +60,7 @@ for ((r = 0; r < ROUNDS; r++)); do
 	load=$(cut -d' ' -f1 /proc/loadavg)
 	for ((i = 0; i < ${#configs[@]}; i++)); do
 		c=${configs[$(((i + r) % ${#configs[@]}))]}
+		if [[ $c == other-history ]]; then restore_other; fi
 		# shellcheck disable=SC2046
 		us=$(cpu "$c" "$N" $(flags "$c"))
 		[ -n "$us" ] || { echo "$c: no \"decode cpu:\" line in --stats:" >&2; cat "$out/o.err" >&2; exit 1; }

@@ -13,6 +13,9 @@
 #
 # history-auto and history-always repeat the request with --spec-task: the task's earlier
 # answer (written by one untimed run first) is a drafting source, CoordGen's history store.
+# other-history holds answers to six other story prompts only (bench/spec-history.sh), the
+# store put back before every run; llama-lookup-other is llama-lookup with its dynamic cache
+# (-lcd) filled from the same prompts the same way.
 #
 # On a loaded machine wall-clock tok/s swings 2-4x between runs: bench/spec-cpu.sh measures the
 # same task in CPU time per token, and `go test ./llm -run X -bench VerifyPass` one pass per
@@ -69,19 +72,26 @@ llama_plain() {
 	awk '/llama_perf_context_print: +eval time/ { tps = $(NF-3) } END { if (tps > 0) printf "llama-cli %s 1.00\n", tps }' "$out/lp.txt"
 }
 
+# llama_lookup [NAME FLAGS...]: llama-lookup, by default as llama-lookup with no cache
 llama_lookup() {
-	"$LLAMA_BIN/llama-lookup" -m "$MODEL" -n "$N" -t "$THREADS" --temp 0 -p "$prompt" >"$out/ll.txt" 2>&1
-	awk '/^decoded/ { tps = $(NF-1) } /^n_predict/ { np = $3 } /^n_accept/ { na = $3 }
-		END { if (np > na) printf "llama-lookup %s %.2f\n", tps, np / (np - na) }' "$out/ll.txt"
+	local name=${1:-llama-lookup}
+	shift || true
+	"$LLAMA_BIN/llama-lookup" -m "$MODEL" -n "$N" -t "$THREADS" --temp 0 -p "$prompt" "$@" >"$out/ll.txt" 2>&1
+	awk -v name="$name" '/^decoded/ { tps = $(NF-1) } /^n_predict/ { np = $3 } /^n_accept/ { na = $3 }
+		END { if (np > na) printf "%s %s %.2f\n", name, tps, np / (np - na) }' "$out/ll.txt"
 }
 
 # history-*: the same request again with --spec-task (earlier answers are a drafting source;
-# the store is filled by one untimed run first)
+# the store is filled by one untimed run first). other-history: --spec-task with a store of
+# the model's answers to six OTHER story prompts only (bench/spec-history.sh), put back before
+# every run: CoordGen's task history without the measured prompt's own answer in it.
 export XPU_CACHE_DIR="$out/cache"
-configs=(plain auto retrieval-always lookup-always history-auto history-always)
+# shellcheck source=bench/spec-history.sh
+source "$(dirname "$0")/spec-history.sh"
+configs=(plain auto retrieval-always lookup-always history-auto history-always other-history)
 have_llama=0
 if [[ -x $LLAMA_BIN/llama-cli && -x $LLAMA_BIN/llama-lookup ]]; then
-	configs+=(llama-cli llama-lookup)
+	configs+=(llama-cli llama-lookup llama-lookup-other)
 	have_llama=1
 fi
 run_config() {
@@ -92,12 +102,16 @@ run_config() {
 	lookup-always) xpu_run lookup-always --spec lookup --spec-always ;;
 	history-auto) xpu_run history-auto --spec-task bench ;;
 	history-always) xpu_run history-always --spec retrieval --spec-always --spec-task bench ;;
+	other-history) restore_other && xpu_run other-history --spec-task other ;;
 	llama-cli) llama_plain ;;
 	llama-lookup) llama_lookup ;;
+	llama-lookup-other) restore_other_llama && llama_lookup llama-lookup-other -lcd "$out/live.lcd" ;;
 	esac
 }
 
 xpu_run warm-history --spec-task bench >/dev/null
+fill_other
+if ((have_llama)); then fill_other_llama; fi
 echo "# $(date -u +%FT%TZ) $(nproc) cores; model $MODEL; prompt ${#prompt} bytes; -n $N; -t $THREADS; llama.cpp: $have_llama" >&2
 : >"$out/results"
 for ((r = 0; r < ROUNDS; r++)); do
@@ -109,7 +123,7 @@ for ((r = 0; r < ROUNDS; r++)); do
 	done
 done
 # the xpu outputs are plain decoding's (the script checks, as the tests do)
-for c in auto retrieval-always lookup-always history-auto history-always; do
+for c in auto retrieval-always lookup-always history-auto history-always other-history; do
 	cmp -s "$out/plain.txt" "$out/$c.txt" || echo "WARNING: $c's text differs from plain decoding's" >&2
 done
 
