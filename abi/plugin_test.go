@@ -81,6 +81,9 @@ func TestRawAPIMisuse(t *testing.T) {
 		{"release ctx with children", p.ContextRelease(ctx), StatusBadState},
 		{"serialize unsupported", func() Status { _, s := p.ExecutableSerialize(1); return s }(), StatusInvalidHandle},
 		{"zero handle", p.FenceRelease(0), StatusInvalidHandle},
+		// the entries called by address (callDirect) answer as the others do
+		{"bind a stale execution", p.ExecutionBind(0xdead, 0, buf, 0), StatusInvalidHandle},
+		{"run a stale execution", p.ExecutionRun(0xdead), StatusInvalidHandle},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { assert.Equal(t, tt.want, tt.st) })
@@ -110,6 +113,9 @@ func TestCallWithNullOutputs(t *testing.T) {
 	assert.Equal(t, StatusUnsupported, res["executable_serialize"])
 	// everything it made was released again: shutdown finds no live object
 	assert.Equal(t, StatusOK, p.Shutdown())
+	// a shut-down table is not called again, by address either
+	assert.Equal(t, StatusBadState, p.ExecutionRun(1))
+	assert.Equal(t, StatusBadState, p.ExecutionBind(1, 0, 1, 0))
 }
 
 func TestShortTable(t *testing.T) {
@@ -119,6 +125,8 @@ func TestShortTable(t *testing.T) {
 	assert.False(t, p.HasEntry("op_support"))
 	_, st := p.ContextCreate(0, "")
 	assert.Equal(t, StatusUnsupported, st, "an entry past struct_size is never called")
+	assert.Equal(t, StatusUnsupported, p.ExecutionBind(1, 0, 1, 0), "nor one called by address")
+	assert.Equal(t, StatusUnsupported, p.ExecutionRun(1))
 	be, err := NewBackend(p)
 	require.NoError(t, err)
 	_, err = be.Devices()[0].NewContext(context.Background(), nil)
