@@ -21,7 +21,8 @@ type RunStats struct {
 	Busiest int
 	Bubble  float64
 	// PredictedBubble and PredictedMakespan are the dispatch simulation's figures for the
-	// request (from earlier runs' durations; 0 when it was not simulated): predictions.
+	// request (from earlier runs' durations; 0 when it was not simulated, as on a runtime of
+	// one unit, which runs the tasks in their order): predictions.
 	PredictedBubble   float64
 	PredictedMakespan time.Duration
 	// Cut is the first unit's share of the rows at the cut the program's adaptive splits ran

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/sched/dag"
 )
 
@@ -68,4 +69,31 @@ func TestRunStatsAndBubble(t *testing.T) {
 			assert.Equal(t, 2, seen, "one trace slice per request")
 		})
 	}
+}
+
+// TestOneUnitRunsInTaskOrder: a runtime of one unit runs a request's tasks in their order
+// without simulating a dispatch (no order a policy picks can differ in time on one unit), so
+// its requests have no predicted figures; the rows still come out right.
+func TestOneUnitRunsInTaskOrder(t *testing.T) {
+	rb := ref.New()
+	defer rb.Close()
+	rt, err := NewRuntime(context.Background(), rb.Devices(), []UnitSpec{{Backend: "ref"}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, rt.Close()) }()
+	const n, rows = 16, 4
+	p, x, out := twoStagesOn(t, rt, n, rows, 2, []int{0, 0, 0}, []int{0, 0})
+	writeRows(rt.Arena(), x, n, rows)
+	var chunks []Chunk
+	for i := range rows {
+		chunks = append(chunks, Chunk{Row: int64(i), Index: i})
+	}
+	for range 2 { // the second run has measured durations a simulation could use
+		require.NoError(t, p.Run(context.Background(), chunks))
+	}
+	expectRows(t, rt.Arena(), x, out, n, rows)
+	assert.Nil(t, p.sim)
+	rs := p.LastRun()
+	assert.Zero(t, rs.PredictedMakespan)
+	assert.Zero(t, rs.PredictedBubble)
+	assert.Positive(t, rs.Wall)
 }

@@ -875,6 +875,12 @@ func (p *Program) simulate(tasks []*rtTask, deps [][]int) ([]int, *dag.Result) {
 		}
 		return order
 	}
+	if len(p.rt.units) == 1 {
+		// one unit runs its tasks back to back in any order the dependencies allow: the task
+		// order is one, and no policy's order takes less time. The simulation cost ~15 µs a
+		// request (a decode pass of stories260K is ~300 µs), and it would predict no bubble.
+		return inOrder(), nil
+	}
 	d, err := dag.New(len(p.rt.units))
 	if err != nil {
 		return inOrder(), nil

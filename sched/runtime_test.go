@@ -25,6 +25,12 @@ func TestMain(m *testing.M) { hosttest.Main(m) }
 // a lane span, a and b cross units inside stage 0 through activation slots.
 func twoStages(t *testing.T, rt *Runtime, n, rows int64, lanes int) (*Program, Span, Span) {
 	t.Helper()
+	return twoStagesOn(t, rt, n, rows, lanes, []int{1, 0, 1}, []int{0, 1})
+}
+
+// twoStagesOn is twoStages with the stages' node units given (s0's three nodes, s1's two).
+func twoStagesOn(t *testing.T, rt *Runtime, n, rows int64, lanes int, units0, units1 []int) (*Program, Span, Span) {
+	t.Helper()
 	a := rt.Arena()
 	x, err := a.Alloc(rows * n * 4)
 	require.NoError(t, err)
@@ -45,9 +51,9 @@ func twoStages(t *testing.T, rt *Runtime, n, rows int64, lanes int) (*Program, S
 	require.NoError(t, g0.Err())
 	require.NoError(t, g1.Err())
 	p, err := rt.Compile(context.Background(), ProgramSpec{Name: "test", Phase: PhasePrefill, Lanes: lanes, Stages: []StageSpec{
-		{Name: "s0", Layer: 0, Graph: g0, Units: []int{1, 0, 1},
+		{Name: "s0", Layer: 0, Graph: g0, Units: units0,
 			IO: []Binding{{Span: x, Stride: n * 4}, {Lanes: y}}},
-		{Name: "s1", Layer: 1, Graph: g1, Units: []int{0, 1},
+		{Name: "s1", Layer: 1, Graph: g1, Units: units1,
 			IO: []Binding{{Lanes: y}, {Span: out, Stride: n * 4}}},
 	}})
 	require.NoError(t, err)
