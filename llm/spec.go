@@ -186,7 +186,7 @@ func topCandidates(logits []float32, k int) []draft.Candidate {
 // per second of its verify graph (measured) is highest, plain decoding included.
 type specPolicy struct {
 	lengths []int           // verify lengths, ascending
-	cost    map[int]float64 // seconds per pass by length (1: decode), moving averages
+	cost    map[int]float64 // moving minima: seconds per decode (1); a verify length's passes in decodes (ratio)
 	// tried[b][i]: decayed count of verifies of match bucket b (matchBuckets) that reached draft
 	// position i; hit[b][i]: of those, the ones that accepted it. Bucket 0 pools every verify.
 	tried, hit [][]float64
@@ -278,10 +278,7 @@ func (p *specPolicy) worthDrafting(k int) bool {
 	}
 	for _, l := range p.lengths {
 		kk := min(k, l-1)
-		c, ok := p.cost[l]
-		if !ok {
-			c = p.guess(l, c1)
-		}
+		c := p.ratio(l) * c1
 		for b := range matchBuckets {
 			if p.expected(kk, b)/c > margin/c1 {
 				return true
@@ -337,10 +334,7 @@ func (p *specPolicy) choose(k, match int) (int, int) {
 	bestK, bestL, best := 0, 1, margin/c1
 	for _, l := range p.lengths {
 		kk := min(k, l-1)
-		c, ok := p.cost[l]
-		if !ok {
-			c = p.guess(l, c1)
-		}
+		c := p.ratio(l) * c1
 		if s := p.expected(kk, matchBucket(match)) / c; s > best {
 			bestK, bestL, best = kk, l, s
 		}
@@ -361,22 +355,41 @@ func (p *specPolicy) choose(k, match int) (int, int) {
 	return 0, 1
 }
 
-// guess is the cost of a verify length not run yet: the longest shorter one measured times the
-// square root of the length ratio (between a weight-bound pass, which costs about the same, and
-// a compute-bound one, which costs proportionally more: optimistic enough that a length gets
-// measured once the shorter ones nearly pay), or for the shortest 1.5 decodes.
-func (p *specPolicy) guess(l int, c1 float64) float64 {
+// ratio is verify length l's cost in decode passes. Measured, it is a moving minimum of each
+// pass's time over the decode cost of that moment, so that a change of the machine's speed
+// (the first passes' warm-up above all) moves every length alike. While a length has fewer
+// than three timed passes it is taken no dearer than its guess: a length judged too dear is not
+// run again to correct that, and one early pass timed at 2.3 decodes (a true 1.35) used to keep
+// verify-4 out of a whole stories260K run, ~1 run in 15.
+func (p *specPolicy) ratio(l int) float64 {
+	g := p.guessRatio(l)
+	r, ok := p.cost[l]
+	switch {
+	case !ok:
+		return g
+	case p.runs[l] < 4: // the first pass is not timed
+		return min(r, g)
+	}
+	return r
+}
+
+// guessRatio is the cost in decode passes of a verify length not timed yet: the longest
+// shorter one timed times the square root of the length ratio (between a weight-bound pass,
+// which costs about the same, and a compute-bound one, which costs proportionally more:
+// optimistic enough that a length gets measured once the shorter ones nearly pay), or for the
+// shortest 1.5.
+func (p *specPolicy) guessRatio(l int) float64 {
 	for i := len(p.lengths) - 1; i >= 0; i-- {
 		if k := p.lengths[i]; k < l {
-			if c, ok := p.cost[k]; ok {
-				return c * math.Sqrt(float64(l)/float64(k))
+			if _, ok := p.cost[k]; ok {
+				return p.ratio(k) * math.Sqrt(float64(l)/float64(k))
 			}
 		}
 	}
 	if l == p.lengths[0] {
-		return 1.5 * c1
+		return 1.5
 	}
-	return c1 * math.Sqrt(float64(l))
+	return math.Sqrt(float64(l))
 }
 
 // observe records a pass: its length (1: decode), wall time, draft tokens and accepted ones,
@@ -390,11 +403,16 @@ func (p *specPolicy) observe(l int, d time.Duration, drafted, accepted, match in
 	// usual was mostly slowed by something else (another process taking the core): the cost
 	// follows a faster pass at once and a slower one by little.
 	p.runs[l]++
-	if p.runs[l] > 1 {
-		if c, ok := p.cost[l]; !ok || s < c {
-			p.cost[l] = s
+	v := s // decode: seconds; a verify length: decode passes (ratio)
+	c1, timed := p.cost[1]
+	if l > 1 {
+		v /= c1
+	}
+	if p.runs[l] > 1 && (l == 1 || timed) {
+		if c, ok := p.cost[l]; !ok || v < c {
+			p.cost[l] = v
 		} else {
-			p.cost[l] = 0.95*c + 0.05*s
+			p.cost[l] = 0.95*c + 0.05*v
 		}
 	}
 	if drafted == 0 {

@@ -64,6 +64,33 @@ func TestSpecPolicy(t *testing.T) {
 			k, l := p.choose(7, 6)
 			assert.Equal(t, [2]int{7, 8}, [2]int{k, l}, "a first long match is verified on its prior")
 		}},
+		{"one slow early verify does not rule its length out", func(t *testing.T, p *specPolicy) {
+			p.observe(1, ms(1), 0, 0, 0)
+			p.observe(1, ms(1), 0, 0, 0)
+			p.observe(8, ms(1.6), 7, 7, 12) // untimed
+			p.observe(8, ms(5), 7, 7, 12)   // slowed by something else: 5 decodes
+			assert.InDelta(t, 5, p.cost[8], 1e-9, "kept in decode passes")
+			assert.InDelta(t, 1.5, p.ratio(8), 1e-9, "no dearer than the guess while barely timed")
+			k, l := p.choose(7, 12)
+			assert.Equal(t, [2]int{7, 8}, [2]int{k, l}, "so it is run again")
+			p.observe(8, ms(5), 7, 7, 12)
+			p.observe(8, ms(5), 7, 7, 12)
+			assert.InDelta(t, 5, p.ratio(8), 1e-9, "three timed passes: the measurement stands")
+		}},
+		{"a verify's cost follows decoding's speed", func(t *testing.T, p *specPolicy) {
+			p.observe(1, ms(2), 0, 0, 0)
+			p.observe(1, ms(2), 0, 0, 0) // a cold start: decoding at 2 ms
+			for range 4 {
+				p.observe(8, ms(3), 7, 7, 12) // 1.5 decodes
+			}
+			for range 20 {
+				p.observe(1, ms(1), 0, 0, 0) // warmed up
+			}
+			assert.InDelta(t, 1.5, p.ratio(8), 1e-9)
+			assert.InDelta(t, 0.001, p.cost[1], 1e-9)
+			// in seconds the verify now costs 1.5 ms, not the 3 ms it was timed at
+			assert.InDelta(t, 0.0015, p.ratio(8)*p.cost[1], 1e-9)
+		}},
 		{"always verifies the shortest length that holds the draft", func(t *testing.T, p *specPolicy) {
 			p.always = true
 			k, l := p.choose(9, 0)
