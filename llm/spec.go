@@ -405,7 +405,8 @@ func (p *specPolicy) observe(l int, d time.Duration, drafted, accepted, match in
 	p.runs[l]++
 	v := s // decode: seconds; a verify length: decode passes (ratio)
 	c1, timed := p.cost[1]
-	if l > 1 {
+	timed = timed && c1 > 0 // a clock too coarse to time a decode gives no ratio
+	if l > 1 && timed {
 		v /= c1
 	}
 	if p.runs[l] > 1 && (l == 1 || timed) {
