@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -94,7 +95,79 @@ func IsWaitTimeout(err error) bool {
 
 // PluginCalls is Calls over a plugin opened in this process: each call is the raw API's, its
 // status turned into an error with the handle's last_error text (Plugin.Err).
-type PluginCalls struct{ p *Plugin }
+type PluginCalls struct {
+	p       *Plugin
+	orphans orphanRuns
+}
+
+// orphanWait bounds how long a call without a context (bind, release) waits for runs its
+// callers gave up on: a run still in the plugin after it is a hung one, and the call then
+// answers BAD_STATE as the plugin would.
+const orphanWait = 10 * time.Second
+
+// orphanRuns counts the execution_run calls whose callers stopped waiting (their context
+// ended) while the plugin went on. Until they end, the plugin may still write their outputs,
+// into buffers the next request reuses: every execution call of the plugin waits for them
+// first. An uncanceled request never pays more than an atomic load.
+type orphanRuns struct {
+	any  atomic.Bool // n > 0
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n returns to 0
+}
+
+// add counts a run given up on; done delivers its status when the plugin returns.
+func (o *orphanRuns) add(done <-chan Status) {
+	o.mu.Lock()
+	if o.n == 0 {
+		o.idle = make(chan struct{})
+		o.any.Store(true)
+	}
+	o.n++
+	o.mu.Unlock()
+	go func() {
+		<-done
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if o.n--; o.n == 0 {
+			o.any.Store(false)
+			close(o.idle)
+		}
+	}()
+}
+
+// wait returns once no run given up on is left in the plugin, or ctx's error.
+func (o *orphanRuns) wait(ctx context.Context) error {
+	if !o.any.Load() {
+		return nil
+	}
+	o.mu.Lock()
+	idle, n := o.idle, o.n
+	o.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// settle is wait for a call without a context: bounded by orphanWait, then BAD_STATE.
+func (c *PluginCalls) settle(entry string) error {
+	if !c.orphans.any.Load() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), orphanWait)
+	defer cancel()
+	if err := c.orphans.wait(ctx); err != nil {
+		return fmt.Errorf("%s %s: a run its caller gave up on is still in the plugin after %v: %w", c.p.probe.Name,
+			entry, orphanWait, core.ErrBadState)
+	}
+	return nil
+}
 
 var _ Calls = (*PluginCalls)(nil)
 
@@ -193,6 +266,9 @@ func (c *PluginCalls) ExecutionCreate(exe uint64) (uint64, error) {
 
 // ExecutionBind calls execution_bind.
 func (c *PluginCalls) ExecutionBind(ex uint64, io uint32, buf, offset uint64) error {
+	if err := c.settle("execution_bind"); err != nil {
+		return err
+	}
 	return c.p.Err("execution_bind", ex, c.p.ExecutionBind(ex, io, buf, offset))
 }
 
@@ -205,6 +281,9 @@ func (c *PluginCalls) ExecutionSubmit(ex uint64, waits []FencePoint, signal *Fen
 // the run returns ctx's error while the call goes on (the execution answers BAD_STATE until it
 // is over). hist is not needed in process.
 func (c *PluginCalls) ExecutionRun(ctx context.Context, ex uint64, _ *RunHistory) error {
+	if err := c.orphans.wait(ctx); err != nil {
+		return fmt.Errorf("%s execution_run: waiting for a run given up on earlier: %w", c.p.probe.Name, err)
+	}
 	if ctx.Done() == nil {
 		// nothing can cancel it: no goroutine and channel per run on the decode loop
 		return c.p.Err("execution_run", ex, c.p.ExecutionRun(ex))
@@ -215,12 +294,16 @@ func (c *PluginCalls) ExecutionRun(ctx context.Context, ex uint64, _ *RunHistory
 	case st := <-done:
 		return c.p.Err("execution_run", ex, st)
 	case <-ctx.Done():
+		c.orphans.add(done) // the next calls wait for it: it may still write its outputs
 		return fmt.Errorf("%s execution_run: %w", c.p.probe.Name, ctx.Err())
 	}
 }
 
 // ExecutionRelease calls execution_release.
 func (c *PluginCalls) ExecutionRelease(ex uint64) error {
+	if err := c.settle("execution_release"); err != nil {
+		return err
+	}
 	return c.p.Err("execution_release", ex, c.p.ExecutionRelease(ex))
 }
 

@@ -403,3 +403,49 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestAbandonedRunIsAwaited: a run whose caller gave up (its context ended) goes on in the
+// plugin; the plugin's next calls wait for it instead of finding the execution in flight
+// (BAD_STATE) or running beside it over the same buffers.
+func TestAbandonedRunIsAwaited(t *testing.T) {
+	p := openTestPlugin(t, "TP_FAULT=6", `TP_NAME="slow"`)
+	be, err := NewBackend(p)
+	require.NoError(t, err)
+	cx, err := be.Devices()[0].NewContext(context.Background(), nil)
+	require.NoError(t, err)
+	g := core.NewGraph()
+	g.Output(g.Neg(g.Input("x", core.F32, 4)))
+	exe, err := cx.Prepare(context.Background(), g)
+	require.NoError(t, err)
+	in, err := cx.Alloc(16, core.BufferHostVisible)
+	require.NoError(t, err)
+	out, err := cx.Alloc(16, core.BufferHostVisible)
+	require.NoError(t, err)
+	require.NoError(t, in.Write(0, f32s(1, -2, 3, -4)))
+	ex, err := exe.NewExecution()
+	require.NoError(t, err)
+	require.NoError(t, ex.Bind(0, in, 0))
+	require.NoError(t, ex.Bind(1, out, 0))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	require.ErrorIs(t, ex.Run(ctx), context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), 250*time.Millisecond, "the caller is not held")
+
+	// a run whose context ends while it waits for the abandoned one gives up too
+	short, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel2()
+	assert.ErrorIs(t, ex.Run(short), context.DeadlineExceeded)
+
+	// binding waits for the abandoned runs (300 ms each) instead of answering BAD_STATE
+	require.NoError(t, ex.Bind(1, out, 0))
+	assert.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond, "bind waited")
+	require.NoError(t, in.Write(0, f32s(5, 6, -7, 8)))
+	require.NoError(t, ex.Run(context.Background()))
+	got := make([]byte, 16)
+	require.NoError(t, out.Read(0, got))
+	assert.Equal(t, f32s(-5, -6, 7, -8), got)
+	for _, c := range []interface{ Close() error }{ex, exe, in, out, cx} {
+		require.NoError(t, c.Close())
+	}
+}

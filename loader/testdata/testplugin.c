@@ -12,7 +12,8 @@
  *   -DTP_OPEN_FAILS      open fails with MISSING_DEP and a last_error message
  *   -DTP_SHORT_TABLE     the table's struct_size stops after device_info
  *   -DTP_NAME="x"        the backend name (default "testplugin"), TP_SCORE the score (default 10)
- *   -DTP_FAULT=k         execution_run faults: 1 segfault, 2 abort, 3 exit(3), 4 hangs, 5 exit(0)
+ *   -DTP_FAULT=k         execution_run faults: 1 segfault, 2 abort, 3 exit(3), 4 hangs, 5 exit(0),
+ *                        6 takes 300 ms (then runs: a slow call its caller may give up on)
  *   -DTP_PROBE_FAULT=k   xpu_plugin_probe faults: 1 segfault, 2 abort, 3 hangs, 4 exit(0)
  *   -DTP_ZERO_DEVICES    open succeeds with 0 devices
  *   -DTP_NO_IMPORT       the device imports no host memory (buffers must be staged)
@@ -720,6 +721,9 @@ static void fault(void) {
   for (;;) sleep(1);
 #elif TP_FAULT == 5
   exit(0);
+#elif TP_FAULT == 6
+  struct timespec ts = {0, 300 * 1000 * 1000};
+  nanosleep(&ts, NULL);
 #endif
 }
 
