@@ -278,8 +278,8 @@ func (c *PluginCalls) ExecutionSubmit(ex uint64, waits []FencePoint, signal *Fen
 }
 
 // ExecutionRun calls execution_run. A plugin call cannot be interrupted: when ctx ends first
-// the run returns ctx's error while the call goes on (the execution answers BAD_STATE until it
-// is over). hist is not needed in process.
+// the run returns ctx's error while the call goes on, and the plugin's next execution calls
+// wait for it (orphanRuns). hist is not needed in process.
 func (c *PluginCalls) ExecutionRun(ctx context.Context, ex uint64, _ *RunHistory) error {
 	if err := c.orphans.wait(ctx); err != nil {
 		return fmt.Errorf("%s execution_run: waiting for a run given up on earlier: %w", c.p.probe.Name, err)
