@@ -235,9 +235,11 @@ func TestPrepareNamesRefusedNode(t *testing.T) {
 	assert.Equal(t, "node 9 is not in the graph", NameNodes(g, "node 9 is not in the graph"))
 }
 
-func TestRunHonoursContext(t *testing.T) {
-	p := openTestPlugin(t, "TP_FAULT=4", `TP_NAME="hangs"`)
-	be, err := NewBackend(p)
+// negOn is a context of the test plugin built with defines, a NEG of 4 floats prepared on it
+// and an execution of that with nothing bound.
+func negOn(t *testing.T, defines ...string) (core.Context, core.Executable, core.Execution) {
+	t.Helper()
+	be, err := NewBackend(openTestPlugin(t, defines...))
 	require.NoError(t, err)
 	cx, err := be.Devices()[0].NewContext(context.Background(), nil)
 	require.NoError(t, err)
@@ -245,9 +247,14 @@ func TestRunHonoursContext(t *testing.T) {
 	g.Output(g.Neg(g.Input("x", core.F32, 4)))
 	exe, err := cx.Prepare(context.Background(), g)
 	require.NoError(t, err)
-	buf, err := cx.Alloc(16, core.BufferHostVisible)
-	require.NoError(t, err)
 	ex, err := exe.NewExecution()
+	require.NoError(t, err)
+	return cx, exe, ex
+}
+
+func TestRunHonoursContext(t *testing.T) {
+	cx, _, ex := negOn(t, "TP_FAULT=4", `TP_NAME="hangs"`)
+	buf, err := cx.Alloc(16, core.BufferHostVisible)
 	require.NoError(t, err)
 	require.NoError(t, ex.Bind(0, buf, 0))
 	require.NoError(t, ex.Bind(1, buf, 0))
@@ -408,22 +415,12 @@ func (s *syncBuffer) String() string {
 // plugin; the plugin's next calls wait for it instead of finding the execution in flight
 // (BAD_STATE) or running beside it over the same buffers.
 func TestAbandonedRunIsAwaited(t *testing.T) {
-	p := openTestPlugin(t, "TP_FAULT=6", `TP_NAME="slow"`)
-	be, err := NewBackend(p)
-	require.NoError(t, err)
-	cx, err := be.Devices()[0].NewContext(context.Background(), nil)
-	require.NoError(t, err)
-	g := core.NewGraph()
-	g.Output(g.Neg(g.Input("x", core.F32, 4)))
-	exe, err := cx.Prepare(context.Background(), g)
-	require.NoError(t, err)
+	cx, exe, ex := negOn(t, "TP_FAULT=6", `TP_NAME="slow"`)
 	in, err := cx.Alloc(16, core.BufferHostVisible)
 	require.NoError(t, err)
 	out, err := cx.Alloc(16, core.BufferHostVisible)
 	require.NoError(t, err)
 	require.NoError(t, in.Write(0, f32s(1, -2, 3, -4)))
-	ex, err := exe.NewExecution()
-	require.NoError(t, err)
 	require.NoError(t, ex.Bind(0, in, 0))
 	require.NoError(t, ex.Bind(1, out, 0))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
