@@ -48,20 +48,12 @@ func EntryNames() []string { return append([]string(nil), entryNames...) }
 // BAD_STATE (its table must not be called any more), and a panic at the purego boundary
 // becomes INTERNAL so that no panic crosses the API.
 func (p *Plugin) call(entry string, present bool, f func() int32) (st Status) {
-	if !present {
-		return StatusUnsupported
-	}
-	if p.isShutdown() {
-		return StatusBadState
+	if st, ok := p.callable(present); !ok {
+		return st
 	}
 	enterCall(p.probe.Name, entry)
 	defer leaveCall()
-	defer func() {
-		if r := recover(); r != nil {
-			slog.Error("abi: panic in plugin call", "plugin", p.probe.Name, "entry", entry, "panic", r)
-			st = StatusInternal
-		}
-	}()
+	defer p.recoverInto(&st, entry)
 	return Status(f())
 }
 
@@ -70,22 +62,34 @@ func (p *Plugin) call(entry string, present bool, f func() int32) (st Status) {
 // calls of a scheduler. Arguments past the entry's own are passed and ignored, as the C
 // calling convention allows.
 func (p *Plugin) callDirect(site *callSite, fn uintptr, a, b, c, d uintptr) (st Status) {
-	if fn == 0 {
-		return StatusUnsupported
-	}
-	if p.isShutdown() {
-		return StatusBadState
+	if st, ok := p.callable(fn != 0); !ok {
+		return st
 	}
 	enterSite(site)
 	defer leaveCall()
-	defer func() {
-		if r := recover(); r != nil {
-			slog.Error("abi: panic in plugin call", "plugin", p.probe.Name, "entry", site.entry, "panic", r)
-			st = StatusInternal
-		}
-	}()
+	defer p.recoverInto(&st, site.entry)
 	r1, _, _ := purego.SyscallN(fn, a, b, c, d)
 	return Status(int32(uint32(r1)))
+}
+
+// callable is the status a call answers without calling (false): UNSUPPORTED for a missing
+// entry, BAD_STATE once the plugin is shut down.
+func (p *Plugin) callable(present bool) (Status, bool) {
+	switch {
+	case !present:
+		return StatusUnsupported, false
+	case p.isShutdown():
+		return StatusBadState, false
+	}
+	return StatusOK, true
+}
+
+// recoverInto, deferred by a call, turns a panic at the purego boundary into INTERNAL.
+func (p *Plugin) recoverInto(st *Status, entry string) {
+	if r := recover(); r != nil {
+		slog.Error("abi: panic in plugin call", "plugin", p.probe.Name, "entry", entry, "panic", r)
+		*st = StatusInternal
+	}
 }
 
 func (p *Plugin) isShutdown() bool {
