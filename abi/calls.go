@@ -100,9 +100,7 @@ type PluginCalls struct {
 	orphans orphanRuns
 }
 
-// orphanWait bounds how long a call without a context (bind, release) waits for runs its
-// callers gave up on: a run still in the plugin after it is a hung one, and the call then
-// answers BAD_STATE as the plugin would.
+// orphanWait bounds how long a call waits for runs their callers gave up on (settle).
 const orphanWait = 10 * time.Second
 
 // orphanRuns counts the execution_run calls whose callers stopped waiting (their context
@@ -136,8 +134,11 @@ func (o *orphanRuns) add(done <-chan Status) {
 	}()
 }
 
-// wait returns once no run given up on is left in the plugin, or ctx's error.
-func (o *orphanRuns) wait(ctx context.Context) error {
+// settle returns once no run given up on is left in the plugin. It waits until ctx ends, and
+// at most orphanWait: a run still in the plugin then is a hung one, and the call answers
+// BAD_STATE as the plugin would (a context without a deadline must not wait forever).
+func (c *PluginCalls) settle(ctx context.Context, entry string) error {
+	o := &c.orphans
 	if !o.any.Load() {
 		return nil
 	}
@@ -147,26 +148,17 @@ func (o *orphanRuns) wait(ctx context.Context) error {
 	if n == 0 {
 		return nil
 	}
+	t := time.NewTimer(orphanWait)
+	defer t.Stop()
 	select {
 	case <-idle:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// settle is wait for a call without a context: bounded by orphanWait, then BAD_STATE.
-func (c *PluginCalls) settle(entry string) error {
-	if !c.orphans.any.Load() {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), orphanWait)
-	defer cancel()
-	if err := c.orphans.wait(ctx); err != nil {
+		return fmt.Errorf("%s %s: waiting for a run given up on earlier: %w", c.p.probe.Name, entry, ctx.Err())
+	case <-t.C:
 		return fmt.Errorf("%s %s: a run its caller gave up on is still in the plugin after %v: %w", c.p.probe.Name,
 			entry, orphanWait, core.ErrBadState)
 	}
-	return nil
 }
 
 var _ Calls = (*PluginCalls)(nil)
@@ -266,7 +258,7 @@ func (c *PluginCalls) ExecutionCreate(exe uint64) (uint64, error) {
 
 // ExecutionBind calls execution_bind.
 func (c *PluginCalls) ExecutionBind(ex uint64, io uint32, buf, offset uint64) error {
-	if err := c.settle("execution_bind"); err != nil {
+	if err := c.settle(context.Background(), "execution_bind"); err != nil {
 		return err
 	}
 	return c.p.Err("execution_bind", ex, c.p.ExecutionBind(ex, io, buf, offset))
@@ -281,8 +273,8 @@ func (c *PluginCalls) ExecutionSubmit(ex uint64, waits []FencePoint, signal *Fen
 // the run returns ctx's error while the call goes on, and the plugin's next execution calls
 // wait for it (orphanRuns). hist is not needed in process.
 func (c *PluginCalls) ExecutionRun(ctx context.Context, ex uint64, _ *RunHistory) error {
-	if err := c.orphans.wait(ctx); err != nil {
-		return fmt.Errorf("%s execution_run: waiting for a run given up on earlier: %w", c.p.probe.Name, err)
+	if err := c.settle(ctx, "execution_run"); err != nil {
+		return err
 	}
 	if ctx.Done() == nil {
 		// nothing can cancel it: no goroutine and channel per run on the decode loop
@@ -301,7 +293,7 @@ func (c *PluginCalls) ExecutionRun(ctx context.Context, ex uint64, _ *RunHistory
 
 // ExecutionRelease calls execution_release.
 func (c *PluginCalls) ExecutionRelease(ex uint64) error {
-	if err := c.settle("execution_release"); err != nil {
+	if err := c.settle(context.Background(), "execution_release"); err != nil {
 		return err
 	}
 	return c.p.Err("execution_release", ex, c.p.ExecutionRelease(ex))
