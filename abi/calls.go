@@ -101,7 +101,7 @@ type PluginCalls struct {
 }
 
 // orphanWait bounds how long a call waits for runs their callers gave up on (settle).
-const orphanWait = 10 * time.Second
+var orphanWait = 10 * time.Second // a variable for the tests
 
 // orphanRuns counts the execution_run calls whose callers stopped waiting (their context
 // ended) while the plugin went on. Until they end, the plugin may still write their outputs,

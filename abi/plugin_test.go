@@ -265,6 +265,12 @@ func TestRunHonoursContext(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, time.Since(start), 2*time.Second)
 	// the hung call keeps its execution: nothing here may be released (the thread stays blocked)
+
+	// a later call waits for it, but not forever, even with a context that never ends
+	defer func(w time.Duration) { orphanWait = w }(orphanWait)
+	orphanWait = 100 * time.Millisecond
+	assert.ErrorIs(t, ex.Run(context.Background()), core.ErrBadState)
+	assert.ErrorIs(t, ex.Bind(0, buf, 0), core.ErrBadState)
 }
 
 func TestOpenOptionsRejected(t *testing.T) {
