@@ -161,7 +161,7 @@ func expandSteal(n *core.Node, sp *NodeSplit, m int64, deps []int, out *[]compil
 		return writers, nil
 	}
 	var ins []mergeIn
-	for _, segs := range stealChunks([]*core.Node{n}, sp.Ratio[0], stealFractionsRows) {
+	for _, segs := range stealChunks([]*core.Node{n}, sp.Ratio[0], fractionsFor(true)) {
 		s := segs[0]
 		ins = append(ins, mergeIn{key: into, off: m * s.r0 * y.DType.Bytes(1), rows: m, cols: s.r1 - s.r0})
 	}
@@ -179,9 +179,9 @@ type stealSegment struct {
 }
 
 // stealChunks cuts the rows of nodes (concatenated in order) into chunks by fractions
-// (stealFractions or stealFractionsRows) from both ends, the front's scaled by share and the back's by 1 - share (so the two
-// sides' first chunks are in proportion to their speeds, and the ends meet at share), cuts
-// rounded to rowAlign rows.
+// (fractionsFor) from both ends, the front's scaled by share and the back's by 1 - share (so
+// the two sides' first chunks are in proportion to their speeds, and the ends meet at share),
+// cuts rounded to rowAlign rows.
 func stealChunks(nodes []*core.Node, share float64, fractions []float64) [][]stealSegment {
 	starts := rowStarts(nodes)
 	total := starts[len(nodes)]
