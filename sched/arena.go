@@ -42,6 +42,15 @@ type Span struct {
 // IsZero reports whether s is the zero Span (no memory).
 func (s Span) IsZero() bool { return s.Size == 0 }
 
+// Slice is the size bytes of s from byte off: the same memory, as a span of its own (a
+// binding of part of a tensor, such as one shard's heads of a K/V cache row).
+func (s Span) Slice(off, size int64) (Span, error) {
+	if off < 0 || size <= 0 || off+size > s.Size {
+		return Span{}, fmt.Errorf("bytes %d+%d of a %d-byte span: %w", off, size, s.Size, core.ErrInvalidArgument)
+	}
+	return Span{block: s.block, Off: s.Off + off, Size: size}, nil
+}
+
 const (
 	// arenaBlockMin is the smallest block: small spans (positions, ids, activations) share.
 	arenaBlockMin = 4 << 20

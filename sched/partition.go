@@ -3,6 +3,7 @@ package sched
 import (
 	"container/heap"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/xpuhub/xpu/core"
@@ -30,7 +31,7 @@ type Partition struct {
 // independent nodes on one device end up in one partition. Each partition's sub-graph is built
 // with the Graph builder, so it is validated like any other graph.
 func SplitGraph(g *core.Graph, device []int) ([]*Partition, error) {
-	return splitGraphGrouped(g, device, device)
+	return splitGraphGrouped(g, device, device, 0)
 }
 
 // splitGraphGrouped is SplitGraph with the node order grouped by group[nodeID] instead of by
@@ -38,7 +39,15 @@ func SplitGraph(g *core.Graph, device []int) ([]*Partition, error) {
 // by device. The runtime gives every split MATMUL a pseudo device of its own but puts them in
 // one group, so a layer's Q, K and V splits come one after another and the nodes that consume
 // them (reshapes, RoPE) form one partition instead of one each.
-func splitGraphGrouped(g *core.Graph, device, group []int) ([]*Partition, error) {
+//
+// Devices below real are units whose shards run at once (StageSpec.Sharded; 0 for other
+// stages: none), and those from real on the runtime's pseudo devices. Between units the cut
+// then keeps them concurrent: the order hands over to a unit as soon as a node
+// there becomes ready (groupByDevice), and a partition ends before a node that would make it
+// wait for another unit's partition it did not wait for already, so that its earlier nodes
+// run while that unit works (a sharded layer: unit 0's FFN shard, then the residual add that
+// needs unit 1's shard, is two partitions, not one that waits for unit 1 before starting).
+func splitGraphGrouped(g *core.Graph, device, group []int, real int) ([]*Partition, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
@@ -47,13 +56,22 @@ func splitGraphGrouped(g *core.Graph, device, group []int) ([]*Partition, error)
 	}
 	var parts []*Partition
 	partOf := make([]int, len(g.Nodes)) // node ID -> partition index
-	for i, id := range groupByDevice(g, group) {
-		if i == 0 || device[id] != parts[len(parts)-1].Device {
+	var waits []int                     // the current partition's producer partitions on other units
+	for i, id := range groupByDevice(g, group, real) {
+		if i == 0 || device[id] != parts[len(parts)-1].Device || waitsMore(g.Nodes[id], partOf, parts, waits, real) {
 			parts = append(parts, &Partition{Index: len(parts), Device: device[id]})
+			waits = waits[:0]
 		}
 		p := parts[len(parts)-1]
 		p.Nodes = append(p.Nodes, id)
 		partOf[id] = p.Index
+		for _, in := range g.Nodes[id].Inputs {
+			if in.Kind == core.KindValue {
+				if q := partOf[in.Producer]; q != p.Index && !slices.Contains(waits, q) {
+					waits = append(waits, q)
+				}
+			}
+		}
 	}
 
 	// A value leaves its partition when a node of another partition reads it or it is a
@@ -78,11 +96,34 @@ func splitGraphGrouped(g *core.Graph, device, group []int) ([]*Partition, error)
 	return dropDead(parts), nil
 }
 
+// waitsMore reports whether node n, added to the last of parts (which waits for the
+// partitions in waits), would make it wait for another unit's partition as well. Pseudo devices
+// (from real on) do not count: a split node's parts are placed later, and the nodes that
+// consume several splits (a layer's Q, K and V) belong in one partition.
+func waitsMore(n *core.Node, partOf []int, parts []*Partition, waits []int, real int) bool {
+	cur := parts[len(parts)-1]
+	if cur.Device >= real {
+		return false
+	}
+	for _, in := range n.Inputs {
+		if in.Kind != core.KindValue {
+			continue
+		}
+		q := parts[partOf[in.Producer]]
+		if q != cur && q.Device < real && q.Device != cur.Device && !slices.Contains(waits, q.Index) {
+			return true
+		}
+	}
+	return false
+}
+
 // groupByDevice returns a topological order of g's nodes that stays on one device as long as
 // some node there is ready, switching to the device of the earliest ready node otherwise. In a
 // transformer block with only the matmuls offloaded this turns the Q, K and V projections into
-// one partition instead of three, and with them the copies between partitions.
-func groupByDevice(g *core.Graph, device []int) []int {
+// one partition instead of three, and with them the copies between partitions. When a node
+// makes a node of another unit (a device below real) ready, the order goes to that unit at
+// once, so that the unit's partition waits for what it needs and no more.
+func groupByDevice(g *core.Graph, device []int, real int) []int {
 	pending := make([]int, len(g.Nodes)) // inputs not yet produced
 	users := make([][]int, len(g.Nodes)) // producer -> consumers, once per consumer
 	for _, n := range g.Nodes {
@@ -95,14 +136,29 @@ func groupByDevice(g *core.Graph, device []int) []int {
 			}
 		}
 	}
-	ready := map[int]*idHeap{} // device -> ready node IDs
+	// Among ready nodes a node another unit waits for comes first (its key is its ID less the
+	// node count), so that the unit's wait ends as early as it can.
+	nn := len(g.Nodes)
+	key := make([]int, nn)
+	for _, n := range g.Nodes {
+		key[n.ID] = n.ID
+		if device[n.ID] < real {
+			for _, u := range users[n.ID] {
+				if device[u] != device[n.ID] && device[u] < real {
+					key[n.ID] -= nn
+					break
+				}
+			}
+		}
+	}
+	ready := map[int]*idHeap{} // device -> ready nodes' keys
 	push := func(id int) {
 		h := ready[device[id]]
 		if h == nil {
 			h = &idHeap{}
 			ready[device[id]] = h
 		}
-		heap.Push(h, id)
+		heap.Push(h, key[id])
 	}
 	for _, n := range g.Nodes {
 		if pending[n.ID] == 0 {
@@ -113,20 +169,28 @@ func groupByDevice(g *core.Graph, device []int) []int {
 	cur := -1
 	for len(order) < len(g.Nodes) {
 		if h := ready[cur]; h == nil || h.Len() == 0 {
-			first := -1 // the earliest ready node on any device
+			first := math.MaxInt // the earliest ready node's key on any device
 			for d, h := range ready {
-				if h.Len() > 0 && (first < 0 || (*h)[0] < first) {
+				if h.Len() > 0 && (*h)[0] < first {
 					first, cur = (*h)[0], d
 				}
 			}
 		}
 		id := heap.Pop(ready[cur]).(int)
+		if id < 0 {
+			id += nn
+		}
 		order = append(order, id)
+		next := cur
 		for _, u := range users[id] {
 			if pending[u]--; pending[u] == 0 {
 				push(u)
+				if d := device[u]; d != cur && d < real && cur < real && next == cur {
+					next = d
+				}
 			}
 		}
+		cur = next
 	}
 	return order
 }

@@ -40,7 +40,35 @@ type PhasePlan struct {
 	// Chunk, for prefill, overrides the runner's chunk length (0: keep it).
 	Chunk int    `json:"chunk,omitempty"`
 	Rules []Rule `json:"rules"`
+	// Shards, for decode, cuts every layer of a one-token step into one shard per unit
+	// (tensor parallelism in Megatron-LM's form; PLAN.md, "Sharded decode"): each unit runs its
+	// KV heads' Q, K and V projections, RoPE, attention and the matching columns of the
+	// attention output projection, and its share of the FFN's neurons through gate, up,
+	// activation and down, writing a partial sum; the residual adds (and the norms after
+	// them) add the partial sums on the rules' unit. Two handoffs a layer remain, against one
+	// per split MATMUL. The rules place everything else.
+	Shards *Shards `json:"shards,omitempty"`
 }
+
+// Shards is a sharded decode's units and their shares.
+type Shards struct {
+	// Units are units of Plan.Units (as Rule.Unit names them), one per shard.
+	Units []string `json:"units"`
+	// Ratio is each shard's share of the KV heads and of the FFN's neurons; it sums to 1
+	// (default: equal shares).
+	Ratio []float64 `json:"ratio,omitempty"`
+}
+
+// PlanShards is a resolved Shards: units as indices into ResolvedPlan.Specs.
+type PlanShards struct {
+	Units []int
+	Ratio []float64
+}
+
+// Cut splits n (KV heads, neurons) into one consecutive count per shard by the ratio, each cut
+// a multiple of align where n allows (a quantized weight's block, so that a shard's columns
+// are whole blocks). A count may be 0 where n is small.
+func (s *PlanShards) Cut(n, align int64) []int64 { return cutPoints(n, s.Ratio, align) }
 
 // Rule places the nodes it matches on a unit. Empty filters match everything.
 type Rule struct {
@@ -136,7 +164,11 @@ func (p *Plan) JSON() []byte {
 type ResolvedPlan struct {
 	Specs  []UnitSpec
 	phases map[Phase][]resolvedRule
+	shards *PlanShards
 }
+
+// DecodeShards is the plan's sharded decode, or nil.
+func (rp *ResolvedPlan) DecodeShards() *PlanShards { return rp.shards }
 
 type resolvedRule struct {
 	unit, fallback int // indices into Specs; fallback -1: none
@@ -171,6 +203,15 @@ func (p *Plan) Resolve() (*ResolvedPlan, error) {
 	}{{PhasePrefill, p.Prefill}, {PhaseDecode, p.Decode}} {
 		if ph.pp.Chunk < 0 {
 			return nil, fmt.Errorf("%w: %s chunk %d", ErrBadPlan, ph.phase, ph.pp.Chunk)
+		}
+		if ph.pp.Shards != nil {
+			if ph.phase != PhaseDecode {
+				return nil, fmt.Errorf("%w: %s shards: only decode steps are sharded", ErrBadPlan, ph.phase)
+			}
+			var err error
+			if rp.shards, err = rp.resolveShards(ph.pp.Shards); err != nil {
+				return nil, fmt.Errorf("%w: decode shards: %w", ErrBadPlan, err)
+			}
 		}
 		for i, r := range ph.pp.Rules {
 			rr, err := rp.resolveRule(r)
@@ -213,6 +254,31 @@ func (rp *ResolvedPlan) unitIndex(s string) (int, error) {
 		names[i] = u.String()
 	}
 	return 0, fmt.Errorf("unit %s is not one of the plan's units (%s)", spec, strings.Join(names, ", "))
+}
+
+func (rp *ResolvedPlan) resolveShards(s *Shards) (*PlanShards, error) {
+	ratio := s.Ratio
+	if len(ratio) == 0 && len(s.Units) > 0 {
+		ratio = make([]float64, len(s.Units))
+		for i := range ratio {
+			ratio[i] = 1 / float64(len(ratio))
+		}
+	}
+	if err := validateSplit(SplitRows, len(s.Units), ratio, nil); err != nil {
+		return nil, err
+	}
+	ps := &PlanShards{Ratio: slices.Clone(ratio)}
+	for _, u := range s.Units {
+		i, err := rp.unitIndex(u)
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(ps.Units, i) {
+			return nil, fmt.Errorf("unit %s listed twice", rp.Specs[i])
+		}
+		ps.Units = append(ps.Units, i)
+	}
+	return ps, nil
 }
 
 func (rp *ResolvedPlan) resolveRule(r Rule) (resolvedRule, error) {

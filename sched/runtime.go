@@ -217,6 +217,10 @@ type StageSpec struct {
 	Splits []*NodeSplit
 	// IO binds Graph.Inputs then Graph.Outputs.
 	IO []Binding
+	// Sharded says the graph holds shards of a layer that run at once on several units
+	// (PlanShards): the stage is cut so that a unit's shard waits only for what it reads, at
+	// the cost of more partitions (see splitGraphGrouped).
+	Sharded bool
 }
 
 // ProgramSpec is a sequence of stages that runs once per chunk: stage s+1 starts after stage s
@@ -570,7 +574,11 @@ func (rt *Runtime) partition(ctx context.Context, st StageSpec, prepOpts map[int
 		for i, u := range units {
 			group[i] = min(u, len(rt.units)) // every split node in one group (splitGraphGrouped)
 		}
-		parts, err := splitGraphGrouped(g, units, group)
+		real := 0
+		if st.Sharded {
+			real = len(rt.units)
+		}
+		parts, err := splitGraphGrouped(g, units, group, real)
 		if err != nil {
 			return nil, err
 		}
