@@ -22,6 +22,7 @@ type Model struct {
 	File      *gguf.File
 	weights   map[string]weight
 	owned     bool
+	columnCache
 }
 
 // weight is a tensor ready to become a graph constant.

@@ -131,6 +131,8 @@ type Runner struct {
 	closed  bool
 	shared  bool  // rt is the caller's (WithRuntime)
 	unitIdx []int // plan unit → runtime unit
+	// shards, when the plan shards decode steps, is their cut of every layer (shard.go).
+	shards *shardCut
 	pos     int   // tokens in the cache
 	// history is the tokens in the cache.
 	history []int32
@@ -225,6 +227,15 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 		widest = max(widest, slices.Max(cfg.verify))
 	}
 	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, vprogs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + widest - 1)}
+	if ps := rp.DecodeShards(); ps != nil {
+		if cfg.w8 != nil || cfg.sparse != nil || cfg.tap != nil {
+			return nil, fmt.Errorf("llm: decode shards with W8A8 weights, a sparse FFN or calibration taps: %w",
+				core.ErrUnsupported)
+		}
+		if r.shards, err = m.cutShards(ps); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.rt != nil {
 		r.rt, r.shared = cfg.rt, true
 		names := map[string]int{}
@@ -374,6 +385,8 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	}
 	var stages []*core.Graph
 	var taps []*tapSet
+	var shardOf []map[int]int // per stage, a sharded step's node → shard
+	sharded := r.shards != nil && phase == sched.PhaseDecode && c == 1 && !tree
 	for s := 0; s <= cfg.Layers; s++ {
 		var g *core.Graph
 		var err error
@@ -381,9 +394,14 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 		if r.cfg.tap != nil {
 			sb.taps = &tapSet{}
 		}
-		if s == 0 {
+		switch {
+		case sharded && s == 0:
+			g, err = r.m.buildShardedEmbedStage(r.shards, r.cfg.kv, sb)
+		case sharded:
+			g, err = r.m.buildShardedLayerStage(s-1, r.cap, r.cfg.kv, r.shards, sb)
+		case s == 0:
 			g, err = r.m.buildEmbedStage(c, r.cfg.kv, sb)
-		} else {
+		default:
 			g, err = r.m.buildLayerStage(s-1, c, r.cap, r.cfg.kv, tree, sb)
 		}
 		if err != nil {
@@ -391,6 +409,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 		}
 		stages = append(stages, g)
 		taps = append(taps, sb.taps)
+		shardOf = append(shardOf, sb.shard)
 	}
 	// Which units each stage uses decides the lanes: a prefill split over several units
 	// pipelines chunks, each chunk in flight with its own activations.
@@ -401,6 +420,12 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	for s, g := range stages {
 		units[s], fallback[s] = make([]int, len(g.Nodes)), make([]int, len(g.Nodes))
 		for i, n := range g.Nodes {
+			if sh, ok := shardOf[s][n.ID]; ok {
+				u := r.shards.units[sh]
+				units[s][i], fallback[s][i] = r.unitIdx[u], -1
+				used[u] = true
+				continue
+			}
 			u, fb, sp, err := r.plan.PlaceSplit(phase, r.layerOf(s, n), n)
 			if err != nil {
 				return nil, fmt.Errorf("llm: %w", err)
@@ -483,8 +508,17 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 		if s > 0 {
 			byName["k_cache"], byName["v_cache"] = sched.Binding{Span: r.kv[s-1][0]}, sched.Binding{Span: r.kv[s-1][1]}
 		}
+		var shardIO [][4]sched.Binding // per shard: its q in, then its q, k and v out
+		if sharded {
+			if shardIO, err = r.shardBindings(q[in], q[out], s); err != nil {
+				return nil, err
+			}
+			for sh, b := range shardIO {
+				byName[shardName("q", sh)] = b[0]
+			}
+		}
 		st := sched.StageSpec{Name: fmt.Sprintf("stage %d", s), Layer: max(s-1, 0), Graph: g, Units: units[s],
-			Fallback: fallback[s], Splits: splits[s]}
+			Fallback: fallback[s], Splits: splits[s], Sharded: sharded}
 		if s == 0 {
 			st.Name = "embed"
 		}
@@ -495,11 +529,18 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 			}
 			st.IO = append(st.IO, b)
 		}
-		if s < cfg.Layers {
+		switch {
+		case sharded && s < cfg.Layers:
+			// each shard's q and its heads of the K and V rows, in place
+			st.IO = append(st.IO, sched.Binding{Lanes: x[out]})
+			for _, b := range shardIO {
+				st.IO = append(st.IO, b[1:]...)
+			}
+		case s < cfg.Layers:
 			// K and V of layer s are written straight into the cache at the chunk's row.
 			st.IO = append(st.IO, sched.Binding{Lanes: x[out]}, sched.Binding{Lanes: q[out]},
 				sched.Binding{Span: r.kv[s][0], Stride: rowBytes}, sched.Binding{Span: r.kv[s][1], Stride: rowBytes})
-		} else {
+		default:
 			st.IO = append(st.IO, sched.Binding{Lanes: logits})
 		}
 		if ts := taps[s]; ts != nil {

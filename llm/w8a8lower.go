@@ -219,6 +219,19 @@ type stageBuild struct {
 	quant map[*core.Tensor]*core.Tensor
 	// taps, when not nil, collects the MATMUL inputs and outputs as extra graph outputs.
 	taps *tapSet
+	// shard gives the shard of each node of a sharded decode stage that belongs to one (by
+	// node ID); the rules place the others.
+	shard map[int]int
+}
+
+// own records the nodes g added from mark on as shard s's.
+func (sb *stageBuild) own(g *core.Graph, mark, s int) {
+	if sb.shard == nil {
+		sb.shard = map[int]int{}
+	}
+	for _, n := range g.Nodes[mark:] {
+		sb.shard[n.ID] = s
+	}
 }
 
 // tapSet lists a stage's tapped tensors and what each is.

@@ -50,6 +50,13 @@ heads='{"ops": ["ATTENTION"], "split": {"strategy": "heads", "units": ["0", "1"]
 for f in split steal adapt; do
 	awk -v r="$heads" '{print} /"decode": \{"rules": \[/ {print "   " r}' "$tmp/$f.json" >"$tmp/$f-heads.json"
 done
+# and a sharded decode (Megatron-style, llm/shard.go): each unit runs its KV heads' Q/K/V, RoPE,
+# attention and output-projection columns, and its FFN neurons, two meetings a layer
+cat >"$tmp/shards.json" <<JSON
+{"units": ["$u0", "$u1"],
+ "decode": {"shards": {"units": ["0", "1"], "ratio": [$ratio, $r1]}, "rules": [{"unit": "$chain"}]},
+ "prefill": {"rules": [{"unit": "$chain"}]}}
+JSON
 prompt=$tmp/prompt.txt
 for _ in $(seq 1 4); do printf 'Once upon a time, there was a little girl who loved to play in the park. '; done >"$prompt"
 echo "load before: $(cat /proc/loadavg)"
@@ -76,6 +83,7 @@ for r in $(seq 1 "$rounds"); do
 		split | split-base) run "$label" --plan "$tmp/split.json" ;;
 		steal | adapt) run "$label" --plan "$tmp/$label.json" ;;
 		heads) run heads --plan "$tmp/split-heads.json" ;;
+		shards) run shards --plan "$tmp/shards.json" ;;
 		steal-heads | adapt-heads) run "$label" --plan "$tmp/$label.json" ;;
 		unit0 | unit0-base) run "$label" --units "$u0" ;;
 		unit1) run unit1 --units "$u1" ;;
@@ -95,7 +103,7 @@ ratio() { # $1 / $2 where both ran; $3: the target note
 		echo "$1 / $2 = $(echo "${m[$1]} / ${m[$2]}" | bc -l | cut -c1-5)${3:+ ($3)}"
 	fi
 }
-for s in split steal adapt heads steal-heads adapt-heads; do
+for s in split steal adapt heads steal-heads adapt-heads shards; do
 	ratio "$s" unit0 "target >= 1.7"
 	ratio "$s" unit1
 	ratio "$s" threads2 "target >= 0.95"

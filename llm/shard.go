@@ -1,0 +1,280 @@
+package llm
+
+import (
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/sched"
+)
+
+// A sharded decode step (sched.Plan's decode shards) cuts every layer the way Megatron-LM's
+// tensor parallelism does, so that two units working on one token meet twice a layer instead
+// of once per MATMUL:
+//
+//	shard s:  its KV heads' Q, K, V rows → RoPE → its cache heads → ATTENTION over them →
+//	          the attention output projection's matching columns → partial sum o_s
+//	rules:    x + Σ o_s → FFN norm
+//	shard s:  its neurons' gate and up rows → activation → down projection's matching
+//	          columns → partial sum d_s
+//	rules:    x + Σ d_s → next layer's attention norm
+//
+// A shard's Q rows, its K and V heads and its neurons are row ranges of the weights (views of
+// the file); its columns of the output and down projections are copied once per model
+// (Model.columns). The partial sums are added in shard order, so the result differs from an
+// unsharded step by the rounding of that sum only. Only one-token steps are sharded: with one
+// row a shard's heads are a contiguous slice of q and of each K/V cache row, bound in place.
+
+// shardCut is a sharded decode's cut of every layer: per shard its KV heads [kv0, kv0+nkv)
+// (with their query heads) and its FFN neurons [f0, f0+nf).
+type shardCut struct {
+	units            []int // plan unit per shard
+	kv0, nkv, f0, nf []int64
+}
+
+// cutShards cuts the model's layers by the plan's shares: KV heads whole, neurons in whole
+// blocks of the down projection's quantization (and of 32, a SIMD tile of gate and up rows).
+func (m *Model) cutShards(ps *sched.PlanShards) (*shardCut, error) {
+	cfg := m.Config
+	align := int64(32)
+	if w, ok := m.weights["blk.0.ffn_down.weight"]; ok {
+		align = max(align, w.dtype.BlockLen())
+	}
+	c := &shardCut{units: ps.Units}
+	heads, neurons := ps.Cut(int64(cfg.KVHeads), 1), ps.Cut(int64(cfg.FFN), align)
+	var kv, f int64
+	for s := range ps.Units {
+		if heads[s] == 0 || neurons[s] == 0 {
+			return nil, fmt.Errorf("llm: decode shards %v: shard %d gets %d of %d KV heads and %d of %d FFN neurons: %w",
+				ps.Ratio, s, heads[s], cfg.KVHeads, neurons[s], cfg.FFN, core.ErrInvalidArgument)
+		}
+		c.kv0, c.nkv, c.f0, c.nf = append(c.kv0, kv), append(c.nkv, heads[s]), append(c.f0, f), append(c.nf, neurons[s])
+		kv, f = kv+heads[s], f+neurons[s]
+	}
+	// each shard's columns of the two projections must be whole quantization blocks
+	group, D := int64(cfg.Heads/cfg.KVHeads), int64(cfg.HeadDim)
+	for _, proj := range []struct {
+		name  string
+		first []int64
+		per   int64
+	}{{"attn_output", c.kv0, group * D}, {"ffn_down", c.f0, 1}} {
+		w, ok := m.weights["blk.0."+proj.name+".weight"]
+		if !ok {
+			continue
+		}
+		for _, k0 := range proj.first {
+			if k0*proj.per%w.dtype.BlockLen() != 0 {
+				return nil, fmt.Errorf("llm: decode shards %v: a shard's %s columns from %d are not whole %s blocks: %w",
+					ps.Ratio, proj.name, k0*proj.per, w.dtype, core.ErrUnsupported)
+			}
+		}
+	}
+	return c, nil
+}
+
+// rows is the constant of weight name's rows [r0, r0+n) (a bias's elements): a view of the
+// file's bytes.
+func (m *Model) rows(g *core.Graph, name string, r0, n int64) *core.Tensor {
+	w := m.weights[name]
+	shape := append(core.Shape{n}, w.shape[1:]...)
+	per := w.dtype.Bytes(shape.NumElements() / n)
+	return g.Const(fmt.Sprintf("%s[%d:%d]", name, r0, r0+n), w.dtype, shape, w.data[r0*per:(r0+n)*per])
+}
+
+// columns is the constant of weight name's columns [k0, k0+n) of every row: a copy, made once
+// per model and range (the upload of a constant is keyed by its bytes).
+func (m *Model) columns(g *core.Graph, name string, k0, n int64) *core.Tensor {
+	w := m.weights[name]
+	rows, k := w.shape[0], w.shape[1]
+	key := fmt.Sprintf("%s[:, %d:%d]", name, k0, k0+n)
+	m.colMu.Lock()
+	data, ok := m.cols[key]
+	if !ok {
+		row, off, size := w.dtype.Bytes(k), w.dtype.Bytes(k0), w.dtype.Bytes(n)
+		data = make([]byte, rows*size)
+		for r := range rows {
+			copy(data[r*size:(r+1)*size], w.data[r*row+off:r*row+off+size])
+		}
+		if m.cols == nil {
+			m.cols = map[string][]byte{}
+		}
+		m.cols[key] = data
+	}
+	m.colMu.Unlock()
+	return g.Const(key, w.dtype, core.Shape{rows, n}, data)
+}
+
+// columnCache is the Model's store of copied weight columns (Model.columns).
+type columnCache struct {
+	colMu sync.Mutex
+	cols  map[string][]byte
+}
+
+// shardName names shard s's nodes in traces and errors.
+func shardName(name string, s int) string { return fmt.Sprintf("%s.shard%d", name, s) }
+
+// shardQKV computes layer l's rotated queries and keys and its values of each shard's heads
+// from x [1, dim] (the attention norm is applied here, on the rules' unit); sb.shard records
+// which nodes are whose.
+func (m *Model) shardQKV(g *core.Graph, sc *shardCut, sb *stageBuild, x *core.Tensor, pos posInputs, l int,
+	kv core.DType) (qs, ks, vs []*core.Tensor) {
+	cfg := m.Config
+	p := fmt.Sprintf("blk.%d.", l)
+	h := m.norm(g, x, p+"attn_norm.weight")
+	group, D := int64(cfg.Heads/cfg.KVHeads), int64(cfg.HeadDim)
+	for s := range sc.units {
+		mark := len(g.Nodes)
+		proj := func(name string, r0, heads int64) *core.Tensor {
+			t := g.Named(shardName(name, s)).MatMul(h, m.rows(g, p+name+".weight", r0*D, heads*D))
+			if cfg.QKVBias {
+				t = g.Add(t, m.rows(g, p+name+".bias", r0*D, heads*D))
+			}
+			return g.Reshape(t, 1, heads, D)
+		}
+		q := m.rope(g, shardName("q_rope", s), proj("attn_q", sc.kv0[s]*group, sc.nkv[s]*group), pos)
+		k := m.rope(g, shardName("k_rope", s), proj("attn_k", sc.kv0[s], sc.nkv[s]), pos)
+		v := proj("attn_v", sc.kv0[s], sc.nkv[s])
+		qs, ks, vs = append(qs, q), append(ks, toKV(g, k, kv)), append(vs, toKV(g, v, kv))
+		sb.own(g, mark, s)
+	}
+	return qs, ks, vs
+}
+
+// buildShardedEmbedStage is buildEmbedStage for a sharded one-token step: outputs x, then
+// each shard's q, k, v.
+func (m *Model) buildShardedEmbedStage(sc *shardCut, kv core.DType, sb *stageBuild) (*core.Graph, error) {
+	g := core.NewGraph()
+	ids := g.Input("ids", core.I32, 1)
+	pos := m.addPosInputs(g, 1)
+	x := g.Named("embd").GetRows(m.w(g, "token_embd.weight"), ids)
+	g.SetNamePrefix("blk.0.")
+	qs, ks, vs := m.shardQKV(g, sc, sb, x, pos, 0, kv)
+	g.Output(x)
+	for s := range qs {
+		g.Output(qs[s], ks[s], vs[s])
+	}
+	if err := g.Err(); err != nil {
+		return nil, fmt.Errorf("llm: building the sharded embedding stage: %w", err)
+	}
+	return g, nil
+}
+
+// buildShardedLayerStage is buildLayerStage for a sharded one-token step: inputs x, each
+// shard's q ("q.shard<s>"), the caches and the query offset (and the next layer's positions);
+// outputs x, then each shard's q, k, v of the next layer (or the logits after the last).
+func (m *Model) buildShardedLayerStage(l int, capacity int64, kv core.DType, sc *shardCut, sb *stageBuild) (*core.Graph, error) {
+	cfg := m.Config
+	g := core.NewGraph()
+	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
+	group, D := int64(cfg.Heads/cfg.KVHeads), int64(cfg.HeadDim)
+	x := g.Input("x", core.F32, 1, int64(cfg.Dim))
+	var qs []*core.Tensor
+	for s := range sc.units {
+		qs = append(qs, g.Input(shardName("q", s), core.F32, 1, sc.nkv[s]*group, D))
+	}
+	kc := g.Input("k_cache", kv, capacity, int64(cfg.KVHeads), D)
+	vc := g.Input("v_cache", kv, capacity, int64(cfg.KVHeads), D)
+	qoff := g.Input("q_offset", core.I32, 1)
+	p := fmt.Sprintf("blk.%d.", l)
+	scale := float32(1 / math.Sqrt(float64(D)))
+	var parts []*core.Tensor
+	for s := range sc.units {
+		mark := len(g.Nodes)
+		nq := sc.nkv[s] * group
+		a := g.Named(shardName("attn", s)).Attention(qs[s], kc, vc, core.AttentionOptions{Scale: scale, Causal: true,
+			QOffsetInput: qoff, KVHeadOffset: sc.kv0[s], KVHeads: sc.nkv[s]})
+		a = g.Reshape(a, 1, nq*D)
+		parts = append(parts, g.Named(shardName("attn_output", s)).MatMul(a, m.columns(g, p+"attn_output.weight", sc.kv0[s]*group*D, nq*D)))
+		sb.own(g, mark, s)
+	}
+	x = sumInto(g, "attn_residual", x, parts)
+
+	h := m.norm(g, x, p+"ffn_norm.weight")
+	parts = parts[:0]
+	for s := range sc.units {
+		mark := len(g.Nodes)
+		f0, nf := sc.f0[s], sc.nf[s]
+		gate := g.Named(shardName("ffn_gate", s)).MatMul(h, m.rows(g, p+"ffn_gate.weight", f0, nf))
+		up := g.Named(shardName("ffn_up", s)).MatMul(h, m.rows(g, p+"ffn_up.weight", f0, nf))
+		f := g.Named(shardName("ffn_swiglu", s)).Mul(m.activation(g, gate), up)
+		parts = append(parts, g.Named(shardName("ffn_down", s)).MatMul(f, m.columns(g, p+"ffn_down.weight", f0, nf)))
+		sb.own(g, mark, s)
+	}
+	x = sumInto(g, "ffn_residual", x, parts)
+
+	if l+1 < cfg.Layers {
+		pos := m.addPosInputs(g, 1)
+		g.SetNamePrefix(fmt.Sprintf("blk.%d.", l+1))
+		qs, ks, vs := m.shardQKV(g, sc, sb, x, pos, l+1, kv)
+		g.Output(x)
+		for s := range qs {
+			g.Output(qs[s], ks[s], vs[s])
+		}
+	} else {
+		g.SetNamePrefix("")
+		h := m.norm(g, x, "output_norm.weight")
+		g.Output(g.Named("logits").MatMul(h, m.w(g, "output.weight")))
+	}
+	if err := g.Err(); err != nil {
+		return nil, fmt.Errorf("llm: building sharded layer %d: %w", l, err)
+	}
+	return g, nil
+}
+
+// sumInto adds the shards' partial sums to the residual x in shard order (the last add named
+// name: the residual the plan's rules and traces know).
+func sumInto(g *core.Graph, name string, x *core.Tensor, parts []*core.Tensor) *core.Tensor {
+	for i, p := range parts {
+		if i == len(parts)-1 {
+			g.Named(name)
+		}
+		x = g.Add(x, p)
+	}
+	return x
+}
+
+// shardBindings binds stage s's shard tensors of a one-token step: per shard its slice of q
+// read (qIn, the lanes of the q the stage reads) and written (qOut), and its heads of layer s's
+// K and V cache rows (strided by the row, as the unsharded K and V outputs).
+func (r *Runner) shardBindings(qIn, qOut []sched.Span, s int) ([][4]sched.Binding, error) {
+	cfg := r.m.Config
+	sc := r.shards
+	group, D := int64(cfg.Heads/cfg.KVHeads), int64(cfg.HeadDim)
+	headBytes := r.cfg.kv.Bytes(D)
+	lanes := func(spans []sched.Span, off, size int64) ([]sched.Span, error) {
+		out := make([]sched.Span, len(spans))
+		for l, sp := range spans {
+			var err error
+			if out[l], err = sp.Slice(off, size); err != nil {
+				return nil, fmt.Errorf("llm: shard bindings: %w", err)
+			}
+		}
+		return out, nil
+	}
+	var out [][4]sched.Binding
+	for sh := range sc.units {
+		qOff, qSize := sc.kv0[sh]*group*D*4, sc.nkv[sh]*group*D*4
+		in, err := lanes(qIn, qOff, qSize)
+		if err != nil {
+			return nil, err
+		}
+		qo, err := lanes(qOut, qOff, qSize)
+		if err != nil {
+			return nil, err
+		}
+		b := [4]sched.Binding{{Lanes: in}, {Lanes: qo}}
+		if s < cfg.Layers {
+			off := sc.kv0[sh] * headBytes
+			for i := range 2 {
+				kv, err := r.kv[s][i].Slice(off, r.kv[s][i].Size-off)
+				if err != nil {
+					return nil, fmt.Errorf("llm: shard bindings: %w", err)
+				}
+				b[2+i] = sched.Binding{Span: kv, Stride: r.cfg.kv.Bytes(int64(cfg.KVHeads) * D)}
+			}
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
