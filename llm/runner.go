@@ -131,9 +131,11 @@ type Runner struct {
 	closed  bool
 	shared  bool  // rt is the caller's (WithRuntime)
 	unitIdx []int // plan unit → runtime unit
-	// shards, when the plan shards decode steps, is their cut of every layer (shard.go).
+	// shards, when the plan shards decode steps, is their cut of every layer (shard.go), and
+	// adapt, with adaptive shards, moves it from step to step.
 	shards *shardCut
-	pos     int   // tokens in the cache
+	adapt  *shardAdapt
+	pos    int // tokens in the cache
 	// history is the tokens in the cache.
 	history []int32
 	// cache is the sparse FFN's bundle cache (WithSparseFFN); spTimes where its runs' time went.
@@ -232,8 +234,13 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 			return nil, fmt.Errorf("llm: decode shards with W8A8 weights, a sparse FFN or calibration taps: %w",
 				core.ErrUnsupported)
 		}
-		if r.shards, err = m.cutShards(ps); err != nil {
+		cuts, err := m.cutShards(ps)
+		if err != nil {
 			return nil, err
+		}
+		r.shards = cuts[len(cuts)/2]
+		if len(cuts) > 1 {
+			r.adapt = &shardAdapt{cuts: cuts, cur: len(cuts) / 2}
 		}
 	}
 	if cfg.rt != nil {
@@ -321,6 +328,9 @@ func (r *Runner) init(ctx context.Context) error {
 	}
 	lengths := r.programLengths()
 	total := (len(lengths) + len(r.VerifyLengths())) * (c.Layers + 1)
+	if r.adapt != nil {
+		total += (len(r.adapt.cuts) - 1) * (c.Layers + 1)
+	}
 	done := 0
 	step := func() {
 		done++
@@ -343,6 +353,11 @@ func (r *Runner) init(ctx context.Context) error {
 		}
 		r.progs[n] = cp
 		r.cfg.logger.Debug("llm: stage graphs prepared", "program", cp.prog.Name(), "took", time.Since(t0))
+	}
+	if r.adapt != nil {
+		if err := r.adapt.prepare(ctx, r, step); err != nil {
+			return err
+		}
 	}
 	return r.prepareVerify(ctx, step)
 }
@@ -617,6 +632,13 @@ func (r *Runner) Close() error {
 		for _, cp := range r.vprogs {
 			errs = append(errs, cp.prog.Close())
 		}
+		if r.adapt != nil {
+			for _, cp := range r.adapt.progs {
+				if cp != nil && cp != r.progs[1] {
+					errs = append(errs, cp.prog.Close())
+				}
+			}
+		}
 		return errors.Join(errs...)
 	}
 	return r.rt.Close()
@@ -687,7 +709,11 @@ func (r *Runner) Prefill(ctx context.Context, tokens []int32) ([]float32, error)
 
 // Decode appends one token and returns the logits for the next.
 func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
-	return r.feed(ctx, []int32{token}, r.progs[1], nil)
+	logits, err := r.feed(ctx, []int32{token}, r.progs[1], nil)
+	if err == nil && r.adapt != nil {
+		r.adapt.observe(r)
+	}
+	return logits, err
 }
 
 // feed runs tokens through cp's graphs and returns the logits after the last token. With each,

@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sync"
@@ -27,50 +28,93 @@ import (
 // row a shard's heads are a contiguous slice of q and of each K/V cache row, bound in place.
 
 // shardCut is a sharded decode's cut of every layer: per shard its KV heads [kv0, kv0+nkv)
-// (with their query heads) and its FFN neurons [f0, f0+nf).
+// (with their query heads) and its FFN neurons, as pieces [from, from+count) in neuron order
+// (one per shard, or with adaptive shards the fixed part and the movable pieces it holds).
 type shardCut struct {
-	units            []int // plan unit per shard
-	kv0, nkv, f0, nf []int64
+	units    []int // plan unit per shard
+	kv0, nkv []int64
+	ffn      [][][2]int64
 }
+
+// Adaptive shards (PlanShards.Adapt) move FFN neurons between the two units from token to
+// token: adaptSteps pieces of adaptStep of the neurons on each side of the plan's cut can go
+// either way, so there are 2·adaptSteps+1 cuts, each a decode program of its own.
+const (
+	adaptSteps = 2
+	adaptStep  = 0.03
+)
 
 // cutShards cuts the model's layers by the plan's shares: KV heads whole, neurons in whole
 // blocks of the down projection's quantization (and of 32, a SIMD tile of gate and up rows).
-func (m *Model) cutShards(ps *sched.PlanShards) (*shardCut, error) {
+// It returns one cut, or with adaptive shards every cut, unit 0's neurons rising.
+func (m *Model) cutShards(ps *sched.PlanShards) ([]*shardCut, error) {
 	cfg := m.Config
 	align := int64(32)
 	if w, ok := m.weights["blk.0.ffn_down.weight"]; ok {
 		align = max(align, w.dtype.BlockLen())
 	}
-	c := &shardCut{units: ps.Units}
+	base := shardCut{units: ps.Units}
 	heads, neurons := ps.Cut(int64(cfg.KVHeads), 1), ps.Cut(int64(cfg.FFN), align)
 	var kv, f int64
+	var bounds []int64 // where the shards' neurons start, and the end
 	for s := range ps.Units {
 		if heads[s] == 0 || neurons[s] == 0 {
 			return nil, fmt.Errorf("llm: decode shards %v: shard %d gets %d of %d KV heads and %d of %d FFN neurons: %w",
 				ps.Ratio, s, heads[s], cfg.KVHeads, neurons[s], cfg.FFN, core.ErrInvalidArgument)
 		}
-		c.kv0, c.nkv, c.f0, c.nf = append(c.kv0, kv), append(c.nkv, heads[s]), append(c.f0, f), append(c.nf, neurons[s])
+		base.kv0, base.nkv = append(base.kv0, kv), append(base.nkv, heads[s])
+		bounds = append(bounds, f)
 		kv, f = kv+heads[s], f+neurons[s]
+	}
+	bounds = append(bounds, f)
+	var cuts []*shardCut
+	if !ps.Adapt {
+		c := base
+		for s := range ps.Units {
+			c.ffn = append(c.ffn, [][2]int64{{bounds[s], bounds[s+1] - bounds[s]}})
+		}
+		cuts = append(cuts, &c)
+	} else {
+		// pieces: unit 0's fixed neurons, the movable ones, unit 1's fixed neurons
+		step := int64(math.Round(float64(cfg.FFN)*adaptStep/float64(align))) * align
+		mid := bounds[1]
+		lo, hi := mid-adaptSteps*step, mid+adaptSteps*step
+		if len(ps.Units) != 2 || step == 0 || lo <= 0 || hi >= f {
+			return nil, fmt.Errorf("llm: adaptive decode shards %v: %d FFN neurons leave no room to move %d pieces of %d on each side of neuron %d: %w",
+				ps.Ratio, cfg.FFN, adaptSteps, step, mid, core.ErrInvalidArgument)
+		}
+		edges := []int64{0}
+		for e := lo; e <= hi; e += step {
+			edges = append(edges, e)
+		}
+		edges = append(edges, f)
+		for v := 1; v < len(edges)-1; v++ {
+			c := base
+			c.ffn = make([][][2]int64, 2)
+			for i := 0; i+1 < len(edges); i++ {
+				s := 0
+				if i >= v {
+					s = 1
+				}
+				c.ffn[s] = append(c.ffn[s], [2]int64{edges[i], edges[i+1] - edges[i]})
+			}
+			cuts = append(cuts, &c)
+		}
 	}
 	// each shard's columns of the two projections must be whole quantization blocks
 	group, D := int64(cfg.Heads/cfg.KVHeads), int64(cfg.HeadDim)
-	for _, proj := range []struct {
-		name  string
-		first []int64
-		per   int64
-	}{{"attn_output", c.kv0, group * D}, {"ffn_down", c.f0, 1}} {
-		w, ok := m.weights["blk.0."+proj.name+".weight"]
-		if !ok {
-			continue
-		}
-		for _, k0 := range proj.first {
-			if k0*proj.per%w.dtype.BlockLen() != 0 {
-				return nil, fmt.Errorf("llm: decode shards %v: a shard's %s columns from %d are not whole %s blocks: %w",
-					ps.Ratio, proj.name, k0*proj.per, w.dtype, core.ErrUnsupported)
+	for _, c := range cuts {
+		for s := range c.units {
+			for name, k0 := range map[string]int64{"attn_output": c.kv0[s] * group * D, "ffn_down": c.ffn[s][0][0]} {
+				w, ok := m.weights["blk.0."+name+".weight"]
+				if ok && k0%w.dtype.BlockLen() != 0 {
+					return nil, fmt.Errorf("llm: decode shards %v: a shard's %s columns from %d are not whole %s blocks: %w",
+						ps.Ratio, name, k0, w.dtype, core.ErrUnsupported)
+				}
 			}
 		}
 	}
-	return c, nil
+	return cuts, nil
 }
 
 // rows is the constant of weight name's rows [r0, r0+n) (a bias's elements): a view of the
@@ -194,13 +238,17 @@ func (m *Model) buildShardedLayerStage(l int, capacity int64, kv core.DType, sc 
 	parts = parts[:0]
 	for s := range sc.units {
 		mark := len(g.Nodes)
-		f0, nf := sc.f0[s], sc.nf[s]
-		gate := g.Named(shardName("ffn_gate", s)).MatMul(h, m.rows(g, p+"ffn_gate.weight", f0, nf))
-		up := g.Named(shardName("ffn_up", s)).MatMul(h, m.rows(g, p+"ffn_up.weight", f0, nf))
-		f := g.Named(shardName("ffn_swiglu", s)).Mul(m.activation(g, gate), up)
-		parts = append(parts, g.Named(shardName("ffn_down", s)).MatMul(f, m.columns(g, p+"ffn_down.weight", f0, nf)))
+		for _, pc := range sc.ffn[s] {
+			f0, nf := pc[0], pc[1]
+			gate := g.Named(shardName("ffn_gate", s)).MatMul(h, m.rows(g, p+"ffn_gate.weight", f0, nf))
+			up := g.Named(shardName("ffn_up", s)).MatMul(h, m.rows(g, p+"ffn_up.weight", f0, nf))
+			f := g.Named(shardName("ffn_swiglu", s)).Mul(m.activation(g, gate), up)
+			parts = append(parts, g.Named(shardName("ffn_down", s)).MatMul(f, m.columns(g, p+"ffn_down.weight", f0, nf)))
+		}
 		sb.own(g, mark, s)
 	}
+	// in neuron order, whichever unit ran a piece: every cut of adaptive shards gives the
+	// same sums, so the output does not depend on how the units' speeds moved the cut
 	x = sumInto(g, "ffn_residual", x, parts)
 
 	if l+1 < cfg.Layers {
@@ -277,4 +325,83 @@ func (r *Runner) shardBindings(qIn, qOut []sched.Span, s int) ([][4]sched.Bindin
 		out = append(out, b)
 	}
 	return out, nil
+}
+
+// shardAdapt moves adaptive shards' cut (PlanShards.Adapt): after each decode step it compares
+// the two units' busy times and, when one has been busier by more than moving a piece of
+// neurons would shift, runs the next steps with the cut one piece over.
+type shardAdapt struct {
+	cuts  []*shardCut
+	progs []*chunkProg // the decode program of each cut
+	cur   int
+	diff  float64 // moving average of unit 0's busy time less unit 1's per step, in seconds
+	since int     // steps since the cut last moved
+	moves int
+}
+
+// prepare makes the decode program of every cut but the current one, which init prepared.
+func (a *shardAdapt) prepare(ctx context.Context, r *Runner, step func()) error {
+	a.progs = make([]*chunkProg, len(a.cuts))
+	a.progs[a.cur] = r.progs[1]
+	defer func() { r.shards = a.cuts[a.cur] }()
+	for i, c := range a.cuts {
+		if i == a.cur {
+			continue
+		}
+		r.shards = c // what prepare builds
+		cp, err := r.prepare(ctx, 1, step, false)
+		if err != nil {
+			return err
+		}
+		a.progs[i] = cp
+	}
+	return nil
+}
+
+// adaptSettle is how many steps the cut stays before it may move again: the average must
+// first see the new cut's times.
+const adaptSettle = 4
+
+// observe takes the decode step that just ran and picks the cut for the next one.
+func (a *shardAdapt) observe(r *Runner) {
+	busy := a.progs[a.cur].prog.LastRun().Busy
+	u0, u1 := r.unitIdx[a.cuts[0].units[0]], r.unitIdx[a.cuts[0].units[1]]
+	if u0 >= len(busy) || u1 >= len(busy) {
+		return
+	}
+	b0, b1 := busy[u0].Seconds(), busy[u1].Seconds()
+	d := b0 - b1
+	if a.since == 0 {
+		a.diff = d
+	} else {
+		a.diff = 0.7*a.diff + 0.3*d
+	}
+	a.since++
+	// a piece is adaptStep of the neurons; the FFN is most of a layer's weights, so moving it
+	// shifts about that share of the two units' busy time from one to the other
+	shift := adaptStep * 0.8 * (b0 + b1)
+	next := a.cur
+	switch {
+	case a.since < adaptSettle:
+	case a.diff > shift && a.cur > 0:
+		next = a.cur - 1
+	case a.diff < -shift && a.cur < len(a.cuts)-1:
+		next = a.cur + 1
+	}
+	if next != a.cur {
+		a.cur, a.since = next, 0
+		a.moves++
+		r.shards, r.progs[1] = a.cuts[next], a.progs[next]
+		r.cfg.logger.Debug("llm: adaptive shards moved their cut", "unit0_neurons", neurons(a.cuts[next].ffn[0]),
+			"busy0", b0, "busy1", b1, "moves", a.moves)
+	}
+}
+
+// neurons counts the neurons of pieces.
+func neurons(pieces [][2]int64) int64 {
+	var n int64
+	for _, p := range pieces {
+		n += p[1]
+	}
+	return n
 }

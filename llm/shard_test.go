@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/synth"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -101,6 +103,10 @@ func TestShardsRefused(t *testing.T) {
 			sched.ErrBadPlan, "sums to"},
 		{"quantized columns not in whole blocks", `{` + units + `,"decode":{"shards":{"units":["0","1"],"ratio":[0.75,0.25]},"rules":[{"unit":"0"}]}}`,
 			core.ErrUnsupported, "attn_output columns from 48 are not whole q4_0 blocks"},
+		{"adaptive shards with no room to move", `{` + units + `,"decode":{"shards":{"units":["0","1"],"adapt":true},"rules":[{"unit":"0"}]}}`,
+			core.ErrInvalidArgument, "leave no room"},
+		{"adaptive shards over one unit", `{` + units + `,"decode":{"shards":{"units":["0"],"adapt":true},"rules":[{"unit":"0"}]}}`,
+			sched.ErrBadPlan, "units"},
 		{"a shard with no KV head", `{` + units + `,"decode":{"shards":{"units":["0","1"],"ratio":[0.95,0.05]},"rules":[{"unit":"0"}]}}`,
 			core.ErrInvalidArgument, "gets 0 of 4 KV heads"},
 	} {
@@ -116,6 +122,59 @@ func TestShardsRefused(t *testing.T) {
 			require.Error(t, err)
 			assert.True(t, errors.Is(err, tc.want), "%v", err)
 			assert.Contains(t, err.Error(), tc.msg)
+		})
+	}
+}
+
+// TestAdaptiveShardsEveryCutGivesTheSameLogits: adaptive shards move FFN neurons between the
+// units, but the partial sums are added in neuron order whichever unit ran them, so every cut
+// gives the same bits, and the unsharded step's logits within TestShardedDecodeLogits' bound.
+func TestAdaptiveShardsEveryCutGivesTheSameLogits(t *testing.T) {
+	devs := pluginDevices(t, "neon")
+	s, err := synth.Preset("llama", "6M", core.Q4_0, 5) // 768 neurons: pieces of 32
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "llama-6m.gguf")
+	require.NoError(t, synth.WriteFile(path, s))
+	m, err := Open(path)
+	require.NoError(t, err)
+	defer m.Close()
+	ctx := context.Background()
+	ids := m.Tokenizer.Encode(storyPrompt, true)
+	single, err := NewRunner(ctx, m, devs[0], WithChunkSize(8), WithContextLength(128))
+	require.NoError(t, err)
+	want, err := single.Prefill(ctx, ids)
+	require.NoError(t, err)
+	tok := argmax(want)
+	want, err = single.Decode(ctx, tok)
+	require.NoError(t, err)
+	require.NoError(t, single.Close())
+
+	r, err := NewPlannedRunner(ctx, m, devs, mustPlan(t, `{"units":["neon{cpus=0,threads=1}","neon{cpus=1,threads=1}"],
+		"prefill":{"rules":[{"unit":"0"}]},"decode":{"shards":{"units":["0","1"],"adapt":true},"rules":[{"unit":"0"}]}}`),
+		WithChunkSize(8), WithContextLength(128))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, r.Close()) }()
+	require.NotNil(t, r.adapt)
+	require.Len(t, r.adapt.cuts, 2*adaptSteps+1)
+	var first []float32
+	for i, c := range r.adapt.cuts {
+		t.Run(fmt.Sprintf("unit 0 runs %d neurons", neurons(c.ffn[0])), func(t *testing.T) {
+			if i > 0 {
+				assert.Greater(t, neurons(c.ffn[0]), neurons(r.adapt.cuts[i-1].ffn[0]))
+			}
+			assert.Equal(t, int64(s.FFN), neurons(c.ffn[0])+neurons(c.ffn[1]))
+			r.Reset()
+			_, err := r.Prefill(ctx, ids)
+			require.NoError(t, err)
+			r.adapt.cur, r.adapt.since, r.progs[1] = i, -1<<30, r.adapt.progs[i] // held: observe never moves it
+			got, err := r.Decode(ctx, tok)
+			require.NoError(t, err)
+			assert.Equal(t, i, r.adapt.cur)
+			if first == nil {
+				first = got
+			}
+			assert.Equal(t, first, got, "bit for bit the first cut's logits")
+			assert.Less(t, NMSE(got, want), 1e-6)
 		})
 	}
 }

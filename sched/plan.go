@@ -57,12 +57,17 @@ type Shards struct {
 	// Ratio is each shard's share of the KV heads and of the FFN's neurons; it sums to 1
 	// (default: equal shares).
 	Ratio []float64 `json:"ratio,omitempty"`
+	// Adapt (two units) moves FFN neurons between the shards from token to token, by the
+	// units' measured busy times, so that a core slowed down for a while (another process,
+	// the host) gets fewer: the runner prepares a decode program per cut around Ratio.
+	Adapt bool `json:"adapt,omitempty"`
 }
 
 // PlanShards is a resolved Shards: units as indices into ResolvedPlan.Specs.
 type PlanShards struct {
 	Units []int
 	Ratio []float64
+	Adapt bool
 }
 
 // Cut splits n (KV heads, neurons) into one consecutive count per shard by the ratio, each cut
@@ -267,7 +272,10 @@ func (rp *ResolvedPlan) resolveShards(s *Shards) (*PlanShards, error) {
 	if err := validateSplit(SplitRows, len(s.Units), ratio, nil); err != nil {
 		return nil, err
 	}
-	ps := &PlanShards{Ratio: slices.Clone(ratio)}
+	if s.Adapt && len(s.Units) != 2 {
+		return nil, fmt.Errorf("adapt is for two units, not %d", len(s.Units))
+	}
+	ps := &PlanShards{Ratio: slices.Clone(ratio), Adapt: s.Adapt}
 	for _, u := range s.Units {
 		i, err := rp.unitIndex(u)
 		if err != nil {
