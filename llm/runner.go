@@ -401,6 +401,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	var stages []*core.Graph
 	var taps []*tapSet
 	var shardOf []map[int]int // per stage, a sharded step's node → shard
+	var shared [][][]int      // per stage, a stealing sharded step's pieces
 	sharded := r.shards != nil && phase == sched.PhaseDecode && c == 1 && !tree
 	for s := 0; s <= cfg.Layers; s++ {
 		var g *core.Graph
@@ -425,6 +426,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 		stages = append(stages, g)
 		taps = append(taps, sb.taps)
 		shardOf = append(shardOf, sb.shard)
+		shared = append(shared, sb.shared)
 	}
 	// Which units each stage uses decides the lanes: a prefill split over several units
 	// pipelines chunks, each chunk in flight with its own activations.
@@ -533,7 +535,10 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 			}
 		}
 		st := sched.StageSpec{Name: fmt.Sprintf("stage %d", s), Layer: max(s-1, 0), Graph: g, Units: units[s],
-			Fallback: fallback[s], Splits: splits[s], Sharded: sharded}
+			Fallback: fallback[s], Splits: splits[s], Sharded: sharded, Shared: shared[s]}
+		if len(st.Shared) > 0 {
+			st.SharedUnits = [2]int{r.unitIdx[r.shards.units[0]], r.unitIdx[r.shards.units[1]]}
+		}
 		if s == 0 {
 			st.Name = "embed"
 		}

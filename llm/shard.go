@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/xpuhub/xpu/core"
@@ -34,6 +35,9 @@ type shardCut struct {
 	units    []int // plan unit per shard
 	kv0, nkv []int64
 	ffn      [][][2]int64
+	// shared, with stealing shards, are the FFN's pieces instead of ffn: either of the two
+	// units runs each (StageSpec.Shared), each taking them from its end.
+	shared [][2]int64
 }
 
 // Adaptive shards (PlanShards.Adapt) move FFN neurons between the two units from token to
@@ -68,13 +72,44 @@ func (m *Model) cutShards(ps *sched.PlanShards) ([]*shardCut, error) {
 	}
 	bounds = append(bounds, f)
 	var cuts []*shardCut
-	if !ps.Adapt {
+	switch {
+	case ps.Steal:
+		// pieces from each end: a side's share by the fractions, the last piece what is left
+		c := base
+		mid := bounds[1]
+		var front, back []int64 // piece starts, neuron counts from the ends
+		var cum float64
+		for _, fr := range ps.StealFractions() {
+			cum += fr
+			front = append(front, min(int64(math.Round(float64(mid)*cum/float64(align)))*align, mid))
+			back = append(back, max(f-int64(math.Round(float64(f-mid)*cum/float64(align)))*align, mid))
+		}
+		edges := []int64{0}
+		for _, e := range front {
+			edges = append(edges, e)
+		}
+		for _, e := range slices.Backward(back) {
+			edges = append(edges, e)
+		}
+		edges = append(edges, f)
+		slices.Sort(edges)
+		edges = slices.Compact(edges)
+		for i := 0; i+1 < len(edges); i++ {
+			c.shared = append(c.shared, [2]int64{edges[i], edges[i+1] - edges[i]})
+		}
+		if len(c.shared) < 2 {
+			return nil, fmt.Errorf("llm: stealing decode shards: %d FFN neurons make %d piece: %w", cfg.FFN, len(c.shared),
+				core.ErrInvalidArgument)
+		}
+		c.ffn = [][][2]int64{c.shared[:1], c.shared[len(c.shared)-1:]} // for the checks below: where each side starts
+		cuts = append(cuts, &c)
+	case !ps.Adapt:
 		c := base
 		for s := range ps.Units {
 			c.ffn = append(c.ffn, [][2]int64{{bounds[s], bounds[s+1] - bounds[s]}})
 		}
 		cuts = append(cuts, &c)
-	} else {
+	default:
 		// pieces: unit 0's fixed neurons, the movable ones, unit 1's fixed neurons
 		step := int64(math.Round(float64(cfg.FFN)*adaptStep/float64(align))) * align
 		mid := bounds[1]
@@ -236,14 +271,18 @@ func (m *Model) buildShardedLayerStage(l int, capacity int64, kv core.DType, sc 
 
 	h := m.norm(g, x, p+"ffn_norm.weight")
 	parts = parts[:0]
+	for _, pc := range sc.shared {
+		mark := len(g.Nodes)
+		parts = append(parts, m.ffnPiece(g, h, p, "ffn_piece", pc))
+		sb.sharedPiece(g, mark)
+	}
 	for s := range sc.units {
+		if sc.shared != nil {
+			break
+		}
 		mark := len(g.Nodes)
 		for _, pc := range sc.ffn[s] {
-			f0, nf := pc[0], pc[1]
-			gate := g.Named(shardName("ffn_gate", s)).MatMul(h, m.rows(g, p+"ffn_gate.weight", f0, nf))
-			up := g.Named(shardName("ffn_up", s)).MatMul(h, m.rows(g, p+"ffn_up.weight", f0, nf))
-			f := g.Named(shardName("ffn_swiglu", s)).Mul(m.activation(g, gate), up)
-			parts = append(parts, g.Named(shardName("ffn_down", s)).MatMul(f, m.columns(g, p+"ffn_down.weight", f0, nf)))
+			parts = append(parts, m.ffnPiece(g, h, p, shardName("ffn", s), pc))
 		}
 		sb.own(g, mark, s)
 	}
@@ -268,6 +307,16 @@ func (m *Model) buildShardedLayerStage(l int, capacity int64, kv core.DType, sc 
 		return nil, fmt.Errorf("llm: building sharded layer %d: %w", l, err)
 	}
 	return g, nil
+}
+
+// ffnPiece is the FFN of neurons [pc[0], pc[0]+pc[1]) of h, layer prefix p: a partial sum of
+// the down projection. Its nodes are named name.gate, .up, .act, .down.
+func (m *Model) ffnPiece(g *core.Graph, h *core.Tensor, p, name string, pc [2]int64) *core.Tensor {
+	f0, nf := pc[0], pc[1]
+	gate := g.Named(name+".gate").MatMul(h, m.rows(g, p+"ffn_gate.weight", f0, nf))
+	up := g.Named(name+".up").MatMul(h, m.rows(g, p+"ffn_up.weight", f0, nf))
+	f := g.Named(name+".act").Mul(m.activation(g, gate), up)
+	return g.Named(name+".down").MatMul(f, m.columns(g, p+"ffn_down.weight", f0, nf))
 }
 
 // sumInto adds the shards' partial sums to the residual x in shard order (the last add named

@@ -32,6 +32,8 @@ func TestShardedDecodeLogits(t *testing.T) {
 	}{
 		{"two pinned neon units", `{"units":["neon{cpus=0,threads=1}","neon{cpus=1,threads=1}"],
 			"prefill":{"rules":[{"unit":"0"}]},"decode":{"shards":{"units":["0","1"]},"rules":[{"unit":"0"}]}}`, 1e-6},
+		{"stealing shards over two pinned neon units", `{"units":["neon{cpus=0,threads=1}","neon{cpus=1,threads=1}"],
+			"prefill":{"rules":[{"unit":"0"}]},"decode":{"shards":{"units":["0","1"],"steal":true},"rules":[{"unit":"0"}]}}`, 1e-6},
 		{"opencl and neon", `{"units":["neon","opencl"],"prefill":{"rules":[{"unit":"neon"}]},
 			"decode":{"shards":{"units":["opencl","neon"]},"rules":[{"unit":"neon"}]}}`, 1e-3},
 	}
@@ -107,6 +109,8 @@ func TestShardsRefused(t *testing.T) {
 			core.ErrInvalidArgument, "leave no room"},
 		{"adaptive shards over one unit", `{` + units + `,"decode":{"shards":{"units":["0"],"adapt":true},"rules":[{"unit":"0"}]}}`,
 			sched.ErrBadPlan, "units"},
+		{"adapt and steal together", `{` + units + `,"decode":{"shards":{"units":["0","1"],"adapt":true,"steal":true},"rules":[{"unit":"0"}]}}`,
+			sched.ErrBadPlan, "adapt and steal together"},
 		{"a shard with no KV head", `{` + units + `,"decode":{"shards":{"units":["0","1"],"ratio":[0.95,0.05]},"rules":[{"unit":"0"}]}}`,
 			core.ErrInvalidArgument, "gets 0 of 4 KV heads"},
 	} {
@@ -176,5 +180,38 @@ func TestAdaptiveShardsEveryCutGivesTheSameLogits(t *testing.T) {
 			assert.Equal(t, first, got, "bit for bit the first cut's logits")
 			assert.Less(t, NMSE(got, want), 1e-6)
 		})
+	}
+}
+
+// TestStealingShardsAreDeterministic: with stealing shards which unit runs which FFN piece
+// depends on the timing, but the pieces are added in neuron order, so repeated runs of the
+// same steps give the same bits.
+func TestStealingShardsAreDeterministic(t *testing.T) {
+	devs := pluginDevices(t, "neon")
+	m := synthModel(t, "llama", core.Q4_0)
+	ctx := context.Background()
+	ids := m.Tokenizer.Encode(storyPrompt, true)
+	r, err := NewPlannedRunner(ctx, m, devs, mustPlan(t, `{"units":["neon{cpus=0,threads=1}","neon{cpus=1,threads=1}"],
+		"prefill":{"rules":[{"unit":"0"}]},"decode":{"shards":{"units":["0","1"],"steal":true},"rules":[{"unit":"0"}]}}`),
+		WithChunkSize(8), WithContextLength(128))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, r.Close()) }()
+	require.Greater(t, len(r.shards.shared), 2, "the FFN is cut into pieces")
+	var first [][]float32
+	for run := range 6 {
+		r.Reset()
+		l, err := r.Prefill(ctx, ids)
+		require.NoError(t, err)
+		var got [][]float32
+		for range 4 {
+			l, err = r.Decode(ctx, argmax(l))
+			require.NoError(t, err)
+			got = append(got, l)
+		}
+		if run == 0 {
+			first = got
+			continue
+		}
+		assert.Equal(t, first, got, "run %d", run)
 	}
 }

@@ -222,6 +222,18 @@ type stageBuild struct {
 	// shard gives the shard of each node of a sharded decode stage that belongs to one (by
 	// node ID); the rules place the others.
 	shard map[int]int
+	// shared are the pieces of a stealing sharded stage (StageSpec.Shared), node IDs.
+	shared [][]int
+}
+
+// sharedPiece records the nodes g added from mark on as a piece either shard unit may run
+// (StageSpec.Shared).
+func (sb *stageBuild) sharedPiece(g *core.Graph, mark int) {
+	var ids []int
+	for _, n := range g.Nodes[mark:] {
+		ids = append(ids, n.ID)
+	}
+	sb.shared = append(sb.shared, ids)
 }
 
 // own records the nodes g added from mark on as shard s's.

@@ -80,3 +80,33 @@ func TestSplitGraphShardedLayer(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedPiecesChecked: a stage's shared pieces must name two distinct units and nodes of
+// their own.
+func TestSharedPiecesChecked(t *testing.T) {
+	g := core.NewGraph()
+	x := g.Input("x", core.F32, 1, 8)
+	g.Output(g.Neg(g.Neg(x)))
+	require.NoError(t, g.Err())
+	for _, tc := range []struct {
+		name   string
+		shared [][]int
+		units  [2]int
+		splits []*NodeSplit
+		msg    string
+	}{
+		{"same unit twice", [][]int{{0}, {1}}, [2]int{1, 1}, nil, "units [1 1]"},
+		{"a unit past the runtime's", [][]int{{0}, {1}}, [2]int{0, 2}, nil, "units [0 2]"},
+		{"an empty piece", [][]int{{0}, {}}, [2]int{0, 1}, nil, "an empty piece"},
+		{"a node in two pieces", [][]int{{0}, {0, 1}}, [2]int{0, 1}, nil, "node 0"},
+		{"a node past the graph's", [][]int{{0}, {5}}, [2]int{0, 1}, nil, "node 5"},
+		{"a split node", [][]int{{0}, {1}}, [2]int{0, 1}, []*NodeSplit{nil, {Strategy: SplitRows}}, "node 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkShared(StageSpec{Name: "s", Graph: g, Shared: tc.shared, SharedUnits: tc.units}, tc.splits, 2)
+			require.ErrorIs(t, err, core.ErrInvalidArgument)
+			assert.Contains(t, err.Error(), tc.msg)
+		})
+	}
+	assert.NoError(t, checkShared(StageSpec{Name: "s", Graph: g, Shared: [][]int{{0}, {1}}, SharedUnits: [2]int{1, 0}}, nil, 2))
+}

@@ -61,14 +61,22 @@ type Shards struct {
 	// units' measured busy times, so that a core slowed down for a while (another process,
 	// the host) gets fewer: the runner prepares a decode program per cut around Ratio.
 	Adapt bool `json:"adapt,omitempty"`
+	// Steal (two units) shares the FFN's neurons within each step instead: they are cut into
+	// pieces, biggest at each unit's end, and each unit takes pieces from its end until none
+	// is left (StageSpec.Shared), so the unit slower in that step runs fewer. Not with Adapt.
+	Steal bool `json:"steal,omitempty"`
 }
 
 // PlanShards is a resolved Shards: units as indices into ResolvedPlan.Specs.
 type PlanShards struct {
-	Units []int
-	Ratio []float64
-	Adapt bool
+	Units        []int
+	Ratio        []float64
+	Adapt, Steal bool
 }
+
+// StealFractions are the sizes of the FFN pieces stealing shards cut from each unit's end, as
+// shares of that unit's expected part: the stealing row split's (split_steal.go).
+func (s *PlanShards) StealFractions() []float64 { return slices.Clone(stealFractions) }
 
 // Cut splits n (KV heads, neurons) into one consecutive count per shard by the ratio, each cut
 // a multiple of align where n allows (a quantized weight's block, so that a shard's columns
@@ -272,10 +280,13 @@ func (rp *ResolvedPlan) resolveShards(s *Shards) (*PlanShards, error) {
 	if err := validateSplit(SplitRows, len(s.Units), ratio, nil); err != nil {
 		return nil, err
 	}
-	if s.Adapt && len(s.Units) != 2 {
-		return nil, fmt.Errorf("adapt is for two units, not %d", len(s.Units))
+	if (s.Adapt || s.Steal) && len(s.Units) != 2 {
+		return nil, fmt.Errorf("adapt and steal are for two units, not %d", len(s.Units))
 	}
-	ps := &PlanShards{Ratio: slices.Clone(ratio), Adapt: s.Adapt}
+	if s.Adapt && s.Steal {
+		return nil, fmt.Errorf("adapt and steal together: the neurons either move between steps or are shared within one")
+	}
+	ps := &PlanShards{Ratio: slices.Clone(ratio), Adapt: s.Adapt, Steal: s.Steal}
 	for _, u := range s.Units {
 		i, err := rp.unitIndex(u)
 		if err != nil {

@@ -221,6 +221,12 @@ type StageSpec struct {
 	// (PlanShards): the stage is cut so that a unit's shard waits only for what it reads, at
 	// the cost of more partitions (see splitGraphGrouped).
 	Sharded bool
+	// Shared lists pieces, each a group of node IDs with outputs of its own, that either of
+	// the two units SharedUnits may run: they run as one stealing task, the first unit taking
+	// pieces from the front and the second from the back until none is left (split_steal.go),
+	// so a unit that is slower in this step runs fewer of them. Their Units entries are unused.
+	Shared      [][]int
+	SharedUnits [2]int
 }
 
 // ProgramSpec is a sequence of stages that runs once per chunk: stage s+1 starts after stage s
@@ -567,6 +573,15 @@ func (rt *Runtime) partition(ctx context.Context, st StageSpec, prepOpts map[int
 	for id, sp := range splits {
 		if sp != nil {
 			units[id] = len(rt.units) + id
+		}
+	}
+	if err := checkShared(st, splits, len(rt.units)); err != nil {
+		return nil, err
+	}
+	// a shared piece is a partition of its own too, made into the stealing task's chunks
+	for _, piece := range st.Shared {
+		for _, id := range piece {
+			units[id] = len(rt.units) + piece[0]
 		}
 	}
 	for try := 0; ; try++ {

@@ -105,6 +105,17 @@ func (rt *Runtime) prepareStage(ctx context.Context, st StageSpec, splits []*Nod
 		}
 	}()
 	writers := make([][]int, len(parts)) // old partition index -> the new ones writing its outputs
+	// shared pieces' partitions (StageSpec.Shared), by pseudo device
+	var pieces []*Partition
+	piece := map[int]bool{}
+	for _, pc := range st.Shared {
+		piece[len(rt.units)+pc[0]] = true
+	}
+	for _, part := range parts {
+		if piece[part.Device] {
+			pieces = append(pieces, part)
+		}
+	}
 	for _, part := range parts {
 		var deps []int
 		for _, d := range part.Deps {
@@ -112,6 +123,30 @@ func (rt *Runtime) prepareStage(ctx context.Context, st StageSpec, splits []*Nod
 		}
 		slices.Sort(deps)
 		deps = slices.Compact(deps)
+		if piece[part.Device] {
+			if writers[part.Index] != nil {
+				continue // made with the first piece
+			}
+			var all []int
+			for _, pc := range pieces {
+				for _, d := range pc.Deps {
+					if d >= part.Index {
+						return out, fmt.Errorf("stage %q: a shared piece waits for partition %d, after the first piece: %w",
+							st.Name, d, core.ErrInvalidArgument)
+					}
+					all = append(all, writers[d]...)
+				}
+			}
+			slices.Sort(all)
+			sides, err := expandShared(st, pieces, slices.Compact(all), &out)
+			if err != nil {
+				return out, err
+			}
+			for _, pc := range pieces {
+				writers[pc.Index] = sides
+			}
+			continue
+		}
 		if part.Device < len(rt.units) {
 			np := *part
 			np.Index, np.Deps = len(out), deps
@@ -129,6 +164,12 @@ func (rt *Runtime) prepareStage(ctx context.Context, st StageSpec, splits []*Nod
 	}
 	for i := range out {
 		c := &out[i]
+		if c.steal != nil && c.steal.shared {
+			if err := rt.prepareShared(ctx, c, prepOpts); err != nil {
+				return out, fmt.Errorf("stage %q: %w", st.Name, err)
+			}
+			continue
+		}
 		if c.steal != nil {
 			if err := rt.prepareSteal(ctx, c, prepOpts); err != nil {
 				return out, fmt.Errorf("stage %q: %w", st.Name, err)
@@ -450,6 +491,21 @@ func (rt *Runtime) prepareSteal(ctx context.Context, c *compiledPart, prepOpts m
 		if err := rt.analyzePart(ctx, ch.Graph, ch.unit, ch.what); err != nil {
 			return err
 		}
+		if ch.exe, err = rt.preparePart(ctx, ch.Graph, ch.unit, prepOpts); err != nil {
+			return fmt.Errorf("unit %s: prepare %s %s: %w", rt.units[ch.unit].Name(), c.label, ch.label, err)
+		}
+	}
+	return nil
+}
+
+// prepareShared analyzes and prepares a shared-pieces side's chunks on its unit.
+func (rt *Runtime) prepareShared(ctx context.Context, c *compiledPart, prepOpts map[int]map[string]string) error {
+	for i := range c.steal.chunks {
+		ch := &c.steal.chunks[i]
+		if err := rt.analyzePart(ctx, ch.Graph, ch.unit, ch.what); err != nil {
+			return err
+		}
+		var err error
 		if ch.exe, err = rt.preparePart(ctx, ch.Graph, ch.unit, prepOpts); err != nil {
 			return fmt.Errorf("unit %s: prepare %s %s: %w", rt.units[ch.unit].Name(), c.label, ch.label, err)
 		}

@@ -58,10 +58,11 @@ func fractionsFor(rows bool) []float64 {
 // task instead (NodeSplit.Adapt): chunks are this side's part at each cut point
 // (adaptShares), of which a request chunk runs the one the program's cutBalancer picked.
 type stealSpec struct {
-	side  int
-	share float64 // the first side's expected share of the rows (the split's Ratio)
-	adapt bool
-	nodes []*core.Node
+	side   int
+	shared bool    // its chunks are a stage's shared pieces (StageSpec.Shared), prepared as made
+	share  float64 // the first side's expected share of the rows (the split's Ratio)
+	adapt  bool
+	nodes  []*core.Node
 	// into are where each node's rows go: nil, its output in place (one row of a); else a
 	// scratch slot, chunk by chunk, each chunk's [M, cols] piece contiguous (expandSteal).
 	into   []*core.Tensor
@@ -316,4 +317,78 @@ func buildStealChunks(c compiledPart) ([]compiledPart, error) {
 			label: label})
 	}
 	return out, nil
+}
+
+// checkShared checks a stage's shared pieces: two distinct units, pieces of known nodes that no
+// other piece and no split claims.
+func checkShared(st StageSpec, splits []*NodeSplit, units int) error {
+	if len(st.Shared) == 0 {
+		return nil
+	}
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("stage %q: shared pieces: %s: %w", st.Name, fmt.Sprintf(format, a...), core.ErrInvalidArgument)
+	}
+	u := st.SharedUnits
+	if u[0] == u[1] || u[0] < 0 || u[1] < 0 || u[0] >= units || u[1] >= units {
+		return bad("units %v of %d", u, units)
+	}
+	seen := map[int]bool{}
+	for _, piece := range st.Shared {
+		if len(piece) == 0 {
+			return bad("an empty piece")
+		}
+		for _, id := range piece {
+			if id < 0 || id >= len(st.Graph.Nodes) || seen[id] || (splits != nil && splits[id] != nil) {
+				return bad("node %d is not a node of its own", id)
+			}
+			seen[id] = true
+		}
+	}
+	return nil
+}
+
+// expandShared makes the stage's shared pieces (StageSpec.Shared; pieces are the partitions
+// made of them, in piece order, deps the partitions they wait for, as new indices) one stealing
+// task per unit, appended to out, and returns their indices: each side describes what all the
+// pieces read and write, and its chunks are the pieces prepared on its unit. The pieces'
+// outputs are slots both sides' chunks write, so either unit's run of a piece serves the
+// consumers, which wait for both sides.
+func expandShared(st StageSpec, pieces []*Partition, deps []int, out *[]compiledPart) ([]int, error) {
+	g := st.Graph
+	whole := &Partition{Index: len(g.Nodes), Device: -1}
+	partOf := make([]int, len(g.Nodes))
+	for i := range partOf {
+		partOf[i] = -1
+	}
+	leaves := map[*core.Tensor]bool{}
+	for _, pc := range pieces {
+		whole.Nodes = append(whole.Nodes, pc.Nodes...)
+		for _, id := range pc.Nodes {
+			partOf[id] = whole.Index
+		}
+		for _, t := range pc.Outputs {
+			leaves[t] = true
+		}
+	}
+	if err := whole.build(g, partOf, leaves); err != nil {
+		return nil, fmt.Errorf("stage %q: shared pieces: %w", st.Name, err)
+	}
+	state := &stealState{n: len(pieces)}
+	var sides []int
+	for side, unit := range st.SharedUnits {
+		p := &Partition{Nodes: whole.Nodes, Graph: whole.Graph, Inputs: whole.Inputs, Outputs: whole.Outputs, Deps: deps}
+		label := fmt.Sprintf("[shared %s, %d pieces]", []string{"front", "back"}[side], len(pieces))
+		n := g.Nodes[whole.Nodes[0]]
+		i := appendPart(out, n, p, unit, nil, label, false)
+		c := &(*out)[i]
+		c.steal = &stealSpec{side: side, shared: true, state: state}
+		for k, pc := range pieces {
+			cp := *pc
+			cp.Device = unit
+			c.steal.chunks = append(c.steal.chunks, compiledPart{Partition: &cp, unit: unit,
+				label: fmt.Sprintf("%s [piece %d]", partLabel(pc, g), k), what: []string{fmt.Sprintf("shared piece %d", k)}})
+		}
+		sides = append(sides, i)
+	}
+	return sides, nil
 }

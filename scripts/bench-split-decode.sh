@@ -20,7 +20,8 @@
 # decode shards, llm/shard.go: each unit runs its KV heads from Q/K/V to the output projection's
 # columns and its FFN neurons from gate/up to the down projection's columns, two meetings a
 # layer) and "adapt-shards" the same with the neurons' cut moving from token to token by the
-# units' busy times. XPU_SPLIT_LABELS="adapt-heads heads unit0"
+# units' busy times, "steal-shards" with the neurons in pieces each unit takes from its end within
+# every step. XPU_SPLIT_LABELS="adapt-heads heads unit0"
 # runs only those configurations (default: all). XPU_SPLIT_BOUND=N traces N more rounds of
 # unit 0 and heads and prints where the split's time goes (see the block near the end).
 # Speculative decoding is off (--spec off): its verify passes are not decode steps.
@@ -63,6 +64,8 @@ cat >"$tmp/shards.json" <<JSON
 JSON
 # adapt-shards: the same, the FFN neurons' cut moving from token to token by the units' busy times
 sed 's/"units": \["0", "1"\], "ratio"/"units": ["0", "1"], "adapt": true, "ratio"/' "$tmp/shards.json" >"$tmp/adapt-shards.json"
+# steal-shards: the FFN's neurons in pieces each unit takes from its end within every step
+sed 's/"units": \["0", "1"\], "ratio"/"units": ["0", "1"], "steal": true, "ratio"/' "$tmp/shards.json" >"$tmp/steal-shards.json"
 prompt=$tmp/prompt.txt
 for _ in $(seq 1 4); do printf 'Once upon a time, there was a little girl who loved to play in the park. '; done >"$prompt"
 echo "load before: $(cat /proc/loadavg)"
@@ -80,7 +83,7 @@ run() { # $1: label, rest: xpu run flags; prints "label decode_tok_s"
 	if [ -n "${XPU_SPLIT_VERBOSE:-}" ]; then echo "$err" | grep -iE 'bubble|busy|decode' >&2; fi
 }
 : >"$tmp/runs"
-labels=${XPU_SPLIT_LABELS:-split steal adapt heads steal-heads adapt-heads shards adapt-shards unit0 unit1 threads2}
+labels=${XPU_SPLIT_LABELS:-split steal adapt heads steal-heads adapt-heads shards adapt-shards steal-shards unit0 unit1 threads2}
 if [ -n "${XPU_SPLIT_BASE:-}" ]; then labels="$labels split-base unit0-base"; fi
 for r in $(seq 1 "$rounds"); do
 	echo "round $r: load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -89,7 +92,7 @@ for r in $(seq 1 "$rounds"); do
 		split | split-base) run "$label" --plan "$tmp/split.json" ;;
 		steal | adapt) run "$label" --plan "$tmp/$label.json" ;;
 		heads) run heads --plan "$tmp/split-heads.json" ;;
-		shards | adapt-shards) run "$label" --plan "$tmp/$label.json" ;;
+		shards | adapt-shards | steal-shards) run "$label" --plan "$tmp/$label.json" ;;
 		steal-heads | adapt-heads) run "$label" --plan "$tmp/$label.json" ;;
 		unit0 | unit0-base) run "$label" --units "$u0" ;;
 		unit1) run unit1 --units "$u1" ;;
@@ -109,7 +112,7 @@ ratio() { # $1 / $2 where both ran; $3: the target note
 		echo "$1 / $2 = $(echo "${m[$1]} / ${m[$2]}" | bc -l | cut -c1-5)${3:+ ($3)}"
 	fi
 }
-for s in split steal adapt heads steal-heads adapt-heads shards adapt-shards; do
+for s in split steal adapt heads steal-heads adapt-heads shards adapt-shards steal-shards; do
 	ratio "$s" unit0 "target >= 1.7"
 	ratio "$s" unit1
 	ratio "$s" threads2 "target >= 0.95"
