@@ -22,7 +22,8 @@
 # layer) and "adapt-shards" the same with the neurons' cut moving from token to token by the
 # units' busy times, "steal-shards" with the neurons in pieces each unit takes from its end within
 # every step. XPU_SPLIT_LABELS="adapt-heads heads unit0"
-# runs only those configurations (default: all). XPU_SPLIT_BOUND=N traces N more rounds of
+# runs only those configurations (default: all). XPU_SPLIT_WAITS=N traces N more rounds of the
+# two-unit configurations and prints what their meetings cost. XPU_SPLIT_BOUND=N traces N more rounds of
 # unit 0 and heads and prints where the split's time goes (see the block near the end).
 # Speculative decoding is off (--spec off): its verify passes are not decode steps.
 set -euo pipefail
@@ -199,6 +200,50 @@ for r in range(1, int(sys.argv[2]) + 1):
 m = [S.median(c) for c in zip(*rows)]
 print("bound, medians of %d rounds: heads / unit0 %.3f, parts only %.3f; per token: chain %.1f ms, rest %.1f ms of %.1f ms"
       % (len(rows), S.median(r[0] / r[1] for r in rows), S.median(r[0] / r[2] for r in rows), m[3] / 1e3, (m[1] - m[2] - m[3]) / 1e3, m[1] / 1e3))
+PY
+fi
+# XPU_SPLIT_WAITS=N: N more rounds, each tracing every two-unit configuration of the labels
+# (alternated, -n TOKENS, the first two tokens left out). Per configuration, medians over its
+# tokens and then over the rounds: the token's wall time, each unit's busy time (its partition
+# runs, waits left out), and wall less the busier unit's busy time: what the meetings cost,
+# independent of how fast the cores happen to be in that round.
+if [ -n "${XPU_SPLIT_WAITS:-}" ]; then
+	traced=""
+	for label in $labels; do
+		case $label in unit0 | unit1 | threads2 | *-base) ;; *) traced="$traced $label" ;; esac
+	done
+	for r in $(seq 1 "$XPU_SPLIT_WAITS"); do
+		for label in $traced; do
+			plan=$tmp/$label.json
+			[ "$label" = heads ] && plan=$tmp/split-heads.json
+			$xpu run --model "$model" -f "$prompt" -n "$ntok" --temp 0 --spec off --plan "$plan" --trace "$tmp/waits-$label-$r.json" >/dev/null 2>&1
+		done
+	done
+	python3 - "$tmp" "$XPU_SPLIT_WAITS" $traced <<'PY'
+import json, statistics as S, sys
+tmp, rounds, labels = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+for label in labels:
+    rows = []
+    for r in range(1, rounds + 1):
+        ev = json.load(open("%s/waits-%s-%d.json" % (tmp, label, r)))["traceEvents"]
+        names = {e["tid"]: e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
+        xs = [e for e in ev if e.get("ph") == "X"]
+        units = sorted(n for n in set(names.values()) if n not in ("requests", "speculative"))
+        reqs = [e for e in xs if names.get(e["tid"]) == "requests" and "decode" in e["name"]][2:]
+        toks = []
+        for q in reqs:
+            t0, t1 = q["ts"], q["ts"] + q["dur"]
+            busy = dict.fromkeys(units, 0)
+            for e in xs:
+                n = names.get(e["tid"])
+                if n in busy and t0 <= e["ts"] <= t1 and not e["name"].startswith("wait"):
+                    busy[n] += e["dur"]
+            toks.append([q["dur"]] + [busy[u] for u in units] + [q["dur"] - max(busy.values())])
+        rows.append([S.median(c) for c in zip(*toks)])
+    m = [S.median(c) for c in zip(*rows)]
+    print("waits %s, medians of %d rounds, per token: wall %.1f ms, busy %s ms, wall - busier unit %.2f ms (rounds: %s)"
+          % (label, rounds, m[0] / 1e3, " / ".join("%.1f" % (b / 1e3) for b in m[1:-1]), m[-1] / 1e3,
+             " ".join("%.2f" % (row[-1] / 1e3) for row in rows)))
 PY
 fi
 echo "load after: $(cat /proc/loadavg)"
