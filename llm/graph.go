@@ -105,15 +105,21 @@ func (m *Model) buildLayerStage(l int, c, capacity int64, kv core.DType, tree bo
 		nq, nk, nv := m.qkv(g, sb, x, pos, l+1)
 		g.Output(x, nq, toKV(g, nk, kv), toKV(g, nv, kv))
 	} else {
-		g.SetNamePrefix("")
-		h := m.norm(g, x, "output_norm.weight")
-		g.Output(g.Named("logits").MatMul(h, m.w(g, "output.weight")))
+		m.outputHead(g, x)
 	}
 	sb.output(g)
 	if err := g.Err(); err != nil {
 		return nil, fmt.Errorf("llm: building layer %d: %w", l, err)
 	}
 	return g, nil
+}
+
+// outputHead adds the final norm and the logits of x as the graph's output, after the last
+// layer.
+func (m *Model) outputHead(g *core.Graph, x *core.Tensor) {
+	g.SetNamePrefix("")
+	h := m.norm(g, x, "output_norm.weight")
+	g.Output(g.Named("logits").MatMul(h, m.w(g, "output.weight")))
 }
 
 // toKV converts new K/V rows to the cache's dtype.

@@ -299,9 +299,7 @@ func (m *Model) buildShardedLayerStage(l int, capacity int64, kv core.DType, sc 
 			g.Output(qs[s], ks[s], vs[s])
 		}
 	} else {
-		g.SetNamePrefix("")
-		h := m.norm(g, x, "output_norm.weight")
-		g.Output(g.Named("logits").MatMul(h, m.w(g, "output.weight")))
+		m.outputHead(g, x)
 	}
 	if err := g.Err(); err != nil {
 		return nil, fmt.Errorf("llm: building sharded layer %d: %w", l, err)

@@ -453,9 +453,7 @@ func (m *Model) buildSparseTail(l int, c int64, kv core.DType, lay SparseLayout)
 		nq, nk, nv := m.qkv(g, nil, x, pos, l+1)
 		g.Output(x, nq, toKV(g, nk, kv), toKV(g, nv, kv))
 	} else {
-		g.SetNamePrefix("")
-		hn := m.norm(g, x, "output_norm.weight")
-		g.Output(g.Named("logits").MatMul(hn, m.w(g, "output.weight")))
+		m.outputHead(g, x)
 	}
 	if err := g.Err(); err != nil {
 		return nil, fmt.Errorf("llm: building layer %d's sparse tail: %w", l, err)
