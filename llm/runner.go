@@ -179,17 +179,55 @@ func NewPlannedRunner(ctx context.Context, m *Model, devices []core.Device, plan
 	return newRunner(ctx, m, devices, plan, newRunnerConfig(opts))
 }
 
-// DefaultPlan is sched.DefaultPlan for the units specs names among devices, for m.
+// DefaultPlan is sched.DefaultPlan for the units specs names among devices, for m. Where the
+// units are all of one kind, decode steps are also sharded over them (the plan's decode
+// shards, equal shares) when m's KV heads and weights allow it: the default plan's layer split
+// pipelines prefill chunks but runs a decode step on one unit after another, where shards run
+// it on all of them at once. W8A8Plan and a sparse FFN drop the shards (WithoutShards).
 func DefaultPlan(m *Model, devices []core.Device, specs []sched.UnitSpec) (*sched.Plan, error) {
 	kinds := make([]core.DeviceKind, len(specs))
+	same := true
 	for i, s := range specs {
 		d, err := sched.FindDevice(s, devices)
 		if err != nil {
 			return nil, err
 		}
 		kinds[i] = d.Info().Kind
+		same = same && kinds[i] == kinds[0]
 	}
-	return sched.DefaultPlan(specs, kinds, m.Config.Layers), nil
+	p := sched.DefaultPlan(specs, kinds, m.Config.Layers)
+	if len(specs) < 2 || !same {
+		return p, nil
+	}
+	sh := &sched.Shards{}
+	for i := range specs {
+		sh.Units = append(sh.Units, strconv.Itoa(i))
+	}
+	sp := &sched.Plan{Units: p.Units, Decode: sched.PhasePlan{Shards: sh, Rules: []sched.Rule{{Unit: "0"}}}}
+	rp, err := sp.Resolve()
+	if err != nil {
+		return nil, fmt.Errorf("llm: default plan: %w", err)
+	}
+	if _, err := m.cutShards(rp.DecodeShards()); err != nil {
+		return p, nil // the model cannot be sharded over these units: decode as the layers run
+	}
+	p.Decode = sp.Decode
+	return p, nil
+}
+
+// WithoutShards is p without decode shards (decode then follows the prefill rules where it has
+// none of its own): for W8A8 weights and the sparse FFN, which shards do not run.
+func WithoutShards(p *sched.Plan) *sched.Plan {
+	if p.Decode.Shards == nil {
+		return p
+	}
+	out := *p
+	out.Decode.Shards = nil
+	if r := out.Decode.Rules; len(r) == 1 && r[0].Unit == "0" && r[0].Split == nil && len(r[0].Ops)+len(r[0].Nodes) == 0 &&
+		r[0].Layers == "" && len(out.Prefill.Rules) > 0 {
+		out.Decode.Rules = nil // the default plan's: decode as prefill
+	}
+	return &out
 }
 
 func newRunnerConfig(opts []RunnerOption) runnerConfig {

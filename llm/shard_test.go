@@ -215,3 +215,45 @@ func TestStealingShardsAreDeterministic(t *testing.T) {
 		assert.Equal(t, first, got, "run %d", run)
 	}
 }
+
+// TestDefaultPlanShardsDecode: the default plan shards decode steps over units of one kind
+// where the model allows it, not over units of different kinds, and W8A8Plan and WithoutShards
+// drop the shards (decode then follows the prefill's layer split again).
+func TestDefaultPlanShardsDecode(t *testing.T) {
+	devs := pluginDevices(t, "neon", "opencl")
+	m := synthModel(t, "llama", core.Q4_0)
+	two, err := sched.ParseUnitList("neon{cpus=0,threads=1},neon{cpus=1,threads=1}")
+	require.NoError(t, err)
+	p, err := DefaultPlan(m, devs, two)
+	require.NoError(t, err)
+	require.NotNil(t, p.Decode.Shards)
+	assert.Equal(t, []string{"0", "1"}, p.Decode.Shards.Units)
+	assert.NotEmpty(t, p.Prefill.Rules, "prefill keeps the layer split")
+	for _, q := range []*sched.Plan{WithoutShards(p), W8A8Plan(p)} {
+		assert.Nil(t, q.Decode.Shards)
+		assert.Empty(t, q.Decode.Rules, "decode as prefill")
+	}
+	assert.NotNil(t, p.Decode.Shards, "the plan itself is left as it was")
+
+	r, err := NewPlannedRunner(context.Background(), m, devs, p, WithChunkSize(8), WithContextLength(96))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, r.Close()) }()
+	require.NotNil(t, r.shards)
+	_, err = r.Generate(context.Background(), storyPrompt, WithMaxTokens(4))
+	require.NoError(t, err)
+
+	mixed, err := sched.ParseUnitList("neon,opencl")
+	require.NoError(t, err)
+	p, err = DefaultPlan(m, devs, mixed)
+	require.NoError(t, err)
+	if devs[0].Info().Kind != devs[len(devs)-1].Info().Kind {
+		assert.Nil(t, p.Decode.Shards, "units of different kinds: no shards")
+	}
+	three, err := sched.ParseUnitList("neon{cpus=0,threads=1},neon{cpus=1,threads=1},neon{threads=1}")
+	require.NoError(t, err)
+	p, err = DefaultPlan(m, devs, three)
+	require.NoError(t, err)
+	// 4 KV heads over 3 units: 1, 2 and 1, so a shard's output-projection columns start at 16,
+	// not a whole Q4_0 block: the default plan leaves decode unsharded rather than fail
+	assert.Nil(t, p.Decode.Shards)
+}

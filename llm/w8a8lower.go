@@ -334,7 +334,7 @@ const outHeadroom = 4
 // emulated HTP instead, whose Quantize reads half precision, flipped stories260K's greedy text
 // after 27 tokens where the CPU's keeps all 64. p is not changed.
 func W8A8Plan(p *sched.Plan) *sched.Plan {
-	out := *p
+	out := *WithoutShards(p)
 	adapt := func(ph sched.PhasePlan) sched.PhasePlan {
 		var rules []sched.Rule
 		for _, r := range ph.Rules {
@@ -348,6 +348,6 @@ func W8A8Plan(p *sched.Plan) *sched.Plan {
 		ph.Rules = rules
 		return ph
 	}
-	out.Prefill, out.Decode = adapt(p.Prefill), adapt(p.Decode)
+	out.Prefill, out.Decode = adapt(out.Prefill), adapt(out.Decode)
 	return &out
 }

@@ -204,7 +204,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var r *llm.Runner
 	var backends []core.Backend
 	if *units != "" || *planFile != "" {
-		r, backends, err = openPlannedRunner(ctx, m, *units, *planFile, low != nil, ropts, lopts...)
+		r, backends, err = openPlannedRunner(ctx, m, *units, *planFile, low != nil, spath != "", ropts, lopts...)
 	} else {
 		r, backends, err = openRunner(ctx, m, *backend, *policy, *device, allowRef, ropts, lopts...)
 	}
@@ -313,9 +313,10 @@ func countSet(ss ...string) int {
 }
 
 // openPlannedRunner opens every backend and runs the model on the units of the plan file, or on
-// the listed units with the default plan (sched.DefaultPlan; with w8a8, adapted by
-// llm.W8A8Plan so each activation is quantized on its int8 MATMUL's unit).
-func openPlannedRunner(ctx context.Context, m *llm.Model, units, planFile string, w8a8 bool, opts []llm.RunnerOption,
+// the listed units with the default plan (llm.DefaultPlan; with w8a8, adapted by
+// llm.W8A8Plan so each activation is quantized on its int8 MATMUL's unit; with the sparse FFN,
+// without decode shards).
+func openPlannedRunner(ctx context.Context, m *llm.Model, units, planFile string, w8a8, sparseFFN bool, opts []llm.RunnerOption,
 	lopts ...loader.Option) (*llm.Runner, []core.Backend, error) {
 	var plan *sched.Plan
 	var specs []sched.UnitSpec
@@ -340,8 +341,11 @@ func openPlannedRunner(ctx context.Context, m *llm.Model, units, planFile string
 		if plan, err = llm.DefaultPlan(m, devs, specs); err != nil {
 			return nil, backends, err
 		}
-		if w8a8 {
+		switch {
+		case w8a8:
 			plan = llm.W8A8Plan(plan)
+		case sparseFFN:
+			plan = llm.WithoutShards(plan)
 		}
 	}
 	r, err := llm.NewPlannedRunner(ctx, m, devs, plan, opts...)
