@@ -77,21 +77,13 @@ func (m *Model) cutShards(ps *sched.PlanShards) ([]*shardCut, error) {
 		// pieces from each end: a side's share by the fractions, the last piece what is left
 		c := base
 		mid := bounds[1]
-		var front, back []int64 // piece starts, neuron counts from the ends
+		edges := []int64{0, f} // where pieces meet, from unit 0's end and from unit 1's
 		var cum float64
 		for _, fr := range ps.StealFractions() {
 			cum += fr
-			front = append(front, min(int64(math.Round(float64(mid)*cum/float64(align)))*align, mid))
-			back = append(back, max(f-int64(math.Round(float64(f-mid)*cum/float64(align)))*align, mid))
+			edges = append(edges, min(int64(math.Round(float64(mid)*cum/float64(align)))*align, mid),
+				max(f-int64(math.Round(float64(f-mid)*cum/float64(align)))*align, mid))
 		}
-		edges := []int64{0}
-		for _, e := range front {
-			edges = append(edges, e)
-		}
-		for _, e := range slices.Backward(back) {
-			edges = append(edges, e)
-		}
-		edges = append(edges, f)
 		slices.Sort(edges)
 		edges = slices.Compact(edges)
 		for i := 0; i+1 < len(edges); i++ {
