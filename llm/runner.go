@@ -203,7 +203,10 @@ func DefaultPlan(m *Model, devices []core.Device, specs []sched.UnitSpec) (*sche
 	for i := range specs {
 		sh.Units = append(sh.Units, strconv.Itoa(i))
 	}
-	sp := &sched.Plan{Units: p.Units, Decode: sched.PhasePlan{Shards: sh, Rules: []sched.Rule{{Unit: "0"}}}}
+	// the nodes outside the shards (residual adds, norms) follow the layer split's rules, as
+	// decode did before: a decode phase without rules uses prefill's
+	sp := *p
+	sp.Decode.Shards = sh
 	rp, err := sp.Resolve()
 	if err != nil {
 		return nil, fmt.Errorf("llm: default plan: %w", err)
@@ -211,22 +214,17 @@ func DefaultPlan(m *Model, devices []core.Device, specs []sched.UnitSpec) (*sche
 	if _, err := m.cutShards(rp.DecodeShards()); err != nil {
 		return p, nil // the model cannot be sharded over these units: decode as the layers run
 	}
-	p.Decode = sp.Decode
-	return p, nil
+	return &sp, nil
 }
 
-// WithoutShards is p without decode shards (decode then follows the prefill rules where it has
-// none of its own): for W8A8 weights and the sparse FFN, which shards do not run.
+// WithoutShards is p without decode shards: for W8A8 weights and the sparse FFN, which shards
+// do not run.
 func WithoutShards(p *sched.Plan) *sched.Plan {
 	if p.Decode.Shards == nil {
 		return p
 	}
 	out := *p
 	out.Decode.Shards = nil
-	if r := out.Decode.Rules; len(r) == 1 && r[0].Unit == "0" && r[0].Split == nil && len(r[0].Ops)+len(r[0].Nodes) == 0 &&
-		r[0].Layers == "" && len(out.Prefill.Rules) > 0 {
-		out.Decode.Rules = nil // the default plan's: decode as prefill
-	}
 	return &out
 }
 
