@@ -519,6 +519,10 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 		return argmax(buf)
 	}
 	kidsBuf := make([][]int, r.MaxVerify()+1) // a verify's children by parent row, reused
+	// the sequence a drafter sees and a verify's history: copies of the cache's tokens plus the
+	// step's own, in buffers every step reuses (a fresh copy of a 600-token history each step
+	// was most of the loop's allocations)
+	var seqBuf, histBuf []int32
 	next := sample(logits, r.history)
 	for {
 		if stop, err := emit(next); stop || err != nil {
@@ -528,7 +532,8 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 		budget := min(r.MaxVerify()-1, r.cfg.ctxLen-r.pos-1, cfg.maxTokens-len(res.Tokens))
 		if drafter != nil && budget > 0 && pol.worthDrafting(budget) {
 			t0 := time.Now()
-			seq := append(r.history[:len(r.history):len(r.history)], next)
+			seqBuf = append(append(seqBuf[:0], r.history...), next)
+			seq := seqBuf
 			var err error
 			tree, err = proposeSafely(drafter, seq, budget)
 			if err == nil {
@@ -582,7 +587,8 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 		for i, p := range tree.Parents {
 			kids[p+1] = append(kids[p+1], i)
 		}
-		hist := append(r.history[:base+1:base+1], make([]int32, 0, k)...)
+		histBuf = append(histBuf[:0], r.history[:base+1]...)
+		hist := histBuf
 		keep := []int{0}
 		cur := -1 // the node whose row predicts next (-1: the root)
 		var corr int32
@@ -617,6 +623,7 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 			keep = append(keep, child+1)
 			hist = append(hist, tree.Tokens[child])
 		}
+		histBuf = hist // grown by the walk: the next step reuses the larger buffer
 		a := len(keep) - 1
 		// what the drafter learns: the path verified, the accepted nodes and then the first
 		// child's line below the last, with the model's predictions along it
@@ -629,7 +636,11 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 		for c := cur; len(kids[c+1]) > 0; {
 			c = kids[c+1][0]
 			stepDraft = append(stepDraft, tree.Tokens[c])
-			preds = append(preds, predict(rows[c+1], append(r.history[:base+1:base+1], stepDraft[:len(stepDraft)]...)))
+			var h []int32 // what a repeat penalty sees: the rejected line's tokens after the kept ones
+			if sampler.penalizes() {
+				h = append(r.history[:base+1:base+1], stepDraft...)
+			}
+			preds = append(preds, predict(rows[c+1], h))
 		}
 		if err := r.KeepPath(ctx, base, keep); err != nil {
 			return err

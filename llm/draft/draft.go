@@ -98,6 +98,8 @@ type Step struct {
 type Drafter interface {
 	// Propose drafts at most budget tokens to follow history (every token of the sequence so
 	// far, prompt included; the last one is the tree's root). An empty tree means no draft.
+	// history is the caller's buffer, valid during the call only: a drafter copies what it
+	// keeps.
 	Propose(history []int32, budget int) Tree
 	// Observe reports the verify pass of the last proposal.
 	Observe(step Step)

@@ -206,8 +206,10 @@ func (r *Retrieval) Observe(s Step) {
 // sequence of the calibration index. What follows a predicted token t is read from the
 // predictions at t's occurrences in the prompt (the model's distribution given the prompt, an
 // approximation of its distribution after the new path); it is expanded depth-first, each
-// branch a sequence, within a token budget.
+// branch a sequence, within a token budget. The prompt also goes into the context index here,
+// with the prefill, instead of at the first proposal.
 func (r *Retrieval) Calibrate(prompt []int32, preds [][]Candidate) {
+	r.sync(prompt)
 	o := r.opt
 	if o.CalibrateTopK < 0 || len(preds) != len(prompt) {
 		return
