@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -177,9 +178,12 @@ func BenchmarkSpecSummary(b *testing.B) {
 // every step the per-step oracle takes the length (or plain decoding) that gives the most
 // tokens per cost knowing what will be accepted; "match" verifies by the draft's match length
 // as the default policy's statistics would (1 token: verify-2, 2: verify-4, more: verify-8);
-// "always4" verifies every draft at length 4. x-plain:NAME is tokens over the summed costs,
+// "alwaysL" verifies every draft at length L. x-plain:NAME is tokens over the summed costs,
 // the speed-up if drafting and the loop cost nothing (they cost ~5% in real runs, and the
 // replay offers no draft reuse, which needs the model's predictions after rejected tokens).
+//
+// XPU_REPLAY_COST=c2,c4,c8,c16 fixes the costs instead of timing them, so that two drafters
+// can be compared on their drafts alone (the timed costs move from run to run by ±20%).
 //
 //	go test ./llm -run X -bench SpecReplay -benchtime 1x
 func BenchmarkSpecReplay(b *testing.B) {
@@ -201,7 +205,15 @@ func BenchmarkSpecReplay(b *testing.B) {
 			b.Fatal(err)
 		}
 		full := append(slices.Clone(ids), res.Tokens...)
-		cost := passCosts(b, r, full[:len(ids)+100], append([]int{1}, lengths...))
+		var cost map[int]float64
+		if v := os.Getenv("XPU_REPLAY_COST"); v != "" {
+			cost = map[int]float64{1: 1}
+			for i, f := range strings.Split(v, ",") {
+				cost[lengths[i]], _ = strconv.ParseFloat(f, 64)
+			}
+		} else {
+			cost = passCosts(b, r, full[:len(ids)+100], append([]int{1}, lengths...))
+		}
 		r.Reset()
 		preds := make([][]draft.Candidate, len(ids))
 		if _, err := r.PrefillEach(ctx, ids, func(i int, l []float32) error {
@@ -225,6 +237,9 @@ func BenchmarkSpecReplay(b *testing.B) {
 			}},
 			{"match", func(match int, _ map[int]int) int { return []int{2, 2, 4, 8}[min(match, 3)] }},
 			{"always4", func(int, map[int]int) int { return 4 }},
+			{"always2", func(int, map[int]int) int { return 2 }},
+			{"always8", func(int, map[int]int) int { return 8 }},
+			{"always16", func(int, map[int]int) int { return 16 }},
 		}
 		for _, p := range policies {
 			d := draft.NewRetrieval(draft.RetrievalOptions{})
