@@ -25,6 +25,10 @@
 # runs only those configurations (default: all). XPU_SPLIT_WAITS=N traces N more rounds of the
 # two-unit configurations and prints what their meetings cost. XPU_SPLIT_BOUND=N traces N more rounds of
 # unit 0 and heads and prints where the split's time goes (see the block near the end).
+# Labels "bw1" and "bw2" measure the machine's memory read bandwidth in the same rounds
+# (llm's BenchmarkReadBandwidth: one goroutine pinned to core 0, two on cores 0 and 1; GB/s in
+# the tok/s column): decode of a 1B Q4_0 model streams its weights, so a split over the two cores
+# gains at most about what the second core adds to the read bandwidth, bw2 / bw1.
 # Speculative decoding is off (--spec off): its verify passes are not decode steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,6 +87,13 @@ run() { # $1: label, rest: xpu run flags; prints "label decode_tok_s"
 	echo "$label $(echo "$err" | sed -nE 's/^decode: .* ([0-9.]+) tok\/s.*/\1/p')"
 	if [ -n "${XPU_SPLIT_VERBOSE:-}" ]; then echo "$err" | grep -iE 'bubble|busy|decode' >&2; fi
 }
+bandwidth() { # $1: bw1 or bw2; prints "label GB/s"
+	[ -x "$tmp/llm.test" ] || go test -c -o "$tmp/llm.test" ./llm
+	local n=${1#bw} cpus=0
+	[ "$n" = 2 ] && cpus=0,1
+	echo "$1 $(cd llm && taskset -c $cpus "$tmp/llm.test" -test.run '^$' -test.bench ReadBandwidth \
+		-test.benchtime 10x -test.cpu "$n" | sed -nE 's/.* ([0-9.]+) GB\/s$/\1/p')"
+}
 : >"$tmp/runs"
 labels=${XPU_SPLIT_LABELS:-split steal adapt heads steal-heads adapt-heads shards adapt-shards steal-shards unit0 unit1 threads2}
 if [ -n "${XPU_SPLIT_BASE:-}" ]; then labels="$labels split-base unit0-base"; fi
@@ -98,6 +109,7 @@ for r in $(seq 1 "$rounds"); do
 		unit0 | unit0-base) run "$label" --units "$u0" ;;
 		unit1) run unit1 --units "$u1" ;;
 		threads2) run threads2 --units 'neon{threads=2}' ;;
+		bw1 | bw2) bandwidth "$label" ;;
 		*) echo "unknown configuration $label" >&2 && exit 2 ;;
 		esac >>"$tmp/runs"
 	done
@@ -118,6 +130,7 @@ for s in split steal adapt heads steal-heads adapt-heads shards adapt-shards ste
 	ratio "$s" unit1
 	ratio "$s" threads2 "target >= 0.95"
 done
+ratio bw2 bw1 "what the second core adds to the read bandwidth"
 if [ -n "${XPU_SPLIT_BASE:-}" ]; then
 	echo "base: split / unit0 = $(echo "${m[split-base]} / ${m[unit0-base]}" | bc -l | cut -c1-5), split / threads2 = $(echo "${m[split-base]} / ${m[threads2]}" | bc -l | cut -c1-5)"
 fi
