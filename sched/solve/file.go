@@ -14,6 +14,8 @@ import (
 // File is the plan as the runtime reads it: per phase, a rule per named op of a layer (a split
 // rule for a split MATMUL), the logits, then one rule without filters that places the rest (the
 // norms and their weight multiply, the embedding lookup, reshapes and casts) on the norms' unit.
+// A sharded decode's ops are its shards (sched.Shards, stealing or adaptive as Options.Steal
+// and Options.Adapt say) instead of rules.
 // Its units are the units the plan uses, in the profile's order. sched.ParsePlan reads its JSON.
 func (p *Plan) File() *sched.Plan {
 	used := map[int]bool{}
@@ -59,6 +61,16 @@ func (p *Plan) File() *sched.Plan {
 			c := op.Choice
 			if op.Class == profile.OpNorm {
 				rest = p.Units[c.Units[0]]
+				continue
+			}
+			if c.Strategy == StrategyShard {
+				// every sharded op has the same units and ratio: the shards take them all
+				if fp.Shards == nil {
+					fp.Shards = &sched.Shards{Ratio: c.Ratio, Steal: p.steals(c), Adapt: p.adapts(c)}
+					for _, u := range c.Units {
+						fp.Shards.Units = append(fp.Shards.Units, p.Units[u])
+					}
+				}
 				continue
 			}
 			r := sched.Rule{Unit: p.Units[c.Units[0]], Nodes: op.Nodes}
@@ -117,12 +129,12 @@ func (p *Plan) Describe(c Choice) string {
 
 // steals says whether the plan file writes c as a stealing split (Options.Steal).
 func (p *Plan) steals(c Choice) bool {
-	return p.Steal && c.Strategy == StrategyRows && len(c.Units) == 2
+	return p.Steal && (c.Strategy == StrategyRows || c.Strategy == StrategyShard) && len(c.Units) == 2
 }
 
 // adapts says whether the plan file writes c as an adaptive split (Options.Adapt).
 func (p *Plan) adapts(c Choice) bool {
-	return p.Adapt && !p.Steal && c.Strategy == StrategyRows && len(c.Units) == 2
+	return p.Adapt && !p.Steal && (c.Strategy == StrategyRows || c.Strategy == StrategyShard) && len(c.Units) == 2
 }
 
 // Row is one line of a comparison: a configuration's predicted prefill and decode.

@@ -19,7 +19,22 @@ type opDef struct {
 	// headAlign, for attention, is the query width of one KV head's group: a heads split
 	// cuts N at its multiples
 	headAlign int
+	// shard is the share a sharded decode (StrategyShard) gives each unit of the op: its KV
+	// heads' (Q/K/V rows, RoPE, attention, the output projection) or its FFN neurons' (gate
+	// and up rows, the activation, the down projection); shardNone for the ops the shards
+	// meet at (norms, residual adds) and the head
+	shard int
+	// cols marks the MATMULs a shard cuts along K (its columns of the output and down
+	// projections), each unit's part a partial sum
+	cols bool
 }
+
+// The shares of a sharded decode (opDef.shard).
+const (
+	shardNone = iota
+	shardHeads
+	shardNeurons
+)
 
 // layerOps are a decoder layer's ops in execution order, then the head's (output norm and
 // logits) as headOps.
@@ -44,18 +59,23 @@ func layerOps(md profile.Model) (layer, head []opDef) {
 	// passes over [M, FFN] (three for ReLU², counted as two)
 	act := flat("ffn_act", []string{"ffn_silu", "ffn_relu", "ffn_relu2", "ffn_swiglu"}, profile.OpElementwise, md.FFN)
 	act.passes = 2
+	sharded := func(o opDef, side int, cols bool) opDef {
+		o.shard, o.cols = side, cols
+		return o
+	}
 	layer = []opDef{
 		flat("attn_norm", nil, profile.OpNorm, md.Dim),
-		mat("attn_q"), mat("attn_k"), mat("attn_v"),
-		flat("rope", []string{"q_rope", "k_rope"}, profile.OpRope, (md.Heads+md.KVHeads)*md.HeadDim),
-		{Name: "attn", Nodes: []string{"attn"}, Class: profile.OpAttention, headAlign: q / md.KVHeads,
+		sharded(mat("attn_q"), shardHeads, false), sharded(mat("attn_k"), shardHeads, false),
+		sharded(mat("attn_v"), shardHeads, false),
+		sharded(flat("rope", []string{"q_rope", "k_rope"}, profile.OpRope, (md.Heads+md.KVHeads)*md.HeadDim), shardHeads, false),
+		{Name: "attn", Nodes: []string{"attn"}, Class: profile.OpAttention, headAlign: q / md.KVHeads, shard: shardHeads,
 			query: func(m, kv int) profile.Query { return profile.Query{Op: profile.OpAttention, M: m, K: kv, N: q} }},
-		mat("attn_output"),
+		sharded(mat("attn_output"), shardHeads, true),
 		flat("attn_residual", []string{"attn_residual"}, profile.OpElementwise, md.Dim),
 		flat("ffn_norm", nil, profile.OpNorm, md.Dim),
-		mat("ffn_gate"), mat("ffn_up"),
-		act,
-		mat("ffn_down"),
+		sharded(mat("ffn_gate"), shardNeurons, false), sharded(mat("ffn_up"), shardNeurons, false),
+		sharded(act, shardNeurons, false),
+		sharded(mat("ffn_down"), shardNeurons, true),
 		flat("ffn_residual", []string{"ffn_residual"}, profile.OpElementwise, md.Dim),
 	}
 	head = []opDef{

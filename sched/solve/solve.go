@@ -1,7 +1,8 @@
 // Package solve chooses, from a profile, where a model's ops run: per phase (prefill in chunks
 // of a chosen length, decode one token at a time) and per op of a decoder layer (every layer
 // has the same shapes, so the same decision), the unit, or for a MATMUL a split across units
-// (HeteroLLM's row, sequence, multi-sequence and hybrid cuts) with its ratio. It predicts each
+// (HeteroLLM's row, sequence, multi-sequence and hybrid cuts) with its ratio, or for decode a
+// split of the attention by KV heads or a sharded decode (StrategyShard). It predicts each
 // candidate by replaying the phase's task DAG (package dag) on a discrete-event clock with the
 // profile's costs and sync times, and returns the fastest; the candidates always include
 // every single unit, so a plan is never predicted slower than the best single unit.
@@ -95,6 +96,12 @@ const (
 	// StrategyHeads splits a decode step's ATTENTION by KV heads (sched.SplitHeads), where the
 	// profile has the units' ATTENTION_HEADS times.
 	StrategyHeads = "heads"
+	// StrategyShard is a sharded decode (sched.Shards): each unit runs its share of the KV
+	// heads from Q/K/V to its columns of the output projection and its share of the FFN
+	// neurons from gate/up to its columns of the down projection, the units meeting at the
+	// residual adds and where a stage starts (attention) instead of at every MATMUL. Every
+	// sharded op of a phase has the same units and ratio.
+	StrategyShard = "shard"
 )
 
 // Choice is how one op runs: on one unit, or split.
@@ -326,6 +333,9 @@ func (s *solver) phase(name string, rowsList []int) (best, single Phase, err err
 		}
 		cands, singles := s.candidates(rows, kvAvg, nchunks)
 		pool = append(pool, cands...)
+		if name == "decode" && s.o.Mode == Tensor {
+			pool = append(pool, s.shards(rows, kvAvg)...)
+		}
 		// one unit runs its tasks back to back: the replay's makespan is the sum of the costs
 		for _, c := range singles {
 			t, err := s.serialTime(name, c, rows, nchunks)
@@ -452,6 +462,34 @@ func (s *solver) opTime(op opDef, c Choice, m, kv int) (time.Duration, []dag.Par
 			}
 			ps = append(ps, piece{u, t, b})
 		}
+	case StrategyShard:
+		if op.shard == shardNone {
+			return 0, nil, fmt.Errorf("solve: %s is not sharded", op.Name)
+		}
+		for i, f := range s.shardShares(op.shard, c.Ratio) {
+			if f == 0 {
+				continue
+			}
+			qq := q
+			scale := func(v int) int { return max(1, int(math.Round(float64(v)*f))) }
+			switch {
+			case op.Class == profile.OpAttention:
+				qq.Op, qq.N = profile.OpAttentionHeads, scale(q.N)
+			case op.cols:
+				qq.K = scale(q.K)
+			default:
+				qq.N = scale(q.N)
+			}
+			t, err := s.time(c.Units[i], qq)
+			if err != nil {
+				return 0, nil, err
+			}
+			var b int64
+			if op.matmul {
+				b = profile.WeightBytes(q.DType, qq.K, qq.N)
+			}
+			ps = append(ps, piece{c.Units[i], t * passes, b})
+		}
 	case StrategyHeads:
 		for i, n := range splitCount(q.N, c.Ratio, max(op.headAlign, 1)) {
 			if n == 0 {
@@ -551,6 +589,21 @@ func (s *solver) opTime(op opDef, c Choice, m, kv int) (time.Duration, []dag.Par
 		return 0, nil, err
 	}
 	return total + mc, parts, nil
+}
+
+// shardShares are each unit's share of an op of a sharded decode with ratio: of the KV heads
+// (whole heads) or of the FFN's neurons (multiples of 32: the runner aligns them to the larger
+// of 32 and the weights' block, llm/shard.go).
+func (s *solver) shardShares(side int, ratio []float64) []float64 {
+	total, align := s.p.Model.KVHeads, 1
+	if side == shardNeurons {
+		total, align = s.p.Model.FFN, 32
+	}
+	out := make([]float64, len(ratio))
+	for i, n := range splitCount(total, ratio, align) {
+		out[i] = float64(n) / float64(total)
+	}
+	return out
 }
 
 // splitCount cuts total into len(ratio) parts by ratio, each but the last a multiple of align.
@@ -843,39 +896,94 @@ func (s *solver) multi(layerOpts, headOpts []map[uint64]Choice, rows, kv, nchunk
 			}
 		}
 	}
-	// score each by the bound max(busiest unit's load × chunks, chain latency + the rest of the
-	// chunks at the busiest unit's pace)
 	for _, c := range pool {
-		load := map[int]time.Duration{}
-		var lat time.Duration
-		prev := uint64(0)
-		add := func(op opDef, ch Choice) {
-			t, parts, err := s.opTime(op, ch, rows, kv)
-			if err != nil {
-				return
-			}
-			for _, p := range parts {
-				load[p.Unit] += p.Cost
-			}
-			lat += t + s.transition(prev, ch.mask())
-			prev = ch.mask()
-		}
-		for range s.p.Model.Layers {
-			for i, op := range s.layer {
-				add(op, c.layer[i])
-			}
-		}
-		for i, op := range s.head {
-			add(op, c.head[i])
-		}
-		var busiest time.Duration
-		for _, l := range load {
-			busiest = max(busiest, l)
-		}
-		cands = append(cands, scored{c: c, rows: rows, nchunks: nchunks, family: family,
-			bound: max(busiest*time.Duration(nchunks), lat+busiest*time.Duration(nchunks-1))})
+		cands = append(cands, s.score(c, rows, kv, nchunks, family))
 	}
 	return cands
+}
+
+// score ranks candidate c by the bound max(busiest unit's load × chunks, chain latency + the
+// rest of the chunks at the busiest unit's pace).
+func (s *solver) score(c candidate, rows, kv, nchunks int, family Mode) scored {
+	load := map[int]time.Duration{}
+	var lat time.Duration
+	prev := uint64(0)
+	add := func(op opDef, ch Choice) {
+		t, parts, err := s.opTime(op, ch, rows, kv)
+		if err != nil {
+			return
+		}
+		for _, p := range parts {
+			load[p.Unit] += p.Cost
+		}
+		lat += t + s.transition(prev, ch.mask())
+		prev = ch.mask()
+	}
+	for range s.p.Model.Layers {
+		for i, op := range s.layer {
+			add(op, c.layer[i])
+		}
+	}
+	for i, op := range s.head {
+		add(op, c.head[i])
+	}
+	var busiest time.Duration
+	for _, l := range load {
+		busiest = max(busiest, l)
+	}
+	return scored{c: c, rows: rows, nchunks: nchunks, family: family,
+		bound: max(busiest*time.Duration(nchunks), lat+busiest*time.Duration(nchunks-1))}
+}
+
+// shardFamily ranks the sharded decodes among themselves.
+const shardFamily Mode = -2
+
+// shards are the sharded decodes (StrategyShard) over every two units of one kind without
+// static shapes, the KV heads cut at every whole head and the neurons by the same ratio, the
+// ops the shards meet at and the head on either of the two: the runtime's default plan shards
+// decode over units of one kind (llm.DefaultPlan), and a unit of static shapes would pad each
+// shard's one-row ops. Each unit runs its shard's ops as one task between meetings, so a
+// layer has three meetings (the residual adds and the start of attention) where a rows split
+// meets at every MATMUL.
+func (s *solver) shards(rows, kv int) []scored {
+	kvh := s.p.Model.KVHeads
+	var out []scored
+	for _, a := range s.units {
+		for _, b := range s.units {
+			ua, ub := &s.p.Units[a], &s.p.Units[b]
+			if a >= b || ua.Kind != ub.Kind || len(ua.StaticM) > 0 || len(ub.StaticM) > 0 {
+				continue
+			}
+			for h := 1; h < kvh; h++ {
+				r := float64(h) / float64(kvh)
+				shard := Choice{Strategy: StrategyShard, Units: []int{a, b}, Ratio: []float64{r, 1 - r}}
+			meet:
+				for _, nu := range []int{a, b} {
+					single := Choice{Strategy: StrategySingle, Units: []int{nu}}
+					c := candidate{label: fmt.Sprintf("sharded: %s %d + %s %d KV heads, meeting on %s",
+						ua.Name, h, ub.Name, kvh-h, s.p.Units[nu].Name)}
+					for _, op := range s.layer {
+						ch := single
+						if op.shard != shardNone {
+							ch = shard
+						}
+						if _, _, err := s.opTime(op, ch, rows, kv); err != nil {
+							continue meet // a unit refuses an op (or has no ATTENTION_HEADS time)
+						}
+						c.layer = append(c.layer, ch)
+					}
+					for _, op := range s.head {
+						if _, _, err := s.opTime(op, single, rows, kv); err != nil {
+							continue meet
+						}
+						c.head = append(c.head, single)
+					}
+					out = append(out, s.score(c, rows, kv, 1, shardFamily))
+				}
+			}
+		}
+	}
+	return out
 }
 
 // pipelineFamily ranks the layer splits among themselves (they are replayed apart from the
@@ -1308,7 +1416,7 @@ func (s *solver) chunkSteps(name string, c candidate, i, rows int) ([]dag.Step, 
 			flush()
 		}
 		steps = append(steps, taskStep{Step: dag.Step{Name: s.names[l][j], Layer: l, Parts: parts,
-			CrossChunk: op.Class == profile.OpAttention}, matmul: op.matmul})
+			CrossChunk: op.Class == profile.OpAttention}, matmul: op.matmul, shard: ch.Strategy == StrategyShard})
 		if mc > 0 {
 			if merge == nil {
 				merge = &taskStep{Step: dag.Step{Name: s.names[l][j] + ".merge", Layer: l,
@@ -1333,6 +1441,7 @@ func (s *solver) chunkSteps(name string, c candidate, i, rows int) ([]dag.Step, 
 type taskStep struct {
 	dag.Step
 	matmul bool
+	shard  bool  // a sharded decode's op: each unit runs its shards' ops as one task
 	units  []int // a merge's split units
 }
 
@@ -1364,7 +1473,9 @@ func (s *solver) mergeTime(op opDef, c Choice, m, kv int) (time.Duration, error)
 // a stage starts at a layer's attention and ends after the next layer's Q/K/V and RoPE) into
 // partitions, runs of nodes on one unit, and runs each partition as one task; split MATMULs
 // that follow each other with the same units and no dependency between them (Q, K, V; gate,
-// up) share one task per unit. A task pays its unit's fixed cost (submit, dispatch, fence) once,
+// up) share one task per unit, and so do a sharded decode's ops from one meeting to the next
+// (sched.StageSpec.Sharded: each unit's shard is a partition, a stage's attention still starts
+// a task). A task pays its unit's fixed cost (submit, dispatch, fence) once,
 // where the profile's op times each include it: a group of k ops costs the sum less k−1
 // launches. So a plan that cuts a layer into many small tasks is charged what the runtime pays.
 func (s *solver) group(steps []taskStep) []dag.Step {
@@ -1376,10 +1487,10 @@ func (s *solver) group(steps []taskStep) []dag.Step {
 		}
 		return us
 	}
-	prevMatmul := false
+	prevMatmul, prevShard := false, false
 	for _, st := range steps {
 		if n := len(out); n > 0 && !st.CrossChunk && slices.Equal(units(out[n-1]), units(st.Step)) &&
-			(len(st.Parts) == 1 || (st.matmul && prevMatmul)) {
+			(len(st.Parts) == 1 || (st.matmul && prevMatmul) || (st.shard && prevShard)) {
 			last := &out[n-1]
 			parts := slices.Clone(last.Parts)
 			for i, p := range st.Parts {
@@ -1387,11 +1498,11 @@ func (s *solver) group(steps []taskStep) []dag.Step {
 				parts[i].Cost += max(p.Cost-launch, p.Cost/2)
 			}
 			last.Parts = parts
-			prevMatmul = st.matmul
+			prevMatmul, prevShard = st.matmul, st.shard
 			continue
 		}
 		out = append(out, st.Step)
-		prevMatmul = st.matmul
+		prevMatmul, prevShard = st.matmul, st.shard
 	}
 	return out
 }

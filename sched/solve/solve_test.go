@@ -183,6 +183,7 @@ func TestHeadsSplitWhereProfiled(t *testing.T) {
 	}
 	twin := p.Units[0]
 	twin.Name = "twin"
+	twin.Kind = otherKind(twin.Kind) // over one kind the solver would shard the decode instead
 	twin.Entries = slices.Clone(twin.Entries)
 	p.Units = append(p.Units, twin)
 	attn := func(pl *Plan) OpPlan {
@@ -214,6 +215,95 @@ func TestHeadsSplitWhereProfiled(t *testing.T) {
 	pl, err = Solve(p, Options{Prompt: 256, Context: 1024})
 	require.NoError(t, err)
 	assert.NotEqual(t, StrategyHeads, attn(pl).Choice.Strategy)
+}
+
+// otherKind is a unit kind other than k.
+func otherKind(k string) string {
+	if k == "gpu" {
+		return "cpu"
+	}
+	return "gpu"
+}
+
+// A sharded decode over two equal units of one kind beats splitting each MATMUL by rows: each
+// unit runs its KV heads' and FFN neurons' ops as one task between the residual adds, where a
+// rows split meets after every MATMUL and runs RoPE and the activation on one unit. The plan
+// file carries it as the decode's shards, which the runtime accepts. Over units of different
+// kinds, or with a static-shape unit, the solver does not shard.
+func TestShardedDecodeBetweenEqualUnits(t *testing.T) {
+	// two equal units; edit changes the second
+	twins := func(edit func(u *profile.Unit)) *profile.Profile {
+		p := randomProfile(rand.New(rand.NewPCG(1, 1)), 1)
+		p.DefaultSyncSeconds = 20e-6
+		p.CombinedGBs = 0
+		p.Units[0].StaticM = nil
+		for i := range p.Units[0].Entries {
+			p.Units[0].Entries[i].Seconds *= 100 // ops far longer than a launch or a sync: a large model
+		}
+		twin := p.Units[0]
+		twin.Name = "twin"
+		twin.Entries = slices.Clone(twin.Entries)
+		edit(&twin)
+		p.Units = append(p.Units, twin)
+		return p
+	}
+	p := twins(func(*profile.Unit) {})
+	pl, err := Solve(p, Options{Prompt: 256, Context: 1024})
+	require.NoError(t, err)
+	var sharded []string
+	for _, op := range pl.Decode.Layer {
+		if op.Choice.Strategy == StrategyShard {
+			sharded = append(sharded, op.Op)
+			assert.Equal(t, "shard u0 50% + twin 50%", pl.Describe(op.Choice))
+		}
+	}
+	assert.Equal(t, []string{"attn_q", "attn_k", "attn_v", "rope", "attn", "attn_output", "ffn_gate", "ffn_up", "ffn_act", "ffn_down"}, sharded,
+		"decode plan: %s", pl.Decode.Candidate)
+	assert.Less(t, pl.Decode.Time, pl.SingleDecode.Time)
+	for _, op := range pl.Prefill.Layer {
+		assert.NotEqual(t, StrategyShard, op.Choice.Strategy, "prefill is never sharded")
+	}
+	// the best decode without shards is slower by the solver's own model
+	noShards, err := Solve(p, Options{Prompt: 256, Context: 1024, Mode: Layer})
+	require.NoError(t, err)
+	assert.Less(t, pl.Decode.Time, noShards.Decode.Time)
+
+	f := pl.File()
+	require.NotNil(t, f.Decode.Shards)
+	assert.Equal(t, []string{"u0", "twin"}, f.Decode.Shards.Units)
+	assert.Equal(t, []float64{0.5, 0.5}, f.Decode.Shards.Ratio)
+	assert.Nil(t, f.Prefill.Shards)
+	for _, r := range f.Decode.Rules {
+		for _, n := range r.Nodes {
+			assert.NotContains(t, []string{"attn_q", "attn", "ffn_down"}, n, "a sharded op has no rule")
+		}
+	}
+	rp, err := sched.ParsePlan(f.JSON())
+	require.NoError(t, err)
+	require.NotNil(t, rp.Decode.Shards)
+	assert.False(t, rp.Decode.Shards.Steal)
+
+	steal, err := Solve(p, Options{Prompt: 256, Context: 1024, Steal: true})
+	require.NoError(t, err)
+	require.NotNil(t, steal.File().Decode.Shards)
+	assert.True(t, steal.File().Decode.Shards.Steal)
+
+	for _, tc := range []struct {
+		name string
+		edit func(u *profile.Unit)
+	}{
+		{"another kind", func(u *profile.Unit) { u.Kind = otherKind(u.Kind) }},
+		{"static shapes", func(u *profile.Unit) { u.StaticM = []int{1, 32, 64} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pl, err := Solve(twins(tc.edit), Options{Prompt: 256, Context: 1024})
+			require.NoError(t, err)
+			for _, op := range pl.Decode.Layer {
+				assert.NotEqual(t, StrategyShard, op.Choice.Strategy, op.Op)
+			}
+			assert.Nil(t, pl.File().Decode.Shards)
+		})
+	}
 }
 
 func TestStaticUnitStrategies(t *testing.T) {
@@ -421,6 +511,26 @@ func TestMeasuredNeonPairPrefersLayerSplit(t *testing.T) {
 	assert.True(t, strings.HasSuffix(f.Prefill.Rules[1].Layers, "-"))
 	_, err = sched.ParsePlan(f.JSON())
 	require.NoError(t, err)
+}
+
+// On a profile of two pinned neon units measured with ATTENTION_HEADS times (xpu tune
+// --profile, 2026-11-28, this repository's 1B Q4_0 test model), the solver shards decode in equal
+// shares and writes the shards into the plan file. (Run with that plan, the 1B decoded at
+// 32.4-37.1 tok/s against 28.8-31.9 with the rows splits the solver chose before shards were
+// a candidate: BENCHMARKS.md.)
+func TestMeasuredNeonPairShardsDecode(t *testing.T) {
+	b, err := os.ReadFile("testdata/neon2-1b-q4_0-shards.json")
+	require.NoError(t, err)
+	p, err := profile.Parse(b)
+	require.NoError(t, err)
+	pl, err := Solve(p, Options{Prompt: 64})
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(pl.Decode.Candidate, "sharded:"), pl.Decode.Candidate)
+	assert.Less(t, pl.Decode.Time, pl.SingleDecode.Time)
+	sh := pl.File().Decode.Shards
+	require.NotNil(t, sh)
+	assert.Equal(t, []float64{0.5, 0.5}, sh.Ratio)
+	assert.Len(t, sh.Units, 2)
 }
 
 // TestRuntimeTasks checks that a replay has the runtime's tasks (sched.Program): one per stage
