@@ -108,6 +108,20 @@ func (m Model) Params() int64 {
 	return n
 }
 
+// StepBytes is the weight bytes a decode step streams: every layer's projections and the
+// output head's.
+func (m Model) StepBytes() int64 {
+	var n int64
+	for _, mm := range m.MatMuls() {
+		b := WeightBytes(mm.DType, mm.K, mm.N)
+		if mm.Name != "logits" {
+			b *= int64(m.Layers)
+		}
+		n += b
+	}
+	return n
+}
+
 // WeightBytes is the bytes of an [N, K] weight of dtype dt (0 for a dtype that does not parse).
 func WeightBytes(dt string, k, n int) int64 {
 	d, err := core.ParseDType(dt)
