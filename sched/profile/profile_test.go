@@ -174,10 +174,43 @@ func TestModel(t *testing.T) {
 	// q and o (heads·head_dim = dim); k, v; gate, up; down; logits
 	assert.Len(t, small.DistinctMatMuls(), 5)
 	assert.Equal(t, int64(2*(64*64*2+64*32*2+3*64*128)+64*100), small.Params())
+	// 2 layers of q, k, v, o, gate, up, down, then the head: 34 bytes per 32 weights
+	assert.Equal(t, (2*(64*64*2+64*32*2+3*64*128)+64*100)/32*34, int(small.StepBytes()))
 	bad := small
 	bad.DType = "q9"
 	require.Error(t, bad.Validate())
 	assert.Equal(t, int64(34*2), WeightBytes("q8_0", 64, 1))
+}
+
+// A cold decode MATMUL runs the row over distinct copies of the weights, enough to read
+// coldBytes (2 to 32 of them), one output each.
+func TestColdMatmulGraph(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		k, n   int
+		copies int
+	}{
+		{"4 MiB of F32: 16 copies", 1024, 1024, 16},
+		{"64 KiB: capped at 32", 128, 128, 32},
+		{"64 MiB: at least 2", 4096, 4096, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mm := MatMul{Name: "attn_q", K: tc.k, N: tc.n, DType: "f32"}
+			w := make([]byte, WeightBytes("f32", tc.k, tc.n))
+			g, per, err := coldMatmulGraph(mm, core.F32, w)
+			require.NoError(t, err)
+			assert.Equal(t, tc.copies, per)
+			assert.Len(t, g.Outputs, per)
+			seen := map[*byte]bool{}
+			for _, tt := range g.Tensors {
+				if tt.Kind == core.KindConst {
+					assert.False(t, seen[&tt.Data[0]], "a copy shares another's memory")
+					seen[&tt.Data[0]] = true
+				}
+			}
+			assert.Len(t, seen, per)
+		})
+	}
 }
 
 // Measure times the reference backend through a sched unit: every op class on every grid row
