@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/sched"
 	"github.com/xpuhub/xpu/sched/dag"
 	"github.com/xpuhub/xpu/sched/profile"
 )
@@ -592,15 +593,18 @@ func (s *solver) opTime(op opDef, c Choice, m, kv int) (time.Duration, []dag.Par
 }
 
 // shardShares are each unit's share of an op of a sharded decode with ratio: of the KV heads
-// (whole heads) or of the FFN's neurons (multiples of 32: the runner aligns them to the larger
-// of 32 and the weights' block, llm/shard.go).
+// (whole heads) or of the FFN's neurons (whole blocks of the weights' quantization, and of 32),
+// cut as the runner cuts them (sched.PlanShards.Cut, llm/shard.go).
 func (s *solver) shardShares(side int, ratio []float64) []float64 {
-	total, align := s.p.Model.KVHeads, 1
+	total, align := int64(s.p.Model.KVHeads), int64(1)
 	if side == shardNeurons {
-		total, align = s.p.Model.FFN, 32
+		total, align = int64(s.p.Model.FFN), 32
+		if dt, err := core.ParseDType(s.p.Model.DType); err == nil {
+			align = max(align, dt.BlockLen())
+		}
 	}
 	out := make([]float64, len(ratio))
-	for i, n := range splitCount(total, ratio, align) {
+	for i, n := range (&sched.PlanShards{Ratio: ratio}).Cut(total, align) {
 		out[i] = float64(n) / float64(total)
 	}
 	return out
@@ -956,6 +960,9 @@ func (s *solver) shards(rows, kv int) []scored {
 			}
 			for h := 1; h < kvh; h++ {
 				r := float64(h) / float64(kvh)
+				if slices.Contains(s.shardShares(shardNeurons, []float64{r, 1 - r}), 0) {
+					continue // the runner refuses a shard without neurons (a small FFN)
+				}
 				shard := Choice{Strategy: StrategyShard, Units: []int{a, b}, Ratio: []float64{r, 1 - r}}
 			meet:
 				for _, nu := range []int{a, b} {
