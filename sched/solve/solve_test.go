@@ -513,11 +513,11 @@ func TestMeasuredNeonPairPrefersLayerSplit(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// On a profile of two pinned neon units measured with ATTENTION_HEADS times (xpu tune
-// --profile, 2026-11-28, this repository's 1B Q4_0 test model), the solver shards decode in equal
-// shares and writes the shards into the plan file. (Run with that plan, the 1B decoded at
-// 32.4-37.1 tok/s against 28.8-31.9 with the rows splits the solver chose before shards were
-// a candidate: BENCHMARKS.md.)
+// On a profile of two pinned neon units measured with ATTENTION_HEADS times and cold decode
+// MATMULs (xpu tune --profile, 2026-11-28, the 1B Q4_0 of gen-model), the solver shards decode
+// in equal shares and writes the shards into the plan file. (Run with such a plan, the 1B
+// decoded at 32.4-37.1 tok/s against 28.8-31.9 with the rows splits the solver chose before
+// shards were a candidate: BENCHMARKS.md.)
 func TestMeasuredNeonPairShardsDecode(t *testing.T) {
 	b, err := os.ReadFile("testdata/neon2-1b-q4_0-shards.json")
 	require.NoError(t, err)
