@@ -237,10 +237,10 @@ func printPlan(w io.Writer, p *solve.Plan) {
 		tw.Flush()
 	}
 	if p.Steal {
-		fmt.Fprintln(w, "\nrows splits over two units steal (--steal): the units share the rows at run time from these ratios; the times are the static split's")
+		fmt.Fprintln(w, "\nrows splits and shards over two units steal (--steal): the units share the rows at run time from these ratios; the times are the static split's")
 	}
 	if p.Adapt {
-		fmt.Fprintln(w, "\nrows splits over two units adapt (--adapt): in decode the cut moves around these ratios by the parts' measured times; the times are the static split's")
+		fmt.Fprintln(w, "\nrows splits and shards over two units adapt (--adapt): in decode the cut moves around these ratios by the parts' measured times; the times are the static split's")
 	}
 	fmt.Fprintln(w, "\nevery layer runs the same placement (the layers have the same shapes), except in a layer split; times are per op, one chunk, average context")
 }

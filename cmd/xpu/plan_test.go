@@ -44,8 +44,8 @@ func TestPlanSoC(t *testing.T) {
 		flag, note string
 		marked     func(*sched.Split) bool
 	}{
-		{"--steal", "rows splits over two units steal (--steal)", func(s *sched.Split) bool { return s.Steal }},
-		{"--adapt", "rows splits over two units adapt (--adapt)", func(s *sched.Split) bool { return s.Adapt }},
+		{"--steal", "rows splits and shards over two units steal (--steal)", func(s *sched.Split) bool { return s.Steal }},
+		{"--adapt", "rows splits and shards over two units adapt (--adapt)", func(s *sched.Split) bool { return s.Adapt }},
 	} {
 		code, stdout, stderr = runCLI(t, "plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", c.flag, "-o", out)
 		require.Equal(t, 0, code, stderr)

@@ -206,10 +206,13 @@ func (r *Retrieval) Observe(s Step) {
 // sequence of the calibration index. What follows a predicted token t is read from the
 // predictions at t's occurrences in the prompt (the model's distribution given the prompt, an
 // approximation of its distribution after the new path); it is expanded depth-first, each
-// branch a sequence, within a token budget. The prompt also goes into the context index here,
-// with the prefill, instead of at the first proposal.
+// branch a sequence, within a token budget. A prompt that starts a sequence (or extends the one
+// indexed) also goes into the context index here, with the prefill, instead of at the first
+// proposal.
 func (r *Retrieval) Calibrate(prompt []int32, preds [][]Candidate) {
-	r.sync(prompt)
+	if len(r.seen) == 0 || (len(prompt) >= len(r.seen) && slices.Equal(prompt[:len(r.seen)], r.seen)) {
+		r.sync(prompt) // a continued conversation's new turn alone would rebuild the index
+	}
 	o := r.opt
 	if o.CalibrateTopK < 0 || len(preds) != len(prompt) {
 		return

@@ -33,7 +33,8 @@ type Mode int
 
 // Modes.
 const (
-	// Tensor lets a MATMUL be split across units (HeteroLLM's Hetero-tensor).
+	// Tensor lets a MATMUL be split across units (HeteroLLM's Hetero-tensor), a decode step's
+	// attention by KV heads, and a decode step be sharded (StrategyShard).
 	Tensor Mode = iota
 	// Layer runs every op whole on one unit, different ops on different units (Hetero-layer,
 	// mllm-NPU's placement).
@@ -74,15 +75,17 @@ type Options struct {
 	Mode   Mode
 	// Policy dispatches prefill's ready tasks (nil: dag.OutOfOrder).
 	Policy dag.Policy
-	// Steal writes every rows split over two units as a stealing one (sched.NodeSplit.Steal):
+	// Steal writes every rows split over two units as a stealing one (sched.NodeSplit.Steal),
+	// and a sharded decode as stealing shards (sched.Shards.Steal):
 	// the units share the weight rows at run time, starting from the solver's ratio, so a
 	// unit slower than its profile says does less instead of the other waiting. It costs
 	// memory where a backend repacks weights: each unit then holds every chunk of those
 	// weights, not only its part. The predicted times are the static split's.
 	Steal bool
 	// Adapt writes every rows split over two units as an adaptive one
-	// (sched.NodeSplit.Adapt): in decode the cut moves from token to token, around the solver's
-	// ratio, by the parts' measured times. It costs prepare time (each unit prepares its part
+	// (sched.NodeSplit.Adapt), and a sharded decode as adaptive shards (sched.Shards.Adapt):
+	// in decode the cut moves from token to token, around the solver's ratio, by the parts'
+	// measured times. It costs prepare time (each unit prepares its part
 	// at 9 cut points). The predicted times are the static split's. Not with Steal.
 	Adapt bool
 }
@@ -592,6 +595,16 @@ func (s *solver) opTime(op opDef, c Choice, m, kv int) (time.Duration, []dag.Par
 	return total + mc, parts, nil
 }
 
+// blockLen is the quantization block of weight type dt (1 for float weights or one that does
+// not parse).
+func blockLen(dt string) int {
+	d, err := core.ParseDType(dt)
+	if err != nil {
+		return 1
+	}
+	return int(d.BlockLen())
+}
+
 // shardShares are each unit's share of an op of a sharded decode with ratio: of the KV heads
 // (whole heads) or of the FFN's neurons (whole blocks of the weights' quantization, and of 32),
 // cut as the runner cuts them (sched.PlanShards.Cut, llm/shard.go).
@@ -599,9 +612,7 @@ func (s *solver) shardShares(side int, ratio []float64) []float64 {
 	total, align := int64(s.p.Model.KVHeads), int64(1)
 	if side == shardNeurons {
 		total, align = int64(s.p.Model.FFN), 32
-		if dt, err := core.ParseDType(s.p.Model.DType); err == nil {
-			align = max(align, dt.BlockLen())
-		}
+		align = max(align, int64(blockLen(s.p.Model.DType)))
 	}
 	out := make([]float64, len(ratio))
 	for i, n := range (&sched.PlanShards{Ratio: ratio}).Cut(total, align) {
@@ -911,7 +922,7 @@ func (s *solver) multi(layerOpts, headOpts []map[uint64]Choice, rows, kv, nchunk
 func (s *solver) score(c candidate, rows, kv, nchunks int, family Mode) scored {
 	load := map[int]time.Duration{}
 	var lat time.Duration
-	prev := uint64(0)
+	prev, prevShard := uint64(0), false
 	add := func(op opDef, ch Choice) {
 		t, parts, err := s.opTime(op, ch, rows, kv)
 		if err != nil {
@@ -920,8 +931,11 @@ func (s *solver) score(c candidate, rows, kv, nchunks int, family Mode) scored {
 		for _, p := range parts {
 			load[p.Unit] += p.Cost
 		}
-		lat += t + s.transition(prev, ch.mask())
-		prev = ch.mask()
+		if !(ch.Strategy == StrategyShard && prevShard) { // a shard's ops run as one task
+			lat += s.transition(prev, ch.mask())
+		}
+		lat += t
+		prev, prevShard = ch.mask(), ch.Strategy == StrategyShard
 	}
 	for range s.p.Model.Layers {
 		for i, op := range s.layer {
@@ -962,6 +976,9 @@ func (s *solver) shards(rows, kv int) []scored {
 				r := float64(h) / float64(kvh)
 				if slices.Contains(s.shardShares(shardNeurons, []float64{r, 1 - r}), 0) {
 					continue // the runner refuses a shard without neurons (a small FFN)
+				}
+				if cols := h * s.p.Model.Heads / kvh * s.p.Model.HeadDim; cols%blockLen(s.p.Model.DType) != 0 {
+					continue // nor one whose output-projection columns start inside a quantization block
 				}
 				shard := Choice{Strategy: StrategyShard, Units: []int{a, b}, Ratio: []float64{r, 1 - r}}
 			meet:

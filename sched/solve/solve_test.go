@@ -225,7 +225,8 @@ func otherKind(k string) string {
 	return "gpu"
 }
 
-// A sharded decode over two equal units of one kind beats splitting each MATMUL by rows: each
+// A sharded decode over two equal units of one kind is predicted faster than one unit and than
+// the layer-level placements (no splits): each
 // unit runs its KV heads' and FFN neurons' ops as one task between the residual adds, where a
 // rows split meets after every MATMUL and runs RoPE and the activation on one unit. The plan
 // file carries it as the decode's shards, which the runtime accepts. Over units of different
