@@ -99,11 +99,7 @@ func (m Model) DistinctMatMuls() []MatMul {
 func (m Model) Params() int64 {
 	var n int64
 	for _, mm := range m.MatMuls() {
-		k := int64(mm.K) * int64(mm.N)
-		if mm.Name != "logits" {
-			k *= int64(m.Layers)
-		}
-		n += k
+		n += int64(mm.K) * int64(mm.N) * m.copies(mm)
 	}
 	return n
 }
@@ -113,13 +109,17 @@ func (m Model) Params() int64 {
 func (m Model) StepBytes() int64 {
 	var n int64
 	for _, mm := range m.MatMuls() {
-		b := WeightBytes(mm.DType, mm.K, mm.N)
-		if mm.Name != "logits" {
-			b *= int64(m.Layers)
-		}
-		n += b
+		n += WeightBytes(mm.DType, mm.K, mm.N) * m.copies(mm)
 	}
 	return n
+}
+
+// copies is how many of projection mm the model holds: one per layer, one output head.
+func (m Model) copies(mm MatMul) int64 {
+	if mm.Name == "logits" {
+		return 1
+	}
+	return int64(m.Layers)
 }
 
 // WeightBytes is the bytes of an [N, K] weight of dtype dt (0 for a dtype that does not parse).

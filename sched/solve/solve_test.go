@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -215,6 +216,16 @@ func TestHeadsSplitWhereProfiled(t *testing.T) {
 	pl, err = Solve(p, Options{Prompt: 256, Context: 1024})
 	require.NoError(t, err)
 	assert.NotEqual(t, StrategyHeads, attn(pl).Choice.Strategy)
+}
+
+// readProfile parses a profile of testdata.
+func readProfile(t *testing.T, name string) *profile.Profile {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	require.NoError(t, err)
+	p, err := profile.Parse(b)
+	require.NoError(t, err)
+	return p
 }
 
 // otherKind is a unit kind other than k.
@@ -495,10 +506,7 @@ func TestCompareAndReplay(t *testing.T) {
 // every MATMUL row-split across the two 0.54×. The solver must choose the layer split and
 // predict it faster than one unit.
 func TestMeasuredNeonPairPrefersLayerSplit(t *testing.T) {
-	b, err := os.ReadFile("testdata/neon2-1b-q4_0.json")
-	require.NoError(t, err)
-	p, err := profile.Parse(b)
-	require.NoError(t, err)
+	p := readProfile(t, "neon2-1b-q4_0.json")
 	pl, err := Solve(p, Options{Prompt: 578})
 	require.NoError(t, err)
 	require.NotNil(t, pl.Prefill.LayerUnits, "prefill plan: %s", pl.Prefill.Candidate)
@@ -520,10 +528,7 @@ func TestMeasuredNeonPairPrefersLayerSplit(t *testing.T) {
 // decoded at 32.4-37.1 tok/s against 28.8-31.9 with the rows splits the solver chose before
 // shards were a candidate: BENCHMARKS.md.)
 func TestMeasuredNeonPairShardsDecode(t *testing.T) {
-	b, err := os.ReadFile("testdata/neon2-1b-q4_0-shards.json")
-	require.NoError(t, err)
-	p, err := profile.Parse(b)
-	require.NoError(t, err)
+	p := readProfile(t, "neon2-1b-q4_0-shards.json")
 	pl, err := Solve(p, Options{Prompt: 64})
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(pl.Decode.Candidate, "sharded:"), pl.Decode.Candidate)
@@ -539,10 +544,7 @@ func TestMeasuredNeonPairShardsDecode(t *testing.T) {
 // stage at a layer split's boundary cut in two, and a row-split MATMUL of several rows a merge
 // task on its first unit; chunks wait for their lane (one lane on one unit, two across units).
 func TestRuntimeTasks(t *testing.T) {
-	b, err := os.ReadFile("testdata/neon2-1b-q4_0.json")
-	require.NoError(t, err)
-	p, err := profile.Parse(b)
-	require.NoError(t, err)
+	p := readProfile(t, "neon2-1b-q4_0.json")
 	s := &solver{p: p, o: Options{Prompt: 256, Context: 256, Policy: dag.InOrder}, units: []int{0, 1}, memo: map[memoKey]cost{}}
 	s.layer, s.head = layerOps(p.Model)
 	L := p.Model.Layers
