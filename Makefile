@@ -97,6 +97,25 @@ bench-ir:
 clean:
 	rm -rf $(BUILD)
 
+# The backend SDK a plugin outside this repository builds against (`xpu backend new` writes a
+# Makefile that uses it): every ABI header (abi/*.h, so a header added there ships without a
+# change here), the header-only helpers of plugins/common (handle registry, timeline fences),
+# OPS.md, and xpu-backend.pc for pkg-config. PREFIX is required; a relative one is made absolute.
+SDK_HDRS := $(sort $(wildcard abi/*.h)) plugins/common/xpu_plugin.h plugins/common/xpu_sync.h
+XPU_ABI_VERSION = $(shell sed -n 's/^\#define XPU_ABI_MAJOR \([0-9]*\)u.*/\1/p' abi/xpu_backend.h).$(shell sed -n 's/^\#define XPU_ABI_MINOR \([0-9]*\)u.*/\1/p' abi/xpu_backend.h)
+.PHONY: install-sdk
+install-sdk:
+	@test -n "$(PREFIX)" || { echo "make install-sdk: set PREFIX (e.g. PREFIX=$$HOME/.local)" >&2; exit 2; }
+	@prefix="$(abspath $(PREFIX))"; \
+	  install -d "$$prefix/include/xpu" "$$prefix/lib/pkgconfig" "$$prefix/share/doc/xpu-backend" && \
+	  install -m 644 $(SDK_HDRS) "$$prefix/include/xpu/" && \
+	  install -m 644 abi/OPS.md "$$prefix/share/doc/xpu-backend/" && \
+	  printf '%s\n' "prefix=$$prefix" 'includedir=$${prefix}/include' '' \
+	    'Name: xpu-backend' 'Description: headers for writing an xpu backend plugin (ABI, IR reader, helpers)' \
+	    'Version: $(XPU_ABI_VERSION)' 'Cflags: -I$${includedir}/xpu' 'Libs: -lpthread -lm' \
+	    > "$$prefix/lib/pkgconfig/xpu-backend.pc" && \
+	  echo "installed the xpu backend SDK in $$prefix (pkg-config: PKG_CONFIG_PATH=$$prefix/lib/pkgconfig pkg-config --cflags xpu-backend)"
+
 # xpu quantize against llama.cpp (issue 14): our Q4_K_M bytes equal llama-quantize's on a synthetic
 # model, and llama.cpp's greedy text on our stories260K Q4_K_M file equals xpu's. Needs LLAMA_BIN
 # (llama.cpp's build/bin with llama-quantize and llama-simple) and ../shared/models; not in make test.
