@@ -184,9 +184,16 @@ func NewPlannedRunner(ctx context.Context, m *Model, devices []core.Device, plan
 // shards, equal shares) when m's KV heads and weights allow it: the default plan's layer split
 // pipelines prefill chunks but runs a decode step on one unit after another, where shards run
 // it on all of them at once. W8A8Plan and a sparse FFN drop the shards (WithoutShards).
+//
+// A unit whose device refuses the model's MATMUL (op_support NO for RepresentativeMatMul: a
+// backend that implements a few ops) is partial: sched.DefaultPlanPartial offers it every node
+// outside the MATMUL and ATTENTION rules first, and what it refuses runs where the kind rules
+// put it, so a partial backend runs beside a full one with no plan file.
 func DefaultPlan(m *Model, devices []core.Device, specs []sched.UnitSpec) (*sched.Plan, error) {
 	kinds := make([]core.DeviceKind, len(specs))
-	same := true
+	partial := make([]bool, len(specs))
+	same, anyPartial := true, false
+	mm := core.QueryFor(RepresentativeMatMul(m))
 	for i, s := range specs {
 		d, err := sched.FindDevice(s, devices)
 		if err != nil {
@@ -194,6 +201,12 @@ func DefaultPlan(m *Model, devices []core.Device, specs []sched.UnitSpec) (*sche
 		}
 		kinds[i] = d.Info().Kind
 		same = same && kinds[i] == kinds[0]
+		partial[i] = len(specs) > 1 && d.OpSupport(mm) == core.VerdictNo
+		anyPartial = anyPartial || partial[i]
+	}
+	if anyPartial {
+		// decode shards cut every layer's MATMULs over the units, which a partial one refuses
+		return sched.DefaultPlanPartial(specs, kinds, partial, m.Config.Layers), nil
 	}
 	p := sched.DefaultPlan(specs, kinds, m.Config.Layers)
 	if len(specs) < 2 || !same {
