@@ -115,7 +115,9 @@ type Report struct {
 	Failed      int           `json:"failed"`
 	Unsupported int           `json:"unsupported"`
 	Skipped     int           `json:"skipped"`
-	Cases       []CaseResult  `json:"cases"`
+	// Levels: which of the levels a vendor can claim this run supports, and why (ClaimLevels).
+	Levels []LevelResult `json:"levels,omitempty"`
+	Cases  []CaseResult  `json:"cases"`
 }
 
 func (r *Report) add(c CaseResult) {

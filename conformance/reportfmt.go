@@ -146,6 +146,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if r.Skipped > 0 {
 		fmt.Fprintf(b, ", %d skipped", r.Skipped)
 	}
+	writeLevelsMarkdown(b, r.Levels)
 	b.WriteString("\n\n## Ops (level 2)\n\n")
 	cells := map[string]map[string]*cell{}
 	var dtypes []string
@@ -281,7 +282,11 @@ func (r *Report) WriteJUnit(w io.Writer) error {
 	}
 	enc := xml.NewEncoder(w)
 	enc.Indent("", "  ")
-	if err := enc.Encode(junitSuites{Suites: []junitSuite{s}}); err != nil {
+	suites := junitSuites{Suites: []junitSuite{s}}
+	if len(r.Levels) > 0 {
+		suites.Suites = append(suites.Suites, levelSuite(r.FileBase(), r.Levels))
+	}
+	if err := enc.Encode(suites); err != nil {
 		return err
 	}
 	_, err := io.WriteString(w, "\n")

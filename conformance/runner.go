@@ -108,6 +108,7 @@ func Run(ctx context.Context, b core.Backend, opts ...Option) (*Report, error) {
 		}
 	}
 	rep.Seconds = time.Since(rep.Started).Seconds()
+	rep.Levels = ClaimLevels(rep.Cases)
 	if cfg.reportDir != "" {
 		if err := rep.WriteFiles(cfg.reportDir); err != nil {
 			return rep, err

@@ -159,6 +159,9 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			total.Unsupported += rep.Unsupported
 			total.Skipped += rep.Skipped
 			fmt.Fprintf(stdout, "== %s: %s, %d skipped, %.1f s\n", info.Name, rep.Summary(), rep.Skipped, rep.Seconds)
+			for _, l := range rep.Levels {
+				fmt.Fprintf(stdout, "== level %s\n", l)
+			}
 			if *reportDir != "" {
 				fmt.Fprintf(stdout, "== reports: %s/%s.{json,md,xml}\n", *reportDir, rep.FileBase())
 			}
