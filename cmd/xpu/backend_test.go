@@ -114,6 +114,41 @@ func TestBackendNewForce(t *testing.T) {
 	assert.Contains(t, string(mk), "libxpu-$(NAME).so")
 }
 
+// guideCommands are the shell lines of docs/writing-a-backend.md, in order: each is one step
+// TestBackendKitOutOfTree runs (with its own prefix, and neon's path added to XPU_PLUGIN_PATH
+// because the test binary has no plugins folder beside it).
+var guideCommands = []string{
+	"make install-sdk PREFIX=$HOME/.local",
+	"PKG_CONFIG_PATH=$HOME/.local/lib/pkgconfig pkg-config --cflags xpu-backend",
+	"xpu backend new acme",
+	"cd acme && PKG_CONFIG_PATH=$HOME/.local/lib/pkgconfig make",
+	"xpu conform --plugin ./libxpu-acme.so",
+	"xpu devices -v",
+	"XPU_PLUGIN_PATH=$PWD xpu run -m stories260K.gguf --temp 0 -n 256 --units acme,neon --stats",
+}
+
+// The guide shows exactly the commands the out-of-tree test runs: editing one without the
+// other fails here.
+func TestWritingABackendCommands(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(plugintest.Root(), "docs", "writing-a-backend.md"))
+	require.NoError(t, err)
+	var got []string
+	in := false
+	for _, l := range strings.Split(string(doc), "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case l == "```sh":
+			in = true
+		case l == "```":
+			in = false
+		case in && l != "":
+			got = append(got, l)
+		}
+	}
+	assert.Equal(t, guideCommands, got)
+	assert.Contains(t, string(doc), "TestBackendKitOutOfTree", "the guide names the test that runs its commands")
+}
+
 // TestBackendKitOutOfTree is the vendor's path from an empty folder, each step as
 // docs/writing-a-backend.md shows it: install the SDK, write the skeleton, build it against the
 // SDK alone (pkg-config), run the suite on it (ADD passes, everything else is unsupported with
@@ -207,7 +242,10 @@ func TestBackendKitOutOfTree(t *testing.T) {
 		want, err := os.ReadFile(filepath.Join(filepath.Dir(model), "stories260K.greedy.txt"))
 		require.NoError(t, err)
 		t.Setenv("XPU_PLUGIN_PATH", acme+string(os.PathListSeparator)+neon)
-		code, out, errOut := runCLI(t, "run", "-m", model, "--temp", "0", "-n", "256", "--units", "acme,neon", "--stats")
+		code, out, errOut := runCLI(t, "devices", "-v")
+		require.Equal(t, 0, code, errOut)
+		assert.Regexp(t, `(?m)^acme +0: acme device +acme:0 +accel +10 `, out)
+		code, out, errOut = runCLI(t, "run", "-m", model, "--temp", "0", "-n", "256", "--units", "acme,neon", "--stats")
 		require.Equal(t, 0, code, errOut)
 		assert.Equal(t, string(want), out)
 		// the placement report: one line per unit and phase, "acme:0   ADD×10"
