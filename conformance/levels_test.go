@@ -18,7 +18,8 @@ func levelSuiteFixture() []testCase {
 		{name: "ABI(release-in-flight)", level: 1, op: "ABI"},
 		{name: "ADD(a)", level: 2, op: "ADD", dtype: "f32"},
 		{name: "ADD(b)", level: 2, op: "ADD", dtype: "f32"},
-		{name: "ADD(f16)", level: 2, op: "ADD", dtype: "f16"}, // not in the core set
+		{name: "ADD(f16)", level: 2, op: "ADD", dtype: "f16"},                     // not in the core set
+		{name: "ADD(dtype=f32,a=[0,5],b=[5])", level: 2, op: "ADD", dtype: "f32"}, // zero-size: not in it either
 		{name: "MATMUL(q4_0)", level: 2, op: "MATMUL", dtype: "f32/q4_0"},
 		{name: "EXP(a)", level: 2, op: "EXP", dtype: "f32"}, // not in the core set
 		{name: "BUFFER(import-host)", level: 3, op: "ADD", dtype: "f32"},
@@ -57,7 +58,8 @@ func TestClaimLevels(t *testing.T) {
 	}{
 		{"everything passed", all(),
 			map[string]bool{LevelABI: true, LevelLLMOps: true, LevelLLM: true, LevelHeterogeneous: true}, nil},
-		{"cases outside every level do not count", all(with("ADD(f16)", StatusUnsupported, "no f16"), with("EXP(a)", StatusFail, "")),
+		{"cases outside every level do not count", all(with("ADD(f16)", StatusUnsupported, "no f16"), with("EXP(a)", StatusFail, ""),
+			with("ADD(dtype=f32,a=[0,5],b=[5])", StatusUnsupported, "no empty tensors")),
 			map[string]bool{LevelABI: true, LevelLLMOps: true, LevelLLM: true, LevelHeterogeneous: true}, nil},
 		{"a synchronous device's unsupported ABI case", all(with("ABI(release-in-flight)", StatusUnsupported, "synchronous")),
 			map[string]bool{LevelABI: true}, nil},
