@@ -178,7 +178,14 @@ func TestBackendKitOutOfTree(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command(name, args...)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), env...)
+		// as from a shell: not the variables of a `make test` this test may run under, which
+		// would pass its command-line settings on to the skeleton's make
+		for _, kv := range os.Environ() {
+			if k, _, _ := strings.Cut(kv, "="); k != "MAKEFLAGS" && k != "MFLAGS" && k != "MAKELEVEL" {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, env...)
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "%s %s:\n%s", name, strings.Join(args, " "), out)
 		return string(out)
