@@ -21,15 +21,16 @@ func runScript(t *testing.T, env []string, args ...string) (code int, stdout, st
 }
 
 // runBenchScript runs script from the repository root, within limit, with env added to a
-// clean environment (so a LLAMA_BIN of the caller's cannot leak in), and returns its exit
-// status and output.
+// clean environment (so a LLAMA_BIN of the caller's cannot leak in; BENCH_BANDWIDTH=0 keeps
+// lib.sh's machine line from measuring the read bandwidth), and returns its exit status and
+// output.
 func runBenchScript(t *testing.T, script string, limit time.Duration, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
 	cmd.Dir = ".."
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "BENCH_BANDWIDTH=0"}, env...)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

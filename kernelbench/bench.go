@@ -1,4 +1,4 @@
-package bench
+package kernelbench
 
 import (
 	"context"
@@ -187,7 +187,7 @@ func (m *MatMul) Close() {
 	}
 }
 
-// Harness is the C side of the benchmark (bench/harness/harness.c, built by `make bench-neon`
+// Harness is the C side of the benchmark (kernelbench/harness/harness.c, built by `make bench-neon`
 // into build/bench/libxpubench.so): OpenBLAS's sgemm and a STREAM-style read loop.
 type Harness struct {
 	sgemm func(m, n, k int64, a, b, c *float32, threads int32)
