@@ -21,7 +21,7 @@ func (s Shape) String() string { return fmt.Sprintf("%dx%dx%d", s.M, s.N, s.K) }
 // FLOP is the multiply-adds of one product, counted as two operations each.
 func (s Shape) FLOP() float64 { return 2 * float64(s.M) * float64(s.N) * float64(s.K) }
 
-// The shapes of issue 4.
+// The shapes the suite times.
 var (
 	GEMMShapes = []Shape{{128, 2048, 2048}, {512, 4096, 4096}}
 	GEMVShapes = []Shape{{1, 4096, 4096}, {1, 11008, 4096}}
