@@ -114,3 +114,9 @@ bench-vs-llamacpp:
 	@test -n "$(LLAMA_BIN)" || { echo "make bench-vs-llamacpp: set LLAMA_BIN to a llama.cpp build's bin folder (the one holding llama-bench)" >&2; exit 2; }
 	$(MAKE) all
 	LLAMA_BIN="$(LLAMA_BIN)" XPU="$(BUILD)/xpu" bash bench/vs-llamacpp.sh $(VS_MODELS)
+
+# docs/PERFORMANCE.md from the stored results (lab/results/*.jsonl, written by bench/lib.sh's
+# record or `go run ./lab/perfgen record`); TestPerformanceMDIsGenerated fails when it is stale.
+.PHONY: perf-table
+perf-table:
+	$(GO) run ./lab/perfgen

@@ -23,7 +23,8 @@
 #   record AREA NAME VALUE UNIT COMMAND
 #                       stores one figure in lab/results/AREA.jsonl with the machine, the
 #                       commit and the date, replacing an earlier figure of the same AREA and
-#                       NAME on the same machine; `make perf-table` renders docs/PERFORMANCE.md
+#                       NAME on the same machine (BENCH_RESULTS: another results folder);
+#                       `make perf-table` renders docs/PERFORMANCE.md from them
 #
 # BENCH_ROOT is the repository root.
 BENCH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -99,6 +100,6 @@ record() {
 	local area=$1 name=$2 value=$3 unit=$4 cmd=$5 commit
 	[ -n "$_bench_machine" ] || _bench_machine=$(machine)
 	commit=$(git -C "$BENCH_ROOT" rev-parse --short=10 HEAD 2>/dev/null || echo unknown)
-	(cd "$BENCH_ROOT" && go run ./lab/perfgen record --area "$area" --name "$name" --value "$value" \
+	(cd "$BENCH_ROOT" && go run ./lab/perfgen record --results "${BENCH_RESULTS:-lab/results}" --area "$area" --name "$name" --value "$value" \
 		--unit "$unit" --machine "$_bench_machine" --commit "$commit" --date "$(date -u +%F)" --command "$cmd")
 }
