@@ -116,7 +116,7 @@ bench-vs-llamacpp:
 	LLAMA_BIN="$(LLAMA_BIN)" XPU="$(BUILD)/xpu" bash bench/vs-llamacpp.sh $(VS_MODELS)
 
 # docs/PERFORMANCE.md from the stored results (lab/results/*.jsonl, written by bench/lib.sh's
-# record or `go run ./lab/perfgen record`); TestPerformanceMDIsGenerated fails when it is stale.
+# record_result or `go run ./lab/perfgen record`); TestPerformanceMDIsGenerated fails when it is stale.
 .PHONY: perf-table
 perf-table:
 	$(GO) run ./lab/perfgen

@@ -8,6 +8,7 @@
 #                       two for an even count; nothing for none)
 #   load1               the 1-minute load average
 #   load_line [LABEL]   "load LABEL: 1 5 15" (the three load averages), for a harness's log
+#   trim S              S without leading and trailing blanks
 #   interleave N FUNC ITEM...
 #                       N rounds; each round calls `FUNC ROUND ITEM` once per item, the items'
 #                       order rotated by one every round, so that a load change on a shared
@@ -20,8 +21,8 @@
 #   machine             one line: CPU model, ISA path, 1- and 2-core read bandwidth
 #                       (BENCH_BANDWIDTH=0 leaves the bandwidth out: it costs a test build
 #                       and a few seconds of reading)
-#   record AREA NAME VALUE UNIT COMMAND
-#                       stores one figure in lab/results/AREA.jsonl with the machine, the
+#   record_result AREA NAME VALUE UNIT COMMAND [NOTE]
+#                       stores one figure (NOTE: what it is compared with, the ratio) in lab/results/AREA.jsonl with the machine, the
 #                       commit and the date, replacing an earlier figure of the same AREA and
 #                       NAME on the same machine (BENCH_RESULTS: another results folder);
 #                       `make perf-table` renders docs/PERFORMANCE.md from them
@@ -34,6 +35,13 @@ median() {
 }
 
 load1() { cut -d' ' -f1 /proc/loadavg; }
+
+# trim S: S without leading and trailing blanks
+trim() {
+	local s=$1
+	s=${s#"${s%%[![:space:]]*}"}
+	echo "${s%"${s##*[![:space:]]}"}"
+}
 
 load_line() { echo "load${1:+ $1}: $(cut -d' ' -f1-3 /proc/loadavg)"; }
 
@@ -96,10 +104,10 @@ machine() {
 }
 
 _bench_machine=
-record() {
-	local area=$1 name=$2 value=$3 unit=$4 cmd=$5 commit
+record_result() {
+	local area=$1 name=$2 value=$3 unit=$4 cmd=$5 note=${6:-} commit
 	[ -n "$_bench_machine" ] || _bench_machine=$(machine)
 	commit=$(git -C "$BENCH_ROOT" rev-parse --short=10 HEAD 2>/dev/null || echo unknown)
 	(cd "$BENCH_ROOT" && go run ./lab/perfgen record --results "${BENCH_RESULTS:-lab/results}" --area "$area" --name "$name" --value "$value" \
-		--unit "$unit" --machine "$_bench_machine" --commit "$commit" --date "$(date -u +%F)" --command "$cmd")
+		--unit "$unit" --note "$note" --machine "$_bench_machine" --commit "$commit" --date "$(date -u +%F)" --command "$cmd")
 }

@@ -51,14 +51,14 @@ func TestLibMachineAndLoad(t *testing.T) {
 	assert.Regexp(t, `^[0-9.]+$`, lines[2])
 }
 
-// record stores a figure through lab/perfgen; a second record of the same figure replaces it.
+// record_result stores a figure through lab/perfgen; a second record of the same figure replaces it.
 func TestLibRecord(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("go is not on PATH")
 	}
 	dir := t.TempDir()
 	env := []string{"BENCH_BANDWIDTH=0", "BENCH_RESULTS=" + dir}
-	libSh(t, env, `record llm "tg128" 10 tok/s "bench/x.sh"; record llm "tg128" 12 tok/s "bench/x.sh"`)
+	libSh(t, env, `record_result llm "tg128" 10 tok/s "bench/x.sh"; record_result llm "tg128" 12 tok/s "bench/x.sh"`)
 	b, err := os.ReadFile(filepath.Join(dir, "llm.jsonl"))
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")

@@ -28,6 +28,9 @@
 #   XPU_FLAGS   extra `xpu bench` flags (e.g. "--backend neon --chunk 128"); xpu runs with
 #               --kv f16 unless XPU_FLAGS says otherwise, as llama-bench's cache is f16
 #   LLAMA_FLAGS extra llama-bench flags
+#   RECORD      1: also store every row's xpu figure in lab/results/llm.jsonl (bench/lib.sh's
+#               record_result: a rerun on the same machine replaces the row); `make perf-table` then
+#               renders docs/PERFORMANCE.md
 #   LLAMA_COMMIT the llama.cpp commit to print (default: llama-bench's build_commit)
 #   MODELS_DIR  where the default models are generated (default build/models)
 #   OUT         folder for the raw JSON, logs and results.tsv (default a new one in build/)
@@ -262,3 +265,11 @@ echo "$started → $(date -u +%FT%TZ), $machine, $THREADS threads, $ROUNDS round
 echo
 table "$results"
 
+if [[ ${RECORD:-0} == 1 ]]; then
+	cmd="ROUNDS=$ROUNDS REPS=$REPS THREADS=$THREADS PP=$PP TG=$TG DEPTH=$DEPTH${XPU_FLAGS:+ XPU_FLAGS=\"$XPU_FLAGS\"} LLAMA_BIN=… bench/vs-llamacpp.sh ${models[*]}"
+	table "$results" | tail -n +3 | while IFS='|' read -r _ m test ml mx ratio _; do
+		ratio=$(trim "${ratio//\*/}")
+		record_result llm "$(trim "$m") $(trim "$test"), $THREADS threads" "$(trim "$mx")" tok/s "$cmd" \
+			"llama.cpp $llama_commit: $(trim "$ml") (${ratio}×)"
+	done
+fi

@@ -129,8 +129,9 @@ func TestVsLlamaCppTable(t *testing.T) {
 	for _, name := range []string{"pg", "native", "cli"} {
 		native := name == "native"
 		t.Run(name, func(t *testing.T) {
+			results := t.TempDir()
 			env := []string{"LLAMA_BIN=" + fakeLlamaBench(t, native, name == "cli"), "OUT=" + t.TempDir(), "ROUNDS=2",
-				"REPS=1", "PP=16", "TG=4", "DEPTH=8", "THREADS=1"}
+				"REPS=1", "PP=16", "TG=4", "DEPTH=8", "THREADS=1", "RECORD=1", "BENCH_RESULTS=" + results}
 			code, out, errOut := runScript(t, env, model)
 			require.Equal(t, 0, code, errOut)
 			assert.Contains(t, out, "depth: "+name)
@@ -146,6 +147,15 @@ func TestVsLlamaCppTable(t *testing.T) {
 				re := regexp.MustCompile(`\| stories260K \| ` + regexp.QuoteMeta(test) + ` \| ` + llama +
 					` \| ` + num + ` \| \*\*` + num + `\*\* \| ` + num + `–` + num + ` \|`)
 				assert.Regexp(t, re, out, "row %s", test)
+			}
+			// RECORD=1 stored each row's xpu figure, with llama.cpp's beside it
+			b, err := os.ReadFile(filepath.Join(results, "llm.jsonl"))
+			require.NoError(t, err)
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			require.Len(t, lines, 3, "%s", b)
+			for i, test := range []string{"pp16", "tg4", "tg4 @ d8"} {
+				assert.Contains(t, lines[i], `"name":"stories260K `+test+`, 1 threads"`)
+				assert.Contains(t, lines[i], `"note":"llama.cpp fake: `+want[test])
 			}
 		})
 	}

@@ -8,7 +8,7 @@
 //	go run ./lab/perfgen record --area llm --name "1B Q4_0 tg128" --value 25.4 --unit tok/s \
 //	    --machine "$(machine)" --commit abc1234 --date 2026-01-02 --command "bench/vs-llamacpp.sh ..."
 //
-// bench/lib.sh's `record` calls the last form with the machine line it measures.
+// bench/lib.sh's `record_result` calls the last form with the machine line it measures.
 package main
 
 import (
