@@ -24,6 +24,8 @@ type config struct {
 	tolerances Tolerances
 	plugin     *abi.Plugin
 	levels     map[int]bool
+	version    string // WithBuild
+	commit     string
 }
 
 // Option configures Run.

@@ -108,6 +108,7 @@ func deviceRecord(d core.DeviceInfo) DeviceRecord {
 type Report struct {
 	Backend     BackendRecord `json:"backend"`
 	Device      DeviceRecord  `json:"device"`
+	Provenance  Provenance    `json:"provenance"`
 	Seed        uint64        `json:"seed"`
 	Started     time.Time     `json:"started"`
 	Seconds     float64       `json:"seconds"`

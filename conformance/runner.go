@@ -73,7 +73,8 @@ func Run(ctx context.Context, b core.Backend, opts ...Option) (*Report, error) {
 			r.cfg.repro += fmt.Sprintf(" --device %d", cfg.device)
 		}
 	}
-	rep := &Report{Backend: backendRecord(b.Info()), Device: deviceRecord(r.dev.Info()), Seed: cfg.seed, Started: time.Now().UTC()}
+	rep := &Report{Backend: backendRecord(b.Info()), Device: deviceRecord(r.dev.Info()), Seed: cfg.seed, Started: time.Now().UTC(),
+		Provenance: provenance(cfg, r.plugin)}
 	if cfg.reportDir != "" {
 		if err := rep.RemoveFiles(cfg.reportDir); err != nil {
 			return nil, err

@@ -5,13 +5,14 @@
 # speeds sit next to MEASURED ones. Where the plan splits rows over two units, the same plan
 # from `xpu plan --steal` runs too ("steal": the splits balanced at run time).
 #
-#   scripts/bench-solver.sh [MODEL.gguf] [UNITS] [ROUNDS]
+#   bench/solver.sh [MODEL.gguf] [UNITS] [ROUNDS]
 #
 # Defaults: ../shared/models/stories260K.gguf, neon,opencl,qnn, 3 rounds; PROMPT_REPEAT (12)
 # sets the prompt, PROMPT_TOKENS (578) the length the solver plans for, DECODE_TOKENS (16) the
 # decode; KEEP=DIR keeps the profile, the plans and the solver's output there. The cache goes to a
 # temporary directory (nothing is left in ~/.cache). Prints the load average before and after.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
 model=${1:-../shared/models/stories260K.gguf}
 units=${2:-neon,opencl,qnn}
@@ -21,7 +22,8 @@ xpu=build/xpu
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export XPU_CACHE_DIR=$tmp
-echo "load before: $(cat /proc/loadavg)"
+echo "machine: $(machine)"
+load_line before
 
 start=$(date +%s.%N)
 $xpu tune --profile --model "$model" --units "$units" -o "$tmp/profile.json" >"$tmp/tune.log"
@@ -65,7 +67,6 @@ for r in $(seq 1 "$rounds"); do
 		run "$label" --plan "$tmp/$label.json" >>"$tmp/runs"
 	done
 done
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 declare -A measured
 for label in $labels; do
 	pf=$(awk -v l=$label '$1==l {print $2}' "$tmp/runs" | median)
@@ -78,7 +79,7 @@ for label in $labels; do
 	printf 'prefill %s / single: predicted %.2fx, measured %.2fx\n' "$label" \
 		"$(echo "${predicted[$label]} / ${predicted[single]}" | bc -l)" "$(echo "${measured[$label]} / ${measured[single]}" | bc -l)"
 done
-echo "load after: $(cat /proc/loadavg)"
+load_line after
 if [ -n "${KEEP:-}" ]; then # keep the profile, the plans and the solver's output
 	mkdir -p "$KEEP" && cp "$tmp"/*.json "$tmp"/*.txt "$tmp/runs" "$KEEP"/
 fi

@@ -2,8 +2,9 @@
 # Tree-mask attention on the neon plugin (BenchmarkAttentionTree, plugins/neon/attn_mask_test.go):
 # this tree's AVX-512 build against a base commit's, interleaved rounds, so the mask's cost and
 # the unmasked (decode, causal chunk) paths' speed are compared under the same load.
-# Usage: scripts/bench-attn-tree.sh [BASE_COMMIT] [ROUNDS]   (run `make plugins` first)
+# Usage: bench/attn-tree.sh [BASE_COMMIT] [ROUNDS]   (run `make plugins` first)
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 base=${1:-c40d1f7}
 rounds=${2:-3}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,7 +19,8 @@ cc "${flags[@]}" -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -DNV_VARIAN
   -shared -lpthread -ldl -lm
 cd "$root"
 go test -c -o "$work/neon.test" ./plugins/neon
-echo "load: $(cat /proc/loadavg)"
+echo "machine: $(machine)"
+load_line
 for r in $(seq "$rounds"); do
   for who in base new; do
     if [ "$who" = base ]; then export XPU_PLUGIN_PATH="$work/out"; else export XPU_PLUGIN_PATH="$root/build/plugins"; fi
@@ -26,4 +28,4 @@ for r in $(seq "$rounds"); do
       awk -v w="$who" -v r="$r" '/^Benchmark/ {print "round " r " " w ": " $1 " " $3 " " $4 " " $5 " " $6}'
   done
 done
-echo "load: $(cat /proc/loadavg)"
+load_line

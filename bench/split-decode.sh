@@ -3,7 +3,7 @@
 # neon units against each unit alone and against one neon unit with two threads. Interleaved
 # rounds, medians; prints the load average before and after.
 #
-#   scripts/bench-split-decode.sh [MODEL.gguf] [ROUNDS] [TOKENS]
+#   bench/split-decode.sh [MODEL.gguf] [ROUNDS] [TOKENS]
 #
 # Defaults: /tmp/ck/1b-q4_0.gguf (build/xpu gen-model --arch llama --params 1B --type q4_0), 3
 # rounds, 48 tokens. XPU_SPLIT_RATIO=0.5 sets unit 0's share of each MATMUL's rows (default 0.5);
@@ -31,6 +31,7 @@
 # gains at most about what the second core adds to the read bandwidth, bw2 / bw1.
 # Speculative decoding is off (--spec off): its verify passes are not decode steps.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
 model=${1:-/tmp/ck/1b-q4_0.gguf}
 rounds=${2:-3}
@@ -73,7 +74,8 @@ sed 's/"units": \["0", "1"\], "ratio"/"units": ["0", "1"], "adapt": true, "ratio
 sed 's/"units": \["0", "1"\], "ratio"/"units": ["0", "1"], "steal": true, "ratio"/' "$tmp/shards.json" >"$tmp/steal-shards.json"
 prompt=$tmp/prompt.txt
 for _ in $(seq 1 4); do printf 'Once upon a time, there was a little girl who loved to play in the park. '; done >"$prompt"
-echo "load before: $(cat /proc/loadavg)"
+echo "machine: $(machine)"
+load_line before
 run() { # $1: label, rest: xpu run flags; prints "label decode_tok_s"
 	local label=$1
 	shift
@@ -98,7 +100,7 @@ bandwidth() { # $1: bw1 or bw2; prints "label GB/s"
 labels=${XPU_SPLIT_LABELS:-split steal adapt heads steal-heads adapt-heads shards adapt-shards steal-shards unit0 unit1 threads2}
 if [ -n "${XPU_SPLIT_BASE:-}" ]; then labels="$labels split-base unit0-base"; fi
 for r in $(seq 1 "$rounds"); do
-	echo "round $r: load $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "round $r: $(load_line)"
 	for label in $labels; do
 		case $label in
 		split | split-base) run "$label" --plan "$tmp/split.json" ;;
@@ -114,7 +116,6 @@ for r in $(seq 1 "$rounds"); do
 		esac >>"$tmp/runs"
 	done
 done
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 declare -A m
 for label in $labels; do
 	m[$label]=$(awk -v l=$label '$1==l {print $2}' "$tmp/runs" | median)
@@ -259,4 +260,4 @@ for label in labels:
              " ".join("%.2f" % (row[-1] / 1e3) for row in rows)))
 PY
 fi
-echo "load after: $(cat /proc/loadavg)"
+load_line after

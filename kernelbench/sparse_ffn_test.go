@@ -1,4 +1,4 @@
-package bench
+package kernelbench
 
 import (
 	"context"
@@ -219,7 +219,7 @@ func loadavg() string {
 // contender (median of 5 runs after a warm-up) in turn, so a change in the machine's load hits
 // them alike. Reported: each contender's median time per run (ms) and read bandwidth (GB/s)
 // over the rounds, the dense/sparse time ratios, and the read bandwidth of a plain summing
-// loop. Run: `go test -run '^$' -bench SparseFFN -benchtime 5x ./bench/`
+// loop. Run: `go test -run '^$' -bench SparseFFN -benchtime 5x ./kernelbench/`
 // (XPU_BENCH_PLUGIN picks the build).
 func BenchmarkSparseFFN(b *testing.B) {
 	dev := device(b, "neon")

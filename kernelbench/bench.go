@@ -1,4 +1,4 @@
-package bench
+package kernelbench
 
 import (
 	"context"
@@ -21,7 +21,7 @@ func (s Shape) String() string { return fmt.Sprintf("%dx%dx%d", s.M, s.N, s.K) }
 // FLOP is the multiply-adds of one product, counted as two operations each.
 func (s Shape) FLOP() float64 { return 2 * float64(s.M) * float64(s.N) * float64(s.K) }
 
-// The shapes of issue 4.
+// The shapes the suite times.
 var (
 	GEMMShapes = []Shape{{128, 2048, 2048}, {512, 4096, 4096}}
 	GEMVShapes = []Shape{{1, 4096, 4096}, {1, 11008, 4096}}
@@ -187,7 +187,7 @@ func (m *MatMul) Close() {
 	}
 }
 
-// Harness is the C side of the benchmark (bench/harness/harness.c, built by `make bench-neon`
+// Harness is the C side of the benchmark (kernelbench/harness/harness.c, built by `make bench-neon`
 // into build/bench/libxpubench.so): OpenBLAS's sgemm and a STREAM-style read loop.
 type Harness struct {
 	sgemm func(m, n, k int64, a, b, c *float32, threads int32)
