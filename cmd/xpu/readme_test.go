@@ -101,6 +101,8 @@ var docCommands = []struct {
 	{regexp.MustCompile(`^build/xpu tune --energy --simulate sd8gen3 --seed 3$`), "TestTuneSimulated"},
 	{regexp.MustCompile(`^build/xpu conform --plugin \./libxpu-mine\.so --report out/$`), "TestConformTestPlugin"},
 	{regexp.MustCompile(`^build/xpu conform --plugin coreml$`), "TestDocConformanceFigures"},
+	// docs/writing-a-backend.md's five steps, run as one from an empty folder
+	{regexp.MustCompile(`^make install-sdk PREFIX=|^PKG_CONFIG_PATH=\S+ pkg-config --cflags xpu-backend$|^xpu backend new acme$|^cd acme && PKG_CONFIG_PATH=\S+ make$|^xpu conform --plugin \./libxpu-acme\.so$|^xpu devices -v$|^XPU_PLUGIN_PATH=\$PWD xpu run .*--units acme,neon`), "TestBackendKitOutOfTree"},
 }
 
 // docGreedyRun is a greedy run of the test model from its BOS (no prompt): its text is a
