@@ -122,7 +122,7 @@ type Server struct {
 // outside tests.
 type testHooks struct {
 	beforeGenerate func(attempt int)
-	beforeSend     func(n int) // n: the pieces of text sent before this one
+	beforeSend     func(n int) // n: the pieces of text sent (or made, unstreamed) before this one
 }
 
 // slot is one runner and the chat state that lets it reuse its cache.
@@ -294,9 +294,21 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	writeJSON(w, e.status, map[string]*apiError{"error": e})
 }
 
-// decode reads a JSON body, telling a body over the limit (413) from bad JSON (400).
+// decode reads a JSON body, telling a body over the limit (413) from bad JSON (400). The body
+// is one JSON value: anything but white space after it is refused, so that a client never has
+// part of what it sent silently ignored.
 func decode(r *http.Request, v any) *apiError {
-	err := json.NewDecoder(r.Body).Decode(v)
+	dec := json.NewDecoder(r.Body)
+	err := dec.Decode(v)
+	if err == nil {
+		var extra json.RawMessage
+		switch err = dec.Decode(&extra); {
+		case errors.Is(err, io.EOF):
+			err = nil
+		case err == nil:
+			return badRequest("", "invalid_json", "invalid JSON body: data after the JSON value (%.20q...)", extra)
+		}
+	}
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
@@ -610,6 +622,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, object stri
 		}
 		_ = sse.done()
 		return nil
+	}
+	if s.hooks.beforeSend != nil {
+		n := 0
+		opts = append(opts, llm.WithStream(func(string) error { s.hooks.beforeSend(n); n++; return nil }))
 	}
 	var res llm.Result
 	var err error
