@@ -2,9 +2,14 @@ package llm
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/ardanlabs/jinja"
 
@@ -205,9 +210,12 @@ func (c *Chat) Complete(ctx context.Context, msgs []Message, opts ...GenerateOpt
 // writes itself is dropped so that there is one).
 //
 // Control tokens come only from the template: a message whose content spells one
-// ("<|im_end|>", which would end the turn and let the text write the next one) has that content
-// encoded as plain text. When the template rewrites such a content so that it cannot be found in
-// the rendered prompt, Prompt fails with core.ErrInvalidArgument rather than parse it.
+// ("<|im_start|>", which would open a turn and let the text write the next one) has that
+// content encoded as plain text, wherever the template puts it and whatever the template's own
+// text repeats. Prompt finds the contents by rendering the conversation a second time with a
+// unique marker for each content (a template may trim a content; it may also repeat it). When
+// the template rewrites a content that spells a control token so that it cannot be found, Prompt
+// fails with core.ErrInvalidArgument rather than parse it.
 func (t *ChatTemplate) Prompt(tok *tokenizer.Tokenizer, msgs []Message) (string, []int32, error) {
 	prompt, err := t.Render(msgs, true)
 	if err != nil {
@@ -216,41 +224,90 @@ func (t *ChatTemplate) Prompt(tok *tokenizer.Tokenizer, msgs []Message) (string,
 	if t.bos != "" && tok.Vocab().AddBOS {
 		prompt = strings.TrimPrefix(prompt, t.bos)
 	}
-	ids, err := encodeMessages(tok, prompt, msgs)
-	return prompt, ids, err
+	spelled := -1 // the first message whose content spells a control token
+	for i, m := range msgs {
+		if tok.ControlText(m.Content) != "" {
+			spelled = i
+			break
+		}
+	}
+	if spelled < 0 {
+		// nothing to keep plain: one piece, exactly as llama.cpp tokenizes it
+		return prompt, tok.Encode(prompt, true), nil
+	}
+	spans, err := t.contentSpans(prompt, msgs, tok.Vocab().AddBOS)
+	if err != nil {
+		return "", nil, fmt.Errorf("llm: message %d (%s) contains the control token %q and %w",
+			spelled, msgs[spelled].Role, tok.ControlText(msgs[spelled].Content), err)
+	}
+	return prompt, tok.EncodeWith(prompt, tokenizer.AddSpecial(true), tokenizer.PlainSpans(spans...)), nil
 }
 
-// encodeMessages tokenizes a rendered prompt, keeping the contents of msgs that spell a control
-// token as plain text. Prompts without such contents are encoded in one piece, exactly as
-// before, so the common case tokenizes as llama.cpp does.
-func encodeMessages(tok *tokenizer.Tokenizer, prompt string, msgs []Message) ([]int32, error) {
-	type span struct{ start, end int }
-	var plain []span
-	cursor := 0
+// errContentNotFound: the template rewrites a message's content so that it cannot be located
+// in the rendered prompt.
+var errContentNotFound = fmt.Errorf("the chat template rewrites its content, so it cannot be kept as plain text: %w",
+	core.ErrInvalidArgument)
+
+// contentSpans locates every copy of each message's content in prompt (rendered from msgs,
+// without the bos_token when trimBOS): it renders msgs again with a unique marker as each
+// content, so that the template's own text, which the markers never occur in, is told apart
+// from the contents whatever they contain.
+func (t *ChatTemplate) contentSpans(prompt string, msgs []Message, trimBOS bool) ([][2]int, error) {
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:])
+	tag := hex.EncodeToString(nonce[:])
+	marked := make([]Message, len(msgs))
 	for i, m := range msgs {
-		at := strings.Index(prompt[cursor:], m.Content)
-		if ct := tok.ControlText(m.Content); ct != "" {
-			if m.Content == "" || at < 0 {
-				return nil, fmt.Errorf("llm: message %d (%s) contains the control token %q and the chat template rewrites its content, so it cannot be kept as plain text: %w",
-					i, m.Role, ct, core.ErrInvalidArgument)
+		// letters and digits only: no filter a template applies to a content (trim, escape)
+		// changes it
+		marked[i] = Message{Role: m.Role, Content: fmt.Sprintf("XPU%sM%dX", tag, i)}
+	}
+	skel, err := t.Render(marked, true)
+	if err != nil {
+		return nil, errContentNotFound
+	}
+	if t.bos != "" && trimBOS {
+		skel = strings.TrimPrefix(skel, t.bos)
+	}
+	marker := regexp.MustCompile("XPU" + tag + "M([0-9]+)X")
+	locs := marker.FindAllStringSubmatchIndex(skel, -1)
+	// skel is lit[0] marker lit[1] marker ... lit[n]; prompt must be lit[0] content lit[1] ...
+	var spans [][2]int
+	p, prev := 0, 0
+	for j, loc := range locs {
+		lit := skel[prev:loc[0]]
+		if !strings.HasPrefix(prompt[p:], lit) {
+			return nil, errContentNotFound
+		}
+		p += len(lit)
+		i, err := strconv.Atoi(skel[loc[2]:loc[3]])
+		if err != nil || i >= len(msgs) {
+			return nil, errContentNotFound
+		}
+		next := skel[loc[1]:]
+		if j+1 < len(locs) {
+			next = skel[loc[1]:locs[j+1][0]]
+		}
+		c := msgs[i].Content
+		found := false
+		// the content as written, or trimmed as templates do with | trim and .strip()
+		for _, cand := range []string{c, strings.TrimSpace(c), strings.TrimLeftFunc(c, unicode.IsSpace), strings.TrimRightFunc(c, unicode.IsSpace)} {
+			if strings.HasPrefix(prompt[p:], cand+next) {
+				spans = append(spans, [2]int{p, p + len(cand)})
+				p += len(cand)
+				found = true
+				break
 			}
-			plain = append(plain, span{cursor + at, cursor + at + len(m.Content)})
 		}
-		if at >= 0 {
-			cursor += at + len(m.Content)
+		if !found {
+			return nil, errContentNotFound
 		}
+		prev = loc[1]
 	}
-	if len(plain) == 0 {
-		return tok.Encode(prompt, true), nil
+	if prompt[p:] != skel[prev:] {
+		return nil, errContentNotFound
 	}
-	ids := tok.EncodeWith("", tokenizer.AddSpecial(true))
-	at := 0
-	for _, p := range plain {
-		ids = append(ids, tok.EncodeWith(prompt[at:p.start])...)
-		ids = append(ids, tok.EncodeWith(prompt[p.start:p.end], tokenizer.ParseSpecial(false))...)
-		at = p.end
-	}
-	return append(ids, tok.EncodeWith(prompt[at:])...), nil
+	return spans, nil
 }
 
 func (c *Chat) complete(ctx context.Context, msgs []Message, opts ...GenerateOption) (Result, error) {

@@ -50,6 +50,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	threads := fs.Int("threads", 0, "worker threads for CPU backends (0 = the backend's default)")
 	fs.IntVar(threads, "t", 0, "alias of --threads")
 	isolated := fs.Bool("isolated", false, "run the backend in a child process")
+	noSpecial := fs.Bool("no-special", false, "/v1/completions: encode control-token texts in a prompt (\"<|im_start|>\") as plain text; by default they become the control tokens, as in llama.cpp's server (chat messages never do)")
 	tmplFile := fs.String("chat-template", "", "Jinja chat template file to use instead of the model's tokenizer.chat_template")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: xpu serve [--model] F.gguf [--host H] [--port P] [--backend NAME | --policy P] [--parallel N] [--max-tokens N] [--timeout D] [--ctx N]")
@@ -125,6 +126,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		lopts = append(lopts, llm.WithPolicy(p))
 	}
 	var sopts []serve.Option
+	if *noSpecial {
+		sopts = append(sopts, serve.WithoutSpecialTokens())
+	}
 	if *tmplFile != "" {
 		src, err := os.ReadFile(*tmplFile)
 		if err != nil {

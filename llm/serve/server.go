@@ -63,6 +63,7 @@ type config struct {
 	chatOption []llm.ChatOption
 	// restartBackoff is the first wait between failed rebuilds after a backend crash
 	restartBackoff time.Duration
+	noSpecial      bool // /v1/completions encodes control-token texts as plain text
 }
 
 // Option configures New.
@@ -95,6 +96,12 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // the backend crashed (default DefaultRestartBackoff); it doubles after each failure, up to
 // MaxRestartBackoff.
 func WithRestartBackoff(d time.Duration) Option { return func(c *config) { c.restartBackoff = d } }
+
+// WithoutSpecialTokens makes /v1/completions encode the texts of control tokens in a prompt
+// ("<|im_start|>", "</s>") as plain text. By default they become the control tokens, as in
+// llama.cpp's server: a raw prompt is the client's to format, turn markers included. Chat
+// messages never have theirs parsed (llm.ChatTemplate.Prompt), with or without this option.
+func WithoutSpecialTokens() Option { return func(c *config) { c.noSpecial = true } }
 
 // WithChatOptions passes options to every runner's llm.Chat (a template override, stops).
 func WithChatOptions(opts ...llm.ChatOption) Option {
@@ -463,7 +470,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) *apiError {
 		return badRequest("prompt", "invalid_value", "prompt must be one string (got %d)", len(q.Prompt))
 	}
 	prompt := q.Prompt[0]
-	ids := s.tok.Encode(prompt, true)
+	ids := s.tok.EncodeWith(prompt, tokenizer.AddSpecial(true), tokenizer.ParseSpecial(!s.cfg.noSpecial))
 	if len(ids) == 0 {
 		return badRequest("prompt", "invalid_value", "empty prompt and the vocabulary adds no BOS token")
 	}
@@ -473,7 +480,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	return s.run(w, r, j, "text_completion", func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error) {
 		sl.chat.Reset() // the runner's cache no longer holds the chat's text
-		return sl.r.GenerateUntil(ctx, prompt, j.stops, opts...)
+		return sl.r.GenerateUntil(ctx, prompt, j.stops, append(opts, llm.WithPromptTokens(ids))...)
 	})
 }
 

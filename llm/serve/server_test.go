@@ -438,3 +438,24 @@ func TestTimeoutKeepsText(t *testing.T) {
 		})
 	}
 }
+
+// A raw prompt's control-token texts become the control tokens (llama.cpp's behaviour) unless
+// the server was started WithoutSpecialTokens; chat messages never have theirs parsed.
+func TestRawPromptSpecialTokens(t *testing.T) {
+	promptTokens := func(t *testing.T, url, path, body string) int {
+		code, b := post(t, url+path, body)
+		require.Equal(t, http.StatusOK, code, string(b))
+		var r struct{ Usage usage }
+		require.NoError(t, json.Unmarshal(b, &r))
+		return r.Usage.PromptTokens
+	}
+	const raw = `{"model":"stories","prompt":"Once</s>","max_tokens":1}`
+	parsed, _ := newTestServer(t)
+	plain, _ := newTestServer(t, WithoutSpecialTokens())
+	withEOS := promptTokens(t, parsed.URL, "/v1/completions", raw)
+	spelled := promptTokens(t, plain.URL, "/v1/completions", raw)
+	assert.Greater(t, spelled, withEOS+1, "</s> spelled as text takes several tokens, parsed one")
+	chat := chatBody("Once</s>", 1, false)
+	assert.Equal(t, promptTokens(t, parsed.URL, "/v1/chat/completions", chat),
+		promptTokens(t, plain.URL, "/v1/chat/completions", chat), "chat messages are plain either way")
+}
