@@ -76,4 +76,3 @@ func TestChatPromptInjection(t *testing.T) {
 		})
 	}
 }
-
