@@ -9,11 +9,26 @@
 // runner keeps its KV cache between requests, and a chat request whose conversation extends
 // the one the runner last answered feeds only the new tokens.
 //
-// Limits: the request body (WithMaxBodyBytes, 413 past it), max_tokens (WithMaxTokens, 400
-// past it), the prompt plus max_tokens within the context (400), and the time a request may
-// take from arrival to its last token (WithRequestTimeout; a request still queued then gets
-// 503, generation in progress is cut and ends with finish_reason "length"). Errors are
-// OpenAI-style bodies: {"error": {"message", "type", "param", "code"}}.
+// Limits: the request body (WithMaxBodyBytes, 413 past it; one JSON value, 400 for anything
+// after it), max_tokens (WithMaxTokens, 400 past it), the prompt plus max_tokens within the
+// context (400), and the time a request may take from arrival to its last token
+// (WithRequestTimeout; a request still queued then gets 503, generation in progress is cut and
+// the answer, whole or streamed, ends with finish_reason "length" and the text made so far).
+// Errors are OpenAI-style bodies: {"error": {"message", "type", "param", "code"}}.
+//
+// Connections: HTTPServer and Listener apply the header, read (headers and body), idle and
+// per-write timeouts and the connection limits, total and per client address, so that slow or
+// idle clients are closed and cannot exhaust the process's file descriptors (see conn.go's
+// defaults).
+//
+// Chat messages are rendered with the model's template and never have control-token texts
+// parsed (llm.ChatTemplate.Prompt); a raw /v1/completions prompt has them parsed, as
+// llama.cpp's server does, unless WithoutSpecialTokens.
+//
+// A crashed isolated backend (its plugin host died) is restarted, with backoff while that
+// fails, and each runner is rebuilt before it runs again; a request the crash interrupted
+// before any token reached the client runs once more, a stream already under way ends with an
+// error event. /health answers 503 while the backend is down and reports the restarts.
 //
 // Shutdown is http.Server.Shutdown's: the listener closes, and requests in flight, streams
 // included, run to their end.
@@ -28,6 +43,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -64,6 +80,9 @@ type config struct {
 	// restartBackoff is the first wait between failed rebuilds after a backend crash
 	restartBackoff time.Duration
 	noSpecial      bool // /v1/completions encodes control-token texts as plain text
+	// connection limits (conn.go)
+	headerTimeout, readTimeout, idleTimeout, writeTimeout time.Duration
+	maxConns, maxConnsPerClient                           int
 }
 
 // Option configures New.
@@ -148,7 +167,9 @@ type slot struct {
 func New(ctx context.Context, eng *llm.Engine, opts ...Option) (*Server, error) {
 	cfg := config{name: "xpu", parallel: 1, maxTokens: DefaultMaxTokens, maxBody: DefaultMaxBodyBytes,
 		timeout: DefaultRequestTimeout, maxQueue: DefaultMaxQueue, logger: slog.Default(),
-		restartBackoff: DefaultRestartBackoff}
+		restartBackoff: DefaultRestartBackoff, headerTimeout: DefaultHeaderTimeout, readTimeout: DefaultReadTimeout,
+		idleTimeout: DefaultIdleTimeout, writeTimeout: DefaultWriteTimeout, maxConns: DefaultMaxConns,
+		maxConnsPerClient: DefaultMaxConnsPerClient}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -167,10 +188,17 @@ func New(ctx context.Context, eng *llm.Engine, opts ...Option) (*Server, error) 
 		return nil, fmt.Errorf("serve: max queue %d: must be 0 or more: %w", cfg.maxQueue, core.ErrInvalidArgument)
 	case cfg.restartBackoff <= 0:
 		return nil, fmt.Errorf("serve: restart backoff %s: must be positive: %w", cfg.restartBackoff, core.ErrInvalidArgument)
+	case cfg.headerTimeout <= 0 || cfg.readTimeout <= 0 || cfg.idleTimeout <= 0 || cfg.writeTimeout <= 0:
+		return nil, fmt.Errorf("serve: header, read, idle and write timeouts (%s, %s, %s, %s): must be positive: %w",
+			cfg.headerTimeout, cfg.readTimeout, cfg.idleTimeout, cfg.writeTimeout, core.ErrInvalidArgument)
+	case cfg.maxConns < 0 || cfg.maxConnsPerClient < 0:
+		return nil, fmt.Errorf("serve: max connections %d, per client %d: must be 0 (no limit) or more: %w",
+			cfg.maxConns, cfg.maxConnsPerClient, core.ErrInvalidArgument)
 	}
 	s := &Server{cfg: cfg, eng: eng, tok: eng.Model().Tokenizer, ctxLen: eng.ContextLength(),
 		created: time.Now().Unix(), slots: make(chan *slot, cfg.parallel), met: newMetrics()}
 	s.rec.ctx, s.rec.cancel = context.WithCancel(context.Background())
+	s.met.restarts = s.rec.restarts.Load
 	s.all = append(s.all, &slot{r: eng.Runner, engine: true})
 	for len(s.all) < cfg.parallel {
 		r, err := eng.NewRunner(ctx)
@@ -224,7 +252,10 @@ func (s *Server) Handler() http.Handler {
 		writeError(w, newError(http.StatusNotFound, "invalid_request_error", "", "unknown_url",
 			"unknown URL %s %s", r.Method, r.URL.Path))
 	})
-	return s.met.instrument(mux)
+	timed := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mux.ServeHTTP(newTimedWriter(w, s.cfg.writeTimeout), r)
+	})
+	return s.met.instrument(timed)
 }
 
 func (s *Server) get(h http.HandlerFunc) http.HandlerFunc {
@@ -317,7 +348,11 @@ func decode(r *http.Request, v any) *apiError {
 		}
 	}
 	var tooBig *http.MaxBytesError
+	var netErr net.Error
 	switch {
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return newError(http.StatusRequestTimeout, "invalid_request_error", "", "request_timeout",
+			"the request body did not arrive within the read timeout")
 	case errors.As(err, &tooBig):
 		return newError(http.StatusRequestEntityTooLarge, "invalid_request_error", "", "request_too_large",
 			"request body over %d bytes", tooBig.Limit)
