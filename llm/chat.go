@@ -4,14 +4,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/xpuhub/xpu/internal/jinja"
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm/tokenizer"
@@ -45,9 +47,36 @@ type ChatTemplate struct {
 	bos, eos string
 }
 
+// ErrTemplateLimit is wrapped by the errors of a chat template that broke a rendering limit
+// (TemplateLimits, or its time): a chat template comes from the model file, so it is untrusted
+// input, and one that recurses, builds huge text or loops for long is stopped, never left to
+// crash or hang the process.
+var ErrTemplateLimit = jinja.ErrLimit
+
+// templateLimits bound every render of a chat template: macro calls nest at most 64 deep
+// (recursion), it builds at most 64 MiB and runs at most ten million steps (nodes and loop
+// iterations), each far above what real templates need. A render also stops when its context
+// ends, and after TemplateTimeout at most.
+var templateLimits = jinja.Limits{MaxDepth: 64, MaxBytes: 64 << 20, MaxSteps: 10_000_000}
+
+// TemplateTimeout bounds one render of a chat template whatever its context.
+const TemplateTimeout = 5 * time.Second
+
+// maxTemplateBytes bounds a chat template's source (real ones are a few KiB).
+const maxTemplateBytes = 1 << 20
+
+// loadCheckTimeout bounds the trial render NewChatTemplate makes.
+const loadCheckTimeout = time.Second
+
 // NewChatTemplate compiles a Jinja chat template (as found in tokenizer.chat_template) for m's
-// tokenizer (whose BOS and EOS texts it receives as bos_token and eos_token).
+// tokenizer (whose BOS and EOS texts it receives as bos_token and eos_token). It renders a
+// short conversation once, so that a template that breaks the rendering limits on any input
+// (ErrTemplateLimit) is refused here rather than on every request.
 func NewChatTemplate(m *Model, src string) (*ChatTemplate, error) {
+	if len(src) > maxTemplateBytes {
+		return nil, fmt.Errorf("llm: chat template of %d bytes, more than %d: %w: %w", len(src), maxTemplateBytes,
+			ErrTemplateLimit, core.ErrInvalidArgument)
+	}
 	t, err := jinja.Compile(src)
 	if err != nil {
 		return nil, fmt.Errorf("llm: chat template: %w: %w", err, core.ErrInvalidArgument)
@@ -59,6 +88,15 @@ func NewChatTemplate(m *Model, src string) (*ChatTemplate, error) {
 	}
 	if e := tok.EOS(); e >= 0 && int(e) < tok.Size() {
 		ct.eos = tok.Vocab().Tokens[e]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), loadCheckTimeout)
+	defer cancel()
+	trial := []Message{{Role: "system", Content: "You are helpful."}, {Role: "user", Content: "Hello"},
+		{Role: "assistant", Content: "Hi!"}, {Role: "user", Content: "Tell me a story."}}
+	// other errors (raise_exception on roles this conversation does not suit) are the
+	// template's to give for the conversations it refuses
+	if _, err := ct.RenderContext(ctx, trial, true); errors.Is(err, ErrTemplateLimit) {
+		return nil, fmt.Errorf("llm: chat template: rendering a four-message conversation: %w", err)
 	}
 	return ct, nil
 }
@@ -83,18 +121,26 @@ func (m *Model) ChatTemplate() (*ChatTemplate, error) {
 func (t *ChatTemplate) IsFallback() bool { return t.fallback }
 
 // Render renders msgs; with addGenerationPrompt the text ends where the assistant's reply
-// begins.
+// begins. It is RenderContext without a context of its own.
 func (t *ChatTemplate) Render(msgs []Message, addGenerationPrompt bool) (string, error) {
+	return t.RenderContext(context.Background(), msgs, addGenerationPrompt)
+}
+
+// RenderContext is Render within the rendering limits (ErrTemplateLimit), stopped when ctx ends or after
+// TemplateTimeout: the error then wraps ErrTemplateLimit (and ctx's cause).
+func (t *ChatTemplate) RenderContext(ctx context.Context, msgs []Message, addGenerationPrompt bool) (string, error) {
 	list := make([]any, len(msgs))
 	for i, m := range msgs {
 		list[i] = map[string]any{"role": m.Role, "content": m.Content}
 	}
-	out, err := t.tmpl.Render(map[string]any{
+	ctx, cancel := context.WithTimeout(ctx, TemplateTimeout)
+	defer cancel()
+	out, err := t.tmpl.RenderContext(ctx, map[string]any{
 		"messages":              list,
 		"add_generation_prompt": addGenerationPrompt,
 		"bos_token":             t.bos,
 		"eos_token":             t.eos,
-	})
+	}, templateLimits)
 	if err != nil {
 		return "", fmt.Errorf("llm: render chat template: %w: %w", err, core.ErrInvalidArgument)
 	}
@@ -217,7 +263,12 @@ func (c *Chat) Complete(ctx context.Context, msgs []Message, opts ...GenerateOpt
 // the template rewrites a content that spells a control token so that it cannot be found, Prompt
 // fails with core.ErrInvalidArgument rather than parse it.
 func (t *ChatTemplate) Prompt(tok *tokenizer.Tokenizer, msgs []Message) (string, []int32, error) {
-	prompt, err := t.Render(msgs, true)
+	return t.PromptContext(context.Background(), tok, msgs)
+}
+
+// PromptContext is Prompt with the rendering bound to ctx (RenderContext).
+func (t *ChatTemplate) PromptContext(ctx context.Context, tok *tokenizer.Tokenizer, msgs []Message) (string, []int32, error) {
+	prompt, err := t.RenderContext(ctx, msgs, true)
 	if err != nil {
 		return "", nil, err
 	}
@@ -235,7 +286,10 @@ func (t *ChatTemplate) Prompt(tok *tokenizer.Tokenizer, msgs []Message) (string,
 		// nothing to keep plain: one piece, exactly as llama.cpp tokenizes it
 		return prompt, tok.Encode(prompt, true), nil
 	}
-	spans, err := t.contentSpans(prompt, msgs, tok.Vocab().AddBOS)
+	spans, err := t.contentSpans(ctx, prompt, msgs, tok.Vocab().AddBOS)
+	if errors.Is(err, ErrTemplateLimit) {
+		return "", nil, err
+	}
 	if err != nil {
 		return "", nil, fmt.Errorf("llm: message %d (%s) contains the control token %q and %w",
 			spelled, msgs[spelled].Role, tok.ControlText(msgs[spelled].Content), err)
@@ -252,7 +306,7 @@ var errContentNotFound = fmt.Errorf("the chat template rewrites its content, so 
 // without the bos_token when trimBOS): it renders msgs again with a unique marker as each
 // content, so that the template's own text, which the markers never occur in, is told apart
 // from the contents whatever they contain.
-func (t *ChatTemplate) contentSpans(prompt string, msgs []Message, trimBOS bool) ([][2]int, error) {
+func (t *ChatTemplate) contentSpans(ctx context.Context, prompt string, msgs []Message, trimBOS bool) ([][2]int, error) {
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
 	tag := hex.EncodeToString(nonce[:])
@@ -262,7 +316,10 @@ func (t *ChatTemplate) contentSpans(prompt string, msgs []Message, trimBOS bool)
 		// changes it
 		marked[i] = Message{Role: m.Role, Content: fmt.Sprintf("XPU%sM%dX", tag, i)}
 	}
-	skel, err := t.Render(marked, true)
+	skel, err := t.RenderContext(ctx, marked, true)
+	if errors.Is(err, ErrTemplateLimit) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, errContentNotFound
 	}
@@ -311,7 +368,7 @@ func (t *ChatTemplate) contentSpans(prompt string, msgs []Message, trimBOS bool)
 }
 
 func (c *Chat) complete(ctx context.Context, msgs []Message, opts ...GenerateOption) (Result, error) {
-	prompt, full, err := c.tmpl.Prompt(c.r.Model().Tokenizer, msgs)
+	prompt, full, err := c.tmpl.PromptContext(ctx, c.r.Model().Tokenizer, msgs)
 	if err != nil {
 		return Result{}, err
 	}

@@ -483,15 +483,24 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 		}
 		msgs[i] = llm.Message{Role: role, Content: string(m.Content)}
 	}
-	_, ids, err := s.tmpl.Prompt(s.tok, msgs)
-	if err != nil {
+	// the request's time starts before rendering: a slow template is part of it
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.timeout)
+	defer cancel()
+	_, ids, err := s.tmpl.PromptContext(ctx, s.tok, msgs)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return newError(http.StatusGatewayTimeout, "server_error", "", "timeout",
+			"the chat template did not render within the request timeout (%s)", s.cfg.timeout)
+	case errors.Is(err, llm.ErrTemplateLimit):
+		return badRequest("messages", "chat_template_limit", "%v", err)
+	case err != nil:
 		return badRequest("messages", "invalid_value", "%v", err)
 	}
 	j, e := s.validate(&q.sampling, ids, "messages")
 	if e != nil {
 		return e
 	}
-	return s.run(w, r, j, "chat.completion", func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error) {
+	return s.run(ctx, w, r, j, "chat.completion", func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error) {
 		return sl.chat.Complete(ctx, msgs, opts...)
 	})
 }
@@ -513,7 +522,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) *apiError {
 	if e != nil {
 		return e
 	}
-	return s.run(w, r, j, "text_completion", func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.timeout)
+	defer cancel()
+	return s.run(ctx, w, r, j, "text_completion", func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error) {
 		sl.chat.Reset() // the runner's cache no longer holds the chat's text
 		return sl.r.GenerateUntil(ctx, prompt, j.stops, append(opts, llm.WithPromptTokens(ids))...)
 	})
@@ -586,10 +597,9 @@ func (s *Server) generate(ctx context.Context, sl *slot, opts []llm.GenerateOpti
 	}
 }
 
-// run generates on a free runner and writes the answer, whole or as a stream.
-func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, object string, gen generateFunc) *apiError {
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.timeout)
-	defer cancel()
+// run generates on a free runner and writes the answer, whole or as a stream; ctx is r's
+// context bounded by the request timeout.
+func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request, j *job, object string, gen generateFunc) *apiError {
 	sl, e := s.acquire(ctx)
 	if e != nil {
 		return e

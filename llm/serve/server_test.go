@@ -459,3 +459,19 @@ func TestRawPromptSpecialTokens(t *testing.T) {
 	assert.Equal(t, promptTokens(t, parsed.URL, "/v1/chat/completions", chat),
 		promptTokens(t, plain.URL, "/v1/chat/completions", chat), "chat messages are plain either way")
 }
+
+// Rendering the chat template is part of the request's time: a template that is slow on this
+// conversation is stopped at the request timeout with 504, and the server keeps serving.
+func TestSlowTemplateStopsAtTimeout(t *testing.T) {
+	quadratic := "{% for m in messages %}{% for a in m.content %}{% for b in m.content %}{% endfor %}{% endfor %}" +
+		"{{ m.content }}{% endfor %}"
+	hs, _ := newTestServer(t, WithRequestTimeout(200*time.Millisecond),
+		WithChatOptions(llm.WithChatTemplate(quadratic)), WithMaxBodyBytes(1<<20))
+	t0 := time.Now()
+	code, b := post(t, hs.URL+"/v1/chat/completions", chatBody(strings.Repeat("x", 20000), 4, false))
+	assert.Equal(t, http.StatusGatewayTimeout, code, string(b))
+	assert.Contains(t, string(b), "chat template")
+	assert.Less(t, time.Since(t0), 2*time.Second)
+	code, b = post(t, hs.URL+"/v1/chat/completions", chatBody("hi", 2, false))
+	assert.Equal(t, http.StatusOK, code, string(b))
+}
