@@ -1345,7 +1345,7 @@ func subValues(a, b Value) Value {
 
 func mulValues(a, b Value) Value {
 	if a.IsString() && b.IsInt() {
-		return NewString(strings.Repeat(a.AsString(), max(0, int(b.AsInt())))) // 'x' * -1 is 
+		return NewString(strings.Repeat(a.AsString(), max(0, int(b.AsInt())))) // 'x' * -1 is empty, as in Python
 	}
 	if a.IsFloat() || b.IsFloat() {
 		return NewFloat(toFloat64(a) * toFloat64(b))
