@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -161,4 +162,34 @@ func TestIsolatedCrashRetried(t *testing.T) {
 			assert.EqualValues(t, 1, h["restarts"])
 		})
 	}
+}
+
+// With several runners one crash restarts the backend once, and every runner is rebuilt
+// before it runs again.
+func TestIsolatedCrashSeveralRunners(t *testing.T) {
+	hs, _, be := isolatedServer(t, WithParallel(2))
+	killChild(t, be)
+	var wg sync.WaitGroup
+	codes := make([]int, 4)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := http.Post(hs.URL+"/v1/chat/completions", "application/json",
+				strings.NewReader(chatBody("Once upon a time", 8, false)))
+			if err != nil {
+				return // codes[i] stays 0: reported below
+			}
+			resp.Body.Close()
+			codes[i] = resp.StatusCode
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, []int{200, 200, 200, 200}, codes)
+	code, h := health(t, hs.URL)
+	assert.Equal(t, http.StatusOK, code, "%v", h)
+	assert.EqualValues(t, 1, h["restarts"], "one crash, one restart")
+	st, ok := loader.Stats(be)
+	require.True(t, ok)
+	assert.Equal(t, 1, st.Restarts)
 }
