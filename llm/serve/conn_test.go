@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"syscall"
@@ -229,4 +230,32 @@ func TestReadTimeoutSparesLongAnswers(t *testing.T) {
 	assert.Equal(t, "length", finish)
 	code, b := post(t, "http://"+addr+"/v1/completions", `{"model":"stories","prompt":"Once","max_tokens":4}`)
 	assert.Equal(t, http.StatusOK, code, string(b))
+}
+
+// deadlineRecorder is a ResponseWriter that records the write deadlines set on it.
+type deadlineRecorder struct {
+	*httptest.ResponseRecorder
+	deadlines []time.Time
+}
+
+func (d *deadlineRecorder) SetWriteDeadline(t time.Time) error {
+	d.deadlines = append(d.deadlines, t)
+	return nil
+}
+
+// Each write and flush of a response moves the write deadline, so a long stream runs while a
+// client that stops reading fails the next write after the write timeout.
+func TestWriteDeadlinePerWrite(t *testing.T) {
+	rec := &deadlineRecorder{ResponseRecorder: httptest.NewRecorder()}
+	const d = time.Minute
+	tw := newTimedWriter(rec, d)
+	tw.WriteHeader(http.StatusOK)
+	_, err := tw.Write([]byte("data: x\n\n"))
+	require.NoError(t, err)
+	require.NoError(t, http.NewResponseController(tw).Flush())
+	require.Len(t, rec.deadlines, 4, "set at the start, then before the header, the write and the flush")
+	for i, dl := range rec.deadlines {
+		assert.WithinDuration(t, time.Now().Add(d), dl, 5*time.Second, "deadline %d", i)
+	}
+	assert.True(t, rec.Flushed)
 }
