@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/xpuhub/xpu/core"
@@ -141,6 +142,9 @@ type Runner struct {
 	// cache is the sparse FFN's bundle cache (WithSparseFFN); spTimes where its runs' time went.
 	cache   sched.Span
 	spTimes [2]SparseTimes // chunks of several tokens, of one
+	// busy is set while a call runs on the runner (busy.go): a second one at the same time
+	// fails with ErrBusy.
+	busy atomic.Bool
 }
 
 // chunkProg is the program for one chunk length and the lane spans of its logits.
@@ -758,11 +762,21 @@ func (r *Runner) Reset() {
 // logits after the last token. When the plan splits the model over several units, chunks
 // pipeline: chunk i+1's early stages run while chunk i's later ones do.
 func (r *Runner) Prefill(ctx context.Context, tokens []int32) ([]float32, error) {
+	held, err := r.enterLeaf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer r.leave(held)
 	return r.feed(ctx, tokens, r.progs[r.cfg.chunk], nil)
 }
 
 // Decode appends one token and returns the logits for the next.
 func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
+	held, err := r.enterLeaf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer r.leave(held)
 	logits, err := r.feed(ctx, []int32{token}, r.progs[1], nil)
 	if err == nil && r.adapt != nil {
 		r.adapt.observe(r)
