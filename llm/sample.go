@@ -10,16 +10,56 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
+// MaxTopLogprobs bounds SamplerConfig.TopLogprobs (OpenAI's limit).
+const MaxTopLogprobs = 20
+
 // SamplerConfig chooses the next token from logits. The zero value is greedy (argmax).
+//
+// The order is llama.cpp's: logit biases, then the penalties over the last RepeatLastN tokens
+// of the history (repeat, frequency, presence), then, when sampling (Temperature > 0), top-k,
+// the softmax at the temperature, typical-p, top-p and min-p, and a draw.
 type SamplerConfig struct {
 	Temperature float32 // 0 = greedy
 	TopK        int     // keep the k most likely; 0 = all
 	TopP        float32 // nucleus: smallest set with this much probability; 0 or 1 = all
+	// MinP drops the tokens less likely than MinP times the most likely one; 0 = off.
+	MinP float32
+	// TypicalP keeps the tokens whose surprise is closest to the distribution's entropy, up to
+	// this much probability (locally typical sampling); 0 or 1 = off.
+	TypicalP float32
 	// RepeatPenalty > 1 makes tokens seen in the last RepeatLastN positions less likely
 	// (llama.cpp's rule: positive logits divided, negative multiplied). 0 or 1 = off.
 	RepeatPenalty float32
 	RepeatLastN   int // 0 = 64
-	Seed          uint64
+	// FrequencyPenalty is subtracted from a token's logit once per time it occurs in the last
+	// RepeatLastN positions, PresencePenalty once if it occurs at all (OpenAI's definitions;
+	// negative values favour repetition). 0 = off.
+	FrequencyPenalty float32
+	PresencePenalty  float32
+	// LogitBias is added to the logits of the tokens it names before anything else (OpenAI's
+	// logit_bias; -100 in practice bans a token, 100 forces it).
+	LogitBias map[int32]float32
+	Seed      uint64
+	// Logprobs, when set, receives each token Sample picks with its log-probability and the
+	// TopLogprobs most likely tokens (see TokenLogprob).
+	Logprobs    func(TokenLogprob)
+	TopLogprobs int // 0 to MaxTopLogprobs
+}
+
+// TokenLogprob is a sampled token's log-probability and the most likely alternatives, taken
+// from the logits after the biases and penalties (the ones the sampler chooses from) at
+// temperature 1, before truncation: the same figures for a greedy and a sampled request, as
+// OpenAI reports them.
+type TokenLogprob struct {
+	ID      int32
+	Logprob float64
+	Top     []TokenProb // most likely first; TopLogprobs long (or the vocabulary's size)
+}
+
+// TokenProb is one candidate token's log-probability.
+type TokenProb struct {
+	ID      int32
+	Logprob float64
 }
 
 // Validate reports the first field outside its range, wrapping core.ErrInvalidArgument: a NaN
@@ -30,25 +70,45 @@ func (c SamplerConfig) Validate() error {
 		return fmt.Errorf("llm: sampler %s %v: must be %s: %w", name, v, want, core.ErrInvalidArgument)
 	}
 	finite := func(x float32) bool { return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0) }
+	unit := func(x float32) bool { return finite(x) && x >= 0 && x <= 1 }
 	switch {
 	case !finite(c.Temperature) || c.Temperature < 0:
 		return bad("temperature", c.Temperature, "finite and 0 (greedy) or more")
-	case !finite(c.TopP) || c.TopP < 0 || c.TopP > 1:
+	case !unit(c.TopP):
 		return bad("top-p", c.TopP, "between 0 and 1")
+	case !unit(c.MinP):
+		return bad("min-p", c.MinP, "between 0 and 1")
+	case !unit(c.TypicalP):
+		return bad("typical-p", c.TypicalP, "between 0 and 1")
 	case c.TopK < 0:
 		return bad("top-k", c.TopK, "0 (off) or more")
 	case !finite(c.RepeatPenalty) || c.RepeatPenalty < 0:
 		return bad("repeat penalty", c.RepeatPenalty, "finite and 0 or more (0 and 1 are off)")
 	case c.RepeatLastN < 0:
 		return bad("repeat window", c.RepeatLastN, "0 (64) or more")
+	case !finite(c.FrequencyPenalty):
+		return bad("frequency penalty", c.FrequencyPenalty, "finite")
+	case !finite(c.PresencePenalty):
+		return bad("presence penalty", c.PresencePenalty, "finite")
+	case c.TopLogprobs < 0 || c.TopLogprobs > MaxTopLogprobs:
+		return bad("top logprobs", c.TopLogprobs, fmt.Sprintf("0 to %d", MaxTopLogprobs))
+	}
+	for id, b := range c.LogitBias {
+		if id < 0 {
+			return bad("logit bias token", id, "0 or more")
+		}
+		if !finite(b) {
+			return bad(fmt.Sprintf("logit bias of token %d", id), b, "finite")
+		}
 	}
 	return nil
 }
 
 // Sampler draws tokens; it is deterministic for a given seed.
 type Sampler struct {
-	cfg SamplerConfig
-	rng *rand.Rand
+	cfg    SamplerConfig
+	rng    *rand.Rand
+	counts map[int32]int // penalize's scratch: occurrences in the window
 }
 
 // NewSampler makes a sampler. It does not check cfg: Generate validates it (see Validate).
@@ -59,43 +119,96 @@ func NewSampler(cfg SamplerConfig) *Sampler {
 	return &Sampler{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
 }
 
-// Sample picks the next token given the logits and the tokens so far (for the repetition
-// penalty). logits is modified. It returns -1 for empty logits.
+// Sample picks the next token given the logits and the tokens so far (for the penalties).
+// logits is modified. It returns -1 for empty logits.
 func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	if len(logits) == 0 {
 		return -1
 	}
 	s.penalize(logits, history)
+	var id int32
 	if s.cfg.Temperature <= 0 {
-		return argmax(logits)
+		id = argmax(logits)
+	} else {
+		id = s.draw(s.dist(logits))
 	}
-	return s.draw(s.dist(logits))
+	if s.cfg.Logprobs != nil {
+		s.cfg.Logprobs(logprobsOf(logits, id, s.cfg.TopLogprobs))
+	}
+	return id
 }
 
-// penalize applies the repetition penalty to logits.
+// logprobsOf is id's log-probability under the softmax of logits and the top n tokens'.
+func logprobsOf(logits []float32, id int32, n int) TokenLogprob {
+	maxL := math.Inf(-1)
+	for _, l := range logits {
+		maxL = max(maxL, float64(l))
+	}
+	var sum float64
+	for _, l := range logits {
+		sum += math.Exp(float64(l) - maxL)
+	}
+	lse := maxL + math.Log(sum)
+	out := TokenLogprob{ID: id, Logprob: float64(logits[id]) - lse}
+	if n = min(n, len(logits)); n > 0 {
+		cands := make([]cand, len(logits))
+		for i, l := range logits {
+			cands[i] = cand{int32(i), float64(l)}
+		}
+		if n < len(cands) {
+			cands = bestK(cands, n)
+		}
+		slices.SortFunc(cands, candOrder)
+		out.Top = make([]TokenProb, n)
+		for i, c := range cands[:n] {
+			out.Top[i] = TokenProb{ID: c.id, Logprob: c.p - lse}
+		}
+	}
+	return out
+}
+
+// penalize adds the logit biases and applies the penalties to logits.
 func (s *Sampler) penalize(logits []float32, history []int32) {
-	if s.penalizes() {
-		p := s.cfg.RepeatPenalty
-		seen := map[int32]bool{}
-		for _, t := range history[max(0, len(history)-s.cfg.RepeatLastN):] {
-			if t < 0 || int(t) >= len(logits) || seen[t] {
-				continue
-			}
-			seen[t] = true
+	for id, b := range s.cfg.LogitBias {
+		if int(id) < len(logits) {
+			logits[id] += b
+		}
+	}
+	c := &s.cfg
+	if !(c.RepeatPenalty > 0 && c.RepeatPenalty != 1) && c.FrequencyPenalty == 0 && c.PresencePenalty == 0 {
+		return
+	}
+	if s.counts == nil {
+		s.counts = map[int32]int{}
+	}
+	clear(s.counts)
+	for _, t := range history[max(0, len(history)-c.RepeatLastN):] {
+		if t >= 0 && int(t) < len(logits) {
+			s.counts[t]++
+		}
+	}
+	for t, n := range s.counts {
+		if p := c.RepeatPenalty; p > 0 && p != 1 {
 			if logits[t] > 0 {
 				logits[t] /= p
 			} else {
 				logits[t] *= p
 			}
 		}
+		logits[t] -= float32(n)*c.FrequencyPenalty + c.PresencePenalty
 	}
 }
 
-// penalizes says whether penalize changes logits (a repeat penalty other than 0 and 1).
-func (s *Sampler) penalizes() bool { p := s.cfg.RepeatPenalty; return p > 0 && p != 1 }
+// penalizes says whether penalize changes logits (a bias, or a penalty that is not off).
+func (s *Sampler) penalizes() bool {
+	c := &s.cfg
+	return len(c.LogitBias) > 0 || (c.RepeatPenalty > 0 && c.RepeatPenalty != 1) ||
+		c.FrequencyPenalty != 0 || c.PresencePenalty != 0
+}
 
 // dist is the distribution Sample draws from when it samples (Temperature > 0): the candidates
-// left by top-k and top-p, most likely first, their probabilities summing to 1.
+// left by top-k, typical-p, top-p and min-p, most likely first, their probabilities summing
+// to 1.
 func (s *Sampler) dist(logits []float32) []cand {
 	cands := make([]cand, len(logits))
 	for i, l := range logits {
@@ -114,21 +227,69 @@ func (s *Sampler) dist(logits []float32) []cand {
 	for i := range cands {
 		cands[i].p /= sum
 	}
+	if tp := float64(s.cfg.TypicalP); tp > 0 && tp < 1 {
+		cands = typical(cands, tp)
+	}
 	if tp := float64(s.cfg.TopP); tp > 0 && tp < 1 {
 		var acc float64
 		for i := range cands {
 			acc += cands[i].p
 			if acc >= tp {
 				cands = cands[:i+1]
-				sum = acc
 				break
 			}
 		}
-		for i := range cands {
-			cands[i].p /= sum
+		normalize(cands)
+	}
+	if mp := float64(s.cfg.MinP); mp > 0 {
+		// cands is most likely first: the kept tokens are a prefix
+		floor := mp * cands[0].p
+		n := 1
+		for n < len(cands) && cands[n].p >= floor {
+			n++
 		}
+		cands = cands[:n]
+		normalize(cands)
 	}
 	return cands
+}
+
+// typical keeps the candidates (normalized, most likely first) whose surprise -log p is
+// closest to the entropy, until they hold mass p, as llama.cpp's typical sampler does; the
+// result is renormalized and most likely first again.
+func typical(cands []cand, mass float64) []cand {
+	var ent float64
+	for _, c := range cands {
+		if c.p > 0 {
+			ent -= c.p * math.Log(c.p)
+		}
+	}
+	shift := func(c cand) float64 { return math.Abs(-math.Log(c.p) - ent) }
+	byShift := slices.Clone(cands)
+	slices.SortStableFunc(byShift, func(a, b cand) int { return cmp.Compare(shift(a), shift(b)) })
+	var acc float64
+	n := len(byShift)
+	for i, c := range byShift {
+		acc += c.p
+		if acc > mass {
+			n = i + 1
+			break
+		}
+	}
+	kept := byShift[:n]
+	slices.SortFunc(kept, candOrder)
+	normalize(kept)
+	return kept
+}
+
+func normalize(cands []cand) {
+	var sum float64
+	for _, c := range cands {
+		sum += c.p
+	}
+	for i := range cands {
+		cands[i].p /= sum
+	}
 }
 
 // draw samples from a distribution (dist's).

@@ -1,12 +1,16 @@
 package llm
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xpuhub/xpu/core"
 )
 
 func TestSampler(t *testing.T) {
@@ -23,6 +27,23 @@ func TestSampler(t *testing.T) {
 		{"top-k 2", SamplerConfig{Temperature: 5, TopK: 2}, nil, map[int32]bool{1: true, 3: true}},
 		{"top-p", SamplerConfig{Temperature: 1, TopP: 0.5}, nil, map[int32]bool{1: true, 3: true}},
 		{"repeat penalty", SamplerConfig{RepeatPenalty: 2}, []int32{1}, map[int32]bool{3: true}},
+		// 3 - 2*0.1 = 2.8 < 2.9: the token seen twice loses the argmax, once would not
+		{"frequency penalty", SamplerConfig{FrequencyPenalty: 0.1}, []int32{1, 1}, map[int32]bool{3: true}},
+		{"frequency penalty once", SamplerConfig{FrequencyPenalty: 0.05}, []int32{1}, map[int32]bool{1: true}},
+		{"presence penalty", SamplerConfig{PresencePenalty: 0.2}, []int32{1, 1, 1}, map[int32]bool{3: true}},
+		{"negative presence favours", SamplerConfig{PresencePenalty: -5}, []int32{4}, map[int32]bool{4: true}},
+		{"penalty window", SamplerConfig{PresencePenalty: 1, RepeatLastN: 1}, []int32{1, 0}, map[int32]bool{1: true}},
+		{"logit bias bans", SamplerConfig{LogitBias: map[int32]float32{1: -100}}, nil, map[int32]bool{3: true}},
+		{"logit bias forces", SamplerConfig{Temperature: 1, LogitBias: map[int32]float32{4: 100}}, nil, map[int32]bool{4: true}},
+		{"logit bias past the vocabulary", SamplerConfig{LogitBias: map[int32]float32{99: 100}}, nil, map[int32]bool{1: true}},
+		// p(1) = 0.42, p(3) = 0.38, p(2) = 0.15: 0.15 < 0.5*0.42
+		{"min-p", SamplerConfig{Temperature: 1, MinP: 0.5}, nil, map[int32]bool{1: true, 3: true}},
+		{"min-p 1", SamplerConfig{Temperature: 1, MinP: 1}, nil, map[int32]bool{1: true}},
+		// entropy 1.22 nats; surprises -log p: 3 -> 0.99, 1 -> 0.89, 2 -> 1.89: the most typical
+		// token is not the most likely one
+		{"typical-p most typical", SamplerConfig{Temperature: 1, TypicalP: 0.3}, nil, map[int32]bool{3: true}},
+		{"typical-p", SamplerConfig{Temperature: 1, TypicalP: 0.5}, nil, map[int32]bool{1: true, 3: true}},
+		{"typical-p 0.9", SamplerConfig{Temperature: 1, TypicalP: 0.85}, nil, map[int32]bool{1: true, 2: true, 3: true}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -84,5 +105,80 @@ func BenchmarkSample(b *testing.B) {
 	for range b.N {
 		copy(work, logits)
 		s.Sample(work, nil)
+	}
+}
+
+func TestSamplerLogprobs(t *testing.T) {
+	logits := []float32{1, 3, 2, 2.9, -1}
+	var lse float64
+	for _, l := range logits {
+		lse += math.Exp(float64(l))
+	}
+	lse = math.Log(lse)
+	for _, tc := range []struct {
+		name string
+		cfg  SamplerConfig
+		want int32
+		top  []int32
+	}{
+		{"greedy, no top", SamplerConfig{}, 1, nil},
+		{"greedy, top 3", SamplerConfig{TopLogprobs: 3}, 1, []int32{1, 3, 2}},
+		{"sampled top-k 1, top 2", SamplerConfig{Temperature: 1, TopK: 1, TopLogprobs: 2}, 1, []int32{1, 3}},
+		{"top past the vocabulary", SamplerConfig{TopLogprobs: 20}, 1, []int32{1, 3, 2, 0, 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []TokenLogprob
+			tc.cfg.Logprobs = func(l TokenLogprob) { got = append(got, l) }
+			id := NewSampler(tc.cfg).Sample(slices.Clone(logits), nil)
+			require.Equal(t, tc.want, id)
+			require.Len(t, got, 1)
+			assert.Equal(t, id, got[0].ID)
+			assert.InDelta(t, float64(logits[id])-lse, got[0].Logprob, 1e-9)
+			var ids []int32
+			for _, p := range got[0].Top {
+				ids = append(ids, p.ID)
+				assert.InDelta(t, float64(logits[p.ID])-lse, p.Logprob, 1e-9)
+			}
+			assert.Equal(t, tc.top, ids)
+		})
+	}
+	// the figures are after the penalties: a banned token's logprob is far below the others'
+	var got TokenLogprob
+	NewSampler(SamplerConfig{LogitBias: map[int32]float32{1: -100}, TopLogprobs: 1,
+		Logprobs: func(l TokenLogprob) { got = l }}).Sample(slices.Clone(logits), nil)
+	assert.Equal(t, int32(3), got.ID)
+	assert.Equal(t, int32(3), got.Top[0].ID)
+}
+
+func TestSamplerValidate(t *testing.T) {
+	nan := float32(math.NaN())
+	for _, tc := range []struct {
+		name string
+		cfg  SamplerConfig
+		want string // "" = valid
+	}{
+		{"zero", SamplerConfig{}, ""},
+		{"all set", SamplerConfig{Temperature: 0.7, TopK: 40, TopP: 0.9, MinP: 0.05, TypicalP: 0.9, RepeatPenalty: 1.1,
+			FrequencyPenalty: -2, PresencePenalty: 2, LogitBias: map[int32]float32{5: -100}, TopLogprobs: 20}, ""},
+		{"temperature NaN", SamplerConfig{Temperature: nan}, "temperature"},
+		{"min-p over 1", SamplerConfig{MinP: 1.5}, "min-p"},
+		{"min-p negative", SamplerConfig{MinP: -0.1}, "min-p"},
+		{"typical-p over 1", SamplerConfig{TypicalP: 2}, "typical-p"},
+		{"frequency NaN", SamplerConfig{FrequencyPenalty: nan}, "frequency penalty"},
+		{"presence Inf", SamplerConfig{PresencePenalty: float32(math.Inf(1))}, "presence penalty"},
+		{"top logprobs 21", SamplerConfig{TopLogprobs: 21}, "top logprobs"},
+		{"bias negative id", SamplerConfig{LogitBias: map[int32]float32{-1: 1}}, "logit bias token"},
+		{"bias NaN", SamplerConfig{LogitBias: map[int32]float32{3: nan}}, "logit bias of token 3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if tc.want == "" {
+				assert.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.ErrorIs(t, err, core.ErrInvalidArgument)
+			assert.Contains(t, err.Error(), tc.want)
+		})
 	}
 }
