@@ -8,9 +8,8 @@ import (
 	"github.com/xpuhub/xpu/llm"
 )
 
-// The request and response shapes of the OpenAI API subset the server speaks. Fields the
-// server does not use are accepted and ignored (clients send many), except those that would
-// change the answer in a way the server cannot honour (n > 1, logprobs), which are refused.
+// The request and response shapes of the OpenAI API the server speaks. Fields nobody defined
+// are ignored; known ones the server cannot honour are refused (params.go).
 
 // stringOrList is a JSON string or array of strings ("stop", "prompt").
 type stringOrList []string
@@ -72,33 +71,52 @@ type chatMessage struct {
 
 // sampling is what both endpoints share.
 type sampling struct {
+	knobs
 	Model               string       `json:"model"`
 	MaxTokens           *int         `json:"max_tokens"`
 	MaxCompletionTokens *int         `json:"max_completion_tokens"`
-	Temperature         *float64     `json:"temperature"`
-	TopP                *float64     `json:"top_p"`
-	Seed                *int64       `json:"seed"`
 	Stop                stringOrList `json:"stop"`
 	Stream              bool         `json:"stream"`
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	N              *int  `json:"n"`
-	Logprobs       any   `json:"logprobs"`
-	Tools          []any `json:"tools"`
-	ResponseFormat *struct {
-		Type string `json:"type"`
-	} `json:"response_format"`
+	N *int `json:"n"`
 }
 
 type chatRequest struct {
 	sampling
-	Messages []chatMessage `json:"messages"`
+	Messages    []chatMessage `json:"messages"`
+	Logprobs    *bool         `json:"logprobs"`
+	TopLogprobs *int          `json:"top_logprobs"`
 }
 
 type completionRequest struct {
 	sampling
-	Prompt stringOrList `json:"prompt"`
+	Prompt   stringOrList `json:"prompt"`
+	Logprobs *int         `json:"logprobs"` // the completions API's: how many alternatives, 0 to 5
+	Echo     bool         `json:"echo"`
+	BestOf   *int         `json:"best_of"`
+}
+
+// chatLogprobs is a chat choice's logprobs: one entry per generated token.
+type chatLogprobs struct {
+	Content []tokenLogprob `json:"content"`
+	Refusal []tokenLogprob `json:"refusal"`
+}
+
+type tokenLogprob struct {
+	Token       string         `json:"token"`
+	Logprob     float64        `json:"logprob"`
+	Bytes       []int          `json:"bytes"`
+	TopLogprobs []tokenLogprob `json:"top_logprobs,omitempty"`
+}
+
+// textLogprobs is a completions choice's logprobs (the legacy shape).
+type textLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float64            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
 }
 
 type usage struct {
@@ -108,10 +126,11 @@ type usage struct {
 }
 
 type chatChoice struct {
-	Index        int          `json:"index"`
-	Message      *chatMessage `json:"message,omitempty"`
-	Delta        *delta       `json:"delta,omitempty"`
-	FinishReason *string      `json:"finish_reason"`
+	Index        int           `json:"index"`
+	Message      *chatMessage  `json:"message,omitempty"`
+	Delta        *delta        `json:"delta,omitempty"`
+	Logprobs     *chatLogprobs `json:"logprobs"`
+	FinishReason *string       `json:"finish_reason"`
 }
 
 type delta struct {
@@ -120,10 +139,10 @@ type delta struct {
 }
 
 type textChoice struct {
-	Index        int     `json:"index"`
-	Text         string  `json:"text"`
-	Logprobs     any     `json:"logprobs"`
-	FinishReason *string `json:"finish_reason"`
+	Index        int           `json:"index"`
+	Text         string        `json:"text"`
+	Logprobs     *textLogprobs `json:"logprobs"`
+	FinishReason *string       `json:"finish_reason"`
 }
 
 // response is a completion or one streamed chunk of one.

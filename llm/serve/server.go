@@ -371,7 +371,10 @@ type job struct {
 	stops     []string
 	prompt    []int32 // the tokens the prompt encodes to (for the limits and usage)
 	stream    bool
-	usage     bool // stream a usage chunk at the end
+	usage     bool   // stream a usage chunk at the end
+	n         int    // choices, generated one after another
+	logprobs  bool   // report each token's logprob
+	echo      string // text put before each completion's (the completions API's echo)
 }
 
 // validate checks what both endpoints share; prompt is the request's prompt tokens.
@@ -380,20 +383,14 @@ func (s *Server) validate(q *sampling, prompt []int32, promptParam string) (*job
 		return nil, newError(http.StatusNotFound, "invalid_request_error", "model", "model_not_found",
 			"the model %q does not exist; this server serves %q", q.Model, s.cfg.name)
 	}
-	if q.N != nil && *q.N != 1 {
-		return nil, badRequest("n", "unsupported_value", "n = %d: only one choice per request is supported", *q.N)
-	}
-	if q.Logprobs != nil && q.Logprobs != false {
-		return nil, badRequest("logprobs", "unsupported_value", "logprobs are not supported")
-	}
-	if len(q.Tools) > 0 {
-		return nil, badRequest("tools", "unsupported_value", "tools (function calling) are not supported")
-	}
-	if q.ResponseFormat != nil && q.ResponseFormat.Type != "" && q.ResponseFormat.Type != "text" {
-		return nil, badRequest("response_format", "unsupported_value", "response_format %q is not supported (only text)", q.ResponseFormat.Type)
-	}
-	j := &job{prompt: prompt, stream: q.Stream, stops: q.Stop,
+	j := &job{prompt: prompt, stream: q.Stream, stops: q.Stop, n: 1,
 		usage: q.StreamOptions != nil && q.StreamOptions.IncludeUsage}
+	if q.N != nil {
+		if *q.N < 1 || *q.N > MaxChoices {
+			return nil, badRequest("n", "invalid_value", "n = %d: must be 1 to %d", *q.N, MaxChoices)
+		}
+		j.n = *q.N
+	}
 	if len(j.stops) > 4 {
 		return nil, badRequest("stop", "invalid_value", "at most 4 stop sequences, got %d", len(j.stops))
 	}
@@ -420,27 +417,9 @@ func (s *Server) validate(q *sampling, prompt []int32, promptParam string) (*job
 	default:
 		j.maxTokens = *max
 	}
-	// OpenAI's defaults: temperature 1, top_p 1; no seed draws one.
-	j.sampler = llm.SamplerConfig{Temperature: 1, TopP: 1, RepeatPenalty: 1}
-	if q.Temperature != nil {
-		if *q.Temperature < 0 || *q.Temperature > 2 {
-			return nil, badRequest("temperature", "invalid_value", "temperature %g: must be between 0 and 2", *q.Temperature)
-		}
-		j.sampler.Temperature = float32(*q.Temperature)
-	}
-	if q.TopP != nil {
-		if !(*q.TopP > 0 && *q.TopP <= 1) {
-			return nil, badRequest("top_p", "invalid_value", "top_p %g: must be in (0, 1]", *q.TopP)
-		}
-		j.sampler.TopP = float32(*q.TopP)
-	}
-	if q.Seed != nil {
-		j.sampler.Seed = uint64(*q.Seed)
-	} else {
-		j.sampler.Seed = randomSeed()
-	}
-	if err := j.sampler.Validate(); err != nil {
-		return nil, badRequest("", "invalid_value", "%v", err)
+	var e *apiError
+	if j.sampler, e = q.knobs.sampler(s.tok.Size(), ctxLen); e != nil {
+		return nil, e
 	}
 	return j, nil
 }
@@ -463,9 +442,21 @@ func newID(prefix string) string {
 
 var validRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true}
 
+// decodeRequest reads a body into q, refusing the known parameters the server cannot honour.
+func decodeRequest(r *http.Request, q any, rules []unsupported) *apiError {
+	var raw json.RawMessage
+	if e := decode(r, &raw); e != nil {
+		return e
+	}
+	if err := json.Unmarshal(raw, q); err != nil {
+		return badRequest("", "invalid_json", "invalid JSON body: %v", err)
+	}
+	return refuse(raw, rules)
+}
+
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	var q chatRequest
-	if e := decode(r, &q); e != nil {
+	if e := decodeRequest(r, &q, chatRefusals); e != nil {
 		return e
 	}
 	if len(q.Messages) == 0 {
@@ -500,6 +491,16 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	if e != nil {
 		return e
 	}
+	j.logprobs = q.Logprobs != nil && *q.Logprobs
+	if q.TopLogprobs != nil {
+		switch {
+		case *q.TopLogprobs < 0 || *q.TopLogprobs > llm.MaxTopLogprobs:
+			return badRequest("top_logprobs", "invalid_value", "top_logprobs %d: must be 0 to %d", *q.TopLogprobs, llm.MaxTopLogprobs)
+		case !j.logprobs:
+			return badRequest("top_logprobs", "invalid_value", "top_logprobs needs logprobs: true")
+		}
+		j.sampler.TopLogprobs = *q.TopLogprobs
+	}
 	return s.run(ctx, w, r, j, "chat.completion", func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error) {
 		return sl.chat.Complete(ctx, msgs, opts...)
 	})
@@ -507,7 +508,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 
 func (s *Server) complete(w http.ResponseWriter, r *http.Request) *apiError {
 	var q completionRequest
-	if e := decode(r, &q); e != nil {
+	if e := decodeRequest(r, &q, completionRefusals); e != nil {
 		return e
 	}
 	if len(q.Prompt) != 1 {
@@ -521,6 +522,18 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) *apiError {
 	j, e := s.validate(&q.sampling, ids, "prompt")
 	if e != nil {
 		return e
+	}
+	if q.Logprobs != nil {
+		if *q.Logprobs < 0 || *q.Logprobs > 5 {
+			return badRequest("logprobs", "invalid_value", "logprobs %d: must be 0 to 5", *q.Logprobs)
+		}
+		j.logprobs, j.sampler.TopLogprobs = true, *q.Logprobs
+	}
+	if q.BestOf != nil && *q.BestOf != j.n {
+		return badRequest("best_of", "unsupported_value", "best_of %d: only best_of = n (%d) is supported: the server does not rank candidates", *q.BestOf, j.n)
+	}
+	if q.Echo {
+		j.echo = prompt
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.timeout)
 	defer cancel()
@@ -598,7 +611,8 @@ func (s *Server) generate(ctx context.Context, sl *slot, opts []llm.GenerateOpti
 }
 
 // run generates on a free runner and writes the answer, whole or as a stream; ctx is r's
-// context bounded by the request timeout.
+// context bounded by the request timeout. The n choices are generated one after another on the
+// same runner, choice i with the request's seed plus i.
 func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request, j *job, object string, gen generateFunc) *apiError {
 	sl, e := s.acquire(ctx)
 	if e != nil {
@@ -617,92 +631,185 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 	if chat {
 		id = newID("chatcmpl-")
 	}
-	opts := []llm.GenerateOption{llm.WithMaxTokens(j.maxTokens), llm.WithSampler(j.sampler)}
-	nothingSent := func() int { return 0 }
+	// choice prepares the options of choice i; lps collects its tokens' logprobs
+	choice := func(i int, lps *[]llm.TokenLogprob) []llm.GenerateOption {
+		sc := j.sampler
+		sc.Seed += uint64(i)
+		if j.logprobs {
+			sc.Logprobs = func(l llm.TokenLogprob) { *lps = append(*lps, l) }
+		}
+		return []llm.GenerateOption{llm.WithMaxTokens(j.maxTokens), llm.WithSampler(sc)}
+	}
+	completion := 0 // tokens generated over all choices
 	if j.stream {
 		sse := newSSE(w)
 		chunkObject := "chat.completion.chunk"
 		if !chat {
 			chunkObject = object
 		}
-		piece := func(text string, finish *string) response {
+		offset := len(j.echo) // the text_offset of the next token (completions' logprobs)
+		piece := func(i int, text string, lps []llm.TokenLogprob, finish *string) response {
 			resp := response{ID: id, Object: chunkObject, Created: created, Model: s.cfg.name}
 			if chat {
-				resp.Choices = []chatChoice{{Delta: &delta{Content: text}, FinishReason: finish}}
+				resp.Choices = []chatChoice{{Index: i, Delta: &delta{Content: text}, FinishReason: finish,
+					Logprobs: s.chatLogprobs(j, lps)}}
 			} else {
-				resp.Choices = []textChoice{{Text: text, FinishReason: finish}}
+				resp.Choices = []textChoice{{Index: i, Text: text, FinishReason: finish, Logprobs: s.textLogprobs(j, lps, &offset)}}
 			}
 			return resp
 		}
-		if chat {
-			first := response{ID: id, Object: chunkObject, Created: created, Model: s.cfg.name,
-				Choices: []chatChoice{{Delta: &delta{Role: "assistant"}}}}
-			if err := sse.send(first); err != nil {
-				return nil // the client is gone
+		for i := 0; i < j.n; i++ {
+			if chat {
+				first := response{ID: id, Object: chunkObject, Created: created, Model: s.cfg.name,
+					Choices: []chatChoice{{Index: i, Delta: &delta{Role: "assistant"}}}}
+				if err := sse.send(first); err != nil {
+					return nil // the client is gone
+				}
+			} else if j.echo != "" {
+				offset = 0
+				if err := sse.send(piece(i, j.echo, nil, nil)); err != nil {
+					return nil
+				}
+			}
+			var lps []llm.TokenLogprob
+			sentLps := 0
+			sent := 0
+			opts := append(choice(i, &lps), llm.WithStream(func(text string) error {
+				if s.hooks.beforeSend != nil {
+					s.hooks.beforeSend(sent)
+				}
+				sent++
+				// the tokens sampled since the last piece travel with it
+				p := piece(i, text, lps[sentLps:], nil)
+				sentLps = len(lps)
+				return sse.send(p)
+			}))
+			var res llm.Result
+			var err error
+			sl, res, err = s.generate(ctx, sl, opts, gen, func() int { return sent })
+			s.met.tokens(len(j.prompt), len(res.Tokens))
+			completion += len(res.Tokens)
+			switch {
+			case err != nil && r.Context().Err() != nil:
+				s.cfg.logger.Debug("serve: client went away during a stream", "err", err)
+				return nil
+			case err != nil && ctx.Err() != nil && !crashed(err):
+				// the request timeout cut generation: the stream still ends well-formed
+				res.Stop = llm.StopMaxTokens
+			case err != nil:
+				s.cfg.logger.Warn("serve: generation failed", "err", err)
+				_ = sse.send(map[string]*apiError{"error": generationError(err)})
+				return nil
+			}
+			fin := finishReason(res.Stop)
+			_ = sse.send(piece(i, "", lps[min(sentLps, len(lps)):], &fin))
+			if ctx.Err() != nil {
+				break // the time is up: no further choice
 			}
 		}
-		sent := 0
-		opts = append(opts, llm.WithStream(func(text string) error {
-			if s.hooks.beforeSend != nil {
-				s.hooks.beforeSend(sent)
-			}
-			sent++
-			return sse.send(piece(text, nil))
-		}))
-		var res llm.Result
-		var err error
-		sl, res, err = s.generate(ctx, sl, opts, gen, func() int { return sent })
-		s.met.tokens(len(j.prompt), len(res.Tokens))
-		switch {
-		case err != nil && r.Context().Err() != nil:
-			s.cfg.logger.Debug("serve: client went away during a stream", "err", err)
-			return nil
-		case err != nil && ctx.Err() != nil && !crashed(err):
-			// the request timeout cut generation: the stream still ends well-formed
-			res.Stop = llm.StopMaxTokens
-		case err != nil:
-			s.cfg.logger.Warn("serve: generation failed", "err", err)
-			_ = sse.send(map[string]*apiError{"error": generationError(err)})
-			return nil
-		}
-		fin := finishReason(res.Stop)
-		_ = sse.send(piece("", &fin))
 		if j.usage {
-			u := usageOf(j, res)
+			u := usageOf(j, completion)
 			_ = sse.send(response{ID: id, Object: chunkObject, Created: created, Model: s.cfg.name,
 				Choices: []chatChoice{}, Usage: &u})
 		}
 		_ = sse.done()
 		return nil
 	}
-	if s.hooks.beforeSend != nil {
-		n := 0
-		opts = append(opts, llm.WithStream(func(string) error { s.hooks.beforeSend(n); n++; return nil }))
+	var chatChoices []chatChoice
+	var textChoices []textChoice
+	for i := 0; i < j.n; i++ {
+		var lps []llm.TokenLogprob
+		opts := choice(i, &lps)
+		if s.hooks.beforeSend != nil {
+			n := 0
+			opts = append(opts, llm.WithStream(func(string) error { s.hooks.beforeSend(n); n++; return nil }))
+		}
+		var res llm.Result
+		var err error
+		sl, res, err = s.generate(ctx, sl, opts, gen, func() int { return 0 })
+		s.met.tokens(len(j.prompt), len(res.Tokens))
+		completion += len(res.Tokens)
+		switch {
+		case err != nil && ctx.Err() != nil && r.Context().Err() == nil && !crashed(err):
+			// the request timeout cut generation: answer with the text so far, as a stream does
+			res.Stop = llm.StopMaxTokens
+		case err != nil && ctx.Err() != nil && !crashed(err):
+			return newError(http.StatusGatewayTimeout, "server_error", "", "timeout",
+				"generation did not finish within the request timeout (%s)", s.cfg.timeout)
+		case err != nil:
+			return generationError(err)
+		}
+		fin := finishReason(res.Stop)
+		if chat {
+			chatChoices = append(chatChoices, chatChoice{Index: i, Message: &chatMessage{Role: "assistant", Content: content(res.Text)},
+				FinishReason: &fin, Logprobs: s.chatLogprobs(j, lps)})
+		} else {
+			offset := len(j.echo)
+			textChoices = append(textChoices, textChoice{Index: i, Text: j.echo + res.Text, FinishReason: &fin,
+				Logprobs: s.textLogprobs(j, lps, &offset)})
+		}
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	var res llm.Result
-	var err error
-	sl, res, err = s.generate(ctx, sl, opts, gen, nothingSent)
-	s.met.tokens(len(j.prompt), len(res.Tokens))
-	switch {
-	case err != nil && ctx.Err() != nil && r.Context().Err() == nil && !crashed(err):
-		// the request timeout cut generation: answer with the text so far, as a stream does
-		res.Stop = llm.StopMaxTokens
-	case err != nil && ctx.Err() != nil && !crashed(err):
-		return newError(http.StatusGatewayTimeout, "server_error", "", "timeout",
-			"generation did not finish within the request timeout (%s)", s.cfg.timeout)
-	case err != nil:
-		return generationError(err)
-	}
-	fin := finishReason(res.Stop)
-	u := usageOf(j, res)
+	u := usageOf(j, completion)
 	resp := response{ID: id, Object: object, Created: created, Model: s.cfg.name, Usage: &u}
 	if chat {
-		resp.Choices = []chatChoice{{Message: &chatMessage{Role: "assistant", Content: content(res.Text)}, FinishReason: &fin}}
+		resp.Choices = chatChoices
 	} else {
-		resp.Choices = []textChoice{{Text: res.Text, FinishReason: &fin}}
+		resp.Choices = textChoices
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return nil
+}
+
+// chatLogprobs is the chat API's logprobs of tokens (nil when the request asked for none).
+func (s *Server) chatLogprobs(j *job, lps []llm.TokenLogprob) *chatLogprobs {
+	if !j.logprobs {
+		return nil
+	}
+	entry := func(id int32, lp float64) tokenLogprob {
+		t := s.tok.Piece(id)
+		b := make([]int, len(t))
+		for i := range len(t) {
+			b[i] = int(t[i])
+		}
+		return tokenLogprob{Token: t, Logprob: lp, Bytes: b}
+	}
+	out := &chatLogprobs{Content: make([]tokenLogprob, 0, len(lps))}
+	for _, l := range lps {
+		e := entry(l.ID, l.Logprob)
+		e.TopLogprobs = []tokenLogprob{}
+		for _, t := range l.Top {
+			e.TopLogprobs = append(e.TopLogprobs, entry(t.ID, t.Logprob))
+		}
+		out.Content = append(out.Content, e)
+	}
+	return out
+}
+
+// textLogprobs is the completions API's logprobs of tokens; *offset is the first token's
+// offset in the choice's text and moves past them.
+func (s *Server) textLogprobs(j *job, lps []llm.TokenLogprob, offset *int) *textLogprobs {
+	if !j.logprobs {
+		return nil
+	}
+	out := &textLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+	for _, l := range lps {
+		t := s.tok.Piece(l.ID)
+		out.Tokens = append(out.Tokens, t)
+		out.TokenLogprobs = append(out.TokenLogprobs, l.Logprob)
+		top := map[string]float64{}
+		for _, c := range l.Top {
+			if _, dup := top[s.tok.Piece(c.ID)]; !dup { // two ids may share a text: the likelier wins
+				top[s.tok.Piece(c.ID)] = c.Logprob
+			}
+		}
+		out.TopLogprobs = append(out.TopLogprobs, top)
+		out.TextOffset = append(out.TextOffset, *offset)
+		*offset += len(t)
+	}
+	return out
 }
 
 // generationError is the answer to a failed generation: 503 when the backend crashed (the
@@ -715,9 +822,10 @@ func generationError(err error) *apiError {
 	return newError(http.StatusInternalServerError, "server_error", "", "generation_failed", "%v", err)
 }
 
-func usageOf(j *job, res llm.Result) usage {
-	return usage{PromptTokens: len(j.prompt), CompletionTokens: len(res.Tokens),
-		TotalTokens: len(j.prompt) + len(res.Tokens)}
+// usageOf counts the prompt once, as OpenAI does for n > 1, and the tokens of every choice.
+func usageOf(j *job, completion int) usage {
+	return usage{PromptTokens: len(j.prompt), CompletionTokens: completion,
+		TotalTokens: len(j.prompt) + completion}
 }
 
 // sseWriter writes server-sent events, flushing each.
