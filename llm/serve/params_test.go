@@ -162,7 +162,9 @@ func TestKnobRanges(t *testing.T) {
 			path, body := requestWith(tc.api, tc.param, tc.value)
 			code, b := post(t, hs.URL+path, body)
 			require.Equal(t, 400, code, "%s\n%s", body, b)
-			var e struct{ Error struct{ Message, Param string } }
+			var e struct {
+				Error struct{ Message, Param string }
+			}
 			require.NoError(t, json.Unmarshal(b, &e))
 			assert.Equal(t, tc.param, e.Error.Param)
 			assert.Contains(t, e.Error.Message, tc.msg)
