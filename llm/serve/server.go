@@ -248,6 +248,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/v1/models", s.get(s.models))
 	mux.HandleFunc("/health", s.get(s.health))
 	mux.HandleFunc("/metrics", s.get(s.metrics))
+	s.routes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, newError(http.StatusNotFound, "invalid_request_error", "", "unknown_url",
 			"unknown URL %s %s", r.Method, r.URL.Path))
