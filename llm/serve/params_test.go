@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -61,6 +63,7 @@ var openAIParams = []struct {
 	{"chat", "repeat_penalty", `1.1`, 200},
 	{"chat", "repeat_last_n", `-1`, 200},
 	// the completions API
+	{"completions", "model", `"stories"`, 200},
 	{"completions", "prompt", `"once"`, 200},
 	{"completions", "best_of", `3`, 400},
 	{"completions", "echo", `true`, 200},
@@ -327,4 +330,37 @@ func TestStreamChoicesLogprobs(t *testing.T) {
 	assert.Equal(t, map[int]bool{0: true, 1: true}, finished)
 	assert.Equal(t, text, lpText)
 	assert.NotEmpty(t, text[0])
+}
+
+// docs/openai-api.md's tables and openAIParams are the same list: every documented parameter
+// is tested, every tested one documented, with the same status.
+func TestParameterTableMatchesDocs(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "openai-api.md"))
+	require.NoError(t, err)
+	documented := map[string]int{} // "api/param" -> 200 or 400
+	api := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(line, "## POST /v1/chat/completions"):
+			api = "chat"
+		case strings.HasPrefix(line, "## POST /v1/completions"):
+			api = "completions"
+		case strings.HasPrefix(line, "## "):
+			api = ""
+		}
+		cells := strings.Split(line, "|")
+		if api == "" || len(cells) < 4 || !strings.Contains(cells[1], "`") {
+			continue
+		}
+		status := map[string]int{"honoured": 200, "accepted": 200, "refused": 400}[strings.TrimSpace(cells[2])]
+		require.NotZero(t, status, "status of %q", line)
+		for _, p := range strings.Split(cells[1], ",") {
+			documented[api+"/"+strings.Trim(strings.TrimSpace(p), "`")] = status
+		}
+	}
+	tested := map[string]int{}
+	for _, p := range openAIParams {
+		tested[p.api+"/"+p.param] = p.want
+	}
+	assert.Equal(t, documented, tested)
 }
