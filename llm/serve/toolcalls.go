@@ -1,0 +1,126 @@
+package serve
+
+import (
+	"encoding/json"
+	"strings"
+)
+
+// Tool calls come back from a model as text in its family's format; parseToolCalls reads the
+// three that chat templates define:
+//   - Hermes and Qwen: <tool_call>{"name": ..., "arguments": {...}}</tool_call>, one per call;
+//   - Mistral: [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...];
+//   - Llama 3.x: the whole reply one JSON object {"name": ..., "parameters": {...}} (or
+//     "arguments"), optionally after <|python_tag|>, several separated by ";".
+
+// toolCall is one parsed call: the function's name and its arguments as JSON text (OpenAI
+// sends arguments as a string).
+type toolCall struct {
+	Name      string
+	Arguments string
+}
+
+// toolCallStarts are the texts a reply that is a tool call starts with.
+var toolCallStarts = []string{"<tool_call>", "[TOOL_CALLS]", "<|python_tag|>", "{"}
+
+// mayBeToolCall says whether text (a reply's beginning) could still turn out to be a tool
+// call, so that a stream holds it back rather than sending it as content.
+func mayBeToolCall(text string) bool {
+	t := strings.TrimLeft(text, " \t\r\n")
+	if t == "" {
+		return true
+	}
+	for _, s := range toolCallStarts {
+		if strings.HasPrefix(t, s) || strings.HasPrefix(s, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseToolCalls reads the tool calls of a whole reply; ok is false when the reply is not
+// (only) tool calls, and is then plain content.
+func parseToolCalls(text string) (calls []toolCall, ok bool) {
+	t := strings.TrimSpace(text)
+	switch {
+	case strings.HasPrefix(t, "<tool_call>"):
+		for t != "" {
+			if !strings.HasPrefix(t, "<tool_call>") {
+				return nil, false
+			}
+			body, rest, found := strings.Cut(strings.TrimPrefix(t, "<tool_call>"), "</tool_call>")
+			if !found { // the model stopped before closing the last one: take what is whole
+				rest = ""
+			}
+			c, ok := parseCall(body)
+			if !ok {
+				return nil, false
+			}
+			calls = append(calls, c)
+			t = strings.TrimSpace(rest)
+		}
+		return calls, len(calls) > 0
+	case strings.HasPrefix(t, "[TOOL_CALLS]"):
+		var list []json.RawMessage
+		if json.Unmarshal([]byte(strings.TrimSpace(strings.TrimPrefix(t, "[TOOL_CALLS]"))), &list) != nil {
+			return nil, false
+		}
+		for _, raw := range list {
+			c, ok := parseCall(string(raw))
+			if !ok {
+				return nil, false
+			}
+			calls = append(calls, c)
+		}
+		return calls, len(calls) > 0
+	}
+	t = strings.TrimSpace(strings.TrimPrefix(t, "<|python_tag|>"))
+	if !strings.HasPrefix(t, "{") {
+		return nil, false
+	}
+	dec := json.NewDecoder(strings.NewReader(t))
+	for {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, false
+		}
+		c, ok := parseCall(string(raw))
+		if !ok {
+			return nil, false
+		}
+		calls = append(calls, c)
+		rest := strings.TrimSpace(t[dec.InputOffset():])
+		if rest == "" {
+			return calls, true
+		}
+		if !strings.HasPrefix(rest, ";") {
+			return nil, false
+		}
+		t = strings.TrimSpace(rest[1:])
+		dec = json.NewDecoder(strings.NewReader(t))
+	}
+}
+
+// parseCall reads {"name": ..., "arguments" or "parameters": {...}}.
+func parseCall(s string) (toolCall, bool) {
+	var c struct {
+		Name       string          `json:"name"`
+		Arguments  json.RawMessage `json:"arguments"`
+		Parameters json.RawMessage `json:"parameters"`
+	}
+	if json.Unmarshal([]byte(strings.TrimSpace(s)), &c) != nil || c.Name == "" {
+		return toolCall{}, false
+	}
+	args := c.Arguments
+	if len(args) == 0 {
+		args = c.Parameters
+	}
+	if len(args) == 0 || isNull(args) {
+		args = json.RawMessage("{}")
+	}
+	// arguments a model wrote as a JSON string holding JSON stay that string
+	var str string
+	if json.Unmarshal(args, &str) == nil {
+		return toolCall{Name: c.Name, Arguments: str}, true
+	}
+	return toolCall{Name: c.Name, Arguments: string(args)}, true
+}
