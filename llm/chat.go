@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -21,8 +22,43 @@ import (
 
 // Message is one turn of a conversation.
 type Message struct {
-	Role    string `json:"role"` // "system", "user" or "assistant"
+	Role    string `json:"role"` // "system", "user", "assistant" or "tool"
 	Content string `json:"content"`
+	// ToolCalls are the calls an assistant's turn made (rendered as Hugging Face's
+	// apply_chat_template receives them: {"id", "type": "function", "function": {"name",
+	// "arguments"}}, the arguments parsed from their JSON text when they are an object).
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// ToolCallID is the call a "tool" turn answers.
+	ToolCallID string `json:"tool_call_id,omitempty"`
+}
+
+// ToolCall is one function call of an assistant's turn.
+type ToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"` // JSON text
+}
+
+// templateValue is m as a chat template receives it.
+func (m Message) templateValue() map[string]any {
+	v := map[string]any{"role": m.Role, "content": m.Content}
+	if len(m.ToolCalls) > 0 {
+		calls := make([]any, len(m.ToolCalls))
+		for i, c := range m.ToolCalls {
+			var args any = c.Arguments
+			var obj map[string]any
+			if json.Unmarshal([]byte(c.Arguments), &obj) == nil {
+				args = obj
+			}
+			calls[i] = map[string]any{"id": c.ID, "type": "function",
+				"function": map[string]any{"name": c.Name, "arguments": args}}
+		}
+		v["tool_calls"] = calls
+	}
+	if m.ToolCallID != "" {
+		v["tool_call_id"] = m.ToolCallID
+	}
+	return v
 }
 
 // FallbackChatTemplate renders conversations for models whose GGUF file has no
@@ -129,18 +165,29 @@ func (t *ChatTemplate) Render(msgs []Message, addGenerationPrompt bool) (string,
 // RenderContext is Render within the rendering limits (ErrTemplateLimit), stopped when ctx ends or after
 // TemplateTimeout: the error then wraps ErrTemplateLimit (and ctx's cause).
 func (t *ChatTemplate) RenderContext(ctx context.Context, msgs []Message, addGenerationPrompt bool) (string, error) {
+	return t.RenderToolsContext(ctx, msgs, nil, addGenerationPrompt)
+}
+
+// RenderToolsContext is RenderContext with the tools the model may call, given to the template
+// as Hugging Face's apply_chat_template gives them (the OpenAI request's "tools": a list of
+// {"type": "function", "function": {"name", "description", "parameters"}}); nil gives none.
+func (t *ChatTemplate) RenderToolsContext(ctx context.Context, msgs []Message, tools []any, addGenerationPrompt bool) (string, error) {
 	list := make([]any, len(msgs))
 	for i, m := range msgs {
-		list[i] = map[string]any{"role": m.Role, "content": m.Content}
+		list[i] = m.templateValue()
 	}
 	ctx, cancel := context.WithTimeout(ctx, TemplateTimeout)
 	defer cancel()
-	out, err := t.tmpl.RenderContext(ctx, map[string]any{
+	vars := map[string]any{
 		"messages":              list,
 		"add_generation_prompt": addGenerationPrompt,
 		"bos_token":             t.bos,
 		"eos_token":             t.eos,
-	}, templateLimits)
+	}
+	if tools != nil {
+		vars["tools"] = tools
+	}
+	out, err := t.tmpl.RenderContext(ctx, vars, templateLimits)
 	if err != nil {
 		return "", fmt.Errorf("llm: render chat template: %w: %w", err, core.ErrInvalidArgument)
 	}
@@ -231,7 +278,7 @@ func (c *Chat) Template() *ChatTemplate { return c.tmpl }
 // user's message is taken back and the conversation is as before.
 func (c *Chat) Send(ctx context.Context, user string, opts ...GenerateOption) (Result, error) {
 	msgs := append(slices.Clone(c.msgs), Message{Role: "user", Content: user})
-	res, err := c.complete(ctx, msgs, opts...)
+	res, err := c.complete(ctx, msgs, nil, opts...)
 	if err != nil {
 		c.cached = ""
 		return res, err
@@ -244,7 +291,14 @@ func (c *Chat) Send(ctx context.Context, user string, opts ...GenerateOption) (R
 // receives it) without keeping it; the runner's cache is reused where msgs extend what it
 // holds.
 func (c *Chat) Complete(ctx context.Context, msgs []Message, opts ...GenerateOption) (Result, error) {
-	res, err := c.complete(ctx, msgs, opts...)
+	return c.CompleteTools(ctx, msgs, nil, opts...)
+}
+
+// CompleteTools is Complete with the tools the model may call rendered into the prompt
+// (ChatTemplate.RenderToolsContext); the reply is the model's text, which a caller parses for
+// calls in the model family's format.
+func (c *Chat) CompleteTools(ctx context.Context, msgs []Message, tools []any, opts ...GenerateOption) (Result, error) {
+	res, err := c.complete(ctx, msgs, tools, opts...)
 	if err != nil {
 		c.cached = ""
 	}
@@ -268,7 +322,12 @@ func (t *ChatTemplate) Prompt(tok *tokenizer.Tokenizer, msgs []Message) (string,
 
 // PromptContext is Prompt with the rendering bound to ctx (RenderContext).
 func (t *ChatTemplate) PromptContext(ctx context.Context, tok *tokenizer.Tokenizer, msgs []Message) (string, []int32, error) {
-	prompt, err := t.RenderContext(ctx, msgs, true)
+	return t.PromptToolsContext(ctx, tok, msgs, nil)
+}
+
+// PromptToolsContext is PromptContext with tools (RenderToolsContext).
+func (t *ChatTemplate) PromptToolsContext(ctx context.Context, tok *tokenizer.Tokenizer, msgs []Message, tools []any) (string, []int32, error) {
+	prompt, err := t.RenderToolsContext(ctx, msgs, tools, true)
 	if err != nil {
 		return "", nil, err
 	}
@@ -286,7 +345,7 @@ func (t *ChatTemplate) PromptContext(ctx context.Context, tok *tokenizer.Tokeniz
 		// nothing to keep plain: one piece, exactly as llama.cpp tokenizes it
 		return prompt, tok.Encode(prompt, true), nil
 	}
-	spans, err := t.contentSpans(ctx, prompt, msgs, tok.Vocab().AddBOS)
+	spans, err := t.contentSpans(ctx, prompt, msgs, tools, tok.Vocab().AddBOS)
 	if errors.Is(err, ErrTemplateLimit) {
 		return "", nil, err
 	}
@@ -306,7 +365,7 @@ var errContentNotFound = fmt.Errorf("the chat template rewrites its content, so 
 // without the bos_token when trimBOS): it renders msgs again with a unique marker as each
 // content, so that the template's own text, which the markers never occur in, is told apart
 // from the contents whatever they contain.
-func (t *ChatTemplate) contentSpans(ctx context.Context, prompt string, msgs []Message, trimBOS bool) ([][2]int, error) {
+func (t *ChatTemplate) contentSpans(ctx context.Context, prompt string, msgs []Message, tools []any, trimBOS bool) ([][2]int, error) {
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
 	tag := hex.EncodeToString(nonce[:])
@@ -314,9 +373,9 @@ func (t *ChatTemplate) contentSpans(ctx context.Context, prompt string, msgs []M
 	for i, m := range msgs {
 		// letters and digits only: no filter a template applies to a content (trim, escape)
 		// changes it
-		marked[i] = Message{Role: m.Role, Content: fmt.Sprintf("XPU%sM%dX", tag, i)}
+		marked[i] = Message{Role: m.Role, Content: fmt.Sprintf("XPU%sM%dX", tag, i), ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID}
 	}
-	skel, err := t.RenderContext(ctx, marked, true)
+	skel, err := t.RenderToolsContext(ctx, marked, tools, true)
 	if errors.Is(err, ErrTemplateLimit) {
 		return nil, err
 	}
@@ -367,8 +426,8 @@ func (t *ChatTemplate) contentSpans(ctx context.Context, prompt string, msgs []M
 	return spans, nil
 }
 
-func (c *Chat) complete(ctx context.Context, msgs []Message, opts ...GenerateOption) (Result, error) {
-	prompt, full, err := c.tmpl.PromptContext(ctx, c.r.Model().Tokenizer, msgs)
+func (c *Chat) complete(ctx context.Context, msgs []Message, tools []any, opts ...GenerateOption) (Result, error) {
+	prompt, full, err := c.tmpl.PromptToolsContext(ctx, c.r.Model().Tokenizer, msgs, tools)
 	if err != nil {
 		return Result{}, err
 	}
