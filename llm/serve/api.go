@@ -65,8 +65,28 @@ func (c *content) UnmarshalJSON(b []byte) error {
 }
 
 type chatMessage struct {
-	Role    string  `json:"role"`
-	Content content `json:"content"`
+	Role       string        `json:"role"`
+	Content    content       `json:"content"`
+	ToolCalls  []apiToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string        `json:"tool_call_id,omitempty"`
+}
+
+// apiToolCall is OpenAI's tool call: in a message, and (with Index) in a streamed delta.
+type apiToolCall struct {
+	Index    *int   `json:"index,omitempty"`
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// replyMessage is the assistant's message of an answer: content null when it calls tools.
+type replyMessage struct {
+	Role      string        `json:"role"`
+	Content   *string       `json:"content"`
+	ToolCalls []apiToolCall `json:"tool_calls,omitempty"`
 }
 
 // sampling is what both endpoints share.
@@ -85,9 +105,11 @@ type sampling struct {
 
 type chatRequest struct {
 	sampling
-	Messages    []chatMessage `json:"messages"`
-	Logprobs    *bool         `json:"logprobs"`
-	TopLogprobs *int          `json:"top_logprobs"`
+	Messages    []chatMessage   `json:"messages"`
+	Tools       []any           `json:"tools"`
+	ToolChoice  json.RawMessage `json:"tool_choice"`
+	Logprobs    *bool           `json:"logprobs"`
+	TopLogprobs *int            `json:"top_logprobs"`
 }
 
 type completionRequest struct {
@@ -127,15 +149,16 @@ type usage struct {
 
 type chatChoice struct {
 	Index        int           `json:"index"`
-	Message      *chatMessage  `json:"message,omitempty"`
+	Message      *replyMessage `json:"message,omitempty"`
 	Delta        *delta        `json:"delta,omitempty"`
 	Logprobs     *chatLogprobs `json:"logprobs"`
 	FinishReason *string       `json:"finish_reason"`
 }
 
 type delta struct {
-	Role    string `json:"role,omitempty"`
-	Content string `json:"content,omitempty"`
+	Role      string        `json:"role,omitempty"`
+	Content   string        `json:"content,omitempty"`
+	ToolCalls []apiToolCall `json:"tool_calls,omitempty"`
 }
 
 type textChoice struct {

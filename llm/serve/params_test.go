@@ -50,7 +50,7 @@ var openAIParams = []struct {
 	{"chat", "stream_options", `{"include_usage":true}`, 200},
 	{"chat", "temperature", `0.5`, 200},
 	{"chat", "tool_choice", `"required"`, 400},
-	{"chat", "tools", `[{"type":"function","function":{"name":"f"}}]`, 400},
+	{"chat", "tools", `[{"type":"function","function":{"name":"f"}}]`, 200},
 	{"chat", "top_logprobs", `2`, 200}, // with logprobs: true (below)
 	{"chat", "top_p", `0.9`, 200},
 	{"chat", "user", `"u1"`, 200},

@@ -45,6 +45,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -149,6 +150,9 @@ type Server struct {
 type testHooks struct {
 	beforeGenerate func(attempt int)
 	beforeSend     func(n int) // n: the pieces of text sent (or made, unstreamed) before this one
+	// reply replaces the model's answer to a chat request (streamed in pieces of a few bytes),
+	// so that a test controls what the "model" writes (tool calls)
+	reply func() string
 }
 
 // slot is one runner and the chat state that lets it reuse its cache.
@@ -376,6 +380,7 @@ type job struct {
 	n         int    // choices, generated one after another
 	logprobs  bool   // report each token's logprob
 	echo      string // text put before each completion's (the completions API's echo)
+	tools     bool   // the model was given tools: its reply is parsed for calls
 }
 
 // validate checks what both endpoints share; prompt is the request's prompt tokens.
@@ -441,7 +446,7 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-var validRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true}
+var validRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
 
 // decodeRequest reads a body into q, refusing the known parameters the server cannot honour.
 func decodeRequest(r *http.Request, q any, rules []unsupported) *apiError {
@@ -467,18 +472,25 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	for i, m := range q.Messages {
 		if !validRoles[m.Role] {
 			return badRequest(fmt.Sprintf("messages[%d].role", i), "invalid_value",
-				"role %q: must be system, developer, user or assistant", m.Role)
+				"role %q: must be system, developer, user, assistant or tool", m.Role)
 		}
 		role := m.Role
 		if role == "developer" { // OpenAI's newer name for the system role
 			role = "system"
 		}
-		msgs[i] = llm.Message{Role: role, Content: string(m.Content)}
+		msgs[i] = llm.Message{Role: role, Content: string(m.Content), ToolCallID: m.ToolCallID}
+		for _, c := range m.ToolCalls {
+			msgs[i].ToolCalls = append(msgs[i].ToolCalls, llm.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
+		}
+	}
+	tools, e := checkTools(q.Tools, q.ToolChoice)
+	if e != nil {
+		return e
 	}
 	// the request's time starts before rendering: a slow template is part of it
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.timeout)
 	defer cancel()
-	_, ids, err := s.tmpl.PromptContext(ctx, s.tok, msgs)
+	_, ids, err := s.tmpl.PromptToolsContext(ctx, s.tok, msgs, tools)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return newError(http.StatusGatewayTimeout, "server_error", "", "timeout",
@@ -493,6 +505,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 		return e
 	}
 	j.logprobs = q.Logprobs != nil && *q.Logprobs
+	j.tools = tools != nil
 	if q.TopLogprobs != nil {
 		switch {
 		case *q.TopLogprobs < 0 || *q.TopLogprobs > llm.MaxTopLogprobs:
@@ -503,7 +516,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 		j.sampler.TopLogprobs = *q.TopLogprobs
 	}
 	return s.run(ctx, w, r, j, "chat.completion", func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error) {
-		return sl.chat.Complete(ctx, msgs, opts...)
+		return sl.chat.CompleteTools(ctx, msgs, tools, opts...)
 	})
 }
 
@@ -675,19 +688,30 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 			var lps []llm.TokenLogprob
 			sentLps := 0
 			sent := 0
-			opts := append(choice(i, &lps), llm.WithStream(func(text string) error {
+			// with tools, the reply's beginning is held back while it may be a tool call
+			var held strings.Builder
+			holding := j.tools
+			stream := func(text string) error {
 				if s.hooks.beforeSend != nil {
 					s.hooks.beforeSend(sent)
 				}
 				sent++
+				if holding {
+					held.WriteString(text)
+					if mayBeToolCall(held.String()) {
+						return nil
+					}
+					holding, text = false, held.String()
+				}
 				// the tokens sampled since the last piece travel with it
 				p := piece(i, text, lps[sentLps:], nil)
 				sentLps = len(lps)
 				return sse.send(p)
-			}))
+			}
+			opts := append(choice(i, &lps), llm.WithStream(stream))
 			var res llm.Result
 			var err error
-			sl, res, err = s.generate(ctx, sl, opts, gen, func() int { return sent })
+			sl, res, err = s.generate(ctx, sl, opts, s.replyOr(gen, stream), func() int { return sent })
 			s.met.tokens(len(j.prompt), len(res.Tokens))
 			completion += len(res.Tokens)
 			switch {
@@ -703,6 +727,16 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 				return nil
 			}
 			fin := finishReason(res.Stop)
+			if holding && held.Len() > 0 {
+				if calls, ok := parseToolCalls(held.String()); ok {
+					fin = "tool_calls"
+					_ = sse.send(response{ID: id, Object: chunkObject, Created: created, Model: s.cfg.name,
+						Choices: []chatChoice{{Index: i, Delta: &delta{ToolCalls: apiToolCalls(calls, true)}}}})
+				} else {
+					_ = sse.send(piece(i, held.String(), lps[sentLps:], nil))
+					sentLps = len(lps)
+				}
+			}
 			_ = sse.send(piece(i, "", lps[min(sentLps, len(lps)):], &fin))
 			if ctx.Err() != nil {
 				break // the time is up: no further choice
@@ -727,7 +761,7 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 		}
 		var res llm.Result
 		var err error
-		sl, res, err = s.generate(ctx, sl, opts, gen, func() int { return 0 })
+		sl, res, err = s.generate(ctx, sl, opts, s.replyOr(gen, nil), func() int { return 0 })
 		s.met.tokens(len(j.prompt), len(res.Tokens))
 		completion += len(res.Tokens)
 		switch {
@@ -742,8 +776,11 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 		}
 		fin := finishReason(res.Stop)
 		if chat {
-			chatChoices = append(chatChoices, chatChoice{Index: i, Message: &chatMessage{Role: "assistant", Content: content(res.Text)},
-				FinishReason: &fin, Logprobs: s.chatLogprobs(j, lps)})
+			msg := &replyMessage{Role: "assistant", Content: &res.Text}
+			if calls, ok := parseToolCalls(res.Text); ok && j.tools {
+				msg.Content, msg.ToolCalls, fin = nil, apiToolCalls(calls, false), "tool_calls"
+			}
+			chatChoices = append(chatChoices, chatChoice{Index: i, Message: msg, FinishReason: &fin, Logprobs: s.chatLogprobs(j, lps)})
 		} else {
 			offset := len(j.echo)
 			textChoices = append(textChoices, textChoice{Index: i, Text: j.echo + res.Text, FinishReason: &fin,

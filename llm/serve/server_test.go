@@ -305,7 +305,7 @@ func TestBadRequests(t *testing.T) {
 		{"n too large", "/v1/completions", `{"model":"stories","prompt":"hi","n":17}`, 400, "n"},
 		{"temperature", "/v1/completions", `{"model":"stories","prompt":"hi","temperature":-1}`, 400, "temperature"},
 		{"top_p", "/v1/completions", `{"model":"stories","prompt":"hi","top_p":0}`, 400, "top_p"},
-		{"tools", "/v1/chat/completions", `{"model":"stories","tools":[{"type":"function"}],"messages":[{"role":"user","content":"hi"}]}`, 400, "tools"},
+		{"malformed tool", "/v1/chat/completions", `{"model":"stories","tools":[{"type":"function"}],"messages":[{"role":"user","content":"hi"}]}`, 400, "tools[0]"},
 		{"json mode", "/v1/chat/completions", `{"model":"stories","response_format":{"type":"json_object"},"messages":[{"role":"user","content":"hi"}]}`, 400, "response_format"},
 		{"prompt list", "/v1/completions", `{"model":"stories","prompt":["a","b"]}`, 400, "prompt"},
 		{"unknown path", "/v1/nothing", `{}`, 404, ""},

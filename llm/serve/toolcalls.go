@@ -1,8 +1,12 @@
 package serve
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
+
+	"github.com/xpuhub/xpu/llm"
 )
 
 // Tool calls come back from a model as text in its family's format; parseToolCalls reads the
@@ -123,4 +127,57 @@ func parseCall(s string) (toolCall, bool) {
 		return toolCall{Name: c.Name, Arguments: str}, true
 	}
 	return toolCall{Name: c.Name, Arguments: string(args)}, true
+}
+
+// checkTools validates a chat request's tools and tool_choice and returns the tools the
+// template is given (nil: none, also for tool_choice "none").
+func checkTools(tools []any, choice json.RawMessage) ([]any, *apiError) {
+	for i, t := range tools {
+		m, _ := t.(map[string]any)
+		f, _ := m["function"].(map[string]any)
+		if m["type"] != "function" || f == nil {
+			return nil, badRequest(fmt.Sprintf("tools[%d]", i), "invalid_value", `tools[%d]: must be {"type": "function", "function": {...}}`, i)
+		}
+		if name, _ := f["name"].(string); name == "" {
+			return nil, badRequest(fmt.Sprintf("tools[%d].function.name", i), "invalid_value", "tools[%d]: the function needs a name", i)
+		}
+	}
+	if len(tools) == 0 || oneOf(`"none"`)(choice) && !isNull(choice) {
+		return nil, nil
+	}
+	return tools, nil
+}
+
+// apiToolCalls are calls in OpenAI's shape; streamed ones carry their index.
+func apiToolCalls(calls []toolCall, streamed bool) []apiToolCall {
+	out := make([]apiToolCall, len(calls))
+	for i, c := range calls {
+		out[i].ID, out[i].Type = newID("call_"), "function"
+		out[i].Function.Name, out[i].Function.Arguments = c.Name, c.Arguments
+		if streamed {
+			out[i].Index = ptr(i)
+		}
+	}
+	return out
+}
+
+// replyOr is gen, or, when a test set the reply hook, a generation that writes the hook's
+// text to stream (nil: unstreamed) in pieces of a few bytes.
+func (s *Server) replyOr(gen generateFunc, stream func(string) error) generateFunc {
+	if s.hooks.reply == nil {
+		return gen
+	}
+	return func(context.Context, *slot, []llm.GenerateOption) (llm.Result, error) {
+		text := s.hooks.reply()
+		res := llm.Result{Text: text, Stop: llm.StopEOS}
+		for i := 0; i < len(text); i += 3 {
+			res.Tokens = append(res.Tokens, 0)
+			if stream != nil {
+				if err := stream(text[i:min(i+3, len(text))]); err != nil {
+					return res, err
+				}
+			}
+		}
+		return res, nil
+	}
 }
