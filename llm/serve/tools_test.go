@@ -3,11 +3,16 @@ package serve
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -169,4 +174,61 @@ func TestToolCallsAnswered(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The openai npm client parses the server's tool calls, whole and streamed (its stream helper
+// assembles delta.tool_calls), and sends the call and its result back as history.
+func TestOpenAIClientToolCalls(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed (scripts/deps.sh installs it)")
+	}
+	npmDir, err := filepath.Abs(filepath.Join("..", "..", "build", "npm"))
+	require.NoError(t, err)
+	if _, err := os.Stat(filepath.Join(npmDir, "node_modules", "openai")); err != nil {
+		t.Skipf("the openai npm package is not in %s: run scripts/deps.sh", npmDir)
+	}
+	script, err := os.ReadFile(filepath.Join("testdata", "openai_tools.mjs"))
+	require.NoError(t, err)
+	scriptPath := filepath.Join(npmDir, fmt.Sprintf("openai_tools_%d.mjs", os.Getpid()))
+	require.NoError(t, os.WriteFile(scriptPath, script, 0o644))
+	defer os.Remove(scriptPath)
+
+	url, _ := newToolServer(t, `<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, node, scriptPath, url+"/v1", "stories").Output()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		t.Fatalf("node client failed: %v\n%s", err, ee.Stderr)
+	}
+	require.NoError(t, err)
+	type call struct {
+		ID, Type, Name string
+		Args           map[string]any
+	}
+	var got struct {
+		Whole struct {
+			Finish  string
+			Content *string
+			Calls   []call
+		}
+		Stream struct {
+			Finish string
+			Calls  []call
+		}
+		Next struct{ Finish string }
+	}
+	require.NoError(t, json.Unmarshal(out, &got), "%s", out)
+	assert.Equal(t, "tool_calls", got.Whole.Finish)
+	assert.Nil(t, got.Whole.Content)
+	require.Len(t, got.Whole.Calls, 1)
+	assert.Equal(t, "function", got.Whole.Calls[0].Type)
+	assert.Equal(t, "get_weather", got.Whole.Calls[0].Name)
+	assert.Equal(t, map[string]any{"city": "Paris"}, got.Whole.Calls[0].Args)
+	assert.Equal(t, "tool_calls", got.Stream.Finish)
+	require.Len(t, got.Stream.Calls, 1)
+	assert.Equal(t, "get_weather", got.Stream.Calls[0].Name)
+	assert.Equal(t, map[string]any{"city": "Paris"}, got.Stream.Calls[0].Args)
+	assert.Equal(t, "tool_calls", got.Next.Finish)
 }
