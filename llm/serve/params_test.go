@@ -269,7 +269,7 @@ func TestKnobsHonoured(t *testing.T) {
 		assert.Equal(t, cs, again)
 	})
 	greedy := func(extra string) string {
-		cs, _ := postChoices(t, comp, `{"model":"stories","temperature":0,"max_tokens":60,"prompt":"Once upon a time"`+extra+`}`)
+		cs, _ := postChoices(t, comp, `{"model":"stories","temperature":0,"max_tokens":40,"prompt":"Once upon a time"`+extra+`}`)
 		return cs[0].Text
 	}
 	plain := greedy("")
