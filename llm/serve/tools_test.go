@@ -35,11 +35,11 @@ func newToolServer(t *testing.T, reply string) (string, *Server) {
 	srv, err := New(context.Background(), eng, WithModelName("stories"), WithMaxTokens(64), WithChatOptions(llm.WithChatTemplate(string(src))))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	if reply != "" {
+	if reply != "" { // before the server starts: its handlers read the hook
 		srv.hooks.reply = func() string { return reply }
 	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
 	return hs.URL, srv
 }
 
