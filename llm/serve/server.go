@@ -1,6 +1,10 @@
 // Package serve is an OpenAI-compatible HTTP server for a model loaded with llm.Load:
 // POST /v1/chat/completions and /v1/completions (streamed as server-sent events with
-// "stream": true), GET /v1/models, /health and /metrics (Prometheus text format).
+// "stream": true), GET /v1/models and /v1/models/{id}, /health and /metrics (Prometheus text
+// format). The same port speaks llama-server's /completion, /tokenize, /detokenize, /props and
+// /slots (llamaserver.go) and ollama's /api/generate, /api/chat, /api/tags, /api/show and
+// /api/version (ollama.go). Every OpenAI parameter is honoured or refused by name (params.go);
+// tools are rendered through the chat template and calls parsed back (toolcalls.go).
 //
 // A runner holds one sequence at a time, so requests share the model through a pool of
 // runners (WithParallel, default 1: the engine's own). A request waits in a bounded queue
