@@ -36,12 +36,13 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	device := fs.Int("device", 0, "device index")
 	filter := fs.String("filter", "", "run only the cases whose name matches this regular expression")
 	isolated := fs.Bool("isolated", false, "load plugins in a child process, so a crash fails a case instead of the run")
+	validate := fs.Bool("validate", false, "check every plugin ABI call the suite makes against the ABI's rules (the validation layer)")
 	timeout := fs.Duration("timeout", 0, "with --isolated, deadline of one execute; a plugin still running then is killed (0 = 10× its longest earlier run, at least 30s)")
 	reportDir := fs.String("report", defaultReportDir, `write <backend>.json, .md and .xml into this folder ("" for none)`)
 	seed := fs.Uint64("seed", 0, "input seed (a failing case prints the seed that reproduces it)")
 	applyUnits := coremlUnitsFlag(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu conform [--plugin NAME|PATH]... [--all] [--device N] [--filter REGEX] [--isolated [--timeout D]] [--report DIR] [--seed S]")
+		fmt.Fprintln(stderr, "usage: xpu conform [--plugin NAME|PATH]... [--all] [--device N] [--filter REGEX] [--isolated [--timeout D]] [--validate] [--report DIR] [--seed S]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {
@@ -72,6 +73,9 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	var lopts []loader.Option
 	if *isolated {
 		lopts = append(lopts, loader.Isolated())
+	}
+	if *validate {
+		lopts = append(lopts, loader.WithValidation())
 	}
 	if *timeout < 0 {
 		fmt.Fprintf(stderr, "xpu conform: --timeout %v: must be 0 (automatic) or more\n", *timeout)
@@ -139,6 +143,9 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		if *isolated {
 			repro += " --isolated"
+		}
+		if *validate {
+			repro += " --validate"
 		}
 		rep, err := conformance.Run(ctx, t.b, append(opts, conformance.WithReproCommand(repro))...)
 		if cerr := t.b.Close(); cerr != nil && err == nil {
