@@ -40,13 +40,22 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	timeout := fs.Duration("timeout", 0, "with --isolated, deadline of one execute; a plugin still running then is killed (0 = 10× its longest earlier run, at least 30s)")
 	reportDir := fs.String("report", defaultReportDir, `write <backend>.json, .md and .xml into this folder ("" for none)`)
 	seed := fs.Uint64("seed", 0, "input seed (a failing case prints the seed that reproduces it)")
+	compare := fs.Bool("compare", false, "with two report files OLD.json NEW.json: list the regressions from OLD to NEW (exit 1 if any)")
 	applyUnits := coremlUnitsFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: xpu conform [--plugin NAME|PATH]... [--all] [--device N] [--filter REGEX] [--isolated [--timeout D]] [--validate] [--report DIR] [--seed S]")
+		fmt.Fprintln(stderr, "       xpu conform --compare OLD.json NEW.json")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
+	}
+	if *compare {
+		if fs.NArg() != 2 || len(plugins) > 0 || *all {
+			fs.Usage()
+			return 2
+		}
+		return runConformCompare(fs.Arg(0), fs.Arg(1), stdout, stderr)
 	}
 	if len(plugins) == 0 && !*all || fs.NArg() > 0 {
 		fs.Usage()
