@@ -28,10 +28,10 @@ type RegressionKind string
 
 // Regression kinds.
 const (
-	RegNowFailing     RegressionKind = "now-failing"       // passed, now fails
-	RegNowUnsupported RegressionKind = "now-unsupported"   // passed, now declined
-	RegNewFailure     RegressionKind = "new-failure"       // a case the old report lacks, failing
-	RegVanished       RegressionKind = "vanished"          // passed, absent from the new report
+	RegNowFailing     RegressionKind = "now-failing"        // passed, now fails
+	RegNowUnsupported RegressionKind = "now-unsupported"    // passed, now declined
+	RegNewFailure     RegressionKind = "new-failure"        // a case the old report lacks, failing
+	RegVanished       RegressionKind = "vanished"           // passed, absent from the new report
 	RegLooserBound    RegressionKind = "tolerance-loosened" // judged by a looser threshold (or lower precision)
 )
 
