@@ -7,6 +7,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/xpuhub/xpu/conformance"
 	"github.com/xpuhub/xpu/core"
@@ -40,10 +41,16 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	timeout := fs.Duration("timeout", 0, "with --isolated, deadline of one execute; a plugin still running then is killed (0 = 10× its longest earlier run, at least 30s)")
 	reportDir := fs.String("report", defaultReportDir, `write <backend>.json, .md and .xml into this folder ("" for none)`)
 	seed := fs.Uint64("seed", 0, "input seed (a failing case prints the seed that reproduces it)")
+	perf := fs.Bool("perf", false, "performance mode: time each supported op × shape and print GB/s and GFLOP/s beside the device's peaks (no correctness cases)")
+	var pf perfFlags
+	fs.IntVar(&pf.threads, "threads", 2, "with --perf, the context's thread count (as xpu bench --kernels)")
+	fs.DurationVar(&pf.minTime, "perf-time", time.Second, "with --perf, the least time each case runs")
+	fs.StringVar(&pf.harness, "harness", defaultHarness, `with --perf, the bench harness whose read loop measures a CPU's read bandwidth (as xpu bench --kernels)`)
 	compare := fs.Bool("compare", false, "with two report files OLD.json NEW.json: list the regressions from OLD to NEW (exit 1 if any)")
 	applyUnits := coremlUnitsFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: xpu conform [--plugin NAME|PATH]... [--all] [--device N] [--filter REGEX] [--isolated [--timeout D]] [--validate] [--report DIR] [--seed S]")
+		fmt.Fprintln(stderr, "       xpu conform --perf [--plugin NAME|PATH]... [--all] [--device N] [--filter REGEX] [--threads N] [--perf-time D]")
 		fmt.Fprintln(stderr, "       xpu conform --compare OLD.json NEW.json")
 		fs.PrintDefaults()
 	}
@@ -146,6 +153,21 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	for _, t := range targets {
 		info := t.b.Info()
 		fmt.Fprintf(stdout, "== %s %s (%s) device %d\n", info.Name, info.Version, orBuiltin(info.Path), *device)
+		if *perf {
+			var re *regexp.Regexp
+			if *filter != "" {
+				re = regexp.MustCompile(*filter) // compiled above already
+			}
+			err := runConformPerf(ctx, t.b, *device, re, pf, *reportDir, stdout, stderr)
+			if cerr := t.b.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("closing the backend: %w", cerr)
+			}
+			if err != nil {
+				fmt.Fprintf(stdout, "== %s: FAIL [error] %v\n", info.Name, err)
+				total.Failed++
+			}
+			continue
+		}
 		repro := "xpu conform --plugin " + t.arg
 		if *device != 0 {
 			repro += fmt.Sprintf(" --device %d", *device)
@@ -179,6 +201,12 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 				fmt.Fprintf(stdout, "== reports: %s/%s.{json,md,xml}\n", *reportDir, rep.FileBase())
 			}
 		}
+	}
+	if *perf {
+		if total.Failed > 0 {
+			return 1
+		}
+		return 0
 	}
 	fmt.Fprintln(stdout, total.Summary())
 	if total.Failed > 0 {

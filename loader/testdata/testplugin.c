@@ -17,6 +17,7 @@
  *   -DTP_PROBE_FAULT=k   xpu_plugin_probe faults: 1 segfault, 2 abort, 3 hangs, 4 exit(0)
  *   -DTP_ZERO_DEVICES    open succeeds with 0 devices
  *   -DTP_NO_IMPORT       the device imports no host memory (buffers must be staged)
+ *   -DTP_DEVICE_INFO_1_0 device_info fills only the ABI 1.0 part (no declared peaks)
  *   -DTP_STRICT_RELEASE  buffer_release refuses (BAD_STATE) a buffer that any live execution
  *                        binds: stricter than the ABI, it catches a host that releases buffers
  *                        before the executions bound to them
@@ -191,6 +192,14 @@ static xpu_status tp_device_info(uint32_t device, xpu_device_info *out) {
   l.compute_units = 1;
   XPU_STRCPY(l.name, "test cpu");
   XPU_STRCPY(l.vendor, "xpu tests");
+  /* a plugin built against ABI 1.0 knows no peaks: it writes up to driver_version, and whatever
+   * it had declared lies past what it copies */
+  l.peak_read_bytes_per_s = 12000000000ull;
+  l.peak_flops_f32 = 34000000000ull;
+#ifdef TP_DEVICE_INFO_1_0
+  if (out->struct_size > offsetof(xpu_device_info, peak_read_bytes_per_s))
+    out->struct_size = offsetof(xpu_device_info, peak_read_bytes_per_s);
+#endif
   XPU_COPY_OUT(out, l);
   return XPU_OK;
 }
