@@ -46,12 +46,14 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.IntVar(&pf.threads, "threads", 2, "with --perf, the context's thread count (as xpu bench --kernels)")
 	fs.DurationVar(&pf.minTime, "perf-time", time.Second, "with --perf, the least time each case runs")
 	fs.StringVar(&pf.harness, "harness", defaultHarness, `with --perf, the bench harness whose read loop measures a CPU's read bandwidth (as xpu bench --kernels)`)
+	opsDoc := fs.String("ops-doc", "", `write the op coverage matrix (docs/ops.md) of the --plugin backends (default: every in-tree one) to this file ("-": stdout)`)
 	compare := fs.Bool("compare", false, "with two report files OLD.json NEW.json: list the regressions from OLD to NEW (exit 1 if any)")
 	applyUnits := coremlUnitsFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: xpu conform [--plugin NAME|PATH]... [--all] [--device N] [--filter REGEX] [--isolated [--timeout D]] [--validate] [--report DIR] [--seed S]")
 		fmt.Fprintln(stderr, "       xpu conform --perf [--plugin NAME|PATH]... [--all] [--device N] [--filter REGEX] [--threads N] [--perf-time D]")
 		fmt.Fprintln(stderr, "       xpu conform --compare OLD.json NEW.json")
+		fmt.Fprintln(stderr, "       xpu conform --ops-doc FILE [--plugin NAME|PATH]...")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {
@@ -64,7 +66,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		return runConformCompare(fs.Arg(0), fs.Arg(1), stdout, stderr)
 	}
-	if len(plugins) == 0 && !*all || fs.NArg() > 0 {
+	if len(plugins) == 0 && !*all && *opsDoc == "" || fs.NArg() > 0 {
 		fs.Usage()
 		return 2
 	}
@@ -98,6 +100,9 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 	lopts = append(lopts, loader.WithExecuteTimeout(*timeout))
+	if *opsDoc != "" {
+		return runOpsDoc(ctx, *opsDoc, plugins, *device, lopts, stdout, stderr)
+	}
 
 	type target struct {
 		arg string // what --plugin names it by, for the rerun command
