@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xpuhub/xpu/bench"
+	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/loader"
 )
 
@@ -65,5 +68,38 @@ func TestRunPerf(t *testing.T) {
 			assert.Regexp(t, `MATMUL 1x4096x4096 f32 +f32 +[0-9.]+ +[0-9.]+ +[0-9]+%`, out.String())
 			assert.Regexp(t, `MATMUL 1x4096x4096 q4_0 +unsupported`, out.String())
 		})
+	}
+}
+
+// The decode GEMV cases are `xpu bench --kernels`' GEMVs: the same shapes and weights, and
+// bytes that differ from its weight bytes by the activation and output only (under 1 %), so
+// for the same time per run both print the same GB/s within that.
+func TestPerfGEMVsAreBenchKernels(t *testing.T) {
+	byName := map[string]perfCase{}
+	for _, pc := range perfCases() {
+		byName[pc.name] = pc
+	}
+	for i, s := range bench.GEMVShapes {
+		for _, dt := range bench.GEMVTypes {
+			pc, ok := byName[fmt.Sprintf("MATMUL %s %s", s, dt)]
+			require.True(t, ok, "no perf case for GEMV %s %s", s, dt)
+			assert.Equal(t, s.FLOP(), pc.flop)
+			if i > 0 || !dt.Quantized() {
+				continue // generating the larger weights takes the race detector long
+			}
+			g, _, err := pc.build(caseRand(pc.name, 0))
+			require.NoError(t, err)
+			w, err := bench.Weights(dt, s.N, s.K)
+			require.NoError(t, err)
+			var konst []byte
+			for _, tn := range g.Tensors {
+				if tn.Kind == core.KindConst {
+					konst = tn.Data
+				}
+			}
+			assert.Equal(t, w, konst, "the same weights")
+			weightBytes := float64(dt.Bytes(s.N * s.K))
+			assert.InDelta(t, 1, graphBytes(g)/weightBytes, 0.01, "%s %s", s, dt)
+		}
 	}
 }
