@@ -77,6 +77,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	var opts []conformance.Option
 	opts = append(opts, conformance.WithDevice(*device), conformance.WithSeed(*seed),
 		conformance.WithProgress(stdout))
+	var filterRE *regexp.Regexp
 	if *filter != "" {
 		re, err := regexp.Compile(*filter)
 		if err != nil {
@@ -84,6 +85,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return 2
 		}
 		opts = append(opts, conformance.WithFilter(re))
+		filterRE = re
 	}
 	if *reportDir != "" {
 		opts = append(opts, conformance.WithReportDir(*reportDir))
@@ -159,11 +161,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		info := t.b.Info()
 		fmt.Fprintf(stdout, "== %s %s (%s) device %d\n", info.Name, info.Version, orBuiltin(info.Path), *device)
 		if *perf {
-			var re *regexp.Regexp
-			if *filter != "" {
-				re = regexp.MustCompile(*filter) // compiled above already
-			}
-			err := runConformPerf(ctx, t.b, *device, re, pf, *reportDir, stdout, stderr)
+			err := runConformPerf(ctx, t.b, *device, filterRE, pf, *reportDir, stdout, stderr)
 			if cerr := t.b.Close(); cerr != nil && err == nil {
 				err = fmt.Errorf("closing the backend: %w", cerr)
 			}
