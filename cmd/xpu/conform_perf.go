@@ -27,21 +27,25 @@ type perfFlags struct {
 func runConformPerf(ctx context.Context, b core.Backend, device int, filter *regexp.Regexp, pf perfFlags, reportDir string,
 	stdout, stderr io.Writer) error {
 	o := conformance.PerfOptions{Device: device, Threads: pf.threads, MinTime: pf.minTime, Filter: filter, Progress: stdout}
-	// the read bandwidth `xpu bench --kernels` prints, where its harness is built; else a Go scan
-	if h, err := bench.LoadHarness(pf.harness); err == nil {
-		o.ReadBandwidth = func(ctx context.Context, threads int) (float64, error) {
-			buf := make([]uint64, 64<<20) // 512 MiB, as xpu bench --kernels
-			for i := range buf {
-				buf[i] = uint64(i)
+	// the read bandwidth `xpu bench --kernels` prints, where its harness is built; else (and
+	// with --harness "") a Go scan
+	if pf.harness != "" {
+		h, err := bench.LoadHarness(pf.harness)
+		if err != nil {
+			fmt.Fprintf(stderr, "xpu conform --perf: no bench harness (%v): the CPU read bandwidth is a Go scan\n", err)
+		} else {
+			o.ReadBandwidth = func(ctx context.Context, threads int) (float64, error) {
+				buf := make([]uint64, 64<<20) // 512 MiB, as xpu bench --kernels
+				for i := range buf {
+					buf[i] = uint64(i)
+				}
+				d, err := bench.Time(ctx, func() error { h.Read(buf, threads); return nil }, 3, pf.minTime)
+				if err != nil {
+					return 0, err
+				}
+				return float64(8*len(buf)) / d.Seconds(), nil
 			}
-			d, err := bench.Time(ctx, func() error { h.Read(buf, threads); return nil }, 3, pf.minTime)
-			if err != nil {
-				return 0, err
-			}
-			return float64(8*len(buf)) / d.Seconds(), nil
 		}
-	} else {
-		fmt.Fprintf(stderr, "xpu conform --perf: no bench harness (%v): the CPU read bandwidth is a Go scan\n", err)
 	}
 	rep, err := conformance.RunPerf(ctx, b, o)
 	if err != nil {
