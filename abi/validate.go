@@ -162,6 +162,7 @@ type vobj struct {
 
 	// executions
 	exe      uint64
+	exeObj   *vobj    // the executable's record (a plugin may reuse the handle once released)
 	binds    []uint64 // bound buffer per io (0 = not bound)
 	offsets  []uint64 // and its offset
 	inflight int
@@ -609,7 +610,7 @@ func (v *Validator) ExecutionCreate(exe uint64) (uint64, error) {
 		return h, err
 	}
 	return h, v.check(func() error {
-		return v.fresh(call, kExecution, h, &vobj{dev: e.dev, ctx: e.ctx, exe: exe, binds: make([]uint64, len(e.ios)),
+		return v.fresh(call, kExecution, h, &vobj{dev: e.dev, ctx: e.ctx, exe: exe, exeObj: e, binds: make([]uint64, len(e.ios)),
 			offsets: make([]uint64, len(e.ios))})
 	})
 }
@@ -637,8 +638,7 @@ func (v *Validator) ExecutionBind(ex uint64, io uint32, buf, offset uint64) erro
 		if int(io) >= len(x.binds) {
 			return v.violation(call, RuleBufferBounds, false, "io %d of an executable with %d ios", io, len(x.binds))
 		}
-		e := v.objs[vkey{kExecutable, x.exe}]
-		b, err := v.inBuffer(call, fmt.Sprintf("io %d", io), buf, offset, e.ios[io])
+		b, err := v.inBuffer(call, fmt.Sprintf("io %d", io), buf, offset, x.exeObj.ios[io])
 		if err != nil {
 			return err
 		}
@@ -728,7 +728,7 @@ func (v *Validator) ExecutionRun(ctx context.Context, ex uint64, hist *RunHistor
 		}
 		x.inflight++
 		v.running[x.dev]++
-		e = v.objs[vkey{kExecutable, x.exe}]
+		e = x.exeObj
 		return nil
 	}); err != nil {
 		return err
