@@ -155,6 +155,7 @@ type vobj struct {
 
 	// executables
 	ios     []uint64 // bytes of each io, inputs first
+	noIR    bool     // its IR was beyond readIR: io counts and sizes unknown, left to the plugin
 	prec    core.Precision
 	precOK  bool // every verdict known (the graph was analyzed on this context)
 	graph   *core.Graph
@@ -559,7 +560,7 @@ func (v *Validator) GraphPrepare(ctx context.Context, cx uint64, ir []byte, opts
 		v.mu.Lock()
 		return 0, v.violation(call, RuleAnalyzePrepare, true, "succeeded for a graph graph_analyze refused at %s", a.refused)
 	}
-	o := &vobj{dev: dev, ctx: cx, ios: view.ios}
+	o := &vobj{dev: dev, ctx: cx, ios: view.ios, noIR: !readable}
 	if analyzed {
 		o.precOK = true
 		for i, p := range a.precs {
@@ -633,6 +634,10 @@ func (v *Validator) ExecutionBind(ex uint64, io uint32, buf, offset uint64) erro
 	if err := v.check(func() error {
 		x, err := v.idle(call, ex)
 		if err != nil {
+			return err
+		}
+		if x.exeObj.noIR {
+			_, err := v.use(call, kBuffer, buf)
 			return err
 		}
 		if int(io) >= len(x.binds) {

@@ -362,3 +362,24 @@ func TestViolationError(t *testing.T) {
 	assert.False(t, errors.Is(v, core.ErrUnsupported))
 	assert.Equal(t, "validate: b graph_prepare: rule analyze-prepare broken by the plugin answer: x", v.Error())
 }
+
+// readIR reads the io sizes and constant locations the checks need, and gives up (leaving the
+// IR to the plugin) on a blob it cannot read.
+func TestReadIR(t *testing.T) {
+	g := core.NewGraph()
+	w := g.Const("w", core.Q4_0, core.Shape{4, 64}, make([]byte, core.Q4_0.Bytes(4*64)))
+	g.Output(g.MatMul(g.Input("x", core.F32, 3, 64), w))
+	ir, err := EncodeGraph(g, func(*core.Tensor) (ConstRef, error) { return ConstRef{Buffer: 7, Offset: 36}, nil })
+	require.NoError(t, err)
+	view, ok := readIR(ir)
+	require.True(t, ok)
+	assert.Equal(t, []uint64{3 * 64 * 4, 3 * 4 * 4}, view.ios)
+	assert.Equal(t, 1, view.nIn)
+	require.Len(t, view.consts, 1)
+	assert.Equal(t, irConst{tensor: 0, buf: 7, off: 36, bytes: uint64(core.Q4_0.Bytes(4 * 64))}, view.consts[0])
+
+	for _, bad := range [][]byte{nil, ir[:40], append([]byte{0}, ir[1:]...)} {
+		_, ok := readIR(bad)
+		assert.False(t, ok)
+	}
+}
