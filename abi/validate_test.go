@@ -174,6 +174,15 @@ func TestValidationCatches(t *testing.T) {
 			},
 		},
 		{
+			name: "out-of-bounds-constant", rule: RuleBufferBounds, call: "graph_analyze",
+			misuse: func(t *testing.T, v *Validator) error {
+				return analyzeConstAt(t, v, 8)
+			},
+			right: func(t *testing.T, v *Validator) error {
+				return analyzeConstAt(t, v, 0)
+			},
+		},
+		{
 			name: "fence-backwards-host", rule: RuleFenceOrder, call: "fence_signal",
 			misuse: func(t *testing.T, v *Validator) error {
 				cx, err := v.ContextCreate(ctx, 0, "")
@@ -382,4 +391,19 @@ func TestReadIR(t *testing.T) {
 		_, ok := readIR(bad)
 		assert.False(t, ok)
 	}
+}
+
+// analyzeConstAt analyzes x + c with c, 16 f32 values, at offset off of a 64-byte buffer.
+func analyzeConstAt(t *testing.T, v *Validator, off uint64) error {
+	ctx := context.Background()
+	cx, err := v.ContextCreate(ctx, 0, "")
+	require.NoError(t, err)
+	buf, err := v.BufferAlloc(cx, 64, core.BufferDevice)
+	require.NoError(t, err)
+	g := core.NewGraph()
+	g.Output(g.Add(g.Input("x", core.F32, 16), g.Const("c", core.F32, core.Shape{16}, make([]byte, 64))))
+	ir, err := EncodeGraph(g, func(*core.Tensor) (ConstRef, error) { return ConstRef{Buffer: buf, Offset: off}, nil })
+	require.NoError(t, err)
+	_, err = v.GraphAnalyze(ctx, cx, ir, 1)
+	return err
 }
