@@ -50,6 +50,12 @@ test-conform: all
 	@mkdir -p $(BUILD)/conformance
 	$(BUILD)/xpu conform --all --report $(BUILD)/conformance
 
+# docs/ops.md: the op x dtype coverage matrix of every in-tree backend (neon, opencl via PoCL,
+# the QNN emulator, the Core ML emulator, ref); TestOpsDocIsCurrent fails when it is stale.
+.PHONY: ops-doc
+ops-doc: all
+	$(BUILD)/xpu conform --ops-doc docs/ops.md
+
 # The coreml backend through the emulated Core ML runtime (plugins/coreml/README.md): the whole
 # suite, with reports saying "coreml (emulated runtime)", and the test model's greedy text.
 test-coreml: cli

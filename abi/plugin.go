@@ -18,7 +18,7 @@ import (
 // ABI version this host speaks, as XPU_ABI_MAJOR / XPU_ABI_MINOR.
 const (
 	ABIMajor = 1
-	ABIMinor = 0
+	ABIMinor = 1
 )
 
 // Exported symbol names every plugin has.

@@ -114,6 +114,11 @@ func (r *runner) prepare(ctx context.Context, res *CaseResult, build func(b *bui
 		res.fail(cat, "graph_analyze accepted every node, then prepare failed: %v", err)
 		return nil
 	}
+	if r.cfg.analyzeOnly {
+		closeAndRecord(res, "executable", exe)
+		res.Reason = analyzedOnly
+		return nil
+	}
 	return &prepared{g: g, inputs: inputs, exe: exe, th: th, prec: prec}
 }
 

@@ -14,18 +14,19 @@ import (
 type ReferenceFunc func(ctx context.Context, g *core.Graph, inputs [][]byte) ([][]byte, error)
 
 type config struct {
-	device     int
-	filter     *regexp.Regexp
-	seed       uint64
-	reportDir  string
-	progress   io.Writer
-	repro      string
-	reference  ReferenceFunc
-	tolerances Tolerances
-	plugin     *abi.Plugin
-	levels     map[int]bool
-	version    string // WithBuild
-	commit     string
+	device      int
+	filter      *regexp.Regexp
+	seed        uint64
+	reportDir   string
+	progress    io.Writer
+	repro       string
+	reference   ReferenceFunc
+	tolerances  Tolerances
+	plugin      *abi.Plugin
+	levels      map[int]bool
+	analyzeOnly bool   // coverage: a case ends once prepared (WithAnalyzeOnly)
+	version     string // WithBuild
+	commit      string
 }
 
 // Option configures Run.

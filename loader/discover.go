@@ -28,6 +28,9 @@ const (
 	EnvIsolate    = "XPU_ISOLATE"     // comma-separated backend names to open isolated ("all": every one)
 	// EnvProbeTimeout bounds each plugin's probe child ("2s"; default DefaultProbeTimeout).
 	EnvProbeTimeout = "XPU_PROBE_TIMEOUT"
+	// EnvValidate set to 1 opens every plugin backend with the ABI validation layer
+	// (WithValidation), for applications that embed xpu.
+	EnvValidate = "XPU_VALIDATE"
 )
 
 // PluginGlob is the file name every plugin in a searched folder has.
@@ -57,6 +60,7 @@ type config struct {
 	hostChecksum []byte
 	callTimeout  time.Duration
 	execTimeout  time.Duration // isolated execution_run deadline (0: automatic)
+	validate     bool          // install the ABI validation layer (abi.Validated)
 
 	probeTimeout  time.Duration
 	probeCache    string
@@ -76,6 +80,9 @@ func newConfig(opts []Option) *config {
 			if n = strings.TrimSpace(n); n != "" {
 				c.isolateEnv[n] = true
 			}
+		}
+		if os.Getenv(EnvValidate) == "1" {
+			c.validate = true
 		}
 		if v := os.Getenv(EnvProbeTimeout); v != "" && c.probeTimeout == 0 {
 			if d, err := time.ParseDuration(v); err == nil && d > 0 {
@@ -106,7 +113,14 @@ func logOrDefault(l *slog.Logger) *slog.Logger {
 	return l
 }
 
-// WithoutEnv ignores XPU_PLUGIN_PATH and XPU_ISOLATE.
+// WithValidation opens plugin backends with the ABI validation layer: every call the host
+// makes and every answer the plugin gives is checked against the ABI's rules (handle
+// lifetimes, buffer bounds, fence order, threading, analyze/prepare agreement, precision), in
+// process and isolated alike; a broken rule is an error wrapping abi.ErrValidation that names
+// the call and the rule. XPU_VALIDATE=1 does the same. Without it the layer is not installed.
+func WithValidation() Option { return func(c *config) { c.validate = true } }
+
+// WithoutEnv ignores XPU_PLUGIN_PATH, XPU_ISOLATE and XPU_VALIDATE.
 func WithoutEnv() Option { return func(c *config) { c.env = false } }
 
 // WithoutDefaultDirs searches only the explicit paths (and XPU_PLUGIN_PATH unless WithoutEnv),

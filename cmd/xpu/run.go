@@ -59,6 +59,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	chatMode := fs.Bool("chat", false, "interactive chat: multi-turn on standard input with the model's chat template, -p as the system prompt; /reset, /exit; Ctrl-C stops an answer")
 	fs.BoolVar(chatMode, "cnv", false, "alias of --chat (llama-cli's)")
 	isolated := fs.Bool("isolated", false, "run the backend in a child process (crash isolation; see also XPU_ISOLATE)")
+	validate := fs.Bool("validate", false, "check every plugin ABI call against the ABI's rules (the validation layer; see also XPU_VALIDATE=1)")
 	threads := fs.Int("threads", 0, "worker threads for CPU backends (0 = the backend's default)")
 	timeout := fs.Duration("timeout", 0, "deadline of one isolated execute; a plugin still running then is killed (0 = 10× its longest earlier run, at least 30s)")
 	fs.IntVar(threads, "t", 0, "alias of --threads")
@@ -73,7 +74,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	w8 := addW8A8Flags(fs)
 	sp := addSparseFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--spec auto|retrieval|lookup|off] [--w8a8 [--shadow on|off|pruned] [--calib FILE] [--w8a8-convert]] [--sparse auto|on|off [--sidecar FILE] [--budget SIZE] [--predictor trained|oracle] [--recall-every N] [--eviction lru|lfu] [--threshold-offset F] [--io-readers N] [--io-gap SIZE] [--prefetch=false] [--pin-fixed auto|on|off]] [--stats] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]]")
+		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--spec auto|retrieval|lookup|off] [--w8a8 [--shadow on|off|pruned] [--calib FILE] [--w8a8-convert]] [--sparse auto|on|off [--sidecar FILE] [--budget SIZE] [--predictor trained|oracle] [--recall-every N] [--eviction lru|lfu] [--threshold-offset F] [--io-readers N] [--io-gap SIZE] [--prefetch=false] [--pin-fixed auto|on|off]] [--stats] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]] [--validate]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseInterspersed(fs, args); !ok {
@@ -196,6 +197,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var lopts []loader.Option
 	if *isolated {
 		lopts = append(lopts, loader.Isolated())
+	}
+	if *validate {
+		lopts = append(lopts, loader.WithValidation())
 	}
 	lopts = append(lopts, loader.WithExecuteTimeout(*timeout))
 	var tr *sched.Trace

@@ -17,6 +17,7 @@
  *   -DTP_PROBE_FAULT=k   xpu_plugin_probe faults: 1 segfault, 2 abort, 3 hangs, 4 exit(0)
  *   -DTP_ZERO_DEVICES    open succeeds with 0 devices
  *   -DTP_NO_IMPORT       the device imports no host memory (buffers must be staged)
+ *   -DTP_DEVICE_INFO_1_0 device_info fills only the ABI 1.0 part (no declared peaks)
  *   -DTP_STRICT_RELEASE  buffer_release refuses (BAD_STATE) a buffer that any live execution
  *                        binds: stricter than the ABI, it catches a host that releases buffers
  *                        before the executions bound to them
@@ -35,6 +36,11 @@
  *   -DMUT_SILENT         execution_bind refuses an io without a message     -> error (level 1)
  *   -DMUT_CTX_LEAK       executable_release forgets its context's child
  *                        count, so the suite's context never closes          -> ABI(context-close-at-end)
+ *
+ * Validation-layer mutations (abi/validate_test.go): answers the validation layer must catch:
+ *   -DMUT_HALF_PRECISION ADD rounds its results to 11 significant bits (f16) while
+ *                        graph_analyze reports F32                          -> rule precision
+ *   -DMUT_FENCE_BACK     fence_value answers one less than the fence's value -> rule fence-monotonic
  *
  * A mutation never writes outside the buffer it was given (the suite's guard bytes live
  * inside it), so the test process survives every variant.
@@ -186,6 +192,14 @@ static xpu_status tp_device_info(uint32_t device, xpu_device_info *out) {
   l.compute_units = 1;
   XPU_STRCPY(l.name, "test cpu");
   XPU_STRCPY(l.vendor, "xpu tests");
+  /* a plugin built against ABI 1.0 knows no peaks: it writes up to driver_version, and whatever
+   * it had declared lies past what it copies */
+  l.peak_read_bytes_per_s = 12000000000ull;
+  l.peak_flops_f32 = 34000000000ull;
+#ifdef TP_DEVICE_INFO_1_0
+  if (out->struct_size > offsetof(xpu_device_info, peak_read_bytes_per_s))
+    out->struct_size = offsetof(xpu_device_info, peak_read_bytes_per_s);
+#endif
   XPU_COPY_OUT(out, l);
   return XPU_OK;
 }
@@ -667,6 +681,14 @@ static void run_node(tp_exe *e, const xpu_ir_node *n, float **ptr, uint64_t room
 #ifdef MUT_WRITE_PAST
     if (cnt > 0 && room >= (uint64_t)(cnt + 1) * sizeof(float)) o[cnt] = o[cnt - 1] + 1.0f;
 #endif
+#ifdef MUT_HALF_PRECISION
+    for (int64_t i = 0; i < cnt; i++) {
+      uint32_t u;
+      memcpy(&u, &o[i], sizeof u);
+      u = (u + 0x1000u) & ~0x1FFFu; /* round to 10 stored mantissa bits, as binary16 keeps */
+      memcpy(&o[i], &u, sizeof u);
+    }
+#endif
 #ifdef MUT_NONDET
     if (cnt > 0) {
       pthread_mutex_lock(&e->mu);
@@ -893,6 +915,9 @@ static xpu_status tp_fence_value(xpu_fence h, uint64_t *out) {
   tp_fence *f = fence_get(h);
   if (!f) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "fence_value: not a live fence");
   *out = xpu_timeline_value(&f->tl);
+#ifdef MUT_FENCE_BACK
+  if (*out > 0) *out -= 1;
+#endif
   return XPU_OK;
 }
 

@@ -219,6 +219,10 @@ func TestDeviceInfo(t *testing.T) {
 		if in.Caps.Has(core.CapImportHost) || in.Caps.Has(core.CapImportFD) {
 			assert.True(t, in.Caps.Has(core.CapUnifiedMemory), "zero-copy import needs shared memory")
 		}
+		// declared from the device query (ABI 1.1): every OpenCL device has compute units and a clock
+		assert.Positive(t, in.Peaks.FLOPSF32, "declared f32 peak")
+		assert.Equal(t, in.Caps.Has(core.CapFP16), in.Peaks.FLOPSF16 > 0, "an f16 peak exactly where fp16 is native")
+		assert.Zero(t, in.Peaks.ReadBytesPerSec, "OpenCL's query has no bandwidth")
 	}
 	assert.Equal(t, "opencl", b.Info().Name)
 }

@@ -132,6 +132,15 @@ static void describe(ocl_device *d) {
   if (unified || in->kind == XPU_DEVICE_CPU) /* an fd import is a mapping of it, then the same */
     in->caps |= XPU_CAP_UNIFIED_MEMORY | XPU_CAP_IMPORT_HOST | XPU_CAP_IMPORT_FD;
   if (strstr(ext, "cl_khr_fp16")) in->caps |= XPU_CAP_FP16;
+
+  /* declared peaks (ABI 1.1): what OpenCL's device query implies, one multiply-add per SIMD
+   * lane per cycle of every compute unit; the memory bandwidth is not in the query (0). */
+  cl_uint mhz = 0, hw = 0;
+  P.cl.clGetDeviceInfo(d->id, CL_DEVICE_MAX_CLOCK_FREQUENCY, sizeof mhz, &mhz, NULL);
+  P.cl.clGetDeviceInfo(d->id, CL_DEVICE_NATIVE_VECTOR_WIDTH_HALF, sizeof hw, &hw, NULL);
+  uint64_t lane_hz = (uint64_t)cu * mhz * 1000000ull;
+  in->peak_flops_f32 = 2 * lane_hz * (vw ? vw : 1);
+  if (in->caps & XPU_CAP_FP16) in->peak_flops_f16 = 2 * lane_hz * (hw ? hw : 1);
 }
 
 /* Loads libOpenCL and lists the devices once; plugin.mu held. */
