@@ -27,7 +27,7 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
 	fs := flag.NewFlagSet("conform", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var plugins stringList
@@ -55,6 +55,12 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "xpu conform: %v\n", err)
 		return 2
 	}
+	// in process, the verdict comes from a supervising parent (conform_supervise.go)
+	sentinel := conformChildSentinel()
+	if sentinel == nil && !*isolated {
+		return superviseConform(ctx, args, stdout, stderr)
+	}
+	defer func() { writeSentinel(sentinel, code) }()
 	var opts []conformance.Option
 	opts = append(opts, conformance.WithDevice(*device), conformance.WithSeed(*seed),
 		conformance.WithProgress(stdout))
@@ -165,6 +171,10 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 	}
 	fmt.Fprintln(stdout, total.Summary())
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "xpu conform: interrupted: the counts above are partial")
+		return exitInterrupted
+	}
 	if total.Failed > 0 {
 		return 1
 	}
