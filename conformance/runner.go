@@ -37,6 +37,7 @@ type runner struct {
 	cctx   core.Context
 	ctxErr error
 	down   error // set when the backend crashed and could not be brought back
+	hung   error // set when a call timed out: the backend's remaining cases are skipped
 }
 
 // Run puts backend b through the conformance suite and returns its report (and writes the
@@ -129,6 +130,11 @@ func (r *runner) runCase(ctx context.Context, tc testCase) (res CaseResult) {
 				r.cfg.seed)
 		}
 	}()
+	if r.hung != nil {
+		// one failure says it: a backend that hangs would cost every later case its timeout
+		res.Status, res.Reason = StatusSkipped, fmt.Sprintf("not run: %v", r.hung)
+		return res
+	}
 	if r.down != nil {
 		res.fail(CatCrash, "not run: %v", r.down)
 		return res
@@ -136,7 +142,12 @@ func (r *runner) runCase(ctx context.Context, tc testCase) (res CaseResult) {
 	caseCtx, cancel := context.WithTimeout(ctx, caseTimeout)
 	defer cancel()
 	tc.run(r, caseCtx, &res)
-	if res.Category == CatCrash {
+	switch res.Category {
+	case CatTimeout:
+		r.hung = fmt.Errorf("the backend timed out in %s", tc.name)
+		res.fail(CatTimeout, "the backend's remaining cases are skipped (a hung backend would cost each its timeout)")
+		r.recoverFromCrash(ctx, tc.name)
+	case CatCrash:
 		r.recoverFromCrash(ctx, tc.name)
 	}
 	return res
@@ -192,6 +203,8 @@ func (r *runner) context(ctx context.Context) (core.Context, error) {
 // so an "unsupported" answer now is a capability lie.
 func errCategory(err error, claimed bool) Category {
 	switch {
+	case errors.Is(err, core.ErrTimeout):
+		return CatTimeout
 	case errors.Is(err, core.ErrBackendCrashed):
 		return CatCrash
 	case claimed && (errors.Is(err, core.ErrUnsupported) || errors.Is(err, core.ErrIncompatible)):
