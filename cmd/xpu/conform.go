@@ -146,7 +146,12 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		if *isolated {
 			repro += " --isolated"
 		}
-		rep, err := conformance.Run(ctx, t.b, append(opts, conformance.WithReproCommand(repro))...)
+		runOpts := append(opts, conformance.WithReproCommand(repro))
+		if *isolated && info.Path != "" {
+			// level 1 needs the plugin in a process: a child of its own (conform_abichild.go)
+			runOpts = append(runOpts, conformance.WithABIRunner(abiChildRunner(info.Path, *device, *seed, *filter)))
+		}
+		rep, err := conformance.Run(ctx, t.b, runOpts...)
 		if cerr := t.b.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("closing the backend: %w", cerr)
 		}

@@ -72,7 +72,7 @@ func superviseConform(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	defer pr.Close()
 	cmd := exec.Command(exe, append([]string{"conform"}, args...)...)
-	cmd.Env = append(os.Environ(), envConformChild+"=3") // ExtraFiles[0] is fd 3
+	cmd.Env = append(os.Environ(), envConformChild+"=3", envCLIChild+"=1") // ExtraFiles[0] is fd 3
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.ExtraFiles = []*os.File{pw}
 	cmd.WaitDelay = time.Second // a process the plugin left behind must not hold the pipes

@@ -67,3 +67,35 @@ func TestConformInterruptStopsAHungPlugin(t *testing.T) {
 	assert.Contains(t, out.String(), "interrupted: the run was killed after")
 	assert.True(t, strings.HasPrefix(lastLine(out.String()), "interrupted:"), out.String())
 }
+
+// failedCases are the names of the FAIL lines of a conform run's output.
+func failedCases(out string) []string {
+	var names []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "  ") && strings.Contains(l, ": FAIL [") {
+			names = append(names, strings.TrimSpace(l[:strings.Index(l, ": FAIL [")]))
+		}
+	}
+	return names
+}
+
+// --isolated used to skip level 1 (the raw ABI): a plugin that failed cases in process passed
+// isolated with 0 failed. Both modes now run the same levels and find the same failures,
+// including a shutdown that leaks.
+func TestConformIsolatedRunsTheSameLevels(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds plugins and runs the suite twice each: not in -short")
+	}
+	for _, def := range []string{"MUT_STALE_OK", "MUT_CTX_LEAK"} {
+		t.Run(def, func(t *testing.T) {
+			path := plugintest.Build(t, t.TempDir(), "mutant", "", def)
+			rcIn, outIn, errIn := runCLI(t, "conform", "--plugin", path, "--report", "")
+			rcIso, outIso, errIso := runCLI(t, "conform", "--isolated", "--plugin", path, "--report", "")
+			require.Equal(t, 1, rcIn, "in process:\n%s%s", outIn, errIn)
+			assert.Equal(t, 1, rcIso, "isolated:\n%s%s", outIso, errIso)
+			assert.Equal(t, lastLine(outIn), lastLine(outIso), "the two modes' counts")
+			assert.NotEmpty(t, failedCases(outIn))
+			assert.Equal(t, failedCases(outIn), failedCases(outIso))
+		})
+	}
+}
