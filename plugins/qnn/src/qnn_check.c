@@ -172,6 +172,9 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, uint32_t target, uint3
       /* W8A8 (op set 3): QNN MatMul, SFIXED_POINT_8 x SFIXED_POINT_8 (per-axis weights for
        * per-channel scales) -> SFIXED_POINT_16 with the output grid's scale, then Dequantize */
       if (!htp) REFUSE("W8A8 MATMUL needs the HTP: the QNN CPU backend's int8 ops take UFIXED_POINT_8");
+      if (qnn_api_minor() < QNN_API_MINOR_SDK_2_39)
+        REFUSE("W8A8 MATMUL needs the HTP's 8-bit MatMul with a SFIXED_POINT_16 output and its Dequantize "
+               "(QNN SDK 2.39, core API 2.%u); this backend reports API 2.%u", QNN_API_MINOR_SDK_2_39, qnn_api_minor());
       if (x->dtype != XPU_DT_I8)
         REFUSE("per-channel I8 weight scales with a float activation: the plugin lowers them only in a W8A8 "
                "MATMUL (an I8 activation)");
@@ -230,7 +233,7 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, uint32_t target, uint3
     *precision = XPU_PREC_DEFAULT;
     return 1;
   case XPU_OP_QUANTIZE:
-    /* HTP supplement (2.25): Quantize reads FLOAT_32 only; an F16 x is cast first */
+    /* the HTP's Quantize reads FLOAT_16 before SDK 2.39, FLOAT_32 since: qnn_lower.c casts x */
     if (!is_float(x->dtype) || out->dtype != XPU_DT_I8 || !(n->fattr[0] > 0))
       REFUSE("QUANTIZE supported from F32/F16 to per-tensor I8 with a positive scale");
     *precision = XPU_PREC_INT8;
@@ -274,8 +277,9 @@ uint32_t qnn_op_query(const xpu_op_query *q, uint32_t target) {
   case XPU_OP_LAYER_NORM: case XPU_OP_SOFTMAX: case XPU_OP_ROPE: case XPU_OP_ATTENTION:
     return is_float(in) && (out == 0 || out == in) ? XPU_VERDICT_MAYBE : XPU_VERDICT_NO;
   case XPU_OP_MATMUL:
-    if (in == XPU_DT_I8) /* W8A8: the HTP only, with an output grid (graph_analyze checks it) */
-      return target == QNN_BACKEND_ID_HTP && (w == 0 || w == XPU_DT_I8) && (out == 0 || is_float(out))
+    if (in == XPU_DT_I8) /* W8A8: the HTP only (SDK 2.39), with an output grid (graph_analyze checks it) */
+      return target == QNN_BACKEND_ID_HTP && qnn_api_minor() >= QNN_API_MINOR_SDK_2_39 && (w == 0 || w == XPU_DT_I8) &&
+                     (out == 0 || is_float(out))
                  ? XPU_VERDICT_MAYBE
                  : XPU_VERDICT_NO;
     return is_float(in) && (w == 0 || is_float(w) || w == XPU_DT_I8) ? XPU_VERDICT_MAYBE : XPU_VERDICT_NO;
