@@ -129,7 +129,7 @@ fuzz-plugins: $(PLUGIN_FUZZERS)
 test-fuzz-plugins:
 	$(MAKE) --no-print-directory fuzz-plugins FUZZ_SECONDS=60
 
-# xpu_ir_parse's time on a chain of N nodes (linear since issue 12; was quadratic)
+# xpu_ir_parse's time on a chain of N nodes (linear in N)
 bench-ir:
 	@mkdir -p $(BUILD)/bench
 	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -Iabi -o $(BUILD)/bench/ir_parse_bench abi/fuzz/ir_parse_bench.c
@@ -138,7 +138,26 @@ bench-ir:
 clean:
 	rm -rf $(BUILD)
 
-# xpu quantize against llama.cpp (issue 14): our Q4_K_M bytes equal llama-quantize's on a synthetic
+# The backend SDK a plugin outside this repository builds against (`xpu backend new` writes a
+# Makefile that uses it): every ABI header (abi/*.h, so a header added there ships without a
+# change here), the header-only helpers of plugins/common (handle registry, timeline fences),
+# OPS.md, and xpu-backend.pc for pkg-config. PREFIX is required; a relative one is made absolute.
+SDK_HDRS := $(sort $(wildcard abi/*.h)) plugins/common/xpu_plugin.h plugins/common/xpu_sync.h
+XPU_ABI_VERSION = $(shell sed -n 's/^\#define XPU_ABI_MAJOR \([0-9]*\)u.*/\1/p' abi/xpu_backend.h).$(shell sed -n 's/^\#define XPU_ABI_MINOR \([0-9]*\)u.*/\1/p' abi/xpu_backend.h)
+.PHONY: install-sdk
+install-sdk:
+	@test -n "$(PREFIX)" || { echo "make install-sdk: set PREFIX (e.g. PREFIX=$$HOME/.local)" >&2; exit 2; }
+	@prefix="$(abspath $(PREFIX))"; \
+	  install -d "$$prefix/include/xpu" "$$prefix/lib/pkgconfig" "$$prefix/share/doc/xpu-backend" && \
+	  install -m 644 $(SDK_HDRS) "$$prefix/include/xpu/" && \
+	  install -m 644 abi/OPS.md "$$prefix/share/doc/xpu-backend/" && \
+	  printf '%s\n' "prefix=$$prefix" 'includedir=$${prefix}/include' '' \
+	    'Name: xpu-backend' 'Description: headers for writing an xpu backend plugin (ABI, IR reader, helpers)' \
+	    'Version: $(XPU_ABI_VERSION)' 'Cflags: -I$${includedir}/xpu' 'Libs: -lpthread -lm' \
+	    > "$$prefix/lib/pkgconfig/xpu-backend.pc" && \
+	  echo "installed the xpu backend SDK in $$prefix (pkg-config: PKG_CONFIG_PATH=$$prefix/lib/pkgconfig pkg-config --cflags xpu-backend)"
+
+# xpu quantize against llama.cpp: our Q4_K_M bytes equal llama-quantize's on a synthetic
 # model, and llama.cpp's greedy text on our stories260K Q4_K_M file equals xpu's. Needs LLAMA_BIN
 # (llama.cpp's build/bin with llama-quantize and llama-simple) and ../shared/models; not in make test.
 .PHONY: llamacpp-check
@@ -146,7 +165,7 @@ llamacpp-check:
 	@test -n "$(LLAMA_BIN)" || { echo "make llamacpp-check: set LLAMA_BIN to a llama.cpp build's bin folder (llama-quantize, llama-simple)" >&2; exit 2; }
 	LLAMA_BIN="$(LLAMA_BIN)" go test -count=1 -v -run 'TestLlamaCpp' ./cmd/xpu/
 
-# Side by side with llama.cpp's llama-bench on the same GGUF files (issue 13; BENCHMARKS.md):
+# Side by side with llama.cpp's llama-bench on the same GGUF files (docs/PERFORMANCE.md):
 # LLAMA_BIN=<llama.cpp build/bin> is required, nothing is downloaded; VS_MODELS="a.gguf b.gguf"
 # (default: the 1B Q4_0 and Q8_0 models, generated); ROUNDS, REPS, THREADS, PP, TG, DEPTH and
 # XPU_FLAGS as in bench/vs-llamacpp.sh.
@@ -155,3 +174,9 @@ bench-vs-llamacpp:
 	@test -n "$(LLAMA_BIN)" || { echo "make bench-vs-llamacpp: set LLAMA_BIN to a llama.cpp build's bin folder (the one holding llama-bench)" >&2; exit 2; }
 	$(MAKE) all
 	LLAMA_BIN="$(LLAMA_BIN)" XPU="$(BUILD)/xpu" bash bench/vs-llamacpp.sh $(VS_MODELS)
+
+# docs/PERFORMANCE.md from the stored results (lab/results/*.jsonl, written by bench/lib.sh's
+# record_result or `go run ./lab/perfgen record`); TestPerformanceMDIsGenerated fails when it is stale.
+.PHONY: perf-table
+perf-table:
+	$(GO) run ./lab/perfgen

@@ -8,20 +8,22 @@
 #
 # XPU_BENCH_THREADS (default 2) and XPU_BENCH_PLUGIN (default: the best NEON build) apply.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 rounds=${1:-7}
 benchtime=${2:-50x}
 bin=$(mktemp -d)/bench.test
 trap 'rm -rf "$(dirname "$bin")"' EXIT
-go test -c -o "$bin" ./bench/
+go test -c -o "$bin" ./kernelbench/
 out=$(mktemp)
-echo "load before: $(cat /proc/loadavg)" >&2
+echo "machine: $(machine)" >&2
+load_line before >&2
 for r in $(seq "$rounds"); do
   for dt in q4_0 q4_k q5_k q6_k q8_0; do
-    (cd bench && "$bin" -test.run '^$' -test.bench "GEMVKQuant/.*/$dt/neon\$" -test.benchtime "$benchtime") |
+    (cd kernelbench && "$bin" -test.run '^$' -test.bench "GEMVKQuant/.*/$dt/neon\$" -test.benchtime "$benchtime") |
       grep '^BenchmarkGEMVKQuant' >>"$out"
   done
 done
-echo "load after: $(cat /proc/loadavg)" >&2
+load_line after >&2
 # name ... N ns/op GB/s cpu-s/op: medians per (shape, dtype), ratios against q4_0
 awk '
   { split($1, p, "/"); key = p[2] " " p[3]; gbs[key] = gbs[key] " " $5; cpu[key] = cpu[key] " " $7; shapes[p[2]] = 1 }

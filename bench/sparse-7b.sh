@@ -75,6 +75,7 @@
 #   STEP_TIMEOUT seconds a run may take before it is killed and recorded as a timeout (default 1800)
 #   OUT      folder for logs and results.tsv (default a new one in build/)
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 die() {
 	echo "sparse-7b: $*" >&2
@@ -225,7 +226,6 @@ mkdir -p "$OUT"
 results="$OUT/results.tsv"
 printf 'mode\tround\tconfig\tmodel\ttokens\ttok_s\twall_s\tmajflt\tmaxrss_kib\tmax_usage\tfailcnt\toom_kills\tstatus\tload_before\tload_after\tshared\tread_bytes\n' >"$results"
 
-loadavg() { cut -d' ' -f1 /proc/loadavg; }
 cg() { cat "$CGROUP/$1" 2>/dev/null || echo 0; }
 oom_kills() { awk '$1 == "oom_kill" { print $2; f = 1 } END { if (!f) print 0 }' "$CGROUP/memory.oom_control" 2>/dev/null || echo 0; }
 
@@ -286,7 +286,7 @@ measure() {
 	others=$(holders "$model")
 	[[ $config == sparse && -f "$model.sparse.gguf" ]] && others+=$(holders "$model.sparse.gguf")
 	[[ -z "$others" ]] || echo "sparse-7b: WARNING: $model is open in pids $others: its pages they hold are not charged to the group" >&2
-	lb=$(loadavg)
+	lb=$(load1)
 	oom0=$(oom_kills)
 	echo "+ $*" >"$errf"
 	echo "sparse-7b: $tag (load $lb): $*" >&2
@@ -294,7 +294,7 @@ measure() {
 	# time → timeout → sh (joins the group, then execs the program): the group holds only the program
 	/usr/bin/time -f 'TIME %e %F %M %x %I' -o "$tf" timeout -k 10 "$STEP_TIMEOUT" \
 		sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$CGROUP" "$@" >"$out" 2>>"$errf" </dev/null || rc=$?
-	la=$(loadavg)
+	la=$(load1)
 	oom1=$(oom_kills)
 	local wall majflt maxrss inblocks
 	read -r wall majflt maxrss inblocks < <(awk '$1 == "TIME" { print $2, $3, $4, $6 }' "$tf" 2>/dev/null) || true
@@ -375,7 +375,9 @@ run_config() {
 }
 
 echo "sparse-7b: out $OUT; model $MODEL ($model_bytes bytes); limit $LIMIT bytes ($((LIMIT / 1048576)) MiB); configs ${configs[*]}; modes ${modes[*]}; N=$N, THREADS=$THREADS (llama.cpp $LLAMA_THREADS), ROUNDS=$ROUNDS" >&2
-load_start=$(cat /proc/loadavg)
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "machine: $(machine)" >&2
+run_round() { run_config "$mode" "$@"; }
 for mode in "${modes[@]}"; do
 	if [[ $mode == limit ]]; then
 		cgroup_limit "$LIMIT"
@@ -384,15 +386,10 @@ for mode in "${modes[@]}"; do
 		# warm caches: each model file read once, outside the group
 		for f in "$MODEL" $(want llama && echo "$TWIN"); do cat "$f" >/dev/null; done
 	fi
-	for ((round = 1; round <= ROUNDS; round++)); do
-		n=${#configs[@]}
-		for ((i = 0; i < n; i++)); do
-			run_config "$mode" "$round" "${configs[$(((i + round - 1) % n))]}"
-		done
-	done
+	interleave "$ROUNDS" run_round "${configs[@]}"
 done
 cgroup_limit -1
-load_end=$(cat /proc/loadavg)
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 echo
 echo "Load average before: $load_start; after: $load_end. Limit: $LIMIT bytes ($((LIMIT / 1048576)) MiB) in $CGROUP; N=$N, THREADS=$THREADS (llama.cpp $LLAMA_THREADS), ROUNDS=$ROUNDS."

@@ -7,6 +7,7 @@
 # Prints per configuration the decode tok/s of every round, sorted (the middle one is the
 # median), and the output's hash per round (the same hash everywhere: the same text).
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 XPU=${XPU:-build/xpu}
 MODEL=${MODEL:-../shared/models/stories260K.gguf}
 ROUNDS=${ROUNDS:-5}
@@ -28,4 +29,5 @@ for _ in $(seq "$ROUNDS"); do
 	done
 done | sort -k1,2 -k3n | awk '{k = $1 " " $2; v[k] = v[k] " " $3; h[k] = h[k] " " $4}
 	END {for (k in v) print k ":" v[k] " |" h[k]}' | sort
-echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "machine: $(machine)"
+load_line

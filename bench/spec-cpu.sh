@@ -13,6 +13,7 @@
 # Settings: XPU, MODEL, N (200), ROUNDS (5), THREADS (1), STORY_BYTES (500), BACKEND (neon),
 # XPU_PLUGIN_PATH (the plugin build, as for xpu itself).
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 XPU=${XPU:-build/xpu}
 MODEL=${MODEL:-../shared/models/stories260K.gguf}
 BACKEND=${BACKEND:-neon}
@@ -56,19 +57,19 @@ flags() {
 	esac
 }
 : >"$out/results"
-for ((r = 0; r < ROUNDS; r++)); do
-	load=$(cut -d' ' -f1 /proc/loadavg)
-	for ((i = 0; i < ${#configs[@]}; i++)); do
-		c=${configs[$(((i + r) % ${#configs[@]}))]}
-		if [[ $c == other-history ]]; then restore_other; fi
-		# shellcheck disable=SC2046
-		us=$(cpu "$c" "$N" $(flags "$c"))
-		[ -n "$us" ] || { echo "$c: no \"decode cpu:\" line in --stats:" >&2; cat "$out/o.err" >&2; exit 1; }
-		tpp=$(sed -n 's/^speculative: \([0-9.]*\) tokens\/pass.*/\1/p' "$out/o.err")
-		cp "$out/o.txt" "$out/$c.txt"
-		echo "$r $c $us ${tpp:-1.00} $load" >>"$out/results"
-	done
-done
+echo "machine: $(machine)" >&2
+one() {
+	local r=$1 c=$2 us tpp load
+	load=$(load1)
+	if [[ $c == other-history ]]; then restore_other; fi
+	# shellcheck disable=SC2046
+	us=$(cpu "$c" "$N" $(flags "$c"))
+	[ -n "$us" ] || { echo "$c: no \"decode cpu:\" line in --stats:" >&2; cat "$out/o.err" >&2; exit 1; }
+	tpp=$(sed -n 's/^speculative: \([0-9.]*\) tokens\/pass.*/\1/p' "$out/o.err")
+	cp "$out/o.txt" "$out/$c.txt"
+	echo "$r $c $us ${tpp:-1.00} $load" >>"$out/results"
+}
+interleave "$ROUNDS" one "${configs[@]}"
 for c in "${configs[@]:1}"; do
 	cmp -s "$out/plain.txt" "$out/$c.txt" || echo "WARNING: $c's text differs from plain decoding's" >&2
 done

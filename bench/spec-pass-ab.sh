@@ -9,6 +9,7 @@
 # Settings: ROUNDS (5), BENCHTIME (300x), FILTER (a VerifyPass sub-benchmark pattern, e.g.
 # 'pos=480/len=(1|8)$').
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
 BENCHTIME=${BENCHTIME:-300x}
@@ -36,4 +37,5 @@ print("|---|" + "--:|" * len(dirs))
 for b in order:
     print("| %s | %s |" % (b, " | ".join("%.0f (%.0f)" % (st.median(v[(b, d)]), min(v[(b, d)])) for d in dirs)))
 PY
-echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "machine: $(machine)"
+load_line

@@ -35,6 +35,7 @@
 #                `xpu gen-model` when absent; "none" skips the check)
 #   N_1B, ROUNDS_1B, THREADS_1B  default 64, 3, 2
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 XPU=${XPU:-build/xpu}
 BACKEND=${BACKEND:-neon}
@@ -114,14 +115,9 @@ fill_other
 if ((have_llama)); then fill_other_llama; fi
 echo "# $(date -u +%FT%TZ) $(nproc) cores; model $MODEL; prompt ${#prompt} bytes; -n $N; -t $THREADS; llama.cpp: $have_llama" >&2
 : >"$out/results"
-for ((r = 0; r < ROUNDS; r++)); do
-	load=$(cut -d' ' -f1 /proc/loadavg)
-	n=${#configs[@]}
-	for ((i = 0; i < n; i++)); do
-		c=${configs[$(((i + r) % n))]}
-		echo "$r $(run_config "$c") $load" >>"$out/results"
-	done
-done
+echo "machine: $(machine)" >&2
+one() { echo "$(($1 - 1)) $(run_config "$2") $(load1)" >>"$out/results"; }
+interleave "$ROUNDS" one "${configs[@]}"
 # the xpu outputs are plain decoding's (the script checks, as the tests do)
 for c in auto retrieval-always lookup-always history-auto history-always other-history; do
 	cmp -s "$out/plain.txt" "$out/$c.txt" || echo "WARNING: $c's text differs from plain decoding's" >&2
@@ -155,7 +151,7 @@ for ((r = 0; r < ROUNDS_1B; r++)); do
 		[[ $(((r % 2))) == 1 ]] && s=$([[ $s == off ]] && echo auto || echo off)
 		"$XPU" run --model "$MODEL_1B" --backend "$BACKEND" -t "$THREADS_1B" --temp 0 -n "$N_1B" -c 256 --stats \
 			--spec "$s" -p "Once upon a time there was a little girl" >/dev/null 2>"$out/1b.err"
-		echo "$r $s $(sed -n 's/^decode: .* \([0-9.]*\) tok\/s.*/\1/p' "$out/1b.err") $(cut -d' ' -f1 /proc/loadavg)" >>"$out/r1b"
+		echo "$r $s $(sed -n 's/^decode: .* \([0-9.]*\) tok\/s.*/\1/p' "$out/1b.err") $(load1)" >>"$out/r1b"
 	done
 done
 echo

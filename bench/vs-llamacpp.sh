@@ -28,6 +28,9 @@
 #   XPU_FLAGS   extra `xpu bench` flags (e.g. "--backend neon --chunk 128"); xpu runs with
 #               --kv f16 unless XPU_FLAGS says otherwise, as llama-bench's cache is f16
 #   LLAMA_FLAGS extra llama-bench flags
+#   RECORD      1: also store every row's xpu figure in lab/results/llm.jsonl (bench/lib.sh's
+#               record_result: a rerun on the same machine replaces the row); `make perf-table` then
+#               renders docs/PERFORMANCE.md
 #   LLAMA_COMMIT the llama.cpp commit to print (default: llama-bench's build_commit)
 #   MODELS_DIR  where the default models are generated (default build/models)
 #   OUT         folder for the raw JSON, logs and results.tsv (default a new one in build/)
@@ -36,6 +39,7 @@
 # Without MODEL arguments it uses MODELS_DIR/llama-1b-q4_0.gguf and llama-1b-q8_0.gguf, writing
 # them with `xpu gen-model` when absent. The script downloads nothing.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 die() {
 	echo "vs-llamacpp: $*" >&2
@@ -140,7 +144,6 @@ else
 	llama_depth=pg
 fi
 
-loadavg() { cut -d' ' -f1 /proc/loadavg; }
 
 # jq program: one "n_prompt n_gen n_depth avg_ns avg_ts" line per test of either program.
 JQ_ROWS='.[] | [.n_prompt, .n_gen, (.n_depth // 0), .avg_ns, .avg_ts] | @tsv'
@@ -175,7 +178,7 @@ run() {
 
 llama_runs() {
 	local round=$1 f=$2 tag=$3 load
-	load=$(loadavg)
+	load=$(load1)
 	local base=("$LLAMA_BENCH" -m "$f" -t "$THREADS" -r "$REPS" -o json "${LLAMA_EXTRA[@]}")
 	if ((DEPTH > 0)) && [[ $llama_depth == pg ]]; then
 		run "$OUT/llama.log" "$OUT/llama-$tag-r$round.json" "${base[@]}" -p "$PP,$DEPTH" -n "$TG" -pg "$DEPTH,$TG"
@@ -185,7 +188,7 @@ llama_runs() {
 	run "$OUT/llama.log" "$OUT/llama-$tag-r$round.json" "${base[@]}" -p "$PP" -n "$TG"
 	record "$round" "$f" llama.cpp "$OUT/llama-$tag-r$round.json" "$load"
 	if ((DEPTH > 0)) && [[ $llama_depth == native ]]; then
-		load=$(loadavg)
+		load=$(load1)
 		run "$OUT/llama.log" "$OUT/llama-$tag-d-r$round.json" "${base[@]}" -p 0 -n "$TG" -d "$DEPTH"
 		record "$round" "$f" llama.cpp "$OUT/llama-$tag-d-r$round.json" "$load"
 	elif ((DEPTH > 0)); then
@@ -198,7 +201,7 @@ llama_runs() {
 # vocabularies of `xpu gen-model` (llama-cli reports the real count, kept in the log).
 llama_cli_depth() {
 	local round=$1 f=$2 tag=$3 load rep log="$OUT/llama-$tag-cli-r$round.log" prompt sum=0
-	load=$(loadavg)
+	load=$(load1)
 	prompt=$(printf 'a %.0s' $(seq 2 "$DEPTH"))
 	prompt=${prompt% }
 	: >"$log"
@@ -223,13 +226,13 @@ llama_cli_depth() {
 
 xpu_runs() {
 	local round=$1 f=$2 tag=$3 load
-	load=$(loadavg)
+	load=$(load1)
 	# --kv f16: llama-bench's default cache type, so that both read the same K/V bytes at depth
 	local base=("$XPU" bench -m "$f" -t "$THREADS" -r "$REPS" -o json --kv f16 "${XPU_EXTRA[@]}")
 	run "$OUT/xpu.log" "$OUT/xpu-$tag-r$round.json" "${base[@]}" -p "$PP" -n "$TG"
 	record "$round" "$f" xpu "$OUT/xpu-$tag-r$round.json" "$load"
 	if ((DEPTH > 0)); then
-		load=$(loadavg)
+		load=$(load1)
 		run "$OUT/xpu.log" "$OUT/xpu-$tag-d-r$round.json" "${base[@]}" -p 0 -n "$TG" -d "$DEPTH"
 		record "$round" "$f" xpu "$OUT/xpu-$tag-d-r$round.json" "$load"
 	fi
@@ -237,10 +240,11 @@ xpu_runs() {
 
 started=$(date -u +%FT%TZ)
 echo "vs-llamacpp: ${#models[@]} model(s), $ROUNDS rounds, raw output in $OUT" >&2
+machine=$(machine)
 for ((round = 1; round <= ROUNDS; round++)); do
 	for f in "${models[@]}"; do
 		tag=$(basename "$f" .gguf)
-		echo "vs-llamacpp: round $round/$ROUNDS, $tag (load $(loadavg))" >&2
+		echo "vs-llamacpp: round $round/$ROUNDS, $tag (load $(load1))" >&2
 		if ((round % 2 == 1)); then
 			llama_runs "$round" "$f" "$tag"
 			xpu_runs "$round" "$f" "$tag"
@@ -254,11 +258,18 @@ done
 # a build made outside a git checkout says "unknown": LLAMA_COMMIT names it then
 llama_commit=${LLAMA_COMMIT:-$(jq -r '.[0].build_commit // "?"' "$(ls "$OUT"/llama-*.json | head -1)")}
 xpu_commit=$(git rev-parse --short HEAD 2>/dev/null || echo "?")
-cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 echo "## xpu vs llama.cpp"
 echo
-echo "$started → $(date -u +%FT%TZ), $(nproc) CPUs ($cpu), $THREADS threads, $ROUNDS rounds × -r $REPS;" \
+echo "$started → $(date -u +%FT%TZ), $machine, $THREADS threads, $ROUNDS rounds × -r $REPS;" \
 	"llama.cpp $llama_commit (depth: $llama_depth), xpu $xpu_commit${XPU_FLAGS:+ ($XPU_FLAGS)}"
 echo
 table "$results"
 
+if [[ ${RECORD:-0} == 1 ]]; then
+	cmd="ROUNDS=$ROUNDS REPS=$REPS THREADS=$THREADS PP=$PP TG=$TG DEPTH=$DEPTH${XPU_FLAGS:+ XPU_FLAGS=\"$XPU_FLAGS\"} LLAMA_BIN=… bench/vs-llamacpp.sh ${models[*]}"
+	table "$results" | tail -n +3 | while IFS='|' read -r _ m test ml mx ratio _; do
+		ratio=$(trim "${ratio//\*/}")
+		record_result llm "$(trim "$m") $(trim "$test"), $THREADS threads" "$(trim "$mx")" tok/s "$cmd" \
+			"llama.cpp $llama_commit: $(trim "$ml") (${ratio}×)"
+	done
+fi

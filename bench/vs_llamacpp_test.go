@@ -21,15 +21,16 @@ func runScript(t *testing.T, env []string, args ...string) (code int, stdout, st
 }
 
 // runBenchScript runs script from the repository root, within limit, with env added to a
-// clean environment (so a LLAMA_BIN of the caller's cannot leak in), and returns its exit
-// status and output.
+// clean environment (so a LLAMA_BIN of the caller's cannot leak in; BENCH_BANDWIDTH=0 keeps
+// lib.sh's machine line from measuring the read bandwidth), and returns its exit status and
+// output.
 func runBenchScript(t *testing.T, script string, limit time.Duration, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
 	cmd.Dir = ".."
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "BENCH_BANDWIDTH=0"}, env...)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -128,8 +129,9 @@ func TestVsLlamaCppTable(t *testing.T) {
 	for _, name := range []string{"pg", "native", "cli"} {
 		native := name == "native"
 		t.Run(name, func(t *testing.T) {
+			results := t.TempDir()
 			env := []string{"LLAMA_BIN=" + fakeLlamaBench(t, native, name == "cli"), "OUT=" + t.TempDir(), "ROUNDS=2",
-				"REPS=1", "PP=16", "TG=4", "DEPTH=8", "THREADS=1"}
+				"REPS=1", "PP=16", "TG=4", "DEPTH=8", "THREADS=1", "RECORD=1", "BENCH_RESULTS=" + results}
 			code, out, errOut := runScript(t, env, model)
 			require.Equal(t, 0, code, errOut)
 			assert.Contains(t, out, "depth: "+name)
@@ -145,6 +147,15 @@ func TestVsLlamaCppTable(t *testing.T) {
 				re := regexp.MustCompile(`\| stories260K \| ` + regexp.QuoteMeta(test) + ` \| ` + llama +
 					` \| ` + num + ` \| \*\*` + num + `\*\* \| ` + num + `–` + num + ` \|`)
 				assert.Regexp(t, re, out, "row %s", test)
+			}
+			// RECORD=1 stored each row's xpu figure, with llama.cpp's beside it
+			b, err := os.ReadFile(filepath.Join(results, "llm.jsonl"))
+			require.NoError(t, err)
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			require.Len(t, lines, 3, "%s", b)
+			for i, test := range []string{"pp16", "tg4", "tg4 @ d8"} {
+				assert.Contains(t, lines[i], `"name":"stories260K `+test+`, 1 threads"`)
+				assert.Contains(t, lines[i], `"note":"llama.cpp fake: `+want[test])
 			}
 		})
 	}

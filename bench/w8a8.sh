@@ -19,6 +19,7 @@
 #   UNITS    units of the W8A8 runs (default qnn,neon; "ref" runs them on the reference)
 #   TOKENS   evaluation tokens (default 128)         N  greedy tokens compared (default 64)
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 XPU=${XPU:-build/xpu}
 STORIES=${STORIES:-../shared/models/stories260K.gguf}
@@ -35,7 +36,7 @@ fi
 unitflag=()
 [ "$UNITS" != ref ] && unitflag=(--units "$UNITS")
 
-echo "load: $(cat /proc/loadavg)"
+load_line
 for m in "$STORIES" "$QWEN"; do
   [ "$m" = none ] && continue
   echo "== $m"

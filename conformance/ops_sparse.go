@@ -4,7 +4,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// Op set 3, issue 18: SPARSE_FFN, PowerInfer-2's neuron-bundle FFN. Every bundle dtype, gated
+// Op set 3: SPARSE_FFN, PowerInfer-2's neuron-bundle FFN. Every bundle dtype, gated
 // and ungated, the three activations, decode (M = 1, rank-1 x) and prefill-like M, empty slots
 // (-1), duplicates, padded bundle rows, an all-empty idx, f16 x, a constant bundle table, and
 // an index outside [-1, S).

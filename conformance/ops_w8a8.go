@@ -6,7 +6,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// Op set 3, issue 16: MATMUL with an I8 activation (per-tensor and per-channel weight scales,
+// Op set 3: MATMUL with an I8 activation (per-tensor and per-channel weight scales,
 // with and without the 16-bit output grid, f32 and f16 outputs), the W8A8 linear-layer chain
 // QUANTIZE(x → I8) → MATMUL + SHADOW_MATMUL, and SHADOW_MATMUL alone (no outliers, dense
 // outliers, an ids subset, duplicates, rank 1, f16 weights, NaN, a bad id).

@@ -25,6 +25,8 @@ type config struct {
 	plugin     *abi.Plugin
 	levels     map[int]bool
 	abiRunner  func(ctx context.Context) ([]CaseResult, error)
+	version    string // WithBuild
+	commit     string
 }
 
 // Option configures Run.

@@ -109,6 +109,7 @@ func deviceRecord(d core.DeviceInfo) DeviceRecord {
 type Report struct {
 	Backend     BackendRecord `json:"backend"`
 	Device      DeviceRecord  `json:"device"`
+	Provenance  Provenance    `json:"provenance"`
 	Seed        uint64        `json:"seed"`
 	Started     time.Time     `json:"started"`
 	Seconds     float64       `json:"seconds"`
@@ -116,7 +117,9 @@ type Report struct {
 	Failed      int           `json:"failed"`
 	Unsupported int           `json:"unsupported"`
 	Skipped     int           `json:"skipped"`
-	Cases       []CaseResult  `json:"cases"`
+	// Levels: which of the levels a vendor can claim this run supports, and why (ClaimLevels).
+	Levels []LevelResult `json:"levels,omitempty"`
+	Cases  []CaseResult  `json:"cases"`
 }
 
 func (r *Report) add(c CaseResult) {

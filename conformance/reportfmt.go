@@ -13,8 +13,8 @@ import (
 	"strings"
 )
 
-// WriteFiles writes <backend>.json, <backend>.md and <backend>.xml into dir (created if
-// missing). The file name is the backend's name, with the device index when it is not 0.
+// WriteFiles writes <backend>.json, <backend>.md, <backend>.xml and <backend>.html into dir
+// (created if missing). The file name is the backend's name, with the device index when it is not 0.
 func (r *Report) WriteFiles(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("conformance: report folder: %w", err)
@@ -23,7 +23,7 @@ func (r *Report) WriteFiles(dir string) error {
 	for _, f := range []struct {
 		ext   string
 		write func(io.Writer) error
-	}{{".json", r.WriteJSON}, {".md", r.WriteMarkdown}, {".xml", r.WriteJUnit}} {
+	}{{".json", r.WriteJSON}, {".md", r.WriteMarkdown}, {".xml", r.WriteJUnit}, {".html", r.WriteHTML}} {
 		if err := writeFile(base+f.ext, f.write); err != nil {
 			return err
 		}
@@ -48,7 +48,7 @@ func (r *Report) FileBase() string {
 }
 
 // reportExts are the report files' extensions, one per format.
-var reportExts = []string{".json", ".md", ".xml"}
+var reportExts = []string{".json", ".md", ".xml", ".html"}
 
 // RemoveFiles deletes this report's files (same backend and device) that an earlier run left
 // in dir. Run calls it before the first case, so that a run that dies half way (a plugin that
@@ -142,10 +142,15 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if caps := strings.Join(r.Device.Caps, ","); caps != "" {
 		fmt.Fprintf(b, ", caps: %s", caps)
 	}
-	fmt.Fprintf(b, "\n- seed %d, %s, %.1f s\n\n**%s**", r.Seed, r.Started.Format("2006-01-02 15:04 UTC"), r.Seconds, r.Summary())
+	b.WriteString("\n")
+	for _, l := range r.provenanceLines() {
+		fmt.Fprintf(b, "- %s\n", l)
+	}
+	fmt.Fprintf(b, "- seed %d, %s, %.1f s\n\n**%s**", r.Seed, r.Started.Format("2006-01-02 15:04 UTC"), r.Seconds, r.Summary())
 	if r.Skipped > 0 {
 		fmt.Fprintf(b, ", %d skipped", r.Skipped)
 	}
+	writeLevelsMarkdown(b, r.Levels)
 	b.WriteString("\n\n## Ops (level 2)\n\n")
 	cells := map[string]map[string]*cell{}
 	var dtypes []string
@@ -235,12 +240,14 @@ type junitSuites struct {
 }
 
 type junitSuite struct {
-	Name     string      `xml:"name,attr"`
-	Tests    int         `xml:"tests,attr"`
-	Failures int         `xml:"failures,attr"`
-	Skipped  int         `xml:"skipped,attr"`
-	Time     float64     `xml:"time,attr"`
-	Cases    []junitCase `xml:"testcase"`
+	Name       string          `xml:"name,attr"`
+	Tests      int             `xml:"tests,attr"`
+	Failures   int             `xml:"failures,attr"`
+	Skipped    int             `xml:"skipped,attr"`
+	Time       float64         `xml:"time,attr"`
+	Timestamp  string          `xml:"timestamp,attr,omitempty"`
+	Properties []junitProperty `xml:"properties>property"`
+	Cases      []junitCase     `xml:"testcase"`
 }
 
 type junitCase struct {
@@ -264,7 +271,8 @@ type junitSkipped struct {
 // WriteJUnit writes the cases as JUnit XML (unsupported and skipped cases as skipped).
 func (r *Report) WriteJUnit(w io.Writer) error {
 	s := junitSuite{Name: "xpu-conformance." + r.FileBase(), Tests: len(r.Cases), Failures: r.Failed,
-		Skipped: r.Unsupported + r.Skipped, Time: r.Seconds}
+		Skipped: r.Unsupported + r.Skipped, Time: r.Seconds, Timestamp: r.Started.Format("2006-01-02T15:04:05"),
+		Properties: r.junitProperties()}
 	for _, c := range r.Cases {
 		jc := junitCase{Class: fmt.Sprintf("conformance.level%d.%s", c.Level, c.Op), Name: c.Name, Time: c.Seconds}
 		switch c.Status {
@@ -281,7 +289,11 @@ func (r *Report) WriteJUnit(w io.Writer) error {
 	}
 	enc := xml.NewEncoder(w)
 	enc.Indent("", "  ")
-	if err := enc.Encode(junitSuites{Suites: []junitSuite{s}}); err != nil {
+	suites := junitSuites{Suites: []junitSuite{s}}
+	if len(r.Levels) > 0 {
+		suites.Suites = append(suites.Suites, levelSuite(r.FileBase(), r.Levels))
+	}
+	if err := enc.Encode(suites); err != nil {
 		return err
 	}
 	_, err := io.WriteString(w, "\n")

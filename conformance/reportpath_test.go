@@ -30,7 +30,7 @@ func TestReportFilesStayInTheirFolder(t *testing.T) {
 			parent := t.TempDir()
 			dir := filepath.Join(parent, "reports")
 			require.NoError(t, rep.WriteFiles(dir))
-			for _, ext := range []string{".json", ".md", ".xml"} {
+			for _, ext := range []string{".json", ".md", ".xml", ".html"} {
 				_, err := os.Stat(filepath.Join(dir, tt.base+ext))
 				assert.NoError(t, err, "report %s%s", tt.base, ext)
 			}

@@ -50,8 +50,9 @@ func TestRunReferencePassesAndWritesReports(t *testing.T) {
 	require.NoError(t, err)
 	var suites junitSuites
 	require.NoError(t, xml.Unmarshal(raw, &suites))
-	require.Len(t, suites.Suites, 1)
+	require.Len(t, suites.Suites, 2, "the cases, then the levels")
 	assert.Equal(t, len(rep.Cases), suites.Suites[0].Tests)
+	assert.Equal(t, "xpu-conformance-levels.ref", suites.Suites[1].Name)
 
 	raw, err = os.ReadFile(filepath.Join(dir, "ref.md"))
 	require.NoError(t, err)

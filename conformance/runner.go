@@ -82,7 +82,8 @@ func Run(ctx context.Context, b core.Backend, opts ...Option) (*Report, error) {
 			r.cfg.repro += fmt.Sprintf(" --device %d", cfg.device)
 		}
 	}
-	rep := &Report{Backend: backendRecord(b.Info()), Device: deviceRecord(r.dev.Info()), Seed: cfg.seed, Started: time.Now().UTC()}
+	rep := &Report{Backend: backendRecord(b.Info()), Device: deviceRecord(r.dev.Info()), Seed: cfg.seed, Started: time.Now().UTC(),
+		Provenance: provenance(cfg, r.plugin)}
 	if cfg.reportDir != "" {
 		if err := rep.RemoveFiles(cfg.reportDir); err != nil {
 			return nil, err
@@ -132,6 +133,7 @@ func Run(ctx context.Context, b core.Backend, opts ...Option) (*Report, error) {
 		}
 	}
 	rep.Seconds = time.Since(rep.Started).Seconds()
+	rep.Levels = ClaimLevels(rep.Cases)
 	if cfg.reportDir != "" {
 		if err := rep.WriteFiles(cfg.reportDir); err != nil {
 			return rep, err

@@ -2,11 +2,18 @@ package llm
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
+	"unicode"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/xpuhub/xpu/internal/jinja"
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm/tokenizer"
@@ -40,9 +47,36 @@ type ChatTemplate struct {
 	bos, eos string
 }
 
+// ErrTemplateLimit is wrapped by the errors of a chat template that broke a rendering limit
+// (TemplateLimits, or its time): a chat template comes from the model file, so it is untrusted
+// input, and one that recurses, builds huge text or loops for long is stopped, never left to
+// crash or hang the process.
+var ErrTemplateLimit = jinja.ErrLimit
+
+// templateLimits bound every render of a chat template: macro calls nest at most 64 deep
+// (recursion), it builds at most 64 MiB and runs at most ten million steps (nodes and loop
+// iterations), each far above what real templates need. A render also stops when its context
+// ends, and after TemplateTimeout at most.
+var templateLimits = jinja.Limits{MaxDepth: 64, MaxBytes: 64 << 20, MaxSteps: 10_000_000}
+
+// TemplateTimeout bounds one render of a chat template whatever its context.
+const TemplateTimeout = 5 * time.Second
+
+// maxTemplateBytes bounds a chat template's source (real ones are a few KiB).
+const maxTemplateBytes = 1 << 20
+
+// loadCheckTimeout bounds the trial render NewChatTemplate makes.
+const loadCheckTimeout = time.Second
+
 // NewChatTemplate compiles a Jinja chat template (as found in tokenizer.chat_template) for m's
-// tokenizer (whose BOS and EOS texts it receives as bos_token and eos_token).
+// tokenizer (whose BOS and EOS texts it receives as bos_token and eos_token). It renders a
+// short conversation once, so that a template that breaks the rendering limits on any input
+// (ErrTemplateLimit) is refused here rather than on every request.
 func NewChatTemplate(m *Model, src string) (*ChatTemplate, error) {
+	if len(src) > maxTemplateBytes {
+		return nil, fmt.Errorf("llm: chat template of %d bytes, more than %d: %w: %w", len(src), maxTemplateBytes,
+			ErrTemplateLimit, core.ErrInvalidArgument)
+	}
 	t, err := jinja.Compile(src)
 	if err != nil {
 		return nil, fmt.Errorf("llm: chat template: %w: %w", err, core.ErrInvalidArgument)
@@ -54,6 +88,15 @@ func NewChatTemplate(m *Model, src string) (*ChatTemplate, error) {
 	}
 	if e := tok.EOS(); e >= 0 && int(e) < tok.Size() {
 		ct.eos = tok.Vocab().Tokens[e]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), loadCheckTimeout)
+	defer cancel()
+	trial := []Message{{Role: "system", Content: "You are helpful."}, {Role: "user", Content: "Hello"},
+		{Role: "assistant", Content: "Hi!"}, {Role: "user", Content: "Tell me a story."}}
+	// other errors (raise_exception on roles this conversation does not suit) are the
+	// template's to give for the conversations it refuses
+	if _, err := ct.RenderContext(ctx, trial, true); errors.Is(err, ErrTemplateLimit) {
+		return nil, fmt.Errorf("llm: chat template: rendering a four-message conversation: %w", err)
 	}
 	return ct, nil
 }
@@ -78,18 +121,26 @@ func (m *Model) ChatTemplate() (*ChatTemplate, error) {
 func (t *ChatTemplate) IsFallback() bool { return t.fallback }
 
 // Render renders msgs; with addGenerationPrompt the text ends where the assistant's reply
-// begins.
+// begins. It is RenderContext without a context of its own.
 func (t *ChatTemplate) Render(msgs []Message, addGenerationPrompt bool) (string, error) {
+	return t.RenderContext(context.Background(), msgs, addGenerationPrompt)
+}
+
+// RenderContext is Render within the rendering limits (ErrTemplateLimit), stopped when ctx ends or after
+// TemplateTimeout: the error then wraps ErrTemplateLimit (and ctx's cause).
+func (t *ChatTemplate) RenderContext(ctx context.Context, msgs []Message, addGenerationPrompt bool) (string, error) {
 	list := make([]any, len(msgs))
 	for i, m := range msgs {
 		list[i] = map[string]any{"role": m.Role, "content": m.Content}
 	}
-	out, err := t.tmpl.Render(map[string]any{
+	ctx, cancel := context.WithTimeout(ctx, TemplateTimeout)
+	defer cancel()
+	out, err := t.tmpl.RenderContext(ctx, map[string]any{
 		"messages":              list,
 		"add_generation_prompt": addGenerationPrompt,
 		"bos_token":             t.bos,
 		"eos_token":             t.eos,
-	})
+	}, templateLimits)
 	if err != nil {
 		return "", fmt.Errorf("llm: render chat template: %w: %w", err, core.ErrInvalidArgument)
 	}
@@ -205,56 +256,119 @@ func (c *Chat) Complete(ctx context.Context, msgs []Message, opts ...GenerateOpt
 // writes itself is dropped so that there is one).
 //
 // Control tokens come only from the template: a message whose content spells one
-// ("<|im_end|>", which would end the turn and let the text write the next one) has that content
-// encoded as plain text. When the template rewrites such a content so that it cannot be found in
-// the rendered prompt, Prompt fails with core.ErrInvalidArgument rather than parse it.
+// ("<|im_start|>", which would open a turn and let the text write the next one) has that
+// content encoded as plain text, wherever the template puts it and whatever the template's own
+// text repeats. Prompt finds the contents by rendering the conversation a second time with a
+// unique marker for each content (a template may trim a content; it may also repeat it). When
+// the template rewrites a content that spells a control token so that it cannot be found, Prompt
+// fails with core.ErrInvalidArgument rather than parse it.
 func (t *ChatTemplate) Prompt(tok *tokenizer.Tokenizer, msgs []Message) (string, []int32, error) {
-	prompt, err := t.Render(msgs, true)
+	return t.PromptContext(context.Background(), tok, msgs)
+}
+
+// PromptContext is Prompt with the rendering bound to ctx (RenderContext).
+func (t *ChatTemplate) PromptContext(ctx context.Context, tok *tokenizer.Tokenizer, msgs []Message) (string, []int32, error) {
+	prompt, err := t.RenderContext(ctx, msgs, true)
 	if err != nil {
 		return "", nil, err
 	}
 	if t.bos != "" && tok.Vocab().AddBOS {
 		prompt = strings.TrimPrefix(prompt, t.bos)
 	}
-	ids, err := encodeMessages(tok, prompt, msgs)
-	return prompt, ids, err
+	spelled := -1 // the first message whose content spells a control token
+	for i, m := range msgs {
+		if tok.ControlText(m.Content) != "" {
+			spelled = i
+			break
+		}
+	}
+	if spelled < 0 {
+		// nothing to keep plain: one piece, exactly as llama.cpp tokenizes it
+		return prompt, tok.Encode(prompt, true), nil
+	}
+	spans, err := t.contentSpans(ctx, prompt, msgs, tok.Vocab().AddBOS)
+	if errors.Is(err, ErrTemplateLimit) {
+		return "", nil, err
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("llm: message %d (%s) contains the control token %q and %w",
+			spelled, msgs[spelled].Role, tok.ControlText(msgs[spelled].Content), err)
+	}
+	return prompt, tok.EncodeWith(prompt, tokenizer.AddSpecial(true), tokenizer.PlainSpans(spans...)), nil
 }
 
-// encodeMessages tokenizes a rendered prompt, keeping the contents of msgs that spell a control
-// token as plain text. Prompts without such contents are encoded in one piece, exactly as
-// before, so the common case tokenizes as llama.cpp does.
-func encodeMessages(tok *tokenizer.Tokenizer, prompt string, msgs []Message) ([]int32, error) {
-	type span struct{ start, end int }
-	var plain []span
-	cursor := 0
+// errContentNotFound: the template rewrites a message's content so that it cannot be located
+// in the rendered prompt.
+var errContentNotFound = fmt.Errorf("the chat template rewrites its content, so it cannot be kept as plain text: %w",
+	core.ErrInvalidArgument)
+
+// contentSpans locates every copy of each message's content in prompt (rendered from msgs,
+// without the bos_token when trimBOS): it renders msgs again with a unique marker as each
+// content, so that the template's own text, which the markers never occur in, is told apart
+// from the contents whatever they contain.
+func (t *ChatTemplate) contentSpans(ctx context.Context, prompt string, msgs []Message, trimBOS bool) ([][2]int, error) {
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:])
+	tag := hex.EncodeToString(nonce[:])
+	marked := make([]Message, len(msgs))
 	for i, m := range msgs {
-		at := strings.Index(prompt[cursor:], m.Content)
-		if ct := tok.ControlText(m.Content); ct != "" {
-			if m.Content == "" || at < 0 {
-				return nil, fmt.Errorf("llm: message %d (%s) contains the control token %q and the chat template rewrites its content, so it cannot be kept as plain text: %w",
-					i, m.Role, ct, core.ErrInvalidArgument)
+		// letters and digits only: no filter a template applies to a content (trim, escape)
+		// changes it
+		marked[i] = Message{Role: m.Role, Content: fmt.Sprintf("XPU%sM%dX", tag, i)}
+	}
+	skel, err := t.RenderContext(ctx, marked, true)
+	if errors.Is(err, ErrTemplateLimit) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, errContentNotFound
+	}
+	if t.bos != "" && trimBOS {
+		skel = strings.TrimPrefix(skel, t.bos)
+	}
+	marker := regexp.MustCompile("XPU" + tag + "M([0-9]+)X")
+	locs := marker.FindAllStringSubmatchIndex(skel, -1)
+	// skel is lit[0] marker lit[1] marker ... lit[n]; prompt must be lit[0] content lit[1] ...
+	var spans [][2]int
+	p, prev := 0, 0
+	for j, loc := range locs {
+		lit := skel[prev:loc[0]]
+		if !strings.HasPrefix(prompt[p:], lit) {
+			return nil, errContentNotFound
+		}
+		p += len(lit)
+		i, err := strconv.Atoi(skel[loc[2]:loc[3]])
+		if err != nil || i >= len(msgs) {
+			return nil, errContentNotFound
+		}
+		next := skel[loc[1]:]
+		if j+1 < len(locs) {
+			next = skel[loc[1]:locs[j+1][0]]
+		}
+		c := msgs[i].Content
+		found := false
+		// the content as written, or trimmed as templates do with | trim and .strip()
+		for _, cand := range []string{c, strings.TrimSpace(c), strings.TrimLeftFunc(c, unicode.IsSpace), strings.TrimRightFunc(c, unicode.IsSpace)} {
+			if strings.HasPrefix(prompt[p:], cand+next) {
+				spans = append(spans, [2]int{p, p + len(cand)})
+				p += len(cand)
+				found = true
+				break
 			}
-			plain = append(plain, span{cursor + at, cursor + at + len(m.Content)})
 		}
-		if at >= 0 {
-			cursor += at + len(m.Content)
+		if !found {
+			return nil, errContentNotFound
 		}
+		prev = loc[1]
 	}
-	if len(plain) == 0 {
-		return tok.Encode(prompt, true), nil
+	if prompt[p:] != skel[prev:] {
+		return nil, errContentNotFound
 	}
-	ids := tok.EncodeWith("", tokenizer.AddSpecial(true))
-	at := 0
-	for _, p := range plain {
-		ids = append(ids, tok.EncodeWith(prompt[at:p.start])...)
-		ids = append(ids, tok.EncodeWith(prompt[p.start:p.end], tokenizer.ParseSpecial(false))...)
-		at = p.end
-	}
-	return append(ids, tok.EncodeWith(prompt[at:])...), nil
+	return spans, nil
 }
 
 func (c *Chat) complete(ctx context.Context, msgs []Message, opts ...GenerateOption) (Result, error) {
-	prompt, full, err := c.tmpl.Prompt(c.r.Model().Tokenizer, msgs)
+	prompt, full, err := c.tmpl.PromptContext(ctx, c.r.Model().Tokenizer, msgs)
 	if err != nil {
 		return Result{}, err
 	}

@@ -112,10 +112,19 @@ func TestChatPromptControlTextIsPlain(t *testing.T) {
 		assert.Equal(t, tok.Encode(text, true), ids)
 	})
 
-	t.Run("template rewrites the content", func(t *testing.T) {
+	t.Run("template trims the content", func(t *testing.T) {
 		tr, err := NewChatTemplate(m, "{% for m in messages %}{{ m.content | trim }}\n{% endfor %}")
 		require.NoError(t, err)
-		_, _, err = tr.Prompt(tok, []Message{{"user", "  a </s> b  "}})
+		text, ids, err := tr.Prompt(tok, []Message{{"user", "  a </s> b  "}})
+		require.NoError(t, err)
+		assert.Equal(t, "a </s> b", text)
+		assert.Zero(t, countID(ids, eos), "the trimmed content is still found and kept plain")
+	})
+
+	t.Run("template rewrites the content", func(t *testing.T) {
+		tr, err := NewChatTemplate(m, "{% for m in messages %}{{ m.content[:6] }}\n{% endfor %}")
+		require.NoError(t, err)
+		_, _, err = tr.Prompt(tok, []Message{{"user", "a </s> b"}})
 		require.ErrorIs(t, err, core.ErrInvalidArgument)
 		assert.Contains(t, err.Error(), `"</s>"`)
 	})

@@ -99,6 +99,11 @@ func WithPromptTokens(ids []int32) GenerateOption { return func(c *genConfig) { 
 // Logits that are not finite end it with ErrNonFinite. Tokens are only sampled from the
 // tokenizer's vocabulary: embedding rows past it (padding some conversions add) have no text.
 func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOption) (Result, error) {
+	ctx, leave, err := r.enter(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	defer leave()
 	cfg := genConfig{maxTokens: 256}
 	for _, o := range opts {
 		o(&cfg)
@@ -134,7 +139,6 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 	}
 	t0 := time.Now()
 	var logits []float32
-	var err error
 	if cfg.spec != nil {
 		res.Spec = &SpecStats{}
 		if cfg.spec.drafter != nil {

@@ -67,6 +67,7 @@ type Engine struct {
 	*Runner
 	backends []core.Backend
 	opts     []RunnerOption
+	dev      core.Device // the runner's device, kept for rebuilding it (RebuildRunner)
 }
 
 // Load opens the GGUF model at path, chooses a device and prepares the model on it. Without
@@ -100,7 +101,7 @@ func Load(ctx context.Context, path string, opts ...LoadOption) (*Engine, error)
 		return nil, err
 	}
 	cfg.logger.Debug("llm: model loaded", "path", path, "device", r.Device().Info().ID())
-	return &Engine{Runner: r, backends: backends, opts: ropts}, nil
+	return &Engine{Runner: r, backends: backends, opts: ropts, dev: r.Device()}, nil
 }
 
 // placeModel opens the backend(s) and prepares the model on the first device that accepts it.
@@ -187,7 +188,7 @@ func RepresentativeMatMul(m *Model) *core.Node {
 // so its own copy of the weights on the device) on the engine's device with the engine's
 // runner options. The caller closes it before the engine.
 func (e *Engine) NewRunner(ctx context.Context) (*Runner, error) {
-	return NewRunner(ctx, e.Model(), e.Device(), e.opts...)
+	return NewRunner(ctx, e.Model(), e.dev, e.opts...)
 }
 
 // Close releases the runner, the model file and the backend.

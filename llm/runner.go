@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/xpuhub/xpu/core"
@@ -141,6 +142,9 @@ type Runner struct {
 	// cache is the sparse FFN's bundle cache (WithSparseFFN); spTimes where its runs' time went.
 	cache   sched.Span
 	spTimes [2]SparseTimes // chunks of several tokens, of one
+	// busy is set while a call runs on the runner (busy.go): a second one at the same time
+	// fails with ErrBusy.
+	busy atomic.Bool
 }
 
 // chunkProg is the program for one chunk length and the lane spans of its logits.
@@ -184,9 +188,16 @@ func NewPlannedRunner(ctx context.Context, m *Model, devices []core.Device, plan
 // shards, equal shares) when m's KV heads and weights allow it: the default plan's layer split
 // pipelines prefill chunks but runs a decode step on one unit after another, where shards run
 // it on all of them at once. W8A8Plan and a sparse FFN drop the shards (WithoutShards).
+//
+// A unit whose device refuses the model's MATMUL (op_support NO for RepresentativeMatMul: a
+// backend that implements a few ops) is partial: sched.DefaultPlanPartial offers it every node
+// outside the MATMUL and ATTENTION rules first, and what it refuses runs where the kind rules
+// put it, so a partial backend runs beside a full one with no plan file.
 func DefaultPlan(m *Model, devices []core.Device, specs []sched.UnitSpec) (*sched.Plan, error) {
 	kinds := make([]core.DeviceKind, len(specs))
-	same := true
+	partial := make([]bool, len(specs))
+	same, anyPartial := true, false
+	mm := core.QueryFor(RepresentativeMatMul(m))
 	for i, s := range specs {
 		d, err := sched.FindDevice(s, devices)
 		if err != nil {
@@ -194,6 +205,12 @@ func DefaultPlan(m *Model, devices []core.Device, specs []sched.UnitSpec) (*sche
 		}
 		kinds[i] = d.Info().Kind
 		same = same && kinds[i] == kinds[0]
+		partial[i] = len(specs) > 1 && d.OpSupport(mm) == core.VerdictNo
+		anyPartial = anyPartial || partial[i]
+	}
+	if anyPartial {
+		// decode shards cut every layer's MATMULs over the units, which a partial one refuses
+		return sched.DefaultPlanPartial(specs, kinds, partial, m.Config.Layers), nil
 	}
 	p := sched.DefaultPlan(specs, kinds, m.Config.Layers)
 	if len(specs) < 2 || !same {
@@ -745,11 +762,21 @@ func (r *Runner) Reset() {
 // logits after the last token. When the plan splits the model over several units, chunks
 // pipeline: chunk i+1's early stages run while chunk i's later ones do.
 func (r *Runner) Prefill(ctx context.Context, tokens []int32) ([]float32, error) {
+	held, err := r.enterLeaf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer r.leave(held)
 	return r.feed(ctx, tokens, r.progs[r.cfg.chunk], nil)
 }
 
 // Decode appends one token and returns the logits for the next.
 func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
+	held, err := r.enterLeaf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer r.leave(held)
 	logits, err := r.feed(ctx, []int32{token}, r.progs[1], nil)
 	if err == nil && r.adapt != nil {
 		r.adapt.observe(r)

@@ -6,7 +6,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// SparseFFN is the host half of a sparse FFN (PowerInfer-2, issue 18): WithSparseFFN hands one
+// SparseFFN is the host half of a sparse FFN (PowerInfer-2): WithSparseFFN hands one
 // to a runner, which then never touches the model's dense FFN weights. Every layer's FFN runs
 // as SPARSE_FFN over a bundle cache the runner allocates in its arena (Rows rows of the
 // layout's bundles, shared by all layers); the SparseFFN decides, per layer and chunk, which

@@ -237,18 +237,20 @@ func newSpecPolicy(lengths []int, always bool) *specPolicy {
 	return p
 }
 
-// matchPriors are the acceptance a draft position is given, by match bucket, before its bucket
-// has verifies of its own (0: take the pool's estimate): a source that matched more of the
-// sequence's last tokens is copying text, and is followed far more often. (The summary task of
-// bench/spec.sh, retrieval drafts verified always: of the first draft tokens, 0 of 13 were
-// kept after a 0-token match, 9 of 30 after 1 token, 7 of 11 after 2, 6 of 9 after more.)
-// Without them every bucket started from the pool, which the many short-match drafts pull
-// down early: the long-match drafts, the ones that pay, were then never verified at all.
-var matchPriors = [matchBuckets]float64{0, 0, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9}
+// fittedMatchPriors are the acceptance a draft position is given, by match bucket, before its
+// bucket has verifies of its own (0: take the pool's estimate): a source that matched more of
+// the sequence's last tokens is copying text, and is followed far more often. They are FITTED,
+// not derived: rounded from the acceptance counts of one task (bench/spec.sh's summary task on
+// stories260K, retrieval drafts verified always), recorded in
+// lab/notes/2026-11-23-speculative-decoding.md ("match priors"); another model or task would
+// fit other values. Without them every bucket started from the pool, which the many
+// short-match drafts pull down early: the long-match drafts, the ones that pay, were then
+// never verified at all.
+var fittedMatchPriors = [matchBuckets]float64{0, 0, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9}
 
 // accept is the estimated probability that draft position i (0-based) of a draft in match
 // bucket b is accepted given that the positions before it were: the bucket's own counts,
-// shrunk toward its prior (matchPriors, else the pool's estimate, which starts from 1/2) while
+// shrunk toward its prior (fittedMatchPriors, else the pool's estimate, which starts from 1/2) while
 // the bucket has few verifies, so that a bucket is neither trusted on one pass nor left
 // unmeasured.
 func (p *specPolicy) accept(b, i int) float64 {
@@ -256,8 +258,8 @@ func (p *specPolicy) accept(b, i int) float64 {
 	if b == 0 {
 		return prior
 	}
-	if matchPriors[b] > 0 {
-		prior = matchPriors[b]
+	if fittedMatchPriors[b] > 0 {
+		prior = fittedMatchPriors[b]
 	}
 	return (p.hit[b][i] + 2*prior) / (p.tried[b][i] + 2)
 }
@@ -297,7 +299,7 @@ func (p *specPolicy) expected(k, b int) float64 {
 		// a position no recent verify reached is taken to go as the deepest one that did,
 		// unless the bucket has a prior of its own
 		c := last
-		if p.tried[0][i] >= 1 || matchPriors[b] > 0 {
+		if p.tried[0][i] >= 1 || fittedMatchPriors[b] > 0 {
 			c = p.accept(b, i)
 			last = c
 		}

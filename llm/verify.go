@@ -110,6 +110,11 @@ func (r *Runner) MaxVerify() int {
 // slice is only valid during the call): a prompt's all-position predictions, which in-context
 // calibration drafts from. Chunks then run one at a time, without pipelining across units.
 func (r *Runner) PrefillEach(ctx context.Context, tokens []int32, f func(i int, logits []float32) error) ([]float32, error) {
+	ctx, leave, err := r.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	if f == nil {
 		return r.Prefill(ctx, tokens)
 	}
@@ -126,6 +131,11 @@ func (r *Runner) PrefillEach(ctx context.Context, tokens []int32, f func(i int, 
 // draft's rows. More tokens than the longest verify length, or than the context has room for,
 // is an error and changes nothing.
 func (r *Runner) Verify(ctx context.Context, tokens []int32) ([][]float32, error) {
+	ctx, leave, err := r.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("llm: verify of no tokens: %w", core.ErrInvalidArgument)
 	}
@@ -147,6 +157,11 @@ func (r *Runner) Verify(ctx context.Context, tokens []int32) ([][]float32, error
 // tree, more nodes than the longest verify graph takes or than the context has room for is an
 // error and changes nothing.
 func (r *Runner) VerifyTree(ctx context.Context, root int32, tree draft.Tree) ([][]float32, error) {
+	ctx, leave, err := r.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	return r.verifyTree(ctx, root, tree, nil)
 }
 
@@ -235,6 +250,11 @@ func (r *Runner) writeTreeInputs(cp *chunkProg, tree draft.Tree) {
 // rows, ascending from 0 = the root: an accepted path), moved to rows base, base+1, ... on
 // every unit (sched.Runtime.CompactKV), and drops the rest.
 func (r *Runner) KeepPath(ctx context.Context, base int, keep []int) error {
+	ctx, leave, err := r.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	if base < 0 || len(keep) == 0 || keep[0] != 0 || base+keep[len(keep)-1] >= r.pos {
 		return fmt.Errorf("llm: keep rows %v from %d: the cache holds %d: %w", keep, base, r.pos, core.ErrInvalidArgument)
 	}

@@ -62,11 +62,10 @@ func ringable(q *rpcReq) bool {
 }
 
 // Spin budgets before a futex sleep (0: sleep at once). Spinning pays only when the other
-// process already runs on another core; on the 2-core machine this was measured on, with other
-// work on it, budgets of 2-5 µs made an execute slower and costlier (BENCHMARKS.md, isolation:
-// 7.6 µs wall, 6 CPU-µs without spin; 10 and 10 with 2 µs on both sides; 32 and 19 with 5 µs),
-// and on a decode loop the next request never comes within a few µs anyway. Kept as knobs
-// for machines with idle cores.
+// process already runs on another core; on a 2-core machine with other work on it, budgets of a
+// few µs made an execute slower and costlier (lab/notes/2026-11-21-isolated-backends-go-plugin-child-process.md
+// has the measurements), and on a decode loop the next request never comes within a few µs
+// anyway. Kept as knobs for machines with idle cores.
 var (
 	hostSpin  time.Duration
 	childSpin time.Duration

@@ -522,3 +522,58 @@ func DefaultPlan(specs []UnitSpec, kinds []core.DeviceKind, layers int) *Plan {
 	p.Prefill.Rules = append(p.Prefill.Rules, Rule{Unit: r})
 	return p
 }
+
+// DefaultPlanPartial is DefaultPlan where some units are partial (partial[i]): their device
+// runs only a few ops (llm.DefaultPlan calls a unit partial when its device refuses the
+// model's MATMULs), so placing by device kind would hand them MATMULs they refuse and nothing
+// else. The kind rules place the nodes over the other units; then each rule that takes every
+// op (a catch-all, or a layer range of the same-kind split) is preceded by the same rule on the
+// first partial unit, falling back to that rule's unit: every node outside the MATMUL and
+// ATTENTION rules is offered to the partial unit first, and what it refuses (Context.Analyze)
+// runs where the kind rules put it. With no partial unit, or only partial ones, it is DefaultPlan.
+func DefaultPlanPartial(specs []UnitSpec, kinds []core.DeviceKind, partial []bool, layers int) *Plan {
+	var full []int // indices of the units that are not partial
+	first := -1
+	for i := range specs {
+		if i < len(partial) && partial[i] {
+			if first < 0 {
+				first = i
+			}
+			continue
+		}
+		full = append(full, i)
+	}
+	if first < 0 || len(full) == 0 {
+		return DefaultPlan(specs, kinds, layers)
+	}
+	subSpecs := make([]UnitSpec, len(full))
+	subKinds := make([]core.DeviceKind, len(full))
+	for j, i := range full {
+		subSpecs[j], subKinds[j] = specs[i], kinds[i]
+	}
+	sub := DefaultPlan(subSpecs, subKinds, layers)
+	// the sub plan names its units by position among the full ones: back to positions in specs
+	remap := func(u string) string {
+		if u == "" {
+			return ""
+		}
+		j, err := strconv.Atoi(u)
+		if err != nil || j < 0 || j >= len(full) {
+			return u
+		}
+		return strconv.Itoa(full[j])
+	}
+	p := &Plan{}
+	for _, s := range specs {
+		p.Units = append(p.Units, s.String())
+	}
+	offer := strconv.Itoa(first)
+	for _, r := range sub.Prefill.Rules {
+		r.Unit, r.Fallback = remap(r.Unit), remap(r.Fallback)
+		if len(r.Ops) == 0 && len(r.Nodes) == 0 && r.Split == nil && r.Fallback == "" {
+			p.Prefill.Rules = append(p.Prefill.Rules, Rule{Unit: offer, Layers: r.Layers, Fallback: r.Unit})
+		}
+		p.Prefill.Rules = append(p.Prefill.Rules, r)
+	}
+	return p
+}

@@ -44,8 +44,8 @@ type parker interface {
 
 // DefaultSpin is how long Wait spins on the word before blocking: long enough to catch a
 // producer finishing right after a predicted sleep, short enough that a waiter does not steal
-// a core from a producer on a 2-core machine. The HeteroLLM digest measured a spin handoff at
-// about 0.4 µs and a blocking handoff at about 5 µs here.
+// a core from a producer on a 2-core machine. A spin handoff costs well under a microsecond and
+// a blocking (futex) handoff several, so the budget covers about one blocking handoff.
 const DefaultSpin = 5 * time.Microsecond
 
 // maxPredictedSpin bounds the spin of a wait with a prediction: it covers the margin the sleep
@@ -265,7 +265,7 @@ func (s *Signal) Stats() SignalStats {
 }
 
 // preciseSleep sleeps d with nanosleep on a locked OS thread, and learns how far the kernel
-// overshoots (timer slack and wake-up latency: 35–90 µs on this machine per the digest) so the
+// overshoots (timer slack and wake-up latency: tens of µs) so the
 // next sleep can stop that much earlier.
 func preciseSleep(d time.Duration) {
 	runtime.LockOSThread()

@@ -12,9 +12,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/xpuhub/xpu/bench"
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/kernelbench"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/llmbench"
 	"github.com/xpuhub/xpu/loader"
@@ -220,12 +220,12 @@ func runKernelSuite(ctx context.Context, f *benchFlags, stdout, stderr io.Writer
 		fmt.Fprintf(stderr, "xpu bench: %s has %d device(s), no device %d\n", b.Info().Name, len(devs), f.device)
 		return 2
 	}
-	opts := bench.Options{Threads: threads, Device: devs[f.device], Quick: f.quick}
+	opts := kernelbench.Options{Threads: threads, Device: devs[f.device], Quick: f.quick}
 	if f.withRef {
 		opts.Ref = ref.New().Devices()[0]
 	}
 	if f.harness != "" {
-		h, err := bench.LoadHarness(f.harness)
+		h, err := kernelbench.LoadHarness(f.harness)
 		switch {
 		case err == nil:
 			opts.Harness = h
@@ -238,7 +238,7 @@ func runKernelSuite(ctx context.Context, f *benchFlags, stdout, stderr io.Writer
 	}
 	info := devs[f.device].Info()
 	fmt.Fprintf(stdout, "%s (%s), %d threads\n\n", info.ID(), info.Name, threads)
-	rows, err := bench.Suite(ctx, opts)
+	rows, err := kernelbench.Suite(ctx, opts)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CASE\tCONTENDER\tVALUE\tUNIT")
 	for _, r := range rows {

@@ -37,7 +37,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 	filter := fs.String("filter", "", "run only the cases whose name matches this regular expression")
 	isolated := fs.Bool("isolated", false, "load plugins in a child process, so a crash fails a case instead of the run")
 	timeout := fs.Duration("timeout", 0, "with --isolated, deadline of one execute; a plugin still running then is killed (0 = 10× its longest earlier run, at least 30s)")
-	reportDir := fs.String("report", defaultReportDir, `write <backend>.json, .md and .xml into this folder ("" for none)`)
+	reportDir := fs.String("report", defaultReportDir, `write <backend>.json, .md, .xml and .html into this folder ("" for none)`)
 	seed := fs.Uint64("seed", 0, "input seed (a failing case prints the seed that reproduces it)")
 	applyUnits := coremlUnitsFlag(fs)
 	fs.Usage = func() {
@@ -63,7 +63,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 	defer func() { writeSentinel(sentinel, code) }()
 	var opts []conformance.Option
 	opts = append(opts, conformance.WithDevice(*device), conformance.WithSeed(*seed),
-		conformance.WithProgress(stdout))
+		conformance.WithProgress(stdout), conformance.WithBuild(buildVersionCommit()))
 	if *filter != "" {
 		re, err := regexp.Compile(*filter)
 		if err != nil {
@@ -170,8 +170,11 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 			total.Unsupported += rep.Unsupported
 			total.Skipped += rep.Skipped
 			fmt.Fprintf(stdout, "== %s: %s, %d skipped, %.1f s\n", info.Name, rep.Summary(), rep.Skipped, rep.Seconds)
+			for _, l := range rep.Levels {
+				fmt.Fprintf(stdout, "== level %s\n", l)
+			}
 			if *reportDir != "" {
-				fmt.Fprintf(stdout, "== reports: %s/%s.{json,md,xml}\n", *reportDir, rep.FileBase())
+				fmt.Fprintf(stdout, "== reports: %s/%s.{json,md,xml,html}\n", *reportDir, rep.FileBase())
 			}
 		}
 	}

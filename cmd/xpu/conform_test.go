@@ -49,7 +49,7 @@ func TestConformCommand(t *testing.T) {
 			}
 		})
 	}
-	for _, ext := range []string{".json", ".md", ".xml"} {
+	for _, ext := range []string{".json", ".md", ".xml", ".html"} {
 		_, err := os.Stat(filepath.Join(dir, "ref"+ext))
 		assert.NoError(t, err, "report ref%s", ext)
 	}

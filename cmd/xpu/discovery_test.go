@@ -125,7 +125,7 @@ func TestConformPluginExit(t *testing.T) {
 	plugintest.CC(t)
 	path := plugintest.Plugin(t, "TP_FAULT=5")
 	reports := t.TempDir()
-	for _, ext := range []string{".json", ".md", ".xml"} {
+	for _, ext := range []string{".json", ".md", ".xml", ".html"} {
 		require.NoError(t, os.WriteFile(filepath.Join(reports, "testplugin"+ext), []byte("stale"), 0o644))
 	}
 	env := []string{loader.EnvCacheDir + "=" + t.TempDir()}
@@ -146,7 +146,7 @@ func TestConformOpenFailureRemovesOldReports(t *testing.T) {
 	t.Setenv(loader.EnvPluginPath, dir)
 	t.Setenv(loader.EnvCacheDir, t.TempDir())
 	reports := t.TempDir()
-	for _, ext := range []string{".json", ".md", ".xml"} {
+	for _, ext := range []string{".json", ".md", ".xml", ".html"} {
 		require.NoError(t, os.WriteFile(filepath.Join(reports, "nodev"+ext), []byte("stale"), 0o644))
 	}
 	code, out, errOut := runCLI(t, "conform", "--plugin", "nodev", "--report", reports)

@@ -37,9 +37,10 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	steal := fs.Bool("steal", false, "write rows splits over two units as stealing ones (sched/PLAN.md): balanced at run time from the solver's ratio; a backend that repacks weights then holds those weights twice")
 	adapt := fs.Bool("adapt", false, "write rows splits over two units as adaptive ones (sched/PLAN.md): in decode the cut moves from token to token by the parts' measured times; each unit prepares its part at 9 cut points")
 	compare := fs.Bool("compare", false, "also predict each unit alone, layer- and tensor-level, in order and out of order (always on with --soc)")
+	papers := fs.Bool("papers", false, "with --soc: also print the published figures of the papers the SoC description cites next to this simulation's prediction of the same setups")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: xpu plan --model M [--units LIST] [--profile FILE] [-o plan.json] [--prompt N] [--mode tensor|layer|split|single] [--steal | --adapt] [--compare]")
-		fmt.Fprintln(stderr, "       xpu plan --soc "+strings.Join(soc.Names(), "|")+" --model "+strings.Join(soc.ModelNames(), "|")+" [--units cpu,gpu,npu] [-o plan.json]")
+		fmt.Fprintln(stderr, "       xpu plan --soc "+strings.Join(soc.Names(), "|")+" --model "+strings.Join(soc.ModelNames(), "|")+" [--units cpu,gpu,npu] [-o plan.json] [--papers]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {
@@ -47,6 +48,10 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 || *model == "" || *prompt < 1 || *ctxLen < 0 || *steal && *adapt {
 		fs.Usage()
+		return 2
+	}
+	if *papers && *socName == "" {
+		fmt.Fprintln(stderr, "xpu plan: --papers compares a simulated SoC (--soc) with published figures; a measured profile has none")
 		return 2
 	}
 	o := solve.Options{Prompt: *prompt, Context: *ctxLen, Steal: *steal, Adapt: *adapt}
@@ -133,7 +138,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *compare {
 		printComparison(stdout, plan, rows)
 	}
-	if desc != nil {
+	if desc != nil && *papers {
 		if err := printPapers(stdout, desc, prof.Model); err != nil {
 			return fail(err)
 		}

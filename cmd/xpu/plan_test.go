@@ -25,12 +25,22 @@ func TestPlanSoC(t *testing.T) {
 		"SIMULATION (simulated:sd8gen3) of qwen1.5-1.8b", "PREDICTED",
 		"prefill: 1024 tokens", "decode: one token",
 		"cpu-only", "gpu-only", "npu-only", "layer-level", "tensor-level", "chunks in order",
-		"against the papers", "mllm-NPU Fig. 13a", "> 1000.0 tok/s",
 		"plan written to " + out,
 	} {
 		assert.Contains(t, stdout, s)
 	}
 	assert.NotContains(t, stdout, "MEASURED")
+	assert.NotContains(t, stdout, "against the papers", "published figures only with --papers")
+
+	// --papers adds the published figures beside the simulation's predictions
+	code, withPapers, stderr := runCLI(t, "plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--papers")
+	require.Equal(t, 0, code, stderr)
+	for _, s := range []string{"against the papers", "mllm-NPU Fig. 13a", "> 1000.0 tok/s"} {
+		assert.Contains(t, withPapers, s)
+	}
+	code, _, stderr = runCLI(t, "plan", "--model", "x.gguf", "--papers")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--papers compares a simulated SoC")
 	b, err := os.ReadFile(out)
 	require.NoError(t, err)
 	f, err := sched.ParsePlan(b)

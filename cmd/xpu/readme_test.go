@@ -5,9 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,25 +24,300 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// readmeShellLines returns the lines of the README's ```sh blocks.
-func readmeShellLines(t *testing.T) []string {
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+// docLine is one command line of a ```sh block in README.md or docs/*.md.
+type docLine struct {
+	File string // relative to the repository root
+	Text string // continuation lines joined, surrounding space trimmed
+}
+
+// docFiles are the documents whose commands the tests run: README.md and docs/*.md.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
 	require.NoError(t, err)
-	var out []string
-	in := false
-	sc := bufio.NewScanner(strings.NewReader(string(b)))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		switch {
-		case strings.HasPrefix(line, "```sh"):
-			in = true
-		case strings.HasPrefix(line, "```"):
-			in = false
-		case in && line != "":
-			out = append(out, line)
+	sort.Strings(files)
+	return append([]string{filepath.Join("..", "..", "README.md")}, files...)
+}
+
+// docShellLines returns every command of the ```sh blocks of README.md and docs/*.md: blank
+// lines and comments left out, a line ending in a backslash joined with the next.
+func docShellLines(t *testing.T) []docLine {
+	t.Helper()
+	var out []docLine
+	for _, f := range docFiles(t) {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		rel, err := filepath.Rel(filepath.Join("..", ".."), f)
+		require.NoError(t, err)
+		in, cont := false, ""
+		sc := bufio.NewScanner(strings.NewReader(string(b)))
+		for sc.Scan() {
+			line := strings.TrimSpace(sc.Text())
+			switch {
+			case strings.HasPrefix(line, "```sh"):
+				in = true
+			case strings.HasPrefix(line, "```"):
+				in = false
+			case in && (line == "" || strings.HasPrefix(line, "#")):
+			case in && strings.HasSuffix(line, "\\"):
+				cont += strings.TrimSuffix(line, "\\") + " "
+			case in:
+				out = append(out, docLine{File: rel, Text: strings.Join(strings.Fields(cont+line), " ")})
+				cont = ""
+			}
 		}
 	}
 	return out
+}
+
+// readmeShellLines returns the command lines of README.md's and docs/*.md's ```sh blocks.
+func readmeShellLines(t *testing.T) []string {
+	var out []string
+	for _, l := range docShellLines(t) {
+		out = append(out, l.Text)
+	}
+	return out
+}
+
+// docCommands maps every command line the documents show to the test that runs it: a doc
+// test that picks the line out of the document and runs it as written, or a test that runs
+// the same command. The first row whose pattern matches a line is its row. A line no row
+// matches fails TestDocCommandsAreTested, and so does a row that matches no line (stale) or
+// names a test that does not exist. To document a new command, add a row here, naming the test
+// that runs it (a package other than cmd/xpu as "dir:TestName", e.g. "conformance:TestX").
+var docCommands = []struct {
+	pattern *regexp.Regexp
+	test    string
+}{
+	{regexp.MustCompile(`^make (demo|test)$`), "TestMakeDemoAndTestTargets"},
+	{regexp.MustCompile(`^go get github\.com/xpuhub/xpu@latest$`), "TestReadmeGoExample"},
+	{regexp.MustCompile(`^build/xpu run .*--spec `), "TestREADMESpecCommand"},
+	{docGreedyRun, "TestDocGreedyRunCommands"},
+	{regexp.MustCompile(`^(echo .* \| )?build/xpu run \.\./shared/|^build/xpu serve |^curl `), "TestREADMERunAndServeCommands"},
+	{regexp.MustCompile(`stories260K-q4_k_m\.gguf`), "TestREADMEQuantizeCommands"},
+	{regexp.MustCompile(`stories260K-npu\.gguf|^build/xpu (calibrate|w8a8-eval) `), "TestREADMEW8A8Commands"},
+	{regexp.MustCompile(`/tmp/relu-6m\.gguf`), "TestREADMESparseCommands"},
+	{regexp.MustCompile(`^build/xpu (plan|tune --profile) `), "TestREADMEPlanCommands"},
+	{regexp.MustCompile(`^build/xpu tune --energy --simulate sd8gen3 --seed 3$`), "TestTuneSimulated"},
+	{regexp.MustCompile(`^build/xpu conform --plugin \./libxpu-mine\.so --report out/$`), "TestConformTestPlugin"},
+	{regexp.MustCompile(`^build/xpu conform --plugin coreml$`), "TestDocConformanceFigures"},
+	// docs/writing-a-backend.md's five steps, run as one from an empty folder
+	{regexp.MustCompile(`^make install-sdk PREFIX=|^PKG_CONFIG_PATH=\S+ pkg-config --cflags xpu-backend$|^xpu backend new acme$|^cd acme && PKG_CONFIG_PATH=\S+ make$|^xpu conform --plugin \./libxpu-acme\.so$|^xpu devices -v$|^XPU_PLUGIN_PATH=\$PWD xpu run .*--units acme,neon`), "TestBackendKitOutOfTree"},
+}
+
+// docGreedyRun is a greedy run of the test model from its BOS (no prompt): its text is a
+// prefix of the published sample.
+var docGreedyRun = regexp.MustCompile(`^build/xpu run (-m |--model )\.\./shared/models/stories260K\.gguf --temp 0 -n \d+ `)
+
+// testFuncs returns the names of the Test functions in dir's _test.go files.
+func testFuncs(t *testing.T, dir string) map[string]bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
+	require.NoError(t, err)
+	out := map[string]bool{}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		af, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+		require.NoError(t, err)
+		for _, d := range af.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && strings.HasPrefix(fd.Name.Name, "Test") {
+				out[fd.Name.Name] = true
+			}
+		}
+	}
+	return out
+}
+
+// Every command the documents show is run by a test.
+func TestDocCommandsAreTested(t *testing.T) {
+	lines := docShellLines(t)
+	require.NotEmpty(t, lines)
+	used := make([]bool, len(docCommands))
+	for _, l := range lines {
+		row := -1
+		for i, c := range docCommands {
+			if c.pattern.MatchString(l.Text) {
+				row = i
+				break
+			}
+		}
+		if !assert.GreaterOrEqual(t, row, 0, "%s: no test runs `%s`: add a row to docCommands (cmd/xpu/readme_test.go)", l.File, l.Text) {
+			continue
+		}
+		used[row] = true
+	}
+	funcs := map[string]map[string]bool{}
+	for i, c := range docCommands {
+		assert.True(t, used[i], "docCommands row %q (%s) matches no document line: remove it", c.pattern, c.test)
+		dir, name := ".", c.test
+		if d, n, ok := strings.Cut(c.test, ":"); ok {
+			dir, name = filepath.Join("..", "..", d), n
+		}
+		if funcs[dir] == nil {
+			funcs[dir] = testFuncs(t, dir)
+		}
+		assert.True(t, funcs[dir][name], "docCommands names %s, which is not a test in %s", c.test, dir)
+	}
+}
+
+// runDocLine runs a document's command line as written, from the repository root, with
+// build/xpu being the binary the tests build and the replacements made (old, new pairs).
+func runDocLine(t *testing.T, line string, env []string, replace ...string) (stdout, stderr string) {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	line = strings.ReplaceAll(line, "build/xpu", buildXPU(t))
+	line = strings.NewReplacer(replace...).Replace(line)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", line)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	require.NoError(t, cmd.Run(), "%s\n%s", line, errb.String())
+	return out.String(), errb.String()
+}
+
+// The documents' greedy runs of the test model (on each backend, isolated, over several units
+// with a trace, on pinned cores) print a prefix of its published greedy text.
+func TestDocGreedyRunCommands(t *testing.T) {
+	p := storiesPath(t)
+	want, err := os.ReadFile(filepath.Join(filepath.Dir(p), "stories260K.greedy.txt"))
+	require.NoError(t, err)
+	var lines []docLine
+	seen := map[string]bool{}
+	for _, l := range docShellLines(t) {
+		if docGreedyRun.MatchString(l.Text) && !strings.Contains(l.Text, "--spec ") && !seen[l.Text] {
+			seen[l.Text] = true // a command two pages show runs once
+			lines = append(lines, l)
+		}
+	}
+	require.GreaterOrEqual(t, len(lines), 4, "the CLI page's run on each backend")
+	for _, l := range lines {
+		t.Run(l.Text, func(t *testing.T) {
+			dir := t.TempDir()
+			out, _ := runDocLine(t, l.Text, []string{"XPU_CACHE_DIR=" + dir}, "--trace t.json", "--trace "+filepath.Join(dir, "t.json"))
+			// the CLI ends the text with a newline of its own when the model did not
+			text := strings.TrimSuffix(out, "\n")
+			require.NotEmpty(t, text)
+			assert.True(t, strings.HasPrefix(string(want), text), "%s: %q is not a prefix of the published greedy text", l.File, out)
+		})
+	}
+}
+
+// make demo and make test are targets whose recipes do what the README says.
+func TestMakeDemoAndTestTargets(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	for target, wants := range map[string][]string{
+		"demo": {"scripts/deps.sh", "xpu demo"},
+		"test": {"scripts/deps.sh", "go test -race", "conform --all", "gofmt", "fuzz-ir"},
+	} {
+		cmd := exec.Command("make", "-n", target)
+		cmd.Dir = filepath.Join("..", "..")
+		cmd.Env = append(os.Environ(), "MAKEFLAGS=")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "make -n %s:\n%s", target, out)
+		for _, w := range wants {
+			assert.Contains(t, string(out), w, "make %s", target)
+		}
+	}
+}
+
+// The README's Go example is the body of examples/generate, line for line; its go get line
+// names this module; and the program runs.
+func TestReadmeGoExample(t *testing.T) {
+	root := filepath.Join("..", "..")
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	require.NoError(t, err)
+	m := regexp.MustCompile("(?s)```go\n(.*?)```").FindSubmatch(readme)
+	require.NotNil(t, m, "README has no Go example")
+	src, err := os.ReadFile(filepath.Join(root, "examples", "generate", "main.go"))
+	require.NoError(t, err)
+	var prog []string
+	for _, l := range strings.Split(string(src), "\n") {
+		prog = append(prog, strings.TrimSpace(l))
+	}
+	ex := strings.Split(strings.TrimSpace(string(m[1])), "\n")
+	assert.LessOrEqual(t, len(ex), 15, "a short example")
+	start := slices.Index(prog, strings.TrimSpace(ex[0]))
+	require.GreaterOrEqual(t, start, 0, "examples/generate/main.go lacks %q", ex[0])
+	for i, l := range ex {
+		require.Less(t, start+i, len(prog))
+		assert.Equal(t, strings.TrimSpace(l), prog[start+i], "README's Go example, line %d", i+1)
+	}
+
+	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	require.NoError(t, err)
+	mm := regexp.MustCompile(`(?m)^module (\S+)`).FindSubmatch(mod)
+	require.NotNil(t, mm)
+	assert.Contains(t, string(readme), "go get "+string(mm[1])+"@latest")
+
+	model, err := filepath.Abs(storiesPath(t))
+	require.NoError(t, err)
+	bin := filepath.Join(t.TempDir(), "generate")
+	build := exec.Command("go", "build", "-o", bin, "./examples/generate")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	run := exec.Command(bin, model)
+	run.Dir = root
+	run.Env = append(os.Environ(), "XPU_CACHE_DIR="+t.TempDir())
+	var stderr strings.Builder
+	run.Stderr = &stderr
+	text, err := run.Output()
+	require.NoError(t, err, stderr.String())
+	assert.NotEmpty(t, strings.TrimSpace(string(text)))
+}
+
+// The README's layout table names every Go package folder of the module, and only folders
+// that exist.
+func TestReadmeLayoutListsEveryPackage(t *testing.T) {
+	root := filepath.Join("..", "..")
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	require.NoError(t, err)
+	text := string(readme)
+	i := strings.Index(text, "## Layout")
+	require.GreaterOrEqual(t, i, 0, "README has no Layout section")
+	section := text[i:]
+	if j := strings.Index(section[3:], "\n## "); j >= 0 {
+		section = section[:j+3]
+	}
+	listed := map[string]bool{}
+	for _, row := range strings.Split(section, "\n") {
+		if !strings.HasPrefix(row, "| `") {
+			continue
+		}
+		first := strings.SplitN(row, "|", 3)[1]
+		for _, p := range regexp.MustCompile("`([^`]+/)`").FindAllStringSubmatch(first, -1) {
+			listed[p[1]] = true
+			_, err := os.Stat(filepath.Join(root, p[1]))
+			assert.NoError(t, err, "the layout lists %s, which does not exist", p[1])
+		}
+	}
+	var missing []string
+	require.NoError(t, filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() && p != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "build") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(name, ".go") {
+			return nil
+		}
+		rel, err := filepath.Rel(root, filepath.Dir(p))
+		require.NoError(t, err)
+		dir := filepath.ToSlash(rel) + "/"
+		if !listed[dir] && !slices.Contains(missing, dir) {
+			missing = append(missing, dir)
+		}
+		return nil
+	}))
+	assert.Empty(t, missing, "Go packages the README's layout table does not list")
 }
 
 // The README's llama-cli style `xpu run` lines and its `xpu serve` + curl lines, run as

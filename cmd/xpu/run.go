@@ -15,6 +15,7 @@ import (
 	"github.com/xpuhub/xpu/llm"
 	_ "github.com/xpuhub/xpu/llm/llmconform" // the stories260K model cases of xpu conform
 	"github.com/xpuhub/xpu/llm/sparse"
+	"github.com/xpuhub/xpu/llm/tokenizer"
 	"github.com/xpuhub/xpu/loader"
 	"github.com/xpuhub/xpu/sched"
 	"golang.org/x/term"
@@ -37,6 +38,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(prompt, "p", "", "alias of --prompt")
 	file := fs.String("file", "", "read the prompt from this file (- : standard input)")
 	fs.StringVar(file, "f", "", "alias of --file")
+	noSpecial := fs.Bool("no-special", false, "encode control-token texts in the prompt (\"<|im_start|>\", \"</s>\") as plain text; by default they become the control tokens, as llama.cpp's -p does")
 	var stops stringList
 	fs.Var(&stops, "stop", "end generation at this text (repeatable)")
 	n := fs.Int("n", 256, "most tokens to generate")
@@ -238,6 +240,10 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	specOpts, err := spec.generateOptions(m, *temp, stderr)
 	if err != nil {
 		return fail(err)
+	}
+	if *noSpecial {
+		ids := r.Model().Tokenizer.EncodeWith(*prompt, tokenizer.AddSpecial(true), tokenizer.ParseSpecial(false))
+		specOpts = append(specOpts, llm.WithPromptTokens(ids))
 	}
 	fmt.Fprint(stdout, *prompt)
 	res, err := r.GenerateUntil(ctx, *prompt, stops, append([]llm.GenerateOption{llm.WithMaxTokens(*n), llm.WithSampler(s),

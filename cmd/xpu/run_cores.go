@@ -14,7 +14,7 @@ import (
 	"github.com/xpuhub/xpu/sched/cputopo"
 )
 
-// phaseCores is xpu run's per-phase core selection (issue 19): --cpus-prefill/--cpus-decode,
+// phaseCores is xpu run's per-phase core selection: --cpus-prefill/--cpus-decode,
 // else the selection `xpu tune --energy` stored for this device. Both reach the runner as
 // prepare options of the CPU units (llm.WithPhaseOptions), so one context serves both phases.
 type phaseCores struct {

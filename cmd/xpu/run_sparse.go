@@ -14,7 +14,7 @@ import (
 	"github.com/xpuhub/xpu/llm/sparse"
 )
 
-// sparseFlags are run's sparse FFN flags (issue 18).
+// sparseFlags are run's sparse FFN flags.
 type sparseFlags struct {
 	mode      *string
 	sidecar   *string

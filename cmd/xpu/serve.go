@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -43,6 +42,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	maxBody := fs.Int64("max-body", serve.DefaultMaxBodyBytes, "largest request body in bytes")
 	maxQueue := fs.Int("max-queue", serve.DefaultMaxQueue, "requests that may wait for a runner before 429")
 	timeout := fs.Duration("timeout", serve.DefaultRequestTimeout, "longest a request may take, queueing included")
+	headerTimeout := fs.Duration("header-timeout", serve.DefaultHeaderTimeout, "longest a client may take to send a request's headers")
+	readTimeout := fs.Duration("read-timeout", serve.DefaultReadTimeout, "longest a client may take to send a whole request, headers and body")
+	idleTimeout := fs.Duration("idle-timeout", serve.DefaultIdleTimeout, "longest a kept-alive connection may wait for its next request")
+	writeTimeout := fs.Duration("write-timeout", serve.DefaultWriteTimeout, "longest one write of a response (one event of a stream) may wait on a client that does not read")
+	maxConns := fs.Int("max-conns", 0, "most connections open at once, past it a new one gets 503 (0: the file limit less 128, at most 4096)")
+	maxPerClient := fs.Int("max-conns-per-client", serve.DefaultMaxConnsPerClient, "most connections one client address may hold at once (0: no limit; raise it behind a proxy)")
 	grace := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long requests in flight may take to finish")
 	ctxLen := fs.Int("ctx", 0, "context length in tokens (default: the model's, at most 4096)")
 	fs.IntVar(ctxLen, "c", 0, "alias of --ctx")
@@ -50,6 +55,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	threads := fs.Int("threads", 0, "worker threads for CPU backends (0 = the backend's default)")
 	fs.IntVar(threads, "t", 0, "alias of --threads")
 	isolated := fs.Bool("isolated", false, "run the backend in a child process")
+	noSpecial := fs.Bool("no-special", false, "/v1/completions: encode control-token texts in a prompt (\"<|im_start|>\") as plain text; by default they become the control tokens, as in llama.cpp's server (chat messages never do)")
 	tmplFile := fs.String("chat-template", "", "Jinja chat template file to use instead of the model's tokenizer.chat_template")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: xpu serve [--model] F.gguf [--host H] [--port P] [--backend NAME | --policy P] [--parallel N] [--max-tokens N] [--timeout D] [--ctx N]")
@@ -98,6 +104,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return bad("--timeout %s: must be positive", *timeout)
 	case *grace <= 0:
 		return bad("--shutdown-timeout %s: must be positive", *grace)
+	case *headerTimeout <= 0 || *readTimeout <= 0 || *idleTimeout <= 0 || *writeTimeout <= 0:
+		return bad("--header-timeout, --read-timeout, --idle-timeout and --write-timeout must be positive")
+	case *maxConns < 0:
+		return bad("--max-conns %d: must be 0 (automatic) or more", *maxConns)
+	case *maxPerClient < 0:
+		return bad("--max-conns-per-client %d: must be 0 (no limit) or more", *maxPerClient)
+	}
+	if *maxConns == 0 {
+		*maxConns = autoMaxConns()
 	}
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(*model), ".gguf")
@@ -125,6 +140,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		lopts = append(lopts, llm.WithPolicy(p))
 	}
 	var sopts []serve.Option
+	if *noSpecial {
+		sopts = append(sopts, serve.WithoutSpecialTokens())
+	}
 	if *tmplFile != "" {
 		src, err := os.ReadFile(*tmplFile)
 		if err != nil {
@@ -140,7 +158,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	defer eng.Close()
 	sopts = append(sopts, serve.WithModelName(*name), serve.WithParallel(*parallel),
 		serve.WithMaxTokens(*maxTokens), serve.WithMaxBodyBytes(*maxBody), serve.WithMaxQueue(*maxQueue),
-		serve.WithRequestTimeout(*timeout))
+		serve.WithRequestTimeout(*timeout), serve.WithHeaderTimeout(*headerTimeout), serve.WithReadTimeout(*readTimeout),
+		serve.WithIdleTimeout(*idleTimeout), serve.WithWriteTimeout(*writeTimeout), serve.WithMaxConns(*maxConns),
+		serve.WithMaxConnsPerClient(*maxPerClient))
 	srv, err := serve.New(ctx, eng, sopts...)
 	if err != nil {
 		return fail(err)
@@ -151,8 +171,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		return fail(err)
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(slog.Default().Handler(), slog.LevelWarn)}
+	hs := srv.HTTPServer()
+	ln = srv.Listener(ln)
 	fmt.Fprintf(stderr, "xpu serve: %s on %s (%s), %d runner(s), context %d; loaded in %.0f ms\n",
 		*name, eng.Device().Info().ID(), deviceTag(eng.Device().Info()), *parallel, eng.ContextLength(), ms(time.Since(t0)))
 	fmt.Fprintf(stderr, "xpu serve: listening on http://%s\n", ln.Addr())
@@ -178,6 +198,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	fmt.Fprintln(stderr, "xpu serve: stopped")
 	return 0
+}
+
+// autoMaxConns is --max-conns's default: the open-file limit less a reserve for the model, the
+// plugins and the process's own files, so that the server refuses connections with a 503
+// before accept starts failing; at most 4096, at least 16.
+func autoMaxConns() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur > 1<<20 {
+		return 4096
+	}
+	return int(max(16, min(4096, int64(lim.Cur)-128)))
 }
 
 // deviceTag says what kind of device it is, and that it is emulated when it is.

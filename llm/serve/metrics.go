@@ -20,6 +20,8 @@ type metrics struct {
 	prompt    atomic.Uint64
 	generated atomic.Uint64
 	inflight  atomic.Int64
+	refused   atomic.Int64 // connections refused by Listener's limits
+	restarts  func() int64 // backend restarts after a crash
 }
 
 // durationBuckets are the request duration histogram's upper bounds in seconds.
@@ -145,4 +147,8 @@ func (m *metrics) write(w io.Writer, queued int64, free, parallel int) {
 	gauge("xpu_requests_queued", "Requests waiting for a free runner.", queued)
 	gauge("xpu_runners", "Runners in the pool (requests that can generate at once).", int64(parallel))
 	gauge("xpu_runners_free", "Runners not generating now.", int64(free))
+	counter("xpu_connections_refused_total", "Connections refused by the connection limits (--max-conns, --max-conns-per-client).", uint64(m.refused.Load()))
+	if m.restarts != nil {
+		counter("xpu_backend_restarts_total", "Restarts of the backend after it crashed.", uint64(m.restarts()))
+	}
 }

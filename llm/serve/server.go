@@ -9,11 +9,26 @@
 // runner keeps its KV cache between requests, and a chat request whose conversation extends
 // the one the runner last answered feeds only the new tokens.
 //
-// Limits: the request body (WithMaxBodyBytes, 413 past it), max_tokens (WithMaxTokens, 400
-// past it), the prompt plus max_tokens within the context (400), and the time a request may
-// take from arrival to its last token (WithRequestTimeout; a request still queued then gets
-// 503, generation in progress is cut and ends with finish_reason "length"). Errors are
-// OpenAI-style bodies: {"error": {"message", "type", "param", "code"}}.
+// Limits: the request body (WithMaxBodyBytes, 413 past it; one JSON value, 400 for anything
+// after it), max_tokens (WithMaxTokens, 400 past it), the prompt plus max_tokens within the
+// context (400), and the time a request may take from arrival to its last token
+// (WithRequestTimeout; a request still queued then gets 503, generation in progress is cut and
+// the answer, whole or streamed, ends with finish_reason "length" and the text made so far).
+// Errors are OpenAI-style bodies: {"error": {"message", "type", "param", "code"}}.
+//
+// Connections: HTTPServer and Listener apply the header, read (headers and body), idle and
+// per-write timeouts and the connection limits, total and per client address, so that slow or
+// idle clients are closed and cannot exhaust the process's file descriptors (see conn.go's
+// defaults).
+//
+// Chat messages are rendered with the model's template and never have control-token texts
+// parsed (llm.ChatTemplate.Prompt); a raw /v1/completions prompt has them parsed, as
+// llama.cpp's server does, unless WithoutSpecialTokens.
+//
+// A crashed isolated backend (its plugin host died) is restarted, with backoff while that
+// fails, and each runner is rebuilt before it runs again; a request the crash interrupted
+// before any token reached the client runs once more, a stream already under way ends with an
+// error event. /health answers 503 while the backend is down and reports the restarts.
 //
 // Shutdown is http.Server.Shutdown's: the listener closes, and requests in flight, streams
 // included, run to their end.
@@ -28,12 +43,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync/atomic"
 	"time"
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/tokenizer"
 )
 
 // Defaults of the options.
@@ -42,6 +59,10 @@ const (
 	DefaultMaxBodyBytes   = 1 << 20
 	DefaultRequestTimeout = 5 * time.Minute
 	DefaultMaxQueue       = 64
+	// DefaultRestartBackoff is the first wait between failed rebuilds after a backend crash.
+	DefaultRestartBackoff = 100 * time.Millisecond
+	// MaxRestartBackoff bounds the wait between failed rebuilds.
+	MaxRestartBackoff = 10 * time.Second
 	// defaultTokens is max_tokens when a request gives none (at most the server's limit and
 	// what the context has room for).
 	defaultTokens = 256
@@ -56,6 +77,12 @@ type config struct {
 	maxQueue   int
 	logger     *slog.Logger
 	chatOption []llm.ChatOption
+	// restartBackoff is the first wait between failed rebuilds after a backend crash
+	restartBackoff time.Duration
+	noSpecial      bool // /v1/completions encodes control-token texts as plain text
+	// connection limits (conn.go)
+	headerTimeout, readTimeout, idleTimeout, writeTimeout time.Duration
+	maxConns, maxConnsPerClient                           int
 }
 
 // Option configures New.
@@ -84,6 +111,17 @@ func WithMaxQueue(n int) Option { return func(c *config) { c.maxQueue = n } }
 // Warn and each request at Debug.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
+// WithRestartBackoff is the first wait between two failed attempts to rebuild the runners after
+// the backend crashed (default DefaultRestartBackoff); it doubles after each failure, up to
+// MaxRestartBackoff.
+func WithRestartBackoff(d time.Duration) Option { return func(c *config) { c.restartBackoff = d } }
+
+// WithoutSpecialTokens makes /v1/completions encode the texts of control tokens in a prompt
+// ("<|im_start|>", "</s>") as plain text. By default they become the control tokens, as in
+// llama.cpp's server: a raw prompt is the client's to format, turn markers included. Chat
+// messages never have theirs parsed (llm.ChatTemplate.Prompt), with or without this option.
+func WithoutSpecialTokens() Option { return func(c *config) { c.noSpecial = true } }
+
 // WithChatOptions passes options to every runner's llm.Chat (a template override, stops).
 func WithChatOptions(opts ...llm.ChatOption) Option {
 	return func(c *config) { c.chatOption = append(c.chatOption, opts...) }
@@ -95,25 +133,43 @@ type Server struct {
 	cfg     config
 	eng     *llm.Engine
 	tmpl    *llm.ChatTemplate
+	tok     *tokenizer.Tokenizer
+	ctxLen  int
 	created int64
 	slots   chan *slot
-	owned   []*llm.Runner
+	all     []*slot // every slot, held or not, for Close
 	queued  atomic.Int64
 	met     *metrics
+	rec     recovery
+	hooks   testHooks
+}
+
+// testHooks let a test act at a chosen point of a request (kill the backend mid-stream); nil
+// outside tests.
+type testHooks struct {
+	beforeGenerate func(attempt int)
+	beforeSend     func(n int) // n: the pieces of text sent (or made, unstreamed) before this one
 }
 
 // slot is one runner and the chat state that lets it reuse its cache.
 type slot struct {
-	r    *llm.Runner
-	chat *llm.Chat
+	r      *llm.Runner
+	chat   *llm.Chat
+	engine bool   // r is the engine's own runner (rebuilt with Engine.RebuildRunner)
+	epoch  uint64 // the backend restart r was built after (recovery.epoch)
+	broken bool   // r crashed and is not rebuilt yet
 }
 
 // New prepares the runners of the pool on the engine's device. The engine's own runner is
-// the pool's first: the caller must not generate with it while the server runs. The engine
+// the pool's first: the caller must not generate with it while the server runs (after a
+// crash of an isolated backend the server replaces it, Engine.RebuildRunner). The engine
 // stays the caller's and must outlive the server.
 func New(ctx context.Context, eng *llm.Engine, opts ...Option) (*Server, error) {
 	cfg := config{name: "xpu", parallel: 1, maxTokens: DefaultMaxTokens, maxBody: DefaultMaxBodyBytes,
-		timeout: DefaultRequestTimeout, maxQueue: DefaultMaxQueue, logger: slog.Default()}
+		timeout: DefaultRequestTimeout, maxQueue: DefaultMaxQueue, logger: slog.Default(),
+		restartBackoff: DefaultRestartBackoff, headerTimeout: DefaultHeaderTimeout, readTimeout: DefaultReadTimeout,
+		idleTimeout: DefaultIdleTimeout, writeTimeout: DefaultWriteTimeout, maxConns: DefaultMaxConns,
+		maxConnsPerClient: DefaultMaxConnsPerClient}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -130,38 +186,57 @@ func New(ctx context.Context, eng *llm.Engine, opts ...Option) (*Server, error) 
 		return nil, fmt.Errorf("serve: request timeout %s: must be positive: %w", cfg.timeout, core.ErrInvalidArgument)
 	case cfg.maxQueue < 0:
 		return nil, fmt.Errorf("serve: max queue %d: must be 0 or more: %w", cfg.maxQueue, core.ErrInvalidArgument)
+	case cfg.restartBackoff <= 0:
+		return nil, fmt.Errorf("serve: restart backoff %s: must be positive: %w", cfg.restartBackoff, core.ErrInvalidArgument)
+	case cfg.headerTimeout <= 0 || cfg.readTimeout <= 0 || cfg.idleTimeout <= 0 || cfg.writeTimeout <= 0:
+		return nil, fmt.Errorf("serve: header, read, idle and write timeouts (%s, %s, %s, %s): must be positive: %w",
+			cfg.headerTimeout, cfg.readTimeout, cfg.idleTimeout, cfg.writeTimeout, core.ErrInvalidArgument)
+	case cfg.maxConns < 0 || cfg.maxConnsPerClient < 0:
+		return nil, fmt.Errorf("serve: max connections %d, per client %d: must be 0 (no limit) or more: %w",
+			cfg.maxConns, cfg.maxConnsPerClient, core.ErrInvalidArgument)
 	}
-	s := &Server{cfg: cfg, eng: eng, created: time.Now().Unix(), slots: make(chan *slot, cfg.parallel),
-		met: newMetrics()}
-	runners := []*llm.Runner{eng.Runner}
-	for len(runners) < cfg.parallel {
+	s := &Server{cfg: cfg, eng: eng, tok: eng.Model().Tokenizer, ctxLen: eng.ContextLength(),
+		created: time.Now().Unix(), slots: make(chan *slot, cfg.parallel), met: newMetrics()}
+	s.rec.ctx, s.rec.cancel = context.WithCancel(context.Background())
+	s.met.restarts = s.rec.restarts.Load
+	s.all = append(s.all, &slot{r: eng.Runner, engine: true})
+	for len(s.all) < cfg.parallel {
 		r, err := eng.NewRunner(ctx)
 		if err != nil {
 			_ = s.Close()
-			return nil, fmt.Errorf("serve: runner %d of %d: %w", len(runners)+1, cfg.parallel, err)
+			return nil, fmt.Errorf("serve: runner %d of %d: %w", len(s.all)+1, cfg.parallel, err)
 		}
-		s.owned = append(s.owned, r)
-		runners = append(runners, r)
+		s.all = append(s.all, &slot{r: r})
 	}
-	for _, r := range runners {
-		chat, err := llm.NewChat(r, cfg.chatOption...)
+	for _, sl := range s.all {
+		chat, err := llm.NewChat(sl.r, cfg.chatOption...)
 		if err != nil {
 			_ = s.Close()
 			return nil, err
 		}
 		s.tmpl = chat.Template()
-		s.slots <- &slot{r: r, chat: chat}
+		sl.chat = chat
+	}
+	for _, sl := range s.all {
+		s.slots <- sl
 	}
 	return s, nil
 }
 
-// Close releases the runners the server prepared (not the engine's).
+// Close stops the rebuilds still under way and releases the runners the server prepared (not
+// the engine's).
 func (s *Server) Close() error {
-	var errs []error
-	for _, r := range s.owned {
-		errs = append(errs, r.Close())
+	if s.rec.cancel != nil {
+		s.rec.cancel()
 	}
-	s.owned = nil
+	s.rec.wg.Wait()
+	var errs []error
+	for _, sl := range s.all {
+		if !sl.engine {
+			errs = append(errs, sl.r.Close())
+		}
+	}
+	s.all = nil
 	return errors.Join(errs...)
 }
 
@@ -177,7 +252,10 @@ func (s *Server) Handler() http.Handler {
 		writeError(w, newError(http.StatusNotFound, "invalid_request_error", "", "unknown_url",
 			"unknown URL %s %s", r.Method, r.URL.Path))
 	})
-	return s.met.instrument(mux)
+	timed := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mux.ServeHTTP(newTimedWriter(w, s.cfg.writeTimeout), r)
+	})
+	return s.met.instrument(timed)
 }
 
 func (s *Server) get(h http.HandlerFunc) http.HandlerFunc {
@@ -215,9 +293,28 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 		Object: "model", Created: s.created, OwnedBy: "xpu"}}})
 }
 
+// health answers 200 {"status": "ok"} while the backend can answer, and 503
+// {"status": "unhealthy", "error"} from a crash until the runners are rebuilt; both say how
+// many times the backend was restarted and when it was last.
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "model": s.cfg.name,
-		"device": s.eng.Device().Info().ID(), "queued": s.queued.Load()})
+	st := map[string]any{"status": "ok", "model": s.cfg.name, "device": s.eng.Device().Info().ID(),
+		"queued": s.queued.Load(), "restarts": s.rec.restarts.Load()}
+	if t := s.rec.lastRestart.Load(); t != nil {
+		st["last_restart"] = t.UTC().Format(time.RFC3339Nano)
+	}
+	err := s.eng.Healthy()
+	if err == nil && s.rec.broken.Load() > 0 {
+		err = errors.New("a runner is being rebuilt after a backend crash")
+		if c := s.rec.lastCrash.Load(); c != nil {
+			err = fmt.Errorf("%s; last crash: %s", err, *c)
+		}
+	}
+	if err != nil {
+		st["status"], st["error"] = "unhealthy", err.Error()
+		writeJSON(w, http.StatusServiceUnavailable, st)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
 }
 
 func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
@@ -235,11 +332,27 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	writeJSON(w, e.status, map[string]*apiError{"error": e})
 }
 
-// decode reads a JSON body, telling a body over the limit (413) from bad JSON (400).
+// decode reads a JSON body, telling a body over the limit (413) from bad JSON (400). The body
+// is one JSON value: anything but white space after it is refused, so that a client never has
+// part of what it sent silently ignored.
 func decode(r *http.Request, v any) *apiError {
-	err := json.NewDecoder(r.Body).Decode(v)
+	dec := json.NewDecoder(r.Body)
+	err := dec.Decode(v)
+	if err == nil {
+		var extra json.RawMessage
+		switch err = dec.Decode(&extra); {
+		case errors.Is(err, io.EOF):
+			err = nil
+		case err == nil:
+			return badRequest("", "invalid_json", "invalid JSON body: data after the JSON value (%.20q...)", extra)
+		}
+	}
 	var tooBig *http.MaxBytesError
+	var netErr net.Error
 	switch {
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return newError(http.StatusRequestTimeout, "invalid_request_error", "", "request_timeout",
+			"the request body did not arrive within the read timeout")
 	case errors.As(err, &tooBig):
 		return newError(http.StatusRequestEntityTooLarge, "invalid_request_error", "", "request_too_large",
 			"request body over %d bytes", tooBig.Limit)
@@ -284,7 +397,7 @@ func (s *Server) validate(q *sampling, prompt []int32, promptParam string) (*job
 	if len(j.stops) > 4 {
 		return nil, badRequest("stop", "invalid_value", "at most 4 stop sequences, got %d", len(j.stops))
 	}
-	ctxLen := s.eng.ContextLength()
+	ctxLen := s.ctxLen
 	room := ctxLen - len(prompt)
 	if room < 1 {
 		return nil, badRequest(promptParam, "context_length_exceeded",
@@ -370,15 +483,24 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 		}
 		msgs[i] = llm.Message{Role: role, Content: string(m.Content)}
 	}
-	_, ids, err := s.tmpl.Prompt(s.eng.Model().Tokenizer, msgs)
-	if err != nil {
+	// the request's time starts before rendering: a slow template is part of it
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.timeout)
+	defer cancel()
+	_, ids, err := s.tmpl.PromptContext(ctx, s.tok, msgs)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return newError(http.StatusGatewayTimeout, "server_error", "", "timeout",
+			"the chat template did not render within the request timeout (%s)", s.cfg.timeout)
+	case errors.Is(err, llm.ErrTemplateLimit):
+		return badRequest("messages", "chat_template_limit", "%v", err)
+	case err != nil:
 		return badRequest("messages", "invalid_value", "%v", err)
 	}
 	j, e := s.validate(&q.sampling, ids, "messages")
 	if e != nil {
 		return e
 	}
-	return s.run(w, r, j, "chat.completion", func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error) {
+	return s.run(ctx, w, r, j, "chat.completion", func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error) {
 		return sl.chat.Complete(ctx, msgs, opts...)
 	})
 }
@@ -392,7 +514,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) *apiError {
 		return badRequest("prompt", "invalid_value", "prompt must be one string (got %d)", len(q.Prompt))
 	}
 	prompt := q.Prompt[0]
-	ids := s.eng.Model().Tokenizer.Encode(prompt, true)
+	ids := s.tok.EncodeWith(prompt, tokenizer.AddSpecial(true), tokenizer.ParseSpecial(!s.cfg.noSpecial))
 	if len(ids) == 0 {
 		return badRequest("prompt", "invalid_value", "empty prompt and the vocabulary adds no BOS token")
 	}
@@ -400,14 +522,33 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) *apiError {
 	if e != nil {
 		return e
 	}
-	return s.run(w, r, j, "text_completion", func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.timeout)
+	defer cancel()
+	return s.run(ctx, w, r, j, "text_completion", func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error) {
 		sl.chat.Reset() // the runner's cache no longer holds the chat's text
-		return sl.r.GenerateUntil(ctx, prompt, j.stops, opts...)
+		return sl.r.GenerateUntil(ctx, prompt, j.stops, append(opts, llm.WithPromptTokens(ids))...)
 	})
 }
 
-// acquire waits for a free runner, in the bounded queue.
+// acquire waits for a free runner, in the bounded queue, and rebuilds it first when the backend
+// crashed since it last ran.
 func (s *Server) acquire(ctx context.Context) (*slot, *apiError) {
+	sl, e := s.wait(ctx)
+	if e != nil {
+		return nil, e
+	}
+	if s.stale(sl) {
+		if err := s.rebuild(ctx, sl); err != nil {
+			s.recoverInBackground(sl)
+			return nil, newError(http.StatusServiceUnavailable, "server_error", "", "backend_restarting",
+				"the backend crashed and is being restarted: %v", err)
+		}
+	}
+	return sl, nil
+}
+
+// wait takes a free runner, waiting in the bounded queue.
+func (s *Server) wait(ctx context.Context) (*slot, *apiError) {
 	select {
 	case sl := <-s.slots:
 		return sl, nil
@@ -430,15 +571,44 @@ func (s *Server) acquire(ctx context.Context) (*slot, *apiError) {
 
 type generateFunc func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error)
 
-// run generates on a free runner and writes the answer, whole or as a stream.
-func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, object string, gen generateFunc) *apiError {
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.timeout)
-	defer cancel()
+// generate runs gen on sl. When the backend crashes before the client got a token (sent says
+// how many it got), the runner is rebuilt and the request runs once more; otherwise the slot
+// goes to a background rebuild and generate returns nil for it, so that the caller does not
+// give it back to the pool.
+func (s *Server) generate(ctx context.Context, sl *slot, opts []llm.GenerateOption, gen generateFunc, sent func() int) (*slot, llm.Result, error) {
+	for attempt := 0; ; attempt++ {
+		if s.hooks.beforeGenerate != nil {
+			s.hooks.beforeGenerate(attempt)
+		}
+		res, err := gen(ctx, sl, opts)
+		if !crashed(err) {
+			return sl, res, err
+		}
+		s.noteCrash(sl, err)
+		if attempt > 0 || sent() > 0 || ctx.Err() != nil {
+			s.recoverInBackground(sl)
+			return nil, res, err
+		}
+		if rerr := s.rebuild(ctx, sl); rerr != nil {
+			s.recoverInBackground(sl)
+			return nil, res, fmt.Errorf("%w; rebuilding the runner: %w", err, rerr)
+		}
+		s.cfg.logger.Debug("serve: retrying the request after a backend crash")
+	}
+}
+
+// run generates on a free runner and writes the answer, whole or as a stream; ctx is r's
+// context bounded by the request timeout.
+func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request, j *job, object string, gen generateFunc) *apiError {
 	sl, e := s.acquire(ctx)
 	if e != nil {
 		return e
 	}
-	defer func() { s.slots <- sl }()
+	defer func() {
+		if sl != nil {
+			s.slots <- sl
+		}
+	}()
 	s.met.inflight.Add(1)
 	defer s.met.inflight.Add(-1)
 
@@ -448,9 +618,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, object stri
 		id = newID("chatcmpl-")
 	}
 	opts := []llm.GenerateOption{llm.WithMaxTokens(j.maxTokens), llm.WithSampler(j.sampler)}
-	var sse *sseWriter
+	nothingSent := func() int { return 0 }
 	if j.stream {
-		sse = newSSE(w)
+		sse := newSSE(w)
 		chunkObject := "chat.completion.chunk"
 		if !chat {
 			chunkObject = object
@@ -471,19 +641,28 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, object stri
 				return nil // the client is gone
 			}
 		}
-		opts = append(opts, llm.WithStream(func(text string) error { return sse.send(piece(text, nil)) }))
-		res, err := gen(ctx, sl, opts)
+		sent := 0
+		opts = append(opts, llm.WithStream(func(text string) error {
+			if s.hooks.beforeSend != nil {
+				s.hooks.beforeSend(sent)
+			}
+			sent++
+			return sse.send(piece(text, nil))
+		}))
+		var res llm.Result
+		var err error
+		sl, res, err = s.generate(ctx, sl, opts, gen, func() int { return sent })
 		s.met.tokens(len(j.prompt), len(res.Tokens))
 		switch {
 		case err != nil && r.Context().Err() != nil:
 			s.cfg.logger.Debug("serve: client went away during a stream", "err", err)
 			return nil
-		case err != nil && ctx.Err() != nil:
+		case err != nil && ctx.Err() != nil && !crashed(err):
 			// the request timeout cut generation: the stream still ends well-formed
 			res.Stop = llm.StopMaxTokens
 		case err != nil:
 			s.cfg.logger.Warn("serve: generation failed", "err", err)
-			_ = sse.send(map[string]*apiError{"error": newError(500, "server_error", "", "generation_failed", "%v", err)})
+			_ = sse.send(map[string]*apiError{"error": generationError(err)})
 			return nil
 		}
 		fin := finishReason(res.Stop)
@@ -496,14 +675,23 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, object stri
 		_ = sse.done()
 		return nil
 	}
-	res, err := gen(ctx, sl, opts)
+	if s.hooks.beforeSend != nil {
+		n := 0
+		opts = append(opts, llm.WithStream(func(string) error { s.hooks.beforeSend(n); n++; return nil }))
+	}
+	var res llm.Result
+	var err error
+	sl, res, err = s.generate(ctx, sl, opts, gen, nothingSent)
 	s.met.tokens(len(j.prompt), len(res.Tokens))
-	if err != nil {
-		if ctx.Err() != nil {
-			return newError(http.StatusGatewayTimeout, "server_error", "", "timeout",
-				"generation did not finish within the request timeout (%s)", s.cfg.timeout)
-		}
-		return newError(http.StatusInternalServerError, "server_error", "", "generation_failed", "%v", err)
+	switch {
+	case err != nil && ctx.Err() != nil && r.Context().Err() == nil && !crashed(err):
+		// the request timeout cut generation: answer with the text so far, as a stream does
+		res.Stop = llm.StopMaxTokens
+	case err != nil && ctx.Err() != nil && !crashed(err):
+		return newError(http.StatusGatewayTimeout, "server_error", "", "timeout",
+			"generation did not finish within the request timeout (%s)", s.cfg.timeout)
+	case err != nil:
+		return generationError(err)
 	}
 	fin := finishReason(res.Stop)
 	u := usageOf(j, res)
@@ -515,6 +703,16 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, object stri
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return nil
+}
+
+// generationError is the answer to a failed generation: 503 when the backend crashed (the
+// server is rebuilding; a retry will do), 500 otherwise.
+func generationError(err error) *apiError {
+	if crashed(err) {
+		return newError(http.StatusServiceUnavailable, "server_error", "", "backend_crashed",
+			"the backend crashed during generation and is being restarted; retry the request: %v", err)
+	}
+	return newError(http.StatusInternalServerError, "server_error", "", "generation_failed", "%v", err)
 }
 
 func usageOf(j *job, res llm.Result) usage {

@@ -309,6 +309,8 @@ func TestBadRequests(t *testing.T) {
 		{"json mode", "/v1/chat/completions", `{"model":"stories","response_format":{"type":"json_object"},"messages":[{"role":"user","content":"hi"}]}`, 400, "response_format"},
 		{"prompt list", "/v1/completions", `{"model":"stories","prompt":["a","b"]}`, 400, "prompt"},
 		{"unknown path", "/v1/embeddings", `{}`, 404, ""},
+		{"trailing garbage", "/v1/completions", `{"model":"stories","prompt":"hi","max_tokens":2} garbage`, 400, ""},
+		{"two JSON values", "/v1/chat/completions", `{"model":"stories","messages":[{"role":"user","content":"hi"}]}{"model":"x"}`, 400, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -391,4 +393,85 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		_, err := New(ctx, eng, o)
 		assert.Error(t, err)
 	}
+}
+
+// White space after the JSON body is fine (only other data is refused).
+func TestTrailingWhiteSpace(t *testing.T) {
+	hs, _ := newTestServer(t)
+	code, b := post(t, hs.URL+"/v1/completions", "{\"model\":\"stories\",\"prompt\":\"hi\",\"max_tokens\":2}\r\n \t\n")
+	assert.Equal(t, http.StatusOK, code, string(b))
+}
+
+// A whole (unstreamed) answer cut by the request timeout keeps the text made so far and ends
+// with finish_reason "length", as a stream does, instead of a 504 that drops it.
+func TestTimeoutKeepsText(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
+		t.Run(path, func(t *testing.T) {
+			hs, srv := newTestServer(t, WithRequestTimeout(timeout))
+			srv.hooks.beforeSend = func(n int) {
+				if n == 3 { // past the deadline with three pieces made
+					time.Sleep(timeout + 100*time.Millisecond)
+				}
+			}
+			body := `{"model":"stories","prompt":"Once upon a time","max_tokens":100,"temperature":0}`
+			if path == "/v1/chat/completions" {
+				body = chatBody("Once upon a time", 100, false)
+			}
+			code, b := post(t, hs.URL+path, body)
+			require.Equal(t, http.StatusOK, code, string(b))
+			var resp struct {
+				Choices []struct {
+					Text         string      `json:"text"`
+					Message      chatMessage `json:"message"`
+					FinishReason string      `json:"finish_reason"`
+				} `json:"choices"`
+				Usage usage `json:"usage"`
+			}
+			require.NoError(t, json.Unmarshal(b, &resp), string(b))
+			require.Len(t, resp.Choices, 1)
+			c := resp.Choices[0]
+			assert.Equal(t, "length", c.FinishReason)
+			assert.NotEmpty(t, c.Text+string(c.Message.Content), "the text made before the timeout")
+			assert.GreaterOrEqual(t, resp.Usage.CompletionTokens, 3)
+			assert.Less(t, resp.Usage.CompletionTokens, 100)
+		})
+	}
+}
+
+// A raw prompt's control-token texts become the control tokens (llama.cpp's behaviour) unless
+// the server was started WithoutSpecialTokens; chat messages never have theirs parsed.
+func TestRawPromptSpecialTokens(t *testing.T) {
+	promptTokens := func(t *testing.T, url, path, body string) int {
+		code, b := post(t, url+path, body)
+		require.Equal(t, http.StatusOK, code, string(b))
+		var r struct{ Usage usage }
+		require.NoError(t, json.Unmarshal(b, &r))
+		return r.Usage.PromptTokens
+	}
+	const raw = `{"model":"stories","prompt":"Once</s>","max_tokens":1}`
+	parsed, _ := newTestServer(t)
+	plain, _ := newTestServer(t, WithoutSpecialTokens())
+	withEOS := promptTokens(t, parsed.URL, "/v1/completions", raw)
+	spelled := promptTokens(t, plain.URL, "/v1/completions", raw)
+	assert.Greater(t, spelled, withEOS+1, "</s> spelled as text takes several tokens, parsed one")
+	chat := chatBody("Once</s>", 1, false)
+	assert.Equal(t, promptTokens(t, parsed.URL, "/v1/chat/completions", chat),
+		promptTokens(t, plain.URL, "/v1/chat/completions", chat), "chat messages are plain either way")
+}
+
+// Rendering the chat template is part of the request's time: a template that is slow on this
+// conversation is stopped at the request timeout with 504, and the server keeps serving.
+func TestSlowTemplateStopsAtTimeout(t *testing.T) {
+	quadratic := "{% for m in messages %}{% for a in m.content %}{% for b in m.content %}{% endfor %}{% endfor %}" +
+		"{{ m.content }}{% endfor %}"
+	hs, _ := newTestServer(t, WithRequestTimeout(200*time.Millisecond),
+		WithChatOptions(llm.WithChatTemplate(quadratic)), WithMaxBodyBytes(1<<20))
+	t0 := time.Now()
+	code, b := post(t, hs.URL+"/v1/chat/completions", chatBody(strings.Repeat("x", 20000), 4, false))
+	assert.Equal(t, http.StatusGatewayTimeout, code, string(b))
+	assert.Contains(t, string(b), "chat template")
+	assert.Less(t, time.Since(t0), 2*time.Second)
+	code, b = post(t, hs.URL+"/v1/chat/completions", chatBody("hi", 2, false))
+	assert.Equal(t, http.StatusOK, code, string(b))
 }

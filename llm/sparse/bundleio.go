@@ -128,9 +128,9 @@ type ioReq struct {
 // ioWorker is the goroutine that reads cold bundles into the cache: one request at a time,
 // rows sorted by offset, neighbours (gap ≤ gap rows) coalesced into one read. A request's reads
 // are spread over len(staging) readers, each with its own buffer: flash (and the virtual disks
-// of this project's machines) serve several requests in flight several times faster than one
-// at a time for reads of a few hundred KiB (measured: 4 × 416 KiB direct reads in flight
-// 0.8 GB/s together, one at a time 0.35 GB/s).
+// of this project's machines) serve several requests in flight faster than one at a time for
+// reads of a few hundred KiB (about twice as fast with four in flight where this was measured:
+// lab/notes/2026-11-27-sparse-ffn-decode-where-the-time-goes.md).
 type ioWorker struct {
 	file     *bundleFile
 	staging  [][]byte // one buffer per reader

@@ -1,4 +1,4 @@
-// Package sparse is the offline half of the sparse FFN (PowerInfer-2, issue 18): the sidecar
+// Package sparse is the offline half of the sparse FFN (PowerInfer-2): the sidecar
 // format that holds a ReLU-family model's FFN neurons in bundles ordered hot-first, the plan
 // (how many neurons per layer stay resident) and the per-layer activation predictors; the
 // profiler, predictor training and planner that write it; and the Predictor interface the

@@ -58,7 +58,7 @@ func (t *Trained) Predict(layer int, x []float32, dst []int32) []int32 {
 
 // Oracle predicts exactly the truly active neurons: those whose gate pre-activation (gate row ·
 // x, computed in float32 from the sidecar's bundles) exceeds -Margin. It is the reference a
-// sparse decode must match dense decoding with (issue 18's oracle test); Margin > 0 also keeps
+// sparse decode must match dense decoding with (the oracle test); Margin > 0 also keeps
 // neurons whose gate is a rounding error away from 0, where the runtime's own arithmetic might
 // land on the other side.
 type Oracle struct {

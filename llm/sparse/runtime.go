@@ -16,7 +16,7 @@ import (
 	"github.com/xpuhub/xpu/llm"
 )
 
-// The runtime: the host half of the sparse FFN (issue 18), an llm.SparseFFN over a sidecar.
+// The runtime: the host half of the sparse FFN, an llm.SparseFFN over a sidecar.
 //
 // The memory budget is split into the fixed region (what the runner holds whatever the plan:
 // non-FFN weights, KV cache, predictors; FixedRegion), the hot region (each layer's most

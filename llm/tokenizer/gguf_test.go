@@ -144,3 +144,36 @@ func ExampleTokenizer_EncodeWith() {
 	// [0 1 2]
 	// [0 1 3 4 1 7 5 8 9 10 4 6]
 }
+
+// PlainSpans keeps control tokens in the marked ranges as text and parses the rest; without a
+// control token in a range the tokens are those of Encode.
+func TestPlainSpans(t *testing.T) {
+	tk := fullBPE(t)
+	const text = "<|end|>Hello<|end|>" // the second <|end|> (bytes 12 to 19) is a user's
+	tests := []struct {
+		name  string
+		spans [][2]int
+		want  []int32 // the ids of <|end|> (17) where they stay control tokens
+	}{
+		{"no spans", nil, []int32{17, 17}},
+		{"span over the second", [][2]int{{7, 19}}, []int32{17}},
+		{"span meeting the first", [][2]int{{6, 7}}, []int32{17}},
+		{"span without a control token", [][2]int{{7, 12}}, []int32{17, 17}},
+		{"both", [][2]int{{0, 1}, {18, 19}}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ids := tk.EncodeWith(text, PlainSpans(tc.spans...))
+			var ctl []int32
+			for _, id := range ids {
+				if id == 17 {
+					ctl = append(ctl, id)
+				}
+			}
+			assert.Equal(t, tc.want, ctl)
+			if len(tc.want) == 2 {
+				assert.Equal(t, tk.Encode(text, false), ids, "no control token in a span: as Encode")
+			}
+		})
+	}
+}

@@ -300,7 +300,20 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 // EncodeOption changes what EncodeWith does.
 type EncodeOption func(*encodeOptions)
 
-type encodeOptions struct{ addSpecial, parseSpecial bool }
+type encodeOptions struct {
+	addSpecial, parseSpecial bool
+	plain                    [][2]int
+}
+
+// inPlain says whether bytes [start, end) of the text meet a PlainSpans range.
+func (o *encodeOptions) inPlain(start, end int) bool {
+	for _, p := range o.plain {
+		if start < p[1] && end > p[0] {
+			return true
+		}
+	}
+	return false
+}
 
 // AddSpecial prepends BOS when the vocabulary asks for it (tokenizer.ggml.add_bos_token, or
 // the pre-tokenizer family's default). Off by default.
@@ -310,6 +323,15 @@ func AddSpecial(on bool) EncodeOption { return func(o *encodeOptions) { o.addSpe
 // (on by default). Off, it is encoded as plain text: for text from a user that must not be able
 // to close a chat turn. User-defined tokens are matched either way, as llama.cpp does.
 func ParseSpecial(on bool) EncodeOption { return func(o *encodeOptions) { o.parseSpecial = on } }
+
+// PlainSpans marks byte ranges [start, end) of the text in which control tokens are not parsed
+// (a chat message's content inside the rendered prompt): a control token's text that meets one
+// is encoded as plain text, as ParseSpecial(false) does for a whole text, while control tokens
+// elsewhere still become their ids. The text is not cut at the ranges' edges, so a text whose
+// ranges spell no control token encodes exactly as without the option.
+func PlainSpans(spans ...[2]int) EncodeOption {
+	return func(o *encodeOptions) { o.plain = append(o.plain, spans...) }
+}
 
 // EncodeWith tokenizes text as the options say.
 func (t *Tokenizer) EncodeWith(text string, opts ...EncodeOption) []int32 {
@@ -323,8 +345,9 @@ func (t *Tokenizer) EncodeWith(text string, opts ...EncodeOption) []int32 {
 	}
 	// Special tokens cut the text into pieces encoded on their own; SentencePiece's dummy
 	// space goes before each, as llama.cpp and Hugging Face's (legacy) Llama tokenizer do.
+	base := 0 // where text starts in the caller's text (for PlainSpans)
 	for len(text) > 0 {
-		pos, sp := t.nextSpecial(text, o.parseSpecial)
+		pos, sp := t.nextSpecialIn(text, base, &o)
 		if pos > 0 {
 			out = t.encodeText(out, text[:pos])
 		}
@@ -333,6 +356,7 @@ func (t *Tokenizer) EncodeWith(text string, opts ...EncodeOption) []int32 {
 		}
 		out = append(out, t.index[sp])
 		text = text[pos+len(sp):]
+		base += pos + len(sp)
 	}
 	return out
 }
@@ -349,13 +373,32 @@ func (t *Tokenizer) ControlText(s string) string {
 // nextSpecial finds the earliest special token in s (longest at that position), control tokens
 // only if control; pos is len(s) when none occurs.
 func (t *Tokenizer) nextSpecial(s string, control bool) (int, string) {
+	return t.nextSpecialIn(s, 0, &encodeOptions{parseSpecial: control})
+}
+
+// nextSpecialIn is nextSpecial for s starting at byte base of the whole text, skipping control
+// tokens that meet o's plain spans.
+func (t *Tokenizer) nextSpecialIn(s string, base int, o *encodeOptions) (int, string) {
 	best, bestTok := len(s), ""
 	for _, sp := range t.special {
-		if !control && t.control[sp] {
+		ctl := t.control[sp]
+		if !o.parseSpecial && ctl {
 			continue
 		}
-		if i := strings.Index(s, sp); i >= 0 && (i < best || (i == best && len(sp) > len(bestTok))) {
-			best, bestTok = i, sp
+		for from := 0; from <= best; {
+			i := strings.Index(s[from:], sp)
+			if i < 0 {
+				break
+			}
+			i += from
+			if ctl && len(o.plain) > 0 && o.inPlain(base+i, base+i+len(sp)) {
+				from = i + 1
+				continue
+			}
+			if i < best || (i == best && len(sp) > len(bestTok)) {
+				best, bestTok = i, sp
+			}
+			break
 		}
 	}
 	return best, bestTok

@@ -128,17 +128,17 @@ $(BUILD)/arm64/neon-smoke: plugins/neon/test/smoke.c $(COMMON_HDRS) abi/xpu_ir_b
 	@mkdir -p $(dir $@)
 	$(CC_ARM64) -std=c11 -O1 -g -Wall -Wextra -Werror -Iabi -Iplugins/common -D_GNU_SOURCE -o $@ $< -ldl -lm -lpthread
 
-# Benchmarks of issue 4 (not part of `make test`): the NEON builds, the OpenBLAS harness
+# CPU kernel benchmarks (not part of `make test`): the NEON builds, the OpenBLAS harness
 # (libopenblas-dev, installed here on demand; only the benchmark links it) and
-# `go test -bench` in bench/. BENCH_FILTER narrows it, e.g. BENCH_FILTER=GEMV.
+# `go test -bench` in kernelbench/. BENCH_FILTER narrows it, e.g. BENCH_FILTER=GEMV.
 BENCH_HARNESS := $(BUILD)/bench/libxpubench.so
 BENCH_FILTER ?= .
 
-$(BENCH_HARNESS): bench/harness/harness.c
+$(BENCH_HARNESS): kernelbench/harness/harness.c
 	@mkdir -p $(dir $@)
 	@test -e /usr/include/x86_64-linux-gnu/cblas.h -o -e /usr/include/cblas.h || sudo -n apt-get install -y libopenblas-dev || apt-get install -y libopenblas-dev
 	$(CC) -std=c11 -O3 -march=native -fPIC -shared -Wall -Wextra -Werror -o $@ $< -lopenblas -lpthread
 
 .PHONY: bench-neon
 bench-neon: $(NEON_SO) $(NEON_AVX2) $(NEON_AVX512) $(BENCH_HARNESS)
-	$(GO) test -run '^$$' -bench '$(BENCH_FILTER)' -benchtime 3x -timeout 60m ./bench/
+	$(GO) test -run '^$$' -bench '$(BENCH_FILTER)' -benchtime 3x -timeout 60m ./kernelbench/

@@ -387,7 +387,7 @@ func matmulGraph(rows int, mm MatMul, dt core.DType, w []byte) (*core.Graph, err
 
 // coldMatmulGraph is one decode row's MATMUL with its weights in DRAM, as a step of a model
 // larger than the cache runs it: a repeated single op keeps a projection's few MB in the last
-// level cache and timed the 1B's decode at 31-33 tok/s where it runs at ~20. The graph holds as
+// level cache and timed a 1B model's decode about 1.6x faster than a real step runs it. The graph holds as
 // many MATMULs of the row over distinct copies of the weights as make coldBytes (2 to 32), one
 // after another; the time is per MATMUL.
 func coldMatmulGraph(mm MatMul, dt core.DType, w []byte) (*core.Graph, int, error) {
@@ -424,8 +424,8 @@ const coldBytes = 64 << 20
 
 // coldAttentionGraph is one decode row of attention over kv keys as a decode step runs it:
 // cold. A step streams the whole model's weights between one layer's attention and the next
-// token's, so the KV rows come from DRAM, not from the cache a repeated single op warms (the
-// 1B here: 135 µs in a step, 92 predicted from a warm timing). The graph holds as many
+// token's, so the KV rows come from DRAM, not from the cache a repeated single op warms (a
+// warm timing underestimates a 1B model's attention in a step by about a third). The graph holds as many
 // attentions over distinct K/V inputs as read coldBytes (2 to 16), one after another; the time
 // is per attention. part > 0 times a heads split's part instead (op set 4): KV heads [0, part) of m's
 // with their query heads.

@@ -1585,8 +1585,9 @@ func Replay(prof *profile.Profile, plan *Plan, pol dag.Policy) (*dag.Result, err
 // simulation, and for a first prefill (`xpu run`'s) knows no partition's cost yet: the replay
 // takes that order (runtimeOrder) and runs it at the real costs. (The out-of-order rule with
 // the real costs interleaves the two lanes' chunks on the first unit of a layer split and
-// starts the second late; the runtime, ordering at uniform costs, does not: its measured layer
-// split at 64-row chunks was 1.4x one unit here where that replay predicted 0.9x.) A simulated
+// starts the second late; the runtime, ordering at uniform costs, does not, so that replay
+// predicted a layer split slower than one unit where the runtime ran it faster:
+// lab/notes/2026-11-23-profiler-and-solver-xpu-tune-profile-xpu.md.) A simulated
 // profile's plan is replayed under pol itself.
 func simulate(p *profile.Profile, d *dag.DAG, pol dag.Policy) (*dag.Result, error) {
 	if p.Simulated() {

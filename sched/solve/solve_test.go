@@ -500,7 +500,7 @@ func TestCompareAndReplay(t *testing.T) {
 
 // TestMeasuredNeonPairPrefersLayerSplit solves the 1B Q4_0 prefill over this machine's two
 // pinned single-thread neon units from their measured profile (testdata, `xpu tune --profile`
-// 2026-11-23, load 6–7). Measured on that machine (BENCHMARKS.md "Profiler and solver"): the
+// 2026-11-23, load 6–7). Measured on that machine (lab/notes/2026-11-23-profiler-and-solver-xpu-tune-profile-xpu.md): the
 // layer split (layers 0–7 on one unit, 8–15 on the other, chunks pipelined) ran the 578-token
 // prefill 1.2–1.8× faster than one unit (1.7× on a quiet machine), the per-op placement with
 // every MATMUL row-split across the two 0.54×. The solver must choose the layer split and
@@ -526,7 +526,7 @@ func TestMeasuredNeonPairPrefersLayerSplit(t *testing.T) {
 // MATMULs (xpu tune --profile, 2026-11-28, the 1B Q4_0 of gen-model), the solver shards decode
 // in equal shares and writes the shards into the plan file. (Run with such a plan, the 1B
 // decoded at 32.4-37.1 tok/s against 28.8-31.9 with the rows splits the solver chose before
-// shards were a candidate: BENCHMARKS.md.)
+// shards were a candidate: lab/notes/2026-11-23-tensor-partitioning.md.)
 func TestMeasuredNeonPairShardsDecode(t *testing.T) {
 	p := readProfile(t, "neon2-1b-q4_0-shards.json")
 	pl, err := Solve(p, Options{Prompt: 64})
