@@ -92,7 +92,9 @@ test-fuzz-ir:
 # under ASan + UBSan): random IR through graph_analyze -> graph_prepare -> execution -> release.
 # `make fuzz-plugins` runs each for FUZZ_SECONDS (default 600); `make test` runs the three at
 # once for 60 s (test-fuzz-plugins), so the wall cost is one minute, not three. Corpora grow in
-# build/fuzz/<plugin>-corpus; a finding is written there as crash-*/timeout-* and fails the target.
+# build/fuzz/<plugin>-corpus; a finding is written to build/fuzz as <plugin>-crash-* (or
+# -timeout-*, -leak-*) and fails the target. abi/fuzz/seeds/<plugin> holds every earlier finding
+# (and a MATMUL without inputs), run first each time: a fixed bug that comes back fails at once.
 # OpenCL runs on PoCL (leak checks off: PoCL and LLVM keep allocations to exit); qnn on the
 # emulator, built with the same sanitizers. No -Werror: the plugins are -Werror clean under gcc,
 # their own compiler; clang warns about a few things gcc does not.
@@ -121,7 +123,7 @@ fuzz-plugins: $(PLUGIN_FUZZERS)
 	  ( ASAN_OPTIONS=detect_leaks=$$([ $$p = opencl ] && echo 0 || echo 1) XPU_CACHE_DIR=$(BUILD)/fuzz/$$p-cache \
 	    XPU_FUZZ_PLUGIN_DIR=$(BUILD)/fuzz/$$p XPU_QNN_LIBRARY=$(BUILD)/fuzz/qnn/libQnnXpuEmu.so \
 	    $(BUILD)/fuzz/$$p/plugin_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=20 -rss_limit_mb=3072 \
-	      -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/$$p- $(BUILD)/fuzz/$$p-corpus \
+	      -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/$$p- $(BUILD)/fuzz/$$p-corpus abi/fuzz/seeds/$$p \
 	      > $(BUILD)/fuzz/$$p.log 2>&1; rc=$$?; \
 	    echo "== fuzz $$p: exit $$rc"; grep -v '^#' $(BUILD)/fuzz/$$p.log | tail -20; exit $$rc ) & pids="$$pids $$!"; \
 	done; fail=0; for pid in $$pids; do wait $$pid || fail=1; done; exit $$fail
