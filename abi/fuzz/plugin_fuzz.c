@@ -14,6 +14,8 @@
  *         an output of a shape taken from an input or made up, small attributes. Graphs that
  *         pass the checks are executed on fuzzed input bytes, so kernels see in-range and
  *         out-of-range ids, NaNs and odd shapes.
+ * A prepared executable is also serialized and prepared again from its cache blob, intact and
+ * with bits flipped (the plugin's cache reader).
  */
 #include <math.h>
 #include <stdint.h>
@@ -164,6 +166,34 @@ static void *raw_blob(const uint8_t *data, size_t size, uint64_t *out) {
   return blob;
 }
 
+/* the executable's cache blob (where the plugin serializes), then graph_prepare from it as
+ * stored and with a few of its bytes changed by the input: a cache read back from disk is
+ * untrusted too */
+static void reprepare_from_cache(xpu_executable exe, const void *blob, uint64_t bsize, cursor *c) {
+  uint64_t need = 0;
+  if (api->executable_serialize(exe, NULL, 0, &need) != XPU_OK || need == 0 || need > (64u << 20)) return;
+  uint8_t *cache = (uint8_t *)malloc(need);
+  uint64_t got = 0;
+  if (!cache) return;
+  if (api->executable_serialize(exe, cache, need, &got) == XPU_OK && got <= need) {
+    for (int round = 0; round < 2; round++) {
+      if (round == 1) {
+        uint32_t flips = 1 + take(c) % 4;
+        for (uint32_t i = 0; i < flips && got; i++) {
+          uint64_t at = ((uint64_t)take(c) << 16 | (uint64_t)take(c) << 8 | take(c)) % got;
+          cache[at] ^= (uint8_t)(1u << (take(c) % 8));
+        }
+        if (take(c) & 1) got -= got / 2; /* and sometimes cut short */
+      }
+      xpu_prepare_desc d = {sizeof d, 0, blob, bsize, NULL, cache, got};
+      xpu_executable again = 0;
+      if (api->graph_prepare(ctx, &d, &again) == XPU_OK && api->executable_release(again) != XPU_OK)
+        fail("executable_release of a cached executable failed");
+    }
+  }
+  free(cache);
+}
+
 /* binds every graph input and output to a fresh buffer and runs the execution */
 static void execute(xpu_executable exe, const void *blob, uint64_t size, buflist *bl, cursor *c) {
   xpu_ir_graph g;
@@ -205,6 +235,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     xpu_executable exe = 0;
     if (api->graph_prepare(ctx, &d, &exe) == XPU_OK) {
       execute(exe, blob, bsize, &bl, &c);
+      reprepare_from_cache(exe, blob, bsize, &c);
       if (api->executable_release(exe) != XPU_OK) fail("executable_release failed");
     }
     free(blob);
