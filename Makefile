@@ -12,7 +12,7 @@ CC_ARM64   ?= aarch64-linux-gnu-gcc
 PLUGIN_CFLAGS := -std=c11 -O2 -g -fPIC -Wall -Wextra -Werror -fvisibility=hidden \
                  -Iabi -Iplugins/common -D_GNU_SOURCE
 PLUGIN_LDFLAGS := -shared -lpthread -ldl -lm
-COMMON_HDRS := abi/xpu_backend.h abi/xpu_ir.h plugins/common/xpu_plugin.h plugins/common/xpu_sync.h
+COMMON_HDRS := abi/xpu_backend.h abi/xpu_ir.h abi/xpu_validate.h plugins/common/xpu_plugin.h plugins/common/xpu_sync.h
 
 # the plugin.mk files below define rules of their own: without this, plain `make` would build
 # only the first of them (one plugin) instead of the CLI and every plugin
@@ -70,7 +70,7 @@ test-coreml: cli
 # probes 0 (no OpenCL ICD) fails the Go tests and `xpu conform --all` instead of skipping them.
 # Override with XPU_REQUIRE_BACKENDS= (none) or another list where a backend cannot run.
 test: export XPU_REQUIRE_BACKENDS ?= neon,opencl,qnn
-test: deps vet all $(PLUGIN_TESTS) test-fuzz-ir test-go test-conform test-coreml test-arm64
+test: deps vet all $(PLUGIN_TESTS) test-fuzz-ir test-fuzz-plugins test-go test-conform test-coreml test-arm64
 	@echo "make test: all checks passed"
 
 # libFuzzer on the C IR reader (abi/xpu_ir.h) under ASan + UBSan. `make fuzz-ir` runs for
@@ -93,6 +93,49 @@ fuzz-ir: $(IR_FUZZ)
 
 test-fuzz-ir:
 	$(MAKE) --no-print-directory fuzz-ir FUZZ_SECONDS=60
+
+# libFuzzer on each plugin whole (abi/fuzz/plugin_fuzz.c linked with the plugin's sources, all
+# under ASan + UBSan): random IR through graph_analyze -> graph_prepare -> execution -> release.
+# `make fuzz-plugins` runs each for FUZZ_SECONDS (default 600); `make test` runs the three at
+# once for 60 s (test-fuzz-plugins), so the wall cost is one minute, not three. Corpora grow in
+# build/fuzz/<plugin>-corpus; a finding is written to build/fuzz as <plugin>-crash-* (or
+# -timeout-*, -leak-*) and fails the target. abi/fuzz/seeds/<plugin> holds every earlier finding
+# (and a MATMUL without inputs), run first each time: a fixed bug that comes back fails at once.
+# OpenCL runs on PoCL (leak checks off: PoCL and LLVM keep allocations to exit); qnn on the
+# emulator, built with the same sanitizers. No -Werror: the plugins are -Werror clean under gcc,
+# their own compiler; clang warns about a few things gcc does not.
+PLUGIN_FUZZ_FLAGS := -std=c11 -g -O1 -Wall -Wextra -fsanitize=fuzzer,address,undefined \
+  -fno-sanitize-recover=all -fno-omit-frame-pointer -Iabi -Iplugins/common -D_GNU_SOURCE
+PLUGIN_FUZZERS := $(BUILD)/fuzz/neon/plugin_fuzz $(BUILD)/fuzz/opencl/plugin_fuzz $(BUILD)/fuzz/qnn/plugin_fuzz
+.PHONY: fuzz-plugins test-fuzz-plugins
+$(BUILD)/fuzz/neon/plugin_fuzz: abi/fuzz/plugin_fuzz.c $(NEON_SRCS) $(NEON_PROBE) $(NEON_HDRS) $(COMMON_HDRS) abi/xpu_ir_build.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(PLUGIN_FUZZ_FLAGS) -DNV_VARIANT='"portable"' -o $@ $< $(NEON_SRCS) $(NEON_PROBE) -lpthread -ldl -lm
+$(BUILD)/fuzz/opencl/plugin_fuzz: abi/fuzz/plugin_fuzz.c $(OPENCL_SRCS) $(OPENCL_HDRS) $(OPENCL_GEN) $(COMMON_HDRS) abi/xpu_ir_build.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(PLUGIN_FUZZ_FLAGS) -I$(dir $(OPENCL_GEN)) -o $@ $< $(OPENCL_SRCS) -lpthread -ldl -lm
+$(BUILD)/fuzz/qnn/libQnnXpuEmu.so: $(QNN_EMU_SRCS) $(QNN_EMU_HDRS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -std=c11 -g -O1 -fPIC -shared -Wall -Wextra -Werror -fsanitize=address,undefined \
+	  -fno-sanitize-recover=all -Iabi -Iplugins/common -D_GNU_SOURCE -o $@ $(QNN_EMU_SRCS) -lpthread -lm
+$(BUILD)/fuzz/qnn/plugin_fuzz: abi/fuzz/plugin_fuzz.c $(QNN_SRCS) $(QNN_HDRS) $(COMMON_HDRS) abi/xpu_ir_build.h $(BUILD)/fuzz/qnn/libQnnXpuEmu.so
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(PLUGIN_FUZZ_FLAGS) -DXPU_QNN_BUILD_ID='"fuzz"' -o $@ $< $(QNN_SRCS) -lpthread -ldl -lm
+
+# one fuzzer per plugin, all at once; each prints its last lines and the recipe fails if any did
+fuzz-plugins: $(PLUGIN_FUZZERS)
+	@set -o pipefail; pids=; for p in neon opencl qnn; do \
+	  mkdir -p $(BUILD)/fuzz/$$p-corpus; \
+	  ( ASAN_OPTIONS=detect_leaks=$$([ $$p = opencl ] && echo 0 || echo 1) XPU_CACHE_DIR=$(BUILD)/fuzz/$$p-cache \
+	    XPU_FUZZ_PLUGIN_DIR=$(BUILD)/fuzz/$$p XPU_QNN_LIBRARY=$(BUILD)/fuzz/qnn/libQnnXpuEmu.so \
+	    $(BUILD)/fuzz/$$p/plugin_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=20 -rss_limit_mb=3072 \
+	      -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/$$p- $(BUILD)/fuzz/$$p-corpus abi/fuzz/seeds/$$p \
+	      > $(BUILD)/fuzz/$$p.log 2>&1; rc=$$?; \
+	    echo "== fuzz $$p: exit $$rc"; grep -v '^#' $(BUILD)/fuzz/$$p.log | tail -20; exit $$rc ) & pids="$$pids $$!"; \
+	done; fail=0; for pid in $$pids; do wait $$pid || fail=1; done; exit $$fail
+
+test-fuzz-plugins:
+	$(MAKE) --no-print-directory fuzz-plugins FUZZ_SECONDS=60
 
 # xpu_ir_parse's time on a chain of N nodes (linear in N)
 bench-ir:

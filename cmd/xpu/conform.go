@@ -28,7 +28,7 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
 	fs := flag.NewFlagSet("conform", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var plugins stringList
@@ -74,6 +74,12 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "xpu conform: %v\n", err)
 		return 2
 	}
+	// in process, the verdict comes from a supervising parent (conform_supervise.go)
+	sentinel := conformChildSentinel()
+	if sentinel == nil && !*isolated {
+		return superviseConform(ctx, args, stdout, stderr)
+	}
+	defer func() { writeSentinel(sentinel, code) }()
 	var opts []conformance.Option
 	opts = append(opts, conformance.WithDevice(*device), conformance.WithSeed(*seed),
 		conformance.WithProgress(stdout), conformance.WithBuild(buildVersionCommit()))
@@ -181,7 +187,12 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if *validate {
 			repro += " --validate"
 		}
-		rep, err := conformance.Run(ctx, t.b, append(opts, conformance.WithReproCommand(repro))...)
+		runOpts := append(opts, conformance.WithReproCommand(repro))
+		if *isolated && info.Path != "" {
+			// level 1 needs the plugin in a process: a child of its own (conform_abichild.go)
+			runOpts = append(runOpts, conformance.WithABIRunner(abiChildRunner(info.Path, *device, *seed, *filter)))
+		}
+		rep, err := conformance.Run(ctx, t.b, runOpts...)
 		if cerr := t.b.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("closing the backend: %w", cerr)
 		}
@@ -215,6 +226,10 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 0
 	}
 	fmt.Fprintln(stdout, total.Summary())
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "xpu conform: interrupted: the counts above are partial")
+		return exitInterrupted
+	}
 	if total.Failed > 0 {
 		return 1
 	}

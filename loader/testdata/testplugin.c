@@ -36,6 +36,8 @@
  *   -DMUT_SILENT         execution_bind refuses an io without a message     -> error (level 1)
  *   -DMUT_CTX_LEAK       executable_release forgets its context's child
  *                        count, so the suite's context never closes          -> ABI(context-close-at-end)
+ *   -DMUT_UNDERSCORE_EXIT SCALE calls _exit(0), which no exit guard catches  -> a run without its summary
+ *   -DMUT_HANG           SCALE never returns                                -> timeout (isolated), SIGINT
  *
  * Validation-layer mutations (abi/validate_test.go): answers the validation layer must catch:
  *   -DMUT_HALF_PRECISION ADD rounds its results to 11 significant bits (f16) while
@@ -60,6 +62,7 @@
 
 #include "xpu_backend.h"
 #include "xpu_ir.h"
+#include "xpu_validate.h"
 #include "xpu_plugin.h"
 #include "xpu_sync.h"
 
@@ -390,6 +393,9 @@ static xpu_status tp_buffer_release(xpu_buffer h) {
 /* ------------------------------------------------------------ graphs */
 static const char *node_refusal(const xpu_ir_graph *g, const xpu_ir_node *n) {
   if (!op_known(n->op)) return "op not implemented by the test plugin";
+  /* the op's rules (abi/OPS.md), shared by every plugin: arity first, so the reads below exist */
+  const char *why = xpu_validate_node(g, n);
+  if (why) return why;
   if (g->tensors[n->output].dtype != XPU_DT_F32) return "only f32 is implemented";
   for (uint32_t i = 0; i < n->n_inputs; i++)
     if (xpu_ir_input(g, n, i)->dtype != XPU_DT_F32) return "only f32 is implemented";
@@ -716,6 +722,12 @@ static void run_node(tp_exe *e, const xpu_ir_node *n, float **ptr, uint64_t room
 #ifdef MUT_CRASH
     abort();
 #endif
+#ifdef MUT_UNDERSCORE_EXIT
+    _exit(0);
+#endif
+#ifdef MUT_HANG
+    for (;;) sleep(1);
+#endif
     for (int64_t i = 0; i < cnt; i++) o[i] = x[i] * n->fattr[0] + n->fattr[1];
     break;
   case XPU_OP_SOFTMAX:
@@ -964,6 +976,9 @@ static void probe_fault(void) {
   for (;;) sleep(1);
 #elif TP_PROBE_FAULT == 4
   exit(0);
+#elif TP_PROBE_FAULT == 5
+  /* slow only while the environment says so: a probe that timed out once on a loaded machine */
+  while (getenv("TP_PROBE_SLOW")) sleep(1);
 #endif
 }
 #endif

@@ -113,6 +113,10 @@ void device_name(char *buf, size_t cap) {
   else snprintf(buf, cap, "qnn backend %u (%.80s)", qnn_state.lib.backend_id, qnn_state.lib.provider);
 }
 
+uint32_t qnn_api_minor(void) {
+  return qnn_state.lib.iface ? qnn_state.lib.iface->apiVersion.coreApiVersion.minor : QNN_API_MINOR_PINNED;
+}
+
 int float_as_f16(void) { return qnn_state.lib.target == QNN_BACKEND_ID_HTP; }
 
 /* a client buffer is read in place by a backend on the host CPU (the emulator, libQnnCpu); the
