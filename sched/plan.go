@@ -4,13 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/safefile"
 )
 
 // Phase is a part of a request a plan places separately.
@@ -156,7 +156,7 @@ func ParsePlan(data []byte) (*Plan, error) {
 
 // LoadPlan reads a plan file.
 func LoadPlan(file string) (*Plan, error) {
-	data, err := os.ReadFile(file)
+	data, err := safefile.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("plan: %w", err)
 	}

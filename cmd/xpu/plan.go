@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/xpuhub/xpu/internal/safefile"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/sched/dag"
 	"github.com/xpuhub/xpu/sched/profile"
@@ -94,7 +95,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		*compare = true
 	case *profFile != "":
-		b, err := os.ReadFile(*profFile)
+		b, err := safefile.ReadFile(*profFile)
 		if err != nil {
 			return fail(err)
 		}

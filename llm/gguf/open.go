@@ -2,13 +2,14 @@ package gguf
 
 import (
 	"fmt"
-	"os"
+
+	"github.com/xpuhub/xpu/internal/safefile"
 )
 
 // Open maps a GGUF file read-only and parses it. Tensor data stays in the mapping (no copy)
 // until Close.
 func Open(path string) (*File, error) {
-	fd, err := os.Open(path)
+	fd, err := safefile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
 	}
