@@ -19,13 +19,11 @@ import (
 // Every --spec mode prints plain decoding's greedy text; --stats reports the passes.
 func TestRunSpecModes(t *testing.T) {
 	p := storiesPath(t)
+	requirePlugins(t, "neon")
 	t.Setenv("XPU_CACHE_DIR", t.TempDir())
 	prompt := "Lily and Tom played in the park. Lily and Tom"
 	base := []string{"run", "--model", p, "--temp", "0", "-n", "48", "--backend", "neon", "-p", prompt}
 	code, want, errOut := runCLI(t, append(base, "--spec", "off")...)
-	if code != 0 && strings.Contains(errOut, "neon") {
-		t.Skipf("neon plugin unavailable: %s", errOut)
-	}
 	require.Equal(t, 0, code, errOut)
 	for _, args := range [][]string{
 		{"--spec", "retrieval", "--stats"},
@@ -57,12 +55,10 @@ func TestRunSpecModes(t *testing.T) {
 // The trace shows the verify passes on a track of their own, with what each accepted.
 func TestRunSpecTrace(t *testing.T) {
 	p := storiesPath(t)
+	requirePlugins(t, "neon")
 	trace := filepath.Join(t.TempDir(), "t.json")
 	code, _, errOut := runCLI(t, "run", "--model", p, "--temp", "0", "-n", "48", "--backend", "neon",
 		"--spec", "lookup", "--spec-always", "--trace", trace, "-p", "Lily and Tom played in the park. Lily and Tom")
-	if code != 0 && strings.Contains(errOut, "neon") {
-		t.Skipf("neon plugin unavailable: %s", errOut)
-	}
 	require.Equal(t, 0, code, errOut)
 	events, err := sched.ReadTraceFile(trace)
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xpuhub/xpu/internal/required"
 	"github.com/xpuhub/xpu/loader"
 	"github.com/xpuhub/xpu/sched"
 )
@@ -20,7 +21,7 @@ func requirePlugins(t *testing.T, names ...string) {
 	for _, n := range names {
 		b, err := loader.Open(context.Background(), n)
 		if err != nil {
-			t.Skipf("backend %s not available (run make all): %v", n, err)
+			required.Skip(t, n, "backend %s not available (run make all): %v", n, err)
 		}
 		b.Close()
 	}

@@ -42,12 +42,10 @@ func TestTuneMeasuredOnThisMachine(t *testing.T) {
 	if _, err := os.Stat(model); err != nil {
 		t.Skipf("test model absent: %v", err)
 	}
+	requirePlugins(t, "neon")
 	t.Setenv("XPU_CACHE_DIR", t.TempDir())
 	code, out, errOut := runCLI(t, "tune", "--energy", "--model", model, "--tokens", "100", "--warmup", "2",
 		"--compare", "1", "--root", "../../sched/cputopo/testdata/vm2")
-	if code != 0 && (contains(errOut, "not found") || contains(errOut, "no plugin")) {
-		t.Skipf("neon plugin not built: %s", errOut)
-	}
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "no energy meter here")
 	assert.Contains(t, out, "MODELLED")
