@@ -25,6 +25,9 @@ const DefaultChunk = 64
 // contexts (128K) whose cache would not fit a phone.
 const maxDefaultContext = 4096
 
+// DefaultContextLength is the context length a runner of m gets without WithContextLength.
+func DefaultContextLength(m *Model) int { return min(m.Config.ContextLength, maxDefaultContext) }
+
 // maxContext bounds a requested context so that cache sizes cannot overflow.
 const maxContext = 1 << 24
 
@@ -246,7 +249,7 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 		cfg.chunk = plan.Prefill.Chunk
 	}
 	if cfg.ctxLen == 0 {
-		cfg.ctxLen = min(m.Config.ContextLength, maxDefaultContext)
+		cfg.ctxLen = DefaultContextLength(m)
 	}
 	if cfg.chunk < 1 || cfg.ctxLen < 1 || cfg.ctxLen > maxContext {
 		return nil, fmt.Errorf("llm: chunk %d and context %d must be positive (context at most %d): %w",
