@@ -323,6 +323,11 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 	if err := r.init(ctx); err != nil {
 		return nil, errors.Join(err, r.Close())
 	}
+	// every node is placed now: a rule for another model (a layer or node this one lacks) is
+	// an error, as a node no rule places is
+	if err := rp.CheckUse(m.Config.Layers); err != nil {
+		return nil, errors.Join(fmt.Errorf("llm: %w", err), r.Close())
+	}
 	return r, nil
 }
 

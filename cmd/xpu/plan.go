@@ -102,6 +102,10 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if prof, err = profile.ParseFile(b, *profFile); err != nil {
 			return fail(err)
 		}
+		// the predictions are the profile's model's: refuse them for another one
+		if err := profileFits(prof, *model); err != nil {
+			return fail(fmt.Errorf("--profile %s: %w (measure this model with xpu tune --profile --model %s)", *profFile, err, *model))
+		}
 	default:
 		if prof, err = cachedProfile(ctx, *model, *units, stderr); err != nil {
 			return fail(err)
@@ -291,4 +295,14 @@ func fmtMetric(metric string, v float64) string {
 		return fmt.Sprintf("%.1f tok/s", v)
 	}
 	return fmt.Sprintf("%.1f%%", 100*v)
+}
+
+// profileFits checks that prof was measured for a model of model's shapes.
+func profileFits(prof *profile.Profile, model string) error {
+	m, err := llm.Open(model)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	return prof.Model.Match(modelShape(model, m))
 }
