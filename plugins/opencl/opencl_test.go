@@ -159,7 +159,9 @@ func TestContextOptions(t *testing.T) {
 		{map[string]string{"kernels": "gpu"}, true},
 		{map[string]string{"kernels": "cpu"}, true},
 		{map[string]string{"kernels": "fastest"}, false},
-		{map[string]string{"unknown": "x"}, true},
+		{map[string]string{"unknown": "x"}, false}, // a typo is refused, not ignored
+		{map[string]string{"threads": "2"}, true},  // the host's hint to every unit
+		{map[string]string{"kernels": "cpu", "threads": "1"}, true},
 	}
 	for _, tc := range tests {
 		cc, err := b.Devices()[0].NewContext(context.Background(), tc.opts)
