@@ -122,7 +122,35 @@ func loadLibrary(path string) (lib *library, err error) {
 		libraries.open = map[string]*Plugin{}
 	}
 	libraries.byPath[abs] = lib
+	notifyLoad(abs)
 	return lib, nil
+}
+
+var loadHooks struct {
+	sync.Mutex
+	fns    []func(path string)
+	loaded []string
+}
+
+// OnLoad registers f to be called with the absolute path of every plugin library this process
+// loads in-process, those loaded before the call included: a crash reporter maps a faulting
+// address to the plugin it belongs to. f runs on the loading goroutine; it must be quick.
+func OnLoad(f func(path string)) {
+	loadHooks.Lock()
+	defer loadHooks.Unlock()
+	loadHooks.fns = append(loadHooks.fns, f)
+	for _, p := range loadHooks.loaded {
+		f(p)
+	}
+}
+
+func notifyLoad(path string) {
+	loadHooks.Lock()
+	defer loadHooks.Unlock()
+	loadHooks.loaded = append(loadHooks.loaded, path)
+	for _, f := range loadHooks.fns {
+		f(path)
+	}
 }
 
 // recoverTo turns a panic at the purego boundary into ErrInternal: no panic crosses the API.

@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	// the loader starts this binary as plugin host (isolated runs, xpu devices' inspection)
 	loader.ServeIfPluginHost()
 	if os.Getenv(envAsCLI) == "1" {
+		if len(os.Args) > 1 {
+			startCrashMonitor(os.Args[1])
+		}
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	code := m.Run()
