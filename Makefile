@@ -114,6 +114,14 @@ llamacpp-check:
 	@test -n "$(LLAMA_BIN)" || { echo "make llamacpp-check: set LLAMA_BIN to a llama.cpp build's bin folder (llama-quantize, llama-simple)" >&2; exit 2; }
 	LLAMA_BIN="$(LLAMA_BIN)" go test -count=1 -v -run 'TestLlamaCpp' ./cmd/xpu/
 
+# make test checks xpu quantize and the tokenizers against llama.cpp's outputs stored as golden
+# files (cmd/xpu/testdata/llamacpp, llm/tokenizer/testdata/llamacpp_ids.json); this rewrites
+# them from a llama.cpp build (LLAMA_BIN with llama-quantize and llama-tokenize); not in make test.
+.PHONY: llamacpp-goldens
+llamacpp-goldens:
+	@test -n "$(LLAMA_BIN)" || { echo "make llamacpp-goldens: set LLAMA_BIN to a llama.cpp build's bin folder (llama-quantize, llama-tokenize)" >&2; exit 2; }
+	bash scripts/llamacpp-goldens.sh "$(LLAMA_BIN)" $(LLAMA_CPP_COMMIT)
+
 # Side by side with llama.cpp's llama-bench on the same GGUF files (issue 13; BENCHMARKS.md):
 # LLAMA_BIN=<llama.cpp build/bin> is required, nothing is downloaded; VS_MODELS="a.gguf b.gguf"
 # (default: the 1B Q4_0 and Q8_0 models, generated); ROUNDS, REPS, THREADS, PP, TG, DEPTH and
