@@ -13,6 +13,7 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/safefile"
 )
 
 // ABI version this host speaks, as XPU_ABI_MAJOR / XPU_ABI_MINOR.
@@ -81,7 +82,7 @@ func loadLibrary(path string) (lib *library, err error) {
 		return nil, fmt.Errorf("plugin %s: not a regular file (%v): %w", path, st.Mode().Type(),
 			core.ErrInvalidArgument)
 	}
-	f, err := os.Open(abs)
+	f, err := safefile.Open(abs) // non-blocking: a FIFO swapped in after the Stat is refused too
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("plugin %s: file missing: %w", path, core.ErrNotFound)
