@@ -27,6 +27,9 @@ import (
 func TestAgainstLlamaCpp(t *testing.T) {
 	bin := os.Getenv("XPU_LLAMA_TOKENIZE")
 	update := os.Getenv("XPU_LLAMACPP_GOLDEN") == "update"
+	if testing.Short() && bin == "" {
+		t.Skip("loads the published vocabularies (~10 s), as TestReferenceTokenizers does")
+	}
 	if update && bin == "" {
 		t.Fatal("XPU_LLAMACPP_GOLDEN=update needs XPU_LLAMA_TOKENIZE (llama.cpp's llama-tokenize)")
 	}
