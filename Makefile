@@ -46,6 +46,15 @@ vet:
 test-go: all
 	$(GO) test -race -count=1 ./...
 
+# The allocation tests (testing.AllocsPerRun, named *Allocs) skip under -race, which allocates
+# by itself, so test-go never runs them: they get a pass of their own without -race, only those
+# tests in only the packages that have one.
+ALLOC_TEST_PKGS = $(sort $(dir $(shell grep -rl --include='*_test.go' --exclude-dir=build --exclude-dir=.git 'AllocsPerRun' .)))
+.PHONY: test-allocs
+test-allocs:
+	@test -n "$(ALLOC_TEST_PKGS)" || { echo "test-allocs: no AllocsPerRun test found" >&2; exit 1; }
+	$(GO) test -count=1 -run 'Allocs$$' $(ALLOC_TEST_PKGS)
+
 test-conform: all
 	@mkdir -p $(BUILD)/conformance
 	$(BUILD)/xpu conform --all --report $(BUILD)/conformance
@@ -70,7 +79,7 @@ test-coreml: cli
 # probes 0 (no OpenCL ICD) fails the Go tests and `xpu conform --all` instead of skipping them.
 # Override with XPU_REQUIRE_BACKENDS= (none) or another list where a backend cannot run.
 test: export XPU_REQUIRE_BACKENDS ?= neon,opencl,qnn
-test: deps vet all $(PLUGIN_TESTS) test-fuzz-ir test-fuzz-plugins test-go test-conform test-coreml test-arm64
+test: deps vet all $(PLUGIN_TESTS) test-fuzz-ir test-fuzz-plugins test-go test-allocs test-conform test-coreml test-arm64
 	@echo "make test: all checks passed"
 
 # libFuzzer on the C IR reader (abi/xpu_ir.h) under ASan + UBSan. `make fuzz-ir` runs for
@@ -172,6 +181,14 @@ install-sdk:
 llamacpp-check:
 	@test -n "$(LLAMA_BIN)" || { echo "make llamacpp-check: set LLAMA_BIN to a llama.cpp build's bin folder (llama-quantize, llama-simple)" >&2; exit 2; }
 	LLAMA_BIN="$(LLAMA_BIN)" go test -count=1 -v -run 'TestLlamaCpp' ./cmd/xpu/
+
+# make test checks xpu quantize and the tokenizers against llama.cpp's outputs stored as golden
+# files (cmd/xpu/testdata/llamacpp, llm/tokenizer/testdata/llamacpp_ids.json); this rewrites
+# them from a llama.cpp build (LLAMA_BIN with llama-quantize and llama-tokenize); not in make test.
+.PHONY: llamacpp-goldens
+llamacpp-goldens:
+	@test -n "$(LLAMA_BIN)" || { echo "make llamacpp-goldens: set LLAMA_BIN to a llama.cpp build's bin folder (llama-quantize, llama-tokenize)" >&2; exit 2; }
+	bash scripts/llamacpp-goldens.sh "$(LLAMA_BIN)" $(LLAMA_CPP_COMMIT)
 
 # Side by side with llama.cpp's llama-bench on the same GGUF files (docs/PERFORMANCE.md):
 # LLAMA_BIN=<llama.cpp build/bin> is required, nothing is downloaded; VS_MODELS="a.gguf b.gguf"

@@ -114,6 +114,10 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 	if err := cfg.sampler.Validate(); err != nil {
 		return Result{}, err
 	}
+	// a model file overwritten under an unguarded mapping would fault on the first weight read
+	if err := r.m.File.Check(); err != nil {
+		return Result{}, fmt.Errorf("llm: %w", err)
+	}
 	if cfg.spec != nil && cfg.spec.drafter != nil && r.MaxVerify() == 0 {
 		return Result{}, fmt.Errorf("%w: %w", ErrNoVerifyGraphs, core.ErrInvalidArgument)
 	}

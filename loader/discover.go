@@ -26,12 +26,18 @@ import (
 const (
 	EnvPluginPath = "XPU_PLUGIN_PATH" // colon-separated plugin files or folders
 	EnvIsolate    = "XPU_ISOLATE"     // comma-separated backend names to open isolated ("all": every one)
-	// EnvProbeTimeout bounds each plugin's probe child ("2s"; default DefaultProbeTimeout).
+	// EnvProbeTimeout bounds each plugin's probe child ("2s"; default DefaultProbeTimeout, at
+	// most MaxProbeTimeout).
 	EnvProbeTimeout = "XPU_PROBE_TIMEOUT"
 	// EnvValidate set to 1 opens every plugin backend with the ABI validation layer
 	// (WithValidation), for applications that embed xpu.
 	EnvValidate = "XPU_VALIDATE"
 )
+
+// MaxProbeTimeout caps XPU_PROBE_TIMEOUT: a probe is meant to be cheap (no SDK start), and a
+// plugin that hangs would otherwise stall every start for as long as the variable says. A
+// larger value is clamped with a warning.
+const MaxProbeTimeout = 2 * time.Minute
 
 // PluginGlob is the file name every plugin in a searched folder has.
 const PluginGlob = "libxpu-*.so"
@@ -85,7 +91,10 @@ func newConfig(opts []Option) *config {
 			c.validate = true
 		}
 		if v := os.Getenv(EnvProbeTimeout); v != "" && c.probeTimeout == 0 {
-			if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			if d, err := time.ParseDuration(v); err == nil && d > MaxProbeTimeout {
+				logOrDefault(c.logger).Warn("loader: "+EnvProbeTimeout+" is above the maximum: clamped", "value", v, "max", MaxProbeTimeout)
+				c.probeTimeout = MaxProbeTimeout
+			} else if err == nil && d > 0 {
 				c.probeTimeout = d
 			} else {
 				logOrDefault(c.logger).Warn("loader: ignoring a bad "+EnvProbeTimeout, "value", v)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/xpuhub/xpu/abi"
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/safefile"
 )
 
 // Discovery never runs a plugin's code in the caller's process before that code has run
@@ -241,7 +242,7 @@ func cacheFile(dir, path string) string {
 }
 
 func cacheLoad(dir, path, key string) (probeAnswer, bool) {
-	b, err := os.ReadFile(cacheFile(dir, path))
+	b, err := safefile.ReadFile(cacheFile(dir, path))
 	if err != nil {
 		return probeAnswer{}, false
 	}
@@ -299,7 +300,7 @@ func prune(dir string) {
 	}
 	for _, e := range ents {
 		p := filepath.Join(dir, e.Name())
-		b, err := os.ReadFile(p)
+		b, err := safefile.ReadFile(p)
 		if err != nil {
 			continue
 		}

@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	loader.ServeIfPluginHost()
 	// as the CLI: for cliChild, and where xpu starts itself (a supervised or isolated conform)
 	if os.Getenv(envAsCLI) == "1" || os.Getenv(envCLIChild) == "1" {
+		if len(os.Args) > 1 {
+			startCrashMonitor(os.Args[1])
+		}
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	code := m.Run()

@@ -189,7 +189,16 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ropts = append(ropts, cores.option()...)
 	if !*chatMode {
-		ropts = append(ropts, spec.runnerOptions(*temp)...)
+		ctxTokens := *ctxLen
+		if ctxTokens == 0 {
+			ctxTokens = llm.DefaultContextLength(m)
+		}
+		so, err := spec.runnerOptions(*temp, ctxTokens)
+		if err != nil {
+			fmt.Fprintf(stderr, "xpu run: %v\n", err)
+			return 2
+		}
+		ropts = append(ropts, so...)
 	}
 	if m.WeightBytes() >= progressMinBytes && isTerminal(stderr) {
 		ropts = append(ropts, llm.WithProgress(func(done, total int) { drawProgress(stderr, done, total) }))
@@ -241,7 +250,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return chatLoop(ctx, r, chatIO{in: stdin, out: stdout, errw: stderr, interrupts: intr},
 			*prompt, stops, llm.WithMaxTokens(*n), llm.WithSampler(s))
 	}
-	specOpts, err := spec.generateOptions(m, *temp, stderr)
+	specOpts, err := spec.generateOptions(m, *temp, r.ContextLength(), stderr)
 	if err != nil {
 		return fail(err)
 	}

@@ -320,7 +320,7 @@ static void ctx_free(ocl_ctx *c) {
 /*
  * Context option "kernels" (else env XPU_OPENCL_KERNELS): "gpu" or "cpu" picks the kernel family
  * (see ocl_ctx.gpu_kernels) instead of the device kind's, so both run on any device: the tests
- * put the GPU family through the suite on PoCL. Unknown keys are ignored.
+ * put the GPU family through the suite on PoCL. context_create refuses unknown keys.
  */
 static int kernel_choice(const char *options, const ocl_device *d, int *gpu) {
   char v[16];
@@ -343,6 +343,10 @@ static xpu_status context_create(uint32_t device, const char *options, xpu_conte
   if (device >= P.ndev)
     return xpu_fail(&P.reg, 0, XPU_E_INVALID_ARG, "context_create: device %u of %u", device,
                     P.ndev);
+  static const char *const known[] = {"kernels", NULL};
+  char oerr[256];
+  if (xpu_opt_check(options, known, oerr, sizeof oerr) != 0)
+    return xpu_fail(&P.reg, 0, XPU_E_INVALID_ARG, "context_create: %s", oerr);
   ocl_device *d = &P.devs[device];
   int gpu;
   if (kernel_choice(options, d, &gpu) != 0)
