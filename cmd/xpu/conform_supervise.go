@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -84,8 +85,10 @@ func superviseConform(ctx context.Context, args []string, stdout, stderr io.Writ
 	pw.Close()
 	sentinel := make(chan string, 1)
 	go func() {
-		b, _ := io.ReadAll(io.LimitReader(pr, 64))
-		sentinel <- strings.TrimSpace(string(b))
+		// one line, not to EOF: a process the child started before it marked the pipe
+		// close-on-exec (the crash monitor) may hold the write end open after the child is gone
+		b, _ := bufio.NewReader(io.LimitReader(pr, 64)).ReadString('\n')
+		sentinel <- strings.TrimSpace(b)
 	}()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
