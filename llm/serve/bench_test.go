@@ -20,8 +20,8 @@ func BenchmarkServe(b *testing.B) {
 	body := chatBody("Tell me a story.", 16, false)
 	stream := chatBody("Tell me a story.", 16, true)
 	b.Run("direct", func(b *testing.B) {
-		sl := <-srv.slots
-		defer func() { srv.slots <- sl }()
+		sl := srv.slots.take(nil)
+		defer srv.slots.put(sl)
 		msgs := []llm.Message{{Role: "user", Content: "Tell me a story."}}
 		for b.Loop() {
 			sl.chat.Reset()
