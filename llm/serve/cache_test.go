@@ -1,11 +1,13 @@
 package serve
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -157,4 +159,34 @@ func TestPromptCacheKeepsSlotsApart(t *testing.T) {
 		}
 	}
 	assert.NotSame(t, owner[0], owner[1])
+}
+
+// The queue is first come, first served; a waiter that gives up leaves it, and a slot put back
+// goes to the next one still waiting.
+func TestPoolQueueOrder(t *testing.T) {
+	_, srv := newTestServer(t)
+	p := &srv.slots
+	held := p.take(nil)
+	require.NotNil(t, held)
+	assert.Nil(t, p.take(nil), "the only slot is held")
+
+	ctxA, cancelA := context.WithCancel(context.Background())
+	gotA := make(chan *slot, 1)
+	go func() { sl, _ := p.get(ctxA, nil, 2); gotA <- sl }()
+	require.Eventually(t, func() bool { return p.waiting() == 1 }, 10*time.Second, time.Millisecond)
+	gotB := make(chan *slot, 1)
+	go func() { sl, _ := p.get(context.Background(), nil, 2); gotB <- sl }()
+	require.Eventually(t, func() bool { return p.waiting() == 2 }, 10*time.Second, time.Millisecond)
+	_, full := p.get(context.Background(), nil, 2)
+	assert.True(t, full, "a third waiter finds the queue full")
+
+	cancelA()
+	assert.Nil(t, <-gotA, "A gave up")
+	assert.Equal(t, 1, p.waiting())
+	p.put(held)
+	assert.Same(t, held, <-gotB, "B, still waiting, gets the slot")
+	assert.Zero(t, p.waiting())
+	assert.Zero(t, p.idle())
+	p.put(held)
+	assert.Equal(t, 1, p.idle())
 }
