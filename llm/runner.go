@@ -762,6 +762,19 @@ func (r *Runner) Len() int { return r.pos }
 // Tokens returns the tokens in the cache.
 func (r *Runner) Tokens() []int32 { return append([]int32(nil), r.history...) }
 
+// CachedPrefix is how many leading tokens of ids the cache holds: what WithPromptCache would
+// reuse of a prompt encoding to ids. A server with several runners asks each, to send a request
+// to the one that has most of its prompt.
+func (r *Runner) CachedPrefix(ids []int32) int {
+	n := min(len(ids), len(r.history))
+	for i := range n {
+		if ids[i] != r.history[i] {
+			return i
+		}
+	}
+	return n
+}
+
 // Reset empties the cache (the prepared graphs stay).
 func (r *Runner) Reset() {
 	r.pos = 0

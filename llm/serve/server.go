@@ -6,8 +6,10 @@
 // runners (WithParallel, default 1: the engine's own). A request waits in a bounded queue
 // (WithMaxQueue) for a free runner and is refused with 429 when the queue is full; each
 // runner beyond the first costs another copy of the weights and KV cache on the device. A
-// runner keeps its KV cache between requests, and a chat request whose conversation extends
-// the one the runner last answered feeds only the new tokens.
+// runner keeps its KV cache between requests: a request goes to the free runner whose cache
+// holds the longest prefix of its prompt (pool.go says when a match counts), which keeps that
+// prefix and prefills only the rest; usage.prompt_tokens_details.cached_tokens says how many
+// prompt tokens were reused.
 //
 // Limits: the request body (WithMaxBodyBytes, 413 past it; one JSON value, 400 for anything
 // after it), max_tokens (WithMaxTokens, 400 past it), the prompt plus max_tokens within the
@@ -45,7 +47,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/xpuhub/xpu/core"
@@ -136,9 +137,8 @@ type Server struct {
 	tok     *tokenizer.Tokenizer
 	ctxLen  int
 	created int64
-	slots   chan *slot
+	slots   pool
 	all     []*slot // every slot, held or not, for Close
-	queued  atomic.Int64
 	met     *metrics
 	rec     recovery
 	hooks   testHooks
@@ -158,6 +158,7 @@ type slot struct {
 	engine bool   // r is the engine's own runner (rebuilt with Engine.RebuildRunner)
 	epoch  uint64 // the backend restart r was built after (recovery.epoch)
 	broken bool   // r crashed and is not rebuilt yet
+	used   uint64 // when the slot was last given back (pool.clock)
 }
 
 // New prepares the runners of the pool on the engine's device. The engine's own runner is
@@ -196,7 +197,7 @@ func New(ctx context.Context, eng *llm.Engine, opts ...Option) (*Server, error) 
 			cfg.maxConns, cfg.maxConnsPerClient, core.ErrInvalidArgument)
 	}
 	s := &Server{cfg: cfg, eng: eng, tok: eng.Model().Tokenizer, ctxLen: eng.ContextLength(),
-		created: time.Now().Unix(), slots: make(chan *slot, cfg.parallel), met: newMetrics()}
+		created: time.Now().Unix(), met: newMetrics()}
 	s.rec.ctx, s.rec.cancel = context.WithCancel(context.Background())
 	s.met.restarts = s.rec.restarts.Load
 	s.all = append(s.all, &slot{r: eng.Runner, engine: true})
@@ -218,7 +219,7 @@ func New(ctx context.Context, eng *llm.Engine, opts ...Option) (*Server, error) 
 		sl.chat = chat
 	}
 	for _, sl := range s.all {
-		s.slots <- sl
+		s.slots.put(sl)
 	}
 	return s, nil
 }
@@ -298,7 +299,7 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 // many times the backend was restarted and when it was last.
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	st := map[string]any{"status": "ok", "model": s.cfg.name, "device": s.eng.Device().Info().ID(),
-		"queued": s.queued.Load(), "restarts": s.rec.restarts.Load()}
+		"queued": s.slots.waiting(), "restarts": s.rec.restarts.Load()}
 	if t := s.rec.lastRestart.Load(); t != nil {
 		st["last_restart"] = t.UTC().Format(time.RFC3339Nano)
 	}
@@ -319,7 +320,7 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	s.met.write(w, s.queued.Load(), len(s.slots), s.cfg.parallel)
+	s.met.write(w, int64(s.slots.waiting()), s.slots.idle(), s.cfg.parallel)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -525,15 +526,14 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) *apiError {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.timeout)
 	defer cancel()
 	return s.run(ctx, w, r, j, "text_completion", func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error) {
-		sl.chat.Reset() // the runner's cache no longer holds the chat's text
-		return sl.r.GenerateUntil(ctx, prompt, j.stops, append(opts, llm.WithPromptTokens(ids))...)
+		return sl.r.GenerateUntil(ctx, prompt, j.stops, append(opts, llm.WithPromptTokens(ids), llm.WithPromptCache())...)
 	})
 }
 
 // acquire waits for a free runner, in the bounded queue, and rebuilds it first when the backend
 // crashed since it last ran.
-func (s *Server) acquire(ctx context.Context) (*slot, *apiError) {
-	sl, e := s.wait(ctx)
+func (s *Server) acquire(ctx context.Context, prompt []int32) (*slot, *apiError) {
+	sl, e := s.wait(ctx, prompt)
 	if e != nil {
 		return nil, e
 	}
@@ -547,26 +547,19 @@ func (s *Server) acquire(ctx context.Context) (*slot, *apiError) {
 	return sl, nil
 }
 
-// wait takes a free runner, waiting in the bounded queue.
-func (s *Server) wait(ctx context.Context) (*slot, *apiError) {
-	select {
-	case sl := <-s.slots:
-		return sl, nil
-	default:
-	}
-	if s.queued.Add(1) > int64(s.cfg.maxQueue) {
-		s.queued.Add(-1)
+// wait takes the free runner whose cache suits prompt best (pool.take), or waits for one in
+// the bounded queue.
+func (s *Server) wait(ctx context.Context, prompt []int32) (*slot, *apiError) {
+	sl, full := s.slots.get(ctx, prompt, s.cfg.maxQueue)
+	switch {
+	case full:
 		return nil, newError(http.StatusTooManyRequests, "rate_limit_error", "", "queue_full",
 			"%d requests are already waiting for the model; try again later", s.cfg.maxQueue)
-	}
-	defer s.queued.Add(-1)
-	select {
-	case sl := <-s.slots:
-		return sl, nil
-	case <-ctx.Done():
+	case sl == nil:
 		return nil, newError(http.StatusServiceUnavailable, "server_error", "", "timeout",
 			"no runner became free within the request timeout (%s)", s.cfg.timeout)
 	}
+	return sl, nil
 }
 
 type generateFunc func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error)
@@ -600,13 +593,13 @@ func (s *Server) generate(ctx context.Context, sl *slot, opts []llm.GenerateOpti
 // run generates on a free runner and writes the answer, whole or as a stream; ctx is r's
 // context bounded by the request timeout.
 func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request, j *job, object string, gen generateFunc) *apiError {
-	sl, e := s.acquire(ctx)
+	sl, e := s.acquire(ctx, j.prompt)
 	if e != nil {
 		return e
 	}
 	defer func() {
 		if sl != nil {
-			s.slots <- sl
+			s.slots.put(sl)
 		}
 	}()
 	s.met.inflight.Add(1)
@@ -717,7 +710,7 @@ func generationError(err error) *apiError {
 
 func usageOf(j *job, res llm.Result) usage {
 	return usage{PromptTokens: len(j.prompt), CompletionTokens: len(res.Tokens),
-		TotalTokens: len(j.prompt) + len(res.Tokens)}
+		TotalTokens: len(j.prompt) + len(res.Tokens), PromptDetails: promptDetails{CachedTokens: res.CachedTokens}}
 }
 
 // sseWriter writes server-sent events, flushing each.

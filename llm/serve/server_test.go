@@ -243,7 +243,7 @@ func TestClientGoneFreesRunner(t *testing.T) {
 	require.NoError(t, err)
 	cancel()
 	resp.Body.Close()
-	require.Eventually(t, func() bool { return len(srv.slots) == 1 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return srv.slots.idle() == 1 }, 30*time.Second, 10*time.Millisecond)
 	code, b := post(t, hs.URL+"/v1/chat/completions", chatBody("Hi", 4, false))
 	assert.Equal(t, http.StatusOK, code, string(b))
 }
@@ -342,16 +342,16 @@ func TestBadRequests(t *testing.T) {
 // A full queue refuses with 429; a request that waits past the timeout gets 503.
 func TestQueueLimits(t *testing.T) {
 	hs, srv := newTestServer(t, WithMaxQueue(0), WithRequestTimeout(2*time.Second))
-	sl := <-srv.slots // hold the only runner
+	sl := srv.slots.take(nil) // hold the only runner
 	code, b := post(t, hs.URL+"/v1/completions", `{"model":"stories","prompt":"hi","max_tokens":2}`)
 	assert.Equal(t, http.StatusTooManyRequests, code, string(b))
-	srv.slots <- sl
+	srv.slots.put(sl)
 
 	hs2, srv2 := newTestServer(t, WithMaxQueue(1), WithRequestTimeout(200*time.Millisecond))
-	sl = <-srv2.slots
+	sl = srv2.slots.take(nil)
 	code, b = post(t, hs2.URL+"/v1/completions", `{"model":"stories","prompt":"hi","max_tokens":2}`)
 	assert.Equal(t, http.StatusServiceUnavailable, code, string(b))
-	srv2.slots <- sl
+	srv2.slots.put(sl)
 	code, b = post(t, hs2.URL+"/v1/completions", `{"model":"stories","prompt":"hi","max_tokens":2}`)
 	assert.Equal(t, http.StatusOK, code, string(b))
 }
