@@ -405,7 +405,8 @@ func TestTrailingWhiteSpace(t *testing.T) {
 // A whole (unstreamed) answer cut by the request timeout keeps the text made so far and ends
 // with finish_reason "length", as a stream does, instead of a 504 that drops it.
 func TestTimeoutKeepsText(t *testing.T) {
-	const timeout = 300 * time.Millisecond
+	// long enough that a loaded CI machine makes three pieces within it (-race, both cores busy)
+	const timeout = 2 * time.Second
 	for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
 		t.Run(path, func(t *testing.T) {
 			hs, srv := newTestServer(t, WithRequestTimeout(timeout))
