@@ -3,6 +3,7 @@ package llm
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/xpuhub/xpu/core"
@@ -60,6 +61,8 @@ type genConfig struct {
 	keep      bool
 	ids       []int32 // WithPromptTokens: fed instead of the prompt's encoding
 	spec      *specConfig
+	// constraint holds sampling to a grammar (WithConstraint)
+	constraint Constraint
 }
 
 // GenerateOption configures Generate.
@@ -113,6 +116,9 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 	}
 	if err := cfg.sampler.Validate(); err != nil {
 		return Result{}, err
+	}
+	if cfg.constraint != nil && cfg.spec != nil {
+		return Result{}, fmt.Errorf("llm: a constraint cannot be combined with speculative decoding: %w", core.ErrInvalidArgument)
 	}
 	if cfg.spec != nil && cfg.spec.drafter != nil && r.MaxVerify() == 0 {
 		return Result{}, fmt.Errorf("%w: %w", ErrNoVerifyGraphs, core.ErrInvalidArgument)
@@ -181,8 +187,14 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 		return res, err
 	}
 	sampler := NewSampler(cfg.sampler)
+	if cfg.constraint != nil {
+		cfg.constraint.Reset()
+	}
 	for {
-		next := sampler.Sample(logits[:min(len(logits), tok.Size())], r.history)
+		next, err := r.sample(sampler, cfg.constraint, logits[:min(len(logits), tok.Size())])
+		if err != nil {
+			return r.finish(res, text, t1, c1), err
+		}
 		if tok.IsStop(next) || (next == tok.BOS() && next >= 0) {
 			res.Stop = StopEOS
 			break
@@ -200,6 +212,10 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 					return r.finish(res, text, t1, c1), err
 				}
 			}
+		}
+		if cfg.constraint != nil && cfg.constraint.Done() {
+			res.Stop = StopEOS // the grammar is complete: nothing may follow
+			break
 		}
 		if len(res.Tokens) >= cfg.maxTokens {
 			res.Stop = StopMaxTokens
@@ -225,6 +241,26 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 		}
 	}
 	return r.finish(res, text, t1, c1), nil
+}
+
+// sample picks the next token, held to c when there is one: c masks the logits first and
+// accepts the token after.
+func (r *Runner) sample(s *Sampler, c Constraint, logits []float32) (int32, error) {
+	if c == nil {
+		return s.Sample(logits, r.history), nil
+	}
+	if err := c.Mask(logits); err != nil {
+		return -1, fmt.Errorf("llm: constraint: %w", err)
+	}
+	next := s.Sample(logits, r.history)
+	if next >= 0 && math.IsInf(float64(logits[next]), -1) {
+		// rounding in the sampler's draw can fall through to a masked token: take the best allowed
+		next = argmax(logits)
+	}
+	if err := c.Accept(next); err != nil {
+		return -1, fmt.Errorf("llm: constraint: %w", err)
+	}
+	return next, nil
 }
 
 // flushText appends the decoder's held-back bytes, streaming them; a stream error goes to *err.

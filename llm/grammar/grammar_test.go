@@ -105,7 +105,7 @@ func TestJSONGrammar(t *testing.T) {
 }
 
 func testVocab() (*Vocab, []string) {
-	pieces := []string{"", "{", "}", "\"", "a", "ab", " ", "{\"", "\"}", ":", "1", "12", "x", "日", "\xe6", "\x97\xa5", "\xff", ""}
+	pieces := []string{"", "{", "}", "\"", "a", "ab", " ", "{\"", "\"}", ":", "1", "12", "x", "日", "\xe6", "\x97\xa5", "\xff", "", "\xf0"}
 	return NewVocab(pieces, []int32{0}), pieces
 }
 

@@ -36,10 +36,10 @@ const (
 type state struct {
 	stacks  [][]int32
 	partial []byte
-	accept  bool       // the input so far is a complete sentence
-	final   bool       // nothing may follow (the only stack is empty)
+	accept  bool        // the input so far is a complete sentence
+	final   bool        // nothing may follow (the only stack is empty)
 	next    *[256]int32 // byte -> state id + 1, dead, or unknown
-	mask    []uint64   // the vocabulary's allowed tokens here, once computed
+	mask    []uint64    // the vocabulary's allowed tokens here, once computed
 }
 
 // automaton is the lazily built byte-level automaton of one grammar.
@@ -227,7 +227,9 @@ func runeSpan(prefix []byte) (rune, rune) {
 		}
 		return r
 	}
-	return decode(lo), min(decode(hi), utf8.MaxRune)
+	// the smallest code point each length may encode (shorter forms are overlong, invalid)
+	least := [...]rune{2: 0x80, 3: 0x800, 4: 0x10000}[n]
+	return max(decode(lo), least), min(decode(hi), utf8.MaxRune)
 }
 
 // mayMatch reports whether some code point in [lo, hi] matches the element.

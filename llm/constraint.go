@@ -1,0 +1,65 @@
+package llm
+
+import (
+	"runtime"
+	"sync"
+	"weak"
+
+	"github.com/xpuhub/xpu/llm/grammar"
+	"github.com/xpuhub/xpu/llm/tokenizer"
+)
+
+// Constraint restricts the tokens Generate may sample (a grammar, a JSON Schema). Generate
+// calls Reset when it starts, Mask on the logits before each sample, Accept with the token
+// sampled, and ends with StopEOS once Done. A constraint serves one Generate at a time.
+type Constraint interface {
+	// Reset returns to the start (Generate calls it first, so a retried request starts over).
+	Reset()
+	// Mask sets the logits of the tokens that may not come next to -Inf. Stop tokens are to
+	// be left only where the output may end. An error (no token may come next) ends
+	// generation with it.
+	Mask(logits []float32) error
+	// Accept advances over the sampled token.
+	Accept(id int32) error
+	// Done reports that the output is complete and nothing may follow.
+	Done() bool
+}
+
+// WithConstraint holds generation to c (see Constraint). It cannot be combined with
+// speculative decoding (Generate fails with core.ErrInvalidArgument).
+func WithConstraint(c Constraint) GenerateOption { return func(g *genConfig) { g.constraint = c } }
+
+// GrammarConstraint is a constraint that holds the text tok decodes to a sentence of g; the
+// vocabulary's token strings are indexed once per tokenizer and shared.
+func GrammarConstraint(tok *tokenizer.Tokenizer, g *grammar.Grammar) *grammar.Matcher {
+	return grammar.NewMatcher(g, grammarVocab(tok))
+}
+
+var grammarVocabs sync.Map // weak.Pointer[tokenizer.Tokenizer] -> func() *grammar.Vocab
+
+// grammarVocab is tok's vocabulary as the grammar matcher reads it: each token's bytes as the
+// decoder writes them mid-text, and the stop tokens (BOS, which ends generation too, writes
+// no text and so is never allowed).
+func grammarVocab(tok *tokenizer.Tokenizer) *grammar.Vocab {
+	key := weak.Make(tok)
+	build := sync.OnceValue(func() *grammar.Vocab {
+		pieces := make([]string, tok.Size())
+		var stops []int32
+		for i := range pieces {
+			id := int32(i)
+			if tok.IsStop(id) {
+				stops = append(stops, id)
+				continue
+			}
+			if id != tok.BOS() {
+				pieces[i] = tok.Piece(id)
+			}
+		}
+		return grammar.NewVocab(pieces, stops)
+	})
+	v, loaded := grammarVocabs.LoadOrStore(key, build)
+	if !loaded {
+		runtime.AddCleanup(tok, func(k weak.Pointer[tokenizer.Tokenizer]) { grammarVocabs.Delete(k) }, key)
+	}
+	return v.(func() *grammar.Vocab)()
+}
