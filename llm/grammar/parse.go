@@ -27,6 +27,9 @@ var ErrLeftRecursion = errors.New("grammar: left recursion")
 // maxRepeat bounds {m,n} counts: each repetition is a copy of the element.
 const maxRepeat = 10000
 
+// maxElems bounds the compiled grammar (nested repetitions multiply).
+const maxElems = 1 << 20
+
 type elemKind uint8
 
 const (
@@ -479,6 +482,7 @@ func (p *parser) class() (*node, error) {
 
 // compiler flattens the parse tree.
 type compiler struct {
+	size  int // elements made so far
 	p     *parser
 	g     *Grammar
 	rules [][][]elem // rule -> alternatives -> elements (without kEnd)
@@ -569,6 +573,10 @@ func (c *compiler) node(n *node, base string) ([]elem, error) {
 		sub, err := c.node(n.sub, base)
 		if err != nil {
 			return nil, err
+		}
+		copies := max(n.min, n.max) + 1
+		if c.size += len(sub) * copies; c.size > maxElems {
+			return nil, fmt.Errorf("%w: the grammar expands to more than %d elements (nested repetitions?)", ErrSyntax, maxElems)
 		}
 		return c.repeat(sub, n.min, n.max, base), nil
 	}
