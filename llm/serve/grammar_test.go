@@ -163,7 +163,9 @@ func TestResponseFormatErrors(t *testing.T) {
 			code, b := post(t, hs.URL+"/v1/chat/completions", `{"model":"stories","response_format":`+tt.format+`,
 				"messages":[{"role":"user","content":"hi"}]}`)
 			assert.Equal(t, 400, code)
-			var e struct{ Error struct{ Message, Param string } }
+			var e struct {
+				Error struct{ Message, Param string }
+			}
 			require.NoError(t, json.Unmarshal(b, &e), "%s", b)
 			assert.Contains(t, e.Error.Message, tt.msg)
 			assert.Contains(t, e.Error.Param, "response_format")
