@@ -53,6 +53,18 @@ func TestGenerateWithConstraint(t *testing.T) {
 		assert.Equal(t, c.masks, c.accepts)
 	}
 
+	// sampling first and masking on refusal (the matcher's cheap check) gives greedy's answer
+	// of masking every step
+	for _, prompt := range []string{"Once upon a time", "The dog", "Tim and"} {
+		masked := &recording{Constraint: GrammarConstraint(m.Tokenizer, g)}
+		a, err := r.Generate(context.Background(), prompt, WithMaxTokens(64), WithConstraint(masked))
+		require.NoError(t, err)
+		b, err := r.Generate(context.Background(), prompt, WithMaxTokens(64), WithConstraint(GrammarConstraint(m.Tokenizer, g)))
+		require.NoError(t, err)
+		assert.Equal(t, a.Text, b.Text)
+		assert.Regexp(t, want, b.Text)
+	}
+
 	// without the constraint the model writes something else
 	res, err := r.Generate(context.Background(), "Once upon a time", WithMaxTokens(16))
 	require.NoError(t, err)

@@ -3,7 +3,6 @@ package llm
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/xpuhub/xpu/core"
@@ -187,11 +186,9 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 		return res, err
 	}
 	sampler := NewSampler(cfg.sampler)
-	if cfg.constraint != nil {
-		cfg.constraint.Reset()
-	}
+	held := newConstrained(cfg.constraint, cfg.sampler)
 	for {
-		next, err := r.sample(sampler, cfg.constraint, logits[:min(len(logits), tok.Size())])
+		next, err := held.sample(sampler, logits[:min(len(logits), tok.Size())], r.history)
 		if err != nil {
 			return r.finish(res, text, t1, c1), err
 		}
@@ -241,26 +238,6 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 		}
 	}
 	return r.finish(res, text, t1, c1), nil
-}
-
-// sample picks the next token, held to c when there is one: c masks the logits first and
-// accepts the token after.
-func (r *Runner) sample(s *Sampler, c Constraint, logits []float32) (int32, error) {
-	if c == nil {
-		return s.Sample(logits, r.history), nil
-	}
-	if err := c.Mask(logits); err != nil {
-		return -1, fmt.Errorf("llm: constraint: %w", err)
-	}
-	next := s.Sample(logits, r.history)
-	if next >= 0 && math.IsInf(float64(logits[next]), -1) {
-		// rounding in the sampler's draw can fall through to a masked token: take the best allowed
-		next = argmax(logits)
-	}
-	if err := c.Accept(next); err != nil {
-		return -1, fmt.Errorf("llm: constraint: %w", err)
-	}
-	return next, nil
 }
 
 // flushText appends the decoder's held-back bytes, streaming them; a stream error goes to *err.

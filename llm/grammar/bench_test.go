@@ -138,10 +138,11 @@ func walk(b testing.TB, g *Grammar, v *Vocab, seed uint64, maxTokens int) []int3
 	return out
 }
 
-// BenchmarkMask is the grammar's cost per generated token: Mask on the full logits plus
-// Accept, for a fresh matcher per generation (as serve makes one per request), over the
-// stories260K, Llama 2 (32k) and Llama 3 (128k) vocabularies. ns/token is the figure to
-// compare with a decode step.
+// BenchmarkMask is the grammar's cost per generated token, for a fresh matcher per generation
+// (as serve makes one per request), over the stories260K, Llama 2 (32k) and Llama 3 (128k)
+// vocabularies: mask is Mask on the full logits plus Accept (the worst case, every token
+// masked), check is Allows on the sampled token plus Accept (Generate's shortcut when the
+// model's own choice is allowed). ns/token is the figure to compare with a decode step.
 func BenchmarkMask(b *testing.B) {
 	vocabs := []struct {
 		name string
@@ -156,30 +157,41 @@ func BenchmarkMask(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, vc := range vocabs {
-		b.Run(vc.name, func(b *testing.B) {
-			pieces, stops := vc.load(b)
-			v := NewVocab(pieces, stops)
-			var seqs [][]int32
-			for s := range 4 {
-				seqs = append(seqs, walk(b, g, v, uint64(s+1), 400))
+		for _, check := range []bool{false, true} {
+			name := vc.name + "/mask"
+			if check {
+				name = vc.name + "/check"
 			}
-			logits := make([]float32, v.Size())
-			tokens := 0
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				seq := seqs[i%len(seqs)]
-				m := NewMatcher(g, v)
-				for _, id := range seq {
-					if err := m.Mask(logits); err != nil {
-						b.Fatal(err)
-					}
-					if err := m.Accept(id); err != nil {
-						b.Fatal(err)
-					}
+			b.Run(name, func(b *testing.B) {
+				pieces, stops := vc.load(b)
+				v := NewVocab(pieces, stops)
+				var seqs [][]int32
+				for s := range 4 {
+					seqs = append(seqs, walk(b, g, v, uint64(s+1), 400))
 				}
-				tokens += len(seq)
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(tokens), "ns/token")
-		})
+				logits := make([]float32, v.Size())
+				tokens := 0
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					seq := seqs[i%len(seqs)]
+					m := NewMatcher(g, v)
+					for _, id := range seq {
+						if check {
+							// Generate's shortcut: the sampled token is checked alone
+							if !m.Allows(id) {
+								b.Fatal("refused")
+							}
+						} else if err := m.Mask(logits); err != nil {
+							b.Fatal(err)
+						}
+						if err := m.Accept(id); err != nil {
+							b.Fatal(err)
+						}
+					}
+					tokens += len(seq)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(tokens), "ns/token")
+			})
+		}
 	}
 }

@@ -2,6 +2,7 @@ package grammar
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -110,9 +111,19 @@ func testVocab() (*Vocab, []string) {
 }
 
 func allowedSet(m *Matcher, n int) []string {
+	// the cheap check (before the state's mask exists) agrees with the mask
+	allows := make([]bool, n)
+	for i := range allows {
+		allows[i] = m.Allows(int32(i))
+	}
 	logits := make([]float32, n)
 	if err := m.Mask(logits); err != nil {
 		return nil
+	}
+	for i, l := range logits {
+		if allows[i] != !math.IsInf(float64(l), -1) {
+			return []string{fmt.Sprintf("Allows(%d) = %v disagrees with the mask", i, allows[i])}
+		}
 	}
 	var out []string
 	_, pieces := testVocab()

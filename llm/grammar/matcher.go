@@ -333,13 +333,7 @@ func (m *Matcher) Mask(logits []float32) error {
 	if m.v == nil {
 		return fmt.Errorf("grammar: a matcher without a vocabulary cannot mask: %w", ErrNoToken)
 	}
-	if len(m.a.states) > maxStates {
-		// start the tables over, keeping the current state
-		st := m.a.states[m.cur]
-		m.a = newAutomaton(m.g)
-		m.start = m.a.start()
-		m.cur = m.a.intern(st.stacks, st.partial)
-	}
+	m.trim()
 	mask := m.allowed()
 	n := min(len(logits), len(m.v.pieces))
 	any := false
@@ -362,6 +356,44 @@ func (m *Matcher) Mask(logits []float32) error {
 		logits[i] = inf
 	}
 	return nil
+}
+
+// trim starts the automaton over, keeping the current state, once it holds more than
+// maxStates states (between steps, so no walk holds a state id).
+func (m *Matcher) trim() {
+	if len(m.a.states) > maxStates {
+		st := m.a.states[m.cur]
+		m.a = newAutomaton(m.g)
+		m.start = m.a.start()
+		m.cur = m.a.intern(st.stacks, st.partial)
+	}
+}
+
+// Allows reports whether token id may come next, walking only that token's bytes unless the
+// state's mask is known: a cheap check for a token sampled before masking.
+func (m *Matcher) Allows(id int32) bool {
+	if m.v == nil || id < 0 || int(id) >= len(m.v.pieces) {
+		return false
+	}
+	m.trim()
+	st := m.a.states[m.cur]
+	if st.mask != nil {
+		return st.mask[id>>6]&(1<<(id&63)) != 0
+	}
+	if m.v.stop[id] {
+		return st.accept
+	}
+	p := m.v.pieces[id]
+	if p == "" {
+		return false
+	}
+	s := m.cur
+	for i := 0; i < len(p); i++ {
+		if s = m.a.step(s, p[i]); s == dead {
+			return false
+		}
+	}
+	return true
 }
 
 // Allowed reports whether token id may come next.
