@@ -422,9 +422,19 @@ func (m *Matcher) allowed() []uint64 {
 	for len(walk) > 0 {
 		it := walk[len(walk)-1]
 		walk = walk[:len(walk)-1]
+		src := m.a.states[it.state]
 		for c := v.nodes[it.node].child; c >= 0; c = v.nodes[c].sibling {
 			nd := &v.nodes[c]
-			t := m.a.step(it.state, nd.b)
+			var t int32
+			// the transition table inline (step's fast path): most of a walk is known edges
+			if src.next != nil && src.next[nd.b] != unknown {
+				t = src.next[nd.b] - 1
+				if src.next[nd.b] == dead {
+					t = dead
+				}
+			} else {
+				t = m.a.step(it.state, nd.b)
+			}
 			if t == dead {
 				continue
 			}
