@@ -253,6 +253,7 @@ func TestSchemaForms(t *testing.T) {
 		{"string min", `{"type":"string","minLength":2}`, []string{`"ab"`, `"abc"`}, []string{`"a"`}},
 		{"enum object", `{"enum":[{"a":1},[1,2],"x\"y"]}`, []string{`{"a":1}`, `[1,2]`, `"x\"y"`}, []string{`{"a":2}`}},
 		{"allOf one", `{"allOf":[{"type":"integer"}],"title":"t","description":"d","format":"int32"}`, []string{`5`}, []string{`"5"`}},
+		{"html characters", `{"properties":{"a<b":{"const":"x&y"}},"required":["a<b"]}`, []string{`{"a<b":"x&y"}`}, []string{`{"a\u003cb":"x\u0026y"}`}},
 		{"required not in properties", `{"type":"object","required":["a"]}`, []string{`{"a":{}}`}, []string{`{}`}},
 	}
 	for _, tt := range tests {

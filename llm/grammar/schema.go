@@ -176,8 +176,7 @@ func marshalOrdered(v any) string {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			kb, _ := json.Marshal(k)
-			b.Write(kb)
+			b.WriteString(jsonText(k))
 			b.WriteByte(':')
 			b.WriteString(marshalOrdered(v.vals[k]))
 		}
@@ -192,9 +191,18 @@ func marshalOrdered(v any) string {
 	case json.Number:
 		return v.String()
 	default:
-		b, _ := json.Marshal(v)
-		return string(b)
+		return jsonText(v)
 	}
+}
+
+// jsonText is v as compact JSON, without encoding/json's HTML escapes (a model writes "<" as
+// itself, not as \u003c).
+func jsonText(v any) string {
+	var b bytes.Buffer
+	e := json.NewEncoder(&b)
+	e.SetEscapeHTML(false)
+	_ = e.Encode(v)
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 type converter struct {
@@ -544,8 +552,8 @@ func (c *converter) object(s *omap, hint, path string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		key, _ := json.Marshal(k)
-		name, err := c.add(c.name(hint+"-"+k+"-kv"), fmt.Sprintf("%s %s \":\" %s %s", quote(string(key)), sp, sp, val))
+		key := jsonText(k)
+		name, err := c.add(c.name(hint+"-"+k+"-kv"), fmt.Sprintf("%s %s \":\" %s %s", quote(key), sp, sp, val))
 		if err != nil {
 			return "", err
 		}
