@@ -40,6 +40,7 @@ type state struct {
 	final   bool        // nothing may follow (the only stack is empty)
 	next    *[256]int32 // byte -> state id + 1, dead, or unknown
 	mask    []uint64    // the vocabulary's allowed tokens here, once computed
+	key     string      // the interning key: the same stacks in any matcher of the grammar
 }
 
 // automaton is the lazily built byte-level automaton of one grammar.
@@ -118,7 +119,7 @@ func (a *automaton) intern(stacks [][]int32, partial []byte) int32 {
 	if id, ok := a.index[string(b)]; ok {
 		return id
 	}
-	s := &state{stacks: stacks, partial: slices.Clone(partial)}
+	s := &state{stacks: stacks, partial: slices.Clone(partial), key: string(b)}
 	if len(partial) == 0 {
 		for _, st := range stacks {
 			if len(st) == 0 {
@@ -412,6 +413,10 @@ func (m *Matcher) allowed() []uint64 {
 		return s.mask
 	}
 	v := m.v
+	if shared := m.g.masks.get(maskKey{v, s.key}); shared != nil {
+		s.mask = shared
+		return shared
+	}
 	mask := make([]uint64, (len(v.pieces)+63)/64)
 	if s.accept {
 		for _, id := range v.stops {
@@ -449,6 +454,7 @@ func (m *Matcher) allowed() []uint64 {
 	m.walk = walk
 	s = m.a.states[m.cur]
 	s.mask = mask
+	m.g.masks.put(maskKey{v, s.key}, mask) // read-only from now on
 	return mask
 }
 

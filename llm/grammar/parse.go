@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -57,12 +58,47 @@ func (e *elem) matches(r rune) bool {
 	return e.neg
 }
 
-// Grammar is a compiled grammar. It is immutable and safe for concurrent use.
+// Grammar is a compiled grammar. It is safe for concurrent use: its rules are immutable and
+// the masks its matchers share are kept under a lock.
 type Grammar struct {
 	elems []elem    // every alternative, each ended by kEnd
 	alts  [][]int32 // rule -> the positions its alternatives start at
 	names []string  // rule names (generated rules are named after the rule they came from)
 	root  int32
+	masks maskCache // masks per vocabulary and state, shared by the grammar's matchers
+}
+
+// maxSharedMasks bounds the masks a grammar keeps for its matchers (a recursive grammar has
+// no bound on its states).
+const maxSharedMasks = 4096
+
+// maskCache holds the masks the grammar's matchers computed, so that a later generation with
+// the same grammar (serve's repeated schema, the built-in JSON grammar) starts warm.
+type maskCache struct {
+	mu sync.Mutex
+	m  map[maskKey][]uint64
+}
+
+type maskKey struct {
+	v     *Vocab
+	state string
+}
+
+func (c *maskCache) get(k maskKey) []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[k]
+}
+
+func (c *maskCache) put(k maskKey, mask []uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[maskKey][]uint64{}
+	}
+	if len(c.m) < maxSharedMasks {
+		c.m[k] = mask
+	}
 }
 
 // Rules is the number of rules (generated ones included).

@@ -172,3 +172,25 @@ func TestResponseFormatErrors(t *testing.T) {
 		})
 	}
 }
+
+// A repeated schema reuses its compiled grammar (and so the masks earlier answers computed);
+// the cache keeps the most recent schemas only.
+func TestGrammarCache(t *testing.T) {
+	var c grammarCache
+	a, err := c.get([]byte(testSchema))
+	require.NoError(t, err)
+	b, err := c.get([]byte(testSchema))
+	require.NoError(t, err)
+	assert.Same(t, a, b)
+	for i := range maxCachedGrammars {
+		_, err := c.get([]byte(fmt.Sprintf(`{"const":%d}`, i)))
+		require.NoError(t, err)
+	}
+	assert.Len(t, c.byKey, maxCachedGrammars)
+	b, err = c.get([]byte(testSchema))
+	require.NoError(t, err)
+	assert.NotSame(t, a, b, "the oldest schema was dropped")
+	_, err = c.get([]byte(`{"type":"nope"}`))
+	assert.Error(t, err)
+	assert.Len(t, c.byKey, maxCachedGrammars, "a bad schema is not cached")
+}

@@ -45,6 +45,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -143,6 +144,8 @@ type Server struct {
 	met     *metrics
 	rec     recovery
 	hooks   testHooks
+	// grammars are recent json_schema requests' compiled grammars
+	grammars grammarCache
 }
 
 // testHooks let a test act at a chosen point of a request (kill the backend mid-stream); nil
@@ -376,9 +379,49 @@ type job struct {
 	grammar   *grammar.Grammar // response_format's, nil for text
 }
 
+// maxCachedGrammars bounds the compiled json_schema grammars a server keeps.
+const maxCachedGrammars = 32
+
+// grammarCache keeps the grammars of recent json_schema requests by schema text: an app that
+// sends the same schema every time gets the grammar, and the token masks its earlier answers
+// computed, without compiling it again.
+type grammarCache struct {
+	mu    sync.Mutex
+	byKey map[string]*grammar.Grammar
+	order []string // oldest first
+}
+
+func (c *grammarCache) get(schema []byte) (*grammar.Grammar, error) {
+	key := string(schema)
+	c.mu.Lock()
+	g := c.byKey[key]
+	c.mu.Unlock()
+	if g != nil {
+		return g, nil
+	}
+	g, err := grammar.FromSchema(schema)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byKey == nil {
+		c.byKey = map[string]*grammar.Grammar{}
+	}
+	if _, ok := c.byKey[key]; !ok {
+		if len(c.order) >= maxCachedGrammars {
+			delete(c.byKey, c.order[0])
+			c.order = c.order[1:]
+		}
+		c.byKey[key] = g
+		c.order = append(c.order, key)
+	}
+	return g, nil
+}
+
 // responseGrammar compiles response_format into the grammar generation is held to (nil for
 // text).
-func responseGrammar(f *responseFormat) (*grammar.Grammar, *apiError) {
+func (c *grammarCache) responseGrammar(f *responseFormat) (*grammar.Grammar, *apiError) {
 	if f == nil {
 		return nil, nil
 	}
@@ -392,7 +435,7 @@ func responseGrammar(f *responseFormat) (*grammar.Grammar, *apiError) {
 			return nil, badRequest("response_format.json_schema.schema", "invalid_value",
 				"response_format json_schema needs json_schema.schema")
 		}
-		g, err := grammar.FromSchema(f.JSONSchema.Schema)
+		g, err := c.get(f.JSONSchema.Schema)
 		if err != nil {
 			name := f.JSONSchema.Name
 			if name == "" {
@@ -422,7 +465,7 @@ func (s *Server) validate(q *sampling, prompt []int32, promptParam string) (*job
 	if len(q.Tools) > 0 {
 		return nil, badRequest("tools", "unsupported_value", "tools (function calling) are not supported")
 	}
-	g, e := responseGrammar(q.ResponseFormat)
+	g, e := s.grammars.responseGrammar(q.ResponseFormat)
 	if e != nil {
 		return nil, e
 	}
