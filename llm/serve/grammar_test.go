@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,6 +104,13 @@ func TestJSONSchemaResponses(t *testing.T) {
 		}
 		body := fmt.Sprintf(`{"model":"stories",%s,"max_tokens":400,"temperature":0.9,"seed":%d,
 			"response_format":{"type":"json_schema","json_schema":{"name":"pet","schema":%s}}}`, prompt, i+1, testSchema)
+		if i%10 == 0 {
+			// every tenth streamed: the deltas add up to the answer
+			text, finish, _ := streamChat(t, hs.URL, strings.Replace(body, `{"model"`, `{"stream":true,"model"`, 1))
+			require.Equal(t, "stop", finish, "streamed answer %d ran out of tokens: %s", i, text)
+			texts = append(texts, text)
+			continue
+		}
 		code, b := post(t, hs.URL+path, body)
 		require.Equal(t, 200, code, "%s", b)
 		var resp struct {
