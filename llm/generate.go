@@ -64,6 +64,8 @@ type genConfig struct {
 	reuse     bool    // WithPromptCache
 	ids       []int32 // WithPromptTokens: fed instead of the prompt's encoding
 	spec      *specConfig
+	// constraint holds sampling to a grammar (WithConstraint)
+	constraint Constraint
 }
 
 // GenerateOption configures Generate.
@@ -129,6 +131,9 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 	// a model file overwritten under an unguarded mapping would fault on the first weight read
 	if err := r.m.File.Check(); err != nil {
 		return Result{}, fmt.Errorf("llm: %w", err)
+	}
+	if cfg.constraint != nil && cfg.spec != nil {
+		return Result{}, fmt.Errorf("llm: a constraint cannot be combined with speculative decoding: %w", core.ErrInvalidArgument)
 	}
 	if cfg.spec != nil && cfg.spec.drafter != nil && r.MaxVerify() == 0 {
 		return Result{}, fmt.Errorf("%w: %w", ErrNoVerifyGraphs, core.ErrInvalidArgument)
@@ -207,8 +212,12 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 		return res, err
 	}
 	sampler := NewSampler(cfg.sampler)
+	held := newConstrained(cfg.constraint, cfg.sampler)
 	for {
-		next := sampler.Sample(logits[:min(len(logits), tok.Size())], r.history)
+		next, err := held.sample(sampler, logits[:min(len(logits), tok.Size())], r.history)
+		if err != nil {
+			return r.finish(res, text, t1, c1), err
+		}
 		if tok.IsStop(next) || (next == tok.BOS() && next >= 0) {
 			res.Stop = StopEOS
 			break
@@ -226,6 +235,10 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 					return r.finish(res, text, t1, c1), err
 				}
 			}
+		}
+		if cfg.constraint != nil && cfg.constraint.Done() {
+			res.Stop = StopEOS // the grammar is complete: nothing may follow
+			break
 		}
 		if len(res.Tokens) >= cfg.maxTokens {
 			res.Stop = StopMaxTokens

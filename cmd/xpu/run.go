@@ -73,8 +73,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	spec := addSpecFlags(fs, stats)
 	w8 := addW8A8Flags(fs)
 	sp := addSparseFlags(fs)
+	gf := addGrammarFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--spec auto|retrieval|lookup|off] [--w8a8 [--shadow on|off|pruned] [--calib FILE] [--w8a8-convert]] [--sparse auto|on|off [--sidecar FILE] [--budget SIZE] [--predictor trained|oracle] [--recall-every N] [--eviction lru|lfu] [--threshold-offset F] [--io-readers N] [--io-gap SIZE] [--prefetch=false] [--pin-fixed auto|on|off]] [--stats] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]] [--validate]")
+		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--grammar GBNF | --grammar-file FILE | --json-schema SCHEMA|@FILE] [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--spec auto|retrieval|lookup|off] [--w8a8 [--shadow on|off|pruned] [--calib FILE] [--w8a8-convert]] [--sparse auto|on|off [--sidecar FILE] [--budget SIZE] [--predictor trained|oracle] [--recall-every N] [--eviction lru|lfu] [--threshold-offset F] [--io-readers N] [--io-gap SIZE] [--prefetch=false] [--pin-fixed auto|on|off]] [--stats] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]] [--validate]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseInterspersed(fs, args); !ok {
@@ -116,6 +117,22 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := spec.check(); err != nil {
 		fmt.Fprintf(stderr, "xpu run: %v\n", err)
 		return 2
+	}
+	g, err := gf.compile()
+	if err != nil {
+		fmt.Fprintf(stderr, "xpu run: %v\n", err)
+		return 2
+	}
+	if g != nil {
+		// speculative decoding verifies drafts the grammar has not masked: not combined
+		switch *spec.mode {
+		case "auto":
+			*spec.mode = "off"
+		case "off":
+		default:
+			fmt.Fprintf(stderr, "xpu run: --spec %s cannot be combined with a grammar (--spec off)\n", *spec.mode)
+			return 2
+		}
 	}
 	if err := w8.check(); err != nil {
 		fmt.Fprintf(stderr, "xpu run: %v\n", err)
@@ -244,11 +261,15 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		s.Seed = uint64(time.Now().UnixNano())
 		fmt.Fprintf(stderr, "seed: %d (from the clock; --seed %d repeats this run)\n", s.Seed, s.Seed)
 	}
+	genOpts := []llm.GenerateOption{llm.WithMaxTokens(*n), llm.WithSampler(s)}
+	if g != nil {
+		genOpts = append(genOpts, llm.WithConstraint(llm.GrammarConstraint(r.Model().Tokenizer, g)))
+	}
 	if *chatMode {
 		intr, stopIntr := interrupts()
 		defer stopIntr()
 		return chatLoop(ctx, r, chatIO{in: stdin, out: stdout, errw: stderr, interrupts: intr},
-			*prompt, stops, llm.WithMaxTokens(*n), llm.WithSampler(s))
+			*prompt, stops, genOpts...)
 	}
 	specOpts, err := spec.generateOptions(m, *temp, r.ContextLength(), stderr)
 	if err != nil {
@@ -259,11 +280,11 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		specOpts = append(specOpts, llm.WithPromptTokens(ids))
 	}
 	fmt.Fprint(stdout, *prompt)
-	res, err := r.GenerateUntil(ctx, *prompt, stops, append([]llm.GenerateOption{llm.WithMaxTokens(*n), llm.WithSampler(s),
+	res, err := r.GenerateUntil(ctx, *prompt, stops, append(append(genOpts,
 		llm.WithStream(func(text string) error {
 			_, err := io.WriteString(stdout, text)
 			return err
-		})}, specOpts...)...)
+		})), specOpts...)...)
 	fmt.Fprintln(stdout)
 	if err != nil {
 		return fail(err)

@@ -83,12 +83,21 @@ type sampling struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	N              *int  `json:"n"`
-	Logprobs       any   `json:"logprobs"`
-	Tools          []any `json:"tools"`
-	ResponseFormat *struct {
-		Type string `json:"type"`
-	} `json:"response_format"`
+	N              *int            `json:"n"`
+	Logprobs       any             `json:"logprobs"`
+	Tools          []any           `json:"tools"`
+	ResponseFormat *responseFormat `json:"response_format"`
+}
+
+// responseFormat is OpenAI's response_format: text, json_object (any JSON object) or
+// json_schema (JSON that the schema accepts); the last two hold generation to a grammar.
+type responseFormat struct {
+	Type       string `json:"type"`
+	JSONSchema *struct {
+		Name   string          `json:"name"`
+		Schema json.RawMessage `json:"schema"`
+		Strict *bool           `json:"strict"`
+	} `json:"json_schema"`
 }
 
 type chatRequest struct {

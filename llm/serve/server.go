@@ -47,10 +47,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/grammar"
 	"github.com/xpuhub/xpu/llm/tokenizer"
 )
 
@@ -142,6 +144,8 @@ type Server struct {
 	met     *metrics
 	rec     recovery
 	hooks   testHooks
+	// grammars are recent json_schema requests' compiled grammars
+	grammars grammarCache
 }
 
 // testHooks let a test act at a chosen point of a request (kill the backend mid-stream); nil
@@ -372,7 +376,79 @@ type job struct {
 	stops     []string
 	prompt    []int32 // the tokens the prompt encodes to (for the limits and usage)
 	stream    bool
-	usage     bool // stream a usage chunk at the end
+	usage     bool             // stream a usage chunk at the end
+	grammar   *grammar.Grammar // response_format's, nil for text
+}
+
+// maxCachedGrammars bounds the compiled json_schema grammars a server keeps.
+const maxCachedGrammars = 32
+
+// grammarCache keeps the grammars of recent json_schema requests by schema text: an app that
+// sends the same schema every time gets the grammar, and the token masks its earlier answers
+// computed, without compiling it again.
+type grammarCache struct {
+	mu    sync.Mutex
+	byKey map[string]*grammar.Grammar
+	order []string // oldest first
+}
+
+func (c *grammarCache) get(schema []byte) (*grammar.Grammar, error) {
+	key := string(schema)
+	c.mu.Lock()
+	g := c.byKey[key]
+	c.mu.Unlock()
+	if g != nil {
+		return g, nil
+	}
+	g, err := grammar.FromSchema(schema)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byKey == nil {
+		c.byKey = map[string]*grammar.Grammar{}
+	}
+	if _, ok := c.byKey[key]; !ok {
+		if len(c.order) >= maxCachedGrammars {
+			delete(c.byKey, c.order[0])
+			c.order = c.order[1:]
+		}
+		c.byKey[key] = g
+		c.order = append(c.order, key)
+	}
+	return g, nil
+}
+
+// responseGrammar compiles response_format into the grammar generation is held to (nil for
+// text).
+func (c *grammarCache) responseGrammar(f *responseFormat) (*grammar.Grammar, *apiError) {
+	if f == nil {
+		return nil, nil
+	}
+	switch f.Type {
+	case "", "text":
+		return nil, nil
+	case "json_object":
+		return grammar.JSON(), nil
+	case "json_schema":
+		if f.JSONSchema == nil || len(f.JSONSchema.Schema) == 0 || string(f.JSONSchema.Schema) == "null" {
+			return nil, badRequest("response_format.json_schema.schema", "invalid_value",
+				"response_format json_schema needs json_schema.schema")
+		}
+		g, err := c.get(f.JSONSchema.Schema)
+		if err != nil {
+			name := f.JSONSchema.Name
+			if name == "" {
+				name = "(unnamed)"
+			}
+			return nil, badRequest("response_format.json_schema.schema", "invalid_value",
+				"response_format json_schema %s: %v", name, err)
+		}
+		return g, nil
+	}
+	return nil, badRequest("response_format", "unsupported_value",
+		"response_format %q is not supported (text, json_object or json_schema)", f.Type)
 }
 
 // validate checks what both endpoints share; prompt is the request's prompt tokens.
@@ -390,10 +466,11 @@ func (s *Server) validate(q *sampling, prompt []int32, promptParam string) (*job
 	if len(q.Tools) > 0 {
 		return nil, badRequest("tools", "unsupported_value", "tools (function calling) are not supported")
 	}
-	if q.ResponseFormat != nil && q.ResponseFormat.Type != "" && q.ResponseFormat.Type != "text" {
-		return nil, badRequest("response_format", "unsupported_value", "response_format %q is not supported (only text)", q.ResponseFormat.Type)
+	g, e := s.grammars.responseGrammar(q.ResponseFormat)
+	if e != nil {
+		return nil, e
 	}
-	j := &job{prompt: prompt, stream: q.Stream, stops: q.Stop,
+	j := &job{prompt: prompt, stream: q.Stream, stops: q.Stop, grammar: g,
 		usage: q.StreamOptions != nil && q.StreamOptions.IncludeUsage}
 	if len(j.stops) > 4 {
 		return nil, badRequest("stop", "invalid_value", "at most 4 stop sequences, got %d", len(j.stops))
@@ -611,6 +688,9 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 		id = newID("chatcmpl-")
 	}
 	opts := []llm.GenerateOption{llm.WithMaxTokens(j.maxTokens), llm.WithSampler(j.sampler)}
+	if j.grammar != nil {
+		opts = append(opts, llm.WithConstraint(llm.GrammarConstraint(s.tok, j.grammar)))
+	}
 	nothingSent := func() int { return 0 }
 	if j.stream {
 		sse := newSSE(w)

@@ -306,7 +306,7 @@ func TestBadRequests(t *testing.T) {
 		{"temperature", "/v1/completions", `{"model":"stories","prompt":"hi","temperature":-1}`, 400, "temperature"},
 		{"top_p", "/v1/completions", `{"model":"stories","prompt":"hi","top_p":0}`, 400, "top_p"},
 		{"tools", "/v1/chat/completions", `{"model":"stories","tools":[{"type":"function"}],"messages":[{"role":"user","content":"hi"}]}`, 400, "tools"},
-		{"json mode", "/v1/chat/completions", `{"model":"stories","response_format":{"type":"json_object"},"messages":[{"role":"user","content":"hi"}]}`, 400, "response_format"},
+		{"unknown response_format", "/v1/chat/completions", `{"model":"stories","response_format":{"type":"yaml"},"messages":[{"role":"user","content":"hi"}]}`, 400, "response_format"},
 		{"prompt list", "/v1/completions", `{"model":"stories","prompt":["a","b"]}`, 400, "prompt"},
 		{"unknown path", "/v1/embeddings", `{}`, 404, ""},
 		{"trailing garbage", "/v1/completions", `{"model":"stories","prompt":"hi","max_tokens":2} garbage`, 400, ""},
