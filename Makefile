@@ -12,7 +12,7 @@ CC_ARM64   ?= aarch64-linux-gnu-gcc
 PLUGIN_CFLAGS := -std=c11 -O2 -g -fPIC -Wall -Wextra -Werror -fvisibility=hidden \
                  -Iabi -Iplugins/common -D_GNU_SOURCE
 PLUGIN_LDFLAGS := -shared -lpthread -ldl -lm
-COMMON_HDRS := abi/xpu_backend.h abi/xpu_ir.h plugins/common/xpu_plugin.h plugins/common/xpu_sync.h
+COMMON_HDRS := abi/xpu_backend.h abi/xpu_ir.h abi/xpu_validate.h plugins/common/xpu_plugin.h plugins/common/xpu_sync.h
 
 # the plugin.mk files below define rules of their own: without this, plain `make` would build
 # only the first of them (one plugin) instead of the CLI and every plugin
@@ -46,9 +46,24 @@ vet:
 test-go: all
 	$(GO) test -race -count=1 ./...
 
+# The allocation tests (testing.AllocsPerRun, named *Allocs) skip under -race, which allocates
+# by itself, so test-go never runs them: they get a pass of their own without -race, only those
+# tests in only the packages that have one.
+ALLOC_TEST_PKGS = $(sort $(dir $(shell grep -rl --include='*_test.go' --exclude-dir=build --exclude-dir=.git 'AllocsPerRun' .)))
+.PHONY: test-allocs
+test-allocs:
+	@test -n "$(ALLOC_TEST_PKGS)" || { echo "test-allocs: no AllocsPerRun test found" >&2; exit 1; }
+	$(GO) test -count=1 -run 'Allocs$$' $(ALLOC_TEST_PKGS)
+
 test-conform: all
 	@mkdir -p $(BUILD)/conformance
 	$(BUILD)/xpu conform --all --report $(BUILD)/conformance
+
+# docs/ops.md: the op x dtype coverage matrix of every in-tree backend (neon, opencl via PoCL,
+# the QNN emulator, the Core ML emulator, ref); TestOpsDocIsCurrent fails when it is stale.
+.PHONY: ops-doc
+ops-doc: all
+	$(BUILD)/xpu conform --ops-doc docs/ops.md
 
 # The coreml backend through the emulated Core ML runtime (plugins/coreml/README.md): the whole
 # suite, with reports saying "coreml (emulated runtime)", and the test model's greedy text.
@@ -64,7 +79,7 @@ test-coreml: cli
 # probes 0 (no OpenCL ICD) fails the Go tests and `xpu conform --all` instead of skipping them.
 # Override with XPU_REQUIRE_BACKENDS= (none) or another list where a backend cannot run.
 test: export XPU_REQUIRE_BACKENDS ?= neon,opencl,qnn
-test: deps vet all $(PLUGIN_TESTS) test-fuzz-ir test-go test-conform test-coreml test-arm64
+test: deps vet all $(PLUGIN_TESTS) test-fuzz-ir test-fuzz-plugins test-go test-allocs test-conform test-coreml test-arm64
 	@echo "make test: all checks passed"
 
 # libFuzzer on the C IR reader (abi/xpu_ir.h) under ASan + UBSan. `make fuzz-ir` runs for
@@ -87,6 +102,49 @@ fuzz-ir: $(IR_FUZZ)
 
 test-fuzz-ir:
 	$(MAKE) --no-print-directory fuzz-ir FUZZ_SECONDS=60
+
+# libFuzzer on each plugin whole (abi/fuzz/plugin_fuzz.c linked with the plugin's sources, all
+# under ASan + UBSan): random IR through graph_analyze -> graph_prepare -> execution -> release.
+# `make fuzz-plugins` runs each for FUZZ_SECONDS (default 600); `make test` runs the three at
+# once for 60 s (test-fuzz-plugins), so the wall cost is one minute, not three. Corpora grow in
+# build/fuzz/<plugin>-corpus; a finding is written to build/fuzz as <plugin>-crash-* (or
+# -timeout-*, -leak-*) and fails the target. abi/fuzz/seeds/<plugin> holds every earlier finding
+# (and a MATMUL without inputs), run first each time: a fixed bug that comes back fails at once.
+# OpenCL runs on PoCL (leak checks off: PoCL and LLVM keep allocations to exit); qnn on the
+# emulator, built with the same sanitizers. No -Werror: the plugins are -Werror clean under gcc,
+# their own compiler; clang warns about a few things gcc does not.
+PLUGIN_FUZZ_FLAGS := -std=c11 -g -O1 -Wall -Wextra -fsanitize=fuzzer,address,undefined \
+  -fno-sanitize-recover=all -fno-omit-frame-pointer -Iabi -Iplugins/common -D_GNU_SOURCE
+PLUGIN_FUZZERS := $(BUILD)/fuzz/neon/plugin_fuzz $(BUILD)/fuzz/opencl/plugin_fuzz $(BUILD)/fuzz/qnn/plugin_fuzz
+.PHONY: fuzz-plugins test-fuzz-plugins
+$(BUILD)/fuzz/neon/plugin_fuzz: abi/fuzz/plugin_fuzz.c $(NEON_SRCS) $(NEON_PROBE) $(NEON_HDRS) $(COMMON_HDRS) abi/xpu_ir_build.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(PLUGIN_FUZZ_FLAGS) -DNV_VARIANT='"portable"' -o $@ $< $(NEON_SRCS) $(NEON_PROBE) -lpthread -ldl -lm
+$(BUILD)/fuzz/opencl/plugin_fuzz: abi/fuzz/plugin_fuzz.c $(OPENCL_SRCS) $(OPENCL_HDRS) $(OPENCL_GEN) $(COMMON_HDRS) abi/xpu_ir_build.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(PLUGIN_FUZZ_FLAGS) -I$(dir $(OPENCL_GEN)) -o $@ $< $(OPENCL_SRCS) -lpthread -ldl -lm
+$(BUILD)/fuzz/qnn/libQnnXpuEmu.so: $(QNN_EMU_SRCS) $(QNN_EMU_HDRS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -std=c11 -g -O1 -fPIC -shared -Wall -Wextra -Werror -fsanitize=address,undefined \
+	  -fno-sanitize-recover=all -Iabi -Iplugins/common -D_GNU_SOURCE -o $@ $(QNN_EMU_SRCS) -lpthread -lm
+$(BUILD)/fuzz/qnn/plugin_fuzz: abi/fuzz/plugin_fuzz.c $(QNN_SRCS) $(QNN_HDRS) $(COMMON_HDRS) abi/xpu_ir_build.h $(BUILD)/fuzz/qnn/libQnnXpuEmu.so
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(PLUGIN_FUZZ_FLAGS) -DXPU_QNN_BUILD_ID='"fuzz"' -o $@ $< $(QNN_SRCS) -lpthread -ldl -lm
+
+# one fuzzer per plugin, all at once; each prints its last lines and the recipe fails if any did
+fuzz-plugins: $(PLUGIN_FUZZERS)
+	@set -o pipefail; pids=; for p in neon opencl qnn; do \
+	  mkdir -p $(BUILD)/fuzz/$$p-corpus; \
+	  ( ASAN_OPTIONS=detect_leaks=$$([ $$p = opencl ] && echo 0 || echo 1) XPU_CACHE_DIR=$(BUILD)/fuzz/$$p-cache \
+	    XPU_FUZZ_PLUGIN_DIR=$(BUILD)/fuzz/$$p XPU_QNN_LIBRARY=$(BUILD)/fuzz/qnn/libQnnXpuEmu.so \
+	    $(BUILD)/fuzz/$$p/plugin_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=20 -rss_limit_mb=3072 \
+	      -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/$$p- $(BUILD)/fuzz/$$p-corpus abi/fuzz/seeds/$$p \
+	      > $(BUILD)/fuzz/$$p.log 2>&1; rc=$$?; \
+	    echo "== fuzz $$p: exit $$rc"; grep -v '^#' $(BUILD)/fuzz/$$p.log | tail -20; exit $$rc ) & pids="$$pids $$!"; \
+	done; fail=0; for pid in $$pids; do wait $$pid || fail=1; done; exit $$fail
+
+test-fuzz-plugins:
+	$(MAKE) --no-print-directory fuzz-plugins FUZZ_SECONDS=60
 
 # xpu_ir_parse's time on a chain of N nodes (linear in N)
 bench-ir:
@@ -123,6 +181,14 @@ install-sdk:
 llamacpp-check:
 	@test -n "$(LLAMA_BIN)" || { echo "make llamacpp-check: set LLAMA_BIN to a llama.cpp build's bin folder (llama-quantize, llama-simple)" >&2; exit 2; }
 	LLAMA_BIN="$(LLAMA_BIN)" go test -count=1 -v -run 'TestLlamaCpp' ./cmd/xpu/
+
+# make test checks xpu quantize and the tokenizers against llama.cpp's outputs stored as golden
+# files (cmd/xpu/testdata/llamacpp, llm/tokenizer/testdata/llamacpp_ids.json); this rewrites
+# them from a llama.cpp build (LLAMA_BIN with llama-quantize and llama-tokenize); not in make test.
+.PHONY: llamacpp-goldens
+llamacpp-goldens:
+	@test -n "$(LLAMA_BIN)" || { echo "make llamacpp-goldens: set LLAMA_BIN to a llama.cpp build's bin folder (llama-quantize, llama-tokenize)" >&2; exit 2; }
+	bash scripts/llamacpp-goldens.sh "$(LLAMA_BIN)" $(LLAMA_CPP_COMMIT)
 
 # Side by side with llama.cpp's llama-bench on the same GGUF files (docs/PERFORMANCE.md):
 # LLAMA_BIN=<llama.cpp build/bin> is required, nothing is downloaded; VS_MODELS="a.gguf b.gguf"

@@ -277,6 +277,9 @@ func (c *devContext) Prepare(ctx context.Context, g *core.Graph, opts ...core.Pr
 		}
 		return nil, fmt.Errorf("%s: prepare: %w", id, err)
 	}
+	if v, ok := c.calls.(*Validator); ok {
+		v.notePrepared(h, g) // the validation layer compares the first run with the reference
+	}
 	c.adjust(1)
 	return &executable{c: c, h: h, g: g, verdicts: verdicts}, nil
 }

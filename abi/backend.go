@@ -12,9 +12,23 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
+// BackendOption configures NewBackend.
+type BackendOption func(*backendConfig)
+
+type backendConfig struct{ validate bool }
+
+// WithValidation installs the validation layer (Validated) under the backend's devices: every
+// call is checked against the ABI's rules, a broken rule is an error wrapping ErrValidation.
+// Without it the layer is not installed at all.
+func WithValidation() BackendOption { return func(c *backendConfig) { c.validate = true } }
+
 // NewBackend presents an opened plugin as a core.Backend (its Score is the plugin's probe
 // score). Closing the backend closes the plugin.
-func NewBackend(p *Plugin) (core.Backend, error) {
+func NewBackend(p *Plugin, opts ...BackendOption) (core.Backend, error) {
+	var cfg backendConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	b := &backend{p: p}
 	pc := NewPluginCalls(p)
 	calls := func() (Calls, error) { return pc, nil }
@@ -28,12 +42,19 @@ func NewBackend(p *Plugin) (core.Backend, error) {
 	if n > 1024 {
 		return nil, fmt.Errorf("%s: device_count says %d devices: %w", b.info.Name, n, core.ErrInternal)
 	}
+	infos := make([]core.DeviceInfo, n)
 	for i := range n {
 		di, st := p.DeviceInfo(i)
 		if st != StatusOK {
 			return nil, fmt.Errorf("%s: device_info(%d): %w", b.info.Name, i, st.Err(p.LastError(0)))
 		}
-		b.devs = append(b.devs, NewDevice(calls, i, di))
+		infos[i] = di
+	}
+	if cfg.validate {
+		calls = Validated(calls, b.info.Name, infos)
+	}
+	for i, di := range infos {
+		b.devs = append(b.devs, NewDevice(calls, uint32(i), di))
 	}
 	return b, nil
 }

@@ -13,13 +13,18 @@ import (
 // ns), so ns/op is purego's and the adapter's overhead of two calls:
 //
 //	go test ./abi -run X -bench CallOverhead
-func BenchmarkCallOverhead(b *testing.B) {
+func BenchmarkCallOverhead(b *testing.B) { benchCallOverhead(b) }
+
+// BenchmarkCallOverheadValidated is BenchmarkCallOverhead with the validation layer on.
+func BenchmarkCallOverheadValidated(b *testing.B) { benchCallOverhead(b, WithValidation()) }
+
+func benchCallOverhead(b *testing.B, opts ...BackendOption) {
 	p, err := Open(plugintest.Plugin(b))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer p.Close()
-	be, err := NewBackend(p)
+	be, err := NewBackend(p, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,12 +13,13 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/safefile"
 )
 
 // ABI version this host speaks, as XPU_ABI_MAJOR / XPU_ABI_MINOR.
 const (
 	ABIMajor = 1
-	ABIMinor = 0
+	ABIMinor = 1
 )
 
 // Exported symbol names every plugin has.
@@ -81,7 +82,7 @@ func loadLibrary(path string) (lib *library, err error) {
 		return nil, fmt.Errorf("plugin %s: not a regular file (%v): %w", path, st.Mode().Type(),
 			core.ErrInvalidArgument)
 	}
-	f, err := os.Open(abs)
+	f, err := safefile.Open(abs) // non-blocking: a FIFO swapped in after the Stat is refused too
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("plugin %s: file missing: %w", path, core.ErrNotFound)
@@ -122,7 +123,35 @@ func loadLibrary(path string) (lib *library, err error) {
 		libraries.open = map[string]*Plugin{}
 	}
 	libraries.byPath[abs] = lib
+	notifyLoad(abs)
 	return lib, nil
+}
+
+var loadHooks struct {
+	sync.Mutex
+	fns    []func(path string)
+	loaded []string
+}
+
+// OnLoad registers f to be called with the absolute path of every plugin library this process
+// loads in-process, those loaded before the call included: a crash reporter maps a faulting
+// address to the plugin it belongs to. f runs on the loading goroutine; it must be quick.
+func OnLoad(f func(path string)) {
+	loadHooks.Lock()
+	defer loadHooks.Unlock()
+	loadHooks.fns = append(loadHooks.fns, f)
+	for _, p := range loadHooks.loaded {
+		f(p)
+	}
+}
+
+func notifyLoad(path string) {
+	loadHooks.Lock()
+	defer loadHooks.Unlock()
+	loadHooks.loaded = append(loadHooks.loaded, path)
+	for _, f := range loadHooks.fns {
+		f(path)
+	}
 }
 
 // recoverTo turns a panic at the purego boundary into ErrInternal: no panic crosses the API.

@@ -161,6 +161,8 @@ func (p *Plugin) DeviceInfo(dev uint32) (core.DeviceInfo, Status) {
 		Caps: core.Caps(out.Caps), Name: goString(out.Name[:]), Vendor: goString(out.Vendor[:]),
 		Driver: goString(out.DriverVersion[:]), MemoryBytes: out.MemoryBytes,
 		ComputeUnits: int(out.ComputeUnits),
+		Peaks: core.Peaks{ReadBytesPerSec: out.PeakReadBytesPerSec, FLOPSF32: out.PeakFLOPSF32,
+			FLOPSF16: out.PeakFLOPSF16, OPSInt8: out.PeakOPSInt8},
 	}, st
 }
 

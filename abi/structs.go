@@ -49,6 +49,11 @@ type cDeviceInfo struct {
 	Name          [128]byte `c:"name"`
 	Vendor        [64]byte  `c:"vendor"`
 	DriverVersion [64]byte  `c:"driver_version"`
+	// ABI 1.1
+	PeakReadBytesPerSec uint64 `c:"peak_read_bytes_per_s"`
+	PeakFLOPSF32        uint64 `c:"peak_flops_f32"`
+	PeakFLOPSF16        uint64 `c:"peak_flops_f16"`
+	PeakOPSInt8         uint64 `c:"peak_ops_int8"`
 }
 
 type cOpQuery struct {

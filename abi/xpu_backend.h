@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 #define XPU_ABI_MAJOR 1u /* a mismatch makes the loader refuse the plugin */
-#define XPU_ABI_MINOR 0u /* additive changes only */
+#define XPU_ABI_MINOR 1u /* additive changes only; 1: xpu_device_info's declared peaks */
 #define XPU_OPSET_VERSION 4u /* v2: K-quant dtypes, ATTENTION mask; v3: int8 MATMUL, SHADOW_MATMUL, SPARSE_FFN; v4: ATTENTION on a KV head range (abi/OPS.md) */
 
 #if defined(_WIN32)
@@ -158,6 +158,13 @@ typedef struct xpu_device_info {
   char name[128];
   char vendor[64];
   char driver_version[64];
+  /* ABI 1.1, optional: the device's declared peaks, 0 = unknown (a plugin built against 1.0
+   * never writes them: struct_size stops before them). `xpu conform --perf` prints what each op
+   * achieves beside them; for a CPU without a declared bandwidth it measures the machine's. */
+  uint64_t peak_read_bytes_per_s; /* memory read bandwidth weights stream at */
+  uint64_t peak_flops_f32;        /* floating-point operations per second, a multiply-add = 2 */
+  uint64_t peak_flops_f16;
+  uint64_t peak_ops_int8;         /* int8 operations per second, a multiply-add = 2 */
 } xpu_device_info;
 
 /* ---------------------------------------------------------------- capability */

@@ -28,6 +28,7 @@ func abiCases() []testCase {
 		{"import-ranges", (*abiCheck).importRanges},
 		{"bad-ir", (*abiCheck).badIR},
 		{"huge-shapes", (*abiCheck).hugeShapes},
+		{"rejected-shapes", (*abiCheck).rejectedShapes},
 		{"null-pointers", (*abiCheck).nullPointers},
 		{"fences-and-submit", (*abiCheck).fences},
 		{"release-in-flight", (*abiCheck).releaseInFlight},
@@ -483,6 +484,42 @@ func (c *abiCheck) hugeShapes() {
 			c.p.ExecutableRelease(exe)
 		}
 		c.expect("graph_prepare("+gr.name+")", ctx, st, abi.StatusInvalidArg)
+	}
+}
+
+// rejectedShapes sends every node core.InferOutput refuses (core.RejectedNodes: wrong arity,
+// shapes, dtypes, attributes, outputs) as raw IR, which the Go adapter would never let through.
+// The plugin must answer NO for the node (or refuse the IR) and refuse to prepare it: its C
+// rules (abi/xpu_validate.h) and the Go ones agree, and no kernel sees a node it cannot run.
+func (c *abiCheck) rejectedShapes() {
+	ctx, ok := c.context()
+	if !ok {
+		return
+	}
+	for _, rn := range core.RejectedNodes() {
+		blob, err := abi.EncodeGraph(rn.Graph, nil)
+		if err != nil {
+			c.res.fail(CatError, "encoding %q: %v", rn.Name, err)
+			continue
+		}
+		vs, st := c.p.GraphAnalyze(ctx, blob, 1)
+		switch {
+		case st == abi.StatusOK && len(vs) == 1 && vs[0].Verdict == core.VerdictNo:
+			if vs[0].Reason == "" {
+				c.res.fail(CatError, "graph_analyze(%s): NO without a reason", rn.Name)
+			}
+		case st == abi.StatusOK:
+			c.res.fail(CatError, "graph_analyze(%s): accepted a node the op's rules refuse", rn.Name)
+		default:
+			c.expect("graph_analyze("+rn.Name+")", ctx, st, abi.StatusInvalidArg, abi.StatusUnsupported)
+		}
+		exe, st := c.p.GraphPrepare(ctx, blob, "", nil)
+		if st == abi.StatusOK {
+			c.p.ExecutableRelease(exe)
+			c.res.fail(CatError, "graph_prepare(%s): prepared a node the op's rules refuse", rn.Name)
+			continue
+		}
+		c.expect("graph_prepare("+rn.Name+")", ctx, st, abi.StatusInvalidArg, abi.StatusUnsupported)
 	}
 }
 

@@ -108,10 +108,15 @@ func (r *runner) prepare(ctx context.Context, res *CaseResult, build func(b *bui
 	exe, err := cctx.Prepare(ctx, g)
 	if err != nil {
 		cat := CatCapabilityLie
-		if errors.Is(err, core.ErrBackendCrashed) {
-			cat = CatCrash
+		if errors.Is(err, core.ErrBackendCrashed) || errors.Is(err, core.ErrTimeout) {
+			cat = errCategory(err, false)
 		}
 		res.fail(cat, "graph_analyze accepted every node, then prepare failed: %v", err)
+		return nil
+	}
+	if r.cfg.analyzeOnly {
+		closeAndRecord(res, "executable", exe)
+		res.Reason = analyzedOnly
 		return nil
 	}
 	return &prepared{g: g, inputs: inputs, exe: exe, th: th, prec: prec}
@@ -169,8 +174,8 @@ func (r *runner) runGraph(ctx context.Context, res *CaseResult, s graphSpec) {
 		switch {
 		case err == nil:
 			res.fail(CatError, "execution succeeded; OPS.md requires it to fail with %v", s.expectErr)
-		case errors.Is(err, core.ErrBackendCrashed):
-			res.fail(CatCrash, "execute: %v", err)
+		case errors.Is(err, core.ErrBackendCrashed) || errors.Is(err, core.ErrTimeout):
+			res.fail(errCategory(err, false), "execute: %v", err)
 		case !errors.Is(err, s.expectErr):
 			res.fail(CatError, "execution failed with %v; OPS.md requires %v", err, s.expectErr)
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -200,4 +201,28 @@ func TestContextCloseAtEndIsPrinted(t *testing.T) {
 	assert.Contains(t, out.String(), "ABI(context-close-at-end): FAIL [error]")
 	assert.Contains(t, out.String(), "rerun: xpu conform --plugin "+plugins["MUT_CTX_LEAK"]+
 		` --filter '^RELU\(dtype=f32,shape=\[17\]\)$' --seed 0`)
+}
+
+// A hung isolated plugin used to cost every later case its execute timeout (30 s × 41 cases):
+// the first timeout is one clear failure and the plugin's remaining cases are skipped.
+func TestHungIsolatedPluginIsSkippedAfterOneTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts plugin-host child processes: not in -short")
+	}
+	plugins := buildMutants(t, "MUT_HANG")
+	start := time.Now()
+	rep := runPluginWith(t, plugins["MUT_HANG"], []loader.Option{loader.Isolated(), loader.WithExecuteTimeout(time.Second)},
+		WithFilter(regexp.MustCompile(`^(SCALE\(dtype=f32,shape=\[(7|17)\]\)|ADD\(dtype=f32,a=\[7\],b=\[7\]\))$`)))
+	require.Len(t, rep.Cases, 3)
+	first := rep.Cases[0]
+	assert.Equal(t, "SCALE", first.Op)
+	assert.Equal(t, StatusFail, first.Status)
+	assert.Equal(t, CatTimeout, first.Category, "%v", first.Errors)
+	assert.Contains(t, strings.Join(first.Errors, "\n"), "remaining cases are skipped")
+	for _, c := range rep.Cases[1:] {
+		assert.Equal(t, StatusSkipped, c.Status, c.Name)
+		assert.Contains(t, c.Reason, "timed out in "+first.Name)
+	}
+	assert.Equal(t, 1, rep.Failed)
+	assert.Less(t, time.Since(start), 20*time.Second, "the later cases waited for their own timeouts")
 }

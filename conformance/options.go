@@ -14,18 +14,20 @@ import (
 type ReferenceFunc func(ctx context.Context, g *core.Graph, inputs [][]byte) ([][]byte, error)
 
 type config struct {
-	device     int
-	filter     *regexp.Regexp
-	seed       uint64
-	reportDir  string
-	progress   io.Writer
-	repro      string
-	reference  ReferenceFunc
-	tolerances Tolerances
-	plugin     *abi.Plugin
-	levels     map[int]bool
-	version    string // WithBuild
-	commit     string
+	device      int
+	filter      *regexp.Regexp
+	seed        uint64
+	reportDir   string
+	progress    io.Writer
+	repro       string
+	reference   ReferenceFunc
+	tolerances  Tolerances
+	plugin      *abi.Plugin
+	levels      map[int]bool
+	analyzeOnly bool // coverage: a case ends once prepared (WithAnalyzeOnly)
+	abiRunner   func(ctx context.Context) ([]CaseResult, error)
+	version     string // WithBuild
+	commit      string
 }
 
 // Option configures Run.
@@ -60,6 +62,16 @@ func WithTolerances(t Tolerances) Option { return func(c *config) { c.tolerances
 // lifecycle) cases. By default it is abi.PluginOf(backend); without one (the reference, an
 // isolated plugin) level 1 is skipped.
 func WithPlugin(p *abi.Plugin) Option { return func(c *config) { c.plugin = p } }
+
+// WithABIRunner gives the level-1 (raw ABI) cases to run when the backend is not loaded in this
+// process (an isolated plugin), so that both modes run the same levels: run returns their
+// results, typically from a child process that loads the plugin file and runs level 1 in
+// process (a crash there fails a case, not the suite). Results whose names are not level-1
+// cases of this suite (a failure at the child's end, such as a shutdown that leaks) are added
+// after the suite's cases. Without it, level 1 is skipped for such a backend.
+func WithABIRunner(run func(ctx context.Context) ([]CaseResult, error)) Option {
+	return func(c *config) { c.abiRunner = run }
+}
 
 // WithLevels runs only the given levels (1 ABI, 2 ops, 3 buffers, 4 graphs, 5 models).
 func WithLevels(levels ...int) Option {

@@ -25,6 +25,7 @@ type Category string
 // Failure categories, most severe first.
 const (
 	CatNone             Category = ""
+	CatTimeout          Category = "timeout"          // a call did not return in time (an isolated backend is killed)
 	CatCrash            Category = "crash"            // the backend process died
 	CatCapabilityLie    Category = "capability-lie"   // claimed support, then refused at prepare or execute
 	CatError            Category = "error"            // an unexpected error status, or a missing expected one
@@ -34,7 +35,7 @@ const (
 	CatNondeterministic Category = "nondeterministic" // two runs gave different bytes
 )
 
-var severity = map[Category]int{CatCrash: 7, CatCapabilityLie: 6, CatError: 5, CatOutOfBounds: 4,
+var severity = map[Category]int{CatTimeout: 8, CatCrash: 7, CatCapabilityLie: 6, CatError: 5, CatOutOfBounds: 4,
 	CatNaN: 3, CatMismatch: 2, CatNondeterministic: 1}
 
 // CaseResult is one case's record in the reports.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/xpuhub/xpu/abi"
@@ -37,6 +38,14 @@ type runner struct {
 	cctx   core.Context
 	ctxErr error
 	down   error // set when the backend crashed and could not be brought back
+	hung   error // set when a call timed out: the backend's remaining cases are skipped
+
+	// level 1 run elsewhere (WithABIRunner): its results, by name, fetched on first use
+	abiRan     bool
+	abiErr     error
+	abiShown   bool
+	abiResults map[string]CaseResult
+	abiOrder   []string
 }
 
 // Run puts backend b through the conformance suite and returns its report (and writes the
@@ -80,7 +89,8 @@ func Run(ctx context.Context, b core.Backend, opts ...Option) (*Report, error) {
 			return nil, err
 		}
 	}
-	for _, tc := range allCases() {
+	cases := allCases()
+	for _, tc := range cases {
 		if cfg.levels != nil && !cfg.levels[tc.level] {
 			continue
 		}
@@ -90,7 +100,21 @@ func Run(ctx context.Context, b core.Backend, opts ...Option) (*Report, error) {
 		if err := ctx.Err(); err != nil {
 			return rep, fmt.Errorf("conformance: %w", err)
 		}
-		res := r.runCase(ctx, tc)
+		var res CaseResult
+		if tc.level == 1 && r.plugin == nil && cfg.abiRunner != nil {
+			res = r.abiCase(ctx, tc)
+		} else {
+			res = r.runCase(ctx, tc)
+		}
+		rep.add(res)
+		progress(cfg.progress, res)
+	}
+	// what the level-1 run reported beyond the suite's cases (its end-of-run checks)
+	for _, name := range r.abiOrder {
+		if slices.ContainsFunc(cases, func(tc testCase) bool { return tc.name == name }) {
+			continue // a case this run's filter left out
+		}
+		res := r.abiResults[name]
 		rep.add(res)
 		progress(cfg.progress, res)
 	}
@@ -131,6 +155,11 @@ func (r *runner) runCase(ctx context.Context, tc testCase) (res CaseResult) {
 				r.cfg.seed)
 		}
 	}()
+	if r.hung != nil {
+		// one failure says it: a backend that hangs would cost every later case its timeout
+		res.Status, res.Reason = StatusSkipped, fmt.Sprintf("not run: %v", r.hung)
+		return res
+	}
 	if r.down != nil {
 		res.fail(CatCrash, "not run: %v", r.down)
 		return res
@@ -138,9 +167,48 @@ func (r *runner) runCase(ctx context.Context, tc testCase) (res CaseResult) {
 	caseCtx, cancel := context.WithTimeout(ctx, caseTimeout)
 	defer cancel()
 	tc.run(r, caseCtx, &res)
-	if res.Category == CatCrash {
+	switch res.Category {
+	case CatTimeout:
+		r.hung = fmt.Errorf("the backend timed out in %s", tc.name)
+		res.fail(CatTimeout, "the backend's remaining cases are skipped (a hung backend would cost each its timeout)")
+		r.recoverFromCrash(ctx, tc.name)
+	case CatCrash:
 		r.recoverFromCrash(ctx, tc.name)
 	}
+	return res
+}
+
+// abiCase is a level-1 case of a backend not loaded in this process: its result from the
+// WithABIRunner run, which runs once, on the first such case.
+func (r *runner) abiCase(ctx context.Context, tc testCase) CaseResult {
+	if !r.abiRan {
+		r.abiRan = true
+		results, err := r.cfg.abiRunner(ctx)
+		r.abiErr = err
+		r.abiResults = map[string]CaseResult{}
+		for _, c := range results {
+			if _, dup := r.abiResults[c.Name]; !dup {
+				r.abiOrder = append(r.abiOrder, c.Name)
+			}
+			r.abiResults[c.Name] = c
+		}
+	}
+	res := CaseResult{Name: tc.name, Level: tc.level, Op: tc.op, DType: tc.dtype, Status: StatusPass}
+	if c, ok := r.abiResults[tc.name]; ok {
+		delete(r.abiResults, tc.name)
+		r.abiOrder = slices.DeleteFunc(r.abiOrder, func(n string) bool { return n == tc.name })
+		return c
+	}
+	switch {
+	case r.abiErr != nil && !r.abiShown:
+		r.abiShown = true
+		res.fail(CatCrash, "the level-1 run in a process of its own failed: %v", r.abiErr)
+	case r.abiErr != nil:
+		res.Status, res.Reason = StatusSkipped, "not run: the level-1 run failed (see the first ABI case)"
+	default:
+		res.fail(CatError, "the level-1 run in a process of its own did not report this case")
+	}
+	res.Repro = fmt.Sprintf("%s --filter '^%s$' --seed %d", r.cfg.repro, regexp.QuoteMeta(tc.name), r.cfg.seed)
 	return res
 }
 
@@ -194,6 +262,8 @@ func (r *runner) context(ctx context.Context) (core.Context, error) {
 // so an "unsupported" answer now is a capability lie.
 func errCategory(err error, claimed bool) Category {
 	switch {
+	case errors.Is(err, core.ErrTimeout):
+		return CatTimeout
 	case errors.Is(err, core.ErrBackendCrashed):
 		return CatCrash
 	case claimed && (errors.Is(err, core.ErrUnsupported) || errors.Is(err, core.ErrIncompatible)):

@@ -93,6 +93,16 @@ type DeviceInfo struct {
 	Driver       string
 	MemoryBytes  uint64
 	ComputeUnits int
+	Peaks        Peaks // declared by the backend; zero fields are unknown
+}
+
+// Peaks are what a device declares it can reach at most, each 0 when unknown (xpu_device_info's
+// ABI 1.1 fields).
+type Peaks struct {
+	ReadBytesPerSec uint64 // memory read bandwidth
+	FLOPSF32        uint64 // f32 operations per second, a multiply-add counting 2
+	FLOPSF16        uint64
+	OPSInt8         uint64
 }
 
 // ID is "backend:index", the name the CLI and placement policies use.

@@ -144,7 +144,7 @@ func inferOutput(n *Node, forceDType DType, forceShape Shape) (DType, Shape, err
 		if kvHeads == 0 || q[1]%kvHeads != 0 {
 			return 0, nil, fmt.Errorf("query heads %d not a multiple of kv heads %d", q[1], kvHeads)
 		}
-		if len(in) == 4 && (in[3].DType != I32 || in[3].Shape.NumElements() != 1) {
+		if len(in) >= 4 && (in[3].DType != I32 || in[3].Shape.NumElements() != 1) {
 			return 0, nil, fmt.Errorf("q_offset must be i32 [1], got %s", in[3])
 		}
 		if len(in) == 5 {
@@ -198,7 +198,7 @@ func inferOutput(n *Node, forceDType DType, forceShape Shape) (DType, Shape, err
 		if !to.Quantized() && to != I8 {
 			return 0, nil, fmt.Errorf("quantize to %s not allowed", to)
 		}
-		if to == I8 && n.FAttr[0] <= 0 {
+		if to == I8 && !(n.FAttr[0] > 0) {
 			return 0, nil, fmt.Errorf("i8 quantize needs a positive scale")
 		}
 		if err := checkShape(to, in[0].Shape); err != nil {

@@ -66,7 +66,7 @@ func (g *Graph) Opset() uint32 {
 			return 4
 		case n.Op == OpShadowMatMul || n.Op == OpSparseFFN:
 			v = max(v, 3)
-		case n.Op == OpMatMul && (len(n.Inputs) > 2 || n.Inputs[0].DType == I8):
+		case n.Op == OpMatMul && (len(n.Inputs) > 2 || len(n.Inputs) > 0 && n.Inputs[0] != nil && n.Inputs[0].DType == I8):
 			v = max(v, 3)
 		case n.Op == OpAttention && len(n.Inputs) > 4:
 			v = max(v, 2)

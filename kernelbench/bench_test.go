@@ -14,6 +14,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/internal/required"
 	"github.com/xpuhub/xpu/loader"
 	"github.com/xpuhub/xpu/sched/energy"
 )
@@ -323,7 +324,7 @@ func TestSuiteQuick(t *testing.T) {
 	}
 	be, err := neonOnce()
 	if err != nil {
-		t.Skipf("neon plugin not available: %v", err)
+		required.Skip(t, "neon", "neon plugin not available: %v", err)
 	}
 	GEMMShapes, GEMVShapes = []Shape{{8, 64, 64}}, []Shape{{1, 64, 64}}
 	defer func() {

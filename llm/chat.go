@@ -195,16 +195,15 @@ func (t *ChatTemplate) RenderToolsContext(ctx context.Context, msgs []Message, t
 }
 
 // Chat is a multi-turn conversation on one Runner. Each turn renders the whole conversation
-// with the template and feeds the runner only what its KV cache does not already hold (the
-// cache is kept between turns when the new prompt's tokens extend the cached ones; otherwise
-// the prompt is prefilled again from the start). Not safe for concurrent use.
+// with the template and feeds the runner only what its KV cache does not already hold: the
+// cache is kept up to the longest prefix its tokens share with the new prompt's
+// (WithPromptCache). Not safe for concurrent use.
 type Chat struct {
 	r      *Runner
 	tmpl   *ChatTemplate
 	stops  []string
 	system string
 	msgs   []Message
-	cached string // the text whose tokens are in the runner's cache ("" : unknown, start over)
 }
 
 type chatConfig struct {
@@ -264,7 +263,6 @@ func (c *Chat) Reset() {
 		c.msgs = append(c.msgs, Message{Role: "system", Content: c.system})
 	}
 	c.r.Reset()
-	c.cached = ""
 }
 
 // Messages returns the conversation so far.
@@ -280,7 +278,6 @@ func (c *Chat) Send(ctx context.Context, user string, opts ...GenerateOption) (R
 	msgs := append(slices.Clone(c.msgs), Message{Role: "user", Content: user})
 	res, err := c.complete(ctx, msgs, nil, opts...)
 	if err != nil {
-		c.cached = ""
 		return res, err
 	}
 	c.msgs = append(msgs, Message{Role: "assistant", Content: res.Text})
@@ -298,11 +295,7 @@ func (c *Chat) Complete(ctx context.Context, msgs []Message, opts ...GenerateOpt
 // (ChatTemplate.RenderToolsContext); the reply is the model's text, which a caller parses for
 // calls in the model family's format.
 func (c *Chat) CompleteTools(ctx context.Context, msgs []Message, tools []any, opts ...GenerateOption) (Result, error) {
-	res, err := c.complete(ctx, msgs, tools, opts...)
-	if err != nil {
-		c.cached = ""
-	}
-	return res, err
+	return c.complete(ctx, msgs, tools, opts...)
 }
 
 // Prompt renders msgs with the generation prompt and returns the text and the tokens the
@@ -431,31 +424,20 @@ func (c *Chat) complete(ctx context.Context, msgs []Message, tools []any, opts .
 	if err != nil {
 		return Result{}, err
 	}
-	if c.cached != "" && strings.HasPrefix(prompt, c.cached) {
-		// Reuse the cache when the whole prompt's tokens begin with the cached ones (a merge
-		// across the boundary would make them differ) and feed only the tokens past them.
-		have := c.r.Tokens()
-		if len(full) > len(have) && slices.Equal(full[:len(have)], have) {
-			opts = append(slices.Clone(opts), WithKeepCache(), WithPromptTokens(full[len(have):]))
-		}
-	}
+	// The cache is reused up to where its tokens and the whole conversation's part (a reply
+	// re-encoded as the template renders it may split differently, a stop string leaves text
+	// past the reply): only the tokens past that are fed.
+	opts = append(slices.Clone(opts), WithPromptCache(), WithPromptTokens(full))
 	res, err := c.r.GenerateUntil(ctx, prompt, c.stops, opts...)
 	if err != nil {
 		return res, err
 	}
-	// After an end-of-turn stop the cache holds the prompt and every generated token. At the
-	// token budget the last token was sampled but not fed: feed it, so that the next turn can
-	// continue from the cache. After a stop string the cache holds text past the reply, and
-	// the next turn starts over.
-	c.cached = ""
-	switch {
-	case res.Stop == StopEOS:
-		c.cached = prompt + res.Text
-	case res.Stop == StopMaxTokens && len(res.Tokens) > 0 && c.r.Len() < c.r.ContextLength():
+	// At the token budget the last token was sampled but not fed: feed it, so that the next
+	// turn finds the whole reply in the cache.
+	if res.Stop == StopMaxTokens && len(res.Tokens) > 0 && c.r.Len() < c.r.ContextLength() {
 		if _, err := c.r.Decode(ctx, res.Tokens[len(res.Tokens)-1]); err != nil {
 			return res, err
 		}
-		c.cached = prompt + res.Text
 	}
 	return res, nil
 }

@@ -24,7 +24,10 @@ const (
 type Result struct {
 	Text         string
 	Tokens       []int32 // generated tokens (without the stop token)
-	PromptTokens int
+	PromptTokens int     // the prompt tokens fed (prefilled) for this generation
+	// CachedTokens is how many of the prompt's tokens were already in the cache and not fed
+	// again (WithPromptCache); the prompt is CachedTokens + PromptTokens long.
+	CachedTokens int
 	Stop         StopReason
 	Prefill      time.Duration
 	Decode       time.Duration
@@ -58,8 +61,11 @@ type genConfig struct {
 	stream    func(text string) error
 	onToken   func(id int32) error
 	keep      bool
+	reuse     bool    // WithPromptCache
 	ids       []int32 // WithPromptTokens: fed instead of the prompt's encoding
 	spec      *specConfig
+	// constraint holds sampling to a grammar (WithConstraint)
+	constraint Constraint
 }
 
 // GenerateOption configures Generate.
@@ -86,6 +92,14 @@ func WithTokenCallback(f func(id int32) error) GenerateOption {
 // WithKeepCache continues from the tokens already in the cache instead of starting over (a
 // chat's next turn).
 func WithKeepCache() GenerateOption { return func(c *genConfig) { c.keep = true } }
+
+// WithPromptCache reuses the longest prefix that the prompt's tokens (with BOS when the
+// vocabulary asks for it, or those of WithPromptTokens) share with the tokens in the cache: the
+// cache is truncated to that prefix and only the rest is prefilled, so that a request resending
+// a conversation, or any prompt sharing a beginning with the last one, skips the shared part.
+// At least the prompt's last token is fed, for its logits. Result.CachedTokens says how many
+// were reused. WithKeepCache takes precedence: it continues after the whole cache.
+func WithPromptCache() GenerateOption { return func(c *genConfig) { c.reuse = true } }
 
 // WithPromptTokens feeds ids instead of encoding the prompt string (which is then ignored):
 // a chat continuing its cache feeds the tokens the whole conversation encodes to past the
@@ -114,16 +128,33 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 	if err := cfg.sampler.Validate(); err != nil {
 		return Result{}, err
 	}
+	// a model file overwritten under an unguarded mapping would fault on the first weight read
+	if err := r.m.File.Check(); err != nil {
+		return Result{}, fmt.Errorf("llm: %w", err)
+	}
+	if cfg.constraint != nil && cfg.spec != nil {
+		return Result{}, fmt.Errorf("llm: a constraint cannot be combined with speculative decoding: %w", core.ErrInvalidArgument)
+	}
 	if cfg.spec != nil && cfg.spec.drafter != nil && r.MaxVerify() == 0 {
 		return Result{}, fmt.Errorf("%w: %w", ErrNoVerifyGraphs, core.ErrInvalidArgument)
 	}
 	tok := r.m.Tokenizer
-	if !cfg.keep {
-		r.Reset()
-	}
 	ids := cfg.ids
 	if ids == nil {
 		ids = tok.Encode(prompt, !cfg.keep)
+	}
+	cached := 0
+	switch {
+	case cfg.keep:
+	case cfg.reuse && len(ids) > 0:
+		// the last token is fed even when the cache holds it: its logits start generation
+		cached = min(r.CachedPrefix(ids), len(ids)-1)
+		if err := r.Truncate(cached); err != nil {
+			return Result{}, err
+		}
+		ids = ids[cached:]
+	default:
+		r.Reset()
 	}
 	if len(ids) == 0 {
 		why := "the vocabulary has no BOS token"
@@ -132,7 +163,7 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 		}
 		return Result{}, fmt.Errorf("llm: empty prompt and %s: %w", why, core.ErrInvalidArgument)
 	}
-	res := Result{PromptTokens: len(ids)}
+	res := Result{PromptTokens: len(ids), CachedTokens: cached}
 	dec := tok.NewDecoder()
 	for _, id := range ids {
 		dec.Next(id) // the generated text continues the prompt's (no dummy-prefix stripping)
@@ -181,8 +212,12 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 		return res, err
 	}
 	sampler := NewSampler(cfg.sampler)
+	held := newConstrained(cfg.constraint, cfg.sampler)
 	for {
-		next := sampler.Sample(logits[:min(len(logits), tok.Size())], r.history)
+		next, err := held.sample(sampler, logits[:min(len(logits), tok.Size())], r.history)
+		if err != nil {
+			return r.finish(res, text, t1, c1), err
+		}
 		if tok.IsStop(next) || (next == tok.BOS() && next >= 0) {
 			res.Stop = StopEOS
 			break
@@ -200,6 +235,10 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 					return r.finish(res, text, t1, c1), err
 				}
 			}
+		}
+		if cfg.constraint != nil && cfg.constraint.Done() {
+			res.Stop = StopEOS // the grammar is complete: nothing may follow
+			break
 		}
 		if len(res.Tokens) >= cfg.maxTokens {
 			res.Stop = StopMaxTokens

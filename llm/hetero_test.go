@@ -14,6 +14,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/internal/required"
 	"github.com/xpuhub/xpu/llm/synth"
 	"github.com/xpuhub/xpu/loader"
 	"github.com/xpuhub/xpu/loader/plugintest"
@@ -21,14 +22,14 @@ import (
 )
 
 // pluginDevices opens the named plugin backends (built by `make all`), skipping the test when
-// one is missing.
+// one is missing, or failing it when XPU_REQUIRE_BACKENDS names that one.
 func pluginDevices(t testing.TB, names ...string) []core.Device {
 	t.Helper()
 	var devs []core.Device
 	for _, n := range names {
 		b, err := loader.Open(context.Background(), n)
 		if err != nil {
-			t.Skipf("backend %s not available (run make all): %v", n, err)
+			required.Skip(t, n, "backend %s not available (run make all): %v", n, err)
 		}
 		t.Cleanup(func() { _ = b.Close() })
 		devs = append(devs, b.Devices()...)

@@ -26,6 +26,9 @@ const DefaultChunk = 64
 // contexts (128K) whose cache would not fit a phone.
 const maxDefaultContext = 4096
 
+// DefaultContextLength is the context length a runner of m gets without WithContextLength.
+func DefaultContextLength(m *Model) int { return min(m.Config.ContextLength, maxDefaultContext) }
+
 // maxContext bounds a requested context so that cache sizes cannot overflow.
 const maxContext = 1 << 24
 
@@ -263,7 +266,7 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 		cfg.chunk = plan.Prefill.Chunk
 	}
 	if cfg.ctxLen == 0 {
-		cfg.ctxLen = min(m.Config.ContextLength, maxDefaultContext)
+		cfg.ctxLen = DefaultContextLength(m)
 	}
 	if cfg.chunk < 1 || cfg.ctxLen < 1 || cfg.ctxLen > maxContext {
 		return nil, fmt.Errorf("llm: chunk %d and context %d must be positive (context at most %d): %w",
@@ -336,6 +339,14 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 	}
 	if err := r.init(ctx); err != nil {
 		return nil, errors.Join(err, r.Close())
+	}
+	// every node is placed now: a rule for another model (a layer or node this one lacks) is
+	// an error, as a node no rule places is (the sparse FFN's runtime places its own nodes)
+	if cfg.sparse != nil {
+		return r, nil
+	}
+	if err := rp.CheckUse(m.Config.Layers); err != nil {
+		return nil, errors.Join(fmt.Errorf("llm: %w", err), r.Close())
 	}
 	return r, nil
 }
@@ -750,6 +761,19 @@ func (r *Runner) Len() int { return r.pos }
 
 // Tokens returns the tokens in the cache.
 func (r *Runner) Tokens() []int32 { return append([]int32(nil), r.history...) }
+
+// CachedPrefix is how many leading tokens of ids the cache holds: what WithPromptCache would
+// reuse of a prompt encoding to ids. A server with several runners asks each, to send a request
+// to the one that has most of its prompt.
+func (r *Runner) CachedPrefix(ids []int32) int {
+	n := min(len(ids), len(r.history))
+	for i := range n {
+		if ids[i] != r.history[i] {
+			return i
+		}
+	}
+	return n
+}
 
 // Reset empties the cache (the prepared graphs stay).
 func (r *Runner) Reset() {

@@ -26,9 +26,18 @@ import (
 const (
 	EnvPluginPath = "XPU_PLUGIN_PATH" // colon-separated plugin files or folders
 	EnvIsolate    = "XPU_ISOLATE"     // comma-separated backend names to open isolated ("all": every one)
-	// EnvProbeTimeout bounds each plugin's probe child ("2s"; default DefaultProbeTimeout).
+	// EnvProbeTimeout bounds each plugin's probe child ("2s"; default DefaultProbeTimeout, at
+	// most MaxProbeTimeout).
 	EnvProbeTimeout = "XPU_PROBE_TIMEOUT"
+	// EnvValidate set to 1 opens every plugin backend with the ABI validation layer
+	// (WithValidation), for applications that embed xpu.
+	EnvValidate = "XPU_VALIDATE"
 )
+
+// MaxProbeTimeout caps XPU_PROBE_TIMEOUT: a probe is meant to be cheap (no SDK start), and a
+// plugin that hangs would otherwise stall every start for as long as the variable says. A
+// larger value is clamped with a warning.
+const MaxProbeTimeout = 2 * time.Minute
 
 // PluginGlob is the file name every plugin in a searched folder has.
 const PluginGlob = "libxpu-*.so"
@@ -57,6 +66,7 @@ type config struct {
 	hostChecksum []byte
 	callTimeout  time.Duration
 	execTimeout  time.Duration // isolated execution_run deadline (0: automatic)
+	validate     bool          // install the ABI validation layer (abi.Validated)
 
 	probeTimeout  time.Duration
 	probeCache    string
@@ -77,8 +87,14 @@ func newConfig(opts []Option) *config {
 				c.isolateEnv[n] = true
 			}
 		}
+		if os.Getenv(EnvValidate) == "1" {
+			c.validate = true
+		}
 		if v := os.Getenv(EnvProbeTimeout); v != "" && c.probeTimeout == 0 {
-			if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			if d, err := time.ParseDuration(v); err == nil && d > MaxProbeTimeout {
+				logOrDefault(c.logger).Warn("loader: "+EnvProbeTimeout+" is above the maximum: clamped", "value", v, "max", MaxProbeTimeout)
+				c.probeTimeout = MaxProbeTimeout
+			} else if err == nil && d > 0 {
 				c.probeTimeout = d
 			} else {
 				logOrDefault(c.logger).Warn("loader: ignoring a bad "+EnvProbeTimeout, "value", v)
@@ -106,7 +122,14 @@ func logOrDefault(l *slog.Logger) *slog.Logger {
 	return l
 }
 
-// WithoutEnv ignores XPU_PLUGIN_PATH and XPU_ISOLATE.
+// WithValidation opens plugin backends with the ABI validation layer: every call the host
+// makes and every answer the plugin gives is checked against the ABI's rules (handle
+// lifetimes, buffer bounds, fence order, threading, analyze/prepare agreement, precision), in
+// process and isolated alike; a broken rule is an error wrapping abi.ErrValidation that names
+// the call and the rule. XPU_VALIDATE=1 does the same. Without it the layer is not installed.
+func WithValidation() Option { return func(c *config) { c.validate = true } }
+
+// WithoutEnv ignores XPU_PLUGIN_PATH, XPU_ISOLATE and XPU_VALIDATE.
 func WithoutEnv() Option { return func(c *config) { c.env = false } }
 
 // WithoutDefaultDirs searches only the explicit paths (and XPU_PLUGIN_PATH unless WithoutEnv),

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/required"
 )
 
 // runGraph prepares g on device 0 of be, writes inputs, runs and returns the outputs' bytes.
@@ -68,7 +69,7 @@ func randF32(r *rand.Rand, n int) []byte {
 func TestNEONMatchesReference(t *testing.T) {
 	neon, err := Open(context.Background(), "neon")
 	if errors.Is(err, core.ErrNotFound) {
-		t.Skipf("no usable NEON plugin (run `make plugins`): %v", err)
+		required.Skip(t, "neon", "no usable NEON plugin (run `make plugins`): %v", err)
 	}
 	require.NoError(t, err)
 	defer neon.Close()

@@ -729,12 +729,20 @@ func (b *isoBackend) start(ctx context.Context) error {
 		Path: b.cd.Path, Score: info.Probe.Score, Isolated: true}
 	b.calls = newIsoCalls(pr, b.cfg, b.cd)
 	b.devs = b.devs[:0]
+	devs := make([]core.DeviceInfo, len(info.Devices))
 	for i, d := range info.Devices {
 		// host memory of this process cannot be shared with the child (so the adapter copies
 		// constants into shared memory instead of importing them); fds and mapped (shared)
 		// buffers can
 		d.Caps = d.Caps&^core.CapImportHost | core.CapImportFD | core.CapHostVisible
-		b.devs = append(b.devs, abi.NewDevice(b.currentCalls, uint32(i), d))
+		devs[i] = d
+	}
+	calls := b.currentCalls
+	if b.cfg.validate {
+		calls = abi.Validated(calls, info.Probe.Name, devs)
+	}
+	for i, d := range devs {
+		b.devs = append(b.devs, abi.NewDevice(calls, uint32(i), d))
 	}
 	return nil
 }

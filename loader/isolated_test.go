@@ -354,7 +354,8 @@ func TestRingLog(t *testing.T) {
 }
 
 // BenchmarkExecute measures the per-execute cost of the same small graph in process and
-// isolated; the difference is the isolation overhead.
+// isolated, without and with the validation layer; the differences are the isolation's and
+// the validation layer's overheads.
 func BenchmarkExecute(b *testing.B) {
 	path := plugintest.Plugin(b)
 	for _, mode := range []struct {
@@ -363,6 +364,9 @@ func BenchmarkExecute(b *testing.B) {
 	}{
 		{"inprocess", []Option{WithoutEnv()}},
 		{"isolated", []Option{WithoutEnv(), Isolated()}},
+		// the validation layer's cost when it is on (off, it is not installed at all)
+		{"inprocess-validate", []Option{WithoutEnv(), WithValidation()}},
+		{"isolated-validate", []Option{WithoutEnv(), Isolated(), WithValidation()}},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			be, err := Open(context.Background(), path, mode.opts...)

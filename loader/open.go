@@ -102,7 +102,11 @@ func openCandidate(ctx context.Context, c *config, cd Candidate) (core.Backend, 
 		if err != nil {
 			return nil, err
 		}
-		if b, err = abi.NewBackend(p); err != nil {
+		var bopts []abi.BackendOption
+		if c.validate {
+			bopts = append(bopts, abi.WithValidation())
+		}
+		if b, err = abi.NewBackend(p, bopts...); err != nil {
 			p.Close()
 			return nil, err
 		}

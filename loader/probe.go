@@ -24,6 +24,7 @@ import (
 
 	"github.com/xpuhub/xpu/abi"
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/safefile"
 )
 
 // Discovery never runs a plugin's code in the caller's process before that code has run
@@ -241,7 +242,7 @@ func cacheFile(dir, path string) string {
 }
 
 func cacheLoad(dir, path, key string) (probeAnswer, bool) {
-	b, err := os.ReadFile(cacheFile(dir, path))
+	b, err := safefile.ReadFile(cacheFile(dir, path))
 	if err != nil {
 		return probeAnswer{}, false
 	}
@@ -299,7 +300,7 @@ func prune(dir string) {
 	}
 	for _, e := range ents {
 		p := filepath.Join(dir, e.Name())
-		b, err := os.ReadFile(p)
+		b, err := safefile.ReadFile(p)
 		if err != nil {
 			continue
 		}
@@ -349,7 +350,8 @@ func (c *config) probeFile(ctx context.Context, path string) (probeAnswer, error
 }
 
 // runProbeChild runs one probe child for path. cacheable says whether the outcome belongs to
-// the plugin file (an answer, a crash by signal, a hang) rather than to this run.
+// the plugin file (an answer, a crash) rather than to this run (a timeout, which a loaded
+// machine can cause, or an exit without an answer).
 func (c *config) runProbeChild(ctx context.Context, path, mode string, timeout time.Duration) (ans probeAnswer, cacheable bool, err error) {
 	ans.Result.Path = path
 	bin, err := c.hostPath()
@@ -387,7 +389,9 @@ func (c *config) runProbeChild(ctx context.Context, path, mode string, timeout t
 		<-done
 		ans.Fault = fmt.Sprintf("probe hung: no answer within %v, killed", timeout)
 		ans.FaultKind = core.ErrTimeout.Error()
-		return ans, true, nil
+		// not cached: a probe that is only slow (a loaded machine) must not disable the
+		// plugin on every later start; the next discovery probes it again
+		return ans, false, nil
 	case <-ctx.Done():
 		killTree(cmd)
 		<-done

@@ -82,11 +82,11 @@ func TestDiscoverSurvivesBrokenProbes(t *testing.T) {
 	// one child per regular file, none for the FIFO
 	assert.Equal(t, int64(6), probeChildren.Load()-before)
 
-	// warm cache: no child at all, same verdicts
+	// warm cache: no child but for the hang (a timeout is not cached), same verdicts
 	before = probeChildren.Load()
 	again, err := Discover(context.Background(), opts...)
 	require.NoError(t, err)
-	assert.Equal(t, int64(0), probeChildren.Load()-before, "a warm discovery started a child")
+	assert.Equal(t, int64(1), probeChildren.Load()-before, "a warm discovery started a child for a cached answer")
 	for name, c := range byBase(again) {
 		assert.Equal(t, got[name].Reason, c.Reason, name)
 		assert.Equal(t, got[name].Chosen, c.Chosen, name)
@@ -98,13 +98,40 @@ func TestDiscoverSurvivesBrokenProbes(t *testing.T) {
 	before = probeChildren.Load()
 	again, err = Discover(context.Background(), opts...)
 	require.NoError(t, err)
-	assert.Equal(t, int64(1), probeChildren.Load()-before)
+	assert.Equal(t, int64(2), probeChildren.Load()-before, "the changed file and the hang")
 	assert.Equal(t, 11, byBase(again)["good"].Score, good)
 	before = probeChildren.Load()
 	_, err = Discover(context.Background(), WithPaths(good), WithoutEnv(), WithoutDefaultDirs(),
 		WithProbeCacheDir(cache), Rescan())
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), probeChildren.Load()-before, "Rescan ignores the cached answer")
+}
+
+// A probe that timed out once (a loaded machine) is probed again on the next start and then
+// chosen: only crashes are cached, a timeout used to disable the plugin until --rescan.
+func TestProbeTimeoutIsNotCached(t *testing.T) {
+	plugintest.CC(t)
+	dir := t.TempDir()
+	plugintest.Build(t, dir, "slow", "", "TP_PROBE_FAULT=5", `TP_NAME="slow"`)
+	opts := []Option{WithPaths(dir), WithoutEnv(), WithoutDefaultDirs(), WithProbeCacheDir(t.TempDir()),
+		WithProbeTimeout(2 * time.Second)}
+
+	t.Setenv("TP_PROBE_SLOW", "1")
+	cands, err := Discover(context.Background(), opts...)
+	require.NoError(t, err)
+	slow := byBase(cands)["slow"]
+	require.Error(t, slow.Err)
+	assert.ErrorIs(t, slow.Err, core.ErrTimeout)
+	assert.False(t, slow.Chosen)
+
+	require.NoError(t, os.Unsetenv("TP_PROBE_SLOW"))
+	before := probeChildren.Load()
+	cands, err = Discover(context.Background(), opts...)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), probeChildren.Load()-before, "the timeout was answered from the cache")
+	slow = byBase(cands)["slow"]
+	assert.NoError(t, slow.Err)
+	assert.True(t, slow.Chosen, slow.Reason)
 }
 
 // TestOpenZeroDevices: a plugin that opens with no device used to vanish from every listing.

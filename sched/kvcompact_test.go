@@ -12,6 +12,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/internal/required"
 	"github.com/xpuhub/xpu/loader"
 )
 
@@ -152,7 +153,7 @@ func kvDevices(t *testing.T, name string, opts ...loader.Option) []core.Device {
 	}
 	b, err := loader.Open(context.Background(), name, opts...)
 	if errors.Is(err, core.ErrNotFound) {
-		t.Skipf("plugin %s not built or cannot run here (run make all): %v", name, err)
+		required.Skip(t, name, "plugin %s not built or cannot run here (run make all): %v", name, err)
 	}
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })

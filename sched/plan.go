@@ -4,13 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/safefile"
 )
 
 // Phase is a part of a request a plan places separately.
@@ -156,7 +157,7 @@ func ParsePlan(data []byte) (*Plan, error) {
 
 // LoadPlan reads a plan file.
 func LoadPlan(file string) (*Plan, error) {
-	data, err := os.ReadFile(file)
+	data, err := safefile.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("plan: %w", err)
 	}
@@ -190,6 +191,9 @@ type resolvedRule struct {
 	nodes          []string
 	split          *PlanSplit
 	text           string // for messages
+	where          string // "prefill rule 2", for messages
+	// matched: the rule matched a node (CheckUse); shared by a phase that uses the other's rules
+	matched *atomic.Bool
 }
 
 // Resolve parses the plan's units and rules.
@@ -231,6 +235,7 @@ func (p *Plan) Resolve() (*ResolvedPlan, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%w: %s rule %d: %w", ErrBadPlan, ph.phase, i, err)
 			}
+			rr.where, rr.matched = fmt.Sprintf("%s rule %d", ph.phase, i), new(atomic.Bool)
 			rp.phases[ph.phase] = append(rp.phases[ph.phase], rr)
 		}
 	}
@@ -428,15 +433,55 @@ func (rr *resolvedRule) matches(layer int, n *core.Node) bool {
 // PlaceSplit is Place plus the split of the matching rule when n is a node that rule splits:
 // a MATMUL, or an ATTENTION under a heads split (nil otherwise).
 func (rp *ResolvedPlan) PlaceSplit(phase Phase, layer int, n *core.Node) (unit, fallback int, split *PlanSplit, err error) {
-	for _, rr := range rp.phases[phase] {
+	first := -1
+	for i, rr := range rp.phases[phase] {
 		if rr.matches(layer, n) {
-			if rr.split != nil && rr.split.Strategy.splits(n.Op) {
-				split = rr.split
+			// every matching rule counts as used (CheckUse), not only the first, which places
+			if rr.matched != nil {
+				rr.matched.Store(true)
 			}
-			return rr.unit, rr.fallback, split, nil
+			if first < 0 {
+				first = i
+			}
 		}
 	}
-	return 0, -1, nil, fmt.Errorf("%s node %s (%s, layer %d): %w", phase, n.Name, n.Op, layer, ErrNoRule)
+	if first < 0 {
+		return 0, -1, nil, fmt.Errorf("%s node %s (%s, layer %d): %w", phase, n.Name, n.Op, layer, ErrNoRule)
+	}
+	rr := rp.phases[phase][first]
+	if rr.split != nil && rr.split.Strategy.splits(n.Op) {
+		split = rr.split
+	}
+	return rr.unit, rr.fallback, split, nil
+}
+
+// CheckUse reports, once every node of a model with layers layers has been placed, the rules
+// written for another model: a rule naming a layer the model does not have, and a rule that
+// matched no node (a node name, op or layer the model lacks, or a typo). Both are ErrBadPlan,
+// as a rule naming a unit the plan does not list is.
+func (rp *ResolvedPlan) CheckUse(layers int) error {
+	var errs []error
+	seen := map[*atomic.Bool]bool{}
+	for _, ph := range []Phase{PhasePrefill, PhaseDecode} {
+		for _, rr := range rp.phases[ph] {
+			if rr.matched == nil || seen[rr.matched] {
+				continue
+			}
+			seen[rr.matched] = true
+			for _, r := range rr.layers {
+				if hi := max(r[0], r[1]); hi >= layers {
+					errs = append(errs, fmt.Errorf("%w: %s %s: layer %d is beyond the model's %d layers (0-%d)",
+						ErrBadPlan, rr.where, rr.text, hi, layers, layers-1))
+					break
+				}
+			}
+			if !rr.matched.Load() {
+				errs = append(errs, fmt.Errorf("%w: %s %s matches no node of the model (an op, node name or layer it does not have?)",
+					ErrBadPlan, rr.where, rr.text))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // ErrNoRule: no rule of the plan matches a node.

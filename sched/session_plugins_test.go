@@ -10,6 +10,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/internal/required"
 	"github.com/xpuhub/xpu/loader"
 	"github.com/xpuhub/xpu/sched"
 )
@@ -36,7 +37,7 @@ func TestSessionOnPlugins(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			b, err := loader.Open(ctx, name)
 			if errors.Is(err, core.ErrNotFound) {
-				t.Skipf("plugin %s not built or cannot run here (run make): %v", name, err)
+				required.Skip(t, name, "plugin %s not built or cannot run here (run make): %v", name, err)
 			}
 			require.NoError(t, err)
 			defer b.Close()

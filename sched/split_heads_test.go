@@ -12,6 +12,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/internal/required"
 	"github.com/xpuhub/xpu/loader"
 )
 
@@ -127,7 +128,7 @@ func TestHeadSplitOnNeon(t *testing.T) {
 	ctx := context.Background()
 	b, err := loader.Open(ctx, "neon")
 	if errors.Is(err, core.ErrNotFound) {
-		t.Skip("the neon plugin is not built or cannot run here (run make)")
+		required.Skip(t, "neon", "the neon plugin is not built or cannot run here (run make): %v", err)
 	}
 	require.NoError(t, err)
 	defer b.Close()

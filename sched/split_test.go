@@ -13,6 +13,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/internal/required"
 	"github.com/xpuhub/xpu/loader"
 )
 
@@ -254,6 +255,9 @@ func TestSplitOnPlugins(t *testing.T) {
 	for _, name := range []string{"neon", "opencl"} {
 		b, err := loader.Open(ctx, name)
 		if errors.Is(err, core.ErrNotFound) {
+			if required.Is(name) {
+				t.Fatalf("%s is required by %s, but: %v", name, required.Env, err)
+			}
 			t.Logf("plugin %s not built or cannot run here: skipped", name)
 			continue
 		}

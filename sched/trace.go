@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/safefile"
 )
 
 // Trace collects Chrome trace-event JSON (the "JSON Object Format" that Perfetto and
@@ -219,7 +220,7 @@ type TraceEvent struct {
 // ReadTraceFile reads a trace written by WriteFile (or any Chrome trace-event JSON object) and
 // returns its events with their track names: what a test or a tool needs to check a schedule.
 func ReadTraceFile(path string) ([]TraceEvent, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("trace: %w", err)
 	}

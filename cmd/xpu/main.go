@@ -128,7 +128,12 @@ func version() string {
 	return out
 }
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	if len(os.Args) > 1 {
+		startCrashMonitor(os.Args[1])
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
 
 func run(args []string, stdout, stderr io.Writer) int {
 	level := slog.LevelWarn

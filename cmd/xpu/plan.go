@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/xpuhub/xpu/internal/safefile"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/sched/dag"
 	"github.com/xpuhub/xpu/sched/profile"
@@ -99,12 +100,16 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		*compare = true
 	case *profFile != "":
-		b, err := os.ReadFile(*profFile)
+		b, err := safefile.ReadFile(*profFile)
 		if err != nil {
 			return fail(err)
 		}
 		if prof, err = profile.ParseFile(b, *profFile); err != nil {
 			return fail(err)
+		}
+		// the predictions are the profile's model's: refuse them for another one
+		if err := profileFits(prof, *model); err != nil {
+			return fail(fmt.Errorf("--profile %s: %w (measure this model with xpu tune --profile --model %s)", *profFile, err, *model))
 		}
 	default:
 		if prof, err = cachedProfile(ctx, *model, *units, stderr); err != nil {
@@ -295,4 +300,14 @@ func fmtMetric(metric string, v float64) string {
 		return fmt.Sprintf("%.1f tok/s", v)
 	}
 	return fmt.Sprintf("%.1f%%", 100*v)
+}
+
+// profileFits checks that prof was measured for a model of model's shapes.
+func profileFits(prof *profile.Profile, model string) error {
+	m, err := llm.Open(model)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	return prof.Model.Match(modelShape(model, m))
 }

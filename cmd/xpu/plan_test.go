@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/synth"
 	"github.com/xpuhub/xpu/sched"
 	"github.com/xpuhub/xpu/sched/profile"
 )
@@ -188,5 +190,48 @@ func TestREADMEPlanCommands(t *testing.T) {
 		} else {
 			assert.Contains(t, string(out), "stored: ", l)
 		}
+	}
+}
+
+// A profile measured for another model is refused by xpu plan --profile, naming what differs,
+// and so is a plan whose rules were written for another model (a layer or node this one lacks).
+func TestPlanForAnotherModelRefused(t *testing.T) {
+	model := storiesPath(t)
+	dir := t.TempDir()
+	t.Setenv("XPU_CACHE_DIR", dir)
+	prof := filepath.Join(dir, "p.json")
+	code, _, errOut := runCLI(t, "tune", "--profile", "--model", model, "--units", "ref", "--grid", "1,8", "--min-time", "1ms", "--no-cache", "-o", prof)
+	require.Equal(t, 0, code, errOut)
+	other := filepath.Join(dir, "other.gguf")
+	require.NoError(t, synth.WriteFile(other, synth.Spec{Arch: "llama", Name: "other", Dim: 64, Layers: 2, Heads: 8, KVHeads: 4,
+		FFN: 128, Vocab: 512, Context: 64, Type: core.F32, Seed: 1}))
+
+	code, _, errOut = runCLI(t, "plan", "--model", model, "--profile", prof)
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = runCLI(t, "plan", "--model", other, "--profile", prof)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "profile of another model: it was measured for stories260K.gguf (layers 5, not 2, ffn 172, not 128)")
+	assert.Contains(t, errOut, "xpu tune --profile --model "+other)
+
+	for _, tc := range []struct {
+		name, rules, says string
+	}{
+		{"layers beyond the model", `{"unit":"0","layers":"3-9"},{"unit":"0"}`,
+			`prefill rule 0 {"unit":"0","layers":"3-9"}: layer 9 is beyond the model's 5 layers (0-4)`},
+		{"no such node", `{"unit":"0","nodes":["ffn_gatez"]},{"unit":"0"}`,
+			`prefill rule 0 {"unit":"0","nodes":["ffn_gatez"]} matches no node of the model`},
+		{"fits", `{"unit":"0","layers":"0-4","nodes":["ffn_*"]},{"unit":"0"}`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := filepath.Join(t.TempDir(), "plan.json")
+			require.NoError(t, os.WriteFile(plan, []byte(`{"units":["ref"],"prefill":{"rules":[`+tc.rules+`]}}`), 0o644))
+			code, _, errOut := runCLI(t, "run", "--model", model, "-n", "1", "--plan", plan)
+			if tc.says == "" {
+				assert.Equal(t, 0, code, errOut)
+				return
+			}
+			assert.Equal(t, 1, code)
+			assert.Contains(t, errOut, tc.says)
+		})
 	}
 }

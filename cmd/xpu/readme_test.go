@@ -92,6 +92,8 @@ var docCommands = []struct {
 	{regexp.MustCompile(`^make (demo|test)$`), "TestMakeDemoAndTestTargets"},
 	{regexp.MustCompile(`^go get github\.com/xpuhub/xpu@latest$`), "TestReadmeGoExample"},
 	{regexp.MustCompile(`^build/xpu run .*--spec `), "TestREADMESpecCommand"},
+	{regexp.MustCompile(`^build/xpu run .*--(grammar|grammar-file|json-schema) `), "TestRunGrammar"},
+	{regexp.MustCompile(`^curl .*response_format`), "llm/serve:TestJSONSchemaResponses"},
 	{docGreedyRun, "TestDocGreedyRunCommands"},
 	{regexp.MustCompile(`^(echo .* \| )?build/xpu run \.\./shared/|^build/xpu serve |^curl `), "TestREADMERunAndServeCommands"},
 	{regexp.MustCompile(`stories260K-q4_k_m\.gguf`), "TestREADMEQuantizeCommands"},

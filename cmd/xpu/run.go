@@ -59,6 +59,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	chatMode := fs.Bool("chat", false, "interactive chat: multi-turn on standard input with the model's chat template, -p as the system prompt; /reset, /exit; Ctrl-C stops an answer")
 	fs.BoolVar(chatMode, "cnv", false, "alias of --chat (llama-cli's)")
 	isolated := fs.Bool("isolated", false, "run the backend in a child process (crash isolation; see also XPU_ISOLATE)")
+	validate := fs.Bool("validate", false, "check every plugin ABI call against the ABI's rules (the validation layer; see also XPU_VALIDATE=1)")
 	threads := fs.Int("threads", 0, "worker threads for CPU backends (0 = the backend's default)")
 	timeout := fs.Duration("timeout", 0, "deadline of one isolated execute; a plugin still running then is killed (0 = 10× its longest earlier run, at least 30s)")
 	fs.IntVar(threads, "t", 0, "alias of --threads")
@@ -72,8 +73,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	spec := addSpecFlags(fs, stats)
 	w8 := addW8A8Flags(fs)
 	sp := addSparseFlags(fs)
+	gf := addGrammarFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--spec auto|retrieval|lookup|off] [--w8a8 [--shadow on|off|pruned] [--calib FILE] [--w8a8-convert]] [--sparse auto|on|off [--sidecar FILE] [--budget SIZE] [--predictor trained|oracle] [--recall-every N] [--eviction lru|lfu] [--threshold-offset F] [--io-readers N] [--io-gap SIZE] [--prefetch=false] [--pin-fixed auto|on|off]] [--stats] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]]")
+		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--grammar GBNF | --grammar-file FILE | --json-schema SCHEMA|@FILE] [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--spec auto|retrieval|lookup|off] [--w8a8 [--shadow on|off|pruned] [--calib FILE] [--w8a8-convert]] [--sparse auto|on|off [--sidecar FILE] [--budget SIZE] [--predictor trained|oracle] [--recall-every N] [--eviction lru|lfu] [--threshold-offset F] [--io-readers N] [--io-gap SIZE] [--prefetch=false] [--pin-fixed auto|on|off]] [--stats] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]] [--validate]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseInterspersed(fs, args); !ok {
@@ -115,6 +117,22 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := spec.check(); err != nil {
 		fmt.Fprintf(stderr, "xpu run: %v\n", err)
 		return 2
+	}
+	g, err := gf.compile()
+	if err != nil {
+		fmt.Fprintf(stderr, "xpu run: %v\n", err)
+		return 2
+	}
+	if g != nil {
+		// speculative decoding verifies drafts the grammar has not masked: not combined
+		switch *spec.mode {
+		case "auto":
+			*spec.mode = "off"
+		case "off":
+		default:
+			fmt.Fprintf(stderr, "xpu run: --spec %s cannot be combined with a grammar (--spec off)\n", *spec.mode)
+			return 2
+		}
 	}
 	if err := w8.check(); err != nil {
 		fmt.Fprintf(stderr, "xpu run: %v\n", err)
@@ -188,7 +206,16 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ropts = append(ropts, cores.option()...)
 	if !*chatMode {
-		ropts = append(ropts, spec.runnerOptions(*temp)...)
+		ctxTokens := *ctxLen
+		if ctxTokens == 0 {
+			ctxTokens = llm.DefaultContextLength(m)
+		}
+		so, err := spec.runnerOptions(*temp, ctxTokens)
+		if err != nil {
+			fmt.Fprintf(stderr, "xpu run: %v\n", err)
+			return 2
+		}
+		ropts = append(ropts, so...)
 	}
 	if m.WeightBytes() >= progressMinBytes && isTerminal(stderr) {
 		ropts = append(ropts, llm.WithProgress(func(done, total int) { drawProgress(stderr, done, total) }))
@@ -196,6 +223,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var lopts []loader.Option
 	if *isolated {
 		lopts = append(lopts, loader.Isolated())
+	}
+	if *validate {
+		lopts = append(lopts, loader.WithValidation())
 	}
 	lopts = append(lopts, loader.WithExecuteTimeout(*timeout))
 	var tr *sched.Trace
@@ -231,13 +261,17 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		s.Seed = uint64(time.Now().UnixNano())
 		fmt.Fprintf(stderr, "seed: %d (from the clock; --seed %d repeats this run)\n", s.Seed, s.Seed)
 	}
+	genOpts := []llm.GenerateOption{llm.WithMaxTokens(*n), llm.WithSampler(s)}
+	if g != nil {
+		genOpts = append(genOpts, llm.WithConstraint(llm.GrammarConstraint(r.Model().Tokenizer, g)))
+	}
 	if *chatMode {
 		intr, stopIntr := interrupts()
 		defer stopIntr()
 		return chatLoop(ctx, r, chatIO{in: stdin, out: stdout, errw: stderr, interrupts: intr},
-			*prompt, stops, llm.WithMaxTokens(*n), llm.WithSampler(s))
+			*prompt, stops, genOpts...)
 	}
-	specOpts, err := spec.generateOptions(m, *temp, stderr)
+	specOpts, err := spec.generateOptions(m, *temp, r.ContextLength(), stderr)
 	if err != nil {
 		return fail(err)
 	}
@@ -246,11 +280,11 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		specOpts = append(specOpts, llm.WithPromptTokens(ids))
 	}
 	fmt.Fprint(stdout, *prompt)
-	res, err := r.GenerateUntil(ctx, *prompt, stops, append([]llm.GenerateOption{llm.WithMaxTokens(*n), llm.WithSampler(s),
+	res, err := r.GenerateUntil(ctx, *prompt, stops, append(append(genOpts,
 		llm.WithStream(func(text string) error {
 			_, err := io.WriteString(stdout, text)
 			return err
-		})}, specOpts...)...)
+		})), specOpts...)...)
 	fmt.Fprintln(stdout)
 	if err != nil {
 		return fail(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xpuhub/xpu/internal/required"
 	"github.com/xpuhub/xpu/loader"
 )
 
@@ -110,6 +111,9 @@ func TestRunDefaultDevice(t *testing.T) {
 		plugins = plugins || (c.Chosen && c.Score > 0)
 	}
 	if !plugins {
+		if names := required.Names(); len(names) > 0 {
+			t.Fatalf("%s=%s requires plugins, but none was found usable", required.Env, strings.Join(names, ","))
+		}
 		t.Skip("no plugin built (make all): the default device has nothing to choose from")
 	}
 	code, _, errOut := runCLI(t, "run", model, "--temp", "0", "-n", "8")

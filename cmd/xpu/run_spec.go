@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -68,34 +69,58 @@ func (f *specFlags) verifyLengths() ([]int, error) {
 	return out, nil
 }
 
-// drafterKind is the drafter run uses ("" for none) at temperature temp.
-func (f *specFlags) drafterKind(temp float64) string {
-	switch *f.mode {
+// plan is the drafter run uses ("" for none) at temperature temp and its verify lengths, for a
+// context of ctxLen tokens. The default lengths that do not fit the context are dropped, so a
+// short --ctx backs off to shorter verify passes, and auto turns speculative decoding off when
+// none fits; lengths given with --spec-lengths, or an explicit --spec, must fit.
+func (f *specFlags) plan(temp float64, ctxLen int) (string, []int, error) {
+	kind := *f.mode
+	switch kind {
 	case "off":
-		return ""
+		return "", nil, nil
 	case "auto":
 		if temp > 0 {
-			return ""
+			return "", nil, nil
 		}
-		return "retrieval"
+		kind = "retrieval"
 	}
-	return *f.mode
+	ls, err := f.verifyLengths()
+	if err != nil {
+		return "", nil, err
+	}
+	fit := slices.DeleteFunc(slices.Clone(ls), func(l int) bool { return l > ctxLen })
+	switch {
+	case len(fit) == len(ls):
+		return kind, ls, nil
+	case *f.lengths != joinInts(llm.DefaultVerifyLengths):
+		return "", nil, fmt.Errorf("--spec-lengths %s: verify lengths must be at most the context length %d", *f.lengths, ctxLen)
+	case len(fit) > 0:
+		return kind, fit, nil
+	case *f.mode == "auto":
+		return "", nil, nil
+	}
+	return "", nil, fmt.Errorf("--spec %s: the context length %d is shorter than every verify length (%s): use a longer --ctx or --spec off",
+		*f.mode, ctxLen, *f.lengths)
 }
 
 // runnerOptions are the runner's verify graphs when speculative decoding is on.
-func (f *specFlags) runnerOptions(temp float64) []llm.RunnerOption {
-	if f.drafterKind(temp) == "" {
-		return nil
+func (f *specFlags) runnerOptions(temp float64, ctxLen int) ([]llm.RunnerOption, error) {
+	kind, ls, err := f.plan(temp, ctxLen)
+	if err != nil || kind == "" {
+		return nil, err
 	}
-	ls, _ := f.verifyLengths() // checked
-	return []llm.RunnerOption{llm.WithVerifyLengths(ls...)}
+	return []llm.RunnerOption{llm.WithVerifyLengths(ls...)}, nil
 }
 
-// generateOptions builds the drafter for m; stderr gets a warning when the history store is
-// unusable (the run goes on without it).
-func (f *specFlags) generateOptions(m *llm.Model, temp float64, stderr io.Writer) ([]llm.GenerateOption, error) {
+// generateOptions builds the drafter for m and a context of ctxLen tokens; stderr gets a
+// warning when the history store is unusable (the run goes on without it).
+func (f *specFlags) generateOptions(m *llm.Model, temp float64, ctxLen int, stderr io.Writer) ([]llm.GenerateOption, error) {
 	var d draft.Drafter
-	switch f.drafterKind(temp) {
+	kind, _, err := f.plan(temp, ctxLen)
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
 	case "":
 		if *f.stats {
 			// plain decoding, reported in the same terms

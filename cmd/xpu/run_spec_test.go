@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,13 +20,11 @@ import (
 // Every --spec mode prints plain decoding's greedy text; --stats reports the passes.
 func TestRunSpecModes(t *testing.T) {
 	p := storiesPath(t)
+	requirePlugins(t, "neon")
 	t.Setenv("XPU_CACHE_DIR", t.TempDir())
 	prompt := "Lily and Tom played in the park. Lily and Tom"
 	base := []string{"run", "--model", p, "--temp", "0", "-n", "48", "--backend", "neon", "-p", prompt}
 	code, want, errOut := runCLI(t, append(base, "--spec", "off")...)
-	if code != 0 && strings.Contains(errOut, "neon") {
-		t.Skipf("neon plugin unavailable: %s", errOut)
-	}
 	require.Equal(t, 0, code, errOut)
 	for _, args := range [][]string{
 		{"--spec", "retrieval", "--stats"},
@@ -57,12 +56,10 @@ func TestRunSpecModes(t *testing.T) {
 // The trace shows the verify passes on a track of their own, with what each accepted.
 func TestRunSpecTrace(t *testing.T) {
 	p := storiesPath(t)
+	requirePlugins(t, "neon")
 	trace := filepath.Join(t.TempDir(), "t.json")
 	code, _, errOut := runCLI(t, "run", "--model", p, "--temp", "0", "-n", "48", "--backend", "neon",
 		"--spec", "lookup", "--spec-always", "--trace", trace, "-p", "Lily and Tom played in the park. Lily and Tom")
-	if code != 0 && strings.Contains(errOut, "neon") {
-		t.Skipf("neon plugin unavailable: %s", errOut)
-	}
 	require.Equal(t, 0, code, errOut)
 	events, err := sched.ReadTraceFile(trace)
 	require.NoError(t, err)
@@ -113,5 +110,33 @@ func TestREADMESpecCommand(t *testing.T) {
 		cancel()
 		require.NoError(t, err, "%s\n%s", l, out)
 		assert.Contains(t, string(out), "tokens/pass", l)
+	}
+}
+
+// A context shorter than the default verify lengths backs off (auto drops the lengths that do
+// not fit, and turns off when none does) instead of failing the run; lengths or a mode the
+// user asked for that cannot fit are a clear usage error.
+func TestRunSpecShortContext(t *testing.T) {
+	p := storiesPath(t)
+	base := []string{"run", "--model", p, "--temp", "0", "-n", "4", "--backend", "ref", "-p", "Once"}
+	for _, tc := range []struct {
+		args []string
+		code int
+		says string // on stderr
+	}{
+		{[]string{"-c", "8"}, 0, "decode: 4 tokens"},
+		{[]string{"-c", "8", "--spec", "retrieval", "--stats"}, 0, "decode: 4 tokens"},
+		{[]string{"-c", "3"}, 0, "(stop: context)"},
+		{[]string{"-c", "3", "--spec", "retrieval"}, 2, "--spec retrieval: the context length 3 is shorter than every verify length (4,8,16,32)"},
+		{[]string{"-c", "8", "--spec-lengths", "4,16"}, 2, "--spec-lengths 4,16: verify lengths must be at most the context length 8"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, out, errOut := runCLI(t, append(slices.Clone(base), tc.args...)...)
+			assert.Equal(t, tc.code, code, errOut)
+			assert.Contains(t, errOut, tc.says)
+			if tc.code == 0 {
+				assert.True(t, strings.HasPrefix(out, "Once"), out)
+			}
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xpuhub/xpu/internal/required"
 	"github.com/xpuhub/xpu/loader"
 	"github.com/xpuhub/xpu/sched"
 )
@@ -20,7 +21,7 @@ func requirePlugins(t *testing.T, names ...string) {
 	for _, n := range names {
 		b, err := loader.Open(context.Background(), n)
 		if err != nil {
-			t.Skipf("backend %s not available (run make all): %v", n, err)
+			required.Skip(t, n, "backend %s not available (run make all): %v", n, err)
 		}
 		b.Close()
 	}
@@ -99,4 +100,29 @@ func TestRunSplitPlanStats(t *testing.T) {
 	for _, s := range []string{"scheduling:", "prefill ", "decode ", "bubble rate", "neon:0{cpus=1;threads=1}"} {
 		assert.Contains(t, errOut, s)
 	}
+}
+
+// A unit option the backend does not know (a typo) is refused with the known ones, never
+// silently ignored; threads, which the host passes to every unit (--threads), is accepted
+// everywhere.
+func TestUnknownUnitOptionsRefused(t *testing.T) {
+	p := storiesPath(t)
+	for _, tc := range []struct {
+		backend, units, says string
+	}{
+		{"neon", "neon{foo=bar}", `unit neon:0{foo=bar}: open context: neon context_create: XPU_E_INVALID_ARG: context_create: unknown option "foo" (this backend takes: cpus, int8dot, repack, threads)`},
+		{"neon", "neon{thread=2}", `unknown option "thread"`},
+		{"opencl", "opencl{kernel=gpu}", `unknown option "kernel" (this backend takes: kernels, threads)`},
+		{"qnn", "qnn{x=1}", `unknown option "x" (this backend takes: threads)`},
+	} {
+		t.Run(tc.units, func(t *testing.T) {
+			requirePlugins(t, tc.backend)
+			code, _, errOut := runCLI(t, "run", "--model", p, "-n", "2", "--units", tc.units)
+			assert.Equal(t, 1, code, errOut)
+			assert.Contains(t, errOut, tc.says)
+		})
+	}
+	requirePlugins(t, "neon", "opencl")
+	code, _, errOut := runCLI(t, "run", "--model", p, "-n", "2", "--units", "neon,opencl{kernels=cpu}", "--threads", "1")
+	assert.Equal(t, 0, code, errOut)
 }

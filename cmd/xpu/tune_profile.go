@@ -129,6 +129,21 @@ func tuneProfile(ctx context.Context, model, units, grid, out string, minTime ti
 	if err != nil {
 		return err
 	}
+	// where the profile goes must take it before minutes of measuring, not after
+	if out != "" {
+		if err := checkWritableDir(filepath.Dir(out)); err != nil {
+			return fmt.Errorf("-o %s: %w", out, err)
+		}
+	}
+	if !noCache {
+		dir, err := profile.CacheDir()
+		if err != nil {
+			return err
+		}
+		if err := checkWritableDir(dir); err != nil {
+			return fmt.Errorf("the profile cache %w (set XPU_CACHE_DIR, or --no-cache with -o FILE)", err)
+		}
+	}
 	m, err := llm.Open(model)
 	if err != nil {
 		return err
@@ -197,4 +212,18 @@ func tuneProfile(ctx context.Context, model, units, grid, out string, minTime ti
 		fmt.Fprintf(stdout, "stored: %s (xpu plan --model %s finds it)\n", path, model)
 	}
 	return nil
+}
+
+// checkWritableDir makes dir if needed and checks that a file can be created in it.
+func checkWritableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("folder %s cannot be created: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".xpu-write-check-*")
+	if err != nil {
+		return fmt.Errorf("folder %s is not writable: %w", dir, err)
+	}
+	name := f.Name()
+	_ = f.Close()
+	return os.Remove(name)
 }

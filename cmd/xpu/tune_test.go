@@ -42,12 +42,10 @@ func TestTuneMeasuredOnThisMachine(t *testing.T) {
 	if _, err := os.Stat(model); err != nil {
 		t.Skipf("test model absent: %v", err)
 	}
+	requirePlugins(t, "neon")
 	t.Setenv("XPU_CACHE_DIR", t.TempDir())
 	code, out, errOut := runCLI(t, "tune", "--energy", "--model", model, "--tokens", "100", "--warmup", "2",
 		"--compare", "1", "--root", "../../sched/cputopo/testdata/vm2")
-	if code != 0 && (contains(errOut, "not found") || contains(errOut, "no plugin")) {
-		t.Skipf("neon plugin not built: %s", errOut)
-	}
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "no energy meter here")
 	assert.Contains(t, out, "MODELLED")
@@ -85,5 +83,32 @@ func TestTuneErrors(t *testing.T) {
 		code, _, errOut := runCLI(t, tc.args...)
 		assert.Equal(t, tc.code, code, "%v: %s", tc.args, errOut)
 		assert.Contains(t, errOut, tc.says, "%v", tc.args)
+	}
+}
+
+// xpu tune --profile checks where the profile goes before it measures: an unusable cache or -o
+// folder fails at once, with nothing measured and lost.
+func TestTuneProfileUnwritableFailsFirst(t *testing.T) {
+	model := storiesPath(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	for _, tc := range []struct {
+		name  string
+		cache string
+		args  []string
+		says  string
+	}{
+		{"cache under a file", filepath.Join(file, "cache"), nil, "the profile cache folder " + filepath.Join(file, "cache", "profiles") + " cannot be created"},
+		{"-o under a file", dir, []string{"-o", filepath.Join(file, "p.json")}, "-o " + filepath.Join(file, "p.json") + ": folder " + file + " cannot be created"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("XPU_CACHE_DIR", tc.cache)
+			args := append([]string{"tune", "--profile", "--model", model, "--units", "ref", "--grid", "1", "--min-time", "1ms"}, tc.args...)
+			code, out, errOut := runCLI(t, args...)
+			assert.Equal(t, 1, code, errOut)
+			assert.Contains(t, errOut, tc.says)
+			assert.NotContains(t, out, "profiling", "nothing was measured")
+		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/safefile"
 )
 
 // ErrCorrupt: a history store's file is not one this package wrote (bad magic, a truncated
@@ -80,7 +81,7 @@ func OpenHistory(path string, vocab, limit int) (*History, error) {
 		limit = DefaultHistoryTokens
 	}
 	h := &History{path: path, vocab: vocab, limit: limit}
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return h, nil
 	}

@@ -8,10 +8,11 @@ import (
 )
 
 // mapFile reads the file where mmap is unavailable; the rest of the package is the same.
-func mapFile(fd *os.File, size int64) ([]byte, func() error, error) {
+// A copy cannot be faulted by a writer: the File is Protected.
+func mapFile(fd *os.File, size int64) (*mapping, error) {
 	data := make([]byte, size)
 	if _, err := io.ReadFull(fd, data); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return data, func() error { return nil }, nil
+	return &mapping{data: data, release: func() error { return nil }, protected: true}, nil
 }

@@ -59,6 +59,10 @@ type File struct {
 	kvIdx   map[string]int
 	tIdx    map[string]int
 	release func() error
+	// detached and protected: see Detached and Protected (Open's mapping)
+	detached  func() bool
+	protected bool
+	check     func() error
 }
 
 // Parse reads a GGUF image held in memory; data is not copied and must outlive the File.

@@ -19,6 +19,7 @@ import (
 	"github.com/xpuhub/xpu/conformance"
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/internal/safefile"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/gguf"
 	"github.com/xpuhub/xpu/llm/synth"
@@ -98,7 +99,7 @@ func greedyCase(ctx context.Context, dev core.Device) (conformance.ModelResult, 
 		return res, err
 	}
 	defer m.Close()
-	want, err := os.ReadFile(filepath.Join(dir, greedyFile))
+	want, err := safefile.ReadFile(filepath.Join(dir, greedyFile))
 	if err != nil {
 		return res, fmt.Errorf("%v: %w", err, conformance.ErrSkip)
 	}

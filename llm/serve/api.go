@@ -100,7 +100,19 @@ type sampling struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	N *int `json:"n"`
+	N              *int            `json:"n"`
+	ResponseFormat *responseFormat `json:"response_format"`
+}
+
+// responseFormat is OpenAI's response_format: text, json_object (any JSON object) or
+// json_schema (JSON that the schema accepts); the last two hold generation to a grammar.
+type responseFormat struct {
+	Type       string `json:"type"`
+	JSONSchema *struct {
+		Name   string          `json:"name"`
+		Schema json.RawMessage `json:"schema"`
+		Strict *bool           `json:"strict"`
+	} `json:"json_schema"`
 }
 
 type chatRequest struct {
@@ -145,6 +157,12 @@ type usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
+	// PromptDetails says how many prompt tokens were found in a runner's cache, not prefilled.
+	PromptDetails promptDetails `json:"prompt_tokens_details"`
+}
+
+type promptDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 type chatChoice struct {

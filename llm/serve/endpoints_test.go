@@ -125,9 +125,10 @@ func TestLlamaServerEndpoints(t *testing.T) {
 	require.Equal(t, 200, getJSON(t, hs.URL+"/slots", &slots))
 	require.Len(t, slots, 2)
 	assert.Equal(t, false, slots[0]["is_processing"])
-	held := <-srv.slots // a request holding a runner
+	held := srv.slots.take(nil) // a request holding a runner
+	require.NotNil(t, held)
 	require.Equal(t, 200, getJSON(t, hs.URL+"/slots", &slots))
-	srv.slots <- held
+	srv.slots.put(held)
 	assert.Equal(t, true, slots[0]["is_processing"])
 	assert.Equal(t, false, slots[1]["is_processing"])
 }

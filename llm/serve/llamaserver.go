@@ -263,7 +263,7 @@ func (s *Server) props(w http.ResponseWriter, _ *http.Request) {
 // slotsInfo is llama-server's GET /slots. The pool hands runners out in no fixed order, so
 // the busy ones are reported as the first ids: the count is exact, the ids are not.
 func (s *Server) slotsInfo(w http.ResponseWriter, _ *http.Request) {
-	busy := s.cfg.parallel - len(s.slots)
+	busy := s.cfg.parallel - s.slots.idle()
 	out := make([]map[string]any, s.cfg.parallel)
 	for i := range out {
 		out[i] = map[string]any{"id": i, "n_ctx": s.ctxLen, "is_processing": i < busy}

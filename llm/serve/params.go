@@ -58,7 +58,6 @@ var chatRefusals = []unsupported{
 	{"function_call", oneOf(`"none"`, `"auto"`), "function_call (deprecated function calling) is not supported"},
 	{"tool_choice", oneOf(`"none"`, `"auto"`), "tool_choice: only \"none\" and \"auto\": forcing a call needs constrained decoding, which this server does not apply to tool calls yet"},
 	{"store", oneOf(`false`), "store: this server stores no completions"},
-	{"response_format", oneOf(`{"type":"text"}`), "response_format: only text is supported"},
 }
 
 var completionRefusals = []unsupported{

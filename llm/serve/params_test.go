@@ -40,7 +40,7 @@ var openAIParams = []struct {
 	{"chat", "presence_penalty", `-0.5`, 200},
 	{"chat", "prompt_cache_key", `"k"`, 200},
 	{"chat", "reasoning_effort", `"low"`, 400},
-	{"chat", "response_format", `{"type":"json_object"}`, 400},
+	{"chat", "response_format", `{"type":"json_object"}`, 200},
 	{"chat", "safety_identifier", `"u1"`, 200},
 	{"chat", "seed", `7`, 200},
 	{"chat", "service_tier", `"auto"`, 200},
@@ -206,10 +206,15 @@ func postChoices(t *testing.T, url, body string) ([]choiceOut, map[string]int) {
 	require.Equal(t, 200, code, string(b))
 	var out struct {
 		Choices []choiceOut
-		Usage   map[string]int
+		Usage   struct {
+			PromptTokens     int `json:"prompt_tokens"`
+			CompletionTokens int `json:"completion_tokens"`
+			TotalTokens      int `json:"total_tokens"`
+		}
 	}
 	require.NoError(t, json.Unmarshal(b, &out), string(b))
-	return out.Choices, out.Usage
+	return out.Choices, map[string]int{"prompt_tokens": out.Usage.PromptTokens,
+		"completion_tokens": out.Usage.CompletionTokens, "total_tokens": out.Usage.TotalTokens}
 }
 
 // The honoured knobs change the answer as they should.

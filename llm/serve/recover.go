@@ -102,7 +102,7 @@ func (s *Server) recoverInBackground(sl *slot) {
 	s.rec.wg.Add(1)
 	go func() {
 		defer s.rec.wg.Done()
-		defer func() { s.slots <- sl }()
+		defer s.slots.put(sl)
 		wait := s.cfg.restartBackoff
 		for {
 			err := s.rebuild(s.rec.ctx, sl)

@@ -10,8 +10,10 @@
 // runners (WithParallel, default 1: the engine's own). A request waits in a bounded queue
 // (WithMaxQueue) for a free runner and is refused with 429 when the queue is full; each
 // runner beyond the first costs another copy of the weights and KV cache on the device. A
-// runner keeps its KV cache between requests, and a chat request whose conversation extends
-// the one the runner last answered feeds only the new tokens.
+// runner keeps its KV cache between requests: a request goes to the free runner whose cache
+// holds the longest prefix of its prompt (pool.go says when a match counts), which keeps that
+// prefix and prefills only the rest; usage.prompt_tokens_details.cached_tokens says how many
+// prompt tokens were reused.
 //
 // Limits: the request body (WithMaxBodyBytes, 413 past it; one JSON value, 400 for anything
 // after it), max_tokens (WithMaxTokens, 400 past it), the prompt plus max_tokens within the
@@ -50,11 +52,12 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/grammar"
 	"github.com/xpuhub/xpu/llm/tokenizer"
 )
 
@@ -141,12 +144,13 @@ type Server struct {
 	tok     *tokenizer.Tokenizer
 	ctxLen  int
 	created int64
-	slots   chan *slot
+	slots   pool
 	all     []*slot // every slot, held or not, for Close
-	queued  atomic.Int64
 	met     *metrics
 	rec     recovery
 	hooks   testHooks
+	// grammars are recent json_schema requests' compiled grammars
+	grammars grammarCache
 }
 
 // testHooks let a test act at a chosen point of a request (kill the backend mid-stream); nil
@@ -166,6 +170,7 @@ type slot struct {
 	engine bool   // r is the engine's own runner (rebuilt with Engine.RebuildRunner)
 	epoch  uint64 // the backend restart r was built after (recovery.epoch)
 	broken bool   // r crashed and is not rebuilt yet
+	used   uint64 // when the slot was last given back (pool.clock)
 }
 
 // New prepares the runners of the pool on the engine's device. The engine's own runner is
@@ -204,7 +209,7 @@ func New(ctx context.Context, eng *llm.Engine, opts ...Option) (*Server, error) 
 			cfg.maxConns, cfg.maxConnsPerClient, core.ErrInvalidArgument)
 	}
 	s := &Server{cfg: cfg, eng: eng, tok: eng.Model().Tokenizer, ctxLen: eng.ContextLength(),
-		created: time.Now().Unix(), slots: make(chan *slot, cfg.parallel), met: newMetrics()}
+		created: time.Now().Unix(), met: newMetrics()}
 	s.rec.ctx, s.rec.cancel = context.WithCancel(context.Background())
 	s.met.restarts = s.rec.restarts.Load
 	s.all = append(s.all, &slot{r: eng.Runner, engine: true})
@@ -226,7 +231,7 @@ func New(ctx context.Context, eng *llm.Engine, opts ...Option) (*Server, error) 
 		sl.chat = chat
 	}
 	for _, sl := range s.all {
-		s.slots <- sl
+		s.slots.put(sl)
 	}
 	return s, nil
 }
@@ -307,7 +312,7 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 // many times the backend was restarted and when it was last.
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	st := map[string]any{"status": "ok", "model": s.cfg.name, "device": s.eng.Device().Info().ID(),
-		"queued": s.queued.Load(), "restarts": s.rec.restarts.Load()}
+		"queued": s.slots.waiting(), "restarts": s.rec.restarts.Load()}
 	if t := s.rec.lastRestart.Load(); t != nil {
 		st["last_restart"] = t.UTC().Format(time.RFC3339Nano)
 	}
@@ -328,7 +333,7 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	s.met.write(w, s.queued.Load(), len(s.slots), s.cfg.parallel)
+	s.met.write(w, int64(s.slots.waiting()), s.slots.idle(), s.cfg.parallel)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -380,11 +385,83 @@ type job struct {
 	stops     []string
 	prompt    []int32 // the tokens the prompt encodes to (for the limits and usage)
 	stream    bool
-	usage     bool   // stream a usage chunk at the end
-	n         int    // choices, generated one after another
-	logprobs  bool   // report each token's logprob
-	echo      string // text put before each completion's (the completions API's echo)
-	tools     bool   // the model was given tools: its reply is parsed for calls
+	usage     bool             // stream a usage chunk at the end
+	grammar   *grammar.Grammar // response_format's, nil for text
+	n         int              // choices, generated one after another
+	logprobs  bool             // report each token's logprob
+	echo      string           // text put before each completion's (the completions API's echo)
+	tools     bool             // the model was given tools: its reply is parsed for calls
+}
+
+// maxCachedGrammars bounds the compiled json_schema grammars a server keeps.
+const maxCachedGrammars = 32
+
+// grammarCache keeps the grammars of recent json_schema requests by schema text: an app that
+// sends the same schema every time gets the grammar, and the token masks its earlier answers
+// computed, without compiling it again.
+type grammarCache struct {
+	mu    sync.Mutex
+	byKey map[string]*grammar.Grammar
+	order []string // oldest first
+}
+
+func (c *grammarCache) get(schema []byte) (*grammar.Grammar, error) {
+	key := string(schema)
+	c.mu.Lock()
+	g := c.byKey[key]
+	c.mu.Unlock()
+	if g != nil {
+		return g, nil
+	}
+	g, err := grammar.FromSchema(schema)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byKey == nil {
+		c.byKey = map[string]*grammar.Grammar{}
+	}
+	if _, ok := c.byKey[key]; !ok {
+		if len(c.order) >= maxCachedGrammars {
+			delete(c.byKey, c.order[0])
+			c.order = c.order[1:]
+		}
+		c.byKey[key] = g
+		c.order = append(c.order, key)
+	}
+	return g, nil
+}
+
+// responseGrammar compiles response_format into the grammar generation is held to (nil for
+// text).
+func (c *grammarCache) responseGrammar(f *responseFormat) (*grammar.Grammar, *apiError) {
+	if f == nil {
+		return nil, nil
+	}
+	switch f.Type {
+	case "", "text":
+		return nil, nil
+	case "json_object":
+		return grammar.JSON(), nil
+	case "json_schema":
+		if f.JSONSchema == nil || len(f.JSONSchema.Schema) == 0 || string(f.JSONSchema.Schema) == "null" {
+			return nil, badRequest("response_format.json_schema.schema", "invalid_value",
+				"response_format json_schema needs json_schema.schema")
+		}
+		g, err := c.get(f.JSONSchema.Schema)
+		if err != nil {
+			name := f.JSONSchema.Name
+			if name == "" {
+				name = "(unnamed)"
+			}
+			return nil, badRequest("response_format.json_schema.schema", "invalid_value",
+				"response_format json_schema %s: %v", name, err)
+		}
+		return g, nil
+	}
+	return nil, badRequest("response_format", "unsupported_value",
+		"response_format %q is not supported (text, json_object or json_schema)", f.Type)
 }
 
 // validate checks what both endpoints share; prompt is the request's prompt tokens.
@@ -393,7 +470,11 @@ func (s *Server) validate(q *sampling, prompt []int32, promptParam string) (*job
 		return nil, newError(http.StatusNotFound, "invalid_request_error", "model", "model_not_found",
 			"the model %q does not exist; this server serves %q", q.Model, s.cfg.name)
 	}
-	j := &job{prompt: prompt, stream: q.Stream, stops: q.Stop, n: 1,
+	g, e := s.grammars.responseGrammar(q.ResponseFormat)
+	if e != nil {
+		return nil, e
+	}
+	j := &job{prompt: prompt, stream: q.Stream, stops: q.Stop, n: 1, grammar: g,
 		usage: q.StreamOptions != nil && q.StreamOptions.IncludeUsage}
 	if q.N != nil {
 		if *q.N < 1 || *q.N > MaxChoices {
@@ -427,7 +508,6 @@ func (s *Server) validate(q *sampling, prompt []int32, promptParam string) (*job
 	default:
 		j.maxTokens = *max
 	}
-	var e *apiError
 	if j.sampler, e = q.knobs.sampler(s.tok.Size(), ctxLen); e != nil {
 		return nil, e
 	}
@@ -556,15 +636,14 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) *apiError {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.timeout)
 	defer cancel()
 	return s.run(ctx, w, r, j, "text_completion", func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error) {
-		sl.chat.Reset() // the runner's cache no longer holds the chat's text
-		return sl.r.GenerateUntil(ctx, prompt, j.stops, append(opts, llm.WithPromptTokens(ids))...)
+		return sl.r.GenerateUntil(ctx, prompt, j.stops, append(opts, llm.WithPromptTokens(ids), llm.WithPromptCache())...)
 	})
 }
 
 // acquire waits for a free runner, in the bounded queue, and rebuilds it first when the backend
 // crashed since it last ran.
-func (s *Server) acquire(ctx context.Context) (*slot, *apiError) {
-	sl, e := s.wait(ctx)
+func (s *Server) acquire(ctx context.Context, prompt []int32) (*slot, *apiError) {
+	sl, e := s.wait(ctx, prompt)
 	if e != nil {
 		return nil, e
 	}
@@ -578,26 +657,19 @@ func (s *Server) acquire(ctx context.Context) (*slot, *apiError) {
 	return sl, nil
 }
 
-// wait takes a free runner, waiting in the bounded queue.
-func (s *Server) wait(ctx context.Context) (*slot, *apiError) {
-	select {
-	case sl := <-s.slots:
-		return sl, nil
-	default:
-	}
-	if s.queued.Add(1) > int64(s.cfg.maxQueue) {
-		s.queued.Add(-1)
+// wait takes the free runner whose cache suits prompt best (pool.take), or waits for one in
+// the bounded queue.
+func (s *Server) wait(ctx context.Context, prompt []int32) (*slot, *apiError) {
+	sl, full := s.slots.get(ctx, prompt, s.cfg.maxQueue)
+	switch {
+	case full:
 		return nil, newError(http.StatusTooManyRequests, "rate_limit_error", "", "queue_full",
 			"%d requests are already waiting for the model; try again later", s.cfg.maxQueue)
-	}
-	defer s.queued.Add(-1)
-	select {
-	case sl := <-s.slots:
-		return sl, nil
-	case <-ctx.Done():
+	case sl == nil:
 		return nil, newError(http.StatusServiceUnavailable, "server_error", "", "timeout",
 			"no runner became free within the request timeout (%s)", s.cfg.timeout)
 	}
+	return sl, nil
 }
 
 type generateFunc func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error)
@@ -632,13 +704,13 @@ func (s *Server) generate(ctx context.Context, sl *slot, opts []llm.GenerateOpti
 // context bounded by the request timeout. The n choices are generated one after another on the
 // same runner, choice i with the request's seed plus i.
 func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request, j *job, object string, gen generateFunc) *apiError {
-	sl, e := s.acquire(ctx)
+	sl, e := s.acquire(ctx, j.prompt)
 	if e != nil {
 		return e
 	}
 	defer func() {
 		if sl != nil {
-			s.slots <- sl
+			s.slots.put(sl)
 		}
 	}()
 	s.met.inflight.Add(1)
@@ -656,9 +728,14 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 		if j.logprobs {
 			sc.Logprobs = func(l llm.TokenLogprob) { *lps = append(*lps, l) }
 		}
-		return []llm.GenerateOption{llm.WithMaxTokens(j.maxTokens), llm.WithSampler(sc)}
+		opts := []llm.GenerateOption{llm.WithMaxTokens(j.maxTokens), llm.WithSampler(sc)}
+		if j.grammar != nil {
+			opts = append(opts, llm.WithConstraint(llm.GrammarConstraint(s.tok, j.grammar)))
+		}
+		return opts
 	}
 	completion := 0 // tokens generated over all choices
+	cached := -1    // the first choice's cached prompt tokens
 	if j.stream {
 		sse := newSSE(w)
 		chunkObject := "chat.completion.chunk"
@@ -718,6 +795,9 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 			sl, res, err = s.generate(ctx, sl, opts, s.replyOr(gen, stream), func() int { return sent })
 			s.met.tokens(len(j.prompt), len(res.Tokens))
 			completion += len(res.Tokens)
+			if cached < 0 {
+				cached = res.CachedTokens
+			}
 			switch {
 			case err != nil && r.Context().Err() != nil:
 				s.cfg.logger.Debug("serve: client went away during a stream", "err", err)
@@ -747,7 +827,7 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 			}
 		}
 		if j.usage {
-			u := usageOf(j, completion)
+			u := usageOf(j, completion, cached)
 			_ = sse.send(response{ID: id, Object: chunkObject, Created: created, Model: s.cfg.name,
 				Choices: []chatChoice{}, Usage: &u})
 		}
@@ -768,6 +848,9 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 		sl, res, err = s.generate(ctx, sl, opts, s.replyOr(gen, nil), func() int { return 0 })
 		s.met.tokens(len(j.prompt), len(res.Tokens))
 		completion += len(res.Tokens)
+		if cached < 0 {
+			cached = res.CachedTokens
+		}
 		switch {
 		case err != nil && ctx.Err() != nil && r.Context().Err() == nil && !crashed(err):
 			// the request timeout cut generation: answer with the text so far, as a stream does
@@ -794,7 +877,7 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 			break
 		}
 	}
-	u := usageOf(j, completion)
+	u := usageOf(j, completion, cached)
 	resp := response{ID: id, Object: object, Created: created, Model: s.cfg.name, Usage: &u}
 	if chat {
 		resp.Choices = chatChoices
@@ -864,10 +947,11 @@ func generationError(err error) *apiError {
 	return newError(http.StatusInternalServerError, "server_error", "", "generation_failed", "%v", err)
 }
 
-// usageOf counts the prompt once, as OpenAI does for n > 1, and the tokens of every choice.
-func usageOf(j *job, completion int) usage {
+// usageOf counts the prompt once, as OpenAI does for n > 1, and the tokens of every choice;
+// cached is how many prompt tokens the runner's cache held.
+func usageOf(j *job, completion, cached int) usage {
 	return usage{PromptTokens: len(j.prompt), CompletionTokens: completion,
-		TotalTokens: len(j.prompt) + completion}
+		TotalTokens: len(j.prompt) + completion, PromptDetails: promptDetails{CachedTokens: max(cached, 0)}}
 }
 
 // sseWriter writes server-sent events, flushing each.

@@ -16,13 +16,13 @@ import (
 // comes; a request cut by the timeout ends with the text so far and StopMaxTokens, as the
 // OpenAI endpoints do.
 func (s *Server) generateOne(ctx context.Context, r *http.Request, j *job, gen generateFunc, piece func(string) error) (llm.Result, *apiError) {
-	sl, e := s.acquire(ctx)
+	sl, e := s.acquire(ctx, j.prompt)
 	if e != nil {
 		return llm.Result{}, e
 	}
 	defer func() {
 		if sl != nil {
-			s.slots <- sl
+			s.slots.put(sl)
 		}
 	}()
 	s.met.inflight.Add(1)

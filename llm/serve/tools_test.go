@@ -69,12 +69,16 @@ func TestToolsRendered(t *testing.T) {
 	body := `{"model":"stories","max_tokens":4,"tools":[` + weatherTool + `],"messages":[{"role":"user","content":"Weather in Paris?"}]}`
 	code, b := post(t, url+"/v1/chat/completions", body)
 	require.Equal(t, 200, code, string(b))
-	var withTools, without struct{ Usage map[string]int }
+	var withTools, without struct {
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		}
+	}
 	require.NoError(t, json.Unmarshal(b, &withTools))
 	code, b = post(t, url+"/v1/chat/completions", strings.Replace(body, `"tools"`, `"tool_choice":"none","tools"`, 1))
 	require.Equal(t, 200, code, string(b))
 	require.NoError(t, json.Unmarshal(b, &without))
-	assert.Greater(t, withTools.Usage["prompt_tokens"], without.Usage["prompt_tokens"]+20, "tool_choice none renders no tools")
+	assert.Greater(t, withTools.Usage.PromptTokens, without.Usage.PromptTokens+20, "tool_choice none renders no tools")
 
 	for _, bad := range []struct{ body, param string }{
 		{`"tools":[{"type":"function"}]`, "tools[0]"},

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/xpuhub/xpu/internal/safefile"
 )
 
 // ioAlign is the alignment of a direct read's file offset, length and buffer (the sidecar's
@@ -51,7 +53,7 @@ func openBundleFile(path string, buffered bool, log *slog.Logger) (*bundleFile, 
 		}
 		log.Debug("sparse: no direct I/O, reading through the page cache", "file", path, "err", err)
 	}
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("sparse: opening the sidecar for reads: %w", err)
 	}
@@ -68,7 +70,7 @@ func (b *bundleFile) readAt(p []byte, off int64) (int, error) {
 	if err != nil && n == 0 && directRefused(err) {
 		b.mu.Lock()
 		if b.direct.Load() { // the first reader refused switches; the others retry
-			f, oerr := os.Open(b.path)
+			f, oerr := safefile.Open(b.path)
 			if oerr != nil {
 				b.mu.Unlock()
 				return 0, errors.Join(err, oerr)

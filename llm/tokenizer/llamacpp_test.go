@@ -16,15 +16,39 @@ import (
 	"github.com/xpuhub/xpu/llm/gguf"
 )
 
-// TestAgainstLlamaCpp checks the ids against llama.cpp's own tokenizer (its llama-tokenize
-// tool, named by XPU_LLAMA_TOKENIZE; skipped without it, as on CI): the same GGUF metadata,
+// TestAgainstLlamaCpp checks the ids against llama.cpp's own tokenizer: the same GGUF metadata,
 // built from the npm vocabularies, for every pre-tokenizer family. Unlike the tokenizers.js
 // families check, llama.cpp has its own copy of each family's regexes and its own regex
-// engine, so this also catches a pattern transcribed wrong here.
+// engine, so this also catches a pattern transcribed wrong here. llama.cpp's ids come from
+// testdata/llamacpp_ids.json, which its llama-tokenize wrote (no llama.cpp code is in this
+// repository, only its outputs); with XPU_LLAMA_TOKENIZE naming a llama-tokenize the test asks
+// that one instead, and with XPU_LLAMACPP_GOLDEN=update as well it rewrites the file
+// (scripts/llamacpp-goldens.sh).
 func TestAgainstLlamaCpp(t *testing.T) {
 	bin := os.Getenv("XPU_LLAMA_TOKENIZE")
-	if bin == "" {
-		t.Skip("set XPU_LLAMA_TOKENIZE to llama.cpp's llama-tokenize to compare with it")
+	update := os.Getenv("XPU_LLAMACPP_GOLDEN") == "update"
+	if testing.Short() && bin == "" {
+		t.Skip("loads the published vocabularies (~10 s), as TestReferenceTokenizers does")
+	}
+	if update && bin == "" {
+		t.Fatal("XPU_LLAMACPP_GOLDEN=update needs XPU_LLAMA_TOKENIZE (llama.cpp's llama-tokenize)")
+	}
+	var golden tokGoldens
+	if update {
+		golden = tokGoldens{LlamaCpp: os.Getenv("LLAMA_CPP_COMMIT"), Vocabs: map[string]tokGolden{}}
+		defer func() {
+			if t.Failed() {
+				return
+			}
+			b, err := json.MarshalIndent(golden, "", " ")
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(tokGoldenFile, append(b, '\n'), 0o644))
+			t.Logf("wrote %s", tokGoldenFile)
+		}()
+	} else if bin == "" {
+		b, err := os.ReadFile(tokGoldenFile)
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(b, &golden))
 	}
 	npmDir, err := filepath.Abs(filepath.Join("..", "..", "build", "npm"))
 	require.NoError(t, err)
@@ -35,6 +59,20 @@ func TestAgainstLlamaCpp(t *testing.T) {
 	// llama.cpp cuts the text at control tokens and tokenizes each piece on its own, as
 	// Encode does: one call per vocabulary tokenizes every text, separated by sep.
 	run := func(t *testing.T, kvs []gguf.KeyValue, sep string, sepID int32, texts []string) [][]int32 {
+		if bin == "" {
+			g, ok := golden.Vocabs[t.Name()]
+			require.True(t, ok, "no llama.cpp ids for %s in %s: run scripts/llamacpp-goldens.sh", t.Name(), tokGoldenFile)
+			if g.Refused != "" {
+				t.Skipf("llama-tokenize refused the file (a family the llama.cpp of the goldens lacks): %s", g.Refused)
+			}
+			out := make([][]int32, len(texts))
+			for i, text := range texts {
+				ids, ok := g.IDs[text]
+				require.True(t, ok, "no llama.cpp ids for %q under %s: run scripts/llamacpp-goldens.sh", text, t.Name())
+				out[i] = ids
+			}
+			return out
+		}
 		kvs = append([]gguf.KeyValue{
 			kv("general.architecture", "llama"),
 			kv("llama.context_length", uint32(256)),
@@ -55,12 +93,25 @@ func TestAgainstLlamaCpp(t *testing.T) {
 		defer cancel()
 		out, err := exec.CommandContext(ctx, bin, "-m", model, "-f", prompt, "--ids", "--no-bos", "--log-disable").Output()
 		if ee, ok := err.(*exec.ExitError); ok {
-			t.Skipf("llama-tokenize refused the file (a family this llama.cpp lacks?): %s", lastLine(string(ee.Stderr)))
+			why := refusal(string(ee.Stderr), dir)
+			if update {
+				golden.Vocabs[t.Name()] = tokGolden{Refused: why}
+			}
+			t.Skipf("llama-tokenize refused the file (a family this llama.cpp lacks?): %s", why)
 		}
 		require.NoError(t, err)
 		var ids []int32
 		require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(string(out))), &ids), "%s", out)
-		return splitIDs(ids, sepID)
+		split := splitIDs(ids, sepID)
+		if update {
+			require.Len(t, split, len(texts))
+			g := tokGolden{IDs: map[string][]int32{}}
+			for i, text := range texts {
+				g.IDs[text] = split[i]
+			}
+			golden.Vocabs[t.Name()] = g
+		}
+		return split
 	}
 	// compare builds our tokenizer from kvs and checks it against llama.cpp's on the texts.
 	compare := func(t *testing.T, kvs []gguf.KeyValue, sep string) {
@@ -116,6 +167,20 @@ func TestAgainstLlamaCpp(t *testing.T) {
 	})
 }
 
+// tokGoldenFile holds llama-tokenize's ids of referenceTexts for each vocabulary and family of
+// TestAgainstLlamaCpp.
+const tokGoldenFile = "testdata/llamacpp_ids.json"
+
+type tokGoldens struct {
+	LlamaCpp string               `json:"llama_cpp"` // the llama.cpp commit the ids came from
+	Vocabs   map[string]tokGolden `json:"vocabs"`    // by subtest name
+}
+
+type tokGolden struct {
+	Refused string             `json:"refused,omitempty"` // llama-tokenize's error, when it refused the vocabulary
+	IDs     map[string][]int32 `json:"ids,omitempty"`     // by text
+}
+
 // splitIDs cuts ids at each sep.
 func splitIDs(ids []int32, sep int32) [][]int32 {
 	out := [][]int32{{}}
@@ -127,6 +192,12 @@ func splitIDs(ids []int32, sep int32) [][]int32 {
 		out[len(out)-1] = append(out[len(out)-1], id)
 	}
 	return out
+}
+
+// refusal is the last line of llama-tokenize's stderr, which says why it refused a
+// vocabulary, with the temporary folder dir cut out (the goldens keep it).
+func refusal(stderr, dir string) string {
+	return strings.ReplaceAll(lastLine(stderr), dir+string(filepath.Separator), "")
 }
 
 func lastLine(s string) string {

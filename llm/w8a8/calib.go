@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/safefile"
 )
 
 // CalibrationVersion is the record format this package writes and reads.
@@ -161,7 +162,7 @@ func Parse(b []byte) (*Calibration, error) {
 
 // Load reads a record from a file.
 func Load(path string) (*Calibration, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -181,11 +182,25 @@ func (c *Calibration) Save(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	// a fresh temporary name: a fixed one could be a FIFO left there, which would block the write
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".w8a8-*.tmp")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	_, err = tmp.Write(append(b, '\n'))
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+	}
+	return err
 }
 
 // CacheDir is where calibrations live by default: $XPU_CACHE_DIR/w8a8, else

@@ -17,6 +17,7 @@
  *   -DTP_PROBE_FAULT=k   xpu_plugin_probe faults: 1 segfault, 2 abort, 3 hangs, 4 exit(0)
  *   -DTP_ZERO_DEVICES    open succeeds with 0 devices
  *   -DTP_NO_IMPORT       the device imports no host memory (buffers must be staged)
+ *   -DTP_DEVICE_INFO_1_0 device_info fills only the ABI 1.0 part (no declared peaks)
  *   -DTP_STRICT_RELEASE  buffer_release refuses (BAD_STATE) a buffer that any live execution
  *                        binds: stricter than the ABI, it catches a host that releases buffers
  *                        before the executions bound to them
@@ -35,6 +36,13 @@
  *   -DMUT_SILENT         execution_bind refuses an io without a message     -> error (level 1)
  *   -DMUT_CTX_LEAK       executable_release forgets its context's child
  *                        count, so the suite's context never closes          -> ABI(context-close-at-end)
+ *   -DMUT_UNDERSCORE_EXIT SCALE calls _exit(0), which no exit guard catches  -> a run without its summary
+ *   -DMUT_HANG           SCALE never returns                                -> timeout (isolated), SIGINT
+ *
+ * Validation-layer mutations (abi/validate_test.go): answers the validation layer must catch:
+ *   -DMUT_HALF_PRECISION ADD rounds its results to 11 significant bits (f16) while
+ *                        graph_analyze reports F32                          -> rule precision
+ *   -DMUT_FENCE_BACK     fence_value answers one less than the fence's value -> rule fence-monotonic
  *
  * A mutation never writes outside the buffer it was given (the suite's guard bytes live
  * inside it), so the test process survives every variant.
@@ -54,6 +62,7 @@
 
 #include "xpu_backend.h"
 #include "xpu_ir.h"
+#include "xpu_validate.h"
 #include "xpu_plugin.h"
 #include "xpu_sync.h"
 
@@ -186,6 +195,14 @@ static xpu_status tp_device_info(uint32_t device, xpu_device_info *out) {
   l.compute_units = 1;
   XPU_STRCPY(l.name, "test cpu");
   XPU_STRCPY(l.vendor, "xpu tests");
+  /* a plugin built against ABI 1.0 knows no peaks: it writes up to driver_version, and whatever
+   * it had declared lies past what it copies */
+  l.peak_read_bytes_per_s = 12000000000ull;
+  l.peak_flops_f32 = 34000000000ull;
+#ifdef TP_DEVICE_INFO_1_0
+  if (out->struct_size > offsetof(xpu_device_info, peak_read_bytes_per_s))
+    out->struct_size = offsetof(xpu_device_info, peak_read_bytes_per_s);
+#endif
   XPU_COPY_OUT(out, l);
   return XPU_OK;
 }
@@ -376,6 +393,9 @@ static xpu_status tp_buffer_release(xpu_buffer h) {
 /* ------------------------------------------------------------ graphs */
 static const char *node_refusal(const xpu_ir_graph *g, const xpu_ir_node *n) {
   if (!op_known(n->op)) return "op not implemented by the test plugin";
+  /* the op's rules (abi/OPS.md), shared by every plugin: arity first, so the reads below exist */
+  const char *why = xpu_validate_node(g, n);
+  if (why) return why;
   if (g->tensors[n->output].dtype != XPU_DT_F32) return "only f32 is implemented";
   for (uint32_t i = 0; i < n->n_inputs; i++)
     if (xpu_ir_input(g, n, i)->dtype != XPU_DT_F32) return "only f32 is implemented";
@@ -667,6 +687,14 @@ static void run_node(tp_exe *e, const xpu_ir_node *n, float **ptr, uint64_t room
 #ifdef MUT_WRITE_PAST
     if (cnt > 0 && room >= (uint64_t)(cnt + 1) * sizeof(float)) o[cnt] = o[cnt - 1] + 1.0f;
 #endif
+#ifdef MUT_HALF_PRECISION
+    for (int64_t i = 0; i < cnt; i++) {
+      uint32_t u;
+      memcpy(&u, &o[i], sizeof u);
+      u = (u + 0x1000u) & ~0x1FFFu; /* round to 10 stored mantissa bits, as binary16 keeps */
+      memcpy(&o[i], &u, sizeof u);
+    }
+#endif
 #ifdef MUT_NONDET
     if (cnt > 0) {
       pthread_mutex_lock(&e->mu);
@@ -693,6 +721,12 @@ static void run_node(tp_exe *e, const xpu_ir_node *n, float **ptr, uint64_t room
   case XPU_OP_SCALE:
 #ifdef MUT_CRASH
     abort();
+#endif
+#ifdef MUT_UNDERSCORE_EXIT
+    _exit(0);
+#endif
+#ifdef MUT_HANG
+    for (;;) sleep(1);
 #endif
     for (int64_t i = 0; i < cnt; i++) o[i] = x[i] * n->fattr[0] + n->fattr[1];
     break;
@@ -893,6 +927,9 @@ static xpu_status tp_fence_value(xpu_fence h, uint64_t *out) {
   tp_fence *f = fence_get(h);
   if (!f) return xpu_fail(&reg, h, XPU_E_INVALID_HANDLE, "fence_value: not a live fence");
   *out = xpu_timeline_value(&f->tl);
+#ifdef MUT_FENCE_BACK
+  if (*out > 0) *out -= 1;
+#endif
   return XPU_OK;
 }
 
@@ -939,6 +976,9 @@ static void probe_fault(void) {
   for (;;) sleep(1);
 #elif TP_PROBE_FAULT == 4
   exit(0);
+#elif TP_PROBE_FAULT == 5
+  /* slow only while the environment says so: a probe that timed out once on a loaded machine */
+  while (getenv("TP_PROBE_SLOW")) sleep(1);
 #endif
 }
 #endif

@@ -207,6 +207,47 @@ static inline int xpu_opt_get(const char *opts, const char *key, char *out, size
   return 0;
 }
 
+/*
+ * Host hints every backend takes and may ignore: the host passes them to every unit at once
+ * (xpu run --threads N), so a backend without threads must not refuse them.
+ */
+#define XPU_OPT_HOST_HINTS "threads"
+
+/*
+ * Checks that every key of "k=v;k=v" is one of known (a NULL-terminated list) or a host hint,
+ * so that a misspelt option (neon{thread=2}) is refused instead of silently ignored. Returns 0
+ * when all are known; else -1 with a message naming the key and the known ones in err.
+ */
+static inline int xpu_opt_check(const char *opts, const char *const *known, char *err, size_t cap) {
+  if (!opts) return 0;
+  const char *p = opts;
+  while (*p) {
+    while (*p == ';' || *p == ' ') p++;
+    if (!*p) break;
+    const char *end = strchr(p, ';');
+    if (!end) end = p + strlen(p);
+    const char *eq = memchr(p, '=', (size_t)(end - p));
+    size_t kl = eq ? (size_t)(eq - p) : (size_t)(end - p);
+    int ok = eq != NULL && kl > 0;
+    if (ok) {
+      ok = kl == strlen(XPU_OPT_HOST_HINTS) && strncmp(p, XPU_OPT_HOST_HINTS, kl) == 0;
+      for (const char *const *k = known; !ok && k && *k; k++)
+        ok = strlen(*k) == kl && strncmp(p, *k, kl) == 0;
+    }
+    if (!ok) {
+      int shown = (int)(eq ? kl : (size_t)(end - p));
+      int n = snprintf(err, cap, "unknown option \"%.*s\" (this backend takes: ", shown > 64 ? 64 : shown, p);
+      const char *sep = "";
+      for (const char *const *k = known; k && *k && n >= 0 && (size_t)n < cap; k++, sep = ", ")
+        n += snprintf(err + n, cap - (size_t)n, "%s%s", sep, *k);
+      if (n >= 0 && (size_t)n < cap) snprintf(err + n, cap - (size_t)n, "%s%s)", sep, XPU_OPT_HOST_HINTS);
+      return -1;
+    }
+    p = end;
+  }
+  return 0;
+}
+
 static inline const char *xpu_status_name(xpu_status s) {
   switch (s) {
   case XPU_OK: return "XPU_OK";

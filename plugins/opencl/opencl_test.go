@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/xpuhub/xpu/abi"
 	"github.com/xpuhub/xpu/conformance"
@@ -158,7 +159,9 @@ func TestContextOptions(t *testing.T) {
 		{map[string]string{"kernels": "gpu"}, true},
 		{map[string]string{"kernels": "cpu"}, true},
 		{map[string]string{"kernels": "fastest"}, false},
-		{map[string]string{"unknown": "x"}, true},
+		{map[string]string{"unknown": "x"}, false}, // a typo is refused, not ignored
+		{map[string]string{"threads": "2"}, true},  // the host's hint to every unit
+		{map[string]string{"kernels": "cpu", "threads": "1"}, true},
 	}
 	for _, tc := range tests {
 		cc, err := b.Devices()[0].NewContext(context.Background(), tc.opts)
@@ -219,6 +222,10 @@ func TestDeviceInfo(t *testing.T) {
 		if in.Caps.Has(core.CapImportHost) || in.Caps.Has(core.CapImportFD) {
 			assert.True(t, in.Caps.Has(core.CapUnifiedMemory), "zero-copy import needs shared memory")
 		}
+		// declared from the device query (ABI 1.1): every OpenCL device has compute units and a clock
+		assert.Positive(t, in.Peaks.FLOPSF32, "declared f32 peak")
+		assert.Equal(t, in.Caps.Has(core.CapFP16), in.Peaks.FLOPSF16 > 0, "an f16 peak exactly where fp16 is native")
+		assert.Zero(t, in.Peaks.ReadBytesPerSec, "OpenCL's query has no bandwidth")
 	}
 	assert.Equal(t, "opencl", b.Info().Name)
 }
@@ -325,7 +332,10 @@ func TestGetRowsOutOfRange(t *testing.T) {
 
 func runChild(t *testing.T, mode string, env ...string) (stdout, stderr string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	// a deadline, so that a child blocked for good (on a FIFO in its cache, say) fails the test
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), childEnv+"="+mode, "XPU_OPENCL_TEST_PLUGIN="+pluginPath(t)), env...)
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
@@ -515,18 +525,25 @@ func TestProgramCache(t *testing.T) {
 	corrupt := []struct {
 		name string
 		data []byte
+		fifo bool // a FIFO in the file's place: refused at once, not read (it would block)
 	}{
-		{"truncated", blob[:len(blob)/2]},
+		{"truncated", blob[:len(blob)/2], false},
 		{"flipped", func() []byte {
 			b := bytes.Clone(blob)
 			b[len(b)-100] ^= 0xff
 			return b
-		}()},
-		{"empty", nil},
+		}(), false},
+		{"empty", nil, false},
+		{"fifo", nil, true},
 	}
 	for _, c := range corrupt {
 		t.Run(c.name, func(t *testing.T) {
-			require.NoError(t, os.WriteFile(files[0], c.data, 0o644))
+			if c.fifo {
+				require.NoError(t, os.Remove(files[0]))
+				require.NoError(t, unix.Mkfifo(files[0], 0o644))
+			} else {
+				require.NoError(t, os.WriteFile(files[0], c.data, 0o644))
+			}
 			_, how, _ := startChild(t, dir, "")
 			assert.Equal(t, "built", how)
 			again, err := os.ReadFile(files[0])

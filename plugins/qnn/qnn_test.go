@@ -43,6 +43,8 @@ func TestMain(m *testing.M) {
 		os.Exit(childProbe())
 	case "rpcmem":
 		os.Exit(childRPCMem())
+	case "profile":
+		os.Exit(childProfile())
 	}
 	os.Exit(m.Run())
 }

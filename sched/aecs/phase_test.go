@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/required"
 	"github.com/xpuhub/xpu/loader"
 	"github.com/xpuhub/xpu/sched/cputopo"
 )
@@ -32,7 +33,7 @@ func newPhaseRig(tb testing.TB, prefill, decode cputopo.Selection) *phaseRig {
 	ctx := context.Background()
 	b, err := loader.Open(ctx, "neon")
 	if errors.Is(err, core.ErrNotFound) {
-		tb.Skipf("neon plugin not built or cannot run here (run make): %v", err)
+		required.Skip(tb, "neon", "neon plugin not built or cannot run here (run make): %v", err)
 	}
 	require.NoError(tb, err)
 	tb.Cleanup(func() { b.Close() })

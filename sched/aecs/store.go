@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xpuhub/xpu/internal/safefile"
 	"github.com/xpuhub/xpu/sched/cputopo"
 )
 
@@ -104,7 +105,7 @@ func Save(dir string, r Record) (string, error) {
 // Load reads the record stored for fingerprint (ErrNoRecord when there is none).
 func Load(dir, fingerprint string) (Record, error) {
 	var r Record
-	b, err := os.ReadFile(filepath.Join(dir, fingerprint+".json"))
+	b, err := safefile.ReadFile(filepath.Join(dir, fingerprint+".json"))
 	if errors.Is(err, os.ErrNotExist) {
 		return r, fmt.Errorf("%w for %s in %s", ErrNoRecord, fingerprint, dir)
 	}

@@ -1,8 +1,10 @@
 package profile
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/xpuhub/xpu/core"
 )
@@ -37,6 +39,31 @@ type Model struct {
 	DType string `json:"dtype"`
 	// OutputDType is the output head's weight type ("" means DType).
 	OutputDType string `json:"output_dtype,omitempty"`
+}
+
+// ErrOtherModel: a profile measured for a model of other shapes than the one it is used for.
+var ErrOtherModel = errors.New("profile of another model")
+
+// Match reports (ErrOtherModel, naming each difference) whether o has m's shapes and weight
+// types, the figures a profile's predictions depend on; the names may differ (a copied file).
+func (m Model) Match(o Model) error {
+	var diff []string
+	for _, f := range []struct {
+		what string
+		a, b any
+	}{
+		{"layers", m.Layers, o.Layers}, {"dim", m.Dim, o.Dim}, {"ffn", m.FFN, o.FFN}, {"heads", m.Heads, o.Heads},
+		{"kv heads", m.KVHeads, o.KVHeads}, {"head dim", m.HeadDim, o.HeadDim}, {"vocab", m.Vocab, o.Vocab},
+		{"weights", m.DType, o.DType}, {"output weights", m.outputDType(), o.outputDType()},
+	} {
+		if f.a != f.b {
+			diff = append(diff, fmt.Sprintf("%s %v, not %v", f.what, f.a, f.b))
+		}
+	}
+	if len(diff) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: it was measured for %s (%s)", ErrOtherModel, m.Name, strings.Join(diff, ", "))
 }
 
 // Validate checks that every dimension is positive and the dtypes parse.

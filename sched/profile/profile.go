@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/safefile"
 )
 
 // Version is the format version Parse accepts.
@@ -475,7 +476,7 @@ func Save(dir string, p *Profile) (string, error) {
 // Load reads dir/<key>.json (ErrNoProfile when there is none).
 func Load(dir, key string) (*Profile, string, error) {
 	path := filepath.Join(dir, key+".json")
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, path, fmt.Errorf("%w under key %s in %s (run xpu tune --profile)", ErrNoProfile, key, dir)
 	}

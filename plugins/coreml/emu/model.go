@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/xpuhub/xpu/internal/safefile"
 )
 
 // Specification field numbers, as Apple publishes them (Model.proto, FeatureTypes.proto,
@@ -149,7 +150,7 @@ var opsetSpec = map[string]int{"CoreML5": 6, "CoreML6": 7, "CoreML7": 8, "CoreML
 
 // Load reads, parses and checks the .mlpackage directory dir.
 func Load(dir string) (*Model, error) {
-	mb, err := os.ReadFile(filepath.Join(dir, "Manifest.json"))
+	mb, err := safefile.ReadFile(filepath.Join(dir, "Manifest.json"))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidModel, err)
 	}
@@ -167,7 +168,7 @@ func Load(dir string) (*Model, error) {
 		return nil, fmt.Errorf("%w: Manifest.json: root %q is not an item", ErrInvalidModel, man.Root)
 	}
 	data := filepath.Join(dir, "Data")
-	spec, err := os.ReadFile(filepath.Join(data, filepath.FromSlash(root.Path)))
+	spec, err := safefile.ReadFile(filepath.Join(data, filepath.FromSlash(root.Path)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidModel, err)
 	}
@@ -178,7 +179,7 @@ func Load(dir string) (*Model, error) {
 		if !ok || strings.Contains(rel, "..") {
 			return nil, fmt.Errorf("%w: blob file %q is not under @model_path", ErrInvalidModel, name)
 		}
-		return os.ReadFile(filepath.Join(modelDir, filepath.FromSlash(rel)))
+		return safefile.ReadFile(filepath.Join(modelDir, filepath.FromSlash(rel)))
 	})
 }
 

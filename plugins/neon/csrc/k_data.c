@@ -171,7 +171,7 @@ static void quant_q8_block(const float *x, uint8_t *out) {
   float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
   uint16_t h = nv_f32_to_f16(d);
   memcpy(out, &h, 2);
-  for (int i = 0; i < 32; i++) ((int8_t *)out)[2 + i] = (int8_t)roundf(x[i] * id);
+  for (int i = 0; i < 32; i++) ((int8_t *)out)[2 + i] = nv_i8_code(roundf(x[i] * id));
 }
 
 static void quant_q4_block(const float *x, uint8_t *out) {
@@ -185,7 +185,7 @@ static void quant_q4_block(const float *x, uint8_t *out) {
   uint16_t h = nv_f32_to_f16(d);
   memcpy(out, &h, 2);
   for (int j = 0; j < 16; j++) {
-    int q0 = (int8_t)(x[j] * id + 8.5f), q1 = (int8_t)(x[j + 16] * id + 8.5f);
+    int q0 = nv_i8_code(x[j] * id + 8.5f), q1 = nv_i8_code(x[j + 16] * id + 8.5f);
     if (q0 > 15) q0 = 15;
     if (q1 > 15) q1 = 15;
     out[2 + j] = (uint8_t)(q0 | (q1 << 4));

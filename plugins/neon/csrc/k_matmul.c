@@ -839,7 +839,8 @@ xpu_status nv_k_matmul(nv_run *r, const xpu_ir_node *n) {
         A.a = (const float *)r->ptr[n->inputs[0]] + aoff;
       }
       /* element offset of this batch in b, in bytes per element of the plain dtypes */
-      A.b = r->ptr[n->inputs[1]] + (b0 * sb[0] + b1 * sb[1]) / K * bstride;
+      /* K = 0 (an empty sum, zeros below) has no rows of b to step over */
+      A.b = K ? r->ptr[n->inputs[1]] + (b0 * sb[0] + b1 * sb[1]) / K * bstride : r->ptr[n->inputs[1]];
       if (c16) {
         /* f16 output: compute into f32 then round once; reuse the per-thread-free shared tail */
         cbuf = (float *)(shared + work_bytes(bt, (uint64_t)M, (uint64_t)K));

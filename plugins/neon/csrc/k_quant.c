@@ -43,7 +43,7 @@ int nv_quantize_block_q8(const float *xb, float *d, int8_t *q) {
   *d = nv_f16_to_f32(nv_f32_to_f16(dd));
   int sum = 0;
   for (int i = 0; i < 32; i++) {
-    q[i] = (int8_t)roundf(xb[i] * id);
+    q[i] = nv_i8_code(roundf(xb[i] * id));
     sum += q[i];
   }
   return sum;

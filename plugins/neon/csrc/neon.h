@@ -245,6 +245,11 @@ static inline void nv_parallel(nv_run *r, int64_t work, nv_task_fn fn, void *arg
 static inline void *nv_scratch(nv_run *r, int tid) { return r->scratch + (uint64_t)tid * r->scratch_bytes; }
 
 /* elements per dtype for the plain types */
+/* (int8_t)v for a quantized code the caller knows is in int8's range when finite. A NaN or
+ * infinite input makes the code NaN (OPS.md: its codes are unspecified), where the conversion
+ * would be undefined behaviour: 0 then. */
+static inline int8_t nv_i8_code(float v) { return v == v ? (int8_t)v : 0; }
+
 static inline uint32_t nv_elem_size(uint32_t dt) { return xpu_dtype_block_bytes(dt); }
 
 /* quantized dot products (k_quant.c): one activation row quantized by nv_quantize_row_q8 */

@@ -95,8 +95,11 @@ xpu_status nv_api_context_create(uint32_t device, const char *options, xpu_conte
   if (!out) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_ARG, "context_create: null out");
   *out = 0;
   if (device != 0) return xpu_fail(&nv_reg, 0, XPU_E_INVALID_ARG, "context_create: no device %u", device);
-  nv_cpuset cpus = {0};
+  static const char *const known[] = {"cpus", "int8dot", "repack", NULL};
   char v[1024];
+  if (xpu_opt_check(options, known, v, sizeof v) != 0)
+    return xpu_fail(&nv_reg, 0, XPU_E_INVALID_ARG, "context_create: %s", v);
+  nv_cpuset cpus = {0};
   int rc = xpu_opt_get(options, "cpus", v, sizeof v);
   if (rc < 0 || (rc > 0 && nv_parse_cpus(v, &cpus) != 0))
     return xpu_fail(&nv_reg, 0, XPU_E_INVALID_ARG, "context_create: bad cpus option (want e.g. cpus=0,1 or cpus=0-3)");

@@ -807,6 +807,9 @@ static void test_errors(xpu_context ctx) {
   expect_err(api->context_create(0, "cpus=abc", &c2), XPU_E_INVALID_ARG, 0, "bad cpus option");
   expect_err(api->context_create(0, "threads=0", &c2), XPU_E_INVALID_ARG, 0, "bad threads option");
   expect_err(api->context_create(0, "int8dot=2", &c2), XPU_E_INVALID_ARG, 0, "bad int8dot option");
+  expect_err(api->context_create(0, "foo=bar", &c2), XPU_E_INVALID_ARG, 0, "unknown option \"foo=bar\"");
+  expect_err(api->context_create(0, "threads=2;thread=2", &c2), XPU_E_INVALID_ARG, 0, "unknown option");
+  expect_err(api->context_create(0, "repack", &c2), XPU_E_INVALID_ARG, 0, "unknown option");
   expect_err(api->context_create(3, NULL, &c2), XPU_E_INVALID_ARG, 0, "no such device");
 }
 

@@ -142,9 +142,9 @@ xpu_status ocl_graph_prepare(xpu_context ctx_h, const xpu_prepare_desc *desc, xp
   uint32_t nt = g->header->n_tensors;
   for (uint32_t i = 0; i < g->header->n_nodes; i++) {
     if (!ocl_node_check(c, g, i, err, sizeof err)) {
+      const char *op = xpu_op_name(g->nodes[i].op); /* a static name: g dies with e */
       exe_free(e);
-      return xpu_fail(&P.reg, ctx_h, XPU_E_UNSUPPORTED, "graph_prepare: node %u (%s): %s", i,
-                      xpu_op_name(g->nodes[i].op), err);
+      return xpu_fail(&P.reg, ctx_h, XPU_E_UNSUPPORTED, "graph_prepare: node %u (%s): %s", i, op, err);
     }
     if (g->nodes[i].op == XPU_OP_GET_ROWS) e->uses_flag = 1;
   }

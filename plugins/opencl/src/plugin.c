@@ -132,6 +132,15 @@ static void describe(ocl_device *d) {
   if (unified || in->kind == XPU_DEVICE_CPU) /* an fd import is a mapping of it, then the same */
     in->caps |= XPU_CAP_UNIFIED_MEMORY | XPU_CAP_IMPORT_HOST | XPU_CAP_IMPORT_FD;
   if (strstr(ext, "cl_khr_fp16")) in->caps |= XPU_CAP_FP16;
+
+  /* declared peaks (ABI 1.1): what OpenCL's device query implies, one multiply-add per SIMD
+   * lane per cycle of every compute unit; the memory bandwidth is not in the query (0). */
+  cl_uint mhz = 0, hw = 0;
+  P.cl.clGetDeviceInfo(d->id, CL_DEVICE_MAX_CLOCK_FREQUENCY, sizeof mhz, &mhz, NULL);
+  P.cl.clGetDeviceInfo(d->id, CL_DEVICE_NATIVE_VECTOR_WIDTH_HALF, sizeof hw, &hw, NULL);
+  uint64_t lane_hz = (uint64_t)cu * mhz * 1000000ull;
+  in->peak_flops_f32 = 2 * lane_hz * (vw ? vw : 1);
+  if (in->caps & XPU_CAP_FP16) in->peak_flops_f16 = 2 * lane_hz * (hw ? hw : 1);
 }
 
 /* Loads libOpenCL and lists the devices once; plugin.mu held. */
@@ -311,7 +320,7 @@ static void ctx_free(ocl_ctx *c) {
 /*
  * Context option "kernels" (else env XPU_OPENCL_KERNELS): "gpu" or "cpu" picks the kernel family
  * (see ocl_ctx.gpu_kernels) instead of the device kind's, so both run on any device: the tests
- * put the GPU family through the suite on PoCL. Unknown keys are ignored.
+ * put the GPU family through the suite on PoCL. context_create refuses unknown keys.
  */
 static int kernel_choice(const char *options, const ocl_device *d, int *gpu) {
   char v[16];
@@ -334,6 +343,10 @@ static xpu_status context_create(uint32_t device, const char *options, xpu_conte
   if (device >= P.ndev)
     return xpu_fail(&P.reg, 0, XPU_E_INVALID_ARG, "context_create: device %u of %u", device,
                     P.ndev);
+  static const char *const known[] = {"kernels", NULL};
+  char oerr[256];
+  if (xpu_opt_check(options, known, oerr, sizeof oerr) != 0)
+    return xpu_fail(&P.reg, 0, XPU_E_INVALID_ARG, "context_create: %s", oerr);
   ocl_device *d = &P.devs[device];
   int gpu;
   if (kernel_choice(options, d, &gpu) != 0)

@@ -10,6 +10,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,9 +59,31 @@ static int cache_dir(char *out, size_t cap) {
   return -1;
 }
 
+/* Opens a cache file for reading, or returns NULL: non-blocking, so that a FIFO (or a device)
+ * put where a cache file belongs is refused at once instead of blocking the open or the reads
+ * forever, then checked with fstat to be a regular file. The miss rebuilds from source and the
+ * save's rename replaces whatever was there. */
+static FILE *open_regular(const char *path) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return NULL;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    close(fd);
+    return NULL;
+  }
+  FILE *f = fdopen(fd, "rb");
+  if (!f) close(fd);
+  return f;
+}
+
 /* Reads a cache file; returns the binary (caller frees) or NULL when absent or not matching. */
 static uint8_t *cache_load(const char *path, const char *key, size_t *len) {
-  FILE *f = fopen(path, "rb");
+  FILE *f = open_regular(path);
   if (!f) return NULL;
   uint8_t *bin = NULL;
   char magic[8];
@@ -93,8 +116,17 @@ static int cache_save(const char *dir, const char *path, const char *key, const 
   if (mkdirs(dir) != 0) return -1;
   char tmp[1100];
   snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) return -1;
+  /* whatever sits at the temporary name (a FIFO would block an open for writing) goes first;
+   * O_EXCL then creates a fresh regular file or fails */
+  unlink(tmp);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return -1;
+  FILE *f = fdopen(fd, "wb");
+  if (!f) {
+    close(fd);
+    unlink(tmp);
+    return -1;
+  }
   uint32_t kl = (uint32_t)strlen(key);
   uint64_t bl = len, sum = fnv64(bin, len, FNV0);
   int ok = fwrite(CACHE_MAGIC, 1, 8, f) == 8 && fwrite(&kl, sizeof kl, 1, f) == 1 &&

@@ -142,7 +142,7 @@ static Qnn_ErrorHandle_t backendGetBuildId(const char **id) {
 
 static Qnn_ErrorHandle_t backendGetApiVersion(Qnn_ApiVersion_t *v) {
   if (!v) return emu_err(QNN_COMMON_ERROR_INVALID_ARGUMENT, "null version");
-  *v = (Qnn_ApiVersion_t){{QNN_API_MAJOR_PINNED, QNN_API_MINOR_PINNED, 0}, {1, 0, 0}};
+  *v = (Qnn_ApiVersion_t){{QNN_API_MAJOR_PINNED, emu_api_minor(), 0}, {1, 0, 0}};
   return QNN_SUCCESS;
 }
 
@@ -780,7 +780,7 @@ static Qnn_ErrorHandle_t backendValidateOpConfig(Qnn_BackendHandle_t be, Qnn_OpC
 static const QnnInterface_t provider = {
     .backendId = QNN_BACKEND_ID_XPU_EMU,
     .providerName = "XPU_QNN_EMULATOR (clean-room emulated provider, not Qualcomm hardware)",
-    .apiVersion = {{QNN_API_MAJOR_PINNED, QNN_API_MINOR_PINNED, 0}, {1, 0, 0}},
+    .apiVersion = {{QNN_API_MAJOR_PINNED, QNN_API_MINOR_SDK_2_44, 0}, {1, 0, 0}},
     .v2_18 =
         {
             .backendCreate = backendCreate,
@@ -812,8 +812,10 @@ static const QnnInterface_t provider = {
 
 /* The provider handed out: its name says which backend profile the emulator imitates
  * ("XPU_QNN_EMULATOR/HTP" or "/CPU", XPU_QNN_EMU_PROFILE), so a client can build what it would
- * build for that backend. XPU_QNN_EMU_API_VERSION=<major>.<minor> makes it claim another core API
- * version, so a client's version check can be tested; the table itself does not change. */
+ * build for that backend. It claims the newest core API whose HTP rules it models (its function
+ * table stays 2.18's, which later versions keep); XPU_QNN_EMU_API_VERSION=<major>.<minor> makes
+ * it claim another, so a client's version check can be tested, and the HTP rules follow the
+ * version claimed (emu_rules.c). */
 static QnnInterface_t active;
 static const QnnInterface_t *active_list[] = {&active};
 static pthread_once_t active_once = PTHREAD_ONCE_INIT;
@@ -828,6 +830,11 @@ static void make_active(void) {
   if (!v || sscanf(v, "%u.%u", &major, &minor) != 2) return;
   active.apiVersion.coreApiVersion.major = major;
   active.apiVersion.coreApiVersion.minor = minor;
+}
+
+uint32_t emu_api_minor(void) {
+  pthread_once(&active_once, make_active);
+  return active.apiVersion.coreApiVersion.minor;
 }
 
 EMU_EXPORT Qnn_ErrorHandle_t QnnInterface_getProviders(const QnnInterface_t ***list, uint32_t *n) {

@@ -40,6 +40,9 @@ typedef enum {
  * the op/dtype/rank table of emu_rules.c, the graph configs accepted, and the arithmetic */
 typedef enum { EMU_PROFILE_HTP = 1, EMU_PROFILE_CPU = 2 } emu_profile;
 emu_profile emu_profile_get(void);
+/* the core API minor version the emulator reports (XPU_QNN_EMU_API_VERSION, else the newest
+ * whose HTP rules it models): the HTP rules depend on it */
+uint32_t emu_api_minor(void);
 const char *emu_profile_name(emu_profile p);
 
 typedef struct emu_tensor {

@@ -468,7 +468,7 @@ static void store(const emu_tensor *t, uint8_t *p, uint64_t i, float v) {
   case QNN_DATATYPE_SFIXED_POINT_8: {
     float q = roundf(v / t->scale) - (float)t->offset; /* HTP saturates to the type's range */
     q = q < -128.f ? -128.f : q > 127.f ? 127.f : q;
-    p[i] = (uint8_t)(int8_t)q;
+    p[i] = q == q ? (uint8_t)(int8_t)q : 0; /* NaN has no code (converting it is UB): 0 */
     break;
   }
   case QNN_DATATYPE_BOOL_8: p[i] = v != 0; break;
@@ -633,7 +633,7 @@ static void matmul(const emu_node *n, const emu_tensor *a, const emu_tensor *b, 
            * saturated to int16 */
           double sb = b->n_axis_scales ? (double)b->axis_scales[j] : (double)b->scale;
           double v = round((double)dot_q8(n, pa, pb, offa, offb, i, j, m, nn, k) * a->scale * sb / o->scale);
-          int16_t q = (int16_t)(v > 32767 ? 32767 : v < -32768 ? -32768 : v);
+          int16_t q = v != v ? 0 : (int16_t)(v > 32767 ? 32767 : v < -32768 ? -32768 : v);
           memcpy(po + 2 * (offo + (uint64_t)i * nn + j), &q, 2);
           continue;
         }

@@ -1,6 +1,7 @@
 /*
  * emu_rules.c: the op-support rules a real QNN backend applies at graphAddNode, written from the
- * QNN documentation of SDK 2.25 (the SDK xpu pins): "HTP Backend Op Definition Supplement"
+ * QNN documentation of SDK 2.25 (the SDK xpu pins), plus the HTP configurations later SDKs added,
+ * each from the API version that carries it (see `added`): "HTP Backend Op Definition Supplement"
  * (docs/QNN/OpDef/HtpOpDefSupplement.html) and "CPU Backend Op Definition Supplement"
  * (CpuOpDefSupplement.html), with the op definitions of MasterOpDef.html. Our own table, not a
  * copy: only the ops the xpu plugin may emit, and of each op only the data types the emulator
@@ -49,7 +50,7 @@ static const emu_rule rules[] = {
     {EMU_OP_ADD, "5:hh-h 5:ff-f 5:qq-q 5:ii-i", "5:ff-f 5:ii-i"},
     {EMU_OP_SUB, "5:hh-h 5:ff-f 5:qq-q 5:ii-i", "5:ff-f 5:ii-i"},
     {EMU_OP_MUL, "5:hh-h 5:ff-f 5:qq-q 5:ii-i 5:uu-u", "5:ff-f 5:ii-i 5:uu-u"},
-    {EMU_OP_DIV, "5:hh-h 5:ff-f 5:qq-q 5:ii-i", "5:ff-f 5:ii-i"},
+    {EMU_OP_DIV, "5:hh-h 5:ff-f 5:ii-i", "5:ff-f 5:ii-i"},
     {EMU_OP_MAX, "4:hh-h 4:ff-f 5:qq-q", "5:ff-f 5:ii-i"},
     {EMU_OP_GREATER_EQUAL, "4:hh-b 4:ff-b 5:qq-q 5:qq-b 5:ii-b", "5:ff-b 5:ii-b"},
     {EMU_OP_SELECT, "4:bhhh 4:bfff 5:bqqq 5:biii", "5:bfff 5:biii"},
@@ -62,9 +63,7 @@ static const emu_rule rules[] = {
     {EMU_OP_SOFTMAX, "5:h--h 5:f--f 5:q--q 5:q--f", "5:f--f"},
     {EMU_OP_RMSNORM, "4:hhhh 4:ffff", "5:ffff 5:ff-f"},
     {EMU_OP_LAYERNORM, "4:hhhh 4:ffff", "5:ffff 5:ff-f"},
-    /* qq-s: 8-bit operands, 16-bit output (HTP supp. MatMul, "INT8" configuration with a 16-bit
-     * activation output, as mllm-NPU's W8A8 runs; our reading, not checked on hardware) */
-    {EMU_OP_MATMUL, "4:hh-h 4:hhhh 4:ff-f 4:ffff 4:qq-q 4:qqQq 4:qq-s", "5:ff-f 5:ffff"},
+    {EMU_OP_MATMUL, "4:hh-h 4:hhhh 4:ff-f 4:ffff 4:qq-q 4:qqQq", "5:ff-f 5:ffff"},
     {EMU_OP_FC, "4:hh-h 4:hhhh 4:ff-f 4:ffff 4:qq-q 4:qqQq", "5:ff-f 5:ffff"},
     {EMU_OP_GATHER, "5:hi-h 5:hu-h 5:fi-f 5:fu-f 5:qi-q 5:qu-q 5:ii-i 5:iu-i 5:uu-u 5:ui-u",
      "5:fi-f 5:fu-f 5:ii-i 5:iu-i 5:bi-b 5:bu-b"},
@@ -77,10 +76,46 @@ static const emu_rule rules[] = {
      "4:i--q 4:i--b 4:i--u 4:i--i 4:i--f 4:i--h 4:u--u 4:u--i 4:u--f 4:f--q 4:f--b 4:f--i 4:f--f",
      "5:f--f 5:f--i 5:f--u 5:f--b 5:f--h 5:i--f 5:i--i 5:i--u 5:i--b 5:i--h 5:u--f 5:u--i 5:b--f 5:b--i "
      "5:b--b 5:h--f 5:q--f 5:q--i 5:f--q"},
-    {EMU_OP_QUANTIZE, "5:f--q", "5:f--q"},
-    /* s--h/f: Dequantize reads 8- and 16-bit data on the HTP (HTP supp. Dequantize), never 32-bit */
-    {EMU_OP_DEQUANTIZE, "5:q--h 5:q--f 5:s--h 5:s--f", "5:q--f 5:Q--f"},
+    {EMU_OP_QUANTIZE, "5:h--q", "5:f--q"},
+    {EMU_OP_DEQUANTIZE, "5:q--f", "5:q--f 5:Q--f"},
 };
+
+/* HTP configurations added after SDK 2.25, by the core API version that carries them
+ * (../src/qnn_api.h): a node may use one only when the emulator reports that version or later
+ * (XPU_QNN_EMU_API_VERSION; by default the newest modelled here). */
+typedef struct {
+  emu_op op;
+  uint32_t api_minor;
+  const char *htp;
+} emu_rule_added;
+
+static const emu_rule_added added[] = {
+    /* Quantize from FLOAT_32, Dequantize to FLOAT_16 (HTP op revision history, SDK 2.39) */
+    {EMU_OP_QUANTIZE, QNN_API_MINOR_SDK_2_39, "5:f--q"},
+    {EMU_OP_DEQUANTIZE, QNN_API_MINOR_SDK_2_39, "5:q--h"},
+    /* 16-bit signed outputs (SDK 2.39): qq-s, 8-bit operands and a 16-bit output (the "INT8"
+     * configuration with a 16-bit activation output, as mllm-NPU's W8A8 runs; our reading, not
+     * checked on hardware), and Dequantize reading them */
+    {EMU_OP_MATMUL, QNN_API_MINOR_SDK_2_39, "4:qq-s"},
+    {EMU_OP_DEQUANTIZE, QNN_API_MINOR_SDK_2_39, "5:s--h 5:s--f"},
+    /* ElementWiseDivide on SFIXED_POINT_8 (SDK 2.44) */
+    {EMU_OP_DIV, QNN_API_MINOR_SDK_2_44, "5:qq-q"},
+};
+
+static int sig_matches(const char *sig, const char *have);
+
+/* scans one signature list; sets *ok and raises *max_rank for each signature that matches */
+static void scan_sigs(const char *sigs, const char *have, int *ok, uint32_t *max_rank) {
+  for (const char *s = sigs; *s;) {
+    uint32_t rk = (uint32_t)(s[0] - '0');
+    if (sig_matches(s + 2, have)) {
+      *ok = 1;
+      if (rk > *max_rank) *max_rank = rk;
+    }
+    s += 6;
+    while (*s == ' ') s++;
+  }
+}
 
 static char dt_letter(Qnn_DataType_t dt) {
   switch (dt) {
@@ -126,15 +161,10 @@ Qnn_ErrorHandle_t emu_rule_check(const emu_graph *g, const emu_node *n, char *ms
   have[3] = dt_letter(g->tensors[n->out[0]].dtype);
   int dtype_ok = 0;
   uint32_t max_rank = 0;
-  for (const char *s = sigs; *s;) {
-    uint32_t rk = (uint32_t)(s[0] - '0');
-    if (sig_matches(s + 2, have)) {
-      dtype_ok = 1;
-      if (rk > max_rank) max_rank = rk;
-    }
-    s += 6;
-    while (*s == ' ') s++;
-  }
+  scan_sigs(sigs, have, &dtype_ok, &max_rank);
+  if (prof == EMU_PROFILE_HTP)
+    for (size_t i = 0; i < sizeof added / sizeof added[0]; i++)
+      if (added[i].op == n->op && emu_api_minor() >= added[i].api_minor) scan_sigs(added[i].htp, have, &dtype_ok, &max_rank);
   if (!dtype_ok) {
     snprintf(msg, cap,
              "node %s: %s with data types in/out \"%s\" (h F16, f F32, i I32, u U32, q SFIXED_8, s SFIXED_16, "

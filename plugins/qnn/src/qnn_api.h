@@ -22,6 +22,18 @@
 #define QNN_API_MAJOR_PINNED 2u
 #define QNN_API_MINOR_PINNED 18u
 
+/* The HTP op configurations newer than the pinned SDK (2.25), by the core API version that
+ * certainly carries them (QNN's "HTP Op Def Supplement" revision history dates them by SDK; the
+ * QNN API revision history pairs API 2.33 with SDK 2.44, API 2.18 with SDK 2.25, and an SDK's API
+ * minor trails its own by 7 to 11, so API 2.32 is the first that is surely SDK 2.39 or later).
+ * A backend reporting less gets the 2.25 profile: both the plugin and the emulator lower
+ * their rules for the version found.
+ *   SDK 2.39: Quantize from FLOAT_32 (before: FLOAT_16), Dequantize to FLOAT_16, 16-bit signed
+ *             (SFIXED_POINT_16) outputs op by op: MatMul of 8-bit operands, Dequantize of them
+ *   SDK 2.44: ElementWiseDivide on SFIXED_POINT_8 */
+#define QNN_API_MINOR_SDK_2_39 32u
+#define QNN_API_MINOR_SDK_2_44 33u
+
 typedef uint64_t Qnn_ErrorHandle_t; /* 0 = success */
 #define QNN_SUCCESS 0u
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "qnn_internal.h"
+#include "xpu_validate.h"
 
 #define REFUSE(...)                                                                              \
   do {                                                                                           \
@@ -42,7 +43,8 @@ int qnn_i8_scale(const xpu_ir_graph *ir, uint32_t t, float *scale) {
     const xpu_ir_node *nd = &ir->nodes[n];
     float here = 0;
     if (nd->output == t && nd->op == XPU_OP_QUANTIZE) here = nd->fattr[0];
-    if (nd->output == t && (nd->op == XPU_OP_RESHAPE || nd->op == XPU_OP_PERMUTE || nd->op == XPU_OP_SLICE ||
+    /* this walks every node, checked or not: a node without inputs has none to follow */
+    if (nd->output == t && nd->n_inputs > 0 && (nd->op == XPU_OP_RESHAPE || nd->op == XPU_OP_PERMUTE || nd->op == XPU_OP_SLICE ||
                             nd->op == XPU_OP_CONCAT)) {
       float in = 0;
       if (!qnn_i8_scale(ir, nd->inputs[0], &in)) return 0;
@@ -103,11 +105,14 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, uint32_t target, uint3
                    size_t cap) {
   const xpu_ir_node *n = &ir->nodes[node];
   const xpu_ir_tensor *out = &ir->tensors[n->output];
-  const xpu_ir_tensor *x = n->n_inputs ? &ir->tensors[n->inputs[0]] : NULL;
   int htp = target == QNN_BACKEND_ID_HTP;
   *precision = XPU_PREC_DEFAULT;
   reason[0] = 0;
-  if (!x) REFUSE("node without inputs");
+  /* arity, shapes and attributes (abi/OPS.md): after this every input the op takes exists, and
+   * what follows is only what QNN and its backends add */
+  const char *bad = xpu_validate_node(ir, n);
+  if (bad) REFUSE("%s", bad);
+  const xpu_ir_tensor *x = &ir->tensors[n->inputs[0]];
   if (!shape_ok(out, reason, cap)) return 0;
   /* CPU supplement: every float op is FLOAT_32 only */
   if (!htp && out->dtype == XPU_DT_F16) REFUSE("the QNN CPU backend has no FLOAT_16 ops (CPU op supplement: fp32 only)");
@@ -151,20 +156,14 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, uint32_t target, uint3
   }
   switch (n->op) {
   case XPU_OP_ADD: case XPU_OP_SUB: case XPU_OP_MUL: case XPU_OP_DIV:
-    if (!is_float(x->dtype) || ir->tensors[n->inputs[1]].dtype != x->dtype || out->dtype != x->dtype)
-      REFUSE("%s needs F32/F16 operands of one dtype", xpu_op_name(n->op));
     break;
   case XPU_OP_SILU: case XPU_OP_GELU: case XPU_OP_RELU: case XPU_OP_EXP: case XPU_OP_NEG: case XPU_OP_SCALE:
   case XPU_OP_RMS_NORM: case XPU_OP_LAYER_NORM:
-    if (!is_float(x->dtype) || out->dtype != x->dtype) REFUSE("%s needs F32/F16", xpu_op_name(n->op));
     if (htp && n->op == XPU_OP_EXP && out->dtype == XPU_DT_F32)
       REFUSE("EXP to FLOAT_32 on the HTP: its FP16 graph overflows to +Inf for x > 11.09 (half max 65504), "
              "where an F32 result is finite");
-    if ((n->op == XPU_OP_RMS_NORM || n->op == XPU_OP_LAYER_NORM) && x->rank == 0) REFUSE("norm of a scalar");
     break;
   case XPU_OP_SOFTMAX:
-    if (!is_float(x->dtype) || out->dtype != x->dtype) REFUSE("SOFTMAX needs F32/F16");
-    if (x->rank == 0) REFUSE("SOFTMAX of a scalar");
     if (n->iattr[0] == 1 && n->fattr[0] < 0) REFUSE("causal SOFTMAX with a negative scale");
     break;
   case XPU_OP_MATMUL: {
@@ -173,11 +172,12 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, uint32_t target, uint3
       /* W8A8 (op set 3): QNN MatMul, SFIXED_POINT_8 x SFIXED_POINT_8 (per-axis weights for
        * per-channel scales) -> SFIXED_POINT_16 with the output grid's scale, then Dequantize */
       if (!htp) REFUSE("W8A8 MATMUL needs the HTP: the QNN CPU backend's int8 ops take UFIXED_POINT_8");
+      if (qnn_api_minor() < QNN_API_MINOR_SDK_2_39)
+        REFUSE("W8A8 MATMUL needs the HTP's 8-bit MatMul with a SFIXED_POINT_16 output and its Dequantize "
+               "(QNN SDK 2.39, core API 2.%u); this backend reports API 2.%u", QNN_API_MINOR_SDK_2_39, qnn_api_minor());
       if (x->dtype != XPU_DT_I8)
         REFUSE("per-channel I8 weight scales with a float activation: the plugin lowers them only in a W8A8 "
                "MATMUL (an I8 activation)");
-      if (b->dtype != XPU_DT_I8 || b->rank != 2) REFUSE("W8A8 MATMUL needs an I8 [N,K] weight");
-      if (!(n->fattr[1] > 0)) REFUSE("W8A8 MATMUL without a positive activation scale");
       if (!(n->fattr[2] > 0))
         REFUSE("W8A8 MATMUL without an output grid (fattr[2] = 0): the HTP's 8-bit MatMul writes a 16-bit output "
                "whose scale the graph must give (W8A8Options.OutScale); a 32-bit accumulator cannot be dequantized");
@@ -186,21 +186,11 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, uint32_t target, uint3
         if (s->kind != XPU_TENSOR_CONST || b->kind != XPU_TENSOR_CONST)
           REFUSE("per-channel scales become a per-axis encoding of static weights: the weight and its scales "
                  "must be constants");
-        if (s->dtype != XPU_DT_F32 || s->rank != 1 || s->shape[0] != b->shape[0]) REFUSE("scales must be F32 [N]");
-      } else if (!(n->fattr[0] > 0)) {
-        REFUSE("I8 weight without a positive scale");
       }
-      if (!is_float(out->dtype)) REFUSE("W8A8 MATMUL output must be F32/F16");
-      if (x->shape[x->rank - 1] != b->shape[1]) REFUSE("inner dimensions differ");
       *precision = XPU_PREC_INT8;
       return 1;
     }
-    if (!is_float(x->dtype) || out->dtype != x->dtype) REFUSE("MATMUL needs an F32/F16 activation");
-    if (!(is_float(b->dtype) || (b->dtype == XPU_DT_I8 && b->rank == 2)))
-      REFUSE("MATMUL weight must be F32/F16 or a rank-2 per-tensor I8");
-    if (b->rank < 2) REFUSE("MATMUL b of rank < 2");
-    if (x->rank <= 1 && b->rank != 2) REFUSE("MATMUL of a vector with a batched b");
-    if (b->dtype == XPU_DT_I8 && !(n->fattr[0] > 0)) REFUSE("I8 weight without a positive scale");
+    if (!(is_float(b->dtype) || b->dtype == XPU_DT_I8)) REFUSE("MATMUL weight must be F32/F16 or a per-tensor I8");
     /* a batched b must match a's batch dims: QNN MatMul does not broadcast (CPU supplement: in[1]
      * has in[0]'s rank and batch dims); a rank-2 b becomes a FullyConnected */
     if (b->rank > 2) {
@@ -213,34 +203,17 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, uint32_t target, uint3
     break;
   }
   case XPU_OP_ROPE: {
-    const xpu_ir_tensor *pos = &ir->tensors[n->inputs[1]];
-    if (!is_float(x->dtype) || out->dtype != x->dtype || (x->rank != 3 && x->rank != 4))
-      REFUSE("ROPE needs F32/F16 x of rank 3 or 4");
-    if (pos->dtype != XPU_DT_I32) REFUSE("ROPE positions must be I32");
     if (!checkable_ids(ir, n->inputs[1]))
       REFUSE("ROPE positions computed in the graph: the cos/sin table Gather needs them checked before execute");
     int64_t d = x->shape[x->rank - 1], nr = n->iattr[1] ? n->iattr[1] : d;
-    if (n->iattr[0] != 0 && n->iattr[0] != 2) REFUSE("ROPE mode %lld (only normal 0 and NeoX 2)", (long long)n->iattr[0]);
     if (nr <= 0 || nr > d || nr % 2) REFUSE("ROPE n_rot must be even and <= D");
     break;
   }
   case XPU_OP_ATTENTION: {
     if (n->iattr[2] != 0 || n->iattr[3] != 0) REFUSE("ATTENTION on a KV head range (op set 4) is not lowered by this plugin");
     if (n->n_inputs > 4) { /* op set v2's tree mask: I8 [Tq, Tq], with a run-time q_offset, causal */
-      const xpu_ir_tensor *mk = &ir->tensors[n->inputs[4]];
-      if (mk->dtype != XPU_DT_I8 || mk->rank != 2 || mk->shape[0] != x->shape[0] || mk->shape[1] != x->shape[0])
-        REFUSE("ATTENTION mask must be I8 [Tq, Tq]");
-      if (n->iattr[0] != 1) REFUSE("ATTENTION mask needs the causal flag");
       if (!htp) REFUSE("ATTENTION mask: the QNN CPU backend has no SFIXED_POINT_8 Gather/Cast for it");
     }
-    if (n->n_inputs > 3) {
-      const xpu_ir_tensor *qo = &ir->tensors[n->inputs[3]];
-      if (qo->dtype != XPU_DT_I32 || xpu_ir_numel(qo) != 1) REFUSE("ATTENTION q_offset must be I32 [1]");
-    }
-    const xpu_ir_tensor *k = &ir->tensors[n->inputs[1]], *v = &ir->tensors[n->inputs[2]];
-    if (!is_float(x->dtype) || !is_float(k->dtype) || !is_float(v->dtype) || out->dtype != x->dtype)
-      REFUSE("ATTENTION needs F32/F16 q, k, v");
-    if (x->rank != 3 || k->rank != 3 || v->rank != 3) REFUSE("ATTENTION needs rank-3 q, k, v");
     if (n->iattr[0] == 1 && n->fattr[0] < 0) REFUSE("causal ATTENTION with a negative scale");
     if (n->iattr[0] == 1 && n->n_inputs <= 3 && x->shape[0] + n->iattr[1] < 1)
       REFUSE("causal ATTENTION where no query sees a key");
@@ -248,44 +221,31 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, uint32_t target, uint3
   }
   case XPU_OP_GET_ROWS: {
     const xpu_ir_tensor *ids = &ir->tensors[n->inputs[1]];
-    if (!(is_float(x->dtype) || x->dtype == XPU_DT_I8) || x->rank != 2) REFUSE("GET_ROWS table must be F32/F16/I8 [R,K]");
-    if (ids->dtype != XPU_DT_I32 || out->dtype != XPU_DT_F32) REFUSE("GET_ROWS needs I32 ids and an F32 output");
-    if (ids->rank == 0 || ids->rank > 3) REFUSE("GET_ROWS ids of rank 0 or > 3");
+    if (!(is_float(x->dtype) || x->dtype == XPU_DT_I8)) REFUSE("GET_ROWS table must be F32/F16/I8");
+    if (ids->rank == 0) REFUSE("GET_ROWS ids of rank 0");
     if (!checkable_ids(ir, n->inputs[1])) REFUSE("GET_ROWS ids computed in the graph: QNN cannot report an id out of range");
     if (x->dtype == XPU_DT_I8 && !(n->fattr[0] > 0)) REFUSE("I8 table without a positive scale");
     *precision = XPU_PREC_DEFAULT;
     return 1;
   }
   case XPU_OP_CAST:
-    if (!(is_float(x->dtype) || x->dtype == XPU_DT_I32) || !is_float(out->dtype))
-      REFUSE("CAST supported between F32/F16 and from I32");
+    if (x->dtype == XPU_DT_BF16 || out->dtype == XPU_DT_BF16) REFUSE("CAST supported between F32/F16 and from I32");
     *precision = XPU_PREC_DEFAULT;
     return 1;
   case XPU_OP_QUANTIZE:
-    /* HTP supplement (2.25): Quantize reads FLOAT_32 only; an F16 x is cast first */
+    /* the HTP's Quantize reads FLOAT_16 before SDK 2.39, FLOAT_32 since: qnn_lower.c casts x */
     if (!is_float(x->dtype) || out->dtype != XPU_DT_I8 || !(n->fattr[0] > 0))
       REFUSE("QUANTIZE supported from F32/F16 to per-tensor I8 with a positive scale");
     *precision = XPU_PREC_INT8;
     return 1;
   case XPU_OP_DEQUANTIZE:
-    if (x->dtype != XPU_DT_I8 || !is_float(out->dtype) || !(n->fattr[0] > 0))
+    if (x->dtype != XPU_DT_I8 || !(n->fattr[0] > 0))
       REFUSE("DEQUANTIZE supported from per-tensor I8 with a positive scale");
     *precision = XPU_PREC_INT8;
     return 1;
   case XPU_OP_RESHAPE: case XPU_OP_PERMUTE: case XPU_OP_SLICE: case XPU_OP_CONCAT:
-    if (!(is_float(x->dtype) || x->dtype == XPU_DT_I32 || x->dtype == XPU_DT_I8) || out->dtype != x->dtype)
+    if (!(is_float(x->dtype) || x->dtype == XPU_DT_I32 || x->dtype == XPU_DT_I8))
       REFUSE("%s supported for F32/F16/I32/I8", xpu_op_name(n->op));
-    for (uint32_t i = 1; i < n->n_inputs; i++)
-      if (ir->tensors[n->inputs[i]].dtype != x->dtype) REFUSE("CONCAT inputs of different dtypes");
-    if (n->op == XPU_OP_RESHAPE && xpu_ir_numel(x) != xpu_ir_numel(out)) REFUSE("RESHAPE changes the element count");
-    if (n->op == XPU_OP_SLICE && (n->iattr[0] < 0 || n->iattr[0] >= (int64_t)(x->rank ? x->rank : 1) ||
-                                  n->iattr[1] < 0 ||
-                                  n->iattr[1] + out->shape[n->iattr[0]] > x->shape[n->iattr[0]]))
-      REFUSE("SLICE range outside the input");
-    if (n->op == XPU_OP_CONCAT && (n->iattr[0] < 0 || n->iattr[0] >= (int64_t)x->rank)) REFUSE("CONCAT axis out of range");
-    if (n->op == XPU_OP_PERMUTE)
-      for (uint32_t d = 0; d < x->rank; d++)
-        if (n->iattr[d] < 0 || n->iattr[d] >= (int64_t)x->rank) REFUSE("PERMUTE axis out of range");
     if (x->dtype == XPU_DT_I8) {
       float si, so;
       qnn_i8_scale(ir, n->inputs[0], &si);
@@ -317,8 +277,9 @@ uint32_t qnn_op_query(const xpu_op_query *q, uint32_t target) {
   case XPU_OP_LAYER_NORM: case XPU_OP_SOFTMAX: case XPU_OP_ROPE: case XPU_OP_ATTENTION:
     return is_float(in) && (out == 0 || out == in) ? XPU_VERDICT_MAYBE : XPU_VERDICT_NO;
   case XPU_OP_MATMUL:
-    if (in == XPU_DT_I8) /* W8A8: the HTP only, with an output grid (graph_analyze checks it) */
-      return target == QNN_BACKEND_ID_HTP && (w == 0 || w == XPU_DT_I8) && (out == 0 || is_float(out))
+    if (in == XPU_DT_I8) /* W8A8: the HTP only (SDK 2.39), with an output grid (graph_analyze checks it) */
+      return target == QNN_BACKEND_ID_HTP && qnn_api_minor() >= QNN_API_MINOR_SDK_2_39 && (w == 0 || w == XPU_DT_I8) &&
+                     (out == 0 || is_float(out))
                  ? XPU_VERDICT_MAYBE
                  : XPU_VERDICT_NO;
     return is_float(in) && (w == 0 || is_float(w) || w == XPU_DT_I8) ? XPU_VERDICT_MAYBE : XPU_VERDICT_NO;

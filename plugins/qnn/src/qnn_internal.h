@@ -40,6 +40,9 @@ xpu_status qnn_lib_load(qnn_lib *l, const char *path, char *err, size_t cap);
 /* creates the log, backend and device (the first context_create does it) */
 xpu_status qnn_lib_start(qnn_lib *l, char *err, size_t cap);
 void qnn_lib_stop(qnn_lib *l);
+/* the core API minor version the opened backend reports (QNN_API_MINOR_PINNED before one is
+ * open): the HTP op profile depends on it (qnn_api.h, QNN_API_MINOR_SDK_*) */
+uint32_t qnn_api_minor(void);
 /* the message QNN has for an error code */
 const char *qnn_lib_errmsg(const qnn_lib *l, Qnn_ErrorHandle_t e);
 

@@ -753,10 +753,18 @@ static int lower_node(lower *L, uint32_t idx) {
       break;
     }
     int b = in[1];
-    if (dt_of(L, b) == QNN_DATATYPE_SFIXED_POINT_8)
-      b = op1(L, "Dequantize", b, -1, dt, rank_of(L, b), dims_of(L, b));
-    else
+    if (dt_of(L, b) == QNN_DATATYPE_SFIXED_POINT_8) {
+      /* the HTP's Dequantize writes FLOAT_16 from SDK 2.39 on; before, FLOAT_32, then a Cast */
+      Qnn_DataType_t to = dt == QNN_DATATYPE_FLOAT_16 && L->cfg->target == QNN_BACKEND_ID_HTP &&
+                                  qnn_api_minor() < QNN_API_MINOR_SDK_2_39
+                              ? QNN_DATATYPE_FLOAT_32
+                              : dt;
+      b = op1(L, "Dequantize", b, -1, to, rank_of(L, b), dims_of(L, b));
+      if (b >= 0 && to != dt) b = cast(L, b, dt);
+    } else {
       b = cast(L, b, dt);
+    }
+    if (b < 0) return -1; /* a node QNN refused: err says which */
     if (rank_of(L, b) == 2) {
       /* b [N, K] is FullyConnected's weight [m, n]: x read as [batch, K] -> [batch, N], reshaped
        * back. FullyConnected wants in[0] of rank >= 2, so [K] goes in as [1, K]. */
@@ -806,8 +814,13 @@ static int lower_node(lower *L, uint32_t idx) {
   case XPU_OP_QUANTIZE: {
     /* xpu's I8 is symmetric [-127, 127]; QNN saturates at -128, so clamp first */
     int lo = cst_scalar(L, dt, -127.0f * n->fattr[0]);
-    /* the HTP's Quantize (SDK 2.25) reads FLOAT_32 only */
-    r = op1(L, "Quantize", cast(L, bin(L, "ElementWiseMaximum", x, lo, -1), QNN_DATATYPE_FLOAT_32), out, dt, 0, NULL);
+    /* the HTP's Quantize reads FLOAT_16 up to SDK 2.38 and FLOAT_32 from 2.39 (the CPU's,
+     * FLOAT_32); in the HTP's FP16 graph every float is half already, so casting to half first
+     * changes nothing there */
+    Qnn_DataType_t from = L->cfg->target == QNN_BACKEND_ID_HTP && qnn_api_minor() < QNN_API_MINOR_SDK_2_39
+                              ? QNN_DATATYPE_FLOAT_16
+                              : QNN_DATATYPE_FLOAT_32;
+    r = op1(L, "Quantize", cast(L, bin(L, "ElementWiseMaximum", x, lo, -1), from), out, dt, 0, NULL);
     break;
   }
   case XPU_OP_DEQUANTIZE: r = op1(L, "Dequantize", x, out, dt, 0, NULL); break;

@@ -113,6 +113,10 @@ void device_name(char *buf, size_t cap) {
   else snprintf(buf, cap, "qnn backend %u (%.80s)", qnn_state.lib.backend_id, qnn_state.lib.provider);
 }
 
+uint32_t qnn_api_minor(void) {
+  return qnn_state.lib.iface ? qnn_state.lib.iface->apiVersion.coreApiVersion.minor : QNN_API_MINOR_PINNED;
+}
+
 int float_as_f16(void) { return qnn_state.lib.target == QNN_BACKEND_ID_HTP; }
 
 /* a client buffer is read in place by a backend on the host CPU (the emulator, libQnnCpu); the
@@ -156,8 +160,11 @@ static xpu_status op_support(uint32_t dev, const xpu_op_query *q, uint32_t *verd
 /* ---------------------------------------------------------------- contexts */
 
 static xpu_status context_create(uint32_t dev, const char *options, xpu_context *out) {
-  (void)options; /* no options yet: QNN backend/device configs are left at their defaults */
+  /* no options of its own yet: QNN backend/device configs are left at their defaults */
   if (!out) return xpu_fail(&qnn_reg, 0, XPU_E_INVALID_ARG, "context_create: null output");
+  char oerr[256];
+  if (xpu_opt_check(options, NULL, oerr, sizeof oerr) != 0)
+    return xpu_fail(&qnn_reg, 0, XPU_E_INVALID_ARG, "context_create: %s", oerr);
   if (!qnn_state.loaded || dev != 0) return xpu_fail(&qnn_reg, 0, XPU_E_INVALID_ARG, "context_create: no device %u", dev);
   char err[512];
   pthread_mutex_lock(&qnn_state.mu);

@@ -1,0 +1,110 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"math"
+	"regexp"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/draft"
+	"github.com/xpuhub/xpu/llm/grammar"
+)
+
+// recording wraps a constraint and counts the calls Generate makes.
+type recording struct {
+	Constraint
+	resets, masks, accepts int
+	maskErr                error
+}
+
+func (r *recording) Reset()                { r.resets++; r.Constraint.Reset() }
+func (r *recording) Accept(id int32) error { r.accepts++; return r.Constraint.Accept(id) }
+func (r *recording) Mask(logits []float32) error {
+	r.masks++
+	if r.maskErr != nil {
+		return r.maskErr
+	}
+	return r.Constraint.Mask(logits)
+}
+
+func TestGenerateWithConstraint(t *testing.T) {
+	m := openStories(t)
+	r, err := NewRunner(context.Background(), m, refDevice(t))
+	require.NoError(t, err)
+	defer r.Close()
+	g, err := grammar.Parse(`root ::= "Lily " ("ran" | "sat") " to the " [a-z]{1,8} "."`)
+	require.NoError(t, err)
+	want := regexp.MustCompile(`^Lily (ran|sat) to the [a-z]{1,8}\.$`)
+	for _, temp := range []float32{0, 1, 1.5} {
+		c := &recording{Constraint: GrammarConstraint(m.Tokenizer, g)}
+		for seed := uint64(1); seed <= 3; seed++ {
+			res, err := r.Generate(context.Background(), "Once upon a time", WithMaxTokens(64),
+				WithSampler(SamplerConfig{Temperature: temp, Seed: seed}), WithConstraint(c))
+			require.NoError(t, err)
+			assert.Regexp(t, want, res.Text, "temperature %g seed %d", temp, seed)
+			assert.Equal(t, StopEOS, res.Stop, "the grammar's end stops generation")
+		}
+		assert.Equal(t, 3, c.resets, "each Generate starts the constraint over")
+		assert.Equal(t, c.masks, c.accepts)
+	}
+
+	// sampling first and masking on refusal (the matcher's cheap check) gives greedy's answer
+	// of masking every step
+	for _, prompt := range []string{"Once upon a time", "The dog", "Tim and"} {
+		masked := &recording{Constraint: GrammarConstraint(m.Tokenizer, g)}
+		a, err := r.Generate(context.Background(), prompt, WithMaxTokens(64), WithConstraint(masked))
+		require.NoError(t, err)
+		b, err := r.Generate(context.Background(), prompt, WithMaxTokens(64), WithConstraint(GrammarConstraint(m.Tokenizer, g)))
+		require.NoError(t, err)
+		assert.Equal(t, a.Text, b.Text)
+		assert.Regexp(t, want, b.Text)
+	}
+
+	// without the constraint the model writes something else
+	res, err := r.Generate(context.Background(), "Once upon a time", WithMaxTokens(16))
+	require.NoError(t, err)
+	assert.NotRegexp(t, want, res.Text)
+}
+
+func TestGenerateConstraintErrors(t *testing.T) {
+	m := openStories(t)
+	r, err := NewRunner(context.Background(), m, refDevice(t))
+	require.NoError(t, err)
+	defer r.Close()
+	c := &recording{Constraint: GrammarConstraint(m.Tokenizer, grammar.JSON()), maskErr: errors.New("boom")}
+	_, err = r.Generate(context.Background(), "hi", WithMaxTokens(4), WithConstraint(c))
+	assert.ErrorContains(t, err, "llm: constraint: boom")
+
+	// the constraint's error stays in the chain
+	c.maskErr = grammar.ErrNoToken
+	_, err = r.Generate(context.Background(), "hi", WithMaxTokens(4), WithConstraint(c))
+	assert.ErrorIs(t, err, grammar.ErrNoToken)
+
+	_, err = r.Generate(context.Background(), "hi", WithMaxTokens(4), WithConstraint(GrammarConstraint(m.Tokenizer, grammar.JSON())),
+		WithSpeculative(draft.NewLookup()))
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
+}
+
+// The vocabulary the matcher reads is built once per tokenizer and has no text for the stop
+// and BOS tokens.
+func TestGrammarVocab(t *testing.T) {
+	m := openStories(t)
+	tok := m.Tokenizer
+	v := grammarVocab(tok)
+	assert.Same(t, v, grammarVocab(tok))
+	assert.Equal(t, tok.Size(), v.Size())
+	mt := GrammarConstraint(tok, grammar.MustParse(`root ::= "a"`))
+	logits := make([]float32, tok.Size())
+	require.NoError(t, mt.Mask(logits))
+	assert.True(t, math.IsInf(float64(logits[tok.EOS()]), -1), "no end before the grammar's")
+	assert.True(t, math.IsInf(float64(logits[tok.BOS()]), -1))
+	require.NoError(t, mt.AcceptString("a"))
+	clear(logits)
+	require.NoError(t, mt.Mask(logits))
+	assert.False(t, math.IsInf(float64(logits[tok.EOS()]), -1), "the end once complete")
+}
