@@ -56,7 +56,6 @@ var chatRefusals = []unsupported{
 	{"web_search_options", oneOf(), "web search is not supported"},
 	{"functions", oneOf(`[]`), "functions (deprecated function calling) are not supported"},
 	{"function_call", oneOf(`"none"`, `"auto"`), "function_call (deprecated function calling) is not supported"},
-	{"tool_choice", oneOf(`"none"`, `"auto"`), "tool_choice: only \"none\" and \"auto\": forcing a call needs constrained decoding, which this server does not apply to tool calls yet"},
 	{"store", oneOf(`false`), "store: this server stores no completions"},
 }
 

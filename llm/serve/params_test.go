@@ -49,7 +49,7 @@ var openAIParams = []struct {
 	{"chat", "stream", `false`, 200},
 	{"chat", "stream_options", `{"include_usage":true}`, 200},
 	{"chat", "temperature", `0.5`, 200},
-	{"chat", "tool_choice", `"required"`, 400},
+	{"chat", "tool_choice", `"required"`, 200}, // with tools (below)
 	{"chat", "tools", `[{"type":"function","function":{"name":"f"}}]`, 200},
 	{"chat", "top_logprobs", `2`, 200}, // with logprobs: true (below)
 	{"chat", "top_p", `0.9`, 200},
@@ -99,6 +99,9 @@ func requestWith(api, param, value string) (path, body string) {
 	fields[param] = value
 	if param == "top_logprobs" {
 		fields["logprobs"] = "true"
+	}
+	if param == "tool_choice" && value != `"none"` {
+		fields["tools"] = `[{"type":"function","function":{"name":"f"}}]`
 	}
 	var parts []string
 	for k, v := range fields {

@@ -567,7 +567,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 			msgs[i].ToolCalls = append(msgs[i].ToolCalls, llm.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
 		}
 	}
-	tools, e := checkTools(q.Tools, q.ToolChoice)
+	tools, required, e := checkTools(q.Tools, q.ToolChoice)
 	if e != nil {
 		return e
 	}
@@ -590,6 +590,14 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	j.logprobs = q.Logprobs != nil && *q.Logprobs
 	j.tools = tools != nil
+	if required != nil {
+		if j.grammar != nil {
+			return badRequest("tool_choice", "invalid_value", "tool_choice requires a call and response_format a format: give one of them")
+		}
+		if j.grammar, e = s.callGrammar(ctx, required); e != nil {
+			return e
+		}
+	}
 	if q.TopLogprobs != nil {
 		switch {
 		case *q.TopLogprobs < 0 || *q.TopLogprobs > llm.MaxTopLogprobs:

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/grammar"
 )
 
 // Tool calls come back from a model as text in its family's format; parseToolCalls reads the
@@ -130,22 +132,96 @@ func parseCall(s string) (toolCall, bool) {
 }
 
 // checkTools validates a chat request's tools and tool_choice and returns the tools the
-// template is given (nil: none, also for tool_choice "none").
-func checkTools(tools []any, choice json.RawMessage) ([]any, *apiError) {
+// template is given (nil: none, also for tool_choice "none") and, when tool_choice requires a
+// call ("required" or a named function), the functions the call may name.
+func checkTools(tools []any, choice json.RawMessage) ([]any, []map[string]any, *apiError) {
+	fns := make([]map[string]any, len(tools))
 	for i, t := range tools {
 		m, _ := t.(map[string]any)
 		f, _ := m["function"].(map[string]any)
 		if m["type"] != "function" || f == nil {
-			return nil, badRequest(fmt.Sprintf("tools[%d]", i), "invalid_value", `tools[%d]: must be {"type": "function", "function": {...}}`, i)
+			return nil, nil, badRequest(fmt.Sprintf("tools[%d]", i), "invalid_value", `tools[%d]: must be {"type": "function", "function": {...}}`, i)
 		}
 		if name, _ := f["name"].(string); name == "" {
-			return nil, badRequest(fmt.Sprintf("tools[%d].function.name", i), "invalid_value", "tools[%d]: the function needs a name", i)
+			return nil, nil, badRequest(fmt.Sprintf("tools[%d].function.name", i), "invalid_value", "tools[%d]: the function needs a name", i)
+		}
+		fns[i] = f
+	}
+	if isNull(choice) || len(choice) == 0 || oneOf(`"auto"`)(choice) {
+		if len(tools) == 0 {
+			return nil, nil, nil
+		}
+		return tools, nil, nil
+	}
+	if oneOf(`"none"`)(choice) {
+		return nil, nil, nil
+	}
+	if len(tools) == 0 {
+		return nil, nil, badRequest("tool_choice", "invalid_value", "tool_choice requires a call but the request has no tools")
+	}
+	if oneOf(`"required"`)(choice) {
+		return tools, fns, nil
+	}
+	var named struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if json.Unmarshal(choice, &named) != nil || named.Type != "function" || named.Function.Name == "" {
+		return nil, nil, badRequest("tool_choice", "invalid_value", `tool_choice: must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}`)
+	}
+	for _, f := range fns {
+		if f["name"] == named.Function.Name {
+			return tools, []map[string]any{f}, nil
 		}
 	}
-	if len(tools) == 0 || oneOf(`"none"`)(choice) && !isNull(choice) {
-		return nil, nil
+	return nil, nil, badRequest("tool_choice", "invalid_value", "tool_choice names %q, which is not among the tools", named.Function.Name)
+}
+
+// callGrammar is the grammar that holds a reply to one call of fns in the format the chat
+// template writes calls in (found by rendering a call with it): Hermes/Qwen's <tool_call>
+// tags, or Llama 3's bare JSON with "parameters". Each function's parameters schema becomes the
+// arguments' (a schema the converter cannot express is a 400 naming the tool).
+func (s *Server) callGrammar(ctx context.Context, fns []map[string]any) (*grammar.Grammar, *apiError) {
+	probe := []llm.Message{{Role: "user", Content: "x"},
+		{Role: "assistant", ToolCalls: []llm.ToolCall{{ID: "call_0", Name: "xpu_probe", Arguments: "{}"}}}}
+	rendered, _ := s.tmpl.RenderToolsContext(ctx, probe, []any{map[string]any{"type": "function",
+		"function": map[string]any{"name": "xpu_probe", "parameters": map[string]any{"type": "object"}}}}, false)
+	hermes := strings.Contains(rendered, "<tool_call>")
+	if strings.Contains(rendered, "[TOOL_CALLS]") {
+		return nil, badRequest("tool_choice", "unsupported_value", "tool_choice: forcing a call in Mistral's [TOOL_CALLS] format is not supported (use \"auto\")")
 	}
-	return tools, nil
+	argKey := "parameters"
+	if hermes {
+		argKey = "arguments"
+	}
+	var alts []any
+	for _, f := range fns {
+		params := f["parameters"]
+		if params == nil {
+			params = map[string]any{"type": "object"}
+		}
+		alts = append(alts, map[string]any{"type": "object",
+			"properties": map[string]any{"name": map[string]any{"const": f["name"]}, argKey: params},
+			"required":   []string{"name", argKey}})
+	}
+	schema, err := json.Marshal(map[string]any{"anyOf": alts})
+	if err != nil {
+		return nil, badRequest("tools", "invalid_value", "tools: %v", err)
+	}
+	src, err := grammar.SchemaGBNF(schema)
+	if err != nil {
+		return nil, badRequest("tools", "invalid_value", "tools: a parameters schema cannot be enforced for tool_choice: %v", err)
+	}
+	if hermes {
+		src = strings.Replace(src, "root ::=", "call ::=", 1) + "\nroot ::= \"<tool_call>\\n\" call \"\\n</tool_call>\"\n"
+	}
+	g, err := grammar.Parse(src)
+	if err != nil {
+		return nil, newError(http.StatusInternalServerError, "server_error", "tools", "", "the tool-call grammar does not compile: %v", err)
+	}
+	return g, nil
 }
 
 // apiToolCalls are calls in OpenAI's shape; streamed ones carry their index.

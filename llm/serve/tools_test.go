@@ -83,8 +83,6 @@ func TestToolsRendered(t *testing.T) {
 	for _, bad := range []struct{ body, param string }{
 		{`"tools":[{"type":"function"}]`, "tools[0]"},
 		{`"tools":[{"type":"function","function":{}}]`, "tools[0].function.name"},
-		{`"tools":[` + weatherTool + `],"tool_choice":"required"`, "tool_choice"},
-		{`"tools":[` + weatherTool + `],"tool_choice":{"type":"function","function":{"name":"get_weather"}}`, "tool_choice"},
 	} {
 		code, b := post(t, url+"/v1/chat/completions", `{"model":"stories",`+bad.body+`,"messages":[{"role":"user","content":"x"}]}`)
 		assert.Equal(t, 400, code, bad.body)
@@ -235,4 +233,74 @@ func TestOpenAIClientToolCalls(t *testing.T) {
 	assert.Equal(t, "get_weather", got.Stream.Calls[0].Name)
 	assert.Equal(t, map[string]any{"city": "Paris"}, got.Stream.Calls[0].Args)
 	assert.Equal(t, "tool_calls", got.Next.Finish)
+}
+
+// tool_choice "required" or a named function holds the real model's reply to a call of the
+// tools' schema (a grammar), in the template's format: Llama 3's JSON, Hermes's <tool_call>.
+func TestToolChoiceForcesACall(t *testing.T) {
+	hermes := "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.tool_calls %}{% for c in m.tool_calls %}" +
+		"<tool_call>\n{\"name\": \"{{ c.function.name }}\"}\n</tool_call>{% endfor %}{% else %}{{ m.content }}{% endif %}<|im_end|>\n" +
+		"{% endfor %}{% if tools %}Tools: {{ tools | tojson }}\n{% endif %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+	llama, err := os.ReadFile("testdata/llama31_tools.jinja")
+	require.NoError(t, err)
+	tools := `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string","maxLength":6},"unit":{"enum":["c","f"]}},"required":["city","unit"]}}},` +
+		`{"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{"zone":{"type":"string","maxLength":4}},"required":["zone"]}}}]`
+	for _, tc := range []struct{ name, template, choice, want string }{
+		{"llama 3 required", string(llama), `"required"`, ""},
+		{"llama 3 named", string(llama), `{"type":"function","function":{"name":"get_time"}}`, "get_time"},
+		{"hermes named", hermes, `{"type":"function","function":{"name":"get_weather"}}`, "get_weather"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eng, err := llm.Load(context.Background(), storiesPath(t), llm.WithReferenceFallback(),
+				llm.WithRunnerOptions(llm.WithContextLength(1536)))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = eng.Close() })
+			srv, err := New(context.Background(), eng, WithModelName("stories"), WithMaxTokens(200), WithChatOptions(llm.WithChatTemplate(tc.template)))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = srv.Close() })
+			hs := httptest.NewServer(srv.Handler())
+			t.Cleanup(hs.Close)
+			for seed := range 3 {
+				body := fmt.Sprintf(`{"model":"stories","max_tokens":200,"seed":%d,"tools":%s,"tool_choice":%s,"messages":[{"role":"user","content":"Weather?"}]}`, seed, tools, tc.choice)
+				code, b := post(t, hs.URL+"/v1/chat/completions", body)
+				require.Equal(t, 200, code, string(b))
+				var out struct {
+					Choices []struct {
+						Message struct {
+							ToolCalls []struct {
+								Function struct{ Name, Arguments string }
+							} `json:"tool_calls"`
+						}
+						FinishReason string `json:"finish_reason"`
+					}
+				}
+				require.NoError(t, json.Unmarshal(b, &out))
+				require.Equal(t, "tool_calls", out.Choices[0].FinishReason, string(b))
+				require.Len(t, out.Choices[0].Message.ToolCalls, 1)
+				f := out.Choices[0].Message.ToolCalls[0].Function
+				if tc.want != "" {
+					assert.Equal(t, tc.want, f.Name)
+				}
+				var args map[string]any
+				require.NoError(t, json.Unmarshal([]byte(f.Arguments), &args), f.Arguments)
+				if f.Name == "get_weather" {
+					assert.Contains(t, []any{"c", "f"}, args["unit"])
+					assert.LessOrEqual(t, len(args["city"].(string)), 6)
+				} else {
+					assert.Contains(t, args, "zone")
+				}
+			}
+		})
+	}
+	// a tool_choice that names no tool, or requires a call without tools, is a 400
+	url, _ := newToolServer(t, "")
+	for _, body := range []string{
+		`"tools":` + tools + `,"tool_choice":{"type":"function","function":{"name":"nope"}}`,
+		`"tool_choice":"required"`,
+		`"tools":` + tools + `,"tool_choice":"sometimes"`,
+	} {
+		code, b := post(t, url+"/v1/chat/completions", `{"model":"stories",`+body+`,"messages":[{"role":"user","content":"x"}]}`)
+		assert.Equal(t, 400, code, body)
+		assert.Contains(t, string(b), `"param":"tool_choice"`, string(b))
+	}
 }
