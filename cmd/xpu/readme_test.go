@@ -109,6 +109,9 @@ var docCommands = []struct {
 
 // docGreedyRun is a greedy run of the test model from its BOS (no prompt): its text is a
 // prefix of the published sample.
+// constrainedDocLine matches the documents' grammar-constrained run and request lines.
+var constrainedDocLine = regexp.MustCompile(`--(grammar|grammar-file|json-schema) |response_format`)
+
 var docGreedyRun = regexp.MustCompile(`^build/xpu run (-m |--model )\.\./shared/models/stories260K\.gguf --temp 0 -n \d+ `)
 
 // testFuncs returns the names of the Test functions in dir's _test.go files.
@@ -332,6 +335,9 @@ func TestREADMERunAndServeCommands(t *testing.T) {
 	var runs, serves, curls []string
 	for _, l := range readmeShellLines(t) {
 		switch {
+		case constrainedDocLine.MatchString(l):
+			// grammar and response_format lines: TestRunGrammar and serve's
+			// TestJSONSchemaResponses run them (docCommands)
 		case strings.Contains(l, "build/xpu run ../shared/"):
 			runs = append(runs, l)
 		case strings.HasPrefix(l, "build/xpu serve "):
