@@ -64,6 +64,7 @@ func TestModelFileReplaced(t *testing.T) {
 			hc, st := health(t, hs.URL)
 			require.Equal(t, http.StatusOK, hc)
 			require.NotContains(t, st, "model_file")
+			require.Contains(t, metricsText(t, hs.URL), "\nxpu_model_file_changed 0\n")
 
 			if w != nil {
 				require.NoError(t, w.Truncate(0))
@@ -80,6 +81,16 @@ func TestModelFileReplaced(t *testing.T) {
 			assert.Equal(t, tc.wantHealth, hc)
 			b, _ := json.Marshal(st)
 			assert.Contains(t, string(b), tc.wantState)
+			assert.Contains(t, metricsText(t, hs.URL), "\nxpu_model_file_changed 1\n")
 		})
 	}
+}
+
+func metricsText(t *testing.T, url string) string {
+	resp, err := http.Get(url + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
 }

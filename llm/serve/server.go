@@ -200,6 +200,10 @@ func New(ctx context.Context, eng *llm.Engine, opts ...Option) (*Server, error) 
 		created: time.Now().Unix(), met: newMetrics()}
 	s.rec.ctx, s.rec.cancel = context.WithCancel(context.Background())
 	s.met.restarts = s.rec.restarts.Load
+	s.met.changed = func() bool {
+		detached, err := s.modelChanged()
+		return detached || err != nil
+	}
 	s.all = append(s.all, &slot{r: eng.Runner, engine: true})
 	for len(s.all) < cfg.parallel {
 		r, err := eng.NewRunner(ctx)
