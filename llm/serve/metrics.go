@@ -22,6 +22,7 @@ type metrics struct {
 	inflight  atomic.Int64
 	refused   atomic.Int64 // connections refused by Listener's limits
 	restarts  func() int64 // backend restarts after a crash
+	changed   func() bool  // the model file on disk is no longer the one loaded
 }
 
 // durationBuckets are the request duration histogram's upper bounds in seconds.
@@ -150,5 +151,12 @@ func (m *metrics) write(w io.Writer, queued int64, free, parallel int) {
 	counter("xpu_connections_refused_total", "Connections refused by the connection limits (--max-conns, --max-conns-per-client).", uint64(m.refused.Load()))
 	if m.restarts != nil {
 		counter("xpu_backend_restarts_total", "Restarts of the backend after it crashed.", uint64(m.restarts()))
+	}
+	if m.changed != nil {
+		var v int64
+		if m.changed() {
+			v = 1
+		}
+		gauge("xpu_model_file_changed", "1 once the model file on disk was replaced since the server loaded it.", v)
 	}
 }

@@ -119,3 +119,18 @@ func (s *Server) recoverInBackground(sl *slot) {
 		}
 	}()
 }
+
+// modelChanged says whether the model file was replaced on disk since it was loaded: detached
+// when the server still answers with the weights it loaded (the image was copied before the
+// overwrite reached it), an error wrapping gguf.ErrChanged when it cannot (a file it could not
+// protect, e.g. another user's or on NFS, that changed: reading its weights could fault).
+func (s *Server) modelChanged() (detached bool, err error) {
+	m := s.eng.Model()
+	if m == nil || m.File == nil {
+		return false, nil
+	}
+	if err := m.File.Check(); err != nil {
+		return false, err
+	}
+	return m.File.Detached(), nil
+}

@@ -212,6 +212,10 @@ func New(ctx context.Context, eng *llm.Engine, opts ...Option) (*Server, error) 
 		created: time.Now().Unix(), met: newMetrics()}
 	s.rec.ctx, s.rec.cancel = context.WithCancel(context.Background())
 	s.met.restarts = s.rec.restarts.Load
+	s.met.changed = func() bool {
+		detached, err := s.modelChanged()
+		return detached || err != nil
+	}
 	s.all = append(s.all, &slot{r: eng.Runner, engine: true})
 	for len(s.all) < cfg.parallel {
 		r, err := eng.NewRunner(ctx)
@@ -308,15 +312,23 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 }
 
 // health answers 200 {"status": "ok"} while the backend can answer, and 503
-// {"status": "unhealthy", "error"} from a crash until the runners are rebuilt; both say how
-// many times the backend was restarted and when it was last.
+// {"status": "unhealthy", "error"} from a crash until the runners are rebuilt, or once the
+// model file changed under weights the server could not keep; both say how many times the
+// backend was restarted and when it was last, and "model_file" says when the file on disk is
+// no longer the one being served.
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	st := map[string]any{"status": "ok", "model": s.cfg.name, "device": s.eng.Device().Info().ID(),
 		"queued": s.slots.waiting(), "restarts": s.rec.restarts.Load()}
 	if t := s.rec.lastRestart.Load(); t != nil {
 		st["last_restart"] = t.UTC().Format(time.RFC3339Nano)
 	}
-	err := s.eng.Healthy()
+	detached, err := s.modelChanged()
+	if detached {
+		st["model_file"] = "changed on disk; serving the weights loaded before it changed (restart to serve the new file)"
+	}
+	if err == nil {
+		err = s.eng.Healthy()
+	}
 	if err == nil && s.rec.broken.Load() > 0 {
 		err = errors.New("a runner is being rebuilt after a backend crash")
 		if c := s.rec.lastCrash.Load(); c != nil {
@@ -651,6 +663,10 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) *apiError {
 // acquire waits for a free runner, in the bounded queue, and rebuilds it first when the backend
 // crashed since it last ran.
 func (s *Server) acquire(ctx context.Context, prompt []int32) (*slot, *apiError) {
+	if _, err := s.modelChanged(); err != nil {
+		return nil, newError(http.StatusServiceUnavailable, "server_error", "", "model_changed",
+			"the model file changed on disk since it was loaded; restart the server to serve the new one: %v", err)
+	}
 	sl, e := s.wait(ctx, prompt)
 	if e != nil {
 		return nil, e

@@ -36,8 +36,13 @@ func storiesPath(t testing.TB) string {
 // newTestServer loads the test model on the best device (the reference when no plugin is
 // built) and serves it over loopback.
 func newTestServer(t testing.TB, opts ...Option) (*httptest.Server, *Server) {
+	return newServerAt(t, storiesPath(t), opts...)
+}
+
+// newServerAt is newTestServer for the model file at path.
+func newServerAt(t testing.TB, path string, opts ...Option) (*httptest.Server, *Server) {
 	ctx := context.Background()
-	eng, err := llm.Load(ctx, storiesPath(t), llm.WithReferenceFallback(),
+	eng, err := llm.Load(ctx, path, llm.WithReferenceFallback(),
 		llm.WithRunnerOptions(llm.WithContextLength(256)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = eng.Close() })
