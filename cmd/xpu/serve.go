@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -151,27 +152,38 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		sopts = append(sopts, serve.WithChatOptions(llm.WithChatTemplate(string(src))))
 	}
 	t0 := time.Now()
-	eng, err := llm.Load(ctx, *model, lopts...)
-	if err != nil {
-		return fail(err)
-	}
-	defer eng.Close()
 	sopts = append(sopts, serve.WithModelName(*name), serve.WithParallel(*parallel),
 		serve.WithMaxTokens(*maxTokens), serve.WithMaxBodyBytes(*maxBody), serve.WithMaxQueue(*maxQueue),
 		serve.WithRequestTimeout(*timeout), serve.WithHeaderTimeout(*headerTimeout), serve.WithReadTimeout(*readTimeout),
 		serve.WithIdleTimeout(*idleTimeout), serve.WithWriteTimeout(*writeTimeout), serve.WithMaxConns(*maxConns),
 		serve.WithMaxConnsPerClient(*maxPerClient))
-	srv, err := serve.New(ctx, eng, sopts...)
+	// the model is loaded again, by the same options, when its file is replaced on disk
+	open := func(ctx context.Context, extra ...serve.Option) (*serve.Server, *llm.Engine, error) {
+		eng, err := llm.Load(ctx, *model, lopts...)
+		if err != nil {
+			return nil, nil, err
+		}
+		srv, err := serve.New(ctx, eng, append(slices.Clip(sopts), extra...)...)
+		if err != nil {
+			_ = eng.Close()
+			return nil, nil, err
+		}
+		return srv, eng, nil
+	}
+	rl, err := serve.NewReloader(ctx, open)
 	if err != nil {
 		return fail(err)
 	}
-	defer srv.Close()
+	defer rl.Close()
+	srv := rl.Server()
+	eng := srv.Engine()
 
 	ln, err := net.Listen("tcp", net.JoinHostPort(*host, fmt.Sprint(*port)))
 	if err != nil {
 		return fail(err)
 	}
 	hs := srv.HTTPServer()
+	hs.Handler = rl
 	ln = srv.Listener(ln)
 	fmt.Fprintf(stderr, "xpu serve: %s on %s (%s), %d runner(s), context %d; loaded in %.0f ms\n",
 		*name, eng.Device().Info().ID(), deviceTag(eng.Device().Info()), *parallel, eng.ContextLength(), ms(time.Since(t0)))

@@ -91,6 +91,7 @@ type config struct {
 	// connection limits (conn.go)
 	headerTimeout, readTimeout, idleTimeout, writeTimeout time.Duration
 	maxConns, maxConnsPerClient                           int
+	reload                                                *reloadInfo // set by a Reloader
 }
 
 // Option configures New.
@@ -323,7 +324,19 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 		st["last_restart"] = t.UTC().Format(time.RFC3339Nano)
 	}
 	detached, err := s.modelChanged()
-	if detached {
+	if ri := s.cfg.reload; ri != nil {
+		st["reloads"] = ri.count.Load()
+		if t := ri.last.Load(); t != nil {
+			st["last_reload"] = t.UTC().Format(time.RFC3339Nano)
+		}
+		if e := ri.lastErr.Load(); e != nil && (detached || err != nil) {
+			st["reload_error"] = *e
+		}
+	}
+	switch {
+	case detached && s.cfg.reload != nil:
+		st["model_file"] = "changed on disk; serving the weights loaded before it changed until the new file loads"
+	case detached:
 		st["model_file"] = "changed on disk; serving the weights loaded before it changed (restart to serve the new file)"
 	}
 	if err == nil {
@@ -346,6 +359,11 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	s.met.write(w, int64(s.slots.waiting()), s.slots.idle(), s.cfg.parallel)
+	if ri := s.cfg.reload; ri != nil {
+		fmt.Fprintln(w, "# HELP xpu_model_reloads_total Times the model was loaded again after its file changed on disk.")
+		fmt.Fprintln(w, "# TYPE xpu_model_reloads_total counter")
+		fmt.Fprintf(w, "xpu_model_reloads_total %d\n", ri.count.Load())
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -664,8 +682,12 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) *apiError {
 // crashed since it last ran.
 func (s *Server) acquire(ctx context.Context, prompt []int32) (*slot, *apiError) {
 	if _, err := s.modelChanged(); err != nil {
+		fix := "restart the server to serve the new one"
+		if s.cfg.reload != nil {
+			fix = "the server is loading the new one; retry shortly"
+		}
 		return nil, newError(http.StatusServiceUnavailable, "server_error", "", "model_changed",
-			"the model file changed on disk since it was loaded; restart the server to serve the new one: %v", err)
+			"the model file changed on disk since it was loaded; %s: %v", fix, err)
 	}
 	sl, e := s.wait(ctx, prompt)
 	if e != nil {
