@@ -244,7 +244,7 @@ func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) *apiError {
 // chat template.
 func (s *Server) props(w http.ResponseWriter, _ *http.Request) {
 	tmpl := ""
-	if v, ok := s.eng.Model().File.Get("tokenizer.chat_template"); ok {
+	if v, ok := s.mdl.File.Get("tokenizer.chat_template"); ok {
 		tmpl, _ = v.Str()
 	}
 	writeJSON(w, http.StatusOK, map[string]any{

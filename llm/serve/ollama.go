@@ -255,9 +255,9 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) *apiError {
 
 // ollamaDetails describes the model as ollama's tags and show do.
 func (s *Server) ollamaDetails() map[string]any {
-	c := s.eng.Model().Config
+	c := s.mdl.Config
 	quant := ""
-	if v, ok := s.eng.Model().File.Get("general.file_type"); ok {
+	if v, ok := s.mdl.File.Get("general.file_type"); ok {
 		if n, ok := v.Int(); ok {
 			quant = fmt.Sprintf("file type %d", n)
 		}
@@ -267,7 +267,7 @@ func (s *Server) ollamaDetails() map[string]any {
 }
 
 func (s *Server) ollamaTags(w http.ResponseWriter, _ *http.Request) {
-	size := s.eng.Model().WeightBytes()
+	size := s.mdl.WeightBytes()
 	writeJSON(w, http.StatusOK, map[string]any{"models": []map[string]any{{
 		"name": s.cfg.name + ":latest", "model": s.cfg.name + ":latest",
 		"modified_at": time.Unix(s.created, 0).UTC().Format(time.RFC3339), "size": size,
@@ -290,10 +290,10 @@ func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) *apiError {
 		return newError(http.StatusNotFound, "", "model", "", "model %q not found; this server serves %q", name, s.cfg.name)
 	}
 	tmpl := ""
-	if v, ok := s.eng.Model().File.Get("tokenizer.chat_template"); ok {
+	if v, ok := s.mdl.File.Get("tokenizer.chat_template"); ok {
 		tmpl, _ = v.Str()
 	}
-	c := s.eng.Model().Config
+	c := s.mdl.Config
 	info := map[string]any{"general.architecture": c.Arch,
 		c.Arch + ".context_length": c.ContextLength, c.Arch + ".embedding_length": c.Dim,
 		c.Arch + ".block_count": c.Layers, c.Arch + ".attention.head_count": c.Heads,

@@ -125,7 +125,7 @@ func (s *Server) recoverInBackground(sl *slot) {
 // overwrite reached it), an error wrapping gguf.ErrChanged when it cannot (a file it could not
 // protect, e.g. another user's or on NFS, that changed: reading its weights could fault).
 func (s *Server) modelChanged() (detached bool, err error) {
-	m := s.eng.Model()
+	m := s.mdl
 	if m == nil || m.File == nil {
 		return false, nil
 	}

@@ -139,8 +139,11 @@ func WithChatOptions(opts ...llm.ChatOption) Option {
 // Server answers the API for one loaded model. Create it with New, serve Handler, Close it
 // after the http.Server has shut down.
 type Server struct {
-	cfg     config
-	eng     *llm.Engine
+	cfg config
+	eng *llm.Engine
+	// mdl is the engine's model, read once: a crash rebuild replaces the engine's runner (through
+	// which Engine.Model reads it) while other requests read the model
+	mdl     *llm.Model
 	tmpl    *llm.ChatTemplate
 	tok     *tokenizer.Tokenizer
 	ctxLen  int
@@ -209,7 +212,7 @@ func New(ctx context.Context, eng *llm.Engine, opts ...Option) (*Server, error) 
 		return nil, fmt.Errorf("serve: max connections %d, per client %d: must be 0 (no limit) or more: %w",
 			cfg.maxConns, cfg.maxConnsPerClient, core.ErrInvalidArgument)
 	}
-	s := &Server{cfg: cfg, eng: eng, tok: eng.Model().Tokenizer, ctxLen: eng.ContextLength(),
+	s := &Server{cfg: cfg, eng: eng, mdl: eng.Model(), tok: eng.Model().Tokenizer, ctxLen: eng.ContextLength(),
 		created: time.Now().Unix(), met: newMetrics()}
 	s.rec.ctx, s.rec.cancel = context.WithCancel(context.Background())
 	s.met.restarts = s.rec.restarts.Load
