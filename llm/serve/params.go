@@ -63,8 +63,8 @@ var completionRefusals = []unsupported{
 	{"suffix", oneOf(`""`), "suffix (insertion) is not supported"},
 }
 
-// refuse returns a 400 for the first known-but-unimplemented parameter body sets to a
-// non-neutral value.
+// refuse returns a 400 for the first parameter xpu knows but does not honour (audio,
+// prediction, ...) that body sets to a non-neutral value.
 func refuse(body json.RawMessage, rules []unsupported) *apiError {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil {
