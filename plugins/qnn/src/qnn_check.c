@@ -214,12 +214,7 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, uint32_t target, uint3
     if (n->iattr[4] != 0)
       REFUSE("ATTENTION with a sliding window (op set 5) is not lowered by this plugin: keys before the window "
              "must never be read, which needs a per-query lower bound on K/V rows the plugin does not build");
-    for (uint32_t i = 1; i < 3; i++) {
-      uint32_t kdt = ir->tensors[n->inputs[i]].dtype;
-      if (kdt == XPU_DT_Q8_0 || kdt == XPU_DT_Q4_0)
-        REFUSE("ATTENTION with a Q8_0/Q4_0 KV cache (op set 5): GGUF block formats have no QNN encoding "
-               "(only per-tensor/per-axis scale-offset)");
-    }
+    /* a Q8_0/Q4_0 KV cache (op set 5) is refused with every GGUF block tensor by shape_ok */
     if (n->n_inputs > 4) { /* op set v2's tree mask: I8 [Tq, Tq], with a run-time q_offset, causal */
       if (!htp) REFUSE("ATTENTION mask: the QNN CPU backend has no SFIXED_POINT_8 Gather/Cast for it");
     }
