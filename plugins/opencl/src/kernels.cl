@@ -1,5 +1,5 @@
 /*
- * kernels.cl: the op set v1 in OpenCL C 1.2, embedded in libxpu-opencl.so at build time.
+ * kernels.cl: the op set in OpenCL C 1.2, embedded in libxpu-opencl.so at build time.
  *
  * Every tensor arrives as (base pointer, byte offset, dtype): bindings may sit at any offset of
  * a buffer, and passing the offset avoids sub-buffers and their CL_DEVICE_MEM_BASE_ADDR_ALIGN
