@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"math"
 
 	"github.com/xpuhub/xpu/core"
@@ -42,6 +43,7 @@ type attV5 struct {
 	rng                float32 // q and k are U[-rng, rng]: large enough that the soft-cap bites
 	offsetAttr         bool    // q_offset as iattr[1], not an input
 	noCausal           bool
+	h0, nh             int64 // a KV head range (op set 4): heads h0..h0+nh-1 of k and v; nh 0 = all
 }
 
 func attentionV5Cases() []testCase {
@@ -66,6 +68,8 @@ func attentionV5Cases() []testCase {
 		// Gemma 2/3 local layers: a window and a soft-cap, decode and prefill
 		{tq: 1, hq: 8, hkv: 4, d: 128, dv: 128, off: 100, extra: 3, window: 32, softCap: 50, scale: 0.25, rng: 3},
 		{tq: 12, hq: 4, hkv: 2, d: 32, dv: 32, off: 5, extra: 2, window: 6, softCap: 5, scale: 0.5, rng: 2},
+		// one part of an attention split by heads (op set 4) on a local layer
+		{tq: 1, hq: 4, hkv: 4, d: 32, dv: 32, off: 60, extra: 2, window: 16, softCap: 5, scale: 0.5, rng: 2, h0: 2, nh: 2},
 	}
 	// a quantized KV cache: decode and prefill, head dims of one and several 32-blocks, and
 	// Gemma's window plus soft-cap over it
@@ -76,12 +80,15 @@ func attentionV5Cases() []testCase {
 		{tq: 5, hq: 2, hkv: 1, d: 96, dv: 64, off: 0, extra: 3, rng: 1, offsetAttr: true},
 		{tq: 1, hq: 8, hkv: 4, d: 128, dv: 128, off: 90, extra: 2, window: 32, softCap: 50, scale: 0.25, rng: 3},
 		{tq: 6, hq: 4, hkv: 2, d: 64, dv: 64, off: 20, extra: 1, window: 8, softCap: 5, scale: 0.5, rng: 2},
+		// a head range of a quantized cache: the range starts whole blocks into each row
+		{tq: 1, hq: 8, hkv: 4, d: 64, dv: 32, off: 40, extra: 2, rng: 1, h0: 1, nh: 2},
 	}
 	var cs []testCase
 	add := func(qdt, kvdt core.DType, v attV5) {
 		name := caseName("ATTENTION", "q", qdt, "kv", kvdt, "tq", v.tq, "hq", v.hq, "hkv", v.hkv, "d", v.d,
 			"dv", v.dv, "offset", v.off, "offset_input", !v.offsetAttr && !v.noCausal, "extra_rows", v.extra,
-			"causal", !v.noCausal, "window", v.window, "softcap", v.softCap, "scale", v.scale, "range", v.rng)
+			"causal", !v.noCausal, "window", v.window, "softcap", v.softCap, "scale", v.scale, "range", v.rng,
+			"kv_heads", fmt.Sprintf("%d+%d", v.h0, v.nh))
 		cs = append(cs, testCase{name: name, level: 2, op: "ATTENTION", dtype: qdt.String() + "/" + kvdt.String(),
 			run: func(r *runner, ctx context.Context, res *CaseResult) { r.attentionV5(ctx, res, qdt, kvdt, v) }})
 	}
@@ -116,7 +123,8 @@ func (r *runner) attentionV5(ctx context.Context, res *CaseResult, qdt, kvdt cor
 		kVals, vVals = b.uniform(tk*v.hkv*v.d, -v.rng, v.rng), b.uniform(tk*v.hkv*v.dv, -1, 1)
 		k := b.inData("k_cache", kvdt, core.Shape{tk, v.hkv, v.d}, nil)
 		vc := b.inData("v_cache", kvdt, core.Shape{tk, v.hkv, v.dv}, nil)
-		o := core.AttentionOptions{Scale: v.scale, Causal: !v.noCausal, SoftCap: v.softCap, Window: v.window}
+		o := core.AttentionOptions{Scale: v.scale, Causal: !v.noCausal, SoftCap: v.softCap, Window: v.window,
+			KVHeadOffset: v.h0, KVHeads: v.nh}
 		switch {
 		case v.noCausal:
 		case v.offsetAttr:
