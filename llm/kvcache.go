@@ -78,11 +78,10 @@ func checkKVTypes(m *Model, t kvTypes) error {
 	return nil
 }
 
-// KVCacheBytes is the memory of a KV cache of ctxLen positions for m with K and V of dtypes k
-// and v: every layer's K and V rows.
-func KVCacheBytes(m *Model, ctxLen int, k, v core.DType) int64 {
-	kb, vb := kvTypes{k, v}.rowBytes(m.Config)
-	return int64(m.Config.Layers) * int64(ctxLen) * (kb + vb)
+// KVCacheBytes is the memory one of m's two caches (K or V) takes for ctxLen positions in
+// dtype dt: every layer's rows.
+func KVCacheBytes(m *Model, ctxLen int, dt core.DType) int64 {
+	return int64(m.Config.Layers) * int64(ctxLen) * dt.Bytes(int64(m.Config.KVHeads*m.Config.HeadDim))
 }
 
 // KVCacheTypes are the dtypes of the runner's K and V caches.
