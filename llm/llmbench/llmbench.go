@@ -214,10 +214,10 @@ func trimZero(s string) string { return strings.TrimSuffix(s, ".0") }
 // Result is one test on one configuration with every repetition's time.
 type Result struct {
 	Model   ModelInfo
-	Backend string // backend name: "neon", "opencl", "ref"
-	Device  string // device id: "neon:0"
-	Threads int    // 0: the backend's default
-	Chunk   int    // prefill chunk length
+	Backend string     // backend name: "neon", "opencl", "ref"
+	Device  string     // device id: "neon:0"
+	Threads int        // 0: the backend's default
+	Chunk   int        // prefill chunk length
 	KV      core.DType // the K cache's dtype
 	KVV     core.DType // the V cache's dtype (core.InvalidDType: KV's)
 	Test    Test
