@@ -39,6 +39,8 @@ func shiftCases() []shiftCase {
 	return []shiftCase{
 		{"stories/f32", openStories, core.F32, 1e-10},
 		{"stories/f16", openStories, core.F16, 1e-5},
+		{"kv32/q8_0", kvModel, core.Q8_0, 1e-3},
+		{"kv32/q4_0", kvModel, core.Q4_0, 5e-2},
 	}
 }
 
