@@ -2,6 +2,7 @@ package llm
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -27,12 +28,14 @@ func kvModel(t testing.TB) *Model {
 	return m
 }
 
-// kvLogits prefills ids with K and V caches of dtypes k and v and decodes greedily, returning
-// every step's logits (the prefill's first) and the runner's cache memory.
-func kvLogits(t *testing.T, m *Model, dev core.Device, ids []int32, steps int, k, v core.DType) ([][]float32, int64) {
+// kvLogits prefills ids with K and V caches of dtypes k and v and decodes steps tokens, the
+// greedy choice each time or, when feed is given, feed's tokens (teacher forcing, so that every
+// cache type is compared on the same sequence). It returns every step's logits (the
+// prefill's first), the tokens fed and the runner's cache memory.
+func kvLogits(t *testing.T, m *Model, dev core.Device, ids []int32, steps int, k, v core.DType, feed []int32) ([][]float32, []int32, int64) {
 	t.Helper()
 	ctx := context.Background()
-	r, err := NewRunner(ctx, m, dev, WithKVCacheTypes(k, v), WithChunkSize(16), WithContextLength(128))
+	r, err := NewRunner(ctx, m, dev, WithKVCacheTypes(k, v), WithChunkSize(16), WithContextLength(len(ids)+steps+1))
 	require.NoError(t, err)
 	defer r.Close()
 	gotK, gotV := r.KVCacheTypes()
@@ -40,16 +43,19 @@ func kvLogits(t *testing.T, m *Model, dev core.Device, ids []int32, steps int, k
 	l, err := r.Prefill(ctx, ids)
 	require.NoError(t, err)
 	out := [][]float32{l}
-	next := ids[0]
-	for range steps {
-		if l, err = r.Decode(ctx, next); err != nil {
-			require.NoError(t, err)
+	var fed []int32
+	for i := range steps {
+		next := argmax(l)
+		if feed != nil {
+			next = feed[i]
 		}
+		fed = append(fed, next)
+		l, err = r.Decode(ctx, next)
+		require.NoError(t, err)
 		out = append(out, l)
-		next = argmax(l)
 	}
 	kb, vb := r.KVCacheBytes()
-	return out, kb + vb
+	return out, fed, kb + vb
 }
 
 // TestKVCacheTypesLogits: every KV cache dtype changes the logits only by its rounding of K
@@ -64,7 +70,7 @@ func TestKVCacheTypesLogits(t *testing.T) {
 	ids[0] = 1
 	const steps = 8
 	dev := refDevice(t)
-	want, f32Bytes := kvLogits(t, m, dev, ids, steps, core.F32, core.F32)
+	want, fed, f32Bytes := kvLogits(t, m, dev, ids, steps, core.F32, core.F32, nil)
 	nmse := func(got [][]float32) float64 {
 		var worst float64
 		for i := range want {
@@ -82,7 +88,7 @@ func TestKVCacheTypesLogits(t *testing.T) {
 		{core.Q8_0, core.F16, 1e-3, (34.0/128 + 0.5) / 2},
 		{core.Q4_0, core.Q4_0, 5e-2, 18.0 / 128},
 	} {
-		got, b := kvLogits(t, m, dev, ids, steps, c.k, c.v)
+		got, _, b := kvLogits(t, m, dev, ids, steps, c.k, c.v, fed)
 		e := nmse(got)
 		t.Logf("K %s, V %s: logits NMSE against F32 KV %.3g (worst of %d positions), %d bytes (%.3f of F32)",
 			c.k, c.v, e, len(got), b, float64(b)/float64(f32Bytes))
@@ -175,5 +181,42 @@ func TestQuantizedKVSpeculative(t *testing.T) {
 			assert.Len(t, plain.Tokens, 100)
 			assert.Equal(t, plain.Tokens, spec.Tokens)
 		})
+	}
+}
+
+// TestKVCacheTypesLogitsFile is TestKVCacheTypesLogits' table for the model file
+// XPU_KV_MODEL (skipped without it) on the backend XPU_KV_BACKEND (default ref): the logits
+// NMSE of each KV cache dtype against an F32 cache over a 64-token prompt and 16 steps teacher-forced with the F32 cache's greedy tokens.
+//
+//	xpu gen-model --params 1B --type q4_0 -o /tmp/1b.gguf
+//	XPU_KV_MODEL=/tmp/1b.gguf XPU_KV_BACKEND=neon go test ./llm -run TestKVCacheTypesLogitsFile -v
+func TestKVCacheTypesLogitsFile(t *testing.T) {
+	path := os.Getenv("XPU_KV_MODEL")
+	if path == "" {
+		t.Skip("XPU_KV_MODEL names no model file")
+	}
+	m, err := Open(path)
+	require.NoError(t, err)
+	defer m.Close()
+	dev := refDevice(t)
+	if b := os.Getenv("XPU_KV_BACKEND"); b != "" && b != "ref" {
+		dev = pluginDevices(t, b)[0]
+	}
+	ids := m.Tokenizer.Encode(storyPrompt+" "+storyPrompt, true)
+	for len(ids) < 64 {
+		ids = append(ids, ids[1:]...)
+	}
+	ids = ids[:64]
+	const steps = 16
+	want, fed, f32Bytes := kvLogits(t, m, dev, ids, steps, core.F32, core.F32, nil)
+	for _, c := range [][2]core.DType{{core.F16, core.F16}, {core.Q8_0, core.Q8_0}, {core.Q8_0, core.F16}, {core.Q4_0, core.Q4_0}} {
+		got, _, b := kvLogits(t, m, dev, ids, steps, c[0], c[1], fed)
+		var worst, sum float64
+		for i := range want {
+			e := NMSE(got[i], want[i])
+			worst, sum = max(worst, e), sum+e
+		}
+		t.Logf("K %s, V %s: logits NMSE against F32 KV: mean %.3g, worst %.3g over %d positions; KV %.1f MiB (%.3f of F32)",
+			c[0], c[1], sum/float64(len(want)), worst, len(want), float64(b)/(1<<20), float64(b)/float64(f32Bytes))
 	}
 }
