@@ -220,3 +220,26 @@ func TestKVCacheTypesLogitsFile(t *testing.T) {
 			c[0], c[1], sum/float64(len(want)), worst, len(want), float64(b)/(1<<20), float64(b)/float64(f32Bytes))
 	}
 }
+
+// TestDefaultKVFallsBackToF32: a device that refuses an F16 cache (the QNN CPU backend has no
+// FLOAT_16 ops; its emulated profile here) gets an F32 one when the caller chose no dtype, and
+// refuses when the caller asked for F16.
+func TestDefaultKVFallsBackToF32(t *testing.T) {
+	t.Setenv("XPU_QNN_EMU_PROFILE", "cpu")
+	dev := pluginDevices(t, "qnn")[0]
+	if dev.Info().Caps.Has(core.CapFP16) {
+		t.Skip("the qnn device runs FLOAT_16: nothing to fall back from")
+	}
+	ctx := context.Background()
+	m := openStories(t)
+	r, err := NewRunner(ctx, m, dev, WithContextLength(32), WithChunkSize(8))
+	require.NoError(t, err)
+	defer r.Close()
+	k, v := r.KVCacheTypes()
+	assert.Equal(t, [2]core.DType{core.F32, core.F32}, [2]core.DType{k, v})
+	_, err = r.Prefill(ctx, m.Tokenizer.Encode("Once upon a time", true))
+	require.NoError(t, err)
+
+	_, err = NewRunner(ctx, m, dev, WithContextLength(32), WithChunkSize(8), WithKVCacheType(core.F16))
+	assert.ErrorIs(t, err, core.ErrUnsupported)
+}
