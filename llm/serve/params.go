@@ -92,6 +92,9 @@ type knobs struct {
 	TypicalP         *float64           `json:"typical_p"`
 	RepeatPenalty    *float64           `json:"repeat_penalty"`
 	RepeatLastN      *int               `json:"repeat_last_n"`
+	// NKeep is llama-server's n_keep: the prompt tokens a context shift keeps (after BOS; -1:
+	// the whole prompt), on a server that shifts (WithContextShift).
+	NKeep *int `json:"n_keep"`
 }
 
 // sampler checks the knobs' ranges and builds the sampler; vocab bounds logit_bias's token

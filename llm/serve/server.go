@@ -17,7 +17,8 @@
 //
 // Limits: the request body (WithMaxBodyBytes, 413 past it; one JSON value, 400 for anything
 // after it), max_tokens (WithMaxTokens, 400 past it), the prompt plus max_tokens within the
-// context (400), and the time a request may take from arrival to its last token
+// context (400; with WithContextShift only the prompt, generation shifting the context as
+// llama-server does, n_keep per request), and the time a request may take from arrival to its last token
 // (WithRequestTimeout; a request still queued then gets 503, generation in progress is cut and
 // the answer, whole or streamed, ends with finish_reason "length" and the text made so far).
 // Errors are OpenAI-style bodies: {"error": {"message", "type", "param", "code"}}.
@@ -88,6 +89,7 @@ type config struct {
 	// restartBackoff is the first wait between failed rebuilds after a backend crash
 	restartBackoff time.Duration
 	noSpecial      bool // /v1/completions encodes control-token texts as plain text
+	contextShift   bool // WithContextShift
 	// connection limits (conn.go)
 	headerTimeout, readTimeout, idleTimeout, writeTimeout time.Duration
 	maxConns, maxConnsPerClient                           int
@@ -102,6 +104,12 @@ func WithModelName(name string) Option { return func(c *config) { c.name = name 
 
 // WithParallel is how many requests generate at once, each on its own runner (default 1).
 func WithParallel(n int) Option { return func(c *config) { c.parallel = n } }
+
+// WithContextShift lets generation go on past a full context as llama-server does: the first
+// n_keep prompt tokens of the request (default 0, plus BOS) stay, half of the rest is discarded
+// and generation continues (llm.WithContextShift). A request's max_tokens may then exceed the
+// room its prompt leaves; the prompt itself must still fit the context.
+func WithContextShift() Option { return func(c *config) { c.contextShift = true } }
 
 // WithMaxTokens is the most tokens one request may ask for (default DefaultMaxTokens).
 func WithMaxTokens(n int) Option { return func(c *config) { c.maxTokens = n } }
@@ -424,6 +432,26 @@ type job struct {
 	logprobs  bool             // report each token's logprob
 	echo      string           // text put before each completion's (the completions API's echo)
 	tools     bool             // the model was given tools: its reply is parsed for calls
+	keep      *int             // with a context shift, the request's n_keep (nil: no shift)
+}
+
+// genOptions are the generate options every choice of j shares but its sampler.
+func (j *job) genOptions() []llm.GenerateOption {
+	opts := []llm.GenerateOption{llm.WithMaxTokens(j.maxTokens)}
+	if j.keep != nil {
+		opts = append(opts, llm.WithContextShift(*j.keep))
+	}
+	return opts
+}
+
+// untilContext is the token budget of a request asking for tokens until the context ends
+// (llama-server's n_predict -1): the room past its prompt, or with a context shift, which
+// never runs out of room, the server's limit.
+func (s *Server) untilContext(prompt int) int {
+	if s.cfg.contextShift {
+		return s.cfg.maxTokens
+	}
+	return min(s.cfg.maxTokens, s.ctxLen-prompt)
 }
 
 // maxCachedGrammars bounds the compiled json_schema grammars a server keeps.
@@ -527,6 +555,17 @@ func (s *Server) validate(q *sampling, prompt []int32, promptParam string) (*job
 	max := q.MaxTokens
 	if q.MaxCompletionTokens != nil {
 		max = q.MaxCompletionTokens
+	}
+	if s.cfg.contextShift {
+		// generation goes on past the context by shifting it: only the prompt must fit
+		room = s.cfg.maxTokens
+		keep := 0
+		if q.NKeep != nil {
+			if keep = *q.NKeep; keep < -1 {
+				return nil, badRequest("n_keep", "invalid_value", "n_keep %d: must be -1 (the whole prompt), 0 or more", keep)
+			}
+		}
+		j.keep = &keep
 	}
 	switch {
 	case max == nil:
@@ -777,7 +816,7 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 		if j.logprobs {
 			sc.Logprobs = func(l llm.TokenLogprob) { *lps = append(*lps, l) }
 		}
-		opts := []llm.GenerateOption{llm.WithMaxTokens(j.maxTokens), llm.WithSampler(sc)}
+		opts := append(j.genOptions(), llm.WithSampler(sc))
 		if j.grammar != nil {
 			opts = append(opts, llm.WithConstraint(llm.GrammarConstraint(s.tok, j.grammar)))
 		}
