@@ -577,6 +577,67 @@ static void axpy_v(float *acc, float c, float p, const uint8_t *v, uint32_t vt, 
   }
 }
 
+#if defined(AW)
+#if AW == 16
+static inline __m512 att_exp16(__m512 x);
+#else
+static inline __m256 att_exp8(__m256 x);
+static inline float att_hmax8(__m256 v);
+#endif
+
+/* The online-softmax step of one head over a block's jb <= ATT_BLOCK scores, at the native
+ * width (the generic loop's steps: the block's maximum with NaN scores skipped, the rescale c
+ * of the earlier sum, the weights exp(s - m) in place of the scores, their sum added to l);
+ * returns c. Per key and head this is as much work as a short head's dot product, so through
+ * SIMDe's 4 lanes it was a third of a decode row's attention. */
+static inline float att_block_weights(float *sg, int64_t jb, float *m, float *l) {
+  const int nv = (int)((jb + AW - 1) / AW);
+  avec x[ATT_BLOCK / AW], mx = A_SET1(-INFINITY);
+#if AW == 16
+  __mmask16 k[ATT_BLOCK / AW];
+  for (int i = 0; i < nv; i++) {
+    int64_t left = jb - i * AW;
+    k[i] = left >= AW ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+    x[i] = _mm512_maskz_loadu_ps(k[i], sg + i * AW);
+    /* a NaN score is skipped by the maximum, as fmaxf does; lanes past jb count as -inf */
+    const __mmask16 ok = k[i] & _mm512_cmp_ps_mask(x[i], x[i], _CMP_ORD_Q);
+    mx = _mm512_max_ps(mx, _mm512_mask_mov_ps(A_SET1(-INFINITY), ok, x[i]));
+  }
+  const float mb = _mm512_reduce_max_ps(mx);
+#else
+  __m256 k[ATT_BLOCK / AW];
+  const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int i = 0; i < nv; i++) {
+    k[i] = _mm256_cmp_ps(lane, _mm256_set1_ps((float)(jb - i * AW)), _CMP_LT_OQ);
+    x[i] = _mm256_maskload_ps(sg + i * AW, _mm256_castps_si256(k[i]));
+    const __m256 ok = _mm256_and_ps(k[i], _mm256_cmp_ps(x[i], x[i], _CMP_ORD_Q));
+    mx = _mm256_max_ps(mx, _mm256_blendv_ps(A_SET1(-INFINITY), x[i], ok));
+  }
+  const float mb = att_hmax8(mx);
+#endif
+  float c = 1.0f;
+  if (mb > *m) {
+    c = *m == -INFINITY ? 0.0f : expf(*m - mb);
+    *l *= c;
+    *m = mb;
+  }
+  const avec vm = A_SET1(*m);
+  avec sum = A_ZERO();
+  for (int i = 0; i < nv; i++) {
+#if AW == 16
+    const __m512 e = _mm512_maskz_mov_ps(k[i], att_exp16(_mm512_sub_ps(x[i], vm)));
+    _mm512_mask_storeu_ps(sg + i * AW, k[i], e);
+#else
+    const __m256 e = _mm256_and_ps(k[i], att_exp8(_mm256_sub_ps(x[i], vm)));
+    _mm256_maskstore_ps(sg + i * AW, _mm256_castps_si256(k[i]), e);
+#endif
+    sum = A_ADD(sum, e);
+  }
+  *l += A_HSUM(sum);
+  return c;
+}
+#endif
+
 /*
  * One block of up to ATT_BLOCK keys (indices kidx) for one query row and the gs query heads of
  * its task: scores, the online-softmax update of m and l, and acc = acc * c + P x V.
@@ -625,6 +686,10 @@ static void att_block(const att_args *A, const float *qf, float *acc, float *m, 
     for (int64_t g = 0; g < gs; g++) att_softcap(s + g * ATT_BLOCK, jb, A->softcap);
   float c[ATT_MAX_GROUP];
   for (int64_t g = 0; g < gs; g++) {
+#if defined(AW)
+    c[g] = att_block_weights(s + g * ATT_BLOCK, jb, &m[g], &l[g]);
+    continue;
+#endif
     float *sg = s + g * ATT_BLOCK, mb = -INFINITY;
     /* not fmaxf: without -ffinite-math it is a libm call per key; a NaN score is skipped
      * either way, and mb starts at -inf, so the result is fmaxf's */
