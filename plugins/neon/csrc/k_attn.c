@@ -484,7 +484,8 @@ static inline void dot4_kq_vec(const float *q, int64_t d, const uint8_t *k, uint
 }
 
 /* pv_block_q on native vectors: two blocks (64 values) of accumulators in registers across
- * the rows where dv allows, so that 2 * AQ independent FMA chains run */
+ * the rows where dv allows, so that 2 * AQ independent FMA chains run; a value is p * (d * q),
+ * as pv4_block computes it */
 static void pv_block_qvec(float *acc, float c, const float *p, const uint8_t *const *vrows, int64_t jb, uint32_t vt,
                           int64_t dv) {
   const size_t bb = att_qblock(vt);
@@ -497,10 +498,10 @@ static void pv_block_qvec(float *acc, float c, const float *p, const uint8_t *co
     for (int64_t j = 0; j < jb; j++) {
       avec x[AQ], y[AQ];
       const uint8_t *vb = vrows[j] + (size_t)b * bb;
-      const avec p0 = A_SET1(p[j] * att_q32(vb, vt, x)), p1 = A_SET1(p[j] * att_q32(vb + bb, vt, y));
+      const avec d0 = A_SET1(att_q32(vb, vt, x)), d1 = A_SET1(att_q32(vb + bb, vt, y)), pj = A_SET1(p[j]);
       for (int i = 0; i < AQ; i++) {
-        a[i] = A_FMA(p0, x[i], a[i]);
-        a[AQ + i] = A_FMA(p1, y[i], a[AQ + i]);
+        a[i] = A_FMA(pj, A_MUL(x[i], d0), a[i]);
+        a[AQ + i] = A_FMA(pj, A_MUL(y[i], d1), a[AQ + i]);
       }
     }
     for (int i = 0; i < 2 * AQ; i++) A_ST(ab + i * AW, a[i]);
@@ -511,12 +512,61 @@ static void pv_block_qvec(float *acc, float c, const float *p, const uint8_t *co
     for (int i = 0; i < AQ; i++) a[i] = A_MUL(A_LDF(ab + i * AW), vc);
     for (int64_t j = 0; j < jb; j++) {
       avec x[AQ];
-      const avec pd = A_SET1(p[j] * att_q32(vrows[j] + (size_t)b * bb, vt, x));
-      for (int i = 0; i < AQ; i++) a[i] = A_FMA(pd, x[i], a[i]);
+      const avec vd = A_SET1(att_q32(vrows[j] + (size_t)b * bb, vt, x)), pj = A_SET1(p[j]);
+      for (int i = 0; i < AQ; i++) a[i] = A_FMA(pj, A_MUL(x[i], vd), a[i]);
     }
     for (int i = 0; i < AQ; i++) A_ST(ab + i * AW, a[i]);
   }
 }
+
+#if AW == 16
+/* One chunk of nv (1..4) vectors at value d of P x V for four heads of a group: each V row's
+ * chunk is loaded and widened once for the four (up to 16 accumulators in registers), where
+ * pv_block_vec/pv_block_qvec head by head converted every row once per head. Per accumulator
+ * the operations are theirs in the same order (acc * c, then one FMA per row), so a head gets
+ * the same bits either way. */
+static inline __attribute__((always_inline)) void pv4_chunk(float *acc, int64_t dvs, const float *c, const float *p,
+                                                            const uint8_t *const *vrows, int64_t jb, uint32_t vt,
+                                                            int64_t d, const int nv) {
+  __m512 a[4][4];
+  for (int g = 0; g < 4; g++)
+    for (int i = 0; i < nv; i++) a[g][i] = _mm512_mul_ps(_mm512_loadu_ps(acc + g * dvs + d + 16 * i), _mm512_set1_ps(c[g]));
+  const size_t bb = att_is_q(vt) ? att_qblock(vt) : 0;
+  for (int64_t j = 0; j < jb; j++) {
+    __m512 x[4];
+    if (bb) {
+      for (int i = 0; i < nv; i += 2) {
+        const __m512 vd = _mm512_set1_ps(att_q32(vrows[j] + (size_t)((d + 16 * i) / 32) * bb, vt, x + i));
+        x[i] = _mm512_mul_ps(x[i], vd);
+        x[i + 1] = _mm512_mul_ps(x[i + 1], vd);
+      }
+    } else if (vt == XPU_DT_F32) {
+      for (int i = 0; i < nv; i++) x[i] = _mm512_loadu_ps((const float *)vrows[j] + d + 16 * i);
+    } else {
+      for (int i = 0; i < nv; i++) x[i] = A_LDH((const uint16_t *)vrows[j] + d + 16 * i);
+    }
+    for (int g = 0; g < 4; g++) {
+      const __m512 pg = _mm512_set1_ps(p[g * ATT_BLOCK + j]);
+      for (int i = 0; i < nv; i++) a[g][i] = _mm512_fmadd_ps(pg, x[i], a[g][i]);
+    }
+  }
+  for (int g = 0; g < 4; g++)
+    for (int i = 0; i < nv; i++) _mm512_storeu_ps(acc + g * dvs + d + 16 * i, a[g][i]);
+}
+
+/* acc_g = acc_g * c[g] + sum_j p[g][j] * v_j for the four heads g of a group (dv % 16 == 0,
+ * and % 32 for a quantized V) */
+static void pv4_block(float *acc, const float *c, const float *p, const uint8_t *const *vrows, int64_t jb, uint32_t vt,
+                      int64_t dv) {
+  int64_t d = 0;
+  for (; d + 64 <= dv; d += 64) pv4_chunk(acc, dv, c, p, vrows, jb, vt, d, 4);
+  if (dv - d >= 32) {
+    pv4_chunk(acc, dv, c, p, vrows, jb, vt, d, 2);
+    d += 32;
+  }
+  if (d < dv) pv4_chunk(acc, dv, c, p, vrows, jb, vt, d, 1);
+}
+#endif
 #endif
 
 /* acc = acc * c + sum_j p[j] * v_j: 16 accumulator lanes stay in registers across the block's
@@ -707,6 +757,12 @@ static void att_block(const att_args *A, const float *qf, float *acc, float *m, 
   }
   const uint8_t *vrows[ATT_BLOCK];
   for (int64_t j = 0; j < jb; j++) vrows[j] = A->v + (size_t)(kidx[j] * A->Hks + hk) * A->vrow;
+#if defined(AW) && AW == 16
+  if (gs % 4 == 0 && A->Dv % 16 == 0) { /* a quantized V's Dv is a multiple of 32 */
+    for (int64_t g = 0; g < gs; g += 4) pv4_block(acc + g * A->Dv, c + g, s + g * ATT_BLOCK, vrows, jb, A->vt, A->Dv);
+    return;
+  }
+#endif
   if (att_is_q(A->vt)) {
     for (int64_t g = 0; g < gs; g++)
 #if defined(AW)
