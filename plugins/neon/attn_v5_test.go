@@ -132,6 +132,12 @@ func TestAttentionV5Paths(t *testing.T) {
 		// small heads (float caches only: a quantized one needs multiples of 32)
 		{5, 8, 4, 8, 8, 100}, {3, 4, 2, 12, 12, 70}, {1, 2, 1, 20, 16, 65}, {4, 2, 1, 8, 24, 90},
 	}
+	opts := v5Opts
+	if raceEnabled || testing.Short() {
+		// the Go side (core/ref) dominates under -race: the case that combines both options
+		// only (make test-neon-conform runs the conformance suite's v5 cases on every build)
+		opts = v5Opts[3:4]
+	}
 	for _, f := range pluginFiles(t) {
 		dev := openUsable(t, f).Devices()[0]
 		for _, kv := range []core.DType{core.F32, core.F16, core.Q8_0, core.Q4_0} {
@@ -143,7 +149,7 @@ func TestAttentionV5Paths(t *testing.T) {
 				if kv == core.F16 {
 					tol = 2e-3
 				}
-				for _, o := range v5Opts {
+				for _, o := range opts {
 					opt := core.AttentionOptions{Causal: true, QOffset: s.tk - s.tq, Scale: 1, SoftCap: o.softCap, Window: o.window}
 					name := fmt.Sprintf("%s/%dx%dx%d_kv%dx%dx%d_%s_%s", filepath.Base(f), s.tq, s.hq, s.d, s.tk, s.hkv, s.dv, kv, o.name)
 					threads := map[string]string{"threads": "2"}
