@@ -195,9 +195,11 @@ static float dot_kq(const float *q, const uint8_t *k, uint32_t kt, int64_t d) {
   return v_hsum(vaddq_f32(s0, s1));
 }
 
+#if !(defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
 /* acc = acc * c + sum_j p[j] * v_j for Q8_0/Q4_0 rows v_j (dv % 32 == 0): a block's 32
- * accumulators stay in registers across the rows; the block's scale joins p[j] */
-static inline void pv_block_q(float *acc, float c, const float *p, const uint8_t *const *vrows, int64_t jb, uint32_t vt,
+ * accumulators stay in registers across the rows; the block's scale joins p[j] (the x86 AVX
+ * builds take pv_block_qvec) */
+static void pv_block_q(float *acc, float c, const float *p, const uint8_t *const *vrows, int64_t jb, uint32_t vt,
                        int64_t dv) {
   const size_t bb = att_qblock(vt);
   const float32x4_t vc = vdupq_n_f32(c);
@@ -213,6 +215,7 @@ static inline void pv_block_q(float *acc, float c, const float *p, const uint8_t
     for (int i = 0; i < 8; i++) vst1q_f32(ab + 4 * i, a[i]);
   }
 }
+#endif
 
 static float dot_k(const float *q, const uint8_t *k, uint32_t kt, int64_t d) {
   float32x4_t s0 = vdupq_n_f32(0), s1 = s0;
