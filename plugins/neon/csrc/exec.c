@@ -10,7 +10,7 @@ static xpu_status run_node(nv_run *r, const xpu_ir_node *n) {
   switch (n->op) {
   case XPU_OP_ADD: case XPU_OP_SUB: case XPU_OP_MUL: case XPU_OP_DIV: return nv_k_binary(r, n);
   case XPU_OP_SILU: case XPU_OP_GELU: case XPU_OP_RELU: case XPU_OP_EXP: case XPU_OP_NEG:
-  case XPU_OP_SCALE: return nv_k_unary(r, n);
+  case XPU_OP_SCALE: case XPU_OP_TANH: return nv_k_unary(r, n);
   case XPU_OP_RMS_NORM: case XPU_OP_LAYER_NORM: return nv_k_norm(r, n);
   case XPU_OP_SOFTMAX: return nv_k_softmax(r, n);
   case XPU_OP_MATMUL: return nv_is_w8a8(r->g, n) ? nv_k_w8a8(r, n) : nv_k_matmul(r, n);

@@ -111,8 +111,8 @@ uint32_t nv_op_support(const xpu_op_query *q) {
   case XPU_OP_SLICE:
   case XPU_OP_CONCAT:
     return is_movable(in) ? XPU_VERDICT_YES : XPU_VERDICT_NO;
-  case XPU_OP_ATTENTION:
-    if (!is_float(in) || (w && !is_float(w))) return XPU_VERDICT_NO;
+  case XPU_OP_ATTENTION: /* the weight is k's and v's dtype: float or (op set 5) a quantized KV cache */
+    if (!is_float(in) || (w && !is_float(w) && w != XPU_DT_Q8_0 && w != XPU_DT_Q4_0)) return XPU_VERDICT_NO;
     return XPU_VERDICT_YES;
   case XPU_OP_SHADOW_MATMUL:
     return is_float(in) && (out == 0 || out == in) ? XPU_VERDICT_YES : XPU_VERDICT_NO;

@@ -137,15 +137,91 @@ typedef struct {
                 * (op set v4; k and v then start at the range's first head) */
   int64_t gs;  /* query heads per task */
   int64_t qb; /* query rows per task */
+  size_t krow, vrow; /* bytes of one head's row of k and of v (Q8_0/Q4_0: whole blocks) */
   int causal;
   float scale;
+  float softcap; /* op set v5: scores become softcap * tanh(score / softcap); 0: none */
+  int64_t window; /* op set v5: sliding window (keys j > i + off - window); 0: none */
+  int64_t woff;   /* off - window, saturated: query i sees keys from i + woff + 1 on */
   nv_run *r;
 } att_args;
+
+static inline int att_is_q(uint32_t dt) { return dt == XPU_DT_Q8_0 || dt == XPU_DT_Q4_0; }
+
+/* s[j] = cap * tanh(s[j] / cap) for j < n (the soft-cap of op set v5), at the native width */
+static void att_softcap(float *s, int64_t n, float cap);
+
+/* bytes of one Q8_0 or Q4_0 block of 32 values */
+static inline size_t att_qblock(uint32_t dt) { return dt == XPU_DT_Q8_0 ? 34 : 18; }
+
+/* A Q8_0 or Q4_0 block's 32 codes (Q4_0's nibbles less 8) as floats in 8 vectors; returns the
+ * block's scale d. The caller multiplies by d: d * q is exact in f32 (an f16 scale times an
+ * integer of at most 8 bits), the value GET_ROWS gives, and a product p * d * q folds the scale
+ * into the weight p. */
+static inline float att_q32_neon(const uint8_t *blk, uint32_t dt, float32x4_t out[8]) {
+  uint16_t h;
+  memcpy(&h, blk, 2);
+  int8x16_t q0, q1;
+  if (dt == XPU_DT_Q8_0) {
+    q0 = vld1q_s8((const int8_t *)blk + 2);
+    q1 = vld1q_s8((const int8_t *)blk + 18);
+  } else {
+    uint8x16_t v = vld1q_u8(blk + 2);
+    q0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F))), vdupq_n_s8(8));
+    q1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), vdupq_n_s8(8));
+  }
+  int16x8_t w[4] = {vmovl_s8(vget_low_s8(q0)), vmovl_s8(vget_high_s8(q0)), vmovl_s8(vget_low_s8(q1)),
+                    vmovl_s8(vget_high_s8(q1))};
+  for (int i = 0; i < 4; i++) {
+    out[2 * i] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(w[i])));
+    out[2 * i + 1] = vcvtq_f32_s32(vmovl_s16(vget_high_s16(w[i])));
+  }
+  return nv_h2f(h);
+}
+
+/* q . k for a Q8_0/Q4_0 row k of d values (d % 32 == 0) */
+static float dot_kq(const float *q, const uint8_t *k, uint32_t kt, int64_t d) {
+  float32x4_t s0 = vdupq_n_f32(0), s1 = s0;
+  const size_t bb = att_qblock(kt);
+  for (int64_t b = 0; b < d / 32; b++) {
+    float32x4_t x[8];
+    const float32x4_t vd = vdupq_n_f32(att_q32_neon(k + (size_t)b * bb, kt, x));
+    const float *qb = q + b * 32;
+    for (int i = 0; i < 8; i += 2) {
+      s0 = vfmaq_f32(s0, vld1q_f32(qb + 4 * i), vmulq_f32(x[i], vd));
+      s1 = vfmaq_f32(s1, vld1q_f32(qb + 4 * i + 4), vmulq_f32(x[i + 1], vd));
+    }
+  }
+  return v_hsum(vaddq_f32(s0, s1));
+}
+
+#if !(defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
+/* acc = acc * c + sum_j p[j] * v_j for Q8_0/Q4_0 rows v_j (dv % 32 == 0): a block's 32
+ * accumulators stay in registers across the rows; the block's scale joins p[j] (the x86 AVX
+ * builds take pv_block_qvec) */
+static void pv_block_q(float *acc, float c, const float *p, const uint8_t *const *vrows, int64_t jb, uint32_t vt,
+                       int64_t dv) {
+  const size_t bb = att_qblock(vt);
+  const float32x4_t vc = vdupq_n_f32(c);
+  for (int64_t b = 0; b < dv / 32; b++) {
+    float *ab = acc + b * 32;
+    float32x4_t a[8];
+    for (int i = 0; i < 8; i++) a[i] = vmulq_f32(vld1q_f32(ab + 4 * i), vc);
+    for (int64_t j = 0; j < jb; j++) {
+      float32x4_t x[8];
+      const float32x4_t pd = vdupq_n_f32(p[j] * att_q32_neon(vrows[j] + (size_t)b * bb, vt, x));
+      for (int i = 0; i < 8; i++) a[i] = vfmaq_f32(a[i], pd, x[i]);
+    }
+    for (int i = 0; i < 8; i++) vst1q_f32(ab + 4 * i, a[i]);
+  }
+}
+#endif
 
 static float dot_k(const float *q, const uint8_t *k, uint32_t kt, int64_t d) {
   float32x4_t s0 = vdupq_n_f32(0), s1 = s0;
   int64_t i = 0;
   float s;
+  if (att_is_q(kt)) return dot_kq(q, k, kt, d);
   if (kt == XPU_DT_F32) {
     const float *kf = (const float *)k;
     for (; i + 8 <= d; i += 8) {
@@ -332,6 +408,168 @@ static void pv_block_vec(float *acc, float c, const float *p, const uint8_t *con
     A_ST(acc + d, a0);
   }
 }
+
+/* Q8_0/Q4_0 K and V read natively: each 32-value block's codes are widened to floats in
+ * registers (AQ vectors) and scaled there, never written out, so the cache is read at its
+ * quantized size (34 or 18 bytes per 32 values against 64 for f16). */
+#define AQ (32 / AW)
+#if AW == 16
+#define A_TO256(a) _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)))
+#else
+#define A_TO256(a) (a)
+#endif
+
+/* a block's 32 codes (Q4_0's nibbles less 8) as floats; returns its scale d (att_q32_neon) */
+static inline float att_q32(const uint8_t *blk, uint32_t dt, avec x[AQ]) {
+  uint16_t h;
+  memcpy(&h, blk, 2);
+#if AW == 16
+  if (dt == XPU_DT_Q8_0) {
+    const __m256i b = _mm256_loadu_si256((const __m256i *)(blk + 2));
+    x[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(b)));
+    x[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(b, 1)));
+  } else {
+    const __m512i w = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)));
+    const __m512i eight = _mm512_set1_epi32(8);
+    x[0] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(w, _mm512_set1_epi32(15)), eight));
+    x[1] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(w, 4), eight));
+  }
+#else
+  if (dt == XPU_DT_Q8_0) {
+    for (int i = 0; i < 4; i++)
+      x[i] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * i))));
+  } else {
+    const __m128i b = _mm_loadu_si128((const __m128i *)(blk + 2));
+    const __m256i w0 = _mm256_cvtepu8_epi32(b), w1 = _mm256_cvtepu8_epi32(_mm_srli_si128(b, 8));
+    const __m256i m = _mm256_set1_epi32(15), eight = _mm256_set1_epi32(8);
+    x[0] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(w0, m), eight));
+    x[1] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(w1, m), eight));
+    x[2] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(w0, 4), eight));
+    x[3] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(w1, 4), eight));
+  }
+#endif
+  return nv_h2f(h);
+}
+
+/* q . k for a Q8_0/Q4_0 row of d values (d % 32 == 0) */
+static inline float dot_kq_vec(const float *q, const uint8_t *k, uint32_t kt, int64_t d) {
+  avec a0 = A_ZERO(), a1 = A_ZERO();
+  const size_t bb = att_qblock(kt);
+  for (int64_t b = 0; b < d / 32; b++) {
+    avec x[AQ];
+    const avec vd = A_SET1(att_q32(k + (size_t)b * bb, kt, x));
+    for (int i = 0; i < AQ; i += 2) {
+      a0 = A_FMA(A_LDF(q + b * 32 + i * AW), A_MUL(x[i], vd), a0);
+      a1 = A_FMA(A_LDF(q + b * 32 + (i + 1) * AW), A_MUL(x[i + 1], vd), a1);
+    }
+  }
+  return A_HSUM(A_ADD(a0, a1));
+}
+
+/* four query heads against one Q8_0/Q4_0 K row, as dot4_k_vec: the block is widened and
+ * scaled once for the four, two sums per head */
+static inline void dot4_kq_vec(const float *q, int64_t d, const uint8_t *k, uint32_t kt, float scale, float *s,
+                               int64_t sstride) {
+  avec a[4][2];
+  for (int g = 0; g < 4; g++) a[g][0] = a[g][1] = A_ZERO();
+  const size_t bb = att_qblock(kt);
+  for (int64_t b = 0; b < d / 32; b++) {
+    avec x[AQ];
+    const avec vd = A_SET1(att_q32(k + (size_t)b * bb, kt, x));
+    for (int i = 0; i < AQ; i++) {
+      const avec kv = A_MUL(x[i], vd);
+      const float *qi = q + b * 32 + i * AW;
+      for (int g = 0; g < 4; g++) a[g][i & 1] = A_FMA(A_LDF(qi + g * d), kv, a[g][i & 1]);
+    }
+  }
+  sum4_store(A_TO256(A_ADD(a[0][0], a[0][1])), A_TO256(A_ADD(a[1][0], a[1][1])), A_TO256(A_ADD(a[2][0], a[2][1])),
+             A_TO256(A_ADD(a[3][0], a[3][1])), scale, s, sstride);
+}
+
+/* pv_block_q on native vectors: two blocks (64 values) of accumulators in registers across
+ * the rows where dv allows, so that 2 * AQ independent FMA chains run; a value is p * (d * q),
+ * as pv4_block computes it */
+static void pv_block_qvec(float *acc, float c, const float *p, const uint8_t *const *vrows, int64_t jb, uint32_t vt,
+                          int64_t dv) {
+  const size_t bb = att_qblock(vt);
+  const avec vc = A_SET1(c);
+  int64_t b = 0;
+  for (; b + 2 <= dv / 32; b += 2) {
+    float *ab = acc + b * 32;
+    avec a[2 * AQ];
+    for (int i = 0; i < 2 * AQ; i++) a[i] = A_MUL(A_LDF(ab + i * AW), vc);
+    for (int64_t j = 0; j < jb; j++) {
+      avec x[AQ], y[AQ];
+      const uint8_t *vb = vrows[j] + (size_t)b * bb;
+      const avec d0 = A_SET1(att_q32(vb, vt, x)), d1 = A_SET1(att_q32(vb + bb, vt, y)), pj = A_SET1(p[j]);
+      for (int i = 0; i < AQ; i++) {
+        a[i] = A_FMA(pj, A_MUL(x[i], d0), a[i]);
+        a[AQ + i] = A_FMA(pj, A_MUL(y[i], d1), a[AQ + i]);
+      }
+    }
+    for (int i = 0; i < 2 * AQ; i++) A_ST(ab + i * AW, a[i]);
+  }
+  if (b < dv / 32) {
+    float *ab = acc + b * 32;
+    avec a[AQ];
+    for (int i = 0; i < AQ; i++) a[i] = A_MUL(A_LDF(ab + i * AW), vc);
+    for (int64_t j = 0; j < jb; j++) {
+      avec x[AQ];
+      const avec vd = A_SET1(att_q32(vrows[j] + (size_t)b * bb, vt, x)), pj = A_SET1(p[j]);
+      for (int i = 0; i < AQ; i++) a[i] = A_FMA(pj, A_MUL(x[i], vd), a[i]);
+    }
+    for (int i = 0; i < AQ; i++) A_ST(ab + i * AW, a[i]);
+  }
+}
+
+#if AW == 16
+/* One chunk of nv (1..4) vectors at value d of P x V for four heads of a group: each V row's
+ * chunk is loaded and widened once for the four (up to 16 accumulators in registers), where
+ * pv_block_vec/pv_block_qvec head by head converted every row once per head. Per accumulator
+ * the operations are theirs in the same order (acc * c, then one FMA per row), so a head gets
+ * the same bits either way. */
+static inline __attribute__((always_inline)) void pv4_chunk(float *acc, int64_t dvs, const float *c, const float *p,
+                                                            const uint8_t *const *vrows, int64_t jb, uint32_t vt,
+                                                            int64_t d, const int nv) {
+  __m512 a[4][4];
+  for (int g = 0; g < 4; g++)
+    for (int i = 0; i < nv; i++) a[g][i] = _mm512_mul_ps(_mm512_loadu_ps(acc + g * dvs + d + 16 * i), _mm512_set1_ps(c[g]));
+  const size_t bb = att_is_q(vt) ? att_qblock(vt) : 0;
+  for (int64_t j = 0; j < jb; j++) {
+    __m512 x[4];
+    if (bb) {
+      for (int i = 0; i < nv; i += 2) {
+        const __m512 vd = _mm512_set1_ps(att_q32(vrows[j] + (size_t)((d + 16 * i) / 32) * bb, vt, x + i));
+        x[i] = _mm512_mul_ps(x[i], vd);
+        x[i + 1] = _mm512_mul_ps(x[i + 1], vd);
+      }
+    } else if (vt == XPU_DT_F32) {
+      for (int i = 0; i < nv; i++) x[i] = _mm512_loadu_ps((const float *)vrows[j] + d + 16 * i);
+    } else {
+      for (int i = 0; i < nv; i++) x[i] = A_LDH((const uint16_t *)vrows[j] + d + 16 * i);
+    }
+    for (int g = 0; g < 4; g++) {
+      const __m512 pg = _mm512_set1_ps(p[g * ATT_BLOCK + j]);
+      for (int i = 0; i < nv; i++) a[g][i] = _mm512_fmadd_ps(pg, x[i], a[g][i]);
+    }
+  }
+  for (int g = 0; g < 4; g++)
+    for (int i = 0; i < nv; i++) _mm512_storeu_ps(acc + g * dvs + d + 16 * i, a[g][i]);
+}
+
+/* acc_g = acc_g * c[g] + sum_j p[g][j] * v_j for the four heads g of a group (dv % 16 == 0,
+ * and % 32 for a quantized V) */
+static void pv4_block(float *acc, const float *c, const float *p, const uint8_t *const *vrows, int64_t jb, uint32_t vt,
+                      int64_t dv) {
+  int64_t d = 0;
+  for (; d + 64 <= dv; d += 64) pv4_chunk(acc, dv, c, p, vrows, jb, vt, d, 4);
+  if (dv - d >= 32) {
+    pv4_chunk(acc, dv, c, p, vrows, jb, vt, d, 2);
+    d += 32;
+  }
+  if (d < dv) pv4_chunk(acc, dv, c, p, vrows, jb, vt, d, 1);
+}
+#endif
 #endif
 
 /* acc = acc * c + sum_j p[j] * v_j: 16 accumulator lanes stay in registers across the block's
@@ -392,6 +630,67 @@ static void axpy_v(float *acc, float c, float p, const uint8_t *v, uint32_t vt, 
   }
 }
 
+#if defined(AW)
+#if AW == 16
+static inline __m512 att_exp16(__m512 x);
+#else
+static inline __m256 att_exp8(__m256 x);
+static inline float att_hmax8(__m256 v);
+#endif
+
+/* The online-softmax step of one head over a block's jb <= ATT_BLOCK scores, at the native
+ * width (the generic loop's steps: the block's maximum with NaN scores skipped, the rescale c
+ * of the earlier sum, the weights exp(s - m) in place of the scores, their sum added to l);
+ * returns c. Per key and head this is as much work as a short head's dot product, so through
+ * SIMDe's 4 lanes it was a third of a decode row's attention. */
+static inline float att_block_weights(float *sg, int64_t jb, float *m, float *l) {
+  const int nv = (int)((jb + AW - 1) / AW);
+  avec x[ATT_BLOCK / AW], mx = A_SET1(-INFINITY);
+#if AW == 16
+  __mmask16 k[ATT_BLOCK / AW];
+  for (int i = 0; i < nv; i++) {
+    int64_t left = jb - i * AW;
+    k[i] = left >= AW ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+    x[i] = _mm512_maskz_loadu_ps(k[i], sg + i * AW);
+    /* a NaN score is skipped by the maximum, as fmaxf does; lanes past jb count as -inf */
+    const __mmask16 ok = k[i] & _mm512_cmp_ps_mask(x[i], x[i], _CMP_ORD_Q);
+    mx = _mm512_max_ps(mx, _mm512_mask_mov_ps(A_SET1(-INFINITY), ok, x[i]));
+  }
+  const float mb = _mm512_reduce_max_ps(mx);
+#else
+  __m256 k[ATT_BLOCK / AW];
+  const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int i = 0; i < nv; i++) {
+    k[i] = _mm256_cmp_ps(lane, _mm256_set1_ps((float)(jb - i * AW)), _CMP_LT_OQ);
+    x[i] = _mm256_maskload_ps(sg + i * AW, _mm256_castps_si256(k[i]));
+    const __m256 ok = _mm256_and_ps(k[i], _mm256_cmp_ps(x[i], x[i], _CMP_ORD_Q));
+    mx = _mm256_max_ps(mx, _mm256_blendv_ps(A_SET1(-INFINITY), x[i], ok));
+  }
+  const float mb = att_hmax8(mx);
+#endif
+  float c = 1.0f;
+  if (mb > *m) {
+    c = *m == -INFINITY ? 0.0f : expf(*m - mb);
+    *l *= c;
+    *m = mb;
+  }
+  const avec vm = A_SET1(*m);
+  avec sum = A_ZERO();
+  for (int i = 0; i < nv; i++) {
+#if AW == 16
+    const __m512 e = _mm512_maskz_mov_ps(k[i], att_exp16(_mm512_sub_ps(x[i], vm)));
+    _mm512_mask_storeu_ps(sg + i * AW, k[i], e);
+#else
+    const __m256 e = _mm256_and_ps(k[i], att_exp8(_mm256_sub_ps(x[i], vm)));
+    _mm256_maskstore_ps(sg + i * AW, _mm256_castps_si256(k[i]), e);
+#endif
+    sum = A_ADD(sum, e);
+  }
+  *l += A_HSUM(sum);
+  return c;
+}
+#endif
+
 /*
  * One block of up to ATT_BLOCK keys (indices kidx) for one query row and the gs query heads of
  * its task: scores, the online-softmax update of m and l, and acc = acc * c + P x V.
@@ -399,9 +698,21 @@ static void axpy_v(float *acc, float c, float p, const uint8_t *v, uint32_t vt, 
 static void att_block(const att_args *A, const float *qf, float *acc, float *m, float *l, float *s,
                       const int64_t *kidx, int64_t jb, int64_t hk) {
   const int64_t gs = A->gs;
-  size_t ke = A->kt == XPU_DT_F32 ? 4 : 2, ve = A->vt == XPU_DT_F32 ? 4 : 2;
   for (int64_t j = 0; j < jb; j++) {
-    const uint8_t *kr = A->k + ((size_t)(kidx[j] * A->Hks + hk) * (size_t)A->D) * ke;
+    const uint8_t *kr = A->k + (size_t)(kidx[j] * A->Hks + hk) * A->krow;
+    if (att_is_q(A->kt)) {
+#if defined(AW)
+      if (gs % 4 == 0) {
+        for (int64_t g = 0; g < gs; g += 4)
+          dot4_kq_vec(qf + g * A->D, A->D, kr, A->kt, A->scale, s + g * ATT_BLOCK + j, ATT_BLOCK);
+      } else {
+        for (int64_t g = 0; g < gs; g++) s[g * ATT_BLOCK + j] = A->scale * dot_kq_vec(qf + g * A->D, kr, A->kt, A->D);
+      }
+#else
+      for (int64_t g = 0; g < gs; g++) s[g * ATT_BLOCK + j] = A->scale * dot_kq(qf + g * A->D, kr, A->kt, A->D);
+#endif
+      continue;
+    }
 #if defined(__AVX512F__)
     if (A->D % 16 == 0 && gs % 4 == 0) {
       for (int64_t g = 0; g < gs; g += 4)
@@ -424,8 +735,14 @@ static void att_block(const att_args *A, const float *qf, float *acc, float *m, 
 #endif
     for (int64_t g = 0; g < gs; g++) s[g * ATT_BLOCK + j] = A->scale * dot_k(qf + g * A->D, kr, A->kt, A->D);
   }
+  if (A->softcap > 0.0f)
+    for (int64_t g = 0; g < gs; g++) att_softcap(s + g * ATT_BLOCK, jb, A->softcap);
   float c[ATT_MAX_GROUP];
   for (int64_t g = 0; g < gs; g++) {
+#if defined(AW)
+    c[g] = att_block_weights(s + g * ATT_BLOCK, jb, &m[g], &l[g]);
+    continue;
+#endif
     float *sg = s + g * ATT_BLOCK, mb = -INFINITY;
     /* not fmaxf: without -ffinite-math it is a libm call per key; a NaN score is skipped
      * either way, and mb starts at -inf, so the result is fmaxf's */
@@ -442,7 +759,22 @@ static void att_block(const att_args *A, const float *qf, float *acc, float *m, 
     for (j = 0; j < jb; j++) l[g] += sg[j];
   }
   const uint8_t *vrows[ATT_BLOCK];
-  for (int64_t j = 0; j < jb; j++) vrows[j] = A->v + ((size_t)(kidx[j] * A->Hks + hk) * (size_t)A->Dv) * ve;
+  for (int64_t j = 0; j < jb; j++) vrows[j] = A->v + (size_t)(kidx[j] * A->Hks + hk) * A->vrow;
+#if defined(AW) && AW == 16
+  if (gs % 4 == 0 && A->Dv % 16 == 0) { /* a quantized V's Dv is a multiple of 32 */
+    for (int64_t g = 0; g < gs; g += 4) pv4_block(acc + g * A->Dv, c + g, s + g * ATT_BLOCK, vrows, jb, A->vt, A->Dv);
+    return;
+  }
+#endif
+  if (att_is_q(A->vt)) {
+    for (int64_t g = 0; g < gs; g++)
+#if defined(AW)
+      pv_block_qvec(acc + g * A->Dv, c[g], s + g * ATT_BLOCK, vrows, jb, A->vt, A->Dv);
+#else
+      pv_block_q(acc + g * A->Dv, c[g], s + g * ATT_BLOCK, vrows, jb, A->vt, A->Dv);
+#endif
+    return;
+  }
 #if defined(AW)
   if (A->Dv % AW == 0) {
     for (int64_t g = 0; g < gs; g++) pv_block_vec(acc + g * A->Dv, c[g], s + g * ATT_BLOCK, vrows, jb, A->vt, A->Dv);
@@ -469,7 +801,8 @@ static void att_block(const att_args *A, const float *qf, float *acc, float *m, 
  * the keys it sees only, not on which other rows share the task: a verify row gets the same
  * bits as decoding that token alone.
  */
-static inline int att_small(int64_t d, int64_t dv) { return d % 16 != 0 || dv % 16 != 0; }
+/* q: k or v is Q8_0/Q4_0 (head sizes multiples of 32), which only the large-head path reads */
+static inline int att_small(int64_t d, int64_t dv, int q) { return !q && (d % 16 != 0 || dv % 16 != 0); }
 
 enum { ATT_NV = ATT_BLOCK / 4 };
 /* lanes of the lane-wise state: a row's window is ATT_BLOCK / ATT_LANES vectors */
@@ -564,18 +897,18 @@ static void att_transpose4(const uint8_t *const rows[4], uint32_t dt, int64_t n,
 }
 #endif
 
-/* kt and vt for the keys w0+j < wn; zeros beyond (read from zrow, a zero row of max(D, Dv)
- * elements, which is zero as f32 and as f16) */
-static void att_window_load(const att_args *A, int64_t hk, int64_t w0, int64_t wn, float *kt, float *vt,
+/* kt and vt for the keys wb <= w0+j < wn; zeros elsewhere (read from zrow, a zero row of
+ * max(D, Dv) elements, which is zero as f32 and as f16) */
+static void att_window_load(const att_args *A, int64_t hk, int64_t w0, int64_t wb, int64_t wn, float *kt, float *vt,
                             const uint8_t *zrow) {
-  size_t ke = A->kt == XPU_DT_F32 ? 4 : 2, ve = A->vt == XPU_DT_F32 ? 4 : 2;
   for (int64_t j = 0; j < ATT_BLOCK; j += ATT_TR) {
     const uint8_t *kr[ATT_TR], *vr[ATT_TR];
     for (int r = 0; r < ATT_TR; r++) {
       int64_t key = w0 + j + r;
       size_t row = (size_t)(key * A->Hks + hk);
-      kr[r] = key < wn ? A->k + row * (size_t)A->D * ke : zrow;
-      vr[r] = key < wn ? A->v + row * (size_t)A->Dv * ve : zrow;
+      int in = key >= wb && key < wn; /* keys before a sliding window are not read either */
+      kr[r] = in ? A->k + row * A->krow : zrow;
+      vr[r] = in ? A->v + row * A->vrow : zrow;
     }
 #if ATT_TR == 8
     att_transpose8(kr, A->kt, A->D, kt + j);
@@ -597,6 +930,16 @@ static int att_window_finite(const float *vt, int64_t dv) {
   }
   return vminvq_u32(ok) != 0;
 }
+
+/* the soft-cap at the native width (att_tanh16, att_tanh8 or v_tanh: one algorithm), used by
+ * every path of a build, so that a score is capped to the same bits on each */
+#if ATT_LANES == 16
+#define ATT_VSCAP(t, vc, vic) _mm512_mul_ps((vc), att_tanh16(_mm512_mul_ps((t), (vic))))
+#elif ATT_LANES == 8
+#define ATT_VSCAP(t, vc, vic) _mm256_mul_ps((vc), att_tanh8(_mm256_mul_ps((t), (vic))))
+#else
+#define ATT_VSCAP(t, vc, vic) vmulq_f32((vc), v_tanh(vmulq_f32((t), (vic))))
+#endif
 
 #if ATT_LANES == 4
 /* One row's gs heads against a loaded window; vis[j] is all ones where the row sees key j (NULL:
@@ -620,7 +963,9 @@ static void att_window_row(const att_args *A, const float *qf, float *acc, float
     /* masked scores are replaced, not scaled: a NaN from a masked K row does not survive */
     float32x4_t mx = ninf;
     for (int k = 0; k < ATT_NV; k++) {
-      t[k] = vbslq_f32(vm[k], vmulq_f32(t[k], scale), ninf);
+      t[k] = vmulq_f32(t[k], scale);
+      if (A->softcap > 0.0f) t[k] = ATT_VSCAP(t[k], vdupq_n_f32(A->softcap), vdupq_n_f32(1.0f / A->softcap));
+      t[k] = vbslq_f32(vm[k], t[k], ninf);
       mx = vmaxq_f32(mx, t[k]);
     }
     const float mb = vmaxvq_f32(mx);
@@ -684,6 +1029,25 @@ static inline __m512 att_exp16(__m512 x) {
   return _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
 
+/* tanh on 16 lanes: v_tanh's algorithm (neon_simd.h) */
+static inline __m512 att_tanh16(__m512 y) {
+  const __m512 ay = _mm512_abs_ps(y), y2 = _mm512_mul_ps(y, y);
+  const __m512 e = att_exp16(_mm512_add_ps(ay, ay)), one = _mm512_set1_ps(1.0f);
+  const __m512 big = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
+  __m512 p = _mm512_set1_ps(NV_TANH_C17);
+  p = _mm512_fmadd_ps(p, y2, _mm512_set1_ps(NV_TANH_C15));
+  p = _mm512_fmadd_ps(p, y2, _mm512_set1_ps(NV_TANH_C13));
+  p = _mm512_fmadd_ps(p, y2, _mm512_set1_ps(NV_TANH_C11));
+  p = _mm512_fmadd_ps(p, y2, _mm512_set1_ps(NV_TANH_C9));
+  p = _mm512_fmadd_ps(p, y2, _mm512_set1_ps(NV_TANH_C7));
+  p = _mm512_fmadd_ps(p, y2, _mm512_set1_ps(NV_TANH_C5));
+  p = _mm512_fmadd_ps(p, y2, _mm512_set1_ps(NV_TANH_C3));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, y2), ay, ay);
+  const __m512 mag = _mm512_mask_mov_ps(big, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(NV_TANH_SMALL), _CMP_LT_OQ), p);
+  return _mm512_castsi512_ps(_mm512_or_si512(
+      _mm512_castps_si512(mag), _mm512_and_si512(_mm512_castps_si512(y), _mm512_set1_epi32((int)0x80000000u))));
+}
+
 static inline float att_lane_sum(const float *p) { return _mm512_reduce_add_ps(_mm512_loadu_ps(p)); }
 
 /* att_window_row on 16 lanes: a window is two vectors, so a row's scores, weights and P x V
@@ -706,8 +1070,14 @@ static void att_window_row16(const att_args *A, const float *qf, float *acc, flo
       t1 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kt + d * ATT_BLOCK + 16), t1);
     }
     /* masked scores are replaced, not scaled: a NaN from a masked K row does not survive */
-    t0 = _mm512_mask_mul_ps(ninf, v0, t0, scale);
-    t1 = _mm512_mask_mul_ps(ninf, v1, t1, scale);
+    if (A->softcap > 0.0f) {
+      const __m512 vc = _mm512_set1_ps(A->softcap), vic = _mm512_set1_ps(1.0f / A->softcap);
+      t0 = _mm512_mask_mov_ps(ninf, v0, ATT_VSCAP(_mm512_mul_ps(t0, scale), vc, vic));
+      t1 = _mm512_mask_mov_ps(ninf, v1, ATT_VSCAP(_mm512_mul_ps(t1, scale), vc, vic));
+    } else {
+      t0 = _mm512_mask_mul_ps(ninf, v0, t0, scale);
+      t1 = _mm512_mask_mul_ps(ninf, v1, t1, scale);
+    }
     const float mb = _mm512_reduce_max_ps(_mm512_max_ps(t0, t1));
     if (mb == -INFINITY) continue; /* nothing visible here */
     float c = 1.0f;
@@ -776,6 +1146,25 @@ static inline __m256 att_exp8(__m256 x) {
   return _mm256_blendv_ps(res, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
+/* tanh on 8 lanes: v_tanh's algorithm (neon_simd.h) */
+static inline __m256 att_tanh8(__m256 y) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 ay = _mm256_andnot_ps(sign, y), y2 = _mm256_mul_ps(y, y);
+  const __m256 e = att_exp8(_mm256_add_ps(ay, ay)), one = _mm256_set1_ps(1.0f);
+  const __m256 big = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
+  __m256 p = _mm256_set1_ps(NV_TANH_C17);
+  p = _mm256_fmadd_ps(p, y2, _mm256_set1_ps(NV_TANH_C15));
+  p = _mm256_fmadd_ps(p, y2, _mm256_set1_ps(NV_TANH_C13));
+  p = _mm256_fmadd_ps(p, y2, _mm256_set1_ps(NV_TANH_C11));
+  p = _mm256_fmadd_ps(p, y2, _mm256_set1_ps(NV_TANH_C9));
+  p = _mm256_fmadd_ps(p, y2, _mm256_set1_ps(NV_TANH_C7));
+  p = _mm256_fmadd_ps(p, y2, _mm256_set1_ps(NV_TANH_C5));
+  p = _mm256_fmadd_ps(p, y2, _mm256_set1_ps(NV_TANH_C3));
+  p = _mm256_fmadd_ps(_mm256_mul_ps(p, y2), ay, ay);
+  const __m256 mag = _mm256_blendv_ps(big, p, _mm256_cmp_ps(ay, _mm256_set1_ps(NV_TANH_SMALL), _CMP_LT_OQ));
+  return _mm256_or_ps(mag, _mm256_and_ps(sign, y));
+}
+
 /* exp(x) for x <= 0, -inf or NaN (a score less the maximum), without att_exp8's branch to its
  * wide-range path: x is clamped to -87 (where 2^n stays a normal float) and lanes below it,
  * -inf (masked keys) included, give exactly 0 instead of a subnormal weight under 2^-125,
@@ -823,7 +1212,9 @@ static void att_window_row8(const att_args *A, const float *qf, float *acc, floa
     /* masked scores are replaced, not scaled: a NaN from a masked K row does not survive */
     __m256 mx = ninf;
     for (int k = 0; k < 4; k++) {
-      t[k] = _mm256_blendv_ps(ninf, _mm256_mul_ps(t[k], scale), vm[k]);
+      t[k] = _mm256_mul_ps(t[k], scale);
+      if (A->softcap > 0.0f) t[k] = ATT_VSCAP(t[k], _mm256_set1_ps(A->softcap), _mm256_set1_ps(1.0f / A->softcap));
+      t[k] = _mm256_blendv_ps(ninf, t[k], vm[k]);
       mx = _mm256_max_ps(mx, t[k]);
     }
     const float mb = att_hmax8(mx);
@@ -861,6 +1252,27 @@ static void att_window_row8(const att_args *A, const float *qf, float *acc, floa
 static inline float att_lane_sum(const float *p) { return vaddvq_f32(vld1q_f32(p)); }
 #endif
 
+static void att_softcap(float *s, int64_t n, float cap) {
+  const float ic = 1.0f / cap;
+  int64_t j = 0;
+#if ATT_LANES == 16
+  const __m512 vc = _mm512_set1_ps(cap), vic = _mm512_set1_ps(ic);
+  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(s + j, ATT_VSCAP(_mm512_loadu_ps(s + j), vc, vic));
+#elif ATT_LANES == 8
+  const __m256 vc = _mm256_set1_ps(cap), vic = _mm256_set1_ps(ic);
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, ATT_VSCAP(_mm256_loadu_ps(s + j), vc, vic));
+#else
+  const float32x4_t vc = vdupq_n_f32(cap), vic = vdupq_n_f32(ic);
+  for (; j + 4 <= n; j += 4) vst1q_f32(s + j, ATT_VSCAP(vld1q_f32(s + j), vc, vic));
+#endif
+  if (j < n) { /* the tail padded to a vector, through the same code */
+    float t[ATT_LANES] = {0};
+    memcpy(t, s + j, (size_t)(n - j) * 4);
+    att_softcap(t, ATT_LANES, cap);
+    memcpy(s + j, t, (size_t)(n - j) * 4);
+  }
+}
+
 #if ATT_LANES == 8
 /*
  * The small-head path in two passes per row and head (AVX2): every window of the task's KV
@@ -873,7 +1285,7 @@ static inline float att_lane_sum(const float *p) { return vaddvq_f32(vld1q_f32(p
  */
 #define ATT_2P_MAXDV 16 /* accumulators kept in registers (two per value when Dv > 8) */
 
-static int64_t att_row_floats(int64_t d, int64_t dv);
+static int64_t att_row_floats(int64_t d, int64_t dv, int q);
 
 /* the two-pass path's scratch after the rows' queries: kt, vt and the scores of all keys */
 static int64_t att_2p_floats(int64_t tk, int64_t d, int64_t dv) {
@@ -900,20 +1312,20 @@ static int att_all_finite(const float *x, int64_t n) {
 /* row r's gs heads (see att_small_rows2); inlined with constant D and Dv where they are known */
 static inline __attribute__((always_inline)) void att_2p_row(const att_args *A, const float *qf, const float *kt,
                                                              const float *vt, float *sc, int64_t i0, int64_t r,
-                                                             int64_t h0, int64_t end, const int64_t D,
-                                                             const int64_t Dv) {
+                                                             int64_t h0, int64_t start, int64_t end,
+                                                             const int64_t D, const int64_t Dv) {
   const int64_t gs = A->gs;
   const __m256 ninf = _mm256_set1_ps(-INFINITY), scale = _mm256_set1_ps(A->scale);
   float ob[ATT_2P_MAXDV];
   {
     const int8_t *mrow = A->mask ? A->mask + (i0 + r) * A->Tq : NULL;
-    const int64_t nwr = (end + ATT_BLOCK - 1) / ATT_BLOCK;
-    /* keys below full are seen by the row; from full to end, those its mask row marks */
+    const int64_t nwr = (end + ATT_BLOCK - 1) / ATT_BLOCK, ws = start / ATT_BLOCK;
+    /* keys from start below full are seen by the row; from full to end, those its mask row marks */
     const int64_t full = A->mask && A->off < end ? (A->off > 0 ? A->off : 0) : end;
     for (int64_t g = 0; g < gs; g++) {
       const float *q = qf + (r * gs + g) * D;
       __m256 vmax = ninf;
-      for (int64_t w = 0; w < nwr; w++) {
+      for (int64_t w = ws; w < nwr; w++) {
         const float *kw = kt + w * D * ATT_BLOCK;
         /* two sums per vector of keys (even and odd d): eight independent chains */
         __m256 t[4], t2[4];
@@ -932,18 +1344,19 @@ static inline __attribute__((always_inline)) void att_2p_row(const att_args *A, 
         }
         for (int k = 0; k < 4; k++) t[k] = _mm256_add_ps(t[k], t2[k]);
         const int64_t w0 = w * ATT_BLOCK;
-        if (w0 + ATT_BLOCK <= full) {
-          for (int k = 0; k < 4; k++) t[k] = _mm256_mul_ps(t[k], scale);
-        } else {
-          /* masked scores are replaced, not scaled: a NaN from a masked K row does not survive */
+        for (int k = 0; k < 4; k++) t[k] = _mm256_mul_ps(t[k], scale);
+        if (A->softcap > 0.0f)
+          for (int k = 0; k < 4; k++)
+            t[k] = ATT_VSCAP(t[k], _mm256_set1_ps(A->softcap), _mm256_set1_ps(1.0f / A->softcap));
+        if (w0 < start || w0 + ATT_BLOCK > full) {
+          /* masked scores are replaced: a NaN from a masked K row does not survive */
           uint32_t vis[ATT_BLOCK];
           for (int64_t j = 0; j < ATT_BLOCK; j++) {
             int64_t k = w0 + j;
-            vis[j] = k < end && (k < full || !mrow || mrow[k - A->off]) ? 0xffffffffu : 0u;
+            vis[j] = k >= start && k < end && (k < full || !mrow || mrow[k - A->off]) ? 0xffffffffu : 0u;
           }
           for (int k = 0; k < 4; k++)
-            t[k] = _mm256_blendv_ps(ninf, _mm256_mul_ps(t[k], scale),
-                                    _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(vis + 8 * k))));
+            t[k] = _mm256_blendv_ps(ninf, t[k], _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(vis + 8 * k))));
         }
         for (int k = 0; k < 4; k++) {
           _mm256_storeu_ps(sc + w0 + 8 * k, t[k]);
@@ -952,7 +1365,7 @@ static inline __attribute__((always_inline)) void att_2p_row(const att_args *A, 
       }
       float mb = nwr > 0 ? att_hmax8(vmax) : -INFINITY;
       if (mb == -INFINITY) /* the maxima drop NaNs: a visible NaN score must still reach the output */
-        for (int64_t j = 0; j < nwr * ATT_BLOCK; j++)
+        for (int64_t j = ws * ATT_BLOCK; j < nwr * ATT_BLOCK; j++)
           if (isnan(sc[j])) mb = sc[j];
       const int64_t row = (i0 + r) * A->Hq + h0 + g;
       if (mb == -INFINITY) {
@@ -965,12 +1378,12 @@ static inline __attribute__((always_inline)) void att_2p_row(const att_args *A, 
         for (int64_t d = 0; d < Dv; d++) acc[d] = _mm256_setzero_ps();
         /* the weights first, in place of the scores, then P x V: apart, neither loop runs out
          * of registers (exp's constants, Dv accumulators) */
-        for (int64_t j = 0; j < nwr * ATT_BLOCK; j += 8) {
+        for (int64_t j = ws * ATT_BLOCK; j < nwr * ATT_BLOCK; j += 8) {
           const __m256 e = att_exp8_le0(_mm256_sub_ps(_mm256_loadu_ps(sc + j), vmb));
           lv = _mm256_add_ps(lv, e);
           _mm256_storeu_ps(sc + j, e);
         }
-        for (int64_t w = 0; w < nwr; w++) {
+        for (int64_t w = ws; w < nwr; w++) {
           const float *vw = vt + w * Dv * ATT_BLOCK, *sw = sc + w * ATT_BLOCK;
           for (int k = 0; k < 4; k++) {
             const __m256 e = _mm256_loadu_ps(sw + 8 * k);
@@ -996,25 +1409,25 @@ static inline __attribute__((always_inline)) void att_2p_row(const att_args *A, 
 /* returns 0 (nothing written) where a loaded V value is not finite: the one-pass path then
  * keeps masked keys' 0 x inf out */
 static int att_small_rows2(const att_args *A, float *base, int64_t i0, int64_t nr, int64_t h0, int64_t hk,
-                           const int64_t *ends, int64_t wend) {
+                           const int64_t *starts, const int64_t *ends, int64_t wbeg, int64_t wend) {
   const int64_t D = A->D, Dv = A->Dv, gs = A->gs, qb = A->qb;
-  const int64_t nw = (wend + ATT_BLOCK - 1) / ATT_BLOCK;
+  const int64_t nw = (wend + ATT_BLOCK - 1) / ATT_BLOCK, wf = wbeg / ATT_BLOCK;
   const int64_t tpad = (A->Tk + ATT_BLOCK - 1) / ATT_BLOCK * ATT_BLOCK;
-  float *qf = base, *kt = base + qb * gs * att_row_floats(D, Dv), *vt = kt + D * tpad, *sc = vt + Dv * tpad;
+  float *qf = base, *kt = base + qb * gs * att_row_floats(D, Dv, 0), *vt = kt + D * tpad, *sc = vt + Dv * tpad;
   float *zrow = sc + tpad;
   memset(zrow, 0, (size_t)(D > Dv ? D : Dv) * 4);
-  for (int64_t w = 0; w < nw; w++) {
+  for (int64_t w = wf; w < nw; w++) {
     int64_t w0 = w * ATT_BLOCK, wn = w0 + ATT_BLOCK < wend ? w0 + ATT_BLOCK : wend;
-    att_window_load(A, hk, w0, wn, kt + w * D * ATT_BLOCK, vt + w * Dv * ATT_BLOCK, (const uint8_t *)zrow);
+    att_window_load(A, hk, w0, wbeg, wn, kt + w * D * ATT_BLOCK, vt + w * Dv * ATT_BLOCK, (const uint8_t *)zrow);
   }
-  if (!att_all_finite(vt, nw * Dv * ATT_BLOCK)) return 0;
+  if (wf < nw && !att_all_finite(vt + wf * Dv * ATT_BLOCK, (nw - wf) * Dv * ATT_BLOCK)) return 0;
   for (int64_t r = 0; r < nr; r++) {
     /* stories260K's head size compiled apart: the loops over D and Dv unrolled, the
      * accumulators in registers instead of spilled around a variable-length loop */
     if (D == 8 && Dv == 8)
-      att_2p_row(A, qf, kt, vt, sc, i0, r, h0, ends[r], 8, 8);
+      att_2p_row(A, qf, kt, vt, sc, i0, r, h0, starts[r], ends[r], 8, 8);
     else
-      att_2p_row(A, qf, kt, vt, sc, i0, r, h0, ends[r], D, Dv);
+      att_2p_row(A, qf, kt, vt, sc, i0, r, h0, starts[r], ends[r], D, Dv);
   }
   return 1;
 }
@@ -1022,7 +1435,7 @@ static int att_small_rows2(const att_args *A, float *base, int64_t i0, int64_t n
 
 /* the small-head path of a task: rows i0 .. i0+nr of the heads h0 .. h0+gs of KV head hk */
 static void att_small_rows(const att_args *A, float *base, int64_t i0, int64_t nr, int64_t h0, int64_t hk,
-                           const int64_t *ends, int64_t wend) {
+                           const int64_t *starts, const int64_t *ends, int64_t wbeg, int64_t wend) {
   const int64_t D = A->D, Dv = A->Dv, gs = A->gs, qb = A->qb;
   float *qf = base, *acc = qf + qb * gs * D, *m = acc + qb * gs * Dv * ATT_LANES, *l = m + qb * gs;
   float *kt = l + qb * gs * ATT_LANES;
@@ -1035,14 +1448,17 @@ static void att_small_rows(const att_args *A, float *base, int64_t i0, int64_t n
   int64_t common = wend;
   for (int64_t r = 0; r < nr; r++) common = ends[r] < common ? ends[r] : common;
   if (A->mask && A->off < common) common = A->off > 0 ? A->off : 0;
-  for (int64_t w0 = 0; w0 < wend; w0 += ATT_BLOCK) {
+  /* and from the latest start (a sliding window's) */
+  int64_t cstart = 0;
+  for (int64_t r = 0; r < nr; r++) cstart = starts[r] > cstart ? starts[r] : cstart;
+  for (int64_t w0 = wbeg / ATT_BLOCK * ATT_BLOCK; w0 < wend; w0 += ATT_BLOCK) {
     int64_t wn = w0 + ATT_BLOCK < wend ? w0 + ATT_BLOCK : wend;
-    att_window_load(A, hk, w0, wn, kt, vt, (const uint8_t *)zrow);
+    att_window_load(A, hk, w0, wbeg, wn, kt, vt, (const uint8_t *)zrow);
     int finite = -1; /* not checked yet */
     for (int64_t r = 0; r < nr; r++) {
       float *rq = qf + r * gs * D, *racc = acc + r * gs * Dv * ATT_LANES, *rm = m + r * gs;
       float *rl = l + r * gs * ATT_LANES;
-      if (w0 + ATT_BLOCK <= common) { /* the row sees the whole window */
+      if (w0 >= cstart && w0 + ATT_BLOCK <= common) { /* the row sees the whole window */
         att_window_row(A, rq, racc, rm, rl, kt, vt, NULL, 1);
         continue;
       }
@@ -1051,10 +1467,10 @@ static void att_small_rows(const att_args *A, float *base, int64_t i0, int64_t n
       int any = 0, all = 1;
       for (int64_t j = 0; j < ATT_BLOCK; j++) {
         int64_t k = w0 + j;
-        int see = k < ends[r] && (!mrow || k < A->off || mrow[k - A->off]);
+        int see = k >= starts[r] && k < ends[r] && (!mrow || k < A->off || mrow[k - A->off]);
         vis[j] = see ? 0xffffffffu : 0u;
         any |= see;
-        if (k < wn && !see) all = 0;
+        if (k >= wbeg && k < wn && !see) all = 0;
       }
       if (!any) continue;
       if (!all && finite < 0) finite = att_window_finite(vt, Dv);
@@ -1086,11 +1502,25 @@ static inline int64_t att_row_end(const att_args *A, int64_t i) {
   return end < 0 ? 0 : end;
 }
 
+/* the first key query row i may see: 0, or with a sliding window the window's first key;
+ * keys before it are never read */
+static inline int64_t att_row_start(const att_args *A, int64_t i) {
+  if (!A->window) return 0;
+  int64_t s = i + A->woff + 1;
+  return s > 0 ? s : 0;
+}
+
+/* the first window (a multiple of ATT_BLOCK, so that a row's windows are the same whichever
+ * rows share its task: a verify row keeps a decode row's bits) holding a key row i sees */
+static inline int64_t att_first_window(const att_args *A, int64_t i) {
+  return att_row_start(A, i) / ATT_BLOCK * ATT_BLOCK;
+}
+
 /* the keys query row i sees among [w0, e), into kidx; returns their count */
 static inline int64_t att_window_keys(const att_args *A, int64_t i, int64_t w0, int64_t e, int64_t *kidx) {
   const int8_t *mrow = A->mask ? A->mask + i * A->Tq : NULL;
-  int64_t jb = 0;
-  for (int64_t j = w0; j < e; j++)
+  int64_t jb = 0, st = att_row_start(A, i);
+  for (int64_t j = w0 > st ? w0 : st; j < e; j++)
     if (!mrow || j < A->off || mrow[j - A->off]) kidx[jb++] = j;
   return jb;
 }
@@ -1135,7 +1565,7 @@ static void att_row_keys_outer(const att_args *A, float *base, int64_t t0, int64
     l[r] = 0.0f;
   }
   memset(acc, 0, (size_t)(nt * gs * Dv) * 4);
-  for (int64_t w0 = 0; w0 < end; w0 += ATT_BLOCK) {
+  for (int64_t w0 = att_first_window(A, 0); w0 < end; w0 += ATT_BLOCK) {
     int64_t kidx[ATT_BLOCK], jb = att_window_keys(A, 0, w0, w0 + ATT_BLOCK < end ? w0 + ATT_BLOCK : end, kidx);
     if (jb == 0) continue;
     for (int64_t t = 0; t < nt; t++)
@@ -1158,7 +1588,7 @@ static void att_task(void *p, int tid, int nth) {
   att_args *A = (att_args *)p;
   const int64_t group = A->Hq / A->Hkv, gs = A->gs, per_row = A->Hq / gs, qb = A->qb;
   const int64_t nblocks = (A->Tq + qb - 1) / qb;
-  const int small = att_small(A->D, A->Dv);
+  const int small = att_small(A->D, A->Dv, att_is_q(A->kt) || att_is_q(A->vt));
   int64_t t0, t1;
   nv_range(nblocks * per_row, tid, nth, 1, &t0, &t1);
   float *base = (float *)nv_scratch(A->r, tid);
@@ -1170,17 +1600,19 @@ static void att_task(void *p, int tid, int nth) {
   float *qf = base, *acc = qf + qb * gs * A->D, *m = acc + qb * gs * A->Dv, *l = m + qb * gs, *s = l + qb * gs;
   for (int64_t task = t0; task < t1; task++) {
     int64_t i0 = (task / per_row) * qb, h0 = (task % per_row) * gs, hk = h0 / group;
-    int64_t nr = A->Tq - i0 < qb ? A->Tq - i0 : qb, ends[ATT_MAX_QB], wend = 0;
+    int64_t nr = A->Tq - i0 < qb ? A->Tq - i0 : qb, ends[ATT_MAX_QB], starts[ATT_MAX_QB], wend = 0, wbeg = INT64_MAX;
     for (int64_t r = 0; r < nr; r++) {
       ends[r] = att_row_end(A, i0 + r);
+      starts[r] = att_row_start(A, i0 + r);
       if (ends[r] > wend) wend = ends[r];
+      if (starts[r] < wbeg) wbeg = starts[r];
       for (int64_t g = 0; g < gs; g++) att_load_q(A, (i0 + r) * A->Hq + h0 + g, qf + (r * gs + g) * A->D);
     }
     if (small) {
 #if ATT_LANES == 8
-      if (att_2p(A->Tk, A->D, A->Dv) && att_small_rows2(A, base, i0, nr, h0, hk, ends, wend)) continue;
+      if (att_2p(A->Tk, A->D, A->Dv) && att_small_rows2(A, base, i0, nr, h0, hk, starts, ends, wbeg, wend)) continue;
 #endif
-      att_small_rows(A, base, i0, nr, h0, hk, ends, wend);
+      att_small_rows(A, base, i0, nr, h0, hk, starts, ends, wbeg, wend);
       continue;
     }
     for (int64_t r = 0; r < nr * gs; r++) {
@@ -1188,7 +1620,7 @@ static void att_task(void *p, int tid, int nth) {
       l[r] = 0.0f;
     }
     memset(acc, 0, (size_t)(nr * gs * A->Dv) * 4);
-    for (int64_t w0 = 0; w0 < wend; w0 += ATT_BLOCK) {
+    for (int64_t w0 = wbeg / ATT_BLOCK * ATT_BLOCK; w0 < wend; w0 += ATT_BLOCK) {
       for (int64_t r = 0; r < nr; r++) {
         int64_t kidx[ATT_BLOCK], jb = att_window_keys(A, i0 + r, w0, w0 + ATT_BLOCK < ends[r] ? w0 + ATT_BLOCK : ends[r], kidx);
         if (jb > 0)
@@ -1209,12 +1641,13 @@ static int64_t att_group(int64_t hq, int64_t hkv) {
 
 /* floats of per-row state of one head: the query, the accumulator, m and l (the small-head
  * path keeps the accumulator and l lane-wise, 4 floats for each value) */
-static int64_t att_row_floats(int64_t d, int64_t dv) { return att_small(d, dv) ? d + ATT_LANES * dv + 1 + ATT_LANES : d + dv + 2; }
+static int64_t att_row_floats(int64_t d, int64_t dv, int q) {
+  return att_small(d, dv, q) ? d + ATT_LANES * dv + 1 + ATT_LANES : d + dv + 2; }
 
 /* query rows sharing one task, at most: ATT_MAX_QB, fewer when the per-row state of gs heads
  * would pass ATT_QB_FLOATS floats of scratch */
-static int64_t att_qb_max(int64_t tq, int64_t gs, int64_t d, int64_t dv) {
-  int64_t qb = ATT_MAX_QB, per = gs * att_row_floats(d, dv);
+static int64_t att_qb_max(int64_t tq, int64_t gs, int64_t d, int64_t dv, int q) {
+  int64_t qb = ATT_MAX_QB, per = gs * att_row_floats(d, dv, q);
   while (qb > 1 && qb * per > ATT_QB_FLOATS) qb /= 2;
   return tq < qb ? (tq > 0 ? tq : 1) : qb;
 }
@@ -1224,17 +1657,17 @@ static int64_t att_qb_max(int64_t tq, int64_t gs, int64_t d, int64_t dv) {
 uint64_t nv_attention_scratch(const xpu_ir_graph *g, const xpu_ir_node *n) {
   const xpu_ir_tensor *q = &g->tensors[n->inputs[0]], *k = &g->tensors[n->inputs[1]], *v = &g->tensors[n->inputs[2]];
   int64_t d = q->shape[2], dv = v->shape[2];
-  int64_t gs = att_group(q->shape[1], xpu_ir_attention_kv_heads(n, k->shape[1])), qb = att_qb_max(q->shape[0], gs, d, dv);
-  uint64_t tail = att_small(d, dv) ? (uint64_t)((d + dv) * ATT_BLOCK + (d > dv ? d : dv) + dv)
-                                   : (uint64_t)(gs * ATT_BLOCK);
+  const int qz = att_is_q(k->dtype) || att_is_q(v->dtype), small = att_small(d, dv, qz);
+  int64_t gs = att_group(q->shape[1], xpu_ir_attention_kv_heads(n, k->shape[1])), qb = att_qb_max(q->shape[0], gs, d, dv, qz);
+  uint64_t tail = small ? (uint64_t)((d + dv) * ATT_BLOCK + (d > dv ? d : dv) + dv) : (uint64_t)(gs * ATT_BLOCK);
 #if ATT_LANES == 8
-  if (att_small(d, dv) && att_2p(k->shape[0], d, dv) && (uint64_t)att_2p_floats(k->shape[0], d, dv) > tail)
+  if (small && att_2p(k->shape[0], d, dv) && (uint64_t)att_2p_floats(k->shape[0], d, dv) > tail)
     tail = (uint64_t)att_2p_floats(k->shape[0], d, dv);
 #endif
-  uint64_t floats = (uint64_t)(gs * qb * att_row_floats(d, dv)) + tail;
+  uint64_t floats = (uint64_t)(gs * qb * att_row_floats(d, dv, qz)) + tail;
   /* one row on the large-head path: every head group of a thread's range at once
    * (att_row_keys_outer), at most all Hq heads, whatever group size the run picks */
-  if (q->shape[0] == 1 && !att_small(d, dv) && (uint64_t)(q->shape[1] * (d + dv + 2) + gs * ATT_BLOCK) > floats)
+  if (q->shape[0] == 1 && !small && (uint64_t)(q->shape[1] * (d + dv + 2) + gs * ATT_BLOCK) > floats)
     floats = (uint64_t)(q->shape[1] * (d + dv + 2) + gs * ATT_BLOCK);
   return floats * 4 + 64;
 }
@@ -1258,21 +1691,34 @@ xpu_status nv_k_attention(nv_run *r, const xpu_ir_node *n) {
   A.Hks = k->shape[1];
   A.Hkv = xpu_ir_attention_kv_heads(n, A.Hks); /* analyze checked the range */
   A.Dv = v->shape[2];
+  /* a head row of Q8_0/Q4_0 is D/32 whole blocks (analyze checked D % 32 == 0) */
+  A.krow = (size_t)nv_row_bytes(A.kt, A.D);
+  A.vrow = (size_t)nv_row_bytes(A.vt, A.Dv);
   /* a head range starts at its first head; the rows keep their stride */
-  A.k += (size_t)(n->iattr[2] * A.D) * (A.kt == XPU_DT_F32 ? 4 : 2);
-  A.v += (size_t)(n->iattr[2] * A.Dv) * (A.vt == XPU_DT_F32 ? 4 : 2);
+  A.k += (size_t)n->iattr[2] * A.krow;
+  A.v += (size_t)n->iattr[2] * A.vrow;
   A.causal = n->iattr[0] == 1;
-  A.off = n->iattr[1];
+  int64_t off = n->iattr[1];
   if (n->n_inputs >= 4) {
-    int32_t off;
-    memcpy(&off, r->ptr[n->inputs[3]], 4);
-    A.off = off;
+    int32_t o32;
+    memcpy(&o32, r->ptr[n->inputs[3]], 4);
+    off = o32;
   }
   if (n->n_inputs == 5) A.mask = (const int8_t *)r->ptr[n->inputs[4]];
   /* any offset past these bounds means the same (all keys or none): clamping keeps i + off
    * from overflowing */
-  if (A.off > A.Tk) A.off = A.Tk;
-  if (A.off < -A.Tq - 1) A.off = -A.Tq - 1;
+  A.off = off > A.Tk ? A.Tk : off < -A.Tq - 1 ? -A.Tq - 1 : off;
+  /* a sliding window (causal only, analyze checked) starts query i at key i + off - window + 1:
+   * off - window, from the unclamped offset, saturated where it means no key or every key
+   * (shapes stay below 2^44) */
+  if (A.causal && n->iattr[4] > 0) {
+    const int64_t lim = (int64_t)1 << 50;
+    int64_t wo;
+    if (__builtin_sub_overflow(off, n->iattr[4], &wo)) wo = -lim;
+    A.window = n->iattr[4];
+    A.woff = wo > lim ? lim : wo < -lim ? -lim : wo;
+  }
+  A.softcap = n->fattr[1] > 0.0f ? n->fattr[1] : 0.0f;
   A.scale = n->fattr[0] != 0 ? n->fattr[0] : (A.D > 0 ? 1.0f / sqrtf((float)A.D) : 1.0f);
   A.r = r;
   if (A.Tq * A.Hq * A.Dv == 0) return XPU_OK;
@@ -1281,10 +1727,11 @@ xpu_status nv_k_attention(nv_run *r, const xpu_ir_node *n) {
   if (A.gs > 1 && A.Tq * (A.Hq / A.gs) < 2 * (int64_t)r->nth) A.gs = 1;
   /* as many rows per task as keep every thread busy, within the scratch nv_attention_scratch
    * sized for the whole group */
-  A.qb = att_qb_max(A.Tq, att_group(A.Hq, A.Hkv), A.D, A.Dv);
+  A.qb = att_qb_max(A.Tq, att_group(A.Hq, A.Hkv), A.D, A.Dv, att_is_q(A.kt) || att_is_q(A.vt));
   while (A.qb > 1 && (A.Tq + A.qb - 1) / A.qb * (A.Hq / A.gs) < 2 * (int64_t)r->nth) A.qb = (A.qb + 1) / 2;
   /* the work is over the keys the rows can see: a decode row at position p of a long cache
    * reads p + 1 keys, not the cache's length */
-  nv_parallel(r, A.Tq * A.Hq * (att_row_end(&A, A.Tq - 1) + 1) * (A.D + A.Dv), att_task, &A);
+  int64_t keys = att_row_end(&A, A.Tq - 1) - att_row_start(&A, A.Tq - 1);
+  nv_parallel(r, A.Tq * A.Hq * ((keys > 0 ? keys : 0) + 1) * (A.D + A.Dv), att_task, &A);
   return XPU_OK;
 }

@@ -137,6 +137,7 @@ static void un_chunk(uint32_t op, float s, float bias, const float *x, float *o,
     case XPU_OP_RELU: z = vbslq_f32(vcgtq_f32(v, zero), v, vbslq_f32(vceqq_f32(v, v), zero, v)); break;
     case XPU_OP_EXP: z = v_exp(v); break;
     case XPU_OP_NEG: z = vnegq_f32(v); break;
+    case XPU_OP_TANH: z = v_tanh(v); break;
     default: z = vfmaq_f32(vb, v, vs); break;
     }
     vst1q_f32(o + i, z);
@@ -149,6 +150,7 @@ static void un_chunk(uint32_t op, float s, float bias, const float *x, float *o,
     case XPU_OP_RELU: o[i] = v > 0 ? v : (v != v ? v : 0.0f); break;
     case XPU_OP_EXP: o[i] = expf(v); break;
     case XPU_OP_NEG: o[i] = -v; break;
+    case XPU_OP_TANH: o[i] = tanhf(v); break;
     default: o[i] = fmaf(v, s, bias); break;
     }
   }

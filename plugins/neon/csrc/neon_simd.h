@@ -84,11 +84,37 @@ static inline float32x4_t v_silu(float32x4_t x) {
   return v_div(x, vaddq_f32(one, v_exp(vnegq_f32(x))));
 }
 
-/* tanh through exp: 1 - 2/(exp(2y)+1), exact limits at +-inf */
+/*
+ * tanh(y): for |y| >= NV_TANH_SMALL, sign(y) * (1 - 2/(exp(2|y|)+1)) (within a few ulp there,
+ * where tanh >= 0.46; exactly +-1 at +-inf, NaN stays NaN); below it the odd Taylor series to
+ * y^17, whose next term is under 1e-9 of the result: the exp form would cancel (its error is
+ * an ulp of 1, not of tanh(y)), which a soft-cap c * tanh(s / c) multiplies by c.
+ */
+#define NV_TANH_SMALL 0.5f
+#define NV_TANH_C3 (-3.33333333333e-1f)
+#define NV_TANH_C5 1.33333333333e-1f
+#define NV_TANH_C7 (-5.39682539683e-2f)
+#define NV_TANH_C9 2.18694885362e-2f
+#define NV_TANH_C11 (-8.86323552990e-3f)
+#define NV_TANH_C13 3.59212803657e-3f
+#define NV_TANH_C15 (-1.45583438705e-3f)
+#define NV_TANH_C17 5.90027440945e-4f
 static inline float32x4_t v_tanh(float32x4_t y) {
-  const float32x4_t one = vdupq_n_f32(1.0f), two = vdupq_n_f32(2.0f);
-  float32x4_t e = v_exp(vmulq_f32(two, y));
-  return vsubq_f32(one, v_div(two, vaddq_f32(e, one)));
+  const float32x4_t one = vdupq_n_f32(1.0f), two = vdupq_n_f32(2.0f), ay = vabsq_f32(y), y2 = vmulq_f32(y, y);
+  const float32x4_t e = v_exp(vaddq_f32(ay, ay));
+  const float32x4_t big = vsubq_f32(one, v_div(two, vaddq_f32(e, one)));
+  float32x4_t p = vdupq_n_f32(NV_TANH_C17);
+  p = vfmaq_f32(vdupq_n_f32(NV_TANH_C15), p, y2);
+  p = vfmaq_f32(vdupq_n_f32(NV_TANH_C13), p, y2);
+  p = vfmaq_f32(vdupq_n_f32(NV_TANH_C11), p, y2);
+  p = vfmaq_f32(vdupq_n_f32(NV_TANH_C9), p, y2);
+  p = vfmaq_f32(vdupq_n_f32(NV_TANH_C7), p, y2);
+  p = vfmaq_f32(vdupq_n_f32(NV_TANH_C5), p, y2);
+  p = vfmaq_f32(vdupq_n_f32(NV_TANH_C3), p, y2);
+  p = vfmaq_f32(ay, vmulq_f32(p, y2), ay);
+  /* both forms give tanh(|y|) >= 0 (or NaN); the sign goes on last, so tanh(-0) = -0 */
+  const uint32x4_t mag = vreinterpretq_u32_f32(vbslq_f32(vcltq_f32(ay, vdupq_n_f32(NV_TANH_SMALL)), p, big));
+  return vreinterpretq_f32_u32(vorrq_u32(mag, vandq_u32(vreinterpretq_u32_f32(y), vdupq_n_u32(0x80000000u))));
 }
 
 /* ---------------------------------------------------------------- half and bfloat16 */

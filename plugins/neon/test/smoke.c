@@ -181,6 +181,85 @@ static void test_attention(xpu_context ctx) {
   api->buffer_release(bk), api->buffer_release(bv), api->buffer_release(bo), api->buffer_release(boff);
 }
 
+static float half_at(const uint8_t *p);
+
+/* value i of a Q8_0/Q4_0 row (OPS.md: d * q, Q4_0's nibble less 8) */
+static float q_value(uint32_t dt, const uint8_t *row, int i) {
+  const uint8_t *b = row + (i / 32) * (dt == XPU_DT_Q8_0 ? 34 : 18);
+  int l = i % 32, q = dt == XPU_DT_Q8_0 ? (int)(int8_t)b[2 + l] : (l < 16 ? (b[2 + l] & 15) : (b[2 + l - 16] >> 4)) - 8;
+  return half_at(b) * (float)q;
+}
+
+/* Op set 5 attention over a Q8_0/Q4_0 KV cache of capacity CAP with VALID rows, a sliding
+ * window and a soft-cap, for a decode row and a 3-row chunk: the rows before every query's
+ * window and past the valid length have NaN scales and must never be read. */
+static void test_attention_v5(xpu_context ctx, uint32_t kvt) {
+  enum { HQ = 8, HKV = 2, D = 64, CAP = 80, VALID = 70, W = 20 };
+  const size_t bb = kvt == XPU_DT_Q8_0 ? 34 : 18, row = (size_t)(D / 32) * bb;
+  static uint8_t kq[CAP * HKV * (D / 32) * 34], vq[CAP * HKV * (D / 32) * 34];
+  unsigned seed = 7;
+  for (int t = 0; t < 2; t++) {
+    uint8_t *c = t ? vq : kq;
+    for (int r = 0; r < CAP * HKV; r++)
+      for (int b = 0; b < D / 32; b++) {
+        uint8_t *blk = c + (size_t)r * row + (size_t)b * bb;
+        int pos = r / HKV, dead = pos >= VALID || pos < VALID - 3 - W + 1;
+        unsigned h = dead ? 0x7E00u : 0x2000u + (unsigned)(frand(&seed) * 500.0f + 500.0f);
+        blk[0] = (uint8_t)h, blk[1] = (uint8_t)(h >> 8);
+        for (size_t i = 2; i < bb; i++) blk[i] = (uint8_t)(frand(&seed) * 127.0f + 128.0f);
+      }
+  }
+  for (int tq = 1; tq <= 3; tq += 2) {
+    xpu_irb g = {0};
+    int64_t qs[3] = {tq, HQ, D}, ks[3] = {CAP, HKV, D};
+    uint32_t q = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_INPUT, 3, qs);
+    uint32_t k = xpu_irb_tensor(&g, kvt, XPU_TENSOR_INPUT, 3, ks);
+    uint32_t v = xpu_irb_tensor(&g, kvt, XPU_TENSOR_INPUT, 3, ks);
+    uint32_t o = xpu_irb_tensor(&g, XPU_DT_F32, XPU_TENSOR_VALUE, 3, qs);
+    uint32_t ins[3] = {q, k, v};
+    xpu_ir_node *n = xpu_irb_node(&g, XPU_OP_ATTENTION, o, 3, ins);
+    n->iattr[0] = 1, n->iattr[1] = VALID - tq, n->iattr[4] = W, n->fattr[1] = 0.75f;
+    xpu_irb_output(&g, o);
+    xpu_executable exe = prepare(ctx, &g, "threads=2");
+    float qd[3 * HQ * D], out[3 * HQ * D];
+    for (int i = 0; i < tq * HQ * D; i++) qd[i] = 4.0f * frand(&seed);
+    xpu_buffer bq = upload(ctx, qd, (uint64_t)tq * HQ * D * 4), bk = upload(ctx, kq, CAP * HKV * row);
+    xpu_buffer bv = upload(ctx, vq, CAP * HKV * row), bo = upload(ctx, NULL, (uint64_t)tq * HQ * D * 4);
+    xpu_execution ex = 0;
+    EXPECT(api->execution_create(exe, &ex), XPU_OK);
+    EXPECT(api->execution_bind(ex, 0, bq, 0), XPU_OK);
+    EXPECT(api->execution_bind(ex, 1, bk, 0), XPU_OK);
+    EXPECT(api->execution_bind(ex, 2, bv, 0), XPU_OK);
+    EXPECT(api->execution_bind(ex, 3, bo, 0), XPU_OK);
+    EXPECT(api->execution_run(ex), XPU_OK);
+    EXPECT(api->buffer_read(bo, 0, out, (uint64_t)tq * HQ * D * 4), XPU_OK);
+    double want[3 * HQ * D];
+    for (int i = 0; i < tq; i++)
+      for (int h = 0; h < HQ; h++) {
+        int hk = h / (HQ / HKV), last = VALID - tq + i, first = last - W + 1;
+        double sc[W], mx = -INFINITY, sum = 0;
+        for (int j = first; j <= last; j++) {
+          double s = 0;
+          for (int d = 0; d < D; d++) s += (double)qd[(i * HQ + h) * D + d] * q_value(kvt, kq + (size_t)(j * HKV + hk) * row, d);
+          s = 0.75 * tanh(s / sqrt((double)D) / 0.75);
+          sc[j - first] = s;
+          if (s > mx) mx = s;
+        }
+        for (int j = 0; j < W; j++) sum += (sc[j] = exp(sc[j] - mx));
+        for (int d = 0; d < D; d++) {
+          double acc = 0;
+          for (int j = 0; j < W; j++) acc += sc[j] / sum * q_value(kvt, vq + (size_t)((first + j) * HKV + hk) * row, d);
+          want[(i * HQ + h) * D + d] = acc;
+        }
+      }
+    double e = max_err(out, want, tq * HQ * D);
+    CHECK(e < 1e-5, "attention v5 (%s kv, %d rows): max error %g", kvt == XPU_DT_Q8_0 ? "q8_0" : "q4_0", tq, e);
+    EXPECT(api->execution_release(ex), XPU_OK);
+    EXPECT(api->executable_release(exe), XPU_OK);
+    api->buffer_release(bq), api->buffer_release(bk), api->buffer_release(bv), api->buffer_release(bo);
+  }
+}
+
 /* y = x · dequant(quantize_q4_0(w))ᵀ with w a constant, M large enough for the blocked path */
 static void test_quant_matmul(xpu_context ctx, uint32_t qdt) {
   enum { M = 9, N = 21, K = 96 };
@@ -847,6 +926,8 @@ int main(int argc, char **argv) {
   EXPECT(api->context_create(0, "threads=2;cpus=0", &ctx), XPU_OK);
   test_errors(ctx);
   test_attention(ctx);
+  test_attention_v5(ctx, XPU_DT_Q8_0);
+  test_attention_v5(ctx, XPU_DT_Q4_0);
   test_quant_matmul(ctx, XPU_DT_Q8_0);
   test_quant_matmul(ctx, XPU_DT_Q4_0);
   test_fpack_matmul(ctx);
