@@ -55,6 +55,8 @@ type runnerConfig struct {
 	tap func(w tapWhat, data []byte)
 	// sparse runs the FFNs sparsely (WithSparseFFN); nil runs them dense.
 	sparse SparseFFN
+	// slot, for a runner of a Batch, is where its cache lies in the batch's (batch.go).
+	slot *batchSlot
 }
 
 // RunnerOption configures NewRunner.
@@ -148,6 +150,8 @@ type Runner struct {
 	// busy is set while a call runs on the runner (busy.go): a second one at the same time
 	// fails with ErrBusy.
 	busy atomic.Bool
+	// batch, when the runner is one of a Batch's, runs its decodes in the batch's steps.
+	batch *Batch
 }
 
 // chunkProg is the program for one chunk length and the lane spans of its logits.
@@ -364,7 +368,10 @@ func (r *Runner) init(ctx context.Context) error {
 		return s
 	}
 	rowBytes := r.cfg.kv.Bytes(int64(c.KVHeads * c.HeadDim))
-	for range c.Layers {
+	if r.cfg.slot != nil {
+		r.kv, err = r.cfg.slot.cache(r.cap, rowBytes)
+	}
+	for len(r.kv) < c.Layers {
 		r.kv = append(r.kv, [2]sched.Span{alloc(r.cap * rowBytes), alloc(r.cap * rowBytes)})
 	}
 	if err != nil {
@@ -791,6 +798,9 @@ func (r *Runner) Prefill(ctx context.Context, tokens []int32) ([]float32, error)
 		return nil, err
 	}
 	defer r.leave(held)
+	if r.batch != nil {
+		return r.batch.prefill(ctx, r, tokens)
+	}
 	return r.feed(ctx, tokens, r.progs[r.cfg.chunk], nil)
 }
 
@@ -801,6 +811,9 @@ func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
 		return nil, err
 	}
 	defer r.leave(held)
+	if r.batch != nil {
+		return r.batch.decode(ctx, r, token)
+	}
 	logits, err := r.feed(ctx, []int32{token}, r.progs[1], nil)
 	if err == nil && r.adapt != nil {
 		r.adapt.observe(r)
