@@ -8,8 +8,10 @@
 //
 // A runner holds one sequence at a time, so requests share the model through a pool of
 // runners (WithParallel, default 1: the engine's own). A request waits in a bounded queue
-// (WithMaxQueue) for a free runner and is refused with 429 when the queue is full; each
-// runner beyond the first costs another copy of the weights and KV cache on the device. A
+// (WithMaxQueue, first come first served) for a free runner and is refused with 429 when the
+// queue is full. With several, the runners are one llm.Batch (batch.go): one copy of the
+// weights, a KV cache each, and the decodes of the requests generating at once run as one step
+// (continuous batching: a request joins and leaves between tokens). A
 // runner keeps its KV cache between requests: a request goes to the free runner whose cache
 // holds the longest prefix of its prompt (pool.go says when a match counts), which keeps that
 // prefix and prefills only the rest; usage.prompt_tokens_details.cached_tokens says how many
@@ -79,6 +81,7 @@ const (
 type config struct {
 	name       string
 	parallel   int
+	noBatch    bool // WithoutBatching
 	maxTokens  int
 	maxBody    int64
 	timeout    time.Duration
@@ -100,7 +103,8 @@ type Option func(*config)
 // WithModelName is the model id clients name (default "xpu").
 func WithModelName(name string) Option { return func(c *config) { c.name = name } }
 
-// WithParallel is how many requests generate at once, each on its own runner (default 1).
+// WithParallel is how many requests generate at once (default 1). Above 1 their runners are an
+// llm.Batch: one copy of the weights, their decodes run as one step (see WithoutBatching).
 func WithParallel(n int) Option { return func(c *config) { c.parallel = n } }
 
 // WithMaxTokens is the most tokens one request may ask for (default DefaultMaxTokens).
@@ -155,6 +159,8 @@ type Server struct {
 	hooks   testHooks
 	// grammars are recent json_schema requests' compiled grammars
 	grammars grammarCache
+	// batch, with parallel > 1, holds the slots' runners: their decodes run as one step
+	batch *llm.Batch
 }
 
 // testHooks let a test act at a chosen point of a request (kill the backend mid-stream); nil
@@ -220,7 +226,12 @@ func New(ctx context.Context, eng *llm.Engine, opts ...Option) (*Server, error) 
 		detached, err := s.modelChanged()
 		return detached || err != nil
 	}
-	s.all = append(s.all, &slot{r: eng.Runner, engine: true})
+	if err := s.newBatch(ctx); err != nil {
+		return nil, err
+	}
+	if s.batch == nil {
+		s.all = append(s.all, &slot{r: eng.Runner, engine: true})
+	}
 	for len(s.all) < cfg.parallel {
 		r, err := eng.NewRunner(ctx)
 		if err != nil {
@@ -258,6 +269,10 @@ func (s *Server) Close() error {
 		}
 	}
 	s.all = nil
+	if s.batch != nil {
+		errs = append(errs, s.batch.Close())
+		s.batch = nil
+	}
 	return errors.Join(errs...)
 }
 
