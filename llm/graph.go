@@ -105,7 +105,7 @@ func (m *Model) buildLayerStage(l int, c, capacity int64, kv core.DType, tree bo
 		nq, nk, nv := m.qkv(g, sb, x, pos, l+1)
 		sb.outputQKV(g, x, nq, toKV(g, nk, kv), toKV(g, nv, kv))
 	} else {
-		m.outputHead(g, x)
+		sb.head(m, g, x)
 	}
 	sb.output(g)
 	if err := g.Err(); err != nil {

@@ -57,6 +57,9 @@ type runnerConfig struct {
 	sparse SparseFFN
 	// slot, for a runner of a Batch, is where its cache lies in the batch's (batch.go).
 	slot *batchSlot
+	// hidden: the last stage outputs the final-normed hidden state instead of the logits
+	// (an Embedder's runner, embed.go).
+	hidden bool
 }
 
 // RunnerOption configures NewRunner.
@@ -477,7 +480,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	for s := 0; s <= cfg.Layers; s++ {
 		var g *core.Graph
 		var err error
-		sb := &stageBuild{w8: r.cfg.w8, quant: map[*core.Tensor]*core.Tensor{}}
+		sb := &stageBuild{w8: r.cfg.w8, quant: map[*core.Tensor]*core.Tensor{}, hidden: r.cfg.hidden}
 		if r.cfg.tap != nil {
 			sb.taps = &tapSet{}
 		}
@@ -564,7 +567,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 			return nil, fmt.Errorf("llm: activations for chunk %d: %w", c, err)
 		}
 	}
-	if logits, err = lanes(c * int64(cfg.Vocab) * 4); err != nil {
+	if logits, err = lanes(c * r.outWidth() * 4); err != nil {
 		return nil, fmt.Errorf("llm: logits for chunk %d: %w", c, err)
 	}
 	half := int64(cfg.RopeDims / 2)
@@ -864,7 +867,7 @@ func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg, each f
 	if cp.sp != nil {
 		return r.feedSparse(ctx, tokens, cp, chunks, each)
 	}
-	V := int64(r.m.Config.Vocab)
+	V := r.outWidth()
 	rowsOf := func(p *chunkProg, lane, from, count int) error {
 		b := r.rt.Arena().Bytes(p.logits[lane])
 		for i := range count {

@@ -227,6 +227,8 @@ type stageBuild struct {
 	// batch, above 1, builds a batched decode step of that many sequences (batch.go): each
 	// with its own cache inputs, attention and K/V outputs.
 	batch int
+	// hidden ends the last stage with the final-normed hidden state, not the logits (embed.go).
+	hidden bool
 }
 
 // sharedPiece records the nodes g added from mark on as a piece either shard unit may run
