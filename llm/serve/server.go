@@ -161,6 +161,9 @@ type Server struct {
 	grammars grammarCache
 	// batch, with parallel > 1, holds the slots' runners: their decodes run as one step
 	batch *llm.Batch
+	// embed serves /v1/embeddings, made at its first request (embeddings.go)
+	embedMu sync.Mutex
+	embed   *llm.Embedder
 }
 
 // testHooks let a test act at a chosen point of a request (kill the backend mid-stream); nil
@@ -273,6 +276,7 @@ func (s *Server) Close() error {
 		errs = append(errs, s.batch.Close())
 		s.batch = nil
 	}
+	errs = append(errs, s.closeEmbedder())
 	return errors.Join(errs...)
 }
 
@@ -281,6 +285,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/chat/completions", s.post(s.chat))
 	mux.HandleFunc("/v1/completions", s.post(s.complete))
+	mux.HandleFunc("/v1/embeddings", s.post(s.embeddings))
 	mux.HandleFunc("/v1/models", s.get(s.models))
 	mux.HandleFunc("/health", s.get(s.health))
 	mux.HandleFunc("/metrics", s.get(s.metrics))
