@@ -92,7 +92,7 @@ start_server() {
 	case $name in
 	xpu)
 		# shellcheck disable=SC2086
-		"$XPU" serve "$model" --port "$PORT" --parallel "$CLIENTS" --ctx "$CTX" --max-tokens "$TG" ${XPU_FLAGS:-} >"$log" 2>&1 &
+		"$XPU" serve "$model" --name m --port "$PORT" --parallel "$CLIENTS" --ctx "$CTX" --max-tokens "$TG" ${XPU_FLAGS:-} >"$log" 2>&1 &
 		;;
 	llama)
 		# shellcheck disable=SC2086

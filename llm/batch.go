@@ -31,8 +31,10 @@ const maxBatch = 64
 // and waits a little (a fraction of the last step's time) for the sequences of the last step to
 // come back, so that one slow sampler does not split the batch in two; a sequence that does not
 // come back in that time has left (its generation ended) and the step runs without it. A
-// Prefill runs its prompt one chunk per runtime request, so the unit alternates between a new
-// sequence's chunks and the decode steps of the others: no stream stalls for a whole prompt.
+// Prefill runs its prompt one chunk at a time, and while other sequences decode, in short
+// chunks (InterleaveChunk tokens) with a decode step between any two chunks of any prompts:
+// a new request's prompt costs each running stream about one short chunk per token, never a
+// whole prompt.
 // A step runs alone, through the runner's own decode program, when one sequence is decoding,
 // which keeps a lone stream's speed.
 //
@@ -51,18 +53,31 @@ type Batch struct {
 	// per row of a step, written before it runs: token ids, positions, query offsets and, for
 	// models with RoPE frequency factors, the cos and sin tables
 	ids, pos, qoff, cos, sin sched.Span
+	// small is the prefill chunk length used while others decode (0: the runners' own)
+	small int
+	// turn is held by the prefill chunk running: one at a time, a step between two
+	turn chan struct{}
 
-	mu      sync.Mutex
-	pending []*batchReq
-	last    int           // sequences of the last step
-	lastDur time.Duration // its time
-	closed  bool
-	arrive  chan struct{} // a decode was queued
-	quit    chan struct{}
-	done    chan struct{} // the stepper returned
+	mu       sync.Mutex
+	pending  []*batchReq
+	last     int           // sequences of the last step
+	lastDur  time.Duration // its time
+	lastEnd  time.Time     // when it ended
+	stepping bool          // a step is running
+	closed   bool
+	arrive   chan struct{} // a decode was queued
+	quit     chan struct{}
+	done     chan struct{} // the stepper returned
 
 	steps, rows atomic.Int64
+	// stepped is closed and replaced when a step ends: a prefill chunk waits on it
+	stepped chan struct{}
 }
+
+// InterleaveChunk is the prefill chunk length of a Batch's runners while other sequences
+// decode: a chunk of a few tokens costs a memory-bound step little more than a decode step,
+// so the streams running wait about one step more per token while a prompt goes in.
+const InterleaveChunk = 8
 
 // batchProg is a batched decode program and the span of its logits (one row per sequence).
 type batchProg struct {
@@ -140,7 +155,8 @@ func NewBatch(ctx context.Context, m *Model, dev core.Device, n int, opts ...Run
 	// the runner's cache rows (newRunner): the context plus room for a padded last chunk
 	chunk := min(cfg.chunk, cfg.ctxLen)
 	b := &Batch{m: m, cfg: cfg, cap: int64(cfg.ctxLen + chunk - 1), rowBytes: cfg.kv.Bytes(int64(c.KVHeads * c.HeadDim)),
-		arrive: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+		arrive: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
+		turn: make(chan struct{}, 1), stepped: make(chan struct{})}
 	info := dev.Info()
 	spec := sched.UnitSpec{Backend: info.Backend, Index: info.Index, Options: maps.Clone(cfg.options)}
 	if b.rt, err = sched.NewRuntime(ctx, []core.Device{dev}, []sched.UnitSpec{spec}, sched.WithRuntimeTrace(cfg.trace),
@@ -181,6 +197,14 @@ func NewBatch(ctx context.Context, m *Model, dev core.Device, n int, opts ...Run
 		}
 		r.batch = b
 		b.runners = append(b.runners, r)
+		if small := min(InterleaveChunk, r.cfg.chunk); small > 1 && small < r.cfg.chunk {
+			b.small = small
+			cp, err := r.prepare(ctx, int64(small), func() {}, false)
+			if err != nil {
+				return nil, fmt.Errorf("llm: batch runner %d: prefill chunk %d: %w", i+1, small, err)
+			}
+			r.progs[small] = cp
+		}
 	}
 	b.progs = make([]*batchProg, n+1)
 	for w := 2; w <= n; w++ {
@@ -235,21 +259,55 @@ func (b *Batch) closeAll() error {
 	return errors.Join(errs...)
 }
 
-// prefill is Runner.Prefill for a runner of the batch: one chunk per runtime request, so the
-// batch's decode steps run between them.
+// prefill is Runner.Prefill for a runner of the batch: one chunk at a time, holding the turn
+// (one prefill chunk of any sequence runs at once) and, while others decode, in short chunks
+// with a step between two chunks.
 func (b *Batch) prefill(ctx context.Context, r *Runner, tokens []int32) ([]float32, error) {
-	c := r.cfg.chunk
-	if len(tokens) <= c || r.pos+len(tokens) > r.cfg.ctxLen {
-		return r.feed(ctx, tokens, r.progs[c], nil) // one request, or feed's error
+	if err := r.checkFeed(tokens); err != nil || len(tokens) == 0 {
+		return r.feed(ctx, tokens, r.progs[r.cfg.chunk], nil) // feed's error
 	}
 	var logits []float32
-	for start := 0; start < len(tokens); start += c {
+	for start := 0; start < len(tokens); {
+		select {
+		case b.turn <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		c, decoding := r.cfg.chunk, b.decoding()
+		if decoding && b.small > 0 {
+			c = b.small
+		}
+		b.mu.Lock()
+		stepped, wait := b.stepped, 2*b.lastDur+10*time.Millisecond
+		b.mu.Unlock()
+		end := min(start+c, len(tokens))
 		var err error
-		if logits, err = r.feed(ctx, tokens[start:min(start+c, len(tokens))], r.progs[c], nil); err != nil {
+		logits, err = r.feed(ctx, tokens[start:end], r.progs[c], nil)
+		if err == nil && decoding && end < len(tokens) {
+			// let the decoding streams have their step before this prompt's next chunk (the
+			// streams may also have ended meanwhile: then no step comes)
+			select {
+			case <-stepped:
+			case <-time.After(wait):
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+		}
+		<-b.turn
+		if err != nil {
 			return nil, err
 		}
+		start = end
 	}
 	return logits, nil
+}
+
+// decoding says whether other sequences are decoding: a step runs, waits to, or ended so
+// recently that its sequences are sampling their next tokens.
+func (b *Batch) decoding() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stepping || len(b.pending) > 0 || b.last > 0 && time.Since(b.lastEnd) < gatherWait(b.lastDur)+time.Millisecond
 }
 
 // decode is Runner.Decode for a runner of the batch: it queues the token for the next step
@@ -301,7 +359,9 @@ func (b *Batch) stepper() {
 		res := b.step(reqs)
 		dur := time.Since(t0)
 		b.mu.Lock()
-		b.last, b.lastDur = len(reqs), dur
+		b.last, b.lastDur, b.lastEnd, b.stepping = len(reqs), dur, time.Now(), false
+		close(b.stepped)
+		b.stepped = make(chan struct{})
 		b.mu.Unlock()
 		b.steps.Add(1)
 		b.rows.Add(int64(len(reqs)))
@@ -337,7 +397,7 @@ func (b *Batch) collect() []*batchReq {
 		}
 		if n > 0 && n >= b.last {
 			reqs := b.pending
-			b.pending = nil
+			b.pending, b.stepping = nil, true
 			b.mu.Unlock()
 			return reqs
 		}
