@@ -12,8 +12,8 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// batchPrompts differ in length (one spans several prefill chunks of 8) and answer length, so
-// sequences join and leave the shared steps at different tokens.
+// batchPrompts differ in length (one spans several prefill chunks of 16, and of 8 while others
+// decode) and answer length, so sequences join and leave the shared steps at different tokens.
 var batchPrompts = []struct {
 	prompt string
 	tokens int
@@ -31,7 +31,7 @@ func TestBatchMatchesRunners(t *testing.T) {
 	ctx := context.Background()
 	m := openStories(t)
 	dev := refDevice(t)
-	alone, err := NewRunner(ctx, m, dev, WithChunkSize(8), WithContextLength(128))
+	alone, err := NewRunner(ctx, m, dev, WithChunkSize(16), WithContextLength(128))
 	require.NoError(t, err)
 	defer alone.Close()
 	want := make([][]int32, len(batchPrompts))
@@ -42,9 +42,10 @@ func TestBatchMatchesRunners(t *testing.T) {
 		want[i] = res.Tokens
 	}
 
-	b, err := NewBatch(ctx, m, dev, len(batchPrompts), WithChunkSize(8), WithContextLength(128))
+	b, err := NewBatch(ctx, m, dev, len(batchPrompts), WithChunkSize(16), WithContextLength(128))
 	require.NoError(t, err)
 	defer b.Close()
+	require.Equal(t, InterleaveChunk, b.small, "prompts go in in short chunks while others decode")
 	for round := range 2 { // the second round reuses the slots, their caches reset
 		got := make([][]int32, len(batchPrompts))
 		errs := make([]error, len(batchPrompts))
@@ -53,7 +54,7 @@ func TestBatchMatchesRunners(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				time.Sleep(time.Duration(i) * time.Millisecond) // join at different steps
+				time.Sleep(time.Duration(3*i) * time.Millisecond) // join at different steps
 				r.Reset()
 				res, err := r.Generate(ctx, batchPrompts[i].prompt, WithMaxTokens(batchPrompts[i].tokens))
 				got[i], errs[i] = res.Tokens, err
