@@ -28,7 +28,11 @@
 #   TG          tokens per request (default 64)     ROUNDS  rounds (default 2)
 #   CTX         context per slot (default 512)      THREADS llama-server -t (default: nproc)
 #   XPU_FLAGS   extra `xpu serve` flags             LLAMA_FLAGS extra llama-server flags
-#   PORT        first port to use (default 18481)   OUT     folder for logs (default a new one in build/)
+#   LLAMA_OMP_WAIT  OMP_WAIT_POLICY of llama-server (default: unset, OpenMP's own; PASSIVE keeps
+#               its threads from spinning at barriers, which on a machine with more runnable
+#               threads than cores makes every step wait for descheduled spinners)
+#   PORT        first port to use (default 18481; each server start takes the next one)
+#   OUT         folder for logs (default a new one in build/)
 #   MODELS_DIR  where the default model is generated (default build/models)
 #   RECORD      1: store the xpu rows in lab/results/serve.jsonl (record_result)
 # Without MODEL arguments it uses MODELS_DIR/llama-1b-q4_0.gguf (written with `xpu gen-model`
@@ -89,6 +93,7 @@ trap stop_server EXIT
 # start_server NAME MODEL LOG: starts it on $PORT and waits until /health answers 200.
 start_server() {
 	local name=$1 model=$2 log=$3 i
+	PORT=$((PORT + 1)) # a server still closing its socket does not block the next
 	case $name in
 	xpu)
 		# shellcheck disable=SC2086
@@ -96,7 +101,7 @@ start_server() {
 		;;
 	llama)
 		# shellcheck disable=SC2086
-		"$LLAMA_BIN/llama-server" -m "$model" --port "$PORT" -np "$CLIENTS" -c $((CLIENTS * CTX)) -t "$THREADS" \
+		${LLAMA_OMP_WAIT:+env OMP_WAIT_POLICY=$LLAMA_OMP_WAIT} "$LLAMA_BIN/llama-server" -m "$model" --port "$PORT" -np "$CLIENTS" -c $((CLIENTS * CTX)) -t "$THREADS" \
 			${LLAMA_FLAGS:-} >"$log" 2>&1 &
 		;;
 	esac

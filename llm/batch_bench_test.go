@@ -62,4 +62,23 @@ func BenchmarkBatchDecode(b *testing.B) {
 			b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(w*b.N), "cpu-ms/tok")
 		})
 	}
+	// the same MATMULs (M = 8) as a step of 8 sequences, as one sequence's prompt chunk with one
+	// attention: what the batched step's per-sequence attention and K/V rows add
+	b.Run("chunk=8", func(b *testing.B) {
+		r := bt.Runners()[0]
+		r.Reset()
+		tokens := []int32{5, 6, 7, 8, 9, 10, 11, 12}
+		cpu0 := cpuTime()
+		b.ResetTimer()
+		for range b.N {
+			if r.Len()+len(tokens) > r.ContextLength() {
+				r.Reset()
+			}
+			if _, err := r.feed(ctx, tokens, r.progs[InterleaveChunk], nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(8*b.N)/b.Elapsed().Seconds(), "tok/s")
+		b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(8*b.N), "cpu-ms/tok")
+	})
 }
