@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/xpuhub/xpu/core"
 )
@@ -34,3 +35,52 @@ func (s *Server) newBatch(ctx context.Context) error {
 // WithoutBatching gives each of the parallel slots a runner of its own (a copy of the weights
 // each, decoding one token per step) instead of decoding them together: for comparing the two.
 func WithoutBatching() Option { return func(c *config) { c.noBatch = true } }
+
+// choiceSlots are the runners a request's choices run on: sl, and for n > 1 on a batch, the
+// runners free now (up to n in all; never waiting for one, so a busy server runs the choices
+// one after another on sl). A free runner that must be rebuilt first stays in the pool.
+func (s *Server) choiceSlots(sl *slot, j *job) []*slot {
+	held := []*slot{sl}
+	if s.batch == nil {
+		return held
+	}
+	for len(held) < j.n {
+		extra := s.slots.take(j.prompt)
+		if extra == nil {
+			break
+		}
+		if s.stale(extra) {
+			s.slots.put(extra)
+			break
+		}
+		held = append(held, extra)
+	}
+	return held
+}
+
+// eachChoice runs choice(k, i) for the n choices, runner k taking choices k, k+len(held), ...
+// one after another, all runners at once; a runner stops at the first choice that returns
+// false.
+func (s *Server) eachChoice(held []*slot, n int, choice func(k, i int) bool) {
+	if len(held) == 1 {
+		for i := range n {
+			if !choice(0, i) {
+				return
+			}
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for k := range held {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := k; i < n; i += len(held) {
+				if !choice(k, i) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
