@@ -552,6 +552,11 @@ func (b *Batch) compile(ctx context.Context, n int) (*batchProg, error) {
 		if err != nil {
 			return nil, err
 		}
+		if s > 0 && batchedCaches(g) != n-1 {
+			// a layer builder that calls ATTENTION itself, not through stageBuild.attention,
+			// would attend every sequence's query over the first one's cache
+			return nil, fmt.Errorf("llm: batch: layer %d's attention is not built per sequence: %w", s-1, core.ErrUnsupported)
+		}
 		in, out := (s+1)%2, s%2
 		byName := map[string]sched.Binding{"ids": {Span: b.ids}, "pos": {Span: b.pos}, "rope_cos": {Span: b.cos},
 			"rope_sin": {Span: b.sin}, "x": {Span: x[in]}, "q": {Span: q[in]}}
@@ -593,6 +598,18 @@ func (b *Batch) compile(ctx context.Context, n int) (*batchProg, error) {
 		return nil, fmt.Errorf("llm: %s: %w", spec.Name, err)
 	}
 	return &batchProg{prog: prog, logits: logits}, nil
+}
+
+// batchedCaches counts the per-sequence K cache inputs of a batched layer stage (all but the
+// first sequence's).
+func batchedCaches(g *core.Graph) int {
+	n := 0
+	for _, t := range g.Inputs {
+		if strings.HasPrefix(t.Name, "k_cache.") {
+			n++
+		}
+	}
+	return n
 }
 
 // attention is layer attention of q over the cache: for a batched step, each sequence's query
