@@ -57,7 +57,7 @@ func (m *Model) buildEmbedStage(c int64, kv kvTypes, sb *stageBuild) (*core.Grap
 	pos := m.addPosInputs(g, c)
 	x := g.Named("embd").GetRows(m.w(g, "token_embd.weight"), ids)
 	q, k, v := m.qkv(g, sb, x, pos, 0)
-	g.Output(x, q, toKV(g, k, kv.K), toKV(g, v, kv.V))
+	sb.outputQKV(g, x, q, toKV(g, k, kv.K), toKV(g, v, kv.V))
 	sb.output(g)
 	if err := g.Err(); err != nil {
 		return nil, fmt.Errorf("llm: building the embedding stage: %w", err)
@@ -85,7 +85,7 @@ func (m *Model) buildLayerStage(l int, c, capacity int64, kv kvTypes, tree bool,
 	}
 	p := fmt.Sprintf("blk.%d.", l)
 
-	a := g.Named("attn").Attention(q, kc, vc, core.AttentionOptions{
+	a := sb.attention(g, q, kc, vc, core.AttentionOptions{
 		Scale: float32(1 / math.Sqrt(float64(D))), Causal: true, QOffsetInput: qoff, Mask: mask})
 	a = g.Reshape(a, c, H*D)
 	// inner nodes first: Named names the next node added (plan rules match these names)
@@ -103,9 +103,9 @@ func (m *Model) buildLayerStage(l int, c, capacity int64, kv kvTypes, tree bool,
 		pos := m.addPosInputs(g, c)
 		g.SetNamePrefix(fmt.Sprintf("blk.%d.", l+1))
 		nq, nk, nv := m.qkv(g, sb, x, pos, l+1)
-		g.Output(x, nq, toKV(g, nk, kv.K), toKV(g, nv, kv.V))
+		sb.outputQKV(g, x, nq, toKV(g, nk, kv.K), toKV(g, nv, kv.V))
 	} else {
-		m.outputHead(g, x)
+		sb.head(m, g, x)
 	}
 	sb.output(g)
 	if err := g.Err(); err != nil {

@@ -58,6 +58,11 @@ type runnerConfig struct {
 	tap func(w tapWhat, data []byte)
 	// sparse runs the FFNs sparsely (WithSparseFFN); nil runs them dense.
 	sparse SparseFFN
+	// slot, for a runner of a Batch, is where its cache lies in the batch's (batch.go).
+	slot *batchSlot
+	// hidden: the last stage outputs the final-normed hidden state instead of the logits
+	// (an Embedder's runner, embed.go).
+	hidden bool
 }
 
 // RunnerOption configures NewRunner.
@@ -162,6 +167,8 @@ type Runner struct {
 	// busy is set while a call runs on the runner (busy.go): a second one at the same time
 	// fails with ErrBusy.
 	busy atomic.Bool
+	// batch, when the runner is one of a Batch's, runs its decodes in the batch's steps.
+	batch *Batch
 }
 
 // chunkProg is the program for one chunk length and the lane spans of its logits.
@@ -378,7 +385,10 @@ func (r *Runner) init(ctx context.Context) error {
 		return s
 	}
 	kRow, vRow := r.cfg.kv.rowBytes(c)
-	for range c.Layers {
+	if r.cfg.slot != nil {
+		r.kv, err = r.cfg.slot.cache(r.cap, [2]int64{kRow, vRow})
+	}
+	for len(r.kv) < c.Layers {
 		r.kv = append(r.kv, [2]sched.Span{alloc(r.cap * kRow), alloc(r.cap * vRow)})
 	}
 	if err != nil {
@@ -484,7 +494,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	for s := 0; s <= cfg.Layers; s++ {
 		var g *core.Graph
 		var err error
-		sb := &stageBuild{w8: r.cfg.w8, quant: map[*core.Tensor]*core.Tensor{}}
+		sb := &stageBuild{w8: r.cfg.w8, quant: map[*core.Tensor]*core.Tensor{}, hidden: r.cfg.hidden}
 		if r.cfg.tap != nil {
 			sb.taps = &tapSet{}
 		}
@@ -571,7 +581,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 			return nil, fmt.Errorf("llm: activations for chunk %d: %w", c, err)
 		}
 	}
-	if logits, err = lanes(c * int64(cfg.Vocab) * 4); err != nil {
+	if logits, err = lanes(c * r.outWidth() * 4); err != nil {
 		return nil, fmt.Errorf("llm: logits for chunk %d: %w", c, err)
 	}
 	half := int64(cfg.RopeDims / 2)
@@ -808,6 +818,9 @@ func (r *Runner) Prefill(ctx context.Context, tokens []int32) ([]float32, error)
 		return nil, err
 	}
 	defer r.leave(held)
+	if r.batch != nil {
+		return r.batch.prefill(ctx, r, tokens)
+	}
 	return r.feed(ctx, tokens, r.progs[r.cfg.chunk], nil)
 }
 
@@ -818,6 +831,9 @@ func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
 		return nil, err
 	}
 	defer r.leave(held)
+	if r.batch != nil {
+		return r.batch.decode(ctx, r, token)
+	}
 	logits, err := r.feed(ctx, []int32{token}, r.progs[1], nil)
 	if err == nil && r.adapt != nil {
 		r.adapt.observe(r)
@@ -868,7 +884,7 @@ func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg, each f
 	if cp.sp != nil {
 		return r.feedSparse(ctx, tokens, cp, chunks, each)
 	}
-	V := int64(r.m.Config.Vocab)
+	V := r.outWidth()
 	rowsOf := func(p *chunkProg, lane, from, count int) error {
 		b := r.rt.Arena().Bytes(p.logits[lane])
 		for i := range count {

@@ -38,7 +38,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	backend := fs.String("backend", "", "backend name (neon, opencl, qnn, ref) or plugin path (default: the best usable device)")
 	policy := fs.String("policy", "", "choose the device by policy: prefer-npu, prefer-gpu, prefer-cpu, max-performance (default), max-efficiency")
 	device := fs.Int("device", 0, "device index within --backend")
-	parallel := fs.Int("parallel", 1, "requests generating at once, each on its own runner (a copy of the weights each)")
+	parallel := fs.Int("parallel", 1, "requests generating at once: a KV cache each, their decodes batched into one step on one copy of the weights")
 	maxTokens := fs.Int("max-tokens", serve.DefaultMaxTokens, "most tokens one request may ask for")
 	maxBody := fs.Int64("max-body", serve.DefaultMaxBodyBytes, "largest request body in bytes")
 	maxQueue := fs.Int("max-queue", serve.DefaultMaxQueue, "requests that may wait for a runner before 429")

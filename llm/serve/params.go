@@ -15,7 +15,8 @@ import (
 // still accepted at its neutral value (null, false, "none", an empty list), which clients send
 // by default.
 
-// MaxChoices bounds n: the choices are generated one after another on one runner.
+// MaxChoices bounds n: the choices run at once on the runners free when the request starts
+// (their decodes batched), or one after another on one runner.
 const MaxChoices = 16
 
 // unsupported is a known parameter the server cannot honour; neutral says whether a value asks
