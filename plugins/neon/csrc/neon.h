@@ -109,6 +109,10 @@ struct nv_context {
   pthread_mutex_t pkmu;
   struct nv_qpacked *pk;
   uint64_t pk_bytes;
+  /* intermediates (arena and per-thread scratch) lent to this context's executions for the
+   * length of one run (exec.c) */
+  pthread_mutex_t wkmu;
+  struct nv_work *work;
 };
 
 /* where one graph tensor lives during an execution */
@@ -147,14 +151,14 @@ typedef struct nv_execution {
   uint32_t n_io;
   nv_buffer **bind;
   uint64_t *bind_off;
-  uint8_t *arena;
-  uint8_t *scratch; /* threads * scratch_bytes */
   uint8_t *shared;
-  int scratch_threads;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int state;
 } nv_execution;
+
+/* Frees the intermediates a context lent to its executions (none may be running). */
+void nv_work_free(nv_context *c);
 
 /* ---------------------------------------------------------------- graph (graph.c) */
 
