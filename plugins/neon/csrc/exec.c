@@ -48,7 +48,8 @@ static int nv_caller_is_pinned(const nv_executable *e) {
   return CPU_COUNT(&cs) == 1 && CPU_ISSET(e->cpus.cpu[0], &cs);
 }
 
-/* One block of intermediates: an execution's arena followed by its threads' scratch. A context
+/* One block of intermediates: an execution's arena, its threads' scratch and the nodes' shared
+ * work area (every byte of them dead between runs). A context
  * keeps the blocks no run holds in a list: runs that follow each other (a model's stages) share
  * one block, as large as the largest of them needs, and only runs at the same time have a block
  * each. */
@@ -114,12 +115,13 @@ xpu_status nv_execute(nv_execution *x) {
   const xpu_ir_graph *g = &e->g;
   uint32_t nt = g->header->n_tensors;
   uint64_t arena_bytes = (e->arena_bytes + NV_ALIGN - 1) / NV_ALIGN * NV_ALIGN;
-  uint64_t need = arena_bytes + e->scratch_bytes * (uint64_t)e->threads;
+  uint64_t scratch_bytes = e->scratch_bytes * (uint64_t)e->threads;
+  uint64_t need = arena_bytes + scratch_bytes + e->shared_bytes;
   nv_work *w = work_take(e->ctx, need ? need : NV_ALIGN);
   if (!w)
     return xpu_fail(&nv_reg, x->handle, XPU_E_OUT_OF_MEMORY, "execution: cannot allocate %llu bytes of intermediates",
                     (unsigned long long)need);
-  uint8_t *arena = w->mem, *scratch = w->mem + arena_bytes;
+  uint8_t *arena = w->mem, *scratch = arena + arena_bytes, *shared = scratch + scratch_bytes;
   uint8_t *stack_ptrs[64];
   uint8_t **ptr = nt <= 64 ? stack_ptrs : (uint8_t **)malloc(nt * sizeof(uint8_t *));
   if (!ptr) {
@@ -144,7 +146,7 @@ xpu_status nv_execute(nv_execution *x) {
   r.int8dot = e->ctx->int8dot;
   r.scratch = scratch;
   r.scratch_bytes = e->scratch_bytes;
-  r.shared = x->shared;
+  r.shared = shared;
   r.packed = e->packed;
   xpu_status s = XPU_OK;
   for (uint32_t i = 0; i < g->header->n_nodes && s == XPU_OK; i++) {

@@ -151,7 +151,6 @@ typedef struct nv_execution {
   uint32_t n_io;
   nv_buffer **bind;
   uint64_t *bind_off;
-  uint8_t *shared;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int state;
