@@ -194,11 +194,7 @@ func (l *Lazy) cachedDevices(path string) ([]core.DeviceInfo, bool) {
 	if dir == "" || l.c.rescan {
 		return nil, false
 	}
-	key, err := fileKey(path)
-	if err != nil {
-		return nil, false
-	}
-	ans, ok := cacheLoad(dir, deviceCachePrefix+path, key)
+	ans, _, _, ok := cacheGet(logOrDefault(l.c.logger), dir, deviceCachePrefix+path, path)
 	if !ok || len(ans.Devices) == 0 {
 		return nil, false
 	}
@@ -211,11 +207,12 @@ func (l *Lazy) storeDevices(path string, infos []core.DeviceInfo) {
 	if dir == "" || len(infos) == 0 {
 		return
 	}
+	sk := fileStat(path)
 	key, err := fileKey(path)
 	if err != nil {
 		return
 	}
 	ans := probeAnswer{Opened: true, Devices: infos}
 	ans.Result.Path = path
-	cacheStore(logOrDefault(l.c.logger), dir, deviceCachePrefix+path, key, ans)
+	cacheStore(logOrDefault(l.c.logger), dir, deviceCachePrefix+path, key, sk, ans)
 }

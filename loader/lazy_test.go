@@ -2,7 +2,9 @@ package loader
 
 import (
 	"context"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -96,4 +98,55 @@ func TestLazyOpensOnlyTheDeviceUsed(t *testing.T) {
 		assert.Equal(t, "alpha", bs[0].Info().Name)
 		assert.ElementsMatch(t, want, deviceIDs(l.Devices()))
 	})
+}
+
+// TestWarmStartReadsNoPluginFile: a start whose plugins are unchanged since they were cached
+// reads none of them through (hashing every plugin cost a start milliseconds); a file whose
+// stat changed but not its bytes or modification time is hashed once and still answered from
+// the cache; new bytes are probed.
+func TestWarmStartReadsNoPluginFile(t *testing.T) {
+	plugintest.CC(t)
+	dir := t.TempDir()
+	path := plugintest.Build(t, dir, "gamma", "", `TP_NAME="gamma"`)
+	opts := []Option{WithoutEnv(), WithoutDefaultDirs(), WithPaths(dir), WithProbeCacheDir(t.TempDir())}
+	ctx := context.Background()
+	start := func() (children, hashes int64) {
+		c0, h0 := probeChildren.Load(), fileHashes.Load()
+		l, err := OpenLazy(ctx, opts...)
+		require.NoError(t, err)
+		require.Len(t, l.Devices(), 1)
+		require.NoError(t, l.Close())
+		return probeChildren.Load() - c0, fileHashes.Load() - h0
+	}
+	c, _ := start()
+	assert.Equal(t, int64(1), c, "the first start probes")
+
+	tests := []struct {
+		name             string
+		change           func(t *testing.T)
+		children, hashes int64
+	}{
+		{name: "unchanged", change: func(*testing.T) {}, children: 0, hashes: 0},
+		{name: "change time moved", change: func(t *testing.T) {
+			// the same bytes and modification time, a new change time (a chmod, a backup
+			// tool's restore of the times): not rewritten, the plugin is mapped in this process
+			st, err := os.Stat(path)
+			require.NoError(t, err)
+			require.NoError(t, os.Chtimes(path, time.Now(), st.ModTime()))
+		}, children: 0, hashes: 2}, // the probe answer and the device list, each re-keyed once
+		{name: "unchanged after the re-key", change: func(*testing.T) {}, children: 0, hashes: 0},
+		{name: "new bytes", change: func(t *testing.T) {
+			plugintest.Build(t, dir, "gamma", "", `TP_NAME="gamma"`, "TP_SCORE=12")
+		}, children: 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.change(t)
+			c, h := start()
+			assert.Equal(t, tc.children, c, "probe children")
+			if tc.children == 0 {
+				assert.Equal(t, tc.hashes, h, "plugin files read through")
+			}
+		})
+	}
 }
