@@ -312,6 +312,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "units:\n%s\n", r.Report())
 	}
 	if *stats {
+		// the device's own words: for the CPU plugin, its build and the int8 path its kernels
+		// take, so that a figure is never read as another instruction set's
+		fmt.Fprintf(stderr, "device: %s: %s\n", info.ID(), info.Name)
 		printSchedStats(stderr, r.Report())
 		if srt != nil {
 			fmt.Fprintf(stderr, "sparse FFN:\n%s\n", srt.Stats())

@@ -273,6 +273,8 @@ int nv_quantize_block_q8(const float *xb, float *d, int8_t *q);
  * (vdotq_s32, vpdpbusd): the context option int8dot=0, so tests reach both paths */
 nv_qdot_fn nv_qdot_select(uint32_t dtype, int int8dot);
 int nv_have_dotprod(void);
+/* the int8 dot-product path the quantized kernels take on this CPU, for the device's name */
+const char *nv_int8_path(void);
 
 /* ---------------------------------------------------------------- repacked weights (k_qpack.c) */
 
