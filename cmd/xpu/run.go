@@ -472,7 +472,6 @@ func openRunner(ctx context.Context, m *llm.Model, name, policy string, devIndex
 	return nil, closers, errors.Join(errs...)
 }
 
-
 // runFlagCombination says what is wrong with a combination of run's flags ("" when nothing);
 // a positional argument becomes the model.
 func runFlagCombination(fs *flag.FlagSet, model *string, prompt, file, backend, policy, units, planFile string) string {
