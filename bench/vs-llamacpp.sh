@@ -37,6 +37,9 @@
 #               renders docs/PERFORMANCE.md
 #   LLAMA_COMMIT the llama.cpp commit to print (default: llama-bench's build_commit)
 #   IK_LLAMA_COMMIT the same for ik_llama.cpp
+#   BUSY        1: afterwards, the same rounds at 1 and at 2 threads beside a busy loop pinned
+#               to one core, in a second table (a pool that spins for its threads collapses
+#               when a core is taken; one that sleeps does not)
 #   MODELS_DIR  where the default models are generated (default build/models)
 #   OUT         folder for the raw JSON, logs and results.tsv (default a new one in build/)
 #   STEP_TIMEOUT seconds one run may take before it is killed (default 1800)
@@ -272,17 +275,46 @@ echo "vs-llamacpp: ${#models[@]} model(s), $ROUNDS rounds, raw output in $OUT" >
 machine=$(machine)
 contenders=(llama_runs xpu_runs)
 [[ -z "$IK_BENCH" ]] || contenders=(llama_runs ik_runs xpu_runs)
-for ((round = 1; round <= ROUNDS; round++)); do
-	for f in "${models[@]}"; do
-		tag=$(basename "$f" .gguf)
-		echo "vs-llamacpp: round $round/$ROUNDS, $tag (load $(load1))" >&2
-		# each round starts with the next contender, so that a load change hits all alike
-		n=${#contenders[@]}
-		for ((i = 0; i < n; i++)); do
-			"${contenders[$(((i + round - 1) % n))]}" "$round" "$f" "$tag"
+# all_rounds [LABEL]: ROUNDS rounds of every contender on every model into $results
+all_rounds() {
+	local round f tag n i
+	for ((round = 1; round <= ROUNDS; round++)); do
+		for f in "${models[@]}"; do
+			tag=$(basename "$f" .gguf)
+			echo "vs-llamacpp: ${1:+$1, }round $round/$ROUNDS, $tag (load $(load1))" >&2
+			# each round starts with the next contender, so that a load change hits all alike
+			n=${#contenders[@]}
+			for ((i = 0; i < n; i++)); do
+				"${contenders[$(((i + round - 1) % n))]}" "$round" "$f" "$tag"
+			done
 		done
 	done
-done
+}
+all_rounds
+
+# BUSY=1: the same rounds again at 1 and 2 threads beside a busy loop pinned to one core (a
+# competing process on a phone or a shared server): a thread pool that spins for its workers
+# loses the core it waits for, one that sleeps does not
+busy_results="$OUT/busy.tsv"
+if [[ ${BUSY:-0} == 1 ]]; then
+	: >"$busy_results"
+	pin=()
+	command -v taskset >/dev/null && pin=(taskset -c 0)
+	"${pin[@]}" bash -c 'while :; do :; done' &
+	busy_pid=$!
+	trap 'kill "$busy_pid" 2>/dev/null' EXIT
+	quiet_results=$results quiet_threads=$THREADS
+	for THREADS in 1 2; do
+		results="$OUT/busy-t$THREADS.tsv"
+		: >"$results"
+		all_rounds "busy loop on one core, $THREADS threads"
+		awk -F'\t' -v OFS='\t' -v t="$THREADS" '{ $4 = $4 ", " t " thread" (t > 1 ? "s" : ""); print }' "$results" >>"$busy_results"
+	done
+	kill "$busy_pid" 2>/dev/null || true
+	wait "$busy_pid" 2>/dev/null || true
+	trap - EXIT
+	results=$quiet_results THREADS=$quiet_threads
+fi
 
 # a build made outside a git checkout says "unknown": LLAMA_COMMIT names it then
 llama_commit=${LLAMA_COMMIT:-$(jq -r '.[0].build_commit // "?"' "$(ls "$OUT"/llama-*.json | head -1)")}
@@ -298,6 +330,16 @@ table "$results"
 if [[ -n "$IK_BENCH" ]]; then
 	echo
 	table "$results" ik_llama.cpp
+fi
+if [[ ${BUSY:-0} == 1 ]]; then
+	echo
+	echo "### Beside a busy loop on one core (BUSY=1), 1 and 2 threads"
+	echo
+	table "$busy_results"
+	if [[ -n "$IK_BENCH" ]]; then
+		echo
+		table "$busy_results" ik_llama.cpp
+	fi
 fi
 
 if [[ ${RECORD:-0} == 1 ]]; then

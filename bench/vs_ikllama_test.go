@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -62,4 +63,33 @@ func TestVsLlamaCppWithIkLlama(t *testing.T) {
 	logs, err := filepath.Glob(filepath.Join(out, "ik-llama-stories260K-r*.json"))
 	require.NoError(t, err)
 	assert.Len(t, logs, 2, "one ik_llama.cpp run per round")
+}
+
+// TestVsLlamaCppBusy: BUSY=1 measures every contender again at 1 and 2 threads beside a busy
+// loop on one core, in a second table, and stops the loop afterwards.
+func TestVsLlamaCppBusy(t *testing.T) {
+	model, err := filepath.Abs(filepath.Join("..", "..", "shared", "models", "stories260K.gguf"))
+	require.NoError(t, err)
+	if _, err := os.Stat(model); err != nil {
+		t.Skipf("test model absent: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join("..", "build", "xpu")); err != nil {
+		t.Skipf("build/xpu absent (run make all first): %v", err)
+	}
+	if _, err := exec.LookPath("jq"); err != nil {
+		t.Skip("jq absent (scripts/deps.sh installs it)")
+	}
+	env := []string{"LLAMA_BIN=" + fakeLlamaBench(t, true), "OUT=" + t.TempDir(), "BUSY=1",
+		"ROUNDS=1", "REPS=1", "PP=16", "TG=4", "DEPTH=0", "THREADS=2"}
+	code, stdout, errOut := runScript(t, env, model)
+	require.Equal(t, 0, code, errOut)
+	quiet, busy, found := strings.Cut(stdout, "### Beside a busy loop on one core")
+	require.True(t, found, stdout)
+	assert.Contains(t, quiet, "| stories260K | tg4 | 50.00 |")
+	num := `[0-9]+\.[0-9]{2}`
+	for _, test := range []string{"pp16, 1 thread", "tg4, 1 thread", "pp16, 2 threads", "tg4, 2 threads"} {
+		assert.Regexp(t, `\| stories260K \| `+regexp.QuoteMeta(test)+` \| `+num+` \| `+num+` \| \*\*`+num+`\*\* \| `, busy, test)
+	}
+	out, err := exec.Command("pgrep", "-f", "while :; do :; done").Output()
+	assert.Error(t, err, "the busy loop outlived the script: %s", out)
 }
