@@ -50,6 +50,9 @@ if [[ -n "${LLAMA_BIN:-}" ]]; then
 fi
 models=("$@")
 ((${#models[@]} > 0)) || models=("$BENCH_ROOT/../shared/models/stories260K.gguf")
+for i in "${!models[@]}"; do
+	[[ ${models[$i]} == /* ]] || models[$i]="$PWD/${models[$i]}"
+done
 for f in "${models[@]}"; do
 	[[ -f "$f" ]] || die "no model file $f"
 done
@@ -117,10 +120,16 @@ done <<<"$rows"
 
 if [[ ${RECORD:-0} == 1 ]]; then
 	cmd="ROUNDS=$ROUNDS N=$N${XPU_FLAGS:+ XPU_FLAGS=\"$XPU_FLAGS\"}${SIMPLE:+ LLAMA_BIN=…} bench/start.sh ${models[*]}"
+	cmd=${cmd//"$BENCH_ROOT/"/}
 	while IFS=$'\t' read -r m who w k ratio l; do
 		[[ $who == xpu ]] || continue
-		sw=$(awk -F'\t' -v m="$m" '$1 == m && $2 == "llama-simple" { print $3 " ms, " $4 " MiB" }' <<<"$rows")
-		record_result startup "$m xpu run -n $N, wall" "$w" ms "$cmd" "${sw:+llama-simple: $sw (${ratio}× the wall)}"
-		record_result startup "$m xpu run -n $N, peak RSS" "$k" MiB "$cmd"
+		sw=$(awk -F'\t' -v m="$m" '$1 == m && $2 == "llama-simple" { print $3 }' <<<"$rows")
+		sk=$(awk -F'\t' -v m="$m" '$1 == m && $2 == "llama-simple" { print $4 }' <<<"$rows")
+		size=
+		for f in "${models[@]}"; do
+			[[ $(basename "$f" .gguf) == "$m" ]] && size=$(stat -L -c %s "$f" | awk '{ printf "%.1f", $1 / 1048576 }')
+		done
+		record_result startup "$m xpu run -n $N, wall" "$w" ms "$cmd" "${sw:+llama-simple: $sw ms (${ratio}×); }load $l"
+		record_result startup "$m xpu run -n $N, peak RSS" "$k" MiB "$cmd" "model file $size MiB${sk:+; llama-simple: $sk MiB}"
 	done <<<"$rows"
 fi

@@ -71,4 +71,5 @@ func TestStartTable(t *testing.T) {
 	assert.Contains(t, lines[0], `"name":"stories260K xpu run -n 1, wall"`)
 	assert.Contains(t, lines[0], `"note":"llama-simple: `)
 	assert.Contains(t, lines[1], `"name":"stories260K xpu run -n 1, peak RSS"`)
+	assert.Contains(t, lines[1], `"note":"model file 1.1 MiB; llama-simple: `)
 }
