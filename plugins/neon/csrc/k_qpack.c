@@ -487,8 +487,9 @@ static int in_shared_mapping(uintptr_t lo, uintptr_t hi) {
  * mapping MADV_DONTNEED drops them from this process (the page cache keeps them for the next
  * start; a later reader, e.g. GET_ROWS on a tied embedding, faults them back in). Elsewhere
  * only MADV_COLD is safe: the pages stay, first in line when memory runs short. Plugin-owned
- * buffers are left alone. The host replacing a mapping between the check and the madvise
- * (gguf's copy of a file overwritten under it, during a prepare) is not guarded against. */
+ * buffers are left alone. A host that replaces a shared mapping under the plugin by a copy
+ * (xpu's gguf does when the file is overwritten) makes the copy shared memory too, so that a
+ * drop racing with the replacement loses nothing either. */
 static void release_original(const nv_buffer *b, uint64_t off, uint64_t len) {
   if (b->owned == 1) return;
   long pg = sysconf(_SC_PAGESIZE);
