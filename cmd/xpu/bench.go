@@ -111,13 +111,15 @@ type benchFlags struct {
 	reps           int
 	output         string
 	noWarmup       bool
+	bandwidth      bool
+	machineShown   bool // the machine line is printed once per run
 }
 
 // kernelOnly and modelOnly are the flags that belong to one mode (by every name).
 var (
 	kernelOnly = []string{"harness", "ref", "quick"}
 	modelOnly  = []string{"p", "n-prompt", "n", "n-gen", "d", "n-depth", "pg", "r", "repetitions",
-		"o", "output", "chunk", "kv", "ctk", "cache-type-k", "ctv", "cache-type-v", "no-warmup", "policy"}
+		"o", "output", "chunk", "kv", "ctk", "cache-type-k", "ctv", "cache-type-v", "no-warmup", "policy", "bandwidth"}
 )
 
 func newBenchFlags(stderr io.Writer) *benchFlags {
@@ -163,6 +165,7 @@ func newBenchFlags(stderr io.Writer) *benchFlags {
 		fs.Var(&f.ctv, n, "V cache dtypes (llama-bench's -ctv; default: --kv's)")
 	}
 	fs.BoolVar(&f.noWarmup, "no-warmup", false, "skip the untimed warm-up run of each test")
+	fs.BoolVar(&f.bandwidth, "bandwidth", true, "measure the machine's read bandwidth on 1 and 2 cores for the machine line on stderr (=false leaves it out)")
 	fs.StringVar(&f.policy, "policy", "", "choose the device by policy instead of --backend: prefer-npu, prefer-gpu, prefer-cpu, max-performance, max-efficiency")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: xpu bench -m MODEL [-p 512] [-n 128] [-d 0] [-pg P,G] [-r 5] [-t 2] [-o md|json|csv] [--chunk N] [--kv f16|f32|q8_0|q4_0] [-ctk LIST] [-ctv LIST] [--backend NAME|PATH | --policy P] [--device N] [--no-warmup]")
@@ -353,6 +356,14 @@ func benchConfig(ctx context.Context, f *benchFlags, m *llm.Model, info llmbench
 	kb, vb := r.KVCacheBytes()
 	fmt.Fprintf(stderr, "xpu bench: %s on %s, threads %s, chunk %d, kv %s/%s (%.2f MiB), context %d: prepared in %.1f s\n",
 		info.Type, dev, threadsLabel(threads), r.ChunkSize(), kv[0], kv[1], mib(kb+vb), ctxLen, time.Since(t0).Seconds())
+	if !f.machineShown {
+		f.machineShown = true
+		line, err := machineLine(ctx, di, f.bandwidth)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "xpu bench: machine: %s\n", line)
+	}
 	for _, t := range tests {
 		start := time.Now()
 		samples, err := llmbench.Measure(ctx, r, t, opts)

@@ -240,14 +240,18 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		ropts = append(ropts, llm.WithTrace(tr))
 	}
 	var r *llm.Runner
-	var backends []core.Backend
+	var closers []io.Closer
 	if *units != "" || *planFile != "" {
+		var backends []core.Backend
 		r, backends, err = openPlannedRunner(ctx, m, *units, *planFile, low != nil, spath != "", ropts, lopts...)
+		for _, b := range backends {
+			closers = append(closers, b)
+		}
 	} else {
-		r, backends, err = openRunner(ctx, m, *backend, *policy, *device, allowRef, ropts, lopts...)
+		r, closers, err = openRunner(ctx, m, *backend, *policy, *device, allowRef, ropts, lopts...)
 	}
-	for _, b := range backends {
-		defer b.Close()
+	for _, c := range closers {
+		defer c.Close()
 	}
 	if err != nil {
 		return fail(err)
@@ -318,6 +322,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "units:\n%s\n", r.Report())
 	}
 	if *stats {
+		// the device's own words: for the CPU plugin, its build and the int8 path its kernels
+		// take, so that a figure is never read as another instruction set's
+		fmt.Fprintf(stderr, "device: %s: %s\n", info.ID(), info.Name)
 		printSchedStats(stderr, r.Report())
 		if srt != nil {
 			fmt.Fprintf(stderr, "sparse FFN:\n%s\n", srt.Stats())
@@ -418,11 +425,11 @@ func drawProgress(w io.Writer, done, total int) {
 	}
 }
 
-// openRunner opens the named backend, or every backend when a policy chooses, and prepares the
-// model on the first device that accepts every stage. The whole model goes to one device; the
-// backends it opened are returned for closing.
+// openRunner opens the named backend, or when a policy chooses, the plugins of the devices it
+// ranks first, one by one, and prepares the model on the first device that accepts every
+// stage. The whole model goes to one device; what it opened is returned for closing.
 func openRunner(ctx context.Context, m *llm.Model, name, policy string, devIndex int, allowRef bool,
-	opts []llm.RunnerOption, lopts ...loader.Option) (*llm.Runner, []core.Backend, error) {
+	opts []llm.RunnerOption, lopts ...loader.Option) (*llm.Runner, []io.Closer, error) {
 	if policy == "" {
 		if name == "" {
 			name = loader.RefName
@@ -433,39 +440,46 @@ func openRunner(ctx context.Context, m *llm.Model, name, policy string, devIndex
 		}
 		devs := b.Devices()
 		if devIndex < 0 || devIndex >= len(devs) {
-			return nil, []core.Backend{b}, fmt.Errorf("backend %s has %d devices, no index %d: %w", name, len(devs), devIndex, core.ErrNotFound)
+			return nil, []io.Closer{b}, fmt.Errorf("backend %s has %d devices, no index %d: %w", name, len(devs), devIndex, core.ErrNotFound)
 		}
 		r, err := llm.NewRunner(ctx, m, devs[devIndex], opts...)
-		return r, []core.Backend{b}, err
+		return r, []io.Closer{b}, err
 	}
 	p, err := sched.ParsePolicy(policy)
 	if err != nil {
 		return nil, nil, err
 	}
-	backends, _, err := loader.OpenAll(ctx, lopts...)
+	// the policy ranks the devices as their plugins last listed them; only the plugin of the
+	// device that takes the model opens (a run on the CPU plugin opens no OpenCL or NPU runtime)
+	lazy, err := loader.OpenLazy(ctx, lopts...)
 	if err != nil {
-		return nil, backends, err
+		return nil, nil, err
 	}
+	closers := []io.Closer{lazy}
+	devs := lazy.Devices()
 	if allowRef {
-		backends = append(backends, ref.New())
-	}
-	var devs []core.Device
-	for _, b := range backends {
-		devs = append(devs, b.Devices()...)
+		rb := ref.New()
+		closers = append(closers, rb)
+		devs = append(devs, rb.Devices()...)
 	}
 	ranked := p.Rank(llm.RepresentativeMatMul(m), devs)
 	var errs []error
 	for _, d := range ranked {
-		r, err := llm.NewRunner(ctx, m, d, opts...)
+		real, err := lazy.Open(ctx, d)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", d.Info().ID(), err))
+			continue
+		}
+		r, err := llm.NewRunner(ctx, m, real, opts...)
 		if err == nil {
-			return r, backends, nil
+			return r, closers, nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", d.Info().ID(), err))
 	}
 	if len(ranked) == 0 {
 		errs = append(errs, fmt.Errorf("policy %s ranks no device (no plugin found; --backend ref runs the slow reference): %w", p.Name(), core.ErrNotFound))
 	}
-	return nil, backends, errors.Join(errs...)
+	return nil, closers, errors.Join(errs...)
 }
 
 // runFlagCombination says what is wrong with a combination of run's flags ("" when nothing);
