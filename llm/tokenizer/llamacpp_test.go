@@ -151,6 +151,9 @@ func TestAgainstLlamaCpp(t *testing.T) {
 			compare(t, kvsFromTokenizerJSON(t, modelFile(m.pkg), m.model, m.pre, m.addSpacePrefix, ranks), sep[m.pkg])
 		})
 	}
+	// WordPiece on a small BERT vocabulary (wpmTokens): the splitting rules, unknown words and
+	// the longest-match walk, on every reference text.
+	t.Run("bert", func(t *testing.T) { compare(t, wpmKVs(), "[SEP]") })
 	t.Run("families", func(t *testing.T) {
 		base := kvsFromTokenizerJSON(t, modelFile(familyVocab), "gpt2", "llama-bpe", false, nil)
 		for _, f := range preFamilies {
