@@ -112,8 +112,8 @@ func TestWPMSplit(t *testing.T) {
 	}{
 		{"Hello, World!", []string{"hello", ",", "world", "!"}},
 		{"naïve café", []string{"naive", "cafe"}},
-		{"한국", []string{"\u1112\u1100"}}, // Hangul syllables: their leading consonants
-		{"x\u0301y", []string{"x\u0301y"}},  // a combining mark already decomposed stays
+		{"한국", []string{"\u1112\u1100"}},   // Hangul syllables: their leading consonants
+		{"x\u0301y", []string{"x\u0301y"}}, // a combining mark already decomposed stays
 		{"a$b`c", []string{"a", "$", "b", "`", "c"}},
 		{"a€b", []string{"a€b"}}, // a symbol outside ASCII joins the word
 		{"日本語", []string{"日", "本", "語"}},
