@@ -180,11 +180,15 @@ install-sdk:
 # equal llama-quantize's on a synthetic model, and llama.cpp's greedy text on our stories260K
 # Q4_K_M file equals xpu's. Needs LLAMA_BIN (a llama.cpp build's bin folder; the checks whose
 # tool, llama-quantize or llama-simple, it lacks are skipped) and ../shared/models; not in make test.
+# With LLAMA_VOCAB_DIR (llama.cpp's models/ggml-vocab-* files, scripts/llamacpp/vocab-files.sh
+# copies them out of a llama.cpp git repository) the tokenizers are checked on llama.cpp's own
+# tokenizer tests, and with llama-tokenize on the vocabularies it ships without tests.
 .PHONY: llamacpp-check
 llamacpp-check:
 	@test -n "$(LLAMA_BIN)" || { echo "make llamacpp-check: set LLAMA_BIN to a llama.cpp build's bin folder (libllama.so, llama-quantize, llama-simple)" >&2; exit 2; }
 	bash scripts/llamacpp/build-logits.sh "$(LLAMA_BIN)" "$(abspath $(BUILD))/llamacpp-logits" $(LLAMA_SRC)
 	LLAMA_BIN="$(LLAMA_BIN)" LLAMACPP_LOGITS="$(abspath $(BUILD))/llamacpp-logits" go test -count=1 -v -run 'TestLlamaCpp' ./cmd/xpu/
+	XPU_LLAMA_VOCAB_DIR="$(LLAMA_VOCAB_DIR)" XPU_LLAMA_TOKENIZE="$(wildcard $(LLAMA_BIN)/llama-tokenize)" go test -count=1 -v -run 'TestLlamaCppVocabFiles' ./llm/tokenizer/
 
 # make test checks xpu quantize and the tokenizers against llama.cpp's outputs stored as golden
 # files (cmd/xpu/testdata/llamacpp, llm/tokenizer/testdata/llamacpp_ids.json); this rewrites
