@@ -3,11 +3,14 @@
 // llamacpp-check compares them with its own (cmd/xpu/llamacpp_arch_test.go); tokens go in as
 // ids, so the two tokenizers are not part of the comparison.
 //
-//   llamacpp-logits -m MODEL -p 1,5,9 [-n 32] [-k POSITIONS] [-t THREADS] [--kv f32|f16]
+//   llamacpp-logits -m MODEL -p 1,5,9 [-n 32] [-k POSITIONS] [-c CONTEXT] [-t THREADS] [--kv f32|f16]
 //
 // Output: {"n_vocab":V,"prompt":[...],"tokens":[...],"logits":[[...],...]} where tokens are the
 // n greedy ids after the prompt (argmax, the lowest id on a tie) and logits row i is the
 // distribution after token i of prompt+tokens, for the first k positions (default: the prompt).
+// The context is the model's training context unless -c says otherwise: the context length
+// picks between some models' RoPE factors (Phi-3's LongRoPE short and long), so it must be the
+// one the other side runs at.
 //
 // It builds against the llama.h of upstream llama.cpp (early 2025) and of ik_llama.cpp, so it
 // uses only the calls both declare with the same signature (llama_model_load_from_file,
@@ -29,7 +32,7 @@ static void quiet_log(enum ggml_log_level level, const char *text, void *user) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: llamacpp-logits -m MODEL -p ID,ID,... [-n 32] [-k POSITIONS] [-t THREADS] [--kv f32|f16]\n");
+    fprintf(stderr, "usage: llamacpp-logits -m MODEL -p ID,ID,... [-n 32] [-k POSITIONS] [-c CONTEXT] [-t THREADS] [--kv f32|f16]\n");
     return 2;
 }
 
@@ -95,7 +98,7 @@ static int print_row(const float *xs, int n, int pos) {
 
 int main(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL;
-    int n_predict = 32, n_keep = -1, n_threads = 1;
+    int n_predict = 32, n_keep = -1, n_threads = 1, n_ctx = 0;
     enum ggml_type kv = GGML_TYPE_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -111,6 +114,8 @@ int main(int argc, char **argv) {
             n_predict = atoi(v);
         } else if (strcmp(a, "-k") == 0) {
             n_keep = atoi(v);
+        } else if (strcmp(a, "-c") == 0) {
+            n_ctx = atoi(v);
         } else if (strcmp(a, "-t") == 0) {
             n_threads = atoi(v);
         } else if (strcmp(a, "--kv") == 0 && strcmp(v, "f32") == 0) {
@@ -123,7 +128,7 @@ int main(int argc, char **argv) {
     }
     llama_token *ids = NULL;
     int n_prompt = 0;
-    if (model_path == NULL || prompt == NULL || n_predict < 0 || n_threads < 1 || parse_ids(prompt, &ids, &n_prompt) != 0) {
+    if (model_path == NULL || prompt == NULL || n_predict < 0 || n_threads < 1 || n_ctx < 0 || parse_ids(prompt, &ids, &n_prompt) != 0) {
         return usage();
     }
     if (n_keep < 0) {
@@ -154,7 +159,7 @@ int main(int argc, char **argv) {
         }
     }
     struct llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = (uint32_t)(n_total + 1);
+    cp.n_ctx = (uint32_t)n_ctx;
     cp.n_batch = (uint32_t)n_prompt;
     cp.n_ubatch = (uint32_t)n_prompt;
     cp.n_threads = n_threads;
@@ -164,6 +169,11 @@ int main(int argc, char **argv) {
     ctx = llama_init_from_model(model, cp);
     if (ctx == NULL) {
         fprintf(stderr, "llamacpp-logits: llama.cpp could not create a context for %s\n", model_path);
+        goto out;
+    }
+
+    if ((int)llama_n_ctx(ctx) < n_total) {
+        fprintf(stderr, "llamacpp-logits: the context (%u) is shorter than the %d tokens to run\n", llama_n_ctx(ctx), n_total);
         goto out;
     }
 
