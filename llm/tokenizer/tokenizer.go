@@ -244,7 +244,10 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	id("tokenizer.ggml.bos_token_id", &v.BOS)
 	id("tokenizer.ggml.eos_token_id", &v.EOS)
 	id("tokenizer.ggml.unknown_token_id", &v.UNK)
-	id("tokenizer.ggml.seperator_token_id", &v.SEP) // sic: the key as GGUF spells it
+	if v.Kind == WordPiece {
+		// Only WordPiece uses it; other files often write 0xFFFFFFFF there for "none".
+		id("tokenizer.ggml.seperator_token_id", &v.SEP) // sic: the key as GGUF spells it
+	}
 	for _, key := range []string{"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"} {
 		x := int32(-1)
 		id(key, &x)

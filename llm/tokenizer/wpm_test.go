@@ -93,6 +93,15 @@ func TestWordPiece(t *testing.T) {
 		"[CLS] and [SEP] decode to nothing")
 }
 
+// A SentencePiece or BPE file's separator key is not read: files write 0xFFFFFFFF there for
+// none, which would be an id outside the vocabulary.
+func TestSeparatorKeyOnlyForWordPiece(t *testing.T) {
+	v := spmVocab()
+	_, err := FromGGUF(vocabFile(t, kv("tokenizer.ggml.model", "llama"), kv("tokenizer.ggml.tokens", v.Tokens),
+		kv("tokenizer.ggml.seperator_token_id", uint32(0xFFFFFFFF))))
+	require.NoError(t, err)
+}
+
 func TestWordPieceVocabErrors(t *testing.T) {
 	kvs := wpmKVs()
 	kvs[len(kvs)-2] = kv("tokenizer.ggml.seperator_token_id", uint32(5000))
