@@ -96,13 +96,13 @@ func argmaxID(xs []float32) int32 {
 	return int32(best)
 }
 
-// xpuRun runs prompt through model on backend (f32 KV cache, as logits.c is told) and returns the
+// xpuRun runs prompt through model on backend (with the KV cache type llama.cpp ran) and returns the
 // same measurements logits.c prints: logits rows one token at a time and the greedy continuation,
 // and the logits after the prompt run as one prefill. The error is the backend's refusal of the
 // model (core.ErrUnsupported: an op it lacks); anything else fails the test.
-func xpuRun(ctx context.Context, t *testing.T, model, backend string, prompt []int32, greedy, rows int) (llamaCppRun, error) {
+func xpuRun(ctx context.Context, t *testing.T, model, backend string, kv core.DType, prompt []int32, greedy, rows int) (llamaCppRun, error) {
 	t.Helper()
-	e, err := llm.Load(ctx, model, llm.WithBackend(backend), llm.WithRunnerOptions(llm.WithKVCacheType(core.F32)))
+	e, err := llm.Load(ctx, model, llm.WithBackend(backend), llm.WithRunnerOptions(llm.WithKVCacheType(kv)))
 	if errors.Is(err, core.ErrUnsupported) {
 		return llamaCppRun{}, err
 	}
@@ -137,22 +137,33 @@ func xpuRun(ctx context.Context, t *testing.T, model, backend string, prompt []i
 	return run, nil
 }
 
-// llamaCppLogits runs scripts/llamacpp/logits.c's binary on model.
-func llamaCppLogits(ctx context.Context, t *testing.T, tool, model string, prompt []int32, greedy, rows int) llamaCppRun {
+// llamaCppLogits runs scripts/llamacpp/logits.c's binary on model with an f32 KV cache, or f16
+// where the build refuses f32 (ik_llama.cpp on the CPU: logits.c exits 3), and returns the
+// cache type it ran.
+func llamaCppLogits(ctx context.Context, t *testing.T, tool, model string, prompt []int32, greedy, rows int) (llamaCppRun, core.DType) {
 	t.Helper()
 	ids := make([]string, len(prompt))
 	for i, id := range prompt {
 		ids[i] = strconv.Itoa(int(id))
 	}
-	cmd := exec.CommandContext(ctx, tool, "-m", model, "-p", strings.Join(ids, ","),
-		"-n", strconv.Itoa(greedy), "-k", strconv.Itoa(rows), "--kv", "f32")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	require.NoError(t, err, "%s on %s:\n%s", tool, model, stderr.String())
-	var run llamaCppRun
-	require.NoError(t, json.Unmarshal(out, &run), "%s printed %.200q", tool, out)
-	return run
+	for _, kv := range []core.DType{core.F32, core.F16} {
+		cmd := exec.CommandContext(ctx, tool, "-m", model, "-p", strings.Join(ids, ","),
+			"-n", strconv.Itoa(greedy), "-k", strconv.Itoa(rows), "--kv", kv.String())
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		var ee *exec.ExitError
+		if kv == core.F32 && errors.As(err, &ee) && ee.ExitCode() == 3 {
+			t.Logf("llama.cpp refused an f32 KV cache, both sides run f16: %s", strings.TrimSpace(lastLine(stderr.String())))
+			continue
+		}
+		require.NoError(t, err, "%s on %s:\n%s", tool, model, stderr.String())
+		var run llamaCppRun
+		require.NoError(t, json.Unmarshal(out, &run), "%s printed %.200q", tool, out)
+		return run, kv
+	}
+	t.Fatal("unreachable: f16 either ran or failed the test")
+	return llamaCppRun{}, 0
 }
 
 // Every architecture gen-model writes loads in llama.cpp, and llama.cpp's greedy tokens and
@@ -199,14 +210,14 @@ func TestLlamaCppArchLogits(t *testing.T) {
 				require.Equal(t, 0, code, errOut)
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 				defer cancel()
-				theirs := llamaCppLogits(ctx, t, tool, model, llamaCppPrompt, llamaCppGreedy, llamaCppRows)
+				theirs, kv := llamaCppLogits(ctx, t, tool, model, llamaCppPrompt, llamaCppGreedy, llamaCppRows)
 				for _, be := range backends {
-					ours, err := xpuRun(ctx, t, model, be, llamaCppPrompt, llamaCppGreedy, llamaCppRows)
+					ours, err := xpuRun(ctx, t, model, be, kv, llamaCppPrompt, llamaCppGreedy, llamaCppRows)
 					if err != nil && be != loader.RefName {
 						// The reference runs every op; another backend may lack one (it says
 						// which), which is its own conformance's business, not a disagreement
 						// with llama.cpp.
-						row := fmt.Sprintf("| %s | %s | %s | refused: %v | | | |", arch, ty.name, be, err)
+						row := fmt.Sprintf("| %s | %s | %s | %s | refused: %v | | | |", arch, ty.name, kv, be, err)
 						table = append(table, row)
 						t.Log(row)
 						continue
@@ -215,7 +226,7 @@ func TestLlamaCppArchLogits(t *testing.T) {
 					a, err := compareLlamaCpp(ours, theirs)
 					require.NoError(t, err)
 					prefill := llm.NMSE(ours.Prefill, theirs.Logits[len(llamaCppPrompt)-1])
-					row := fmt.Sprintf("| %s | %s | %s | %d/%d | %d | %.2e | %.2e |", arch, ty.name, be, a.Tokens, llamaCppGreedy, a.Rows, a.MaxNMSE, prefill)
+					row := fmt.Sprintf("| %s | %s | %s | %s | %d/%d | %d | %.2e | %.2e |", arch, ty.name, kv, be, a.Tokens, llamaCppGreedy, a.Rows, a.MaxNMSE, prefill)
 					table = append(table, row)
 					t.Log(row)
 					assert.GreaterOrEqual(t, a.Tokens, ty.tokens, "%s: greedy tokens agreeing with llama.cpp (xpu %v, llama.cpp %v)", be, ours.Tokens, theirs.Tokens)
@@ -225,7 +236,7 @@ func TestLlamaCppArchLogits(t *testing.T) {
 			})
 		}
 	}
-	t.Logf("xpu against llama.cpp (%s), 6M preset, %d-token prompt:\n| arch | weights | xpu backend | greedy tokens equal | logits rows (decode) | max NMSE | prefill NMSE |\n|---|---|---|---|---|---|---|\n%s",
+	t.Logf("xpu against llama.cpp (%s), 6M preset, %d-token prompt:\n| arch | weights | KV cache | xpu backend | greedy tokens equal | logits rows (decode) | max NMSE | prefill NMSE |\n|---|---|---|---|---|---|---|---|\n%s",
 		os.Getenv("LLAMA_BIN"), len(llamaCppPrompt), strings.Join(table, "\n"))
 }
 

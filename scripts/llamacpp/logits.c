@@ -5,6 +5,8 @@
 //
 //   llamacpp-logits -m MODEL -p 1,5,9 [-n 32] [-k POSITIONS] [-c CONTEXT] [-t THREADS] [--kv f32|f16]
 //
+// Exit status: 0, 1 (an error), 2 (usage), 3 (llama.cpp refused the context, e.g. the KV type).
+//
 // Output: {"n_vocab":V,"prompt":[...],"tokens":[...],"logits":[[...],...]} where tokens are the
 // n greedy ids after the prompt (argmax, the lowest id on a tie) and logits row i is the
 // distribution after token i of prompt+tokens, for the first k positions (default: the prompt).
@@ -166,9 +168,17 @@ int main(int argc, char **argv) {
     cp.n_threads_batch = n_threads;
     cp.type_k = kv;
     cp.type_v = kv;
+    if (kv == GGML_TYPE_F32) {
+        // Upstream's plain attention (its default) takes an f32 cache; ik_llama.cpp's CPU flash
+        // attention (its default) does not, and its plain path refuses any V but f16, so there
+        // the context fails (exit 3) and the caller asks for f16.
+        cp.flash_attn = false;
+    }
     ctx = llama_init_from_model(model, cp);
     if (ctx == NULL) {
-        fprintf(stderr, "llamacpp-logits: llama.cpp could not create a context for %s\n", model_path);
+        fprintf(stderr, "llamacpp-logits: llama.cpp could not create a context for %s with a %s KV cache\n",
+                model_path, kv == GGML_TYPE_F32 ? "f32" : "f16");
+        rc = 3;
         goto out;
     }
 
