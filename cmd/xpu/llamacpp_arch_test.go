@@ -25,7 +25,7 @@ import (
 // llamaCppArchs are the architectures TestLlamaCppArchLogits writes with gen-model and checks in
 // llama.cpp. One that gen-model does not write yet is skipped with gen-model's reason, so the
 // list can name every architecture llama.cpp and xpu share.
-var llamaCppArchs = []string{"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "llama3", "mistral"}
+var llamaCppArchs = []string{"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "llama3", "mistral", "smollm3", "granite"}
 
 // llamaCppPrompt is the token sequence both sides run: BOS and ids spread over the synthetic
 // vocabulary (byte tokens and merged pieces). Ids, not text, so the tokenizers are not part of
