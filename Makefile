@@ -174,13 +174,21 @@ install-sdk:
 	    > "$$prefix/lib/pkgconfig/xpu-backend.pc" && \
 	  echo "installed the xpu backend SDK in $$prefix (pkg-config: PKG_CONFIG_PATH=$$prefix/lib/pkgconfig pkg-config --cflags xpu-backend)"
 
-# xpu quantize against llama.cpp: our Q4_K_M bytes equal llama-quantize's on a synthetic
-# model, and llama.cpp's greedy text on our stories260K Q4_K_M file equals xpu's. Needs LLAMA_BIN
-# (llama.cpp's build/bin with llama-quantize and llama-simple) and ../shared/models; not in make test.
+# xpu against llama.cpp: every architecture gen-model writes loads in llama.cpp with the same
+# greedy tokens and logits as in xpu (scripts/llamacpp/logits.c, built here against the llama.h
+# of LLAMA_SRC, default LLAMA_BIN/../..; upstream llama.cpp or ik_llama.cpp), our Q4_K_M bytes
+# equal llama-quantize's on a synthetic model, and llama.cpp's greedy text on our stories260K
+# Q4_K_M file equals xpu's. Needs LLAMA_BIN (a llama.cpp build's bin folder; the checks whose
+# tool, llama-quantize or llama-simple, it lacks are skipped) and ../shared/models; not in make test.
+# With LLAMA_VOCAB_DIR (llama.cpp's models/ggml-vocab-* files, scripts/llamacpp/vocab-files.sh
+# copies them out of a llama.cpp git repository) the tokenizers are checked on llama.cpp's own
+# tokenizer tests, and with llama-tokenize on the vocabularies it ships without tests.
 .PHONY: llamacpp-check
 llamacpp-check:
-	@test -n "$(LLAMA_BIN)" || { echo "make llamacpp-check: set LLAMA_BIN to a llama.cpp build's bin folder (llama-quantize, llama-simple)" >&2; exit 2; }
-	LLAMA_BIN="$(LLAMA_BIN)" go test -count=1 -v -run 'TestLlamaCpp' ./cmd/xpu/
+	@test -n "$(LLAMA_BIN)" || { echo "make llamacpp-check: set LLAMA_BIN to a llama.cpp build's bin folder (libllama.so, llama-quantize, llama-simple)" >&2; exit 2; }
+	bash scripts/llamacpp/build-logits.sh "$(LLAMA_BIN)" "$(abspath $(BUILD))/llamacpp-logits" $(LLAMA_SRC)
+	LLAMA_BIN="$(LLAMA_BIN)" LLAMACPP_LOGITS="$(abspath $(BUILD))/llamacpp-logits" go test -count=1 -v -run 'TestLlamaCpp' ./cmd/xpu/
+	XPU_LLAMA_VOCAB_DIR="$(LLAMA_VOCAB_DIR)" XPU_LLAMA_TOKENIZE="$(wildcard $(LLAMA_BIN)/llama-tokenize)" go test -count=1 -v -run 'TestLlamaCppVocabFiles' ./llm/tokenizer/
 
 # make test checks xpu quantize and the tokenizers against llama.cpp's outputs stored as golden
 # files (cmd/xpu/testdata/llamacpp, llm/tokenizer/testdata/llamacpp_ids.json); this rewrites

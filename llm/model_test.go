@@ -84,7 +84,7 @@ func TestLoadErrorsNameTheProblem(t *testing.T) {
 		{"missing tensor", nil, drop("blk.3.ffn_up.weight"), core.ErrNotFound, "blk.3.ffn_up.weight"},
 		{"heads", setKV("llama.attention.head_count", uint32(7)), nil, core.ErrInvalidArgument, "7 heads"},
 		{"rope factors", nil, addRopeFreqs, core.ErrInvalidArgument, "rope_freqs.weight[0]"},
-		{"tokenizer", setKV("tokenizer.ggml.model", "bert"), nil, core.ErrUnsupported, `"bert"`},
+		{"tokenizer", setKV("tokenizer.ggml.model", "t5"), nil, core.ErrUnsupported, `"t5"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

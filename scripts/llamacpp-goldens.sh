@@ -2,7 +2,7 @@
 # Regenerates the llama.cpp golden files that `make test` checks xpu against (not run by make
 # test): llama-quantize's tensors of a small synthetic model for every xpu quantization recipe
 # (cmd/xpu/testdata/llamacpp/quantize.json, SHA-256 per tensor) and llama-tokenize's ids of the
-# tokenizer test texts for every vocabulary and pre-tokenizer family
+# tokenizer test texts for every vocabulary and pre-tokenizer family, and a small BERT WordPiece one
 # (llm/tokenizer/testdata/llamacpp_ids.json). Only llama.cpp's outputs are kept, none of its code.
 #
 #   scripts/llamacpp-goldens.sh LLAMA_BIN [LLAMA_CPP_COMMIT]

@@ -66,7 +66,10 @@ var preFamilies = []preFamily{
 	{names: []string{"gpt-2", "gpt2", "gpt-neox", "mpt", "olmo", "jais", "phi-2", "roberta-bpe", "gigachat",
 		"jina-es", "jina-de", "jina-v1-en", "jina-v2-es", "jina-v2-de", "jina-v2-code"},
 		regexes: []string{patGPT2}},
-	{names: []string{"default", ""}, regexes: []string{`[\p{P}\$\+<=>\^~\|]+`, patGPT2, `\p{N}+`}},
+	// llama.cpp's default (a gpt2 file with no tokenizer.ggml.pre, as older converters wrote):
+	// its fourth regex cuts what is left of a digit run into threes from the left ("12345" is
+	// "123", "45").
+	{names: []string{"default", ""}, regexes: []string{`[\p{P}\$\+<=>\^~\|]+`, patGPT2, `\p{N}+`, `[0-9][0-9][0-9]`}},
 	{names: []string{"deepseek-llm"}, regexes: []string{`[\r\n]`, patDeepSeekLetters,
 		"\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+", `\s+$`, "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+", `\p{N}+`}},
 	{names: []string{"deepseek-coder"}, regexes: []string{`[\r\n]`, `\s?\p{L}+`, `\s?\p{P}+`, "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+", `\p{N}`}},

@@ -4,6 +4,8 @@
 //   - SentencePiece ("llama": scores, byte fallback, spaces as ▁): Llama 2, Mistral, and Gemma,
 //     whose files set tokenizer.ggml.add_space_prefix to false.
 //   - GPT-2 byte-level BPE ("gpt2": merges) after a pre-tokenizer named by tokenizer.ggml.pre.
+//   - WordPiece ("bert": BERT-style embedding models), longest piece first over lowercased,
+//     accent-stripped words, with [CLS] and [SEP] around the text (wpm.go).
 //
 // The pre-tokenizers are the families llama.cpp recognises (PreTokenizers lists every name):
 // Llama 3 (llama-bpe, dbrx, smaug-bpe, chatglm-bpe), Qwen2 (qwen2, stablelm2), GPT-2 (gpt-2,
@@ -41,6 +43,7 @@ type Kind int
 const (
 	SentencePiece Kind = iota // "llama"
 	BPE                       // "gpt2"
+	WordPiece                 // "bert"
 )
 
 // Token types, as tokenizer.ggml.token_type.
@@ -64,8 +67,11 @@ type Vocab struct {
 	Pre string
 	// RegexPre runs the pre-tokenizer's published regexes even where a faster hand-written
 	// splitter exists (for tests and benchmarks: both give the same pieces).
-	RegexPre       bool
-	BOS, EOS, UNK  int32 // -1 when absent
+	RegexPre      bool
+	BOS, EOS, UNK int32 // -1 when absent
+	// SEP is WordPiece's separator, which Encode with AddSpecial appends after the text (BOS is
+	// BERT's [CLS] there); -1 when absent. Other kinds ignore it.
+	SEP            int32
 	AddBOS         bool
 	AddSpacePrefix bool    // SentencePiece dummy prefix
 	StopTokens     []int32 // extra end-of-generation ids (EOT, im_end ...)
@@ -82,6 +88,8 @@ type Tokenizer struct {
 	pre     splitter
 	// ignoreMerges: a pre-token found whole in the vocabulary is one token (Llama 3, Tekken).
 	ignoreMerges bool
+	// maxTokenLen is the longest token in bytes: WordPiece's longest-match bound.
+	maxTokenLen int
 }
 
 // New validates a vocabulary and builds the lookup tables.
@@ -96,7 +104,11 @@ func New(v Vocab) (*Tokenizer, error) {
 	if v.Types != nil && len(v.Types) != n {
 		return nil, fmt.Errorf("tokenizer: %d token types for %d tokens: %w", len(v.Types), n, core.ErrInvalidArgument)
 	}
-	for _, id := range append([]int32{v.BOS, v.EOS, v.UNK}, v.StopTokens...) {
+	ids := append([]int32{v.BOS, v.EOS, v.UNK}, v.StopTokens...)
+	if v.Kind == WordPiece {
+		ids = append(ids, v.SEP)
+	}
+	for _, id := range ids {
 		if id < -1 || int(id) >= n {
 			return nil, fmt.Errorf("tokenizer: special token id %d outside the vocabulary of %d: %w", id, n, core.ErrInvalidArgument)
 		}
@@ -143,6 +155,10 @@ func New(v Vocab) (*Tokenizer, error) {
 			return nil, err
 		}
 		t.pre, t.ignoreMerges = pre, fam.ignoreMerges
+	case WordPiece:
+		for _, s := range v.Tokens {
+			t.maxTokenLen = max(t.maxTokenLen, len(s))
+		}
 	default:
 		return nil, fmt.Errorf("tokenizer: kind %d: %w", v.Kind, core.ErrUnsupported)
 	}
@@ -151,7 +167,7 @@ func New(v Vocab) (*Tokenizer, error) {
 
 // FromGGUF builds the tokenizer described by a file's tokenizer.ggml.* metadata.
 func FromGGUF(f *gguf.File) (*Tokenizer, error) {
-	v := Vocab{BOS: -1, EOS: -1, UNK: -1}
+	v := Vocab{BOS: -1, EOS: -1, UNK: -1, SEP: -1}
 	noBOS := false
 	model := str(f, "tokenizer.ggml.model")
 	switch model {
@@ -168,10 +184,14 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 		}
 		v.AddBOS = fam.addBOS
 		noBOS = fam.noBOS
+	case "bert":
+		// llama.cpp's defaults are BERT's ids ([CLS] 101, [UNK] 100, [SEP] 102), which the keys
+		// below override; [CLS] and [SEP] frame the text whatever add_bos_token says.
+		v.Kind, v.AddBOS, v.BOS, v.UNK, v.SEP = WordPiece, true, 101, 100, 102
 	case "":
 		return nil, fmt.Errorf("tokenizer: the file has no tokenizer.ggml.model: %w", core.ErrNotFound)
 	default:
-		return nil, fmt.Errorf("tokenizer: model %q (known: llama, gpt2): %w", model, core.ErrUnsupported)
+		return nil, fmt.Errorf("tokenizer: model %q (known: llama, gpt2, bert): %w", model, core.ErrUnsupported)
 	}
 	val, _ := f.Get("tokenizer.ggml.tokens")
 	toks, ok := val.Strings()
@@ -179,6 +199,14 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 		return nil, fmt.Errorf("tokenizer: tokenizer.ggml.tokens is missing or not a string array: %w", core.ErrInvalidArgument)
 	}
 	v.Tokens = toks
+	if v.Kind == WordPiece {
+		// A default id past a small vocabulary is no token of it (the keys may name others).
+		for _, dst := range []*int32{&v.BOS, &v.UNK, &v.SEP} {
+			if int(*dst) >= len(toks) {
+				*dst = -1
+			}
+		}
+	}
 	if val, ok := f.Get("tokenizer.ggml.scores"); ok {
 		if v.Scores, ok = val.Float32s(); !ok {
 			return nil, fmt.Errorf("tokenizer: tokenizer.ggml.scores is not an f32 array: %w", core.ErrInvalidArgument)
@@ -216,6 +244,10 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	id("tokenizer.ggml.bos_token_id", &v.BOS)
 	id("tokenizer.ggml.eos_token_id", &v.EOS)
 	id("tokenizer.ggml.unknown_token_id", &v.UNK)
+	if v.Kind == WordPiece {
+		// Only WordPiece uses it; other files often write 0xFFFFFFFF there for "none".
+		id("tokenizer.ggml.seperator_token_id", &v.SEP) // sic: the key as GGUF spells it
+	}
 	for _, key := range []string{"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"} {
 		x := int32(-1)
 		id(key, &x)
@@ -244,7 +276,9 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 			}
 		}
 	}
-	flag("tokenizer.ggml.add_bos_token", &v.AddBOS)
+	if v.Kind != WordPiece {
+		flag("tokenizer.ggml.add_bos_token", &v.AddBOS)
+	}
 	flag("tokenizer.ggml.add_space_prefix", &v.AddSpacePrefix)
 	return New(v)
 }
@@ -343,6 +377,7 @@ func (t *Tokenizer) EncodeWith(text string, opts ...EncodeOption) []int32 {
 	if o.addSpecial && t.v.AddBOS && t.v.BOS >= 0 {
 		out = append(out, t.v.BOS)
 	}
+
 	// Special tokens cut the text into pieces encoded on their own; SentencePiece's dummy
 	// space goes before each, as llama.cpp and Hugging Face's (legacy) Llama tokenizer do.
 	base := 0 // where text starts in the caller's text (for PlainSpans)
@@ -357,6 +392,9 @@ func (t *Tokenizer) EncodeWith(text string, opts ...EncodeOption) []int32 {
 		out = append(out, t.index[sp])
 		text = text[pos+len(sp):]
 		base += pos + len(sp)
+	}
+	if o.addSpecial && t.v.Kind == WordPiece && t.v.SEP >= 0 {
+		out = append(out, t.v.SEP)
 	}
 	return out
 }
@@ -405,8 +443,11 @@ func (t *Tokenizer) nextSpecialIn(s string, base int, o *encodeOptions) (int, st
 }
 
 func (t *Tokenizer) encodeText(out []int32, text string) []int32 {
-	if t.v.Kind == SentencePiece {
+	switch t.v.Kind {
+	case SentencePiece:
 		return t.encodeSPM(out, text)
+	case WordPiece:
+		return t.encodeWPM(out, text)
 	}
 	for _, word := range t.pre.split(text) {
 		out = t.encodeBPEWord(out, word)
@@ -430,6 +471,9 @@ func (t *Tokenizer) Piece(id int32) string {
 				return string([]byte{b})
 			}
 		}
+		return strings.ReplaceAll(s, spmSpace, " ")
+	}
+	if t.v.Kind == WordPiece {
 		return strings.ReplaceAll(s, spmSpace, " ")
 	}
 	if t.typ(id) == TypeUserDefined {
@@ -477,7 +521,7 @@ func (d *Decoder) Next(id int32) string {
 	}
 	if !d.started {
 		d.started = true
-		if d.t.v.Kind == SentencePiece && d.t.v.AddSpacePrefix {
+		if (d.t.v.Kind == SentencePiece && d.t.v.AddSpacePrefix) || d.t.v.Kind == WordPiece {
 			p = strings.TrimPrefix(p, " ")
 		}
 	}
