@@ -14,8 +14,9 @@
 #                       order rotated by one every round, so that a load change on a shared
 #                       machine hits every item alike
 #   cpu_model           the CPU's model name
-#   isa_path            the SIMD path xpu's neon plugin takes here (avx512, avx2, portable,
-#                       arm64 neon [+dotprod])
+#   isa_path            the SIMD path xpu's neon plugin takes here, as its device names it
+#                       ("neon AVX-512 build, int8: AVX-512 VNNI"), else from the CPU's flags
+#                       (avx512, avx2, portable, arm64 neon [+dotprod])
 #   read_bandwidth N    the machine's read bandwidth in GB/s with N cores (llm's
 #                       BenchmarkReadBandwidth pinned to cores 0..N-1)
 #   machine             one line: CPU model, ISA path, 1- and 2-core read bandwidth
@@ -64,9 +65,18 @@ cpu_model() {
 	echo "${m:-unknown CPU} ($(nproc) cores)"
 }
 
-# The same order as the loader's choice among plugins/neon's builds: the best that runs.
+# The neon plugin's own word first: its device name carries its build and the int8 path its
+# kernels take ("AVX-512 build, int8: AVX-512 VNNI"); where xpu is not built, the same order as
+# the loader's choice among plugins/neon's builds, from the CPU's flags.
 isa_path() {
-	local flags
+	local flags xpu=${XPU:-$BENCH_ROOT/build/xpu} own
+	if [ -x "$xpu" ]; then
+		own=$("$xpu" devices 2>/dev/null | sed -n 's/^neon .*(\(.*int8: [^)]*\)).*/\1/p' | head -1)
+		if [ -n "$own" ]; then
+			echo "neon $own"
+			return
+		fi
+	fi
 	case "$(uname -m)" in
 	aarch64 | arm64)
 		if grep -qw asimddp /proc/cpuinfo; then echo "arm64 neon+dotprod"; else echo "arm64 neon"; fi

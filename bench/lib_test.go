@@ -46,7 +46,7 @@ func TestLibMachineAndLoad(t *testing.T) {
 	out := libSh(t, []string{"BENCH_BANDWIDTH=0"}, `machine; load_line before; load1`)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 3, out)
-	assert.Regexp(t, `\(\d+ cores\), (avx512|avx2|portable|arm64 neon(\+dotprod)?)$`, lines[0])
+	assert.Regexp(t, `\(\d+ cores\), (avx512|avx2|portable|arm64 neon(\+dotprod)?|neon .+, int8: .+)$`, lines[0])
 	assert.Regexp(t, `^load before: [0-9.]+ [0-9.]+ [0-9.]+$`, lines[1])
 	assert.Regexp(t, `^[0-9.]+$`, lines[2])
 }

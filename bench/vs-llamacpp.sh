@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# llama.cpp's llama-bench and `xpu bench -m` on the same GGUF files, side by side (issue 13).
+# llama.cpp's llama-bench (and ik_llama.cpp's, given IK_LLAMA_BIN) and `xpu bench -m` on the
+# same GGUF files, side by side.
 #
 #   LLAMA_BIN=/path/to/llama.cpp/build/bin bench/vs-llamacpp.sh [MODEL.gguf ...]
 #   make bench-vs-llamacpp LLAMA_BIN=/path/to/llama.cpp/build/bin [VS_MODELS="a.gguf b.gguf"]
@@ -21,6 +22,9 @@
 #
 # Settings, from the environment:
 #   LLAMA_BIN   (required) folder holding llama-bench (a llama.cpp build's bin/)
+#   IK_LLAMA_BIN folder holding ik_llama.cpp's llama-bench: the llama.cpp fork runs beside the
+#               other two in every round, measured the same way, and gets a table of its own
+#               (xpu/ik_llama.cpp)
 #   XPU         the xpu binary (default build/xpu)
 #   ROUNDS      rounds (default 3)          REPS     -r of every run (default 2)
 #   THREADS     -t of both (default 2)      PP, TG   prompt / decode lengths (512, 128)
@@ -32,10 +36,15 @@
 #               record_result: a rerun on the same machine replaces the row); `make perf-table` then
 #               renders docs/PERFORMANCE.md
 #   LLAMA_COMMIT the llama.cpp commit to print (default: llama-bench's build_commit)
+#   IK_LLAMA_COMMIT the same for ik_llama.cpp
+#   BUSY        1: afterwards, the same rounds at 1 and at 2 threads beside a busy loop pinned
+#               to one core, in a second table (a pool that spins for its threads collapses
+#               when a core is taken; one that sleeps does not)
 #   MODELS_DIR  where the default models are generated (default build/models)
 #   OUT         folder for the raw JSON, logs and results.tsv (default a new one in build/)
 #   STEP_TIMEOUT seconds one run may take before it is killed (default 1800)
-# `bench/vs-llamacpp.sh --table OUT/results.tsv` prints the table of an earlier run again.
+# `bench/vs-llamacpp.sh --table OUT/results.tsv [ik_llama.cpp]` prints a table of an earlier run
+# again (against llama.cpp, or the peer named).
 # Without MODEL arguments it uses MODELS_DIR/llama-1b-q4_0.gguf and llama-1b-q8_0.gguf, writing
 # them with `xpu gen-model` when absent. The script downloads nothing.
 set -euo pipefail
@@ -46,12 +55,13 @@ die() {
 	exit 2
 }
 
-# table RESULTS: the summary of a results.tsv, medians over the rounds; a per-round ratio pairs
-# the two programs' runs of the same round.
+# table RESULTS [PEER]: the summary of a results.tsv, medians over the rounds, xpu against PEER
+# (default llama.cpp); a per-round ratio pairs the two programs' runs of the same round.
 table() {
-	echo "| model | test | llama.cpp t/s | xpu t/s | xpu/llama.cpp | per-round ratios | load avg |"
+	local peer=${2:-llama.cpp}
+	echo "| model | test | $peer t/s | xpu t/s | xpu/$peer | per-round ratios | load avg |"
 	echo "|---|---|--:|--:|--:|--:|--:|"
-	awk -F'\t' '
+	awk -F'\t' -v peer="$peer" '
 		function median(list,    a, n, i, j, t) {
 			n = split(list, a, " ")
 			for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
@@ -60,15 +70,16 @@ table() {
 		{ key = $2 "\t" $4
 		  if (!(key in seen)) { seen[key] = 1; order[++nk] = key }
 		  v[key, $3] = v[key, $3] " " $5; r[key, $3, $1] = $5; rounds[$1] = 1
-		  loads[key] = loads[key] " " $6 }
+		  if ($3 == peer || $3 == "xpu") loads[key] = loads[key] " " $6 }
 		END {
 		  for (k = 1; k <= nk; k++) {
 		    key = order[k]; split(key, kk, "\t"); lo = ""; hi = ""
-		    for (rd in rounds) if ((key, "llama.cpp", rd) in r && (key, "xpu", rd) in r && r[key, "llama.cpp", rd] > 0) {
-		      x = r[key, "xpu", rd] / r[key, "llama.cpp", rd]
+		    if (!((key, peer) in v)) continue
+		    for (rd in rounds) if ((key, peer, rd) in r && (key, "xpu", rd) in r && r[key, peer, rd] > 0) {
+		      x = r[key, "xpu", rd] / r[key, peer, rd]
 		      if (lo == "" || x < lo) lo = x
 		      if (hi == "" || x > hi) hi = x }
-		    ml = median(v[key, "llama.cpp"]); mx = median(v[key, "xpu"])
+		    ml = median(v[key, peer]); mx = median(v[key, "xpu"])
 		    n = split(loads[key], la, " "); lmin = la[1]; lmax = la[1]
 		    for (i = 2; i <= n; i++) { if (la[i] < lmin) lmin = la[i]; if (la[i] > lmax) lmax = la[i] }
 		    ratio = ml > 0 ? sprintf("**%.2f**", mx / ml) : "-"
@@ -82,7 +93,7 @@ table() {
 case "${1:-}" in
 --table)
 	[[ -f "${2:-}" ]] || die "--table needs an earlier run's results.tsv"
-	table "$2"
+	table "$2" "${3:-llama.cpp}"
 	exit 0
 	;;
 -h | --help)
@@ -95,6 +106,12 @@ esac
 [[ -d "$LLAMA_BIN" ]] || die "LLAMA_BIN=$LLAMA_BIN is not a folder"
 LLAMA_BENCH="$LLAMA_BIN/llama-bench"
 [[ -x "$LLAMA_BENCH" ]] || die "no executable llama-bench in LLAMA_BIN=$LLAMA_BIN"
+IK_BENCH=
+if [[ -n "${IK_LLAMA_BIN:-}" ]]; then
+	[[ -d "$IK_LLAMA_BIN" ]] || die "IK_LLAMA_BIN=$IK_LLAMA_BIN is not a folder"
+	IK_BENCH="$IK_LLAMA_BIN/llama-bench"
+	[[ -x "$IK_BENCH" ]] || die "no executable llama-bench in IK_LLAMA_BIN=$IK_LLAMA_BIN"
+fi
 
 XPU=${XPU:-build/xpu}
 ROUNDS=${ROUNDS:-3}
@@ -136,13 +153,19 @@ mkdir -p "$OUT"
 results="$OUT/results.tsv" # round, model, contender, test, tok/s, load average
 : >"$results"
 
-if "$LLAMA_BENCH" --help 2>&1 | grep -q -- '--n-depth'; then
-	llama_depth=native
-elif [[ -x "$LLAMA_BIN/llama-cli" && ${LLAMA_DEPTH:-cli} == cli ]]; then
-	llama_depth=cli
-else
-	llama_depth=pg
-fi
+# depth_mode BIN: how a llama.cpp-family build in folder BIN measures decode at depth
+depth_mode() {
+	if "$1/llama-bench" --help 2>&1 | grep -q -- '--n-depth'; then
+		echo native
+	elif [[ -x "$1/llama-cli" && ${LLAMA_DEPTH:-cli} == cli ]]; then
+		echo cli
+	else
+		echo pg
+	fi
+}
+llama_depth=$(depth_mode "$LLAMA_BIN")
+ik_depth=
+[[ -z "$IK_BENCH" ]] || ik_depth=$(depth_mode "$IK_LLAMA_BIN")
 
 
 # jq program: one "n_prompt n_gen n_depth avg_ns avg_ts" line per test of either program.
@@ -176,37 +199,46 @@ run() {
 	fi
 }
 
-llama_runs() {
-	local round=$1 f=$2 tag=$3 load
+# peer_runs ROUND MODEL TAG NAME BIN DEPTHMODE: one llama.cpp-family build's runs (llama-bench
+# in folder BIN), recorded as contender NAME.
+peer_runs() {
+	local round=$1 f=$2 tag=$3 who=$4 bin=$5 mode=$6 load
+	local pre=${who%%.*}
+	pre=${pre//_/-}
 	load=$(load1)
-	local base=("$LLAMA_BENCH" -m "$f" -t "$THREADS" -r "$REPS" -o json "${LLAMA_EXTRA[@]}")
-	if ((DEPTH > 0)) && [[ $llama_depth == pg ]]; then
-		run "$OUT/llama.log" "$OUT/llama-$tag-r$round.json" "${base[@]}" -p "$PP,$DEPTH" -n "$TG" -pg "$DEPTH,$TG"
-		record "$round" "$f" llama.cpp "$OUT/llama-$tag-r$round.json" "$load"
+	local base=("$bin/llama-bench" -m "$f" -t "$THREADS" -r "$REPS" -o json "${LLAMA_EXTRA[@]}")
+	if ((DEPTH > 0)) && [[ $mode == pg ]]; then
+		run "$OUT/$pre.log" "$OUT/$pre-$tag-r$round.json" "${base[@]}" -p "$PP,$DEPTH" -n "$TG" -pg "$DEPTH,$TG"
+		record "$round" "$f" "$who" "$OUT/$pre-$tag-r$round.json" "$load"
 		return
 	fi
-	run "$OUT/llama.log" "$OUT/llama-$tag-r$round.json" "${base[@]}" -p "$PP" -n "$TG"
-	record "$round" "$f" llama.cpp "$OUT/llama-$tag-r$round.json" "$load"
-	if ((DEPTH > 0)) && [[ $llama_depth == native ]]; then
+	run "$OUT/$pre.log" "$OUT/$pre-$tag-r$round.json" "${base[@]}" -p "$PP" -n "$TG"
+	record "$round" "$f" "$who" "$OUT/$pre-$tag-r$round.json" "$load"
+	if ((DEPTH > 0)) && [[ $mode == native ]]; then
 		load=$(load1)
-		run "$OUT/llama.log" "$OUT/llama-$tag-d-r$round.json" "${base[@]}" -p 0 -n "$TG" -d "$DEPTH"
-		record "$round" "$f" llama.cpp "$OUT/llama-$tag-d-r$round.json" "$load"
+		run "$OUT/$pre.log" "$OUT/$pre-$tag-d-r$round.json" "${base[@]}" -p 0 -n "$TG" -d "$DEPTH"
+		record "$round" "$f" "$who" "$OUT/$pre-$tag-d-r$round.json" "$load"
 	elif ((DEPTH > 0)); then
-		llama_cli_depth "$round" "$f" "$tag"
+		llama_cli_depth "$round" "$f" "$tag" "$who" "$bin"
 	fi
 }
 
-# llama_cli_depth ROUND MODEL TAG: decode after a DEPTH-token prompt, timed by llama-cli itself,
+llama_runs() { peer_runs "$1" "$2" "$3" llama.cpp "$LLAMA_BIN" "$llama_depth"; }
+ik_runs() { peer_runs "$1" "$2" "$3" ik_llama.cpp "$IK_LLAMA_BIN" "$ik_depth"; }
+
+# llama_cli_depth ROUND MODEL TAG NAME BIN: decode after a DEPTH-token prompt, timed by BIN's
+# llama-cli itself (recorded as contender NAME),
 # REPS runs averaged. The prompt is "a a a ...": one token per word with the SentencePiece
 # vocabularies of `xpu gen-model` (llama-cli reports the real count, kept in the log).
 llama_cli_depth() {
-	local round=$1 f=$2 tag=$3 load rep log="$OUT/llama-$tag-cli-r$round.log" prompt sum=0
+	local round=$1 f=$2 tag=$3 who=$4 bin=$5 load rep log prompt sum=0
+	log="$OUT/${who%%.*}-$tag-cli-r$round.log"
 	load=$(load1)
 	prompt=$(printf 'a %.0s' $(seq 2 "$DEPTH"))
 	prompt=${prompt% }
 	: >"$log"
 	for ((rep = 1; rep <= REPS; rep++)); do
-		if ! timeout "$STEP_TIMEOUT" "$LLAMA_BIN/llama-cli" -m "$f" -t "$THREADS" -p "$prompt" -n "$TG" \
+		if ! timeout "$STEP_TIMEOUT" "$bin/llama-cli" -m "$f" -t "$THREADS" -p "$prompt" -n "$TG" \
 			--ignore-eos --temp 0 -no-cnv -c $((DEPTH + TG + 16)) "${LLAMA_EXTRA[@]}" </dev/null >/dev/null 2>>"$log"; then
 			echo "vs-llamacpp: llama-cli failed (log: $log)" >&2
 			tail -5 "$log" >&2
@@ -214,13 +246,13 @@ llama_cli_depth() {
 		fi
 	done
 	# "eval time = 3629.42 ms / 7 runs": one rate per run, averaged like llama-bench's avg_ts
-	awk -v r="$round" -v m="$f" -v l="$load" -v tg="$TG" -v d="$DEPTH" '
+	awk -v r="$round" -v m="$f" -v w="$who" -v l="$load" -v tg="$TG" -v d="$DEPTH" '
 		/llama_perf_context_print: +eval time/ {
 			ms = 0; n = 0 # the first "ms" is the total; "(... ms per token" follows
 			for (i = 1; i <= NF; i++) { if ($i == "ms" && !ms) ms = $(i - 1); if ($i == "runs") n = $(i - 1) }
 			if (ms > 0) { sum += n * 1000 / ms; k++ } }
 		END { if (k == 0) exit 1
-		      printf "%s\t%s\tllama.cpp\ttg%s @ d%s\t%.4f\t%s\n", r, m, tg, d, sum / k, l }' "$log" >>"$results" ||
+		      printf "%s\t%s\t%s\ttg%s @ d%s\t%.4f\t%s\n", r, m, w, tg, d, sum / k, l }' "$log" >>"$results" ||
 		{ echo "vs-llamacpp: no eval time in $log" >&2; exit 1; }
 }
 
@@ -241,29 +273,74 @@ xpu_runs() {
 started=$(date -u +%FT%TZ)
 echo "vs-llamacpp: ${#models[@]} model(s), $ROUNDS rounds, raw output in $OUT" >&2
 machine=$(machine)
-for ((round = 1; round <= ROUNDS; round++)); do
-	for f in "${models[@]}"; do
-		tag=$(basename "$f" .gguf)
-		echo "vs-llamacpp: round $round/$ROUNDS, $tag (load $(load1))" >&2
-		if ((round % 2 == 1)); then
-			llama_runs "$round" "$f" "$tag"
-			xpu_runs "$round" "$f" "$tag"
-		else
-			xpu_runs "$round" "$f" "$tag"
-			llama_runs "$round" "$f" "$tag"
-		fi
+contenders=(llama_runs xpu_runs)
+[[ -z "$IK_BENCH" ]] || contenders=(llama_runs ik_runs xpu_runs)
+# all_rounds [LABEL]: ROUNDS rounds of every contender on every model into $results
+all_rounds() {
+	local round f tag n i
+	for ((round = 1; round <= ROUNDS; round++)); do
+		for f in "${models[@]}"; do
+			tag=$(basename "$f" .gguf)
+			echo "vs-llamacpp: ${1:+$1, }round $round/$ROUNDS, $tag (load $(load1))" >&2
+			# each round starts with the next contender, so that a load change hits all alike
+			n=${#contenders[@]}
+			for ((i = 0; i < n; i++)); do
+				"${contenders[$(((i + round - 1) % n))]}" "$round" "$f" "$tag"
+			done
+		done
 	done
-done
+}
+all_rounds
+
+# BUSY=1: the same rounds again at 1 and 2 threads beside a busy loop pinned to one core (a
+# competing process on a phone or a shared server): a thread pool that spins for its workers
+# loses the core it waits for, one that sleeps does not
+busy_results="$OUT/busy.tsv"
+if [[ ${BUSY:-0} == 1 ]]; then
+	: >"$busy_results"
+	pin=()
+	command -v taskset >/dev/null && pin=(taskset -c 0)
+	"${pin[@]}" bash -c 'while :; do :; done' &
+	busy_pid=$!
+	trap 'kill "$busy_pid" 2>/dev/null' EXIT
+	quiet_results=$results quiet_threads=$THREADS
+	for THREADS in 1 2; do
+		results="$OUT/busy-t$THREADS.tsv"
+		: >"$results"
+		all_rounds "busy loop on one core, $THREADS threads"
+		awk -F'\t' -v OFS='\t' -v t="$THREADS" '{ $4 = $4 ", " t " thread" (t > 1 ? "s" : ""); print }' "$results" >>"$busy_results"
+	done
+	kill "$busy_pid" 2>/dev/null || true
+	wait "$busy_pid" 2>/dev/null || true
+	trap - EXIT
+	results=$quiet_results THREADS=$quiet_threads
+fi
 
 # a build made outside a git checkout says "unknown": LLAMA_COMMIT names it then
 llama_commit=${LLAMA_COMMIT:-$(jq -r '.[0].build_commit // "?"' "$(ls "$OUT"/llama-*.json | head -1)")}
+ik_commit=
+[[ -z "$IK_BENCH" ]] || ik_commit=${IK_LLAMA_COMMIT:-$(jq -r '.[0].build_commit // "?"' "$(ls "$OUT"/ik-*.json | head -1)")}
 xpu_commit=$(git rev-parse --short HEAD 2>/dev/null || echo "?")
-echo "## xpu vs llama.cpp"
+echo "## xpu vs llama.cpp${IK_BENCH:+ and ik_llama.cpp}"
 echo
 echo "$started → $(date -u +%FT%TZ), $machine, $THREADS threads, $ROUNDS rounds × -r $REPS;" \
-	"llama.cpp $llama_commit (depth: $llama_depth), xpu $xpu_commit${XPU_FLAGS:+ ($XPU_FLAGS)}"
+	"llama.cpp $llama_commit (depth: $llama_depth)${IK_BENCH:+, ik_llama.cpp $ik_commit (depth: $ik_depth)}, xpu $xpu_commit${XPU_FLAGS:+ ($XPU_FLAGS)}"
 echo
 table "$results"
+if [[ -n "$IK_BENCH" ]]; then
+	echo
+	table "$results" ik_llama.cpp
+fi
+if [[ ${BUSY:-0} == 1 ]]; then
+	echo
+	echo "### Beside a busy loop on one core (BUSY=1), 1 and 2 threads"
+	echo
+	table "$busy_results"
+	if [[ -n "$IK_BENCH" ]]; then
+		echo
+		table "$busy_results" ik_llama.cpp
+	fi
+fi
 
 if [[ ${RECORD:-0} == 1 ]]; then
 	cmd="ROUNDS=$ROUNDS REPS=$REPS THREADS=$THREADS PP=$PP TG=$TG DEPTH=$DEPTH${XPU_FLAGS:+ XPU_FLAGS=\"$XPU_FLAGS\"} LLAMA_BIN=… bench/vs-llamacpp.sh ${models[*]}"

@@ -103,7 +103,9 @@ func Calibrate(ctx context.Context, m *Model, dev core.Device, text string, opts
 		}
 		acts[w.layer][i] = append(acts[w.layer][i], xs...)
 	}
-	r, err := NewRunner(ctx, m, dev, WithChunkSize(n), WithContextLength(n), func(rc *runnerConfig) { rc.tap = tap })
+	// an F32 cache: the ranges are the full-precision model's, whatever cache it runs with later
+	r, err := NewRunner(ctx, m, dev, WithChunkSize(n), WithContextLength(n), WithKVCacheType(core.F32),
+		func(rc *runnerConfig) { rc.tap = tap })
 	if err != nil {
 		return nil, fmt.Errorf("llm: calibration run: %w", err)
 	}
@@ -182,7 +184,7 @@ func w8a8Logits(ctx context.Context, m *Model, dev core.Device, cal *w8a8.Calibr
 		return nil, err
 	}
 	n := len(ids)
-	r, err := NewRunner(ctx, m, dev, WithChunkSize(n), WithContextLength(n), WithW8A8(w))
+	r, err := NewRunner(ctx, m, dev, WithChunkSize(n), WithContextLength(n), WithW8A8(w), WithKVCacheType(core.F32))
 	if err != nil {
 		return nil, err
 	}

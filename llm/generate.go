@@ -2,6 +2,7 @@ package llm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -66,6 +67,9 @@ type genConfig struct {
 	spec      *specConfig
 	// constraint holds sampling to a grammar (WithConstraint)
 	constraint Constraint
+	// shift, when set, is the keep count of a context shift at a full cache (WithContextShift)
+	shift    *int
+	keepRows int // the rows a shift keeps, from shift and the prompt
 }
 
 // GenerateOption configures Generate.
@@ -108,7 +112,8 @@ func WithPromptCache() GenerateOption { return func(c *genConfig) { c.reuse = tr
 func WithPromptTokens(ids []int32) GenerateOption { return func(c *genConfig) { c.ids = ids } }
 
 // Generate encodes prompt (with BOS when the vocabulary asks for it), prefills it in chunks and
-// samples until a stop token, the token budget or the end of the context. Generation also stops
+// samples until a stop token, the token budget or the end of the context (or, with
+// WithContextShift, goes on past it by shifting the context). Generation also stops
 // when the model emits BOS, which starts a new document in models such as TinyStories.
 // Logits that are not finite end it with ErrNonFinite. Tokens are only sampled from the
 // tokenizer's vocabulary: embedding rows past it (padding some conversions add) have no text.
@@ -187,6 +192,9 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 	if err := checkLogits(logits, r.pos-1); err != nil {
 		return res, err
 	}
+	if cfg.shift != nil {
+		cfg.keepRows = r.shiftKeep(*cfg.shift, r.pos)
+	}
 	if cfg.maxTokens == 0 {
 		res.Stop = StopMaxTokens
 		return res, nil
@@ -245,8 +253,16 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 			break
 		}
 		if r.pos >= r.cfg.ctxLen {
-			res.Stop = StopContext
-			break
+			if cfg.shift == nil {
+				res.Stop = StopContext
+				break
+			}
+			if _, err := r.shiftFull(ctx, cfg.keepRows); errors.Is(err, ErrNoShift) {
+				res.Stop = StopContext
+				break
+			} else if err != nil {
+				return r.finish(res, text, t1, c1), err
+			}
 		}
 		if logits, err = r.Decode(ctx, next); err != nil {
 			return r.finish(res, text, t1, c1), err

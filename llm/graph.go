@@ -51,13 +51,13 @@ func (m *Model) addPosInputs(g *core.Graph, c int64) posInputs {
 }
 
 // buildEmbedStage builds stage 0 for chunk length c.
-func (m *Model) buildEmbedStage(c int64, kv core.DType, sb *stageBuild) (*core.Graph, error) {
+func (m *Model) buildEmbedStage(c int64, kv kvTypes, sb *stageBuild) (*core.Graph, error) {
 	g := core.NewGraph()
 	ids := g.Input("ids", core.I32, c)
 	pos := m.addPosInputs(g, c)
 	x := g.Named("embd").GetRows(m.w(g, "token_embd.weight"), ids)
 	q, k, v := m.qkv(g, sb, x, pos, 0)
-	g.Output(x, q, toKV(g, k, kv), toKV(g, v, kv))
+	sb.outputQKV(g, x, q, toKV(g, k, kv.K), toKV(g, v, kv.V))
 	sb.output(g)
 	if err := g.Err(); err != nil {
 		return nil, fmt.Errorf("llm: building the embedding stage: %w", err)
@@ -66,18 +66,18 @@ func (m *Model) buildEmbedStage(c int64, kv core.DType, sb *stageBuild) (*core.G
 }
 
 // buildLayerStage builds the stage that finishes layer l for chunk length c over a cache of
-// capacity rows of dtype kv. With tree, attention takes an i8 [c, c] "mask" input: who sees whom
+// capacity rows of dtypes kv. With tree, attention takes an i8 [c, c] "mask" input: who sees whom
 // among the chunk's tokens, a draft tree verified in one pass (the positions are then the
 // caller's too: a tree's depth, not its row).
-func (m *Model) buildLayerStage(l int, c, capacity int64, kv core.DType, tree bool, sb *stageBuild) (*core.Graph, error) {
+func (m *Model) buildLayerStage(l int, c, capacity int64, kv kvTypes, tree bool, sb *stageBuild) (*core.Graph, error) {
 	cfg := m.Config
 	g := core.NewGraph()
 	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
 	H, Hkv, D := int64(cfg.Heads), int64(cfg.KVHeads), int64(cfg.HeadDim)
 	x := g.Input("x", core.F32, c, int64(cfg.Dim))
 	q := g.Input("q", core.F32, c, H, D)
-	kc := g.Input("k_cache", kv, capacity, Hkv, D)
-	vc := g.Input("v_cache", kv, capacity, Hkv, D)
+	kc := g.Input("k_cache", kv.K, capacity, Hkv, D)
+	vc := g.Input("v_cache", kv.V, capacity, Hkv, D)
 	qoff := g.Input("q_offset", core.I32, 1)
 	var mask *core.Tensor
 	if tree {
@@ -85,7 +85,7 @@ func (m *Model) buildLayerStage(l int, c, capacity int64, kv core.DType, tree bo
 	}
 	p := fmt.Sprintf("blk.%d.", l)
 
-	a := g.Named("attn").Attention(q, kc, vc, core.AttentionOptions{
+	a := sb.attention(g, q, kc, vc, core.AttentionOptions{
 		Scale: float32(1 / math.Sqrt(float64(D))), Causal: true, QOffsetInput: qoff, Mask: mask})
 	a = g.Reshape(a, c, H*D)
 	// inner nodes first: Named names the next node added (plan rules match these names)
@@ -103,9 +103,9 @@ func (m *Model) buildLayerStage(l int, c, capacity int64, kv core.DType, tree bo
 		pos := m.addPosInputs(g, c)
 		g.SetNamePrefix(fmt.Sprintf("blk.%d.", l+1))
 		nq, nk, nv := m.qkv(g, sb, x, pos, l+1)
-		g.Output(x, nq, toKV(g, nk, kv), toKV(g, nv, kv))
+		sb.outputQKV(g, x, nq, toKV(g, nk, kv.K), toKV(g, nv, kv.V))
 	} else {
-		m.outputHead(g, x)
+		sb.head(m, g, x)
 	}
 	sb.output(g)
 	if err := g.Err(); err != nil {
@@ -120,14 +120,6 @@ func (m *Model) outputHead(g *core.Graph, x *core.Tensor) {
 	g.SetNamePrefix("")
 	h := m.norm(g, x, "output_norm.weight")
 	g.Output(g.Named("logits").MatMul(h, m.w(g, "output.weight")))
-}
-
-// toKV converts new K/V rows to the cache's dtype.
-func toKV(g *core.Graph, t *core.Tensor, kv core.DType) *core.Tensor {
-	if kv == core.F32 {
-		return t
-	}
-	return g.Cast(t, kv)
 }
 
 // norm is RMSNorm times its weight.

@@ -120,29 +120,34 @@ func placeModel(ctx context.Context, m *Model, cfg *loadConfig, ropts []RunnerOp
 		r, err := NewRunner(ctx, m, devs[cfg.device], ropts...)
 		return r, []core.Backend{b}, err
 	}
-	backends, _, err := loader.OpenAll(ctx, lopts...)
+	// the policy ranks the devices as their plugins last listed them (loader.Lazy): only the
+	// plugins of the devices tried open in this process
+	lazy, err := loader.OpenLazy(ctx, lopts...)
 	if err != nil {
-		return nil, backends, err
+		return nil, nil, err
 	}
+	devs := lazy.Devices()
+	var extra []core.Backend
 	if cfg.allowRef {
 		ref, err := loader.Open(ctx, loader.RefName)
 		if err != nil {
-			return nil, backends, err
+			return nil, lazy.Backends(), err
 		}
-		backends = append(backends, ref)
+		extra = append(extra, ref)
+		devs = append(devs, ref.Devices()...)
 	}
-	var devs []core.Device
-	for _, b := range backends {
-		devs = append(devs, b.Devices()...)
-	}
+	opened := func() []core.Backend { return append(lazy.Backends(), extra...) }
 	var errs []error
 	for _, d := range cfg.policy.Rank(RepresentativeMatMul(m), devs) {
-		r, err := NewRunner(ctx, m, d, ropts...)
+		real, err := lazy.Open(ctx, d)
 		if err == nil {
-			return r, keepOwner(backends, d), nil
+			var r *Runner
+			if r, err = NewRunner(ctx, m, real, ropts...); err == nil {
+				return r, keepOwner(opened(), real), nil
+			}
 		}
 		if ctx.Err() != nil {
-			return nil, backends, ctx.Err()
+			return nil, opened(), ctx.Err()
 		}
 		cfg.logger.Debug("llm: device refused the model", "device", d.Info().ID(), "err", err)
 		errs = append(errs, fmt.Errorf("%s: %w", d.Info().ID(), err))
@@ -150,7 +155,7 @@ func placeModel(ctx context.Context, m *Model, cfg *loadConfig, ropts []RunnerOp
 	if len(devs) == 0 {
 		errs = append(errs, errors.New("no plugin backend found (build the plugins, set XPU_PLUGIN_PATH, or name \"ref\")"))
 	}
-	return nil, backends, fmt.Errorf("%w: %w", ErrNoDevice, errors.Join(errs...))
+	return nil, opened(), fmt.Errorf("%w: %w", ErrNoDevice, errors.Join(errs...))
 }
 
 // keepOwner closes every backend but the one d belongs to and returns that one.

@@ -152,7 +152,8 @@ func TestRopeFactorsMatchTheRoPEOp(t *testing.T) {
 
 			ids := withOp.Tokenizer.Encode("the cat sat on the mat and then it ran away", true)
 			logits := func(m *Model) []float32 {
-				r, err := NewRunner(context.Background(), m, refDevice(t), WithChunkSize(5), WithContextLength(64))
+				r, err := NewRunner(context.Background(), m, refDevice(t), WithChunkSize(5), WithContextLength(64),
+					WithKVCacheType(core.F32)) // the two RoPE paths' K, not its rounding to F16
 				require.NoError(t, err)
 				defer r.Close()
 				l, err := r.Prefill(context.Background(), ids)

@@ -33,7 +33,10 @@ func DefaultContextLength(m *Model) int { return min(m.Config.ContextLength, max
 const maxContext = 1 << 24
 
 type runnerConfig struct {
-	kv       core.DType
+	kv kvTypes
+	// kvSet: the caller chose the KV cache dtypes (else a backend that refuses the default
+	// gets an F32 cache)
+	kvSet    bool
 	chunk    int
 	ctxLen   int
 	options  map[string]string
@@ -55,6 +58,11 @@ type runnerConfig struct {
 	tap func(w tapWhat, data []byte)
 	// sparse runs the FFNs sparsely (WithSparseFFN); nil runs them dense.
 	sparse SparseFFN
+	// slot, for a runner of a Batch, is where its cache lies in the batch's (batch.go).
+	slot *batchSlot
+	// hidden: the last stage outputs the final-normed hidden state instead of the logits
+	// (an Embedder's runner, embed.go).
+	hidden bool
 }
 
 // RunnerOption configures NewRunner.
@@ -64,9 +72,19 @@ type RunnerOption func(*runnerConfig)
 // chunk length 1.
 func WithChunkSize(n int) RunnerOption { return func(c *runnerConfig) { c.chunk = n } }
 
-// WithKVCacheType stores the KV cache in F32 (the default) or F16, which halves its memory and
-// the bytes attention reads per token, at a small cost in precision.
-func WithKVCacheType(dt core.DType) RunnerOption { return func(c *runnerConfig) { c.kv = dt } }
+// WithKVCacheType stores the K and the V cache in dt: F16 (the default, DefaultKVCacheType),
+// F32, or Q8_0 or Q4_0 (blocks of 32 along the head dimension, which must hold whole blocks),
+// which halve and quarter F16's memory and the bytes attention reads per token at some cost in
+// precision. Without it, a runner whose device refuses an F16 cache (a backend with no FLOAT_16
+// ops) gets an F32 one.
+func WithKVCacheType(dt core.DType) RunnerOption { return WithKVCacheTypes(dt, dt) }
+
+// WithKVCacheTypes stores the K cache in k and the V cache in v (see WithKVCacheType), as
+// llama.cpp's --cache-type-k and --cache-type-v: K's rounding moves every attention score, V's
+// only the weighted sum, so a quantized V with an F16 K keeps more of the precision.
+func WithKVCacheTypes(k, v core.DType) RunnerOption {
+	return func(c *runnerConfig) { c.kv, c.kvSet = kvTypes{k, v}, true }
+}
 
 // WithContextLength sets the KV cache length in tokens (default: the model's, at most 4096).
 func WithContextLength(n int) RunnerOption { return func(c *runnerConfig) { c.ctxLen = n } }
@@ -132,6 +150,7 @@ type Runner struct {
 	// tree mask (else they verify chains, with the causal mask).
 	vprogs  map[int]*chunkProg
 	tree    bool
+	shift   *shiftProg // the context shift's K rotation, prepared at the first shift
 	closed  bool
 	shared  bool  // rt is the caller's (WithRuntime)
 	unitIdx []int // plan unit → runtime unit
@@ -148,6 +167,8 @@ type Runner struct {
 	// busy is set while a call runs on the runner (busy.go): a second one at the same time
 	// fails with ErrBusy.
 	busy atomic.Bool
+	// batch, when the runner is one of a Batch's, runs its decodes in the batch's steps.
+	batch *Batch
 }
 
 // chunkProg is the program for one chunk length and the lane spans of its logits.
@@ -173,7 +194,7 @@ func NewRunner(ctx context.Context, m *Model, dev core.Device, opts ...RunnerOpt
 	info := dev.Info()
 	spec := sched.UnitSpec{Backend: info.Backend, Index: info.Index, Options: maps.Clone(cfg.options)}
 	plan := &sched.Plan{Units: []string{spec.String()}, Prefill: sched.PhasePlan{Rules: []sched.Rule{{Unit: "0"}}}}
-	return newRunner(ctx, m, []core.Device{dev}, plan, cfg)
+	return newRunnerKV(ctx, m, []core.Device{dev}, plan, cfg)
 }
 
 // NewPlannedRunner runs the model on the units of plan, found among devices (every device of
@@ -183,7 +204,7 @@ func NewPlannedRunner(ctx context.Context, m *Model, devices []core.Device, plan
 	if plan == nil {
 		return nil, fmt.Errorf("llm: nil plan: %w", core.ErrInvalidArgument)
 	}
-	return newRunner(ctx, m, devices, plan, newRunnerConfig(opts))
+	return newRunnerKV(ctx, m, devices, plan, newRunnerConfig(opts))
 }
 
 // DefaultPlan is sched.DefaultPlan for the units specs names among devices, for m. Where the
@@ -249,7 +270,7 @@ func WithoutShards(p *sched.Plan) *sched.Plan {
 }
 
 func newRunnerConfig(opts []RunnerOption) runnerConfig {
-	cfg := runnerConfig{kv: core.F32, chunk: DefaultChunk, logger: slog.Default()}
+	cfg := runnerConfig{kv: kvTypes{DefaultKVCacheType, DefaultKVCacheType}, chunk: DefaultChunk, logger: slog.Default()}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -272,8 +293,8 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 		return nil, fmt.Errorf("llm: chunk %d and context %d must be positive (context at most %d): %w",
 			cfg.chunk, cfg.ctxLen, maxContext, core.ErrInvalidArgument)
 	}
-	if cfg.kv != core.F32 && cfg.kv != core.F16 {
-		return nil, fmt.Errorf("llm: KV cache type %s (f32 or f16): %w", cfg.kv, core.ErrInvalidArgument)
+	if err := checkKVTypes(m, cfg.kv); err != nil {
+		return nil, err
 	}
 	cfg.chunk = min(cfg.chunk, cfg.ctxLen)
 	if err := checkVerifyLengths(cfg.verify, cfg.ctxLen); err != nil {
@@ -363,9 +384,12 @@ func (r *Runner) init(ctx context.Context) error {
 		s, err = a.Alloc(size)
 		return s
 	}
-	rowBytes := r.cfg.kv.Bytes(int64(c.KVHeads * c.HeadDim))
-	for range c.Layers {
-		r.kv = append(r.kv, [2]sched.Span{alloc(r.cap * rowBytes), alloc(r.cap * rowBytes)})
+	kRow, vRow := r.cfg.kv.rowBytes(c)
+	if r.cfg.slot != nil {
+		r.kv, err = r.cfg.slot.cache(r.cap, [2]int64{kRow, vRow})
+	}
+	for len(r.kv) < c.Layers {
+		r.kv = append(r.kv, [2]sched.Span{alloc(r.cap * kRow), alloc(r.cap * vRow)})
 	}
 	if err != nil {
 		return fmt.Errorf("llm: KV cache of %d rows: %w", r.cap, err)
@@ -457,7 +481,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	cfg := r.m.Config
 	phase := phaseOf(c)
 	a := r.rt.Arena()
-	rowBytes := r.cfg.kv.Bytes(int64(cfg.KVHeads * cfg.HeadDim))
+	kRow, vRow := r.cfg.kv.rowBytes(cfg)
 	spec := sched.ProgramSpec{Name: fmt.Sprintf("%s (chunk %d)", phase, c), Phase: phase, Lanes: 1}
 	if tree {
 		spec.Name = fmt.Sprintf("verify (tree %d)", c)
@@ -470,7 +494,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	for s := 0; s <= cfg.Layers; s++ {
 		var g *core.Graph
 		var err error
-		sb := &stageBuild{w8: r.cfg.w8, quant: map[*core.Tensor]*core.Tensor{}}
+		sb := &stageBuild{w8: r.cfg.w8, quant: map[*core.Tensor]*core.Tensor{}, hidden: r.cfg.hidden}
 		if r.cfg.tap != nil {
 			sb.taps = &tapSet{}
 		}
@@ -557,7 +581,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 			return nil, fmt.Errorf("llm: activations for chunk %d: %w", c, err)
 		}
 	}
-	if logits, err = lanes(c * int64(cfg.Vocab) * 4); err != nil {
+	if logits, err = lanes(c * r.outWidth() * 4); err != nil {
 		return nil, fmt.Errorf("llm: logits for chunk %d: %w", c, err)
 	}
 	half := int64(cfg.RopeDims / 2)
@@ -623,7 +647,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 		case s < cfg.Layers:
 			// K and V of layer s are written straight into the cache at the chunk's row.
 			st.IO = append(st.IO, sched.Binding{Lanes: x[out]}, sched.Binding{Lanes: q[out]},
-				sched.Binding{Span: r.kv[s][0], Stride: rowBytes}, sched.Binding{Span: r.kv[s][1], Stride: rowBytes})
+				sched.Binding{Span: r.kv[s][0], Stride: kRow}, sched.Binding{Span: r.kv[s][1], Stride: vRow})
 		default:
 			st.IO = append(st.IO, sched.Binding{Lanes: logits})
 		}
@@ -700,6 +724,9 @@ func (r *Runner) Close() error {
 		}
 		for _, cp := range r.vprogs {
 			errs = append(errs, cp.prog.Close())
+		}
+		if r.shift != nil {
+			errs = append(errs, r.shift.prog.Close())
 		}
 		if r.adapt != nil {
 			for _, cp := range r.adapt.progs {
@@ -791,6 +818,9 @@ func (r *Runner) Prefill(ctx context.Context, tokens []int32) ([]float32, error)
 		return nil, err
 	}
 	defer r.leave(held)
+	if r.batch != nil {
+		return r.batch.prefill(ctx, r, tokens)
+	}
 	return r.feed(ctx, tokens, r.progs[r.cfg.chunk], nil)
 }
 
@@ -801,6 +831,9 @@ func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
 		return nil, err
 	}
 	defer r.leave(held)
+	if r.batch != nil {
+		return r.batch.decode(ctx, r, token)
+	}
 	logits, err := r.feed(ctx, []int32{token}, r.progs[1], nil)
 	if err == nil && r.adapt != nil {
 		r.adapt.observe(r)
@@ -851,7 +884,7 @@ func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg, each f
 	if cp.sp != nil {
 		return r.feedSparse(ctx, tokens, cp, chunks, each)
 	}
-	V := int64(r.m.Config.Vocab)
+	V := r.outWidth()
 	rowsOf := func(p *chunkProg, lane, from, count int) error {
 		b := r.rt.Arena().Bytes(p.logits[lane])
 		for i := range count {

@@ -189,7 +189,7 @@ func shardName(name string, s int) string { return fmt.Sprintf("%s.shard%d", nam
 // from x [1, dim] (the attention norm is applied here, on the rules' unit); sb.shard records
 // which nodes are whose.
 func (m *Model) shardQKV(g *core.Graph, sc *shardCut, sb *stageBuild, x *core.Tensor, pos posInputs, l int,
-	kv core.DType) (qs, ks, vs []*core.Tensor) {
+	kv kvTypes) (qs, ks, vs []*core.Tensor) {
 	cfg := m.Config
 	p := fmt.Sprintf("blk.%d.", l)
 	h := m.norm(g, x, p+"attn_norm.weight")
@@ -206,7 +206,7 @@ func (m *Model) shardQKV(g *core.Graph, sc *shardCut, sb *stageBuild, x *core.Te
 		q := m.rope(g, shardName("q_rope", s), proj("attn_q", sc.kv0[s]*group, sc.nkv[s]*group), pos)
 		k := m.rope(g, shardName("k_rope", s), proj("attn_k", sc.kv0[s], sc.nkv[s]), pos)
 		v := proj("attn_v", sc.kv0[s], sc.nkv[s])
-		qs, ks, vs = append(qs, q), append(ks, toKV(g, k, kv)), append(vs, toKV(g, v, kv))
+		qs, ks, vs = append(qs, q), append(ks, toKV(g, k, kv.K)), append(vs, toKV(g, v, kv.V))
 		sb.own(g, mark, s)
 	}
 	return qs, ks, vs
@@ -214,7 +214,7 @@ func (m *Model) shardQKV(g *core.Graph, sc *shardCut, sb *stageBuild, x *core.Te
 
 // buildShardedEmbedStage is buildEmbedStage for a sharded one-token step: outputs x, then
 // each shard's q, k, v.
-func (m *Model) buildShardedEmbedStage(sc *shardCut, kv core.DType, sb *stageBuild) (*core.Graph, error) {
+func (m *Model) buildShardedEmbedStage(sc *shardCut, kv kvTypes, sb *stageBuild) (*core.Graph, error) {
 	g := core.NewGraph()
 	ids := g.Input("ids", core.I32, 1)
 	pos := m.addPosInputs(g, 1)
@@ -234,7 +234,7 @@ func (m *Model) buildShardedEmbedStage(sc *shardCut, kv core.DType, sb *stageBui
 // buildShardedLayerStage is buildLayerStage for a sharded one-token step: inputs x, each
 // shard's q ("q.shard<s>"), the caches and the query offset (and the next layer's positions);
 // outputs x, then each shard's q, k, v of the next layer (or the logits after the last).
-func (m *Model) buildShardedLayerStage(l int, capacity int64, kv core.DType, sc *shardCut, sb *stageBuild) (*core.Graph, error) {
+func (m *Model) buildShardedLayerStage(l int, capacity int64, kv kvTypes, sc *shardCut, sb *stageBuild) (*core.Graph, error) {
 	cfg := m.Config
 	g := core.NewGraph()
 	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
@@ -244,8 +244,8 @@ func (m *Model) buildShardedLayerStage(l int, capacity int64, kv core.DType, sc 
 	for s := range sc.units {
 		qs = append(qs, g.Input(shardName("q", s), core.F32, 1, sc.nkv[s]*group, D))
 	}
-	kc := g.Input("k_cache", kv, capacity, int64(cfg.KVHeads), D)
-	vc := g.Input("v_cache", kv, capacity, int64(cfg.KVHeads), D)
+	kc := g.Input("k_cache", kv.K, capacity, int64(cfg.KVHeads), D)
+	vc := g.Input("v_cache", kv.V, capacity, int64(cfg.KVHeads), D)
 	qoff := g.Input("q_offset", core.I32, 1)
 	p := fmt.Sprintf("blk.%d.", l)
 	scale := float32(1 / math.Sqrt(float64(D)))
@@ -328,7 +328,7 @@ func (r *Runner) shardBindings(qIn, qOut []sched.Span, s int) ([][4]sched.Bindin
 	cfg := r.m.Config
 	sc := r.shards
 	group, D := int64(cfg.Heads/cfg.KVHeads), int64(cfg.HeadDim)
-	headBytes := r.cfg.kv.Bytes(D)
+	headBytes := [2]int64{r.cfg.kv.K.Bytes(D), r.cfg.kv.V.Bytes(D)}
 	lanes := func(spans []sched.Span, off, size int64) ([]sched.Span, error) {
 		out := make([]sched.Span, len(spans))
 		for l, sp := range spans {
@@ -352,13 +352,13 @@ func (r *Runner) shardBindings(qIn, qOut []sched.Span, s int) ([][4]sched.Bindin
 		}
 		b := [4]sched.Binding{{Lanes: in}, {Lanes: qo}}
 		if s < cfg.Layers {
-			off := sc.kv0[sh] * headBytes
 			for i := range 2 {
+				off := sc.kv0[sh] * headBytes[i]
 				kv, err := r.kv[s][i].Slice(off, r.kv[s][i].Size-off)
 				if err != nil {
 					return nil, fmt.Errorf("llm: shard bindings: %w", err)
 				}
-				b[2+i] = sched.Binding{Span: kv, Stride: r.cfg.kv.Bytes(int64(cfg.KVHeads) * D)}
+				b[2+i] = sched.Binding{Span: kv, Stride: int64(cfg.KVHeads) * headBytes[i]}
 			}
 		}
 		out = append(out, b)

@@ -196,7 +196,7 @@ func (r *Runner) prepareSparse(ctx context.Context, c int64, step func()) (*spar
 	if lay.AllResident {
 		clear(a.Bytes(sp.ffa)) // the tail adds it, and no FFN program writes it
 	}
-	rowBytes := r.cfg.kv.Bytes(int64(cfg.KVHeads * cfg.HeadDim))
+	kRow, vRow := r.cfg.kv.rowBytes(cfg)
 	half := int64(cfg.RopeDims / 2)
 	phase := phaseOf(c)
 	byName := map[string]sched.Binding{
@@ -234,7 +234,7 @@ func (r *Runner) prepareSparse(ctx context.Context, c int64, step func()) (*spar
 		return p, nil
 	}
 	kvOut := func(l int) []sched.Binding {
-		return []sched.Binding{{Span: r.kv[l][0], Stride: rowBytes}, {Span: r.kv[l][1], Stride: rowBytes}}
+		return []sched.Binding{{Span: r.kv[l][0], Stride: kRow}, {Span: r.kv[l][1], Stride: vRow}}
 	}
 	defer func() {
 		if err != nil {
@@ -372,15 +372,15 @@ func (r *Runner) runSparse(ctx context.Context, sp *sparseProg, row int64, rows 
 
 // buildSparseAttn builds layer l's attention graph for chunk length c: x1 (the residual after
 // attention), h (the FFN input) and, with predictors, their logits.
-func (m *Model) buildSparseAttn(l int, c, capacity int64, kv core.DType, lay SparseLayout) (*core.Graph, error) {
+func (m *Model) buildSparseAttn(l int, c, capacity int64, kv kvTypes, lay SparseLayout) (*core.Graph, error) {
 	cfg := m.Config
 	g := core.NewGraph()
 	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
 	H, Hkv, D := int64(cfg.Heads), int64(cfg.KVHeads), int64(cfg.HeadDim)
 	x := g.Input("x", core.F32, c, int64(cfg.Dim))
 	q := g.Input("q", core.F32, c, H, D)
-	kc := g.Input("k_cache", kv, capacity, Hkv, D)
-	vc := g.Input("v_cache", kv, capacity, Hkv, D)
+	kc := g.Input("k_cache", kv.K, capacity, Hkv, D)
+	vc := g.Input("v_cache", kv.V, capacity, Hkv, D)
 	qoff := g.Input("q_offset", core.I32, 1)
 	at := g.Named("attn").Attention(q, kc, vc, core.AttentionOptions{
 		Scale: float32(1 / math.Sqrt(float64(D))), Causal: true, QOffsetInput: qoff})
@@ -436,7 +436,7 @@ func (m *Model) buildSparseFFN(l int, c int64, lay SparseLayout) (*core.Graph, e
 
 // buildSparseTail builds the rest of layer l: SPARSE_FFN over the bundles just loaded
 // ("later"), the residual, then layer l+1's q, k, v or the logits.
-func (m *Model) buildSparseTail(l int, c int64, kv core.DType, lay SparseLayout) (*core.Graph, error) {
+func (m *Model) buildSparseTail(l int, c int64, kv kvTypes, lay SparseLayout) (*core.Graph, error) {
 	cfg := m.Config
 	g := core.NewGraph()
 	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
@@ -451,7 +451,7 @@ func (m *Model) buildSparseTail(l int, c int64, kv core.DType, lay SparseLayout)
 		pos := m.addPosInputs(g, c)
 		g.SetNamePrefix(fmt.Sprintf("blk.%d.", l+1))
 		nq, nk, nv := m.qkv(g, nil, x, pos, l+1)
-		g.Output(x, nq, toKV(g, nk, kv), toKV(g, nv, kv))
+		g.Output(x, nq, toKV(g, nk, kv.K), toKV(g, nv, kv.V))
 	} else {
 		m.outputHead(g, x)
 	}

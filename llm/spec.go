@@ -485,8 +485,9 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 			res.Stop = StopMaxTokens
 			return true, nil
 		}
-		// plain decoding has fed every emitted token but this one
-		if base+len(res.Tokens)-1 >= r.cfg.ctxLen {
+		// plain decoding has fed every emitted token but this one (with a context shift, the
+		// loop makes room before it feeds it)
+		if base+len(res.Tokens)-1 >= r.cfg.ctxLen && cfg.shift == nil {
 			res.Stop = StopContext
 			return true, nil
 		}
@@ -529,6 +530,17 @@ func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, lo
 	for {
 		if stop, err := emit(next); stop || err != nil {
 			return err
+		}
+		if cfg.shift != nil && r.pos >= r.cfg.ctxLen {
+			n, err := r.shiftFull(ctx, cfg.keepRows)
+			if errors.Is(err, ErrNoShift) {
+				res.Stop = StopContext
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			base -= n
 		}
 		var tree draft.Tree
 		budget := min(r.MaxVerify()-1, r.cfg.ctxLen-r.pos-1, cfg.maxTokens-len(res.Tokens))

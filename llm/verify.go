@@ -9,7 +9,6 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm/draft"
-	"github.com/xpuhub/xpu/sched"
 )
 
 // MaxVerifyLength bounds a verify length: a verify graph's logits are length × vocabulary
@@ -258,14 +257,8 @@ func (r *Runner) KeepPath(ctx context.Context, base int, keep []int) error {
 	if base < 0 || len(keep) == 0 || keep[0] != 0 || base+keep[len(keep)-1] >= r.pos {
 		return fmt.Errorf("llm: keep rows %v from %d: the cache holds %d: %w", keep, base, r.pos, core.ErrInvalidArgument)
 	}
-	var spans []sched.Span
-	for _, kv := range r.kv {
-		spans = append(spans, kv[0], kv[1])
-	}
-	c := r.m.Config
-	rowBytes := r.cfg.kv.Bytes(int64(c.KVHeads * c.HeadDim))
-	if err := r.rt.CompactKV(ctx, spans, rowBytes, int64(base), keep); err != nil {
-		return fmt.Errorf("llm: %w", err)
+	if err := r.compactKV(ctx, int64(base), keep); err != nil {
+		return err
 	}
 	for i, k := range keep {
 		r.history[base+i] = r.history[base+k]

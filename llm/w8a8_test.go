@@ -287,7 +287,8 @@ func TestW8A8GreedyStories(t *testing.T) {
 	cal, err := Calibrate(ctx, m, refDevice(t), DefaultCalibrationText, WithImportance(false), WithCalibrationTokens(96))
 	require.NoError(t, err)
 	const n = 64
-	f32, err := NewRunner(ctx, m, refDevice(t), WithContextLength(n+1))
+	// an F32 KV cache throughout: the test measures the weights' quantization alone
+	f32, err := NewRunner(ctx, m, refDevice(t), WithContextLength(n+1), WithKVCacheType(core.F32))
 	require.NoError(t, err)
 	defer f32.Close()
 	want, err := f32.Generate(ctx, "", WithMaxTokens(n))
@@ -301,13 +302,13 @@ func TestW8A8GreedyStories(t *testing.T) {
 				require.NoError(t, err)
 				var r *Runner
 				if units == "ref" {
-					r, err = NewRunner(ctx, m, refDevice(t), WithContextLength(n+1), WithW8A8(w))
+					r, err = NewRunner(ctx, m, refDevice(t), WithContextLength(n+1), WithW8A8(w), WithKVCacheType(core.F32))
 				} else {
 					devs := devs(t)
 					specs := []sched.UnitSpec{{Backend: "qnn"}, {Backend: "neon"}}
 					plan, perr := DefaultPlan(m, devs, specs)
 					require.NoError(t, perr)
-					r, err = NewPlannedRunner(ctx, m, devs, W8A8Plan(plan), WithContextLength(n+1), WithW8A8(w))
+					r, err = NewPlannedRunner(ctx, m, devs, W8A8Plan(plan), WithContextLength(n+1), WithW8A8(w), WithKVCacheType(core.F32))
 				}
 				require.NoError(t, err)
 				defer r.Close()

@@ -224,6 +224,11 @@ type stageBuild struct {
 	shard map[int]int
 	// shared are the pieces of a stealing sharded stage (StageSpec.Shared), node IDs.
 	shared [][]int
+	// batch, above 1, builds a batched decode step of that many sequences (batch.go): each
+	// with its own cache inputs, attention and K/V outputs.
+	batch int
+	// hidden ends the last stage with the final-normed hidden state, not the logits (embed.go).
+	hidden bool
 }
 
 // sharedPiece records the nodes g added from mark on as a piece either shard unit may run

@@ -51,6 +51,10 @@ const EnvCacheDir = cachedir.Env
 // probeChildren counts the probe children started (the tests' witness of the cache).
 var probeChildren atomic.Int64
 
+// fileHashes counts the plugin files read through for their content key (the tests' witness
+// of the stat key).
+var fileHashes atomic.Int64
+
 // probeConcurrency is how many probe children run at once.
 const probeConcurrency = 8
 
@@ -204,6 +208,7 @@ func fileKey(path string) (string, error) {
 	if !st.Mode().IsRegular() {
 		return "", fmt.Errorf("%s: not a regular file", path)
 	}
+	fileHashes.Add(1)
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		return "", err
@@ -224,10 +229,49 @@ func (c *config) cacheDir() string {
 	return d
 }
 
-// cacheEntry is one cache file: the key it was made for and the answer.
+// cacheEntry is one cache file: the key it was made for and the answer. Stat is the file's
+// stat key when it was stored: while it still matches, the entry is the file's without
+// hashing the file again (a start reads no plugin file through).
 type cacheEntry struct {
 	Key    string      `json:"key"`
+	Stat   string      `json:"stat,omitempty"`
 	Answer probeAnswer `json:"answer"`
+}
+
+// fileStat is path's stat key (see statKey) in the same name space as fileKey ("" where the
+// system gives none).
+func fileStat(path string) string {
+	s := statKey(path)
+	if s == "" {
+		return ""
+	}
+	return fmt.Sprintf("xpu-probe-v1 abi%d %s %s", abi.ABIMajor, path, s)
+}
+
+// cacheGet is the answer stored under name (a plugin path, or a prefixed one for another record
+// of the file) if it was stored for the file's present bytes: the stat key decides without
+// reading the file when it matches, else the content key does (and the entry takes the new
+// stat key). sk and key are the file's keys as far as computed, for a later cacheStore.
+func cacheGet(log *slog.Logger, dir, name, path string) (ans probeAnswer, sk, key string, ok bool) {
+	sk = fileStat(path)
+	var e cacheEntry
+	if b, err := safefile.ReadFile(cacheFile(dir, name)); err != nil || json.Unmarshal(b, &e) != nil {
+		e = cacheEntry{}
+	}
+	if sk != "" && e.Stat == sk && e.Key != "" {
+		return e.Answer, sk, e.Key, true
+	}
+	key, err := fileKey(path)
+	if err != nil {
+		return probeAnswer{}, sk, "", false
+	}
+	if e.Key != key {
+		return probeAnswer{}, sk, key, false
+	}
+	if sk != "" {
+		cacheStore(log, dir, name, key, sk, e.Answer)
+	}
+	return e.Answer, sk, key, true
 }
 
 // cacheFile is where path's answer is kept: one file per plugin path, so that a rebuilt
@@ -237,26 +281,14 @@ func cacheFile(dir, path string) string {
 	return filepath.Join(dir, hex.EncodeToString(sum[:12])+".json")
 }
 
-func cacheLoad(dir, path, key string) (probeAnswer, bool) {
-	b, err := safefile.ReadFile(cacheFile(dir, path))
-	if err != nil {
-		return probeAnswer{}, false
-	}
-	var e cacheEntry
-	if json.Unmarshal(b, &e) != nil || e.Key != key {
-		return probeAnswer{}, false
-	}
-	return e.Answer, true
-}
-
 // cacheStore writes the entry atomically (temp file + rename): a concurrent reader sees the
 // old entry or the new one, never half of one.
-func cacheStore(log *slog.Logger, dir, path, key string, ans probeAnswer) {
+func cacheStore(log *slog.Logger, dir, path, key, stat string, ans probeAnswer) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		log.Debug("loader: probe cache", "err", err)
 		return
 	}
-	b, err := json.Marshal(cacheEntry{Key: key, Answer: ans})
+	b, err := json.Marshal(cacheEntry{Key: key, Stat: stat, Answer: ans})
 	if err != nil {
 		return
 	}
@@ -321,14 +353,21 @@ func (c *config) probeFile(ctx context.Context, path string) (probeAnswer, error
 		return probeAnswer{Result: abi.ProbeResult{Path: path}, Err: err.Error(), Kind: kindOf(err)}, nil
 	}
 	dir := c.cacheDir()
-	key, kerr := fileKey(path)
-	if kerr != nil {
-		dir = ""
-	}
-	if dir != "" && !c.rescan {
-		if ans, ok := cacheLoad(dir, path, key); ok {
-			logOrDefault(c.logger).Debug("loader: probe from cache", "path", path)
-			return ans, nil
+	var sk, key string
+	if dir != "" {
+		if !c.rescan {
+			ans, s, k, ok := cacheGet(logOrDefault(c.logger), dir, path, path)
+			if ok {
+				logOrDefault(c.logger).Debug("loader: probe from cache", "path", path)
+				return ans, nil
+			}
+			sk, key = s, k
+		} else {
+			sk = fileStat(path)
+			key, _ = fileKey(path)
+		}
+		if key == "" {
+			dir = "" // the file cannot be read through: its answer cannot be keyed
 		}
 	}
 	timeout := c.probeTimeout
@@ -340,7 +379,7 @@ func (c *config) probeFile(ctx context.Context, path string) (probeAnswer, error
 		return ans, err
 	}
 	if dir != "" && cacheable {
-		cacheStore(logOrDefault(c.logger), dir, path, key, ans)
+		cacheStore(logOrDefault(c.logger), dir, path, key, sk, ans)
 	}
 	return ans, nil
 }

@@ -36,3 +36,6 @@ func fdSocketPair() ([2]int, error) {
 	unix.CloseOnExec(p[1])
 	return p, nil
 }
+
+// statKey is "" here: cache entries are always checked against the file's contents.
+func statKey(string) string { return "" }

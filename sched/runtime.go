@@ -200,6 +200,10 @@ type Binding struct {
 	// Stride moves the binding by Stride bytes per row of the run's Chunk.Row: a KV cache's
 	// rows, or per-position inputs (token ids, RoPE tables).
 	Stride int64
+	// RowSlot, when positive, moves the binding by Chunk.Rows[RowSlot-1] strides instead of
+	// Chunk.Row: in a batched step every sequence reads its own cache and writes its new K/V
+	// row at its own position, so each binding needs a row of its own.
+	RowSlot int
 }
 
 // StageSpec is one graph of a program.
@@ -319,6 +323,7 @@ type partIO struct {
 	off     int64  // where the partition's tensor lies in the stage tensor's storage (a split's view)
 	size    int64  // the partition's tensor's bytes
 	stride  int64
+	rowSlot int // Binding.RowSlot
 	isInput bool
 	slot    int // an activation slot (index into Compile's slot uses), or -1
 }
@@ -481,7 +486,7 @@ func partIOs(part compiledPart, bound map[*core.Tensor]Binding, lanes int, slot 
 			if err := checkBinding(t, b); err != nil {
 				return nil, err
 			}
-			io.stride = b.Stride
+			io.stride, io.rowSlot = b.Stride, b.RowSlot
 			for l := range lanes {
 				if len(b.Lanes) > 0 {
 					io.lanes = append(io.lanes, b.Lanes[l%len(b.Lanes)])
@@ -513,7 +518,7 @@ func checkBinding(t *core.Tensor, b Binding) error {
 		spans = []Span{b.Span}
 	}
 	for _, s := range spans {
-		if s.Size < t.Bytes() || s.Size == 0 || b.Stride < 0 {
+		if s.Size < t.Bytes() || s.Size == 0 || b.Stride < 0 || b.RowSlot < 0 {
 			return fmt.Errorf("binding of %s (%d bytes): span of %d bytes, stride %d: %w", t.Name, t.Bytes(),
 				s.Size, b.Stride, core.ErrInvalidArgument)
 		}
@@ -704,8 +709,22 @@ func (p *Program) Lanes() int { return p.lanes }
 type Chunk struct {
 	// Row moves every strided binding (Binding.Stride) by Row strides.
 	Row int64
+	// Rows are the rows of the bindings with a RowSlot (Binding.RowSlot k reads Rows[k-1]).
+	Rows []int64
 	// Index labels the chunk in traces.
 	Index int
+}
+
+// rowOf is the row that moves io in this chunk: Row, or the row of its RowSlot.
+func (c Chunk) rowOf(io partIO) (int64, error) {
+	if io.rowSlot == 0 {
+		return c.Row, nil
+	}
+	if io.rowSlot > len(c.Rows) {
+		return 0, fmt.Errorf("%s is moved by row slot %d, the chunk has %d rows: %w", io.t.Name, io.rowSlot,
+			len(c.Rows), core.ErrInvalidArgument)
+	}
+	return c.Rows[io.rowSlot-1], nil
 }
 
 // taskKey identifies a task for duration prediction: a partition of a program.
@@ -1154,9 +1173,13 @@ func (w *rtWorker) runPart(ctx context.Context, t *rtTask, pp *progPart) error {
 		if err != nil {
 			return err
 		}
-		off := s.Off + t.chunk.Row*io.stride + io.off
+		row, err := t.chunk.rowOf(io)
+		if err != nil {
+			return err
+		}
+		off := s.Off + row*io.stride + io.off
 		if off < s.Off || off+io.size > s.Off+s.Size {
-			return fmt.Errorf("%s at row %d lies outside its span: %w", io.t.Name, t.chunk.Row, core.ErrInvalidArgument)
+			return fmt.Errorf("%s at row %d lies outside its span: %w", io.t.Name, row, core.ErrInvalidArgument)
 		}
 		if err := e.Bind(k, buf, off); err != nil {
 			return fmt.Errorf("bind %s: %w", io.t.Name, err)
@@ -1187,9 +1210,13 @@ func (w *rtWorker) checkOutputs(t *rtTask) error {
 		}
 		s := io.lanes[t.lane]
 		view := w.rt.arena.Bytes(s)
-		off := t.chunk.Row*io.stride + io.off
+		row, err := t.chunk.rowOf(io)
+		if err != nil {
+			return err
+		}
+		off := row*io.stride + io.off
 		if off < 0 || off+io.size > int64(len(view)) {
-			return fmt.Errorf("%s at row %d lies outside its span: %w", io.t.Name, t.chunk.Row, core.ErrInvalidArgument)
+			return fmt.Errorf("%s at row %d lies outside its span: %w", io.t.Name, row, core.ErrInvalidArgument)
 		}
 		if err := t.p.check(t.stage, io.t, view[off:off+io.size]); err != nil {
 			return err
@@ -1210,7 +1237,11 @@ func (w *rtWorker) copyIO(t *rtTask, pp *progPart, in bool) error {
 			continue
 		}
 		s := io.lanes[t.lane]
-		off := s.Off + t.chunk.Row*io.stride + io.off
+		row, err := t.chunk.rowOf(io)
+		if err != nil {
+			return err
+		}
+		off := s.Off + row*io.stride + io.off
 		buf, err := rt.mem[pp.unit].buffer(rt.arena, u, s.block)
 		if err != nil {
 			return err

@@ -107,23 +107,25 @@ type benchFlags struct {
 	prompts, gens  intList
 	depths, chunks intList
 	pairs          pairList
-	kv             wordList
+	kv, ctk, ctv   wordList
 	reps           int
 	output         string
 	noWarmup       bool
+	bandwidth      bool
+	machineShown   bool // the machine line is printed once per run
 }
 
 // kernelOnly and modelOnly are the flags that belong to one mode (by every name).
 var (
 	kernelOnly = []string{"harness", "ref", "quick"}
 	modelOnly  = []string{"p", "n-prompt", "n", "n-gen", "d", "n-depth", "pg", "r", "repetitions",
-		"o", "output", "chunk", "kv", "no-warmup", "policy"}
+		"o", "output", "chunk", "kv", "ctk", "cache-type-k", "ctv", "cache-type-v", "no-warmup", "policy", "bandwidth"}
 )
 
 func newBenchFlags(stderr io.Writer) *benchFlags {
 	f := &benchFlags{fs: flag.NewFlagSet("bench", flag.ContinueOnError),
 		threads: intList{2}, prompts: intList{512}, gens: intList{128}, depths: intList{0},
-		chunks: intList{llm.DefaultChunk}, kv: wordList{"f32"}}
+		chunks: intList{llm.DefaultChunk}, kv: wordList{llm.DefaultKVCacheType.String()}}
 	fs := f.fs
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.backend, "backend", "neon", "backend name or plugin file to measure")
@@ -155,11 +157,18 @@ func newBenchFlags(stderr io.Writer) *benchFlags {
 		fs.StringVar(&f.output, n, "md", "output format: "+strings.Join(llmbench.Formats, ", "))
 	}
 	fs.Var(&f.chunks, "chunk", "prefill chunk lengths")
-	fs.Var(&f.kv, "kv", "KV cache dtypes: f32, f16")
+	fs.Var(&f.kv, "kv", "KV cache dtypes of K and V together: f16, f32, q8_0, q4_0")
+	for _, n := range []string{"ctk", "cache-type-k"} {
+		fs.Var(&f.ctk, n, "K cache dtypes (llama-bench's -ctk; default: --kv's): every one with every V dtype")
+	}
+	for _, n := range []string{"ctv", "cache-type-v"} {
+		fs.Var(&f.ctv, n, "V cache dtypes (llama-bench's -ctv; default: --kv's)")
+	}
 	fs.BoolVar(&f.noWarmup, "no-warmup", false, "skip the untimed warm-up run of each test")
+	fs.BoolVar(&f.bandwidth, "bandwidth", true, "measure the machine's read bandwidth on 1 and 2 cores for the machine line on stderr (=false leaves it out)")
 	fs.StringVar(&f.policy, "policy", "", "choose the device by policy instead of --backend: prefer-npu, prefer-gpu, prefer-cpu, max-performance, max-efficiency")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu bench -m MODEL [-p 512] [-n 128] [-d 0] [-pg P,G] [-r 5] [-t 2] [-o md|json|csv] [--chunk N] [--kv f32|f16] [--backend NAME|PATH | --policy P] [--device N] [--no-warmup]")
+		fmt.Fprintln(stderr, "usage: xpu bench -m MODEL [-p 512] [-n 128] [-d 0] [-pg P,G] [-r 5] [-t 2] [-o md|json|csv] [--chunk N] [--kv f16|f32|q8_0|q4_0] [-ctk LIST] [-ctv LIST] [--backend NAME|PATH | --policy P] [--device N] [--no-warmup]")
 		fmt.Fprintln(stderr, "       xpu bench --kernels [--backend NAME|PATH] [--device N] [--threads N] [--harness PATH] [--ref] [--quick]")
 		fs.PrintDefaults()
 	}
@@ -276,13 +285,9 @@ func runModelBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer)
 			return usageErr("--chunk %d: at least 1", c)
 		}
 	}
-	var kvs []core.DType
-	for _, s := range f.kv {
-		dt, err := core.ParseDType(strings.TrimSpace(s))
-		if err != nil || (dt != core.F32 && dt != core.F16) {
-			return usageErr("--kv %q: f32 or f16", s)
-		}
-		kvs = append(kvs, dt)
+	kvs, err := f.kvPairs()
+	if err != nil {
+		return usageErr("%v", err)
 	}
 	tests := llmbench.Tests(f.prompts, f.gens, f.pairs, f.depths)
 	if len(tests) == 0 {
@@ -322,9 +327,9 @@ func runModelBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer)
 
 // benchConfig prepares one runner and measures every test on it.
 func benchConfig(ctx context.Context, f *benchFlags, m *llm.Model, info llmbench.ModelInfo,
-	threads, chunk int, kv core.DType, ctxLen int, tests []llmbench.Test, opts llmbench.Options,
+	threads, chunk int, kv [2]core.DType, ctxLen int, tests []llmbench.Test, opts llmbench.Options,
 	w llmbench.Writer, stderr io.Writer) error {
-	ropts := []llm.RunnerOption{llm.WithChunkSize(chunk), llm.WithContextLength(ctxLen), llm.WithKVCacheType(kv)}
+	ropts := []llm.RunnerOption{llm.WithChunkSize(chunk), llm.WithContextLength(ctxLen), llm.WithKVCacheTypes(kv[0], kv[1])}
 	if threads > 0 {
 		ropts = append(ropts, llm.WithContextOptions(map[string]string{"threads": strconv.Itoa(threads)}))
 	}
@@ -348,8 +353,17 @@ func benchConfig(ctx context.Context, f *benchFlags, m *llm.Model, info llmbench
 	if di.Caps.Has(core.CapEmulated) {
 		dev += " (emulated)"
 	}
-	fmt.Fprintf(stderr, "xpu bench: %s on %s, threads %s, chunk %d, kv %s, context %d: prepared in %.1f s\n",
-		info.Type, dev, threadsLabel(threads), r.ChunkSize(), kv, ctxLen, time.Since(t0).Seconds())
+	kb, vb := r.KVCacheBytes()
+	fmt.Fprintf(stderr, "xpu bench: %s on %s, threads %s, chunk %d, kv %s/%s (%.2f MiB), context %d: prepared in %.1f s\n",
+		info.Type, dev, threadsLabel(threads), r.ChunkSize(), kv[0], kv[1], mib(kb+vb), ctxLen, time.Since(t0).Seconds())
+	if !f.machineShown {
+		f.machineShown = true
+		line, err := machineLine(ctx, di, f.bandwidth)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "xpu bench: machine: %s\n", line)
+	}
 	for _, t := range tests {
 		start := time.Now()
 		samples, err := llmbench.Measure(ctx, r, t, opts)
@@ -357,7 +371,7 @@ func benchConfig(ctx context.Context, f *benchFlags, m *llm.Model, info llmbench
 			return err
 		}
 		res := llmbench.Result{Model: info, Backend: di.Backend, Device: dev, Threads: threads,
-			Chunk: r.ChunkSize(), KV: kv, Test: t, Time: start, Samples: samples}
+			Chunk: r.ChunkSize(), KV: kv[0], KVV: kv[1], Test: t, Time: start, Samples: samples}
 		if err := w.Write(res); err != nil {
 			return err
 		}
@@ -370,4 +384,49 @@ func threadsLabel(n int) string {
 		return "default"
 	}
 	return strconv.Itoa(n)
+}
+
+// kvPairs are the (K, V) cache dtypes to measure: --kv's, each for both, or with -ctk or -ctv
+// every K dtype with every V dtype (the one not given defaulting to --kv's), as llama-bench.
+func (f *benchFlags) kvPairs() ([][2]core.DType, error) {
+	parse := func(name string, l wordList) ([]core.DType, error) {
+		var out []core.DType
+		for _, s := range l {
+			dt, err := llm.ParseKVCacheType(strings.TrimSpace(s))
+			if err != nil {
+				return nil, fmt.Errorf("--%s: %w", name, err)
+			}
+			out = append(out, dt)
+		}
+		return out, nil
+	}
+	both, err := parse("kv", f.kv)
+	if err != nil {
+		return nil, err
+	}
+	if len(f.ctk) == 0 && len(f.ctv) == 0 {
+		var out [][2]core.DType
+		for _, dt := range both {
+			out = append(out, [2]core.DType{dt, dt})
+		}
+		return out, nil
+	}
+	ks, vs := both, both
+	if len(f.ctk) > 0 {
+		if ks, err = parse("ctk", f.ctk); err != nil {
+			return nil, err
+		}
+	}
+	if len(f.ctv) > 0 {
+		if vs, err = parse("ctv", f.ctv); err != nil {
+			return nil, err
+		}
+	}
+	var out [][2]core.DType
+	for _, k := range ks {
+		for _, v := range vs {
+			out = append(out, [2]core.DType{k, v})
+		}
+	}
+	return out, nil
 }

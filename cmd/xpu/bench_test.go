@@ -33,7 +33,8 @@ func TestBenchFlagErrors(t *testing.T) {
 		{"unknown format", []string{"-m", "x.gguf", "-o", "xml"}, 2, "unknown output format"},
 		{"no reps", []string{"-m", "x.gguf", "-r", "0"}, 2, "at least one repetition"},
 		{"no tests", []string{"-m", "x.gguf", "-p", "0", "-n", "0"}, 2, "no test to run"},
-		{"kv dtype", []string{"-m", "x.gguf", "--kv", "q8_0"}, 2, "f32 or f16"},
+		{"kv dtype", []string{"-m", "x.gguf", "--kv", "q5_1"}, 2, "want one of f32, f16, q8_0, q4_0"},
+		{"k dtype", []string{"-m", "x.gguf", "-ctk", "f16,i8"}, 2, "--ctk"},
 		{"zero chunk", []string{"-m", "x.gguf", "--chunk", "0"}, 2, "--chunk 0"},
 		{"backend and policy", []string{"-m", "x.gguf", "--backend", "ref", "--policy", "prefer-cpu"}, 2, "give one"},
 		{"missing model", []string{"-m", missing, "--backend", "ref"}, 1, "no such file"},
@@ -60,17 +61,18 @@ func TestBenchModelFormats(t *testing.T) {
 	require.Len(t, lines, 2+len(names), out)
 	assert.Contains(t, lines[0], "| test | t/s |")
 	for i, n := range names {
-		assert.Regexp(t, `^\| llama 293K F32 \| 1\.12 MiB \| 292\.80 K \| ref:0 \| 1 \| 8 \| f32 \| `+n+` \| [0-9.]+ ± [0-9.]+ \|$`, lines[2+i])
+		assert.Regexp(t, `^\| llama 293K F32 \| 1\.12 MiB \| 292\.80 K \| ref:0 \| 1 \| 8 \| f16 \| `+n+` \| [0-9.]+ ± [0-9.]+ \|$`, lines[2+i])
 	}
 	assert.Contains(t, errOut, "prepared in")
 
-	code, out, errOut = runCLI(t, append(base, "-o", "json", "--kv", "f16")...)
+	code, out, errOut = runCLI(t, append(base, "-o", "json", "-ctk", "f32", "-ctv", "f16")...)
 	require.Equal(t, 0, code, errOut)
 	var recs []struct {
 		NPrompt   int       `json:"n_prompt"`
 		NGen      int       `json:"n_gen"`
 		NDepth    int       `json:"n_depth"`
 		TypeK     string    `json:"type_k"`
+		TypeV     string    `json:"type_v"`
 		AvgTs     float64   `json:"avg_ts"`
 		SamplesNs []int64   `json:"samples_ns"`
 		SamplesTs []float64 `json:"samples_ts"`
@@ -80,7 +82,7 @@ func TestBenchModelFormats(t *testing.T) {
 	want := [][3]int{{16, 0, 0}, {0, 4, 0}, {16, 0, 8}, {0, 4, 8}}
 	for i, r := range recs {
 		assert.Equal(t, want[i], [3]int{r.NPrompt, r.NGen, r.NDepth})
-		assert.Equal(t, "f16", r.TypeK)
+		assert.Equal(t, [2]string{"f32", "f16"}, [2]string{r.TypeK, r.TypeV})
 		assert.Len(t, r.SamplesNs, 2)
 		assert.Len(t, r.SamplesTs, 2)
 		assert.Positive(t, r.AvgTs)

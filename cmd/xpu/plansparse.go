@@ -29,7 +29,7 @@ func runPlanSparse(ctx context.Context, args []string, stdout, stderr io.Writer)
 	rank := fs.Int("rank", 0, "predictor rank (default 2·min(24, dim/8) for --fit svd, min(32, dim/4) for --fit train)")
 	epochs := fs.Int("epochs", 100, "predictor training epochs (--fit train)")
 	ctxLen := fs.Int("ctx", 0, "context length the KV cache of the fixed region is sized for (default: the runner's, min(model context, 4096))")
-	kvType := fs.String("kv-type", "f32", "KV cache dtype the fixed region is sized for (f32, f16)")
+	kvType := fs.String("kv-type", "f32", "KV cache dtype the fixed region is sized for (f32, f16, q8_0, q4_0: xpu run's --kv; f32 sizes for the largest)")
 	coldShare := fs.Float64("cold-share", 0.25, "share of the budget left after the fixed region kept for the cold neuron cache")
 	seed := fs.Uint64("seed", 1, "training seed")
 	recall := fs.Float64("recall", 0.95, "recall the predictor threshold is set for (on calibration tokens not used in training)")
@@ -52,12 +52,9 @@ func runPlanSparse(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return fail(err)
 	}
-	kv, err := core.ParseDType(*kvType)
+	kv, err := llm.ParseKVCacheType(*kvType)
 	if err != nil {
-		return fail(err)
-	}
-	if kv != core.F32 && kv != core.F16 {
-		return fail(fmt.Errorf("--kv-type %s (f32, f16): %w", kv, core.ErrInvalidArgument))
+		return fail(fmt.Errorf("--kv-type: %w", err))
 	}
 	if !(*recall > 0 && *recall <= 1) {
 		return fail(fmt.Errorf("--recall %v outside (0, 1]: %w", *recall, core.ErrInvalidArgument))

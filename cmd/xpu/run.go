@@ -55,7 +55,10 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	chunk := fs.Int("chunk", llm.DefaultChunk, "prefill chunk length")
 	ctxLen := fs.Int("ctx", 0, "context length in tokens (default: the model's, at most 4096)")
 	fs.IntVar(ctxLen, "c", 0, "alias of --ctx")
-	kvType := fs.String("kv", "f32", "KV cache dtype: f32 or f16")
+	kvf := addKVFlags(fs)
+	keep := fs.Int("keep", 0, "tokens of the prompt a context shift keeps, after BOS (-1: the whole prompt); llama.cpp's --keep")
+	shift := fs.Bool("context-shift", true, "when the context is full, keep the first --keep tokens, discard half of the rest and go on (llama.cpp's context shift); false stops there")
+	noShift := fs.Bool("no-context-shift", false, "stop generating when the context is full (as --context-shift=false)")
 	chatMode := fs.Bool("chat", false, "interactive chat: multi-turn on standard input with the model's chat template, -p as the system prompt; /reset, /exit; Ctrl-C stops an answer")
 	fs.BoolVar(chatMode, "cnv", false, "alias of --chat (llama-cli's)")
 	isolated := fs.Bool("isolated", false, "run the backend in a child process (crash isolation; see also XPU_ISOLATE)")
@@ -75,7 +78,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sp := addSparseFlags(fs)
 	gf := addGrammarFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--grammar GBNF | --grammar-file FILE | --json-schema SCHEMA|@FILE] [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--spec auto|retrieval|lookup|off] [--w8a8 [--shadow on|off|pruned] [--calib FILE] [--w8a8-convert]] [--sparse auto|on|off [--sidecar FILE] [--budget SIZE] [--predictor trained|oracle] [--recall-every N] [--eviction lru|lfu] [--threshold-offset F] [--io-readers N] [--io-gap SIZE] [--prefetch=false] [--pin-fixed auto|on|off]] [--stats] [--chunk N] [-c N] [--kv f16] [-t N] [--isolated [--timeout D]] [--validate]")
+		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--grammar GBNF | --grammar-file FILE | --json-schema SCHEMA|@FILE] [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--spec auto|retrieval|lookup|off] [--w8a8 [--shadow on|off|pruned] [--calib FILE] [--w8a8-convert]] [--sparse auto|on|off [--sidecar FILE] [--budget SIZE] [--predictor trained|oracle] [--recall-every N] [--eviction lru|lfu] [--threshold-offset F] [--io-readers N] [--io-gap SIZE] [--prefetch=false] [--pin-fixed auto|on|off]] [--stats] [--chunk N] [-c N] [--keep N] [--no-context-shift] [-ctk f16|q8_0|q4_0|f32] [-ctv f16|q8_0|q4_0|f32] [-t N] [--isolated [--timeout D]] [--validate]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseInterspersed(fs, args); !ok {
@@ -151,6 +154,14 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "xpu run: %v\n", err)
 		return 2
 	}
+	ropts, err := kvf.options()
+	if err == nil && *keep < -1 {
+		err = fmt.Errorf("--keep %d: must be -1 (the whole prompt), 0 or more", *keep)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "xpu run: %v\n", err)
+		return 2
+	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "xpu run: %v\n", err)
 		return 1
@@ -162,12 +173,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer m.Close()
 
-	var ropts []llm.RunnerOption
-	kv, err := core.ParseDType(*kvType)
-	if err != nil {
-		return fail(err)
-	}
-	ropts = append(ropts, llm.WithChunkSize(*chunk), llm.WithContextLength(*ctxLen), llm.WithKVCacheType(kv))
+	ropts = append(ropts, llm.WithChunkSize(*chunk), llm.WithContextLength(*ctxLen))
 	low, err := w8.lowering(m, stderr)
 	if err != nil {
 		return fail(err)
@@ -186,7 +192,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		*spec.mode = "off" // verify graphs do not combine with the sparse FFN's
 		var sc *sparse.Sidecar
-		if srt, sc, err = sp.open(ctx, m, spath, *ctxLen, kv); err != nil {
+		if srt, sc, err = sp.open(ctx, m, spath, *ctxLen, kvf.kType()); err != nil {
 			return fail(err)
 		}
 		defer sc.Close()
@@ -234,14 +240,18 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		ropts = append(ropts, llm.WithTrace(tr))
 	}
 	var r *llm.Runner
-	var backends []core.Backend
+	var closers []io.Closer
 	if *units != "" || *planFile != "" {
+		var backends []core.Backend
 		r, backends, err = openPlannedRunner(ctx, m, *units, *planFile, low != nil, spath != "", ropts, lopts...)
+		for _, b := range backends {
+			closers = append(closers, b)
+		}
 	} else {
-		r, backends, err = openRunner(ctx, m, *backend, *policy, *device, allowRef, ropts, lopts...)
+		r, closers, err = openRunner(ctx, m, *backend, *policy, *device, allowRef, ropts, lopts...)
 	}
-	for _, b := range backends {
-		defer b.Close()
+	for _, c := range closers {
+		defer c.Close()
 	}
 	if err != nil {
 		return fail(err)
@@ -253,6 +263,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	info := r.Device().Info()
 	fmt.Fprintf(stderr, "load: %.0f ms (%s, %s, %.1f MB of weights on %s, %s)\n",
 		ms(time.Since(t0)), m.Config.Arch, describe(m), float64(m.WeightBytes())/1e6, strings.Join(r.Units(), ","), deviceTag(info))
+	printKVCache(stderr, r)
 	if len(r.Units()) > 1 {
 		fmt.Fprintf(stderr, "placement:\n%s\n", r.Placement())
 	}
@@ -262,6 +273,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "seed: %d (from the clock; --seed %d repeats this run)\n", s.Seed, s.Seed)
 	}
 	genOpts := []llm.GenerateOption{llm.WithMaxTokens(*n), llm.WithSampler(s)}
+	if *shift && !*noShift {
+		genOpts = append(genOpts, llm.WithContextShift(*keep))
+	}
 	if g != nil {
 		genOpts = append(genOpts, llm.WithConstraint(llm.GrammarConstraint(r.Model().Tokenizer, g)))
 	}
@@ -308,6 +322,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "units:\n%s\n", r.Report())
 	}
 	if *stats {
+		// the device's own words: for the CPU plugin, its build and the int8 path its kernels
+		// take, so that a figure is never read as another instruction set's
+		fmt.Fprintf(stderr, "device: %s: %s\n", info.ID(), info.Name)
 		printSchedStats(stderr, r.Report())
 		if srt != nil {
 			fmt.Fprintf(stderr, "sparse FFN:\n%s\n", srt.Stats())
@@ -408,11 +425,11 @@ func drawProgress(w io.Writer, done, total int) {
 	}
 }
 
-// openRunner opens the named backend, or every backend when a policy chooses, and prepares the
-// model on the first device that accepts every stage. The whole model goes to one device; the
-// backends it opened are returned for closing.
+// openRunner opens the named backend, or when a policy chooses, the plugins of the devices it
+// ranks first, one by one, and prepares the model on the first device that accepts every
+// stage. The whole model goes to one device; what it opened is returned for closing.
 func openRunner(ctx context.Context, m *llm.Model, name, policy string, devIndex int, allowRef bool,
-	opts []llm.RunnerOption, lopts ...loader.Option) (*llm.Runner, []core.Backend, error) {
+	opts []llm.RunnerOption, lopts ...loader.Option) (*llm.Runner, []io.Closer, error) {
 	if policy == "" {
 		if name == "" {
 			name = loader.RefName
@@ -423,39 +440,46 @@ func openRunner(ctx context.Context, m *llm.Model, name, policy string, devIndex
 		}
 		devs := b.Devices()
 		if devIndex < 0 || devIndex >= len(devs) {
-			return nil, []core.Backend{b}, fmt.Errorf("backend %s has %d devices, no index %d: %w", name, len(devs), devIndex, core.ErrNotFound)
+			return nil, []io.Closer{b}, fmt.Errorf("backend %s has %d devices, no index %d: %w", name, len(devs), devIndex, core.ErrNotFound)
 		}
 		r, err := llm.NewRunner(ctx, m, devs[devIndex], opts...)
-		return r, []core.Backend{b}, err
+		return r, []io.Closer{b}, err
 	}
 	p, err := sched.ParsePolicy(policy)
 	if err != nil {
 		return nil, nil, err
 	}
-	backends, _, err := loader.OpenAll(ctx, lopts...)
+	// the policy ranks the devices as their plugins last listed them; only the plugin of the
+	// device that takes the model opens (a run on the CPU plugin opens no OpenCL or NPU runtime)
+	lazy, err := loader.OpenLazy(ctx, lopts...)
 	if err != nil {
-		return nil, backends, err
+		return nil, nil, err
 	}
+	closers := []io.Closer{lazy}
+	devs := lazy.Devices()
 	if allowRef {
-		backends = append(backends, ref.New())
-	}
-	var devs []core.Device
-	for _, b := range backends {
-		devs = append(devs, b.Devices()...)
+		rb := ref.New()
+		closers = append(closers, rb)
+		devs = append(devs, rb.Devices()...)
 	}
 	ranked := p.Rank(llm.RepresentativeMatMul(m), devs)
 	var errs []error
 	for _, d := range ranked {
-		r, err := llm.NewRunner(ctx, m, d, opts...)
+		real, err := lazy.Open(ctx, d)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", d.Info().ID(), err))
+			continue
+		}
+		r, err := llm.NewRunner(ctx, m, real, opts...)
 		if err == nil {
-			return r, backends, nil
+			return r, closers, nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", d.Info().ID(), err))
 	}
 	if len(ranked) == 0 {
 		errs = append(errs, fmt.Errorf("policy %s ranks no device (no plugin found; --backend ref runs the slow reference): %w", p.Name(), core.ErrNotFound))
 	}
-	return nil, backends, errors.Join(errs...)
+	return nil, closers, errors.Join(errs...)
 }
 
 // runFlagCombination says what is wrong with a combination of run's flags ("" when nothing);

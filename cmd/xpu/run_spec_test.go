@@ -126,7 +126,8 @@ func TestRunSpecShortContext(t *testing.T) {
 	}{
 		{[]string{"-c", "8"}, 0, "decode: 4 tokens"},
 		{[]string{"-c", "8", "--spec", "retrieval", "--stats"}, 0, "decode: 4 tokens"},
-		{[]string{"-c", "3"}, 0, "(stop: context)"},
+		{[]string{"-c", "3", "--no-context-shift"}, 0, "(stop: context)"},
+		{[]string{"-c", "3"}, 0, "decode: 4 tokens"}, // the context shifts
 		{[]string{"-c", "3", "--spec", "retrieval"}, 2, "--spec retrieval: the context length 3 is shorter than every verify length (4,8,16,32)"},
 		{[]string{"-c", "8", "--spec-lengths", "4,16"}, 2, "--spec-lengths 4,16: verify lengths must be at most the context length 8"},
 	} {

@@ -38,7 +38,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	backend := fs.String("backend", "", "backend name (neon, opencl, qnn, ref) or plugin path (default: the best usable device)")
 	policy := fs.String("policy", "", "choose the device by policy: prefer-npu, prefer-gpu, prefer-cpu, max-performance (default), max-efficiency")
 	device := fs.Int("device", 0, "device index within --backend")
-	parallel := fs.Int("parallel", 1, "requests generating at once, each on its own runner (a copy of the weights each)")
+	parallel := fs.Int("parallel", 1, "requests generating at once: a KV cache each, their decodes batched into one step on one copy of the weights")
 	maxTokens := fs.Int("max-tokens", serve.DefaultMaxTokens, "most tokens one request may ask for")
 	maxBody := fs.Int64("max-body", serve.DefaultMaxBodyBytes, "largest request body in bytes")
 	maxQueue := fs.Int("max-queue", serve.DefaultMaxQueue, "requests that may wait for a runner before 429")
@@ -57,9 +57,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(threads, "t", 0, "alias of --threads")
 	isolated := fs.Bool("isolated", false, "run the backend in a child process")
 	noSpecial := fs.Bool("no-special", false, "/v1/completions: encode control-token texts in a prompt (\"<|im_start|>\") as plain text; by default they become the control tokens, as in llama.cpp's server (chat messages never do)")
+	kvf := addKVFlags(fs)
+	shift := fs.Bool("context-shift", true, "when a request's context is full, keep its first n_keep tokens (a request parameter, default 0), discard half of the rest and go on, as llama-server does; max_tokens may then exceed the room the prompt leaves")
+	noShift := fs.Bool("no-context-shift", false, "stop a request's generation when its context is full (as --context-shift=false)")
 	tmplFile := fs.String("chat-template", "", "Jinja chat template file to use instead of the model's tokenizer.chat_template")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu serve [--model] F.gguf [--host H] [--port P] [--backend NAME | --policy P] [--parallel N] [--max-tokens N] [--timeout D] [--ctx N]")
+		fmt.Fprintln(stderr, "usage: xpu serve [--model] F.gguf [--host H] [--port P] [--backend NAME | --policy P] [--parallel N] [--max-tokens N] [--timeout D] [--ctx N] [-ctk f16|q8_0|q4_0|f32] [-ctv f16|q8_0|q4_0|f32] [--no-context-shift]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseInterspersed(fs, args); !ok {
@@ -118,12 +121,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(*model), ".gguf")
 	}
+	kvOpts, err := kvf.options()
+	if err != nil {
+		return bad("%v", err)
+	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "xpu serve: %v\n", err)
 		return 1
 	}
 
-	lopts := []llm.LoadOption{llm.WithRunnerOptions(llm.WithChunkSize(*chunk), llm.WithContextLength(*ctxLen))}
+	lopts := []llm.LoadOption{llm.WithRunnerOptions(append(kvOpts, llm.WithChunkSize(*chunk), llm.WithContextLength(*ctxLen))...)}
 	if *threads > 0 {
 		lopts = append(lopts, llm.WithRunnerOptions(llm.WithContextOptions(map[string]string{"threads": fmt.Sprint(*threads)})))
 	}
@@ -141,6 +148,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		lopts = append(lopts, llm.WithPolicy(p))
 	}
 	var sopts []serve.Option
+	if *shift && !*noShift {
+		sopts = append(sopts, serve.WithContextShift())
+	}
 	if *noSpecial {
 		sopts = append(sopts, serve.WithoutSpecialTokens())
 	}
@@ -187,6 +197,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	ln = srv.Listener(ln)
 	fmt.Fprintf(stderr, "xpu serve: %s on %s (%s), %d runner(s), context %d; loaded in %.0f ms\n",
 		*name, eng.Device().Info().ID(), deviceTag(eng.Device().Info()), *parallel, eng.ContextLength(), ms(time.Since(t0)))
+	printKVCache(stderr, eng.Runner)
 	fmt.Fprintf(stderr, "xpu serve: listening on http://%s\n", ln.Addr())
 
 	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)

@@ -49,6 +49,7 @@ var areas = []struct{ id, title string }{
 	{"host", "Plugin calls"},
 	{"accuracy", "W8A8 accuracy (logits against F32)"},
 	{"tokenizer", "Tokenizer"},
+	{"startup", "Start time and memory, xpu run beside llama-simple"},
 }
 
 var (

@@ -118,7 +118,11 @@ func (l *leased) detach() {
 }
 
 func (l *leased) privatize() error {
-	anon, err := unix.MmapPtr(-1, 0, nil, l.size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	// shared anonymous memory, not private: a plugin that repacked a weight hands the file's
+	// pages back with MADV_DONTNEED where the mapping is shared, which on shared memory keeps
+	// the bytes (a later read faults them back) and on private memory would zero them; the
+	// copy may replace the file's pages between the plugin's look at the mapping and its madvise
+	anon, err := unix.MmapPtr(-1, 0, nil, l.size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
 	if err != nil {
 		return err
 	}

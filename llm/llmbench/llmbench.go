@@ -214,14 +214,31 @@ func trimZero(s string) string { return strings.TrimSuffix(s, ".0") }
 // Result is one test on one configuration with every repetition's time.
 type Result struct {
 	Model   ModelInfo
-	Backend string // backend name: "neon", "opencl", "ref"
-	Device  string // device id: "neon:0"
-	Threads int    // 0: the backend's default
-	Chunk   int    // prefill chunk length
-	KV      core.DType
+	Backend string     // backend name: "neon", "opencl", "ref"
+	Device  string     // device id: "neon:0"
+	Threads int        // 0: the backend's default
+	Chunk   int        // prefill chunk length
+	KV      core.DType // the K cache's dtype
+	KVV     core.DType // the V cache's dtype (core.InvalidDType: KV's)
 	Test    Test
 	Time    time.Time // when the test started
 	Samples []time.Duration
+}
+
+// VType is the V cache's dtype.
+func (r Result) VType() core.DType {
+	if r.KVV == core.InvalidDType {
+		return r.KV
+	}
+	return r.KVV
+}
+
+// kvLabel names the cache's dtypes: one when K and V share it, else "k/v".
+func (r Result) kvLabel() string {
+	if r.VType() == r.KV {
+		return r.KV.String()
+	}
+	return r.KV.String() + "/" + r.VType().String()
 }
 
 // Rates is tokens/s of every repetition.

@@ -69,7 +69,7 @@ func (r Result) Record() Record {
 	rec := Record{
 		ModelFilename: r.Model.Filename, ModelType: r.Model.Type, ModelSize: r.Model.Size,
 		ModelNParams: r.Model.Params, Backends: r.Backend, Device: r.Device, NThreads: r.Threads,
-		Chunk: r.Chunk, TypeK: r.KV.String(), TypeV: r.KV.String(), NPrompt: r.Test.Prompt,
+		Chunk: r.Chunk, TypeK: r.KV.String(), TypeV: r.VType().String(), NPrompt: r.Test.Prompt,
 		NGen: r.Test.Gen, NDepth: r.Test.Depth, TestTime: r.Time.UTC(),
 		SamplesNs: make([]int64, len(r.Samples)), SamplesTs: r.Rates(),
 	}
@@ -195,7 +195,7 @@ func (m *mdWriter) Write(r Result) error {
 		threads = strconv.Itoa(r.Threads)
 	}
 	cells := []string{r.Model.Type, humanBytes(r.Model.Size), humanParams(r.Model.Params), r.Device,
-		threads, strconv.Itoa(r.Chunk), r.KV.String(), r.Test.Name(), fmt.Sprintf("%.2f ± %.2f", mean, sd)}
+		threads, strconv.Itoa(r.Chunk), r.kvLabel(), r.Test.Name(), fmt.Sprintf("%.2f ± %.2f", mean, sd)}
 	_, err := fmt.Fprintf(m.w, "| %s |\n", strings.Join(cells, " | "))
 	return err
 }

@@ -113,7 +113,7 @@ func (s *Server) llamaCompletion(w http.ResponseWriter, r *http.Request) *apiErr
 		return e
 	}
 	if q.NPredict == nil || *q.NPredict < 0 { // llama-server's -1: until the context or the server's limit
-		j.maxTokens = min(s.cfg.maxTokens, s.ctxLen-len(ids))
+		j.maxTokens = s.untilContext(len(ids))
 	}
 	if q.NProbs < 0 || q.NProbs > llm.MaxTopLogprobs {
 		return badRequest("n_probs", "invalid_value", "n_probs %d: must be 0 to %d", q.NProbs, llm.MaxTopLogprobs)

@@ -44,6 +44,7 @@ type ollamaOptions struct {
 	knobs
 	NumPredict *int     `json:"num_predict"`
 	Stop       []string `json:"stop"`
+	NumKeep    *int     `json:"num_keep"` // n_keep in ollama's name
 }
 
 type ollamaCommon struct {
@@ -63,6 +64,9 @@ func (s *Server) ollamaJob(c *ollamaCommon, ids []int32) (*job, *apiError) {
 		return nil, badRequest("format", "", "format (structured output) is not supported")
 	}
 	sm := sampling{knobs: c.Options.knobs, Model: s.cfg.name, Stop: c.Options.Stop}
+	if c.Options.NumKeep != nil {
+		sm.NKeep = c.Options.NumKeep
+	}
 	if n := c.Options.NumPredict; n != nil && *n > 0 {
 		sm.MaxTokens = n
 	}
@@ -81,7 +85,7 @@ func (s *Server) ollamaJob(c *ollamaCommon, ids []int32) (*job, *apiError) {
 		return nil, e
 	}
 	if n := c.Options.NumPredict; n != nil && *n < 0 { // -1: until the context or the server's limit
-		j.maxTokens = min(s.cfg.maxTokens, s.ctxLen-len(ids))
+		j.maxTokens = s.untilContext(len(ids))
 	}
 	j.stream = c.Stream == nil || *c.Stream
 	return j, nil

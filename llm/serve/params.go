@@ -15,7 +15,8 @@ import (
 // still accepted at its neutral value (null, false, "none", an empty list), which clients send
 // by default.
 
-// MaxChoices bounds n: the choices are generated one after another on one runner.
+// MaxChoices bounds n: the choices run at once on the runners free when the request starts
+// (their decodes batched), or one after another on one runner.
 const MaxChoices = 16
 
 // unsupported is a known parameter the server cannot honour; neutral says whether a value asks
@@ -92,6 +93,9 @@ type knobs struct {
 	TypicalP         *float64           `json:"typical_p"`
 	RepeatPenalty    *float64           `json:"repeat_penalty"`
 	RepeatLastN      *int               `json:"repeat_last_n"`
+	// NKeep is llama-server's n_keep: the prompt tokens a context shift keeps (after BOS; -1:
+	// the whole prompt), on a server that shifts (WithContextShift).
+	NKeep *int `json:"n_keep"`
 }
 
 // sampler checks the knobs' ranges and builds the sampler; vocab bounds logit_bias's token

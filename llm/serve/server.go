@@ -8,8 +8,10 @@
 //
 // A runner holds one sequence at a time, so requests share the model through a pool of
 // runners (WithParallel, default 1: the engine's own). A request waits in a bounded queue
-// (WithMaxQueue) for a free runner and is refused with 429 when the queue is full; each
-// runner beyond the first costs another copy of the weights and KV cache on the device. A
+// (WithMaxQueue, first come first served) for a free runner and is refused with 429 when the
+// queue is full. With several, the runners are one llm.Batch (batch.go): one copy of the
+// weights, a KV cache each, and the decodes of the requests generating at once run as one step
+// (continuous batching: a request joins and leaves between tokens). A
 // runner keeps its KV cache between requests: a request goes to the free runner whose cache
 // holds the longest prefix of its prompt (pool.go says when a match counts), which keeps that
 // prefix and prefills only the rest; usage.prompt_tokens_details.cached_tokens says how many
@@ -17,7 +19,8 @@
 //
 // Limits: the request body (WithMaxBodyBytes, 413 past it; one JSON value, 400 for anything
 // after it), max_tokens (WithMaxTokens, 400 past it), the prompt plus max_tokens within the
-// context (400), and the time a request may take from arrival to its last token
+// context (400; with WithContextShift only the prompt, generation shifting the context as
+// llama-server does, n_keep per request), and the time a request may take from arrival to its last token
 // (WithRequestTimeout; a request still queued then gets 503, generation in progress is cut and
 // the answer, whole or streamed, ends with finish_reason "length" and the text made so far).
 // Errors are OpenAI-style bodies: {"error": {"message", "type", "param", "code"}}.
@@ -79,6 +82,7 @@ const (
 type config struct {
 	name       string
 	parallel   int
+	noBatch    bool // WithoutBatching
 	maxTokens  int
 	maxBody    int64
 	timeout    time.Duration
@@ -88,6 +92,7 @@ type config struct {
 	// restartBackoff is the first wait between failed rebuilds after a backend crash
 	restartBackoff time.Duration
 	noSpecial      bool // /v1/completions encodes control-token texts as plain text
+	contextShift   bool // WithContextShift
 	// connection limits (conn.go)
 	headerTimeout, readTimeout, idleTimeout, writeTimeout time.Duration
 	maxConns, maxConnsPerClient                           int
@@ -100,8 +105,15 @@ type Option func(*config)
 // WithModelName is the model id clients name (default "xpu").
 func WithModelName(name string) Option { return func(c *config) { c.name = name } }
 
-// WithParallel is how many requests generate at once, each on its own runner (default 1).
+// WithParallel is how many requests generate at once (default 1). Above 1 their runners are an
+// llm.Batch: one copy of the weights, their decodes run as one step (see WithoutBatching).
 func WithParallel(n int) Option { return func(c *config) { c.parallel = n } }
+
+// WithContextShift lets generation go on past a full context as llama-server does: the first
+// n_keep prompt tokens of the request (default 0, plus BOS) stay, half of the rest is discarded
+// and generation continues (llm.WithContextShift). A request's max_tokens may then exceed the
+// room its prompt leaves; the prompt itself must still fit the context.
+func WithContextShift() Option { return func(c *config) { c.contextShift = true } }
 
 // WithMaxTokens is the most tokens one request may ask for (default DefaultMaxTokens).
 func WithMaxTokens(n int) Option { return func(c *config) { c.maxTokens = n } }
@@ -155,6 +167,11 @@ type Server struct {
 	hooks   testHooks
 	// grammars are recent json_schema requests' compiled grammars
 	grammars grammarCache
+	// batch, with parallel > 1, holds the slots' runners: their decodes run as one step
+	batch *llm.Batch
+	// embed serves /v1/embeddings, made at its first request (embeddings.go)
+	embedMu sync.Mutex
+	embed   *llm.Embedder
 }
 
 // testHooks let a test act at a chosen point of a request (kill the backend mid-stream); nil
@@ -220,7 +237,12 @@ func New(ctx context.Context, eng *llm.Engine, opts ...Option) (*Server, error) 
 		detached, err := s.modelChanged()
 		return detached || err != nil
 	}
-	s.all = append(s.all, &slot{r: eng.Runner, engine: true})
+	if err := s.newBatch(ctx); err != nil {
+		return nil, err
+	}
+	if s.batch == nil {
+		s.all = append(s.all, &slot{r: eng.Runner, engine: true})
+	}
 	for len(s.all) < cfg.parallel {
 		r, err := eng.NewRunner(ctx)
 		if err != nil {
@@ -258,6 +280,11 @@ func (s *Server) Close() error {
 		}
 	}
 	s.all = nil
+	if s.batch != nil {
+		errs = append(errs, s.batch.Close())
+		s.batch = nil
+	}
+	errs = append(errs, s.closeEmbedder())
 	return errors.Join(errs...)
 }
 
@@ -266,6 +293,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/chat/completions", s.post(s.chat))
 	mux.HandleFunc("/v1/completions", s.post(s.complete))
+	mux.HandleFunc("/v1/embeddings", s.post(s.embeddings))
 	mux.HandleFunc("/v1/models", s.get(s.models))
 	mux.HandleFunc("/health", s.get(s.health))
 	mux.HandleFunc("/metrics", s.get(s.metrics))
@@ -424,6 +452,26 @@ type job struct {
 	logprobs  bool             // report each token's logprob
 	echo      string           // text put before each completion's (the completions API's echo)
 	tools     bool             // the model was given tools: its reply is parsed for calls
+	keep      *int             // with a context shift, the request's n_keep (nil: no shift)
+}
+
+// genOptions are the generate options every choice of j shares but its sampler.
+func (j *job) genOptions() []llm.GenerateOption {
+	opts := []llm.GenerateOption{llm.WithMaxTokens(j.maxTokens)}
+	if j.keep != nil {
+		opts = append(opts, llm.WithContextShift(*j.keep))
+	}
+	return opts
+}
+
+// untilContext is the token budget of a request asking for tokens until the context ends
+// (llama-server's n_predict -1): the room past its prompt, or with a context shift, which
+// never runs out of room, the server's limit.
+func (s *Server) untilContext(prompt int) int {
+	if s.cfg.contextShift {
+		return s.cfg.maxTokens
+	}
+	return min(s.cfg.maxTokens, s.ctxLen-prompt)
 }
 
 // maxCachedGrammars bounds the compiled json_schema grammars a server keeps.
@@ -527,6 +575,17 @@ func (s *Server) validate(q *sampling, prompt []int32, promptParam string) (*job
 	max := q.MaxTokens
 	if q.MaxCompletionTokens != nil {
 		max = q.MaxCompletionTokens
+	}
+	if s.cfg.contextShift {
+		// generation goes on past the context by shifting it: only the prompt must fit
+		room = s.cfg.maxTokens
+		keep := 0
+		if q.NKeep != nil {
+			if keep = *q.NKeep; keep < -1 {
+				return nil, badRequest("n_keep", "invalid_value", "n_keep %d: must be -1 (the whole prompt), 0 or more", keep)
+			}
+		}
+		j.keep = &keep
 	}
 	switch {
 	case max == nil:
@@ -750,16 +809,21 @@ func (s *Server) generate(ctx context.Context, sl *slot, opts []llm.GenerateOpti
 }
 
 // run generates on a free runner and writes the answer, whole or as a stream; ctx is r's
-// context bounded by the request timeout. The n choices are generated one after another on the
-// same runner, choice i with the request's seed plus i.
+// context bounded by the request timeout. Choice i runs with the request's seed plus i. With
+// n > 1 the choices run at once on the runners free when the request starts (batch.go: their
+// decodes share steps), each runner taking every len(runners)-th choice; with none free beside
+// its own, one after another on it.
 func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request, j *job, object string, gen generateFunc) *apiError {
 	sl, e := s.acquire(ctx, j.prompt)
 	if e != nil {
 		return e
 	}
+	held := s.choiceSlots(sl, j)
 	defer func() {
-		if sl != nil {
-			s.slots.put(sl)
+		for _, sl := range held {
+			if sl != nil {
+				s.slots.put(sl)
+			}
 		}
 	}()
 	s.met.inflight.Add(1)
@@ -777,49 +841,77 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 		if j.logprobs {
 			sc.Logprobs = func(l llm.TokenLogprob) { *lps = append(*lps, l) }
 		}
-		opts := []llm.GenerateOption{llm.WithMaxTokens(j.maxTokens), llm.WithSampler(sc)}
+		opts := append(j.genOptions(), llm.WithSampler(sc))
 		if j.grammar != nil {
 			opts = append(opts, llm.WithConstraint(llm.GrammarConstraint(s.tok, j.grammar)))
 		}
 		return opts
 	}
-	completion := 0 // tokens generated over all choices
-	cached := -1    // the first choice's cached prompt tokens
+	var mu sync.Mutex // completion, cached and the stream's writes, shared by the choices
+	completion := 0   // tokens generated over all choices
+	cached := -1      // the first choice's cached prompt tokens
+	count := func(i int, res llm.Result) {
+		s.met.tokens(len(j.prompt), len(res.Tokens))
+		mu.Lock()
+		completion += len(res.Tokens)
+		if i == 0 {
+			cached = res.CachedTokens
+		}
+		mu.Unlock()
+	}
 	if j.stream {
 		sse := newSSE(w)
+		send := func(v any) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return sse.send(v)
+		}
 		chunkObject := "chat.completion.chunk"
 		if !chat {
 			chunkObject = object
 		}
-		offset := len(j.echo) // the text_offset of the next token (completions' logprobs)
-		piece := func(i int, text string, lps []llm.TokenLogprob, finish *string) response {
+		// offset: the text_offset of the choice's next token (completions' logprobs)
+		piece := func(i int, text string, lps []llm.TokenLogprob, finish *string, offset *int) response {
 			resp := response{ID: id, Object: chunkObject, Created: created, Model: s.cfg.name}
 			if chat {
 				resp.Choices = []chatChoice{{Index: i, Delta: &delta{Content: text}, FinishReason: finish,
 					Logprobs: s.chatLogprobs(j, lps)}}
 			} else {
-				resp.Choices = []textChoice{{Index: i, Text: text, FinishReason: finish, Logprobs: s.textLogprobs(j, lps, &offset)}}
+				resp.Choices = []textChoice{{Index: i, Text: text, FinishReason: finish, Logprobs: s.textLogprobs(j, lps, offset)}}
 			}
 			return resp
 		}
-		for i := 0; i < j.n; i++ {
+		// a choice that fails ends the stream without [DONE] (after an error event, or with the
+		// client gone): the others stop
+		failed := false
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		fail := func() bool {
+			mu.Lock()
+			failed = true
+			mu.Unlock()
+			cancel()
+			return false
+		}
+		s.eachChoice(held, j.n, func(k, i int) bool {
+			offset := len(j.echo)
 			if chat {
 				first := response{ID: id, Object: chunkObject, Created: created, Model: s.cfg.name,
 					Choices: []chatChoice{{Index: i, Delta: &delta{Role: "assistant"}}}}
-				if err := sse.send(first); err != nil {
-					return nil // the client is gone
+				if err := send(first); err != nil {
+					return fail() // the client is gone
 				}
 			} else if j.echo != "" {
 				offset = 0
-				if err := sse.send(piece(i, j.echo, nil, nil)); err != nil {
-					return nil
+				if err := send(piece(i, j.echo, nil, nil, &offset)); err != nil {
+					return fail()
 				}
 			}
 			var lps []llm.TokenLogprob
 			sentLps := 0
 			sent := 0
 			// with tools, the reply's beginning is held back while it may be a tool call
-			var held strings.Builder
+			var heldText strings.Builder
 			holding := j.tools
 			stream := func(text string) error {
 				if s.hooks.beforeSend != nil {
@@ -827,53 +919,52 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 				}
 				sent++
 				if holding {
-					held.WriteString(text)
-					if mayBeToolCall(held.String()) {
+					heldText.WriteString(text)
+					if mayBeToolCall(heldText.String()) {
 						return nil
 					}
-					holding, text = false, held.String()
+					holding, text = false, heldText.String()
 				}
 				// the tokens sampled since the last piece travel with it
-				p := piece(i, text, lps[sentLps:], nil)
+				p := piece(i, text, lps[sentLps:], nil, &offset)
 				sentLps = len(lps)
-				return sse.send(p)
+				return send(p)
 			}
 			opts := append(choice(i, &lps), llm.WithStream(stream))
 			var res llm.Result
 			var err error
-			sl, res, err = s.generate(ctx, sl, opts, s.replyOr(gen, stream), func() int { return sent })
-			s.met.tokens(len(j.prompt), len(res.Tokens))
-			completion += len(res.Tokens)
-			if cached < 0 {
-				cached = res.CachedTokens
-			}
+			held[k], res, err = s.generate(sctx, held[k], opts, s.replyOr(gen, stream), func() int { return sent })
+			count(i, res)
 			switch {
 			case err != nil && r.Context().Err() != nil:
 				s.cfg.logger.Debug("serve: client went away during a stream", "err", err)
-				return nil
+				return fail()
+			case err != nil && sctx.Err() != nil && ctx.Err() == nil && !crashed(err):
+				return false // another choice failed
 			case err != nil && ctx.Err() != nil && !crashed(err):
 				// the request timeout cut generation: the stream still ends well-formed
 				res.Stop = llm.StopMaxTokens
 			case err != nil:
 				s.cfg.logger.Warn("serve: generation failed", "err", err)
-				_ = sse.send(map[string]*apiError{"error": generationError(err)})
-				return nil
+				_ = send(map[string]*apiError{"error": generationError(err)})
+				return fail()
 			}
 			fin := finishReason(res.Stop)
-			if holding && held.Len() > 0 {
-				if calls, ok := parseToolCalls(held.String()); ok {
+			if holding && heldText.Len() > 0 {
+				if calls, ok := parseToolCalls(heldText.String()); ok {
 					fin = "tool_calls"
-					_ = sse.send(response{ID: id, Object: chunkObject, Created: created, Model: s.cfg.name,
+					_ = send(response{ID: id, Object: chunkObject, Created: created, Model: s.cfg.name,
 						Choices: []chatChoice{{Index: i, Delta: &delta{ToolCalls: apiToolCalls(calls, true)}}}})
 				} else {
-					_ = sse.send(piece(i, held.String(), lps[sentLps:], nil))
+					_ = send(piece(i, heldText.String(), lps[sentLps:], nil, &offset))
 					sentLps = len(lps)
 				}
 			}
-			_ = sse.send(piece(i, "", lps[min(sentLps, len(lps)):], &fin))
-			if ctx.Err() != nil {
-				break // the time is up: no further choice
-			}
+			_ = send(piece(i, "", lps[min(sentLps, len(lps)):], &fin, &offset))
+			return ctx.Err() == nil // the time is up: no further choice
+		})
+		if failed {
+			return nil
 		}
 		if j.usage {
 			u := usageOf(j, completion, cached)
@@ -883,9 +974,14 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 		_ = sse.done()
 		return nil
 	}
-	var chatChoices []chatChoice
-	var textChoices []textChoice
-	for i := 0; i < j.n; i++ {
+	type outcome struct {
+		ran bool
+		res llm.Result
+		err error
+		lps []llm.TokenLogprob
+	}
+	outs := make([]outcome, j.n)
+	s.eachChoice(held, j.n, func(k, i int) bool {
 		var lps []llm.TokenLogprob
 		opts := choice(i, &lps)
 		if s.hooks.beforeSend != nil {
@@ -894,12 +990,18 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 		}
 		var res llm.Result
 		var err error
-		sl, res, err = s.generate(ctx, sl, opts, s.replyOr(gen, nil), func() int { return 0 })
-		s.met.tokens(len(j.prompt), len(res.Tokens))
-		completion += len(res.Tokens)
-		if cached < 0 {
-			cached = res.CachedTokens
+		held[k], res, err = s.generate(ctx, held[k], opts, s.replyOr(gen, nil), func() int { return 0 })
+		count(i, res)
+		outs[i] = outcome{ran: true, res: res, err: err, lps: lps}
+		return err == nil && ctx.Err() == nil
+	})
+	var chatChoices []chatChoice
+	var textChoices []textChoice
+	for i, o := range outs {
+		if !o.ran {
+			break // the time ran out (or a choice before failed) before this one started
 		}
+		res, err := o.res, o.err
 		switch {
 		case err != nil && ctx.Err() != nil && r.Context().Err() == nil && !crashed(err):
 			// the request timeout cut generation: answer with the text so far, as a stream does
@@ -916,14 +1018,11 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 			if calls, ok := parseToolCalls(res.Text); ok && j.tools {
 				msg.Content, msg.ToolCalls, fin = nil, apiToolCalls(calls, false), "tool_calls"
 			}
-			chatChoices = append(chatChoices, chatChoice{Index: i, Message: msg, FinishReason: &fin, Logprobs: s.chatLogprobs(j, lps)})
+			chatChoices = append(chatChoices, chatChoice{Index: i, Message: msg, FinishReason: &fin, Logprobs: s.chatLogprobs(j, o.lps)})
 		} else {
 			offset := len(j.echo)
 			textChoices = append(textChoices, textChoice{Index: i, Text: j.echo + res.Text, FinishReason: &fin,
-				Logprobs: s.textLogprobs(j, lps, &offset)})
-		}
-		if ctx.Err() != nil {
-			break
+				Logprobs: s.textLogprobs(j, o.lps, &offset)})
 		}
 	}
 	u := usageOf(j, completion, cached)

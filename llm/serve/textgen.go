@@ -28,7 +28,7 @@ func (s *Server) generateOne(ctx context.Context, r *http.Request, j *job, gen g
 	s.met.inflight.Add(1)
 	defer s.met.inflight.Add(-1)
 	sent := 0
-	opts := []llm.GenerateOption{llm.WithMaxTokens(j.maxTokens), llm.WithSampler(j.sampler)}
+	opts := append(j.genOptions(), llm.WithSampler(j.sampler))
 	if piece != nil {
 		opts = append(opts, llm.WithStream(func(text string) error { sent++; return piece(text) }))
 	}

@@ -19,7 +19,8 @@ type PlanOptions struct {
 	Tokens []int32 // calibration tokens (required)
 	Budget int64   // bytes the runtime may use (required)
 	// Context and KVType size the KV cache of the fixed region (default: the runner's
-	// default context, min(model context, 4096), and F32, the runner's default cache type).
+	// default context, min(model context, 4096), and F32, the largest cache type: a plan
+	// sized for it holds for any).
 	Context int
 	KVType  core.DType
 	// Fit is how the predictors are fitted: FitSVD (the default) from the gate weights' truncated
@@ -68,7 +69,7 @@ func FixedRegion(m *llm.Model, ctxLen int, kv core.DType, rank int) Fixed {
 		}
 		fx.Weights += t.Size
 	}
-	fx.KV = 2 * int64(c.Layers) * int64(ctxLen) * int64(c.KVHeads*c.HeadDim) * kv.Bytes(1)
+	fx.KV = 2 * llm.KVCacheBytes(m, ctxLen, kv) // whole rows: a quantized cache's blocks too
 	fx.Predictors = int64(c.Layers) * (2*int64(rank)*int64(c.Dim+c.FFN) + 4*int64(c.FFN))
 	return fx
 }

@@ -13,9 +13,12 @@
 /* ---------------------------------------------------------------- memory */
 
 /*
- * Zeroed memory, 64-byte aligned. Large blocks are 2 MiB aligned and asked for transparent
- * huge pages: kernels stream weight matrices row block by row block, and with 4 KiB pages each
- * 1 KiB row segment of a 16 KiB-stride matrix is a TLB miss.
+ * Zeroed memory, 64-byte aligned. Large blocks are 2 MiB aligned and their whole 2 MiB pages
+ * asked for transparent huge pages: kernels stream weight matrices row block by row block, and
+ * with 4 KiB pages each 1 KiB row segment of a 16 KiB-stride matrix is a TLB miss. Only the
+ * pages that hold size bytes are touched, and the part past the last whole huge page keeps
+ * small pages: a 9 MiB weight must not make 10 MiB resident (an FFN matrix of a 1B model is
+ * 9 MiB, and a model has dozens of them).
  */
 void *nv_alloc(uint64_t size) {
   const uint64_t huge = (uint64_t)2 << 20;
@@ -25,9 +28,11 @@ void *nv_alloc(uint64_t size) {
   void *mem = NULL;
   if (posix_memalign(&mem, (size_t)align, (size_t)rounded) != 0) return NULL;
 #ifdef MADV_HUGEPAGE
-  if (align == huge) (void)madvise(mem, (size_t)rounded, MADV_HUGEPAGE); /* a hint: failure is fine */
+  if (align == huge) (void)madvise(mem, (size_t)(size / huge * huge), MADV_HUGEPAGE); /* a hint: failure is fine */
 #endif
-  memset(mem, 0, (size_t)rounded);
+  /* zero through the page that holds the end: a SIMD read just past size reads zeros */
+  uint64_t touched = (size + 4095) / 4096 * 4096;
+  memset(mem, 0, (size_t)(touched < rounded ? touched : rounded));
   return mem;
 }
 

@@ -192,13 +192,10 @@ xpu_status nv_api_executable_release(xpu_executable h) {
 /* ---------------------------------------------------------------- executions */
 
 void nv_execution_free(nv_execution *x) {
-  for (uint32_t i = 0; i < x->n_io; i++)
+  for (uint32_t i = 0; x->bind && i < x->n_io; i++)
     if (x->bind[i]) nv_buffer_unref(x->bind[i]);
   free(x->bind);
   free(x->bind_off);
-  free(x->arena);
-  free(x->scratch);
-  free(x->shared);
   pthread_mutex_destroy(&x->mu);
   pthread_cond_destroy(&x->cv);
   atomic_fetch_sub(&x->exe->executions, 1);
@@ -221,20 +218,12 @@ xpu_status nv_api_execution_create(xpu_executable eh, xpu_execution *out) {
   atomic_fetch_add(&e->ctx->children, 1);
   x->bind = (nv_buffer **)calloc(x->n_io ? x->n_io : 1, sizeof(nv_buffer *));
   x->bind_off = (uint64_t *)calloc(x->n_io ? x->n_io : 1, sizeof(uint64_t));
-  x->scratch_threads = e->threads;
-  void *arena = NULL, *scratch = NULL, *shared = NULL;
-  int ok = x->bind && x->bind_off;
-  /* never NULL, so that a zero-size value still has an address */
-  if (ok) ok = (arena = nv_alloc(e->arena_bytes)) != NULL;
-  if (ok && e->scratch_bytes) ok = (scratch = nv_alloc(e->scratch_bytes * (uint64_t)e->threads)) != NULL;
-  if (ok && e->shared_bytes) ok = (shared = nv_alloc(e->shared_bytes)) != NULL;
-  x->arena = (uint8_t *)arena;
-  x->shared = (uint8_t *)shared;
-  x->scratch = (uint8_t *)scratch;
-  if (!ok) {
+  /* the intermediates (arena, scratch, shared work area) are lent by the context for each run
+   * (exec.c): a model's stages run one after another, and each holding its own would keep
+   * every stage's intermediates resident (for a prefill chunk, megabytes per layer) */
+  if (!x->bind || !x->bind_off) {
     nv_execution_free(x);
-    return xpu_fail(&nv_reg, eh, XPU_E_OUT_OF_MEMORY, "execution_create: cannot allocate %llu bytes of intermediates",
-                    (unsigned long long)e->arena_bytes);
+    return xpu_fail(&nv_reg, eh, XPU_E_OUT_OF_MEMORY, "execution_create: out of memory");
   }
   xpu_handle h = xpu_reg_add(&nv_reg, OBJ_EXECUTION, x);
   if (!h) {

@@ -455,25 +455,55 @@ static void pack_task(void *p, int tid, int nth) {
   nv_qpack_groups(A->dtype, A->src, A->N, A->K, g0, g1, A->dst);
 }
 
+/* 1 when [lo, hi) lies inside one shared mapping of this process (MAP_SHARED: a file, as the
+ * host maps a GGUF, or a memfd). Dropping such pages loses nothing: a later read faults them
+ * back from the file or the shared memory. A private mapping's pages may hold the only copy of
+ * their bytes (the host's heap, a private copy of a file), so they are never dropped. A line
+ * longer than the buffer is read in pieces; only a line's first piece is parsed. */
+static int in_shared_mapping(uintptr_t lo, uintptr_t hi) {
+  FILE *f = fopen("/proc/self/maps", "re");
+  if (!f) return 0;
+  char line[256];
+  int start = 1, shared = 0;
+  while (fgets(line, sizeof line, f)) {
+    int first = start;
+    start = strchr(line, '\n') != NULL;
+    unsigned long a, b;
+    char perms[5];
+    if (!first || sscanf(line, "%lx-%lx %4s", &a, &b, perms) != 3) continue;
+    if (lo >= a && hi <= b) {
+      shared = perms[3] == 's';
+      break;
+    }
+  }
+  fclose(f);
+  return shared;
+}
+
 /* The original bytes of a repacked weight are not read again by the kernels. Where they are
- * the host's memory (an mmap'd GGUF, imported zero-copy) or a mapped fd, tell the kernel so:
- * MADV_COLD moves the whole pages inside the weight to the inactive list, so under memory
- * pressure the page cache drops them first instead of the repacked copy. It is only a hint
- * (the data stays valid; a later reader, e.g. GET_ROWS on a tied embedding, faults pages back
- * in), and plugin-owned buffers are left alone. */
-static void advise_cold(const nv_buffer *b, uint64_t off, uint64_t len) {
-#if defined(MADV_COLD)
+ * the host's memory (an mmap'd GGUF, imported zero-copy) or a mapped fd, the pages that lie
+ * wholly inside the weight are handed back: without this a repacked model is resident twice
+ * (the file's pages and the copy), which on a phone decides whether a model fits. In a shared
+ * mapping MADV_DONTNEED drops them from this process (the page cache keeps them for the next
+ * start; a later reader, e.g. GET_ROWS on a tied embedding, faults them back in). Elsewhere
+ * only MADV_COLD is safe: the pages stay, first in line when memory runs short. Plugin-owned
+ * buffers are left alone. A host that replaces a shared mapping under the plugin by a copy
+ * (xpu's gguf does when the file is overwritten) makes the copy shared memory too, so that a
+ * drop racing with the replacement loses nothing either. */
+static void release_original(const nv_buffer *b, uint64_t off, uint64_t len) {
   if (b->owned == 1) return;
   long pg = sysconf(_SC_PAGESIZE);
   if (pg <= 0) return;
   uintptr_t lo = (uintptr_t)(b->data + off), hi = lo + len;
   lo = (lo + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
   hi &= ~((uintptr_t)pg - 1);
-  if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_COLD);
-#else
-  (void)b;
-  (void)off;
-  (void)len;
+  if (hi <= lo) return;
+  if (in_shared_mapping(lo, hi)) {
+    (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    return;
+  }
+#if defined(MADV_COLD)
+  (void)madvise((void *)lo, hi - lo, MADV_COLD);
 #endif
 }
 
@@ -546,7 +576,7 @@ nv_qpacked *nv_qpack_get(nv_context *c, nv_buffer *buf, uint64_t off, uint32_t d
   nv_pool_run(c->pool, NULL, nv_pool_size(c->pool), pack_task, &A);
   /* a float weight's original stays in use: the decode graphs' GEMV reads it */
   if (!nv_is_float_weight(dtype))
-    advise_cold(buf, off, (uint64_t)N * nv_row_bytes(dtype, K));
+    release_original(buf, off, (uint64_t)N * nv_row_bytes(dtype, K));
   *p = (nv_qpacked){c->pk, buf, off, gen, dtype, N, K, 1, d, bytes, NULL};
   c->pk = p;
   c->pk_bytes += bytes;

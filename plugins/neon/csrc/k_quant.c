@@ -272,6 +272,21 @@ QDOT_VARIANTS(qdot_x86, )
 QDOT_VARIANTS(qdot_vnni, VNNI)
 #endif
 
+/* The int8 dot product the quantized matmul kernels take on this CPU (int8dot on), by the
+ * tests nv_qdot_select and nv_kpk_select make: named in the device's name, so that `xpu
+ * devices` and a run's --stats say which path a figure was measured on. */
+const char *nv_int8_path(void) {
+#if defined(__aarch64__)
+  return nv_have_dotprod() ? "arm64 dotprod" : "arm64 NEON widening";
+#elif defined(QDOT_IMPL) && defined(__AVX512F__)
+  return have_vnni() ? "AVX-512 VNNI" : "AVX-512 without VNNI (AVX2 int8)";
+#elif defined(QDOT_IMPL)
+  return have_vnni() ? "AVX2, VNNI on 256-bit vectors" : "AVX2";
+#else
+  return "portable (SSE2 widening)";
+#endif
+}
+
 nv_qdot_fn nv_qdot_select(uint32_t dtype, int int8dot) {
   (void)int8dot;
   int q8 = dtype == XPU_DT_Q8_0;

@@ -109,6 +109,10 @@ struct nv_context {
   pthread_mutex_t pkmu;
   struct nv_qpacked *pk;
   uint64_t pk_bytes;
+  /* intermediates (arena and per-thread scratch) lent to this context's executions for the
+   * length of one run (exec.c) */
+  pthread_mutex_t wkmu;
+  struct nv_work *work;
 };
 
 /* where one graph tensor lives during an execution */
@@ -147,14 +151,13 @@ typedef struct nv_execution {
   uint32_t n_io;
   nv_buffer **bind;
   uint64_t *bind_off;
-  uint8_t *arena;
-  uint8_t *scratch; /* threads * scratch_bytes */
-  uint8_t *shared;
-  int scratch_threads;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int state;
 } nv_execution;
+
+/* Frees the intermediates a context lent to its executions (none may be running). */
+void nv_work_free(nv_context *c);
 
 /* ---------------------------------------------------------------- graph (graph.c) */
 
@@ -270,6 +273,8 @@ int nv_quantize_block_q8(const float *xb, float *d, int8_t *q);
  * (vdotq_s32, vpdpbusd): the context option int8dot=0, so tests reach both paths */
 nv_qdot_fn nv_qdot_select(uint32_t dtype, int int8dot);
 int nv_have_dotprod(void);
+/* the int8 dot-product path the quantized kernels take on this CPU, for the device's name */
+const char *nv_int8_path(void);
 
 /* ---------------------------------------------------------------- repacked weights (k_qpack.c) */
 

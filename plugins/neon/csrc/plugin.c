@@ -88,6 +88,8 @@ static void context_free(nv_context *c) {
   nv_pool_destroy(c->pool);
   xpu_queue_destroy(&c->q);
   pthread_mutex_destroy(&c->pkmu);
+  nv_work_free(c);
+  pthread_mutex_destroy(&c->wkmu);
   free(c);
 }
 
@@ -141,11 +143,13 @@ xpu_status nv_api_context_create(uint32_t device, const char *options, xpu_conte
   c->threads = threads;
   xpu_queue_init(&c->q, nv_run_job);
   pthread_mutex_init(&c->pkmu, NULL);
+  pthread_mutex_init(&c->wkmu, NULL);
   char err[256];
   c->pool = nv_pool_create(threads, &cpus, err, sizeof err);
   if (!c->pool) {
     xpu_queue_destroy(&c->q);
     pthread_mutex_destroy(&c->pkmu);
+    pthread_mutex_destroy(&c->wkmu);
     free(c);
     return xpu_fail(&nv_reg, 0, XPU_E_OUT_OF_MEMORY, "context_create: %s", err);
   }

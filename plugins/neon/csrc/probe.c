@@ -54,11 +54,11 @@ static int variant_score(void) {
 
 void nv_describe(char *out, size_t cap) {
 #if defined(__aarch64__)
-  snprintf(out, cap, "native NEON on aarch64%s, %d cores", nv_have_dotprod() ? " with dotprod" : "",
-           nv_cpu_count());
+  snprintf(out, cap, "native NEON on aarch64 (int8: %s), %d cores", nv_int8_path(), nv_cpu_count());
 #else
   static const char *const builds[] = {"portable SSE2 build", "AVX2/FMA build", "AVX-512 build"};
-  snprintf(out, cap, "NEON via SIMDe on x86-64 (%s), %d cores", builds[NV_REQUIRE], nv_cpu_count());
+  snprintf(out, cap, "NEON via SIMDe on x86-64 (%s, int8: %s), %d cores", builds[NV_REQUIRE], nv_int8_path(),
+           nv_cpu_count());
 #endif
 }
 

@@ -1,0 +1,651 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/sched"
+)
+
+// ErrBatchClosed: a decode reached a Batch after Close.
+var ErrBatchClosed = errors.New("llm: the batch is closed")
+
+// maxBatch bounds the sequences of a Batch: each width up to it is a prepared program.
+const maxBatch = 64
+
+// Batch is continuous batching: n Runners, one sequence each, on one runtime and one copy of
+// the weights, whose Decode calls made at the same time from different goroutines run as one
+// step. A step's MATMULs read every weight once for all its sequences (M = the sequences in the
+// step) where n independent runners would read them n times, which is what memory-bound decode
+// pays for; each sequence's attention reads its own cache.
+//
+// Sequences join and leave between tokens: a step takes every Decode waiting when it starts,
+// and waits a little (a fraction of the last step's time) for the sequences of the last step to
+// come back, so that one slow sampler does not split the batch in two; a sequence that does not
+// come back in that time has left (its generation ended) and the step runs without it. A
+// Prefill runs its prompt one chunk at a time, and while other sequences decode, in short
+// chunks (InterleaveChunk tokens) with a decode step between any two chunks of any prompts:
+// a new request's prompt costs each running stream about one short chunk per token, never a
+// whole prompt.
+// A step runs alone, through the runner's own decode program, when one sequence is decoding,
+// which keeps a lone stream's speed.
+//
+// Each runner is used as any Runner is (Generate, NewChat, Prefill, Decode), from one goroutine
+// at a time; the runners are the batch's and are closed by its Close.
+type Batch struct {
+	m        *Model
+	cfg      runnerConfig
+	rt       *sched.Runtime
+	runners  []*Runner
+	kv       [][2]sched.Span // per layer, every slot's K and V: slot i's rows start at i*cap
+	cap      int64
+	rowBytes [2]int64 // one cache row of K and of V
+	// progs are the batched decode programs by width (2 up to the runners; 0 and 1 unused)
+	progs []*batchProg
+	// per row of a step, written before it runs: token ids, positions, query offsets and, for
+	// models with RoPE frequency factors, the cos and sin tables
+	ids, pos, qoff, cos, sin sched.Span
+	// small is the prefill chunk length used while others decode (0: the runners' own)
+	small int
+	// turn is held by the prefill chunk running: one at a time, a step between two
+	turn chan struct{}
+
+	mu       sync.Mutex
+	pending  []*batchReq
+	last     int           // sequences of the last step
+	lastDur  time.Duration // its time
+	lastEnd  time.Time     // when it ended
+	stepping bool          // a step is running
+	closed   bool
+	arrive   chan struct{} // a decode was queued
+	quit     chan struct{}
+	done     chan struct{} // the stepper returned
+
+	steps, rows atomic.Int64
+	// stepped is closed and replaced when a step ends: a prefill chunk waits on it
+	stepped chan struct{}
+}
+
+// InterleaveChunk is the prefill chunk length of a Batch's runners while other sequences
+// decode: a chunk of a few tokens costs a memory-bound step little more than a decode step,
+// so the streams running wait about one step more per token while a prompt goes in.
+const InterleaveChunk = 8
+
+// batchProg is a batched decode program and the span of its logits (one row per sequence).
+type batchProg struct {
+	prog   *sched.Program
+	logits sched.Span
+}
+
+// batchReq is one sequence's decode waiting for a step.
+type batchReq struct {
+	r     *Runner
+	token int32
+	out   chan batchResult
+}
+
+type batchResult struct {
+	logits []float32
+	err    error
+}
+
+// batchSlot gives a runner of a Batch its cache: slot i of the batch's.
+type batchSlot struct {
+	b *Batch
+	i int
+}
+
+// cache is the slot's K and V per layer, rows of the batch's caches.
+func (s *batchSlot) cache(rows int64, rowBytes [2]int64) ([][2]sched.Span, error) {
+	if rows != s.b.cap || rowBytes != s.b.rowBytes {
+		return nil, fmt.Errorf("llm: batch slot of %d rows of %v bytes (K, V), runner wants %d of %v: %w",
+			s.b.cap, s.b.rowBytes, rows, rowBytes, core.ErrInternal)
+	}
+	out := make([][2]sched.Span, len(s.b.kv))
+	for l, kv := range s.b.kv {
+		for j := range kv {
+			size := rows * rowBytes[j]
+			sp, err := kv[j].Slice(int64(s.i)*size, size)
+			if err != nil {
+				return nil, fmt.Errorf("llm: batch slot %d: %w", s.i, err)
+			}
+			out[l][j] = sp
+		}
+	}
+	return out, nil
+}
+
+// BatchStats counts a Batch's decode steps and the sequence rows they ran: Rows/Steps is the
+// mean batch width.
+type BatchStats struct {
+	Steps, Rows int64
+}
+
+// NewBatch prepares n runners on dev that decode together (see Batch). The options are
+// NewRunner's; W8A8 weights, a sparse FFN, calibration taps and verify lengths are not
+// batched and are refused.
+func NewBatch(ctx context.Context, m *Model, dev core.Device, n int, opts ...RunnerOption) (_ *Batch, err error) {
+	if dev == nil || m == nil {
+		return nil, fmt.Errorf("llm: batch: nil model or device: %w", core.ErrInvalidArgument)
+	}
+	if n < 1 || n > maxBatch {
+		return nil, fmt.Errorf("llm: batch of %d sequences (1 to %d): %w", n, maxBatch, core.ErrInvalidArgument)
+	}
+	cfg := newRunnerConfig(opts)
+	if cfg.w8 != nil || cfg.sparse != nil || cfg.tap != nil || len(cfg.verify) > 0 || cfg.rt != nil {
+		return nil, fmt.Errorf("llm: batch with W8A8 weights, a sparse FFN, taps, verify lengths or a runtime of the caller's: %w",
+			core.ErrUnsupported)
+	}
+	if cfg.ctxLen == 0 {
+		cfg.ctxLen = DefaultContextLength(m)
+	}
+	if cfg.chunk < 1 || cfg.ctxLen < 1 || cfg.ctxLen > maxContext {
+		return nil, fmt.Errorf("llm: chunk %d and context %d must be positive (context at most %d): %w",
+			cfg.chunk, cfg.ctxLen, maxContext, core.ErrInvalidArgument)
+	}
+	c := m.Config
+	// the runner's cache rows (newRunner): the context plus room for a padded last chunk
+	chunk := min(cfg.chunk, cfg.ctxLen)
+	b := &Batch{m: m, cfg: cfg, cap: int64(cfg.ctxLen + chunk - 1), rowBytes: kvRowBytes(cfg.kv, c),
+		arrive: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
+		turn: make(chan struct{}, 1), stepped: make(chan struct{})}
+	info := dev.Info()
+	spec := sched.UnitSpec{Backend: info.Backend, Index: info.Index, Options: maps.Clone(cfg.options)}
+	if b.rt, err = sched.NewRuntime(ctx, []core.Device{dev}, []sched.UnitSpec{spec}, sched.WithRuntimeTrace(cfg.trace),
+		sched.WithRuntimeLogger(cfg.logger)); err != nil {
+		return nil, fmt.Errorf("llm: batch: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, b.closeAll())
+		}
+	}()
+	a := b.rt.Arena()
+	alloc := func(size int64) sched.Span {
+		if err != nil {
+			return sched.Span{}
+		}
+		var s sched.Span
+		s, err = a.Alloc(size)
+		return s
+	}
+	for range c.Layers {
+		b.kv = append(b.kv, [2]sched.Span{alloc(int64(n) * b.cap * b.rowBytes[0]), alloc(int64(n) * b.cap * b.rowBytes[1])})
+	}
+	b.ids, b.pos, b.qoff = alloc(4*int64(n)), alloc(4*int64(n)), alloc(4*int64(n))
+	if f := c.RopeFreqFactors; f != nil {
+		b.cos, b.sin = alloc(int64(n*len(f)*4)), alloc(int64(n*len(f)*4))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("llm: batch of %d: caches: %w", n, err)
+	}
+	plan := &sched.Plan{Units: []string{spec.String()}, Prefill: sched.PhasePlan{Rules: []sched.Rule{{Unit: "0"}}}}
+	for i := range n {
+		rc := cfg
+		rc.rt, rc.slot = b.rt, &batchSlot{b: b, i: i}
+		r, err := newRunner(ctx, m, []core.Device{dev}, plan, rc)
+		if err != nil {
+			return nil, fmt.Errorf("llm: batch runner %d of %d: %w", i+1, n, err)
+		}
+		r.batch = b
+		b.runners = append(b.runners, r)
+		if small := min(InterleaveChunk, r.cfg.chunk); small > 1 && small < r.cfg.chunk {
+			b.small = small
+			cp, err := r.prepare(ctx, int64(small), func() {}, false)
+			if err != nil {
+				return nil, fmt.Errorf("llm: batch runner %d: prefill chunk %d: %w", i+1, small, err)
+			}
+			r.progs[small] = cp
+		}
+	}
+	b.progs = make([]*batchProg, n+1)
+	for w := 2; w <= n; w++ {
+		if b.progs[w], err = b.compile(ctx, w); err != nil {
+			return nil, err
+		}
+	}
+	go b.stepper()
+	return b, nil
+}
+
+// NewBatch prepares n runners on the engine's device, with its runner options, that decode
+// together (see Batch). The caller closes the batch before the engine.
+func (e *Engine) NewBatch(ctx context.Context, n int) (*Batch, error) {
+	return NewBatch(ctx, e.Model(), e.dev, n, e.opts...)
+}
+
+// Runners are the batch's runners, one sequence each.
+func (b *Batch) Runners() []*Runner { return append([]*Runner(nil), b.runners...) }
+
+// Stats counts the decode steps run so far.
+func (b *Batch) Stats() BatchStats { return BatchStats{Steps: b.steps.Load(), Rows: b.rows.Load()} }
+
+// Close stops the steps (a decode still waiting fails with ErrBatchClosed) and releases the
+// runners, the programs and the runtime. Closing twice is a no-op.
+func (b *Batch) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.mu.Unlock()
+	close(b.quit)
+	<-b.done
+	return b.closeAll()
+}
+
+func (b *Batch) closeAll() error {
+	var errs []error
+	for _, r := range b.runners {
+		errs = append(errs, r.Close())
+	}
+	for _, p := range b.progs {
+		if p != nil {
+			errs = append(errs, p.prog.Close())
+		}
+	}
+	if b.rt != nil {
+		errs = append(errs, b.rt.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// prefill is Runner.Prefill for a runner of the batch: one chunk at a time, holding the turn
+// (one prefill chunk of any sequence runs at once) and, while others decode, in short chunks
+// with a step between two chunks.
+func (b *Batch) prefill(ctx context.Context, r *Runner, tokens []int32) ([]float32, error) {
+	if err := r.checkFeed(tokens); err != nil || len(tokens) == 0 {
+		return r.feed(ctx, tokens, r.progs[r.cfg.chunk], nil) // feed's error
+	}
+	var logits []float32
+	for start := 0; start < len(tokens); {
+		select {
+		case b.turn <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		c, decoding := r.cfg.chunk, b.decoding()
+		if decoding && b.small > 0 {
+			c = b.small
+		}
+		b.mu.Lock()
+		stepped, wait := b.stepped, 2*b.lastDur+10*time.Millisecond
+		b.mu.Unlock()
+		end := min(start+c, len(tokens))
+		var err error
+		logits, err = r.feed(ctx, tokens[start:end], r.progs[c], nil)
+		if err == nil && decoding && end < len(tokens) {
+			// let the decoding streams have their step before this prompt's next chunk (the
+			// streams may also have ended meanwhile: then no step comes)
+			select {
+			case <-stepped:
+			case <-time.After(wait):
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+		}
+		<-b.turn
+		if err != nil {
+			return nil, err
+		}
+		start = end
+	}
+	return logits, nil
+}
+
+// decoding says whether other sequences are decoding: a step runs, waits to, or ended so
+// recently that its sequences are sampling their next tokens.
+func (b *Batch) decoding() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stepping || len(b.pending) > 0 || b.last > 0 && time.Since(b.lastEnd) < gatherWait(b.lastDur)+time.Millisecond
+}
+
+// decode is Runner.Decode for a runner of the batch: it queues the token for the next step
+// and waits for its logits. A caller whose ctx ends while its token waits leaves the queue;
+// once a step has taken it, the step finishes first (the cache row is written either way).
+func (b *Batch) decode(ctx context.Context, r *Runner, token int32) ([]float32, error) {
+	if err := r.checkFeed([]int32{token}); err != nil {
+		return nil, err
+	}
+	req := &batchReq{r: r, token: token, out: make(chan batchResult, 1)}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, ErrBatchClosed
+	}
+	b.pending = append(b.pending, req)
+	b.mu.Unlock()
+	select {
+	case b.arrive <- struct{}{}:
+	default:
+	}
+	select {
+	case res := <-req.out:
+		return res.logits, res.err
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	for i, p := range b.pending {
+		if p == req {
+			b.pending = append(b.pending[:i], b.pending[i+1:]...)
+			b.mu.Unlock()
+			return nil, ctx.Err()
+		}
+	}
+	b.mu.Unlock()
+	res := <-req.out
+	return res.logits, res.err
+}
+
+// stepper runs the steps until Close.
+func (b *Batch) stepper() {
+	defer close(b.done)
+	for {
+		reqs := b.collect()
+		if reqs == nil {
+			return
+		}
+		t0 := time.Now()
+		res := b.step(reqs)
+		dur := time.Since(t0)
+		b.mu.Lock()
+		b.last, b.lastDur, b.lastEnd, b.stepping = len(reqs), dur, time.Now(), false
+		close(b.stepped)
+		b.stepped = make(chan struct{})
+		b.mu.Unlock()
+		b.steps.Add(1)
+		b.rows.Add(int64(len(reqs)))
+		for i, q := range reqs {
+			q.out <- res[i]
+		}
+	}
+}
+
+// gatherWait is how long a step waits for the sequences of the last one to come back: a
+// fraction of that step's time, so the wait costs little next to the step it fills.
+func gatherWait(last time.Duration) time.Duration {
+	return min(max(last/4, 200*time.Microsecond), 50*time.Millisecond)
+}
+
+// collect waits for at least one decode, then for the last step's sequences to come back (at
+// most gatherWait), and takes every decode queued; nil after Close (the queued ones fail).
+func (b *Batch) collect() []*batchReq {
+	var timer <-chan time.Time
+	for {
+		b.mu.Lock()
+		if b.closed {
+			for _, q := range b.pending {
+				q.out <- batchResult{err: ErrBatchClosed}
+			}
+			b.pending = nil
+			b.mu.Unlock()
+			return nil
+		}
+		n := len(b.pending)
+		if n > 0 && timer == nil {
+			timer = time.After(gatherWait(b.lastDur))
+		}
+		if n > 0 && n >= b.last {
+			reqs := b.pending
+			b.pending, b.stepping = nil, true
+			b.mu.Unlock()
+			return reqs
+		}
+		b.mu.Unlock()
+		select {
+		case <-b.arrive:
+		case <-b.quit:
+		case <-timer:
+			b.mu.Lock()
+			b.last = 0 // the missing ones left: run what came
+			b.mu.Unlock()
+		}
+	}
+}
+
+// step runs one decode step for reqs: alone through the runner's own decode program, or
+// batched.
+func (b *Batch) step(reqs []*batchReq) []batchResult {
+	// the step serves several callers: one caller's end must not fail the others' tokens
+	ctx := context.Background()
+	res := make([]batchResult, len(reqs))
+	if len(reqs) == 1 {
+		q := reqs[0]
+		res[0].logits, res[0].err = q.r.feed(ctx, []int32{q.token}, q.r.progs[1], nil)
+		return res
+	}
+	logits, err := b.run(ctx, reqs)
+	for i := range res {
+		if err != nil {
+			res[i].err = err
+			continue
+		}
+		q := reqs[i]
+		res[i].logits = logits[i]
+		q.r.pos++
+		q.r.history = append(q.r.history, q.token)
+	}
+	return res
+}
+
+// run runs the batched program of len(reqs) sequences and returns each one's logits.
+func (b *Batch) run(ctx context.Context, reqs []*batchReq) ([][]float32, error) {
+	n := len(reqs)
+	p := b.progs[n]
+	a := b.rt.Arena()
+	ids, pos := make([]int32, n), make([]int32, n)
+	rows := make([]int64, 0, 2*n)
+	for i, q := range reqs {
+		ids[i], pos[i] = q.token, int32(q.r.pos)
+		base := int64(q.r.batchSlot()) * b.cap
+		// slot 2i+1: the sequence's cache; 2i+2: its new K/V row
+		rows = append(rows, base, base+int64(q.r.pos))
+	}
+	copy(a.Bytes(b.ids), core.EncodeI32(ids))
+	copy(a.Bytes(b.pos), core.EncodeI32(pos))
+	copy(a.Bytes(b.qoff), core.EncodeI32(pos))
+	if b.m.Config.RopeFreqFactors != nil {
+		cos, sin := b.m.Config.ropeTables(pos)
+		copy(a.Bytes(b.cos), core.EncodeF32(cos))
+		copy(a.Bytes(b.sin), core.EncodeF32(sin))
+	}
+	if err := p.prog.Run(ctx, []sched.Chunk{{Rows: rows}}); err != nil {
+		return nil, fmt.Errorf("llm: %s: %w", p.prog.Name(), err)
+	}
+	V := int64(b.m.Config.Vocab)
+	all := core.DecodeF32(a.Bytes(p.logits)[:int64(n)*V*4])
+	out := make([][]float32, n)
+	for i := range out {
+		out[i] = all[int64(i)*V : int64(i+1)*V : int64(i+1)*V]
+	}
+	return out, nil
+}
+
+// batchSlot is the runner's slot in its batch.
+func (r *Runner) batchSlot() int { return r.cfg.slot.i }
+
+// checkFeed is feed's argument check, for a token fed through a batched step.
+func (r *Runner) checkFeed(tokens []int32) error {
+	if r.closed {
+		return fmt.Errorf("llm: runner is closed: %w", core.ErrBadState)
+	}
+	if r.pos+len(tokens) > r.cfg.ctxLen {
+		return fmt.Errorf("%w: %d tokens in the cache + %d new > context length %d",
+			ErrContextFull, r.pos, len(tokens), r.cfg.ctxLen)
+	}
+	for _, t := range tokens {
+		if t < 0 || int(t) >= r.m.Config.Vocab {
+			return fmt.Errorf("llm: token %d outside the vocabulary of %d: %w", t, r.m.Config.Vocab, core.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// compile prepares the batched decode program of width n: the stage graphs of chunk length n
+// with a cache, a query offset and K/V outputs per sequence (stageBuild.batch), every binding
+// of a sequence moved by its own row slot.
+func (b *Batch) compile(ctx context.Context, n int) (*batchProg, error) {
+	cfg := b.m.Config
+	a := b.rt.Arena()
+	spec := sched.ProgramSpec{Name: fmt.Sprintf("decode (batch %d)", n), Phase: sched.PhaseDecode, Lanes: 1}
+	var x, q [2]sched.Span
+	var logits sched.Span
+	var err error
+	alloc := func(size int64) sched.Span {
+		if err != nil {
+			return sched.Span{}
+		}
+		var s sched.Span
+		s, err = a.Alloc(size)
+		return s
+	}
+	for i := range 2 {
+		x[i], q[i] = alloc(int64(n*cfg.Dim*4)), alloc(int64(n*cfg.Heads*cfg.HeadDim*4))
+	}
+	logits = alloc(int64(n * cfg.Vocab * 4))
+	if err != nil {
+		return nil, fmt.Errorf("llm: activations of a batch of %d: %w", n, err)
+	}
+	qoff := make([]sched.Span, n)
+	for i := range qoff {
+		if qoff[i], err = b.qoff.Slice(int64(4*i), 4); err != nil {
+			return nil, fmt.Errorf("llm: batch of %d: %w", n, err)
+		}
+	}
+	cacheOf := func(l int, name string) (sched.Binding, bool) {
+		base, idx := name, 0
+		if i := strings.LastIndexByte(name, '.'); i > 0 {
+			v, err := strconv.Atoi(name[i+1:])
+			if err != nil || v < 1 || v >= n {
+				return sched.Binding{}, false
+			}
+			base, idx = name[:i], v
+		}
+		switch base {
+		case "k_cache":
+			return sched.Binding{Span: b.kv[l][0], Stride: b.rowBytes[0], RowSlot: 2*idx + 1}, true
+		case "v_cache":
+			return sched.Binding{Span: b.kv[l][1], Stride: b.rowBytes[1], RowSlot: 2*idx + 1}, true
+		case "q_offset":
+			return sched.Binding{Span: qoff[idx]}, true
+		}
+		return sched.Binding{}, false
+	}
+	for s := 0; s <= cfg.Layers; s++ {
+		sb := &stageBuild{quant: map[*core.Tensor]*core.Tensor{}, batch: n}
+		var g *core.Graph
+		if s == 0 {
+			g, err = b.m.buildEmbedStage(int64(n), b.cfg.kv, sb)
+		} else {
+			g, err = b.m.buildLayerStage(s-1, int64(n), b.cap, b.cfg.kv, false, sb)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if s > 0 && batchedCaches(g) != n-1 {
+			// a layer builder that calls ATTENTION itself, not through stageBuild.attention,
+			// would attend every sequence's query over the first one's cache
+			return nil, fmt.Errorf("llm: batch: layer %d's attention is not built per sequence: %w", s-1, core.ErrUnsupported)
+		}
+		in, out := (s+1)%2, s%2
+		byName := map[string]sched.Binding{"ids": {Span: b.ids}, "pos": {Span: b.pos}, "rope_cos": {Span: b.cos},
+			"rope_sin": {Span: b.sin}, "x": {Span: x[in]}, "q": {Span: q[in]}}
+		st := sched.StageSpec{Name: fmt.Sprintf("stage %d", s), Layer: max(s-1, 0), Graph: g,
+			Units: make([]int, len(g.Nodes)), Fallback: make([]int, len(g.Nodes))}
+		for i := range st.Fallback {
+			st.Fallback[i] = -1
+		}
+		if s == 0 {
+			st.Name = "embed"
+		}
+		for _, t := range g.Inputs {
+			bd, ok := byName[t.Name]
+			if !ok && s > 0 {
+				bd, ok = cacheOf(s-1, t.Name)
+			}
+			if !ok {
+				return nil, fmt.Errorf("llm: no binding for batched stage input %q: %w", t.Name, core.ErrInternal)
+			}
+			st.IO = append(st.IO, bd)
+		}
+		if s < cfg.Layers {
+			// x, q, then each sequence's K and V row, written into its cache at its position
+			st.IO = append(st.IO, sched.Binding{Span: x[out]}, sched.Binding{Span: q[out]})
+			for i := range n {
+				st.IO = append(st.IO, sched.Binding{Span: b.kv[s][0], Stride: b.rowBytes[0], RowSlot: 2*i + 2},
+					sched.Binding{Span: b.kv[s][1], Stride: b.rowBytes[1], RowSlot: 2*i + 2})
+			}
+		} else {
+			st.IO = append(st.IO, sched.Binding{Span: logits})
+		}
+		spec.Stages = append(spec.Stages, st)
+	}
+	if po := b.cfg.phaseOpts[sched.PhaseDecode]; len(po) > 0 && b.rt.Units()[0].Device().Info().Kind == core.DeviceCPU {
+		spec.PrepareOptions = map[int]map[string]string{0: po}
+	}
+	prog, err := b.rt.Compile(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("llm: %s: %w", spec.Name, err)
+	}
+	return &batchProg{prog: prog, logits: logits}, nil
+}
+
+// batchedCaches counts the per-sequence K cache inputs of a batched layer stage (all but the
+// first sequence's).
+func batchedCaches(g *core.Graph) int {
+	n := 0
+	for _, t := range g.Inputs {
+		if strings.HasPrefix(t.Name, "k_cache.") {
+			n++
+		}
+	}
+	return n
+}
+
+// attention is layer attention of q over the cache: for a batched step, each sequence's query
+// row over its own cache inputs (the first sequence's are kc, vc and o's query offset; the
+// others' are inputs named with the sequence's index), concatenated back into [n, H, D].
+func (sb *stageBuild) attention(g *core.Graph, q, kc, vc *core.Tensor, o core.AttentionOptions) *core.Tensor {
+	if sb == nil || sb.batch <= 1 {
+		return g.Named("attn").Attention(q, kc, vc, o)
+	}
+	if o.Mask != nil || q == nil || kc == nil || vc == nil {
+		g.Named("attn").Attention(q, kc, vc, o) // the graph records the error
+		return nil
+	}
+	outs := make([]*core.Tensor, sb.batch)
+	for i := range sb.batch {
+		k, v, oi := kc, vc, o
+		if i > 0 {
+			k = g.Input("k_cache."+strconv.Itoa(i), kc.DType, kc.Shape...)
+			v = g.Input("v_cache."+strconv.Itoa(i), vc.DType, vc.Shape...)
+			oi.QOffsetInput = g.Input("q_offset."+strconv.Itoa(i), core.I32, 1)
+		}
+		outs[i] = g.Named("attn").Attention(g.Slice(q, 0, int64(i), 1), k, v, oi)
+	}
+	return g.Concat(0, outs...)
+}
+
+// outputQKV sets a stage's outputs x, q and the new K and V rows; a batched step's K and V are
+// one output per sequence, each bound at its own cache row.
+func (sb *stageBuild) outputQKV(g *core.Graph, x, q, k, v *core.Tensor) {
+	if sb == nil || sb.batch <= 1 || k == nil || v == nil {
+		g.Output(x, q, k, v)
+		return
+	}
+	outs := []*core.Tensor{x, q}
+	for i := range int64(sb.batch) {
+		outs = append(outs, g.Slice(k, 0, i, 1), g.Slice(v, 0, i, 1))
+	}
+	g.Output(outs...)
+}
