@@ -630,6 +630,54 @@ static void axpy_v(float *acc, float c, float p, const uint8_t *v, uint32_t vt, 
   }
 }
 
+#if defined(AW) && AW == 16
+/* the 16 sums of v[0..15] in one vector, v[4g + i] in lane 4g + i: pairs interleaved and
+ * added, then quads, then 128-bit halves and quarters (45 operations for 16 reductions) */
+static inline __m512 att_reduce16(const __m512 v[16]) {
+  __m512 u[8], w[4];
+  for (int i = 0; i < 8; i++)
+    u[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; i++)
+    w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0x44), _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0xEE));
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x44), _mm512_shuffle_f32x4(w[0], w[1], 0xEE));
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], 0x44), _mm512_shuffle_f32x4(w[2], w[3], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+}
+
+/* Four query heads against four K rows (d % 16 == 0; Q8_0/Q4_0 rows widened as in
+ * dot4_kq_vec): the 16 dot products are reduced together, where four calls of dot4_k_vec
+ * reduced each row's four apart; s[g * ATT_BLOCK + kk] = scale * q_g . k_kk. At short heads the
+ * reductions were as much work as the products. */
+static inline void dot16_k(const float *q, int64_t d, const uint8_t *const kr[4], uint32_t kt, float scale, float *s) {
+  __m512 a[16];
+  for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
+  if (att_is_q(kt)) {
+    const size_t bb = att_qblock(kt);
+    for (int64_t b = 0; b < d / 32; b++)
+      for (int kk = 0; kk < 4; kk++) {
+        __m512 x[2];
+        const __m512 vd = _mm512_set1_ps(att_q32(kr[kk] + (size_t)b * bb, kt, x));
+        for (int i = 0; i < 2; i++) {
+          const __m512 kv = _mm512_mul_ps(x[i], vd);
+          for (int g = 0; g < 4; g++)
+            a[4 * g + kk] = _mm512_fmadd_ps(_mm512_loadu_ps(q + g * d + b * 32 + 16 * i), kv, a[4 * g + kk]);
+        }
+      }
+  } else {
+    for (int64_t i = 0; i < d; i += 16)
+      for (int kk = 0; kk < 4; kk++) {
+        const __m512 kv = kt == XPU_DT_F32 ? _mm512_loadu_ps((const float *)kr[kk] + i) : A_LDH((const uint16_t *)kr[kk] + i);
+        for (int g = 0; g < 4; g++) a[4 * g + kk] = _mm512_fmadd_ps(_mm512_loadu_ps(q + g * d + i), kv, a[4 * g + kk]);
+      }
+  }
+  const __m512 r = _mm512_mul_ps(att_reduce16(a), _mm512_set1_ps(scale));
+  _mm_storeu_ps(s, _mm512_castps512_ps128(r));
+  _mm_storeu_ps(s + ATT_BLOCK, _mm512_extractf32x4_ps(r, 1));
+  _mm_storeu_ps(s + 2 * ATT_BLOCK, _mm512_extractf32x4_ps(r, 2));
+  _mm_storeu_ps(s + 3 * ATT_BLOCK, _mm512_extractf32x4_ps(r, 3));
+}
+#endif
+
 #if defined(AW)
 #if AW == 16
 static inline __m512 att_exp16(__m512 x);
@@ -698,7 +746,17 @@ static inline float att_block_weights(float *sg, int64_t jb, float *m, float *l)
 static void att_block(const att_args *A, const float *qf, float *acc, float *m, float *l, float *s,
                       const int64_t *kidx, int64_t jb, int64_t hk) {
   const int64_t gs = A->gs;
-  for (int64_t j = 0; j < jb; j++) {
+  int64_t j = 0;
+#if defined(AW) && AW == 16
+  /* four keys at a time for four heads: one reduction of the 16 dot products */
+  if (gs % 4 == 0 && A->D % 16 == 0)
+    for (; j + 4 <= jb; j += 4) {
+      const uint8_t *kr4[4];
+      for (int kk = 0; kk < 4; kk++) kr4[kk] = A->k + (size_t)(kidx[j + kk] * A->Hks + hk) * A->krow;
+      for (int64_t g = 0; g < gs; g += 4) dot16_k(qf + g * A->D, A->D, kr4, A->kt, A->scale, s + g * ATT_BLOCK + j);
+    }
+#endif
+  for (; j < jb; j++) {
     const uint8_t *kr = A->k + (size_t)(kidx[j] * A->Hks + hk) * A->krow;
     if (att_is_q(A->kt)) {
 #if defined(AW)
