@@ -90,7 +90,7 @@ func attentionV5Cases() []testCase {
 			"causal", !v.noCausal, "window", v.window, "softcap", v.softCap, "scale", v.scale, "range", v.rng,
 			"kv_heads", fmt.Sprintf("%d+%d", v.h0, v.nh))
 		cs = append(cs, testCase{name: name, level: 2, op: "ATTENTION", dtype: qdt.String() + "/" + kvdt.String(),
-			v5: v.window != 0 || v.softCap != 0,
+			v5:  v.window != 0 || v.softCap != 0,
 			run: func(r *runner, ctx context.Context, res *CaseResult) { r.attentionV5(ctx, res, qdt, kvdt, v) }})
 	}
 	for _, dt := range floatDTypes {
