@@ -1,0 +1,51 @@
+package llm
+
+import (
+	"github.com/xpuhub/xpu/core"
+)
+
+// llamaArch builds Llama (1, 2, 3.x with rope_freqs.weight; Mistral's GGUFs are "llama" too)
+// and Qwen2 (QKV biases, NeoX RoPE): pre-norm attention and SwiGLU FFN.
+type llamaArch struct {
+	rope int64
+	bias bool
+	// window: <arch>.attention.sliding_window, when present, makes every layer slide
+	// (Mistral 7B v0.1).
+	window bool
+}
+
+func (a llamaArch) config(k *keys, c *Config) error {
+	c.RopeMode, c.QKVBias = a.rope, a.bias
+	if a.window {
+		return k.num("attention.sliding_window", 0, &c.SlidingWindow)
+	}
+	return nil
+}
+
+func (a llamaArch) tensors(c *Config, l int) []tensorSpec {
+	return append(qkvSpecs(c, l), layerSpecs(c, l, false)...)
+}
+
+// load reads Llama 3.1's per-frequency RoPE factors.
+func (a llamaArch) load(m *Model) error {
+	f, err := m.ropeFactors("rope_freqs.weight")
+	m.Config.RopeFreqFactors = f
+	return err
+}
+
+func (llamaArch) embed(_ block, x *core.Tensor) *core.Tensor { return x }
+
+func (llamaArch) qkv(b block, x *core.Tensor, pos posInputs, l int) (q, k, v *core.Tensor) {
+	q, k, v = b.projectQKV(b.norm(x, layerName(l, "attn_norm.weight")), l)
+	q, k = b.ropeQK(q, k, pos, l)
+	return q, k, v
+}
+
+func (llamaArch) finish(b block, x, a *core.Tensor, l int) *core.Tensor {
+	x = b.attnResidual(x, a, l, false)
+	return b.g.Named("ffn_residual").Add(x, b.gatedFFN(x, l, false))
+}
+
+func (llamaArch) logits(b block, x *core.Tensor) *core.Tensor { return b.head(x) }
+
+func (llamaArch) plain() bool { return true }
