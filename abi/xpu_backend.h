@@ -33,7 +33,7 @@ extern "C" {
 
 #define XPU_ABI_MAJOR 1u /* a mismatch makes the loader refuse the plugin */
 #define XPU_ABI_MINOR 1u /* additive changes only; 1: xpu_device_info's declared peaks */
-#define XPU_OPSET_VERSION 4u /* v2: K-quant dtypes, ATTENTION mask; v3: int8 MATMUL, SHADOW_MATMUL, SPARSE_FFN; v4: ATTENTION on a KV head range (abi/OPS.md) */
+#define XPU_OPSET_VERSION 5u /* v2: K-quant dtypes, ATTENTION mask; v3: int8 MATMUL, SHADOW_MATMUL, SPARSE_FFN; v4: ATTENTION on a KV head range; v5: TANH, ATTENTION soft-cap, sliding window, Q8_0/Q4_0 K/V (abi/OPS.md) */
 
 #if defined(_WIN32)
 #define XPU_EXPORT __declspec(dllexport)

@@ -71,7 +71,9 @@ enum {
   /* op set v3 */
   XPU_OP_SHADOW_MATMUL = 25,
   XPU_OP_SPARSE_FFN = 26,
-  XPU_OP_COUNT = 27,
+  /* op set v5 */
+  XPU_OP_TANH = 27,
+  XPU_OP_COUNT = 28,
 };
 
 enum {
@@ -129,7 +131,8 @@ static inline const char *xpu_op_name(uint32_t op) {
       "INVALID", "ADD",      "SUB",        "MUL",        "DIV",     "SILU",    "GELU",
       "RELU",    "EXP",      "NEG",        "SCALE",      "RMS_NORM", "LAYER_NORM", "SOFTMAX",
       "MATMUL",  "ROPE",     "ATTENTION",  "GET_ROWS",   "CAST",    "QUANTIZE", "DEQUANTIZE",
-      "RESHAPE", "PERMUTE",  "SLICE",      "CONCAT",  "SHADOW_MATMUL", "SPARSE_FFN"};
+      "RESHAPE", "PERMUTE",  "SLICE",      "CONCAT",  "SHADOW_MATMUL", "SPARSE_FFN",
+      "TANH"};
   return op < XPU_OP_COUNT ? names[op] : "UNKNOWN";
 }
 

@@ -154,7 +154,19 @@ static inline const char *xpu__validate_attention(const xpu_ir_graph *g, const x
   const xpu_ir_tensor *o = &g->tensors[n->output];
   if (!xpu_validate_is_float(q->dtype)) return "ATTENTION: q must be f32 or f16";
   if (q->rank != 3 || k->rank != 3 || v->rank != 3) return "ATTENTION: q, k, v must be rank 3 [T,H,D]";
-  if (!xpu_validate_is_float(k->dtype) || !xpu_validate_is_float(v->dtype)) return "ATTENTION: k and v must be f32 or f16";
+  for (int i = 0; i < 2; i++) {
+    const xpu_ir_tensor *t = i ? v : k;
+    if (t->dtype == XPU_DT_Q8_0 || t->dtype == XPU_DT_Q4_0) {
+      if (t->shape[2] % 32 != 0) return "ATTENTION: a q8_0 or q4_0 k or v needs a head dim that is a multiple of 32";
+    } else if (!xpu_validate_is_float(t->dtype)) {
+      return "ATTENTION: k and v must be f32, f16, q8_0 or q4_0";
+    }
+  }
+  if (!(n->fattr[1] >= 0) || n->fattr[1] > 3.40282346638528859812e+38F)
+    return "ATTENTION: the soft-cap fattr[1] must be finite and >= 0";
+  if (n->iattr[4] < 0) return "ATTENTION: the sliding window iattr[4] must be >= 0";
+  if (n->iattr[4] > 0 && (n->iattr[0] != 1 || n->n_inputs == 5))
+    return "ATTENTION: a sliding window needs causal attention and no mask";
   if (k->shape[0] != v->shape[0] || k->shape[1] != v->shape[1]) return "ATTENTION: k and v differ in length or heads";
   if (q->shape[2] != k->shape[2]) return "ATTENTION: q and k head dims differ";
   int64_t kvh = xpu_ir_attention_kv_heads(n, k->shape[1]);
@@ -248,7 +260,7 @@ static inline const char *xpu_validate_node(const xpu_ir_graph *g, const xpu_ir_
       return "binary op: the input shapes do not broadcast to the output shape";
     return NULL;
   case XPU_OP_SILU: case XPU_OP_GELU: case XPU_OP_RELU: case XPU_OP_EXP: case XPU_OP_NEG: case XPU_OP_SCALE:
-  case XPU_OP_RMS_NORM: case XPU_OP_LAYER_NORM: case XPU_OP_SOFTMAX:
+  case XPU_OP_TANH: case XPU_OP_RMS_NORM: case XPU_OP_LAYER_NORM: case XPU_OP_SOFTMAX:
     if (n->n_inputs != 1) return "unary op takes 1 input";
     if (!xpu_validate_is_float(a->dtype)) return "unary op: the input must be f32 or f16";
     if ((op == XPU_OP_RMS_NORM || op == XPU_OP_LAYER_NORM || op == XPU_OP_SOFTMAX) && a->rank == 0)

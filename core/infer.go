@@ -125,8 +125,27 @@ func inferOutput(n *Node, forceDType DType, forceShape Shape) (DType, Shape, err
 		if len(q) != 3 || len(k) != 3 || len(v) != 3 {
 			return 0, nil, fmt.Errorf("q, k, v must be rank 3 [T,H,D], got %s %s %s", q, k, v)
 		}
-		if !in[1].DType.Float() || !in[2].DType.Float() {
-			return 0, nil, fmt.Errorf("k and v must be f32 or f16")
+		for _, t := range in[1:3] {
+			switch t.DType {
+			case F32, F16:
+			case Q8_0, Q4_0:
+				if t.Shape[2]%32 != 0 {
+					return 0, nil, fmt.Errorf("a %s k or v needs a head dim that is a multiple of 32, got %d", t.DType, t.Shape[2])
+				}
+			default:
+				return 0, nil, fmt.Errorf("k and v must be f32, f16, q8_0 or q4_0, got %s", t.DType)
+			}
+		}
+		if c := n.FAttr[1]; !(c >= 0) || math.IsInf(float64(c), 0) {
+			return 0, nil, fmt.Errorf("soft-cap fattr[1] = %v must be finite and >= 0", c)
+		}
+		if w := n.IAttr[4]; w != 0 {
+			if w < 0 {
+				return 0, nil, fmt.Errorf("sliding window iattr[4] = %d must be >= 0", w)
+			}
+			if n.IAttr[0] != 1 || len(in) == 5 {
+				return 0, nil, fmt.Errorf("a sliding window needs causal attention and no mask")
+			}
 		}
 		if k[0] != v[0] || k[1] != v[1] {
 			return 0, nil, fmt.Errorf("k %s and v %s differ in length or heads", k, v)

@@ -45,6 +45,9 @@ func (g *Graph) Div(a, b *Tensor) *Tensor { return g.add(g.spec(OpDiv, a, b)) }
 // SiLU returns x * sigmoid(x).
 func (g *Graph) SiLU(x *Tensor) *Tensor { return g.add(g.spec(OpSiLU, x)) }
 
+// Tanh returns tanh(x) (op set 5).
+func (g *Graph) Tanh(x *Tensor) *Tensor { return g.add(g.spec(OpTanh, x)) }
+
 // GELU returns the tanh approximation of GELU.
 func (g *Graph) GELU(x *Tensor) *Tensor { return g.add(g.spec(OpGELU, x)) }
 
@@ -214,10 +217,17 @@ type AttentionOptions struct {
 	// by heads across units. q holds the query heads of those KV heads (a multiple of
 	// KVHeads), and the output has q's heads.
 	KVHeadOffset, KVHeads int64
+	// SoftCap > 0 (op set 5) caps every score s = Scale·q·k as SoftCap·tanh(s/SoftCap) before
+	// the softmax (Gemma 2's attention logit soft-capping).
+	SoftCap float32
+	// Window > 0 (op set 5) is a sliding window: query i sees only the Window keys ending at
+	// its own position, (i+q_offset-Window, i+q_offset]. It needs Causal and no Mask.
+	Window int64
 }
 
 // Attention is fused scaled dot-product attention with grouped-query heads:
-// q [Tq, Hq, D], k [Tk, Hkv, D], v [Tk, Hkv, Dv] → [Tq, Hq, Dv].
+// q [Tq, Hq, D], k [Tk, Hkv, D], v [Tk, Hkv, Dv] → [Tq, Hq, Dv]. k and v may be F32, F16 or
+// (op set 5) Q8_0 or Q4_0, a quantized KV cache.
 func (g *Graph) Attention(q, k, v *Tensor, o AttentionOptions) *Tensor {
 	in := []*Tensor{q, k, v}
 	if o.QOffsetInput != nil {
@@ -239,6 +249,7 @@ func (g *Graph) Attention(q, k, v *Tensor, o AttentionOptions) *Tensor {
 	}
 	s.iattr[1] = o.QOffset
 	s.iattr[2], s.iattr[3] = o.KVHeadOffset, o.KVHeads
+	s.fattr[1], s.iattr[4] = o.SoftCap, o.Window
 	return g.add(s)
 }
 

@@ -24,6 +24,7 @@ import (
 
 	"github.com/xpuhub/xpu/abi"
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/cachedir"
 	"github.com/xpuhub/xpu/internal/safefile"
 )
 
@@ -45,7 +46,7 @@ const hostModeInspect = "inspect"
 
 // EnvCacheDir is the cache folder shared with the plugins (the OpenCL plugin keeps compiled
 // programs there): XPU_CACHE_DIR, else $XDG_CACHE_HOME/xpu, else ~/.cache/xpu.
-const EnvCacheDir = "XPU_CACHE_DIR"
+const EnvCacheDir = cachedir.Env
 
 // probeChildren counts the probe children started (the tests' witness of the cache).
 var probeChildren atomic.Int64
@@ -216,16 +217,11 @@ func (c *config) cacheDir() string {
 	if c.probeCacheSet {
 		return c.probeCache
 	}
-	if d := os.Getenv(EnvCacheDir); d != "" {
-		return filepath.Join(d, "probe")
+	d, err := cachedir.Dir("probe")
+	if err != nil {
+		return ""
 	}
-	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
-		return filepath.Join(d, "xpu", "probe")
-	}
-	if d, err := os.UserHomeDir(); err == nil && d != "" {
-		return filepath.Join(d, ".cache", "xpu", "probe")
-	}
-	return ""
+	return d
 }
 
 // cacheEntry is one cache file: the key it was made for and the answer.

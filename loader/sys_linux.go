@@ -2,34 +2,18 @@ package loader
 
 import (
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xpuhub/xpu/internal/futex"
 )
 
-// futex(2) operations (golang.org/x/sys/unix has the call but not these).
-const (
-	futexWaitOp = 0
-	futexWakeOp = 1
-)
-
-// futexWait sleeps while *addr == val, for at most d (d < 0: no limit). Wake-ups can be
-// spurious: callers re-check.
-func futexWait(addr *uint32, val uint32, d time.Duration) {
-	var ts *unix.Timespec
-	if d >= 0 {
-		t := unix.NsecToTimespec(int64(d))
-		ts = &t
-	}
-	// not FUTEX_PRIVATE_FLAG: the word is shared with the other process
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitOp, uintptr(val),
-		uintptr(unsafe.Pointer(ts)), 0, 0)
-}
+// futexWait sleeps while *addr == val, for at most d (d < 0: no limit); the word is shared
+// with the other process.
+func futexWait(addr *uint32, val uint32, d time.Duration) { futex.Wait(addr, val, d, futex.Shared) }
 
 // futexWake wakes the sleepers on addr.
-func futexWake(addr *uint32) {
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakeOp, 1<<30, 0, 0, 0)
-}
+func futexWake(addr *uint32) { futex.Wake(addr, futex.Shared) }
 
 // recvCloexec makes received fds close-on-exec atomically.
 const recvCloexec = unix.MSG_CMSG_CLOEXEC

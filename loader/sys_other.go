@@ -3,31 +3,18 @@
 package loader
 
 import (
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xpuhub/xpu/internal/futex"
 )
 
-// pollSlice bounds one sleep of futexWait where there is no futex (darwin, the BSDs): the
-// waiter re-reads the shared word this often, so an isolated call's wake-up costs up to this
-// much more latency than on Linux.
-const pollSlice = 50 * time.Microsecond
-
-// futexWait polls *addr for at most d (d < 0: no limit) in short sleeps; it returns when the
-// word moves or the time is up. Callers re-check, as they do after a futex wake-up.
-func futexWait(addr *uint32, val uint32, d time.Duration) {
-	deadline := time.Now().Add(d)
-	for atomic.LoadUint32(addr) == val {
-		if d >= 0 && !time.Now().Before(deadline) {
-			return
-		}
-		time.Sleep(pollSlice)
-	}
-}
+// futexWait polls *addr for at most d (d < 0: no limit): there is no futex here.
+func futexWait(addr *uint32, val uint32, d time.Duration) { futex.Wait(addr, val, d, futex.Shared) }
 
 // futexWake: the waiters poll.
-func futexWake(*uint32) {}
+func futexWake(addr *uint32) { futex.Wake(addr, futex.Shared) }
 
 // recvCloexec: the flag is Linux's; markCloexec sets it after the fact.
 const recvCloexec = 0

@@ -1,19 +1,13 @@
 package sched
 
 import (
-	"math"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-)
 
-// Linux futex operations (linux/futex.h); PRIVATE: the word is never shared with another process.
-const (
-	futexWait    = 0
-	futexWake    = 1
-	futexPrivate = 128
+	"github.com/xpuhub/xpu/internal/futex"
 )
 
 // futexParker blocks on the word itself: no lock, no allocation, and a wake-up that costs the
@@ -23,19 +17,15 @@ type futexParker struct{}
 func newParker() parker { return futexParker{} }
 
 func (futexParker) park(word *atomic.Uint32, val uint32, timeout time.Duration) {
-	var tsp *unix.Timespec
-	if timeout > 0 {
-		ts := unix.NsecToTimespec(int64(timeout))
-		tsp = &ts
+	if timeout <= 0 {
+		timeout = -1 // no limit
 	}
 	// EAGAIN (the word moved), EINTR and ETIMEDOUT all mean "re-check": the caller loops.
-	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWait|futexPrivate,
-		uintptr(val), uintptr(unsafe.Pointer(tsp)), 0, 0)
+	futex.Wait((*uint32)(unsafe.Pointer(word)), val, timeout, futex.Private)
 }
 
 func (futexParker) unpark(word *atomic.Uint32) {
-	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWake|futexPrivate,
-		math.MaxInt32, 0, 0, 0)
+	futex.Wake((*uint32)(unsafe.Pointer(word)), futex.Private)
 }
 
 // nanosleep sleeps d on the calling (locked) thread. It first sets the thread's timer slack to

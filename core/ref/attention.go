@@ -24,7 +24,8 @@ func evalAttention(n *nodeInfo, in []value, out tensorInfo) ([]byte, error) {
 	if len(in) == 5 {
 		mask = in[4].b
 	}
-	vis := attnVisibility{causal: n.iattr[0] != 0, off: off, tq: int64(Tq), tk: int64(Tk), mask: mask}
+	vis := attnVisibility{causal: n.iattr[0] != 0, off: off, tq: int64(Tq), tk: int64(Tk), mask: mask, window: n.iattr[4]}
+	softCap := float64(n.fattr[1])
 	scale := float64(n.fattr[0])
 	if scale == 0 && D > 0 {
 		scale = 1 / math.Sqrt(float64(D))
@@ -60,9 +61,12 @@ func evalAttention(n *nodeInfo, in []value, out tensorInfo) ([]byte, error) {
 			hk := h0 + h/group
 			qv := qf[(i*Hq+h)*D:][:D]
 			for x, j := range keys {
-				w[x] = floats.Dot(qv, kf[(j*Hkv+hk)*D:][:D])
+				w[x] = scale * floats.Dot(qv, kf[(j*Hkv+hk)*D:][:D])
+				if softCap > 0 {
+					w[x] = softCap * math.Tanh(w[x]/softCap)
+				}
 			}
-			softmaxPrefix(w[:nv], nv, scale)
+			softmaxPrefix(w[:nv], nv, 1)
 			o := res[(i*Hq+h)*Dv:][:Dv]
 			for x, j := range keys {
 				floats.AddScaled(o, w[x], vf[(j*Hkv+hk)*Dv:][:Dv])
@@ -73,12 +77,14 @@ func evalAttention(n *nodeInfo, in []value, out tensorInfo) ([]byte, error) {
 }
 
 // attnVisibility is OPS.md's rule for which keys a query sees: all of them (not causal), the
-// causal prefix j <= i+off, or, with a tree mask, every key before off plus the block keys
-// off+j the mask row marks. Keys outside [0, tk) never exist.
+// causal prefix j <= i+off (within the last window keys when window > 0), or, with a tree mask,
+// every key before off plus the block keys off+j the mask row marks. Keys outside [0, tk) never
+// exist.
 type attnVisibility struct {
 	causal      bool
 	off, tq, tk int64
 	mask        []byte // i8 [tq, tq], or nil
+	window      int64  // 0: none
 }
 
 // keys appends the keys query i sees, ascending.
@@ -90,7 +96,11 @@ func (a attnVisibility) keys(i int, dst []int) []int {
 		return dst
 	}
 	if a.mask == nil {
-		for j := int64(0); j < min(int64(i)+a.off+1, a.tk); j++ {
+		first := int64(0)
+		if a.window > 0 {
+			first = max(0, int64(i)+a.off-a.window+1)
+		}
+		for j := first; j < min(int64(i)+a.off+1, a.tk); j++ {
 			dst = append(dst, int(j))
 		}
 		return dst
@@ -131,9 +141,10 @@ func (a attnVisibility) rowsRead() int {
 	return int(min(max(last+1, 0), a.tk))
 }
 
-// decodeRows decodes the first rows rows of a [T, H, D] float tensor, and nothing past them.
+// decodeRows decodes the first rows rows of a [T, H, D] float or Q8_0/Q4_0 tensor, and nothing
+// past them.
 func decodeRows(x value, rows int) ([]float64, error) {
-	if !x.dt.Float() {
+	if !x.dt.Float() && x.dt != core.Q8_0 && x.dt != core.Q4_0 {
 		return nil, fmt.Errorf("%s k/v: %w", x.dt, core.ErrInvalidArgument)
 	}
 	rowBytes := int(x.dt.Bytes(x.shape[1] * x.shape[2]))

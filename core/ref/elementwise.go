@@ -57,6 +57,8 @@ func evalUnary(n *nodeInfo, x value) ([]byte, error) {
 		f = math.Exp
 	case core.OpNeg:
 		f = func(v float64) float64 { return -v }
+	case core.OpTanh:
+		f = math.Tanh
 	case core.OpScale:
 		s, b := float64(n.fattr[0]), float64(n.fattr[1])
 		f = func(v float64) float64 { return v*s + b }

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/cachedir"
 	"github.com/xpuhub/xpu/internal/safefile"
 )
 
@@ -43,17 +44,11 @@ type History struct {
 // CacheDir is where history stores live: $XPU_CACHE_DIR, else $XDG_CACHE_HOME/xpu, else
 // ~/.cache/xpu (the project's cache root, as the plugins and xpu tune use it), plus "spec".
 func CacheDir() (string, error) {
-	if d := os.Getenv("XPU_CACHE_DIR"); d != "" {
-		return filepath.Join(d, "spec"), nil
+	d, err := cachedir.Dir("spec")
+	if err != nil {
+		return "", fmt.Errorf("draft: %w", err)
 	}
-	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
-		return filepath.Join(d, "xpu", "spec"), nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil || home == "" {
-		return "", fmt.Errorf("draft: no cache dir (set XPU_CACHE_DIR): %w", err)
-	}
-	return filepath.Join(home, ".cache", "xpu", "spec"), nil
+	return d, nil
 }
 
 // HistoryPath is the file of task's store for a model (model: any string that identifies the

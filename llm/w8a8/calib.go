@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/cachedir"
 	"github.com/xpuhub/xpu/internal/safefile"
 )
 
@@ -206,17 +207,11 @@ func (c *Calibration) Save(path string) error {
 // CacheDir is where calibrations live by default: $XPU_CACHE_DIR/w8a8, else
 // $XDG_CACHE_HOME/xpu/w8a8, else ~/.cache/xpu/w8a8 (the order of the other caches).
 func CacheDir() (string, error) {
-	if d := os.Getenv("XPU_CACHE_DIR"); d != "" {
-		return filepath.Join(d, "w8a8"), nil
+	d, err := cachedir.Dir("w8a8")
+	if err != nil {
+		return "", fmt.Errorf("w8a8: %w", err)
 	}
-	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
-		return filepath.Join(d, "xpu", "w8a8"), nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil || home == "" {
-		return "", fmt.Errorf("w8a8: no cache dir (set XPU_CACHE_DIR): %w", err)
-	}
-	return filepath.Join(home, ".cache", "xpu", "w8a8"), nil
+	return d, nil
 }
 
 // CachePath is the default file of a model's calibration: <cache dir>/<model key>.json.

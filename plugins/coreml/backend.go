@@ -12,6 +12,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/internal/cachedir"
 )
 
 // EmulatedLabel is how device listings and reports name the emulated Core ML runtime (the
@@ -179,13 +180,11 @@ func (d *device) NewContext(ctx context.Context, options map[string]string) (cor
 	return c, nil
 }
 
-// defaultCacheDir follows the loader's rule (XPU_CACHE_DIR, $XDG_CACHE_HOME/xpu, ~/.cache/xpu).
+// defaultCacheDir follows every cache's rule (internal/cachedir), with a temporary folder when
+// there is no home.
 func defaultCacheDir() string {
-	if d := os.Getenv("XPU_CACHE_DIR"); d != "" {
-		return filepath.Join(d, "coreml")
-	}
-	if d, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(d, "xpu", "coreml")
+	if d, err := cachedir.Dir("coreml"); err == nil {
+		return d
 	}
 	return filepath.Join(os.TempDir(), "xpu-coreml-cache")
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xpuhub/xpu/internal/cachedir"
 	"github.com/xpuhub/xpu/internal/safefile"
 	"github.com/xpuhub/xpu/sched/cputopo"
 )
@@ -40,17 +41,11 @@ type Record struct {
 // CacheDir is where tuning results live: $XPU_CACHE_DIR, else $XDG_CACHE_HOME/xpu, else
 // ~/.cache/xpu (the same order as the OpenCL plugin's program cache), plus "aecs".
 func CacheDir() (string, error) {
-	if d := os.Getenv("XPU_CACHE_DIR"); d != "" {
-		return filepath.Join(d, "aecs"), nil
+	d, err := cachedir.Dir("aecs")
+	if err != nil {
+		return "", fmt.Errorf("aecs: %w", err)
 	}
-	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
-		return filepath.Join(d, "xpu", "aecs"), nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil || home == "" {
-		return "", fmt.Errorf("aecs: no cache dir (set XPU_CACHE_DIR): %w", err)
-	}
-	return filepath.Join(home, ".cache", "xpu", "aecs"), nil
+	return d, nil
 }
 
 // Fingerprint identifies a device for the cache: its clusters (types, sizes, frequencies,

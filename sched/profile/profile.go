@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/cachedir"
 	"github.com/xpuhub/xpu/internal/safefile"
 )
 
@@ -430,17 +431,11 @@ func Key(units []Unit, m Model, options ...string) string {
 // CacheDir is where profiles live: $XPU_CACHE_DIR/profiles, else $XDG_CACHE_HOME/xpu/profiles,
 // else ~/.cache/xpu/profiles (the order of the other caches).
 func CacheDir() (string, error) {
-	if d := os.Getenv("XPU_CACHE_DIR"); d != "" {
-		return filepath.Join(d, "profiles"), nil
+	d, err := cachedir.Dir("profiles")
+	if err != nil {
+		return "", fmt.Errorf("profile: %w", err)
 	}
-	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
-		return filepath.Join(d, "xpu", "profiles"), nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil || home == "" {
-		return "", fmt.Errorf("profile: no cache dir (set XPU_CACHE_DIR): %w", err)
-	}
-	return filepath.Join(home, ".cache", "xpu", "profiles"), nil
+	return d, nil
 }
 
 // Save writes p to dir/<key>.json atomically and returns the path.
