@@ -37,10 +37,12 @@ type archBuilder interface {
 
 // archs maps general.architecture to its builder. Mistral's GGUFs say "llama".
 var archs = map[string]archBuilder{
-	"llama": llamaArch{rope: core.RoPENormal, window: true},
-	"qwen2": llamaArch{rope: core.RoPENeoX, bias: true},
-	"qwen3": qwen3Arch{},
-	"phi3":  phi3Arch{},
+	"llama":  llamaArch{rope: core.RoPENormal, window: true},
+	"qwen2":  llamaArch{rope: core.RoPENeoX, bias: true},
+	"qwen3":  qwen3Arch{},
+	"phi3":   phi3Arch{},
+	"gemma2": gemmaArch{version: 2},
+	"gemma3": gemmaArch{version: 3},
 }
 
 // Architectures lists the general.architecture values xpu loads, sorted.
@@ -158,15 +160,24 @@ func (b block) head(x *core.Tensor) *core.Tensor {
 	return b.g.Named("logits").MatMul(h, b.m.w(b.g, "output.weight"))
 }
 
-// attentionOptions are layer l's ATTENTION options from the config: the query scale, the
-// score soft-cap and the sliding window. The stage adds causality, the query offset and a
-// tree mask.
-func (c Config) attentionOptions(l int) core.AttentionOptions {
-	scale := c.AttnScale
-	if scale == 0 {
-		scale = float32(1 / math.Sqrt(float64(c.HeadDim)))
+// attentionOptions are layer l's ATTENTION options from the config over a cache of capacity
+// rows: the query scale, the score soft-cap and the sliding window, which is left out where it
+// hides nothing (no position in the cache is as far as the window from another). The stage
+// adds causality, the query offset and a tree mask.
+func (c Config) attentionOptions(l int, capacity int64) core.AttentionOptions {
+	o := core.AttentionOptions{Scale: c.AttnScale, SoftCap: c.AttnSoftCap}
+	if o.Scale == 0 {
+		o.Scale = float32(1 / math.Sqrt(float64(c.HeadDim)))
 	}
-	return core.AttentionOptions{Scale: scale}
+	if c.Sliding(l) && int64(c.SlidingWindow) < capacity {
+		o.Window = int64(c.SlidingWindow)
+	}
+	return o
+}
+
+// softCap is c·tanh(x/c) (Gemma 2's final logits).
+func (b block) softCap(name string, x *core.Tensor, c float32) *core.Tensor {
+	return b.g.Named(name).Scale(b.g.Tanh(b.g.Scale(x, 1/c, 0)), c, 0)
 }
 
 // qkvSpecs are the separate projections' tensors of layer l (with biases when the config has

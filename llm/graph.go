@@ -83,8 +83,13 @@ func (m *Model) buildLayerStage(l int, c, capacity int64, kv core.DType, tree bo
 	if tree {
 		mask = g.Input("mask", core.I8, c, c)
 	}
-	opts := cfg.attentionOptions(l)
+	opts := cfg.attentionOptions(l, capacity)
 	opts.Causal, opts.QOffsetInput, opts.Mask = true, qoff, mask
+	if tree && opts.Window > 0 {
+		// ATTENTION's window and its tree mask do not combine
+		return nil, fmt.Errorf("llm: layer %d: a draft tree over a sliding window of %d (context above it): %w",
+			l, opts.Window, core.ErrUnsupported)
+	}
 	a := g.Named("attn").Attention(q, kc, vc, opts)
 	// inner nodes first: Named names the next node added (plan rules match these names)
 	x = m.arch.finish(block{m, g, sb}, x, g.Reshape(a, c, H*D), l)
