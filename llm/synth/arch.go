@@ -90,7 +90,9 @@ func featuresOf(arch string) features {
 // archKeys are the metadata llama.cpp reads for s's architecture beyond the common keys.
 func archKeys(s Spec) []gguf.KeyValue {
 	a := s.Arch
-	kv := func(key string, v any) gguf.KeyValue { return gguf.KeyValue{Key: a + "." + key, Value: gguf.MustValue(v)} }
+	kv := func(key string, v any) gguf.KeyValue {
+		return gguf.KeyValue{Key: a + "." + key, Value: gguf.MustValue(v)}
+	}
 	var out []gguf.KeyValue
 	if s.HeadDim != 0 && s.HeadDim != s.Dim/s.Heads || a == "qwen3" || a == "gemma2" || a == "gemma3" {
 		out = append(out, kv("attention.key_length", uint32(s.headDim())), kv("attention.value_length", uint32(s.headDim())))
