@@ -7,6 +7,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
@@ -350,5 +351,163 @@ func TestArchLogitsMatchAnIndependentForward(t *testing.T) {
 				check(p, got, want(p, id))
 			}
 		})
+	}
+}
+
+// Each architecture's keys land in the config the shared blocks read.
+func TestArchConfig(t *testing.T) {
+	attn := float32(math.Sqrt(1 + math.Log(2)/math.Log(256)))
+	for _, c := range []struct {
+		variant string
+		check   func(t *testing.T, c Config)
+	}{
+		{"llama3", func(t *testing.T, c Config) {
+			assert.Equal(t, int64(core.RoPENormal), c.RopeMode)
+			assert.Equal(t, float32(500000), c.RopeBase)
+			require.Len(t, c.RopeFreqFactors, 4)
+			assert.Equal(t, float32(8), c.RopeFreqFactors[3], "the lowest frequency is scaled by 8")
+		}},
+		{"mistral", func(t *testing.T, c Config) {
+			assert.Equal(t, 128, c.SlidingWindow)
+			assert.True(t, c.Sliding(0) && c.Sliding(4), "every layer slides")
+		}},
+		{"qwen3", func(t *testing.T, c Config) {
+			assert.True(t, c.QKNorm)
+			assert.False(t, c.QKVBias)
+			assert.Equal(t, int64(core.RoPENeoX), c.RopeMode)
+			assert.Equal(t, 16, c.HeadDim, "attention.key_length: twice dim/heads")
+		}},
+		{"phi3", func(t *testing.T, c Config) {
+			assert.Equal(t, 6, c.RopeDims, "partial rotary")
+			assert.Equal(t, 256, c.RopeOrigContext)
+			assert.InDelta(t, attn, c.RopeAttnFactor, 1e-6)
+			assert.Len(t, c.RopeFreqFactors, 3)
+			assert.Len(t, c.RopeFactorsLong, 3)
+			assert.Equal(t, 128, c.SlidingWindow)
+		}},
+		{"gemma2", func(t *testing.T, c Config) {
+			assert.Equal(t, float32(8), c.EmbedScale, "√64")
+			assert.Equal(t, ActGELU, c.Activation)
+			assert.Equal(t, float32(50), c.AttnSoftCap)
+			assert.Equal(t, float32(30), c.FinalSoftCap)
+			assert.True(t, c.Sliding(0))
+			assert.False(t, c.Sliding(1))
+			assert.Equal(t, float32(1/math.Sqrt(8)), c.AttnScale)
+		}},
+		{"gemma3", func(t *testing.T, c Config) {
+			assert.True(t, c.QKNorm)
+			assert.Zero(t, c.AttnSoftCap)
+			assert.Equal(t, []bool{true, true, true, true, true, false}, []bool{c.Sliding(0), c.Sliding(1),
+				c.Sliding(2), c.Sliding(3), c.Sliding(4), c.Sliding(5)})
+			base, scale := c.ropeOf(0)
+			assert.Equal(t, [2]float32{10000, 1}, [2]float32{base, scale}, "local layers")
+			base, _ = c.ropeOf(5)
+			assert.Equal(t, float32(1000000), base, "global layers")
+		}},
+	} {
+		t.Run(c.variant, func(t *testing.T) {
+			m, err := FromFile(rewriteArch(t, c.variant, nil, nil))
+			require.NoError(t, err)
+			c.check(t, m.Config)
+		})
+	}
+}
+
+// A bad or missing key or tensor of an architecture is an error that names it.
+func TestArchLoadErrorsNameTheProblem(t *testing.T) {
+	drop := func(name string) func([]gguf.WriteTensor) []gguf.WriteTensor {
+		return func(ts []gguf.WriteTensor) []gguf.WriteTensor {
+			var out []gguf.WriteTensor
+			for _, x := range ts {
+				if x.Name != name {
+					out = append(out, x)
+				}
+			}
+			return out
+		}
+	}
+	dropKV := func(key string) func([]gguf.KeyValue) []gguf.KeyValue {
+		return func(kvs []gguf.KeyValue) []gguf.KeyValue {
+			var out []gguf.KeyValue
+			for _, kv := range kvs {
+				if kv.Key != key {
+					out = append(out, kv)
+				}
+			}
+			return out
+		}
+	}
+	reshape := func(name string, shape core.Shape) func([]gguf.WriteTensor) []gguf.WriteTensor {
+		return func(ts []gguf.WriteTensor) []gguf.WriteTensor {
+			for i := range ts {
+				if ts[i].Name == name {
+					ts[i].Shape, ts[i].Data = shape, make([]byte, 4*shape.NumElements())
+				}
+			}
+			return ts
+		}
+	}
+	for _, c := range []struct {
+		name, variant string
+		kv            func([]gguf.KeyValue) []gguf.KeyValue
+		ts            func([]gguf.WriteTensor) []gguf.WriteTensor
+		target        error
+		msg           string
+	}{
+		{"unknown architecture", "llama", setKV("general.architecture", "mamba"), nil, core.ErrUnsupported, "gemma2, gemma3, llama, phi3, qwen2, qwen3"},
+		{"gemma3 window", "gemma3", dropKV("gemma3.attention.sliding_window"), nil, core.ErrInvalidArgument, "missing gemma3.attention.sliding_window"},
+		{"gemma2 soft-cap", "gemma2", setKV("gemma2.attn_logit_softcapping", float32(math.NaN())), nil, core.ErrInvalidArgument, "gemma2.attn_logit_softcapping"},
+		{"gemma2 final soft-cap", "gemma2", setKV("gemma2.final_logit_softcapping", float32(-1)), nil, core.ErrInvalidArgument, "gemma2.final_logit_softcapping"},
+		{"phi3 attention factor", "phi3", setKV("phi3.rope.scaling.attn_factor", float32(0)), nil, core.ErrInvalidArgument, "phi3.rope.scaling.attn_factor"},
+		{"phi3 window", "phi3", setKV("phi3.attention.sliding_window", "wide"), nil, core.ErrInvalidArgument, "phi3.attention.sliding_window"},
+		{"value length", "qwen3", setKV("qwen3.attention.value_length", uint32(8)), nil, core.ErrUnsupported, "qwen3.attention.value_length 8"},
+		{"key length", "qwen3", setKV("qwen3.attention.key_length", "x"), nil, core.ErrInvalidArgument, "qwen3.attention.key_length"},
+		{"q norm", "qwen3", nil, drop("blk.1.attn_q_norm.weight"), core.ErrNotFound, "blk.1.attn_q_norm.weight"},
+		{"post norm", "gemma3", nil, drop("blk.0.post_ffw_norm.weight"), core.ErrNotFound, "blk.0.post_ffw_norm.weight"},
+		{"fused qkv", "phi3", nil, reshape("blk.0.attn_qkv.weight", core.Shape{64, 64}), core.ErrInvalidArgument, "blk.0.attn_qkv.weight"},
+		{"long factors", "phi3", nil, reshape("rope_factors_long.weight", core.Shape{2}), core.ErrInvalidArgument, "rope_factors_long.weight"},
+		{"short factors", "phi3", nil, reshape("rope_factors_short.weight", core.Shape{4}), core.ErrInvalidArgument, "rope_factors_short.weight[0]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := FromFile(rewriteArch(t, c.variant, c.kv, c.ts))
+			require.ErrorIs(t, err, c.target)
+			assert.Contains(t, err.Error(), c.msg)
+		})
+	}
+}
+
+// Decode shards, the sparse FFN, W8A8 and calibration build Llama's layers themselves: other
+// architectures, and Llama with a sliding window, are refused rather than run wrong.
+func TestTechniquesNeedLlamaShape(t *testing.T) {
+	for variant, ok := range map[string]bool{"llama": true, "llama3": true, "qwen2": true, "mistral": false,
+		"qwen3": false, "phi3": false, "gemma2": false, "gemma3": false} {
+		t.Run(variant, func(t *testing.T) {
+			m, err := FromFile(rewriteArch(t, variant, nil, nil))
+			require.NoError(t, err)
+			err = m.RequireLlamaShape("decode shards")
+			if ok {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrArchFeature)
+			require.ErrorIs(t, err, core.ErrUnsupported)
+			assert.Contains(t, err.Error(), "decode shards on "+m.Config.Arch)
+		})
+	}
+}
+
+// A draft tree's mask and a sliding window do not combine in one ATTENTION: where the window
+// hides keys the runner verifies chains (the causal mask) instead of trees, and where the
+// context is within the window it keeps trees.
+func TestTreeVerifyOverASlidingWindow(t *testing.T) {
+	m := tinyArch(t, "mistral", 2, 16)
+	for _, c := range []struct {
+		ctx  int
+		tree bool
+	}{{32, false}, {8, true}} {
+		r, err := NewRunner(context.Background(), m, refDevice(t), WithContextLength(c.ctx), WithVerifyLengths(4))
+		require.NoError(t, err)
+		assert.Equal(t, c.tree, r.tree, "context %d", c.ctx)
+		require.NoError(t, r.Close())
 	}
 }
