@@ -99,9 +99,16 @@ func (b block) heads(t *core.Tensor, n int) *core.Tensor {
 	return b.g.Reshape(t, t.Shape[0], int64(n), int64(b.m.Config.HeadDim))
 }
 
+// postNorm is RMSNorm times the weight, its MUL named name (Gemma's post-norms).
+func (b block) postNorm(name string, x *core.Tensor, weight string) *core.Tensor {
+	n := b.g.RMSNorm(x, b.m.Config.NormEps)
+	return b.g.Named(name).Mul(n, b.m.w(b.g, weight))
+}
+
 // headNorm is the per-head RMSNorm of t [C, H, D] times the [D] weight (Qwen3, Gemma 3).
 func (b block) headNorm(name string, t *core.Tensor, weight string) *core.Tensor {
-	return b.g.Named(name).Mul(b.g.RMSNorm(t, b.m.Config.NormEps), b.m.w(b.g, weight))
+	n := b.g.RMSNorm(t, b.m.Config.NormEps)
+	return b.g.Named(name).Mul(n, b.m.w(b.g, weight))
 }
 
 // projectQKV is the separate Q, K and V projections of layer l's normed input h, with their
@@ -127,8 +134,7 @@ func (b block) ropeQK(q, k *core.Tensor, pos posInputs, l int) (*core.Tensor, *c
 func (b block) attnResidual(x, a *core.Tensor, l int, postNorm bool) *core.Tensor {
 	o := b.linear(a, l, "attn_output")
 	if postNorm {
-		o = b.g.Named("attn_post_norm").Mul(b.g.RMSNorm(o, b.m.Config.NormEps),
-			b.m.w(b.g, layerName(l, "post_attention_norm.weight")))
+		o = b.postNorm("attn_post_norm", o, layerName(l, "post_attention_norm.weight"))
 	}
 	return b.g.Named("attn_residual").Add(x, o)
 }
@@ -149,7 +155,8 @@ func (b block) gatedFFN(x *core.Tensor, l int, fused bool) *core.Tensor {
 	if b.m.Config.Activation == ActGELU {
 		name = "ffn_geglu"
 	}
-	f := b.g.Named(name).Mul(b.m.activation(b.g, gate), up)
+	act := b.m.activation(b.g, gate)
+	f := b.g.Named(name).Mul(act, up)
 	return b.linear(f, l, "ffn_down")
 }
 
@@ -177,7 +184,8 @@ func (c Config) attentionOptions(l int, capacity int64) core.AttentionOptions {
 
 // softCap is c·tanh(x/c) (Gemma 2's final logits).
 func (b block) softCap(name string, x *core.Tensor, c float32) *core.Tensor {
-	return b.g.Named(name).Scale(b.g.Tanh(b.g.Scale(x, 1/c, 0)), c, 0)
+	th := b.g.Tanh(b.g.Scale(x, 1/c, 0))
+	return b.g.Named(name).Scale(th, c, 0)
 }
 
 // qkvSpecs are the separate projections' tensors of layer l (with biases when the config has

@@ -68,7 +68,7 @@ func (a gemmaArch) qkv(b block, x *core.Tensor, pos posInputs, l int) (q, k, v *
 func (gemmaArch) finish(b block, x, a *core.Tensor, l int) *core.Tensor {
 	x = b.attnResidual(x, a, l, true)
 	f := b.gatedFFN(x, l, false)
-	f = b.g.Named("ffn_post_norm").Mul(b.g.RMSNorm(f, b.m.Config.NormEps), b.m.w(b.g, layerName(l, "post_ffw_norm.weight")))
+	f = b.postNorm("ffn_post_norm", f, layerName(l, "post_ffw_norm.weight"))
 	return b.g.Named("ffn_residual").Add(x, f)
 }
 

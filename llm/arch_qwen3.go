@@ -33,7 +33,8 @@ func (qwen3Arch) qkv(b block, x *core.Tensor, pos posInputs, l int) (q, k, v *co
 
 func (qwen3Arch) finish(b block, x, a *core.Tensor, l int) *core.Tensor {
 	x = b.attnResidual(x, a, l, false)
-	return b.g.Named("ffn_residual").Add(x, b.gatedFFN(x, l, false))
+	f := b.gatedFFN(x, l, false)
+	return b.g.Named("ffn_residual").Add(x, f)
 }
 
 func (qwen3Arch) logits(b block, x *core.Tensor) *core.Tensor { return b.head(x) }

@@ -278,6 +278,9 @@ func (s Spec) Params() int64 {
 	if ft.qkNorm {
 		perLayer += 2 * hd
 	}
+	if ft.bias {
+		perLayer += q + 2*kv
+	}
 	if ft.postNorms {
 		perLayer += 2 * d
 	}
