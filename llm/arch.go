@@ -43,6 +43,8 @@ var archs = map[string]archBuilder{
 	"phi3":   phi3Arch{},
 	"gemma2": gemmaArch{version: 2},
 	"gemma3": gemmaArch{version: 3},
+	// SmolLM3: Llama with no RoPE in every fourth layer
+	"smollm3": llamaArch{rope: core.RoPENormal, noRopeStep: 4},
 }
 
 // Architectures lists the general.architecture values xpu loads, sorted.
@@ -125,8 +127,11 @@ func (b block) projectQKV(h *core.Tensor, l int) (q, k, v *core.Tensor) {
 	return proj("attn_q", c.Heads), proj("attn_k", c.KVHeads), proj("attn_v", c.KVHeads)
 }
 
-// ropeQK rotates layer l's queries and keys.
+// ropeQK rotates layer l's queries and keys (unless the layer has no RoPE).
 func (b block) ropeQK(q, k *core.Tensor, pos posInputs, l int) (*core.Tensor, *core.Tensor) {
+	if !b.m.Config.Rotates(l) {
+		return q, k
+	}
 	return b.m.rope(b.g, "q_rope", q, pos, l), b.m.rope(b.g, "k_rope", k, pos, l)
 }
 

@@ -12,10 +12,13 @@ type llamaArch struct {
 	// window: <arch>.attention.sliding_window, when present, makes every layer slide
 	// (Mistral 7B v0.1).
 	window bool
+	// noRopeStep: every n-th layer has no RoPE (SmolLM3: 4, fixed by the architecture as in
+	// llama.cpp).
+	noRopeStep int
 }
 
 func (a llamaArch) config(k *keys, c *Config) error {
-	c.RopeMode, c.QKVBias = a.rope, a.bias
+	c.RopeMode, c.QKVBias, c.NoRopeStep = a.rope, a.bias, a.noRopeStep
 	if a.window {
 		return k.num("attention.sliding_window", 0, &c.SlidingWindow)
 	}
@@ -49,4 +52,5 @@ func (llamaArch) finish(b block, x, a *core.Tensor, l int) *core.Tensor {
 
 func (llamaArch) logits(b block, x *core.Tensor) *core.Tensor { return b.head(x) }
 
-func (llamaArch) plain() bool { return true }
+// plain: the decode shards and the Go forward pass rotate every layer.
+func (a llamaArch) plain() bool { return a.noRopeStep == 0 }

@@ -165,7 +165,10 @@ func (r *refModel) rope(x []float64, p, l int) {
 	if r.arch == "gemma3" && r.sliding(l) {
 		base = 10000
 	}
-	neox := r.arch != "llama"
+	if r.arch == "smollm3" && (l+1)%4 == 0 {
+		return // SmolLM3's NoPE layers
+	}
+	neox := r.arch != "llama" && r.arch != "smollm3"
 	for i := 0; i < r.rot/2; i++ {
 		theta := float64(p) * math.Pow(base, -2*float64(i)/float64(r.rot))
 		if r.factors != nil {
@@ -319,7 +322,7 @@ func TestArchLogitsMatchAnIndependentForward(t *testing.T) {
 		{"llama", 2, 32}, {"llama3", 2, 32}, {"mistral", 2, 32}, {"qwen2", 2, 32}, {"qwen3", 2, 32},
 		{"phi3", 2, 32}, // context within the original: the short factors
 		{"phi3", 2, 48}, // beyond it: the long ones
-		{"gemma2", 2, 32}, {"gemma3", 7, 32},
+		{"gemma2", 2, 32}, {"gemma3", 7, 32}, {"smollm3", 5, 32},
 	} {
 		t.Run(fmt.Sprintf("%s-ctx%d", c.variant, c.ctx), func(t *testing.T) {
 			m := tinyArch(t, c.variant, c.layers, 5)
@@ -454,7 +457,7 @@ func TestArchLoadErrorsNameTheProblem(t *testing.T) {
 		target        error
 		msg           string
 	}{
-		{"unknown architecture", "llama", setKV("general.architecture", "mamba"), nil, core.ErrUnsupported, "gemma2, gemma3, llama, phi3, qwen2, qwen3"},
+		{"unknown architecture", "llama", setKV("general.architecture", "mamba"), nil, core.ErrUnsupported, "gemma2, gemma3, llama, phi3, qwen2, qwen3, smollm3"},
 		{"gemma3 window", "gemma3", dropKV("gemma3.attention.sliding_window"), nil, core.ErrInvalidArgument, "missing gemma3.attention.sliding_window"},
 		{"gemma2 soft-cap", "gemma2", setKV("gemma2.attn_logit_softcapping", float32(math.NaN())), nil, core.ErrInvalidArgument, "gemma2.attn_logit_softcapping"},
 		{"gemma2 final soft-cap", "gemma2", setKV("gemma2.final_logit_softcapping", float32(-1)), nil, core.ErrInvalidArgument, "gemma2.final_logit_softcapping"},
@@ -480,7 +483,7 @@ func TestArchLoadErrorsNameTheProblem(t *testing.T) {
 // architectures, and Llama with a sliding window, are refused rather than run wrong.
 func TestTechniquesNeedLlamaShape(t *testing.T) {
 	for variant, ok := range map[string]bool{"llama": true, "llama3": true, "qwen2": true, "mistral": false,
-		"qwen3": false, "phi3": false, "gemma2": false, "gemma3": false} {
+		"qwen3": false, "phi3": false, "gemma2": false, "gemma3": false, "smollm3": false} {
 		t.Run(variant, func(t *testing.T) {
 			m, err := FromFile(rewriteArch(t, variant, nil, nil))
 			require.NoError(t, err)

@@ -65,7 +65,13 @@ type Config struct {
 	RopeOrigContext int // rope.scaling.original_context_length
 	// RopeAttnFactor multiplies RoPE's cos and sin (rope.scaling.attn_factor, LongRoPE); 0 means 1.
 	RopeAttnFactor float32
+	// NoRopeStep n > 0: every n-th layer (l+1 a multiple of n) has no RoPE (SmolLM3's NoPE
+	// layers).
+	NoRopeStep int
 }
+
+// Rotates reports whether layer l applies RoPE to its queries and keys.
+func (c Config) Rotates(l int) bool { return c.NoRopeStep <= 0 || (l+1)%c.NoRopeStep != 0 }
 
 // Sliding reports whether layer l uses sliding-window attention.
 func (c Config) Sliding(l int) bool {

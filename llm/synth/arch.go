@@ -55,6 +55,7 @@ var variants = map[string]variant{
 			s.Layers = 26
 		}
 	}},
+	"smollm3": {arch: "smollm3"},
 	"gemma3": {arch: "gemma3", set: func(s *Spec) {
 		quarterWindow(s)
 		s.RopeBase = 1000000
@@ -164,7 +165,7 @@ func nearOne(n int, rng *rand.Rand) []float32 {
 func (s Spec) checkArch() error {
 	if _, ok := variants[s.Arch]; !ok || s.Arch == "llama3" || s.Arch == "mistral" {
 		return fmt.Errorf("synth: architecture %q (%v; llama3 and mistral are presets of llama): %w", s.Arch,
-			[]string{"gemma2", "gemma3", "llama", "phi3", "qwen2", "qwen3"}, core.ErrUnsupported)
+			[]string{"gemma2", "gemma3", "llama", "phi3", "qwen2", "qwen3", "smollm3"}, core.ErrUnsupported)
 	}
 	plain := s.Arch == "llama" || s.Arch == "qwen2"
 	hd := s.headDim()
