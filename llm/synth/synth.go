@@ -434,8 +434,14 @@ func Write(w io.Writer, s Spec) error {
 			return xs
 		}
 	}
+	// Gemma multiplies its embeddings by √dim (and ties the head to them): rows of σ = 1/√dim
+	// start the residual at unit scale, as other models' rows of σ = 1 do.
+	embFanIn := int64(1)
+	if ft.tied {
+		embFanIn = D
+	}
 	embed := func(n int, rng *rand.Rand) []float32 {
-		xs := matrix(1)(n, rng)
+		xs := matrix(embFanIn)(n, rng)
 		if sp {
 			for r := 0; r < n/int(D); r++ {
 				for c := 0; c < biasChannels; c++ {
