@@ -514,3 +514,41 @@ func TestTreeVerifyOverASlidingWindow(t *testing.T) {
 		require.NoError(t, r.Close())
 	}
 }
+
+// Every architecture runs on the neon plugin with the reference backend's logits: windows
+// that hide keys (window 5 over a longer prompt) and Gemma 2's soft-caps included, which
+// need neon's op set 5.
+func TestArchOnNeonMatchesRef(t *testing.T) {
+	neon := pluginDevices(t, "neon")[0]
+	for _, c := range []struct {
+		variant        string
+		layers, window int
+	}{
+		{"llama3", 2, 0}, {"qwen3", 2, 0}, {"smollm3", 4, 0}, {"phi3", 2, 64}, {"gemma3", 7, 64},
+		{"mistral", 2, 5}, {"phi3", 2, 5}, {"gemma3", 7, 5}, {"gemma2", 2, 5},
+	} {
+		t.Run(fmt.Sprintf("%s-window%d", c.variant, c.window), func(t *testing.T) {
+			m := tinyArch(t, c.variant, c.layers, c.window)
+			ids := m.Tokenizer.Encode("the cat sat on a mat", true)
+			logits := func(d core.Device) []float32 {
+				r, err := NewRunner(context.Background(), m, d, WithChunkSize(4), WithContextLength(32))
+				require.NoError(t, err)
+				defer r.Close()
+				var all []float32
+				_, err = r.PrefillEach(context.Background(), ids, func(_ int, l []float32) error {
+					all = append(all, l...)
+					return nil
+				})
+				require.NoError(t, err)
+				return all
+			}
+			want, got := logits(refDevice(t)), logits(neon)
+			var num, den float64
+			for i := range want {
+				d := float64(got[i] - want[i])
+				num, den = num+d*d, den+float64(want[i])*float64(want[i])
+			}
+			assert.Less(t, num/den, 1e-6, "NMSE of neon's logits")
+		})
+	}
+}
