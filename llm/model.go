@@ -1,6 +1,8 @@
-// Package llm runs Llama-family language models (llama: TinyStories, TinyLlama, Llama 2/3;
-// qwen2) from GGUF files on any xpu backend: the graph builder, a KV cache in backend buffers,
-// chunked prefill with graphs prepared once per chunk length, the decode loop and sampling.
+// Package llm runs decoder-only language models from GGUF files on any xpu backend (llama:
+// TinyStories, TinyLlama, Llama 2/3.x, Mistral, SmolLM; qwen2; qwen3; phi3; gemma2; gemma3;
+// smollm3, each built by its own builder over shared blocks, arch*.go): the stage graphs, a KV
+// cache in backend buffers, chunked prefill with graphs prepared once per chunk length, the
+// decode loop and sampling.
 //
 // Load is the short way in: it opens a model, chooses the best usable device and returns an
 // Engine ready to Generate or start a Chat (which renders the model's chat template). Open,
