@@ -177,9 +177,6 @@ func (s Spec) checkArch() error {
 	case s.RopeFreqs && s.Arch != "llama":
 		return fmt.Errorf("synth: rope_freqs.weight is Llama 3's, not %s's: %w", s.Arch, core.ErrInvalidArgument)
 	}
-	if bl := s.Type.BlockLen(); int64(s.Heads*hd)%bl != 0 {
-		return fmt.Errorf("synth: attention width %d must be a multiple of %d for %s: %w", s.Heads*hd, bl, s.Type, core.ErrInvalidArgument)
-	}
 	return nil
 }
 

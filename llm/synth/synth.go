@@ -266,6 +266,9 @@ func (s Spec) check() error {
 	if bl := s.Type.BlockLen(); int64(s.Dim)%bl != 0 || int64(s.FFN)%bl != 0 {
 		return fmt.Errorf("synth: dim %d and ffn %d must be multiples of %d for %s: %w", s.Dim, s.FFN, bl, s.Type, core.ErrInvalidArgument)
 	}
+	if bl, w := s.Type.BlockLen(), int64(s.Heads*s.headDim()); w%bl != 0 {
+		return fmt.Errorf("synth: attention width %d must be a multiple of %d for %s: %w", w, bl, s.Type, core.ErrInvalidArgument)
+	}
 	return nil
 }
 
