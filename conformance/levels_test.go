@@ -147,3 +147,27 @@ func TestReportLevels(t *testing.T) {
 	assert.Equal(t, 2, ls.Skipped, "the two levels not claimed are skipped")
 	assert.Zero(t, ls.Failures, "not claiming a level is no failure")
 }
+
+// The LLM core level keeps its op set 4 meaning: the soft-cap and sliding-window attention
+// cases of op set 5 are in the suite but not in the level.
+func TestLevelLLMOpsLeavesOutOpSet5(t *testing.T) {
+	var member func(testCase) bool
+	for _, l := range levelDefs() {
+		if l.name == LevelLLMOps {
+			member = l.member
+		}
+	}
+	require.NotNil(t, member)
+	v5, inLevel := 0, 0
+	for _, tc := range allCases() {
+		if tc.v5 {
+			v5++
+			require.False(t, member(tc), tc.name)
+		}
+		if member(tc) && tc.op == "ATTENTION" {
+			inLevel++
+		}
+	}
+	require.Positive(t, v5)
+	require.Positive(t, inLevel)
+}

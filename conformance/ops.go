@@ -48,6 +48,7 @@ func opCases() []testCase {
 	cs = append(cs, movementCases()...)
 	cs = append(cs, w8a8Cases()...)
 	cs = append(cs, sparseFFNCases()...)
+	cs = append(cs, v5Cases()...)
 	return cs
 }
 

@@ -26,7 +26,10 @@ type testCase struct {
 	level int
 	op    string // tolerance key: op name or GRAPH:<name>
 	dtype string // tolerance key: dtype label
-	run   func(r *runner, ctx context.Context, res *CaseResult)
+	// v5: the case uses an op set 5 addition that no op set 4 graph has (an attention
+	// soft-cap or sliding window); the LLM core level does not rest on it.
+	v5  bool
+	run func(r *runner, ctx context.Context, res *CaseResult)
 }
 
 // runner holds what every case of one Run shares.

@@ -1,5 +1,7 @@
 package core
 
+import "math"
+
 // RejectedNode is a one-node graph that breaks an op's rules (abi/OPS.md): a wrong number of
 // inputs, shapes or dtypes the op does not take, a bad attribute, or an output that is not what
 // the inputs give. Graph.Validate refuses every one; the builder could not have made them, so
@@ -93,6 +95,28 @@ func RejectedNodes() []RejectedNode {
 			[]rts{rt(F32, 2, 4, 4), rt(F32, 3, 4, 4), rt(F32, 3, 4, 4), rt(F32, 1), rt(I8, 2, 2)}, []int64{1}, nil),
 		handNode("ATTENTION mask without the causal flag", OpAttention, rt(F32, 2, 4, 4),
 			[]rts{rt(F32, 2, 4, 4), rt(F32, 3, 4, 4), rt(F32, 3, 4, 4), rt(I32, 1), rt(I8, 2, 2)}, nil, nil),
+		// op set v5: the sliding window needs causal attention and no mask, the soft-cap is a
+		// finite c >= 0, and a quantized k or v has whole blocks per head
+		handNode("ATTENTION window without the causal flag", OpAttention, rt(F32, 1, 4, 4),
+			[]rts{rt(F32, 1, 4, 4), rt(F32, 3, 4, 4), rt(F32, 3, 4, 4)}, []int64{0, 0, 0, 0, 2}, nil),
+		handNode("ATTENTION window with a mask", OpAttention, rt(F32, 2, 4, 4),
+			[]rts{rt(F32, 2, 4, 4), rt(F32, 3, 4, 4), rt(F32, 3, 4, 4), rt(I32, 1), rt(I8, 2, 2)}, []int64{1, 0, 0, 0, 2}, nil),
+		handNode("ATTENTION negative window", OpAttention, rt(F32, 1, 4, 4),
+			[]rts{rt(F32, 1, 4, 4), rt(F32, 3, 4, 4), rt(F32, 3, 4, 4)}, []int64{1, 0, 0, 0, -1}, nil),
+		handNode("ATTENTION negative soft-cap", OpAttention, rt(F32, 1, 4, 4),
+			[]rts{rt(F32, 1, 4, 4), rt(F32, 3, 4, 4), rt(F32, 3, 4, 4)}, nil, []float32{0, -1}),
+		handNode("ATTENTION NaN soft-cap", OpAttention, rt(F32, 1, 4, 4),
+			[]rts{rt(F32, 1, 4, 4), rt(F32, 3, 4, 4), rt(F32, 3, 4, 4)}, nil, []float32{0, float32(math.NaN())}),
+		handNode("ATTENTION infinite soft-cap", OpAttention, rt(F32, 1, 4, 4),
+			[]rts{rt(F32, 1, 4, 4), rt(F32, 3, 4, 4), rt(F32, 3, 4, 4)}, nil, []float32{0, float32(math.Inf(1))}),
+		handNode("ATTENTION q8_0 k with a head dim not a multiple of 32", OpAttention, rt(F32, 1, 4, 16),
+			[]rts{rt(F32, 1, 4, 16), rt(Q8_0, 3, 4, 16), rt(F32, 3, 4, 16)}, nil, nil),
+		handNode("ATTENTION q4_0 v with a head dim not a multiple of 32", OpAttention, rt(F32, 1, 4, 32),
+			[]rts{rt(F32, 1, 4, 32), rt(F32, 3, 4, 32), rt(Q4_0, 3, 4, 48)}, nil, nil),
+		handNode("ATTENTION k of a k-quant", OpAttention, rt(F32, 1, 1, 256),
+			[]rts{rt(F32, 1, 1, 256), rt(Q4_K, 3, 1, 256), rt(F32, 3, 1, 256)}, nil, nil),
+		handNode("TANH of i32", OpTanh, rt(I32, 4), []rts{rt(I32, 4)}, nil, nil),
+		handNode("TANH with 2 inputs", OpTanh, rt(F32, 4), []rts{rt(F32, 4), rt(F32, 4)}, nil, nil),
 		handNode("ROPE positions of the wrong length", OpRoPE, rt(F32, 4, 2, 8), []rts{rt(F32, 4, 2, 8), rt(I32, 3)}, nil, nil),
 		handNode("ROPE odd rotary dims", OpRoPE, rt(F32, 4, 2, 8), []rts{rt(F32, 4, 2, 8), rt(I32, 4)}, []int64{0, 3}, nil),
 		handNode("ROPE unknown mode", OpRoPE, rt(F32, 4, 2, 8), []rts{rt(F32, 4, 2, 8), rt(I32, 4)}, []int64{1}, nil),

@@ -40,6 +40,8 @@ func lowerNode(b *builder, n *core.Node, value valueFn, inputIndex map[*core.Ten
 		return b.unary("relu", x), nil
 	case core.OpExp:
 		return b.unary("exp", x), nil
+	case core.OpTanh:
+		return b.unary("tanh", x), nil
 	case core.OpGELU:
 		return b.op("gelu", []arg{{"x", []mvar{x}}, {"mode", []mvar{b.strScalar("TANH_APPROXIMATION")}}}, x.dt, x.shape), nil
 	case core.OpNeg:
@@ -244,7 +246,16 @@ func lowerAttention(b *builder, n *core.Node, value valueFn) (mvar, error) {
 		colv := b.constInts([]int64{1, tk}, cols)
 		keep = b.binary("less_equal", colv, last, []int64{tq, tk})
 		maxVis := b.binary("add", off, b.intVec(tq-1), []int64{1})
-		keyOK = b.binary("less_equal", b.constInts([]int64{tk, 1, 1}, cols), maxVis, []int64{tk, 1, 1})
+		colk := b.constInts([]int64{tk, 1, 1}, cols)
+		keyOK = b.binary("less_equal", colk, maxVis, []int64{tk, 1, 1})
+		if w := n.IAttr[4]; w > 0 {
+			// sliding window (op set 5): query i sees keys j >= i + q_offset - w + 1, and no
+			// query sees a key before the first query's window, so those rows are zeroed too
+			first := b.binary("add", last, b.intVec(1-w), []int64{tq, 1})
+			keep = b.binary("logical_and", keep, b.binary("less_equal", first, colv, []int64{tq, tk}), []int64{tq, tk})
+			minVis := b.binary("add", off, b.intVec(1-w), []int64{1})
+			keyOK = b.binary("logical_and", keyOK, b.binary("less_equal", minVis, colk, []int64{tk, 1, 1}), []int64{tk, 1, 1})
+		}
 		zeros := b.floats(milF32, nil, []float32{0}, nil)
 		k = b.selectOp(keyOK, k, zeros, k.shape)
 		v = b.selectOp(keyOK, v, zeros, v.shape)
@@ -254,6 +265,9 @@ func lowerAttention(b *builder, n *core.Node, value valueFn) (mvar, error) {
 	vh := b.transpose(v, []int64{1, 0, 2})                                     // [hkv, tk, dv]
 	s := b.matmul(qh, kh, true, []int64{hkv, g * tq, tk})
 	s = b.binary("mul", s, b.scalar(milF32, float32(scale)), s.shape)
+	if c := n.FAttr[1]; c > 0 { // soft-cap (op set 5): c * tanh(s / c)
+		s = b.binary("mul", b.unary("tanh", b.binary("mul", s, b.scalar(milF32, 1/c), s.shape)), b.scalar(milF32, c), s.shape)
+	}
 	s = b.reshape(s, []int64{hq, tq, tk})
 	if causal {
 		s = b.selectOp(keep, s, b.scalar(milF32, negBig), s.shape)

@@ -148,12 +148,24 @@ var specs = map[string]opSpec{
 	"mul":        elementwise(F16, F32, I32),
 	"real_div":   elementwise(F16, F32),
 	"less_equal": elementwise(F16, F32, I32),
-	"silu":       unaryFloat(),
-	"relu":       unaryFloat(),
-	"exp":        unaryFloat(),
-	"sin":        unaryFloat(),
-	"cos":        unaryFloat(),
-	"gelu":       unaryFloat(param{name: "mode", konst: true}),
+	"logical_and": {params: []param{pX, pY}, infer: func(c *opCtx) (Type, error) {
+		x, y := c.t("x"), c.t("y")
+		if x.DType != Bool || y.DType != Bool {
+			return Type{}, c.errf("x %v and y %v: want bool", x, y)
+		}
+		s, err := broadcast(x.Shape, y.Shape)
+		if err != nil {
+			return Type{}, c.errf("%v", err)
+		}
+		return Type{Bool, s}, nil
+	}},
+	"tanh": unaryFloat(),
+	"silu": unaryFloat(),
+	"relu": unaryFloat(),
+	"exp":  unaryFloat(),
+	"sin":  unaryFloat(),
+	"cos":  unaryFloat(),
+	"gelu": unaryFloat(param{name: "mode", konst: true}),
 	"rsqrt": {params: []param{pX, {name: "epsilon", konst: true}}, infer: func(c *opCtx) (Type, error) {
 		x := c.t("x")
 		if !isFloat(x.DType) || c.has("epsilon") && c.t("epsilon").DType != x.DType {

@@ -192,7 +192,13 @@ func run(op *operation, env map[string]*tensor) (*tensor, error) {
 				out.b[k] = a <= b
 			}
 		}
-	case "silu", "relu", "exp", "sin", "cos", "gelu", "rsqrt", "identity":
+	case "logical_and":
+		x, y := in("x"), in("y")
+		ix, iy := bcastIndex(x.Shape, out.Shape), bcastIndex(y.Shape, out.Shape)
+		for k := range ix {
+			out.b[k] = x.b[ix[k]] && y.b[iy[k]]
+		}
+	case "silu", "relu", "exp", "sin", "cos", "gelu", "rsqrt", "identity", "tanh":
 		x := in("x")
 		if x.DType == I32 || x.DType == Bool {
 			copy(out.i, x.i)
@@ -221,6 +227,8 @@ func run(op *operation, env map[string]*tensor) (*tensor, error) {
 				r = 0.5 * d * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(d+0.044715*d*d*d)))
 			case "rsqrt":
 				r = 1 / math.Sqrt(d+eps)
+			case "tanh":
+				r = math.Tanh(d)
 			case "identity":
 				r = d
 			}

@@ -24,6 +24,7 @@ uint32_t ocl_op_static(const xpu_op_query *q) {
   case XPU_OP_ADD: case XPU_OP_SUB: case XPU_OP_MUL: case XPU_OP_DIV: case XPU_OP_SILU:
   case XPU_OP_GELU: case XPU_OP_RELU: case XPU_OP_EXP: case XPU_OP_NEG: case XPU_OP_SCALE:
   case XPU_OP_RMS_NORM: case XPU_OP_LAYER_NORM: case XPU_OP_SOFTMAX: case XPU_OP_ROPE:
+  case XPU_OP_TANH:
     ok = isf(in) && isf(o);
     break;
   case XPU_OP_MATMUL: ok = isf(in) && isf(o) && (w == 0 || isw(w)); break;

@@ -1,5 +1,5 @@
 /*
- * kernels.cl: the op set v1 in OpenCL C 1.2, embedded in libxpu-opencl.so at build time.
+ * kernels.cl: the op set in OpenCL C 1.2, embedded in libxpu-opencl.so at build time.
  *
  * Every tensor arrives as (base pointer, byte offset, dtype): bindings may sit at any offset of
  * a buffer, and passing the offset avoids sub-buffers and their CL_DEVICE_MEM_BASE_ADDR_ALIGN
@@ -40,6 +40,7 @@
 #define OP_EXP 8
 #define OP_NEG 9
 #define OP_SCALE 10
+#define OP_TANH 27 /* op set v5 */
 
 typedef __global const uchar gcbytes;
 typedef __global uchar gbytes;
@@ -179,6 +180,7 @@ __kernel void eltwise(int op, gcbytes *a, ulong aoff, int adt, gcbytes *b, ulong
   case OP_EXP: r = exp(x); break;
   case OP_NEG: r = -x; break;
   case OP_SCALE: r = x * p0 + p1; break;
+  case OP_TANH: r = tanh(x); break;
   default: r = x; /* OP_COPY: p0 is the input's I8 scale, p1 the output's */
   }
   st(o + ooff, gid, odt, r, p1);
@@ -314,6 +316,17 @@ inline int att_visible(gcbytes *mask, long i, long Tq, long off, long j) {
 }
 
 /*
+ * Sliding window (op set v5): query i at absolute position i + off sees the keys
+ * (i + off - window, i + off]; the keys before the window are never loaded.
+ */
+inline long att_first(int causal, long window, long i, long off) {
+  return causal && window > 0 ? max(0L, i + off - window + 1) : 0;
+}
+
+/* Soft-cap (op set v5, Gemma 2): a scaled score s becomes c * tanh(s / c) when c > 0. */
+inline float att_cap(float s, float c) { return c > 0.0f ? c * tanh(s / c) : s; }
+
+/*
  * ATTENTION: one work-group per (query i, head h), keys in chunks of the local size with an
  * online softmax. Keys past the last visible one are never loaded: a KV cache bound with its
  * full capacity may hold garbage there. Masked keys inside a chunk score -inf and their V rows
@@ -324,28 +337,29 @@ __kernel void attention(gcbytes *q, ulong qoff, int qdt, gcbytes *k, ulong koff,
                         long Tk, long Hkv, long D, long Dv, float scale, int causal,
                         gcbytes *qo, ulong qooff, int has_qo, long qo_attr, __local float *lq,
                         __local float *lacc, __local float *ls, gcbytes *mk, ulong mkoff,
-                        int has_mask, long Tq, long Hks) {
+                        int has_mask, long Tq, long Hks, float softcap, long window) {
   gcbytes *mask = has_mask ? mk + mkoff : 0;
   long g = get_group_id(0);
   long i = g / Hq, h = g % Hq, hk = h / (Hq / Hkv);
   int l = get_local_id(0), L = get_local_size(0);
-  long last = Tk - 1, off = 0;
+  long last = Tk - 1, off = 0, first = 0;
   if (causal) {
     off = has_qo ? (long)((__global const int *)(qo + qooff))[0] : qo_attr;
     last = min(last, mask ? off + Tq - 1 : i + off);
+    first = att_first(causal, window, i, off);
   }
   for (long d = l; d < D; d += L) lq[d] = ld(q + qoff, g * D + d, qdt, 1.0f);
   for (long d = l; d < Dv; d += L) lacc[d] = 0.0f;
   barrier(CLK_LOCAL_MEM_FENCE);
   float m = -INFINITY, ssum = 0.0f;
-  for (long j0 = 0; j0 <= last; j0 += L) {
+  for (long j0 = first; j0 <= last; j0 += L) {
     long j = j0 + l;
     int cnt = (int)min((long)L, last - j0 + 1);
     float s = -INFINITY;
     if (l < cnt && att_visible(mask, i, Tq, off, j)) {
       float dot = 0.0f;
       for (long d = 0; d < D; d++) dot += lq[d] * ld(k + koff, (j * Hks + hk) * D + d, kdt, 1.0f);
-      s = dot * scale;
+      s = att_cap(dot * scale, softcap);
     }
     ls[l] = s;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -715,19 +729,69 @@ GEMM_Q(gemm_q_1, 1)
  * keys a tree mask hides.
  */
 #define ATT_MAX 256
+
+/* A quantized K row (op set v5: a Q8_0/Q4_0 KV cache) dotted with q, a block of 32 at a time:
+ * the block's scale multiplies the block's partial sum once. The row starts on a block (the head
+ * dim is a multiple of 32). */
+inline float att_dot_q(const float *qv, gcbytes *k, ulong kb, long D, int kdt) {
+  float dot = 0.0f;
+  for (long b = 0; b < D / 32; b++) {
+    ulong blk = (kb >> 5) + (ulong)b;
+    const float *x = qv + b * 32;
+    float part = 0.0f;
+    if (kdt == DT_Q8_0) {
+      gcbytes *p = k + blk * 34;
+      for (int t = 0; t < 32; t++) part = mad(x[t], (float)(char)p[2 + t], part);
+      dot = mad(h2f_at(p), part, dot);
+    } else {
+      gcbytes *p = k + blk * 18;
+      for (int t = 0; t < 16; t++) {
+        uchar c = p[2 + t];
+        part = mad(x[t], (float)((int)(c & 15) - 8), part);
+        part = mad(x[t + 16], (float)((int)(c >> 4) - 8), part);
+      }
+      dot = mad(h2f_at(p), part, dot);
+    }
+  }
+  return dot;
+}
+
+/* acc += w * (a quantized V row), a block of 32 at a time */
+inline void att_acc_q(float *acc, float w, gcbytes *v, ulong vb, long Dv, int vdt) {
+  for (long b = 0; b < Dv / 32; b++) {
+    ulong blk = (vb >> 5) + (ulong)b;
+    float *y = acc + b * 32;
+    if (vdt == DT_Q8_0) {
+      gcbytes *p = v + blk * 34;
+      float wd = w * h2f_at(p);
+      for (int t = 0; t < 32; t++) y[t] = mad(wd, (float)(char)p[2 + t], y[t]);
+    } else {
+      gcbytes *p = v + blk * 18;
+      float wd = w * h2f_at(p);
+      for (int t = 0; t < 16; t++) {
+        uchar c = p[2 + t];
+        y[t] = mad(wd, (float)((int)(c & 15) - 8), y[t]);
+        y[t + 16] = mad(wd, (float)((int)(c >> 4) - 8), y[t + 16]);
+      }
+    }
+  }
+}
+
 __kernel void attention_row(gcbytes *q, ulong qoff, int qdt, gcbytes *k, ulong koff, int kdt,
                             gcbytes *v, ulong voff, int vdt, gbytes *o, ulong ooff, int odt,
                             long Hq, long Tk, long Hkv, long D, long Dv, float scale, int causal,
                             gcbytes *qo, ulong qooff, int has_qo, long qo_attr, ulong n,
-                            gcbytes *mk, ulong mkoff, int has_mask, long Tq, long Hks) {
+                            gcbytes *mk, ulong mkoff, int has_mask, long Tq, long Hks,
+                            float softcap, long window) {
   ulong g = get_global_id(0);
   if (g >= n) return;
   gcbytes *mask = has_mask ? mk + mkoff : 0;
   long i = (long)g / Hq, h = (long)g % Hq, hk = h / (Hq / Hkv);
-  long last = Tk - 1, off = 0;
+  long last = Tk - 1, off = 0, first = 0;
   if (causal) {
     off = has_qo ? (long)((__global const int *)(qo + qooff))[0] : qo_attr;
     last = min(last, mask ? off + Tq - 1 : i + off);
+    first = att_first(causal, window, i, off);
   }
   float qv[ATT_MAX], acc[ATT_MAX];
   for (long d = 0; d < D; d++) qv[d] = ld(q + qoff, g * D + d, qdt, 1.0f) * scale;
@@ -735,14 +799,17 @@ __kernel void attention_row(gcbytes *q, ulong qoff, int qdt, gcbytes *k, ulong k
   float m = -INFINITY, s = 0.0f;
   __global const float *kf = (__global const float *)(k + koff);
   __global const float *vf = (__global const float *)(v + voff);
-  for (long j = 0; j <= last; j++) {
+  for (long j = first; j <= last; j++) {
     if (!att_visible(mask, i, Tq, off, j)) continue;
     ulong kb = (ulong)((j * Hks + hk) * D), vb = (ulong)((j * Hks + hk) * Dv);
     float dot = 0.0f;
     if (kdt == DT_F32)
       for (long d = 0; d < D; d++) dot = mad(qv[d], kf[kb + d], dot);
+    else if (kdt == DT_Q8_0 || kdt == DT_Q4_0)
+      dot = att_dot_q(qv, k + koff, kb, D, kdt);
     else
       for (long d = 0; d < D; d++) dot = mad(qv[d], ld(k + koff, kb + d, kdt, 1.0f), dot);
+    dot = att_cap(dot, softcap);
     if (dot > m) { /* a new maximum rescales what was summed so far */
       float c = exp(m - dot);
       s *= c;
@@ -753,6 +820,8 @@ __kernel void attention_row(gcbytes *q, ulong qoff, int qdt, gcbytes *k, ulong k
     s += p;
     if (vdt == DT_F32)
       for (long d = 0; d < Dv; d++) acc[d] = mad(p, vf[vb + d], acc[d]);
+    else if (vdt == DT_Q8_0 || vdt == DT_Q4_0)
+      att_acc_q(acc, p, v + voff, vb, Dv, vdt);
     else
       for (long d = 0; d < Dv; d++) acc[d] = mad(p, ld(v + voff, vb + d, vdt, 1.0f), acc[d]);
   }
@@ -777,6 +846,7 @@ inline float elt_op(int op, float x, float y, float p0, float p1) {
   case OP_EXP: return exp(x);
   case OP_NEG: return -x;
   case OP_SCALE: return x * p0 + p1;
+  case OP_TANH: return tanh(x);
   }
   return x;
 }
@@ -793,6 +863,7 @@ inline float16 elt_op16(int op, float16 x, float16 y, float p0, float p1) {
   case OP_EXP: return exp(x);
   case OP_NEG: return -x;
   case OP_SCALE: return x * p0 + p1;
+  case OP_TANH: return tanh(x);
   }
   return x;
 }

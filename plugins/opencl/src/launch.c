@@ -71,6 +71,11 @@ static size_t row_local(ocl_ctx *c, int kid, int64_t len) {
   return l;
 }
 
+/* bytes of the first n elements of a row of dtype dt (n a multiple of its block for Q8_0/Q4_0) */
+static uint64_t head_bytes(uint32_t dt, int64_t n) {
+  return (uint64_t)(n / xpu_dtype_block_len(dt)) * xpu_dtype_block_bytes(dt);
+}
+
 static void shape4(const xpu_ir_tensor *t, cl_long4 *s) {
   for (int i = 0; i < 4; i++) s->s[i] = 1;
   for (uint32_t d = 0; d < t->rank; d++) s->s[4 - t->rank + d] = t->shape[d];
@@ -231,6 +236,7 @@ cl_int ocl_launch_node(ocl_ctx *c, cl_command_queue q, const xpu_ir_graph *g, ui
     ce = eltwise(c, q, (int)n->op, a, ra, b, rb, o, ro, 1.0f, 1.0f);
     break;
   case XPU_OP_SILU: case XPU_OP_GELU: case XPU_OP_RELU: case XPU_OP_EXP: case XPU_OP_NEG:
+  case XPU_OP_TANH:
     ce = eltwise(c, q, (int)n->op, a, ra, NULL, ra, o, ro, 1.0f, 1.0f);
     break;
   case XPU_OP_SCALE:
@@ -304,27 +310,30 @@ cl_int ocl_launch_node(ocl_ctx *c, cl_command_queue q, const xpu_ir_graph *g, ui
     int64_t Tq = a->shape[0], Hq = a->shape[1], D = a->shape[2];
     /* op set 4: the KV heads read may be a range of the Hks in each row, from its first head */
     int64_t Tk = b->shape[0], Hks = b->shape[1], Hkv = xpu_ir_attention_kv_heads(n, Hks), Dv = v->shape[2];
-    rb.off += (uint64_t)(n->iattr[2] * D) * (b->dtype == XPU_DT_F32 ? 4 : 2);
-    rv.off += (uint64_t)(n->iattr[2] * Dv) * (v->dtype == XPU_DT_F32 ? 4 : 2);
+    rb.off += head_bytes(b->dtype, n->iattr[2] * D);
+    rv.off += head_bytes(v->dtype, n->iattr[2] * Dv);
+    /* op set v5: soft-cap (fattr[1]) and sliding window (iattr[4]) */
+    float softcap = n->fattr[1] > 0.0f ? n->fattr[1] : 0.0f;
+    int64_t window = n->iattr[4] > 0 ? n->iattr[4] : 0;
     float scale = n->fattr[0] != 0.0f ? n->fattr[0] : 1.0f / sqrtf((float)D);
     int causal = n->iattr[0] == 1, has_qo = n->n_inputs > 3, has_mask = n->n_inputs > 4;
     ocl_ref rm = has_mask ? refs[n->inputs[4]] : ra; /* a valid buffer the kernel ignores */
     if (!c->gpu_kernels && D <= ATT_ROW_MAX && Dv <= ATT_ROW_MAX) {
       uint64_t rows = (uint64_t)(Tq * Hq);
-      ce = args(c->k[K_ATTENTION_ROW], "muimuimuimuilllllfimuilumuill", ra.mem, ra.off, (int)a->dtype,
+      ce = args(c->k[K_ATTENTION_ROW], "muimuimuimuilllllfimuilumuillfl", ra.mem, ra.off, (int)a->dtype,
                 rb.mem, rb.off, (int)b->dtype, rv.mem, rv.off, (int)v->dtype, ro.mem, ro.off,
                 (int)o->dtype, Hq, Tk, Hkv, D, Dv, (double)scale, causal, rq.mem, rq.off, has_qo,
-                n->iattr[1], rows, rm.mem, rm.off, has_mask, Tq, Hks);
+                n->iattr[1], rows, rm.mem, rm.off, has_mask, Tq, Hks, (double)softcap, window);
       if (!ce) ce = run_items(c, q, K_ATTENTION_ROW, rows);
       break;
     }
     size_t l = local_for(c, K_ATTENTION, 64);
     while (l > 1 && (D + Dv + (int64_t)l) * sizeof(float) > c->dev->local_mem) l /= 2;
-    ce = args(c->k[K_ATTENTION], "muimuimuimuilllllfimuilLLLmuill", ra.mem, ra.off, (int)a->dtype,
+    ce = args(c->k[K_ATTENTION], "muimuimuimuilllllfimuilLLLmuillfl", ra.mem, ra.off, (int)a->dtype,
               rb.mem, rb.off, (int)b->dtype, rv.mem, rv.off, (int)v->dtype, ro.mem, ro.off,
               (int)o->dtype, Hq, Tk, Hkv, D, Dv, (double)scale, causal, rq.mem, rq.off, has_qo,
               n->iattr[1], (size_t)D * sizeof(float), (size_t)Dv * sizeof(float),
-              l * sizeof(float), rm.mem, rm.off, has_mask, Tq, Hks);
+              l * sizeof(float), rm.mem, rm.off, has_mask, Tq, Hks, (double)softcap, window);
     if (!ce) ce = run_rows(c, q, K_ATTENTION, (uint64_t)(Tq * Hq), l);
     break;
   }

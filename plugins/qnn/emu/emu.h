@@ -34,6 +34,7 @@ typedef enum {
   EMU_OP_SOFTMAX, EMU_OP_RMSNORM, EMU_OP_LAYERNORM, EMU_OP_MATMUL, EMU_OP_GATHER,
   EMU_OP_RESHAPE, EMU_OP_TRANSPOSE, EMU_OP_STRIDEDSLICE, EMU_OP_CONCAT,
   EMU_OP_CAST, EMU_OP_QUANTIZE, EMU_OP_DEQUANTIZE, EMU_OP_GREATER_EQUAL, EMU_OP_SELECT, EMU_OP_FC,
+  EMU_OP_TANH, /* appended: context binaries store the op by number */
 } emu_op;
 
 /* which real backend the emulator imitates (XPU_QNN_EMU_PROFILE=htp|cpu, read once; htp by default):

@@ -29,6 +29,7 @@ static const struct {
     {"Cast", EMU_OP_CAST},                 {"Quantize", EMU_OP_QUANTIZE},
     {"Dequantize", EMU_OP_DEQUANTIZE},     {"ElementWiseGreaterEqual", EMU_OP_GREATER_EQUAL},
     {"ElementWiseSelect", EMU_OP_SELECT},  {"FullyConnected", EMU_OP_FC},
+    {"Tanh", EMU_OP_TANH},
 };
 
 int emu_op_from_name(const char *type) {
@@ -208,7 +209,7 @@ Qnn_ErrorHandle_t emu_node_check(const emu_graph *g, emu_node *n, const Qnn_OpCo
     break;
   }
   case EMU_OP_EXP: case EMU_OP_NEG: case EMU_OP_SIN: case EMU_OP_COS: case EMU_OP_RELU:
-  case EMU_OP_SIGMOID: case EMU_OP_SOFTMAX:
+  case EMU_OP_SIGMOID: case EMU_OP_TANH: case EMU_OP_SOFTMAX:
     if (!is_float(in[0]->dtype) || out->dtype != in[0]->dtype)
       FAIL(QNN_GRAPH_ERROR_INVALID_OP_CONFIG, "node %s: %s needs a FLOAT_32/FLOAT_16 input and output of one dtype",
            n->name, emu_op_name(n->op));
@@ -772,7 +773,7 @@ Qnn_ErrorHandle_t emu_node_run(const emu_graph *g, const emu_node *n, uint8_t *c
     select_op(g, n, ptr);
     break;
   case EMU_OP_EXP: case EMU_OP_NEG: case EMU_OP_SIN: case EMU_OP_COS: case EMU_OP_RELU:
-  case EMU_OP_SIGMOID: case EMU_OP_CAST: case EMU_OP_QUANTIZE: case EMU_OP_DEQUANTIZE:
+  case EMU_OP_SIGMOID: case EMU_OP_TANH: case EMU_OP_CAST: case EMU_OP_QUANTIZE: case EMU_OP_DEQUANTIZE:
     for (uint64_t i = 0; i < o->numel; i++) {
       float v = load(x, px, i);
       switch (n->op) {
@@ -782,6 +783,7 @@ Qnn_ErrorHandle_t emu_node_run(const emu_graph *g, const emu_node *n, uint8_t *c
       case EMU_OP_COS: v = cosf(v); break;
       case EMU_OP_RELU: v = v > 0 ? v : (isnan(v) ? v : 0.0f); break;
       case EMU_OP_SIGMOID: v = (float)(1.0 / (1.0 + exp(-(double)v))); break;
+      case EMU_OP_TANH: v = (float)tanh((double)v); break;
       default: break;
       }
       if (n->op == EMU_OP_CAST && x->dtype == QNN_DATATYPE_INT_32) {

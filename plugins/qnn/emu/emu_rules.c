@@ -60,6 +60,7 @@ static const emu_rule rules[] = {
     {EMU_OP_COS, "4:h--h 4:f--f 4:q--q", "5:f--f"},
     {EMU_OP_RELU, "5:h--h 5:f--f 5:q--q", "5:f--f"},
     {EMU_OP_SIGMOID, "4:h--h 4:f--f 5:q--q", "5:f--f"},
+    {EMU_OP_TANH, "4:h--h 4:f--f 5:q--q", "5:f--f"},
     {EMU_OP_SOFTMAX, "5:h--h 5:f--f 5:q--q 5:q--f", "5:f--f"},
     {EMU_OP_RMSNORM, "4:hhhh 4:ffff", "5:ffff 5:ff-f"},
     {EMU_OP_LAYERNORM, "4:hhhh 4:ffff", "5:ffff 5:ff-f"},

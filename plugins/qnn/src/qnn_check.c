@@ -158,7 +158,7 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, uint32_t target, uint3
   case XPU_OP_ADD: case XPU_OP_SUB: case XPU_OP_MUL: case XPU_OP_DIV:
     break;
   case XPU_OP_SILU: case XPU_OP_GELU: case XPU_OP_RELU: case XPU_OP_EXP: case XPU_OP_NEG: case XPU_OP_SCALE:
-  case XPU_OP_RMS_NORM: case XPU_OP_LAYER_NORM:
+  case XPU_OP_RMS_NORM: case XPU_OP_LAYER_NORM: case XPU_OP_TANH:
     if (htp && n->op == XPU_OP_EXP && out->dtype == XPU_DT_F32)
       REFUSE("EXP to FLOAT_32 on the HTP: its FP16 graph overflows to +Inf for x > 11.09 (half max 65504), "
              "where an F32 result is finite");
@@ -211,6 +211,10 @@ int qnn_node_check(const xpu_ir_graph *ir, uint32_t node, uint32_t target, uint3
   }
   case XPU_OP_ATTENTION: {
     if (n->iattr[2] != 0 || n->iattr[3] != 0) REFUSE("ATTENTION on a KV head range (op set 4) is not lowered by this plugin");
+    if (n->iattr[4] != 0)
+      REFUSE("ATTENTION with a sliding window (op set 5) is not lowered by this plugin: keys before the window "
+             "must never be read, which needs a per-query lower bound on K/V rows the plugin does not build");
+    /* a Q8_0/Q4_0 KV cache (op set 5) is refused with every GGUF block tensor by shape_ok */
     if (n->n_inputs > 4) { /* op set v2's tree mask: I8 [Tq, Tq], with a run-time q_offset, causal */
       if (!htp) REFUSE("ATTENTION mask: the QNN CPU backend has no SFIXED_POINT_8 Gather/Cast for it");
     }
@@ -274,7 +278,7 @@ uint32_t qnn_op_query(const xpu_op_query *q, uint32_t target) {
   switch (q->op) {
   case XPU_OP_ADD: case XPU_OP_SUB: case XPU_OP_MUL: case XPU_OP_DIV: case XPU_OP_SILU: case XPU_OP_GELU:
   case XPU_OP_RELU: case XPU_OP_EXP: case XPU_OP_NEG: case XPU_OP_SCALE: case XPU_OP_RMS_NORM:
-  case XPU_OP_LAYER_NORM: case XPU_OP_SOFTMAX: case XPU_OP_ROPE: case XPU_OP_ATTENTION:
+  case XPU_OP_LAYER_NORM: case XPU_OP_SOFTMAX: case XPU_OP_ROPE: case XPU_OP_ATTENTION: case XPU_OP_TANH:
     return is_float(in) && (out == 0 || out == in) ? XPU_VERDICT_MAYBE : XPU_VERDICT_NO;
   case XPU_OP_MATMUL:
     if (in == XPU_DT_I8) /* W8A8: the HTP only (SDK 2.39), with an output grid (graph_analyze checks it) */

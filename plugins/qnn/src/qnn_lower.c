@@ -598,6 +598,15 @@ static int lower_attention(lower *L, const xpu_ir_node *n, int q, int k, int v, 
   int kt = transpose(L, k, -1, p102);
   int vt = transpose(L, v, -1, p102);
   int sc = matmul(L, qg, kt, -1, 1);
+  if (n->fattr[1] > 0) {
+    /* soft-cap (op set v5): c * Tanh(scale * s / c), then a softmax of beta 1; the masked score
+     * of beta 1 stays below every capped one (|score| <= c) */
+    float cap = n->fattr[1];
+    int t = op1(L, "Tanh", bin(L, "ElementWiseMultiply", sc, cst_scalar(L, dt, scale / cap), -1), -1, dt, 3,
+                (const uint32_t[3]){Hkv, R, len});
+    sc = bin(L, "ElementWiseMultiply", t, cst_scalar(L, dt, cap), -1);
+    scale = 1.0f;
+  }
   int p;
   if (mask >= 0) {
     /* scores [Hkv, G*Tq, Tk] seen as [Hkv, G, Tq, Tk], so the [Tq, Tk] visibility broadcasts */
@@ -723,6 +732,7 @@ static int lower_node(lower *L, uint32_t idx) {
   case XPU_OP_RELU: r = op1(L, "Relu", x, out, dt, 0, NULL); break;
   case XPU_OP_EXP: r = op1(L, "ElementWiseExp", x, out, dt, 0, NULL); break;
   case XPU_OP_NEG: r = op1(L, "ElementWiseNeg", x, out, dt, 0, NULL); break;
+  case XPU_OP_TANH: r = op1(L, "Tanh", x, out, dt, 0, NULL); break;
   case XPU_OP_SILU:
     r = bin(L, "ElementWiseMultiply", x, op1(L, "Sigmoid", x, -1, dt, rank_of(L, x), dims_of(L, x)), out);
     break;
