@@ -45,6 +45,7 @@ var archs = map[string]archBuilder{
 	"gemma3": gemmaArch{version: 3},
 	// SmolLM3: Llama with no RoPE in every fourth layer
 	"smollm3": llamaArch{rope: core.RoPENormal, noRopeStep: 4},
+	"granite": graniteArch{llamaArch{rope: core.RoPENormal}},
 }
 
 // Architectures lists the general.architecture values xpu loads, sorted.

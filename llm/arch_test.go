@@ -47,6 +47,8 @@ type refModel struct {
 	eps, base           float64
 	window              int
 	softcap, finalCap   float64
+	embScale, attnScale float64   // 0: none, 1/√head_dim
+	resScale, logitDiv  float64   // Granite's multipliers (0: none)
 	factors             []float64 // RoPE frequency divisors (nil: none)
 	mscale              float64
 	// k and v rows of every layer so far
@@ -82,6 +84,13 @@ func newRefModel(t *testing.T, f *gguf.File, ctxLen int) *refModel {
 	r.vocab = int(emb.Shape[0])
 	if arch == "gemma2" {
 		r.softcap, r.finalCap = flt("attn_logit_softcapping", 0), flt("final_logit_softcapping", 0)
+	}
+	if arch == "gemma2" || arch == "gemma3" {
+		r.embScale = math.Sqrt(float64(r.dim))
+	}
+	if arch == "granite" {
+		r.embScale, r.attnScale = flt("embedding_scale", 0), flt("attention.scale", 0)
+		r.resScale, r.logitDiv = flt("residual_scale", 0), flt("logit_scale", 0)
 	}
 	if _, ok := f.Tensor("rope_freqs.weight"); ok {
 		r.factors = r.vec("rope_freqs.weight")
@@ -168,7 +177,7 @@ func (r *refModel) rope(x []float64, p, l int) {
 	if r.arch == "smollm3" && (l+1)%4 == 0 {
 		return // SmolLM3's NoPE layers
 	}
-	neox := r.arch != "llama" && r.arch != "smollm3"
+	neox := r.arch != "llama" && r.arch != "smollm3" && r.arch != "granite"
 	for i := 0; i < r.rot/2; i++ {
 		theta := float64(p) * math.Pow(base, -2*float64(i)/float64(r.rot))
 		if r.factors != nil {
@@ -189,9 +198,9 @@ func (r *refModel) step(id, p int) []float64 {
 	gemma := r.arch == "gemma2" || r.arch == "gemma3"
 	x := r.vec("token_embd.weight")[id*D : (id+1)*D]
 	x = append([]float64(nil), x...)
-	if gemma {
+	if r.embScale != 0 {
 		for i := range x {
-			x[i] *= math.Sqrt(float64(D))
+			x[i] *= r.embScale
 		}
 	}
 	for l := 0; l < r.layers; l++ {
@@ -234,6 +243,9 @@ func (r *refModel) step(id, p int) []float64 {
 		r.k[l], r.v[l] = append(r.k[l], k), append(r.v[l], v)
 		att := make([]float64, Q)
 		scale := 1 / math.Sqrt(float64(HD))
+		if r.attnScale != 0 {
+			scale = r.attnScale
+		}
 		for hh := 0; hh < r.heads; hh++ {
 			kvh := hh / (r.heads / r.kvHeads)
 			qh := q[hh*HD : (hh+1)*HD]
@@ -270,6 +282,11 @@ func (r *refModel) step(id, p int) []float64 {
 		if gemma {
 			o = r.rmsNorm(o, r.vec(pre+"post_attention_norm.weight"))
 		}
+		if r.resScale != 0 {
+			for i := range o {
+				o[i] *= r.resScale
+			}
+		}
 		for i := range x {
 			x[i] += o[i]
 		}
@@ -292,6 +309,11 @@ func (r *refModel) step(id, p int) []float64 {
 		if gemma {
 			d = r.rmsNorm(d, r.vec(pre+"post_ffw_norm.weight"))
 		}
+		if r.resScale != 0 {
+			for i := range d {
+				d[i] *= r.resScale
+			}
+		}
 		for i := range x {
 			x[i] += d[i]
 		}
@@ -302,6 +324,11 @@ func (r *refModel) step(id, p int) []float64 {
 		head = "token_embd.weight"
 	}
 	logits := r.matvec(head, h, 0, r.vocab)
+	if r.logitDiv != 0 {
+		for i := range logits {
+			logits[i] /= r.logitDiv
+		}
+	}
 	if r.finalCap > 0 {
 		for i, z := range logits {
 			logits[i] = r.finalCap * math.Tanh(z/r.finalCap)
@@ -322,7 +349,7 @@ func TestArchLogitsMatchAnIndependentForward(t *testing.T) {
 		{"llama", 2, 32}, {"llama3", 2, 32}, {"mistral", 2, 32}, {"qwen2", 2, 32}, {"qwen3", 2, 32},
 		{"phi3", 2, 32}, // context within the original: the short factors
 		{"phi3", 2, 48}, // beyond it: the long ones
-		{"gemma2", 2, 32}, {"gemma3", 7, 32}, {"smollm3", 5, 32},
+		{"gemma2", 2, 32}, {"gemma3", 7, 32}, {"smollm3", 5, 32}, {"granite", 2, 32},
 	} {
 		t.Run(fmt.Sprintf("%s-ctx%d", c.variant, c.ctx), func(t *testing.T) {
 			m := tinyArch(t, c.variant, c.layers, 5)
@@ -387,6 +414,9 @@ func TestArchConfig(t *testing.T) {
 			assert.Len(t, c.RopeFreqFactors, 3)
 			assert.Len(t, c.RopeFactorsLong, 3)
 			assert.Equal(t, 128, c.SlidingWindow)
+		}},
+		{"granite", func(t *testing.T, c Config) {
+			assert.Equal(t, [4]float32{12, 0.125, 0.22, 8}, [4]float32{c.EmbedScale, c.AttnScale, c.ResidualScale, c.LogitScale})
 		}},
 		{"gemma2", func(t *testing.T, c Config) {
 			assert.Equal(t, float32(8), c.EmbedScale, "√64")
@@ -457,7 +487,7 @@ func TestArchLoadErrorsNameTheProblem(t *testing.T) {
 		target        error
 		msg           string
 	}{
-		{"unknown architecture", "llama", setKV("general.architecture", "mamba"), nil, core.ErrUnsupported, "gemma2, gemma3, llama, phi3, qwen2, qwen3, smollm3"},
+		{"unknown architecture", "llama", setKV("general.architecture", "mamba"), nil, core.ErrUnsupported, "gemma2, gemma3, granite, llama, phi3, qwen2, qwen3, smollm3"},
 		{"gemma3 window", "gemma3", dropKV("gemma3.attention.sliding_window"), nil, core.ErrInvalidArgument, "missing gemma3.attention.sliding_window"},
 		{"gemma2 soft-cap", "gemma2", setKV("gemma2.attn_logit_softcapping", float32(math.NaN())), nil, core.ErrInvalidArgument, "gemma2.attn_logit_softcapping"},
 		{"gemma2 final soft-cap", "gemma2", setKV("gemma2.final_logit_softcapping", float32(-1)), nil, core.ErrInvalidArgument, "gemma2.final_logit_softcapping"},
@@ -468,6 +498,8 @@ func TestArchLoadErrorsNameTheProblem(t *testing.T) {
 		{"q norm", "qwen3", nil, drop("blk.1.attn_q_norm.weight"), core.ErrNotFound, "blk.1.attn_q_norm.weight"},
 		{"post norm", "gemma3", nil, drop("blk.0.post_ffw_norm.weight"), core.ErrNotFound, "blk.0.post_ffw_norm.weight"},
 		{"fused qkv", "phi3", nil, reshape("blk.0.attn_qkv.weight", core.Shape{64, 64}), core.ErrInvalidArgument, "blk.0.attn_qkv.weight"},
+		{"granite scale", "granite", dropKV("granite.residual_scale"), nil, core.ErrInvalidArgument, "missing granite.residual_scale"},
+		{"granite logit scale", "granite", setKV("granite.logit_scale", float32(0)), nil, core.ErrInvalidArgument, "granite.logit_scale"},
 		{"long factors", "phi3", nil, reshape("rope_factors_long.weight", core.Shape{2}), core.ErrInvalidArgument, "rope_factors_long.weight"},
 		{"short factors", "phi3", nil, reshape("rope_factors_short.weight", core.Shape{4}), core.ErrInvalidArgument, "rope_factors_short.weight[0]"},
 	} {
@@ -483,7 +515,7 @@ func TestArchLoadErrorsNameTheProblem(t *testing.T) {
 // architectures, and Llama with a sliding window, are refused rather than run wrong.
 func TestTechniquesNeedLlamaShape(t *testing.T) {
 	for variant, ok := range map[string]bool{"llama": true, "llama3": true, "qwen2": true, "mistral": false,
-		"qwen3": false, "phi3": false, "gemma2": false, "gemma3": false, "smollm3": false} {
+		"qwen3": false, "phi3": false, "gemma2": false, "gemma3": false, "smollm3": false, "granite": false} {
 		t.Run(variant, func(t *testing.T) {
 			m, err := FromFile(rewriteArch(t, variant, nil, nil))
 			require.NoError(t, err)
@@ -524,7 +556,7 @@ func TestArchOnNeonMatchesRef(t *testing.T) {
 		variant        string
 		layers, window int
 	}{
-		{"llama3", 2, 0}, {"qwen3", 2, 0}, {"smollm3", 4, 0}, {"phi3", 2, 64}, {"gemma3", 7, 64},
+		{"llama3", 2, 0}, {"qwen3", 2, 0}, {"smollm3", 4, 0}, {"granite", 2, 0}, {"phi3", 2, 64}, {"gemma3", 7, 64},
 		{"mistral", 2, 5}, {"phi3", 2, 5}, {"gemma3", 7, 5}, {"gemma2", 2, 5},
 	} {
 		t.Run(fmt.Sprintf("%s-window%d", c.variant, c.window), func(t *testing.T) {

@@ -68,6 +68,10 @@ type Config struct {
 	// NoRopeStep n > 0: every n-th layer (l+1 a multiple of n) has no RoPE (SmolLM3's NoPE
 	// layers).
 	NoRopeStep int
+	// ResidualScale multiplies each attention and FFN output before its residual add, and
+	// the logits are divided by LogitScale (Granite's granite.residual_scale, .logit_scale);
+	// 0 means none.
+	ResidualScale, LogitScale float32
 }
 
 // Rotates reports whether layer l applies RoPE to its queries and keys.
@@ -269,6 +273,11 @@ func (k *keys) flt(key string, def float32, dst *float32, ok func(float64) bool,
 func (k *keys) has(key string) bool {
 	_, ok := k.f.Get(k.arch + "." + key)
 	return ok
+}
+
+// missingKey is the error for a required key that is absent.
+func missingKey(k *keys, key string) error {
+	return fmt.Errorf("llm: missing %s.%s: %w", k.arch, key, core.ErrInvalidArgument)
 }
 
 func positive(x float64) bool { return x > 0 }

@@ -23,7 +23,7 @@ func TestDocArchCommands(t *testing.T) {
 	require.Len(t, lines, 3, "the gen-model loop and two runs")
 	dir := t.TempDir()
 	out, _ := runDocLine(t, lines[0], nil, "/tmp/", dir+"/")
-	for _, a := range []string{"llama3", "mistral", "qwen3", "phi3", "gemma2", "gemma3", "smollm3"} {
+	for _, a := range []string{"llama3", "mistral", "qwen3", "phi3", "gemma2", "gemma3", "smollm3", "granite"} {
 		assert.Contains(t, out, filepath.Join(dir, a+"-6m.gguf"))
 	}
 	for _, a := range []string{"phi3", "gemma2", "gemma3", "qwen3"} {

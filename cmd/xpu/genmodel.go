@@ -33,7 +33,7 @@ func runGenModel(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	skew := fs.String("skew", "zipf", "firing skew with --sparsity: zipf (few hot neurons, a long rare tail) or uniform")
 	measure := fs.Int("measure", -1, "tokens of the built-in text to measure the achieved firing on after writing (-1: 64, or 16 for 3B and up; 0: skip)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu gen-model [--arch llama|llama3|mistral|qwen2|qwen3|phi3|gemma2|gemma3|smollm3] [--params 1B] [--type q4_0] [--seed S] [--outliers N] [--act relu --sparsity 0.9 --skew zipf] -o FILE")
+		fmt.Fprintln(stderr, "usage: xpu gen-model [--arch llama|llama3|mistral|qwen2|qwen3|phi3|gemma2|gemma3|smollm3|granite] [--params 1B] [--type q4_0] [--seed S] [--outliers N] [--act relu --sparsity 0.9 --skew zipf] -o FILE")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {

@@ -56,6 +56,7 @@ var variants = map[string]variant{
 		}
 	}},
 	"smollm3": {arch: "smollm3"},
+	"granite": {arch: "granite"},
 	"gemma3": {arch: "gemma3", set: func(s *Spec) {
 		quarterWindow(s)
 		s.RopeBase = 1000000
@@ -84,6 +85,8 @@ func featuresOf(arch string) features {
 		return features{postNorms: true, tied: true, neox: true}
 	case "gemma3":
 		return features{qkNorm: true, postNorms: true, tied: true, neox: true}
+	case "granite":
+		return features{tied: true}
 	}
 	return features{}
 }
@@ -111,6 +114,10 @@ func archKeys(s Spec) []gguf.KeyValue {
 			kv("rope.scaling.attn_factor", float32(math.Sqrt(1+math.Log(scale)/math.Log(float64(orig))))))
 	case "gemma2":
 		out = append(out, kv("attn_logit_softcapping", float32(50)), kv("final_logit_softcapping", float32(30)))
+	case "granite":
+		// Granite 3's multipliers, the query scale 1/head_dim
+		out = append(out, kv("embedding_scale", float32(12)), kv("residual_scale", float32(0.22)),
+			kv("logit_scale", float32(8)), kv("attention.scale", float32(1/float64(s.headDim()))))
 	}
 	return out
 }
@@ -165,7 +172,7 @@ func nearOne(n int, rng *rand.Rand) []float32 {
 func (s Spec) checkArch() error {
 	if _, ok := variants[s.Arch]; !ok || s.Arch == "llama3" || s.Arch == "mistral" {
 		return fmt.Errorf("synth: architecture %q (%v; llama3 and mistral are presets of llama): %w", s.Arch,
-			[]string{"gemma2", "gemma3", "llama", "phi3", "qwen2", "qwen3", "smollm3"}, core.ErrUnsupported)
+			[]string{"gemma2", "gemma3", "granite", "llama", "phi3", "qwen2", "qwen3", "smollm3"}, core.ErrUnsupported)
 	}
 	plain := s.Arch == "llama" || s.Arch == "qwen2"
 	hd := s.headDim()

@@ -41,6 +41,7 @@ func TestArchFilesFollowLlamaCpp(t *testing.T) {
 		{"gemma3", "gemma3", nil, append(std, "attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"),
 			[]string{"attention.sliding_window", "attention.key_length"}},
 		{"smollm3", "smollm3", []string{"output"}, std, nil},
+		{"granite", "granite", nil, std, []string{"embedding_scale", "residual_scale", "logit_scale", "attention.scale"}},
 	} {
 		t.Run(c.variant, func(t *testing.T) {
 			s, err := Preset(c.variant, "260K", core.F32, 1)
@@ -117,7 +118,7 @@ func TestArchFilesRunQuantized(t *testing.T) {
 func TestArchSpecErrors(t *testing.T) {
 	_, err := Preset("mamba", "260K", core.F32, 0)
 	require.ErrorIs(t, err, core.ErrUnsupported)
-	assert.Contains(t, err.Error(), "gemma2, gemma3, llama, llama3, mistral, phi3, qwen2, qwen3, smollm3")
+	assert.Contains(t, err.Error(), "gemma2, gemma3, granite, llama, llama3, mistral, phi3, qwen2, qwen3, smollm3")
 	s, err := Preset("gemma2", "260K", core.F32, 0)
 	require.NoError(t, err)
 	assert.Equal(t, 26, s.Layers, "ik_llama.cpp's Gemma 2 knows 26, 42 and 46 layers")

@@ -437,8 +437,8 @@ func Write(w io.Writer, s Spec) error {
 			return xs
 		}
 	}
-	// Gemma multiplies its embeddings by √dim (and ties the head to them): rows of σ = 1/√dim
-	// start the residual at unit scale, as other models' rows of σ = 1 do.
+	// Gemma and Granite multiply their embeddings (by √dim, by 12) and tie the head to them:
+	// rows of σ = 1/√dim keep the residual near the scale other models' rows of σ = 1 give.
 	embFanIn := int64(1)
 	if ft.tied {
 		embFanIn = D
