@@ -102,15 +102,10 @@ func (b block) heads(t *core.Tensor, n int) *core.Tensor {
 	return b.g.Reshape(t, t.Shape[0], int64(n), int64(b.m.Config.HeadDim))
 }
 
-// postNorm is RMSNorm times the weight, its MUL named name (Gemma's post-norms).
-func (b block) postNorm(name string, x *core.Tensor, weight string) *core.Tensor {
+// normAs is RMSNorm over the last axis times the weight, its MUL named name: Gemma's
+// post-norms, and the per-head norms of q or k [C, H, D] with a [D] weight (Qwen3, Gemma 3).
+func (b block) normAs(name string, x *core.Tensor, weight string) *core.Tensor {
 	n := b.g.RMSNorm(x, b.m.Config.NormEps)
-	return b.g.Named(name).Mul(n, b.m.w(b.g, weight))
-}
-
-// headNorm is the per-head RMSNorm of t [C, H, D] times the [D] weight (Qwen3, Gemma 3).
-func (b block) headNorm(name string, t *core.Tensor, weight string) *core.Tensor {
-	n := b.g.RMSNorm(t, b.m.Config.NormEps)
 	return b.g.Named(name).Mul(n, b.m.w(b.g, weight))
 }
 
@@ -136,27 +131,21 @@ func (b block) ropeQK(q, k *core.Tensor, pos posInputs, l int) (*core.Tensor, *c
 	return b.m.rope(b.g, "q_rope", q, pos, l), b.m.rope(b.g, "k_rope", k, pos, l)
 }
 
-// residual adds layer l's attention output projection of a to x.
+// attnResidual adds layer l's attention output projection of a (post-normed when postNorm)
+// to x.
 func (b block) attnResidual(x, a *core.Tensor, l int, postNorm bool) *core.Tensor {
 	o := b.linear(a, l, "attn_output")
 	if postNorm {
-		o = b.postNorm("attn_post_norm", o, layerName(l, "post_attention_norm.weight"))
+		o = b.normAs("attn_post_norm", o, layerName(l, "post_attention_norm.weight"))
 	}
 	return b.g.Named("attn_residual").Add(x, o)
 }
 
 // gatedFFN is the gated feed-forward block of layer l on x's ffn_norm: act(gate)·up, then the
-// down projection. fused: gate and up are one matrix ffn_up [2F, dim], gate rows first (phi3).
-func (b block) gatedFFN(x *core.Tensor, l int, fused bool) *core.Tensor {
+// down projection.
+func (b block) gatedFFN(x *core.Tensor, l int) *core.Tensor {
 	h := b.norm(x, layerName(l, "ffn_norm.weight"))
-	var gate, up *core.Tensor
-	if fused {
-		gu := b.linear(h, l, "ffn_up")
-		F := int64(b.m.Config.FFN)
-		gate, up = b.g.Slice(gu, 1, 0, F), b.g.Slice(gu, 1, F, F)
-	} else {
-		gate, up = b.linear(h, l, "ffn_gate"), b.linear(h, l, "ffn_up")
-	}
+	gate, up := b.linear(h, l, "ffn_gate"), b.linear(h, l, "ffn_up")
 	name := "ffn_swiglu"
 	if b.m.Config.Activation == ActGELU {
 		name = "ffn_geglu"

@@ -58,8 +58,8 @@ func (gemmaArch) embed(b block, x *core.Tensor) *core.Tensor {
 func (a gemmaArch) qkv(b block, x *core.Tensor, pos posInputs, l int) (q, k, v *core.Tensor) {
 	q, k, v = b.projectQKV(b.norm(x, layerName(l, "attn_norm.weight")), l)
 	if a.version == 3 {
-		q = b.headNorm("q_norm", q, layerName(l, "attn_q_norm.weight"))
-		k = b.headNorm("k_norm", k, layerName(l, "attn_k_norm.weight"))
+		q = b.normAs("q_norm", q, layerName(l, "attn_q_norm.weight"))
+		k = b.normAs("k_norm", k, layerName(l, "attn_k_norm.weight"))
 	}
 	q, k = b.ropeQK(q, k, pos, l)
 	return q, k, v
@@ -67,8 +67,8 @@ func (a gemmaArch) qkv(b block, x *core.Tensor, pos posInputs, l int) (q, k, v *
 
 func (gemmaArch) finish(b block, x, a *core.Tensor, l int) *core.Tensor {
 	x = b.attnResidual(x, a, l, true)
-	f := b.gatedFFN(x, l, false)
-	f = b.postNorm("ffn_post_norm", f, layerName(l, "post_ffw_norm.weight"))
+	f := b.gatedFFN(x, l)
+	f = b.normAs("ffn_post_norm", f, layerName(l, "post_ffw_norm.weight"))
 	return b.g.Named("ffn_residual").Add(x, f)
 }
 

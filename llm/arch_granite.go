@@ -39,7 +39,7 @@ func (graniteArch) finish(b block, x, a *core.Tensor, l int) *core.Tensor {
 	rs := b.m.Config.ResidualScale
 	o := b.g.Scale(b.linear(a, l, "attn_output"), rs, 0)
 	x = b.g.Named("attn_residual").Add(x, o)
-	f := b.g.Scale(b.gatedFFN(x, l, false), rs, 0)
+	f := b.g.Scale(b.gatedFFN(x, l), rs, 0)
 	return b.g.Named("ffn_residual").Add(x, f)
 }
 

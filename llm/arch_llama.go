@@ -46,7 +46,7 @@ func (llamaArch) qkv(b block, x *core.Tensor, pos posInputs, l int) (q, k, v *co
 
 func (llamaArch) finish(b block, x, a *core.Tensor, l int) *core.Tensor {
 	x = b.attnResidual(x, a, l, false)
-	f := b.gatedFFN(x, l, false)
+	f := b.gatedFFN(x, l)
 	return b.g.Named("ffn_residual").Add(x, f)
 }
 

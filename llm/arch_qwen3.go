@@ -25,15 +25,15 @@ func (qwen3Arch) embed(_ block, x *core.Tensor) *core.Tensor { return x }
 
 func (qwen3Arch) qkv(b block, x *core.Tensor, pos posInputs, l int) (q, k, v *core.Tensor) {
 	q, k, v = b.projectQKV(b.norm(x, layerName(l, "attn_norm.weight")), l)
-	q = b.headNorm("q_norm", q, layerName(l, "attn_q_norm.weight"))
-	k = b.headNorm("k_norm", k, layerName(l, "attn_k_norm.weight"))
+	q = b.normAs("q_norm", q, layerName(l, "attn_q_norm.weight"))
+	k = b.normAs("k_norm", k, layerName(l, "attn_k_norm.weight"))
 	q, k = b.ropeQK(q, k, pos, l)
 	return q, k, v
 }
 
 func (qwen3Arch) finish(b block, x, a *core.Tensor, l int) *core.Tensor {
 	x = b.attnResidual(x, a, l, false)
-	f := b.gatedFFN(x, l, false)
+	f := b.gatedFFN(x, l)
 	return b.g.Named("ffn_residual").Add(x, f)
 }
 
