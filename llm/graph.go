@@ -2,7 +2,6 @@ package llm
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/xpuhub/xpu/core"
 )
@@ -56,6 +55,7 @@ func (m *Model) buildEmbedStage(c int64, kv kvTypes, sb *stageBuild) (*core.Grap
 	ids := g.Input("ids", core.I32, c)
 	pos := m.addPosInputs(g, c)
 	x := g.Named("embd").GetRows(m.w(g, "token_embd.weight"), ids)
+	x = m.arch.embed(block{m, g, sb}, x)
 	q, k, v := m.qkv(g, sb, x, pos, 0)
 	sb.outputQKV(g, x, q, toKV(g, k, kv.K), toKV(g, v, kv.V))
 	sb.output(g)
@@ -83,21 +83,16 @@ func (m *Model) buildLayerStage(l int, c, capacity int64, kv kvTypes, tree bool,
 	if tree {
 		mask = g.Input("mask", core.I8, c, c)
 	}
-	p := fmt.Sprintf("blk.%d.", l)
-
-	a := sb.attention(g, q, kc, vc, core.AttentionOptions{
-		Scale: float32(1 / math.Sqrt(float64(D))), Causal: true, QOffsetInput: qoff, Mask: mask})
-	a = g.Reshape(a, c, H*D)
+	opts := cfg.attentionOptions(l, capacity)
+	opts.Causal, opts.QOffsetInput, opts.Mask = true, qoff, mask
+	if tree && opts.Window > 0 {
+		// ATTENTION's window and its tree mask do not combine
+		return nil, fmt.Errorf("llm: layer %d: a draft tree over a sliding window of %d (context above it): %w",
+			l, opts.Window, core.ErrUnsupported)
+	}
+	a := sb.attention(g, q, kc, vc, opts)
 	// inner nodes first: Named names the next node added (plan rules match these names)
-	o := m.linear(g, sb, a, l, "attn_output")
-	x = g.Named("attn_residual").Add(x, o)
-
-	h := m.norm(g, x, p+"ffn_norm.weight")
-	gate := m.linear(g, sb, h, l, "ffn_gate")
-	up := m.linear(g, sb, h, l, "ffn_up")
-	f := g.Named("ffn_swiglu").Mul(m.activation(g, gate), up)
-	down := m.linear(g, sb, f, l, "ffn_down")
-	x = g.Named("ffn_residual").Add(x, down)
+	x = m.arch.finish(block{m, g, sb}, x, g.Reshape(a, c, H*D), l)
 
 	if l+1 < cfg.Layers {
 		pos := m.addPosInputs(g, c)
@@ -114,12 +109,9 @@ func (m *Model) buildLayerStage(l int, c, capacity int64, kv kvTypes, tree bool,
 	return g, nil
 }
 
-// outputHead adds the final norm and the logits of x as the graph's output, after the last
-// layer.
+// outputHead adds the logits of the last layer's output x as the graph's output.
 func (m *Model) outputHead(g *core.Graph, x *core.Tensor) {
-	g.SetNamePrefix("")
-	h := m.norm(g, x, "output_norm.weight")
-	g.Output(g.Named("logits").MatMul(h, m.w(g, "output.weight")))
+	g.Output(m.arch.logits(block{m: m, g: g}, x))
 }
 
 // norm is RMSNorm times its weight.
@@ -129,31 +121,18 @@ func (m *Model) norm(g *core.Graph, x *core.Tensor, weight string) *core.Tensor 
 
 // qkv computes layer l's rotated queries and keys and its values for x [C, dim].
 func (m *Model) qkv(g *core.Graph, sb *stageBuild, x *core.Tensor, pos posInputs, l int) (q, k, v *core.Tensor) {
-	cfg := m.Config
-	p := fmt.Sprintf("blk.%d.", l)
-	C := x.Shape[0]
-	h := m.norm(g, x, p+"attn_norm.weight")
-	proj := func(name string, heads int) *core.Tensor {
-		t := m.linear(g, sb, h, l, name)
-		if cfg.QKVBias {
-			t = g.Add(t, m.w(g, p+name+".bias"))
-		}
-		return g.Reshape(t, C, int64(heads), int64(cfg.HeadDim))
-	}
-	q = m.rope(g, "q_rope", proj("attn_q", cfg.Heads), pos)
-	k = m.rope(g, "k_rope", proj("attn_k", cfg.KVHeads), pos)
-	v = proj("attn_v", cfg.KVHeads)
-	return q, k, v
+	return m.arch.qkv(block{m, g, sb}, x, pos, l)
 }
 
-// rope rotates x [C, H, D] with the ROPE op, or with the host's cos/sin tables when the model
-// has per-frequency factors: the rotated dims are viewed as pairs [C, H, R/2, 2] (normal) or
-// [C, H, 2, R/2] (NeoX), and each pair (u, v) becomes (u·cos − v·sin, u·sin + v·cos).
-func (m *Model) rope(g *core.Graph, name string, x *core.Tensor, pos posInputs) *core.Tensor {
+// rope rotates layer l's x [C, H, D] with the ROPE op, or with the host's cos/sin tables when
+// the model has per-frequency factors: the rotated dims are viewed as pairs [C, H, R/2, 2]
+// (normal) or [C, H, 2, R/2] (NeoX), and each pair (u, v) becomes (u·cos − v·sin, u·sin + v·cos).
+func (m *Model) rope(g *core.Graph, name string, x *core.Tensor, pos posInputs, l int) *core.Tensor {
 	cfg := m.Config
 	if pos.pos != nil {
+		base, scale := cfg.ropeOf(l)
 		return g.Named(name).RoPE(x, pos.pos, core.RoPEOptions{Mode: cfg.RopeMode,
-			Dims: int64(cfg.RopeDims), Base: cfg.RopeBase, FreqScale: cfg.RopeFreqScale})
+			Dims: int64(cfg.RopeDims), Base: base, FreqScale: scale})
 	}
 	C, H, D, R := x.Shape[0], x.Shape[1], x.Shape[2], int64(cfg.RopeDims)
 	rot, rest := x, (*core.Tensor)(nil)
@@ -179,6 +158,8 @@ func (m *Model) rope(g *core.Graph, name string, x *core.Tensor, pos posInputs) 
 // runs a dense FFN runs it.
 func (m *Model) activation(g *core.Graph, gate *core.Tensor) *core.Tensor {
 	switch m.Config.Activation {
+	case ActGELU:
+		return g.Named("ffn_gelu").GELU(gate)
 	case ActReLU:
 		return g.Named("ffn_relu").ReLU(gate)
 	case ActReLU2:

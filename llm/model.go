@@ -1,6 +1,8 @@
-// Package llm runs Llama-family language models (llama: TinyStories, TinyLlama, Llama 2/3;
-// qwen2) from GGUF files on any xpu backend: the graph builder, a KV cache in backend buffers,
-// chunked prefill with graphs prepared once per chunk length, the decode loop and sampling.
+// Package llm runs decoder-only language models from GGUF files on any xpu backend (llama:
+// TinyStories, TinyLlama, Llama 2/3.x, Mistral, SmolLM; qwen2; qwen3; phi3; gemma2; gemma3;
+// smollm3, each built by its own builder over shared blocks, arch*.go): the stage graphs, a KV
+// cache in backend buffers, chunked prefill with graphs prepared once per chunk length, the
+// decode loop and sampling.
 //
 // Load is the short way in: it opens a model, chooses the best usable device and returns an
 // Engine ready to Generate or start a Chat (which renders the model's chat template). Open,
@@ -21,6 +23,7 @@ type Model struct {
 	Tokenizer *tokenizer.Tokenizer
 	File      *gguf.File
 	weights   map[string]weight
+	arch      archBuilder
 	owned     bool
 	columnCache
 }
@@ -60,7 +63,7 @@ func FromFile(f *gguf.File) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{Config: cfg, Tokenizer: tok, File: f, weights: map[string]weight{}}
+	m := &Model{Config: cfg, Tokenizer: tok, File: f, weights: map[string]weight{}, arch: archs[cfg.Arch]}
 	if err := m.collect(); err != nil {
 		return nil, err
 	}
@@ -89,7 +92,6 @@ func (m *Model) WeightBytes() int64 {
 // collect checks every tensor the architecture needs, with the shape it must have.
 func (m *Model) collect() error {
 	c := m.Config
-	kvDim := c.KVHeads * c.HeadDim
 	emb, ok := m.File.Tensor("token_embd.weight")
 	if !ok {
 		return fmt.Errorf("llm: tensor token_embd.weight: %w", core.ErrNotFound)
@@ -103,52 +105,14 @@ func (m *Model) collect() error {
 	if m.Config.Vocab < m.Tokenizer.Size() {
 		return fmt.Errorf("llm: %d embeddings for %d tokens: %w", m.Config.Vocab, m.Tokenizer.Size(), core.ErrInvalidArgument)
 	}
-	if t, ok := m.File.Tensor("rope_freqs.weight"); ok {
-		if want := (core.Shape{int64(c.RopeDims / 2)}); !t.Shape.Equal(want) {
-			return fmt.Errorf("llm: tensor rope_freqs.weight is %s, want %s: %w", t.Shape, want, core.ErrInvalidArgument)
-		}
-		f, err := core.Dequantize(t.DType, m.File.TensorData(t), 0)
-		if err != nil {
-			return fmt.Errorf("llm: tensor rope_freqs.weight: %w", err)
-		}
-		for i, x := range f {
-			if !(x > 0) {
-				return fmt.Errorf("llm: rope_freqs.weight[%d] = %g must be positive: %w", i, x, core.ErrInvalidArgument)
-			}
-		}
-		m.Config.RopeFreqFactors = f
-	}
-	V, D, F := int64(m.Config.Vocab), int64(c.Dim), int64(c.FFN)
-	type spec struct {
-		name     string
-		shape    core.Shape
-		optional bool
-		vector   bool // a norm weight or bias: used as an f32 operand of ADD/MUL
-	}
-	specs := []spec{
+	V, D := int64(m.Config.Vocab), int64(c.Dim)
+	specs := []tensorSpec{
 		{name: "token_embd.weight", shape: core.Shape{V, D}},
 		{name: "output_norm.weight", shape: core.Shape{D}, vector: true},
 		{name: "output.weight", shape: core.Shape{V, D}, optional: true},
 	}
 	for l := 0; l < c.Layers; l++ {
-		p := fmt.Sprintf("blk.%d.", l)
-		specs = append(specs,
-			spec{name: p + "attn_norm.weight", shape: core.Shape{D}, vector: true},
-			spec{name: p + "attn_q.weight", shape: core.Shape{int64(c.Heads * c.HeadDim), D}},
-			spec{name: p + "attn_k.weight", shape: core.Shape{int64(kvDim), D}},
-			spec{name: p + "attn_v.weight", shape: core.Shape{int64(kvDim), D}},
-			spec{name: p + "attn_output.weight", shape: core.Shape{D, int64(c.Heads * c.HeadDim)}},
-			spec{name: p + "ffn_norm.weight", shape: core.Shape{D}, vector: true},
-			spec{name: p + "ffn_gate.weight", shape: core.Shape{F, D}},
-			spec{name: p + "ffn_up.weight", shape: core.Shape{F, D}},
-			spec{name: p + "ffn_down.weight", shape: core.Shape{D, F}},
-		)
-		if c.QKVBias {
-			specs = append(specs,
-				spec{name: p + "attn_q.bias", shape: core.Shape{int64(c.Heads * c.HeadDim)}, vector: true},
-				spec{name: p + "attn_k.bias", shape: core.Shape{int64(kvDim)}, vector: true},
-				spec{name: p + "attn_v.bias", shape: core.Shape{int64(kvDim)}, vector: true})
-		}
+		specs = append(specs, m.arch.tensors(&m.Config, l)...)
 	}
 	for _, s := range specs {
 		t, ok := m.File.Tensor(s.name)
@@ -178,7 +142,7 @@ func (m *Model) collect() error {
 		}
 		m.weights[s.name] = w
 	}
-	return nil
+	return m.arch.load(m)
 }
 
 // w returns a weight as a constant of g, or the tied embedding for a missing output head.

@@ -305,6 +305,11 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 	if len(cfg.verify) > 0 {
 		widest = max(widest, slices.Max(cfg.verify))
 	}
+	if cfg.w8 != nil || cfg.sparse != nil || cfg.tap != nil {
+		if err := m.RequireLlamaShape("W8A8 weights, the sparse FFN and calibration taps"); err != nil {
+			return nil, err
+		}
+	}
 	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, vprogs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + widest - 1)}
 	if ps := rp.DecodeShards(); ps != nil {
 		if cfg.w8 != nil || cfg.sparse != nil || cfg.tap != nil {
@@ -410,7 +415,7 @@ func (r *Runner) init(ctx context.Context) error {
 	copy(a.Bytes(r.posS), core.EncodeI32(pos))
 	copy(a.Bytes(r.qoffS), core.EncodeI32(pos))
 	if c.RopeFreqFactors != nil {
-		cos, sin := c.ropeTables(pos)
+		cos, sin := c.ropeTables(pos, r.cfg.ctxLen)
 		copy(a.Bytes(r.cos), core.EncodeF32(cos))
 		copy(a.Bytes(r.sin), core.EncodeF32(sin))
 	}

@@ -52,6 +52,9 @@ const (
 // blocks of the down projection's quantization (and of 32, a SIMD tile of gate and up rows).
 // It returns one cut, or with adaptive shards every cut, unit 0's neurons rising.
 func (m *Model) cutShards(ps *sched.PlanShards) ([]*shardCut, error) {
+	if err := m.RequireLlamaShape("decode shards"); err != nil {
+		return nil, err
+	}
 	cfg := m.Config
 	align := int64(32)
 	if w, ok := m.weights["blk.0.ffn_down.weight"]; ok {
@@ -203,8 +206,8 @@ func (m *Model) shardQKV(g *core.Graph, sc *shardCut, sb *stageBuild, x *core.Te
 			}
 			return g.Reshape(t, 1, heads, D)
 		}
-		q := m.rope(g, shardName("q_rope", s), proj("attn_q", sc.kv0[s]*group, sc.nkv[s]*group), pos)
-		k := m.rope(g, shardName("k_rope", s), proj("attn_k", sc.kv0[s], sc.nkv[s]), pos)
+		q := m.rope(g, shardName("q_rope", s), proj("attn_q", sc.kv0[s]*group, sc.nkv[s]*group), pos, l)
+		k := m.rope(g, shardName("k_rope", s), proj("attn_k", sc.kv0[s], sc.nkv[s]), pos, l)
 		v := proj("attn_v", sc.kv0[s], sc.nkv[s])
 		qs, ks, vs = append(qs, q), append(ks, toKV(g, k, kv.K)), append(vs, toKV(g, v, kv.V))
 		sb.own(g, mark, s)

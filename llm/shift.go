@@ -123,7 +123,7 @@ func (r *Runner) rotateK(ctx context.Context, from, count, n int) error {
 	if r.m.Config.RopeFreqFactors == nil {
 		copy(a.Bytes(sp.pos), core.EncodeI32(delta))
 	} else {
-		cos, sin := r.m.Config.ropeTables(delta)
+		cos, sin := r.m.Config.ropeTables(delta, r.cfg.ctxLen)
 		copy(a.Bytes(sp.cos), core.EncodeF32(cos))
 		copy(a.Bytes(sp.sin), core.EncodeF32(sin))
 	}
@@ -241,7 +241,7 @@ func (m *Model) buildShiftGraph(rows int64, kt core.DType) (*core.Graph, error) 
 		default:
 			x = g.Cast(k, core.F32)
 		}
-		outs = append(outs, toKV(g, m.rope(g, "k_rope", x, pos), kt))
+		outs = append(outs, toKV(g, m.rope(g, "k_rope", x, pos, l), kt))
 	}
 	g.Output(outs...)
 	if err := g.Err(); err != nil {

@@ -22,7 +22,7 @@ func init() {
 func runGenModel(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gen-model", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	arch := fs.String("arch", "llama", "architecture: llama or qwen2")
+	arch := fs.String("arch", "llama", "architecture: "+strings.Join(synth.Architectures(), ", ")+" (llama3: Llama 3.1 rope_freqs.weight; mistral: a sliding window; both written as llama)")
 	params := fs.String("params", "1B", "size preset: "+strings.Join(synth.Presets(), ", "))
 	typ := fs.String("type", "q4_0", "matrix dtype: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q2_k, q3_k (K-quants need rows that are multiples of 256: --params 6M or 1B and up)")
 	seed := fs.Uint64("seed", 1, "weight seed")
@@ -33,7 +33,7 @@ func runGenModel(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	skew := fs.String("skew", "zipf", "firing skew with --sparsity: zipf (few hot neurons, a long rare tail) or uniform")
 	measure := fs.Int("measure", -1, "tokens of the built-in text to measure the achieved firing on after writing (-1: 64, or 16 for 3B and up; 0: skip)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu gen-model [--arch llama|qwen2] [--params 1B] [--type q4_0] [--seed S] [--outliers N] [--act relu --sparsity 0.9 --skew zipf] -o FILE")
+		fmt.Fprintln(stderr, "usage: xpu gen-model [--arch llama|llama3|mistral|qwen2|qwen3|phi3|gemma2|gemma3|smollm3|granite] [--params 1B] [--type q4_0] [--seed S] [--outliers N] [--act relu --sparsity 0.9 --skew zipf] -o FILE")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {

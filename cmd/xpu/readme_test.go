@@ -99,6 +99,7 @@ var docCommands = []struct {
 	{regexp.MustCompile(`stories260K-q4_k_m\.gguf`), "TestREADMEQuantizeCommands"},
 	{regexp.MustCompile(`stories260K-npu\.gguf|^build/xpu (calibrate|w8a8-eval) `), "TestREADMEW8A8Commands"},
 	{regexp.MustCompile(`/tmp/relu-6m\.gguf`), "TestREADMESparseCommands"},
+	{regexp.MustCompile(`/tmp/(\$a|[a-z0-9]+)-6m\.gguf`), "TestDocArchCommands"},
 	{regexp.MustCompile(`^build/xpu (plan|tune --profile) `), "TestREADMEPlanCommands"},
 	{regexp.MustCompile(`^build/xpu tune --energy --simulate sd8gen3 --seed 3$`), "TestTuneSimulated"},
 	{regexp.MustCompile(`^build/xpu conform --plugin \./libxpu-mine\.so --report out/$`), "TestConformTestPlugin"},

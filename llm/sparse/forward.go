@@ -21,6 +21,9 @@ import (
 // next to the plugins (no SIMD), but it exposes what the stage graphs keep inside.
 func Forward(ctx context.Context, m *llm.Model, tokens []int32, visit func(l int, x, gate []float32) error) ([]float32, error) {
 	c := m.Config
+	if err := m.RequireLlamaShape("the Go forward pass"); err != nil {
+		return nil, err
+	}
 	if c.RopeFreqFactors != nil {
 		return nil, fmt.Errorf("sparse: models with RoPE frequency factors: %w", core.ErrUnsupported)
 	}

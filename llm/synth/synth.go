@@ -1,5 +1,6 @@
-// Package synth writes synthetic Llama-family GGUF models: the shape of a real model, seeded
-// random weights and a small SentencePiece-style vocabulary. They follow llama.cpp's metadata
+// Package synth writes synthetic GGUF models of the architectures xpu builds (llama, qwen2,
+// qwen3, phi3, gemma2, gemma3): the shape of a real model, seeded random weights and a small
+// SentencePiece-style vocabulary, with the tensor names and metadata keys llama.cpp reads. They follow llama.cpp's metadata
 // conventions, so GGUF readers load them, and serve benchmarks and tests where a real model of
 // that size is not at hand.
 package synth
@@ -18,7 +19,10 @@ import (
 
 // Spec is the model to write.
 type Spec struct {
-	Arch    string // "llama" or "qwen2" (adds QKV biases; NeoX RoPE is implied by the arch)
+	// Arch is general.architecture: llama, qwen2 (QKV biases), qwen3 (Q/K norms), phi3 (fused
+	// QKV and gate-up, LongRoPE factors), gemma2 (post-norms, soft-caps, tied head) or gemma3
+	// (post-norms, Q/K norms); RoPE's order is implied by it.
+	Arch    string
 	Name    string
 	Dim     int
 	Layers  int
@@ -27,6 +31,16 @@ type Spec struct {
 	FFN     int
 	Vocab   int // at least 259 (3 specials and 256 byte tokens)
 	Context int
+	// HeadDim is the attention head width (0: Dim/Heads), written as attention.key_length.
+	HeadDim int
+	// RopeDims is the rotated width of each head (0: all of it).
+	RopeDims int
+	// RopeBase is rope.freq_base (0: 10000).
+	RopeBase float64
+	// RopeFreqs writes Llama 3.1's rope_freqs.weight (llama only).
+	RopeFreqs bool
+	// Window > 0 writes attention.sliding_window.
+	Window int
 	// Type is the dtype of the matrices (F32, F16, BF16, Q8_0, Q4_0, a K-quant); norms stay F32.
 	Type core.DType
 	Seed uint64
@@ -193,13 +207,21 @@ func Presets() []string {
 	return names
 }
 
-// Preset returns the spec of a named size ("1B") for arch with matrices in dt.
+// Preset returns the spec of a named size ("1B") for arch (one of Architectures()) with
+// matrices in dt.
 func Preset(arch, params string, dt core.DType, seed uint64) (Spec, error) {
 	s, ok := presets[strings.ToUpper(params)]
 	if !ok {
 		return Spec{}, fmt.Errorf("synth: size %q (known: %s): %w", params, strings.Join(Presets(), ", "), core.ErrNotFound)
 	}
-	s.Arch, s.Type, s.Seed, s.Vocab = arch, dt, seed, 512
+	v, ok := variants[arch]
+	if !ok {
+		return Spec{}, fmt.Errorf("synth: architecture %q (%s): %w", arch, strings.Join(Architectures(), ", "), core.ErrUnsupported)
+	}
+	s.Arch, s.Type, s.Seed, s.Vocab = v.arch, dt, seed, 512
+	if v.set != nil {
+		v.set(&s)
+	}
 	s.Name = fmt.Sprintf("synthetic-%s-%s-%s", arch, params, dt)
 	return s, s.check()
 }
@@ -209,8 +231,6 @@ func Check(s Spec) error { return s.check() }
 
 func (s Spec) check() error {
 	switch {
-	case s.Arch != "llama" && s.Arch != "qwen2":
-		return fmt.Errorf("synth: architecture %q (llama, qwen2): %w", s.Arch, core.ErrUnsupported)
 	case s.Dim <= 0 || s.Layers <= 0 || s.Heads <= 0 || s.KVHeads <= 0 || s.FFN <= 0 || s.Context <= 0:
 		return fmt.Errorf("synth: every dimension must be positive: %w", core.ErrInvalidArgument)
 	case s.Dim%s.Heads != 0 || s.Heads%s.KVHeads != 0:
@@ -226,6 +246,9 @@ func (s Spec) check() error {
 	case s.Outliers < 0 || s.Outliers > s.Dim/8:
 		return fmt.Errorf("synth: %d outlier channels: must be 0 to dim/8 = %d (outliers are rare): %w",
 			s.Outliers, s.Dim/8, core.ErrInvalidArgument)
+	}
+	if err := s.checkArch(); err != nil {
+		return err
 	}
 	if _, err := gguf.TypeOf(s.Type); err != nil {
 		return err
@@ -243,14 +266,32 @@ func (s Spec) check() error {
 	if bl := s.Type.BlockLen(); int64(s.Dim)%bl != 0 || int64(s.FFN)%bl != 0 {
 		return fmt.Errorf("synth: dim %d and ffn %d must be multiples of %d for %s: %w", s.Dim, s.FFN, bl, s.Type, core.ErrInvalidArgument)
 	}
+	if bl, w := s.Type.BlockLen(), int64(s.Heads*s.headDim()); w%bl != 0 {
+		return fmt.Errorf("synth: attention width %d must be a multiple of %d for %s: %w", w, bl, s.Type, core.ErrInvalidArgument)
+	}
 	return nil
 }
 
 // Params is the number of weights.
 func (s Spec) Params() int64 {
-	d, f, kv := int64(s.Dim), int64(s.FFN), int64(s.Dim/s.Heads*s.KVHeads)
-	perLayer := 2*d*d + 2*d*kv + 3*d*f + 2*d
-	return int64(s.Layers)*perLayer + 2*int64(s.Vocab)*d + d
+	hd := int64(s.headDim())
+	d, f, q, kv := int64(s.Dim), int64(s.FFN), hd*int64(s.Heads), hd*int64(s.KVHeads)
+	perLayer := 2*d*q + 2*d*kv + 3*d*f + 2*d
+	ft := featuresOf(s.Arch)
+	if ft.qkNorm {
+		perLayer += 2 * hd
+	}
+	if ft.bias {
+		perLayer += q + 2*kv
+	}
+	if ft.postNorms {
+		perLayer += 2 * d
+	}
+	heads := int64(2)
+	if ft.tied {
+		heads = 1
+	}
+	return int64(s.Layers)*perLayer + heads*int64(s.Vocab)*d + d
 }
 
 // fileType is llama.cpp's general.file_type (enum llama_ftype) for a dtype.
@@ -275,6 +316,10 @@ func Write(w io.Writer, s Spec) error {
 	}
 	tokens, scores, types := vocabulary(s.Vocab)
 	a := s.Arch
+	base := s.RopeBase
+	if base == 0 {
+		base = 10000
+	}
 	kvs := []gguf.KeyValue{
 		{Key: "general.architecture", Value: gguf.MustValue(a)},
 		{Key: "general.name", Value: gguf.MustValue(s.Name)},
@@ -287,14 +332,15 @@ func Write(w io.Writer, s Spec) error {
 		{Key: a + ".feed_forward_length", Value: gguf.MustValue(uint32(s.FFN))},
 		{Key: a + ".attention.head_count", Value: gguf.MustValue(uint32(s.Heads))},
 		{Key: a + ".attention.head_count_kv", Value: gguf.MustValue(uint32(s.KVHeads))},
-		{Key: a + ".rope.dimension_count", Value: gguf.MustValue(uint32(s.Dim / s.Heads))},
-		{Key: a + ".rope.freq_base", Value: gguf.MustValue(float32(10000))},
+		{Key: a + ".rope.dimension_count", Value: gguf.MustValue(uint32(s.ropeDims()))},
+		{Key: a + ".rope.freq_base", Value: gguf.MustValue(float32(base))},
 		{Key: a + ".attention.layer_norm_rms_epsilon", Value: gguf.MustValue(float32(1e-5))},
 		{Key: "tokenizer.ggml.model", Value: gguf.MustValue("llama")},
 	}
 	if s.Activation != "" && s.Activation != "silu" {
 		kvs = append(kvs, gguf.KeyValue{Key: a + ".feed_forward_activation", Value: gguf.MustValue(s.Activation)})
 	}
+	kvs = append(kvs, archKeys(s)...)
 	kvs = append(kvs, []gguf.KeyValue{
 		{Key: "tokenizer.ggml.tokens", Value: gguf.MustValue(tokens)},
 		{Key: "tokenizer.ggml.scores", Value: gguf.MustValue(scores)},
@@ -305,8 +351,9 @@ func Write(w io.Writer, s Spec) error {
 		{Key: "tokenizer.ggml.add_bos_token", Value: gguf.MustValue(true)},
 	}...)
 	V, D, F := int64(s.Vocab), int64(s.Dim), int64(s.FFN)
-	HD := D / int64(s.Heads)
-	KV := HD * int64(s.KVHeads)
+	HD := int64(s.headDim())
+	Q, KV := HD*int64(s.Heads), HD*int64(s.KVHeads)
+	ft := featuresOf(s.Arch)
 	var ts []gguf.WriteTensor
 	seq := uint64(0)
 	add := func(name string, dt core.DType, shape core.Shape, gen func(n int, rng *rand.Rand) []float32) {
@@ -390,8 +437,14 @@ func Write(w io.Writer, s Spec) error {
 			return xs
 		}
 	}
+	// Gemma and Granite multiply their embeddings (by √dim, by 12) and tie the head to them:
+	// rows of σ = 1/√dim keep the residual near the scale other models' rows of σ = 1 give.
+	embFanIn := int64(1)
+	if ft.tied {
+		embFanIn = D
+	}
 	embed := func(n int, rng *rand.Rand) []float32 {
-		xs := matrix(1)(n, rng)
+		xs := matrix(embFanIn)(n, rng)
 		if sp {
 			for r := 0; r < n/int(D); r++ {
 				for c := 0; c < biasChannels; c++ {
@@ -431,23 +484,54 @@ func Write(w io.Writer, s Spec) error {
 	}
 	add("token_embd.weight", s.Type, core.Shape{V, D}, embed)
 	add("output_norm.weight", core.F32, core.Shape{D}, ones)
-	add("output.weight", s.Type, core.Shape{V, D}, matrix(D))
+	if !ft.tied {
+		add("output.weight", s.Type, core.Shape{V, D}, matrix(D))
+	}
+	half := int64(s.ropeDims() / 2)
+	switch {
+	case s.RopeFreqs:
+		f := llama3Factors(s.ropeDims(), base)
+		add("rope_freqs.weight", core.F32, core.Shape{half}, func(int, *rand.Rand) []float32 { return f })
+	case s.Arch == "phi3":
+		// llama.cpp declares them per head dim (the first rope dims / 2 count)
+		n := s.headDim() / 2
+		add("rope_factors_long.weight", core.F32, core.Shape{int64(n)}, longRoPEFactors(n, 1, 8))
+		add("rope_factors_short.weight", core.F32, core.Shape{int64(n)}, longRoPEFactors(n, 1, 1.5))
+	}
 	for l := 0; l < s.Layers; l++ {
 		p := fmt.Sprintf("blk.%d.", l)
 		add(p+"attn_norm.weight", core.F32, core.Shape{D}, norm(l))
-		add(p+"attn_q.weight", s.Type, core.Shape{D, D}, reading(l, matrix(D)))
-		add(p+"attn_k.weight", s.Type, core.Shape{KV, D}, reading(l, matrix(D)))
-		add(p+"attn_v.weight", s.Type, core.Shape{KV, D}, reading(l, matrix(D)))
-		if s.Arch == "qwen2" {
-			add(p+"attn_q.bias", core.F32, core.Shape{D}, matrix(D))
+		if ft.fused {
+			add(p+"attn_qkv.weight", s.Type, core.Shape{Q + 2*KV, D}, reading(l, matrix(D)))
+		} else {
+			add(p+"attn_q.weight", s.Type, core.Shape{Q, D}, reading(l, matrix(D)))
+			add(p+"attn_k.weight", s.Type, core.Shape{KV, D}, reading(l, matrix(D)))
+			add(p+"attn_v.weight", s.Type, core.Shape{KV, D}, reading(l, matrix(D)))
+		}
+		if ft.bias {
+			add(p+"attn_q.bias", core.F32, core.Shape{Q}, matrix(D))
 			add(p+"attn_k.bias", core.F32, core.Shape{KV}, matrix(D))
 			add(p+"attn_v.bias", core.F32, core.Shape{KV}, matrix(D))
 		}
-		add(p+"attn_output.weight", s.Type, core.Shape{D, D}, residual(D))
+		if ft.qkNorm {
+			add(p+"attn_q_norm.weight", core.F32, core.Shape{HD}, nearOne)
+			add(p+"attn_k_norm.weight", core.F32, core.Shape{HD}, nearOne)
+		}
+		add(p+"attn_output.weight", s.Type, core.Shape{D, Q}, residual(Q))
+		if ft.postNorms {
+			add(p+"post_attention_norm.weight", core.F32, core.Shape{D}, nearOne)
+		}
 		add(p+"ffn_norm.weight", core.F32, core.Shape{D}, norm(l))
-		add(p+"ffn_gate.weight", s.Type, core.Shape{F, D}, reading(l, gateOf(l)))
-		add(p+"ffn_up.weight", s.Type, core.Shape{F, D}, reading(l, matrix(D)))
+		if ft.fused {
+			add(p+"ffn_up.weight", s.Type, core.Shape{2 * F, D}, reading(l, matrix(D)))
+		} else {
+			add(p+"ffn_gate.weight", s.Type, core.Shape{F, D}, reading(l, gateOf(l)))
+			add(p+"ffn_up.weight", s.Type, core.Shape{F, D}, reading(l, matrix(D)))
+		}
 		add(p+"ffn_down.weight", s.Type, core.Shape{D, F}, residual(F))
+		if ft.postNorms {
+			add(p+"post_ffw_norm.weight", core.F32, core.Shape{D}, nearOne)
+		}
 	}
 	return gguf.Write(w, kvs, ts)
 }

@@ -1,0 +1,51 @@
+package llm
+
+import (
+	"github.com/xpuhub/xpu/core"
+)
+
+// graniteArch builds IBM Granite 3: Llama's layers with four multipliers (μP), all required
+// as llama.cpp requires them: embedding_scale on the embeddings, attention.scale as the query
+// scale, residual_scale on each branch before its residual add, and the logits divided by
+// logit_scale.
+type graniteArch struct{ llamaArch }
+
+func (a graniteArch) config(k *keys, c *Config) error {
+	if err := a.llamaArch.config(k, c); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		key string
+		dst *float32
+	}{
+		{"embedding_scale", &c.EmbedScale}, {"attention.scale", &c.AttnScale},
+		{"residual_scale", &c.ResidualScale}, {"logit_scale", &c.LogitScale},
+	} {
+		if !k.has(f.key) {
+			return missingKey(k, f.key)
+		}
+		if err := k.flt(f.key, 0, f.dst, positive, "above 0"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (graniteArch) embed(b block, x *core.Tensor) *core.Tensor {
+	return b.g.Named("embd_scaled").Scale(x, b.m.Config.EmbedScale, 0)
+}
+
+func (graniteArch) finish(b block, x, a *core.Tensor, l int) *core.Tensor {
+	rs := b.m.Config.ResidualScale
+	o := b.g.Scale(b.linear(a, l, "attn_output"), rs, 0)
+	x = b.g.Named("attn_residual").Add(x, o)
+	f := b.g.Scale(b.gatedFFN(x, l), rs, 0)
+	return b.g.Named("ffn_residual").Add(x, f)
+}
+
+func (graniteArch) logits(b block, x *core.Tensor) *core.Tensor {
+	y := b.head(x)
+	return b.g.Named("logits_scaled").Scale(y, 1/b.m.Config.LogitScale, 0)
+}
+
+func (graniteArch) plain() bool { return false }
