@@ -315,6 +315,12 @@ func Write(w io.Writer, s Spec) error {
 		return err
 	}
 	tokens, scores, types := vocabulary(s.Vocab)
+	if s.Arch == "phi3" && len(tokens) > 259 {
+		// llama.cpp's vocab loader looks <|endoftext|> up by its text in a phi3 file (as the real
+		// Phi-3 vocabulary has it after the SentencePiece pieces) and refuses a file without it
+		n := len(tokens) - 1
+		tokens[n], scores[n], types[n] = "<|endoftext|>", 0, 3
+	}
 	a := s.Arch
 	base := s.RopeBase
 	if base == 0 {
