@@ -41,14 +41,7 @@ func TestStartArguments(t *testing.T) {
 // program with the medians and the ratio to llama-simple, and with RECORD=1 both xpu figures
 // stored.
 func TestStartTable(t *testing.T) {
-	model, err := filepath.Abs(filepath.Join("..", "..", "shared", "models", "stories260K.gguf"))
-	require.NoError(t, err)
-	if _, err := os.Stat(model); err != nil {
-		t.Skipf("test model absent: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join("..", "build", "xpu")); err != nil {
-		t.Skipf("build/xpu absent (run make all first): %v", err)
-	}
+	model := modelAndXPU(t)
 	if _, err := os.Stat("/usr/bin/time"); err != nil {
 		t.Skip("GNU time absent")
 	}

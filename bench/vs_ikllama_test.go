@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -31,14 +30,7 @@ func TestVsLlamaCppWithIkLlama(t *testing.T) {
 		})
 	}
 
-	model, err := filepath.Abs(filepath.Join("..", "..", "shared", "models", "stories260K.gguf"))
-	require.NoError(t, err)
-	if _, err := os.Stat(model); err != nil {
-		t.Skipf("test model absent: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join("..", "build", "xpu")); err != nil {
-		t.Skipf("build/xpu absent (run make all first): %v", err)
-	}
+	model := modelAndXPU(t)
 	if _, err := exec.LookPath("jq"); err != nil {
 		t.Skip("jq absent (scripts/deps.sh installs it)")
 	}
@@ -68,14 +60,7 @@ func TestVsLlamaCppWithIkLlama(t *testing.T) {
 // TestVsLlamaCppBusy: BUSY=1 measures every contender again at 1 and 2 threads beside a busy
 // loop on one core, in a second table, and stops the loop afterwards.
 func TestVsLlamaCppBusy(t *testing.T) {
-	model, err := filepath.Abs(filepath.Join("..", "..", "shared", "models", "stories260K.gguf"))
-	require.NoError(t, err)
-	if _, err := os.Stat(model); err != nil {
-		t.Skipf("test model absent: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join("..", "build", "xpu")); err != nil {
-		t.Skipf("build/xpu absent (run make all first): %v", err)
-	}
+	model := modelAndXPU(t)
 	if _, err := exec.LookPath("jq"); err != nil {
 		t.Skip("jq absent (scripts/deps.sh installs it)")
 	}

@@ -15,6 +15,21 @@ import (
 )
 
 // runScript runs bench/vs-llamacpp.sh (see runBenchScript).
+// modelAndXPU is the test model's absolute path, skipping the test where it or build/xpu (which
+// every harness runs) is absent.
+func modelAndXPU(t *testing.T) string {
+	t.Helper()
+	model, err := filepath.Abs(filepath.Join("..", "..", "shared", "models", "stories260K.gguf"))
+	require.NoError(t, err)
+	if _, err := os.Stat(model); err != nil {
+		t.Skipf("test model absent: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join("..", "build", "xpu")); err != nil {
+		t.Skipf("build/xpu absent (run make all first): %v", err)
+	}
+	return model
+}
+
 func runScript(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	return runBenchScript(t, "bench/vs-llamacpp.sh", 2*time.Minute, env, args...)
@@ -115,14 +130,7 @@ func TestVsLlamaCppArguments(t *testing.T) {
 // binary on the test model: every depth method must give the fake's decode-at-depth rate, and
 // every row must carry both programs' medians and their ratio.
 func TestVsLlamaCppTable(t *testing.T) {
-	model, err := filepath.Abs(filepath.Join("..", "..", "shared", "models", "stories260K.gguf"))
-	require.NoError(t, err)
-	if _, err := os.Stat(model); err != nil {
-		t.Skipf("test model absent: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join("..", "build", "xpu")); err != nil {
-		t.Skipf("build/xpu absent (run make all first): %v", err)
-	}
+	model := modelAndXPU(t)
 	if _, err := exec.LookPath("jq"); err != nil {
 		t.Skip("jq absent (scripts/deps.sh installs it)")
 	}

@@ -30,12 +30,6 @@ func (t kvTypes) rowBytes(c Config) (k, v int64) {
 	return t.K.Bytes(n), t.V.Bytes(n)
 }
 
-// kvRowBytes is rowBytes as a K, V pair.
-func kvRowBytes(t kvTypes, c Config) [2]int64 {
-	k, v := t.rowBytes(c)
-	return [2]int64{k, v}
-}
-
 func (t kvTypes) String() string {
 	if t.K == t.V {
 		return t.K.String()
