@@ -17,7 +17,7 @@ import (
 
 // tinyArch writes a small model of a synth architecture (a Preset name): 260K's width, the
 // given layers, and a sliding window of window tokens where the architecture has one.
-func tinyArch(t *testing.T, variant string, layers, window int) *Model {
+func tinyArch(t testing.TB, variant string, layers, window int) *Model {
 	t.Helper()
 	s, err := synth.Preset(variant, "260K", core.F32, 7)
 	require.NoError(t, err)

@@ -287,14 +287,20 @@ func positive(x float64) bool { return x > 0 }
 // and sin times the attention factor. A runner of context ctxLen beyond RopeOrigContext takes
 // the long factors when the model has them, as llama.cpp does.
 func (c Config) ropeTables(pos []int32, ctxLen int) (cos, sin []float32) {
+	mscale := 1.0
+	if c.RopeAttnFactor > 0 {
+		mscale = float64(c.RopeAttnFactor)
+	}
+	return c.rotationTables(pos, ctxLen, mscale)
+}
+
+// rotationTables are ropeTables with the given magnitude: 1 for a pure rotation, such as the
+// context shift's turn of K rows that already carry the attention factor.
+func (c Config) rotationTables(pos []int32, ctxLen int, mscale float64) (cos, sin []float32) {
 	half := c.RopeDims / 2
 	factors := c.RopeFreqFactors
 	if c.RopeFactorsLong != nil && ctxLen > c.RopeOrigContext {
 		factors = c.RopeFactorsLong
-	}
-	mscale := 1.0
-	if c.RopeAttnFactor > 0 {
-		mscale = float64(c.RopeAttnFactor)
 	}
 	cos, sin = make([]float32, len(pos)*half), make([]float32, len(pos)*half)
 	for i := 0; i < half; i++ {

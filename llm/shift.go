@@ -123,7 +123,8 @@ func (r *Runner) rotateK(ctx context.Context, from, count, n int) error {
 	if r.m.Config.RopeFreqFactors == nil {
 		copy(a.Bytes(sp.pos), core.EncodeI32(delta))
 	} else {
-		cos, sin := r.m.Config.ropeTables(delta, r.cfg.ctxLen)
+		// the moved rows carry the attention factor already: turn them, do not scale them again
+		cos, sin := r.m.Config.rotationTables(delta, r.cfg.ctxLen, 1)
 		copy(a.Bytes(sp.cos), core.EncodeF32(cos))
 		copy(a.Bytes(sp.sin), core.EncodeF32(sin))
 	}

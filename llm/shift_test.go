@@ -41,6 +41,8 @@ func shiftCases() []shiftCase {
 		{"stories/f16", openStories, core.F16, 1e-5},
 		{"kv32/q8_0", kvModel, core.Q8_0, 1e-3},
 		{"kv32/q4_0", kvModel, core.Q4_0, 5e-2},
+		// LongRoPE: the host's cos/sin tables with an attention factor other than 1
+		{"phi3/f32", func(t testing.TB) *Model { return tinyArch(t, "phi3", 2, 5) }, core.F32, 1e-10},
 	}
 }
 
