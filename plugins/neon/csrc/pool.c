@@ -14,14 +14,21 @@
 #include "neon.h"
 
 typedef struct nv_worker {
+  /* the region this worker is asked to take part in: the caller bumps it only for the workers a
+   * region needs, so a worker a region leaves out (the spare one when the calling thread runs
+   * task 0 itself) neither competes for a core nor holds the region up by acknowledging it */
+  _Alignas(64) atomic_uint_fast64_t go;
+  atomic_int asleep; /* past its spin, waiting on cv_work */
   nv_pool *pool;
   int tid;
   pthread_t th;
 } nv_worker;
 
-/* spin iterations before a thread sleeps: decode runs hundreds of small nodes per token, and
- * a futex wake-up per node would cost more than the node */
-#define SPIN 2000
+/* pause iterations a worker spins for its next region before it sleeps, and the caller for the
+ * region's end before it sleeps: decode runs hundreds of small regions per token, and a sleep
+ * costs a wake-up (tens of microseconds on a VM), more than many regions compute */
+#define SPIN 20000
+#define SPIN_WAIT 20000
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__)
@@ -33,13 +40,14 @@ static inline void cpu_relax(void) {
 
 struct nv_pool {
   pthread_mutex_t run_mu; /* one region at a time: concurrent executions take turns per node */
-  pthread_mutex_t mu;     /* guards the sleeping side of gen and pending */
+  pthread_mutex_t mu;     /* guards the sleeping sides: workers on cv_work, the caller on cv_done */
   pthread_cond_t cv_work, cv_done;
   int n;
   nv_worker *w;
-  atomic_uint_fast64_t gen; /* bumped to publish a region (fn, arg, nth written before) */
+  uint64_t gen;             /* the last region published (written under run_mu only) */
   atomic_int pending;       /* workers that have not yet finished the current region */
   atomic_int sleeping;      /* workers past their spin, waiting on cv_work */
+  atomic_int waiter;        /* the caller is past its spin, waiting on cv_done */
   atomic_int stop;
   int nth;
   int first; /* task index of worker 0: 1 when the calling thread runs task 0 itself */
@@ -53,24 +61,25 @@ static void *worker_main(void *p_) {
   nv_pool *p = w->pool;
   uint64_t seen = 0;
   for (;;) {
-    uint64_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
+    uint64_t g = atomic_load_explicit(&w->go, memory_order_acquire);
     for (int i = 0; i < SPIN && g == seen; i++) {
       cpu_relax();
-      g = atomic_load_explicit(&p->gen, memory_order_acquire);
+      g = atomic_load_explicit(&w->go, memory_order_acquire);
     }
     if (g == seen) {
+      atomic_store(&w->asleep, 1);
       atomic_fetch_add(&p->sleeping, 1);
       pthread_mutex_lock(&p->mu);
-      while (!atomic_load(&p->stop) && (g = atomic_load(&p->gen)) == seen) pthread_cond_wait(&p->cv_work, &p->mu);
+      while (!atomic_load(&p->stop) && (g = atomic_load(&w->go)) == seen) pthread_cond_wait(&p->cv_work, &p->mu);
       pthread_mutex_unlock(&p->mu);
       atomic_fetch_sub(&p->sleeping, 1);
+      atomic_store(&w->asleep, 0);
     }
     if (atomic_load(&p->stop)) break;
     seen = g;
-    /* every worker acknowledges every region, so none can lag into the next one's fields */
-    int task = w->tid + p->first;
-    if (task < p->nth) p->fn(p->arg, task, p->nth);
-    if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
+    /* the region's fields are stable until every worker it asked for has finished */
+    p->fn(p->arg, w->tid + p->first, p->nth);
+    if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->waiter)) {
       pthread_mutex_lock(&p->mu);
       pthread_cond_signal(&p->cv_done);
       pthread_mutex_unlock(&p->mu);
@@ -148,7 +157,9 @@ void nv_pool_destroy(nv_pool *p) {
 
 int nv_pool_size(const nv_pool *p) { return p->n; }
 
-int nv_pool_sleeping(nv_pool *p) { return atomic_load_explicit(&p->sleeping, memory_order_relaxed) > 0; }
+/* Worker 0 takes part in every region of two or more threads: whether it sleeps says whether
+ * the next region pays a wake-up. */
+int nv_pool_sleeping(nv_pool *p) { return atomic_load_explicit(&p->w[0].asleep, memory_order_relaxed); }
 
 void nv_pool_run(nv_pool *p, const nv_cpuset *cpus, int nth, nv_task_fn fn, void *arg) {
   if (nth > p->n) nth = p->n;
@@ -167,17 +178,27 @@ void nv_pool_run(nv_pool *p, const nv_cpuset *cpus, int nth, nv_task_fn fn, void
    * would compete with the workers for the cores. Pinned, every task runs on a pinned worker
    * (the host's thread is not ours to pin) and the caller waits. */
   p->first = want->n == 0 ? 1 : 0;
-  atomic_store(&p->pending, p->n);
-  pthread_mutex_lock(&p->mu);
-  atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-  pthread_cond_broadcast(&p->cv_work);
-  pthread_mutex_unlock(&p->mu);
+  int k = nth - p->first; /* workers this region asks for: tids 0..k-1 */
+  atomic_store(&p->pending, k);
+  p->gen++;
+  for (int i = 0; i < k; i++) atomic_store(&p->w[i].go, p->gen);
+  if (atomic_load(&p->sleeping) > 0) {
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->cv_work);
+    pthread_mutex_unlock(&p->mu);
+  }
   if (p->first) fn(arg, 0, nth);
-  for (int i = 0; i < SPIN / 8 && atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) cpu_relax();
-  if (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
+  /* pinned, this thread may share a CPU with a worker: it waits briefly, then sleeps */
+  int spin = p->first ? SPIN_WAIT : SPIN_WAIT / 80;
+  for (int i = 0; i < spin && atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) cpu_relax();
+  if (atomic_load(&p->pending) > 0) {
+    /* seq_cst on both sides: either the last worker sees waiter set and signals, or this
+     * thread sees pending at zero */
+    atomic_store(&p->waiter, 1);
     pthread_mutex_lock(&p->mu);
     while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->cv_done, &p->mu);
     pthread_mutex_unlock(&p->mu);
+    atomic_store(&p->waiter, 0);
   }
   pthread_mutex_unlock(&p->run_mu);
 }
