@@ -70,6 +70,11 @@ func attentionV5Cases() []testCase {
 		{tq: 12, hq: 4, hkv: 2, d: 32, dv: 32, off: 5, extra: 2, window: 6, softCap: 5, scale: 0.5, rng: 2},
 		// one part of an attention split by heads (op set 4) on a local layer
 		{tq: 1, hq: 4, hkv: 4, d: 32, dv: 32, off: 60, extra: 2, window: 16, softCap: 5, scale: 0.5, rng: 2, h0: 2, nh: 2},
+		// decode rows deep in the cache with fewer head groups than threads: a CPU backend may
+		// split the keys over its threads and merge their softmax states (flash-decoding);
+		// whole, and through a window that starts mid-cache
+		{tq: 1, hq: 8, hkv: 2, d: 64, dv: 64, off: 1100, extra: 3, rng: 1},
+		{tq: 1, hq: 8, hkv: 2, d: 64, dv: 64, off: 1100, extra: 2, window: 700, softCap: 50, scale: 0.25, rng: 3},
 	}
 	// a quantized KV cache: decode and prefill, head dims of one and several 32-blocks, and
 	// Gemma's window plus soft-cap over it
@@ -82,6 +87,8 @@ func attentionV5Cases() []testCase {
 		{tq: 6, hq: 4, hkv: 2, d: 64, dv: 64, off: 20, extra: 1, window: 8, softCap: 5, scale: 0.5, rng: 2},
 		// a head range of a quantized cache: the range starts whole blocks into each row
 		{tq: 1, hq: 8, hkv: 4, d: 64, dv: 32, off: 40, extra: 2, rng: 1, h0: 1, nh: 2},
+		// a decode row deep in a quantized cache, its keys split over the threads
+		{tq: 1, hq: 8, hkv: 2, d: 64, dv: 64, off: 1100, extra: 3, rng: 1},
 	}
 	var cs []testCase
 	add := func(qdt, kvdt core.DType, v attV5) {

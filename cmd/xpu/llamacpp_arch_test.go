@@ -46,6 +46,25 @@ type llamaCppRun struct {
 	// Prefill is xpu's logits after the whole prompt run as one prefill (its chunked graphs,
 	// where Logits come one decode step at a time); llama.cpp runs the prompt as one batch.
 	Prefill []float32 `json:"-"`
+	// Config is the model's, as xpu read it (the Q8_0 bound depends on its depth and FFN).
+	Config llm.Config `json:"-"`
+}
+
+// q8Bound is the logits NMSE a Q8_0 model may show against llama.cpp: the GRAPH tolerance
+// for Q8_0 (1e-3, conformance/TOLERANCES.md) per 8 layers, doubled for a GELU FFN. The rows
+// differ by rounding alone, and rounding noise grows with depth: llama.cpp re-quantizes every
+// matmul's activations to Q8_0, so a difference in the last bit before a matmul can move a
+// code by one step, and the next layer carries that on. llama.cpp's CPU GELU reads an fp16
+// table (GGML_GELU_FP16), which seeds such a difference at every GELU FFN (1e-7 at the GELU's
+// output): with that table emulated, neon's Gemma 2 Q8_0 logits are llama.cpp's to 1e-14, and
+// llama.cpp and ik_llama.cpp, run on the same Q8_0 files, disagree by 5.3e-4–6.3e-4 over 8
+// layers and by 1.8e-3 over Gemma 2's 26.
+func q8Bound(c llm.Config) float64 {
+	b := 1e-3 * max(1, float64(c.Layers)/8)
+	if c.Activation == llm.ActGELU {
+		b *= 2
+	}
+	return b
 }
 
 // llamaCppAgreement is how closely two runs agree: the greedy tokens equal before the first
@@ -108,7 +127,7 @@ func xpuRun(ctx context.Context, t *testing.T, model, backend string, kv core.DT
 	}
 	require.NoError(t, err)
 	defer e.Close()
-	run := llamaCppRun{NVocab: e.Model().Config.Vocab, Prompt: prompt}
+	run := llamaCppRun{NVocab: e.Model().Config.Vocab, Prompt: prompt, Config: e.Model().Config}
 	pre, err := e.Prefill(ctx, prompt)
 	require.NoError(t, err, "prefill")
 	run.Prefill = append([]float32(nil), pre...)
@@ -195,11 +214,11 @@ func TestLlamaCppArchLogits(t *testing.T) {
 	}
 	types := []struct {
 		name    string
-		maxNMSE float64
-		tokens  int // greedy tokens that must agree
+		maxNMSE float64 // 0: q8Bound of the model
+		tokens  int     // greedy tokens that must agree
 	}{
 		{"f32", 1e-4, llamaCppGreedy},
-		{"q8_0", 1e-3, 0},
+		{"q8_0", 0, 0}, // q8Bound of the model
 	}
 	dir := t.TempDir()
 	var table []string
@@ -222,7 +241,7 @@ func TestLlamaCppArchLogits(t *testing.T) {
 						// The reference runs every op; another backend may lack one (it says
 						// which), which is its own conformance's business, not a disagreement
 						// with llama.cpp.
-						row := fmt.Sprintf("| %s | %s | %s | %s | refused: %v | | | |", arch, ty.name, kv, be, err)
+						row := fmt.Sprintf("| %s | %s | %s | %s | refused: %v | | | | |", arch, ty.name, kv, be, err)
 						table = append(table, row)
 						t.Log(row)
 						continue
@@ -231,17 +250,21 @@ func TestLlamaCppArchLogits(t *testing.T) {
 					a, err := compareLlamaCpp(ours, theirs)
 					require.NoError(t, err)
 					prefill := llm.NMSE(ours.Prefill, theirs.Logits[len(llamaCppPrompt)-1])
-					row := fmt.Sprintf("| %s | %s | %s | %s | %d/%d | %d | %.2e | %.2e |", arch, ty.name, kv, be, a.Tokens, llamaCppGreedy, a.Rows, a.MaxNMSE, prefill)
+					bound := ty.maxNMSE
+					if bound == 0 {
+						bound = q8Bound(ours.Config)
+					}
+					row := fmt.Sprintf("| %s | %s | %s | %s | %d/%d | %d | %.2e | %.2e | %.1e |", arch, ty.name, kv, be, a.Tokens, llamaCppGreedy, a.Rows, a.MaxNMSE, prefill, bound)
 					table = append(table, row)
 					t.Log(row)
 					assert.GreaterOrEqual(t, a.Tokens, ty.tokens, "%s: greedy tokens agreeing with llama.cpp (xpu %v, llama.cpp %v)", be, ours.Tokens, theirs.Tokens)
-					assert.LessOrEqual(t, a.MaxNMSE, ty.maxNMSE, "%s: worst logits NMSE against llama.cpp over %d rows", be, a.Rows)
-					assert.LessOrEqual(t, prefill, ty.maxNMSE, "%s: logits NMSE against llama.cpp after the prompt as one prefill", be)
+					assert.LessOrEqual(t, a.MaxNMSE, bound, "%s: worst logits NMSE against llama.cpp over %d rows", be, a.Rows)
+					assert.LessOrEqual(t, prefill, bound, "%s: logits NMSE against llama.cpp after the prompt as one prefill", be)
 				}
 			})
 		}
 	}
-	t.Logf("xpu against llama.cpp (%s), 6M preset, %d-token prompt:\n| arch | weights | KV cache | xpu backend | greedy tokens equal | logits rows (decode) | max NMSE | prefill NMSE |\n|---|---|---|---|---|---|---|---|\n%s",
+	t.Logf("xpu against llama.cpp (%s), 6M preset, %d-token prompt:\n| arch | weights | KV cache | xpu backend | greedy tokens equal | logits rows (decode) | max NMSE | prefill NMSE | bound |\n|---|---|---|---|---|---|---|---|---|\n%s",
 		os.Getenv("LLAMA_BIN"), len(llamaCppPrompt), strings.Join(table, "\n"))
 }
 
@@ -288,4 +311,25 @@ func TestCompareLlamaCpp(t *testing.T) {
 		})
 	}
 	assert.Equal(t, int32(1), argmaxID(row(0, 3, 3, 1)), "ties go to the lowest id, as in logits.c")
+}
+
+// q8Bound grows with the depth past 8 layers and doubles for a GELU FFN.
+func TestQ8Bound(t *testing.T) {
+	cases := []struct {
+		name   string
+		layers int
+		act    llm.Activation
+		want   float64
+	}{
+		{"shallow silu", 2, llm.ActSiLU, 1e-3},
+		{"8 layers silu", 8, llm.ActSiLU, 1e-3},
+		{"16 layers silu", 16, llm.ActSiLU, 2e-3},
+		{"8 layers gelu", 8, llm.ActGELU, 2e-3},
+		{"gemma2's 26 layers", 26, llm.ActGELU, 6.5e-3},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			assert.InDelta(t, c.want, q8Bound(llm.Config{Layers: c.layers, Activation: c.act}), 1e-12)
+		})
+	}
 }

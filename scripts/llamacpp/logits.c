@@ -3,7 +3,12 @@
 // llamacpp-check compares them with its own (cmd/xpu/llamacpp_arch_test.go); tokens go in as
 // ids, so the two tokenizers are not part of the comparison.
 //
-//   llamacpp-logits -m MODEL -p 1,5,9 [-n 32] [-k POSITIONS] [-c CONTEXT] [-t THREADS] [--kv f32|f16]
+//   llamacpp-logits -m MODEL -p 1,5,9 [-n 32] [-k POSITIONS] [-c CONTEXT] [-t THREADS] [--kv f32|f16] [-d DIR]
+//
+// -d DIR writes every f32 tensor llama.cpp computes for the prompt batch (its graph's named
+// nodes: inp_scaled, attn_norm-0, l_out-0, ..., result_output) to DIR/NAME.f32, raw
+// little-endian floats in ggml's order (ne[0] fastest), so a disagreement can be traced to the
+// first node where the two sides part (the names are llama.cpp's cb() names).
 //
 // Exit status: 0, 1 (an error), 2 (usage), 3 (llama.cpp refused the context, e.g. the KV type).
 //
@@ -23,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ggml-backend.h"
 #include "llama.h"
 
 static void quiet_log(enum ggml_log_level level, const char *text, void *user) {
@@ -33,8 +39,57 @@ static void quiet_log(enum ggml_log_level level, const char *text, void *user) {
     }
 }
 
+// dump_state is the eval callback's: where tensors go, and whether the prompt batch is running.
+struct dump_state {
+    const char *dir;
+    int on;
+    int failed;
+};
+
+// dump_tensor is llama.cpp's eval callback: asked first whether it wants a node (it wants every
+// named f32 node while on), then handed the computed node.
+static bool dump_tensor(struct ggml_tensor *t, bool ask, void *user) {
+    struct dump_state *d = user;
+    if (!d->on || t->type != GGML_TYPE_F32 || t->name[0] == '\0' || !ggml_is_contiguous(t)) {
+        return ask ? false : true;
+    }
+    if (ask) {
+        return true;
+    }
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s.f32", d->dir, t->name) >= (int)sizeof path) {
+        d->failed = 1;
+        return true;
+    }
+    for (char *c = path + strlen(d->dir) + 1; *c != '\0'; c++) {
+        if (*c == '/' || *c == ' ') {
+            *c = '_';
+        }
+    }
+    const size_t n = ggml_nbytes(t);
+    void *buf = malloc(n);
+    FILE *f = buf != NULL ? fopen(path, "wb") : NULL;
+    if (f == NULL) {
+        d->failed = 1;
+    } else {
+        ggml_backend_tensor_get(t, buf, 0, n);
+        if (fwrite(buf, 1, n, f) != n) {
+            d->failed = 1;
+        }
+        if (fclose(f) != 0) {
+            d->failed = 1;
+        }
+    }
+    free(buf);
+    return true;
+}
+
+// ik_llama.cpp's callback returns int where upstream's returns bool: _Generic below picks the
+// one of these two that the header declares.
+static int dump_tensor_int(struct ggml_tensor *t, bool ask, void *user) { return dump_tensor(t, ask, user); }
+
 static int usage(void) {
-    fprintf(stderr, "usage: llamacpp-logits -m MODEL -p ID,ID,... [-n 32] [-k POSITIONS] [-c CONTEXT] [-t THREADS] [--kv f32|f16]\n");
+    fprintf(stderr, "usage: llamacpp-logits -m MODEL -p ID,ID,... [-n 32] [-k POSITIONS] [-c CONTEXT] [-t THREADS] [--kv f32|f16] [-d DIR]\n");
     return 2;
 }
 
@@ -100,6 +155,7 @@ static int print_row(const float *xs, int n, int pos) {
 
 int main(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL;
+    struct dump_state dump = {0};
     int n_predict = 32, n_keep = -1, n_threads = 1, n_ctx = 0;
     enum ggml_type kv = GGML_TYPE_F16;
     for (int i = 1; i < argc; i++) {
@@ -120,6 +176,8 @@ int main(int argc, char **argv) {
             n_ctx = atoi(v);
         } else if (strcmp(a, "-t") == 0) {
             n_threads = atoi(v);
+        } else if (strcmp(a, "-d") == 0) {
+            dump.dir = v;
         } else if (strcmp(a, "--kv") == 0 && strcmp(v, "f32") == 0) {
             kv = GGML_TYPE_F32;
         } else if (strcmp(a, "--kv") == 0 && strcmp(v, "f16") == 0) {
@@ -168,6 +226,10 @@ int main(int argc, char **argv) {
     cp.n_threads_batch = n_threads;
     cp.type_k = kv;
     cp.type_v = kv;
+    if (dump.dir != NULL) {
+        cp.cb_eval = _Generic(cp.cb_eval, bool (*)(struct ggml_tensor *, bool, void *): dump_tensor, default: dump_tensor_int);
+        cp.cb_eval_user_data = &dump;
+    }
     if (kv == GGML_TYPE_F32) {
         // Upstream's plain attention (its default) takes an f32 cache; ik_llama.cpp's CPU flash
         // attention (its default) does not, and its plain path refuses any V but f16, so there
@@ -196,8 +258,14 @@ int main(int argc, char **argv) {
         batch.logits[i] = 1;
     }
     batch.n_tokens = n_prompt;
+    dump.on = dump.dir != NULL;
     if (llama_decode(ctx, batch) != 0) {
         fprintf(stderr, "llamacpp-logits: llama_decode failed on the prompt\n");
+        goto out;
+    }
+    dump.on = 0;
+    if (dump.failed) {
+        fprintf(stderr, "llamacpp-logits: could not write the tensors to %s\n", dump.dir);
         goto out;
     }
     printf("{\"n_vocab\":%d,\"prompt\":[", n_vocab);

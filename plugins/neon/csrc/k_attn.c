@@ -143,6 +143,7 @@ typedef struct {
   float softcap; /* op set v5: scores become softcap * tanh(score / softcap); 0: none */
   int64_t window; /* op set v5: sliding window (keys j > i + off - window); 0: none */
   int64_t woff;   /* off - window, saturated: query i sees keys from i + woff + 1 on */
+  int nsplit;     /* a decode row split along its keys: the threads that ran (att_split_task) */
   nv_run *r;
 } att_args;
 
@@ -1613,23 +1614,63 @@ static inline void att_store_row(const att_args *A, int64_t row, float *acc, flo
  * the result is bit for bit the same (a verify row still matches a decode row). The groups'
  * state lives side by side in the scratch: at most Hq heads' worth (nv_attention_scratch).
  */
-static void att_row_keys_outer(const att_args *A, float *base, int64_t t0, int64_t t1) {
+static void att_row_keys_outer(const att_args *A, float *base, int64_t t0, int64_t t1, int64_t wbeg, int64_t wend,
+                               int store) {
   const int64_t group = A->Hq / A->Hkv, gs = A->gs, nt = t1 - t0, D = A->D, Dv = A->Dv;
   float *qf = base, *acc = qf + nt * gs * D, *m = acc + nt * gs * Dv, *l = m + nt * gs, *s = l + nt * gs;
-  const int64_t end = att_row_end(A, 0);
+  const int64_t end = att_row_end(A, 0) < wend ? att_row_end(A, 0) : wend;
   for (int64_t r = 0; r < nt * gs; r++) {
     att_load_q(A, t0 * gs + r, qf + r * D);
     m[r] = -INFINITY;
     l[r] = 0.0f;
   }
   memset(acc, 0, (size_t)(nt * gs * Dv) * 4);
-  for (int64_t w0 = att_first_window(A, 0); w0 < end; w0 += ATT_BLOCK) {
+  for (int64_t w0 = wbeg; w0 < end; w0 += ATT_BLOCK) {
     int64_t kidx[ATT_BLOCK], jb = att_window_keys(A, 0, w0, w0 + ATT_BLOCK < end ? w0 + ATT_BLOCK : end, kidx);
     if (jb == 0) continue;
     for (int64_t t = 0; t < nt; t++)
       att_block(A, qf + t * gs * D, acc + t * gs * Dv, m + t * gs, l + t * gs, s, kidx, jb, ((t0 + t) * gs) / group);
   }
-  for (int64_t r = 0; r < nt * gs; r++) att_store_row(A, t0 * gs + r, acc + r * Dv, l[r]);
+  if (store)
+    for (int64_t r = 0; r < nt * gs; r++) att_store_row(A, t0 * gs + r, acc + r * Dv, l[r]);
+}
+
+/*
+ * Flash-decoding: one decode row whose head groups are fewer than the threads splits its keys
+ * instead. Each thread runs every head over a contiguous range of the key windows (so each K
+ * and V row is still read once, for the whole group) and leaves its unnormalized state, the
+ * running max m, the sum l and the accumulator, in its scratch; att_split_merge then combines
+ * the threads' states. Split by heads, such a row kept one thread per group busy and the
+ * others idle, or (groups cut to single heads) read the cache once per query head.
+ */
+static void att_split_task(void *p, int tid, int nth) {
+  att_args *A = (att_args *)p;
+  const int64_t first = att_first_window(A, 0), end = att_row_end(A, 0);
+  const int64_t nwin = end > first ? (end - first + ATT_BLOCK - 1) / ATT_BLOCK : 0;
+  int64_t w0, w1;
+  nv_range(nwin, tid, nth, 1, &w0, &w1);
+  if (tid == 0) A->nsplit = nth;
+  att_row_keys_outer(A, (float *)nv_scratch(A->r, tid), 0, A->Hq / A->gs, first + w0 * ATT_BLOCK,
+                     first + w1 * ATT_BLOCK, 0);
+}
+
+/* the output of a split decode row: per head, the threads' states rescaled to the largest max
+ * and added (a thread whose range held no visible key has m = -inf and adds nothing) */
+static void att_split_merge(const att_args *A) {
+  const int64_t Hq = A->Hq, D = A->D, Dv = A->Dv;
+  float *b0 = (float *)nv_scratch(A->r, 0), *acc0 = b0 + Hq * D, *m0 = acc0 + Hq * Dv, *l0 = m0 + Hq;
+  for (int t = 1; t < A->nsplit; t++) {
+    const float *bt = (const float *)nv_scratch(A->r, t), *acct = bt + Hq * D, *mt = acct + Hq * Dv, *lt = mt + Hq;
+    for (int64_t h = 0; h < Hq; h++) {
+      if (mt[h] == -INFINITY) continue;
+      const float mx = mt[h] > m0[h] ? mt[h] : m0[h];
+      const float c0 = m0[h] == -INFINITY ? 0.0f : expf(m0[h] - mx), ct = expf(mt[h] - mx);
+      for (int64_t d = 0; d < Dv; d++) acc0[h * Dv + d] = acc0[h * Dv + d] * c0 + acct[h * Dv + d] * ct;
+      l0[h] = l0[h] * c0 + lt[h] * ct;
+      m0[h] = mx;
+    }
+  }
+  for (int64_t h = 0; h < Hq; h++) att_store_row(A, h, acc0 + h * Dv, l0[h]);
 }
 
 /*
@@ -1651,7 +1692,7 @@ static void att_task(void *p, int tid, int nth) {
   nv_range(nblocks * per_row, tid, nth, 1, &t0, &t1);
   float *base = (float *)nv_scratch(A->r, tid);
   if (A->Tq == 1 && !small) {
-    if (t1 > t0) att_row_keys_outer(A, base, t0, t1);
+    if (t1 > t0) att_row_keys_outer(A, base, t0, t1, att_first_window(A, 0), INT64_MAX, 1);
     return;
   }
   /* both paths keep the queries first; the large-head path's state follows them */
@@ -1780,16 +1821,26 @@ xpu_status nv_k_attention(nv_run *r, const xpu_ir_node *n) {
   A.scale = n->fattr[0] != 0 ? n->fattr[0] : (A.D > 0 ? 1.0f / sqrtf((float)A.D) : 1.0f);
   A.r = r;
   if (A.Tq * A.Hq * A.Dv == 0) return XPU_OK;
-  /* whole groups per task, unless that leaves threads without work */
+  /* the work is over the keys the rows can see: a decode row at position p of a long cache
+   * reads p + 1 keys, not the cache's length */
+  int64_t keys = att_row_end(&A, A.Tq - 1) - att_row_start(&A, A.Tq - 1);
+  const int64_t work = A.Tq * A.Hq * ((keys > 0 ? keys : 0) + 1) * (A.D + A.Dv);
+  /* a decode row with fewer head groups than twice the threads and keys enough for every
+   * thread to take a few windows: split along the keys (att_split_task) */
   A.gs = att_group(A.Hq, A.Hkv);
+  if (A.Tq == 1 && r->nth > 1 && !att_small(A.D, A.Dv, att_is_q(A.kt) || att_is_q(A.vt)) &&
+      A.Hq / A.gs < 2 * (int64_t)r->nth && keys >= 4 * ATT_BLOCK * (int64_t)r->nth) {
+    A.nsplit = 1;
+    nv_parallel(r, work, att_split_task, &A);
+    att_split_merge(&A);
+    return XPU_OK;
+  }
+  /* whole groups per task, unless that leaves threads without work */
   if (A.gs > 1 && A.Tq * (A.Hq / A.gs) < 2 * (int64_t)r->nth) A.gs = 1;
   /* as many rows per task as keep every thread busy, within the scratch nv_attention_scratch
    * sized for the whole group */
   A.qb = att_qb_max(A.Tq, att_group(A.Hq, A.Hkv), A.D, A.Dv, att_is_q(A.kt) || att_is_q(A.vt));
   while (A.qb > 1 && (A.Tq + A.qb - 1) / A.qb * (A.Hq / A.gs) < 2 * (int64_t)r->nth) A.qb = (A.qb + 1) / 2;
-  /* the work is over the keys the rows can see: a decode row at position p of a long cache
-   * reads p + 1 keys, not the cache's length */
-  int64_t keys = att_row_end(&A, A.Tq - 1) - att_row_start(&A, A.Tq - 1);
-  nv_parallel(r, A.Tq * A.Hq * ((keys > 0 ? keys : 0) + 1) * (A.D + A.Dv), att_task, &A);
+  nv_parallel(r, work, att_task, &A);
   return XPU_OK;
 }
