@@ -30,6 +30,14 @@ typedef struct nv_worker {
 #define SPIN 20000
 #define SPIN_WAIT 20000
 
+/* Past the first thousand pauses (which cover a quiet machine's gaps between regions) a
+ * spinning thread gives its core away now and then: beside another busy thread (a second
+ * program, or one of ours descheduled) a pure spin would hold the core the awaited thread needs.
+ * Beside a busy loop on one of two cores, a pure spin decoded at a third of this speed. */
+static inline void spin_step(int i) {
+  if (i > 1000 && (i & 63) == 63) sched_yield();
+}
+
 static inline void cpu_relax(void) {
 #if defined(__x86_64__)
   __builtin_ia32_pause();
@@ -64,6 +72,7 @@ static void *worker_main(void *p_) {
     uint64_t g = atomic_load_explicit(&w->go, memory_order_acquire);
     for (int i = 0; i < SPIN && g == seen; i++) {
       cpu_relax();
+      spin_step(i);
       g = atomic_load_explicit(&w->go, memory_order_acquire);
     }
     if (g == seen) {
@@ -190,7 +199,10 @@ void nv_pool_run(nv_pool *p, const nv_cpuset *cpus, int nth, nv_task_fn fn, void
   if (p->first) fn(arg, 0, nth);
   /* pinned, this thread may share a CPU with a worker: it waits briefly, then sleeps */
   int spin = p->first ? SPIN_WAIT : SPIN_WAIT / 80;
-  for (int i = 0; i < spin && atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) cpu_relax();
+  for (int i = 0; i < spin && atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) {
+    cpu_relax();
+    spin_step(i);
+  }
   if (atomic_load(&p->pending) > 0) {
     /* seq_cst on both sides: either the last worker sees waiter set and signals, or this
      * thread sees pending at zero */
