@@ -221,6 +221,9 @@ func matmulCases() []testCase {
 		{core.Shape{16, 256}, core.Shape{64, 256}, true}, {core.Shape{3, 64}, core.Shape{33, 64}, false},
 		{core.Shape{2, 7, 128}, core.Shape{9, 128}, true}, {core.Shape{64}, core.Shape{8, 64}, true},
 		{core.Shape{0, 32}, core.Shape{4, 32}, true},
+		// 8 rows on a constant weight: a decode step of 8 batched sequences (neon: one 8-row kernel
+		// call per group, a partial last group)
+		{core.Shape{8, 96}, core.Shape{33, 96}, true},
 	}
 	// K-quant weights: K a multiple of 256; GEMV (M = 1, decode) and GEMM (prefill) shapes.
 	kquant := []mm{
@@ -228,6 +231,7 @@ func matmulCases() []testCase {
 		{core.Shape{5, 256}, core.Shape{17, 256}, true}, {core.Shape{16, 512}, core.Shape{64, 512}, true},
 		{core.Shape{3, 256}, core.Shape{5, 256}, false}, {core.Shape{2, 3, 256}, core.Shape{9, 256}, true},
 		{core.Shape{256}, core.Shape{8, 256}, true}, {core.Shape{0, 256}, core.Shape{4, 256}, true},
+		{core.Shape{8, 256}, core.Shape{17, 256}, true},
 	}
 	var cs []testCase
 	for _, adt := range floatDTypes {

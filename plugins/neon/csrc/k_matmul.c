@@ -564,7 +564,7 @@ static void qmm_rows(mm_args *A, int64_t n0, int64_t n1) {
 /* ---------------------------------------------------------------- repacked Q4_0/Q8_0 */
 
 #define PK_GROUPS_PER_UNIT 4 /* 64 rows: a few KB to a few hundred KB of one sequential stream */
-#define PK_SOLO_M 4          /* up to this many rows every thread quantizes a itself: no barrier */
+#define PK_SOLO_M 8          /* up to this many rows every thread quantizes a itself: no barrier */
 
 static uint64_t pk_act_bytes(int64_t M, int64_t K) { return (uint64_t)M * ((uint64_t)K + (uint64_t)K / 32 * 8) + 64; }
 

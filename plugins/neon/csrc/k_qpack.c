@@ -178,15 +178,19 @@ static void pk_generic(const uint8_t *w, int64_t nb, const nv_pact *a, int mr, i
   }
 }
 
-#define PK_VARIANTS(IMPL, ATTR)                                                                  \
+#define PK_VARIANTS(IMPL, ATTR) PK_VARIANTS_W(IMPL, ATTR, 4)
+/* WIDE: the most rows one call of IMPL takes (4 or 8) */
+#define PK_VARIANTS_W(IMPL, ATTR, WIDE)                                                          \
   ATTR static void IMPL##_q4(const uint8_t *w, int64_t nb, const nv_pact *a, int mr, float *o, int64_t ldo, int nv) { \
     int m = 0;                                                                                   \
+    for (; WIDE == 8 && m + 8 <= mr; m += 8) IMPL(w, nb, a + m, 8, 1, o + m * ldo, ldo, nv);     \
     for (; m + 4 <= mr; m += 4) IMPL(w, nb, a + m, 4, 1, o + m * ldo, ldo, nv);                  \
     for (; m + 2 <= mr; m += 2) IMPL(w, nb, a + m, 2, 1, o + m * ldo, ldo, nv);                  \
     for (; m < mr; m++) IMPL(w, nb, a + m, 1, 1, o + m * ldo, ldo, nv);                          \
   }                                                                                              \
   ATTR static void IMPL##_q8(const uint8_t *w, int64_t nb, const nv_pact *a, int mr, float *o, int64_t ldo, int nv) { \
     int m = 0;                                                                                   \
+    for (; WIDE == 8 && m + 8 <= mr; m += 8) IMPL(w, nb, a + m, 8, 0, o + m * ldo, ldo, nv);     \
     for (; m + 4 <= mr; m += 4) IMPL(w, nb, a + m, 4, 0, o + m * ldo, ldo, nv);                  \
     for (; m + 2 <= mr; m += 2) IMPL(w, nb, a + m, 2, 0, o + m * ldo, ldo, nv);                  \
     for (; m < mr; m++) IMPL(w, nb, a + m, 1, 0, o + m * ldo, ldo, nv);                          \
@@ -366,20 +370,21 @@ VNNI512 ALWAYS_INLINE void pk_vnni512(const uint8_t *w, int64_t nb, const nv_pac
   const int64_t gb = group_block_bytes(q4);
   const int off = q4 ? 8 : Q8_BIAS;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
-  __m512 acc[4];
+  /* up to 4 rows keep two chains per row; 8 rows are 8 chains already, and two would spill */
+  const int two = mr <= 4;
+  __m512 acc[8];
   for (int m = 0; m < mr; m++) acc[m] = _mm512_setzero_ps();
   const uint8_t *wb = w;
   for (int64_t b = 0; b < nb; b++, wb += gb) {
-    /* decode streams the weights once: fetch NV_PK_PREFETCH group blocks ahead, across the 4 KB
-     * pages where the hardware prefetchers stop (measured: 20-30% less CPU time on a cold
-     * Q4_0 GEMV). Past the last block it touches nothing: prefetches do not fault. */
-    if (mr == 1)
-      for (int64_t l = 0; l < gb; l += 64) _mm_prefetch((const char *)(wb + NV_PK_PREFETCH * gb + l), _MM_HINT_T0);
-    __m512i is[4], it[4];
-    const int8_t *aq[4];
+    /* the weights stream once: fetch NV_PK_PREFETCH group blocks ahead, across the 4 KB pages
+     * where the hardware prefetchers stop (measured: 20-30% less CPU time on a cold Q4_0
+     * GEMV). Past the last block it touches nothing: prefetches do not fault. */
+    for (int64_t l = 0; l < gb; l += 64) _mm_prefetch((const char *)(wb + NV_PK_PREFETCH * gb + l), _MM_HINT_T0);
+    __m512i is[8], it[8];
+    const int8_t *aq[8];
     for (int m = 0; m < mr; m++) {
       is[m] = _mm512_set1_epi32(-off * a[m].s[b]);
-      it[m] = _mm512_setzero_si512();
+      if (two) it[m] = _mm512_setzero_si512();
       aq[m] = a[m].q + b * 32;
     }
     if (q4) {
@@ -389,7 +394,10 @@ VNNI512 ALWAYS_INLINE void pk_vnni512(const uint8_t *w, int64_t nb, const nv_pac
         __m512i lo = _mm512_and_si512(c, m4), hi = _mm512_and_si512(_mm512_srli_epi16(c, 4), m4);
         for (int m = 0; m < mr; m++) {
           is[m] = _mm512_dpbusd_epi32(is[m], lo, _mm512_set1_epi32(ld32(aq[m] + 4 * q)));
-          it[m] = _mm512_dpbusd_epi32(it[m], hi, _mm512_set1_epi32(ld32(aq[m] + 16 + 4 * q)));
+          if (two)
+            it[m] = _mm512_dpbusd_epi32(it[m], hi, _mm512_set1_epi32(ld32(aq[m] + 16 + 4 * q)));
+          else
+            is[m] = _mm512_dpbusd_epi32(is[m], hi, _mm512_set1_epi32(ld32(aq[m] + 16 + 4 * q)));
         }
       }
     } else {
@@ -397,7 +405,7 @@ VNNI512 ALWAYS_INLINE void pk_vnni512(const uint8_t *w, int64_t nb, const nv_pac
       for (int q = 0; q < 8; q++) {
         __m512i c = _mm512_loadu_si512(wb + 32 + q * 64);
         for (int m = 0; m < mr; m++) {
-          if (q & 1)
+          if (two && (q & 1))
             it[m] = _mm512_dpbusd_epi32(it[m], c, _mm512_set1_epi32(ld32(aq[m] + 4 * q)));
           else
             is[m] = _mm512_dpbusd_epi32(is[m], c, _mm512_set1_epi32(ld32(aq[m] + 4 * q)));
@@ -405,14 +413,15 @@ VNNI512 ALWAYS_INLINE void pk_vnni512(const uint8_t *w, int64_t nb, const nv_pac
       }
     }
     __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)wb));
-    for (int m = 0; m < mr; m++)
-      acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(is[m], it[m])), _mm512_set1_ps(a[m].d[b])),
-                               dw, acc[m]);
+    for (int m = 0; m < mr; m++) {
+      __m512i sum = two ? _mm512_add_epi32(is[m], it[m]) : is[m];
+      acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(a[m].d[b])), dw, acc[m]);
+    }
   }
   __mmask16 k = (__mmask16)((1u << nvalid) - 1);
   for (int m = 0; m < mr; m++) _mm512_mask_storeu_ps(out + m * ldo, k, acc[m]);
 }
-PK_VARIANTS(pk_vnni512, VNNI512)
+PK_VARIANTS_W(pk_vnni512, VNNI512, 8)
 #endif
 #endif
 
