@@ -54,7 +54,6 @@ struct nv_pool {
   nv_worker *w;
   uint64_t gen;             /* the last region published (written under run_mu only) */
   atomic_int pending;       /* workers that have not yet finished the current region */
-  atomic_int sleeping;      /* workers past their spin, waiting on cv_work */
   atomic_int waiter;        /* the caller is past its spin, waiting on cv_done */
   atomic_int stop;
   int nth;
@@ -76,12 +75,12 @@ static void *worker_main(void *p_) {
       g = atomic_load_explicit(&w->go, memory_order_acquire);
     }
     if (g == seen) {
+      /* seq_cst, as the caller's go store and asleep load: either the caller sees asleep set and
+       * wakes this worker, or this worker sees the new go below and does not wait */
       atomic_store(&w->asleep, 1);
-      atomic_fetch_add(&p->sleeping, 1);
       pthread_mutex_lock(&p->mu);
       while (!atomic_load(&p->stop) && (g = atomic_load(&w->go)) == seen) pthread_cond_wait(&p->cv_work, &p->mu);
       pthread_mutex_unlock(&p->mu);
-      atomic_fetch_sub(&p->sleeping, 1);
       atomic_store(&w->asleep, 0);
     }
     if (atomic_load(&p->stop)) break;
@@ -190,8 +189,12 @@ void nv_pool_run(nv_pool *p, const nv_cpuset *cpus, int nth, nv_task_fn fn, void
   int k = nth - p->first; /* workers this region asks for: tids 0..k-1 */
   atomic_store(&p->pending, k);
   p->gen++;
+  int wake = 0;
   for (int i = 0; i < k; i++) atomic_store(&p->w[i].go, p->gen);
-  if (atomic_load(&p->sleeping) > 0) {
+  /* only a worker this region asks for is worth a wake-up: the spare one of an unpinned context
+   * sleeps for good, and waking it every region would cost a futex call per region */
+  for (int i = 0; i < k && !wake; i++) wake = atomic_load(&p->w[i].asleep);
+  if (wake) {
     pthread_mutex_lock(&p->mu);
     pthread_cond_broadcast(&p->cv_work);
     pthread_mutex_unlock(&p->mu);
