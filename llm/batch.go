@@ -61,6 +61,9 @@ type Batch struct {
 	mu       sync.Mutex
 	pending  []*batchReq
 	last     int           // sequences of the last step
+	// seen is, per slot, when the slot's sequence last left a step: one that left recently
+	// comes back for the next step, which waits for it (a little) rather than run without it
+	seen []time.Time
 	lastDur  time.Duration // its time
 	lastEnd  time.Time     // when it ended
 	stepping bool          // a step is running
@@ -157,7 +160,7 @@ func NewBatch(ctx context.Context, m *Model, dev core.Device, n int, opts ...Run
 	kRow, vRow := cfg.kv.rowBytes(c)
 	b := &Batch{m: m, cfg: cfg, cap: int64(cfg.ctxLen + chunk - 1), rowBytes: [2]int64{kRow, vRow},
 		arrive: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
-		turn: make(chan struct{}, 1), stepped: make(chan struct{})}
+		turn: make(chan struct{}, 1), stepped: make(chan struct{}), seen: make([]time.Time, n)}
 	info := dev.Info()
 	spec := sched.UnitSpec{Backend: info.Backend, Index: info.Index, Options: maps.Clone(cfg.options)}
 	if b.rt, err = sched.NewRuntime(ctx, []core.Device{dev}, []sched.UnitSpec{spec}, sched.WithRuntimeTrace(cfg.trace),
@@ -361,6 +364,9 @@ func (b *Batch) stepper() {
 		dur := time.Since(t0)
 		b.mu.Lock()
 		b.last, b.lastDur, b.lastEnd, b.stepping = len(reqs), dur, time.Now(), false
+		for _, q := range reqs {
+			b.seen[q.r.batchSlot()] = b.lastEnd
+		}
 		close(b.stepped)
 		b.stepped = make(chan struct{})
 		b.mu.Unlock()
@@ -396,7 +402,7 @@ func (b *Batch) collect() []*batchReq {
 		if n > 0 && timer == nil {
 			timer = time.After(gatherWait(b.lastDur))
 		}
-		if n > 0 && n >= b.last {
+		if n > 0 && n >= b.expected() {
 			reqs := b.pending
 			b.pending, b.stepping = nil, true
 			b.mu.Unlock()
@@ -407,11 +413,46 @@ func (b *Batch) collect() []*batchReq {
 		case <-b.arrive:
 		case <-b.quit:
 		case <-timer:
+			// the missing ones left: run what came, and stop waiting for them
 			b.mu.Lock()
-			b.last = 0 // the missing ones left: run what came
+			b.forgetAbsent()
 			b.mu.Unlock()
 		}
 	}
+}
+
+// expected is how many sequences the next step waits for: the ones queued and the ones that
+// left a step recently (they are sampling their next token). Waiting for the last step's count
+// alone would let two sequences that once missed each other alternate in steps of one for good.
+// Called with mu held.
+func (b *Batch) expected() int {
+	recent := 2*b.lastDur + 10*time.Millisecond
+	queued := make([]bool, len(b.seen))
+	for _, q := range b.pending {
+		queued[q.r.batchSlot()] = true
+	}
+	n := 0
+	for i, t := range b.seen {
+		if queued[i] || !t.IsZero() && time.Since(t) < recent {
+			n++
+		}
+	}
+	return n
+}
+
+// forgetAbsent stops the next steps waiting for the sequences not queued now. Called with mu
+// held.
+func (b *Batch) forgetAbsent() {
+	queued := make([]bool, len(b.seen))
+	for _, q := range b.pending {
+		queued[q.r.batchSlot()] = true
+	}
+	for i := range b.seen {
+		if !queued[i] {
+			b.seen[i] = time.Time{}
+		}
+	}
+	b.last = 0
 }
 
 // step runs one decode step for reqs: alone through the runner's own decode program, or
