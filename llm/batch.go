@@ -55,15 +55,17 @@ type Batch struct {
 	ids, pos, qoff, cos, sin sched.Span
 	// small is the prefill chunk length used while others decode (0: the runners' own)
 	small int
-	// turn is held by the prefill chunk running: one at a time, a step between two
+	// turn is held by a prefill chunk running beside no decoding: one at a time
 	turn chan struct{}
 
-	mu       sync.Mutex
-	pending  []*batchReq
-	last     int           // sequences of the last step
+	mu      sync.Mutex
+	pending []*batchReq
+	// chunks are prompt chunks queued while others decode: the stepper runs one after each step,
+	// so a stream waits at most one chunk more per token and every prompt moves in turn
+	chunks []*chunkJob
 	// seen is, per slot, when the slot's sequence last left a step: one that left recently
 	// comes back for the next step, which waits for it (a little) rather than run without it
-	seen []time.Time
+	seen     []time.Time
 	lastDur  time.Duration // its time
 	lastEnd  time.Time     // when it ended
 	stepping bool          // a step is running
@@ -72,9 +74,7 @@ type Batch struct {
 	quit     chan struct{}
 	done     chan struct{} // the stepper returned
 
-	steps, rows atomic.Int64
-	// stepped is closed and replaced when a step ends: a prefill chunk waits on it
-	stepped chan struct{}
+	steps, rows, chunksRun atomic.Int64
 }
 
 // InterleaveChunk is the prefill chunk length of a Batch's runners while other sequences
@@ -98,6 +98,16 @@ type batchReq struct {
 type batchResult struct {
 	logits []float32
 	err    error
+}
+
+// chunkJob is one prompt chunk waiting for the stepper.
+type chunkJob struct {
+	ctx    context.Context
+	r      *Runner
+	tokens []int32
+	prog   *chunkProg
+	last   bool // the prompt's last chunk: its sequence decodes next
+	out    chan batchResult
 }
 
 // batchSlot gives a runner of a Batch its cache: slot i of the batch's.
@@ -126,10 +136,10 @@ func (s *batchSlot) cache(rows int64, rowBytes [2]int64) ([][2]sched.Span, error
 	return out, nil
 }
 
-// BatchStats counts a Batch's decode steps and the sequence rows they ran: Rows/Steps is the
-// mean batch width.
+// BatchStats counts a Batch's decode steps and the sequence rows they ran (Rows/Steps is the
+// mean batch width), and the prompt chunks run between steps while sequences decoded.
 type BatchStats struct {
-	Steps, Rows int64
+	Steps, Rows, Chunks int64
 }
 
 // NewBatch prepares n runners on dev that decode together (see Batch). The options are
@@ -160,7 +170,7 @@ func NewBatch(ctx context.Context, m *Model, dev core.Device, n int, opts ...Run
 	kRow, vRow := cfg.kv.rowBytes(c)
 	b := &Batch{m: m, cfg: cfg, cap: int64(cfg.ctxLen + chunk - 1), rowBytes: [2]int64{kRow, vRow},
 		arrive: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
-		turn: make(chan struct{}, 1), stepped: make(chan struct{}), seen: make([]time.Time, n)}
+		turn: make(chan struct{}, 1), seen: make([]time.Time, n)}
 	info := dev.Info()
 	spec := sched.UnitSpec{Backend: info.Backend, Index: info.Index, Options: maps.Clone(cfg.options)}
 	if b.rt, err = sched.NewRuntime(ctx, []core.Device{dev}, []sched.UnitSpec{spec}, sched.WithRuntimeTrace(cfg.trace),
@@ -230,7 +240,9 @@ func (e *Engine) NewBatch(ctx context.Context, n int) (*Batch, error) {
 func (b *Batch) Runners() []*Runner { return append([]*Runner(nil), b.runners...) }
 
 // Stats counts the decode steps run so far.
-func (b *Batch) Stats() BatchStats { return BatchStats{Steps: b.steps.Load(), Rows: b.rows.Load()} }
+func (b *Batch) Stats() BatchStats {
+	return BatchStats{Steps: b.steps.Load(), Rows: b.rows.Load(), Chunks: b.chunksRun.Load()}
+}
 
 // Close stops the steps (a decode still waiting fails with ErrBatchClosed) and releases the
 // runners, the programs and the runtime. Closing twice is a no-op.
@@ -263,41 +275,43 @@ func (b *Batch) closeAll() error {
 	return errors.Join(errs...)
 }
 
-// prefill is Runner.Prefill for a runner of the batch: one chunk at a time, holding the turn
-// (one prefill chunk of any sequence runs at once) and, while others decode, in short chunks
-// with a step between two chunks.
+// prefill is Runner.Prefill for a runner of the batch. While others decode, the prompt goes in
+// in short chunks that the stepper runs between steps; otherwise in the runner's own chunks,
+// one prompt's chunk at a time.
 func (b *Batch) prefill(ctx context.Context, r *Runner, tokens []int32) ([]float32, error) {
 	if err := r.checkFeed(tokens); err != nil || len(tokens) == 0 {
 		return r.feed(ctx, tokens, r.progs[r.cfg.chunk], nil) // feed's error
 	}
 	var logits []float32
 	for start := 0; start < len(tokens); {
+		var err error
+		end := min(start+r.cfg.chunk, len(tokens))
 		select {
 		case b.turn <- struct{}{}:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		c, decoding := r.cfg.chunk, b.decoding()
-		if decoding && b.small > 0 {
-			c = b.small
-		}
-		b.mu.Lock()
-		stepped, wait := b.stepped, 2*b.lastDur+10*time.Millisecond
-		b.mu.Unlock()
-		end := min(start+c, len(tokens))
-		var err error
-		logits, err = r.feed(ctx, tokens[start:end], r.progs[c], nil)
-		if err == nil && decoding && end < len(tokens) {
-			// let the decoding streams have their step before this prompt's next chunk (the
-			// streams may also have ended meanwhile: then no step comes)
-			select {
-			case <-stepped:
-			case <-time.After(wait):
-			case <-ctx.Done():
-				err = ctx.Err()
+		// decoding is asked with the turn held: a prompt that waited for another's chunk may find
+		// streams decoding by then
+		if b.small > 0 && b.decoding() {
+			<-b.turn
+			end = min(start+b.small, len(tokens))
+			logits, err = b.queueChunk(ctx, &chunkJob{ctx: ctx, r: r, tokens: tokens[start:end], prog: r.progs[b.small],
+				last: end == len(tokens)})
+		} else {
+			// a chunk is padded to its program's rows: a short prompt (or tail) goes in in short
+			// chunks rather than pay a long chunk's rows
+			c := r.cfg.chunk
+			if b.small > 0 && len(tokens)-start <= c/2 {
+				c = b.small
 			}
+			end = min(start+c, len(tokens))
+			logits, err = r.feed(ctx, tokens[start:end], r.progs[c], nil)
+			if err == nil && end == len(tokens) {
+				b.decodesNext(r)
+			}
+			<-b.turn
 		}
-		<-b.turn
 		if err != nil {
 			return nil, err
 		}
@@ -306,12 +320,58 @@ func (b *Batch) prefill(ctx context.Context, r *Runner, tokens []int32) ([]float
 	return logits, nil
 }
 
+// queueChunk has the stepper run one prompt chunk between two steps and waits for it. A caller
+// whose ctx ends while the chunk waits leaves the queue; once running, the chunk finishes first.
+func (b *Batch) queueChunk(ctx context.Context, job *chunkJob) ([]float32, error) {
+	job.out = make(chan batchResult, 1)
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, ErrBatchClosed
+	}
+	b.chunks = append(b.chunks, job)
+	b.mu.Unlock()
+	b.wake()
+	select {
+	case res := <-job.out:
+		return res.logits, res.err
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	for i, j := range b.chunks {
+		if j == job {
+			b.chunks = append(b.chunks[:i], b.chunks[i+1:]...)
+			b.mu.Unlock()
+			return nil, ctx.Err()
+		}
+	}
+	b.mu.Unlock()
+	res := <-job.out
+	return res.logits, res.err
+}
+
+// decodesNext counts r, whose prompt just went in, among the sequences that decode: the next
+// step waits for its first token, and a prompt that comes next goes in between steps.
+func (b *Batch) decodesNext(r *Runner) {
+	b.mu.Lock()
+	b.seen[r.batchSlot()] = time.Now()
+	b.mu.Unlock()
+}
+
+// wake tells the stepper something was queued.
+func (b *Batch) wake() {
+	select {
+	case b.arrive <- struct{}{}:
+	default:
+	}
+}
+
 // decoding says whether other sequences are decoding: a step runs, waits to, or ended so
 // recently that its sequences are sampling their next tokens.
 func (b *Batch) decoding() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.stepping || len(b.pending) > 0 || b.last > 0 && time.Since(b.lastEnd) < gatherWait(b.lastDur)+time.Millisecond
+	return b.stepping || len(b.pending) > 0 || b.expected() > 0
 }
 
 // decode is Runner.Decode for a runner of the batch: it queues the token for the next step
@@ -329,10 +389,7 @@ func (b *Batch) decode(ctx context.Context, r *Runner, token int32) ([]float32, 
 	}
 	b.pending = append(b.pending, req)
 	b.mu.Unlock()
-	select {
-	case b.arrive <- struct{}{}:
-	default:
-	}
+	b.wake()
 	select {
 	case res := <-req.out:
 		return res.logits, res.err
@@ -351,29 +408,41 @@ func (b *Batch) decode(ctx context.Context, r *Runner, token int32) ([]float32, 
 	return res.logits, res.err
 }
 
-// stepper runs the steps until Close.
+// stepper runs the steps, and a queued prompt chunk after each, until Close.
 func (b *Batch) stepper() {
 	defer close(b.done)
 	for {
-		reqs := b.collect()
-		if reqs == nil {
+		reqs, job, ok := b.collect()
+		if !ok {
 			return
 		}
-		t0 := time.Now()
-		res := b.step(reqs)
-		dur := time.Since(t0)
-		b.mu.Lock()
-		b.last, b.lastDur, b.lastEnd, b.stepping = len(reqs), dur, time.Now(), false
-		for _, q := range reqs {
-			b.seen[q.r.batchSlot()] = b.lastEnd
+		if len(reqs) > 0 {
+			t0 := time.Now()
+			res := b.step(reqs)
+			dur := time.Since(t0)
+			b.mu.Lock()
+			b.lastDur, b.lastEnd, b.stepping = dur, time.Now(), false
+			for _, q := range reqs {
+				b.seen[q.r.batchSlot()] = b.lastEnd
+			}
+			b.mu.Unlock()
+			b.steps.Add(1)
+			b.rows.Add(int64(len(reqs)))
+			for i, q := range reqs {
+				q.out <- res[i]
+			}
 		}
-		close(b.stepped)
-		b.stepped = make(chan struct{})
-		b.mu.Unlock()
-		b.steps.Add(1)
-		b.rows.Add(int64(len(reqs)))
-		for i, q := range reqs {
-			q.out <- res[i]
+		if job != nil {
+			var res batchResult
+			res.logits, res.err = job.r.feed(job.ctx, job.tokens, job.prog, nil)
+			b.mu.Lock()
+			b.stepping = false
+			b.mu.Unlock()
+			if job.last && res.err == nil {
+				b.decodesNext(job.r)
+			}
+			b.chunksRun.Add(1)
+			job.out <- res
 		}
 	}
 }
@@ -384,9 +453,11 @@ func gatherWait(last time.Duration) time.Duration {
 	return min(max(last/4, 200*time.Microsecond), 50*time.Millisecond)
 }
 
-// collect waits for at least one decode, then for the last step's sequences to come back (at
-// most gatherWait), and takes every decode queued; nil after Close (the queued ones fail).
-func (b *Batch) collect() []*batchReq {
+// collect waits for the next step's decodes: at least one, and the sequences of the last steps
+// as they come back (at most gatherWait); it takes every decode queued and the first prompt
+// chunk queued. A chunk alone runs when no sequence decodes. ok is false after Close (the
+// queued decodes and chunks fail).
+func (b *Batch) collect() (reqs []*batchReq, job *chunkJob, ok bool) {
 	var timer <-chan time.Time
 	for {
 		b.mu.Lock()
@@ -394,19 +465,25 @@ func (b *Batch) collect() []*batchReq {
 			for _, q := range b.pending {
 				q.out <- batchResult{err: ErrBatchClosed}
 			}
-			b.pending = nil
+			for _, j := range b.chunks {
+				j.out <- batchResult{err: ErrBatchClosed}
+			}
+			b.pending, b.chunks = nil, nil
 			b.mu.Unlock()
-			return nil
+			return nil, nil, false
 		}
-		n := len(b.pending)
-		if n > 0 && timer == nil {
+		n, e := len(b.pending), b.expected()
+		if (n > 0 || len(b.chunks) > 0) && timer == nil {
 			timer = time.After(gatherWait(b.lastDur))
 		}
-		if n > 0 && n >= b.expected() {
-			reqs := b.pending
-			b.pending, b.stepping = nil, true
+		if n > 0 && n >= e || n == 0 && e == 0 && len(b.chunks) > 0 {
+			reqs, b.pending = b.pending, nil
+			if len(b.chunks) > 0 {
+				job, b.chunks = b.chunks[0], b.chunks[1:]
+			}
+			b.stepping = true
 			b.mu.Unlock()
-			return reqs
+			return reqs, job, true
 		}
 		b.mu.Unlock()
 		select {
@@ -452,7 +529,6 @@ func (b *Batch) forgetAbsent() {
 			b.seen[i] = time.Time{}
 		}
 	}
-	b.last = 0
 }
 
 // step runs one decode step for reqs: alone through the runner's own decode program, or

@@ -69,6 +69,7 @@ func TestBatchMatchesRunners(t *testing.T) {
 	st := b.Stats()
 	assert.Positive(t, st.Steps)
 	assert.Greater(t, float64(st.Rows)/float64(st.Steps), 1.5, "steps batch several sequences: %+v", st)
+	assert.Positive(t, st.Chunks, "prompts joining decoding sequences went in between steps: %+v", st)
 	require.NoError(t, b.Close())
 	require.NoError(t, b.Close(), "closing twice is a no-op")
 }
