@@ -66,8 +66,8 @@ type Batch struct {
 	// seen is, per slot, when the slot's sequence last left a step: one that left recently
 	// comes back for the next step, which waits for it (a little) rather than run without it
 	seen     []time.Time
-	lastDur  time.Duration // its time
-	lastEnd  time.Time     // when it ended
+	lastDur  time.Duration // the last step's time
+	lastEnd  time.Time     // and when it ended
 	stepping bool          // a step is running
 	closed   bool
 	arrive   chan struct{} // a decode was queued
