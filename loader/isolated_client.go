@@ -1,20 +1,15 @@
 package loader
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"math"
 	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,7 +19,6 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/xpuhub/xpu/abi"
@@ -141,103 +135,6 @@ func Stats(be core.Backend) (IsolatedStats, bool) {
 // core.ErrBackendCrashed; devices and new contexts work again.
 type Restarter interface {
 	Restart(ctx context.Context) error
-}
-
-// byteCounter is a grpc stats handler counting request and answer payload bytes.
-type byteCounter struct {
-	calls, sent, recv, ringCalls atomic.Uint64
-}
-
-func (c *byteCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-func (c *byteCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-func (c *byteCounter) HandleConn(context.Context, stats.ConnStats) {}
-func (c *byteCounter) HandleRPC(_ context.Context, s stats.RPCStats) {
-	switch p := s.(type) {
-	case *stats.Begin:
-		c.calls.Add(1)
-	case *stats.OutPayload:
-		c.sent.Add(uint64(p.WireLength))
-	case *stats.InPayload:
-		c.recv.Add(uint64(p.WireLength))
-	}
-}
-
-// ringLog keeps the child's last stderr lines for crash reports, and forwards each line to
-// slog at debug level.
-type ringLog struct {
-	mu      sync.Mutex
-	lines   []string
-	partial []byte
-	name    string
-	written time.Time
-	log     *slog.Logger // nil: slog.Default()
-}
-
-// settle waits (bounded) until no output arrived for a moment: a dying child's last words are
-// still in the pipe when its exit is noticed.
-func (r *ringLog) settle(quiet, limit time.Duration) {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		r.mu.Lock()
-		idle := time.Since(r.written)
-		r.mu.Unlock()
-		if idle >= quiet {
-			return
-		}
-		time.Sleep(quiet / 4)
-	}
-}
-
-// reportLines is how many meaningful lines a crash report quotes.
-const reportLines = 12
-
-func (r *ringLog) Write(b []byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.written = time.Now()
-	r.partial = append(r.partial, b...)
-	for {
-		i := bytes.IndexByte(r.partial, '\n')
-		if i < 0 {
-			break
-		}
-		line := strings.TrimRight(string(r.partial[:i]), "\r")
-		r.partial = r.partial[i+1:]
-		if line == "" {
-			continue
-		}
-		logOrDefault(r.log).Debug("plugin-host", "plugin", r.name, "line", line)
-		// a Go crash dump runs to thousands of lines: keep only those that can say why
-		if crashNoise.MatchString(line) {
-			continue
-		}
-		r.lines = append(r.lines, line)
-		if len(r.lines) > reportLines {
-			r.lines = r.lines[len(r.lines)-reportLines:]
-		}
-	}
-	return len(b), nil
-}
-
-// crashNoise matches the parts of a Go crash dump that say nothing about the cause: register
-// values, goroutine headers and stack frames.
-var crashNoise = regexp.MustCompile(`^(\t|[a-z0-9]{2,6}\s+0x[0-9a-f]+$|goroutine \d+|created by |[\w./*()\[\]-]+\(.*\)$|\.\.\.)`)
-
-// last is the child's last meaningful lines: the signal or fatal error and the log lines
-// before it, without the stack dump.
-func (r *ringLog) last() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	keep := r.lines
-	if len(r.partial) > 0 && !crashNoise.Match(r.partial) {
-		keep = append(keep[:len(keep):len(keep)], string(r.partial))
-	}
-	if len(keep) == 0 {
-		return "(no output)"
-	}
-	return strings.Join(keep, "\n")
 }
 
 // isoProc is one child process serving one plugin.
@@ -668,143 +565,3 @@ func (pr *isoProc) close() error {
 	}
 	return nil
 }
-
-// openIsolated starts a plugin host for cd and presents it as a core.Backend.
-func openIsolated(ctx context.Context, cfg *config, cd Candidate) (core.Backend, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	b := &isoBackend{cfg: cfg, cd: cd}
-	if err := b.start(ctx); err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
-type isoBackend struct {
-	cfg *config
-	cd  Candidate
-
-	mu       sync.Mutex
-	proc     *isoProc
-	calls    *isoCalls // proc's function table, under the one core.Backend adapter (abi.NewDevice)
-	info     core.BackendInfo
-	devs     []core.Device
-	restarts int
-	closed   bool
-}
-
-func (b *isoBackend) start(ctx context.Context) error {
-	pr, err := startProc(b.cfg, b.cd)
-	if err != nil {
-		return err
-	}
-	resp, err := pr.call(ctx, "get_info", &rpcReq{Op: opInfo})
-	if err != nil {
-		// the plugin host answers get_info with the reason it could not open the plugin
-		if se := (*abi.StatusError)(nil); errors.As(err, &se) {
-			err = fmt.Errorf("isolated %s: the plugin host could not open the plugin: %s: %w", b.cd.Name,
-				se.Msg, se.Status.Sentinel())
-		}
-		pr.kill(err)
-		pr.release()
-		return err
-	}
-	var info isoInfo
-	if err := json.Unmarshal(resp.B, &info); err != nil {
-		pr.kill(err)
-		pr.release()
-		return fmt.Errorf("isolated %s: bad info from the plugin host: %v: %w", b.cd.Name, err, core.ErrInternal)
-	}
-	if err := pr.attachRing(ctx); err != nil {
-		pr.kill(err)
-		pr.release()
-		return err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.proc = pr
-	b.info = core.BackendInfo{Name: info.Probe.Name, Vendor: info.Info.Vendor,
-		Version: info.Info.Version, BuildID: info.Info.BuildID, SDKVersion: info.Info.SDKVersion,
-		Path: b.cd.Path, Score: info.Probe.Score, Isolated: true}
-	b.calls = newIsoCalls(pr, b.cfg, b.cd)
-	b.devs = b.devs[:0]
-	devs := make([]core.DeviceInfo, len(info.Devices))
-	for i, d := range info.Devices {
-		// host memory of this process cannot be shared with the child (so the adapter copies
-		// constants into shared memory instead of importing them); fds and mapped (shared)
-		// buffers can
-		d.Caps = d.Caps&^core.CapImportHost | core.CapImportFD | core.CapHostVisible
-		devs[i] = d
-	}
-	calls := b.currentCalls
-	if b.cfg.validate {
-		calls = abi.Validated(calls, info.Probe.Name, devs)
-	}
-	for i, d := range devs {
-		b.devs = append(b.devs, abi.NewDevice(calls, uint32(i), d))
-	}
-	return nil
-}
-
-func (b *isoBackend) current() (*isoProc, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return nil, fmt.Errorf("isolated %s: backend is closed: %w", b.cd.Name, core.ErrBadState)
-	}
-	return b.proc, nil
-}
-
-// currentCalls is the devices' source of Calls: those of the current child.
-func (b *isoBackend) currentCalls() (abi.Calls, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return nil, fmt.Errorf("isolated %s: backend is closed: %w", b.cd.Name, core.ErrBadState)
-	}
-	return b.calls, nil
-}
-
-func (b *isoBackend) Info() core.BackendInfo {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.info
-}
-
-func (b *isoBackend) Devices() []core.Device {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]core.Device(nil), b.devs...)
-}
-
-func (b *isoBackend) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return nil
-	}
-	b.closed = true
-	pr := b.proc
-	b.mu.Unlock()
-	return pr.close()
-}
-
-// Restart kills the current child (if alive) and starts a new one.
-func (b *isoBackend) Restart(ctx context.Context) error {
-	pr, err := b.current()
-	if err != nil {
-		return err
-	}
-	pr.kill(fmt.Errorf("isolated %s: the backend was restarted: %w", b.cd.Name, core.ErrBackendCrashed))
-	pr.release()
-	if err := b.start(ctx); err != nil {
-		return err
-	}
-	b.mu.Lock()
-	b.restarts++
-	b.mu.Unlock()
-	return nil
-}
-
-var _ io.Writer = (*ringLog)(nil)
