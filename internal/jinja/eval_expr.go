@@ -1,0 +1,562 @@
+package jinja
+
+import "fmt"
+
+func (e *evaluator) evalExpr(ex expr) (Value, error) {
+	switch n := ex.(type) {
+	case *litExpr:
+		return n.val, nil
+
+	case *nameExpr:
+		v, _ := e.scope.get(n.name)
+		return v, nil
+
+	case *attrExpr:
+		return e.evalAttr(n)
+
+	case *itemExpr:
+		return e.evalItem(n)
+
+	case *sliceExpr:
+		return e.evalSlice(n)
+
+	case *unaryExpr:
+		return e.evalUnary(n)
+
+	case *binExpr:
+		return e.evalBinary(n)
+
+	case *condExpr:
+		return e.evalCond(n)
+
+	case *callExpr:
+		return e.evalCallExpr(n)
+
+	case *filterExpr:
+		return e.evalFilter(n)
+
+	case *testExpr:
+		return e.evalTestExpr(n)
+
+	case *listExpr:
+		items := make([]Value, len(n.items))
+		for i, item := range n.items {
+			v, err := e.evalExpr(item)
+			if err != nil {
+				return Undefined(), err
+			}
+			items[i] = v
+		}
+		return NewList(items), nil
+
+	case *dictExpr:
+		d := NewDict()
+		dict := d.AsDict()
+		for _, pair := range n.pairs {
+			key, err := e.evalExpr(pair.key)
+			if err != nil {
+				return Undefined(), err
+			}
+			val, err := e.evalExpr(pair.value)
+			if err != nil {
+				return Undefined(), err
+			}
+			dict.Set(printValue(key), val)
+		}
+		return d, nil
+
+	default:
+		return Undefined(), fmt.Errorf("unknown expression type %T", ex)
+	}
+}
+
+func (e *evaluator) evalAttr(n *attrExpr) (Value, error) {
+	obj, err := e.evalExpr(n.obj)
+	if err != nil {
+		return Undefined(), err
+	}
+
+	// Dict attribute access.
+	if obj.IsDict() {
+		if v, ok := obj.AsDict().Get(n.attr); ok {
+			return v, nil
+		}
+
+		// Dict methods.
+		return e.dictMethod(obj, n.attr)
+	}
+
+	// String methods.
+	if obj.IsString() {
+		return e.stringMethod(obj, n.attr)
+	}
+
+	// List methods.
+	if obj.IsList() {
+		return e.listMethod(obj, n.attr)
+	}
+
+	return Undefined(), nil
+}
+
+func (e *evaluator) evalItem(n *itemExpr) (Value, error) {
+	obj, err := e.evalExpr(n.obj)
+	if err != nil {
+		return Undefined(), err
+	}
+
+	key, err := e.evalExpr(n.key)
+	if err != nil {
+		return Undefined(), err
+	}
+
+	if obj.IsList() {
+		idx := int(toInt64(key))
+		list := obj.AsList()
+		if idx < 0 {
+			idx += list.Len()
+		}
+		if idx < 0 || idx >= list.Len() {
+			return Undefined(), nil
+		}
+		return list.Get(idx), nil
+	}
+
+	if obj.IsDict() {
+		k := printValue(key)
+		if v, ok := obj.AsDict().Get(k); ok {
+			return v, nil
+		}
+		return Undefined(), nil
+	}
+
+	if obj.IsString() {
+		idx := int(toInt64(key))
+		s := obj.AsString()
+		runes := []rune(s)
+		if idx < 0 {
+			idx += len(runes)
+		}
+		if idx < 0 || idx >= len(runes) {
+			return Undefined(), nil
+		}
+		return NewString(string(runes[idx])), nil
+	}
+
+	return Undefined(), nil
+}
+
+func (e *evaluator) evalSlice(n *sliceExpr) (Value, error) {
+	obj, err := e.evalExpr(n.obj)
+	if err != nil {
+		return Undefined(), err
+	}
+
+	if obj.IsList() {
+		list := obj.AsList()
+		length := list.Len()
+		start, stop, step := resolveSlice(n, e, length)
+
+		// Fast path for the overwhelmingly common step==1 case
+		// (e.g. messages[1:] in chat templates). A single allocation
+		// of the exact size avoids the geometric growth of append.
+		// Aliasing the source slice would be unsafe because List.Append
+		// could later mutate beyond Len() into the backing array.
+		if step == 1 {
+			if start < 0 {
+				start = 0
+			}
+			if stop > length {
+				stop = length
+			}
+			if start >= stop {
+				return NewList(nil), nil
+			}
+			items := make([]Value, stop-start)
+			copy(items, list.Items[start:stop])
+			return NewList(items), nil
+		}
+
+		var items []Value
+		if step > 0 {
+			// Pre-size to the maximum possible iteration count to
+			// avoid append's geometric growth allocations.
+			count := (stop - start + step - 1) / step
+			if count > 0 {
+				items = make([]Value, 0, count)
+			}
+			for i := start; i < stop; i += step {
+				if i >= 0 && i < length {
+					items = append(items, list.Items[i])
+				}
+			}
+		} else if step < 0 {
+			count := (start - stop - step - 1) / -step
+			if count > 0 {
+				items = make([]Value, 0, count)
+			}
+			for i := start; i > stop; i += step {
+				if i >= 0 && i < length {
+					items = append(items, list.Items[i])
+				}
+			}
+		}
+		return NewList(items), nil
+	}
+
+	if obj.IsString() {
+		s := obj.AsString()
+
+		// ASCII fast path. Most chat-template string slicing operates
+		// on tag/role names or message content that is ASCII; for those
+		// we can index by byte and skip the []rune conversion entirely.
+		// This is the dominant cost in the kronk dense profile because
+		// the system prompt can be tens of thousands of bytes.
+		if isASCII(s) {
+			length := len(s)
+			start, stop, step := resolveSlice(n, e, length)
+
+			if step == 1 {
+				if start < 0 {
+					start = 0
+				}
+				if stop > length {
+					stop = length
+				}
+				if start >= stop {
+					return NewString(""), nil
+				}
+				return NewString(s[start:stop]), nil
+			}
+
+			if step == -1 {
+				if start >= length {
+					start = length - 1
+				}
+				if stop < -1 {
+					stop = -1
+				}
+				if start <= stop {
+					return NewString(""), nil
+				}
+				buf := make([]byte, 0, start-stop)
+				for i := start; i > stop; i-- {
+					buf = append(buf, s[i])
+				}
+				return NewString(string(buf)), nil
+			}
+			// Fall through to the general path for unusual steps.
+		}
+
+		runes := []rune(s)
+		length := len(runes)
+		start, stop, step := resolveSlice(n, e, length)
+		var result []rune
+		if step > 0 {
+			for i := start; i < stop; i += step {
+				if i >= 0 && i < length {
+					result = append(result, runes[i])
+				}
+			}
+		} else if step < 0 {
+			for i := start; i > stop; i += step {
+				if i >= 0 && i < length {
+					result = append(result, runes[i])
+				}
+			}
+		}
+		return NewString(string(result)), nil
+	}
+
+	return Undefined(), nil
+}
+
+// isASCII reports whether s contains only 7-bit ASCII bytes. Used to
+// skip the []rune conversion in evalSlice's string branch when byte
+// indexing produces the same result as code-point indexing.
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+func resolveSlice(n *sliceExpr, e *evaluator, length int) (int, int, int) {
+	step := 1
+	if n.step != nil {
+		v, _ := e.evalExpr(n.step)
+		step = int(toInt64(v))
+		if step == 0 {
+			step = 1
+		}
+	}
+
+	var start, stop int
+
+	if step > 0 {
+		start = 0
+		stop = length
+	} else {
+		start = length - 1
+		stop = -length - 1
+	}
+
+	if n.start != nil {
+		v, _ := e.evalExpr(n.start)
+		start = int(toInt64(v))
+		if start < 0 {
+			start += length
+		}
+	}
+
+	if n.stop != nil {
+		v, _ := e.evalExpr(n.stop)
+		stop = int(toInt64(v))
+		if stop < 0 {
+			stop += length
+		}
+	}
+
+	return start, stop, step
+}
+
+func (e *evaluator) evalUnary(n *unaryExpr) (Value, error) {
+	operand, err := e.evalExpr(n.operand)
+	if err != nil {
+		return Undefined(), err
+	}
+
+	switch n.op {
+	case "not":
+		return NewBool(!operand.IsTruthy()), nil
+	case "-":
+		if operand.IsInt() {
+			return NewInt(-operand.AsInt()), nil
+		}
+		if operand.IsFloat() {
+			return NewFloat(-operand.AsFloat()), nil
+		}
+		return NewInt(0), nil
+	case "+":
+		return operand, nil
+	}
+
+	return Undefined(), fmt.Errorf("unknown unary operator %q", n.op)
+}
+
+func (e *evaluator) evalBinary(n *binExpr) (Value, error) {
+	// Short-circuit for and/or.
+	if n.op == "and" {
+		left, err := e.evalExpr(n.left)
+		if err != nil {
+			return Undefined(), err
+		}
+		if !left.IsTruthy() {
+			return left, nil
+		}
+		return e.evalExpr(n.right)
+	}
+
+	if n.op == "or" {
+		left, err := e.evalExpr(n.left)
+		if err != nil {
+			return Undefined(), err
+		}
+		if left.IsTruthy() {
+			return left, nil
+		}
+		return e.evalExpr(n.right)
+	}
+
+	left, err := e.evalExpr(n.left)
+	if err != nil {
+		return Undefined(), err
+	}
+
+	right, err := e.evalExpr(n.right)
+	if err != nil {
+		return Undefined(), err
+	}
+
+	if err := e.lim.chargeBinary(n.op, left, right); err != nil {
+		return Undefined(), err
+	}
+	switch n.op {
+	case "+":
+		return addValues(left, right), nil
+	case "-":
+		return subValues(left, right), nil
+	case "*":
+		return mulValues(left, right), nil
+	case "/":
+		return divValues(left, right), nil
+	case "//":
+		return floorDivValues(left, right), nil
+	case "%":
+		return modValues(left, right), nil
+	case "**":
+		return powValues(left, right), nil
+	case "~":
+		return NewString(printValue(left) + printValue(right)), nil
+	case "==":
+		return NewBool(valuesEqual(left, right)), nil
+	case "!=":
+		return NewBool(!valuesEqual(left, right)), nil
+	case "<":
+		return NewBool(compareValues(left, right) < 0), nil
+	case ">":
+		return NewBool(compareValues(left, right) > 0), nil
+	case "<=":
+		return NewBool(compareValues(left, right) <= 0), nil
+	case ">=":
+		return NewBool(compareValues(left, right) >= 0), nil
+	case "in":
+		return NewBool(containsValue(right, left)), nil
+	case "not in":
+		return NewBool(!containsValue(right, left)), nil
+	}
+
+	return Undefined(), fmt.Errorf("unknown binary operator %q", n.op)
+}
+
+func (e *evaluator) evalCond(n *condExpr) (Value, error) {
+	cond, err := e.evalExpr(n.condition)
+	if err != nil {
+		return Undefined(), err
+	}
+
+	if cond.IsTruthy() {
+		return e.evalExpr(n.trueExpr)
+	}
+
+	if n.falseExpr != nil {
+		return e.evalExpr(n.falseExpr)
+	}
+
+	return Undefined(), nil
+}
+
+func (e *evaluator) evalCallExpr(n *callExpr) (Value, error) {
+	fn, err := e.evalExpr(n.fn)
+	if err != nil {
+		return Undefined(), err
+	}
+
+	if !fn.IsCallable() {
+		return Undefined(), fmt.Errorf("%s is not callable: %s", callableName(n.fn), fn.String())
+	}
+
+	args := make([]Value, len(n.args))
+	for i, a := range n.args {
+		v, err := e.evalExpr(a)
+		if err != nil {
+			return Undefined(), err
+		}
+		args[i] = v
+	}
+
+	var kwargs map[string]Value
+	if len(n.kwargs) > 0 {
+		kwargs = make(map[string]Value, len(n.kwargs))
+		for _, kw := range n.kwargs {
+			v, err := e.evalExpr(kw.value)
+			if err != nil {
+				return Undefined(), err
+			}
+			kwargs[kw.name] = v
+		}
+	}
+
+	return fn.AsCallable().Fn(args, kwargs)
+}
+
+func callableName(ex expr) string {
+	switch n := ex.(type) {
+	case *nameExpr:
+		return n.name
+
+	case *attrExpr:
+		return callableName(n.obj) + "." + n.attr
+
+	case *itemExpr:
+		return callableName(n.obj) + "[item]"
+
+	default:
+		return ex.nodeType()
+	}
+}
+
+func (e *evaluator) evalFilter(n *filterExpr) (Value, error) {
+	input, err := e.evalExpr(n.expr)
+	if err != nil {
+		return Undefined(), err
+	}
+
+	// Look up filter in builtins.
+	filterVal, ok := lookupFilter(e.builtins, n.name)
+	if !ok {
+		// Also check scope for user-defined filters.
+		filterVal, ok = e.scope.get(n.name)
+		if !ok {
+			return Undefined(), fmt.Errorf("unknown filter %q", n.name)
+		}
+	}
+
+	if !filterVal.IsCallable() {
+		return Undefined(), fmt.Errorf("filter %q is not callable", n.name)
+	}
+
+	// Build args: input as first, then additional args.
+	args := make([]Value, 1+len(n.args))
+	args[0] = input
+	for i, a := range n.args {
+		v, err := e.evalExpr(a)
+		if err != nil {
+			return Undefined(), err
+		}
+		args[i+1] = v
+	}
+
+	var kwargs map[string]Value
+	if len(n.kwargs) > 0 {
+		kwargs = make(map[string]Value, len(n.kwargs))
+		for _, kw := range n.kwargs {
+			v, err := e.evalExpr(kw.value)
+			if err != nil {
+				return Undefined(), err
+			}
+			kwargs[kw.name] = v
+		}
+	}
+
+	return filterVal.AsCallable().Fn(args, kwargs)
+}
+
+func (e *evaluator) evalTestExpr(n *testExpr) (Value, error) {
+	val, err := e.evalExpr(n.expr)
+	if err != nil {
+		return Undefined(), err
+	}
+
+	var testArgs []Value
+	for _, a := range n.args {
+		v, err := e.evalExpr(a)
+		if err != nil {
+			return Undefined(), err
+		}
+		testArgs = append(testArgs, v)
+	}
+
+	result, err := evalTest(n.name, val, testArgs)
+	if err != nil {
+		return Undefined(), err
+	}
+
+	if n.negated {
+		result = !result
+	}
+
+	return NewBool(result), nil
+}
