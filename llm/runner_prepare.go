@@ -1,0 +1,346 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/sched"
+)
+
+func (r *Runner) init(ctx context.Context) error {
+	c := r.m.Config
+	a := r.rt.Arena()
+	var err error
+	alloc := func(size int64) sched.Span {
+		if err != nil {
+			return sched.Span{}
+		}
+		var s sched.Span
+		s, err = a.Alloc(size)
+		return s
+	}
+	kRow, vRow := r.cfg.kv.rowBytes(c)
+	if r.cfg.slot != nil {
+		r.kv, err = r.cfg.slot.cache(r.cap, [2]int64{kRow, vRow})
+	}
+	for len(r.kv) < c.Layers {
+		r.kv = append(r.kv, [2]sched.Span{alloc(r.cap * kRow), alloc(r.cap * vRow)})
+	}
+	if err != nil {
+		return fmt.Errorf("llm: KV cache of %d rows: %w", r.cap, err)
+	}
+	// Positions, query offsets and RoPE tables depend on the row only: written once, and each
+	// chunk's stages are bound at its row.
+	r.ids, r.posS, r.qoffS = alloc(4*r.cap), alloc(4*r.cap), alloc(4*r.cap)
+	if f := c.RopeFreqFactors; f != nil {
+		r.cos, r.sin = alloc(r.cap*int64(len(f))*4), alloc(r.cap*int64(len(f))*4)
+	}
+	if err != nil {
+		return fmt.Errorf("llm: position inputs: %w", err)
+	}
+	pos := make([]int32, r.cap)
+	for i := range pos {
+		pos[i] = int32(i)
+	}
+	copy(a.Bytes(r.posS), core.EncodeI32(pos))
+	copy(a.Bytes(r.qoffS), core.EncodeI32(pos))
+	if c.RopeFreqFactors != nil {
+		cos, sin := c.ropeTables(pos, r.cfg.ctxLen)
+		copy(a.Bytes(r.cos), core.EncodeF32(cos))
+		copy(a.Bytes(r.sin), core.EncodeF32(sin))
+	}
+	lengths := r.programLengths()
+	total := (len(lengths) + len(r.VerifyLengths())) * (c.Layers + 1)
+	if r.adapt != nil {
+		total += (len(r.adapt.cuts) - 1) * (c.Layers + 1)
+	}
+	done := 0
+	step := func() {
+		done++
+		if r.cfg.progress != nil {
+			r.cfg.progress(done, total)
+		}
+	}
+	if r.cfg.sparse != nil {
+		return r.initSparse(ctx, step, lengths)
+	}
+	// longest first: a unit's decode parts of a split weight are then rows of the whole weight
+	// its prefill graphs uploaded, which the adapter passes as offsets and neon serves out of
+	// the one repacked copy (uploaded the other way round, the part comes first and the whole
+	// weight is a copy of its own)
+	for _, n := range slices.Backward(lengths) {
+		t0 := time.Now()
+		cp, err := r.prepare(ctx, int64(n), step, false)
+		if err != nil {
+			return err
+		}
+		r.progs[n] = cp
+		r.cfg.logger.Debug("llm: stage graphs prepared", "program", cp.prog.Name(), "took", time.Since(t0))
+	}
+	if r.adapt != nil {
+		if err := r.adapt.prepare(ctx, r, step); err != nil {
+			return err
+		}
+	}
+	return r.prepareVerify(ctx, step)
+}
+
+// phaseOf is the plan phase a chunk length serves: the one-token graphs decode (and serve a
+// lone prompt token).
+func phaseOf(c int64) sched.Phase {
+	if c == 1 {
+		return sched.PhaseDecode
+	}
+	return sched.PhasePrefill
+}
+
+// layerOf is the layer plan rules see for node n of stage s: its "blk.N." name prefix; the
+// embedding counts as layer 0 and the output head as the last layer.
+func (r *Runner) layerOf(s int, n *core.Node) int {
+	if rest, ok := strings.CutPrefix(n.Name, "blk."); ok {
+		if i := strings.IndexByte(rest, '.'); i > 0 {
+			if l, err := strconv.Atoi(rest[:i]); err == nil {
+				return l
+			}
+		}
+	}
+	if s == 0 {
+		return 0
+	}
+	return r.m.Config.Layers - 1
+}
+
+// prepare builds every stage for chunk length c, places its nodes by the plan and has sched
+// partition, check and prepare them.
+func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (*chunkProg, error) {
+	cfg := r.m.Config
+	phase := phaseOf(c)
+	a := r.rt.Arena()
+	kRow, vRow := r.cfg.kv.rowBytes(cfg)
+	spec := sched.ProgramSpec{Name: fmt.Sprintf("%s (chunk %d)", phase, c), Phase: phase, Lanes: 1}
+	if tree {
+		spec.Name = fmt.Sprintf("verify (tree %d)", c)
+	}
+	var stages []*core.Graph
+	var taps []*tapSet
+	var shardOf []map[int]int // per stage, a sharded step's node → shard
+	var shared [][][]int      // per stage, a stealing sharded step's pieces
+	sharded := r.shards != nil && phase == sched.PhaseDecode && c == 1 && !tree
+	for s := 0; s <= cfg.Layers; s++ {
+		var g *core.Graph
+		var err error
+		sb := &stageBuild{w8: r.cfg.w8, quant: map[*core.Tensor]*core.Tensor{}, hidden: r.cfg.hidden}
+		if r.cfg.tap != nil {
+			sb.taps = &tapSet{}
+		}
+		switch {
+		case sharded && s == 0:
+			g, err = r.m.buildShardedEmbedStage(r.shards, r.cfg.kv, sb)
+		case sharded:
+			g, err = r.m.buildShardedLayerStage(s-1, r.cap, r.cfg.kv, r.shards, sb)
+		case s == 0:
+			g, err = r.m.buildEmbedStage(c, r.cfg.kv, sb)
+		default:
+			g, err = r.m.buildLayerStage(s-1, c, r.cap, r.cfg.kv, tree, sb)
+		}
+		if err != nil {
+			return nil, err
+		}
+		stages = append(stages, g)
+		taps = append(taps, sb.taps)
+		shardOf = append(shardOf, sb.shard)
+		shared = append(shared, sb.shared)
+	}
+	// Which units each stage uses decides the lanes: a prefill split over several units
+	// pipelines chunks, each chunk in flight with its own activations.
+	units := make([][]int, len(stages))
+	fallback := make([][]int, len(stages))
+	splits := make([][]*sched.NodeSplit, len(stages))
+	used := map[int]bool{}
+	for s, g := range stages {
+		units[s], fallback[s] = make([]int, len(g.Nodes)), make([]int, len(g.Nodes))
+		for i, n := range g.Nodes {
+			if sh, ok := shardOf[s][n.ID]; ok {
+				u := r.shards.units[sh]
+				units[s][i], fallback[s][i] = r.unitIdx[u], -1
+				used[u] = true
+				continue
+			}
+			u, fb, sp, err := r.plan.PlaceSplit(phase, r.layerOf(s, n), n)
+			if err != nil {
+				return nil, fmt.Errorf("llm: %w", err)
+			}
+			if fb >= 0 {
+				fb = r.unitIdx[fb]
+			}
+			units[s][i], fallback[s][i] = r.unitIdx[u], fb
+			if sp == nil {
+				used[u] = true
+				continue
+			}
+			if splits[s] == nil {
+				splits[s] = make([]*sched.NodeSplit, len(g.Nodes))
+			}
+			ns := &sched.NodeSplit{Strategy: sp.Strategy, Ratio: sp.Ratio, Lengths: sp.Lengths, Merge: r.unitIdx[u], Steal: sp.Steal,
+				Adapt: sp.Adapt}
+			for _, su := range sp.Units {
+				ns.Units = append(ns.Units, r.unitIdx[su])
+				used[su] = true
+			}
+			splits[s][i] = ns
+		}
+	}
+	if phase == sched.PhasePrefill && len(used) > 1 {
+		spec.Lanes = 2
+	}
+	lanes := func(size int64) ([]sched.Span, error) {
+		out := make([]sched.Span, spec.Lanes)
+		for l := range out {
+			var err error
+			if out[l], err = a.Alloc(size); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	// Stage s reads x and q from pair (s+1)%2 of its lane and writes pair s%2: ping-pong, as a
+	// stage's input and output must not alias.
+	var x, q [2][]sched.Span
+	var logits []sched.Span
+	var err error
+	for i := range 2 {
+		if x[i], err = lanes(c * int64(cfg.Dim) * 4); err == nil {
+			q[i], err = lanes(c * int64(cfg.Heads*cfg.HeadDim) * 4)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("llm: activations for chunk %d: %w", c, err)
+		}
+	}
+	if logits, err = lanes(c * r.outWidth() * 4); err != nil {
+		return nil, fmt.Errorf("llm: logits for chunk %d: %w", c, err)
+	}
+	half := int64(cfg.RopeDims / 2)
+	cp := &chunkProg{c: c, logits: logits, tree: tree}
+	if tree {
+		sizes := []int64{4 * c, c * c}
+		if cfg.RopeFreqFactors != nil {
+			sizes = append(sizes, c*half*4, c*half*4)
+		}
+		spans := make([]sched.Span, 4)
+		for i, n := range sizes {
+			if spans[i], err = a.Alloc(n); err != nil {
+				return nil, fmt.Errorf("llm: verify inputs for length %d: %w", c, err)
+			}
+		}
+		cp.pos, cp.mask, cp.cos, cp.sin = spans[0], spans[1], spans[2], spans[3]
+	}
+	for s, g := range stages {
+		in, out := (s+1)%2, s%2
+		byName := map[string]sched.Binding{
+			"ids": {Span: r.ids, Stride: 4}, "pos": {Span: r.posS, Stride: 4}, "q_offset": {Span: r.qoffS, Stride: 4},
+			"rope_cos": {Span: r.cos, Stride: half * 4}, "rope_sin": {Span: r.sin, Stride: half * 4},
+			"x": {Lanes: x[in]}, "q": {Lanes: q[in]},
+		}
+		if tree {
+			byName["pos"], byName["mask"] = sched.Binding{Span: cp.pos}, sched.Binding{Span: cp.mask}
+			byName["rope_cos"], byName["rope_sin"] = sched.Binding{Span: cp.cos}, sched.Binding{Span: cp.sin}
+		}
+		if s > 0 {
+			byName["k_cache"], byName["v_cache"] = sched.Binding{Span: r.kv[s-1][0]}, sched.Binding{Span: r.kv[s-1][1]}
+		}
+		var shardIO [][4]sched.Binding // per shard: its q in, then its q, k and v out
+		if sharded {
+			if shardIO, err = r.shardBindings(q[in], q[out], s); err != nil {
+				return nil, err
+			}
+			for sh, b := range shardIO {
+				byName[shardName("q", sh)] = b[0]
+			}
+		}
+		st := sched.StageSpec{Name: fmt.Sprintf("stage %d", s), Layer: max(s-1, 0), Graph: g, Units: units[s],
+			Fallback: fallback[s], Splits: splits[s], Sharded: sharded, Shared: shared[s]}
+		if len(st.Shared) > 0 {
+			st.SharedUnits = [2]int{r.unitIdx[r.shards.units[0]], r.unitIdx[r.shards.units[1]]}
+		}
+		if s == 0 {
+			st.Name = "embed"
+		}
+		for _, t := range g.Inputs {
+			b, ok := byName[t.Name]
+			if !ok {
+				return nil, fmt.Errorf("llm: no binding for stage input %q: %w", t.Name, core.ErrInternal)
+			}
+			st.IO = append(st.IO, b)
+		}
+		switch {
+		case sharded && s < cfg.Layers:
+			// each shard's q and its heads of the K and V rows, in place
+			st.IO = append(st.IO, sched.Binding{Lanes: x[out]})
+			for _, b := range shardIO {
+				st.IO = append(st.IO, b[1:]...)
+			}
+		case s < cfg.Layers:
+			// K and V of layer s are written straight into the cache at the chunk's row.
+			st.IO = append(st.IO, sched.Binding{Lanes: x[out]}, sched.Binding{Lanes: q[out]},
+				sched.Binding{Span: r.kv[s][0], Stride: kRow}, sched.Binding{Span: r.kv[s][1], Stride: vRow})
+		default:
+			st.IO = append(st.IO, sched.Binding{Lanes: logits})
+		}
+		if ts := taps[s]; ts != nil {
+			for _, t := range ts.tensors {
+				l, err := lanes(t.DType.Bytes(t.Shape.NumElements()))
+				if err != nil {
+					return nil, fmt.Errorf("llm: calibration taps for chunk %d: %w", c, err)
+				}
+				st.IO = append(st.IO, sched.Binding{Lanes: l})
+			}
+		}
+		spec.Stages = append(spec.Stages, st)
+	}
+	spec.Progress = step
+	if po := r.cfg.phaseOpts[phase]; len(po) > 0 {
+		spec.PrepareOptions = map[int]map[string]string{}
+		for _, ru := range r.unitIdx {
+			if r.rt.Units()[ru].Device().Info().Kind == core.DeviceCPU {
+				spec.PrepareOptions[ru] = po
+			}
+		}
+	}
+	if r.cfg.stageChecks || r.cfg.tap != nil {
+		tapOf := make([]map[string]tapWhat, len(stages))
+		for s, ts := range taps {
+			if ts == nil {
+				continue
+			}
+			tapOf[s] = map[string]tapWhat{}
+			for i, t := range ts.tensors {
+				tapOf[s][t.Name] = ts.what[i]
+			}
+		}
+		spec.Check = func(stage int, t *core.Tensor, data []byte) error {
+			if w, ok := tapOf[stage][t.Name]; ok {
+				r.cfg.tap(w, data)
+			}
+			if !r.cfg.stageChecks {
+				return nil
+			}
+			return checkFinite(stageName(stage, cfg.Layers), stages[stage], t, data)
+		}
+	}
+	prog, err := r.rt.Compile(ctx, spec)
+	if err != nil {
+		if r.cfg.analyzeFirst && errors.Is(err, core.ErrUnsupported) && !errors.Is(err, sched.ErrPlanRefused) {
+			// every unit's analysis accepted its nodes (Compile analyzes first), then prepare refused
+			return nil, fmt.Errorf("llm: %s: %w: %w", spec.Name, ErrRefusedAfterAnalyze, err)
+		}
+		return nil, fmt.Errorf("llm: %s: %w", spec.Name, err)
+	}
+	cp.prog = prog
+	return cp, nil
+}
