@@ -298,3 +298,26 @@ func NewPrepareConfig(opts ...PrepareOption) PrepareConfig {
 	}
 	return c
 }
+
+// Restarter is a backend that can start afresh (an isolated one: a fresh child process) after a
+// crash, or at any time. Everything made from before stays invalid and answers
+// ErrBackendCrashed; devices and new contexts work again.
+type Restarter interface {
+	Restart(ctx context.Context) error
+}
+
+// Liveness is a backend that can tell, without a call into it, whether it still answers (an
+// isolated one: whether its child process runs). A backend without it lives as long as the
+// process does.
+type Liveness interface {
+	// Alive is nil, or an error wrapping ErrBackendCrashed.
+	Alive() error
+}
+
+// Alive says whether b can still answer calls (Liveness); cheap enough for every request.
+func Alive(b Backend) error {
+	if l, ok := b.(Liveness); ok {
+		return l.Alive()
+	}
+	return nil
+}

@@ -8,19 +8,20 @@ import (
 	"slices"
 
 	"github.com/xpuhub/xpu/core"
-	"github.com/xpuhub/xpu/loader"
+	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/sched"
 )
 
-// ErrNoDevice: no device accepted the model (Load tried every device the policy ranked).
-var ErrNoDevice = errors.New("llm: no device can run the model")
+// ErrNoDevice: no device accepted the model (Load tried every device the policy ranked). It is
+// sched.ErrNoDevice.
+var ErrNoDevice = sched.ErrNoDevice
 
 type loadConfig struct {
 	backend   string
 	device    int
 	policy    sched.Policy
 	allowRef  bool
-	loaderOps []loader.Option
+	source    core.Source
 	runnerOps []RunnerOption
 	logger    *slog.Logger
 }
@@ -44,11 +45,10 @@ func WithPolicy(p sched.Policy) LoadOption { return func(c *loadConfig) { c.poli
 // accepts the model. It is slow (float64): without this option Load fails instead.
 func WithReferenceFallback() LoadOption { return func(c *loadConfig) { c.allowRef = true } }
 
-// WithLoaderOptions passes options to plugin discovery and opening (loader.Isolated,
-// loader.WithPaths, ...).
-func WithLoaderOptions(opts ...loader.Option) LoadOption {
-	return func(c *loadConfig) { c.loaderOps = append(c.loaderOps, opts...) }
-}
+// WithSource takes the plugin backends from src (loader.NewSource with discovery options:
+// loader.Isolated, loader.WithPaths, ...) instead of the registered source (core.DefaultSource:
+// the plugins found with the default options, when the program imports the loader).
+func WithSource(src core.Source) LoadOption { return func(c *loadConfig) { c.source = src } }
 
 // WithRunnerOptions passes options to NewRunner (chunk size, context length, KV cache type).
 func WithRunnerOptions(opts ...RunnerOption) LoadOption {
@@ -91,8 +91,7 @@ func Load(ctx context.Context, path string, opts ...LoadOption) (*Engine, error)
 		return nil, err
 	}
 	ropts := append([]RunnerOption{WithLogger(cfg.logger)}, cfg.runnerOps...)
-	lopts := append([]loader.Option{loader.WithLogger(cfg.logger)}, cfg.loaderOps...)
-	r, backends, err := placeModel(ctx, m, &cfg, ropts, lopts)
+	r, backends, err := placeModel(ctx, m, &cfg, ropts)
 	if err != nil {
 		for _, b := range backends {
 			_ = b.Close()
@@ -106,9 +105,9 @@ func Load(ctx context.Context, path string, opts ...LoadOption) (*Engine, error)
 
 // placeModel opens the backend(s) and prepares the model on the first device that accepts it.
 // Backends that do not hold the runner are closed; the one that does is returned.
-func placeModel(ctx context.Context, m *Model, cfg *loadConfig, ropts []RunnerOption, lopts []loader.Option) (*Runner, []core.Backend, error) {
+func placeModel(ctx context.Context, m *Model, cfg *loadConfig, ropts []RunnerOption) (*Runner, []core.Backend, error) {
 	if cfg.backend != "" {
-		b, err := loader.Open(ctx, cfg.backend, lopts...)
+		b, err := core.OpenBackend(ctx, cfg.source, cfg.backend)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -120,43 +119,61 @@ func placeModel(ctx context.Context, m *Model, cfg *loadConfig, ropts []RunnerOp
 		r, err := NewRunner(ctx, m, devs[cfg.device], ropts...)
 		return r, []core.Backend{b}, err
 	}
-	// the policy ranks the devices as their plugins last listed them (loader.Lazy): only the
-	// plugins of the devices tried open in this process
-	lazy, err := loader.OpenLazy(ctx, lopts...)
-	if err != nil {
-		return nil, nil, err
+	src := cfg.source
+	if src == nil {
+		src = core.DefaultSource()
+	}
+	var lazy core.LazyDevices = noPlugins{}
+	if src != nil {
+		// the policy ranks the devices as their plugins last listed them: only the plugins of
+		// the devices tried open in this process
+		var err error
+		if lazy, err = src.Lazy(ctx); err != nil {
+			return nil, nil, err
+		}
 	}
 	devs := lazy.Devices()
 	var extra []core.Backend
 	if cfg.allowRef {
-		ref, err := loader.Open(ctx, loader.RefName)
+		rb, err := core.OpenBackend(ctx, src, ref.Name)
 		if err != nil {
 			return nil, lazy.Backends(), err
 		}
-		extra = append(extra, ref)
-		devs = append(devs, ref.Devices()...)
+		extra = append(extra, rb)
+		devs = append(devs, rb.Devices()...)
 	}
 	opened := func() []core.Backend { return append(lazy.Backends(), extra...) }
-	var errs []error
-	for _, d := range cfg.policy.Rank(RepresentativeMatMul(m), devs) {
-		real, err := lazy.Open(ctx, d)
-		if err == nil {
-			var r *Runner
-			if r, err = NewRunner(ctx, m, real, ropts...); err == nil {
-				return r, keepOwner(opened(), real), nil
-			}
+	open := func(ctx context.Context, d core.Device) (core.Device, error) {
+		if slices.ContainsFunc(extra, func(b core.Backend) bool { return slices.Contains(b.Devices(), d) }) {
+			return d, nil
 		}
-		if ctx.Err() != nil {
-			return nil, opened(), ctx.Err()
+		return lazy.Open(ctx, d)
+	}
+	var r *Runner
+	_, err := sched.Choose(ctx, cfg.policy, RepresentativeMatMul(m), devs, open, func(d core.Device) error {
+		var err error
+		if r, err = NewRunner(ctx, m, d, ropts...); err != nil {
+			cfg.logger.Debug("llm: device refused the model", "device", d.Info().ID(), "err", err)
 		}
-		cfg.logger.Debug("llm: device refused the model", "device", d.Info().ID(), "err", err)
-		errs = append(errs, fmt.Errorf("%s: %w", d.Info().ID(), err))
+		return err
+	})
+	if err != nil {
+		if len(devs) == 0 && ctx.Err() == nil {
+			err = fmt.Errorf("%w (no plugin backend found: build the plugins, set XPU_PLUGIN_PATH, or name \"ref\")", err)
+		}
+		return nil, opened(), err
 	}
-	if len(devs) == 0 {
-		errs = append(errs, errors.New("no plugin backend found (build the plugins, set XPU_PLUGIN_PATH, or name \"ref\")"))
-	}
-	return nil, opened(), fmt.Errorf("%w: %w", ErrNoDevice, errors.Join(errs...))
+	return r, keepOwner(opened(), r.Device()), nil
 }
+
+// noPlugins is the device list of a program that links no plugin loader.
+type noPlugins struct{}
+
+func (noPlugins) Devices() []core.Device { return nil }
+func (noPlugins) Open(_ context.Context, d core.Device) (core.Device, error) {
+	return nil, fmt.Errorf("device %s: no plugin loader: %w", d.Info().ID(), core.ErrNotFound)
+}
+func (noPlugins) Backends() []core.Backend { return nil }
 
 // keepOwner closes every backend but the one d belongs to and returns that one.
 func keepOwner(backends []core.Backend, d core.Device) []core.Backend {

@@ -51,7 +51,7 @@ func TestLoadStoriesDefaultDevice(t *testing.T) {
 // float64 speed.
 func TestLoadNeverRefUnlessAsked(t *testing.T) {
 	ctx := context.Background()
-	noPlugins := WithLoaderOptions(loader.WithoutEnv(), loader.WithoutDefaultDirs())
+	noPlugins := WithSource(loader.NewSource(loader.WithoutEnv(), loader.WithoutDefaultDirs()))
 	_, err := Load(ctx, storiesPath(t), noPlugins)
 	require.ErrorIs(t, err, ErrNoDevice)
 	assert.Contains(t, err.Error(), `"ref"`)

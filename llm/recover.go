@@ -7,36 +7,35 @@ import (
 	"slices"
 
 	"github.com/xpuhub/xpu/core"
-	"github.com/xpuhub/xpu/loader"
 )
 
-// Backends are the backends the engine opened and keeps (loader.Stats gives an isolated one's
-// process and restarts).
+// Backends are the backends the engine opened and keeps (the loader's Stats gives an isolated
+// one's process and restarts).
 func (e *Engine) Backends() []core.Backend { return slices.Clone(e.backends) }
 
 // Device is the device the engine's runners run on.
 func (e *Engine) Device() core.Device { return e.dev }
 
 // Healthy says whether the engine's backends can still answer: nil, or an error wrapping
-// core.ErrBackendCrashed once an isolated backend's process has died (loader.Alive), even
+// core.ErrBackendCrashed once an isolated backend's process has died (core.Liveness), even
 // before a generation noticed. It makes no call to the backend and is cheap.
 func (e *Engine) Healthy() error {
 	var errs []error
 	for _, b := range e.backends {
-		errs = append(errs, loader.Alive(b))
+		errs = append(errs, core.Alive(b))
 	}
 	return errors.Join(errs...)
 }
 
 // RestartBackends starts a fresh process for each isolated backend of the engine
-// (loader.Restarter), the way back after core.ErrBackendCrashed. What was made from the old
+// (core.Restarter), the way back after core.ErrBackendCrashed. What was made from the old
 // processes stays broken: rebuild the engine's runner (RebuildRunner) and close and replace
 // every runner made by NewRunner. An in-process backend cannot restart (its crash ended the
 // process): the error then wraps core.ErrUnsupported.
 func (e *Engine) RestartBackends(ctx context.Context) error {
 	restarted := 0
 	for _, b := range e.backends {
-		rs, ok := b.(loader.Restarter)
+		rs, ok := b.(core.Restarter)
 		if !ok {
 			continue
 		}

@@ -10,11 +10,10 @@ import (
 // caller's crash), and for an isolated one whose child process is running; an error wrapping
 // core.ErrBackendCrashed once the child has died or was killed, before any call noticed it. It
 // is cheap (no call to the child): a health check may ask it on every request.
-func Alive(be core.Backend) error {
-	b, ok := be.(*isoBackend)
-	if !ok {
-		return nil
-	}
+func Alive(be core.Backend) error { return core.Alive(be) }
+
+// Alive is core.Liveness for an isolated backend: its child process runs.
+func (b *isoBackend) Alive() error {
 	pr, err := b.current()
 	if err != nil {
 		return err

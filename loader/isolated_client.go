@@ -130,12 +130,8 @@ func Stats(be core.Backend) (IsolatedStats, bool) {
 	return st, true
 }
 
-// Restarter is implemented by isolated backends: Restart starts a fresh child process after a
-// crash (or at any time). Everything made from the old process stays invalid and answers
-// core.ErrBackendCrashed; devices and new contexts work again.
-type Restarter interface {
-	Restart(ctx context.Context) error
-}
+// Restarter is implemented by isolated backends (core.Restarter).
+type Restarter = core.Restarter
 
 // isoProc is one child process serving one plugin.
 type isoProc struct {

@@ -10,29 +10,23 @@ import (
 	"github.com/xpuhub/xpu/abi"
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
-	"github.com/xpuhub/xpu/plugins/coreml"
 )
 
 // RefName is the name of the built-in reference backend.
-const RefName = "ref"
+const RefName = ref.Name
 
 // isPath tells a plugin file from a backend name.
 func isPath(s string) bool { return strings.ContainsRune(s, '/') || strings.HasSuffix(s, ".so") }
 
-// Open opens one backend: "ref" (the built-in reference), "coreml" (built in; the emulated Core
-// ML runtime off Apple systems), a backend name ("neon", "opencl":
-// the best candidate discovery finds) or a plugin file path.
+// Open opens one backend: a built-in one by name (core.Register: "ref", the reference, and the
+// backends the binary links in, such as Core ML), a backend name ("neon", "opencl": the best
+// candidate discovery finds) or a plugin file path.
 func Open(ctx context.Context, nameOrPath string, opts ...Option) (core.Backend, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if nameOrPath == RefName {
-		return ref.New(), nil
-	}
-	if nameOrPath == coreml.Name {
-		// built in, not a plugin file: Core ML is reached through the Objective-C runtime from Go
-		// (plugins/coreml/README.md); off Apple systems this is the emulated Core ML runtime
-		return coreml.New()
+	if b, ok := core.Lookup(nameOrPath); ok {
+		return b.Open(ctx)
 	}
 	if err := refuseInPluginHost(); err != nil {
 		return nil, err

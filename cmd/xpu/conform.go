@@ -48,7 +48,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 	fs.StringVar(&pf.harness, "harness", defaultHarness, `with --perf, the bench harness whose read loop measures a CPU's read bandwidth (as xpu bench --kernels)`)
 	opsDoc := fs.String("ops-doc", "", `write the op coverage matrix (docs/ops.md) of the --plugin backends (default: every in-tree one) to this file ("-": stdout)`)
 	compare := fs.Bool("compare", false, "with two report files OLD.json NEW.json: list the regressions from OLD to NEW (exit 1 if any)")
-	applyUnits := coremlUnitsFlag(fs)
+	applyUnits := backendSettingFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: xpu conform [--plugin NAME|PATH]... [--all] [--device N] [--filter REGEX] [--isolated [--timeout D]] [--validate] [--report DIR] [--seed S]")
 		fmt.Fprintln(stderr, "       xpu conform --perf [--plugin NAME|PATH]... [--all] [--device N] [--filter REGEX] [--threads N] [--perf-time D]")

@@ -1,19 +1,20 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/loader"
-	"github.com/xpuhub/xpu/plugins/coreml"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -61,16 +62,15 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 1
 	}
 	var rows []deviceRow
-	if b, err := loader.Open(ctx, loader.RefName); err == nil {
-		for _, d := range b.Devices() {
-			info := d.Info()
-			// built in, never probed: always usable and the last choice, so the lowest score
-			rows = append(rows, deviceRow{Backend: loader.RefName, Device: info.Name, Unit: sched.UnitName(d), Index: info.Index,
-				Kind: info.Kind.String(), Caps: info.Caps.Names(), Chosen: true, Path: "(built in)", Score: 1})
-		}
-		b.Close()
+	// the built-in backends: the reference first (always usable and the last choice, so the
+	// lowest score), then the others by name
+	builtIns := core.BuiltIns()
+	slices.SortStableFunc(builtIns, func(a, b core.BuiltIn) int {
+		return cmp.Compare(boolInt(a.Name != loader.RefName), boolInt(b.Name != loader.RefName))
+	})
+	for _, b := range builtIns {
+		rows = append(rows, builtInRows(ctx, b)...)
 	}
-	rows = append(rows, coremlRows(ctx)...)
 	// the chosen plugins are opened in child processes, concurrently: a plugin that crashes or
 	// hangs in open is listed with that reason instead of taking this command down
 	devs := make([][]core.DeviceInfo, len(cands))
@@ -146,23 +146,26 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	return 0
 }
 
-// coremlRows lists the built-in Core ML backend: its devices where Core ML exists (probe > 0),
-// else one row with the probe's score 0 and reason (the emulated runtime still runs it by name:
-// --backend coreml, conform --plugin coreml).
-func coremlRows(ctx context.Context) []deviceRow {
-	score, reason := coreml.Probe()
-	base := deviceRow{Backend: coreml.Name, Score: score, Reason: reason, Path: "(built in)", Chosen: true}
+// builtInRows lists a built-in backend's devices where its probe says it can run (score > 0),
+// else one row with the probe's score 0 and reason (Core ML's emulated runtime still runs by
+// name there: --backend coreml, conform --plugin coreml).
+func builtInRows(ctx context.Context, b core.BuiltIn) []deviceRow {
+	score, reason := 1, ""
+	if b.Probe != nil {
+		score, reason = b.Probe()
+	}
+	base := deviceRow{Backend: b.Name, Score: score, Reason: reason, Path: "(built in)", Chosen: true}
 	if score <= 0 {
 		return []deviceRow{base}
 	}
-	b, err := loader.Open(ctx, coreml.Name)
+	be, err := b.Open(ctx)
 	if err != nil {
 		base.Reason, base.Chosen = err.Error(), false
 		return []deviceRow{base}
 	}
-	defer b.Close()
+	defer be.Close()
 	var rows []deviceRow
-	for _, d := range b.Devices() {
+	for _, d := range be.Devices() {
 		info := d.Info()
 		r := base
 		r.Device, r.Unit, r.Index, r.Kind = info.Name, sched.UnitName(d), info.Index, info.Kind.String()
@@ -170,6 +173,13 @@ func coremlRows(ctx context.Context) []deviceRow {
 		rows = append(rows, r)
 	}
 	return rows
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func dash(s string) string {

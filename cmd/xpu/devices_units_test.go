@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/xpuhub/xpu/core"
 )
 
 func TestDevicesUnits(t *testing.T) {
@@ -64,10 +65,12 @@ func TestDevicesListsUnitNames(t *testing.T) {
 	}
 }
 
-// The built-in Core ML backend is listed like the plugins: off Apple systems with score 0 and
-// the probe's reason.
+// The built-in Core ML backend (registered by the binary's imports) is listed like the plugins:
+// off Apple systems with score 0 and the probe's reason.
 func TestDevicesListsCoreML(t *testing.T) {
-	rows := coremlRows(context.Background())
+	b, ok := core.Lookup("coreml")
+	require.True(t, ok, "xpu links the Core ML backend in")
+	rows := builtInRows(context.Background(), b)
 	require.NotEmpty(t, rows)
 	assert.Equal(t, "coreml", rows[0].Backend)
 	if runtime.GOOS != "darwin" {

@@ -15,6 +15,9 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	// the backends built into xpu (the reference and Core ML) register themselves
+	_ "github.com/xpuhub/xpu/plugins/builtin"
 )
 
 // command is one subcommand. run returns the process exit status.

@@ -49,7 +49,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	seed := fs.Uint64("seed", 0, "sampling seed (0 = from the clock, printed)")
 	fs.Uint64Var(seed, "s", 0, "alias of --seed")
 	backend := fs.String("backend", "", "backend name (neon, opencl, qnn, coreml, ref) or plugin path (default: the best usable device, never ref)")
-	applyUnits := coremlUnitsFlag(fs)
+	applyUnits := backendSettingFlags(fs)
 	policy := fs.String("policy", "", "choose the device by policy instead: prefer-npu, prefer-gpu, prefer-cpu, max-performance (the default), max-efficiency")
 	device := fs.Int("device", 0, "device index within --backend")
 	chunk := fs.Int("chunk", llm.DefaultChunk, "prefill chunk length")

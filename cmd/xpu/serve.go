@@ -135,7 +135,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		lopts = append(lopts, llm.WithRunnerOptions(llm.WithContextOptions(map[string]string{"threads": fmt.Sprint(*threads)})))
 	}
 	if *isolated {
-		lopts = append(lopts, llm.WithLoaderOptions(loader.Isolated()))
+		lopts = append(lopts, llm.WithSource(loader.NewSource(loader.Isolated())))
 	}
 	if *backend != "" {
 		lopts = append(lopts, llm.WithBackend(*backend), llm.WithDevice(*device))

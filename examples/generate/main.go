@@ -11,6 +11,9 @@ import (
 	"os"
 
 	"github.com/xpuhub/xpu/llm"
+	// the plugin backends (neon, opencl, qnn) that discovery finds, as database/sql drivers are
+	// imported; import github.com/xpuhub/xpu/plugins/builtin too for the built-in Core ML backend
+	_ "github.com/xpuhub/xpu/loader"
 )
 
 func main() {

@@ -26,7 +26,7 @@ func isolatedServer(t *testing.T, opts ...Option) (*httptest.Server, *Server, co
 	t.Helper()
 	ctx := context.Background()
 	eng, err := llm.Load(ctx, storiesPath(t), llm.WithBackend("neon"),
-		llm.WithLoaderOptions(loader.Isolated()), llm.WithRunnerOptions(llm.WithContextLength(256)))
+		llm.WithSource(loader.NewSource(loader.Isolated())), llm.WithRunnerOptions(llm.WithContextLength(256)))
 	if err != nil {
 		required.Skip(t, "neon", "isolated neon plugin not available (run make all): %v", err)
 	}

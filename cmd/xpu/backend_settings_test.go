@@ -8,11 +8,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/xpuhub/xpu/plugins/coreml"
 )
 
-func TestCoremlUnitsFlag(t *testing.T) {
+// TestBackendSettingFlags: the built-in Core ML backend's units setting is the --coreml-units
+// flag; a value it does not accept is an error naming the ones it does.
+func TestBackendSettingFlags(t *testing.T) {
+	const env = "XPU_COREML_UNITS" // where the coreml backend keeps it for a plugin host child
 	for _, c := range []struct {
 		arg  string
 		want string // env value after apply; "" = unset
@@ -24,11 +25,11 @@ func TestCoremlUnitsFlag(t *testing.T) {
 		{"tpu", "", false},
 	} {
 		t.Run(c.arg, func(t *testing.T) {
-			t.Setenv(coreml.EnvUnits, "")
-			os.Unsetenv(coreml.EnvUnits)
+			t.Setenv(env, "")
+			os.Unsetenv(env)
 			fs := flag.NewFlagSet("x", flag.ContinueOnError)
 			fs.SetOutput(io.Discard)
-			apply := coremlUnitsFlag(fs)
+			apply := backendSettingFlags(fs)
 			var args []string
 			if c.arg != "" {
 				args = []string{"--coreml-units", c.arg}
@@ -40,7 +41,7 @@ func TestCoremlUnitsFlag(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			assert.Equal(t, c.want, os.Getenv(coreml.EnvUnits))
+			assert.Equal(t, c.want, os.Getenv(env))
 		})
 	}
 }
