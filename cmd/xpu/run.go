@@ -72,7 +72,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	traceFile := fs.String("trace", "", "write a Chrome trace-event JSON of the run to this file (open it in Perfetto)")
 	cpusPrefill := fs.String("cpus-prefill", "", "run prefill on these CPUs of CPU units, e.g. 0-3 (default: the selection xpu tune --energy stored, else every core)")
 	cpusDecode := fs.String("cpus-decode", "", "run decode on these CPUs of CPU units, e.g. 4,5 (default: as --cpus-prefill)")
-	noAECS := fs.Bool("no-aecs", false, "do not use the core selection stored by xpu tune --energy (also XPU_AECS=off)")
+	noAECS := fs.Bool("no-aecs", false, "do not use the core selection stored by xpu tune --energy")
 	spec := addSpecFlags(fs, stats)
 	w8 := addW8A8Flags(fs)
 	sp := addSparseFlags(fs)
