@@ -8,7 +8,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
-	"github.com/xpuhub/xpu/sched/aecs"
+	"github.com/xpuhub/xpu/sched/coresel"
 	"github.com/xpuhub/xpu/sched/cputopo"
 )
 
@@ -57,8 +57,8 @@ func choosePhaseCores(w io.Writer, prefill, decode, backend string, oneUnit, noA
 		fmt.Fprintf(w, "cores: no stored selection used: %v\n", err)
 		return nil, nil
 	}
-	rec, path, err := aecs.LoadMeasured(top, "neon")
-	if errors.Is(err, aecs.ErrNoRecord) {
+	rec, path, err := coresel.LoadMeasured(top, "neon")
+	if errors.Is(err, coresel.ErrNoRecord) {
 		return nil, nil
 	}
 	if err == nil {

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xpuhub/xpu/sched/aecs"
+	"github.com/xpuhub/xpu/sched/coresel"
 	"github.com/xpuhub/xpu/sched/cputopo"
 )
 
@@ -26,12 +26,12 @@ func storeSelection(t *testing.T) string {
 	}
 	one := make(cputopo.Selection, len(top.Clusters))
 	one[0] = 1
-	rec, err := aecs.NewRecord(top, &aecs.Result{Prefill: top.Counts(), Decode: one},
-		aecs.MeasuredFingerprint(top, "neon"), "measured", "test", "stories260K", 50)
+	rec, err := coresel.NewRecord(top, &coresel.Result{Prefill: top.Counts(), Decode: one},
+		coresel.MeasuredFingerprint(top, "neon"), "measured", "test", "stories260K", 50)
 	require.NoError(t, err)
-	dir, err := aecs.CacheDir()
+	dir, err := coresel.CacheDir()
 	require.NoError(t, err)
-	path, err := aecs.Save(dir, rec)
+	path, err := coresel.Save(dir, rec)
 	require.NoError(t, err)
 	return path
 }
