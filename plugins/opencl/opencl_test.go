@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -100,8 +101,7 @@ func TestConformance(t *testing.T) {
 // a CPU device, takes the independent-item ones by default, so the GPU family is put through
 // the suite explicitly.
 func TestConformanceGPUKernels(t *testing.T) {
-	t.Setenv("XPU_OPENCL_KERNELS", "gpu") // read at context creation
-	b := openBackend(t)
+	b := withContextOptions{openBackend(t), map[string]string{"kernels": "gpu"}}
 	rep, err := conformance.Run(context.Background(), b,
 		conformance.WithFilter(regexp.MustCompile(`^(MATMUL|ATTENTION|GRAPH)`)))
 	require.NoError(t, err)
@@ -113,6 +113,9 @@ func TestConformanceGPUKernels(t *testing.T) {
 	assert.Zero(t, rep.Failed)
 	assert.Greater(t, rep.Passed, 20)
 	t.Log(rep.Summary())
+	// the option does reach the plugin: a family it does not know is refused
+	_, err = withContextOptions{b.Backend, map[string]string{"kernels": "tpu"}}.Devices()[0].NewContext(context.Background(), nil)
+	require.Error(t, err)
 }
 
 // Intermediate values share scratch memory once their last reader ran: values read much later
@@ -786,4 +789,30 @@ func BenchmarkRowOps(b *testing.B) {
 			}
 		})
 	}
+}
+
+// withContextOptions opens every context of its backend's devices with opts added: the suite
+// opens its own contexts, without options.
+type withContextOptions struct {
+	core.Backend
+	opts map[string]string
+}
+
+func (b withContextOptions) Devices() []core.Device {
+	var out []core.Device
+	for _, d := range b.Backend.Devices() {
+		out = append(out, optionsDevice{d, b.opts})
+	}
+	return out
+}
+
+type optionsDevice struct {
+	core.Device
+	opts map[string]string
+}
+
+func (d optionsDevice) NewContext(ctx context.Context, options map[string]string) (core.Context, error) {
+	merged := maps.Clone(d.opts)
+	maps.Copy(merged, options)
+	return d.Device.NewContext(ctx, merged)
 }
