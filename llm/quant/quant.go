@@ -1,4 +1,6 @@
-package llm
+// Package quant writes a GGUF model's weights in other dtypes: one dtype for every matrix, or
+// llama.cpp's K-quant mixes (xpu quantize).
+package quant
 
 import (
 	"bytes"
