@@ -1,6 +1,9 @@
 package jinja
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 func (e *evaluator) evalExpr(ex expr) (Value, error) {
 	switch n := ex.(type) {
@@ -152,123 +155,65 @@ func (e *evaluator) evalSlice(n *sliceExpr) (Value, error) {
 		return Undefined(), err
 	}
 
-	if obj.IsList() {
-		list := obj.AsList()
-		length := list.Len()
-		start, stop, step := resolveSlice(n, e, length)
-
-		// Fast path for the overwhelmingly common step==1 case
-		// (e.g. messages[1:] in chat templates). A single allocation
-		// of the exact size avoids the geometric growth of append.
-		// Aliasing the source slice would be unsafe because List.Append
-		// could later mutate beyond Len() into the backing array.
-		if step == 1 {
-			if start < 0 {
-				start = 0
-			}
-			if stop > length {
-				stop = length
-			}
-			if start >= stop {
-				return NewList(nil), nil
-			}
-			items := make([]Value, stop-start)
-			copy(items, list.Items[start:stop])
-			return NewList(items), nil
-		}
-
-		var items []Value
-		if step > 0 {
-			// Pre-size to the maximum possible iteration count to
-			// avoid append's geometric growth allocations.
-			count := (stop - start + step - 1) / step
-			if count > 0 {
-				items = make([]Value, 0, count)
-			}
-			for i := start; i < stop; i += step {
-				if i >= 0 && i < length {
-					items = append(items, list.Items[i])
-				}
-			}
-		} else if step < 0 {
-			count := (start - stop - step - 1) / -step
-			if count > 0 {
-				items = make([]Value, 0, count)
-			}
-			for i := start; i > stop; i += step {
-				if i >= 0 && i < length {
-					items = append(items, list.Items[i])
-				}
-			}
-		}
-		return NewList(items), nil
-	}
-
-	if obj.IsString() {
+	switch {
+	case obj.IsList():
+		items := obj.AsList().Items
+		start, stop, step := resolveSlice(n, e, len(items))
+		return NewList(sliceOf(items, start, stop, step)), nil
+	case obj.IsString():
 		s := obj.AsString()
-
-		// ASCII fast path. Most chat-template string slicing operates
-		// on tag/role names or message content that is ASCII; for those
-		// we can index by byte and skip the []rune conversion entirely.
-		// This is the dominant cost in the kronk dense profile because
-		// the system prompt can be tens of thousands of bytes.
+		// ASCII fast path. Most chat-template string slicing operates on tag/role names or
+		// message content that is ASCII; for those byte indexing is code-point indexing, and
+		// the []rune conversion, the dominant cost when a system prompt is tens of thousands
+		// of bytes, is skipped (a step of 1 is a substring, no copy at all).
 		if isASCII(s) {
-			length := len(s)
-			start, stop, step := resolveSlice(n, e, length)
-
+			start, stop, step := resolveSlice(n, e, len(s))
 			if step == 1 {
-				if start < 0 {
-					start = 0
-				}
-				if stop > length {
-					stop = length
-				}
+				start, stop = max(start, 0), min(stop, len(s))
 				if start >= stop {
 					return NewString(""), nil
 				}
 				return NewString(s[start:stop]), nil
 			}
-
-			if step == -1 {
-				if start >= length {
-					start = length - 1
-				}
-				if stop < -1 {
-					stop = -1
-				}
-				if start <= stop {
-					return NewString(""), nil
-				}
-				buf := make([]byte, 0, start-stop)
-				for i := start; i > stop; i-- {
-					buf = append(buf, s[i])
-				}
-				return NewString(string(buf)), nil
-			}
-			// Fall through to the general path for unusual steps.
+			return NewString(string(sliceOf([]byte(s), start, stop, step))), nil
 		}
-
 		runes := []rune(s)
-		length := len(runes)
-		start, stop, step := resolveSlice(n, e, length)
-		var result []rune
-		if step > 0 {
-			for i := start; i < stop; i += step {
-				if i >= 0 && i < length {
-					result = append(result, runes[i])
-				}
-			}
-		} else if step < 0 {
-			for i := start; i > stop; i += step {
-				if i >= 0 && i < length {
-					result = append(result, runes[i])
-				}
-			}
-		}
-		return NewString(string(result)), nil
+		start, stop, step := resolveSlice(n, e, len(runes))
+		return NewString(string(sliceOf(runes, start, stop, step))), nil
 	}
-
 	return Undefined(), nil
+}
+
+// sliceOf is items[start:stop:step] in Python's sense, for the bounds resolveSlice gives
+// (step is never 0): a new slice, since aliasing items would let a later List.Append write
+// into the source's backing array.
+func sliceOf[T any](items []T, start, stop, step int) []T {
+	length := len(items)
+	if step == 1 {
+		// the overwhelmingly common case (messages[1:] in chat templates): one copy
+		start, stop = max(start, 0), min(stop, length)
+		if start >= stop {
+			return nil
+		}
+		return slices.Clone(items[start:stop])
+	}
+	// pre-sized to the most iterations, against append's geometric growth
+	var count int
+	if step > 0 {
+		count = (stop - start + step - 1) / step
+	} else {
+		count = (start - stop - step - 1) / -step
+	}
+	var out []T
+	if count > 0 {
+		out = make([]T, 0, count)
+	}
+	for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
+		if i >= 0 && i < length {
+			out = append(out, items[i])
+		}
+	}
+	return out
 }
 
 // isASCII reports whether s contains only 7-bit ASCII bytes. Used to
