@@ -102,7 +102,6 @@ func scan(source string) ([]segment, error) {
 		contentStart := i
 
 		// Scan forward for the matching closer, respecting quoted strings.
-		trimRight := false
 		found := false
 
 		for i < len(source) {
@@ -146,30 +145,16 @@ func scan(source string) ([]segment, error) {
 				continue
 			}
 
-			// Check for trim-right flag followed by the closer.
-			if ch == '-' && i+2 < len(source) && source[i+1] == closer[0] && source[i+2] == closer[1] {
-				trimRight = true
+			// The two-character closer, or a trim-right flag followed by it.
+			trimRight := ch == '-' && i+2 < len(source) && source[i+1] == closer[0] && source[i+2] == closer[1]
+			if trimRight || (i+1 < len(source) && ch == closer[0] && source[i+1] == closer[1]) {
 				contentEnd := i
-				i += 3
-				col += 3
-
-				segs = append(segs, segment{
-					kind:      kind,
-					text:      source[contentStart:contentEnd],
-					trimLeft:  trimLeft,
-					trimRight: trimRight,
-					line:      tagLine,
-					col:       tagCol,
-				})
-				found = true
-				break
-			}
-
-			// Check for the two-character closer.
-			if i+1 < len(source) && ch == closer[0] && source[i+1] == closer[1] {
-				contentEnd := i
-				i += 2
-				col += 2
+				width := 2
+				if trimRight {
+					width = 3
+				}
+				i += width
+				col += width
 
 				segs = append(segs, segment{
 					kind:      kind,
