@@ -377,22 +377,15 @@ func (e *evaluator) execCall(n *callNode) error {
 			return fmt.Errorf("call: expression is not callable")
 		}
 
-		var args []Value
-		for _, a := range callEx.args {
-			av, err := e.evalExpr(a)
-			if err != nil {
-				return err
-			}
-			args = append(args, av)
+		args, kwargs, err := e.evalArgs(nil, callEx.args, callEx.kwargs)
+		if err != nil {
+			return err
 		}
-
-		kwargs := map[string]Value{"caller": caller}
-		for _, kw := range callEx.kwargs {
-			v, err := e.evalExpr(kw.value)
-			if err != nil {
-				return err
-			}
-			kwargs[kw.name] = v
+		if kwargs == nil {
+			kwargs = map[string]Value{}
+		}
+		if _, given := kwargs["caller"]; !given {
+			kwargs["caller"] = caller
 		}
 
 		result, err := fn.AsCallable().Fn(args, kwargs)

@@ -393,28 +393,37 @@ func (e *evaluator) evalCallExpr(n *callExpr) (Value, error) {
 		return Undefined(), fmt.Errorf("%s is not callable: %s", callableName(n.fn), fn.String())
 	}
 
-	args := make([]Value, len(n.args))
-	for i, a := range n.args {
+	args, kwargs, err := e.evalArgs(nil, n.args, n.kwargs)
+	if err != nil {
+		return Undefined(), err
+	}
+	return fn.AsCallable().Fn(args, kwargs)
+}
+
+// evalArgs evaluates a call's arguments, after lead (a filter's input), and its keyword
+// arguments (nil when there are none).
+func (e *evaluator) evalArgs(lead []Value, exprs []expr, kws []kwarg) ([]Value, map[string]Value, error) {
+	args := make([]Value, len(lead), len(lead)+len(exprs))
+	copy(args, lead)
+	for _, a := range exprs {
 		v, err := e.evalExpr(a)
 		if err != nil {
-			return Undefined(), err
+			return nil, nil, err
 		}
-		args[i] = v
+		args = append(args, v)
 	}
-
 	var kwargs map[string]Value
-	if len(n.kwargs) > 0 {
-		kwargs = make(map[string]Value, len(n.kwargs))
-		for _, kw := range n.kwargs {
+	if len(kws) > 0 {
+		kwargs = make(map[string]Value, len(kws))
+		for _, kw := range kws {
 			v, err := e.evalExpr(kw.value)
 			if err != nil {
-				return Undefined(), err
+				return nil, nil, err
 			}
 			kwargs[kw.name] = v
 		}
 	}
-
-	return fn.AsCallable().Fn(args, kwargs)
+	return args, kwargs, nil
 }
 
 func callableName(ex expr) string {
@@ -453,29 +462,11 @@ func (e *evaluator) evalFilter(n *filterExpr) (Value, error) {
 		return Undefined(), fmt.Errorf("filter %q is not callable", n.name)
 	}
 
-	// Build args: input as first, then additional args.
-	args := make([]Value, 1+len(n.args))
-	args[0] = input
-	for i, a := range n.args {
-		v, err := e.evalExpr(a)
-		if err != nil {
-			return Undefined(), err
-		}
-		args[i+1] = v
+	// the input first, then the filter's own arguments
+	args, kwargs, err := e.evalArgs([]Value{input}, n.args, n.kwargs)
+	if err != nil {
+		return Undefined(), err
 	}
-
-	var kwargs map[string]Value
-	if len(n.kwargs) > 0 {
-		kwargs = make(map[string]Value, len(n.kwargs))
-		for _, kw := range n.kwargs {
-			v, err := e.evalExpr(kw.value)
-			if err != nil {
-				return Undefined(), err
-			}
-			kwargs[kw.name] = v
-		}
-	}
-
 	return filterVal.AsCallable().Fn(args, kwargs)
 }
 
@@ -485,13 +476,9 @@ func (e *evaluator) evalTestExpr(n *testExpr) (Value, error) {
 		return Undefined(), err
 	}
 
-	var testArgs []Value
-	for _, a := range n.args {
-		v, err := e.evalExpr(a)
-		if err != nil {
-			return Undefined(), err
-		}
-		testArgs = append(testArgs, v)
+	testArgs, _, err := e.evalArgs(nil, n.args, nil)
+	if err != nil {
+		return Undefined(), err
 	}
 
 	result, err := evalTest(n.name, val, testArgs)
