@@ -32,6 +32,16 @@ func scan(source string) ([]segment, error) {
 	line := 1
 	col := 1
 	i := 0
+	// advance moves past source[i], keeping line and col.
+	advance := func() {
+		if source[i] == '\n' {
+			line++
+			col = 1
+		} else {
+			col++
+		}
+		i++
+	}
 	textStart := 0
 	textLine := 1
 	textCol := 1
@@ -39,13 +49,7 @@ func scan(source string) ([]segment, error) {
 	for i < len(source) {
 		// Look for a two-character tag opener starting with '{'.
 		if source[i] != '{' || i+1 >= len(source) {
-			if source[i] == '\n' {
-				line++
-				col = 1
-			} else {
-				col++
-			}
-			i++
+			advance()
 			continue
 		}
 
@@ -64,13 +68,7 @@ func scan(source string) ([]segment, error) {
 			kind = segComment
 			closer = "#}"
 		default:
-			if source[i] == '\n' {
-				line++
-				col = 1
-			} else {
-				col++
-			}
-			i++
+			advance()
 			continue
 		}
 
@@ -111,36 +109,15 @@ func scan(source string) ([]segment, error) {
 			// Comments are raw text until #}, so don't treat quotes specially there.
 			if kind != segComment && (ch == '\'' || ch == '"') {
 				quote := ch
-				if ch == '\n' {
-					line++
-					col = 1
-				} else {
-					col++
-				}
-				i++
+				advance()
 				for i < len(source) && source[i] != quote {
 					if source[i] == '\\' && i+1 < len(source) {
-						// Skip escaped character.
-						if source[i+1] == '\n' {
-							line++
-							col = 1
-						} else {
-							col++
-						}
-						i++
+						advance() // the backslash; the escaped character follows
 					}
-					if source[i] == '\n' {
-						line++
-						col = 1
-					} else {
-						col++
-					}
-					i++
+					advance()
 				}
 				if i < len(source) {
-					// Skip closing quote.
-					col++
-					i++
+					advance() // the closing quote
 				}
 				continue
 			}
@@ -167,14 +144,7 @@ func scan(source string) ([]segment, error) {
 				found = true
 				break
 			}
-
-			if ch == '\n' {
-				line++
-				col = 1
-			} else {
-				col++
-			}
-			i++
+			advance()
 		}
 
 		if !found {
