@@ -1,6 +1,4 @@
-// Package quant writes a GGUF model's weights in other dtypes: one dtype for every matrix, or
-// llama.cpp's K-quant mixes (xpu quantize).
-package quant
+package llm
 
 import (
 	"bytes"
