@@ -1,4 +1,3 @@
-// Package neon holds the Go tests of the NEON CPU plugin (libxpu-neon*.so, C11 in csrc/): they
-// load the built plugin through the loader and check its kernels, thread pool and ABI behaviour
-// beyond the conformance suite (README.md describes the plugin).
+// Package neon holds the Go tests of the CPU plugin (NEON kernels; SIMDe on x86-64). Its C
+// sources build build/plugins/libxpu-neon*.so, which the loader opens at run time.
 package neon

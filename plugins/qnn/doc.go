@@ -1,4 +1,3 @@
-// Package qnn holds the Go tests of the QNN NPU plugin (libxpu-qnn.so, C11 in src/): they run the
-// conformance suite on the built plugin over the clean-room QNN provider of emu/ and check its
-// context options, context-binary cache, W8A8 blocks and probing (README.md describes the plugin).
+// Package qnn holds the Go tests of the Qualcomm QNN NPU plugin and its emulated provider. Its C
+// sources build build/plugins/libxpu-qnn*.so, which the loader opens at run time.
 package qnn
