@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -324,30 +325,7 @@ func (b *Batch) prefill(ctx context.Context, r *Runner, tokens []int32) ([]float
 // whose ctx ends while the chunk waits leaves the queue; once running, the chunk finishes first.
 func (b *Batch) queueChunk(ctx context.Context, job *chunkJob) ([]float32, error) {
 	job.out = make(chan batchResult, 1)
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return nil, ErrBatchClosed
-	}
-	b.chunks = append(b.chunks, job)
-	b.mu.Unlock()
-	b.wake()
-	select {
-	case res := <-job.out:
-		return res.logits, res.err
-	case <-ctx.Done():
-	}
-	b.mu.Lock()
-	for i, j := range b.chunks {
-		if j == job {
-			b.chunks = append(b.chunks[:i], b.chunks[i+1:]...)
-			b.mu.Unlock()
-			return nil, ctx.Err()
-		}
-	}
-	b.mu.Unlock()
-	res := <-job.out
-	return res.logits, res.err
+	return enqueue(ctx, b, &b.chunks, job, job.out)
 }
 
 // decodesNext counts r, whose prompt just went in, among the sequences that decode: the next
@@ -382,29 +360,34 @@ func (b *Batch) decode(ctx context.Context, r *Runner, token int32) ([]float32, 
 		return nil, err
 	}
 	req := &batchReq{r: r, token: token, out: make(chan batchResult, 1)}
+	return enqueue(ctx, b, &b.pending, req, req.out)
+}
+
+// enqueue queues item on q for the stepper and waits for its result. A caller whose ctx ends
+// while the item waits takes it back; once the stepper has taken it, it finishes first (a
+// decode's cache row, a chunk's rows, are written either way).
+func enqueue[T comparable](ctx context.Context, b *Batch, q *[]T, item T, out <-chan batchResult) ([]float32, error) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return nil, ErrBatchClosed
 	}
-	b.pending = append(b.pending, req)
+	*q = append(*q, item)
 	b.mu.Unlock()
 	b.wake()
 	select {
-	case res := <-req.out:
+	case res := <-out:
 		return res.logits, res.err
 	case <-ctx.Done():
 	}
 	b.mu.Lock()
-	for i, p := range b.pending {
-		if p == req {
-			b.pending = append(b.pending[:i], b.pending[i+1:]...)
-			b.mu.Unlock()
-			return nil, ctx.Err()
-		}
+	if i := slices.Index(*q, item); i >= 0 {
+		*q = slices.Delete(*q, i, i+1)
+		b.mu.Unlock()
+		return nil, ctx.Err()
 	}
 	b.mu.Unlock()
-	res := <-req.out
+	res := <-out
 	return res.logits, res.err
 }
 
