@@ -183,15 +183,8 @@ func NewBatch(ctx context.Context, m *Model, dev core.Device, n int, opts ...Run
 			err = errors.Join(err, b.closeAll())
 		}
 	}()
-	a := b.rt.Arena()
-	alloc := func(size int64) sched.Span {
-		if err != nil {
-			return sched.Span{}
-		}
-		var s sched.Span
-		s, err = a.Alloc(size)
-		return s
-	}
+	al := b.rt.Arena().Allocs()
+	alloc := al.Alloc
 	for range c.Layers {
 		b.kv = append(b.kv, [2]sched.Span{alloc(int64(n) * b.cap * b.rowBytes[0]), alloc(int64(n) * b.cap * b.rowBytes[1])})
 	}
@@ -199,7 +192,7 @@ func NewBatch(ctx context.Context, m *Model, dev core.Device, n int, opts ...Run
 	if f := c.RopeFreqFactors; f != nil {
 		b.cos, b.sin = alloc(int64(n*len(f)*4)), alloc(int64(n*len(f)*4))
 	}
-	if err != nil {
+	if err = al.Err; err != nil {
 		return nil, fmt.Errorf("llm: batch of %d: caches: %w", n, err)
 	}
 	plan := &sched.Plan{Units: []string{spec.String()}, Prefill: sched.PhasePlan{Rules: []sched.Rule{{Unit: "0"}}}}
@@ -601,19 +594,12 @@ func (b *Batch) compile(ctx context.Context, n int) (*batchProg, error) {
 	spec := sched.ProgramSpec{Name: fmt.Sprintf("decode (batch %d)", n), Phase: sched.PhaseDecode, Lanes: 1}
 	var x, q [2]sched.Span
 	var logits sched.Span
-	var err error
-	alloc := func(size int64) sched.Span {
-		if err != nil {
-			return sched.Span{}
-		}
-		var s sched.Span
-		s, err = a.Alloc(size)
-		return s
-	}
+	al := a.Allocs()
 	for i := range 2 {
-		x[i], q[i] = alloc(int64(n*cfg.Dim*4)), alloc(int64(n*cfg.Heads*cfg.HeadDim*4))
+		x[i], q[i] = al.Alloc(int64(n*cfg.Dim*4)), al.Alloc(int64(n*cfg.Heads*cfg.HeadDim*4))
 	}
-	logits = alloc(int64(n * cfg.Vocab * 4))
+	logits = al.Alloc(int64(n * cfg.Vocab * 4))
+	err := al.Err
 	if err != nil {
 		return nil, fmt.Errorf("llm: activations of a batch of %d: %w", n, err)
 	}
