@@ -32,6 +32,7 @@ func abiCases() []testCase {
 		{"null-pointers", (*abiCheck).nullPointers},
 		{"fences-and-submit", (*abiCheck).fences},
 		{"release-in-flight", (*abiCheck).releaseInFlight},
+		{"fence-chain", (*abiCheck).fenceChain},
 	}
 	var cs []testCase
 	for _, c := range cases {
@@ -664,4 +665,89 @@ func (c *abiCheck) releaseInFlight() {
 	c.expect("fence_signal(gate)", gate, c.p.FenceSignal(gate, 1), abi.StatusOK)
 	c.expect("fence_wait(done)", done, c.p.FenceWait(done, 1, 30*time.Second), abi.StatusOK)
 	c.checkAdd()
+}
+
+// fenceChain: a submission gated on a host-signalled fence does not run before the signal, and
+// a second one, reading the first's output and waiting on the first's signal, runs after it with
+// no host call in between (the first's output, 3i, plus 2i: 5i). A synchronous device (no async
+// cap) runs a submission before submit returns: its gate opens first.
+func (c *abiCheck) fenceChain() {
+	di, st := c.p.DeviceInfo(c.dev)
+	if !c.must("device_info", 0, st) {
+		return
+	}
+	async := di.Caps.Has(core.CapAsync)
+	ctx, ok := c.context()
+	if !ok {
+		return
+	}
+	exe, ok := c.executable(ctx)
+	if !ok {
+		return
+	}
+	x1, ok := c.execution(exe)
+	if !ok {
+		return
+	}
+	x2, ok := c.execution(exe)
+	if !ok {
+		return
+	}
+	gate, st1 := c.p.FenceCreate(ctx, 0)
+	done, st2 := c.p.FenceCreate(ctx, 0)
+	if !c.must("fence_create", ctx, st1) || !c.must("fence_create", ctx, st2) {
+		return
+	}
+	c.undo = append(c.undo, func() { c.p.FenceRelease(gate); c.p.FenceRelease(done) })
+	c.bindAdd(ctx, x1)
+	if c.fatal {
+		return
+	}
+	b, out := make([]float32, 16), make([]byte, 64)
+	for i := range b {
+		b[i] = float32(2 * i)
+	}
+	second := [3]uint64{c.added.bufs[2]}
+	for io, data := range [][]byte{nil, core.EncodeF32(b), out} {
+		if io > 0 {
+			buf, ok := c.buffer(ctx, 64)
+			if !ok {
+				return
+			}
+			c.must("buffer_write", buf, c.p.BufferWrite(buf, 0, data))
+			second[io] = buf
+		}
+		c.must(fmt.Sprintf("execution_bind(%d) of the second", io), x2, c.p.ExecutionBind(x2, uint32(io), second[io], 0))
+	}
+	if c.fatal {
+		return
+	}
+	if !async {
+		c.expect("fence_signal(gate)", gate, c.p.FenceSignal(gate, 1), abi.StatusOK)
+	}
+	if !c.must("execution_submit(first, waiting on the host)", x1, c.p.ExecutionSubmit(x1,
+		[]abi.FencePoint{{Fence: gate, Value: 1}}, &abi.FencePoint{Fence: done, Value: 1})) {
+		return
+	}
+	if !c.must("execution_submit(second, waiting on the first)", x2, c.p.ExecutionSubmit(x2,
+		[]abi.FencePoint{{Fence: done, Value: 1}}, &abi.FencePoint{Fence: done, Value: 2})) {
+		c.p.FenceSignal(gate, 1)
+		return
+	}
+	if async {
+		c.expect("fence_wait(the chain before the gate opened, 50 ms)", done, c.p.FenceWait(done, 2, 50*time.Millisecond), abi.StatusTimeout)
+		c.expect("fence_signal(gate)", gate, c.p.FenceSignal(gate, 1), abi.StatusOK)
+	}
+	if !c.expect("fence_wait(the chain's end)", done, c.p.FenceWait(done, 2, 30*time.Second), abi.StatusOK) {
+		return
+	}
+	if !c.must("buffer_read", second[2], c.p.BufferRead(second[2], 0, out)) {
+		return
+	}
+	for i, v := range core.DecodeF32(out) {
+		if v != float32(5*i) {
+			c.res.fail(CatMismatch, "the chained ADD's output %d is %g, want %d", i, v, 5*i)
+			return
+		}
+	}
 }

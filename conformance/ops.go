@@ -397,16 +397,22 @@ func getRowsCases() []testCase {
 				}}))
 		}
 		dt := dt
-		cs = append(cs, graphCase(2, "GET_ROWS", dt.String(),
-			caseName("GET_ROWS", "table", dt, "bad_id", true),
-			graphSpec{expectErr: core.ErrInvalidArgument, build: func(b *builder) {
-				ids := b.inData("ids", core.I32, core.Shape{3}, core.EncodeI32([]int32{1, 10, 2}))
-				k := int64(32)
-				if dt.KQuant() {
-					k = core.QKK
-				}
-				b.g.Output(getRows(b, dt, core.Shape{10, k}, ids))
-			}}))
+		// an id past the table's end, and a negative one
+		for _, bad := range []struct {
+			key string
+			ids []int32
+		}{{"bad_id", []int32{1, 10, 2}}, {"negative_id", []int32{1, -1, 2}}} {
+			cs = append(cs, graphCase(2, "GET_ROWS", dt.String(),
+				caseName("GET_ROWS", "table", dt, bad.key, true),
+				graphSpec{expectErr: core.ErrInvalidArgument, build: func(b *builder) {
+					ids := b.inData("ids", core.I32, core.Shape{3}, core.EncodeI32(bad.ids))
+					k := int64(32)
+					if dt.KQuant() {
+						k = core.QKK
+					}
+					b.g.Output(getRows(b, dt, core.Shape{10, k}, ids))
+				}}))
+		}
 	}
 	return cs
 }

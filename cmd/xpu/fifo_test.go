@@ -13,7 +13,7 @@ import (
 
 	"github.com/xpuhub/xpu/llm/gguf"
 	"github.com/xpuhub/xpu/llm/w8a8"
-	"github.com/xpuhub/xpu/sched/aecs"
+	"github.com/xpuhub/xpu/sched/coresel"
 	"github.com/xpuhub/xpu/sched/cputopo"
 )
 
@@ -96,9 +96,9 @@ func TestFIFOsRefused(t *testing.T) {
 			requirePlugins(t, "neon")
 			top, err := cputopo.Read()
 			require.NoError(t, err)
-			d, err := aecs.CacheDir()
+			d, err := coresel.CacheDir()
 			require.NoError(t, err)
-			mkfifo(t, filepath.Join(d, aecs.MeasuredFingerprint(top, "neon")+".json"))
+			mkfifo(t, filepath.Join(d, coresel.MeasuredFingerprint(top, "neon")+".json"))
 			return []string{"run", "--model", model, "-n", "1", "--backend", "neon"}
 		}, 0, "not a regular file"},
 		{"probe/ in the cache", func(t *testing.T, _, cache string) []string {

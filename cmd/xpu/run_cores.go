@@ -4,13 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
-	"strings"
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
-	"github.com/xpuhub/xpu/sched/aecs"
+	"github.com/xpuhub/xpu/sched/coresel"
 	"github.com/xpuhub/xpu/sched/cputopo"
 )
 
@@ -37,7 +35,7 @@ func cpuListOptions(name, list string) (map[string]string, error) {
 
 // choosePhaseCores reads the flags (a malformed list is an error) or, when neither is given,
 // the run goes to one unit of backend ("" = the policy's pick, which may be neon) and the
-// cache is not disabled (--no-aecs, XPU_AECS=off), the stored selection. No selection is nil.
+// cache is not disabled (--no-aecs), the stored selection. No selection is nil.
 // An unreadable cache or topology is a warning on w: the run goes on with the default cores.
 func choosePhaseCores(w io.Writer, prefill, decode, backend string, oneUnit, noAECS bool) (*phaseCores, error) {
 	p, err := cpuListOptions("cpus-prefill", prefill)
@@ -51,7 +49,7 @@ func choosePhaseCores(w io.Writer, prefill, decode, backend string, oneUnit, noA
 	if p != nil || d != nil {
 		return &phaseCores{prefill: p, decode: d, from: "--cpus-prefill/--cpus-decode"}, nil
 	}
-	if noAECS || strings.EqualFold(os.Getenv("XPU_AECS"), "off") || !oneUnit || (backend != "" && backend != "neon") {
+	if noAECS || !oneUnit || (backend != "" && backend != "neon") {
 		return nil, nil
 	}
 	top, err := cputopo.Read()
@@ -59,8 +57,8 @@ func choosePhaseCores(w io.Writer, prefill, decode, backend string, oneUnit, noA
 		fmt.Fprintf(w, "cores: no stored selection used: %v\n", err)
 		return nil, nil
 	}
-	rec, path, err := aecs.LoadMeasured(top, "neon")
-	if errors.Is(err, aecs.ErrNoRecord) {
+	rec, path, err := coresel.LoadMeasured(top, "neon")
+	if errors.Is(err, coresel.ErrNoRecord) {
 		return nil, nil
 	}
 	if err == nil {
@@ -74,7 +72,7 @@ func choosePhaseCores(w io.Writer, prefill, decode, backend string, oneUnit, noA
 		return nil, nil
 	}
 	return &phaseCores{prefill: p, decode: d, stored: true,
-		from: fmt.Sprintf("stored by xpu tune --energy in %s (--no-aecs or XPU_AECS=off: not used)", path)}, nil
+		from: fmt.Sprintf("stored by xpu tune --energy in %s (--no-aecs: not used)", path)}, nil
 }
 
 // option is the runner option (nil for no selection).

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xpuhub/xpu/sched/aecs"
+	"github.com/xpuhub/xpu/sched/coresel"
 	"github.com/xpuhub/xpu/sched/cputopo"
 )
 
@@ -26,18 +26,18 @@ func storeSelection(t *testing.T) string {
 	}
 	one := make(cputopo.Selection, len(top.Clusters))
 	one[0] = 1
-	rec, err := aecs.NewRecord(top, &aecs.Result{Prefill: top.Counts(), Decode: one},
-		aecs.MeasuredFingerprint(top, "neon"), "measured", "test", "stories260K", 50)
+	rec, err := coresel.NewRecord(top, &coresel.Result{Prefill: top.Counts(), Decode: one},
+		coresel.MeasuredFingerprint(top, "neon"), "measured", "test", "stories260K", 50)
 	require.NoError(t, err)
-	dir, err := aecs.CacheDir()
+	dir, err := coresel.CacheDir()
 	require.NoError(t, err)
-	path, err := aecs.Save(dir, rec)
+	path, err := coresel.Save(dir, rec)
 	require.NoError(t, err)
 	return path
 }
 
 // TestRunPhaseCores: xpu run on neon takes the selection stored by xpu tune --energy and says
-// so; an explicit --cpus-* flag wins; XPU_AECS=off and --no-aecs turn the cache off; the text
+// so; an explicit --cpus-* flag wins; --no-aecs turns the cache off; the text
 // is the greedy one whichever cores run it.
 func TestRunPhaseCores(t *testing.T) {
 	p := storiesPath(t)
@@ -58,18 +58,15 @@ func TestRunPhaseCores(t *testing.T) {
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		name string
-		env  string
 		args []string
 		line string // "" : no cores line
 	}{
-		{"stored", "", nil, "cores: prefill cpus=" + cputopo.FormatCPUList(all) + ", decode cpus=0 (stored by xpu tune --energy in " + path},
-		{"flag wins", "", []string{"--cpus-decode", "1"}, "cores: prefill the backend's default, decode cpus=1 (--cpus-prefill/--cpus-decode)"},
-		{"both flags", "", []string{"--cpus-prefill", "0-1", "--cpus-decode", "0"}, "cores: prefill cpus=0,1, decode cpus=0 (--cpus-prefill/--cpus-decode)"},
-		{"XPU_AECS=off", "off", nil, ""},
-		{"--no-aecs", "", []string{"--no-aecs"}, ""},
+		{"stored", nil, "cores: prefill cpus=" + cputopo.FormatCPUList(all) + ", decode cpus=0 (stored by xpu tune --energy in " + path},
+		{"flag wins", []string{"--cpus-decode", "1"}, "cores: prefill the backend's default, decode cpus=1 (--cpus-prefill/--cpus-decode)"},
+		{"both flags", []string{"--cpus-prefill", "0-1", "--cpus-decode", "0"}, "cores: prefill cpus=0,1, decode cpus=0 (--cpus-prefill/--cpus-decode)"},
+		{"--no-aecs", []string{"--no-aecs"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv("XPU_AECS", tc.env)
 			code, out, errOut = runCLI(t, append(append([]string{}, base...), tc.args...)...)
 			require.Equal(t, 0, code, errOut)
 			assert.True(t, strings.HasPrefix(string(want), strings.TrimSuffix(out, "\n")), out)

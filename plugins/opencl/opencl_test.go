@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -100,8 +101,7 @@ func TestConformance(t *testing.T) {
 // a CPU device, takes the independent-item ones by default, so the GPU family is put through
 // the suite explicitly.
 func TestConformanceGPUKernels(t *testing.T) {
-	t.Setenv("XPU_OPENCL_KERNELS", "gpu") // read at context creation
-	b := openBackend(t)
+	b := withContextOptions{openBackend(t), map[string]string{"kernels": "gpu"}}
 	rep, err := conformance.Run(context.Background(), b,
 		conformance.WithFilter(regexp.MustCompile(`^(MATMUL|ATTENTION|GRAPH)`)))
 	require.NoError(t, err)
@@ -113,6 +113,9 @@ func TestConformanceGPUKernels(t *testing.T) {
 	assert.Zero(t, rep.Failed)
 	assert.Greater(t, rep.Passed, 20)
 	t.Log(rep.Summary())
+	// the option does reach the plugin: a family it does not know is refused
+	_, err = withContextOptions{b.Backend, map[string]string{"kernels": "tpu"}}.Devices()[0].NewContext(context.Background(), nil)
+	require.Error(t, err)
 }
 
 // Intermediate values share scratch memory once their last reader ran: values read much later
@@ -228,104 +231,6 @@ func TestDeviceInfo(t *testing.T) {
 		assert.Zero(t, in.Peaks.ReadBytesPerSec, "OpenCL's query has no bandwidth")
 	}
 	assert.Equal(t, "opencl", b.Info().Name)
-}
-
-// A submission gated on a host-signalled fence must not run before the signal, and a second
-// one chained on the first's fence runs after it without the host in between.
-func TestFenceChain(t *testing.T) {
-	b := openBackend(t)
-	ctx := context.Background()
-	cc, err := b.Devices()[0].NewContext(ctx, nil)
-	require.NoError(t, err)
-	defer cc.Close()
-
-	g := core.NewGraph()
-	g.Output(g.Scale(g.Input("x", core.F32, 8), 2, 1))
-	exe, err := cc.Prepare(ctx, g)
-	require.NoError(t, err)
-	defer exe.Close()
-	x1, err := exe.NewExecution()
-	require.NoError(t, err)
-	defer x1.Close()
-	x2, err := exe.NewExecution()
-	require.NoError(t, err)
-	defer x2.Close()
-
-	bufs := make([]core.Buffer, 3)
-	for i := range bufs {
-		bufs[i], err = cc.Alloc(32, core.BufferDevice)
-		require.NoError(t, err)
-		defer bufs[i].Close()
-	}
-	require.NoError(t, bufs[0].Write(0, core.EncodeF32([]float32{0, 1, 2, 3, 4, 5, 6, 7})))
-	require.NoError(t, x1.Bind(0, bufs[0], 0))
-	require.NoError(t, x1.Bind(1, bufs[1], 0))
-	require.NoError(t, x2.Bind(0, bufs[1], 0))
-	require.NoError(t, x2.Bind(1, bufs[2], 0))
-
-	gate, err := cc.NewFence(0)
-	require.NoError(t, err)
-	defer gate.Close()
-	done, err := cc.NewFence(0)
-	require.NoError(t, err)
-	defer done.Close()
-	require.NoError(t, x1.Submit([]core.FencePoint{{Fence: gate, Value: 1}}, &core.FencePoint{Fence: done, Value: 1}))
-	require.NoError(t, x2.Submit([]core.FencePoint{{Fence: done, Value: 1}}, &core.FencePoint{Fence: done, Value: 2}))
-
-	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	defer cancel()
-	err = done.Wait(short, 2)
-	require.Error(t, err, "the chain ran before the gate opened")
-	assert.ErrorIs(t, bufs[0].Close(), core.ErrBadState, "a buffer in flight was released")
-	peek := make([]byte, 32) // host transfers do not queue behind the gated work
-	require.NoError(t, bufs[0].Read(0, peek))
-	assert.Equal(t, float32(7), core.DecodeF32(peek)[7])
-
-	require.NoError(t, gate.Signal(1))
-	require.NoError(t, done.Wait(ctx, 2))
-	out := make([]byte, 32)
-	require.NoError(t, bufs[2].Read(0, out))
-	assert.Equal(t, []float32{3, 7, 11, 15, 19, 23, 27, 31}, core.DecodeF32(out))
-}
-
-// GET_ROWS with an id past the table fails the execution with an invalid-argument error.
-func TestGetRowsOutOfRange(t *testing.T) {
-	b := openBackend(t)
-	ctx := context.Background()
-	cc, err := b.Devices()[0].NewContext(ctx, nil)
-	require.NoError(t, err)
-	defer cc.Close()
-	g := core.NewGraph()
-	g.Output(g.GetRows(g.Input("t", core.F32, 4, 8), g.Input("ids", core.I32, 2)))
-	exe, err := cc.Prepare(ctx, g)
-	require.NoError(t, err)
-	defer exe.Close()
-	x, err := exe.NewExecution()
-	require.NoError(t, err)
-	defer x.Close()
-	tb, _ := cc.Alloc(4*8*4, core.BufferDevice)
-	ib, _ := cc.Alloc(8, core.BufferDevice)
-	ob, _ := cc.Alloc(2*8*4, core.BufferDevice)
-	for _, bb := range []core.Buffer{tb, ib, ob} {
-		require.NotNil(t, bb)
-		defer bb.Close()
-	}
-	for i, bb := range []core.Buffer{tb, ib, ob} {
-		require.NoError(t, x.Bind(i, bb, 0))
-	}
-	tests := []struct {
-		ids  []int32
-		fail bool
-	}{{[]int32{0, 3}, false}, {[]int32{1, 4}, true}, {[]int32{-1, 0}, true}, {[]int32{2, 2}, false}}
-	for _, tc := range tests {
-		require.NoError(t, ib.Write(0, core.EncodeI32(tc.ids)))
-		err := x.Run(ctx)
-		if tc.fail {
-			assert.ErrorIs(t, err, core.ErrInvalidArgument, "ids %v", tc.ids)
-		} else {
-			assert.NoError(t, err, "ids %v", tc.ids)
-		}
-	}
 }
 
 // ---------------------------------------------------------------- separate processes
@@ -786,4 +691,30 @@ func BenchmarkRowOps(b *testing.B) {
 			}
 		})
 	}
+}
+
+// withContextOptions opens every context of its backend's devices with opts added: the suite
+// opens its own contexts, without options.
+type withContextOptions struct {
+	core.Backend
+	opts map[string]string
+}
+
+func (b withContextOptions) Devices() []core.Device {
+	var out []core.Device
+	for _, d := range b.Backend.Devices() {
+		out = append(out, optionsDevice{d, b.opts})
+	}
+	return out
+}
+
+type optionsDevice struct {
+	core.Device
+	opts map[string]string
+}
+
+func (d optionsDevice) NewContext(ctx context.Context, options map[string]string) (core.Context, error) {
+	merged := maps.Clone(d.opts)
+	maps.Copy(merged, options)
+	return d.Device.NewContext(ctx, merged)
 }

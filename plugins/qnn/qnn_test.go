@@ -266,55 +266,6 @@ func execute(tb testing.TB, cc core.Context, exe core.Executable, g *core.Graph,
 	return out
 }
 
-// A submission gated on a host-signalled fence does not run before the signal, and a second one
-// chained on the first's fence runs after it without the host in between.
-func TestFenceChain(t *testing.T) {
-	b := openBackend(t)
-	ctx := context.Background()
-	cc, err := b.Devices()[0].NewContext(ctx, nil)
-	require.NoError(t, err)
-	defer cc.Close()
-	g := core.NewGraph()
-	g.Output(g.Scale(g.Input("x", core.F32, 8), 2, 1))
-	exe, err := cc.Prepare(ctx, g)
-	require.NoError(t, err)
-	defer exe.Close()
-	x1, err := exe.NewExecution()
-	require.NoError(t, err)
-	defer x1.Close()
-	x2, err := exe.NewExecution()
-	require.NoError(t, err)
-	defer x2.Close()
-	bufs := make([]core.Buffer, 3)
-	for i := range bufs {
-		bufs[i], err = cc.Alloc(32, core.BufferHostVisible)
-		require.NoError(t, err)
-		defer bufs[i].Close()
-	}
-	require.NoError(t, bufs[0].Write(0, core.EncodeF32([]float32{0, 1, 2, 3, 4, 5, 6, 7})))
-	require.NoError(t, x1.Bind(0, bufs[0], 0))
-	require.NoError(t, x1.Bind(1, bufs[1], 0))
-	require.NoError(t, x2.Bind(0, bufs[1], 0))
-	require.NoError(t, x2.Bind(1, bufs[2], 0))
-	gate, err := cc.NewFence(0)
-	require.NoError(t, err)
-	defer gate.Close()
-	done, err := cc.NewFence(0)
-	require.NoError(t, err)
-	defer done.Close()
-	require.NoError(t, x1.Submit([]core.FencePoint{{Fence: gate, Value: 1}}, &core.FencePoint{Fence: done, Value: 1}))
-	require.NoError(t, x2.Submit([]core.FencePoint{{Fence: done, Value: 1}}, &core.FencePoint{Fence: done, Value: 2}))
-	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	defer cancel()
-	require.Error(t, done.Wait(short, 2), "the chain ran before the gate opened")
-	assert.ErrorIs(t, bufs[0].Close(), core.ErrBadState, "a buffer of a queued submission was released")
-	require.NoError(t, gate.Signal(1))
-	require.NoError(t, done.Wait(ctx, 2))
-	out := make([]byte, 32)
-	require.NoError(t, bufs[2].Read(0, out))
-	assert.Equal(t, []float32{3, 7, 11, 15, 19, 23, 27, 31}, core.DecodeF32(out))
-}
-
 // The context-binary cache removes the finalize on the second prepare: measured in a child
 // process where the emulator's finalize takes finalizeMS and is counted in a stats file.
 func TestCacheSkipsFinalize(t *testing.T) {

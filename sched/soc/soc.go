@@ -19,7 +19,7 @@ import (
 	"strings"
 
 	"github.com/xpuhub/xpu/core"
-	"github.com/xpuhub/xpu/sched/aecs"
+	"github.com/xpuhub/xpu/sched/coresel"
 	"github.com/xpuhub/xpu/sched/dag"
 	"github.com/xpuhub/xpu/sched/profile"
 	"github.com/xpuhub/xpu/sched/solve"
@@ -46,7 +46,7 @@ type SoC struct {
 	CombinedGBs float64 `json:"combined_gbs"`
 	// DefaultSyncUS is the handoff between two units that Sync does not list.
 	DefaultSyncUS float64 `json:"default_sync_us"`
-	// CPUClustersFrom names the sched/aecs description whose performance clusters give the
+	// CPUClustersFrom names the sched/coresel description whose performance clusters give the
 	// int8 rate of units with Int8FromAECS.
 	CPUClustersFrom string            `json:"cpu_clusters_from,omitempty"`
 	Sources         map[string]string `json:"sources"`
@@ -146,7 +146,7 @@ func Parse(b []byte) (*SoC, error) {
 		return nil, err
 	}
 	if s.CPUClustersFrom != "" {
-		a, err := aecs.LoadSoC(s.CPUClustersFrom)
+		a, err := coresel.LoadSoC(s.CPUClustersFrom)
 		if err != nil {
 			return nil, fmt.Errorf("%w: cpu_clusters_from: %w", ErrBad, err)
 		}

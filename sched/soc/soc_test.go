@@ -18,7 +18,7 @@ func TestLoadSD8Gen3(t *testing.T) {
 	s, err := Load("sd8gen3")
 	require.NoError(t, err)
 	cpu := s.Units[s.unitIndex("cpu")]
-	// 1 X4 + 3 A720 + 2 A720 of sched/aecs/socs/sd8gen3.json at 95 % of their maximum
+	// 1 X4 + 3 A720 + 2 A720 of sched/coresel/socs/sd8gen3.json at 95 % of their maximum
 	assert.InDelta(t, 0.95*(130*3.3024+3*100*3.1488+2*100*2.9568)/1000, cpu.TFLOPS["int8"], 1e-9)
 	assert.Equal(t, "int8", cpu.Precision("q4_0"), "llama.cpp's CPU kernels run quantized weights on int8 dot products")
 	npu := s.Units[s.unitIndex("npu")]

@@ -22,6 +22,24 @@ type candidate struct {
 	stages []int
 }
 
+// singleChoice runs an op whole on unit u.
+func singleChoice(u int) Choice { return Choice{Strategy: StrategySingle, Units: []int{u}} }
+
+// within says every op's choice under c is among its options (a unit refuses no op).
+func (c candidate) within(layerOpts, headOpts []map[uint64]Choice) bool {
+	for i, ch := range c.layer {
+		if _, ok := layerOpts[i][ch.mask()]; !ok {
+			return false
+		}
+	}
+	for i, ch := range c.head {
+		if _, ok := headOpts[i][ch.mask()]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // layerChoice is the choice for op j of layer l under c.
 func (c candidate) layerChoice(l, j int) Choice {
 	if c.stages != nil {
@@ -217,29 +235,15 @@ func (s *solver) candidates(rows, kv, nchunks int) (cands []scored, singles []ca
 	for i, op := range s.head {
 		headOpts[i] = s.options(op, rows, kv)
 	}
-	single := func(u int) Choice { return Choice{Strategy: StrategySingle, Units: []int{u}} }
-	feasible := func(c candidate) bool {
-		for i, ch := range c.layer {
-			if _, ok := layerOpts[i][ch.mask()]; !ok {
-				return false
-			}
-		}
-		for i, ch := range c.head {
-			if _, ok := headOpts[i][ch.mask()]; !ok {
-				return false
-			}
-		}
-		return true
-	}
 	for _, u := range s.units {
 		c := candidate{label: "single " + s.p.Units[u].Name}
 		for range s.layer {
-			c.layer = append(c.layer, single(u))
+			c.layer = append(c.layer, singleChoice(u))
 		}
 		for range s.head {
-			c.head = append(c.head, single(u))
+			c.head = append(c.head, singleChoice(u))
 		}
-		if feasible(c) {
+		if c.within(layerOpts, headOpts) {
 			singles = append(singles, c)
 		}
 	}
@@ -274,24 +278,10 @@ func (s *solver) candidates(rows, kv, nchunks int) (cands []scored, singles []ca
 // multi is the multi-unit candidates over the given options, scored by their bound: the
 // latency-optimal chain over every set of units and the placements by op class.
 func (s *solver) multi(layerOpts, headOpts []map[uint64]Choice, rows, kv, nchunks int, family Mode) (cands []scored) {
-	single := func(u int) Choice { return Choice{Strategy: StrategySingle, Units: []int{u}} }
-	feasible := func(c candidate) bool {
-		for i, ch := range c.layer {
-			if _, ok := layerOpts[i][ch.mask()]; !ok {
-				return false
-			}
-		}
-		for i, ch := range c.head {
-			if _, ok := headOpts[i][ch.mask()]; !ok {
-				return false
-			}
-		}
-		return true
-	}
 	var pool []candidate
 	seen := map[string]bool{}
 	addPool := func(c candidate) {
-		if !feasible(c) {
+		if !c.within(layerOpts, headOpts) {
 			return
 		}
 		k := fmt.Sprint(c.layer, c.head)
@@ -331,7 +321,7 @@ func (s *solver) multi(layerOpts, headOpts []map[uint64]Choice, rows, kv, nchunk
 					pick := func(op opDef, opts map[uint64]Choice) Choice {
 						switch {
 						case op.matmul:
-							best, bt := single(a), time.Duration(math.MaxInt64)
+							best, bt := singleChoice(a), time.Duration(math.MaxInt64)
 							for k, ch := range opts {
 								if k&(1<<uint(a)) == 0 || k&^limit != 0 {
 									continue
@@ -342,9 +332,9 @@ func (s *solver) multi(layerOpts, headOpts []map[uint64]Choice, rows, kv, nchunk
 							}
 							return best
 						case op.Class == profile.OpAttention:
-							return single(b)
+							return singleChoice(b)
 						}
-						return single(r)
+						return singleChoice(r)
 					}
 					for i, op := range s.layer {
 						c.layer = append(c.layer, pick(op, layerOpts[i]))

@@ -318,18 +318,13 @@ static void ctx_free(ocl_ctx *c) {
 }
 
 /*
- * Context option "kernels" (else env XPU_OPENCL_KERNELS): "gpu" or "cpu" picks the kernel family
- * (see ocl_ctx.gpu_kernels) instead of the device kind's, so both run on any device: the tests
- * put the GPU family through the suite on PoCL. context_create refuses unknown keys.
+ * Context option "kernels": "gpu" or "cpu" picks the kernel family (see ocl_ctx.gpu_kernels)
+ * instead of the device kind's, so both run on any device: the tests put the GPU family through
+ * the suite on PoCL. context_create refuses unknown keys.
  */
 static int kernel_choice(const char *options, const ocl_device *d, int *gpu) {
   char v[16];
-  const char *env = getenv("XPU_OPENCL_KERNELS");
   int r = xpu_opt_get(options, "kernels", v, sizeof v);
-  if (r == 0 && env && *env) {
-    snprintf(v, sizeof v, "%.15s", env);
-    r = 1;
-  }
   *gpu = d->info.kind != XPU_DEVICE_CPU;
   if (r == 0) return 0;
   if (r > 0 && strcmp(v, "gpu") == 0) *gpu = 1;

@@ -188,10 +188,9 @@ xpu_status graph_prepare(xpu_context ctx, const xpu_prepare_desc *d, xpu_executa
       hc[ncfg++].precision = QNN_PRECISION_FLOAT16;
       hc[ncfg].option = QNN_HTP_GRAPH_CONFIG_OPTION_VTCM_SIZE_IN_MB;
       hc[ncfg++].vtcmSizeInMB = 0;
-      const char *hvx = getenv("XPU_QNN_HVX_THREADS");
-      if (hvx && atoi(hvx) > 0) {
+      if (c->hvx_threads > 0) {
         hc[ncfg].option = QNN_HTP_GRAPH_CONFIG_OPTION_NUM_HVX_THREADS;
-        hc[ncfg++].numHvxThreads = (uint64_t)atoi(hvx);
+        hc[ncfg++].numHvxThreads = c->hvx_threads;
       }
       for (uint32_t i = 0; i < ncfg; i++) {
         gc[i].option = QNN_GRAPH_CONFIG_OPTION_CUSTOM;

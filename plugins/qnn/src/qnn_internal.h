@@ -30,7 +30,15 @@ typedef struct qnn_lib {
   Qnn_BackendHandle_t backend;
   Qnn_DeviceHandle_t device;
   uint32_t power_id; /* the HTP power-config id voted on (0: none) */
+  int power_mode;    /* the vote cast: QNN_PERF_* */
 } qnn_lib;
+
+/* the HTP power votes (context option perf=burst|balanced|off) */
+enum { QNN_PERF_BURST, QNN_PERF_BALANCED, QNN_PERF_OFF };
+/* parses a perf option value; -1 if unknown */
+int qnn_perf_mode(const char *s);
+/* re-votes the HTP's power when mode differs from the vote cast (HTP targets only) */
+void qnn_lib_power(qnn_lib *l, int mode);
 
 /* finds the library (XPU_QNN_LIBRARY, $QNN_SDK_ROOT/lib/<arch>/, beside the plugin); fills
  * path or a reason. Does not open it. */

@@ -122,14 +122,21 @@ const char *qnn_lib_errmsg(const qnn_lib *l, Qnn_ErrorHandle_t e) {
   return "no message";
 }
 
-/* The HTP's power vote (QnnHtpPerfInfrastructure), XPU_QNN_HTP_PERF=burst (the default: DCVS
+int qnn_perf_mode(const char *s) {
+  if (strcmp(s, "burst") == 0) return QNN_PERF_BURST;
+  if (strcmp(s, "balanced") == 0) return QNN_PERF_BALANCED;
+  if (strcmp(s, "off") == 0) return QNN_PERF_OFF;
+  return -1;
+}
+
+/* The HTP's power vote (QnnHtpPerfInfrastructure), context option perf=burst (the default: DCVS
  * off, performance mode, sleep disabled, bus and core at the highest voltage corner, FastRPC
  * polling), balanced (DCVS on between SVS and TURBO, the NOM target) or off (the backend's
  * default vote). A refused vote is logged, never fatal: graphs run at whatever clock there is. */
-static void htp_power_vote(qnn_lib *l) {
-  const char *mode = getenv("XPU_QNN_HTP_PERF");
-  if (mode && strcmp(mode, "off") == 0) return;
-  int burst = !(mode && strcmp(mode, "balanced") == 0);
+static void htp_power_vote(qnn_lib *l, int mode) {
+  l->power_mode = mode;
+  if (mode == QNN_PERF_OFF) return;
+  int burst = mode == QNN_PERF_BURST;
   const QnnHtpDevice_Infrastructure_t *infra = NULL;
   const QnnInterfaceTable_t *f = l->fn;
   if (!f->deviceGetInfrastructure || f->deviceGetInfrastructure(&infra) != QNN_SUCCESS || !infra ||
@@ -195,8 +202,14 @@ xpu_status qnn_lib_start(qnn_lib *l, char *err, size_t cap) {
   }
   /* some backends (CPU) have no device API: NULL device is then the default */
   if (f->deviceCreate && (e = f->deviceCreate(l->log, NULL, &l->device)) != QNN_SUCCESS) l->device = NULL;
-  if (l->target == QNN_BACKEND_ID_HTP) htp_power_vote(l);
+  if (l->target == QNN_BACKEND_ID_HTP) htp_power_vote(l, QNN_PERF_BURST);
   return XPU_OK;
+}
+
+void qnn_lib_power(qnn_lib *l, int mode) {
+  if (l->target != QNN_BACKEND_ID_HTP || mode == l->power_mode) return;
+  htp_power_release(l);
+  htp_power_vote(l, mode);
 }
 
 void qnn_lib_stop(qnn_lib *l) {

@@ -159,22 +159,38 @@ static xpu_status op_support(uint32_t dev, const xpu_op_query *q, uint32_t *verd
 
 /* ---------------------------------------------------------------- contexts */
 
+/* Context options: perf=burst|balanced|off, the HTP power vote (process-wide: the last context
+ * that names one sets it); hvx_threads=N, the HVX threads of this context's HTP graphs. */
+static const char *const ctx_options[] = {"perf", "hvx_threads", NULL};
+
 static xpu_status context_create(uint32_t dev, const char *options, xpu_context *out) {
-  /* no options of its own yet: QNN backend/device configs are left at their defaults */
   if (!out) return xpu_fail(&qnn_reg, 0, XPU_E_INVALID_ARG, "context_create: null output");
-  char oerr[256];
-  if (xpu_opt_check(options, NULL, oerr, sizeof oerr) != 0)
+  char oerr[256], v[32];
+  if (xpu_opt_check(options, ctx_options, oerr, sizeof oerr) != 0)
     return xpu_fail(&qnn_reg, 0, XPU_E_INVALID_ARG, "context_create: %s", oerr);
+  int perf = -1;
+  if (xpu_opt_get(options, "perf", v, sizeof v) > 0 && (perf = qnn_perf_mode(v)) < 0)
+    return xpu_fail(&qnn_reg, 0, XPU_E_INVALID_ARG, "context_create: perf=%s (want burst, balanced or off)", v);
+  uint32_t hvx = 0;
+  if (xpu_opt_get(options, "hvx_threads", v, sizeof v) > 0) {
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || n < 1 || n > 64)
+      return xpu_fail(&qnn_reg, 0, XPU_E_INVALID_ARG, "context_create: hvx_threads=%s (want 1 to 64)", v);
+    hvx = (uint32_t)n;
+  }
   if (!qnn_state.loaded || dev != 0) return xpu_fail(&qnn_reg, 0, XPU_E_INVALID_ARG, "context_create: no device %u", dev);
   char err[512];
   pthread_mutex_lock(&qnn_state.mu);
   xpu_status st = qnn_state.started ? XPU_OK : qnn_lib_start(&qnn_state.lib, err, sizeof err);
   if (st == XPU_OK) qnn_state.started = 1;
+  if (st == XPU_OK && perf >= 0) qnn_lib_power(&qnn_state.lib, perf);
   pthread_mutex_unlock(&qnn_state.mu);
   if (st != XPU_OK) return xpu_fail(&qnn_reg, 0, st, "context_create: %s", err);
   qctx *c = calloc(1, sizeof *c);
   if (!c) return xpu_fail(&qnn_reg, 0, XPU_E_OUT_OF_MEMORY, "context_create: out of memory");
   atomic_init(&c->children, 0);
+  c->hvx_threads = hvx;
   *out = xpu_reg_add(&qnn_reg, T_CTX, c);
   if (!*out) {
     free(c);

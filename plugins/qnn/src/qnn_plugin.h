@@ -38,6 +38,7 @@ void qnn_rpcmem_free(void *p);
 
 typedef struct qctx {
   atomic_uint children;
+  uint32_t hvx_threads; /* context option hvx_threads: the HTP graphs' NUM_HVX_THREADS (0: QNN's) */
 } qctx;
 
 typedef struct qbuf {

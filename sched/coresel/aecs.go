@@ -1,6 +1,6 @@
-// Package aecs is the MNN-AECS tuner (../shared/research/seed-000-aecs.md §2): it searches,
-// once per device, for the decode core selection with the least energy whose speed is within
-// ε of the fastest, in two stages:
+// Package coresel chooses the CPU cores decode runs on: the selection with the least energy
+// whose speed is within ε of the fastest, by the MNN-AECS tuner
+// (../shared/research/seed-000-aecs.md §2). It searches once per device, in two stages:
 //
 //  1. Stage 1, the fastest selection Ĩ: start from one core of the biggest cluster and add the
 //     next-biggest performance core while that makes decode faster (by more than MinGain).
@@ -18,7 +18,7 @@
 // cmd/xpu's tune) and SimTrial (an SoC description's speed and power model) share the search.
 // A selection measured in Stage 1 is not measured again in Stage 2. Results are persisted per
 // device fingerprint (Store).
-package aecs
+package coresel
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package aecs_test
+package coresel_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package aecs
+package coresel
 
 import (
 	"crypto/sha256"
