@@ -13,6 +13,7 @@ import (
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/gguf"
+	"github.com/xpuhub/xpu/llm/quant"
 	"github.com/xpuhub/xpu/llm/w8a8"
 	"github.com/xpuhub/xpu/loader"
 	"github.com/xpuhub/xpu/sched"
@@ -133,8 +134,8 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		}
 	}
 	fmt.Fprintln(tw, "VARIANT\tUNITS\tNMSE\tTOP-1 AGREE\tSHADOW WORK\tGREEDY MATCH")
-	for _, mode := range []llm.ShadowMode{llm.ShadowOff, llm.ShadowOn, llm.ShadowPruned} {
-		w, err := llm.NewW8A8(m, llm.W8A8Config{Calibration: cal, Shadow: mode, Convert: true, Granularity: gran})
+	for _, mode := range []w8a8.ShadowMode{w8a8.ShadowOff, w8a8.ShadowOn, w8a8.ShadowPruned} {
+		w, err := llm.NewW8A8(m, w8a8.Config{Calibration: cal, Shadow: mode, Convert: true, Granularity: gran})
 		if err != nil {
 			return fail(err)
 		}
@@ -167,7 +168,7 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			llm.NMSE(got, want), top1(got, want, m.Config.Vocab), 100*w.ShadowWork(), match)
 	}
 	if *q8 != "" {
-		data, err := llm.QuantizeFile(m.File, core.Q8_0)
+		data, err := quant.Pure(m.File, core.Q8_0)
 		if err != nil {
 			return fail(err)
 		}
