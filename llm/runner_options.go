@@ -6,6 +6,7 @@ import (
 	"maps"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/sparse/host"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -47,7 +48,7 @@ type runnerConfig struct {
 	// tap, when set, is handed every MATMUL input and output after each run (calibration).
 	tap func(w tapWhat, data []byte)
 	// sparse runs the FFNs sparsely (WithSparseFFN); nil runs them dense.
-	sparse SparseFFN
+	sparse host.FFN
 	// slot, for a runner of a Batch, is where its cache lies in the batch's (batch.go).
 	slot *batchSlot
 	// hidden: the last stage outputs the final-normed hidden state instead of the logits

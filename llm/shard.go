@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"sync"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/shard"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -28,123 +28,31 @@ import (
 // unsharded step by the rounding of that sum only. Only one-token steps are sharded: with one
 // row a shard's heads are a contiguous slice of q and of each K/V cache row, bound in place.
 
-// shardCut is a sharded decode's cut of every layer: per shard its KV heads [kv0, kv0+nkv)
-// (with their query heads) and its FFN neurons, as pieces [from, from+count) in neuron order
-// (one per shard, or with adaptive shards the fixed part and the movable pieces it holds).
-type shardCut struct {
-	units    []int // plan unit per shard
-	kv0, nkv []int64
-	ffn      [][][2]int64
-	// shared, with stealing shards, are the FFN's pieces instead of ffn: either of the two
-	// units runs each (StageSpec.Shared), each taking them from its end.
-	shared [][2]int64
-}
+// shardCut is a sharded decode's cut of every layer (shard.Cut) as the runner's stage hook.
+type shardCut struct{ *shard.Cut }
 
-// Adaptive shards (PlanShards.Adapt) move FFN neurons between the two units from token to
-// token: adaptSteps pieces of adaptStep of the neurons on each side of the plan's cut can go
-// either way, so there are 2·adaptSteps+1 cuts, each a decode program of its own.
-const (
-	adaptSteps = 2
-	adaptStep  = 0.03
-)
-
-// cutShards cuts the model's layers by the plan's shares: KV heads whole, neurons in whole
-// blocks of the down projection's quantization (and of 32, a SIMD tile of gate and up rows).
-// It returns one cut, or with adaptive shards every cut, unit 0's neurons rising.
+// cutShards cuts the model's layers by the plan's shares (shard.Cuts).
 func (m *Model) cutShards(ps *sched.PlanShards) ([]*shardCut, error) {
 	if err := m.RequireLlamaShape("decode shards"); err != nil {
 		return nil, err
 	}
 	cfg := m.Config
-	align := int64(32)
+	d := shard.Dims{KVHeads: int64(cfg.KVHeads), Heads: int64(cfg.Heads), HeadDim: int64(cfg.HeadDim), FFN: int64(cfg.FFN)}
+	if w, ok := m.weights["blk.0.attn_output.weight"]; ok {
+		d.AttnOutput = w.dtype
+	}
 	if w, ok := m.weights["blk.0.ffn_down.weight"]; ok {
-		align = max(align, w.dtype.BlockLen())
+		d.FFNDown = w.dtype
 	}
-	base := shardCut{units: ps.Units}
-	heads, neurons := ps.Cut(int64(cfg.KVHeads), 1), ps.Cut(int64(cfg.FFN), align)
-	var kv, f int64
-	var bounds []int64 // where the shards' neurons start, and the end
-	for s := range ps.Units {
-		if heads[s] == 0 || neurons[s] == 0 {
-			return nil, fmt.Errorf("llm: decode shards %v: shard %d gets %d of %d KV heads and %d of %d FFN neurons: %w",
-				ps.Ratio, s, heads[s], cfg.KVHeads, neurons[s], cfg.FFN, core.ErrInvalidArgument)
-		}
-		base.kv0, base.nkv = append(base.kv0, kv), append(base.nkv, heads[s])
-		bounds = append(bounds, f)
-		kv, f = kv+heads[s], f+neurons[s]
+	cuts, err := shard.Cuts(ps, d)
+	if err != nil {
+		return nil, fmt.Errorf("llm: %w", err)
 	}
-	bounds = append(bounds, f)
-	var cuts []*shardCut
-	switch {
-	case ps.Steal:
-		// pieces from each end: a side's share by the fractions, the last piece what is left
-		c := base
-		mid := bounds[1]
-		edges := []int64{0, f} // where pieces meet, from unit 0's end and from unit 1's
-		var cum float64
-		for _, fr := range ps.StealFractions() {
-			cum += fr
-			edges = append(edges, min(int64(math.Round(float64(mid)*cum/float64(align)))*align, mid),
-				max(f-int64(math.Round(float64(f-mid)*cum/float64(align)))*align, mid))
-		}
-		slices.Sort(edges)
-		edges = slices.Compact(edges)
-		for i := 0; i+1 < len(edges); i++ {
-			c.shared = append(c.shared, [2]int64{edges[i], edges[i+1] - edges[i]})
-		}
-		if len(c.shared) < 2 {
-			return nil, fmt.Errorf("llm: stealing decode shards: %d FFN neurons make %d piece: %w", cfg.FFN, len(c.shared),
-				core.ErrInvalidArgument)
-		}
-		c.ffn = [][][2]int64{c.shared[:1], c.shared[len(c.shared)-1:]} // for the checks below: where each side starts
-		cuts = append(cuts, &c)
-	case !ps.Adapt:
-		c := base
-		for s := range ps.Units {
-			c.ffn = append(c.ffn, [][2]int64{{bounds[s], bounds[s+1] - bounds[s]}})
-		}
-		cuts = append(cuts, &c)
-	default:
-		// pieces: unit 0's fixed neurons, the movable ones, unit 1's fixed neurons
-		step := int64(math.Round(float64(cfg.FFN)*adaptStep/float64(align))) * align
-		mid := bounds[1]
-		lo, hi := mid-adaptSteps*step, mid+adaptSteps*step
-		if len(ps.Units) != 2 || step == 0 || lo <= 0 || hi >= f {
-			return nil, fmt.Errorf("llm: adaptive decode shards %v: %d FFN neurons leave no room to move %d pieces of %d on each side of neuron %d: %w",
-				ps.Ratio, cfg.FFN, adaptSteps, step, mid, core.ErrInvalidArgument)
-		}
-		edges := []int64{0}
-		for e := lo; e <= hi; e += step {
-			edges = append(edges, e)
-		}
-		edges = append(edges, f)
-		for v := 1; v < len(edges)-1; v++ {
-			c := base
-			c.ffn = make([][][2]int64, 2)
-			for i := 0; i+1 < len(edges); i++ {
-				s := 0
-				if i >= v {
-					s = 1
-				}
-				c.ffn[s] = append(c.ffn[s], [2]int64{edges[i], edges[i+1] - edges[i]})
-			}
-			cuts = append(cuts, &c)
-		}
+	out := make([]*shardCut, len(cuts))
+	for i, c := range cuts {
+		out[i] = &shardCut{c}
 	}
-	// each shard's columns of the two projections must be whole quantization blocks
-	group, D := int64(cfg.Heads/cfg.KVHeads), int64(cfg.HeadDim)
-	for _, c := range cuts {
-		for s := range c.units {
-			for name, k0 := range map[string]int64{"attn_output": c.kv0[s] * group * D, "ffn_down": c.ffn[s][0][0]} {
-				w, ok := m.weights["blk.0."+name+".weight"]
-				if ok && k0%w.dtype.BlockLen() != 0 {
-					return nil, fmt.Errorf("llm: decode shards %v: a shard's %s columns from %d are not whole %s blocks: %w",
-						ps.Ratio, name, k0, w.dtype, core.ErrUnsupported)
-				}
-			}
-		}
-	}
-	return cuts, nil
+	return out, nil
 }
 
 // rows is the constant of weight name's rows [r0, r0+n) (a bias's elements): a view of the
@@ -197,7 +105,7 @@ func (m *Model) shardQKV(g *core.Graph, sc *shardCut, sb *stageBuild, x *core.Te
 	p := fmt.Sprintf("blk.%d.", l)
 	h := m.norm(g, x, p+"attn_norm.weight")
 	group, D := int64(cfg.Heads/cfg.KVHeads), int64(cfg.HeadDim)
-	for s := range sc.units {
+	for s := range sc.Units {
 		mark := len(g.Nodes)
 		proj := func(name string, r0, heads int64) *core.Tensor {
 			t := g.Named(shardName(name, s)).MatMul(h, m.rows(g, p+name+".weight", r0*D, heads*D))
@@ -206,9 +114,9 @@ func (m *Model) shardQKV(g *core.Graph, sc *shardCut, sb *stageBuild, x *core.Te
 			}
 			return g.Reshape(t, 1, heads, D)
 		}
-		q := m.rope(g, shardName("q_rope", s), proj("attn_q", sc.kv0[s]*group, sc.nkv[s]*group), pos, l)
-		k := m.rope(g, shardName("k_rope", s), proj("attn_k", sc.kv0[s], sc.nkv[s]), pos, l)
-		v := proj("attn_v", sc.kv0[s], sc.nkv[s])
+		q := m.rope(g, shardName("q_rope", s), proj("attn_q", sc.KV0[s]*group, sc.NKV[s]*group), pos, l)
+		k := m.rope(g, shardName("k_rope", s), proj("attn_k", sc.KV0[s], sc.NKV[s]), pos, l)
+		v := proj("attn_v", sc.KV0[s], sc.NKV[s])
 		qs, ks, vs = append(qs, q), append(ks, toKV(g, k, kv.K)), append(vs, toKV(g, v, kv.V))
 		sb.own(g, mark, s)
 	}
@@ -244,8 +152,8 @@ func (m *Model) buildShardedLayerStage(l int, capacity int64, kv kvTypes, sc *sh
 	group, D := int64(cfg.Heads/cfg.KVHeads), int64(cfg.HeadDim)
 	x := g.Input("x", core.F32, 1, int64(cfg.Dim))
 	var qs []*core.Tensor
-	for s := range sc.units {
-		qs = append(qs, g.Input(shardName("q", s), core.F32, 1, sc.nkv[s]*group, D))
+	for s := range sc.Units {
+		qs = append(qs, g.Input(shardName("q", s), core.F32, 1, sc.NKV[s]*group, D))
 	}
 	kc := g.Input("k_cache", kv.K, capacity, int64(cfg.KVHeads), D)
 	vc := g.Input("v_cache", kv.V, capacity, int64(cfg.KVHeads), D)
@@ -253,30 +161,30 @@ func (m *Model) buildShardedLayerStage(l int, capacity int64, kv kvTypes, sc *sh
 	p := fmt.Sprintf("blk.%d.", l)
 	scale := float32(1 / math.Sqrt(float64(D)))
 	var parts []*core.Tensor
-	for s := range sc.units {
+	for s := range sc.Units {
 		mark := len(g.Nodes)
-		nq := sc.nkv[s] * group
+		nq := sc.NKV[s] * group
 		a := g.Named(shardName("attn", s)).Attention(qs[s], kc, vc, core.AttentionOptions{Scale: scale, Causal: true,
-			QOffsetInput: qoff, KVHeadOffset: sc.kv0[s], KVHeads: sc.nkv[s]})
+			QOffsetInput: qoff, KVHeadOffset: sc.KV0[s], KVHeads: sc.NKV[s]})
 		a = g.Reshape(a, 1, nq*D)
-		parts = append(parts, g.Named(shardName("attn_output", s)).MatMul(a, m.columns(g, p+"attn_output.weight", sc.kv0[s]*group*D, nq*D)))
+		parts = append(parts, g.Named(shardName("attn_output", s)).MatMul(a, m.columns(g, p+"attn_output.weight", sc.KV0[s]*group*D, nq*D)))
 		sb.own(g, mark, s)
 	}
 	x = sumInto(g, "attn_residual", x, parts)
 
 	h := m.norm(g, x, p+"ffn_norm.weight")
 	parts = parts[:0]
-	for _, pc := range sc.shared {
+	for _, pc := range sc.Shared {
 		mark := len(g.Nodes)
 		parts = append(parts, m.ffnPiece(g, h, p, "ffn_piece", pc))
 		sb.sharedPiece(g, mark)
 	}
-	for s := range sc.units {
-		if sc.shared != nil {
+	for s := range sc.Units {
+		if sc.Shared != nil {
 			break
 		}
 		mark := len(g.Nodes)
-		for _, pc := range sc.ffn[s] {
+		for _, pc := range sc.FFN[s] {
 			parts = append(parts, m.ffnPiece(g, h, p, shardName("ffn", s), pc))
 		}
 		sb.own(g, mark, s)
@@ -342,8 +250,8 @@ func (sc *shardCut) shardBindings(r *Runner, qIn, qOut []sched.Span, s int) ([][
 		return out, nil
 	}
 	var out [][4]sched.Binding
-	for sh := range sc.units {
-		qOff, qSize := sc.kv0[sh]*group*D*4, sc.nkv[sh]*group*D*4
+	for sh := range sc.Units {
+		qOff, qSize := sc.KV0[sh]*group*D*4, sc.NKV[sh]*group*D*4
 		in, err := lanes(qIn, qOff, qSize)
 		if err != nil {
 			return nil, err
@@ -355,7 +263,7 @@ func (sc *shardCut) shardBindings(r *Runner, qIn, qOut []sched.Span, s int) ([][
 		b := [4]sched.Binding{{Lanes: in}, {Lanes: qo}}
 		if s < cfg.Layers {
 			for i := range 2 {
-				off := sc.kv0[sh] * headBytes[i]
+				off := sc.KV0[sh] * headBytes[i]
 				kv, err := r.kv[s][i].Slice(off, r.kv[s][i].Size-off)
 				if err != nil {
 					return nil, fmt.Errorf("llm: shard bindings: %w", err)
@@ -377,7 +285,7 @@ func (sc *shardCut) build(r *Runner, s int, sb *stageBuild) (*core.Graph, error)
 }
 
 // unit is shard i's plan unit (stageHook).
-func (sc *shardCut) unit(i int) int { return sc.units[i] }
+func (sc *shardCut) unit(i int) int { return sc.Units[i] }
 
 // bind binds each shard's slice of q as "q.shard<s>" and returns, but after the last layer,
 // each shard's q and its heads of the K and V rows, written in place (stageHook).
@@ -401,7 +309,7 @@ func (sc *shardCut) bind(r *Runner, s int, qIn, qOut []sched.Span, byName map[st
 func (sc *shardCut) spec(r *Runner, st *sched.StageSpec) {
 	st.Sharded = true
 	if len(st.Shared) > 0 {
-		st.SharedUnits = [2]int{r.unitIdx[sc.units[0]], r.unitIdx[sc.units[1]]}
+		st.SharedUnits = [2]int{r.unitIdx[sc.Units[0]], r.unitIdx[sc.Units[1]]}
 	}
 }
 
@@ -443,7 +351,7 @@ const adaptSettle = 4
 // observe takes the decode step that just ran and picks the cut for the next one.
 func (a *shardAdapt) observe(r *Runner) {
 	busy := a.progs[a.cur].prog.LastRun().Busy
-	u0, u1 := r.unitIdx[a.cuts[0].units[0]], r.unitIdx[a.cuts[0].units[1]]
+	u0, u1 := r.unitIdx[a.cuts[0].Units[0]], r.unitIdx[a.cuts[0].Units[1]]
 	if u0 >= len(busy) || u1 >= len(busy) {
 		return
 	}
@@ -455,9 +363,9 @@ func (a *shardAdapt) observe(r *Runner) {
 		a.diff = 0.7*a.diff + 0.3*d
 	}
 	a.since++
-	// a piece is adaptStep of the neurons; the FFN is most of a layer's weights, so moving it
+	// a piece is shard.AdaptStep of the neurons; the FFN is most of a layer's weights, so moving it
 	// shifts about that share of the two units' busy time from one to the other
-	shift := adaptStep * 0.8 * (b0 + b1)
+	shift := shard.AdaptStep * 0.8 * (b0 + b1)
 	next := a.cur
 	switch {
 	case a.since < adaptSettle:
@@ -470,16 +378,7 @@ func (a *shardAdapt) observe(r *Runner) {
 		a.cur, a.since = next, 0
 		a.moves++
 		r.shards, r.progs[1] = a.cuts[next], a.progs[next]
-		r.cfg.logger.Debug("llm: adaptive shards moved their cut", "unit0_neurons", neurons(a.cuts[next].ffn[0]),
+		r.cfg.logger.Debug("llm: adaptive shards moved their cut", "unit0_neurons", shard.Neurons(a.cuts[next].FFN[0]),
 			"busy0", b0, "busy1", b1, "moves", a.moves)
 	}
-}
-
-// neurons counts the neurons of pieces.
-func neurons(pieces [][2]int64) int64 {
-	var n int64
-	for _, p := range pieces {
-		n += p[1]
-	}
-	return n
 }

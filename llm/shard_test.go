@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/shard"
 	"github.com/xpuhub/xpu/llm/synth"
 	"github.com/xpuhub/xpu/sched"
 )
@@ -159,14 +160,14 @@ func TestAdaptiveShardsEveryCutGivesTheSameLogits(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, r.Close()) }()
 	require.NotNil(t, r.adapt)
-	require.Len(t, r.adapt.cuts, 2*adaptSteps+1)
+	require.Len(t, r.adapt.cuts, 2*shard.AdaptSteps+1)
 	var first []float32
 	for i, c := range r.adapt.cuts {
-		t.Run(fmt.Sprintf("unit 0 runs %d neurons", neurons(c.ffn[0])), func(t *testing.T) {
+		t.Run(fmt.Sprintf("unit 0 runs %d neurons", shard.Neurons(c.FFN[0])), func(t *testing.T) {
 			if i > 0 {
-				assert.Greater(t, neurons(c.ffn[0]), neurons(r.adapt.cuts[i-1].ffn[0]))
+				assert.Greater(t, shard.Neurons(c.FFN[0]), shard.Neurons(r.adapt.cuts[i-1].FFN[0]))
 			}
-			assert.Equal(t, int64(s.FFN), neurons(c.ffn[0])+neurons(c.ffn[1]))
+			assert.Equal(t, int64(s.FFN), shard.Neurons(c.FFN[0])+shard.Neurons(c.FFN[1]))
 			r.Reset()
 			_, err := r.Prefill(ctx, ids)
 			require.NoError(t, err)
@@ -196,7 +197,7 @@ func TestStealingShardsAreDeterministic(t *testing.T) {
 		WithChunkSize(8), WithContextLength(128))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, r.Close()) }()
-	require.Greater(t, len(r.shards.shared), 2, "the FFN is cut into pieces")
+	require.Greater(t, len(r.shards.Shared), 2, "the FFN is cut into pieces")
 	var first [][]float32
 	for run := range 6 {
 		r.Reset()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/sparse/host"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -134,6 +135,10 @@ func (r *Runner) checkSparse() error {
 	}
 	return nil
 }
+
+// WithSparseFFN runs every layer's FFN sparsely through s (see host.FFN). The model must have
+// a ReLU-family FFN activation; the runner then runs on one unit, one chunk at a time.
+func WithSparseFFN(s host.FFN) RunnerOption { return func(c *runnerConfig) { c.sparse = s } }
 
 // initSparse allocates the bundle cache, has the SparseFFN fill it and prepares the sparse
 // programs for every chunk length.
@@ -366,7 +371,7 @@ func (r *Runner) runSparse(ctx context.Context, sp *sparseProg, row int64, rows 
 
 // buildSparseAttn builds layer l's attention graph for chunk length c: x1 (the residual after
 // attention), h (the FFN input) and, with predictors, their logits.
-func (m *Model) buildSparseAttn(l int, c, capacity int64, kv kvTypes, lay SparseLayout) (*core.Graph, error) {
+func (m *Model) buildSparseAttn(l int, c, capacity int64, kv kvTypes, lay host.Layout) (*core.Graph, error) {
 	cfg := m.Config
 	g := core.NewGraph()
 	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
@@ -406,17 +411,17 @@ func (m *Model) buildSparseAttn(l int, c, capacity int64, kv kvTypes, lay Sparse
 }
 
 // lookAhead says whether layer l's attention graph also computes layer l+1's predictor.
-func lookAhead(lay SparseLayout, l, layers int) bool {
+func lookAhead(lay host.Layout, l, layers int) bool {
 	return lay.LookAhead && len(lay.Predictors) > 0 && l+1 < layers
 }
 
 // sparseInputs adds the bundle cache and an index list input.
-func sparseInputs(g *core.Graph, lay SparseLayout, idx string) (bundles, list *core.Tensor) {
+func sparseInputs(g *core.Graph, lay host.Layout, idx string) (bundles, list *core.Tensor) {
 	return g.Input("bundles", lay.DType, lay.Rows, lay.RowLen), g.Input(idx, core.I32, int64(lay.Neurons))
 }
 
 // buildSparseFFN builds layer l's SPARSE_FFN over the resident bundles ("now").
-func (m *Model) buildSparseFFN(l int, c int64, lay SparseLayout) (*core.Graph, error) {
+func (m *Model) buildSparseFFN(l int, c int64, lay host.Layout) (*core.Graph, error) {
 	g := core.NewGraph()
 	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
 	h := g.Input("h", core.F32, c, int64(m.Config.Dim))
@@ -430,7 +435,7 @@ func (m *Model) buildSparseFFN(l int, c int64, lay SparseLayout) (*core.Graph, e
 
 // buildSparseTail builds the rest of layer l: SPARSE_FFN over the bundles just loaded
 // ("later"), the residual, then layer l+1's q, k, v or the logits.
-func (m *Model) buildSparseTail(l int, c int64, kv kvTypes, lay SparseLayout) (*core.Graph, error) {
+func (m *Model) buildSparseTail(l int, c int64, kv kvTypes, lay host.Layout) (*core.Graph, error) {
 	cfg := m.Config
 	g := core.NewGraph()
 	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -62,7 +61,7 @@ func (r *Runner) specPrefill(ctx context.Context, sc *specConfig, ids []int32, s
 	var spent time.Duration
 	logits, err := r.PrefillEach(ctx, ids, func(i int, l []float32) error {
 		t0 := time.Now()
-		preds[i] = topCandidates(l[:min(len(l), r.m.Tokenizer.Size())], calibrateTop)
+		preds[i] = spec.TopCandidates(l[:min(len(l), r.m.Tokenizer.Size())], calibrateTop)
 		spent += time.Since(t0)
 		return nil
 	})
@@ -77,39 +76,6 @@ func (r *Runner) specPrefill(ctx context.Context, sc *specConfig, ids []int32, s
 	}
 	st.Calibrate = spent + time.Since(t0)
 	return logits, nil
-}
-
-// topCandidates are the k most likely tokens of logits with their softmax probabilities.
-func topCandidates(logits []float32, k int) []draft.Candidate {
-	if len(logits) == 0 {
-		return nil
-	}
-	mx := logits[argmax(logits)]
-	var sum float64
-	for _, l := range logits {
-		sum += math.Exp(float64(l - mx))
-	}
-	top := make([]draft.Candidate, 0, k+1)
-	for i, l := range logits {
-		if len(top) == k && l <= top[k-1].P {
-			continue
-		}
-		c := draft.Candidate{ID: int32(i), P: l}
-		j, _ := slices.BinarySearchFunc(top, c, func(a, b draft.Candidate) int {
-			if a.P > b.P {
-				return -1
-			}
-			return 1
-		})
-		top = slices.Insert(top, j, c)
-		if len(top) > k {
-			top = top[:k]
-		}
-	}
-	for i := range top {
-		top[i].P = float32(math.Exp(float64(top[i].P-mx)) / sum)
-	}
-	return top
 }
 
 // specDecode is Generate's decoding loop with drafts: logits are the prefill's, base the cache

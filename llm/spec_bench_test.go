@@ -228,7 +228,7 @@ func BenchmarkSpecReplay(b *testing.B) {
 		r.Reset()
 		preds := make([][]draft.Candidate, len(ids))
 		if _, err := r.PrefillEach(ctx, ids, func(i int, l []float32) error {
-			preds[i] = topCandidates(l[:m.Tokenizer.Size()], calibrateTop)
+			preds[i] = spec.TopCandidates(l[:m.Tokenizer.Size()], calibrateTop)
 			return nil
 		}); err != nil {
 			b.Fatal(err)

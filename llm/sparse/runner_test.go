@@ -9,25 +9,26 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/sparse/host"
 	"github.com/xpuhub/xpu/loader"
 )
 
-// residentFFN is a SparseFFN with every bundle of every layer in the cache (layer l's rows at
+// residentFFN is a host.FFN with every bundle of every layer in the cache (layer l's rows at
 // l·F) that selects with a Predictor; it hands every other selected row to later, so both of
 // the runner's SPARSE_FFN runs per layer compute something. It tests the runner's side alone.
 type residentFFN struct {
 	s    *Sidecar
 	pred Predictor
-	lay  llm.SparseLayout
+	lay  host.Layout
 }
 
 func newResidentFFN(s *Sidecar, m *llm.Model, pred Predictor) *residentFFN {
 	c := m.Config
-	return &residentFFN{s: s, pred: pred, lay: llm.SparseLayout{DType: s.BundleType, RowLen: int64(BundleWidth(c.Dim, true)),
+	return &residentFFN{s: s, pred: pred, lay: host.Layout{DType: s.BundleType, RowLen: int64(BundleWidth(c.Dim, true)),
 		Rows: int64(c.Layers * c.FFN), Neurons: c.FFN, Act: core.SparseReLU}}
 }
 
-func (f *residentFFN) Layout() llm.SparseLayout { return f.lay }
+func (f *residentFFN) Layout() host.Layout { return f.lay }
 
 func (f *residentFFN) Load(_ context.Context, cache []byte) error {
 	off := 0
@@ -139,12 +140,12 @@ func TestSparseRunnerRefuses(t *testing.T) {
 		{"wrong width", m, func() *residentFFN { f := good(); f.lay.Neurons = 100; return f }, core.ErrInvalidArgument, "does not fit the model"},
 		{"predictor count", m, func() *residentFFN {
 			f := good()
-			f.lay.Predictors = []llm.SparsePredictor{{Rank: 1}}
+			f.lay.Predictors = []host.Predictor{{Rank: 1}}
 			return f
 		}, core.ErrInvalidArgument, "1 predictors for 2 layers"},
 		{"predictor size", m, func() *residentFFN {
 			f := good()
-			f.lay.Predictors = []llm.SparsePredictor{{Rank: 2}, {Rank: 2}}
+			f.lay.Predictors = []host.Predictor{{Rank: 2}, {Rank: 2}}
 			return f
 		}, core.ErrInvalidArgument, "layer 0's predictor (rank 2)"},
 	} {

@@ -11,9 +11,10 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/sparse/host"
 )
 
-// The runtime: the host half of the sparse FFN, an llm.SparseFFN over a sidecar.
+// The runtime: the host half of the sparse FFN, an host.FFN over a sidecar.
 //
 // The memory budget is split into the fixed region (what the runner holds whatever the plan:
 // non-FFN weights, KV cache, predictors; FixedRegion), the hot region (each layer's most
@@ -36,7 +37,7 @@ import (
 // bounded: a selection that does not fit loses its least frequent misses (Stats.Dropped), so
 // decoding is approximate; a budget without room for the fixed region is an error.
 
-// Runtime is the sparse FFN's host half over a sidecar: it implements llm.SparseFFN. Layout,
+// Runtime is the sparse FFN's host half over a sidecar: it implements host.FFN. Layout,
 // Load, Select and the wait functions are called by one goroutine (the runner's); Stats may be
 // called from any goroutine.
 type Runtime struct {
@@ -44,7 +45,7 @@ type Runtime struct {
 	sc       *Sidecar
 	L, F, D  int
 	rowBytes int64
-	lay      llm.SparseLayout
+	lay      host.Layout
 	split    budgetSplit
 	hotBase  []int64 // per layer, the cache row of its bundle row 0
 	coldBase int64   // cache row of cold slot 0
@@ -138,14 +139,14 @@ func NewRuntime(ctx context.Context, m *llm.Model, sc *Sidecar, path string, opt
 	if sc.Activation == ActReLU2 {
 		act = core.SparseReLU2
 	}
-	r.lay = llm.SparseLayout{DType: sc.BundleType, RowLen: int64(BundleWidth(sc.D, sc.Gated)), Neurons: sc.F, Act: act, Ungated: !sc.Gated}
+	r.lay = host.Layout{DType: sc.BundleType, RowLen: int64(BundleWidth(sc.D, sc.Gated)), Neurons: sc.F, Act: act, Ungated: !sc.Gated}
 	r.threshold = sc.PredThreshold + cfg.thOffset
 	if cfg.pred != nil {
 		r.host = cfg.pred
 	} else {
 		// The graphs take the sidecar's F16 predictors as they are mapped: no copy on the heap.
 		for _, ly := range sc.layers {
-			r.lay.Predictors = append(r.lay.Predictors, llm.SparsePredictor{Rank: sc.PredRank,
+			r.lay.Predictors = append(r.lay.Predictors, host.Predictor{Rank: sc.PredRank,
 				A: ly.predA, B: ly.predB, Bias: core.EncodeF32(ly.bias)})
 		}
 	}
@@ -328,10 +329,10 @@ func (r *Runtime) resetCold() {
 	r.ev = newEvictor(r.cfg.evict, len(r.slotKey))
 }
 
-// Layout implements llm.SparseFFN.
-func (r *Runtime) Layout() llm.SparseLayout { return r.lay }
+// Layout implements host.FFN.
+func (r *Runtime) Layout() host.Layout { return r.lay }
 
-// Load implements llm.SparseFFN: it reads every layer's hot rows into cache and empties the
+// Load implements host.FFN: it reads every layer's hot rows into cache and empties the
 // cold slots.
 func (r *Runtime) Load(ctx context.Context, cache []byte) error {
 	if r.closed {
@@ -410,4 +411,4 @@ func (r *Runtime) Close() error {
 	return r.closeEr
 }
 
-var _ llm.SparseFFN = (*Runtime)(nil)
+var _ host.FFN = (*Runtime)(nil)

@@ -11,7 +11,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// Select implements llm.SparseFFN. The returned wait stays valid until the next Select.
+// Select implements host.FFN. The returned wait stays valid until the next Select.
 func (r *Runtime) Select(ctx context.Context, l int, h, logits, next []float32, now, later []int32) (func() error, error) {
 	t0 := time.Now()
 	F, D := r.F, r.D

@@ -1,6 +1,6 @@
-// Package spec is speculative decoding's bookkeeping: the policy that picks each step's draft
-// length (expected accepted tokens per second of its verify graph) and the statistics a
-// speculative generation reports.
+// Package spec is the part of speculative decoding that needs no runner: the policy that picks
+// each step's draft length (expected accepted tokens per second of its verify graph), the
+// candidates drafters are calibrated with, and the statistics a speculative generation reports.
 package spec
 
 import (

@@ -1,4 +1,7 @@
-package llm
+// Package host is the contract between a runner that runs a sparse FFN (llm.WithSparseFFN)
+// and the host half that keeps its bundle cache filled (llm/sparse): a package of its own so
+// that neither imports the other.
+package host
 
 import (
 	"context"
@@ -6,10 +9,10 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// SparseFFN is the host half of a sparse FFN (PowerInfer-2): WithSparseFFN hands one
+// FFN is the host half of a sparse FFN (PowerInfer-2): llm.WithSparseFFN hands one
 // to a runner, which then never touches the model's dense FFN weights. Every layer's FFN runs
 // as SPARSE_FFN over a bundle cache the runner allocates in its arena (Rows rows of the
-// layout's bundles, shared by all layers); the SparseFFN decides, per layer and chunk, which
+// layout's bundles, shared by all layers); the FFN decides, per layer and chunk, which
 // cache rows the FFN uses and keeps the cache filled (resident hot bundles, cold ones read from
 // storage on demand). llm/sparse implements it over a sidecar.
 //
@@ -18,11 +21,11 @@ import (
 // Select put in now (the bundles already resident: they compute while the others load), then,
 // after wait returns, SPARSE_FFN over later (the bundles being loaded) with the residual and the
 // next layer's projections.
-type SparseFFN interface {
+type FFN interface {
 	// Layout describes the cache and the layers' predictors; it must not change.
-	Layout() SparseLayout
+	Layout() Layout
 	// Load fills what stays resident into cache (Rows × the bytes of one row) before the first
-	// run. cache stays valid, and is the SparseFFN's to write between runs, until the runner
+	// run. cache stays valid, and is the FFN's to write between runs, until the runner
 	// closes.
 	Load(ctx context.Context, cache []byte) error
 	// Select is called after layer l's attention for a chunk of c tokens with the FFN input h
@@ -35,8 +38,8 @@ type SparseFFN interface {
 	Select(ctx context.Context, l int, h, logits, next []float32, now, later []int32) (wait func() error, err error)
 }
 
-// SparseLayout is what the runner builds a sparse model's graphs from.
-type SparseLayout struct {
+// Layout is what the runner builds a sparse model's graphs from.
+type Layout struct {
 	// DType and RowLen are the bundles' dtype and values per row (R of abi/OPS.md's
 	// SPARSE_FFN); Rows is the cache's row count (every layer's hot rows and the cold slots).
 	DType  core.DType
@@ -48,9 +51,9 @@ type SparseLayout struct {
 	Ungated bool
 	// Predictors, when not empty, holds every layer's low-rank predictor, which the runner
 	// computes in the layer's graph: logits = B · relu(A · h) + Bias.
-	Predictors []SparsePredictor
+	Predictors []Predictor
 	// LookAhead asks the runner to compute layer l+1's predictor over layer l's FFN input in
-	// layer l's graph too (Select's next), so the SparseFFN can start reading the next layer's
+	// layer l's graph too (Select's next), so the FFN can start reading the next layer's
 	// neurons before its attention has run.
 	LookAhead bool
 	// AllResident says every neuron of every layer is in the cache: Select never fills later,
@@ -58,14 +61,10 @@ type SparseLayout struct {
 	AllResident bool
 }
 
-// SparsePredictor is one layer's predictor weights, as graph constants.
-type SparsePredictor struct {
+// Predictor is one layer's predictor weights, as graph constants.
+type Predictor struct {
 	Rank int
 	A    []byte // F16 [Rank, D]
 	B    []byte // F16 [Neurons, Rank]
 	Bias []byte // F32 [Neurons]
 }
-
-// WithSparseFFN runs every layer's FFN sparsely through s (see SparseFFN). The model must have
-// a ReLU-family FFN activation; the runner then runs on one unit, one chunk at a time.
-func WithSparseFFN(s SparseFFN) RunnerOption { return func(c *runnerConfig) { c.sparse = s } }
