@@ -21,6 +21,13 @@ var ErrContextFull = errors.New("llm: context is full")
 // length and for decoding, prepared on the units of a plan through a sched.Runtime (the
 // runner builds graphs; sched opens the contexts, prepares the partitions and runs them). It
 // is not safe for concurrent use.
+//
+// Techniques plug into the runner where it builds a program's stages (stagehook.go): a
+// technique claims the programs it changes and supplies their stage graphs, the units of its
+// own nodes, its extra bindings and stage options, while the runner keeps what every program
+// shares (activation lanes, the KV cache, placement by the plan, compiling, running). Decode
+// shards build through it; techniques with no graph of their own (quantization, the
+// speculative policy, W8A8's vocabulary) live in packages of their own already.
 type Runner struct {
 	m     *Model
 	cfg   runnerConfig

@@ -1,6 +1,3 @@
-// Package sched runs graphs over execution units: devices plus the context options they run
-// with, so that one physical processor can be several units. It is the only road from a model
-// to a backend (see ../shared/design/SCHEDULER.md for the intended shape).
 package sched
 
 import (

@@ -76,3 +76,30 @@ func TestLayering(t *testing.T) {
 		assert.Equal(t, tc.rank, r, tc.pkg)
 	}
 }
+
+// TestEveryPackageSaysWhatItHolds: every package of the module has a package doc, and it opens
+// as Go's convention has it ("Package name ..." or, for a program, "Command name ..." or the
+// program's own name).
+func TestEveryPackageSaysWhatItHolds(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}}|{{.Name}}|{{.Doc}}", "./...")
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Greater(t, len(lines), 30)
+	for _, line := range lines {
+		f := strings.SplitN(line, "|", 3)
+		require.Len(t, f, 3, line)
+		path, name, doc := f[0], f[1], f[2]
+		if !assert.NotEmpty(t, doc, "%s has no package doc", path) {
+			continue
+		}
+		if name == "main" {
+			base := filepath.Base(path)
+			assert.True(t, strings.HasPrefix(doc, "Command "+base) || strings.HasPrefix(strings.ToLower(doc), base),
+				"%s: a command's doc starts with \"Command %s\": %q", path, base, doc)
+			continue
+		}
+		assert.True(t, strings.HasPrefix(doc, "Package "+name+" "), "%s: doc starts with \"Package %s \": %q", path, name, doc)
+	}
+}

@@ -30,226 +30,36 @@ func init() {
 const progressMinBytes = 64 << 20
 
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	model := fs.String("model", "", "GGUF model file (or give it as the argument)")
-	fs.StringVar(model, "m", "", "alias of --model")
-	prompt := fs.String("prompt", "", "prompt text (default: start from BOS only)")
-	fs.StringVar(prompt, "p", "", "alias of --prompt")
-	file := fs.String("file", "", "read the prompt from this file (- : standard input)")
-	fs.StringVar(file, "f", "", "alias of --file")
-	noSpecial := fs.Bool("no-special", false, "encode control-token texts in the prompt (\"<|im_start|>\", \"</s>\") as plain text; by default they become the control tokens, as llama.cpp's -p does")
-	var stops stringList
-	fs.Var(&stops, "stop", "end generation at this text (repeatable)")
-	n := fs.Int("n", 256, "most tokens to generate")
-	temp := fs.Float64("temp", 0.8, "sampling temperature; 0 = greedy")
-	topP := fs.Float64("top-p", 0.9, "nucleus sampling mass; 1 = off")
-	topK := fs.Int("top-k", 40, "keep the k most likely tokens; 0 = off")
-	repeat := fs.Float64("repeat-penalty", 1, "penalty for tokens in the last 64; 1 = off")
-	seed := fs.Uint64("seed", 0, "sampling seed (0 = from the clock, printed)")
-	fs.Uint64Var(seed, "s", 0, "alias of --seed")
-	backend := fs.String("backend", "", "backend name (neon, opencl, qnn, coreml, ref) or plugin path (default: the best usable device, never ref)")
-	applyUnits := backendSettingFlags(fs)
-	policy := fs.String("policy", "", "choose the device by policy instead: prefer-npu, prefer-gpu, prefer-cpu, max-performance (the default), max-efficiency")
-	device := fs.Int("device", 0, "device index within --backend")
-	chunk := fs.Int("chunk", llm.DefaultChunk, "prefill chunk length")
-	ctxLen := fs.Int("ctx", 0, "context length in tokens (default: the model's, at most 4096)")
-	fs.IntVar(ctxLen, "c", 0, "alias of --ctx")
-	kvf := addKVFlags(fs)
-	keep := fs.Int("keep", 0, "tokens of the prompt a context shift keeps, after BOS (-1: the whole prompt); llama.cpp's --keep")
-	shift := fs.Bool("context-shift", true, "when the context is full, keep the first --keep tokens, discard half of the rest and go on (llama.cpp's context shift); false stops there")
-	noShift := fs.Bool("no-context-shift", false, "stop generating when the context is full (as --context-shift=false)")
-	chatMode := fs.Bool("chat", false, "interactive chat: multi-turn on standard input with the model's chat template, -p as the system prompt; /reset, /exit; Ctrl-C stops an answer")
-	fs.BoolVar(chatMode, "cnv", false, "alias of --chat (llama-cli's)")
-	isolated := fs.Bool("isolated", false, "run the backend in a child process (crash isolation; see also XPU_ISOLATE)")
-	validate := fs.Bool("validate", false, "check every plugin ABI call against the ABI's rules (the validation layer; see also XPU_VALIDATE=1)")
-	threads := fs.Int("threads", 0, "worker threads for CPU backends (0 = the backend's default)")
-	timeout := fs.Duration("timeout", 0, "deadline of one isolated execute; a plugin still running then is killed (0 = 10× its longest earlier run, at least 30s)")
-	fs.IntVar(threads, "t", 0, "alias of --threads")
-	units := fs.String("units", "", "run across these units with the default plan, e.g. neon,opencl,qnn or neon{cpus=0,threads=1},neon{cpus=1,threads=1} (see sched/PLAN.md)")
-	planFile := fs.String("plan", "", "run by this placement plan (JSON, see sched/PLAN.md)")
-	stats := fs.Bool("stats", false, "print run statistics: per phase, the busiest unit's bubble rate (its idle share of the phase's wall time; measured, and as the dispatch simulation predicted it), each unit's busy time and the cuts adaptive splits ran at; with speculative decoding, tokens per verify pass, the acceptance histogram and the time split")
-	traceFile := fs.String("trace", "", "write a Chrome trace-event JSON of the run to this file (open it in Perfetto)")
-	cpusPrefill := fs.String("cpus-prefill", "", "run prefill on these CPUs of CPU units, e.g. 0-3 (default: the selection xpu tune --energy stored, else every core)")
-	cpusDecode := fs.String("cpus-decode", "", "run decode on these CPUs of CPU units, e.g. 4,5 (default: as --cpus-prefill)")
-	noAECS := fs.Bool("no-aecs", false, "do not use the core selection stored by xpu tune --energy")
-	spec := addSpecFlags(fs, stats)
-	w8 := addW8A8Flags(fs)
-	sp := addSparseFlags(fs)
-	gf := addGrammarFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu run [-m] MODEL.gguf [-p TEXT | -f FILE|-] [-n N] [--stop S]... [--grammar GBNF | --grammar-file FILE | --json-schema SCHEMA|@FILE] [--temp T] [--top-p P] [--top-k K] [-s SEED] [--backend NAME | --policy POLICY | --units LIST | --plan FILE] [--trace FILE] [--cpus-prefill LIST] [--cpus-decode LIST] [--no-aecs] [--spec auto|retrieval|lookup|off] [--w8a8 [--shadow on|off|pruned] [--calib FILE] [--w8a8-convert]] [--sparse auto|on|off [--sidecar FILE] [--budget SIZE] [--predictor trained|oracle] [--recall-every N] [--eviction lru|lfu] [--threshold-offset F] [--io-readers N] [--io-gap SIZE] [--prefetch=false] [--pin-fixed auto|on|off]] [--stats] [--chunk N] [-c N] [--keep N] [--no-context-shift] [-ctk f16|q8_0|q4_0|f32] [-ctv f16|q8_0|q4_0|f32] [-t N] [--isolated [--timeout D]] [--validate]")
-		fs.PrintDefaults()
-	}
-	if code, ok := parseInterspersed(fs, args); !ok {
+	f, code, ok := parseRunFlags(args, stderr)
+	if !ok {
 		return code
-	}
-	if msg := runFlagCombination(fs, model, *prompt, *file, *backend, *policy, *units, *planFile); msg != "" {
-		fmt.Fprintf(stderr, "xpu run: %s\n", msg)
-		fs.Usage()
-		return 2
-	}
-	if *threads < 0 {
-		fmt.Fprintf(stderr, "xpu run: --threads %d: must be 0 (the backend's default) or more\n", *threads)
-		return 2
-	}
-	if *file != "" {
-		text, err := readPrompt(*file)
-		if err != nil {
-			fmt.Fprintf(stderr, "xpu run: %v\n", err)
-			return 2
-		}
-		*prompt = text
-	}
-	if err := applyUnits(); err != nil {
-		fmt.Fprintf(stderr, "xpu run: %v\n", err)
-		return 2
-	}
-	// Without --backend or --policy the device is the best usable one: max-performance's
-	// order, without the reference (which only runs when named).
-	allowRef := *backend != "" || *policy != ""
-	if *backend == "" && *policy == "" {
-		*policy = sched.MaxPerformance.Name()
-	}
-	s := llm.SamplerConfig{Temperature: float32(*temp), TopP: float32(*topP), TopK: *topK,
-		RepeatPenalty: float32(*repeat), Seed: *seed}
-	if err := runValues(*n, *chunk, *ctxLen, *device, s); err != nil {
-		fmt.Fprintf(stderr, "xpu run: %v\n", err)
-		return 2
-	}
-	if err := spec.check(); err != nil {
-		fmt.Fprintf(stderr, "xpu run: %v\n", err)
-		return 2
-	}
-	g, err := gf.compile()
-	if err != nil {
-		fmt.Fprintf(stderr, "xpu run: %v\n", err)
-		return 2
-	}
-	if g != nil {
-		// speculative decoding verifies drafts the grammar has not masked: not combined
-		switch *spec.mode {
-		case "auto":
-			*spec.mode = "off"
-		case "off":
-		default:
-			fmt.Fprintf(stderr, "xpu run: --spec %s cannot be combined with a grammar (--spec off)\n", *spec.mode)
-			return 2
-		}
-	}
-	if err := w8.check(); err != nil {
-		fmt.Fprintf(stderr, "xpu run: %v\n", err)
-		return 2
-	}
-	if err := sp.check(); err != nil {
-		fmt.Fprintf(stderr, "xpu run: %v\n", err)
-		return 2
-	}
-	if *timeout < 0 {
-		fmt.Fprintf(stderr, "xpu run: --timeout %v: must be 0 (automatic) or more\n", *timeout)
-		return 2
-	}
-	cores, err := choosePhaseCores(stderr, *cpusPrefill, *cpusDecode, *backend, *units == "" && *planFile == "", *noAECS)
-	if err != nil {
-		fmt.Fprintf(stderr, "xpu run: %v\n", err)
-		return 2
-	}
-	ropts, err := kvf.options()
-	if err == nil && *keep < -1 {
-		err = fmt.Errorf("--keep %d: must be -1 (the whole prompt), 0 or more", *keep)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "xpu run: %v\n", err)
-		return 2
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "xpu run: %v\n", err)
 		return 1
 	}
 	t0 := time.Now()
-	m, err := llm.Open(*model)
+	m, err := llm.Open(f.in.model)
 	if err != nil {
 		return fail(err)
 	}
 	defer m.Close()
-
-	ropts = append(ropts, llm.WithChunkSize(*chunk), llm.WithContextLength(*ctxLen))
-	low, err := w8.lowering(m, stderr)
+	tech, err := f.openTechniques(ctx, m, stderr)
+	defer tech.close()
 	if err != nil {
 		return fail(err)
 	}
-	if low != nil {
-		ropts = append(ropts, llm.WithW8A8(low))
-	}
-	spath, err := sp.path(*model)
+	ropts, err := f.runnerOptions(m, tech, stderr)
 	if err != nil {
-		return fail(err)
+		fmt.Fprintf(stderr, "xpu run: %v\n", err)
+		return 2
 	}
-	var srt *sparse.Runtime
-	if spath != "" {
-		if flagSet(fs, "spec") && *spec.mode != "off" {
-			return fail(fmt.Errorf("--spec %s does not combine with the sparse FFN (give --sparse off, or leave --spec out)", *spec.mode))
-		}
-		*spec.mode = "off" // verify graphs do not combine with the sparse FFN's
-		var sc *sparse.Sidecar
-		if srt, sc, err = sp.open(ctx, m, spath, *ctxLen, kvf.kType()); err != nil {
-			return fail(err)
-		}
-		defer sc.Close()
-		defer srt.Close()
-		ropts = append(ropts, llm.WithSparseFFN(srt))
-		fmt.Fprintf(stderr, "sparse FFN: %s\n", spath)
-		// Each prefill chunk length has its own programs, whose intermediates (about 6 MiB per
-		// layer stage at chunk 64 for a 7B model) the budget does not count: under a budget
-		// below the model they could take the memory the budget promised to stay within.
-		if tightBudget(srt.Stats().Budget, m) && !flagSet(fs, "chunk") {
-			ropts = append(ropts, llm.WithChunkSize(1))
-			fmt.Fprintln(stderr, "sparse FFN: budget below the model: the prompt runs one token at a time on the decode programs (--chunk N for chunked prefill, at its memory)")
-		}
-	}
-	if *threads > 0 {
-		ropts = append(ropts, llm.WithContextOptions(map[string]string{"threads": fmt.Sprint(*threads)}))
-	}
-	ropts = append(ropts, cores.option()...)
-	if !*chatMode {
-		ctxTokens := *ctxLen
-		if ctxTokens == 0 {
-			ctxTokens = llm.DefaultContextLength(m)
-		}
-		so, err := spec.runnerOptions(*temp, ctxTokens)
-		if err != nil {
-			fmt.Fprintf(stderr, "xpu run: %v\n", err)
-			return 2
-		}
-		ropts = append(ropts, so...)
-	}
-	if m.WeightBytes() >= progressMinBytes && isTerminal(stderr) {
-		ropts = append(ropts, llm.WithProgress(func(done, total int) { drawProgress(stderr, done, total) }))
-	}
-	var lopts []loader.Option
-	if *isolated {
-		lopts = append(lopts, loader.Isolated())
-	}
-	if *validate {
-		lopts = append(lopts, loader.WithValidation())
-	}
-	lopts = append(lopts, loader.WithExecuteTimeout(*timeout))
 	var tr *sched.Trace
-	if *traceFile != "" {
+	if f.out.traceFile != "" {
 		tr = sched.NewTrace()
 		ropts = append(ropts, llm.WithTrace(tr))
 	}
-	var r *llm.Runner
-	var closers []io.Closer
-	if *units != "" || *planFile != "" {
-		var backends []core.Backend
-		r, backends, err = openPlannedRunner(ctx, m, *units, *planFile, low != nil, spath != "", ropts, lopts...)
-		for _, b := range backends {
-			closers = append(closers, b)
-		}
-	} else {
-		r, closers, err = openRunner(ctx, m, *backend, *policy, *device, allowRef, ropts, lopts...)
-	}
+	r, closers, err := f.place.open(ctx, m, tech.w8a8, tech.sparse != nil, ropts)
 	for _, c := range closers {
 		defer c.Close()
 	}
@@ -257,105 +67,199 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	defer r.Close()
-	if err := cores.announce(stderr, r); err != nil {
+	if err := f.place.cores.announce(stderr, r); err != nil {
 		return fail(err)
 	}
-	info := r.Device().Info()
-	fmt.Fprintf(stderr, "load: %.0f ms (%s, %s, %.1f MB of weights on %s, %s)\n",
-		ms(time.Since(t0)), m.Config.Arch, describe(m), float64(m.WeightBytes())/1e6, strings.Join(r.Units(), ","), deviceTag(info))
-	printKVCache(stderr, r)
-	if len(r.Units()) > 1 {
-		fmt.Fprintf(stderr, "placement:\n%s\n", r.Placement())
+	printLoad(stderr, m, r, time.Since(t0))
+	genOpts := f.generateOptions(r, stderr)
+	if f.in.chat {
+		intr, stopIntr := interrupts()
+		defer stopIntr()
+		return chatLoop(ctx, r, chatIO{in: stdin, out: stdout, errw: stderr, interrupts: intr},
+			f.in.prompt, f.in.stops, genOpts...)
 	}
+	res, err := f.generate(ctx, r, stdout, stderr, genOpts)
+	if err != nil {
+		return fail(err)
+	}
+	f.report(stderr, r, res, tech.sparse)
+	if tr != nil {
+		if err := tr.WriteFile(f.out.traceFile); err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stderr, "trace: %s (%d events; open in https://ui.perfetto.dev)\n", f.out.traceFile, tr.Len())
+	}
+	return 0
+}
 
+// runTechniques is what the W8A8 and sparse FFN flags opened for a run.
+type runTechniques struct {
+	w8a8    bool
+	sparse  *sparse.Runtime
+	closers []io.Closer // closed last first
+	opts    []llm.RunnerOption
+}
+
+func (t *runTechniques) close() {
+	for i := len(t.closers) - 1; i >= 0; i-- {
+		t.closers[i].Close()
+	}
+}
+
+// openTechniques prepares the W8A8 lowering and opens the sparse FFN's sidecar and runtime,
+// as the flags ask. What it opened is in the result even on an error, for closing.
+func (f *runFlags) openTechniques(ctx context.Context, m *llm.Model, stderr io.Writer) (*runTechniques, error) {
+	t := &runTechniques{}
+	low, err := f.w8.lowering(m, stderr)
+	if err != nil {
+		return t, err
+	}
+	if low != nil {
+		t.w8a8 = true
+		t.opts = append(t.opts, llm.WithW8A8(low))
+	}
+	spath, err := f.sp.path(f.in.model)
+	if err != nil || spath == "" {
+		return t, err
+	}
+	if flagSet(f.fs, "spec") && *f.spec.mode != "off" {
+		return t, fmt.Errorf("--spec %s does not combine with the sparse FFN (give --sparse off, or leave --spec out)", *f.spec.mode)
+	}
+	*f.spec.mode = "off" // verify graphs do not combine with the sparse FFN's
+	srt, sc, err := f.sp.open(ctx, m, spath, f.kv.ctxLen, f.kv.kvf.kType())
+	if err != nil {
+		return t, err
+	}
+	t.sparse = srt
+	t.closers = append(t.closers, sc, srt)
+	t.opts = append(t.opts, llm.WithSparseFFN(srt))
+	fmt.Fprintf(stderr, "sparse FFN: %s\n", spath)
+	// Each prefill chunk length has its own programs, whose intermediates (about 6 MiB per
+	// layer stage at chunk 64 for a 7B model) the budget does not count: under a budget
+	// below the model they could take the memory the budget promised to stay within.
+	if tightBudget(srt.Stats().Budget, m) && !flagSet(f.fs, "chunk") {
+		t.opts = append(t.opts, llm.WithChunkSize(1))
+		fmt.Fprintln(stderr, "sparse FFN: budget below the model: the prompt runs one token at a time on the decode programs (--chunk N for chunked prefill, at its memory)")
+	}
+	return t, nil
+}
+
+// runnerOptions gathers every group's runner options; an error is a flag value the model
+// does not allow (speculative decoding's verify lengths against its context).
+func (f *runFlags) runnerOptions(m *llm.Model, tech *runTechniques, stderr io.Writer) ([]llm.RunnerOption, error) {
+	ropts := append(f.kv.runnerOptions(), tech.opts...)
+	ropts = append(ropts, f.place.runnerOptions()...)
+	if !f.in.chat {
+		ctxTokens := f.kv.ctxLen
+		if ctxTokens == 0 {
+			ctxTokens = llm.DefaultContextLength(m)
+		}
+		so, err := f.spec.runnerOptions(f.smp.temp, ctxTokens)
+		if err != nil {
+			return nil, err
+		}
+		ropts = append(ropts, so...)
+	}
+	if m.WeightBytes() >= progressMinBytes && isTerminal(stderr) {
+		ropts = append(ropts, llm.WithProgress(func(done, total int) { drawProgress(stderr, done, total) }))
+	}
+	return ropts, nil
+}
+
+// open opens the backends and prepares the model where the flags place it; what it opened is
+// returned for closing, also on an error.
+func (f *placementFlags) open(ctx context.Context, m *llm.Model, w8a8, sparseFFN bool, ropts []llm.RunnerOption) (*llm.Runner, []io.Closer, error) {
+	lopts := f.loaderOptions()
+	if !f.planned() {
+		return openRunner(ctx, m, f.backend, f.policy, f.device, f.allowRef, ropts, lopts...)
+	}
+	r, backends, err := openPlannedRunner(ctx, m, f.units, f.planFile, w8a8, sparseFFN, ropts, lopts...)
+	closers := make([]io.Closer, 0, len(backends))
+	for _, b := range backends {
+		closers = append(closers, b)
+	}
+	return r, closers, err
+}
+
+// printLoad is the lines after the model loads: where it runs, its KV cache and placement.
+func printLoad(w io.Writer, m *llm.Model, r *llm.Runner, took time.Duration) {
+	fmt.Fprintf(w, "load: %.0f ms (%s, %s, %.1f MB of weights on %s, %s)\n",
+		ms(took), m.Config.Arch, describe(m), float64(m.WeightBytes())/1e6, strings.Join(r.Units(), ","), deviceTag(r.Device().Info()))
+	printKVCache(w, r)
+	if len(r.Units()) > 1 {
+		fmt.Fprintf(w, "placement:\n%s\n", r.Placement())
+	}
+}
+
+// generateOptions are the sampler's (with a seed drawn from the clock, printed, when none is
+// given), the context shift's and the grammar's.
+func (f *runFlags) generateOptions(r *llm.Runner, stderr io.Writer) []llm.GenerateOption {
+	s := f.smp.sampler()
 	if s.Seed == 0 && s.Temperature > 0 {
 		s.Seed = uint64(time.Now().UnixNano())
 		fmt.Fprintf(stderr, "seed: %d (from the clock; --seed %d repeats this run)\n", s.Seed, s.Seed)
 	}
-	genOpts := []llm.GenerateOption{llm.WithMaxTokens(*n), llm.WithSampler(s)}
-	if *shift && !*noShift {
-		genOpts = append(genOpts, llm.WithContextShift(*keep))
+	opts := append([]llm.GenerateOption{llm.WithMaxTokens(f.smp.n), llm.WithSampler(s)}, f.kv.generateOptions()...)
+	if f.grammar != nil {
+		opts = append(opts, llm.WithConstraint(llm.GrammarConstraint(r.Model().Tokenizer, f.grammar)))
 	}
-	if g != nil {
-		genOpts = append(genOpts, llm.WithConstraint(llm.GrammarConstraint(r.Model().Tokenizer, g)))
-	}
-	if *chatMode {
-		intr, stopIntr := interrupts()
-		defer stopIntr()
-		return chatLoop(ctx, r, chatIO{in: stdin, out: stdout, errw: stderr, interrupts: intr},
-			*prompt, stops, genOpts...)
-	}
-	specOpts, err := spec.generateOptions(m, *temp, r.ContextLength(), stderr)
+	return opts
+}
+
+// generate streams the prompt and its continuation to stdout.
+func (f *runFlags) generate(ctx context.Context, r *llm.Runner, stdout, stderr io.Writer, genOpts []llm.GenerateOption) (llm.Result, error) {
+	specOpts, err := f.spec.generateOptions(r.Model(), f.smp.temp, r.ContextLength(), stderr)
 	if err != nil {
-		return fail(err)
+		return llm.Result{}, err
 	}
-	if *noSpecial {
-		ids := r.Model().Tokenizer.EncodeWith(*prompt, tokenizer.AddSpecial(true), tokenizer.ParseSpecial(false))
+	if f.in.noSpecial {
+		ids := r.Model().Tokenizer.EncodeWith(f.in.prompt, tokenizer.AddSpecial(true), tokenizer.ParseSpecial(false))
 		specOpts = append(specOpts, llm.WithPromptTokens(ids))
 	}
-	fmt.Fprint(stdout, *prompt)
-	res, err := r.GenerateUntil(ctx, *prompt, stops, append(append(genOpts,
+	fmt.Fprint(stdout, f.in.prompt)
+	res, err := r.GenerateUntil(ctx, f.in.prompt, f.in.stops, append(append(genOpts,
 		llm.WithStream(func(text string) error {
 			_, err := io.WriteString(stdout, text)
 			return err
 		})), specOpts...)...)
 	fmt.Fprintln(stdout)
-	if err != nil {
-		return fail(err)
-	}
-	fmt.Fprintf(stderr, "prefill: %d tokens in %.1f ms, %.1f tok/s (chunk %d)\n", res.PromptTokens,
+	return res, err
+}
+
+// report is the lines after generation: prefill and decode speed, and with --stats the
+// scheduling, speculative decoding and sparse FFN statistics.
+func (f *runFlags) report(w io.Writer, r *llm.Runner, res llm.Result, srt *sparse.Runtime) {
+	m := r.Model()
+	fmt.Fprintf(w, "prefill: %d tokens in %.1f ms, %.1f tok/s (chunk %d)\n", res.PromptTokens,
 		ms(res.Prefill), res.PrefillTokensPerSecond(), r.ChunkSize())
 	// Each decoded token streams every weight once: weight bytes × tok/s is the bandwidth
 	// decode achieves, to hold against the machine's read bandwidth.
-	fmt.Fprintf(stderr, "decode: %d tokens in %.1f ms, %.1f tok/s, %.2f GB/s of weights (stop: %s)\n",
+	fmt.Fprintf(w, "decode: %d tokens in %.1f ms, %.1f tok/s, %.2f GB/s of weights (stop: %s)\n",
 		len(res.Tokens), ms(res.Decode), res.DecodeTokensPerSecond(),
 		float64(m.WeightBytes())*res.DecodeTokensPerSecond()/1e9, res.Stop)
-	if *stats && res.DecodeCPU > 0 && len(res.Tokens) > 1 {
+	if f.out.stats && res.DecodeCPU > 0 && len(res.Tokens) > 1 {
 		// steadier than the wall clock where other processes share the cores
-		fmt.Fprintf(stderr, "decode cpu: %.1f ms, %.1f µs per token (this process's threads, user + system)\n",
+		fmt.Fprintf(w, "decode cpu: %.1f ms, %.1f µs per token (this process's threads, user + system)\n",
 			ms(res.DecodeCPU), float64(res.DecodeCPU.Microseconds())/float64(len(res.Tokens)-1))
 	}
-	if *spec.stats {
-		printSpecStats(stderr, res)
+	if *f.spec.stats {
+		printSpecStats(w, res)
 	}
 	if len(r.Units()) > 1 {
-		fmt.Fprintf(stderr, "units:\n%s\n", r.Report())
+		fmt.Fprintf(w, "units:\n%s\n", r.Report())
 	}
-	if *stats {
+	if f.out.stats {
 		// the device's own words: for the CPU plugin, its build and the int8 path its kernels
 		// take, so that a figure is never read as another instruction set's
-		fmt.Fprintf(stderr, "device: %s: %s\n", info.ID(), info.Name)
-		printSchedStats(stderr, r.Report())
+		info := r.Device().Info()
+		fmt.Fprintf(w, "device: %s: %s\n", info.ID(), info.Name)
+		printSchedStats(w, r.Report())
 		if srt != nil {
-			fmt.Fprintf(stderr, "sparse FFN:\n%s\n", srt.Stats())
+			fmt.Fprintf(w, "sparse FFN:\n%s\n", srt.Stats())
 			pt, dt := r.SparseTimes()
-			fmt.Fprintf(stderr, "  prefill timeline: %s\n  decode timeline: %s\n", pt, dt)
+			fmt.Fprintf(w, "  prefill timeline: %s\n  decode timeline: %s\n", pt, dt)
 		}
 	}
-	if tr != nil {
-		if err := tr.WriteFile(*traceFile); err != nil {
-			return fail(err)
-		}
-		fmt.Fprintf(stderr, "trace: %s (%d events; open in https://ui.perfetto.dev)\n", *traceFile, tr.Len())
-	}
-	return 0
-}
-
-// runValues checks run's numeric flags before the model loads, so that a bad value is one line
-// on stderr and exit status 2, not a load followed by a library error (or, for the sampler, NaN
-// logits sampled as if greedy).
-func runValues(n, chunk, ctxLen, device int, s llm.SamplerConfig) error {
-	switch {
-	case n < 0:
-		return fmt.Errorf("-n %d: must be 0 (prefill only) or more", n)
-	case chunk < 1:
-		return fmt.Errorf("--chunk %d: must be 1 or more", chunk)
-	case ctxLen < 0:
-		return fmt.Errorf("--ctx %d: must be 0 (the model's) or more", ctxLen)
-	case device < 0:
-		return fmt.Errorf("--device %d: must be 0 or more", device)
-	}
-	return s.Validate()
 }
 
 // countSet counts the non-empty strings: the ways to choose devices exclude each other.

@@ -122,3 +122,56 @@ func TestRunDefaultDevice(t *testing.T) {
 	require.NotNil(t, line, errOut)
 	assert.NotEqual(t, "ref:0", line[1])
 }
+
+// Each flag, long or alias, lands in its group, and validation fills what the run derives:
+// the default policy, whether the reference may run, and speculative decoding off under a
+// grammar.
+func TestParseRunFlagGroups(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		check func(t *testing.T, f *runFlags)
+	}{
+		{"input aliases", []string{"-m", "a.gguf", "-p", "hi", "--stop", "x", "--stop", "y", "--cnv"}, func(t *testing.T, f *runFlags) {
+			assert.Equal(t, "a.gguf", f.in.model)
+			assert.Equal(t, "hi", f.in.prompt)
+			assert.Equal(t, stringList{"x", "y"}, f.in.stops)
+			assert.True(t, f.in.chat)
+		}},
+		{"sampling aliases", []string{"a.gguf", "-s", "7", "--temp", "0", "-n", "3"}, func(t *testing.T, f *runFlags) {
+			assert.Equal(t, uint64(7), f.smp.sampler().Seed)
+			assert.Zero(t, f.smp.sampler().Temperature)
+			assert.Equal(t, 3, f.smp.n)
+		}},
+		{"context", []string{"a.gguf", "-c", "128", "--keep", "-1", "--no-context-shift", "-ctk", "q8_0"}, func(t *testing.T, f *runFlags) {
+			assert.Equal(t, 128, f.kv.ctxLen)
+			assert.Empty(t, f.kv.generateOptions(), "no context shift")
+			assert.Len(t, f.kv.runnerOptions(), 3, "KV types, chunk and context length")
+		}},
+		{"default placement", []string{"a.gguf", "-t", "2"}, func(t *testing.T, f *runFlags) {
+			assert.Equal(t, "max-performance", f.place.policy)
+			assert.False(t, f.place.allowRef)
+			assert.False(t, f.place.planned())
+			assert.Equal(t, 2, f.place.threads)
+		}},
+		{"named backend", []string{"a.gguf", "--backend", "ref", "--isolated"}, func(t *testing.T, f *runFlags) {
+			assert.Empty(t, f.place.policy)
+			assert.True(t, f.place.allowRef)
+			assert.Len(t, f.place.loaderOptions(), 2, "isolated and the execute timeout")
+		}},
+		{"units", []string{"a.gguf", "--units", "ref,ref"}, func(t *testing.T, f *runFlags) {
+			assert.True(t, f.place.planned())
+		}},
+		{"grammar turns auto spec off", []string{"a.gguf", "--grammar", `root ::= "a"`}, func(t *testing.T, f *runFlags) {
+			assert.NotNil(t, f.grammar)
+			assert.Equal(t, "off", *f.spec.mode)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var errOut strings.Builder
+			f, code, ok := parseRunFlags(tc.args, &errOut)
+			require.True(t, ok, "exit %d: %s", code, errOut.String())
+			tc.check(t, f)
+		})
+	}
+}

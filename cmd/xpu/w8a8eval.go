@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/gguf"
+	"github.com/xpuhub/xpu/llm/quant"
 	"github.com/xpuhub/xpu/llm/w8a8"
 	"github.com/xpuhub/xpu/loader"
 	"github.com/xpuhub/xpu/sched"
@@ -33,10 +33,7 @@ const evalText = `The little robot woke up early and looked out of the window. I
 	`to count the snails on the path: there were seventeen of them, and one was very fast.`
 
 func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("w8a8-eval", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	model := fs.String("model", "", "GGUF model file (or give it as the argument)")
-	fs.StringVar(model, "m", "", "alias of --model")
+	fs, model := modelFlags("w8a8-eval", "GGUF model file", stderr)
 	calib := fs.String("calib", "", "calibration file (default: the cache's for this model)")
 	text := fs.String("text", "", "evaluation text file (default: a built-in text, not the calibration text)")
 	tokens := fs.Int("tokens", 128, "most tokens of the text to use")
@@ -48,12 +45,8 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintln(stderr, "usage: xpu w8a8-eval [-m] MODEL.gguf [--calib FILE] [--text FILE] [--tokens N] [--units LIST] [--q8-backend neon,ref] [--per-channel] [--greedy N]")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseInterspersed(fs, args); !ok {
+	if code, ok := parseModelArgs(fs, args, model); !ok {
 		return code
-	}
-	if !modelArg(fs, model) {
-		fs.Usage()
-		return 2
 	}
 	if *greedy < 0 {
 		fmt.Fprintf(stderr, "xpu w8a8-eval: --greedy %d: must be 0 or more\n", *greedy)
@@ -141,8 +134,8 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		}
 	}
 	fmt.Fprintln(tw, "VARIANT\tUNITS\tNMSE\tTOP-1 AGREE\tSHADOW WORK\tGREEDY MATCH")
-	for _, mode := range []llm.ShadowMode{llm.ShadowOff, llm.ShadowOn, llm.ShadowPruned} {
-		w, err := llm.NewW8A8(m, llm.W8A8Config{Calibration: cal, Shadow: mode, Convert: true, Granularity: gran})
+	for _, mode := range []w8a8.ShadowMode{w8a8.ShadowOff, w8a8.ShadowOn, w8a8.ShadowPruned} {
+		w, err := llm.NewW8A8(m, w8a8.Config{Calibration: cal, Shadow: mode, Convert: true, Granularity: gran})
 		if err != nil {
 			return fail(err)
 		}
@@ -175,7 +168,7 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			llm.NMSE(got, want), top1(got, want, m.Config.Vocab), 100*w.ShadowWork(), match)
 	}
 	if *q8 != "" {
-		data, err := llm.QuantizeFile(m.File, core.Q8_0)
+		data, err := quant.Pure(m.File, core.Q8_0)
 		if err != nil {
 			return fail(err)
 		}

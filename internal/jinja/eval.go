@@ -279,16 +279,36 @@ func (e *evaluator) execSet(n *setNode) error {
 }
 
 func (e *evaluator) execSetBlock(n *setBlockNode) error {
-	bodyEval := evaluator{
-		scope:    e.scope,
-		builtins: e.builtins,
-		lim:      e.lim,
-	}
-	if err := bodyEval.execNodes(n.body); err != nil {
+	out, err := e.render(e.scope, n.body)
+	if err != nil {
 		return err
 	}
-	e.scope.set(n.target, NewString(bodyEval.output.String()))
+	e.scope.set(n.target, NewString(out))
 	return nil
+}
+
+// render runs nodes in scope s into an output of their own: the body of a set block, a
+// filter block, a macro or a caller.
+func (e *evaluator) render(s *scope, nodes []node) (string, error) {
+	sub := evaluator{scope: s, builtins: e.builtins, lim: e.lim}
+	if err := sub.execNodes(nodes); err != nil {
+		return "", err
+	}
+	return sub.output.String(), nil
+}
+
+// renderCall is render for a macro's or caller's body: a call, so it counts against the
+// nesting limit (a macro calling itself ends there, not in a stack overflow).
+func (e *evaluator) renderCall(s *scope, nodes []node) (Value, error) {
+	if err := e.lim.enter(); err != nil {
+		return Undefined(), err
+	}
+	defer e.lim.leave()
+	out, err := e.render(s, nodes)
+	if err != nil {
+		return Undefined(), err
+	}
+	return NewString(out), nil
 }
 
 func (e *evaluator) execMacro(n *macroNode) error {
@@ -323,21 +343,7 @@ func (e *evaluator) execMacro(n *macroNode) error {
 			child.set("caller", caller)
 		}
 
-		macroEval := evaluator{
-			scope:    child,
-			builtins: e.builtins,
-			lim:      e.lim,
-		}
-
-		if err := e.lim.enter(); err != nil {
-			return Undefined(), err
-		}
-		defer e.lim.leave()
-		if err := macroEval.execNodes(body); err != nil {
-			return Undefined(), err
-		}
-
-		return NewString(macroEval.output.String()), nil
+		return e.renderCall(child, body)
 	})
 
 	e.scope.set(n.name, fn)
@@ -357,20 +363,7 @@ func (e *evaluator) execCall(n *callNode) error {
 				child.set(argName, args[i])
 			}
 		}
-
-		callerEval := evaluator{
-			scope:    child,
-			builtins: e.builtins,
-			lim:      e.lim,
-		}
-		if err := e.lim.enter(); err != nil {
-			return Undefined(), err
-		}
-		defer e.lim.leave()
-		if err := callerEval.execNodes(body); err != nil {
-			return Undefined(), err
-		}
-		return NewString(callerEval.output.String()), nil
+		return e.renderCall(child, body)
 	})
 
 	// Evaluate the call expression with caller in kwargs.
@@ -384,22 +377,15 @@ func (e *evaluator) execCall(n *callNode) error {
 			return fmt.Errorf("call: expression is not callable")
 		}
 
-		var args []Value
-		for _, a := range callEx.args {
-			av, err := e.evalExpr(a)
-			if err != nil {
-				return err
-			}
-			args = append(args, av)
+		args, kwargs, err := e.evalArgs(nil, callEx.args, callEx.kwargs)
+		if err != nil {
+			return err
 		}
-
-		kwargs := map[string]Value{"caller": caller}
-		for _, kw := range callEx.kwargs {
-			v, err := e.evalExpr(kw.value)
-			if err != nil {
-				return err
-			}
-			kwargs[kw.name] = v
+		if kwargs == nil {
+			kwargs = map[string]Value{}
+		}
+		if _, given := kwargs["caller"]; !given {
+			kwargs["caller"] = caller
 		}
 
 		result, err := fn.AsCallable().Fn(args, kwargs)
@@ -427,15 +413,10 @@ func (e *evaluator) execCall(n *callNode) error {
 
 func (e *evaluator) execFilterBlock(n *filterBlockNode) error {
 	// Render body to string.
-	bodyEval := evaluator{
-		scope:    e.scope,
-		builtins: e.builtins,
-		lim:      e.lim,
-	}
-	if err := bodyEval.execNodes(n.body); err != nil {
+	bodyStr, err := e.render(e.scope, n.body)
+	if err != nil {
 		return err
 	}
-	bodyStr := bodyEval.output.String()
 
 	// Apply the filter. The filter expression should be a name or filter chain.
 	if fe, ok := n.filter.(*nameExpr); ok {

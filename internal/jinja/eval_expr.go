@@ -1,6 +1,9 @@
 package jinja
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 func (e *evaluator) evalExpr(ex expr) (Value, error) {
 	switch n := ex.(type) {
@@ -152,123 +155,65 @@ func (e *evaluator) evalSlice(n *sliceExpr) (Value, error) {
 		return Undefined(), err
 	}
 
-	if obj.IsList() {
-		list := obj.AsList()
-		length := list.Len()
-		start, stop, step := resolveSlice(n, e, length)
-
-		// Fast path for the overwhelmingly common step==1 case
-		// (e.g. messages[1:] in chat templates). A single allocation
-		// of the exact size avoids the geometric growth of append.
-		// Aliasing the source slice would be unsafe because List.Append
-		// could later mutate beyond Len() into the backing array.
-		if step == 1 {
-			if start < 0 {
-				start = 0
-			}
-			if stop > length {
-				stop = length
-			}
-			if start >= stop {
-				return NewList(nil), nil
-			}
-			items := make([]Value, stop-start)
-			copy(items, list.Items[start:stop])
-			return NewList(items), nil
-		}
-
-		var items []Value
-		if step > 0 {
-			// Pre-size to the maximum possible iteration count to
-			// avoid append's geometric growth allocations.
-			count := (stop - start + step - 1) / step
-			if count > 0 {
-				items = make([]Value, 0, count)
-			}
-			for i := start; i < stop; i += step {
-				if i >= 0 && i < length {
-					items = append(items, list.Items[i])
-				}
-			}
-		} else if step < 0 {
-			count := (start - stop - step - 1) / -step
-			if count > 0 {
-				items = make([]Value, 0, count)
-			}
-			for i := start; i > stop; i += step {
-				if i >= 0 && i < length {
-					items = append(items, list.Items[i])
-				}
-			}
-		}
-		return NewList(items), nil
-	}
-
-	if obj.IsString() {
+	switch {
+	case obj.IsList():
+		items := obj.AsList().Items
+		start, stop, step := resolveSlice(n, e, len(items))
+		return NewList(sliceOf(items, start, stop, step)), nil
+	case obj.IsString():
 		s := obj.AsString()
-
-		// ASCII fast path. Most chat-template string slicing operates
-		// on tag/role names or message content that is ASCII; for those
-		// we can index by byte and skip the []rune conversion entirely.
-		// This is the dominant cost in the kronk dense profile because
-		// the system prompt can be tens of thousands of bytes.
+		// ASCII fast path. Most chat-template string slicing operates on tag/role names or
+		// message content that is ASCII; for those byte indexing is code-point indexing, and
+		// the []rune conversion, the dominant cost when a system prompt is tens of thousands
+		// of bytes, is skipped (a step of 1 is a substring, no copy at all).
 		if isASCII(s) {
-			length := len(s)
-			start, stop, step := resolveSlice(n, e, length)
-
+			start, stop, step := resolveSlice(n, e, len(s))
 			if step == 1 {
-				if start < 0 {
-					start = 0
-				}
-				if stop > length {
-					stop = length
-				}
+				start, stop = max(start, 0), min(stop, len(s))
 				if start >= stop {
 					return NewString(""), nil
 				}
 				return NewString(s[start:stop]), nil
 			}
-
-			if step == -1 {
-				if start >= length {
-					start = length - 1
-				}
-				if stop < -1 {
-					stop = -1
-				}
-				if start <= stop {
-					return NewString(""), nil
-				}
-				buf := make([]byte, 0, start-stop)
-				for i := start; i > stop; i-- {
-					buf = append(buf, s[i])
-				}
-				return NewString(string(buf)), nil
-			}
-			// Fall through to the general path for unusual steps.
+			return NewString(string(sliceOf([]byte(s), start, stop, step))), nil
 		}
-
 		runes := []rune(s)
-		length := len(runes)
-		start, stop, step := resolveSlice(n, e, length)
-		var result []rune
-		if step > 0 {
-			for i := start; i < stop; i += step {
-				if i >= 0 && i < length {
-					result = append(result, runes[i])
-				}
-			}
-		} else if step < 0 {
-			for i := start; i > stop; i += step {
-				if i >= 0 && i < length {
-					result = append(result, runes[i])
-				}
-			}
-		}
-		return NewString(string(result)), nil
+		start, stop, step := resolveSlice(n, e, len(runes))
+		return NewString(string(sliceOf(runes, start, stop, step))), nil
 	}
-
 	return Undefined(), nil
+}
+
+// sliceOf is items[start:stop:step] in Python's sense, for the bounds resolveSlice gives
+// (step is never 0): a new slice, since aliasing items would let a later List.Append write
+// into the source's backing array.
+func sliceOf[T any](items []T, start, stop, step int) []T {
+	length := len(items)
+	if step == 1 {
+		// the overwhelmingly common case (messages[1:] in chat templates): one copy
+		start, stop = max(start, 0), min(stop, length)
+		if start >= stop {
+			return nil
+		}
+		return slices.Clone(items[start:stop])
+	}
+	// pre-sized to the most iterations, against append's geometric growth
+	var count int
+	if step > 0 {
+		count = (stop - start + step - 1) / step
+	} else {
+		count = (start - stop - step - 1) / -step
+	}
+	var out []T
+	if count > 0 {
+		out = make([]T, 0, count)
+	}
+	for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
+		if i >= 0 && i < length {
+			out = append(out, items[i])
+		}
+	}
+	return out
 }
 
 // isASCII reports whether s contains only 7-bit ASCII bytes. Used to
@@ -448,28 +393,37 @@ func (e *evaluator) evalCallExpr(n *callExpr) (Value, error) {
 		return Undefined(), fmt.Errorf("%s is not callable: %s", callableName(n.fn), fn.String())
 	}
 
-	args := make([]Value, len(n.args))
-	for i, a := range n.args {
+	args, kwargs, err := e.evalArgs(nil, n.args, n.kwargs)
+	if err != nil {
+		return Undefined(), err
+	}
+	return fn.AsCallable().Fn(args, kwargs)
+}
+
+// evalArgs evaluates a call's arguments, after lead (a filter's input), and its keyword
+// arguments (nil when there are none).
+func (e *evaluator) evalArgs(lead []Value, exprs []expr, kws []kwarg) ([]Value, map[string]Value, error) {
+	args := make([]Value, len(lead), len(lead)+len(exprs))
+	copy(args, lead)
+	for _, a := range exprs {
 		v, err := e.evalExpr(a)
 		if err != nil {
-			return Undefined(), err
+			return nil, nil, err
 		}
-		args[i] = v
+		args = append(args, v)
 	}
-
 	var kwargs map[string]Value
-	if len(n.kwargs) > 0 {
-		kwargs = make(map[string]Value, len(n.kwargs))
-		for _, kw := range n.kwargs {
+	if len(kws) > 0 {
+		kwargs = make(map[string]Value, len(kws))
+		for _, kw := range kws {
 			v, err := e.evalExpr(kw.value)
 			if err != nil {
-				return Undefined(), err
+				return nil, nil, err
 			}
 			kwargs[kw.name] = v
 		}
 	}
-
-	return fn.AsCallable().Fn(args, kwargs)
+	return args, kwargs, nil
 }
 
 func callableName(ex expr) string {
@@ -508,29 +462,11 @@ func (e *evaluator) evalFilter(n *filterExpr) (Value, error) {
 		return Undefined(), fmt.Errorf("filter %q is not callable", n.name)
 	}
 
-	// Build args: input as first, then additional args.
-	args := make([]Value, 1+len(n.args))
-	args[0] = input
-	for i, a := range n.args {
-		v, err := e.evalExpr(a)
-		if err != nil {
-			return Undefined(), err
-		}
-		args[i+1] = v
+	// the input first, then the filter's own arguments
+	args, kwargs, err := e.evalArgs([]Value{input}, n.args, n.kwargs)
+	if err != nil {
+		return Undefined(), err
 	}
-
-	var kwargs map[string]Value
-	if len(n.kwargs) > 0 {
-		kwargs = make(map[string]Value, len(n.kwargs))
-		for _, kw := range n.kwargs {
-			v, err := e.evalExpr(kw.value)
-			if err != nil {
-				return Undefined(), err
-			}
-			kwargs[kw.name] = v
-		}
-	}
-
 	return filterVal.AsCallable().Fn(args, kwargs)
 }
 
@@ -540,13 +476,9 @@ func (e *evaluator) evalTestExpr(n *testExpr) (Value, error) {
 		return Undefined(), err
 	}
 
-	var testArgs []Value
-	for _, a := range n.args {
-		v, err := e.evalExpr(a)
-		if err != nil {
-			return Undefined(), err
-		}
-		testArgs = append(testArgs, v)
+	testArgs, _, err := e.evalArgs(nil, n.args, nil)
+	if err != nil {
+		return Undefined(), err
 	}
 
 	result, err := evalTest(n.name, val, testArgs)

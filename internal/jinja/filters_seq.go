@@ -2,6 +2,7 @@ package jinja
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -193,44 +194,21 @@ func filterDictsort(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(items), nil
 }
 
-func filterMax(args []Value, kwargs map[string]Value) (Value, error) {
-	if len(args) == 0 || !args[0].IsList() {
-		return Undefined(), nil
-	}
-
-	list := args[0].AsList()
-	if list.Len() == 0 {
-		return Undefined(), nil
-	}
-
-	maxVal := list.Items[0]
-	for _, item := range list.Items[1:] {
-		if compareValues(item, maxVal) > 0 {
-			maxVal = item
-		}
-	}
-
-	return maxVal, nil
+func filterMax(args []Value, _ map[string]Value) (Value, error) {
+	return extremum(args, slices.MaxFunc[[]Value])
 }
 
-func filterMin(args []Value, kwargs map[string]Value) (Value, error) {
-	if len(args) == 0 || !args[0].IsList() {
+func filterMin(args []Value, _ map[string]Value) (Value, error) {
+	return extremum(args, slices.MinFunc[[]Value])
+}
+
+// extremum is max or min (pick) of a non-empty list by compareValues, the first of equals;
+// undefined for anything else.
+func extremum(args []Value, pick func([]Value, func(a, b Value) int) Value) (Value, error) {
+	if len(args) == 0 || !args[0].IsList() || args[0].AsList().Len() == 0 {
 		return Undefined(), nil
 	}
-
-	list := args[0].AsList()
-	if list.Len() == 0 {
-		return Undefined(), nil
-	}
-
-	minVal := list.Items[0]
-	for _, item := range list.Items[1:] {
-		if compareValues(item, minVal) < 0 {
-			minVal = item
-		}
-	}
-
-	return minVal, nil
+	return pick(args[0].AsList().Items, compareValues), nil
 }
 
 func filterSum(args []Value, kwargs map[string]Value) (Value, error) {

@@ -1,4 +1,3 @@
-// Package jinja implements a Jinja2-compatible template engine.
 package jinja
 
 import "fmt"
@@ -32,6 +31,16 @@ func scan(source string) ([]segment, error) {
 	line := 1
 	col := 1
 	i := 0
+	// advance moves past source[i], keeping line and col.
+	advance := func() {
+		if source[i] == '\n' {
+			line++
+			col = 1
+		} else {
+			col++
+		}
+		i++
+	}
 	textStart := 0
 	textLine := 1
 	textCol := 1
@@ -39,13 +48,7 @@ func scan(source string) ([]segment, error) {
 	for i < len(source) {
 		// Look for a two-character tag opener starting with '{'.
 		if source[i] != '{' || i+1 >= len(source) {
-			if source[i] == '\n' {
-				line++
-				col = 1
-			} else {
-				col++
-			}
-			i++
+			advance()
 			continue
 		}
 
@@ -64,13 +67,7 @@ func scan(source string) ([]segment, error) {
 			kind = segComment
 			closer = "#}"
 		default:
-			if source[i] == '\n' {
-				line++
-				col = 1
-			} else {
-				col++
-			}
-			i++
+			advance()
 			continue
 		}
 
@@ -102,7 +99,6 @@ func scan(source string) ([]segment, error) {
 		contentStart := i
 
 		// Scan forward for the matching closer, respecting quoted strings.
-		trimRight := false
 		found := false
 
 		for i < len(source) {
@@ -112,46 +108,29 @@ func scan(source string) ([]segment, error) {
 			// Comments are raw text until #}, so don't treat quotes specially there.
 			if kind != segComment && (ch == '\'' || ch == '"') {
 				quote := ch
-				if ch == '\n' {
-					line++
-					col = 1
-				} else {
-					col++
-				}
-				i++
+				advance()
 				for i < len(source) && source[i] != quote {
 					if source[i] == '\\' && i+1 < len(source) {
-						// Skip escaped character.
-						if source[i+1] == '\n' {
-							line++
-							col = 1
-						} else {
-							col++
-						}
-						i++
+						advance() // the backslash; the escaped character follows
 					}
-					if source[i] == '\n' {
-						line++
-						col = 1
-					} else {
-						col++
-					}
-					i++
+					advance()
 				}
 				if i < len(source) {
-					// Skip closing quote.
-					col++
-					i++
+					advance() // the closing quote
 				}
 				continue
 			}
 
-			// Check for trim-right flag followed by the closer.
-			if ch == '-' && i+2 < len(source) && source[i+1] == closer[0] && source[i+2] == closer[1] {
-				trimRight = true
+			// The two-character closer, or a trim-right flag followed by it.
+			trimRight := ch == '-' && i+2 < len(source) && source[i+1] == closer[0] && source[i+2] == closer[1]
+			if trimRight || (i+1 < len(source) && ch == closer[0] && source[i+1] == closer[1]) {
 				contentEnd := i
-				i += 3
-				col += 3
+				width := 2
+				if trimRight {
+					width = 3
+				}
+				i += width
+				col += width
 
 				segs = append(segs, segment{
 					kind:      kind,
@@ -164,32 +143,7 @@ func scan(source string) ([]segment, error) {
 				found = true
 				break
 			}
-
-			// Check for the two-character closer.
-			if i+1 < len(source) && ch == closer[0] && source[i+1] == closer[1] {
-				contentEnd := i
-				i += 2
-				col += 2
-
-				segs = append(segs, segment{
-					kind:      kind,
-					text:      source[contentStart:contentEnd],
-					trimLeft:  trimLeft,
-					trimRight: trimRight,
-					line:      tagLine,
-					col:       tagCol,
-				})
-				found = true
-				break
-			}
-
-			if ch == '\n' {
-				line++
-				col = 1
-			} else {
-				col++
-			}
-			i++
+			advance()
 		}
 
 		if !found {

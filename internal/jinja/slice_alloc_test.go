@@ -2,6 +2,9 @@ package jinja
 
 import (
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // measure compares the allocations of two templates rendered with the
@@ -78,5 +81,37 @@ func TestEvalSliceAllocs_NegStart(t *testing.T) {
 	)
 	if delta > 3.0 {
 		t.Errorf("negative start should add ≤3 allocs, got delta=%.2f", delta)
+	}
+}
+
+// Lists, ASCII strings and other strings slice alike, in Python's sense, for every step.
+func TestSliceSteps(t *testing.T) {
+	for _, tc := range []struct{ expr, want string }{
+		{`l[1:]|join`, "bcde"},
+		{`l[-2:]|join`, "de"},
+		{`l[3:1]|join`, ""},
+		{`l[::2]|join`, "ace"},
+		{`l[::-1]|join`, "edcba"},
+		{`l[3::-2]|join`, "db"},
+		{`l[-1:0:-1]|join`, "edcb"},
+		{`l[10:]|join`, ""},
+		{`s[1:]`, "bcde"},
+		{`s[::2]`, "ace"},
+		{`s[::-1]`, "edcba"},
+		{`s[3::-2]`, "db"},
+		{`s[-3:-1]`, "cd"},
+		{`u[1:]`, "éçdé"},
+		{`u[::-1]`, "édçéa"},
+		{`u[::2]`, "açé"},
+		{`u[-2:]`, "dé"},
+	} {
+		t.Run(tc.expr, func(t *testing.T) {
+			tmpl, err := Compile("{{ " + tc.expr + " }}")
+			require.NoError(t, err)
+			got, err := tmpl.Render(map[string]any{
+				"l": []any{"a", "b", "c", "d", "e"}, "s": "abcde", "u": "aéçdé"})
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/xpuhub/xpu/sched"
 	"github.com/xpuhub/xpu/sched/dag"
 	"github.com/xpuhub/xpu/sched/profile"
 )
@@ -20,6 +21,24 @@ type candidate struct {
 	// stages, when set, is a layer split: the unit of every op of layer l (the head on the
 	// last layer's unit), overriding layer and head
 	stages []int
+}
+
+// singleChoice runs an op whole on unit u.
+func singleChoice(u int) Choice { return Choice{Strategy: StrategySingle, Units: []int{u}} }
+
+// within says every op's choice under c is among its options (a unit refuses no op).
+func (c candidate) within(layerOpts, headOpts []map[uint64]Choice) bool {
+	for i, ch := range c.layer {
+		if _, ok := layerOpts[i][ch.mask()]; !ok {
+			return false
+		}
+	}
+	for i, ch := range c.head {
+		if _, ok := headOpts[i][ch.mask()]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // layerChoice is the choice for op j of layer l under c.
@@ -156,7 +175,7 @@ func (s *solver) options(op opDef, m, kv int) map[uint64]Choice {
 			}
 			if m > 1 && len(ua.StaticM) > 0 {
 				for _, ls := range lengthSets(m, ua.StaticM) {
-					if _, rest := decomposeSeq(m, ls); rest == 0 {
+					if _, rest := sched.DecomposeSeq(m, ls); rest == 0 {
 						continue // the static unit alone, or rows when cut by N
 					}
 					try(Choice{Strategy: StrategyMultiSeq, Units: []int{a, b}, Lengths: ls})
@@ -194,7 +213,7 @@ func lengthSets(m int, static []int) [][]int {
 		if static[i] > m {
 			continue
 		}
-		std, _ := decomposeSeq(m, static[:i+1])
+		std, _ := sched.DecomposeSeq(m, static[:i+1])
 		for k := 1; k <= len(std); k++ {
 			ls := slices.Clone(std[:k])
 			if !slices.ContainsFunc(out, func(o []int) bool { return slices.Equal(o, ls) }) {
@@ -217,29 +236,15 @@ func (s *solver) candidates(rows, kv, nchunks int) (cands []scored, singles []ca
 	for i, op := range s.head {
 		headOpts[i] = s.options(op, rows, kv)
 	}
-	single := func(u int) Choice { return Choice{Strategy: StrategySingle, Units: []int{u}} }
-	feasible := func(c candidate) bool {
-		for i, ch := range c.layer {
-			if _, ok := layerOpts[i][ch.mask()]; !ok {
-				return false
-			}
-		}
-		for i, ch := range c.head {
-			if _, ok := headOpts[i][ch.mask()]; !ok {
-				return false
-			}
-		}
-		return true
-	}
 	for _, u := range s.units {
 		c := candidate{label: "single " + s.p.Units[u].Name}
 		for range s.layer {
-			c.layer = append(c.layer, single(u))
+			c.layer = append(c.layer, singleChoice(u))
 		}
 		for range s.head {
-			c.head = append(c.head, single(u))
+			c.head = append(c.head, singleChoice(u))
 		}
-		if feasible(c) {
+		if c.within(layerOpts, headOpts) {
 			singles = append(singles, c)
 		}
 	}
@@ -274,24 +279,10 @@ func (s *solver) candidates(rows, kv, nchunks int) (cands []scored, singles []ca
 // multi is the multi-unit candidates over the given options, scored by their bound: the
 // latency-optimal chain over every set of units and the placements by op class.
 func (s *solver) multi(layerOpts, headOpts []map[uint64]Choice, rows, kv, nchunks int, family Mode) (cands []scored) {
-	single := func(u int) Choice { return Choice{Strategy: StrategySingle, Units: []int{u}} }
-	feasible := func(c candidate) bool {
-		for i, ch := range c.layer {
-			if _, ok := layerOpts[i][ch.mask()]; !ok {
-				return false
-			}
-		}
-		for i, ch := range c.head {
-			if _, ok := headOpts[i][ch.mask()]; !ok {
-				return false
-			}
-		}
-		return true
-	}
 	var pool []candidate
 	seen := map[string]bool{}
 	addPool := func(c candidate) {
-		if !feasible(c) {
+		if !c.within(layerOpts, headOpts) {
 			return
 		}
 		k := fmt.Sprint(c.layer, c.head)
@@ -331,7 +322,7 @@ func (s *solver) multi(layerOpts, headOpts []map[uint64]Choice, rows, kv, nchunk
 					pick := func(op opDef, opts map[uint64]Choice) Choice {
 						switch {
 						case op.matmul:
-							best, bt := single(a), time.Duration(math.MaxInt64)
+							best, bt := singleChoice(a), time.Duration(math.MaxInt64)
 							for k, ch := range opts {
 								if k&(1<<uint(a)) == 0 || k&^limit != 0 {
 									continue
@@ -342,9 +333,9 @@ func (s *solver) multi(layerOpts, headOpts []map[uint64]Choice, rows, kv, nchunk
 							}
 							return best
 						case op.Class == profile.OpAttention:
-							return single(b)
+							return singleChoice(b)
 						}
-						return single(r)
+						return singleChoice(r)
 					}
 					for i, op := range s.layer {
 						c.layer = append(c.layer, pick(op, layerOpts[i]))
