@@ -168,7 +168,7 @@ func NewBatch(ctx context.Context, m *Model, dev core.Device, n int, opts ...Run
 	c := m.Config
 	// the runner's cache rows (newRunner): the context plus room for a padded last chunk
 	chunk := min(cfg.chunk, cfg.ctxLen)
-	kRow, vRow := cfg.kv.rowBytes(c)
+	kRow, vRow := cfg.kv.RowBytes(c)
 	b := &Batch{m: m, cfg: cfg, cap: int64(cfg.ctxLen + chunk - 1), rowBytes: [2]int64{kRow, vRow},
 		arrive: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
 		turn: make(chan struct{}, 1), seen: make([]time.Time, n)}

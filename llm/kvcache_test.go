@@ -99,18 +99,11 @@ func TestKVCacheTypesLogits(t *testing.T) {
 }
 
 func TestKVCacheTypeErrors(t *testing.T) {
-	for _, s := range []string{"q5_1", "i8", "q4_k", ""} {
-		_, err := ParseKVCacheType(s)
-		assert.ErrorIs(t, err, core.ErrInvalidArgument, "%q", s)
-	}
-	for s, want := range map[string]core.DType{"f32": core.F32, "F16": core.F16, "q8_0": core.Q8_0, "Q4_0": core.Q4_0} {
-		dt, err := ParseKVCacheType(s)
-		require.NoError(t, err)
-		assert.Equal(t, want, dt)
-	}
+	_, err := ParseKVCacheType("q5_1")
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
 	m := openStories(t)
 	for _, o := range []RunnerOption{WithKVCacheType(core.Q8_0), WithKVCacheTypes(core.F16, core.Q4_0), WithKVCacheType(core.I8)} {
-		_, err := NewRunner(context.Background(), m, refDevice(t), o, WithContextLength(32))
+		_, err = NewRunner(context.Background(), m, refDevice(t), o, WithContextLength(32))
 		assert.ErrorIs(t, err, core.ErrInvalidArgument)
 	}
 	r, err := NewRunner(context.Background(), m, refDevice(t), WithContextLength(32))

@@ -74,7 +74,7 @@ func WithKVCacheType(dt core.DType) RunnerOption { return WithKVCacheTypes(dt, d
 // llama.cpp's --cache-type-k and --cache-type-v: K's rounding moves every attention score, V's
 // only the weighted sum, so a quantized V with an F16 K keeps more of the precision.
 func WithKVCacheTypes(k, v core.DType) RunnerOption {
-	return func(c *runnerConfig) { c.kv, c.kvSet = kvTypes{k, v}, true }
+	return func(c *runnerConfig) { c.kv, c.kvSet = kvTypes{K: k, V: v}, true }
 }
 
 // WithContextLength sets the KV cache length in tokens (default: the model's, at most 4096).
@@ -121,7 +121,7 @@ func WithTrace(t *sched.Trace) RunnerOption { return func(c *runnerConfig) { c.t
 func WithRuntime(rt *sched.Runtime) RunnerOption { return func(c *runnerConfig) { c.rt = rt } }
 
 func newRunnerConfig(opts []RunnerOption) runnerConfig {
-	cfg := runnerConfig{kv: kvTypes{DefaultKVCacheType, DefaultKVCacheType}, chunk: DefaultChunk, logger: slog.Default()}
+	cfg := runnerConfig{kv: kvTypes{K: DefaultKVCacheType, V: DefaultKVCacheType}, chunk: DefaultChunk, logger: slog.Default()}
 	for _, o := range opts {
 		o(&cfg)
 	}

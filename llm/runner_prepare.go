@@ -19,7 +19,7 @@ func (r *Runner) init(ctx context.Context) error {
 	al := a.Allocs()
 	alloc := al.Alloc
 	var err error
-	kRow, vRow := r.cfg.kv.rowBytes(c)
+	kRow, vRow := r.cfg.kv.RowBytes(c)
 	if r.cfg.slot != nil {
 		r.kv, err = r.cfg.slot.cache(r.cap, [2]int64{kRow, vRow})
 	}
@@ -119,7 +119,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	cfg := r.m.Config
 	phase := phaseOf(c)
 	a := r.rt.Arena()
-	kRow, vRow := r.cfg.kv.rowBytes(cfg)
+	kRow, vRow := r.cfg.kv.RowBytes(cfg)
 	spec := sched.ProgramSpec{Name: fmt.Sprintf("%s (chunk %d)", phase, c), Phase: phase, Lanes: 1}
 	if tree {
 		spec.Name = fmt.Sprintf("verify (tree %d)", c)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/kvcache"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -153,7 +154,7 @@ func (r *Runner) shiftRows() int64 { return r.cap - int64(r.cfg.ctxLen) + 1 }
 func (r *Runner) prepareShift(ctx context.Context) (*shiftProg, error) {
 	c := r.m.Config
 	rows := r.shiftRows()
-	g, err := r.m.buildShiftGraph(rows, r.cfg.kv.K)
+	g, err := kvcache.ShiftGraph(&r.m.Config, rows, r.cfg.kv.K)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +194,7 @@ func (r *Runner) prepareShift(ctx context.Context) (*shiftProg, error) {
 		}
 		units[i], fallback[i] = r.unitIdx[u], fb
 	}
-	kRow, _ := r.cfg.kv.rowBytes(c)
+	kRow, _ := r.cfg.kv.RowBytes(c)
 	st := sched.StageSpec{Name: "k shift", Graph: g, Units: units, Fallback: fallback}
 	for _, t := range g.Inputs {
 		switch t.Name {
@@ -221,32 +222,4 @@ func (r *Runner) prepareShift(ctx context.Context) (*shiftProg, error) {
 	}
 	sp.prog = prog
 	return sp, nil
-}
-
-// buildShiftGraph builds the K rotation of rows cache rows of dtype kt in every layer: inputs
-// the delta's positions (or RoPE tables) then "blk.<l>.k_cache" [rows, Hkv, D] per layer,
-// outputs the rotated rows per layer.
-func (m *Model) buildShiftGraph(rows int64, kt core.DType) (*core.Graph, error) {
-	c := m.Config
-	g := core.NewGraph()
-	pos := m.addPosInputs(g, rows)
-	var outs []*core.Tensor
-	for l := range c.Layers {
-		g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
-		k := g.Input(fmt.Sprintf("blk.%d.k_cache", l), kt, rows, int64(c.KVHeads), int64(c.HeadDim))
-		x := k
-		switch kt {
-		case core.F32:
-		case core.Q8_0, core.Q4_0:
-			x = g.Dequantize(k, 0)
-		default:
-			x = g.Cast(k, core.F32)
-		}
-		outs = append(outs, toKV(g, m.rope(g, "k_rope", x, pos, l), kt))
-	}
-	g.Output(outs...)
-	if err := g.Err(); err != nil {
-		return nil, fmt.Errorf("llm: building the context shift: %w", err)
-	}
-	return g, nil
 }

@@ -14,7 +14,7 @@ import (
 // cacheRows are layer l's K (which 0) or V (1) cache rows [from, from+n) as floats.
 func cacheRows(t *testing.T, r *Runner, l, which, from, n int) []float32 {
 	t.Helper()
-	kRow, vRow := r.cfg.kv.rowBytes(r.m.Config)
+	kRow, vRow := r.cfg.kv.RowBytes(r.m.Config)
 	rowBytes, dt := kRow, r.cfg.kv.K
 	if which == 1 {
 		rowBytes, dt = vRow, r.cfg.kv.V

@@ -195,7 +195,7 @@ func (r *Runner) prepareSparse(ctx context.Context, c int64, step func()) (*spar
 	if lay.AllResident {
 		clear(a.Bytes(sp.ffa)) // the tail adds it, and no FFN program writes it
 	}
-	kRow, vRow := r.cfg.kv.rowBytes(cfg)
+	kRow, vRow := r.cfg.kv.RowBytes(cfg)
 	half := int64(cfg.RopeDims / 2)
 	phase := phaseOf(c)
 	byName := map[string]sched.Binding{

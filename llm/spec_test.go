@@ -89,7 +89,7 @@ func TestSpecGreedyIdentical(t *testing.T) {
 
 // kvRows are the cache's first n rows of every layer, K then V, as floats.
 func kvRows(r *Runner, n int) [][]float32 {
-	kRow, vRow := r.cfg.kv.rowBytes(r.m.Config)
+	kRow, vRow := r.cfg.kv.RowBytes(r.m.Config)
 	var out [][]float32
 	for _, kv := range r.kv {
 		for i, s := range kv {
