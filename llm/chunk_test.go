@@ -11,6 +11,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm/gguf"
+	"github.com/xpuhub/xpu/llm/quant"
 )
 
 const storyPrompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball."
@@ -83,7 +84,7 @@ func TestContextFull(t *testing.T) {
 // quantizedStories rewrites stories260K with its matrices in dt; ffn_down, whose rows (172)
 // are not a multiple of the 32-value block, stays F32 as llama.cpp keeps it.
 func quantizedStories(t *testing.T, m *Model, dt core.DType) *Model {
-	data, err := QuantizeFile(m.File, dt)
+	data, err := quant.Pure(m.File, dt)
 	require.NoError(t, err)
 	qf, err := gguf.Parse(data)
 	require.NoError(t, err)
@@ -126,9 +127,9 @@ func TestQuantizedLogitsNMSE(t *testing.T) {
 				}
 			}
 			nmse := num / den
-			t.Logf("%s logits NMSE vs F32: %.3g (bound %.1g)", dt, nmse, QuantizedNMSEBound[dt])
+			t.Logf("%s logits NMSE vs F32: %.3g (bound %.1g)", dt, nmse, quant.NMSEBound[dt])
 			require.False(t, math.IsNaN(nmse))
-			require.Less(t, nmse, QuantizedNMSEBound[dt])
+			require.Less(t, nmse, quant.NMSEBound[dt])
 			require.Greater(t, nmse, 0.0, "quantization must change something")
 		})
 	}

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/xpuhub/xpu/core"
-	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/gguf"
+	"github.com/xpuhub/xpu/llm/quant"
 	"github.com/xpuhub/xpu/llm/w8a8"
 )
 
@@ -24,7 +24,7 @@ func init() {
 func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("quantize", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	typ := fs.String("type", "q4_k_m", "quantization: "+strings.Join(llm.QuantRecipes(), ", "))
+	typ := fs.String("type", "q4_k_m", "quantization: "+strings.Join(quant.Recipes(), ", "))
 	requant := fs.Bool("allow-requantize", false, "also requantize tensors that are already quantized (loses more than quantizing the float model)")
 	npu := fs.Bool("npu-int8", false, "instead of --type: keep every tensor and add symmetric int8 weights + scales for the NPU's W8A8 MatMul (layout: llm/w8a8)")
 	perChannel := fs.Bool("per-channel", false, "with --npu-int8: one weight scale per output channel instead of per tensor")
@@ -51,7 +51,7 @@ func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintln(stderr, "xpu quantize: --npu-int8 keeps the model's own dtypes (no --type); --per-channel goes with --npu-int8")
 		return 2
 	}
-	recipe, err := llm.ParseQuantRecipe(*typ)
+	recipe, err := quant.ParseRecipe(*typ)
 	if err != nil {
 		return fail(err)
 	}
@@ -67,9 +67,9 @@ func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	defer f.Close()
 
-	opts := []llm.QuantizeOption{llm.WithRequantize(*requant)}
+	opts := []quant.Option{quant.WithRequantize(*requant)}
 	if isTerminal(stderr) {
-		opts = append(opts, llm.WithQuantizeProgress(func(done, total int, p llm.TensorPlan) {
+		opts = append(opts, quant.WithProgress(func(done, total int, p quant.TensorPlan) {
 			drawQuantizeProgress(stderr, done, total, p)
 		}))
 	}
@@ -80,7 +80,7 @@ func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	t0 := time.Now()
 	err = tmp.Chmod(0o644) // CreateTemp's 0600 would make the model private to its writer
-	var sum llm.QuantizeSummary
+	var sum quant.Summary
 	var nsum w8a8.Summary
 	gran := w8a8.PerTensor
 	if *perChannel {
@@ -89,7 +89,7 @@ func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err == nil && *npu {
 		nsum, err = w8a8.WriteModel(ctx, tmp, f, gran)
 	} else if err == nil {
-		sum, err = llm.QuantizeModel(ctx, tmp, f, recipe, opts...)
+		sum, err = quant.Model(ctx, tmp, f, recipe, opts...)
 	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
@@ -127,7 +127,7 @@ func dtypeCounts(m map[core.DType]int) string {
 }
 
 // drawQuantizeProgress redraws one status line: the tensor being written and its conversion.
-func drawQuantizeProgress(w io.Writer, done, total int, p llm.TensorPlan) {
+func drawQuantizeProgress(w io.Writer, done, total int, p quant.TensorPlan) {
 	if done == total {
 		fmt.Fprintf(w, "\r\033[K[%d/%d] done\n", done, total)
 		return

@@ -14,6 +14,7 @@ import (
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/gguf"
+	"github.com/xpuhub/xpu/llm/quant"
 	"github.com/xpuhub/xpu/llm/w8a8"
 	"github.com/xpuhub/xpu/loader"
 	"github.com/xpuhub/xpu/sched"
@@ -175,7 +176,7 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			llm.NMSE(got, want), top1(got, want, m.Config.Vocab), 100*w.ShadowWork(), match)
 	}
 	if *q8 != "" {
-		data, err := llm.QuantizeFile(m.File, core.Q8_0)
+		data, err := quant.Pure(m.File, core.Q8_0)
 		if err != nil {
 			return fail(err)
 		}

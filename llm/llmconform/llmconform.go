@@ -22,6 +22,7 @@ import (
 	"github.com/xpuhub/xpu/internal/safefile"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/gguf"
+	"github.com/xpuhub/xpu/llm/quant"
 	"github.com/xpuhub/xpu/llm/synth"
 )
 
@@ -173,7 +174,7 @@ func quantCase(ctx context.Context, dev core.Device, dt core.DType) (conformance
 		return res, err
 	}
 	defer m.Close()
-	data, err := llm.QuantizeFile(m.File, dt)
+	data, err := quant.Pure(m.File, dt)
 	if err != nil {
 		return res, err
 	}
@@ -189,7 +190,7 @@ func quantCase(ctx context.Context, dev core.Device, dt core.DType) (conformance
 	if res.NMSE, res.MaxAbs, err = compareLogits(ctx, qm, dev, m, sample); err != nil {
 		return res, err
 	}
-	bound := llm.QuantizedNMSEBound[dt]
+	bound := quant.NMSEBound[dt]
 	res.Detail = fmt.Sprintf("%s logits NMSE %.3g vs F32 on ref (bound %.1g)", dt, res.NMSE, bound)
 	if !(res.NMSE < bound) {
 		return res, fmt.Errorf("%w: %s", conformance.ErrMismatch, res.Detail)

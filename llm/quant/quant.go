@@ -1,4 +1,6 @@
-package llm
+// Package quant rewrites a GGUF model with its weight matrices in smaller dtypes, the way
+// llama.cpp's llama-quantize does (pure dtypes and the K-quant _M mixes).
+package quant
 
 import (
 	"bytes"
@@ -15,11 +17,11 @@ import (
 	"github.com/xpuhub/xpu/llm/gguf"
 )
 
-// QuantRecipe is a way to quantize a model's weight matrices: one dtype for every matrix
+// Recipe is a way to quantize a model's weight matrices: one dtype for every matrix
 // ("pure": q8_0, q4_0, f16, bf16, q4_k, q5_k, q6_k, q2_k, q3_k), or one of llama.cpp's K-quant
 // mixes (q4_k_m, q5_k_m), which give the output head and some attn_v/ffn_down matrices more bits.
-type QuantRecipe struct {
-	// Name is the recipe as ParseQuantRecipe reads it.
+type Recipe struct {
+	// Name is the recipe as ParseRecipe reads it.
 	Name string
 	// Base is the dtype of the matrices no rule singles out.
 	Base core.DType
@@ -30,7 +32,7 @@ type QuantRecipe struct {
 	fileType uint32
 }
 
-var quantRecipes = []QuantRecipe{
+var recipes = []Recipe{
 	{Name: "q4_k_m", Base: core.Q4_K, mix: true, fileType: 15},
 	{Name: "q5_k_m", Base: core.Q5_K, mix: true, fileType: 17},
 	{Name: "q6_k", Base: core.Q6_K, fileType: 18},
@@ -44,24 +46,24 @@ var quantRecipes = []QuantRecipe{
 	{Name: "bf16", Base: core.BF16, fileType: 32},
 }
 
-// QuantRecipes lists the recipe names ParseQuantRecipe accepts.
-func QuantRecipes() []string {
+// Recipes lists the recipe names ParseRecipe accepts.
+func Recipes() []string {
 	var ns []string
-	for _, r := range quantRecipes {
+	for _, r := range recipes {
 		ns = append(ns, r.Name)
 	}
 	return ns
 }
 
-// ParseQuantRecipe finds a recipe by name (case-insensitive).
-func ParseQuantRecipe(name string) (QuantRecipe, error) {
-	for _, r := range quantRecipes {
+// ParseRecipe finds a recipe by name (case-insensitive).
+func ParseRecipe(name string) (Recipe, error) {
+	for _, r := range recipes {
 		if strings.EqualFold(r.Name, name) {
 			return r, nil
 		}
 	}
-	return QuantRecipe{}, fmt.Errorf("llm: quantization type %q (want one of %s): %w", name,
-		strings.Join(QuantRecipes(), ", "), core.ErrInvalidArgument)
+	return Recipe{}, fmt.Errorf("quant: quantization type %q (want one of %s): %w", name,
+		strings.Join(Recipes(), ", "), core.ErrInvalidArgument)
 }
 
 // TensorPlan is what quantizing does to one tensor.
@@ -94,11 +96,11 @@ func fallbackFor(want core.DType, row int64, from core.DType) (core.DType, strin
 	return from, why
 }
 
-// PlanQuantize decides each tensor's dtype. Matrices (rank 2, named *weight) in a float dtype
+// Plan decides each tensor's dtype. Matrices (rank 2, named *weight) in a float dtype
 // are quantized; vectors (norms, biases) are kept. A matrix that is already quantized to another
 // dtype is an error unless requantize is set (llama-quantize's --allow-requantize): requantizing
 // loses more than quantizing the float original.
-func PlanQuantize(f *gguf.File, r QuantRecipe, requantize bool) ([]TensorPlan, error) {
+func Plan(f *gguf.File, r Recipe, requantize bool) ([]TensorPlan, error) {
 	var nAttnV, nFFNDown int
 	_, hasOutput := f.Tensor("output.weight")
 	for _, t := range f.Tensors {
@@ -123,7 +125,7 @@ func PlanQuantize(f *gguf.File, r QuantRecipe, requantize bool) ([]TensorPlan, e
 		}
 		p.To, p.Fallback = fallbackFor(want, t.Shape[1], t.DType)
 		if p.To != p.From && t.DType.Quantized() && !requantize {
-			return nil, fmt.Errorf("llm: tensor %s is already %s; quantizing it again to %s needs requantize: %w",
+			return nil, fmt.Errorf("quant: tensor %s is already %s; quantizing it again to %s needs requantize: %w",
 				t.Name, t.DType, p.To, core.ErrInvalidArgument)
 		}
 		plans = append(plans, p)
@@ -132,7 +134,7 @@ func PlanQuantize(f *gguf.File, r QuantRecipe, requantize bool) ([]TensorPlan, e
 }
 
 // mixType is llama.cpp's llama_tensor_get_type for the Q4_K_M/Q5_K_M mixes of a dense model.
-func mixType(r QuantRecipe, name string, row int64, hasOutput bool, iAttnV *int, nAttnV int, iFFNDown *int, nFFNDown int) core.DType {
+func mixType(r Recipe, name string, row int64, hasOutput bool, iAttnV *int, nAttnV int, iFFNDown *int, nFFNDown int) core.DType {
 	switch {
 	case name == "output.weight" || (!hasOutput && name == "token_embd.weight"):
 		if row%core.QKK != 0 {
@@ -162,8 +164,8 @@ func mixType(r QuantRecipe, name string, row int64, hasOutput bool, iAttnV *int,
 	return r.Base
 }
 
-// QuantizeSummary counts what QuantizeModel wrote.
-type QuantizeSummary struct {
+// Summary counts what Model wrote.
+type Summary struct {
 	// Tensors is the number of tensors per written dtype.
 	Tensors map[core.DType]int
 	// Quantized is how many tensors changed dtype; Fallbacks how many of all matrices did not get
@@ -173,32 +175,32 @@ type QuantizeSummary struct {
 	BytesIn, BytesOut int64
 }
 
-// QuantizeOption configures QuantizeModel.
-type QuantizeOption func(*quantizeConfig)
+// Option configures Model.
+type Option func(*config)
 
-type quantizeConfig struct {
+type config struct {
 	progress   func(done, total int, p TensorPlan)
 	requantize bool
 }
 
-// WithQuantizeProgress calls fn before each tensor is written (done tensors of total so far).
-func WithQuantizeProgress(fn func(done, total int, p TensorPlan)) QuantizeOption {
-	return func(c *quantizeConfig) { c.progress = fn }
+// WithProgress calls fn before each tensor is written (done tensors of total so far).
+func WithProgress(fn func(done, total int, p TensorPlan)) Option {
+	return func(c *config) { c.progress = fn }
 }
 
 // WithRequantize allows quantizing tensors that are already quantized (dequantized first).
-func WithRequantize(ok bool) QuantizeOption { return func(c *quantizeConfig) { c.requantize = ok } }
+func WithRequantize(ok bool) Option { return func(c *config) { c.requantize = ok } }
 
-// QuantizeModel writes f to w as a GGUF file with its tensors converted as PlanQuantize decides,
+// Model writes f to w as a GGUF file with its tensors converted as Plan decides,
 // one tensor in memory at a time, and the metadata kept (general.file_type set to the recipe's
 // llama_ftype where it has one). ctx stops a long run between tensors.
-func QuantizeModel(ctx context.Context, w io.Writer, f *gguf.File, r QuantRecipe, opts ...QuantizeOption) (QuantizeSummary, error) {
-	var cfg quantizeConfig
+func Model(ctx context.Context, w io.Writer, f *gguf.File, r Recipe, opts ...Option) (Summary, error) {
+	var cfg config
 	for _, o := range opts {
 		o(&cfg)
 	}
-	sum := QuantizeSummary{Tensors: map[core.DType]int{}}
-	plans, err := PlanQuantize(f, r, cfg.requantize)
+	sum := Summary{Tensors: map[core.DType]int{}}
+	plans, err := Plan(f, r, cfg.requantize)
 	if err != nil {
 		return sum, err
 	}
@@ -246,7 +248,7 @@ func QuantizeModel(ctx context.Context, w io.Writer, f *gguf.File, r QuantRecipe
 		ts[i] = wt
 	}
 	if err := gguf.Write(w, kvs, ts); err != nil {
-		return sum, fmt.Errorf("llm: quantize to %s: %w", r.Name, err)
+		return sum, fmt.Errorf("quant: quantize to %s: %w", r.Name, err)
 	}
 	if cfg.progress != nil {
 		cfg.progress(len(plans), len(plans), TensorPlan{})
@@ -281,26 +283,26 @@ func quantizeParallel(dt core.DType, xs []float32, row int64) ([]byte, error) {
 	return out, errors.Join(errs...)
 }
 
-// QuantizeFile rewrites a GGUF image with its float matrices in dt (one dtype, every matrix: see
-// QuantRecipe), the way llama-quantize --pure does for a float model: 1-D tensors (norms, biases)
+// Pure rewrites a GGUF image with its float matrices in dt (one dtype, every matrix: see
+// Recipe), the way llama-quantize --pure does for a float model: 1-D tensors (norms, biases)
 // stay F32, and so does a matrix whose rows are not a whole number of dt's blocks (stories260K's
 // ffn_down, 172 wide). The metadata is kept.
-func QuantizeFile(f *gguf.File, dt core.DType) ([]byte, error) {
+func Pure(f *gguf.File, dt core.DType) ([]byte, error) {
 	if _, err := gguf.TypeOf(dt); err != nil || dt == core.I8 {
 		if err == nil {
-			err = fmt.Errorf("llm: quantize to i8: a scale-less GGUF type (xpu quantize --npu-int8 adds int8 weights): %w", core.ErrUnsupported)
+			err = fmt.Errorf("quant: quantize to i8: a scale-less GGUF type (xpu quantize --npu-int8 adds int8 weights): %w", core.ErrUnsupported)
 		}
 		return nil, err
 	}
 	var buf bytes.Buffer
-	if _, err := QuantizeModel(context.Background(), &buf, f, QuantRecipe{Name: dt.String(), Base: dt}); err != nil {
+	if _, err := Model(context.Background(), &buf, f, Recipe{Name: dt.String(), Base: dt}); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
 }
 
-// QuantizedNMSEBound is the logits NMSE (Σ(q-f)² / Σf², teacher-forced) that a variant made by
-// QuantizeFile may show against its float model, per matrix dtype. Measured for stories260K on
+// NMSEBound is the logits NMSE (Σ(q-f)² / Σf², teacher-forced) that a variant made by
+// Pure may show against its float model, per matrix dtype. Measured for stories260K on
 // core/ref over a 45-token prompt: Q8_0 3.6e-5, Q4_0 1.9e-2; the bounds leave room (14× and 5×)
 // for backends that also quantize activations on the fly, as OPS.md allows.
-var QuantizedNMSEBound = map[core.DType]float64{core.Q8_0: 5e-4, core.Q4_0: 1e-1}
+var NMSEBound = map[core.DType]float64{core.Q8_0: 5e-4, core.Q4_0: 1e-1}
