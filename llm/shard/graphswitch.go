@@ -1,4 +1,7 @@
-package llm
+// Package shard plans how a model's layers move between graphs and units: the cut of decode
+// steps into shards across units, and the progressive switch from prefill-shaped graphs to
+// verify-shaped ones.
+package shard
 
 import (
 	"fmt"
@@ -7,23 +10,23 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// SwitchBlock is one block of layers for progressive graph switching: its compute time per
+// Block is one block of layers for progressive graph switching: its compute time per
 // prefill chunk under the prefill-shaped graph (Prefill) and under the verify-shaped one run
 // repeatedly over the chunk's sub-chunks (Verify), and the time to load its verify graph
 // (Load). Figures come from profiling the unit (or a SoC description); the plan is simulated.
-type SwitchBlock struct {
+type Block struct {
 	Prefill, Verify, Load time.Duration
 }
 
-// SwitchLoad is one block's graph load in a switch plan.
-type SwitchLoad struct {
+// Load is one block's graph load in a switch plan.
+type Load struct {
 	Block      int
 	Start, End time.Duration
 }
 
 // SwitchPlan is a simulated progressive-switch schedule and what the alternatives take.
 type SwitchPlan struct {
-	Loads []SwitchLoad
+	Loads []Load
 	// PrefillEnd is when the last chunk's last block finishes; End when the last load does
 	// (the verify graphs are all in place: decoding can start at max of the two).
 	PrefillEnd, End time.Duration
@@ -32,7 +35,7 @@ type SwitchPlan struct {
 	Sync, NaiveAsync time.Duration
 }
 
-// PlanGraphSwitch schedules CoordGen's progressive graph switching (§3.2, Eqs. 1–2) for a
+// PlanSwitch schedules CoordGen's progressive graph switching (§3.2, Eqs. 1–2) for a
 // static-shape unit that cannot keep both graphs of a block resident: blocks are switched to
 // their verify graph one at a time, in block order, during chunked prefill; a block's load
 // starts at the first compute boundary from which the computations before that block's next
@@ -41,13 +44,13 @@ type SwitchPlan struct {
 // verify graph repeated over sub-chunks (repetition equivalence). Loads that cannot be hidden
 // run after prefill. Computations run one at a time, loads one at a time, a block never
 // computes while its graph loads. The result is a simulation: no graph is loaded.
-func PlanGraphSwitch(blocks []SwitchBlock, chunks int) (SwitchPlan, error) {
+func PlanSwitch(blocks []Block, chunks int) (SwitchPlan, error) {
 	if len(blocks) == 0 || chunks < 1 {
-		return SwitchPlan{}, fmt.Errorf("llm: switch plan of %d blocks and %d chunks: %w", len(blocks), chunks, core.ErrInvalidArgument)
+		return SwitchPlan{}, fmt.Errorf("shard: switch plan of %d blocks and %d chunks: %w", len(blocks), chunks, core.ErrInvalidArgument)
 	}
 	for i, b := range blocks {
 		if b.Prefill < 0 || b.Verify < 0 || b.Load < 0 {
-			return SwitchPlan{}, fmt.Errorf("llm: switch plan: block %d has a negative time: %w", i, core.ErrInvalidArgument)
+			return SwitchPlan{}, fmt.Errorf("shard: switch plan: block %d has a negative time: %w", i, core.ErrInvalidArgument)
 		}
 	}
 	N := len(blocks)
@@ -87,7 +90,7 @@ func PlanGraphSwitch(blocks []SwitchBlock, chunks int) (SwitchPlan, error) {
 			if hidden {
 				loading = next
 				loadEnd[next] = now + blocks[next].Load
-				p.Loads = append(p.Loads, SwitchLoad{Block: next, Start: now, End: loadEnd[next]})
+				p.Loads = append(p.Loads, Load{Block: next, Start: now, End: loadEnd[next]})
 				loadFree = loadEnd[next]
 				next++
 			}
@@ -105,7 +108,7 @@ func PlanGraphSwitch(blocks []SwitchBlock, chunks int) (SwitchPlan, error) {
 	}
 	t := max(now, loadFree)
 	for ; next < N; next++ {
-		p.Loads = append(p.Loads, SwitchLoad{Block: next, Start: t, End: t + blocks[next].Load})
+		p.Loads = append(p.Loads, Load{Block: next, Start: t, End: t + blocks[next].Load})
 		t += blocks[next].Load
 	}
 	p.End = t

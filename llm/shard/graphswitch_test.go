@@ -1,4 +1,4 @@
-package llm
+package shard
 
 import (
 	"testing"
@@ -12,24 +12,24 @@ import (
 
 func TestPlanGraphSwitch(t *testing.T) {
 	ms := time.Millisecond
-	uniform := func(n int, p, v, l time.Duration) []SwitchBlock {
-		out := make([]SwitchBlock, n)
+	uniform := func(n int, p, v, l time.Duration) []Block {
+		out := make([]Block, n)
 		for i := range out {
-			out[i] = SwitchBlock{Prefill: p, Verify: v, Load: l}
+			out[i] = Block{Prefill: p, Verify: v, Load: l}
 		}
 		return out
 	}
 	t.Run("the paper's figure 8: one load hides behind two block computations", func(t *testing.T) {
-		p, err := PlanGraphSwitch(uniform(4, 2*ms, 3*ms, 4*ms), 2)
+		p, err := PlanSwitch(uniform(4, 2*ms, 3*ms, 4*ms), 2)
 		require.NoError(t, err)
-		assert.Equal(t, []SwitchLoad{{0, 2 * ms, 6 * ms}, {1, 6 * ms, 10 * ms}, {2, 16 * ms, 20 * ms}, {3, 20 * ms, 24 * ms}}, p.Loads)
+		assert.Equal(t, []Load{{0, 2 * ms, 6 * ms}, {1, 6 * ms, 10 * ms}, {2, 16 * ms, 20 * ms}, {3, 20 * ms, 24 * ms}}, p.Loads)
 		assert.Equal(t, 18*ms, p.PrefillEnd, "two blocks ran their second chunk on the verify graph")
 		assert.Equal(t, 24*ms, p.End)
 		assert.Equal(t, 32*ms, p.Sync)
 		assert.Equal(t, 26*ms, p.NaiveAsync)
 	})
 	t.Run("loads shorter than a block hide completely", func(t *testing.T) {
-		p, err := PlanGraphSwitch(uniform(6, 5*ms, 5*ms, ms), 3)
+		p, err := PlanSwitch(uniform(6, 5*ms, 5*ms, ms), 3)
 		require.NoError(t, err)
 		require.Len(t, p.Loads, 6)
 		assert.Equal(t, p.PrefillEnd, p.End, "every load ended during prefill")
@@ -38,9 +38,9 @@ func TestPlanGraphSwitch(t *testing.T) {
 		assert.Less(t, p.NaiveAsync, p.Sync)
 	})
 	t.Run("loads never overlap and come in block order", func(t *testing.T) {
-		blocks := []SwitchBlock{{3 * ms, 4 * ms, 7 * ms}, {ms, 2 * ms, 2 * ms}, {5 * ms, 5 * ms, 9 * ms}, {2 * ms, 3 * ms, ms}}
+		blocks := []Block{{3 * ms, 4 * ms, 7 * ms}, {ms, 2 * ms, 2 * ms}, {5 * ms, 5 * ms, 9 * ms}, {2 * ms, 3 * ms, ms}}
 		for chunks := 1; chunks <= 5; chunks++ {
-			p, err := PlanGraphSwitch(blocks, chunks)
+			p, err := PlanSwitch(blocks, chunks)
 			require.NoError(t, err)
 			require.Len(t, p.Loads, len(blocks))
 			for i, l := range p.Loads {
@@ -54,11 +54,11 @@ func TestPlanGraphSwitch(t *testing.T) {
 		}
 	})
 	t.Run("bad input", func(t *testing.T) {
-		_, err := PlanGraphSwitch(nil, 2)
+		_, err := PlanSwitch(nil, 2)
 		require.ErrorIs(t, err, core.ErrInvalidArgument)
-		_, err = PlanGraphSwitch(uniform(2, ms, ms, ms), 0)
+		_, err = PlanSwitch(uniform(2, ms, ms, ms), 0)
 		require.ErrorIs(t, err, core.ErrInvalidArgument)
-		_, err = PlanGraphSwitch([]SwitchBlock{{Load: -ms}}, 1)
+		_, err = PlanSwitch([]Block{{Load: -ms}}, 1)
 		require.ErrorIs(t, err, core.ErrInvalidArgument)
 	})
 }
