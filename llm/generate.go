@@ -8,6 +8,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm/draft"
+	"github.com/xpuhub/xpu/llm/spec"
 	"github.com/xpuhub/xpu/sched/energy"
 )
 
@@ -38,7 +39,7 @@ type Result struct {
 	// Decode. 0 where the platform does not report it.
 	DecodeCPU time.Duration
 	// Spec reports speculative decoding (WithSpeculative), nil without it.
-	Spec *SpecStats
+	Spec *spec.Stats
 }
 
 // PrefillTokensPerSecond is the prompt processing speed.
@@ -176,7 +177,7 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 	t0 := time.Now()
 	var logits []float32
 	if cfg.spec != nil {
-		res.Spec = &SpecStats{}
+		res.Spec = &spec.Stats{}
 		if cfg.spec.drafter != nil {
 			logits, err = r.specPrefill(ctx, cfg.spec, ids, res.Spec)
 		} else {

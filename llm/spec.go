@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/xpuhub/xpu/core"
@@ -20,7 +19,7 @@ type SpecOption func(*specConfig)
 type specConfig struct {
 	drafter draft.Drafter
 	always  bool
-	stats   *SpecStats
+	stats   *spec.Stats
 }
 
 // SpecAlways verifies every draft the drafter proposes, at the shortest verify length that
@@ -48,80 +47,11 @@ func WithSpeculative(d draft.Drafter, opts ...SpecOption) GenerateOption {
 	}
 }
 
-// SpecStats reports a speculative generation.
-type SpecStats struct {
-	// Passes is the forward passes of decoding: Verifies plus Plain (one-token decodes).
-	Passes, Verifies, Plain int
-	// Drafted and Accepted count draft tokens verified and kept.
-	Drafted, Accepted int
-	// Histogram[a] counts the verify passes that kept a draft tokens.
-	Histogram []int
-	// Lengths counts the verify passes per verify graph length.
-	Lengths map[int]int
-	// Time split of decoding: proposing drafts, verify passes, one-token decodes, and the
-	// rest (acceptance, sampling, streaming); Calibrate is the prefill's calibration.
-	Draft, Verify, Decode, Overhead, Calibrate time.Duration
-	// Fallback says why drafting was turned off during the generation, if it was.
-	Fallback string
-}
-
-// TokensPerPass is the tokens produced per forward pass of decoding (1 for plain decoding).
-func (s *SpecStats) TokensPerPass() float64 {
-	if s.Passes == 0 {
-		return 0
-	}
-	return float64(s.Passes+s.Accepted) / float64(s.Passes)
-}
-
-// AcceptanceRate is the share of verified draft tokens kept.
-func (s *SpecStats) AcceptanceRate() float64 {
-	if s.Drafted == 0 {
-		return 0
-	}
-	return float64(s.Accepted) / float64(s.Drafted)
-}
-
-// String is a few lines for --stats: tokens per pass, the acceptance histogram and the time
-// split.
-func (s *SpecStats) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "speculative: %.2f tokens/pass over %d passes (%d verify, %d plain); %d of %d draft tokens accepted (%.0f%%)\n",
-		s.TokensPerPass(), s.Passes, s.Verifies, s.Plain, s.Accepted, s.Drafted, 100*s.AcceptanceRate())
-	if len(s.Lengths) > 0 {
-		ls := make([]int, 0, len(s.Lengths))
-		for l := range s.Lengths {
-			ls = append(ls, l)
-		}
-		slices.Sort(ls)
-		b.WriteString("verify lengths:")
-		for _, l := range ls {
-			fmt.Fprintf(&b, " %d×%d", l, s.Lengths[l])
-		}
-		b.WriteString("\n")
-	}
-	if len(s.Histogram) > 0 {
-		b.WriteString("accepted per verify:")
-		for a, n := range s.Histogram {
-			if n > 0 {
-				fmt.Fprintf(&b, " %d:%d", a, n)
-			}
-		}
-		b.WriteString("\n")
-	}
-	fmt.Fprintf(&b, "time: draft %v, verify %v, plain decode %v, overhead %v, calibrate %v\n",
-		s.Draft.Round(time.Microsecond), s.Verify.Round(time.Microsecond), s.Decode.Round(time.Microsecond),
-		s.Overhead.Round(time.Microsecond), s.Calibrate.Round(time.Microsecond))
-	if s.Fallback != "" {
-		fmt.Fprintf(&b, "fallback: %s\n", s.Fallback)
-	}
-	return b.String()
-}
-
 // calibrateTop is how many candidates per prompt position calibration gets.
 const calibrateTop = 4
 
 // specPrefill prefills ids, handing a Calibrator drafter the prompt's all-position predictions.
-func (r *Runner) specPrefill(ctx context.Context, sc *specConfig, ids []int32, st *SpecStats) ([]float32, error) {
+func (r *Runner) specPrefill(ctx context.Context, sc *specConfig, ids []int32, st *spec.Stats) ([]float32, error) {
 	cal, ok := sc.drafter.(draft.Calibrator)
 	if cp := r.progs[r.cfg.chunk]; !ok || cp.sp != nil || cp.prog.Lanes() > 1 {
 		// all-position logits run the chunks one at a time: a prefill pipelined over units
@@ -185,7 +115,7 @@ func topCandidates(logits []float32, k int) []draft.Candidate {
 // specDecode is Generate's decoding loop with drafts: logits are the prefill's, base the cache
 // length after it.
 func (r *Runner) specDecode(ctx context.Context, cfg *genConfig, res *Result, logits []float32, dec interface{ Next(int32) string },
-	text *[]byte, st *SpecStats) error {
+	text *[]byte, st *spec.Stats) error {
 	sc := cfg.spec
 	tok := r.m.Tokenizer
 	vs := min(len(logits), tok.Size())

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/xpuhub/xpu/llm/draft"
+	"github.com/xpuhub/xpu/llm/spec"
 	"github.com/xpuhub/xpu/loader"
 )
 
@@ -89,7 +90,7 @@ func BenchmarkSpecSummary(b *testing.B) {
 		cpu     time.Duration
 		tokens  int
 		passes  int
-		st      SpecStats // summed: the wall-clock split and the verify lengths
+		st      spec.Stats // summed: the wall-clock split and the verify lengths
 	}
 	cs := []*config{
 		{name: "plain"},

@@ -438,14 +438,3 @@ func TestSpecSamplingDistribution(t *testing.T) {
 		assert.Less(t, stat, chi2Critical(df), "position %d: plain %v speculative %v", j, plain[j], spec[j])
 	}
 }
-
-// The stats say what happened.
-func TestSpecStatsString(t *testing.T) {
-	s := &SpecStats{Passes: 4, Verifies: 2, Plain: 2, Drafted: 10, Accepted: 4, Histogram: []int{1, 0, 0, 0, 1},
-		Lengths: map[int]int{8: 2}}
-	assert.InDelta(t, 2.0, s.TokensPerPass(), 1e-9)
-	out := s.String()
-	for _, want := range []string{"2.00 tokens/pass", "8×2", "0:1 4:1", "40%"} {
-		assert.Contains(t, out, want)
-	}
-}

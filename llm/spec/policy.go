@@ -1,5 +1,6 @@
-// Package spec decides, step by step, how speculative decoding spends its verify passes: the
-// draft length whose expected accepted tokens per second of its verify graph is highest.
+// Package spec is speculative decoding's bookkeeping: the policy that picks each step's draft
+// length (expected accepted tokens per second of its verify graph) and the statistics a
+// speculative generation reports.
 package spec
 
 import (
