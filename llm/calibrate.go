@@ -179,7 +179,7 @@ func measureImportance(ctx context.Context, m *Model, dev core.Device, cal *w8a8
 // w8a8Logits runs m lowered to W8A8 with the given shadow layers over ids, teacher-forced, and
 // returns every position's logits (flattened).
 func w8a8Logits(ctx context.Context, m *Model, dev core.Device, cal *w8a8.Calibration, ids []int32, shadow []bool, g w8a8.Granularity) ([]float32, error) {
-	w, err := NewW8A8(m, W8A8Config{Calibration: cal, ShadowLayers: shadow, Convert: true, Granularity: g})
+	w, err := NewW8A8(m, w8a8.Config{Calibration: cal, ShadowLayers: shadow, Convert: true, Granularity: g})
 	if err != nil {
 		return nil, err
 	}

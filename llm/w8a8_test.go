@@ -79,13 +79,13 @@ func TestW8A8Errors(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		m    *Model
-		cfg  W8A8Config
+		cfg  w8a8.Config
 		want error
 	}{
-		{"no calibration", m, W8A8Config{Convert: true}, core.ErrInvalidArgument},
-		{"another model's calibration", other, W8A8Config{Calibration: cal, Convert: true}, w8a8.ErrStale},
-		{"no int8 weights", m, W8A8Config{Calibration: cal}, w8a8.ErrNoInt8},
-		{"shadow flags", m, W8A8Config{Calibration: cal, Convert: true, ShadowLayers: []bool{true}}, core.ErrInvalidArgument},
+		{"no calibration", m, w8a8.Config{Convert: true}, core.ErrInvalidArgument},
+		{"another model's calibration", other, w8a8.Config{Calibration: cal, Convert: true}, w8a8.ErrStale},
+		{"no int8 weights", m, w8a8.Config{Calibration: cal}, w8a8.ErrNoInt8},
+		{"shadow flags", m, w8a8.Config{Calibration: cal, Convert: true, ShadowLayers: []bool{true}}, core.ErrInvalidArgument},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := NewW8A8(c.m, c.cfg)
@@ -101,24 +101,10 @@ func TestW8A8Errors(t *testing.T) {
 	nm, err := Open(path)
 	require.NoError(t, err)
 	defer nm.Close()
-	w, err := NewW8A8(nm, W8A8Config{Calibration: cal, Shadow: ShadowOn})
+	w, err := NewW8A8(nm, w8a8.Config{Calibration: cal, Shadow: w8a8.ShadowOn})
 	require.NoError(t, err, "the calibration of the original fits its npu-int8 copy")
 	assert.Equal(t, w8a8.PerChannel, w.Granularity())
 	assert.Contains(t, w.Describe(), "from the file")
-}
-
-func TestShadowModes(t *testing.T) {
-	for _, c := range []struct {
-		s    string
-		want ShadowMode
-	}{{"off", ShadowOff}, {"on", ShadowOn}, {"pruned", ShadowPruned}} {
-		got, err := ParseShadowMode(c.s)
-		require.NoError(t, err)
-		assert.Equal(t, c.want, got)
-		assert.Equal(t, c.s, got.String())
-	}
-	_, err := ParseShadowMode("some")
-	assert.ErrorIs(t, err, core.ErrInvalidArgument)
 }
 
 // One W8A8 projection as the graph lowers it (QUANTIZE, int8 MATMUL, SHADOW_MATMUL over the hot
@@ -134,15 +120,15 @@ func TestShadowPathEqualsComposition(t *testing.T) {
 	name := "blk.1.ffn_gate.weight"
 	for _, c := range []struct {
 		name   string
-		shadow ShadowMode
+		shadow w8a8.ShadowMode
 		gran   w8a8.Granularity
 	}{
-		{"per-tensor, shadow", ShadowOn, w8a8.PerTensor},
-		{"per-channel, shadow", ShadowOn, w8a8.PerChannel},
-		{"per-tensor, no shadow", ShadowOff, w8a8.PerTensor},
+		{"per-tensor, shadow", w8a8.ShadowOn, w8a8.PerTensor},
+		{"per-channel, shadow", w8a8.ShadowOn, w8a8.PerChannel},
+		{"per-tensor, no shadow", w8a8.ShadowOff, w8a8.PerTensor},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w, err := NewW8A8(m, W8A8Config{Calibration: cal, Shadow: c.shadow, Convert: true, Granularity: c.gran})
+			w, err := NewW8A8(m, w8a8.Config{Calibration: cal, Shadow: c.shadow, Convert: true, Granularity: c.gran})
 			require.NoError(t, err)
 			in := w.input(l, proj)
 			K, N := int64(m.Config.Dim), int64(m.Config.FFN)
@@ -183,7 +169,7 @@ func TestShadowPathEqualsComposition(t *testing.T) {
 						q = math.Max(-127, math.Min(127, q))
 						acc += q * float64(int8(iw.Codes[n*K+k]))
 					}
-					if c.shadow == ShadowOn {
+					if c.shadow == w8a8.ShadowOn {
 						for _, h := range in.Hot {
 							xv := float64(xs[int64(r)*K+int64(h)])
 							shadow += (xv - math.Max(-tt, math.Min(tt, xv))) * float64(wf[n*K+int64(h)])
@@ -262,19 +248,19 @@ func TestW8A8NMSEOrdering(t *testing.T) {
 	ids := m.Tokenizer.Encode("The little robot woke up early and looked out of the window at the rain.", true)
 	want, err := TeacherForcedLogitsOn(ctx, m, dev, ids)
 	require.NoError(t, err)
-	nmse := map[ShadowMode]float64{}
-	for _, mode := range []ShadowMode{ShadowOff, ShadowOn, ShadowPruned} {
-		w, err := NewW8A8(m, W8A8Config{Calibration: cal, Shadow: mode, Convert: true})
+	nmse := map[w8a8.ShadowMode]float64{}
+	for _, mode := range []w8a8.ShadowMode{w8a8.ShadowOff, w8a8.ShadowOn, w8a8.ShadowPruned} {
+		w, err := NewW8A8(m, w8a8.Config{Calibration: cal, Shadow: mode, Convert: true})
 		require.NoError(t, err)
 		got, err := TeacherForcedLogitsOn(ctx, m, dev, ids, WithW8A8(w))
 		require.NoError(t, err)
 		nmse[mode] = NMSE(got, want)
 	}
-	t.Logf("logits NMSE against F32: shadow off %.3g, on %.3g, pruned %.3g", nmse[ShadowOff], nmse[ShadowOn], nmse[ShadowPruned])
-	assert.Greater(t, nmse[ShadowOff], 10*nmse[ShadowOn])
-	assert.Less(t, nmse[ShadowPruned], nmse[ShadowOff])
-	assert.Greater(t, nmse[ShadowPruned], nmse[ShadowOn])
-	assert.Less(t, nmse[ShadowOn], 0.05)
+	t.Logf("logits NMSE against F32: shadow off %.3g, on %.3g, pruned %.3g", nmse[w8a8.ShadowOff], nmse[w8a8.ShadowOn], nmse[w8a8.ShadowPruned])
+	assert.Greater(t, nmse[w8a8.ShadowOff], 10*nmse[w8a8.ShadowOn])
+	assert.Less(t, nmse[w8a8.ShadowPruned], nmse[w8a8.ShadowOff])
+	assert.Greater(t, nmse[w8a8.ShadowPruned], nmse[w8a8.ShadowOn])
+	assert.Less(t, nmse[w8a8.ShadowOn], 0.05)
 }
 
 // stories260K greedy from BOS with W8A8 + shadow is the F32 model's greedy text for at least
@@ -296,9 +282,9 @@ func TestW8A8GreedyStories(t *testing.T) {
 	require.Len(t, want.Tokens, n)
 	devs := func(t *testing.T) []core.Device { return pluginDevices(t, "qnn", "neon") }
 	for _, units := range []string{"ref", "qnn+neon"} {
-		for _, mode := range []ShadowMode{ShadowPruned, ShadowOn} {
+		for _, mode := range []w8a8.ShadowMode{w8a8.ShadowPruned, w8a8.ShadowOn} {
 			t.Run(units+"/"+mode.String(), func(t *testing.T) {
-				w, err := NewW8A8(m, W8A8Config{Calibration: cal, Shadow: mode, Convert: true})
+				w, err := NewW8A8(m, w8a8.Config{Calibration: cal, Shadow: mode, Convert: true})
 				require.NoError(t, err)
 				var r *Runner
 				if units == "ref" {

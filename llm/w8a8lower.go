@@ -10,52 +10,6 @@ import (
 	"github.com/xpuhub/xpu/sched"
 )
 
-// ShadowMode says which layers run mllm-NPU's shadow outlier path.
-type ShadowMode int
-
-const (
-	// ShadowOff: plain per-tensor W8A8; activations beyond the threshold are clipped.
-	ShadowOff ShadowMode = iota
-	// ShadowOn: every layer adds the float product of its outliers in hot channels.
-	ShadowOn
-	// ShadowPruned: only the layers the calibration kept (its most important ones) do.
-	ShadowPruned
-)
-
-var shadowNames = []string{"off", "on", "pruned"}
-
-func (s ShadowMode) String() string {
-	if s >= 0 && int(s) < len(shadowNames) {
-		return shadowNames[s]
-	}
-	return fmt.Sprintf("ShadowMode(%d)", int(s))
-}
-
-// ParseShadowMode reads "off", "on" or "pruned".
-func ParseShadowMode(s string) (ShadowMode, error) {
-	if i := slices.Index(shadowNames, s); i >= 0 {
-		return ShadowMode(i), nil
-	}
-	return 0, fmt.Errorf("llm: shadow mode %q (off, on, pruned): %w", s, core.ErrInvalidArgument)
-}
-
-// W8A8Config says how to lower a model to W8A8 (NewW8A8).
-type W8A8Config struct {
-	// Calibration is the model's (xpu calibrate); required.
-	Calibration *w8a8.Calibration
-	// Shadow selects the layers with a shadow path.
-	Shadow ShadowMode
-	// Convert quantizes the weights at load time when the file has no NPU int8 tensors (xpu
-	// quantize --npu-int8 writes them ahead of time); without it such a file is an error
-	// wrapping w8a8.ErrNoInt8.
-	Convert bool
-	// Granularity of the weights converted at load time.
-	Granularity w8a8.Granularity
-	// ShadowLayers, if not nil, overrides Shadow: exactly these layers run the shadow path
-	// (calibration measures each layer's importance this way).
-	ShadowLayers []bool
-}
-
 // W8A8 is a model lowered for an int8 NPU: per W8A8 MATMUL, QUANTIZE(x → I8, sa) (one per
 // distinct input) and an int8 × int8 MATMUL (the NPU's part), and in the layers with a shadow
 // path SHADOW_MATMUL(x, the hot channels' float weight columns, their ids, 127·sa) added to it
@@ -80,7 +34,7 @@ type shadowCols struct {
 // NewW8A8 checks cfg's calibration against m (its key and shape: a stale one is an error
 // wrapping w8a8.ErrStale), reads or converts the int8 weights and gathers the hot weight
 // columns.
-func NewW8A8(m *Model, cfg W8A8Config) (*W8A8, error) {
+func NewW8A8(m *Model, cfg w8a8.Config) (*W8A8, error) {
 	c := m.Config
 	if cfg.Calibration == nil {
 		return nil, fmt.Errorf("llm: W8A8 needs a calibration (xpu calibrate): %w", core.ErrInvalidArgument)
@@ -99,15 +53,15 @@ func NewW8A8(m *Model, cfg W8A8Config) (*W8A8, error) {
 			return nil, fmt.Errorf("llm: %d shadow layer flags for %d layers: %w", len(cfg.ShadowLayers), c.Layers, core.ErrInvalidArgument)
 		}
 		copy(w.shadow, cfg.ShadowLayers)
-	case cfg.Shadow == ShadowOn:
+	case cfg.Shadow == w8a8.ShadowOn:
 		for l := range w.shadow {
 			w.shadow[l] = true
 		}
-	case cfg.Shadow == ShadowPruned:
+	case cfg.Shadow == w8a8.ShadowPruned:
 		for l, ly := range cfg.Calibration.Layers {
 			w.shadow[l] = ly.Shadow
 		}
-	case cfg.Shadow != ShadowOff:
+	case cfg.Shadow != w8a8.ShadowOff:
 		return nil, fmt.Errorf("llm: shadow mode %v: %w", cfg.Shadow, core.ErrInvalidArgument)
 	}
 	for l := range c.Layers {

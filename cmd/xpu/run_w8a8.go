@@ -33,7 +33,7 @@ func addW8A8Flags(fs *flag.FlagSet) *w8a8Flags {
 
 // check validates the flags before the model loads.
 func (f *w8a8Flags) check() error {
-	if _, err := llm.ParseShadowMode(*f.shadow); err != nil {
+	if _, err := w8a8.ParseShadowMode(*f.shadow); err != nil {
 		return fmt.Errorf("--shadow %q: must be on, off or pruned", *f.shadow)
 	}
 	if !*f.on && (*f.calib != "" || *f.convert || *f.perChannel) {
@@ -61,12 +61,12 @@ func (f *w8a8Flags) lowering(m *llm.Model, stderr io.Writer) (*llm.W8A8, error) 
 	if err != nil {
 		return nil, err
 	}
-	mode, _ := llm.ParseShadowMode(*f.shadow)
+	mode, _ := w8a8.ParseShadowMode(*f.shadow)
 	gran := w8a8.PerTensor
 	if *f.perChannel {
 		gran = w8a8.PerChannel
 	}
-	w, err := llm.NewW8A8(m, llm.W8A8Config{Calibration: cal, Shadow: mode, Convert: *f.convert, Granularity: gran})
+	w, err := llm.NewW8A8(m, w8a8.Config{Calibration: cal, Shadow: mode, Convert: *f.convert, Granularity: gran})
 	if err != nil {
 		if errors.Is(err, w8a8.ErrNoInt8) {
 			err = fmt.Errorf("%w (or pass --w8a8-convert)", err)

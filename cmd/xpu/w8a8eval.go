@@ -142,8 +142,8 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		}
 	}
 	fmt.Fprintln(tw, "VARIANT\tUNITS\tNMSE\tTOP-1 AGREE\tSHADOW WORK\tGREEDY MATCH")
-	for _, mode := range []llm.ShadowMode{llm.ShadowOff, llm.ShadowOn, llm.ShadowPruned} {
-		w, err := llm.NewW8A8(m, llm.W8A8Config{Calibration: cal, Shadow: mode, Convert: true, Granularity: gran})
+	for _, mode := range []w8a8.ShadowMode{w8a8.ShadowOff, w8a8.ShadowOn, w8a8.ShadowPruned} {
+		w, err := llm.NewW8A8(m, w8a8.Config{Calibration: cal, Shadow: mode, Convert: true, Granularity: gran})
 		if err != nil {
 			return fail(err)
 		}
