@@ -13,7 +13,12 @@ import (
 // WithW8A8 runs the seven projections of every layer as w's W8A8 lowering (NewW8A8): an int8
 // MATMUL, which a plan places on an NPU unit, and QUANTIZE and the shadow path
 // (SHADOW_MATMUL + ADD), which it places on a CPU unit (W8A8Plan).
-func WithW8A8(w *W8A8) RunnerOption { return func(c *runnerConfig) { c.w8 = w } }
+func WithW8A8(w *W8A8) RunnerOption {
+	if w == nil {
+		return WithStageHook(nil)
+	}
+	return WithStageHook(w)
+}
 
 // DefaultCalibrationText is the built-in calibration text: varied English prose (narrative,
 // dialogue, numbers, lists), the kind of text the activations' bulk and outliers show up on.

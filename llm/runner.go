@@ -21,6 +21,11 @@ var ErrContextFull = errors.New("llm: context is full")
 // length and for decoding, prepared on the units of a plan through a sched.Runtime (the
 // runner builds graphs; sched opens the contexts, prepares the partitions and runs them). It
 // is not safe for concurrent use.
+//
+// The runner builds the model's graphs and names no technique: a technique that rewrites the
+// stage graphs (the W8A8 lowering) plugs in as a StageHook (WithStageHook), which the runner
+// calls for every stage graph it builds; one that drives decoding (speculative decoding, the
+// sparse FFN's runtime) lives in a package of its own and uses the runner's exported methods.
 type Runner struct {
 	m     *Model
 	cfg   runnerConfig
@@ -184,15 +189,15 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 	if len(cfg.verify) > 0 {
 		widest = max(widest, slices.Max(cfg.verify))
 	}
-	if cfg.w8 != nil || cfg.sparse != nil || cfg.tap != nil {
-		if err := m.RequireLlamaShape("W8A8 weights, the sparse FFN and calibration taps"); err != nil {
+	if cfg.hook != nil || cfg.sparse != nil || cfg.tap != nil {
+		if err := m.RequireLlamaShape("a stage hook (W8A8 weights), the sparse FFN and calibration taps"); err != nil {
 			return nil, err
 		}
 	}
 	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, vprogs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + widest - 1)}
 	if ps := rp.DecodeShards(); ps != nil {
-		if cfg.w8 != nil || cfg.sparse != nil || cfg.tap != nil {
-			return nil, fmt.Errorf("llm: decode shards with W8A8 weights, a sparse FFN or calibration taps: %w",
+		if cfg.hook != nil || cfg.sparse != nil || cfg.tap != nil {
+			return nil, fmt.Errorf("llm: decode shards with a stage hook (W8A8 weights), a sparse FFN or calibration taps: %w",
 				core.ErrUnsupported)
 		}
 		cuts, err := m.cutShards(ps)

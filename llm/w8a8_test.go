@@ -144,7 +144,7 @@ func TestShadowPathEqualsComposition(t *testing.T) {
 			}
 			g := core.NewGraph()
 			x := g.Input("x", core.F32, M, K)
-			sb := &stageBuild{w8: w, quant: map[*core.Tensor]*core.Tensor{}}
+			sb := &stageBuild{lin: w.BeginStage()}
 			g.Output(m.linear(g, sb, x, l, proj))
 			require.NoError(t, g.Err())
 			out, err := refRun(ctx, g, core.EncodeF32(xs))
