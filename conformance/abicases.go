@@ -621,11 +621,11 @@ func (c *abiCheck) checkAdd() {
 }
 
 func (c *abiCheck) releaseInFlight() {
-	di, st := c.p.DeviceInfo(c.dev)
-	if !c.must("device_info", 0, st) {
+	async, ok := c.async()
+	if !ok {
 		return
 	}
-	if !di.Caps.Has(core.CapAsync) {
+	if !async {
 		// a synchronous submit would wait for the host's signal before returning: nothing can be
 		// in flight when it returns
 		c.res.Status, c.res.Reason = StatusUnsupported, "the device is synchronous (no async cap): nothing is ever in flight"
@@ -643,12 +643,10 @@ func (c *abiCheck) releaseInFlight() {
 	if !ok {
 		return
 	}
-	gate, st1 := c.p.FenceCreate(ctx, 0)
-	done, st2 := c.p.FenceCreate(ctx, 0)
-	if !c.must("fence_create", ctx, st1) || !c.must("fence_create", ctx, st2) {
+	gate, done, ok := c.gateAndDone(ctx)
+	if !ok {
 		return
 	}
-	c.undo = append(c.undo, func() { c.p.FenceRelease(gate); c.p.FenceRelease(done) })
 	c.bindAdd(ctx, ex)
 	if c.fatal {
 		return
@@ -672,11 +670,10 @@ func (c *abiCheck) releaseInFlight() {
 // no host call in between (the first's output, 3i, plus 2i: 5i). A synchronous device (no async
 // cap) runs a submission before submit returns: its gate opens first.
 func (c *abiCheck) fenceChain() {
-	di, st := c.p.DeviceInfo(c.dev)
-	if !c.must("device_info", 0, st) {
+	async, ok := c.async()
+	if !ok {
 		return
 	}
-	async := di.Caps.Has(core.CapAsync)
 	ctx, ok := c.context()
 	if !ok {
 		return
@@ -693,12 +690,10 @@ func (c *abiCheck) fenceChain() {
 	if !ok {
 		return
 	}
-	gate, st1 := c.p.FenceCreate(ctx, 0)
-	done, st2 := c.p.FenceCreate(ctx, 0)
-	if !c.must("fence_create", ctx, st1) || !c.must("fence_create", ctx, st2) {
+	gate, done, ok := c.gateAndDone(ctx)
+	if !ok {
 		return
 	}
-	c.undo = append(c.undo, func() { c.p.FenceRelease(gate); c.p.FenceRelease(done) })
 	c.bindAdd(ctx, x1)
 	if c.fatal {
 		return
@@ -750,4 +745,24 @@ func (c *abiCheck) fenceChain() {
 			return
 		}
 	}
+}
+
+// async says whether the device runs submissions after submit returns (the async cap).
+func (c *abiCheck) async() (async, ok bool) {
+	di, st := c.p.DeviceInfo(c.dev)
+	if !c.must("device_info", 0, st) {
+		return false, false
+	}
+	return di.Caps.Has(core.CapAsync), true
+}
+
+// gateAndDone makes two fences at 0 on ctx: one only the host signals, one a submission does.
+func (c *abiCheck) gateAndDone(ctx uint64) (gate, done uint64, ok bool) {
+	gate, st1 := c.p.FenceCreate(ctx, 0)
+	done, st2 := c.p.FenceCreate(ctx, 0)
+	if !c.must("fence_create", ctx, st1) || !c.must("fence_create", ctx, st2) {
+		return 0, 0, false
+	}
+	c.undo = append(c.undo, func() { c.p.FenceRelease(gate); c.p.FenceRelease(done) })
+	return gate, done, true
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,15 +183,8 @@ func NewBatch(ctx context.Context, m *Model, dev core.Device, n int, opts ...Run
 			err = errors.Join(err, b.closeAll())
 		}
 	}()
-	a := b.rt.Arena()
-	alloc := func(size int64) sched.Span {
-		if err != nil {
-			return sched.Span{}
-		}
-		var s sched.Span
-		s, err = a.Alloc(size)
-		return s
-	}
+	al := b.rt.Arena().Allocs()
+	alloc := al.Alloc
 	for range c.Layers {
 		b.kv = append(b.kv, [2]sched.Span{alloc(int64(n) * b.cap * b.rowBytes[0]), alloc(int64(n) * b.cap * b.rowBytes[1])})
 	}
@@ -198,7 +192,7 @@ func NewBatch(ctx context.Context, m *Model, dev core.Device, n int, opts ...Run
 	if f := c.RopeFreqFactors; f != nil {
 		b.cos, b.sin = alloc(int64(n*len(f)*4)), alloc(int64(n*len(f)*4))
 	}
-	if err != nil {
+	if err = al.Err; err != nil {
 		return nil, fmt.Errorf("llm: batch of %d: caches: %w", n, err)
 	}
 	plan := &sched.Plan{Units: []string{spec.String()}, Prefill: sched.PhasePlan{Rules: []sched.Rule{{Unit: "0"}}}}
@@ -324,30 +318,7 @@ func (b *Batch) prefill(ctx context.Context, r *Runner, tokens []int32) ([]float
 // whose ctx ends while the chunk waits leaves the queue; once running, the chunk finishes first.
 func (b *Batch) queueChunk(ctx context.Context, job *chunkJob) ([]float32, error) {
 	job.out = make(chan batchResult, 1)
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return nil, ErrBatchClosed
-	}
-	b.chunks = append(b.chunks, job)
-	b.mu.Unlock()
-	b.wake()
-	select {
-	case res := <-job.out:
-		return res.logits, res.err
-	case <-ctx.Done():
-	}
-	b.mu.Lock()
-	for i, j := range b.chunks {
-		if j == job {
-			b.chunks = append(b.chunks[:i], b.chunks[i+1:]...)
-			b.mu.Unlock()
-			return nil, ctx.Err()
-		}
-	}
-	b.mu.Unlock()
-	res := <-job.out
-	return res.logits, res.err
+	return enqueue(ctx, b, &b.chunks, job, job.out)
 }
 
 // decodesNext counts r, whose prompt just went in, among the sequences that decode: the next
@@ -382,29 +353,34 @@ func (b *Batch) decode(ctx context.Context, r *Runner, token int32) ([]float32, 
 		return nil, err
 	}
 	req := &batchReq{r: r, token: token, out: make(chan batchResult, 1)}
+	return enqueue(ctx, b, &b.pending, req, req.out)
+}
+
+// enqueue queues item on q for the stepper and waits for its result. A caller whose ctx ends
+// while the item waits takes it back; once the stepper has taken it, it finishes first (a
+// decode's cache row, a chunk's rows, are written either way).
+func enqueue[T comparable](ctx context.Context, b *Batch, q *[]T, item T, out <-chan batchResult) ([]float32, error) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return nil, ErrBatchClosed
 	}
-	b.pending = append(b.pending, req)
+	*q = append(*q, item)
 	b.mu.Unlock()
 	b.wake()
 	select {
-	case res := <-req.out:
+	case res := <-out:
 		return res.logits, res.err
 	case <-ctx.Done():
 	}
 	b.mu.Lock()
-	for i, p := range b.pending {
-		if p == req {
-			b.pending = append(b.pending[:i], b.pending[i+1:]...)
-			b.mu.Unlock()
-			return nil, ctx.Err()
-		}
+	if i := slices.Index(*q, item); i >= 0 {
+		*q = slices.Delete(*q, i, i+1)
+		b.mu.Unlock()
+		return nil, ctx.Err()
 	}
 	b.mu.Unlock()
-	res := <-req.out
+	res := <-out
 	return res.logits, res.err
 }
 
@@ -618,19 +594,12 @@ func (b *Batch) compile(ctx context.Context, n int) (*batchProg, error) {
 	spec := sched.ProgramSpec{Name: fmt.Sprintf("decode (batch %d)", n), Phase: sched.PhaseDecode, Lanes: 1}
 	var x, q [2]sched.Span
 	var logits sched.Span
-	var err error
-	alloc := func(size int64) sched.Span {
-		if err != nil {
-			return sched.Span{}
-		}
-		var s sched.Span
-		s, err = a.Alloc(size)
-		return s
-	}
+	al := a.Allocs()
 	for i := range 2 {
-		x[i], q[i] = alloc(int64(n*cfg.Dim*4)), alloc(int64(n*cfg.Heads*cfg.HeadDim*4))
+		x[i], q[i] = al.Alloc(int64(n*cfg.Dim*4)), al.Alloc(int64(n*cfg.Heads*cfg.HeadDim*4))
 	}
-	logits = alloc(int64(n * cfg.Vocab * 4))
+	logits = al.Alloc(int64(n * cfg.Vocab * 4))
+	err := al.Err
 	if err != nil {
 		return nil, fmt.Errorf("llm: activations of a batch of %d: %w", n, err)
 	}

@@ -16,21 +16,18 @@ import (
 func (r *Runner) init(ctx context.Context) error {
 	c := r.m.Config
 	a := r.rt.Arena()
+	al := a.Allocs()
+	alloc := al.Alloc
 	var err error
-	alloc := func(size int64) sched.Span {
-		if err != nil {
-			return sched.Span{}
-		}
-		var s sched.Span
-		s, err = a.Alloc(size)
-		return s
-	}
 	kRow, vRow := r.cfg.kv.rowBytes(c)
 	if r.cfg.slot != nil {
 		r.kv, err = r.cfg.slot.cache(r.cap, [2]int64{kRow, vRow})
 	}
 	for len(r.kv) < c.Layers {
 		r.kv = append(r.kv, [2]sched.Span{alloc(r.cap * kRow), alloc(r.cap * vRow)})
+	}
+	if err == nil {
+		err = al.Err
 	}
 	if err != nil {
 		return fmt.Errorf("llm: KV cache of %d rows: %w", r.cap, err)
@@ -41,7 +38,7 @@ func (r *Runner) init(ctx context.Context) error {
 	if f := c.RopeFreqFactors; f != nil {
 		r.cos, r.sin = alloc(r.cap*int64(len(f))*4), alloc(r.cap*int64(len(f))*4)
 	}
-	if err != nil {
+	if err = al.Err; err != nil {
 		return fmt.Errorf("llm: position inputs: %w", err)
 	}
 	pos := make([]int32, r.cap)

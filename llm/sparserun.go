@@ -169,15 +169,8 @@ func (r *Runner) prepareSparse(ctx context.Context, c int64, step func()) (*spar
 	cfg := r.m.Config
 	lay := r.cfg.sparse.Layout()
 	a := r.rt.Arena()
-	var err error
-	alloc := func(size int64) sched.Span {
-		if err != nil {
-			return sched.Span{}
-		}
-		var s sched.Span
-		s, err = a.Alloc(size)
-		return s
-	}
+	al := a.Allocs()
+	alloc := al.Alloc
 	dim := int64(cfg.Dim)
 	sp := &sparseProg{c: c}
 	x, q := alloc(c*dim*4), alloc(c*int64(cfg.Heads*cfg.HeadDim)*4)
@@ -190,6 +183,7 @@ func (r *Runner) prepareSparse(ctx context.Context, c int64, step func()) (*spar
 			sp.predNext = alloc(c * int64(lay.Neurons) * 4)
 		}
 	}
+	err := al.Err
 	if err != nil {
 		return nil, fmt.Errorf("llm: sparse activations for chunk %d: %w", c, err)
 	}

@@ -88,6 +88,26 @@ func (a *Arena) Alloc(size int64) (Span, error) {
 	return Span{block: len(a.blocks) - 1, Size: size}, nil
 }
 
+// Allocs is a run of allocations that keeps the first error, so that a program's many spans are
+// carved out with one error check at the end.
+type Allocs struct {
+	a   *Arena
+	Err error
+}
+
+// Allocs starts a run of allocations from a.
+func (a *Arena) Allocs() *Allocs { return &Allocs{a: a} }
+
+// Alloc is Arena.Alloc, or the zero Span once an allocation of the run has failed (Err).
+func (r *Allocs) Alloc(size int64) Span {
+	if r.Err != nil {
+		return Span{}
+	}
+	s, err := r.a.Alloc(size)
+	r.Err = err
+	return s
+}
+
 func newArenaBlock(size int64) (*arenaBlock, error) {
 	fd, err := shmem.NewFD("xpu-arena", size, shmem.Options{})
 	if err != nil {

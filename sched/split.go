@@ -142,7 +142,7 @@ func validateSplit(strategy SplitStrategy, units int, ratio []float64, lengths [
 // 600 with [512, 32] is 512 + 32 + 56. Each length runs at most once per MATMUL: a second
 // block of a small length would only move work off the unit that takes the remainder in
 // parallel, which the ratio of lengths to the remainder is chosen to balance.
-func DecomposeSeq(m int64, lengths []int64) (std []int64, rest int64) {
+func DecomposeSeq[T ~int | ~int64](m T, lengths []T) (std []T, rest T) {
 	ls := slices.Clone(lengths)
 	slices.Sort(ls)
 	slices.Reverse(ls)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -19,10 +18,7 @@ func init() {
 }
 
 func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	model := fs.String("model", "", "GGUF model file (or give it as the argument)")
-	fs.StringVar(model, "m", "", "alias of --model")
+	fs, model := modelFlags("calibrate", "GGUF model file", stderr)
 	text := fs.String("text", "", "calibration text file (default: the built-in text)")
 	out := fs.String("o", "", "write the calibration here (default: the cache, $XPU_CACHE_DIR/w8a8/<model key>.json, where xpu run --w8a8 finds it)")
 	backend := fs.String("backend", "ref", "backend to run the float model on (ref: exact, fine for small models)")
@@ -38,12 +34,8 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr, "usage: xpu calibrate [-m] MODEL.gguf [--text FILE] [-o FILE] [--backend ref] [--tokens N] [--keep F] [--percentile P] [--hot-fraction F] [--hot-cover F] [--outlier-ratio R] [--no-importance] [--per-channel]")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseInterspersed(fs, args); !ok {
+	if code, ok := parseModelArgs(fs, args, model); !ok {
 		return code
-	}
-	if !modelArg(fs, model) {
-		fs.Usage()
-		return 2
 	}
 	if *tokens < 8 {
 		fmt.Fprintf(stderr, "xpu calibrate: --tokens %d: at least 8\n", *tokens)

@@ -167,6 +167,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return c.run(ctx, args[1:], stdout, stderr)
 }
 
+// modelFlags starts the flag set of a command that reads one model: --model (-m), or the
+// argument (parseModelArgs).
+func modelFlags(name, help string, stderr io.Writer) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	model := fs.String("model", "", help+" (or give it as the argument)")
+	fs.StringVar(model, "m", "", "alias of --model")
+	return fs, model
+}
+
+// parseModelArgs parses args (flags anywhere) and takes the model from the argument when
+// --model is not given; without exactly one model it prints the usage. ok false: exit with code.
+func parseModelArgs(fs *flag.FlagSet, args []string, model *string) (code int, ok bool) {
+	if code, ok := parseInterspersed(fs, args); !ok {
+		return code, false
+	}
+	if !modelArg(fs, model) {
+		fs.Usage()
+		return 2, false
+	}
+	return 0, true
+}
+
 // modelArg takes a command's model from --model or its one positional argument (llama.cpp's
 // habit); false when there is none, or both, or more arguments.
 func modelArg(fs *flag.FlagSet, model *string) bool {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -28,10 +27,7 @@ func init() {
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	model := fs.String("model", "", "GGUF model file (or give it as the argument)")
-	fs.StringVar(model, "m", "", "alias of --model")
+	fs, model := modelFlags("serve", "GGUF model file", stderr)
 	host := fs.String("host", "127.0.0.1", "address to listen on")
 	port := fs.Int("port", 8080, "port to listen on (0: any free port)")
 	name := fs.String("name", "", "model id clients name (default: the file name without .gguf)")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -20,10 +19,7 @@ func init() {
 }
 
 func runSparseEval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("sparse-eval", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	model := fs.String("model", "", "ReLU-family GGUF model (or give it as the argument)")
-	fs.StringVar(model, "m", "", "alias of --model")
+	fs, model := modelFlags("sparse-eval", "ReLU-family GGUF model", stderr)
 	sidecar := fs.String("sidecar", "", "the sparse sidecar (default MODEL.sparse.gguf)")
 	budget := fs.String("budget", "", "memory budget of the sparse runs (default: the sidecar's)")
 	text := fs.String("text", "", "evaluation text file (default: a built-in text, not the calibration text)")
@@ -36,12 +32,8 @@ func runSparseEval(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintln(stderr, "usage: xpu sparse-eval [-m] MODEL.gguf [--sidecar FILE] [--budget SIZE] [--text FILE] [--tokens N] [--backend NAME] [--greedy N] [--oracle=false] [--threshold-offset F]")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseInterspersed(fs, args); !ok {
+	if code, ok := parseModelArgs(fs, args, model); !ok {
 		return code
-	}
-	if !modelArg(fs, model) {
-		fs.Usage()
-		return 2
 	}
 	if math.IsNaN(*thOffset) || math.IsInf(*thOffset, 0) {
 		fmt.Fprintf(stderr, "xpu sparse-eval: --threshold-offset %v: must be a finite number\n", *thOffset)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -34,10 +33,7 @@ const evalText = `The little robot woke up early and looked out of the window. I
 	`to count the snails on the path: there were seventeen of them, and one was very fast.`
 
 func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("w8a8-eval", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	model := fs.String("model", "", "GGUF model file (or give it as the argument)")
-	fs.StringVar(model, "m", "", "alias of --model")
+	fs, model := modelFlags("w8a8-eval", "GGUF model file", stderr)
 	calib := fs.String("calib", "", "calibration file (default: the cache's for this model)")
 	text := fs.String("text", "", "evaluation text file (default: a built-in text, not the calibration text)")
 	tokens := fs.Int("tokens", 128, "most tokens of the text to use")
@@ -49,12 +45,8 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintln(stderr, "usage: xpu w8a8-eval [-m] MODEL.gguf [--calib FILE] [--text FILE] [--tokens N] [--units LIST] [--q8-backend neon,ref] [--per-channel] [--greedy N]")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseInterspersed(fs, args); !ok {
+	if code, ok := parseModelArgs(fs, args, model); !ok {
 		return code
-	}
-	if !modelArg(fs, model) {
-		fs.Usage()
-		return 2
 	}
 	if *greedy < 0 {
 		fmt.Fprintf(stderr, "xpu w8a8-eval: --greedy %d: must be 0 or more\n", *greedy)

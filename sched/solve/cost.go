@@ -3,7 +3,6 @@ package solve
 import (
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/xpuhub/xpu/core"
@@ -177,7 +176,7 @@ func (s *solver) opTime(op opDef, c Choice, m, kv int) (time.Duration, []dag.Par
 			ps = append(ps, piece{u, t, b})
 		}
 	case StrategyMultiSeq, StrategyHybrid:
-		std, rest := decomposeSeq(m, c.Lengths)
+		std, rest := sched.DecomposeSeq(m, c.Lengths)
 		na, nb := q.N, 0
 		if c.Strategy == StrategyHybrid {
 			ns := splitCount(q.N, c.Ratio, align(c.Units))
@@ -297,22 +296,6 @@ func splitCount(total int, ratio []float64, align int) []int {
 	return out
 }
 
-// decomposeSeq is the standard lengths (largest first, each at most once) that fit in m, and
-// the remainder (the runtime's rule, sched.DecomposeSeq on the partitioning branch).
-func decomposeSeq(m int, lengths []int) (std []int, rest int) {
-	ls := slices.Clone(lengths)
-	slices.Sort(ls)
-	slices.Reverse(ls)
-	rest = m
-	for _, l := range ls {
-		if l > 0 && l <= rest {
-			std = append(std, l)
-			rest -= l
-		}
-	}
-	return std, rest
-}
-
 // taskStep is a step before grouping.
 type taskStep struct {
 	dag.Step
@@ -332,7 +315,7 @@ func (s *solver) mergeTime(op opDef, c Choice, m, kv int) (time.Duration, error)
 	}
 	rows := m
 	if c.Strategy == StrategyHybrid {
-		std, _ := decomposeSeq(m, c.Lengths)
+		std, _ := sched.DecomposeSeq(m, c.Lengths)
 		rows = 0
 		for _, l := range std {
 			rows += l

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/xpuhub/xpu/sched"
 	"github.com/xpuhub/xpu/sched/dag"
 	"github.com/xpuhub/xpu/sched/profile"
 )
@@ -174,7 +175,7 @@ func (s *solver) options(op opDef, m, kv int) map[uint64]Choice {
 			}
 			if m > 1 && len(ua.StaticM) > 0 {
 				for _, ls := range lengthSets(m, ua.StaticM) {
-					if _, rest := decomposeSeq(m, ls); rest == 0 {
+					if _, rest := sched.DecomposeSeq(m, ls); rest == 0 {
 						continue // the static unit alone, or rows when cut by N
 					}
 					try(Choice{Strategy: StrategyMultiSeq, Units: []int{a, b}, Lengths: ls})
@@ -212,7 +213,7 @@ func lengthSets(m int, static []int) [][]int {
 		if static[i] > m {
 			continue
 		}
-		std, _ := decomposeSeq(m, static[:i+1])
+		std, _ := sched.DecomposeSeq(m, static[:i+1])
 		for k := 1; k <= len(std); k++ {
 			ls := slices.Clone(std[:k])
 			if !slices.ContainsFunc(out, func(o []int) bool { return slices.Equal(o, ls) }) {

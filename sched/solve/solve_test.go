@@ -342,7 +342,7 @@ func TestStaticUnitStrategies(t *testing.T) {
 		seen[op.Choice.Strategy] = true
 		if op.Choice.Strategy == StrategyMultiSeq || op.Choice.Strategy == StrategyHybrid {
 			assert.Equal(t, 1, op.Choice.Units[0], "the static unit first")
-			std, rest := decomposeSeq(300, op.Choice.Lengths)
+			std, rest := sched.DecomposeSeq(300, op.Choice.Lengths)
 			assert.Positive(t, rest)
 			assert.NotEmpty(t, std)
 		}
