@@ -15,9 +15,9 @@ import (
 // (SHADOW_MATMUL + ADD), which it places on a CPU unit (W8A8Plan).
 func WithW8A8(w *W8A8) RunnerOption {
 	if w == nil {
-		return WithStageHook(nil)
+		return WithProjectionHook(nil)
 	}
-	return WithStageHook(w)
+	return WithProjectionHook(w)
 }
 
 // DefaultCalibrationText is the built-in calibration text: varied English prose (narrative,

@@ -22,10 +22,14 @@ var ErrContextFull = errors.New("llm: context is full")
 // runner builds graphs; sched opens the contexts, prepares the partitions and runs them). It
 // is not safe for concurrent use.
 //
-// The runner builds the model's graphs and names no technique: a technique that rewrites the
-// stage graphs (the W8A8 lowering) plugs in as a StageHook (WithStageHook), which the runner
-// calls for every stage graph it builds; one that drives decoding (speculative decoding, the
-// sparse FFN's runtime) lives in a package of its own and uses the runner's exported methods.
+// Techniques plug into the runner at two points. Where it builds a program's stages
+// (stagehook.go), a technique claims the programs it changes and supplies their stage graphs,
+// the units of its own nodes, its extra bindings and stage options, while the runner keeps
+// what every program shares (activation lanes, the KV cache, placement by the plan,
+// compiling, running); decode shards build through it. Where a stage graph applies a
+// projection, a ProjectionHook (WithProjectionHook) may lower it: the W8A8 lowering is one,
+// and the runner names no technique there. Techniques with no graph of their own
+// (quantization, the speculative policy, W8A8's vocabulary) live in packages of their own.
 type Runner struct {
 	m     *Model
 	cfg   runnerConfig
@@ -189,15 +193,15 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 	if len(cfg.verify) > 0 {
 		widest = max(widest, slices.Max(cfg.verify))
 	}
-	if cfg.hook != nil || cfg.sparse != nil || cfg.tap != nil {
-		if err := m.RequireLlamaShape("a stage hook (W8A8 weights), the sparse FFN and calibration taps"); err != nil {
+	if cfg.proj != nil || cfg.sparse != nil || cfg.tap != nil {
+		if err := m.RequireLlamaShape("a projection hook (W8A8 weights), the sparse FFN and calibration taps"); err != nil {
 			return nil, err
 		}
 	}
 	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, vprogs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + widest - 1)}
 	if ps := rp.DecodeShards(); ps != nil {
-		if cfg.hook != nil || cfg.sparse != nil || cfg.tap != nil {
-			return nil, fmt.Errorf("llm: decode shards with a stage hook (W8A8 weights), a sparse FFN or calibration taps: %w",
+		if cfg.proj != nil || cfg.sparse != nil || cfg.tap != nil {
+			return nil, fmt.Errorf("llm: decode shards with a projection hook (W8A8 weights), a sparse FFN or calibration taps: %w",
 				core.ErrUnsupported)
 		}
 		cuts, err := m.cutShards(ps)

@@ -42,9 +42,9 @@ type runnerConfig struct {
 	phaseOpts map[sched.Phase]map[string]string
 	// verify: the verify lengths prepared for speculative decoding (WithVerifyLengths).
 	verify []int
-	// hook shapes the stage graphs beyond the model (WithStageHook, WithW8A8); nil runs the
+	// proj lowers the stage graphs' projections (WithProjectionHook, WithW8A8); nil runs the
 	// projections as the model has them.
-	hook StageHook
+	proj ProjectionHook
 	// tap, when set, is handed every MATMUL input and output after each run (calibration).
 	tap func(w tapWhat, data []byte)
 	// sparse runs the FFNs sparsely (WithSparseFFN); nil runs them dense.

@@ -128,22 +128,20 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	var taps []*tapSet
 	var shardOf []map[int]int // per stage, a sharded step's node → shard
 	var shared [][][]int      // per stage, a stealing sharded step's pieces
-	sharded := r.shards != nil && phase == sched.PhaseDecode && c == 1 && !tree
+	hook := r.stageHook(phase, c, tree)
 	for s := 0; s <= cfg.Layers; s++ {
 		var g *core.Graph
 		var err error
 		sb := &stageBuild{hidden: r.cfg.hidden}
-		if r.cfg.hook != nil {
-			sb.lin = r.cfg.hook.BeginStage()
+		if r.cfg.proj != nil {
+			sb.lin = r.cfg.proj.BeginStage()
 		}
 		if r.cfg.tap != nil {
 			sb.taps = &tapSet{}
 		}
 		switch {
-		case sharded && s == 0:
-			g, err = r.m.buildShardedEmbedStage(r.shards, r.cfg.kv, sb)
-		case sharded:
-			g, err = r.m.buildShardedLayerStage(s-1, r.cap, r.cfg.kv, r.shards, sb)
+		case hook != nil:
+			g, err = hook.build(r, s, sb)
 		case s == 0:
 			g, err = r.m.buildEmbedStage(c, r.cfg.kv, sb)
 		default:
@@ -167,7 +165,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 		units[s], fallback[s] = make([]int, len(g.Nodes)), make([]int, len(g.Nodes))
 		for i, n := range g.Nodes {
 			if sh, ok := shardOf[s][n.ID]; ok {
-				u := r.shards.units[sh]
+				u := hook.unit(sh)
 				units[s][i], fallback[s][i] = r.unitIdx[u], -1
 				used[u] = true
 				continue
@@ -254,19 +252,16 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 		if s > 0 {
 			byName["k_cache"], byName["v_cache"] = sched.Binding{Span: r.kv[s-1][0]}, sched.Binding{Span: r.kv[s-1][1]}
 		}
-		var shardIO [][4]sched.Binding // per shard: its q in, then its q, k and v out
-		if sharded {
-			if shardIO, err = r.shardBindings(q[in], q[out], s); err != nil {
+		var hookOut []sched.Binding
+		if hook != nil {
+			if hookOut, err = hook.bind(r, s, q[in], q[out], byName); err != nil {
 				return nil, err
-			}
-			for sh, b := range shardIO {
-				byName[shardName("q", sh)] = b[0]
 			}
 		}
 		st := sched.StageSpec{Name: fmt.Sprintf("stage %d", s), Layer: max(s-1, 0), Graph: g, Units: units[s],
-			Fallback: fallback[s], Splits: splits[s], Sharded: sharded, Shared: shared[s]}
-		if len(st.Shared) > 0 {
-			st.SharedUnits = [2]int{r.unitIdx[r.shards.units[0]], r.unitIdx[r.shards.units[1]]}
+			Fallback: fallback[s], Splits: splits[s], Shared: shared[s]}
+		if hook != nil {
+			hook.spec(r, &st)
 		}
 		if s == 0 {
 			st.Name = "embed"
@@ -279,12 +274,8 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 			st.IO = append(st.IO, b)
 		}
 		switch {
-		case sharded && s < cfg.Layers:
-			// each shard's q and its heads of the K and V rows, in place
-			st.IO = append(st.IO, sched.Binding{Lanes: x[out]})
-			for _, b := range shardIO {
-				st.IO = append(st.IO, b[1:]...)
-			}
+		case hook != nil && s < cfg.Layers:
+			st.IO = append(append(st.IO, sched.Binding{Lanes: x[out]}), hookOut...)
 		case s < cfg.Layers:
 			// K and V of layer s are written straight into the cache at the chunk's row.
 			st.IO = append(st.IO, sched.Binding{Lanes: x[out]}, sched.Binding{Lanes: q[out]},

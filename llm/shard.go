@@ -327,9 +327,8 @@ func sumInto(g *core.Graph, name string, x *core.Tensor, parts []*core.Tensor) *
 // shardBindings binds stage s's shard tensors of a one-token step: per shard its slice of q
 // read (qIn, the lanes of the q the stage reads) and written (qOut), and its heads of layer s's
 // K and V cache rows (strided by the row, as the unsharded K and V outputs).
-func (r *Runner) shardBindings(qIn, qOut []sched.Span, s int) ([][4]sched.Binding, error) {
+func (sc *shardCut) shardBindings(r *Runner, qIn, qOut []sched.Span, s int) ([][4]sched.Binding, error) {
 	cfg := r.m.Config
-	sc := r.shards
 	group, D := int64(cfg.Heads/cfg.KVHeads), int64(cfg.HeadDim)
 	headBytes := [2]int64{r.cfg.kv.K.Bytes(D), r.cfg.kv.V.Bytes(D)}
 	lanes := func(spans []sched.Span, off, size int64) ([]sched.Span, error) {
@@ -367,6 +366,43 @@ func (r *Runner) shardBindings(qIn, qOut []sched.Span, s int) ([][4]sched.Bindin
 		out = append(out, b)
 	}
 	return out, nil
+}
+
+// build is the sharded embedding stage or layer stage s-1 (stageHook).
+func (sc *shardCut) build(r *Runner, s int, sb *stageBuild) (*core.Graph, error) {
+	if s == 0 {
+		return r.m.buildShardedEmbedStage(sc, r.cfg.kv, sb)
+	}
+	return r.m.buildShardedLayerStage(s-1, r.cap, r.cfg.kv, sc, sb)
+}
+
+// unit is shard i's plan unit (stageHook).
+func (sc *shardCut) unit(i int) int { return sc.units[i] }
+
+// bind binds each shard's slice of q as "q.shard<s>" and returns, but after the last layer,
+// each shard's q and its heads of the K and V rows, written in place (stageHook).
+func (sc *shardCut) bind(r *Runner, s int, qIn, qOut []sched.Span, byName map[string]sched.Binding) ([]sched.Binding, error) {
+	io, err := sc.shardBindings(r, qIn, qOut, s)
+	if err != nil {
+		return nil, err
+	}
+	var out []sched.Binding
+	for sh, b := range io {
+		byName[shardName("q", sh)] = b[0]
+		if s < r.m.Config.Layers {
+			out = append(out, b[1:]...)
+		}
+	}
+	return out, nil
+}
+
+// spec marks the stage sharded and, with stealing shards, names the two units that share
+// its pieces (stageHook).
+func (sc *shardCut) spec(r *Runner, st *sched.StageSpec) {
+	st.Sharded = true
+	if len(st.Shared) > 0 {
+		st.SharedUnits = [2]int{r.unitIdx[sc.units[0]], r.unitIdx[sc.units[1]]}
+	}
 }
 
 // shardAdapt moves adaptive shards' cut (PlanShards.Adapt): after each decode step it compares

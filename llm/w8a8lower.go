@@ -167,8 +167,8 @@ func (w *W8A8) Describe() string {
 // stageBuild is what shapes one stage graph beyond the model: the W8A8 lowering and the
 // calibration taps.
 type stageBuild struct {
-	// lin, from the runner's StageHook, builds the projections its technique rewrites.
-	lin StageBuilder
+	// lin, from the runner's ProjectionHook, builds the projections its technique rewrites.
+	lin ProjectionBuilder
 	// taps, when not nil, collects the MATMUL inputs and outputs as extra graph outputs.
 	taps *tapSet
 	// shard gives the shard of each node of a sharded decode stage that belongs to one (by
@@ -236,7 +236,7 @@ func (t *tapSet) add(x *core.Tensor, w tapWhat) {
 	t.what = append(t.what, w)
 }
 
-// linear is projection p of layer l applied to x [C, K]: the stage hook's (the W8A8
+// linear is projection p of layer l applied to x [C, K]: the projection hook's (the W8A8
 // lowering), or a MATMUL with the model's weight.
 func (m *Model) linear(g *core.Graph, sb *stageBuild, x *core.Tensor, l int, p string) *core.Tensor {
 	if sb != nil && sb.lin != nil {
@@ -258,12 +258,12 @@ type w8Mat struct {
 	shape core.Shape
 }
 
-// BeginStage implements StageHook: the W8A8 lowering of one stage graph's projections.
-func (w *W8A8) BeginStage() StageBuilder {
+// BeginStage implements ProjectionHook: the W8A8 lowering of one stage graph's projections.
+func (w *W8A8) BeginStage() ProjectionBuilder {
 	return &w8Stage{w: w, quant: map[*core.Tensor]*core.Tensor{}}
 }
 
-var _ StageHook = (*W8A8)(nil)
+var _ ProjectionHook = (*W8A8)(nil)
 
 // w8Stage lowers the projections of one stage graph to int8.
 type w8Stage struct {
@@ -273,7 +273,7 @@ type w8Stage struct {
 	quant map[*core.Tensor]*core.Tensor
 }
 
-// Linear implements StageBuilder: QUANTIZE (once per input), MATMUL_W8A8 with the int8
+// Linear implements ProjectionBuilder: QUANTIZE (once per input), MATMUL_W8A8 with the int8
 // weight, and with the layer's shadow on, the float product of the input's hot channels added.
 func (st *w8Stage) Linear(g *core.Graph, x *core.Tensor, l int, p string) *core.Tensor {
 	w := st.w

@@ -28,7 +28,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	model := fs.String("model", "", "GGUF model (measured profile), or with --soc a shipped config ("+strings.Join(soc.ModelNames(), ", ")+") or a GGUF file for its shapes")
 	units := fs.String("units", "", "units to plan over (default: every unit of the profile; measured: "+defaultProfileUnits+")")
-	socName := fs.String("soc", "", "plan for a simulated SoC description instead of this machine: "+strings.Join(soc.Names(), ", "))
+	socName := fs.String("soc", "", "plan for a simulated SoC description instead of this machine: "+strings.Join(soc.PlanNames(), ", "))
 	profFile := fs.String("profile", "", "read the profile from this file instead of the cache")
 	out := fs.String("o", "", "write the plan file (sched/PLAN.md format) here")
 	prompt := fs.Int("prompt", 1024, "prompt length prefill is predicted for")
@@ -41,7 +41,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	papers := fs.Bool("papers", false, "with --soc: also print the published figures of the papers the SoC description cites next to this simulation's prediction of the same setups")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: xpu plan --model M [--units LIST] [--profile FILE] [-o plan.json] [--prompt N] [--mode tensor|layer|split|single] [--steal | --adapt] [--compare]")
-		fmt.Fprintln(stderr, "       xpu plan --soc "+strings.Join(soc.Names(), "|")+" --model "+strings.Join(soc.ModelNames(), "|")+" [--units cpu,gpu,npu] [-o plan.json] [--papers]")
+		fmt.Fprintln(stderr, "       xpu plan --soc "+strings.Join(soc.PlanNames(), "|")+" --model "+strings.Join(soc.ModelNames(), "|")+" [--units cpu,gpu,npu] [-o plan.json] [--papers]")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {

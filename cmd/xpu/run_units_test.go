@@ -113,7 +113,7 @@ func TestUnknownUnitOptionsRefused(t *testing.T) {
 		{"neon", "neon{foo=bar}", `unit neon:0{foo=bar}: open context: neon context_create: XPU_E_INVALID_ARG: context_create: unknown option "foo" (this backend takes: cpus, int8dot, repack, threads)`},
 		{"neon", "neon{thread=2}", `unknown option "thread"`},
 		{"opencl", "opencl{kernel=gpu}", `unknown option "kernel" (this backend takes: kernels, threads)`},
-		{"qnn", "qnn{x=1}", `unknown option "x" (this backend takes: threads)`},
+		{"qnn", "qnn{x=1}", `unknown option "x" (this backend takes: perf, hvx_threads, threads)`},
 	} {
 		t.Run(tc.units, func(t *testing.T) {
 			requirePlugins(t, tc.backend)

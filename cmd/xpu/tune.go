@@ -168,7 +168,7 @@ func tuneSimulated(ctx context.Context, f tuneFlags, stdout, stderr io.Writer) e
 		return err
 	}
 	top := tr.Top
-	fmt.Fprintf(stdout, "SIMULATION of %s: every figure below is PREDICTED by the SoC description's model (sched/coresel/socs/%s.json), not measured\n", soc.Device, soc.Name)
+	fmt.Fprintf(stdout, "SIMULATION of %s: every figure below is PREDICTED by the SoC description's model (sched/soc/socs/%s.json), not measured\n", soc.Device, soc.Name)
 	fmt.Fprintf(stdout, "topology: %s (governor %s, idle clusters lowered: %v)\n", top, soc.Governor, soc.IdleScaling)
 	fmt.Fprintf(stdout, "workload: %s, %.2f GB and %.1f Gop per token; meter: %s; exhaustive space %d selections\n",
 		soc.Model.Name, soc.Model.GBPerToken, soc.Model.GopsPerToken, tr.Meter(), top.SpaceSize())

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -169,11 +170,18 @@ func (d *device) NewContext(ctx context.Context, options map[string]string) (cor
 	if err := d.b.check(); err != nil {
 		return nil, err
 	}
+	units := d.b.units
+	if u, ok := options["units"]; ok {
+		if !validUnits(u) {
+			return nil, fmt.Errorf("coreml: context option units=%q (want %s): %w", u, strings.Join(Units, ", "), core.ErrInvalidArgument)
+		}
+		units = u
+	}
 	inner, err := d.b.inner.Devices()[0].NewContext(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
-	c := &cmlContext{dev: d, Context: inner, cacheDir: options["cache_dir"]}
+	c := &cmlContext{dev: d, Context: inner, cacheDir: options["cache_dir"], units: units}
 	if c.cacheDir == "" {
 		c.cacheDir = defaultCacheDir()
 	}
@@ -195,8 +203,11 @@ type cmlContext struct {
 	core.Context
 	dev      *device
 	cacheDir string
-	mu       sync.Mutex
-	live     int
+	// units are Core ML's compute units for what this context prepares: the "units" context
+	// option (coreml{units=ane}), else the backend's
+	units string
+	mu    sync.Mutex
+	live  int
 }
 
 func (c *cmlContext) Device() core.Device { return c.dev }
@@ -211,7 +222,7 @@ func (c *cmlContext) verdicts(g *core.Graph) []core.NodeVerdict {
 		p := core.PrecF32
 		// Core ML runs float programs in FP16 on the GPU and the Neural Engine whatever their
 		// declared types; the emulator computes what the program declares
-		if n.Output.DType == core.F16 || !c.dev.b.eng.emulated() && c.dev.b.units != "cpu" && n.Output.DType == core.F32 {
+		if n.Output.DType == core.F16 || !c.dev.b.eng.emulated() && c.units != "cpu" && n.Output.DType == core.F32 {
 			p = core.PrecF16
 		}
 		v[i] = core.NodeVerdict{Supported: true, Precision: p}
@@ -256,7 +267,7 @@ func (c *cmlContext) Prepare(ctx context.Context, g *core.Graph, opts ...core.Pr
 			return nil, err
 		}
 	}
-	m, err := c.dev.b.eng.load(ctx, pkg, c.cacheDir, key, c.dev.b.units)
+	m, err := c.dev.b.eng.load(ctx, pkg, c.cacheDir, key, c.units)
 	if err != nil {
 		return nil, fmt.Errorf("coreml: load %s: %w", pkg, err)
 	}

@@ -132,7 +132,7 @@ type Result struct {
 
 // ErrNoCandidate: every candidate failed its trial or the ε filter removed them all (the
 // root cannot be removed, so this means trials failed).
-var ErrNoCandidate = errors.New("aecs: no candidate survived")
+var ErrNoCandidate = errors.New("coresel: no candidate survived")
 
 type tuner struct {
 	cfg    Config
@@ -148,15 +148,15 @@ func newTuner(top *cputopo.Topology, trial Trial, opts []Option) (*tuner, error)
 		o(&cfg)
 	}
 	if top == nil || len(top.Clusters) == 0 || trial == nil {
-		return nil, fmt.Errorf("aecs: a topology with clusters and a trial are required: %w", cputopo.ErrBadSelection)
+		return nil, fmt.Errorf("coresel: a topology with clusters and a trial are required: %w", cputopo.ErrBadSelection)
 	}
 	if cfg.Epsilon < 0 || cfg.Epsilon >= 1 || cfg.Alpha < 0 || cfg.Alpha > 1 || cfg.IdleFactor < 0 || cfg.IdleFactor > 1 ||
 		cfg.MinGain < 0 || cfg.StaticFraction < 0 {
-		return nil, fmt.Errorf("aecs: ε and b in [0,1), α in [0,1], MinGain and StaticFraction ≥ 0 (got ε %g α %g b %g)",
+		return nil, fmt.Errorf("coresel: ε and b in [0,1), α in [0,1], MinGain and StaticFraction ≥ 0 (got ε %g α %g b %g)",
 			cfg.Epsilon, cfg.Alpha, cfg.IdleFactor)
 	}
 	if cfg.ClusterFactors != nil && len(cfg.ClusterFactors) != len(top.Clusters) {
-		return nil, fmt.Errorf("aecs: %d cluster factors for %d clusters", len(cfg.ClusterFactors), len(top.Clusters))
+		return nil, fmt.Errorf("coresel: %d cluster factors for %d clusters", len(cfg.ClusterFactors), len(top.Clusters))
 	}
 	return &tuner{cfg: cfg, top: top, trial: trial, memo: map[string]Measurement{}}, nil
 }
@@ -173,10 +173,10 @@ func (t *tuner) measure(ctx context.Context, stage string, sel cputopo.Selection
 	}
 	m, err := t.trial.Measure(ctx, sel)
 	if err != nil {
-		return m, fmt.Errorf("aecs: trial %s (%s): %w", sel.Key(), sel.Describe(t.top), err)
+		return m, fmt.Errorf("coresel: trial %s (%s): %w", sel.Key(), sel.Describe(t.top), err)
 	}
 	if !(m.TokPerSec > 0) || math.IsInf(m.TokPerSec, 0) || m.JoulesPerToken < 0 || math.IsNaN(m.JoulesPerToken) {
-		return m, fmt.Errorf("aecs: trial %s: nonsense measurement (%g tok/s, %g J/token)", sel.Key(), m.TokPerSec, m.JoulesPerToken)
+		return m, fmt.Errorf("coresel: trial %s: nonsense measurement (%g tok/s, %g J/token)", sel.Key(), m.TokPerSec, m.JoulesPerToken)
 	}
 	t.trials++
 	t.memo[sel.Key()] = m

@@ -154,7 +154,7 @@ func TestBadInput(t *testing.T) {
 	assert.ErrorIs(t, err, context.Canceled)
 	_, err = LoadSoC("nope")
 	assert.ErrorIs(t, err, ErrUnknownSoC)
-	_, err = ParseSoC([]byte(`{"name":"x","clusters":[{"type":"a","cores":0}]}`))
+	_, err = ParseSoC([]byte(`{"name":"x","cpu":{"clusters":[{"type":"a","cores":0}]}}`))
 	assert.Error(t, err)
 	_, err = ParseSoC([]byte(`{"name":"x","bogus":1}`))
 	assert.Error(t, err)

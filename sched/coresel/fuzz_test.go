@@ -2,6 +2,7 @@ package coresel
 
 import (
 	"math"
+	"os"
 	"testing"
 )
 
@@ -9,13 +10,13 @@ import (
 // predictions for every selection of it.
 func FuzzParseSoC(f *testing.F) {
 	for _, name := range SoCNames() {
-		b, err := socFiles.ReadFile("socs/" + name + ".json")
+		b, err := os.ReadFile("../soc/socs/" + name + ".json")
 		if err != nil {
 			f.Fatal(err)
 		}
 		f.Add(b)
 	}
-	f.Add([]byte(`{"name":"x","clusters":[]}`))
+	f.Add([]byte(`{"name":"x","cpu":{"clusters":[]}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := ParseSoC(b)
 		if err != nil {

@@ -17,7 +17,7 @@ import (
 )
 
 // ErrNoRecord is wrapped when no tuning result is stored for a fingerprint.
-var ErrNoRecord = errors.New("aecs: no stored tuning result")
+var ErrNoRecord = errors.New("coresel: no stored tuning result")
 
 // Record is a persisted tuning result: the paper tunes once per device and reuses the result
 // for every model, so the key is the device fingerprint (and, for simulations, the SoC).
@@ -43,7 +43,7 @@ type Record struct {
 func CacheDir() (string, error) {
 	d, err := cachedir.Dir("aecs")
 	if err != nil {
-		return "", fmt.Errorf("aecs: %w", err)
+		return "", fmt.Errorf("coresel: %w", err)
 	}
 	return d, nil
 }
@@ -70,29 +70,29 @@ func Fingerprint(top *cputopo.Topology, extra ...string) string {
 // Save writes r to dir/<fingerprint>.json (atomically: a temporary file renamed).
 func Save(dir string, r Record) (string, error) {
 	if r.Fingerprint == "" || strings.ContainsAny(r.Fingerprint, `/\.`) {
-		return "", fmt.Errorf("aecs: save: bad fingerprint %q", r.Fingerprint)
+		return "", fmt.Errorf("coresel: save: bad fingerprint %q", r.Fingerprint)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("aecs: save: %w", err)
+		return "", fmt.Errorf("coresel: save: %w", err)
 	}
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
-		return "", fmt.Errorf("aecs: save: %w", err)
+		return "", fmt.Errorf("coresel: save: %w", err)
 	}
 	path := filepath.Join(dir, r.Fingerprint+".json")
 	tmp, err := os.CreateTemp(dir, ".aecs-*")
 	if err != nil {
-		return "", fmt.Errorf("aecs: save: %w", err)
+		return "", fmt.Errorf("coresel: save: %w", err)
 	}
 	_, werr := tmp.Write(append(b, '\n'))
 	cerr := tmp.Close()
 	if err := errors.Join(werr, cerr); err != nil {
 		_ = os.Remove(tmp.Name())
-		return "", fmt.Errorf("aecs: save: %w", err)
+		return "", fmt.Errorf("coresel: save: %w", err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		_ = os.Remove(tmp.Name())
-		return "", fmt.Errorf("aecs: save: %w", err)
+		return "", fmt.Errorf("coresel: save: %w", err)
 	}
 	return path, nil
 }
@@ -105,13 +105,13 @@ func Load(dir, fingerprint string) (Record, error) {
 		return r, fmt.Errorf("%w for %s in %s", ErrNoRecord, fingerprint, dir)
 	}
 	if err != nil {
-		return r, fmt.Errorf("aecs: load: %w", err)
+		return r, fmt.Errorf("coresel: load: %w", err)
 	}
 	if err := json.Unmarshal(b, &r); err != nil {
-		return r, fmt.Errorf("aecs: load %s: %w", fingerprint, err)
+		return r, fmt.Errorf("coresel: load %s: %w", fingerprint, err)
 	}
 	if r.Fingerprint != fingerprint {
-		return r, fmt.Errorf("aecs: load: %s holds fingerprint %q", fingerprint, r.Fingerprint)
+		return r, fmt.Errorf("coresel: load: %s holds fingerprint %q", fingerprint, r.Fingerprint)
 	}
 	return r, nil
 }

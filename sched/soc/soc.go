@@ -19,7 +19,6 @@ import (
 	"strings"
 
 	"github.com/xpuhub/xpu/core"
-	"github.com/xpuhub/xpu/sched/coresel"
 	"github.com/xpuhub/xpu/sched/dag"
 	"github.com/xpuhub/xpu/sched/profile"
 	"github.com/xpuhub/xpu/sched/solve"
@@ -34,6 +33,8 @@ var (
 	ErrUnknown = fmt.Errorf("soc: unknown: %w", core.ErrNotFound)
 	// ErrBad is wrapped by every error about a malformed description.
 	ErrBad = fmt.Errorf("soc: malformed description: %w", core.ErrInvalidArgument)
+	// ErrNoUnits is wrapped when a plan is asked of a description without units.
+	ErrNoUnits = fmt.Errorf("soc: no units: %w", core.ErrInvalidArgument)
 )
 
 // SoC is a description.
@@ -45,14 +46,15 @@ type SoC struct {
 	DRAMGBs     float64 `json:"dram_gbs"`
 	CombinedGBs float64 `json:"combined_gbs"`
 	// DefaultSyncUS is the handoff between two units that Sync does not list.
-	DefaultSyncUS float64 `json:"default_sync_us"`
-	// CPUClustersFrom names the sched/coresel description whose performance clusters give the
-	// int8 rate of units with Int8FromAECS.
-	CPUClustersFrom string            `json:"cpu_clusters_from,omitempty"`
-	Sources         map[string]string `json:"sources"`
-	Sync            []SyncDesc        `json:"sync"`
-	Units           []Unit            `json:"units"`
-	Paper           []PaperFigure     `json:"paper"`
+	DefaultSyncUS float64           `json:"default_sync_us"`
+	Sources       map[string]string `json:"sources"`
+	Sync          []SyncDesc        `json:"sync"`
+	// Units are the processors the solver plans for; a description of the CPU alone (for the
+	// core search) has none.
+	Units []Unit        `json:"units"`
+	Paper []PaperFigure `json:"paper"`
+	// CPU is the CPU's clusters and decode power model; nil where only units are described.
+	CPU *CPU `json:"cpu,omitempty"`
 }
 
 // SyncDesc is the handoff cost from one unit to another.
@@ -69,10 +71,11 @@ type Unit struct {
 	Kind string `json:"kind"`
 	// TFLOPS is the matmul rate by precision ("f16", "int8") for large row counts.
 	TFLOPS map[string]float64 `json:"tflops"`
-	// Int8FromAECS sets TFLOPS["int8"] from the CPU clusters of CPUClustersFrom.
-	Int8FromAECS bool    `json:"int8_from_aecs,omitempty"`
-	GBs          float64 `json:"gbs"`
-	LaunchUS     float64 `json:"launch_us"`
+	// FromCPU sets TFLOPS["int8"] and GBs from the description's CPU section (its performance
+	// clusters' rate, the cores' bandwidth together), so the CPU's figures are stated once.
+	FromCPU  bool    `json:"from_cpu,omitempty"`
+	GBs      float64 `json:"gbs,omitempty"`
+	LaunchUS float64 `json:"launch_us"`
 	// MHalf: a matmul of m rows runs at m/(m+MHalf) of the rate (0: the full rate).
 	MHalf int `json:"m_half"`
 	// WideK: beyond K = WideK the rate falls as WideK/K, down to WideFloor (0: no effect).
@@ -123,6 +126,18 @@ func Names() []string {
 	return out
 }
 
+// PlanNames lists the embedded descriptions that have units to plan for (the rest describe
+// only a CPU, for the core search).
+func PlanNames() []string {
+	var out []string
+	for _, n := range Names() {
+		if s, err := Load(n); err == nil && len(s.Units) > 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // Load reads an embedded description by name.
 func Load(name string) (*SoC, error) {
 	b, err := socFiles.ReadFile("socs/" + name + ".json")
@@ -145,24 +160,13 @@ func Parse(b []byte) (*SoC, error) {
 	if err := s.validate(); err != nil {
 		return nil, err
 	}
-	if s.CPUClustersFrom != "" {
-		a, err := coresel.LoadSoC(s.CPUClustersFrom)
-		if err != nil {
-			return nil, fmt.Errorf("%w: cpu_clusters_from: %w", ErrBad, err)
-		}
-		var gops float64
-		for _, c := range a.Clusters {
-			if !c.Efficiency {
-				gops += float64(c.Cores) * c.GopsPerGHz * c.MaxGHz * a.BusyFreqFrac
+	for i := range s.Units {
+		if u := &s.Units[i]; u.FromCPU {
+			if u.TFLOPS == nil {
+				u.TFLOPS = map[string]float64{}
 			}
-		}
-		for i := range s.Units {
-			if s.Units[i].Int8FromAECS {
-				if s.Units[i].TFLOPS == nil {
-					s.Units[i].TFLOPS = map[string]float64{}
-				}
-				s.Units[i].TFLOPS["int8"] = gops / 1000
-			}
+			u.TFLOPS["int8"] = s.CPU.Int8TOPS()
+			u.GBs = s.CPU.GBs
 		}
 	}
 	return &s, nil
@@ -180,17 +184,21 @@ func (s *SoC) validate() error {
 		}
 		return nil
 	}
-	if s.Name == "" || len(s.Units) == 0 {
-		return bad("a name and units are required")
+	if s.Name == "" || (len(s.Units) == 0 && s.CPU == nil) {
+		return bad("a name and units or a cpu section are required")
+	}
+	if s.CPU != nil {
+		if err := s.CPU.validate(bad); err != nil {
+			return err
+		}
+	}
+	if len(s.Units) == 0 {
+		return nil
 	}
 	if !pos(s.DRAMGBs) || !pos(s.CombinedGBs) || s.CombinedGBs > s.DRAMGBs || !nonneg(s.DefaultSyncUS) {
 		return bad("dram_gbs and combined_gbs must be positive (combined ≤ dram), default_sync_us ≥ 0")
 	}
-	keys := []string{"dram_gbs", "combined_gbs", "default_sync_us"}
-	if s.CPUClustersFrom != "" {
-		keys = append(keys, "cpu_clusters_from")
-	}
-	if err := need(s.Sources, keys...); err != nil {
+	if err := need(s.Sources, "dram_gbs", "combined_gbs", "default_sync_us"); err != nil {
 		return err
 	}
 	names := map[string]bool{}
@@ -202,7 +210,7 @@ func (s *SoC) validate() error {
 		if !slices.Contains([]string{"cpu", "gpu", "npu", "accel"}, u.Kind) {
 			return bad("unit %s: kind %q", u.Name, u.Kind)
 		}
-		if !pos(u.TFLOPS["f16"]) && !u.Int8FromAECS {
+		if !pos(u.TFLOPS["f16"]) && !u.FromCPU {
 			return bad("unit %s: tflops.f16 must be positive", u.Name)
 		}
 		for p, v := range u.TFLOPS {
@@ -213,18 +221,18 @@ func (s *SoC) validate() error {
 				return err
 			}
 		}
-		if u.Int8FromAECS && s.CPUClustersFrom == "" {
-			return bad("unit %s: int8_from_aecs without cpu_clusters_from", u.Name)
+		if u.FromCPU && (s.CPU == nil || u.GBs != 0 || u.TFLOPS["int8"] != 0) {
+			return bad("unit %s: from_cpu needs a cpu section and takes gbs and tflops.int8 from it", u.Name)
 		}
-		if !pos(u.GBs) || !nonneg(u.LaunchUS) || u.MHalf < 0 || u.WideK < 0 || !nonneg(u.WideFloor) || u.WideFloor > 1 ||
+		if (!pos(u.GBs) && !u.FromCPU) || !nonneg(u.LaunchUS) || u.MHalf < 0 || u.WideK < 0 || !nonneg(u.WideFloor) || u.WideFloor > 1 ||
 			u.Tile < 0 || u.RowAlign < 0 || !pos(u.AttentionEff) || u.AttentionEff > 1 {
 			return bad("unit %s: gbs and attention_eff (≤ 1) must be positive, the rest ≥ 0", u.Name)
 		}
 		if !slices.IsSorted(u.StaticM) || slices.ContainsFunc(u.StaticM, func(m int) bool { return m < 1 }) {
 			return bad("unit %s: static_m must be increasing positive sizes", u.Name)
 		}
-		keys := []string{"gbs", "launch_us", "m_half", "attention_eff"}
-		for k, set := range map[string]bool{"int8_from_aecs": u.Int8FromAECS, "wide_k": u.WideK > 0, "wide_floor": u.WideFloor > 0,
+		keys := []string{"launch_us", "m_half", "attention_eff"}
+		for k, set := range map[string]bool{"gbs": !u.FromCPU, "from_cpu": u.FromCPU, "wide_k": u.WideK > 0, "wide_floor": u.WideFloor > 0,
 			"tile": u.Tile > 0, "row_align": u.RowAlign > 0, "static_m": len(u.StaticM) > 0} {
 			if set {
 				keys = append(keys, k)
@@ -449,6 +457,9 @@ func (u *Unit) Seconds(q profile.Query) float64 {
 func (s *SoC) Profile(m profile.Model) (*profile.Profile, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
+	}
+	if len(s.Units) == 0 {
+		return nil, fmt.Errorf("%w: SoC %q describes only its CPU clusters (for xpu tune --energy --simulate), no units to plan for", ErrNoUnits, s.Name)
 	}
 	p := &profile.Profile{Version: profile.Version, Source: "simulated:" + s.Name, Model: m,
 		CombinedGBs: s.CombinedGBs, DefaultSyncSeconds: s.DefaultSyncUS * 1e-6,

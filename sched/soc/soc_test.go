@@ -15,10 +15,11 @@ import (
 
 func TestLoadSD8Gen3(t *testing.T) {
 	assert.Contains(t, Names(), "sd8gen3")
+	assert.Equal(t, []string{"sd8gen3"}, PlanNames(), "kirin9000 describes only its CPU")
 	s, err := Load("sd8gen3")
 	require.NoError(t, err)
 	cpu := s.Units[s.unitIndex("cpu")]
-	// 1 X4 + 3 A720 + 2 A720 of sched/coresel/socs/sd8gen3.json at 95 % of their maximum
+	// 1 X4 + 3 A720 + 2 A720 of the cpu section of socs/sd8gen3.json at 95 % of their maximum
 	assert.InDelta(t, 0.95*(130*3.3024+3*100*3.1488+2*100*2.9568)/1000, cpu.TFLOPS["int8"], 1e-9)
 	assert.Equal(t, "int8", cpu.Precision("q4_0"), "llama.cpp's CPU kernels run quantized weights on int8 dot products")
 	npu := s.Units[s.unitIndex("npu")]
@@ -58,6 +59,19 @@ func TestParseNeedsSources(t *testing.T) {
 			m["paper"].([]any)[0].(map[string]any)["setup"].(map[string]any)["units"] = []any{"dsp"}
 		}},
 		{"paper metric", func(m map[string]any) { m["paper"].([]any)[0].(map[string]any)["metric"] = "vibes" }},
+		{"cpu source", func(m map[string]any) { delete(m["cpu"].(map[string]any)["sources"].(map[string]any), "gbs") }},
+		{"cpu clusters", func(m map[string]any) { m["cpu"].(map[string]any)["clusters"] = []any{} }},
+		{"cpu core count", func(m map[string]any) {
+			m["cpu"].(map[string]any)["clusters"].([]any)[0].(map[string]any)["cores"] = 0
+		}},
+		{"from_cpu without cpu", func(m map[string]any) { delete(m, "cpu") }},
+		{"from_cpu with its own bandwidth", func(m map[string]any) { unit(m, 0)["gbs"] = 40 }},
+		{"neither units nor cpu", func(m map[string]any) {
+			delete(m, "cpu")
+			m["units"] = []any{}
+			m["paper"] = []any{}
+			m["sync"] = []any{}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse(mutate(tc.f))
@@ -65,6 +79,28 @@ func TestParseNeedsSources(t *testing.T) {
 			require.ErrorIs(t, err, core.ErrInvalidArgument)
 		})
 	}
+}
+
+// TestOneCPUDescription: the CPU unit's rate and bandwidth are the cpu section's, and a
+// description of the CPU alone loads but cannot be planned for.
+func TestOneCPUDescription(t *testing.T) {
+	s, err := Load("sd8gen3")
+	require.NoError(t, err)
+	require.NotNil(t, s.CPU)
+	cpu := s.Units[s.unitIndex("cpu")]
+	assert.Equal(t, s.CPU.GBs, cpu.GBs)
+	assert.Equal(t, s.CPU.Int8TOPS(), cpu.TFLOPS["int8"])
+	assert.Less(t, s.CPU.GBs, s.DRAMGBs, "the CPU cores alone stay below the DRAM peak")
+
+	k, err := Load("kirin9000")
+	require.NoError(t, err)
+	require.NotNil(t, k.CPU)
+	assert.Empty(t, k.Units)
+	m, err := Model("qwen1.5-1.8b")
+	require.NoError(t, err)
+	_, err = k.Profile(m)
+	require.ErrorIs(t, err, ErrNoUnits)
+	require.ErrorIs(t, err, core.ErrInvalidArgument)
 }
 
 func TestUnitModel(t *testing.T) {

@@ -18,7 +18,7 @@ type countHook struct {
 	identity        bool
 }
 
-func (h *countHook) BeginStage() StageBuilder { h.stages++; return h }
+func (h *countHook) BeginStage() ProjectionBuilder { h.stages++; return h }
 
 func (h *countHook) Linear(_ *core.Graph, x *core.Tensor, _ int, proj string) *core.Tensor {
 	h.linears++
@@ -28,7 +28,7 @@ func (h *countHook) Linear(_ *core.Graph, x *core.Tensor, _ int, proj string) *c
 	return nil
 }
 
-func TestStageHook(t *testing.T) {
+func TestProjectionHook(t *testing.T) {
 	ctx := context.Background()
 	m := outlierModel(t, 0, 7)
 	dev := refDevice(t)
@@ -51,7 +51,7 @@ func TestStageHook(t *testing.T) {
 		{"a rewritten projection changes the logits", &countHook{identity: true}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := logits(t, WithStageHook(c.hook))
+			got := logits(t, WithProjectionHook(c.hook))
 			if c.same {
 				assert.Equal(t, plain, got)
 			} else {
@@ -67,9 +67,9 @@ func TestStageHook(t *testing.T) {
 		assert.Equal(t, plain, logits(t, WithW8A8(nil)))
 	})
 	t.Run("batch and embedder refuse a hook", func(t *testing.T) {
-		_, err := NewBatch(ctx, m, dev, 2, WithStageHook(&countHook{}))
+		_, err := NewBatch(ctx, m, dev, 2, WithProjectionHook(&countHook{}))
 		assert.ErrorIs(t, err, core.ErrUnsupported)
-		_, err = NewEmbedder(ctx, m, dev, WithStageHook(&countHook{}))
+		_, err = NewEmbedder(ctx, m, dev, WithProjectionHook(&countHook{}))
 		assert.ErrorIs(t, err, core.ErrUnsupported)
 	})
 }
