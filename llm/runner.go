@@ -108,7 +108,7 @@ func NewPlannedRunner(ctx context.Context, m *Model, devices []core.Device, plan
 // units are all of one kind, decode steps are also sharded over them (the plan's decode
 // shards, equal shares) when m's KV heads and weights allow it: the default plan's layer split
 // pipelines prefill chunks but runs a decode step on one unit after another, where shards run
-// it on all of them at once. W8A8Plan and a sparse FFN drop the shards (WithoutShards).
+// it on all of them at once. w8a8.Plan and a sparse FFN drop the shards (WithoutShards).
 //
 // A unit whose device refuses the model's MATMUL (op_support NO for RepresentativeMatMul: a
 // backend that implements a few ops) is partial: sched.DefaultPlanPartial offers it every node

@@ -294,7 +294,7 @@ func TestW8A8GreedyStories(t *testing.T) {
 					specs := []sched.UnitSpec{{Backend: "qnn"}, {Backend: "neon"}}
 					plan, perr := DefaultPlan(m, devs, specs)
 					require.NoError(t, perr)
-					r, err = NewPlannedRunner(ctx, m, devs, W8A8Plan(plan), WithContextLength(n+1), WithW8A8(w), WithKVCacheType(core.F32))
+					r, err = NewPlannedRunner(ctx, m, devs, w8a8.Plan(plan), WithContextLength(n+1), WithW8A8(w), WithKVCacheType(core.F32))
 				}
 				require.NoError(t, err)
 				defer r.Close()
