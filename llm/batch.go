@@ -154,8 +154,8 @@ func NewBatch(ctx context.Context, m *Model, dev core.Device, n int, opts ...Run
 		return nil, fmt.Errorf("llm: batch of %d sequences (1 to %d): %w", n, maxBatch, core.ErrInvalidArgument)
 	}
 	cfg := newRunnerConfig(opts)
-	if cfg.w8 != nil || cfg.sparse != nil || cfg.tap != nil || len(cfg.verify) > 0 || cfg.rt != nil {
-		return nil, fmt.Errorf("llm: batch with W8A8 weights, a sparse FFN, taps, verify lengths or a runtime of the caller's: %w",
+	if cfg.proj != nil || cfg.sparse != nil || cfg.tap != nil || len(cfg.verify) > 0 || cfg.rt != nil {
+		return nil, fmt.Errorf("llm: batch with a projection hook (W8A8 weights), a sparse FFN, taps, verify lengths or a runtime of the caller's: %w",
 			core.ErrUnsupported)
 	}
 	if cfg.ctxLen == 0 {
@@ -629,7 +629,7 @@ func (b *Batch) compile(ctx context.Context, n int) (*batchProg, error) {
 		return sched.Binding{}, false
 	}
 	for s := 0; s <= cfg.Layers; s++ {
-		sb := &stageBuild{quant: map[*core.Tensor]*core.Tensor{}, batch: n}
+		sb := &stageBuild{batch: n}
 		var g *core.Graph
 		if s == 0 {
 			g, err = b.m.buildEmbedStage(int64(n), b.cfg.kv, sb)

@@ -12,8 +12,13 @@ import (
 
 // WithW8A8 runs the seven projections of every layer as w's W8A8 lowering (NewW8A8): an int8
 // MATMUL, which a plan places on an NPU unit, and QUANTIZE and the shadow path
-// (SHADOW_MATMUL + ADD), which it places on a CPU unit (W8A8Plan).
-func WithW8A8(w *W8A8) RunnerOption { return func(c *runnerConfig) { c.w8 = w } }
+// (SHADOW_MATMUL + ADD), which it places on a CPU unit (w8a8.Plan).
+func WithW8A8(w *W8A8) RunnerOption {
+	if w == nil {
+		return WithProjectionHook(nil)
+	}
+	return WithProjectionHook(w)
+}
 
 // DefaultCalibrationText is the built-in calibration text: varied English prose (narrative,
 // dialogue, numbers, lists), the kind of text the activations' bulk and outliers show up on.

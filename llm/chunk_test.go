@@ -93,22 +93,27 @@ func quantizedStories(t *testing.T, m *Model, dt core.DType) *Model {
 	return qm
 }
 
+// decodeLogits decodes ids one token at a time on a fresh runner of m and returns the
+// logits after each.
+func decodeLogits(t *testing.T, m *Model, dev core.Device, ids []int32) [][]float32 {
+	t.Helper()
+	r, err := NewRunner(context.Background(), m, dev, WithChunkSize(1), WithContextLength(len(ids)))
+	require.NoError(t, err)
+	defer r.Close()
+	var out [][]float32
+	for _, id := range ids {
+		l, err := r.Decode(context.Background(), id)
+		require.NoError(t, err)
+		out = append(out, l)
+	}
+	return out
+}
+
 func TestQuantizedLogitsNMSE(t *testing.T) {
 	m := openStories(t)
 	dev := refDevice(t)
 	seq := m.Tokenizer.Encode(storyPrompt, true)
-	logitsOf := func(model *Model) [][]float32 {
-		r, err := NewRunner(context.Background(), model, dev, WithChunkSize(1), WithContextLength(len(seq)))
-		require.NoError(t, err)
-		defer r.Close()
-		var out [][]float32
-		for _, id := range seq {
-			l, err := r.Decode(context.Background(), id)
-			require.NoError(t, err)
-			out = append(out, l)
-		}
-		return out
-	}
+	logitsOf := func(model *Model) [][]float32 { return decodeLogits(t, model, dev, seq) }
 	want := logitsOf(m)
 	for _, dt := range []core.DType{core.Q8_0, core.Q4_0} {
 		t.Run(dt.String(), func(t *testing.T) {

@@ -84,8 +84,8 @@ func NewEmbedder(ctx context.Context, m *Model, dev core.Device, opts ...RunnerO
 		c.hidden = true
 	}
 	check := newRunnerConfig(opts)
-	if check.w8 != nil || check.sparse != nil || len(check.verify) > 0 || check.tap != nil {
-		return nil, fmt.Errorf("llm: embedder with W8A8 weights, a sparse FFN, taps or verify lengths: %w", core.ErrUnsupported)
+	if check.proj != nil || check.sparse != nil || len(check.verify) > 0 || check.tap != nil {
+		return nil, fmt.Errorf("llm: embedder with a projection hook (W8A8 weights), a sparse FFN, taps or verify lengths: %w", core.ErrUnsupported)
 	}
 	r, err := NewRunner(ctx, m, dev, append(opts[:len(opts):len(opts)], hidden)...)
 	if err != nil {

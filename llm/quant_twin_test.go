@@ -55,19 +55,7 @@ func TestKQuantModelMatchesItsDequantizedTwin(t *testing.T) {
 
 	dev := refDevice(t)
 	ids := []int32{1, 70, 5, 200}
-	logitsOf := func(m *Model) [][]float32 {
-		run, err := NewRunner(context.Background(), m, dev, WithChunkSize(1), WithContextLength(len(ids)))
-		require.NoError(t, err)
-		defer run.Close()
-		var out [][]float32
-		for _, id := range ids {
-			l, err := run.Decode(context.Background(), id)
-			require.NoError(t, err)
-			out = append(out, l)
-		}
-		return out
-	}
-	want, got := logitsOf(twin), logitsOf(qm)
+	want, got := decodeLogits(t, twin, dev, ids), decodeLogits(t, qm, dev, ids)
 	for i := range want {
 		require.Len(t, got[i], len(want[i]))
 		for j := range want[i] {

@@ -22,12 +22,14 @@ var ErrContextFull = errors.New("llm: context is full")
 // runner builds graphs; sched opens the contexts, prepares the partitions and runs them). It
 // is not safe for concurrent use.
 //
-// Techniques plug into the runner where it builds a program's stages (stagehook.go): a
-// technique claims the programs it changes and supplies their stage graphs, the units of its
-// own nodes, its extra bindings and stage options, while the runner keeps what every program
-// shares (activation lanes, the KV cache, placement by the plan, compiling, running). Decode
-// shards build through it; techniques with no graph of their own (quantization, the
-// speculative policy, W8A8's vocabulary) live in packages of their own already.
+// Techniques plug into the runner at two points. Where it builds a program's stages
+// (stagehook.go), a technique claims the programs it changes and supplies their stage graphs,
+// the units of its own nodes, its extra bindings and stage options, while the runner keeps
+// what every program shares (activation lanes, the KV cache, placement by the plan,
+// compiling, running); decode shards build through it. Where a stage graph applies a
+// projection, a ProjectionHook (WithProjectionHook) may lower it: the W8A8 lowering is one,
+// and the runner names no technique there. Techniques with no graph of their own
+// (quantization, the speculative policy, W8A8's vocabulary) live in packages of their own.
 type Runner struct {
 	m     *Model
 	cfg   runnerConfig
@@ -106,7 +108,7 @@ func NewPlannedRunner(ctx context.Context, m *Model, devices []core.Device, plan
 // units are all of one kind, decode steps are also sharded over them (the plan's decode
 // shards, equal shares) when m's KV heads and weights allow it: the default plan's layer split
 // pipelines prefill chunks but runs a decode step on one unit after another, where shards run
-// it on all of them at once. W8A8Plan and a sparse FFN drop the shards (WithoutShards).
+// it on all of them at once. w8a8.Plan and a sparse FFN drop the shards (WithoutShards).
 //
 // A unit whose device refuses the model's MATMUL (op_support NO for RepresentativeMatMul: a
 // backend that implements a few ops) is partial: sched.DefaultPlanPartial offers it every node
@@ -191,15 +193,15 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 	if len(cfg.verify) > 0 {
 		widest = max(widest, slices.Max(cfg.verify))
 	}
-	if cfg.w8 != nil || cfg.sparse != nil || cfg.tap != nil {
-		if err := m.RequireLlamaShape("W8A8 weights, the sparse FFN and calibration taps"); err != nil {
+	if cfg.proj != nil || cfg.sparse != nil || cfg.tap != nil {
+		if err := m.RequireLlamaShape("a projection hook (W8A8 weights), the sparse FFN and calibration taps"); err != nil {
 			return nil, err
 		}
 	}
 	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, vprogs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + widest - 1)}
 	if ps := rp.DecodeShards(); ps != nil {
-		if cfg.w8 != nil || cfg.sparse != nil || cfg.tap != nil {
-			return nil, fmt.Errorf("llm: decode shards with W8A8 weights, a sparse FFN or calibration taps: %w",
+		if cfg.proj != nil || cfg.sparse != nil || cfg.tap != nil {
+			return nil, fmt.Errorf("llm: decode shards with a projection hook (W8A8 weights), a sparse FFN or calibration taps: %w",
 				core.ErrUnsupported)
 		}
 		cuts, err := m.cutShards(ps)

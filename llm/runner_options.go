@@ -43,8 +43,9 @@ type runnerConfig struct {
 	phaseOpts map[sched.Phase]map[string]string
 	// verify: the verify lengths prepared for speculative decoding (WithVerifyLengths).
 	verify []int
-	// w8: the W8A8 lowering of the projections (WithW8A8); nil runs them as the model has them.
-	w8 *W8A8
+	// proj lowers the stage graphs' projections (WithProjectionHook, WithW8A8); nil runs the
+	// projections as the model has them.
+	proj ProjectionHook
 	// tap, when set, is handed every MATMUL input and output after each run (calibration).
 	tap func(w tapWhat, data []byte)
 	// sparse runs the FFNs sparsely (WithSparseFFN); nil runs them dense.

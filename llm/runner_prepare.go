@@ -132,7 +132,10 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	for s := 0; s <= cfg.Layers; s++ {
 		var g *core.Graph
 		var err error
-		sb := &stageBuild{w8: r.cfg.w8, quant: map[*core.Tensor]*core.Tensor{}, hidden: r.cfg.hidden}
+		sb := &stageBuild{hidden: r.cfg.hidden}
+		if r.cfg.proj != nil {
+			sb.lin = r.cfg.proj.BeginStage()
+		}
 		if r.cfg.tap != nil {
 			sb.taps = &tapSet{}
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm/shard"
 	"github.com/xpuhub/xpu/llm/synth"
+	"github.com/xpuhub/xpu/llm/w8a8"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -218,7 +219,7 @@ func TestStealingShardsAreDeterministic(t *testing.T) {
 }
 
 // TestDefaultPlanShardsDecode: the default plan shards decode steps over units of one kind
-// where the model allows it, not over units of different kinds, and W8A8Plan and WithoutShards
+// where the model allows it, not over units of different kinds, and w8a8.Plan and WithoutShards
 // drop the shards (decode then follows the prefill's layer split again).
 func TestDefaultPlanShardsDecode(t *testing.T) {
 	devs := pluginDevices(t, "neon", "opencl")
@@ -230,7 +231,7 @@ func TestDefaultPlanShardsDecode(t *testing.T) {
 	require.NotNil(t, p.Decode.Shards)
 	assert.Equal(t, []string{"0", "1"}, p.Decode.Shards.Units)
 	assert.NotEmpty(t, p.Prefill.Rules, "prefill keeps the layer split")
-	for _, q := range []*sched.Plan{WithoutShards(p), W8A8Plan(p)} {
+	for _, q := range []*sched.Plan{WithoutShards(p), w8a8.Plan(p)} {
 		assert.Nil(t, q.Decode.Shards)
 		assert.Empty(t, q.Decode.Rules, "decode as prefill")
 	}

@@ -123,8 +123,8 @@ func (r *Runner) checkSparse() error {
 		return fmt.Errorf("llm: sparse FFN: %d predictors for %d layers: %w", len(lay.Predictors), c.Layers, core.ErrInvalidArgument)
 	case len(r.plan.Specs) != 1:
 		return fmt.Errorf("llm: sparse FFN runs on one unit, the plan has %d: %w", len(r.plan.Specs), core.ErrUnsupported)
-	case len(r.cfg.verify) > 0 || r.cfg.w8 != nil || r.cfg.tap != nil:
-		return fmt.Errorf("llm: sparse FFN does not combine with verify graphs, W8A8 or calibration taps: %w", core.ErrUnsupported)
+	case len(r.cfg.verify) > 0 || r.cfg.proj != nil || r.cfg.tap != nil:
+		return fmt.Errorf("llm: sparse FFN does not combine with verify graphs, a projection hook (W8A8) or calibration taps: %w", core.ErrUnsupported)
 	}
 	for l, p := range lay.Predictors {
 		F, D := int64(lay.Neurons), int64(c.Dim)

@@ -144,7 +144,7 @@ func TestShadowPathEqualsComposition(t *testing.T) {
 			}
 			g := core.NewGraph()
 			x := g.Input("x", core.F32, M, K)
-			sb := &stageBuild{w8: w, quant: map[*core.Tensor]*core.Tensor{}}
+			sb := &stageBuild{lin: w.BeginStage()}
 			g.Output(m.linear(g, sb, x, l, proj))
 			require.NoError(t, g.Err())
 			out, err := refRun(ctx, g, core.EncodeF32(xs))
@@ -294,7 +294,7 @@ func TestW8A8GreedyStories(t *testing.T) {
 					specs := []sched.UnitSpec{{Backend: "qnn"}, {Backend: "neon"}}
 					plan, perr := DefaultPlan(m, devs, specs)
 					require.NoError(t, perr)
-					r, err = NewPlannedRunner(ctx, m, devs, W8A8Plan(plan), WithContextLength(n+1), WithW8A8(w), WithKVCacheType(core.F32))
+					r, err = NewPlannedRunner(ctx, m, devs, w8a8.Plan(plan), WithContextLength(n+1), WithW8A8(w), WithKVCacheType(core.F32))
 				}
 				require.NoError(t, err)
 				defer r.Close()

@@ -7,7 +7,6 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm/w8a8"
-	"github.com/xpuhub/xpu/sched"
 )
 
 // W8A8 is a model lowered for an int8 NPU: per W8A8 MATMUL, QUANTIZE(x → I8, sa) (one per
@@ -18,7 +17,7 @@ type W8A8 struct {
 	cal    *w8a8.Calibration
 	gran   w8a8.Granularity
 	shadow []bool
-	mats   map[string]w8a8.Weight
+	mats   map[string]w8Mat
 	cols   map[string]shadowCols
 	// fromFile: the int8 weights came from the file's layout (else converted at load time).
 	fromFile bool
@@ -45,7 +44,7 @@ func NewW8A8(m *Model, cfg w8a8.Config) (*W8A8, error) {
 	if _, err := w8a8.HasLayout(m.File); err != nil {
 		return nil, fmt.Errorf("llm: %w", err)
 	}
-	w := &W8A8{cal: cfg.Calibration, gran: cfg.Granularity, mats: map[string]w8a8.Weight{}, cols: map[string]shadowCols{},
+	w := &W8A8{cal: cfg.Calibration, gran: cfg.Granularity, mats: map[string]w8Mat{}, cols: map[string]shadowCols{},
 		shadow: make([]bool, c.Layers)}
 	switch {
 	case cfg.ShadowLayers != nil:
@@ -89,7 +88,7 @@ func NewW8A8(m *Model, cfg w8a8.Config) (*W8A8, error) {
 				w.fromFile = true
 			}
 			w.gran = g
-			w.mats[name] = q
+			w.mats[name] = w8Mat{Weight: q, shape: ww.shape}
 			hot := w.input(l, p).Hot
 			if !w.shadow[l] || len(hot) == 0 {
 				continue
@@ -167,10 +166,8 @@ func (w *W8A8) Describe() string {
 // stageBuild is what shapes one stage graph beyond the model: the W8A8 lowering and the
 // calibration taps.
 type stageBuild struct {
-	w8 *W8A8
-	// quant: the I8 tensor of each W8A8 MATMUL input already quantized (projections sharing an
-	// input share its QUANTIZE).
-	quant map[*core.Tensor]*core.Tensor
+	// lin, from the runner's ProjectionHook, builds the projections its technique rewrites.
+	lin ProjectionBuilder
 	// taps, when not nil, collects the MATMUL inputs and outputs as extra graph outputs.
 	taps *tapSet
 	// shard gives the shard of each node of a sharded decode stage that belongs to one (by
@@ -238,44 +235,75 @@ func (t *tapSet) add(x *core.Tensor, w tapWhat) {
 	t.what = append(t.what, w)
 }
 
-// linear is projection p of layer l applied to x [C, K]: a MATMUL with the model's weight, or
-// the W8A8 lowering.
+// linear is projection p of layer l applied to x [C, K]: the projection hook's (the W8A8
+// lowering), or a MATMUL with the model's weight.
 func (m *Model) linear(g *core.Graph, sb *stageBuild, x *core.Tensor, l int, p string) *core.Tensor {
-	name := fmt.Sprintf("blk.%d.%s.weight", l, p)
-	if sb == nil || sb.w8 == nil {
-		y := g.Named(p).MatMul(x, m.w(g, name))
-		if sb != nil {
-			sb.taps.add(x, tapWhat{layer: l, name: w8a8.InputOf(p)})
-			sb.taps.add(y, tapWhat{layer: l, name: p, out: true})
+	if sb != nil && sb.lin != nil {
+		if y := sb.lin.Linear(g, x, l, p); y != nil {
+			return y
 		}
-		return y
 	}
-	w := sb.w8
+	y := g.Named(p).MatMul(x, m.w(g, fmt.Sprintf("blk.%d.%s.weight", l, p)))
+	if sb != nil {
+		sb.taps.add(x, tapWhat{layer: l, name: w8a8.InputOf(p)})
+		sb.taps.add(y, tapWhat{layer: l, name: p, out: true})
+	}
+	return y
+}
+
+// w8Mat is one projection's int8 weight and its [N, K] shape.
+type w8Mat struct {
+	w8a8.Weight
+	shape core.Shape
+}
+
+// BeginStage implements ProjectionHook: the W8A8 lowering of one stage graph's projections.
+func (w *W8A8) BeginStage() ProjectionBuilder {
+	return &w8Stage{w: w, quant: map[*core.Tensor]*core.Tensor{}}
+}
+
+var _ ProjectionHook = (*W8A8)(nil)
+
+// w8Stage lowers the projections of one stage graph to int8.
+type w8Stage struct {
+	w *W8A8
+	// quant: the I8 tensor of each W8A8 MATMUL input already quantized (projections sharing an
+	// input share its QUANTIZE).
+	quant map[*core.Tensor]*core.Tensor
+}
+
+// Linear implements ProjectionBuilder: QUANTIZE (once per input), MATMUL_W8A8 with the int8
+// weight, and with the layer's shadow on, the float product of the input's hot channels added.
+func (st *w8Stage) Linear(g *core.Graph, x *core.Tensor, l int, p string) *core.Tensor {
+	w := st.w
+	name := fmt.Sprintf("blk.%d.%s.weight", l, p)
+	iw, ok := w.mats[name]
+	if !ok {
+		return nil
+	}
 	in := w.input(l, p)
-	q, ok := sb.quant[x]
+	q, ok := st.quant[x]
 	if !ok {
 		q = g.Named(w8a8.InputOf(p)+"_quant").Quantize(x, core.I8, in.Scale)
-		sb.quant[x] = q
+		st.quant[x] = q
 	}
-	ww := m.weights[name]
-	iw := w.mats[name]
 	opts := core.W8A8Options{AScale: in.Scale, Out: core.F32}
 	if len(iw.Scales) == 1 {
 		opts.BScale = iw.Scales[0]
 	} else {
-		opts.BScales = g.Const(name+".npu_scale", core.F32, core.Shape{ww.shape[0]}, core.EncodeF32(iw.Scales))
+		opts.BScales = g.Const(name+".npu_scale", core.F32, core.Shape{iw.shape[0]}, core.EncodeF32(iw.Scales))
 	}
 	if so := w.cal.Layers[l].OutAbsMax[p]; so > 0 {
 		// the NPU's 16-bit output grid, with headroom for inputs the calibration did not see
 		opts.OutScale = outHeadroom * so / 32767
 	}
-	wq := g.Const(name+".npu_i8", core.I8, ww.shape, iw.Codes)
+	wq := g.Const(name+".npu_i8", core.I8, iw.shape, iw.Codes)
 	y := g.Named(p).MatMulW8A8(q, wq, opts)
 	cols, ok := w.cols[name]
 	if !w.shadow[l] || !ok {
 		return y
 	}
-	wt := g.Const(name+".shadow_cols", core.F32, core.Shape{cols.c, ww.shape[0]}, cols.wt)
+	wt := g.Const(name+".shadow_cols", core.F32, core.Shape{cols.c, iw.shape[0]}, cols.wt)
 	ids := g.Const(name+".shadow_ids", core.I32, core.Shape{cols.c}, cols.ids)
 	s := g.Named(p+"_shadow").ShadowMatMul(x, wt, ids, in.Threshold)
 	return g.Named(p+"_shadow_add").Add(y, s)
@@ -283,30 +311,3 @@ func (m *Model) linear(g *core.Graph, sb *stageBuild, x *core.Tensor, l int, p s
 
 // outHeadroom is how far past the calibrated output maximum the 16-bit output grid reaches.
 const outHeadroom = 4
-
-// W8A8Plan adapts a plan to the W8A8 lowering: in each phase, before a MATMUL rule that has a
-// unit, a fallback unit and no split, a rule that sends the float output head ("logits") to
-// the fallback unit: an int8 NPU runs float products slowly and at reduced precision (FP16 on
-// the HTP). QUANTIZE, SHADOW_MATMUL and its ADD fall to the rules for everything else (the CPU
-// unit in sched.DefaultPlan): the CPU holds the float activation the shadow path reads anyway,
-// quantizes it in f32 and hands the NPU int8 (a quarter of the bytes). Quantizing on the
-// emulated HTP instead, whose Quantize reads half precision, flipped stories260K's greedy text
-// after 27 tokens where the CPU's keeps all 64. p is not changed.
-func W8A8Plan(p *sched.Plan) *sched.Plan {
-	out := *WithoutShards(p)
-	adapt := func(ph sched.PhasePlan) sched.PhasePlan {
-		var rules []sched.Rule
-		for _, r := range ph.Rules {
-			if r.Unit != "" && r.Fallback != "" && r.Split == nil && slices.ContainsFunc(r.Ops, func(o string) bool {
-				return strings.EqualFold(o, core.OpMatMul.String())
-			}) {
-				rules = append(rules, sched.Rule{Unit: r.Fallback, Ops: []string{core.OpMatMul.String()}, Nodes: []string{"logits"}})
-			}
-			rules = append(rules, r)
-		}
-		ph.Rules = rules
-		return ph
-	}
-	out.Prefill, out.Decode = adapt(out.Prefill), adapt(out.Decode)
-	return &out
-}

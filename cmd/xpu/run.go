@@ -16,6 +16,7 @@ import (
 	_ "github.com/xpuhub/xpu/llm/llmconform" // the stories260K model cases of xpu conform
 	"github.com/xpuhub/xpu/llm/sparse"
 	"github.com/xpuhub/xpu/llm/tokenizer"
+	"github.com/xpuhub/xpu/llm/w8a8"
 	"github.com/xpuhub/xpu/loader"
 	"github.com/xpuhub/xpu/sched"
 	"golang.org/x/term"
@@ -274,10 +275,10 @@ func countSet(ss ...string) int {
 }
 
 // openPlannedRunner opens every backend and runs the model on the units of the plan file, or on
-// the listed units with the default plan (llm.DefaultPlan; with w8a8, adapted by
-// llm.W8A8Plan so each activation is quantized on its int8 MATMUL's unit; with the sparse FFN,
+// the listed units with the default plan (llm.DefaultPlan; with int8 (W8A8) weights, adapted by
+// w8a8.Plan so each activation is quantized on its int8 MATMUL's unit; with the sparse FFN,
 // without decode shards).
-func openPlannedRunner(ctx context.Context, m *llm.Model, units, planFile string, w8a8, sparseFFN bool, opts []llm.RunnerOption,
+func openPlannedRunner(ctx context.Context, m *llm.Model, units, planFile string, int8, sparseFFN bool, opts []llm.RunnerOption,
 	lopts ...loader.Option) (*llm.Runner, []core.Backend, error) {
 	var plan *sched.Plan
 	var specs []sched.UnitSpec
@@ -303,8 +304,8 @@ func openPlannedRunner(ctx context.Context, m *llm.Model, units, planFile string
 			return nil, backends, err
 		}
 		switch {
-		case w8a8:
-			plan = llm.W8A8Plan(plan)
+		case int8:
+			plan = w8a8.Plan(plan)
 		case sparseFFN:
 			plan = llm.WithoutShards(plan)
 		}

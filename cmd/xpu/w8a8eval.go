@@ -196,14 +196,14 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	return map[bool]int{true: 0, false: 1}[tw.Flush() == nil]
 }
 
-// plannedLogits runs the W8A8 model on the default plan over specs (adapted by llm.W8A8Plan).
+// plannedLogits runs the W8A8 model on the default plan over specs (adapted by w8a8.Plan).
 func plannedLogits(ctx context.Context, m *llm.Model, devs []core.Device, specs []sched.UnitSpec, ids []int32, w *llm.W8A8) ([]float32, error) {
 	plan, err := llm.DefaultPlan(m, devs, specs)
 	if err != nil {
 		return nil, err
 	}
 	n := len(ids)
-	r, err := llm.NewPlannedRunner(ctx, m, devs, llm.W8A8Plan(plan), llm.WithChunkSize(n), llm.WithContextLength(n), llm.WithW8A8(w))
+	r, err := llm.NewPlannedRunner(ctx, m, devs, w8a8.Plan(plan), llm.WithChunkSize(n), llm.WithContextLength(n), llm.WithW8A8(w))
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +225,7 @@ func greedyTokens(ctx context.Context, m *llm.Model, devs []core.Device, specs [
 	} else {
 		var plan *sched.Plan
 		if plan, err = llm.DefaultPlan(m, devs, specs); err == nil {
-			r, err = llm.NewPlannedRunner(ctx, m, devs, llm.W8A8Plan(plan), opts...)
+			r, err = llm.NewPlannedRunner(ctx, m, devs, w8a8.Plan(plan), opts...)
 		}
 	}
 	if err != nil {

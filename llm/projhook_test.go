@@ -1,0 +1,75 @@
+package llm
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xpuhub/xpu/core"
+)
+
+// countHook counts the stages and projections a runner asks it for; with identity set it
+// replaces every attn_output projection by its input (a shape-preserving rewrite whose
+// effect shows in the logits), else it leaves every projection to the model.
+type countHook struct {
+	stages, linears int
+	identity        bool
+}
+
+func (h *countHook) BeginStage() ProjectionBuilder { h.stages++; return h }
+
+func (h *countHook) Linear(_ *core.Graph, x *core.Tensor, _ int, proj string) *core.Tensor {
+	h.linears++
+	if h.identity && proj == "attn_output" {
+		return x
+	}
+	return nil
+}
+
+func TestProjectionHook(t *testing.T) {
+	ctx := context.Background()
+	m := outlierModel(t, 0, 7)
+	dev := refDevice(t)
+	prompt := []int32{1, 5, 9, 3}
+	logits := func(t *testing.T, opts ...RunnerOption) []float32 {
+		r, err := NewRunner(ctx, m, dev, append([]RunnerOption{WithContextLength(16), WithChunkSize(4)}, opts...)...)
+		require.NoError(t, err)
+		defer r.Close()
+		out, err := r.Prefill(ctx, prompt)
+		require.NoError(t, err)
+		return out
+	}
+	plain := logits(t)
+	for _, c := range []struct {
+		name string
+		hook *countHook
+		same bool
+	}{
+		{"a hook that rewrites nothing keeps the logits", &countHook{}, true},
+		{"a rewritten projection changes the logits", &countHook{identity: true}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := logits(t, WithProjectionHook(c.hook))
+			if c.same {
+				assert.Equal(t, plain, got)
+			} else {
+				assert.NotEqual(t, plain, got)
+			}
+			// every stage graph (the embedding, one per layer) of every prepared length
+			assert.GreaterOrEqual(t, c.hook.stages, m.Config.Layers+1)
+			// seven projections per layer and stage: q, k, v, output, gate, up, down
+			assert.GreaterOrEqual(t, c.hook.linears, 7*m.Config.Layers)
+		})
+	}
+	t.Run("WithW8A8(nil) runs the model as it is", func(t *testing.T) {
+		assert.Equal(t, plain, logits(t, WithW8A8(nil)))
+	})
+	t.Run("batch and embedder refuse a hook", func(t *testing.T) {
+		_, err := NewBatch(ctx, m, dev, 2, WithProjectionHook(&countHook{}))
+		assert.ErrorIs(t, err, core.ErrUnsupported)
+		_, err = NewEmbedder(ctx, m, dev, WithProjectionHook(&countHook{}))
+		assert.ErrorIs(t, err, core.ErrUnsupported)
+	})
+}
