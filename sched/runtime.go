@@ -13,6 +13,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/sched/dag"
+	"github.com/xpuhub/xpu/sched/hostsync"
 )
 
 // Runtime runs programs — graphs cut into partitions over several units — on its units. It owns
@@ -30,7 +31,7 @@ type Runtime struct {
 	mem     []*unitMem // per unit: its view of the arena
 	arena   *Arena
 	workers []*rtWorker
-	pred    *Predictor[taskKey]
+	pred    *hostsync.Predictor[taskKey]
 
 	runMu    sync.Mutex // dispatch: sequence numbers and job order agree on every unit
 	inflight sync.WaitGroup
@@ -109,7 +110,7 @@ func NewRuntime(ctx context.Context, devices []core.Device, specs []UnitSpec, op
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("runtime: no units: %w", core.ErrInvalidArgument)
 	}
-	rt := &Runtime{cfg: cfg, arena: NewArena(), pred: NewPredictor[taskKey](0)}
+	rt := &Runtime{cfg: cfg, arena: NewArena(), pred: hostsync.NewPredictor[taskKey](0)}
 	for i, s := range specs {
 		for _, prev := range specs[:i] {
 			if prev.String() == s.String() {
@@ -127,7 +128,7 @@ func NewRuntime(ctx context.Context, devices []core.Device, specs []UnitSpec, op
 		rt.units = append(rt.units, u)
 		rt.mem = append(rt.mem, &unitMem{mode: modeFor(dev.Info().Caps)})
 		// buffered: dispatching a request never waits for a unit busy with an earlier one
-		w := &rtWorker{rt: rt, idx: i, sig: NewSignal(), jobs: make(chan *rtJob, 64), exited: make(chan struct{}),
+		w := &rtWorker{rt: rt, idx: i, sig: hostsync.NewSignal(), jobs: make(chan *rtJob, 64), exited: make(chan struct{}),
 			pinned: make(chan struct{})}
 		rt.workers = append(rt.workers, w)
 		go w.loop()
