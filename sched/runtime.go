@@ -32,6 +32,7 @@ type Runtime struct {
 	arena   *Arena
 	workers []*rtWorker
 	pred    *hostsync.Predictor[taskKey]
+	exes    *exeCache // prepared executables, shared by programs
 
 	runMu    sync.Mutex // dispatch: sequence numbers and job order agree on every unit
 	inflight sync.WaitGroup
@@ -54,6 +55,7 @@ type runtimeConfig struct {
 	policy     dag.Policy
 	pinnedSpin time.Duration
 	noHeadroom bool
+	cacheSize  int
 }
 
 // RuntimeOption configures NewRuntime.
@@ -98,10 +100,18 @@ func WithRuntimeLogger(l *slog.Logger) RuntimeOption {
 	return func(c *runtimeConfig) { c.logger = l }
 }
 
+// WithRuntimeCacheSize sets how many prepared executables no program uses the runtime keeps
+// for a later Compile of the same graph on the same unit (default DefaultCacheSize; 0 closes
+// each with its last program).
+func WithRuntimeCacheSize(n int) RuntimeOption {
+	return func(c *runtimeConfig) { c.cacheSize = max(n, 0) }
+}
+
 // NewRuntime opens one unit per spec on the device of devices it names (FindDevice) and starts
 // their workers.
 func NewRuntime(ctx context.Context, devices []core.Device, specs []UnitSpec, opts ...RuntimeOption) (*Runtime, error) {
-	cfg := runtimeConfig{logger: slog.Default(), policy: dag.OutOfOrder, pinnedSpin: DefaultPinnedSpin}
+	cfg := runtimeConfig{logger: slog.Default(), policy: dag.OutOfOrder, pinnedSpin: DefaultPinnedSpin,
+		cacheSize: DefaultCacheSize}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
@@ -110,7 +120,7 @@ func NewRuntime(ctx context.Context, devices []core.Device, specs []UnitSpec, op
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("runtime: no units: %w", core.ErrInvalidArgument)
 	}
-	rt := &Runtime{cfg: cfg, arena: NewArena(), pred: hostsync.NewPredictor[taskKey](0)}
+	rt := &Runtime{cfg: cfg, arena: NewArena(), pred: hostsync.NewPredictor[taskKey](0), exes: newExeCache(cfg.cacheSize)}
 	for i, s := range specs {
 		for _, prev := range specs[:i] {
 			if prev.String() == s.String() {
@@ -176,6 +186,8 @@ func (rt *Runtime) Close() error {
 	for _, p := range progs {
 		errs = append(errs, p.release())
 	}
+	// after the programs gave their references back, before the contexts close
+	errs = append(errs, rt.exes.close())
 	for _, m := range rt.mem {
 		errs = append(errs, m.close())
 	}
