@@ -34,6 +34,9 @@ type exeEntry struct {
 	exe  core.Executable
 	refs int
 	used uint64
+	// consts keeps the graph's constant bytes alive while the entry is: the key names them by
+	// address, which the garbage collector could otherwise hand to other bytes of a new graph
+	consts [][]byte
 }
 
 func newExeCache(size int) *exeCache {
@@ -67,7 +70,8 @@ func exeCacheKey(unit int, unitName string, opts map[string]string, g *core.Grap
 
 // get returns the executable for key, preparing it with prepare when none is cached. The
 // caller closes what it gets to give its reference back.
-func (c *exeCache) get(ctx context.Context, key string, prepare func(context.Context) (core.Executable, error)) (core.Executable, error) {
+func (c *exeCache) get(ctx context.Context, key string, g *core.Graph,
+	prepare func(context.Context) (core.Executable, error)) (core.Executable, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -97,8 +101,14 @@ func (c *exeCache) get(ctx context.Context, key string, prepare func(context.Con
 		c.hits++
 		return &cachedExe{Executable: e.exe, c: c, key: key}, exe.Close()
 	}
+	var consts [][]byte
+	for _, t := range g.Tensors {
+		if t.Kind == core.KindConst {
+			consts = append(consts, t.Data)
+		}
+	}
 	c.clock++
-	c.entries[key] = &exeEntry{exe: exe, refs: 1, used: c.clock}
+	c.entries[key] = &exeEntry{exe: exe, refs: 1, used: c.clock, consts: consts}
 	return &cachedExe{Executable: exe, c: c, key: key}, nil
 }
 

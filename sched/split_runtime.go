@@ -315,7 +315,7 @@ func combineParts(items []compiledPart, ms []int) (compiledPart, error) {
 // returns gives the program's reference back.
 func (rt *Runtime) preparePart(ctx context.Context, g *core.Graph, unit int, prepOpts map[int]map[string]string) (core.Executable, error) {
 	key := exeCacheKey(unit, rt.units[unit].Name(), prepOpts[unit], g)
-	return rt.exes.get(ctx, key, func(ctx context.Context) (core.Executable, error) {
+	return rt.exes.get(ctx, key, g, func(ctx context.Context) (core.Executable, error) {
 		var opts []core.PrepareOption
 		for k, v := range prepOpts[unit] {
 			opts = append(opts, core.WithPrepareOption(k, v))
