@@ -34,7 +34,7 @@
 #   PORT        first port to use (default 18481; each server start takes the next one)
 #   OUT         folder for logs (default a new one in build/)
 #   MODELS_DIR  where the default model is generated (default build/models)
-#   RECORD      1: store the xpu rows in lab/results/serve.jsonl (record_result)
+#   RECORD      1: store the xpu rows in lab/results/serving.jsonl (record_result)
 # Without MODEL arguments it uses MODELS_DIR/llama-1b-q4_0.gguf (written with `xpu gen-model`
 # and `xpu quantize` when absent) and ../shared/models/stories260K.gguf when present. The
 # script downloads nothing.
@@ -205,7 +205,7 @@ awk -F'\t' '{ print $1 "\t" $2 }' "$results" | sort -u | while IFS=$'\t' read -r
 	ratio=$(awk -v a="$a" -v g="$g" 'BEGIN { printf "%.2f", g / a }')
 	echo "| $m | $s | $a | $g | $ratio | $p50 | $p99 | $w |"
 	if [ "${RECORD:-0}" = 1 ] && [ "$s" = xpu ]; then
-		record_result serve "$m $CLIENTS streams aggregate decode" "$g" tok/s "bench/batch.sh $m" \
+		record_result serving "$m $CLIENTS streams aggregate decode" "$g" tok/s "bench/batch.sh $m" \
 			"alone $a tok/s, ratio $ratio, worst p99/p50 gap $w"
 	fi
 done

@@ -1,7 +1,6 @@
 package llm
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
-	"github.com/xpuhub/xpu/llm/gguf"
 	"github.com/xpuhub/xpu/llm/synth"
 )
 
@@ -71,45 +69,4 @@ func abs32(x float32) float32 {
 		return -x
 	}
 	return x
-}
-
-func TestActivationKey(t *testing.T) {
-	base := func(v any) *gguf.File {
-		kvs := []gguf.KeyValue{
-			{Key: "general.architecture", Value: gguf.MustValue("llama")},
-			{Key: "llama.embedding_length", Value: gguf.MustValue(uint32(64))},
-			{Key: "llama.block_count", Value: gguf.MustValue(uint32(1))},
-			{Key: "llama.feed_forward_length", Value: gguf.MustValue(uint32(128))},
-			{Key: "llama.attention.head_count", Value: gguf.MustValue(uint32(4))},
-		}
-		if v != nil {
-			kvs = append(kvs, gguf.KeyValue{Key: "llama." + ActivationKey, Value: gguf.MustValue(v)})
-		}
-		f, err := gguf.Parse(writeGGUF(t, kvs))
-		require.NoError(t, err)
-		return f
-	}
-	for _, c := range []struct {
-		v    any
-		want Activation
-		err  bool
-	}{{nil, ActSiLU, false}, {"relu", ActReLU, false}, {"relu2", ActReLU2, false}, {"silu", ActSiLU, false},
-		{"gelu", "", true}, {uint32(1), "", true}} {
-		cfg, err := ConfigFromGGUF(base(c.v))
-		if c.err {
-			require.ErrorIs(t, err, core.ErrInvalidArgument, "%v", c.v)
-			assert.Contains(t, err.Error(), ActivationKey)
-			continue
-		}
-		require.NoError(t, err)
-		assert.Equal(t, c.want, cfg.Activation)
-		assert.Equal(t, c.want.Sparse(), c.want != ActSiLU)
-	}
-}
-
-func writeGGUF(t *testing.T, kvs []gguf.KeyValue) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	require.NoError(t, gguf.Write(&b, kvs, nil))
-	return b.Bytes()
 }

@@ -157,7 +157,7 @@ func (r *refModel) rmsNorm(x, w []float64) []float64 {
 
 func (r *refModel) has(name string) bool { _, ok := r.f.Tensor(name); return ok }
 
-// sliding and ropeOf are the layer patterns of llama.cpp's graphs.
+// sliding and RopeOf are the layer patterns of llama.cpp's graphs.
 func (r *refModel) sliding(l int) bool {
 	switch r.arch {
 	case "gemma2":
@@ -434,9 +434,9 @@ func TestArchConfig(t *testing.T) {
 			assert.Zero(t, c.AttnSoftCap)
 			assert.Equal(t, []bool{true, true, true, true, true, false}, []bool{c.Sliding(0), c.Sliding(1),
 				c.Sliding(2), c.Sliding(3), c.Sliding(4), c.Sliding(5)})
-			base, scale := c.ropeOf(0)
+			base, scale := c.RopeOf(0)
 			assert.Equal(t, [2]float32{10000, 1}, [2]float32{base, scale}, "local layers")
-			base, _ = c.ropeOf(5)
+			base, _ = c.RopeOf(5)
 			assert.Equal(t, float32(1000000), base, "global layers")
 		}},
 	} {

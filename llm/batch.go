@@ -549,7 +549,7 @@ func (b *Batch) run(ctx context.Context, reqs []*batchReq) ([][]float32, error) 
 	copy(a.Bytes(b.pos), core.EncodeI32(pos))
 	copy(a.Bytes(b.qoff), core.EncodeI32(pos))
 	if b.m.Config.RopeFreqFactors != nil {
-		cos, sin := b.m.Config.ropeTables(pos, b.cfg.ctxLen)
+		cos, sin := b.m.Config.RopeTables(pos, b.cfg.ctxLen)
 		copy(a.Bytes(b.cos), core.EncodeF32(cos))
 		copy(a.Bytes(b.sin), core.EncodeF32(sin))
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/arch"
 )
 
 // The model is cut into Layers+1 stage graphs per chunk length C (mllm-NPU's chunk-sharing
@@ -29,24 +30,12 @@ const (
 	outV
 )
 
-// posInputs carries positions into a stage: the ROPE positions, or for models with
-// per-frequency RoPE factors (which ROPE cannot express) cos and sin tables computed on the host
-// for each chunk. Either way the graph does not depend on the position.
-type posInputs struct {
-	pos, cos, sin *core.Tensor
-}
+// posInputs carries positions into a stage (arch.Pos).
+type posInputs = arch.Pos
 
 // addPosInputs adds the position inputs of a stage for chunk length c.
 func (m *Model) addPosInputs(g *core.Graph, c int64) posInputs {
-	if m.Config.RopeFreqFactors == nil {
-		return posInputs{pos: g.Input("pos", core.I32, c)}
-	}
-	half := int64(m.Config.RopeDims / 2)
-	shape := []int64{c, 1, half, 1} // broadcast over heads; pairs (x[2i], x[2i+1])
-	if m.Config.RopeMode == core.RoPENeoX {
-		shape = []int64{c, 1, 1, half} // pairs (x[i], x[i+half])
-	}
-	return posInputs{cos: g.Input("rope_cos", core.F32, shape...), sin: g.Input("rope_sin", core.F32, shape...)}
+	return arch.PosInputs(g, &m.Config, c)
 }
 
 // buildEmbedStage builds stage 0 for chunk length c.
@@ -55,7 +44,7 @@ func (m *Model) buildEmbedStage(c int64, kv kvTypes, sb *stageBuild) (*core.Grap
 	ids := g.Input("ids", core.I32, c)
 	pos := m.addPosInputs(g, c)
 	x := g.Named("embd").GetRows(m.w(g, "token_embd.weight"), ids)
-	x = m.arch.embed(block{m, g, sb}, x)
+	x = m.arch.Embed(m.block(g, sb), x)
 	q, k, v := m.qkv(g, sb, x, pos, 0)
 	sb.outputQKV(g, x, q, toKV(g, k, kv.K), toKV(g, v, kv.V))
 	sb.output(g)
@@ -83,7 +72,7 @@ func (m *Model) buildLayerStage(l int, c, capacity int64, kv kvTypes, tree bool,
 	if tree {
 		mask = g.Input("mask", core.I8, c, c)
 	}
-	opts := cfg.attentionOptions(l, capacity)
+	opts := cfg.AttentionOptions(l, capacity)
 	opts.Causal, opts.QOffsetInput, opts.Mask = true, qoff, mask
 	if tree && opts.Window > 0 {
 		// ATTENTION's window and its tree mask do not combine
@@ -92,7 +81,7 @@ func (m *Model) buildLayerStage(l int, c, capacity int64, kv kvTypes, tree bool,
 	}
 	a := sb.attention(g, q, kc, vc, opts)
 	// inner nodes first: Named names the next node added (plan rules match these names)
-	x = m.arch.finish(block{m, g, sb}, x, g.Reshape(a, c, H*D), l)
+	x = m.arch.Finish(m.block(g, sb), x, g.Reshape(a, c, H*D), l)
 
 	if l+1 < cfg.Layers {
 		pos := m.addPosInputs(g, c)
@@ -111,60 +100,43 @@ func (m *Model) buildLayerStage(l int, c, capacity int64, kv kvTypes, tree bool,
 
 // outputHead adds the logits of the last layer's output x as the graph's output.
 func (m *Model) outputHead(g *core.Graph, x *core.Tensor) {
-	g.Output(m.arch.logits(block{m: m, g: g}, x))
+	g.Output(m.arch.Logits(m.block(g, nil), x))
 }
 
 // norm is RMSNorm times its weight.
 func (m *Model) norm(g *core.Graph, x *core.Tensor, weight string) *core.Tensor {
-	return g.Mul(g.RMSNorm(x, m.Config.NormEps), m.w(g, weight))
+	return arch.Norm(g, &m.Config, x, m.w(g, weight))
 }
 
 // qkv computes layer l's rotated queries and keys and its values for x [C, dim].
 func (m *Model) qkv(g *core.Graph, sb *stageBuild, x *core.Tensor, pos posInputs, l int) (q, k, v *core.Tensor) {
-	return m.arch.qkv(block{m, g, sb}, x, pos, l)
+	return m.arch.QKV(m.block(g, sb), x, pos, l)
 }
 
-// rope rotates layer l's x [C, H, D] with the ROPE op, or with the host's cos/sin tables when
-// the model has per-frequency factors: the rotated dims are viewed as pairs [C, H, R/2, 2]
-// (normal) or [C, H, 2, R/2] (NeoX), and each pair (u, v) becomes (u·cos − v·sin, u·sin + v·cos).
+// rope rotates layer l's x [C, H, D] (arch.Rope).
 func (m *Model) rope(g *core.Graph, name string, x *core.Tensor, pos posInputs, l int) *core.Tensor {
-	cfg := m.Config
-	if pos.pos != nil {
-		base, scale := cfg.ropeOf(l)
-		return g.Named(name).RoPE(x, pos.pos, core.RoPEOptions{Mode: cfg.RopeMode,
-			Dims: int64(cfg.RopeDims), Base: base, FreqScale: scale})
-	}
-	C, H, D, R := x.Shape[0], x.Shape[1], x.Shape[2], int64(cfg.RopeDims)
-	rot, rest := x, (*core.Tensor)(nil)
-	if R < D {
-		rot, rest = g.Slice(x, 2, 0, R), g.Slice(x, 2, R, D-R)
-	}
-	axis, pairs := 3, []int64{C, H, R / 2, 2}
-	if cfg.RopeMode == core.RoPENeoX {
-		axis, pairs = 2, []int64{C, H, 2, R / 2}
-	}
-	p := g.Reshape(rot, pairs...)
-	u, v := g.Slice(p, axis, 0, 1), g.Slice(p, axis, 1, 1)
-	ru := g.Sub(g.Mul(u, pos.cos), g.Mul(v, pos.sin))
-	rv := g.Add(g.Mul(u, pos.sin), g.Mul(v, pos.cos))
-	out := g.Reshape(g.Concat(axis, ru, rv), C, H, R)
-	if rest != nil {
-		out = g.Concat(2, out, rest)
-	}
-	return g.Named(name).Reshape(out, C, H, D)
+	return arch.Rope(g, &m.Config, name, x, pos, l)
 }
 
-// activation applies the FFN gate's activation; ReLU² is RELU then MUL, so every backend that
-// runs a dense FFN runs it.
+// activation applies the FFN gate's activation (arch.Activate).
 func (m *Model) activation(g *core.Graph, gate *core.Tensor) *core.Tensor {
-	switch m.Config.Activation {
-	case ActGELU:
-		return g.Named("ffn_gelu").GELU(gate)
-	case ActReLU:
-		return g.Named("ffn_relu").ReLU(gate)
-	case ActReLU2:
-		r := g.Named("ffn_relu").ReLU(gate)
-		return g.Named("ffn_relu2").Mul(r, r)
-	}
-	return g.Named("ffn_silu").SiLU(gate)
+	return arch.Activate(g, m.Config.Activation, gate)
+}
+
+// block is the shared blocks' view of m adding to g: its weights, and its linear layers as
+// the stage build sb lowers them (nil: plain matrix products).
+func (m *Model) block(g *core.Graph, sb *stageBuild) arch.Block {
+	return arch.NewBlock(g, &m.Config, archHost{m, sb})
+}
+
+// archHost gives the architecture builders the model's weights and linear layers.
+type archHost struct {
+	m  *Model
+	sb *stageBuild
+}
+
+func (h archHost) Weight(g *core.Graph, name string) *core.Tensor { return h.m.w(g, name) }
+
+func (h archHost) Linear(g *core.Graph, x *core.Tensor, l int, name string) *core.Tensor {
+	return h.m.linear(g, h.sb, x, l, name)
 }

@@ -1,6 +1,6 @@
 // Package llm runs decoder-only language models from GGUF files on any xpu backend (llama:
 // TinyStories, TinyLlama, Llama 2/3.x, Mistral, SmolLM; qwen2; qwen3; phi3; gemma2; gemma3;
-// smollm3, each built by its own builder over shared blocks, arch*.go): the stage graphs, a KV
+// smollm3, each built by its own builder over shared blocks in package arch): the stage graphs, a KV
 // cache in backend buffers, chunked prefill with graphs prepared once per chunk length, the
 // decode loop and sampling.
 //
@@ -13,6 +13,7 @@ import (
 	"fmt"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/arch"
 	"github.com/xpuhub/xpu/llm/gguf"
 	"github.com/xpuhub/xpu/llm/tokenizer"
 )
@@ -23,7 +24,7 @@ type Model struct {
 	Tokenizer *tokenizer.Tokenizer
 	File      *gguf.File
 	weights   map[string]weight
-	arch      archBuilder
+	arch      arch.Builder
 	owned     bool
 	columnCache
 }
@@ -63,7 +64,8 @@ func FromFile(f *gguf.File) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{Config: cfg, Tokenizer: tok, File: f, weights: map[string]weight{}, arch: archs[cfg.Arch]}
+	m := &Model{Config: cfg, Tokenizer: tok, File: f, weights: map[string]weight{}}
+	m.arch, _ = arch.Lookup(cfg.Arch)
 	if err := m.collect(); err != nil {
 		return nil, err
 	}
@@ -106,43 +108,43 @@ func (m *Model) collect() error {
 		return fmt.Errorf("llm: %d embeddings for %d tokens: %w", m.Config.Vocab, m.Tokenizer.Size(), core.ErrInvalidArgument)
 	}
 	V, D := int64(m.Config.Vocab), int64(c.Dim)
-	specs := []tensorSpec{
-		{name: "token_embd.weight", shape: core.Shape{V, D}},
-		{name: "output_norm.weight", shape: core.Shape{D}, vector: true},
-		{name: "output.weight", shape: core.Shape{V, D}, optional: true},
+	specs := []arch.TensorSpec{
+		{Name: "token_embd.weight", Shape: core.Shape{V, D}},
+		{Name: "output_norm.weight", Shape: core.Shape{D}, Vector: true},
+		{Name: "output.weight", Shape: core.Shape{V, D}, Optional: true},
 	}
 	for l := 0; l < c.Layers; l++ {
-		specs = append(specs, m.arch.tensors(&m.Config, l)...)
+		specs = append(specs, m.arch.Tensors(&m.Config, l)...)
 	}
 	for _, s := range specs {
-		t, ok := m.File.Tensor(s.name)
+		t, ok := m.File.Tensor(s.Name)
 		if !ok {
-			if s.optional {
+			if s.Optional {
 				continue
 			}
-			return fmt.Errorf("llm: tensor %s: %w", s.name, core.ErrNotFound)
+			return fmt.Errorf("llm: tensor %s: %w", s.Name, core.ErrNotFound)
 		}
-		if !t.Shape.Equal(s.shape) {
-			return fmt.Errorf("llm: tensor %s is %s, want %s: %w", s.name, t.Shape, s.shape, core.ErrInvalidArgument)
+		if !t.Shape.Equal(s.Shape) {
+			return fmt.Errorf("llm: tensor %s is %s, want %s: %w", s.Name, t.Shape, s.Shape, core.ErrInvalidArgument)
 		}
 		if t.DType == core.I8 {
 			// GGUF's I8 has no scale to dequantize with (xpu's NPU int8 weights are a companion
 			// layout next to the original, llm/w8a8)
-			return fmt.Errorf("llm: tensor %s is I8, which has no scale in GGUF: %w", s.name, core.ErrUnsupported)
+			return fmt.Errorf("llm: tensor %s is I8, which has no scale in GGUF: %w", s.Name, core.ErrUnsupported)
 		}
 		w := weight{dtype: t.DType, shape: t.Shape, data: m.File.TensorData(t)}
-		if s.vector && w.dtype != core.F32 {
+		if s.Vector && w.dtype != core.F32 {
 			// Norm weights and biases are elementwise operands, which must match the f32
 			// activations; they are tiny, so a converted copy costs nothing.
 			xs, err := core.Dequantize(w.dtype, w.data, 0)
 			if err != nil {
-				return fmt.Errorf("llm: tensor %s: %w", s.name, err)
+				return fmt.Errorf("llm: tensor %s: %w", s.Name, err)
 			}
 			w = weight{dtype: core.F32, shape: t.Shape, data: core.EncodeF32(xs)}
 		}
-		m.weights[s.name] = w
+		m.weights[s.Name] = w
 	}
-	return m.arch.load(m)
+	return m.arch.Load(arch.Loader{File: m.File, Config: &m.Config, SplitRows: m.splitRows})
 }
 
 // w returns a weight as a constant of g, or the tied embedding for a missing output head.
@@ -152,4 +154,26 @@ func (m *Model) w(g *core.Graph, name string) *core.Tensor {
 		w = m.weights["token_embd.weight"]
 	}
 	return g.Const(name, w.dtype, w.shape, w.data)
+}
+
+// splitRows replaces the weight name by consecutive row ranges of it, layer l's weights parts
+// (views of the same bytes: rows hold whole quantization blocks).
+func (m *Model) splitRows(name string, parts []string, l int, rows ...int64) error {
+	w := m.weights[name]
+	var total int64
+	for _, n := range rows {
+		total += n
+	}
+	if len(w.shape) != 2 || total != w.shape[0] {
+		return fmt.Errorf("llm: tensor %s is %s, cannot split into rows %v: %w", name, w.shape, rows, core.ErrInternal)
+	}
+	delete(m.weights, name)
+	per := w.dtype.Bytes(w.shape[1])
+	r0 := int64(0)
+	for i, n := range rows {
+		m.weights[arch.LayerName(l, parts[i]+".weight")] = weight{dtype: w.dtype, shape: core.Shape{n, w.shape[1]},
+			data: w.data[r0*per : (r0+n)*per]}
+		r0 += n
+	}
+	return nil
 }

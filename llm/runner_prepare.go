@@ -48,7 +48,7 @@ func (r *Runner) init(ctx context.Context) error {
 	copy(a.Bytes(r.posS), core.EncodeI32(pos))
 	copy(a.Bytes(r.qoffS), core.EncodeI32(pos))
 	if c.RopeFreqFactors != nil {
-		cos, sin := c.ropeTables(pos, r.cfg.ctxLen)
+		cos, sin := c.RopeTables(pos, r.cfg.ctxLen)
 		copy(a.Bytes(r.cos), core.EncodeF32(cos))
 		copy(a.Bytes(r.sin), core.EncodeF32(sin))
 	}

@@ -124,7 +124,7 @@ func (r *Runner) rotateK(ctx context.Context, from, count, n int) error {
 		copy(a.Bytes(sp.pos), core.EncodeI32(delta))
 	} else {
 		// the moved rows carry the attention factor already: turn them, do not scale them again
-		cos, sin := r.m.Config.rotationTables(delta, r.cfg.ctxLen, 1)
+		cos, sin := r.m.Config.RotationTables(delta, r.cfg.ctxLen, 1)
 		copy(a.Bytes(sp.cos), core.EncodeF32(cos))
 		copy(a.Bytes(sp.sin), core.EncodeF32(sin))
 	}

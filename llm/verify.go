@@ -239,7 +239,7 @@ func (r *Runner) writeTreeInputs(cp *chunkProg, tree draft.Tree) {
 	}
 	copy(a.Bytes(cp.pos), core.EncodeI32(pos))
 	if r.m.Config.RopeFreqFactors != nil {
-		cos, sin := r.m.Config.ropeTables(pos, r.cfg.ctxLen)
+		cos, sin := r.m.Config.RopeTables(pos, r.cfg.ctxLen)
 		copy(a.Bytes(cp.cos), core.EncodeF32(cos))
 		copy(a.Bytes(cp.sin), core.EncodeF32(sin))
 	}

@@ -1,4 +1,4 @@
-package llm
+package arch
 
 import (
 	"github.com/xpuhub/xpu/core"
@@ -31,21 +31,21 @@ func (a graniteArch) config(k *keys, c *Config) error {
 	return nil
 }
 
-func (graniteArch) embed(b block, x *core.Tensor) *core.Tensor {
-	return b.g.Named("embd_scaled").Scale(x, b.m.Config.EmbedScale, 0)
+func (graniteArch) Embed(b Block, x *core.Tensor) *core.Tensor {
+	return b.g.Named("embd_scaled").Scale(x, b.c.EmbedScale, 0)
 }
 
-func (graniteArch) finish(b block, x, a *core.Tensor, l int) *core.Tensor {
-	rs := b.m.Config.ResidualScale
+func (graniteArch) Finish(b Block, x, a *core.Tensor, l int) *core.Tensor {
+	rs := b.c.ResidualScale
 	o := b.g.Scale(b.linear(a, l, "attn_output"), rs, 0)
 	x = b.g.Named("attn_residual").Add(x, o)
 	f := b.g.Scale(b.gatedFFN(x, l), rs, 0)
 	return b.g.Named("ffn_residual").Add(x, f)
 }
 
-func (graniteArch) logits(b block, x *core.Tensor) *core.Tensor {
+func (graniteArch) Logits(b Block, x *core.Tensor) *core.Tensor {
 	y := b.head(x)
-	return b.g.Named("logits_scaled").Scale(y, 1/b.m.Config.LogitScale, 0)
+	return b.g.Named("logits_scaled").Scale(y, 1/b.c.LogitScale, 0)
 }
 
-func (graniteArch) plain() bool { return false }
+func (graniteArch) Plain() bool { return false }

@@ -1,4 +1,4 @@
-package llm
+package arch
 
 import (
 	"github.com/xpuhub/xpu/core"
@@ -25,32 +25,32 @@ func (a llamaArch) config(k *keys, c *Config) error {
 	return nil
 }
 
-func (a llamaArch) tensors(c *Config, l int) []tensorSpec {
+func (a llamaArch) Tensors(c *Config, l int) []TensorSpec {
 	return append(qkvSpecs(c, l), layerSpecs(c, l, false)...)
 }
 
 // load reads Llama 3.1's per-frequency RoPE factors.
-func (a llamaArch) load(m *Model) error {
-	f, err := m.ropeFactors("rope_freqs.weight")
-	m.Config.RopeFreqFactors = f
+func (a llamaArch) Load(ld Loader) error {
+	f, err := ropeFactors(ld, "rope_freqs.weight")
+	ld.Config.RopeFreqFactors = f
 	return err
 }
 
-func (llamaArch) embed(_ block, x *core.Tensor) *core.Tensor { return x }
+func (llamaArch) Embed(_ Block, x *core.Tensor) *core.Tensor { return x }
 
-func (llamaArch) qkv(b block, x *core.Tensor, pos posInputs, l int) (q, k, v *core.Tensor) {
-	q, k, v = b.projectQKV(b.norm(x, layerName(l, "attn_norm.weight")), l)
+func (llamaArch) QKV(b Block, x *core.Tensor, pos Pos, l int) (q, k, v *core.Tensor) {
+	q, k, v = b.projectQKV(b.norm(x, LayerName(l, "attn_norm.weight")), l)
 	q, k = b.ropeQK(q, k, pos, l)
 	return q, k, v
 }
 
-func (llamaArch) finish(b block, x, a *core.Tensor, l int) *core.Tensor {
+func (llamaArch) Finish(b Block, x, a *core.Tensor, l int) *core.Tensor {
 	x = b.attnResidual(x, a, l, false)
 	f := b.gatedFFN(x, l)
 	return b.g.Named("ffn_residual").Add(x, f)
 }
 
-func (llamaArch) logits(b block, x *core.Tensor) *core.Tensor { return b.head(x) }
+func (llamaArch) Logits(b Block, x *core.Tensor) *core.Tensor { return b.head(x) }
 
 // plain: the decode shards and the Go forward pass rotate every layer.
-func (a llamaArch) plain() bool { return a.noRopeStep == 0 }
+func (a llamaArch) Plain() bool { return a.noRopeStep == 0 }

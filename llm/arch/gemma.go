@@ -1,4 +1,4 @@
-package llm
+package arch
 
 import (
 	"math"
@@ -38,46 +38,46 @@ func (a gemmaArch) config(k *keys, c *Config) error {
 	return k.flt("final_logit_softcapping", 30, &c.FinalSoftCap, positive, "above 0")
 }
 
-func (a gemmaArch) tensors(c *Config, l int) []tensorSpec {
+func (a gemmaArch) Tensors(c *Config, l int) []TensorSpec {
 	s := qkvSpecs(c, l)
 	if a.version == 3 {
 		s = append(s, headNormSpecs(c, l)...)
 	}
 	D := core.Shape{int64(c.Dim)}
 	return append(append(s, layerSpecs(c, l, false)...),
-		tensorSpec{name: layerName(l, "post_attention_norm.weight"), shape: D, vector: true},
-		tensorSpec{name: layerName(l, "post_ffw_norm.weight"), shape: D, vector: true})
+		TensorSpec{Name: LayerName(l, "post_attention_norm.weight"), Shape: D, Vector: true},
+		TensorSpec{Name: LayerName(l, "post_ffw_norm.weight"), Shape: D, Vector: true})
 }
 
-func (gemmaArch) load(*Model) error { return nil }
+func (gemmaArch) Load(Loader) error { return nil }
 
-func (gemmaArch) embed(b block, x *core.Tensor) *core.Tensor {
-	return b.g.Named("embd_scaled").Scale(x, b.m.Config.EmbedScale, 0)
+func (gemmaArch) Embed(b Block, x *core.Tensor) *core.Tensor {
+	return b.g.Named("embd_scaled").Scale(x, b.c.EmbedScale, 0)
 }
 
-func (a gemmaArch) qkv(b block, x *core.Tensor, pos posInputs, l int) (q, k, v *core.Tensor) {
-	q, k, v = b.projectQKV(b.norm(x, layerName(l, "attn_norm.weight")), l)
+func (a gemmaArch) QKV(b Block, x *core.Tensor, pos Pos, l int) (q, k, v *core.Tensor) {
+	q, k, v = b.projectQKV(b.norm(x, LayerName(l, "attn_norm.weight")), l)
 	if a.version == 3 {
-		q = b.normAs("q_norm", q, layerName(l, "attn_q_norm.weight"))
-		k = b.normAs("k_norm", k, layerName(l, "attn_k_norm.weight"))
+		q = b.normAs("q_norm", q, LayerName(l, "attn_q_norm.weight"))
+		k = b.normAs("k_norm", k, LayerName(l, "attn_k_norm.weight"))
 	}
 	q, k = b.ropeQK(q, k, pos, l)
 	return q, k, v
 }
 
-func (gemmaArch) finish(b block, x, a *core.Tensor, l int) *core.Tensor {
+func (gemmaArch) Finish(b Block, x, a *core.Tensor, l int) *core.Tensor {
 	x = b.attnResidual(x, a, l, true)
 	f := b.gatedFFN(x, l)
-	f = b.normAs("ffn_post_norm", f, layerName(l, "post_ffw_norm.weight"))
+	f = b.normAs("ffn_post_norm", f, LayerName(l, "post_ffw_norm.weight"))
 	return b.g.Named("ffn_residual").Add(x, f)
 }
 
-func (a gemmaArch) logits(b block, x *core.Tensor) *core.Tensor {
+func (a gemmaArch) Logits(b Block, x *core.Tensor) *core.Tensor {
 	y := b.head(x)
-	if c := b.m.Config.FinalSoftCap; c > 0 {
+	if c := b.c.FinalSoftCap; c > 0 {
 		y = b.softCap("logits_softcap", y, c)
 	}
 	return y
 }
 
-func (gemmaArch) plain() bool { return false }
+func (gemmaArch) Plain() bool { return false }

@@ -1,8 +1,6 @@
-package llm
+package arch
 
 import (
-	"fmt"
-
 	"github.com/xpuhub/xpu/core"
 )
 
@@ -32,30 +30,30 @@ func (phi3Arch) config(k *keys, c *Config) error {
 	return k.flt("rope.scaling.attn_factor", 0, &c.RopeAttnFactor, positive, "above 0")
 }
 
-func (phi3Arch) tensors(c *Config, l int) []tensorSpec {
+func (phi3Arch) Tensors(c *Config, l int) []TensorSpec {
 	D, q, kv := int64(c.Dim), int64(c.Heads*c.HeadDim), int64(c.KVHeads*c.HeadDim)
-	return append([]tensorSpec{{name: layerName(l, "attn_qkv.weight"), shape: core.Shape{q + 2*kv, D}}},
+	return append([]TensorSpec{{Name: LayerName(l, "attn_qkv.weight"), Shape: core.Shape{q + 2*kv, D}}},
 		layerSpecs(c, l, true)...)
 }
 
 // load splits the fused matrices into Llama's (row ranges of the file's bytes: no copy) and
 // reads the LongRoPE factors.
-func (phi3Arch) load(m *Model) error {
-	c := m.Config
+func (phi3Arch) Load(ld Loader) error {
+	c := ld.Config
 	q, kv, F := int64(c.Heads*c.HeadDim), int64(c.KVHeads*c.HeadDim), int64(c.FFN)
 	for l := range c.Layers {
-		if err := m.splitRows(layerName(l, "attn_qkv.weight"), []string{"attn_q", "attn_k", "attn_v"}, l, q, kv, kv); err != nil {
+		if err := ld.SplitRows(LayerName(l, "attn_qkv.weight"), []string{"attn_q", "attn_k", "attn_v"}, l, q, kv, kv); err != nil {
 			return err
 		}
-		if err := m.splitRows(layerName(l, "ffn_up.weight"), []string{"ffn_gate", "ffn_up"}, l, F, F); err != nil {
+		if err := ld.SplitRows(LayerName(l, "ffn_up.weight"), []string{"ffn_gate", "ffn_up"}, l, F, F); err != nil {
 			return err
 		}
 	}
-	short, err := m.ropeFactors("rope_factors_short.weight")
+	short, err := ropeFactors(ld, "rope_factors_short.weight")
 	if err != nil {
 		return err
 	}
-	long, err := m.ropeFactors("rope_factors_long.weight")
+	long, err := ropeFactors(ld, "rope_factors_long.weight")
 	if err != nil {
 		return err
 	}
@@ -74,30 +72,8 @@ func (phi3Arch) load(m *Model) error {
 	if long == nil && short != nil {
 		long = ones()
 	}
-	m.Config.RopeFreqFactors, m.Config.RopeFactorsLong = short, long
+	ld.Config.RopeFreqFactors, ld.Config.RopeFactorsLong = short, long
 	return nil
 }
 
-// splitRows replaces the weight name by consecutive row ranges of it, layer l's weights parts
-// (views of the same bytes: rows hold whole quantization blocks).
-func (m *Model) splitRows(name string, parts []string, l int, rows ...int64) error {
-	w := m.weights[name]
-	var total int64
-	for _, n := range rows {
-		total += n
-	}
-	if len(w.shape) != 2 || total != w.shape[0] {
-		return fmt.Errorf("llm: tensor %s is %s, cannot split into rows %v: %w", name, w.shape, rows, core.ErrInternal)
-	}
-	delete(m.weights, name)
-	per := w.dtype.Bytes(w.shape[1])
-	r0 := int64(0)
-	for i, n := range rows {
-		m.weights[layerName(l, parts[i]+".weight")] = weight{dtype: w.dtype, shape: core.Shape{n, w.shape[1]},
-			data: w.data[r0*per : (r0+n)*per]}
-		r0 += n
-	}
-	return nil
-}
-
-func (phi3Arch) plain() bool { return false }
+func (phi3Arch) Plain() bool { return false }
