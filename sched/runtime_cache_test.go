@@ -2,6 +2,7 @@ package sched
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -10,6 +11,32 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
 )
+
+// countDevice is a device whose contexts count their Prepares.
+type countDevice struct {
+	core.Device
+	prepares *atomic.Int32
+}
+
+func (d countDevice) NewContext(ctx context.Context, options map[string]string) (core.Context, error) {
+	c, err := d.Device.NewContext(ctx, options)
+	if err != nil {
+		return nil, err
+	}
+	return countContext{Context: c, dev: d}, nil
+}
+
+type countContext struct {
+	core.Context
+	dev countDevice
+}
+
+func (c countContext) Device() core.Device { return c.dev }
+
+func (c countContext) Prepare(ctx context.Context, g *core.Graph, opts ...core.PrepareOption) (core.Executable, error) {
+	c.dev.prepares.Add(1)
+	return c.Context.Prepare(ctx, g, opts...)
+}
 
 // TestRuntimeExeCache: compiling a graph prepared before on the same unit with the same
 // prepare options takes the cached executable (a program closed before still leaves it for
@@ -21,18 +48,20 @@ func TestRuntimeExeCache(t *testing.T) {
 		size      int
 		wantIdle  int // cached executables after every program closed
 		wantHits  int64
-		otherOpts bool // the second compile has other prepare options
+		wantPreps int32 // Prepares the unit's context saw
+		otherOpts bool  // the second compile has other prepare options
 	}{
-		{name: "kept", size: DefaultCacheSize, wantIdle: 2, wantHits: 2},
-		{name: "no idle", size: 0, wantIdle: 0, wantHits: 1},
-		{name: "other options", size: DefaultCacheSize, wantIdle: 3, wantHits: 1, otherOpts: true},
+		{name: "kept", size: DefaultCacheSize, wantIdle: 2, wantHits: 2, wantPreps: 2},
+		{name: "no idle", size: 0, wantIdle: 0, wantHits: 1, wantPreps: 3},
+		{name: "other options", size: DefaultCacheSize, wantIdle: 3, wantHits: 1, wantPreps: 3, otherOpts: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			rb := ref.New()
 			defer rb.Close()
-			rt, err := NewRuntime(ctx, rb.Devices(), []UnitSpec{{Backend: "ref"}}, WithRuntimeCacheSize(tc.size))
+			dev := countDevice{Device: rb.Devices()[0], prepares: &atomic.Int32{}}
+			rt, err := NewRuntime(ctx, []core.Device{dev}, []UnitSpec{{Backend: "ref"}}, WithRuntimeCacheSize(tc.size))
 			require.NoError(t, err)
 			defer func() { require.NoError(t, rt.Close()) }()
 			graph := func(neg bool) *core.Graph {
@@ -83,6 +112,7 @@ func TestRuntimeExeCache(t *testing.T) {
 			assert.Equal(t, []float32{-1, 2, -3, 4}, run(p4))
 			require.NoError(t, p4.Close())
 
+			assert.Equal(t, tc.wantPreps, dev.prepares.Load(), "graphs prepared")
 			n, hits := rt.exes.stats()
 			assert.Equal(t, tc.wantHits, hits, "compiles that found their executable")
 			assert.Equal(t, tc.wantIdle, n, "idle executables kept")
