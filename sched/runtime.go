@@ -120,7 +120,7 @@ func NewRuntime(ctx context.Context, devices []core.Device, specs []UnitSpec, op
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("runtime: no units: %w", core.ErrInvalidArgument)
 	}
-	rt := &Runtime{cfg: cfg, arena: NewArena(), pred: hostsync.NewPredictor[taskKey](0), exes: newExeCache(cfg.cacheSize)}
+	rt := &Runtime{cfg: cfg, arena: NewArena(), pred: hostsync.NewPredictor[taskKey](0), exes: newExeCache(cfg.cacheSize, cfg.logger)}
 	for i, s := range specs {
 		for _, prev := range specs[:i] {
 			if prev.String() == s.String() {

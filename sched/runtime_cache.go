@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -28,6 +29,7 @@ type exeCache struct {
 	closed  bool
 	entries map[string]*exeEntry
 	hits    int64
+	log     *slog.Logger
 }
 
 type exeEntry struct {
@@ -39,8 +41,11 @@ type exeEntry struct {
 	consts [][]byte
 }
 
-func newExeCache(size int) *exeCache {
-	return &exeCache{size: max(size, 0), entries: map[string]*exeEntry{}}
+func newExeCache(size int, log *slog.Logger) *exeCache {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &exeCache{size: max(size, 0), entries: map[string]*exeEntry{}, log: log}
 }
 
 // cachedExe is a program's reference to a cached executable: Close gives the reference back
@@ -99,7 +104,11 @@ func (c *exeCache) get(ctx context.Context, key string, g *core.Graph,
 	if e, ok := c.entries[key]; ok { // another compile prepared it meanwhile
 		e.refs++
 		c.hits++
-		return &cachedExe{Executable: e.exe, c: c, key: key}, exe.Close()
+		if err := exe.Close(); err != nil {
+			// the caller has its executable; a duplicate that fails to close is not its failure
+			c.log.Warn("xpu: closing a duplicate executable", "err", err)
+		}
+		return &cachedExe{Executable: e.exe, c: c, key: key}, nil
 	}
 	var consts [][]byte
 	for _, t := range g.Tensors {
@@ -154,6 +163,29 @@ func (c *exeCache) close() error {
 		delete(c.entries, k)
 	}
 	return errors.Join(errs...)
+}
+
+// holds reports whether any cached executable's key starts with prefix.
+func (c *exeCache) holds(prefix string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.entries {
+		if strings.HasPrefix(k, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// held is the number of references programs or sessions still hold.
+func (c *exeCache) held() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, e := range c.entries {
+		n += e.refs
+	}
+	return n
 }
 
 // stats is the number of cached executables and of compiles that found theirs cached.
