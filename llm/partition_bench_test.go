@@ -12,6 +12,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/loader"
 	"github.com/xpuhub/xpu/sched"
+	"github.com/xpuhub/xpu/sched/hostsync"
 )
 
 // BenchmarkTensorPartition measures issue 15's model-level partitioning ratios in one run,
@@ -48,7 +49,7 @@ func BenchmarkTensorPartition(b *testing.B) {
 	}
 	b.Cleanup(func() { nb.Close() })
 	var ob core.Backend
-	if err := sched.WithThreadAffinity([]int{1}, func() error {
+	if err := hostsync.WithThreadAffinity([]int{1}, func() error {
 		var err error
 		ob, err = loader.Open(ctx, "opencl")
 		return err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/sched/dag"
+	"github.com/xpuhub/xpu/sched/hostsync"
 )
 
 // Runtime runs programs — graphs cut into partitions over several units — on its units. It owns
@@ -30,7 +31,8 @@ type Runtime struct {
 	mem     []*unitMem // per unit: its view of the arena
 	arena   *Arena
 	workers []*rtWorker
-	pred    *Predictor[taskKey]
+	pred    *hostsync.Predictor[taskKey]
+	exes    *exeCache // prepared executables, shared by programs
 
 	runMu    sync.Mutex // dispatch: sequence numbers and job order agree on every unit
 	inflight sync.WaitGroup
@@ -53,6 +55,7 @@ type runtimeConfig struct {
 	policy     dag.Policy
 	pinnedSpin time.Duration
 	noHeadroom bool
+	cacheSize  int
 }
 
 // RuntimeOption configures NewRuntime.
@@ -97,10 +100,18 @@ func WithRuntimeLogger(l *slog.Logger) RuntimeOption {
 	return func(c *runtimeConfig) { c.logger = l }
 }
 
+// WithRuntimeCacheSize sets how many prepared executables no program uses the runtime keeps
+// for a later Compile of the same graph on the same unit (default DefaultCacheSize; 0 closes
+// each with its last program).
+func WithRuntimeCacheSize(n int) RuntimeOption {
+	return func(c *runtimeConfig) { c.cacheSize = max(n, 0) }
+}
+
 // NewRuntime opens one unit per spec on the device of devices it names (FindDevice) and starts
 // their workers.
 func NewRuntime(ctx context.Context, devices []core.Device, specs []UnitSpec, opts ...RuntimeOption) (*Runtime, error) {
-	cfg := runtimeConfig{logger: slog.Default(), policy: dag.OutOfOrder, pinnedSpin: DefaultPinnedSpin}
+	cfg := runtimeConfig{logger: slog.Default(), policy: dag.OutOfOrder, pinnedSpin: DefaultPinnedSpin,
+		cacheSize: DefaultCacheSize}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
@@ -109,7 +120,7 @@ func NewRuntime(ctx context.Context, devices []core.Device, specs []UnitSpec, op
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("runtime: no units: %w", core.ErrInvalidArgument)
 	}
-	rt := &Runtime{cfg: cfg, arena: NewArena(), pred: NewPredictor[taskKey](0)}
+	rt := &Runtime{cfg: cfg, arena: NewArena(), pred: hostsync.NewPredictor[taskKey](0), exes: newExeCache(cfg.cacheSize, cfg.logger)}
 	for i, s := range specs {
 		for _, prev := range specs[:i] {
 			if prev.String() == s.String() {
@@ -127,7 +138,7 @@ func NewRuntime(ctx context.Context, devices []core.Device, specs []UnitSpec, op
 		rt.units = append(rt.units, u)
 		rt.mem = append(rt.mem, &unitMem{mode: modeFor(dev.Info().Caps)})
 		// buffered: dispatching a request never waits for a unit busy with an earlier one
-		w := &rtWorker{rt: rt, idx: i, sig: NewSignal(), jobs: make(chan *rtJob, 64), exited: make(chan struct{}),
+		w := &rtWorker{rt: rt, idx: i, sig: hostsync.NewSignal(), jobs: make(chan *rtJob, 64), exited: make(chan struct{}),
 			pinned: make(chan struct{})}
 		rt.workers = append(rt.workers, w)
 		go w.loop()
@@ -175,6 +186,8 @@ func (rt *Runtime) Close() error {
 	for _, p := range progs {
 		errs = append(errs, p.release())
 	}
+	// after the programs gave their references back, before the contexts close
+	errs = append(errs, rt.exes.close())
 	for _, m := range rt.mem {
 		errs = append(errs, m.close())
 	}

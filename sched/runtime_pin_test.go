@@ -11,6 +11,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/sched/hostsync"
 )
 
 // maskDevice wraps a device so that every execution records the CPU mask of the thread it
@@ -62,7 +63,7 @@ type maskExecution struct {
 }
 
 func (x maskExecution) Run(ctx context.Context) error {
-	m, err := threadCPUs()
+	m, err := hostsync.ThreadCPUs()
 	if err != nil {
 		return err
 	}
@@ -77,7 +78,7 @@ func (x maskExecution) Run(ctx context.Context) error {
 // signals, and the results are those of the unpinned runtime; a unit without the option is
 // left floating.
 func TestRuntimePinsWorkers(t *testing.T) {
-	all, err := threadCPUs()
+	all, err := hostsync.ThreadCPUs()
 	if err != nil {
 		t.Skip(err)
 	}

@@ -48,8 +48,7 @@ type Session struct {
 type sessionPart struct {
 	*Partition
 	ec  *execContext
-	exe core.Executable
-	key string // the executor cache key, for release
+	exe core.Executable // a reference to the executor's cached executable: Close gives it back
 	// copies are the cross-device transfers this partition makes before it runs.
 	copies []copyOp
 	// waits are the partitions that must finish first: producers of its inputs, and the
@@ -263,11 +262,11 @@ func (s *Session) prepare(ctx context.Context, p *Partition) error {
 	if err != nil {
 		return err
 	}
-	exe, key, err := s.exec.prepare(ctx, ec, p.Graph)
+	exe, err := s.exec.prepare(ctx, ec, p.Graph)
 	if err != nil {
 		return fmt.Errorf("partition %d on %s: prepare: %w", p.Index, s.names[p.Device], err)
 	}
-	s.parts = append(s.parts, &sessionPart{Partition: p, ec: ec, exe: exe, key: key})
+	s.parts = append(s.parts, &sessionPart{Partition: p, ec: ec, exe: exe})
 	if vs := exe.Verdicts(); len(vs) == len(p.Nodes) {
 		for i, id := range p.Nodes {
 			if vs[i].Precision != core.PrecDefault {
@@ -336,7 +335,7 @@ func (s *Session) Close() error {
 	s.free = nil
 	s.poolMu.Unlock()
 	for _, p := range s.parts {
-		errs = append(errs, s.exec.release(p.key))
+		errs = append(errs, p.exe.Close())
 	}
 	s.parts = nil
 	if s.ownExec {

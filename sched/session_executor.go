@@ -27,8 +27,7 @@ type Executor struct {
 
 	mu     sync.Mutex
 	ctxs   map[string]*execContext // by unit name
-	cache  map[string]*cacheEntry  // by prepareKey
-	clock  uint64                  // for least-recently-used eviction
+	exes   *exeCache               // by prepareKey, whose prefix is the unit name
 	closed bool
 }
 
@@ -46,17 +45,6 @@ type execContext struct {
 	err   error
 }
 
-type cacheEntry struct {
-	exe  core.Executable
-	refs int
-	used uint64
-	// exeCtx is the context the executable was prepared in.
-	exeCtx *execContext
-	// consts keeps the constant slices alive: the key names them by address, and a freed
-	// slice's address could be reused by different bytes.
-	consts [][]byte
-}
-
 // DefaultCacheSize is how many unused prepared executables an Executor keeps.
 const DefaultCacheSize = 64
 
@@ -64,7 +52,8 @@ const DefaultCacheSize = 64
 // for every unit it opens), WithLogger and WithCacheSize apply; the others are per session.
 func NewExecutor(opts ...SessionOption) *Executor {
 	cfg := newSessionConfig(opts)
-	return &Executor{cfg: cfg, log: cfg.logger, ctxs: map[string]*execContext{}, cache: map[string]*cacheEntry{}}
+	return &Executor{cfg: cfg, log: cfg.logger, ctxs: map[string]*execContext{},
+		exes: newExeCache(cfg.cacheSize, cfg.logger)}
 }
 
 // errClosed is returned by calls on a closed Executor or Session.
@@ -142,13 +131,8 @@ func (e *Executor) dropContext(dev core.Device) error {
 	id := e.unitName(dev)
 	e.mu.Lock()
 	ec, ok := e.ctxs[id]
-	if ok {
-		for _, ce := range e.cache {
-			if ce.exeCtx == ec {
-				ok = false
-				break
-			}
-		}
+	if ok && e.exes.holds(id+"|") {
+		ok = false
 	}
 	if ok {
 		delete(e.ctxs, id)
@@ -162,83 +146,17 @@ func (e *Executor) dropContext(dev core.Device) error {
 }
 
 // prepare returns the executable of g on ec, from the cache when the same graph was prepared
-// there before. The caller must release it.
-func (e *Executor) prepare(ctx context.Context, ec *execContext, g *core.Graph) (core.Executable, string, error) {
-	key := prepareKey(ec.name, g)
+// there before. The caller closes it to give its reference back.
+func (e *Executor) prepare(ctx context.Context, ec *execContext, g *core.Graph) (core.Executable, error) {
 	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return nil, "", errClosed
-	}
-	if ce, ok := e.cache[key]; ok {
-		ce.refs++
-		e.clock++
-		ce.used = e.clock
-		e.mu.Unlock()
-		return ce.exe, key, nil
-	}
+	closed := e.closed
 	e.mu.Unlock()
-
-	// Prepare outside the lock: it compiles, which may take seconds on an NPU.
-	exe, err := ec.ctx.Prepare(ctx, g)
-	if err != nil {
-		return nil, "", err
+	if closed {
+		return nil, errClosed
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return nil, "", errors.Join(errClosed, exe.Close())
-	}
-	if ce, ok := e.cache[key]; ok { // another session prepared it meanwhile
-		ce.refs++
-		if err := exe.Close(); err != nil {
-			e.log.Warn("xpu: closing a duplicate executable", "unit", ec.name, "err", err)
-		}
-		return ce.exe, key, nil
-	}
-	var consts [][]byte
-	for _, t := range g.Tensors {
-		if t.Kind == core.KindConst {
-			consts = append(consts, t.Data)
-		}
-	}
-	e.clock++
-	e.cache[key] = &cacheEntry{exe: exe, refs: 1, used: e.clock, consts: consts, exeCtx: ec}
-	if err := e.evictLocked(); err != nil {
-		e.log.Warn("xpu: closing an evicted executable", "err", err)
-	}
-	return exe, key, nil
-}
-
-// release gives back an executable obtained from prepare.
-func (e *Executor) release(key string) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if ce, ok := e.cache[key]; ok && ce.refs > 0 {
-		ce.refs--
-	}
-	return e.evictLocked()
-}
-
-// evictLocked closes the least recently used unreferenced executables beyond the cache size.
-func (e *Executor) evictLocked() error {
-	var errs []error
-	for {
-		idle, oldest := 0, ""
-		for k, ce := range e.cache {
-			if ce.refs == 0 {
-				idle++
-				if oldest == "" || ce.used < e.cache[oldest].used {
-					oldest = k
-				}
-			}
-		}
-		if idle <= e.cfg.cacheSize {
-			return errors.Join(errs...)
-		}
-		errs = append(errs, e.cache[oldest].exe.Close())
-		delete(e.cache, oldest)
-	}
+	return e.exes.get(ctx, prepareKey(ec.name, g), g, func(ctx context.Context) (core.Executable, error) {
+		return ec.ctx.Prepare(ctx, g)
+	})
 }
 
 // Close releases every executable and context. Sessions using the executor must be closed
@@ -251,13 +169,10 @@ func (e *Executor) Close() error {
 	}
 	e.closed = true
 	var errs []error
-	for k, ce := range e.cache {
-		if ce.refs > 0 {
-			errs = append(errs, fmt.Errorf("executor: executable still used by %d session(s): %w", ce.refs, core.ErrBadState))
-		}
-		errs = append(errs, ce.exe.Close())
-		delete(e.cache, k)
+	if held := e.exes.held(); held > 0 {
+		errs = append(errs, fmt.Errorf("executor: %d executable reference(s) still held by sessions: %w", held, core.ErrBadState))
 	}
+	errs = append(errs, e.exes.close())
 	ctxs := e.ctxs
 	e.ctxs = map[string]*execContext{}
 	e.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/loader"
+	"github.com/xpuhub/xpu/sched/hostsync"
 )
 
 // openPinnedOpenCL opens the opencl plugin from a thread restricted to cpu, so that PoCL's
@@ -22,7 +23,7 @@ import (
 func openPinnedOpenCL(tb testing.TB, cpu int) core.Backend {
 	tb.Helper()
 	var b core.Backend
-	err := WithThreadAffinity([]int{cpu}, func() error {
+	err := hostsync.WithThreadAffinity([]int{cpu}, func() error {
 		var err error
 		b, err = loader.Open(context.Background(), "opencl")
 		return err

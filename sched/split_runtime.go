@@ -310,13 +310,18 @@ func combineParts(items []compiledPart, ms []int) (compiledPart, error) {
 		label: strings.Join(labels, " + "), splitPart: true}, nil
 }
 
-// preparePart prepares one partition graph on a unit with the program's prepare options.
+// preparePart prepares one partition graph on a unit with the program's prepare options, or
+// takes the runtime's cached executable of the same graph there (exeCache). Closing what it
+// returns gives the program's reference back.
 func (rt *Runtime) preparePart(ctx context.Context, g *core.Graph, unit int, prepOpts map[int]map[string]string) (core.Executable, error) {
-	var opts []core.PrepareOption
-	for k, v := range prepOpts[unit] {
-		opts = append(opts, core.WithPrepareOption(k, v))
-	}
-	return rt.units[unit].Context().Prepare(ctx, g, opts...)
+	key := exeCacheKey(unit, rt.units[unit].Name(), prepOpts[unit], g)
+	return rt.exes.get(ctx, key, g, func(ctx context.Context) (core.Executable, error) {
+		var opts []core.PrepareOption
+		for k, v := range prepOpts[unit] {
+			opts = append(opts, core.WithPrepareOption(k, v))
+		}
+		return rt.units[unit].Context().Prepare(ctx, g, opts...)
+	})
 }
 
 // analyzePart fails with ErrPlanRefused when unit refuses a node of g; what names each node

@@ -338,23 +338,6 @@ func TestSplitOnPlugins(t *testing.T) {
 	}
 }
 
-// TestWithThreadAffinity: f runs on a thread restricted to the cpus; the mask is restored.
-func TestWithThreadAffinity(t *testing.T) {
-	var inside []int
-	err := WithThreadAffinity([]int{0}, func() error {
-		var err error
-		inside, err = threadCPUs()
-		return err
-	})
-	if errors.Is(err, core.ErrUnsupported) {
-		t.Skip(err)
-	}
-	require.NoError(t, err)
-	assert.Equal(t, []int{0}, inside)
-	require.ErrorIs(t, WithThreadAffinity(nil, func() error { return nil }), core.ErrInvalidArgument)
-	require.ErrorIs(t, WithThreadAffinity([]int{-1}, func() error { return nil }), core.ErrInvalidArgument)
-}
-
 // TestSplitRejects: a split that cannot apply fails Compile with a clear error before anything
 // runs.
 func TestSplitRejects(t *testing.T) {

@@ -10,13 +10,14 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/sched/cputopo"
+	"github.com/xpuhub/xpu/sched/hostsync"
 )
 
 // rtWorker runs one unit's tasks on a goroutine locked to its OS thread.
 type rtWorker struct {
 	rt     *Runtime
 	idx    int
-	sig    *Signal
+	sig    *hostsync.Signal
 	issued uint64 // the highest sequence number handed out (under runMu)
 	// cpus is the set the worker's thread is pinned to: its unit's cpus option, when the unit
 	// has one and pinning worked (nil: the thread floats). Set before the first job.
@@ -128,7 +129,7 @@ func (w *rtWorker) pin() bool {
 	if err != nil || len(cpus) == 0 {
 		return false
 	}
-	if err := pinThread(cpus); err != nil {
+	if err := hostsync.PinThread(cpus); err != nil {
 		w.rt.cfg.logger.Debug("runtime: worker thread not pinned", "unit", w.rt.units[w.idx].Name(), "err", err)
 		return false
 	}

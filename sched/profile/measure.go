@@ -15,6 +15,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/sched"
+	"github.com/xpuhub/xpu/sched/hostsync"
 )
 
 // DefaultGrid is the row counts (chunk lengths) a measurement times: decode's 1 up to a 1024-row
@@ -115,7 +116,7 @@ func Measure(ctx context.Context, units []MeasureUnit, m Model, o Options) (*Pro
 			return nil, err
 		}
 		p.DefaultSyncSeconds = hs.Seconds()
-		o.Progress(fmt.Sprintf("handoff between units (sched.Signal, median of %d): %.1f µs", handoffRounds, hs.Seconds()*1e6))
+		o.Progress(fmt.Sprintf("handoff between units (hostsync.Signal, median of %d): %.1f µs", handoffRounds, hs.Seconds()*1e6))
 		// what the runtime adds per cross-unit task, pair by pair
 		for i := range units {
 			for j := range units {
@@ -144,7 +145,7 @@ func Measure(ctx context.Context, units []MeasureUnit, m Model, o Options) (*Pro
 		o.Progress(fmt.Sprintf("all units together: %.1f GB/s of weights", gbs))
 	}
 	p.Notes = append(p.Notes, fmt.Sprintf("measured with grid %v, %v per point, points over %v extrapolated, the least of %d passes over the units in alternating order", o.Grid, o.MinTime, o.MaxPoint, passes),
-		"default_sync_s: the median wake-up of a worker waiting on a sched.Signal another thread publishes; sync: per pair, what a sched.Runtime adds per cross-unit handoff in a chain of tiny ops (median of interleaved rounds against the chain on one unit, less a launch)")
+		"default_sync_s: the median wake-up of a worker waiting on a hostsync.Signal another thread publishes; sync: per pair, what a sched.Runtime adds per cross-unit handoff in a chain of tiny ops (median of interleaved rounds against the chain on one unit, less a launch)")
 	// the grid is not part of the key: a new measurement of the same units and model replaces
 	// the old one, whatever its grid
 	p.Key = Key(p.Units, m)
@@ -608,12 +609,12 @@ func timeGraph(ctx context.Context, u *sched.Unit, g *core.Graph, minTime time.D
 	return t.time(ctx, minTime)
 }
 
-// measureHandoff is the median time from one locked thread publishing a sched.Signal to
+// measureHandoff is the median time from one locked thread publishing a hostsync.Signal to
 // another, already waiting on it (no prediction: a short spin, then a futex), noticing: the
 // runtime's cost of handing a task's output to a task on another unit, under this machine's
 // load.
 func measureHandoff(ctx context.Context, rounds int) (time.Duration, error) {
-	sig, ack := sched.NewSignal(), sched.NewSignal()
+	sig, ack := hostsync.NewSignal(), hostsync.NewSignal()
 	var sent atomic.Int64
 	lat := make([]time.Duration, 0, rounds)
 	errc := make(chan error, 1)

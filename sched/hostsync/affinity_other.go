@@ -1,6 +1,6 @@
 //go:build !linux
 
-package sched
+package hostsync
 
 import (
 	"fmt"
@@ -13,7 +13,12 @@ func WithThreadAffinity(cpus []int, f func() error) error {
 	return fmt.Errorf("thread affinity: %w", core.ErrUnsupported)
 }
 
-// pinThread needs Linux's sched_setaffinity.
-func pinThread(cpus []int) error {
+// PinThread needs Linux's sched_setaffinity.
+func PinThread(cpus []int) error {
 	return fmt.Errorf("thread affinity: %w", core.ErrUnsupported)
+}
+
+// ThreadCPUs needs Linux's sched_getaffinity.
+func ThreadCPUs() ([]int, error) {
+	return nil, fmt.Errorf("thread affinity: %w", core.ErrUnsupported)
 }

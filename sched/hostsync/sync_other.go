@@ -1,6 +1,6 @@
 //go:build !linux
 
-package sched
+package hostsync
 
 import "time"
 

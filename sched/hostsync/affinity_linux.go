@@ -1,4 +1,4 @@
-package sched
+package hostsync
 
 import (
 	"fmt"
@@ -44,12 +44,12 @@ func WithThreadAffinity(cpus []int, f func() error) error {
 	return ferr
 }
 
-// pinThread restricts the calling OS thread (the caller has locked its goroutine to it) to
-// cpus, for good: a unit's worker pinned to its unit's cores runs that unit's small
-// partitions on its own thread (the neon plugin runs a one-thread executable inline when the
-// caller already sits on its one CPU) and may spin on another unit's signal without taking a
-// core from anyone it waits for.
-func pinThread(cpus []int) error {
+// PinThread restricts the calling OS thread (the caller has locked its goroutine to it with
+// runtime.LockOSThread) to cpus, for good: a scheduler's worker pinned to its unit's cores
+// runs that unit's small partitions on its own thread (the neon plugin runs a one-thread
+// executable inline when the caller already sits on its one CPU) and may spin on another
+// unit's signal without taking a core from anyone it waits for.
+func PinThread(cpus []int) error {
 	var set unix.CPUSet
 	for _, c := range cpus {
 		if c < 0 || c >= len(set)*64 {
@@ -61,4 +61,20 @@ func pinThread(cpus []int) error {
 		return fmt.Errorf("thread affinity %v: %w", cpus, err)
 	}
 	return nil
+}
+
+// ThreadCPUs is the calling OS thread's CPU mask (lock the goroutine to its thread first for
+// the answer to stay true).
+func ThreadCPUs() ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, fmt.Errorf("thread affinity: %w", err)
+	}
+	var out []int
+	for c := range len(set) * 64 {
+		if set.IsSet(c) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
 }
