@@ -20,8 +20,8 @@ func TestRegistry(t *testing.T) {
 	opened := 0
 	var set []string
 	core.Register(core.BuiltIn{
-		Name: "test-registry-b",
-		Open: func(context.Context) (core.Backend, error) { opened++; return ref.New(), nil },
+		Name:     "test-registry-b",
+		Open:     func(context.Context) (core.Backend, error) { opened++; return ref.New(), nil },
 		Settings: []core.Setting{{Key: "mode", Values: []string{"fast", "slow"}}},
 		Set:      func(k, v string) error { set = append(set, k+"="+v); return nil },
 	})
