@@ -30,7 +30,7 @@ import (
 // With several rows of a (a prefill chunk) a chunk's output is a column band, strided in y:
 // the chunks write a scratch slot and one merge writes y (expandSteal). A prefill MATMUL of
 // 256 × 4096 × 4096 f32 runs 50–110 ms, where a static cut from a profile or calibration a few
-// percent off leaves one unit waiting several ms (lab/notes/2026-11-23-tensor-partitioning.md).
+// percent off leaves one unit waiting several ms (the lab notes on tensor partitioning).
 
 // stealFractions are the chunk sizes from each end of a task's rows, as shares of that
 // side's expected part (the split's Ratio): half of it, a quarter, two eighths. Four a side
@@ -229,7 +229,7 @@ func rowSegments(starts []int64, lo, hi int64) []stealSegment {
 
 // adaptSteps are an adaptive split's cut points (NodeSplit.Adapt), as offsets from its Ratio
 // of the first unit's share: ±10% in steps of 2.5%. The gap between two pinned cores here
-// drifts up to 10–15% over seconds (lab/notes/2026-11-23-tensor-partitioning.md, "Which unit's decode parts run slower"),
+// drifts up to 10–15% over seconds (the lab notes on tensor partitioning, "Which unit's decode parts run slower"),
 // which ±10% covers; a step of 2.5% leaves at most 1.25% of the rows off balance. Each point is
 // a prepared part per unit, so more points cost prepare time, not memory (the parts are rows
 // of the widest one).

@@ -132,7 +132,7 @@ type ioReq struct {
 // are spread over len(staging) readers, each with its own buffer: flash (and the virtual disks
 // of this project's machines) serve several requests in flight faster than one at a time for
 // reads of a few hundred KiB (about twice as fast with four in flight where this was measured:
-// lab/notes/2026-11-27-sparse-ffn-decode-where-the-time-goes.md).
+// the lab notes on sparse FFN decode).
 type ioWorker struct {
 	file     *bundleFile
 	staging  [][]byte // one buffer per reader

@@ -72,7 +72,7 @@ func NewPolicy(lengths []int, always bool) *Policy {
 // the sequence's last tokens is copying text, and is followed far more often. They are FITTED,
 // not derived: rounded from the acceptance counts of one task (bench/spec.sh's summary task on
 // stories260K, retrieval drafts verified always), recorded in
-// lab/notes/2026-11-23-speculative-decoding.md ("match priors"); another model or task would
+// the lab notes on speculative decoding ("match priors"); another model or task would
 // fit other values. Without them every bucket started from the pool, which the many
 // short-match drafts pull down early: the long-match drafts, the ones that pay, were then
 // never verified at all.

@@ -67,7 +67,7 @@ func Replay(prof *profile.Profile, plan *Plan, pol dag.Policy) (*dag.Result, err
 // the real costs interleaves the two lanes' chunks on the first unit of a layer split and
 // starts the second late; the runtime, ordering at uniform costs, does not, so that replay
 // predicted a layer split slower than one unit where the runtime ran it faster:
-// lab/notes/2026-11-23-profiler-and-solver-xpu-tune-profile-xpu.md.) A simulated
+// the lab notes on the profiler and solver.) A simulated
 // profile's plan is replayed under pol itself.
 func simulate(p *profile.Profile, d *dag.DAG, pol dag.Policy) (*dag.Result, error) {
 	if p.Simulated() {
