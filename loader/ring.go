@@ -64,7 +64,7 @@ func ringable(q *rpcReq) bool {
 // Spin budgets before a futex sleep (0: sleep at once). Spinning pays only when the other
 // process already runs on another core; on a 2-core machine with other work on it, budgets of a
 // few µs made an execute slower and costlier (the lab notes on isolated backends
-// has the measurements), and on a decode loop the next request never comes within a few µs
+// have the measurements), and on a decode loop the next request never comes within a few µs
 // anyway. Kept as knobs for machines with idle cores.
 var (
 	hostSpin  time.Duration
