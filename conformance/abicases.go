@@ -631,26 +631,11 @@ func (c *abiCheck) releaseInFlight() {
 		c.res.Status, c.res.Reason = StatusUnsupported, "the device is synchronous (no async cap): nothing is ever in flight"
 		return
 	}
-	ctx, ok := c.context()
+	_, exs, gate, done, ok := c.gatedAdd(1)
 	if !ok {
 		return
 	}
-	exe, ok := c.executable(ctx)
-	if !ok {
-		return
-	}
-	ex, ok := c.execution(exe)
-	if !ok {
-		return
-	}
-	gate, done, ok := c.gateAndDone(ctx)
-	if !ok {
-		return
-	}
-	c.bindAdd(ctx, ex)
-	if c.fatal {
-		return
-	}
+	ex := exs[0]
 	// the execution waits on a fence only the host signals: it is in flight until then
 	if !c.must("execution_submit(waiting on the host)", ex, c.p.ExecutionSubmit(ex,
 		[]abi.FencePoint{{Fence: gate, Value: 1}}, &abi.FencePoint{Fence: done, Value: 1})) {
@@ -674,30 +659,11 @@ func (c *abiCheck) fenceChain() {
 	if !ok {
 		return
 	}
-	ctx, ok := c.context()
+	ctx, exs, gate, done, ok := c.gatedAdd(2)
 	if !ok {
 		return
 	}
-	exe, ok := c.executable(ctx)
-	if !ok {
-		return
-	}
-	x1, ok := c.execution(exe)
-	if !ok {
-		return
-	}
-	x2, ok := c.execution(exe)
-	if !ok {
-		return
-	}
-	gate, done, ok := c.gateAndDone(ctx)
-	if !ok {
-		return
-	}
-	c.bindAdd(ctx, x1)
-	if c.fatal {
-		return
-	}
+	x1, x2 := exs[0], exs[1]
 	b, out := make([]float32, 16), make([]byte, 64)
 	for i := range b {
 		b[i] = float32(2 * i)
@@ -754,6 +720,30 @@ func (c *abiCheck) async() (async, ok bool) {
 		return false, false
 	}
 	return di.Caps.Has(core.CapAsync), true
+}
+
+// gatedAdd is the setup of the gated-submission cases: a context, the ADD executable, n
+// executions of it (the first bound by bindAdd) and the fences of gateAndDone.
+func (c *abiCheck) gatedAdd(n int) (ctx uint64, exs []uint64, gate, done uint64, ok bool) {
+	if ctx, ok = c.context(); !ok {
+		return
+	}
+	exe, ok := c.executable(ctx)
+	if !ok {
+		return
+	}
+	for range n {
+		ex, ok := c.execution(exe)
+		if !ok {
+			return ctx, nil, 0, 0, false
+		}
+		exs = append(exs, ex)
+	}
+	if gate, done, ok = c.gateAndDone(ctx); !ok {
+		return
+	}
+	c.bindAdd(ctx, exs[0])
+	return ctx, exs, gate, done, !c.fatal
 }
 
 // gateAndDone makes two fences at 0 on ctx: one only the host signals, one a submission does.
