@@ -102,6 +102,10 @@ type sampling struct {
 	} `json:"stream_options"`
 	N              *int            `json:"n"`
 	ResponseFormat *responseFormat `json:"response_format"`
+	// TimingsPerToken is llama-server's extension: every streamed chunk carries timings, whose
+	// predicted_n counts the tokens generated so far (a chunk may carry several, or a token no
+	// text until the next completes a character).
+	TimingsPerToken bool `json:"timings_per_token"`
 }
 
 // responseFormat is OpenAI's response_format: text, json_object (any JSON object) or
@@ -194,6 +198,17 @@ type response struct {
 	Model   string `json:"model"`
 	Choices any    `json:"choices"`
 	Usage   *usage `json:"usage,omitempty"`
+	// Timings is llama-server's, in the chunks of a stream that asked for timings_per_token.
+	Timings *timings `json:"timings,omitempty"`
+}
+
+// timings is llama-server's timings object: the prompt's tokens and the time to the first
+// generated token, the tokens generated so far and the time since the first.
+type timings struct {
+	PromptN     int     `json:"prompt_n"`
+	PromptMS    float64 `json:"prompt_ms"`
+	PredictedN  int     `json:"predicted_n"`
+	PredictedMS float64 `json:"predicted_ms"`
 }
 
 type modelList struct {

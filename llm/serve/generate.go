@@ -168,15 +168,18 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 		}
 		s.eachChoice(held, j.n, func(k, i int) bool {
 			offset := len(j.echo)
+			tm := newTokenTimer(j)
 			if chat {
 				first := response{ID: id, Object: chunkObject, Created: created, Model: s.cfg.name,
-					Choices: []chatChoice{{Index: i, Delta: &delta{Role: "assistant"}}}}
+					Choices: []chatChoice{{Index: i, Delta: &delta{Role: "assistant"}}}, Timings: tm.now()}
 				if err := send(first); err != nil {
 					return fail() // the client is gone
 				}
 			} else if j.echo != "" {
 				offset = 0
-				if err := send(piece(i, j.echo, nil, nil, &offset)); err != nil {
+				p := piece(i, j.echo, nil, nil, &offset)
+				p.Timings = tm.now()
+				if err := send(p); err != nil {
 					return fail()
 				}
 			}
@@ -201,9 +204,13 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 				// the tokens sampled since the last piece travel with it
 				p := piece(i, text, lps[sentLps:], nil, &offset)
 				sentLps = len(lps)
+				p.Timings = tm.now()
 				return send(p)
 			}
 			opts := append(choice(i, &lps), llm.WithStream(stream))
+			if tm != nil {
+				opts = append(opts, llm.WithTokenCallback(tm.token))
+			}
 			var res llm.Result
 			var err error
 			held[k], res, err = s.generate(sctx, held[k], opts, s.replyOr(gen, stream), func() int { return sent })
@@ -229,11 +236,15 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 					_ = send(response{ID: id, Object: chunkObject, Created: created, Model: s.cfg.name,
 						Choices: []chatChoice{{Index: i, Delta: &delta{ToolCalls: apiToolCalls(calls, true)}}}})
 				} else {
-					_ = send(piece(i, heldText.String(), lps[sentLps:], nil, &offset))
+					p := piece(i, heldText.String(), lps[sentLps:], nil, &offset)
+					p.Timings = tm.now()
+					_ = send(p)
 					sentLps = len(lps)
 				}
 			}
-			_ = send(piece(i, "", lps[min(sentLps, len(lps)):], &fin, &offset))
+			last := piece(i, "", lps[min(sentLps, len(lps)):], &fin, &offset)
+			last.Timings = tm.now()
+			_ = send(last)
 			return ctx.Err() == nil // the time is up: no further choice
 		})
 		if failed {
@@ -406,4 +417,40 @@ func (s *sseWriter) done() error {
 		return err
 	}
 	return s.rc.Flush()
+}
+
+// tokenTimer counts a streamed choice's tokens for llama-server's timings_per_token: a chunk's
+// predicted_n tells a client how many tokens its text carries (a token that ends inside a
+// character streams no text of its own). A nil timer (the request asked for none) reports nil.
+type tokenTimer struct {
+	start, first time.Time
+	prompt, n    int
+}
+
+func newTokenTimer(j *job) *tokenTimer {
+	if !j.timings {
+		return nil
+	}
+	return &tokenTimer{start: time.Now(), prompt: len(j.prompt)}
+}
+
+// token counts a generated token; it is a WithTokenCallback.
+func (t *tokenTimer) token(int32) error {
+	if t.n == 0 {
+		t.first = time.Now()
+	}
+	t.n++
+	return nil
+}
+
+// now is the timings of the tokens counted so far (nil for a nil timer).
+func (t *tokenTimer) now() *timings {
+	if t == nil {
+		return nil
+	}
+	tm := &timings{PromptN: t.prompt, PredictedN: t.n}
+	if t.n > 0 {
+		tm.PromptMS, tm.PredictedMS = ms(t.first.Sub(t.start)), ms(time.Since(t.first))
+	}
+	return tm
 }

@@ -28,6 +28,7 @@ type job struct {
 	echo      string           // text put before each completion's (the completions API's echo)
 	tools     bool             // the model was given tools: its reply is parsed for calls
 	keep      *int             // with a context shift, the request's n_keep (nil: no shift)
+	timings   bool             // streamed chunks carry timings (llama-server's timings_per_token)
 }
 
 // genOptions are the generate options every choice of j shares but its sampler.
@@ -60,7 +61,7 @@ func (s *Server) validate(q *sampling, prompt []int32, promptParam string) (*job
 		return nil, e
 	}
 	j := &job{prompt: prompt, stream: q.Stream, stops: q.Stop, n: 1, grammar: g,
-		usage: q.StreamOptions != nil && q.StreamOptions.IncludeUsage}
+		usage: q.StreamOptions != nil && q.StreamOptions.IncludeUsage, timings: q.TimingsPerToken}
 	if q.N != nil {
 		if *q.N < 1 || *q.N > MaxChoices {
 			return nil, badRequest("n", "invalid_value", "n = %d: must be 1 to %d", *q.N, MaxChoices)

@@ -62,6 +62,7 @@ var openAIParams = []struct {
 	{"chat", "typical_p", `0.9`, 200},
 	{"chat", "repeat_penalty", `1.1`, 200},
 	{"chat", "repeat_last_n", `-1`, 200},
+	{"chat", "timings_per_token", `true`, 200},
 	// the completions API
 	{"completions", "model", `"stories"`, 200},
 	{"completions", "prompt", `"once"`, 200},
@@ -86,6 +87,7 @@ var openAIParams = []struct {
 	{"completions", "typical_p", `0.5`, 200},
 	{"completions", "repeat_penalty", `1.3`, 200},
 	{"completions", "repeat_last_n", `0`, 200},
+	{"completions", "timings_per_token", `true`, 200},
 }
 
 // requestWith is a small request of api with param set to value.
@@ -338,6 +340,75 @@ func TestStreamChoicesLogprobs(t *testing.T) {
 	assert.Equal(t, map[int]bool{0: true, 1: true}, finished)
 	assert.Equal(t, text, lpText)
 	assert.NotEmpty(t, text[0])
+}
+
+// With timings_per_token (llama-server's), every streamed chunk of a completion or a chat
+// carries timings whose predicted_n counts the tokens so far: it never falls, grows by at least
+// one with each chunk of text, and ends at the usage's completion tokens; without it no chunk
+// has timings.
+func TestStreamTimingsPerToken(t *testing.T) {
+	hs, _ := newTestServer(t, WithMaxTokens(64))
+	for _, tc := range []struct {
+		name, path, body string
+		timings          bool
+	}{
+		{"completions", "/v1/completions", `"prompt":"Once upon a time"`, true},
+		{"chat", "/v1/chat/completions", `"messages":[{"role":"user","content":"hi"}]`, true},
+		{"not asked", "/v1/completions", `"prompt":"Once upon a time"`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := fmt.Sprintf(`{"model":"stories","stream":true,"stream_options":{"include_usage":true},"temperature":0,"max_tokens":24,"timings_per_token":%v,%s}`,
+				tc.timings, tc.body)
+			resp, err := http.Post(hs.URL+tc.path, "application/json", strings.NewReader(body))
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			events, done := readSSE(t, resp.Body)
+			require.True(t, done)
+			last, texts, completion := 0, 0, -1
+			for _, ev := range events {
+				if u, ok := ev["usage"].(map[string]any); ok {
+					completion = int(u["completion_tokens"].(float64))
+					continue
+				}
+				tm, ok := ev["timings"].(map[string]any)
+				if !tc.timings {
+					require.False(t, ok, "timings without timings_per_token: %v", ev)
+					continue
+				}
+				require.True(t, ok, "a chunk without timings: %v", ev)
+				n := int(tm["predicted_n"].(float64))
+				assert.GreaterOrEqual(t, n, last, "predicted_n falls: %v", ev)
+				if chunkText(ev) != "" {
+					texts++
+					assert.Greater(t, n, last, "a chunk of text carries at least one new token: %v", ev)
+					assert.Positive(t, tm["prompt_n"], "prompt_n: %v", ev)
+				}
+				last = n
+			}
+			require.Positive(t, completion, "usage chunk")
+			if tc.timings {
+				assert.Positive(t, texts)
+				assert.Equal(t, completion, last, "the last chunk's predicted_n is the completion's tokens")
+			}
+		})
+	}
+}
+
+// chunkText is a streamed chunk's text: a completion's, or a chat delta's content.
+func chunkText(ev map[string]any) string {
+	out := ""
+	for _, c := range ev["choices"].([]any) {
+		c := c.(map[string]any)
+		if s, ok := c["text"].(string); ok {
+			out += s
+		}
+		if d, ok := c["delta"].(map[string]any); ok {
+			if s, ok := d["content"].(string); ok {
+				out += s
+			}
+		}
+	}
+	return out
 }
 
 // docs/openai-api.md's tables and openAIParams are the same list: every documented parameter
