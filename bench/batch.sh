@@ -15,8 +15,16 @@
 #                  over that window (the whole span when the window is empty)
 #   ratio          N clients / alone: memory-bound decode that reads the weights once per
 #                  step for all sequences approaches N
-#   gap p50, p99   inter-piece gaps over all clients of the N-client run, in ms, and the worst
-#                  client's p99 / its own median (a stalled stream shows here)
+#   gap p50, p99   inter-token gaps over all clients of the N-client run, in ms, and the worst
+#                  client's p99 / its own median (a stalled stream shows here). A streamed piece
+#                  may carry several tokens: a token that ends inside a UTF-8 character streams
+#                  no text, and the next piece carries both (a model with random weights, as
+#                  gen-model writes, samples such byte tokens often). The clients ask for
+#                  timings_per_token (llama-server's extension, which both servers honour), whose
+#                  predicted_n counts the tokens so far; a piece of k tokens after a gap of g
+#                  counts as k gaps of g/k.
+#   per piece      the worst client's p99 / median over the pieces as they arrive, each piece
+#                  one gap whatever it carries
 # Each figure is the median over ROUNDS rounds; the servers alternate which goes first every
 # round (bench/lib.sh interleave), as the machine may be shared: the load average before each
 # run is in the log.
@@ -116,7 +124,8 @@ start_server() {
 	die "$name: no /health after 300 s"
 }
 
-# load N: N streaming clients at once; prints "pieces_alone_rate aggregate_rate p50 p99 worst_ratio".
+# load N: N streaming clients at once; prints "alone_rate aggregate_rate p50 p99 worst_ratio
+# worst_ratio_per_piece" (rates in tokens per second).
 load() {
 	python3 - "$PORT" "$1" "$TG" <<'PY'
 import json, sys, threading, time, http.client, statistics
@@ -127,7 +136,8 @@ stamps = [[] for _ in range(n)]
 errors = []
 def client(i):
     body = json.dumps({"model": "m", "prompt": "Once upon a time there was " + topics[i % len(topics)] + ".",
-                       "max_tokens": tg, "temperature": 0, "stream": True, "ignore_eos": True})
+                       "max_tokens": tg, "temperature": 0, "stream": True, "ignore_eos": True,
+                       "timings_per_token": True})
     try:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
         c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
@@ -145,7 +155,9 @@ def client(i):
             ev = json.loads(data)
             ch = ev.get("choices") or []
             if ch and ch[0].get("text"):
-                stamps[i].append(time.monotonic())
+                # the tokens so far; without timings, each piece counts as one token
+                n = (ev.get("timings") or {}).get("predicted_n", len(stamps[i]) + 1)
+                stamps[i].append((time.monotonic(), n))
     except Exception as e:
         errors.append(f"client {i}: {e}")
 ts = [threading.Thread(target=client, args=(i,)) for i in range(n)]
@@ -158,19 +170,25 @@ stamps = [s for s in stamps if len(s) >= 2]
 if not stamps:
     print("no client streamed two pieces", file=sys.stderr)
     sys.exit(1)
-alone = statistics.median((len(s) - 1) / (s[-1] - s[0]) for s in stamps)
-lo, hi = max(s[0] for s in stamps), min(s[-1] for s in stamps)
-inside = sum(1 for s in stamps for t in s[1:] if lo < t <= hi)
+# the rates count tokens: (time, tokens so far) per piece
+alone = statistics.median((s[-1][1] - s[0][1]) / (s[-1][0] - s[0][0]) for s in stamps)
+lo, hi = max(s[0][0] for s in stamps), min(s[-1][0] for s in stamps)
+inside = sum(b[1] - a[1] for s in stamps for a, b in zip(s, s[1:]) if lo < b[0] <= hi)
 if hi - lo > 0 and inside >= n:
     agg = inside / (hi - lo)
 else:
-    agg = sum(len(s) - 1 for s in stamps) / (max(s[-1] for s in stamps) - min(s[0] for s in stamps))
-gaps = [b - a for s in stamps for a, b in zip(s, s[1:])]
+    agg = sum(s[-1][1] - s[0][1] for s in stamps) / (max(s[-1][0] for s in stamps) - min(s[0][0] for s in stamps))
+def token_gaps(s):
+    return [(b[0] - a[0]) / max(1, b[1] - a[1]) for a, b in zip(s, s[1:]) for _ in range(max(1, b[1] - a[1]))]
+def piece_gaps(s):
+    return [b[0] - a[0] for a, b in zip(s, s[1:])]
 def p99(xs):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(0.99 * len(xs)))]
-worst = max(p99([b - a for a, b in zip(s, s[1:])]) / statistics.median([b - a for a, b in zip(s, s[1:])]) for s in stamps)
-print(f"{alone:.3f} {agg:.3f} {1000 * statistics.median(gaps):.1f} {1000 * p99(gaps):.1f} {worst:.2f}")
+def worst(gaps_of):
+    return max(p99(gaps_of(s)) / statistics.median(gaps_of(s)) for s in stamps)
+gaps = [g for s in stamps for g in token_gaps(s)]
+print(f"{alone:.3f} {agg:.3f} {1000 * statistics.median(gaps):.1f} {1000 * p99(gaps):.1f} {worst(token_gaps):.2f} {worst(piece_gaps):.2f}")
 PY
 }
 
@@ -197,15 +215,15 @@ for model in "${models[@]}"; do
 	interleave "$ROUNDS" run "${servers[@]}"
 done
 
-echo "| model | server | alone t/s | $CLIENTS clients t/s | ratio | gap p50 ms | gap p99 ms | worst p99/p50 |"
-echo "|---|---|--:|--:|--:|--:|--:|--:|"
+echo "| model | server | alone t/s | $CLIENTS clients t/s | ratio | gap p50 ms | gap p99 ms | worst p99/p50 | per piece |"
+echo "|---|---|--:|--:|--:|--:|--:|--:|--:|"
 awk -F'\t' '{ print $1 "\t" $2 }' "$results" | sort -u | while IFS=$'\t' read -r m s; do
 	col() { awk -F'\t' -v m="$m" -v s="$s" -v c="$1" '$1 == m && $2 == s { split($5, f, " "); print (c == 0 ? $4 : f[c]) }' "$results" | median; }
-	a=$(col 0) g=$(col 2) p50=$(col 3) p99=$(col 4) w=$(col 5)
+	a=$(col 0) g=$(col 2) p50=$(col 3) p99=$(col 4) w=$(col 5) wp=$(col 6)
 	ratio=$(awk -v a="$a" -v g="$g" 'BEGIN { printf "%.2f", g / a }')
-	echo "| $m | $s | $a | $g | $ratio | $p50 | $p99 | $w |"
+	echo "| $m | $s | $a | $g | $ratio | $p50 | $p99 | $w | $wp |"
 	if [ "${RECORD:-0}" = 1 ] && [ "$s" = xpu ]; then
 		record_result serving "$m $CLIENTS streams aggregate decode" "$g" tok/s "bench/batch.sh $m" \
-			"alone $a tok/s, ratio $ratio, worst p99/p50 gap $w"
+			"alone $a tok/s, ratio $ratio, worst p99/p50 inter-token gap $w (per piece $wp)"
 	fi
 done
