@@ -33,9 +33,11 @@ const maxBatch = 64
 // come back, so that one slow sampler does not split the batch in two; a sequence that does not
 // come back in that time has left (its generation ended) and the step runs without it. A
 // Prefill runs its prompt one chunk at a time, and while other sequences decode, in short
-// chunks (InterleaveChunk tokens) with a decode step between any two chunks of any prompts:
-// a new request's prompt costs each running stream about one short chunk per token, never a
-// whole prompt.
+// chunks (InterleaveChunk tokens) that ride in the decode steps, one chunk per step: the
+// step's MATMULs carry the decoding rows and the chunk's rows at once (chunked prefill, as
+// llama.cpp's mixed batches and vLLM do), reading the weights once for both, and attention
+// runs per sequence. A new request's prompt costs each running stream a few rows more per
+// step, never a separate pass over the weights, let alone a whole prompt.
 // A step runs alone, through the runner's own decode program, when one sequence is decoding,
 // which keeps a lone stream's speed.
 //
@@ -51,8 +53,11 @@ type Batch struct {
 	rowBytes [2]int64 // one cache row of K and of V
 	// progs are the batched decode programs by width (2 up to the runners; 0 and 1 unused)
 	progs []*batchProg
-	// per row of a step, written before it runs: token ids, positions, query offsets and, for
-	// models with RoPE frequency factors, the cos and sin tables
+	// mixed are the decode programs that also carry a prompt chunk of small rows, by the
+	// decoding sequences (1 up to the runners less one; 0 unused)
+	mixed []*batchProg
+	// per row of a step, written before it runs: token ids, positions and, for models with
+	// RoPE frequency factors, the cos and sin tables; per sequence, its query offset
 	ids, pos, qoff, cos, sin sched.Span
 	// small is the prefill chunk length used while others decode (0: the runners' own)
 	small int
@@ -75,7 +80,7 @@ type Batch struct {
 	quit     chan struct{}
 	done     chan struct{} // the stepper returned
 
-	steps, rows, chunksRun atomic.Int64
+	steps, rows, chunksRun, mixedRun atomic.Int64
 }
 
 // InterleaveChunk is the prefill chunk length of a Batch's runners while other sequences
@@ -137,10 +142,11 @@ func (s *batchSlot) cache(rows int64, rowBytes [2]int64) ([][2]sched.Span, error
 	return out, nil
 }
 
-// BatchStats counts a Batch's decode steps and the sequence rows they ran (Rows/Steps is the
-// mean batch width), and the prompt chunks run between steps while sequences decoded.
+// BatchStats counts a Batch's decode steps and the decoding rows they ran (Rows/Steps is the
+// mean batch width), and the prompt chunks run while sequences decoded: Chunks in all, Mixed
+// of them inside a decode step.
 type BatchStats struct {
-	Steps, Rows, Chunks int64
+	Steps, Rows, Chunks, Mixed int64
 }
 
 // NewBatch prepares n runners on dev that decode together (see Batch). The options are
@@ -188,9 +194,11 @@ func NewBatch(ctx context.Context, m *Model, dev core.Device, n int, opts ...Run
 	for range c.Layers {
 		b.kv = append(b.kv, [2]sched.Span{alloc(int64(n) * b.cap * b.rowBytes[0]), alloc(int64(n) * b.cap * b.rowBytes[1])})
 	}
-	b.ids, b.pos, b.qoff = alloc(4*int64(n)), alloc(4*int64(n)), alloc(4*int64(n))
+	// a step's rows: n decoding sequences, or fewer and a prompt chunk (at most the runners' chunk)
+	rows := int64(n + chunk)
+	b.ids, b.pos, b.qoff = alloc(4*rows), alloc(4*rows), alloc(4*int64(n))
 	if f := c.RopeFreqFactors; f != nil {
-		b.cos, b.sin = alloc(int64(n*len(f)*4)), alloc(int64(n*len(f)*4))
+		b.cos, b.sin = alloc(rows*int64(len(f)*4)), alloc(rows*int64(len(f)*4))
 	}
 	if err = al.Err; err != nil {
 		return nil, fmt.Errorf("llm: batch of %d: caches: %w", n, err)
@@ -216,8 +224,16 @@ func NewBatch(ctx context.Context, m *Model, dev core.Device, n int, opts ...Run
 	}
 	b.progs = make([]*batchProg, n+1)
 	for w := 2; w <= n; w++ {
-		if b.progs[w], err = b.compile(ctx, w); err != nil {
+		if b.progs[w], err = b.compile(ctx, w, w); err != nil {
 			return nil, err
+		}
+	}
+	if b.small > 0 {
+		b.mixed = make([]*batchProg, n)
+		for w := 1; w < n; w++ {
+			if b.mixed[w], err = b.compile(ctx, w+1, w+b.small); err != nil {
+				return nil, err
+			}
 		}
 	}
 	go b.stepper()
@@ -235,7 +251,7 @@ func (b *Batch) Runners() []*Runner { return append([]*Runner(nil), b.runners...
 
 // Stats counts the decode steps run so far.
 func (b *Batch) Stats() BatchStats {
-	return BatchStats{Steps: b.steps.Load(), Rows: b.rows.Load(), Chunks: b.chunksRun.Load()}
+	return BatchStats{Steps: b.steps.Load(), Rows: b.rows.Load(), Chunks: b.chunksRun.Load(), Mixed: b.mixedRun.Load()}
 }
 
 // Close stops the steps (a decode still waiting fails with ErrBatchClosed) and releases the
@@ -258,7 +274,7 @@ func (b *Batch) closeAll() error {
 	for _, r := range b.runners {
 		errs = append(errs, r.Close())
 	}
-	for _, p := range b.progs {
+	for _, p := range append(slices.Clone(b.progs), b.mixed...) {
 		if p != nil {
 			errs = append(errs, p.prog.Close())
 		}
@@ -384,7 +400,8 @@ func enqueue[T comparable](ctx context.Context, b *Batch, q *[]T, item T, out <-
 	return res.logits, res.err
 }
 
-// stepper runs the steps, and a queued prompt chunk after each, until Close.
+// stepper runs the steps, a queued prompt chunk in each (or, when no program carries both,
+// after it), until Close.
 func (b *Batch) stepper() {
 	defer close(b.done)
 	for {
@@ -392,9 +409,15 @@ func (b *Batch) stepper() {
 		if !ok {
 			return
 		}
+		var mixed *batchResult
 		if len(reqs) > 0 {
 			t0 := time.Now()
-			res := b.step(reqs)
+			var res []batchResult
+			if job != nil && len(reqs) < len(b.mixed) {
+				res, mixed = b.mixedStep(reqs, job)
+			} else {
+				res = b.step(reqs)
+			}
 			dur := time.Since(t0)
 			b.mu.Lock()
 			b.lastDur, b.lastEnd, b.stepping = dur, time.Now(), false
@@ -410,7 +433,12 @@ func (b *Batch) stepper() {
 		}
 		if job != nil {
 			var res batchResult
-			res.logits, res.err = job.r.feed(job.ctx, job.tokens, job.prog, nil)
+			if mixed != nil {
+				res = *mixed
+				b.mixedRun.Add(1)
+			} else {
+				res.logits, res.err = job.r.feed(job.ctx, job.tokens, job.prog, nil)
+			}
 			b.mu.Lock()
 			b.stepping = false
 			b.mu.Unlock()
@@ -534,20 +562,41 @@ func (b *Batch) step(reqs []*batchReq) []batchResult {
 
 // run runs the batched program of len(reqs) sequences and returns each one's logits.
 func (b *Batch) run(ctx context.Context, reqs []*batchReq) ([][]float32, error) {
+	return b.runRows(ctx, b.progs[len(reqs)], reqs, nil)
+}
+
+// runRows runs p for the decoding reqs, and with job a prompt chunk after them (its tokens
+// padded to the program's rows), and returns the logits of every row.
+func (b *Batch) runRows(ctx context.Context, p *batchProg, reqs []*batchReq, job *chunkJob) ([][]float32, error) {
 	n := len(reqs)
-	p := b.progs[n]
 	a := b.rt.Arena()
-	ids, pos := make([]int32, n), make([]int32, n)
-	rows := make([]int64, 0, 2*n)
-	for i, q := range reqs {
-		ids[i], pos[i] = q.token, int32(q.r.pos)
-		base := int64(q.r.batchSlot()) * b.cap
-		// slot 2i+1: the sequence's cache; 2i+2: its new K/V row
-		rows = append(rows, base, base+int64(q.r.pos))
+	ids, pos, qoff := make([]int32, 0, n+b.small), make([]int32, 0, n+b.small), make([]int32, 0, n+1)
+	rows := make([]int64, 0, 2*n+2)
+	seq := func(r *Runner) {
+		base := int64(r.batchSlot()) * b.cap
+		// slot 2i+1: the sequence's cache; 2i+2: its new K/V rows
+		rows = append(rows, base, base+int64(r.pos))
+		qoff = append(qoff, int32(r.pos))
+	}
+	for _, q := range reqs {
+		ids, pos = append(ids, q.token), append(pos, int32(q.r.pos))
+		seq(q.r)
+	}
+	if job != nil {
+		// padding rows (id 0) sit past the prompt's last token, where the causal mask hides
+		// them until real tokens overwrite them (as a padded prefill chunk's do)
+		for i := range b.small {
+			id := int32(0)
+			if i < len(job.tokens) {
+				id = job.tokens[i]
+			}
+			ids, pos = append(ids, id), append(pos, int32(job.r.pos+i))
+		}
+		seq(job.r)
 	}
 	copy(a.Bytes(b.ids), core.EncodeI32(ids))
 	copy(a.Bytes(b.pos), core.EncodeI32(pos))
-	copy(a.Bytes(b.qoff), core.EncodeI32(pos))
+	copy(a.Bytes(b.qoff), core.EncodeI32(qoff))
 	if b.m.Config.RopeFreqFactors != nil {
 		cos, sin := b.m.Config.RopeTables(pos, b.cfg.ctxLen)
 		copy(a.Bytes(b.cos), core.EncodeF32(cos))
@@ -557,12 +606,35 @@ func (b *Batch) run(ctx context.Context, reqs []*batchReq) ([][]float32, error) 
 		return nil, fmt.Errorf("llm: %s: %w", p.prog.Name(), err)
 	}
 	V := int64(b.m.Config.Vocab)
-	all := core.DecodeF32(a.Bytes(p.logits)[:int64(n)*V*4])
-	out := make([][]float32, n)
+	all := core.DecodeF32(a.Bytes(p.logits)[:int64(len(ids))*V*4])
+	out := make([][]float32, len(ids))
 	for i := range out {
 		out[i] = all[int64(i)*V : int64(i+1)*V : int64(i+1)*V]
 	}
 	return out, nil
+}
+
+// mixedStep runs one decode step for reqs that also carries job's prompt chunk (a mixed
+// program), and returns the decodes' results and the chunk's: the logits after its last token.
+func (b *Batch) mixedStep(reqs []*batchReq, job *chunkJob) ([]batchResult, *batchResult) {
+	res := make([]batchResult, len(reqs))
+	logits, err := b.runRows(context.Background(), b.mixed[len(reqs)], reqs, job)
+	for i, q := range reqs {
+		if err != nil {
+			res[i].err = err
+			continue
+		}
+		res[i].logits = logits[i]
+		q.r.pos++
+		q.r.history = append(q.r.history, q.token)
+	}
+	if err != nil {
+		return res, &batchResult{err: err}
+	}
+	r := job.r
+	r.pos += len(job.tokens)
+	r.history = append(r.history, job.tokens...)
+	return res, &batchResult{logits: logits[len(reqs)+len(job.tokens)-1]}
 }
 
 // batchSlot is the runner's slot in its batch.
@@ -585,20 +657,25 @@ func (r *Runner) checkFeed(tokens []int32) error {
 	return nil
 }
 
-// compile prepares the batched decode program of width n: the stage graphs of chunk length n
-// with a cache, a query offset and K/V outputs per sequence (stageBuild.batch), every binding
-// of a sequence moved by its own row slot.
-func (b *Batch) compile(ctx context.Context, n int) (*batchProg, error) {
+// compile prepares the batched decode program of n sequences over c rows: the stage graphs of
+// chunk length c with a cache, a query offset and K/V outputs per sequence (stageBuild.batch),
+// every binding of a sequence moved by its own row slot. Every sequence has one row but the
+// last, which has the rest: c = n for a decode step, more when the last is a prompt chunk.
+func (b *Batch) compile(ctx context.Context, n, c int) (*batchProg, error) {
 	cfg := b.m.Config
 	a := b.rt.Arena()
-	spec := sched.ProgramSpec{Name: fmt.Sprintf("decode (batch %d)", n), Phase: sched.PhaseDecode, Lanes: 1}
+	name := fmt.Sprintf("decode (batch %d)", n)
+	if c > n {
+		name = fmt.Sprintf("decode (batch %d and a prompt chunk of %d)", n-1, c-n+1)
+	}
+	spec := sched.ProgramSpec{Name: name, Phase: sched.PhaseDecode, Lanes: 1}
 	var x, q [2]sched.Span
 	var logits sched.Span
 	al := a.Allocs()
 	for i := range 2 {
-		x[i], q[i] = al.Alloc(int64(n*cfg.Dim*4)), al.Alloc(int64(n*cfg.Heads*cfg.HeadDim*4))
+		x[i], q[i] = al.Alloc(int64(c*cfg.Dim*4)), al.Alloc(int64(c*cfg.Heads*cfg.HeadDim*4))
 	}
-	logits = al.Alloc(int64(n * cfg.Vocab * 4))
+	logits = al.Alloc(int64(c * cfg.Vocab * 4))
 	err := al.Err
 	if err != nil {
 		return nil, fmt.Errorf("llm: activations of a batch of %d: %w", n, err)
@@ -632,9 +709,9 @@ func (b *Batch) compile(ctx context.Context, n int) (*batchProg, error) {
 		sb := &stageBuild{batch: n}
 		var g *core.Graph
 		if s == 0 {
-			g, err = b.m.buildEmbedStage(int64(n), b.cfg.kv, sb)
+			g, err = b.m.buildEmbedStage(int64(c), b.cfg.kv, sb)
 		} else {
-			g, err = b.m.buildLayerStage(s-1, int64(n), b.cap, b.cfg.kv, false, sb)
+			g, err = b.m.buildLayerStage(s-1, int64(c), b.cap, b.cfg.kv, false, sb)
 		}
 		if err != nil {
 			return nil, err
@@ -700,8 +777,9 @@ func batchedCaches(g *core.Graph) int {
 }
 
 // attention is layer attention of q over the cache: for a batched step, each sequence's query
-// row over its own cache inputs (the first sequence's are kc, vc and o's query offset; the
-// others' are inputs named with the sequence's index), concatenated back into [n, H, D].
+// rows over its own cache inputs (the first sequence's are kc, vc and o's query offset; the
+// others' are inputs named with the sequence's index), concatenated back into [C, H, D]. Each
+// sequence has one row but the last, which has the rest (seqRows).
 func (sb *stageBuild) attention(g *core.Graph, q, kc, vc *core.Tensor, o core.AttentionOptions) *core.Tensor {
 	if sb == nil || sb.batch <= 1 {
 		return g.Named("attn").Attention(q, kc, vc, o)
@@ -718,9 +796,18 @@ func (sb *stageBuild) attention(g *core.Graph, q, kc, vc *core.Tensor, o core.At
 			v = g.Input("v_cache."+strconv.Itoa(i), vc.DType, vc.Shape...)
 			oi.QOffsetInput = g.Input("q_offset."+strconv.Itoa(i), core.I32, 1)
 		}
-		outs[i] = g.Named("attn").Attention(g.Slice(q, 0, int64(i), 1), k, v, oi)
+		outs[i] = g.Named("attn").Attention(g.Slice(q, 0, int64(i), sb.seqRows(q, i)), k, v, oi)
 	}
 	return g.Concat(0, outs...)
+}
+
+// seqRows is how many rows of x [C, ...] sequence i of a batched step has: one, but the last
+// sequence has the rest (a prompt chunk riding in a decode step).
+func (sb *stageBuild) seqRows(x *core.Tensor, i int) int64 {
+	if i < sb.batch-1 {
+		return 1
+	}
+	return x.Shape[0] - int64(sb.batch-1)
 }
 
 // outputQKV sets a stage's outputs x, q and the new K and V rows; a batched step's K and V are
@@ -731,8 +818,8 @@ func (sb *stageBuild) outputQKV(g *core.Graph, x, q, k, v *core.Tensor) {
 		return
 	}
 	outs := []*core.Tensor{x, q}
-	for i := range int64(sb.batch) {
-		outs = append(outs, g.Slice(k, 0, i, 1), g.Slice(v, 0, i, 1))
+	for i := range sb.batch {
+		outs = append(outs, g.Slice(k, 0, int64(i), sb.seqRows(k, i)), g.Slice(v, 0, int64(i), sb.seqRows(v, i)))
 	}
 	g.Output(outs...)
 }

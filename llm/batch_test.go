@@ -25,8 +25,8 @@ var batchPrompts = []struct {
 }
 
 // TestBatchMatchesRunners: sequences generated at once through a Batch (batched decode steps,
-// per-sequence caches and attention, prompts prefilled between the steps) give the tokens each
-// gives alone on a plain Runner, and the steps did batch several sequences.
+// per-sequence caches and attention, prompt chunks riding in the steps) give the tokens each
+// gives alone on a plain Runner, and the steps did batch several sequences and prompt chunks.
 func TestBatchMatchesRunners(t *testing.T) {
 	ctx := context.Background()
 	m := openStories(t)
@@ -69,7 +69,9 @@ func TestBatchMatchesRunners(t *testing.T) {
 	st := b.Stats()
 	assert.Positive(t, st.Steps)
 	assert.Greater(t, float64(st.Rows)/float64(st.Steps), 1.5, "steps batch several sequences: %+v", st)
-	assert.Positive(t, st.Chunks, "prompts joining decoding sequences went in between steps: %+v", st)
+	assert.Positive(t, st.Chunks, "prompts joining decoding sequences went in while they decoded: %+v", st)
+	assert.Positive(t, st.Mixed, "prompt chunks rode in decode steps: %+v", st)
+	assert.LessOrEqual(t, st.Mixed, st.Chunks, "%+v", st)
 	require.NoError(t, b.Close())
 	require.NoError(t, b.Close(), "closing twice is a no-op")
 }
