@@ -194,14 +194,14 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 		widest = max(widest, slices.Max(cfg.verify))
 	}
 	if cfg.proj != nil || cfg.sparse != nil || cfg.tap != nil {
-		if err := m.RequireLlamaShape("a projection hook (W8A8 weights), the sparse FFN and calibration taps"); err != nil {
+		if err := m.RequireLlamaShape("a projection hook (W8A8 weights), the sparse FFN and projection taps (WithTap)"); err != nil {
 			return nil, err
 		}
 	}
 	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, vprogs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + widest - 1)}
 	if ps := rp.DecodeShards(); ps != nil {
 		if cfg.proj != nil || cfg.sparse != nil || cfg.tap != nil {
-			return nil, fmt.Errorf("llm: decode shards with a projection hook (W8A8 weights), a sparse FFN or calibration taps: %w",
+			return nil, fmt.Errorf("llm: decode shards with a projection hook (W8A8 weights), a sparse FFN or projection taps: %w",
 				core.ErrUnsupported)
 		}
 		cuts, err := m.cutShards(ps)
