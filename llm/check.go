@@ -25,9 +25,10 @@ func firstNonFinite(xs []float32) int {
 	return -1
 }
 
-// checkLogits is the check every Generate makes (the logits of one position are a few
+// CheckLogits fails with ErrNonFinite when logits of position pos hold a NaN or an infinity:
+// the check every Generate makes (the logits of one position are a few
 // thousand floats, so it costs nothing next to the step that made them).
-func checkLogits(logits []float32, pos int) error {
+func CheckLogits(logits []float32, pos int) error {
 	if i := firstNonFinite(logits); i >= 0 {
 		return fmt.Errorf("%w: logit %d of position %d is %g (XPU_LOG=debug or llm.WithStageChecks "+
 			"names the first stage that computes one)", ErrNonFinite, i, pos, logits[i])

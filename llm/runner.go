@@ -347,6 +347,13 @@ func (r *Runner) ChunkSize() int { return r.cfg.chunk }
 // Len is the number of tokens in the cache.
 func (r *Runner) Len() int { return r.pos }
 
+// AppendTokens appends the tokens in the cache to dst: Tokens without a fresh copy each time
+// (a decode loop that reads the history every step reuses one buffer).
+func (r *Runner) AppendTokens(dst []int32) []int32 { return append(dst, r.history...) }
+
+// Trace is the trace the runner's runtime records into (WithTrace), nil without one.
+func (r *Runner) Trace() *sched.Trace { return r.rt.Trace() }
+
 // Tokens returns the tokens in the cache.
 func (r *Runner) Tokens() []int32 { return append([]int32(nil), r.history...) }
 

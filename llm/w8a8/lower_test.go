@@ -13,12 +13,10 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
-	"github.com/xpuhub/xpu/internal/required"
+	"github.com/xpuhub/xpu/internal/llmtest"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/gguf"
-	"github.com/xpuhub/xpu/llm/llmconform"
 	"github.com/xpuhub/xpu/llm/synth"
-	"github.com/xpuhub/xpu/loader"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -45,7 +43,7 @@ func TestCalibrateFindsPlantedOutliers(t *testing.T) {
 	s, _ := synth.Preset("qwen2", "260K", core.F32, 5)
 	s.Outliers = 3
 	planted := s.OutlierChannels()
-	cal, err := Calibrate(ctx, m, refDevice(t), DefaultCalibrationText, WithImportance(false), WithTokens(64))
+	cal, err := Calibrate(ctx, m, llmtest.RefDevice(t), DefaultCalibrationText, WithImportance(false), WithTokens(64))
 	require.NoError(t, err)
 	require.NoError(t, cal.Validate(ModelKey(m.File), "qwen2", 64, 192, 5))
 	assert.Equal(t, 64, cal.Tokens)
@@ -65,11 +63,11 @@ func TestCalibrateFindsPlantedOutliers(t *testing.T) {
 		assert.NotEmpty(t, ly.OutAbsMax["attn_q"])
 	}
 	// deterministic: the same model, text and rule give the same record
-	again, err := Calibrate(ctx, m, refDevice(t), DefaultCalibrationText, WithImportance(false), WithTokens(64))
+	again, err := Calibrate(ctx, m, llmtest.RefDevice(t), DefaultCalibrationText, WithImportance(false), WithTokens(64))
 	require.NoError(t, err)
 	assert.Equal(t, cal, again)
 
-	_, err = Calibrate(ctx, m, refDevice(t), "hi", WithImportance(false))
+	_, err = Calibrate(ctx, m, llmtest.RefDevice(t), "hi", WithImportance(false))
 	assert.ErrorIs(t, err, core.ErrInvalidArgument)
 }
 
@@ -77,7 +75,7 @@ func TestW8A8Errors(t *testing.T) {
 	ctx := context.Background()
 	m := outlierModel(t, 2, 5)
 	other := outlierModel(t, 2, 6)
-	cal, err := Calibrate(ctx, m, refDevice(t), DefaultCalibrationText, WithImportance(false), WithTokens(32))
+	cal, err := Calibrate(ctx, m, llmtest.RefDevice(t), DefaultCalibrationText, WithImportance(false), WithTokens(32))
 	require.NoError(t, err)
 	for _, c := range []struct {
 		name string
@@ -117,7 +115,7 @@ func TestW8A8Errors(t *testing.T) {
 func TestShadowPathEqualsComposition(t *testing.T) {
 	ctx := context.Background()
 	m := outlierModel(t, 3, 5)
-	cal, err := Calibrate(ctx, m, refDevice(t), DefaultCalibrationText, WithImportance(false), WithTokens(32))
+	cal, err := Calibrate(ctx, m, llmtest.RefDevice(t), DefaultCalibrationText, WithImportance(false), WithTokens(32))
 	require.NoError(t, err)
 	const l, proj = 1, "ffn_gate"
 	name := "blk.1.ffn_gate.weight"
@@ -237,7 +235,7 @@ func refRun(ctx context.Context, g *core.Graph, inputs ...[]byte) ([]byte, error
 func TestW8A8NMSEOrdering(t *testing.T) {
 	ctx := context.Background()
 	m := outlierModel(t, 3, 5)
-	dev := refDevice(t)
+	dev := llmtest.RefDevice(t)
 	cal, err := Calibrate(ctx, m, dev, DefaultCalibrationText, WithTokens(32))
 	require.NoError(t, err)
 	kept := 0
@@ -271,19 +269,19 @@ func TestW8A8NMSEOrdering(t *testing.T) {
 // shadow path included) on neon, through the scheduler.
 func TestW8A8GreedyStories(t *testing.T) {
 	ctx := context.Background()
-	m := openStories(t)
+	m := llmtest.Stories(t)
 	// layers ranked by max|outlier|/scale (measuring importance is TestW8A8NMSEOrdering's)
-	cal, err := Calibrate(ctx, m, refDevice(t), DefaultCalibrationText, WithImportance(false), WithTokens(96))
+	cal, err := Calibrate(ctx, m, llmtest.RefDevice(t), DefaultCalibrationText, WithImportance(false), WithTokens(96))
 	require.NoError(t, err)
 	const n = 64
 	// an F32 KV cache throughout: the test measures the weights' quantization alone
-	f32, err := llm.NewRunner(ctx, m, refDevice(t), llm.WithContextLength(n+1), llm.WithKVCacheType(core.F32))
+	f32, err := llm.NewRunner(ctx, m, llmtest.RefDevice(t), llm.WithContextLength(n+1), llm.WithKVCacheType(core.F32))
 	require.NoError(t, err)
 	defer f32.Close()
 	want, err := f32.Generate(ctx, "", llm.WithMaxTokens(n))
 	require.NoError(t, err)
 	require.Len(t, want.Tokens, n)
-	devs := func(t *testing.T) []core.Device { return pluginDevices(t, "qnn", "neon") }
+	devs := func(t *testing.T) []core.Device { return llmtest.PluginDevices(t, "qnn", "neon") }
 	for _, units := range []string{"ref", "qnn+neon"} {
 		for _, mode := range []ShadowMode{ShadowPruned, ShadowOn} {
 			t.Run(units+"/"+mode.String(), func(t *testing.T) {
@@ -291,7 +289,7 @@ func TestW8A8GreedyStories(t *testing.T) {
 				require.NoError(t, err)
 				var r *llm.Runner
 				if units == "ref" {
-					r, err = llm.NewRunner(ctx, m, refDevice(t), llm.WithContextLength(n+1), WithLowering(w), llm.WithKVCacheType(core.F32))
+					r, err = llm.NewRunner(ctx, m, llmtest.RefDevice(t), llm.WithContextLength(n+1), WithLowering(w), llm.WithKVCacheType(core.F32))
 				} else {
 					devs := devs(t)
 					specs := []sched.UnitSpec{{Backend: "qnn"}, {Backend: "neon"}}
@@ -327,44 +325,11 @@ func TestW8A8GreedyStories(t *testing.T) {
 	}
 }
 
-func refDevice(t testing.TB) core.Device {
-	b := ref.New()
-	t.Cleanup(func() { _ = b.Close() })
-	return b.Devices()[0]
-}
-
-// openStories opens ../shared/models/stories260K.gguf, or skips when the test models are absent.
-func openStories(t testing.TB) *llm.Model {
-	dir, err := llmconform.ModelsDir()
-	if err != nil {
-		t.Skipf("test models absent: %v", err)
-	}
-	m, err := llm.Open(filepath.Join(dir, "stories260K.gguf"))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = m.Close() })
-	return m
-}
-
-// pluginDevices opens the named plugins (skipping where one is not built) and lists their devices.
-func pluginDevices(t testing.TB, names ...string) []core.Device {
-	t.Helper()
-	var devs []core.Device
-	for _, n := range names {
-		b, err := loader.Open(context.Background(), n)
-		if err != nil {
-			required.Skip(t, n, "backend %s not available (run make all): %v", n, err)
-		}
-		t.Cleanup(func() { _ = b.Close() })
-		devs = append(devs, b.Devices()...)
-	}
-	return devs
-}
-
 // WithLowering(nil) leaves the projections as the model has them; a lowering changes them.
 func TestWithLoweringNil(t *testing.T) {
 	ctx := context.Background()
 	m := outlierModel(t, 2, 5)
-	dev := refDevice(t)
+	dev := llmtest.RefDevice(t)
 	ids := []int32{1, 5, 9, 3}
 	plain, err := teacherForced(ctx, m, dev, ids)
 	require.NoError(t, err)
