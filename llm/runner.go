@@ -193,6 +193,9 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 	if len(cfg.verify) > 0 {
 		widest = max(widest, slices.Max(cfg.verify))
 	}
+	if cfg.hidden && (cfg.proj != nil || cfg.sparse != nil || len(cfg.verify) > 0 || cfg.tap != nil) {
+		return nil, fmt.Errorf("llm: hidden-state output with a projection hook (W8A8 weights), a sparse FFN, taps or verify lengths: %w", core.ErrUnsupported)
+	}
 	if cfg.proj != nil || cfg.sparse != nil || cfg.tap != nil {
 		if err := m.RequireLlamaShape("a projection hook (W8A8 weights), the sparse FFN and projection taps (WithTap)"); err != nil {
 			return nil, err

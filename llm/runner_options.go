@@ -121,6 +121,12 @@ func WithTrace(t *sched.Trace) RunnerOption { return func(c *runnerConfig) { c.t
 // returns, and must not keep data.
 func WithTap(fn func(t Tap, data []byte)) RunnerOption { return func(c *runnerConfig) { c.tap = fn } }
 
+// WithHiddenOutput makes the last stage output the final-normed hidden state (the output head's
+// input, Config.Dim floats per token) instead of the logits: Prefill, Decode and PrefillEach
+// then return hidden states, what an embedding pools (package embed). It does not combine with
+// a projection hook, a sparse FFN, taps or verify lengths (core.ErrUnsupported).
+func WithHiddenOutput() RunnerOption { return func(c *runnerConfig) { c.hidden = true } }
+
 // WithRuntime makes NewPlannedRunner run on rt's units instead of opening its own: runners
 // sharing a runtime run at the same time where their plans use different units (one sequence's
 // prefill on one unit while another decodes on another) and one after the other where they

@@ -95,3 +95,22 @@ func (m *Model) linear(g *core.Graph, sb *stageBuild, x *core.Tensor, l int, p s
 	}
 	return y
 }
+
+// head ends the last stage: the logits, or for an embedder the final-normed hidden state.
+func (sb *stageBuild) head(m *Model, g *core.Graph, x *core.Tensor) {
+	if sb == nil || !sb.hidden {
+		m.outputHead(g, x)
+		return
+	}
+	g.SetNamePrefix("")
+	g.Output(m.norm(g, x, "output_norm.weight"))
+}
+
+// outWidth is the width of a row the last stage outputs: the vocabulary's logits, or an
+// embedder's hidden state.
+func (r *Runner) outWidth() int64 {
+	if r.cfg.hidden {
+		return int64(r.m.Config.Dim)
+	}
+	return int64(r.m.Config.Vocab)
+}

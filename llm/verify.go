@@ -124,7 +124,7 @@ func (r *Runner) PrefillEach(ctx context.Context, tokens []int32, f func(i int, 
 	if f == nil {
 		return r.Prefill(ctx, tokens)
 	}
-	buf := make([]float32, r.m.Config.Vocab)
+	buf := make([]float32, r.outWidth())
 	return r.feed(ctx, tokens, r.progs[r.cfg.chunk], func(i int, row []byte) error {
 		core.DecodeF32To(buf, row[:4*len(buf)])
 		return f(i, buf)
