@@ -59,6 +59,8 @@ type Batch struct {
 	// per row of a step, written before it runs: token ids, positions and, for models with
 	// RoPE frequency factors, the cos and sin tables; per sequence, its query offset
 	ids, pos, qoff, cos, sin sched.Span
+	// outRows are, per sequence of a mixed step, the row whose logits it needs
+	outRows sched.Span
 	// small is the prefill chunk length used while others decode (0: the runners' own)
 	small int
 	// turn is held by a prefill chunk running beside no decoding: one at a time
@@ -196,7 +198,7 @@ func NewBatch(ctx context.Context, m *Model, dev core.Device, n int, opts ...Run
 	}
 	// a step's rows: n decoding sequences, or fewer and a prompt chunk (at most the runners' chunk)
 	rows := int64(n + chunk)
-	b.ids, b.pos, b.qoff = alloc(4*rows), alloc(4*rows), alloc(4*int64(n))
+	b.ids, b.pos, b.qoff, b.outRows = alloc(4*rows), alloc(4*rows), alloc(4*int64(n)), alloc(4*int64(n))
 	if f := c.RopeFreqFactors; f != nil {
 		b.cos, b.sin = alloc(rows*int64(len(f)*4)), alloc(rows*int64(len(f)*4))
 	}
@@ -566,7 +568,8 @@ func (b *Batch) run(ctx context.Context, reqs []*batchReq) ([][]float32, error) 
 }
 
 // runRows runs p for the decoding reqs, and with job a prompt chunk after them (its tokens
-// padded to the program's rows), and returns the logits of every row.
+// padded to the program's rows), and returns the logits of each sequence: after its token, or
+// after the chunk's last token.
 func (b *Batch) runRows(ctx context.Context, p *batchProg, reqs []*batchReq, job *chunkJob) ([][]float32, error) {
 	n := len(reqs)
 	a := b.rt.Arena()
@@ -597,6 +600,14 @@ func (b *Batch) runRows(ctx context.Context, p *batchProg, reqs []*batchReq, job
 	copy(a.Bytes(b.ids), core.EncodeI32(ids))
 	copy(a.Bytes(b.pos), core.EncodeI32(pos))
 	copy(a.Bytes(b.qoff), core.EncodeI32(qoff))
+	if job != nil {
+		out := make([]int32, n+1)
+		for i := range out {
+			out[i] = int32(i)
+		}
+		out[n] = int32(n + len(job.tokens) - 1)
+		copy(a.Bytes(b.outRows), core.EncodeI32(out))
+	}
 	if b.m.Config.RopeFreqFactors != nil {
 		cos, sin := b.m.Config.RopeTables(pos, b.cfg.ctxLen)
 		copy(a.Bytes(b.cos), core.EncodeF32(cos))
@@ -606,8 +617,8 @@ func (b *Batch) runRows(ctx context.Context, p *batchProg, reqs []*batchReq, job
 		return nil, fmt.Errorf("llm: %s: %w", p.prog.Name(), err)
 	}
 	V := int64(b.m.Config.Vocab)
-	all := core.DecodeF32(a.Bytes(p.logits)[:int64(len(ids))*V*4])
-	out := make([][]float32, len(ids))
+	all := core.DecodeF32(a.Bytes(p.logits)[:int64(len(qoff))*V*4])
+	out := make([][]float32, len(qoff))
 	for i := range out {
 		out[i] = all[int64(i)*V : int64(i+1)*V : int64(i+1)*V]
 	}
@@ -634,7 +645,7 @@ func (b *Batch) mixedStep(reqs []*batchReq, job *chunkJob) ([]batchResult, *batc
 	r := job.r
 	r.pos += len(job.tokens)
 	r.history = append(r.history, job.tokens...)
-	return res, &batchResult{logits: logits[len(reqs)+len(job.tokens)-1]}
+	return res, &batchResult{logits: logits[len(reqs)]}
 }
 
 // batchSlot is the runner's slot in its batch.
@@ -675,7 +686,7 @@ func (b *Batch) compile(ctx context.Context, n, c int) (*batchProg, error) {
 	for i := range 2 {
 		x[i], q[i] = al.Alloc(int64(c*cfg.Dim*4)), al.Alloc(int64(c*cfg.Heads*cfg.HeadDim*4))
 	}
-	logits = al.Alloc(int64(c * cfg.Vocab * 4))
+	logits = al.Alloc(int64(n * cfg.Vocab * 4)) // one row per sequence (stageBuild.outRows)
 	err := al.Err
 	if err != nil {
 		return nil, fmt.Errorf("llm: activations of a batch of %d: %w", n, err)
@@ -723,7 +734,7 @@ func (b *Batch) compile(ctx context.Context, n, c int) (*batchProg, error) {
 		}
 		in, out := (s+1)%2, s%2
 		byName := map[string]sched.Binding{"ids": {Span: b.ids}, "pos": {Span: b.pos}, "rope_cos": {Span: b.cos},
-			"rope_sin": {Span: b.sin}, "x": {Span: x[in]}, "q": {Span: q[in]}}
+			"rope_sin": {Span: b.sin}, "x": {Span: x[in]}, "q": {Span: q[in]}, "out_rows": {Span: b.outRows}}
 		st := sched.StageSpec{Name: fmt.Sprintf("stage %d", s), Layer: max(s-1, 0), Graph: g,
 			Units: make([]int, len(g.Nodes)), Fallback: make([]int, len(g.Nodes))}
 		for i := range st.Fallback {
@@ -808,6 +819,16 @@ func (sb *stageBuild) seqRows(x *core.Tensor, i int) int64 {
 		return 1
 	}
 	return x.Shape[0] - int64(sb.batch-1)
+}
+
+// outRows are the rows of x [C, dim] whose logits a batched step needs: every decoding
+// sequence's row and a prompt chunk's last token's, picked by the "out_rows" input (a chunk's
+// last token is not its last row when padding follows it). Other stages keep every row.
+func (sb *stageBuild) outRows(g *core.Graph, x *core.Tensor) *core.Tensor {
+	if sb == nil || sb.batch <= 1 || x == nil || x.Shape[0] == int64(sb.batch) {
+		return x
+	}
+	return g.GetRows(x, g.Input("out_rows", core.I32, int64(sb.batch)))
 }
 
 // outputQKV sets a stage's outputs x, q and the new K and V rows; a batched step's K and V are

@@ -19,7 +19,8 @@ type stageBuild struct {
 	// shared are the pieces of a stealing sharded stage (StageSpec.Shared), node IDs.
 	shared [][]int
 	// batch, above 1, builds a batched decode step of that many sequences (batch.go): each
-	// with its own cache inputs, attention and K/V outputs.
+	// with its own cache inputs, attention and K/V outputs, and one row but the last, which
+	// may be a prompt chunk.
 	batch int
 	// hidden ends the last stage with the final-normed hidden state, not the logits (embed.go).
 	hidden bool
@@ -99,7 +100,7 @@ func (m *Model) linear(g *core.Graph, sb *stageBuild, x *core.Tensor, l int, p s
 // head ends the last stage: the logits, or for an embedder the final-normed hidden state.
 func (sb *stageBuild) head(m *Model, g *core.Graph, x *core.Tensor) {
 	if sb == nil || !sb.hidden {
-		m.outputHead(g, x)
+		m.outputHead(g, sb.outRows(g, x))
 		return
 	}
 	g.SetNamePrefix("")
