@@ -167,11 +167,10 @@ func newBenchFlags(stderr io.Writer) *benchFlags {
 	fs.BoolVar(&f.noWarmup, "no-warmup", false, "skip the untimed warm-up run of each test")
 	fs.BoolVar(&f.bandwidth, "bandwidth", true, "measure the machine's read bandwidth on 1 and 2 cores for the machine line on stderr (=false leaves it out)")
 	fs.StringVar(&f.policy, "policy", "", "choose the device by policy instead of --backend: prefer-npu, prefer-gpu, prefer-cpu, max-performance, max-efficiency")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu bench -m MODEL [-p 512] [-n 128] [-d 0] [-pg P,G] [-r 5] [-t 2] [-o md|json|csv] [--chunk N] [--kv f16|f32|q8_0|q4_0] [-ctk LIST] [-ctv LIST] [--backend NAME|PATH | --policy P] [--device N] [--no-warmup]")
-		fmt.Fprintln(stderr, "       xpu bench --kernels [--backend NAME|PATH] [--device N] [--threads N] [--harness PATH] [--ref] [--quick]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr,
+		"usage: xpu bench -m MODEL [-p 512] [-n 128] [-d 0] [-pg P,G] [-r 5] [-t 2] [-o md|json|csv] [--chunk N] [--kv f16|f32|q8_0|q4_0] [-ctk LIST] [-ctv LIST] [--backend NAME|PATH | --policy P] [--device N] [--no-warmup]",
+		"       xpu bench --kernels [--backend NAME|PATH] [--device N] [--threads N] [--harness PATH] [--ref] [--quick]",
+	)
 	return f
 }
 
@@ -297,10 +296,7 @@ func runModelBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer)
 	for _, t := range tests {
 		ctxLen = max(ctxLen, t.ContextNeeded())
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "xpu bench: %v\n", err)
-		return 1
-	}
+	fail := failer(stderr, "xpu bench")
 	m, err := llm.Open(f.model)
 	if err != nil {
 		return fail(err)

@@ -30,10 +30,7 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	hotFrac := fs.Float64("hot-fraction", w8a8.DefaultRule.HotFraction, "most channels per input whose weight columns stay resident for the shadow path, as a share of the input's width")
 	hotCover := fs.Float64("hot-cover", w8a8.DefaultRule.HotCover, "share of the calibration's outliers the hot channels should hold")
 	ratio := fs.Float64("outlier-ratio", w8a8.DefaultRule.OutlierRatio, "a channel whose maximum exceeds this many times the median channel's is an outlier channel (left out of the scale)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu calibrate [-m] MODEL.gguf [--text FILE] [-o FILE] [--backend ref] [--tokens N] [--keep F] [--percentile P] [--hot-fraction F] [--hot-cover F] [--outlier-ratio R] [--no-importance] [--per-channel]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "usage: xpu calibrate [-m] MODEL.gguf [--text FILE] [-o FILE] [--backend ref] [--tokens N] [--keep F] [--percentile P] [--hot-fraction F] [--hot-cover F] [--outlier-ratio R] [--no-importance] [--per-channel]")
 	if code, ok := parseModelArgs(fs, args, model); !ok {
 		return code
 	}
@@ -47,10 +44,7 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stderr, "xpu calibrate: %v\n", err)
 		return 2
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "xpu calibrate: %v\n", err)
-		return 1
-	}
+	fail := failer(stderr, "xpu calibrate")
 	calText := llm.DefaultCalibrationText
 	if *text != "" {
 		b, err := os.ReadFile(*text)

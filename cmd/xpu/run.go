@@ -35,10 +35,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "xpu run: %v\n", err)
-		return 1
-	}
+	fail := failer(stderr, "xpu run")
 	t0 := time.Now()
 	m, err := llm.Open(f.in.model)
 	if err != nil {

@@ -28,10 +28,7 @@ func runSparseEval(ctx context.Context, args []string, stdout, stderr io.Writer)
 	greedy := fs.Int("greedy", 32, "also generate this many tokens greedily from BOS with each variant and count the leading tokens that match dense (0: skip)")
 	oracle := fs.Bool("oracle", true, "also evaluate the oracle predictor (every truly active neuron; slow for big models)")
 	thOffset := fs.Float64("threshold-offset", 0, "added to the trained predictor's threshold (as xpu run --threshold-offset)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu sparse-eval [-m] MODEL.gguf [--sidecar FILE] [--budget SIZE] [--text FILE] [--tokens N] [--backend NAME] [--greedy N] [--oracle=false] [--threshold-offset F]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "usage: xpu sparse-eval [-m] MODEL.gguf [--sidecar FILE] [--budget SIZE] [--text FILE] [--tokens N] [--backend NAME] [--greedy N] [--oracle=false] [--threshold-offset F]")
 	if code, ok := parseModelArgs(fs, args, model); !ok {
 		return code
 	}
@@ -43,10 +40,7 @@ func runSparseEval(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "xpu sparse-eval: --tokens %d (at least 2) and --greedy %d (0 or more)\n", *tokens, *greedy)
 		return 2
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "xpu sparse-eval: %v\n", err)
-		return 1
-	}
+	fail := failer(stderr, "xpu sparse-eval")
 	var b int64
 	if *budget != "" {
 		var err error

@@ -57,11 +57,10 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.root, "root", "/", "read sysfs/procfs under this root (fake trees in tests)")
 	fs.BoolVar(&f.noCache, "no-cache", false, "do not store the result")
 	fs.DurationVar(&f.coolWait, "cool-wait", time.Minute, "how long to wait for the thermal gate (below 40 °C) before giving up")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu tune --energy --model M [--simulate "+strings.Join(coresel.SoCNames(), "|")+"] [--tokens N] [--warmup N] [--compare R] [--epsilon E] [--alpha A]")
-		fmt.Fprintln(stderr, "       xpu tune --profile --model M [--units LIST] [--grid 1,4,...] [-o FILE] [--no-cache]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr,
+		"usage: xpu tune --energy --model M [--simulate "+strings.Join(coresel.SoCNames(), "|")+"] [--tokens N] [--warmup N] [--compare R] [--epsilon E] [--alpha A]",
+		"       xpu tune --profile --model M [--units LIST] [--grid 1,4,...] [-o FILE] [--no-cache]",
+	)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}

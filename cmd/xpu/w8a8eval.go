@@ -41,10 +41,7 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	q8 := fs.String("q8-backend", "neon,ref", "backends for the Q8_0 reference points, comma-separated (neon also quantizes activations to Q8_0 blocks, ref does not; empty: leave them out)")
 	perChannel := fs.Bool("per-channel", false, "convert the weights per output channel when the file has no int8 weights")
 	greedy := fs.Int("greedy", 0, "also generate this many tokens greedily from BOS with each W8A8 variant and count how many of the first match F32 on ref (0: skip)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu w8a8-eval [-m] MODEL.gguf [--calib FILE] [--text FILE] [--tokens N] [--units LIST] [--q8-backend neon,ref] [--per-channel] [--greedy N]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "usage: xpu w8a8-eval [-m] MODEL.gguf [--calib FILE] [--text FILE] [--tokens N] [--units LIST] [--q8-backend neon,ref] [--per-channel] [--greedy N]")
 	if code, ok := parseModelArgs(fs, args, model); !ok {
 		return code
 	}
@@ -56,10 +53,7 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "xpu w8a8-eval: --tokens %d: at least 2\n", *tokens)
 		return 2
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "xpu w8a8-eval: %v\n", err)
-		return 1
-	}
+	fail := failer(stderr, "xpu w8a8-eval")
 	body, err := readEvalText(*text)
 	if err != nil {
 		return fail(err)
