@@ -38,11 +38,11 @@ const childEnv = "XPU_QNN_TEST_CHILD"
 func TestMain(m *testing.M) {
 	switch os.Getenv(childEnv) {
 	case "cache":
-		os.Exit(childCache())
+		os.Exit(inChildContext(childCache))
 	case "probe":
 		os.Exit(childProbe())
 	case "rpcmem":
-		os.Exit(childRPCMem())
+		os.Exit(inChildContext(childRPCMem))
 	case "profile":
 		os.Exit(childProfile())
 	}
@@ -313,13 +313,7 @@ type cacheResult struct {
 	OtherWeightsRefused bool
 }
 
-func childCache() int {
-	ctx := context.Background()
-	_, cc, done, err := childContext(ctx)
-	if err != nil {
-		return childFail(err)
-	}
-	defer done()
+func childCache(ctx context.Context, cc core.Context) int {
 	g, inputs := blockGraph(core.F32)
 	var res cacheResult
 	t0 := time.Now()
@@ -398,6 +392,17 @@ func childProbe() int {
 		return childFail(err)
 	}
 	return childAnswer(pr)
+}
+
+// inChildContext runs a child's work f with a context on the plugin's device (childContext).
+func inChildContext(f func(ctx context.Context, cc core.Context) int) int {
+	ctx := context.Background()
+	_, cc, done, err := childContext(ctx)
+	if err != nil {
+		return childFail(err)
+	}
+	defer done()
+	return f(ctx, cc)
 }
 
 // childFail is a child's error exit: the error on stderr, where the parent reads it, and code 1.
@@ -480,13 +485,7 @@ func TestRPCMemSharedBuffer(t *testing.T) {
 	assert.Contains(t, string(n), "powerConfig rpc_polling_time=9999")
 }
 
-func childRPCMem() int {
-	ctx := context.Background()
-	_, cc, done, err := childContext(ctx)
-	if err != nil {
-		return childFail(err)
-	}
-	defer done()
+func childRPCMem(ctx context.Context, cc core.Context) int {
 	g := core.NewGraph()
 	g.Output(g.Scale(g.Input("x", core.F16, 32), 2, 0))
 	exe, err := cc.Prepare(ctx, g)
