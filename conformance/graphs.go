@@ -19,13 +19,11 @@ func graphCases() []testCase {
 		act, wt core.DType
 	}{{"f32", core.F32, core.F32}, {"f16", core.F16, core.F16}, {"q8_0", core.F32, core.Q8_0}, {"q4_0", core.F32, core.Q4_0},
 		{"q4_k", core.F32, core.Q4_K}, {"q6_k", core.F32, core.Q6_K}} {
-		v := v
 		cs = append(cs, graphCase(4, "GRAPH:transformer-block", v.label,
 			caseName("GRAPH", "name", "transformer-block", "act", v.act, "weights", v.wt),
 			graphSpec{build: func(b *builder) { transformerBlock(b, v.act, v.wt) }}))
 	}
 	for _, kv := range floatDTypes {
-		kv := kv
 		cs = append(cs, testCase{name: caseName("GRAPH", "name", "chunked-attention", "kv", kv), level: 4,
 			op: "GRAPH:chunked-attention", dtype: kv.String(),
 			run: func(r *runner, ctx context.Context, res *CaseResult) { r.chunkedAttention(ctx, res, kv) }})

@@ -72,7 +72,6 @@ func unaryCases() []testCase {
 	for _, u := range ops {
 		for _, dt := range floatDTypes {
 			for _, sh := range unaryShapes {
-				u, dt, sh := u, dt, sh
 				cs = append(cs, graphCase(2, u.op.String(), dt.String(),
 					caseName(u.op.String(), "dtype", dt, "shape", sh),
 					graphSpec{build: func(b *builder) {
@@ -109,7 +108,6 @@ func binaryCases() []testCase {
 	for _, o := range ops {
 		for _, dt := range floatDTypes {
 			for _, p := range pairs {
-				o, dt, p := o, dt, p
 				cs = append(cs, graphCase(2, o.op.String(), dt.String(),
 					caseName(o.op.String(), "dtype", dt, "a", p.a, "b", p.b),
 					graphSpec{build: func(b *builder) {
@@ -139,23 +137,22 @@ func binaryCases() []testCase {
 func normCases() []testCase {
 	shapes := []core.Shape{{1, 1}, {3, 17}, {5, 256}, {2, 3, 4097}, {0, 8}, {9}}
 	var cs []testCase
-	for _, op := range []core.Op{core.OpRMSNorm, core.OpLayerNorm} {
+	norms := []struct {
+		op    core.Op
+		apply func(g *core.Graph, x *core.Tensor, eps float32) *core.Tensor
+	}{{core.OpRMSNorm, (*core.Graph).RMSNorm}, {core.OpLayerNorm, (*core.Graph).LayerNorm}}
+	for _, n := range norms {
 		for _, dt := range floatDTypes {
 			for _, sh := range shapes {
 				for _, eps := range []float32{1e-5, 1e-6} {
 					if eps == 1e-6 && sh.NumElements() != 3*17 {
 						continue // one shape checks that eps is read
 					}
-					op, dt, sh, eps := op, dt, sh, eps
-					cs = append(cs, graphCase(2, op.String(), dt.String(),
-						caseName(op.String(), "dtype", dt, "shape", sh, "eps", eps),
+					cs = append(cs, graphCase(2, n.op.String(), dt.String(),
+						caseName(n.op.String(), "dtype", dt, "shape", sh, "eps", eps),
 						graphSpec{build: func(b *builder) {
-							x := b.in("x", dt, sh, -2, 3) // an offset mean, so LAYER_NORM's centring matters
-							if op == core.OpRMSNorm {
-								b.g.Output(b.g.RMSNorm(x, eps))
-							} else {
-								b.g.Output(b.g.LayerNorm(x, eps))
-							}
+							// an offset mean, so LAYER_NORM's centring matters
+							b.g.Output(n.apply(b.g, b.in("x", dt, sh, -2, 3), eps))
 						}}))
 				}
 			}
@@ -183,7 +180,6 @@ func softmaxCases() []testCase {
 	var cs []testCase
 	for _, dt := range floatDTypes {
 		for _, v := range variants {
-			dt, v := dt, v
 			cs = append(cs, graphCase(2, "SOFTMAX", dt.String(),
 				caseName("SOFTMAX", "dtype", dt, "shape", v.shape, "scale", v.scale, "causal", v.causal,
 					"offset", v.offset),
@@ -247,7 +243,6 @@ func matmulCases() []testCase {
 				if adt == core.F16 && s.a.NumElements() > 4096 {
 					continue // the large case once, in f32
 				}
-				adt, bdt, s := adt, bdt, s
 				label := adt.String() + "/" + bdt.String()
 				cs = append(cs, graphCase(2, "MATMUL", label,
 					caseName("MATMUL", "a", adt, "b", bdt, "a_shape", s.a, "b_shape", s.b, "b_const", s.const_),
@@ -290,7 +285,6 @@ func ropeCases() []testCase {
 	var cs []testCase
 	for _, dt := range floatDTypes {
 		for _, v := range variants {
-			dt, v := dt, v
 			mode := "normal"
 			if v.o.Mode == core.RoPENeoX {
 				mode = "neox"
@@ -342,7 +336,6 @@ func attentionCases() []testCase {
 				if qdt != kvdt && v.tq != 3 {
 					continue // mixed dtypes on one representative shape
 				}
-				qdt, kvdt, v := qdt, kvdt, v
 				cs = append(cs, graphCase(2, "ATTENTION", qdt.String()+"/"+kvdt.String(),
 					caseName("ATTENTION", "q", qdt, "kv", kvdt, "tq", v.tq, "tk", v.tk, "hq", v.hq, "hkv", v.hkv,
 						"d", v.d, "dv", v.dv, "causal", v.causal, "offset", v.offset, "offset_input", v.offsetInput,
@@ -389,14 +382,12 @@ func getRowsCases() []testCase {
 			vs = append(vs, gr{core.Shape{6, 7}, core.Shape{4}})
 		}
 		for _, v := range vs {
-			dt, v := dt, v
 			cs = append(cs, graphCase(2, "GET_ROWS", dt.String(),
 				caseName("GET_ROWS", "table", dt, "table_shape", v.table, "ids", v.ids),
 				graphSpec{build: func(b *builder) {
 					b.g.Output(getRows(b, dt, v.table, b.in("ids", core.I32, v.ids, 0, float32(v.table[0]))))
 				}}))
 		}
-		dt := dt
 		// an id past the table's end, and a negative one
 		for _, bad := range []struct {
 			key string

@@ -93,7 +93,6 @@ func attentionMaskCases() []testCase {
 				if qdt != kvdt && v.tq != 5 {
 					continue // mixed dtypes on one representative shape
 				}
-				qdt, kvdt, v := qdt, kvdt, v
 				name := caseName("ATTENTION", "q", qdt, "kv", kvdt, "tq", v.tq, "hq", v.hq, "hkv", v.hkv,
 					"d", v.d, "dv", v.dv, "offset", v.off, "extra_rows", v.extra, "mask", v.kind)
 				cs = append(cs, testCase{name: name, level: 2, op: "ATTENTION", dtype: qdt.String() + "/" + kvdt.String(),
