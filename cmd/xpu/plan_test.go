@@ -1,14 +1,10 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -153,8 +149,6 @@ func TestTuneProfileThenPlan(t *testing.T) {
 // The README's `xpu plan` and `xpu tune --profile` lines, run as written (from the repository
 // root, with the cache in a temporary directory and plan files written there).
 func TestREADMEPlanCommands(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	require.NoError(t, err)
 	var lines []string
 	for _, l := range readmeShellLines(t) {
 		if strings.HasPrefix(l, "build/xpu plan ") || strings.HasPrefix(l, "build/xpu tune --profile ") {
@@ -169,26 +163,13 @@ func TestREADMEPlanCommands(t *testing.T) {
 	if needsModel {
 		storiesPath(t)
 	}
-	bin := buildXPU(t)
 	tmp := t.TempDir()
 	for _, l := range lines {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		cmdline := strings.ReplaceAll(l, "build/xpu", bin)
-		cmdline = strings.ReplaceAll(cmdline, "-o plan.json", "-o "+filepath.Join(tmp, "plan.json"))
-		cmd := exec.CommandContext(ctx, "bash", "-c", cmdline)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "XPU_CACHE_DIR="+tmp)
-		out, err := cmd.Output()
-		cancel()
-		var ee *exec.ExitError
-		if err != nil && errors.As(err, &ee) {
-			t.Fatalf("%s: %v\n%s\n%s", l, err, out, ee.Stderr)
-		}
-		require.NoError(t, err, l)
+		out, _ := runDocLine(t, l, []string{"XPU_CACHE_DIR=" + tmp}, "-o plan.json", "-o "+filepath.Join(tmp, "plan.json"))
 		if strings.HasPrefix(l, "build/xpu plan ") {
-			assert.Contains(t, string(out), "PREDICTED", l)
+			assert.Contains(t, out, "PREDICTED", l)
 		} else {
-			assert.Contains(t, string(out), "stored: ", l)
+			assert.Contains(t, out, "stored: ", l)
 		}
 	}
 }

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -22,9 +19,6 @@ import (
 // finds the oracle's logits equal to dense within the bundles' requantization and the trained
 // predictor's recall where plan-sparse measured it.
 func TestREADMESparseCommands(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	require.NoError(t, err)
-	bin := buildXPU(t)
 	model := filepath.Join(t.TempDir(), "relu-6m.gguf")
 	var lines []string
 	for _, l := range readmeShellLines(t) {
@@ -35,16 +29,8 @@ func TestREADMESparseCommands(t *testing.T) {
 	require.Len(t, lines, 5, "the README's gen-model, plan-sparse, run (sparse, dense) and sparse-eval lines")
 	var outs, errs []string
 	for _, l := range lines {
-		l = strings.ReplaceAll(strings.ReplaceAll(l, "build/xpu", bin), "/tmp/relu-6m.gguf", model)
-		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-		cmd := exec.CommandContext(ctx, "bash", "-c", l)
-		cmd.Dir = root
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		got, err := cmd.Output()
-		cancel()
-		require.NoError(t, err, "%s\n%s", l, stderr.String())
-		outs, errs = append(outs, string(got)), append(errs, stderr.String())
+		out, errOut := runDocLine(t, l, nil, "/tmp/relu-6m.gguf", model)
+		outs, errs = append(outs, out), append(errs, errOut)
 	}
 	m := regexp.MustCompile(`sparsity ([0-9.]+) .*top 10% of neurons carry ([0-9]+)%`).FindStringSubmatch(outs[0])
 	require.NotNil(t, m, outs[0])

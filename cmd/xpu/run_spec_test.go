@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -91,8 +88,6 @@ func TestRunSpecBadFlags(t *testing.T) {
 // The README's speculative-decoding line, run as written.
 func TestREADMESpecCommand(t *testing.T) {
 	storiesPath(t)
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	require.NoError(t, err)
 	var lines []string
 	for _, l := range readmeShellLines(t) {
 		if strings.Contains(l, "build/xpu run") && strings.Contains(l, "--spec") {
@@ -100,16 +95,9 @@ func TestREADMESpecCommand(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, lines)
-	bin := buildXPU(t)
 	for _, l := range lines {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		cmd := exec.CommandContext(ctx, "bash", "-c", strings.ReplaceAll(l, "build/xpu", bin))
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "XPU_CACHE_DIR="+t.TempDir())
-		out, err := cmd.CombinedOutput()
-		cancel()
-		require.NoError(t, err, "%s\n%s", l, out)
-		assert.Contains(t, string(out), "tokens/pass", l)
+		out, errOut := runDocLine(t, l, []string{"XPU_CACHE_DIR=" + t.TempDir()})
+		assert.Contains(t, out+errOut, "tokens/pass", l)
 	}
 }
 
