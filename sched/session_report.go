@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -100,4 +101,45 @@ func (r Report) String() string {
 		lines[i] = strings.TrimRight(l, " ")
 	}
 	return strings.Join(lines, "\n")
+}
+
+// copyPlan counts the tensors a run moves between units: a partition's input made by a
+// partition on another unit, once per consuming unit.
+type copyPlan struct {
+	copies    int
+	copyBytes int64
+	copiesIn  []int // per node ID: inputs brought in from another unit
+}
+
+// planCopies counts the copies of parts (in partition order, which is topological).
+func planCopies(g *core.Graph, parts []*Partition) copyPlan {
+	plan := copyPlan{copiesIn: make([]int, len(g.Nodes))}
+	type onUnit struct {
+		t    *core.Tensor
+		unit int
+	}
+	producer := map[*core.Tensor]int{} // tensor -> the unit of the partition that makes it
+	copied := map[onUnit]bool{}
+	for _, p := range parts {
+		for _, t := range p.Inputs {
+			from, made := producer[t]
+			k := onUnit{t, p.Device}
+			if t.Kind == core.KindInput || !made || from == p.Device || copied[k] {
+				continue
+			}
+			copied[k] = true
+			plan.copies++
+			plan.copyBytes += t.Bytes()
+			for _, id := range p.Nodes {
+				if slices.Contains(g.Nodes[id].Inputs, t) {
+					plan.copiesIn[id]++
+					break
+				}
+			}
+		}
+		for _, t := range p.Outputs {
+			producer[t] = p.Device
+		}
+	}
+	return plan
 }
