@@ -80,6 +80,20 @@ func (m *Model) Close() error {
 	return nil
 }
 
+// Weight is one of the model's tensors as its stage graphs read it: a view of the file's bytes.
+type Weight struct {
+	DType core.DType
+	Shape core.Shape
+	Data  []byte
+}
+
+// Weight returns tensor name as the stage graphs read it (after the architecture's row splits;
+// norm weights and biases converted to F32), or false when the model has no such tensor.
+func (m *Model) Weight(name string) (Weight, bool) {
+	w, ok := m.weights[name]
+	return Weight{DType: w.dtype, Shape: w.shape, Data: w.data}, ok
+}
+
 // WeightBytes is the size of every weight the model reads per token (all but the embedding).
 func (m *Model) WeightBytes() int64 {
 	var n int64

@@ -193,15 +193,18 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 	if len(cfg.verify) > 0 {
 		widest = max(widest, slices.Max(cfg.verify))
 	}
+	if cfg.hidden && (cfg.proj != nil || cfg.sparse != nil || len(cfg.verify) > 0 || cfg.tap != nil) {
+		return nil, fmt.Errorf("llm: hidden-state output with a projection hook (W8A8 weights), a sparse FFN, taps or verify lengths: %w", core.ErrUnsupported)
+	}
 	if cfg.proj != nil || cfg.sparse != nil || cfg.tap != nil {
-		if err := m.RequireLlamaShape("a projection hook (W8A8 weights), the sparse FFN and calibration taps"); err != nil {
+		if err := m.RequireLlamaShape("a projection hook (W8A8 weights), the sparse FFN and projection taps (WithTap)"); err != nil {
 			return nil, err
 		}
 	}
 	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, vprogs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + widest - 1)}
 	if ps := rp.DecodeShards(); ps != nil {
 		if cfg.proj != nil || cfg.sparse != nil || cfg.tap != nil {
-			return nil, fmt.Errorf("llm: decode shards with a projection hook (W8A8 weights), a sparse FFN or calibration taps: %w",
+			return nil, fmt.Errorf("llm: decode shards with a projection hook (W8A8 weights), a sparse FFN or projection taps: %w",
 				core.ErrUnsupported)
 		}
 		cuts, err := m.cutShards(ps)
@@ -346,6 +349,13 @@ func (r *Runner) ChunkSize() int { return r.cfg.chunk }
 
 // Len is the number of tokens in the cache.
 func (r *Runner) Len() int { return r.pos }
+
+// AppendTokens appends the tokens in the cache to dst: Tokens without a fresh copy each time
+// (a decode loop that reads the history every step reuses one buffer).
+func (r *Runner) AppendTokens(dst []int32) []int32 { return append(dst, r.history...) }
+
+// Trace is the trace the runner's runtime records into (WithTrace), nil without one.
+func (r *Runner) Trace() *sched.Trace { return r.rt.Trace() }
 
 // Tokens returns the tokens in the cache.
 func (r *Runner) Tokens() []int32 { return append([]int32(nil), r.history...) }

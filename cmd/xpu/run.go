@@ -117,7 +117,7 @@ func (f *runFlags) openTechniques(ctx context.Context, m *llm.Model, stderr io.W
 	}
 	if low != nil {
 		t.w8a8 = true
-		t.opts = append(t.opts, llm.WithW8A8(low))
+		t.opts = append(t.opts, w8a8.WithLowering(low))
 	}
 	spath, err := f.sp.path(f.in.model)
 	if err != nil || spath == "" {

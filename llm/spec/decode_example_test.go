@@ -1,4 +1,4 @@
-package llm_test
+package spec_test
 
 import (
 	"context"
@@ -11,21 +11,22 @@ import (
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/draft"
+	"github.com/xpuhub/xpu/llm/spec"
 	"github.com/xpuhub/xpu/llm/synth"
 )
 
 // Speculative decoding: the runner prepares verify graphs, and Generate drafts from text the
 // model has seen (here the retrieval drafter: the prompt, the output so far and the model's
 // prefill predictions), verifying each draft in one pass. Greedy output is plain decoding's.
-func ExampleWithSpeculative() {
+func ExampleWith() {
 	dir, err := os.MkdirTemp("", "xpu-example")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "tiny.gguf")
-	spec, _ := synth.Preset("llama", "260K", core.F32, 42)
-	if err := synth.WriteFile(path, spec); err != nil {
+	tiny, _ := synth.Preset("llama", "260K", core.F32, 42)
+	if err := synth.WriteFile(path, tiny); err != nil {
 		log.Fatal(err)
 	}
 
@@ -48,12 +49,12 @@ func ExampleWithSpeculative() {
 		log.Fatal(err)
 	}
 	res, err := r.Generate(ctx, "Once upon a time", llm.WithMaxTokens(24),
-		llm.WithSpeculative(draft.NewRetrieval(draft.RetrievalOptions{}), llm.SpecAlways()))
+		spec.With(draft.NewRetrieval(draft.RetrievalOptions{}), spec.Always()))
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("same text as plain decoding:", res.Text == plain.Text)
-	fmt.Println("tokens per pass at least 1:", res.Spec.TokensPerPass() >= 1)
+	fmt.Println("tokens per pass at least 1:", spec.StatsOf(res).TokensPerPass() >= 1)
 	// Output:
 	// same text as plain decoding: true
 	// tokens per pass at least 1: true
