@@ -156,14 +156,10 @@ type partIO struct {
 // execution per lane.
 func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, err error) {
 	// the units' arena views are the workers' while a request runs
-	rt.runMu.Lock()
-	defer rt.runMu.Unlock()
-	rt.mu.Lock()
-	closed := rt.closed
-	rt.mu.Unlock()
-	if closed {
-		return nil, fmt.Errorf("runtime: compile: closed: %w", core.ErrBadState)
+	if err := rt.lockRun("compile"); err != nil {
+		return nil, err
 	}
+	defer rt.runMu.Unlock()
 	lanes := max(spec.Lanes, 1)
 	p := &Program{rt: rt, name: spec.Name, phase: spec.Phase, lanes: lanes, check: spec.Check, nodes: make([]map[core.Op]int, len(rt.units))}
 	for i := range p.nodes {
@@ -491,12 +487,14 @@ func (rt *Runtime) bindLanes(pp *progPart, lanes int) error {
 // way between runs. The program must not be running.
 func (p *Program) rebind(si, io int, b Binding) error {
 	rt := p.rt
-	rt.runMu.Lock()
+	if err := rt.lockRun("rebind " + p.name); err != nil {
+		return err
+	}
 	defer rt.runMu.Unlock()
 	rt.mu.Lock()
-	closed := rt.closed || p.released
+	released := p.released
 	rt.mu.Unlock()
-	if closed {
+	if released {
 		return fmt.Errorf("runtime: rebind %s: closed: %w", p.name, core.ErrBadState)
 	}
 	if si < 0 || si >= len(p.stages) {

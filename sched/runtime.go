@@ -171,19 +171,30 @@ func (rt *Runtime) startUnit(u *Unit) int {
 	return i
 }
 
+// lockRun takes the dispatch lock (runMu) for op, failing when the runtime is closed: what
+// Compile, addUnit and rebind change, the workers read while a request runs. The caller
+// unlocks runMu.
+func (rt *Runtime) lockRun(op string) error {
+	rt.runMu.Lock()
+	rt.mu.Lock()
+	closed := rt.closed
+	rt.mu.Unlock()
+	if closed {
+		rt.runMu.Unlock()
+		return fmt.Errorf("runtime: %s: closed: %w", op, core.ErrBadState)
+	}
+	return nil
+}
+
 // addUnit adds an open unit to a running runtime, which owns it from now on, and returns its
 // index: the Executor grows its runtime as sessions place nodes on units it had not used. It
 // waits for the requests in flight (their workers read the unit tables) and holds back new
 // ones meanwhile.
 func (rt *Runtime) addUnit(u *Unit) (int, error) {
-	rt.runMu.Lock()
-	defer rt.runMu.Unlock()
-	rt.mu.Lock()
-	closed := rt.closed
-	rt.mu.Unlock()
-	if closed {
-		return 0, fmt.Errorf("runtime: add unit %s: closed: %w", u.Name(), core.ErrBadState)
+	if err := rt.lockRun("add unit " + u.Name()); err != nil {
+		return 0, err
 	}
+	defer rt.runMu.Unlock()
 	rt.inflight.Wait()
 	i := rt.startUnit(u)
 	if !rt.cfg.noHeadroom {

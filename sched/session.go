@@ -29,7 +29,7 @@ type Session struct {
 	ownExec bool // the executor is private to this session: Close closes it
 
 	assign []assignment
-	parts  []*Partition // the graph cut by device (Partition.Device: index in devices)
+	parts  []*Partition // the program's partitions (Partition.Device: index in devices)
 	plan   copyPlan
 	// spec is the one-stage program every run compiles: node units are runtime indices.
 	spec ProgramSpec
@@ -161,7 +161,8 @@ func NewSession(ctx context.Context, g *core.Graph, devices []core.Device, opts 
 	return s, nil
 }
 
-// build places, partitions, compiles the first program and plans the report's copies.
+// build places, compiles the first program (the runtime cuts the graph by unit: SplitGraph)
+// and plans the report's copies.
 func (s *Session) build(ctx context.Context) error {
 	in := &placeInput{graph: s.graph, devices: s.devices, names: s.names, strict: s.strict}
 	var err error
@@ -187,9 +188,6 @@ func (s *Session) build(ctx context.Context) error {
 	if fallbacks > 0 {
 		s.log.Debug("xpu: nodes placed off their first-choice device (see Session.Report)",
 			"nodes", fallbacks, "of", len(s.assign), "policy", s.policy.Name())
-	}
-	if s.parts, err = SplitGraph(s.graph, deviceOf); err != nil {
-		return err
 	}
 	// The units placement gave a node join the executor's runtime, in the order of devices.
 	// A node no output needs still goes to its own unit: on another it could join (and be
@@ -219,7 +217,7 @@ func (s *Session) build(ctx context.Context) error {
 		return err
 	}
 	s.free = append(s.free, r)
-	s.recordPrecision(r.prog)
+	s.readPlacement(r.prog, unitOf)
 	if s.ownExec {
 		for d, u := range unitOf {
 			if u < 0 {
@@ -301,9 +299,14 @@ func (s *Session) newRun(ctx context.Context) (*sessionRun, error) {
 	return r, nil
 }
 
-// recordPrecision notes the precision each backend used, from its prepared executables.
-func (s *Session) recordPrecision(p *Program) {
+// readPlacement takes the report's partitions from the compiled program (their Device an index
+// in devices; unitOf maps a device to its runtime unit) and the precision each backend used
+// from its prepared executables.
+func (s *Session) readPlacement(p *Program, unitOf []int) {
 	for _, pp := range p.stages[0].parts {
+		part := *pp.Partition
+		part.Device = slices.Index(unitOf, pp.unit)
+		s.parts = append(s.parts, &part)
 		if pp.exe == nil {
 			continue
 		}
@@ -458,18 +461,32 @@ type sessionExecution struct {
 	closed bool
 }
 
+// lock takes the session's lock shared, then the execution's, for operation op; it fails once
+// either is closed.
+func (x *sessionExecution) lock(op string) (unlock func(), err error) {
+	x.s.mu.RLock()
+	x.mu.Lock()
+	unlock = func() {
+		x.mu.Unlock()
+		x.s.mu.RUnlock()
+	}
+	if x.closed || x.s.closed {
+		unlock()
+		return nil, fmt.Errorf("session execution: %s: %w", op, errClosed)
+	}
+	return unlock, nil
+}
+
 // Bind binds graph input or output io to buf at offset. buf must come from Session.Alloc or
 // Executor.Alloc (of the session's executor) for one of the session's units, and hold the
 // tensor at offset.
 func (x *sessionExecution) Bind(io int, buf core.Buffer, offset int64) error {
-	s := x.s
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.closed || s.closed {
-		return fmt.Errorf("session execution: bind: %w", errClosed)
+	unlock, err := x.lock("bind")
+	if err != nil {
+		return err
 	}
+	defer unlock()
+	s := x.s
 	t, err := s.graph.Binding(io)
 	if err != nil {
 		return fmt.Errorf("session execution: %w", err)
@@ -500,14 +517,12 @@ func (x *sessionExecution) Bind(io int, buf core.Buffer, offset int64) error {
 
 // Run executes the session with the bound buffers; every input and output must be bound.
 func (x *sessionExecution) Run(ctx context.Context) error {
-	s := x.s
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.closed || s.closed {
-		return fmt.Errorf("session execution: run: %w", errClosed)
+	unlock, err := x.lock("run")
+	if err != nil {
+		return err
 	}
+	defer unlock()
+	s := x.s
 	for io, b := range x.bound {
 		if !b {
 			t, _ := s.graph.Binding(io)
