@@ -17,7 +17,10 @@ import (
 // (UnitName with the executor's default options filled in: "neon:0", "neon:0{cpus=1}"), so two
 // units of one device get two contexts; an executor serves one set of loaded backends. A unit
 // joins the runtime (a worker of its own) when a session first places nodes on it; until then
-// it is only open, for Analyze and Alloc. An Executor is safe for concurrent use.
+// it is only open, for Analyze and Alloc. The arena is carved, never freed span by span: the
+// spans of a closed session's programs and of closed Alloc buffers return to the system when
+// the executor closes, so a long-lived executor suits a set of sessions made once, not one per
+// request. An Executor is safe for concurrent use.
 type Executor struct {
 	cfg sessionConfig
 	log *slog.Logger
@@ -237,6 +240,7 @@ func (b *placedBuffer) bytes() ([]byte, error) {
 	return mem[:b.size:b.size], nil
 }
 
+// rangeOf is n bytes of the buffer at offset.
 func (b *placedBuffer) rangeOf(offset int64, n int) ([]byte, error) {
 	mem, err := b.bytes()
 	if err != nil {
@@ -248,8 +252,10 @@ func (b *placedBuffer) rangeOf(offset int64, n int) ([]byte, error) {
 	return mem[offset : offset+int64(n)], nil
 }
 
+// Size is the size asked of Alloc.
 func (b *placedBuffer) Size() int64 { return b.size }
 
+// Write copies src into the buffer at offset.
 func (b *placedBuffer) Write(offset int64, src []byte) error {
 	dst, err := b.rangeOf(offset, len(src))
 	if err != nil {
@@ -259,6 +265,7 @@ func (b *placedBuffer) Write(offset int64, src []byte) error {
 	return nil
 }
 
+// Read copies the buffer's bytes at offset into dst.
 func (b *placedBuffer) Read(offset int64, dst []byte) error {
 	src, err := b.rangeOf(offset, len(dst))
 	if err != nil {
@@ -271,6 +278,7 @@ func (b *placedBuffer) Read(offset int64, dst []byte) error {
 // Map returns the arena's bytes: valid until the executor closes.
 func (b *placedBuffer) Map() ([]byte, error) { return b.bytes() }
 
+// Unmap does nothing: the arena stays mapped.
 func (b *placedBuffer) Unmap() error { return nil }
 
 // Close ends the buffer's use; its memory returns with the arena.

@@ -188,3 +188,45 @@ func TestExecutionMatchesRun(t *testing.T) {
 	require.NoError(t, bufs[2].Read(0, got))
 	assert.Equal(t, want[0], got)
 }
+
+// TestExecutorAllocBuffers: Alloc's buffers are arena memory, bounds-checked, and unusable once
+// closed or once the executor (and its arena) is.
+func TestExecutorAllocBuffers(t *testing.T) {
+	ctx := context.Background()
+	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
+	e := sched.NewExecutor(quiet)
+	_, err := e.Alloc(ctx, cpu, 0, core.BufferDevice)
+	assert.ErrorIs(t, err, core.ErrInvalidArgument, "an empty buffer")
+	_, err = e.Alloc(ctx, nil, 16, core.BufferDevice)
+	assert.ErrorIs(t, err, core.ErrInvalidArgument, "no device")
+	a, err := e.Alloc(ctx, cpu, 10, core.BufferDevice)
+	require.NoError(t, err)
+	b, err := e.Alloc(ctx, cpu, 10, core.BufferDevice)
+	require.NoError(t, err)
+	assert.EqualValues(t, 10, a.Size())
+	require.NoError(t, a.Write(2, []byte{1, 2, 3}))
+	require.NoError(t, b.Write(0, make([]byte, 10)), "a's neighbour")
+	got := make([]byte, 4)
+	require.NoError(t, a.Read(1, got))
+	assert.Equal(t, []byte{0, 1, 2, 3}, got)
+	m, err := a.Map()
+	require.NoError(t, err)
+	assert.Len(t, m, 10)
+	require.NoError(t, a.Unmap())
+	for _, tt := range []struct {
+		name string
+		off  int64
+		n    int
+	}{{"past the end", 8, 3}, {"negative offset", -1, 1}, {"offset past the end", 11, 0}} {
+		assert.ErrorIs(t, a.Write(tt.off, make([]byte, tt.n)), core.ErrInvalidArgument, tt.name)
+		assert.ErrorIs(t, a.Read(tt.off, make([]byte, tt.n)), core.ErrInvalidArgument, tt.name)
+	}
+	require.NoError(t, a.Close())
+	assert.ErrorIs(t, a.Read(0, got), core.ErrBadState, "a closed buffer")
+	require.NoError(t, e.Close())
+	assert.ErrorIs(t, b.Write(0, got), core.ErrBadState, "the executor closed")
+	_, err = b.Map()
+	assert.ErrorIs(t, err, core.ErrBadState)
+	_, err = e.Alloc(ctx, cpu, 16, core.BufferDevice)
+	assert.ErrorIs(t, err, core.ErrBadState)
+}
