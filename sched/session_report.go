@@ -10,15 +10,17 @@ import (
 )
 
 // Report is a session's placement: on which execution unit every node runs, at what precision,
-// what fell back and why, and the host copies each Run makes between units.
+// what fell back and why, and the tensors each Run hands from one unit to another.
 type Report struct {
 	Policy     string
 	Strict     bool
 	Units      []string // names of the units that got at least one node (UnitName)
 	Partitions int
 	Nodes      []NodeReport
-	// CopiesPerRun counts the tensors each Run copies between units through host memory,
-	// CopyBytesPerRun their size.
+	// CopiesPerRun counts the tensors each Run hands from the unit that makes them to another
+	// that reads them, CopyBytesPerRun their size. They pass through the runtime's arena: in
+	// place for units that import it, copied by those that cannot (RuntimeReport counts those
+	// copies).
 	CopiesPerRun    int
 	CopyBytesPerRun int64
 	// Runs, Copies and CopyBytes are totals over the Runs completed so far.
@@ -34,7 +36,7 @@ type NodeReport struct {
 	Unit      string // the unit's name: "neon:0", "neon:0{cpus=1}"
 	Partition int    // -1 when the node's result is never used (it does not run)
 	Precision core.Precision
-	CopiesIn  int // inputs copied in from another unit before it runs
+	CopiesIn  int // inputs handed over from another unit (at the first node of its partition to read them)
 	Fallback  bool
 	Reason    string // the refusals that moved it off its first choice
 }
