@@ -7,6 +7,11 @@
 // Load is the short way in: it opens a model, chooses the best usable device and returns an
 // Engine ready to Generate or start a Chat (which renders the model's chat template). Open,
 // NewRunner and a device from package loader do the same step by step.
+//
+// Techniques live in packages of their own and plug in through the runner's hooks (see
+// Runner): speculative decoding (package spec) as a decode Strategy, the sparse FFN (package
+// sparse) as a ChunkHook, the W8A8 lowering and its calibration (package w8a8) as a
+// ProjectionHook with projection taps, embeddings (package embed) over the hidden-state output.
 package llm
 
 import (

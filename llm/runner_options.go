@@ -6,7 +6,6 @@ import (
 	"maps"
 
 	"github.com/xpuhub/xpu/core"
-	"github.com/xpuhub/xpu/llm/sparse/host"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -48,8 +47,8 @@ type runnerConfig struct {
 	proj ProjectionHook
 	// tap, when set, is handed every projection's input and output after each run (WithTap).
 	tap func(t Tap, data []byte)
-	// sparse runs the FFNs sparsely (WithSparseFFN); nil runs them dense.
-	sparse host.FFN
+	// chunkHook runs the chunks with programs of its own (WithChunkHook): the sparse FFN.
+	chunkHook ChunkHook
 	// slot, for a runner of a Batch, is where its cache lies in the batch's (batch.go).
 	slot *batchSlot
 	// hidden: the last stage outputs the final-normed hidden state instead of the logits

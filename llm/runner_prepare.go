@@ -64,8 +64,8 @@ func (r *Runner) init(ctx context.Context) error {
 			r.cfg.progress(done, total)
 		}
 	}
-	if r.cfg.sparse != nil {
-		return r.initSparse(ctx, step, lengths)
+	if r.cfg.chunkHook != nil {
+		return r.initHook(ctx, step, lengths)
 	}
 	// longest first: a unit's decode parts of a split weight are then rows of the whole weight
 	// its prefill graphs uploaded, which the adapter passes as offsets and neon serves out of

@@ -109,7 +109,7 @@ func (r *Runner) MaxVerify() int {
 // over several units, or the sparse FFN's programs.
 func (r *Runner) PrefillEachLoses() bool {
 	cp := r.progs[r.cfg.chunk]
-	return cp.sp != nil || cp.prog.Lanes() > 1
+	return cp.hp != nil || cp.prog.Lanes() > 1
 }
 
 // PrefillEach is Prefill that also hands f the logits after every token (i indexes tokens; the
