@@ -45,7 +45,7 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return 2
 	}
 	fail := failer(stderr, "xpu calibrate")
-	calText := llm.DefaultCalibrationText
+	calText := w8a8.DefaultCalibrationText
 	if *text != "" {
 		b, err := os.ReadFile(*text)
 		if err != nil {
@@ -71,8 +71,8 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		gran = w8a8.PerChannel
 	}
 	t0 := time.Now()
-	cal, err := llm.Calibrate(ctx, m, b.Devices()[0], calText, llm.WithCalibrationRule(rule),
-		llm.WithCalibrationTokens(*tokens), llm.WithImportance(!*noImp), llm.WithCalibrationGranularity(gran))
+	cal, err := w8a8.Calibrate(ctx, m, b.Devices()[0], calText, w8a8.WithRule(rule),
+		w8a8.WithTokens(*tokens), w8a8.WithImportance(!*noImp), w8a8.WithGranularity(gran))
 	if err != nil {
 		return fail(err)
 	}

@@ -114,7 +114,7 @@ func (f *runFlags) openTechniques(ctx context.Context, m *llm.Model, stderr io.W
 	}
 	if low != nil {
 		t.w8a8 = true
-		t.opts = append(t.opts, llm.WithW8A8(low))
+		t.opts = append(t.opts, w8a8.WithLowering(low))
 	}
 	spath, err := f.sp.path(f.in.model)
 	if err != nil || spath == "" {
@@ -130,7 +130,7 @@ func (f *runFlags) openTechniques(ctx context.Context, m *llm.Model, stderr io.W
 	}
 	t.sparse = srt
 	t.closers = append(t.closers, sc, srt)
-	t.opts = append(t.opts, llm.WithSparseFFN(srt))
+	t.opts = append(t.opts, sparse.WithFFN(srt))
 	fmt.Fprintf(stderr, "sparse FFN: %s\n", spath)
 	// Each prefill chunk length has its own programs, whose intermediates (about 6 MiB per
 	// layer stage at chunk 64 for a 7B model) the budget does not count: under a budget
@@ -254,7 +254,7 @@ func (f *runFlags) report(w io.Writer, r *llm.Runner, res llm.Result, srt *spars
 		printSchedStats(w, r.Report())
 		if srt != nil {
 			fmt.Fprintf(w, "sparse FFN:\n%s\n", srt.Stats())
-			pt, dt := r.SparseTimes()
+			pt, dt := sparse.TimesOf(r)
 			fmt.Fprintf(w, "  prefill timeline: %s\n  decode timeline: %s\n", pt, dt)
 		}
 	}

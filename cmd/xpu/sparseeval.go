@@ -104,7 +104,7 @@ func runSparseEval(ctx context.Context, args []string, stdout, stderr io.Writer)
 				return res, err
 			}
 			defer func() { err = errors.Join(err, rt.Close()) }()
-			opts = append(opts, llm.WithSparseFFN(rt))
+			opts = append(opts, sparse.WithFFN(rt))
 		}
 		r, err := llm.NewRunner(ctx, m, dev, opts...)
 		if err != nil {

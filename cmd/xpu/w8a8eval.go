@@ -129,13 +129,13 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	fmt.Fprintln(tw, "VARIANT\tUNITS\tNMSE\tTOP-1 AGREE\tSHADOW WORK\tGREEDY MATCH")
 	for _, mode := range []w8a8.ShadowMode{w8a8.ShadowOff, w8a8.ShadowOn, w8a8.ShadowPruned} {
-		w, err := llm.NewW8A8(m, w8a8.Config{Calibration: cal, Shadow: mode, Convert: true, Granularity: gran})
+		w, err := w8a8.NewLowering(m, w8a8.Config{Calibration: cal, Shadow: mode, Convert: true, Granularity: gran})
 		if err != nil {
 			return fail(err)
 		}
 		var got []float32
 		if *units == "" {
-			got, err = run(m, refDev, llm.WithW8A8(w))
+			got, err = run(m, refDev, w8a8.WithLowering(w))
 		} else {
 			got, err = plannedLogits(ctx, m, devs, specs, ids, w)
 		}
@@ -191,13 +191,13 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 }
 
 // plannedLogits runs the W8A8 model on the default plan over specs (adapted by w8a8.Plan).
-func plannedLogits(ctx context.Context, m *llm.Model, devs []core.Device, specs []sched.UnitSpec, ids []int32, w *llm.W8A8) ([]float32, error) {
+func plannedLogits(ctx context.Context, m *llm.Model, devs []core.Device, specs []sched.UnitSpec, ids []int32, w *w8a8.Lowering) ([]float32, error) {
 	plan, err := llm.DefaultPlan(m, devs, specs)
 	if err != nil {
 		return nil, err
 	}
 	n := len(ids)
-	r, err := llm.NewPlannedRunner(ctx, m, devs, w8a8.Plan(plan), llm.WithChunkSize(n), llm.WithContextLength(n), llm.WithW8A8(w))
+	r, err := llm.NewPlannedRunner(ctx, m, devs, w8a8.Plan(plan), llm.WithChunkSize(n), llm.WithContextLength(n), w8a8.WithLowering(w))
 	if err != nil {
 		return nil, err
 	}
@@ -207,10 +207,10 @@ func plannedLogits(ctx context.Context, m *llm.Model, devs []core.Device, specs 
 
 // greedyTokens generates n tokens greedily from BOS: on devs[0] without specs, else on the
 // default plan over specs (adapted for W8A8 when w is set).
-func greedyTokens(ctx context.Context, m *llm.Model, devs []core.Device, specs []sched.UnitSpec, n int, w *llm.W8A8) ([]int32, error) {
+func greedyTokens(ctx context.Context, m *llm.Model, devs []core.Device, specs []sched.UnitSpec, n int, w *w8a8.Lowering) ([]int32, error) {
 	opts := []llm.RunnerOption{llm.WithContextLength(n + 1)}
 	if w != nil {
-		opts = append(opts, llm.WithW8A8(w))
+		opts = append(opts, w8a8.WithLowering(w))
 	}
 	var r *llm.Runner
 	var err error
