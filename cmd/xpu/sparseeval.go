@@ -48,19 +48,15 @@ func runSparseEval(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return fail(fmt.Errorf("--budget: %w", err))
 		}
 	}
-	body, err := readEvalText(*text)
-	if err != nil {
-		return fail(err)
-	}
-	m, err := llm.Open(*model)
-	if err != nil {
-		return fail(err)
-	}
-	defer m.Close()
 	path := *sidecar
 	if path == "" {
 		path = sparse.DefaultPath(*model)
 	}
+	body, m, err := openEval(*text, *model)
+	if err != nil {
+		return fail(err)
+	}
+	defer m.Close()
 	sc, err := sparse.OpenFor(path, m)
 	if err != nil {
 		return fail(err)

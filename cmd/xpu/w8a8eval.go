@@ -54,11 +54,7 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return 2
 	}
 	fail := failer(stderr, "xpu w8a8-eval")
-	body, err := readEvalText(*text)
-	if err != nil {
-		return fail(err)
-	}
-	m, err := llm.Open(*model)
+	body, m, err := openEval(*text, *model)
 	if err != nil {
 		return fail(err)
 	}
@@ -242,11 +238,19 @@ func top1(got, want []float32, vocab int) float64 {
 	return float64(same) / float64(max(rows, 1))
 }
 
-// readEvalText is an eval command's text: the file at path, or evalText when path is empty.
-func readEvalText(path string) (string, error) {
-	if path == "" {
-		return evalText, nil
+// openEval reads an eval command's text (the file at textPath, or evalText when textPath is
+// empty) and opens its model; the caller closes the model.
+func openEval(textPath, modelPath string) (text string, m *llm.Model, err error) {
+	text = evalText
+	if textPath != "" {
+		b, err := os.ReadFile(textPath)
+		if err != nil {
+			return "", nil, err
+		}
+		text = string(b)
 	}
-	b, err := os.ReadFile(path)
-	return string(b), err
+	if m, err = llm.Open(modelPath); err != nil {
+		return "", nil, err
+	}
+	return text, m, nil
 }
