@@ -35,14 +35,12 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return code
 	}
 	if *tokens < 8 {
-		fmt.Fprintf(stderr, "xpu calibrate: --tokens %d: at least 8\n", *tokens)
-		return 2
+		return usageExit(stderr, "xpu calibrate: --tokens %d: at least 8", *tokens)
 	}
 	rule := w8a8.DefaultRule
 	rule.Keep, rule.Percentile, rule.HotFraction, rule.HotCover, rule.OutlierRatio = *keep, *pct, *hotFrac, *hotCover, *ratio
 	if err := rule.Check(); err != nil {
-		fmt.Fprintf(stderr, "xpu calibrate: %v\n", err)
-		return 2
+		return usageExit(stderr, "xpu calibrate: %v", err)
 	}
 	fail := failer(stderr, "xpu calibrate")
 	calText := w8a8.DefaultCalibrationText

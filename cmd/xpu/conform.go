@@ -70,8 +70,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		return 2
 	}
 	if err := applyUnits(); err != nil {
-		fmt.Fprintf(stderr, "xpu conform: %v\n", err)
-		return 2
+		return usageExit(stderr, "xpu conform: %v", err)
 	}
 	// in process, the verdict comes from a supervising parent (conform_supervise.go)
 	sentinel := conformChildSentinel()
@@ -86,8 +85,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 	if *filter != "" {
 		re, err := regexp.Compile(*filter)
 		if err != nil {
-			fmt.Fprintf(stderr, "xpu conform: --filter: %v\n", err)
-			return 2
+			return usageExit(stderr, "xpu conform: --filter: %v", err)
 		}
 		opts = append(opts, conformance.WithFilter(re))
 		filterRE = re
@@ -103,8 +101,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		lopts = append(lopts, loader.WithValidation())
 	}
 	if *timeout < 0 {
-		fmt.Fprintf(stderr, "xpu conform: --timeout %v: must be 0 (automatic) or more\n", *timeout)
-		return 2
+		return usageExit(stderr, "xpu conform: --timeout %v: must be 0 (automatic) or more", *timeout)
 	}
 	lopts = append(lopts, loader.WithExecuteTimeout(*timeout))
 	if *opsDoc != "" {

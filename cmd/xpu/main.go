@@ -210,6 +210,13 @@ func setUsage(fs *flag.FlagSet, stderr io.Writer, lines ...string) {
 	}
 }
 
+// usageExit gives a command's usage-error exit: it prints the message (format and a, as
+// fmt.Fprintf, ending the line) and returns exit code 2.
+func usageExit(stderr io.Writer, format string, a ...any) int {
+	fmt.Fprintf(stderr, format+"\n", a...)
+	return 2
+}
+
 // failer gives a command's error exit: it prints err after the command's name ("xpu run: ...")
 // and returns exit code 1.
 func failer(stderr io.Writer, name string) func(error) int {

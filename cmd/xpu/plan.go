@@ -51,8 +51,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *papers && *socName == "" {
-		fmt.Fprintln(stderr, "xpu plan: --papers compares a simulated SoC (--soc) with published figures; a measured profile has none")
-		return 2
+		return usageExit(stderr, "xpu plan: --papers compares a simulated SoC (--soc) with published figures; a measured profile has none")
 	}
 	o := solve.Options{Prompt: *prompt, Context: *ctxLen, Steal: *steal, Adapt: *adapt}
 	switch *mode {
@@ -65,13 +64,11 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "split":
 		o.Mode = solve.LayerSplit
 	default:
-		fmt.Fprintf(stderr, "xpu plan: --mode %q: tensor, layer, split or single\n", *mode)
-		return 2
+		return usageExit(stderr, "xpu plan: --mode %q: tensor, layer, split or single", *mode)
 	}
 	pol, err := dag.PolicyByName(*policy)
 	if err != nil {
-		fmt.Fprintf(stderr, "xpu plan: --policy: %v\n", err)
-		return 2
+		return usageExit(stderr, "xpu plan: --policy: %v", err)
 	}
 	o.Policy = pol
 	if *units != "" {

@@ -44,8 +44,7 @@ func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	typeSet := false
 	fs.Visit(func(f *flag.Flag) { typeSet = typeSet || f.Name == "type" })
 	if *npu && typeSet || *perChannel && !*npu {
-		fmt.Fprintln(stderr, "xpu quantize: --npu-int8 keeps the model's own dtypes (no --type); --per-channel goes with --npu-int8")
-		return 2
+		return usageExit(stderr, "xpu quantize: --npu-int8 keeps the model's own dtypes (no --type); --per-channel goes with --npu-int8")
 	}
 	recipe, err := quant.ParseRecipe(*typ)
 	if err != nil {

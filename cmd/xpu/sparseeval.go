@@ -33,12 +33,10 @@ func runSparseEval(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return code
 	}
 	if math.IsNaN(*thOffset) || math.IsInf(*thOffset, 0) {
-		fmt.Fprintf(stderr, "xpu sparse-eval: --threshold-offset %v: must be a finite number\n", *thOffset)
-		return 2
+		return usageExit(stderr, "xpu sparse-eval: --threshold-offset %v: must be a finite number", *thOffset)
 	}
 	if *tokens < 2 || *greedy < 0 {
-		fmt.Fprintf(stderr, "xpu sparse-eval: --tokens %d (at least 2) and --greedy %d (0 or more)\n", *tokens, *greedy)
-		return 2
+		return usageExit(stderr, "xpu sparse-eval: --tokens %d (at least 2) and --greedy %d (0 or more)", *tokens, *greedy)
 	}
 	fail := failer(stderr, "xpu sparse-eval")
 	var b int64

@@ -46,12 +46,10 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return code
 	}
 	if *greedy < 0 {
-		fmt.Fprintf(stderr, "xpu w8a8-eval: --greedy %d: must be 0 or more\n", *greedy)
-		return 2
+		return usageExit(stderr, "xpu w8a8-eval: --greedy %d: must be 0 or more", *greedy)
 	}
 	if *tokens < 2 {
-		fmt.Fprintf(stderr, "xpu w8a8-eval: --tokens %d: at least 2\n", *tokens)
-		return 2
+		return usageExit(stderr, "xpu w8a8-eval: --tokens %d: at least 2", *tokens)
 	}
 	fail := failer(stderr, "xpu w8a8-eval")
 	body, m, err := openEval(*text, *model)
