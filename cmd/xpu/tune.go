@@ -302,6 +302,8 @@ func (d *decodeTrial) Measure(ctx context.Context, sel cputopo.Selection) (cores
 		Meter: rd.Meter, CPUSecPerToken: (c1 - c0).Seconds() / fn, Tokens: n, Note: rd.Note}, nil
 }
 
+// argmax is greedy decoding as llama.cpp's logits.c does it: the highest logit, the lowest id on
+// a tie.
 func argmax(v []float32) int32 {
 	best := 0
 	for i, x := range v {
