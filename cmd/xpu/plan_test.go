@@ -149,12 +149,9 @@ func TestTuneProfileThenPlan(t *testing.T) {
 // The README's `xpu plan` and `xpu tune --profile` lines, run as written (from the repository
 // root, with the cache in a temporary directory and plan files written there).
 func TestREADMEPlanCommands(t *testing.T) {
-	var lines []string
-	for _, l := range readmeShellLines(t) {
-		if strings.HasPrefix(l, "build/xpu plan ") || strings.HasPrefix(l, "build/xpu tune --profile ") {
-			lines = append(lines, l)
-		}
-	}
+	lines := readmeLinesWhere(t, func(l string) bool {
+		return strings.HasPrefix(l, "build/xpu plan ") || strings.HasPrefix(l, "build/xpu tune --profile ")
+	})
 	require.GreaterOrEqual(t, len(lines), 3)
 	needsModel := false
 	for _, l := range lines {

@@ -20,12 +20,7 @@ import (
 // predictor's recall where plan-sparse measured it.
 func TestREADMESparseCommands(t *testing.T) {
 	model := filepath.Join(t.TempDir(), "relu-6m.gguf")
-	var lines []string
-	for _, l := range readmeShellLines(t) {
-		if strings.Contains(l, "/tmp/relu-6m.gguf") {
-			lines = append(lines, l)
-		}
-	}
+	lines := readmeLinesWhere(t, func(l string) bool { return strings.Contains(l, "/tmp/relu-6m.gguf") })
 	require.Len(t, lines, 5, "the README's gen-model, plan-sparse, run (sparse, dense) and sparse-eval lines")
 	var outs, errs []string
 	for _, l := range lines {

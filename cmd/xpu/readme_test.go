@@ -78,6 +78,17 @@ func readmeShellLines(t *testing.T) []string {
 	return out
 }
 
+// readmeLinesWhere returns the documents' command lines (readmeShellLines) that keep takes.
+func readmeLinesWhere(t *testing.T, keep func(line string) bool) []string {
+	var out []string
+	for _, l := range readmeShellLines(t) {
+		if keep(l) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // docCommands maps every command line the documents show to the test that runs it: a doc
 // test that picks the line out of the document and runs it as written, or a test that runs
 // the same command. The first row whose pattern matches a line is its row. A line no row
@@ -388,12 +399,7 @@ func TestREADMERunAndServeCommands(t *testing.T) {
 func TestREADMEQuantizeCommands(t *testing.T) {
 	storiesPath(t)
 	out := filepath.Join(t.TempDir(), "stories260K-q4_k_m.gguf")
-	var lines []string
-	for _, l := range readmeShellLines(t) {
-		if strings.Contains(l, "stories260K-q4_k_m.gguf") {
-			lines = append(lines, l)
-		}
-	}
+	lines := readmeLinesWhere(t, func(l string) bool { return strings.Contains(l, "stories260K-q4_k_m.gguf") })
 	require.Len(t, lines, 2, "the README's quantize and run lines")
 	require.True(t, strings.HasPrefix(lines[0], "build/xpu quantize "), lines[0])
 	for i, l := range lines {
@@ -413,12 +419,9 @@ func TestREADMEW8A8Commands(t *testing.T) {
 	storiesPath(t)
 	dir := t.TempDir()
 	npu := filepath.Join(dir, "stories260K-npu.gguf")
-	var lines []string
-	for _, l := range readmeShellLines(t) {
-		if strings.Contains(l, "stories260K-npu.gguf") || strings.HasPrefix(l, "build/xpu calibrate ") || strings.HasPrefix(l, "build/xpu w8a8-eval ") {
-			lines = append(lines, l)
-		}
-	}
+	lines := readmeLinesWhere(t, func(l string) bool {
+		return strings.Contains(l, "stories260K-npu.gguf") || strings.HasPrefix(l, "build/xpu calibrate ") || strings.HasPrefix(l, "build/xpu w8a8-eval ")
+	})
 	require.Len(t, lines, 4, "the README's W8A8 lines")
 	for _, l := range lines {
 		got, _ := runDocLine(t, l, []string{"XPU_CACHE_DIR=" + filepath.Join(dir, "cache")}, "stories260K-npu.gguf", npu)

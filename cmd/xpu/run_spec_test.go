@@ -88,12 +88,7 @@ func TestRunSpecBadFlags(t *testing.T) {
 // The README's speculative-decoding line, run as written.
 func TestREADMESpecCommand(t *testing.T) {
 	storiesPath(t)
-	var lines []string
-	for _, l := range readmeShellLines(t) {
-		if strings.Contains(l, "build/xpu run") && strings.Contains(l, "--spec") {
-			lines = append(lines, l)
-		}
-	}
+	lines := readmeLinesWhere(t, func(l string) bool { return strings.Contains(l, "build/xpu run") && strings.Contains(l, "--spec") })
 	require.NotEmpty(t, lines)
 	for _, l := range lines {
 		out, errOut := runDocLine(t, l, []string{"XPU_CACHE_DIR=" + t.TempDir()})
