@@ -19,15 +19,9 @@ const (
 
 // String gives the kind's lower-case name, or kind(N) for an unknown value.
 func (k DeviceKind) String() string {
-	switch k {
-	case DeviceCPU:
-		return "cpu"
-	case DeviceGPU:
-		return "gpu"
-	case DeviceNPU:
-		return "npu"
-	case DeviceAccel:
-		return "accel"
+	names := [...]string{DeviceCPU: "cpu", DeviceGPU: "gpu", DeviceNPU: "npu", DeviceAccel: "accel"}
+	if int(k) < len(names) {
+		return names[k]
 	}
 	return fmt.Sprintf("kind(%d)", uint32(k))
 }
