@@ -15,12 +15,7 @@ import (
 
 func TestBenchFlagErrors(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "none.gguf")
-	for _, c := range []struct {
-		name string
-		args []string
-		code int
-		says string
-	}{
+	runCLICases(t, []string{"bench"}, []cliCase{
 		{"help", []string{"-h"}, 0, "xpu bench -m MODEL"},
 		{"model and kernels", []string{"-m", "x.gguf", "--kernels"}, 2, "two different benchmarks"},
 		{"kernel flag with -m", []string{"-m", "x.gguf", "--quick"}, 2, "--quick belongs to the kernel suite"},
@@ -42,13 +37,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{"missing model", []string{"-m", missing, "--backend", "ref"}, 1, "no such file"},
 		{"kernels: one thread count", []string{"--kernels", "--threads", "1,2"}, 2, "one thread count"},
 		{"kernels: unknown backend", []string{"--kernels", "--backend", "no-such-backend"}, 1, "no-such-backend"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			code, _, errOut := runCLI(t, append([]string{"bench"}, c.args...)...)
-			assert.Equal(t, c.code, code, errOut)
-			assert.Contains(t, errOut, c.says)
-		})
-	}
+	})
 }
 
 // The three output formats on the test model: the same tests, in llama-bench's shapes.

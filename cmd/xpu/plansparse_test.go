@@ -131,12 +131,7 @@ func TestRunSparseErrors(t *testing.T) {
 	require.NoError(t, os.WriteFile(truncated, b[:len(b)-5000], 0o644))
 
 	base := []string{"run", "--temp", "0", "-n", "4", "-c", "64", "-p", "a b c"}
-	for _, tc := range []struct {
-		name string
-		args []string
-		code int
-		want string
-	}{
+	runCLICases(t, base, []cliCase{
 		{"bad mode", []string{"--model", relu, "--sparse", "maybe"}, 2, "on, off or auto"},
 		{"bad predictor", []string{"--model", relu, "--predictor", "psychic"}, 2, "trained or oracle"},
 		{"bad budget", []string{"--model", relu, "--budget", "lots"}, 2, "--budget"},
@@ -155,11 +150,5 @@ func TestRunSparseErrors(t *testing.T) {
 		{"with speculation", []string{"--model", relu, "--spec", "retrieval"}, 1, "--sparse off"},
 		{"dense always works", []string{"--model", relu, "--sparse", "off", "--spec", "retrieval"}, 0, ""},
 		{"dense without a sidecar", []string{"--model", other}, 0, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			code, _, errOut := runCLI(t, append(base, tc.args...)...)
-			assert.Equal(t, tc.code, code, errOut)
-			assert.Contains(t, errOut, tc.want)
-		})
-	}
+	})
 }
