@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/w8a8"
-	"github.com/xpuhub/xpu/loader"
 )
 
 func init() {
@@ -43,33 +41,26 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usageExit(stderr, "xpu calibrate: %v", err)
 	}
 	fail := failer(stderr, "xpu calibrate")
-	calText := w8a8.DefaultCalibrationText
-	if *text != "" {
-		b, err := os.ReadFile(*text)
-		if err != nil {
-			return fail(err)
-		}
-		calText = string(b)
+	calText, err := readTextOr(*text, w8a8.DefaultCalibrationText)
+	if err != nil {
+		return fail(err)
 	}
 	m, err := llm.Open(*model)
 	if err != nil {
 		return fail(err)
 	}
 	defer m.Close()
-	b, err := loader.Open(ctx, *backend)
+	b, dev, err := openFirstDevice(ctx, *backend)
 	if err != nil {
 		return fail(err)
 	}
 	defer b.Close()
-	if len(b.Devices()) == 0 {
-		return fail(fmt.Errorf("backend %s has no device", *backend))
-	}
 	gran := w8a8.PerTensor
 	if *perChannel {
 		gran = w8a8.PerChannel
 	}
 	t0 := time.Now()
-	cal, err := w8a8.Calibrate(ctx, m, b.Devices()[0], calText, w8a8.WithRule(rule),
+	cal, err := w8a8.Calibrate(ctx, m, dev, calText, w8a8.WithRule(rule),
 		w8a8.WithTokens(*tokens), w8a8.WithImportance(!*noImp), w8a8.WithGranularity(gran))
 	if err != nil {
 		return fail(err)

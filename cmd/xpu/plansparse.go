@@ -61,13 +61,9 @@ func runPlanSparse(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fail(err)
 	}
 	defer m.Close()
-	txt := sparse.DefaultText
-	if *text != "" {
-		raw, err := os.ReadFile(*text)
-		if err != nil {
-			return fail(err)
-		}
-		txt = string(raw)
+	txt, err := readTextOr(*text, sparse.DefaultText)
+	if err != nil {
+		return fail(err)
 	}
 	n := *tokens
 	if n <= 0 {

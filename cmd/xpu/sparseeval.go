@@ -11,7 +11,6 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/sparse"
-	"github.com/xpuhub/xpu/loader"
 )
 
 func init() {
@@ -60,15 +59,11 @@ func runSparseEval(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fail(err)
 	}
 	defer sc.Close()
-	be, err := loader.Open(ctx, *backend)
+	be, dev, err := openFirstDevice(ctx, *backend)
 	if err != nil {
 		return fail(err)
 	}
 	defer be.Close()
-	if len(be.Devices()) == 0 {
-		return fail(fmt.Errorf("backend %s has no device", *backend))
-	}
-	dev := be.Devices()[0]
 	ids := m.Tokenizer.Encode(body, true)
 	ids = ids[:min(len(ids), *tokens)]
 	n := len(ids)

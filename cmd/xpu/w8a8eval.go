@@ -239,16 +239,37 @@ func top1(got, want []float32, vocab int) float64 {
 // openEval reads an eval command's text (the file at textPath, or evalText when textPath is
 // empty) and opens its model; the caller closes the model.
 func openEval(textPath, modelPath string) (text string, m *llm.Model, err error) {
-	text = evalText
-	if textPath != "" {
-		b, err := os.ReadFile(textPath)
-		if err != nil {
-			return "", nil, err
-		}
-		text = string(b)
+	if text, err = readTextOr(textPath, evalText); err != nil {
+		return "", nil, err
 	}
 	if m, err = llm.Open(modelPath); err != nil {
 		return "", nil, err
 	}
 	return text, m, nil
+}
+
+// readTextOr is the text of the file at path, or def when path is empty.
+func readTextOr(path, def string) (string, error) {
+	if path == "" {
+		return def, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// openFirstDevice opens the backend name (as --backend gives it) and returns its first device;
+// the caller closes the backend.
+func openFirstDevice(ctx context.Context, name string) (core.Backend, core.Device, error) {
+	b, err := loader.Open(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(b.Devices()) == 0 {
+		_ = b.Close()
+		return nil, nil, fmt.Errorf("backend %s has no device", name)
+	}
+	return b, b.Devices()[0], nil
 }
