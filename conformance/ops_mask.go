@@ -24,19 +24,6 @@ const (
 	maskEmptyRows maskKind = "empty-rows" // a random tree with every third row cleared
 )
 
-// treeMaskOf is the ancestor mask of a tree given by parents (-1 = a root): row i marks i and
-// every ancestor of i.
-func treeMaskOf(parents []int) []byte {
-	T := len(parents)
-	m := make([]byte, T*T)
-	for i := range parents {
-		for a := i; a >= 0; a = parents[a] {
-			m[i*T+a] = 1
-		}
-	}
-	return m
-}
-
 func drawMask(kind maskKind, T int, r *rand.Rand) []byte {
 	parents := make([]int, T)
 	for i := range parents {
@@ -51,7 +38,7 @@ func drawMask(kind maskKind, T int, r *rand.Rand) []byte {
 			parents[i] = r.IntN(i+1) - 1
 		}
 	}
-	m := treeMaskOf(parents)
+	m := core.TreeMask(parents)
 	switch kind {
 	case maskRandom:
 		for i := range m {

@@ -290,3 +290,16 @@ func TestGraphOpset(t *testing.T) {
 	assert.Equal(t, Shape{1, 4, 8}, part.Shape)
 	require.EqualValues(t, 4, g.Opset(), "a KV head range is op set 4")
 }
+
+// A tree's mask row marks the token and its ancestors: siblings do not see each other, and a
+// second root starts a tree of its own.
+func TestTreeMask(t *testing.T) {
+	assert.Equal(t, []byte{
+		1, 0, 0, 0, 0,
+		1, 1, 0, 0, 0,
+		1, 0, 1, 0, 0, // a sibling of token 1
+		1, 0, 1, 1, 0,
+		0, 0, 0, 0, 1, // a second root
+	}, TreeMask([]int{-1, 0, 0, 2, -1}))
+	assert.Empty(t, TreeMask(nil))
+}

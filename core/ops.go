@@ -196,6 +196,19 @@ func (g *Graph) RoPE(x, pos *Tensor, o RoPEOptions) *Tensor {
 	return g.add(s)
 }
 
+// TreeMask is the AttentionOptions.Mask data of a token tree given by parents (-1 = a root, a
+// parent before its child): the i8 [T, T] matrix whose row i marks token i and its ancestors.
+func TreeMask(parents []int) []byte {
+	T := len(parents)
+	m := make([]byte, T*T)
+	for i := range parents {
+		for a := i; a >= 0; a = parents[a] {
+			m[i*T+a] = 1
+		}
+	}
+	return m
+}
+
 // AttentionOptions configure Attention; zero values mean the OPS.md defaults.
 type AttentionOptions struct {
 	Scale  float32 // 0 = 1/sqrt(D)

@@ -11,19 +11,6 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// treeMask returns the i8 [T,T] ancestor mask of a token tree given by parents (-1 = a root):
-// row i marks i and its ancestors.
-func treeMask(parents []int) []byte {
-	T := len(parents)
-	m := make([]byte, T*T)
-	for i := range parents {
-		for a := i; a >= 0; a = parents[a] {
-			m[i*T+a] = 1
-		}
-	}
-	return m
-}
-
 // randomTree draws parents for T tokens in topological order (a parent precedes its child).
 func randomTree(r *rand.Rand, T int) []int {
 	p := make([]int, T)
@@ -163,7 +150,7 @@ func TestAttentionTreeMaskMatchesBruteForce(t *testing.T) {
 				mask[i] = byte(r.IntN(3)) // 2 counts as visible too
 			}
 		} else {
-			mask = treeMask(randomTree(r, Tq))
+			mask = core.TreeMask(randomTree(r, Tq))
 		}
 		want := bruteAttention(q, k, v, Tq, Hq, D, Hkv, Dv, maskedKeys(Tq, off, mask), 0)
 		g := maskedGraph(t, q, k, v, Tq, Hq, D, Tk, Hkv, Dv, true)
