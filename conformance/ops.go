@@ -330,32 +330,26 @@ func attentionCases() []testCase {
 		{2, 11, 4, 6, 24, 40, true, 9, true, 0, 3, 2},
 	}
 	var cs []testCase
-	for _, qdt := range floatDTypes {
-		for _, kvdt := range floatDTypes {
-			for _, v := range variants {
-				if qdt != kvdt && v.tq != 3 {
-					continue // mixed dtypes on one representative shape
+	// mixed dtypes on one representative shape
+	forAttentionDTypes(variants, func(v ac) bool { return v.tq == 3 }, func(qdt, kvdt core.DType, v ac) {
+		cs = append(cs, graphCase(2, "ATTENTION", qdt.String()+"/"+kvdt.String(),
+			caseName("ATTENTION", "q", qdt, "kv", kvdt, "tq", v.tq, "tk", v.tk, "hq", v.hq, "hkv", v.hkv,
+				"d", v.d, "dv", v.dv, "causal", v.causal, "offset", v.offset, "offset_input", v.offsetInput,
+				"scale", v.scale, "kv_heads", fmt.Sprintf("%d+%d", v.h0, v.nh)),
+			graphSpec{build: func(b *builder) {
+				q := b.in("q", qdt, core.Shape{v.tq, v.hq, v.d}, -1, 1)
+				k := b.in("k", kvdt, core.Shape{v.tk, v.hkv, v.d}, -1, 1)
+				val := b.in("v", kvdt, core.Shape{v.tk, v.hkv, v.dv}, -1, 1)
+				o := core.AttentionOptions{Scale: v.scale, Causal: v.causal, QOffset: v.offset,
+					KVHeadOffset: v.h0, KVHeads: v.nh}
+				if v.offsetInput {
+					o.QOffset = 0 // the input, not the attribute, must be read
+					o.QOffsetInput = b.inData("q_offset", core.I32, core.Shape{1},
+						core.EncodeI32([]int32{int32(v.offset)}))
 				}
-				cs = append(cs, graphCase(2, "ATTENTION", qdt.String()+"/"+kvdt.String(),
-					caseName("ATTENTION", "q", qdt, "kv", kvdt, "tq", v.tq, "tk", v.tk, "hq", v.hq, "hkv", v.hkv,
-						"d", v.d, "dv", v.dv, "causal", v.causal, "offset", v.offset, "offset_input", v.offsetInput,
-						"scale", v.scale, "kv_heads", fmt.Sprintf("%d+%d", v.h0, v.nh)),
-					graphSpec{build: func(b *builder) {
-						q := b.in("q", qdt, core.Shape{v.tq, v.hq, v.d}, -1, 1)
-						k := b.in("k", kvdt, core.Shape{v.tk, v.hkv, v.d}, -1, 1)
-						val := b.in("v", kvdt, core.Shape{v.tk, v.hkv, v.dv}, -1, 1)
-						o := core.AttentionOptions{Scale: v.scale, Causal: v.causal, QOffset: v.offset,
-							KVHeadOffset: v.h0, KVHeads: v.nh}
-						if v.offsetInput {
-							o.QOffset = 0 // the input, not the attribute, must be read
-							o.QOffsetInput = b.inData("q_offset", core.I32, core.Shape{1},
-								core.EncodeI32([]int32{int32(v.offset)}))
-						}
-						b.g.Output(b.g.Attention(q, k, val, o))
-					}}))
-			}
-		}
-	}
+				b.g.Output(b.g.Attention(q, k, val, o))
+			}}))
+	})
 	return cs
 }
 
