@@ -19,11 +19,7 @@ const (
 
 // String gives the kind's lower-case name, or kind(N) for an unknown value.
 func (k DeviceKind) String() string {
-	names := [...]string{DeviceCPU: "cpu", DeviceGPU: "gpu", DeviceNPU: "npu", DeviceAccel: "accel"}
-	if int(k) < len(names) {
-		return names[k]
-	}
-	return fmt.Sprintf("kind(%d)", uint32(k))
+	return enumName([]string{DeviceCPU: "cpu", DeviceGPU: "gpu", DeviceNPU: "npu", DeviceAccel: "accel"}, k, "kind")
 }
 
 // Caps are device capability bits, as XPU_CAP_*.

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -22,17 +21,4 @@ func TestQueryForWeightDType(t *testing.T) {
 	assert.Equal(t, OpQuery{Op: OpMatMul, DTypeIn: F32, DTypeWeight: Q8_0, DTypeOut: F32, Rank: 2}, q)
 	q = QueryFor(g.Nodes[sf.Producer])
 	assert.Equal(t, OpQuery{Op: OpSparseFFN, DTypeIn: F32, DTypeWeight: Q4_0, DTypeOut: F32, Rank: 2}, q)
-}
-
-// Device kinds and precisions print their lower-case names, and an unknown value says so.
-func TestKindAndPrecisionNames(t *testing.T) {
-	for _, tc := range []struct {
-		got  fmt.Stringer
-		want string
-	}{
-		{DeviceCPU, "cpu"}, {DeviceGPU, "gpu"}, {DeviceNPU, "npu"}, {DeviceAccel, "accel"}, {DeviceKind(9), "kind(9)"},
-		{PrecDefault, "default"}, {PrecInt8, "int8"}, {PrecInt4, "int4"}, {Precision(40), "?"},
-	} {
-		assert.Equal(t, tc.want, tc.got.String())
-	}
 }
