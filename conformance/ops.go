@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/xpuhub/xpu/core"
@@ -34,22 +35,9 @@ func caseName(op string, kv ...any) string {
 }
 
 func opCases() []testCase {
-	var cs []testCase
-	cs = append(cs, unaryCases()...)
-	cs = append(cs, binaryCases()...)
-	cs = append(cs, normCases()...)
-	cs = append(cs, softmaxCases()...)
-	cs = append(cs, matmulCases()...)
-	cs = append(cs, ropeCases()...)
-	cs = append(cs, attentionCases()...)
-	cs = append(cs, attentionMaskCases()...)
-	cs = append(cs, getRowsCases()...)
-	cs = append(cs, conversionCases()...)
-	cs = append(cs, movementCases()...)
-	cs = append(cs, w8a8Cases()...)
-	cs = append(cs, sparseFFNCases()...)
-	cs = append(cs, v5Cases()...)
-	return cs
+	return slices.Concat(unaryCases(), binaryCases(), normCases(), softmaxCases(), matmulCases(), ropeCases(),
+		attentionCases(), attentionMaskCases(), getRowsCases(), conversionCases(), movementCases(), w8a8Cases(),
+		sparseFFNCases(), v5Cases())
 }
 
 var unaryShapes = []core.Shape{{}, {1}, {7}, {17}, {3, 33}, {2, 3, 5, 67}, {4, 1031}, {0}, {3, 0, 5}}
