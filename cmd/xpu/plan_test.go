@@ -78,28 +78,18 @@ func TestPlanSoC(t *testing.T) {
 }
 
 func TestPlanUsage(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		code int
-		err  string
-	}{
-		{[]string{"plan"}, 2, "usage: xpu plan"},
-		{[]string{"plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--mode", "best"}, 2, "tensor, layer, split or single"},
-		{[]string{"plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--policy", "random"}, 2, "unknown policy"},
-		{[]string{"plan", "--soc", "nope", "--model", "qwen1.5-1.8b"}, 1, "sd8gen3"},
-		{[]string{"plan", "--soc", "sd8gen3", "--model", "gpt-5"}, 1, "qwen1.5-1.8b, llama-8b"},
-		{[]string{"plan", "--soc", "sd8gen3", "--model", "llama-8b", "--units", "gpu,dsp"}, 1, "not in the profile"},
-		{[]string{"plan", "--model", "x.gguf", "--profile", "/nonexistent.json"}, 1, "no such file"},
-		{[]string{"tune", "--profile"}, 2, "usage: xpu tune"},
-		{[]string{"tune", "--profile", "--energy", "--model", "x"}, 2, "usage: xpu tune"},
-		{[]string{"tune", "--profile", "--model", "x.gguf", "--grid", "1,0"}, 1, "--grid"},
-	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			code, _, stderr := runCLI(t, tc.args...)
-			assert.Equal(t, tc.code, code)
-			assert.Contains(t, stderr, tc.err)
-		})
-	}
+	runCLICases(t, nil, []cliCase{
+		{args: []string{"plan"}, code: 2, says: "usage: xpu plan"},
+		{args: []string{"plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--mode", "best"}, code: 2, says: "tensor, layer, split or single"},
+		{args: []string{"plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--policy", "random"}, code: 2, says: "unknown policy"},
+		{args: []string{"plan", "--soc", "nope", "--model", "qwen1.5-1.8b"}, code: 1, says: "sd8gen3"},
+		{args: []string{"plan", "--soc", "sd8gen3", "--model", "gpt-5"}, code: 1, says: "qwen1.5-1.8b, llama-8b"},
+		{args: []string{"plan", "--soc", "sd8gen3", "--model", "llama-8b", "--units", "gpu,dsp"}, code: 1, says: "not in the profile"},
+		{args: []string{"plan", "--model", "x.gguf", "--profile", "/nonexistent.json"}, code: 1, says: "no such file"},
+		{args: []string{"tune", "--profile"}, code: 2, says: "usage: xpu tune"},
+		{args: []string{"tune", "--profile", "--energy", "--model", "x"}, code: 2, says: "usage: xpu tune"},
+		{args: []string{"tune", "--profile", "--model", "x.gguf", "--grid", "1,0"}, code: 1, says: "--grid"},
+	})
 }
 
 // xpu tune --profile measures a model on two units of the reference backend and stores the

@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
@@ -102,25 +101,16 @@ func TestREADMESpecCommand(t *testing.T) {
 func TestRunSpecShortContext(t *testing.T) {
 	p := storiesPath(t)
 	base := []string{"run", "--model", p, "--temp", "0", "-n", "4", "--backend", "ref", "-p", "Once"}
-	for _, tc := range []struct {
-		args []string
-		code int
-		says string // on stderr
-	}{
-		{[]string{"-c", "8"}, 0, "decode: 4 tokens"},
-		{[]string{"-c", "8", "--spec", "retrieval", "--stats"}, 0, "decode: 4 tokens"},
-		{[]string{"-c", "3", "--no-context-shift"}, 0, "(stop: context)"},
-		{[]string{"-c", "3"}, 0, "decode: 4 tokens"}, // the context shifts
-		{[]string{"-c", "3", "--spec", "retrieval"}, 2, "--spec retrieval: the context length 3 is shorter than every verify length (4,8,16,32)"},
-		{[]string{"-c", "8", "--spec-lengths", "4,16"}, 2, "--spec-lengths 4,16: verify lengths must be at most the context length 8"},
-	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			code, out, errOut := runCLI(t, append(slices.Clone(base), tc.args...)...)
-			assert.Equal(t, tc.code, code, errOut)
-			assert.Contains(t, errOut, tc.says)
-			if tc.code == 0 {
-				assert.True(t, strings.HasPrefix(out, "Once"), out)
-			}
-		})
-	}
+	runCLICases(t, base, []cliCase{
+		{args: []string{"-c", "8"}, says: "decode: 4 tokens"},
+		{args: []string{"-c", "8", "--spec", "retrieval", "--stats"}, says: "decode: 4 tokens"},
+		{args: []string{"-c", "3", "--no-context-shift"}, says: "(stop: context)"},
+		{args: []string{"-c", "3"}, says: "decode: 4 tokens"}, // the context shifts
+		{args: []string{"-c", "3", "--spec", "retrieval"}, code: 2, says: "--spec retrieval: the context length 3 is shorter than every verify length (4,8,16,32)"},
+		{args: []string{"-c", "8", "--spec-lengths", "4,16"}, code: 2, says: "--spec-lengths 4,16: verify lengths must be at most the context length 8"},
+	}, func(t *testing.T, c cliCase, out, _ string) {
+		if c.code == 0 {
+			assert.True(t, strings.HasPrefix(out, "Once"), out)
+		}
+	})
 }

@@ -67,7 +67,7 @@ func TestRunErrors(t *testing.T) {
 		{"chunk 0", []string{"run", "--model", "x", "--chunk", "0"}, 2, "--chunk 0"},
 		{"negative context", []string{"run", "--model", "x", "--ctx", "-1"}, 2, "--ctx -1"},
 		{"negative device", []string{"run", "--model", "x", "--device", "-1"}, 2, "--device -1"},
-	}, func(t *testing.T, c cliCase, errOut string) {
+	}, func(t *testing.T, c cliCase, _, errOut string) {
 		if c.code == 2 && c.says != "usage" {
 			assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
 		}
