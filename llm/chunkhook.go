@@ -128,6 +128,26 @@ func (m *Model) EmbedStage(c int64, kv kvcache.Types) (*core.Graph, error) {
 	return m.buildEmbedStage(c, kv, &stageBuild{})
 }
 
+// LayerInputs are the inputs of a stage that finishes a layer, named as the runner binds them.
+type LayerInputs struct {
+	X, Q, KCache, VCache, QOffset *core.Tensor
+}
+
+// LayerInputs adds to g the inputs of a stage that finishes a layer for chunk length c over a
+// cache of capacity rows of dtypes kv: the residual x [c, dim], the rotated queries q [c, H, D],
+// the K and V cache and the chunk's query offset.
+func (m *Model) LayerInputs(g *core.Graph, c, capacity int64, kv kvcache.Types) LayerInputs {
+	cfg := m.Config
+	H, Hkv, D := int64(cfg.Heads), int64(cfg.KVHeads), int64(cfg.HeadDim)
+	return LayerInputs{
+		X:       g.Input("x", core.F32, c, int64(cfg.Dim)),
+		Q:       g.Input("q", core.F32, c, H, D),
+		KCache:  g.Input("k_cache", kv.K, capacity, Hkv, D),
+		VCache:  g.Input("v_cache", kv.V, capacity, Hkv, D),
+		QOffset: g.Input("q_offset", core.I32, 1),
+	}
+}
+
 // PosInputs adds the position inputs of a stage graph of chunk length c (arch.Pos).
 func (m *Model) PosInputs(g *core.Graph, c int64) arch.Pos { return m.addPosInputs(g, c) }
 

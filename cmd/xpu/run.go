@@ -35,10 +35,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "xpu run: %v\n", err)
-		return 1
-	}
+	fail := failer(stderr, "xpu run")
 	t0 := time.Now()
 	m, err := llm.Open(f.in.model)
 	if err != nil {
@@ -52,8 +49,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ropts, err := f.runnerOptions(m, tech, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "xpu run: %v\n", err)
-		return 2
+		return usageExit(stderr, "xpu run: %v", err)
 	}
 	var tr *sched.Trace
 	if f.out.traceFile != "" {

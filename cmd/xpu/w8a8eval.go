@@ -41,30 +41,18 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	q8 := fs.String("q8-backend", "neon,ref", "backends for the Q8_0 reference points, comma-separated (neon also quantizes activations to Q8_0 blocks, ref does not; empty: leave them out)")
 	perChannel := fs.Bool("per-channel", false, "convert the weights per output channel when the file has no int8 weights")
 	greedy := fs.Int("greedy", 0, "also generate this many tokens greedily from BOS with each W8A8 variant and count how many of the first match F32 on ref (0: skip)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu w8a8-eval [-m] MODEL.gguf [--calib FILE] [--text FILE] [--tokens N] [--units LIST] [--q8-backend neon,ref] [--per-channel] [--greedy N]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "usage: xpu w8a8-eval [-m] MODEL.gguf [--calib FILE] [--text FILE] [--tokens N] [--units LIST] [--q8-backend neon,ref] [--per-channel] [--greedy N]")
 	if code, ok := parseModelArgs(fs, args, model); !ok {
 		return code
 	}
 	if *greedy < 0 {
-		fmt.Fprintf(stderr, "xpu w8a8-eval: --greedy %d: must be 0 or more\n", *greedy)
-		return 2
+		return usageExit(stderr, "xpu w8a8-eval: --greedy %d: must be 0 or more", *greedy)
 	}
 	if *tokens < 2 {
-		fmt.Fprintf(stderr, "xpu w8a8-eval: --tokens %d: at least 2\n", *tokens)
-		return 2
+		return usageExit(stderr, "xpu w8a8-eval: --tokens %d: at least 2", *tokens)
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "xpu w8a8-eval: %v\n", err)
-		return 1
-	}
-	body, err := readEvalText(*text)
-	if err != nil {
-		return fail(err)
-	}
-	m, err := llm.Open(*model)
+	fail := failer(stderr, "xpu w8a8-eval")
+	body, m, err := openEval(*text, *model)
 	if err != nil {
 		return fail(err)
 	}
@@ -248,11 +236,40 @@ func top1(got, want []float32, vocab int) float64 {
 	return float64(same) / float64(max(rows, 1))
 }
 
-// readEvalText is an eval command's text: the file at path, or evalText when path is empty.
-func readEvalText(path string) (string, error) {
+// openEval reads an eval command's text (the file at textPath, or evalText when textPath is
+// empty) and opens its model; the caller closes the model.
+func openEval(textPath, modelPath string) (text string, m *llm.Model, err error) {
+	if text, err = readTextOr(textPath, evalText); err != nil {
+		return "", nil, err
+	}
+	if m, err = llm.Open(modelPath); err != nil {
+		return "", nil, err
+	}
+	return text, m, nil
+}
+
+// readTextOr is the text of the file at path, or def when path is empty.
+func readTextOr(path, def string) (string, error) {
 	if path == "" {
-		return evalText, nil
+		return def, nil
 	}
 	b, err := os.ReadFile(path)
-	return string(b), err
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// openFirstDevice opens the backend name (as --backend gives it) and returns its first device;
+// the caller closes the backend.
+func openFirstDevice(ctx context.Context, name string) (core.Backend, core.Device, error) {
+	b, err := loader.Open(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(b.Devices()) == 0 {
+		_ = b.Close()
+		return nil, nil, fmt.Errorf("backend %s has no device", name)
+	}
+	return b, b.Devices()[0], nil
 }

@@ -373,17 +373,13 @@ func buildAttn(m *llm.Model, l int, c, capacity int64, kv kvcache.Types, lay hos
 	cfg := m.Config
 	g := core.NewGraph()
 	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
-	H, Hkv, D := int64(cfg.Heads), int64(cfg.KVHeads), int64(cfg.HeadDim)
-	x := g.Input("x", core.F32, c, int64(cfg.Dim))
-	q := g.Input("q", core.F32, c, H, D)
-	kc := g.Input("k_cache", kv.K, capacity, Hkv, D)
-	vc := g.Input("v_cache", kv.V, capacity, Hkv, D)
-	qoff := g.Input("q_offset", core.I32, 1)
-	at := g.Named("attn").Attention(q, kc, vc, core.AttentionOptions{
-		Scale: float32(1 / math.Sqrt(float64(D))), Causal: true, QOffsetInput: qoff})
+	H, D := int64(cfg.Heads), int64(cfg.HeadDim)
+	in := m.LayerInputs(g, c, capacity, kv)
+	at := g.Named("attn").Attention(in.Q, in.KCache, in.VCache, core.AttentionOptions{
+		Scale: float32(1 / math.Sqrt(float64(D))), Causal: true, QOffsetInput: in.QOffset})
 	at = g.Reshape(at, c, H*D)
 	o := m.Linear(g, at, l, "attn_output")
-	x1 := g.Named("attn_residual").Add(x, o)
+	x1 := g.Named("attn_residual").Add(in.X, o)
 	h := m.Norm(g, x1, fmt.Sprintf("blk.%d.ffn_norm.weight", l))
 	outs := []*core.Tensor{x1, h}
 	if len(lay.Predictors) > 0 {

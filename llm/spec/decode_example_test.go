@@ -1,16 +1,16 @@
 package spec_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log"
-	"os"
-	"path/filepath"
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/draft"
+	"github.com/xpuhub/xpu/llm/gguf"
 	"github.com/xpuhub/xpu/llm/spec"
 	"github.com/xpuhub/xpu/llm/synth"
 )
@@ -19,23 +19,21 @@ import (
 // model has seen (here the retrieval drafter: the prompt, the output so far and the model's
 // prefill predictions), verifying each draft in one pass. Greedy output is plain decoding's.
 func ExampleWith() {
-	dir, err := os.MkdirTemp("", "xpu-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, "tiny.gguf")
+	// a small synthetic model, parsed from memory: a real one is opened with llm.Open
+	var file bytes.Buffer
 	tiny, _ := synth.Preset("llama", "260K", core.F32, 42)
-	if err := synth.WriteFile(path, tiny); err != nil {
+	if err := synth.Write(&file, tiny); err != nil {
 		log.Fatal(err)
 	}
-
-	ctx := context.Background()
-	m, err := llm.Open(path)
+	f, err := gguf.Parse(file.Bytes())
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer m.Close()
+	m, err := llm.FromFile(f)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
 	backend := ref.New()
 	defer backend.Close()
 	r, err := llm.NewRunner(ctx, m, backend.Devices()[0], llm.WithVerifyLengths(8, 16))
