@@ -36,7 +36,6 @@ func abiCases() []testCase {
 	}
 	var cs []testCase
 	for _, c := range cases {
-		c := c
 		cs = append(cs, testCase{name: "ABI(" + c.name + ")", level: 1, op: "ABI", dtype: c.name,
 			run: func(r *runner, ctx context.Context, res *CaseResult) {
 				if r.plugin == nil {

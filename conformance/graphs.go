@@ -19,13 +19,11 @@ func graphCases() []testCase {
 		act, wt core.DType
 	}{{"f32", core.F32, core.F32}, {"f16", core.F16, core.F16}, {"q8_0", core.F32, core.Q8_0}, {"q4_0", core.F32, core.Q4_0},
 		{"q4_k", core.F32, core.Q4_K}, {"q6_k", core.F32, core.Q6_K}} {
-		v := v
 		cs = append(cs, graphCase(4, "GRAPH:transformer-block", v.label,
 			caseName("GRAPH", "name", "transformer-block", "act", v.act, "weights", v.wt),
 			graphSpec{build: func(b *builder) { transformerBlock(b, v.act, v.wt) }}))
 	}
 	for _, kv := range floatDTypes {
-		kv := kv
 		cs = append(cs, testCase{name: caseName("GRAPH", "name", "chunked-attention", "kv", kv), level: 4,
 			op: "GRAPH:chunked-attention", dtype: kv.String(),
 			run: func(r *runner, ctx context.Context, res *CaseResult) { r.chunkedAttention(ctx, res, kv) }})
@@ -71,6 +69,16 @@ func transformerBlock(b *builder, act, wt core.DType) {
 	g.Output(y, g.Reshape(k, T, Hkv, D), g.Reshape(v, T, Hkv, D))
 }
 
+// cacheWithGarbage encodes a KV cache's values as kvdt with every value from index valid on
+// replaced by garbage: NaN for the backend, which must not read them, and 0 for the reference.
+func cacheWithGarbage(kvdt core.DType, vals []float32, valid int64, garbage float32) []byte {
+	out := append([]float32(nil), vals...)
+	for i := valid; i < int64(len(out)); i++ {
+		out[i] = garbage
+	}
+	return newBuilder(nil).encode(kvdt, out)
+}
+
 // chunkedAttention prepares one graph for a query chunk of C rows against a KV cache of Cap
 // rows with the offset as an input, and runs it for successive chunks; cache rows past
 // offset+C are NaN for the backend and zero for the reference.
@@ -91,12 +99,7 @@ func (r *runner) chunkedAttention(ctx context.Context, res *CaseResult, kvdt cor
 	}
 	defer closeAndRecord(res, "executable", p.exe)
 	masked := func(vals []float32, valid int64, garbage float32) []byte {
-		out := append([]float32(nil), vals...)
-		for i := valid * rowVals; i < int64(len(out)); i++ {
-			out[i] = garbage
-		}
-		b := newBuilder(nil)
-		return b.encode(kvdt, out)
+		return cacheWithGarbage(kvdt, vals, valid*rowVals, garbage)
 	}
 	for chunk := range 3 {
 		offset := int64(chunk * C)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -105,11 +106,5 @@ func modelCases() []testCase {
 
 // allCases lists every case in level order.
 func allCases() []testCase {
-	var cs []testCase
-	cs = append(cs, abiCases()...)
-	cs = append(cs, opCases()...)
-	cs = append(cs, bufferCases()...)
-	cs = append(cs, graphCases()...)
-	cs = append(cs, modelCases()...)
-	return cs
+	return slices.Concat(abiCases(), opCases(), bufferCases(), graphCases(), modelCases())
 }

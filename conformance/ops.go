@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/xpuhub/xpu/core"
@@ -34,22 +35,9 @@ func caseName(op string, kv ...any) string {
 }
 
 func opCases() []testCase {
-	var cs []testCase
-	cs = append(cs, unaryCases()...)
-	cs = append(cs, binaryCases()...)
-	cs = append(cs, normCases()...)
-	cs = append(cs, softmaxCases()...)
-	cs = append(cs, matmulCases()...)
-	cs = append(cs, ropeCases()...)
-	cs = append(cs, attentionCases()...)
-	cs = append(cs, attentionMaskCases()...)
-	cs = append(cs, getRowsCases()...)
-	cs = append(cs, conversionCases()...)
-	cs = append(cs, movementCases()...)
-	cs = append(cs, w8a8Cases()...)
-	cs = append(cs, sparseFFNCases()...)
-	cs = append(cs, v5Cases()...)
-	return cs
+	return slices.Concat(unaryCases(), binaryCases(), normCases(), softmaxCases(), matmulCases(), ropeCases(),
+		attentionCases(), attentionMaskCases(), getRowsCases(), conversionCases(), movementCases(), w8a8Cases(),
+		sparseFFNCases(), v5Cases())
 }
 
 var unaryShapes = []core.Shape{{}, {1}, {7}, {17}, {3, 33}, {2, 3, 5, 67}, {4, 1031}, {0}, {3, 0, 5}}
@@ -72,7 +60,6 @@ func unaryCases() []testCase {
 	for _, u := range ops {
 		for _, dt := range floatDTypes {
 			for _, sh := range unaryShapes {
-				u, dt, sh := u, dt, sh
 				cs = append(cs, graphCase(2, u.op.String(), dt.String(),
 					caseName(u.op.String(), "dtype", dt, "shape", sh),
 					graphSpec{build: func(b *builder) {
@@ -109,7 +96,6 @@ func binaryCases() []testCase {
 	for _, o := range ops {
 		for _, dt := range floatDTypes {
 			for _, p := range pairs {
-				o, dt, p := o, dt, p
 				cs = append(cs, graphCase(2, o.op.String(), dt.String(),
 					caseName(o.op.String(), "dtype", dt, "a", p.a, "b", p.b),
 					graphSpec{build: func(b *builder) {
@@ -139,23 +125,22 @@ func binaryCases() []testCase {
 func normCases() []testCase {
 	shapes := []core.Shape{{1, 1}, {3, 17}, {5, 256}, {2, 3, 4097}, {0, 8}, {9}}
 	var cs []testCase
-	for _, op := range []core.Op{core.OpRMSNorm, core.OpLayerNorm} {
+	norms := []struct {
+		op    core.Op
+		apply func(g *core.Graph, x *core.Tensor, eps float32) *core.Tensor
+	}{{core.OpRMSNorm, (*core.Graph).RMSNorm}, {core.OpLayerNorm, (*core.Graph).LayerNorm}}
+	for _, n := range norms {
 		for _, dt := range floatDTypes {
 			for _, sh := range shapes {
 				for _, eps := range []float32{1e-5, 1e-6} {
 					if eps == 1e-6 && sh.NumElements() != 3*17 {
 						continue // one shape checks that eps is read
 					}
-					op, dt, sh, eps := op, dt, sh, eps
-					cs = append(cs, graphCase(2, op.String(), dt.String(),
-						caseName(op.String(), "dtype", dt, "shape", sh, "eps", eps),
+					cs = append(cs, graphCase(2, n.op.String(), dt.String(),
+						caseName(n.op.String(), "dtype", dt, "shape", sh, "eps", eps),
 						graphSpec{build: func(b *builder) {
-							x := b.in("x", dt, sh, -2, 3) // an offset mean, so LAYER_NORM's centring matters
-							if op == core.OpRMSNorm {
-								b.g.Output(b.g.RMSNorm(x, eps))
-							} else {
-								b.g.Output(b.g.LayerNorm(x, eps))
-							}
+							// an offset mean, so LAYER_NORM's centring matters
+							b.g.Output(n.apply(b.g, b.in("x", dt, sh, -2, 3), eps))
 						}}))
 				}
 			}
@@ -183,7 +168,6 @@ func softmaxCases() []testCase {
 	var cs []testCase
 	for _, dt := range floatDTypes {
 		for _, v := range variants {
-			dt, v := dt, v
 			cs = append(cs, graphCase(2, "SOFTMAX", dt.String(),
 				caseName("SOFTMAX", "dtype", dt, "shape", v.shape, "scale", v.scale, "causal", v.causal,
 					"offset", v.offset),
@@ -247,7 +231,6 @@ func matmulCases() []testCase {
 				if adt == core.F16 && s.a.NumElements() > 4096 {
 					continue // the large case once, in f32
 				}
-				adt, bdt, s := adt, bdt, s
 				label := adt.String() + "/" + bdt.String()
 				cs = append(cs, graphCase(2, "MATMUL", label,
 					caseName("MATMUL", "a", adt, "b", bdt, "a_shape", s.a, "b_shape", s.b, "b_const", s.const_),
@@ -290,7 +273,6 @@ func ropeCases() []testCase {
 	var cs []testCase
 	for _, dt := range floatDTypes {
 		for _, v := range variants {
-			dt, v := dt, v
 			mode := "normal"
 			if v.o.Mode == core.RoPENeoX {
 				mode = "neox"
@@ -336,33 +318,26 @@ func attentionCases() []testCase {
 		{2, 11, 4, 6, 24, 40, true, 9, true, 0, 3, 2},
 	}
 	var cs []testCase
-	for _, qdt := range floatDTypes {
-		for _, kvdt := range floatDTypes {
-			for _, v := range variants {
-				if qdt != kvdt && v.tq != 3 {
-					continue // mixed dtypes on one representative shape
+	// mixed dtypes on one representative shape
+	forAttentionDTypes(variants, func(v ac) bool { return v.tq == 3 }, func(qdt, kvdt core.DType, v ac) {
+		cs = append(cs, graphCase(2, "ATTENTION", qdt.String()+"/"+kvdt.String(),
+			caseName("ATTENTION", "q", qdt, "kv", kvdt, "tq", v.tq, "tk", v.tk, "hq", v.hq, "hkv", v.hkv,
+				"d", v.d, "dv", v.dv, "causal", v.causal, "offset", v.offset, "offset_input", v.offsetInput,
+				"scale", v.scale, "kv_heads", fmt.Sprintf("%d+%d", v.h0, v.nh)),
+			graphSpec{build: func(b *builder) {
+				q := b.in("q", qdt, core.Shape{v.tq, v.hq, v.d}, -1, 1)
+				k := b.in("k", kvdt, core.Shape{v.tk, v.hkv, v.d}, -1, 1)
+				val := b.in("v", kvdt, core.Shape{v.tk, v.hkv, v.dv}, -1, 1)
+				o := core.AttentionOptions{Scale: v.scale, Causal: v.causal, QOffset: v.offset,
+					KVHeadOffset: v.h0, KVHeads: v.nh}
+				if v.offsetInput {
+					o.QOffset = 0 // the input, not the attribute, must be read
+					o.QOffsetInput = b.inData("q_offset", core.I32, core.Shape{1},
+						core.EncodeI32([]int32{int32(v.offset)}))
 				}
-				qdt, kvdt, v := qdt, kvdt, v
-				cs = append(cs, graphCase(2, "ATTENTION", qdt.String()+"/"+kvdt.String(),
-					caseName("ATTENTION", "q", qdt, "kv", kvdt, "tq", v.tq, "tk", v.tk, "hq", v.hq, "hkv", v.hkv,
-						"d", v.d, "dv", v.dv, "causal", v.causal, "offset", v.offset, "offset_input", v.offsetInput,
-						"scale", v.scale, "kv_heads", fmt.Sprintf("%d+%d", v.h0, v.nh)),
-					graphSpec{build: func(b *builder) {
-						q := b.in("q", qdt, core.Shape{v.tq, v.hq, v.d}, -1, 1)
-						k := b.in("k", kvdt, core.Shape{v.tk, v.hkv, v.d}, -1, 1)
-						val := b.in("v", kvdt, core.Shape{v.tk, v.hkv, v.dv}, -1, 1)
-						o := core.AttentionOptions{Scale: v.scale, Causal: v.causal, QOffset: v.offset,
-							KVHeadOffset: v.h0, KVHeads: v.nh}
-						if v.offsetInput {
-							o.QOffset = 0 // the input, not the attribute, must be read
-							o.QOffsetInput = b.inData("q_offset", core.I32, core.Shape{1},
-								core.EncodeI32([]int32{int32(v.offset)}))
-						}
-						b.g.Output(b.g.Attention(q, k, val, o))
-					}}))
-			}
-		}
-	}
+				b.g.Output(b.g.Attention(q, k, val, o))
+			}}))
+	})
 	return cs
 }
 
@@ -389,14 +364,12 @@ func getRowsCases() []testCase {
 			vs = append(vs, gr{core.Shape{6, 7}, core.Shape{4}})
 		}
 		for _, v := range vs {
-			dt, v := dt, v
 			cs = append(cs, graphCase(2, "GET_ROWS", dt.String(),
 				caseName("GET_ROWS", "table", dt, "table_shape", v.table, "ids", v.ids),
 				graphSpec{build: func(b *builder) {
 					b.g.Output(getRows(b, dt, v.table, b.in("ids", core.I32, v.ids, 0, float32(v.table[0]))))
 				}}))
 		}
-		dt := dt
 		// an id past the table's end, and a negative one
 		for _, bad := range []struct {
 			key string

@@ -17,7 +17,6 @@ func conversionCases() []testCase {
 	for _, from := range append(floats, core.I32) {
 		for _, to := range floats {
 			for _, sh := range []core.Shape{{1}, {37}, {3, 65}, {0}} {
-				from, to, sh := from, to, sh
 				cs = append(cs, graphCase(2, "CAST", from.String()+">"+to.String(),
 					caseName("CAST", "from", from, "to", to, "shape", sh),
 					graphSpec{build: func(b *builder) {
@@ -32,7 +31,6 @@ func conversionCases() []testCase {
 			shapes = []core.Shape{{1, 256}, {3, 512}, {2, 2, 256}, {0, 256}}
 		}
 		for _, sh := range shapes {
-			dt, sh := dt, sh
 			cs = append(cs, graphCase(2, "QUANTIZE", dt.String(), caseName("QUANTIZE", "to", dt, "shape", sh),
 				graphSpec{build: func(b *builder) {
 					b.g.Output(b.g.Quantize(b.in("x", core.F32, sh, -1, 1), dt, 1.0/127))
@@ -68,12 +66,10 @@ func movementCases() []testCase {
 	dts := []core.DType{core.F32, core.F16, core.BF16, core.I32, core.I8}
 	var cs []testCase
 	for _, dt := range dts {
-		dt := dt
 		for _, r := range []struct{ from, to core.Shape }{
 			{core.Shape{2, 3, 4}, core.Shape{6, 4}}, {core.Shape{24}, core.Shape{2, 3, 4}},
 			{core.Shape{7}, core.Shape{1, 7, 1}}, {core.Shape{0, 3}, core.Shape{3, 0}},
 		} {
-			r := r
 			cs = append(cs, graphCase(2, "RESHAPE", dt.String(),
 				caseName("RESHAPE", "dtype", dt, "from", r.from, "to", r.to),
 				graphSpec{build: func(b *builder) {
@@ -90,7 +86,6 @@ func movementCases() []testCase {
 			{core.Shape{2, 3, 4}, []int64{2, 0, 1}}, {core.Shape{2, 3, 4, 5}, []int64{0, 2, 1, 3}},
 			{core.Shape{3, 4, 5, 6}, []int64{3, 2, 1, 0}}, {core.Shape{0, 4}, []int64{1, 0}},
 		} {
-			p := p
 			cs = append(cs, graphCase(2, "PERMUTE", dt.String(),
 				caseName("PERMUTE", "dtype", dt, "shape", p.shape, "perm", core.Shape(p.perm)),
 				graphSpec{build: func(b *builder) {
@@ -105,7 +100,6 @@ func movementCases() []testCase {
 			{core.Shape{5, 7}, 0, 1, 3}, {core.Shape{5, 7}, 1, 2, 5}, {core.Shape{2, 3, 9}, 2, 4, 0},
 			{core.Shape{4, 4, 4, 4}, 1, 3, 1}, {core.Shape{33}, 0, 0, 33},
 		} {
-			s := s
 			cs = append(cs, graphCase(2, "SLICE", dt.String(),
 				caseName("SLICE", "dtype", dt, "shape", s.shape, "axis", s.axis, "start", s.start, "len", s.length),
 				graphSpec{build: func(b *builder) {
@@ -120,7 +114,6 @@ func movementCases() []testCase {
 			{2, []core.Shape{{2, 2, 1}, {2, 2, 7}, {2, 2, 3}}}, {1, []core.Shape{{2, 0}, {2, 3}}},
 			{0, []core.Shape{{1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}}},
 		} {
-			c := c
 			cs = append(cs, graphCase(2, "CONCAT", dt.String(),
 				caseName("CONCAT", "dtype", dt, "axis", c.axis, "inputs", len(c.shapes), "first", c.shapes[0]),
 				graphSpec{build: func(b *builder) {

@@ -24,19 +24,6 @@ const (
 	maskEmptyRows maskKind = "empty-rows" // a random tree with every third row cleared
 )
 
-// treeMaskOf is the ancestor mask of a tree given by parents (-1 = a root): row i marks i and
-// every ancestor of i.
-func treeMaskOf(parents []int) []byte {
-	T := len(parents)
-	m := make([]byte, T*T)
-	for i := range parents {
-		for a := i; a >= 0; a = parents[a] {
-			m[i*T+a] = 1
-		}
-	}
-	return m
-}
-
 func drawMask(kind maskKind, T int, r *rand.Rand) []byte {
 	parents := make([]int, T)
 	for i := range parents {
@@ -51,7 +38,7 @@ func drawMask(kind maskKind, T int, r *rand.Rand) []byte {
 			parents[i] = r.IntN(i+1) - 1
 		}
 	}
-	m := treeMaskOf(parents)
+	m := core.TreeMask(parents)
 	switch kind {
 	case maskRandom:
 		for i := range m {
@@ -87,23 +74,31 @@ func attentionMaskCases() []testCase {
 		{4, 2, 1, 16, 16, 6, -2, maskBinary}, // the last two tree keys lie past the cache
 	}
 	var cs []testCase
+	// mixed dtypes on one representative shape
+	forAttentionDTypes(variants, func(v mc) bool { return v.tq == 5 }, func(qdt, kvdt core.DType, v mc) {
+		name := caseName("ATTENTION", "q", qdt, "kv", kvdt, "tq", v.tq, "hq", v.hq, "hkv", v.hkv,
+			"d", v.d, "dv", v.dv, "offset", v.off, "extra_rows", v.extra, "mask", v.kind)
+		cs = append(cs, testCase{name: name, level: 2, op: "ATTENTION", dtype: qdt.String() + "/" + kvdt.String(),
+			run: func(r *runner, ctx context.Context, res *CaseResult) {
+				r.maskedAttention(ctx, res, qdt, kvdt, v.tq, v.hq, v.hkv, v.d, v.dv, v.off, v.extra, v.kind)
+			}})
+	})
+	return cs
+}
+
+// forAttentionDTypes calls f for each variant with each pair of float q and KV dtypes; a pair of
+// two dtypes only on the variants representative picks, since it runs the same kernels at
+// every shape.
+func forAttentionDTypes[V any](variants []V, representative func(V) bool, f func(qdt, kvdt core.DType, v V)) {
 	for _, qdt := range floatDTypes {
 		for _, kvdt := range floatDTypes {
 			for _, v := range variants {
-				if qdt != kvdt && v.tq != 5 {
-					continue // mixed dtypes on one representative shape
+				if qdt == kvdt || representative(v) {
+					f(qdt, kvdt, v)
 				}
-				qdt, kvdt, v := qdt, kvdt, v
-				name := caseName("ATTENTION", "q", qdt, "kv", kvdt, "tq", v.tq, "hq", v.hq, "hkv", v.hkv,
-					"d", v.d, "dv", v.dv, "offset", v.off, "extra_rows", v.extra, "mask", v.kind)
-				cs = append(cs, testCase{name: name, level: 2, op: "ATTENTION", dtype: qdt.String() + "/" + kvdt.String(),
-					run: func(r *runner, ctx context.Context, res *CaseResult) {
-						r.maskedAttention(ctx, res, qdt, kvdt, v.tq, v.hq, v.hkv, v.d, v.dv, v.off, v.extra, v.kind)
-					}})
 			}
 		}
 	}
-	return cs
 }
 
 // maskedAttention runs one tree-mask case: the backend's cache holds NaN past q_offset+Tq.
@@ -128,11 +123,7 @@ func (r *runner) maskedAttention(ctx context.Context, res *CaseResult, qdt, kvdt
 	}
 	defer closeAndRecord(res, "executable", p.exe)
 	garbage := func(vals []float32, rowVals int64, fill float32) []byte {
-		out := append([]float32(nil), vals...)
-		for i := valid * rowVals; i < int64(len(out)); i++ {
-			out[i] = fill
-		}
-		return newBuilder(nil).encode(kvdt, out)
+		return cacheWithGarbage(kvdt, vals, valid*rowVals, fill)
 	}
 	nan := float32(math.NaN())
 	in := p.inputs

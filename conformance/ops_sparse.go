@@ -98,7 +98,6 @@ func sparseFFNCases() []testCase {
 		add(sparseCase{name: "odd_d_ungated", xdt: core.F32, x: core.Shape{1, 19}, S: 9, Kn: 7, fill: 1, ungated: true, act: core.SparseReLU2}, bdt)
 	}
 	for _, bad := range []int32{-2, 40} {
-		bad := bad
 		cs = append(cs, graphCase(2, "SPARSE_FFN", "f32/q4_0",
 			caseName("SPARSE_FFN", "case", "bad_idx", "id", bad),
 			graphSpec{expectErr: core.ErrInvalidArgument, build: func(b *builder) {

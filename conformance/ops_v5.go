@@ -22,7 +22,6 @@ func tanhCases() []testCase {
 	var cs []testCase
 	for _, dt := range floatDTypes {
 		for _, sh := range unaryShapes {
-			dt, sh := dt, sh
 			cs = append(cs, graphCase(2, "TANH", dt.String(), caseName("TANH", "dtype", dt, "shape", sh),
 				graphSpec{build: func(b *builder) { b.g.Output(b.g.Tanh(b.in("x", dt, sh, -4, 4))) }}))
 		}

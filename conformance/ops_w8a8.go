@@ -58,7 +58,6 @@ func w8a8Cases() []testCase {
 	var cs []testCase
 	for _, v := range variants {
 		for _, s := range shapes {
-			v, s := v, s
 			cs = append(cs, graphCase(2, "MATMUL", "i8/i8",
 				caseName("MATMUL", "a", core.I8, "b", core.I8, "scales", v.name, "out", v.out,
 					"a_shape", s.a, "b_shape", s.b, "b_const", s.const_),
@@ -81,7 +80,6 @@ func w8a8Cases() []testCase {
 	// Extreme codes: -128 (legal in an I8 tensor though QUANTIZE never makes it) breaks the
 	// sign and unsigned-offset tricks of int8 dot instructions; K odd leaves a tail.
 	for _, s := range []mm{{core.Shape{1, 1000}, core.Shape{19, 1000}, true}, {core.Shape{3, 77}, core.Shape{5, 77}, false}} {
-		s := s
 		cs = append(cs, graphCase(2, "MATMUL", "i8/i8",
 			caseName("MATMUL", "a", core.I8, "b", core.I8, "scales", "extreme_codes", "a_shape", s.a, "b_shape", s.b),
 			graphSpec{build: func(b *builder) {
@@ -105,7 +103,6 @@ func w8a8Cases() []testCase {
 	// Float activations with per-channel I8 weight scales (v3, no I8 a).
 	for _, adt := range floatDTypes {
 		for _, s := range []mm{{core.Shape{1, 64}, core.Shape{33, 64}, true}, {core.Shape{5, 40}, core.Shape{9, 40}, true}} {
-			adt, s := adt, s
 			cs = append(cs, graphCase(2, "MATMUL", adt.String()+"/i8",
 				caseName("MATMUL", "a", adt, "b", core.I8, "scales", "per_channel", "a_shape", s.a, "b_shape", s.b),
 				graphSpec{build: func(b *builder) {
@@ -156,7 +153,6 @@ func shadowCases() []testCase {
 	}
 	var cs []testCase
 	for _, v := range variants {
-		v := v
 		label := v.xdt.String() + "/" + v.wdt.String()
 		cs = append(cs, graphCase(2, "SHADOW_MATMUL", label,
 			caseName("SHADOW_MATMUL", "case", v.name, "x", v.xdt, "wt", v.wdt, "x_shape", v.x, "C", v.C, "N", v.N, "t", v.t),
@@ -211,7 +207,6 @@ func w8a8LinearCases() []testCase {
 	}{{1, 64, 48, 4, false, true}, {1, 256, 96, 8, true, true}, {7, 128, 33, 6, true, true}, {4, 96, 40, 0, false, true},
 		// the NPU half alone (what a backend without SHADOW_MATMUL runs): the clipped product
 		{1, 256, 96, 0, true, false}, {7, 128, 33, 0, true, false}} {
-		v := v
 		cs = append(cs, graphCase(4, "GRAPH:w8a8-linear", "i8",
 			caseName("GRAPH", "name", "w8a8-linear", "M", v.M, "K", v.K, "N", v.N, "C", v.C, "grid", v.grid, "shadow", v.shadow),
 			graphSpec{build: func(b *builder) { w8a8Linear(b, v.M, v.K, v.N, v.C, v.grid, v.shadow) }}))

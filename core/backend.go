@@ -19,17 +19,7 @@ const (
 
 // String gives the kind's lower-case name, or kind(N) for an unknown value.
 func (k DeviceKind) String() string {
-	switch k {
-	case DeviceCPU:
-		return "cpu"
-	case DeviceGPU:
-		return "gpu"
-	case DeviceNPU:
-		return "npu"
-	case DeviceAccel:
-		return "accel"
-	}
-	return fmt.Sprintf("kind(%d)", uint32(k))
+	return enumName([]string{DeviceCPU: "cpu", DeviceGPU: "gpu", DeviceNPU: "npu", DeviceAccel: "accel"}, k, "kind")
 }
 
 // Caps are device capability bits, as XPU_CAP_*.

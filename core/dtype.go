@@ -1,10 +1,5 @@
 package core
 
-import (
-	"fmt"
-	"strings"
-)
-
 // DType is an element type. The values equal the ABI's XPU_DT_* constants.
 type DType uint32
 
@@ -38,22 +33,10 @@ var dtypeNames = [...]string{"invalid", "f32", "f16", "bf16", "i32", "i8", "q8_0
 var AllDTypes = []DType{F32, F16, BF16, I32, I8, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K}
 
 // String gives the dtype's name as in OPS.md, or dtype(N) for an unknown value.
-func (d DType) String() string {
-	if int(d) < len(dtypeNames) {
-		return dtypeNames[d]
-	}
-	return fmt.Sprintf("dtype(%d)", uint32(d))
-}
+func (d DType) String() string { return enumName(dtypeNames[:], d, "dtype") }
 
 // ParseDType reads a name as String writes it (case-insensitive).
-func ParseDType(s string) (DType, error) {
-	for i, n := range dtypeNames[1:] {
-		if strings.EqualFold(n, s) {
-			return DType(i + 1), nil
-		}
-	}
-	return InvalidDType, fmt.Errorf("dtype %q: %w", s, ErrNotFound)
-}
+func ParseDType(s string) (DType, error) { return parseEnum[DType](dtypeNames[:], s, "dtype") }
 
 // Valid reports whether d is one of the op set's dtypes.
 func (d DType) Valid() bool { return d >= F32 && d <= Q3_K }

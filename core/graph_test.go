@@ -1,7 +1,6 @@
 package core
 
 import (
-	"errors"
 	"fmt"
 	"testing"
 
@@ -9,13 +8,59 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// inferCase builds one node and gives the dtype and shape that inference must give it.
+type inferCase struct {
+	name  string
+	build func(g *Graph) *Tensor
+	dtype DType
+	shape Shape
+}
+
+// runInferCases builds each case as the output of a graph of its own, checks the output's dtype
+// and shape, validates the graph and then runs check, when not nil, on it.
+func runInferCases(t *testing.T, tests []inferCase, check func(t *testing.T, g *Graph)) {
+	t.Helper()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewGraph()
+			out := tc.build(g)
+			require.NoError(t, g.Err())
+			assert.Equal(t, tc.dtype, out.DType)
+			assert.Equal(t, tc.shape, out.Shape)
+			g.Output(out)
+			require.NoError(t, g.Validate())
+			if check != nil {
+				check(t, g)
+			}
+		})
+	}
+}
+
+// graphErrorCase builds a graph that must fail, and a part of the error's message.
+type graphErrorCase struct {
+	name    string
+	build   func(g *Graph)
+	wantMsg string
+}
+
+// runGraphErrorCases builds each case on a graph of its own: the graph's error is an ErrGraph
+// whose message holds wantMsg.
+func runGraphErrorCases(t *testing.T, tests []graphErrorCase) {
+	t.Helper()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewGraph()
+			tc.build(g)
+			err := g.Err()
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrGraph)
+			assert.Contains(t, err.Error(), tc.wantMsg)
+		})
+	}
+}
+
 func TestInferShapes(t *testing.T) {
-	tests := []struct {
-		name  string
-		build func(g *Graph) *Tensor
-		dtype DType
-		shape Shape
-	}{
+	runInferCases(t, []inferCase{
 		{"broadcast add", func(g *Graph) *Tensor {
 			return g.Add(g.Input("a", F32, 2, 3, 4), g.Input("b", F32, 3, 1))
 		}, F32, Shape{2, 3, 4}},
@@ -59,26 +104,11 @@ func TestInferShapes(t *testing.T) {
 		{"quantize q5_k", func(g *Graph) *Tensor { return g.Quantize(g.Input("x", F32, 2, 256), Q5_K, 0) }, Q5_K, Shape{2, 256}},
 		{"dequantize q3_k", func(g *Graph) *Tensor { return g.Dequantize(g.Input("x", Q3_K, 256), 0) }, F32, Shape{256}},
 		{"zero-size unary", func(g *Graph) *Tensor { return g.SiLU(g.Input("x", F32, 0, 4)) }, F32, Shape{0, 4}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			g := NewGraph()
-			out := tc.build(g)
-			require.NoError(t, g.Err())
-			assert.Equal(t, tc.dtype, out.DType)
-			assert.Equal(t, tc.shape, out.Shape)
-			g.Output(out)
-			require.NoError(t, g.Validate())
-		})
-	}
+	}, nil)
 }
 
 func TestBuildErrorsNameTheNode(t *testing.T) {
-	tests := []struct {
-		name    string
-		build   func(g *Graph)
-		wantMsg string
-	}{
+	runGraphErrorCases(t, []graphErrorCase{
 		{"inner dims", func(g *Graph) {
 			g.Named("attn_q").MatMul(g.Input("x", F32, 2, 64), g.Input("w", F32, 8, 32))
 		}, `"attn_q" (MATMUL): inner dims differ`},
@@ -129,17 +159,7 @@ func TestBuildErrorsNameTheNode(t *testing.T) {
 			g.SetNamePrefix("blk.3.")
 			g.Named("ffn_up").MatMul(g.Input("x", F32, 2, 8), g.Input("w", F32, 4, 7))
 		}, `"blk.3.ffn_up"`},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			g := NewGraph()
-			tc.build(g)
-			err := g.Err()
-			require.Error(t, err)
-			assert.True(t, errors.Is(err, ErrGraph))
-			assert.Contains(t, err.Error(), tc.wantMsg)
-		})
-	}
+	})
 }
 
 func TestFirstErrorSticks(t *testing.T) {
@@ -218,11 +238,7 @@ func TestBinding(t *testing.T) {
 // permute, OpenCL) indexed far outside their buffers.
 func TestShapesAreBounded(t *testing.T) {
 	wrap16 := []int64{65552, 61681, 4562284561}
-	tests := []struct {
-		name    string
-		build   func(g *Graph)
-		wantMsg string
-	}{
+	runGraphErrorCases(t, []graphErrorCase{
 		{"input dim", func(g *Graph) { g.Input("x", F32, MaxDim+1) }, "larger than 2^40"},
 		{"input product", func(g *Graph) { g.Input("x", F32, wrap16...) }, "more than 2^40 elements"},
 		{"input product past int64", func(g *Graph) { g.Input("x", F32, MaxDim, MaxDim, MaxDim) }, "more than 2^40 elements"},
@@ -236,17 +252,7 @@ func TestShapesAreBounded(t *testing.T) {
 		{"matmul output", func(g *Graph) {
 			g.Named("big_mm").MatMul(g.Input("a", F32, 1<<21, 1), g.Input("b", F32, 1<<20, 1))
 		}, `"big_mm" (MATMUL): output: shape`},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			g := NewGraph()
-			tc.build(g)
-			err := g.Err()
-			require.Error(t, err)
-			assert.ErrorIs(t, err, ErrGraph)
-			assert.Contains(t, err.Error(), tc.wantMsg)
-		})
-	}
+	})
 
 	t.Run("at the bound", func(t *testing.T) {
 		g := NewGraph()
@@ -283,4 +289,17 @@ func TestGraphOpset(t *testing.T) {
 	require.NoError(t, g.Err())
 	assert.Equal(t, Shape{1, 4, 8}, part.Shape)
 	require.EqualValues(t, 4, g.Opset(), "a KV head range is op set 4")
+}
+
+// A tree's mask row marks the token and its ancestors: siblings do not see each other, and a
+// second root starts a tree of its own.
+func TestTreeMask(t *testing.T) {
+	assert.Equal(t, []byte{
+		1, 0, 0, 0, 0,
+		1, 1, 0, 0, 0,
+		1, 0, 1, 0, 0, // a sibling of token 1
+		1, 0, 1, 1, 0,
+		0, 0, 0, 0, 1, // a second root
+	}, TreeMask([]int{-1, 0, 0, 2, -1}))
+	assert.Empty(t, TreeMask(nil))
 }

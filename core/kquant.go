@@ -77,8 +77,7 @@ func dequantKBlock(dt DType, b []byte, out []float32) {
 		ql, qh, scales := b[0:128], b[128:192], b[192:208]
 		d := f16at(b, 208)
 		for i := 0; i < QKK; i++ {
-			h, r := i/128, i%128
-			j, l := r/32, r%32
+			h, j, l := kpos(i)
 			q := (ql[64*h+32*(j%2)+l]>>(4*(j/2)))&0xF | ((qh[32*h+l]>>(2*j))&3)<<4
 			out[i] = float32(d*float32(int8(scales[i/16]))) * float32(int(q)-32)
 		}
@@ -86,8 +85,7 @@ func dequantKBlock(dt DType, b []byte, out []float32) {
 		scales, qs := b[0:16], b[16:80]
 		d, dmin := f16at(b, 80), f16at(b, 82)
 		for i := 0; i < QKK; i++ {
-			h, r := i/128, i%128
-			j, l := r/32, r%32
+			h, j, l := kpos(i)
 			q := (qs[32*h+l] >> (2 * j)) & 3
 			sb := scales[i/16]
 			dl, ml := float32(d*float32(sb&0xF)), float32(dmin*float32(sb>>4))
@@ -97,8 +95,7 @@ func dequantKBlock(dt DType, b []byte, out []float32) {
 		hmask, qs, scales := b[0:32], b[32:96], b[96:108]
 		d := f16at(b, 108)
 		for i := 0; i < QKK; i++ {
-			h, r := i/128, i%128
-			j, l := r/32, r%32
+			h, j, l := kpos(i)
 			q := int((qs[32*h+l] >> (2 * j)) & 3)
 			if hmask[l]&(1<<(4*h+j)) == 0 {
 				q -= 4
@@ -107,6 +104,13 @@ func dequantKBlock(dt DType, b []byte, out []float32) {
 			out[i] = dl * float32(q)
 		}
 	}
+}
+
+// kpos places value i of a super-block in the 2-bit plane layout of Q2_K, Q3_K and Q6_K: half h
+// (128 values each), 32-value group j within the half, lane l within the group.
+func kpos(i int) (h, j, l int) {
+	r := i % 128
+	return i / 128, r / 32, r % 32
 }
 
 // quantKBlock encodes QKK values as one super-block of dt (out is dt.BlockBytes() long, zeroed).
@@ -298,19 +302,42 @@ func kErr(diff float32, useMad bool) float32 {
 	return float32(diff * diff)
 }
 
-// makeQX is ggml's make_qx_quants with rmse_type 1 (weights x²) and no importance weights: a
-// symmetric fit with codes −nmax..nmax−1 stored offset by nmax, trying 19 scales around nmax/max.
-func makeQX(nmax int, x []float32, L []int8) float32 {
-	var mx, amax float32
+// groupMax returns the value of x with the largest magnitude (the first of equals). ok is false
+// when that magnitude is below kGroupMaxEps: the group then quantizes to 0, and L's codes for it
+// are zeroed.
+func groupMax(x []float32, L []int8) (mx float32, ok bool) {
+	var amax float32
 	for _, v := range x {
 		if a := absf(v); a > amax {
 			amax, mx = a, v
 		}
 	}
 	if amax < kGroupMaxEps {
-		for i := range L[:len(x)] {
-			L[i] = 0
+		clear(L[:len(x)])
+		return 0, false
+	}
+	return mx, true
+}
+
+// subScales fits each of the 16 sub-blocks of 16 values of a super-block with fit (which writes
+// their codes into L) and returns the 16 scales and the one of largest magnitude (the first of
+// equals), with that magnitude.
+func subScales(x []float32, L *[QKK]int8, fit func(x []float32, L []int8) float32) (scales [16]float32, maxScale, maxAbs float32) {
+	for ib := range scales {
+		s := fit(x[16*ib:16*ib+16], L[16*ib:16*ib+16])
+		scales[ib] = s
+		if a := absf(s); a > maxAbs {
+			maxAbs, maxScale = a, s
 		}
+	}
+	return scales, maxScale, maxAbs
+}
+
+// makeQX is ggml's make_qx_quants with rmse_type 1 (weights x²) and no importance weights: a
+// symmetric fit with codes −nmax..nmax−1 stored offset by nmax, trying 19 scales around nmax/max.
+func makeQX(nmax int, x []float32, L []int8) float32 {
+	mx, ok := groupMax(x, L)
+	if !ok {
 		return 0
 	}
 	fit := func(iscale float32, store bool) (sumlx, suml2 float32) {
@@ -350,18 +377,8 @@ func makeQX(nmax int, x []float32, L []int8) float32 {
 
 // quantQ6K is quantize_row_q6_K_ref.
 func quantQ6K(x []float32, out []byte) {
-	var (
-		L                     [QKK]int8
-		scales                [16]float32
-		maxScale, maxAbsScale float32
-	)
-	for ib := 0; ib < 16; ib++ {
-		s := makeQX(32, x[16*ib:16*ib+16], L[16*ib:16*ib+16])
-		scales[ib] = s
-		if a := absf(s); a > maxAbsScale {
-			maxAbsScale, maxScale = a, s
-		}
-	}
+	var L [QKK]int8
+	scales, maxScale, maxAbsScale := subScales(x, &L, func(x []float32, L []int8) float32 { return makeQX(32, x, L) })
 	if maxAbsScale < kGroupMaxEps {
 		clear(out)
 		return
@@ -459,16 +476,8 @@ func packQ2(L []uint8, qs []byte) {
 // makeQ3 is ggml's make_q3_quants with do_rmse: a symmetric fit with codes −nmax..nmax−1,
 // refined coordinate-wise (up to 5 passes) on the x²-weighted error; codes stored offset by nmax.
 func makeQ3(nmax int, x []float32, L []int8) float32 {
-	var mx, amax float32
-	for _, v := range x {
-		if a := absf(v); a > amax {
-			amax, mx = a, v
-		}
-	}
-	if amax < kGroupMaxEps {
-		for i := range L[:len(x)] {
-			L[i] = 0
-		}
+	mx, ok := groupMax(x, L)
+	if !ok {
 		return 0
 	}
 	iscale := float32(-nmax) / mx
@@ -514,17 +523,8 @@ func makeQ3(nmax int, x []float32, L []int8) float32 {
 
 // quantQ3K is quantize_row_q3_K_ref.
 func quantQ3K(x []float32, out []byte) {
-	var (
-		L              [QKK]int8
-		scales         [16]float32
-		maxScale, amax float32
-	)
-	for j := 0; j < 16; j++ {
-		scales[j] = makeQ3(4, x[16*j:16*j+16], L[16*j:16*j+16])
-		if a := absf(scales[j]); a > amax {
-			amax, maxScale = a, scales[j]
-		}
-	}
+	var L [QKK]int8
+	scales, maxScale, _ := subScales(x, &L, func(x []float32, L []int8) float32 { return makeQ3(4, x, L) })
 	sc := out[96:108]
 	if maxScale != 0 {
 		iscale := -32 / maxScale

@@ -160,11 +160,7 @@ func TestKQuantRoundTrip(t *testing.T) {
 	rms := math.Sqrt(ss / float64(len(xs)))
 	for _, dt := range kquants {
 		t.Run(dt.String(), func(t *testing.T) {
-			b, err := Quantize(dt, xs, 0)
-			require.NoError(t, err)
-			require.Len(t, b, int(dt.Bytes(int64(len(xs)))))
-			ys, err := Dequantize(dt, b, 0)
-			require.NoError(t, err)
+			ys := roundTrip(t, dt, xs, 0)
 			var e float64
 			for i := range xs {
 				d := float64(xs[i] - ys[i])

@@ -1,10 +1,5 @@
 package core
 
-import (
-	"fmt"
-	"strings"
-)
-
 // Op is an operation of op set v1. The values equal the IR's XPU_OP_* constants.
 type Op uint32
 
@@ -111,22 +106,10 @@ func AllOps() []Op {
 }
 
 // String gives the op's name as in OPS.md, or op(N) for an unknown value.
-func (o Op) String() string {
-	if int(o) < len(opNames) {
-		return opNames[o]
-	}
-	return fmt.Sprintf("op(%d)", uint32(o))
-}
+func (o Op) String() string { return enumName(opNames[:], o, "op") }
 
 // ParseOp reads a name as String writes it (case-insensitive).
-func ParseOp(s string) (Op, error) {
-	for i, n := range opNames[1:] {
-		if strings.EqualFold(n, s) {
-			return Op(i + 1), nil
-		}
-	}
-	return OpInvalid, fmt.Errorf("op %q: %w", s, ErrNotFound)
-}
+func ParseOp(s string) (Op, error) { return parseEnum[Op](opNames[:], s, "op") }
 
 // Elementwise reports whether o is a unary or binary elementwise op (incl. SCALE).
 func (o Op) Elementwise() bool { return o >= OpAdd && o <= OpScale || o == OpTanh }

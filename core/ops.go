@@ -30,6 +30,14 @@ func (g *Graph) spec(op Op, inputs ...*Tensor) nodeSpec {
 	return s
 }
 
+// addF adds a node of op on inputs whose one float attribute (fattr[0]: an epsilon, a scale, a
+// threshold) is f.
+func (g *Graph) addF(op Op, f float32, inputs ...*Tensor) *Tensor {
+	s := g.spec(op, inputs...)
+	s.fattr[0] = f
+	return g.add(s)
+}
+
 // Add returns a + b (broadcasting).
 func (g *Graph) Add(a, b *Tensor) *Tensor { return g.add(g.spec(OpAdd, a, b)) }
 
@@ -69,23 +77,17 @@ func (g *Graph) Scale(x *Tensor, scale, bias float32) *Tensor {
 
 // RMSNorm normalizes the last axis by its root mean square.
 func (g *Graph) RMSNorm(x *Tensor, eps float32) *Tensor {
-	s := g.spec(OpRMSNorm, x)
-	s.fattr[0] = eps
-	return g.add(s)
+	return g.addF(OpRMSNorm, eps, x)
 }
 
 // LayerNorm normalizes the last axis to zero mean and unit variance.
 func (g *Graph) LayerNorm(x *Tensor, eps float32) *Tensor {
-	s := g.spec(OpLayerNorm, x)
-	s.fattr[0] = eps
-	return g.add(s)
+	return g.addF(OpLayerNorm, eps, x)
 }
 
 // Softmax is softmax(x*scale) over the last axis (scale 0 means 1).
 func (g *Graph) Softmax(x *Tensor, scale float32) *Tensor {
-	s := g.spec(OpSoftmax, x)
-	s.fattr[0] = scale
-	return g.add(s)
+	return g.addF(OpSoftmax, scale, x)
 }
 
 // CausalSoftmax is Softmax with element (i, j) of the last two axes masked when j > i+offset.
@@ -101,9 +103,7 @@ func (g *Graph) MatMul(a, b *Tensor) *Tensor { return g.add(g.spec(OpMatMul, a, 
 
 // MatMulI8 is MatMul with an I8 b whose values are scale*q.
 func (g *Graph) MatMulI8(a, b *Tensor, scale float32) *Tensor {
-	s := g.spec(OpMatMul, a, b)
-	s.fattr[0] = scale
-	return g.add(s)
+	return g.addF(OpMatMul, scale, a, b)
 }
 
 // W8A8Options configure MatMulW8A8 (op set 3, abi/OPS.md "Int8 activations").
@@ -147,9 +147,7 @@ func (g *Graph) ShadowMatMul(x, wt, ids *Tensor, threshold float32) *Tensor {
 	if ids != nil {
 		in = append(in, ids)
 	}
-	s := g.spec(OpShadowMatMul, in...)
-	s.fattr[0] = threshold
-	return g.add(s)
+	return g.addF(OpShadowMatMul, threshold, in...)
 }
 
 // SparseAct is SPARSE_FFN's activation (iattr[0]).
@@ -196,6 +194,19 @@ func (g *Graph) RoPE(x, pos *Tensor, o RoPEOptions) *Tensor {
 	s.iattr[0], s.iattr[1] = o.Mode, o.Dims
 	s.fattr[0], s.fattr[1] = o.Base, o.FreqScale
 	return g.add(s)
+}
+
+// TreeMask is the AttentionOptions.Mask data of a token tree given by parents (-1 = a root, a
+// parent before its child): the i8 [T, T] matrix whose row i marks token i and its ancestors.
+func TreeMask(parents []int) []byte {
+	T := len(parents)
+	m := make([]byte, T*T)
+	for i := range parents {
+		for a := i; a >= 0; a = parents[a] {
+			m[i*T+a] = 1
+		}
+	}
+	return m
 }
 
 // AttentionOptions configure Attention; zero values mean the OPS.md defaults.
@@ -258,9 +269,7 @@ func (g *Graph) GetRows(table, ids *Tensor) *Tensor { return g.add(g.spec(OpGetR
 
 // GetRowsI8 is GetRows of an I8 table whose values are scale*q.
 func (g *Graph) GetRowsI8(table, ids *Tensor, scale float32) *Tensor {
-	s := g.spec(OpGetRows, table, ids)
-	s.fattr[0] = scale
-	return g.add(s)
+	return g.addF(OpGetRows, scale, table, ids)
 }
 
 // Cast converts x to dt (F32, F16, BF16).
@@ -280,9 +289,7 @@ func (g *Graph) Quantize(x *Tensor, dt DType, scale float32) *Tensor {
 
 // Dequantize converts Q8_0, Q4_0, a K-quant or I8 (with scale) to f32.
 func (g *Graph) Dequantize(x *Tensor, scale float32) *Tensor {
-	s := g.spec(OpDequantize, x)
-	s.fattr[0] = scale
-	return g.add(s)
+	return g.addF(OpDequantize, scale, x)
 }
 
 // Reshape gives x a new shape with the same element count.

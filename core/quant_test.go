@@ -189,12 +189,7 @@ func TestQuantizeRoundTrip(t *testing.T) {
 	}
 	for _, dt := range []DType{F32, F16, BF16, Q8_0, Q4_0, I8} {
 		t.Run(dt.String(), func(t *testing.T) {
-			b, err := Quantize(dt, xs, 0.03)
-			require.NoError(t, err)
-			require.Len(t, b, int(dt.Bytes(int64(len(xs)))))
-			ys, err := Dequantize(dt, b, 0.03)
-			require.NoError(t, err)
-			require.Len(t, ys, len(xs))
+			ys := roundTrip(t, dt, xs, 0.03)
 			for blk := 0; blk < len(xs)/QK; blk++ {
 				var amax float64
 				for _, x := range xs[blk*QK : (blk+1)*QK] {
@@ -210,6 +205,19 @@ func TestQuantizeRoundTrip(t *testing.T) {
 			}
 		})
 	}
+}
+
+// roundTrip quantizes xs to dt and back (scale as Quantize and Dequantize take it), checking the
+// encoded and decoded sizes.
+func roundTrip(t *testing.T, dt DType, xs []float32, scale float32) []float32 {
+	t.Helper()
+	b, err := Quantize(dt, xs, scale)
+	require.NoError(t, err)
+	require.Len(t, b, int(dt.Bytes(int64(len(xs)))))
+	ys, err := Dequantize(dt, b, scale)
+	require.NoError(t, err)
+	require.Len(t, ys, len(xs))
+	return ys
 }
 
 func TestQuantizeErrors(t *testing.T) {

@@ -27,12 +27,7 @@ func i32Bytes(xs ...int32) []byte {
 }
 
 func TestW8A8Infer(t *testing.T) {
-	tests := []struct {
-		name  string
-		build func(g *Graph) *Tensor
-		dtype DType
-		shape Shape
-	}{
+	runInferCases(t, []inferCase{
 		{"per-tensor gemm", func(g *Graph) *Tensor {
 			return g.MatMulW8A8(g.Input("a", I8, 3, 40), g.Input("b", I8, 5, 40), W8A8Options{AScale: 0.1, BScale: 0.2})
 		}, F32, Shape{3, 5}},
@@ -58,19 +53,9 @@ func TestW8A8Infer(t *testing.T) {
 		{"shadow inf threshold", func(g *Graph) *Tensor {
 			return g.ShadowMatMul(g.Input("x", F32, 1, 10), g.Input("wt", F32, 10, 6), nil, float32(math.Inf(1)))
 		}, F32, Shape{1, 6}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			g := NewGraph()
-			out := tc.build(g)
-			require.NoError(t, g.Err())
-			assert.Equal(t, tc.dtype, out.DType)
-			assert.Equal(t, tc.shape, out.Shape)
-			g.Output(out)
-			require.NoError(t, g.Validate())
-			assert.EqualValues(t, 3, g.Opset())
-		})
-	}
+	}, func(t *testing.T, g *Graph) {
+		assert.EqualValues(t, 3, g.Opset())
+	})
 }
 
 func TestW8A8BuildErrors(t *testing.T) {

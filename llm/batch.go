@@ -154,7 +154,7 @@ func NewBatch(ctx context.Context, m *Model, dev core.Device, n int, opts ...Run
 		return nil, fmt.Errorf("llm: batch of %d sequences (1 to %d): %w", n, maxBatch, core.ErrInvalidArgument)
 	}
 	cfg := newRunnerConfig(opts)
-	if cfg.proj != nil || cfg.sparse != nil || cfg.tap != nil || len(cfg.verify) > 0 || cfg.rt != nil {
+	if cfg.proj != nil || cfg.chunkHook != nil || cfg.tap != nil || len(cfg.verify) > 0 || cfg.rt != nil {
 		return nil, fmt.Errorf("llm: batch with a projection hook (W8A8 weights), a sparse FFN, taps, verify lengths or a runtime of the caller's: %w",
 			core.ErrUnsupported)
 	}

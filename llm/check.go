@@ -1,8 +1,10 @@
 package llm
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/xpuhub/xpu/core"
 )
@@ -23,9 +25,10 @@ func firstNonFinite(xs []float32) int {
 	return -1
 }
 
-// checkLogits is the check every Generate makes (the logits of one position are a few
+// CheckLogits fails with ErrNonFinite when logits of position pos hold a NaN or an infinity:
+// the check every Generate makes (the logits of one position are a few
 // thousand floats, so it costs nothing next to the step that made them).
-func checkLogits(logits []float32, pos int) error {
+func CheckLogits(logits []float32, pos int) error {
 	if i := firstNonFinite(logits); i >= 0 {
 		return fmt.Errorf("%w: logit %d of position %d is %g (XPU_LOG=debug or llm.WithStageChecks "+
 			"names the first stage that computes one)", ErrNonFinite, i, pos, logits[i])
@@ -99,3 +102,35 @@ var ErrRefusedAfterAnalyze = errors.New("llm: prepare refused a stage that analy
 // after the device accepted every node wraps ErrRefusedAfterAnalyze as well. Without it prepare
 // alone decides, which cannot tell the two apart; the conformance model cases use it.
 func WithAnalyzeFirst() RunnerOption { return func(c *runnerConfig) { c.analyzeFirst = true } }
+
+// TeacherForced feeds ids after what the cache holds and returns the logits after every one of
+// them, flattened ([len(ids)·vocab]): what a logits NMSE compares. A runner whose chunk length
+// is len(ids) runs them in one pass.
+func (r *Runner) TeacherForced(ctx context.Context, ids []int32) ([]float32, error) {
+	out := make([]float32, 0, len(ids)*r.m.Config.Vocab)
+	_, err := r.PrefillEach(ctx, ids, func(_ int, logits []float32) error {
+		out = append(out, logits...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// NMSE is Σ(got−want)² / Σwant² (0 when both are all zero, +Inf when only want is).
+func NMSE(got, want []float32) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	if den == 0 {
+		if num == 0 {
+			return 0
+		}
+		return math.Inf(1)
+	}
+	return num / den
+}

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
-	"github.com/xpuhub/xpu/llm/draft"
 	"github.com/xpuhub/xpu/llm/grammar"
 )
 
@@ -86,7 +85,7 @@ func TestGenerateConstraintErrors(t *testing.T) {
 	assert.ErrorIs(t, err, grammar.ErrNoToken)
 
 	_, err = r.Generate(context.Background(), "hi", WithMaxTokens(4), WithConstraint(GrammarConstraint(m.Tokenizer, grammar.JSON())),
-		WithSpeculative(draft.NewLookup()))
+		WithStrategy(&plainStrategy{}))
 	assert.ErrorIs(t, err, core.ErrInvalidArgument)
 }
 

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/xpuhub/xpu/core"
-	"github.com/xpuhub/xpu/llm/draft"
-	"github.com/xpuhub/xpu/llm/spec"
 	"github.com/xpuhub/xpu/sched/energy"
 )
 
@@ -38,8 +36,9 @@ type Result struct {
 	// not). On a machine whose other processes take turns on the cores it moves far less than
 	// Decode. 0 where the platform does not report it.
 	DecodeCPU time.Duration
-	// Spec reports speculative decoding (WithSpeculative), nil without it.
-	Spec *spec.Stats
+	// Strategy is what a decode strategy reports of the generation (WithStrategy; package
+	// spec's *spec.Stats for speculative decoding), nil with Generate's own loop.
+	Strategy fmt.Stringer
 }
 
 // PrefillTokensPerSecond is the prompt processing speed.
@@ -65,7 +64,7 @@ type genConfig struct {
 	keep      bool
 	reuse     bool    // WithPromptCache
 	ids       []int32 // WithPromptTokens: fed instead of the prompt's encoding
-	spec      *specConfig
+	strategy  Strategy
 	// constraint holds sampling to a grammar (WithConstraint)
 	constraint Constraint
 	// shift, when set, is the keep count of a context shift at a full cache (WithContextShift)
@@ -138,11 +137,17 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 	if err := r.m.File.Check(); err != nil {
 		return Result{}, fmt.Errorf("llm: %w", err)
 	}
-	if cfg.constraint != nil && cfg.spec != nil {
-		return Result{}, fmt.Errorf("llm: a constraint cannot be combined with speculative decoding: %w", core.ErrInvalidArgument)
+	if cfg.constraint != nil && cfg.strategy != nil {
+		return Result{}, fmt.Errorf("llm: a constraint cannot be combined with a decode strategy (speculative decoding): %w", core.ErrInvalidArgument)
 	}
-	if cfg.spec != nil && cfg.spec.drafter != nil && r.MaxVerify() == 0 {
-		return Result{}, fmt.Errorf("%w: %w", ErrNoVerifyGraphs, core.ErrInvalidArgument)
+	var res Result
+	var text []byte
+	dec := r.m.Tokenizer.NewDecoder()
+	g := &Generation{r: r, cfg: &cfg, res: &res, dec: dec, text: &text}
+	if cfg.strategy != nil {
+		if err := cfg.strategy.Begin(g); err != nil {
+			return Result{}, err
+		}
 	}
 	tok := r.m.Tokenizer
 	ids := cfg.ids
@@ -169,20 +174,14 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 		}
 		return Result{}, fmt.Errorf("llm: empty prompt and %s: %w", why, core.ErrInvalidArgument)
 	}
-	res := Result{PromptTokens: len(ids), CachedTokens: cached}
-	dec := tok.NewDecoder()
+	res.PromptTokens, res.CachedTokens = len(ids), cached
 	for _, id := range ids {
 		dec.Next(id) // the generated text continues the prompt's (no dummy-prefix stripping)
 	}
 	t0 := time.Now()
 	var logits []float32
-	if cfg.spec != nil {
-		res.Spec = &spec.Stats{}
-		if cfg.spec.drafter != nil {
-			logits, err = r.specPrefill(ctx, cfg.spec, ids, res.Spec)
-		} else {
-			logits, err = r.Prefill(ctx, ids)
-		}
+	if cfg.strategy != nil {
+		logits, err = cfg.strategy.Prefill(ctx, g, ids)
 	} else {
 		logits, err = r.Prefill(ctx, ids)
 	}
@@ -190,7 +189,7 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 	if err != nil {
 		return res, err
 	}
-	if err := checkLogits(logits, r.pos-1); err != nil {
+	if err := CheckLogits(logits, r.pos-1); err != nil {
 		return res, err
 	}
 	if cfg.shift != nil {
@@ -200,57 +199,35 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 		res.Stop = StopMaxTokens
 		return res, nil
 	}
-	var text []byte
 	t1, c1 := time.Now(), cpuTime()
-	if cfg.spec != nil {
-		err := r.specDecode(ctx, &cfg, &res, logits, dec, &text, res.Spec)
+	g.sampler = NewSampler(cfg.sampler)
+	if cfg.strategy != nil {
+		err := cfg.strategy.Decode(ctx, g, logits)
 		if err == nil {
 			text = r.flushText(dec, text, &cfg, &err)
 		}
 		res = r.finish(res, text, t1, c1)
-		if f, ok := cfg.spec.drafter.(draft.Finisher); ok && err == nil {
-			var ferr error
-			if perr := safely(func() { ferr = f.Finish(res.Tokens) }); perr != nil {
-				ferr = perr
-			}
-			if ferr != nil {
-				// the answer is good; only a later request's drafts lose it
-				r.cfg.logger.Warn("llm: storing the answer for later drafts", "err", ferr)
-			}
+		if err == nil {
+			cfg.strategy.Finish(g, res)
 		}
 		return res, err
 	}
-	sampler := NewSampler(cfg.sampler)
+	sampler := g.sampler
 	held := newConstrained(cfg.constraint, cfg.sampler)
 	for {
 		next, err := held.sample(sampler, logits[:min(len(logits), tok.Size())], r.history)
 		if err != nil {
 			return r.finish(res, text, t1, c1), err
 		}
-		if tok.IsStop(next) || (next == tok.BOS() && next >= 0) {
-			res.Stop = StopEOS
-			break
+		done, err := g.Emit(next)
+		if err != nil {
+			return r.finish(res, text, t1, c1), err
 		}
-		res.Tokens = append(res.Tokens, next)
-		if cfg.onToken != nil {
-			if err := cfg.onToken(next); err != nil {
-				return r.finish(res, text, t1, c1), err
-			}
-		}
-		if piece := dec.Next(next); piece != "" {
-			text = append(text, piece...)
-			if cfg.stream != nil {
-				if err := cfg.stream(piece); err != nil {
-					return r.finish(res, text, t1, c1), err
-				}
-			}
-		}
-		if cfg.constraint != nil && cfg.constraint.Done() {
+		if cfg.constraint != nil && cfg.constraint.Done() && (!done || res.Stop == StopMaxTokens) {
 			res.Stop = StopEOS // the grammar is complete: nothing may follow
 			break
 		}
-		if len(res.Tokens) >= cfg.maxTokens {
-			res.Stop = StopMaxTokens
+		if done {
 			break
 		}
 		if r.pos >= r.cfg.ctxLen {
@@ -268,19 +245,13 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 		if logits, err = r.Decode(ctx, next); err != nil {
 			return r.finish(res, text, t1, c1), err
 		}
-		if err := checkLogits(logits, r.pos-1); err != nil {
+		if err := CheckLogits(logits, r.pos-1); err != nil {
 			return r.finish(res, text, t1, c1), err
 		}
 	}
-	if rest := dec.Flush(); rest != "" {
-		text = append(text, rest...)
-		if cfg.stream != nil {
-			if err := cfg.stream(rest); err != nil {
-				return r.finish(res, text, t1, c1), err
-			}
-		}
-	}
-	return r.finish(res, text, t1, c1), nil
+	var ferr error
+	text = r.flushText(dec, text, &cfg, &ferr)
+	return r.finish(res, text, t1, c1), ferr
 }
 
 // flushText appends the decoder's held-back bytes, streaming them; a stream error goes to *err.

@@ -62,24 +62,21 @@ func (m *Model) buildLayerStage(l int, c, capacity int64, kv kvTypes, tree bool,
 	cfg := m.Config
 	g := core.NewGraph()
 	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
-	H, Hkv, D := int64(cfg.Heads), int64(cfg.KVHeads), int64(cfg.HeadDim)
-	x := g.Input("x", core.F32, c, int64(cfg.Dim))
-	q := g.Input("q", core.F32, c, H, D)
-	kc := g.Input("k_cache", kv.K, capacity, Hkv, D)
-	vc := g.Input("v_cache", kv.V, capacity, Hkv, D)
-	qoff := g.Input("q_offset", core.I32, 1)
+	H, D := int64(cfg.Heads), int64(cfg.HeadDim)
+	in := m.LayerInputs(g, c, capacity, kv)
+	x := in.X
 	var mask *core.Tensor
 	if tree {
 		mask = g.Input("mask", core.I8, c, c)
 	}
 	opts := cfg.AttentionOptions(l, capacity)
-	opts.Causal, opts.QOffsetInput, opts.Mask = true, qoff, mask
+	opts.Causal, opts.QOffsetInput, opts.Mask = true, in.QOffset, mask
 	if tree && opts.Window > 0 {
 		// ATTENTION's window and its tree mask do not combine
 		return nil, fmt.Errorf("llm: layer %d: a draft tree over a sliding window of %d (context above it): %w",
 			l, opts.Window, core.ErrUnsupported)
 	}
-	a := sb.attention(g, q, kc, vc, opts)
+	a := sb.attention(g, in.Q, in.KCache, in.VCache, opts)
 	// inner nodes first: Named names the next node added (plan rules match these names)
 	x = m.arch.Finish(m.block(g, sb), x, g.Reshape(a, c, H*D), l)
 

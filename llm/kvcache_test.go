@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
-	"github.com/xpuhub/xpu/llm/draft"
 	"github.com/xpuhub/xpu/llm/synth"
 )
 
@@ -147,32 +146,6 @@ func TestQuantizedKVShardedDecode(t *testing.T) {
 			for i := range want {
 				assert.Less(t, NMSE(got[i], want[i]), 1e-10, "step %d", i)
 			}
-		})
-	}
-}
-
-// TestQuantizedKVSpeculative: speculative decoding's verify passes write and read a quantized
-// cache as decoding does, and the rows an accepted draft keeps are moved with their blocks: the
-// greedy text is plain decoding's, also across context shifts.
-func TestQuantizedKVSpeculative(t *testing.T) {
-	ctx := context.Background()
-	m := kvModel(t)
-	ids := []int32{1, 40, 41, 42, 43, 40, 41, 42, 43, 40, 41}
-	for _, dt := range []core.DType{core.Q8_0, core.Q4_0} {
-		t.Run(dt.String(), func(t *testing.T) {
-			r, err := NewRunner(ctx, m, refDevice(t), WithKVCacheType(dt), WithVerifyLengths(4, 8), WithChunkSize(8), WithContextLength(48))
-			require.NoError(t, err)
-			defer r.Close()
-			// greedy, BOS and EOS biased away: only the token budget ends the text
-			noEnd := SamplerConfig{LogitBias: map[int32]float32{1: -100, 2: -100}}
-			opts := []GenerateOption{WithPromptTokens(ids), WithMaxTokens(100), WithContextShift(4), WithSampler(noEnd)}
-			plain, err := r.Generate(ctx, "", opts...)
-			require.NoError(t, err)
-			spec, err := r.Generate(ctx, "", append(opts, WithSpeculative(draft.NewLookup(), SpecAlways()))...)
-			require.NoError(t, err)
-			assert.Positive(t, spec.Spec.Verifies, "drafts were verified")
-			assert.Len(t, plain.Tokens, 100)
-			assert.Equal(t, plain.Tokens, spec.Tokens)
 		})
 	}
 }

@@ -213,6 +213,10 @@ func (e *Engine) NewRunner(ctx context.Context) (*Runner, error) {
 	return NewRunner(ctx, e.Model(), e.dev, e.opts...)
 }
 
+// RunnerOptions are the options the engine's runners are made with (Load's WithRunnerOptions
+// and what Load derived), for a runner of another kind on the engine's device.
+func (e *Engine) RunnerOptions() []RunnerOption { return slices.Clone(e.opts) }
+
 // Close releases the runner, the model file and the backend.
 func (e *Engine) Close() error {
 	if e.Runner == nil {

@@ -7,6 +7,11 @@
 // Load is the short way in: it opens a model, chooses the best usable device and returns an
 // Engine ready to Generate or start a Chat (which renders the model's chat template). Open,
 // NewRunner and a device from package loader do the same step by step.
+//
+// Techniques live in packages of their own and plug in through the runner's hooks (see
+// Runner): speculative decoding (package spec) as a decode Strategy, the sparse FFN (package
+// sparse) as a ChunkHook, the W8A8 lowering and its calibration (package w8a8) as a
+// ProjectionHook with projection taps, embeddings (package embed) over the hidden-state output.
 package llm
 
 import (
@@ -78,6 +83,20 @@ func (m *Model) Close() error {
 		return m.File.Close()
 	}
 	return nil
+}
+
+// Weight is one of the model's tensors as its stage graphs read it: a view of the file's bytes.
+type Weight struct {
+	DType core.DType
+	Shape core.Shape
+	Data  []byte
+}
+
+// Weight returns tensor name as the stage graphs read it (after the architecture's row splits;
+// norm weights and biases converted to F32), or false when the model has no such tensor.
+func (m *Model) Weight(name string) (Weight, bool) {
+	w, ok := m.weights[name]
+	return Weight{DType: w.dtype, Shape: w.shape, Data: w.data}, ok
 }
 
 // WeightBytes is the size of every weight the model reads per token (all but the embedding).

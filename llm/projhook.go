@@ -25,5 +25,6 @@ type ProjectionBuilder interface {
 }
 
 // WithProjectionHook lowers the projections of every stage graph the runner builds with h
-// (nil: the model's projections as they are). WithW8A8 is WithProjectionHook with the W8A8 lowering; the last of the two given wins.
+// (nil: the model's projections as they are). w8a8.WithLowering is WithProjectionHook with the
+// W8A8 lowering; the last hook given wins.
 func WithProjectionHook(h ProjectionHook) RunnerOption { return func(c *runnerConfig) { c.proj = h } }

@@ -30,7 +30,7 @@ func (h *countHook) Linear(_ *core.Graph, x *core.Tensor, _ int, proj string) *c
 
 func TestProjectionHook(t *testing.T) {
 	ctx := context.Background()
-	m := outlierModel(t, 0, 7)
+	m := synthModel(t, "qwen2", core.F32)
 	dev := refDevice(t)
 	prompt := []int32{1, 5, 9, 3}
 	logits := func(t *testing.T, opts ...RunnerOption) []float32 {
@@ -63,13 +63,13 @@ func TestProjectionHook(t *testing.T) {
 			assert.GreaterOrEqual(t, c.hook.linears, 7*m.Config.Layers)
 		})
 	}
-	t.Run("WithW8A8(nil) runs the model as it is", func(t *testing.T) {
-		assert.Equal(t, plain, logits(t, WithW8A8(nil)))
+	t.Run("a nil hook runs the model as it is", func(t *testing.T) {
+		assert.Equal(t, plain, logits(t, WithProjectionHook(nil)))
 	})
-	t.Run("batch and embedder refuse a hook", func(t *testing.T) {
+	t.Run("batch and hidden-state output refuse a hook", func(t *testing.T) {
 		_, err := NewBatch(ctx, m, dev, 2, WithProjectionHook(&countHook{}))
 		assert.ErrorIs(t, err, core.ErrUnsupported)
-		_, err = NewEmbedder(ctx, m, dev, WithProjectionHook(&countHook{}))
+		_, err = NewRunner(ctx, m, dev, WithHiddenOutput(), WithProjectionHook(&countHook{}))
 		assert.ErrorIs(t, err, core.ErrUnsupported)
 	})
 }

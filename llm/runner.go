@@ -22,14 +22,13 @@ var ErrContextFull = errors.New("llm: context is full")
 // runner builds graphs; sched opens the contexts, prepares the partitions and runs them). It
 // is not safe for concurrent use.
 //
-// Techniques plug into the runner at two points. Where it builds a program's stages
-// (stagehook.go), a technique claims the programs it changes and supplies their stage graphs,
-// the units of its own nodes, its extra bindings and stage options, while the runner keeps
-// what every program shares (activation lanes, the KV cache, placement by the plan,
-// compiling, running); decode shards build through it. Where a stage graph applies a
-// projection, a ProjectionHook (WithProjectionHook) may lower it: the W8A8 lowering is one,
-// and the runner names no technique there. Techniques with no graph of their own
-// (quantization, the speculative policy, W8A8's vocabulary) live in packages of their own.
+// Techniques plug into the runner and into Generate at four points, from the finest: a
+// ProjectionHook (WithProjectionHook) lowers the projections of every stage graph (package
+// w8a8); a stage hook (stagehook.go) supplies the stage graphs of the programs it claims (decode
+// shards); a ChunkHook (WithChunkHook) runs whole chunks with programs of its own, built from the
+// model's stage-building blocks (package sparse); a Strategy (WithStrategy) decodes in place of
+// Generate's own loop (package spec). The runner keeps what they all share: the KV cache, the
+// position inputs, activation lanes, placement by the plan, compiling and running.
 type Runner struct {
 	m     *Model
 	cfg   runnerConfig
@@ -58,9 +57,8 @@ type Runner struct {
 	pos    int // tokens in the cache
 	// history is the tokens in the cache.
 	history []int32
-	// cache is the sparse FFN's bundle cache (WithSparseFFN); spTimes where its runs' time went.
-	cache   sched.Span
-	spTimes [2]SparseTimes // chunks of several tokens, of one
+	// hook is the chunk hook's part of the runner (WithChunkHook), nil without one.
+	hook ChunkPrograms
 	// busy is set while a call runs on the runner (busy.go): a second one at the same time
 	// fails with ErrBusy.
 	busy atomic.Bool
@@ -77,8 +75,8 @@ type chunkProg struct {
 	// RoPE tables (models with frequency factors) and the mask
 	pos, cos, sin, mask sched.Span
 	tree                bool
-	// sp, when the FFN is sparse (WithSparseFFN), replaces prog: its programs per layer.
-	sp *sparseProg
+	// hp, with a chunk hook (WithChunkHook), replaces prog: the hook's programs.
+	hp ChunkProgram
 }
 
 // NewRunner runs the whole model on one device: a one-unit plan (the unit's options are those of
@@ -193,15 +191,21 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 	if len(cfg.verify) > 0 {
 		widest = max(widest, slices.Max(cfg.verify))
 	}
-	if cfg.proj != nil || cfg.sparse != nil || cfg.tap != nil {
-		if err := m.RequireLlamaShape("a projection hook (W8A8 weights), the sparse FFN and calibration taps"); err != nil {
+	if cfg.hidden && (cfg.proj != nil || cfg.chunkHook != nil || len(cfg.verify) > 0 || cfg.tap != nil) {
+		return nil, fmt.Errorf("llm: hidden-state output with a projection hook (W8A8 weights), a chunk hook (the sparse FFN), taps or verify lengths: %w", core.ErrUnsupported)
+	}
+	if cfg.chunkHook != nil && (len(cfg.verify) > 0 || cfg.proj != nil || cfg.tap != nil) {
+		return nil, fmt.Errorf("llm: a chunk hook (the sparse FFN) does not combine with verify graphs, a projection hook (W8A8) or taps: %w", core.ErrUnsupported)
+	}
+	if cfg.proj != nil || cfg.tap != nil {
+		if err := m.RequireLlamaShape("a projection hook (W8A8 weights) and projection taps (WithTap)"); err != nil {
 			return nil, err
 		}
 	}
 	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, vprogs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + widest - 1)}
 	if ps := rp.DecodeShards(); ps != nil {
-		if cfg.proj != nil || cfg.sparse != nil || cfg.tap != nil {
-			return nil, fmt.Errorf("llm: decode shards with a projection hook (W8A8 weights), a sparse FFN or calibration taps: %w",
+		if cfg.proj != nil || cfg.chunkHook != nil || cfg.tap != nil {
+			return nil, fmt.Errorf("llm: decode shards with a projection hook (W8A8 weights), a chunk hook (the sparse FFN) or projection taps: %w",
 				core.ErrUnsupported)
 		}
 		cuts, err := m.cutShards(ps)
@@ -246,17 +250,12 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 			return nil, fmt.Errorf("llm: %w", err)
 		}
 	}
-	if cfg.sparse != nil {
-		if err := r.checkSparse(); err != nil {
-			return nil, errors.Join(err, r.Close())
-		}
-	}
 	if err := r.init(ctx); err != nil {
 		return nil, errors.Join(err, r.Close())
 	}
 	// every node is placed now: a rule for another model (a layer or node this one lacks) is
-	// an error, as a node no rule places is (the sparse FFN's runtime places its own nodes)
-	if cfg.sparse != nil {
+	// an error, as a node no rule places is (a chunk hook places its own nodes)
+	if cfg.chunkHook != nil {
 		return r, nil
 	}
 	if err := rp.CheckUse(m.Config.Layers); err != nil {
@@ -275,10 +274,8 @@ func (r *Runner) Close() error {
 	if r.shared {
 		var errs []error
 		for _, cp := range r.progs {
-			if cp.sp != nil {
-				for _, p := range cp.sp.programs() {
-					errs = append(errs, p.Close())
-				}
+			if cp.hp != nil {
+				errs = append(errs, cp.hp.Close())
 				continue
 			}
 			errs = append(errs, cp.prog.Close())
@@ -325,9 +322,8 @@ func (r *Runner) Report() sched.RuntimeReport { return r.rt.Report() }
 func (r *Runner) Placement() string {
 	var parts []string
 	for _, n := range []int{r.cfg.chunk, 1} {
-		if cp, ok := r.progs[n]; ok && cp.sp != nil {
-			parts = append(parts, fmt.Sprintf("%s (chunk %d): every stage on %s, the FFN as SPARSE_FFN over %d cached bundle rows",
-				phaseOf(cp.c), cp.c, r.Units()[0], r.cfg.sparse.Layout().Rows))
+		if cp, ok := r.progs[n]; ok && cp.hp != nil {
+			parts = append(parts, r.hook.Describe(cp.c))
 		} else if ok {
 			parts = append(parts, cp.prog.Placement())
 		}
@@ -346,6 +342,17 @@ func (r *Runner) ChunkSize() int { return r.cfg.chunk }
 
 // Len is the number of tokens in the cache.
 func (r *Runner) Len() int { return r.pos }
+
+// AppendTokens appends the tokens in the cache to dst: Tokens without a fresh copy each time
+// (a decode loop that reads the history every step reuses one buffer).
+func (r *Runner) AppendTokens(dst []int32) []int32 { return append(dst, r.history...) }
+
+// Runtime is the runtime the runner's programs run on (its own, or WithRuntime's): its arena
+// holds the cache and the activations.
+func (r *Runner) Runtime() *sched.Runtime { return r.rt }
+
+// Trace is the trace the runner's runtime records into (WithTrace), nil without one.
+func (r *Runner) Trace() *sched.Trace { return r.rt.Trace() }
 
 // Tokens returns the tokens in the cache.
 func (r *Runner) Tokens() []int32 { return append([]int32(nil), r.history...) }
@@ -442,8 +449,8 @@ func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg, each f
 	for start := 0; start < full; start += c {
 		chunks = append(chunks, sched.Chunk{Row: int64(r.pos + start), Index: len(chunks)})
 	}
-	if cp.sp != nil {
-		return r.feedSparse(ctx, tokens, cp, chunks, each)
+	if cp.hp != nil {
+		return r.feedHook(ctx, tokens, cp, chunks, each)
 	}
 	V := r.outWidth()
 	rowsOf := func(p *chunkProg, lane, from, count int) error {

@@ -64,8 +64,8 @@ func (r *Runner) init(ctx context.Context) error {
 			r.cfg.progress(done, total)
 		}
 	}
-	if r.cfg.sparse != nil {
-		return r.initSparse(ctx, step, lengths)
+	if r.cfg.chunkHook != nil {
+		return r.initHook(ctx, step, lengths)
 	}
 	// longest first: a unit's decode parts of a split weight are then rows of the whole weight
 	// its prefill graphs uploaded, which the adapter passes as offsets and neon serves out of
@@ -287,7 +287,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 			for _, t := range ts.tensors {
 				l, err := lanes(t.DType.Bytes(t.Shape.NumElements()))
 				if err != nil {
-					return nil, fmt.Errorf("llm: calibration taps for chunk %d: %w", c, err)
+					return nil, fmt.Errorf("llm: projection taps for chunk %d: %w", c, err)
 				}
 				st.IO = append(st.IO, sched.Binding{Lanes: l})
 			}
@@ -304,12 +304,12 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 		}
 	}
 	if r.cfg.stageChecks || r.cfg.tap != nil {
-		tapOf := make([]map[string]tapWhat, len(stages))
+		tapOf := make([]map[string]Tap, len(stages))
 		for s, ts := range taps {
 			if ts == nil {
 				continue
 			}
-			tapOf[s] = map[string]tapWhat{}
+			tapOf[s] = map[string]Tap{}
 			for i, t := range ts.tensors {
 				tapOf[s][t.Name] = ts.what[i]
 			}

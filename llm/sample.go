@@ -109,6 +109,7 @@ type Sampler struct {
 	cfg    SamplerConfig
 	rng    *rand.Rand
 	counts map[int32]int // penalize's scratch: occurrences in the window
+	buf    []float32     // Predict's and AcceptDraft's copy of the logits
 }
 
 // NewSampler makes a sampler. It does not check cfg: Generate validates it (see Validate).
@@ -199,8 +200,32 @@ func (s *Sampler) penalize(logits []float32, history []int32) {
 	}
 }
 
-// penalizes says whether penalize changes logits (a bias, or a penalty that is not off).
-func (s *Sampler) penalizes() bool {
+// Predict is the greedy choice after the biases and penalties: what Sample picks at
+// temperature 0. logits is not modified: without a bias or penalty it is read in place (a
+// speculative step predicts at every verified row, where copying the vocabulary each time
+// costs more than the argmax).
+func (s *Sampler) Predict(logits []float32, history []int32) int32 {
+	if !s.Penalizes() {
+		return argmax(logits)
+	}
+	s.buf = append(s.buf[:0], logits...)
+	s.penalize(s.buf, history)
+	return argmax(s.buf)
+}
+
+// AcceptDraft applies speculative sampling's rule at one verified row: given the row's logits
+// (not modified) and the tokens of its draft children (tokens[c] for c in kids, in order), it
+// returns the child kept (-1: none) and the token drawn, which is the kept child's when one is
+// (acceptTree says how; each token keeps plain sampling's probability).
+func (s *Sampler) AcceptDraft(logits []float32, history []int32, tokens []int32, kids []int) (int, int32) {
+	s.buf = append(s.buf[:0], logits...)
+	s.penalize(s.buf, history)
+	return acceptTree(s, s.dist(s.buf), tokens, kids)
+}
+
+// Penalizes says whether the sampler changes logits before choosing (a bias, or a penalty that
+// is not off).
+func (s *Sampler) Penalizes() bool {
 	c := &s.cfg
 	return len(c.LogitBias) > 0 || (c.RepeatPenalty > 0 && c.RepeatPenalty != 1) ||
 		c.FrequencyPenalty != 0 || c.PresencePenalty != 0
@@ -363,4 +388,40 @@ func argmax(xs []float32) int32 {
 		}
 	}
 	return int32(best)
+}
+
+// acceptTree is the speculative-sampling rule for draft children proposed with certainty
+// (tokens[c] for c in kids, in order): child c is kept with the probability the distribution
+// left so far gives its token; on rejection that token's probability goes and the rest is
+// renormalized; when every child is rejected, the next token is drawn from what is left. Each
+// token thus has probability p(token), as plain sampling gives. It returns the child kept (-1:
+// none) and the token drawn (the kept child's when one is).
+func acceptTree(s *Sampler, dist []cand, tokens []int32, kids []int) (int, int32) {
+	rest := slices.Clone(dist)
+	for _, c := range kids {
+		x := tokens[c]
+		px := 0.0
+		for _, d := range rest {
+			if d.id == x {
+				px = d.p
+			}
+		}
+		if px <= 0 {
+			continue // not in the distribution, or rejected already
+		}
+		if s.rng.Float64() < px {
+			return c, x
+		}
+		if px >= 1 {
+			return c, x // rounding: nothing else is left
+		}
+		kept := rest[:0]
+		for _, d := range rest {
+			if d.id != x {
+				kept = append(kept, cand{d.id, d.p / (1 - px)})
+			}
+		}
+		rest = kept
+	}
+	return -1, s.draw(rest)
 }

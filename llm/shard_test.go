@@ -13,7 +13,6 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm/shard"
 	"github.com/xpuhub/xpu/llm/synth"
-	"github.com/xpuhub/xpu/llm/w8a8"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -219,8 +218,8 @@ func TestStealingShardsAreDeterministic(t *testing.T) {
 }
 
 // TestDefaultPlanShardsDecode: the default plan shards decode steps over units of one kind
-// where the model allows it, not over units of different kinds, and w8a8.Plan and WithoutShards
-// drop the shards (decode then follows the prefill's layer split again).
+// where the model allows it, not over units of different kinds, and WithoutShards drops the
+// shards (w8a8.Plan's own test checks it drops them too) (decode then follows the prefill's layer split again).
 func TestDefaultPlanShardsDecode(t *testing.T) {
 	devs := pluginDevices(t, "neon", "opencl")
 	m := synthModel(t, "llama", core.Q4_0)
@@ -231,10 +230,9 @@ func TestDefaultPlanShardsDecode(t *testing.T) {
 	require.NotNil(t, p.Decode.Shards)
 	assert.Equal(t, []string{"0", "1"}, p.Decode.Shards.Units)
 	assert.NotEmpty(t, p.Prefill.Rules, "prefill keeps the layer split")
-	for _, q := range []*sched.Plan{WithoutShards(p), w8a8.Plan(p)} {
-		assert.Nil(t, q.Decode.Shards)
-		assert.Empty(t, q.Decode.Rules, "decode as prefill")
-	}
+	q := WithoutShards(p)
+	assert.Nil(t, q.Decode.Shards)
+	assert.Empty(t, q.Decode.Rules, "decode as prefill")
 	assert.NotNil(t, p.Decode.Shards, "the plan itself is left as it was")
 
 	r, err := NewPlannedRunner(context.Background(), m, devs, p, WithChunkSize(8), WithContextLength(96))

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
-	"github.com/xpuhub/xpu/llm/draft"
 )
 
 // cacheRows are layer l's K (which 0) or V (1) cache rows [from, from+n) as floats.
@@ -128,7 +127,7 @@ func TestGenerateContextShift(t *testing.T) {
 	}{
 		{"plain", nil, nil},
 		{"f32", nil, []RunnerOption{WithKVCacheType(core.F32)}},
-		{"speculative", []GenerateOption{WithSpeculative(draft.NewLookup(), SpecAlways())}, []RunnerOption{WithVerifyLengths(4, 8)}},
+		{"a decode strategy", []GenerateOption{WithStrategy(&plainStrategy{})}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := NewRunner(ctx, m, refDevice(t), append([]RunnerOption{WithChunkSize(8), WithContextLength(ctxLen)}, tc.ro...)...)

@@ -9,10 +9,9 @@ import (
 // (Runner.stageHook picks it per program): Runner.prepare keeps what every program shares
 // (the activation lanes, the cache and position bindings, placement by the plan, compiling)
 // and asks the hook, stage by stage, for the graph, the units of its own nodes, its extra
-// bindings and the stage options. Decode shards are the first hook; the sparse FFN, W8A8
-// lowering and the verify programs are meant to follow, so that each technique can live in a
-// package of its own once the graph primitives it builds with (norm, rope, projections) are
-// exported.
+// bindings and the stage options. Decode shards build through it; the W8A8 lowering, the
+// sparse FFN and speculative decoding plug in through the exported hooks (ProjectionHook,
+// ChunkHook, Strategy).
 type stageHook interface {
 	// build makes stage s (0: the embedding; s: layer s-1), recording in sb which of its nodes
 	// run on which of the hook's units (stageBuild.shard) or on either (stageBuild.shared).

@@ -105,6 +105,13 @@ func (r *Runner) MaxVerify() int {
 	return slices.Max(r.cfg.verify)
 }
 
+// PrefillEachLoses says whether PrefillEach gives up something Prefill has: chunks pipelined
+// over several units, or the sparse FFN's programs.
+func (r *Runner) PrefillEachLoses() bool {
+	cp := r.progs[r.cfg.chunk]
+	return cp.hp != nil || cp.prog.Lanes() > 1
+}
+
 // PrefillEach is Prefill that also hands f the logits after every token (i indexes tokens; the
 // slice is only valid during the call): a prompt's all-position predictions, which in-context
 // calibration drafts from. Chunks then run one at a time, without pipelining across units.
@@ -117,7 +124,7 @@ func (r *Runner) PrefillEach(ctx context.Context, tokens []int32, f func(i int, 
 	if f == nil {
 		return r.Prefill(ctx, tokens)
 	}
-	buf := make([]float32, r.m.Config.Vocab)
+	buf := make([]float32, r.outWidth())
 	return r.feed(ctx, tokens, r.progs[r.cfg.chunk], func(i int, row []byte) error {
 		core.DecodeF32To(buf, row[:4*len(buf)])
 		return f(i, buf)
@@ -161,12 +168,21 @@ func (r *Runner) VerifyTree(ctx context.Context, root int32, tree draft.Tree) ([
 		return nil, err
 	}
 	defer leave()
-	return r.verifyTree(ctx, root, tree, nil)
+	return r.VerifyTreeInto(ctx, root, tree, nil)
 }
 
-// verifyTree is VerifyTree with the logits written into buf when it holds them (the
+// VerifyTreeInto is VerifyTree with the logits written into buf when it holds them (a
 // speculative loop's rows live for one step: a fresh n × vocabulary slice per verify was a
 // sixth of the Go side's time of a verify pass on a small model).
+func (r *Runner) VerifyTreeInto(ctx context.Context, root int32, tree draft.Tree, buf []float32) ([][]float32, error) {
+	ctx, leave, err := r.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	return r.verifyTree(ctx, root, tree, buf)
+}
+
 func (r *Runner) verifyTree(ctx context.Context, root int32, tree draft.Tree, buf []float32) ([][]float32, error) {
 	n := tree.Len() + 1
 	var cp *chunkProg

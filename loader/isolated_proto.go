@@ -128,35 +128,41 @@ type reader struct {
 	err error
 }
 
-func (r *reader) u32() uint32 {
-	if r.err != nil || len(r.b) < 4 {
+// take consumes the next n bytes; nil (and err set) when fewer are left or an earlier read failed.
+func (r *reader) take(n uint64) []byte {
+	if r.err != nil || n > uint64(len(r.b)) {
 		r.fail()
-		return 0
+		return nil
 	}
-	v := binary.LittleEndian.Uint32(r.b)
-	r.b = r.b[4:]
+	v := r.b[:n]
+	r.b = r.b[n:]
 	return v
 }
 
-func (r *reader) u64() uint64 {
-	if r.err != nil || len(r.b) < 8 {
-		r.fail()
-		return 0
+func (r *reader) u32() uint32 {
+	if b := r.take(4); b != nil {
+		return binary.LittleEndian.Uint32(b)
 	}
-	v := binary.LittleEndian.Uint64(r.b)
-	r.b = r.b[8:]
-	return v
+	return 0
+}
+
+func (r *reader) u64() uint64 {
+	if b := r.take(8); b != nil {
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
 }
 
 func (r *reader) blob() []byte {
 	n := r.u32()
-	if r.err != nil || n > maxBlob || uint64(n) > uint64(len(r.b)) {
+	if n > maxBlob {
 		r.fail()
 		return nil
 	}
-	out := append([]byte(nil), r.b[:n]...)
-	r.b = r.b[n:]
-	return out
+	if b := r.take(uint64(n)); b != nil {
+		return append([]byte(nil), b...)
+	}
+	return nil
 }
 
 func (r *reader) fail() {

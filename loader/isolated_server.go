@@ -137,6 +137,16 @@ type isoInfo struct {
 
 func fail(st abi.Status, msg string) *rpcResp { return &rpcResp{Status: int32(st), S: msg} }
 
+// onOK updates the server's own record of the plugin's objects (f, under s.mu) when the call that
+// returned st succeeded: the record follows only what the plugin did.
+func (s *hostServer) onOK(st abi.Status, f func()) {
+	if st == abi.StatusOK {
+		s.mu.Lock()
+		f()
+		s.mu.Unlock()
+	}
+}
+
 func (s *hostServer) result(st abi.Status, h uint64, u ...uint64) *rpcResp {
 	if st != abi.StatusOK {
 		return fail(st, s.p.LastError(h))
@@ -175,19 +185,11 @@ func (s *hostServer) handle(_ context.Context, q *rpcReq) *rpcResp {
 		return s.result(st, 0, uint64(v))
 	case opContextCreate:
 		h, st := p.ContextCreate(uint32(u[0]), q.S)
-		if st == abi.StatusOK {
-			s.mu.Lock()
-			s.ctxDev[h] = uint32(u[0])
-			s.mu.Unlock()
-		}
+		s.onOK(st, func() { s.ctxDev[h] = uint32(u[0]) })
 		return s.result(st, 0, h)
 	case opContextRelease:
 		st := p.ContextRelease(u[0])
-		if st == abi.StatusOK {
-			s.mu.Lock()
-			delete(s.ctxDev, u[0])
-			s.mu.Unlock()
-		}
+		s.onOK(st, func() { delete(s.ctxDev, u[0]) })
 		return s.result(st, u[0])
 	case opBufferAlloc:
 		return s.bufferNew(u[0], u[3], 0, u[1], uint32(u[2]))
@@ -195,14 +197,12 @@ func (s *hostServer) handle(_ context.Context, q *rpcReq) *rpcResp {
 		return s.bufferNew(u[0], u[3], u[1], u[2], uint32(core.BufferDevice))
 	case opBufferRelease:
 		st := p.BufferRelease(u[0])
-		if st == abi.StatusOK {
-			s.mu.Lock()
+		s.onOK(st, func() {
 			if b := s.bufs[u[0]]; b != nil {
 				b.mem.close()
 				delete(s.bufs, u[0])
 			}
-			s.mu.Unlock()
-		}
+		})
 		return s.result(st, u[0])
 	case opAnalyze:
 		vs, st := p.GraphAnalyze(u[0], q.B, uint32(u[1]))
@@ -219,10 +219,8 @@ func (s *hostServer) handle(_ context.Context, q *rpcReq) *rpcResp {
 			return fail(abi.StatusInternal, err.Error())
 		}
 		h, st := p.GraphPrepare(u[0], q.B, q.S, q.C)
-		if st == abi.StatusOK && len(q.B) >= 24 {
-			s.mu.Lock()
-			s.exeInputs[h] = int(binary.LittleEndian.Uint32(q.B[20:]))
-			s.mu.Unlock()
+		if len(q.B) >= 24 {
+			s.onOK(st, func() { s.exeInputs[h] = int(binary.LittleEndian.Uint32(q.B[20:])) })
 		}
 		return s.result(st, u[0], h)
 	case opSerialize:
@@ -233,29 +231,19 @@ func (s *hostServer) handle(_ context.Context, q *rpcReq) *rpcResp {
 		return &rpcResp{B: blob}
 	case opExecutableRelease:
 		st := p.ExecutableRelease(u[0])
-		if st == abi.StatusOK {
-			s.mu.Lock()
-			delete(s.exeInputs, u[0])
-			s.mu.Unlock()
-		}
+		s.onOK(st, func() { delete(s.exeInputs, u[0]) })
 		return s.result(st, u[0])
 	case opExecutionCreate:
 		h, st := p.ExecutionCreate(u[0])
-		if st == abi.StatusOK {
-			s.mu.Lock()
-			s.execs[h] = &childExec{exe: u[0], binds: map[uint32]uint64{}}
-			s.mu.Unlock()
-		}
+		s.onOK(st, func() { s.execs[h] = &childExec{exe: u[0], binds: map[uint32]uint64{}} })
 		return s.result(st, u[0], h)
 	case opExecutionBind:
 		st := p.ExecutionBind(u[0], uint32(u[1]), u[2], u[3])
-		if st == abi.StatusOK {
-			s.mu.Lock()
+		s.onOK(st, func() {
 			if x := s.execs[u[0]]; x != nil {
 				x.binds[uint32(u[1])] = u[2]
 			}
-			s.mu.Unlock()
-		}
+		})
 		return s.result(st, u[0])
 	case opExecutionSubmit:
 		return s.submit(q)
@@ -272,11 +260,7 @@ func (s *hostServer) handle(_ context.Context, q *rpcReq) *rpcResp {
 		return s.result(st, u[0])
 	case opExecutionRelease:
 		st := p.ExecutionRelease(u[0])
-		if st == abi.StatusOK {
-			s.mu.Lock()
-			delete(s.execs, u[0])
-			s.mu.Unlock()
-		}
+		s.onOK(st, func() { delete(s.execs, u[0]) })
 		return s.result(st, u[0])
 	case opFenceCreate:
 		h, st := p.FenceCreate(u[0], u[1])

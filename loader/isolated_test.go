@@ -460,13 +460,7 @@ func runBounded(t *testing.T, ex core.Execution, limit time.Duration) error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- ex.Run(context.Background()) }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(limit):
-		t.Fatalf("Run did not return within %v", limit)
-		return nil
-	}
+	return waitRun(t, done, limit)
 }
 
 // TestIsolatedExecuteTimeout: a plugin that sleeps forever in execution_run is killed at the
@@ -574,13 +568,15 @@ func hungOnRing(t *testing.T, be core.Backend, p *prepared) <-chan error {
 	return done
 }
 
+// waitRun returns the error of a run that reports on done, failing the test when none comes
+// within limit.
 func waitRun(t *testing.T, done <-chan error, limit time.Duration) error {
 	t.Helper()
 	select {
 	case err := <-done:
 		return err
 	case <-time.After(limit):
-		t.Fatalf("the sleeping run was not woken within %v", limit)
+		t.Fatalf("the run did not return within %v", limit)
 		return nil
 	}
 }

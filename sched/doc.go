@@ -23,8 +23,9 @@
 //	_ = p.Run(ctx, []sched.Chunk{{}})                // one chunk: the whole graph once
 //	fmt.Println(core.DecodeF32(rt.Arena().Bytes(y)[:16])) // [0 2 0 4]
 //
-// NewSession is the one-graph front end: it places a graph's nodes on the devices by a Policy
-// (falling back to the CPU for refused nodes), prepares the partitions and runs them with
-// copies between devices. Choose ranks devices by a Policy and tries them in turn (llm.Load's
+// NewSession is the one-graph front end over a Runtime: it places a graph's nodes on the
+// devices by a Policy (falling back to the CPU for refused nodes) and runs the graph as a
+// one-stage Program whose inputs and outputs are arena spans; an Executor shares one runtime,
+// its units and its prepared executables among sessions. Choose ranks devices by a Policy and tries them in turn (llm.Load's
 // device choice).
 package sched

@@ -48,36 +48,36 @@ func lastResort(info core.DeviceInfo) int {
 	return s
 }
 
-// perfScore favours native reduced precision (fp16, int8 dot products) and asynchronous
-// submission, which all shorten a step on the same kind of device.
-func perfScore(info core.DeviceInfo) int {
-	s := perfKindScore[info.Kind] + lastResort(info)
-	if info.Caps.Has(core.CapFP16) {
-		s += 20
-	}
-	if info.Caps.Has(core.CapInt8) {
-		s += 10
-	}
-	if info.Caps.Has(core.CapAsync) {
-		s += 5
+// capBonus is the score a device's capabilities add, each by its weight.
+type capBonus []struct {
+	cap core.Caps
+	add int
+}
+
+func (b capBonus) of(info core.DeviceInfo) int {
+	s := 0
+	for _, c := range b {
+		if info.Caps.Has(c.cap) {
+			s += c.add
+		}
 	}
 	return s
 }
 
-// effScore favours unified memory (no copies between host and device, which cost energy) and
+// perfBonus favours native reduced precision (fp16, int8 dot products) and asynchronous
+// submission, which all shorten a step on the same kind of device.
+var perfBonus = capBonus{{core.CapFP16, 20}, {core.CapInt8, 10}, {core.CapAsync, 5}}
+
+// effBonus favours unified memory (no copies between host and device, which cost energy) and
 // int8 arithmetic.
+var effBonus = capBonus{{core.CapUnifiedMemory, 20}, {core.CapInt8, 10}, {core.CapFP16, 5}}
+
+func perfScore(info core.DeviceInfo) int {
+	return perfKindScore[info.Kind] + lastResort(info) + perfBonus.of(info)
+}
+
 func effScore(info core.DeviceInfo) int {
-	s := effKindScore[info.Kind] + lastResort(info)
-	if info.Caps.Has(core.CapUnifiedMemory) {
-		s += 20
-	}
-	if info.Caps.Has(core.CapInt8) {
-		s += 10
-	}
-	if info.Caps.Has(core.CapFP16) {
-		s += 5
-	}
-	return s
+	return effKindScore[info.Kind] + lastResort(info) + effBonus.of(info)
 }
 
 // scorePolicy ranks every device by a score, highest first, stable.

@@ -140,9 +140,10 @@ func (st *progStage) allParts() []*progPart {
 // partIO is where a partition's input or output lives.
 type partIO struct {
 	t       *core.Tensor
-	lanes   []Span // per lane (same span repeated when shared)
-	off     int64  // where the partition's tensor lies in the stage tensor's storage (a split's view)
-	size    int64  // the partition's tensor's bytes
+	src     *core.Tensor // the stage graph's tensor t stands for (t itself, or the one a split views)
+	lanes   []Span       // per lane (same span repeated when shared)
+	off     int64        // where the partition's tensor lies in the stage tensor's storage (a split's view)
+	size    int64        // the partition's tensor's bytes
 	stride  int64
 	rowSlot int // Binding.RowSlot
 	isInput bool
@@ -155,14 +156,10 @@ type partIO struct {
 // execution per lane.
 func (rt *Runtime) Compile(ctx context.Context, spec ProgramSpec) (_ *Program, err error) {
 	// the units' arena views are the workers' while a request runs
-	rt.runMu.Lock()
-	defer rt.runMu.Unlock()
-	rt.mu.Lock()
-	closed := rt.closed
-	rt.mu.Unlock()
-	if closed {
-		return nil, fmt.Errorf("runtime: compile: closed: %w", core.ErrBadState)
+	if err := rt.lockRun("compile"); err != nil {
+		return nil, err
 	}
+	defer rt.runMu.Unlock()
 	lanes := max(spec.Lanes, 1)
 	p := &Program{rt: rt, name: spec.Name, phase: spec.Phase, lanes: lanes, check: spec.Check, nodes: make([]map[core.Op]int, len(rt.units))}
 	for i := range p.nodes {
@@ -299,7 +296,7 @@ func partIOs(part compiledPart, bound map[*core.Tensor]Binding, lanes int, slot 
 	var ios []partIO
 	views := slices.Concat(part.Graph.Inputs, part.Graph.Outputs)
 	for k, t := range slices.Concat(part.Inputs, part.Outputs) {
-		io := partIO{t: views[k], size: views[k].Bytes(), isInput: k < len(part.Inputs), slot: -1}
+		io := partIO{t: views[k], src: t, size: views[k].Bytes(), isInput: k < len(part.Inputs), slot: -1}
 		if part.offs != nil {
 			io.off = part.offs[k]
 		}
@@ -479,6 +476,63 @@ func (rt *Runtime) bindLanes(pp *progPart, lanes int) error {
 			}
 			if err := e.Bind(k, buf, io.lanes[l].Off+io.off); err != nil {
 				return fmt.Errorf("bind %s: %w", io.t.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// rebind moves graph input or output io of stage si (Graph.Inputs then Graph.Outputs order) to
+// b from the next Run on: a Session's Execution binds the arena buffers its caller chose this
+// way between runs. The program must not be running.
+func (p *Program) rebind(si, io int, b Binding) error {
+	rt := p.rt
+	if err := rt.lockRun("rebind " + p.name); err != nil {
+		return err
+	}
+	defer rt.runMu.Unlock()
+	rt.mu.Lock()
+	released := p.released
+	rt.mu.Unlock()
+	if released {
+		return fmt.Errorf("runtime: rebind %s: closed: %w", p.name, core.ErrBadState)
+	}
+	if si < 0 || si >= len(p.stages) {
+		return fmt.Errorf("runtime: rebind %s: no stage %d: %w", p.name, si, core.ErrInvalidArgument)
+	}
+	st := p.stages[si]
+	t, err := st.spec.Graph.Binding(io)
+	if err != nil {
+		return fmt.Errorf("runtime: rebind %s: %w", p.name, err)
+	}
+	if err := checkBinding(t, b); err != nil {
+		return fmt.Errorf("runtime: rebind %s: %w", p.name, err)
+	}
+	for _, pp := range st.allParts() {
+		for k := range pp.io {
+			pio := &pp.io[k]
+			if pio.src != t {
+				continue
+			}
+			pio.stride, pio.rowSlot = b.Stride, b.RowSlot
+			for l := range pio.lanes {
+				if len(b.Lanes) > 0 {
+					pio.lanes[l] = b.Lanes[l%len(b.Lanes)]
+				} else {
+					pio.lanes[l] = b.Span
+				}
+			}
+			if pio.stride != 0 {
+				continue // bound at every run
+			}
+			for l, e := range pp.execs {
+				buf, err := rt.mem[pp.unit].buffer(rt.arena, rt.units[pp.unit], pio.lanes[l].block)
+				if err != nil {
+					return err
+				}
+				if err := e.Bind(k, buf, pio.lanes[l].Off+pio.off); err != nil {
+					return fmt.Errorf("runtime: rebind %s: %w", t.Name, err)
+				}
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xpuhub/xpu/core"
@@ -63,10 +64,13 @@ type rtJob struct {
 	// trip per task. Cancellation still stops the request between tasks and in every wait.
 	execCtx context.Context
 	cancel  context.CancelCauseFunc
-	tasks   []*rtTask
-	all     [][]*rtTask // every unit's tasks, for predictions
-	wg      *sync.WaitGroup
-	busy    time.Duration // time the unit spent running this job's tasks (read after wg.Wait)
+	// failed is the request's first task error: when the caller's ctx ended the request
+	// first, it still says which partition on which unit the cancellation stopped
+	failed *atomic.Pointer[error]
+	tasks  []*rtTask
+	all    [][]*rtTask // every unit's tasks, for predictions
+	wg     *sync.WaitGroup
+	busy   time.Duration // time the unit spent running this job's tasks (read after wg.Wait)
 }
 
 // Run runs every stage for each chunk, in chunk order per unit, with up to Lanes chunks in
@@ -108,6 +112,7 @@ func (p *Program) Run(ctx context.Context, chunks []Chunk) error {
 	}
 	sim := p.sim
 	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
 	jobs := make([]*rtJob, len(perUnit))
 	start := time.Now()
 	for u, tasks := range perUnit {
@@ -115,7 +120,8 @@ func (p *Program) Run(ctx context.Context, chunks []Chunk) error {
 			continue
 		}
 		wg.Add(1)
-		jobs[u] = &rtJob{ctx: runCtx, execCtx: execCtx, cancel: cancel, tasks: tasks, all: perUnit, wg: &wg}
+		jobs[u] = &rtJob{ctx: runCtx, execCtx: execCtx, cancel: cancel, failed: &failed, tasks: tasks, all: perUnit,
+			wg: &wg}
 		rt.workers[u].jobs <- jobs[u]
 	}
 	rt.runMu.Unlock()
@@ -124,6 +130,9 @@ func (p *Program) Run(ctx context.Context, chunks []Chunk) error {
 	rt.recordRun(p, start, time.Now(), jobs, sim, cut)
 	// cancel(nil) runs only on return: a cause now is a task's error or the caller's ctx
 	if err := context.Cause(runCtx); err != nil {
+		if f := failed.Load(); f != nil && errors.Is(*f, err) {
+			err = *f
+		}
 		if errors.Is(err, core.ErrBackendCrashed) {
 			rt.mu.Lock()
 			rt.broken = err

@@ -110,17 +110,11 @@ func WithRuntimeCacheSize(n int) RuntimeOption {
 // NewRuntime opens one unit per spec on the device of devices it names (FindDevice) and starts
 // their workers.
 func NewRuntime(ctx context.Context, devices []core.Device, specs []UnitSpec, opts ...RuntimeOption) (*Runtime, error) {
-	cfg := runtimeConfig{logger: slog.Default(), policy: dag.OutOfOrder, pinnedSpin: DefaultPinnedSpin,
-		cacheSize: DefaultCacheSize}
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
-	}
+	cfg := newRuntimeConfig(opts)
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("runtime: no units: %w", core.ErrInvalidArgument)
 	}
-	rt := &Runtime{cfg: cfg, arena: NewArena(), pred: hostsync.NewPredictor[taskKey](0), exes: newExeCache(cfg.cacheSize, cfg.logger)}
+	rt := newRuntime(cfg)
 	for i, s := range specs {
 		for _, prev := range specs[:i] {
 			if prev.String() == s.String() {
@@ -135,14 +129,7 @@ func NewRuntime(ctx context.Context, devices []core.Device, specs []UnitSpec, op
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("runtime: %w", err), rt.Close())
 		}
-		rt.units = append(rt.units, u)
-		rt.mem = append(rt.mem, &unitMem{mode: modeFor(dev.Info().Caps)})
-		// buffered: dispatching a request never waits for a unit busy with an earlier one
-		w := &rtWorker{rt: rt, idx: i, sig: hostsync.NewSignal(), jobs: make(chan *rtJob, 64), exited: make(chan struct{}),
-			pinned: make(chan struct{})}
-		rt.workers = append(rt.workers, w)
-		go w.loop()
-		<-w.pinned
+		rt.startUnit(u)
 	}
 	if !cfg.noHeadroom {
 		rt.releaseProcs = reserveProcs(len(rt.workers))
@@ -150,8 +137,84 @@ func NewRuntime(ctx context.Context, devices []core.Device, specs []UnitSpec, op
 	return rt, nil
 }
 
+func newRuntimeConfig(opts []RuntimeOption) runtimeConfig {
+	cfg := runtimeConfig{logger: slog.Default(), policy: dag.OutOfOrder, pinnedSpin: DefaultPinnedSpin,
+		cacheSize: DefaultCacheSize}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	return cfg
+}
+
+// newRuntime is a runtime with no units yet.
+func newRuntime(cfg runtimeConfig) *Runtime {
+	return &Runtime{cfg: cfg, arena: NewArena(), pred: hostsync.NewPredictor[taskKey](0),
+		exes: newExeCache(cfg.cacheSize, cfg.logger)}
+}
+
+// startUnit adds an open unit (the runtime owns it from now on) with its arena view and its
+// worker, and returns its index.
+func (rt *Runtime) startUnit(u *Unit) int {
+	rt.mu.Lock()
+	i := len(rt.units)
+	rt.units = append(rt.units, u)
+	rt.mem = append(rt.mem, &unitMem{mode: modeFor(u.Device().Info().Caps)})
+	// buffered: dispatching a request never waits for a unit busy with an earlier one
+	w := &rtWorker{rt: rt, idx: i, sig: hostsync.NewSignal(), jobs: make(chan *rtJob, 64), exited: make(chan struct{}),
+		pinned: make(chan struct{})}
+	rt.workers = append(rt.workers, w)
+	rt.mu.Unlock()
+	go w.loop()
+	<-w.pinned
+	return i
+}
+
+// lockRun takes the dispatch lock (runMu) for op, failing when the runtime is closed: what
+// Compile, addUnit and rebind change, the workers read while a request runs. The caller
+// unlocks runMu.
+func (rt *Runtime) lockRun(op string) error {
+	rt.runMu.Lock()
+	rt.mu.Lock()
+	closed := rt.closed
+	rt.mu.Unlock()
+	if closed {
+		rt.runMu.Unlock()
+		return fmt.Errorf("runtime: %s: closed: %w", op, core.ErrBadState)
+	}
+	return nil
+}
+
+// addUnit adds an open unit to a running runtime, which owns it from now on, and returns its
+// index: the Executor grows its runtime as sessions place nodes on units it had not used. It
+// waits for the requests in flight (their workers read the unit tables) and holds back new
+// ones meanwhile.
+func (rt *Runtime) addUnit(u *Unit) (int, error) {
+	if err := rt.lockRun("add unit " + u.Name()); err != nil {
+		return 0, err
+	}
+	defer rt.runMu.Unlock()
+	rt.inflight.Wait()
+	i := rt.startUnit(u)
+	if !rt.cfg.noHeadroom {
+		prev, release := rt.releaseProcs, reserveProcs(1)
+		rt.releaseProcs = func() {
+			if prev != nil {
+				prev()
+			}
+			release()
+		}
+	}
+	return i, nil
+}
+
 // Units are the runtime's units, in the order of the specs.
-func (rt *Runtime) Units() []*Unit { return slices.Clone(rt.units) }
+func (rt *Runtime) Units() []*Unit {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return slices.Clone(rt.units)
+}
 
 // Arena is the memory every unit sees.
 func (rt *Runtime) Arena() *Arena { return rt.arena }
@@ -227,8 +290,8 @@ func (rt *Runtime) Report() RuntimeReport {
 	r := RuntimeReport{Runs: rt.runs.Load(), Copies: rt.copies.Load(), CopyBytes: rt.copyBytes.Load(),
 		ArenaBytes: rt.arena.Size()}
 	rt.mu.Lock()
+	defer rt.mu.Unlock()
 	r.Phases = rt.phaseStats()
-	rt.mu.Unlock()
 	for i, u := range rt.units {
 		w := rt.workers[i]
 		r.Units = append(r.Units, UnitReport{Unit: u.Name(), Import: rt.mem[i].mode.String(), Tasks: w.ran.Load(),

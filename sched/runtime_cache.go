@@ -2,16 +2,23 @@ package sched
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/xpuhub/xpu/core"
 )
+
+// DefaultCacheSize is how many unused prepared executables a Runtime (and so an Executor) keeps.
+const DefaultCacheSize = 64
 
 // exeCache shares prepared executables among a runtime's programs: compiling a graph that was
 // prepared before on the same unit with the same prepare options (a program closed and
@@ -165,18 +172,6 @@ func (c *exeCache) close() error {
 	return errors.Join(errs...)
 }
 
-// holds reports whether any cached executable's key starts with prefix.
-func (c *exeCache) holds(prefix string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k := range c.entries {
-		if strings.HasPrefix(k, prefix) {
-			return true
-		}
-	}
-	return false
-}
-
 // held is the number of references programs or sessions still hold.
 func (c *exeCache) held() int {
 	c.mu.Lock()
@@ -193,4 +188,48 @@ func (c *exeCache) stats() (entries int, hits int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.entries), c.hits
+}
+
+// prepareKey identifies a prepared graph: the unit (an executable lives in that unit's
+// context, so the backend build cannot change under it) and the graph's structure, shapes,
+// attributes and constants (by address and length: the backend uploaded those bytes).
+func prepareKey(unit string, g *core.Graph) string {
+	h := sha256.New()
+	var b [8]byte
+	put := func(v uint64) {
+		binary.LittleEndian.PutUint64(b[:], v)
+		h.Write(b[:])
+	}
+	for _, t := range g.Tensors {
+		put(uint64(t.DType))
+		put(uint64(t.Kind))
+		put(uint64(len(t.Shape)))
+		for _, d := range t.Shape {
+			put(uint64(d))
+		}
+		if t.Kind == core.KindConst {
+			fmt.Fprintf(h, "%p/%d", t.Data, len(t.Data))
+		}
+	}
+	for _, n := range g.Nodes {
+		put(uint64(n.Op))
+		put(uint64(len(n.Inputs)))
+		for _, in := range n.Inputs {
+			put(uint64(in.ID))
+		}
+		put(uint64(n.Output.ID))
+		for _, v := range n.IAttr {
+			put(uint64(v))
+		}
+		for _, v := range n.FAttr {
+			put(uint64(math.Float32bits(v)))
+		}
+	}
+	for _, ts := range [][]*core.Tensor{g.Inputs, g.Outputs} {
+		put(uint64(len(ts)))
+		for _, t := range ts {
+			put(uint64(t.ID))
+		}
+	}
+	return unit + "|" + hex.EncodeToString(h.Sum(nil))
 }

@@ -13,9 +13,11 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// Session is a graph placed on devices and prepared once, ready to run many times. Run may be
-// called from several goroutines at once: each call gets its own executions and buffers from a
-// pool.
+// Session is a graph placed on devices and prepared once, ready to run many times: a front end
+// over a Runtime (its Executor's) that places the graph by policy and runs it as a one-stage
+// Program whose inputs and outputs are arena spans. Run may be called from several goroutines
+// at once: each call gets a program of its own from a pool (the programs share their prepared
+// executables through the runtime's cache).
 type Session struct {
 	graph   *core.Graph
 	devices []core.Device // the units placement may use (plain devices or UnitDevices)
@@ -24,18 +26,19 @@ type Session struct {
 	strict  bool
 	log     *slog.Logger
 	exec    *Executor
-	ownExec bool   // the executor is private to this session: Close closes it
-	trace   *Trace // nil: no tracing
+	ownExec bool // the executor is private to this session: Close closes it
 
 	assign []assignment
-	parts  []*sessionPart
-	plan   runPlan
+	parts  []*Partition // the program's partitions (Partition.Device: index in devices)
+	plan   copyPlan
+	// spec is the one-stage program every run compiles: node units are runtime indices.
+	spec ProgramSpec
 
 	mu     sync.RWMutex // Run holds it shared, Close exclusively
 	closed bool
 
 	poolMu sync.Mutex
-	free   []*runState
+	free   []*sessionRun
 
 	devIndex map[string]int // unit name -> index in devices
 	execMu   sync.Mutex
@@ -44,16 +47,11 @@ type Session struct {
 	runs, copiesDone, copyBytesDone atomic.Int64
 }
 
-// sessionPart is a partition with its prepared executable.
-type sessionPart struct {
-	*Partition
-	ec  *execContext
-	exe core.Executable // a reference to the executor's cached executable: Close gives it back
-	// copies are the cross-device transfers this partition makes before it runs.
-	copies []copyOp
-	// waits are the partitions that must finish first: producers of its inputs, and the
-	// partitions that copy shared inputs onto its device.
-	waits []int
+// sessionRun is one compiled program of the session and the arena spans of its graph inputs
+// then outputs.
+type sessionRun struct {
+	prog *Program
+	io   []Span
 }
 
 // sessionConfig collects SessionOptions.
@@ -94,12 +92,14 @@ func WithCacheSize(n int) SessionOption { return func(c *sessionConfig) { c.cach
 
 // WithExecutor makes the session open its units and prepare its partitions through e, so it
 // shares them with the executor's other sessions. The session does not close e; the units are
-// e's, opened with e's default options (WithContextOptions of the session is then ignored).
+// e's, opened with e's default options (WithContextOptions of the session is then ignored, and
+// so is WithTrace: the executor's trace, NewExecutor's WithTrace, records every session's runs).
 func WithExecutor(e *Executor) SessionOption { return func(c *sessionConfig) { c.executor = e } }
 
-// WithTrace records every Run of the session in t: on each unit's track a slice per partition
-// run (its index, nodes and first and last node), a slice per wait for the partitions it
-// depends on and per copy between units (tensor, bytes, source unit).
+// WithTrace records every Run of the session in t, as the runtime records a program's runs: on
+// each unit's track a slice per partition run (its name, nodes and partition index), a slice
+// per wait for another unit, and the copies to and from the arena of a unit that cannot import
+// it.
 func WithTrace(t *Trace) SessionOption { return func(c *sessionConfig) { c.trace = t } }
 
 func newSessionConfig(opts []SessionOption) sessionConfig {
@@ -145,7 +145,7 @@ func NewSession(ctx context.Context, g *core.Graph, devices []core.Device, opts 
 		return nil, fmt.Errorf("session: %w", err)
 	}
 	s := &Session{graph: g, devices: slices.Clone(devices), policy: cfg.policy, strict: cfg.strict, log: cfg.logger,
-		exec: cfg.executor, trace: cfg.trace, devIndex: map[string]int{}, execs: map[*sessionExecution]struct{}{}}
+		exec: cfg.executor, devIndex: map[string]int{}, execs: map[*sessionExecution]struct{}{}}
 	if s.exec == nil {
 		s.exec, s.ownExec = NewExecutor(opts...), true
 	}
@@ -161,7 +161,8 @@ func NewSession(ctx context.Context, g *core.Graph, devices []core.Device, opts 
 	return s, nil
 }
 
-// build places, partitions, prepares and plans.
+// build places, compiles the first program (the runtime cuts the graph by unit: SplitGraph)
+// and plans the report's copies.
 func (s *Session) build(ctx context.Context) error {
 	in := &placeInput{graph: s.graph, devices: s.devices, names: s.names, strict: s.strict}
 	var err error
@@ -188,27 +189,45 @@ func (s *Session) build(ctx context.Context) error {
 		s.log.Debug("xpu: nodes placed off their first-choice device (see Session.Report)",
 			"nodes", fallbacks, "of", len(s.assign), "policy", s.policy.Name())
 	}
-	parts, err := SplitGraph(s.graph, deviceOf)
+	// The units placement gave a node join the executor's runtime, in the order of devices.
+	// A node no output needs still goes to its own unit: on another it could join (and be
+	// refused in) a live partition there, while on its own it forms a partition that is dropped.
+	unitOf := make([]int, len(s.devices))
+	for i := range unitOf {
+		unitOf[i] = -1
+	}
+	for _, d := range deviceOf {
+		unitOf[d] = 0
+	}
+	for d := range s.devices {
+		if unitOf[d] < 0 {
+			continue
+		}
+		if unitOf[d], err = s.exec.adopt(ctx, s.devices[d]); err != nil {
+			return err
+		}
+	}
+	units := make([]int, len(deviceOf))
+	for i, d := range deviceOf {
+		units[i] = unitOf[d]
+	}
+	s.spec = ProgramSpec{Name: "session", Stages: []StageSpec{{Name: "graph", Graph: s.graph, Units: units}}}
+	r, err := s.newRun(ctx)
 	if err != nil {
 		return err
 	}
-	used := make([]bool, len(s.devices))
-	for _, p := range parts {
-		if err := s.prepare(ctx, p); err != nil {
-			return err
-		}
-		used[p.Device] = true
-	}
+	s.free = append(s.free, r)
+	s.readPlacement(r.prog, unitOf)
 	if s.ownExec {
-		for i, d := range s.devices {
-			if !used[i] {
-				if err := s.exec.dropContext(d); err != nil {
-					s.log.Warn("xpu: closing an unused unit", "unit", s.names[i], "err", err)
+		for d, u := range unitOf {
+			if u < 0 {
+				if err := s.exec.drop(s.devices[d]); err != nil {
+					s.log.Warn("xpu: closing an unused unit", "unit", s.names[d], "err", err)
 				}
 			}
 		}
 	}
-	s.plan = planRun(s.graph, s.parts)
+	s.plan = planCopies(s.graph, s.parts)
 	return nil
 }
 
@@ -241,11 +260,11 @@ func (s *Session) analyze(ctx context.Context, in *placeInput) error {
 
 // analyzeOn is one device's verdicts for the whole graph.
 func (s *Session) analyzeOn(ctx context.Context, dev core.Device) ([]core.NodeVerdict, error) {
-	ec, err := s.exec.context(ctx, dev)
+	eu, err := s.exec.open(ctx, dev)
 	if err != nil {
 		return nil, err
 	}
-	vs, err := ec.ctx.Analyze(ctx, s.graph)
+	vs, err := eu.unit.Context().Analyze(ctx, s.graph)
 	if err != nil {
 		return nil, err
 	}
@@ -255,26 +274,69 @@ func (s *Session) analyzeOn(ctx context.Context, dev core.Device) ([]core.NodeVe
 	return vs, nil
 }
 
-// prepare compiles one partition on its device and records the precision the backend used.
-func (s *Session) prepare(ctx context.Context, p *Partition) error {
-	dev := s.devices[p.Device]
-	ec, err := s.exec.context(ctx, dev)
-	if err != nil {
-		return err
+// newRun compiles the session's program with arena spans for its graph inputs and outputs.
+func (s *Session) newRun(ctx context.Context) (*sessionRun, error) {
+	io := slices.Concat(s.graph.Inputs, s.graph.Outputs)
+	r := &sessionRun{io: make([]Span, len(io))}
+	binds := make([]Binding, len(io))
+	allocs := s.exec.rt.arena.Allocs()
+	for i, t := range io {
+		// a zero-size tensor still gets a span: bindings need memory
+		r.io[i] = allocs.Alloc(max(t.Bytes(), 1))
+		binds[i] = Binding{Span: r.io[i]}
 	}
-	exe, err := s.exec.prepare(ctx, ec, p.Graph)
-	if err != nil {
-		return fmt.Errorf("partition %d on %s: prepare: %w", p.Index, s.names[p.Device], err)
+	if allocs.Err != nil {
+		return nil, allocs.Err
 	}
-	s.parts = append(s.parts, &sessionPart{Partition: p, ec: ec, exe: exe})
-	if vs := exe.Verdicts(); len(vs) == len(p.Nodes) {
-		for i, id := range p.Nodes {
-			if vs[i].Precision != core.PrecDefault {
-				s.assign[id].Precision = vs[i].Precision
+	spec := s.spec
+	spec.Stages = []StageSpec{spec.Stages[0]}
+	spec.Stages[0].IO = binds
+	prog, err := s.exec.rt.Compile(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	r.prog = prog
+	return r, nil
+}
+
+// readPlacement takes the report's partitions from the compiled program (their Device an index
+// in devices; unitOf maps a device to its runtime unit) and the precision each backend used
+// from its prepared executables.
+func (s *Session) readPlacement(p *Program, unitOf []int) {
+	for _, pp := range p.stages[0].parts {
+		part := *pp.Partition
+		part.Device = slices.Index(unitOf, pp.unit)
+		s.parts = append(s.parts, &part)
+		if pp.exe == nil {
+			continue
+		}
+		if vs := pp.exe.Verdicts(); len(vs) == len(pp.Nodes) {
+			for i, id := range pp.Nodes {
+				if vs[i].Precision != core.PrecDefault {
+					s.assign[id].Precision = vs[i].Precision
+				}
 			}
 		}
 	}
-	return nil
+}
+
+// acquire takes a pooled program or compiles one.
+func (s *Session) acquire(ctx context.Context) (*sessionRun, error) {
+	s.poolMu.Lock()
+	if n := len(s.free); n > 0 {
+		r := s.free[n-1]
+		s.free = s.free[:n-1]
+		s.poolMu.Unlock()
+		return r, nil
+	}
+	s.poolMu.Unlock()
+	return s.newRun(ctx)
+}
+
+func (s *Session) recycle(r *sessionRun) {
+	s.poolMu.Lock()
+	s.free = append(s.free, r)
+	s.poolMu.Unlock()
 }
 
 // Run executes the graph: inputs in Graph.Inputs order (each exactly its tensor's size), outputs
@@ -299,27 +361,32 @@ func (s *Session) Run(ctx context.Context, inputs [][]byte) ([][]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	rs, err := s.acquire()
+	r, err := s.acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("session: run: %w", err)
 	}
-	out, copies, err := s.execute(ctx, rs, inputs)
-	if err != nil {
-		// An execution whose wait was cancelled may still be running on the device: never
-		// hand its buffers to another Run.
-		if cerr := rs.close(); cerr != nil {
-			s.log.Warn("xpu: releasing a failed run's resources", "err", cerr)
+	arena := s.exec.rt.arena
+	for i := range s.graph.Inputs {
+		copy(arena.Bytes(r.io[i]), inputs[i])
+	}
+	if err := r.prog.Run(ctx, []Chunk{{}}); err != nil {
+		// a failed run's program is not reused: its executions may hold the failure's state
+		if cerr := r.prog.Close(); cerr != nil {
+			s.log.Warn("xpu: releasing a failed run's program", "err", cerr)
 		}
 		return nil, fmt.Errorf("session: run: %w", err)
 	}
-	s.recycle(rs)
-	s.countRun(copies)
+	out := make([][]byte, len(s.graph.Outputs))
+	for j, t := range s.graph.Outputs {
+		out[j] = slices.Clone(arena.Bytes(r.io[len(s.graph.Inputs)+j])[:t.Bytes()])
+	}
+	s.recycle(r)
+	s.countRun()
 	return out, nil
 }
 
-// Close releases every execution (including those of NewExecution), buffer and executable, and
-// the contexts when the session's executor is private. It waits for Runs in flight. Closing
-// twice is a no-op.
+// Close releases every execution (including those of NewExecution) and program, and the
+// executor when it is private. It waits for Runs in flight. Closing twice is a no-op.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -329,15 +396,11 @@ func (s *Session) Close() error {
 	s.closed = true
 	errs := []error{s.closeExecutions()}
 	s.poolMu.Lock()
-	for _, rs := range s.free {
-		errs = append(errs, rs.close())
+	for _, r := range s.free {
+		errs = append(errs, r.prog.Close())
 	}
 	s.free = nil
 	s.poolMu.Unlock()
-	for _, p := range s.parts {
-		errs = append(errs, p.exe.Close())
-	}
-	s.parts = nil
 	if s.ownExec {
 		errs = append(errs, s.exec.Close())
 	}
@@ -345,11 +408,192 @@ func (s *Session) Close() error {
 }
 
 // countRun adds a finished run to the totals of Report.
-func (s *Session) countRun(n copyCount) {
+func (s *Session) countRun() {
 	s.runs.Add(1)
-	s.copiesDone.Add(int64(n.copies))
-	s.copyBytesDone.Add(n.bytes)
+	s.copiesDone.Add(int64(s.plan.copies))
+	s.copyBytesDone.Add(s.plan.copyBytes)
 }
 
 // Graph is the graph the session runs.
 func (s *Session) Graph() *core.Graph { return s.graph }
+
+// Alloc allocates a buffer in the arena of the session's executor, for dev's unit (see
+// Executor.Alloc). With a private executor, stop using the buffers when the session closes.
+func (s *Session) Alloc(ctx context.Context, dev core.Device, size int64, kind core.BufferKind) (core.Buffer, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, fmt.Errorf("session: alloc: %w", errClosed)
+	}
+	return s.exec.Alloc(ctx, dev, size, kind)
+}
+
+// NewExecution returns an Execution of the whole session: a program of its own, driven like a
+// backend's execution. Bind takes graph inputs then outputs (Graph.Inputs, Graph.Outputs
+// order), each bound to a buffer from Alloc at an offset; Run executes every partition, reading
+// and writing the bound buffers in place. Rebinding between runs is cheap: the LLM runtime binds
+// its attention K/V outputs at the next cache row of a KV cache buffer before every step. An
+// Execution runs one submission at a time; use several for concurrency.
+func (s *Session) NewExecution() (core.Execution, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, fmt.Errorf("session: new execution: %w", errClosed)
+	}
+	r, err := s.newRun(context.Background())
+	if err != nil {
+		return nil, fmt.Errorf("session: new execution: %w", err)
+	}
+	x := &sessionExecution{s: s, r: r, bound: make([]bool, len(r.io))}
+	s.execMu.Lock()
+	s.execs[x] = struct{}{}
+	s.execMu.Unlock()
+	return x, nil
+}
+
+// sessionExecution implements Execution over a session's program. Lock order: the session's
+// mu, then the execution's.
+type sessionExecution struct {
+	s      *Session
+	mu     sync.Mutex
+	r      *sessionRun
+	bound  []bool // per graph input then output
+	closed bool
+}
+
+// lock takes the session's lock shared, then the execution's, for operation op; it fails once
+// either is closed.
+func (x *sessionExecution) lock(op string) (unlock func(), err error) {
+	x.s.mu.RLock()
+	x.mu.Lock()
+	unlock = func() {
+		x.mu.Unlock()
+		x.s.mu.RUnlock()
+	}
+	if x.closed || x.s.closed {
+		unlock()
+		return nil, fmt.Errorf("session execution: %s: %w", op, errClosed)
+	}
+	return unlock, nil
+}
+
+// Bind binds graph input or output io to buf at offset. buf must come from Session.Alloc or
+// Executor.Alloc (of the session's executor) for one of the session's units, and hold the
+// tensor at offset.
+func (x *sessionExecution) Bind(io int, buf core.Buffer, offset int64) error {
+	unlock, err := x.lock("bind")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	s := x.s
+	t, err := s.graph.Binding(io)
+	if err != nil {
+		return fmt.Errorf("session execution: %w", err)
+	}
+	pb, ok := buf.(*placedBuffer)
+	if !ok || pb == nil || pb.arena != s.exec.rt.arena {
+		return fmt.Errorf("session execution: bind %s: the buffer must come from Session.Alloc or Executor.Alloc: %w",
+			t, core.ErrInvalidArgument)
+	}
+	if _, ok := s.devIndex[pb.unit]; !ok {
+		return fmt.Errorf("session execution: bind %s: unit %s is not one of the session's: %w", t, pb.unit,
+			core.ErrInvalidArgument)
+	}
+	if offset < 0 || offset > pb.Size() || t.Bytes() > pb.Size()-offset {
+		return fmt.Errorf("session execution: bind %s (%d bytes) at %d of a %d-byte buffer: %w", t, t.Bytes(),
+			offset, pb.Size(), core.ErrInvalidArgument)
+	}
+	span, err := pb.span.Slice(offset, max(t.Bytes(), 1))
+	if err != nil {
+		return fmt.Errorf("session execution: bind %s: %w", t, err)
+	}
+	if err := x.r.prog.rebind(0, io, Binding{Span: span}); err != nil {
+		return fmt.Errorf("session execution: bind %s: %w", t, err)
+	}
+	x.bound[io] = true
+	return nil
+}
+
+// Run executes the session with the bound buffers; every input and output must be bound.
+func (x *sessionExecution) Run(ctx context.Context) error {
+	unlock, err := x.lock("run")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	s := x.s
+	for io, b := range x.bound {
+		if !b {
+			t, _ := s.graph.Binding(io)
+			return fmt.Errorf("session execution: run: %s is not bound: %w", t, core.ErrBadState)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := x.r.prog.Run(ctx, []Chunk{{}}); err != nil {
+		return fmt.Errorf("session execution: run: %w", err)
+	}
+	s.countRun()
+	return nil
+}
+
+// Submit waits for every wait point, runs, then signals: it returns when the work is done.
+func (x *sessionExecution) Submit(waits []core.FencePoint, signal *core.FencePoint) error {
+	if signal != nil && signal.Fence == nil {
+		return fmt.Errorf("session execution: submit: the signal point has no fence: %w", core.ErrInvalidArgument)
+	}
+	ctx := context.Background()
+	for i, w := range waits {
+		if w.Fence == nil {
+			return fmt.Errorf("session execution: submit: wait %d has no fence: %w", i, core.ErrInvalidArgument)
+		}
+		if err := w.Fence.Wait(ctx, w.Value); err != nil {
+			return fmt.Errorf("session execution: submit: wait %d: %w", i, err)
+		}
+	}
+	if err := x.Run(ctx); err != nil {
+		return err
+	}
+	if signal != nil {
+		if err := signal.Fence.Signal(signal.Value); err != nil {
+			return fmt.Errorf("session execution: submit: signal: %w", err)
+		}
+	}
+	return nil
+}
+
+// Close releases the execution's program (not the bound buffers).
+func (x *sessionExecution) Close() error {
+	x.s.execMu.Lock()
+	delete(x.s.execs, x)
+	x.s.execMu.Unlock()
+	return x.close()
+}
+
+func (x *sessionExecution) close() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.closed {
+		return nil
+	}
+	x.closed = true
+	return x.r.prog.Close()
+}
+
+// closeExecutions closes the executions the caller left open; Session.Close calls it.
+func (s *Session) closeExecutions() error {
+	s.execMu.Lock()
+	xs := make([]*sessionExecution, 0, len(s.execs))
+	for x := range s.execs {
+		xs = append(xs, x)
+	}
+	clear(s.execs)
+	s.execMu.Unlock()
+	var errs []error
+	for _, x := range xs {
+		errs = append(errs, x.close())
+	}
+	return errors.Join(errs...)
+}

@@ -37,18 +37,18 @@ func TestExecutionKVCache(t *testing.T) {
 		cacheOn  string // device of the cache buffer
 		kOn      string // device k is placed on
 		copies   int64  // per run
-		allocs   int32  // buffers the session allocates besides the caller's
+		allocs   int32  // device buffers: the arena mirror of each unit (the fakes import nothing)
 		rebindTo string // device of a second cache the k output moves to, "" for none
 	}{
-		// everything on the cpu: every binding is used in place, the session allocates nothing
-		{"one device", nil, "neon", "neon:0", 0, 0, ""},
-		// k on the npu, cache on the cpu: x goes to the npu, k comes back straight into the
-		// cache (the planned copy targets the bound buffer: no extra copy)
-		{"cache on the consumer's device", []core.Op{core.OpScale}, "neon", "qnn:0", 2, 2, ""},
-		// cache on the npu where k is made: k is written in place, y's input k is copied
-		{"cache on the producer's device", []core.Op{core.OpScale}, "qnn", "qnn:0", 2, 2, ""},
+		// everything on the cpu: every binding is used in place
+		{"one device", nil, "neon", "neon:0", 0, 1, ""},
+		// k on the npu, cache on the cpu: k crosses to the cpu for y (the buffers are arena
+		// memory: wherever the caller allocated them, every unit reads and writes them in place)
+		{"cache on the consumer's device", []core.Op{core.OpScale}, "neon", "qnn:0", 1, 2, ""},
+		// cache on the npu where k is made: k is written in place, y's input k crosses
+		{"cache on the producer's device", []core.Op{core.OpScale}, "qnn", "qnn:0", 1, 2, ""},
 		// rebinding the cache from the npu to the cpu between runs
-		{"rebind across devices", []core.Op{core.OpScale}, "qnn", "qnn:0", 2, 2, "neon"},
+		{"rebind across devices", []core.Op{core.OpScale}, "qnn", "qnn:0", 1, 2, "neon"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,7 +81,7 @@ func TestExecutionKVCache(t *testing.T) {
 				assert.Equal(t, []float32{float32(2 * row), 2, 4, 6}, readF32(t, cache, int64(row)*16, 4), "row %d", row)
 			}
 			assert.Equal(t, rows*tt.copies, s.Report().Copies)
-			assert.Equal(t, 3+tt.allocs, npu.allocs.Load()+cpu.allocs.Load(), "buffers allocated")
+			assert.Equal(t, tt.allocs, npu.allocs.Load()+cpu.allocs.Load(), "device buffers allocated")
 
 			if tt.rebindTo != "" {
 				other, err := s.Alloc(ctx, byName[tt.rebindTo], 16, core.BufferDevice)
@@ -187,4 +187,46 @@ func TestExecutionMatchesRun(t *testing.T) {
 	got := make([]byte, len(want[0]))
 	require.NoError(t, bufs[2].Read(0, got))
 	assert.Equal(t, want[0], got)
+}
+
+// TestExecutorAllocBuffers: Alloc's buffers are arena memory, bounds-checked, and unusable once
+// closed or once the executor (and its arena) is.
+func TestExecutorAllocBuffers(t *testing.T) {
+	ctx := context.Background()
+	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
+	e := sched.NewExecutor(quiet)
+	_, err := e.Alloc(ctx, cpu, 0, core.BufferDevice)
+	assert.ErrorIs(t, err, core.ErrInvalidArgument, "an empty buffer")
+	_, err = e.Alloc(ctx, nil, 16, core.BufferDevice)
+	assert.ErrorIs(t, err, core.ErrInvalidArgument, "no device")
+	a, err := e.Alloc(ctx, cpu, 10, core.BufferDevice)
+	require.NoError(t, err)
+	b, err := e.Alloc(ctx, cpu, 10, core.BufferDevice)
+	require.NoError(t, err)
+	assert.EqualValues(t, 10, a.Size())
+	require.NoError(t, a.Write(2, []byte{1, 2, 3}))
+	require.NoError(t, b.Write(0, make([]byte, 10)), "a's neighbour")
+	got := make([]byte, 4)
+	require.NoError(t, a.Read(1, got))
+	assert.Equal(t, []byte{0, 1, 2, 3}, got)
+	m, err := a.Map()
+	require.NoError(t, err)
+	assert.Len(t, m, 10)
+	require.NoError(t, a.Unmap())
+	for _, tt := range []struct {
+		name string
+		off  int64
+		n    int
+	}{{"past the end", 8, 3}, {"negative offset", -1, 1}, {"offset past the end", 11, 0}} {
+		assert.ErrorIs(t, a.Write(tt.off, make([]byte, tt.n)), core.ErrInvalidArgument, tt.name)
+		assert.ErrorIs(t, a.Read(tt.off, make([]byte, tt.n)), core.ErrInvalidArgument, tt.name)
+	}
+	require.NoError(t, a.Close())
+	assert.ErrorIs(t, a.Read(0, got), core.ErrBadState, "a closed buffer")
+	require.NoError(t, e.Close())
+	assert.ErrorIs(t, b.Write(0, got), core.ErrBadState, "the executor closed")
+	_, err = b.Map()
+	assert.ErrorIs(t, err, core.ErrBadState)
+	_, err = e.Alloc(ctx, cpu, 16, core.BufferDevice)
+	assert.ErrorIs(t, err, core.ErrBadState)
 }

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -9,15 +10,17 @@ import (
 )
 
 // Report is a session's placement: on which execution unit every node runs, at what precision,
-// what fell back and why, and the host copies each Run makes between units.
+// what fell back and why, and the tensors each Run hands from one unit to another.
 type Report struct {
 	Policy     string
 	Strict     bool
 	Units      []string // names of the units that got at least one node (UnitName)
 	Partitions int
 	Nodes      []NodeReport
-	// CopiesPerRun counts the tensors each Run copies between units through host memory,
-	// CopyBytesPerRun their size.
+	// CopiesPerRun counts the tensors each Run hands from the unit that makes them to another
+	// that reads them, CopyBytesPerRun their size. They pass through the runtime's arena: in
+	// place for units that import it, copied by those that cannot (RuntimeReport counts those
+	// copies).
 	CopiesPerRun    int
 	CopyBytesPerRun int64
 	// Runs, Copies and CopyBytes are totals over the Runs completed so far.
@@ -33,7 +36,7 @@ type NodeReport struct {
 	Unit      string // the unit's name: "neon:0", "neon:0{cpus=1}"
 	Partition int    // -1 when the node's result is never used (it does not run)
 	Precision core.Precision
-	CopiesIn  int // inputs copied in from another unit before it runs
+	CopiesIn  int // inputs handed over from another unit (at the first node of its partition to read them)
 	Fallback  bool
 	Reason    string // the refusals that moved it off its first choice
 }
@@ -100,4 +103,45 @@ func (r Report) String() string {
 		lines[i] = strings.TrimRight(l, " ")
 	}
 	return strings.Join(lines, "\n")
+}
+
+// copyPlan counts the tensors a run moves between units: a partition's input made by a
+// partition on another unit, once per consuming unit.
+type copyPlan struct {
+	copies    int
+	copyBytes int64
+	copiesIn  []int // per node ID: inputs brought in from another unit
+}
+
+// planCopies counts the copies of parts (in partition order, which is topological).
+func planCopies(g *core.Graph, parts []*Partition) copyPlan {
+	plan := copyPlan{copiesIn: make([]int, len(g.Nodes))}
+	type onUnit struct {
+		t    *core.Tensor
+		unit int
+	}
+	producer := map[*core.Tensor]int{} // tensor -> the unit of the partition that makes it
+	copied := map[onUnit]bool{}
+	for _, p := range parts {
+		for _, t := range p.Inputs {
+			from, made := producer[t]
+			k := onUnit{t, p.Device}
+			if t.Kind == core.KindInput || !made || from == p.Device || copied[k] {
+				continue
+			}
+			copied[k] = true
+			plan.copies++
+			plan.copyBytes += t.Bytes()
+			for _, id := range p.Nodes {
+				if slices.Contains(g.Nodes[id].Inputs, t) {
+					plan.copiesIn[id]++
+					break
+				}
+			}
+		}
+		for _, t := range p.Outputs {
+			producer[t] = p.Device
+		}
+	}
+	return plan
 }

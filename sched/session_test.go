@@ -512,5 +512,5 @@ func TestRunErrorsAreWrapped(t *testing.T) {
 	_, err = s.Run(ctx, [][]byte{core.EncodeF32(input(0))})
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, context.DeadlineExceeded))
-	assert.Contains(t, err.Error(), "partition 0 on neon:0")
+	assert.Contains(t, err.Error(), "neon:0: graph/p0 ", "the error names the unit and the partition")
 }

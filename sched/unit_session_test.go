@@ -260,7 +260,8 @@ func TestSessionOnPluginUnits(t *testing.T) {
 }
 
 // TestSessionTrace runs the chain split across two units with a trace and reads the trace
-// back: one track per unit, a slice per partition run, the copies and waits as slices.
+// back: one track per unit, a slice per partition run, the waits for the other unit and the
+// arena copies of units that cannot import it as slices, and a slice per request.
 func TestSessionTrace(t *testing.T) {
 	npu := newFake("qnn", core.DeviceNPU, core.OpMul)
 	cpu := newFake("neon", core.DeviceCPU, allFakeOps...)
@@ -296,16 +297,26 @@ func TestSessionTrace(t *testing.T) {
 			continue
 		}
 		kind := strings.Fields(e.Name)[0]
+		if strings.HasPrefix(kind, "graph/p") {
+			kind = "partition"
+			assert.Contains(t, e.Args, "nodes")
+		}
 		count[tracks[e.Tid]+"/"+kind]++
 		assert.GreaterOrEqual(t, e.Dur, 0.0)
 		if kind == "copy" {
-			assert.EqualValues(t, 32, e.Args["bytes"], "a 2×4 f32 tensor")
+			assert.Positive(t, e.Args["bytes"], "a copy moves bytes")
 		}
 	}
-	// chain: add (neon) → mul (qnn) → scale (neon): three partitions, two copies per run
+	// a unit may find the other's result ready: a wait is traced only when it waits
+	for _, track := range []string{"neon:0{cpus=1}", "qnn:0"} {
+		assert.LessOrEqual(t, count[track+"/wait"], runs, track)
+		delete(count, track+"/wait")
+	}
+	// chain: add (neon) → mul (qnn) → scale (neon): three partitions; the fakes cannot import
+	// the arena, so each partition run copies its inputs in and its outputs out
 	assert.Equal(t, map[string]int{
 		"neon:0{cpus=1}/partition": 2 * runs, "qnn:0/partition": runs,
-		"qnn:0/copy": runs, "neon:0{cpus=1}/copy": runs,
-		"qnn:0/wait": runs, "neon:0{cpus=1}/wait": runs,
+		"neon:0{cpus=1}/copy": 2 * 2 * runs, "qnn:0/copy": 2 * runs,
+		"requests/session": runs,
 	}, count)
 }

@@ -89,7 +89,9 @@ func (w *rtWorker) runJob(j *rtJob) {
 		start := time.Now()
 		w.curStart.Store(start.UnixNano())
 		if err := w.runTask(j.execCtx, t); err != nil {
-			j.cancel(fmt.Errorf("%s: %s (chunk %d): %w", u.Name(), t.pp.name, t.chunk.Index, err))
+			err = fmt.Errorf("%s: %s (chunk %d): %w", u.Name(), t.pp.name, t.chunk.Index, err)
+			j.failed.CompareAndSwap(nil, &err)
+			j.cancel(err)
 			return
 		}
 		end := time.Now()

@@ -117,11 +117,10 @@ func runBackend(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := flag.NewFlagSet("backend new", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	force := fs.Bool("force", false, "write into a folder that is not empty (overwrites the skeleton's files there)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, usageLine)
-		fmt.Fprintln(stderr, "Writes NAME.c (every ABI entry; ADD on f32 implemented, every other op refused with a reason), a Makefile that builds libxpu-NAME.so against an installed SDK (make install-sdk PREFIX=...; pkg-config xpu-backend) and a README. DIR defaults to ./NAME.")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr,
+		usageLine,
+		"Writes NAME.c (every ABI entry; ADD on f32 implemented, every other op refused with a reason), a Makefile that builds libxpu-NAME.so against an installed SDK (make install-sdk PREFIX=...; pkg-config xpu-backend) and a README. DIR defaults to ./NAME.",
+	)
 	if code, ok := parseInterspersed(fs, args[1:]); !ok {
 		return code
 	}

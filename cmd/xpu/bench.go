@@ -167,11 +167,10 @@ func newBenchFlags(stderr io.Writer) *benchFlags {
 	fs.BoolVar(&f.noWarmup, "no-warmup", false, "skip the untimed warm-up run of each test")
 	fs.BoolVar(&f.bandwidth, "bandwidth", true, "measure the machine's read bandwidth on 1 and 2 cores for the machine line on stderr (=false leaves it out)")
 	fs.StringVar(&f.policy, "policy", "", "choose the device by policy instead of --backend: prefer-npu, prefer-gpu, prefer-cpu, max-performance, max-efficiency")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu bench -m MODEL [-p 512] [-n 128] [-d 0] [-pg P,G] [-r 5] [-t 2] [-o md|json|csv] [--chunk N] [--kv f16|f32|q8_0|q4_0] [-ctk LIST] [-ctv LIST] [--backend NAME|PATH | --policy P] [--device N] [--no-warmup]")
-		fmt.Fprintln(stderr, "       xpu bench --kernels [--backend NAME|PATH] [--device N] [--threads N] [--harness PATH] [--ref] [--quick]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr,
+		"usage: xpu bench -m MODEL [-p 512] [-n 128] [-d 0] [-pg P,G] [-r 5] [-t 2] [-o md|json|csv] [--chunk N] [--kv f16|f32|q8_0|q4_0] [-ctk LIST] [-ctv LIST] [--backend NAME|PATH | --policy P] [--device N] [--no-warmup]",
+		"       xpu bench --kernels [--backend NAME|PATH] [--device N] [--threads N] [--harness PATH] [--ref] [--quick]",
+	)
 	return f
 }
 
@@ -214,8 +213,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 func runKernelSuite(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) int {
 	if len(f.threads) != 1 || f.threads[0] < 1 {
-		fmt.Fprintf(stderr, "xpu bench: --kernels takes one thread count ≥ 1, not %q\n", f.threads.String())
-		return 2
+		return usageExit(stderr, "xpu bench: --kernels takes one thread count ≥ 1, not %q", f.threads.String())
 	}
 	threads := f.threads[0]
 	b, err := loader.Open(ctx, f.backend)
@@ -226,8 +224,7 @@ func runKernelSuite(ctx context.Context, f *benchFlags, stdout, stderr io.Writer
 	defer b.Close()
 	devs := b.Devices()
 	if f.device < 0 || f.device >= len(devs) {
-		fmt.Fprintf(stderr, "xpu bench: %s has %d device(s), no device %d\n", b.Info().Name, len(devs), f.device)
-		return 2
+		return usageExit(stderr, "xpu bench: %s has %d device(s), no device %d", b.Info().Name, len(devs), f.device)
 	}
 	opts := kernelbench.Options{Threads: threads, Device: devs[f.device], Quick: f.quick}
 	if f.withRef {
@@ -264,43 +261,36 @@ func runKernelSuite(ctx context.Context, f *benchFlags, stdout, stderr io.Writer
 // runModelBench measures every test on every (threads, chunk, kv) configuration, one runner per
 // configuration sized for its longest test, and prints each result as it completes.
 func runModelBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) int {
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "xpu bench: "+format+"\n", a...)
-		return 2
-	}
 	if f.reps < 1 {
-		return usageErr("-r %d: at least one repetition", f.reps)
+		return usageExit(stderr, "xpu bench: -r %d: at least one repetition", f.reps)
 	}
 	w, err := llmbench.NewWriter(f.output, stdout)
 	if err != nil {
-		return usageErr("-o: %v", err)
+		return usageExit(stderr, "xpu bench: -o: %v", err)
 	}
 	for _, t := range f.threads {
 		if t < 0 {
-			return usageErr("-t %d: 0 (the backend's default) or more", t)
+			return usageExit(stderr, "xpu bench: -t %d: 0 (the backend's default) or more", t)
 		}
 	}
 	for _, c := range f.chunks {
 		if c < 1 {
-			return usageErr("--chunk %d: at least 1", c)
+			return usageExit(stderr, "xpu bench: --chunk %d: at least 1", c)
 		}
 	}
 	kvs, err := f.kvPairs()
 	if err != nil {
-		return usageErr("%v", err)
+		return usageExit(stderr, "xpu bench: %v", err)
 	}
 	tests := llmbench.Tests(f.prompts, f.gens, f.pairs, f.depths)
 	if len(tests) == 0 {
-		return usageErr("no test to run: -p, -n and -pg are all 0 or empty")
+		return usageExit(stderr, "xpu bench: no test to run: -p, -n and -pg are all 0 or empty")
 	}
 	ctxLen := 0
 	for _, t := range tests {
 		ctxLen = max(ctxLen, t.ContextNeeded())
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "xpu bench: %v\n", err)
-		return 1
-	}
+	fail := failer(stderr, "xpu bench")
 	m, err := llm.Open(f.model)
 	if err != nil {
 		return fail(err)

@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/w8a8"
-	"github.com/xpuhub/xpu/loader"
 )
 
 func init() {
@@ -30,55 +28,40 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	hotFrac := fs.Float64("hot-fraction", w8a8.DefaultRule.HotFraction, "most channels per input whose weight columns stay resident for the shadow path, as a share of the input's width")
 	hotCover := fs.Float64("hot-cover", w8a8.DefaultRule.HotCover, "share of the calibration's outliers the hot channels should hold")
 	ratio := fs.Float64("outlier-ratio", w8a8.DefaultRule.OutlierRatio, "a channel whose maximum exceeds this many times the median channel's is an outlier channel (left out of the scale)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu calibrate [-m] MODEL.gguf [--text FILE] [-o FILE] [--backend ref] [--tokens N] [--keep F] [--percentile P] [--hot-fraction F] [--hot-cover F] [--outlier-ratio R] [--no-importance] [--per-channel]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "usage: xpu calibrate [-m] MODEL.gguf [--text FILE] [-o FILE] [--backend ref] [--tokens N] [--keep F] [--percentile P] [--hot-fraction F] [--hot-cover F] [--outlier-ratio R] [--no-importance] [--per-channel]")
 	if code, ok := parseModelArgs(fs, args, model); !ok {
 		return code
 	}
 	if *tokens < 8 {
-		fmt.Fprintf(stderr, "xpu calibrate: --tokens %d: at least 8\n", *tokens)
-		return 2
+		return usageExit(stderr, "xpu calibrate: --tokens %d: at least 8", *tokens)
 	}
 	rule := w8a8.DefaultRule
 	rule.Keep, rule.Percentile, rule.HotFraction, rule.HotCover, rule.OutlierRatio = *keep, *pct, *hotFrac, *hotCover, *ratio
 	if err := rule.Check(); err != nil {
-		fmt.Fprintf(stderr, "xpu calibrate: %v\n", err)
-		return 2
+		return usageExit(stderr, "xpu calibrate: %v", err)
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "xpu calibrate: %v\n", err)
-		return 1
-	}
-	calText := llm.DefaultCalibrationText
-	if *text != "" {
-		b, err := os.ReadFile(*text)
-		if err != nil {
-			return fail(err)
-		}
-		calText = string(b)
+	fail := failer(stderr, "xpu calibrate")
+	calText, err := readTextOr(*text, w8a8.DefaultCalibrationText)
+	if err != nil {
+		return fail(err)
 	}
 	m, err := llm.Open(*model)
 	if err != nil {
 		return fail(err)
 	}
 	defer m.Close()
-	b, err := loader.Open(ctx, *backend)
+	b, dev, err := openFirstDevice(ctx, *backend)
 	if err != nil {
 		return fail(err)
 	}
 	defer b.Close()
-	if len(b.Devices()) == 0 {
-		return fail(fmt.Errorf("backend %s has no device", *backend))
-	}
 	gran := w8a8.PerTensor
 	if *perChannel {
 		gran = w8a8.PerChannel
 	}
 	t0 := time.Now()
-	cal, err := llm.Calibrate(ctx, m, b.Devices()[0], calText, llm.WithCalibrationRule(rule),
-		llm.WithCalibrationTokens(*tokens), llm.WithImportance(!*noImp), llm.WithCalibrationGranularity(gran))
+	cal, err := w8a8.Calibrate(ctx, m, dev, calText, w8a8.WithRule(rule),
+		w8a8.WithTokens(*tokens), w8a8.WithImportance(!*noImp), w8a8.WithGranularity(gran))
 	if err != nil {
 		return fail(err)
 	}

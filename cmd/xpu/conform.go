@@ -49,13 +49,12 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 	opsDoc := fs.String("ops-doc", "", `write the op coverage matrix (docs/ops.md) of the --plugin backends (default: every in-tree one) to this file ("-": stdout)`)
 	compare := fs.Bool("compare", false, "with two report files OLD.json NEW.json: list the regressions from OLD to NEW (exit 1 if any)")
 	applyUnits := backendSettingFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu conform [--plugin NAME|PATH]... [--all] [--device N] [--filter REGEX] [--isolated [--timeout D]] [--validate] [--report DIR] [--seed S]")
-		fmt.Fprintln(stderr, "       xpu conform --perf [--plugin NAME|PATH]... [--all] [--device N] [--filter REGEX] [--threads N] [--perf-time D]")
-		fmt.Fprintln(stderr, "       xpu conform --compare OLD.json NEW.json")
-		fmt.Fprintln(stderr, "       xpu conform --ops-doc FILE [--plugin NAME|PATH]...")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr,
+		"usage: xpu conform [--plugin NAME|PATH]... [--all] [--device N] [--filter REGEX] [--isolated [--timeout D]] [--validate] [--report DIR] [--seed S]",
+		"       xpu conform --perf [--plugin NAME|PATH]... [--all] [--device N] [--filter REGEX] [--threads N] [--perf-time D]",
+		"       xpu conform --compare OLD.json NEW.json",
+		"       xpu conform --ops-doc FILE [--plugin NAME|PATH]...",
+	)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -71,8 +70,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		return 2
 	}
 	if err := applyUnits(); err != nil {
-		fmt.Fprintf(stderr, "xpu conform: %v\n", err)
-		return 2
+		return usageExit(stderr, "xpu conform: %v", err)
 	}
 	// in process, the verdict comes from a supervising parent (conform_supervise.go)
 	sentinel := conformChildSentinel()
@@ -87,8 +85,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 	if *filter != "" {
 		re, err := regexp.Compile(*filter)
 		if err != nil {
-			fmt.Fprintf(stderr, "xpu conform: --filter: %v\n", err)
-			return 2
+			return usageExit(stderr, "xpu conform: --filter: %v", err)
 		}
 		opts = append(opts, conformance.WithFilter(re))
 		filterRE = re
@@ -104,8 +101,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		lopts = append(lopts, loader.WithValidation())
 	}
 	if *timeout < 0 {
-		fmt.Fprintf(stderr, "xpu conform: --timeout %v: must be 0 (automatic) or more\n", *timeout)
-		return 2
+		return usageExit(stderr, "xpu conform: --timeout %v: must be 0 (automatic) or more", *timeout)
 	}
 	lopts = append(lopts, loader.WithExecuteTimeout(*timeout))
 	if *opsDoc != "" {

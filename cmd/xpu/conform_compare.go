@@ -12,21 +12,18 @@ import (
 func runConformCompare(oldPath, newPath string, stdout, stderr io.Writer) int {
 	old, err := conformance.ReadReport(oldPath)
 	if err != nil {
-		fmt.Fprintf(stderr, "xpu conform --compare: %v\n", err)
-		return 2
+		return usageExit(stderr, "xpu conform --compare: %v", err)
 	}
 	new, err := conformance.ReadReport(newPath)
 	if err != nil {
-		fmt.Fprintf(stderr, "xpu conform --compare: %v\n", err)
-		return 2
+		return usageExit(stderr, "xpu conform --compare: %v", err)
 	}
 	if old.Backend.Name != new.Backend.Name {
 		fmt.Fprintf(stdout, "note: comparing backend %s with backend %s\n", old.Backend.Name, new.Backend.Name)
 	}
 	regs := conformance.CompareReports(old, new)
 	if err := conformance.WriteRegressions(stdout, regs); err != nil {
-		fmt.Fprintf(stderr, "xpu conform --compare: %v\n", err)
-		return 2
+		return usageExit(stderr, "xpu conform --compare: %v", err)
 	}
 	if len(regs) > 0 {
 		return 1

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -60,13 +57,8 @@ func TestDocConformanceFigures(t *testing.T) {
 			found++
 			rel, _ := filepath.Rel(root, file)
 			line := regexp.MustCompile(`(^|\s)(build/)?xpu `).ReplaceAllString(m[1], "${1}"+bin+" ") + " --report " + t.TempDir()
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			cmd := exec.CommandContext(ctx, "bash", "-c", line)
-			cmd.Dir = root
-			out, err := cmd.Output()
-			cancel()
-			require.NoError(t, err, "%s: %s", rel, m[1])
-			assert.Equal(t, m[2], lastLine(string(out)), "%s quotes `%s`", rel, m[1])
+			out, _ := runDocLine(t, line, nil)
+			assert.Equal(t, m[2], lastLine(out), "%s quotes `%s`", rel, m[1])
 		}
 	}
 	assert.GreaterOrEqual(t, found, 3, "the coreml and the two qnn profiles' figures")

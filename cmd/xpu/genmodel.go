@@ -32,10 +32,7 @@ func runGenModel(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	sparsity := fs.Float64("sparsity", 0, "shape FFN firing so this share of gate values is ≤ 0 (0: plain random weights); same value for a ReLU model and its SiLU twin")
 	skew := fs.String("skew", "zipf", "firing skew with --sparsity: zipf (few hot neurons, a long rare tail) or uniform")
 	measure := fs.Int("measure", -1, "tokens of the built-in text to measure the achieved firing on after writing (-1: 64, or 16 for 3B and up; 0: skip)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu gen-model [--arch llama|llama3|mistral|qwen2|qwen3|phi3|gemma2|gemma3|smollm3|granite] [--params 1B] [--type q4_0] [--seed S] [--outliers N] [--act relu --sparsity 0.9 --skew zipf] -o FILE")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "usage: xpu gen-model [--arch llama|llama3|mistral|qwen2|qwen3|phi3|gemma2|gemma3|smollm3|granite] [--params 1B] [--type q4_0] [--seed S] [--outliers N] [--act relu --sparsity 0.9 --skew zipf] -o FILE")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -43,10 +40,7 @@ func runGenModel(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fs.Usage()
 		return 2
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "xpu gen-model: %v\n", err)
-		return 1
-	}
+	fail := failer(stderr, "xpu gen-model")
 	dt, err := core.ParseDType(*typ)
 	if err != nil {
 		return fail(err)

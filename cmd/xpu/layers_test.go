@@ -23,7 +23,7 @@ var layers = []struct {
 	{"sched", 4},
 	{"llm", 5},
 	{"llm/serve", 6},
-	{"cmd/", 7}, {"examples/", 7}, {"bench", 7}, {"lab/", 7},
+	{"cmd/", 7}, {"examples/", 7}, {"bench", 7}, {"lab/", 7}, {"internal/llmtest", 7},
 }
 
 func layerOf(pkg string) (int, bool) {

@@ -104,17 +104,6 @@ func compareLlamaCpp(ours, theirs llamaCppRun) (llamaCppAgreement, error) {
 	return a, nil
 }
 
-// argmaxID is greedy decoding as logits.c does it: the highest logit, the lowest id on a tie.
-func argmaxID(xs []float32) int32 {
-	best := 0
-	for i, x := range xs {
-		if x > xs[best] {
-			best = i
-		}
-	}
-	return int32(best)
-}
-
 // xpuRun runs prompt through model on backend (with the KV cache type llama.cpp ran) and returns the
 // same measurements logits.c prints: logits rows one token at a time and the greedy continuation,
 // and the logits after the prompt run as one prefill. The error is the backend's refusal of the
@@ -145,7 +134,7 @@ func xpuRun(ctx context.Context, t *testing.T, model, backend string, kv core.DT
 			run.Logits = append(run.Logits, append([]float32(nil), logits...))
 		}
 		if i >= len(prompt)-1 && len(run.Tokens) < greedy {
-			next := argmaxID(logits)
+			next := argmax(logits)
 			run.Tokens = append(run.Tokens, next)
 			seq = append(seq, next)
 		}
@@ -310,7 +299,7 @@ func TestCompareLlamaCpp(t *testing.T) {
 			assert.InDelta(t, c.want.MaxNMSE, got.MaxNMSE, 1e-12)
 		})
 	}
-	assert.Equal(t, int32(1), argmaxID(row(0, 3, 3, 1)), "ties go to the lowest id, as in logits.c")
+	assert.Equal(t, int32(1), argmax(row(0, 3, 3, 1)), "ties go to the lowest id, as in logits.c")
 }
 
 // q8Bound grows with the depth past 8 layers and doubles for a GELU FFN.

@@ -199,3 +199,29 @@ func modelArg(fs *flag.FlagSet, model *string) bool {
 	}
 	return fs.NArg() == 0 && *model != ""
 }
+
+// setUsage makes fs print lines, then its flags' defaults, when it asks for its usage.
+func setUsage(fs *flag.FlagSet, stderr io.Writer, lines ...string) {
+	fs.Usage = func() {
+		for _, l := range lines {
+			fmt.Fprintln(stderr, l)
+		}
+		fs.PrintDefaults()
+	}
+}
+
+// usageExit gives a command's usage-error exit: it prints the message (format and a, as
+// fmt.Fprintf, ending the line) and returns exit code 2.
+func usageExit(stderr io.Writer, format string, a ...any) int {
+	fmt.Fprintf(stderr, format+"\n", a...)
+	return 2
+}
+
+// failer gives a command's error exit: it prints err after the command's name ("xpu run: ...")
+// and returns exit code 1.
+func failer(stderr io.Writer, name string) func(error) int {
+	return func(err error) int {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+}

@@ -19,6 +19,34 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
+// cliCase is one command line and what it must give: the exit code and a part of stderr.
+type cliCase struct {
+	name string // the subtest's name; "" names it by its arguments
+	args []string
+	code int
+	says string
+}
+
+// runCLICases runs each case, its arguments after prefix, as a subtest, and then the checks in
+// also on its output.
+func runCLICases(t *testing.T, prefix []string, cases []cliCase, also ...func(t *testing.T, c cliCase, stdout, stderr string)) {
+	t.Helper()
+	for _, c := range cases {
+		name := c.name
+		if name == "" {
+			name = strings.Join(c.args, " ")
+		}
+		t.Run(name, func(t *testing.T) {
+			code, out, errOut := runCLI(t, append(append([]string(nil), prefix...), c.args...)...)
+			assert.Equal(t, c.code, code, errOut)
+			assert.Contains(t, errOut, c.says)
+			for _, check := range also {
+				check(t, c, out, errOut)
+			}
+		})
+	}
+}
+
 func TestUsageAndUnknown(t *testing.T) {
 	code, out, _ := runCLI(t)
 	assert.Equal(t, 0, code)

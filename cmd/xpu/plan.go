@@ -39,11 +39,10 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	adapt := fs.Bool("adapt", false, "write rows splits over two units as adaptive ones (sched/PLAN.md): in decode the cut moves from token to token by the parts' measured times; each unit prepares its part at 9 cut points")
 	compare := fs.Bool("compare", false, "also predict each unit alone, layer- and tensor-level, in order and out of order (always on with --soc)")
 	papers := fs.Bool("papers", false, "with --soc: also print the published figures of the papers the SoC description cites next to this simulation's prediction of the same setups")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu plan --model M [--units LIST] [--profile FILE] [-o plan.json] [--prompt N] [--mode tensor|layer|split|single] [--steal | --adapt] [--compare]")
-		fmt.Fprintln(stderr, "       xpu plan --soc "+strings.Join(soc.PlanNames(), "|")+" --model "+strings.Join(soc.ModelNames(), "|")+" [--units cpu,gpu,npu] [-o plan.json] [--papers]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr,
+		"usage: xpu plan --model M [--units LIST] [--profile FILE] [-o plan.json] [--prompt N] [--mode tensor|layer|split|single] [--steal | --adapt] [--compare]",
+		"       xpu plan --soc "+strings.Join(soc.PlanNames(), "|")+" --model "+strings.Join(soc.ModelNames(), "|")+" [--units cpu,gpu,npu] [-o plan.json] [--papers]",
+	)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -52,8 +51,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *papers && *socName == "" {
-		fmt.Fprintln(stderr, "xpu plan: --papers compares a simulated SoC (--soc) with published figures; a measured profile has none")
-		return 2
+		return usageExit(stderr, "xpu plan: --papers compares a simulated SoC (--soc) with published figures; a measured profile has none")
 	}
 	o := solve.Options{Prompt: *prompt, Context: *ctxLen, Steal: *steal, Adapt: *adapt}
 	switch *mode {
@@ -66,13 +64,11 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "split":
 		o.Mode = solve.LayerSplit
 	default:
-		fmt.Fprintf(stderr, "xpu plan: --mode %q: tensor, layer, split or single\n", *mode)
-		return 2
+		return usageExit(stderr, "xpu plan: --mode %q: tensor, layer, split or single", *mode)
 	}
 	pol, err := dag.PolicyByName(*policy)
 	if err != nil {
-		fmt.Fprintf(stderr, "xpu plan: --policy: %v\n", err)
-		return 2
+		return usageExit(stderr, "xpu plan: --policy: %v", err)
 	}
 	o.Policy = pol
 	if *units != "" {
@@ -80,10 +76,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			o.Units = append(o.Units, strings.TrimSpace(u))
 		}
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "xpu plan: %v\n", err)
-		return 1
-	}
+	fail := failer(stderr, "xpu plan")
 	var prof *profile.Profile
 	var desc *soc.SoC
 	switch {

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -82,28 +78,18 @@ func TestPlanSoC(t *testing.T) {
 }
 
 func TestPlanUsage(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		code int
-		err  string
-	}{
-		{[]string{"plan"}, 2, "usage: xpu plan"},
-		{[]string{"plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--mode", "best"}, 2, "tensor, layer, split or single"},
-		{[]string{"plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--policy", "random"}, 2, "unknown policy"},
-		{[]string{"plan", "--soc", "nope", "--model", "qwen1.5-1.8b"}, 1, "sd8gen3"},
-		{[]string{"plan", "--soc", "sd8gen3", "--model", "gpt-5"}, 1, "qwen1.5-1.8b, llama-8b"},
-		{[]string{"plan", "--soc", "sd8gen3", "--model", "llama-8b", "--units", "gpu,dsp"}, 1, "not in the profile"},
-		{[]string{"plan", "--model", "x.gguf", "--profile", "/nonexistent.json"}, 1, "no such file"},
-		{[]string{"tune", "--profile"}, 2, "usage: xpu tune"},
-		{[]string{"tune", "--profile", "--energy", "--model", "x"}, 2, "usage: xpu tune"},
-		{[]string{"tune", "--profile", "--model", "x.gguf", "--grid", "1,0"}, 1, "--grid"},
-	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			code, _, stderr := runCLI(t, tc.args...)
-			assert.Equal(t, tc.code, code)
-			assert.Contains(t, stderr, tc.err)
-		})
-	}
+	runCLICases(t, nil, []cliCase{
+		{args: []string{"plan"}, code: 2, says: "usage: xpu plan"},
+		{args: []string{"plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--mode", "best"}, code: 2, says: "tensor, layer, split or single"},
+		{args: []string{"plan", "--soc", "sd8gen3", "--model", "qwen1.5-1.8b", "--policy", "random"}, code: 2, says: "unknown policy"},
+		{args: []string{"plan", "--soc", "nope", "--model", "qwen1.5-1.8b"}, code: 1, says: "sd8gen3"},
+		{args: []string{"plan", "--soc", "sd8gen3", "--model", "gpt-5"}, code: 1, says: "qwen1.5-1.8b, llama-8b"},
+		{args: []string{"plan", "--soc", "sd8gen3", "--model", "llama-8b", "--units", "gpu,dsp"}, code: 1, says: "not in the profile"},
+		{args: []string{"plan", "--model", "x.gguf", "--profile", "/nonexistent.json"}, code: 1, says: "no such file"},
+		{args: []string{"tune", "--profile"}, code: 2, says: "usage: xpu tune"},
+		{args: []string{"tune", "--profile", "--energy", "--model", "x"}, code: 2, says: "usage: xpu tune"},
+		{args: []string{"tune", "--profile", "--model", "x.gguf", "--grid", "1,0"}, code: 1, says: "--grid"},
+	})
 }
 
 // xpu tune --profile measures a model on two units of the reference backend and stores the
@@ -153,14 +139,9 @@ func TestTuneProfileThenPlan(t *testing.T) {
 // The README's `xpu plan` and `xpu tune --profile` lines, run as written (from the repository
 // root, with the cache in a temporary directory and plan files written there).
 func TestREADMEPlanCommands(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	require.NoError(t, err)
-	var lines []string
-	for _, l := range readmeShellLines(t) {
-		if strings.HasPrefix(l, "build/xpu plan ") || strings.HasPrefix(l, "build/xpu tune --profile ") {
-			lines = append(lines, l)
-		}
-	}
+	lines := readmeLinesWhere(t, func(l string) bool {
+		return strings.HasPrefix(l, "build/xpu plan ") || strings.HasPrefix(l, "build/xpu tune --profile ")
+	})
 	require.GreaterOrEqual(t, len(lines), 3)
 	needsModel := false
 	for _, l := range lines {
@@ -169,26 +150,13 @@ func TestREADMEPlanCommands(t *testing.T) {
 	if needsModel {
 		storiesPath(t)
 	}
-	bin := buildXPU(t)
 	tmp := t.TempDir()
 	for _, l := range lines {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		cmdline := strings.ReplaceAll(l, "build/xpu", bin)
-		cmdline = strings.ReplaceAll(cmdline, "-o plan.json", "-o "+filepath.Join(tmp, "plan.json"))
-		cmd := exec.CommandContext(ctx, "bash", "-c", cmdline)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "XPU_CACHE_DIR="+tmp)
-		out, err := cmd.Output()
-		cancel()
-		var ee *exec.ExitError
-		if err != nil && errors.As(err, &ee) {
-			t.Fatalf("%s: %v\n%s\n%s", l, err, out, ee.Stderr)
-		}
-		require.NoError(t, err, l)
+		out, _ := runDocLine(t, l, []string{"XPU_CACHE_DIR=" + tmp}, "-o plan.json", "-o "+filepath.Join(tmp, "plan.json"))
 		if strings.HasPrefix(l, "build/xpu plan ") {
-			assert.Contains(t, string(out), "PREDICTED", l)
+			assert.Contains(t, out, "PREDICTED", l)
 		} else {
-			assert.Contains(t, string(out), "stored: ", l)
+			assert.Contains(t, out, "stored: ", l)
 		}
 	}
 }

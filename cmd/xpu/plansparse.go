@@ -33,10 +33,7 @@ func runPlanSparse(ctx context.Context, args []string, stdout, stderr io.Writer)
 	coldShare := fs.Float64("cold-share", 0.25, "share of the budget left after the fixed region kept for the cold neuron cache")
 	seed := fs.Uint64("seed", 1, "training seed")
 	recall := fs.Float64("recall", 0.95, "recall the predictor threshold is set for (on calibration tokens not used in training)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu plan-sparse --model M [--text FILE] --budget 2GiB [-o FILE]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "usage: xpu plan-sparse --model M [--text FILE] --budget 2GiB [-o FILE]")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -44,10 +41,7 @@ func runPlanSparse(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fs.Usage()
 		return 2
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "xpu plan-sparse: %v\n", err)
-		return 1
-	}
+	fail := failer(stderr, "xpu plan-sparse")
 	b, err := sparse.ParseSize(*budget)
 	if err != nil {
 		return fail(err)
@@ -67,13 +61,9 @@ func runPlanSparse(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fail(err)
 	}
 	defer m.Close()
-	txt := sparse.DefaultText
-	if *text != "" {
-		raw, err := os.ReadFile(*text)
-		if err != nil {
-			return fail(err)
-		}
-		txt = string(raw)
+	txt, err := readTextOr(*text, sparse.DefaultText)
+	if err != nil {
+		return fail(err)
 	}
 	n := *tokens
 	if n <= 0 {

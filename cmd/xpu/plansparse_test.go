@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -22,29 +19,13 @@ import (
 // finds the oracle's logits equal to dense within the bundles' requantization and the trained
 // predictor's recall where plan-sparse measured it.
 func TestREADMESparseCommands(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	require.NoError(t, err)
-	bin := buildXPU(t)
 	model := filepath.Join(t.TempDir(), "relu-6m.gguf")
-	var lines []string
-	for _, l := range readmeShellLines(t) {
-		if strings.Contains(l, "/tmp/relu-6m.gguf") {
-			lines = append(lines, l)
-		}
-	}
+	lines := readmeLinesWhere(t, func(l string) bool { return strings.Contains(l, "/tmp/relu-6m.gguf") })
 	require.Len(t, lines, 5, "the README's gen-model, plan-sparse, run (sparse, dense) and sparse-eval lines")
 	var outs, errs []string
 	for _, l := range lines {
-		l = strings.ReplaceAll(strings.ReplaceAll(l, "build/xpu", bin), "/tmp/relu-6m.gguf", model)
-		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-		cmd := exec.CommandContext(ctx, "bash", "-c", l)
-		cmd.Dir = root
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		got, err := cmd.Output()
-		cancel()
-		require.NoError(t, err, "%s\n%s", l, stderr.String())
-		outs, errs = append(outs, string(got)), append(errs, stderr.String())
+		out, errOut := runDocLine(t, l, nil, "/tmp/relu-6m.gguf", model)
+		outs, errs = append(outs, out), append(errs, errOut)
 	}
 	m := regexp.MustCompile(`sparsity ([0-9.]+) .*top 10% of neurons carry ([0-9]+)%`).FindStringSubmatch(outs[0])
 	require.NotNil(t, m, outs[0])
@@ -150,12 +131,7 @@ func TestRunSparseErrors(t *testing.T) {
 	require.NoError(t, os.WriteFile(truncated, b[:len(b)-5000], 0o644))
 
 	base := []string{"run", "--temp", "0", "-n", "4", "-c", "64", "-p", "a b c"}
-	for _, tc := range []struct {
-		name string
-		args []string
-		code int
-		want string
-	}{
+	runCLICases(t, base, []cliCase{
 		{"bad mode", []string{"--model", relu, "--sparse", "maybe"}, 2, "on, off or auto"},
 		{"bad predictor", []string{"--model", relu, "--predictor", "psychic"}, 2, "trained or oracle"},
 		{"bad budget", []string{"--model", relu, "--budget", "lots"}, 2, "--budget"},
@@ -174,11 +150,5 @@ func TestRunSparseErrors(t *testing.T) {
 		{"with speculation", []string{"--model", relu, "--spec", "retrieval"}, 1, "--sparse off"},
 		{"dense always works", []string{"--model", relu, "--sparse", "off", "--spec", "retrieval"}, 0, ""},
 		{"dense without a sidecar", []string{"--model", other}, 0, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			code, _, errOut := runCLI(t, append(base, tc.args...)...)
-			assert.Equal(t, tc.code, code, errOut)
-			assert.Contains(t, errOut, tc.want)
-		})
-	}
+	})
 }

@@ -28,11 +28,10 @@ func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	requant := fs.Bool("allow-requantize", false, "also requantize tensors that are already quantized (loses more than quantizing the float model)")
 	npu := fs.Bool("npu-int8", false, "instead of --type: keep every tensor and add symmetric int8 weights + scales for the NPU's W8A8 MatMul (layout: llm/w8a8)")
 	perChannel := fs.Bool("per-channel", false, "with --npu-int8: one weight scale per output channel instead of per tensor")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu quantize [--type q4_k_m] [--allow-requantize] IN.gguf OUT.gguf")
-		fmt.Fprintln(stderr, "       xpu quantize --npu-int8 [--per-channel] IN.gguf OUT.gguf")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr,
+		"usage: xpu quantize [--type q4_k_m] [--allow-requantize] IN.gguf OUT.gguf",
+		"       xpu quantize --npu-int8 [--per-channel] IN.gguf OUT.gguf",
+	)
 	if code, ok := parseInterspersed(fs, args); !ok {
 		return code
 	}
@@ -41,15 +40,11 @@ func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return 2
 	}
 	in, out := fs.Arg(0), fs.Arg(1)
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "xpu quantize: %v\n", err)
-		return 1
-	}
+	fail := failer(stderr, "xpu quantize")
 	typeSet := false
 	fs.Visit(func(f *flag.Flag) { typeSet = typeSet || f.Name == "type" })
 	if *npu && typeSet || *perChannel && !*npu {
-		fmt.Fprintln(stderr, "xpu quantize: --npu-int8 keeps the model's own dtypes (no --type); --per-channel goes with --npu-int8")
-		return 2
+		return usageExit(stderr, "xpu quantize: --npu-int8 keeps the model's own dtypes (no --type); --per-channel goes with --npu-int8")
 	}
 	recipe, err := quant.ParseRecipe(*typ)
 	if err != nil {

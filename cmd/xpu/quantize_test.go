@@ -23,25 +23,13 @@ func TestQuantizeCommand(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o644), st.Mode().Perm())
 
-	cases := []struct {
-		name string
-		args []string
-		code int
-		msg  string
-	}{
+	runCLICases(t, nil, []cliCase{
 		{"no files", []string{"quantize"}, 2, "usage: xpu quantize"},
 		{"unknown type", []string{"quantize", "--type", "q4_k_xl", model, filepath.Join(dir, "x.gguf")}, 1, "q4_k_m, q5_k_m"},
 		{"output is input", []string{"quantize", q8, q8}, 1, "overwrite the input"},
 		{"absent input", []string{"quantize", filepath.Join(dir, "absent.gguf"), filepath.Join(dir, "y.gguf")}, 1, "absent.gguf"},
 		{"requantize refused", []string{"quantize", "--type", "q4_0", q8, filepath.Join(dir, "z.gguf")}, 1, "already q8_0"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			code, _, errOut := runCLI(t, c.args...)
-			assert.Equal(t, c.code, code)
-			assert.Contains(t, errOut, c.msg)
-		})
-	}
+	})
 	// A failed run leaves no output and no temporary file behind.
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)

@@ -35,10 +35,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "xpu run: %v\n", err)
-		return 1
-	}
+	fail := failer(stderr, "xpu run")
 	t0 := time.Now()
 	m, err := llm.Open(f.in.model)
 	if err != nil {
@@ -52,8 +49,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ropts, err := f.runnerOptions(m, tech, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "xpu run: %v\n", err)
-		return 2
+		return usageExit(stderr, "xpu run: %v", err)
 	}
 	var tr *sched.Trace
 	if f.out.traceFile != "" {
@@ -117,7 +113,7 @@ func (f *runFlags) openTechniques(ctx context.Context, m *llm.Model, stderr io.W
 	}
 	if low != nil {
 		t.w8a8 = true
-		t.opts = append(t.opts, llm.WithW8A8(low))
+		t.opts = append(t.opts, w8a8.WithLowering(low))
 	}
 	spath, err := f.sp.path(f.in.model)
 	if err != nil || spath == "" {
@@ -133,7 +129,7 @@ func (f *runFlags) openTechniques(ctx context.Context, m *llm.Model, stderr io.W
 	}
 	t.sparse = srt
 	t.closers = append(t.closers, sc, srt)
-	t.opts = append(t.opts, llm.WithSparseFFN(srt))
+	t.opts = append(t.opts, sparse.WithFFN(srt))
 	fmt.Fprintf(stderr, "sparse FFN: %s\n", spath)
 	// Each prefill chunk length has its own programs, whose intermediates (about 6 MiB per
 	// layer stage at chunk 64 for a 7B model) the budget does not count: under a budget
@@ -257,7 +253,7 @@ func (f *runFlags) report(w io.Writer, r *llm.Runner, res llm.Result, srt *spars
 		printSchedStats(w, r.Report())
 		if srt != nil {
 			fmt.Fprintf(w, "sparse FFN:\n%s\n", srt.Stats())
-			pt, dt := r.SparseTimes()
+			pt, dt := sparse.TimesOf(r)
 			fmt.Fprintf(w, "  prefill timeline: %s\n  decode timeline: %s\n", pt, dt)
 		}
 	}

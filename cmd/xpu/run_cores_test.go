@@ -84,20 +84,9 @@ func TestRunPhaseCoresErrors(t *testing.T) {
 	p := storiesPath(t)
 	requirePlugins(t, "neon")
 	t.Setenv("XPU_CACHE_DIR", t.TempDir())
-	for _, tc := range []struct {
-		name string
-		args []string
-		code int
-		msg  string
-	}{
+	runCLICases(t, []string{"run", "--model", p, "-n", "2", "--backend", "neon"}, []cliCase{
 		{"garbage", []string{"--cpus-decode", "big"}, 2, `--cpus-decode: cputopo: bad core selection: CPU list "big"`},
 		{"empty range", []string{"--cpus-prefill", "3-1"}, 2, "bad range"},
 		{"absent cpu", []string{"--cpus-decode", "63"}, 1, "CPU 63, which is not online"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			code, _, errOut := runCLI(t, append([]string{"run", "--model", p, "-n", "2", "--backend", "neon"}, tc.args...)...)
-			assert.Equal(t, tc.code, code, errOut)
-			assert.Contains(t, errOut, tc.msg)
-		})
-	}
+	})
 }

@@ -52,10 +52,7 @@ func newRunFlags(stderr io.Writer) *runFlags {
 	f.w8 = addW8A8Flags(fs)
 	f.sp = addSparseFlags(fs)
 	f.gf = addGrammarFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, runUsage)
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, runUsage)
 	return f
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/draft"
+	"github.com/xpuhub/xpu/llm/spec"
 )
 
 // specFlags are run's speculative-decoding flags.
@@ -124,7 +125,7 @@ func (f *specFlags) generateOptions(m *llm.Model, temp float64, ctxLen int, stde
 	case "":
 		if *f.stats {
 			// plain decoding, reported in the same terms
-			return []llm.GenerateOption{llm.WithSpeculative(nil)}, nil
+			return []llm.GenerateOption{spec.With(nil)}, nil
 		}
 		return nil, nil
 	case "lookup":
@@ -144,11 +145,11 @@ func (f *specFlags) generateOptions(m *llm.Model, temp float64, ctxLen int, stde
 		}
 		d = draft.NewRetrieval(opt)
 	}
-	var so []llm.SpecOption
+	var so []spec.Option
 	if *f.always {
-		so = append(so, llm.SpecAlways())
+		so = append(so, spec.Always())
 	}
-	return []llm.GenerateOption{llm.WithSpeculative(d, so...)}, nil
+	return []llm.GenerateOption{spec.With(d, so...)}, nil
 }
 
 // modelKey identifies a model's vocabulary for the history store: the answers are token ids.
@@ -164,8 +165,7 @@ func modelKey(m *llm.Model) string {
 
 // printSpecStats writes --stats' report.
 func printSpecStats(w io.Writer, res llm.Result) {
-	if res.Spec == nil {
-		return
+	if st := spec.StatsOf(res); st != nil {
+		fmt.Fprint(w, st.String())
 	}
-	fmt.Fprint(w, res.Spec.String())
 }

@@ -1,15 +1,11 @@
 package main
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -91,25 +87,11 @@ func TestRunSpecBadFlags(t *testing.T) {
 // The README's speculative-decoding line, run as written.
 func TestREADMESpecCommand(t *testing.T) {
 	storiesPath(t)
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	require.NoError(t, err)
-	var lines []string
-	for _, l := range readmeShellLines(t) {
-		if strings.Contains(l, "build/xpu run") && strings.Contains(l, "--spec") {
-			lines = append(lines, l)
-		}
-	}
+	lines := readmeLinesWhere(t, func(l string) bool { return strings.Contains(l, "build/xpu run") && strings.Contains(l, "--spec") })
 	require.NotEmpty(t, lines)
-	bin := buildXPU(t)
 	for _, l := range lines {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		cmd := exec.CommandContext(ctx, "bash", "-c", strings.ReplaceAll(l, "build/xpu", bin))
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "XPU_CACHE_DIR="+t.TempDir())
-		out, err := cmd.CombinedOutput()
-		cancel()
-		require.NoError(t, err, "%s\n%s", l, out)
-		assert.Contains(t, string(out), "tokens/pass", l)
+		out, errOut := runDocLine(t, l, []string{"XPU_CACHE_DIR=" + t.TempDir()})
+		assert.Contains(t, out+errOut, "tokens/pass", l)
 	}
 }
 
@@ -119,25 +101,16 @@ func TestREADMESpecCommand(t *testing.T) {
 func TestRunSpecShortContext(t *testing.T) {
 	p := storiesPath(t)
 	base := []string{"run", "--model", p, "--temp", "0", "-n", "4", "--backend", "ref", "-p", "Once"}
-	for _, tc := range []struct {
-		args []string
-		code int
-		says string // on stderr
-	}{
-		{[]string{"-c", "8"}, 0, "decode: 4 tokens"},
-		{[]string{"-c", "8", "--spec", "retrieval", "--stats"}, 0, "decode: 4 tokens"},
-		{[]string{"-c", "3", "--no-context-shift"}, 0, "(stop: context)"},
-		{[]string{"-c", "3"}, 0, "decode: 4 tokens"}, // the context shifts
-		{[]string{"-c", "3", "--spec", "retrieval"}, 2, "--spec retrieval: the context length 3 is shorter than every verify length (4,8,16,32)"},
-		{[]string{"-c", "8", "--spec-lengths", "4,16"}, 2, "--spec-lengths 4,16: verify lengths must be at most the context length 8"},
-	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			code, out, errOut := runCLI(t, append(slices.Clone(base), tc.args...)...)
-			assert.Equal(t, tc.code, code, errOut)
-			assert.Contains(t, errOut, tc.says)
-			if tc.code == 0 {
-				assert.True(t, strings.HasPrefix(out, "Once"), out)
-			}
-		})
-	}
+	runCLICases(t, base, []cliCase{
+		{args: []string{"-c", "8"}, says: "decode: 4 tokens"},
+		{args: []string{"-c", "8", "--spec", "retrieval", "--stats"}, says: "decode: 4 tokens"},
+		{args: []string{"-c", "3", "--no-context-shift"}, says: "(stop: context)"},
+		{args: []string{"-c", "3"}, says: "decode: 4 tokens"}, // the context shifts
+		{args: []string{"-c", "3", "--spec", "retrieval"}, code: 2, says: "--spec retrieval: the context length 3 is shorter than every verify length (4,8,16,32)"},
+		{args: []string{"-c", "8", "--spec-lengths", "4,16"}, code: 2, says: "--spec-lengths 4,16: verify lengths must be at most the context length 8"},
+	}, func(t *testing.T, c cliCase, out, _ string) {
+		if c.code == 0 {
+			assert.True(t, strings.HasPrefix(out, "Once"), out)
+		}
+	})
 }

@@ -52,12 +52,7 @@ func TestRunByPolicy(t *testing.T) {
 }
 
 func TestRunErrors(t *testing.T) {
-	cases := []struct {
-		name string
-		args []string
-		code int
-		msg  string
-	}{
+	runCLICases(t, nil, []cliCase{
 		{"no model", []string{"run"}, 2, "usage"},
 		{"backend and policy", []string{"run", "--model", "x", "--backend", "ref", "--policy", "prefer-cpu"}, 2, "usage"},
 		{"missing file", []string{"run", "--model", filepath.Join(t.TempDir(), "none.gguf")}, 1, "no such file"},
@@ -72,17 +67,11 @@ func TestRunErrors(t *testing.T) {
 		{"chunk 0", []string{"run", "--model", "x", "--chunk", "0"}, 2, "--chunk 0"},
 		{"negative context", []string{"run", "--model", "x", "--ctx", "-1"}, 2, "--ctx -1"},
 		{"negative device", []string{"run", "--model", "x", "--device", "-1"}, 2, "--device -1"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			code, _, errOut := runCLI(t, c.args...)
-			assert.Equal(t, c.code, code)
-			assert.Contains(t, errOut, c.msg)
-			if c.code == 2 && c.msg != "usage" {
-				assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
-			}
-		})
-	}
+	}, func(t *testing.T, c cliCase, _, errOut string) {
+		if c.code == 2 && c.says != "usage" {
+			assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
+		}
+	})
 }
 
 func TestGenModelThenRun(t *testing.T) {

@@ -62,26 +62,14 @@ func TestRunUnitsErrors(t *testing.T) {
 	p := storiesPath(t)
 	plan := filepath.Join(t.TempDir(), "plan.json")
 	require.NoError(t, os.WriteFile(plan, []byte(`{"units":["ref"],"prefill":{"rules":[{"unit":"ref","ops":["MATMAL"]}]}}`), 0o644))
-	cases := []struct {
-		name string
-		args []string
-		code int
-		msg  string
-	}{
+	runCLICases(t, nil, []cliCase{
 		{"units and backend", []string{"run", "--model", p, "--units", "ref", "--backend", "ref"}, 2, "usage"},
 		{"units and plan", []string{"run", "--model", p, "--units", "ref", "--plan", plan}, 2, "usage"},
 		{"bad unit list", []string{"run", "--model", p, "--units", "neon{"}, 1, "bad unit spec"},
 		{"unknown unit", []string{"run", "--model", p, "--units", "ref,gpu:7"}, 1, "no device gpu:7"},
 		{"bad plan", []string{"run", "--model", p, "--plan", plan}, 1, "MATMAL"},
 		{"missing plan", []string{"run", "--model", p, "--plan", plan + ".none"}, 1, "no such file"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			code, _, errOut := runCLI(t, c.args...)
-			assert.Equal(t, c.code, code)
-			assert.Contains(t, errOut, c.msg)
-		})
-	}
+	})
 }
 
 // TestRunSplitPlanStats: stories260K with every MATMUL row-split over two pinned neon units

@@ -43,7 +43,7 @@ func (f *w8a8Flags) check() error {
 }
 
 // lowering loads the calibration and lowers m (nil without --w8a8).
-func (f *w8a8Flags) lowering(m *llm.Model, stderr io.Writer) (*llm.W8A8, error) {
+func (f *w8a8Flags) lowering(m *llm.Model, stderr io.Writer) (*w8a8.Lowering, error) {
 	if !*f.on {
 		return nil, nil
 	}
@@ -66,7 +66,7 @@ func (f *w8a8Flags) lowering(m *llm.Model, stderr io.Writer) (*llm.W8A8, error) 
 	if *f.perChannel {
 		gran = w8a8.PerChannel
 	}
-	w, err := llm.NewW8A8(m, w8a8.Config{Calibration: cal, Shadow: mode, Convert: *f.convert, Granularity: gran})
+	w, err := w8a8.NewLowering(m, w8a8.Config{Calibration: cal, Shadow: mode, Convert: *f.convert, Granularity: gran})
 	if err != nil {
 		if errors.Is(err, w8a8.ErrNoInt8) {
 			err = fmt.Errorf("%w (or pass --w8a8-convert)", err)

@@ -57,10 +57,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	shift := fs.Bool("context-shift", true, "when a request's context is full, keep its first n_keep tokens (a request parameter, default 0), discard half of the rest and go on, as llama-server does; max_tokens may then exceed the room the prompt leaves")
 	noShift := fs.Bool("no-context-shift", false, "stop a request's generation when its context is full (as --context-shift=false)")
 	tmplFile := fs.String("chat-template", "", "Jinja chat template file to use instead of the model's tokenizer.chat_template")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu serve [--model] F.gguf [--host H] [--port P] [--backend NAME | --policy P] [--parallel N] [--max-tokens N] [--timeout D] [--ctx N] [-ctk f16|q8_0|q4_0|f32] [-ctv f16|q8_0|q4_0|f32] [--no-context-shift]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "usage: xpu serve [--model] F.gguf [--host H] [--port P] [--backend NAME | --policy P] [--parallel N] [--max-tokens N] [--timeout D] [--ctx N] [-ctk f16|q8_0|q4_0|f32] [-ctv f16|q8_0|q4_0|f32] [--no-context-shift]")
 	if code, ok := parseInterspersed(fs, args); !ok {
 		return code
 	}
@@ -121,10 +118,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		return bad("%v", err)
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "xpu serve: %v\n", err)
-		return 1
-	}
+	fail := failer(stderr, "xpu serve")
 
 	lopts := []llm.LoadOption{llm.WithRunnerOptions(append(kvOpts, llm.WithChunkSize(*chunk), llm.WithContextLength(*ctxLen))...)}
 	if *threads > 0 {

@@ -1,15 +1,8 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,30 +12,9 @@ import (
 // streamed and not, show, and an unknown model's error.
 func TestServeOllamaClient(t *testing.T) {
 	model := storiesPath(t)
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed: the ollama client test needs it (scripts/deps.sh installs it)")
-	}
-	npmDir, err := filepath.Abs(filepath.Join("..", "..", "build", "npm"))
-	require.NoError(t, err)
-	if _, err := os.Stat(filepath.Join(npmDir, "node_modules", "ollama")); err != nil {
-		t.Skipf("the ollama npm package is not in %s: run scripts/deps.sh", npmDir)
-	}
-	script, err := os.ReadFile(filepath.Join("testdata", "ollama_client.mjs"))
-	require.NoError(t, err)
-	scriptPath := filepath.Join(npmDir, fmt.Sprintf("ollama_client_%d.mjs", os.Getpid()))
-	require.NoError(t, os.WriteFile(scriptPath, script, 0o644))
-	defer os.Remove(scriptPath)
-
+	client := nodeClient(t, "ollama", "ollama_client.mjs")
 	p := startServe(t, model, "--ctx", "256", "--max-tokens", "64")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, node, scriptPath, p.url, "stories260K").Output()
-	var ee *exec.ExitError
-	if err != nil && errors.As(err, &ee) {
-		t.Fatalf("node client failed: %v\n%s\nserver:\n%s", err, ee.Stderr, p.stderr)
-	}
-	require.NoError(t, err)
+	out := client(p, p.url, "stories260K")
 	var got struct {
 		Version  string
 		Models   []string

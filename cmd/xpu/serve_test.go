@@ -106,6 +106,41 @@ func buildXPU(t *testing.T) string {
 var listening = regexp.MustCompile(`listening on (http://\S+)`)
 
 // startServe runs `xpu serve` on a free port and waits for it to listen.
+// nodeClient readies testdata/script, a client of the npm package pkg (installed into build/npm
+// by scripts/deps.sh), skipping the test without node or the package. The script is copied into
+// build/npm, since node resolves a package from the script's folder upwards, and removed when t
+// ends. The returned function runs it with args against the server p and gives its stdout,
+// failing the test with the script's stderr and the server's log when it fails.
+func nodeClient(t *testing.T, pkg, script string) func(p *servedProcess, args ...string) []byte {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skipf("node is not installed: the %s client test needs it (scripts/deps.sh installs it)", pkg)
+	}
+	npmDir, err := filepath.Abs(filepath.Join("..", "..", "build", "npm"))
+	require.NoError(t, err)
+	if _, err := os.Stat(filepath.Join(npmDir, "node_modules", pkg)); err != nil {
+		t.Skipf("the %s npm package is not in %s: run scripts/deps.sh", pkg, npmDir)
+	}
+	src, err := os.ReadFile(filepath.Join("testdata", script))
+	require.NoError(t, err)
+	path := filepath.Join(npmDir, fmt.Sprintf("%d_%s", os.Getpid(), script))
+	require.NoError(t, os.WriteFile(path, src, 0o644))
+	t.Cleanup(func() { _ = os.Remove(path) })
+	return func(p *servedProcess, args ...string) []byte {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, node, append([]string{path}, args...)...).Output()
+		var ee *exec.ExitError
+		if err != nil && errors.As(err, &ee) {
+			t.Fatalf("node client failed: %v\n%s\nserver:\n%s", err, ee.Stderr, p.stderr)
+		}
+		require.NoError(t, err)
+		return out
+	}
+}
+
 func startServe(t *testing.T, args ...string) *servedProcess {
 	t.Helper()
 	return startServeIn(t, "", append([]string{"--port", "0"}, args...)...)
@@ -152,31 +187,9 @@ func startServeIn(t *testing.T, dir string, args ...string) *servedProcess {
 // `openai` npm package, installed by scripts/deps.sh into build/npm) over loopback.
 func TestServeOpenAIClient(t *testing.T) {
 	model := storiesPath(t)
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed: the OpenAI client test needs it (scripts/deps.sh installs it)")
-	}
-	npmDir, err := filepath.Abs(filepath.Join("..", "..", "build", "npm"))
-	require.NoError(t, err)
-	if _, err := os.Stat(filepath.Join(npmDir, "node_modules", "openai")); err != nil {
-		t.Skipf("the openai npm package is not in %s: run scripts/deps.sh (npm install --prefix build/npm openai@4)", npmDir)
-	}
-	script, err := os.ReadFile(filepath.Join("testdata", "openai_client.mjs"))
-	require.NoError(t, err)
-	// node resolves "openai" from the script's folder upwards: run it from build/npm.
-	scriptPath := filepath.Join(npmDir, fmt.Sprintf("openai_client_%d.mjs", os.Getpid()))
-	require.NoError(t, os.WriteFile(scriptPath, script, 0o644))
-	defer os.Remove(scriptPath)
-
+	client := nodeClient(t, "openai", "openai_client.mjs")
 	p := startServe(t, model, "--ctx", "256", "--max-tokens", "64")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, node, scriptPath, p.url+"/v1", "stories260K").Output()
-	var ee *exec.ExitError
-	if err != nil && errors.As(err, &ee) {
-		t.Fatalf("node client failed: %v\n%s\nserver:\n%s", err, ee.Stderr, p.stderr)
-	}
-	require.NoError(t, err)
+	out := client(p, p.url+"/v1", "stories260K")
 	var got struct {
 		Models []string
 		Stream struct {

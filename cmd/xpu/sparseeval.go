@@ -11,7 +11,6 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/sparse"
-	"github.com/xpuhub/xpu/loader"
 )
 
 func init() {
@@ -28,25 +27,17 @@ func runSparseEval(ctx context.Context, args []string, stdout, stderr io.Writer)
 	greedy := fs.Int("greedy", 32, "also generate this many tokens greedily from BOS with each variant and count the leading tokens that match dense (0: skip)")
 	oracle := fs.Bool("oracle", true, "also evaluate the oracle predictor (every truly active neuron; slow for big models)")
 	thOffset := fs.Float64("threshold-offset", 0, "added to the trained predictor's threshold (as xpu run --threshold-offset)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu sparse-eval [-m] MODEL.gguf [--sidecar FILE] [--budget SIZE] [--text FILE] [--tokens N] [--backend NAME] [--greedy N] [--oracle=false] [--threshold-offset F]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "usage: xpu sparse-eval [-m] MODEL.gguf [--sidecar FILE] [--budget SIZE] [--text FILE] [--tokens N] [--backend NAME] [--greedy N] [--oracle=false] [--threshold-offset F]")
 	if code, ok := parseModelArgs(fs, args, model); !ok {
 		return code
 	}
 	if math.IsNaN(*thOffset) || math.IsInf(*thOffset, 0) {
-		fmt.Fprintf(stderr, "xpu sparse-eval: --threshold-offset %v: must be a finite number\n", *thOffset)
-		return 2
+		return usageExit(stderr, "xpu sparse-eval: --threshold-offset %v: must be a finite number", *thOffset)
 	}
 	if *tokens < 2 || *greedy < 0 {
-		fmt.Fprintf(stderr, "xpu sparse-eval: --tokens %d (at least 2) and --greedy %d (0 or more)\n", *tokens, *greedy)
-		return 2
+		return usageExit(stderr, "xpu sparse-eval: --tokens %d (at least 2) and --greedy %d (0 or more)", *tokens, *greedy)
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "xpu sparse-eval: %v\n", err)
-		return 1
-	}
+	fail := failer(stderr, "xpu sparse-eval")
 	var b int64
 	if *budget != "" {
 		var err error
@@ -54,33 +45,25 @@ func runSparseEval(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return fail(fmt.Errorf("--budget: %w", err))
 		}
 	}
-	body, err := readEvalText(*text)
-	if err != nil {
-		return fail(err)
-	}
-	m, err := llm.Open(*model)
-	if err != nil {
-		return fail(err)
-	}
-	defer m.Close()
 	path := *sidecar
 	if path == "" {
 		path = sparse.DefaultPath(*model)
 	}
+	body, m, err := openEval(*text, *model)
+	if err != nil {
+		return fail(err)
+	}
+	defer m.Close()
 	sc, err := sparse.OpenFor(path, m)
 	if err != nil {
 		return fail(err)
 	}
 	defer sc.Close()
-	be, err := loader.Open(ctx, *backend)
+	be, dev, err := openFirstDevice(ctx, *backend)
 	if err != nil {
 		return fail(err)
 	}
 	defer be.Close()
-	if len(be.Devices()) == 0 {
-		return fail(fmt.Errorf("backend %s has no device", *backend))
-	}
-	dev := be.Devices()[0]
 	ids := m.Tokenizer.Encode(body, true)
 	ids = ids[:min(len(ids), *tokens)]
 	n := len(ids)
@@ -110,7 +93,7 @@ func runSparseEval(ctx context.Context, args []string, stdout, stderr io.Writer)
 				return res, err
 			}
 			defer func() { err = errors.Join(err, rt.Close()) }()
-			opts = append(opts, llm.WithSparseFFN(rt))
+			opts = append(opts, sparse.WithFFN(rt))
 		}
 		r, err := llm.NewRunner(ctx, m, dev, opts...)
 		if err != nil {

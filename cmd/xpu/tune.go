@@ -57,11 +57,10 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.root, "root", "/", "read sysfs/procfs under this root (fake trees in tests)")
 	fs.BoolVar(&f.noCache, "no-cache", false, "do not store the result")
 	fs.DurationVar(&f.coolWait, "cool-wait", time.Minute, "how long to wait for the thermal gate (below 40 °C) before giving up")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu tune --energy --model M [--simulate "+strings.Join(coresel.SoCNames(), "|")+"] [--tokens N] [--warmup N] [--compare R] [--epsilon E] [--alpha A]")
-		fmt.Fprintln(stderr, "       xpu tune --profile --model M [--units LIST] [--grid 1,4,...] [-o FILE] [--no-cache]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr,
+		"usage: xpu tune --energy --model M [--simulate "+strings.Join(coresel.SoCNames(), "|")+"] [--tokens N] [--warmup N] [--compare R] [--epsilon E] [--alpha A]",
+		"       xpu tune --profile --model M [--units LIST] [--grid 1,4,...] [-o FILE] [--no-cache]",
+	)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -303,6 +302,8 @@ func (d *decodeTrial) Measure(ctx context.Context, sel cputopo.Selection) (cores
 		Meter: rd.Meter, CPUSecPerToken: (c1 - c0).Seconds() / fn, Tokens: n, Note: rd.Note}, nil
 }
 
+// argmax is greedy decoding as llama.cpp's logits.c does it: the highest logit, the lowest id on
+// a tie.
 func argmax(v []float32) int32 {
 	best := 0
 	for i, x := range v {

@@ -65,25 +65,17 @@ func TestTuneErrors(t *testing.T) {
 	}
 	require.NoError(t, os.WriteFile(filepath.Join(hot, "sys/devices/system/cpu/online"), []byte("0\n"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(hot, "sys/class/thermal/thermal_zone0/temp"), []byte("55000\n"), 0o644))
-	for _, tc := range []struct {
-		args []string
-		code int
-		says string
-	}{
-		{[]string{"tune", "--simulate", "kirin9000"}, 2, "usage"},
-		{[]string{"tune", "--energy"}, 2, "usage"},
-		{[]string{"tune", "--energy", "--simulate", "kirin9000", "--tokens", "0"}, 2, "usage"},
-		{[]string{"tune", "--energy", "--simulate", "nope"}, 1, "unknown SoC description"},
-		{[]string{"tune", "--energy", "--simulate", "kirin9000", "--epsilon", "1.5", "--no-cache"}, 1, "ε"},
-		{[]string{"tune", "--energy", "--model", "x.gguf", "--root", t.TempDir()}, 1, "topology unreadable"},
-		{[]string{"tune", "--energy", "--model", "x.gguf", "--root", hot, "--cool-wait", "0s"}, 1, "too hot"},
-		{[]string{"tune", "--energy", "--model", "x.gguf", "--root", "../../sched/cputopo/testdata/vm2", "--soc", "kirin9000"}, 1, "does not describe this machine"},
-		{[]string{"tune", "--energy", "--model", "x.gguf", "--root", "../../sched/cputopo/testdata/vm2", "--soc", "nope"}, 1, "unknown SoC"},
-	} {
-		code, _, errOut := runCLI(t, tc.args...)
-		assert.Equal(t, tc.code, code, "%v: %s", tc.args, errOut)
-		assert.Contains(t, errOut, tc.says, "%v", tc.args)
-	}
+	runCLICases(t, nil, []cliCase{
+		{args: []string{"tune", "--simulate", "kirin9000"}, code: 2, says: "usage"},
+		{args: []string{"tune", "--energy"}, code: 2, says: "usage"},
+		{args: []string{"tune", "--energy", "--simulate", "kirin9000", "--tokens", "0"}, code: 2, says: "usage"},
+		{args: []string{"tune", "--energy", "--simulate", "nope"}, code: 1, says: "unknown SoC description"},
+		{args: []string{"tune", "--energy", "--simulate", "kirin9000", "--epsilon", "1.5", "--no-cache"}, code: 1, says: "ε"},
+		{args: []string{"tune", "--energy", "--model", "x.gguf", "--root", t.TempDir()}, code: 1, says: "topology unreadable"},
+		{args: []string{"tune", "--energy", "--model", "x.gguf", "--root", hot, "--cool-wait", "0s"}, code: 1, says: "too hot"},
+		{args: []string{"tune", "--energy", "--model", "x.gguf", "--root", "../../sched/cputopo/testdata/vm2", "--soc", "kirin9000"}, code: 1, says: "does not describe this machine"},
+		{args: []string{"tune", "--energy", "--model", "x.gguf", "--root", "../../sched/cputopo/testdata/vm2", "--soc", "nope"}, code: 1, says: "unknown SoC"},
+	})
 }
 
 // xpu tune --profile checks where the profile goes before it measures: an unusable cache or -o

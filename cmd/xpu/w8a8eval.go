@@ -41,30 +41,18 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	q8 := fs.String("q8-backend", "neon,ref", "backends for the Q8_0 reference points, comma-separated (neon also quantizes activations to Q8_0 blocks, ref does not; empty: leave them out)")
 	perChannel := fs.Bool("per-channel", false, "convert the weights per output channel when the file has no int8 weights")
 	greedy := fs.Int("greedy", 0, "also generate this many tokens greedily from BOS with each W8A8 variant and count how many of the first match F32 on ref (0: skip)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xpu w8a8-eval [-m] MODEL.gguf [--calib FILE] [--text FILE] [--tokens N] [--units LIST] [--q8-backend neon,ref] [--per-channel] [--greedy N]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "usage: xpu w8a8-eval [-m] MODEL.gguf [--calib FILE] [--text FILE] [--tokens N] [--units LIST] [--q8-backend neon,ref] [--per-channel] [--greedy N]")
 	if code, ok := parseModelArgs(fs, args, model); !ok {
 		return code
 	}
 	if *greedy < 0 {
-		fmt.Fprintf(stderr, "xpu w8a8-eval: --greedy %d: must be 0 or more\n", *greedy)
-		return 2
+		return usageExit(stderr, "xpu w8a8-eval: --greedy %d: must be 0 or more", *greedy)
 	}
 	if *tokens < 2 {
-		fmt.Fprintf(stderr, "xpu w8a8-eval: --tokens %d: at least 2\n", *tokens)
-		return 2
+		return usageExit(stderr, "xpu w8a8-eval: --tokens %d: at least 2", *tokens)
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "xpu w8a8-eval: %v\n", err)
-		return 1
-	}
-	body, err := readEvalText(*text)
-	if err != nil {
-		return fail(err)
-	}
-	m, err := llm.Open(*model)
+	fail := failer(stderr, "xpu w8a8-eval")
+	body, m, err := openEval(*text, *model)
 	if err != nil {
 		return fail(err)
 	}
@@ -135,13 +123,13 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	fmt.Fprintln(tw, "VARIANT\tUNITS\tNMSE\tTOP-1 AGREE\tSHADOW WORK\tGREEDY MATCH")
 	for _, mode := range []w8a8.ShadowMode{w8a8.ShadowOff, w8a8.ShadowOn, w8a8.ShadowPruned} {
-		w, err := llm.NewW8A8(m, w8a8.Config{Calibration: cal, Shadow: mode, Convert: true, Granularity: gran})
+		w, err := w8a8.NewLowering(m, w8a8.Config{Calibration: cal, Shadow: mode, Convert: true, Granularity: gran})
 		if err != nil {
 			return fail(err)
 		}
 		var got []float32
 		if *units == "" {
-			got, err = run(m, refDev, llm.WithW8A8(w))
+			got, err = run(m, refDev, w8a8.WithLowering(w))
 		} else {
 			got, err = plannedLogits(ctx, m, devs, specs, ids, w)
 		}
@@ -197,13 +185,13 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 }
 
 // plannedLogits runs the W8A8 model on the default plan over specs (adapted by w8a8.Plan).
-func plannedLogits(ctx context.Context, m *llm.Model, devs []core.Device, specs []sched.UnitSpec, ids []int32, w *llm.W8A8) ([]float32, error) {
+func plannedLogits(ctx context.Context, m *llm.Model, devs []core.Device, specs []sched.UnitSpec, ids []int32, w *w8a8.Lowering) ([]float32, error) {
 	plan, err := llm.DefaultPlan(m, devs, specs)
 	if err != nil {
 		return nil, err
 	}
 	n := len(ids)
-	r, err := llm.NewPlannedRunner(ctx, m, devs, w8a8.Plan(plan), llm.WithChunkSize(n), llm.WithContextLength(n), llm.WithW8A8(w))
+	r, err := llm.NewPlannedRunner(ctx, m, devs, w8a8.Plan(plan), llm.WithChunkSize(n), llm.WithContextLength(n), w8a8.WithLowering(w))
 	if err != nil {
 		return nil, err
 	}
@@ -213,10 +201,10 @@ func plannedLogits(ctx context.Context, m *llm.Model, devs []core.Device, specs 
 
 // greedyTokens generates n tokens greedily from BOS: on devs[0] without specs, else on the
 // default plan over specs (adapted for W8A8 when w is set).
-func greedyTokens(ctx context.Context, m *llm.Model, devs []core.Device, specs []sched.UnitSpec, n int, w *llm.W8A8) ([]int32, error) {
+func greedyTokens(ctx context.Context, m *llm.Model, devs []core.Device, specs []sched.UnitSpec, n int, w *w8a8.Lowering) ([]int32, error) {
 	opts := []llm.RunnerOption{llm.WithContextLength(n + 1)}
 	if w != nil {
-		opts = append(opts, llm.WithW8A8(w))
+		opts = append(opts, w8a8.WithLowering(w))
 	}
 	var r *llm.Runner
 	var err error
@@ -248,11 +236,40 @@ func top1(got, want []float32, vocab int) float64 {
 	return float64(same) / float64(max(rows, 1))
 }
 
-// readEvalText is an eval command's text: the file at path, or evalText when path is empty.
-func readEvalText(path string) (string, error) {
+// openEval reads an eval command's text (the file at textPath, or evalText when textPath is
+// empty) and opens its model; the caller closes the model.
+func openEval(textPath, modelPath string) (text string, m *llm.Model, err error) {
+	if text, err = readTextOr(textPath, evalText); err != nil {
+		return "", nil, err
+	}
+	if m, err = llm.Open(modelPath); err != nil {
+		return "", nil, err
+	}
+	return text, m, nil
+}
+
+// readTextOr is the text of the file at path, or def when path is empty.
+func readTextOr(path, def string) (string, error) {
 	if path == "" {
-		return evalText, nil
+		return def, nil
 	}
 	b, err := os.ReadFile(path)
-	return string(b), err
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// openFirstDevice opens the backend name (as --backend gives it) and returns its first device;
+// the caller closes the backend.
+func openFirstDevice(ctx context.Context, name string) (core.Backend, core.Device, error) {
+	b, err := loader.Open(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(b.Devices()) == 0 {
+		_ = b.Close()
+		return nil, nil, fmt.Errorf("backend %s has no device", name)
+	}
+	return b, b.Devices()[0], nil
 }

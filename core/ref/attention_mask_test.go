@@ -11,19 +11,6 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// treeMask returns the i8 [T,T] ancestor mask of a token tree given by parents (-1 = a root):
-// row i marks i and its ancestors.
-func treeMask(parents []int) []byte {
-	T := len(parents)
-	m := make([]byte, T*T)
-	for i := range parents {
-		for a := i; a >= 0; a = parents[a] {
-			m[i*T+a] = 1
-		}
-	}
-	return m
-}
-
 // randomTree draws parents for T tokens in topological order (a parent precedes its child).
 func randomTree(r *rand.Rand, T int) []int {
 	p := make([]int, T)
@@ -41,30 +28,26 @@ func randF32(r *rand.Rand, n int) []float32 {
 	return x
 }
 
-// bruteAttention is masked attention written from OPS.md's sentence, one query and head at a
-// time, in float64: query i sees keys [0, off) and off+j where mask[i,j] != 0.
-func bruteAttention(q, k, v []float32, Tq, Hq, D, Hkv, Dv, off int, mask []byte) []float32 {
+// bruteAttention is attention written from OPS.md's sentences, one query and head at a time in
+// float64: query i sees the keys keys(i), and each score s becomes softCap·tanh(s/softCap) when
+// softCap > 0.
+func bruteAttention(q, k, v []float32, Tq, Hq, D, Hkv, Dv int, keys func(i int) []int, softCap float64) []float32 {
 	out := make([]float32, Tq*Hq*Dv)
 	scale := 1 / math.Sqrt(float64(D))
 	for i := 0; i < Tq; i++ {
-		var keys []int
-		for j := 0; j < off; j++ {
-			keys = append(keys, j)
-		}
-		for j := 0; j < Tq; j++ {
-			if mask[i*Tq+j] != 0 {
-				keys = append(keys, off+j)
-			}
-		}
+		seen := keys(i)
 		for h := 0; h < Hq; h++ {
 			hk := h / (Hq / Hkv)
-			s := make([]float64, len(keys))
+			s := make([]float64, len(seen))
 			mx := math.Inf(-1)
-			for x, j := range keys {
+			for x, j := range seen {
 				for d := 0; d < D; d++ {
 					s[x] += float64(q[(i*Hq+h)*D+d]) * float64(k[(j*Hkv+hk)*D+d])
 				}
 				s[x] *= scale
+				if softCap > 0 {
+					s[x] = softCap * math.Tanh(s[x]/softCap)
+				}
 				mx = math.Max(mx, s[x])
 			}
 			sum := 0.0
@@ -74,7 +57,7 @@ func bruteAttention(q, k, v []float32, Tq, Hq, D, Hkv, Dv, off int, mask []byte)
 			}
 			for d := 0; d < Dv; d++ {
 				acc := 0.0
-				for x, j := range keys {
+				for x, j := range seen {
 					acc += s[x] / sum * float64(v[(j*Hkv+hk)*Dv+d])
 				}
 				out[(i*Hq+h)*Dv+d] = float32(acc)
@@ -82,6 +65,23 @@ func bruteAttention(q, k, v []float32, Tq, Hq, D, Hkv, Dv, off int, mask []byte)
 		}
 	}
 	return out
+}
+
+// maskedKeys are the keys of masked attention: query i sees keys [0, off) and off+j where
+// mask[i,j] != 0.
+func maskedKeys(Tq, off int, mask []byte) func(i int) []int {
+	return func(i int) []int {
+		var keys []int
+		for j := 0; j < off; j++ {
+			keys = append(keys, j)
+		}
+		for j := 0; j < Tq; j++ {
+			if mask[i*Tq+j] != 0 {
+				keys = append(keys, off+j)
+			}
+		}
+		return keys
+	}
 }
 
 // maskedGraph is attention of q [Tq,Hq,D] over a KV cache of capacity Tk with inputs
@@ -150,9 +150,9 @@ func TestAttentionTreeMaskMatchesBruteForce(t *testing.T) {
 				mask[i] = byte(r.IntN(3)) // 2 counts as visible too
 			}
 		} else {
-			mask = treeMask(randomTree(r, Tq))
+			mask = core.TreeMask(randomTree(r, Tq))
 		}
-		want := bruteAttention(q, k, v, Tq, Hq, D, Hkv, Dv, off, mask)
+		want := bruteAttention(q, k, v, Tq, Hq, D, Hkv, Dv, maskedKeys(Tq, off, mask), 0)
 		g := maskedGraph(t, q, k, v, Tq, Hq, D, Tk, Hkv, Dv, true)
 		res, err := Run(context.Background(), g, [][]byte{core.EncodeI32([]int32{int32(off)}), mask})
 		require.NoError(t, err)

@@ -2,7 +2,6 @@ package ref
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/xpuhub/xpu/core"
 )
@@ -12,9 +11,8 @@ type buffer struct {
 	ctx *refContext
 	mem []byte
 
-	mu     sync.Mutex
-	closed bool
-	maps   int
+	handle
+	maps int
 }
 
 func (b *buffer) Size() int64 { return int64(len(b.mem)) }
@@ -74,12 +72,5 @@ func (b *buffer) Unmap() error {
 }
 
 func (b *buffer) Close() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return fmt.Errorf("ref: buffer closed twice: %w", core.ErrInvalidHandle)
-	}
-	b.closed = true
-	b.ctx.release()
-	return nil
+	return b.closeOnce("buffer", func() error { b.ctx.release(); return nil })
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sync"
 
 	"github.com/xpuhub/xpu/core"
 )
@@ -13,9 +12,8 @@ import (
 type refContext struct {
 	dev *device
 
-	mu     sync.Mutex
-	live   int // buffers and executables not yet closed
-	closed bool
+	handle
+	live int // buffers and executables not yet closed
 }
 
 func (c *refContext) Device() core.Device { return c.dev }
@@ -135,14 +133,10 @@ func (c *refContext) NewFence(initial uint64) (core.Fence, error) {
 
 // Close refuses while buffers or executables made here are still open.
 func (c *refContext) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return fmt.Errorf("ref: context closed twice: %w", core.ErrInvalidHandle)
-	}
-	if c.live > 0 {
-		return fmt.Errorf("ref: context has %d open buffers or executables: %w", c.live, core.ErrBadState)
-	}
-	c.closed = true
-	return nil
+	return c.closeOnce("context", func() error {
+		if c.live > 0 {
+			return fmt.Errorf("ref: context has %d open buffers or executables: %w", c.live, core.ErrBadState)
+		}
+		return nil
+	})
 }

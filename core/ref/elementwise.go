@@ -9,11 +9,7 @@ import (
 
 // evalBinary is ADD, SUB, MUL, DIV with numpy broadcasting.
 func evalBinary(n *nodeInfo, in []value, out tensorInfo) ([]byte, error) {
-	a, err := in[0].floats(0)
-	if err != nil {
-		return nil, err
-	}
-	b, err := in[1].floats(0)
+	a, b, err := floats2(in)
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package ref
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/xpuhub/xpu/core"
 )
@@ -13,8 +12,7 @@ type executable struct {
 	ctx  *refContext
 	prog *program
 
-	mu     sync.Mutex
-	closed bool
+	handle
 }
 
 func (e *executable) NewExecution() (core.Execution, error) {
@@ -41,14 +39,7 @@ func (e *executable) Serialize() ([]byte, error) {
 func (e *executable) Verdicts() []core.NodeVerdict { return e.prog.verdicts() }
 
 func (e *executable) Close() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return fmt.Errorf("ref: executable closed twice: %w", core.ErrInvalidHandle)
-	}
-	e.closed = true
-	e.ctx.release()
-	return nil
+	return e.closeOnce("executable", func() error { e.ctx.release(); return nil })
 }
 
 type binding struct {
@@ -60,9 +51,8 @@ type binding struct {
 type execution struct {
 	exe *executable
 
-	mu     sync.Mutex
-	binds  []binding
-	closed bool
+	handle
+	binds []binding
 }
 
 // tensor returns the graph tensor bound at io: inputs first, then outputs.
@@ -165,12 +155,5 @@ func (x *execution) Submit(waits []core.FencePoint, signal *core.FencePoint) err
 }
 
 func (x *execution) Close() error {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.closed {
-		return fmt.Errorf("ref: execution closed twice: %w", core.ErrInvalidHandle)
-	}
-	x.closed = true
-	x.binds = nil
-	return nil
+	return x.closeOnce("execution", func() error { x.binds = nil; return nil })
 }

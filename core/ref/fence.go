@@ -4,16 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/xpuhub/xpu/core"
 )
 
 // fence is a timeline semaphore: a value that only grows; waiters wake when it reaches theirs.
 type fence struct {
-	mu      sync.Mutex
+	handle
 	value   uint64
-	closed  bool
 	changed chan struct{} // closed and replaced on every signal and on Close
 }
 
@@ -69,12 +67,5 @@ func (f *fence) Signal(value uint64) error {
 
 // Close wakes every waiter with ErrInvalidHandle.
 func (f *fence) Close() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed {
-		return fmt.Errorf("ref: fence closed twice: %w", core.ErrInvalidHandle)
-	}
-	f.closed = true
-	close(f.changed)
-	return nil
+	return f.closeOnce("fence", func() error { close(f.changed); return nil })
 }

@@ -27,6 +27,17 @@ func (v value) floats(scale float32) ([]float64, error) {
 	return widen(xs), nil
 }
 
+// floats2 decodes the first two inputs of a node whose float operands have no scale.
+func floats2(in []value) (a, b []float64, err error) {
+	if a, err = in[0].floats(0); err != nil {
+		return nil, nil, err
+	}
+	if b, err = in[1].floats(0); err != nil {
+		return nil, nil, err
+	}
+	return a, b, nil
+}
+
 func widen(xs []float32) []float64 {
 	out := make([]float64, len(xs))
 	for i, x := range xs {

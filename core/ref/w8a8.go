@@ -80,11 +80,7 @@ func evalMatMulI8B(n *nodeInfo, in []value, out tensorInfo) ([]byte, error) {
 // evalShadowMatMul is out[m, n] = Σ_c e(x[m, ids[c]]) · wt[c, n] with e(v) = v − clamp(v, −t, t).
 // Only the (m, c) with e ≠ 0 are visited (NaN counts as an outlier and propagates).
 func evalShadowMatMul(n *nodeInfo, in []value, out tensorInfo) ([]byte, error) {
-	x, err := in[0].floats(0)
-	if err != nil {
-		return nil, err
-	}
-	wt, err := in[1].floats(0)
+	x, wt, err := floats2(in)
 	if err != nil {
 		return nil, err
 	}

@@ -26,6 +26,18 @@ const (
 	tokEOF
 )
 
+// twoCharOps are the operators of two characters.
+var twoCharOps = map[string]tokKind{
+	"**": tokPower, "//": tokFloorDiv, "==": tokOp, "!=": tokOp, "<=": tokOp, ">=": tokOp,
+}
+
+// oneCharTokens are the punctuation and operators of one character.
+var oneCharTokens = map[byte]tokKind{
+	',': tokComma, '.': tokDot, ':': tokColon, '(': tokLParen, ')': tokRParen,
+	'[': tokLBracket, ']': tokRBracket, '{': tokLBrace, '}': tokRBrace, '|': tokPipe, '~': tokTilde,
+	'+': tokOp, '-': tokOp, '*': tokOp, '/': tokOp, '%': tokOp, '<': tokOp, '>': tokOp, '=': tokOp,
+}
+
 type tok struct {
 	kind tokKind
 	val  string
@@ -119,53 +131,16 @@ func tokenizeExpr(s string) []tok {
 
 		// Two-character operators.
 		if i+1 < len(s) {
-			two := s[i : i+2]
-			switch two {
-			case "**":
-				tokens = append(tokens, tok{kind: tokPower, val: two})
-				i += 2
-				continue
-			case "//":
-				tokens = append(tokens, tok{kind: tokFloorDiv, val: two})
-				i += 2
-				continue
-			case "==", "!=", "<=", ">=":
-				tokens = append(tokens, tok{kind: tokOp, val: two})
+			if k, ok := twoCharOps[s[i:i+2]]; ok {
+				tokens = append(tokens, tok{kind: k, val: s[i : i+2]})
 				i += 2
 				continue
 			}
 		}
 
-		// Single-character tokens.
-		switch ch {
-		case ',':
-			tokens = append(tokens, tok{kind: tokComma, val: ","})
-		case '.':
-			tokens = append(tokens, tok{kind: tokDot, val: "."})
-		case ':':
-			tokens = append(tokens, tok{kind: tokColon, val: ":"})
-		case '(':
-			tokens = append(tokens, tok{kind: tokLParen, val: "("})
-		case ')':
-			tokens = append(tokens, tok{kind: tokRParen, val: ")"})
-		case '[':
-			tokens = append(tokens, tok{kind: tokLBracket, val: "["})
-		case ']':
-			tokens = append(tokens, tok{kind: tokRBracket, val: "]"})
-		case '{':
-			tokens = append(tokens, tok{kind: tokLBrace, val: "{"})
-		case '}':
-			tokens = append(tokens, tok{kind: tokRBrace, val: "}"})
-		case '|':
-			tokens = append(tokens, tok{kind: tokPipe, val: "|"})
-		case '~':
-			tokens = append(tokens, tok{kind: tokTilde, val: "~"})
-		case '+', '-', '*', '/', '%', '<', '>':
-			tokens = append(tokens, tok{kind: tokOp, val: string(ch)})
-		case '=':
-			tokens = append(tokens, tok{kind: tokOp, val: "="})
-		default:
-			// skip unknown chars
+		// Single-character tokens; an unknown character is skipped.
+		if k, ok := oneCharTokens[ch]; ok {
+			tokens = append(tokens, tok{kind: k, val: s[i : i+1]})
 		}
 		i++
 	}

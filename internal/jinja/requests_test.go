@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 
@@ -39,9 +40,9 @@ func TestRequestsAgainstTemplates(t *testing.T) {
 	}
 
 	requests := loadRequests(t)
-	reqNames := sortedKeys(requests)
+	reqNames := slices.Sorted(maps.Keys(requests))
 
-	for _, templateName := range sortedTemplateNames() {
+	for _, templateName := range slices.Sorted(maps.Keys(chatTemplates)) {
 		content := chatTemplates[templateName]
 		t.Run(templateName, func(t *testing.T) {
 			tmpl, err := jinja.Compile(content)
@@ -227,24 +228,6 @@ func normalizeToolCallArguments(req map[string]any) {
 			function["arguments"] = argumentsMap
 		}
 	}
-}
-
-func sortedKeys(m map[string]map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-func sortedTemplateNames() []string {
-	keys := make([]string, 0, len(chatTemplates))
-	for k := range chatTemplates {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // diffSummary returns a compact, human-readable description of where two

@@ -193,30 +193,20 @@ func (v Value) String() string {
 		return fmt.Sprintf("'%s'", v.v.(string))
 
 	case KindList:
-		list := v.v.(*List)
-		var b strings.Builder
-		b.WriteByte('[')
-		for i, item := range list.Items {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(item.String())
+		items := v.v.(*List).Items
+		parts := make([]string, len(items))
+		for i, item := range items {
+			parts[i] = item.String()
 		}
-		b.WriteByte(']')
-		return b.String()
+		return "[" + strings.Join(parts, ", ") + "]"
 
 	case KindDict:
 		d := v.v.(*Dict)
-		var b strings.Builder
-		b.WriteByte('{')
+		parts := make([]string, len(d.Keys))
 		for i, key := range d.Keys {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "'%s': %s", key, d.Data[key].String())
+			parts[i] = fmt.Sprintf("'%s': %s", key, d.Data[key].String())
 		}
-		b.WriteByte('}')
-		return b.String()
+		return "{" + strings.Join(parts, ", ") + "}"
 
 	case KindCallable:
 		c := v.v.(Callable)

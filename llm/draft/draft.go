@@ -1,7 +1,7 @@
 // Package draft proposes draft tokens for speculative decoding: continuations retrieved from
 // text the model has already seen (the prompt, its own earlier output, earlier answers of the
 // same task, and its prefill predictions), which the model then verifies in one pass
-// (llm.WithSpeculative). A draft only ever saves time: the verifier keeps the tokens the model
+// (spec.With). A draft only ever saves time: the verifier keeps the tokens the model
 // itself would have produced, so a bad draft costs a wasted verify, never wrong text.
 package draft
 

@@ -53,6 +53,9 @@ func NewVocab(pieces []string, stops []int32) *Vocab {
 	path := []int32{0} // path[d]: the node at depth d for the previous piece
 	lastChild := map[int32]int32{}
 	prev := ""
+	// token lists per node, in node order: each piece ends at the node its path reaches
+	type end struct{ node, id int32 }
+	var ends []end
 	for _, id := range ids {
 		p := pieces[id]
 		common := 0
@@ -71,28 +74,6 @@ func NewVocab(pieces []string, stops []int32) *Vocab {
 			}
 			lastChild[parent] = n
 			path = append(path, n)
-		}
-		prev = p
-	}
-	// token lists per node, in node order
-	type end struct{ node, id int32 }
-	var ends []end
-	prev = ""
-	path = path[:1]
-	for _, id := range ids {
-		p := pieces[id]
-		common := 0
-		for common < len(p) && common < len(prev) && p[common] == prev[common] {
-			common++
-		}
-		path = path[:common+1]
-		for d := common; d < len(p); d++ {
-			parent := path[d]
-			c := v.nodes[parent].child
-			for v.nodes[c].b != p[d] {
-				c = v.nodes[c].sibling
-			}
-			path = append(path, c)
 		}
 		ends = append(ends, end{path[len(p)], id})
 		prev = p

@@ -12,6 +12,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/embed"
 )
 
 // MaxEmbeddingInputs bounds the texts of one /v1/embeddings request (OpenAI's limit).
@@ -146,13 +147,13 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) *apiError {
 
 // embedder is the server's Embedder, prepared at the first embeddings request: a server that
 // never embeds pays nothing for it.
-func (s *Server) embedder(ctx context.Context) (*llm.Embedder, error) {
+func (s *Server) embedder(ctx context.Context) (*embed.Embedder, error) {
 	s.embedMu.Lock()
 	defer s.embedMu.Unlock()
 	if s.embed != nil {
 		return s.embed, nil
 	}
-	e, err := s.eng.NewEmbedder(ctx)
+	e, err := embed.FromEngine(ctx, s.eng)
 	if err != nil {
 		return nil, err
 	}

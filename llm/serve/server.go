@@ -57,6 +57,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/embed"
 	"github.com/xpuhub/xpu/llm/tokenizer"
 )
 
@@ -167,7 +168,7 @@ type Server struct {
 	batch *llm.Batch
 	// embed serves /v1/embeddings, made at its first request (embeddings.go)
 	embedMu sync.Mutex
-	embed   *llm.Embedder
+	embed   *embed.Embedder
 }
 
 // testHooks let a test act at a chosen point of a request (kill the backend mid-stream); nil

@@ -109,7 +109,7 @@ func TestSparseRunnerMatchesDense(t *testing.T) {
 			want := greedy(t, dense, prompt, 24)
 
 			sp, err := llm.NewRunner(ctx, m, dev, llm.WithChunkSize(4), llm.WithContextLength(64),
-				llm.WithSparseFFN(newResidentFFN(s, m, or)))
+				WithFFN(newResidentFFN(s, m, or)))
 			require.NoError(t, err)
 			defer sp.Close()
 			require.Equal(t, want, greedy(t, sp, prompt, 24))
@@ -150,12 +150,12 @@ func TestSparseRunnerRefuses(t *testing.T) {
 		}, core.ErrInvalidArgument, "layer 0's predictor (rank 2)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := llm.NewRunner(ctx, tc.model, dev, llm.WithContextLength(64), llm.WithSparseFFN(tc.ffn()))
+			_, err := llm.NewRunner(ctx, tc.model, dev, llm.WithContextLength(64), WithFFN(tc.ffn()))
 			require.ErrorIs(t, err, tc.is)
 			require.ErrorContains(t, err, tc.says)
 		})
 	}
-	_, err := llm.NewRunner(ctx, m, dev, llm.WithContextLength(64), llm.WithVerifyLengths(4), llm.WithSparseFFN(good()))
+	_, err := llm.NewRunner(ctx, m, dev, llm.WithContextLength(64), llm.WithVerifyLengths(4), WithFFN(good()))
 	require.ErrorIs(t, err, core.ErrUnsupported)
 }
 

@@ -68,7 +68,7 @@ func runtimeMatchesDense(t *testing.T, m *llm.Model, s *Sidecar, or *Oracle, dev
 			rt, err := NewRuntime(ctx, m, s, path, append([]RuntimeOption{WithContext(ctxLen, core.F32), WithBudget(tc.budget), WithReaders(4)}, tc.opts...)...)
 			require.NoError(t, err)
 			defer rt.Close()
-			sp, err := llm.NewRunner(ctx, m, dev, llm.WithChunkSize(4), llm.WithContextLength(ctxLen), llm.WithSparseFFN(rt))
+			sp, err := llm.NewRunner(ctx, m, dev, llm.WithChunkSize(4), llm.WithContextLength(ctxLen), WithFFN(rt))
 			require.NoError(t, err)
 			defer sp.Close()
 			logits, err := sp.Prefill(ctx, prompt)

@@ -1,5 +1,6 @@
-// Package spec is the part of speculative decoding that needs no runner: the policy that picks
-// each step's draft length (expected accepted tokens per second of its verify graph), the
+// Package spec decodes speculatively (With: a decode strategy of llm.Generate that drafts,
+// verifies in one pass and keeps what the model agrees with), with the policy that picks each
+// step's draft length (expected accepted tokens per second of its verify graph), the
 // candidates drafters are calibrated with, and the statistics a speculative generation reports.
 package spec
 

@@ -8,7 +8,7 @@ import (
 	"github.com/xpuhub/xpu/sched"
 )
 
-// Plan adapts a plan to the W8A8 lowering (llm.WithW8A8): no decode shards, and in each
+// Plan adapts a plan to the W8A8 lowering (WithLowering): no decode shards, and in each
 // phase, before a MATMUL rule that has a unit, a fallback unit and no split, a rule that sends the float output head ("logits") to
 // the fallback unit: an int8 NPU runs float products slowly and at reduced precision (FP16 on
 // the HTP). QUANTIZE, SHADOW_MATMUL and its ADD fall to the rules for everything else (the CPU

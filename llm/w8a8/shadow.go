@@ -37,7 +37,7 @@ func ParseShadowMode(s string) (ShadowMode, error) {
 	return 0, fmt.Errorf("w8a8: shadow mode %q (off, on, pruned): %w", s, core.ErrInvalidArgument)
 }
 
-// Config says how package llm lowers a model to W8A8 (llm.NewW8A8).
+// Config says how NewLowering lowers a model to W8A8.
 type Config struct {
 	// Calibration is the model's (xpu calibrate); required.
 	Calibration *Calibration

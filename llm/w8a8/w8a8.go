@@ -1,8 +1,8 @@
 // Package w8a8 prepares a Llama-family model for an NPU that multiplies per-tensor int8
 // activations by int8 weights (mllm-NPU's W8A8 with shadow outlier execution): the weight
 // conversion and its GGUF layout, the model key a calibration is bound to, and the
-// calibration record with its rules. Running the calibration and the W8A8 graphs is package
-// llm's (Calibrate, WithW8A8).
+// calibration record with its rules, the calibration run (Calibrate) and the lowering of a
+// runner's projections (NewLowering, WithLowering: a projection hook of package llm).
 //
 // # GGUF layout (xpu quantize --npu-int8)
 //

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -121,11 +120,8 @@ func TestConformanceGPUKernels(t *testing.T) {
 // Intermediate values share scratch memory once their last reader ran: values read much later
 // (skip connections) must survive the values made and freed in between.
 func TestScratchReuse(t *testing.T) {
-	b := openBackend(t)
 	ctx := context.Background()
-	cc, err := b.Devices()[0].NewContext(ctx, nil)
-	require.NoError(t, err)
-	defer cc.Close()
+	cc := newContext(t, openBackend(t))
 	g := core.NewGraph()
 	x := g.Input("x", core.F32, 3, 70)
 	a := g.SiLU(x)
@@ -350,37 +346,78 @@ func randF32(rng *rand.Rand, n int64) []byte {
 
 // runGraph runs a one-output graph once and returns the output bytes.
 func runGraph(ctx context.Context, cc core.Context, g *core.Graph, ins [][]byte, outBytes int) ([]byte, error) {
+	x, bufs, done, err := prepareBound(ctx, cc, g, append(ins, make([]byte, outBytes))...)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	if err := x.Run(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]byte, outBytes)
+	return out, bufs[len(ins)].Read(0, out)
+}
+
+// prepareBound prepares g on cc and binds a device buffer holding each of data (the inputs, then
+// the outputs) in order; done closes them all.
+func prepareBound(ctx context.Context, cc core.Context, g *core.Graph, data ...[]byte) (x core.Execution, bufs []core.Buffer, done func(), err error) {
+	var closers []func() error
+	done = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			_ = closers[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			done()
+		}
+	}()
 	exe, err := cc.Prepare(ctx, g)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	defer exe.Close()
-	x, err := exe.NewExecution()
-	if err != nil {
-		return nil, err
+	closers = append(closers, exe.Close)
+	if x, err = exe.NewExecution(); err != nil {
+		return nil, nil, nil, err
 	}
-	defer x.Close()
-	for i, in := range append(ins, make([]byte, outBytes)) {
-		buf, err := cc.Alloc(int64(len(in)), core.BufferDevice)
+	closers = append(closers, x.Close)
+	for i, d := range data {
+		buf, err := cc.Alloc(int64(len(d)), core.BufferDevice)
 		if err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
-		defer buf.Close()
-		if err := buf.Write(0, in); err != nil {
-			return nil, err
+		closers = append(closers, buf.Close)
+		bufs = append(bufs, buf)
+		if err := buf.Write(0, d); err != nil {
+			return nil, nil, nil, err
 		}
 		if err := x.Bind(i, buf, 0); err != nil {
-			return nil, err
-		}
-		if i == len(ins) {
-			if err := x.Run(ctx); err != nil {
-				return nil, err
-			}
-			out := make([]byte, outBytes)
-			return out, buf.Read(0, out)
+			return nil, nil, nil, err
 		}
 	}
-	return nil, errors.New("unreachable")
+	return x, bufs, done, nil
+}
+
+// newContext makes a context on be's first device, closed when tb ends.
+func newContext(tb testing.TB, be core.Backend) core.Context {
+	cc, err := be.Devices()[0].NewContext(context.Background(), nil)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+// benchGraph binds data to g on cc (prepareBound), runs it once (a first launch may compile, as
+// PoCL does) and times x.Run.
+func benchGraph(b *testing.B, cc core.Context, g *core.Graph, data ...[]byte) {
+	ctx := context.Background()
+	x, _, done, err := prepareBound(ctx, cc, g, data...)
+	require.NoError(b, err)
+	defer done()
+	require.NoError(b, x.Run(ctx))
+	b.ResetTimer()
+	for b.Loop() {
+		require.NoError(b, x.Run(ctx))
+	}
 }
 
 var programLog = regexp.MustCompile(`program (built|loaded from cache) in ([0-9.]+) ms`)
@@ -529,10 +566,7 @@ func BenchmarkGEMM(b *testing.B) {
 }
 
 func benchGEMM(b *testing.B, be core.Backend) {
-	ctx := context.Background()
-	cc, err := be.Devices()[0].NewContext(ctx, nil)
-	require.NoError(b, err)
-	defer cc.Close()
+	cc := newContext(b, be)
 	for _, s := range []struct {
 		m, n, k int64
 		w       core.DType
@@ -541,30 +575,14 @@ func benchGEMM(b *testing.B, be core.Backend) {
 		b.Run(fmt.Sprintf("%dx%dx%d-%s", s.m, s.n, s.k, s.w), func(b *testing.B) {
 			g := core.NewGraph()
 			g.Output(g.MatMul(g.Input("a", core.F32, s.m, s.k), g.Input("b", s.w, s.n, s.k)))
-			exe, err := cc.Prepare(ctx, g)
-			require.NoError(b, err)
-			defer exe.Close()
-			x, err := exe.NewExecution()
-			require.NoError(b, err)
-			defer x.Close()
 			rng := rand.New(rand.NewPCG(3, 4))
-			for i, n := range []int64{s.m * s.k, s.n * s.k, s.m * s.n} {
-				data := randF32(rng, n)
-				if i == 1 && s.w != core.F32 {
-					data, err = core.Quantize(s.w, core.DecodeF32(data), 0)
-					require.NoError(b, err)
-				}
-				buf, err := cc.Alloc(int64(len(data)), core.BufferDevice)
+			a, w := randF32(rng, s.m*s.k), randF32(rng, s.n*s.k)
+			if s.w != core.F32 {
+				var err error
+				w, err = core.Quantize(s.w, core.DecodeF32(w), 0)
 				require.NoError(b, err)
-				defer buf.Close()
-				require.NoError(b, buf.Write(0, data))
-				require.NoError(b, x.Bind(i, buf, 0))
 			}
-			require.NoError(b, x.Run(ctx)) // a first launch may compile (PoCL)
-			b.ResetTimer()
-			for b.Loop() {
-				require.NoError(b, x.Run(ctx))
-			}
+			benchGraph(b, cc, g, a, w, make([]byte, 4*s.m*s.n))
 			flops := 2 * float64(s.m*s.n*s.k) * float64(b.N)
 			b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
@@ -574,11 +592,7 @@ func benchGEMM(b *testing.B, be core.Backend) {
 // BenchmarkLaunch measures the per-node cost of a chain of tiny kernels (what bounds decode of
 // small models): go test -bench Launch -run '^$' ./plugins/opencl
 func BenchmarkLaunch(b *testing.B) {
-	be := openBackend(b)
-	ctx := context.Background()
-	cc, err := be.Devices()[0].NewContext(ctx, nil)
-	require.NoError(b, err)
-	defer cc.Close()
+	cc := newContext(b, openBackend(b))
 	const nodes = 64
 	g := core.NewGraph()
 	h := g.Input("x", core.F32, 64)
@@ -586,23 +600,7 @@ func BenchmarkLaunch(b *testing.B) {
 		h = g.Scale(h, 1, 1)
 	}
 	g.Output(h)
-	exe, err := cc.Prepare(ctx, g)
-	require.NoError(b, err)
-	defer exe.Close()
-	x, err := exe.NewExecution()
-	require.NoError(b, err)
-	defer x.Close()
-	for i := range 2 {
-		buf, err := cc.Alloc(256, core.BufferDevice)
-		require.NoError(b, err)
-		defer buf.Close()
-		require.NoError(b, x.Bind(i, buf, 0))
-	}
-	require.NoError(b, x.Run(ctx))
-	b.ResetTimer()
-	for b.Loop() {
-		require.NoError(b, x.Run(ctx))
-	}
+	benchGraph(b, cc, g, make([]byte, 256), make([]byte, 256))
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*nodes), "µs/node")
 }
 
@@ -611,36 +609,16 @@ func BenchmarkLaunch(b *testing.B) {
 func BenchmarkAttention(b *testing.B) {
 	for _, name := range []string{"opencl", "neon"} {
 		b.Run(name, func(b *testing.B) {
-			be := openBenchBackend(b, name)
-			ctx := context.Background()
-			cc, err := be.Devices()[0].NewContext(ctx, nil)
-			require.NoError(b, err)
-			defer cc.Close()
+			cc := newContext(b, openBenchBackend(b, name))
 			const tk, hq, hkv, d = 1024, 8, 2, 64
 			for _, tq := range []int64{1, 64} {
 				b.Run(fmt.Sprintf("q%d-kv%d", tq, tk), func(b *testing.B) {
 					g := core.NewGraph()
 					g.Output(g.Attention(g.Input("q", core.F32, tq, hq, d), g.Input("k", core.F32, tk, hkv, d),
 						g.Input("v", core.F32, tk, hkv, d), core.AttentionOptions{Causal: true, QOffset: tk - tq}))
-					exe, err := cc.Prepare(ctx, g)
-					require.NoError(b, err)
-					defer exe.Close()
-					x, err := exe.NewExecution()
-					require.NoError(b, err)
-					defer x.Close()
 					rng := rand.New(rand.NewPCG(7, 8))
-					for i, n := range []int64{tq * hq * d, tk * hkv * d, tk * hkv * d, tq * hq * d} {
-						buf, err := cc.Alloc(n*4, core.BufferDevice)
-						require.NoError(b, err)
-						defer buf.Close()
-						require.NoError(b, buf.Write(0, randF32(rng, n)))
-						require.NoError(b, x.Bind(i, buf, 0))
-					}
-					require.NoError(b, x.Run(ctx))
-					b.ResetTimer()
-					for b.Loop() {
-						require.NoError(b, x.Run(ctx))
-					}
+					benchGraph(b, cc, g, randF32(rng, tq*hq*d), randF32(rng, tk*hkv*d), randF32(rng, tk*hkv*d),
+						make([]byte, 4*tq*hq*d))
 				})
 			}
 		})
@@ -659,34 +637,13 @@ func BenchmarkRowOps(b *testing.B) {
 	}
 	for _, name := range []string{"opencl", "neon"} {
 		b.Run(name, func(b *testing.B) {
-			be := openBenchBackend(b, name)
-			ctx := context.Background()
-			cc, err := be.Devices()[0].NewContext(ctx, nil)
-			require.NoError(b, err)
-			defer cc.Close()
+			cc := newContext(b, openBenchBackend(b, name))
 			for _, op := range ops {
 				b.Run(op.name, func(b *testing.B) {
 					g := core.NewGraph()
 					g.Output(op.build(g, g.Input("x", core.F32, 8, 64, 1024)))
-					ins := [][]byte{randF32(rand.New(rand.NewPCG(9, 10)), 8*64*1024)}
-					exe, err := cc.Prepare(ctx, g)
-					require.NoError(b, err)
-					defer exe.Close()
-					x, err := exe.NewExecution()
-					require.NoError(b, err)
-					defer x.Close()
-					for i, in := range append(ins, make([]byte, len(ins[0]))) {
-						buf, err := cc.Alloc(int64(len(in)), core.BufferDevice)
-						require.NoError(b, err)
-						defer buf.Close()
-						require.NoError(b, buf.Write(0, in))
-						require.NoError(b, x.Bind(i, buf, 0))
-					}
-					require.NoError(b, x.Run(ctx))
-					b.ResetTimer()
-					for b.Loop() {
-						require.NoError(b, x.Run(ctx))
-					}
+					const n = 8 * 64 * 1024
+					benchGraph(b, cc, g, randF32(rand.New(rand.NewPCG(9, 10)), n), make([]byte, 4*n))
 				})
 			}
 		})

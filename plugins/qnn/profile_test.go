@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,7 +12,6 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
-	"github.com/xpuhub/xpu/loader"
 )
 
 // profileAnswer is what childProfile prints: the plugin's verdict on a W8A8 MATMUL and a
@@ -32,25 +29,18 @@ func childProfile() int {
 	if err != nil {
 		ans.Err = err.Error()
 	}
-	j, _ := json.Marshal(ans)
-	os.Stdout.Write(append([]byte("\n"), j...))
-	return 0
+	return childAnswer(ans)
 }
 
 func profileRun() (profileAnswer, error) {
 	var ans profileAnswer
 	ctx := context.Background()
-	b, err := loader.Open(ctx, "qnn", loader.WithPaths(filepath.Join(buildDir(), "libxpu-qnn.so")), loader.WithoutEnv())
+	b, cc, done, err := childContext(ctx)
 	if err != nil {
 		return ans, err
 	}
-	defer b.Close()
+	defer done()
 	ans.API = b.Info().SDKVersion
-	cc, err := b.Devices()[0].NewContext(ctx, nil)
-	if err != nil {
-		return ans, err
-	}
-	defer cc.Close()
 
 	r := rand.New(rand.NewPCG(7, 8))
 	const M, K, N = 4, 64, 24

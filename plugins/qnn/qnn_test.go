@@ -38,11 +38,11 @@ const childEnv = "XPU_QNN_TEST_CHILD"
 func TestMain(m *testing.M) {
 	switch os.Getenv(childEnv) {
 	case "cache":
-		os.Exit(childCache())
+		os.Exit(inChildContext(childCache))
 	case "probe":
 		os.Exit(childProbe())
 	case "rpcmem":
-		os.Exit(childRPCMem())
+		os.Exit(inChildContext(childRPCMem))
 	case "profile":
 		os.Exit(childProfile())
 	}
@@ -199,9 +199,7 @@ func TestW8A8MatchesRef(t *testing.T) {
 	require.NoError(t, err)
 
 	ctx := context.Background()
-	cc, err := b.Devices()[0].NewContext(ctx, nil)
-	require.NoError(t, err)
-	defer cc.Close()
+	cc := newContext(t, b)
 	verdicts, err := cc.Analyze(ctx, g)
 	require.NoError(t, err)
 	require.Len(t, verdicts, 3)
@@ -220,6 +218,28 @@ func TestW8A8MatchesRef(t *testing.T) {
 	defer exe.Close()
 	got := execute(t, cc, exe, g, inputs)
 	assert.Less(t, nmse(core.DecodeF32(got[0]), core.DecodeF32(want[0])), tol)
+}
+
+// newContext makes a context on b's first device, closed when tb ends.
+func newContext(tb testing.TB, b core.Backend) core.Context {
+	cc, err := b.Devices()[0].NewContext(context.Background(), nil)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+// childContext opens the plugin of this build and a context on its device, for a child process
+// (which has no testing.TB); done closes both.
+func childContext(ctx context.Context) (b core.Backend, cc core.Context, done func(), err error) {
+	b, err = loader.Open(ctx, "qnn", loader.WithPaths(filepath.Join(buildDir(), "libxpu-qnn.so")), loader.WithoutEnv())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if cc, err = b.Devices()[0].NewContext(ctx, nil); err != nil {
+		_ = b.Close()
+		return nil, nil, nil, err
+	}
+	return b, cc, func() { _ = cc.Close(); _ = b.Close() }, nil
 }
 
 // runOn prepares g on b's device, runs it once and returns the outputs.
@@ -293,42 +313,30 @@ type cacheResult struct {
 	OtherWeightsRefused bool
 }
 
-func childCache() int {
-	fail := func(err error) int { os.Stderr.WriteString(err.Error() + "\n"); return 1 }
-	ctx := context.Background()
-	b, err := loader.Open(ctx, "qnn", loader.WithPaths(filepath.Join(buildDir(), "libxpu-qnn.so")), loader.WithoutEnv())
-	if err != nil {
-		return fail(err)
-	}
-	defer b.Close()
-	cc, err := b.Devices()[0].NewContext(ctx, nil)
-	if err != nil {
-		return fail(err)
-	}
-	defer cc.Close()
+func childCache(ctx context.Context, cc core.Context) int {
 	g, inputs := blockGraph(core.F32)
 	var res cacheResult
 	t0 := time.Now()
 	exe, err := cc.Prepare(ctx, g)
 	if err != nil {
-		return fail(err)
+		return childFail(err)
 	}
 	res.Cold = time.Since(t0)
 	blob, err := exe.Serialize()
 	if err != nil {
-		return fail(err)
+		return childFail(err)
 	}
 	res.BlobBytes = len(blob)
 	t0 = time.Now()
 	exe2, err := cc.Prepare(ctx, g, core.WithCache(blob))
 	if err != nil {
-		return fail(err)
+		return childFail(err)
 	}
 	res.Cached = time.Since(t0)
 	tb := &childTB{}
 	a, c := execute(tb, cc, exe, g, inputs), execute(tb, cc, exe2, g, inputs)
 	if tb.failed {
-		return fail(tb.err)
+		return childFail(tb.err)
 	}
 	res.Equal = bytes.Equal(a[0], c[0])
 	_ = exe.Close()
@@ -344,9 +352,7 @@ func childCache() int {
 	if _, err := cc.Prepare(ctx, g2, core.WithCache(blob)); err != nil {
 		res.OtherWeightsRefused = true
 	}
-	j, _ := json.Marshal(res)
-	os.Stdout.Write(append([]byte("\n"), j...))
-	return 0
+	return childAnswer(res)
 }
 
 // Without a QNN library the plugin still loads and probes 0 with the reason.
@@ -383,10 +389,32 @@ func TestProbeRefusesOtherAPIVersion(t *testing.T) {
 func childProbe() int {
 	pr, err := abi.Probe(filepath.Join(buildDir(), "libxpu-qnn.so"))
 	if err != nil {
-		os.Stderr.WriteString(err.Error() + "\n")
-		return 1
+		return childFail(err)
 	}
-	j, _ := json.Marshal(pr)
+	return childAnswer(pr)
+}
+
+// inChildContext runs a child's work f with a context on the plugin's device (childContext).
+func inChildContext(f func(ctx context.Context, cc core.Context) int) int {
+	ctx := context.Background()
+	_, cc, done, err := childContext(ctx)
+	if err != nil {
+		return childFail(err)
+	}
+	defer done()
+	return f(ctx, cc)
+}
+
+// childFail is a child's error exit: the error on stderr, where the parent reads it, and code 1.
+func childFail(err error) int {
+	os.Stderr.WriteString(err.Error() + "\n")
+	return 1
+}
+
+// childAnswer prints a child's answer as JSON on a line of its own, the last of its stdout
+// (lastLine), and exits 0.
+func childAnswer(v any) int {
+	j, _ := json.Marshal(v)
 	os.Stdout.Write(append([]byte("\n"), j...))
 	return 0
 }
@@ -394,11 +422,8 @@ func childProbe() int {
 // An input in a memfd imported by fd is read where it is: rewriting the shared pages changes
 // the next result without another write or bind.
 func TestImportFDShares(t *testing.T) {
-	b := openBackend(t)
 	ctx := context.Background()
-	cc, err := b.Devices()[0].NewContext(ctx, nil)
-	require.NoError(t, err)
-	defer cc.Close()
+	cc := newContext(t, openBackend(t))
 	g := core.NewGraph()
 	g.Output(g.Scale(g.Input("x", core.F32, 16), 2, 0))
 	exe, err := cc.Prepare(ctx, g)
@@ -460,34 +485,22 @@ func TestRPCMemSharedBuffer(t *testing.T) {
 	assert.Contains(t, string(n), "powerConfig rpc_polling_time=9999")
 }
 
-func childRPCMem() int {
-	fail := func(err error) int { os.Stderr.WriteString(err.Error() + "\n"); return 1 }
-	ctx := context.Background()
-	b, err := loader.Open(ctx, "qnn", loader.WithPaths(filepath.Join(buildDir(), "libxpu-qnn.so")), loader.WithoutEnv())
-	if err != nil {
-		return fail(err)
-	}
-	defer b.Close()
-	cc, err := b.Devices()[0].NewContext(ctx, nil)
-	if err != nil {
-		return fail(err)
-	}
-	defer cc.Close()
+func childRPCMem(ctx context.Context, cc core.Context) int {
 	g := core.NewGraph()
 	g.Output(g.Scale(g.Input("x", core.F16, 32), 2, 0))
 	exe, err := cc.Prepare(ctx, g)
 	if err != nil {
-		return fail(err)
+		return childFail(err)
 	}
 	defer exe.Close()
 	buf, err := cc.Alloc(512, core.BufferHostVisible)
 	if err != nil {
-		return fail(err)
+		return childFail(err)
 	}
 	defer buf.Close()
 	ex, err := exe.NewExecution()
 	if err != nil {
-		return fail(err)
+		return childFail(err)
 	}
 	defer ex.Close()
 	xs := make([]float32, 32)
@@ -502,15 +515,15 @@ func childRPCMem() int {
 		}
 	}
 	if err != nil {
-		return fail(err)
+		return childFail(err)
 	}
 	res := make([]byte, 64)
 	if err := buf.Read(256, res); err != nil {
-		return fail(err)
+		return childFail(err)
 	}
 	for i, v := range decode(core.F16, res) {
 		if v != 2*xs[i] {
-			return fail(fmt.Errorf("element %d is %g, want %g", i, v, 2*xs[i]))
+			return childFail(fmt.Errorf("element %d is %g, want %g", i, v, 2*xs[i]))
 		}
 	}
 	return 0
@@ -519,11 +532,8 @@ func childRPCMem() int {
 // The executable cache blob is parsed by the plugin (and its QNN binary by the provider):
 // damaged blobs give an error, never a crash, and never a wrong executable.
 func FuzzPrepareFromCache(f *testing.F) {
-	b := openBackend(f)
 	ctx := context.Background()
-	cc, err := b.Devices()[0].NewContext(ctx, nil)
-	require.NoError(f, err)
-	f.Cleanup(func() { _ = cc.Close() })
+	cc := newContext(f, openBackend(f))
 	g := core.NewGraph()
 	g.Output(g.SiLU(g.MatMul(g.Input("x", core.F32, 2, 8), g.Const("w", core.F32, core.Shape{3, 8}, core.EncodeF32(randf(rand.New(rand.NewPCG(1, 1)), 24, 1))))))
 	exe, err := cc.Prepare(ctx, g)
@@ -705,18 +715,11 @@ func decode(dt core.DType, b []byte) []float32 {
 	return xs
 }
 
+// nmse is llm.NMSE with a NaN (a NaN in got) made +Inf, so that it fails a bound and can be
+// written as JSON.
 func nmse(got, want []float32) float64 {
-	var num, den float64
-	for i := range want {
-		d := float64(got[i]) - float64(want[i])
-		num += d * d
-		den += float64(want[i]) * float64(want[i])
+	if e := llm.NMSE(got, want); !math.IsNaN(e) {
+		return e
 	}
-	if den == 0 {
-		return num
-	}
-	if math.IsNaN(num) {
-		return math.Inf(1)
-	}
-	return num / den
+	return math.Inf(1)
 }

@@ -1,4 +1,4 @@
-// Package host is the contract between a runner that runs a sparse FFN (llm.WithSparseFFN)
+// Package host is the contract between a runner that runs a sparse FFN (sparse.WithFFN)
 // and the host half that keeps its bundle cache filled (llm/sparse): a package of its own so
 // that neither imports the other.
 package host
@@ -9,7 +9,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// FFN is the host half of a sparse FFN (PowerInfer-2): llm.WithSparseFFN hands one
+// FFN is the host half of a sparse FFN (PowerInfer-2): sparse.WithFFN hands one
 // to a runner, which then never touches the model's dense FFN weights. Every layer's FFN runs
 // as SPARSE_FFN over a bundle cache the runner allocates in its arena (Rows rows of the
 // layout's bundles, shared by all layers); the FFN decides, per layer and chunk, which

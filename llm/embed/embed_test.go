@@ -1,4 +1,4 @@
-package llm
+package embed
 
 import (
 	"context"
@@ -9,23 +9,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/llmtest"
+	"github.com/xpuhub/xpu/llm"
 )
 
 // outputWeight is the model's output head as float32 rows [vocab][dim].
-func outputWeight(t *testing.T, m *Model) [][]float32 {
+func outputWeight(t *testing.T, m *llm.Model) [][]float32 {
 	t.Helper()
-	w, ok := m.weights["output.weight"]
+	w, ok := m.Weight("output.weight")
 	if !ok {
-		w = m.weights["token_embd.weight"]
+		w, _ = m.Weight("token_embd.weight")
 	}
-	var flat []float32
-	if w.dtype == core.F32 {
-		flat = core.DecodeF32(w.data)
-	} else {
-		var err error
-		flat, err = core.Dequantize(w.dtype, w.data, 0)
-		require.NoError(t, err)
-	}
+	flat, err := core.Dequantize(w.DType, w.Data, 0)
+	require.NoError(t, err)
 	d := m.Config.Dim
 	rows := make([][]float32, len(flat)/d)
 	for i := range rows {
@@ -49,16 +45,16 @@ func cosine(a, b []float32) float64 {
 // pooling averages every prefix's last state (attention is causal), CLS is the first token's.
 func TestEmbedderPoolings(t *testing.T) {
 	ctx := context.Background()
-	m := openStories(t)
-	dev := refDevice(t)
-	pool, err := m.Pooling()
+	m := llmtest.Stories(t)
+	dev := llmtest.RefDevice(t)
+	pool, err := PoolingOf(m)
 	require.NoError(t, err)
 	assert.Equal(t, PoolingLast, pool, "a decoder without pooling_type embeds with its last token")
-	e, err := NewEmbedder(ctx, m, dev, WithChunkSize(4), WithContextLength(64))
+	e, err := New(ctx, m, dev, llm.WithChunkSize(4), llm.WithContextLength(64))
 	require.NoError(t, err)
 	defer e.Close()
 	assert.Equal(t, m.Config.Dim, e.Dim())
-	r, err := NewRunner(ctx, m, dev, WithChunkSize(4), WithContextLength(64))
+	r, err := llm.NewRunner(ctx, m, dev, llm.WithChunkSize(4), llm.WithContextLength(64))
 	require.NoError(t, err)
 	defer r.Close()
 	W := outputWeight(t, m)
@@ -109,8 +105,8 @@ func TestEmbedderPoolings(t *testing.T) {
 
 func TestEmbedderErrors(t *testing.T) {
 	ctx := context.Background()
-	m := openStories(t)
-	e, err := NewEmbedder(ctx, m, refDevice(t), WithContextLength(8), WithChunkSize(4))
+	m := llmtest.Stories(t)
+	e, err := New(ctx, m, llmtest.RefDevice(t), llm.WithContextLength(8), llm.WithChunkSize(4))
 	require.NoError(t, err)
 	defer e.Close()
 	for _, tc := range []struct {
@@ -119,7 +115,7 @@ func TestEmbedderErrors(t *testing.T) {
 		want error
 	}{
 		{"empty", nil, core.ErrInvalidArgument},
-		{"too long", make([]int32, 9), ErrContextFull},
+		{"too long", make([]int32, 9), llm.ErrContextFull},
 		{"outside the vocabulary", []int32{1, int32(m.Config.Vocab)}, core.ErrInvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,9 +123,9 @@ func TestEmbedderErrors(t *testing.T) {
 			require.ErrorIs(t, err, tc.want)
 		})
 	}
-	_, err = NewEmbedder(ctx, m, refDevice(t), WithVerifyLengths(2))
+	_, err = New(ctx, m, llmtest.RefDevice(t), llm.WithVerifyLengths(2))
 	require.ErrorIs(t, err, core.ErrUnsupported)
-	_, err = NewEmbedder(ctx, nil, refDevice(t))
+	_, err = New(ctx, nil, llmtest.RefDevice(t))
 	require.ErrorIs(t, err, core.ErrInvalidArgument)
 	assert.Equal(t, "mean", PoolingMean.String())
 }

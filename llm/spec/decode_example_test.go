@@ -1,40 +1,39 @@
-package llm_test
+package spec_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log"
-	"os"
-	"path/filepath"
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/draft"
+	"github.com/xpuhub/xpu/llm/gguf"
+	"github.com/xpuhub/xpu/llm/spec"
 	"github.com/xpuhub/xpu/llm/synth"
 )
 
 // Speculative decoding: the runner prepares verify graphs, and Generate drafts from text the
 // model has seen (here the retrieval drafter: the prompt, the output so far and the model's
 // prefill predictions), verifying each draft in one pass. Greedy output is plain decoding's.
-func ExampleWithSpeculative() {
-	dir, err := os.MkdirTemp("", "xpu-example")
+func ExampleWith() {
+	// a small synthetic model, parsed from memory: a real one is opened with llm.Open
+	var file bytes.Buffer
+	tiny, _ := synth.Preset("llama", "260K", core.F32, 42)
+	if err := synth.Write(&file, tiny); err != nil {
+		log.Fatal(err)
+	}
+	f, err := gguf.Parse(file.Bytes())
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, "tiny.gguf")
-	spec, _ := synth.Preset("llama", "260K", core.F32, 42)
-	if err := synth.WriteFile(path, spec); err != nil {
+	m, err := llm.FromFile(f)
+	if err != nil {
 		log.Fatal(err)
 	}
-
 	ctx := context.Background()
-	m, err := llm.Open(path)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer m.Close()
 	backend := ref.New()
 	defer backend.Close()
 	r, err := llm.NewRunner(ctx, m, backend.Devices()[0], llm.WithVerifyLengths(8, 16))
@@ -48,12 +47,12 @@ func ExampleWithSpeculative() {
 		log.Fatal(err)
 	}
 	res, err := r.Generate(ctx, "Once upon a time", llm.WithMaxTokens(24),
-		llm.WithSpeculative(draft.NewRetrieval(draft.RetrievalOptions{}), llm.SpecAlways()))
+		spec.With(draft.NewRetrieval(draft.RetrievalOptions{}), spec.Always()))
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("same text as plain decoding:", res.Text == plain.Text)
-	fmt.Println("tokens per pass at least 1:", res.Spec.TokensPerPass() >= 1)
+	fmt.Println("tokens per pass at least 1:", spec.StatsOf(res).TokensPerPass() >= 1)
 	// Output:
 	// same text as plain decoding: true
 	// tokens per pass at least 1: true

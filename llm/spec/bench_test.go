@@ -1,4 +1,4 @@
-package llm
+package spec
 
 import (
 	"context"
@@ -12,64 +12,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpuhub/xpu/llm/draft"
-	"github.com/xpuhub/xpu/llm/spec"
-	"github.com/xpuhub/xpu/loader"
-)
+	"github.com/xpuhub/xpu/sched/energy"
 
-// BenchmarkVerifyPass times one pass of each graph length at cache positions 64 and 480 (the
-// second is where bench/spec.sh's summary task decodes: a 433-token prompt, 200 tokens):
-// decode (1) and the verify lengths, on the stories260K model and neon, 1 thread; cpu-ns/op is
-// the process's CPU time per pass:
-//
-//	go test ./llm -run X -bench VerifyPass
-func BenchmarkVerifyPass(b *testing.B) {
-	m := openStories(b)
-	name := "neon"
-	be, err := loader.Open(context.Background(), name)
-	if err != nil {
-		b.Skipf("backend %s: %v", name, err)
-	}
-	b.Cleanup(func() { be.Close() })
-	r, err := NewRunner(context.Background(), m, be.Devices()[0], WithVerifyLengths(2, 4, 8, 16, 32), WithContextLength(1024),
-		WithContextOptions(map[string]string{"threads": "1"}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { r.Close() })
-	ctx := context.Background()
-	for _, pos := range []int{64, 480} {
-		prompt := make([]int32, pos)
-		for i := range prompt {
-			prompt[i] = int32(i%500 + 10)
-		}
-		for _, l := range []int{1, 2, 4, 8, 16, 32} {
-			b.Run(fmt.Sprintf("pos=%d/len=%d", pos, l), func(b *testing.B) {
-				r.Reset()
-				if _, err := r.Prefill(ctx, prompt); err != nil {
-					b.Fatal(err)
-				}
-				cpu0 := cpuTime()
-				for b.Loop() {
-					if _, err := r.Verify(ctx, prompt[:l]); err != nil {
-						b.Fatal(err)
-					}
-					if err := r.Truncate(pos); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
-			})
-		}
-	}
-}
+	"github.com/xpuhub/xpu/internal/llmtest"
+	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/draft"
+)
 
 // BenchmarkSpecSummary is bench/spec.sh's summary task in process (the story twice as the
 // prompt, 200 greedy tokens, stories260K on neon, 1 thread): plain decoding, the default policy
 // (retrieval drafts, verified where they pay) with several sets of verify lengths, and retrieval
 // verifying every draft. Every iteration runs each configuration once, in a rotating order (so
 // that a change in the machine's load falls on all of them alike), generating 200 tokens.
-// cpu-us/tok:NAME is the process's CPU time of decoding per token (Result.DecodeCPU: prefill
+// cpu-us/tok:NAME is the process's CPU time of decoding per token (llm.Result.DecodeCPU: prefill
 // and calibration left out; it used to be a 200-token run's CPU time less a 1-token run's, a
 // difference into which calibration's spread leaked), which the load moves far less than the
 // wall clock (the policy's choices still follow the wall clock); x-plain:NAME is plain decoding's CPU time
@@ -78,19 +33,19 @@ func BenchmarkVerifyPass(b *testing.B) {
 //
 //	go test ./llm -run X -bench SpecSummary -benchtime 10x
 func BenchmarkSpecSummary(b *testing.B) {
-	m := openStories(b)
+	m := llmtest.Stories(b)
 	prompt := benchSummaryPrompt(b)
-	dev := pluginDevices(b, "neon")[0]
+	dev := llmtest.PluginDevices(b, "neon")[0]
 	ctx := context.Background()
 	type config struct {
 		name    string
 		lengths []int // nil: plain decoding
 		always  bool
-		r       *Runner
+		r       *llm.Runner
 		cpu     time.Duration
 		tokens  int
 		passes  int
-		st      spec.Stats // summed: the wall-clock split and the verify lengths
+		st      Stats // summed: the wall-clock split and the verify lengths
 	}
 	cs := []*config{
 		{name: "plain"},
@@ -100,24 +55,24 @@ func BenchmarkSpecSummary(b *testing.B) {
 		{name: "always-8,16,32", lengths: []int{8, 16, 32}, always: true},
 	}
 	for _, c := range cs {
-		ro := []RunnerOption{WithContextOptions(map[string]string{"threads": "1"})}
+		ro := []llm.RunnerOption{llm.WithContextOptions(map[string]string{"threads": "1"})}
 		if c.lengths != nil {
-			ro = append(ro, WithVerifyLengths(c.lengths...))
+			ro = append(ro, llm.WithVerifyLengths(c.lengths...))
 		}
 		var err error
-		if c.r, err = NewRunner(ctx, m, dev, ro...); err != nil {
+		if c.r, err = llm.NewRunner(ctx, m, dev, ro...); err != nil {
 			b.Fatal(err)
 		}
 		defer c.r.Close()
 	}
-	gen := func(c *config, n int) Result {
-		opts := []GenerateOption{WithMaxTokens(n)}
+	gen := func(c *config, n int) llm.Result {
+		opts := []llm.GenerateOption{llm.WithMaxTokens(n)}
 		if c.lengths != nil {
-			var so []SpecOption
+			var so []Option
 			if c.always {
-				so = append(so, SpecAlways())
+				so = append(so, Always())
 			}
-			opts = append(opts, WithSpeculative(draft.NewRetrieval(draft.RetrievalOptions{}), so...))
+			opts = append(opts, With(draft.NewRetrieval(draft.RetrievalOptions{}), so...))
 		}
 		runtime.GC()
 		res, err := c.r.Generate(ctx, prompt, opts...)
@@ -139,7 +94,7 @@ func BenchmarkSpecSummary(b *testing.B) {
 			}
 			c.cpu += res.DecodeCPU
 			c.tokens += len(res.Tokens) - 1
-			if sp := res.Spec; sp != nil {
+			if sp := StatsOf(res); sp != nil {
 				c.passes += sp.Passes
 				c.st.Verifies += sp.Verifies
 				c.st.Plain += sp.Plain
@@ -190,12 +145,12 @@ func BenchmarkSpecSummary(b *testing.B) {
 //
 //	go test ./llm -run X -bench SpecReplay -benchtime 1x
 func BenchmarkSpecReplay(b *testing.B) {
-	m := openStories(b)
+	m := llmtest.Stories(b)
 	prompt := benchSummaryPrompt(b)
 	ctx := context.Background()
 	lengths := []int{2, 4, 8, 16}
-	r, err := NewRunner(ctx, m, pluginDevices(b, "neon")[0], WithVerifyLengths(lengths...),
-		WithContextOptions(map[string]string{"threads": "1"}))
+	r, err := llm.NewRunner(ctx, m, llmtest.PluginDevices(b, "neon")[0], llm.WithVerifyLengths(lengths...),
+		llm.WithContextOptions(map[string]string{"threads": "1"}))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -203,7 +158,7 @@ func BenchmarkSpecReplay(b *testing.B) {
 	ids := m.Tokenizer.Encode(prompt, true)
 	for b.Loop() {
 		r.Reset()
-		res, err := r.Generate(ctx, prompt, WithMaxTokens(200))
+		res, err := r.Generate(ctx, prompt, llm.WithMaxTokens(200))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -228,7 +183,7 @@ func BenchmarkSpecReplay(b *testing.B) {
 		r.Reset()
 		preds := make([][]draft.Candidate, len(ids))
 		if _, err := r.PrefillEach(ctx, ids, func(i int, l []float32) error {
-			preds[i] = spec.TopCandidates(l[:m.Tokenizer.Size()], calibrateTop)
+			preds[i] = TopCandidates(l[:m.Tokenizer.Size()], calibrateTop)
 			return nil
 		}); err != nil {
 			b.Fatal(err)
@@ -352,13 +307,13 @@ func tablePolicy(score func(func(int, replayPass, map[int]int) int) float64, len
 
 // passCosts times passes of each length (1: decode) after prefilling tokens: CPU time, the
 // median of 9 interleaved rounds of 20 passes, as a multiple of decode's.
-func passCosts(b *testing.B, r *Runner, tokens []int32, lengths []int) map[int]float64 {
+func passCosts(b *testing.B, r *llm.Runner, tokens []int32, lengths []int) map[int]float64 {
 	ctx := context.Background()
 	r.Reset()
 	if _, err := r.Prefill(ctx, tokens); err != nil {
 		b.Fatal(err)
 	}
-	pos := r.pos
+	pos := r.Len()
 	times := map[int][]time.Duration{}
 	for range 9 {
 		for _, l := range lengths {
@@ -413,10 +368,16 @@ func treeAccepted(t draft.Tree, want []int32) int {
 // benchSummaryPrompt is bench/spec.sh's summary task: the first 500 bytes of the model's published
 // greedy sample (newlines as spaces), twice.
 func benchSummaryPrompt(b *testing.B) string {
-	story, err := os.ReadFile(filepath.Join(modelsDir(b), "stories260K.greedy.txt"))
+	story, err := os.ReadFile(filepath.Join(llmtest.ModelsDir(b), "stories260K.greedy.txt"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	s := strings.ReplaceAll(string(story[:500]), "\n", " ")
 	return s + " " + s
+}
+
+// cpuTime is the CPU time this process has used so far (0 where the platform does not say).
+func cpuTime() time.Duration {
+	t, _ := energy.ProcessCPUTime()
+	return t
 }

@@ -1,4 +1,7 @@
-package llm
+// Package embed turns texts into embeddings with a model's runner: its final-normed hidden
+// states (llm.WithHiddenOutput) pooled as the model says and scaled to unit length, as
+// llama-server's /v1/embeddings does.
+package embed
 
 import (
 	"context"
@@ -7,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm"
 )
 
 // Pooling is how an embedding pools the final hidden states of a text's tokens: llama.cpp's
@@ -36,10 +40,10 @@ func (p Pooling) String() string {
 	return fmt.Sprintf("pooling(%d)", int(p))
 }
 
-// Pooling is the pooling the model's GGUF names (<arch>.pooling_type). A model without one, or
+// PoolingOf is the pooling m's GGUF names (<arch>.pooling_type). A model without one, or
 // with none (a decoder LLM), embeds with its last token's state, the one that has seen every
 // token; a value llama.cpp defines that is not a single-vector pooling (rank) is an error.
-func (m *Model) Pooling() (Pooling, error) {
+func PoolingOf(m *llm.Model) (Pooling, error) {
 	if m.File == nil {
 		return PoolingLast, nil
 	}
@@ -50,13 +54,13 @@ func (m *Model) Pooling() (Pooling, error) {
 	n, isInt := v.Int()
 	switch p := Pooling(n); {
 	case !isInt:
-		return 0, fmt.Errorf("llm: %s.pooling_type must be an integer, got %s: %w", m.Config.Arch, v.Type, core.ErrInvalidArgument)
+		return 0, fmt.Errorf("embed: %s.pooling_type must be an integer, got %s: %w", m.Config.Arch, v.Type, core.ErrInvalidArgument)
 	case p == PoolingNone:
 		return PoolingLast, nil
 	case p == PoolingMean || p == PoolingCLS || p == PoolingLast:
 		return p, nil
 	default:
-		return 0, fmt.Errorf("llm: %s.pooling_type %d (mean 1, cls 2 and last 3 embed): %w", m.Config.Arch, n, core.ErrUnsupported)
+		return 0, fmt.Errorf("embed: %s.pooling_type %d (mean 1, cls 2 and last 3 embed): %w", m.Config.Arch, n, core.ErrUnsupported)
 	}
 }
 
@@ -66,48 +70,41 @@ func (m *Model) Pooling() (Pooling, error) {
 // outputs the hidden state; it is safe for concurrent use, the calls running one at a time.
 type Embedder struct {
 	mu   sync.Mutex
-	r    *Runner
+	r    *llm.Runner
 	pool Pooling
 }
 
-// NewEmbedder prepares an embedder on dev with NewRunner's options (W8A8 weights, a sparse FFN
-// and verify lengths are not run for embeddings and are refused).
-func NewEmbedder(ctx context.Context, m *Model, dev core.Device, opts ...RunnerOption) (*Embedder, error) {
+// New prepares an embedder on dev with llm.NewRunner's options (a projection hook, a sparse FFN,
+// taps and verify lengths are not run for embeddings and are refused).
+func New(ctx context.Context, m *llm.Model, dev core.Device, opts ...llm.RunnerOption) (*Embedder, error) {
 	if m == nil {
-		return nil, fmt.Errorf("llm: embedder: nil model: %w", core.ErrInvalidArgument)
+		return nil, fmt.Errorf("embed: nil model: %w", core.ErrInvalidArgument)
 	}
-	pool, err := m.Pooling()
+	pool, err := PoolingOf(m)
 	if err != nil {
 		return nil, err
 	}
-	hidden := func(c *runnerConfig) {
-		c.hidden = true
-	}
-	check := newRunnerConfig(opts)
-	if check.proj != nil || check.sparse != nil || len(check.verify) > 0 || check.tap != nil {
-		return nil, fmt.Errorf("llm: embedder with a projection hook (W8A8 weights), a sparse FFN, taps or verify lengths: %w", core.ErrUnsupported)
-	}
-	r, err := NewRunner(ctx, m, dev, append(opts[:len(opts):len(opts)], hidden)...)
+	r, err := llm.NewRunner(ctx, m, dev, append(opts[:len(opts):len(opts)], llm.WithHiddenOutput())...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("embed: %w", err)
 	}
 	return &Embedder{r: r, pool: pool}, nil
 }
 
-// NewEmbedder prepares an embedder on the engine's device with its runner options. The caller
+// FromEngine prepares an embedder on the engine's device with its runner options. The caller
 // closes it before the engine.
-func (e *Engine) NewEmbedder(ctx context.Context) (*Embedder, error) {
-	return NewEmbedder(ctx, e.Model(), e.dev, e.opts...)
+func FromEngine(ctx context.Context, e *llm.Engine) (*Embedder, error) {
+	return New(ctx, e.Model(), e.Device(), e.RunnerOptions()...)
 }
 
 // Pooling is the pooling the embedder applies.
 func (e *Embedder) Pooling() Pooling { return e.pool }
 
 // Dim is the length of an embedding.
-func (e *Embedder) Dim() int { return e.r.m.Config.Dim }
+func (e *Embedder) Dim() int { return e.r.Model().Config.Dim }
 
 // ContextLength is the most tokens one text may have.
-func (e *Embedder) ContextLength() int { return e.r.cfg.ctxLen }
+func (e *Embedder) ContextLength() int { return e.r.ContextLength() }
 
 // Embed returns the unit-length embedding of ids (a text encoded with its BOS, as the model
 // was trained).
@@ -130,12 +127,12 @@ func (e *Embedder) pooled(ctx context.Context, ids []int32, pool Pooling) ([]flo
 	var err error
 	switch pool {
 	case PoolingMean, PoolingCLS:
-		sum := make([]float64, r.m.Config.Dim)
-		_, err = r.feed(ctx, ids, r.progs[r.cfg.chunk], func(i int, row []byte) error {
+		sum := make([]float64, r.Model().Config.Dim)
+		_, err = r.PrefillEach(ctx, ids, func(i int, row []float32) error {
 			if pool == PoolingCLS && i > 0 {
 				return nil
 			}
-			for j, v := range core.DecodeF32(row) {
+			for j, v := range row {
 				sum[j] += float64(v)
 			}
 			return nil
@@ -153,7 +150,7 @@ func (e *Embedder) pooled(ctx context.Context, ids []int32, pool Pooling) ([]flo
 	}
 	r.Reset()
 	if err != nil {
-		return nil, fmt.Errorf("llm: embed %d tokens: %w", len(ids), err)
+		return nil, fmt.Errorf("embed: embed %d tokens: %w", len(ids), err)
 	}
 	return out, nil
 }
@@ -178,23 +175,4 @@ func (e *Embedder) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.r.Close()
-}
-
-// head ends the last stage: the logits, or for an embedder the final-normed hidden state.
-func (sb *stageBuild) head(m *Model, g *core.Graph, x *core.Tensor) {
-	if sb == nil || !sb.hidden {
-		m.outputHead(g, x)
-		return
-	}
-	g.SetNamePrefix("")
-	g.Output(m.norm(g, x, "output_norm.weight"))
-}
-
-// outWidth is the width of a row the last stage outputs: the vocabulary's logits, or an
-// embedder's hidden state.
-func (r *Runner) outWidth() int64 {
-	if r.cfg.hidden {
-		return int64(r.m.Config.Dim)
-	}
-	return int64(r.m.Config.Vocab)
 }

@@ -1,4 +1,4 @@
-package llm
+package w8a8
 
 import (
 	"bytes"
@@ -13,14 +13,15 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/internal/llmtest"
+	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/gguf"
 	"github.com/xpuhub/xpu/llm/synth"
-	"github.com/xpuhub/xpu/llm/w8a8"
 	"github.com/xpuhub/xpu/sched"
 )
 
 // outlierModel is a small synthetic Qwen2 with planted activation outliers (F32 matrices).
-func outlierModel(t testing.TB, outliers int, seed uint64) *Model {
+func outlierModel(t testing.TB, outliers int, seed uint64) *llm.Model {
 	t.Helper()
 	s, err := synth.Preset("qwen2", "260K", core.F32, seed)
 	require.NoError(t, err)
@@ -29,7 +30,7 @@ func outlierModel(t testing.TB, outliers int, seed uint64) *Model {
 	require.NoError(t, synth.Write(&buf, s))
 	f, err := gguf.Parse(buf.Bytes())
 	require.NoError(t, err)
-	m, err := FromFile(f)
+	m, err := llm.FromFile(f)
 	require.NoError(t, err)
 	return m
 }
@@ -42,13 +43,13 @@ func TestCalibrateFindsPlantedOutliers(t *testing.T) {
 	s, _ := synth.Preset("qwen2", "260K", core.F32, 5)
 	s.Outliers = 3
 	planted := s.OutlierChannels()
-	cal, err := Calibrate(ctx, m, refDevice(t), DefaultCalibrationText, WithImportance(false), WithCalibrationTokens(64))
+	cal, err := Calibrate(ctx, m, llmtest.RefDevice(t), DefaultCalibrationText, WithImportance(false), WithTokens(64))
 	require.NoError(t, err)
-	require.NoError(t, cal.Validate(w8a8.ModelKey(m.File), "qwen2", 64, 192, 5))
+	require.NoError(t, cal.Validate(ModelKey(m.File), "qwen2", 64, 192, 5))
 	assert.Equal(t, 64, cal.Tokens)
 	for l, ly := range cal.Layers {
 		for _, in := range ly.Inputs {
-			if in.Name != w8a8.InputAttn && in.Name != w8a8.InputFFN {
+			if in.Name != InputAttn && in.Name != InputFFN {
 				continue
 			}
 			var want []int32
@@ -62,11 +63,11 @@ func TestCalibrateFindsPlantedOutliers(t *testing.T) {
 		assert.NotEmpty(t, ly.OutAbsMax["attn_q"])
 	}
 	// deterministic: the same model, text and rule give the same record
-	again, err := Calibrate(ctx, m, refDevice(t), DefaultCalibrationText, WithImportance(false), WithCalibrationTokens(64))
+	again, err := Calibrate(ctx, m, llmtest.RefDevice(t), DefaultCalibrationText, WithImportance(false), WithTokens(64))
 	require.NoError(t, err)
 	assert.Equal(t, cal, again)
 
-	_, err = Calibrate(ctx, m, refDevice(t), "hi", WithImportance(false))
+	_, err = Calibrate(ctx, m, llmtest.RefDevice(t), "hi", WithImportance(false))
 	assert.ErrorIs(t, err, core.ErrInvalidArgument)
 }
 
@@ -74,36 +75,36 @@ func TestW8A8Errors(t *testing.T) {
 	ctx := context.Background()
 	m := outlierModel(t, 2, 5)
 	other := outlierModel(t, 2, 6)
-	cal, err := Calibrate(ctx, m, refDevice(t), DefaultCalibrationText, WithImportance(false), WithCalibrationTokens(32))
+	cal, err := Calibrate(ctx, m, llmtest.RefDevice(t), DefaultCalibrationText, WithImportance(false), WithTokens(32))
 	require.NoError(t, err)
 	for _, c := range []struct {
 		name string
-		m    *Model
-		cfg  w8a8.Config
+		m    *llm.Model
+		cfg  Config
 		want error
 	}{
-		{"no calibration", m, w8a8.Config{Convert: true}, core.ErrInvalidArgument},
-		{"another model's calibration", other, w8a8.Config{Calibration: cal, Convert: true}, w8a8.ErrStale},
-		{"no int8 weights", m, w8a8.Config{Calibration: cal}, w8a8.ErrNoInt8},
-		{"shadow flags", m, w8a8.Config{Calibration: cal, Convert: true, ShadowLayers: []bool{true}}, core.ErrInvalidArgument},
+		{"no calibration", m, Config{Convert: true}, core.ErrInvalidArgument},
+		{"another model's calibration", other, Config{Calibration: cal, Convert: true}, ErrStale},
+		{"no int8 weights", m, Config{Calibration: cal}, ErrNoInt8},
+		{"shadow flags", m, Config{Calibration: cal, Convert: true, ShadowLayers: []bool{true}}, core.ErrInvalidArgument},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := NewW8A8(c.m, c.cfg)
+			_, err := NewLowering(c.m, c.cfg)
 			assert.ErrorIs(t, err, c.want)
 		})
 	}
 	// the int8 weights of a file written by quantize --npu-int8 are used as they are
 	var buf bytes.Buffer
-	_, err = w8a8.WriteModel(ctx, &buf, m.File, w8a8.PerChannel)
+	_, err = WriteModel(ctx, &buf, m.File, PerChannel)
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "npu.gguf")
 	require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o644))
-	nm, err := Open(path)
+	nm, err := llm.Open(path)
 	require.NoError(t, err)
 	defer nm.Close()
-	w, err := NewW8A8(nm, w8a8.Config{Calibration: cal, Shadow: w8a8.ShadowOn})
+	w, err := NewLowering(nm, Config{Calibration: cal, Shadow: ShadowOn})
 	require.NoError(t, err, "the calibration of the original fits its npu-int8 copy")
-	assert.Equal(t, w8a8.PerChannel, w.Granularity())
+	assert.Equal(t, PerChannel, w.Granularity())
 	assert.Contains(t, w.Describe(), "from the file")
 }
 
@@ -114,21 +115,21 @@ func TestW8A8Errors(t *testing.T) {
 func TestShadowPathEqualsComposition(t *testing.T) {
 	ctx := context.Background()
 	m := outlierModel(t, 3, 5)
-	cal, err := Calibrate(ctx, m, refDevice(t), DefaultCalibrationText, WithImportance(false), WithCalibrationTokens(32))
+	cal, err := Calibrate(ctx, m, llmtest.RefDevice(t), DefaultCalibrationText, WithImportance(false), WithTokens(32))
 	require.NoError(t, err)
 	const l, proj = 1, "ffn_gate"
 	name := "blk.1.ffn_gate.weight"
 	for _, c := range []struct {
 		name   string
-		shadow w8a8.ShadowMode
-		gran   w8a8.Granularity
+		shadow ShadowMode
+		gran   Granularity
 	}{
-		{"per-tensor, shadow", w8a8.ShadowOn, w8a8.PerTensor},
-		{"per-channel, shadow", w8a8.ShadowOn, w8a8.PerChannel},
-		{"per-tensor, no shadow", w8a8.ShadowOff, w8a8.PerTensor},
+		{"per-tensor, shadow", ShadowOn, PerTensor},
+		{"per-channel, shadow", ShadowOn, PerChannel},
+		{"per-tensor, no shadow", ShadowOff, PerTensor},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w, err := NewW8A8(m, w8a8.Config{Calibration: cal, Shadow: c.shadow, Convert: true, Granularity: c.gran})
+			w, err := NewLowering(m, Config{Calibration: cal, Shadow: c.shadow, Convert: true, Granularity: c.gran})
 			require.NoError(t, err)
 			in := w.input(l, proj)
 			K, N := int64(m.Config.Dim), int64(m.Config.FFN)
@@ -144,15 +145,15 @@ func TestShadowPathEqualsComposition(t *testing.T) {
 			}
 			g := core.NewGraph()
 			x := g.Input("x", core.F32, M, K)
-			sb := &stageBuild{lin: w.BeginStage()}
-			g.Output(m.linear(g, sb, x, l, proj))
+			g.Output(w.BeginStage().Linear(g, x, l, proj))
 			require.NoError(t, g.Err())
 			out, err := refRun(ctx, g, core.EncodeF32(xs))
 			require.NoError(t, err)
 			got := core.DecodeF32(out)
 
 			iw := w.mats[name]
-			wf, err := core.Dequantize(m.weights[name].dtype, m.weights[name].data, 0)
+			mw, _ := m.Weight(name)
+			wf, err := core.Dequantize(mw.DType, mw.Data, 0)
 			require.NoError(t, err)
 			tt := float64(in.Threshold)
 			var num, den float64
@@ -169,7 +170,7 @@ func TestShadowPathEqualsComposition(t *testing.T) {
 						q = math.Max(-127, math.Min(127, q))
 						acc += q * float64(int8(iw.Codes[n*K+k]))
 					}
-					if c.shadow == w8a8.ShadowOn {
+					if c.shadow == ShadowOn {
 						for _, h := range in.Hot {
 							xv := float64(xs[int64(r)*K+int64(h)])
 							shadow += (xv - math.Max(-tt, math.Min(tt, xv))) * float64(wf[n*K+int64(h)])
@@ -209,10 +210,10 @@ func npuTakesW8A8(t *testing.T, devs []core.Device) bool {
 	return v[len(v)-1].Supported
 }
 
-// TeacherForcedLogitsOn runs ids through m on dev in one chunk: every position's logits.
-func TeacherForcedLogitsOn(ctx context.Context, m *Model, dev core.Device, ids []int32, opts ...RunnerOption) ([]float32, error) {
+// teacherForced runs ids through m on dev in one chunk: every position's logits.
+func teacherForced(ctx context.Context, m *llm.Model, dev core.Device, ids []int32, opts ...llm.RunnerOption) ([]float32, error) {
 	n := len(ids)
-	r, err := NewRunner(ctx, m, dev, append([]RunnerOption{WithChunkSize(n), WithContextLength(n)}, opts...)...)
+	r, err := llm.NewRunner(ctx, m, dev, append([]llm.RunnerOption{llm.WithChunkSize(n), llm.WithContextLength(n)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -234,8 +235,8 @@ func refRun(ctx context.Context, g *core.Graph, inputs ...[]byte) ([]byte, error
 func TestW8A8NMSEOrdering(t *testing.T) {
 	ctx := context.Background()
 	m := outlierModel(t, 3, 5)
-	dev := refDevice(t)
-	cal, err := Calibrate(ctx, m, dev, DefaultCalibrationText, WithCalibrationTokens(32))
+	dev := llmtest.RefDevice(t)
+	cal, err := Calibrate(ctx, m, dev, DefaultCalibrationText, WithTokens(32))
 	require.NoError(t, err)
 	kept := 0
 	for _, ly := range cal.Layers {
@@ -246,21 +247,21 @@ func TestW8A8NMSEOrdering(t *testing.T) {
 	}
 	assert.Equal(t, 1, kept, "15% of 5 layers, rounded up")
 	ids := m.Tokenizer.Encode("The little robot woke up early and looked out of the window at the rain.", true)
-	want, err := TeacherForcedLogitsOn(ctx, m, dev, ids)
+	want, err := teacherForced(ctx, m, dev, ids)
 	require.NoError(t, err)
-	nmse := map[w8a8.ShadowMode]float64{}
-	for _, mode := range []w8a8.ShadowMode{w8a8.ShadowOff, w8a8.ShadowOn, w8a8.ShadowPruned} {
-		w, err := NewW8A8(m, w8a8.Config{Calibration: cal, Shadow: mode, Convert: true})
+	nmse := map[ShadowMode]float64{}
+	for _, mode := range []ShadowMode{ShadowOff, ShadowOn, ShadowPruned} {
+		w, err := NewLowering(m, Config{Calibration: cal, Shadow: mode, Convert: true})
 		require.NoError(t, err)
-		got, err := TeacherForcedLogitsOn(ctx, m, dev, ids, WithW8A8(w))
+		got, err := teacherForced(ctx, m, dev, ids, WithLowering(w))
 		require.NoError(t, err)
-		nmse[mode] = NMSE(got, want)
+		nmse[mode] = llm.NMSE(got, want)
 	}
-	t.Logf("logits NMSE against F32: shadow off %.3g, on %.3g, pruned %.3g", nmse[w8a8.ShadowOff], nmse[w8a8.ShadowOn], nmse[w8a8.ShadowPruned])
-	assert.Greater(t, nmse[w8a8.ShadowOff], 10*nmse[w8a8.ShadowOn])
-	assert.Less(t, nmse[w8a8.ShadowPruned], nmse[w8a8.ShadowOff])
-	assert.Greater(t, nmse[w8a8.ShadowPruned], nmse[w8a8.ShadowOn])
-	assert.Less(t, nmse[w8a8.ShadowOn], 0.05)
+	t.Logf("logits NMSE against F32: shadow off %.3g, on %.3g, pruned %.3g", nmse[ShadowOff], nmse[ShadowOn], nmse[ShadowPruned])
+	assert.Greater(t, nmse[ShadowOff], 10*nmse[ShadowOn])
+	assert.Less(t, nmse[ShadowPruned], nmse[ShadowOff])
+	assert.Greater(t, nmse[ShadowPruned], nmse[ShadowOn])
+	assert.Less(t, nmse[ShadowOn], 0.05)
 }
 
 // stories260K greedy from BOS with W8A8 + shadow is the F32 model's greedy text for at least
@@ -268,33 +269,33 @@ func TestW8A8NMSEOrdering(t *testing.T) {
 // shadow path included) on neon, through the scheduler.
 func TestW8A8GreedyStories(t *testing.T) {
 	ctx := context.Background()
-	m := openStories(t)
+	m := llmtest.Stories(t)
 	// layers ranked by max|outlier|/scale (measuring importance is TestW8A8NMSEOrdering's)
-	cal, err := Calibrate(ctx, m, refDevice(t), DefaultCalibrationText, WithImportance(false), WithCalibrationTokens(96))
+	cal, err := Calibrate(ctx, m, llmtest.RefDevice(t), DefaultCalibrationText, WithImportance(false), WithTokens(96))
 	require.NoError(t, err)
 	const n = 64
 	// an F32 KV cache throughout: the test measures the weights' quantization alone
-	f32, err := NewRunner(ctx, m, refDevice(t), WithContextLength(n+1), WithKVCacheType(core.F32))
+	f32, err := llm.NewRunner(ctx, m, llmtest.RefDevice(t), llm.WithContextLength(n+1), llm.WithKVCacheType(core.F32))
 	require.NoError(t, err)
 	defer f32.Close()
-	want, err := f32.Generate(ctx, "", WithMaxTokens(n))
+	want, err := f32.Generate(ctx, "", llm.WithMaxTokens(n))
 	require.NoError(t, err)
 	require.Len(t, want.Tokens, n)
-	devs := func(t *testing.T) []core.Device { return pluginDevices(t, "qnn", "neon") }
+	devs := func(t *testing.T) []core.Device { return llmtest.PluginDevices(t, "qnn", "neon") }
 	for _, units := range []string{"ref", "qnn+neon"} {
-		for _, mode := range []w8a8.ShadowMode{w8a8.ShadowPruned, w8a8.ShadowOn} {
+		for _, mode := range []ShadowMode{ShadowPruned, ShadowOn} {
 			t.Run(units+"/"+mode.String(), func(t *testing.T) {
-				w, err := NewW8A8(m, w8a8.Config{Calibration: cal, Shadow: mode, Convert: true})
+				w, err := NewLowering(m, Config{Calibration: cal, Shadow: mode, Convert: true})
 				require.NoError(t, err)
-				var r *Runner
+				var r *llm.Runner
 				if units == "ref" {
-					r, err = NewRunner(ctx, m, refDevice(t), WithContextLength(n+1), WithW8A8(w), WithKVCacheType(core.F32))
+					r, err = llm.NewRunner(ctx, m, llmtest.RefDevice(t), llm.WithContextLength(n+1), WithLowering(w), llm.WithKVCacheType(core.F32))
 				} else {
 					devs := devs(t)
 					specs := []sched.UnitSpec{{Backend: "qnn"}, {Backend: "neon"}}
-					plan, perr := DefaultPlan(m, devs, specs)
+					plan, perr := llm.DefaultPlan(m, devs, specs)
 					require.NoError(t, perr)
-					r, err = NewPlannedRunner(ctx, m, devs, w8a8.Plan(plan), WithContextLength(n+1), WithW8A8(w), WithKVCacheType(core.F32))
+					r, err = llm.NewPlannedRunner(ctx, m, devs, Plan(plan), llm.WithContextLength(n+1), WithLowering(w), llm.WithKVCacheType(core.F32))
 				}
 				require.NoError(t, err)
 				defer r.Close()
@@ -311,7 +312,7 @@ func TestW8A8GreedyStories(t *testing.T) {
 						assert.NotContains(t, pl, "qnn:0")
 					}
 				}
-				got, err := r.Generate(ctx, "", WithMaxTokens(n))
+				got, err := r.Generate(ctx, "", llm.WithMaxTokens(n))
 				require.NoError(t, err)
 				same := 0
 				for same < n && same < len(got.Tokens) && got.Tokens[same] == want.Tokens[same] {
@@ -322,4 +323,24 @@ func TestW8A8GreedyStories(t *testing.T) {
 			})
 		}
 	}
+}
+
+// WithLowering(nil) leaves the projections as the model has them; a lowering changes them.
+func TestWithLoweringNil(t *testing.T) {
+	ctx := context.Background()
+	m := outlierModel(t, 2, 5)
+	dev := llmtest.RefDevice(t)
+	ids := []int32{1, 5, 9, 3}
+	plain, err := teacherForced(ctx, m, dev, ids)
+	require.NoError(t, err)
+	got, err := teacherForced(ctx, m, dev, ids, WithLowering(nil))
+	require.NoError(t, err)
+	assert.Equal(t, plain, got)
+	cal, err := Calibrate(ctx, m, dev, DefaultCalibrationText, WithImportance(false), WithTokens(32))
+	require.NoError(t, err)
+	w, err := NewLowering(m, Config{Calibration: cal, Shadow: ShadowOff, Convert: true})
+	require.NoError(t, err)
+	low, err := teacherForced(ctx, m, dev, ids, WithLowering(w))
+	require.NoError(t, err)
+	assert.NotEqual(t, plain, low)
 }

@@ -1,4 +1,4 @@
-package llm
+package sparse
 
 import (
 	"context"
@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/kvcache"
 	"github.com/xpuhub/xpu/llm/sparse/host"
 	"github.com/xpuhub/xpu/sched"
 )
 
-// The sparse FFN's graphs (WithSparseFFN). A layer is cut at its FFN, because which bundles the
+// The sparse FFN's graphs (WithFFN, a chunk hook of package llm). A layer is cut at its FFN, because which bundles the
 // FFN uses is decided on the host from the FFN input:
 //
 //	embed:    ids, pos → embedding → x and layer 0's q, k, v               (as the dense stage 0)
@@ -30,6 +32,7 @@ import (
 
 // sparseProg is the sparse programs for one chunk length.
 type sparseProg struct {
+	fp     *ffnPrograms
 	c      int64
 	embed  *sched.Program
 	layers []sparseLayer
@@ -41,24 +44,24 @@ type sparseProg struct {
 	hBuf, predBuf, nxtBuf []float32
 }
 
-// SparseTimes is where a sparse runner's time went, summed over every layer of every chunk run
-// so far (Runner.SparseTimes): the attention graphs (with the next layer's q, k, v this is all
+// PhaseTimes is where a sparse runner's time went, summed over every layer of every chunk run
+// so far (TimesOf): the attention graphs (with the next layer's q, k, v this is all
 // the dense work), Select (the host's selection, queuing the reads), the FFN over the resident
 // rows (now), waiting for the cold reads, and the tail (the FFN over the rows just read, the
 // residual and the next layer's projections). Embed is the embedding graph.
-type SparseTimes struct {
+type PhaseTimes struct {
 	Embed, Attn, Select, Now, Wait, Tail time.Duration
 	// Layers counts the layer steps timed.
 	Layers int64
 }
 
 // Total is the sum of the parts.
-func (t SparseTimes) Total() time.Duration {
+func (t PhaseTimes) Total() time.Duration {
 	return t.Embed + t.Attn + t.Select + t.Now + t.Wait + t.Tail
 }
 
 // String is one line of milliseconds and shares.
-func (t SparseTimes) String() string {
+func (t PhaseTimes) String() string {
 	tot := t.Total()
 	pc := func(d time.Duration) float64 {
 		if tot == 0 {
@@ -72,9 +75,14 @@ func (t SparseTimes) String() string {
 		ms(t.Select), pc(t.Select), ms(t.Now), pc(t.Now), ms(t.Wait), pc(t.Wait), ms(t.Tail), pc(t.Tail), ms(t.Embed))
 }
 
-// SparseTimes returns where the sparse programs' time went so far, in chunks of several tokens
-// (prefill) and one token (decode); zero for a dense runner.
-func (r *Runner) SparseTimes() (prefill, decode SparseTimes) { return r.spTimes[0], r.spTimes[1] }
+// TimesOf returns where a runner's sparse programs' time went so far, in chunks of several
+// tokens (prefill) and one token (decode); zero for a runner without the sparse FFN.
+func TimesOf(r *llm.Runner) (prefill, decode PhaseTimes) {
+	if fp, ok := r.ChunkPrograms().(*ffnPrograms); ok {
+		return fp.times[0], fp.times[1]
+	}
+	return PhaseTimes{}, PhaseTimes{}
+}
 
 // sparseLayer is one layer's three programs (ffn is nil when every neuron is resident).
 type sparseLayer struct{ attn, ffn, tail *sched.Program }
@@ -92,92 +100,102 @@ func (sp *sparseProg) programs() []*sched.Program {
 }
 
 // sparseAct maps the model's FFN activation to SPARSE_FFN's; a SiLU model has no sparse FFN.
-func sparseAct(a Activation) (core.SparseAct, bool) {
+func sparseAct(a llm.Activation) (core.SparseAct, bool) {
 	switch a {
-	case ActReLU:
+	case llm.ActReLU:
 		return core.SparseReLU, true
-	case ActReLU2:
+	case llm.ActReLU2:
 		return core.SparseReLU2, true
 	}
 	return 0, false
 }
 
-// checkSparse validates a sparse runner's configuration against the model before anything is
-// allocated.
-func (r *Runner) checkSparse() error {
-	s := r.cfg.sparse
-	lay := s.Layout()
-	c := r.m.Config
+// WithFFN runs every layer's FFN sparsely through f (see host.FFN): a chunk hook of the runner
+// (llm.WithChunkHook) that cuts each layer at its FFN. The model must have a ReLU-family FFN
+// activation; the runner then runs on one unit, one chunk at a time.
+func WithFFN(f host.FFN) llm.RunnerOption { return llm.WithChunkHook(ffnHook{f}) }
+
+// ffnHook is the sparse FFN as a chunk hook.
+type ffnHook struct{ ffn host.FFN }
+
+// ffnPrograms is the sparse FFN's part of one runner: the bundle cache every layer's SPARSE_FFN
+// reads and where its runs' time went.
+type ffnPrograms struct {
+	r     *llm.Runner
+	ffn   host.FFN
+	cache sched.Span
+	times [2]PhaseTimes // chunks of several tokens, of one
+}
+
+// Attach implements llm.ChunkHook: it checks the layout against the model, allocates the
+// bundle cache and has the FFN fill it.
+func (h ffnHook) Attach(ctx context.Context, r *llm.Runner) (llm.ChunkPrograms, error) {
+	m := r.Model()
+	if err := m.RequireLlamaShape("the sparse FFN"); err != nil {
+		return nil, err
+	}
+	lay := h.ffn.Layout()
+	c := m.Config
 	act, ok := sparseAct(c.Activation)
 	switch {
 	case !ok:
-		return fmt.Errorf("llm: sparse FFN: the model's FFN activation is %s; only the ReLU family is sparse: %w",
+		return nil, fmt.Errorf("sparse: the model's FFN activation is %s; only the ReLU family is sparse: %w",
 			c.Activation, core.ErrUnsupported)
 	case lay.Act != act || lay.Ungated:
-		return fmt.Errorf("llm: sparse FFN: bundles are for activation %d (ungated %t), the model's FFN is gated %s: %w",
+		return nil, fmt.Errorf("sparse: bundles are for activation %d (ungated %t), the model's FFN is gated %s: %w",
 			lay.Act, lay.Ungated, c.Activation, core.ErrInvalidArgument)
 	case lay.Neurons != c.FFN || lay.Rows < 1 || lay.RowLen < 3*int64(c.Dim):
-		return fmt.Errorf("llm: sparse FFN: layout of %d neurons, %d rows of %d values does not fit the model (FFN %d, dim %d): %w",
+		return nil, fmt.Errorf("sparse: layout of %d neurons, %d rows of %d values does not fit the model (FFN %d, dim %d): %w",
 			lay.Neurons, lay.Rows, lay.RowLen, c.FFN, c.Dim, core.ErrInvalidArgument)
 	case len(lay.Predictors) != 0 && len(lay.Predictors) != c.Layers:
-		return fmt.Errorf("llm: sparse FFN: %d predictors for %d layers: %w", len(lay.Predictors), c.Layers, core.ErrInvalidArgument)
-	case len(r.plan.Specs) != 1:
-		return fmt.Errorf("llm: sparse FFN runs on one unit, the plan has %d: %w", len(r.plan.Specs), core.ErrUnsupported)
-	case len(r.cfg.verify) > 0 || r.cfg.proj != nil || r.cfg.tap != nil:
-		return fmt.Errorf("llm: sparse FFN does not combine with verify graphs, a projection hook (W8A8) or calibration taps: %w", core.ErrUnsupported)
+		return nil, fmt.Errorf("sparse: %d predictors for %d layers: %w", len(lay.Predictors), c.Layers, core.ErrInvalidArgument)
+	case len(r.Units()) != 1:
+		return nil, fmt.Errorf("sparse: the sparse FFN runs on one unit, the plan has %d: %w", len(r.Units()), core.ErrUnsupported)
 	}
 	for l, p := range lay.Predictors {
 		F, D := int64(lay.Neurons), int64(c.Dim)
 		if p.Rank < 1 || int64(len(p.A)) != 2*int64(p.Rank)*D || int64(len(p.B)) != 2*F*int64(p.Rank) || int64(len(p.Bias)) != 4*F {
-			return fmt.Errorf("llm: sparse FFN: layer %d's predictor (rank %d) has %d/%d/%d bytes of A/B/bias: %w",
+			return nil, fmt.Errorf("sparse: layer %d's predictor (rank %d) has %d/%d/%d bytes of A/B/bias: %w",
 				l, p.Rank, len(p.A), len(p.B), len(p.Bias), core.ErrInvalidArgument)
 		}
 	}
-	return nil
-}
-
-// WithSparseFFN runs every layer's FFN sparsely through s (see host.FFN). The model must have
-// a ReLU-family FFN activation; the runner then runs on one unit, one chunk at a time.
-func WithSparseFFN(s host.FFN) RunnerOption { return func(c *runnerConfig) { c.sparse = s } }
-
-// initSparse allocates the bundle cache, has the SparseFFN fill it and prepares the sparse
-// programs for every chunk length.
-func (r *Runner) initSparse(ctx context.Context, step func(), lengths []int) error {
-	lay := r.cfg.sparse.Layout()
 	rowBytes := lay.DType.Bytes(lay.RowLen)
-	a := r.rt.Arena()
+	a := r.Runtime().Arena()
 	if lay.Rows > math.MaxInt64/rowBytes {
-		return fmt.Errorf("llm: sparse FFN cache of %d rows: %w", lay.Rows, core.ErrInvalidArgument)
+		return nil, fmt.Errorf("sparse: FFN cache of %d rows: %w", lay.Rows, core.ErrInvalidArgument)
 	}
 	cache, err := a.Alloc(lay.Rows * rowBytes)
 	if err != nil {
-		return fmt.Errorf("llm: sparse FFN cache of %d rows (%d MiB): %w", lay.Rows, lay.Rows*rowBytes>>20, err)
+		return nil, fmt.Errorf("sparse: FFN cache of %d rows (%d MiB): %w", lay.Rows, lay.Rows*rowBytes>>20, err)
 	}
-	r.cache = cache
-	if err := r.cfg.sparse.Load(ctx, a.Bytes(cache)); err != nil {
-		return fmt.Errorf("llm: sparse FFN: loading the resident bundles: %w", err)
+	if err := h.ffn.Load(ctx, a.Bytes(cache)); err != nil {
+		return nil, fmt.Errorf("sparse: loading the resident bundles: %w", err)
 	}
-	for _, n := range lengths {
-		t0 := time.Now()
-		sp, err := r.prepareSparse(ctx, int64(n), step)
-		if err != nil {
-			return err
-		}
-		r.progs[n] = &chunkProg{c: int64(n), sp: sp}
-		r.cfg.logger.Debug("llm: sparse graphs prepared", "chunk", n, "took", time.Since(t0))
-	}
-	return nil
+	return &ffnPrograms{r: r, ffn: h.ffn, cache: cache}, nil
 }
 
-// prepareSparse builds and prepares the sparse programs for chunk length c.
-func (r *Runner) prepareSparse(ctx context.Context, c int64, step func()) (*sparseProg, error) {
-	cfg := r.m.Config
-	lay := r.cfg.sparse.Layout()
-	a := r.rt.Arena()
+// Describe implements llm.ChunkPrograms.
+func (fp *ffnPrograms) Describe(c int64) string {
+	phase := "prefill"
+	if c == 1 {
+		phase = "decode"
+	}
+	return fmt.Sprintf("%s (chunk %d): every stage on %s, the FFN as SPARSE_FFN over %d cached bundle rows",
+		phase, c, fp.r.Units()[0], fp.ffn.Layout().Rows)
+}
+
+// Prepare implements llm.ChunkPrograms: it builds and prepares the sparse programs for chunk
+// length s.C.
+func (fp *ffnPrograms) Prepare(ctx context.Context, s *llm.ChunkStage) (llm.ChunkProgram, error) {
+	m := fp.r.Model()
+	cfg := m.Config
+	lay := fp.ffn.Layout()
+	c := s.C
+	a := fp.r.Runtime().Arena()
 	al := a.Allocs()
 	alloc := al.Alloc
 	dim := int64(cfg.Dim)
-	sp := &sparseProg{c: c}
+	sp := &sparseProg{fp: fp, c: c}
 	x, q := alloc(c*dim*4), alloc(c*int64(cfg.Heads*cfg.HeadDim)*4)
 	sp.x1, sp.h, sp.ffa = alloc(c*dim*4), alloc(c*dim*4), alloc(c*dim*4)
 	sp.logits = alloc(c * int64(cfg.Vocab) * 4)
@@ -190,72 +208,37 @@ func (r *Runner) prepareSparse(ctx context.Context, c int64, step func()) (*spar
 	}
 	err := al.Err
 	if err != nil {
-		return nil, fmt.Errorf("llm: sparse activations for chunk %d: %w", c, err)
+		return nil, fmt.Errorf("sparse: activations for chunk %d: %w", c, err)
 	}
 	if lay.AllResident {
 		clear(a.Bytes(sp.ffa)) // the tail adds it, and no FFN program writes it
 	}
-	kRow, vRow := r.cfg.kv.RowBytes(cfg)
-	half := int64(cfg.RopeDims / 2)
-	phase := phaseOf(c)
+	kv := s.KVTypes()
 	byName := map[string]sched.Binding{
-		"ids": {Span: r.ids, Stride: 4}, "pos": {Span: r.posS, Stride: 4}, "q_offset": {Span: r.qoffS, Stride: 4},
-		"rope_cos": {Span: r.cos, Stride: half * 4}, "rope_sin": {Span: r.sin, Stride: half * 4},
 		"x": {Span: x}, "q": {Span: q}, "x1": {Span: sp.x1}, "h": {Span: sp.h}, "ffn_a": {Span: sp.ffa},
-		"bundles": {Span: r.cache}, "now": {Span: sp.now}, "later": {Span: sp.later},
-	}
-	compile := func(name string, layer int, g *core.Graph, outs ...sched.Binding) (*sched.Program, error) {
-		units := make([]int, len(g.Nodes))
-		for i := range units {
-			units[i] = r.unitIdx[0]
-		}
-		st := sched.StageSpec{Name: name, Layer: layer, Graph: g, Units: units}
-		for _, t := range g.Inputs {
-			b, ok := byName[t.Name]
-			if !ok {
-				return nil, fmt.Errorf("llm: no binding for sparse stage input %q: %w", t.Name, core.ErrInternal)
-			}
-			st.IO = append(st.IO, b)
-		}
-		st.IO = append(st.IO, outs...)
-		spec := sched.ProgramSpec{Name: fmt.Sprintf("%s (chunk %d)", name, c), Phase: phase, Lanes: 1,
-			Stages: []sched.StageSpec{st}}
-		if po := r.cfg.phaseOpts[phase]; len(po) > 0 {
-			spec.PrepareOptions = map[int]map[string]string{r.unitIdx[0]: po}
-		}
-		if r.cfg.stageChecks {
-			spec.Check = func(_ int, t *core.Tensor, data []byte) error { return checkFinite(name, g, t, data) }
-		}
-		p, err := r.rt.Compile(ctx, spec)
-		if err != nil {
-			return nil, fmt.Errorf("llm: %s: %w", spec.Name, err)
-		}
-		return p, nil
+		"bundles": {Span: fp.cache}, "now": {Span: sp.now}, "later": {Span: sp.later},
 	}
 	kvOut := func(l int) []sched.Binding {
-		return []sched.Binding{{Span: r.kv[l][0], Stride: kRow}, {Span: r.kv[l][1], Stride: vRow}}
+		k, v := s.KV(l, true)
+		return []sched.Binding{k, v}
 	}
 	defer func() {
 		if err != nil {
-			for _, p := range sp.programs() {
-				if p != nil {
-					err = errors.Join(err, p.Close())
-				}
-			}
+			err = errors.Join(err, sp.Close())
 		}
 	}()
-	g, err := r.m.buildEmbedStage(c, r.cfg.kv, &stageBuild{})
+	g, err := m.EmbedStage(c, kv)
 	if err != nil {
 		return nil, err
 	}
-	if sp.embed, err = compile("embed", 0, g, append([]sched.Binding{{Span: x}, {Span: q}}, kvOut(0)...)...); err != nil {
+	if sp.embed, err = s.Compile(ctx, "embed", 0, g, byName, append([]sched.Binding{{Span: x}, {Span: q}}, kvOut(0)...)...); err != nil {
 		return nil, err
 	}
-	step()
+	s.Step()
 	for l := range cfg.Layers {
 		var ly sparseLayer
-		byName["k_cache"], byName["v_cache"] = sched.Binding{Span: r.kv[l][0]}, sched.Binding{Span: r.kv[l][1]}
-		if g, err = r.m.buildSparseAttn(l, c, r.cap, r.cfg.kv, lay); err != nil {
+		byName["k_cache"], byName["v_cache"] = s.KV(l, false)
+		if g, err = buildAttn(m, l, c, s.Capacity(), kv, lay); err != nil {
 			return nil, err
 		}
 		outs := []sched.Binding{{Span: sp.x1}, {Span: sp.h}}
@@ -265,48 +248,63 @@ func (r *Runner) prepareSparse(ctx context.Context, c int64, step func()) (*spar
 				outs = append(outs, sched.Binding{Span: sp.predNext})
 			}
 		}
-		if ly.attn, err = compile(fmt.Sprintf("attn %d", l), l, g, outs...); err != nil {
+		if ly.attn, err = s.Compile(ctx, fmt.Sprintf("attn %d", l), l, g, byName, outs...); err != nil {
 			return nil, err
 		}
 		if !lay.AllResident {
-			if g, err = r.m.buildSparseFFN(l, c, lay); err != nil {
+			if g, err = buildFFN(m, l, c, lay); err != nil {
 				return nil, err
 			}
-			if ly.ffn, err = compile(fmt.Sprintf("ffn %d", l), l, g, sched.Binding{Span: sp.ffa}); err != nil {
+			if ly.ffn, err = s.Compile(ctx, fmt.Sprintf("ffn %d", l), l, g, byName, sched.Binding{Span: sp.ffa}); err != nil {
 				return nil, err
 			}
 		}
-		if g, err = r.m.buildSparseTail(l, c, r.cfg.kv, lay); err != nil {
+		if g, err = buildTail(m, l, c, kv, lay); err != nil {
 			return nil, err
 		}
 		outs = []sched.Binding{{Span: sp.logits}}
 		if l+1 < cfg.Layers {
 			outs = append([]sched.Binding{{Span: x}, {Span: q}}, kvOut(l+1)...)
 		}
-		if ly.tail, err = compile(fmt.Sprintf("tail %d", l), l, g, outs...); err != nil {
+		if ly.tail, err = s.Compile(ctx, fmt.Sprintf("tail %d", l), l, g, byName, outs...); err != nil {
 			return nil, err
 		}
 		sp.layers = append(sp.layers, ly)
-		step()
+		s.Step()
 	}
 	return sp, nil
 }
 
-// runSparse runs one chunk at row, of which the first rows are real tokens (the rest padding),
-// through the sparse programs; the logits are then in sp.logits.
-func (r *Runner) runSparse(ctx context.Context, sp *sparseProg, row int64, rows int) error {
-	a := r.rt.Arena()
-	lay := r.cfg.sparse.Layout()
+// Logits implements llm.ChunkProgram.
+func (sp *sparseProg) Logits() sched.Span { return sp.logits }
+
+// Close implements llm.ChunkProgram.
+func (sp *sparseProg) Close() error {
+	var errs []error
+	for _, p := range sp.programs() {
+		if p != nil {
+			errs = append(errs, p.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Run implements llm.ChunkProgram: it runs one chunk at row, of which the first rows are real
+// tokens (the rest padding), through the sparse programs; the logits are then in sp.logits.
+func (sp *sparseProg) Run(ctx context.Context, row int64, rows int) error {
+	fp := sp.fp
+	a := fp.r.Runtime().Arena()
+	lay := fp.ffn.Layout()
 	ch := []sched.Chunk{{Row: row}}
 	run := func(p *sched.Program) error {
 		if err := p.Run(ctx, ch); err != nil {
-			return fmt.Errorf("llm: %s at position %d: %w", p.Name(), row, err)
+			return fmt.Errorf("sparse: %s at position %d: %w", p.Name(), row, err)
 		}
 		return nil
 	}
-	tm := &r.spTimes[0]
+	tm := &fp.times[0]
 	if sp.c == 1 {
-		tm = &r.spTimes[1]
+		tm = &fp.times[1]
 	}
 	t0 := time.Now()
 	lap := func(d *time.Duration) {
@@ -318,7 +316,7 @@ func (r *Runner) runSparse(ctx context.Context, sp *sparseProg, row int64, rows 
 		return err
 	}
 	lap(&tm.Embed)
-	F, D := int64(lay.Neurons), int64(r.m.Config.Dim)
+	F, D := int64(lay.Neurons), int64(fp.r.Model().Config.Dim)
 	if sp.nowIdx == nil {
 		sp.nowIdx, sp.laterIdx = make([]int32, F), make([]int32, F)
 	}
@@ -339,9 +337,9 @@ func (r *Runner) runSparse(ctx context.Context, sp *sparseProg, row int64, rows 
 				next = sp.nxtBuf
 			}
 		}
-		wait, err := r.cfg.sparse.Select(ctx, l, sp.hBuf, logits, next, now, later)
+		wait, err := fp.ffn.Select(ctx, l, sp.hBuf, logits, next, now, later)
 		if err != nil {
-			return fmt.Errorf("llm: sparse FFN of layer %d at position %d: %w", l, row, err)
+			return fmt.Errorf("sparse: sparse FFN of layer %d at position %d: %w", l, row, err)
 		}
 		if lay.AllResident {
 			// Nothing is ever read: the tail's FFN takes now's rows, and ffn_a stays 0.
@@ -357,7 +355,7 @@ func (r *Runner) runSparse(ctx context.Context, sp *sparseProg, row int64, rows 
 			lap(&tm.Now)
 		}
 		if err := wait(); err != nil {
-			return fmt.Errorf("llm: sparse FFN of layer %d at position %d: loading bundles: %w", l, row, err)
+			return fmt.Errorf("sparse: sparse FFN of layer %d at position %d: loading bundles: %w", l, row, err)
 		}
 		lap(&tm.Wait)
 		if err := run(ly.tail); err != nil {
@@ -369,24 +367,20 @@ func (r *Runner) runSparse(ctx context.Context, sp *sparseProg, row int64, rows 
 	return nil
 }
 
-// buildSparseAttn builds layer l's attention graph for chunk length c: x1 (the residual after
+// buildAttn builds layer l's attention graph for chunk length c: x1 (the residual after
 // attention), h (the FFN input) and, with predictors, their logits.
-func (m *Model) buildSparseAttn(l int, c, capacity int64, kv kvTypes, lay host.Layout) (*core.Graph, error) {
+func buildAttn(m *llm.Model, l int, c, capacity int64, kv kvcache.Types, lay host.Layout) (*core.Graph, error) {
 	cfg := m.Config
 	g := core.NewGraph()
 	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
-	H, Hkv, D := int64(cfg.Heads), int64(cfg.KVHeads), int64(cfg.HeadDim)
-	x := g.Input("x", core.F32, c, int64(cfg.Dim))
-	q := g.Input("q", core.F32, c, H, D)
-	kc := g.Input("k_cache", kv.K, capacity, Hkv, D)
-	vc := g.Input("v_cache", kv.V, capacity, Hkv, D)
-	qoff := g.Input("q_offset", core.I32, 1)
-	at := g.Named("attn").Attention(q, kc, vc, core.AttentionOptions{
-		Scale: float32(1 / math.Sqrt(float64(D))), Causal: true, QOffsetInput: qoff})
+	H, D := int64(cfg.Heads), int64(cfg.HeadDim)
+	in := m.LayerInputs(g, c, capacity, kv)
+	at := g.Named("attn").Attention(in.Q, in.KCache, in.VCache, core.AttentionOptions{
+		Scale: float32(1 / math.Sqrt(float64(D))), Causal: true, QOffsetInput: in.QOffset})
 	at = g.Reshape(at, c, H*D)
-	o := m.linear(g, nil, at, l, "attn_output")
-	x1 := g.Named("attn_residual").Add(x, o)
-	h := m.norm(g, x1, fmt.Sprintf("blk.%d.ffn_norm.weight", l))
+	o := m.Linear(g, at, l, "attn_output")
+	x1 := g.Named("attn_residual").Add(in.X, o)
+	h := m.Norm(g, x1, fmt.Sprintf("blk.%d.ffn_norm.weight", l))
 	outs := []*core.Tensor{x1, h}
 	if len(lay.Predictors) > 0 {
 		predict := func(pl int, name string) *core.Tensor {
@@ -405,7 +399,7 @@ func (m *Model) buildSparseAttn(l int, c, capacity int64, kv kvTypes, lay host.L
 	}
 	g.Output(outs...)
 	if err := g.Err(); err != nil {
-		return nil, fmt.Errorf("llm: building layer %d's sparse attention: %w", l, err)
+		return nil, fmt.Errorf("sparse: building layer %d's sparse attention: %w", l, err)
 	}
 	return g, nil
 }
@@ -420,22 +414,22 @@ func sparseInputs(g *core.Graph, lay host.Layout, idx string) (bundles, list *co
 	return g.Input("bundles", lay.DType, lay.Rows, lay.RowLen), g.Input(idx, core.I32, int64(lay.Neurons))
 }
 
-// buildSparseFFN builds layer l's SPARSE_FFN over the resident bundles ("now").
-func (m *Model) buildSparseFFN(l int, c int64, lay host.Layout) (*core.Graph, error) {
+// buildFFN builds layer l's SPARSE_FFN over the resident bundles ("now").
+func buildFFN(m *llm.Model, l int, c int64, lay host.Layout) (*core.Graph, error) {
 	g := core.NewGraph()
 	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
 	h := g.Input("h", core.F32, c, int64(m.Config.Dim))
 	b, now := sparseInputs(g, lay, "now")
 	g.Output(g.Named("ffn_sparse").SparseFFN(h, b, now, core.SparseFFNOptions{Act: lay.Act}))
 	if err := g.Err(); err != nil {
-		return nil, fmt.Errorf("llm: building layer %d's sparse FFN: %w", l, err)
+		return nil, fmt.Errorf("sparse: building layer %d's sparse FFN: %w", l, err)
 	}
 	return g, nil
 }
 
-// buildSparseTail builds the rest of layer l: SPARSE_FFN over the bundles just loaded
+// buildTail builds the rest of layer l: SPARSE_FFN over the bundles just loaded
 // ("later"), the residual, then layer l+1's q, k, v or the logits.
-func (m *Model) buildSparseTail(l int, c int64, kv kvTypes, lay host.Layout) (*core.Graph, error) {
+func buildTail(m *llm.Model, l int, c int64, kv kvcache.Types, lay host.Layout) (*core.Graph, error) {
 	cfg := m.Config
 	g := core.NewGraph()
 	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
@@ -447,53 +441,15 @@ func (m *Model) buildSparseTail(l int, c int64, kv kvTypes, lay host.Layout) (*c
 	fb := g.Named("ffn_sparse_later").SparseFFN(h, b, later, core.SparseFFNOptions{Act: lay.Act})
 	x := g.Named("ffn_residual").Add(g.Add(x1, fa), fb)
 	if l+1 < cfg.Layers {
-		pos := m.addPosInputs(g, c)
+		pos := m.PosInputs(g, c)
 		g.SetNamePrefix(fmt.Sprintf("blk.%d.", l+1))
-		nq, nk, nv := m.qkv(g, nil, x, pos, l+1)
-		g.Output(x, nq, toKV(g, nk, kv.K), toKV(g, nv, kv.V))
+		nq, nk, nv := m.QKV(g, x, pos, l+1)
+		g.Output(x, nq, kvcache.Convert(g, nk, kv.K), kvcache.Convert(g, nv, kv.V))
 	} else {
-		m.outputHead(g, x)
+		m.OutputHead(g, x)
 	}
 	if err := g.Err(); err != nil {
-		return nil, fmt.Errorf("llm: building layer %d's sparse tail: %w", l, err)
+		return nil, fmt.Errorf("sparse: building layer %d's sparse tail: %w", l, err)
 	}
 	return g, nil
-}
-
-// feedSparse is feed for the sparse programs: chunks are cp's chunks of tokens (their ids
-// written already); a lone last token runs on the one-token programs.
-func (r *Runner) feedSparse(ctx context.Context, tokens []int32, cp *chunkProg, chunks []sched.Chunk, each func(i int, row []byte) error) ([]float32, error) {
-	V := int64(r.m.Config.Vocab)
-	n, done, lastRows := len(tokens), 0, 0
-	var last *sparseProg
-	runAt := func(p *sparseProg, row int64, rows int) error {
-		if err := r.runSparse(ctx, p, row, rows); err != nil {
-			return err
-		}
-		if each != nil {
-			b := r.rt.Arena().Bytes(p.logits)
-			for i := range rows {
-				if err := each(done+i, b[int64(i)*V*4:][:V*4]); err != nil {
-					return err
-				}
-			}
-		}
-		last, lastRows = p, rows
-		done += rows
-		return nil
-	}
-	for _, ch := range chunks {
-		if err := runAt(cp.sp, ch.Row, min(int(cp.c), n-done)); err != nil {
-			return nil, err
-		}
-	}
-	if done < n {
-		if err := runAt(r.progs[1].sp, int64(r.pos+done), 1); err != nil {
-			return nil, err
-		}
-	}
-	row := r.rt.Arena().Bytes(last.logits)[int64(lastRows-1)*V*4:][:V*4]
-	r.pos += n
-	r.history = append(r.history, tokens...)
-	return core.DecodeF32(row), nil
 }

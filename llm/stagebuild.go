@@ -1,0 +1,116 @@
+package llm
+
+import (
+	"fmt"
+
+	"github.com/xpuhub/xpu/core"
+)
+
+// stageBuild is what shapes one stage graph beyond the model: a projection hook's lowering,
+// the projection taps (WithTap), decode shards, a batched step, an embedder's hidden output.
+type stageBuild struct {
+	// lin, from the runner's ProjectionHook, builds the projections its technique rewrites.
+	lin ProjectionBuilder
+	// taps, when not nil, collects the MATMUL inputs and outputs as extra graph outputs.
+	taps *tapSet
+	// shard gives the shard of each node of a sharded decode stage that belongs to one (by
+	// node ID); the rules place the others.
+	shard map[int]int
+	// shared are the pieces of a stealing sharded stage (StageSpec.Shared), node IDs.
+	shared [][]int
+	// batch, above 1, builds a batched decode step of that many sequences (batch.go): each
+	// with its own cache inputs, attention and K/V outputs.
+	batch int
+	// hidden ends the last stage with the final-normed hidden state, not the logits (embed.go).
+	hidden bool
+}
+
+// sharedPiece records the nodes g added from mark on as a piece either shard unit may run
+// (StageSpec.Shared).
+func (sb *stageBuild) sharedPiece(g *core.Graph, mark int) {
+	var ids []int
+	for _, n := range g.Nodes[mark:] {
+		ids = append(ids, n.ID)
+	}
+	sb.shared = append(sb.shared, ids)
+}
+
+// own records the nodes g added from mark on as shard s's.
+func (sb *stageBuild) own(g *core.Graph, mark, s int) {
+	if sb.shard == nil {
+		sb.shard = map[int]int{}
+	}
+	for _, n := range g.Nodes[mark:] {
+		sb.shard[n.ID] = s
+	}
+}
+
+// tapSet lists a stage's tapped tensors and what each is.
+type tapSet struct {
+	tensors []*core.Tensor
+	what    []Tap
+	seen    map[*core.Tensor]bool
+}
+
+// Tap says what a tapped tensor holds: the input of projection Proj ("attn_q", "ffn_down",
+// ...) of layer Layer, or with Out set its output. Projections that share an input tap it once,
+// under the first of them the graph applies.
+type Tap struct {
+	Layer int
+	Proj  string
+	Out   bool
+}
+
+// output makes the taps graph outputs, after the stage's own (nil sb or no taps: nothing).
+func (sb *stageBuild) output(g *core.Graph) {
+	if sb != nil && sb.taps != nil {
+		g.Output(sb.taps.tensors...)
+	}
+}
+
+func (t *tapSet) add(x *core.Tensor, w Tap) {
+	if t == nil || x == nil || t.seen[x] {
+		return
+	}
+	if t.seen == nil {
+		t.seen = map[*core.Tensor]bool{}
+	}
+	t.seen[x] = true
+	t.tensors = append(t.tensors, x)
+	t.what = append(t.what, w)
+}
+
+// linear is projection p of layer l applied to x [C, K]: the projection hook's (the W8A8
+// lowering), or a MATMUL with the model's weight.
+func (m *Model) linear(g *core.Graph, sb *stageBuild, x *core.Tensor, l int, p string) *core.Tensor {
+	if sb != nil && sb.lin != nil {
+		if y := sb.lin.Linear(g, x, l, p); y != nil {
+			return y
+		}
+	}
+	y := g.Named(p).MatMul(x, m.w(g, fmt.Sprintf("blk.%d.%s.weight", l, p)))
+	if sb != nil {
+		sb.taps.add(x, Tap{Layer: l, Proj: p})
+		sb.taps.add(y, Tap{Layer: l, Proj: p, Out: true})
+	}
+	return y
+}
+
+// head ends the last stage: the logits, or for an embedder the final-normed hidden state.
+func (sb *stageBuild) head(m *Model, g *core.Graph, x *core.Tensor) {
+	if sb == nil || !sb.hidden {
+		m.outputHead(g, x)
+		return
+	}
+	g.SetNamePrefix("")
+	g.Output(m.norm(g, x, "output_norm.weight"))
+}
+
+// outWidth is the width of a row the last stage outputs: the vocabulary's logits, or an
+// embedder's hidden state.
+func (r *Runner) outWidth() int64 {
+	if r.cfg.hidden {
+		return int64(r.m.Config.Dim)
+	}
+	return int64(r.m.Config.Vocab)
+}

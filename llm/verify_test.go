@@ -1,0 +1,202 @@
+package llm
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/draft"
+)
+
+func specRunner(t testing.TB, m *Model, dev core.Device, opts ...RunnerOption) *Runner {
+	r, err := NewRunner(context.Background(), m, dev, append([]RunnerOption{WithVerifyLengths(8, 16, 32), WithChunkSize(16)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+// kvRows are the cache's first n rows of every layer, K then V, as floats.
+func kvRows(r *Runner, n int) [][]float32 {
+	kRow, vRow := r.cfg.kv.RowBytes(r.m.Config)
+	var out [][]float32
+	for _, kv := range r.kv {
+		for i, s := range kv {
+			rowBytes, dt := kRow, r.cfg.kv.K
+			if i == 1 {
+				rowBytes, dt = vRow, r.cfg.kv.V
+			}
+			x, err := core.Dequantize(dt, r.rt.Arena().Bytes(s)[:int64(n)*rowBytes], 0)
+			if err != nil {
+				panic(err) // the cache's own dtype and whole rows: cannot fail
+			}
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// TestSpecKVRowsEqualPlain: after verifies that accept part of each draft and roll the rest
+// back, the cache rows of the accepted path are plain decoding's, on every backend and when
+// the cache is shared between units.
+func TestSpecKVRowsEqualPlain(t *testing.T) {
+	m := openStories(t)
+	ctx := context.Background()
+	type setup struct {
+		backends []string
+		plan     string
+		tree     bool // every unit takes the tree mask
+	}
+	setups := map[string]setup{
+		"ref":    {nil, "", true},
+		"neon":   {[]string{"neon"}, `{"units":["neon"],"prefill":{"rules":[{"unit":"neon"}]}}`, true},
+		"opencl": {[]string{"opencl"}, `{"units":["opencl"],"prefill":{"rules":[{"unit":"opencl"}]}}`, true},
+		"qnn (emulated) MATMULs, neon the rest": {[]string{"neon", "qnn"},
+			`{"units":["neon","qnn"],"prefill":{"rules":[{"unit":"qnn","ops":["MATMUL"]},{"unit":"neon"}]}}`, true},
+		// the HTP profile refuses the bit-exact ops at the graph boundary (GET_ROWS, RESHAPE of
+		// f32 I/O): they fall back to neon, everything else runs on qnn, tree mask included
+		"qnn (emulated) everything it takes": {[]string{"neon", "qnn"},
+			`{"units":["qnn","neon"],"prefill":{"rules":[{"unit":"qnn","fallback":"neon"}]}}`, true},
+		"neon+opencl sharing the cache by layers": {[]string{"neon", "opencl"},
+			`{"units":["neon","opencl"],"prefill":{"rules":[{"unit":"neon","layers":"0-2"},{"unit":"opencl"}]}}`, true},
+	}
+	ids := m.Tokenizer.Encode("Tom and his dog went to the park", true)
+	const n = 40
+	for name, s := range setups {
+		t.Run(name, func(t *testing.T) {
+			open := func() *Runner {
+				// an F32 cache: a verify's K differs from a decode step's in the last bits, which
+				// an F16 cache can round a whole half-precision step apart (4e-3 at 5)
+				opts := []RunnerOption{WithVerifyLengths(8, 16), WithChunkSize(8), WithContextLength(128), WithKVCacheType(core.F32)}
+				if s.backends == nil {
+					return specRunner(t, m, refDevice(t), opts...)
+				}
+				r, err := NewPlannedRunner(ctx, m, pluginDevices(t, s.backends...), mustPlan(t, s.plan), opts...)
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = r.Close() })
+				return r
+			}
+			plain := open()
+			logits, err := plain.Prefill(ctx, ids)
+			require.NoError(t, err)
+			var toks []int32
+			for range n {
+				tok := argmax(logits)
+				toks = append(toks, tok)
+				logits, err = plain.Decode(ctx, tok)
+				require.NoError(t, err)
+			}
+			want := kvRows(plain, len(ids)+n)
+
+			r := open()
+			_, err = r.Prefill(ctx, ids)
+			require.NoError(t, err)
+			rng := rand.New(rand.NewPCG(3, 4))
+			for done := 0; done < n; {
+				// a draft right for a few tokens, then wrong
+				k := min(1+rng.IntN(12), n-done)
+				good := rng.IntN(k + 1)
+				chain := append([]int32{toks[done]}, toks[done+1:min(done+1+k, n)]...)
+				for i := 1 + good; i < len(chain); i++ {
+					chain[i] = (chain[i] + 1 + int32(rng.IntN(50))) % int32(m.Config.Vocab)
+				}
+				base := r.Len()
+				if r.TreeVerify() && len(chain) > 7 {
+					chain = chain[:7] // 2+2·6 tree nodes and the root fit the 16-token graph
+				}
+				if !r.TreeVerify() {
+					rows, err := r.Verify(ctx, chain)
+					require.NoError(t, err)
+					acc := 0
+					for acc+1 < len(chain) && argmax(rows[acc]) == chain[acc+1] {
+						acc++
+					}
+					require.GreaterOrEqual(t, acc, min(good, len(chain)-1))
+					require.NoError(t, r.Truncate(base+1+acc))
+					done += 1 + acc
+					continue
+				}
+				// a tree: a wrong branch of two first, then the draft, each of its nodes with a
+				// wrong sibling after it, so the accepted rows are not contiguous
+				w := func() int32 { return int32(rng.IntN(m.Config.Vocab)) }
+				tree := draft.Tree{Tokens: []int32{w(), w()}, Parents: []int{-1, 0}}
+				parent := -1
+				for _, tok := range chain[1:] {
+					tree.Tokens = append(tree.Tokens, tok, w())
+					tree.Parents = append(tree.Parents, parent, parent)
+					parent = len(tree.Tokens) - 2
+				}
+				rows, err := r.VerifyTree(ctx, chain[0], tree)
+				require.NoError(t, err)
+				keep, cur := []int{0}, -1
+				for {
+					pred, next := argmax(rows[cur+1]), -1
+					for i, p := range tree.Parents {
+						if p == cur && tree.Tokens[i] == pred {
+							next = i
+							break
+						}
+					}
+					if next < 0 {
+						break
+					}
+					cur = next
+					keep = append(keep, next+1)
+				}
+				require.GreaterOrEqual(t, len(keep)-1, min(good, len(chain)-1))
+				require.NoError(t, r.KeepPath(ctx, base, keep))
+				require.Equal(t, base+len(keep), r.Len())
+				done += len(keep)
+			}
+			if s.tree {
+				require.True(t, r.TreeVerify(), "the tree path ran")
+			}
+			require.Equal(t, append(append([]int32(nil), ids...), toks...), r.Tokens()[:len(ids)+n])
+			got := kvRows(r, len(ids)+n)
+			for i := range want {
+				require.InDeltaSlice(t, want[i], got[i], 2e-3, "layer %d %s", i/2, []string{"K", "V"}[i%2])
+			}
+		})
+	}
+}
+
+// chi2Critical is a conservative bound on the chi-square quantile at p = 0.001 (Wilson–
+// Hilferty plus margin): a correct sampler fails this test about once in a thousand runs.
+func chi2Critical(df int) float64 {
+	k := float64(df)
+	z := 3.09
+	return k * math.Pow(1-2/(9*k)+z*math.Sqrt(2/(9*k)), 3)
+}
+
+// TestAcceptTreeDistribution: the speculative-sampling rule keeps the target distribution,
+// whatever tokens the children draft (one, several, one outside the distribution).
+func TestAcceptTreeDistribution(t *testing.T) {
+	s := NewSampler(SamplerConfig{Temperature: 1, Seed: 9})
+	dist := []cand{{3, 0.5}, {1, 0.25}, {4, 0.15}, {0, 0.1}}
+	for _, drafted := range [][]int32{{3}, {0}, {7}, {1, 3}, {0, 4, 7, 3}, {}} {
+		kids := make([]int, len(drafted))
+		for i := range kids {
+			kids[i] = i
+		}
+		counts := map[int32]int{}
+		const n = 40000
+		for range n {
+			c, tok := acceptTree(s, dist, drafted, kids)
+			if c >= 0 {
+				require.Equal(t, drafted[c], tok)
+			}
+			counts[tok]++
+		}
+		var stat float64
+		for _, c := range dist {
+			e := c.p * n
+			stat += (float64(counts[c.id]) - e) * (float64(counts[c.id]) - e) / e
+		}
+		assert.Less(t, stat, chi2Critical(len(dist)-1), "drafts %v: %v", drafted, counts)
+		assert.Zero(t, counts[7], "a token outside the distribution is never kept")
+	}
+}
