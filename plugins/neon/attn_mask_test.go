@@ -186,55 +186,64 @@ func attentionExecution(b *testing.B, f string, g *core.Graph, threads string, i
 	return ex
 }
 
-// BenchmarkAttentionDecode: one decode row of a 1B Llama (32 query heads of 64, 8 KV heads, an
-// f32 cache of 4096 rows of which 196 are visible) on one thread, with the cache warm and cold.
-// Cold reads 64 MiB of other memory between runs, outside the timer, as a decode step's weight
-// stream evicts the cache between one layer's tokens. Each build in build/plugins runs;
-// XPU_PLUGIN_PATH=a.so:b.so compares two builds (for example main's and a branch's avx2).
+// BenchmarkAttentionDecode: one decode row of a 1B Llama (32 query heads of 64, 8 KV heads) with
+// the cache warm and cold: an f32 cache of 4096 rows of which 196 are visible on one thread, and
+// an f16 cache at depth 4096 (every row visible) on one and two threads, where decode at depth spends
+// its attention time. Cold reads 256 MiB of other memory between runs, outside the timer, as a
+// decode step's weight stream evicts the cache between one layer's tokens. Each build in
+// build/plugins runs; XPU_PLUGIN_PATH=a.so:b.so compares two builds (for example main's and a
+// branch's avx2).
 func BenchmarkAttentionDecode(b *testing.B) {
-	const hq, hkv, d, tk, off = 32, 8, 64, 4096, 195
+	const hq, hkv, d, tk = 32, 8, 64, 4096
 	files, _ := findPlugins()
 	if len(files) == 0 {
 		b.Skip("no neon build (run make plugins)")
 	}
-	junk := make([]byte, 64<<20)
+	junk := make([]byte, 256<<20)
 	for i := range junk {
 		junk[i] = byte(i)
 	}
-	for i, f := range files {
-		for _, cold := range []bool{false, true} {
-			name := fmt.Sprintf("%d-%s/warm", i, filepath.Base(f))
-			if cold {
-				name = fmt.Sprintf("%d-%s/cold", i, filepath.Base(f))
-			}
-			b.Run(name, func(b *testing.B) {
-				ctx := context.Background()
-				g := core.NewGraph()
-				q := g.Input("q", core.F32, 1, hq, d)
-				k := g.Input("k", core.F32, tk, hkv, d)
-				v := g.Input("v", core.F32, tk, hkv, d)
-				g.Output(g.Attention(q, k, v, core.AttentionOptions{Causal: true,
-					QOffsetInput: g.Const("q_offset", core.I32, core.Shape{1}, core.EncodeI32([]int32{off}))}))
-				if err := g.Err(); err != nil {
-					b.Fatal(err)
+	for _, c := range []struct {
+		name    string
+		dt      core.DType
+		off     int32
+		threads string
+	}{{"f32-d196-t1", core.F32, 195, "1"}, {"f16-d4096-t1", core.F16, tk - 1, "1"}, {"f16-d4096-t2", core.F16, tk - 1, "2"}} {
+		for i, f := range files {
+			for _, cold := range []bool{false, true} {
+				name := fmt.Sprintf("%s/%d-%s/warm", c.name, i, filepath.Base(f))
+				if cold {
+					name = fmt.Sprintf("%s/%d-%s/cold", c.name, i, filepath.Base(f))
 				}
-				ex := attentionExecution(b, f, g, "1", q, k, v)
-				var sink byte
-				b.ResetTimer()
-				for range b.N {
-					if cold {
-						b.StopTimer()
-						for i := 0; i < len(junk); i += 64 {
-							sink += junk[i]
-						}
-						b.StartTimer()
-					}
-					if err := ex.Run(ctx); err != nil {
+				b.Run(name, func(b *testing.B) {
+					ctx := context.Background()
+					g := core.NewGraph()
+					q := g.Input("q", core.F32, 1, hq, d)
+					k := g.Input("k", c.dt, tk, hkv, d)
+					v := g.Input("v", c.dt, tk, hkv, d)
+					g.Output(g.Attention(q, k, v, core.AttentionOptions{Causal: true,
+						QOffsetInput: g.Const("q_offset", core.I32, core.Shape{1}, core.EncodeI32([]int32{c.off}))}))
+					if err := g.Err(); err != nil {
 						b.Fatal(err)
 					}
-				}
-				junk[0] = sink
-			})
+					ex := attentionExecution(b, f, g, c.threads, q, k, v)
+					var sink byte
+					b.ResetTimer()
+					for range b.N {
+						if cold {
+							b.StopTimer()
+							for i := 0; i < len(junk); i += 64 {
+								sink += junk[i]
+							}
+							b.StartTimer()
+						}
+						if err := ex.Run(ctx); err != nil {
+							b.Fatal(err)
+						}
+					}
+					junk[0] = sink
+				})
+			}
 		}
 	}
 }

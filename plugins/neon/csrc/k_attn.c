@@ -741,11 +741,33 @@ static inline float att_block_weights(float *sg, int64_t jb, float *m, float *l)
 #endif
 
 /*
+ * Asks for the K and V rows of KV head hk at key `key` + ATT_BLOCK, the same key of the next
+ * window, so that they arrive while this window computes. A position's row holds every KV head,
+ * so one head's walk over the keys strides a page every few keys, where the hardware
+ * prefetchers stop; decode's cache is cold (the weights streamed since the layer's previous
+ * token evicted it), and without this each window waited on memory a few rows at a time.
+ * Called per key between the dot products, not as a burst, so the requests stay spread over
+ * the window. Past the cache's last row nothing is asked. always_inline: GCC's pure-const
+ * analysis judges a function whose only effect is __builtin_prefetch to have none, and drops
+ * the call.
+ */
+static inline __attribute__((always_inline)) void att_prefetch_key(const att_args *A, int64_t key, int64_t hk) {
+  const int64_t ahead = key + ATT_BLOCK;
+  if (ahead >= A->Tk) return;
+  const uint8_t *kr = A->k + (size_t)(ahead * A->Hks + hk) * A->krow;
+  const uint8_t *vr = A->v + (size_t)(ahead * A->Hks + hk) * A->vrow;
+  for (size_t b = 0; b < A->krow; b += 64) __builtin_prefetch(kr + b, 0, 3);
+  for (size_t b = 0; b < A->vrow; b += 64) __builtin_prefetch(vr + b, 0, 3);
+}
+
+/*
  * One block of up to ATT_BLOCK keys (indices kidx) for one query row and the gs query heads of
- * its task: scores, the online-softmax update of m and l, and acc = acc * c + P x V.
+ * its task: scores, the online-softmax update of m and l, and acc = acc * c + P x V. pf: ask
+ * for the next window's rows (att_prefetch_key); once per task's window and KV head, not per
+ * query row or head group.
  */
 static void att_block(const att_args *A, const float *qf, float *acc, float *m, float *l, float *s,
-                      const int64_t *kidx, int64_t jb, int64_t hk) {
+                      const int64_t *kidx, int64_t jb, int64_t hk, int pf) {
   const int64_t gs = A->gs;
   int64_t j = 0;
 #if defined(AW) && AW == 16
@@ -754,11 +776,14 @@ static void att_block(const att_args *A, const float *qf, float *acc, float *m, 
     for (; j + 4 <= jb; j += 4) {
       const uint8_t *kr4[4];
       for (int kk = 0; kk < 4; kk++) kr4[kk] = A->k + (size_t)(kidx[j + kk] * A->Hks + hk) * A->krow;
+      if (pf)
+        for (int kk = 0; kk < 4; kk++) att_prefetch_key(A, kidx[j + kk], hk);
       for (int64_t g = 0; g < gs; g += 4) dot16_k(qf + g * A->D, A->D, kr4, A->kt, A->scale, s + g * ATT_BLOCK + j);
     }
 #endif
   for (; j < jb; j++) {
     const uint8_t *kr = A->k + (size_t)(kidx[j] * A->Hks + hk) * A->krow;
+    if (pf) att_prefetch_key(A, kidx[j], hk);
     if (att_is_q(A->kt)) {
 #if defined(AW)
       if (gs % 4 == 0) {
@@ -1628,8 +1653,11 @@ static void att_row_keys_outer(const att_args *A, float *base, int64_t t0, int64
   for (int64_t w0 = wbeg; w0 < end; w0 += ATT_BLOCK) {
     int64_t kidx[ATT_BLOCK], jb = att_window_keys(A, 0, w0, w0 + ATT_BLOCK < end ? w0 + ATT_BLOCK : end, kidx);
     if (jb == 0) continue;
-    for (int64_t t = 0; t < nt; t++)
-      att_block(A, qf + t * gs * D, acc + t * gs * Dv, m + t * gs, l + t * gs, s, kidx, jb, ((t0 + t) * gs) / group);
+    for (int64_t t = 0; t < nt; t++) {
+      const int64_t hk = ((t0 + t) * gs) / group;
+      att_block(A, qf + t * gs * D, acc + t * gs * Dv, m + t * gs, l + t * gs, s, kidx, jb, hk,
+                t == 0 || hk != ((t0 + t - 1) * gs) / group);
+    }
   }
   if (store)
     for (int64_t r = 0; r < nt * gs; r++) att_store_row(A, t0 * gs + r, acc + r * Dv, l[r]);
@@ -1723,7 +1751,7 @@ static void att_task(void *p, int tid, int nth) {
       for (int64_t r = 0; r < nr; r++) {
         int64_t kidx[ATT_BLOCK], jb = att_window_keys(A, i0 + r, w0, w0 + ATT_BLOCK < ends[r] ? w0 + ATT_BLOCK : ends[r], kidx);
         if (jb > 0)
-          att_block(A, qf + r * gs * A->D, acc + r * gs * A->Dv, m + r * gs, l + r * gs, s, kidx, jb, hk);
+          att_block(A, qf + r * gs * A->D, acc + r * gs * A->Dv, m + r * gs, l + r * gs, s, kidx, jb, hk, r == 0);
       }
     }
     for (int64_t r = 0; r < nr; r++)
