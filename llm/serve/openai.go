@@ -11,12 +11,13 @@ import (
 
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/grammar"
+	"github.com/xpuhub/xpu/llm/sample"
 	"github.com/xpuhub/xpu/llm/tokenizer"
 )
 
 // job is a validated request, ready to run on a runner.
 type job struct {
-	sampler   llm.SamplerConfig
+	sampler   sample.Config
 	maxTokens int
 	stops     []string
 	prompt    []int32 // the tokens the prompt encodes to (for the limits and usage)
@@ -196,8 +197,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	if q.TopLogprobs != nil {
 		switch {
-		case *q.TopLogprobs < 0 || *q.TopLogprobs > llm.MaxTopLogprobs:
-			return badRequest("top_logprobs", "invalid_value", "top_logprobs %d: must be 0 to %d", *q.TopLogprobs, llm.MaxTopLogprobs)
+		case *q.TopLogprobs < 0 || *q.TopLogprobs > sample.MaxTopLogprobs:
+			return badRequest("top_logprobs", "invalid_value", "top_logprobs %d: must be 0 to %d", *q.TopLogprobs, sample.MaxTopLogprobs)
 		case !j.logprobs:
 			return badRequest("top_logprobs", "invalid_value", "top_logprobs needs logprobs: true")
 		}
