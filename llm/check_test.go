@@ -11,39 +11,8 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm/gguf"
+	"github.com/xpuhub/xpu/llm/sample"
 )
-
-func TestSamplerConfigValidate(t *testing.T) {
-	nan, inf := float32(math.NaN()), float32(math.Inf(1))
-	cases := []struct {
-		name string
-		cfg  SamplerConfig
-		msg  string // "" = valid
-	}{
-		{"zero value (greedy)", SamplerConfig{}, ""},
-		{"typical", SamplerConfig{Temperature: 0.8, TopP: 0.9, TopK: 40, RepeatPenalty: 1.1}, ""},
-		{"top-p 1", SamplerConfig{Temperature: 1, TopP: 1}, ""},
-		{"NaN temperature", SamplerConfig{Temperature: nan}, "temperature NaN"},
-		{"infinite temperature", SamplerConfig{Temperature: inf}, "temperature +Inf"},
-		{"negative temperature", SamplerConfig{Temperature: -1}, "temperature -1"},
-		{"top-p 2", SamplerConfig{TopP: 2}, "top-p 2"},
-		{"NaN top-p", SamplerConfig{TopP: nan}, "top-p NaN"},
-		{"negative top-k", SamplerConfig{TopK: -3}, "top-k -3"},
-		{"NaN repeat penalty", SamplerConfig{RepeatPenalty: nan}, "repeat penalty NaN"},
-		{"negative repeat window", SamplerConfig{RepeatLastN: -1}, "repeat window -1"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			err := c.cfg.Validate()
-			if c.msg == "" {
-				assert.NoError(t, err)
-				return
-			}
-			require.ErrorIs(t, err, core.ErrInvalidArgument)
-			assert.Contains(t, err.Error(), c.msg)
-		})
-	}
-}
 
 // synthRunner opens a runner on the reference device for the small synthetic model, edited.
 func synthRunner(t *testing.T, editKV func([]gguf.KeyValue) []gguf.KeyValue,
@@ -62,8 +31,8 @@ func TestGenerateRejectsBadOptions(t *testing.T) {
 	ctx := context.Background()
 	for name, opts := range map[string][]GenerateOption{
 		"negative max tokens": {WithMaxTokens(-5)},
-		"NaN temperature":     {WithSampler(SamplerConfig{Temperature: float32(math.NaN())})},
-		"top-p above 1":       {WithSampler(SamplerConfig{Temperature: 1, TopP: 2})},
+		"NaN temperature":     {WithSampler(sample.Config{Temperature: float32(math.NaN())})},
+		"top-p above 1":       {WithSampler(sample.Config{Temperature: 1, TopP: 2})},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := r.Generate(ctx, "hello", opts...)
@@ -188,7 +157,7 @@ func TestPaddedEmbeddingNeverSampled(t *testing.T) {
 	require.Equal(t, 512, r.Model().Config.Vocab)
 	require.Equal(t, n, r.Model().Tokenizer.Size())
 	res, err := r.Generate(context.Background(), "hello", WithMaxTokens(48),
-		WithSampler(SamplerConfig{Temperature: 100, Seed: 3}))
+		WithSampler(sample.Config{Temperature: 100, Seed: 3}))
 	require.NoError(t, err)
 	require.NotEmpty(t, res.Tokens)
 	for _, id := range res.Tokens {

@@ -8,6 +8,7 @@ import (
 	"weak"
 
 	"github.com/xpuhub/xpu/llm/grammar"
+	"github.com/xpuhub/xpu/llm/sample"
 	"github.com/xpuhub/xpu/llm/tokenizer"
 )
 
@@ -51,34 +52,21 @@ type constrained struct {
 	saved []float32
 }
 
-func newConstrained(c Constraint, s SamplerConfig) *constrained {
+func newConstrained(c Constraint, s sample.Config) *constrained {
 	if c == nil {
 		return nil
 	}
 	c.Reset()
 	h := &constrained{c: c}
-	if tc, ok := c.(TokenChecker); ok && !truncates(s) {
+	if tc, ok := c.(TokenChecker); ok && !s.Truncates() {
 		h.check = tc
 	}
 	return h
 }
 
-// truncates reports whether the sampler keeps only part of the distribution before drawing
-// (top-k, top-p). Sampling first and masking only on refusal draws from the masked
-// distribution exactly when nothing is cut (a refused draw is redrawn from the rest, which
-// renormalizes the allowed tokens' probabilities) and greedy picks the best allowed token
-// either way; with a cut, the cut would fall on other tokens, so the whole vocabulary is masked
-// first instead.
-func truncates(s SamplerConfig) bool {
-	if s.Temperature <= 0 {
-		return false
-	}
-	return s.TopK > 0 || (s.TopP > 0 && s.TopP < 1)
-}
-
 // sample picks the next token: without a constraint as the sampler does; with one, held to it
 // (masked logits before the draw, Accept after).
-func (h *constrained) sample(s *Sampler, logits []float32, history []int32) (int32, error) {
+func (h *constrained) sample(s *sample.Sampler, logits []float32, history []int32) (int32, error) {
 	if h == nil {
 		return s.Sample(logits, history), nil
 	}
@@ -96,7 +84,7 @@ func (h *constrained) sample(s *Sampler, logits []float32, history []int32) (int
 	next := s.Sample(logits, history)
 	if next >= 0 && math.IsInf(float64(logits[next]), -1) {
 		// rounding in the sampler's draw can fall through to a masked token: take the best allowed
-		next = argmax(logits)
+		next = sample.Argmax(logits)
 	}
 	return next, h.accept(next)
 }

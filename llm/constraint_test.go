@@ -12,6 +12,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm/grammar"
+	"github.com/xpuhub/xpu/llm/sample"
 )
 
 // recording wraps a constraint and counts the calls Generate makes.
@@ -43,7 +44,7 @@ func TestGenerateWithConstraint(t *testing.T) {
 		c := &recording{Constraint: GrammarConstraint(m.Tokenizer, g)}
 		for seed := uint64(1); seed <= 3; seed++ {
 			res, err := r.Generate(context.Background(), "Once upon a time", WithMaxTokens(64),
-				WithSampler(SamplerConfig{Temperature: temp, Seed: seed}), WithConstraint(c))
+				WithSampler(sample.Config{Temperature: temp, Seed: seed}), WithConstraint(c))
 			require.NoError(t, err)
 			assert.Regexp(t, want, res.Text, "temperature %g seed %d", temp, seed)
 			assert.Equal(t, StopEOS, res.Stop, "the grammar's end stops generation")

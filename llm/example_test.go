@@ -10,6 +10,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/sample"
 	"github.com/xpuhub/xpu/llm/synth"
 )
 
@@ -45,7 +46,7 @@ func Example() {
 	var streamed int
 	res, err := r.Generate(ctx, "Once upon a time",
 		llm.WithMaxTokens(16),
-		llm.WithSampler(llm.SamplerConfig{Temperature: 0.8, TopP: 0.95, Seed: 1}),
+		llm.WithSampler(sample.Config{Temperature: 0.8, TopP: 0.95, Seed: 1}),
 		llm.WithStream(func(text string) error { streamed += len(text); return nil }))
 	if err != nil {
 		log.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/sample"
 	"github.com/xpuhub/xpu/sched/energy"
 )
 
@@ -58,7 +59,7 @@ func rate(n int, d time.Duration) float64 {
 
 type genConfig struct {
 	maxTokens int
-	sampler   SamplerConfig
+	sampler   sample.Config
 	stream    func(text string) error
 	onToken   func(id int32) error
 	keep      bool
@@ -80,8 +81,8 @@ type GenerateOption func(*genConfig)
 func WithMaxTokens(n int) GenerateOption { return func(c *genConfig) { c.maxTokens = n } }
 
 // WithSampler sets the sampling (default greedy); Generate fails with
-// core.ErrInvalidArgument when s is out of range (see SamplerConfig.Validate).
-func WithSampler(s SamplerConfig) GenerateOption { return func(c *genConfig) { c.sampler = s } }
+// core.ErrInvalidArgument when s is out of range (see sample.Config.Validate).
+func WithSampler(s sample.Config) GenerateOption { return func(c *genConfig) { c.sampler = s } }
 
 // WithStream receives the text as it is generated; an error stops generation and is returned.
 func WithStream(f func(text string) error) GenerateOption {
@@ -200,7 +201,7 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 		return res, nil
 	}
 	t1, c1 := time.Now(), cpuTime()
-	g.sampler = NewSampler(cfg.sampler)
+	g.sampler = sample.New(cfg.sampler)
 	if cfg.strategy != nil {
 		err := cfg.strategy.Decode(ctx, g, logits)
 		if err == nil {

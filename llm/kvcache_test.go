@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/sample"
 	"github.com/xpuhub/xpu/llm/synth"
 )
 
@@ -44,7 +45,7 @@ func kvLogits(t *testing.T, m *Model, dev core.Device, ids []int32, steps int, k
 	out := [][]float32{l}
 	var fed []int32
 	for i := range steps {
-		next := argmax(l)
+		next := sample.Argmax(l)
 		if feed != nil {
 			next = feed[i]
 		}

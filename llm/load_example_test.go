@@ -86,27 +86,3 @@ func ExampleEngine_NewChat() {
 	// user: And a dog?
 	// fallback template: true
 }
-
-// A chat template renders a conversation into the prompt text the model was trained on.
-func ExampleChatTemplate_Render() {
-	path, cleanup := writeTinyModel()
-	defer cleanup()
-	m, err := llm.Open(path)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer m.Close()
-	tmpl, err := llm.NewChatTemplate(m, "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-	if err != nil {
-		log.Fatal(err)
-	}
-	text, err := tmpl.Render([]llm.Message{{Role: "user", Content: "Hi!"}}, true)
-	if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Print(text)
-	// Output:
-	// <|im_start|>user
-	// Hi!<|im_end|>
-	// <|im_start|>assistant
-}

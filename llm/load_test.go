@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/prompt"
 	"github.com/xpuhub/xpu/loader"
 )
 
@@ -182,7 +183,7 @@ func TestChatKeepsCache(t *testing.T) {
 	assert.Positive(t, second.CachedTokens, "the second turn reused the first's cache")
 	msgs := chat.Messages()
 	require.Len(t, msgs, 5)
-	assert.Equal(t, Message{Role: "user", Content: "And Tom?"}, msgs[3])
+	assert.Equal(t, prompt.Message{Role: "user", Content: "And Tom?"}, msgs[3])
 
 	// The same conversation prefilled from scratch on a second runner.
 	r2, err := eng.NewRunner(ctx)
@@ -202,11 +203,11 @@ func TestChatKeepsCache(t *testing.T) {
 
 func TestChatTemplateErrors(t *testing.T) {
 	m := openStories(t)
-	_, err := NewChatTemplate(m, "{% for %}")
+	_, err := prompt.New(m.Tokenizer, "{% for %}")
 	require.ErrorIs(t, err, core.ErrInvalidArgument)
-	ct, err := NewChatTemplate(m, "{{ raise_exception('no system role') }}")
+	ct, err := prompt.New(m.Tokenizer, "{{ raise_exception('no system role') }}")
 	require.NoError(t, err)
-	_, err = ct.Render([]Message{{Role: "system", Content: "x"}}, true)
+	_, err = ct.Render([]prompt.Message{{Role: "system", Content: "x"}}, true)
 	require.ErrorIs(t, err, core.ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "no system role")
 }

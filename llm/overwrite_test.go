@@ -13,6 +13,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/llm/gguf"
+	"github.com/xpuhub/xpu/llm/sample"
 )
 
 // Overwriting or truncating the model file under a loaded model (a new download over the old
@@ -58,7 +59,7 @@ func TestModelFileOverwritten(t *testing.T) {
 				require.NoError(t, err)
 				defer r.Close()
 				gen := func() (Result, error) {
-					return r.Generate(ctx, "Once upon a time", WithMaxTokens(24), WithSampler(SamplerConfig{}))
+					return r.Generate(ctx, "Once upon a time", WithMaxTokens(24), WithSampler(sample.Config{}))
 				}
 				before, err := gen()
 				require.NoError(t, err)

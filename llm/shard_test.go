@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/sample"
 	"github.com/xpuhub/xpu/llm/shard"
 	"github.com/xpuhub/xpu/llm/synth"
 	"github.com/xpuhub/xpu/sched"
@@ -53,7 +54,7 @@ func TestShardedDecodeLogits(t *testing.T) {
 		l, err := single.Prefill(ctx, ids)
 		require.NoError(t, err)
 		for range 12 {
-			tok := argmax(l)
+			tok := sample.Argmax(l)
 			next = append(next, tok)
 			l, err = single.Decode(ctx, tok)
 			require.NoError(t, err)
@@ -149,7 +150,7 @@ func TestAdaptiveShardsEveryCutGivesTheSameLogits(t *testing.T) {
 	require.NoError(t, err)
 	want, err := single.Prefill(ctx, ids)
 	require.NoError(t, err)
-	tok := argmax(want)
+	tok := sample.Argmax(want)
 	want, err = single.Decode(ctx, tok)
 	require.NoError(t, err)
 	require.NoError(t, single.Close())
@@ -205,7 +206,7 @@ func TestStealingShardsAreDeterministic(t *testing.T) {
 		require.NoError(t, err)
 		var got [][]float32
 		for range 4 {
-			l, err = r.Decode(ctx, argmax(l))
+			l, err = r.Decode(ctx, sample.Argmax(l))
 			require.NoError(t, err)
 			got = append(got, l)
 		}

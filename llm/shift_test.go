@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/sample"
 )
 
 // cacheRows are layer l's K (which 0) or V (1) cache rows [from, from+n) as floats.
@@ -133,13 +134,13 @@ func TestGenerateContextShift(t *testing.T) {
 			r, err := NewRunner(ctx, m, refDevice(t), append([]RunnerOption{WithChunkSize(8), WithContextLength(ctxLen)}, tc.ro...)...)
 			require.NoError(t, err)
 			defer r.Close()
-			res, err := r.Generate(ctx, prompt, append([]GenerateOption{WithMaxTokens(tokens), WithSampler(SamplerConfig{Temperature: 0.8, Seed: 3})}, tc.opts...)...)
+			res, err := r.Generate(ctx, prompt, append([]GenerateOption{WithMaxTokens(tokens), WithSampler(sample.Config{Temperature: 0.8, Seed: 3})}, tc.opts...)...)
 			require.NoError(t, err)
 			assert.Equal(t, StopContext, res.Stop, "without a shift")
 			assert.Less(t, len(res.Tokens), ctxLen)
 
 			res, err = r.Generate(ctx, prompt, append([]GenerateOption{WithMaxTokens(tokens), WithContextShift(keep),
-				WithSampler(SamplerConfig{Temperature: 0.8, Seed: 3})}, tc.opts...)...)
+				WithSampler(sample.Config{Temperature: 0.8, Seed: 3})}, tc.opts...)...)
 			require.NoError(t, err)
 			assert.Equal(t, StopMaxTokens, res.Stop)
 			assert.Len(t, res.Tokens, tokens)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+
+	"github.com/xpuhub/xpu/llm/sample"
 )
 
 // Strategy decodes in place of Generate's own loop, which samples one token per decode step:
@@ -38,7 +40,7 @@ type Generation struct {
 	res     *Result
 	dec     interface{ Next(int32) string }
 	text    *[]byte
-	sampler *Sampler
+	sampler *sample.Sampler
 }
 
 // Runner is the runner generating; the context Generate hands the strategy lets it call the
@@ -46,7 +48,7 @@ type Generation struct {
 func (g *Generation) Runner() *Runner { return g.r }
 
 // Sampler is the generation's sampler (WithSampler's configuration, seeded once per Generate).
-func (g *Generation) Sampler() *Sampler { return g.sampler }
+func (g *Generation) Sampler() *sample.Sampler { return g.sampler }
 
 // Greedy says whether the sampler picks the most likely token (temperature 0).
 func (g *Generation) Greedy() bool { return g.cfg.sampler.Temperature <= 0 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/sample"
 )
 
 // plainStrategy decodes as Generate's own loop does, through what a Strategy sees: enough to
@@ -80,7 +81,7 @@ func TestStrategy(t *testing.T) {
 		opts []GenerateOption
 	}{
 		{"greedy", nil},
-		{"sampled", []GenerateOption{WithSampler(SamplerConfig{Temperature: 0.9, TopK: 20, Seed: 4, RepeatPenalty: 1.1})}},
+		{"sampled", []GenerateOption{WithSampler(sample.Config{Temperature: 0.9, TopK: 20, Seed: 4, RepeatPenalty: 1.1})}},
 		{"to the end of the context", []GenerateOption{WithMaxTokens(200)}},
 		{"shifting", []GenerateOption{WithMaxTokens(200), WithContextShift(4)}},
 	} {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/grammar"
+	"github.com/xpuhub/xpu/llm/sample"
 	"github.com/xpuhub/xpu/loader"
 	"github.com/xpuhub/xpu/sched"
 )
@@ -176,8 +177,8 @@ func addSamplingFlags(fs *flag.FlagSet) *samplingFlags {
 	return f
 }
 
-func (f *samplingFlags) sampler() llm.SamplerConfig {
-	return llm.SamplerConfig{Temperature: float32(f.temp), TopP: float32(f.topP), TopK: f.topK,
+func (f *samplingFlags) sampler() sample.Config {
+	return sample.Config{Temperature: float32(f.temp), TopP: float32(f.topP), TopK: f.topK,
 		RepeatPenalty: float32(f.repeat), Seed: f.seed}
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/prompt"
 )
 
 func TestServeFlagErrors(t *testing.T) {
@@ -273,9 +274,9 @@ func TestServeChatTemplateFile(t *testing.T) {
 	m, err := llm.Open(model)
 	require.NoError(t, err)
 	defer m.Close()
-	ct, err := llm.NewChatTemplate(m, src)
+	ct, err := prompt.New(m.Tokenizer, src)
 	require.NoError(t, err)
-	msgs := []llm.Message{{Role: "user", Content: "Tell me a story about a red ball."}}
+	msgs := []prompt.Message{{Role: "user", Content: "Tell me a story about a red ball."}}
 	_, ids, err := ct.Prompt(m.Tokenizer, msgs)
 	require.NoError(t, err)
 	fallback, err := m.ChatTemplate()

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/prompt"
 )
 
 // BenchmarkServe is one greedy 16-token chat completion over loopback HTTP (whole and
@@ -28,7 +29,7 @@ func BenchmarkServe(b *testing.B) {
 	b.Run("direct", func(b *testing.B) {
 		sl := srv.slots.take(nil)
 		defer srv.slots.put(sl)
-		msgs := []llm.Message{{Role: "user", Content: "Tell me a story."}}
+		msgs := []prompt.Message{{Role: "user", Content: "Tell me a story."}}
 		for b.Loop() {
 			sl.chat.Reset()
 			_, err := sl.chat.Complete(context.Background(), msgs, llm.WithMaxTokens(16))
@@ -68,15 +69,15 @@ func BenchmarkPromptCache(b *testing.B) {
 	b.Cleanup(func() { _ = srv.Close() })
 	hs := httptest.NewServer(srv.Handler())
 	b.Cleanup(hs.Close)
-	var msgs []llm.Message
+	var msgs []prompt.Message
 	for i := range 10 {
-		msgs = append(msgs, llm.Message{Role: "user", Content: fmt.Sprintf("What happened on day %d?", i+1)},
-			llm.Message{Role: "assistant", Content: "The little dog ran to the park and played with a red ball."})
+		msgs = append(msgs, prompt.Message{Role: "user", Content: fmt.Sprintf("What happened on day %d?", i+1)},
+			prompt.Message{Role: "assistant", Content: "The little dog ran to the park and played with a red ball."})
 	}
 	msgs = msgs[:len(msgs)-1] // ends with the tenth question
-	next := append(slices.Clone(msgs), llm.Message{Role: "assistant", Content: "It was sunny."},
-		llm.Message{Role: "user", Content: "And then?"})
-	ttft := func(msgs []llm.Message) (time.Duration, int) {
+	next := append(slices.Clone(msgs), prompt.Message{Role: "assistant", Content: "It was sunny."},
+		prompt.Message{Role: "user", Content: "And then?"})
+	ttft := func(msgs []prompt.Message) (time.Duration, int) {
 		body, err := json.Marshal(map[string]any{"model": "m", "max_tokens": 1, "temperature": 0, "messages": msgs})
 		require.NoError(b, err)
 		t0 := time.Now()

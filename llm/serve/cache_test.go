@@ -11,13 +11,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/prompt"
 )
 
 // chatTurn posts a greedy chat completion of msgs, streamed (with the usage chunk) or not, and
 // returns the reply and the usage's cached_tokens.
-func chatTurn(t *testing.T, url string, msgs []llm.Message, stream bool) (string, int) {
+func chatTurn(t *testing.T, url string, msgs []prompt.Message, stream bool) (string, int) {
 	t.Helper()
 	body, err := json.Marshal(map[string]any{"model": "stories", "stream": stream, "temperature": 0,
 		"max_tokens": 4, "messages": msgs, "stream_options": map[string]bool{"include_usage": stream}})
@@ -56,7 +55,7 @@ func chatTurn(t *testing.T, url string, msgs []llm.Message, stream bool) (string
 
 // expectedCached is what a request for msgs should reuse of sl's cache: the prefix its prompt's
 // tokens share with the cache, all but the last prompt token at most.
-func expectedCached(t *testing.T, srv *Server, sl *slot, msgs []llm.Message) (int, []int32) {
+func expectedCached(t *testing.T, srv *Server, sl *slot, msgs []prompt.Message) (int, []int32) {
 	t.Helper()
 	_, ids, err := srv.tmpl.Prompt(srv.tok, msgs)
 	require.NoError(t, err)
@@ -69,10 +68,10 @@ func expectedCached(t *testing.T, srv *Server, sl *slot, msgs []llm.Message) (in
 func TestPromptCacheResentChat(t *testing.T) {
 	hs, srv := newTestServer(t, WithParallel(1))
 	ref, refSrv := newTestServer(t, WithParallel(1))
-	msgs := []llm.Message{{Role: "system", Content: "Be kind."}}
+	msgs := []prompt.Message{{Role: "system", Content: "Be kind."}}
 	last := 0
 	for turn := range 10 {
-		msgs = append(msgs, llm.Message{Role: "user", Content: fmt.Sprintf("Day %d.", turn+1)})
+		msgs = append(msgs, prompt.Message{Role: "user", Content: fmt.Sprintf("Day %d.", turn+1)})
 		want, ids := expectedCached(t, srv, srv.all[0], msgs)
 		stream := turn%2 == 1
 		reply, cached := chatTurn(t, hs.URL, msgs, stream)
@@ -89,7 +88,7 @@ func TestPromptCacheResentChat(t *testing.T) {
 		again, refCached := chatTurn(t, ref.URL, msgs, stream)
 		assert.Zero(t, refCached)
 		assert.Equal(t, again, reply, "turn %d: the cache changes nothing in the answer", turn+1)
-		msgs = append(msgs, llm.Message{Role: "assistant", Content: reply})
+		msgs = append(msgs, prompt.Message{Role: "assistant", Content: reply})
 	}
 }
 
@@ -132,13 +131,13 @@ func TestPromptCacheCompletions(t *testing.T) {
 // the template text both begin with.
 func TestPromptCacheKeepsSlotsApart(t *testing.T) {
 	hs, srv := newTestServer(t, WithParallel(2))
-	convs := [2][]llm.Message{}
+	convs := [2][]prompt.Message{}
 	owner := [2]*slot{}
 	for turn := range 4 {
 		for c := range convs {
-			convs[c] = append(convs[c], llm.Message{Role: "user", Content: fmt.Sprintf("Conversation %c, turn %d: tell me a story.", 'A'+c, turn+1)})
+			convs[c] = append(convs[c], prompt.Message{Role: "user", Content: fmt.Sprintf("Conversation %c, turn %d: tell me a story.", 'A'+c, turn+1)})
 			reply, cached := chatTurn(t, hs.URL, convs[c], c == 1)
-			convs[c] = append(convs[c], llm.Message{Role: "assistant", Content: reply})
+			convs[c] = append(convs[c], prompt.Message{Role: "assistant", Content: reply})
 			// the slot now holding this conversation's prompt
 			_, ids, err := srv.tmpl.Prompt(srv.tok, convs[c][:len(convs[c])-1])
 			require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/sample"
 )
 
 // acquire waits for a free runner, in the bounded queue, and rebuilds it first when the backend
@@ -108,11 +109,11 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 		id = newID("chatcmpl-")
 	}
 	// choice prepares the options of choice i; lps collects its tokens' logprobs
-	choice := func(i int, lps *[]llm.TokenLogprob) []llm.GenerateOption {
+	choice := func(i int, lps *[]sample.TokenLogprob) []llm.GenerateOption {
 		sc := j.sampler
 		sc.Seed += uint64(i)
 		if j.logprobs {
-			sc.Logprobs = func(l llm.TokenLogprob) { *lps = append(*lps, l) }
+			sc.Logprobs = func(l sample.TokenLogprob) { *lps = append(*lps, l) }
 		}
 		opts := append(j.genOptions(), llm.WithSampler(sc))
 		if j.grammar != nil {
@@ -144,7 +145,7 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 			chunkObject = object
 		}
 		// offset: the text_offset of the choice's next token (completions' logprobs)
-		piece := func(i int, text string, lps []llm.TokenLogprob, finish *string, offset *int) response {
+		piece := func(i int, text string, lps []sample.TokenLogprob, finish *string, offset *int) response {
 			resp := response{ID: id, Object: chunkObject, Created: created, Model: s.cfg.name}
 			if chat {
 				resp.Choices = []chatChoice{{Index: i, Delta: &delta{Content: text}, FinishReason: finish,
@@ -183,7 +184,7 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 					return fail()
 				}
 			}
-			var lps []llm.TokenLogprob
+			var lps []sample.TokenLogprob
 			sentLps := 0
 			sent := 0
 			// with tools, the reply's beginning is held back while it may be a tool call
@@ -262,11 +263,11 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 		ran bool
 		res llm.Result
 		err error
-		lps []llm.TokenLogprob
+		lps []sample.TokenLogprob
 	}
 	outs := make([]outcome, j.n)
 	s.eachChoice(held, j.n, func(k, i int) bool {
-		var lps []llm.TokenLogprob
+		var lps []sample.TokenLogprob
 		opts := choice(i, &lps)
 		if s.hooks.beforeSend != nil {
 			n := 0
@@ -321,7 +322,7 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 }
 
 // chatLogprobs is the chat API's logprobs of tokens (nil when the request asked for none).
-func (s *Server) chatLogprobs(j *job, lps []llm.TokenLogprob) *chatLogprobs {
+func (s *Server) chatLogprobs(j *job, lps []sample.TokenLogprob) *chatLogprobs {
 	if !j.logprobs {
 		return nil
 	}
@@ -347,7 +348,7 @@ func (s *Server) chatLogprobs(j *job, lps []llm.TokenLogprob) *chatLogprobs {
 
 // textLogprobs is the completions API's logprobs of tokens; *offset is the first token's
 // offset in the choice's text and moves past them.
-func (s *Server) textLogprobs(j *job, lps []llm.TokenLogprob, offset *int) *textLogprobs {
+func (s *Server) textLogprobs(j *job, lps []sample.TokenLogprob, offset *int) *textLogprobs {
 	if !j.logprobs {
 		return nil
 	}

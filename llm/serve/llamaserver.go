@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/sample"
 	"github.com/xpuhub/xpu/llm/tokenizer"
 )
 
@@ -115,13 +116,13 @@ func (s *Server) llamaCompletion(w http.ResponseWriter, r *http.Request) *apiErr
 	if q.NPredict == nil || *q.NPredict < 0 { // llama-server's -1: until the context or the server's limit
 		j.maxTokens = s.untilContext(len(ids))
 	}
-	if q.NProbs < 0 || q.NProbs > llm.MaxTopLogprobs {
-		return badRequest("n_probs", "invalid_value", "n_probs %d: must be 0 to %d", q.NProbs, llm.MaxTopLogprobs)
+	if q.NProbs < 0 || q.NProbs > sample.MaxTopLogprobs {
+		return badRequest("n_probs", "invalid_value", "n_probs %d: must be 0 to %d", q.NProbs, sample.MaxTopLogprobs)
 	}
-	var lps []llm.TokenLogprob
+	var lps []sample.TokenLogprob
 	if q.NProbs > 0 {
 		j.sampler.TopLogprobs = q.NProbs
-		j.sampler.Logprobs = func(l llm.TokenLogprob) { lps = append(lps, l) }
+		j.sampler.Logprobs = func(l sample.TokenLogprob) { lps = append(lps, l) }
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.timeout)
 	defer cancel()
@@ -172,7 +173,7 @@ func (s *Server) llamaCompletion(w http.ResponseWriter, r *http.Request) *apiErr
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func (s *Server) llamaProbs(lps []llm.TokenLogprob) []llamaProb {
+func (s *Server) llamaProbs(lps []sample.TokenLogprob) []llamaProb {
 	entry := func(id int32, lp float64) llamaProb {
 		t := s.tok.Piece(id)
 		return llamaProb{ID: id, Token: t, Logprob: lp, Bytes: textBytes(t)}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/prompt"
 )
 
 // ollama's core API on the same port: POST /api/generate and /api/chat (streamed as
@@ -187,11 +187,11 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request) *apiErro
 		ids = s.encodeRaw(q.Prompt)
 		gen = rawGen(q.Prompt, ids, q.Options.Stop)
 	} else {
-		var msgs []llm.Message
+		var msgs []prompt.Message
 		if q.System != "" {
-			msgs = append(msgs, llm.Message{Role: "system", Content: q.System})
+			msgs = append(msgs, prompt.Message{Role: "system", Content: q.System})
 		}
-		msgs = append(msgs, llm.Message{Role: "user", Content: q.Prompt})
+		msgs = append(msgs, prompt.Message{Role: "user", Content: q.Prompt})
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.timeout)
 		var e *apiError
 		ids, e = s.renderChat(ctx, msgs, "prompt")
@@ -232,7 +232,7 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) *apiError {
 	if len(q.Messages) == 0 {
 		return badRequest("messages", "", "messages must not be empty")
 	}
-	msgs := make([]llm.Message, len(q.Messages))
+	msgs := make([]prompt.Message, len(q.Messages))
 	for i, m := range q.Messages {
 		switch {
 		case m.Role != "system" && m.Role != "user" && m.Role != "assistant":
@@ -240,7 +240,7 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) *apiError {
 		case len(m.Images) > 0:
 			return badRequest("messages", "", "messages[%d].images: images are not supported: this is a text model", i)
 		}
-		msgs[i] = llm.Message{Role: m.Role, Content: m.Content}
+		msgs[i] = prompt.Message{Role: m.Role, Content: m.Content}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.timeout)
 	ids, e := s.renderChat(ctx, msgs, "messages")

@@ -11,12 +11,14 @@ import (
 
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/grammar"
+	"github.com/xpuhub/xpu/llm/prompt"
+	"github.com/xpuhub/xpu/llm/sample"
 	"github.com/xpuhub/xpu/llm/tokenizer"
 )
 
 // job is a validated request, ready to run on a runner.
 type job struct {
-	sampler   llm.SamplerConfig
+	sampler   sample.Config
 	maxTokens int
 	stops     []string
 	prompt    []int32 // the tokens the prompt encodes to (for the limits and usage)
@@ -149,7 +151,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	if len(q.Messages) == 0 {
 		return badRequest("messages", "invalid_value", "messages must not be empty")
 	}
-	msgs := make([]llm.Message, len(q.Messages))
+	msgs := make([]prompt.Message, len(q.Messages))
 	for i, m := range q.Messages {
 		if !validRoles[m.Role] {
 			return badRequest(fmt.Sprintf("messages[%d].role", i), "invalid_value",
@@ -159,9 +161,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 		if role == "developer" { // OpenAI's newer name for the system role
 			role = "system"
 		}
-		msgs[i] = llm.Message{Role: role, Content: string(m.Content), ToolCallID: m.ToolCallID}
+		msgs[i] = prompt.Message{Role: role, Content: string(m.Content), ToolCallID: m.ToolCallID}
 		for _, c := range m.ToolCalls {
-			msgs[i].ToolCalls = append(msgs[i].ToolCalls, llm.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
+			msgs[i].ToolCalls = append(msgs[i].ToolCalls, prompt.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
 		}
 	}
 	tools, required, e := checkTools(q.Tools, q.ToolChoice)
@@ -176,7 +178,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	case err != nil && ctx.Err() != nil:
 		return newError(http.StatusGatewayTimeout, "server_error", "", "timeout",
 			"the chat template did not render within the request timeout (%s)", s.cfg.timeout)
-	case errors.Is(err, llm.ErrTemplateLimit):
+	case errors.Is(err, prompt.ErrLimit):
 		return badRequest("messages", "chat_template_limit", "%v", err)
 	case err != nil:
 		return badRequest("messages", "invalid_value", "%v", err)
@@ -197,8 +199,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	if q.TopLogprobs != nil {
 		switch {
-		case *q.TopLogprobs < 0 || *q.TopLogprobs > llm.MaxTopLogprobs:
-			return badRequest("top_logprobs", "invalid_value", "top_logprobs %d: must be 0 to %d", *q.TopLogprobs, llm.MaxTopLogprobs)
+		case *q.TopLogprobs < 0 || *q.TopLogprobs > sample.MaxTopLogprobs:
+			return badRequest("top_logprobs", "invalid_value", "top_logprobs %d: must be 0 to %d", *q.TopLogprobs, sample.MaxTopLogprobs)
 		case !j.logprobs:
 			return badRequest("top_logprobs", "invalid_value", "top_logprobs needs logprobs: true")
 		}

@@ -6,7 +6,7 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/sample"
 )
 
 // Every parameter of OpenAI's chat and completions APIs is either honoured or, when the server
@@ -100,9 +100,9 @@ type knobs struct {
 
 // sampler checks the knobs' ranges and builds the sampler; vocab bounds logit_bias's token
 // ids and ctxLen is repeat_last_n -1 (llama.cpp's "the whole context").
-func (k *knobs) sampler(vocab, ctxLen int) (llm.SamplerConfig, *apiError) {
+func (k *knobs) sampler(vocab, ctxLen int) (sample.Config, *apiError) {
 	// OpenAI's defaults: temperature 1, top_p 1; no seed draws one.
-	c := llm.SamplerConfig{Temperature: 1, TopP: 1, RepeatPenalty: 1}
+	c := sample.Config{Temperature: 1, TopP: 1, RepeatPenalty: 1}
 	in := func(v *float64, lo, hi float64) bool { return !math.IsNaN(*v) && *v >= lo && *v <= hi }
 	if v := k.Temperature; v != nil {
 		if !in(v, 0, 2) {

@@ -31,7 +31,7 @@
 // defaults).
 //
 // Chat messages are rendered with the model's template and never have control-token texts
-// parsed (llm.ChatTemplate.Prompt); a raw /v1/completions prompt has them parsed, as
+// parsed (prompt.Template.Prompt); a raw /v1/completions prompt has them parsed, as
 // llama.cpp's server does, unless WithoutSpecialTokens.
 //
 // A crashed isolated backend (its plugin host died) is restarted, with backoff while that
@@ -48,6 +48,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/xpuhub/xpu/llm/prompt"
 	"io"
 	"log/slog"
 	"net"
@@ -137,7 +138,7 @@ func WithRestartBackoff(d time.Duration) Option { return func(c *config) { c.res
 // WithoutSpecialTokens makes /v1/completions encode the texts of control tokens in a prompt
 // ("<|im_start|>", "</s>") as plain text. By default they become the control tokens, as in
 // llama.cpp's server: a raw prompt is the client's to format, turn markers included. Chat
-// messages never have theirs parsed (llm.ChatTemplate.Prompt), with or without this option.
+// messages never have theirs parsed (prompt.Template.Prompt), with or without this option.
 func WithoutSpecialTokens() Option { return func(c *config) { c.noSpecial = true } }
 
 // WithChatOptions passes options to every runner's llm.Chat (a template override, stops).
@@ -153,7 +154,7 @@ type Server struct {
 	// mdl is the engine's model, read once: a crash rebuild replaces the engine's runner (through
 	// which Engine.Model reads it) while other requests read the model
 	mdl     *llm.Model
-	tmpl    *llm.ChatTemplate
+	tmpl    *prompt.Template
 	tok     *tokenizer.Tokenizer
 	ctxLen  int
 	created int64

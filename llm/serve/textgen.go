@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/prompt"
 	"github.com/xpuhub/xpu/llm/tokenizer"
 )
 
@@ -48,7 +49,7 @@ func (s *Server) generateOne(ctx context.Context, r *http.Request, j *job, gen g
 }
 
 // chatGen generates the assistant's answer to msgs (the template renders them).
-func chatGen(msgs []llm.Message) generateFunc {
+func chatGen(msgs []prompt.Message) generateFunc {
 	return func(ctx context.Context, sl *slot, opts []llm.GenerateOption) (llm.Result, error) {
 		return sl.chat.Complete(ctx, msgs, opts...)
 	}
@@ -68,13 +69,13 @@ func (s *Server) encodeRaw(prompt string) []int32 {
 }
 
 // renderChat renders msgs with the model's template, within ctx.
-func (s *Server) renderChat(ctx context.Context, msgs []llm.Message, param string) ([]int32, *apiError) {
+func (s *Server) renderChat(ctx context.Context, msgs []prompt.Message, param string) ([]int32, *apiError) {
 	_, ids, err := s.tmpl.PromptContext(ctx, s.tok, msgs)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return nil, newError(http.StatusGatewayTimeout, "server_error", "", "timeout",
 			"the chat template did not render within the request timeout (%s)", s.cfg.timeout)
-	case errors.Is(err, llm.ErrTemplateLimit):
+	case errors.Is(err, prompt.ErrLimit):
 		return nil, badRequest(param, "chat_template_limit", "%v", err)
 	case err != nil:
 		return nil, badRequest(param, "invalid_value", "%v", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/grammar"
+	"github.com/xpuhub/xpu/llm/prompt"
 )
 
 // Tool calls come back from a model as text in its family's format; parseToolCalls reads the
@@ -184,8 +185,8 @@ func checkTools(tools []any, choice json.RawMessage) ([]any, []map[string]any, *
 // tags, or Llama 3's bare JSON with "parameters". Each function's parameters schema becomes the
 // arguments' (a schema the converter cannot express is a 400 naming the tool).
 func (s *Server) callGrammar(ctx context.Context, fns []map[string]any) (*grammar.Grammar, *apiError) {
-	probe := []llm.Message{{Role: "user", Content: "x"},
-		{Role: "assistant", ToolCalls: []llm.ToolCall{{ID: "call_0", Name: "xpu_probe", Arguments: "{}"}}}}
+	probe := []prompt.Message{{Role: "user", Content: "x"},
+		{Role: "assistant", ToolCalls: []prompt.ToolCall{{ID: "call_0", Name: "xpu_probe", Arguments: "{}"}}}}
 	rendered, _ := s.tmpl.RenderToolsContext(ctx, probe, []any{map[string]any{"type": "function",
 		"function": map[string]any{"name": "xpu_probe", "parameters": map[string]any{"type": "object"}}}}, false)
 	hermes := strings.Contains(rendered, "<tool_call>")

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/prompt"
 )
 
 const weatherTool = `{"type":"function","function":{"name":"get_weather","description":"Weather of a city","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}`
@@ -49,9 +50,9 @@ func TestToolsRendered(t *testing.T) {
 	url, srv := newToolServer(t, "")
 	var tool map[string]any
 	require.NoError(t, json.Unmarshal([]byte(weatherTool), &tool))
-	msgs := []llm.Message{
+	msgs := []prompt.Message{
 		{Role: "user", Content: "Weather in Paris?"},
-		{Role: "assistant", ToolCalls: []llm.ToolCall{{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}}},
+		{Role: "assistant", ToolCalls: []prompt.ToolCall{{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}}},
 		{Role: "tool", Content: `{"temp": 21}`, ToolCallID: "call_1"},
 	}
 	out, err := srv.tmpl.RenderToolsContext(context.Background(), msgs, []any{tool}, true)

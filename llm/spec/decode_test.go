@@ -14,6 +14,7 @@ import (
 	"github.com/xpuhub/xpu/internal/llmtest"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/draft"
+	"github.com/xpuhub/xpu/llm/sample"
 	"github.com/xpuhub/xpu/llm/synth"
 )
 
@@ -216,7 +217,7 @@ func TestSpecSamplingDistribution(t *testing.T) {
 	m := llmtest.Stories(t)
 	ctx := context.Background()
 	r := specRunner(t, m, llmtest.PluginDevices(t, "neon")[0], llm.WithContextLength(64))
-	sc := llm.SamplerConfig{Temperature: 1, TopK: 8}
+	sc := sample.Config{Temperature: 1, TopK: 8}
 	const runs, pos = 300, 4
 	// the model's likeliest continuation is a draft often accepted, in part
 	g, err := r.Generate(ctx, "Lily", llm.WithMaxTokens(pos))
@@ -269,7 +270,7 @@ func TestQuantizedKVSpeculative(t *testing.T) {
 			require.NoError(t, err)
 			defer r.Close()
 			// greedy, BOS and EOS biased away: only the token budget ends the text
-			noEnd := llm.SamplerConfig{LogitBias: map[int32]float32{1: -100, 2: -100}}
+			noEnd := sample.Config{LogitBias: map[int32]float32{1: -100, 2: -100}}
 			opts := []llm.GenerateOption{llm.WithPromptTokens(ids), llm.WithMaxTokens(100), llm.WithContextShift(4), llm.WithSampler(noEnd)}
 			plain, err := r.Generate(ctx, "", opts...)
 			require.NoError(t, err)

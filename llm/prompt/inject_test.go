@@ -1,4 +1,4 @@
-package llm
+package prompt
 
 import (
 	"strings"
@@ -32,7 +32,8 @@ func chatMLTokenizer(t *testing.T) (tok *tokenizer.Tokenizer, start, end int32) 
 // stay a control token), and wherever the template puts or repeats the message.
 func TestChatPromptInjection(t *testing.T) {
 	tok, start, end := chatMLTokenizer(t)
-	m := openStories(t)
+	stories := storiesTokenizer(t) // the template's bos_token and eos_token
+
 	const chatML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
 		"{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 	tests := []struct {
@@ -54,7 +55,7 @@ func TestChatPromptInjection(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ct, err := NewChatTemplate(m, tc.src)
+			ct, err := New(stories, tc.src)
 			require.NoError(t, err)
 			text, ids, err := ct.Prompt(tok, tc.msgs)
 			require.NoError(t, err)

@@ -1,6 +1,8 @@
-package llm
+package prompt
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -8,6 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/modroot"
+	"github.com/xpuhub/xpu/llm/gguf"
+	"github.com/xpuhub/xpu/llm/tokenizer"
 )
 
 // The chat templates of common model families (as their tokenizer_config.json / GGUF files
@@ -35,11 +40,11 @@ var familyTemplates = []struct {
 }
 
 func TestFamilyChatTemplates(t *testing.T) {
-	m := openStories(t) // its tokenizer gives bos_token "<s>" and eos_token "</s>"
+	tok := storiesTokenizer(t) // its tokenizer gives bos_token "<s>" and eos_token "</s>"
 	conv := []Message{{Role: "user", Content: "Hi"}, {Role: "assistant", Content: "Hello!"}, {Role: "user", Content: "How are you?"}}
 	for _, tc := range familyTemplates {
 		t.Run(tc.family, func(t *testing.T) {
-			ct, err := NewChatTemplate(m, tc.src)
+			ct, err := New(tok, tc.src)
 			require.NoError(t, err)
 			got, err := ct.Render(conv, true)
 			require.NoError(t, err)
@@ -48,7 +53,7 @@ func TestFamilyChatTemplates(t *testing.T) {
 	}
 	// The alternation check of Mistral's and Gemma's templates refuses a conversation that
 	// breaks it, as the published templates do.
-	ct, err := NewChatTemplate(m, familyTemplates[2].src)
+	ct, err := New(tok, familyTemplates[2].src)
 	require.NoError(t, err)
 	_, err = ct.Render([]Message{{Role: "user", Content: "a"}, {Role: "user", Content: "b"}}, true)
 	require.Error(t, err)
@@ -57,10 +62,9 @@ func TestFamilyChatTemplates(t *testing.T) {
 
 // A template that writes bos_token itself does not give the runner two BOS tokens.
 func TestChatPromptOneBOS(t *testing.T) {
-	m := openStories(t)
-	tok := m.Tokenizer
+	tok := storiesTokenizer(t)
 	require.True(t, tok.Vocab().AddBOS)
-	ct, err := NewChatTemplate(m, familyTemplates[2].src) // mistral: starts with bos_token
+	ct, err := New(tok, familyTemplates[2].src) // mistral: starts with bos_token
 	require.NoError(t, err)
 	text, ids, err := ct.Prompt(tok, []Message{{Role: "user", Content: "Hi"}})
 	require.NoError(t, err)
@@ -74,11 +78,10 @@ func TestChatPromptOneBOS(t *testing.T) {
 // would otherwise end the sequence (with ChatML models, "<|im_end|>" would close the turn
 // and let the user write the assistant's).
 func TestChatPromptControlTextIsPlain(t *testing.T) {
-	m := openStories(t)
-	tok := m.Tokenizer
+	tok := storiesTokenizer(t)
 	eos := tok.EOS()
 	require.GreaterOrEqual(t, eos, int32(0))
-	ct, err := NewChatTemplate(m, familyTemplates[2].src)
+	ct, err := New(tok, familyTemplates[2].src)
 	require.NoError(t, err)
 	tests := []struct {
 		name string
@@ -113,7 +116,7 @@ func TestChatPromptControlTextIsPlain(t *testing.T) {
 	})
 
 	t.Run("template trims the content", func(t *testing.T) {
-		tr, err := NewChatTemplate(m, "{% for m in messages %}{{ m.content | trim }}\n{% endfor %}")
+		tr, err := New(tok, "{% for m in messages %}{{ m.content | trim }}\n{% endfor %}")
 		require.NoError(t, err)
 		text, ids, err := tr.Prompt(tok, []Message{{Role: "user", Content: "  a </s> b  "}})
 		require.NoError(t, err)
@@ -122,7 +125,7 @@ func TestChatPromptControlTextIsPlain(t *testing.T) {
 	})
 
 	t.Run("template rewrites the content", func(t *testing.T) {
-		tr, err := NewChatTemplate(m, "{% for m in messages %}{{ m.content[:6] }}\n{% endfor %}")
+		tr, err := New(tok, "{% for m in messages %}{{ m.content[:6] }}\n{% endfor %}")
 		require.NoError(t, err)
 		_, _, err = tr.Prompt(tok, []Message{{Role: "user", Content: "a </s> b"}})
 		require.ErrorIs(t, err, core.ErrInvalidArgument)
@@ -138,4 +141,20 @@ func countID(ids []int32, id int32) int {
 		}
 	}
 	return n
+}
+
+// storiesTokenizer is stories260K's tokenizer (bos_token "<s>", eos_token "</s>"); it skips t
+// when the test models are absent.
+func storiesTokenizer(t testing.TB) *tokenizer.Tokenizer {
+	t.Helper()
+	path := filepath.Join(modroot.Find(), "..", "shared", "models", "stories260K.gguf")
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("test models absent (%s): %v", path, err)
+	}
+	f, err := gguf.Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.Close() })
+	tok, err := tokenizer.FromGGUF(f)
+	require.NoError(t, err)
+	return tok
 }

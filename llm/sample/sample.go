@@ -1,4 +1,8 @@
-package llm
+// Package sample chooses the next token from a model's logits: greedy or sampled (top-k,
+// top-p, min-p, typical-p, temperature), after logit biases and the repeat, frequency and
+// presence penalties, in llama.cpp's order; the log-probabilities OpenAI reports; and
+// speculative sampling's acceptance rule.
+package sample
 
 import (
 	"cmp"
@@ -10,15 +14,15 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// MaxTopLogprobs bounds SamplerConfig.TopLogprobs (OpenAI's limit).
+// MaxTopLogprobs bounds Config.TopLogprobs (OpenAI's limit).
 const MaxTopLogprobs = 20
 
-// SamplerConfig chooses the next token from logits. The zero value is greedy (argmax).
+// Config chooses the next token from logits. The zero value is greedy (argmax).
 //
 // The order is llama.cpp's: logit biases, then the penalties over the last RepeatLastN tokens
 // of the history (repeat, frequency, presence), then, when sampling (Temperature > 0), top-k,
 // the softmax at the temperature, typical-p, top-p and min-p, and a draw.
-type SamplerConfig struct {
+type Config struct {
 	Temperature float32 // 0 = greedy
 	TopK        int     // keep the k most likely; 0 = all
 	TopP        float32 // nucleus: smallest set with this much probability; 0 or 1 = all
@@ -65,9 +69,9 @@ type TokenProb struct {
 // Validate reports the first field outside its range, wrapping core.ErrInvalidArgument: a NaN
 // temperature or a nucleus mass above 1 would otherwise sample as if greedy or as if off,
 // silently.
-func (c SamplerConfig) Validate() error {
+func (c Config) Validate() error {
 	bad := func(name string, v any, want string) error {
-		return fmt.Errorf("llm: sampler %s %v: must be %s: %w", name, v, want, core.ErrInvalidArgument)
+		return fmt.Errorf("sample: sampler %s %v: must be %s: %w", name, v, want, core.ErrInvalidArgument)
 	}
 	finite := func(x float32) bool { return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0) }
 	unit := func(x float32) bool { return finite(x) && x >= 0 && x <= 1 }
@@ -104,16 +108,26 @@ func (c SamplerConfig) Validate() error {
 	return nil
 }
 
+// Truncates reports whether the sampler keeps only part of the distribution before drawing
+// (top-k, top-p): a grammar constraint then masks the whole vocabulary before the draw
+// instead of drawing first and masking only on a refusal, which is exact only without a cut.
+func (c Config) Truncates() bool {
+	if c.Temperature <= 0 {
+		return false
+	}
+	return c.TopK > 0 || (c.TopP > 0 && c.TopP < 1)
+}
+
 // Sampler draws tokens; it is deterministic for a given seed.
 type Sampler struct {
-	cfg    SamplerConfig
+	cfg    Config
 	rng    *rand.Rand
 	counts map[int32]int // penalize's scratch: occurrences in the window
 	buf    []float32     // Predict's and AcceptDraft's copy of the logits
 }
 
-// NewSampler makes a sampler. It does not check cfg: Generate validates it (see Validate).
-func NewSampler(cfg SamplerConfig) *Sampler {
+// New makes a sampler. It does not check cfg: llm.Generate validates it (see Validate).
+func New(cfg Config) *Sampler {
 	if cfg.RepeatLastN == 0 {
 		cfg.RepeatLastN = 64
 	}
@@ -129,7 +143,7 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	s.penalize(logits, history)
 	var id int32
 	if s.cfg.Temperature <= 0 {
-		id = argmax(logits)
+		id = Argmax(logits)
 	} else {
 		id = s.draw(s.dist(logits))
 	}
@@ -206,11 +220,11 @@ func (s *Sampler) penalize(logits []float32, history []int32) {
 // costs more than the argmax).
 func (s *Sampler) Predict(logits []float32, history []int32) int32 {
 	if !s.Penalizes() {
-		return argmax(logits)
+		return Argmax(logits)
 	}
 	s.buf = append(s.buf[:0], logits...)
 	s.penalize(s.buf, history)
-	return argmax(s.buf)
+	return Argmax(s.buf)
 }
 
 // AcceptDraft applies speculative sampling's rule at one verified row: given the row's logits
@@ -379,8 +393,8 @@ func bestK(cs []cand, k int) []cand {
 	return h
 }
 
-// argmax returns the first index of the largest logit (NaN never wins).
-func argmax(xs []float32) int32 {
+// Argmax returns the first index of the largest logit (NaN never wins).
+func Argmax(xs []float32) int32 {
 	best := 0
 	for i, x := range xs {
 		if x > xs[best] || (math.IsNaN(float64(xs[best])) && !math.IsNaN(float64(x))) {

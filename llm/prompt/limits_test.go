@@ -1,4 +1,4 @@
-package llm
+package prompt
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 )
 
 // A chat template is untrusted input (it comes from the model file): one that recurses, builds
-// huge text or loops for long is refused when it is loaded, with ErrTemplateLimit, instead of
+// huge text or loops for long is refused when it is loaded, with ErrLimit, instead of
 // overflowing the stack (a fatal error), exhausting memory or hanging.
 func TestChatTemplateLimitsAtLoad(t *testing.T) {
-	m := openStories(t)
+	tok := storiesTokenizer(t)
 	tests := []struct{ name, src string }{
 		{"recursive macro", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"},
 		{"mutual recursion", "{% macro a() %}{{ b() }}{% endmacro %}{% macro b() %}{{ a() }}{% endmacro %}{{ a() }}"},
@@ -35,9 +35,9 @@ func TestChatTemplateLimitsAtLoad(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t0 := time.Now()
-			_, err := NewChatTemplate(m, tc.src)
+			_, err := New(tok, tc.src)
 			require.Error(t, err)
-			assert.ErrorIs(t, err, ErrTemplateLimit)
+			assert.ErrorIs(t, err, ErrLimit)
 			assert.ErrorIs(t, err, core.ErrInvalidArgument)
 			assert.Less(t, time.Since(t0), 5*time.Second, "refused promptly")
 		})
@@ -46,7 +46,7 @@ func TestChatTemplateLimitsAtLoad(t *testing.T) {
 
 // Templates within the limits still work, including the corner cases the limits touch.
 func TestChatTemplateWithinLimits(t *testing.T) {
-	m := openStories(t)
+	tok := storiesTokenizer(t)
 	tests := []struct{ name, src, want string }{
 		{"negative repeat", "{{ 'x' * -1 }}|", "|"},
 		{"range near the int64 limit", "{% for i in range(9223372036854775805, 9223372036854775807) %}{{ i }},{% endfor %}",
@@ -57,7 +57,7 @@ func TestChatTemplateWithinLimits(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ct, err := NewChatTemplate(m, tc.src)
+			ct, err := New(tok, tc.src)
 			require.NoError(t, err)
 			got, err := ct.Render(nil, true)
 			require.NoError(t, err)
@@ -69,8 +69,8 @@ func TestChatTemplateWithinLimits(t *testing.T) {
 // A template that is slow only on some inputs (quadratic in a message's length) passes the load
 // check; rendering such an input stops at the step limit, or at the caller's deadline.
 func TestChatTemplateLimitsAtRender(t *testing.T) {
-	m := openStories(t)
-	ct, err := NewChatTemplate(m, "{% for m in messages %}{% for a in m.content %}{% for b in m.content %}"+
+	tok := storiesTokenizer(t)
+	ct, err := New(tok, "{% for m in messages %}{% for a in m.content %}{% for b in m.content %}"+
 		"{% endfor %}{% endfor %}{{ m.content }}{% endfor %}")
 	require.NoError(t, err)
 	long := []Message{{Role: "user", Content: strings.Repeat("x", 20000)}}
@@ -79,14 +79,14 @@ func TestChatTemplateLimitsAtRender(t *testing.T) {
 	templateLimits.MaxSteps = 100_000 // the default's ten million take seconds
 	_, err = ct.Render(long, true)
 	templateLimits = old
-	require.ErrorIs(t, err, ErrTemplateLimit)
+	require.ErrorIs(t, err, ErrLimit)
 	assert.Contains(t, err.Error(), "100000 steps")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()
-	_, _, err = ct.PromptContext(ctx, m.Tokenizer, long)
-	require.ErrorIs(t, err, ErrTemplateLimit)
+	_, _, err = ct.PromptContext(ctx, tok, long)
+	require.ErrorIs(t, err, ErrLimit)
 	assert.True(t, errors.Is(err, context.DeadlineExceeded), "the caller's deadline stopped it: %v", err)
 	assert.Less(t, time.Since(t0), time.Second)
 }
