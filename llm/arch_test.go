@@ -1,7 +1,6 @@
 package llm
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -25,9 +24,7 @@ func tinyArch(t testing.TB, variant string, layers, window int) *Model {
 	if s.Window > 0 {
 		s.Window = window
 	}
-	var buf bytes.Buffer
-	require.NoError(t, synth.Write(&buf, s))
-	f, err := gguf.Parse(buf.Bytes())
+	f, err := synth.Parse(s)
 	require.NoError(t, err)
 	m, err := FromFile(f)
 	require.NoError(t, err)

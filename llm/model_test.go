@@ -22,9 +22,7 @@ func rewrite(t *testing.T, editKV func([]gguf.KeyValue) []gguf.KeyValue, editT f
 func rewriteArch(t *testing.T, arch string, editKV func([]gguf.KeyValue) []gguf.KeyValue, editT func([]gguf.WriteTensor) []gguf.WriteTensor) *gguf.File {
 	spec, err := synth.Preset(arch, "260K", core.F32, 3)
 	require.NoError(t, err)
-	var buf bytes.Buffer
-	require.NoError(t, synth.Write(&buf, spec))
-	f, err := gguf.Parse(buf.Bytes())
+	f, err := synth.Parse(spec)
 	require.NoError(t, err)
 	var ts []gguf.WriteTensor
 	for i := range f.Tensors {

@@ -1,12 +1,10 @@
 package prompt_test
 
 import (
-	"bytes"
 	"fmt"
 	"log"
 
 	"github.com/xpuhub/xpu/core"
-	"github.com/xpuhub/xpu/llm/gguf"
 	"github.com/xpuhub/xpu/llm/prompt"
 	"github.com/xpuhub/xpu/llm/synth"
 	"github.com/xpuhub/xpu/llm/tokenizer"
@@ -15,12 +13,8 @@ import (
 // A template renders a conversation with the generation prompt; the tokenizer gives it the
 // model's bos_token and eos_token (here a small synthetic model's, parsed from memory).
 func ExampleTemplate_Render() {
-	var file bytes.Buffer
 	tiny, _ := synth.Preset("llama", "260K", core.F32, 42)
-	if err := synth.Write(&file, tiny); err != nil {
-		log.Fatal(err)
-	}
-	f, err := gguf.Parse(file.Bytes())
+	f, err := synth.Parse(tiny)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -22,9 +22,7 @@ func synthFile(t *testing.T, dt core.DType, layers int) *gguf.File {
 	t.Helper()
 	spec := synth.Spec{Arch: "llama", Name: "kq-test", Dim: 256, Layers: layers, Heads: 4, KVHeads: 1, FFN: 256,
 		Context: 64, Vocab: 260, Type: dt, Seed: 1}
-	var buf bytes.Buffer
-	require.NoError(t, synth.Write(&buf, spec))
-	f, err := gguf.Parse(buf.Bytes())
+	f, err := synth.Parse(spec)
 	require.NoError(t, err)
 	return f
 }

@@ -1,7 +1,6 @@
 package spec_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log"
@@ -10,7 +9,6 @@ import (
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/draft"
-	"github.com/xpuhub/xpu/llm/gguf"
 	"github.com/xpuhub/xpu/llm/spec"
 	"github.com/xpuhub/xpu/llm/synth"
 )
@@ -20,12 +18,8 @@ import (
 // prefill predictions), verifying each draft in one pass. Greedy output is plain decoding's.
 func ExampleWith() {
 	// a small synthetic model, parsed from memory: a real one is opened with llm.Open
-	var file bytes.Buffer
 	tiny, _ := synth.Preset("llama", "260K", core.F32, 42)
-	if err := synth.Write(&file, tiny); err != nil {
-		log.Fatal(err)
-	}
-	f, err := gguf.Parse(file.Bytes())
+	f, err := synth.Parse(tiny)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,8 +1,11 @@
 package synth
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+
+	"github.com/xpuhub/xpu/llm/gguf"
 )
 
 // WriteFile writes the model s as a GGUF file at path, removing the partial file if writing
@@ -22,4 +25,18 @@ func WriteFile(path string, s Spec) error {
 		return fmt.Errorf("synth: %w", err)
 	}
 	return nil
+}
+
+// Parse writes the model s into memory and parses it: a model for tests and examples that
+// need no file.
+func Parse(s Spec) (*gguf.File, error) {
+	var buf bytes.Buffer
+	if err := Write(&buf, s); err != nil {
+		return nil, err
+	}
+	f, err := gguf.Parse(buf.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("synth: %w", err)
+	}
+	return f, nil
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/internal/llmtest"
 	"github.com/xpuhub/xpu/llm"
-	"github.com/xpuhub/xpu/llm/gguf"
 	"github.com/xpuhub/xpu/llm/synth"
 	"github.com/xpuhub/xpu/sched"
 )
@@ -26,9 +25,7 @@ func outlierModel(t testing.TB, outliers int, seed uint64) *llm.Model {
 	s, err := synth.Preset("qwen2", "260K", core.F32, seed)
 	require.NoError(t, err)
 	s.Outliers = outliers
-	var buf bytes.Buffer
-	require.NoError(t, synth.Write(&buf, s))
-	f, err := gguf.Parse(buf.Bytes())
+	f, err := synth.Parse(s)
 	require.NoError(t, err)
 	m, err := llm.FromFile(f)
 	require.NoError(t, err)

@@ -19,9 +19,7 @@ func model(t *testing.T, dt core.DType, seed uint64) *gguf.File {
 	t.Helper()
 	s, err := synth.Preset("qwen2", "260K", dt, seed)
 	require.NoError(t, err)
-	var buf bytes.Buffer
-	require.NoError(t, synth.Write(&buf, s))
-	f, err := gguf.Parse(buf.Bytes())
+	f, err := synth.Parse(s)
 	require.NoError(t, err)
 	return f
 }
