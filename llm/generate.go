@@ -144,7 +144,7 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 	var res Result
 	var text []byte
 	dec := r.m.Tokenizer.NewDecoder()
-	g := &Generation{r: r, cfg: &cfg, res: &res, dec: dec, text: &text}
+	g := &Generation{r: r, cfg: &cfg, res: &res, dec: dec, text: &text, sampler: sample.New(cfg.sampler)}
 	if cfg.strategy != nil {
 		if err := cfg.strategy.Begin(g); err != nil {
 			return Result{}, err
@@ -201,7 +201,6 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 		return res, nil
 	}
 	t1, c1 := time.Now(), cpuTime()
-	g.sampler = sample.New(cfg.sampler)
 	if cfg.strategy != nil {
 		err := cfg.strategy.Decode(ctx, g, logits)
 		if err == nil {
