@@ -130,7 +130,7 @@ type Stats struct {
 // llm.NewRunner's; W8A8 weights, a sparse FFN, calibration taps, verify lengths and hidden-state
 // output are not batched and are refused (core.ErrUnsupported). With llm.WithRuntime the
 // runtime must have one unit, dev's. An llm.Engine's batch is
-// New(ctx, e.Model(), e.Device(), n, e.RunnerOptions()...).
+// New(ctx, e.Model(), e.Device(), n, e.RunnerOptions()...), closed before the engine.
 func New(ctx context.Context, m *llm.Model, dev core.Device, n int, opts ...llm.RunnerOption) (_ *Batch, err error) {
 	if dev == nil || m == nil {
 		return nil, fmt.Errorf("batch: nil model or device: %w", core.ErrInvalidArgument)
@@ -195,7 +195,7 @@ func (b *Batch) Stats() Stats {
 }
 
 // Close stops the steps (a decode still waiting fails with ErrClosed) and releases the
-// runners, the programs and the runtime. Closing twice is a no-op.
+// runners, the programs and the runtime (not WithRuntime's). Closing twice is a no-op.
 func (b *Batch) Close() error {
 	b.mu.Lock()
 	if b.closed {

@@ -12,6 +12,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/internal/llmtest"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/sched"
 )
 
 // batchPrompts differ in length (one spans several prefill chunks of 16, and of 8 while others
@@ -130,3 +131,34 @@ func TestBatchErrors(t *testing.T) {
 type noProjections struct{}
 
 func (noProjections) BeginStage() llm.ProjectionBuilder { return nil }
+
+// TestBatchOnCallersRuntime: with llm.WithRuntime the runners share the caller's runtime of one
+// unit, generate what a plain runner does, and Close leaves that runtime open.
+func TestBatchOnCallersRuntime(t *testing.T) {
+	ctx := context.Background()
+	m := llmtest.Stories(t)
+	dev := llmtest.RefDevice(t)
+	opts := []llm.RunnerOption{llm.WithChunkSize(16), llm.WithContextLength(64)}
+	alone, err := llm.NewRunner(ctx, m, dev, opts...)
+	require.NoError(t, err)
+	defer alone.Close()
+	want, err := alone.Generate(ctx, "Tom had a red ball.", llm.WithMaxTokens(8))
+	require.NoError(t, err)
+
+	info := dev.Info()
+	rt, err := sched.NewRuntime(ctx, []core.Device{dev}, []sched.UnitSpec{{Backend: info.Backend, Index: info.Index}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, rt.Close()) }()
+	b, err := New(ctx, m, dev, 2, append(opts, llm.WithRuntime(rt))...)
+	require.NoError(t, err)
+	for _, r := range b.Runners() {
+		require.Same(t, rt, r.Runtime())
+	}
+	got, err := b.Runners()[1].Generate(ctx, "Tom had a red ball.", llm.WithMaxTokens(8))
+	require.NoError(t, err)
+	assert.Equal(t, want.Tokens, got.Tokens)
+	require.NoError(t, b.Close())
+	r, err := llm.NewRunner(ctx, m, dev, append(opts, llm.WithRuntime(rt))...)
+	require.NoError(t, err, "the caller's runtime is still open after the batch's Close")
+	require.NoError(t, r.Close())
+}
