@@ -62,8 +62,6 @@ type Runner struct {
 	// busy is set while a call runs on the runner (busy.go): a second one at the same time
 	// fails with ErrBusy.
 	busy atomic.Bool
-	// batch, when the runner is one of a Batch's, runs its decodes in the batch's steps.
-	batch *Batch
 }
 
 // chunkProg is the program for one chunk length and the lane spans of its logits.
@@ -386,8 +384,8 @@ func (r *Runner) Prefill(ctx context.Context, tokens []int32) ([]float32, error)
 		return nil, err
 	}
 	defer r.leave(held)
-	if r.batch != nil {
-		return r.batch.prefill(ctx, r, tokens)
+	if r.cfg.seq != nil {
+		return r.cfg.seq.Prefill(ctx, tokens)
 	}
 	return r.feed(ctx, tokens, r.progs[r.cfg.chunk], nil)
 }
@@ -399,8 +397,8 @@ func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
 		return nil, err
 	}
 	defer r.leave(held)
-	if r.batch != nil {
-		return r.batch.decode(ctx, r, token)
+	if r.cfg.seq != nil {
+		return r.cfg.seq.Decode(ctx, token)
 	}
 	logits, err := r.feed(ctx, []int32{token}, r.progs[1], nil)
 	if err == nil && r.adapt != nil {
@@ -413,20 +411,11 @@ func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
 // it also hands over the logits after every token (row i: after tokens[i]), and then runs one
 // chunk at a time, as a lane's logits are overwritten by the chunk that uses it next.
 func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg, each func(i int, row []byte) error) ([]float32, error) {
-	if r.closed {
-		return nil, fmt.Errorf("llm: runner is closed: %w", core.ErrBadState)
+	if err := r.checkFeed(tokens); err != nil {
+		return nil, err
 	}
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("llm: no tokens: %w", core.ErrInvalidArgument)
-	}
-	if r.pos+len(tokens) > r.cfg.ctxLen {
-		return nil, fmt.Errorf("%w: %d tokens in the cache + %d new > context length %d",
-			ErrContextFull, r.pos, len(tokens), r.cfg.ctxLen)
-	}
-	for _, t := range tokens {
-		if t < 0 || int(t) >= r.m.Config.Vocab {
-			return nil, fmt.Errorf("llm: token %d outside the vocabulary of %d: %w", t, r.m.Config.Vocab, core.ErrInvalidArgument)
-		}
 	}
 	// The token ids go to their rows, the padding of a last chunk as id 0 (past the last real
 	// token, where the causal mask hides it).

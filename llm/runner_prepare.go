@@ -20,8 +20,8 @@ func (r *Runner) init(ctx context.Context) error {
 	alloc := al.Alloc
 	var err error
 	kRow, vRow := r.cfg.kv.RowBytes(c)
-	if r.cfg.slot != nil {
-		r.kv, err = r.cfg.slot.cache(r.cap, [2]int64{kRow, vRow})
+	if r.cfg.seq != nil {
+		r.kv, err = r.attachSequence([2]int64{kRow, vRow})
 	}
 	for len(r.kv) < c.Layers {
 		r.kv = append(r.kv, [2]sched.Span{alloc(r.cap * kRow), alloc(r.cap * vRow)})

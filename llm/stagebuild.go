@@ -7,7 +7,7 @@ import (
 )
 
 // stageBuild is what shapes one stage graph beyond the model: a projection hook's lowering,
-// the projection taps (WithTap), decode shards, a batched step, an embedder's hidden output.
+// the projection taps (WithTap), decode shards, an embedder's hidden output.
 type stageBuild struct {
 	// lin, from the runner's ProjectionHook, builds the projections its technique rewrites.
 	lin ProjectionBuilder
@@ -18,10 +18,6 @@ type stageBuild struct {
 	shard map[int]int
 	// shared are the pieces of a stealing sharded stage (StageSpec.Shared), node IDs.
 	shared [][]int
-	// batch, above 1, builds a batched decode step of that many sequences (batch.go): each
-	// with its own cache inputs, attention and K/V outputs, and one row but the last, which
-	// may be a prompt chunk.
-	batch int
 	// hidden ends the last stage with the final-normed hidden state, not the logits (embed.go).
 	hidden bool
 }
@@ -100,7 +96,7 @@ func (m *Model) linear(g *core.Graph, sb *stageBuild, x *core.Tensor, l int, p s
 // head ends the last stage: the logits, or for an embedder the final-normed hidden state.
 func (sb *stageBuild) head(m *Model, g *core.Graph, x *core.Tensor) {
 	if sb == nil || !sb.hidden {
-		m.outputHead(g, sb.outRows(g, x))
+		m.outputHead(g, x)
 		return
 	}
 	g.SetNamePrefix("")
