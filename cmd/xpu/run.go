@@ -14,6 +14,7 @@ import (
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/llm"
 	_ "github.com/xpuhub/xpu/llm/llmconform" // the stories260K model cases of xpu conform
+	_ "github.com/xpuhub/xpu/llm/shard"      // plans with decode shards (and the default plan's) run
 	"github.com/xpuhub/xpu/llm/sparse"
 	"github.com/xpuhub/xpu/llm/tokenizer"
 	"github.com/xpuhub/xpu/llm/w8a8"
