@@ -24,9 +24,9 @@ var ErrContextFull = errors.New("llm: context is full")
 //
 // Techniques plug into the runner and into Generate at four points, from the finest: a
 // ProjectionHook (WithProjectionHook) lowers the projections of every stage graph (package
-// w8a8); a StageHook supplies the stage graphs of the decode programs (package llm/shard's decode
-// shards, registered with RegisterShards); a ChunkHook (WithChunkHook) runs whole chunks with programs of its own, built from the
-// model's stage-building blocks (package sparse); a Strategy (WithStrategy) decodes in place of
+// w8a8); a StageHook supplies the stage graphs of the decode programs (package llm/shard's
+// decode shards, registered with RegisterShards); a ChunkHook (WithChunkHook) runs whole chunks
+// with programs of its own, built from the model's stage-building blocks (package sparse); a Strategy (WithStrategy) decodes in place of
 // Generate's own loop (package spec). The runner keeps what they all share: the KV cache, the
 // position inputs, activation lanes, placement by the plan, compiling and running.
 type Runner struct {
@@ -103,9 +103,8 @@ func NewPlannedRunner(ctx context.Context, m *Model, devices []core.Device, plan
 // DefaultPlan is sched.DefaultPlan for the units specs names among devices, for m. Where the
 // units are all of one kind, decode steps are also sharded over them (the plan's decode
 // shards, equal shares) when a shard package is registered (RegisterShards: package llm/shard)
-// and m's KV heads and weights allow it: the default plan's layer split
-// pipelines prefill chunks but runs a decode step on one unit after another, where shards run
-// it on all of them at once. w8a8.Plan and a sparse FFN drop the shards (WithoutShards).
+// and m's KV heads and weights allow it: the default plan's layer split pipelines prefill chunks
+// but runs a decode step on one unit after another, where shards run it on all of them at once. w8a8.Plan and a sparse FFN drop the shards (shard.Without).
 //
 // A unit whose device refuses the model's MATMUL (op_support NO for RepresentativeMatMul: a
 // backend that implements a few ops) is partial: sched.DefaultPlanPartial offers it every node
@@ -152,17 +151,6 @@ func DefaultPlan(m *Model, devices []core.Device, specs []sched.UnitSpec) (*sche
 	return &sp, nil
 }
 
-// WithoutShards is p without decode shards: for W8A8 weights and the sparse FFN, which shards
-// do not run.
-func WithoutShards(p *sched.Plan) *sched.Plan {
-	if p.Decode.Shards == nil {
-		return p
-	}
-	out := *p
-	out.Decode.Shards = nil
-	return &out
-}
-
 func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched.Plan, cfg runnerConfig) (*Runner, error) {
 	rp, err := plan.Resolve()
 	if err != nil {
@@ -207,11 +195,9 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 			return nil, fmt.Errorf("llm: decode shards with a projection hook (W8A8 weights), a chunk hook (the sparse FFN) or projection taps: %w",
 				core.ErrUnsupported)
 		}
-		sd, err := newShards(m, ps)
-		if err != nil {
+		if r.shards, err = newShards(m, ps); err != nil {
 			return nil, err
 		}
-		r.shards = &runnerShards{ShardedDecode: sd, hooks: sd.Hooks(), build: sd.Current()}
 	}
 	if cfg.rt != nil {
 		r.rt, r.shared = cfg.rt, true
@@ -399,7 +385,9 @@ func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
 		return r.batch.decode(ctx, r, token)
 	}
 	if r.shards != nil {
-		r.progs[1] = r.shards.progs[r.shards.Current()]
+		if r.progs[1], err = r.shards.current(); err != nil {
+			return nil, err
+		}
 	}
 	logits, err := r.feed(ctx, []int32{token}, r.progs[1], nil)
 	if err == nil {

@@ -143,6 +143,9 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 		switch {
 		case hook != nil:
 			h, err = hook.Stage(hs, s)
+			if err == nil {
+				err = h.check(s, len(r.unitIdx))
+			}
 			g = h.Graph
 		case s == 0:
 			g, err = r.m.buildEmbedStage(c, r.cfg.kv, sb)

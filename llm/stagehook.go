@@ -67,13 +67,47 @@ func RegisterShards(f ShardsFunc) {
 }
 
 // newShards is the registered technique's decode shards ps of m.
-func newShards(m *Model, ps *sched.PlanShards) (ShardedDecode, error) {
+func newShards(m *Model, ps *sched.PlanShards) (*runnerShards, error) {
 	f := shardsFunc.Load()
 	if f == nil {
 		return nil, fmt.Errorf(`llm: the plan shards decode steps, and no shard package is registered (import _ "github.com/xpuhub/xpu/llm/shard"): %w`,
 			core.ErrUnsupported)
 	}
-	return (*f)(m, ps)
+	sd, err := (*f)(m, ps)
+	if err != nil {
+		return nil, err
+	}
+	sh := &runnerShards{ShardedDecode: sd, hooks: sd.Hooks()}
+	if len(sh.hooks) == 0 {
+		return nil, fmt.Errorf("llm: decode shards with no stage hook: %w", core.ErrInvalidArgument)
+	}
+	sh.build = min(max(sd.Current(), 0), len(sh.hooks)-1)
+	return sh, nil
+}
+
+// current is the decode program of the shards' current hook.
+func (sh *runnerShards) current() (*chunkProg, error) {
+	i := sh.Current()
+	if i < 0 || i >= len(sh.progs) {
+		return nil, fmt.Errorf("llm: decode shards chose program %d of %d: %w", i, len(sh.progs), core.ErrInternal)
+	}
+	return sh.progs[i], nil
+}
+
+// check refuses a hook's stage s with no graph or a node on a unit the plan does not have.
+func (h HookStage) check(s, units int) error {
+	if h.Graph == nil {
+		return fmt.Errorf("llm: stage hook built no graph for stage %d: %w", s, core.ErrInvalidArgument)
+	}
+	for id, u := range h.Units {
+		if u < 0 || u >= units {
+			return fmt.Errorf("llm: stage hook puts node %d of stage %d on unit %d of %d: %w", id, s, u, units, core.ErrInvalidArgument)
+		}
+	}
+	if len(h.Shared) > 0 && (h.SharedUnits[0] < 0 || h.SharedUnits[0] >= units || h.SharedUnits[1] < 0 || h.SharedUnits[1] >= units) {
+		return fmt.Errorf("llm: stage hook shares stage %d's pieces between units %v of %d: %w", s, h.SharedUnits, units, core.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // runnerShards is a runner's decode shards: one decode program per hook.

@@ -59,6 +59,17 @@ func NewDecode(m *llm.Model, ps *sched.PlanShards) (llm.ShardedDecode, error) {
 	return a, nil
 }
 
+// Without is p without decode shards: for W8A8 weights and the sparse FFN, which shards do not
+// run.
+func Without(p *sched.Plan) *sched.Plan {
+	if p.Decode.Shards == nil {
+		return p
+	}
+	out := *p
+	out.Decode.Shards = nil
+	return &out
+}
+
 // cutHook builds and binds a runner's decode stages by one cut (llm.StageHook).
 type cutHook struct {
 	*Cut

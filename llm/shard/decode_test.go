@@ -253,7 +253,7 @@ func TestStealingShardsAreDeterministic(t *testing.T) {
 }
 
 // TestDefaultPlanShardsDecode: the default plan shards decode steps over units of one kind
-// where the model allows it, not over units of different kinds, and WithoutShards drops the
+// where the model allows it, not over units of different kinds, and Without drops the
 // shards (w8a8.Plan's own test checks it drops them too) (decode then follows the prefill's layer split again).
 func TestDefaultPlanShardsDecode(t *testing.T) {
 	devs := llmtest.PluginDevices(t, "neon", "opencl")
@@ -265,7 +265,7 @@ func TestDefaultPlanShardsDecode(t *testing.T) {
 	require.NotNil(t, p.Decode.Shards)
 	assert.Equal(t, []string{"0", "1"}, p.Decode.Shards.Units)
 	assert.NotEmpty(t, p.Prefill.Rules, "prefill keeps the layer split")
-	q := llm.WithoutShards(p)
+	q := Without(p)
 	assert.Nil(t, q.Decode.Shards)
 	assert.Empty(t, q.Decode.Rules, "decode as prefill")
 	assert.NotNil(t, p.Decode.Shards, "the plan itself is left as it was")
