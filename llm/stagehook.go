@@ -42,6 +42,7 @@ type HookStage struct {
 // ShardedDecode is a decode-shard technique's part of one runner: the stage hooks of its decode
 // programs, one per cut of the layers, of which the runner prepares every one.
 type ShardedDecode interface {
+	// Hooks are the stage hooks of the decode programs, one per cut.
 	Hooks() []StageHook
 	// Current is the hook whose program runs the next decode step.
 	Current() int
