@@ -24,9 +24,9 @@ var ErrContextFull = errors.New("llm: context is full")
 //
 // Techniques plug into the runner and into Generate at four points, from the finest: a
 // ProjectionHook (WithProjectionHook) lowers the projections of every stage graph (package
-// w8a8); a stage hook (stagehook.go) supplies the stage graphs of the programs it claims (decode
-// shards); a ChunkHook (WithChunkHook) runs whole chunks with programs of its own, built from the
-// model's stage-building blocks (package sparse); a Strategy (WithStrategy) decodes in place of
+// w8a8); a StageHook supplies the stage graphs of the decode programs (package llm/shard's
+// decode shards, registered with RegisterShards); a ChunkHook (WithChunkHook) runs whole chunks
+// with programs of its own, built from the model's stage-building blocks (package sparse); a Strategy (WithStrategy) decodes in place of
 // Generate's own loop (package spec). The runner keeps what they all share: the KV cache, the
 // position inputs, activation lanes, placement by the plan, compiling and running.
 type Runner struct {
@@ -50,10 +50,8 @@ type Runner struct {
 	closed  bool
 	shared  bool  // rt is the caller's (WithRuntime)
 	unitIdx []int // plan unit → runtime unit
-	// shards, when the plan shards decode steps, is their cut of every layer (shard.go), and
-	// adapt, with adaptive shards, moves it from step to step.
-	shards *shardCut
-	adapt  *shardAdapt
+	// shards, when the plan shards decode steps, builds and picks the decode programs.
+	shards *runnerShards
 	pos    int // tokens in the cache
 	// history is the tokens in the cache.
 	history []int32
@@ -102,9 +100,9 @@ func NewPlannedRunner(ctx context.Context, m *Model, devices []core.Device, plan
 
 // DefaultPlan is sched.DefaultPlan for the units specs names among devices, for m. Where the
 // units are all of one kind, decode steps are also sharded over them (the plan's decode
-// shards, equal shares) when m's KV heads and weights allow it: the default plan's layer split
-// pipelines prefill chunks but runs a decode step on one unit after another, where shards run
-// it on all of them at once. w8a8.Plan and a sparse FFN drop the shards (WithoutShards).
+// shards, equal shares) when a shard package is registered (RegisterShards: package llm/shard)
+// and m's KV heads and weights allow it: the default plan's layer split pipelines prefill chunks
+// but runs a decode step on one unit after another, where shards run it on all of them at once. w8a8.Plan and a sparse FFN drop the shards (shard.Without).
 //
 // A unit whose device refuses the model's MATMUL (op_support NO for RepresentativeMatMul: a
 // backend that implements a few ops) is partial: sched.DefaultPlanPartial offers it every node
@@ -145,21 +143,10 @@ func DefaultPlan(m *Model, devices []core.Device, specs []sched.UnitSpec) (*sche
 	if err != nil {
 		return nil, fmt.Errorf("llm: default plan: %w", err)
 	}
-	if _, err := m.cutShards(rp.DecodeShards()); err != nil {
+	if _, err := newShards(m, rp.DecodeShards()); err != nil {
 		return p, nil // the model cannot be sharded over these units: decode as the layers run
 	}
 	return &sp, nil
-}
-
-// WithoutShards is p without decode shards: for W8A8 weights and the sparse FFN, which shards
-// do not run.
-func WithoutShards(p *sched.Plan) *sched.Plan {
-	if p.Decode.Shards == nil {
-		return p
-	}
-	out := *p
-	out.Decode.Shards = nil
-	return &out
 }
 
 func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched.Plan, cfg runnerConfig) (*Runner, error) {
@@ -206,13 +193,8 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 			return nil, fmt.Errorf("llm: decode shards with a projection hook (W8A8 weights), a chunk hook (the sparse FFN) or projection taps: %w",
 				core.ErrUnsupported)
 		}
-		cuts, err := m.cutShards(ps)
-		if err != nil {
+		if r.shards, err = newShards(m, ps); err != nil {
 			return nil, err
-		}
-		r.shards = cuts[len(cuts)/2]
-		if len(cuts) > 1 {
-			r.adapt = &shardAdapt{cuts: cuts, cur: len(cuts) / 2}
 		}
 	}
 	if cfg.rt != nil {
@@ -284,8 +266,8 @@ func (r *Runner) Close() error {
 		if r.shift != nil {
 			errs = append(errs, r.shift.prog.Close())
 		}
-		if r.adapt != nil {
-			for _, cp := range r.adapt.progs {
+		if r.shards != nil {
+			for _, cp := range r.shards.progs {
 				if cp != nil && cp != r.progs[1] {
 					errs = append(errs, cp.prog.Close())
 				}
@@ -400,9 +382,14 @@ func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
 	if r.cfg.seq != nil {
 		return r.cfg.seq.Decode(ctx, token)
 	}
+	if r.shards != nil {
+		if r.progs[1], err = r.shards.current(); err != nil {
+			return nil, err
+		}
+	}
 	logits, err := r.feed(ctx, []int32{token}, r.progs[1], nil)
-	if err == nil && r.adapt != nil {
-		r.adapt.observe(r)
+	if err == nil {
+		r.observeShards()
 	}
 	return logits, err
 }
