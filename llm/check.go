@@ -53,7 +53,7 @@ func stageName(s, layers int) string {
 	return fmt.Sprintf("stage %d (layer %d)", s, s-1)
 }
 
-// outputRole names tensor t of stage graph g: x, q, k or v (see outX..outV in graph.go), logits,
+// outputRole names tensor t of stage graph g: x, q, k or v (the stage outputs' order, arch.Stage), logits,
 // or "intermediate" for a tensor that only crosses partitions inside the stage.
 func outputRole(g *core.Graph, t *core.Tensor) string {
 	for i, o := range g.Outputs {
@@ -63,7 +63,7 @@ func outputRole(g *core.Graph, t *core.Tensor) string {
 		if len(g.Outputs) == 1 {
 			return "logits"
 		}
-		if roles := [...]string{outX: "x", outQ: "q", outK: "k", outV: "v"}; i < len(roles) {
+		if roles := [...]string{"x", "q", "k", "v"}; i < len(roles) {
 			return roles[i]
 		}
 		return fmt.Sprint(i)

@@ -6,15 +6,13 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// stageBuild is what shapes one stage graph beyond the model: a projection hook's lowering,
-// the projection taps (WithTap), an embedder's hidden output.
+// stageBuild is what shapes one stage graph's projections beyond the model: a projection
+// hook's lowering, the projection taps (WithTap).
 type stageBuild struct {
 	// lin, from the runner's ProjectionHook, builds the projections its technique rewrites.
 	lin ProjectionBuilder
 	// taps, when not nil, collects the MATMUL inputs and outputs as extra graph outputs.
 	taps *tapSet
-	// hidden ends the last stage with the final-normed hidden state, not the logits (embed.go).
-	hidden bool
 }
 
 // tapSet lists a stage's tapped tensors and what each is.
@@ -66,16 +64,6 @@ func (m *Model) linear(g *core.Graph, sb *stageBuild, x *core.Tensor, l int, p s
 		sb.taps.add(y, Tap{Layer: l, Proj: p, Out: true})
 	}
 	return y
-}
-
-// head ends the last stage: the logits, or for an embedder the final-normed hidden state.
-func (sb *stageBuild) head(m *Model, g *core.Graph, x *core.Tensor) {
-	if sb == nil || !sb.hidden {
-		m.outputHead(g, x)
-		return
-	}
-	g.SetNamePrefix("")
-	g.Output(m.norm(g, x, "output_norm.weight"))
 }
 
 // outWidth is the width of a row the last stage outputs: the vocabulary's logits, or an
