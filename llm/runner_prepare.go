@@ -134,7 +134,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	for s := 0; s <= cfg.Layers; s++ {
 		var g *core.Graph
 		var err error
-		sb := &stageBuild{}
+		sb := &stageBuild{m: r.m}
 		if r.cfg.proj != nil {
 			sb.lin = r.cfg.proj.BeginStage()
 		}
