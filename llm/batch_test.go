@@ -89,7 +89,7 @@ func TestBatchErrors(t *testing.T) {
 	}{
 		{"no sequences", 0, nil, core.ErrInvalidArgument},
 		{"too many", maxBatch + 1, nil, core.ErrInvalidArgument},
-		{"verify lengths", 2, []RunnerOption{WithVerifyLengths(4)}, core.ErrUnsupported},
+		{"verify lengths", 2, []RunnerOption{WithVerifyHook(chainHook{lengths: []int{4}})}, core.ErrUnsupported},
 		{"bad context", 2, []RunnerOption{WithContextLength(-1)}, core.ErrInvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -42,10 +42,9 @@ type Runner struct {
 	cos   sched.Span
 	sin   sched.Span
 	progs map[int]*chunkProg
-	// vprogs are the verify programs by length (WithVerifyLengths); tree says they take a
-	// tree mask (else they verify chains, with the causal mask).
-	vprogs  map[int]*chunkProg
-	tree    bool
+	// vprogs are the verify programs (WithVerifyHook) and verify the hook's part of the runner.
+	vprogs  []*chunkProg
+	verify  any
 	shift   *shiftProg // the context shift's K rotation, prepared at the first shift
 	closed  bool
 	shared  bool  // rt is the caller's (WithRuntime)
@@ -202,7 +201,7 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 			return nil, err
 		}
 	}
-	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, vprogs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + widest - 1)}
+	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + widest - 1)}
 	if ps := rp.DecodeShards(); ps != nil {
 		if cfg.proj != nil || cfg.chunkHook != nil || cfg.tap != nil {
 			return nil, fmt.Errorf("llm: decode shards with a projection hook (W8A8 weights), a chunk hook (the sparse FFN) or projection taps: %w",
