@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/kvcache"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -45,7 +46,7 @@ type Runner struct {
 	// vprogs are the verify programs (WithVerifyHook) and verify the hook's part of the runner.
 	vprogs  []*chunkProg
 	verify  any
-	shift   *shiftProg // the context shift's K rotation, prepared at the first shift
+	shift   *kvcache.Shifter // the context shift's K rotation, prepared at the first shift
 	closed  bool
 	shared  bool  // rt is the caller's (WithRuntime)
 	unitIdx []int // plan unit → runtime unit
@@ -283,7 +284,7 @@ func (r *Runner) Close() error {
 			errs = append(errs, cp.prog.Close())
 		}
 		if r.shift != nil {
-			errs = append(errs, r.shift.prog.Close())
+			errs = append(errs, r.shift.Close())
 		}
 		if r.adapt != nil {
 			for _, cp := range r.adapt.progs {
