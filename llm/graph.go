@@ -46,7 +46,7 @@ func (m *Model) buildEmbedStage(c int64, kv kvTypes, sb *stageBuild) (*core.Grap
 	x := g.Named("embd").GetRows(m.w(g, "token_embd.weight"), ids)
 	x = m.arch.Embed(m.block(g, sb), x)
 	q, k, v := m.qkv(g, sb, x, pos, 0)
-	sb.outputQKV(g, x, q, toKV(g, k, kv.K), toKV(g, v, kv.V))
+	g.Output(x, q, toKV(g, k, kv.K), toKV(g, v, kv.V))
 	sb.output(g)
 	if err := g.Err(); err != nil {
 		return nil, fmt.Errorf("llm: building the embedding stage: %w", err)
@@ -76,7 +76,7 @@ func (m *Model) buildLayerStage(l int, c, capacity int64, kv kvTypes, tree bool,
 		return nil, fmt.Errorf("llm: layer %d: a draft tree over a sliding window of %d (context above it): %w",
 			l, opts.Window, core.ErrUnsupported)
 	}
-	a := sb.attention(g, in.Q, in.KCache, in.VCache, opts)
+	a := g.Named("attn").Attention(in.Q, in.KCache, in.VCache, opts)
 	// inner nodes first: Named names the next node added (plan rules match these names)
 	x = m.arch.Finish(m.block(g, sb), x, g.Reshape(a, c, H*D), l)
 
@@ -84,7 +84,7 @@ func (m *Model) buildLayerStage(l int, c, capacity int64, kv kvTypes, tree bool,
 		pos := m.addPosInputs(g, c)
 		g.SetNamePrefix(fmt.Sprintf("blk.%d.", l+1))
 		nq, nk, nv := m.qkv(g, sb, x, pos, l+1)
-		sb.outputQKV(g, x, nq, toKV(g, nk, kv.K), toKV(g, nv, kv.V))
+		g.Output(x, nq, toKV(g, nk, kv.K), toKV(g, nv, kv.V))
 	} else {
 		sb.head(m, g, x)
 	}

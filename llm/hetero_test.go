@@ -57,7 +57,8 @@ func mustPlan(t testing.TB, js string) *sched.Plan {
 	return p
 }
 
-// heteroPlans are the plans of issue 11's Done-when list.
+// heteroPlans are the plans of issue 11's Done-when list (those with decode shards:
+// llm/shard's TestShardedPlansGiveTheSingleDeviceTokens).
 func heteroPlans(t testing.TB) map[string]*sched.Plan {
 	return map[string]*sched.Plan{
 		"single unit": mustPlan(t, `{"units":["neon"],"prefill":{"rules":[{"unit":"neon"}]}}`),
@@ -81,12 +82,6 @@ func heteroPlans(t testing.TB) map[string]*sched.Plan {
 			"prefill":{"rules":[
 				{"ops":["MATMUL"],"nodes":["ffn_*"],"split":{"strategy":"hybrid","units":["1","0"],"ratio":[0.5,0.5],"lengths":[4]}},
 				{"ops":["MATMUL"],"split":{"strategy":"multiseq","units":["0","1"],"lengths":[4,2]}},{"unit":"1"}]}}`),
-		"decode sharded over two pinned neon units": mustPlan(t, `{"units":["neon{cpus=0,threads=1}","neon{cpus=1,threads=1}"],
-			"prefill":{"rules":[{"unit":"0"}]},"decode":{"shards":{"units":["0","1"]},"rules":[{"unit":"0"}]}}`),
-		"decode sharded, the FFN's pieces stolen, over two pinned neon units": mustPlan(t, `{"units":["neon{cpus=0,threads=1}","neon{cpus=1,threads=1}"],
-			"prefill":{"rules":[{"unit":"0"}]},"decode":{"shards":{"units":["0","1"],"steal":true},"rules":[{"unit":"0"}]}}`),
-		"decode sharded 3:1 over neon and opencl": mustPlan(t, `{"units":["neon","opencl"],
-			"prefill":{"rules":[{"unit":"neon"}]},"decode":{"shards":{"units":["opencl","neon"],"ratio":[0.75,0.25]},"rules":[{"unit":"neon"}]}}`),
 		"MATMULs multiseq on the emulated NPU (static 4-row graphs), remainders on neon": mustPlan(t, `{"units":["neon","qnn"],
 			"prefill":{"rules":[{"ops":["MATMUL"],"split":{"strategy":"multiseq","units":["qnn","neon"],"lengths":[4]}},{"unit":"neon"}]}}`),
 	}

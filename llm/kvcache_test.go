@@ -113,44 +113,6 @@ func TestKVCacheTypeErrors(t *testing.T) {
 	assert.Equal(t, [2]core.DType{core.F16, core.F16}, [2]core.DType{k, v}, "F16 is the default")
 }
 
-// TestQuantizedKVShardedDecode: decode shards write each shard's heads of a quantized cache
-// row (whole blocks, as heads are) and read them back: the sharded steps' logits are the
-// unsharded runner's.
-func TestQuantizedKVShardedDecode(t *testing.T) {
-	ctx := context.Background()
-	m := kvModel(t)
-	devs := []core.Device{refDevice(t)}
-	ids := []int32{1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49}
-	// two contexts of the reference (it ignores the option that tells them apart)
-	plan := mustPlan(t, `{"units":["ref{unit=a}","ref{unit=b}"],"prefill":{"rules":[{"unit":"0"}]},
-		"decode":{"shards":{"units":["0","1"]},"rules":[{"unit":"0"}]}}`)
-	for _, dt := range []core.DType{core.Q8_0, core.Q4_0} {
-		t.Run(dt.String(), func(t *testing.T) {
-			run := func(r *Runner, err error) [][]float32 {
-				require.NoError(t, err)
-				defer r.Close()
-				l, err := r.Prefill(ctx, ids)
-				require.NoError(t, err)
-				var out [][]float32
-				for i := range 6 {
-					l, err = r.Decode(ctx, int32(100+i))
-					require.NoError(t, err)
-					out = append(out, l)
-				}
-				return out
-			}
-			want := run(NewRunner(ctx, m, devs[0], WithKVCacheType(dt), WithChunkSize(4), WithContextLength(64)))
-			pr, err := NewPlannedRunner(ctx, m, devs, plan, WithKVCacheType(dt), WithChunkSize(4), WithContextLength(64))
-			require.NoError(t, err)
-			require.NotNil(t, pr.shards, "decode steps are sharded")
-			got := run(pr, nil)
-			for i := range want {
-				assert.Less(t, NMSE(got[i], want[i]), 1e-10, "step %d", i)
-			}
-		})
-	}
-}
-
 // TestKVCacheTypesLogitsFile is TestKVCacheTypesLogits' table for the model file
 // XPU_KV_MODEL (skipped without it) on the backend XPU_KV_BACKEND (default ref): the logits
 // NMSE of each KV cache dtype against an F32 cache over a 64-token prompt and 16 steps teacher-forced with the F32 cache's greedy tokens.

@@ -66,10 +66,8 @@ func TestProjectionHook(t *testing.T) {
 	t.Run("a nil hook runs the model as it is", func(t *testing.T) {
 		assert.Equal(t, plain, logits(t, WithProjectionHook(nil)))
 	})
-	t.Run("batch and hidden-state output refuse a hook", func(t *testing.T) {
-		_, err := NewBatch(ctx, m, dev, 2, WithProjectionHook(&countHook{}))
-		assert.ErrorIs(t, err, core.ErrUnsupported)
-		_, err = NewRunner(ctx, m, dev, WithHiddenOutput(), WithProjectionHook(&countHook{}))
+	t.Run("hidden-state output refuses a hook", func(t *testing.T) {
+		_, err := NewRunner(ctx, m, dev, WithHiddenOutput(), WithProjectionHook(&countHook{}))
 		assert.ErrorIs(t, err, core.ErrUnsupported)
 	})
 }

@@ -25,9 +25,9 @@ var ErrContextFull = errors.New("llm: context is full")
 //
 // Techniques plug into the runner and into Generate at four points, from the finest: a
 // ProjectionHook (WithProjectionHook) lowers the projections of every stage graph (package
-// w8a8); a stage hook (stagehook.go) supplies the stage graphs of the programs it claims (decode
-// shards); a ChunkHook (WithChunkHook) runs whole chunks with programs of its own, built from the
-// model's stage-building blocks (package sparse); a Strategy (WithStrategy) decodes in place of
+// w8a8); a StageHook supplies the stage graphs of the decode programs (package llm/shard's
+// decode shards, registered with RegisterShards); a ChunkHook (WithChunkHook) runs whole chunks
+// with programs of its own, built from the model's stage-building blocks (package sparse); a Strategy (WithStrategy) decodes in place of
 // Generate's own loop (package spec). The runner keeps what they all share: the KV cache, the
 // position inputs, activation lanes, placement by the plan, compiling and running.
 type Runner struct {
@@ -50,10 +50,8 @@ type Runner struct {
 	closed  bool
 	shared  bool  // rt is the caller's (WithRuntime)
 	unitIdx []int // plan unit → runtime unit
-	// shards, when the plan shards decode steps, is their cut of every layer (shard.go), and
-	// adapt, with adaptive shards, moves it from step to step.
-	shards *shardCut
-	adapt  *shardAdapt
+	// shards, when the plan shards decode steps, builds and picks the decode programs.
+	shards *runnerShards
 	pos    int // tokens in the cache
 	// history is the tokens in the cache.
 	history []int32
@@ -62,8 +60,6 @@ type Runner struct {
 	// busy is set while a call runs on the runner (busy.go): a second one at the same time
 	// fails with ErrBusy.
 	busy atomic.Bool
-	// batch, when the runner is one of a Batch's, runs its decodes in the batch's steps.
-	batch *Batch
 }
 
 // chunkProg is the program for one chunk length and the lane spans of its logits.
@@ -104,9 +100,9 @@ func NewPlannedRunner(ctx context.Context, m *Model, devices []core.Device, plan
 
 // DefaultPlan is sched.DefaultPlan for the units specs names among devices, for m. Where the
 // units are all of one kind, decode steps are also sharded over them (the plan's decode
-// shards, equal shares) when m's KV heads and weights allow it: the default plan's layer split
-// pipelines prefill chunks but runs a decode step on one unit after another, where shards run
-// it on all of them at once. w8a8.Plan and a sparse FFN drop the shards (WithoutShards).
+// shards, equal shares) when a shard package is registered (RegisterShards: package llm/shard)
+// and m's KV heads and weights allow it: the default plan's layer split pipelines prefill chunks
+// but runs a decode step on one unit after another, where shards run it on all of them at once. w8a8.Plan and a sparse FFN drop the shards (shard.Without).
 //
 // A unit whose device refuses the model's MATMUL (op_support NO for RepresentativeMatMul: a
 // backend that implements a few ops) is partial: sched.DefaultPlanPartial offers it every node
@@ -147,21 +143,10 @@ func DefaultPlan(m *Model, devices []core.Device, specs []sched.UnitSpec) (*sche
 	if err != nil {
 		return nil, fmt.Errorf("llm: default plan: %w", err)
 	}
-	if _, err := m.cutShards(rp.DecodeShards()); err != nil {
+	if _, err := newShards(m, rp.DecodeShards()); err != nil {
 		return p, nil // the model cannot be sharded over these units: decode as the layers run
 	}
 	return &sp, nil
-}
-
-// WithoutShards is p without decode shards: for W8A8 weights and the sparse FFN, which shards
-// do not run.
-func WithoutShards(p *sched.Plan) *sched.Plan {
-	if p.Decode.Shards == nil {
-		return p
-	}
-	out := *p
-	out.Decode.Shards = nil
-	return &out
 }
 
 func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched.Plan, cfg runnerConfig) (*Runner, error) {
@@ -208,13 +193,8 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 			return nil, fmt.Errorf("llm: decode shards with a projection hook (W8A8 weights), a chunk hook (the sparse FFN) or projection taps: %w",
 				core.ErrUnsupported)
 		}
-		cuts, err := m.cutShards(ps)
-		if err != nil {
+		if r.shards, err = newShards(m, ps); err != nil {
 			return nil, err
-		}
-		r.shards = cuts[len(cuts)/2]
-		if len(cuts) > 1 {
-			r.adapt = &shardAdapt{cuts: cuts, cur: len(cuts) / 2}
 		}
 	}
 	if cfg.rt != nil {
@@ -286,8 +266,8 @@ func (r *Runner) Close() error {
 		if r.shift != nil {
 			errs = append(errs, r.shift.Close())
 		}
-		if r.adapt != nil {
-			for _, cp := range r.adapt.progs {
+		if r.shards != nil {
+			for _, cp := range r.shards.progs {
 				if cp != nil && cp != r.progs[1] {
 					errs = append(errs, cp.prog.Close())
 				}
@@ -386,8 +366,8 @@ func (r *Runner) Prefill(ctx context.Context, tokens []int32) ([]float32, error)
 		return nil, err
 	}
 	defer r.leave(held)
-	if r.batch != nil {
-		return r.batch.prefill(ctx, r, tokens)
+	if r.cfg.seq != nil {
+		return r.cfg.seq.Prefill(ctx, tokens)
 	}
 	return r.feed(ctx, tokens, r.progs[r.cfg.chunk], nil)
 }
@@ -399,12 +379,17 @@ func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
 		return nil, err
 	}
 	defer r.leave(held)
-	if r.batch != nil {
-		return r.batch.decode(ctx, r, token)
+	if r.cfg.seq != nil {
+		return r.cfg.seq.Decode(ctx, token)
+	}
+	if r.shards != nil {
+		if r.progs[1], err = r.shards.current(); err != nil {
+			return nil, err
+		}
 	}
 	logits, err := r.feed(ctx, []int32{token}, r.progs[1], nil)
-	if err == nil && r.adapt != nil {
-		r.adapt.observe(r)
+	if err == nil {
+		r.observeShards()
 	}
 	return logits, err
 }
@@ -413,20 +398,11 @@ func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
 // it also hands over the logits after every token (row i: after tokens[i]), and then runs one
 // chunk at a time, as a lane's logits are overwritten by the chunk that uses it next.
 func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg, each func(i int, row []byte) error) ([]float32, error) {
-	if r.closed {
-		return nil, fmt.Errorf("llm: runner is closed: %w", core.ErrBadState)
+	if err := r.checkFeed(tokens); err != nil {
+		return nil, err
 	}
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("llm: no tokens: %w", core.ErrInvalidArgument)
-	}
-	if r.pos+len(tokens) > r.cfg.ctxLen {
-		return nil, fmt.Errorf("%w: %d tokens in the cache + %d new > context length %d",
-			ErrContextFull, r.pos, len(tokens), r.cfg.ctxLen)
-	}
-	for _, t := range tokens {
-		if t < 0 || int(t) >= r.m.Config.Vocab {
-			return nil, fmt.Errorf("llm: token %d outside the vocabulary of %d: %w", t, r.m.Config.Vocab, core.ErrInvalidArgument)
-		}
 	}
 	// The token ids go to their rows, the padding of a last chunk as id 0 (past the last real
 	// token, where the causal mask hides it).

@@ -50,8 +50,8 @@ type runnerConfig struct {
 	tap func(t Tap, data []byte)
 	// chunkHook runs the chunks with programs of its own (WithChunkHook): the sparse FFN.
 	chunkHook ChunkHook
-	// slot, for a runner of a Batch, is where its cache lies in the batch's (batch.go).
-	slot *batchSlot
+	// seq serves Prefill and Decode over a cache it gives (WithSequenceHook): a batch.
+	seq SequenceHook
 	// hidden: the last stage outputs the final-normed hidden state instead of the logits
 	// (an Embedder's runner, embed.go).
 	hidden bool

@@ -20,8 +20,8 @@ func (r *Runner) init(ctx context.Context) error {
 	alloc := al.Alloc
 	var err error
 	kRow, vRow := r.cfg.kv.RowBytes(c)
-	if r.cfg.slot != nil {
-		r.kv, err = r.cfg.slot.cache(r.cap, [2]int64{kRow, vRow})
+	if r.cfg.seq != nil {
+		r.kv, err = r.attachSequence([2]int64{kRow, vRow})
 	}
 	for len(r.kv) < c.Layers {
 		r.kv = append(r.kv, [2]sched.Span{alloc(r.cap * kRow), alloc(r.cap * vRow)})
@@ -54,8 +54,8 @@ func (r *Runner) init(ctx context.Context) error {
 	}
 	lengths := r.programLengths()
 	total := (len(lengths) + len(r.cfg.verify)) * (c.Layers + 1)
-	if r.adapt != nil {
-		total += (len(r.adapt.cuts) - 1) * (c.Layers + 1)
+	if r.shards != nil {
+		total += (len(r.shards.hooks) - 1) * (c.Layers + 1)
 	}
 	done := 0
 	step := func() {
@@ -80,8 +80,8 @@ func (r *Runner) init(ctx context.Context) error {
 		r.progs[n] = cp
 		r.cfg.logger.Debug("llm: stage graphs prepared", "program", cp.prog.Name(), "took", time.Since(t0))
 	}
-	if r.adapt != nil {
-		if err := r.adapt.prepare(ctx, r, step); err != nil {
+	if r.shards != nil {
+		if err := r.prepareShards(ctx, step); err != nil {
 			return err
 		}
 	}
@@ -126,9 +126,9 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	}
 	var stages []*core.Graph
 	var taps []*tapSet
-	var shardOf []map[int]int // per stage, a sharded step's node → shard
-	var shared [][][]int      // per stage, a stealing sharded step's pieces
+	var hooked []HookStage // per stage, the stage hook's placement of its nodes
 	hook := r.stageHook(phase, c, tree)
+	hs := &ChunkStage{C: c, r: r, step: step}
 	for s := 0; s <= cfg.Layers; s++ {
 		var g *core.Graph
 		var err error
@@ -139,9 +139,14 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 		if r.cfg.tap != nil {
 			sb.taps = &tapSet{}
 		}
+		var h HookStage
 		switch {
 		case hook != nil:
-			g, err = hook.build(r, s, sb)
+			h, err = hook.Stage(hs, s)
+			if err == nil {
+				err = h.check(s, len(r.unitIdx))
+			}
+			g = h.Graph
 		case s == 0:
 			g, err = r.m.buildEmbedStage(c, r.cfg.kv, sb)
 		default:
@@ -152,8 +157,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 		}
 		stages = append(stages, g)
 		taps = append(taps, sb.taps)
-		shardOf = append(shardOf, sb.shard)
-		shared = append(shared, sb.shared)
+		hooked = append(hooked, h)
 	}
 	// Which units each stage uses decides the lanes: a prefill split over several units
 	// pipelines chunks, each chunk in flight with its own activations.
@@ -164,8 +168,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	for s, g := range stages {
 		units[s], fallback[s] = make([]int, len(g.Nodes)), make([]int, len(g.Nodes))
 		for i, n := range g.Nodes {
-			if sh, ok := shardOf[s][n.ID]; ok {
-				u := hook.unit(sh)
+			if u, ok := hooked[s].Units[n.ID]; ok {
 				units[s][i], fallback[s][i] = r.unitIdx[u], -1
 				used[u] = true
 				continue
@@ -254,14 +257,14 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 		}
 		var hookOut []sched.Binding
 		if hook != nil {
-			if hookOut, err = hook.bind(r, s, q[in], q[out], byName); err != nil {
+			if hookOut, err = hook.Bind(hs, s, q[in], q[out], byName); err != nil {
 				return nil, err
 			}
 		}
 		st := sched.StageSpec{Name: fmt.Sprintf("stage %d", s), Layer: max(s-1, 0), Graph: g, Units: units[s],
-			Fallback: fallback[s], Splits: splits[s], Shared: shared[s]}
-		if hook != nil {
-			hook.spec(r, &st)
+			Fallback: fallback[s], Splits: splits[s], Shared: hooked[s].Shared, Sharded: hook != nil}
+		if len(st.Shared) > 0 {
+			st.SharedUnits = [2]int{r.unitIdx[hooked[s].SharedUnits[0]], r.unitIdx[hooked[s].SharedUnits[1]]}
 		}
 		if s == 0 {
 			st.Name = "embed"

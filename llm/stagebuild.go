@@ -7,43 +7,14 @@ import (
 )
 
 // stageBuild is what shapes one stage graph beyond the model: a projection hook's lowering,
-// the projection taps (WithTap), decode shards, a batched step, an embedder's hidden output.
+// the projection taps (WithTap), an embedder's hidden output.
 type stageBuild struct {
 	// lin, from the runner's ProjectionHook, builds the projections its technique rewrites.
 	lin ProjectionBuilder
 	// taps, when not nil, collects the MATMUL inputs and outputs as extra graph outputs.
 	taps *tapSet
-	// shard gives the shard of each node of a sharded decode stage that belongs to one (by
-	// node ID); the rules place the others.
-	shard map[int]int
-	// shared are the pieces of a stealing sharded stage (StageSpec.Shared), node IDs.
-	shared [][]int
-	// batch, above 1, builds a batched decode step of that many sequences (batch.go): each
-	// with its own cache inputs, attention and K/V outputs, and one row but the last, which
-	// may be a prompt chunk.
-	batch int
 	// hidden ends the last stage with the final-normed hidden state, not the logits (embed.go).
 	hidden bool
-}
-
-// sharedPiece records the nodes g added from mark on as a piece either shard unit may run
-// (StageSpec.Shared).
-func (sb *stageBuild) sharedPiece(g *core.Graph, mark int) {
-	var ids []int
-	for _, n := range g.Nodes[mark:] {
-		ids = append(ids, n.ID)
-	}
-	sb.shared = append(sb.shared, ids)
-}
-
-// own records the nodes g added from mark on as shard s's.
-func (sb *stageBuild) own(g *core.Graph, mark, s int) {
-	if sb.shard == nil {
-		sb.shard = map[int]int{}
-	}
-	for _, n := range g.Nodes[mark:] {
-		sb.shard[n.ID] = s
-	}
 }
 
 // tapSet lists a stage's tapped tensors and what each is.
@@ -100,7 +71,7 @@ func (m *Model) linear(g *core.Graph, sb *stageBuild, x *core.Tensor, l int, p s
 // head ends the last stage: the logits, or for an embedder the final-normed hidden state.
 func (sb *stageBuild) head(m *Model, g *core.Graph, x *core.Tensor) {
 	if sb == nil || !sb.hidden {
-		m.outputHead(g, sb.outRows(g, x))
+		m.outputHead(g, x)
 		return
 	}
 	g.SetNamePrefix("")

@@ -15,6 +15,7 @@ import (
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/grammar"
 	_ "github.com/xpuhub/xpu/llm/llmconform" // the stories260K model cases of xpu conform
+	"github.com/xpuhub/xpu/llm/shard"        // imported, it runs plans with decode shards (the default plan's too)
 	"github.com/xpuhub/xpu/llm/sparse"
 	"github.com/xpuhub/xpu/llm/tokenizer"
 	"github.com/xpuhub/xpu/llm/w8a8"
@@ -304,7 +305,7 @@ func openPlannedRunner(ctx context.Context, m *llm.Model, units, planFile string
 		case int8:
 			plan = w8a8.Plan(plan)
 		case sparseFFN:
-			plan = llm.WithoutShards(plan)
+			plan = shard.Without(plan)
 		}
 	}
 	r, err := llm.NewPlannedRunner(ctx, m, devs, plan, opts...)

@@ -7,9 +7,10 @@ import (
 	"sync"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/batch"
 )
 
-// newBatch makes the slots of a server with several of them the runners of one llm.Batch:
+// newBatch makes the slots of a server with several of them the runners of one batch.Batch:
 // concurrent requests then decode in shared steps on one copy of the weights (continuous
 // batching) instead of each reading all the weights for its own token. An engine whose
 // options a batch does not run (W8A8 weights, a sparse FFN) keeps independent runners.
@@ -17,7 +18,7 @@ func (s *Server) newBatch(ctx context.Context) error {
 	if s.cfg.parallel < 2 || s.cfg.noBatch {
 		return nil
 	}
-	b, err := s.eng.NewBatch(ctx, s.cfg.parallel)
+	b, err := batch.New(ctx, s.eng.Model(), s.eng.Device(), s.cfg.parallel, s.eng.RunnerOptions()...)
 	if errors.Is(err, core.ErrUnsupported) {
 		s.cfg.logger.Debug("serve: independent runners: the engine's options are not batched", "err", err)
 		return nil

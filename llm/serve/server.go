@@ -9,7 +9,7 @@
 // A runner holds one sequence at a time, so requests share the model through a pool of
 // runners (WithParallel, default 1: the engine's own). A request waits in a bounded queue
 // (WithMaxQueue, first come first served) for a free runner and is refused with 429 when the
-// queue is full. With several, the runners are one llm.Batch (batch.go): one copy of the
+// queue is full. With several, the runners are one batch.Batch (batch.go): one copy of the
 // weights, a KV cache each, and the decodes of the requests generating at once run as one step
 // (continuous batching: a request joins and leaves between tokens). A
 // runner keeps its KV cache between requests: a request goes to the free runner whose cache
@@ -48,7 +48,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/xpuhub/xpu/llm/prompt"
 	"io"
 	"log/slog"
 	"net"
@@ -58,7 +57,9 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/batch"
 	"github.com/xpuhub/xpu/llm/embed"
+	"github.com/xpuhub/xpu/llm/prompt"
 	"github.com/xpuhub/xpu/llm/tokenizer"
 )
 
@@ -104,7 +105,7 @@ type Option func(*config)
 func WithModelName(name string) Option { return func(c *config) { c.name = name } }
 
 // WithParallel is how many requests generate at once (default 1). Above 1 their runners are an
-// llm.Batch: one copy of the weights, their decodes run as one step (see WithoutBatching).
+// batch.Batch: one copy of the weights, their decodes run as one step (see WithoutBatching).
 func WithParallel(n int) Option { return func(c *config) { c.parallel = n } }
 
 // WithContextShift lets generation go on past a full context as llama-server does: the first
@@ -166,7 +167,7 @@ type Server struct {
 	// grammars are recent json_schema requests' compiled grammars
 	grammars grammarCache
 	// batch, with parallel > 1, holds the slots' runners: their decodes run as one step
-	batch *llm.Batch
+	batch *batch.Batch
 	// embed serves /v1/embeddings, made at its first request (embeddings.go)
 	embedMu sync.Mutex
 	embed   *embed.Embedder

@@ -1,5 +1,6 @@
-// Package shard plans how a model's layers move between graphs and units: the cut of decode
-// steps into shards across units, and the progressive switch from prefill-shaped graphs to
+// Package shard plans how a model's layers move between graphs and units: it runs decode steps
+// cut into shards across units (the runner's stage hook for plans with decode shards, registered
+// by importing the package), and plans the progressive switch from prefill-shaped graphs to
 // verify-shaped ones.
 package shard
 

@@ -1,21 +1,23 @@
-package llm
+// Package batch is continuous batching: several sequences' decodes as one step over one copy
+// of the weights.
+package batch
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/sched"
 )
 
-// ErrBatchClosed: a decode reached a Batch after Close.
-var ErrBatchClosed = errors.New("llm: the batch is closed")
+// ErrClosed: a decode reached a Batch after Close.
+var ErrClosed = errors.New("batch: the batch is closed")
 
 // maxBatch bounds the sequences of a Batch: each width up to it is a prepared program.
 const maxBatch = 64
@@ -42,11 +44,12 @@ const maxBatch = 64
 // Each runner is used as any Runner is (Generate, NewChat, Prefill, Decode), from one goroutine
 // at a time; the runners are the batch's and are closed by its Close.
 type Batch struct {
-	m        *Model
-	cfg      runnerConfig
-	rt       *sched.Runtime
-	runners  []*Runner
-	kv       [][2]sched.Span // per layer, every slot's K and V: slot i's rows start at i*cap
+	m       *llm.Model
+	rt      *sched.Runtime // the first runner's, which all share
+	runners []*llm.Runner
+	slots   []*slot
+	// kv are per layer every slot's K and V (slot i's rows start at i*cap), in rt's arena
+	kv       [][2]sched.Span
 	cap      int64
 	rowBytes [2]int64 // one cache row of K and of V
 	// progs are the batched decode programs by width (2 up to the runners; 0 and 1 unused)
@@ -96,7 +99,7 @@ type batchProg struct {
 
 // batchReq is one sequence's decode waiting for a step.
 type batchReq struct {
-	r     *Runner
+	s     *slot
 	token int32
 	out   chan batchResult
 }
@@ -109,91 +112,60 @@ type batchResult struct {
 // chunkJob is one prompt chunk waiting for the stepper.
 type chunkJob struct {
 	ctx    context.Context
-	r      *Runner
+	s      *slot
 	tokens []int32
-	prog   *chunkProg
+	c      int  // the chunk length of the runner's programs it runs on alone
 	last   bool // the prompt's last chunk: its sequence decodes next
 	out    chan batchResult
 }
 
-// BatchStats counts a Batch's decode steps and the decoding rows they ran (Rows/Steps is the
+// Stats counts a Batch's decode steps and the decoding rows they ran (Rows/Steps is the
 // mean batch width), and the prompt chunks run while sequences decoded: Chunks in all, Mixed
 // of them inside a decode step.
-type BatchStats struct {
+type Stats struct {
 	Steps, Rows, Chunks, Mixed int64
 }
 
-// NewBatch prepares n runners on dev that decode together (see Batch). The options are
-// NewRunner's; W8A8 weights, a sparse FFN, calibration taps and verify lengths are not
-// batched and are refused.
-func NewBatch(ctx context.Context, m *Model, dev core.Device, n int, opts ...RunnerOption) (_ *Batch, err error) {
+// New prepares n runners on dev that decode together (see Batch). The options are
+// llm.NewRunner's; W8A8 weights, a sparse FFN, calibration taps, verify lengths and hidden-state
+// output are not batched and are refused (core.ErrUnsupported). With llm.WithRuntime the
+// runtime must have one unit, dev's. An llm.Engine's batch is
+// New(ctx, e.Model(), e.Device(), n, e.RunnerOptions()...), closed before the engine.
+func New(ctx context.Context, m *llm.Model, dev core.Device, n int, opts ...llm.RunnerOption) (_ *Batch, err error) {
 	if dev == nil || m == nil {
-		return nil, fmt.Errorf("llm: batch: nil model or device: %w", core.ErrInvalidArgument)
+		return nil, fmt.Errorf("batch: nil model or device: %w", core.ErrInvalidArgument)
 	}
 	if n < 1 || n > maxBatch {
-		return nil, fmt.Errorf("llm: batch of %d sequences (1 to %d): %w", n, maxBatch, core.ErrInvalidArgument)
+		return nil, fmt.Errorf("batch: %d sequences (1 to %d): %w", n, maxBatch, core.ErrInvalidArgument)
 	}
-	cfg := newRunnerConfig(opts)
-	if cfg.proj != nil || cfg.chunkHook != nil || cfg.tap != nil || len(cfg.verify) > 0 || cfg.rt != nil {
-		return nil, fmt.Errorf("llm: batch with a projection hook (W8A8 weights), a sparse FFN, taps, verify lengths or a runtime of the caller's: %w",
-			core.ErrUnsupported)
-	}
-	if cfg.ctxLen == 0 {
-		cfg.ctxLen = DefaultContextLength(m)
-	}
-	if cfg.chunk < 1 || cfg.ctxLen < 1 || cfg.ctxLen > maxContext {
-		return nil, fmt.Errorf("llm: chunk %d and context %d must be positive (context at most %d): %w",
-			cfg.chunk, cfg.ctxLen, maxContext, core.ErrInvalidArgument)
-	}
-	c := m.Config
-	// the runner's cache rows (newRunner): the context plus room for a padded last chunk
-	chunk := min(cfg.chunk, cfg.ctxLen)
-	kRow, vRow := cfg.kv.RowBytes(c)
-	b := &Batch{m: m, cfg: cfg, cap: int64(cfg.ctxLen + chunk - 1), rowBytes: [2]int64{kRow, vRow},
-		arrive: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
+	b := &Batch{m: m, arrive: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
 		turn: make(chan struct{}, 1), seen: make([]time.Time, n)}
-	info := dev.Info()
-	spec := sched.UnitSpec{Backend: info.Backend, Index: info.Index, Options: maps.Clone(cfg.options)}
-	if b.rt, err = sched.NewRuntime(ctx, []core.Device{dev}, []sched.UnitSpec{spec}, sched.WithRuntimeTrace(cfg.trace),
-		sched.WithRuntimeLogger(cfg.logger)); err != nil {
-		return nil, fmt.Errorf("llm: batch: %w", err)
-	}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, b.closeAll())
 		}
 	}()
-	al := b.rt.Arena().Allocs()
-	alloc := al.Alloc
-	for range c.Layers {
-		b.kv = append(b.kv, [2]sched.Span{alloc(int64(n) * b.cap * b.rowBytes[0]), alloc(int64(n) * b.cap * b.rowBytes[1])})
-	}
-	// a step's rows: n decoding sequences, or fewer and a prompt chunk (at most the runners' chunk)
-	rows := int64(n + chunk)
-	b.ids, b.pos, b.qoff, b.outRows = alloc(4*rows), alloc(4*rows), alloc(4*int64(n)), alloc(4*int64(n))
-	if f := c.RopeFreqFactors; f != nil {
-		b.cos, b.sin = alloc(rows*int64(len(f)*4)), alloc(rows*int64(len(f)*4))
-	}
-	if err = al.Err; err != nil {
-		return nil, fmt.Errorf("llm: batch of %d: caches: %w", n, err)
-	}
-	plan := &sched.Plan{Units: []string{spec.String()}, Prefill: sched.PhasePlan{Rules: []sched.Rule{{Unit: "0"}}}}
+	// the first runner opens the runtime (or takes WithRuntime's), the others share it and its
+	// cache dtypes; each one's cache is its slot of the batch's (slot.Attach)
 	for i := range n {
-		rc := cfg
-		rc.rt, rc.slot = b.rt, &batchSlot{b: b, i: i}
-		r, err := newRunner(ctx, m, []core.Device{dev}, plan, rc)
-		if err != nil {
-			return nil, fmt.Errorf("llm: batch runner %d of %d: %w", i+1, n, err)
+		sl := &slot{b: b, i: i}
+		ropts := append(slices.Clone(opts), llm.WithSequenceHook(sl))
+		if i > 0 {
+			ropts = append(ropts, llm.WithRuntime(b.rt), llm.WithKVCacheTypes(b.runners[0].KVCacheTypes()))
 		}
-		r.batch = b
-		b.runners = append(b.runners, r)
-		if small := min(InterleaveChunk, r.cfg.chunk); small > 1 && small < r.cfg.chunk {
+		r, err := llm.NewRunner(ctx, m, dev, ropts...)
+		if err != nil {
+			return nil, fmt.Errorf("batch: runner %d of %d: %w", i+1, n, err)
+		}
+		b.runners, b.slots = append(b.runners, r), append(b.slots, sl)
+		if len(b.rt.Units()) != 1 {
+			return nil, fmt.Errorf("batch: a runtime of %d units (one, the device's): %w", len(b.rt.Units()), core.ErrUnsupported)
+		}
+		if small := min(InterleaveChunk, r.ChunkSize()); small > 1 && small < r.ChunkSize() {
 			b.small = small
-			cp, err := r.prepare(ctx, int64(small), func() {}, false)
-			if err != nil {
-				return nil, fmt.Errorf("llm: batch runner %d: prefill chunk %d: %w", i+1, small, err)
+			if err := sl.seq.Prepare(ctx, small); err != nil {
+				return nil, fmt.Errorf("batch: runner %d: prefill chunk %d: %w", i+1, small, err)
 			}
-			r.progs[small] = cp
 		}
 	}
 	b.progs = make([]*batchProg, n+1)
@@ -214,22 +186,16 @@ func NewBatch(ctx context.Context, m *Model, dev core.Device, n int, opts ...Run
 	return b, nil
 }
 
-// NewBatch prepares n runners on the engine's device, with its runner options, that decode
-// together (see Batch). The caller closes the batch before the engine.
-func (e *Engine) NewBatch(ctx context.Context, n int) (*Batch, error) {
-	return NewBatch(ctx, e.Model(), e.dev, n, e.opts...)
-}
-
 // Runners are the batch's runners, one sequence each.
-func (b *Batch) Runners() []*Runner { return append([]*Runner(nil), b.runners...) }
+func (b *Batch) Runners() []*llm.Runner { return slices.Clone(b.runners) }
 
 // Stats counts the decode steps run so far.
-func (b *Batch) Stats() BatchStats {
-	return BatchStats{Steps: b.steps.Load(), Rows: b.rows.Load(), Chunks: b.chunksRun.Load(), Mixed: b.mixedRun.Load()}
+func (b *Batch) Stats() Stats {
+	return Stats{Steps: b.steps.Load(), Rows: b.rows.Load(), Chunks: b.chunksRun.Load(), Mixed: b.mixedRun.Load()}
 }
 
-// Close stops the steps (a decode still waiting fails with ErrBatchClosed) and releases the
-// runners, the programs and the runtime. Closing twice is a no-op.
+// Close stops the steps (a decode still waiting fails with ErrClosed) and releases the
+// runners, the programs and the runtime (not WithRuntime's). Closing twice is a no-op.
 func (b *Batch) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -243,9 +209,11 @@ func (b *Batch) Close() error {
 	return b.closeAll()
 }
 
+// closeAll closes the runners that share the first one's runtime, the batched programs, then the
+// first runner, which closes the runtime (unless it is WithRuntime's).
 func (b *Batch) closeAll() error {
 	var errs []error
-	for _, r := range b.runners {
+	for _, r := range b.runners[min(1, len(b.runners)):] {
 		errs = append(errs, r.Close())
 	}
 	for _, p := range append(slices.Clone(b.progs), b.mixed...) {
@@ -253,23 +221,24 @@ func (b *Batch) closeAll() error {
 			errs = append(errs, p.prog.Close())
 		}
 	}
-	if b.rt != nil {
-		errs = append(errs, b.rt.Close())
+	if len(b.runners) > 0 {
+		errs = append(errs, b.runners[0].Close())
 	}
 	return errors.Join(errs...)
 }
 
-// prefill is Runner.Prefill for a runner of the batch. While others decode, the prompt goes in
-// in short chunks that the stepper runs between steps; otherwise in the runner's own chunks,
-// one prompt's chunk at a time.
-func (b *Batch) prefill(ctx context.Context, r *Runner, tokens []int32) ([]float32, error) {
-	if err := r.checkFeed(tokens); err != nil || len(tokens) == 0 {
-		return r.feed(ctx, tokens, r.progs[r.cfg.chunk], nil) // feed's error
+// prefill is Runner.Prefill for slot s's runner. While others decode, the prompt goes in in
+// short chunks that the stepper runs between steps; otherwise in the runner's own chunks, one
+// prompt's chunk at a time.
+func (b *Batch) prefill(ctx context.Context, s *slot, tokens []int32) ([]float32, error) {
+	if err := s.seq.Check(tokens); err != nil || len(tokens) == 0 {
+		return s.seq.Feed(ctx, tokens, 0) // Feed's error
 	}
+	chunk := s.seq.Runner().ChunkSize()
 	var logits []float32
 	for start := 0; start < len(tokens); {
 		var err error
-		end := min(start+r.cfg.chunk, len(tokens))
+		end := min(start+chunk, len(tokens))
 		select {
 		case b.turn <- struct{}{}:
 		case <-ctx.Done():
@@ -280,19 +249,19 @@ func (b *Batch) prefill(ctx context.Context, r *Runner, tokens []int32) ([]float
 		if b.small > 0 && b.decoding() {
 			<-b.turn
 			end = min(start+b.small, len(tokens))
-			logits, err = b.queueChunk(ctx, &chunkJob{ctx: ctx, r: r, tokens: tokens[start:end], prog: r.progs[b.small],
+			logits, err = b.queueChunk(ctx, &chunkJob{ctx: ctx, s: s, tokens: tokens[start:end], c: b.small,
 				last: end == len(tokens)})
 		} else {
 			// a chunk is padded to its program's rows: a short prompt (or tail) goes in in short
 			// chunks rather than pay a long chunk's rows
-			c := r.cfg.chunk
+			c := chunk
 			if b.small > 0 && len(tokens)-start <= c/2 {
 				c = b.small
 			}
 			end = min(start+c, len(tokens))
-			logits, err = r.feed(ctx, tokens[start:end], r.progs[c], nil)
+			logits, err = s.seq.Feed(ctx, tokens[start:end], c)
 			if err == nil && end == len(tokens) {
-				b.decodesNext(r)
+				b.decodesNext(s)
 			}
 			<-b.turn
 		}
@@ -311,11 +280,11 @@ func (b *Batch) queueChunk(ctx context.Context, job *chunkJob) ([]float32, error
 	return enqueue(ctx, b, &b.chunks, job, job.out)
 }
 
-// decodesNext counts r, whose prompt just went in, among the sequences that decode: the next
+// decodesNext counts s, whose prompt just went in, among the sequences that decode: the next
 // step waits for its first token, and a prompt that comes next goes in between steps.
-func (b *Batch) decodesNext(r *Runner) {
+func (b *Batch) decodesNext(s *slot) {
 	b.mu.Lock()
-	b.seen[r.batchSlot()] = time.Now()
+	b.seen[s.i] = time.Now()
 	b.mu.Unlock()
 }
 
@@ -335,14 +304,14 @@ func (b *Batch) decoding() bool {
 	return b.stepping || len(b.pending) > 0 || b.expected() > 0
 }
 
-// decode is Runner.Decode for a runner of the batch: it queues the token for the next step
-// and waits for its logits. A caller whose ctx ends while its token waits leaves the queue;
-// once a step has taken it, the step finishes first (the cache row is written either way).
-func (b *Batch) decode(ctx context.Context, r *Runner, token int32) ([]float32, error) {
-	if err := r.checkFeed([]int32{token}); err != nil {
+// decode is Runner.Decode for slot s's runner: it queues the token for the next step and waits
+// for its logits. A caller whose ctx ends while its token waits leaves the queue; once a step
+// has taken it, the step finishes first (the cache row is written either way).
+func (b *Batch) decode(ctx context.Context, s *slot, token int32) ([]float32, error) {
+	if err := s.seq.Check([]int32{token}); err != nil {
 		return nil, err
 	}
-	req := &batchReq{r: r, token: token, out: make(chan batchResult, 1)}
+	req := &batchReq{s: s, token: token, out: make(chan batchResult, 1)}
 	return enqueue(ctx, b, &b.pending, req, req.out)
 }
 
@@ -353,7 +322,7 @@ func enqueue[T comparable](ctx context.Context, b *Batch, q *[]T, item T, out <-
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return nil, ErrBatchClosed
+		return nil, ErrClosed
 	}
 	*q = append(*q, item)
 	b.mu.Unlock()
@@ -396,7 +365,7 @@ func (b *Batch) stepper() {
 			b.mu.Lock()
 			b.lastDur, b.lastEnd, b.stepping = dur, time.Now(), false
 			for _, q := range reqs {
-				b.seen[q.r.batchSlot()] = b.lastEnd
+				b.seen[q.s.i] = b.lastEnd
 			}
 			b.mu.Unlock()
 			b.steps.Add(1)
@@ -411,13 +380,13 @@ func (b *Batch) stepper() {
 				res = *mixed
 				b.mixedRun.Add(1)
 			} else {
-				res.logits, res.err = job.r.feed(job.ctx, job.tokens, job.prog, nil)
+				res.logits, res.err = job.s.seq.Feed(job.ctx, job.tokens, job.c)
 			}
 			b.mu.Lock()
 			b.stepping = false
 			b.mu.Unlock()
 			if job.last && res.err == nil {
-				b.decodesNext(job.r)
+				b.decodesNext(job.s)
 			}
 			b.chunksRun.Add(1)
 			job.out <- res
@@ -441,10 +410,10 @@ func (b *Batch) collect() (reqs []*batchReq, job *chunkJob, ok bool) {
 		b.mu.Lock()
 		if b.closed {
 			for _, q := range b.pending {
-				q.out <- batchResult{err: ErrBatchClosed}
+				q.out <- batchResult{err: ErrClosed}
 			}
 			for _, j := range b.chunks {
-				j.out <- batchResult{err: ErrBatchClosed}
+				j.out <- batchResult{err: ErrClosed}
 			}
 			b.pending, b.chunks = nil, nil
 			b.mu.Unlock()
@@ -484,7 +453,7 @@ func (b *Batch) expected() int {
 	recent := 2*b.lastDur + 10*time.Millisecond
 	queued := make([]bool, len(b.seen))
 	for _, q := range b.pending {
-		queued[q.r.batchSlot()] = true
+		queued[q.s.i] = true
 	}
 	n := 0
 	for i, t := range b.seen {
@@ -500,7 +469,7 @@ func (b *Batch) expected() int {
 func (b *Batch) forgetAbsent() {
 	queued := make([]bool, len(b.seen))
 	for _, q := range b.pending {
-		queued[q.r.batchSlot()] = true
+		queued[q.s.i] = true
 	}
 	for i := range b.seen {
 		if !queued[i] {
@@ -517,7 +486,7 @@ func (b *Batch) step(reqs []*batchReq) []batchResult {
 	res := make([]batchResult, len(reqs))
 	if len(reqs) == 1 {
 		q := reqs[0]
-		res[0].logits, res[0].err = q.r.feed(ctx, []int32{q.token}, q.r.progs[1], nil)
+		res[0].logits, res[0].err = q.s.seq.Feed(ctx, []int32{q.token}, 1)
 		return res
 	}
 	logits, err := b.run(ctx, reqs)
@@ -526,10 +495,8 @@ func (b *Batch) step(reqs []*batchReq) []batchResult {
 			res[i].err = err
 			continue
 		}
-		q := reqs[i]
 		res[i].logits = logits[i]
-		q.r.pos++
-		q.r.history = append(q.r.history, q.token)
+		reqs[i].s.seq.Commit([]int32{reqs[i].token})
 	}
 	return res
 }
@@ -547,15 +514,15 @@ func (b *Batch) runRows(ctx context.Context, p *batchProg, reqs []*batchReq, job
 	a := b.rt.Arena()
 	ids, pos, qoff := make([]int32, 0, n+b.small), make([]int32, 0, n+b.small), make([]int32, 0, n+1)
 	rows := make([]int64, 0, 2*n+2)
-	seq := func(r *Runner) {
-		base := int64(r.batchSlot()) * b.cap
+	seq := func(s *slot) {
+		base, at := int64(s.i)*b.cap, s.seq.Runner().Len()
 		// slot 2i+1: the sequence's cache; 2i+2: its new K/V rows
-		rows = append(rows, base, base+int64(r.pos))
-		qoff = append(qoff, int32(r.pos))
+		rows = append(rows, base, base+int64(at))
+		qoff = append(qoff, int32(at))
 	}
 	for _, q := range reqs {
-		ids, pos = append(ids, q.token), append(pos, int32(q.r.pos))
-		seq(q.r)
+		ids, pos = append(ids, q.token), append(pos, int32(q.s.seq.Runner().Len()))
+		seq(q.s)
 	}
 	if job != nil {
 		// padding rows (id 0) sit past the prompt's last token, where the causal mask hides
@@ -565,9 +532,9 @@ func (b *Batch) runRows(ctx context.Context, p *batchProg, reqs []*batchReq, job
 			if i < len(job.tokens) {
 				id = job.tokens[i]
 			}
-			ids, pos = append(ids, id), append(pos, int32(job.r.pos+i))
+			ids, pos = append(ids, id), append(pos, int32(job.s.seq.Runner().Len()+i))
 		}
-		seq(job.r)
+		seq(job.s)
 	}
 	copy(a.Bytes(b.ids), core.EncodeI32(ids))
 	copy(a.Bytes(b.pos), core.EncodeI32(pos))
@@ -581,12 +548,12 @@ func (b *Batch) runRows(ctx context.Context, p *batchProg, reqs []*batchReq, job
 		copy(a.Bytes(b.outRows), core.EncodeI32(out))
 	}
 	if b.m.Config.RopeFreqFactors != nil {
-		cos, sin := b.m.Config.RopeTables(pos, b.cfg.ctxLen)
+		cos, sin := b.m.Config.RopeTables(pos, b.runners[0].ContextLength())
 		copy(a.Bytes(b.cos), core.EncodeF32(cos))
 		copy(a.Bytes(b.sin), core.EncodeF32(sin))
 	}
 	if err := p.prog.Run(ctx, []sched.Chunk{{Rows: rows}}); err != nil {
-		return nil, fmt.Errorf("llm: %s: %w", p.prog.Name(), err)
+		return nil, fmt.Errorf("batch: %s: %w", p.prog.Name(), err)
 	}
 	V := int64(b.m.Config.Vocab)
 	all := core.DecodeF32(a.Bytes(p.logits)[:int64(len(qoff))*V*4])
@@ -608,34 +575,11 @@ func (b *Batch) mixedStep(reqs []*batchReq, job *chunkJob) ([]batchResult, *batc
 			continue
 		}
 		res[i].logits = logits[i]
-		q.r.pos++
-		q.r.history = append(q.r.history, q.token)
+		q.s.seq.Commit([]int32{q.token})
 	}
 	if err != nil {
 		return res, &batchResult{err: err}
 	}
-	r := job.r
-	r.pos += len(job.tokens)
-	r.history = append(r.history, job.tokens...)
+	job.s.seq.Commit(job.tokens)
 	return res, &batchResult{logits: logits[len(reqs)]}
-}
-
-// batchSlot is the runner's slot in its batch.
-func (r *Runner) batchSlot() int { return r.cfg.slot.i }
-
-// checkFeed is feed's argument check, for a token fed through a batched step.
-func (r *Runner) checkFeed(tokens []int32) error {
-	if r.closed {
-		return fmt.Errorf("llm: runner is closed: %w", core.ErrBadState)
-	}
-	if r.pos+len(tokens) > r.cfg.ctxLen {
-		return fmt.Errorf("%w: %d tokens in the cache + %d new > context length %d",
-			ErrContextFull, r.pos, len(tokens), r.cfg.ctxLen)
-	}
-	for _, t := range tokens {
-		if t < 0 || int(t) >= r.m.Config.Vocab {
-			return fmt.Errorf("llm: token %d outside the vocabulary of %d: %w", t, r.m.Config.Vocab, core.ErrInvalidArgument)
-		}
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package llm
+package batch
 
 import (
 	"context"
@@ -10,6 +10,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/internal/llmtest"
+	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/spec"
+	"github.com/xpuhub/xpu/sched"
 )
 
 // batchPrompts differ in length (one spans several prefill chunks of 16, and of 8 while others
@@ -29,20 +33,20 @@ var batchPrompts = []struct {
 // gives alone on a plain Runner, and the steps did batch several sequences and prompt chunks.
 func TestBatchMatchesRunners(t *testing.T) {
 	ctx := context.Background()
-	m := openStories(t)
-	dev := refDevice(t)
-	alone, err := NewRunner(ctx, m, dev, WithChunkSize(16), WithContextLength(128))
+	m := llmtest.Stories(t)
+	dev := llmtest.RefDevice(t)
+	alone, err := llm.NewRunner(ctx, m, dev, llm.WithChunkSize(16), llm.WithContextLength(128))
 	require.NoError(t, err)
 	defer alone.Close()
 	want := make([][]int32, len(batchPrompts))
 	for i, p := range batchPrompts {
 		alone.Reset()
-		res, err := alone.Generate(ctx, p.prompt, WithMaxTokens(p.tokens))
+		res, err := alone.Generate(ctx, p.prompt, llm.WithMaxTokens(p.tokens))
 		require.NoError(t, err)
 		want[i] = res.Tokens
 	}
 
-	b, err := NewBatch(ctx, m, dev, len(batchPrompts), WithChunkSize(16), WithContextLength(128))
+	b, err := New(ctx, m, dev, len(batchPrompts), llm.WithChunkSize(16), llm.WithContextLength(128))
 	require.NoError(t, err)
 	defer b.Close()
 	require.Equal(t, InterleaveChunk, b.small, "prompts go in in short chunks while others decode")
@@ -56,7 +60,7 @@ func TestBatchMatchesRunners(t *testing.T) {
 				defer wg.Done()
 				time.Sleep(time.Duration(3*i) * time.Millisecond) // join at different steps
 				r.Reset()
-				res, err := r.Generate(ctx, batchPrompts[i].prompt, WithMaxTokens(batchPrompts[i].tokens))
+				res, err := r.Generate(ctx, batchPrompts[i].prompt, llm.WithMaxTokens(batchPrompts[i].tokens))
 				got[i], errs[i] = res.Tokens, err
 			}()
 		}
@@ -79,28 +83,30 @@ func TestBatchMatchesRunners(t *testing.T) {
 // TestBatchErrors: bad arguments are errors, not panics; a decode after Close fails.
 func TestBatchErrors(t *testing.T) {
 	ctx := context.Background()
-	m := openStories(t)
-	dev := refDevice(t)
+	m := llmtest.Stories(t)
+	dev := llmtest.RefDevice(t)
 	for _, tc := range []struct {
 		name string
 		n    int
-		opts []RunnerOption
+		opts []llm.RunnerOption
 		want error
 	}{
 		{"no sequences", 0, nil, core.ErrInvalidArgument},
 		{"too many", maxBatch + 1, nil, core.ErrInvalidArgument},
-		{"verify lengths", 2, []RunnerOption{WithVerifyHook(chainHook{lengths: []int{4}})}, core.ErrUnsupported},
-		{"bad context", 2, []RunnerOption{WithContextLength(-1)}, core.ErrInvalidArgument},
+		{"verify lengths", 2, []llm.RunnerOption{spec.WithVerifyLengths(4)}, core.ErrUnsupported},
+		{"projection hook", 2, []llm.RunnerOption{llm.WithProjectionHook(noProjections{})}, core.ErrUnsupported},
+		{"hidden-state output", 2, []llm.RunnerOption{llm.WithHiddenOutput()}, core.ErrUnsupported},
+		{"bad context", 2, []llm.RunnerOption{llm.WithContextLength(-1)}, core.ErrInvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := NewBatch(ctx, m, dev, tc.n, tc.opts...)
+			_, err := New(ctx, m, dev, tc.n, tc.opts...)
 			require.ErrorIs(t, err, tc.want)
 		})
 	}
-	_, err := NewBatch(ctx, nil, dev, 2)
+	_, err := New(ctx, nil, dev, 2)
 	require.ErrorIs(t, err, core.ErrInvalidArgument)
 
-	b, err := NewBatch(ctx, m, dev, 2, WithContextLength(4), WithChunkSize(2))
+	b, err := New(ctx, m, dev, 2, llm.WithContextLength(4), llm.WithChunkSize(2))
 	require.NoError(t, err)
 	r := b.Runners()[0]
 	_, err = r.Decode(ctx, int32(m.Config.Vocab))
@@ -110,7 +116,7 @@ func TestBatchErrors(t *testing.T) {
 		require.NoError(t, err)
 	}
 	_, err = r.Decode(ctx, 1)
-	require.ErrorIs(t, err, ErrContextFull)
+	require.ErrorIs(t, err, llm.ErrContextFull)
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	r.Reset()
@@ -120,4 +126,40 @@ func TestBatchErrors(t *testing.T) {
 	require.NoError(t, b.Close())
 	_, err = b.Runners()[1].Decode(ctx, 1)
 	require.Error(t, err)
+}
+
+// noProjections is a projection hook that lowers no projection.
+type noProjections struct{}
+
+func (noProjections) BeginStage() llm.ProjectionBuilder { return nil }
+
+// TestBatchOnCallersRuntime: with llm.WithRuntime the runners share the caller's runtime of one
+// unit, generate what a plain runner does, and Close leaves that runtime open.
+func TestBatchOnCallersRuntime(t *testing.T) {
+	ctx := context.Background()
+	m := llmtest.Stories(t)
+	dev := llmtest.RefDevice(t)
+	opts := []llm.RunnerOption{llm.WithChunkSize(16), llm.WithContextLength(64)}
+	alone, err := llm.NewRunner(ctx, m, dev, opts...)
+	require.NoError(t, err)
+	defer alone.Close()
+	want, err := alone.Generate(ctx, "Tom had a red ball.", llm.WithMaxTokens(8))
+	require.NoError(t, err)
+
+	info := dev.Info()
+	rt, err := sched.NewRuntime(ctx, []core.Device{dev}, []sched.UnitSpec{{Backend: info.Backend, Index: info.Index}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, rt.Close()) }()
+	b, err := New(ctx, m, dev, 2, append(opts, llm.WithRuntime(rt))...)
+	require.NoError(t, err)
+	for _, r := range b.Runners() {
+		require.Same(t, rt, r.Runtime())
+	}
+	got, err := b.Runners()[1].Generate(ctx, "Tom had a red ball.", llm.WithMaxTokens(8))
+	require.NoError(t, err)
+	assert.Equal(t, want.Tokens, got.Tokens)
+	require.NoError(t, b.Close())
+	r, err := llm.NewRunner(ctx, m, dev, append(opts, llm.WithRuntime(rt))...)
+	require.NoError(t, err, "the caller's runtime is still open after the batch's Close")
+	require.NoError(t, r.Close())
 }
