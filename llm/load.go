@@ -123,69 +123,22 @@ func placeModel(ctx context.Context, m *Model, cfg *loadConfig, ropts []RunnerOp
 	if src == nil {
 		src = core.DefaultSource()
 	}
-	var lazy core.LazyDevices = noPlugins{}
-	if src != nil {
-		// the policy ranks the devices as their plugins last listed them: only the plugins of
-		// the devices tried open in this process
-		var err error
-		if lazy, err = src.Lazy(ctx); err != nil {
-			return nil, nil, err
-		}
-	}
-	devs := lazy.Devices()
-	var extra []core.Backend
+	var extra []string
 	if cfg.allowRef {
-		rb, err := core.OpenBackend(ctx, src, ref.Name)
-		if err != nil {
-			return nil, lazy.Backends(), err
-		}
-		extra = append(extra, rb)
-		devs = append(devs, rb.Devices()...)
-	}
-	opened := func() []core.Backend { return append(lazy.Backends(), extra...) }
-	open := func(ctx context.Context, d core.Device) (core.Device, error) {
-		if slices.ContainsFunc(extra, func(b core.Backend) bool { return slices.Contains(b.Devices(), d) }) {
-			return d, nil
-		}
-		return lazy.Open(ctx, d)
+		extra = append(extra, ref.Name)
 	}
 	var r *Runner
-	_, err := sched.Choose(ctx, cfg.policy, RepresentativeMatMul(m), devs, open, func(d core.Device) error {
+	_, backends, err := sched.ChooseFrom(ctx, cfg.policy, RepresentativeMatMul(m), src, extra, func(d core.Device) error {
 		var err error
 		if r, err = NewRunner(ctx, m, d, ropts...); err != nil {
 			cfg.logger.Debug("llm: device refused the model", "device", d.Info().ID(), "err", err)
 		}
 		return err
 	})
-	if err != nil {
-		if len(devs) == 0 && ctx.Err() == nil {
-			err = fmt.Errorf("%w (no plugin backend found: build the plugins, set XPU_PLUGIN_PATH, or name \"ref\")", err)
-		}
-		return nil, opened(), err
+	if errors.Is(err, sched.ErrNothingListed) && ctx.Err() == nil {
+		err = fmt.Errorf("%w (no plugin backend found: build the plugins, set XPU_PLUGIN_PATH, or name \"ref\")", err)
 	}
-	return r, keepOwner(opened(), r.Device()), nil
-}
-
-// noPlugins is the device list of a program that links no plugin loader.
-type noPlugins struct{}
-
-func (noPlugins) Devices() []core.Device { return nil }
-func (noPlugins) Open(_ context.Context, d core.Device) (core.Device, error) {
-	return nil, fmt.Errorf("device %s: no plugin loader: %w", d.Info().ID(), core.ErrNotFound)
-}
-func (noPlugins) Backends() []core.Backend { return nil }
-
-// keepOwner closes every backend but the one d belongs to and returns that one.
-func keepOwner(backends []core.Backend, d core.Device) []core.Backend {
-	var keep []core.Backend
-	for _, b := range backends {
-		if slices.ContainsFunc(b.Devices(), func(x core.Device) bool { return x.Info().ID() == d.Info().ID() }) {
-			keep = append(keep, b)
-			continue
-		}
-		_ = b.Close()
-	}
-	return keep
+	return r, backends, err
 }
 
 // RepresentativeMatMul is the node a policy ranks devices for (sched.Policy.Rank): a matmul

@@ -11,7 +11,9 @@
 // Techniques live in packages of their own and plug in through the runner's hooks (see
 // Runner): speculative decoding (package spec) as a decode Strategy, the sparse FFN (package
 // sparse) as a ChunkHook, the W8A8 lowering and its calibration (package w8a8) as a
-// ProjectionHook with projection taps, embeddings (package embed) over the hidden-state output.
+// ProjectionHook with projection taps, decode shards (package shard) as a registered StageHook,
+// continuous batching (package batch) as a SequenceHook, embeddings (package embed) over the
+// hidden-state output.
 package llm
 
 import (

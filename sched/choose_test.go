@@ -70,3 +70,78 @@ func TestChoose(t *testing.T) {
 	_, err = sched.Choose(ctx, sched.MaxPerformance, node, devs, nil, func(core.Device) error { return errRefused })
 	assert.ErrorIs(t, err, context.Canceled)
 }
+
+// fakeSource lists one backend per device, opening it on first use, and counts the closes.
+type fakeSource struct {
+	devs   []core.Device
+	opened []*fakeBackend // by Open (a lazily listed device)
+	named  []*fakeBackend // by OpenBackend
+}
+
+type fakeBackend struct {
+	dev    core.Device
+	closed int
+}
+
+func (b *fakeBackend) Info() core.BackendInfo                        { return core.BackendInfo{Name: b.dev.Info().Backend} }
+func (b *fakeBackend) Devices() []core.Device                        { return []core.Device{b.dev} }
+func (b *fakeBackend) Close() error                                  { b.closed++; return nil }
+func (s *fakeSource) Devices() []core.Device                         { return s.devs }
+func (s *fakeSource) Backends() []core.Backend                       { return backendsOf(s.opened) }
+func (s *fakeSource) Lazy(context.Context) (core.LazyDevices, error) { return s, nil }
+func (s *fakeSource) OpenBackend(_ context.Context, name string) (core.Backend, error) {
+	for _, d := range s.devs {
+		if d.Info().Backend == name {
+			b := &fakeBackend{dev: d}
+			s.named = append(s.named, b)
+			return b, nil
+		}
+	}
+	return nil, core.ErrNotFound
+}
+func (s *fakeSource) Open(_ context.Context, d core.Device) (core.Device, error) {
+	s.opened = append(s.opened, &fakeBackend{dev: d})
+	return d, nil
+}
+
+func backendsOf(bs []*fakeBackend) []core.Backend {
+	out := make([]core.Backend, len(bs))
+	for i, b := range bs {
+		out[i] = b
+	}
+	return out
+}
+
+// TestChooseFrom: only the devices tried open; the chosen device's backend is returned open
+// and every other one opened is closed; a source listing nothing fails with ErrNothingListed;
+// an extra backend that does not open fails and closes what was opened.
+func TestChooseFrom(t *testing.T) {
+	node := &core.Node{Op: core.OpMatMul}
+	gpu, cpu := newFake("opencl", core.DeviceGPU), newFake("neon", core.DeviceCPU)
+	src := &fakeSource{devs: []core.Device{cpu, gpu}}
+	got, keep, err := sched.ChooseFrom(context.Background(), sched.MaxPerformance, node, src, nil, func(d core.Device) error {
+		if d == gpu {
+			return errors.New("refused")
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Same(t, cpu, got)
+	require.Len(t, src.opened, 2, "the GPU tried first, then the CPU")
+	assert.Equal(t, 1, src.opened[0].closed, "the refusing GPU's backend is closed")
+	assert.Equal(t, 0, src.opened[1].closed, "the chosen CPU's backend stays open")
+	require.Len(t, keep, 1)
+	assert.Same(t, core.Backend(src.opened[1]), keep[0])
+
+	_, _, err = sched.ChooseFrom(context.Background(), sched.MaxPerformance, node, &fakeSource{}, nil,
+		func(core.Device) error { return nil })
+	assert.ErrorIs(t, err, sched.ErrNothingListed)
+	assert.ErrorIs(t, err, sched.ErrNoDevice)
+
+	src = &fakeSource{devs: []core.Device{cpu}}
+	_, _, err = sched.ChooseFrom(context.Background(), sched.MaxPerformance, node, src, []string{"neon", "missing"},
+		func(core.Device) error { return nil })
+	require.ErrorIs(t, err, core.ErrNotFound)
+	require.Len(t, src.named, 1)
+	assert.Equal(t, 1, src.named[0].closed, "the extra backend opened before the failure is closed")
+}
