@@ -23,14 +23,15 @@ var ErrContextFull = errors.New("llm: context is full")
 // runner builds graphs; sched opens the contexts, prepares the partitions and runs them). It
 // is not safe for concurrent use.
 //
-// Techniques plug into the runner and into Generate at five points, from the finest: a
+// Techniques plug into the runner and into Generate at six points, from the finest: a
 // ProjectionHook (WithProjectionHook) lowers the projections of every stage graph (package
 // w8a8); a StageHook supplies the stage graphs of the decode programs (package shard's decode
 // shards, registered with RegisterShards); a ChunkHook (WithChunkHook) runs whole chunks with
 // programs of its own, built from the model's stage-building blocks (package sparse); a
 // SequenceHook (WithSequenceHook) serves Prefill and Decode, several runners' steps at once
-// (package batch); a Strategy (WithStrategy) decodes in place of Generate's own loop (package
-// spec). The runner keeps what they all share: the KV cache, the position inputs, activation
+// (package batch); a VerifyHook (WithVerifyHook) prepares verify programs that append given
+// tokens in one pass with every token's logits (package spec's verify graphs); a Strategy
+// (WithStrategy) decodes in place of Generate's own loop (package spec). The runner keeps what they all share: the KV cache, the position inputs, activation
 // lanes, placement by the plan, compiling and running.
 type Runner struct {
 	m     *Model
