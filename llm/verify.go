@@ -74,6 +74,11 @@ func (p *VerifyPrograms) Logger() *slog.Logger { return p.r.cfg.logger }
 // that refuses the mask fails with core.ErrUnsupported. Without, rows attend causally.
 func (p *VerifyPrograms) Prepare(ctx context.Context, c int, tree bool) (*VerifyProgram, error) {
 	r := p.r
+	ctx, leave, err := r.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	if !slices.Contains(r.cfg.verify, c) {
 		return nil, fmt.Errorf("llm: verify program of length %d: the hook's lengths are %v: %w", c, r.cfg.verify, core.ErrInvalidArgument)
 	}
