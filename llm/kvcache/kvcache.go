@@ -1,5 +1,5 @@
 // Package kvcache holds what the KV cache is made of: the K and V dtypes and their row sizes,
-// the conversion of new rows into them, and the graph that rotates cached keys for a context
+// the conversion of new rows into them, and the program that rotates cached keys for a context
 // shift.
 package kvcache
 
