@@ -15,10 +15,10 @@ ROUNDS=${ROUNDS:-5}
 BENCHTIME=${BENCHTIME:-300x}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-go test -c -o "$out/llm.test" ./llm
+go test -c -o "$out/spec.test" ./llm/spec
 for ((r = 0; r < ROUNDS; r++)); do
 	for dir in "$@"; do
-		(cd llm && XPU_PLUGIN_PATH=$dir "$out/llm.test" -test.run X -test.bench "VerifyPass/${FILTER:-}" \
+		(cd llm/spec && XPU_PLUGIN_PATH=$dir "$out/spec.test" -test.run X -test.bench "VerifyPass/${FILTER:-}" \
 			-test.benchtime "$BENCHTIME") | awk -v d="$dir" '/cpu-ns/ {print d, $1, $5}'
 	done
 done >"$out/results"

@@ -18,7 +18,7 @@
 # (-lcd) filled from the same prompts the same way.
 #
 # On a loaded machine wall-clock tok/s swings 2-4x between runs: bench/spec-cpu.sh measures the
-# same task in CPU time per token, and `go test ./llm -run X -bench VerifyPass` one pass per
+# same task in CPU time per token, and `go test ./llm/spec -run X -bench VerifyPass` one pass per
 # length (cpu-ns/op).
 #
 # Then the back-off check: a random-weight 1B model (drafts cannot hit, except where its own

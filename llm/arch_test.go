@@ -530,22 +530,6 @@ func TestTechniquesNeedLlamaShape(t *testing.T) {
 	}
 }
 
-// A draft tree's mask and a sliding window do not combine in one ATTENTION: where the window
-// hides keys the runner verifies chains (the causal mask) instead of trees, and where the
-// context is within the window it keeps trees.
-func TestTreeVerifyOverASlidingWindow(t *testing.T) {
-	m := tinyArch(t, "mistral", 2, 16)
-	for _, c := range []struct {
-		ctx  int
-		tree bool
-	}{{32, false}, {8, true}} {
-		r, err := NewRunner(context.Background(), m, refDevice(t), WithContextLength(c.ctx), WithVerifyLengths(4))
-		require.NoError(t, err)
-		assert.Equal(t, c.tree, r.tree, "context %d", c.ctx)
-		require.NoError(t, r.Close())
-	}
-}
-
 // Every architecture runs on the neon plugin with the reference backend's logits: windows
 // that hide keys (window 5 over a longer prompt) and Gemma 2's soft-caps included, which
 // need neon's op set 5.

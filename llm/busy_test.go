@@ -13,7 +13,7 @@ import (
 // again once it returns.
 func TestRunnerBusyGuard(t *testing.T) {
 	ctx := context.Background()
-	eng, err := Load(ctx, storiesPath(t), WithBackend("ref"), WithRunnerOptions(WithContextLength(64)))
+	eng, err := Load(ctx, storiesPath(t), WithBackend("ref"), WithRunnerOptions(WithContextLength(64), WithVerifyHook(chainHook{lengths: []int{4}})))
 	require.NoError(t, err)
 	defer eng.Close()
 	want, err := eng.Generate(ctx, "Once upon a time", WithMaxTokens(8))
@@ -25,9 +25,10 @@ func TestRunnerBusyGuard(t *testing.T) {
 			_, err := eng.GenerateUntil(ctx, "Lily", []string{"."}, WithMaxTokens(2))
 			return err
 		},
-		"Prefill": func() error { _, err := eng.Prefill(ctx, []int32{1, 2}); return err },
-		"Decode":  func() error { _, err := eng.Decode(ctx, 2); return err },
-		"Verify":  func() error { _, err := eng.Verify(ctx, []int32{2}); return err },
+		"Prefill":  func() error { _, err := eng.Prefill(ctx, []int32{1, 2}); return err },
+		"Decode":   func() error { _, err := eng.Decode(ctx, 2); return err },
+		"Verify":   func() error { return chainOf(eng.Runner).progs[0].Run(ctx, []int32{2, 3}, nil, nil, nil) },
+		"KeepRows": func() error { return chainOf(eng.Runner).p.KeepRows(ctx, 0, []int{0}) },
 	}
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {

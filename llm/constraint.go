@@ -3,13 +3,8 @@ package llm
 import (
 	"fmt"
 	"math"
-	"runtime"
-	"sync"
-	"weak"
 
-	"github.com/xpuhub/xpu/llm/grammar"
 	"github.com/xpuhub/xpu/llm/sample"
-	"github.com/xpuhub/xpu/llm/tokenizer"
 )
 
 // Constraint restricts the tokens Generate may sample (a grammar, a JSON Schema). Generate
@@ -31,12 +26,6 @@ type Constraint interface {
 // WithConstraint holds generation to c (see Constraint). It cannot be combined with
 // speculative decoding (Generate fails with core.ErrInvalidArgument).
 func WithConstraint(c Constraint) GenerateOption { return func(g *genConfig) { g.constraint = c } }
-
-// GrammarConstraint is a constraint that holds the text tok decodes to a sentence of g; the
-// vocabulary's token strings are indexed once per tokenizer and shared.
-func GrammarConstraint(tok *tokenizer.Tokenizer, g *grammar.Grammar) *grammar.Matcher {
-	return grammar.NewMatcher(g, grammarVocab(tok))
-}
 
 // TokenChecker is a Constraint that can tell cheaply whether one token may come next (without
 // masking the whole vocabulary). Generate then samples first and masks only when the sample
@@ -94,33 +83,4 @@ func (h *constrained) accept(id int32) error {
 		return fmt.Errorf("llm: constraint: %w", err)
 	}
 	return nil
-}
-
-var grammarVocabs sync.Map // weak.Pointer[tokenizer.Tokenizer] -> func() *grammar.Vocab
-
-// grammarVocab is tok's vocabulary as the grammar matcher reads it: each token's bytes as the
-// decoder writes them mid-text, and the stop tokens (BOS, which ends generation too, writes
-// no text and so is never allowed).
-func grammarVocab(tok *tokenizer.Tokenizer) *grammar.Vocab {
-	key := weak.Make(tok)
-	build := sync.OnceValue(func() *grammar.Vocab {
-		pieces := make([]string, tok.Size())
-		var stops []int32
-		for i := range pieces {
-			id := int32(i)
-			if tok.IsStop(id) {
-				stops = append(stops, id)
-				continue
-			}
-			if id != tok.BOS() {
-				pieces[i] = tok.Piece(id)
-			}
-		}
-		return grammar.NewVocab(pieces, stops)
-	})
-	v, loaded := grammarVocabs.LoadOrStore(key, build)
-	if !loaded {
-		runtime.AddCleanup(tok, func(k weak.Pointer[tokenizer.Tokenizer]) { grammarVocabs.Delete(k) }, key)
-	}
-	return v.(func() *grammar.Vocab)()
 }

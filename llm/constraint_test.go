@@ -3,7 +3,6 @@ package llm
 import (
 	"context"
 	"errors"
-	"math"
 	"regexp"
 	"testing"
 
@@ -41,7 +40,7 @@ func TestGenerateWithConstraint(t *testing.T) {
 	require.NoError(t, err)
 	want := regexp.MustCompile(`^Lily (ran|sat) to the [a-z]{1,8}\.$`)
 	for _, temp := range []float32{0, 1, 1.5} {
-		c := &recording{Constraint: GrammarConstraint(m.Tokenizer, g)}
+		c := &recording{Constraint: grammar.NewTokenMatcher(g, m.Tokenizer)}
 		for seed := uint64(1); seed <= 3; seed++ {
 			res, err := r.Generate(context.Background(), "Once upon a time", WithMaxTokens(64),
 				WithSampler(sample.Config{Temperature: temp, Seed: seed}), WithConstraint(c))
@@ -56,10 +55,10 @@ func TestGenerateWithConstraint(t *testing.T) {
 	// sampling first and masking on refusal (the matcher's cheap check) gives greedy's answer
 	// of masking every step
 	for _, prompt := range []string{"Once upon a time", "The dog", "Tim and"} {
-		masked := &recording{Constraint: GrammarConstraint(m.Tokenizer, g)}
+		masked := &recording{Constraint: grammar.NewTokenMatcher(g, m.Tokenizer)}
 		a, err := r.Generate(context.Background(), prompt, WithMaxTokens(64), WithConstraint(masked))
 		require.NoError(t, err)
-		b, err := r.Generate(context.Background(), prompt, WithMaxTokens(64), WithConstraint(GrammarConstraint(m.Tokenizer, g)))
+		b, err := r.Generate(context.Background(), prompt, WithMaxTokens(64), WithConstraint(grammar.NewTokenMatcher(g, m.Tokenizer)))
 		require.NoError(t, err)
 		assert.Equal(t, a.Text, b.Text)
 		assert.Regexp(t, want, b.Text)
@@ -76,7 +75,7 @@ func TestGenerateConstraintErrors(t *testing.T) {
 	r, err := NewRunner(context.Background(), m, refDevice(t))
 	require.NoError(t, err)
 	defer r.Close()
-	c := &recording{Constraint: GrammarConstraint(m.Tokenizer, grammar.JSON()), maskErr: errors.New("boom")}
+	c := &recording{Constraint: grammar.NewTokenMatcher(grammar.JSON(), m.Tokenizer), maskErr: errors.New("boom")}
 	_, err = r.Generate(context.Background(), "hi", WithMaxTokens(4), WithConstraint(c))
 	assert.ErrorContains(t, err, "llm: constraint: boom")
 
@@ -85,26 +84,7 @@ func TestGenerateConstraintErrors(t *testing.T) {
 	_, err = r.Generate(context.Background(), "hi", WithMaxTokens(4), WithConstraint(c))
 	assert.ErrorIs(t, err, grammar.ErrNoToken)
 
-	_, err = r.Generate(context.Background(), "hi", WithMaxTokens(4), WithConstraint(GrammarConstraint(m.Tokenizer, grammar.JSON())),
+	_, err = r.Generate(context.Background(), "hi", WithMaxTokens(4), WithConstraint(grammar.NewTokenMatcher(grammar.JSON(), m.Tokenizer)),
 		WithStrategy(&plainStrategy{}))
 	assert.ErrorIs(t, err, core.ErrInvalidArgument)
-}
-
-// The vocabulary the matcher reads is built once per tokenizer and has no text for the stop
-// and BOS tokens.
-func TestGrammarVocab(t *testing.T) {
-	m := openStories(t)
-	tok := m.Tokenizer
-	v := grammarVocab(tok)
-	assert.Same(t, v, grammarVocab(tok))
-	assert.Equal(t, tok.Size(), v.Size())
-	mt := GrammarConstraint(tok, grammar.MustParse(`root ::= "a"`))
-	logits := make([]float32, tok.Size())
-	require.NoError(t, mt.Mask(logits))
-	assert.True(t, math.IsInf(float64(logits[tok.EOS()]), -1), "no end before the grammar's")
-	assert.True(t, math.IsInf(float64(logits[tok.BOS()]), -1))
-	require.NoError(t, mt.AcceptString("a"))
-	clear(logits)
-	require.NoError(t, mt.Mask(logits))
-	assert.False(t, math.IsInf(float64(logits[tok.EOS()]), -1), "the end once complete")
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/kvcache"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -22,14 +23,15 @@ var ErrContextFull = errors.New("llm: context is full")
 // runner builds graphs; sched opens the contexts, prepares the partitions and runs them). It
 // is not safe for concurrent use.
 //
-// Techniques plug into the runner and into Generate at five points, from the finest: a
+// Techniques plug into the runner and into Generate at six points, from the finest: a
 // ProjectionHook (WithProjectionHook) lowers the projections of every stage graph (package
 // w8a8); a StageHook supplies the stage graphs of the decode programs (package shard's decode
 // shards, registered with RegisterShards); a ChunkHook (WithChunkHook) runs whole chunks with
 // programs of its own, built from the model's blocks (Model.Block; package sparse); a
 // SequenceHook (WithSequenceHook) serves Prefill and Decode, several runners' steps at once
-// (package batch); a Strategy (WithStrategy) decodes in place of Generate's own loop (package
-// spec). The runner keeps what they all share: the KV cache, the position inputs, activation
+// (package batch); a VerifyHook (WithVerifyHook) prepares verify programs that append given
+// tokens in one pass with every token's logits (package spec's verify graphs); a Strategy
+// (WithStrategy) decodes in place of Generate's own loop (package spec). The runner keeps what they all share: the KV cache, the position inputs, activation
 // lanes, placement by the plan, compiling and running.
 type Runner struct {
 	m     *Model
@@ -44,11 +46,10 @@ type Runner struct {
 	cos   sched.Span
 	sin   sched.Span
 	progs map[int]*chunkProg
-	// vprogs are the verify programs by length (WithVerifyLengths); tree says they take a
-	// tree mask (else they verify chains, with the causal mask).
-	vprogs  map[int]*chunkProg
-	tree    bool
-	shift   *shiftProg // the context shift's K rotation, prepared at the first shift
+	// vprogs are the verify programs (WithVerifyHook) and verify the hook's part of the runner.
+	vprogs  []*chunkProg
+	verify  any
+	shift   *kvcache.Shifter // the context shift's K rotation, prepared at the first shift
 	closed  bool
 	shared  bool  // rt is the caller's (WithRuntime)
 	unitIdx []int // plan unit → runtime unit
@@ -189,7 +190,7 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 			return nil, err
 		}
 	}
-	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, vprogs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + widest - 1)}
+	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + widest - 1)}
 	if ps := rp.DecodeShards(); ps != nil {
 		if cfg.proj != nil || cfg.chunkHook != nil || cfg.tap != nil {
 			return nil, fmt.Errorf("llm: decode shards with a projection hook (W8A8 weights), a chunk hook (the sparse FFN) or projection taps: %w",
@@ -266,7 +267,7 @@ func (r *Runner) Close() error {
 			errs = append(errs, cp.prog.Close())
 		}
 		if r.shift != nil {
-			errs = append(errs, r.shift.prog.Close())
+			errs = append(errs, r.shift.Close())
 		}
 		if r.shards != nil {
 			for _, cp := range r.shards.progs {

@@ -40,8 +40,9 @@ type runnerConfig struct {
 	analyzeFirst bool
 	// phaseOpts: prepare options of the CPU units per phase (WithPhaseOptions).
 	phaseOpts map[sched.Phase]map[string]string
-	// verify: the verify lengths prepared for speculative decoding (WithVerifyLengths).
-	verify []int
+	// verifyHook prepares verify programs of the lengths verify, ascending (WithVerifyHook).
+	verifyHook VerifyHook
+	verify     []int
 	// proj lowers the stage graphs' projections (WithProjectionHook; w8a8.WithLowering is one); nil runs the
 	// projections as the model has them.
 	proj ProjectionHook

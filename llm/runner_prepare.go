@@ -54,7 +54,7 @@ func (r *Runner) init(ctx context.Context) error {
 		copy(a.Bytes(r.sin), core.EncodeF32(sin))
 	}
 	lengths := r.programLengths()
-	total := (len(lengths) + len(r.VerifyLengths())) * (c.Layers + 1)
+	total := (len(lengths) + len(r.cfg.verify)) * (c.Layers + 1)
 	if r.shards != nil {
 		total += (len(r.shards.hooks) - 1) * (c.Layers + 1)
 	}
@@ -86,7 +86,7 @@ func (r *Runner) init(ctx context.Context) error {
 			return err
 		}
 	}
-	return r.prepareVerify(ctx, step)
+	return r.attachVerify(ctx, step)
 }
 
 // phaseOf is the plan phase a chunk length serves: the one-token graphs decode (and serve a

@@ -81,6 +81,6 @@ func TestSequenceHook(t *testing.T) {
 	s.Commit([]int32{4})
 	assert.Equal(t, []int32{1, 2, 3, 4}, r.Tokens()[n:], "Commit records tokens the hook ran")
 
-	_, err = NewRunner(ctx, m, dev, WithSequenceHook(&feedHook{}), WithVerifyLengths(2))
+	_, err = NewRunner(ctx, m, dev, WithSequenceHook(&feedHook{}), WithVerifyHook(chainHook{lengths: []int{2}}))
 	assert.ErrorIs(t, err, core.ErrUnsupported, "a sequence hook refuses verify lengths")
 }

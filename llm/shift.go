@@ -27,14 +27,6 @@ import (
 // ErrNoShift: a context shift with these keep and discard counts would discard nothing.
 var ErrNoShift = errors.New("llm: the context cannot be shifted")
 
-// shiftProg rotates K rows in place, a block of rows per run (one chunk per block): its
-// shape does not depend on how many rows move, so one prepared program serves every shift.
-type shiftProg struct {
-	prog          *sched.Program
-	rows          int64      // rows per block
-	pos, cos, sin sched.Span // the delta's positions or RoPE tables, one entry per row
-}
-
 // WithContextShift lets Generate go on past a full context as llama.cpp does (its --keep and
 // llama-server's n_keep): the first keep tokens of the cache stay, plus BOS when the
 // vocabulary adds one (a negative keep keeps the whole prompt), and half of the rest is
@@ -106,120 +98,35 @@ func (r *Runner) shiftContext(ctx context.Context, keep, n int) error {
 	return nil
 }
 
-// rotateK rotates the K rows [from, from+count) of every layer by -n positions.
+// rotateK rotates the K rows [from, from+count) of every layer by -n positions, with the
+// rotation prepared at the first shift; its nodes go where the plan puts the layer's decode
+// nodes.
 func (r *Runner) rotateK(ctx context.Context, from, count, n int) error {
 	if r.shift == nil {
-		sp, err := r.prepareShift(ctx)
-		if err != nil {
-			return err
+		ks := make([]sched.Span, len(r.kv))
+		for l, kv := range r.kv {
+			ks[l] = kv[0]
 		}
-		r.shift = sp
+		place := func(nd *core.Node) (int, int, error) {
+			u, fb, err := r.plan.Place(sched.PhaseDecode, r.layerOf(1, nd), nd)
+			if err != nil {
+				return 0, 0, err
+			}
+			if fb >= 0 {
+				fb = r.unitIdx[fb]
+			}
+			return r.unitIdx[u], fb, nil
+		}
+		sh, err := kvcache.NewShifter(ctx, r.rt, kvcache.ShifterSpec{Config: &r.m.Config, ContextLength: r.cfg.ctxLen,
+			Rows: r.shiftRows(), K: r.cfg.kv.K, KCache: ks, Place: place})
+		if err != nil {
+			return fmt.Errorf("llm: %w", err)
+		}
+		r.shift = sh
 	}
-	sp := r.shift
-	a := r.rt.Arena()
-	delta := make([]int32, sp.rows)
-	for i := range delta {
-		delta[i] = int32(-n)
-	}
-	if r.m.Config.RopeFreqFactors == nil {
-		copy(a.Bytes(sp.pos), core.EncodeI32(delta))
-	} else {
-		// the moved rows carry the attention factor already: turn them, do not scale them again
-		cos, sin := r.m.Config.RotationTables(delta, r.cfg.ctxLen, 1)
-		copy(a.Bytes(sp.cos), core.EncodeF32(cos))
-		copy(a.Bytes(sp.sin), core.EncodeF32(sin))
-	}
-	// Whole blocks: the last one may reach past the moved rows into rows no token holds
-	// (rotating them is harmless), never past the cache, whose rows beyond the context are
-	// at least a block (the widest chunk or verify length).
-	var chunks []sched.Chunk
-	for row := int64(from); row < int64(from+count); row += sp.rows {
-		chunks = append(chunks, sched.Chunk{Row: row, Index: len(chunks)})
-	}
-	if err := sp.prog.Run(ctx, chunks); err != nil {
-		return fmt.Errorf("llm: %s: %w", sp.prog.Name(), err)
-	}
-	return nil
+	return r.shift.Rotate(ctx, from, count, n)
 }
 
 // shiftRows is the block of rows the shift program rotates per chunk: the cache has that many
 // rows past the context (Runner.cap), so a block starting inside the context stays inside it.
 func (r *Runner) shiftRows() int64 { return r.cap - int64(r.cfg.ctxLen) + 1 }
-
-// prepareShift builds and prepares the K rotation: one stage, every layer's K rows in and out
-// in place (each output element depends only on its own row's pair, read before it is
-// written). Its nodes go where the plan puts the layer's decode nodes of the same name and
-// op (the rope is named as the forward graphs' k_rope); a node no rule places goes with the
-// layer's rope.
-func (r *Runner) prepareShift(ctx context.Context) (*shiftProg, error) {
-	c := r.m.Config
-	rows := r.shiftRows()
-	g, err := kvcache.ShiftGraph(&r.m.Config, rows, r.cfg.kv.K)
-	if err != nil {
-		return nil, err
-	}
-	a := r.rt.Arena()
-	sp := &shiftProg{rows: rows}
-	half := int64(c.RopeDims / 2)
-	if c.RopeFreqFactors == nil {
-		sp.pos, err = a.Alloc(4 * rows)
-	} else if sp.cos, err = a.Alloc(rows * half * 4); err == nil {
-		sp.sin, err = a.Alloc(rows * half * 4)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("llm: context shift inputs: %w", err)
-	}
-	units, fallback := make([]int, len(g.Nodes)), make([]int, len(g.Nodes))
-	ropeUnit := make([]int, c.Layers)
-	for l := range ropeUnit {
-		probe := &core.Node{Name: fmt.Sprintf("blk.%d.k_rope", l), Op: core.OpRoPE}
-		u, _, err := r.plan.Place(sched.PhaseDecode, l, probe)
-		if err != nil {
-			return nil, fmt.Errorf("llm: context shift: %w", err)
-		}
-		ropeUnit[l] = r.unitIdx[u]
-	}
-	for i, nd := range g.Nodes {
-		l := r.layerOf(1, nd)
-		u, fb, err := r.plan.Place(sched.PhaseDecode, l, nd)
-		if errors.Is(err, sched.ErrNoRule) {
-			units[i], fallback[i] = ropeUnit[l], -1
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("llm: context shift: %w", err)
-		}
-		if fb >= 0 {
-			fb = r.unitIdx[fb]
-		}
-		units[i], fallback[i] = r.unitIdx[u], fb
-	}
-	kRow, _ := r.cfg.kv.RowBytes(c)
-	st := sched.StageSpec{Name: "k shift", Graph: g, Units: units, Fallback: fallback}
-	for _, t := range g.Inputs {
-		switch t.Name {
-		case "pos":
-			st.IO = append(st.IO, sched.Binding{Span: sp.pos})
-		case "rope_cos":
-			st.IO = append(st.IO, sched.Binding{Span: sp.cos})
-		case "rope_sin":
-			st.IO = append(st.IO, sched.Binding{Span: sp.sin})
-		default:
-			var l int
-			if _, err := fmt.Sscanf(t.Name, "blk.%d.k_cache", &l); err != nil || l < 0 || l >= c.Layers {
-				return nil, fmt.Errorf("llm: no binding for shift input %q: %w", t.Name, core.ErrInternal)
-			}
-			st.IO = append(st.IO, sched.Binding{Span: r.kv[l][0], Stride: kRow})
-		}
-	}
-	for l := range c.Layers {
-		st.IO = append(st.IO, sched.Binding{Span: r.kv[l][0], Stride: kRow})
-	}
-	prog, err := r.rt.Compile(ctx, sched.ProgramSpec{Name: fmt.Sprintf("context shift (%d rows)", rows),
-		Phase: sched.PhaseDecode, Lanes: 1, Stages: []sched.StageSpec{st}})
-	if err != nil {
-		return nil, fmt.Errorf("llm: context shift: %w", err)
-	}
-	sp.prog = prog
-	return sp, nil
-}

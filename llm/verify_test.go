@@ -2,163 +2,153 @@ package llm
 
 import (
 	"context"
-	"math/rand/v2"
+	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
-	"github.com/xpuhub/xpu/llm/draft"
-	"github.com/xpuhub/xpu/llm/sample"
 )
 
-func specRunner(t testing.TB, m *Model, dev core.Device, opts ...RunnerOption) *Runner {
-	r, err := NewRunner(context.Background(), m, dev, append([]RunnerOption{WithVerifyLengths(8, 16, 32), WithChunkSize(16)}, opts...)...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = r.Close() })
-	return r
+// chainHook is a VerifyHook that prepares causal verify programs of its lengths and, with
+// tree, tree-masked ones: the seam as a technique sees it, without package spec.
+type chainHook struct {
+	lengths []int
+	tree    bool
+	extra   int // a length to prepare besides the hook's own (a misuse)
 }
 
-// kvRows are the cache's first n rows of every layer, K then V, as floats.
-func kvRows(r *Runner, n int) [][]float32 {
-	kRow, vRow := r.cfg.kv.RowBytes(r.m.Config)
-	var out [][]float32
-	for _, kv := range r.kv {
-		for i, s := range kv {
-			rowBytes, dt := kRow, r.cfg.kv.K
-			if i == 1 {
-				rowBytes, dt = vRow, r.cfg.kv.V
-			}
-			x, err := core.Dequantize(dt, r.rt.Arena().Bytes(s)[:int64(n)*rowBytes], 0)
-			if err != nil {
-				panic(err) // the cache's own dtype and whole rows: cannot fail
-			}
-			out = append(out, x)
-		}
+func (h chainHook) Lengths() []int { return h.lengths }
+
+func (h chainHook) Attach(ctx context.Context, p *VerifyPrograms) (any, error) {
+	st := &chainState{p: p}
+	lengths := h.lengths
+	if h.extra > 0 {
+		lengths = append(slices.Clone(lengths), h.extra)
 	}
-	return out
+	for _, l := range lengths {
+		vp, err := p.Prepare(ctx, l, h.tree)
+		if err != nil {
+			return nil, err
+		}
+		st.progs = append(st.progs, vp)
+	}
+	return st, nil
 }
 
-// TestSpecKVRowsEqualPlain: after verifies that accept part of each draft and roll the rest
-// back, the cache rows of the accepted path are plain decoding's, on every backend and when
-// the cache is shared between units.
-func TestSpecKVRowsEqualPlain(t *testing.T) {
+// chainState is chainHook's part of a runner.
+type chainState struct {
+	p     *VerifyPrograms
+	progs []*VerifyProgram
+}
+
+// chainOf is chainHook's part of r.
+func chainOf(r *Runner) *chainState { return r.Verifier().(*chainState) }
+
+// A verify program's rows are the logits PrefillEach gives for the same tokens, causal or
+// through a tree mask that is a chain; an accepted path kept by KeepRows continues as the
+// tokens would.
+func TestVerifyProgramRows(t *testing.T) {
 	m := openStories(t)
 	ctx := context.Background()
-	type setup struct {
-		backends []string
-		plan     string
-		tree     bool // every unit takes the tree mask
-	}
-	setups := map[string]setup{
-		"ref":    {nil, "", true},
-		"neon":   {[]string{"neon"}, `{"units":["neon"],"prefill":{"rules":[{"unit":"neon"}]}}`, true},
-		"opencl": {[]string{"opencl"}, `{"units":["opencl"],"prefill":{"rules":[{"unit":"opencl"}]}}`, true},
-		"qnn (emulated) MATMULs, neon the rest": {[]string{"neon", "qnn"},
-			`{"units":["neon","qnn"],"prefill":{"rules":[{"unit":"qnn","ops":["MATMUL"]},{"unit":"neon"}]}}`, true},
-		// the HTP profile refuses the bit-exact ops at the graph boundary (GET_ROWS, RESHAPE of
-		// f32 I/O): they fall back to neon, everything else runs on qnn, tree mask included
-		"qnn (emulated) everything it takes": {[]string{"neon", "qnn"},
-			`{"units":["qnn","neon"],"prefill":{"rules":[{"unit":"qnn","fallback":"neon"}]}}`, true},
-		"neon+opencl sharing the cache by layers": {[]string{"neon", "opencl"},
-			`{"units":["neon","opencl"],"prefill":{"rules":[{"unit":"neon","layers":"0-2"},{"unit":"opencl"}]}}`, true},
-	}
-	ids := m.Tokenizer.Encode("Tom and his dog went to the park", true)
-	const n = 40
-	for name, s := range setups {
-		t.Run(name, func(t *testing.T) {
-			open := func() *Runner {
-				// an F32 cache: a verify's K differs from a decode step's in the last bits, which
-				// an F16 cache can round a whole half-precision step apart (4e-3 at 5)
-				opts := []RunnerOption{WithVerifyLengths(8, 16), WithChunkSize(8), WithContextLength(128), WithKVCacheType(core.F32)}
-				if s.backends == nil {
-					return specRunner(t, m, refDevice(t), opts...)
-				}
-				r, err := NewPlannedRunner(ctx, m, pluginDevices(t, s.backends...), mustPlan(t, s.plan), opts...)
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = r.Close() })
-				return r
-			}
-			plain := open()
-			logits, err := plain.Prefill(ctx, ids)
-			require.NoError(t, err)
-			var toks []int32
-			for range n {
-				tok := sample.Argmax(logits)
-				toks = append(toks, tok)
-				logits, err = plain.Decode(ctx, tok)
-				require.NoError(t, err)
-			}
-			want := kvRows(plain, len(ids)+n)
+	prompt := m.Tokenizer.Encode("Tom and his dog", true)
+	draft := []int32{300, 301, 302, 303, 304}
+	var want [][]float32
+	plain, err := NewRunner(ctx, m, refDevice(t), WithKVCacheType(core.F32))
+	require.NoError(t, err)
+	defer plain.Close()
+	_, err = plain.PrefillEach(ctx, append(append([]int32(nil), prompt...), draft...), func(i int, l []float32) error {
+		if i >= len(prompt) {
+			want = append(want, append([]float32(nil), l...))
+		}
+		return nil
+	})
+	require.NoError(t, err)
 
-			r := open()
-			_, err = r.Prefill(ctx, ids)
-			require.NoError(t, err)
-			rng := rand.New(rand.NewPCG(3, 4))
-			for done := 0; done < n; {
-				// a draft right for a few tokens, then wrong
-				k := min(1+rng.IntN(12), n-done)
-				good := rng.IntN(k + 1)
-				chain := append([]int32{toks[done]}, toks[done+1:min(done+1+k, n)]...)
-				for i := 1 + good; i < len(chain); i++ {
-					chain[i] = (chain[i] + 1 + int32(rng.IntN(50))) % int32(m.Config.Vocab)
+	for _, tree := range []bool{false, true} {
+		r, err := NewRunner(ctx, m, refDevice(t), WithKVCacheType(core.F32), WithVerifyHook(chainHook{lengths: []int{8}, tree: tree}))
+		require.NoError(t, err)
+		defer r.Close()
+		vp := chainOf(r).progs[0]
+		require.Equal(t, 8, vp.Len())
+		require.Equal(t, tree, vp.Tree())
+		_, err = r.Prefill(ctx, prompt)
+		require.NoError(t, err)
+		var pos []int32
+		var mask []byte
+		if tree {
+			pos, mask = make([]int32, 8), make([]byte, 64)
+			for i := range 8 {
+				pos[i] = int32(i)
+				for j := range i + 1 {
+					mask[i*8+j] = 1
 				}
-				base := r.Len()
-				if r.TreeVerify() && len(chain) > 7 {
-					chain = chain[:7] // 2+2·6 tree nodes and the root fit the 16-token graph
-				}
-				if !r.TreeVerify() {
-					rows, err := r.Verify(ctx, chain)
-					require.NoError(t, err)
-					acc := 0
-					for acc+1 < len(chain) && sample.Argmax(rows[acc]) == chain[acc+1] {
-						acc++
-					}
-					require.GreaterOrEqual(t, acc, min(good, len(chain)-1))
-					require.NoError(t, r.Truncate(base+1+acc))
-					done += 1 + acc
-					continue
-				}
-				// a tree: a wrong branch of two first, then the draft, each of its nodes with a
-				// wrong sibling after it, so the accepted rows are not contiguous
-				w := func() int32 { return int32(rng.IntN(m.Config.Vocab)) }
-				tree := draft.Tree{Tokens: []int32{w(), w()}, Parents: []int{-1, 0}}
-				parent := -1
-				for _, tok := range chain[1:] {
-					tree.Tokens = append(tree.Tokens, tok, w())
-					tree.Parents = append(tree.Parents, parent, parent)
-					parent = len(tree.Tokens) - 2
-				}
-				rows, err := r.VerifyTree(ctx, chain[0], tree)
-				require.NoError(t, err)
-				keep, cur := []int{0}, -1
-				for {
-					pred, next := sample.Argmax(rows[cur+1]), -1
-					for i, p := range tree.Parents {
-						if p == cur && tree.Tokens[i] == pred {
-							next = i
-							break
-						}
-					}
-					if next < 0 {
-						break
-					}
-					cur = next
-					keep = append(keep, next+1)
-				}
-				require.GreaterOrEqual(t, len(keep)-1, min(good, len(chain)-1))
-				require.NoError(t, r.KeepPath(ctx, base, keep))
-				require.Equal(t, base+len(keep), r.Len())
-				done += len(keep)
 			}
-			if s.tree {
-				require.True(t, r.TreeVerify(), "the tree path ran")
-			}
-			require.Equal(t, append(append([]int32(nil), ids...), toks...), r.Tokens()[:len(ids)+n])
-			got := kvRows(r, len(ids)+n)
-			for i := range want {
-				require.InDeltaSlice(t, want[i], got[i], 2e-3, "layer %d %s", i/2, []string{"K", "V"}[i%2])
-			}
+		}
+		var got [][]float32
+		require.NoError(t, vp.Run(ctx, draft, pos, mask, func(i int, row []byte) error {
+			got = append(got, core.DecodeF32(row[:4*m.Config.Vocab]))
+			return nil
+		}))
+		require.Len(t, got, len(draft))
+		for i := range want {
+			assert.InDeltaSlice(t, want[i], got[i], 1e-3, "tree %v, row %d", tree, i)
+		}
+		require.Equal(t, len(prompt)+len(draft), r.Len())
+		require.NoError(t, chainOf(r).p.KeepRows(ctx, len(prompt), []int{0, 2}))
+		assert.Equal(t, append(append([]int32(nil), prompt...), draft[0], draft[2]), r.Tokens(), "tree %v", tree)
+	}
+}
+
+// Bad verify lengths, programs and runs are errors that change nothing.
+func TestVerifyHookBadInput(t *testing.T) {
+	m := openStories(t)
+	ctx := context.Background()
+	dev := refDevice(t)
+	for name, tc := range map[string]struct {
+		opts []RunnerOption
+		want error
+	}{
+		"length 1":            {[]RunnerOption{WithVerifyHook(chainHook{lengths: []int{1}})}, core.ErrInvalidArgument},
+		"length 0":            {[]RunnerOption{WithVerifyHook(chainHook{lengths: []int{4, 0}})}, core.ErrInvalidArgument},
+		"past the context":    {[]RunnerOption{WithVerifyHook(chainHook{lengths: []int{128}})}, core.ErrInvalidArgument},
+		"not a hook length":   {[]RunnerOption{WithVerifyHook(chainHook{lengths: []int{4}, extra: 6})}, core.ErrInvalidArgument},
+		"hidden-state output": {[]RunnerOption{WithVerifyHook(chainHook{lengths: []int{4}}), WithHiddenOutput()}, core.ErrUnsupported},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := NewRunner(ctx, m, dev, append(tc.opts, WithContextLength(64))...)
+			require.ErrorIs(t, err, tc.want)
 		})
 	}
+
+	r, err := NewRunner(ctx, m, dev, WithContextLength(64), WithVerifyHook(chainHook{lengths: []int{4}}))
+	require.NoError(t, err)
+	defer r.Close()
+	vp := chainOf(r).progs[0]
+	_, err = r.Prefill(ctx, make([]int32, 30))
+	require.NoError(t, err)
+	for name, tc := range map[string]struct {
+		run  func() error
+		want error
+	}{
+		"more tokens than the program": {func() error { return vp.Run(ctx, make([]int32, 5), nil, nil, nil) }, core.ErrInvalidArgument},
+		"a mask for a causal program": {func() error { return vp.Run(ctx, make([]int32, 2), make([]int32, 4), make([]byte, 16), nil) },
+			core.ErrInvalidArgument},
+		"a token past the vocabulary": {func() error { return vp.Run(ctx, []int32{1, int32(m.Config.Vocab)}, nil, nil, nil) },
+			core.ErrInvalidArgument},
+		"keep no rows":           {func() error { return chainOf(r).p.KeepRows(ctx, 28, nil) }, core.ErrInvalidArgument},
+		"keep without the first": {func() error { return chainOf(r).p.KeepRows(ctx, 28, []int{1}) }, core.ErrInvalidArgument},
+		"keep past the cache":    {func() error { return chainOf(r).p.KeepRows(ctx, 28, []int{0, 2}) }, core.ErrInvalidArgument},
+		"keep before row 0":      {func() error { return chainOf(r).p.KeepRows(ctx, -1, []int{0}) }, core.ErrInvalidArgument},
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.ErrorIs(t, tc.run(), tc.want)
+			assert.Equal(t, 30, r.Len(), "a refused call changes nothing")
+		})
+	}
+	_, err = r.Prefill(ctx, make([]int32, 32))
+	require.NoError(t, err)
+	require.ErrorIs(t, vp.Run(ctx, make([]int32, 3), nil, nil, nil), ErrContextFull)
+	assert.Equal(t, 62, r.Len())
 }

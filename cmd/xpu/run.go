@@ -13,6 +13,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/grammar"
 	_ "github.com/xpuhub/xpu/llm/llmconform" // the stories260K model cases of xpu conform
 	"github.com/xpuhub/xpu/llm/shard"        // imported, it runs plans with decode shards (the default plan's too)
 	"github.com/xpuhub/xpu/llm/sparse"
@@ -199,7 +200,7 @@ func (f *runFlags) generateOptions(r *llm.Runner, stderr io.Writer) []llm.Genera
 	}
 	opts := append([]llm.GenerateOption{llm.WithMaxTokens(f.smp.n), llm.WithSampler(s)}, f.kv.generateOptions()...)
 	if f.grammar != nil {
-		opts = append(opts, llm.WithConstraint(llm.GrammarConstraint(r.Model().Tokenizer, f.grammar)))
+		opts = append(opts, llm.WithConstraint(grammar.NewTokenMatcher(f.grammar, r.Model().Tokenizer)))
 	}
 	return opts
 }

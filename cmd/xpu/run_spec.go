@@ -31,7 +31,7 @@ func addSpecFlags(fs *flag.FlagSet, stats *bool) *specFlags {
 		mode: fs.String("spec", "auto", "speculative decoding: retrieval (drafts from the prompt, the output so far, the model's prefill predictions and earlier answers), "+
 			"lookup (prompt-lookup n-grams), off, or auto: retrieval when greedy (--temp 0), off when sampling (so that a seed repeats its text); "+
 			"drafts are verified only while they pay, and the output is plain decoding's"),
-		lengths: fs.String("spec-lengths", joinInts(llm.DefaultVerifyLengths), "verify graph lengths prepared for speculative decoding"),
+		lengths: fs.String("spec-lengths", joinInts(spec.DefaultVerifyLengths), "verify graph lengths prepared for speculative decoding"),
 		task:    fs.String("spec-task", "", "keep this task's answers for later drafts (retrieval), under the cache dir ($XPU_CACHE_DIR/spec)"),
 		always:  fs.Bool("spec-always", false, "verify every draft instead of only those the measured acceptance says pay"),
 		stats:   stats,
@@ -62,8 +62,8 @@ func (f *specFlags) verifyLengths() ([]int, error) {
 	var out []int
 	for _, s := range strings.Split(*f.lengths, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 2 || n > llm.MaxVerifyLength {
-			return nil, fmt.Errorf("--spec-lengths %q: each length must be a number between 2 and %d", *f.lengths, llm.MaxVerifyLength)
+		if err != nil || n < 2 || n > spec.MaxVerifyLength {
+			return nil, fmt.Errorf("--spec-lengths %q: each length must be a number between 2 and %d", *f.lengths, spec.MaxVerifyLength)
 		}
 		out = append(out, n)
 	}
@@ -93,7 +93,7 @@ func (f *specFlags) plan(temp float64, ctxLen int) (string, []int, error) {
 	switch {
 	case len(fit) == len(ls):
 		return kind, ls, nil
-	case *f.lengths != joinInts(llm.DefaultVerifyLengths):
+	case *f.lengths != joinInts(spec.DefaultVerifyLengths):
 		return "", nil, fmt.Errorf("--spec-lengths %s: verify lengths must be at most the context length %d", *f.lengths, ctxLen)
 	case len(fit) > 0:
 		return kind, fit, nil
@@ -110,7 +110,7 @@ func (f *specFlags) runnerOptions(temp float64, ctxLen int) ([]llm.RunnerOption,
 	if err != nil || kind == "" {
 		return nil, err
 	}
-	return []llm.RunnerOption{llm.WithVerifyLengths(ls...)}, nil
+	return []llm.RunnerOption{spec.WithVerifyLengths(ls...)}, nil
 }
 
 // generateOptions builds the drafter for m and a context of ctxLen tokens; stderr gets a

@@ -12,6 +12,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/internal/llmtest"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/spec"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -92,7 +93,7 @@ func TestBatchErrors(t *testing.T) {
 	}{
 		{"no sequences", 0, nil, core.ErrInvalidArgument},
 		{"too many", maxBatch + 1, nil, core.ErrInvalidArgument},
-		{"verify lengths", 2, []llm.RunnerOption{llm.WithVerifyLengths(4)}, core.ErrUnsupported},
+		{"verify lengths", 2, []llm.RunnerOption{spec.WithVerifyLengths(4)}, core.ErrUnsupported},
 		{"projection hook", 2, []llm.RunnerOption{llm.WithProjectionHook(noProjections{})}, core.ErrUnsupported},
 		{"hidden-state output", 2, []llm.RunnerOption{llm.WithHiddenOutput()}, core.ErrUnsupported},
 		{"bad context", 2, []llm.RunnerOption{llm.WithContextLength(-1)}, core.ErrInvalidArgument},

@@ -11,6 +11,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/internal/llmtest"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/spec"
 )
 
 // outputWeight is the model's output head as float32 rows [vocab][dim].
@@ -123,7 +124,7 @@ func TestEmbedderErrors(t *testing.T) {
 			require.ErrorIs(t, err, tc.want)
 		})
 	}
-	_, err = New(ctx, m, llmtest.RefDevice(t), llm.WithVerifyLengths(2))
+	_, err = New(ctx, m, llmtest.RefDevice(t), spec.WithVerifyLengths(2))
 	require.ErrorIs(t, err, core.ErrUnsupported)
 	_, err = New(ctx, nil, llmtest.RefDevice(t))
 	require.ErrorIs(t, err, core.ErrInvalidArgument)

@@ -1,6 +1,6 @@
 // Package kvcache holds what the KV cache is made of: the K and V dtypes and their row sizes,
-// and the graph that rotates cached keys for a context shift (a stage converts its new rows into
-// the dtypes with arch.ConvertKV).
+// and the program that rotates cached keys for a context shift (a stage converts its new rows
+// into the dtypes with arch.ConvertKV).
 package kvcache
 
 import (

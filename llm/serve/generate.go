@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/grammar"
 	"github.com/xpuhub/xpu/llm/sample"
 )
 
@@ -117,7 +118,7 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, r *http.Request
 		}
 		opts := append(j.genOptions(), llm.WithSampler(sc))
 		if j.grammar != nil {
-			opts = append(opts, llm.WithConstraint(llm.GrammarConstraint(s.tok, j.grammar)))
+			opts = append(opts, llm.WithConstraint(grammar.NewTokenMatcher(j.grammar, s.tok)))
 		}
 		return opts
 	}

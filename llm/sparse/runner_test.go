@@ -10,6 +10,7 @@ import (
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/sparse/host"
+	"github.com/xpuhub/xpu/llm/spec"
 	"github.com/xpuhub/xpu/loader"
 )
 
@@ -155,7 +156,7 @@ func TestSparseRunnerRefuses(t *testing.T) {
 			require.ErrorContains(t, err, tc.says)
 		})
 	}
-	_, err := llm.NewRunner(ctx, m, dev, llm.WithContextLength(64), llm.WithVerifyLengths(4), WithFFN(good()))
+	_, err := llm.NewRunner(ctx, m, dev, llm.WithContextLength(64), spec.WithVerifyLengths(4), WithFFN(good()))
 	require.ErrorIs(t, err, core.ErrUnsupported)
 }
 

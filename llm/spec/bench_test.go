@@ -31,7 +31,7 @@ import (
 // over the configuration's, i.e. its speed-up; tok/pass:NAME the tokens per forward pass.
 // Garbage collection is left out: each run starts after a collection.
 //
-//	go test ./llm -run X -bench SpecSummary -benchtime 10x
+//	go test ./llm/spec -run X -bench SpecSummary -benchtime 10x
 func BenchmarkSpecSummary(b *testing.B) {
 	m := llmtest.Stories(b)
 	prompt := benchSummaryPrompt(b)
@@ -57,7 +57,7 @@ func BenchmarkSpecSummary(b *testing.B) {
 	for _, c := range cs {
 		ro := []llm.RunnerOption{llm.WithContextOptions(map[string]string{"threads": "1"})}
 		if c.lengths != nil {
-			ro = append(ro, llm.WithVerifyLengths(c.lengths...))
+			ro = append(ro, WithVerifyLengths(c.lengths...))
 		}
 		var err error
 		if c.r, err = llm.NewRunner(ctx, m, dev, ro...); err != nil {
@@ -143,13 +143,13 @@ func BenchmarkSpecSummary(b *testing.B) {
 // XPU_REPLAY_COST=c2,c4,c8,c16 fixes the costs instead of timing them, so that two drafters
 // can be compared on their drafts alone (the timed costs move from run to run by ±20%).
 //
-//	go test ./llm -run X -bench SpecReplay -benchtime 1x
+//	go test ./llm/spec -run X -bench SpecReplay -benchtime 1x
 func BenchmarkSpecReplay(b *testing.B) {
 	m := llmtest.Stories(b)
 	prompt := benchSummaryPrompt(b)
 	ctx := context.Background()
 	lengths := []int{2, 4, 8, 16}
-	r, err := llm.NewRunner(ctx, m, llmtest.PluginDevices(b, "neon")[0], llm.WithVerifyLengths(lengths...),
+	r, err := llm.NewRunner(ctx, m, llmtest.PluginDevices(b, "neon")[0], WithVerifyLengths(lengths...),
 		llm.WithContextOptions(map[string]string{"threads": "1"}))
 	if err != nil {
 		b.Fatal(err)
@@ -323,7 +323,7 @@ func passCosts(b *testing.B, r *llm.Runner, tokens []int32, lengths []int) map[i
 				if l == 1 {
 					_, err = r.Decode(ctx, tokens[0])
 				} else {
-					_, err = r.Verify(ctx, tokens[:l])
+					_, err = Verify(ctx, r, tokens[:l])
 				}
 				if err == nil {
 					err = r.Truncate(pos)
@@ -380,4 +380,45 @@ func benchSummaryPrompt(b *testing.B) string {
 func cpuTime() time.Duration {
 	t, _ := energy.ProcessCPUTime()
 	return t
+}
+
+// BenchmarkVerifyPass times one pass of each graph length at cache positions 64 and 480 (the
+// second is where bench/spec.sh's summary task decodes: a 433-token prompt, 200 tokens):
+// decode (1) and the verify lengths, on the stories260K model and neon, 1 thread; cpu-ns/op is
+// the process's CPU time per pass:
+//
+//	go test ./llm/spec -run X -bench VerifyPass
+func BenchmarkVerifyPass(b *testing.B) {
+	m := llmtest.Stories(b)
+	ctx := context.Background()
+	r, err := llm.NewRunner(ctx, m, llmtest.PluginDevices(b, "neon")[0], WithVerifyLengths(2, 4, 8, 16, 32),
+		llm.WithContextLength(1024), llm.WithContextOptions(map[string]string{"threads": "1"}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { r.Close() })
+	for _, pos := range []int{64, 480} {
+		prompt := make([]int32, pos)
+		for i := range prompt {
+			prompt[i] = int32(i%500 + 10)
+		}
+		for _, l := range []int{1, 2, 4, 8, 16, 32} {
+			b.Run(fmt.Sprintf("pos=%d/len=%d", pos, l), func(b *testing.B) {
+				r.Reset()
+				if _, err := r.Prefill(ctx, prompt); err != nil {
+					b.Fatal(err)
+				}
+				cpu0 := cpuTime()
+				for b.Loop() {
+					if _, err := Verify(ctx, r, prompt[:l]); err != nil {
+						b.Fatal(err)
+					}
+					if err := r.Truncate(pos); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+			})
+		}
+	}
 }

@@ -27,7 +27,7 @@ func Always() Option { return func(c *config) { c.always = true } }
 
 // With decodes speculatively (an llm.Strategy): after each token, d proposes a draft of what
 // follows, the runner verifies it in one pass of a verify graph (the runner needs
-// llm.WithVerifyLengths) and keeps the longest prefix the model agrees with plus the model's
+// WithVerifyLengths) and keeps the longest prefix the model agrees with plus the model's
 // own next token. Greedy output is exactly plain decoding's; with sampling, a draft token x is
 // kept with the probability p(x) the sampler gives it, and on rejection the token is drawn from
 // p without x, renormalized (the speculative-sampling rule for a drafter that proposes one
@@ -52,7 +52,7 @@ func StatsOf(res llm.Result) *Stats {
 }
 
 // ErrNoVerifyGraphs: speculative decoding was asked of a runner without verify graphs.
-var ErrNoVerifyGraphs = errors.New("spec: the runner has no verify graphs (llm.WithVerifyLengths)")
+var ErrNoVerifyGraphs = errors.New("spec: the runner has no verify graphs (spec.WithVerifyLengths)")
 
 // strategy is speculative decoding as an llm.Strategy; it keeps nothing of a generation but
 // its configuration (the statistics are the generation's report).
@@ -63,7 +63,7 @@ const calibrateTop = 4
 
 // Begin implements llm.Strategy.
 func (s *strategy) Begin(g *llm.Generation) error {
-	if s.drafter != nil && g.Runner().MaxVerify() == 0 {
+	if s.drafter != nil && MaxVerify(g.Runner()) == 0 {
 		return fmt.Errorf("%w: %w", ErrNoVerifyGraphs, core.ErrInvalidArgument)
 	}
 	g.SetReport(&Stats{})
@@ -131,7 +131,7 @@ func (s *strategy) Decode(ctx context.Context, g *llm.Generation, logits []float
 	base := r.Len()
 	sampler := g.Sampler()
 	greedy := g.Greedy()
-	pol := NewPolicy(r.VerifyLengths(), s.always)
+	pol := NewPolicy(VerifyLengths(r), s.always)
 	drafter := s.drafter
 	trace := r.Trace()
 	spentIn := time.Duration(0) // draft + verify + decode time, to derive the overhead
@@ -167,7 +167,7 @@ func (s *strategy) Decode(ctx context.Context, g *llm.Generation, logits []float
 		}
 	}()
 	buf := make([]float32, vs)
-	rowsBuf := make([]float32, r.MaxVerify()*vocab) // a verify's logits, reused by every step
+	rowsBuf := make([]float32, MaxVerify(r)*vocab) // a verify's logits, reused by every step
 	// the cache's tokens, the sequence a drafter sees and a verify's history: copies in
 	// buffers every step reuses (a fresh copy of a 600-token history each step was most of
 	// the loop's allocations)
@@ -177,7 +177,7 @@ func (s *strategy) Decode(ctx context.Context, g *llm.Generation, logits []float
 		cacheBuf = r.AppendTokens(cacheBuf[:0])
 		return sampler.Sample(buf, cacheBuf)
 	}
-	kidsBuf := make([][]int, r.MaxVerify()+1) // a verify's children by parent row, reused
+	kidsBuf := make([][]int, MaxVerify(r)+1) // a verify's children by parent row, reused
 	next := sample(logits)
 	for {
 		if stop, err := emit(next); stop || err != nil {
@@ -195,7 +195,7 @@ func (s *strategy) Decode(ctx context.Context, g *llm.Generation, logits []float
 			base -= n
 		}
 		var tree draft.Tree
-		budget := min(r.MaxVerify()-1, ctxLen-r.Len()-1, g.Remaining())
+		budget := min(MaxVerify(r)-1, ctxLen-r.Len()-1, g.Remaining())
 		if drafter != nil && budget > 0 && pol.WorthDrafting(budget) {
 			t0 := time.Now()
 			seqBuf = append(r.AppendTokens(seqBuf[:0]), next)
@@ -212,7 +212,7 @@ func (s *strategy) Decode(ctx context.Context, g *llm.Generation, logits []float
 				g.Logger().Warn("spec: speculative decoding off: the drafter failed", "err", err)
 				st.Fallback = err.Error()
 				drafter, tree = nil, draft.Tree{}
-			} else if !r.TreeVerify() {
+			} else if !TreeVerify(r) {
 				tree = draft.Chain(tree.Primary())
 			}
 		}
@@ -237,7 +237,7 @@ func (s *strategy) Decode(ctx context.Context, g *llm.Generation, logits []float
 			continue
 		}
 		base := r.Len() // the row of next
-		rows, err := r.VerifyTreeInto(ctx, next, tree, rowsBuf)
+		rows, err := VerifyTreeInto(ctx, r, next, tree, rowsBuf)
 		if err != nil {
 			return err
 		}
@@ -305,7 +305,7 @@ func (s *strategy) Decode(ctx context.Context, g *llm.Generation, logits []float
 			}
 			preds = append(preds, sampler.Predict(rows[c+1][:vs], h))
 		}
-		if err := r.KeepPath(ctx, base, keep); err != nil {
+		if err := KeepPath(ctx, r, base, keep); err != nil {
 			return err
 		}
 		st.Passes++

@@ -30,7 +30,7 @@ func ExampleWith() {
 	ctx := context.Background()
 	backend := ref.New()
 	defer backend.Close()
-	r, err := llm.NewRunner(ctx, m, backend.Devices()[0], llm.WithVerifyLengths(8, 16))
+	r, err := llm.NewRunner(ctx, m, backend.Devices()[0], spec.WithVerifyLengths(8, 16))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -139,11 +139,11 @@ func TestSpecBadInput(t *testing.T) {
 		r.Reset()
 		_, err := r.Prefill(ctx, make([]int32, 60))
 		require.NoError(t, err)
-		_, err = r.Verify(ctx, make([]int32, 8))
+		_, err = Verify(ctx, r, make([]int32, 8))
 		require.ErrorIs(t, err, llm.ErrContextFull)
 		assert.Equal(t, 60, r.Len(), "a refused verify changes nothing")
 		r.Reset()
-		_, err = r.Verify(ctx, make([]int32, 33))
+		_, err = Verify(ctx, r, make([]int32, 33))
 		require.ErrorIs(t, err, core.ErrInvalidArgument)
 		require.ErrorIs(t, r.Truncate(5), core.ErrInvalidArgument)
 	})
@@ -156,10 +156,12 @@ func TestSpecBadInput(t *testing.T) {
 		require.ErrorIs(t, err, core.ErrInvalidArgument)
 	})
 	t.Run("bad verify lengths", func(t *testing.T) {
-		for _, ls := range [][]int{{1}, {0}, {llm.MaxVerifyLength + 1}, {128}} {
-			_, err := llm.NewRunner(ctx, m, dev, llm.WithContextLength(64), llm.WithVerifyLengths(ls...))
+		for _, ls := range [][]int{{1}, {0}, {MaxVerifyLength + 1}, {128}} {
+			_, err := llm.NewRunner(ctx, m, dev, llm.WithContextLength(64), WithVerifyLengths(ls...))
 			require.ErrorIs(t, err, core.ErrInvalidArgument, "%v", ls)
 		}
+		_, err := llm.NewRunner(ctx, m, dev, llm.WithContextLength(512), WithVerifyLengths(MaxVerifyLength+1))
+		require.ErrorIs(t, err, core.ErrInvalidArgument, "a length past MaxVerifyLength within the context")
 	})
 	t.Run("corrupt history store", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "task.hist")
@@ -266,7 +268,7 @@ func TestQuantizedKVSpeculative(t *testing.T) {
 	ids := []int32{1, 40, 41, 42, 43, 40, 41, 42, 43, 40, 41}
 	for _, dt := range []core.DType{core.Q8_0, core.Q4_0} {
 		t.Run(dt.String(), func(t *testing.T) {
-			r, err := llm.NewRunner(ctx, m, llmtest.RefDevice(t), llm.WithKVCacheType(dt), llm.WithVerifyLengths(4, 8), llm.WithChunkSize(8), llm.WithContextLength(48))
+			r, err := llm.NewRunner(ctx, m, llmtest.RefDevice(t), llm.WithKVCacheType(dt), WithVerifyLengths(4, 8), llm.WithChunkSize(8), llm.WithContextLength(48))
 			require.NoError(t, err)
 			defer r.Close()
 			// greedy, BOS and EOS biased away: only the token budget ends the text
@@ -284,7 +286,7 @@ func TestQuantizedKVSpeculative(t *testing.T) {
 }
 
 func specRunner(t testing.TB, m *llm.Model, dev core.Device, opts ...llm.RunnerOption) *llm.Runner {
-	r, err := llm.NewRunner(context.Background(), m, dev, append([]llm.RunnerOption{llm.WithVerifyLengths(8, 16, 32), llm.WithChunkSize(16)}, opts...)...)
+	r, err := llm.NewRunner(context.Background(), m, dev, append([]llm.RunnerOption{WithVerifyLengths(8, 16, 32), llm.WithChunkSize(16)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })
 	return r

@@ -1,7 +1,9 @@
 // Package spec decodes speculatively (With: a decode strategy of llm.Generate that drafts,
-// verifies in one pass and keeps what the model agrees with), with the policy that picks each
-// step's draft length (expected accepted tokens per second of its verify graph), the
-// candidates drafters are calibrated with, and the statistics a speculative generation reports.
+// verifies in one pass and keeps what the model agrees with), over the verify graphs it prepares
+// on a runner (WithVerifyLengths, an llm.VerifyHook; Verify, VerifyTree and KeepPath), with the
+// policy that picks each step's draft length (expected accepted tokens per second of its verify
+// graph), the candidates drafters are calibrated with, and the statistics a speculative
+// generation reports.
 package spec
 
 import (
