@@ -1,6 +1,7 @@
-// Package arch builds what each supported transformer architecture's layers differ in, from
-// the hyperparameters its GGUF metadata gives (Config) and shared blocks, one small builder per
-// architecture.
+// Package arch builds a decoder-only model's stage graphs: the stage structure every
+// architecture shares (Stage), and what each supported architecture's layers differ in, from
+// the hyperparameters its GGUF metadata gives (Config), one small builder per architecture over
+// shared blocks.
 package arch
 
 import (
