@@ -53,8 +53,9 @@ func stageName(s, layers int) string {
 	return fmt.Sprintf("stage %d (layer %d)", s, s-1)
 }
 
-// outputRole names tensor t of stage graph g: x, q, k or v (the stage outputs' order, arch.Stage), logits,
-// or "intermediate" for a tensor that only crosses partitions inside the stage.
+// outputRole names tensor t of stage graph g: x, q, k or v (the stage outputs' order,
+// arch.Stage), logits, or "intermediate" for a tensor that only crosses partitions inside the
+// stage.
 func outputRole(g *core.Graph, t *core.Tensor) string {
 	for i, o := range g.Outputs {
 		if o.Name != t.Name {

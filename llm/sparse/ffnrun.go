@@ -368,7 +368,7 @@ func (sp *sparseProg) Run(ctx context.Context, row int64, rows int) error {
 	return nil
 }
 
-// buildAttn builds layer l's attention graph for chunk length c: x1 (the residual after
+// buildAttn builds layer l's attention graph of stage shape st: x1 (the residual after
 // attention), h (the FFN input) and, with predictors, their logits.
 func buildAttn(m *llm.Model, l int, st arch.Stage, lay host.Layout) (*core.Graph, error) {
 	cfg := m.Config
@@ -430,7 +430,7 @@ func buildFFN(m *llm.Model, l int, c int64, lay host.Layout) (*core.Graph, error
 }
 
 // buildTail builds the rest of layer l: SPARSE_FFN over the bundles just loaded
-// ("later"), the residual, then layer l+1's q, k, v or the logits.
+// ("later"), the residual, then layer l+1's q, k, v or the logits (st.Next).
 func buildTail(m *llm.Model, l int, st arch.Stage, lay host.Layout) (*core.Graph, error) {
 	cfg, c := m.Config, st.C
 	g := core.NewGraph()
