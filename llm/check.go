@@ -53,8 +53,9 @@ func stageName(s, layers int) string {
 	return fmt.Sprintf("stage %d (layer %d)", s, s-1)
 }
 
-// outputRole names tensor t of stage graph g: x, q, k or v (see outX..outV in graph.go), logits,
-// or "intermediate" for a tensor that only crosses partitions inside the stage.
+// outputRole names tensor t of stage graph g: x, q, k or v (the stage outputs' order,
+// arch.Stage), logits, or "intermediate" for a tensor that only crosses partitions inside the
+// stage.
 func outputRole(g *core.Graph, t *core.Tensor) string {
 	for i, o := range g.Outputs {
 		if o.Name != t.Name {
@@ -63,7 +64,7 @@ func outputRole(g *core.Graph, t *core.Tensor) string {
 		if len(g.Outputs) == 1 {
 			return "logits"
 		}
-		if roles := [...]string{outX: "x", outQ: "q", outK: "k", outV: "v"}; i < len(roles) {
+		if roles := [...]string{"x", "q", "k", "v"}; i < len(roles) {
 			return roles[i]
 		}
 		return fmt.Sprint(i)

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/xpuhub/xpu/core"
-	"github.com/xpuhub/xpu/llm/arch"
 	"github.com/xpuhub/xpu/llm/kvcache"
 	"github.com/xpuhub/xpu/sched"
 )
@@ -118,56 +117,6 @@ func (s *ChunkStage) Compile(ctx context.Context, name string, layer int, g *cor
 	}
 	return p, nil
 }
-
-// The model's stage-building blocks, for techniques that cut the model's stages differently
-// (a ChunkHook's programs): the same graphs the runner's own stages are made of.
-
-// EmbedStage builds the runner's stage 0 for chunk length c: ids and positions in, the
-// embedding x and layer 0's q, k, v (k and v in the cache's dtypes kv) out.
-func (m *Model) EmbedStage(c int64, kv kvcache.Types) (*core.Graph, error) {
-	return m.buildEmbedStage(c, kv, &stageBuild{})
-}
-
-// LayerInputs are the inputs of a stage that finishes a layer, named as the runner binds them.
-type LayerInputs struct {
-	X, Q, KCache, VCache, QOffset *core.Tensor
-}
-
-// LayerInputs adds to g the inputs of a stage that finishes a layer for chunk length c over a
-// cache of capacity rows of dtypes kv: the residual x [c, dim], the rotated queries q [c, H, D],
-// the K and V cache and the chunk's query offset.
-func (m *Model) LayerInputs(g *core.Graph, c, capacity int64, kv kvcache.Types) LayerInputs {
-	cfg := m.Config
-	H, Hkv, D := int64(cfg.Heads), int64(cfg.KVHeads), int64(cfg.HeadDim)
-	return LayerInputs{
-		X:       g.Input("x", core.F32, c, int64(cfg.Dim)),
-		Q:       g.Input("q", core.F32, c, H, D),
-		KCache:  g.Input("k_cache", kv.K, capacity, Hkv, D),
-		VCache:  g.Input("v_cache", kv.V, capacity, Hkv, D),
-		QOffset: g.Input("q_offset", core.I32, 1),
-	}
-}
-
-// PosInputs adds the position inputs of a stage graph of chunk length c (arch.Pos).
-func (m *Model) PosInputs(g *core.Graph, c int64) arch.Pos { return m.addPosInputs(g, c) }
-
-// QKV adds layer l's rotated queries and keys and its values for x [C, dim].
-func (m *Model) QKV(g *core.Graph, x *core.Tensor, pos arch.Pos, l int) (q, k, v *core.Tensor) {
-	return m.qkv(g, nil, x, pos, l)
-}
-
-// Linear adds projection proj of layer l ("attn_output", "ffn_down", ...) applied to x [C, K].
-func (m *Model) Linear(g *core.Graph, x *core.Tensor, l int, proj string) *core.Tensor {
-	return m.linear(g, nil, x, l, proj)
-}
-
-// Norm adds the model's norm of x times the weight named weight.
-func (m *Model) Norm(g *core.Graph, x *core.Tensor, weight string) *core.Tensor {
-	return m.norm(g, x, weight)
-}
-
-// OutputHead adds the logits of the last layer's output x as g's output.
-func (m *Model) OutputHead(g *core.Graph, x *core.Tensor) { m.outputHead(g, x) }
 
 // initHook attaches the chunk hook and prepares its programs for every chunk length.
 func (r *Runner) initHook(ctx context.Context, step func(), lengths []int) error {

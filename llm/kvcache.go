@@ -29,11 +29,6 @@ func KVCacheBytes(m *Model, ctxLen int, dt core.DType) int64 {
 	return kvcache.Bytes(m.Config, ctxLen, dt)
 }
 
-// toKV converts new K or V rows to the cache's dtype (kvcache.Convert).
-func toKV(g *core.Graph, t *core.Tensor, dt core.DType) *core.Tensor {
-	return kvcache.Convert(g, t, dt)
-}
-
 // KVCacheTypes are the dtypes of the runner's K and V caches.
 func (r *Runner) KVCacheTypes() (k, v core.DType) { return r.cfg.kv.K, r.cfg.kv.V }
 

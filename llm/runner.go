@@ -27,7 +27,7 @@ var ErrContextFull = errors.New("llm: context is full")
 // ProjectionHook (WithProjectionHook) lowers the projections of every stage graph (package
 // w8a8); a StageHook supplies the stage graphs of the decode programs (package shard's decode
 // shards, registered with RegisterShards); a ChunkHook (WithChunkHook) runs whole chunks with
-// programs of its own, built from the model's stage-building blocks (package sparse); a
+// programs of its own, built from the model's blocks (Model.Block; package sparse); a
 // SequenceHook (WithSequenceHook) serves Prefill and Decode, several runners' steps at once
 // (package batch); a VerifyHook (WithVerifyHook) prepares verify programs that append given
 // tokens in one pass with every token's logits (package spec's verify graphs); a Strategy

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/arch"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -129,10 +130,11 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	var hooked []HookStage // per stage, the stage hook's placement of its nodes
 	hook := r.stageHook(phase, c, tree)
 	hs := &ChunkStage{C: c, r: r, step: step}
+	st := arch.Stage{C: c, Capacity: r.cap, K: r.cfg.kv.K, V: r.cfg.kv.V, Tree: tree, Hidden: r.cfg.hidden}
 	for s := 0; s <= cfg.Layers; s++ {
 		var g *core.Graph
 		var err error
-		sb := &stageBuild{hidden: r.cfg.hidden}
+		sb := &stageBuild{m: r.m}
 		if r.cfg.proj != nil {
 			sb.lin = r.cfg.proj.BeginStage()
 		}
@@ -147,10 +149,8 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 				err = h.check(s, len(r.unitIdx))
 			}
 			g = h.Graph
-		case s == 0:
-			g, err = r.m.buildEmbedStage(c, r.cfg.kv, sb)
 		default:
-			g, err = r.m.buildLayerStage(s-1, c, r.cap, r.cfg.kv, tree, sb)
+			g, err = r.m.stage(st, s, sb)
 		}
 		if err != nil {
 			return nil, err

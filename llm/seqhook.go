@@ -109,14 +109,3 @@ func (r *Runner) checkFeed(tokens []int32) error {
 	}
 	return nil
 }
-
-// Embed adds the token embedding of ids [C], layer 0's input (a block as those of chunkhook.go).
-func (m *Model) Embed(g *core.Graph, ids *core.Tensor) *core.Tensor {
-	return m.arch.Embed(m.block(g, nil), g.Named("embd").GetRows(m.w(g, "token_embd.weight"), ids))
-}
-
-// Finish adds layer l's output from its input x [C, dim] and its attention output a [C, H·D]:
-// the attention output projection and the FFN, with their norms and residuals.
-func (m *Model) Finish(g *core.Graph, x, a *core.Tensor, l int) *core.Tensor {
-	return m.arch.Finish(m.block(g, nil), x, a, l)
-}

@@ -6,15 +6,14 @@ import (
 	"github.com/xpuhub/xpu/core"
 )
 
-// stageBuild is what shapes one stage graph beyond the model: a projection hook's lowering,
-// the projection taps (WithTap), an embedder's hidden output.
+// stageBuild is the arch.Host of one stage graph: the model's weights, and its projections as
+// a projection hook lowers them and the projection taps (WithTap) record them.
 type stageBuild struct {
+	m *Model
 	// lin, from the runner's ProjectionHook, builds the projections its technique rewrites.
 	lin ProjectionBuilder
 	// taps, when not nil, collects the MATMUL inputs and outputs as extra graph outputs.
 	taps *tapSet
-	// hidden ends the last stage with the final-normed hidden state, not the logits (embed.go).
-	hidden bool
 }
 
 // tapSet lists a stage's tapped tensors and what each is.
@@ -33,9 +32,9 @@ type Tap struct {
 	Out   bool
 }
 
-// output makes the taps graph outputs, after the stage's own (nil sb or no taps: nothing).
+// output makes the taps graph outputs, after the stage's own (no taps: nothing).
 func (sb *stageBuild) output(g *core.Graph) {
-	if sb != nil && sb.taps != nil {
+	if sb.taps != nil {
 		g.Output(sb.taps.tensors...)
 	}
 }
@@ -52,30 +51,21 @@ func (t *tapSet) add(x *core.Tensor, w Tap) {
 	t.what = append(t.what, w)
 }
 
-// linear is projection p of layer l applied to x [C, K]: the projection hook's (the W8A8
-// lowering), or a MATMUL with the model's weight.
-func (m *Model) linear(g *core.Graph, sb *stageBuild, x *core.Tensor, l int, p string) *core.Tensor {
-	if sb != nil && sb.lin != nil {
+// Weight adds the model's tensor name to g (arch.Host).
+func (sb *stageBuild) Weight(g *core.Graph, name string) *core.Tensor { return sb.m.w(g, name) }
+
+// Linear is projection p of layer l applied to x [C, K] (arch.Host): the projection hook's (the
+// W8A8 lowering), or a MATMUL with the model's weight.
+func (sb *stageBuild) Linear(g *core.Graph, x *core.Tensor, l int, p string) *core.Tensor {
+	if sb.lin != nil {
 		if y := sb.lin.Linear(g, x, l, p); y != nil {
 			return y
 		}
 	}
-	y := g.Named(p).MatMul(x, m.w(g, fmt.Sprintf("blk.%d.%s.weight", l, p)))
-	if sb != nil {
-		sb.taps.add(x, Tap{Layer: l, Proj: p})
-		sb.taps.add(y, Tap{Layer: l, Proj: p, Out: true})
-	}
+	y := g.Named(p).MatMul(x, sb.m.w(g, fmt.Sprintf("blk.%d.%s.weight", l, p)))
+	sb.taps.add(x, Tap{Layer: l, Proj: p})
+	sb.taps.add(y, Tap{Layer: l, Proj: p, Out: true})
 	return y
-}
-
-// head ends the last stage: the logits, or for an embedder the final-normed hidden state.
-func (sb *stageBuild) head(m *Model, g *core.Graph, x *core.Tensor) {
-	if sb == nil || !sb.hidden {
-		m.outputHead(g, x)
-		return
-	}
-	g.SetNamePrefix("")
-	g.Output(m.norm(g, x, "output_norm.weight"))
 }
 
 // outWidth is the width of a row the last stage outputs: the vocabulary's logits, or an

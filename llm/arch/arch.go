@@ -1,6 +1,7 @@
-// Package arch builds what each supported transformer architecture's layers differ in, from
-// the hyperparameters its GGUF metadata gives (Config) and shared blocks, one small builder per
-// architecture.
+// Package arch builds a decoder-only model's stage graphs: the stage structure every
+// architecture shares (Stage), and what each supported architecture's layers differ in, from
+// the hyperparameters its GGUF metadata gives (Config), one small builder per architecture over
+// shared blocks.
 package arch
 
 import (
@@ -12,7 +13,7 @@ import (
 	"github.com/xpuhub/xpu/llm/gguf"
 )
 
-// Builder builds what one architecture's stage graphs differ in. The llm package keeps the
+// Builder builds what one architecture's stage graphs differ in. Stage (stage.go) builds the
 // stage structure every architecture shares (stage 0: embedding and layer 0's q, k, v; stage
 // l+1: attention and the rest of layer l, then layer l+1's q, k, v or the logits), which the
 // runner, plans, decode shards and speculative decoding rely on. Each builder is made of the
@@ -95,32 +96,58 @@ type TensorSpec struct {
 	Vector   bool // a norm weight or bias: used as an f32 operand of ADD/MUL
 }
 
-// Block is the graph a builder adds to, the config and the weights' host: what the shared
-// blocks take.
+// Block is the graph a builder adds to, the config, the architecture's builder and the
+// weights' host: what the shared blocks take, and what a technique that cuts the model's stages
+// its own way (a sparse FFN, decode shards, a batch) builds the model's pieces with.
 type Block struct {
 	g *core.Graph
 	c *Config
+	a Builder
 	h Host
 }
 
-// NewBlock is a block adding to g for the model of config c whose weights h gives.
-func NewBlock(g *core.Graph, c *Config, h Host) Block { return Block{g: g, c: c, h: h} }
+// NewBlock is a block adding to g for the model of config c, architecture a, whose weights h
+// gives.
+func NewBlock(g *core.Graph, c *Config, a Builder, h Host) Block {
+	return Block{g: g, c: c, a: a, h: h}
+}
+
+// Embed adds the token embedding of ids [C]: layer 0's input.
+func (b Block) Embed(ids *core.Tensor) *core.Tensor {
+	return b.a.Embed(b, b.g.Named("embd").GetRows(b.h.Weight(b.g, "token_embd.weight"), ids))
+}
+
+// QKV adds layer l's rotated queries and keys and its values for x [C, dim] (Builder.QKV).
+func (b Block) QKV(x *core.Tensor, pos Pos, l int) (q, k, v *core.Tensor) {
+	return b.a.QKV(b, x, pos, l)
+}
+
+// Finish adds layer l's output from its input x [C, dim] and its attention output a [C, H·D]:
+// the attention output projection and the FFN, with their norms and residuals.
+func (b Block) Finish(x, a *core.Tensor, l int) *core.Tensor { return b.a.Finish(b, x, a, l) }
+
+// Logits adds the output head over the last layer's output x.
+func (b Block) Logits(x *core.Tensor) *core.Tensor { return b.a.Logits(b, x) }
 
 // LayerName is the name of a tensor of layer l.
 func LayerName(l int, name string) string { return fmt.Sprintf("blk.%d.%s", l, name) }
 
-// norm is RMSNorm times the weight.
-func (b Block) norm(x *core.Tensor, weight string) *core.Tensor {
+// Norm adds RMSNorm of x times the model's weight named weight.
+func (b Block) Norm(x *core.Tensor, weight string) *core.Tensor {
 	return Norm(b.g, b.c, x, b.h.Weight(b.g, weight))
 }
 
-// linear is x times layer l's matrix name (node named name; W8A8 and taps apply).
-func (b Block) linear(x *core.Tensor, l int, name string) *core.Tensor {
+// Linear adds x times layer l's matrix name ("attn_output", "ffn_down", ...), its node named
+// name, as the host builds it (a W8A8 lowering and taps apply).
+func (b Block) Linear(x *core.Tensor, l int, name string) *core.Tensor {
 	return b.h.Linear(b.g, x, l, name)
 }
 
 // heads views t [C, n·D] as n heads [C, n, D].
 func (b Block) heads(t *core.Tensor, n int) *core.Tensor {
+	if t == nil {
+		return nil // the graph has recorded its error
+	}
 	return b.g.Reshape(t, t.Shape[0], int64(n), int64(b.c.HeadDim))
 }
 
@@ -136,7 +163,7 @@ func (b Block) normAs(name string, x *core.Tensor, weight string) *core.Tensor {
 func (b Block) projectQKV(h *core.Tensor, l int) (q, k, v *core.Tensor) {
 	c := b.c
 	proj := func(name string, heads int) *core.Tensor {
-		t := b.linear(h, l, name)
+		t := b.Linear(h, l, name)
 		if c.QKVBias {
 			t = b.g.Add(t, b.h.Weight(b.g, LayerName(l, name+".bias")))
 		}
@@ -156,7 +183,7 @@ func (b Block) ropeQK(q, k *core.Tensor, pos Pos, l int) (*core.Tensor, *core.Te
 // attnResidual adds layer l's attention output projection of a (post-normed when postNorm)
 // to x.
 func (b Block) attnResidual(x, a *core.Tensor, l int, postNorm bool) *core.Tensor {
-	o := b.linear(a, l, "attn_output")
+	o := b.Linear(a, l, "attn_output")
 	if postNorm {
 		o = b.normAs("attn_post_norm", o, LayerName(l, "post_attention_norm.weight"))
 	}
@@ -166,21 +193,21 @@ func (b Block) attnResidual(x, a *core.Tensor, l int, postNorm bool) *core.Tenso
 // gatedFFN is the gated feed-forward block of layer l on x's ffn_norm: act(gate)·up, then the
 // down projection.
 func (b Block) gatedFFN(x *core.Tensor, l int) *core.Tensor {
-	h := b.norm(x, LayerName(l, "ffn_norm.weight"))
-	gate, up := b.linear(h, l, "ffn_gate"), b.linear(h, l, "ffn_up")
+	h := b.Norm(x, LayerName(l, "ffn_norm.weight"))
+	gate, up := b.Linear(h, l, "ffn_gate"), b.Linear(h, l, "ffn_up")
 	name := "ffn_swiglu"
 	if b.c.Activation == ActGELU {
 		name = "ffn_geglu"
 	}
 	act := Activate(b.g, b.c.Activation, gate)
 	f := b.g.Named(name).Mul(act, up)
-	return b.linear(f, l, "ffn_down")
+	return b.Linear(f, l, "ffn_down")
 }
 
 // head is the final norm and the output projection.
 func (b Block) head(x *core.Tensor) *core.Tensor {
 	b.g.SetNamePrefix("")
-	h := b.norm(x, "output_norm.weight")
+	h := b.Norm(x, "output_norm.weight")
 	return b.g.Named("logits").MatMul(h, b.h.Weight(b.g, "output.weight"))
 }
 

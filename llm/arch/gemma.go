@@ -56,7 +56,7 @@ func (gemmaArch) Embed(b Block, x *core.Tensor) *core.Tensor {
 }
 
 func (a gemmaArch) QKV(b Block, x *core.Tensor, pos Pos, l int) (q, k, v *core.Tensor) {
-	q, k, v = b.projectQKV(b.norm(x, LayerName(l, "attn_norm.weight")), l)
+	q, k, v = b.projectQKV(b.Norm(x, LayerName(l, "attn_norm.weight")), l)
 	if a.version == 3 {
 		q = b.normAs("q_norm", q, LayerName(l, "attn_q_norm.weight"))
 		k = b.normAs("k_norm", k, LayerName(l, "attn_k_norm.weight"))

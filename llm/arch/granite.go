@@ -37,7 +37,7 @@ func (graniteArch) Embed(b Block, x *core.Tensor) *core.Tensor {
 
 func (graniteArch) Finish(b Block, x, a *core.Tensor, l int) *core.Tensor {
 	rs := b.c.ResidualScale
-	o := b.g.Scale(b.linear(a, l, "attn_output"), rs, 0)
+	o := b.g.Scale(b.Linear(a, l, "attn_output"), rs, 0)
 	x = b.g.Named("attn_residual").Add(x, o)
 	f := b.g.Scale(b.gatedFFN(x, l), rs, 0)
 	return b.g.Named("ffn_residual").Add(x, f)

@@ -36,6 +36,9 @@ func Rope(g *core.Graph, cfg *Config, name string, x *core.Tensor, pos Pos, l in
 		return g.Named(name).RoPE(x, pos.Pos, core.RoPEOptions{Mode: cfg.RopeMode,
 			Dims: int64(cfg.RopeDims), Base: base, FreqScale: scale})
 	}
+	if x == nil {
+		return nil // the graph has recorded its error
+	}
 	C, H, D, R := x.Shape[0], x.Shape[1], x.Shape[2], int64(cfg.RopeDims)
 	rot, rest := x, (*core.Tensor)(nil)
 	if R < D {

@@ -39,7 +39,7 @@ func (a llamaArch) Load(ld Loader) error {
 func (llamaArch) Embed(_ Block, x *core.Tensor) *core.Tensor { return x }
 
 func (llamaArch) QKV(b Block, x *core.Tensor, pos Pos, l int) (q, k, v *core.Tensor) {
-	q, k, v = b.projectQKV(b.norm(x, LayerName(l, "attn_norm.weight")), l)
+	q, k, v = b.projectQKV(b.Norm(x, LayerName(l, "attn_norm.weight")), l)
 	q, k = b.ropeQK(q, k, pos, l)
 	return q, k, v
 }

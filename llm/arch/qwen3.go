@@ -24,7 +24,7 @@ func (qwen3Arch) Load(Loader) error { return nil }
 func (qwen3Arch) Embed(_ Block, x *core.Tensor) *core.Tensor { return x }
 
 func (qwen3Arch) QKV(b Block, x *core.Tensor, pos Pos, l int) (q, k, v *core.Tensor) {
-	q, k, v = b.projectQKV(b.norm(x, LayerName(l, "attn_norm.weight")), l)
+	q, k, v = b.projectQKV(b.Norm(x, LayerName(l, "attn_norm.weight")), l)
 	q = b.normAs("q_norm", q, LayerName(l, "attn_q_norm.weight"))
 	k = b.normAs("k_norm", k, LayerName(l, "attn_k_norm.weight"))
 	q, k = b.ropeQK(q, k, pos, l)

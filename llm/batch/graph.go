@@ -12,7 +12,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
-	"github.com/xpuhub/xpu/llm/kvcache"
+	"github.com/xpuhub/xpu/llm/arch"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -184,16 +184,17 @@ func (b *Batch) compile(ctx context.Context, n, c int) (*batchProg, error) {
 // sequences over c rows, as the runner's stage graphs are built but with each sequence's
 // attention over its own cache and its K and V rows as outputs of their own.
 func (b *Batch) stageGraph(s, n int, c int64) (*core.Graph, error) {
-	m, cfg := b.m, b.m.Config
-	k, v := b.runners[0].KVCacheTypes()
-	kv := kvcache.Types{K: k, V: v}
+	cfg := b.m.Config
+	st := arch.Stage{C: c, Capacity: b.cap}
+	st.K, st.V = b.runners[0].KVCacheTypes()
 	g := core.NewGraph()
+	blk := b.m.Block(g)
 	if s == 0 {
 		ids := g.Input("ids", core.I32, c)
-		pos := m.PosInputs(g, c)
-		x := m.Embed(g, ids)
-		q, k, v := m.QKV(g, x, pos, 0)
-		outputQKV(g, n, x, q, kvcache.Convert(g, k, kv.K), kvcache.Convert(g, v, kv.V))
+		pos := arch.PosInputs(g, &cfg, c)
+		x := blk.Embed(ids)
+		q, k, v := blk.QKV(x, pos, 0)
+		outputQKV(g, n, x, q, arch.ConvertKV(g, k, st.K), arch.ConvertKV(g, v, st.V))
 		if err := g.Err(); err != nil {
 			return nil, fmt.Errorf("batch: building the embedding stage: %w", err)
 		}
@@ -201,19 +202,19 @@ func (b *Batch) stageGraph(s, n int, c int64) (*core.Graph, error) {
 	}
 	l := s - 1
 	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
-	in := m.LayerInputs(g, c, b.cap, kv)
+	in := st.LayerInputs(g, &cfg)
 	opts := cfg.AttentionOptions(l, b.cap)
 	opts.Causal, opts.QOffsetInput = true, in.QOffset
 	a := attention(g, n, in.Q, in.KCache, in.VCache, opts)
 	// inner nodes first: Named names the next node added
-	x := m.Finish(g, in.X, g.Reshape(a, c, int64(cfg.Heads*cfg.HeadDim)), l)
+	x := blk.Finish(in.X, g.Reshape(a, c, int64(cfg.Heads*cfg.HeadDim)), l)
 	if l+1 < cfg.Layers {
-		pos := m.PosInputs(g, c)
+		pos := arch.PosInputs(g, &cfg, c)
 		g.SetNamePrefix(fmt.Sprintf("blk.%d.", l+1))
-		nq, nk, nv := m.QKV(g, x, pos, l+1)
-		outputQKV(g, n, x, nq, kvcache.Convert(g, nk, kv.K), kvcache.Convert(g, nv, kv.V))
+		nq, nk, nv := blk.QKV(x, pos, l+1)
+		outputQKV(g, n, x, nq, arch.ConvertKV(g, nk, st.K), arch.ConvertKV(g, nv, st.V))
 	} else {
-		m.OutputHead(g, outRows(g, n, x))
+		g.Output(blk.Logits(outRows(g, n, x)))
 	}
 	if err := g.Err(); err != nil {
 		return nil, fmt.Errorf("batch: building layer %d: %w", l, err)

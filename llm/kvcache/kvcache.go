@@ -1,6 +1,6 @@
 // Package kvcache holds what the KV cache is made of: the K and V dtypes and their row sizes,
-// the conversion of new rows into them, and the program that rotates cached keys for a context
-// shift.
+// and the program that rotates cached keys for a context shift (a stage converts its new rows
+// into the dtypes with arch.ConvertKV).
 package kvcache
 
 import (
@@ -86,18 +86,6 @@ func Bytes(c arch.Config, ctxLen int, dt core.DType) int64 {
 	return int64(c.Layers) * int64(ctxLen) * dt.Bytes(int64(c.KVHeads*c.HeadDim))
 }
 
-// Convert converts new K or V rows [C, Hkv, D] to the cache's dtype: a CAST to F16, or QUANTIZE
-// to blocks along the head dimension.
-func Convert(g *core.Graph, t *core.Tensor, dt core.DType) *core.Tensor {
-	switch dt {
-	case core.F32:
-		return t
-	case core.Q8_0, core.Q4_0:
-		return g.Quantize(t, dt, 0)
-	}
-	return g.Cast(t, dt)
-}
-
 // ShiftGraph builds the K rotation of a context shift over rows cache rows of dtype kt in every
 // layer of a model of config c: RoPE is linear in the position, so rotating a cached key by -n
 // moves it n positions back. Inputs: the delta's positions (or RoPE tables), then
@@ -118,7 +106,7 @@ func ShiftGraph(c *arch.Config, rows int64, kt core.DType) (*core.Graph, error) 
 		default:
 			x = g.Cast(k, core.F32)
 		}
-		outs = append(outs, Convert(g, arch.Rope(g, c, "k_rope", x, pos, l), kt))
+		outs = append(outs, arch.ConvertKV(g, arch.Rope(g, c, "k_rope", x, pos, l), kt))
 	}
 	g.Output(outs...)
 	if err := g.Err(); err != nil {

@@ -113,7 +113,7 @@ func (st *stage) sharedPiece(mark int) {
 func (c *cutHook) qkv(st *stage, x *core.Tensor, pos arch.Pos, l int, kv kvcache.Types) (qs, ks, vs []*core.Tensor) {
 	m, g, cfg := c.m, st.Graph, c.m.Config
 	p := fmt.Sprintf("blk.%d.", l)
-	h := m.Norm(g, x, p+"attn_norm.weight")
+	h := m.Block(g).Norm(x, p+"attn_norm.weight")
 	group, D := int64(cfg.Heads/cfg.KVHeads), int64(cfg.HeadDim)
 	for s := range c.Units {
 		mark := len(g.Nodes)
@@ -127,7 +127,7 @@ func (c *cutHook) qkv(st *stage, x *core.Tensor, pos arch.Pos, l int, kv kvcache
 		q := arch.Rope(g, &m.Config, shardName("q_rope", s), proj("attn_q", c.KV0[s]*group, c.NKV[s]*group), pos, l)
 		k := arch.Rope(g, &m.Config, shardName("k_rope", s), proj("attn_k", c.KV0[s], c.NKV[s]), pos, l)
 		v := proj("attn_v", c.KV0[s], c.NKV[s])
-		qs, ks, vs = append(qs, q), append(ks, kvcache.Convert(g, k, kv.K)), append(vs, kvcache.Convert(g, v, kv.V))
+		qs, ks, vs = append(qs, q), append(ks, arch.ConvertKV(g, k, kv.K)), append(vs, arch.ConvertKV(g, v, kv.V))
 		st.own(mark, s, c.Units)
 	}
 	return qs, ks, vs
@@ -154,9 +154,8 @@ func (c *cutHook) Stage(cs *llm.ChunkStage, s int) (llm.HookStage, error) {
 func (c *cutHook) embedStage(st *stage, kv kvcache.Types) error {
 	g, m := st.Graph, c.m
 	ids := g.Input("ids", core.I32, 1)
-	pos := m.PosInputs(g, 1)
-	w, _ := m.Weight("token_embd.weight")
-	x := g.Named("embd").GetRows(g.Const("token_embd.weight", w.DType, w.Shape, w.Data), ids)
+	pos := arch.PosInputs(g, &m.Config, 1)
+	x := m.Block(g).Embed(ids)
 	g.SetNamePrefix("blk.0.")
 	qs, ks, vs := c.qkv(st, x, pos, 0, kv)
 	g.Output(x)
@@ -195,7 +194,7 @@ func (c *cutHook) layerStage(st *stage, l int, capacity int64, kv kvcache.Types)
 	}
 	x = sumInto(g, "attn_residual", x, parts)
 
-	h := m.Norm(g, x, p+"ffn_norm.weight")
+	h := m.Block(g).Norm(x, p+"ffn_norm.weight")
 	parts = parts[:0]
 	for _, pc := range c.Shared {
 		mark := len(g.Nodes)
@@ -217,7 +216,7 @@ func (c *cutHook) layerStage(st *stage, l int, capacity int64, kv kvcache.Types)
 	x = sumInto(g, "ffn_residual", x, parts)
 
 	if l+1 < cfg.Layers {
-		pos := m.PosInputs(g, 1)
+		pos := arch.PosInputs(g, &m.Config, 1)
 		g.SetNamePrefix(fmt.Sprintf("blk.%d.", l+1))
 		qs, ks, vs := c.qkv(st, x, pos, l+1, kv)
 		g.Output(x)
@@ -225,7 +224,7 @@ func (c *cutHook) layerStage(st *stage, l int, capacity int64, kv kvcache.Types)
 			g.Output(qs[s], ks[s], vs[s])
 		}
 	} else {
-		m.OutputHead(g, x)
+		g.Output(m.Block(g).Logits(x))
 	}
 	if err := g.Err(); err != nil {
 		return fmt.Errorf("llm: building sharded layer %d: %w", l, err)

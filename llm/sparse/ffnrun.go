@@ -9,7 +9,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
-	"github.com/xpuhub/xpu/llm/kvcache"
+	"github.com/xpuhub/xpu/llm/arch"
 	"github.com/xpuhub/xpu/llm/sparse/host"
 	"github.com/xpuhub/xpu/sched"
 )
@@ -214,6 +214,7 @@ func (fp *ffnPrograms) Prepare(ctx context.Context, s *llm.ChunkStage) (llm.Chun
 		clear(a.Bytes(sp.ffa)) // the tail adds it, and no FFN program writes it
 	}
 	kv := s.KVTypes()
+	st := arch.Stage{C: c, Capacity: s.Capacity(), K: kv.K, V: kv.V}
 	byName := map[string]sched.Binding{
 		"x": {Span: x}, "q": {Span: q}, "x1": {Span: sp.x1}, "h": {Span: sp.h}, "ffn_a": {Span: sp.ffa},
 		"bundles": {Span: fp.cache}, "now": {Span: sp.now}, "later": {Span: sp.later},
@@ -227,8 +228,8 @@ func (fp *ffnPrograms) Prepare(ctx context.Context, s *llm.ChunkStage) (llm.Chun
 			err = errors.Join(err, sp.Close())
 		}
 	}()
-	g, err := m.EmbedStage(c, kv)
-	if err != nil {
+	g := core.NewGraph()
+	if err = st.Embed(m.Block(g)); err != nil {
 		return nil, err
 	}
 	if sp.embed, err = s.Compile(ctx, "embed", 0, g, byName, append([]sched.Binding{{Span: x}, {Span: q}}, kvOut(0)...)...); err != nil {
@@ -238,7 +239,7 @@ func (fp *ffnPrograms) Prepare(ctx context.Context, s *llm.ChunkStage) (llm.Chun
 	for l := range cfg.Layers {
 		var ly sparseLayer
 		byName["k_cache"], byName["v_cache"] = s.KV(l, false)
-		if g, err = buildAttn(m, l, c, s.Capacity(), kv, lay); err != nil {
+		if g, err = buildAttn(m, l, st, lay); err != nil {
 			return nil, err
 		}
 		outs := []sched.Binding{{Span: sp.x1}, {Span: sp.h}}
@@ -259,7 +260,7 @@ func (fp *ffnPrograms) Prepare(ctx context.Context, s *llm.ChunkStage) (llm.Chun
 				return nil, err
 			}
 		}
-		if g, err = buildTail(m, l, c, kv, lay); err != nil {
+		if g, err = buildTail(m, l, st, lay); err != nil {
 			return nil, err
 		}
 		outs = []sched.Binding{{Span: sp.logits}}
@@ -367,20 +368,21 @@ func (sp *sparseProg) Run(ctx context.Context, row int64, rows int) error {
 	return nil
 }
 
-// buildAttn builds layer l's attention graph for chunk length c: x1 (the residual after
+// buildAttn builds layer l's attention graph of stage shape st: x1 (the residual after
 // attention), h (the FFN input) and, with predictors, their logits.
-func buildAttn(m *llm.Model, l int, c, capacity int64, kv kvcache.Types, lay host.Layout) (*core.Graph, error) {
+func buildAttn(m *llm.Model, l int, st arch.Stage, lay host.Layout) (*core.Graph, error) {
 	cfg := m.Config
 	g := core.NewGraph()
+	b := m.Block(g)
 	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
 	H, D := int64(cfg.Heads), int64(cfg.HeadDim)
-	in := m.LayerInputs(g, c, capacity, kv)
+	in := st.LayerInputs(g, &cfg)
 	at := g.Named("attn").Attention(in.Q, in.KCache, in.VCache, core.AttentionOptions{
 		Scale: float32(1 / math.Sqrt(float64(D))), Causal: true, QOffsetInput: in.QOffset})
-	at = g.Reshape(at, c, H*D)
-	o := m.Linear(g, at, l, "attn_output")
+	at = g.Reshape(at, st.C, H*D)
+	o := b.Linear(at, l, "attn_output")
 	x1 := g.Named("attn_residual").Add(in.X, o)
-	h := m.Norm(g, x1, fmt.Sprintf("blk.%d.ffn_norm.weight", l))
+	h := b.Norm(x1, fmt.Sprintf("blk.%d.ffn_norm.weight", l))
 	outs := []*core.Tensor{x1, h}
 	if len(lay.Predictors) > 0 {
 		predict := func(pl int, name string) *core.Tensor {
@@ -428,9 +430,9 @@ func buildFFN(m *llm.Model, l int, c int64, lay host.Layout) (*core.Graph, error
 }
 
 // buildTail builds the rest of layer l: SPARSE_FFN over the bundles just loaded
-// ("later"), the residual, then layer l+1's q, k, v or the logits.
-func buildTail(m *llm.Model, l int, c int64, kv kvcache.Types, lay host.Layout) (*core.Graph, error) {
-	cfg := m.Config
+// ("later"), the residual, then layer l+1's q, k, v or the logits (st.Next).
+func buildTail(m *llm.Model, l int, st arch.Stage, lay host.Layout) (*core.Graph, error) {
+	cfg, c := m.Config, st.C
 	g := core.NewGraph()
 	g.SetNamePrefix(fmt.Sprintf("blk.%d.", l))
 	dim := int64(cfg.Dim)
@@ -439,15 +441,7 @@ func buildTail(m *llm.Model, l int, c int64, kv kvcache.Types, lay host.Layout) 
 	fa := g.Input("ffn_a", core.F32, c, dim)
 	b, later := sparseInputs(g, lay, "later")
 	fb := g.Named("ffn_sparse_later").SparseFFN(h, b, later, core.SparseFFNOptions{Act: lay.Act})
-	x := g.Named("ffn_residual").Add(g.Add(x1, fa), fb)
-	if l+1 < cfg.Layers {
-		pos := m.PosInputs(g, c)
-		g.SetNamePrefix(fmt.Sprintf("blk.%d.", l+1))
-		nq, nk, nv := m.QKV(g, x, pos, l+1)
-		g.Output(x, nq, kvcache.Convert(g, nk, kv.K), kvcache.Convert(g, nv, kv.V))
-	} else {
-		m.OutputHead(g, x)
-	}
+	st.Next(m.Block(g), g.Named("ffn_residual").Add(g.Add(x1, fa), fb), l)
 	if err := g.Err(); err != nil {
 		return nil, fmt.Errorf("sparse: building layer %d's sparse tail: %w", l, err)
 	}

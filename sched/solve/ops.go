@@ -5,7 +5,7 @@ import (
 )
 
 // opDef is one op of a decoder layer (or of the output head) as the solver places it: its
-// node names in the model's graph (llm/graph.go), its profile class and its shape for a chunk
+// node names in the model's graph (llm/arch/stage.go), its profile class and its shape for a chunk
 // of m rows over kv key rows.
 type opDef struct {
 	Name  string

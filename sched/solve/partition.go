@@ -384,7 +384,7 @@ func (s *solver) chunkSteps(name string, c candidate, i, rows int) ([]dag.Step, 
 	return s.group(steps), ferr
 }
 
-// group merges steps into the runtime's tasks. The runtime cuts each stage graph (llm/graph.go:
+// group merges steps into the runtime's tasks. The runtime cuts each stage graph (llm/arch/stage.go:
 // a stage starts at a layer's attention and ends after the next layer's Q/K/V and RoPE) into
 // partitions, runs of nodes on one unit, and runs each partition as one task; split MATMULs
 // that follow each other with the same units and no dependency between them (Q, K, V; gate,
