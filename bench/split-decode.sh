@@ -17,7 +17,7 @@
 # over the two units too (sched/split_heads.go). "adapt" and "adapt-heads" are split and heads
 # with adaptive row splits ("adapt": true: the cut moves between prepared cut points from the
 # parts' measured times, sched/split_adapt.go). "shards" is a sharded decode (the plan's
-# decode shards, llm/shard.go: each unit runs its KV heads from Q/K/V to the output projection's
+# decode shards, llm/shard/decode.go: each unit runs its KV heads from Q/K/V to the output projection's
 # columns and its FFN neurons from gate/up to the down projection's columns, two meetings a
 # layer) and "adapt-shards" the same with the neurons' cut moving from token to token by the
 # units' busy times, "steal-shards" with the neurons in pieces each unit takes from its end within
@@ -61,7 +61,7 @@ heads='{"ops": ["ATTENTION"], "split": {"strategy": "heads", "units": ["0", "1"]
 for f in split steal adapt; do
 	awk -v r="$heads" '{print} /"decode": \{"rules": \[/ {print "   " r}' "$tmp/$f.json" >"$tmp/$f-heads.json"
 done
-# and a sharded decode (Megatron-style, llm/shard.go): each unit runs its KV heads' Q/K/V, RoPE,
+# and a sharded decode (Megatron-style, llm/shard/decode.go): each unit runs its KV heads' Q/K/V, RoPE,
 # attention and output-projection columns, and its FFN neurons, two meetings a layer
 cat >"$tmp/shards.json" <<JSON
 {"units": ["$u0", "$u1"],

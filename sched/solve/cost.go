@@ -266,7 +266,7 @@ func blockLen(dt string) int {
 
 // shardShares are each unit's share of an op of a sharded decode with ratio: of the KV heads
 // (whole heads) or of the FFN's neurons (whole blocks of the weights' quantization, and of 32),
-// cut as the runner cuts them (sched.PlanShards.Cut, llm/shard.go).
+// cut as the runner cuts them (sched.PlanShards.Cut, llm/shard/decode.go).
 func (s *solver) shardShares(side int, ratio []float64) []float64 {
 	total, align := int64(s.p.Model.KVHeads), int64(1)
 	if side == shardNeurons {
