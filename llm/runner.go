@@ -31,8 +31,9 @@ var ErrContextFull = errors.New("llm: context is full")
 // SequenceHook (WithSequenceHook) serves Prefill and Decode, several runners' steps at once
 // (package batch); a VerifyHook (WithVerifyHook) prepares verify programs that append given
 // tokens in one pass with every token's logits (package spec's verify graphs); a Strategy
-// (WithStrategy) decodes in place of Generate's own loop (package spec). The runner keeps what they all share: the KV cache, the position inputs, activation
-// lanes, placement by the plan, compiling and running.
+// (WithStrategy) decodes in place of Generate's own loop (package spec). Every hook reaches the
+// runner through its Seam; the runner keeps what they all share: the KV cache, the position
+// inputs, activation lanes, placement by the plan, compiling and running.
 type Runner struct {
 	m     *Model
 	cfg   runnerConfig
@@ -46,7 +47,8 @@ type Runner struct {
 	cos   sched.Span
 	sin   sched.Span
 	progs map[int]*chunkProg
-	// vprogs are the verify programs (WithVerifyHook) and verify the hook's part of the runner.
+	// vprogs are the programs techniques prepared (Seam.Prepare: verify programs, a batch's
+	// short chunk) and verify the verify hook's part of the runner.
 	vprogs  []*chunkProg
 	verify  any
 	shift   *kvcache.Shifter // the context shift's K rotation, prepared at the first shift
@@ -364,27 +366,27 @@ func (r *Runner) Reset() {
 // logits after the last token. When the plan splits the model over several units, chunks
 // pipeline: chunk i+1's early stages run while chunk i's later ones do.
 func (r *Runner) Prefill(ctx context.Context, tokens []int32) ([]float32, error) {
+	if r.cfg.seq != nil {
+		return r.serve(ctx, func(ctx context.Context) ([]float32, error) { return r.cfg.seq.Prefill(ctx, tokens) })
+	}
 	held, err := r.enterLeaf(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer r.leave(held)
-	if r.cfg.seq != nil {
-		return r.cfg.seq.Prefill(ctx, tokens)
-	}
 	return r.feed(ctx, tokens, r.progs[r.cfg.chunk], nil)
 }
 
 // Decode appends one token and returns the logits for the next.
 func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
+	if r.cfg.seq != nil {
+		return r.serve(ctx, func(ctx context.Context) ([]float32, error) { return r.cfg.seq.Decode(ctx, token) })
+	}
 	held, err := r.enterLeaf(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer r.leave(held)
-	if r.cfg.seq != nil {
-		return r.cfg.seq.Decode(ctx, token)
-	}
 	if r.shards != nil {
 		if r.progs[1], err = r.shards.current(); err != nil {
 			return nil, err
@@ -403,9 +405,6 @@ func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
 func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg, each func(i int, row []byte) error) ([]float32, error) {
 	if err := r.checkFeed(tokens); err != nil {
 		return nil, err
-	}
-	if len(tokens) == 0 {
-		return nil, fmt.Errorf("llm: no tokens: %w", core.ErrInvalidArgument)
 	}
 	// The token ids go to their rows, the padding of a last chunk as id 0 (past the last real
 	// token, where the causal mask hides it).

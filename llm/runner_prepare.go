@@ -22,7 +22,7 @@ func (r *Runner) init(ctx context.Context) error {
 	var err error
 	kRow, vRow := r.cfg.kv.RowBytes(c)
 	if r.cfg.seq != nil {
-		r.kv, err = r.attachSequence([2]int64{kRow, vRow})
+		r.kv, err = r.attachSequence()
 	}
 	for len(r.kv) < c.Layers {
 		r.kv = append(r.kv, [2]sched.Span{alloc(r.cap * kRow), alloc(r.cap * vRow)})
@@ -129,7 +129,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	var taps []*tapSet
 	var hooked []HookStage // per stage, the stage hook's placement of its nodes
 	hook := r.stageHook(phase, c, tree)
-	hs := &ChunkStage{C: c, r: r, step: step}
+	hs := &Seam{r: r, step: step}
 	st := arch.Stage{C: c, Capacity: r.cap, K: r.cfg.kv.K, V: r.cfg.kv.V, Tree: tree, Hidden: r.cfg.hidden}
 	for s := 0; s <= cfg.Layers; s++ {
 		var g *core.Graph
@@ -243,11 +243,8 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	}
 	for s, g := range stages {
 		in, out := (s+1)%2, s%2
-		byName := map[string]sched.Binding{
-			"ids": {Span: r.ids, Stride: 4}, "pos": {Span: r.posS, Stride: 4}, "q_offset": {Span: r.qoffS, Stride: 4},
-			"rope_cos": {Span: r.cos, Stride: half * 4}, "rope_sin": {Span: r.sin, Stride: half * 4},
-			"x": {Lanes: x[in]}, "q": {Lanes: q[in]},
-		}
+		byName := r.positions()
+		byName["x"], byName["q"] = sched.Binding{Lanes: x[in]}, sched.Binding{Lanes: q[in]}
 		if tree {
 			byName["pos"], byName["mask"] = sched.Binding{Span: cp.pos}, sched.Binding{Span: cp.mask}
 			byName["rope_cos"], byName["rope_sin"] = sched.Binding{Span: cp.cos}, sched.Binding{Span: cp.sin}
