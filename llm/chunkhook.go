@@ -2,9 +2,9 @@ package llm
 
 import (
 	"context"
+	"fmt"
 	"time"
 
-	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -65,40 +65,27 @@ func (r *Runner) initHook(ctx context.Context, step func(), lengths []int) error
 	return nil
 }
 
-// feedHook is feed for a chunk hook's programs: chunks are cp's chunks of tokens (their ids
-// written already); a lone last token runs on the one-token programs.
-func (r *Runner) feedHook(ctx context.Context, tokens []int32, cp *chunkProg, chunks []sched.Chunk, each func(i int, row []byte) error) ([]float32, error) {
-	V := int64(r.m.Config.Vocab)
-	n, done, lastRows := len(tokens), 0, 0
-	var last ChunkProgram
-	runAt := func(p ChunkProgram, row int64, rows int) error {
-		if err := p.Run(ctx, row, rows); err != nil {
-			return err
+// run runs chunks through cp, of which the tokens fill the first rows (the rest is padding):
+// the stage programs pipeline them over their lanes, a chunk hook's programs run one at a time.
+func (cp *chunkProg) run(ctx context.Context, chunks []sched.Chunk, rows int) error {
+	if cp.hp == nil {
+		if err := cp.prog.Run(ctx, chunks); err != nil && len(chunks) > 0 {
+			return fmt.Errorf("llm: %s at position %d: %w", cp.prog.Name(), chunks[0].Row, err)
 		}
-		if each != nil {
-			b := r.rt.Arena().Bytes(p.Logits())
-			for i := range rows {
-				if err := each(done+i, b[int64(i)*V*4:][:V*4]); err != nil {
-					return err
-				}
-			}
-		}
-		last, lastRows = p, rows
-		done += rows
 		return nil
 	}
-	for _, ch := range chunks {
-		if err := runAt(cp.hp, ch.Row, min(int(cp.c), n-done)); err != nil {
-			return nil, err
+	for i, ch := range chunks {
+		if err := cp.hp.Run(ctx, ch.Row, min(int(cp.c), rows-i*int(cp.c))); err != nil {
+			return err
 		}
 	}
-	if done < n {
-		if err := runAt(r.progs[1].hp, int64(r.pos+done), 1); err != nil {
-			return nil, err
-		}
+	return nil
+}
+
+// lane is the span of the logits of the chunk that ran last on lane l.
+func (cp *chunkProg) lane(l int) sched.Span {
+	if cp.hp != nil {
+		return cp.hp.Logits()
 	}
-	row := r.rt.Arena().Bytes(last.Logits())[int64(lastRows-1)*V*4:][:V*4]
-	r.pos += n
-	r.history = append(r.history, tokens...)
-	return core.DecodeF32(row), nil
+	return cp.logits[l%cp.prog.Lanes()]
 }

@@ -181,11 +181,8 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 	if len(cfg.verify) > 0 {
 		widest = max(widest, slices.Max(cfg.verify))
 	}
-	if cfg.hidden && (cfg.proj != nil || cfg.chunkHook != nil || len(cfg.verify) > 0 || cfg.tap != nil) {
-		return nil, fmt.Errorf("llm: hidden-state output with a projection hook (W8A8 weights), a chunk hook (the sparse FFN), taps or verify lengths: %w", core.ErrUnsupported)
-	}
-	if cfg.chunkHook != nil && (len(cfg.verify) > 0 || cfg.proj != nil || cfg.tap != nil) {
-		return nil, fmt.Errorf("llm: a chunk hook (the sparse FFN) does not combine with verify graphs, a projection hook (W8A8) or taps: %w", core.ErrUnsupported)
+	if err := cfg.checkHooks(rp.DecodeShards() != nil); err != nil {
+		return nil, err
 	}
 	if cfg.proj != nil || cfg.tap != nil {
 		if err := m.RequireLlamaShape("a projection hook (W8A8 weights) and projection taps (WithTap)"); err != nil {
@@ -194,10 +191,6 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 	}
 	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + widest - 1)}
 	if ps := rp.DecodeShards(); ps != nil {
-		if cfg.proj != nil || cfg.chunkHook != nil || cfg.tap != nil {
-			return nil, fmt.Errorf("llm: decode shards with a projection hook (W8A8 weights), a chunk hook (the sparse FFN) or projection taps: %w",
-				core.ErrUnsupported)
-		}
 		if r.shards, err = newShards(m, ps); err != nil {
 			return nil, err
 		}
@@ -427,12 +420,9 @@ func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg, each f
 	for start := 0; start < full; start += c {
 		chunks = append(chunks, sched.Chunk{Row: int64(r.pos + start), Index: len(chunks)})
 	}
-	if cp.hp != nil {
-		return r.feedHook(ctx, tokens, cp, chunks, each)
-	}
 	V := r.outWidth()
-	rowsOf := func(p *chunkProg, lane, from, count int) error {
-		b := r.rt.Arena().Bytes(p.logits[lane])
+	rowsOf := func(p *chunkProg, from, count int) error {
+		b := r.rt.Arena().Bytes(p.lane(0))
 		for i := range count {
 			if err := each(from+i, b[int64(i)*V*4:][:V*4]); err != nil {
 				return err
@@ -441,15 +431,15 @@ func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg, each f
 		return nil
 	}
 	if each == nil {
-		if err := cp.prog.Run(ctx, chunks); err != nil {
-			return nil, fmt.Errorf("llm: %s at position %d: %w", cp.prog.Name(), r.pos, err)
+		if err := cp.run(ctx, chunks, n); err != nil {
+			return nil, err
 		}
 	} else {
 		for i, ch := range chunks {
-			if err := cp.prog.Run(ctx, []sched.Chunk{ch}); err != nil {
-				return nil, fmt.Errorf("llm: %s at position %d: %w", cp.prog.Name(), ch.Row, err)
+			if err := cp.run(ctx, []sched.Chunk{ch}, n-i*c); err != nil {
+				return nil, err
 			}
-			if err := rowsOf(cp, 0, i*c, min(c, n-i*c)); err != nil {
+			if err := rowsOf(cp, i*c, min(c, n-i*c)); err != nil {
 				return nil, err
 			}
 		}
@@ -462,16 +452,16 @@ func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg, each f
 	if full < n {
 		// a lone last token needs no padded chunk: the decode graphs serve it
 		lastProg, last, lastRows = r.progs[1], 0, 1
-		if err := lastProg.prog.Run(ctx, []sched.Chunk{{Row: int64(r.pos + full), Index: len(chunks)}}); err != nil {
-			return nil, fmt.Errorf("llm: %s at position %d: %w", lastProg.prog.Name(), r.pos+full, err)
+		if err := lastProg.run(ctx, []sched.Chunk{{Row: int64(r.pos + full), Index: len(chunks)}}, 1); err != nil {
+			return nil, err
 		}
 		if each != nil {
-			if err := rowsOf(lastProg, 0, full, 1); err != nil {
+			if err := rowsOf(lastProg, full, 1); err != nil {
 				return nil, err
 			}
 		}
 	}
-	row := r.rt.Arena().Bytes(lastProg.logits[last%lastProg.prog.Lanes()])[int64(lastRows-1)*V*4:][:V*4]
+	row := r.rt.Arena().Bytes(lastProg.lane(last))[int64(lastRows-1)*V*4:][:V*4]
 	r.pos += n
 	r.history = append(r.history, tokens...)
 	return core.DecodeF32(row), nil

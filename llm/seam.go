@@ -249,3 +249,28 @@ func (r *Runner) checkFeed(tokens []int32) error {
 	}
 	return nil
 }
+
+// checkHooks refuses hooks and outputs that do not combine (core.ErrUnsupported): of each pair,
+// one builds or runs the stage graphs in a way the other does not know. shards says the plan
+// shards decode steps (a StageHook).
+func (c *runnerConfig) checkHooks(shards bool) error {
+	type use struct {
+		on   bool
+		name string
+	}
+	proj, chunk := use{c.proj != nil, "a projection hook (W8A8 weights)"}, use{c.chunkHook != nil, "a chunk hook (the sparse FFN)"}
+	tap, verify := use{c.tap != nil, "projection taps"}, use{len(c.verify) > 0, "verify lengths"}
+	hidden, seq := use{c.hidden, "hidden-state output"}, use{c.seq != nil, "a sequence hook (a batch)"}
+	shard := use{shards, "decode shards"}
+	for _, p := range [][2]use{
+		{hidden, proj}, {hidden, chunk}, {hidden, tap}, {hidden, verify},
+		{chunk, proj}, {chunk, tap}, {chunk, verify},
+		{seq, proj}, {seq, chunk}, {seq, tap}, {seq, verify}, {seq, hidden},
+		{shard, proj}, {shard, chunk}, {shard, tap},
+	} {
+		if p[0].on && p[1].on {
+			return fmt.Errorf("llm: %s does not combine with %s: %w", p[0].name, p[1].name, core.ErrUnsupported)
+		}
+	}
+	return nil
+}

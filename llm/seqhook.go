@@ -2,9 +2,7 @@ package llm
 
 import (
 	"context"
-	"fmt"
 
-	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -29,16 +27,6 @@ type SequenceHook interface {
 // combine with a projection hook, a chunk hook, taps, verify lengths or hidden-state output
 // (core.ErrUnsupported): the hook's programs are built from the model's own blocks.
 func WithSequenceHook(h SequenceHook) RunnerOption { return func(c *runnerConfig) { c.seq = h } }
-
-// attachSequence checks the runner's options against its sequence hook and takes its cache from
-// the hook.
-func (r *Runner) attachSequence() ([][2]sched.Span, error) {
-	if c := r.cfg; c.proj != nil || c.chunkHook != nil || c.tap != nil || len(c.verify) > 0 || c.hidden {
-		return nil, fmt.Errorf("llm: a sequence hook (a batch) with a projection hook (W8A8 weights), a chunk hook (the sparse FFN), taps, verify lengths or hidden-state output: %w",
-			core.ErrUnsupported)
-	}
-	return r.cfg.seq.Attach(&Seam{r: r})
-}
 
 // serve has the sequence hook serve a Prefill or Decode (f) on a context that holds the runner:
 // the hook runs the runner's programs with it, from whichever goroutine runs the step.
