@@ -307,6 +307,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 		}
 	}
 	if r.cfg.stageChecks || r.cfg.tap != nil {
+		finite := r.finiteCheck(stages, nil)
 		tapOf := make([]map[string]Tap, len(stages))
 		for s, ts := range taps {
 			if ts == nil {
@@ -324,7 +325,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 			if !r.cfg.stageChecks {
 				return nil
 			}
-			return checkFinite(stageName(stage, cfg.Layers), stages[stage], t, data)
+			return finite.Check(stage, t, data)
 		}
 	}
 	prog, err := r.rt.Compile(ctx, spec)
