@@ -2,6 +2,7 @@ package llm
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -70,4 +71,63 @@ func TestProjectionHook(t *testing.T) {
 		_, err := NewRunner(ctx, m, dev, WithHiddenOutput(), WithProjectionHook(&countHook{}))
 		assert.ErrorIs(t, err, core.ErrUnsupported)
 	})
+}
+
+// readHook reads back the input of every attn_q projection it sees (the model's own MATMUL
+// builds it), recording the bytes handed back per layer; with fail set, Read fails.
+type readHook struct {
+	got  map[int][]float32
+	fail error
+}
+
+func (h *readHook) BeginStage() ProjectionBuilder { return &readStage{h: h} }
+
+type readStage struct {
+	h      *readHook
+	xs     []*core.Tensor
+	layers []int
+}
+
+func (st *readStage) Linear(_ *core.Graph, x *core.Tensor, l int, proj string) *core.Tensor {
+	if proj == "attn_q" {
+		st.xs, st.layers = append(st.xs, x), append(st.layers, l)
+	}
+	return nil
+}
+
+func (st *readStage) ReadBack() []*core.Tensor { return st.xs }
+
+func (st *readStage) Read(i int, data []byte) error {
+	if st.h.fail != nil {
+		return st.h.fail
+	}
+	st.h.got[st.layers[i]] = core.DecodeF32(data)
+	return nil
+}
+
+func TestProjectionReader(t *testing.T) {
+	ctx := context.Background()
+	m := synthModel(t, "qwen2", core.F32)
+	dev := refDevice(t)
+	prompt := []int32{1, 5, 9, 3}
+	open := func(t *testing.T, h *readHook) *Runner {
+		r, err := NewRunner(ctx, m, dev, WithContextLength(16), WithChunkSize(4), WithProjectionHook(h))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = r.Close() })
+		return r
+	}
+	h := &readHook{got: map[int][]float32{}}
+	r := open(t, h)
+	_, err := r.Prefill(ctx, prompt)
+	require.NoError(t, err)
+	require.Len(t, h.got, m.Config.Layers, "every layer's attn_q input is read back")
+	for l, xs := range h.got {
+		assert.Len(t, xs, len(prompt)*m.Config.Dim, "layer %d: one row per token of the chunk", l)
+		assert.NotEqual(t, make([]float32, len(xs)), xs, "layer %d: the normed activations", l)
+	}
+
+	boom := errors.New("boom")
+	r = open(t, &readHook{got: map[int][]float32{}, fail: boom})
+	_, err = r.Prefill(ctx, prompt)
+	assert.ErrorIs(t, err, boom, "a Read error fails the run")
 }

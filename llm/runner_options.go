@@ -46,8 +46,6 @@ type runnerConfig struct {
 	// proj lowers the stage graphs' projections (WithProjectionHook; w8a8.WithLowering is one); nil runs the
 	// projections as the model has them.
 	proj ProjectionHook
-	// tap, when set, is handed every projection's input and output after each run (WithTap).
-	tap func(t Tap, data []byte)
 	// chunkHook runs the chunks with programs of its own (WithChunkHook): the sparse FFN.
 	chunkHook ChunkHook
 	// seq serves Prefill and Decode over a cache it gives (WithSequenceHook): a batch.
@@ -114,17 +112,10 @@ func WithLogger(l *slog.Logger) RunnerOption { return func(c *runnerConfig) { c.
 // each slice with its chunk and layer (write it with t.WriteFile for Perfetto).
 func WithTrace(t *sched.Trace) RunnerOption { return func(c *runnerConfig) { c.trace = t } }
 
-// WithTap hands fn, after every run, each projection's input and output (F32 bytes, one row per
-// token of the chunk), as graph outputs of the stage that computes them: what a calibration
-// measures activation ranges with. The runner must run the model's own projections (no
-// projection hook, sparse FFN or shard); fn runs on the caller's goroutine, before the run
-// returns, and must not keep data.
-func WithTap(fn func(t Tap, data []byte)) RunnerOption { return func(c *runnerConfig) { c.tap = fn } }
-
 // WithHiddenOutput makes the last stage output the final-normed hidden state (the output head's
 // input, Config.Dim floats per token) instead of the logits: Prefill, Decode and PrefillEach
 // then return hidden states, what an embedding pools (package embed). It does not combine with
-// a projection hook, a sparse FFN, taps or verify lengths (core.ErrUnsupported).
+// a projection hook, a sparse FFN or verify lengths (core.ErrUnsupported).
 func WithHiddenOutput() RunnerOption { return func(c *runnerConfig) { c.hidden = true } }
 
 // WithRuntime makes NewPlannedRunner run on rt's units instead of opening its own: runners
