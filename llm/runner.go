@@ -167,7 +167,7 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 		return nil, fmt.Errorf("llm: chunk %d and context %d must be positive (context at most %d): %w",
 			cfg.chunk, cfg.ctxLen, maxContext, core.ErrInvalidArgument)
 	}
-	if err := checkKVTypes(m, cfg.kv); err != nil {
+	if err := kvcache.Check(m.Config.HeadDim, cfg.kv); err != nil {
 		return nil, err
 	}
 	cfg.chunk = min(cfg.chunk, cfg.ctxLen)

@@ -6,6 +6,7 @@ import (
 	"maps"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/kvcache"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -23,7 +24,7 @@ func DefaultContextLength(m *Model) int { return min(m.Config.ContextLength, max
 const maxContext = 1 << 24
 
 type runnerConfig struct {
-	kv kvTypes
+	kv kvcache.Types
 	// kvSet: the caller chose the KV cache dtypes (else a backend that refuses the default
 	// gets an F32 cache)
 	kvSet    bool
@@ -62,7 +63,7 @@ type RunnerOption func(*runnerConfig)
 // chunk length 1.
 func WithChunkSize(n int) RunnerOption { return func(c *runnerConfig) { c.chunk = n } }
 
-// WithKVCacheType stores the K and the V cache in dt: F16 (the default, DefaultKVCacheType),
+// WithKVCacheType stores the K and the V cache in dt: F16 (the default, kvcache.DefaultType),
 // F32, or Q8_0 or Q4_0 (blocks of 32 along the head dimension, which must hold whole blocks),
 // which halve and quarter F16's memory and the bytes attention reads per token at some cost in
 // precision. Without it, a runner whose device refuses an F16 cache (a backend with no FLOAT_16
@@ -73,7 +74,7 @@ func WithKVCacheType(dt core.DType) RunnerOption { return WithKVCacheTypes(dt, d
 // llama.cpp's --cache-type-k and --cache-type-v: K's rounding moves every attention score, V's
 // only the weighted sum, so a quantized V with an F16 K keeps more of the precision.
 func WithKVCacheTypes(k, v core.DType) RunnerOption {
-	return func(c *runnerConfig) { c.kv, c.kvSet = kvTypes{K: k, V: v}, true }
+	return func(c *runnerConfig) { c.kv, c.kvSet = kvcache.Types{K: k, V: v}, true }
 }
 
 // WithContextLength sets the KV cache length in tokens (default: the model's, at most 4096).
@@ -126,7 +127,7 @@ func WithHiddenOutput() RunnerOption { return func(c *runnerConfig) { c.hidden =
 func WithRuntime(rt *sched.Runtime) RunnerOption { return func(c *runnerConfig) { c.rt = rt } }
 
 func newRunnerConfig(opts []RunnerOption) runnerConfig {
-	cfg := runnerConfig{kv: kvTypes{K: DefaultKVCacheType, V: DefaultKVCacheType}, chunk: DefaultChunk, logger: slog.Default()}
+	cfg := runnerConfig{kv: kvcache.Types{K: kvcache.DefaultType, V: kvcache.DefaultType}, chunk: DefaultChunk, logger: slog.Default()}
 	for _, o := range opts {
 		o(&cfg)
 	}
