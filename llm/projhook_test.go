@@ -67,6 +67,24 @@ func TestProjectionHook(t *testing.T) {
 	t.Run("a nil hook runs the model as it is", func(t *testing.T) {
 		assert.Equal(t, plain, logits(t, WithProjectionHook(nil)))
 	})
+	t.Run("a reader is handed what it reads back", func(t *testing.T) {
+		h := &readHook{got: map[int][]float32{}}
+		logits(t, WithProjectionHook(h))
+		require.Len(t, h.got, m.Config.Layers, "every layer's attn_q input is read back")
+		for l, xs := range h.got {
+			assert.Len(t, xs, len(prompt)*m.Config.Dim, "layer %d: one row per token of the chunk", l)
+			assert.NotEqual(t, make([]float32, len(xs)), xs, "layer %d: the normed activations", l)
+		}
+	})
+	t.Run("a reader's error fails the run", func(t *testing.T) {
+		boom := errors.New("boom")
+		r, err := NewRunner(ctx, m, dev, WithContextLength(16), WithChunkSize(4),
+			WithProjectionHook(&readHook{got: map[int][]float32{}, fail: boom}))
+		require.NoError(t, err)
+		defer r.Close()
+		_, err = r.Prefill(ctx, prompt)
+		assert.ErrorIs(t, err, boom)
+	})
 	t.Run("hidden-state output refuses a hook", func(t *testing.T) {
 		_, err := NewRunner(ctx, m, dev, WithHiddenOutput(), WithProjectionHook(&countHook{}))
 		assert.ErrorIs(t, err, core.ErrUnsupported)
@@ -103,31 +121,4 @@ func (st *readStage) Read(i int, data []byte) error {
 	}
 	st.h.got[st.layers[i]] = core.DecodeF32(data)
 	return nil
-}
-
-func TestProjectionReader(t *testing.T) {
-	ctx := context.Background()
-	m := synthModel(t, "qwen2", core.F32)
-	dev := refDevice(t)
-	prompt := []int32{1, 5, 9, 3}
-	open := func(t *testing.T, h *readHook) *Runner {
-		r, err := NewRunner(ctx, m, dev, WithContextLength(16), WithChunkSize(4), WithProjectionHook(h))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = r.Close() })
-		return r
-	}
-	h := &readHook{got: map[int][]float32{}}
-	r := open(t, h)
-	_, err := r.Prefill(ctx, prompt)
-	require.NoError(t, err)
-	require.Len(t, h.got, m.Config.Layers, "every layer's attn_q input is read back")
-	for l, xs := range h.got {
-		assert.Len(t, xs, len(prompt)*m.Config.Dim, "layer %d: one row per token of the chunk", l)
-		assert.NotEqual(t, make([]float32, len(xs)), xs, "layer %d: the normed activations", l)
-	}
-
-	boom := errors.New("boom")
-	r = open(t, &readHook{got: map[int][]float32{}, fail: boom})
-	_, err = r.Prefill(ctx, prompt)
-	assert.ErrorIs(t, err, boom, "a Read error fails the run")
 }
