@@ -40,7 +40,7 @@ type ChunkProgram interface {
 }
 
 // WithChunkHook runs the runner's chunks with h's programs. The runner then runs on one unit
-// and does not combine with verify lengths, a projection hook, taps, hidden-state output or a
+// and does not combine with verify lengths, a projection hook, hidden-state output or a
 // batch (core.ErrUnsupported).
 func WithChunkHook(h ChunkHook) RunnerOption { return func(c *runnerConfig) { c.chunkHook = h } }
 
@@ -109,7 +109,7 @@ func (s *ChunkStage) Compile(ctx context.Context, name string, layer int, g *cor
 		spec.PrepareOptions = map[int]map[string]string{unit: po}
 	}
 	if r.cfg.stageChecks {
-		spec.Check = func(_ int, t *core.Tensor, data []byte) error { return checkFinite(name, g, t, data) }
+		spec.Check = r.finiteCheck([]*core.Graph{g}, func(int) string { return name }).Check
 	}
 	p, err := r.rt.Compile(ctx, spec)
 	if err != nil {

@@ -167,7 +167,7 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 		return nil, fmt.Errorf("llm: chunk %d and context %d must be positive (context at most %d): %w",
 			cfg.chunk, cfg.ctxLen, maxContext, core.ErrInvalidArgument)
 	}
-	if err := checkKVTypes(m, cfg.kv); err != nil {
+	if err := kvcache.Check(m.Config.HeadDim, cfg.kv); err != nil {
 		return nil, err
 	}
 	cfg.chunk = min(cfg.chunk, cfg.ctxLen)
@@ -179,21 +179,21 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 	if len(cfg.verify) > 0 {
 		widest = max(widest, slices.Max(cfg.verify))
 	}
-	if cfg.hidden && (cfg.proj != nil || cfg.chunkHook != nil || len(cfg.verify) > 0 || cfg.tap != nil) {
-		return nil, fmt.Errorf("llm: hidden-state output with a projection hook (W8A8 weights), a chunk hook (the sparse FFN), taps or verify lengths: %w", core.ErrUnsupported)
+	if cfg.hidden && (cfg.proj != nil || cfg.chunkHook != nil || len(cfg.verify) > 0) {
+		return nil, fmt.Errorf("llm: hidden-state output with a projection hook (W8A8 weights or calibration), a chunk hook (the sparse FFN) or verify lengths: %w", core.ErrUnsupported)
 	}
-	if cfg.chunkHook != nil && (len(cfg.verify) > 0 || cfg.proj != nil || cfg.tap != nil) {
-		return nil, fmt.Errorf("llm: a chunk hook (the sparse FFN) does not combine with verify graphs, a projection hook (W8A8) or taps: %w", core.ErrUnsupported)
+	if cfg.chunkHook != nil && (len(cfg.verify) > 0 || cfg.proj != nil) {
+		return nil, fmt.Errorf("llm: a chunk hook (the sparse FFN) does not combine with verify graphs or a projection hook (W8A8, calibration): %w", core.ErrUnsupported)
 	}
-	if cfg.proj != nil || cfg.tap != nil {
-		if err := m.RequireLlamaShape("a projection hook (W8A8 weights) and projection taps (WithTap)"); err != nil {
+	if cfg.proj != nil {
+		if err := m.RequireLlamaShape("a projection hook (W8A8 weights, calibration)"); err != nil {
 			return nil, err
 		}
 	}
 	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + widest - 1)}
 	if ps := rp.DecodeShards(); ps != nil {
-		if cfg.proj != nil || cfg.chunkHook != nil || cfg.tap != nil {
-			return nil, fmt.Errorf("llm: decode shards with a projection hook (W8A8 weights), a chunk hook (the sparse FFN) or projection taps: %w",
+		if cfg.proj != nil || cfg.chunkHook != nil {
+			return nil, fmt.Errorf("llm: decode shards with a projection hook (W8A8 weights, calibration) or a chunk hook (the sparse FFN): %w",
 				core.ErrUnsupported)
 		}
 		if r.shards, err = newShards(m, ps); err != nil {

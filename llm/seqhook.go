@@ -26,15 +26,15 @@ type SequenceHook interface {
 }
 
 // WithSequenceHook has h serve the runner's Prefill and Decode over a cache h gives. It does not
-// combine with a projection hook, a chunk hook, taps, verify lengths or hidden-state output
+// combine with a projection hook, a chunk hook, verify lengths or hidden-state output
 // (core.ErrUnsupported): the hook's programs are built from the model's own blocks.
 func WithSequenceHook(h SequenceHook) RunnerOption { return func(c *runnerConfig) { c.seq = h } }
 
 // attachSequence checks the runner's options against its sequence hook and takes its cache from
 // the hook.
 func (r *Runner) attachSequence(rowBytes [2]int64) ([][2]sched.Span, error) {
-	if c := r.cfg; c.proj != nil || c.chunkHook != nil || c.tap != nil || len(c.verify) > 0 || c.hidden {
-		return nil, fmt.Errorf("llm: a sequence hook (a batch) with a projection hook (W8A8 weights), a chunk hook (the sparse FFN), taps, verify lengths or hidden-state output: %w",
+	if c := r.cfg; c.proj != nil || c.chunkHook != nil || len(c.verify) > 0 || c.hidden {
+		return nil, fmt.Errorf("llm: a sequence hook (a batch) with a projection hook (W8A8 weights), a chunk hook (the sparse FFN), verify lengths or hidden-state output: %w",
 			core.ErrUnsupported)
 	}
 	return r.cfg.seq.Attach(&Sequence{r: r}, r.cap, rowBytes)

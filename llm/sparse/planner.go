@@ -9,6 +9,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/kvcache"
 )
 
 // ErrBudget: the memory budget does not hold the fixed region.
@@ -69,7 +70,7 @@ func FixedRegion(m *llm.Model, ctxLen int, kv core.DType, rank int) Fixed {
 		}
 		fx.Weights += t.Size
 	}
-	fx.KV = 2 * llm.KVCacheBytes(m, ctxLen, kv) // whole rows: a quantized cache's blocks too
+	fx.KV = 2 * kvcache.Bytes(m.Config, ctxLen, kv) // whole rows: a quantized cache's blocks too
 	fx.Predictors = int64(c.Layers) * (2*int64(rank)*int64(c.Dim+c.FFN) + 4*int64(c.FFN))
 	return fx
 }
