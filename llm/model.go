@@ -63,7 +63,7 @@ func FromFile(f *gguf.File) (*Model, error) {
 	if f.BigEndian {
 		return nil, fmt.Errorf("llm: big-endian tensor data: %w", core.ErrUnsupported)
 	}
-	cfg, err := ConfigFromGGUF(f)
+	cfg, err := arch.ConfigFromGGUF(f)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/arch"
 	"github.com/xpuhub/xpu/llm/kvcache"
 )
 
@@ -104,7 +105,7 @@ func BuildPlan(ctx context.Context, m *llm.Model, o PlanOptions) (*Plan, Report,
 	var rep Report
 	if !c.Activation.Sparse() {
 		return nil, rep, fmt.Errorf("sparse: the model's FFN activation is %s; a sparse plan needs relu or relu2 (%s.%s): %w",
-			c.Activation, c.Arch, llm.ActivationKey, core.ErrUnsupported)
+			c.Activation, c.Arch, arch.ActivationKey, core.ErrUnsupported)
 	}
 	if o.Context == 0 {
 		o.Context = min(c.ContextLength, 4096)
