@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm/arch"
@@ -67,21 +66,4 @@ func (r *Runner) TeacherForced(ctx context.Context, ids []int32) ([]float32, err
 		return nil, err
 	}
 	return out, nil
-}
-
-// NMSE is Σ(got−want)² / Σwant² (0 when both are all zero, +Inf when only want is).
-func NMSE(got, want []float32) float64 {
-	var num, den float64
-	for i := range want {
-		d := float64(got[i]) - float64(want[i])
-		num += d * d
-		den += float64(want[i]) * float64(want[i])
-	}
-	if den == 0 {
-		if num == 0 {
-			return 0
-		}
-		return math.Inf(1)
-	}
-	return num / den
 }

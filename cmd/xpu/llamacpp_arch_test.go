@@ -20,6 +20,7 @@ import (
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
 	"github.com/xpuhub/xpu/llm/arch"
+	"github.com/xpuhub/xpu/llm/quant"
 	"github.com/xpuhub/xpu/loader"
 )
 
@@ -96,7 +97,7 @@ func compareLlamaCpp(ours, theirs llamaCppRun) (llamaCppAgreement, error) {
 		if len(ours.Logits[i]) != ours.NVocab || len(theirs.Logits[i]) != theirs.NVocab {
 			return a, fmt.Errorf("logits row %d has %d and %d values for %d tokens", i, len(ours.Logits[i]), len(theirs.Logits[i]), ours.NVocab)
 		}
-		a.MaxNMSE = max(a.MaxNMSE, llm.NMSE(ours.Logits[i], theirs.Logits[i]))
+		a.MaxNMSE = max(a.MaxNMSE, quant.NMSE(ours.Logits[i], theirs.Logits[i]))
 	}
 	a.Rows = rows
 	if rows == 0 {
@@ -239,7 +240,7 @@ func TestLlamaCppArchLogits(t *testing.T) {
 					require.NoError(t, err, "the reference refused %s", model)
 					a, err := compareLlamaCpp(ours, theirs)
 					require.NoError(t, err)
-					prefill := llm.NMSE(ours.Prefill, theirs.Logits[len(llamaCppPrompt)-1])
+					prefill := quant.NMSE(ours.Prefill, theirs.Logits[len(llamaCppPrompt)-1])
 					bound := ty.maxNMSE
 					if bound == 0 {
 						bound = q8Bound(ours.Config)

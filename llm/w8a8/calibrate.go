@@ -8,6 +8,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/quant"
 )
 
 // DefaultCalibrationText is the built-in calibration text: varied English prose (narrative,
@@ -226,7 +227,7 @@ func measureImportance(ctx context.Context, m *llm.Model, dev core.Device, cal *
 		if err != nil {
 			return err
 		}
-		cal.Layers[l].Importance = llm.NMSE(got, base)
+		cal.Layers[l].Importance = quant.NMSE(got, base)
 	}
 	return nil
 }
