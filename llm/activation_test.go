@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/core/ref"
+	"github.com/xpuhub/xpu/llm/arch"
 	"github.com/xpuhub/xpu/llm/synth"
 )
 
@@ -34,8 +35,8 @@ func actModel(t *testing.T, act string) *Model {
 func TestFFNActivations(t *testing.T) {
 	ctx := context.Background()
 	prompt := []int32{1, 300, 301, 302, 303}
-	logits := map[Activation][]float32{}
-	for _, act := range []Activation{ActSiLU, ActReLU, ActReLU2} {
+	logits := map[arch.Activation][]float32{}
+	for _, act := range []arch.Activation{arch.ActSiLU, arch.ActReLU, arch.ActReLU2} {
 		t.Run(string(act), func(t *testing.T) {
 			m := actModel(t, string(act))
 			require.Equal(t, act, m.Config.Activation)
@@ -59,8 +60,8 @@ func TestFFNActivations(t *testing.T) {
 		})
 	}
 	if len(logits) == 3 {
-		assert.NotEqual(t, logits[ActSiLU], logits[ActReLU])
-		assert.NotEqual(t, logits[ActReLU], logits[ActReLU2])
+		assert.NotEqual(t, logits[arch.ActSiLU], logits[arch.ActReLU])
+		assert.NotEqual(t, logits[arch.ActReLU], logits[arch.ActReLU2])
 	}
 }
 

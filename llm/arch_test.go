@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/arch"
 	"github.com/xpuhub/xpu/llm/gguf"
 	"github.com/xpuhub/xpu/llm/synth"
 )
@@ -419,7 +420,7 @@ func TestArchConfig(t *testing.T) {
 		}},
 		{"gemma2", func(t *testing.T, c Config) {
 			assert.Equal(t, float32(8), c.EmbedScale, "√64")
-			assert.Equal(t, ActGELU, c.Activation)
+			assert.Equal(t, arch.ActGELU, c.Activation)
 			assert.Equal(t, float32(50), c.AttnSoftCap)
 			assert.Equal(t, float32(30), c.FinalSoftCap)
 			assert.True(t, c.Sliding(0))

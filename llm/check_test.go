@@ -164,19 +164,3 @@ func TestPaddedEmbeddingNeverSampled(t *testing.T) {
 		assert.Less(t, id, int32(n), "a padding row was sampled")
 	}
 }
-
-func TestFirstNonFinite(t *testing.T) {
-	nan, inf := float32(math.NaN()), float32(math.Inf(1))
-	for _, c := range []struct {
-		xs   []float32
-		want int
-	}{
-		{nil, -1},
-		{[]float32{0, -0.0, math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32}, -1},
-		{[]float32{1, nan}, 1},
-		{[]float32{inf, 1}, 0},
-		{[]float32{1, 2, -inf}, 2},
-	} {
-		assert.Equal(t, c.want, firstNonFinite(c.xs), "%v", c.xs)
-	}
-}

@@ -39,7 +39,7 @@ type ChunkProgram interface {
 }
 
 // WithChunkHook runs the runner's chunks with h's programs. The runner then runs on one unit
-// and does not combine with verify lengths, a projection hook, taps, hidden-state output or a
+// and does not combine with verify lengths, a projection hook, hidden-state output or a
 // batch (core.ErrUnsupported).
 func WithChunkHook(h ChunkHook) RunnerOption { return func(c *runnerConfig) { c.chunkHook = h } }
 

@@ -16,7 +16,7 @@ import (
 
 // recording wraps a constraint and counts the calls Generate makes.
 type recording struct {
-	Constraint
+	sample.Constraint
 	resets, masks, accepts int
 	maskErr                error
 }

@@ -67,7 +67,7 @@ type genConfig struct {
 	ids       []int32 // WithPromptTokens: fed instead of the prompt's encoding
 	strategy  Strategy
 	// constraint holds sampling to a grammar (WithConstraint)
-	constraint Constraint
+	constraint sample.Constraint
 	// shift, when set, is the keep count of a context shift at a full cache (WithContextShift)
 	shift    *int
 	keepRows int // the rows a shift keeps, from shift and the prompt
@@ -83,6 +83,13 @@ func WithMaxTokens(n int) GenerateOption { return func(c *genConfig) { c.maxToke
 // WithSampler sets the sampling (default greedy); Generate fails with
 // core.ErrInvalidArgument when s is out of range (see sample.Config.Validate).
 func WithSampler(s sample.Config) GenerateOption { return func(c *genConfig) { c.sampler = s } }
+
+// WithConstraint holds sampling to c (see sample.Constraint): a grammar, a JSON Schema
+// (grammar.NewTokenMatcher). It cannot be combined with speculative decoding (Generate fails
+// with core.ErrInvalidArgument).
+func WithConstraint(c sample.Constraint) GenerateOption {
+	return func(g *genConfig) { g.constraint = c }
+}
 
 // WithStream receives the text as it is generated; an error stops generation and is returned.
 func WithStream(f func(text string) error) GenerateOption {
@@ -213,17 +220,17 @@ func (r *Runner) Generate(ctx context.Context, prompt string, opts ...GenerateOp
 		return res, err
 	}
 	sampler := g.sampler
-	held := newConstrained(cfg.constraint, cfg.sampler)
+	held := sample.Constrain(sampler, cfg.constraint)
 	for {
-		next, err := held.sample(sampler, logits[:min(len(logits), tok.Size())], r.history)
+		next, err := held.Sample(logits[:min(len(logits), tok.Size())], r.history)
 		if err != nil {
-			return r.finish(res, text, t1, c1), err
+			return r.finish(res, text, t1, c1), fmt.Errorf("llm: %w", err)
 		}
 		done, err := g.Emit(next)
 		if err != nil {
 			return r.finish(res, text, t1, c1), err
 		}
-		if cfg.constraint != nil && cfg.constraint.Done() && (!done || res.Stop == StopMaxTokens) {
+		if held.Done() && (!done || res.Stop == StopMaxTokens) {
 			res.Stop = StopEOS // the grammar is complete: nothing may follow
 			break
 		}

@@ -10,25 +10,6 @@ import (
 	"github.com/xpuhub/xpu/sched"
 )
 
-// DefaultKVCacheType is the K and V cache dtype of a runner without WithKVCacheType.
-const DefaultKVCacheType = kvcache.DefaultType
-
-// kvTypes are the dtypes of the K and the V cache.
-type kvTypes = kvcache.Types
-
-// ParseKVCacheType parses a KV cache dtype as llama.cpp's --cache-type-k and --cache-type-v
-// spell it (kvcache.ParseType).
-func ParseKVCacheType(s string) (core.DType, error) { return kvcache.ParseType(s) }
-
-// checkKVTypes checks that m's cache can have dtypes t.
-func checkKVTypes(m *Model, t kvTypes) error { return kvcache.Check(m.Config.HeadDim, t) }
-
-// KVCacheBytes is the memory one of m's two caches (K or V) takes for ctxLen positions in
-// dtype dt: every layer's rows.
-func KVCacheBytes(m *Model, ctxLen int, dt core.DType) int64 {
-	return kvcache.Bytes(m.Config, ctxLen, dt)
-}
-
 // KVCacheTypes are the dtypes of the runner's K and V caches.
 func (r *Runner) KVCacheTypes() (k, v core.DType) { return r.cfg.kv.K, r.cfg.kv.V }
 
@@ -46,11 +27,11 @@ func (r *Runner) KVCacheBytes() (k, v int64) {
 // F32 and reports the first error.
 func newRunnerKV(ctx context.Context, m *Model, devices []core.Device, plan *sched.Plan, cfg runnerConfig) (*Runner, error) {
 	r, err := newRunner(ctx, m, devices, plan, cfg)
-	if err == nil || cfg.kvSet || cfg.kv == (kvTypes{K: core.F32, V: core.F32}) || !errors.Is(err, core.ErrUnsupported) {
+	if err == nil || cfg.kvSet || cfg.kv == (kvcache.Types{K: core.F32, V: core.F32}) || !errors.Is(err, core.ErrUnsupported) {
 		return r, err
 	}
 	cfg.logger.Debug("llm: the default KV cache type is refused; retrying with f32", "kv", cfg.kv, "err", err)
-	cfg.kv = kvTypes{K: core.F32, V: core.F32}
+	cfg.kv = kvcache.Types{K: core.F32, V: core.F32}
 	if r, err2 := newRunner(ctx, m, devices, plan, cfg); err2 == nil {
 		return r, nil
 	}

@@ -11,7 +11,7 @@
 // Techniques live in packages of their own and plug in through the runner's hooks (see
 // Runner): speculative decoding (package spec) as a decode Strategy over a VerifyHook's verify
 // programs, the sparse FFN (package sparse) as a ChunkHook, the W8A8 lowering and its
-// calibration (package w8a8) as a ProjectionHook with projection taps, decode shards (package
+// calibration (package w8a8) as a ProjectionHook (a ProjectionReader), decode shards (package
 // shard) as a registered StageHook, continuous batching (package batch) as a SequenceHook,
 // embeddings (package embed) over the hidden-state output.
 package llm
@@ -63,7 +63,7 @@ func FromFile(f *gguf.File) (*Model, error) {
 	if f.BigEndian {
 		return nil, fmt.Errorf("llm: big-endian tensor data: %w", core.ErrUnsupported)
 	}
-	cfg, err := ConfigFromGGUF(f)
+	cfg, err := arch.ConfigFromGGUF(f)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/arch"
 	"github.com/xpuhub/xpu/llm/gguf"
 	"github.com/xpuhub/xpu/llm/synth"
 )
@@ -118,7 +119,7 @@ func TestConfigFromMetadata(t *testing.T) {
 	c := m.Config
 	assert.Equal(t, Config{Arch: "llama", ContextLength: 512, Dim: 64, Layers: 5, FFN: 192, Heads: 8,
 		KVHeads: 4, HeadDim: 8, RopeDims: 8, RopeBase: 500000, RopeFreqScale: 1, RopeMode: core.RoPENormal,
-		NormEps: 1e-5, Vocab: 512, Activation: ActSiLU}, c)
+		NormEps: 1e-5, Vocab: 512, Activation: arch.ActSiLU}, c)
 }
 
 // TestRopeFactorsMatchTheRoPEOp: a uniform factor f is the same as a frequency scale of 1/f, so

@@ -24,6 +24,20 @@ type ProjectionBuilder interface {
 	Linear(g *core.Graph, x *core.Tensor, layer int, proj string) *core.Tensor
 }
 
+// ProjectionReader is a ProjectionBuilder that also reads tensors of its stage graph back after
+// every run: what a calibration measures activation ranges with (w8a8.Calibrate builds the
+// model's own projections and reads back their inputs and outputs).
+type ProjectionReader interface {
+	ProjectionBuilder
+	// ReadBack lists the F32 tensors to read back; once the stage graph is built the runner makes
+	// them its outputs, after the stage's own.
+	ReadBack() []*core.Tensor
+	// Read is handed the bytes of ReadBack's tensor i (one row per token of the chunk) after
+	// each run, on the caller's goroutine before the run returns; it must not keep data. An
+	// error fails the run.
+	Read(i int, data []byte) error
+}
+
 // WithProjectionHook lowers the projections of every stage graph the runner builds with h
 // (nil: the model's projections as they are). w8a8.WithLowering is WithProjectionHook with the
 // W8A8 lowering; the last hook given wins.

@@ -169,7 +169,7 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 		return nil, fmt.Errorf("llm: chunk %d and context %d must be positive (context at most %d): %w",
 			cfg.chunk, cfg.ctxLen, maxContext, core.ErrInvalidArgument)
 	}
-	if err := checkKVTypes(m, cfg.kv); err != nil {
+	if err := kvcache.Check(m.Config.HeadDim, cfg.kv); err != nil {
 		return nil, err
 	}
 	cfg.chunk = min(cfg.chunk, cfg.ctxLen)
@@ -184,8 +184,8 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 	if err := cfg.checkHooks(rp.DecodeShards() != nil); err != nil {
 		return nil, err
 	}
-	if cfg.proj != nil || cfg.tap != nil {
-		if err := m.RequireLlamaShape("a projection hook (W8A8 weights) and projection taps (WithTap)"); err != nil {
+	if cfg.proj != nil {
+		if err := m.RequireLlamaShape("a projection hook (W8A8 weights, calibration)"); err != nil {
 			return nil, err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"maps"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/kvcache"
 	"github.com/xpuhub/xpu/sched"
 )
 
@@ -23,7 +24,7 @@ func DefaultContextLength(m *Model) int { return min(m.Config.ContextLength, max
 const maxContext = 1 << 24
 
 type runnerConfig struct {
-	kv kvTypes
+	kv kvcache.Types
 	// kvSet: the caller chose the KV cache dtypes (else a backend that refuses the default
 	// gets an F32 cache)
 	kvSet    bool
@@ -46,8 +47,6 @@ type runnerConfig struct {
 	// proj lowers the stage graphs' projections (WithProjectionHook; w8a8.WithLowering is one); nil runs the
 	// projections as the model has them.
 	proj ProjectionHook
-	// tap, when set, is handed every projection's input and output after each run (WithTap).
-	tap func(t Tap, data []byte)
 	// chunkHook runs the chunks with programs of its own (WithChunkHook): the sparse FFN.
 	chunkHook ChunkHook
 	// seq serves Prefill and Decode over a cache it gives (WithSequenceHook): a batch.
@@ -64,7 +63,7 @@ type RunnerOption func(*runnerConfig)
 // chunk length 1.
 func WithChunkSize(n int) RunnerOption { return func(c *runnerConfig) { c.chunk = n } }
 
-// WithKVCacheType stores the K and the V cache in dt: F16 (the default, DefaultKVCacheType),
+// WithKVCacheType stores the K and the V cache in dt: F16 (the default, kvcache.DefaultType),
 // F32, or Q8_0 or Q4_0 (blocks of 32 along the head dimension, which must hold whole blocks),
 // which halve and quarter F16's memory and the bytes attention reads per token at some cost in
 // precision. Without it, a runner whose device refuses an F16 cache (a backend with no FLOAT_16
@@ -75,7 +74,7 @@ func WithKVCacheType(dt core.DType) RunnerOption { return WithKVCacheTypes(dt, d
 // llama.cpp's --cache-type-k and --cache-type-v: K's rounding moves every attention score, V's
 // only the weighted sum, so a quantized V with an F16 K keeps more of the precision.
 func WithKVCacheTypes(k, v core.DType) RunnerOption {
-	return func(c *runnerConfig) { c.kv, c.kvSet = kvTypes{K: k, V: v}, true }
+	return func(c *runnerConfig) { c.kv, c.kvSet = kvcache.Types{K: k, V: v}, true }
 }
 
 // WithContextLength sets the KV cache length in tokens (default: the model's, at most 4096).
@@ -114,17 +113,10 @@ func WithLogger(l *slog.Logger) RunnerOption { return func(c *runnerConfig) { c.
 // each slice with its chunk and layer (write it with t.WriteFile for Perfetto).
 func WithTrace(t *sched.Trace) RunnerOption { return func(c *runnerConfig) { c.trace = t } }
 
-// WithTap hands fn, after every run, each projection's input and output (F32 bytes, one row per
-// token of the chunk), as graph outputs of the stage that computes them: what a calibration
-// measures activation ranges with. The runner must run the model's own projections (no
-// projection hook, sparse FFN or shard); fn runs on the caller's goroutine, before the run
-// returns, and must not keep data.
-func WithTap(fn func(t Tap, data []byte)) RunnerOption { return func(c *runnerConfig) { c.tap = fn } }
-
 // WithHiddenOutput makes the last stage output the final-normed hidden state (the output head's
 // input, Config.Dim floats per token) instead of the logits: Prefill, Decode and PrefillEach
 // then return hidden states, what an embedding pools (package embed). It does not combine with
-// a projection hook, a sparse FFN, taps or verify lengths (core.ErrUnsupported).
+// a projection hook, a sparse FFN or verify lengths (core.ErrUnsupported).
 func WithHiddenOutput() RunnerOption { return func(c *runnerConfig) { c.hidden = true } }
 
 // WithRuntime makes NewPlannedRunner run on rt's units instead of opening its own: runners
@@ -135,7 +127,7 @@ func WithHiddenOutput() RunnerOption { return func(c *runnerConfig) { c.hidden =
 func WithRuntime(rt *sched.Runtime) RunnerOption { return func(c *runnerConfig) { c.rt = rt } }
 
 func newRunnerConfig(opts []RunnerOption) runnerConfig {
-	cfg := runnerConfig{kv: kvTypes{K: DefaultKVCacheType, V: DefaultKVCacheType}, chunk: DefaultChunk, logger: slog.Default()}
+	cfg := runnerConfig{kv: kvcache.Types{K: kvcache.DefaultType, V: kvcache.DefaultType}, chunk: DefaultChunk, logger: slog.Default()}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -127,7 +127,8 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 		spec.Name = fmt.Sprintf("verify (tree %d)", c)
 	}
 	var stages []*core.Graph
-	var taps []*tapSet
+	var reads [][]*core.Tensor // per stage, what its projection reader reads back
+	var readers []ProjectionReader
 	var hooked []HookStage // per stage, the stage hook's placement of its nodes
 	hook := r.stageHook(phase, c, tree)
 	hs := &Seam{r: r, step: step}
@@ -138,9 +139,6 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 		sb := &stageBuild{m: r.m}
 		if r.cfg.proj != nil {
 			sb.lin = r.cfg.proj.BeginStage()
-		}
-		if r.cfg.tap != nil {
-			sb.taps = &tapSet{}
 		}
 		var h HookStage
 		switch {
@@ -157,7 +155,8 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 			return nil, err
 		}
 		stages = append(stages, g)
-		taps = append(taps, sb.taps)
+		rd, _ := sb.lin.(ProjectionReader)
+		readers, reads = append(readers, rd), append(reads, sb.back)
 		hooked = append(hooked, h)
 	}
 	// Which units each stage uses decides the lanes: a prefill split over several units
@@ -258,14 +257,12 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 		default:
 			st.IO = append(st.IO, sched.Binding{Lanes: logits})
 		}
-		if ts := taps[s]; ts != nil {
-			for _, t := range ts.tensors {
-				l, err := lanes(t.DType.Bytes(t.Shape.NumElements()))
-				if err != nil {
-					return nil, fmt.Errorf("llm: projection taps for chunk %d: %w", c, err)
-				}
-				st.IO = append(st.IO, sched.Binding{Lanes: l})
+		for _, t := range reads[s] {
+			l, err := lanes(t.DType.Bytes(t.Shape.NumElements()))
+			if err != nil {
+				return nil, fmt.Errorf("llm: projection read-backs for chunk %d: %w", c, err)
 			}
+			st.IO = append(st.IO, sched.Binding{Lanes: l})
 		}
 		spec.Stages = append(spec.Stages, st)
 	}
@@ -278,25 +275,20 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 			}
 		}
 	}
-	if r.cfg.stageChecks || r.cfg.tap != nil {
-		tapOf := make([]map[string]Tap, len(stages))
-		for s, ts := range taps {
-			if ts == nil {
-				continue
-			}
-			tapOf[s] = map[string]Tap{}
-			for i, t := range ts.tensors {
-				tapOf[s][t.Name] = ts.what[i]
-			}
-		}
+	if readOf := readIndex(reads); r.cfg.stageChecks || readOf != nil {
+		finite := r.finiteCheck(stages, nil)
 		spec.Check = func(stage int, t *core.Tensor, data []byte) error {
-			if w, ok := tapOf[stage][t.Name]; ok {
-				r.cfg.tap(w, data)
+			if readOf != nil {
+				if i, ok := readOf[stage][t.Name]; ok {
+					if err := readers[stage].Read(i, data); err != nil {
+						return err
+					}
+				}
 			}
 			if !r.cfg.stageChecks {
 				return nil
 			}
-			return checkFinite(stageName(stage, cfg.Layers), stages[stage], t, data)
+			return finite.Check(stage, t, data)
 		}
 	}
 	prog, err := r.rt.Compile(ctx, spec)
@@ -309,4 +301,22 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	}
 	cp.prog = prog
 	return cp, nil
+}
+
+// readIndex maps, per stage, the name of each tensor read back to its index in reads[stage]
+// (nil when no stage reads any back): a program's Check is handed tensors by name.
+func readIndex(reads [][]*core.Tensor) []map[string]int {
+	var idx []map[string]int
+	for s, ts := range reads {
+		for i, t := range ts {
+			if idx == nil {
+				idx = make([]map[string]int, len(reads))
+			}
+			if idx[s] == nil {
+				idx[s] = map[string]int{}
+			}
+			idx[s][t.Name] = i
+		}
+	}
+	return idx
 }

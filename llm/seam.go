@@ -99,7 +99,7 @@ func (s *Seam) Compile(ctx context.Context, c int64, name string, layer int, g *
 		spec.PrepareOptions = map[int]map[string]string{unit: po}
 	}
 	if r.cfg.stageChecks {
-		spec.Check = func(_ int, t *core.Tensor, data []byte) error { return checkFinite(name, g, t, data) }
+		spec.Check = r.finiteCheck([]*core.Graph{g}, func(int) string { return name }).Check
 	}
 	p, err := r.rt.Compile(ctx, spec)
 	if err != nil {
@@ -258,15 +258,14 @@ func (c *runnerConfig) checkHooks(shards bool) error {
 		on   bool
 		name string
 	}
-	proj, chunk := use{c.proj != nil, "a projection hook (W8A8 weights)"}, use{c.chunkHook != nil, "a chunk hook (the sparse FFN)"}
-	tap, verify := use{c.tap != nil, "projection taps"}, use{len(c.verify) > 0, "verify lengths"}
-	hidden, seq := use{c.hidden, "hidden-state output"}, use{c.seq != nil, "a sequence hook (a batch)"}
-	shard := use{shards, "decode shards"}
+	proj, chunk := use{c.proj != nil, "a projection hook (W8A8 weights, calibration)"}, use{c.chunkHook != nil, "a chunk hook (the sparse FFN)"}
+	verify, hidden := use{len(c.verify) > 0, "verify lengths"}, use{c.hidden, "hidden-state output"}
+	seq, shard := use{c.seq != nil, "a sequence hook (a batch)"}, use{shards, "decode shards"}
 	for _, p := range [][2]use{
-		{hidden, proj}, {hidden, chunk}, {hidden, tap}, {hidden, verify},
-		{chunk, proj}, {chunk, tap}, {chunk, verify},
-		{seq, proj}, {seq, chunk}, {seq, tap}, {seq, verify}, {seq, hidden},
-		{shard, proj}, {shard, chunk}, {shard, tap},
+		{hidden, proj}, {hidden, chunk}, {hidden, verify},
+		{chunk, proj}, {chunk, verify},
+		{seq, proj}, {seq, chunk}, {seq, verify}, {seq, hidden},
+		{shard, proj}, {shard, chunk},
 	} {
 		if p[0].on && p[1].on {
 			return fmt.Errorf("llm: %s does not combine with %s: %w", p[0].name, p[1].name, core.ErrUnsupported)

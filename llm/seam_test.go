@@ -26,7 +26,6 @@ func (nopChunkHook) Attach(context.Context, *Seam) (ChunkPrograms, error) { retu
 // TestCheckHooks: hooks and outputs that do not combine are refused with both named, and those
 // that do pass.
 func TestCheckHooks(t *testing.T) {
-	proj := WithProjectionHook(nil)
 	for _, tc := range []struct {
 		name   string
 		opts   []RunnerOption
@@ -34,14 +33,14 @@ func TestCheckHooks(t *testing.T) {
 		want   string // "" passes
 	}{
 		{"nothing", nil, false, ""},
-		{"verify lengths and taps", []RunnerOption{WithVerifyHook(chainHook{lengths: []int{4}}), WithTap(func(Tap, []byte) {})}, false, ""},
 		{"decode shards and verify lengths", []RunnerOption{WithVerifyHook(chainHook{lengths: []int{4}})}, true, ""},
 		{"hidden output and verify lengths", []RunnerOption{WithHiddenOutput(), WithVerifyHook(chainHook{lengths: []int{4}})}, false,
 			"hidden-state output does not combine with verify lengths"},
-		{"a chunk hook and taps", []RunnerOption{WithChunkHook(nopChunkHook{}), WithTap(func(Tap, []byte) {})}, false, "projection taps"},
+		{"a chunk hook and verify lengths", []RunnerOption{WithChunkHook(nopChunkHook{}), WithVerifyHook(chainHook{lengths: []int{4}})}, false,
+			"a chunk hook (the sparse FFN) does not combine with verify lengths"},
 		{"a batch and hidden output", []RunnerOption{WithSequenceHook(nopSeqHook{}), WithHiddenOutput()}, false, "a sequence hook (a batch)"},
-		{"decode shards and taps", []RunnerOption{WithTap(func(Tap, []byte) {})}, true, "decode shards does not combine with projection taps"},
-		{"no projection hook given", []RunnerOption{proj, WithHiddenOutput()}, false, ""},
+		{"decode shards and a chunk hook", []RunnerOption{WithChunkHook(nopChunkHook{})}, true, "decode shards does not combine with a chunk hook"},
+		{"no projection hook given", []RunnerOption{WithProjectionHook(nil), WithHiddenOutput()}, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := newRunnerConfig(tc.opts)

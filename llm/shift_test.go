@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/core"
+	"github.com/xpuhub/xpu/llm/quant"
 	"github.com/xpuhub/xpu/llm/sample"
 )
 
@@ -79,12 +80,12 @@ func TestShiftedKMatchesRecompute(t *testing.T) {
 			_, err = b.Prefill(ctx, a.Tokens())
 			require.NoError(t, err)
 			fresh := cacheRows(t, b, 0, 0, keep, moved)
-			got := NMSE(cacheRows(t, a, 0, 0, keep, moved), fresh)
-			t.Logf("shifted K rows vs recompute: NMSE %.3g (unrotated %.3g)", got, NMSE(unrotated, fresh))
+			got := quant.NMSE(cacheRows(t, a, 0, 0, keep, moved), fresh)
+			t.Logf("shifted K rows vs recompute: NMSE %.3g (unrotated %.3g)", got, quant.NMSE(unrotated, fresh))
 			assert.Less(t, got, tc.bound)
-			assert.Greater(t, NMSE(unrotated, fresh), 1e-3, "the rotation must matter for this test to mean anything")
+			assert.Greater(t, quant.NMSE(unrotated, fresh), 1e-3, "the rotation must matter for this test to mean anything")
 			assert.Equal(t, cacheRows(t, b, 0, 0, 0, keep), cacheRows(t, a, 0, 0, 0, keep), "kept K rows")
-			assert.Less(t, NMSE(cacheRows(t, a, 0, 1, keep, moved), cacheRows(t, b, 0, 1, keep, moved)), 1e-12, "moved V rows")
+			assert.Less(t, quant.NMSE(cacheRows(t, a, 0, 1, keep, moved), cacheRows(t, b, 0, 1, keep, moved)), 1e-12, "moved V rows")
 
 			// the shifted runner goes on decoding where the fresh one does, give or take the
 			// deeper layers' memory of the discarded tokens

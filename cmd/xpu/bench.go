@@ -16,6 +16,7 @@ import (
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/kernelbench"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/kvcache"
 	"github.com/xpuhub/xpu/llm/llmbench"
 	"github.com/xpuhub/xpu/loader"
 )
@@ -125,7 +126,7 @@ var (
 func newBenchFlags(stderr io.Writer) *benchFlags {
 	f := &benchFlags{fs: flag.NewFlagSet("bench", flag.ContinueOnError),
 		threads: intList{2}, prompts: intList{512}, gens: intList{128}, depths: intList{0},
-		chunks: intList{llm.DefaultChunk}, kv: wordList{llm.DefaultKVCacheType.String()}}
+		chunks: intList{llm.DefaultChunk}, kv: wordList{kvcache.DefaultType.String()}}
 	fs := f.fs
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.backend, "backend", "neon", "backend name or plugin file to measure")
@@ -382,7 +383,7 @@ func (f *benchFlags) kvPairs() ([][2]core.DType, error) {
 	parse := func(name string, l wordList) ([]core.DType, error) {
 		var out []core.DType
 		for _, s := range l {
-			dt, err := llm.ParseKVCacheType(strings.TrimSpace(s))
+			dt, err := kvcache.ParseType(strings.TrimSpace(s))
 			if err != nil {
 				return nil, fmt.Errorf("--%s: %w", name, err)
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/arch"
 	"github.com/xpuhub/xpu/llm/sparse"
 	"github.com/xpuhub/xpu/llm/synth"
 )
@@ -22,7 +23,7 @@ func init() {
 func runGenModel(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gen-model", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	arch := fs.String("arch", "llama", "architecture: "+strings.Join(synth.Architectures(), ", ")+" (llama3: Llama 3.1 rope_freqs.weight; mistral: a sliding window; both written as llama)")
+	archName := fs.String("arch", "llama", "architecture: "+strings.Join(synth.Architectures(), ", ")+" (llama3: Llama 3.1 rope_freqs.weight; mistral: a sliding window; both written as llama)")
 	params := fs.String("params", "1B", "size preset: "+strings.Join(synth.Presets(), ", "))
 	typ := fs.String("type", "q4_0", "matrix dtype: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q2_k, q3_k (K-quants need rows that are multiples of 256: --params 6M or 1B and up)")
 	seed := fs.Uint64("seed", 1, "weight seed")
@@ -45,7 +46,7 @@ func runGenModel(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		return fail(err)
 	}
-	spec, err := synth.Preset(*arch, *params, dt, *seed)
+	spec, err := synth.Preset(*archName, *params, dt, *seed)
 	if err == nil && *outliers != 0 {
 		spec.Outliers = *outliers
 		spec.Name += fmt.Sprintf("-outliers%d", *outliers)
@@ -54,7 +55,7 @@ func runGenModel(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		return fail(err)
 	}
-	a, err := llm.ParseActivation(*act)
+	a, err := arch.ParseActivation(*act)
 	if err != nil {
 		return fail(err)
 	}

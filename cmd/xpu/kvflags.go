@@ -7,6 +7,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/kvcache"
 )
 
 // kvFlags are the KV cache dtype flags of run and serve, in llama.cpp's spellings:
@@ -18,7 +19,7 @@ type kvFlags struct {
 
 func addKVFlags(fs *flag.FlagSet) *kvFlags {
 	f := &kvFlags{fs: fs}
-	def := llm.DefaultKVCacheType.String()
+	def := kvcache.DefaultType.String()
 	for _, n := range []string{"cache-type-k", "ctk"} {
 		fs.StringVar(&f.k, n, def, "KV cache dtype of K: f16, f32, q8_0 or q4_0 (q8_0/q4_0 need a head size that is a multiple of 32)")
 	}
@@ -45,18 +46,18 @@ func (f *kvFlags) options() ([]llm.RunnerOption, error) {
 	if !kSet && !vSet && !bothSet {
 		return nil, nil
 	}
-	both, err := llm.ParseKVCacheType(f.both)
+	both, err := kvcache.ParseType(f.both)
 	if err != nil {
 		return nil, fmt.Errorf("--kv: %w", err)
 	}
 	k, v := both, both
 	if kSet {
-		if k, err = llm.ParseKVCacheType(f.k); err != nil {
+		if k, err = kvcache.ParseType(f.k); err != nil {
 			return nil, fmt.Errorf("--cache-type-k: %w", err)
 		}
 	}
 	if vSet {
-		if v, err = llm.ParseKVCacheType(f.v); err != nil {
+		if v, err = kvcache.ParseType(f.v); err != nil {
 			return nil, fmt.Errorf("--cache-type-v: %w", err)
 		}
 	}
@@ -71,20 +72,20 @@ func (f *kvFlags) kType() core.DType {
 		names []string
 	}{{f.k, []string{"cache-type-k", "ctk"}}, {f.both, []string{"kv"}}} {
 		if f.set(s.names...) {
-			if dt, err := llm.ParseKVCacheType(s.val); err == nil {
+			if dt, err := kvcache.ParseType(s.val); err == nil {
 				return dt
 			}
 		}
 	}
-	return llm.DefaultKVCacheType
+	return kvcache.DefaultType
 }
 
 // printKVCache prints the KV cache's dtypes and memory for the context, as llama.cpp does at
 // load, and what the runner allocated: the cache also has rows for a padded last chunk.
 func printKVCache(w io.Writer, r *llm.Runner) {
 	kt, vt := r.KVCacheTypes()
-	kb := llm.KVCacheBytes(r.Model(), r.ContextLength(), kt)
-	vb := llm.KVCacheBytes(r.Model(), r.ContextLength(), vt)
+	kb := kvcache.Bytes(r.Model().Config, r.ContextLength(), kt)
+	vb := kvcache.Bytes(r.Model().Config, r.ContextLength(), vt)
 	ka, va := r.KVCacheBytes()
 	fmt.Fprintf(w, "kv cache: %s for %d tokens (K %s: %s, V %s: %s; %s allocated with the padded chunk's rows)\n",
 		humanSize(kb+vb), r.ContextLength(), kt, humanSize(kb), vt, humanSize(vb), humanSize(ka+va))

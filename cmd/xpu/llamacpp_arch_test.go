@@ -19,6 +19,8 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/arch"
+	"github.com/xpuhub/xpu/llm/quant"
 	"github.com/xpuhub/xpu/loader"
 )
 
@@ -61,7 +63,7 @@ type llamaCppRun struct {
 // layers and by 1.8e-3 over Gemma 2's 26.
 func q8Bound(c llm.Config) float64 {
 	b := 1e-3 * max(1, float64(c.Layers)/8)
-	if c.Activation == llm.ActGELU {
+	if c.Activation == arch.ActGELU {
 		b *= 2
 	}
 	return b
@@ -95,7 +97,7 @@ func compareLlamaCpp(ours, theirs llamaCppRun) (llamaCppAgreement, error) {
 		if len(ours.Logits[i]) != ours.NVocab || len(theirs.Logits[i]) != theirs.NVocab {
 			return a, fmt.Errorf("logits row %d has %d and %d values for %d tokens", i, len(ours.Logits[i]), len(theirs.Logits[i]), ours.NVocab)
 		}
-		a.MaxNMSE = max(a.MaxNMSE, llm.NMSE(ours.Logits[i], theirs.Logits[i]))
+		a.MaxNMSE = max(a.MaxNMSE, quant.NMSE(ours.Logits[i], theirs.Logits[i]))
 	}
 	a.Rows = rows
 	if rows == 0 {
@@ -238,7 +240,7 @@ func TestLlamaCppArchLogits(t *testing.T) {
 					require.NoError(t, err, "the reference refused %s", model)
 					a, err := compareLlamaCpp(ours, theirs)
 					require.NoError(t, err)
-					prefill := llm.NMSE(ours.Prefill, theirs.Logits[len(llamaCppPrompt)-1])
+					prefill := quant.NMSE(ours.Prefill, theirs.Logits[len(llamaCppPrompt)-1])
 					bound := ty.maxNMSE
 					if bound == 0 {
 						bound = q8Bound(ours.Config)
@@ -307,14 +309,14 @@ func TestQ8Bound(t *testing.T) {
 	cases := []struct {
 		name   string
 		layers int
-		act    llm.Activation
+		act    arch.Activation
 		want   float64
 	}{
-		{"shallow silu", 2, llm.ActSiLU, 1e-3},
-		{"8 layers silu", 8, llm.ActSiLU, 1e-3},
-		{"16 layers silu", 16, llm.ActSiLU, 2e-3},
-		{"8 layers gelu", 8, llm.ActGELU, 2e-3},
-		{"gemma2's 26 layers", 26, llm.ActGELU, 6.5e-3},
+		{"shallow silu", 2, arch.ActSiLU, 1e-3},
+		{"8 layers silu", 8, arch.ActSiLU, 1e-3},
+		{"16 layers silu", 16, arch.ActSiLU, 2e-3},
+		{"8 layers gelu", 8, arch.ActGELU, 2e-3},
+		{"gemma2's 26 layers", 26, arch.ActGELU, 6.5e-3},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/kvcache"
 	"github.com/xpuhub/xpu/llm/sparse"
 )
 
@@ -46,7 +47,7 @@ func runPlanSparse(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return fail(err)
 	}
-	kv, err := llm.ParseKVCacheType(*kvType)
+	kv, err := kvcache.ParseType(*kvType)
 	if err != nil {
 		return fail(fmt.Errorf("--kv-type: %w", err))
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/quant"
 	"github.com/xpuhub/xpu/llm/sparse"
 )
 
@@ -168,7 +169,7 @@ func runSparseEval(ctx context.Context, args []string, stdout, stderr io.Writer)
 			}
 			match = fmt.Sprintf("%d/%d", k, len(wantText))
 		}
-		fmt.Fprintf(tw, "%s\t%.3g\t%.3f\t%s\t%s\t%s\n", v.name, llm.NMSE(res.logits, want), top1(res.logits, want, m.Config.Vocab), rec, prec, match)
+		fmt.Fprintf(tw, "%s\t%.3g\t%.3f\t%s\t%s\t%s\n", v.name, quant.NMSE(res.logits, want), top1(res.logits, want, m.Config.Vocab), rec, prec, match)
 	}
 	if err := tw.Flush(); err != nil {
 		return fail(err)

@@ -153,7 +153,7 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			match = fmt.Sprintf("%d/%d", k, len(wantText))
 		}
 		fmt.Fprintf(tw, "w8a8 shadow %s (per-%s)\t%s\t%.3g\t%.3f\t%.0f%%\t%s\n", mode, w.Granularity(), where,
-			llm.NMSE(got, want), top1(got, want, m.Config.Vocab), 100*w.ShadowWork(), match)
+			quant.NMSE(got, want), top1(got, want, m.Config.Vocab), 100*w.ShadowWork(), match)
 	}
 	if *q8 != "" {
 		data, err := quant.Pure(m.File, core.Q8_0)
@@ -178,7 +178,7 @@ func runW8A8Eval(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			if err != nil {
 				return fail(fmt.Errorf("Q8_0 on %s: %w", name, err))
 			}
-			fmt.Fprintf(tw, "q8_0\t%s\t%.3g\t%.3f\t-\t-\n", name, llm.NMSE(got, want), top1(got, want, m.Config.Vocab))
+			fmt.Fprintf(tw, "q8_0\t%s\t%.3g\t%.3f\t-\t-\n", name, quant.NMSE(got, want), top1(got, want, m.Config.Vocab))
 		}
 	}
 	return map[bool]int{true: 0, false: 1}[tw.Flush() == nil]

@@ -40,6 +40,31 @@ type Stage struct {
 	Hidden bool
 }
 
+// StageName is how errors name stage s of a model of layers layers: stage 0 embeds, stage l+1
+// finishes layer l.
+func StageName(s, layers int) string {
+	switch {
+	case s == 0:
+		return "stage 0 (embedding, layer 0's q/k/v)"
+	case s == layers:
+		return fmt.Sprintf("stage %d (layer %d, output head)", s, s-1)
+	}
+	return fmt.Sprintf("stage %d (layer %d)", s, s-1)
+}
+
+// OutputRole names output i of stage graph g: x, q, k or v (a stage's outputs in order), the
+// logits of a stage with one output, or for an output past them (one a technique adds) its
+// index.
+func OutputRole(g *core.Graph, i int) string {
+	if len(g.Outputs) == 1 {
+		return "logits"
+	}
+	if roles := [...]string{"x", "q", "k", "v"}; i < len(roles) {
+		return roles[i]
+	}
+	return fmt.Sprint(i)
+}
+
 // Embed builds stage 0 into b's graph: ids and positions in, the embedding x and layer 0's q,
 // k, v out.
 func (st Stage) Embed(b Block) error {

@@ -161,3 +161,24 @@ func TestStageRefusesATreeOverASlidingWindow(t *testing.T) {
 		})
 	}
 }
+
+func TestStageNames(t *testing.T) {
+	for _, c := range []struct {
+		s    int
+		want string
+	}{
+		{0, "stage 0 (embedding, layer 0's q/k/v)"},
+		{1, "stage 1 (layer 0)"},
+		{3, "stage 3 (layer 2, output head)"},
+	} {
+		assert.Equal(t, c.want, StageName(c.s, 3))
+	}
+	g := core.NewGraph()
+	x := g.Input("x", core.F32, 4)
+	g.Output(g.Neg(x))
+	assert.Equal(t, "logits", OutputRole(g, 0), "a stage with one output ends the model")
+	g.Output(g.Neg(x), g.Neg(x), g.Neg(x), g.Neg(x))
+	for i, want := range []string{"x", "q", "k", "v", "4"} {
+		assert.Equal(t, want, OutputRole(g, i))
+	}
+}

@@ -9,7 +9,7 @@ import (
 )
 
 // NewTokenMatcher is NewMatcher over tok's vocabulary: it holds the text tok decodes to a
-// sentence of g, an llm.Constraint (llm.WithConstraint). The vocabulary's token strings are
+// sentence of g, a sample.Constraint (llm.WithConstraint). The vocabulary's token strings are
 // indexed once per tokenizer and shared.
 func NewTokenMatcher(g *Grammar, tok *tokenizer.Tokenizer) *Matcher {
 	return NewMatcher(g, vocabOf(tok))

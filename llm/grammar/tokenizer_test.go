@@ -8,6 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xpuhub/xpu/internal/llmtest"
+	"github.com/xpuhub/xpu/llm/sample"
+)
+
+// A Matcher holds sampling to its grammar (llm.WithConstraint), with the draw-first shortcut.
+var (
+	_ sample.Constraint   = (*Matcher)(nil)
+	_ sample.TokenChecker = (*Matcher)(nil)
 )
 
 // The vocabulary the matcher reads is built once per tokenizer and has no text for the stop

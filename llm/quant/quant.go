@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -299,6 +300,23 @@ func Pure(f *gguf.File, dt core.DType) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// NMSE is Σ(got−want)² / Σwant² (0 when both are all zero, +Inf when only want is).
+func NMSE(got, want []float32) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	if den == 0 {
+		if num == 0 {
+			return 0
+		}
+		return math.Inf(1)
+	}
+	return num / den
 }
 
 // NMSEBound is the logits NMSE (Σ(q-f)² / Σf², teacher-forced) that a variant made by

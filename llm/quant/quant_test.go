@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -200,4 +201,23 @@ func storiesPath(t *testing.T) string {
 		t.Skipf("test model absent (%s): %v", p, err)
 	}
 	return p
+}
+
+// TestNMSE: the ratio of the squared error to the reference's energy, with the edge cases of an
+// all-zero reference.
+func TestNMSE(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		got, want []float32
+		nmse      float64
+	}{
+		{"equal", []float32{1, -2, 3}, []float32{1, -2, 3}, 0},
+		{"off by one in one of two", []float32{1, 3}, []float32{1, 2}, 1.0 / 5},
+		{"both zero", []float32{0, 0}, []float32{0, 0}, 0},
+		{"only the reference zero", []float32{1, 0}, []float32{0, 0}, math.Inf(1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.nmse, NMSE(tc.got, tc.want))
+		})
+	}
 }

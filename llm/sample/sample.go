@@ -1,7 +1,7 @@
 // Package sample chooses the next token from a model's logits: greedy or sampled (top-k,
 // top-p, min-p, typical-p, temperature), after logit biases and the repeat, frequency and
-// presence penalties, in llama.cpp's order; the log-probabilities OpenAI reports; and
-// speculative sampling's acceptance rule.
+// presence penalties, in llama.cpp's order; the log-probabilities OpenAI reports;
+// speculative sampling's acceptance rule; and sampling held to a constraint (a grammar).
 package sample
 
 import (

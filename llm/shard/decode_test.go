@@ -14,6 +14,7 @@ import (
 	"github.com/xpuhub/xpu/internal/llmtest"
 	"github.com/xpuhub/xpu/internal/modroot"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/quant"
 	"github.com/xpuhub/xpu/llm/sample"
 	"github.com/xpuhub/xpu/llm/synth"
 	"github.com/xpuhub/xpu/sched"
@@ -106,7 +107,7 @@ func TestShardedDecodeLogits(t *testing.T) {
 				for i, tok := range next {
 					got, err := r.Decode(ctx, tok)
 					require.NoError(t, err)
-					e := llm.NMSE(got, want[i])
+					e := quant.NMSE(got, want[i])
 					worst = max(worst, e)
 					assert.Less(t, e, pc.bound, "step %d", i)
 				}
@@ -212,7 +213,7 @@ func TestAdaptiveShardsEveryCutGivesTheSameLogits(t *testing.T) {
 				first = got
 			}
 			assert.Equal(t, first, got, "bit for bit the first cut's logits")
-			assert.Less(t, llm.NMSE(got, want), 1e-6)
+			assert.Less(t, quant.NMSE(got, want), 1e-6)
 		})
 	}
 }
@@ -383,7 +384,7 @@ func TestQuantizedKVShardedDecode(t *testing.T) {
 			require.NotNil(t, *d, "decode steps are sharded")
 			got := run(pr, nil)
 			for i := range want {
-				assert.Less(t, llm.NMSE(got[i], want[i]), 1e-10, "step %d", i)
+				assert.Less(t, quant.NMSE(got[i], want[i]), 1e-10, "step %d", i)
 			}
 		})
 	}

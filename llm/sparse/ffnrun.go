@@ -100,11 +100,11 @@ func (sp *sparseProg) programs() []*sched.Program {
 }
 
 // sparseAct maps the model's FFN activation to SPARSE_FFN's; a SiLU model has no sparse FFN.
-func sparseAct(a llm.Activation) (core.SparseAct, bool) {
+func sparseAct(a arch.Activation) (core.SparseAct, bool) {
 	switch a {
-	case llm.ActReLU:
+	case arch.ActReLU:
 		return core.SparseReLU, true
-	case llm.ActReLU2:
+	case arch.ActReLU2:
 		return core.SparseReLU2, true
 	}
 	return 0, false

@@ -9,6 +9,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/arch"
 )
 
 // Forward runs m over tokens in plain Go (float32 arithmetic, weights dequantized a row at a
@@ -167,11 +168,11 @@ func Forward(ctx context.Context, m *llm.Model, tokens []int32, visit func(l int
 }
 
 // act is the FFN activation of one gate value.
-func act(a llm.Activation, g float32) float32 {
+func act(a arch.Activation, g float32) float32 {
 	switch a {
-	case llm.ActReLU:
+	case arch.ActReLU:
 		return max(0, g)
-	case llm.ActReLU2:
+	case arch.ActReLU2:
 		r := max(0, g)
 		return r * r
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/arch"
+	"github.com/xpuhub/xpu/llm/kvcache"
 )
 
 // ErrBudget: the memory budget does not hold the fixed region.
@@ -69,7 +71,7 @@ func FixedRegion(m *llm.Model, ctxLen int, kv core.DType, rank int) Fixed {
 		}
 		fx.Weights += t.Size
 	}
-	fx.KV = 2 * llm.KVCacheBytes(m, ctxLen, kv) // whole rows: a quantized cache's blocks too
+	fx.KV = 2 * kvcache.Bytes(m.Config, ctxLen, kv) // whole rows: a quantized cache's blocks too
 	fx.Predictors = int64(c.Layers) * (2*int64(rank)*int64(c.Dim+c.FFN) + 4*int64(c.FFN))
 	return fx
 }
@@ -103,7 +105,7 @@ func BuildPlan(ctx context.Context, m *llm.Model, o PlanOptions) (*Plan, Report,
 	var rep Report
 	if !c.Activation.Sparse() {
 		return nil, rep, fmt.Errorf("sparse: the model's FFN activation is %s; a sparse plan needs relu or relu2 (%s.%s): %w",
-			c.Activation, c.Arch, llm.ActivationKey, core.ErrUnsupported)
+			c.Activation, c.Arch, arch.ActivationKey, core.ErrUnsupported)
 	}
 	if o.Context == 0 {
 		o.Context = min(c.ContextLength, 4096)

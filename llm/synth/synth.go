@@ -47,7 +47,7 @@ type Spec struct {
 	// Activation is the FFN activation written to <arch>.feed_forward_activation ("relu",
 	// "relu2"); "" or "silu" writes no key (llama.cpp's default SwiGLU). It never changes a
 	// tensor: a ReLU model and its SiLU twin of the same seed hold identical weights. (The key
-	// is llm.ActivationKey, spelled out here because llm's own tests import this package.)
+	// is arch.ActivationKey.)
 	Activation string
 	// Sparsity in (0, 1) shapes the FFN for ReLU-like firing: neuron n of each layer fires
 	// (gate > 0) with probability p_n, the p_n drawn by Skew with mean 1 − Sparsity. 0 leaves

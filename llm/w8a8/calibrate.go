@@ -8,6 +8,7 @@ import (
 
 	"github.com/xpuhub/xpu/core"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/quant"
 )
 
 // DefaultCalibrationText is the built-in calibration text: varied English prose (narrative,
@@ -82,38 +83,16 @@ func Calibrate(ctx context.Context, m *llm.Model, dev core.Device, text string, 
 		acts[l] = make([][]float32, len(Inputs))
 		outs[l] = map[string]float32{}
 	}
-	var tapErr error
-	tap := func(t llm.Tap, data []byte) {
-		xs := core.DecodeF32(data)
-		if t.Layer < 0 || t.Layer >= c.Layers {
-			tapErr = fmt.Errorf("w8a8: calibration tap %+v: %w", t, core.ErrInternal)
-			return
-		}
-		if t.Out {
-			for _, x := range xs {
-				outs[t.Layer][t.Proj] = max(outs[t.Layer][t.Proj], float32(math.Abs(float64(x))))
-			}
-			return
-		}
-		i := slices.Index(Inputs, InputOf(t.Proj))
-		if i < 0 {
-			tapErr = fmt.Errorf("w8a8: calibration tap %+v: %w", t, core.ErrInternal)
-			return
-		}
-		acts[t.Layer][i] = append(acts[t.Layer][i], xs...)
-	}
+	rec := &recorder{m: m, layers: c.Layers, acts: acts, outs: outs}
 	// an F32 cache: the ranges are the full-precision model's, whatever cache it runs with later
 	r, err := llm.NewRunner(ctx, m, dev, llm.WithChunkSize(n), llm.WithContextLength(n), llm.WithKVCacheType(core.F32),
-		llm.WithTap(tap))
+		llm.WithProjectionHook(rec))
 	if err != nil {
 		return nil, fmt.Errorf("w8a8: calibration run: %w", err)
 	}
 	_, err = r.Prefill(ctx, ids)
 	if cerr := r.Close(); err == nil {
 		err = cerr
-	}
-	if err == nil {
-		err = tapErr
 	}
 	if err != nil {
 		return nil, fmt.Errorf("w8a8: calibration run: %w", err)
@@ -139,6 +118,84 @@ func Calibrate(ctx context.Context, m *llm.Model, dev core.Device, text string, 
 	}
 	cfg.rule.Prune(cal.Layers)
 	return cal, nil
+}
+
+// recorder is the calibration run's projection hook: the model's own projections, each one's
+// input and output read back after the run, the inputs' activations kept per layer and the
+// outputs' largest magnitude.
+type recorder struct {
+	m      *llm.Model
+	layers int
+	acts   [][][]float32        // [layer][input]: the activations of input Inputs[i]
+	outs   []map[string]float32 // [layer][projection]: max |output|
+}
+
+// tap says what a tensor read back holds: the input of projection proj of layer, or with out
+// set its output.
+type tap struct {
+	layer int
+	proj  string
+	out   bool
+}
+
+// BeginStage implements llm.ProjectionHook.
+func (rec *recorder) BeginStage() llm.ProjectionBuilder {
+	return &recordStage{rec: rec, seen: map[*core.Tensor]bool{}}
+}
+
+// recordStage builds one stage graph's projections as the model has them and lists their
+// inputs and outputs to read back.
+type recordStage struct {
+	rec     *recorder
+	tensors []*core.Tensor
+	what    []tap
+	seen    map[*core.Tensor]bool
+}
+
+var _ llm.ProjectionReader = (*recordStage)(nil)
+
+// Linear implements llm.ProjectionBuilder: the model's MATMUL, its input and output read back.
+// Projections that share an input read it once, under the first of them the graph applies.
+func (st *recordStage) Linear(g *core.Graph, x *core.Tensor, l int, p string) *core.Tensor {
+	y := st.rec.m.Block(g).Linear(x, l, p)
+	st.add(x, tap{layer: l, proj: p})
+	st.add(y, tap{layer: l, proj: p, out: true})
+	return y
+}
+
+func (st *recordStage) add(x *core.Tensor, w tap) {
+	if x == nil || st.seen[x] {
+		return
+	}
+	st.seen[x] = true
+	st.tensors = append(st.tensors, x)
+	st.what = append(st.what, w)
+}
+
+// ReadBack implements llm.ProjectionReader.
+func (st *recordStage) ReadBack() []*core.Tensor { return st.tensors }
+
+// Read implements llm.ProjectionReader: it records tensor i's activations (an input) or its
+// largest magnitude (an output).
+func (st *recordStage) Read(i int, data []byte) error {
+	rec := st.rec
+	if i < 0 || i >= len(st.what) || st.what[i].layer < 0 || st.what[i].layer >= rec.layers {
+		return fmt.Errorf("w8a8: calibration read-back %d of %d: %w", i, len(st.what), core.ErrInternal)
+	}
+	t := st.what[i]
+	xs := core.DecodeF32(data)
+	if t.out {
+		for _, x := range xs {
+			rec.outs[t.layer][t.proj] = max(rec.outs[t.layer][t.proj], float32(math.Abs(float64(x))))
+		}
+		return nil
+	}
+	in := slices.Index(Inputs, InputOf(t.proj))
+	if in < 0 {
+		return fmt.Errorf("w8a8: calibration read-back %+v: %w", t, core.ErrInternal)
+	}
+	rec.acts[t.layer][in] = append(rec.acts[t.layer][in], xs...)
+	return nil
 }
 
 // measureImportance sets each layer's Importance: the logits NMSE between the W8A8 model with
@@ -170,7 +227,7 @@ func measureImportance(ctx context.Context, m *llm.Model, dev core.Device, cal *
 		if err != nil {
 			return err
 		}
-		cal.Layers[l].Importance = llm.NMSE(got, base)
+		cal.Layers[l].Importance = quant.NMSE(got, base)
 	}
 	return nil
 }

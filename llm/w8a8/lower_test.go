@@ -15,6 +15,7 @@ import (
 	"github.com/xpuhub/xpu/core/ref"
 	"github.com/xpuhub/xpu/internal/llmtest"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/quant"
 	"github.com/xpuhub/xpu/llm/synth"
 	"github.com/xpuhub/xpu/sched"
 )
@@ -252,7 +253,7 @@ func TestW8A8NMSEOrdering(t *testing.T) {
 		require.NoError(t, err)
 		got, err := teacherForced(ctx, m, dev, ids, WithLowering(w))
 		require.NoError(t, err)
-		nmse[mode] = llm.NMSE(got, want)
+		nmse[mode] = quant.NMSE(got, want)
 	}
 	t.Logf("logits NMSE against F32: shadow off %.3g, on %.3g, pruned %.3g", nmse[ShadowOff], nmse[ShadowOn], nmse[ShadowPruned])
 	assert.Greater(t, nmse[ShadowOff], 10*nmse[ShadowOn])

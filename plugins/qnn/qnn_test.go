@@ -26,6 +26,7 @@ import (
 	"github.com/xpuhub/xpu/internal/required"
 	"github.com/xpuhub/xpu/internal/shmem"
 	"github.com/xpuhub/xpu/llm"
+	"github.com/xpuhub/xpu/llm/quant"
 	"github.com/xpuhub/xpu/loader"
 	"github.com/xpuhub/xpu/sched"
 )
@@ -718,7 +719,7 @@ func decode(dt core.DType, b []byte) []float32 {
 // nmse is llm.NMSE with a NaN (a NaN in got) made +Inf, so that it fails a bound and can be
 // written as JSON.
 func nmse(got, want []float32) float64 {
-	if e := llm.NMSE(got, want); !math.IsNaN(e) {
+	if e := quant.NMSE(got, want); !math.IsNaN(e) {
 		return e
 	}
 	return math.Inf(1)
