@@ -141,7 +141,7 @@ func (s *Seam) Program(c int) (*Program, error) {
 	if !ok || cp.hp != nil {
 		return nil, fmt.Errorf("llm: the runner has no stage programs of chunk length %d (1 and %d): %w", c, s.r.cfg.chunk, core.ErrInvalidArgument)
 	}
-	return &Program{r: s.r, cp: cp}, nil
+	return &Program{r: s.r, cp: cp, own: true}, nil
 }
 
 // Check is Program.Run's check of tokens, for tokens a technique runs through programs of its
@@ -182,8 +182,9 @@ func (s *Seam) KeepRows(ctx context.Context, base int, keep []int) error {
 // Program is one set of the runner's stage programs of a chunk length (Seam.Prepare,
 // Seam.Program).
 type Program struct {
-	r  *Runner
-	cp *chunkProg
+	r   *Runner
+	cp  *chunkProg
+	own bool // one of the runner's own (Seam.Program), which its Close releases
 }
 
 // Len is the program's chunk length: the most tokens one Run takes.
@@ -192,8 +193,14 @@ func (p *Program) Len() int { return int(p.cp.c) }
 // Tree says the program takes a tree mask.
 func (p *Program) Tree() bool { return p.cp.tree }
 
-// Close releases a program Seam.Prepare made before the runner's Close does.
-func (p *Program) Close() error { return p.cp.prog.Close() }
+// Close releases a program Seam.Prepare made before the runner's Close does; the runner's own
+// programs (Seam.Program) are the runner's to release.
+func (p *Program) Close() error {
+	if p.own {
+		return fmt.Errorf("llm: %s is the runner's own program: %w", p.cp.prog.Name(), core.ErrInvalidArgument)
+	}
+	return p.cp.prog.Close()
+}
 
 // Run appends tokens, at most Len, to the cache in one pass and returns the logits after the
 // last; with each, it also hands over the logits after every token (row i predicts the token

@@ -79,6 +79,11 @@ func TestSequenceHook(t *testing.T) {
 		{"token outside the vocabulary", s.Check([]int32{int32(m.Config.Vocab)}), core.ErrInvalidArgument},
 		{"past the context", s.Check(make([]int32, 64)), ErrContextFull},
 		{"no tokens", s.Check(nil), core.ErrInvalidArgument},
+		{"close the runner's own program", func() error {
+			p, err := s.Program(1)
+			require.NoError(t, err)
+			return p.Close()
+		}(), core.ErrInvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) { assert.ErrorIs(t, tc.err, tc.want) })
 	}
