@@ -12,8 +12,8 @@ import (
 	"github.com/xpuhub/xpu/sched"
 )
 
-// Seam is a runner as the technique plugged into it sees it: every hook (ChunkHook, StageHook,
-// SequenceHook, VerifyHook) is handed one when it attaches. Through it a technique binds the
+// Seam is a runner as the technique plugged into it sees it: the runner hands one to every hook
+// it calls (ChunkHook, StageHook, SequenceHook, VerifyHook). Through it a technique binds the
 // runner's cache and position inputs, compiles one-stage programs of its own on the runner's
 // unit, prepares and runs the runner's stage programs of a chunk length (optionally
 // tree-masked), checks and records tokens it ran itself, and keeps the rows of an accepted
