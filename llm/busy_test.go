@@ -27,7 +27,7 @@ func TestRunnerBusyGuard(t *testing.T) {
 		},
 		"Prefill":  func() error { _, err := eng.Prefill(ctx, []int32{1, 2}); return err },
 		"Decode":   func() error { _, err := eng.Decode(ctx, 2); return err },
-		"Verify":   func() error { return chainOf(eng.Runner).progs[0].Run(ctx, []int32{2, 3}, nil, nil, nil) },
+		"Verify":   func() error { return runErr(chainOf(eng.Runner).progs[0].Run(ctx, []int32{2, 3}, nil, nil, nil)) },
 		"KeepRows": func() error { return chainOf(eng.Runner).p.KeepRows(ctx, 0, []int{0}) },
 	}
 	for name, call := range calls {

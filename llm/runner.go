@@ -31,8 +31,9 @@ var ErrContextFull = errors.New("llm: context is full")
 // SequenceHook (WithSequenceHook) serves Prefill and Decode, several runners' steps at once
 // (package batch); a VerifyHook (WithVerifyHook) prepares verify programs that append given
 // tokens in one pass with every token's logits (package spec's verify graphs); a Strategy
-// (WithStrategy) decodes in place of Generate's own loop (package spec). The runner keeps what they all share: the KV cache, the position inputs, activation
-// lanes, placement by the plan, compiling and running.
+// (WithStrategy) decodes in place of Generate's own loop (package spec). Every hook reaches the
+// runner through its Seam; the runner keeps what they all share: the KV cache, the position
+// inputs, activation lanes, placement by the plan, compiling and running.
 type Runner struct {
 	m     *Model
 	cfg   runnerConfig
@@ -46,7 +47,8 @@ type Runner struct {
 	cos   sched.Span
 	sin   sched.Span
 	progs map[int]*chunkProg
-	// vprogs are the verify programs (WithVerifyHook) and verify the hook's part of the runner.
+	// vprogs are the programs techniques prepared (Seam.Prepare: verify programs, a batch's
+	// short chunk) and verify the verify hook's part of the runner.
 	vprogs  []*chunkProg
 	verify  any
 	shift   *kvcache.Shifter // the context shift's K rotation, prepared at the first shift
@@ -179,11 +181,8 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 	if len(cfg.verify) > 0 {
 		widest = max(widest, slices.Max(cfg.verify))
 	}
-	if cfg.hidden && (cfg.proj != nil || cfg.chunkHook != nil || len(cfg.verify) > 0) {
-		return nil, fmt.Errorf("llm: hidden-state output with a projection hook (W8A8 weights or calibration), a chunk hook (the sparse FFN) or verify lengths: %w", core.ErrUnsupported)
-	}
-	if cfg.chunkHook != nil && (len(cfg.verify) > 0 || cfg.proj != nil) {
-		return nil, fmt.Errorf("llm: a chunk hook (the sparse FFN) does not combine with verify graphs or a projection hook (W8A8, calibration): %w", core.ErrUnsupported)
+	if err := cfg.checkHooks(rp.DecodeShards() != nil); err != nil {
+		return nil, err
 	}
 	if cfg.proj != nil {
 		if err := m.RequireLlamaShape("a projection hook (W8A8 weights, calibration)"); err != nil {
@@ -192,10 +191,6 @@ func newRunner(ctx context.Context, m *Model, devices []core.Device, plan *sched
 	}
 	r := &Runner{m: m, cfg: cfg, plan: rp, progs: map[int]*chunkProg{}, cap: int64(cfg.ctxLen + widest - 1)}
 	if ps := rp.DecodeShards(); ps != nil {
-		if cfg.proj != nil || cfg.chunkHook != nil {
-			return nil, fmt.Errorf("llm: decode shards with a projection hook (W8A8 weights, calibration) or a chunk hook (the sparse FFN): %w",
-				core.ErrUnsupported)
-		}
 		if r.shards, err = newShards(m, ps); err != nil {
 			return nil, err
 		}
@@ -364,27 +359,27 @@ func (r *Runner) Reset() {
 // logits after the last token. When the plan splits the model over several units, chunks
 // pipeline: chunk i+1's early stages run while chunk i's later ones do.
 func (r *Runner) Prefill(ctx context.Context, tokens []int32) ([]float32, error) {
+	if r.cfg.seq != nil {
+		return r.serve(ctx, func(ctx context.Context) ([]float32, error) { return r.cfg.seq.Prefill(ctx, tokens) })
+	}
 	held, err := r.enterLeaf(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer r.leave(held)
-	if r.cfg.seq != nil {
-		return r.cfg.seq.Prefill(ctx, tokens)
-	}
 	return r.feed(ctx, tokens, r.progs[r.cfg.chunk], nil)
 }
 
 // Decode appends one token and returns the logits for the next.
 func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
+	if r.cfg.seq != nil {
+		return r.serve(ctx, func(ctx context.Context) ([]float32, error) { return r.cfg.seq.Decode(ctx, token) })
+	}
 	held, err := r.enterLeaf(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer r.leave(held)
-	if r.cfg.seq != nil {
-		return r.cfg.seq.Decode(ctx, token)
-	}
 	if r.shards != nil {
 		if r.progs[1], err = r.shards.current(); err != nil {
 			return nil, err
@@ -403,9 +398,6 @@ func (r *Runner) Decode(ctx context.Context, token int32) ([]float32, error) {
 func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg, each func(i int, row []byte) error) ([]float32, error) {
 	if err := r.checkFeed(tokens); err != nil {
 		return nil, err
-	}
-	if len(tokens) == 0 {
-		return nil, fmt.Errorf("llm: no tokens: %w", core.ErrInvalidArgument)
 	}
 	// The token ids go to their rows, the padding of a last chunk as id 0 (past the last real
 	// token, where the causal mask hides it).
@@ -428,12 +420,9 @@ func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg, each f
 	for start := 0; start < full; start += c {
 		chunks = append(chunks, sched.Chunk{Row: int64(r.pos + start), Index: len(chunks)})
 	}
-	if cp.hp != nil {
-		return r.feedHook(ctx, tokens, cp, chunks, each)
-	}
 	V := r.outWidth()
-	rowsOf := func(p *chunkProg, lane, from, count int) error {
-		b := r.rt.Arena().Bytes(p.logits[lane])
+	rowsOf := func(p *chunkProg, from, count int) error {
+		b := r.rt.Arena().Bytes(p.lane(0))
 		for i := range count {
 			if err := each(from+i, b[int64(i)*V*4:][:V*4]); err != nil {
 				return err
@@ -442,15 +431,15 @@ func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg, each f
 		return nil
 	}
 	if each == nil {
-		if err := cp.prog.Run(ctx, chunks); err != nil {
-			return nil, fmt.Errorf("llm: %s at position %d: %w", cp.prog.Name(), r.pos, err)
+		if err := cp.run(ctx, chunks, n); err != nil {
+			return nil, err
 		}
 	} else {
 		for i, ch := range chunks {
-			if err := cp.prog.Run(ctx, []sched.Chunk{ch}); err != nil {
-				return nil, fmt.Errorf("llm: %s at position %d: %w", cp.prog.Name(), ch.Row, err)
+			if err := cp.run(ctx, []sched.Chunk{ch}, n-i*c); err != nil {
+				return nil, err
 			}
-			if err := rowsOf(cp, 0, i*c, min(c, n-i*c)); err != nil {
+			if err := rowsOf(cp, i*c, min(c, n-i*c)); err != nil {
 				return nil, err
 			}
 		}
@@ -463,16 +452,16 @@ func (r *Runner) feed(ctx context.Context, tokens []int32, cp *chunkProg, each f
 	if full < n {
 		// a lone last token needs no padded chunk: the decode graphs serve it
 		lastProg, last, lastRows = r.progs[1], 0, 1
-		if err := lastProg.prog.Run(ctx, []sched.Chunk{{Row: int64(r.pos + full), Index: len(chunks)}}); err != nil {
-			return nil, fmt.Errorf("llm: %s at position %d: %w", lastProg.prog.Name(), r.pos+full, err)
+		if err := lastProg.run(ctx, []sched.Chunk{{Row: int64(r.pos + full), Index: len(chunks)}}, 1); err != nil {
+			return nil, err
 		}
 		if each != nil {
-			if err := rowsOf(lastProg, 0, full, 1); err != nil {
+			if err := rowsOf(lastProg, full, 1); err != nil {
 				return nil, err
 			}
 		}
 	}
-	row := r.rt.Arena().Bytes(lastProg.logits[last%lastProg.prog.Lanes()])[int64(lastRows-1)*V*4:][:V*4]
+	row := r.rt.Arena().Bytes(lastProg.lane(last))[int64(lastRows-1)*V*4:][:V*4]
 	r.pos += n
 	r.history = append(r.history, tokens...)
 	return core.DecodeF32(row), nil

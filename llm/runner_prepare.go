@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,7 +23,7 @@ func (r *Runner) init(ctx context.Context) error {
 	var err error
 	kRow, vRow := r.cfg.kv.RowBytes(c)
 	if r.cfg.seq != nil {
-		r.kv, err = r.attachSequence([2]int64{kRow, vRow})
+		r.kv, err = r.cfg.seq.Attach(&Seam{r: r})
 	}
 	for len(r.kv) < c.Layers {
 		r.kv = append(r.kv, [2]sched.Span{alloc(r.cap * kRow), alloc(r.cap * vRow)})
@@ -130,7 +131,7 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	var readers []ProjectionReader
 	var hooked []HookStage // per stage, the stage hook's placement of its nodes
 	hook := r.stageHook(phase, c, tree)
-	hs := &ChunkStage{C: c, r: r, step: step}
+	hs := &Seam{r: r, step: step}
 	st := arch.Stage{C: c, Capacity: r.cap, K: r.cfg.kv.K, V: r.cfg.kv.V, Tree: tree, Hidden: r.cfg.hidden}
 	for s := 0; s <= cfg.Layers; s++ {
 		var g *core.Graph
@@ -160,41 +161,15 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	}
 	// Which units each stage uses decides the lanes: a prefill split over several units
 	// pipelines chunks, each chunk in flight with its own activations.
-	units := make([][]int, len(stages))
-	fallback := make([][]int, len(stages))
-	splits := make([][]*sched.NodeSplit, len(stages))
+	places := make([]sched.StagePlacement, len(stages))
 	used := map[int]bool{}
 	for s, g := range stages {
-		units[s], fallback[s] = make([]int, len(g.Nodes)), make([]int, len(g.Nodes))
-		for i, n := range g.Nodes {
-			if u, ok := hooked[s].Units[n.ID]; ok {
-				units[s][i], fallback[s][i] = r.unitIdx[u], -1
-				used[u] = true
-				continue
-			}
-			u, fb, sp, err := r.plan.PlaceSplit(phase, r.layerOf(s, n), n)
-			if err != nil {
-				return nil, fmt.Errorf("llm: %w", err)
-			}
-			if fb >= 0 {
-				fb = r.unitIdx[fb]
-			}
-			units[s][i], fallback[s][i] = r.unitIdx[u], fb
-			if sp == nil {
-				used[u] = true
-				continue
-			}
-			if splits[s] == nil {
-				splits[s] = make([]*sched.NodeSplit, len(g.Nodes))
-			}
-			ns := &sched.NodeSplit{Strategy: sp.Strategy, Ratio: sp.Ratio, Lengths: sp.Lengths, Merge: r.unitIdx[u], Steal: sp.Steal,
-				Adapt: sp.Adapt}
-			for _, su := range sp.Units {
-				ns.Units = append(ns.Units, r.unitIdx[su])
-				used[su] = true
-			}
-			splits[s][i] = ns
+		p, err := r.plan.PlaceStage(phase, g, func(n *core.Node) int { return r.layerOf(s, n) }, hooked[s].Units, r.unitIdx)
+		if err != nil {
+			return nil, fmt.Errorf("llm: %w", err)
 		}
+		places[s] = p
+		maps.Copy(used, p.Used)
 	}
 	if phase == sched.PhasePrefill && len(used) > 1 {
 		spec.Lanes = 2
@@ -242,11 +217,8 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 	}
 	for s, g := range stages {
 		in, out := (s+1)%2, s%2
-		byName := map[string]sched.Binding{
-			"ids": {Span: r.ids, Stride: 4}, "pos": {Span: r.posS, Stride: 4}, "q_offset": {Span: r.qoffS, Stride: 4},
-			"rope_cos": {Span: r.cos, Stride: half * 4}, "rope_sin": {Span: r.sin, Stride: half * 4},
-			"x": {Lanes: x[in]}, "q": {Lanes: q[in]},
-		}
+		byName := r.positions()
+		byName["x"], byName["q"] = sched.Binding{Lanes: x[in]}, sched.Binding{Lanes: q[in]}
 		if tree {
 			byName["pos"], byName["mask"] = sched.Binding{Span: cp.pos}, sched.Binding{Span: cp.mask}
 			byName["rope_cos"], byName["rope_sin"] = sched.Binding{Span: cp.cos}, sched.Binding{Span: cp.sin}
@@ -260,8 +232,8 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 				return nil, err
 			}
 		}
-		st := sched.StageSpec{Name: fmt.Sprintf("stage %d", s), Layer: max(s-1, 0), Graph: g, Units: units[s],
-			Fallback: fallback[s], Splits: splits[s], Shared: hooked[s].Shared, Sharded: hook != nil}
+		st := sched.StageSpec{Name: fmt.Sprintf("stage %d", s), Layer: max(s-1, 0), Graph: g, Units: places[s].Units,
+			Fallback: places[s].Fallback, Splits: places[s].Splits, Shared: hooked[s].Shared, Sharded: hook != nil}
 		if len(st.Shared) > 0 {
 			st.SharedUnits = [2]int{r.unitIdx[hooked[s].SharedUnits[0]], r.unitIdx[hooked[s].SharedUnits[1]]}
 		}

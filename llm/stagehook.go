@@ -19,12 +19,12 @@ import (
 // and its extra bindings. The W8A8 lowering, the sparse FFN and speculative decoding plug in
 // through the other hooks (ProjectionHook, ChunkHook, Strategy).
 type StageHook interface {
-	// Stage builds stage s (0: the embedding; s: layer s-1) of a one-token step over st's cache.
-	Stage(st *ChunkStage, s int) (HookStage, error)
+	// Stage builds stage s (0: the embedding; s: layer s-1) of a one-token step over sm's cache.
+	Stage(sm *Seam, s int) (HookStage, error)
 	// Bind adds stage s's own inputs to byName, given the lanes of q the stage reads (qIn) and
 	// writes (qOut), and returns its outputs after x; the last stage's are the runner's (the
 	// logits).
-	Bind(st *ChunkStage, s int, qIn, qOut []sched.Span, byName map[string]sched.Binding) ([]sched.Binding, error)
+	Bind(sm *Seam, s int, qIn, qOut []sched.Span, byName map[string]sched.Binding) ([]sched.Binding, error)
 }
 
 // HookStage is one stage graph of a StageHook and where its own nodes run.

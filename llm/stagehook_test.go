@@ -16,9 +16,9 @@ import (
 // badHook is a stage hook that builds stage graphs a runner must refuse.
 type badHook struct{ stage HookStage }
 
-func (h badHook) Stage(*ChunkStage, int) (HookStage, error) { return h.stage, nil }
+func (h badHook) Stage(*Seam, int) (HookStage, error) { return h.stage, nil }
 
-func (badHook) Bind(*ChunkStage, int, []sched.Span, []sched.Span, map[string]sched.Binding) ([]sched.Binding, error) {
+func (badHook) Bind(*Seam, int, []sched.Span, []sched.Span, map[string]sched.Binding) ([]sched.Binding, error) {
 	return nil, nil
 }
 

@@ -16,12 +16,12 @@ import (
 type chainHook struct {
 	lengths []int
 	tree    bool
-	extra   int // a length to prepare besides the hook's own (a misuse)
+	extra   int // a length to prepare besides the hook's own (past the cache's padding: a misuse)
 }
 
 func (h chainHook) Lengths() []int { return h.lengths }
 
-func (h chainHook) Attach(ctx context.Context, p *VerifyPrograms) (any, error) {
+func (h chainHook) Attach(ctx context.Context, p *Seam) (any, error) {
 	st := &chainState{p: p}
 	lengths := h.lengths
 	if h.extra > 0 {
@@ -39,8 +39,8 @@ func (h chainHook) Attach(ctx context.Context, p *VerifyPrograms) (any, error) {
 
 // chainState is chainHook's part of a runner.
 type chainState struct {
-	p     *VerifyPrograms
-	progs []*VerifyProgram
+	p     *Seam
+	progs []*Program
 }
 
 // chainOf is chainHook's part of r.
@@ -87,10 +87,12 @@ func TestVerifyProgramRows(t *testing.T) {
 			}
 		}
 		var got [][]float32
-		require.NoError(t, vp.Run(ctx, draft, pos, mask, func(i int, row []byte) error {
+		last, err := vp.Run(ctx, draft, pos, mask, func(i int, row []byte) error {
 			got = append(got, core.DecodeF32(row[:4*m.Config.Vocab]))
 			return nil
-		}))
+		})
+		require.NoError(t, err)
+		assert.Equal(t, got[len(got)-1], last, "Run returns the last row")
 		require.Len(t, got, len(draft))
 		for i := range want {
 			assert.InDeltaSlice(t, want[i], got[i], 1e-3, "tree %v, row %d", tree, i)
@@ -113,7 +115,7 @@ func TestVerifyHookBadInput(t *testing.T) {
 		"length 1":            {[]RunnerOption{WithVerifyHook(chainHook{lengths: []int{1}})}, core.ErrInvalidArgument},
 		"length 0":            {[]RunnerOption{WithVerifyHook(chainHook{lengths: []int{4, 0}})}, core.ErrInvalidArgument},
 		"past the context":    {[]RunnerOption{WithVerifyHook(chainHook{lengths: []int{128}})}, core.ErrInvalidArgument},
-		"not a hook length":   {[]RunnerOption{WithVerifyHook(chainHook{lengths: []int{4}, extra: 6})}, core.ErrInvalidArgument},
+		"past the padding":    {[]RunnerOption{WithVerifyHook(chainHook{lengths: []int{4}, extra: 65})}, core.ErrInvalidArgument},
 		"hidden-state output": {[]RunnerOption{WithVerifyHook(chainHook{lengths: []int{4}}), WithHiddenOutput()}, core.ErrUnsupported},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -132,10 +134,10 @@ func TestVerifyHookBadInput(t *testing.T) {
 		run  func() error
 		want error
 	}{
-		"more tokens than the program": {func() error { return vp.Run(ctx, make([]int32, 5), nil, nil, nil) }, core.ErrInvalidArgument},
-		"a mask for a causal program": {func() error { return vp.Run(ctx, make([]int32, 2), make([]int32, 4), make([]byte, 16), nil) },
+		"more tokens than the program": {func() error { return runErr(vp.Run(ctx, make([]int32, 5), nil, nil, nil)) }, core.ErrInvalidArgument},
+		"a mask for a causal program": {func() error { return runErr(vp.Run(ctx, make([]int32, 2), make([]int32, 4), make([]byte, 16), nil)) },
 			core.ErrInvalidArgument},
-		"a token past the vocabulary": {func() error { return vp.Run(ctx, []int32{1, int32(m.Config.Vocab)}, nil, nil, nil) },
+		"a token past the vocabulary": {func() error { return runErr(vp.Run(ctx, []int32{1, int32(m.Config.Vocab)}, nil, nil, nil)) },
 			core.ErrInvalidArgument},
 		"keep no rows":           {func() error { return chainOf(r).p.KeepRows(ctx, 28, nil) }, core.ErrInvalidArgument},
 		"keep without the first": {func() error { return chainOf(r).p.KeepRows(ctx, 28, []int{1}) }, core.ErrInvalidArgument},
@@ -149,6 +151,9 @@ func TestVerifyHookBadInput(t *testing.T) {
 	}
 	_, err = r.Prefill(ctx, make([]int32, 32))
 	require.NoError(t, err)
-	require.ErrorIs(t, vp.Run(ctx, make([]int32, 3), nil, nil, nil), ErrContextFull)
+	require.ErrorIs(t, runErr(vp.Run(ctx, make([]int32, 3), nil, nil, nil)), ErrContextFull)
 	assert.Equal(t, 62, r.Len())
 }
+
+// runErr is a Program.Run's error.
+func runErr(_ []float32, err error) error { return err }

@@ -99,6 +99,8 @@ type batchProg struct {
 
 // batchReq is one sequence's decode waiting for a step.
 type batchReq struct {
+	// ctx is the decode's, which holds the runner; the step does not end with it
+	ctx   context.Context
 	s     *slot
 	token int32
 	out   chan batchResult
@@ -163,7 +165,7 @@ func New(ctx context.Context, m *llm.Model, dev core.Device, n int, opts ...llm.
 		}
 		if small := min(InterleaveChunk, r.ChunkSize()); small > 1 && small < r.ChunkSize() {
 			b.small = small
-			if err := sl.seq.Prepare(ctx, small); err != nil {
+			if sl.short, err = sl.seam.Prepare(ctx, small, false); err != nil {
 				return nil, fmt.Errorf("batch: runner %d: prefill chunk %d: %w", i+1, small, err)
 			}
 		}
@@ -231,10 +233,10 @@ func (b *Batch) closeAll() error {
 // short chunks that the stepper runs between steps; otherwise in the runner's own chunks, one
 // prompt's chunk at a time.
 func (b *Batch) prefill(ctx context.Context, s *slot, tokens []int32) ([]float32, error) {
-	if err := s.seq.Check(tokens); err != nil || len(tokens) == 0 {
-		return s.seq.Feed(ctx, tokens, 0) // Feed's error
+	if err := s.seam.Check(tokens); err != nil {
+		return nil, err
 	}
-	chunk := s.seq.Runner().ChunkSize()
+	chunk := s.seam.Runner().ChunkSize()
 	var logits []float32
 	for start := 0; start < len(tokens); {
 		var err error
@@ -259,7 +261,7 @@ func (b *Batch) prefill(ctx context.Context, s *slot, tokens []int32) ([]float32
 				c = b.small
 			}
 			end = min(start+c, len(tokens))
-			logits, err = s.seq.Feed(ctx, tokens[start:end], c)
+			logits, err = s.feed(ctx, tokens[start:end], c)
 			if err == nil && end == len(tokens) {
 				b.decodesNext(s)
 			}
@@ -308,10 +310,10 @@ func (b *Batch) decoding() bool {
 // for its logits. A caller whose ctx ends while its token waits leaves the queue; once a step
 // has taken it, the step finishes first (the cache row is written either way).
 func (b *Batch) decode(ctx context.Context, s *slot, token int32) ([]float32, error) {
-	if err := s.seq.Check([]int32{token}); err != nil {
+	if err := s.seam.Check([]int32{token}); err != nil {
 		return nil, err
 	}
-	req := &batchReq{s: s, token: token, out: make(chan batchResult, 1)}
+	req := &batchReq{ctx: ctx, s: s, token: token, out: make(chan batchResult, 1)}
 	return enqueue(ctx, b, &b.pending, req, req.out)
 }
 
@@ -380,7 +382,7 @@ func (b *Batch) stepper() {
 				res = *mixed
 				b.mixedRun.Add(1)
 			} else {
-				res.logits, res.err = job.s.seq.Feed(job.ctx, job.tokens, job.c)
+				res.logits, res.err = job.s.feed(job.ctx, job.tokens, job.c)
 			}
 			b.mu.Lock()
 			b.stepping = false
@@ -486,7 +488,7 @@ func (b *Batch) step(reqs []*batchReq) []batchResult {
 	res := make([]batchResult, len(reqs))
 	if len(reqs) == 1 {
 		q := reqs[0]
-		res[0].logits, res[0].err = q.s.seq.Feed(ctx, []int32{q.token}, 1)
+		res[0].logits, res[0].err = q.s.feed(context.WithoutCancel(q.ctx), []int32{q.token}, 1)
 		return res
 	}
 	logits, err := b.run(ctx, reqs)
@@ -496,7 +498,7 @@ func (b *Batch) step(reqs []*batchReq) []batchResult {
 			continue
 		}
 		res[i].logits = logits[i]
-		reqs[i].s.seq.Commit([]int32{reqs[i].token})
+		reqs[i].s.seam.Commit([]int32{reqs[i].token})
 	}
 	return res
 }
@@ -515,13 +517,13 @@ func (b *Batch) runRows(ctx context.Context, p *batchProg, reqs []*batchReq, job
 	ids, pos, qoff := make([]int32, 0, n+b.small), make([]int32, 0, n+b.small), make([]int32, 0, n+1)
 	rows := make([]int64, 0, 2*n+2)
 	seq := func(s *slot) {
-		base, at := int64(s.i)*b.cap, s.seq.Runner().Len()
+		base, at := int64(s.i)*b.cap, s.seam.Runner().Len()
 		// slot 2i+1: the sequence's cache; 2i+2: its new K/V rows
 		rows = append(rows, base, base+int64(at))
 		qoff = append(qoff, int32(at))
 	}
 	for _, q := range reqs {
-		ids, pos = append(ids, q.token), append(pos, int32(q.s.seq.Runner().Len()))
+		ids, pos = append(ids, q.token), append(pos, int32(q.s.seam.Runner().Len()))
 		seq(q.s)
 	}
 	if job != nil {
@@ -532,7 +534,7 @@ func (b *Batch) runRows(ctx context.Context, p *batchProg, reqs []*batchReq, job
 			if i < len(job.tokens) {
 				id = job.tokens[i]
 			}
-			ids, pos = append(ids, id), append(pos, int32(job.s.seq.Runner().Len()+i))
+			ids, pos = append(ids, id), append(pos, int32(job.s.seam.Runner().Len()+i))
 		}
 		seq(job.s)
 	}
@@ -575,11 +577,11 @@ func (b *Batch) mixedStep(reqs []*batchReq, job *chunkJob) ([]batchResult, *batc
 			continue
 		}
 		res[i].logits = logits[i]
-		q.s.seq.Commit([]int32{q.token})
+		q.s.seam.Commit([]int32{q.token})
 	}
 	if err != nil {
 		return res, &batchResult{err: err}
 	}
-	job.s.seq.Commit(job.tokens)
+	job.s.seam.Commit(job.tokens)
 	return res, &batchResult{logits: logits[len(reqs)]}
 }

@@ -71,7 +71,7 @@ func BenchmarkBatchDecode(b *testing.B) {
 	// the same MATMULs (M = 8) as a step of 8 sequences, as one sequence's prompt chunk with one
 	// attention: what the batched step's per-sequence attention and K/V rows add
 	b.Run("chunk=8", func(b *testing.B) {
-		r, seq := bt.Runners()[0], bt.slots[0].seq
+		r, sl := bt.Runners()[0], bt.slots[0]
 		r.Reset()
 		tokens := []int32{5, 6, 7, 8, 9, 10, 11, 12}
 		cpu0 := cpuTime()
@@ -80,7 +80,7 @@ func BenchmarkBatchDecode(b *testing.B) {
 			if r.Len()+len(tokens) > r.ContextLength() {
 				r.Reset()
 			}
-			if _, err := seq.Feed(ctx, tokens, InterleaveChunk); err != nil {
+			if _, err := sl.feed(ctx, tokens, InterleaveChunk); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -18,16 +18,21 @@ import (
 
 // slot is a runner of a Batch: its sequence hook, whose cache is slot i of the batch's.
 type slot struct {
-	b   *Batch
-	i   int
-	seq *llm.Sequence
+	b    *Batch
+	i    int
+	seam *llm.Seam
+	// short is the runner's programs of the batch's short chunk (InterleaveChunk), nil without.
+	short *llm.Program
 }
 
 // Attach gives the runner slot i of the batch's caches; the first runner to attach on a runtime
 // allocates them, and the position inputs of the steps, in that runtime's arena.
-func (s *slot) Attach(seq *llm.Sequence, capacity int64, rowBytes [2]int64) ([][2]sched.Span, error) {
-	s.seq = seq
-	b, r := s.b, seq.Runner()
+func (s *slot) Attach(seam *llm.Seam) ([][2]sched.Span, error) {
+	s.seam = seam
+	b, r := s.b, seam.Runner()
+	capacity := seam.Capacity()
+	var rowBytes [2]int64
+	rowBytes[0], rowBytes[1] = seam.KVTypes().RowBytes(r.Model().Config)
 	if b.rt != r.Runtime() {
 		if err := b.alloc(r, capacity, rowBytes); err != nil {
 			return nil, err
@@ -49,6 +54,19 @@ func (s *slot) Attach(seq *llm.Sequence, capacity int64, rowBytes [2]int64) ([][
 		}
 	}
 	return out, nil
+}
+
+// feed runs tokens through the runner's programs of chunk length c: the short chunk's, or the
+// runner's own (1, its prefill chunk).
+func (s *slot) feed(ctx context.Context, tokens []int32, c int) ([]float32, error) {
+	p := s.short
+	if p == nil || c != p.Len() {
+		var err error
+		if p, err = s.seam.Program(c); err != nil {
+			return nil, err
+		}
+	}
+	return p.Run(ctx, tokens, nil, nil, nil)
 }
 
 // Prefill serves the runner's Prefill through the batch.
@@ -169,7 +187,7 @@ func (b *Batch) compile(ctx context.Context, n, c int) (*batchProg, error) {
 		}
 		spec.Stages = append(spec.Stages, st)
 	}
-	po := b.slots[0].seq.PhaseOptions(sched.PhaseDecode)
+	po := b.slots[0].seam.PhaseOptions(sched.PhaseDecode)
 	if len(po) > 0 && b.rt.Units()[0].Device().Info().Kind == core.DeviceCPU {
 		spec.PrepareOptions = map[int]map[string]string{0: po}
 	}

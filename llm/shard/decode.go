@@ -137,7 +137,7 @@ func (c *cutHook) qkv(st *stage, x *core.Tensor, pos arch.Pos, l int, kv kvcache
 // layer s-1's stage (llm.StageHook): inputs x, each shard's q ("q.shard<s>"), the caches and
 // the query offset (and the next layer's positions); outputs x, then each shard's q, k, v of
 // the next layer (or the logits after the last).
-func (c *cutHook) Stage(cs *llm.ChunkStage, s int) (llm.HookStage, error) {
+func (c *cutHook) Stage(cs *llm.Seam, s int) (llm.HookStage, error) {
 	st := &stage{llm.HookStage{Graph: core.NewGraph(), Units: map[int]int{}}}
 	if len(c.Units) > 1 {
 		st.SharedUnits = [2]int{c.Units[0], c.Units[1]}
@@ -259,7 +259,7 @@ func sumInto(g *core.Graph, name string, x *core.Tensor, parts []*core.Tensor) *
 // "q.shard<s>" and returns, but after the last layer, per shard its slice of q written (qOut)
 // and its heads of layer s's K and V cache rows (strided by the row, as the unsharded K and V
 // outputs), written in place (llm.StageHook).
-func (c *cutHook) Bind(cs *llm.ChunkStage, s int, qIn, qOut []sched.Span, byName map[string]sched.Binding) ([]sched.Binding, error) {
+func (c *cutHook) Bind(cs *llm.Seam, s int, qIn, qOut []sched.Span, byName map[string]sched.Binding) ([]sched.Binding, error) {
 	cfg := c.m.Config
 	group, D := int64(cfg.Heads/cfg.KVHeads), int64(cfg.HeadDim)
 	kvt := cs.KVTypes()

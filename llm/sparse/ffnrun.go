@@ -121,6 +121,7 @@ type ffnHook struct{ ffn host.FFN }
 // ffnPrograms is the sparse FFN's part of one runner: the bundle cache every layer's SPARSE_FFN
 // reads and where its runs' time went.
 type ffnPrograms struct {
+	s     *llm.Seam
 	r     *llm.Runner
 	ffn   host.FFN
 	cache sched.Span
@@ -129,7 +130,8 @@ type ffnPrograms struct {
 
 // Attach implements llm.ChunkHook: it checks the layout against the model, allocates the
 // bundle cache and has the FFN fill it.
-func (h ffnHook) Attach(ctx context.Context, r *llm.Runner) (llm.ChunkPrograms, error) {
+func (h ffnHook) Attach(ctx context.Context, s *llm.Seam) (llm.ChunkPrograms, error) {
+	r := s.Runner()
 	m := r.Model()
 	if err := m.RequireLlamaShape("the sparse FFN"); err != nil {
 		return nil, err
@@ -171,7 +173,7 @@ func (h ffnHook) Attach(ctx context.Context, r *llm.Runner) (llm.ChunkPrograms, 
 	if err := h.ffn.Load(ctx, a.Bytes(cache)); err != nil {
 		return nil, fmt.Errorf("sparse: loading the resident bundles: %w", err)
 	}
-	return &ffnPrograms{r: r, ffn: h.ffn, cache: cache}, nil
+	return &ffnPrograms{s: s, r: r, ffn: h.ffn, cache: cache}, nil
 }
 
 // Describe implements llm.ChunkPrograms.
@@ -185,12 +187,12 @@ func (fp *ffnPrograms) Describe(c int64) string {
 }
 
 // Prepare implements llm.ChunkPrograms: it builds and prepares the sparse programs for chunk
-// length s.C.
-func (fp *ffnPrograms) Prepare(ctx context.Context, s *llm.ChunkStage) (llm.ChunkProgram, error) {
+// length c.
+func (fp *ffnPrograms) Prepare(ctx context.Context, c int64) (llm.ChunkProgram, error) {
+	s := fp.s
 	m := fp.r.Model()
 	cfg := m.Config
 	lay := fp.ffn.Layout()
-	c := s.C
 	a := fp.r.Runtime().Arena()
 	al := a.Allocs()
 	alloc := al.Alloc
@@ -232,7 +234,7 @@ func (fp *ffnPrograms) Prepare(ctx context.Context, s *llm.ChunkStage) (llm.Chun
 	if err = st.Embed(m.Block(g)); err != nil {
 		return nil, err
 	}
-	if sp.embed, err = s.Compile(ctx, "embed", 0, g, byName, append([]sched.Binding{{Span: x}, {Span: q}}, kvOut(0)...)...); err != nil {
+	if sp.embed, err = s.Compile(ctx, c, "embed", 0, g, byName, append([]sched.Binding{{Span: x}, {Span: q}}, kvOut(0)...)...); err != nil {
 		return nil, err
 	}
 	s.Step()
@@ -249,14 +251,14 @@ func (fp *ffnPrograms) Prepare(ctx context.Context, s *llm.ChunkStage) (llm.Chun
 				outs = append(outs, sched.Binding{Span: sp.predNext})
 			}
 		}
-		if ly.attn, err = s.Compile(ctx, fmt.Sprintf("attn %d", l), l, g, byName, outs...); err != nil {
+		if ly.attn, err = s.Compile(ctx, c, fmt.Sprintf("attn %d", l), l, g, byName, outs...); err != nil {
 			return nil, err
 		}
 		if !lay.AllResident {
 			if g, err = buildFFN(m, l, c, lay); err != nil {
 				return nil, err
 			}
-			if ly.ffn, err = s.Compile(ctx, fmt.Sprintf("ffn %d", l), l, g, byName, sched.Binding{Span: sp.ffa}); err != nil {
+			if ly.ffn, err = s.Compile(ctx, c, fmt.Sprintf("ffn %d", l), l, g, byName, sched.Binding{Span: sp.ffa}); err != nil {
 				return nil, err
 			}
 		}
@@ -267,7 +269,7 @@ func (fp *ffnPrograms) Prepare(ctx context.Context, s *llm.ChunkStage) (llm.Chun
 		if l+1 < cfg.Layers {
 			outs = append([]sched.Binding{{Span: x}, {Span: q}}, kvOut(l+1)...)
 		}
-		if ly.tail, err = s.Compile(ctx, fmt.Sprintf("tail %d", l), l, g, byName, outs...); err != nil {
+		if ly.tail, err = s.Compile(ctx, c, fmt.Sprintf("tail %d", l), l, g, byName, outs...); err != nil {
 			return nil, err
 		}
 		sp.layers = append(sp.layers, ly)

@@ -39,7 +39,7 @@ func (h verifyHook) Lengths() []int { return h }
 // Attach implements llm.VerifyHook: it prepares the verify graphs with a tree mask where every
 // unit takes it, else (a unit refuses the mask: the emulated NPU until it lowers it) for chains
 // only.
-func (h verifyHook) Attach(ctx context.Context, p *llm.VerifyPrograms) (any, error) {
+func (h verifyHook) Attach(ctx context.Context, p *llm.Seam) (any, error) {
 	for _, l := range h {
 		if l > MaxVerifyLength {
 			return nil, fmt.Errorf("spec: verify length %d: at most %d: %w", l, MaxVerifyLength, core.ErrInvalidArgument)
@@ -66,9 +66,9 @@ func (h verifyHook) Attach(ctx context.Context, p *llm.VerifyPrograms) (any, err
 
 // verifier is a runner's verify graphs, one per length.
 type verifier struct {
-	p       *llm.VerifyPrograms
+	p       *llm.Seam
 	lengths []int // ascending
-	progs   []*llm.VerifyProgram
+	progs   []*llm.Program
 	tree    bool // the graphs take a tree mask (else they verify chains, with the causal mask)
 }
 
@@ -146,7 +146,7 @@ func VerifyTree(ctx context.Context, r *llm.Runner, root int32, tree draft.Tree)
 // sixth of the Go side's time of a verify pass on a small model).
 func VerifyTreeInto(ctx context.Context, r *llm.Runner, root int32, tree draft.Tree, buf []float32) ([][]float32, error) {
 	n := tree.Len() + 1
-	var vp *llm.VerifyProgram
+	var vp *llm.Program
 	if v := verifierOf(r); v != nil {
 		for i, l := range v.lengths {
 			if l >= n {
@@ -183,7 +183,7 @@ func VerifyTreeInto(ctx context.Context, r *llm.Runner, root int32, tree draft.T
 	for i := range out {
 		out[i] = flat[i*V : (i+1)*V]
 	}
-	err := vp.Run(ctx, append([]int32{root}, tree.Tokens...), pos, mask, func(i int, row []byte) error {
+	_, err := vp.Run(ctx, append([]int32{root}, tree.Tokens...), pos, mask, func(i int, row []byte) error {
 		core.DecodeF32To(out[i], row[:4*len(out[i])])
 		return nil
 	})
