@@ -603,10 +603,6 @@ static int cpu_has_gfni(void) {
   for (int m = 0; m < mr; m++) acc[m] = _mm512_setzero_ps();                                                                         \
   const uint8_t *wb = w;                                                                                                             \
   for (int64_t b = 0; b < nsb; b++, wb += gsb) {                                                                                     \
-    /* decode streams the weights once: fetch ahead across the 4 KB pages where the hardware                                         \
-     * prefetchers stop, as the Q4_0 kernel does (a group super-block is 2.3-3.4 KB) */                                              \
-    if (mr == 1)                                                                                                                     \
-      for (int64_t l = 0; l < gsb; l += 64) _mm_prefetch((const char *)(wb + NV_KPK_PREFETCH * gsb + l), _MM_HINT_T0);               \
     const int8_t *aq[4];                                                                                                             \
     const int16_t *bs[4];                                                                                                            \
     __m512i tot[4];                                                                                                                  \
@@ -617,6 +613,16 @@ static int cpu_has_gfni(void) {
     }                                                                                                                                \
     for (int c = 0; c < 4; c++) {                                                                                                    \
       const uint8_t *sg = wb + ko_seg(f) + c * ko_segb(f);                                                                           \
+      /* decode streams the weights once: fetch ahead across the 4 KB pages where the hardware                                       \
+       * prefetchers stop, as the Q4_0 kernel does (a group super-block is 2.3-3.4 KB). A quarter                                    \
+       * of the lines per segment, unrolled: one loop over all of them before the super-block                                        \
+       * cost more in its own adds and branches than the fetches, and all of them unrolled in                                        \
+       * one burst stalled the demand loads of a decode that streams from memory */                                                  \
+      if (mr == 1) {                                                                                                                 \
+        _Pragma("GCC unroll 16")                                                                                                     \
+        for (int64_t l = (c * gsb / 4) & ~63; l < (c + 1) * gsb / 4; l += 64)                                                        \
+          _mm_prefetch((const char *)(wb + NV_KPK_PREFETCH * gsb + l), _MM_HINT_T0);                                                 \
+      }                                                                                                                              \
       __m512i il[4][2], ih[4][2], pl[2][2];                                                                                          \
       for (int m = 0; m < mr; m++)                                                                                                   \
         for (int h = 0; h < 2; h++) {                                                                                                \
