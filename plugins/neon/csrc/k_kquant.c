@@ -576,94 +576,149 @@ static int cpu_has_vnni(void) {
 }
 
 #if defined(__AVX512F__)
+static int cpu_has_gfni(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("gfni");
+}
+
 /* 512-bit: one vector is the whole group of 16 rows */
 #ifndef NV_KPK_PREFETCH
 #define NV_KPK_PREFETCH 2
 #endif
 #define KVNNI512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+/* GF2P8AFFINEQB matrices (the qword's byte 7 - i selects the input bits whose parity is output
+ * bit i): KGF_M1(q) moves bit q to bit 4; KGF_M2(j) moves bit j to bit 4 and bit 4 + j to bit 5;
+ * KGF_SHR4 moves bits 4-7 to bits 0-3 */
+#define KGF_M1(q) ((long long)(1ull << (q)) << 24)
+#define KGF_SHR4 0x1020408000000000ll
+#define KGF_M2(j) ((long long)(((1ull << (j)) << 24) | ((1ull << (4 + (j))) << 16)))
+/* without GFNI the affine branch is dead code; KGF_NONE keeps its intrinsic out of a function
+ * whose target lacks it */
+#define KGF_NONE(x, m, b) ((void)(m), (x))
+#define KPK512_BODY(GF, AFF)                                                                                                         \
+  const kfmt f = kq_fmt(kind);                                                                                                       \
+  const int64_t gsb = kq_gsb(f);                                                                                                     \
+  const __m512i m4 = _mm512_set1_epi8(0x0F);                                                                                         \
+  __m512 acc[4];                                                                                                                     \
+  for (int m = 0; m < mr; m++) acc[m] = _mm512_setzero_ps();                                                                         \
+  const uint8_t *wb = w;                                                                                                             \
+  for (int64_t b = 0; b < nsb; b++, wb += gsb) {                                                                                     \
+    const int8_t *aq[4];                                                                                                             \
+    const int16_t *bs[4];                                                                                                            \
+    __m512i tot[4];                                                                                                                  \
+    for (int m = 0; m < mr; m++) {                                                                                                   \
+      aq[m] = a[m].q + b * 256;                                                                                                      \
+      bs[m] = a[m].bs + b * NV_KBS;                                                                                                  \
+      tot[m] = _mm512_setzero_si512();                                                                                               \
+    }                                                                                                                                \
+    for (int c = 0; c < 4; c++) {                                                                                                    \
+      const uint8_t *sg = wb + ko_seg(f) + c * ko_segb(f);                                                                           \
+      /* decode streams the weights once: fetch ahead across the 4 KB pages where the hardware                                       \
+       * prefetchers stop, as the Q4_0 kernel does (a group super-block is 2.3-3.4 KB). A quarter                                    \
+       * of the lines per segment, unrolled: one loop over all of them before the super-block                                        \
+       * cost more in its own adds and branches than the fetches, and all of them unrolled in                                        \
+       * one burst stalled the demand loads of a decode that streams from memory */                                                  \
+      if (mr == 1) {                                                                                                                 \
+        _Pragma("GCC unroll 16")                                                                                                     \
+        for (int64_t l = (c * gsb / 4) & ~63; l < (c + 1) * gsb / 4; l += 64)                                                        \
+          _mm_prefetch((const char *)(wb + NV_KPK_PREFETCH * gsb + l), _MM_HINT_T0);                                                 \
+      }                                                                                                                              \
+      __m512i il[4][2], ih[4][2], pl[2][2];                                                                                          \
+      for (int m = 0; m < mr; m++)                                                                                                   \
+        for (int h = 0; h < 2; h++) {                                                                                                \
+          il[m][h] = _mm512_set1_epi32(-f.off * bs[m][4 * c + h]);                                                                   \
+          ih[m][h] = _mm512_set1_epi32(-f.off * bs[m][4 * c + 2 + h]);                                                               \
+        }                                                                                                                            \
+      for (int L = 0; L < f.nhb; L++) {                                                                                              \
+        pl[L][0] = _mm512_loadu_si512(sg + 512 + 128 * L);                                                                           \
+        pl[L][1] = _mm512_loadu_si512(sg + 512 + 128 * L + 64);                                                                      \
+      }                                                                                                                              \
+      /* two planes (Q6_K): per half, pa holds bit q of plane 0 in bit q and of plane 1 in bit                                       \
+       * 4 + q for chunks 0-3, pb the same for chunks 4-7, so that one affine serves both */                                         \
+      __m512i pa[2] = {m4, m4}, pb[2] = {m4, m4};                                                                                    \
+      if (GF && f.nhb == 2)                                                                                                          \
+        for (int h = 0; h < 2; h++) {                                                                                                \
+          pa[h] = _mm512_ternarylogic_epi32(pl[0][h], _mm512_slli_epi16(pl[1][h], 4), m4, 0xE4);                                     \
+          pb[h] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(pl[0][h], 4), pl[1][h], m4, 0xE4);                                     \
+        }                                                                                                                            \
+      _Pragma("GCC unroll 8")                                                                                                        \
+      for (int q = 0; q < 8; q++) {                                                                                                  \
+        __m512i x = _mm512_loadu_si512(sg + 64 * q), lo, hi;                                                                         \
+        if (GF && f.nhb) {                                                                                                           \
+          /* one affine picks the plane bits of chunk q into bits 4 (and 5), zero elsewhere,                                         \
+           * and a bit-select puts them above the nibble: 2 instructions for the low half and 3 for                                  \
+           * the high, where the shifts and masks take 5 and 6 (Q6_K) */                                                             \
+          const __m512i mq = _mm512_set1_epi64(f.nhb == 1 ? KGF_M1(q) : KGF_M2(q % 4));                                              \
+          __m512i tl = f.nhb == 1 ? pl[0][0] : q < 4 ? pa[0] : pb[0], th = f.nhb == 1 ? pl[0][1] : q < 4 ? pa[1] : pb[1];            \
+          lo = _mm512_ternarylogic_epi32(x, AFF(tl, mq, 0), m4, 0xE4);                                                               \
+          hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(x, 4), AFF(th, mq, 0), m4, 0xE4);                                         \
+        } else if (GF) {                                                                                                             \
+          /* Q4_K: the high nibbles in one affine (a shift and a mask without it) */                                                 \
+          lo = _mm512_and_si512(x, m4);                                                                                              \
+          hi = AFF(x, _mm512_set1_epi64(KGF_SHR4), 0);                                                                               \
+        } else {                                                                                                                     \
+          lo = _mm512_and_si512(x, m4);                                                                                              \
+          hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);                                                                        \
+          for (int L = 0; L < f.nhb; L++) {                                                                                          \
+            __m512i bit = _mm512_set1_epi8((char)(0x10 << L));                                                                       \
+            /* lo |= shifted & bit, in one ternary-logic instruction */                                                              \
+            lo = _mm512_ternarylogic_epi32(lo, PLANE_SHIFT(pl[L][0], _mm512_slli_epi16, _mm512_srli_epi16, q, L), bit, 0xF8);        \
+            hi = _mm512_ternarylogic_epi32(hi, PLANE_SHIFT(pl[L][1], _mm512_slli_epi16, _mm512_srli_epi16, q, L), bit, 0xF8);        \
+          }                                                                                                                          \
+        }                                                                                                                            \
+        for (int m = 0; m < mr; m++) {                                                                                               \
+          il[m][q / 4] = _mm512_dpbusd_epi32(il[m][q / 4], lo, _mm512_set1_epi32(ld32(aq[m] + 64 * c + 4 * q)));                     \
+          ih[m][q / 4] = _mm512_dpbusd_epi32(ih[m][q / 4], hi, _mm512_set1_epi32(ld32(aq[m] + 64 * c + 32 + 4 * q)));                \
+        }                                                                                                                            \
+      }                                                                                                                              \
+      const int8_t *sc = (const int8_t *)(wb + ko_sc(f));                                                                            \
+      if (f.ns == 16) {                                                                                                              \
+        for (int h = 0; h < 2; h++) {                                                                                                \
+          __m512i sl = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + 16 * (4 * c + h))));                              \
+          __m512i sh = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + 16 * (4 * c + 2 + h))));                          \
+          for (int m = 0; m < mr; m++)                                                                                               \
+            tot[m] = _mm512_add_epi32(tot[m], _mm512_add_epi32(_mm512_mullo_epi32(il[m][h], sl), _mm512_mullo_epi32(ih[m][h], sh))); \
+        }                                                                                                                            \
+      } else {                                                                                                                       \
+        __m512i sl = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + 16 * (2 * c))));                                    \
+        __m512i sh = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + 16 * (2 * c + 1))));                                \
+        for (int m = 0; m < mr; m++)                                                                                                 \
+          tot[m] = _mm512_add_epi32(tot[m], _mm512_add_epi32(_mm512_mullo_epi32(_mm512_add_epi32(il[m][0], il[m][1]), sl),           \
+                                                             _mm512_mullo_epi32(_mm512_add_epi32(ih[m][0], ih[m][1]), sh)));         \
+      }                                                                                                                              \
+    }                                                                                                                                \
+    __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wb + KO_D)));                                                   \
+    for (int m = 0; m < mr; m++)                                                                                                     \
+      acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(tot[m]), _mm512_set1_ps(a[m].d[b])), dv, acc[m]);                    \
+    if (f.mins) {                                                                                                                    \
+      __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wb + KO_DMIN)));                                              \
+      __m512i mv[4];                                                                                                                 \
+      for (int p = 0; p < 4; p++) mv[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(wb + ko_mn(f) + 32 * p)));       \
+      for (int m = 0; m < mr; m++) {                                                                                                 \
+        __m512i mt = _mm512_setzero_si512();                                                                                         \
+        for (int p = 0; p < 4; p++)                                                                                                  \
+          mt = _mm512_dpwssd_epi32(mt, mv[p], _mm512_set1_epi32(ld32((const int8_t *)(bs[m] + 16 + 2 * p))));                        \
+        acc[m] = _mm512_fnmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(mt), _mm512_set1_ps(a[m].d[b])), dm, acc[m]);                     \
+      }                                                                                                                              \
+    }                                                                                                                                \
+  }                                                                                                                                  \
+  __mmask16 k = (__mmask16)((1u << nvalid) - 1);                                                                                     \
+  for (int m = 0; m < mr; m++) _mm512_mask_storeu_ps(out + m * ldo, k, acc[m]);                                                      \
+  (void)0
 KVNNI512 ALWAYS_INLINE void kpk_vnni512(const uint8_t *w, int64_t nsb, const nv_kact *a, const int mr, const int kind,
                                         float *out, int64_t ldo, int nvalid) {
-  const kfmt f = kq_fmt(kind);
-  const int64_t gsb = kq_gsb(f);
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  __m512 acc[4];
-  for (int m = 0; m < mr; m++) acc[m] = _mm512_setzero_ps();
-  const uint8_t *wb = w;
-  for (int64_t b = 0; b < nsb; b++, wb += gsb) {
-    /* decode streams the weights once: fetch ahead across the 4 KB pages where the hardware
-     * prefetchers stop, as the Q4_0 kernel does (a group super-block is 2.3-3.4 KB) */
-    if (mr == 1)
-      for (int64_t l = 0; l < gsb; l += 64) _mm_prefetch((const char *)(wb + NV_KPK_PREFETCH * gsb + l), _MM_HINT_T0);
-    const int8_t *aq[4];
-    const int16_t *bs[4];
-    __m512i tot[4];
-    for (int m = 0; m < mr; m++) {
-      aq[m] = a[m].q + b * 256;
-      bs[m] = a[m].bs + b * NV_KBS;
-      tot[m] = _mm512_setzero_si512();
-    }
-    for (int c = 0; c < 4; c++) {
-      const uint8_t *sg = wb + ko_seg(f) + c * ko_segb(f);
-      __m512i il[4][2], ih[4][2], pl[2][2];
-      for (int m = 0; m < mr; m++)
-        for (int h = 0; h < 2; h++) {
-          il[m][h] = _mm512_set1_epi32(-f.off * bs[m][4 * c + h]);
-          ih[m][h] = _mm512_set1_epi32(-f.off * bs[m][4 * c + 2 + h]);
-        }
-      for (int L = 0; L < f.nhb; L++) {
-        pl[L][0] = _mm512_loadu_si512(sg + 512 + 128 * L);
-        pl[L][1] = _mm512_loadu_si512(sg + 512 + 128 * L + 64);
-      }
-#pragma GCC unroll 8
-      for (int q = 0; q < 8; q++) {
-        __m512i x = _mm512_loadu_si512(sg + 64 * q);
-        __m512i lo = _mm512_and_si512(x, m4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
-        for (int L = 0; L < f.nhb; L++) {
-          __m512i bit = _mm512_set1_epi8((char)(0x10 << L));
-          /* lo |= shifted & bit, in one ternary-logic instruction */
-          lo = _mm512_ternarylogic_epi32(lo, PLANE_SHIFT(pl[L][0], _mm512_slli_epi16, _mm512_srli_epi16, q, L), bit, 0xF8);
-          hi = _mm512_ternarylogic_epi32(hi, PLANE_SHIFT(pl[L][1], _mm512_slli_epi16, _mm512_srli_epi16, q, L), bit, 0xF8);
-        }
-        for (int m = 0; m < mr; m++) {
-          il[m][q / 4] = _mm512_dpbusd_epi32(il[m][q / 4], lo, _mm512_set1_epi32(ld32(aq[m] + 64 * c + 4 * q)));
-          ih[m][q / 4] = _mm512_dpbusd_epi32(ih[m][q / 4], hi, _mm512_set1_epi32(ld32(aq[m] + 64 * c + 32 + 4 * q)));
-        }
-      }
-      const int8_t *sc = (const int8_t *)(wb + ko_sc(f));
-      if (f.ns == 16) {
-        for (int h = 0; h < 2; h++) {
-          __m512i sl = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + 16 * (4 * c + h))));
-          __m512i sh = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + 16 * (4 * c + 2 + h))));
-          for (int m = 0; m < mr; m++)
-            tot[m] = _mm512_add_epi32(tot[m], _mm512_add_epi32(_mm512_mullo_epi32(il[m][h], sl), _mm512_mullo_epi32(ih[m][h], sh)));
-        }
-      } else {
-        __m512i sl = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + 16 * (2 * c))));
-        __m512i sh = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + 16 * (2 * c + 1))));
-        for (int m = 0; m < mr; m++)
-          tot[m] = _mm512_add_epi32(tot[m], _mm512_add_epi32(_mm512_mullo_epi32(_mm512_add_epi32(il[m][0], il[m][1]), sl),
-                                                             _mm512_mullo_epi32(_mm512_add_epi32(ih[m][0], ih[m][1]), sh)));
-      }
-    }
-    __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wb + KO_D)));
-    for (int m = 0; m < mr; m++)
-      acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(tot[m]), _mm512_set1_ps(a[m].d[b])), dv, acc[m]);
-    if (f.mins) {
-      __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wb + KO_DMIN)));
-      __m512i mv[4];
-      for (int p = 0; p < 4; p++) mv[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(wb + ko_mn(f) + 32 * p)));
-      for (int m = 0; m < mr; m++) {
-        __m512i mt = _mm512_setzero_si512();
-        for (int p = 0; p < 4; p++)
-          mt = _mm512_dpwssd_epi32(mt, mv[p], _mm512_set1_epi32(ld32((const int8_t *)(bs[m] + 16 + 2 * p))));
-        acc[m] = _mm512_fnmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(mt), _mm512_set1_ps(a[m].d[b])), dm, acc[m]);
-      }
-    }
-  }
-  __mmask16 k = (__mmask16)((1u << nvalid) - 1);
-  for (int m = 0; m < mr; m++) _mm512_mask_storeu_ps(out + m * ldo, k, acc[m]);
+  KPK512_BODY(0, KGF_NONE);
 }
 KPK_VARIANTS(kpk_vnni512, KVNNI512)
+
+/* with GFNI (Zen 4, Ice Lake and later): the Q5_K/Q6_K bit planes and the Q4_K high nibbles by
+ * affine byte transforms */
+#define KGFNI512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c")))
+KGFNI512 ALWAYS_INLINE void kpk_gfni512(const uint8_t *w, int64_t nsb, const nv_kact *a, const int mr, const int kind,
+                                        float *out, int64_t ldo, int nvalid) {
+  KPK512_BODY(1, _mm512_gf2p8affine_epi64_epi8);
+}
+KPK_VARIANTS(kpk_gfni512, KGFNI512)
 #endif
 #endif
 
@@ -676,6 +731,7 @@ nv_kpk_fn nv_kpk_select(uint32_t dt, int int8dot) {
 #elif defined(__x86_64__) && defined(__AVX2__)
   if (int8dot && cpu_has_vnni()) {
 #if defined(__AVX512F__)
+    if (cpu_has_gfni()) KPICK(kpk_gfni512);
     KPICK(kpk_vnni512);
 #else
     KPICK(kpk_vnni256);
