@@ -240,12 +240,8 @@ func (r *Runner) prepare(ctx context.Context, c int64, step func(), tree bool) (
 		if s == 0 {
 			st.Name = "embed"
 		}
-		for _, t := range g.Inputs {
-			b, ok := byName[t.Name]
-			if !ok {
-				return nil, fmt.Errorf("llm: no binding for stage input %q: %w", t.Name, core.ErrInternal)
-			}
-			st.IO = append(st.IO, b)
+		if st.IO, err = bindInputs(g, st.Name, byName); err != nil {
+			return nil, err
 		}
 		switch {
 		case hook != nil && s < cfg.Layers:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -58,6 +59,19 @@ func (s *Seam) KV(l int, rows bool) (k, v sched.Binding) {
 	return k, v
 }
 
+// bindInputs binds each input of stage graph g (named stage in errors) by its name in byName.
+func bindInputs(g *core.Graph, stage string, byName map[string]sched.Binding) ([]sched.Binding, error) {
+	io := make([]sched.Binding, 0, len(g.Inputs))
+	for _, t := range g.Inputs {
+		b, ok := byName[t.Name]
+		if !ok {
+			return nil, fmt.Errorf("llm: no binding for input %q of %s: %w", t.Name, stage, core.ErrInternal)
+		}
+		io = append(io, b)
+	}
+	return io, nil
+}
+
 // positions are the runner's position inputs by name, bound at each chunk's row.
 func (r *Runner) positions() map[string]sched.Binding {
 	half := int64(r.m.Config.RopeDims / 2)
@@ -79,19 +93,13 @@ func (s *Seam) Compile(ctx context.Context, c int64, name string, layer int, g *
 	for i := range units {
 		units[i] = unit
 	}
-	own := r.positions()
-	st := sched.StageSpec{Name: name, Layer: layer, Graph: g, Units: units}
-	for _, t := range g.Inputs {
-		b, ok := byName[t.Name]
-		if !ok {
-			b, ok = own[t.Name]
-		}
-		if !ok {
-			return nil, fmt.Errorf("llm: no binding for stage input %q of %s: %w", t.Name, name, core.ErrInternal)
-		}
-		st.IO = append(st.IO, b)
+	all := r.positions()
+	maps.Copy(all, byName)
+	in, err := bindInputs(g, name, all)
+	if err != nil {
+		return nil, err
 	}
-	st.IO = append(st.IO, outs...)
+	st := sched.StageSpec{Name: name, Layer: layer, Graph: g, Units: units, IO: append(in, outs...)}
 	phase := phaseOf(c)
 	spec := sched.ProgramSpec{Name: fmt.Sprintf("%s (chunk %d)", name, c), Phase: phase, Lanes: 1,
 		Stages: []sched.StageSpec{st}}
